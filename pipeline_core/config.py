@@ -1,0 +1,420 @@
+"""Configuration records: what the pipeline looks like and how to schedule it.
+
+``PipelineConfig`` describes the loop shape (depth, MMA grid, partitions,
+per-channel counter costs); ``ScheduleConfig`` holds the scheduling and wait
+knobs.  Every field is validated on construction and carries a one-line
+``help`` in its metadata (shown by ``pipeline-core schedules``/``targets``).
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any, Mapping
+
+import attrs
+
+from pipeline_core.costs import CostModel
+from pipeline_core.errors import ConfigError, UnknownNameError
+from pipeline_core.ops import Op, OpRole
+
+
+def _int(lo: int | None = None, hi: int | None = None, what: str = ""):
+    """Validator: an int (not bool) within [lo, hi]."""
+
+    def check(inst, attribute, value):
+        bad = isinstance(value, bool) or not isinstance(value, int)
+        if not bad and lo is not None and value < lo:
+            bad = True
+        if not bad and hi is not None and value > hi:
+            bad = True
+        if bad:
+            rng = (f">= {lo}" if hi is None else f"in [{lo}, {hi}]") if lo is not None else "any"
+            raise ConfigError(type(inst).__name__, attribute.name, value,
+                              what or f"an integer {rng}")
+    return check
+
+
+def _bool(inst, attribute, value):
+    if not isinstance(value, bool):
+        raise ConfigError(type(inst).__name__, attribute.name, value, "true or false")
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+def field_help(cls, name: str) -> str:
+    return attrs.fields_dict(cls)[name].metadata.get("help", "")
+
+
+# --- small parts ------------------------------------------------------------
+
+@attrs.frozen
+class LoopCarried:
+    """Which op crosses the iteration boundary; "loop-carried" means subtile == selector."""
+
+    role: OpRole = attrs.field(default=OpRole.NONE, converter=OpRole,
+                               metadata=_help("role re-added last by the single-buffer reorder"))
+    selector: int = attrs.field(default=0, validator=_int(0),
+                                metadata=_help("subtile value that marks an op loop-carried"))
+
+    @classmethod
+    def fragment_zero(cls) -> "LoopCarried":
+        return cls(OpRole.FRAGMENT_LOAD, 0)
+
+    @classmethod
+    def none(cls) -> "LoopCarried":
+        return cls(OpRole.NONE, 0)
+
+    def is_loop_carried(self, op: Op) -> bool:
+        return op.subtile == self.selector
+
+
+@attrs.frozen
+class BlockSizing:
+    """Target op counts per MMA block and the cap on global loads per block."""
+
+    heavy: int = attrs.field(default=4, validator=_int(0),
+                             metadata=_help("ops in a block that starts a new M row"))
+    light: int = attrs.field(default=2, validator=_int(0),
+                             metadata=_help("ops in a block that continues an M row"))
+    max_globals: int = attrs.field(default=0, validator=_int(0, 2),
+                                   metadata=_help("global loads per block (0 = no cap; a block has 2 slots)"))
+
+    @classmethod
+    def default_2x2(cls) -> "BlockSizing":
+        return cls(4, 2, 0)
+
+    @classmethod
+    def uniform(cls, n: int) -> "BlockSizing":
+        return cls(n, n, 0)
+
+
+@attrs.frozen
+class FragOrder:
+    """Emission order of A/B fragments inside a block."""
+
+    b_before_a: bool = attrs.field(default=True, validator=_bool,
+                                   metadata=_help("emit the B fragment before the A fragment"))
+
+    @classmethod
+    def b_first(cls) -> "FragOrder":
+        return cls(True)
+
+    @classmethod
+    def a_first(cls) -> "FragOrder":
+        return cls(False)
+
+
+@attrs.frozen
+class WarpStagger:
+    """How many prologue entries warp group 0 runs before group 1 joins."""
+
+    enabled: bool = attrs.field(default=False, validator=_bool, metadata=_help("stagger the warp groups"))
+    compute_from_body: bool = attrs.field(default=False, validator=_bool,
+                                          metadata=_help("count stage-0 prefetch loads of the body"))
+    fixed_amount: int = attrs.field(default=0, validator=_int(0),
+                                    metadata=_help("fixed stagger when not computed from the body"))
+
+    @classmethod
+    def none(cls) -> "WarpStagger":
+        return cls(False, False, 0)
+
+    @classmethod
+    def auto(cls) -> "WarpStagger":
+        return cls(True, True, 0)
+
+    @classmethod
+    def fixed(cls, n: int) -> "WarpStagger":
+        return cls(True, False, n)
+
+
+class SchedulingStrategy(enum.IntEnum):
+    """The reference's built-in strategies (their numbers appear in JSON).
+
+    Strategies are looked up by *name* in the strategy registry, so plugins can add
+    more; these three are the built-ins.
+    """
+
+    IDENTITY = 0
+    GREEDY = 1
+    CSP = 2
+
+
+def _strategy_name(value: Any) -> str:
+    if isinstance(value, SchedulingStrategy):
+        return value.name
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return SchedulingStrategy(value).name
+        except ValueError:
+            raise ConfigError("ScheduleConfig", "scheduling", value,
+                              "a strategy name or one of 0 (IDENTITY), 1 (GREEDY), 2 (CSP)") from None
+    if isinstance(value, str) and value.strip():
+        return value.strip().upper()
+    raise ConfigError("ScheduleConfig", "scheduling", value, "a non-empty strategy name")
+
+
+NO_WAIT = 255  #: a manual wait value >= this means "emit no wait"
+
+
+@attrs.frozen
+class ScheduleConfig:
+    """Scheduling, barrier and wait knobs (defaults are the reference's)."""
+
+    scheduling: str = attrs.field(default="IDENTITY", converter=_strategy_name,
+                                  metadata=_help("ordering strategy by name: IDENTITY, GREEDY, CSP or a plugin's"))
+    sched_barrier_mask: int = attrs.field(default=0b01010101, validator=_int(0),
+                                          metadata=_help("bit i: block i ends with a schedule_barrier after its post-MMA barrier"))
+    auto_waits: bool = attrs.field(default=True, validator=_bool,
+                                   metadata=_help("derive and patch the block-0 lgkm and last-block vm waits"))
+    drain_lgkm_mask: int = attrs.field(default=0, validator=_int(0),
+                                       metadata=_help("bit i: block i emits wait_lgkm(0) between its frags and its globals"))
+    auto_drain: bool = attrs.field(default=False, validator=_bool,
+                                   metadata=_help("with auto_waits: replace drain_lgkm_mask by the cross-channel drain mask"))
+    lds_contention_penalty: int = attrs.field(default=0, validator=_int(0),
+                                              metadata=_help("cost model: cycles each LDS/global op holds the LDS port"))
+    wait_lgkm_first: int = attrs.field(default=8, validator=_int(0),
+                                       metadata=_help("manual lgkm wait at block 0 of each partition (>= 255: none)"))
+    wait_vm_last: int = attrs.field(default=6, validator=_int(0),
+                                    metadata=_help("manual vm wait at the last block of each partition"))
+    lgkm_per_load_a: int = attrs.field(default=0, validator=_int(0),
+                                       metadata=_help("lgkmcnt per channel-A load (fallback when the pipeline config has 0)"))
+    lgkm_per_load_b: int = attrs.field(default=0, validator=_int(0),
+                                       metadata=_help("lgkmcnt per channel-B load (fallback when the pipeline config has 0)"))
+    lgkm_after_last: bool = attrs.field(default=False, validator=_bool,
+                                        metadata=_help("the last block keeps its post-barrier wait_lgkm(0)"))
+    minimal_barriers: bool = attrs.field(default=False, validator=_bool,
+                                         metadata=_help("drop per-block barriers and set_prio pairs (4-wave style)"))
+    omit_mma_set_prio: bool = attrs.field(default=False, validator=_bool,
+                                          metadata=_help("with minimal_barriers: drop the pre-MMA set_prio(1) too"))
+    max_vgpr: int = attrs.field(default=999999, validator=_int(0),
+                                metadata=_help("VGPR budget of the search strategies (999999 = unlimited)"))
+    global_before_frag: bool = attrs.field(default=False, validator=_bool,
+                                           metadata=_help("inside a block, emit global loads before fragment loads"))
+    barrier_before_pre_ops: bool = attrs.field(default=False, validator=_bool,
+                                               metadata=_help("put the sync section before the load section"))
+    inter_block_lgkm_drain: bool = attrs.field(default=False, validator=_bool,
+                                               metadata=_help("blocks without another wait get an entry wait_lgkm(0)"))
+    partial_prologue_drain: bool = attrs.field(default=False, validator=_bool,
+                                               metadata=_help("prologue skips full vm drains; bootstrap frags get partial drains"))
+    wrap_waits_with_sched_barrier: bool = attrs.field(default=False, validator=_bool,
+                                                      metadata=_help("fence every wait/barrier group with schedule_barriers"))
+
+    @property
+    def scheduling_value(self) -> int | None:
+        """The reference's enum number for built-in strategies, else None."""
+        try:
+            return int(SchedulingStrategy[self.scheduling])
+        except KeyError:
+            return None
+
+    def evolve(self, **changes) -> "ScheduleConfig":
+        return attrs.evolve(self, **changes)
+
+
+def _match_field(inst, attribute, value):
+    if isinstance(value, bool) or value not in (0, 1):
+        raise ConfigError(type(inst).__name__, attribute.name, value,
+                          "0 (MMA stage, i.e. row) or 1 (MMA subtile, i.e. column)")
+
+
+@attrs.frozen
+class Derived:
+    """Formula-only counts derived from the MMA grid (never from a body)."""
+
+    mmas_per_partition: int
+    globals_per_partition: int
+    frags_per_partition: int
+    ops_per_partition: int
+    total_ops: int
+    blocks_per_partition: int
+    total_blocks: int
+    total_edges: int
+
+
+@attrs.frozen
+class PipelineConfig:
+    """The loop's shape: buffering depth, MMA grid, partitions and counter costs."""
+
+    depth: int = attrs.field(default=2, validator=_int(1, 8),
+                             metadata=_help("1 = single-buffer (recipes), >= 2 = double-buffer (block program)"))
+    prefetch: int = attrs.field(default=1, validator=_int(0), metadata=_help("iterations ahead for DRAM loads (informational)"))
+    drain_passes: int = attrs.field(default=2, validator=_int(0), metadata=_help("epilogue drain iterations (informational)"))
+    prologue_fill: int = attrs.field(default=1, validator=_int(0), metadata=_help("extra prologue load iterations (informational)"))
+    loop_carried: LoopCarried = attrs.field(factory=LoopCarried.none, metadata=_help("which op crosses the iteration boundary"))
+    block_sizing: BlockSizing = attrs.field(factory=BlockSizing.default_2x2, metadata=_help("ops per MMA block, globals cap"))
+    frag_order: FragOrder = attrs.field(factory=FragOrder.b_first, metadata=_help("A/B fragment order in a block"))
+    m_mmas: int = attrs.field(default=2, validator=_int(1, 64), metadata=_help("MMA rows per partition"))
+    n_mmas: int = attrs.field(default=2, validator=_int(1, 64), metadata=_help("MMA columns per partition"))
+    num_partitions: int = attrs.field(default=2, validator=_int(1, 16),
+                                      metadata=_help("halves / warp groups / K-partitions of the body"))
+    mma_serial: bool = attrs.field(default=True, validator=_bool, metadata=_help("MMAs share one unit (informational)"))
+    mma_latency: int = attrs.field(default=16, validator=_int(0), metadata=_help("MMA cycles (informational)"))
+    vm_per_load_a: int = attrs.field(default=4, validator=_int(0), metadata=_help("vmcnt ticks per channel-A global load"))
+    vm_per_load_b: int = attrs.field(default=4, validator=_int(0), metadata=_help("vmcnt ticks per channel-B global load"))
+    lgkm_per_load_a: int = attrs.field(default=0, validator=_int(0),
+                                       metadata=_help("lgkmcnt ticks per channel-A load (0: use ScheduleConfig)"))
+    lgkm_per_load_b: int = attrs.field(default=0, validator=_int(0),
+                                       metadata=_help("lgkmcnt ticks per channel-B load (0: use ScheduleConfig)"))
+    ch0_match_field: int = attrs.field(default=0, validator=_match_field,
+                                       metadata=_help("MMA field an A fragment's subtile matches (0 row, 1 col)"))
+    ch1_match_field: int = attrs.field(default=1, validator=_match_field,
+                                       metadata=_help("MMA field a B fragment's subtile matches (0 row, 1 col)"))
+    warp_stagger: WarpStagger = attrs.field(factory=WarpStagger.auto, metadata=_help("warp-group stagger rule"))
+    cross_stage_rotation: bool = attrs.field(default=False, validator=_bool,
+                                             metadata=_help("frags may read the other partition's stage (skips two checks)"))
+
+    @loop_carried.validator
+    def _lc(self, attribute, value):
+        if not isinstance(value, LoopCarried):
+            raise ConfigError("PipelineConfig", "loop_carried", value, "a LoopCarried record")
+
+    @block_sizing.validator
+    def _bs(self, attribute, value):
+        if not isinstance(value, BlockSizing):
+            raise ConfigError("PipelineConfig", "block_sizing", value, "a BlockSizing record")
+
+    @frag_order.validator
+    def _fo(self, attribute, value):
+        if not isinstance(value, FragOrder):
+            raise ConfigError("PipelineConfig", "frag_order", value, "a FragOrder record")
+
+    @warp_stagger.validator
+    def _ws(self, attribute, value):
+        if not isinstance(value, WarpStagger):
+            raise ConfigError("PipelineConfig", "warp_stagger", value, "a WarpStagger record")
+
+    # --- derived helpers (formula-only, as the reference) --------------------
+    @property
+    def is_double_buffer(self) -> bool:
+        return self.depth >= 2
+
+    @property
+    def mmas_per_partition(self) -> int:
+        return self.m_mmas * self.n_mmas
+
+    @property
+    def globals_per_partition(self) -> int:
+        return self.m_mmas + self.n_mmas
+
+    @property
+    def frags_per_partition(self) -> int:
+        return self.m_mmas + self.n_mmas
+
+    @property
+    def ops_per_partition(self) -> int:
+        return self.mmas_per_partition + self.globals_per_partition + self.frags_per_partition
+
+    @property
+    def total_ops(self) -> int:
+        return self.num_partitions * self.ops_per_partition
+
+    @property
+    def blocks_per_partition(self) -> int:
+        return self.m_mmas * self.n_mmas
+
+    @property
+    def total_blocks(self) -> int:
+        return self.num_partitions * self.blocks_per_partition
+
+    def total_edges(self) -> int:
+        h, m, n = self.num_partitions, self.m_mmas, self.n_mmas
+        g = m + n
+        return h * 2 * m * n + 2 * m * n + h * g * 2 + (2 * g - 1) * 2
+
+    def derived(self) -> Derived:
+        return Derived(self.mmas_per_partition, self.globals_per_partition,
+                       self.frags_per_partition, self.ops_per_partition, self.total_ops,
+                       self.blocks_per_partition, self.total_blocks, self.total_edges())
+
+    def compute_match_key(self, mma: Op, channel: int) -> int:
+        """The MMA field (row or column) a fragment of ``channel`` is matched against."""
+        fld = self.ch0_match_field if channel == 0 else self.ch1_match_field
+        return mma.stage if fld == 0 else mma.subtile
+
+    def vm_per_channel(self, channel: int) -> int:
+        return self.vm_per_load_a if channel == 0 else self.vm_per_load_b
+
+    def lgkm_per_channel(self, channel: int) -> int:
+        return self.lgkm_per_load_a if channel == 0 else self.lgkm_per_load_b
+
+    def evolve(self, **changes) -> "PipelineConfig":
+        return attrs.evolve(self, **changes)
+
+
+@attrs.frozen
+class TargetProfile:
+    """A target: its cost model and the pipeline config schedules start from."""
+
+    cost_model: CostModel
+    pipeline: PipelineConfig
+
+
+@attrs.frozen
+class KernelGeometry:
+    """Tile shape and the per-load counter costs a kernel layout derives from it."""
+
+    BM: int
+    BN: int
+    BK: int
+    MMA_M: int
+    MMA_N: int
+    MMA_K: int
+    elem_bytes: int
+    simd_width: int
+    is_fp8: bool
+    vm_per_load_a: int
+    vm_per_load_b: int
+    lgkm_per_load_a: int
+    lgkm_per_load_b: int
+
+
+def derive_safe_max_globals(num_k_mmas: int) -> int:
+    """1 global per block is safe when 2+ K-MMAs cover the async LDS write, else 0."""
+    return 1 if num_k_mmas >= 2 else 0
+
+
+# --- string overrides (-c / -T style) -----------------------------------------
+
+def parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{text!r} is not a boolean (use true or false)")
+
+
+def parse_int(text: str) -> int:
+    return int(text.strip(), 0)
+
+
+def apply_overrides(record, overrides: Mapping[str, str], *, what: str = ""):
+    """A copy of ``record`` with fields set from strings (``-c key=value``).
+
+    Unknown keys and unparsable values raise ConfigError / UnknownNameError
+    naming the key, the value and what is allowed.
+    """
+    if not overrides:
+        return record
+    cls = type(record)
+    fields = attrs.fields_dict(cls)
+    changes: dict[str, Any] = {}
+    label = what or cls.__name__
+    for key, text in overrides.items():
+        if key not in fields:
+            raise UnknownNameError(f"{label} field", key, sorted(fields))
+        current = getattr(record, key)
+        try:
+            if isinstance(current, bool):
+                value: Any = parse_bool(text)
+            elif isinstance(current, int):
+                value = parse_int(text)
+            elif isinstance(current, str):
+                value = text
+            else:
+                raise ValueError(f"{key} is a nested record and cannot be set from the command line")
+        except ValueError as exc:
+            raise ConfigError(label, key, text, str(exc)) from None
+        changes[key] = value
+    return attrs.evolve(record, **changes)

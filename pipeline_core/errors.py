@@ -1,0 +1,105 @@
+"""The error hierarchy: every failure a user can trigger is one of these.
+
+Each error carries the facts a user needs to act (which field, op, block, rule,
+plugin) as attributes *and* in its message, so the CLI can print ``str(err)``
+and tests can assert on attributes.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class PipelineError(Exception):
+    """Base class of every documented pipeline-core error."""
+
+
+class ConfigError(PipelineError, ValueError):
+    """A configuration value is invalid.
+
+    Carries the owning record, the field, the offending value and what is allowed.
+    """
+
+    def __init__(self, owner: str, field: str, value: Any, allowed: str) -> None:
+        self.owner = owner
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{owner}.{field} = {value!r} is invalid: {allowed}")
+
+
+class GraphError(PipelineError):
+    """The dependency graph is malformed (bad edge index, self-loop, cycle)."""
+
+    def __init__(self, message: str, *, edge: int | None = None, cycle: tuple[int, ...] = ()) -> None:
+        self.edge = edge
+        self.cycle = cycle
+        super().__init__(message)
+
+
+class SchedulingError(PipelineError):
+    """A scheduling strategy cannot produce a complete, valid order."""
+
+    def __init__(self, message: str, *, strategy: str = "", ops: tuple[int, ...] = ()) -> None:
+        self.strategy = strategy
+        self.ops = ops
+        super().__init__(message)
+
+
+class TransformError(PipelineError):
+    """A body transform would lose or misplace ops."""
+
+    def __init__(self, message: str, *, ops: tuple[int, ...] = ()) -> None:
+        self.ops = ops
+        super().__init__(message)
+
+
+class ProgramError(PipelineError):
+    """The ordered body cannot be turned into a block program."""
+
+    def __init__(self, message: str, *, block: int | None = None, ops: tuple[int, ...] = ()) -> None:
+        self.block = block
+        self.ops = ops
+        super().__init__(message)
+
+
+class VerificationError(PipelineError):
+    """A structural check of the final block program failed.
+
+    ``rule`` is a stable identifier (e.g. ``"stage-consistency"``) so tools can
+    match on it; ``block`` / ``partition`` say where.
+    """
+
+    def __init__(self, rule: str, message: str, *, block: int | None = None,
+                 partition: int | None = None) -> None:
+        self.rule = rule
+        self.block = block
+        self.partition = partition
+        super().__init__(f"[{rule}] {message}")
+
+
+class PluginError(PipelineError):
+    """A plugin failed to load, registered something invalid, or collided with another."""
+
+    def __init__(self, message: str, *, plugin: str = "", distribution: str = "") -> None:
+        self.plugin = plugin
+        self.distribution = distribution
+        super().__init__(message)
+
+
+class UnknownNameError(PipelineError, LookupError):
+    """A schedule, target, strategy or parameter name is not known."""
+
+    def __init__(self, kind: str, name: str, known: list[str], hint: str = "") -> None:
+        import difflib
+
+        self.kind = kind
+        self.name = name
+        self.known = list(known)
+        close = difflib.get_close_matches(name, self.known, n=1)
+        msg = f"Unknown {kind} {name!r}."
+        if close:
+            msg += f" Did you mean {close[0]!r}?"
+        if hint:
+            msg += f" {hint}"
+        msg += f" Known {kind}s: {', '.join(self.known) if self.known else '(none)'}."
+        super().__init__(msg)

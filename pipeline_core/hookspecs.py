@@ -1,0 +1,166 @@
+"""Hook specifications: the contract between pipeline-core and its plugins.
+
+A plugin is a module (or object) with functions marked ``@pipeline_core.hookimpl``
+whose names match the specs below; it is found through the ``pipeline_core``
+entry-point group.  The core registers its own defaults through the same hooks
+(``pipeline_core.builtin_plugin``).
+
+How results combine
+-------------------
+* *Registration hooks* (``pipeline_core_register_*``) are collected: every
+  plugin's list is merged; a duplicate name is an error naming both providers.
+* *Override hooks* (``derive_edges``, ``explicit_blocks``, ``bootstrap_frags``)
+  return ``None`` when a plugin has nothing to say about this schedule.  The host
+  calls every implementation (in plugin-name order, never install order):
+  exactly one non-``None`` answer from a plugin wins over the schedule's own
+  method, which wins over the core default; two plugins answering for the same
+  schedule is a conflict error naming both.
+* ``pipeline_core_kernel_transforms`` is collected: all transforms returned
+  run in ``(order, name)`` order after the schedule's own ``transform_kernel``.
+"""
+from __future__ import annotations
+
+import pluggy
+
+PROJECT = "pipeline_core"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def pipeline_core_register_targets():
+    """Return the targets this plugin provides.
+
+    :returns: a list of :class:`pipeline_core.schedule.TargetRecord`.
+    Results of all plugins are collected; names must be unique across plugins.
+
+    Example::
+
+        @hookimpl
+        def pipeline_core_register_targets():
+            return [TargetRecord("my-gpu", "My GPU, double buffer", factory=my_target,
+                                 params=[Param("vm_per_load_a", int, 4, "vmcnt per A load")])]
+    """
+
+
+@hookspec
+def pipeline_core_register_schedules():
+    """Return the schedules this plugin provides.
+
+    :returns: a list of :class:`pipeline_core.schedule.ScheduleRecord`; each
+        record's ``factory(ctx)`` receives a :class:`BuildContext` and returns a
+        schedule object (see :class:`pipeline_core.schedule.Schedule`).
+    Results of all plugins are collected; names must be unique across plugins.
+
+    Example::
+
+        @hookimpl
+        def pipeline_core_register_schedules():
+            return [ScheduleRecord("tiny", "A 2-op example", factory=TinySchedule,
+                                   default_target="my-gpu")]
+    """
+
+
+@hookspec
+def pipeline_core_register_strategies():
+    """Return extra scheduling strategies.
+
+    :returns: a list of :class:`pipeline_core.schedule.StrategyRecord`; the
+        ``function`` takes a :class:`pipeline_core.scheduling.SchedulingRequest`
+        and returns a permutation of the body indices.
+    Collected; a name already taken (built-ins included) is an error.
+
+    Example::
+
+        @hookimpl
+        def pipeline_core_register_strategies():
+            return [StrategyRecord("REVERSED", "for testing", lambda req: ...)]
+    """
+
+
+@hookspec
+def pipeline_core_derive_edges(schedule, body, config):
+    """Derive the dependency edges of ``body`` for ``schedule``, or return ``None``.
+
+    :param schedule: the schedule object being compiled.
+    :param body: the annotated body (tuple of :class:`Op`) in execution order.
+    :param config: its :class:`PipelineConfig`.
+    :returns: a list of :class:`DepEdge` indexing into ``body``, or ``None`` to
+        leave the decision to others.
+    Override hook (see module docstring): one plugin answer wins over the
+    schedule's ``derive_edges`` method, which wins over the rule tables.
+
+    Example::
+
+        @hookimpl
+        def pipeline_core_derive_edges(schedule, body, config):
+            if schedule.name != "mine":
+                return None
+            return derive_edges(body, config) + [DepEdge.anti(5, 2)]
+    """
+
+
+@hookspec
+def pipeline_core_explicit_blocks(schedule, body, program):
+    """Return one op list per block of ``program`` (empty list = use the template), or ``None``.
+
+    Called after waits are patched, on the double-buffer path only.  Explicit
+    lists replace the template in the kernel phase only.
+    Override hook: combined like ``pipeline_core_derive_edges``.
+
+    Example::
+
+        @hookimpl
+        def pipeline_core_explicit_blocks(schedule, body, program):
+            if schedule.name == "mine":
+                return [emit_minimal_barrier_block(b, False) for b in program.blocks]
+    """
+
+
+@hookspec
+def pipeline_core_bootstrap_frags(schedule):
+    """Return the fragment loads to issue at the prologue tail, or ``None``.
+
+    Used only with ``ScheduleConfig.partial_prologue_drain``; each frag is
+    preceded by a partial ``wait_vm`` and a barrier.
+    Override hook: combined like ``pipeline_core_derive_edges``.
+
+    Example::
+
+        @hookimpl
+        def pipeline_core_bootstrap_frags(schedule):
+            if schedule.name == "mine":
+                return [Op(tag=3, channel=0, role=OpRole.FRAGMENT_LOAD)]
+    """
+
+
+@hookspec
+def pipeline_core_kernel_transforms(schedule, target, config):
+    """Return kernel transforms that apply to this schedule on this target.
+
+    :param schedule: the schedule object; :param target: the target name;
+    :param config: the :class:`PipelineConfig`.
+    :returns: a list of :class:`KernelTransform` (possibly empty) or ``None``.
+    Collected from all plugins and applied in ``(order, name)`` order on the
+    single-buffer path, after the schedule's own ``transform_kernel``.  Each
+    transform's ``function(kernel, body, config)`` returns the new entry tuple.
+
+    Example::
+
+        @hookimpl
+        def pipeline_core_kernel_transforms(schedule, target, config):
+            if target == "my-gpu" and config.depth == 1:
+                return [KernelTransform("my-hints", add_hints)]
+    """
+
+
+@hookspec
+def pipeline_core_counter_model(target):
+    """Return the hardware counter semantics of ``target`` for the hazard checker, or ``None``.
+
+    :param target: the target name.
+    :returns: a ``pipeline_core.check`` counter-model record (what each wait
+        counts and how many counter ops each load adds), or ``None``.
+    Override hook: the single plugin answer wins over the core default.
+    """

@@ -1,0 +1,215 @@
+"""Enums and the op record: the vocabulary every other module speaks.
+
+Enum values equal the reference's numbers because they appear in the JSON
+contract (FORMAT.md). ``Op`` is the reference's 13-field op description.
+"""
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from pipeline_core.errors import ConfigError
+
+
+class ResourceKind(enum.IntEnum):
+    """Hardware unit an op occupies."""
+
+    GLOBAL_MEM = 0  #: buffer_load DRAM -> LDS, counted by vmcnt
+    LDS = 1  #: ds_read / ds_write, counted by lgkmcnt
+    MMA_UNIT = 2  #: matrix core
+    SCALAR = 3  #: barriers, waits, priorities, fences
+    VALU = 4  #: vector ALU, independent of the MMA unit
+    NONE = 255
+
+
+class OpRole(enum.IntEnum):
+    """What an op does in the pipeline (drives edges, blocks and phases)."""
+
+    GLOBAL_LOAD = 0
+    SHARED_STORE = 1
+    FRAGMENT_LOAD = 2
+    COMPUTE = 3
+    SYNC = 4
+    FENCE = 5
+    VALU_COMPUTE = 6
+    NONE = 255
+
+
+class KOffset(enum.IntEnum):
+    """K offset of a load relative to the loop variable, in multiples of BK."""
+
+    K0 = 0
+    K1 = 1
+    K_NEXT = 2
+    K_PREV = 3
+    NONE = 255
+
+    @property
+    def signed_bk_multiple(self) -> int:
+        """-1 for K_PREV, the raw value otherwise (what kernels add to k_base)."""
+        return -1 if self is KOffset.K_PREV else int(self)
+
+
+class Phase(enum.IntEnum):
+    PROLOGUE = 0
+    KERNEL = 1
+    EPILOGUE = 2
+
+
+class DepKind(enum.IntEnum):
+    FLOW = 0  #: read after write
+    ANTI = 1  #: write after read
+    OUTPUT = 2  #: write after write (never derived by the built-in rules)
+
+
+class FrameworkTag(enum.IntEnum):
+    """Tags of the infrastructure ops the framework itself emits (kernel tags are 0-127)."""
+
+    BARRIER = 128
+    WAIT_VM = 129
+    WAIT_LGKM = 130
+    SET_PRIO = 131
+    SCHEDULE_BARRIER = 132
+    SCHED_GROUP_BARRIER = 133
+    NONE = 255
+
+
+#: Highest tag a kernel may use for its own data ops.
+MAX_KERNEL_TAG = 127
+
+
+def _int_field(lo: int, hi: int):
+    def check(inst, attribute, value):
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise ConfigError(type(inst).__name__, attribute.name, value,
+                              f"an integer in [{lo}, {hi}]")
+    return check
+
+
+def _enum_converter(enum_cls):
+    def convert(value):
+        try:
+            return enum_cls(value)
+        except ValueError:
+            raise ConfigError("Op", enum_cls.__name__, value,
+                              f"one of {', '.join(f'{m.name}={m.value}' for m in enum_cls)}") from None
+    return convert
+
+
+@attrs.frozen
+class Op:
+    """One op of a loop body or schedule (the reference's 13-field OpDesc).
+
+    For MMAs ``stage`` is the M row and ``subtile`` the N column; for
+    SCHED_GROUP_BARRIER ``subtile`` is the mask and ``wait_value`` the count.
+    """
+
+    tag: int = attrs.field(converter=lambda t: int(t) if isinstance(t, enum.IntEnum) else t,
+                           validator=_int_field(0, 255))
+    stage: int = attrs.field(default=0, validator=_int_field(-(2**31), 2**31))
+    subtile: int = attrs.field(default=0, validator=_int_field(-(2**31), 2**31))
+    k_offset: KOffset = attrs.field(default=KOffset.NONE, converter=_enum_converter(KOffset))
+    vm_cost: int = attrs.field(default=0, validator=_int_field(0, 2**31))
+    lgkm_cost: int = attrs.field(default=0, validator=_int_field(0, 2**31))
+    wait_value: int = attrs.field(default=0, validator=_int_field(0, 2**31))
+    resource: ResourceKind = attrs.field(default=ResourceKind.NONE,
+                                         converter=_enum_converter(ResourceKind))
+    latency: int = attrs.field(default=0, validator=_int_field(0, 2**31))
+    role: OpRole = attrs.field(default=OpRole.NONE, converter=_enum_converter(OpRole))
+    channel: int = attrs.field(default=-1, validator=_int_field(-1, 2**31))
+    vgpr_def: int = attrs.field(default=0, validator=_int_field(0, 2**31))
+    vgpr_kill: int = attrs.field(default=0, validator=_int_field(0, 2**31))
+
+    @property
+    def is_present(self) -> bool:
+        return self.tag != FrameworkTag.NONE
+
+    @property
+    def is_prefetch(self) -> bool:
+        """A present load for a future iteration (k_offset neither K_PREV nor NONE)."""
+        return self.is_present and self.k_offset not in (KOffset.K_PREV, KOffset.NONE)
+
+    def evolve(self, **changes) -> "Op":
+        return attrs.evolve(self, **changes)
+
+
+# --- factories -------------------------------------------------------------
+
+def op(tag: int, resource: ResourceKind, latency: int, role: OpRole, *, channel: int = -1,
+       stage: int = 0, subtile: int = 0, k_offset: KOffset = KOffset.NONE, vm_cost: int = 0,
+       lgkm_cost: int = 0, wait_value: int = 0, vgpr_def: int = 0, vgpr_kill: int = 0) -> Op:
+    """A fully described op (costs inline)."""
+    return Op(tag=tag, stage=stage, subtile=subtile, k_offset=k_offset, vm_cost=vm_cost,
+              lgkm_cost=lgkm_cost, wait_value=wait_value, resource=resource, latency=latency,
+              role=role, channel=channel, vgpr_def=vgpr_def, vgpr_kill=vgpr_kill)
+
+
+def logical(tag: int, *, channel: int = -1, stage: int = 0, subtile: int = 0,
+            k_offset: KOffset = KOffset.NONE) -> Op:
+    """Buffer metadata only; resource, latency and role come later from a cost model."""
+    return Op(tag=tag, channel=channel, stage=stage, subtile=subtile, k_offset=k_offset)
+
+
+def barrier() -> Op:
+    return Op(tag=FrameworkTag.BARRIER, resource=ResourceKind.SCALAR, role=OpRole.SYNC)
+
+
+def wait_vm(count: int) -> Op:
+    return Op(tag=FrameworkTag.WAIT_VM, wait_value=count, resource=ResourceKind.SCALAR,
+              role=OpRole.SYNC)
+
+
+def wait_lgkm(count: int) -> Op:
+    return Op(tag=FrameworkTag.WAIT_LGKM, wait_value=count, resource=ResourceKind.SCALAR,
+              role=OpRole.SYNC)
+
+
+def set_prio(priority: int) -> Op:
+    return Op(tag=FrameworkTag.SET_PRIO, wait_value=priority, resource=ResourceKind.SCALAR,
+              role=OpRole.FENCE)
+
+
+def schedule_barrier() -> Op:
+    return Op(tag=FrameworkTag.SCHEDULE_BARRIER, resource=ResourceKind.SCALAR, role=OpRole.FENCE)
+
+
+def sched_group_barrier(mask: int, count: int) -> Op:
+    return Op(tag=FrameworkTag.SCHED_GROUP_BARRIER, subtile=mask, wait_value=count,
+              resource=ResourceKind.SCALAR, role=OpRole.FENCE)
+
+
+def none_op() -> Op:
+    """The absent-slot sentinel (tag 255)."""
+    return Op(tag=FrameworkTag.NONE)
+
+
+NONE_OP = none_op()
+
+
+@attrs.frozen
+class Entry:
+    """One line of an emitted phase: what the kernel unrolls into code."""
+
+    op: Op
+    time_slot: int
+    phase: Phase = attrs.field(converter=Phase)
+    is_prefetch: bool = False
+
+
+def entries(ops, phase: Phase, prefetch=None) -> tuple[Entry, ...]:
+    """Number ``ops`` as consecutive entries of ``phase`` (prefetch flags optional)."""
+    flags = prefetch if prefetch is not None else [False] * len(ops)
+    return tuple(Entry(op=o, time_slot=i, phase=phase, is_prefetch=bool(f))
+                 for i, (o, f) in enumerate(zip(ops, flags)))
+
+
+def tag_name(tag: int, names: "dict[int, str] | None" = None) -> str:
+    """Human name of a tag: framework names first, then the schedule's names."""
+    try:
+        return FrameworkTag(tag).name
+    except ValueError:
+        pass
+    if names and tag in names:
+        return names[tag]
+    return f"OP{tag}"

@@ -1,0 +1,12 @@
+"""Ordering strategies, looked up by name (IDENTITY, GREEDY, CSP built in; plugins add more)."""
+from __future__ import annotations
+
+from pipeline_core.scheduling.registry import (
+    SchedulingRequest,
+    Strategy,
+    get_strategy,
+    register_strategy,
+    strategy_names,
+)
+
+__all__ = ["SchedulingRequest", "Strategy", "get_strategy", "register_strategy", "strategy_names"]
