@@ -1,0 +1,41 @@
+"""Name-based entry points: what the CLI and plugin tests call."""
+from __future__ import annotations
+
+from typing import Mapping
+
+from pipeline_core.compiler import CompiledSchedule, compile_schedule
+from pipeline_core.schedule import BuildContext, parse_params
+
+
+def build_named(schedule: str, *, target: str | None = None, params: Mapping[str, str] | None = None,
+                target_args: Mapping[str, str] | None = None,
+                config_overrides: Mapping[str, str] | None = None, host=None):
+    """Instantiate a registered schedule on a registered target; returns (schedule, target name)."""
+    if host is None:
+        from pipeline_core.plugins import default_host
+        host = default_host()
+    record = host.get_schedule(schedule)
+    target_name = target or record.default_target
+    if not target_name:
+        raise ValueError(f"schedule {schedule!r} has no default target; pass --target")
+    target_record = host.get_target(target_name)
+    given = dict(params or {})
+    values = parse_params(f"schedule {schedule}", record.params, given)
+    ctx = BuildContext(schedule=record, params=values, explicit_params=frozenset(given),
+                       target=target_record, target_args=dict(target_args or {}),
+                       config_overrides=dict(config_overrides or {}))
+    return record.factory(ctx), target_name, values
+
+
+def compile_named(schedule: str, *, target: str | None = None,
+                  params: Mapping[str, str] | None = None,
+                  target_args: Mapping[str, str] | None = None,
+                  config_overrides: Mapping[str, str] | None = None, host=None) -> CompiledSchedule:
+    """Compile a registered schedule by name, with ``-p``/``-T``/``-c`` style string arguments."""
+    if host is None:
+        from pipeline_core.plugins import default_host
+        host = default_host()
+    obj, target_name, values = build_named(schedule, target=target, params=params,
+                                           target_args=target_args,
+                                           config_overrides=config_overrides, host=host)
+    return compile_schedule(obj, host=host, target_name=target_name, params=values)

@@ -1,0 +1,54 @@
+"""The core's own defaults, registered through the same hooks any plugin uses.
+
+The host consults these only when no other plugin answers an override hook,
+so a plugin overrides a core default exactly the way it overrides another plugin.
+"""
+from __future__ import annotations
+
+from pipeline_core.hookspecs import hookimpl
+from pipeline_core.schedule import StrategyRecord
+
+
+@hookimpl
+def pipeline_core_register_strategies():
+    from pipeline_core.scheduling.registry import get_strategy
+
+    return [
+        StrategyRecord("IDENTITY", "declaration order, unchanged", get_strategy("IDENTITY")),
+        StrategyRecord("GREEDY", "half-isolated list scheduler: lowest ready index, a COMPUTE closes a block",
+                       get_strategy("GREEDY")),
+        StrategyRecord("CSP", "the reference's half-isolated exhaustive search seeded by GREEDY",
+                       get_strategy("CSP")),
+    ]
+
+
+@hookimpl
+def pipeline_core_derive_edges(schedule, body, config):
+    """The schedule's own ``derive_edges`` if it has one, else the rule tables."""
+    own = getattr(schedule, "derive_edges", None)
+    if callable(own):
+        return list(own(body))
+    from pipeline_core.edges import derive_edges
+    return derive_edges(body, config)
+
+
+@hookimpl
+def pipeline_core_explicit_blocks(schedule, body, program):
+    own = getattr(schedule, "build_explicit_blocks", None)
+    return list(own(body, program)) if callable(own) else []
+
+
+@hookimpl
+def pipeline_core_bootstrap_frags(schedule):
+    own = getattr(schedule, "bootstrap_frags", None)
+    return list(own()) if callable(own) else []
+
+
+@hookimpl
+def pipeline_core_kernel_transforms(schedule, target, config):
+    return []
+
+
+@hookimpl
+def pipeline_core_counter_model(target):
+    return None

@@ -1,0 +1,259 @@
+"""``pipeline-core``: argument parsing and messages only; the work is in the API.
+
+Exit status: 0 success, 1 the schedule is unsafe / a check failed, 2 bad input
+(unknown name, bad value, invalid schedule), 3 plugin problems under --strict-plugins.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from typing import Sequence
+
+EXIT_OK, EXIT_UNSAFE, EXIT_INPUT, EXIT_PLUGINS = 0, 1, 2, 3
+
+
+class CliError(Exception):
+    """A usage problem reported as one line (exit 2)."""
+
+
+def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"{flag} expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _add_host_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("plugins")
+    g.add_argument("--strict-plugins", action="store_true", default=None,
+                   help="exit non-zero on any plugin load failure or conflict "
+                        "(also: PIPELINE_CORE_STRICT_PLUGINS=1)")
+    g.add_argument("--disable-plugin", action="append", metavar="NAME", default=[],
+                   help="do not load this plugin (entry-point or distribution name; "
+                        "also: PIPELINE_CORE_DISABLE_PLUGINS=a,b)")
+    g.add_argument("--no-autoload", action="store_true", default=None,
+                   help="skip entry-point discovery (also: PIPELINE_CORE_NO_AUTOLOAD=1)")
+    g.add_argument("--plugin", action="append", metavar="MODULE", default=[],
+                   help="load an uninstalled plugin module (also: PIPELINE_CORE_PLUGINS=mod1,mod2)")
+    g.add_argument("--trace", action="store_true", help="log every hook call to stderr")
+    p.add_argument("-v", "--verbose", action="store_true", help="tracebacks for plugin and internal errors")
+
+
+def _add_compile_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("schedule", help="schedule name (see `pipeline-core schedules`)")
+    p.add_argument("--target", help="target name (default: the schedule's default target)")
+    p.add_argument("-p", dest="params", action="append", metavar="KEY=VALUE",
+                   help="schedule parameter")
+    p.add_argument("-T", dest="target_args", action="append", metavar="KEY=VALUE",
+                   help="target parameter")
+    p.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE",
+                   help="ScheduleConfig override (applied on top of the schedule's own config)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pipeline_core import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="pipeline-core",
+        description="Compile-time software pipelining of GPU kernel loops.")
+    parser.add_argument("--version", action="store_true", help="show core and plugin versions")
+    _add_host_options(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("compile", help="compile a schedule into prologue / kernel / epilogue entries")
+    _add_compile_options(p)
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
+    for name, what in (("targets", "registered targets"), ("schedules", "registered schedules"),
+                       ("plugins", "discovered plugins and their status"),
+                       ("strategies", "registered scheduling strategies")):
+        q = sub.add_parser(name, help=f"list {what}")
+        q.add_argument("--json", action="store_true", help="machine-readable output")
+
+    c = sub.add_parser("check", help="prove a compiled schedule race-free on a model of the hardware")
+    c.add_argument("schedule", nargs="?", help="schedule to compile and check (or use --input)")
+    c.add_argument("--target")
+    c.add_argument("-p", dest="params", action="append", metavar="KEY=VALUE")
+    c.add_argument("-T", dest="target_args", action="append", metavar="KEY=VALUE")
+    c.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE")
+    try:
+        from pipeline_core.check.cli import add_arguments
+        add_arguments(c)
+    except ImportError:  # pragma: no cover - checker not installed
+        pass
+    parser.set_defaults(version_string=__version__)
+    return parser
+
+
+def make_host(args):
+    from pipeline_core.plugins import PluginHost
+
+    log = (lambda line: print(line, file=sys.stderr)) if args.trace else None
+    return PluginHost(autoload=None if not args.no_autoload else False,
+                      disabled=args.disable_plugin, extra_modules=args.plugin,
+                      strict=args.strict_plugins, trace=log)
+
+
+def _report_plugin_problems(host, args) -> int:
+    for problem in host.problems():
+        print(f"warning: {problem}", file=sys.stderr)
+    if args.verbose:
+        for info in host.plugins:
+            if info.traceback:
+                print(info.traceback, file=sys.stderr)
+    if host.strict and host.problems():
+        print("error: plugin problems with --strict-plugins", file=sys.stderr)
+        return EXIT_PLUGINS
+    return EXIT_OK
+
+
+def _write(text: str, output: str | None) -> None:
+    if output:
+        with open(output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_compile(args, host) -> int:
+    from pipeline_core.api import compile_named
+
+    compiled = compile_named(args.schedule, target=args.target, params=_pairs(args.params, "-p"),
+                             target_args=_pairs(args.target_args, "-T"),
+                             config_overrides=_pairs(args.overrides, "-c"), host=host)
+    if args.format == "json":
+        from pipeline_core.export.json import dumps
+        _write(dumps(compiled), args.output)
+    else:
+        from pipeline_core.export.text import render
+        _write(render(compiled), args.output)
+    return EXIT_OK
+
+
+def _params_doc(params) -> list[dict]:
+    return [{"name": p.name, "type": p.type_name, "default": p.default, "help": p.help}
+            for p in params]
+
+
+def cmd_list(args, host) -> int:
+    if args.command == "plugins":
+        rows = [p.as_dict() for p in host.plugins]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return EXIT_OK
+        for p in host.plugins:
+            provides = [f"targets: {', '.join(p.targets)}" if p.targets else "",
+                        f"schedules: {', '.join(p.schedules)}" if p.schedules else "",
+                        f"strategies: {', '.join(p.strategies)}" if p.strategies else ""]
+            print(f"{p.name}  ({p.distribution} {p.version})  {p.status}")
+            for line in filter(None, provides):
+                print(f"    {line}")
+            if p.hooks:
+                print(f"    hooks: {', '.join(p.hooks)}")
+        return EXIT_OK
+    if args.command == "strategies":
+        rows = [{"name": r.name, "description": r.description, "provider": r.provider}
+                for _, r in sorted(host.strategies.items())]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            for r in rows:
+                print(f"{r['name']:<12} {r['description']}  [{r['provider']}]")
+        return EXIT_OK
+    table = host.targets if args.command == "targets" else host.schedules
+    rows = []
+    for name in sorted(table):
+        r = table[name]
+        row = {"name": r.name, "description": r.description, "provider": r.provider,
+               "params": _params_doc(r.params)}
+        if args.command == "schedules":
+            row["default_target"] = r.default_target
+        rows.append(row)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    for row in rows:
+        extra = f", default target {row['default_target']}" if row.get("default_target") else ""
+        print(f"{row['name']}: {row['description']}  [{row['provider']}{extra}]")
+        for prm in row["params"]:
+            print(f"    {prm['name']} ({prm['type']}, default {prm['default']!r}): {prm['help']}")
+    return EXIT_OK
+
+
+def cmd_check(args, host) -> int:
+    from pipeline_core.check.cli import run
+
+    document = None
+    if not getattr(args, "input", None):
+        if not args.schedule:
+            raise CliError("check needs a SCHEDULE or --input FILE")
+        from pipeline_core.api import compile_named
+        from pipeline_core.export.json import to_document
+        compiled = compile_named(args.schedule, target=args.target,
+                                 params=_pairs(args.params, "-p"),
+                                 target_args=_pairs(args.target_args, "-T"),
+                                 config_overrides=_pairs(args.overrides, "-c"), host=host)
+        document = to_document(compiled)
+    return run(args, document, host=host)
+
+
+def cmd_version(host) -> int:
+    from pipeline_core import __version__
+
+    print(f"pipeline-core {__version__}")
+    seen = set()
+    for p in host.plugins:
+        if p.name == "core" or p.distribution in seen:
+            continue
+        seen.add(p.distribution)
+        print(f"  {p.distribution} {p.version} ({p.status})")
+    return EXIT_OK
+
+
+COMMANDS = {"compile": cmd_compile, "targets": cmd_list, "schedules": cmd_list,
+            "plugins": cmd_list, "strategies": cmd_list, "check": cmd_check}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pipeline_core.errors import PipelineError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command and not args.version:
+        parser.print_help()
+        return EXIT_INPUT
+    try:
+        host = make_host(args)
+        status = _report_plugin_problems(host, args)
+        if status:
+            return status
+        if args.version:
+            return cmd_version(host)
+        return COMMANDS[args.command](args, host)
+    except (PipelineError, CliError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if args.verbose:
+            traceback.print_exc()
+        return EXIT_INPUT
+    except BrokenPipeError:  # pragma: no cover
+        return EXIT_OK
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except Exception as exc:  # an internal error: say so plainly, traceback on request
+        print(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback; "
+              "please report it)", file=sys.stderr)
+        if args.verbose:
+            traceback.print_exc()
+        return EXIT_INPUT
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

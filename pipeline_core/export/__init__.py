@@ -1,0 +1,1 @@
+"""Renderings of a compiled schedule: JSON (the FORMAT.md contract) and text for people."""
