@@ -1,0 +1,57 @@
+"""MI355X pipeline configs and target profiles (REFERENCE §11 "MI355X pipeline configs")."""
+from __future__ import annotations
+
+from pipeline_core.config import (BlockSizing, FragOrder, LoopCarried, PipelineConfig,
+                                  TargetProfile, WarpStagger)
+
+from pipeline_core_amd_mi355x.cost_models import mi355x_cost_model, mi355x_single_buffer_cost_model
+
+#: The reference's mi355x_target() defaults.
+DEFAULT_VM_PER_LOAD = 4
+DEFAULT_MAX_GLOBALS = 1
+
+
+def mi355x_double_buffer(vm_a: int = DEFAULT_VM_PER_LOAD, vm_b: int = DEFAULT_VM_PER_LOAD,
+                         max_globals: int = DEFAULT_MAX_GLOBALS) -> PipelineConfig:
+    """Two LDS stages, two partitions (warp groups / K-tiles) of a 2x2 MMA quadrant grid."""
+    return PipelineConfig(
+        depth=2, prefetch=1, drain_passes=2, prologue_fill=1,
+        loop_carried=LoopCarried.none(),
+        block_sizing=BlockSizing(4, 2, max_globals),
+        frag_order=FragOrder.b_first(),
+        m_mmas=2, n_mmas=2, num_partitions=2,
+        mma_serial=True, mma_latency=16,
+        vm_per_load_a=vm_a, vm_per_load_b=vm_b,
+        lgkm_per_load_a=0, lgkm_per_load_b=0,
+        ch0_match_field=0,  # A fragment subtile <-> MMA row
+        ch1_match_field=1,  # B fragment subtile <-> MMA column
+        warp_stagger=WarpStagger.auto(),
+        cross_stage_rotation=False,
+    )
+
+
+def mi355x_single_buffer() -> PipelineConfig:
+    """One LDS stage; fragment 0 is loaded at the end of iteration N for N+1."""
+    return PipelineConfig(
+        depth=1, prefetch=1, drain_passes=2, prologue_fill=0,
+        loop_carried=LoopCarried.fragment_zero(),
+        block_sizing=BlockSizing(4, 2, 0),
+        frag_order=FragOrder.b_first(),
+        m_mmas=2, n_mmas=2, num_partitions=1,
+        mma_serial=True, mma_latency=16,
+        vm_per_load_a=DEFAULT_VM_PER_LOAD, vm_per_load_b=DEFAULT_VM_PER_LOAD,
+        ch0_match_field=0, ch1_match_field=1,
+        warp_stagger=WarpStagger.none(),
+    )
+
+
+def mi355x_target(vm_per_load_a: int = DEFAULT_VM_PER_LOAD, vm_per_load_b: int = DEFAULT_VM_PER_LOAD,
+                  max_globals: int = DEFAULT_MAX_GLOBALS) -> TargetProfile:
+    """Double-buffer MI355X profile (registered as ``mi355x``)."""
+    return TargetProfile(mi355x_cost_model(), mi355x_double_buffer(vm_per_load_a, vm_per_load_b,
+                                                                   max_globals))
+
+
+def mi355x_single_buffer_target() -> TargetProfile:
+    """Single-buffer MI355X profile (registered as ``mi355x-single-buffer``)."""
+    return TargetProfile(mi355x_single_buffer_cost_model(), mi355x_single_buffer())

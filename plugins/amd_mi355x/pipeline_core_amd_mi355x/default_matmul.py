@@ -1,0 +1,128 @@
+"""The single-buffer default matmul schedule (REFERENCE §11 "Single-buffer default matmul").
+
+One LDS buffer: each iteration loads a DRAM tile, stores it to LDS, and runs T
+K-tiles of fragment loads and MMAs; fragment 0 of the next iteration is loaded
+at the end of this one (loop-carried). Its kernel gets the AMD
+schedule-group-barrier hints from this plugin's kernel transform (see
+``plugin.pipeline_core_kernel_transforms``), which is why the schedule carries
+``amd_hints``.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
+from pipeline_core.costs import annotate
+from pipeline_core.errors import ConfigError
+from pipeline_core.ops import Op
+from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
+
+from pipeline_core_amd_mi355x.hints import AMDScheduleHints
+from pipeline_core_amd_mi355x.tags import CHANNEL_A, SINGLE_BUFFER_TAG_NAMES, SingleBufferTag as SB
+
+NAME = "default-matmul"
+OWNER = f"schedule {NAME}"
+
+PARAMS: tuple[Param, ...] = (
+    Param("num_k_tiles", int, 2, "K tiles per iteration (T): fragment loads and MMAs per body"),
+    Param("num_m_mmas", int, 4, "MMA rows per warp (hint arithmetic)"),
+    Param("num_n_mmas", int, 4, "MMA columns per warp (hint arithmetic)"),
+    Param("num_k_mmas", int, 2, "MMAs along K per K tile (hint arithmetic)"),
+    Param("MMA_M", int, 16, "MFMA M (16 or 32, with MMA_N equal)"),
+    Param("MMA_N", int, 16, "MFMA N (16 or 32, with MMA_M equal)"),
+    Param("a_loads_per_thread", int, 2, "global A loads per thread per iteration (LDS stores)"),
+    Param("b_loads_per_thread", int, 2, "global B loads per thread per iteration (LDS stores)"),
+)
+
+#: Upper bound on T: the body is exhaustively re-ordered inside barriers, and
+#: one barrier segment holds T-1 MMAs.
+MAX_K_TILES = 16
+
+
+def logical_body(num_k_tiles: int) -> list[Op]:
+    """load, store, barrier, T fragment loads, T MMAs (the reference's builder sequence)."""
+    from pipeline_core.dsl import BodyBuilder
+
+    b = BodyBuilder()
+    b.load(SB.LOAD_DRAM, ch=CHANNEL_A)
+    b.store(SB.STORE_SMEM, ch=CHANNEL_A)
+    b.barrier()
+    b.fan(num_k_tiles, SB.LOAD_FRAG, ch=CHANNEL_A)
+    b.fan(num_k_tiles, SB.COMPUTE)
+    return b.done()
+
+
+@attrs.frozen
+class DefaultMatmulSchedule:
+    """SingleBufferSchedule[T] with the AMD hints (build_default_matmul_schedule)."""
+
+    num_k_tiles: int
+    amd_hints: AMDScheduleHints
+    target: TargetProfile
+    sched: ScheduleConfig = attrs.field(factory=ScheduleConfig)
+    name: str = NAME
+
+    def config(self) -> PipelineConfig:
+        return self.target.pipeline
+
+    def logical_body(self) -> list[Op]:
+        return logical_body(self.num_k_tiles)
+
+    def build_body(self) -> list[Op]:
+        """optimize_within_barriers(single_buffer_reorder(annotate(logical)))."""
+        from pipeline_core.transforms import optimize_within_barriers, single_buffer_reorder
+
+        config = self.config()
+        ops = annotate(self.logical_body(), self.target.cost_model)
+        return list(optimize_within_barriers(single_buffer_reorder(ops, config), config))
+
+    def schedule_config(self) -> ScheduleConfig:
+        """Reported only: the single-buffer path never reads it."""
+        return self.sched
+
+    def tag_names(self) -> dict[int, str]:
+        return dict(SINGLE_BUFFER_TAG_NAMES)
+
+
+def _check_positive(params: Mapping[str, Any], names) -> None:
+    for name in names:
+        value = params[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(OWNER, name, value, "a positive integer")
+
+
+def make_default_matmul(ctx: BuildContext) -> DefaultMatmulSchedule:
+    """Validate the parameters and bind the schedule to its (single-buffer) target."""
+    p = ctx.params
+    _check_positive(p, ("num_k_tiles", "num_m_mmas", "num_n_mmas", "num_k_mmas", "MMA_M", "MMA_N"))
+    if p["num_k_tiles"] > MAX_K_TILES:
+        raise ConfigError(OWNER, "num_k_tiles", p["num_k_tiles"],
+                          f"at most {MAX_K_TILES} (each barrier segment is ordered by exhaustive search)")
+    for name in ("a_loads_per_thread", "b_loads_per_thread"):
+        value = p[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(OWNER, name, value, "a non-negative integer")
+    try:
+        hints = AMDScheduleHints(p["num_m_mmas"], p["num_n_mmas"], p["num_k_mmas"], p["MMA_M"],
+                                 p["MMA_N"], p["a_loads_per_thread"], p["b_loads_per_thread"])
+    except ConfigError as exc:
+        field = {"mma_m": "MMA_M", "mma_n": "MMA_N"}.get(exc.field, exc.field)
+        raise ConfigError(OWNER, field, exc.value, exc.allowed) from None
+    target = ctx.make_target()
+    if target.pipeline.depth != 1:
+        raise ConfigError(OWNER, "target", ctx.target.name,
+                          "a single-buffer target (pipeline depth 1), e.g. mi355x-single-buffer")
+    return DefaultMatmulSchedule(num_k_tiles=p["num_k_tiles"], amd_hints=hints, target=target,
+                                 sched=ctx.schedule_config(ScheduleConfig()))
+
+
+RECORD = ScheduleRecord(
+    name=NAME,
+    description="MI355X single-buffer matmul: T K-tiles per iteration, loop-carried fragment 0, "
+                "AMD sched-group-barrier hints",
+    factory=make_default_matmul,
+    params=PARAMS,
+    default_target="mi355x-single-buffer",
+)

@@ -1,0 +1,129 @@
+"""The plugin host: isolation of broken plugins, registries, override precedence, tracing."""
+from __future__ import annotations
+
+import pytest
+
+import plugin_fixtures as fx
+from pipeline_core.api import compile_named
+from pipeline_core.errors import PluginError, UnknownNameError
+from pipeline_core.plugins import PluginHost
+from pipeline_core.testing import fresh_host
+
+
+def status(host: PluginHost, name: str) -> str:
+    return next(p.status for p in host.plugins if p.name == name)
+
+
+def test_registered_records_carry_their_provider():
+    host = fresh_host(fx.Provider())
+    assert sorted(host.schedules) == ["tiny", "tiny-own-edges"]
+    assert host.get_target("tiny-gpu").provider == "(in-process)"
+    info = next(p for p in host.plugins if p.schedules)
+    assert info.schedules == ["tiny", "tiny-own-edges"] and info.targets == ["tiny-gpu"]
+    assert "pipeline_core_register_schedules" in info.hooks
+
+
+def test_core_strategies_are_registered_through_the_hooks():
+    host = fresh_host()
+    assert {"IDENTITY", "GREEDY", "CSP"} <= set(host.strategies)
+    assert status(host, "core") == "ok"
+
+
+def test_misspelled_hook_fails_that_plugin_only():
+    host = fresh_host(fx.Misspelled(), fx.Provider())
+    st = next(p.status for p in host.plugins if "Misspelled" in p.module or p.name.endswith("0"))
+    assert st.startswith("failed: implements unknown hook 'pipeline_core_register_schedule'")
+    assert "did you mean 'pipeline_core_register_schedules'" in st
+    assert "tiny" in host.schedules  # the other plugin still works
+    assert any("implements unknown hook" in w for w in host.warnings)
+
+
+def test_invalid_record_fails_the_plugin_with_a_message():
+    host = fresh_host(fx.BadRecord(), fx.Provider())
+    failed = [p for p in host.plugins if p.status.startswith("failed")]
+    assert len(failed) == 1
+    assert "returned str, expected TargetRecord" in failed[0].error
+    assert "tiny-gpu" in host.targets
+
+
+def test_import_failure_is_reported_with_its_distribution():
+    host = PluginHost(autoload=False, extra_modules=["no_such_module_xyz"])
+    info = next(p for p in host.plugins if p.name == "no_such_module_xyz")
+    assert info.status.startswith("failed: import failed: ModuleNotFoundError")
+    assert info.distribution == "(development)"
+    assert "Traceback" in info.traceback
+    assert any("no_such_module_xyz" in w for w in host.warnings)
+
+
+def test_duplicate_schedule_names_name_both_providers():
+    host = fresh_host(fx.Provider(), fx.SameNames())
+    with pytest.raises(PluginError, match=r"schedule 'tiny' is provided by more than one distribution"):
+        host.get_schedule("tiny")
+    assert any(p.status == "conflict" for p in host.plugins)
+
+
+def test_unknown_schedule_suggests_the_closest_name():
+    host = fresh_host(fx.Provider())
+    with pytest.raises(UnknownNameError) as err:
+        host.get_schedule("tinny")
+    assert "Did you mean 'tiny'?" in str(err.value)
+    assert "tiny-own-edges" in str(err.value)
+
+
+def test_schedule_in_a_failed_plugin_shows_that_plugins_error():
+    host = PluginHost(autoload=False, extra_modules=["tiny_plugin_that_is_missing"])
+    with pytest.raises(UnknownNameError) as err:
+        host.get_schedule("tiny")
+    assert "failed to load" in str(err.value)
+    assert "ModuleNotFoundError" in str(err.value)
+
+
+def test_override_precedence_core_then_schedule_then_plugin():
+    host = fresh_host(fx.Provider())
+    # core default: the rule tables (single-buffer table finds no edge for this body)
+    assert compile_named("tiny", host=host).edges == ()
+    # the schedule's own method beats the core default
+    own = compile_named("tiny-own-edges", host=host).edges
+    assert [(e.producer, e.consumer, e.distance) for e in own] == [(0, 1, 0)]
+    # a plugin answer beats both
+    host = fresh_host(fx.Provider(), fx.EdgeOverride(distance=3))
+    got = compile_named("tiny", host=host).edges
+    assert [(e.producer, e.consumer, e.distance) for e in got] == [(0, 1, 3)]
+
+
+def test_two_plugins_answering_the_same_override_conflict():
+    host = fresh_host(fx.Provider(), fx.EdgeOverride(1), fx.EdgeOverride(2))
+    with pytest.raises(PluginError, match="both answer for this schedule"):
+        compile_named("tiny", host=host)
+
+
+def test_disable_by_name_and_environment(monkeypatch):
+    host = PluginHost(autoload=False, extra_plugins=[("prov", fx.Provider())], disabled=["prov"])
+    # extra_plugins are explicit; disabling applies to discovered entry points
+    assert "tiny" in host.schedules
+    monkeypatch.setenv("PIPELINE_CORE_DISABLE_PLUGINS", "amd_mi355x,schedules_pingpong")
+    host = PluginHost()
+    assert status(host, "amd_mi355x") == "disabled" if any(
+        p.name == "amd_mi355x" for p in host.plugins) else True
+    assert "pingpong" not in host.schedules
+
+
+def test_no_autoload_environment(monkeypatch):
+    monkeypatch.setenv("PIPELINE_CORE_NO_AUTOLOAD", "1")
+    host = PluginHost()
+    assert [p.name for p in host.plugins] == ["core"]
+
+
+def test_trace_logs_each_hook_call_with_plugins_and_time():
+    lines: list[str] = []
+    host = fresh_host(fx.Provider(), trace=lines.append)
+    compile_named("tiny", host=host)
+    assert any(l.startswith("[trace] pipeline_core_register_schedules <- ") for l in lines)
+    assert any("pipeline_core_derive_edges <- core" in l for l in lines)
+    assert any(l.endswith(" ms") and "done in" in l for l in lines)
+
+
+def test_output_ignores_registration_order():
+    a = compile_named("tiny", host=fresh_host(fx.Provider(), fx.EdgeOverride(2)))
+    b = compile_named("tiny", host=fresh_host(fx.EdgeOverride(2), fx.Provider()))
+    assert a == b
