@@ -29,20 +29,25 @@ def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
-def _add_host_options(p: argparse.ArgumentParser) -> None:
+def _add_host_options(p: argparse.ArgumentParser, sub: bool = False) -> None:
+    """Plugin-host options, accepted before or after the command name."""
+    def d(value):
+        return argparse.SUPPRESS if sub else value
+
     g = p.add_argument_group("plugins")
-    g.add_argument("--strict-plugins", action="store_true", default=None,
+    g.add_argument("--strict-plugins", action="store_true", default=d(None),
                    help="exit non-zero on any plugin load failure or conflict "
                         "(also: PIPELINE_CORE_STRICT_PLUGINS=1)")
-    g.add_argument("--disable-plugin", action="append", metavar="NAME", default=[],
+    g.add_argument("--disable-plugin", action="append", metavar="NAME", default=d([]),
                    help="do not load this plugin (entry-point or distribution name; "
                         "also: PIPELINE_CORE_DISABLE_PLUGINS=a,b)")
-    g.add_argument("--no-autoload", action="store_true", default=None,
+    g.add_argument("--no-autoload", action="store_true", default=d(None),
                    help="skip entry-point discovery (also: PIPELINE_CORE_NO_AUTOLOAD=1)")
-    g.add_argument("--plugin", action="append", metavar="MODULE", default=[],
+    g.add_argument("--plugin", action="append", metavar="MODULE", default=d([]),
                    help="load an uninstalled plugin module (also: PIPELINE_CORE_PLUGINS=mod1,mod2)")
-    g.add_argument("--trace", action="store_true", help="log every hook call to stderr")
-    p.add_argument("-v", "--verbose", action="store_true", help="tracebacks for plugin and internal errors")
+    g.add_argument("--trace", action="store_true", default=d(False), help="log every hook call to stderr")
+    p.add_argument("-v", "--verbose", action="store_true", default=d(False),
+                   help="tracebacks for plugin and internal errors")
 
 
 def _add_compile_options(p: argparse.ArgumentParser) -> None:
@@ -65,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="show core and plugin versions")
     _add_host_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _orig_add = sub.add_parser
+
+    def add_parser(name, **kwargs):
+        q = _orig_add(name, **kwargs)
+        _add_host_options(q, sub=True)
+        return q
+
+    sub.add_parser = add_parser  # every command accepts the plugin-host options too
 
     p = sub.add_parser("compile", help="compile a schedule into prologue / kernel / epilogue entries")
     _add_compile_options(p)
@@ -83,13 +96,27 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-p", dest="params", action="append", metavar="KEY=VALUE")
     c.add_argument("-T", dest="target_args", action="append", metavar="KEY=VALUE")
     c.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE")
-    try:
-        from pipeline_core.check.cli import add_arguments
-        add_arguments(c)
-    except ImportError:  # pragma: no cover - checker not installed
-        pass
+    _extend(c, "pipeline_core.check.cli")
+
+    a = sub.add_parser("analyze", help="schedule metrics: makespan, bounds, utilisation, MII")
+    _add_compile_options(a)
+    _extend(a, "pipeline_core.analyze_cli")
+
+    e = sub.add_parser("export", help="timeline trace (Perfetto), dependency graph (DOT), timeline picture")
+    _add_compile_options(e)
+    _extend(e, "pipeline_core.export.cli_export")
     parser.set_defaults(version_string=__version__)
     return parser
+
+
+def _extend(parser: argparse.ArgumentParser, module: str) -> None:
+    """Let a feature module add its own options (it owns its flags and their help)."""
+    import importlib
+
+    try:
+        importlib.import_module(module).add_arguments(parser)
+    except ImportError:  # pragma: no cover - feature not available in this build
+        pass
 
 
 def make_host(args):
@@ -123,11 +150,7 @@ def _write(text: str, output: str | None) -> None:
 
 
 def cmd_compile(args, host) -> int:
-    from pipeline_core.api import compile_named
-
-    compiled = compile_named(args.schedule, target=args.target, params=_pairs(args.params, "-p"),
-                             target_args=_pairs(args.target_args, "-T"),
-                             config_overrides=_pairs(args.overrides, "-c"), host=host)
+    compiled = _compile_from_args(args, host)
     if args.format == "json":
         from pipeline_core.export.json import dumps
         _write(dumps(compiled), args.output)
@@ -194,14 +217,29 @@ def cmd_check(args, host) -> int:
     if not getattr(args, "input", None):
         if not args.schedule:
             raise CliError("check needs a SCHEDULE or --input FILE")
-        from pipeline_core.api import compile_named
         from pipeline_core.export.json import to_document
-        compiled = compile_named(args.schedule, target=args.target,
-                                 params=_pairs(args.params, "-p"),
-                                 target_args=_pairs(args.target_args, "-T"),
-                                 config_overrides=_pairs(args.overrides, "-c"), host=host)
-        document = to_document(compiled)
+        document = to_document(_compile_from_args(args, host))
     return run(args, document, host=host)
+
+
+def _compile_from_args(args, host):
+    from pipeline_core.api import compile_named
+
+    return compile_named(args.schedule, target=args.target, params=_pairs(args.params, "-p"),
+                         target_args=_pairs(args.target_args, "-T"),
+                         config_overrides=_pairs(args.overrides, "-c"), host=host)
+
+
+def cmd_analyze(args, host) -> int:
+    from pipeline_core.analyze_cli import run
+
+    return run(args, _compile_from_args(args, host))
+
+
+def cmd_export(args, host) -> int:
+    from pipeline_core.export.cli_export import run
+
+    return run(args, _compile_from_args(args, host))
 
 
 def cmd_version(host) -> int:
@@ -218,7 +256,8 @@ def cmd_version(host) -> int:
 
 
 COMMANDS = {"compile": cmd_compile, "targets": cmd_list, "schedules": cmd_list,
-            "plugins": cmd_list, "strategies": cmd_list, "check": cmd_check}
+            "plugins": cmd_list, "strategies": cmd_list, "check": cmd_check,
+            "analyze": cmd_analyze, "export": cmd_export}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,11 +36,6 @@ PARAMS: tuple[Param, ...] = (
     Param("b_loads_per_thread", int, 2, "global B loads per thread per iteration (LDS stores)"),
 )
 
-#: Upper bound on T: the body is exhaustively re-ordered inside barriers, and
-#: one barrier segment holds T-1 MMAs.
-MAX_K_TILES = 16
-
-
 def logical_body(num_k_tiles: int) -> list[Op]:
     """load, store, barrier, T fragment loads, T MMAs (the reference's builder sequence)."""
     from pipeline_core.dsl import BodyBuilder
@@ -97,9 +92,6 @@ def make_default_matmul(ctx: BuildContext) -> DefaultMatmulSchedule:
     """Validate the parameters and bind the schedule to its (single-buffer) target."""
     p = ctx.params
     _check_positive(p, ("num_k_tiles", "num_m_mmas", "num_n_mmas", "num_k_mmas", "MMA_M", "MMA_N"))
-    if p["num_k_tiles"] > MAX_K_TILES:
-        raise ConfigError(OWNER, "num_k_tiles", p["num_k_tiles"],
-                          f"at most {MAX_K_TILES} (each barrier segment is ordered by exhaustive search)")
     for name in ("a_loads_per_thread", "b_loads_per_thread"):
         value = p[name]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -1,0 +1,187 @@
+"""The ``pingpong`` schedule: 8 warps in two warp groups taking turns on the MMA unit.
+
+Mirrors the reference's DeclarativeSchedule[is_fp8, lgkm_a, lgkm_b]: the body is
+the logical 24-op body annotated with the target's cost model and interleaved
+into MMA blocks by the double-buffer reorder; the default ScheduleConfig is
+(CSP, auto_waits); ``schedule_config()`` always carries the schedule's lgkm per
+load (Appendix B 10.2).
+
+Tile-shape parameters are the friendlier way in: given any of them, the
+schedule derives what the production kernel passes (REFERENCE §3 "launch
+defaults"): lgkm per load for the ScheduleConfig, vm per load and max_globals
+for the target. Explicit ``-p`` / ``-T`` values win over derived ones.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
+from pipeline_core.costs import CostModel, annotate
+from pipeline_core.errors import ConfigError
+from pipeline_core.ops import Op
+from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
+
+from pipeline_core_amd_mi355x.geometry import DTYPES, LaunchDefaults, TileShape, pingpong_launch_defaults
+from pipeline_core_amd_mi355x.tags import DOUBLE_BUFFER_TAG_NAMES
+
+from pipeline_core_schedules_pingpong.body import logical_body
+
+NAME = "pingpong"
+OWNER = f"schedule {NAME}"
+
+#: The production kernels' tiles, per input type (used for shape parameters not given).
+SHAPE_DEFAULTS: Mapping[str, Mapping[str, int]] = {
+    "bf16": {"BM": 256, "BN": 256, "BK": 64, "MMA_M": 16, "MMA_N": 16, "MMA_K": 32},
+    "fp8": {"BM": 256, "BN": 256, "BK": 128, "MMA_M": 16, "MMA_N": 16, "MMA_K": 128},
+}
+SHAPE_PARAMS: tuple[str, ...] = ("dtype", "BM", "BN", "BK", "MMA_M", "MMA_N", "MMA_K")
+#: ScheduleConfig fields this schedule owns (set from -p, never from -c).
+OWNED_SCHEDULE_FIELDS: Mapping[str, str] = {"lgkm_per_load_a": "lgkm_per_load_a",
+                                             "lgkm_per_load_b": "lgkm_per_load_b"}
+
+
+def _shape_help(name: str) -> str:
+    b, f = SHAPE_DEFAULTS["bf16"][name], SHAPE_DEFAULTS["fp8"][name]
+    dflt = f"{b}" if b == f else f"{b} for bf16, {f} for fp8"
+    return f"tile shape (default {dflt}); giving any shape parameter derives lgkm/vm/max_globals"
+
+
+PARAMS: tuple[Param, ...] = (
+    Param("fp8", bool, False, "FP8 inputs (informational, as in the reference; see dtype)"),
+    Param("lgkm_per_load_a", int, 0, "lgkmcnt per channel-A load, written into the ScheduleConfig"),
+    Param("lgkm_per_load_b", int, 0, "lgkmcnt per channel-B load, written into the ScheduleConfig"),
+    Param("dtype", str, None, "input type of the tile shape (default bf16, or fp8 with -p fp8=true)",
+          choices=DTYPES),
+    Param("BM", int, None, _shape_help("BM")),
+    Param("BN", int, None, _shape_help("BN")),
+    Param("BK", int, None, _shape_help("BK")),
+    Param("MMA_M", int, None, _shape_help("MMA_M")),
+    Param("MMA_N", int, None, _shape_help("MMA_N")),
+    Param("MMA_K", int, None, _shape_help("MMA_K")),
+    Param("launch_defaults", bool, True,
+          "derive lgkm per load, vm per load and max_globals from the tile shape as the production "
+          "kernel does (applies when a shape parameter, or launch_defaults=true, is given)"),
+)
+
+
+def default_schedule_config() -> ScheduleConfig:
+    """What the reference's DeclarativeSchedule starts from."""
+    return ScheduleConfig(scheduling="CSP", auto_waits=True)
+
+
+@attrs.frozen
+class PingPongSchedule:
+    """DeclarativeSchedule: a target, a ScheduleConfig and the lgkm per load it carries."""
+
+    target: TargetProfile
+    sched: ScheduleConfig = attrs.field(factory=default_schedule_config)
+    is_fp8: bool = False
+    lgkm_per_load_a: int = 0
+    lgkm_per_load_b: int = 0
+    launch: LaunchDefaults | None = None  #: the derivation used, if any (for reports)
+    name: str = NAME
+
+    @classmethod
+    def from_parts(cls, sched: ScheduleConfig, pipeline: PipelineConfig, cost_model: CostModel,
+                   **kwargs: Any) -> "PingPongSchedule":
+        """The reference's second constructor: (config, hw_config, cost_model)."""
+        return cls(TargetProfile(cost_model, pipeline), sched, **kwargs)
+
+    def config(self) -> PipelineConfig:
+        return self.target.pipeline
+
+    def logical_body(self) -> list[Op]:
+        return logical_body()
+
+    def build_body(self) -> list[Op]:
+        """double_buffer_reorder(annotate(logical body, cost model), pipeline config)."""
+        from pipeline_core.transforms import double_buffer_reorder
+
+        ops = annotate(self.logical_body(), self.target.cost_model)
+        return list(double_buffer_reorder(ops, self.config()))
+
+    def schedule_config(self) -> ScheduleConfig:
+        """The stored config with lgkm per load replaced by the schedule's (Appendix B 10.2)."""
+        return self.sched.evolve(lgkm_per_load_a=self.lgkm_per_load_a,
+                                 lgkm_per_load_b=self.lgkm_per_load_b)
+
+    def tag_names(self) -> dict[int, str]:
+        return dict(DOUBLE_BUFFER_TAG_NAMES)
+
+
+def _non_negative(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(OWNER, name, value, "a non-negative integer")
+    return value
+
+
+def resolve_dtype(ctx: BuildContext) -> str:
+    """dtype if given, else from fp8; both given and disagreeing is an error."""
+    p = ctx.params
+    if ctx.given("dtype"):
+        if ctx.given("fp8") and (p["dtype"] == "fp8") != p["fp8"]:
+            raise ConfigError(OWNER, "fp8", p["fp8"],
+                              f"consistent with dtype={p['dtype']} (fp8={'true' if p['dtype'] == 'fp8' else 'false'}), "
+                              "or leave one of them out")
+        return p["dtype"]
+    return "fp8" if p["fp8"] else "bf16"
+
+
+def resolve_launch(ctx: BuildContext, dtype: str) -> LaunchDefaults | None:
+    """The launch-default derivation, when the user asked for a tile shape."""
+    wants = any(ctx.given(n) for n in SHAPE_PARAMS) or (
+        ctx.given("launch_defaults") and ctx.params["launch_defaults"])
+    if not wants:
+        return None
+    dims = {n: ctx.params[n] if ctx.given(n) else SHAPE_DEFAULTS[dtype][n]
+            for n in SHAPE_PARAMS if n != "dtype"}
+    return pingpong_launch_defaults(TileShape(dtype=dtype, **dims), OWNER)
+
+
+def _check_target(ctx: BuildContext, target: TargetProfile) -> None:
+    c = target.pipeline
+    if c.depth < 2 or c.num_partitions != 2 or (c.m_mmas, c.n_mmas) != (2, 2):
+        raise ConfigError(OWNER, "target", ctx.target.name,
+                          "a double-buffer target with 2 partitions of a 2x2 MMA grid "
+                          f"(got depth {c.depth}, {c.num_partitions} partitions, "
+                          f"{c.m_mmas}x{c.n_mmas}), e.g. mi355x")
+
+
+def make_pingpong(ctx: BuildContext) -> PingPongSchedule:
+    """Parameters -> PingPongSchedule (derivations under explicit values)."""
+    p = ctx.params
+    for name in OWNED_SCHEDULE_FIELDS:
+        if name in ctx.config_overrides:
+            raise ConfigError(OWNER, f"-c {name}", ctx.config_overrides[name],
+                              f"not a -c override for pingpong: the schedule always writes its own "
+                              f"lgkm per load into the ScheduleConfig; use -p {name}=...")
+    dtype = resolve_dtype(ctx)
+    launch = resolve_launch(ctx, dtype)
+    derive = launch is not None and p["launch_defaults"]
+    lgkm = {}
+    for name in ("lgkm_per_load_a", "lgkm_per_load_b"):
+        if derive and not ctx.given(name):
+            lgkm[name] = getattr(launch, name)
+        else:
+            lgkm[name] = _non_negative(name, p[name])
+    if derive:
+        target = ctx.make_target(vm_per_load_a=launch.vm_per_load_a,
+                                 vm_per_load_b=launch.vm_per_load_b,
+                                 max_globals=launch.max_globals)
+    else:
+        target = ctx.make_target()
+    _check_target(ctx, target)
+    sched = ctx.schedule_config(default_schedule_config())
+    return PingPongSchedule(target=target, sched=sched, is_fp8=dtype == "fp8",
+                            launch=launch if derive else None, **lgkm)
+
+
+RECORD = ScheduleRecord(
+    name=NAME,
+    description="AMD 8-warp ping-pong matmul: two warp groups alternate LDS stages, 24-op body",
+    factory=make_pingpong,
+    params=PARAMS,
+    default_target="mi355x",
+)

@@ -1,0 +1,152 @@
+"""Property-based robustness: compile returns a complete, verified schedule or raises one of
+our documented errors with a message — never another exception, never a hang.
+
+CI runs the ``ci`` profile (a modest number of examples); ``tox -e fuzz`` runs the ``fuzz``
+profile (HYPOTHESIS_PROFILE=fuzz).
+"""
+from __future__ import annotations
+
+import collections
+import os
+import signal
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from pipeline_core.compiler import compile_schedule
+from pipeline_core.config import BlockSizing, PipelineConfig, ScheduleConfig, TargetProfile, WarpStagger
+from pipeline_core.costs import CostModel, OpCost, annotate
+from pipeline_core.errors import PipelineError
+from pipeline_core.ops import KOffset, Op, OpRole, ResourceKind, barrier, logical, wait_lgkm, wait_vm
+from pipeline_core.testing import fresh_host
+
+settings.register_profile("ci", max_examples=60, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("fuzz", max_examples=3000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+COSTS = CostModel({
+    0: OpCost(ResourceKind.GLOBAL_MEM, 200, OpRole.GLOBAL_LOAD, name="LOAD_A"),
+    1: OpCost(ResourceKind.GLOBAL_MEM, 200, OpRole.GLOBAL_LOAD, name="LOAD_B"),
+    3: OpCost(ResourceKind.LDS, 20, OpRole.FRAGMENT_LOAD, vgpr_def=8, name="FRAG_A"),
+    4: OpCost(ResourceKind.LDS, 20, OpRole.FRAGMENT_LOAD, vgpr_def=8, name="FRAG_B"),
+    5: OpCost(ResourceKind.MMA_UNIT, 16, OpRole.COMPUTE, vgpr_def=4, name="MMA"),
+    6: OpCost(ResourceKind.LDS, 20, OpRole.SHARED_STORE, name="STORE"),
+    7: OpCost(ResourceKind.VALU, 8, OpRole.VALU_COMPUTE, name="VALU"),
+})
+HOST = fresh_host()
+TIME_LIMIT_S = 20
+
+
+class Generated:
+    name = "generated"
+
+    def __init__(self, config, body, sched):
+        self._config, self._body, self._sched = config, body, sched
+
+    def config(self):
+        return self._config
+
+    def build_body(self):
+        return self._body
+
+    def schedule_config(self):
+        return self._sched
+
+
+def _grid_partition(p: int, m: int, n: int) -> list[Op]:
+    """A ping-pong-like partition: loads for the next K step, frags, the MMA grid."""
+    k = KOffset.K0 if p == 0 else KOffset.K1
+    ops = [logical(0, channel=0, stage=1 - p % 2, subtile=1, k_offset=KOffset.K_PREV if p == 0 else KOffset.K0)]
+    ops += [logical(0, channel=0, stage=p % 2, subtile=i, k_offset=k) for i in range(m)][: max(m - 1, 1)]
+    ops += [logical(1, channel=1, stage=p % 2, subtile=j, k_offset=k) for j in range(n)]
+    ops += [logical(3, channel=0, stage=p % 2, subtile=i) for i in range(m)]
+    ops += [logical(4, channel=1, stage=p % 2, subtile=j) for j in range(n)]
+    ops += [logical(5, stage=i, subtile=j) for i in range(m) for j in range(n)]
+    return ops
+
+
+@st.composite
+def cases(draw):
+    depth = draw(st.sampled_from([1, 2, 2, 2]))
+    partitions = draw(st.integers(1, 3)) if depth >= 2 else 1
+    m, n = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    body = [o for p in range(partitions) for o in _grid_partition(p, m, n)]
+    # mutations: drop, duplicate, perturb fields, insert foreign ops
+    for _ in range(draw(st.integers(0, 4))):
+        if not body:
+            break
+        i = draw(st.integers(0, len(body) - 1))
+        action = draw(st.sampled_from(["drop", "dup", "stage", "subtile", "channel", "k", "foreign", "swap"]))
+        o = body[i]
+        if action == "drop":
+            body.pop(i)
+        elif action == "dup":
+            body.insert(i, o)
+        elif action == "stage":
+            body[i] = o.evolve(stage=draw(st.integers(0, 2)))
+        elif action == "subtile":
+            body[i] = o.evolve(subtile=draw(st.integers(0, 3)))
+        elif action == "channel":
+            body[i] = o.evolve(channel=draw(st.integers(-1, 2)))
+        elif action == "k":
+            body[i] = o.evolve(k_offset=draw(st.sampled_from(list(KOffset))))
+        elif action == "swap" and i + 1 < len(body):
+            body[i], body[i + 1] = body[i + 1], body[i]
+        elif action == "foreign":
+            body.insert(i, draw(st.sampled_from([barrier(), wait_vm(0), wait_lgkm(2), logical(6, channel=0),
+                                                 logical(7), logical(9)])))
+    config = PipelineConfig(
+        depth=depth, num_partitions=partitions, m_mmas=m, n_mmas=n,
+        block_sizing=BlockSizing(draw(st.integers(0, 5)), draw(st.integers(0, 5)), draw(st.integers(0, 2))),
+        vm_per_load_a=draw(st.integers(0, 4)), vm_per_load_b=draw(st.integers(0, 4)),
+        lgkm_per_load_a=draw(st.integers(0, 8)), lgkm_per_load_b=draw(st.integers(0, 8)),
+        warp_stagger=draw(st.sampled_from([WarpStagger.auto(), WarpStagger.none(), WarpStagger.fixed(3)])),
+        cross_stage_rotation=draw(st.booleans()))
+    small = len(body) <= 14
+    sched = ScheduleConfig(
+        scheduling=draw(st.sampled_from(["IDENTITY", "GREEDY"] + (["CSP"] if small else []))),
+        sched_barrier_mask=draw(st.integers(0, 255)), auto_waits=draw(st.booleans()),
+        drain_lgkm_mask=draw(st.integers(0, 255)), auto_drain=draw(st.booleans()),
+        lds_contention_penalty=draw(st.sampled_from([0, 0, 15])),
+        wait_lgkm_first=draw(st.sampled_from([0, 4, 8, 255])), wait_vm_last=draw(st.integers(0, 12)),
+        minimal_barriers=draw(st.booleans()), omit_mma_set_prio=draw(st.booleans()),
+        global_before_frag=draw(st.booleans()), barrier_before_pre_ops=draw(st.booleans()),
+        inter_block_lgkm_drain=draw(st.booleans()), partial_prologue_drain=draw(st.booleans()),
+        wrap_waits_with_sched_barrier=draw(st.booleans()))
+    return Generated(config, annotate(body, COSTS), sched)
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Timeout()
+
+
+@given(cases())
+def test_compile_returns_a_complete_schedule_or_a_documented_error(schedule):
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(TIME_LIMIT_S)
+    try:
+        compiled = compile_schedule(schedule, host=HOST)
+    except PipelineError as exc:
+        assert str(exc).strip(), f"{type(exc).__name__} without a message"
+        return
+    except _Timeout:
+        pytest.fail(f"compile did not finish within {TIME_LIMIT_S} s")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    body = schedule.build_body()
+    data = [e.op for e in compiled.kernel if e.op.tag < 128]
+    if compiled.config.depth >= 2:
+        # nothing silently dropped: every data op of the body is in the kernel exactly once
+        assert collections.Counter(data) == collections.Counter(body)
+    else:
+        assert [e.op for e in compiled.kernel[: len(data)]] == [o for o in data]
+    for phase in (compiled.prologue, compiled.kernel, compiled.epilogue):
+        assert [e.time_slot for e in phase] == list(range(len(phase)))
