@@ -156,7 +156,7 @@ def derive_prologue(program: Program, config: PipelineConfig, sched: ScheduleCon
         if stage == 1 and not sched.partial_prologue_drain:
             ops += [_ops.VM_0, _ops.BARRIER]
         for blk in program.blocks:
-            for op, prefetch in blk.globals_():
+            for op, prefetch in blk.global_loads():
                 if prefetch and op.stage == stage:
                     load = _prologue_load(op, k_offset, config)
                     ops.append(load)

@@ -27,7 +27,6 @@ FLAG_NAMES: tuple[str, ...] = (
     "global_load_1_prefetch", "drain_lgkm_before_loads", "global_before_frag",
     "barrier_before_pre_ops", "wrap_waits_with_sched_barrier")
 
-Emitted = "list[tuple[Op, bool]]"
 
 
 @attrs.frozen
@@ -92,7 +91,7 @@ class BlockSpec:
         if self.pre_op_1.is_present:
             yield self.pre_op_1
 
-    def globals_(self) -> Iterator[tuple[Op, bool]]:
+    def global_loads(self) -> Iterator[tuple[Op, bool]]:
         """The present global loads with their prefetch flags, slot order."""
         if self.global_load.is_present:
             yield self.global_load, self.global_load_prefetch

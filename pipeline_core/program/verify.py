@@ -120,7 +120,7 @@ def _check_completion(program: Program, config: PipelineConfig):
     bph = config.blocks_per_partition
     for h in range(config.num_partitions):
         if not any(op.stage != h for blk in program.blocks[h * bph:(h + 1) * bph]
-                   for op, _ in blk.globals_()):
+                   for op, _ in blk.global_loads()):
             yield VerificationError(
                 "completion-coverage",
                 f"partition {h} has no completion load (stage != {h}): wait_vm would drain "
@@ -137,7 +137,7 @@ def _check_stagger_race(program: Program, config: PipelineConfig):
         for pos in range(1, bph - 1):
             i = h * bph + pos
             nxt = program.blocks[i + 1]
-            for op, _ in program.blocks[i].globals_():
+            for op, _ in program.blocks[i].global_loads():
                 if op.stage != h:
                     continue
                 if any(f.stage == op.stage for f in nxt.frags()):

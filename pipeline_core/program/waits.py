@@ -26,7 +26,7 @@ def block0_lgkm(program: Program, config: PipelineConfig, partition: int,
                 lgkm_a: int = 0, lgkm_b: int = 0) -> int:
     """lgkm issued by the global loads of the partition's first block."""
     blk = program.blocks[partition * config.blocks_per_partition]
-    return sum(lgkm_cost(config, op.channel, lgkm_a, lgkm_b) for op, _ in blk.globals_())
+    return sum(lgkm_cost(config, op.channel, lgkm_a, lgkm_b) for op, _ in blk.global_loads())
 
 
 def derive_waits(program: Program, config: PipelineConfig, lgkm_a: int = 0,
@@ -45,7 +45,7 @@ def derive_waits(program: Program, config: PipelineConfig, lgkm_a: int = 0,
         best_lgkm = max(best_lgkm, block0_lgkm(program, config, h, lgkm_a, lgkm_b))
         total = completion = 0
         for blk in program.blocks[h * bph:(h + 1) * bph]:
-            for op, _ in blk.globals_():
+            for op, _ in blk.global_loads():
                 cost = config.vm_per_channel(op.channel)
                 total += cost
                 if op.stage != h:

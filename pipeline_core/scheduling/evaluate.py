@@ -182,6 +182,88 @@ def partial_bound(t: Tables, order: Sequence[int], placed: Sequence[bool], pos: 
     return max(mma_free + rest_mma, valu_free + rest_valu, worst)
 
 
+def topological_order(t: Tables) -> list[int]:
+    """Ops in a same-iteration topological order (lowest index first); cyclic ops are left out."""
+    pending = [len(p) for p in t.preds]
+    ready = [i for i in range(t.n) if pending[i] == 0]
+    ready.reverse()
+    out = []
+    while ready:
+        i = ready.pop()
+        out.append(i)
+        for s in t.succs[i]:
+            pending[s] -= 1
+            if pending[s] == 0:
+                ready.append(s)
+    return out
+
+
+def penalised_partial_bound(t: Tables, order: Sequence[int], placed: Sequence[bool], pos: int,
+                            penalty: int, topo: Sequence[int]) -> int:
+    """A tighter bound than ``partial_bound`` for the same prefix, valid for penalised leaves.
+
+    The prefix's simulated times are exact (evaluation is sequential), so the bound
+    adds the earliest finish of every unplaced op given the prefix (a relaxation of
+    the remaining dependency chains) and the serial MMA, VALU and LDS-port work left.
+    """
+    finish = [0] * t.n
+    latency, preds, is_mma, is_valu, port = t.latency, t.preds, t.is_mma, t.is_valu, t.uses_port
+    mma_free = valu_free = port_free = 0
+    worst = 0
+    for k in range(pos + 1):
+        i = order[k]
+        start = 0
+        for p in preds[i]:
+            if finish[p] > start:
+                start = finish[p]
+        if is_mma[i] and mma_free > start:
+            start = mma_free
+        elif is_valu[i] and valu_free > start:
+            start = valu_free
+        if penalty > 0 and port[i]:
+            if port_free > start:
+                start = port_free
+            port_free = start + penalty
+        end = start + latency[i]
+        finish[i] = end
+        if is_mma[i]:
+            mma_free = end
+        elif is_valu[i]:
+            valu_free = end
+        if end > worst:
+            worst = end
+    rest_mma = rest_valu = rest_port = 0
+    min_port_lat = None
+    for i in topo:
+        if placed[i]:
+            continue
+        start = 0
+        for p in preds[i]:
+            if finish[p] > start:
+                start = finish[p]
+        if is_mma[i]:
+            rest_mma += latency[i]
+            if mma_free > start:
+                start = mma_free
+        elif is_valu[i]:
+            rest_valu += latency[i]
+            if valu_free > start:
+                start = valu_free
+        if penalty > 0 and port[i]:
+            rest_port += 1
+            if min_port_lat is None or latency[i] < min_port_lat:
+                min_port_lat = latency[i]
+            if port_free > start:
+                start = port_free
+        finish[i] = start + latency[i]
+        if finish[i] > worst:
+            worst = finish[i]
+    bound = max(worst, mma_free + rest_mma, valu_free + rest_valu)
+    if rest_port:
+        bound = max(bound, port_free + penalty * (rest_port - 1) + min_port_lat)
+    return bound
+
+
 def partial_lower_bound(body: Sequence[Op], edges: Sequence[DepEdge], order: Sequence[int],
                         placed: Sequence[bool], pos: int) -> int:
     """The branch-and-bound test: a lower bound on any completion of ``order[:pos + 1]``.

@@ -13,7 +13,9 @@ from typing import Sequence
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import SchedulingError
 from pipeline_core.ops import Op, OpRole
-from pipeline_core.scheduling.evaluate import Tables, lower_bound, partial_bound, simulate
+from pipeline_core.scheduling.evaluate import (Tables, lower_bound, partial_bound,
+                                               penalised_partial_bound, simulate,
+                                               topological_order)
 from pipeline_core.scheduling.greedy import greedy_order, simple_greedy_order
 
 #: The reference's "no VGPR budget" sentinel.
@@ -28,7 +30,11 @@ def _seed_is_final(ms: int, pk: int, lb: int, max_vgpr: int) -> bool:
 
 
 def _position_ranges(n: int, parts: int) -> list[tuple[int, int]]:
-    """Op index range each position may draw from: its partition's ops (the last takes the rest)."""
+    """Op index range each position may draw from: its partition's ops (the last takes the rest).
+
+    Positions and ops share partition boundaries, so a range's start is also the
+    first position of that partition.
+    """
     if parts <= 1 or n < parts:
         return [(0, n)] * n
     size = n // parts
@@ -41,7 +47,7 @@ def _position_ranges(n: int, parts: int) -> list[tuple[int, int]]:
 
 def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]],
             max_globals: int, penalty: int, max_vgpr: int, prune: str | None,
-            reject_updates_last: bool, time_limit: float | None) -> list[int]:
+            bound_fn, reject_updates_last: bool, time_limit: float | None) -> list[int]:
     """Iterative DFS with explicit per-depth state; returns the best order found (seed if none)."""
     n = t.n
     best = list(seed)
@@ -67,6 +73,7 @@ def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]
             pending[s] += 1
 
     def globals_in_open_block(pos: int, lo_pos: int) -> int:
+        """GLOBAL_LOADs since the last COMPUTE, looking back no further than the partition start."""
         count = 0
         for k in range(pos - 1, lo_pos - 1, -1):
             r = role[order[k]]
@@ -92,7 +99,6 @@ def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]
             unplace(order[pos])
             continue
         lo, hi = ranges[pos]
-        lo_pos = pos - (pos - lo) if False else None  # placeholder, replaced below
         i = max(last_tried[pos] + 1, lo)
         descended = False
         while i < hi:
@@ -100,7 +106,7 @@ def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]
                 i += 1
                 continue
             if (max_globals > 0 and role[i] == OpRole.GLOBAL_LOAD
-                    and globals_in_open_block(pos, _first_position(ranges, pos)) >= max_globals):
+                    and globals_in_open_block(pos, lo) >= max_globals):
                 i += 1
                 continue
             new_vgpr = vgpr_at[pos] + vdef[i]
@@ -111,7 +117,7 @@ def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]
                 continue
             place(i, pos)
             if prune is not None:
-                bound = partial_bound(t, order, placed, pos)
+                bound = bound_fn(order, placed, pos)
                 if bound > best_ms or (prune == _PRUNE_GE and bound == best_ms):
                     unplace(i)
                     last_tried[pos] = i
@@ -128,3 +134,67 @@ def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]
                 return best
             pos -= 1
             unplace(order[pos])
+
+
+def optimal_schedule(body: Sequence[Op], edges: Sequence[DepEdge], max_vgpr: int = UNLIMITED_VGPR,
+                     *, time_limit: float | None = None) -> list[int]:
+    """Minimum-(makespan, VGPR peak) ready order, seeded by simple greedy.
+
+    Returns the seed at once when it already reaches the lower bound (and fits the
+    budget). A candidate is pruned when the partial lower bound is >= the best
+    makespan so far. The seed stays the incumbent even over budget (reference).
+    ``time_limit`` (seconds) returns the incumbent when exceeded.
+    """
+    t = Tables(body, edges)
+    seed = simple_greedy_order(t)
+    ms, pk = simulate(t, seed)
+    lb = lower_bound(t)
+    if _seed_is_final(ms, pk, lb, max_vgpr):
+        return seed
+    return _search(t, seed, lb, ranges=_position_ranges(t.n, 1), max_globals=0, penalty=0,
+                   max_vgpr=max_vgpr, prune=_PRUNE_GE,
+                   bound_fn=lambda order, placed, pos: partial_bound(t, order, placed, pos),
+                   reject_updates_last=True,
+                   time_limit=time_limit)
+
+
+def optimal_schedule_with_halves(body: Sequence[Op], edges: Sequence[DepEdge], *,
+                                 max_globals_per_block: int = 0, lds_contention_penalty: int = 0,
+                                 max_vgpr: int = UNLIMITED_VGPR, num_partitions: int = 2,
+                                 blocks_per_partition: int = 4,
+                                 time_limit: float | None = None) -> list[int]:
+    """The CSP strategy: partition-isolated exhaustive search seeded by ``greedy_schedule``.
+
+    Position p may only take ops of p's partition. With ``max_globals_per_block`` > 0
+    a GLOBAL_LOAD candidate is skipped once the open block (ops since the last
+    COMPUTE in this partition) holds that many. Leaves are costed with the LDS-port
+    penalty. The seed is never checked against the globals cap and is returned as-is
+    when it reaches the penalised lower bound (the reference's behaviour, which the
+    BF16 ping-pong goldens rely on).
+
+    The reference searches without pruning. This port prunes with a penalty-aware
+    partial lower bound, only where that cannot change the result: a subtree is cut
+    when no leaf in it could replace the incumbent (bound > best, or bound >= best
+    when no op kills VGPRs, so every order has the same peak). Results therefore
+    equal the reference's; only the time differs.
+    """
+    t = Tables(body, edges)
+    try:
+        seed = greedy_order(t, num_partitions, blocks_per_partition)
+    except SchedulingError as exc:
+        raise SchedulingError(f"CSP: the greedy seed failed, so there is no complete order to "
+                              f"start from: {exc}", strategy="CSP", ops=exc.ops) from exc
+    ms, pk = simulate(t, seed, lds_contention_penalty)
+    lb = lower_bound(t, lds_contention_penalty)
+    if _seed_is_final(ms, pk, lb, max_vgpr):
+        return seed
+    prune = _PRUNE_GT if any(t.vgpr_kill) else _PRUNE_GE
+    topo = topological_order(t)
+    penalty = lds_contention_penalty
+    return _search(t, seed, lb, ranges=_position_ranges(t.n, num_partitions),
+                   max_globals=max_globals_per_block, penalty=penalty,
+                   max_vgpr=max_vgpr, prune=prune,
+                   bound_fn=lambda order, placed, pos: penalised_partial_bound(
+                       t, order, placed, pos, penalty, topo),
+                   reject_updates_last=False,
+                   time_limit=time_limit)

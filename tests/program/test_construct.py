@@ -5,7 +5,7 @@ import pytest
 
 from pipeline_core.config import BlockSizing, PipelineConfig, ScheduleConfig
 from pipeline_core.errors import ProgramError
-from pipeline_core.ops import (NONE_OP, FrameworkTag, KOffset, OpRole, ResourceKind, barrier, op,
+from pipeline_core.ops import (NONE_OP, KOffset, OpRole, ResourceKind, barrier, op,
                                schedule_barrier, wait_lgkm, wait_vm)
 from pipeline_core.program import (SLOT_NAMES, apply_auto_waits, construct_blocks, derive_waits,
                                    main_wait_vm, redistribute_globals)
@@ -167,7 +167,7 @@ def test_third_frag_in_a_block_is_an_error():
     with pytest.raises(ProgramError, match="block 0 would hold 3 fragment loads") as exc:
         _construct(body)
     assert exc.value.block == 0 and exc.value.ops == (0, 1, 2)
-    assert "#2 MMA_LOAD_A" in str(exc.value)
+    assert "#2 OP3(role FRAGMENT_LOAD, stage 0, sub 1" in str(exc.value)
 
 
 def test_third_global_in_a_block_is_an_error():

@@ -42,10 +42,13 @@ OWNED_SCHEDULE_FIELDS: Mapping[str, str] = {"lgkm_per_load_a": "lgkm_per_load_a"
                                              "lgkm_per_load_b": "lgkm_per_load_b"}
 
 
-def _shape_help(name: str) -> str:
+def _shape_param(name: str, what: str) -> Param:
+    """A tile-shape parameter; its default depends on dtype only where the kernels differ."""
     b, f = SHAPE_DEFAULTS["bf16"][name], SHAPE_DEFAULTS["fp8"][name]
-    dflt = f"{b}" if b == f else f"{b} for bf16, {f} for fp8"
-    return f"tile shape (default {dflt}); giving any shape parameter derives lgkm/vm/max_globals"
+    if b == f:
+        return Param(name, int, b, f"{what}; giving any shape parameter derives lgkm/vm/max_globals")
+    return Param(name, int, None, f"{what} (default {b} for bf16, {f} for fp8); giving any shape "
+                                  "parameter derives lgkm/vm/max_globals")
 
 
 PARAMS: tuple[Param, ...] = (
@@ -54,12 +57,12 @@ PARAMS: tuple[Param, ...] = (
     Param("lgkm_per_load_b", int, 0, "lgkmcnt per channel-B load, written into the ScheduleConfig"),
     Param("dtype", str, None, "input type of the tile shape (default bf16, or fp8 with -p fp8=true)",
           choices=DTYPES),
-    Param("BM", int, None, _shape_help("BM")),
-    Param("BN", int, None, _shape_help("BN")),
-    Param("BK", int, None, _shape_help("BK")),
-    Param("MMA_M", int, None, _shape_help("MMA_M")),
-    Param("MMA_N", int, None, _shape_help("MMA_N")),
-    Param("MMA_K", int, None, _shape_help("MMA_K")),
+    _shape_param("BM", "block tile M"),
+    _shape_param("BN", "block tile N"),
+    _shape_param("BK", "block tile K"),
+    _shape_param("MMA_M", "MFMA M"),
+    _shape_param("MMA_N", "MFMA N"),
+    _shape_param("MMA_K", "MFMA K"),
     Param("launch_defaults", bool, True,
           "derive lgkm per load, vm per load and max_globals from the tile shape as the production "
           "kernel does (applies when a shape parameter, or launch_defaults=true, is given)"),

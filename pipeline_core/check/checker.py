@@ -1,0 +1,61 @@
+"""Entry points: check a schedule document (or a decoded program) and build a Verdict."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pipeline_core.check.counters import CounterModel, default_counter_model
+from pipeline_core.check.hazards import Analysis, analyse
+from pipeline_core.check.program import CheckProgram, decode
+from pipeline_core.check.trace import expand
+from pipeline_core.check.verdict import Verdict
+
+DEFAULT_ITERATIONS = 3
+
+
+def run_program(program: CheckProgram, iterations: int = DEFAULT_ITERATIONS,
+                warps_per_group: int = 1) -> Analysis:
+    """Execute ``program`` symbolically and return every hazard found."""
+    return analyse(program, expand(program, iterations, warps_per_group))
+
+
+def is_safe(program: CheckProgram, iterations: int = DEFAULT_ITERATIONS,
+            warps_per_group: int = 1) -> bool:
+    return not run_program(program, iterations, warps_per_group).violations
+
+
+def check_program(program: CheckProgram, *, iterations: int = DEFAULT_ITERATIONS,
+                  warps_per_group: int = 1, tightest: bool = False,
+                  document: Mapping[str, Any] | None = None) -> Verdict:
+    """The verdict for a decoded program (``document`` enables the ANTI-edge report)."""
+    from pipeline_core.check.anti_edges import classify_anti_edges
+    from pipeline_core.check.slack import wait_slack
+
+    analysis = run_program(program, iterations, warps_per_group)
+    safe = not analysis.violations
+    slack = None
+    if tightest:
+        slack = wait_slack(program, iterations, warps_per_group) if safe else ()
+    anti = classify_anti_edges(document, program, iterations) if document is not None else ()
+    return Verdict(safe=safe, name=program.name, groups=program.groups,
+                   warps_per_group=warps_per_group, iterations=iterations,
+                   model=program.model.summary(), violations=analysis.violations,
+                   wait_slack=slack, anti_edges=anti)
+
+
+def check_document(document: Mapping[str, Any], *, model: CounterModel | None = None,
+                   iterations: int = DEFAULT_ITERATIONS, warps_per_group: int = 1,
+                   tightest: bool = False, groups: int | None = None) -> Verdict:
+    """Check a compiled schedule in the FORMAT.md JSON shape.
+
+    ``model`` defaults to :func:`default_counter_model` (AMD); a target plugin's
+    ``pipeline_core_counter_model`` answer should be passed here.  Raises
+    :class:`~pipeline_core.check.program.DocumentError` on malformed input.
+    """
+    if iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    if warps_per_group < 1:
+        raise ValueError(f"warps_per_group must be >= 1, got {warps_per_group}")
+    model = model if model is not None else default_counter_model(document)
+    program = decode(document, model, groups=groups)
+    return check_program(program, iterations=iterations, warps_per_group=warps_per_group,
+                         tightest=tightest, document=document)

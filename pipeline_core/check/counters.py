@@ -1,0 +1,181 @@
+"""Counter semantics of a target: what each wait counts and how many ops each op adds.
+
+The checker never hard-codes AMD's ``vmcnt`` / ``lgkmcnt``: it reads them from a
+:class:`CounterModel`, which a target plugin may supply through the
+``pipeline_core_counter_model(target)`` hook.  :func:`default_counter_model`
+builds the AMD (MI355X) semantics from a schedule document.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import attrs
+
+from pipeline_core.ops import FrameworkTag, OpRole
+
+VM = "vm"
+LGKM = "lgkm"
+
+
+def _positive(instance: Any, attribute: attrs.Attribute, value: int) -> None:
+    if value < 1:
+        raise ValueError(f"{type(instance).__name__}.{attribute.name} must be >= 1, got {value}")
+
+
+@attrs.frozen
+class CounterSpec:
+    """One hardware counter: the wait tag that tests it and how its ops retire."""
+
+    name: str
+    wait_tag: int
+    #: True: ops retire in issue order (a wait(n) retires the oldest ops first).
+    #: False: any op may retire first, so only wait(0) guarantees a given op retired.
+    in_order: bool = True
+
+
+@attrs.frozen
+class OpCount:
+    """An op of ``role`` on ``channel`` (-1 = any channel) adds ``ops`` to ``counter``."""
+
+    role: int
+    channel: int
+    counter: str
+    ops: int = attrs.field(validator=_positive)
+
+
+@attrs.frozen
+class CounterModel:
+    """The hardware facts the hazard checker needs from a target.
+
+    Why each field exists:
+
+    * ``counters`` / ``costs``: which wait tag tests which counter, and how many
+      counter ops a load adds (a wait(n) counts *ops*, not loads).
+    * ``barrier_tag``: the tag that is a rendezvous of every warp of the workgroup.
+    * ``barrier_drains``: the barrier also waits for the issuing warp's own
+      outstanding memory ops (a fenced ``barrier()``), not a bare ``s_barrier``.
+    * ``register_interlock``: the compiler/hardware delays a use of a register
+      until the load writing it has retired (AMDGPU's SIInsertWaitcnts does this
+      for VGPRs written by ``ds_read``), so MMAs never read half-loaded
+      fragments and only LDS hazards depend on the emitted waits.
+    * ``global_loads_write_lds``: global loads go straight to LDS
+      (``buffer_load ... lds``); when False they fill staging registers that a
+      SHARED_STORE op then writes to LDS (the single-buffer kernel).
+    * ``notes``: assumptions made while building the model, shown in reports.
+    """
+
+    counters: tuple[CounterSpec, ...]
+    costs: tuple[OpCount, ...]
+    barrier_tag: int = int(FrameworkTag.BARRIER)
+    barrier_drains: bool = False
+    register_interlock: bool = True
+    global_loads_write_lds: bool = True
+    name: str = "custom"
+    notes: tuple[str, ...] = ()
+
+    def counter_for_wait(self, tag: int) -> CounterSpec | None:
+        """The counter a wait entry with ``tag`` tests, or None if ``tag`` is no wait."""
+        for c in self.counters:
+            if c.wait_tag == tag:
+                return c
+        return None
+
+    def counter(self, name: str) -> CounterSpec:
+        for c in self.counters:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def cost(self, role: int, channel: int) -> OpCount | None:
+        """How an op of ``role`` on ``channel`` is counted (None: it is not counted)."""
+        fallback = None
+        for c in self.costs:
+            if c.role == role and c.channel == channel:
+                return c
+            if c.role == role and c.channel == -1:
+                fallback = c
+        return fallback
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-friendly description (for verdicts and ``--format json``)."""
+        return {
+            "name": self.name,
+            "counters": [{"name": c.name, "wait_tag": c.wait_tag, "in_order": c.in_order}
+                         for c in self.counters],
+            "costs": [{"role": OpRole(c.role).name if c.role in OpRole._value2member_map_ else c.role,
+                       "channel": c.channel, "counter": c.counter, "ops": c.ops} for c in self.costs],
+            "barrier_tag": self.barrier_tag,
+            "barrier_drains": self.barrier_drains,
+            "register_interlock": self.register_interlock,
+            "global_loads_write_lds": self.global_loads_write_lds,
+            "notes": list(self.notes),
+        }
+
+
+def _int(d: Mapping[str, Any] | None, key: str) -> int:
+    if not isinstance(d, Mapping):
+        return 0
+    v = d.get(key, 0)
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def default_counter_model(document: Mapping[str, Any]) -> CounterModel:
+    """The AMD (MI355X) counter semantics for a schedule document (FORMAT.md shape).
+
+    * vm ops per global load: ``config.vm_per_load_a/b``.
+    * lgkm ops per fragment load: ``config.lgkm_per_load_a/b`` when non-zero (the
+      4-wave geometry sets them), else ``schedule_config.lgkm_per_load_a/b`` (the
+      ping-pong type parameters); when both are 0, 1 per fragment load is assumed
+      and recorded in ``notes``.
+    * Both counters retire in order (LDS-only lgkm traffic and buffer loads do).
+    * Double buffer (depth >= 2): global loads write LDS directly and BARRIER is a
+      bare ``s_barrier`` (REFERENCE.md §10 dispatch).  Single buffer (depth 1):
+      loads fill registers, SHARED_STORE writes LDS (1 lgkm op) and the kernel's
+      ``barrier()`` is fenced, i.e. it drains the warp's own counters first.
+    """
+    config = document.get("config") if isinstance(document, Mapping) else None
+    sched = document.get("schedule_config") if isinstance(document, Mapping) else None
+    notes: list[str] = []
+    vm = []
+    for ch, key in ((0, "vm_per_load_a"), (1, "vm_per_load_b")):
+        n = _int(config, key)
+        if n < 1:
+            notes.append(f"config.{key} is {n}; assumed 1 vm op per global load")
+            n = 1
+        vm.append(n)
+    lgkm = []
+    for ch, key in ((0, "lgkm_per_load_a"), (1, "lgkm_per_load_b")):
+        n = _int(config, key)
+        if n < 1:
+            n = _int(sched, key)
+        if n < 1:
+            notes.append(f"config.{key} and schedule_config.{key} are 0; "
+                         f"assumed 1 lgkm op per fragment load on channel {ch}")
+            n = 1
+        lgkm.append(n)
+    depth = _int(config, "depth")
+    single = depth == 1
+    costs = (
+        OpCount(int(OpRole.GLOBAL_LOAD), 0, VM, vm[0]),
+        OpCount(int(OpRole.GLOBAL_LOAD), 1, VM, vm[1]),
+        OpCount(int(OpRole.GLOBAL_LOAD), -1, VM, vm[0]),
+        OpCount(int(OpRole.FRAGMENT_LOAD), 0, LGKM, lgkm[0]),
+        OpCount(int(OpRole.FRAGMENT_LOAD), 1, LGKM, lgkm[1]),
+        OpCount(int(OpRole.FRAGMENT_LOAD), -1, LGKM, lgkm[0]),
+        OpCount(int(OpRole.SHARED_STORE), -1, LGKM, 1),
+    )
+    if single:
+        notes.append("single buffer (depth 1): global loads fill staging registers, "
+                     "SHARED_STORE writes LDS, BARRIER is the fenced barrier() that drains "
+                     "the warp's counters")
+    return CounterModel(
+        counters=(CounterSpec(VM, int(FrameworkTag.WAIT_VM), True),
+                  CounterSpec(LGKM, int(FrameworkTag.WAIT_LGKM), True)),
+        costs=costs,
+        barrier_tag=int(FrameworkTag.BARRIER),
+        barrier_drains=single,
+        register_interlock=True,
+        global_loads_write_lds=not single,
+        name="amd-mi355x" + ("-single-buffer" if single else ""),
+        notes=tuple(notes),
+    )

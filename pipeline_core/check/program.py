@@ -1,0 +1,262 @@
+"""Decode a schedule document (FORMAT.md shape) into the checker's instruction lists.
+
+The checker reads only the *emitted* entries (prologue, kernel, epilogue), the
+warp-stagger index and a few config facts; it never looks at blocks, orders or
+edges, so it judges what a kernel would actually run.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any, Mapping, Sequence
+
+import attrs
+
+from pipeline_core.check.counters import CounterModel
+from pipeline_core.errors import PipelineError
+from pipeline_core.ops import FrameworkTag, KOffset, OpRole
+
+PHASES = ("prologue", "kernel", "epilogue")
+REQUIRED_OP_KEYS = ("tag", "role", "stage", "subtile", "k_offset", "channel", "wait_value")
+
+
+class DocumentError(PipelineError, ValueError):
+    """The input is not a schedule document the checker can read (names the bad path)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"schedule document: {path}: {problem}" if path
+                         else f"schedule document: {problem}")
+
+
+class Kind(enum.Enum):
+    """What an entry does for the checker."""
+
+    LOAD = "load"  #: global load (to LDS, or to staging registers in single buffer)
+    STORE = "store"  #: registers -> LDS (single buffer)
+    FRAG = "frag"  #: LDS -> fragment registers
+    MMA = "mma"
+    BARRIER = "barrier"
+    WAIT = "wait"
+    NOP = "nop"  #: priorities, scheduling fences, hints: no effect on data or sync
+
+
+@attrs.frozen
+class Instr:
+    """One emitted entry, decoded.  ``phase``/``index`` locate it in the document."""
+
+    kind: Kind
+    phase: str
+    index: int
+    tag: int
+    name: str
+    channel: int = -1
+    stage: int = 0
+    subtile: int = 0
+    k_shift: int | None = None  #: signed BK multiple of a load; None = loads count tiles by ordinal
+    counter: str | None = None  #: counter an async op adds to, or the counter a wait tests
+    cost: int = 0  #: counter ops the op adds
+    value: int = 0  #: wait count
+    operands: tuple[tuple[int, int], ...] = ()  #: MMA: (channel, register index) read
+    acc: tuple[int, ...] = ()  #: MMA: accumulator key
+
+    @property
+    def site(self) -> str:
+        return f"{self.phase}[{self.index}]" if self.index >= 0 else self.phase
+
+    def describe(self) -> str:
+        """Short human text, e.g. ``LOAD_A ch0 s0 sub1 k+1`` or ``WAIT_VM(6)``."""
+        if self.kind is Kind.WAIT:
+            return f"{self.name}({self.value})"
+        if self.kind in (Kind.BARRIER, Kind.NOP):
+            return self.name
+        if self.kind is Kind.MMA:
+            return f"{self.name} m{self.stage} n{self.subtile}"
+        text = f"{self.name} ch{self.channel} s{self.stage} sub{self.subtile}"
+        if self.kind is Kind.LOAD and self.k_shift is not None:
+            text += f" k{self.k_shift:+d}"
+        return text
+
+    def with_value(self, value: int) -> "Instr":
+        return attrs.evolve(self, value=value)
+
+    def with_index(self, index: int) -> "Instr":
+        return attrs.evolve(self, index=index)
+
+
+@attrs.frozen
+class CheckProgram:
+    """Everything the executor runs: three entry lists plus how warps run them."""
+
+    prologue: tuple[Instr, ...]
+    kernel: tuple[Instr, ...]
+    epilogue: tuple[Instr, ...]
+    warp_stagger_index: int
+    groups: int  #: warp groups executing the lists (ping-pong 2, others 1)
+    single_buffer: bool
+    slices: tuple[int, ...]  #: K slices per tile (single buffer: the frag subtiles; else (0,))
+    accumulators: tuple[tuple[int, ...], ...]  #: accumulator keys the MMAs must fill
+    model: CounterModel
+    name: str = ""
+
+    def phase(self, name: str) -> tuple[Instr, ...]:
+        return getattr(self, name)
+
+    def replace_phase(self, name: str, instrs: Sequence[Instr]) -> "CheckProgram":
+        """A copy with ``name``'s list replaced (entries re-indexed)."""
+        fixed = tuple(i.with_index(n) for n, i in enumerate(instrs))
+        return attrs.evolve(self, **{name: fixed})
+
+
+def _need(d: Any, key: str, path: str) -> Any:
+    if not isinstance(d, Mapping):
+        raise DocumentError(path, f"expected an object, got {type(d).__name__}")
+    if key not in d:
+        raise DocumentError(path, f"missing key {key!r}")
+    return d[key]
+
+
+def _need_int(d: Any, key: str, path: str) -> int:
+    v = _need(d, key, path)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise DocumentError(f"{path}.{key}" if path else key, f"expected an integer, got {v!r}")
+    return v
+
+
+def _entries(document: Mapping[str, Any], name: str) -> list[Mapping[str, Any]]:
+    items = _need(document, name, "")
+    if not isinstance(items, list):
+        raise DocumentError(name, f"expected a list of entries, got {type(items).__name__}")
+    ops = []
+    for i, e in enumerate(items):
+        op = _need(e, "op", f"{name}[{i}]")
+        for key in REQUIRED_OP_KEYS:
+            _need_int(op, key, f"{name}[{i}].op")
+        ops.append(op)
+    return ops
+
+
+def _channel_by_tag(document: Mapping[str, Any], phases: dict[str, list]) -> dict[int, int]:
+    """tag -> channel, learnt from every op that carries its channel.
+
+    The reference drops the channel (-1) on prologue load entries; the same tag
+    always means the same data path, so the body and kernel entries tell it.
+    """
+    seen: dict[int, set[int]] = {}
+    body = document.get("body")
+    sources = list(body) if isinstance(body, list) else []
+    for ops in phases.values():
+        sources.extend(ops)
+    for op in sources:
+        if isinstance(op, Mapping) and isinstance(op.get("channel"), int) and op["channel"] >= 0 \
+                and op.get("role") in (int(OpRole.GLOBAL_LOAD), int(OpRole.SHARED_STORE),
+                                       int(OpRole.FRAGMENT_LOAD)):
+            seen.setdefault(op["tag"], set()).add(op["channel"])
+    return {tag: next(iter(chs)) for tag, chs in seen.items() if len(chs) == 1}
+
+
+def _tag_name(op: Mapping[str, Any]) -> str:
+    name = op.get("tag_name")
+    if isinstance(name, str) and name and name != "?":
+        return name
+    tag = op["tag"]
+    try:
+        return FrameworkTag(tag).name
+    except ValueError:
+        return f"TAG{tag}"
+
+
+def _field(op: Mapping[str, Any], which: int) -> int:
+    """MMA field named by a config match field: 0 = stage (row), 1 = subtile (column)."""
+    return op["stage"] if which == 0 else op["subtile"]
+
+
+def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | None = None) -> CheckProgram:
+    """Decode and validate ``document``; raises :class:`DocumentError` naming the bad path."""
+    if not isinstance(document, Mapping):
+        raise DocumentError("", f"expected a JSON object, got {type(document).__name__}")
+    phases = {name: _entries(document, name) for name in PHASES}
+    stagger = _need_int(document, "warp_stagger_index", "")
+    config = _need(document, "config", "")
+    depth = _need_int(config, "depth", "config")
+    if depth < 1:
+        raise DocumentError("config.depth", f"must be >= 1, got {depth}")
+    ws = config.get("warp_stagger", {}) if isinstance(config, Mapping) else {}
+    enabled = bool(ws.get("enabled", False)) if isinstance(ws, Mapping) else False
+    ch0_match = config.get("ch0_match_field", 0)
+    ch1_match = config.get("ch1_match_field", 1)
+    single = depth == 1 or not model.global_loads_write_lds
+    by_tag = _channel_by_tag(document, phases)
+
+    frag_subtiles = sorted({op["subtile"] for ops in phases.values() for op in ops
+                            if op["role"] == int(OpRole.FRAGMENT_LOAD) and op["tag"] < 128})
+    slices = tuple(frag_subtiles) if single and frag_subtiles else (0,)
+
+    def channel_of(op: Mapping[str, Any], path: str) -> int:
+        if op["channel"] >= 0:
+            return op["channel"]
+        if op["tag"] in by_tag:
+            return by_tag[op["tag"]]
+        if single:
+            return 0
+        vm_cost = op.get("vm_cost", 0)
+        if op["role"] == int(OpRole.GLOBAL_LOAD) and vm_cost:
+            fits = [ch for ch in (0, 1) if (c := model.cost(op["role"], ch)) and c.ops == vm_cost]
+            if len(fits) == 1:
+                return fits[0]
+        raise DocumentError(path, f"cannot tell the channel of tag {op['tag']} (channel -1 and "
+                                  "no other op with this tag names one)")
+
+    def one(op: Mapping[str, Any], phase: str, index: int) -> Instr:
+        path = f"{phase}[{index}].op"
+        tag, role = op["tag"], op["role"]
+        name = _tag_name(op)
+        base = dict(phase=phase, index=index, tag=tag, name=name, stage=op["stage"],
+                    subtile=op["subtile"])
+        if tag == model.barrier_tag:
+            return Instr(Kind.BARRIER, **base)
+        counter = model.counter_for_wait(tag)
+        if counter is not None:
+            return Instr(Kind.WAIT, counter=counter.name, value=op["wait_value"], **base)
+        if tag >= 128:
+            return Instr(Kind.NOP, **base)
+        if role in (int(OpRole.GLOBAL_LOAD), int(OpRole.FRAGMENT_LOAD), int(OpRole.SHARED_STORE)):
+            ch = channel_of(op, path)
+            count = model.cost(role, ch)
+            if count is None:
+                raise DocumentError(path, f"the counter model does not count role {role}")
+            kind = {int(OpRole.GLOBAL_LOAD): Kind.LOAD, int(OpRole.FRAGMENT_LOAD): Kind.FRAG,
+                    int(OpRole.SHARED_STORE): Kind.STORE}[role]
+            shift = None
+            if kind is Kind.LOAD and not single:
+                try:
+                    ko = KOffset(op["k_offset"])
+                except ValueError:
+                    raise DocumentError(f"{path}.k_offset", f"unknown KOffsetKind {op['k_offset']}")
+                if ko is KOffset.NONE:
+                    raise DocumentError(f"{path}.k_offset", "a double-buffer global load needs a K offset")
+                shift = ko.signed_bk_multiple
+            base["channel"] = ch
+            return Instr(kind, k_shift=shift, counter=count.counter, cost=count.ops, **base)
+        if role == int(OpRole.COMPUTE):
+            if single:
+                return Instr(Kind.MMA, operands=((0, op["subtile"]),), acc=(0, 0), **base)
+            a, b = _field(op, ch0_match), _field(op, ch1_match)
+            return Instr(Kind.MMA, operands=((0, a), (1, b)), acc=(op["stage"], op["subtile"]), **base)
+        if role in (int(OpRole.FENCE), int(OpRole.VALU_COMPUTE), int(OpRole.NONE)):
+            return Instr(Kind.NOP, **base)
+        raise DocumentError(path, f"cannot interpret tag {tag} with role {role}")
+
+    decoded = {name: tuple(one(op, name, i) for i, op in enumerate(ops)) for name, ops in phases.items()}
+    n_groups = groups if groups is not None else (
+        2 if enabled and 0 <= stagger <= len(decoded["prologue"]) else 1)
+    body = document.get("body")
+    acc_ops = [op for op in body if isinstance(op, Mapping) and op.get("role") == int(OpRole.COMPUTE)] \
+        if isinstance(body, list) else []
+    accs = sorted({one(op, "body", i).acc for i, op in enumerate(acc_ops)}) if acc_ops else \
+        sorted({i.acc for ph in decoded.values() for i in ph if i.kind is Kind.MMA})
+    return CheckProgram(prologue=decoded["prologue"], kernel=decoded["kernel"],
+                        epilogue=decoded["epilogue"], warp_stagger_index=stagger,
+                        groups=n_groups, single_buffer=single, slices=slices,
+                        accumulators=tuple(accs), model=model,
+                        name=str(document.get("case", "")))

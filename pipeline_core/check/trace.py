@@ -1,0 +1,176 @@
+"""Expand the entry lists into what each warp executes, with its synchronisation facts.
+
+A warp group runs the prologue (ping-pong: split at the warp-stagger index, group 1
+adding one extra ``s_barrier``), ``iterations`` copies of the kernel and the
+epilogue (REFERENCE.md §10).  For each position we record how many barriers came
+before it (its barrier *phase*) and, for every asynchronous op, the first wait that
+guarantees it retired.  Those two facts decide happens-before for all timings:
+
+* same warp: program order;
+* different warps: ``a`` happens before ``b`` iff a barrier lies after ``a`` in its
+  warp and before ``b`` in the other, i.e. ``phase(a) < phase(b)`` (the n-th barrier
+  of every warp is one rendezvous);
+* an async op completes before ``b`` iff its forcing wait happens before ``b``.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Iterable
+
+import attrs
+
+from pipeline_core.check.program import CheckProgram, Instr, Kind
+
+#: Kernel loop: ``for k in range(2·BK, K, 2·BK)``; k_base is kept in BK units.
+K_STEP = 2
+
+
+@attrs.frozen
+class Event:
+    """One executed entry: the instruction plus the loop context it ran in."""
+
+    instr: Instr
+    iteration: int  #: kernel iteration 1..N; 0 in prologue/epilogue and synthetic barriers
+    k_base: int  #: loop variable in BK units
+
+    @property
+    def where(self) -> str:
+        if self.instr.phase == "kernel":
+            return f"kernel[{self.instr.index}] (iteration {self.iteration})"
+        return self.instr.site
+
+
+@attrs.frozen
+class WarpTrace:
+    """Everything one warp executes, with barrier phases and forced retirements."""
+
+    group: int
+    lane: int
+    events: tuple[Event, ...]
+    bphase: tuple[int, ...]  #: barriers strictly before each position
+    forced: tuple[int | None, ...]  #: async ops: position of the first wait retiring them
+    cum: dict  #: counter -> prefix sums of counter ops issued before each position
+    outstanding: tuple[int, ...]  #: waits: ops outstanding on their counter when reached
+    phase_start: tuple[int, ...]  #: first position whose bphase >= p, for p = 0..barriers+1
+
+    multi: bool = False  #: the group is modelled as several warps
+
+    @property
+    def label(self) -> str:
+        return f"group {self.group} warp {self.lane}" if self.multi else f"group {self.group}"
+
+    def before(self, pos: int, other: "WarpTrace", other_pos: int) -> bool:
+        """Does position ``pos`` of this warp happen before ``other_pos`` of ``other``?"""
+        if other is self:
+            return pos < other_pos
+        return self.bphase[pos] < other.bphase[other_pos]
+
+    def ops_between(self, counter: str, after: int, before: int) -> int:
+        """Counter ops issued strictly after position ``after`` and before ``before``."""
+        c = self.cum[counter]
+        return c[before] - c[after + 1]
+
+
+def _synthetic(name: str) -> Instr:
+    return Instr(Kind.BARRIER, phase=name, index=-1, tag=128, name="BARRIER")
+
+
+STAGGER = "stagger barrier"
+LAUNCH = "barrier after the prologue"
+TAIL = "barrier after the epilogue"
+
+
+def schedule_of(program: CheckProgram, group: int, iterations: int) -> list[Event]:
+    """The event sequence of warp group ``group`` (REFERENCE.md §10, "How kernels consume")."""
+    pro = program.prologue
+    staggered = program.groups > 1
+    ws = program.warp_stagger_index if staggered else len(pro)
+    out = [Event(i, 0, 0) for i in pro[:ws]]
+    if staggered and group == 1:
+        out.append(Event(_synthetic(STAGGER), 0, 0))
+    out.extend(Event(i, 0, 0) for i in pro[ws:])
+    if staggered:
+        out.append(Event(_synthetic(LAUNCH), 0, 0))
+    for it in range(1, iterations + 1):
+        out.extend(Event(i, it, K_STEP * it) for i in program.kernel)
+    k_end = K_STEP * (iterations + 1)
+    out.extend(Event(i, 0, k_end) for i in program.epilogue)
+    if staggered and group == 0:
+        out.append(Event(_synthetic(TAIL), 0, k_end))
+    return out
+
+
+def _sync_facts(events: list[Event], program: CheckProgram):
+    model = program.model
+    names = [c.name for c in model.counters]
+    in_order = {c.name: c.in_order for c in model.counters}
+    queues: dict[str, deque] = {n: deque() for n in names}
+    totals = {n: 0 for n in names}
+    cum = {n: [0] * (len(events) + 1) for n in names}
+    forced: list[int | None] = [None] * len(events)
+    outstanding = [0] * len(events)
+    bphase = [0] * len(events)
+    bars = 0
+
+    def retire(name: str, n: int, at: int) -> None:
+        q = queues[name]
+        if in_order[name]:
+            while q and totals[name] - q[0][1] >= n:
+                pos, cost = q.popleft()
+                totals[name] -= cost
+                forced[pos] = at
+        elif n == 0:
+            while q:
+                pos, _ = q.popleft()
+                forced[pos] = at
+            totals[name] = 0
+
+    for p, ev in enumerate(events):
+        ins = ev.instr
+        bphase[p] = bars
+        for n in names:
+            cum[n][p + 1] = cum[n][p]
+        if ins.kind in (Kind.LOAD, Kind.FRAG, Kind.STORE) and ins.counter in queues:
+            queues[ins.counter].append((p, ins.cost))
+            totals[ins.counter] += ins.cost
+            cum[ins.counter][p + 1] += ins.cost
+        elif ins.kind is Kind.WAIT and ins.counter in queues:
+            outstanding[p] = totals[ins.counter]
+            retire(ins.counter, ins.value, p)
+        elif ins.kind is Kind.BARRIER:
+            if model.barrier_drains:
+                for n in names:
+                    retire(n, 0, p)
+            bars += 1
+    starts = [0] * (bars + 2)
+    ph = 0
+    for p in range(len(events)):
+        while ph <= bphase[p]:
+            starts[ph] = p
+            ph += 1
+    while ph < len(starts):
+        starts[ph] = len(events)
+        ph += 1
+    return tuple(bphase), tuple(forced), cum, tuple(outstanding), tuple(starts)
+
+
+def expand(program: CheckProgram, iterations: int, warps_per_group: int = 1) -> tuple[WarpTrace, ...]:
+    """Per-warp traces.  ``warps_per_group`` > 1 models a group's warps as separate
+    agents (same program, same barriers), so hazards *inside* a group also need a
+    barrier; 1 treats each group as one agent (its own waits suffice for itself)."""
+    if iterations < 1:
+        raise ValueError("iterations must be >= 1")
+    if program.groups not in (1, 2):
+        raise ValueError(f"only 1 or 2 warp groups are modelled, got {program.groups}")
+    traces = []
+    for g in range(program.groups):
+        events = schedule_of(program, g, iterations)
+        bphase, forced, cum, outstanding, starts = _sync_facts(events, program)
+        for lane in range(warps_per_group):
+            traces.append(WarpTrace(g, lane, tuple(events), bphase, forced, cum, outstanding, starts,
+                                    multi=warps_per_group > 1))
+    return tuple(traces)
+
+
+def barrier_counts(traces: Iterable[WarpTrace]) -> list[int]:
+    return [sum(1 for e in t.events if e.instr.kind is Kind.BARRIER) for t in traces]

@@ -1,0 +1,220 @@
+"""The checker's result records and their text / JSON renderings."""
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any
+
+import attrs
+
+
+class HazardKind(enum.Enum):
+    """What went wrong (the names are stable: tools match on them)."""
+
+    LDS_RAW = "LDS_RAW"  #: a fragment read may see a tile whose load has not landed everywhere
+    LDS_WAR = "LDS_WAR"  #: a load may overwrite a tile that a fragment read still reads
+    REG_RAW = "REG_RAW"  #: an MMA may read a register before its fragment load retired
+    REG_WAR = "REG_WAR"  #: a fragment load overwrote a register an MMA still needed
+    WRONG_K_STEP = "WRONG_K_STEP"  #: an MMA's A and B come from different K steps
+    MISSING_PRODUCT = "MISSING_PRODUCT"  #: an (m, n, k) product is never accumulated (or skipped)
+    DUPLICATE_PRODUCT = "DUPLICATE_PRODUCT"  #: an (m, n, k) product is accumulated twice
+    BARRIER_MISMATCH = "BARRIER_MISMATCH"  #: warps execute different numbers of barriers (hang)
+
+
+@attrs.frozen
+class Site:
+    """Where an event ran: phase list and entry index, kernel iteration, warp."""
+
+    phase: str
+    index: int
+    iteration: int
+    group: int
+    lane: int = 0
+    op: str = ""
+
+    def text(self, multi: bool = False) -> str:
+        where = f"{self.phase}[{self.index}]" if self.index >= 0 else self.phase
+        if self.phase == "kernel":
+            where += f" iteration {self.iteration}"
+        who = f"group {self.group}" + (f" warp {self.lane}" if multi else "")
+        return f"{where} ({who}): {self.op}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"phase": self.phase, "index": self.index,
+                "iteration": self.iteration if self.phase == "kernel" else None,
+                "group": self.group, "warp": self.lane, "op": self.op}
+
+
+@attrs.frozen
+class Fix:
+    """A change that removes the hazard: lower/insert a wait, add a barrier, move an entry."""
+
+    action: str  #: "lower_wait" | "insert_wait" | "insert_barrier" | "move_entry" | "review"
+    phase: str
+    index: int
+    text: str
+    counter: str | None = None
+    value: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "phase": self.phase, "index": self.index,
+                "counter": self.counter, "value": self.value, "text": self.text}
+
+
+@attrs.frozen
+class Violation:
+    """One hazard: the event that may misbehave, the event it conflicts with, a fix."""
+
+    kind: HazardKind
+    site: Site
+    message: str
+    other: Site | None = None
+    fix: Fix | None = None
+    order: tuple = attrs.field(default=(), eq=False, repr=False)  #: canonical position (sorting)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"kind": self.kind.value, **self.site.to_dict(), "message": self.message,
+             "other": self.other.to_dict() if self.other else None,
+             "fix": self.fix.to_dict() if self.fix else None}
+        return d
+
+
+@attrs.frozen
+class WaitSlack:
+    """For one wait entry: its value and the loosest value that keeps the schedule safe."""
+
+    phase: str
+    index: int
+    counter: str
+    value: int
+    loosest_safe: int
+    max_outstanding: int  #: any value >= this is a no-op at this entry
+
+    @property
+    def removable(self) -> bool:
+        return self.loosest_safe >= self.max_outstanding
+
+    @property
+    def stronger_than_needed(self) -> bool:
+        return self.loosest_safe > self.value
+
+    def text(self) -> str:
+        head = f"{self.phase}[{self.index}] wait_{self.counter}({self.value})"
+        if self.removable:
+            return (f"{head}: removable (safe even as a no-op; at most {self.max_outstanding} "
+                    f"ops are ever outstanding here)")
+        if self.stronger_than_needed:
+            return f"{head}: stronger than needed, loosest safe value {self.loosest_safe}"
+        return f"{head}: tight (loosest safe value {self.loosest_safe})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"phase": self.phase, "index": self.index, "counter": self.counter,
+                "value": self.value, "loosest_safe": self.loosest_safe,
+                "max_outstanding": self.max_outstanding, "removable": self.removable,
+                "stronger_than_needed": self.stronger_than_needed}
+
+
+@attrs.frozen
+class AntiEdgeFinding:
+    """A same-iteration ANTI edge that the schedule's order violates, judged per subtile."""
+
+    edge: int
+    producer: int
+    consumer: int
+    producer_op: str
+    consumer_op: str
+    real_hazard: bool
+    reason: str
+
+    def text(self) -> str:
+        verdict = "REAL HAZARD" if self.real_hazard else "not a hazard"
+        return (f"edge {self.edge}: {self.producer} {self.producer_op} -> {self.consumer} "
+                f"{self.consumer_op}: {verdict}: {self.reason}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"edge": self.edge, "producer": self.producer, "consumer": self.consumer,
+                "producer_op": self.producer_op, "consumer_op": self.consumer_op,
+                "real_hazard": self.real_hazard, "reason": self.reason}
+
+
+@attrs.frozen
+class Verdict:
+    """The checker's answer for one schedule."""
+
+    safe: bool
+    name: str
+    groups: int
+    warps_per_group: int
+    iterations: int
+    model: dict[str, Any]
+    violations: tuple[Violation, ...] = ()
+    wait_slack: tuple[WaitSlack, ...] | None = None
+    anti_edges: tuple[AntiEdgeFinding, ...] = ()
+
+    @property
+    def first(self) -> Violation | None:
+        return self.violations[0] if self.violations else None
+
+    def distinct(self) -> list[Violation]:
+        """One violation per (kind, phase, entry index): iterations and groups repeat them."""
+        seen, out = set(), []
+        for v in self.violations:
+            key = (v.kind, v.site.phase, v.site.index)
+            if key not in seen:
+                seen.add(key)
+                out.append(v)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "safe": self.safe,
+            "schedule": self.name,
+            "groups": self.groups,
+            "warps_per_group": self.warps_per_group,
+            "iterations": self.iterations,
+            "counter_model": self.model,
+            "first_violation": self.first.to_dict() if self.first else None,
+            "violations": [v.to_dict() for v in self.distinct()],
+            "violation_count": len(self.violations),
+            "wait_slack": None if self.wait_slack is None else [w.to_dict() for w in self.wait_slack],
+            "anti_edges": [a.to_dict() for a in self.anti_edges],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def render_text(self) -> str:
+        multi = self.warps_per_group > 1
+        lines = []
+        who = f"{self.groups} warp group{'s' if self.groups > 1 else ''}"
+        if multi:
+            who += f" x {self.warps_per_group} warps"
+        head = f"{self.name}: " if self.name else ""
+        if self.safe:
+            lines.append(f"{head}SAFE ({who}, {self.iterations} kernel iterations, "
+                         f"counter model {self.model.get('name', '?')})")
+        else:
+            v = self.first
+            lines.append(f"{head}UNSAFE: {v.kind.value} at {v.site.text(multi)}")
+            lines.append(f"  {v.message}")
+            if v.other:
+                lines.append(f"  conflicts with {v.other.text(multi)}")
+            if v.fix:
+                lines.append(f"  fix: {v.fix.text}")
+            rest = self.distinct()[1:]
+            if rest:
+                lines.append(f"  {len(rest)} more distinct violation(s):")
+                for r in rest[:20]:
+                    lines.append(f"    {r.kind.value} at {r.site.text(multi)}"
+                                 + (f"; fix: {r.fix.text}" if r.fix else ""))
+        for note in self.model.get("notes", []):
+            lines.append(f"  note: {note}")
+        if self.wait_slack is not None:
+            lines.append("waits (loosest value that stays safe):")
+            for w in self.wait_slack:
+                lines.append(f"  {w.text()}")
+        if self.anti_edges:
+            lines.append("ANTI edges violated by the order (subtile-level verdict):")
+            for a in self.anti_edges:
+                lines.append(f"  {a.text()}")
+        return "\n".join(lines)

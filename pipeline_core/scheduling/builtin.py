@@ -1,0 +1,44 @@
+"""The built-in strategies IDENTITY, GREEDY and CSP, registered on import.
+
+Each takes a SchedulingRequest and returns a permutation of the body's indices.
+"""
+from __future__ import annotations
+
+from pipeline_core.scheduling.exhaustive import optimal_schedule_with_halves
+from pipeline_core.scheduling.greedy import greedy_schedule
+from pipeline_core.scheduling.registry import SchedulingRequest, register_strategy
+
+
+def identity_strategy(request: SchedulingRequest) -> list[int]:
+    """Declaration order, unchanged (edges are not consulted, as in the reference)."""
+    return list(range(len(request.body)))
+
+
+def greedy_strategy(request: SchedulingRequest) -> list[int]:
+    """Partition-isolated list scheduler; a COMPUTE op closes each block."""
+    return greedy_schedule(request.body, request.edges, num_partitions=request.num_partitions,
+                           blocks_per_partition=request.blocks_per_partition)
+
+
+def csp_strategy(request: SchedulingRequest) -> list[int]:
+    """Partition-isolated exhaustive search seeded by GREEDY (the reference's CSP)."""
+    return optimal_schedule_with_halves(
+        request.body, request.edges, max_globals_per_block=request.max_globals_per_block,
+        lds_contention_penalty=request.lds_contention_penalty, max_vgpr=request.max_vgpr,
+        num_partitions=request.num_partitions, blocks_per_partition=request.blocks_per_partition,
+        time_limit=request.time_limit)
+
+
+BUILTIN_STRATEGIES = {
+    "IDENTITY": identity_strategy,
+    "GREEDY": greedy_strategy,
+    "CSP": csp_strategy,
+}
+
+
+def register_builtins() -> None:
+    for name, fn in BUILTIN_STRATEGIES.items():
+        register_strategy(name, fn)
+
+
+register_builtins()

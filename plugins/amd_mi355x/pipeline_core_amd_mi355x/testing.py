@@ -1,0 +1,128 @@
+"""Test helpers for the MI355X plugins: golden documents and the real CLI in a subprocess.
+
+The goldens live outside the repository (``../shared/goldens`` beside the
+checkout, or ``$PIPELINE_CORE_GOLDENS``); tests that need them skip when absent.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Sequence
+
+#: Keys FORMAT.md says are compared, for every case and for double-buffer cases.
+COMMON_KEYS = ("counts", "warp_stagger_index", "config", "body", "edges", "prologue", "kernel",
+               "epilogue", "kernel_deps")
+DOUBLE_BUFFER_KEYS = ("schedule_config", "wait_lgkm_first", "wait_vm_last", "blocks")
+
+
+def goldens_dir() -> Path | None:
+    """The golden directory, or None when this checkout has none beside it."""
+    env = os.environ.get("PIPELINE_CORE_GOLDENS")
+    candidates = [Path(env)] if env else []
+    here = Path(__file__).resolve()
+    candidates += [parent / "shared" / "goldens" for parent in here.parents]
+    candidates.append(Path.cwd().parent / "shared" / "goldens")
+    for c in candidates:
+        if c.is_dir() and any(c.glob("*.json")):
+            return c
+    return None
+
+
+@lru_cache(maxsize=None)
+def load_golden(case: str) -> dict:
+    d = goldens_dir()
+    if d is None:
+        raise FileNotFoundError("no golden directory found (set PIPELINE_CORE_GOLDENS)")
+    return json.loads((d / f"{case}.json").read_text())
+
+
+def cli_command() -> list[str]:
+    """The installed console script of this interpreter's environment (as a user runs it)."""
+    exe_dir = Path(sys.executable).parent
+    for name in ("pipeline-core", "pipeline-core.exe"):
+        if (exe_dir / name).exists():
+            return [str(exe_dir / name)]
+    found = shutil.which("pipeline-core")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "import sys; from pipeline_core.cli import main; sys.exit(main())"]
+
+
+def run_pipeline_core(argv: Sequence[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``pipeline-core argv`` in a subprocess and capture its output."""
+    return subprocess.run(cli_command() + list(argv), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def compile_json(argv: Sequence[str]) -> dict:
+    """``pipeline-core <argv> --format json`` parsed; fails loudly with stderr on error."""
+    argv = list(argv)
+    if "--format" not in argv:
+        argv += ["--format", "json"]
+    run = run_pipeline_core(argv)
+    if run.returncode != 0:
+        raise AssertionError(f"exit {run.returncode}: {' '.join(argv)}\n{run.stderr}")
+    return json.loads(run.stdout)
+
+
+def diff(expected: Any, got: Any, path: str = "", limit: int = 20) -> list[str]:
+    """Field-by-field differences (expected, got), like ../shared/tools/golden_check.py."""
+    out: list[str] = []
+
+    def walk(e, g, p):
+        if len(out) >= limit:
+            return
+        if isinstance(e, dict):
+            if not isinstance(g, dict):
+                out.append(f"{p}: expected an object, got {g!r}")
+                return
+            for k, v in e.items():
+                if k not in g:
+                    out.append(f"{p}.{k}: missing")
+                else:
+                    walk(v, g[k], f"{p}.{k}")
+        elif isinstance(e, list):
+            if not isinstance(g, list):
+                out.append(f"{p}: expected a list, got {g!r}")
+                return
+            if len(e) != len(g):
+                out.append(f"{p}: expected {len(e)} items, got {len(g)}")
+            for i, (a, b) in enumerate(zip(e, g)):
+                walk(a, b, f"{p}[{i}]")
+        elif type(e) is not type(g) or e != g:
+            out.append(f"{p}: expected {e!r}, got {g!r}")
+
+    walk(expected, got, path)
+    return out
+
+
+def compared_keys(doc: dict) -> tuple[str, ...]:
+    keys = COMMON_KEYS
+    if doc["config"]["depth"] >= 2:
+        keys += DOUBLE_BUFFER_KEYS
+    return keys
+
+
+def golden_diffs(golden: dict, got: dict, limit: int = 20) -> list[str]:
+    """Every compared key of FORMAT.md, plus scheduler.order for double-buffer cases."""
+    out: list[str] = []
+    for key in compared_keys(golden):
+        if key not in got:
+            out.append(f"{key}: missing")
+        else:
+            out += diff(golden[key], got[key], key, limit)
+    if golden["config"]["depth"] >= 2:
+        order = (got.get("scheduler") or {}).get("order")
+        if order != golden["scheduler"]["order"]:
+            out.append(f"scheduler.order: expected {golden['scheduler']['order']}, got {order}")
+    return out[:limit]
+
+
+def same_schedule_diffs(a: dict, b: dict, limit: int = 20) -> list[str]:
+    """Differences between two of our outputs on every compared key."""
+    return golden_diffs(a, b, limit)
