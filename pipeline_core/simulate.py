@@ -56,15 +56,30 @@ class SimulationError(ValueError):
 
 # --- inputs -------------------------------------------------------------------
 
+def _cycles(inst, attribute, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SimulationError(f"MachineModel.{attribute.name} must be an integer >= 0, got {value!r}")
+
+
+def _positive(inst, attribute, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise SimulationError(f"MachineModel.{attribute.name} must be > 0, got {value!r}")
+
+
 @attrs.frozen
 class MachineModel:
     """The timing knobs; defaults follow the reference's cost model (latencies only)."""
 
-    issue_cycles: int = 1  #: cycles a group spends issuing one real instruction
-    global_issue_cycles: int = 0  #: cycles a global load holds the shared global-memory port
-    lds_issue_cycles: int = 0  #: cycles an LDS op holds the shared LDS port
-    shared_memory_port: bool = False  #: LDS and global ops share one port (reference penalty model)
-    clock_ghz: float = 2.4  #: MI355X peak engine clock; only used to state real time
+    #: cycles a group spends issuing one real instruction
+    issue_cycles: int = attrs.field(default=1, validator=_cycles)
+    #: cycles a global load holds the shared global-memory port (0: fully pipelined)
+    global_issue_cycles: int = attrs.field(default=0, validator=_cycles)
+    #: cycles an LDS op holds the shared LDS port (0: fully pipelined)
+    lds_issue_cycles: int = attrs.field(default=0, validator=_cycles)
+    #: LDS and global ops share one port (the reference's penalty model)
+    shared_memory_port: bool = False
+    #: MI355X peak engine clock; only used to state real time next to cycles
+    clock_ghz: float = attrs.field(default=2.4, validator=_positive)
 
     @classmethod
     def for_penalty(cls, penalty: int = 0, **changes) -> "MachineModel":
@@ -102,14 +117,23 @@ class SimInput:
         return self.warp_stagger_index <= len(self.prologue)
 
 
-def counter_costs(config: Any, schedule_config: Any = None) -> CounterCosts:
-    """Per-channel vm/lgkm ticks: PipelineConfig first, ScheduleConfig lgkm as fallback, else 1."""
-    def pick(*values: int) -> int:
-        return next((int(v) for v in values if v and int(v) > 0), 1)
+def _field(record: Any, name: str) -> int:
+    """A config field from a record or from its FORMAT.md dict (0 when absent)."""
+    value = record.get(name, 0) if isinstance(record, Mapping) else getattr(record, name, 0)
+    return int(value or 0)
 
-    vm = (pick(getattr(config, "vm_per_load_a", 0)), pick(getattr(config, "vm_per_load_b", 0)))
-    lgkm = (pick(getattr(config, "lgkm_per_load_a", 0), getattr(schedule_config, "lgkm_per_load_a", 0)),
-            pick(getattr(config, "lgkm_per_load_b", 0), getattr(schedule_config, "lgkm_per_load_b", 0)))
+
+def counter_costs(config: Any, schedule_config: Any = None) -> CounterCosts:
+    """Per-channel vm/lgkm ticks: PipelineConfig first, ScheduleConfig lgkm as fallback, else 1.
+
+    ``config`` / ``schedule_config``: the records or their FORMAT.md dicts.
+    """
+    def pick(*names: tuple[Any, str]) -> int:
+        return next((v for v in (_field(r, n) for r, n in names) if v > 0), 1)
+
+    vm = tuple(pick((config, f"vm_per_load_{c}")) for c in "ab")
+    lgkm = tuple(pick((config, f"lgkm_per_load_{c}"), (schedule_config, f"lgkm_per_load_{c}"))
+                 for c in "ab")
     return CounterCosts(vm, lgkm)
 
 
@@ -147,13 +171,12 @@ def input_from_document(doc: Mapping[str, Any]) -> SimInput:
                 names[o["tag"]] = o["tag_name"]
     config = doc.get("config", {})
     sched = doc.get("schedule_config", {})
-    ns = lambda d: type("_", (), dict(d))  # noqa: E731 - attribute view of a dict
     name = doc.get("case") or doc.get("schedule") or "schedule"
     if doc.get("target"):
         name = f"{name} on {doc['target']}"
     return SimInput(name=str(name), prologue=entries("prologue"), kernel=entries("kernel"),
                     epilogue=entries("epilogue"), warp_stagger_index=int(doc["warp_stagger_index"]),
-                    counters=counter_costs(ns(config), ns(sched)),
+                    counters=counter_costs(config, sched),
                     body=tuple(op_from_document(o) for o in doc.get("body", ())), tag_names=names,
                     lds_contention_penalty=int(sched.get("lds_contention_penalty", 0) or 0))
 
@@ -210,8 +233,9 @@ class Step:
     """One instruction a warp group executed, with its timing.
 
     ``ready``: the group reached it; ``start``: it issued (after any stall); ``issue_end``: the
-    group moves on; ``end``: its effect is complete (data back, MMA done). Always
-    ready <= start <= issue_end <= end; an async op's end may lie past later steps' starts.
+    group moves on (the next step's ``ready``); ``end``: its effect is complete (data back, MMA
+    done; for waits and barriers ``issue_end``). Always ready <= start <= issue_end and
+    start <= end; an async op's end usually lies past later steps' starts.
     """
 
     group: int
@@ -501,7 +525,13 @@ class _Group:
 
     @property
     def done(self) -> bool:
+        """Every instruction issued (it may still wait at its last barrier)."""
         return self.pc >= len(self.stream)
+
+    @property
+    def finished(self) -> bool:
+        """Out of the program: takes no further part in barriers."""
+        return self.pc >= len(self.stream) and not self.blocked
 
 
 def _wait_release(pending: list[tuple[int, int, int]], now: int, limit: int):
@@ -563,19 +593,19 @@ def simulate(source: Any, iterations: int = 12, *, model: MachineModel | None = 
             grp.blocked = False
         releases.append(BarrierRelease(ordinal, when, tuple(sorted(arrived))))
 
-    def maybe_release() -> None:
-        running = [g for g in gs if not g.done]
-        for ordinal in sorted(arrivals):
-            if all(g.blocked for g in running) or len(arrivals[ordinal]) == len(running):
+    def maybe_release(force: bool = False) -> None:
+        """Release the oldest barrier once every group still running has arrived."""
+        if arrivals:
+            ordinal = min(arrivals)
+            if force or len(arrivals[ordinal]) == sum(1 for x in gs if not x.finished):
                 release_barrier(ordinal)
-                return
 
     total_iters = iterations
     while True:
         ready = [g for g in gs if not g.done and not g.blocked]
         if not ready:
-            if arrivals:
-                maybe_release()  # groups that finished no longer take part in barriers
+            if arrivals:  # every running group waits: only possible if counts differ
+                maybe_release(force=True)
                 continue
             break
         g = min(ready, key=lambda x: (x.t, -x.prio, x.gid))
@@ -608,8 +638,7 @@ def simulate(source: Any, iterations: int = 12, *, model: MachineModel | None = 
             g.barriers += 1
             arrivals.setdefault(ordinal, []).append((g.gid, seq, now))
             g.blocked = True
-            if len(arrivals[ordinal]) == sum(1 for x in gs if not x.done or x is g):
-                release_barrier(ordinal)
+            maybe_release()
         elif resource in EXCLUSIVE_UNITS or resource in port_cycles:
             key = resource if resource in EXCLUSIVE_UNITS else port_key(resource)
             start = max(now, unit_free.get(key, 0))
@@ -634,7 +663,7 @@ def simulate(source: Any, iterations: int = 12, *, model: MachineModel | None = 
         else:  # scalar or unknown ops: issue only
             row[2] = row[3] = now + issue
             g.t = now + issue
-        if g.done and arrivals:
+        if g.finished and arrivals:  # one participant fewer
             maybe_release()
     if progress is not None:
         progress(total_iters, total_iters)
@@ -758,8 +787,10 @@ def outstanding_series(group: GroupTimeline, counter: str) -> list[tuple[int, in
     return out
 
 
-def _period(p: int) -> str:
-    return "" if p == 1 else (", no period found" if p == 0 else f", period {p}")
+def _period(s: Summary) -> str:
+    if s.period == 1 or s.window[1] - s.window[0] < 2:
+        return ""
+    return ", no period found" if s.period == 0 else f", period {s.period}"
 
 
 def format_summary(tl: Timeline, summary: Summary | None = None) -> str:
@@ -768,7 +799,7 @@ def format_summary(tl: Timeline, summary: Summary | None = None) -> str:
     lines = [
         f"{tl.name}: {s.groups} warp group(s), {s.iterations} kernel iterations",
         f"  makespan {s.makespan} cycles; steady state {s.steady_state_cycles:.1f} cycles/iteration "
-        f"(iterations {s.window[0]}..{s.window[1] - 1}{_period(s.period)}); MMA bound {s.mma_bound_cycles} "
+        f"(iterations {s.window[0]}..{s.window[1] - 1}{_period(s)}); MMA bound {s.mma_bound_cycles} "
         f"(ratio {s.ratio_to_mma_bound:.2f})",
         f"  MMA unit busy {s.mma_busy} cycles: {100 * s.mma_utilisation:.1f}% of the run, "
         f"{100 * s.steady_mma_utilisation:.1f}% in the steady state",

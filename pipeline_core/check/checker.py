@@ -1,7 +1,8 @@
 """Entry points: check a schedule document (or a decoded program) and build a Verdict."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from pipeline_core.check.counters import CounterModel, default_counter_model
 from pipeline_core.check.hazards import Analysis, analyse

@@ -7,7 +7,8 @@ builds the AMD (MI355X) semantics from a schedule document.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -54,10 +55,12 @@ class CounterModel:
     * ``barrier_tag``: the tag that is a rendezvous of every warp of the workgroup.
     * ``barrier_drains``: the barrier also waits for the issuing warp's own
       outstanding memory ops (a fenced ``barrier()``), not a bare ``s_barrier``.
-    * ``register_interlock``: the compiler/hardware delays a use of a register
-      until the load writing it has retired (AMDGPU's SIInsertWaitcnts does this
-      for VGPRs written by ``ds_read``), so MMAs never read half-loaded
-      fragments and only LDS hazards depend on the emitted waits.
+    * ``register_interlock``: the compiler delays a use of a register until the
+      load writing it has retired, by inserting a counter wait (AMDGPU's
+      SIInsertWaitcnts does this for VGPRs written by ``ds_read``).  The checker
+      treats such a use as a wait that retires that load and, on an in-order
+      counter, every older op; MMAs then never read half-loaded fragments.
+      When False, a use before an explicit wait retired the load is REG_RAW.
     * ``global_loads_write_lds``: global loads go straight to LDS
       (``buffer_load ... lds``); when False they fill staging registers that a
       SHARED_STORE op then writes to LDS (the single-buffer kernel).

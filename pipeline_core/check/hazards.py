@@ -116,6 +116,14 @@ def analyse(program: CheckProgram, traces: tuple[WarpTrace, ...]) -> Analysis:
                                other=site_of(*other) if other else None, fix=fix,
                                order=_order(trace, t_idx, pos)))
 
+    def queued_before(a_trace: WarpTrace, a: int, b_trace: WarpTrace, b: int) -> bool:
+        """Same warp, same in-order counter, ``a`` first: the memory unit performs them in
+        issue order (an LDS write after an LDS read of one warp cannot overtake it)."""
+        if a_trace is not b_trace or a >= b:
+            return False
+        ca, cb = a_trace.events[a].instr.counter, b_trace.events[b].instr.counter
+        return ca == cb and ca is not None and counters[ca].in_order
+
     war_seen: set = set()
     for xi, X in enumerate(traces):
         for p, ev in enumerate(X.events):
@@ -147,7 +155,7 @@ def analyse(program: CheckProgram, traces: tuple[WarpTrace, ...]) -> Analysis:
                 lp = w[0][jstar]
                 tile = w[1][jstar] if tile is None else tile
                 f = Y.forced[lp]
-                if f is None or not Y.before(f, X, p):
+                if (f is None or not Y.before(f, X, p)) and not queued_before(Y, lp, X, p):
                     cspec = counters[Y.events[lp].instr.counter]
                     add(HazardKind.LDS_RAW, X, xi, p,
                         f"may read tile k={w[1][jstar]} of buffer ch{key[0]} s{key[1]} sub{key[2]} "
@@ -157,7 +165,8 @@ def analyse(program: CheckProgram, traces: tuple[WarpTrace, ...]) -> Analysis:
                 if jstar + 1 < len(w[0]):
                     q = w[0][jstar + 1]
                     fr = X.forced[p]
-                    if (fr is None or not X.before(fr, Y, q)) and (yi, q, xi, p) not in war_seen:
+                    if (fr is None or not X.before(fr, Y, q)) and not queued_before(X, p, Y, q) \
+                            and (yi, q, xi, p) not in war_seen:
                         war_seen.add((yi, q, xi, p))
                         cspec = counters[ins.counter]
                         found.append(Violation(

@@ -7,7 +7,8 @@ edges, so it judges what a kernel would actually run.
 from __future__ import annotations
 
 import enum
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -71,6 +72,8 @@ class Instr:
         if self.kind in (Kind.BARRIER, Kind.NOP):
             return self.name
         if self.kind is Kind.MMA:
+            if len(self.operands) == 1:
+                return f"{self.name} k-slice {self.subtile}"
             return f"{self.name} m{self.stage} n{self.subtile}"
         text = f"{self.name} ch{self.channel} s{self.stage} sub{self.subtile}"
         if self.kind is Kind.LOAD and self.k_shift is not None:
@@ -251,7 +254,8 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
     n_groups = groups if groups is not None else (
         2 if enabled and 0 <= stagger <= len(decoded["prologue"]) else 1)
     body = document.get("body")
-    acc_ops = [op for op in body if isinstance(op, Mapping) and op.get("role") == int(OpRole.COMPUTE)] \
+    acc_ops = [op for op in body if isinstance(op, Mapping) and op.get("role") == int(OpRole.COMPUTE)
+               and all(isinstance(op.get(k), int) for k in REQUIRED_OP_KEYS)] \
         if isinstance(body, list) else []
     accs = sorted({one(op, "body", i).acc for i, op in enumerate(acc_ops)}) if acc_ops else \
         sorted({i.acc for ph in decoded.values() for i in ph if i.kind is Kind.MMA})

@@ -125,11 +125,35 @@ def _sync_facts(events: list[Event], program: CheckProgram):
                 forced[pos] = at
             totals[name] = 0
 
+    def interlock(reg: tuple) -> None:
+        """A register use waits for the load writing it (and, in order, all older ops)."""
+        w = writer.get(reg)
+        if w is None or forced[w] is not None:
+            return
+        name = events[w].instr.counter
+        if in_order[name]:
+            younger = sum(cost for pos, cost in queues[name] if pos > w)
+            retire(name, younger, p)
+        else:
+            retire(name, 0, p)
+
+    writer: dict[tuple, int] = {}
+    staged = not model.global_loads_write_lds
     for p, ev in enumerate(events):
         ins = ev.instr
         bphase[p] = bars
         for n in names:
             cum[n][p + 1] = cum[n][p]
+        if model.register_interlock:
+            if ins.kind is Kind.MMA:
+                for reg in ins.operands:
+                    interlock(reg)
+            elif ins.kind is Kind.STORE:
+                interlock(("stg", ins.channel))
+        if ins.kind is Kind.FRAG:
+            writer[(ins.channel, ins.subtile)] = p
+        elif ins.kind is Kind.LOAD and staged:
+            writer[("stg", ins.channel)] = p
         if ins.kind in (Kind.LOAD, Kind.FRAG, Kind.STORE) and ins.counter in queues:
             queues[ins.counter].append((p, ins.cost))
             totals[ins.counter] += ins.cost

@@ -209,8 +209,10 @@ class Verdict:
                                  + (f"; fix: {r.fix.text}" if r.fix else ""))
         for note in self.model.get("notes", []):
             lines.append(f"  note: {note}")
-        if self.wait_slack is not None:
-            lines.append("waits (loosest value that stays safe):")
+        if self.wait_slack is not None and not self.safe:
+            lines.append("waits: slack not computed (the schedule is unsafe as emitted)")
+        elif self.wait_slack is not None:
+            lines.append("waits (loosest value that stays safe, each with the others unchanged):")
             for w in self.wait_slack:
                 lines.append(f"  {w.text()}")
         if self.anti_edges:

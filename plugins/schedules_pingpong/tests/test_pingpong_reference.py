@@ -14,6 +14,12 @@ from pipeline_core_amd_mi355x import mi355x_cost_model, mi355x_double_buffer, mi
 from pipeline_core_schedules_pingpong import PingPongSchedule, logical_half
 
 
+def _globals(b):
+    """(op, is_prefetch) of a block's present global slots (slot order)."""
+    return [(o, pf) for o, pf in ((b.global_load, b.global_load_prefetch),
+                                  (b.global_load_1, b.global_load_1_prefetch)) if o.is_present]
+
+
 def role_counts(ops):
     return Counter(o.role for o in ops)
 
@@ -224,8 +230,8 @@ def test_wait_counts_match_block_structure(ref):
     wl, wv = derive_waits(program, config, 8, 8)
     assert wl == 8 * program.blocks[0].num_globals == 8
     half0 = program.blocks[:config.blocks_per_partition]
-    total = sum(config.vm_per_channel(o.channel) for b in half0 for o, _ in b.globals_())
-    not_pf = sum(config.vm_per_channel(o.channel) for b in half0 for o, pf in b.globals_() if not pf)
+    total = sum(config.vm_per_channel(o.channel) for b in half0 for o, _ in _globals(b))
+    not_pf = sum(config.vm_per_channel(o.channel) for b in half0 for o, pf in _globals(b) if not pf)
     assert wv == total - not_pf == 12
     assert 0 <= wl <= 16 and 0 <= wv <= 16
 
@@ -268,7 +274,7 @@ def test_stage_based_completion_symmetric(ref):
     bph = config.blocks_per_partition
     for h in range(2):
         half = result.program.blocks[h * bph:(h + 1) * bph]
-        assert any(o.stage != h for b in half for o, _ in b.globals_())
+        assert any(o.stage != h for b in half for o, _ in _globals(b))
     vms = [e.op.wait_value for e in result.program.expand(Phase.KERNEL) if e.op.tag == FrameworkTag.WAIT_VM]
     assert len(vms) >= 2 and vms[0] == vms[1] == 12
 

@@ -1,0 +1,111 @@
+"""Command-line glue for ``pipeline-core check``: arguments, input loading, exit codes.
+
+Exit codes: 0 the schedule is safe, 1 a hazard was found, 2 the input is bad
+(one line on stderr says why).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+import attrs
+
+from pipeline_core.check.checker import DEFAULT_ITERATIONS, check_document
+from pipeline_core.check.counters import CounterModel, default_counter_model
+from pipeline_core.check.program import DocumentError
+
+EXIT_SAFE, EXIT_HAZARD, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the checker's options to ``parser`` (the caller adds SCHEDULE / target options)."""
+    parser.add_argument("--input", metavar="FILE", default=None,
+                        help="check a compiled schedule JSON document (FORMAT.md shape) instead of "
+                             "compiling; '-' reads standard input")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="output format (default: text)")
+    parser.add_argument("--iterations", type=_positive_int, default=DEFAULT_ITERATIONS, metavar="N",
+                        help=f"kernel iterations to execute (default: {DEFAULT_ITERATIONS})")
+    parser.add_argument("--tightest", action="store_true",
+                        help="also report, for every kernel wait, the loosest value that stays safe")
+    parser.add_argument("--explicit-register-waits", action="store_true",
+                        help="assume no compiler interlock on fragment registers: an MMA needs an "
+                             "emitted wait to have retired its fragment loads")
+    parser.add_argument("--warps-per-group", type=_positive_int, default=1, metavar="N",
+                        help="model each warp group as N warps that only synchronise through "
+                             "barriers (default 1: a group is one agent)")
+
+
+def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
+    """Read a JSON document from ``path`` ('-' = stdin); DocumentError on any problem."""
+    try:
+        if path == "-":
+            text = (stdin or sys.stdin).read()
+            where = "standard input"
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+            where = path
+    except OSError as err:
+        raise DocumentError("", f"cannot read {path}: {err.strerror or err}")
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DocumentError("", f"{where} is not valid JSON ({err.msg} at line {err.lineno} "
+                                f"column {err.colno})")
+    if not isinstance(doc, dict):
+        raise DocumentError("", f"{where}: expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
+        model: CounterModel | None = None, out: TextIO | None = None,
+        err: TextIO | None = None) -> int:
+    """Check ``document`` (or ``args.input`` when ``document`` is None) and print the verdict.
+
+    ``model`` is the target plugin's counter model, if it provides one.
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        if document is None:
+            if not getattr(args, "input", None):
+                raise DocumentError("", "no schedule given (pass a document or --input FILE)")
+            document = load_input(args.input)
+        if getattr(args, "explicit_register_waits", False):
+            model = attrs.evolve(model if model is not None else default_counter_model(document),
+                                 register_interlock=False)
+        verdict = check_document(document, model=model,
+                                 iterations=getattr(args, "iterations", DEFAULT_ITERATIONS),
+                                 warps_per_group=getattr(args, "warps_per_group", 1),
+                                 tightest=getattr(args, "tightest", False))
+    except (DocumentError, ValueError) as e:
+        print(f"pipeline-core check: error: {e}", file=err)
+        return EXIT_BAD_INPUT
+    if getattr(args, "format", "text") == "json":
+        print(verdict.to_json(), file=out)
+    else:
+        print(verdict.render_text(), file=out)
+    return EXIT_SAFE if verdict.safe else EXIT_HAZARD
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (``python -m pipeline_core.check --input FILE``)."""
+    parser = argparse.ArgumentParser(prog="pipeline-core check",
+                                     description="Prove a compiled schedule free of LDS/register hazards.")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    return run(args)

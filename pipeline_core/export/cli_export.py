@@ -1,0 +1,144 @@
+"""``pipeline-core export``: options and glue for the trace, DOT and picture exports.
+
+The CLI compiles the schedule and calls :func:`run`; everything here is argument handling,
+progress on a terminal (stderr, only when it is a TTY), and messages. When the export goes
+to a file, stdout gets a short summary of the modelled run. Exit status: 0 written, 2 bad request (no format,
+missing -o for an image, matplotlib missing, bad iteration count).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, Callable, TextIO
+
+FORMATS = ("trace", "dot", "png", "svg")
+SUFFIX_FORMAT = {".json": "trace", ".dot": "dot", ".gv": "dot", ".png": "png", ".svg": "svg"}
+DEFAULT_ITERATIONS = 4
+EXIT_OK, EXIT_INPUT = 0, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("export")
+    g.add_argument("--format", dest="format", choices=FORMATS, default=None,
+                   help="trace: Perfetto / Chrome trace-event JSON of the modelled execution; "
+                        "dot: the body's dependency graph; png, svg: a timeline picture (needs "
+                        "matplotlib: pip install 'pipeline-core[plot]'). Default: from the -o suffix")
+    g.add_argument("-o", "--output", dest="output", metavar="FILE", default=None,
+                   help="file to write (trace and dot: stdout when omitted or '-')")
+    g.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N",
+                   help=f"kernel iterations to model between prologue and epilogue "
+                        f"(default {DEFAULT_ITERATIONS})")
+    g.add_argument("--width", type=int, default=1600, metavar="PX",
+                   help="picture width in pixels (png, svg; default 1600)")
+
+
+class Progress:
+    """One self-rewriting status line on a terminal; silent when the stream is not a TTY."""
+
+    def __init__(self, stream: TextIO, label: str):
+        self.stream, self.label = stream, label
+        self.active = bool(getattr(stream, "isatty", lambda: False)())
+        self.shown = False
+        self._last = 0.0
+
+    def update(self, done: int, total: int) -> None:
+        if not self.active:
+            return
+        now = time.monotonic()
+        if done < total and now - self._last < 0.05:
+            return  # at most 20 redraws a second
+        self._last = now
+        self.stream.write(f"\r{self.label}: iteration {done}/{total}")
+        self.stream.flush()
+        self.shown = True
+
+    def stage(self, text: str) -> None:
+        if self.active:
+            self.stream.write(f"\r{self.label}: {text}\x1b[K")
+            self.stream.flush()
+            self.shown = True
+
+    def close(self) -> None:
+        if self.active and self.shown:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def _format_of(args) -> str | None:
+    if args.format:
+        return args.format
+    if args.output and args.output != "-":
+        from pathlib import Path
+
+        return SUFFIX_FORMAT.get(Path(args.output).suffix.lower())
+    return None
+
+
+def _error(text: str) -> int:
+    print(f"error: {text}", file=sys.stderr)
+    return EXIT_INPUT
+
+
+def _emit(text: str, output: str | None) -> None:
+    if output and output != "-":
+        with open(output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+def run(args, compiled: Any) -> int:
+    """Export ``compiled`` (a CompiledSchedule, or a FORMAT.md document) as asked by ``args``."""
+    fmt = _format_of(args)
+    if fmt is None:
+        return _error("choose an export format: --format trace|dot|png|svg "
+                      "(or an -o FILE ending in .json, .dot, .png or .svg)")
+    to_file = bool(args.output) and args.output != "-"
+    if fmt in ("png", "svg"):
+        if not to_file:
+            return _error(f"--format {fmt} writes an image: give -o FILE.{fmt}")
+        from pipeline_core.export.picture import MissingMatplotlib, require_matplotlib
+
+        try:
+            require_matplotlib()
+        except MissingMatplotlib as exc:
+            return _error(str(exc))
+    if fmt == "dot":
+        from pipeline_core.export import dot
+
+        _emit(dot.dumps(compiled), args.output)
+        return EXIT_OK
+    iterations = getattr(args, "iterations", DEFAULT_ITERATIONS)
+    if iterations < 1:
+        return _error(f"--iterations must be at least 1, got {iterations}")
+    width = getattr(args, "width", 1600)
+    if width < 200:
+        return _error(f"--width must be at least 200 pixels, got {width}")
+    progress = Progress(sys.stderr, f"export {fmt}")
+    try:
+        timeline = _simulate(compiled, iterations, progress.update)
+        if fmt == "trace":
+            from pipeline_core.export import trace
+
+            progress.stage("writing trace events")
+            _emit(trace.dumps(timeline), args.output)
+        else:
+            from pipeline_core.export import picture
+
+            progress.stage(f"drawing {fmt}")
+            picture.write(timeline, args.output, fmt=fmt, width=width)
+    finally:
+        progress.close()
+    if to_file:  # stdout is free: say what was written and what the model measured
+        from pipeline_core.simulate import format_summary
+
+        print(f"wrote {args.output}")
+        print(format_summary(timeline))
+    return EXIT_OK
+
+
+def _simulate(compiled: Any, iterations: int, progress: Callable[[int, int], None]):
+    from pipeline_core.simulate import simulate
+
+    return simulate(compiled, iterations, progress=progress)

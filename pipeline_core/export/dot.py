@@ -1,0 +1,163 @@
+"""The body's dependency graph as Graphviz DOT (``export --format dot``).
+
+Why: the edge rules derive dozens of FLOW/ANTI edges with loop distances; a drawing is the
+quickest way to see why an op cannot move. The graph is a networkx ``MultiDiGraph`` (one
+edge per DepEdge: a FLOW and an ANTI edge between the same two ops must both survive) whose
+node and edge attributes are Graphviz attributes plus the raw fields, so it is useful as a
+networkx object too (:func:`build_graph`).
+
+Writing goes through networkx's pydot bridge when pydot is installed. pydot is not a
+dependency of pipeline-core, so otherwise a small serializer writes the same graph from the
+networkx attributes (every id and value quoted and escaped); both outputs parse back with
+``networkx.drawing.nx_pydot.read_dot`` to the same nodes, edges and attributes.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import networkx as nx
+
+from pipeline_core.edges import DepEdge
+from pipeline_core.export.text import describe_op
+from pipeline_core.ops import DepKind, Op, OpRole
+
+#: edge style by dependency kind
+KIND_STYLE = {DepKind.FLOW: "solid", DepKind.ANTI: "dashed", DepKind.OUTPUT: "dotted"}
+#: edge colour by loop distance (0 = same iteration)
+DISTANCE_COLOR = {0: "black", 1: "blue3", 2: "darkorchid"}
+_FAR_COLOR = "red3"
+ROLE_STYLE = {  # (shape, fill colour)
+    OpRole.GLOBAL_LOAD: ("box", "lightskyblue"), OpRole.FRAGMENT_LOAD: ("ellipse", "palegreen"),
+    OpRole.SHARED_STORE: ("box", "khaki"), OpRole.COMPUTE: ("doubleoctagon", "lightsalmon"),
+    OpRole.SYNC: ("diamond", "lightgrey"), OpRole.FENCE: ("diamond", "white"),
+    OpRole.VALU_COMPUTE: ("octagon", "plum"),
+}
+
+
+def node_id(index: int) -> str:
+    return f"op{index}"
+
+
+def build_graph(body: Sequence[Op], edges: Sequence[DepEdge], names: Mapping[int, str] | None = None,
+                name: str = "body") -> nx.MultiDiGraph:
+    """Ops as nodes (index, op, role, channel, stage, subtile), DepEdges as styled edges."""
+    names = names or {}
+    g = nx.MultiDiGraph(name=name)
+    g.graph["graph"] = {"label": f"{name}: {len(body)} ops, {len(edges)} edges "
+                                 "(solid FLOW, dashed ANTI, dotted OUTPUT; d = loop distance)",
+                        "labelloc": "t", "rankdir": "TB", "fontname": "Helvetica"}
+    g.graph["node"] = {"fontname": "Helvetica", "fontsize": "10", "style": "filled"}
+    g.graph["edge"] = {"fontname": "Helvetica", "fontsize": "9"}
+    for i, o in enumerate(body):
+        shape, fill = ROLE_STYLE.get(o.role, ("box", "white"))
+        ch = "-" if o.channel < 0 else ("AB"[o.channel] if o.channel < 2 else str(o.channel))
+        label = f"{i}: {describe_op(o, names)}\\n{o.role.name} ch {ch} stage {o.stage} sub {o.subtile}"
+        g.add_node(node_id(i), label=label, shape=shape, fillcolor=fill, index=i,
+                   op=describe_op(o, names), role=o.role.name, channel=o.channel, stage=o.stage,
+                   subtile=o.subtile, k_offset=o.k_offset.name, latency=o.latency)
+    for k, e in enumerate(edges):
+        attrs: dict[str, Any] = {"kind": e.kind.name, "distance": e.distance, "index": k,
+                                 "style": KIND_STYLE.get(e.kind, "solid"),
+                                 "color": DISTANCE_COLOR.get(e.distance, _FAR_COLOR)}
+        if e.distance:
+            attrs["label"] = f"d={e.distance}"
+            attrs["fontcolor"] = attrs["color"]
+            attrs["constraint"] = "false"  # loop-carried edges should not stretch the ranks
+        g.add_edge(node_id(e.producer), node_id(e.consumer), key=k, **attrs)
+    return g
+
+
+def graph_from(source: Any) -> nx.MultiDiGraph:
+    """The graph of a CompiledSchedule or of a FORMAT.md document."""
+    if isinstance(source, Mapping):
+        from pipeline_core.simulate import op_from_document
+
+        body = [op_from_document(o) for o in source["body"]]
+        edges = [DepEdge(e["producer"], e["consumer"], e["kind_value"], e["distance"])
+                 for e in source["edges"]]
+        names = {o["tag"]: o["tag_name"] for o in source["body"] if o["tag"] < 128}
+        return build_graph(body, edges, names, str(source.get("case") or source.get("schedule", "body")))
+    return build_graph(source.body, source.edges, source.tag_names, source.schedule_name)
+
+
+def pydot_available() -> bool:
+    try:
+        import pydot  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def to_dot(graph: nx.MultiDiGraph, *, writer: str = "auto") -> str:
+    """DOT text; ``writer``: "pydot" (networkx's bridge), "builtin", or "auto" (pydot if installed)."""
+    if writer not in ("auto", "pydot", "builtin"):
+        raise ValueError(f"writer must be auto, pydot or builtin, not {writer!r}")
+    if writer == "pydot" or (writer == "auto" and pydot_available()):
+        from networkx.drawing.nx_pydot import to_pydot
+
+        return to_pydot(graph).to_string()
+    return _serialize(graph)
+
+
+_NUMERAL = re.compile(r"^(?:[0-9]+\.?[0-9]*|[0-9]*\.[0-9]+)$")
+_IDENT = re.compile(r"^[_a-zA-Z][a-zA-Z0-9_]*$")
+_KEYWORDS = frozenset({"node", "edge", "graph", "digraph", "subgraph", "strict"})
+
+
+def _quoted(text: str) -> str:
+    """Quoted and escaped as pydot does (quotes, newlines; backslashes stay DOT escapes)."""
+    return '"' + text.translate(_ESCAPES) + '"'
+
+
+_ESCAPES = {ord('"'): '\\"', ord("\n"): "\\n", ord("\r"): "\\r"}
+
+
+def _value(value: Any) -> str:
+    """An attribute value, bare only where pydot leaves it bare (digits, alphanumerics, numerals)."""
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    if text and text.lower() not in _KEYWORDS and (
+            (text.isalnum() and not text[0].isdigit()) or text.isdigit() or _NUMERAL.match(text)):
+        return text
+    return _quoted(text)
+
+
+def _id(value: Any) -> str:
+    """A node or graph name: bare when it is a plain identifier or numeral."""
+    text = str(value)
+    if text.lower() not in _KEYWORDS and (_IDENT.match(text) or _NUMERAL.match(text)):
+        return text
+    return _quoted(text)
+
+
+def _attr_list(attrs: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={_value(v)}" for k, v in attrs.items())
+
+
+def _serialize(graph: nx.MultiDiGraph) -> str:
+    """DOT from the networkx graph's attributes, laid out as networkx's pydot bridge does."""
+    kind = "digraph" if graph.is_directed() else "graph"
+    arrow = "->" if graph.is_directed() else "--"
+    lines = [f"{kind} {_quoted(str(graph.graph.get('name') or 'G'))} {{"]
+    for k, v in graph.graph.get("graph", {}).items():
+        lines.append(f"{k}={_value(v)};")
+    for section in ("node", "edge"):
+        if graph.graph.get(section):
+            lines.append(f"{section} [{_attr_list(graph.graph[section])}];")
+    for n, data in graph.nodes(data=True):
+        lines.append(f"{_id(n)} [{_attr_list(data)}];")
+    multi = graph.is_multigraph()
+    for item in graph.edges(keys=True, data=True) if multi else graph.edges(data=True):
+        u, v, data = (item[0], item[1], {"key": item[2], **item[3]}) if multi else item
+        lines.append(f"{_id(u)} {arrow} {_id(v)} [{_attr_list(data)}];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def dumps(source: Any, *, writer: str = "auto") -> str:
+    return to_dot(graph_from(source), writer=writer)
+
+
+def write(source: Any, path: str | Path, *, writer: str = "auto") -> None:
+    Path(path).write_text(dumps(source, writer=writer))
