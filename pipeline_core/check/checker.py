@@ -4,9 +4,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pipeline_core.check.anti_edges import classify_anti_edges
 from pipeline_core.check.counters import CounterModel, default_counter_model
 from pipeline_core.check.hazards import Analysis, analyse
 from pipeline_core.check.program import CheckProgram, decode
+from pipeline_core.check.slack import wait_slack
 from pipeline_core.check.trace import expand
 from pipeline_core.check.verdict import Verdict
 
@@ -28,9 +30,6 @@ def check_program(program: CheckProgram, *, iterations: int = DEFAULT_ITERATIONS
                   warps_per_group: int = 1, tightest: bool = False,
                   document: Mapping[str, Any] | None = None) -> Verdict:
     """The verdict for a decoded program (``document`` enables the ANTI-edge report)."""
-    from pipeline_core.check.anti_edges import classify_anti_edges
-    from pipeline_core.check.slack import wait_slack
-
     analysis = run_program(program, iterations, warps_per_group)
     safe = not analysis.violations
     slack = None

@@ -12,13 +12,12 @@ accumulator must receive every K step exactly once, in order.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any
 
 import attrs
 
 from pipeline_core.check.fixes import completion_fix, move_fix, review_fix
 from pipeline_core.check.program import CheckProgram, Kind
-from pipeline_core.check.trace import WarpTrace, barrier_counts
+from pipeline_core.check.trace import WarpTrace
 from pipeline_core.check.verdict import HazardKind, Site, Violation
 
 LdsKey = tuple[int, int, int]
@@ -38,7 +37,7 @@ def site_of(trace: WarpTrace, pos: int) -> Site:
                 ev.instr.describe())
 
 
-def _order(trace: WarpTrace, t: int, pos: int) -> tuple:
+def _order(trace: WarpTrace, pos: int) -> tuple:
     return (trace.bphase[pos], trace.group, trace.lane, pos)
 
 
@@ -85,181 +84,134 @@ def _expected(program: CheckProgram, traces: tuple[WarpTrace, ...]) -> list[KSte
     return [(t, 0) for t in range(k_end)]
 
 
-def analyse(program: CheckProgram, traces: tuple[WarpTrace, ...]) -> Analysis:
-    """All violations of ``traces`` (sorted in a canonical execution order)."""
-    model = program.model
-    counters = {c.name: c for c in model.counters}
-    found: list[Violation] = []
-    reads: dict[tuple[int, int], KStep] = {}
+@attrs.frozen
+class _Context:
+    """What every hazard pass needs: the program, the warps and their LDS writes."""
 
-    counts = barrier_counts(traces)
-    if len(set(counts)) > 1:
-        lo = min(range(len(traces)), key=lambda i: counts[i])
-        t = traces[lo]
-        last = len(t.events) - 1
-        found.append(Violation(
-            HazardKind.BARRIER_MISMATCH, site_of(t, last),
-            f"warps execute different numbers of barriers ({', '.join(f'{x.label}: {c}' for x, c in zip(traces, counts))}); "
-            "the workgroup hangs at the first unmatched s_barrier",
-            fix=review_fix(t, last, "make every warp group execute the same number of barriers"),
-            order=(-1,)))
+    program: CheckProgram
+    traces: tuple[WarpTrace, ...]
+    counters: dict
+    lds: tuple  #: per warp: buffer -> ([positions], [tiles])
+    stores: tuple  #: per warp: store position -> (tile, staging load position) | None
 
-    lds = []
-    stores = []
-    for t in traces:
-        w, s = _lds_writes(program, t)
-        lds.append(w)
-        stores.append(s)
-
-    def add(kind, trace, t_idx, pos, message, other=None, fix=None):
-        found.append(Violation(kind, site_of(trace, pos), message,
-                               other=site_of(*other) if other else None, fix=fix,
-                               order=_order(trace, t_idx, pos)))
-
-    def queued_before(a_trace: WarpTrace, a: int, b_trace: WarpTrace, b: int) -> bool:
+    def queued_before(self, a_trace: WarpTrace, a: int, b_trace: WarpTrace, b: int) -> bool:
         """Same warp, same in-order counter, ``a`` first: the memory unit performs them in
         issue order (an LDS write after an LDS read of one warp cannot overtake it)."""
         if a_trace is not b_trace or a >= b:
             return False
         ca, cb = a_trace.events[a].instr.counter, b_trace.events[b].instr.counter
-        return ca == cb and ca is not None and counters[ca].in_order
+        return ca == cb and ca is not None and self.counters[ca].in_order
 
+    def retired_before(self, a_trace: WarpTrace, a: int, b_trace: WarpTrace, b: int) -> bool:
+        """Is the async op at ``a_trace[a]`` guaranteed complete before ``b_trace[b]`` starts?"""
+        f = a_trace.forced[a]
+        return (f is not None and a_trace.before(f, b_trace, b)) or \
+            self.queued_before(a_trace, a, b_trace, b)
+
+
+def _violation(kind: HazardKind, trace: WarpTrace, pos: int, message: str, other=None,
+               fix=None) -> Violation:
+    return Violation(kind, site_of(trace, pos), message,
+                     other=site_of(*other) if other else None, fix=fix, order=_order(trace, pos))
+
+
+def _read_hazards(ctx: _Context) -> tuple[list[Violation], dict]:
+    """LDS_RAW / LDS_WAR of every fragment read, and the K step each read delivers."""
+    found: list[Violation] = []
+    reads: dict[tuple[int, int], KStep] = {}
     war_seen: set = set()
-    for xi, X in enumerate(traces):
+    for xi, X in enumerate(ctx.traces):
         for p, ev in enumerate(X.events):
             ins = ev.instr
             if ins.kind is not Kind.FRAG:
                 continue
             key = (ins.channel, ins.stage, ins.subtile)
+            name = f"ch{key[0]} s{key[1]} sub{key[2]}"
+            kslice = ins.subtile if ctx.program.single_buffer else 0
+            # j*: the newest version any warp's part of which was issued before the read.
             jstar = -1
-            for yi, Y in enumerate(traces):
-                w = lds[yi].get(key)
-                if not w:
-                    continue
-                limit = p if Y is X else Y.phase_start[min(X.bphase[p], len(Y.phase_start) - 1)]
-                jstar = max(jstar, bisect_left(w[0], limit) - 1)
+            for yi, Y in enumerate(ctx.traces):
+                w = ctx.lds[yi].get(key)
+                if w:
+                    limit = p if Y is X else Y.phase_start[min(X.bphase[p], len(Y.phase_start) - 1)]
+                    jstar = max(jstar, bisect_left(w[0], limit) - 1)
+            reads[(xi, p)] = (-1, kslice)
             if jstar < 0:
-                add(HazardKind.LDS_RAW, X, xi, p,
-                    f"reads LDS buffer ch{key[0]} s{key[1]} sub{key[2]} before any load of it "
-                    "is known to have been issued",
-                    fix=review_fix(X, p, "load this buffer (and wait for it) before reading it"))
+                found.append(_violation(
+                    HazardKind.LDS_RAW, X, p,
+                    f"reads LDS buffer {name} before any load of it is known to have been issued",
+                    fix=review_fix(X, p, "load this buffer (and wait for it) before reading it")))
                 continue
-            tile = None
-            for yi, Y in enumerate(traces):
-                w = lds[yi].get(key)
-                if not w or jstar >= len(w[0]):
-                    add(HazardKind.LDS_RAW, X, xi, p,
-                        f"{Y.label} never writes its part of version {jstar} of buffer "
-                        f"ch{key[0]} s{key[1]} sub{key[2]}")
-                    continue
-                lp = w[0][jstar]
-                tile = w[1][jstar] if tile is None else tile
-                f = Y.forced[lp]
-                if (f is None or not Y.before(f, X, p)) and not queued_before(Y, lp, X, p):
-                    cspec = counters[Y.events[lp].instr.counter]
-                    add(HazardKind.LDS_RAW, X, xi, p,
-                        f"may read tile k={w[1][jstar]} of buffer ch{key[0]} s{key[1]} sub{key[2]} "
-                        f"before {Y.label}'s write of it retired"
-                        + ("" if Y is X else " and a barrier published it"),
-                        other=(Y, lp), fix=completion_fix(Y, lp, X, p, cspec))
-                if jstar + 1 < len(w[0]):
-                    q = w[0][jstar + 1]
-                    fr = X.forced[p]
-                    if (fr is None or not X.before(fr, Y, q)) and not queued_before(X, p, Y, q) \
-                            and (yi, q, xi, p) not in war_seen:
+            for yi, Y in enumerate(ctx.traces):
+                positions, tiles = ctx.lds[yi][key]  # every warp runs the same entries
+                lp = positions[jstar]
+                if not ctx.retired_before(Y, lp, X, p):
+                    found.append(_violation(
+                        HazardKind.LDS_RAW, X, p,
+                        f"may read tile k={tiles[jstar]} of buffer {name} before {Y.label}'s write "
+                        "of it retired" + ("" if Y is X else " and a barrier published it"),
+                        other=(Y, lp),
+                        fix=completion_fix(Y, lp, X, p, ctx.counters[Y.events[lp].instr.counter])))
+                if jstar + 1 < len(positions):
+                    q = positions[jstar + 1]
+                    if not ctx.retired_before(X, p, Y, q) and (yi, q, xi, p) not in war_seen:
                         war_seen.add((yi, q, xi, p))
-                        cspec = counters[ins.counter]
-                        found.append(Violation(
-                            HazardKind.LDS_WAR, site_of(Y, q),
-                            f"may overwrite buffer ch{key[0]} s{key[1]} sub{key[2]} (tile "
-                            f"k={w[1][jstar]} -> k={w[1][jstar + 1]}) while {X.label}'s read of it "
-                            "may still be in flight",
-                            other=site_of(X, p), fix=completion_fix(X, p, Y, q, cspec),
-                            order=_order(Y, yi, q)))
-            kslice = ins.subtile if program.single_buffer else 0
-            reads[(xi, p)] = (tile if tile is not None else -1, kslice)
+                        found.append(_violation(
+                            HazardKind.LDS_WAR, Y, q,
+                            f"may overwrite buffer {name} (tile k={tiles[jstar]} -> "
+                            f"k={tiles[jstar + 1]}) while {X.label}'s read of it may still be in flight",
+                            other=(X, p), fix=completion_fix(X, p, Y, q, ctx.counters[ins.counter])))
+            reads[(xi, p)] = (ctx.lds[xi][key][1][jstar], kslice)
+    return found, reads
 
-    expected = _expected(program, traces)
+
+def _register_raw(ctx: _Context, X: WarpTrace, writer: int, p: int, what: str) -> Violation | None:
+    """Without interlock, a register use needs an emitted wait to have retired its writer."""
+    if ctx.program.model.register_interlock or ctx.retired_before(X, writer, X, p):
+        return None
+    return _violation(HazardKind.REG_RAW, X, p, what, other=(X, writer),
+                      fix=completion_fix(X, writer, X, p, ctx.counters[X.events[writer].instr.counter]))
+
+
+def _mma_hazards(ctx: _Context, reads: dict) -> list[Violation]:
+    """Register and accumulator data flow, in program order, per warp."""
+    found: list[Violation] = []
+    expected = _expected(ctx.program, ctx.traces)
     rank = {k: i for i, k in enumerate(expected)}
-    for xi, X in enumerate(traces):
+    for xi, X in enumerate(ctx.traces):
         regs: dict[tuple[int, int], tuple[KStep, int]] = {}
+        previous: dict[tuple[int, int], KStep] = {}  # value a register held before its last write
         progress: dict[tuple[int, ...], int] = {}
         done: dict[tuple[int, ...], set] = {}
         for p, ev in enumerate(X.events):
             ins = ev.instr
             if ins.kind is Kind.FRAG:
-                regs[(ins.channel, ins.subtile)] = (reads[(xi, p)], p)
-            elif ins.kind is Kind.STORE and not model.register_interlock:
-                src = stores[xi].get(p)
-                if src is not None:
-                    f = X.forced[src[1]]
-                    if f is None or f >= p:
-                        add(HazardKind.REG_RAW, X, xi, p,
-                            "stores staging registers before the global load filling them retired",
-                            other=(X, src[1]),
-                            fix=completion_fix(X, src[1], X, p, counters[X.events[src[1]].instr.counter]))
+                reg = (ins.channel, ins.subtile)
+                if reg in regs:
+                    previous[reg] = regs[reg][0]
+                regs[reg] = (reads[(xi, p)], p)
+            elif ins.kind is Kind.STORE and ctx.stores[xi].get(p) is not None:
+                v = _register_raw(ctx, X, ctx.stores[xi][p][1], p,
+                                  "stores staging registers before the global load filling them retired")
+                if v:
+                    found.append(v)
             elif ins.kind is Kind.MMA:
-                vals = []
-                for reg in ins.operands:
-                    got = regs.get(reg)
-                    if got is None:
-                        add(HazardKind.REG_RAW, X, xi, p,
-                            f"reads fragment register ch{reg[0]} #{reg[1]} that was never loaded",
-                            fix=review_fix(X, p, "load the fragment before this MMA"))
-                        vals = None
-                        break
-                    if not model.register_interlock:
-                        f = X.forced[got[1]]
-                        if f is None or f >= p:
-                            add(HazardKind.REG_RAW, X, xi, p,
-                                f"may read register ch{reg[0]} #{reg[1]} before its fragment load retired",
-                                other=(X, got[1]),
-                                fix=completion_fix(X, got[1], X, p, counters[X.events[got[1]].instr.counter]))
-                    vals.append(got)
-                if vals is None:
+                vals = [regs.get(reg) for reg in ins.operands]
+                if None in vals:
+                    reg = ins.operands[vals.index(None)]
+                    found.append(_violation(
+                        HazardKind.REG_RAW, X, p,
+                        f"reads fragment register ch{reg[0]} #{reg[1]} that was never loaded",
+                        fix=review_fix(X, p, "load the fragment before this MMA")))
                     continue
-                acc = ins.acc
-                want_i = progress.get(acc, 0)
-                want = expected[want_i] if want_i < len(expected) else None
-                steps = {v[0] for v in vals}
-                if len(steps) > 1:
-                    newer = [v for v in vals if want is not None and rank.get(v[0], -1) > want_i]
-                    if want is not None and any(v[0] == want for v in vals) and newer:
-                        w = max(newer, key=lambda v: v[1])
-                        add(HazardKind.REG_WAR, X, xi, p,
-                            f"operand register was overwritten (now K step {w[0]}) before this MMA "
-                            f"consumed K step {want}", other=(X, w[1]), fix=move_fix(X, w[1], p))
-                    else:
-                        add(HazardKind.WRONG_K_STEP, X, xi, p,
-                            "combines operands of different K steps: "
-                            + ", ".join(f"ch{r[0]}#{r[1]}=k{v[0][0]}" for r, v in zip(ins.operands, vals)),
-                            other=(X, max(vals, key=lambda v: v[1])[1]),
-                            fix=review_fix(X, p, "load both operands of the same K step before the MMA"))
-                    continue
-                step = vals[0][0]
-                seen = done.setdefault(acc, set())
-                if step == want:
-                    progress[acc] = want_i + 1
-                    seen.add(step)
-                elif step in seen:
-                    add(HazardKind.DUPLICATE_PRODUCT, X, xi, p,
-                        f"accumulates product {acc} at K step {step} a second time",
-                        other=(X, vals[0][1]),
-                        fix=review_fix(X, p, "the fragment registers were not reloaded since the last MMA"))
-                elif step in rank and rank[step] > want_i:
-                    add(HazardKind.MISSING_PRODUCT, X, xi, p,
-                        f"skips product {acc} at K step {want} (accumulates K step {step} instead)",
-                        other=(X, vals[0][1]),
-                        fix=review_fix(X, p, f"an MMA for {acc} at K step {want} is missing before this one"))
-                    progress[acc] = rank[step] + 1
-                    seen.add(step)
-                else:
-                    add(HazardKind.WRONG_K_STEP, X, xi, p,
-                        f"accumulates K step {step} into {acc}, which expects K step {want}",
-                        other=(X, vals[0][1]),
-                        fix=review_fix(X, p, "the operands hold a K step outside the loop"))
-        last = len(X.events) - 1
-        for acc in program.accumulators:
+                for reg, got in zip(ins.operands, vals):
+                    v = _register_raw(ctx, X, got[1], p, f"may read register ch{reg[0]} #{reg[1]} "
+                                                          "before its fragment load retired")
+                    if v:
+                        found.append(v)
+                found.extend(_accumulate(X, p, ins, vals, expected, rank, progress, done, previous))
+        last = max((q for q, e in enumerate(X.events) if e.instr.index >= 0), default=0)
+        for acc in ctx.program.accumulators:
             i = progress.get(acc, 0)
             if i < len(expected):
                 found.append(Violation(
@@ -268,9 +220,57 @@ def analyse(program: CheckProgram, traces: tuple[WarpTrace, ...]) -> Analysis:
                     f"({len(expected) - i} of {len(expected)} K steps missing)",
                     fix=review_fix(X, last, "every MMA of every K step must run once"),
                     order=(float("inf"), X.group, X.lane, last)))
+    return found
+
+
+def _accumulate(X: WarpTrace, p: int, ins, vals, expected, rank, progress, done, previous) -> list[Violation]:
+    """One MMA: same K step on every operand, and the next K step of its accumulator."""
+    acc = ins.acc
+    want_i = progress.get(acc, 0)
+    want = expected[want_i] if want_i < len(expected) else None
+    if len({v[0] for v in vals}) > 1:
+        # REG_WAR: a register that held the wanted K step was reloaded too early.
+        clobbered = [v for r, v in zip(ins.operands, vals) if v[0] != want and previous.get(r) == want]
+        if want is not None and any(v[0] == want for v in vals) and clobbered:
+            w = max(clobbered, key=lambda v: v[1])
+            return [_violation(HazardKind.REG_WAR, X, p,
+                               f"operand register was overwritten (now K step {w[0]}) before this "
+                               f"MMA consumed K step {want}", other=(X, w[1]), fix=move_fix(X, w[1], p))]
+        return [_violation(HazardKind.WRONG_K_STEP, X, p,
+                           "combines operands of different K steps: "
+                           + ", ".join(f"ch{r[0]}#{r[1]}=k{v[0][0]}" for r, v in zip(ins.operands, vals)),
+                           other=(X, max(vals, key=lambda v: v[1])[1]),
+                           fix=review_fix(X, p, "load both operands of the same K step before the MMA"))]
+    step = vals[0][0]
+    seen = done.setdefault(acc, set())
+    if step == want:
+        progress[acc] = want_i + 1
+        seen.add(step)
+        return []
+    if step in seen:
+        return [_violation(HazardKind.DUPLICATE_PRODUCT, X, p,
+                           f"accumulates product {acc} at K step {step} a second time",
+                           other=(X, vals[0][1]),
+                           fix=review_fix(X, p, "the fragment registers were not reloaded since the last MMA"))]
+    if step in rank and rank[step] > want_i:
+        progress[acc] = rank[step] + 1
+        seen.add(step)
+        return [_violation(HazardKind.MISSING_PRODUCT, X, p,
+                           f"skips product {acc} at K step {want} (accumulates K step {step} instead)",
+                           other=(X, vals[0][1]),
+                           fix=review_fix(X, p, f"an MMA for {acc} at K step {want} is missing before this one"))]
+    return [_violation(HazardKind.WRONG_K_STEP, X, p,
+                       f"accumulates K step {step} into {acc}, which expects K step {want}",
+                       other=(X, vals[0][1]),
+                       fix=review_fix(X, p, "the operands hold a K step outside the loop"))]
+
+
+def analyse(program: CheckProgram, traces: tuple[WarpTrace, ...]) -> Analysis:
+    """All violations of ``traces`` (sorted in a canonical execution order)."""
+    writes = [_lds_writes(program, t) for t in traces]
+    ctx = _Context(program, traces, {c.name: c for c in program.model.counters},
+                   tuple(w for w, _ in writes), tuple(s for _, s in writes))
+    found, reads = _read_hazards(ctx)
+    found.extend(_mma_hazards(ctx, reads))
     found.sort(key=lambda v: v.order)
     return Analysis(tuple(found), reads)
-
-
-def summary(analysis: Analysis) -> dict[str, Any]:
-    return {"violations": len(analysis.violations)}

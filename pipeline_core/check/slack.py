@@ -1,6 +1,7 @@
 """Waits stronger than needed: the loosest value of each wait that keeps the schedule safe."""
 from __future__ import annotations
 
+from pipeline_core.check.hazards import analyse
 from pipeline_core.check.program import CheckProgram, Kind
 from pipeline_core.check.trace import expand
 from pipeline_core.check.verdict import WaitSlack
@@ -15,13 +16,15 @@ def with_wait(program: CheckProgram, phase: str, index: int, value: int) -> Chec
     return program.replace_phase(phase, instrs)
 
 
-def max_outstanding(program: CheckProgram, phase: str, index: int, iterations: int) -> int:
-    """Most ops ever outstanding on the wait's counter when it is reached (any warp, iteration)."""
-    best = 0
+def max_outstanding(program: CheckProgram, iterations: int) -> dict[tuple[str, int], int]:
+    """(phase, index) of each wait -> most ops ever outstanding on its counter when reached
+    (any warp, any iteration); a wait value at or above it is a no-op."""
+    best: dict[tuple[str, int], int] = {}
     for t in expand(program, iterations, 1):
         for p, ev in enumerate(t.events):
-            if ev.instr.phase == phase and ev.instr.index == index:
-                best = max(best, t.outstanding[p])
+            if ev.instr.kind is Kind.WAIT:
+                key = (ev.instr.phase, ev.instr.index)
+                best[key] = max(best.get(key, 0), t.outstanding[p])
     return best
 
 
@@ -32,18 +35,20 @@ def wait_slack(program: CheckProgram, iterations: int, warps_per_group: int = 1,
     Safety is monotone in a wait's value (a larger value allows a superset of
     timings), so the search needs log2(outstanding) re-checks per wait.
     """
-    from pipeline_core.check.checker import is_safe
+    def is_safe(candidate: CheckProgram) -> bool:
+        return not analyse(candidate, expand(candidate, iterations, warps_per_group)).violations
 
     out = []
+    ceiling = max_outstanding(program, iterations)
     for phase in phases:
         for ins in program.phase(phase):
             if ins.kind is not Kind.WAIT:
                 continue
-            top = max(ins.value, max_outstanding(program, phase, ins.index, iterations))
+            top = max(ins.value, ceiling.get((phase, ins.index), 0))
             lo, hi = ins.value, top  # lo is safe (the schedule is); find the largest safe
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if is_safe(with_wait(program, phase, ins.index, mid), iterations, warps_per_group):
+                if is_safe(with_wait(program, phase, ins.index, mid)):
                     lo = mid
                 else:
                     hi = mid - 1

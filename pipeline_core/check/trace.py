@@ -15,7 +15,6 @@ guarantees it retired.  Those two facts decide happens-before for all timings:
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
 
 import attrs
 
@@ -32,12 +31,6 @@ class Event:
     instr: Instr
     iteration: int  #: kernel iteration 1..N; 0 in prologue/epilogue and synthetic barriers
     k_base: int  #: loop variable in BK units
-
-    @property
-    def where(self) -> str:
-        if self.instr.phase == "kernel":
-            return f"kernel[{self.instr.index}] (iteration {self.iteration})"
-        return self.instr.site
 
 
 @attrs.frozen
@@ -194,7 +187,3 @@ def expand(program: CheckProgram, iterations: int, warps_per_group: int = 1) -> 
             traces.append(WarpTrace(g, lane, tuple(events), bphase, forced, cum, outstanding, starts,
                                     multi=warps_per_group > 1))
     return tuple(traces)
-
-
-def barrier_counts(traces: Iterable[WarpTrace]) -> list[int]:
-    return [sum(1 for e in t.events if e.instr.kind is Kind.BARRIER) for t in traces]

@@ -18,7 +18,6 @@ class HazardKind(enum.Enum):
     WRONG_K_STEP = "WRONG_K_STEP"  #: an MMA's A and B come from different K steps
     MISSING_PRODUCT = "MISSING_PRODUCT"  #: an (m, n, k) product is never accumulated (or skipped)
     DUPLICATE_PRODUCT = "DUPLICATE_PRODUCT"  #: an (m, n, k) product is accumulated twice
-    BARRIER_MISMATCH = "BARRIER_MISMATCH"  #: warps execute different numbers of barriers (hang)
 
 
 @attrs.frozen

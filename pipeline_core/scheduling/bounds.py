@@ -57,7 +57,7 @@ class Problem:
     __slots__ = ("ops", "edges", "n", "penalty", "lat", "mach", "port", "is_global", "is_frag",
                  "is_compute", "vdef", "vkill", "preds", "succs", "topo", "asap", "tail",
                  "ranges", "part_of", "parts", "part_bounds", "mma_by_part", "valu_by_part",
-                 "port_by_part", "any_kill", "total_def")
+                 "port_by_part", "compute_by_part", "any_kill", "total_def")
 
     def __init__(self, body: Sequence[Op], edges: Sequence[DepEdge], *, penalty: int = 0,
                  num_partitions: int = 1) -> None:
@@ -112,6 +112,7 @@ class Problem:
         self.mma_by_part = [[i for i in range(lo, hi) if self.mach[i] == MMA] for lo, hi in bounds]
         self.valu_by_part = [[i for i in range(lo, hi) if self.mach[i] == VALU] for lo, hi in bounds]
         self.port_by_part = [[i for i in range(lo, hi) if self.port[i]] for lo, hi in bounds]
+        self.compute_by_part = [[i for i in range(lo, hi) if self.is_compute[i]] for lo, hi in bounds]
 
     def simulate(self, order: Sequence[int]) -> tuple[int, int]:
         """(makespan, VGPR peak): the evaluator's semantics (unplaced producers count as 0)."""
@@ -194,26 +195,50 @@ def chain_bound(jobs: list[tuple[int, int, int]], start: int) -> tuple[int, int]
 
 
 class NodeBound:
-    """Makespan lower bound of any completion of a partial schedule (see module docstring)."""
+    """Makespan lower bound of any completion of a partial schedule (see module docstring).
 
-    __slots__ = ("pb", "head")
+    With a cap of G global loads per block and an LDS-port penalty, the bound also
+    knows that global loads need blocks: the j-th global load still to come needs
+    u(j) more COMPUTE ops before it, and a COMPUTE op comes after all its producers,
+    so that load follows on the port the port ops those COMPUTEs wait for.  With the
+    u(j) COMPUTEs whose port producers can start earliest, that gives the j-th load
+    a release time; the port relaxation is then also solved with those releases.
+    """
 
-    def __init__(self, pb: Problem) -> None:
+    __slots__ = ("pb", "head", "anc", "max_globals", "INFEASIBLE")
+
+    def __init__(self, pb: Problem, max_globals: int = 0) -> None:
         self.pb = pb
         self.head = [0] * pb.n
+        self.anc = [-1] * pb.n
+        self.max_globals = max_globals if pb.penalty > 0 else 0
+        self.INFEASIBLE = 1 << 60
 
     def __call__(self, placed: Sequence[bool], finish: Sequence[int], mma_free: int,
-                 valu_free: int, port_free: int, cur_max: int, first_part: int) -> int:
+                 valu_free: int, port_free: int, cur_max: int, first_part: int,
+                 open_globals: int = 0) -> int:
+        """``open_globals``: global loads already in the open block of partition ``first_part``."""
         pb = self.pb
         lat, preds, mach, port, asap, tail = pb.lat, pb.preds, pb.mach, pb.port, pb.asap, pb.tail
-        head = self.head
+        head, anc = self.head, self.anc
+        G = self.max_globals
         best = cur_max
         for i in pb.topo:
             if placed[i]:
                 continue
             h = asap[i]
+            a = -1
             for p in preds[i]:
-                v = finish[p] if placed[p] else head[p] + lat[p]
+                if placed[p]:
+                    v = finish[p]
+                else:
+                    v = head[p] + lat[p]
+                    if G:
+                        pa = head[p] if port[p] else -1
+                        if anc[p] > pa:
+                            pa = anc[p]
+                        if pa > a:
+                            a = pa
                 if v > h:
                     h = v
             m = mach[i]
@@ -226,28 +251,62 @@ class NodeBound:
             if port[i] and port_free > h:
                 h = port_free
             head[i] = h
+            anc[i] = a
             v = h + lat[i] + tail[i]
             if v > best:
                 best = v
-        for by_part, free, is_port in ((pb.mma_by_part, mma_free, False),
-                                       (pb.valu_by_part, valu_free, False),
-                                       (pb.port_by_part, port_free, True)):
+        pen = pb.penalty
+        for by_part, free in ((pb.mma_by_part, mma_free), (pb.valu_by_part, valu_free)):
             t = free
-            pen = pb.penalty
             for k in range(first_part, pb.parts):
-                if is_port:
-                    jobs = [(head[i], pen, lat[i] + tail[i] - pen)
-                            for i in by_part[k] if not placed[i]]
-                else:
-                    jobs = [(head[i], lat[i], tail[i]) for i in by_part[k] if not placed[i]]
-                if not jobs:
+                jobs = [(head[i], lat[i], tail[i]) for i in by_part[k] if not placed[i]]
+                if jobs:
+                    t, b = chain_bound(jobs, t)
+                    if b > best:
+                        best = b
+        if pen:
+            t = port_free
+            for k in range(first_part, pb.parts):
+                ops = [i for i in pb.port_by_part[k] if not placed[i]]
+                if not ops:
                     continue
-                t, b = chain_bound(jobs, t)
+                t1, b = chain_bound([(head[i], pen, lat[i] + tail[i] - pen) for i in ops], t)
                 if b > best:
                     best = b
+                if G:
+                    free_slots = G - open_globals if k == first_part else G
+                    t2, b = self._blocked_port(ops, k, free_slots, t, placed)
+                    if b > best:
+                        best = b
+                    if t2 > t1:
+                        t1 = t2
+                t = t1
         return best
 
+    def _blocked_port(self, ops: list[int], k: int, free_slots: int, start: int,
+                      placed: Sequence[bool]) -> tuple[int, int]:
+        """The port relaxation of partition ``k`` with block-rank releases for global loads."""
+        pb, head, anc, G, pen = self.pb, self.head, self.anc, self.max_globals, self.pb.penalty
+        lat, tail, is_global = pb.lat, pb.tail, pb.is_global
+        glob = [i for i in ops if is_global[i]]
+        if not glob:
+            return start, start
+        computes = sorted(anc[i] for i in pb.compute_by_part[k] if not placed[i])
+        if len(glob) > free_slots + G * len(computes):
+            return self.INFEASIBLE, self.INFEASIBLE
+        heads = sorted(head[i] for i in glob)
+        qg = min(lat[i] + tail[i] - pen for i in glob)
+        jobs = [(head[i], pen, lat[i] + tail[i] - pen) for i in ops if not is_global[i]]
+        for j, h in enumerate(heads, start=1):
+            if j > free_slots:
+                u = -(-(j - free_slots) // G)
+                e = computes[u - 1]
+                if e >= 0 and e + pen > h:
+                    h = e + pen
+            jobs.append((h, pen, qg))
+        return chain_bound(jobs, start)
 
-def root_bound(pb: Problem) -> int:
-    """The NodeBound of the empty schedule (valid for every order that respects the edges)."""
-    return NodeBound(pb)([False] * pb.n, [0] * pb.n, 0, 0, 0, 0, 0)
+
+def root_bound(pb: Problem, max_globals: int = 0) -> int:
+    """The NodeBound of the empty schedule (valid for every partition-isolated valid order)."""
+    return NodeBound(pb, max_globals)([False] * pb.n, [0] * pb.n, 0, 0, 0, 0, 0, 0)

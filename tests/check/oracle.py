@@ -130,15 +130,14 @@ def trial(doc, iterations, rng, warps_per_group=1):
     inflight: dict = {}  # buffer -> set of read tokens
     torn: set = set()
     reader: dict = {}  # read token -> warp
-    speed = [rng.choice([0.2, 1, 5]) for _ in warps]
-    rate = {"vm": rng.choice([0.01, 0.3, 3, 30]), "lgkm": rng.choice([0.01, 0.3, 3, 30])}
+    speed = [rng.choice([0.05, 0.3, 1, 5, 30]) for _ in warps]
+    rates = [{c: rng.choice([0.003, 0.03, 0.3, 3, 30]) for c in ("vm", "lgkm")} for _ in warps]
     token = 0
 
     def fail(msg):
         raise Failure(msg)
 
     def complete(wi, ctr):
-        nonlocal token
         w = warps[wi]
         item = w.queues[ctr].popleft()
         kind, op, part, last, data = item
@@ -164,16 +163,16 @@ def trial(doc, iterations, rng, warps_per_group=1):
             snap = lds.get(buf, {})  # performed in issue order with this warp's LDS ops
             value = GARBAGE
             vals = set(snap.values())
-            expect_parts = len(warps) * (1 if single else op_cost(op))
+            expect_parts = len(warps) * (1 if single else parts_per_load(op.ch))
             if tok not in torn and len(vals) == 1 and len(snap) == expect_parts:
                 value = next(iter(vals))
             if w.pending_reg.get(reg) == tok:
                 w.regs[reg] = (value, op.sub if single else 0) if value != GARBAGE else GARBAGE
                 del w.pending_reg[reg]
 
-    def op_cost(op):
-        vm, _ = _costs(doc)
-        return vm[op.ch]
+    def parts_per_load(ch):
+        """Each vm op of a warp's load writes one part of the tile."""
+        return _costs(doc)[0][ch]
 
     def enabled(wi):
         w = warps[wi]
@@ -181,7 +180,7 @@ def trial(doc, iterations, rng, warps_per_group=1):
             return False
         op = w.prog[w.pc]
         if op.kind == "wait":
-            return sum(1 for _ in w.queues[op.counter]) <= op.value
+            return len(w.queues[op.counter]) <= op.value
         if op.kind == "barrier" and drains:
             return not w.queues["vm"] and not w.queues["lgkm"]
         if op.kind == "mma":
@@ -242,9 +241,9 @@ def trial(doc, iterations, rng, warps_per_group=1):
         comps = [(wi, c) for wi in range(len(warps)) for c in ("vm", "lgkm") if warps[wi].queues[c]]
         if not moves and not comps:
             break
-        weights = [speed[wi] for wi in moves] + [rate[c] for _, c in comps]
+        weights = [speed[wi] for wi in moves] + [rates[wi][c] for wi, c in comps]
         if not moves:
-            weights = [rate[c] for _, c in comps]
+            weights = [rates[wi][c] for wi, c in comps]
             wi, c = comps[rng.choices(range(len(comps)), weights)[0]]
             try:
                 complete(wi, c)

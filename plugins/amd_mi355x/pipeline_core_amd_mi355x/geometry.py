@@ -147,12 +147,12 @@ def tile_launch_defaults(owner: str, shape: TileShape, layout: WarpLayout) -> La
     rows_per_iter = _exact(owner, "BK", BK, lanes, loads_per_row,
                            f"such that BK/{simd_width} = {loads_per_row} loads per row divides the "
                            f"{lanes} lanes of {layout.loading_warps} loading warps")
+    fill = (f"the {rows_per_iter} rows that {layout.loading_warps} loading warps fill per "
+            f"iteration at BK={BK} {shape.dtype} (every lane issues whole 16-byte loads)")
     vm_a = _exact(owner, "BM", BM, BM // 2, rows_per_iter,
-                  f"such that BM/2 is a multiple of the {rows_per_iter} rows loaded per "
-                  f"iteration (one full load per lane)")
+                  f"such that BM/2 = {BM // 2} is a multiple of {fill}")
     vm_b = _exact(owner, "BN", BN, BN // 2, rows_per_iter,
-                  f"such that BN/2 is a multiple of the {rows_per_iter} rows loaded per "
-                  f"iteration (one full load per lane)")
+                  f"such that BN/2 = {BN // 2} is a multiple of {fill}")
 
     # Fragment loads (LDS -> registers): factors from MMA_M and MMA_K only (Appendix B 3.2).
     frag_w = _exact(owner, "MMA_K", MMA_K, MMA_M * MMA_K, WAVE_SIZE,

@@ -65,7 +65,7 @@ FORCED_KNOBS: Mapping[str, Any] = {
 }
 FORCED_WHY: Mapping[str, str] = {
     "scheduling": (
-        "4wave keeps its mini-iteration order (IDENTITY). Its LDS edges cross partitions "
+        "4wave keeps its mini-iteration order. Its LDS edges cross partitions "
         "(half-1 fragment loads must precede half-0 refills of the same stage), so the "
         "half-isolated GREEDY/CSP schedulers cannot place the half-0 loads: the reference's "
         "greedy returns 20 of 24 ops"),
@@ -167,7 +167,8 @@ def _reject_contradicting_overrides(ctx: BuildContext) -> None:
         if getattr(parsed, key) != FORCED_KNOBS[key]:
             want = FORCED_KNOBS[key]
             want_text = want if isinstance(want, str) else str(want).lower()
-            raise ConfigError(OWNER, key, text, f"{want_text} only: {FORCED_WHY[key]}")
+            raise ConfigError(f"ScheduleConfig ({NAME})", key, text,
+                              f"{want_text} only: {FORCED_WHY[key]}")
 
 
 def _check_target(ctx: BuildContext, config: PipelineConfig) -> None:

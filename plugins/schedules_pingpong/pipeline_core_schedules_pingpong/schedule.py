@@ -157,9 +157,10 @@ def make_pingpong(ctx: BuildContext) -> PingPongSchedule:
     p = ctx.params
     for name in OWNED_SCHEDULE_FIELDS:
         if name in ctx.config_overrides:
-            raise ConfigError(OWNER, f"-c {name}", ctx.config_overrides[name],
-                              f"not a -c override for pingpong: the schedule always writes its own "
-                              f"lgkm per load into the ScheduleConfig; use -p {name}=...")
+            raise ConfigError(f"ScheduleConfig ({NAME})", name, ctx.config_overrides[name],
+                              f"not settable with -c: pingpong always writes its own lgkm per "
+                              f"load into the ScheduleConfig (Appendix B 10.2); use "
+                              f"-p {name}={ctx.config_overrides[name]}")
     dtype = resolve_dtype(ctx)
     launch = resolve_launch(ctx, dtype)
     derive = launch is not None and p["launch_defaults"]

@@ -1,0 +1,136 @@
+"""The ``matmul-grid`` schedule: ping-pong with an m x n MMA grid per warp group.
+
+Built like ping-pong (annotate the logical body with the target's cost model,
+then ``double_buffer_reorder`` into MMA blocks); the pipeline config is the
+target's with ``m_mmas`` / ``n_mmas`` set to the grid.  Bodies have
+2 * (m*n + 2*(m+n)) ops: 24 for 2 x 2, 48 for 2 x 5, 64 for 4 x 4, 100 for 4 x 7,
+132 for 5 x 8.
+
+The default strategy is EXACT_BLOCKS: for grids beyond 2 x 2 the producers-first
+orders of GREEDY / CSP bunch the global loads of a stage behind its last
+fragment load (the LDS ANTI edges), more than a block's two slots hold, and the
+program builder rejects them; EXACT_BLOCKS searches only orders that compile.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
+from pipeline_core.costs import annotate
+from pipeline_core.errors import ConfigError, TransformError
+from pipeline_core.ops import Op
+from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
+
+from pipeline_core_amd_mi355x.tags import DOUBLE_BUFFER_TAG_NAMES
+
+from pipeline_core_schedules_matmul_grid.body import PARTITIONS, logical_body
+
+NAME = "matmul-grid"
+OWNER = f"schedule {NAME}"
+#: Largest grid side accepted (PipelineConfig allows 64; bodies grow as m*n).
+MAX_SIDE = 16
+
+PARAMS: tuple[Param, ...] = (
+    Param("m", int, 2, "MMA rows per warp group (>= 2)"),
+    Param("n", int, 2, "MMA columns per warp group (>= 1)"),
+    Param("partitions", int, PARTITIONS,
+          "warp groups, one LDS stage each; the double-buffer program fills two stages "
+          "(K0/K1 prefetch, K_PREV completion), so 2 is the only value"),
+    Param("fp8", bool, False, "FP8 inputs (informational, as in ping-pong)"),
+    Param("lgkm_per_load_a", int, 0, "lgkmcnt per channel-A load, written into the ScheduleConfig"),
+    Param("lgkm_per_load_b", int, 0, "lgkmcnt per channel-B load, written into the ScheduleConfig"),
+)
+
+
+def default_schedule_config() -> ScheduleConfig:
+    """Ping-pong's (auto waits) with the exact, always-compilable strategy."""
+    return ScheduleConfig(scheduling="EXACT_BLOCKS", auto_waits=True)
+
+
+@attrs.frozen
+class MatmulGridSchedule:
+    """A double-buffer matmul with an m x n MMA grid per partition."""
+
+    m: int
+    n: int
+    target: TargetProfile
+    sched: ScheduleConfig = attrs.field(factory=default_schedule_config)
+    is_fp8: bool = False
+    lgkm_per_load_a: int = 0
+    lgkm_per_load_b: int = 0
+    name: str = NAME
+
+    def config(self) -> PipelineConfig:
+        return self.target.pipeline.evolve(m_mmas=self.m, n_mmas=self.n,
+                                           num_partitions=PARTITIONS)
+
+    def logical_body(self) -> list[Op]:
+        return logical_body(self.m, self.n)
+
+    def build_body(self) -> list[Op]:
+        """double_buffer_reorder(annotate(logical body, cost model), pipeline config)."""
+        from pipeline_core.transforms import double_buffer_reorder
+
+        ops = annotate(self.logical_body(), self.target.cost_model)
+        return list(double_buffer_reorder(ops, self.config()))
+
+    def schedule_config(self) -> ScheduleConfig:
+        """The stored config with the schedule's lgkm per load (as ping-pong)."""
+        return self.sched.evolve(lgkm_per_load_a=self.lgkm_per_load_a,
+                                 lgkm_per_load_b=self.lgkm_per_load_b)
+
+    def tag_names(self) -> dict[int, str]:
+        return dict(DOUBLE_BUFFER_TAG_NAMES)
+
+
+def _int_in(name: str, value: Any, lo: int, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (
+            hi is not None and value > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ConfigError(OWNER, name, value, f"an integer {rng}")
+    return value
+
+
+def make_matmul_grid(ctx: BuildContext) -> MatmulGridSchedule:
+    """Parameters -> MatmulGridSchedule; the body is built once here to report bad grids early."""
+    p = ctx.params
+    m = _int_in("m", p["m"], 2, MAX_SIDE)
+    n = _int_in("n", p["n"], 1, MAX_SIDE)
+    if p["partitions"] != PARTITIONS:
+        raise ConfigError(OWNER, "partitions", p["partitions"],
+                          f"{PARTITIONS}: the double-buffer program, its prologue and the K "
+                          "offsets (K0, K1, K_PREV) cover exactly two LDS stages, one per warp "
+                          "group")
+    lgkm = {k: _int_in(k, p[k], 0) for k in ("lgkm_per_load_a", "lgkm_per_load_b")}
+    for name in lgkm:
+        if name in ctx.config_overrides:
+            raise ConfigError(OWNER, f"-c {name}", ctx.config_overrides[name],
+                              f"not a -c override for {NAME}: the schedule writes its own lgkm per "
+                              f"load into the ScheduleConfig; use -p {name}=...")
+    target = ctx.make_target()
+    if target.pipeline.depth < 2:
+        raise ConfigError(OWNER, "target", ctx.target.name,
+                          "a double-buffer target (pipeline depth >= 2), e.g. mi355x")
+    schedule = MatmulGridSchedule(m=m, n=n, target=target,
+                                  sched=ctx.schedule_config(default_schedule_config()),
+                                  is_fp8=bool(p["fp8"]), **lgkm)
+    try:
+        schedule.build_body()
+    except TransformError as exc:
+        raise ConfigError(OWNER, "m x n", f"{m} x {n}",
+                          f"a grid whose {m + n} global loads per partition fit its {m * n} "
+                          f"MMA blocks under max_globals "
+                          f"{target.pipeline.block_sizing.max_globals} ({exc})") from None
+    return schedule
+
+
+RECORD = ScheduleRecord(
+    name=NAME,
+    description="AMD ping-pong double-buffer matmul with an m x n MMA grid per warp group "
+                "(2 x 2 = pingpong's body)",
+    factory=make_matmul_grid,
+    params=PARAMS,
+    default_target="mi355x",
+)

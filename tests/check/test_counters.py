@@ -1,0 +1,77 @@
+"""Counter models: the AMD default built from a document, and plugged-in semantics."""
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from pipeline_core.check import CounterModel, CounterSpec, OpCount, check_document, default_counter_model
+from pipeline_core.check.counters import LGKM, VM
+
+from .helpers import TESTCFG, load
+
+
+@pytest.mark.parametrize("case,vm,lgkm,notes", [
+    ("pingpong_bf16", (2, 2), (8, 4), 0),  # lgkm from schedule_config (type parameters)
+    ("fourwave_fp8", (2, 2), (4, 4), 0),  # lgkm from config (geometry)
+    ("fourwave_fp8_bm64", (1, 1), (2, 2), 0),
+    (TESTCFG, (4, 4), (1, 1), 2),  # both 0: 1 per fragment load assumed, and said so
+])
+def test_default_model(case, vm, lgkm, notes):
+    m = default_counter_model(load(case))
+    assert (m.cost(0, 0).ops, m.cost(0, 1).ops) == vm
+    assert (m.cost(2, 0).ops, m.cost(2, 1).ops) == lgkm
+    assert len(m.notes) == notes
+    assert m.counter_for_wait(129).name == VM and m.counter_for_wait(130).name == LGKM
+    assert m.counter_for_wait(128) is None and not m.barrier_drains and m.global_loads_write_lds
+
+
+def test_single_buffer_model():
+    m = default_counter_model(load("default_matmul"))
+    assert m.barrier_drains and not m.global_loads_write_lds and m.cost(1, 0).counter == LGKM
+
+
+def test_counts_must_be_positive():
+    with pytest.raises(ValueError):
+        OpCount(0, 0, VM, 0)
+
+
+def _with(model: CounterModel, **in_order) -> CounterModel:
+    return attrs.evolve(model, counters=tuple(CounterSpec(c.name, c.wait_tag, in_order.get(c.name, c.in_order))
+                                              for c in model.counters))
+
+
+def test_out_of_order_lgkm_makes_partial_waits_useless():
+    """A target whose lgkm ops retire in any order: wait_lgkm(8) no longer retires FB0."""
+    doc = load("pingpong_bf16")
+    v = check_document(doc, model=_with(default_counter_model(doc), lgkm=False))
+    assert not v.safe and v.first.kind.value == "LDS_WAR"
+    assert v.first.fix.value == 0
+
+
+def test_out_of_order_vm_breaks_fourwave_partial_drains():
+    doc = load("fourwave_fp8")
+    v = check_document(doc, model=_with(default_counter_model(doc), vm=False))
+    assert not v.safe and v.first.site.phase == "prologue"
+
+
+def test_costs_change_what_a_wait_retires():
+    """With 1 vm op per load, ping-pong's wait_vm(6) leaves the completion load in flight."""
+    doc = load("pingpong_bf16")
+    m = default_counter_model(doc)
+    cheap = attrs.evolve(m, costs=tuple(attrs.evolve(c, ops=1) if c.counter == VM else c for c in m.costs))
+    v = check_document(doc, model=cheap)
+    assert not v.safe and v.first.kind.value == "LDS_RAW"
+
+
+def test_a_new_target_with_other_wait_tags():
+    """A plugin can rename the counters and their wait tags; the checker follows the model."""
+    doc = load("fourwave_fp8")
+    for e in doc["prologue"] + doc["kernel"] + doc["epilogue"]:
+        if e["op"]["tag"] in (129, 130):
+            e["op"]["tag"] += 100  # 229 / 230
+    base = default_counter_model(load("fourwave_fp8"))
+    model = attrs.evolve(base, name="other", counters=(CounterSpec("dma", 229), CounterSpec("smem", 230)),
+                         costs=tuple(attrs.evolve(c, counter={"vm": "dma", "lgkm": "smem"}[c.counter])
+                                     for c in base.costs))
+    assert check_document(doc, model=model).safe
+    assert not check_document(doc).safe  # the default model sees no waits at all

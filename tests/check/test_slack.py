@@ -1,0 +1,67 @@
+"""The loosest safe value of every kernel wait ("stronger than needed" report)."""
+from __future__ import annotations
+
+import pytest
+
+from pipeline_core.check import check_document
+
+from .helpers import load, set_wait
+
+# (index, counter, value, loosest safe value, max outstanding) per kernel wait.  Under the
+# default model (register interlock) the wait_lgkm(0) before each MMA duplicates the wait the
+# compiler inserts for the fragment registers, hence "removable"; the lgkm waits ahead of a
+# barrier and the vm waits protect LDS and are tight.
+EXPECTED = {
+    "pingpong_bf16": [
+        (3, "lgkm", 8, 8, 12), (5, "lgkm", 0, 8, 8), (14, "lgkm", 0, 4, 4), (22, "lgkm", 0, 8, 8),
+        (29, "vm", 6, 6, 14), (38, "lgkm", 8, 8, 12), (40, "lgkm", 0, 8, 8), (49, "lgkm", 0, 4, 4),
+        (57, "lgkm", 0, 8, 8), (64, "vm", 6, 6, 14)],
+    "fourwave_fp8": [
+        (1, "vm", 8, 8, 12), (2, "lgkm", 4, 4, 8), (10, "lgkm", 0, 4, 4), (17, "vm", 8, 8, 12),
+        (18, "lgkm", 0, 4, 4), (29, "vm", 8, 12, 12), (33, "vm", 8, 8, 8), (34, "lgkm", 4, 4, 8),
+        (42, "lgkm", 0, 4, 4), (49, "vm", 8, 8, 12), (50, "lgkm", 0, 4, 4), (61, "vm", 8, 10, 12)],
+    "fourwave_fp8_bm64": [
+        (0, "vm", 4, 4, 6), (1, "lgkm", 2, 2, 4), (7, "lgkm", 0, 2, 2), (12, "vm", 4, 4, 6),
+        (13, "lgkm", 0, 2, 2), (22, "vm", 4, 6, 6), (24, "vm", 4, 4, 4), (25, "lgkm", 2, 2, 4),
+        (31, "lgkm", 0, 2, 2), (36, "vm", 4, 4, 6), (37, "lgkm", 0, 2, 2), (46, "vm", 4, 5, 6)],
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_loosest_safe_values(case):
+    v = check_document(load(case), tightest=True)
+    got = [(w.index, w.counter, w.value, w.loosest_safe, w.max_outstanding) for w in v.wait_slack]
+    assert got == EXPECTED[case]
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_slack_is_exact(case):
+    """The reported value is safe and one more is not (unless the wait is removable)."""
+    doc = load(case)
+    for w in check_document(doc, tightest=True).wait_slack:
+        assert check_document(set_wait(doc, "kernel", w.index, w.loosest_safe)).safe
+        if not w.removable:
+            assert not check_document(set_wait(doc, "kernel", w.index, w.loosest_safe + 1)).safe
+
+
+def test_pingpong_wait_lgkm_8_is_tight_not_redundant():
+    """REFERENCE.md §15 calls block 0's wait_lgkm(8) redundant; across the two staggered
+    groups it is exactly what retires group 1's B fragment read before group 0's LB[s0,0]."""
+    v = check_document(load("pingpong_bf16"), tightest=True)
+    w = {x.index: x for x in v.wait_slack}
+    assert not w[3].stronger_than_needed and not w[38].stronger_than_needed
+    v9 = check_document(set_wait(load("pingpong_bf16"), "kernel", 3, 9))
+    assert v9.first.site.index == 12 and v9.first.other.group == 1 and v9.first.other.index == 0
+
+
+def test_fourwave_top_of_half_lgkm_is_tight_under_the_group_model():
+    w = {x.index: x for x in check_document(load("fourwave_fp8"), tightest=True).wait_slack}
+    assert (w[2].value, w[2].loosest_safe, w[34].loosest_safe) == (4, 4, 4)
+    assert w[29].removable  # wait_vm_last drains nothing from the current half
+
+
+def test_slack_not_computed_for_unsafe_schedules():
+    from .helpers import TESTCFG
+    v = check_document(load(TESTCFG), tightest=True)
+    assert v.wait_slack == ()
+    assert "slack not computed" in v.render_text()
