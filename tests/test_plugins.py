@@ -80,8 +80,10 @@ def test_schedule_in_a_failed_plugin_shows_that_plugins_error():
 
 def test_override_precedence_core_then_schedule_then_plugin():
     host = fresh_host(fx.Provider())
-    # core default: the rule tables (single-buffer table finds no edge for this body)
-    assert compile_named("tiny", host=host).edges == ()
+    # core default: the single-buffer rule table (both ops are "loop-carried" with
+    # selector 0, so rule 6 links them across iterations: distance 1)
+    core = compile_named("tiny", host=host).edges
+    assert [(e.producer, e.consumer, e.distance) for e in core] == [(0, 1, 1)]
     # the schedule's own method beats the core default
     own = compile_named("tiny-own-edges", host=host).edges
     assert [(e.producer, e.consumer, e.distance) for e in own] == [(0, 1, 0)]

@@ -14,8 +14,9 @@ from typing import Any, TextIO
 import attrs
 
 from pipeline_core.check.checker import DEFAULT_ITERATIONS, check_document
-from pipeline_core.check.counters import CounterModel, default_counter_model
+from pipeline_core.check.counters import CounterModel, document_target, resolve_counter_model
 from pipeline_core.check.program import DocumentError
+from pipeline_core.errors import PipelineError
 
 EXIT_SAFE, EXIT_HAZARD, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -72,11 +73,13 @@ def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
-        model: CounterModel | None = None, out: TextIO | None = None,
+        model: CounterModel | None = None, host: Any = None, out: TextIO | None = None,
         err: TextIO | None = None) -> int:
     """Check ``document`` (or ``args.input`` when ``document`` is None) and print the verdict.
 
-    ``model`` is the target plugin's counter model, if it provides one.
+    The counter model is ``model`` if given, else the answer of the target's
+    ``pipeline_core_counter_model`` hook through ``host`` (target = ``args.target`` or
+    the document's), else the AMD default built from the document.
     """
     out = out or sys.stdout
     err = err or sys.stderr
@@ -85,14 +88,17 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
             if not getattr(args, "input", None):
                 raise DocumentError("", "no schedule given (pass a document or --input FILE)")
             document = load_input(args.input)
+        if model is None:
+            target = getattr(args, "target", None) or document_target(document)
+            answer = host.counter_model(target) if host is not None and target else None
+            model = resolve_counter_model(document, answer)
         if getattr(args, "explicit_register_waits", False):
-            model = attrs.evolve(model if model is not None else default_counter_model(document),
-                                 register_interlock=False)
+            model = attrs.evolve(model, register_interlock=False)
         verdict = check_document(document, model=model,
                                  iterations=getattr(args, "iterations", DEFAULT_ITERATIONS),
                                  warps_per_group=getattr(args, "warps_per_group", 1),
                                  tightest=getattr(args, "tightest", False))
-    except (DocumentError, ValueError) as e:
+    except (PipelineError, ValueError, TypeError) as e:
         print(f"pipeline-core check: error: {e}", file=err)
         return EXIT_BAD_INPUT
     if getattr(args, "format", "text") == "json":

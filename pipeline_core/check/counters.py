@@ -182,3 +182,36 @@ def default_counter_model(document: Mapping[str, Any]) -> CounterModel:
         name="amd-mi355x" + ("-single-buffer" if single else ""),
         notes=tuple(notes),
     )
+
+
+def resolve_counter_model(document: Mapping[str, Any], answer: Any = None) -> CounterModel:
+    """The model to check ``document`` with, from a target plugin's hook ``answer``.
+
+    ``answer`` may be a :class:`CounterModel`, a callable ``f(document) -> CounterModel``
+    (for semantics that depend on the compiled config, like ops per load), or None
+    (use :func:`default_counter_model`).
+    """
+    if answer is None:
+        return default_counter_model(document)
+    if isinstance(answer, CounterModel):
+        return answer
+    if callable(answer):
+        built = answer(document)
+        if isinstance(built, CounterModel):
+            return built
+        raise TypeError(f"counter model builder returned {type(built).__name__}, not a CounterModel")
+    raise TypeError(f"pipeline_core_counter_model returned {type(answer).__name__}, "
+                    "expected a CounterModel, a callable building one, or None")
+
+
+def document_target(document: Mapping[str, Any]) -> str | None:
+    """The target a document was compiled for (``target`` key, or ``--target`` in ``cli``)."""
+    target = document.get("target") if isinstance(document, Mapping) else None
+    if isinstance(target, str) and target:
+        return target
+    cli = document.get("cli") if isinstance(document, Mapping) else None
+    if isinstance(cli, list) and "--target" in cli:
+        i = cli.index("--target")
+        if i + 1 < len(cli) and isinstance(cli[i + 1], str):
+            return cli[i + 1]
+    return None

@@ -75,3 +75,48 @@ def test_a_new_target_with_other_wait_tags():
                                      for c in base.costs))
     assert check_document(doc, model=model).safe
     assert not check_document(doc).safe  # the default model sees no waits at all
+
+
+class _Host:
+    """Stands in for the plugin host: answers pipeline_core_counter_model(target)."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.asked = []
+
+    def counter_model(self, target):
+        self.asked.append(target)
+        return self.answer
+
+
+def _run(doc, host, *argv):
+    import argparse
+
+    from pipeline_core.check.cli import add_arguments, run
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    p.add_argument("--target")
+    return run(p.parse_args(list(argv)), doc, host=host)
+
+
+def test_target_plugin_model_is_used(capsys):
+    from pipeline_core.check import resolve_counter_model
+    doc = load("pingpong_bf16")
+    ooo = _with(default_counter_model(doc), lgkm=False)
+    host = _Host(attrs.evolve(ooo, name="my-gpu"))
+    assert _run(doc, host) == 1  # target taken from the document's cli field
+    assert host.asked == ["mi355x"] and "my-gpu" not in capsys.readouterr().err
+    assert _run(doc, _Host(None), "--target", "x") == 0  # no answer: AMD default
+    builder = _Host(lambda d: attrs.evolve(default_counter_model(d), name="built"))
+    assert _run(doc, builder, "--format", "json") == 0
+    assert '"name": "built"' in capsys.readouterr().out
+    assert _run(doc, _Host("nonsense")) == 2
+    assert "expected a CounterModel" in capsys.readouterr().err
+    assert resolve_counter_model(doc) == default_counter_model(doc)
+
+
+def test_document_target():
+    from pipeline_core.check.counters import document_target
+    assert document_target(load("default_matmul")) == "mi355x-single-buffer"
+    assert document_target({"target": "t", "cli": ["--target", "u"]}) == "t"
+    assert document_target({}) is None
