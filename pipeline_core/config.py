@@ -199,6 +199,9 @@ class ScheduleConfig:
                                                metadata=_help("prologue skips full vm drains; bootstrap frags get partial drains"))
     wrap_waits_with_sched_barrier: bool = attrs.field(default=False, validator=_bool,
                                                       metadata=_help("fence every wait/barrier group with schedule_barriers"))
+    search_time_limit_ms: int = attrs.field(default=10000, validator=_int(0),
+                                            metadata=_help("budget of search strategies; the best order found so far is "
+                                                           "used when it runs out (0 = no limit; not in the reference)"))
 
     @property
     def scheduling_value(self) -> int | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Sequence
 
-import networkx as nx
 
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import GraphError
@@ -119,7 +118,9 @@ def _has_same_iteration_cycle(n: int, edges: Sequence[DepEdge]) -> bool:
     return seen != n
 
 
-def _build_nx(body: Sequence[Op], edges: Sequence[DepEdge], latency: Sequence[int]) -> nx.MultiDiGraph:
+def _build_nx(body: Sequence[Op], edges: Sequence[DepEdge], latency: Sequence[int]) -> "nx.MultiDiGraph":
+    import networkx as nx  # lazy: only analyses and exports need the graph object
+
     g = nx.MultiDiGraph()
     for i, o in enumerate(body):
         g.add_node(i, op=o, latency=latency[i], resource=o.resource, role=o.role)
@@ -133,6 +134,8 @@ def find_same_iteration_cycle(body: Sequence[Op], edges: Sequence[DepEdge]) -> t
     if not _has_same_iteration_cycle(len(body), edges):
         return None
     g = _build_nx(body, [e for e in edges if e.distance < 1], [o.latency for o in body])
+    import networkx as nx
+
     found = nx.find_cycle(g, orientation="original")
     path = [u for u, _v, _k, _d in found]
     start = path.index(min(path))

@@ -8,12 +8,25 @@ Public API::
 """
 from __future__ import annotations
 
-from pipeline_core.check.checker import check_document, check_program, is_safe, run_program
-from pipeline_core.check.counters import (CounterModel, CounterSpec, OpCount, default_counter_model,
-                                          resolve_counter_model)
-from pipeline_core.check.program import CheckProgram, DocumentError, Instr, Kind, decode
-from pipeline_core.check.verdict import (AntiEdgeFinding, Fix, HazardKind, Site, Verdict,
-                                         Violation, WaitSlack)
+import importlib
+
+# Names resolve lazily (PEP 562): importing the package, as the CLI does to add the
+# ``check`` options, must not load the checker.
+_WHERE = {
+    "checker": ("check_document", "check_program", "is_safe", "run_program"),
+    "counters": ("CounterModel", "CounterSpec", "OpCount", "default_counter_model",
+                 "resolve_counter_model"),
+    "program": ("CheckProgram", "DocumentError", "Instr", "Kind", "decode"),
+    "verdict": ("AntiEdgeFinding", "Fix", "HazardKind", "Site", "Verdict", "Violation", "WaitSlack"),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
+
+
+def __getattr__(name: str):
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(f"pipeline_core.check.{_MODULE_OF[name]}"), name)
+    raise AttributeError(name)
+
 
 __all__ = [
     "check_document", "check_program", "is_safe", "run_program", "decode",

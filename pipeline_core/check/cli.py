@@ -13,10 +13,11 @@ from typing import Any, TextIO
 
 import attrs
 
-from pipeline_core.check.checker import DEFAULT_ITERATIONS, check_document
-from pipeline_core.check.counters import CounterModel, document_target, resolve_counter_model
-from pipeline_core.check.program import DocumentError
 from pipeline_core.errors import PipelineError
+
+# The checker itself is imported when a check runs, so that building the CLI parser
+# (every pipeline-core command) stays cheap.
+DEFAULT_ITERATIONS = 3
 
 EXIT_SAFE, EXIT_HAZARD, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -52,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
     """Read a JSON document from ``path`` ('-' = stdin); DocumentError on any problem."""
+    from pipeline_core.check.program import DocumentError
     try:
         if path == "-":
             text = (stdin or sys.stdin).read()
@@ -73,7 +75,7 @@ def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
-        model: CounterModel | None = None, host: Any = None, out: TextIO | None = None,
+        model: "CounterModel | None" = None, host: Any = None, out: TextIO | None = None,
         err: TextIO | None = None) -> int:
     """Check ``document`` (or ``args.input`` when ``document`` is None) and print the verdict.
 
@@ -81,6 +83,10 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     ``pipeline_core_counter_model`` hook through ``host`` (target = ``args.target`` or
     the document's), else the AMD default built from the document.
     """
+    from pipeline_core.check.checker import check_document
+    from pipeline_core.check.counters import document_target, resolve_counter_model
+    from pipeline_core.check.program import DocumentError
+
     out = out or sys.stdout
     err = err or sys.stderr
     try:

@@ -84,6 +84,7 @@ def schedule_order(body: Sequence[Op], config: PipelineConfig, sched: ScheduleCo
         max_globals_per_block=config.block_sizing.max_globals,
         lds_contention_penalty=sched.lds_contention_penalty,
         max_vgpr=sched.max_vgpr,
+        time_limit=sched.search_time_limit_ms / 1000 if sched.search_time_limit_ms else None,
         num_partitions=config.num_partitions,
         blocks_per_partition=config.blocks_per_partition)
     return _check_order(strategy(request), len(body), f"strategy {sched.scheduling}")
