@@ -9,8 +9,10 @@ callers that want graph algorithms.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
+if TYPE_CHECKING:
+    import networkx as nx
 
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import GraphError
@@ -26,7 +28,7 @@ def _describe_op(i: int, ops: Sequence[Op]) -> str:
     return f"op {i} ({tag_name(o.tag)}, {o.role.name}, stage {o.stage}, subtile {o.subtile})"
 
 
-def check_edges(body: Sequence[Op], edges: Sequence[DepEdge]) -> None:
+def check_edges(body: Sequence[Op], edges: Sequence[DepEdge], *, self_loops: bool = True) -> None:
     """The reference's per-edge checks, in its order: bounds, then the d == 0 self-loop.
 
     Negative indices count as out of bounds (the reference does not check them;
@@ -39,7 +41,7 @@ def check_edges(body: Sequence[Op], edges: Sequence[DepEdge]) -> None:
                 f"edge {k} ({e.producer} -> {e.consumer}, {e.kind.name}, d={e.distance}) has an "
                 f"op index out of bounds: the body has {n} ops (valid indices 0..{n - 1})",
                 edge=k)
-        if e.distance == 0 and e.producer == e.consumer:
+        if self_loops and e.distance == 0 and e.producer == e.consumer:
             raise GraphError(
                 f"edge {k} is a same-iteration self-loop on {_describe_op(e.producer, body)}: "
                 f"an op cannot wait for itself (use distance >= 1 for a loop-carried dependency)",
@@ -118,7 +120,8 @@ def _has_same_iteration_cycle(n: int, edges: Sequence[DepEdge]) -> bool:
     return seen != n
 
 
-def _build_nx(body: Sequence[Op], edges: Sequence[DepEdge], latency: Sequence[int]) -> "nx.MultiDiGraph":
+def _build_nx(body: Sequence[Op], edges: Sequence[DepEdge],
+              latency: Sequence[int]) -> nx.MultiDiGraph:
     import networkx as nx  # lazy: only analyses and exports need the graph object
 
     g = nx.MultiDiGraph()
@@ -131,6 +134,7 @@ def _build_nx(body: Sequence[Op], edges: Sequence[DepEdge], latency: Sequence[in
 
 def find_same_iteration_cycle(body: Sequence[Op], edges: Sequence[DepEdge]) -> tuple[int, ...] | None:
     """A cycle of distance < 1 edges as op indices (each op once, smallest index first), or None."""
+    check_edges(body, edges, self_loops=False)
     if not _has_same_iteration_cycle(len(body), edges):
         return None
     g = _build_nx(body, [e for e in edges if e.distance < 1], [o.latency for o in body])
@@ -217,7 +221,7 @@ class LoopGraph:
         return len(self.ops)
 
     @cached_property
-    def nx(self) -> nx.MultiDiGraph:
+    def nx_graph(self) -> nx.MultiDiGraph:
         """networkx view: nodes carry op/latency/resource/role, edges index/kind/distance."""
         return _build_nx(self.ops, self.edges, self.latency)
 

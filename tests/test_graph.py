@@ -283,7 +283,7 @@ def test_golden_identity_order_violations():
 def test_networkx_view_carries_attributes():
     d = load("pingpong_bf16")
     g = LoopGraph(ops_from(d["body"]), edges_from(d["edges"]))
-    view = g.nx
+    view = g.nx_graph
     assert view.number_of_nodes() == 24 and view.number_of_edges() == 54
     assert view.nodes[3]["latency"] == 16
     data = view.get_edge_data(0, 3)[0]

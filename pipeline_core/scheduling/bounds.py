@@ -32,6 +32,8 @@ from pipeline_core.ops import Op, OpRole, ResourceKind
 
 #: machine codes (an op's serial unit); the LDS port is separate (``port``).
 FREE, MMA, VALU = 0, 1, 2
+#: pseudo-unit code for the LDS port (used when grouping producers)
+PORT = 3
 
 
 def position_ranges(n: int, parts: int) -> list[tuple[int, int]]:
@@ -57,7 +59,7 @@ class Problem:
     __slots__ = ("ops", "edges", "n", "penalty", "lat", "mach", "port", "is_global", "is_frag",
                  "is_compute", "vdef", "vkill", "preds", "succs", "topo", "asap", "tail",
                  "ranges", "part_of", "parts", "part_bounds", "mma_by_part", "valu_by_part",
-                 "port_by_part", "compute_by_part", "any_kill", "total_def")
+                 "port_by_part", "compute_by_part", "any_kill", "total_def", "unit_preds")
 
     def __init__(self, body: Sequence[Op], edges: Sequence[DepEdge], *, penalty: int = 0,
                  num_partitions: int = 1) -> None:
@@ -97,7 +99,19 @@ class Problem:
             self.asap[i] = max((self.asap[p] + self.lat[p] for p in self.preds[i]), default=0)
         self.tail = [0] * n
         for i in reversed(self.topo):
-            self.tail[i] = max((self.lat[c] + self.tail[c] for c in self.succs[i]), default=0)
+            self.tail[i] = self._static_tail(i)
+        # producers grouped by the serial unit they use (only groups of two or more matter)
+        self.unit_preds = []
+        for i in range(n):
+            groups = []
+            for unit in (MMA, VALU):
+                g = [p for p in self.preds[i] if self.mach[p] == unit]
+                if len(g) > 1:
+                    groups.append((unit, g))
+            g = [p for p in self.preds[i] if self.port[p]]
+            if len(g) > 1:
+                groups.append((PORT, g))
+            self.unit_preds.append(tuple(groups))
         self.ranges = position_ranges(n, num_partitions)
         bounds: list[tuple[int, int]] = []
         for r in self.ranges:
@@ -113,6 +127,27 @@ class Problem:
         self.valu_by_part = [[i for i in range(lo, hi) if self.mach[i] == VALU] for lo, hi in bounds]
         self.port_by_part = [[i for i in range(lo, hi) if self.port[i]] for lo, hi in bounds]
         self.compute_by_part = [[i for i in range(lo, hi) if self.is_compute[i]] for lo, hi in bounds]
+
+    def _static_tail(self, i: int) -> int:
+        """Cycles from op i's finish to the end: longest path, and its consumers that share a
+        serial unit run one after another (Jackson's rule: longest tail first)."""
+        lat, tail, succs = self.lat, self.tail, self.succs[i]
+        best = max((lat[c] + tail[c] for c in succs), default=0)
+        for unit in (MMA, VALU):
+            group = sorted((tail[c], lat[c]) for c in succs if self.mach[c] == unit)
+            done = 0
+            for q, p in reversed(group):
+                done += p
+                if done + q > best:
+                    best = done + q
+        if self.penalty:
+            group = sorted(lat[c] + tail[c] - self.penalty for c in succs if self.port[c])
+            done = 0
+            for q in reversed(group):
+                done += self.penalty
+                if done + q > best:
+                    best = done + q
+        return best
 
     def simulate(self, order: Sequence[int]) -> tuple[int, int]:
         """(makespan, VGPR peak): the evaluator's semantics (unplaced producers count as 0)."""
@@ -197,31 +232,37 @@ def chain_bound(jobs: list[tuple[int, int, int]], start: int) -> tuple[int, int]
 class NodeBound:
     """Makespan lower bound of any completion of a partial schedule (see module docstring).
 
-    With a cap of G global loads per block and an LDS-port penalty, the bound also
-    knows that global loads need blocks: the j-th global load still to come needs
-    u(j) more COMPUTE ops before it, and a COMPUTE op comes after all its producers,
-    so that load follows on the port the port ops those COMPUTEs wait for.  With the
-    u(j) COMPUTEs whose port producers can start earliest, that gives the j-th load
-    a release time; the port relaxation is then also solved with those releases.
+    Block limits sharpen the LDS-port relaxation.  With at most ``global_cap``
+    global loads (``frag_cap`` fragment loads) per block, the j-th of them still to
+    come needs u(j) more COMPUTE ops before it in the order; a COMPUTE comes after
+    all its producers, so that load follows, on the port, the port ops those
+    COMPUTEs wait for.  Taking the u(j) COMPUTEs whose port producers can start
+    earliest gives the j-th load a release time (and the j-th load to start is the
+    j-th in the order, so its release is also at least the j-th smallest head).
+    The port relaxation is solved once more with those releases (the loads of one
+    kind made identical, with their smallest tail, so the assignment cannot matter).
     """
 
-    __slots__ = ("pb", "head", "anc", "max_globals", "INFEASIBLE")
+    __slots__ = ("pb", "head", "anc", "global_cap", "frag_cap", "INFEASIBLE")
 
-    def __init__(self, pb: Problem, max_globals: int = 0) -> None:
+    def __init__(self, pb: Problem, global_cap: int = 0, frag_cap: int = 0) -> None:
         self.pb = pb
         self.head = [0] * pb.n
         self.anc = [-1] * pb.n
-        self.max_globals = max_globals if pb.penalty > 0 else 0
+        on = pb.penalty > 0
+        self.global_cap = global_cap if on else 0
+        self.frag_cap = frag_cap if on else 0
         self.INFEASIBLE = 1 << 60
 
     def __call__(self, placed: Sequence[bool], finish: Sequence[int], mma_free: int,
                  valu_free: int, port_free: int, cur_max: int, first_part: int,
-                 open_globals: int = 0) -> int:
-        """``open_globals``: global loads already in the open block of partition ``first_part``."""
+                 open_globals: int = 0, open_frags: int = 0) -> int:
+        """``open_globals`` / ``open_frags``: loads already in the open block of ``first_part``."""
         pb = self.pb
         lat, preds, mach, port, asap, tail = pb.lat, pb.preds, pb.mach, pb.port, pb.asap, pb.tail
         head, anc = self.head, self.anc
-        G = self.max_globals
+        ranks = self.global_cap or self.frag_cap
+        unit_preds, pen = pb.unit_preds, pb.penalty
         best = cur_max
         for i in pb.topo:
             if placed[i]:
@@ -233,12 +274,28 @@ class NodeBound:
                     v = finish[p]
                 else:
                     v = head[p] + lat[p]
-                    if G:
+                    if ranks:
                         pa = head[p] if port[p] else -1
                         if anc[p] > pa:
                             pa = anc[p]
                         if pa > a:
                             a = pa
+                if v > h:
+                    h = v
+            for unit, group in unit_preds[i]:
+                # unplaced producers sharing a unit run one after another before i starts
+                hs = sorted((head[p], lat[p]) for p in group if not placed[p])
+                if len(hs) < 2:
+                    continue
+                t = 0
+                if unit == PORT:
+                    for hp, _lp in hs:
+                        t = (hp if hp > t else t) + pen
+                    v = t - pen + min(lp for _hp, lp in hs)
+                else:
+                    for hp, lp in hs:
+                        t = (hp if hp > t else t) + lp
+                    v = t
                 if v > h:
                     h = v
             m = mach[i]
@@ -273,9 +330,10 @@ class NodeBound:
                 t1, b = chain_bound([(head[i], pen, lat[i] + tail[i] - pen) for i in ops], t)
                 if b > best:
                     best = b
-                if G:
-                    free_slots = G - open_globals if k == first_part else G
-                    t2, b = self._blocked_port(ops, k, free_slots, t, placed)
+                if ranks:
+                    first = k == first_part
+                    t2, b = self._ranked_port(ops, k, t, placed, open_globals if first else 0,
+                                              open_frags if first else 0)
                     if b > best:
                         best = b
                     if t2 > t1:
@@ -283,30 +341,37 @@ class NodeBound:
                 t = t1
         return best
 
-    def _blocked_port(self, ops: list[int], k: int, free_slots: int, start: int,
-                      placed: Sequence[bool]) -> tuple[int, int]:
-        """The port relaxation of partition ``k`` with block-rank releases for global loads."""
-        pb, head, anc, G, pen = self.pb, self.head, self.anc, self.max_globals, self.pb.penalty
-        lat, tail, is_global = pb.lat, pb.tail, pb.is_global
-        glob = [i for i in ops if is_global[i]]
-        if not glob:
+    def _ranked_port(self, ops: list[int], k: int, start: int, placed: Sequence[bool],
+                     open_globals: int, open_frags: int) -> tuple[int, int]:
+        """The port relaxation of partition ``k`` with block-rank releases (class docstring)."""
+        pb, head, pen = self.pb, self.head, self.pb.penalty
+        lat, tail, is_global, is_frag = pb.lat, pb.tail, pb.is_global, pb.is_frag
+        computes = sorted(self.anc[i] for i in pb.compute_by_part[k] if not placed[i])
+        jobs = []
+        ranked = []
+        for cap, open_, flags in ((self.global_cap, open_globals, is_global),
+                                  (self.frag_cap, open_frags, is_frag)):
+            if cap:
+                group = [i for i in ops if flags[i]]
+                if group:
+                    ranked.append((cap, cap - open_, group))
+        if not ranked:
             return start, start
-        computes = sorted(anc[i] for i in pb.compute_by_part[k] if not placed[i])
-        if len(glob) > free_slots + G * len(computes):
-            return self.INFEASIBLE, self.INFEASIBLE
-        heads = sorted(head[i] for i in glob)
-        qg = min(lat[i] + tail[i] - pen for i in glob)
-        jobs = [(head[i], pen, lat[i] + tail[i] - pen) for i in ops if not is_global[i]]
-        for j, h in enumerate(heads, start=1):
-            if j > free_slots:
-                u = -(-(j - free_slots) // G)
-                e = computes[u - 1]
-                if e >= 0 and e + pen > h:
-                    h = e + pen
-            jobs.append((h, pen, qg))
+        in_group = {i for _, _, g in ranked for i in g}
+        jobs = [(head[i], pen, lat[i] + tail[i] - pen) for i in ops if i not in in_group]
+        for cap, free_slots, group in ranked:
+            if len(group) > free_slots + cap * len(computes):
+                return self.INFEASIBLE, self.INFEASIBLE
+            q = min(lat[i] + tail[i] - pen for i in group)
+            for j, h in enumerate(sorted(head[i] for i in group), start=1):
+                if j > free_slots:
+                    e = computes[-(-(j - free_slots) // cap) - 1]
+                    if e >= 0 and e + pen > h:
+                        h = e + pen
+                jobs.append((h, pen, q))
         return chain_bound(jobs, start)
 
 
-def root_bound(pb: Problem, max_globals: int = 0) -> int:
+def root_bound(pb: Problem, global_cap: int = 0, frag_cap: int = 0) -> int:
     """The NodeBound of the empty schedule (valid for every partition-isolated valid order)."""
-    return NodeBound(pb, max_globals)([False] * pb.n, [0] * pb.n, 0, 0, 0, 0, 0, 0)
+    return NodeBound(pb, global_cap, frag_cap)([False] * pb.n, [0] * pb.n, 0, 0, 0, 0, 0)

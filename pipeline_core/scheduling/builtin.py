@@ -20,10 +20,18 @@ def greedy_strategy(request: SchedulingRequest) -> list[int]:
                            blocks_per_partition=request.blocks_per_partition)
 
 
+#: Frag and global slots of a block (pre_op_0/1, global_load/_1). The reference's
+#: search may return orders whose blocks overflow these slots or that end a partition
+#: after its last MMA; its block builder then drops ops silently. The CSP strategy
+#: searches only orders that fit (the greedy seed and golden results are unchanged).
+BLOCK_SLOTS = 2
+
+
 def csp_strategy(request: SchedulingRequest) -> list[int]:
     """Partition-isolated exhaustive search seeded by GREEDY (the reference's CSP)."""
     return optimal_schedule_with_halves(
         request.body, request.edges, max_globals_per_block=request.max_globals_per_block,
+        block_slots=BLOCK_SLOTS,
         lds_contention_penalty=request.lds_contention_penalty, max_vgpr=request.max_vgpr,
         num_partitions=request.num_partitions, blocks_per_partition=request.blocks_per_partition,
         time_limit=request.time_limit)

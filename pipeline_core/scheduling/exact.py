@@ -51,7 +51,7 @@ import attrs
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import SchedulingError
 from pipeline_core.ops import Op
-from pipeline_core.scheduling.bounds import Problem, root_bound
+from pipeline_core.scheduling.bounds import Problem
 from pipeline_core.scheduling.evaluate import Tables, lower_bound
 from pipeline_core.scheduling.exact_search import BLOCK_SLOTS, BlockRules, Search
 from pipeline_core.scheduling.greedy import greedy_order
@@ -117,13 +117,13 @@ def exact_schedule(body: Sequence[Op], edges: Sequence[DepEdge], *, max_globals_
     tables = Tables(body, edges)
     n = pb.n
     ref_lb = lower_bound(tables, penalty)
-    rb = root_bound(pb, max_globals_per_block) if n else 0
     rules = None
     if blocks:
         rules = BlockRules(BLOCK_SLOTS, BLOCK_SLOTS, blocks_per_partition,
                            stagger_rule=max_globals_per_block == 0)
     search = Search(pb, max_globals=max_globals_per_block, max_vgpr=max_vgpr, blocks=rules,
                     deadline=deadline, progress=progress)
+    rb = search.node_bound() if n else 0
 
     def elapsed() -> float:
         return time.perf_counter() - t0

@@ -63,7 +63,10 @@ class Search:
         self.blocks = blocks
         self.deadline = deadline
         self.progress = progress
-        self.bound = NodeBound(pb, max_globals)
+        gcap = max_globals
+        if blocks is not None:
+            gcap = min(gcap, blocks.global_slots) if gcap > 0 else blocks.global_slots
+        self.bound = NodeBound(pb, gcap, blocks.frag_slots if blocks is not None else 0)
         self.nodes = 0
         self.twin_prev = _twins(pb)
         self.block_rules = max_globals > 0 or blocks is not None
@@ -401,9 +404,14 @@ class Search:
         if pos == pb.n:
             return self.cur_max
         lo = pb.ranges[pos][0]
-        og = self.open_globals if lo != pos else 0
+        if lo == pos:
+            og = of = 0
+        elif self.blocks is not None:
+            og, of = max(self.open_globals, self.blk_globals), self.blk_frags
+        else:
+            og, of = self.open_globals, 0
         return self.bound(self.placed, self.finish, self.mma_free, self.valu_free, self.port_free,
-                          self.cur_max, pb.part_of[lo], og)
+                          self.cur_max, pb.part_of[lo], og, of)
 
     def peak_bound(self) -> int:
         """The final VGPR peak is at least the peak so far; without kills it is the total."""

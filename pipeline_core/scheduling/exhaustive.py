@@ -3,7 +3,8 @@
 ``optimal_schedule`` is the reference's generic search (simple-greedy seed,
 partial-bound pruning). ``optimal_schedule_with_halves`` is its "CSP" strategy:
 a greedy seed, positions isolated per partition, an optional cap on global loads
-per block, and the LDS-port penalty in the cost model.
+per block, and the LDS-port penalty in the cost model. Both are result-identical
+to the reference (the CSP's extra pruning only skips subtrees that cannot win).
 """
 from __future__ import annotations
 
@@ -46,9 +47,13 @@ def _position_ranges(n: int, parts: int) -> list[tuple[int, int]]:
 
 
 def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]],
-            max_globals: int, penalty: int, max_vgpr: int, prune: str | None,
-            bound_fn, reject_updates_last: bool, time_limit: float | None) -> list[int]:
-    """Iterative DFS with explicit per-depth state; returns the best order found (seed if none)."""
+            max_globals: int, block_slots: int, penalty: int, max_vgpr: int, prune: str | None,
+            bound_fn, time_limit: float | None) -> list[int]:
+    """Iterative DFS with explicit per-depth state; returns the best order found (seed if none).
+
+    ``last_tried[pos]`` is the last candidate tried at depth ``pos``; candidates are
+    tried in increasing index order, so leaves are visited in lexicographic order.
+    """
     n = t.n
     best = list(seed)
     best_ms, best_pk = simulate(t, best, penalty)
@@ -72,16 +77,32 @@ def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]
         for s in succs[i]:
             pending[s] += 1
 
-    def globals_in_open_block(pos: int, lo_pos: int) -> int:
-        """GLOBAL_LOADs since the last COMPUTE, looking back no further than the partition start."""
+    def in_open_block(want: OpRole, pos: int, lo_pos: int) -> int:
+        """Ops of role ``want`` since the last COMPUTE, looking back no further than the
+        partition start."""
         count = 0
         for k in range(pos - 1, lo_pos - 1, -1):
             r = role[order[k]]
             if r == OpRole.COMPUTE:
                 break
-            if r == OpRole.GLOBAL_LOAD:
+            if r == want:
                 count += 1
         return count
+
+    def shape_ok(i: int, pos: int, lo: int, hi: int) -> bool:
+        """The globals cap, then (with block_slots) the block program's shape: slot limits
+        per block and each partition ending with a COMPUTE."""
+        r = role[i]
+        if max_globals > 0 and r == OpRole.GLOBAL_LOAD \
+                and in_open_block(r, pos, lo) >= max_globals:
+            return False
+        if block_slots <= 0:
+            return True
+        if pos == hi - 1 and r != OpRole.COMPUTE:
+            return False
+        if r in (OpRole.FRAGMENT_LOAD, OpRole.GLOBAL_LOAD):
+            return in_open_block(r, pos, lo) < block_slots
+        return True
 
     pos = 0
     while True:
@@ -102,18 +123,9 @@ def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]
         i = max(last_tried[pos] + 1, lo)
         descended = False
         while i < hi:
-            if placed[i] or pending[i]:
-                i += 1
-                continue
-            if (max_globals > 0 and role[i] == OpRole.GLOBAL_LOAD
-                    and globals_in_open_block(pos, lo) >= max_globals):
-                i += 1
-                continue
             new_vgpr = vgpr_at[pos] + vdef[i]
-            if new_vgpr > max_vgpr:
-                if reject_updates_last:
-                    last_tried[pos] = i
-                i += 1
+            if placed[i] or pending[i] or not shape_ok(i, pos, lo, hi) or new_vgpr > max_vgpr:
+                i += 1  # (the reference may or may not record last_tried here: no effect)
                 continue
             place(i, pos)
             if prune is not None:
@@ -151,15 +163,15 @@ def optimal_schedule(body: Sequence[Op], edges: Sequence[DepEdge], max_vgpr: int
     lb = lower_bound(t)
     if _seed_is_final(ms, pk, lb, max_vgpr):
         return seed
-    return _search(t, seed, lb, ranges=_position_ranges(t.n, 1), max_globals=0, penalty=0,
-                   max_vgpr=max_vgpr, prune=_PRUNE_GE,
+    return _search(t, seed, lb, ranges=_position_ranges(t.n, 1), max_globals=0, block_slots=0,
+                   penalty=0, max_vgpr=max_vgpr, prune=_PRUNE_GE,
                    bound_fn=lambda order, placed, pos: partial_bound(t, order, placed, pos),
-                   reject_updates_last=True,
                    time_limit=time_limit)
 
 
 def optimal_schedule_with_halves(body: Sequence[Op], edges: Sequence[DepEdge], *,
-                                 max_globals_per_block: int = 0, lds_contention_penalty: int = 0,
+                                 max_globals_per_block: int = 0, block_slots: int = 0,
+                                 lds_contention_penalty: int = 0,
                                  max_vgpr: int = UNLIMITED_VGPR, num_partitions: int = 2,
                                  blocks_per_partition: int = 4,
                                  time_limit: float | None = None) -> list[int]:
@@ -167,16 +179,20 @@ def optimal_schedule_with_halves(body: Sequence[Op], edges: Sequence[DepEdge], *
 
     Position p may only take ops of p's partition. With ``max_globals_per_block`` > 0
     a GLOBAL_LOAD candidate is skipped once the open block (ops since the last
-    COMPUTE in this partition) holds that many. Leaves are costed with the LDS-port
-    penalty. The seed is never checked against the globals cap and is returned as-is
-    when it reaches the penalised lower bound (the reference's behaviour, which the
-    BF16 ping-pong goldens rely on).
+    COMPUTE in this partition) holds that many. ``block_slots`` > 0 (an extension;
+    0 keeps the reference's behaviour) searches only orders the block program can
+    hold: at most that many frags and globals before each MMA, and every partition
+    ending with a COMPUTE. Leaves are costed with the LDS-port penalty. The seed is
+    never checked against these rules and is returned as-is when it reaches the
+    penalised lower bound (the reference's behaviour, which the BF16 ping-pong
+    goldens rely on).
 
     The reference searches without pruning. This port prunes with a penalty-aware
     partial lower bound, only where that cannot change the result: a subtree is cut
     when no leaf in it could replace the incumbent (bound > best, or bound >= best
-    when no op kills VGPRs, so every order has the same peak). Results therefore
-    equal the reference's; only the time differs.
+    when no op kills VGPRs, so every order has the same peak). Without a
+    ``time_limit`` the result therefore equals the reference's; with one that
+    expires, the best order found so far is returned.
     """
     t = Tables(body, edges)
     try:
@@ -192,9 +208,8 @@ def optimal_schedule_with_halves(body: Sequence[Op], edges: Sequence[DepEdge], *
     topo = topological_order(t)
     penalty = lds_contention_penalty
     return _search(t, seed, lb, ranges=_position_ranges(t.n, num_partitions),
-                   max_globals=max_globals_per_block, penalty=penalty,
-                   max_vgpr=max_vgpr, prune=prune,
+                   max_globals=max_globals_per_block, block_slots=block_slots,
+                   penalty=penalty, max_vgpr=max_vgpr, prune=prune,
                    bound_fn=lambda order, placed, pos: penalised_partial_bound(
                        t, order, placed, pos, penalty, topo),
-                   reject_updates_last=False,
                    time_limit=time_limit)

@@ -255,6 +255,22 @@ def test_vgpr_budget_keeps_the_seed_as_incumbent():
                                                        blocks_per_partition=2)
 
 
+def test_csp_strategy_only_searches_orders_the_block_program_can_hold():
+    body, edges = _pingpong_ldg()
+    req = SchedulingRequest(body, edges, lds_contention_penalty=15, time_limit=0.3)
+    order = get_strategy("CSP")(req)
+    frags = globals_ = 0
+    for pos, i in enumerate(order):
+        role = body[i].role
+        frags += role == OpRole.FRAGMENT_LOAD
+        globals_ += role == OpRole.GLOBAL_LOAD
+        assert frags <= 2 and globals_ <= 2
+        if role == OpRole.COMPUTE:
+            frags = globals_ = 0
+        if pos in (11, 23):
+            assert role == OpRole.COMPUTE
+
+
 def test_csp_time_limit_returns_the_incumbent():
     body, edges = _pingpong_ldg()
     req = SchedulingRequest(body, edges, lds_contention_penalty=20, time_limit=0.05)
@@ -280,7 +296,7 @@ def test_pingpong_scheduling_is_well_under_a_millisecond():
 
 # --- the pruned CSP search returns exactly what the reference's unpruned one does -------
 
-def _reference_csp(body, edges, cap, penalty, max_vgpr, parts, blocks):
+def _reference_csp(body, edges, cap, penalty, max_vgpr, parts, blocks, slots=0):
     """Brute force over ready orders in the DFS's lexicographic visiting order."""
     n = len(body)
     seed = greedy_schedule(body, edges, num_partitions=parts, blocks_per_partition=blocks)
@@ -309,6 +325,9 @@ def _reference_csp(body, edges, cap, penalty, max_vgpr, parts, blocks):
                 if count >= cap:
                     ok = False
                     break
+            if slots and not _fits_slots(body, perm, pos, lo, hi, slots):
+                ok = False
+                break
             if vg + body[i].vgpr_def > max_vgpr:
                 ok = False
                 break
@@ -322,6 +341,21 @@ def _reference_csp(body, edges, cap, penalty, max_vgpr, parts, blocks):
         if best_ms == lb and best_pk == 0:
             break
     return best
+
+
+def _fits_slots(body, perm, pos, lo, hi, slots):
+    role = body[perm[pos]].role
+    if pos == hi - 1 and role != OpRole.COMPUTE:
+        return False
+    if role not in (OpRole.FRAGMENT_LOAD, OpRole.GLOBAL_LOAD):
+        return True
+    same = 0
+    for q in range(pos - 1, lo - 1, -1):
+        r = body[perm[q]].role
+        if r == OpRole.COMPUTE:
+            break
+        same += r == role
+    return same < slots
 
 
 _ROLE_OPS = {
@@ -351,25 +385,23 @@ def _small_problems(draw):
     cap = draw(st.integers(0, 2))
     penalty = draw(st.sampled_from([0, 5, 15, 30]))
     max_vgpr = draw(st.sampled_from([999999, 999999, 10, 20]))
-    return body, edges, cap, penalty, max_vgpr, k
+    slots = draw(st.sampled_from([0, 1, 2]))
+    return body, edges, cap, penalty, max_vgpr, k, slots
 
 
 @settings(max_examples=200, deadline=None)
 @given(_small_problems())
 def test_pruned_csp_equals_unpruned_reference_search(problem):
-    body, edges, cap, penalty, max_vgpr, blocks = problem
+    body, edges, cap, penalty, max_vgpr, blocks, slots = problem
+    kw = dict(max_globals_per_block=cap, lds_contention_penalty=penalty, max_vgpr=max_vgpr,
+              blocks_per_partition=blocks, block_slots=slots)
     try:
-        expect = _reference_csp(body, edges, cap, penalty, max_vgpr, 2, blocks)
+        expect = _reference_csp(body, edges, cap, penalty, max_vgpr, 2, blocks, slots)
     except SchedulingError:
         with pytest.raises(SchedulingError):
-            optimal_schedule_with_halves(body, edges, max_globals_per_block=cap,
-                                         lds_contention_penalty=penalty, max_vgpr=max_vgpr,
-                                         blocks_per_partition=blocks)
+            optimal_schedule_with_halves(body, edges, **kw)
         return
-    got = optimal_schedule_with_halves(body, edges, max_globals_per_block=cap,
-                                       lds_contention_penalty=penalty, max_vgpr=max_vgpr,
-                                       blocks_per_partition=blocks)
-    assert got == expect
+    assert optimal_schedule_with_halves(body, edges, **kw) == expect
 
 
 @st.composite

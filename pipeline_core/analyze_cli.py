@@ -1,0 +1,50 @@
+"""``pipeline-core analyze SCHEDULE``: options and output of the schedule metrics.
+
+The CLI compiles the schedule and calls :func:`run`; the numbers come from
+:mod:`pipeline_core.metrics`.  Exit status: 0 reported, 2 bad option values.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+DEFAULT_ITERATIONS = 12
+EXIT_OK, EXIT_INPUT = 0, 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("analyze")
+    g.add_argument("--json", action="store_true", help="machine-readable output")
+    g.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N",
+                   help="kernel iterations for the steady-state timing model "
+                        f"(default {DEFAULT_ITERATIONS}; at least 3)")
+    g.add_argument("--no-timing", action="store_true",
+                   help="skip the timing model of the emitted kernel (steady state)")
+    g.add_argument("--optimal", type=float, nargs="?", const=10.0, default=None, metavar="SECONDS",
+                   help="also run the exact scheduler (block-program orders) for the optimal "
+                        "makespan and this order's distance to it (budget default 10 s)")
+
+
+def run(args: argparse.Namespace, compiled) -> int:
+    from pipeline_core.metrics import analyze_compiled, format_metrics
+
+    if args.iterations < 3:
+        print(f"error: --iterations must be at least 3 (a steady state needs warm-up and "
+              f"drain), got {args.iterations}", file=sys.stderr)
+        return EXIT_INPUT
+    if args.optimal is not None and args.optimal <= 0:
+        print(f"error: --optimal needs a positive number of seconds, got {args.optimal:g}",
+              file=sys.stderr)
+        return EXIT_INPUT
+    metrics = analyze_compiled(compiled, iterations=args.iterations, simulate=not args.no_timing,
+                               optimal_time=args.optimal)
+    title = compiled.schedule_name + (f" on {compiled.target_name}" if compiled.target_name else "")
+    if args.json:
+        doc = {"schedule": compiled.schedule_name, "target": compiled.target_name,
+               "strategy": compiled.schedule_config.scheduling, **metrics.to_dict()}
+        print(json.dumps(doc, indent=2))
+    else:
+        print(f"{format_metrics(metrics, title)}")
+        print(f"  strategy {compiled.schedule_config.scheduling}")
+    return EXIT_OK
