@@ -70,7 +70,7 @@ def phase_listing(label: str, entries: tuple[Entry, ...], names, marks=None) -> 
     for i, e in enumerate(entries):
         flag = "  prefetch" if e.is_prefetch else ""
         mark = marks.get(i, "")
-        lines.append(f"  {i:>{width}}  {describe_op(e.op, names):<34}{flag}{mark}")
+        lines.append(f"  {i:>{width}}  {describe_op(e.op, names):<34}{flag}{mark}".rstrip())
     lines.append(f"  sync: {WaitSummary.of(entries)}")
     return lines
 
@@ -116,7 +116,7 @@ def render(c: CompiledSchedule) -> str:
         out.append(f"derived waits: wait_lgkm_first={kp.wait_lgkm_first} "
                    f"wait_vm_last={kp.wait_vm_last} ({'applied' if kp.waits_applied else 'not applied: manual waits'})")
     stagger = c.warp_stagger_index
-    out.append(f"warp stagger: group 1 joins after prologue entry {stagger}"
+    out.append(f"warp stagger: group 0 runs {stagger} prologue entries before group 1 joins"
                if stagger <= len(c.prologue) else "warp stagger: none (one warp group)")
     out.append("")
     marks = {stagger: "  <- warp group 1 joins here"} if stagger < len(c.prologue) else {}

@@ -1,0 +1,43 @@
+"""Fixtures for the matmul-grid tests: EXACT strategies registered, compile helpers, the real CLI."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline_core.scheduling import registry
+
+
+@pytest.fixture(autouse=True)
+def exact_strategies():
+    """The core registers EXACT / EXACT_BLOCKS as built-ins; make sure they are there."""
+    from pipeline_core.scheduling.exact import exact_blocks_strategy, exact_strategy
+
+    registry._ensure_builtins()
+    for name, fn in (("EXACT", exact_strategy), ("EXACT_BLOCKS", exact_blocks_strategy)):
+        if name not in registry._STRATEGIES:
+            registry.register_strategy(name, fn)
+    yield
+
+
+@pytest.fixture
+def compile_grid():
+    """compile_grid(m, n, *, target_args=..., **config overrides) -> CompiledSchedule."""
+    from pipeline_core.api import compile_named
+
+    def run(m: int = 2, n: int = 2, *, target_args=None, params=None, **overrides):
+        p = {"m": str(m), "n": str(n), **(params or {})}
+        return compile_named("matmul-grid", params=p, target_args=target_args or {},
+                             config_overrides={k: str(v) for k, v in overrides.items()})
+    return run
+
+
+@pytest.fixture
+def cli_json():
+    from pipeline_core.testing import run_cli
+
+    def run(argv):
+        result = run_cli(list(argv))
+        assert result.exit_code == 0, result.stderr
+        return json.loads(result.stdout)
+    return run
