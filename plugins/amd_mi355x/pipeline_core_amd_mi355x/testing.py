@@ -126,3 +126,51 @@ def golden_diffs(golden: dict, got: dict, limit: int = 20) -> list[str]:
 def same_schedule_diffs(a: dict, b: dict, limit: int = 20) -> list[str]:
     """Differences between two of our outputs on every compared key."""
     return golden_diffs(a, b, limit)
+
+
+# --- pytest fixtures shared by the MI355X plugin test suites ---------------------------
+# A conftest imports them by name: ``from pipeline_core_amd_mi355x.testing import golden``.
+
+def compiler_for(schedule: str | None = None):
+    """``run(params=..., target_args=..., overrides=..., target=...)`` compiling by name.
+
+    Values may be any type (they are passed as the CLI's strings).  With ``schedule``
+    None, the schedule name is the first positional argument of ``run``.
+    """
+    from pipeline_core.api import compile_named
+
+    def strings(d):
+        return {k: str(v) for k, v in (d or {}).items()}
+
+    def run(*args, params=None, target_args=None, overrides=None, target=None, **kw_params):
+        name = schedule if schedule is not None else args[0]
+        chosen = {**strings(params), **strings(kw_params)}
+        return compile_named(name, target=target, params=chosen, target_args=strings(target_args),
+                             config_overrides=strings(overrides))
+    return run
+
+
+def _fixtures():
+    import pytest
+
+    @pytest.fixture
+    def golden():
+        """``golden(case)`` loads a golden document; skips when the goldens are not beside the repo."""
+        if goldens_dir() is None:
+            pytest.skip("goldens not found (../shared/goldens or $PIPELINE_CORE_GOLDENS)")
+        return load_golden
+
+    @pytest.fixture
+    def cli_json():
+        """``cli_json(argv)``: the real console script in a subprocess, JSON parsed."""
+        return compile_json
+
+    @pytest.fixture
+    def cli_run():
+        """``cli_run(argv)``: the real console script in a subprocess (CompletedProcess)."""
+        return run_pipeline_core
+
+    return golden, cli_json, cli_run
+
+
+golden, cli_json, cli_run = _fixtures()

@@ -17,6 +17,7 @@ from pipeline_core.ops import OpRole, wait_lgkm, wait_vm
 
 from pipeline_core_amd_mi355x import mi355x_double_buffer, mi355x_target
 from pipeline_core_amd_mi355x import testing as mt
+from pipeline_core_amd_mi355x.testing import cli_json, cli_run, golden  # noqa: F401 (fixtures)
 from pipeline_core_schedules_pingpong import PingPongSchedule
 
 DATA_ROLES = (OpRole.GLOBAL_LOAD, OpRole.FRAGMENT_LOAD, OpRole.COMPUTE)
@@ -129,28 +130,5 @@ def ref():
 
 @pytest.fixture
 def compile_named():
-    """``compile_named(params=..., target_args=..., overrides=...)`` for pingpong, string values."""
-    from pipeline_core.api import compile_named as _compile
-
-    def run(params=None, target_args=None, overrides=None, target="mi355x"):
-        s = lambda d: {k: str(v) for k, v in (d or {}).items()}  # noqa: E731
-        return _compile("pingpong", target=target, params=s(params), target_args=s(target_args),
-                        config_overrides=s(overrides))
-    return run
-
-
-@pytest.fixture
-def golden():
-    if mt.goldens_dir() is None:
-        pytest.skip("goldens not found (../shared/goldens or $PIPELINE_CORE_GOLDENS)")
-    return mt.load_golden
-
-
-@pytest.fixture
-def cli_json():
-    return mt.compile_json
-
-
-@pytest.fixture
-def cli_run():
-    return mt.run_pipeline_core
+    """``compile_named(params=..., target_args=..., overrides=...)`` for pingpong."""
+    return mt.compiler_for("pingpong")
