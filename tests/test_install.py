@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = [ROOT / "plugins" / "amd_mi355x", ROOT / "plugins" / "schedules_pingpong",
-           ROOT / "plugins" / "schedules_4wave", ROOT / "examples" / "hello_schedule"]
+           ROOT / "plugins" / "schedules_4wave", ROOT / "plugins" / "schedules_matmul_grid",
+           ROOT / "examples" / "hello_schedule"]
 
 pytestmark = pytest.mark.skipif(os.environ.get("PIPELINE_CORE_SKIP_INSTALL_TESTS") == "1",
                                 reason="install tests disabled")
