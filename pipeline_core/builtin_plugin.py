@@ -19,6 +19,10 @@ def pipeline_core_register_strategies():
                        get_strategy("GREEDY")),
         StrategyRecord("CSP", "the reference's half-isolated exhaustive search seeded by GREEDY",
                        get_strategy("CSP")),
+        StrategyRecord("EXACT", "provably minimal makespan under CSP's constraints, with pruning; "
+                       "CSP's order wherever CSP terminates", get_strategy("EXACT")),
+        StrategyRecord("EXACT_BLOCKS", "EXACT where every order, the greedy seed included, fits "
+                       "the block program (always compiles)", get_strategy("EXACT_BLOCKS")),
     ]
 
 

@@ -285,7 +285,7 @@ def analyze_compiled(compiled, *, iterations: int = 12, simulate: bool = True,
             lds_contention_penalty=penalty, max_vgpr=sched.max_vgpr, num_partitions=parts,
             blocks_per_partition=config.blocks_per_partition if double else max(
                 1, sum(1 for o in compiled.body if o.role.name == "COMPUTE")),
-            time_limit=optimal_time, blocks=double)
+            time_limit=optimal_time, strict=double)
     return attrs.evolve(m, **changes) if changes else m
 
 

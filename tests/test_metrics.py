@@ -155,7 +155,8 @@ def test_analyze_cli_text_and_json(cli):
 
 
 def test_analyze_cli_optimal(cli):
-    result = cli("analyze", "pingpong", "-c", "lds_contention_penalty=8", "--optimal", "5", "--json")
+    result = cli("analyze", "pingpong", "-c", "lds_contention_penalty=8", "-c", "scheduling=GREEDY",
+                 "--optimal", "5", "--json")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["optimal"]["proven_optimal"]

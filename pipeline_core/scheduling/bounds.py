@@ -59,7 +59,8 @@ class Problem:
     __slots__ = ("ops", "edges", "n", "penalty", "lat", "mach", "port", "is_global", "is_frag",
                  "is_compute", "vdef", "vkill", "preds", "succs", "topo", "asap", "tail",
                  "ranges", "part_of", "parts", "part_bounds", "mma_by_part", "valu_by_part",
-                 "port_by_part", "compute_by_part", "any_kill", "total_def", "unit_preds")
+                 "port_by_part", "compute_by_part", "any_kill", "total_def", "unit_preds",
+                 "load_preds")
 
     def __init__(self, body: Sequence[Op], edges: Sequence[DepEdge], *, penalty: int = 0,
                  num_partitions: int = 1) -> None:
@@ -93,6 +94,21 @@ class Problem:
         for c in range(n):
             for p in self.preds[c]:
                 self.succs[p].append(c)
+        self.ranges = position_ranges(n, num_partitions)
+        bounds: list[tuple[int, int]] = []
+        for r in self.ranges:
+            if not bounds or bounds[-1] != r:
+                bounds.append(r)
+        self.part_bounds = bounds
+        self.parts = len(bounds)
+        self.part_of = [0] * n
+        for k, (lo, hi) in enumerate(bounds):
+            for i in range(lo, hi):
+                self.part_of[i] = k
+        self.mma_by_part = [[i for i in range(lo, hi) if self.mach[i] == MMA] for lo, hi in bounds]
+        self.valu_by_part = [[i for i in range(lo, hi) if self.mach[i] == VALU] for lo, hi in bounds]
+        self.port_by_part = [[i for i in range(lo, hi) if self.port[i]] for lo, hi in bounds]
+        self.compute_by_part = [[i for i in range(lo, hi) if self.is_compute[i]] for lo, hi in bounds]
         self.topo = _topological(n, self.preds, self.succs)
         self.asap = [0] * n
         for i in self.topo:
@@ -112,21 +128,14 @@ class Problem:
             if len(g) > 1:
                 groups.append((PORT, g))
             self.unit_preds.append(tuple(groups))
-        self.ranges = position_ranges(n, num_partitions)
-        bounds: list[tuple[int, int]] = []
-        for r in self.ranges:
-            if not bounds or bounds[-1] != r:
-                bounds.append(r)
-        self.part_bounds = bounds
-        self.parts = len(bounds)
-        self.part_of = [0] * n
-        for k, (lo, hi) in enumerate(bounds):
-            for i in range(lo, hi):
-                self.part_of[i] = k
-        self.mma_by_part = [[i for i in range(lo, hi) if self.mach[i] == MMA] for lo, hi in bounds]
-        self.valu_by_part = [[i for i in range(lo, hi) if self.mach[i] == VALU] for lo, hi in bounds]
-        self.port_by_part = [[i for i in range(lo, hi) if self.port[i]] for lo, hi in bounds]
-        self.compute_by_part = [[i for i in range(lo, hi) if self.is_compute[i]] for lo, hi in bounds]
+        # producers that are global (kind 0) or fragment (kind 1) loads, by (partition, kind)
+        self.load_preds = []
+        for i in range(n):
+            by: dict[tuple[int, int], list[int]] = {}
+            for p in self.preds[i]:
+                if self.is_global[p] or self.is_frag[p]:
+                    by.setdefault((self.part_of[p], 0 if self.is_global[p] else 1), []).append(p)
+            self.load_preds.append(tuple(by.items()))
 
     def _static_tail(self, i: int) -> int:
         """Cycles from op i's finish to the end: longest path, and its consumers that share a
@@ -243,7 +252,7 @@ class NodeBound:
     kind made identical, with their smallest tail, so the assignment cannot matter).
     """
 
-    __slots__ = ("pb", "head", "anc", "global_cap", "frag_cap", "INFEASIBLE")
+    __slots__ = ("pb", "head", "anc", "global_cap", "frag_cap", "INFEASIBLE", "done")
 
     def __init__(self, pb: Problem, global_cap: int = 0, frag_cap: int = 0) -> None:
         self.pb = pb
@@ -253,6 +262,8 @@ class NodeBound:
         self.global_cap = global_cap if on else 0
         self.frag_cap = frag_cap if on else 0
         self.INFEASIBLE = 1 << 60
+        #: after a call: {(unit, k): the unit's earliest finish of partitions <= k}
+        self.done: dict[tuple[int, int], int] = {}
 
     def __call__(self, placed: Sequence[bool], finish: Sequence[int], mma_free: int,
                  valu_free: int, port_free: int, cur_max: int, first_part: int,
@@ -312,8 +323,13 @@ class NodeBound:
             v = h + lat[i] + tail[i]
             if v > best:
                 best = v
-        pen = pb.penalty
-        for by_part, free in ((pb.mma_by_part, mma_free), (pb.valu_by_part, valu_free)):
+        if ranks:
+            best = self._ranked_heads(placed, first_part, open_globals, open_frags, best)
+            if best >= self.INFEASIBLE:
+                return best
+        done = self.done = {}
+        for unit, by_part, free in ((MMA, pb.mma_by_part, mma_free),
+                                    (VALU, pb.valu_by_part, valu_free)):
             t = free
             for k in range(first_part, pb.parts):
                 jobs = [(head[i], lat[i], tail[i]) for i in by_part[k] if not placed[i]]
@@ -321,10 +337,12 @@ class NodeBound:
                     t, b = chain_bound(jobs, t)
                     if b > best:
                         best = b
+                done[(unit, k)] = t
         if pen:
             t = port_free
             for k in range(first_part, pb.parts):
                 ops = [i for i in pb.port_by_part[k] if not placed[i]]
+                done[(PORT, k)] = t
                 if not ops:
                     continue
                 t1, b = chain_bound([(head[i], pen, lat[i] + tail[i] - pen) for i in ops], t)
@@ -338,37 +356,103 @@ class NodeBound:
                         best = b
                     if t2 > t1:
                         t1 = t2
-                t = t1
+                t = done[(PORT, k)] = t1
+        return best
+
+    def _releases(self, group: list[int], cap: int, free_slots: int,
+                  computes: list[int]) -> list[int] | None:
+        """Release of the j-th load of ``group`` still to come (non-decreasing in j), or None
+        when the group cannot fit the blocks left (``computes``: sorted COMPUTE ancestors)."""
+        if len(group) > free_slots + cap * len(computes):
+            return None
+        pen = self.pb.penalty
+        out = []
+        for j, h in enumerate(sorted(self.head[i] for i in group), start=1):
+            if j > free_slots:
+                e = computes[-(-(j - free_slots) // cap) - 1]
+                if e >= 0 and e + pen > h:
+                    h = e + pen
+            out.append(h)
+        return out
+
+    def _rank_table(self, placed: Sequence[bool], first_part: int, open_globals: int,
+                    open_frags: int):
+        """{(partition, kind): (group, releases)} for global (0) and fragment (1) loads."""
+        pb = self.pb
+        table = {}
+        for k in range(first_part, pb.parts):
+            computes = None
+            for kind, cap, open_, flags in ((0, self.global_cap, open_globals, pb.is_global),
+                                            (1, self.frag_cap, open_frags, pb.is_frag)):
+                if not cap:
+                    continue
+                group = [i for i in pb.port_by_part[k] if flags[i] and not placed[i]]
+                if not group:
+                    continue
+                if computes is None:
+                    computes = sorted(self.anc[i] for i in pb.compute_by_part[k] if not placed[i])
+                rel = self._releases(group, cap, cap - open_ if k == first_part else cap, computes)
+                if rel is None:
+                    return None
+                table[(k, kind)] = (group, rel)
+        return table
+
+    def _ranked_heads(self, placed: Sequence[bool], first_part: int, open_globals: int,
+                      open_frags: int, best: int) -> int:
+        """Second head pass: an op waiting for s loads of one ranked group cannot start before
+        s of its ranks have started, one penalty apart, and the last of them has finished."""
+        table = self._rank_table(placed, first_part, open_globals, open_frags)
+        if table is None:
+            return self.INFEASIBLE
+        if not table:
+            return best
+        pb, head = self.pb, self.head
+        lat, preds, tail, load_preds, pen = pb.lat, pb.preds, pb.tail, pb.load_preds, pb.penalty
+        for i in pb.topo:
+            if placed[i]:
+                continue
+            h = head[i]
+            for p in preds[i]:
+                if not placed[p]:
+                    v = head[p] + lat[p]
+                    if v > h:
+                        h = v
+            for key, group in load_preds[i]:
+                entry = table.get(key)
+                if entry is None:
+                    continue
+                waiting = [p for p in group if not placed[p]]
+                if not waiting:
+                    continue
+                rel = entry[1]
+                t = rel[0]
+                for j in range(1, len(waiting)):
+                    t = t + pen if t + pen > rel[j] else rel[j]
+                v = t + min(lat[p] for p in waiting)
+                if v > h:
+                    h = v
+            head[i] = h
+            v = h + lat[i] + tail[i]
+            if v > best:
+                best = v
         return best
 
     def _ranked_port(self, ops: list[int], k: int, start: int, placed: Sequence[bool],
                      open_globals: int, open_frags: int) -> tuple[int, int]:
         """The port relaxation of partition ``k`` with block-rank releases (class docstring)."""
-        pb, head, pen = self.pb, self.head, self.pb.penalty
-        lat, tail, is_global, is_frag = pb.lat, pb.tail, pb.is_global, pb.is_frag
-        computes = sorted(self.anc[i] for i in pb.compute_by_part[k] if not placed[i])
-        jobs = []
-        ranked = []
-        for cap, open_, flags in ((self.global_cap, open_globals, is_global),
-                                  (self.frag_cap, open_frags, is_frag)):
-            if cap:
-                group = [i for i in ops if flags[i]]
-                if group:
-                    ranked.append((cap, cap - open_, group))
+        pb, pen = self.pb, self.pb.penalty
+        lat, tail, head = pb.lat, pb.tail, self.head
+        table = self._rank_table(placed, k, open_globals, open_frags)
+        if table is None:
+            return self.INFEASIBLE, self.INFEASIBLE
+        ranked = [table[(k, kind)] for kind in (0, 1) if (k, kind) in table]
         if not ranked:
             return start, start
-        in_group = {i for _, _, g in ranked for i in g}
+        in_group = {i for group, _ in ranked for i in group}
         jobs = [(head[i], pen, lat[i] + tail[i] - pen) for i in ops if i not in in_group]
-        for cap, free_slots, group in ranked:
-            if len(group) > free_slots + cap * len(computes):
-                return self.INFEASIBLE, self.INFEASIBLE
+        for group, rel in ranked:
             q = min(lat[i] + tail[i] - pen for i in group)
-            for j, h in enumerate(sorted(head[i] for i in group), start=1):
-                if j > free_slots:
-                    e = computes[-(-(j - free_slots) // cap) - 1]
-                    if e >= 0 and e + pen > h:
-                        h = e + pen
-                jobs.append((h, pen, q))
+            jobs.extend((r, pen, q) for r in rel)
         return chain_bound(jobs, start)
 
 

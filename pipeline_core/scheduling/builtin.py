@@ -4,6 +4,7 @@ Each takes a SchedulingRequest and returns a permutation of the body's indices.
 """
 from __future__ import annotations
 
+from pipeline_core.scheduling.exact import exact_blocks_strategy, exact_strategy
 from pipeline_core.scheduling.exhaustive import optimal_schedule_with_halves
 from pipeline_core.scheduling.greedy import greedy_schedule
 from pipeline_core.scheduling.registry import SchedulingRequest, register_strategy
@@ -41,6 +42,8 @@ BUILTIN_STRATEGIES = {
     "IDENTITY": identity_strategy,
     "GREEDY": greedy_strategy,
     "CSP": csp_strategy,
+    "EXACT": exact_strategy,
+    "EXACT_BLOCKS": exact_blocks_strategy,
 }
 
 

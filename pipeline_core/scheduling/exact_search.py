@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import attrs
 
-from pipeline_core.scheduling.bounds import MMA, VALU, NodeBound, Problem
+from pipeline_core.scheduling.bounds import MMA, PORT, VALU, NodeBound, Problem
 
 #: Frag and global slots of a program block (``program.construct.MAX_SLOTS``).
 BLOCK_SLOTS = 2
@@ -94,6 +94,15 @@ class Search:
         self.rem_frag = [sum(pb.is_frag[i] for i in range(lo, hi)) for lo, hi in pb.part_bounds]
         self.rem_glob = [sum(pb.is_global[i] for i in range(lo, hi)) for lo, hi in pb.part_bounds]
         assert len(self.rem_comp) == parts
+        # block mode: a block's global-load limit (the CSP's cap too, blocks never straddle
+        # partitions), and each global load's fragment-load producers in its own partition
+        self.global_cap = 0
+        if blocks is not None:
+            self.global_cap = min(max_globals, blocks.global_slots) if max_globals > 0 \
+                else blocks.global_slots
+        self.part_globals = [[i for i in range(lo, hi) if pb.is_global[i]] for lo, hi in pb.part_bounds]
+        self.frag_preds = [[q for q in pb.preds[i] if pb.is_frag[q] and pb.part_of[q] == pb.part_of[i]]
+                           for i in range(n)]
         self.static_cp = sorted(((pb.asap[i] + pb.lat[i] + pb.tail[i], i) for i in range(n)),
                                 reverse=True)
         self.memo: dict = {}
@@ -203,6 +212,38 @@ class Search:
         for p in pb.preds[i]:
             self.open_succ[p] += 1
 
+    def assume_partitions(self, k: int) -> None:
+        """Start from partition ``k`` with an optimistic past (for a decomposition bound).
+
+        Partitions before ``k`` count as placed, each op finishing at its earliest time
+        and each unit free at its earliest time, both from the root relaxation.  Any real
+        prefix of those partitions has the same placed set and rule state and a state
+        no better in any entry, so the optimum from here is a lower bound for all orders.
+        """
+        pb = self.pb
+        self.node_bound()
+        head, done = list(self.bound.head), dict(self.bound.done)
+        lo = pb.part_bounds[k][0]
+        for i in range(lo):
+            self.placed[i] = True
+            self.mask |= 1 << i
+            self.order.append(i)
+            self.finish[i] = head[i] + pb.lat[i]
+            for c in pb.succs[i]:
+                self.pending[c] -= 1
+            for p in pb.preds[i]:
+                self.open_succ[p] -= 1
+            self.live += pb.vdef[i] - pb.vkill[i]
+        self.peak = max(self.live, 0)
+        self.mma_free = done.get((MMA, k - 1), 0)
+        self.valu_free = done.get((VALU, k - 1), 0)
+        self.port_free = done.get((PORT, k - 1), 0) if pb.penalty else 0
+        self.rem_mma = sum(pb.lat[i] for i in range(lo, pb.n) if pb.mach[i] == MMA)
+        self.rem_valu = sum(pb.lat[i] for i in range(lo, pb.n) if pb.mach[i] == VALU)
+        self.rem_port = sum(pb.port[lo:])
+        for j in range(k):
+            self.rem_comp[j] = self.rem_frag[j] = self.rem_glob[j] = 0
+
     # --- rules ----------------------------------------------------------------------------------
     def allowed(self, c: int, csp_rules: bool = True) -> bool:
         """May op ``c`` take the next position?
@@ -259,8 +300,11 @@ class Search:
             out.append(c)
         return out
 
-    def blocks_feasible(self) -> bool:
-        """Block mode: the rest of the current partition still fits its remaining blocks."""
+    def blocks_feasible(self, csp_rules: bool = True) -> bool:
+        """Block mode: the rest of the current partition still fits its remaining blocks.
+
+        ``csp_rules``: count the CSP's globals cap as a block limit too.
+        """
         blocks = self.blocks
         if blocks is None:
             return True
@@ -277,7 +321,35 @@ class Search:
         first = pos == lo
         bf = 0 if first else self.blk_frags
         bg = 0 if first else self.blk_globals
-        return (f <= blocks.frag_slots * c - bf) and (g <= blocks.global_slots * c - bg)
+        fs, gs = blocks.frag_slots, self.global_cap if csp_rules else blocks.global_slots
+        if f > fs * c - bf or g > gs * c - bg:
+            return False
+        if not g:
+            return True
+        # Hall's condition for global loads that wait for fragment loads of this partition:
+        # with p of those still unplaced, a load cannot come before the block in which the
+        # p-th of them can be placed (fs per block), so the loads whose earliest block is e
+        # or later must fit in the blocks from e on.
+        placed = self.placed
+        free0 = fs - bf
+        late = [0] * (c + 1)
+        for i in self.part_globals[k]:
+            if placed[i]:
+                continue
+            p = 0
+            for q in self.frag_preds[i]:
+                if not placed[q]:
+                    p += 1
+            e = 0 if p <= free0 else -(-(p - free0) // fs)
+            if e >= c:
+                return False
+            late[e] += 1
+        total = 0
+        for e in range(c - 1, -1, -1):
+            total += late[e]
+            if total > gs * (c - e) - (bg if e == 0 else 0):
+                return False
+        return True
 
     def _commutes(self, a: int, b: int) -> bool:
         """Placing a then b gives the same state as b then a (b was ready before a)."""
@@ -304,7 +376,7 @@ class Search:
                 ok = False
                 break
             saved.append((i, self.place(i)))
-            if not self.blocks_feasible():
+            if not self.blocks_feasible(csp_rules):
                 ok = False
                 break
         for i, s in reversed(saved):
@@ -429,20 +501,26 @@ class Search:
             self.progress(phase=phase, nodes=self.nodes, best=best, depth=len(self.order))
 
     # --- phase 1: optimise ----------------------------------------------------------------------
-    def optimise(self, inc_order: list[int] | None, inc_value: tuple) -> bool:
+    def optimise(self, inc_order: list[int] | None, inc_value: tuple,
+                 stop_at: float = -math.inf) -> bool:
         """Best-bound-first branch and bound from the incumbent; False on a timeout.
 
         Ties with the incumbent are cut: a leaf replaces it only when strictly
-        better in (makespan, peak), as in the CSP.
+        better in (makespan, peak), as in the CSP.  ``stop_at``: a proven lower bound
+        on the makespan; a leaf reaching it ends the search (without VGPR kills the
+        peak is the same for every order, so nothing better can follow).
         """
         self.best_order = inc_order
         self.best = inc_value
         self.memo = {}
         self.open_lb = math.inf
+        self.stop_at = stop_at if not self.pb.any_kill else -math.inf
         try:
             self._opt()
         except Timeout:
             return False
+        except _Found:
+            pass
         return True
 
     def _opt(self) -> None:
@@ -452,6 +530,8 @@ class Search:
             if value < self.best:
                 self.best = value
                 self.best_order = list(self.order)
+                if value[0] <= self.stop_at:
+                    raise _Found
             return
         children = []
         for c in self.candidates():
@@ -480,14 +560,17 @@ class Search:
                 self.unplace(c, saved)
 
     # --- phase 2: the lexicographically first order of at most a value --------------------------
-    def first_at_most(self, target: tuple, *, use_bounds: bool = True) -> list[int] | None:
+    def first_at_most(self, target: tuple, *, use_bounds: bool = True,
+                      node_limit: int | None = None) -> list[int] | None:
         """Lexicographic DFS: the first valid order with (makespan, peak) <= ``target``.
 
-        Returns None when there is none, or on a timeout (``self.timed_out``).
+        Returns None when there is none, or on a timeout or after ``node_limit`` nodes
+        (``self.timed_out``; a node budget keeps the outcome independent of the machine).
         """
         self.memo = {}
         self.target = target
         self.use_bounds = use_bounds
+        self.node_limit = None if node_limit is None else self.nodes + node_limit
         self.found: list[int] | None = None
         self.timed_out = False
         try:
@@ -514,6 +597,8 @@ class Search:
                     continue
                 if not self.dominated():
                     self.tick(self.target[0], "canonical order")
+                    if self.node_limit is not None and self.nodes > self.node_limit:
+                        raise Timeout
                     self._lex()
             finally:
                 self.unplace(c, saved)

@@ -146,11 +146,14 @@ def _check_instance(ops, edges, parts, rng):
     penalty = rng.choice([0, 0, 3, 8, 30])
     max_globals = rng.choice([0, 1, 2])
     max_vgpr = rng.choice([UNLIMITED_VGPR, UNLIMITED_VGPR, 12, 24])
+    slots = rng.choice([0, 1, 2])  # 0: the reference's CSP; 2: the CSP strategy's block slots
     pb = Problem(ops, edges, penalty=penalty, num_partitions=parts)
     bph = _bph(pb)
-    leaves = all_valid_orders(pb, max_globals, max_vgpr)
+    rules = BlockRules(slots, slots, bph, stagger_rule=False) if slots else None
+    leaves = all_valid_orders(pb, max_globals, max_vgpr, rules)
     kwargs = dict(max_globals_per_block=max_globals, lds_contention_penalty=penalty,
-                  max_vgpr=max_vgpr, num_partitions=parts, blocks_per_partition=bph)
+                  max_vgpr=max_vgpr, num_partitions=parts, blocks_per_partition=bph,
+                  block_slots=slots)
     try:
         result = exact_schedule(ops, edges, time_limit=None, **kwargs)
     except SchedulingError:
@@ -188,16 +191,18 @@ def test_same_order_as_brute_force_csp_on_matmul_like_bodies(seed):
         _check_instance(ops, edges, parts, rng)
 
 
-def test_same_order_as_the_csp_implementation():
-    """Cross-check with the port of the reference's search itself (small bodies, no time limit)."""
-    rng = random.Random(7)
+@pytest.mark.parametrize("slots", [0, 2])
+def test_same_order_as_the_csp_implementation(slots):
+    """Cross-check with the port of the reference's search itself (small bodies, no time limit),
+    as the reference runs it (no block slots) and as the CSP strategy runs it (2 slots)."""
+    rng = random.Random(7 + slots)
     checked = 0
     while checked < 40:
         ops, edges, parts = matmul_like_instance(rng, rng.randint(2, 8))
         penalty, max_globals = rng.choice([0, 4, 8]), rng.choice([0, 1])
         pb = Problem(ops, edges, penalty=penalty, num_partitions=parts)
         kwargs = dict(max_globals_per_block=max_globals, lds_contention_penalty=penalty,
-                      num_partitions=parts, blocks_per_partition=_bph(pb))
+                      num_partitions=parts, blocks_per_partition=_bph(pb), block_slots=slots)
         try:
             csp = optimal_schedule_with_halves(ops, edges, **kwargs)
         except SchedulingError:
@@ -215,7 +220,7 @@ def test_property_exact_equals_brute_force(seed, n):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_block_mode_is_optimal_over_block_valid_orders(seed):
+def test_strict_mode_is_optimal_over_block_valid_orders(seed):
     rng = random.Random(200 + seed)
     checked = 0
     for _ in range(40):
@@ -226,7 +231,7 @@ def test_block_mode_is_optimal_over_block_valid_orders(seed):
         rules = BlockRules(BLOCK_SLOTS, BLOCK_SLOTS, bph, stagger_rule=max_globals == 0)
         leaves = all_valid_orders(pb, max_globals, UNLIMITED_VGPR, rules)
         kwargs = dict(max_globals_per_block=max_globals, lds_contention_penalty=penalty,
-                      num_partitions=parts, blocks_per_partition=bph, blocks=True)
+                      num_partitions=parts, blocks_per_partition=bph, strict=True)
         if not leaves:
             with pytest.raises(SchedulingError):
                 exact_schedule(ops, edges, time_limit=None, **kwargs)
@@ -244,7 +249,8 @@ def test_block_mode_is_optimal_over_block_valid_orders(seed):
     assert checked > 10
 
 
-def test_node_bounds_never_exceed_the_best_completion():
+@pytest.mark.parametrize("block_mode", [False, True])
+def test_node_bounds_never_exceed_the_best_completion(block_mode):
     """For every prefix of every valid order: bound <= the best makespan among its completions."""
     rng = random.Random(11)
     checked = 0
@@ -252,12 +258,13 @@ def test_node_bounds_never_exceed_the_best_completion():
         ops, edges, parts = matmul_like_instance(rng, rng.randint(2, 8))
         penalty, max_globals = rng.choice([0, 4, 8, 30]), rng.choice([0, 1, 2])
         pb = Problem(ops, edges, penalty=penalty, num_partitions=parts)
+        rules = BlockRules(BLOCK_SLOTS, BLOCK_SLOTS, _bph(pb), max_globals == 0) if block_mode else None
         best: dict[tuple, int] = {}
-        for (ms, _pk), order in all_valid_orders(pb, max_globals, UNLIMITED_VGPR):
+        for (ms, _pk), order in all_valid_orders(pb, max_globals, UNLIMITED_VGPR, rules):
             for k in range(len(order) + 1):
                 key = tuple(order[:k])
                 best[key] = min(best.get(key, ms), ms)
-        search = Search(pb, max_globals=max_globals, max_vgpr=UNLIMITED_VGPR, blocks=None,
+        search = Search(pb, max_globals=max_globals, max_vgpr=UNLIMITED_VGPR, blocks=rules,
                         deadline=None, progress=None)
         for prefix, ms in best.items():
             saved = [(i, search.place(i)) for i in prefix]
@@ -265,7 +272,7 @@ def test_node_bounds_never_exceed_the_best_completion():
             for i, s in reversed(saved):
                 search.unplace(i, s)
             checked += 1
-    assert checked > 500
+    assert checked > 300
 
 
 # --- goldens ---------------------------------------------------------------------------------
@@ -324,33 +331,37 @@ def _grid_body(m, n, max_globals=1):
 
 def test_time_limit_returns_best_order_with_proven_gap():
     body, edges, config = _grid_body(2, 5)
-    result = exact_schedule(body, edges, max_globals_per_block=1, lds_contention_penalty=8,
-                            num_partitions=2, blocks_per_partition=10, time_limit=0.5, blocks=True)
+    result = exact_schedule(body, edges, max_globals_per_block=1, lds_contention_penalty=4,
+                            num_partitions=2, blocks_per_partition=10, time_limit=0.05, strict=True)
     assert isinstance(result, ExactResult)
     assert result.status == "time-limit" and not result.proven_optimal
     assert 0 < result.gap == result.makespan - result.lower_bound
     assert result.root_bound <= result.lower_bound <= result.makespan
     assert result.time < 10 and result.nodes > 0
     assert "gap" in result.summary()
-    pb = Problem(body, edges, penalty=8, num_partitions=2)
+    pb = Problem(body, edges, penalty=4, num_partitions=2)
     search = Search(pb, max_globals=1, max_vgpr=UNLIMITED_VGPR,
                     blocks=BlockRules(2, 2, 10, False), deadline=None, progress=None)
     assert search.is_valid(result.order)
 
 
-@pytest.mark.parametrize("m,n,penalty", [(2, 2, 8), (2, 5, 8), (4, 4, 16), (4, 7, 16)])
-def test_grid_bodies_are_proven_quickly(m, n, penalty):
+@pytest.mark.parametrize("m,n,penalty", [(2, 2, 8), (2, 5, 4), (2, 5, 8), (3, 3, 4), (4, 4, 16),
+                                         (2, 11, 16), (4, 7, 16), (5, 8, 16)])
+@pytest.mark.parametrize("slots,strict", [(0, False), (2, False), (2, True)])
+def test_grid_bodies_are_proven_quickly(m, n, penalty, slots, strict):
     body, edges, _ = _grid_body(m, n)
     result = exact_schedule(body, edges, max_globals_per_block=1, lds_contention_penalty=penalty,
-                            num_partitions=2, blocks_per_partition=m * n, time_limit=20)
-    assert result.proven_optimal and result.canonical
-    assert result.time < 10
+                            num_partitions=2, blocks_per_partition=m * n, time_limit=20,
+                            block_slots=slots, strict=strict)
+    assert result.proven_optimal
+    assert not (strict and result.canonical)
+    assert result.time < 5
 
 
 def test_strategy_reports_a_time_limit_on_stderr(capsys):
     body, edges, _ = _grid_body(2, 5)
-    request = SchedulingRequest(body, edges, max_globals_per_block=1, lds_contention_penalty=8,
-                                num_partitions=2, blocks_per_partition=10, time_limit=0.3)
+    request = SchedulingRequest(body, edges, max_globals_per_block=1, lds_contention_penalty=4,
+                                num_partitions=2, blocks_per_partition=10, time_limit=0.05)
     order = exact_blocks_strategy(request)
     assert sorted(order) == list(range(len(body)))
     assert "time limit" in capsys.readouterr().err
