@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import attrs
 import pytest

@@ -13,7 +13,12 @@ from typing import Any, TextIO
 
 import attrs
 
+from typing import TYPE_CHECKING
+
 from pipeline_core.errors import PipelineError
+
+if TYPE_CHECKING:
+    from pipeline_core.check.counters import CounterModel
 
 # The checker itself is imported when a check runs, so that building the CLI parser
 # (every pipeline-core command) stays cheap.

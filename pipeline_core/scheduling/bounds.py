@@ -28,29 +28,13 @@ from typing import Sequence
 from pipeline_core.edges import DepEdge
 from pipeline_core.graph import check_edges, find_same_iteration_cycle
 from pipeline_core.errors import GraphError
+from pipeline_core.scheduling.exhaustive import position_ranges
 from pipeline_core.ops import Op, OpRole, ResourceKind
 
 #: machine codes (an op's serial unit); the LDS port is separate (``port``).
 FREE, MMA, VALU = 0, 1, 2
 #: pseudo-unit code for the LDS port (used when grouping producers)
 PORT = 3
-
-
-def position_ranges(n: int, parts: int) -> list[tuple[int, int]]:
-    """Op index range each position may take (the CSP's partition isolation).
-
-    Identical to the reference-style CSP: partitions of ``n // parts`` ops, the
-    last one taking the remainder; one partition (or fewer ops than partitions)
-    means no isolation.
-    """
-    if parts <= 1 or n < parts:
-        return [(0, n)] * n
-    size = n // parts
-    out = []
-    for pos in range(n):
-        k = min(pos // size, parts - 1)
-        out.append((k * size, n if k == parts - 1 else (k + 1) * size))
-    return out
 
 
 class Problem:

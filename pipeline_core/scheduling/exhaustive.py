@@ -30,7 +30,7 @@ def _seed_is_final(ms: int, pk: int, lb: int, max_vgpr: int) -> bool:
     return ms == lb and (max_vgpr == UNLIMITED_VGPR or pk <= max_vgpr)
 
 
-def _position_ranges(n: int, parts: int) -> list[tuple[int, int]]:
+def position_ranges(n: int, parts: int) -> list[tuple[int, int]]:
     """Op index range each position may draw from: its partition's ops (the last takes the rest).
 
     Positions and ops share partition boundaries, so a range's start is also the
@@ -163,7 +163,7 @@ def optimal_schedule(body: Sequence[Op], edges: Sequence[DepEdge], max_vgpr: int
     lb = lower_bound(t)
     if _seed_is_final(ms, pk, lb, max_vgpr):
         return seed
-    return _search(t, seed, lb, ranges=_position_ranges(t.n, 1), max_globals=0, block_slots=0,
+    return _search(t, seed, lb, ranges=position_ranges(t.n, 1), max_globals=0, block_slots=0,
                    penalty=0, max_vgpr=max_vgpr, prune=_PRUNE_GE,
                    bound_fn=lambda order, placed, pos: partial_bound(t, order, placed, pos),
                    time_limit=time_limit)
@@ -207,7 +207,7 @@ def optimal_schedule_with_halves(body: Sequence[Op], edges: Sequence[DepEdge], *
     prune = _PRUNE_GT if any(t.vgpr_kill) else _PRUNE_GE
     topo = topological_order(t)
     penalty = lds_contention_penalty
-    return _search(t, seed, lb, ranges=_position_ranges(t.n, num_partitions),
+    return _search(t, seed, lb, ranges=position_ranges(t.n, num_partitions),
                    max_globals=max_globals_per_block, block_slots=block_slots,
                    penalty=penalty, max_vgpr=max_vgpr, prune=prune,
                    bound_fn=lambda order, placed, pos: penalised_partial_bound(

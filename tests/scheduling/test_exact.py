@@ -24,7 +24,7 @@ from pipeline_core.scheduling.evaluate import Tables, lower_bound
 from pipeline_core.scheduling.exact import (UNLIMITED_VGPR, ExactResult, exact_blocks_strategy,
                                             exact_schedule, exact_strategy)
 from pipeline_core.scheduling.exact_search import BLOCK_SLOTS, BlockRules, Search
-from pipeline_core.scheduling.exhaustive import _position_ranges, optimal_schedule_with_halves
+from pipeline_core.scheduling.exhaustive import position_ranges, optimal_schedule_with_halves
 from pipeline_core.scheduling.greedy import greedy_order
 from pipeline_core.scheduling.progress import TerminalProgress, terminal_progress
 from pipeline_core.scheduling.registry import SchedulingRequest
@@ -403,10 +403,10 @@ def test_more_partitions_than_two():
     assert result.proven_optimal
 
 
-def test_position_ranges_match_the_csp():
+def testposition_ranges_match_the_csp():
     for n in range(0, 13):
         for parts in range(1, 5):
-            assert position_ranges(n, parts) == _position_ranges(n, parts)
+            assert position_ranges(n, parts) == position_ranges(n, parts)
 
 
 def test_block_slots_match_the_program_builder():

@@ -18,12 +18,11 @@ from typing import Any
 import attrs
 
 from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
-from pipeline_core.costs import annotate
 from pipeline_core.errors import ConfigError, TransformError
 from pipeline_core.ops import Op
 from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
 
-from pipeline_core_amd_mi355x.tags import DOUBLE_BUFFER_TAG_NAMES
+from pipeline_core_amd_mi355x.interleaved import InterleavedMatmulSchedule
 
 from pipeline_core_schedules_matmul_grid.body import PARTITIONS, logical_body
 
@@ -50,7 +49,7 @@ def default_schedule_config() -> ScheduleConfig:
 
 
 @attrs.frozen
-class MatmulGridSchedule:
+class MatmulGridSchedule(InterleavedMatmulSchedule):
     """A double-buffer matmul with an m x n MMA grid per partition."""
 
     m: int
@@ -68,21 +67,6 @@ class MatmulGridSchedule:
 
     def logical_body(self) -> list[Op]:
         return logical_body(self.m, self.n)
-
-    def build_body(self) -> list[Op]:
-        """double_buffer_reorder(annotate(logical body, cost model), pipeline config)."""
-        from pipeline_core.transforms import double_buffer_reorder
-
-        ops = annotate(self.logical_body(), self.target.cost_model)
-        return list(double_buffer_reorder(ops, self.config()))
-
-    def schedule_config(self) -> ScheduleConfig:
-        """The stored config with the schedule's lgkm per load (as ping-pong)."""
-        return self.sched.evolve(lgkm_per_load_a=self.lgkm_per_load_a,
-                                 lgkm_per_load_b=self.lgkm_per_load_b)
-
-    def tag_names(self) -> dict[int, str]:
-        return dict(DOUBLE_BUFFER_TAG_NAMES)
 
 
 def _int_in(name: str, value: Any, lo: int, hi: int | None = None) -> int:

@@ -18,13 +18,13 @@ from typing import Any, Mapping
 import attrs
 
 from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
-from pipeline_core.costs import CostModel, annotate
+from pipeline_core.costs import CostModel
 from pipeline_core.errors import ConfigError
 from pipeline_core.ops import Op
 from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
 
 from pipeline_core_amd_mi355x.geometry import DTYPES, LaunchDefaults, TileShape, pingpong_launch_defaults
-from pipeline_core_amd_mi355x.tags import DOUBLE_BUFFER_TAG_NAMES
+from pipeline_core_amd_mi355x.interleaved import InterleavedMatmulSchedule
 
 from pipeline_core_schedules_pingpong.body import logical_body
 
@@ -75,7 +75,7 @@ def default_schedule_config() -> ScheduleConfig:
 
 
 @attrs.frozen
-class PingPongSchedule:
+class PingPongSchedule(InterleavedMatmulSchedule):
     """DeclarativeSchedule: a target, a ScheduleConfig and the lgkm per load it carries."""
 
     target: TargetProfile
@@ -97,21 +97,6 @@ class PingPongSchedule:
 
     def logical_body(self) -> list[Op]:
         return logical_body()
-
-    def build_body(self) -> list[Op]:
-        """double_buffer_reorder(annotate(logical body, cost model), pipeline config)."""
-        from pipeline_core.transforms import double_buffer_reorder
-
-        ops = annotate(self.logical_body(), self.target.cost_model)
-        return list(double_buffer_reorder(ops, self.config()))
-
-    def schedule_config(self) -> ScheduleConfig:
-        """The stored config with lgkm per load replaced by the schedule's (Appendix B 10.2)."""
-        return self.sched.evolve(lgkm_per_load_a=self.lgkm_per_load_a,
-                                 lgkm_per_load_b=self.lgkm_per_load_b)
-
-    def tag_names(self) -> dict[int, str]:
-        return dict(DOUBLE_BUFFER_TAG_NAMES)
 
 
 def _non_negative(name: str, value: Any) -> int:
