@@ -63,14 +63,20 @@ class Tables:
         return "waits for " + ", ".join(parts) if parts else "ready"
 
 
-def simulate(t: Tables, order: Sequence[int], penalty: int = 0) -> tuple[int, int]:
-    """(makespan, vgpr_peak) of ``order``; producers later in the order count as finish 0."""
+def run_prefix(t: Tables, order: Sequence[int], count: int, penalty: int = 0):
+    """Simulate ``order[:count]``: the one evaluator every cost and bound is built on.
+
+    Returns (finish, mma_free, valu_free, port_free, vgpr_peak); ops not simulated
+    have finish 0, and a producer later in the order counts as finish 0 (as in the
+    reference, an order that violates an edge is evaluated without error).
+    """
     finish = [0] * t.n
     latency, preds, is_mma, is_valu, uses_port = t.latency, t.preds, t.is_mma, t.is_valu, t.uses_port
     vdef, vkill = t.vgpr_def, t.vgpr_kill
     mma_free = valu_free = port_free = 0
     live = peak = 0
-    for i in order:
+    for k in range(count):
+        i = order[k]
         start = 0
         for p in preds[i]:
             f = finish[p]
@@ -96,6 +102,12 @@ def simulate(t: Tables, order: Sequence[int], penalty: int = 0) -> tuple[int, in
         if live > peak:
             peak = live
         live -= vkill[i]
+    return finish, mma_free, valu_free, port_free, peak
+
+
+def simulate(t: Tables, order: Sequence[int], penalty: int = 0) -> tuple[int, int]:
+    """(makespan, vgpr_peak) of ``order``; producers later in the order count as finish 0."""
+    finish, _, _, _, peak = run_prefix(t, order, len(order), penalty)
     return (max(finish) if finish else 0), peak
 
 
@@ -150,28 +162,9 @@ def asap_lower_bound(body: Sequence[Op], edges: Sequence[DepEdge], penalty: int 
 
 def partial_bound(t: Tables, order: Sequence[int], placed: Sequence[bool], pos: int) -> int:
     """Bound for completing a prefix: positions 0..pos simulated (no penalty), rest by unit."""
-    finish = [0] * t.n
-    latency, preds, is_mma, is_valu = t.latency, t.preds, t.is_mma, t.is_valu
-    mma_free = valu_free = 0
-    worst = 0
-    for k in range(pos + 1):
-        i = order[k]
-        start = 0
-        for p in preds[i]:
-            if finish[p] > start:
-                start = finish[p]
-        if is_mma[i] and mma_free > start:
-            start = mma_free
-        elif is_valu[i] and valu_free > start:
-            start = valu_free
-        end = start + latency[i]
-        finish[i] = end
-        if is_mma[i]:
-            mma_free = end
-        elif is_valu[i]:
-            valu_free = end
-        if end > worst:
-            worst = end
+    finish, mma_free, valu_free, _, _ = run_prefix(t, order, pos + 1)
+    worst = max(finish, default=0)
+    latency, is_mma, is_valu = t.latency, t.is_mma, t.is_valu
     rest_mma = rest_valu = 0
     for i in range(t.n):
         if not placed[i]:
@@ -206,32 +199,9 @@ def penalised_partial_bound(t: Tables, order: Sequence[int], placed: Sequence[bo
     adds the earliest finish of every unplaced op given the prefix (a relaxation of
     the remaining dependency chains) and the serial MMA, VALU and LDS-port work left.
     """
-    finish = [0] * t.n
+    finish, mma_free, valu_free, port_free, _ = run_prefix(t, order, pos + 1, penalty)
+    worst = max(finish, default=0)
     latency, preds, is_mma, is_valu, port = t.latency, t.preds, t.is_mma, t.is_valu, t.uses_port
-    mma_free = valu_free = port_free = 0
-    worst = 0
-    for k in range(pos + 1):
-        i = order[k]
-        start = 0
-        for p in preds[i]:
-            if finish[p] > start:
-                start = finish[p]
-        if is_mma[i] and mma_free > start:
-            start = mma_free
-        elif is_valu[i] and valu_free > start:
-            start = valu_free
-        if penalty > 0 and port[i]:
-            if port_free > start:
-                start = port_free
-            port_free = start + penalty
-        end = start + latency[i]
-        finish[i] = end
-        if is_mma[i]:
-            mma_free = end
-        elif is_valu[i]:
-            valu_free = end
-        if end > worst:
-            worst = end
     rest_mma = rest_valu = rest_port = 0
     min_port_lat = None
     for i in topo:
