@@ -100,14 +100,15 @@ def test_two_plugins_answering_the_same_override_conflict():
 
 
 def test_disable_by_name_and_environment(monkeypatch):
-    host = PluginHost(autoload=False, extra_plugins=[("prov", fx.Provider())], disabled=["prov"])
-    # extra_plugins are explicit; disabling applies to discovered entry points
-    assert "tiny" in host.schedules
-    monkeypatch.setenv("PIPELINE_CORE_DISABLE_PLUGINS", "amd_mi355x,schedules_pingpong")
+    host = PluginHost(disabled=["schedules_4wave"])
+    assert status(host, "schedules_4wave") == "disabled"
+    assert "4wave" not in host.schedules and "pingpong" in host.schedules
+    monkeypatch.setenv("PIPELINE_CORE_DISABLE_PLUGINS", "schedules_pingpong, pipeline-core-schedules-4wave")
     host = PluginHost()
-    assert status(host, "amd_mi355x") == "disabled" if any(
-        p.name == "amd_mi355x" for p in host.plugins) else True
-    assert "pingpong" not in host.schedules
+    assert status(host, "schedules_pingpong") == "disabled"  # by entry-point name
+    assert status(host, "schedules_4wave") == "disabled"  # by distribution name
+    assert "pingpong" not in host.schedules and "4wave" not in host.schedules
+    assert "mi355x" in host.targets
 
 
 def test_no_autoload_environment(monkeypatch):

@@ -51,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--explicit-register-waits", action="store_true",
                         help="assume no compiler interlock on fragment registers: an MMA needs an "
                              "emitted wait to have retired its fragment loads")
+    parser.add_argument("--no-lds-order", action="store_true",
+                        help="do not assume the LDS services accesses in arrival order: an LDS read "
+                             "issued before a global->LDS load must be retired by a wait before the "
+                             "load may overwrite its buffer (stricter; the AMD default assumes the "
+                             "read is serviced first)")
     parser.add_argument("--warps-per-group", type=_positive_int, default=1, metavar="N",
                         help="model each warp group as N warps that only synchronise through "
                              "barriers (default 1: a group is one agent)")
@@ -105,6 +110,8 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
             model = resolve_counter_model(document, answer)
         if getattr(args, "explicit_register_waits", False):
             model = attrs.evolve(model, register_interlock=False)
+        if getattr(args, "no_lds_order", False):
+            model = attrs.evolve(model, lds_in_order=False)
         verdict = check_document(document, model=model,
                                  iterations=getattr(args, "iterations", DEFAULT_ITERATIONS),
                                  warps_per_group=getattr(args, "warps_per_group", 1),

@@ -64,6 +64,19 @@ class CounterModel:
     * ``global_loads_write_lds``: global loads go straight to LDS
       (``buffer_load ... lds``); when False they fill staging registers that a
       SHARED_STORE op then writes to LDS (the single-buffer kernel).
+    * ``lds_in_order``: a hardware-ordering *assumption* (not an ISA guarantee):
+      the LDS of a CU services its accesses in arrival order, and the LDS write
+      of a global->LDS load arrives through that same queue, after the load's
+      data came back from memory.  So an LDS read whose *issue* happens before
+      the *issue* of a global->LDS load (program order in one agent, or a barrier
+      rendezvous between agents) is serviced before any part of that load's data
+      lands, even if no wait retired the read: the load cannot overwrite it
+      (no LDS_WAR).  It only removes write-after-read hazards against global
+      loads that write LDS; LDS_RAW, register hazards and SHARED_STORE writes
+      are unaffected.  False (the record's default, for targets that do not
+      vouch for it) demands that a wait retire the read first, the stricter
+      all-timings model; :func:`default_counter_model` (AMD) sets it True, and
+      ``pipeline-core check --no-lds-order`` turns it off again.
     * ``notes``: assumptions made while building the model, shown in reports.
     """
 
@@ -73,6 +86,7 @@ class CounterModel:
     barrier_drains: bool = False
     register_interlock: bool = True
     global_loads_write_lds: bool = True
+    lds_in_order: bool = False
     name: str = "custom"
     notes: tuple[str, ...] = ()
 
@@ -111,6 +125,7 @@ class CounterModel:
             "barrier_drains": self.barrier_drains,
             "register_interlock": self.register_interlock,
             "global_loads_write_lds": self.global_loads_write_lds,
+            "lds_in_order": self.lds_in_order,
             "notes": list(self.notes),
         }
 
@@ -135,6 +150,10 @@ def default_counter_model(document: Mapping[str, Any]) -> CounterModel:
       bare ``s_barrier`` (REFERENCE.md §10 dispatch).  Single buffer (depth 1):
       loads fill registers, SHARED_STORE writes LDS (1 lgkm op) and the kernel's
       ``barrier()`` is fenced, i.e. it drains the warp's own counters first.
+    * ``lds_in_order`` is True: an LDS read issued before a global->LDS load (in
+      happens-before order) is serviced before that load's data lands, because the
+      LDS services its queue in arrival order and the load's write arrives
+      hundreds of cycles later through the same queue (see :class:`CounterModel`).
     """
     config = document.get("config") if isinstance(document, Mapping) else None
     sched = document.get("schedule_config") if isinstance(document, Mapping) else None
@@ -179,6 +198,7 @@ def default_counter_model(document: Mapping[str, Any]) -> CounterModel:
         barrier_drains=single,
         register_interlock=True,
         global_loads_write_lds=not single,
+        lds_in_order=True,
         name="amd-mi355x" + ("-single-buffer" if single else ""),
         notes=tuple(notes),
     )

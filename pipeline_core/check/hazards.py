@@ -5,7 +5,9 @@ j-th load of a buffer in every warp writes that warp's part of version j (loads 
 cooperative).  A fragment read sees version j* = the newest version any part of
 which was issued before the read (happens-before); it is safe iff every warp's part
 of j* retired before the read (else LDS_RAW) and no warp's part of j*+1 can be
-issued before the read retired (else LDS_WAR).  Registers and accumulators then
+issued before the read retired (else LDS_WAR) -- unless the model's ``lds_in_order``
+assumption holds for it: the read was issued before that global->LDS load, so the
+LDS services it before the load's data lands.  Registers and accumulators then
 follow program order: every MMA must combine A and B of one K step and each
 accumulator must receive every K step exactly once, in order.
 """
@@ -102,6 +104,13 @@ class _Context:
         ca, cb = a_trace.events[a].instr.counter, b_trace.events[b].instr.counter
         return ca == cb and ca is not None and self.counters[ca].in_order
 
+    def serviced_before_load(self, r_trace: WarpTrace, r: int, w_trace: WarpTrace, w: int) -> bool:
+        """``lds_in_order``: the LDS read at ``r_trace[r]`` is serviced before the LDS write of
+        the global->LDS load at ``w_trace[w]`` lands, because the read's issue happens before
+        the load's issue and the LDS services its accesses in arrival order."""
+        return (self.program.model.lds_in_order and self.program.model.global_loads_write_lds
+                and w_trace.events[w].instr.kind is Kind.LOAD and r_trace.before(r, w_trace, w))
+
     def retired_before(self, a_trace: WarpTrace, a: int, b_trace: WarpTrace, b: int) -> bool:
         """Is the async op at ``a_trace[a]`` guaranteed complete before ``b_trace[b]`` starts?"""
         f = a_trace.forced[a]
@@ -154,7 +163,8 @@ def _read_hazards(ctx: _Context) -> tuple[list[Violation], dict]:
                         fix=completion_fix(Y, lp, X, p, ctx.counters[Y.events[lp].instr.counter])))
                 if jstar + 1 < len(positions):
                     q = positions[jstar + 1]
-                    if not ctx.retired_before(X, p, Y, q) and (yi, q, xi, p) not in war_seen:
+                    if not ctx.retired_before(X, p, Y, q) and not ctx.serviced_before_load(X, p, Y, q) \
+                            and (yi, q, xi, p) not in war_seen:
                         war_seen.add((yi, q, xi, p))
                         found.append(_violation(
                             HazardKind.LDS_WAR, Y, q,

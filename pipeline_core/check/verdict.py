@@ -191,7 +191,8 @@ class Verdict:
         head = f"{self.name}: " if self.name else ""
         if self.safe:
             lines.append(f"{head}SAFE ({who}, {self.iterations} kernel iterations, "
-                         f"counter model {self.model.get('name', '?')})")
+                         f"counter model {self.model.get('name', '?')}"
+                         + (", assuming in-order LDS" if self.model.get("lds_in_order") else "") + ")")
         else:
             v = self.first
             lines.append(f"{head}UNSAFE: {v.kind.value} at {v.site.text(multi)}")

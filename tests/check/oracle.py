@@ -8,6 +8,12 @@ fails when the computation goes wrong: a torn or stale LDS read, an MMA on
 operands of different K steps, an accumulator that does not receive every K step
 exactly once in order, or a hang.  A failing trial is a concrete witness that the
 schedule is unsafe; many passing trials are (only) evidence that it is safe.
+
+``lds_in_order`` (default True, the AMD model) is the hardware-ordering assumption of
+``CounterModel.lds_in_order``, modelled physically: the LDS services accesses in
+arrival order, so every fragment read of a buffer that is in flight when a global->LDS
+load of that buffer is *issued* (in real time, by any warp) completes before any part
+of that load's data lands.  False lets the data land at any time (the strict model).
 """
 from __future__ import annotations
 
@@ -120,7 +126,7 @@ class Failure(Exception):
     pass
 
 
-def trial(doc, iterations, rng, warps_per_group=1):
+def trial(doc, iterations, rng, warps_per_group=1, lds_in_order=True):
     """Run one random execution; return None (correct) or a failure description."""
     progs, single = programs(doc, iterations, warps_per_group)
     warps = [Warp(p) for p in progs]
@@ -140,7 +146,7 @@ def trial(doc, iterations, rng, warps_per_group=1):
     def complete(wi, ctr):
         w = warps[wi]
         item = w.queues[ctr].popleft()
-        kind, op, part, last, data = item
+        kind, op, part, last, data, _ = item
         if kind == "load" and not single:
             buf = (op.ch, op.stage, op.sub)
             lds.setdefault(buf, {})[("ld", part, wi)] = data
@@ -203,11 +209,14 @@ def trial(doc, iterations, rng, warps_per_group=1):
                 w.loads_seen[op.ch] = tile + 1
             if single:
                 w.pending_reg[("stg", op.ch)] = True
+            # In-order LDS: the reads of this buffer already issued are serviced first.
+            earlier = frozenset(inflight.get((op.ch, op.stage, op.sub), ())) \
+                if lds_in_order and not single else frozenset()
             for i in range(op.cost):
-                w.queues["vm"].append(("load", op, i, i == op.cost - 1, tile))
+                w.queues["vm"].append(("load", op, i, i == op.cost - 1, tile, earlier))
         elif op.kind == "store":
             data = w.staging.get(op.ch, GARBAGE)
-            w.queues["lgkm"].append(("store", op, 0, True, data))
+            w.queues["lgkm"].append(("store", op, 0, True, data, frozenset()))
         elif op.kind == "frag":
             buf = (op.ch, op.stage, op.sub)
             token += 1
@@ -217,7 +226,8 @@ def trial(doc, iterations, rng, warps_per_group=1):
             snap = None
             w.pending_reg[reg] = token
             for i in range(op.cost):
-                w.queues["lgkm"].append(("frag", op, i, i == op.cost - 1, (buf, token, snap, reg)))
+                w.queues["lgkm"].append(("frag", op, i, i == op.cost - 1, (buf, token, snap, reg),
+                                         frozenset()))
         elif op.kind == "mma":
             if single:
                 regs, acc = [(0, op.sub)], (0, 0)
@@ -236,9 +246,16 @@ def trial(doc, iterations, rng, warps_per_group=1):
                 for x in warps:
                     x.at_barrier = False
 
+    def completable(wi, c):
+        q = warps[wi].queues[c]
+        if not q:
+            return False
+        kind, op, _, _, _, earlier = q[0]
+        return not (earlier and earlier & inflight.get((op.ch, op.stage, op.sub), set()))
+
     while True:
         moves = [wi for wi in range(len(warps)) if enabled(wi)]
-        comps = [(wi, c) for wi in range(len(warps)) for c in ("vm", "lgkm") if warps[wi].queues[c]]
+        comps = [(wi, c) for wi in range(len(warps)) for c in ("vm", "lgkm") if completable(wi, c)]
         if not moves and not comps:
             break
         weights = [speed[wi] for wi in moves] + [rates[wi][c] for wi, c in comps]
@@ -275,11 +292,11 @@ def trial(doc, iterations, rng, warps_per_group=1):
     return None
 
 
-def find_witness(doc, iterations=2, trials=200, seed=0, warps_per_group=1):
+def find_witness(doc, iterations=2, trials=200, seed=0, warps_per_group=1, lds_in_order=True):
     """The first failing trial's description, or None if every trial computed correctly."""
     rng = random.Random(seed)
     for _ in range(trials):
-        bad = trial(doc, iterations, rng, warps_per_group)
+        bad = trial(doc, iterations, rng, warps_per_group, lds_in_order)
         if bad:
             return bad
     return None

@@ -4,6 +4,11 @@ entries; the checker must flag exactly the mutations that break safety.
 "Breaks safety" is decided twice: by an explicit list reasoned out below, and by the
 independent brute-force oracle (``oracle.py``), which must find a concrete failing
 timing for every flagged mutation and none for the accepted ones.
+
+Both use the AMD default model, which assumes in-order LDS (``CounterModel.lds_in_order``):
+an LDS read issued before a global->LDS load is serviced before the load's data lands.
+``STRICT_ONLY`` lists the mutations that are unsafe only without that assumption
+(``--no-lds-order``); the oracle, run without it too, must find a failing timing for each.
 """
 from __future__ import annotations
 
@@ -11,7 +16,9 @@ import collections
 
 import pytest
 
-from pipeline_core.check import HazardKind, check_document
+import attrs
+
+from pipeline_core.check import HazardKind, check_document, default_counter_model
 from pipeline_core.check.mutate import mutations
 
 from .helpers import apply_fix, load
@@ -24,11 +31,6 @@ PINGPONG = {
     # Without the prologue's barrier, group 0 reads stage 0 before group 1's loads of it
     # are published (group 1 waited, but no barrier followed before group 0's kernel[0]).
     (RB, "prologue", 5): "LDS_RAW",
-    # wait_lgkm(8)/(9) at the top of each half: FB (4 ops) then FA (8 ops) are outstanding;
-    # 8 retires FB exactly, 9 does not, and group 0 overwrites B s?.sub0 one barrier later.
-    (LW, "kernel", 3): "LDS_WAR", (LW, "kernel", 38): "LDS_WAR",
-    # Swapping FB/FA makes the same wait retire nothing (FA is 8 ops).
-    (SD, "kernel", 0): "LDS_WAR", (SD, "kernel", 35): "LDS_WAR",
     # The two barriers between a group's first fragment reads and the other group's prefetch
     # into the same buffer (blocks 0/1 of each half) are each needed.
     (RB, "kernel", 4): "LDS_WAR", (RB, "kernel", 9): "LDS_WAR",
@@ -52,17 +54,37 @@ FOURWAVE = {  # fourwave_fp8 (kernel indices); bm64 has the same shape at other 
     (SM, "prologue", 7): "LDS_RAW",
     # Top-of-half / mid-half wait_vm(8) retire the stage being read next.
     (LW, "kernel", 1): "LDS_RAW", (LW, "kernel", 17): "LDS_RAW", (LW, "kernel", 49): "LDS_RAW",
-    # Top-of-half wait_lgkm(4) retires the cross-stage A read before LA overwrites it.
-    (LW, "kernel", 2): "LDS_WAR", (LW, "kernel", 34): "LDS_WAR",
     # Moving the cross-stage B fragment load above the MMA that still needs B reg 0.
     (SM, "kernel", 24): "REG_WAR", (SM, "kernel", 56): "REG_WAR",
 }
 FOURWAVE_BM64 = {**{k: v for k, v in FOURWAVE.items() if k[1] == "prologue"},
                  (LW, "kernel", 0): "LDS_RAW", (LW, "kernel", 12): "LDS_RAW",
-                 (LW, "kernel", 36): "LDS_RAW", (LW, "kernel", 1): "LDS_WAR",
-                 (LW, "kernel", 25): "LDS_WAR", (SM, "kernel", 18): "REG_WAR",
+                 (LW, "kernel", 36): "LDS_RAW", (SM, "kernel", 18): "REG_WAR",
                  (SM, "kernel", 42): "REG_WAR"}
 EXPECTED = {"pingpong_bf16": PINGPONG, "fourwave_fp8": FOURWAVE, "fourwave_fp8_bm64": FOURWAVE_BM64}
+
+# Unsafe only under the strict model (no in-order LDS): an lgkm wait whose sole job is to
+# retire a fragment read before a *later-issued* global load overwrites its buffer.  With
+# in-order LDS the read is serviced before the load's data lands, so loosening it is harmless.
+STRICT_ONLY = {
+    "pingpong_bf16": {
+        # wait_lgkm(8)/(9) at the top of each half: FB (4 ops) then FA (8 ops) are outstanding;
+        # 8 retires FB exactly, 9 does not, and group 0's LB[s?,0] prefetch, issued one barrier
+        # after group 1 read B s?.sub0, may land while that read is still in flight.
+        (LW, "kernel", 3): "LDS_WAR", (LW, "kernel", 38): "LDS_WAR",
+        # Swapping FB/FA makes the same wait retire nothing (FA is 8 ops).
+        (SD, "kernel", 0): "LDS_WAR", (SD, "kernel", 35): "LDS_WAR",
+    },
+    # Top-of-half wait_lgkm(4) / (2) retires the cross-stage A read before the same group's
+    # later LA[s0,0] overwrites it (program order: the read was issued first).
+    "fourwave_fp8": {(LW, "kernel", 2): "LDS_WAR", (LW, "kernel", 34): "LDS_WAR"},
+    "fourwave_fp8_bm64": {(LW, "kernel", 1): "LDS_WAR", (LW, "kernel", 25): "LDS_WAR"},
+}
+
+
+def _strict(doc):
+    """The AMD model without the in-order LDS assumption (``--no-lds-order``)."""
+    return attrs.evolve(default_counter_model(doc), lds_in_order=False)
 
 # (category, phase) -> mutations tried
 TRIED = {
@@ -100,20 +122,22 @@ def test_verdicts_do_not_depend_on_the_iteration_count(case):
         assert check_document(md, iterations=2).safe == check_document(md, iterations=4).safe, m
 
 
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
 @pytest.mark.parametrize("case", sorted(EXPECTED))
-def test_the_suggested_fix_undoes_a_loosened_wait(case):
+def test_the_suggested_fix_undoes_a_loosened_wait(case, strict):
     doc = load(case)
+    model = _strict(doc) if strict else None
     for m in mutations(doc):
         if m.category != LW:
             continue
         bad = m.apply(doc)
-        v = check_document(bad)
+        v = check_document(bad, model=model)
         if v.safe:
             continue
         fix = v.first.fix
         original = doc[m.phase][m.index]["op"]["wait_value"]
         assert (fix.action, fix.phase, fix.index, fix.value) == ("lower_wait", m.phase, m.index, original)
-        assert check_document(apply_fix(bad, fix)).safe
+        assert check_document(apply_fix(bad, fix), model=model).safe
 
 
 @pytest.mark.parametrize("case", sorted(EXPECTED))
@@ -125,6 +149,36 @@ def test_every_flagged_mutation_has_an_actionable_fix(case):
             if x.kind in (HazardKind.LDS_RAW, HazardKind.LDS_WAR):
                 assert x.other is not None and x.fix.action in ("lower_wait", "insert_wait",
                                                                 "insert_barrier")
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_strict_model_flags_the_in_order_lds_mutations_too(case):
+    """Without the assumption the flagged set is the default one plus STRICT_ONLY."""
+    doc = load(case)
+    flagged = {}
+    for m in mutations(doc):
+        md = m.apply(doc)
+        v = check_document(md, model=_strict(md))
+        if not v.safe:
+            flagged[(m.category, m.phase, m.index)] = v.first.kind.value
+    assert flagged == {**EXPECTED[case], **STRICT_ONLY[case]}
+
+
+def _strict_only_cases():
+    for case in sorted(STRICT_ONLY):
+        doc = load(case)
+        for m in mutations(doc):
+            if (m.category, m.phase, m.index) in STRICT_ONLY[case]:
+                yield pytest.param(case, m, id=f"{case}:{m.category}:{m.phase}[{m.index}]")
+
+
+@pytest.mark.parametrize("case,mutation", list(_strict_only_cases()))
+def test_oracle_needs_in_order_lds_for_the_strict_only_mutations(case, mutation):
+    """The oracle finds a failing timing for each STRICT_ONLY mutation when LDS accesses may
+    be overtaken by a later load's data, and none when the LDS services them in order."""
+    md = mutation.apply(load(case))
+    assert find_witness(md, iterations=2, trials=300, seed=7, lds_in_order=False) is not None
+    assert find_witness(md, iterations=2, trials=100, seed=7) is None
 
 
 def _oracle_cases():
