@@ -23,6 +23,9 @@ def test_default_model(case, vm, lgkm, notes):
     assert len(m.notes) == notes
     assert m.counter_for_wait(129).name == VM and m.counter_for_wait(130).name == LGKM
     assert m.counter_for_wait(128) is None and not m.barrier_drains and m.global_loads_write_lds
+    assert m.lds_in_order  # the AMD default assumes in-order LDS; a bare record does not
+    assert not CounterModel(m.counters, m.costs).lds_in_order
+    assert m.summary()["lds_in_order"] is True
 
 
 def test_single_buffer_model():
@@ -41,11 +44,15 @@ def _with(model: CounterModel, **in_order) -> CounterModel:
 
 
 def test_out_of_order_lgkm_makes_partial_waits_useless():
-    """A target whose lgkm ops retire in any order: wait_lgkm(8) no longer retires FB0."""
+    """A target whose lgkm ops retire in any order (and whose LDS does not service accesses in
+    arrival order): wait_lgkm(8) no longer retires FB0."""
     doc = load("pingpong_bf16")
-    v = check_document(doc, model=_with(default_counter_model(doc), lgkm=False))
+    ooo = _with(default_counter_model(doc), lgkm=False)
+    v = check_document(doc, model=attrs.evolve(ooo, lds_in_order=False))
     assert not v.safe and v.first.kind.value == "LDS_WAR"
     assert v.first.fix.value == 0
+    # With in-order LDS the FB0 read is serviced before the later LB[s0,0] lands anyway.
+    assert check_document(doc, model=ooo).safe
 
 
 def test_out_of_order_vm_breaks_fourwave_partial_drains():
@@ -102,7 +109,7 @@ def _run(doc, host, *argv):
 def test_target_plugin_model_is_used(capsys):
     from pipeline_core.check import resolve_counter_model
     doc = load("pingpong_bf16")
-    ooo = _with(default_counter_model(doc), lgkm=False)
+    ooo = attrs.evolve(_with(default_counter_model(doc), lgkm=False), lds_in_order=False)
     host = _Host(attrs.evolve(ooo, name="my-gpu"))
     assert _run(doc, host) == 1  # target taken from the document's cli field
     assert host.asked == ["mi355x"] and "my-gpu" not in capsys.readouterr().err

@@ -80,7 +80,9 @@ def test_not_an_object():
 def test_cli_exit_codes_and_one_line_errors(tmp_path, capsys):
     assert run(_args("--input", str(GOLDENS / "pingpong_bf16.json"))) == 0
     assert "SAFE" in capsys.readouterr().out
-    assert run(_args("--input", str(GOLDENS / f"{TESTCFG}.json"))) == 1
+    assert run(_args("--input", str(GOLDENS / f"{TESTCFG}.json"))) == 0
+    assert "SAFE" in capsys.readouterr().out
+    assert run(_args("--input", str(GOLDENS / f"{TESTCFG}.json"), "--no-lds-order")) == 1
     assert "UNSAFE: LDS_WAR" in capsys.readouterr().out
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
@@ -105,7 +107,7 @@ def test_cli_reads_stdin(monkeypatch, capsys):
 
 def test_cli_json_verdict_fields(capsys):
     doc = load(TESTCFG)
-    assert run(_args("--format", "json", "--tightest"), doc) == 1
+    assert run(_args("--format", "json", "--tightest", "--no-lds-order"), doc) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["safe"] is False and out["wait_slack"] == []
     first = out["first_violation"]
@@ -115,13 +117,16 @@ def test_cli_json_verdict_fields(capsys):
     assert first["other"]["group"] == 1
     assert len(out["violations"]) == 2 and out["violation_count"] >= 2
     assert out["counter_model"]["notes"]  # the 1-lgkm-per-fragment assumption is reported
+    assert out["counter_model"]["lds_in_order"] is False
 
 
 def test_cli_options(capsys):
     doc = load("fourwave_fp8")
     assert run(_args("--tightest", "--iterations", "4"), doc) == 0
     text = capsys.readouterr().out
-    assert "4 kernel iterations" in text and "kernel[2] wait_lgkm(4): tight" in text
+    assert "4 kernel iterations" in text and "kernel[2] wait_lgkm(4): removable" in text
+    assert run(_args("--tightest", "--no-lds-order"), doc) == 0
+    assert "kernel[2] wait_lgkm(4): tight" in capsys.readouterr().out
     assert run(_args("--warps-per-group", "2"), doc) == 1
     assert run(_args("--explicit-register-waits"), doc) == 1
     assert "REG_RAW" in capsys.readouterr().out
