@@ -11,11 +11,11 @@ import os
 import signal
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline_core.compiler import compile_schedule
-from pipeline_core.config import BlockSizing, PipelineConfig, ScheduleConfig, TargetProfile, WarpStagger
+from pipeline_core.config import BlockSizing, PipelineConfig, ScheduleConfig, WarpStagger
 from pipeline_core.costs import CostModel, OpCost, annotate
 from pipeline_core.errors import PipelineError
 from pipeline_core.ops import KOffset, Op, OpRole, ResourceKind, barrier, logical, wait_lgkm, wait_vm

@@ -19,7 +19,7 @@ from golden_data import DOUBLE_BUFFER_CASES, config_from, edges_from, load, ops_
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import SchedulingError
 from pipeline_core.ops import Op, OpRole, ResourceKind
-from pipeline_core.scheduling.bounds import Problem, chain_bound, position_ranges
+from pipeline_core.scheduling.bounds import Problem, chain_bound
 from pipeline_core.scheduling.evaluate import Tables, lower_bound
 from pipeline_core.scheduling.exact import (UNLIMITED_VGPR, ExactResult, exact_blocks_strategy,
                                             exact_schedule, exact_strategy)
