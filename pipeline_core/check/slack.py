@@ -1,6 +1,8 @@
 """Waits stronger than needed: the loosest value of each wait that keeps the schedule safe."""
 from __future__ import annotations
 
+import attrs
+
 from pipeline_core.check.hazards import analyse
 from pipeline_core.check.program import CheckProgram, Kind
 from pipeline_core.check.trace import expand
@@ -38,6 +40,22 @@ def wait_slack(program: CheckProgram, iterations: int, warps_per_group: int = 1,
     def is_safe(candidate: CheckProgram) -> bool:
         return not analyse(candidate, expand(candidate, iterations, warps_per_group)).violations
 
+    def loosest(prog: CheckProgram, phase: str, ins, top: int) -> int:
+        lo, hi = ins.value, top  # lo is safe (the schedule is); find the largest safe
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if is_safe(with_wait(prog, phase, ins.index, mid)):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # When the model assumes in-order LDS, also search without it (if the schedule is
+    # safe that way) so that a loosening resting on the assumption is labelled as such.
+    strict = None
+    if program.model.lds_in_order:
+        candidate = attrs.evolve(program, model=attrs.evolve(program.model, lds_in_order=False))
+        strict = candidate if is_safe(candidate) else None
     out = []
     ceiling = max_outstanding(program, iterations)
     for phase in phases:
@@ -45,12 +63,8 @@ def wait_slack(program: CheckProgram, iterations: int, warps_per_group: int = 1,
             if ins.kind is not Kind.WAIT:
                 continue
             top = max(ins.value, ceiling.get((phase, ins.index), 0))
-            lo, hi = ins.value, top  # lo is safe (the schedule is); find the largest safe
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if is_safe(with_wait(program, phase, ins.index, mid)):
-                    lo = mid
-                else:
-                    hi = mid - 1
-            out.append(WaitSlack(phase, ins.index, ins.counter or "?", ins.value, lo, top))
+            value = loosest(program, phase, ins, top)
+            strict_value = loosest(strict, phase, ins, top) if strict is not None else None
+            out.append(WaitSlack(phase, ins.index, ins.counter or "?", ins.value, value, top,
+                                 strict_value if strict_value != value else None))
     return tuple(out)

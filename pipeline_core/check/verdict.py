@@ -88,6 +88,9 @@ class WaitSlack:
     value: int
     loosest_safe: int
     max_outstanding: int  #: any value >= this is a no-op at this entry
+    #: the loosest value without the in-order-LDS assumption, when the model makes it and
+    #: the answer differs (a loosening that rests on that assumption is a bet on the hardware)
+    loosest_safe_strict: int | None = None
 
     @property
     def removable(self) -> bool:
@@ -100,17 +103,24 @@ class WaitSlack:
     def text(self) -> str:
         head = f"{self.phase}[{self.index}] wait_{self.counter}({self.value})"
         if self.removable:
-            return (f"{head}: removable (safe even as a no-op; at most {self.max_outstanding} "
+            text = (f"{head}: removable (safe even as a no-op; at most {self.max_outstanding} "
                     f"ops are ever outstanding here)")
-        if self.stronger_than_needed:
-            return f"{head}: stronger than needed, loosest safe value {self.loosest_safe}"
-        return f"{head}: tight (loosest safe value {self.loosest_safe})"
+        elif self.stronger_than_needed:
+            text = f"{head}: stronger than needed, loosest safe value {self.loosest_safe}"
+        else:
+            text = f"{head}: tight (loosest safe value {self.loosest_safe})"
+        if self.loosest_safe_strict is not None:
+            strict = ("tight" if self.loosest_safe_strict == self.value
+                      else f"loosest safe value {self.loosest_safe_strict}")
+            text += f"; only if LDS services requests in order (strict model: {strict})"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return {"phase": self.phase, "index": self.index, "counter": self.counter,
                 "value": self.value, "loosest_safe": self.loosest_safe,
                 "max_outstanding": self.max_outstanding, "removable": self.removable,
-                "stronger_than_needed": self.stronger_than_needed}
+                "stronger_than_needed": self.stronger_than_needed,
+                "loosest_safe_strict": self.loosest_safe_strict}
 
 
 @attrs.frozen

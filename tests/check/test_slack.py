@@ -95,3 +95,20 @@ def test_slack_not_computed_for_unsafe_schedules():
     v = check_document(load(TESTCFG), tightest=True, model=_strict(load(TESTCFG)))
     assert v.wait_slack == ()
     assert "slack not computed" in v.render_text()
+
+
+def test_loosenings_that_rest_on_the_in_order_lds_assumption_are_labelled():
+    """Ping-pong's wait_lgkm(8) is removable only if LDS services requests in order;
+    the strict model keeps it tight, and the report says both."""
+    from pipeline_core.check import check_document
+    from tests.check.helpers import load
+
+    verdict = check_document(load("pingpong_bf16"), tightest=True)
+    by_index = {(w.phase, w.index): w for w in verdict.wait_slack}
+    first = by_index[("kernel", 3)]
+    assert first.value == 8 and first.removable
+    assert first.loosest_safe_strict == 8
+    assert "only if LDS services requests in order (strict model: tight)" in first.text()
+    vm = by_index[("kernel", 29)]
+    assert vm.loosest_safe == 6 and vm.loosest_safe_strict is None  # same answer either way
+    assert "only if" not in vm.text()
