@@ -55,3 +55,14 @@ def mi355x_target(vm_per_load_a: int = DEFAULT_VM_PER_LOAD, vm_per_load_b: int =
 def mi355x_single_buffer_target() -> TargetProfile:
     """Single-buffer MI355X profile (registered as ``mi355x-single-buffer``)."""
     return TargetProfile(mi355x_single_buffer_cost_model(), mi355x_single_buffer())
+
+
+def require_2x2_double_buffer(owner: str, target_name: str, config: PipelineConfig) -> None:
+    """The ping-pong-shaped schedules need 2 partitions of a 2x2 MMA grid, double-buffered."""
+    from pipeline_core.errors import ConfigError
+
+    if config.depth < 2 or config.num_partitions != 2 or (config.m_mmas, config.n_mmas) != (2, 2):
+        raise ConfigError(owner, "target", target_name,
+                          "a double-buffer target with 2 partitions of a 2x2 MMA grid "
+                          f"(got depth {config.depth}, {config.num_partitions} partitions, "
+                          f"{config.m_mmas}x{config.n_mmas}), e.g. mi355x")

@@ -28,6 +28,7 @@ from pipeline_core.errors import ConfigError
 from pipeline_core.ops import Op, OpRole
 from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
 
+from pipeline_core_amd_mi355x.configs import require_2x2_double_buffer
 from pipeline_core_amd_mi355x.geometry import (DTYPES, LaunchDefaults, TileShape,
                                                four_wave_launch_defaults)
 from pipeline_core_amd_mi355x.tags import (CHANNEL_A, CHANNEL_B, DOUBLE_BUFFER_TAG_NAMES,
@@ -171,14 +172,6 @@ def _reject_contradicting_overrides(ctx: BuildContext) -> None:
                               f"{want_text} only: {FORCED_WHY[key]}")
 
 
-def _check_target(ctx: BuildContext, config: PipelineConfig) -> None:
-    if config.depth < 2 or config.num_partitions != 2 or (config.m_mmas, config.n_mmas) != (2, 2):
-        raise ConfigError(OWNER, "target", ctx.target.name,
-                          "a double-buffer target with 2 partitions of a 2x2 MMA grid "
-                          f"(got depth {config.depth}, {config.num_partitions} partitions, "
-                          f"{config.m_mmas}x{config.n_mmas}), e.g. mi355x")
-
-
 def make_four_wave(ctx: BuildContext) -> FourWaveSchedule:
     """Parameters -> geometry -> target and ScheduleConfig -> FourWaveSchedule."""
     p = ctx.params
@@ -193,7 +186,7 @@ def make_four_wave(ctx: BuildContext) -> FourWaveSchedule:
     else:
         target = ctx.make_target()
         base = builder_default_schedule_config()
-    _check_target(ctx, target.pipeline)
+    require_2x2_double_buffer(OWNER, ctx.target.name, target.pipeline)
     _reject_contradicting_overrides(ctx)
     sched = force_knobs(ctx.schedule_config(base))
     target = attrs.evolve(target, pipeline=four_wave_pipeline(target.pipeline, launch))

@@ -23,6 +23,7 @@ from pipeline_core.errors import ConfigError
 from pipeline_core.ops import Op
 from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
 
+from pipeline_core_amd_mi355x.configs import require_2x2_double_buffer
 from pipeline_core_amd_mi355x.geometry import DTYPES, LaunchDefaults, TileShape, pingpong_launch_defaults
 from pipeline_core_amd_mi355x.interleaved import InterleavedMatmulSchedule
 
@@ -128,15 +129,6 @@ def resolve_launch(ctx: BuildContext, dtype: str) -> LaunchDefaults | None:
     return pingpong_launch_defaults(TileShape(dtype=dtype, **dims), OWNER)
 
 
-def _check_target(ctx: BuildContext, target: TargetProfile) -> None:
-    c = target.pipeline
-    if c.depth < 2 or c.num_partitions != 2 or (c.m_mmas, c.n_mmas) != (2, 2):
-        raise ConfigError(OWNER, "target", ctx.target.name,
-                          "a double-buffer target with 2 partitions of a 2x2 MMA grid "
-                          f"(got depth {c.depth}, {c.num_partitions} partitions, "
-                          f"{c.m_mmas}x{c.n_mmas}), e.g. mi355x")
-
-
 def make_pingpong(ctx: BuildContext) -> PingPongSchedule:
     """Parameters -> PingPongSchedule (derivations under explicit values)."""
     p = ctx.params
@@ -161,7 +153,7 @@ def make_pingpong(ctx: BuildContext) -> PingPongSchedule:
                                  max_globals=launch.max_globals)
     else:
         target = ctx.make_target()
-    _check_target(ctx, target)
+    require_2x2_double_buffer(OWNER, ctx.target.name, target.pipeline)
     sched = ctx.schedule_config(default_schedule_config())
     return PingPongSchedule(target=target, sched=sched, is_fp8=dtype == "fp8",
                             launch=launch if derive else None, **lgkm)
