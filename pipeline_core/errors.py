@@ -95,7 +95,8 @@ class UnknownNameError(PipelineError, LookupError):
         self.kind = kind
         self.name = name
         self.known = list(known)
-        close = difflib.get_close_matches(name, self.known, n=1)
+        bare = [k.split(" (", 1)[0] for k in self.known]  # entries may carry "(provider)"
+        close = difflib.get_close_matches(name, bare, n=1)
         msg = f"Unknown {kind} {name!r}."
         if close:
             msg += f" Did you mean {close[0]!r}?"

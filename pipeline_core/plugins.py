@@ -249,29 +249,25 @@ class PluginHost:
         return " ".join(f"Plugin {p.name!r} ({p.distribution}) failed to load and may provide it: "
                         f"{p.error}" for p in shown)
 
-    def get_target(self, name: str) -> TargetRecord:
-        key = f"target:{name}"
+    def _lookup(self, kind: str, table: dict, name: str):
+        key = f"{kind}:{name}"
         if key in self.conflicts:
-            raise PluginError(f"target {name!r} is provided by more than one distribution: "
+            raise PluginError(f"{kind} {name!r} is provided by more than one distribution: "
                               f"{', '.join(self.conflicts[key])}; uninstall or disable one")
-        if name not in self.targets:
-            raise UnknownNameError("target", name, self.describe(self.targets),
-                                   self._failed_hint("target", name))
-        return self.targets[name]
+        if name not in table:
+            raise UnknownNameError(kind, name, self.describe(table), self._failed_hint(kind, name))
+        return table[name]
+
+    def get_target(self, name: str) -> TargetRecord:
+        return self._lookup("target", self.targets, name)
 
     def get_schedule(self, name: str) -> ScheduleRecord:
-        key = f"schedule:{name}"
-        if key in self.conflicts:
-            raise PluginError(f"schedule {name!r} is provided by more than one distribution: "
-                              f"{', '.join(self.conflicts[key])}; uninstall or disable one")
-        if name not in self.schedules:
-            raise UnknownNameError("schedule", name, self.describe(self.schedules),
-                                   self._failed_hint("schedule", name))
-        return self.schedules[name]
+        return self._lookup("schedule", self.schedules, name)
 
     @staticmethod
     def describe(table) -> list[str]:
-        return [n for n in sorted(table)]
+        """Names with their providers, for "Known ..." lists in error messages."""
+        return [f"{n} ({table[n].provider})" if table[n].provider else n for n in sorted(table)]
 
     # --- override resolution ------------------------------------------------------
     def _override(self, hook_name: str, **kwargs):
