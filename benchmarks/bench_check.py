@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline_core.check import check_document  # noqa: E402
 
-DEFAULT_GOLDENS = ROOT.parent / "shared" / "goldens"
+DEFAULT_GOLDENS = ROOT / "tests" / "goldens"
 
 
 def median_ms(fn, repeats: int) -> float:

@@ -5,15 +5,29 @@ and the records a schedule or plugin author needs.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from pipeline_core.hookspecs import hookimpl
 
-from pipeline_core.hookspecs import hookimpl  # noqa: E402
+#: The distribution that installs this package.  The version is written once, in
+#: pyproject.toml, and read back from the installed metadata (``__version__``).
+DISTRIBUTION = "gpu-pipeline-core"
 
-__all__ = ["__version__", "hookimpl", "compile_schedule", "compile_named", "CompiledSchedule"]
+__all__ = ["DISTRIBUTION", "__version__", "hookimpl", "installed_version", "compile_schedule", "compile_named", "CompiledSchedule"]
+
+
+def installed_version(distribution: str) -> str:
+    """The installed version of ``distribution``; ``0+unknown`` for an uninstalled source tree."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def __getattr__(name: str):
     # Lazy so that `import pipeline_core` (and the CLI's --help) stays cheap.
+    if name == "__version__":
+        return installed_version(DISTRIBUTION)
     if name in ("compile_schedule", "CompiledSchedule"):
         from pipeline_core import compiler
         return getattr(compiler, name)

@@ -19,12 +19,12 @@ from typing import Any, Callable, Iterable
 import attrs
 import pluggy
 
+from pipeline_core import DISTRIBUTION as CORE
 from pipeline_core import hookspecs
 from pipeline_core.errors import PluginError, UnknownNameError
 from pipeline_core.schedule import ScheduleRecord, StrategyRecord, TargetRecord
 
 GROUP = "pipeline_core"
-CORE = "pipeline-core"
 ENV_DISABLE = "PIPELINE_CORE_DISABLE_PLUGINS"
 ENV_NO_AUTOLOAD = "PIPELINE_CORE_NO_AUTOLOAD"
 ENV_STRICT = "PIPELINE_CORE_STRICT_PLUGINS"

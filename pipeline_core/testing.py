@@ -1,14 +1,18 @@
-"""Helpers for testing pipeline-core plugins (yours or ours).
+"""Helpers for testing pipeline-core plugins (yours or ours), with no test runner needed.
 
-    from pipeline_core.testing import fresh_host, run_cli, pipeline_host  # noqa: F401 (fixture)
+    from pipeline_core.testing import fresh_host, run_cli
 
-    def test_my_schedule_compiles(pipeline_host):
-        host = pipeline_host(my_plugin_module)          # only the core + your plugin
+    def test_my_schedule_compiles():
+        host = fresh_host(my_plugin_module)              # only the core + your plugin
         compiled = compile_named("mine", host=host)
 
     def test_cli():
         result = run_cli(["compile", "mine", "--format", "json"])
         assert result.exit_code == 0, result.stderr
+
+Under pytest the same helpers come as fixtures (``pipeline_host``, ``pipeline_cli``) with no
+import: the core registers :mod:`pipeline_core.pytest_plugin` through the ``pytest11`` entry
+point, as pytest's own plugins do.
 """
 from __future__ import annotations
 
@@ -17,7 +21,6 @@ import io
 from typing import Any, Sequence
 
 import attrs
-import pytest
 
 from pipeline_core.plugins import PluginHost
 
@@ -26,12 +29,6 @@ def fresh_host(*plugins: Any, autoload: bool = False, **kwargs) -> PluginHost:
     """A new host with the core and the given plugin modules/objects (no entry points by default)."""
     extra = [(getattr(p, "__name__", f"plugin{i}"), p) for i, p in enumerate(plugins)]
     return PluginHost(autoload=autoload, extra_plugins=extra, **kwargs)
-
-
-@pytest.fixture
-def pipeline_host():
-    """Factory fixture: ``pipeline_host(plugin, ..., autoload=False)`` returns a fresh host."""
-    return fresh_host
 
 
 @attrs.frozen

@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pipeline_core.testing import pipeline_host, run_cli  # noqa: E402,F401  (fixtures)
+from pipeline_core.testing import run_cli  # noqa: E402,F401
 import golden_data  # noqa: E402
 
 

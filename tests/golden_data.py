@@ -1,4 +1,8 @@
-"""Load the reference's golden files as pipeline-core records (for tests)."""
+"""Load the reference's golden files as pipeline-core records (for tests).
+
+The documents live in ``tests/goldens/`` (captured from the reference; their layout is
+described in ``docs/document-format.md``).
+"""
 from __future__ import annotations
 
 import json
@@ -10,7 +14,7 @@ from pipeline_core.config import (BlockSizing, FragOrder, LoopCarried, PipelineC
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import Op
 
-GOLDENS = Path(__file__).resolve().parents[2] / "shared" / "goldens"
+GOLDENS = Path(__file__).resolve().parent / "goldens"
 CASES = sorted(p.stem for p in GOLDENS.glob("*.json"))
 DOUBLE_BUFFER_CASES = [c for c in CASES if not c.startswith("default_matmul")]
 OP_FIELDS = ("tag", "stage", "subtile", "k_offset", "vm_cost", "lgkm_cost", "wait_value",

@@ -40,7 +40,7 @@ def write_plugin(root: Path) -> Path:
         [project]
         name = "tmp-plugin"
         version = "1.2.3"
-        dependencies = ["pipeline-core"]
+        dependencies = ["gpu-pipeline-core~=0.1"]
         [project.entry-points."pipeline_core"]
         tmp = "tmp_plugin"
         [tool.setuptools]

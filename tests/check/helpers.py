@@ -4,9 +4,10 @@ from __future__ import annotations
 import copy
 import json
 from functools import lru_cache
-from pathlib import Path
 
-GOLDENS = Path(__file__).resolve().parents[3] / "shared" / "goldens"
+from golden_data import GOLDENS
+
+__all__ = ["GOLDENS", "PRODUCTION_DB", "SINGLE_BUFFER", "TESTCFG", "apply_fix", "load", "set_wait"]
 PRODUCTION_DB = ["pingpong_bf16", "fourwave_fp8", "fourwave_fp8_bm64"]
 SINGLE_BUFFER = ["default_matmul", "default_matmul_t1"]
 TESTCFG = "pingpong_testcfg_identity_manual_waits"

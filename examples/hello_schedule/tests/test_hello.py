@@ -6,7 +6,7 @@ import json
 from hello_schedule import plugin
 from pipeline_core.api import compile_named
 from pipeline_core.ops import OpRole
-from pipeline_core.testing import pipeline_host, run_cli  # noqa: F401 (fixture)
+from pipeline_core.testing import run_cli
 
 
 def test_schedule_compiles_with_only_this_plugin(pipeline_host):
@@ -27,8 +27,8 @@ def test_target_parameter_reaches_the_prologue(pipeline_host):
     assert {e.op.vm_cost for e in compiled.prologue if e.op.role == OpRole.GLOBAL_LOAD} == {3}
 
 
-def test_installed_entry_point_is_discovered_by_the_cli():
-    listing = run_cli(["schedules", "--json"])
+def test_installed_entry_point_is_discovered_by_the_cli(pipeline_cli):
+    listing = pipeline_cli(["schedules", "--json"])
     assert listing.exit_code == 0
     rows = {r["name"]: r for r in json.loads(listing.stdout)}
     assert rows["hello"]["provider"] == "pipeline-core-hello-schedule"

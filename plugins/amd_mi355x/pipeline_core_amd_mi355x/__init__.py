@@ -5,6 +5,8 @@ Schedule plugins for this GPU (ping-pong, 4-wave) import the helpers from here.
 """
 from __future__ import annotations
 
+from pipeline_core import installed_version
+
 from pipeline_core_amd_mi355x.configs import (mi355x_double_buffer, mi355x_single_buffer,
                                               mi355x_single_buffer_target, mi355x_target)
 from pipeline_core_amd_mi355x.cost_models import mi355x_cost_model, mi355x_single_buffer_cost_model
@@ -18,7 +20,7 @@ from pipeline_core_amd_mi355x.tags import (CHANNEL_A, CHANNEL_B, DOUBLE_BUFFER_T
                                            SingleBufferTag)
 from pipeline_core_amd_mi355x.targets import DOUBLE_BUFFER, SINGLE_BUFFER
 
-__version__ = "0.1.0"
+__version__ = installed_version("pipeline-core-amd-mi355x")  # pyproject.toml is the one source
 
 __all__ = [
     "AMDScheduleHints", "CHANNEL_A", "CHANNEL_B", "DOUBLE_BUFFER", "DOUBLE_BUFFER_TAG_NAMES",

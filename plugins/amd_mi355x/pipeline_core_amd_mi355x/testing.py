@@ -1,7 +1,9 @@
 """Test helpers for the MI355X plugins: golden documents and the real CLI in a subprocess.
 
-The goldens live outside the repository (``../shared/goldens`` beside the
-checkout, or ``$PIPELINE_CORE_GOLDENS``); tests that need them skip when absent.
+The reference's golden documents are test data of the pipeline-core repository
+(``tests/goldens/``, layout in ``docs/document-format.md``); ``$PIPELINE_CORE_GOLDENS``
+points elsewhere.  Importing this module needs no pytest: the fixtures built on it are in
+:mod:`pipeline_core_amd_mi355x.fixtures`.
 """
 from __future__ import annotations
 
@@ -20,25 +22,28 @@ COMMON_KEYS = ("counts", "warp_stagger_index", "config", "body", "edges", "prolo
 DOUBLE_BUFFER_KEYS = ("schedule_config", "wait_lgkm_first", "wait_vm_last", "blocks")
 
 
-def goldens_dir() -> Path | None:
-    """The golden directory, or None when this checkout has none beside it."""
+#: Where the golden documents sit inside a pipeline-core checkout.
+REPOSITORY_GOLDENS = Path("tests") / "goldens"
+
+
+def goldens_dir(repository: Path | None = None) -> Path:
+    """``$PIPELINE_CORE_GOLDENS`` if set, else ``tests/goldens`` of the repository checkout.
+
+    Raises FileNotFoundError naming the directory it looked in: a missing golden directory
+    must fail a parity test, never skip it.
+    """
     env = os.environ.get("PIPELINE_CORE_GOLDENS")
-    candidates = [Path(env)] if env else []
-    here = Path(__file__).resolve()
-    candidates += [parent / "shared" / "goldens" for parent in here.parents]
-    candidates.append(Path.cwd().parent / "shared" / "goldens")
-    for c in candidates:
-        if c.is_dir() and any(c.glob("*.json")):
-            return c
-    return None
+    where = Path(env) if env else (repository or Path.cwd()) / REPOSITORY_GOLDENS
+    if not (where.is_dir() and any(where.glob("*.json"))):
+        hint = "" if env else " (set PIPELINE_CORE_GOLDENS, or run from the repository root)"
+        raise FileNotFoundError(f"no golden documents in {where}{hint}")
+    return where
 
 
 @lru_cache(maxsize=None)
-def load_golden(case: str) -> dict:
-    d = goldens_dir()
-    if d is None:
-        raise FileNotFoundError("no golden directory found (set PIPELINE_CORE_GOLDENS)")
-    return json.loads((d / f"{case}.json").read_text())
+def load_golden(case: str, directory: Path | None = None) -> dict:
+    """One golden document, parsed (``directory`` defaults to :func:`goldens_dir`)."""
+    return json.loads(((directory or goldens_dir()) / f"{case}.json").read_text())
 
 
 def cli_command() -> list[str]:
@@ -128,9 +133,6 @@ def same_schedule_diffs(a: dict, b: dict, limit: int = 20) -> list[str]:
     return golden_diffs(a, b, limit)
 
 
-# --- pytest fixtures shared by the MI355X plugin test suites ---------------------------
-# A conftest imports them by name: ``from pipeline_core_amd_mi355x.testing import golden``.
-
 def compiler_for(schedule: str | None = None):
     """``run(params=..., target_args=..., overrides=..., target=...)`` compiling by name.
 
@@ -148,29 +150,3 @@ def compiler_for(schedule: str | None = None):
         return compile_named(name, target=target, params=chosen, target_args=strings(target_args),
                              config_overrides=strings(overrides))
     return run
-
-
-def _fixtures():
-    import pytest
-
-    @pytest.fixture
-    def golden():
-        """``golden(case)`` loads a golden document; skips when the goldens are not beside the repo."""
-        if goldens_dir() is None:
-            pytest.skip("goldens not found (../shared/goldens or $PIPELINE_CORE_GOLDENS)")
-        return load_golden
-
-    @pytest.fixture
-    def cli_json():
-        """``cli_json(argv)``: the real console script in a subprocess, JSON parsed."""
-        return compile_json
-
-    @pytest.fixture
-    def cli_run():
-        """``cli_run(argv)``: the real console script in a subprocess (CompletedProcess)."""
-        return run_pipeline_core
-
-    return golden, cli_json, cli_run
-
-
-golden, cli_json, cli_run = _fixtures()

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline_core_amd_mi355x import testing as mt
-from pipeline_core_amd_mi355x.testing import cli_json, cli_run, golden  # noqa: F401 (fixtures)
+from pipeline_core_amd_mi355x.fixtures import cli_json, cli_run, golden  # noqa: F401 (fixtures)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pipeline_core.ops import OpRole, wait_lgkm, wait_vm
 
 from pipeline_core_amd_mi355x import mi355x_double_buffer, mi355x_target
 from pipeline_core_amd_mi355x import testing as mt
-from pipeline_core_amd_mi355x.testing import cli_json, cli_run, golden  # noqa: F401 (fixtures)
+from pipeline_core_amd_mi355x.fixtures import cli_json, cli_run, golden  # noqa: F401 (fixtures)
 from pipeline_core_schedules_pingpong import PingPongSchedule
 
 DATA_ROLES = (OpRole.GLOBAL_LOAD, OpRole.FRAGMENT_LOAD, OpRole.COMPUTE)
