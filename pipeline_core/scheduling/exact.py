@@ -92,7 +92,7 @@ class ExactResult:
     gap: int
     nodes: int
     time: float
-    status: str  #: "seed-at-bound", "optimal" or "time-limit"
+    status: str  #: "seed-at-bound", "optimal", "time-limit" or "node-limit"
     seed_makespan: int | None
     root_bound: int
     canonical: bool = True
@@ -103,8 +103,9 @@ class ExactResult:
         return self.gap / self.makespan if self.makespan else 0.0
 
     def summary(self) -> str:
+        budget = "node limit" if self.status == "node-limit" else "time limit"
         state = "proven optimal" if self.proven_optimal else \
-            f"gap {self.gap} cycles ({self.gap_ratio:.1%}) at the time limit"
+            f"gap {self.gap} cycles ({self.gap_ratio:.1%}) at the {budget}"
         return (f"makespan {self.makespan}, lower bound {self.lower_bound}, {state}; "
                 f"{self.nodes} nodes in {self.time:.2f}s")
 
@@ -113,7 +114,8 @@ def exact_schedule(body: Sequence[Op], edges: Sequence[DepEdge], *, max_globals_
                    lds_contention_penalty: int = 0, max_vgpr: int = UNLIMITED_VGPR,
                    num_partitions: int = 2, blocks_per_partition: int = 4,
                    time_limit: float | None = DEFAULT_TIME_LIMIT, block_slots: int = 0,
-                   strict: bool = False, progress: Callable | None = None) -> ExactResult:
+                   strict: bool = False, progress: Callable | None = None,
+                   node_limit: int | None = None) -> ExactResult:
     """Solve the CSP's problem exactly (module docstring); a timeout returns the best so far.
 
     ``block_slots`` > 0: like the CSP strategy's option, only orders with at most that
@@ -121,6 +123,9 @@ def exact_schedule(body: Sequence[Op], edges: Sequence[DepEdge], *, max_globals_
     ``strict``: every order must compile, the greedy seed included (the CSP keeps a
     seed that breaks the rules), plus the warp-stagger LDS race rule without a globals
     cap; the result is then the seed or the first optimum found, not the CSP's order.
+    ``node_limit`` caps the nodes of the optimisation (and of each decomposition bound, a
+    share of it): unlike ``time_limit`` it stops the search at the same point on every
+    machine, so its result is reproducible.
     Raises SchedulingError only when no valid order exists (or none was found in time).
     """
     t0 = time.perf_counter()
@@ -139,6 +144,7 @@ def exact_schedule(body: Sequence[Op], edges: Sequence[DepEdge], *, max_globals_
     search = Search(pb, max_globals=max_globals_per_block, max_vgpr=max_vgpr, blocks=rules,
                     deadline=deadline, progress=progress)
     rb = search.node_bound() if n else 0
+    sub_budget = None if node_limit is None else int(DECOMPOSITION_SHARE * node_limit)
 
     def elapsed() -> float:
         return time.perf_counter() - t0
@@ -176,12 +182,14 @@ def exact_schedule(body: Sequence[Op], edges: Sequence[DepEdge], *, max_globals_
     else:
         inc_order, inc_value = list(seed), seed_value
     rb = max(rb, _decomposition_bound(pb, search, rb, inc_value, max_globals_per_block, max_vgpr,
-                                      rules, deadline, t0, progress))
+                                      rules, deadline, t0, progress, sub_budget))
     if rb >= inc_value[0] and not pb.any_kill:
         finished = True  # the incumbent meets a proven bound
         search.best_order, search.best = inc_order, inc_value
     else:
+        search.node_budget = None if node_limit is None else search.nodes + node_limit
         finished = search.optimise(inc_order, inc_value, stop_at=rb)
+        search.node_budget = None
     best_order, best_value = search.best_order, search.best
     lb = best_value[0] if finished else max(rb, min(search.open_lb, best_value[0]))
     # strict mode has no CSP order to reproduce: its result is the seed or the first optimum
@@ -199,14 +207,16 @@ def exact_schedule(body: Sequence[Op], edges: Sequence[DepEdge], *, max_globals_
     ms, pk = pb.simulate(best_order)
     lb = min(lb, ms)
     proven = finished or lb == ms
+    clock_ran_out = deadline is not None and time.perf_counter() > deadline
+    cut_by = "node-limit" if node_limit is not None and not clock_ran_out else "time-limit"
     return ExactResult(tuple(best_order), ms, pk, int(lb), proven, int(ms - lb), search.nodes,
-                       elapsed(), "optimal" if proven else "time-limit", seed_ms, int(rb),
+                       elapsed(), "optimal" if proven else cut_by, seed_ms, int(rb),
                        canonical, seed_valid)
 
 
 def _decomposition_bound(pb: Problem, search: Search, rb: int, inc_value: tuple,
                          max_globals: int, max_vgpr: int, rules, deadline, t0: float,
-                         progress) -> int:
+                         progress, node_budget: int | None = None) -> int:
     """Solve each later partition from an optimistic past (``Search.assume_partitions``).
 
     Its optimum is a lower bound for the whole problem: partition isolation makes the
@@ -222,6 +232,7 @@ def _decomposition_bound(pb: Problem, search: Search, rb: int, inc_value: tuple,
         sub = Search(pb, max_globals=max_globals, max_vgpr=max_vgpr, blocks=rules,
                      deadline=share, progress=progress)
         sub.assume_partitions(k)
+        sub.node_budget = node_budget
         if sub.optimise(None, inc_value):
             value = sub.best[0]
         else:
@@ -243,7 +254,8 @@ def _run(request: SchedulingRequest, *, strict: bool, label: str) -> list[int]:
             lds_contention_penalty=request.lds_contention_penalty, max_vgpr=request.max_vgpr,
             num_partitions=request.num_partitions,
             blocks_per_partition=request.blocks_per_partition, time_limit=limit,
-            block_slots=BLOCK_SLOTS, strict=strict, progress=progress)
+            block_slots=BLOCK_SLOTS, strict=strict, progress=progress,
+            node_limit=request.node_limit)
     except SchedulingError as exc:
         raise SchedulingError(str(exc).replace("EXACT", label, 1), strategy=label,
                               ops=exc.ops) from None
@@ -251,7 +263,9 @@ def _run(request: SchedulingRequest, *, strict: bool, label: str) -> list[int]:
         if progress is not None:
             progress.close()
     if not result.proven_optimal:
-        print(f"{label}: time limit of {limit:g}s reached; returning the best order found: "
+        budget = (f"node limit of {request.node_limit} nodes" if result.status == "node-limit"
+                  else f"time limit of {limit:g}s")
+        print(f"{label}: {budget} reached; returning the best order found: "
               f"{result.summary()}", file=sys.stderr)
     return list(result.order)
 

@@ -42,7 +42,7 @@ class BlockRules:
 
 
 class Timeout(Exception):
-    """Raised inside the DFS when the deadline passes."""
+    """Raised inside the DFS when the deadline passes or the node budget is spent."""
 
 
 class _Found(Exception):
@@ -62,6 +62,9 @@ class Search:
         self.max_vgpr = max_vgpr
         self.blocks = blocks
         self.deadline = deadline
+        #: total nodes this search may visit (None: no budget); a budget in nodes, unlike
+        #: the deadline, cuts the search at the same place on every machine
+        self.node_budget: int | None = None
         self.progress = progress
         gcap = max_globals
         if blocks is not None:
@@ -491,6 +494,8 @@ class Search:
 
     def tick(self, best, phase: str) -> None:
         self.nodes += 1
+        if self.node_budget is not None and self.nodes > self.node_budget:
+            raise Timeout
         if self.nodes & 127:
             return
         now = time.perf_counter()

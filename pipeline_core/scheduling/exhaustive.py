@@ -48,11 +48,13 @@ def position_ranges(n: int, parts: int) -> list[tuple[int, int]]:
 
 def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]],
             max_globals: int, block_slots: int, penalty: int, max_vgpr: int, prune: str | None,
-            bound_fn, time_limit: float | None) -> list[int]:
+            bound_fn, time_limit: float | None, node_limit: int | None = None) -> list[int]:
     """Iterative DFS with explicit per-depth state; returns the best order found (seed if none).
 
     ``last_tried[pos]`` is the last candidate tried at depth ``pos``; candidates are
     tried in increasing index order, so leaves are visited in lexicographic order.
+    ``node_limit`` (search steps) stops the search at the same point on every machine;
+    ``time_limit`` (seconds) depends on the machine's speed.
     """
     n = t.n
     best = list(seed)
@@ -106,10 +108,11 @@ def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]
 
     pos = 0
     while True:
-        if deadline is not None:
-            steps += 1
-            if steps & 1023 == 0 and time.perf_counter() > deadline:
-                return best
+        steps += 1
+        if node_limit is not None and steps > node_limit:
+            return best
+        if deadline is not None and steps & 1023 == 0 and time.perf_counter() > deadline:
+            return best
         if pos == n:
             ms, pk = simulate(t, order, penalty)
             if pk <= max_vgpr and (ms < best_ms or (ms == best_ms and pk < best_pk)):
@@ -174,7 +177,8 @@ def optimal_schedule_with_halves(body: Sequence[Op], edges: Sequence[DepEdge], *
                                  lds_contention_penalty: int = 0,
                                  max_vgpr: int = UNLIMITED_VGPR, num_partitions: int = 2,
                                  blocks_per_partition: int = 4,
-                                 time_limit: float | None = None) -> list[int]:
+                                 time_limit: float | None = None,
+                                 node_limit: int | None = None) -> list[int]:
     """The CSP strategy: partition-isolated exhaustive search seeded by ``greedy_schedule``.
 
     Position p may only take ops of p's partition. With ``max_globals_per_block`` > 0
@@ -192,7 +196,8 @@ def optimal_schedule_with_halves(body: Sequence[Op], edges: Sequence[DepEdge], *
     when no leaf in it could replace the incumbent (bound > best, or bound >= best
     when no op kills VGPRs, so every order has the same peak). Without a
     ``time_limit`` the result therefore equals the reference's; with one that
-    expires, the best order found so far is returned.
+    expires (or a ``node_limit`` of search steps, which expires at the same point on every
+    machine), the best order found so far is returned.
     """
     t = Tables(body, edges)
     try:
@@ -212,4 +217,4 @@ def optimal_schedule_with_halves(body: Sequence[Op], edges: Sequence[DepEdge], *
                    penalty=penalty, max_vgpr=max_vgpr, prune=prune,
                    bound_fn=lambda order, placed, pos: penalised_partial_bound(
                        t, order, placed, pos, penalty, topo),
-                   time_limit=time_limit)
+                   time_limit=time_limit, node_limit=node_limit)

@@ -26,6 +26,9 @@ class SchedulingRequest:
     num_partitions: int = 2
     blocks_per_partition: int = 4
     time_limit: float | None = None  #: seconds; strategies that search may honour it
+    #: search nodes; like ``time_limit`` but it stops a search at the same point on every
+    #: machine, so the order it returns is reproducible
+    node_limit: int | None = None
 
 
 Strategy = Callable[[SchedulingRequest], "list[int]"]

@@ -6,7 +6,6 @@ scheduler orders.
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -271,27 +270,14 @@ def test_csp_strategy_only_searches_orders_the_block_program_can_hold():
             assert role == OpRole.COMPUTE
 
 
-def test_csp_time_limit_returns_the_incumbent():
+def test_csp_node_limit_returns_the_incumbent():
     body, edges = _pingpong_ldg()
-    req = SchedulingRequest(body, edges, lds_contention_penalty=20, time_limit=0.05)
-    t0 = time.perf_counter()
+    req = SchedulingRequest(body, edges, lds_contention_penalty=20, node_limit=5000)
     order = get_strategy("CSP")(req)
-    assert time.perf_counter() - t0 < 2.0
+    assert order == get_strategy("CSP")(req)  # a node budget cuts at the same place every time
     seed = greedy_schedule(body, edges)
     assert sorted(order) == list(range(24))
     assert evaluate_schedule(body, edges, order, 20)[0] <= evaluate_schedule(body, edges, seed, 20)[0]
-
-
-def test_pingpong_scheduling_is_well_under_a_millisecond():
-    d, body, edges, config = _golden("pingpong_bf16")
-    req = _request(body, edges, config)
-    csp = get_strategy("CSP")
-    csp(req)
-    runs = 50
-    t0 = time.perf_counter()
-    for _ in range(runs):
-        csp(req)
-    assert (time.perf_counter() - t0) / runs < 1e-3
 
 
 # --- the pruned CSP search returns exactly what the reference's unpruned one does -------

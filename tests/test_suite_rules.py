@@ -1,0 +1,35 @@
+"""Rules the test suite itself keeps (docs/testing.md): it never times the machine and it
+needs nothing outside the repository."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_FILES = sorted(p for base in ("tests", "plugins", "examples")
+                    for p in (ROOT / base).rglob("*.py")
+                    if "tests" in p.relative_to(ROOT).parts and "build" not in p.parts)
+
+CLOCK = re.compile(r"\b(perf_counter|monotonic|process_time|time\.time)\b|\.time\s*<")
+OUTSIDE = re.compile(r"""["'/]\.\./shared|["']shared["']\s*/""")
+
+
+def test_the_rules_see_the_test_files():
+    assert len(TEST_FILES) > 50 and Path(__file__) in TEST_FILES
+
+
+@pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_test_reads_the_clock_or_leaves_the_repository(path):
+    if path == Path(__file__):
+        return  # this file names the patterns it looks for
+    text = path.read_text()
+    assert not CLOCK.search(text), f"{path.name} reads the clock: speed belongs in benchmarks/"
+    assert not OUTSIDE.search(text), f"{path.name} reads files outside the repository"
+
+
+def test_the_patterns_fire():
+    assert CLOCK.search("t0 = time.perf_counter()") and CLOCK.search("assert result.time < 5")
+    assert OUTSIDE.search('ROOT.parent / "shared" / "goldens"')
+    assert not CLOCK.search("timeline = simulate(doc)")
