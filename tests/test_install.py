@@ -2,7 +2,6 @@
 and the install order of plugins never changes the output (byte for byte)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import textwrap
 import venv
@@ -15,8 +14,9 @@ PLUGINS = [ROOT / "plugins" / "amd_mi355x", ROOT / "plugins" / "schedules_pingpo
            ROOT / "plugins" / "schedules_4wave", ROOT / "plugins" / "schedules_matmul_grid",
            ROOT / "examples" / "hello_schedule"]
 
-pytestmark = pytest.mark.skipif(os.environ.get("PIPELINE_CORE_SKIP_INSTALL_TESTS") == "1",
-                                reason="install tests disabled")
+# Each module run builds two virtual environments (most of a minute): one xdist worker
+# builds them, and ``-m "not slow"`` leaves them out of a quick run.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("installs")]
 
 
 def make_env(path: Path, packages: list[Path]) -> Path:
