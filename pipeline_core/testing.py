@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import attrs
 import pytest
@@ -22,14 +22,14 @@ import pytest
 from pipeline_core.plugins import PluginHost
 
 
-def fresh_host(*plugins: Any, autoload: bool = False, **kwargs) -> PluginHost:
+def fresh_host(*plugins: Any, autoload: bool = False, **kwargs: Any) -> PluginHost:
     """A new host with the core and the given plugin modules/objects (no entry points by default)."""
     extra = [(getattr(p, "__name__", f"plugin{i}"), p) for i, p in enumerate(plugins)]
     return PluginHost(autoload=autoload, extra_plugins=extra, **kwargs)
 
 
 @pytest.fixture
-def pipeline_host():
+def pipeline_host() -> Callable[..., PluginHost]:
     """Factory fixture: ``pipeline_host(plugin, ..., autoload=False)`` returns a fresh host."""
     return fresh_host
 
