@@ -1,16 +1,21 @@
 """Name-based entry points: what the CLI and plugin tests call."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from pipeline_core.compiler import CompiledSchedule, compile_schedule
-from pipeline_core.schedule import BuildContext, parse_params
+from pipeline_core.schedule import BuildContext, Schedule, parse_params
+
+if TYPE_CHECKING:
+    from pipeline_core.plugins import PluginHost
 
 
 def build_named(schedule: str, *, target: str | None = None, params: Mapping[str, str] | None = None,
                 target_args: Mapping[str, str] | None = None,
-                config_overrides: Mapping[str, str] | None = None, host=None):
-    """Instantiate a registered schedule on a registered target; returns (schedule, target name)."""
+                config_overrides: Mapping[str, str] | None = None,
+                host: PluginHost | None = None) -> tuple[Schedule, str, dict[str, Any]]:
+    """Instantiate a registered schedule on a registered target; returns (schedule, target name,
+    parsed parameters)."""
     if host is None:
         from pipeline_core.plugins import default_host
         host = default_host()
@@ -30,7 +35,8 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
 def compile_named(schedule: str, *, target: str | None = None,
                   params: Mapping[str, str] | None = None,
                   target_args: Mapping[str, str] | None = None,
-                  config_overrides: Mapping[str, str] | None = None, host=None) -> CompiledSchedule:
+                  config_overrides: Mapping[str, str] | None = None,
+                  host: PluginHost | None = None) -> CompiledSchedule:
     """Compile a registered schedule by name, with ``-p``/``-T``/``-c`` style string arguments."""
     if host is None:
         from pipeline_core.plugins import default_host

@@ -5,12 +5,20 @@ so a plugin overrides a core default exactly the way it overrides another plugin
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pipeline_core.hookspecs import hookimpl
-from pipeline_core.schedule import StrategyRecord
+from pipeline_core.schedule import KernelTransform, Schedule, StrategyRecord
+
+if TYPE_CHECKING:
+    from pipeline_core.config import PipelineConfig
+    from pipeline_core.edges import DepEdge
+    from pipeline_core.ops import Op
+    from pipeline_core.program.program import Program
 
 
 @hookimpl
-def pipeline_core_register_strategies():
+def pipeline_core_register_strategies() -> list[StrategyRecord]:
     from pipeline_core.scheduling.registry import get_strategy
 
     return [
@@ -27,7 +35,8 @@ def pipeline_core_register_strategies():
 
 
 @hookimpl
-def pipeline_core_derive_edges(schedule, body, config):
+def pipeline_core_derive_edges(schedule: Schedule, body: tuple[Op, ...],
+                               config: PipelineConfig) -> list[DepEdge]:
     """The schedule's own ``derive_edges`` if it has one, else the rule tables."""
     own = getattr(schedule, "derive_edges", None)
     if callable(own):
@@ -37,22 +46,24 @@ def pipeline_core_derive_edges(schedule, body, config):
 
 
 @hookimpl
-def pipeline_core_explicit_blocks(schedule, body, program):
+def pipeline_core_explicit_blocks(schedule: Schedule, body: tuple[Op, ...],
+                                  program: Program) -> list[list[Op]]:
     own = getattr(schedule, "build_explicit_blocks", None)
     return list(own(body, program)) if callable(own) else []
 
 
 @hookimpl
-def pipeline_core_bootstrap_frags(schedule):
+def pipeline_core_bootstrap_frags(schedule: Schedule) -> list[Op]:
     own = getattr(schedule, "bootstrap_frags", None)
     return list(own()) if callable(own) else []
 
 
 @hookimpl
-def pipeline_core_kernel_transforms(schedule, target, config):
+def pipeline_core_kernel_transforms(schedule: Schedule, target: str,
+                                    config: PipelineConfig) -> list[KernelTransform]:
     return []
 
 
 @hookimpl
-def pipeline_core_counter_model(target):
+def pipeline_core_counter_model(target: str) -> None:
     return None

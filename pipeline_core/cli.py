@@ -9,7 +9,7 @@ import argparse
 import json
 import sys
 import traceback
-from typing import Sequence
+from typing import Any, Sequence
 
 EXIT_OK, EXIT_UNSAFE, EXIT_INPUT, EXIT_PLUGINS = 0, 1, 2, 3
 
@@ -69,16 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="store_true", help="show core and plugin versions")
     _add_host_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    _orig_add = sub.add_parser
 
-    def add_parser(name, **kwargs):
-        q = _orig_add(name, **kwargs)
+    def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        """A command parser; every command accepts the plugin-host options too."""
+        q = sub.add_parser(name, **kwargs)
         _add_host_options(q, sub=True)
         return q
 
-    sub.add_parser = add_parser  # every command accepts the plugin-host options too
-
-    p = sub.add_parser("compile", help="compile a schedule into prologue / kernel / epilogue entries")
+    p = add_parser("compile", help="compile a schedule into prologue / kernel / epilogue entries")
     _add_compile_options(p)
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
@@ -86,10 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, what in (("targets", "registered targets"), ("schedules", "registered schedules"),
                        ("plugins", "discovered plugins and their status"),
                        ("strategies", "registered scheduling strategies")):
-        q = sub.add_parser(name, help=f"list {what}")
+        q = add_parser(name, help=f"list {what}")
         q.add_argument("--json", action="store_true", help="machine-readable output")
 
-    c = sub.add_parser("check", help="prove a compiled schedule race-free on a model of the hardware")
+    c = add_parser("check", help="prove a compiled schedule race-free on a model of the hardware")
     c.add_argument("schedule", nargs="?", help="schedule to compile and check (or use --input)")
     c.add_argument("--target")
     c.add_argument("-p", dest="params", action="append", metavar="KEY=VALUE")
@@ -97,11 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE")
     _extend(c, "pipeline_core.check.cli")
 
-    a = sub.add_parser("analyze", help="schedule metrics: makespan, bounds, utilisation, MII")
+    a = add_parser("analyze", help="schedule metrics: makespan, bounds, utilisation, MII")
     _add_compile_options(a)
     _extend(a, "pipeline_core.analyze_cli")
 
-    e = sub.add_parser("export", help="timeline trace (Perfetto), dependency graph (DOT), timeline picture")
+    e = add_parser("export", help="timeline trace (Perfetto), dependency graph (DOT), timeline picture")
     _add_compile_options(e)
     _extend(e, "pipeline_core.export.cli_export")
     parser.set_defaults(version_string=__version__)

@@ -5,7 +5,7 @@ can intervene are the override hooks resolved by the plugin host.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import attrs
 
@@ -13,6 +13,12 @@ from pipeline_core.config import PipelineConfig, ScheduleConfig
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ConfigError, ProgramError
 from pipeline_core.ops import Entry, Op, Phase
+from pipeline_core.schedule import Schedule
+
+if TYPE_CHECKING:
+    from pipeline_core.config import TargetProfile
+    from pipeline_core.plugins import PluginHost
+    from pipeline_core.program import KernelProgram, Program
 
 
 @attrs.frozen
@@ -32,7 +38,7 @@ class CompiledSchedule:
     warp_stagger_index: int
     tag_names: Mapping[int, str] = attrs.field(factory=dict)
     #: double-buffer only: the KernelProgram build result (program, order, derived waits)
-    kernel_program: Any = None
+    kernel_program: KernelProgram | None = None
     bootstrap_frags: tuple[Op, ...] = ()
     params: Mapping[str, Any] = attrs.field(factory=dict)
 
@@ -41,7 +47,7 @@ class CompiledSchedule:
         return self.kernel_program is not None
 
     @property
-    def program(self):
+    def program(self) -> Program | None:
         return self.kernel_program.program if self.kernel_program is not None else None
 
     @property
@@ -54,7 +60,7 @@ class CompiledSchedule:
         return {Phase.PROLOGUE: self.prologue, Phase.KERNEL: self.kernel, Phase.EPILOGUE: self.epilogue}
 
 
-def _tag_names(schedule, target) -> dict[int, str]:
+def _tag_names(schedule: Schedule, target: TargetProfile | None) -> dict[int, str]:
     names: dict[int, str] = {}
     if target is not None:
         names.update(target.cost_model.tag_names())
@@ -64,7 +70,8 @@ def _tag_names(schedule, target) -> dict[int, str]:
     return names
 
 
-def compile_schedule(schedule, *, host=None, target_name: str = "", params=None) -> CompiledSchedule:
+def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, target_name: str = "",
+                     params: Mapping[str, Any] | None = None) -> CompiledSchedule:
     """Compile ``schedule`` (an object following :class:`pipeline_core.schedule.Schedule`).
 
     ``host`` resolves plugin overrides; by default the installed plugins are used.
@@ -130,7 +137,7 @@ def compile_schedule(schedule, *, host=None, target_name: str = "", params=None)
         bootstrap_frags=bootstrap, params=dict(params or {}))
 
 
-def _schedule_config(schedule) -> ScheduleConfig:
+def _schedule_config(schedule: Schedule) -> ScheduleConfig:
     own = getattr(schedule, "schedule_config", None)
     sched = own() if callable(own) else ScheduleConfig()
     if not isinstance(sched, ScheduleConfig):

@@ -100,8 +100,8 @@ class BodyBuilder:
     def __enter__(self) -> "BodyBuilder":
         return self
 
-    def __exit__(self, *exc) -> bool:
-        return False
+    def __exit__(self, *exc: object) -> None:
+        return None
 
     def __len__(self) -> int:
         return len(self._ops)

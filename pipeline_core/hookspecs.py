@@ -20,7 +20,21 @@ How results combine
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
+
 import pluggy
+
+if TYPE_CHECKING:
+    from pipeline_core.check.counters import CounterModel
+    from pipeline_core.config import PipelineConfig
+    from pipeline_core.edges import DepEdge
+    from pipeline_core.ops import Op
+    from pipeline_core.program.program import Program
+    from pipeline_core.schedule import (KernelTransform, Schedule, ScheduleRecord, StrategyRecord,
+                                        TargetRecord)
+
+    #: What ``pipeline_core_counter_model`` may answer: a model, or a builder taking the document.
+    CounterModelAnswer = Union[CounterModel, Callable[[Mapping[str, Any]], CounterModel]]
 
 PROJECT = "pipeline_core"
 
@@ -29,7 +43,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def pipeline_core_register_targets():
+def pipeline_core_register_targets() -> Sequence[TargetRecord] | None:
     """Return the targets this plugin provides.
 
     :returns: a list of :class:`pipeline_core.schedule.TargetRecord`.
@@ -45,7 +59,7 @@ def pipeline_core_register_targets():
 
 
 @hookspec
-def pipeline_core_register_schedules():
+def pipeline_core_register_schedules() -> Sequence[ScheduleRecord] | None:
     """Return the schedules this plugin provides.
 
     :returns: a list of :class:`pipeline_core.schedule.ScheduleRecord`; each
@@ -63,7 +77,7 @@ def pipeline_core_register_schedules():
 
 
 @hookspec
-def pipeline_core_register_strategies():
+def pipeline_core_register_strategies() -> Sequence[StrategyRecord] | None:
     """Return extra scheduling strategies.
 
     :returns: a list of :class:`pipeline_core.schedule.StrategyRecord`; the
@@ -80,7 +94,8 @@ def pipeline_core_register_strategies():
 
 
 @hookspec
-def pipeline_core_derive_edges(schedule, body, config):
+def pipeline_core_derive_edges(schedule: Schedule, body: tuple[Op, ...],
+                               config: PipelineConfig) -> Sequence[DepEdge] | None:
     """Derive the dependency edges of ``body`` for ``schedule``, or return ``None``.
 
     :param schedule: the schedule object being compiled.
@@ -102,7 +117,8 @@ def pipeline_core_derive_edges(schedule, body, config):
 
 
 @hookspec
-def pipeline_core_explicit_blocks(schedule, body, program):
+def pipeline_core_explicit_blocks(schedule: Schedule, body: tuple[Op, ...],
+                                  program: Program) -> Sequence[Sequence[Op]] | None:
     """Return one op list per block of ``program`` (empty list = use the template), or ``None``.
 
     Called after waits are patched, on the double-buffer path only.  Explicit
@@ -119,7 +135,7 @@ def pipeline_core_explicit_blocks(schedule, body, program):
 
 
 @hookspec
-def pipeline_core_bootstrap_frags(schedule):
+def pipeline_core_bootstrap_frags(schedule: Schedule) -> Sequence[Op] | None:
     """Return the fragment loads to issue at the prologue tail, or ``None``.
 
     Used only with ``ScheduleConfig.partial_prologue_drain``; each frag is
@@ -136,7 +152,8 @@ def pipeline_core_bootstrap_frags(schedule):
 
 
 @hookspec
-def pipeline_core_kernel_transforms(schedule, target, config):
+def pipeline_core_kernel_transforms(schedule: Schedule, target: str,
+                                    config: PipelineConfig) -> Sequence[KernelTransform] | None:
     """Return kernel transforms that apply to this schedule on this target.
 
     :param schedule: the schedule object; :param target: the target name;
@@ -156,7 +173,7 @@ def pipeline_core_kernel_transforms(schedule, target, config):
 
 
 @hookspec
-def pipeline_core_counter_model(target):
+def pipeline_core_counter_model(target: str) -> CounterModelAnswer | None:
     """Return the hardware counter semantics of ``target`` for the hazard checker, or ``None``.
 
     :param target: the target name.

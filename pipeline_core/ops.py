@@ -6,6 +6,7 @@ contract (FORMAT.md). ``Op`` is the reference's 13-field op description.
 from __future__ import annotations
 
 import enum
+from typing import Any, Mapping, TypeVar
 
 import attrs
 
@@ -87,14 +88,28 @@ def _int_field(lo: int, hi: int):
     return check
 
 
-def _enum_converter(enum_cls):
-    def convert(value):
-        try:
-            return enum_cls(value)
-        except ValueError:
-            raise ConfigError("Op", enum_cls.__name__, value,
-                              f"one of {', '.join(f'{m.name}={m.value}' for m in enum_cls)}") from None
-    return convert
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def _enum_value(enum_cls: type[_E], value: Any) -> _E:
+    try:
+        return enum_cls(value)
+    except ValueError:
+        raise ConfigError("Op", enum_cls.__name__, value,
+                          f"one of {', '.join(f'{m.name}={m.value}' for m in enum_cls)}") from None
+
+
+# One named converter per enum field (mypy's attrs support types named converters only).
+def _k_offset(value: Any) -> KOffset:
+    return _enum_value(KOffset, value)
+
+
+def _resource(value: Any) -> ResourceKind:
+    return _enum_value(ResourceKind, value)
+
+
+def _role(value: Any) -> OpRole:
+    return _enum_value(OpRole, value)
 
 
 @attrs.frozen
@@ -109,14 +124,14 @@ class Op:
                            validator=_int_field(0, 255))
     stage: int = attrs.field(default=0, validator=_int_field(-(2**31), 2**31))
     subtile: int = attrs.field(default=0, validator=_int_field(-(2**31), 2**31))
-    k_offset: KOffset = attrs.field(default=KOffset.NONE, converter=_enum_converter(KOffset))
+    k_offset: KOffset = attrs.field(default=KOffset.NONE, converter=_k_offset)
     vm_cost: int = attrs.field(default=0, validator=_int_field(0, 2**31))
     lgkm_cost: int = attrs.field(default=0, validator=_int_field(0, 2**31))
     wait_value: int = attrs.field(default=0, validator=_int_field(0, 2**31))
     resource: ResourceKind = attrs.field(default=ResourceKind.NONE,
-                                         converter=_enum_converter(ResourceKind))
+                                         converter=_resource)
     latency: int = attrs.field(default=0, validator=_int_field(0, 2**31))
-    role: OpRole = attrs.field(default=OpRole.NONE, converter=_enum_converter(OpRole))
+    role: OpRole = attrs.field(default=OpRole.NONE, converter=_role)
     channel: int = attrs.field(default=-1, validator=_int_field(-1, 2**31))
     vgpr_def: int = attrs.field(default=0, validator=_int_field(0, 2**31))
     vgpr_kill: int = attrs.field(default=0, validator=_int_field(0, 2**31))
@@ -204,7 +219,7 @@ def entries(ops, phase: Phase, prefetch=None) -> tuple[Entry, ...]:
                  for i, (o, f) in enumerate(zip(ops, flags)))
 
 
-def tag_name(tag: int, names: "dict[int, str] | None" = None) -> str:
+def tag_name(tag: int, names: "Mapping[int, str] | None" = None) -> str:
     """Human name of a tag: framework names first, then the schedule's names."""
     try:
         return FrameworkTag(tag).name

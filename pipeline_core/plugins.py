@@ -14,7 +14,8 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, Iterable
+from importlib.metadata import EntryPoint
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import attrs
 import pluggy
@@ -22,7 +23,17 @@ import pluggy
 from pipeline_core import DISTRIBUTION as CORE
 from pipeline_core import hookspecs
 from pipeline_core.errors import PluginError, UnknownNameError
-from pipeline_core.schedule import ScheduleRecord, StrategyRecord, TargetRecord
+from pipeline_core.schedule import (KernelTransform, Schedule, ScheduleRecord, StrategyRecord,
+                                    TargetRecord)
+
+if TYPE_CHECKING:
+    from pipeline_core.config import PipelineConfig
+    from pipeline_core.edges import DepEdge
+    from pipeline_core.hookspecs import CounterModelAnswer
+    from pipeline_core.ops import Op
+    from pipeline_core.program.program import Program
+
+_Record = TypeVar("_Record", TargetRecord, ScheduleRecord)
 
 GROUP = "pipeline_core"
 ENV_DISABLE = "PIPELINE_CORE_DISABLE_PLUGINS"
@@ -65,7 +76,7 @@ def _truthy_env(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _entry_points():
+def _entry_points() -> list[tuple[str, str, str, EntryPoint]]:
     if sys.version_info >= (3, 10):
         from importlib.metadata import entry_points
     else:  # pragma: no cover
@@ -112,7 +123,8 @@ class PluginHost:
         self._collect()
 
     # --- loading --------------------------------------------------------------
-    def _info(self, name, dist, version, module, status="ok", error="", tb="") -> PluginInfo:
+    def _info(self, name: str, dist: str, version: str, module: str, status: str = "ok",
+              error: str = "", tb: str = "") -> PluginInfo:
         info = PluginInfo(name, dist, version, module, status, error, tb)
         self.plugins.append(info)
         return info
@@ -124,7 +136,7 @@ class PluginHost:
         self.warnings.append(f"plugin {info.name!r} from distribution {info.distribution} "
                              f"{info.version}: {problem}")
 
-    def _load_entry_point(self, name, dist, version, ep) -> None:
+    def _load_entry_point(self, name: str, dist: str, version: str, ep: EntryPoint) -> None:
         if name in self._disabled or dist in self._disabled:
             self._info(name, dist, version, ep.value, status="disabled")
             return
@@ -152,7 +164,7 @@ class PluginHost:
             return
         self._register(module, "(development)", "", obj, module)
 
-    def _register(self, name, dist, version, obj, module) -> None:
+    def _register(self, name: str, dist: str, version: str, obj: Any, module: str) -> None:
         info = self._info(name, dist, version, module)
         try:
             self.pm.register(obj, name=name)
@@ -171,7 +183,7 @@ class PluginHost:
         info.hooks = sorted(c.name for c in (self.pm.get_hookcallers(obj) or []))
 
     # --- calling ----------------------------------------------------------------
-    def _call_one(self, hook_name: str, impl, **kwargs):
+    def _call_one(self, hook_name: str, impl: pluggy.HookImpl, **kwargs: Any) -> Any:
         """Call one plugin's implementation through pluggy (so ``--trace`` monitoring sees it)."""
         others = [p for p in self.pm.get_plugins() if p is not impl.plugin]
         caller = self.pm.subset_hook_caller(hook_name, remove_plugins=others)
@@ -179,7 +191,7 @@ class PluginHost:
         return results[0] if results else None
 
     # --- registries -----------------------------------------------------------
-    def _impls(self, hook_name: str):
+    def _impls(self, hook_name: str) -> list[pluggy.HookImpl]:
         """Hook implementations of live plugins, sorted by plugin name (never install order)."""
         caller = getattr(self.pm.hook, hook_name)
         impls = [i for i in caller.get_hookimpls()]
@@ -249,7 +261,7 @@ class PluginHost:
         return " ".join(f"Plugin {p.name!r} ({p.distribution}) failed to load and may provide it: "
                         f"{p.error}" for p in shown)
 
-    def _lookup(self, kind: str, table: dict, name: str):
+    def _lookup(self, kind: str, table: Mapping[str, _Record], name: str) -> _Record:
         key = f"{kind}:{name}"
         if key in self.conflicts:
             raise PluginError(f"{kind} {name!r} is provided by more than one distribution: "
@@ -265,14 +277,14 @@ class PluginHost:
         return self._lookup("schedule", self.schedules, name)
 
     @staticmethod
-    def describe(table) -> list[str]:
+    def describe(table: Mapping[str, TargetRecord | ScheduleRecord | StrategyRecord]) -> list[str]:
         """Names with their providers, for "Known ..." lists in error messages."""
         return [f"{n} ({table[n].provider})" if table[n].provider else n for n in sorted(table)]
 
     # --- override resolution ------------------------------------------------------
-    def _override(self, hook_name: str, **kwargs):
+    def _override(self, hook_name: str, **kwargs: Any) -> Any:
         """One plugin answer wins over the core default; two plugin answers conflict."""
-        answers = []
+        answers: list[tuple[str, Any]] = []
         core_impl = None
         for impl in self._impls(hook_name):
             if impl.plugin_name == "core":
@@ -297,21 +309,25 @@ class PluginHost:
             return None
         return self._call_one(hook_name, core_impl, **kwargs)
 
-    def derive_edges(self, schedule, body, config):
+    # The core always answers these (possibly with an empty list), so they never return None.
+    def derive_edges(self, schedule: Schedule, body: tuple[Op, ...],
+                     config: PipelineConfig) -> Sequence[DepEdge]:
         return self._override("pipeline_core_derive_edges", schedule=schedule, body=body, config=config)
 
-    def explicit_blocks(self, schedule, body, program):
+    def explicit_blocks(self, schedule: Schedule, body: tuple[Op, ...],
+                        program: Program) -> Sequence[Sequence[Op]]:
         return self._override("pipeline_core_explicit_blocks", schedule=schedule, body=body,
                               program=program)
 
-    def bootstrap_frags(self, schedule):
+    def bootstrap_frags(self, schedule: Schedule) -> Sequence[Op]:
         return self._override("pipeline_core_bootstrap_frags", schedule=schedule)
 
-    def counter_model(self, target: str):
+    def counter_model(self, target: str) -> CounterModelAnswer | None:
         return self._override("pipeline_core_counter_model", target=target)
 
-    def kernel_transforms(self, schedule, target, config):
-        found = []
+    def kernel_transforms(self, schedule: Schedule, target: str,
+                          config: PipelineConfig) -> list[KernelTransform]:
+        found: list[KernelTransform] = []
         for impl in self._impls("pipeline_core_kernel_transforms"):
             result = self._call_one("pipeline_core_kernel_transforms", impl, schedule=schedule,
                                     target=target, config=config)
@@ -322,11 +338,13 @@ class PluginHost:
     def _install_trace(self, log: Callable[[str], None]) -> None:
         starts: list[float] = []
 
-        def before(hook_name, hook_impls, kwargs):
+        def before(hook_name: str, hook_impls: Sequence[pluggy.HookImpl],
+                   kwargs: Mapping[str, Any]) -> None:
             starts.append(time.perf_counter())
             log(f"[trace] {hook_name} <- {', '.join(i.plugin_name for i in hook_impls) or '(none)'}")
 
-        def after(outcome, hook_name, hook_impls, kwargs):
+        def after(outcome: Any, hook_name: str, hook_impls: Sequence[pluggy.HookImpl],
+                  kwargs: Mapping[str, Any]) -> None:
             took = (time.perf_counter() - starts.pop()) * 1000 if starts else 0.0
             log(f"[trace] {hook_name} done in {took:.3f} ms")
 
@@ -353,6 +371,6 @@ def default_host() -> PluginHost:
     return _DEFAULT
 
 
-def get_plugin_manager(**kwargs) -> PluginHost:
+def get_plugin_manager(**kwargs: Any) -> PluginHost:
     """A fresh host (tests and tools build their own; nothing is built at import time)."""
     return PluginHost(**kwargs)

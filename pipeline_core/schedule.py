@@ -8,11 +8,12 @@ registers a ``ScheduleRecord`` whose ``factory`` turns a ``BuildContext``
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import attrs
 
-from pipeline_core.config import ScheduleConfig, TargetProfile, apply_overrides, parse_bool, parse_int
+from pipeline_core.config import (PipelineConfig, ScheduleConfig, TargetProfile, apply_overrides,
+                                  parse_bool, parse_int)
 from pipeline_core.errors import ConfigError, UnknownNameError
 from pipeline_core.ops import Op
 
@@ -32,9 +33,10 @@ class Schedule(Protocol):
     * ``tag_names() -> dict[int, str]`` (names of the kernel tags, for output).
     """
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
-    def config(self): ...
+    def config(self) -> PipelineConfig: ...
 
     def build_body(self) -> Sequence[Op]: ...
 
@@ -42,7 +44,7 @@ class Schedule(Protocol):
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
 
-def _check_name(inst, attribute, value):
+def _check_name(inst: Any, attribute: attrs.Attribute[str], value: Any) -> None:
     if not isinstance(value, str) or not _NAME.match(value):
         raise ConfigError(type(inst).__name__, attribute.name, value,
                           "a lower-case name of letters, digits, '-', '_' or '.'")
@@ -78,7 +80,7 @@ class Param:
         return self.type.__name__
 
 
-def _params(value) -> tuple[Param, ...]:
+def _params(value: Iterable[Param]) -> tuple[Param, ...]:
     return tuple(value)
 
 
@@ -99,7 +101,7 @@ class ScheduleRecord:
 
     name: str = attrs.field(validator=_check_name)
     description: str
-    factory: Callable[["BuildContext"], Any]
+    factory: Callable[["BuildContext"], Schedule]
     params: tuple[Param, ...] = attrs.field(default=(), converter=_params)
     default_target: str = ""
     provider: str = ""

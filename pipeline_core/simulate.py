@@ -131,9 +131,9 @@ def counter_costs(config: Any, schedule_config: Any = None) -> CounterCosts:
     def pick(*names: tuple[Any, str]) -> int:
         return next((v for v in (_field(r, n) for r, n in names) if v > 0), 1)
 
-    vm = tuple(pick((config, f"vm_per_load_{c}")) for c in "ab")
-    lgkm = tuple(pick((config, f"lgkm_per_load_{c}"), (schedule_config, f"lgkm_per_load_{c}"))
-                 for c in "ab")
+    vm = (pick((config, "vm_per_load_a")), pick((config, "vm_per_load_b")))
+    lgkm = (pick((config, "lgkm_per_load_a"), (schedule_config, "lgkm_per_load_a")),
+            pick((config, "lgkm_per_load_b"), (schedule_config, "lgkm_per_load_b")))
     return CounterCosts(vm, lgkm)
 
 

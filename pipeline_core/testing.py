@@ -25,7 +25,7 @@ import attrs
 from pipeline_core.plugins import PluginHost
 
 
-def fresh_host(*plugins: Any, autoload: bool = False, **kwargs) -> PluginHost:
+def fresh_host(*plugins: Any, autoload: bool = False, **kwargs: Any) -> PluginHost:
     """A new host with the core and the given plugin modules/objects (no entry points by default)."""
     extra = [(getattr(p, "__name__", f"plugin{i}"), p) for i, p in enumerate(plugins)]
     return PluginHost(autoload=autoload, extra_plugins=extra, **kwargs)

@@ -89,7 +89,7 @@ def classify_anti_edges(document: Mapping[str, Any] | None, program: CheckProgra
                                             f"disjoint at subtile granularity: the producer reads "
                                             f"{_name(pk_lds)}, the consumer writes {_name(ck_set)}"))
             continue
-        if traces is None:
+        if traces is None or analysis is None:  # built together, on first need
             traces = expand(program, max(iterations, 2), 1)
             analysis = analyse(program, traces)
         t = traces[0]

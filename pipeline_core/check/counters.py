@@ -90,6 +90,16 @@ class CounterModel:
     name: str = "custom"
     notes: tuple[str, ...] = ()
 
+    def __attrs_post_init__(self) -> None:
+        # The checker keeps one queue per declared counter; a cost on any other
+        # counter would have nowhere to go.
+        declared = [c.name for c in self.counters]
+        for c in self.costs:
+            if c.counter not in declared:
+                raise ValueError(f"counter model {self.name!r}: role {c.role} channel {c.channel} "
+                                 f"counts on {c.counter!r}, which is not one of its counters "
+                                 f"({', '.join(declared) or 'none'})")
+
     def counter_for_wait(self, tag: int) -> CounterSpec | None:
         """The counter a wait entry with ``tag`` tests, or None if ``tag`` is no wait."""
         for c in self.counters:

@@ -206,14 +206,15 @@ def _mma_hazards(ctx: _Context, reads: dict) -> list[Violation]:
                 if v:
                     found.append(v)
             elif ins.kind is Kind.MMA:
-                vals = [regs.get(reg) for reg in ins.operands]
-                if None in vals:
-                    reg = ins.operands[vals.index(None)]
+                missing = [reg for reg in ins.operands if reg not in regs]
+                if missing:
+                    reg = missing[0]
                     found.append(_violation(
                         HazardKind.REG_RAW, X, p,
                         f"reads fragment register ch{reg[0]} #{reg[1]} that was never loaded",
                         fix=review_fix(X, p, "load the fragment before this MMA")))
                     continue
+                vals = [regs[reg] for reg in ins.operands]
                 for reg, got in zip(ins.operands, vals):
                     v = _register_raw(ctx, X, got[1], p, f"may read register ch{reg[0]} #{reg[1]} "
                                                           "before its fragment load retired")

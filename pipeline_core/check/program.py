@@ -108,7 +108,8 @@ class CheckProgram:
     def replace_phase(self, name: str, instrs: Sequence[Instr]) -> "CheckProgram":
         """A copy with ``name``'s list replaced (entries re-indexed)."""
         fixed = tuple(i.with_index(n) for n, i in enumerate(instrs))
-        return attrs.evolve(self, **{name: fixed})
+        changes: dict[str, Any] = {name: fixed}  # the field is named at run time
+        return attrs.evolve(self, **changes)
 
 
 def _need(d: Any, key: str, path: str) -> Any:

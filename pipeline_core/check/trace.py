@@ -124,6 +124,7 @@ def _sync_facts(events: list[Event], program: CheckProgram):
         if w is None or forced[w] is not None:
             return
         name = events[w].instr.counter
+        assert name is not None  # writers are loads, and every load names its counter
         if in_order[name]:
             younger = sum(cost for pos, cost in queues[name] if pos > w)
             retire(name, younger, p)

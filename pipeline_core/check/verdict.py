@@ -205,6 +205,7 @@ class Verdict:
                          + (", assuming in-order LDS" if self.model.get("lds_in_order") else "") + ")")
         else:
             v = self.first
+            assert v is not None  # an unsafe verdict carries its violations
             lines.append(f"{head}UNSAFE: {v.kind.value} at {v.site.text(multi)}")
             lines.append(f"  {v.message}")
             if v.other:

@@ -129,8 +129,8 @@ def _draw_group(ax, tl: Timeline, group: int, row: int, min_w: float) -> None:
             if b.group == group and b.resource == ResourceKind.MMA_UNIT]
     ax.broken_barh(mmas, (row + 0.62, 0.3), facecolors=GROUP_COLORS[group % 4],
                    edgecolor="white", linewidth=0.4)
-    for role, spans in ticks.items():
-        ax.broken_barh(spans, (row + 0.62, 0.3), facecolors=ROLE_COLORS[role])
+    for role, role_spans in ticks.items():
+        ax.broken_barh(role_spans, (row + 0.62, 0.3), facecolors=ROLE_COLORS[role])
 
 
 def _draw_unit(ax, tl: Timeline, resource: ResourceKind, row: int, min_w: float, width_px: int) -> None:

@@ -77,6 +77,8 @@ def phase_listing(label: str, entries: tuple[Entry, ...], names, marks=None) -> 
 
 def block_layout(c: CompiledSchedule) -> list[str]:
     program = c.program
+    if program is None:  # single buffer: the kernel is not built from blocks
+        return []
     names = c.tag_names
     bph = c.config.blocks_per_partition
     lines = ["BLOCKS (per partition; kernel entry range, then contents)"]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_core.ops import FrameworkTag, OpRole, ResourceKind
-from pipeline_core.simulate import Step, Timeline, step_args, step_label, outstanding_series
+from pipeline_core.simulate import Stall, Step, Timeline, step_args, step_label, outstanding_series
 
 PID_GROUPS, PID_MMA, PID_LDS, PID_GLOBAL, PID_VALU = 1, 2, 3, 4, 5
 _UNIT_PROCESS = {ResourceKind.MMA_UNIT: (PID_MMA, "MMA unit"),
@@ -73,8 +73,7 @@ class _Events:
                            "tid": tid, "args": {"outstanding": value}})
 
 
-def _blocker_args(tl: Timeline, step: Step) -> dict[str, Any]:
-    st = step.stall
+def _blocker_args(tl: Timeline, st: Stall) -> dict[str, Any]:
     args: dict[str, Any] = {"cycles": st.cycles, "reason": st.reason, "detail": st.detail}
     if st.blocker_seq is not None and st.blocker_seq >= 0:
         b = tl.step(st.blocker_group, st.blocker_seq)
@@ -94,8 +93,8 @@ def _group_events(ev: _Events, tl: Timeline) -> None:
                       "first_stream_index": span.first_seq, "last_stream_index": span.last_seq})
         for s in g.steps:
             if s.stall is not None:
-                ev.slice(PID_GROUPS, tid, f"stall: {_stall_name(s)}", "stall", s.ready, s.start,
-                         _blocker_args(tl, s))
+                ev.slice(PID_GROUPS, tid, f"stall: {_stall_name(s, s.stall)}", "stall", s.ready,
+                         s.start, _blocker_args(tl, s.stall))
             label = step_label(s, names)
             args = step_args(s, names)
             if s.is_marker:
@@ -115,10 +114,10 @@ def _group_events(ev: _Events, tl: Timeline) -> None:
                                                  for gr, sq, at in b.arrivals]})
 
 
-def _stall_name(s: Step) -> str:
+def _stall_name(s: Step, stall: Stall) -> str:
     if s.op.tag in (FrameworkTag.WAIT_VM, FrameworkTag.WAIT_LGKM):
-        return f"{s.stall.reason} <= {s.op.wait_value}"
-    return s.stall.reason
+        return f"{stall.reason} <= {s.op.wait_value}"
+    return stall.reason
 
 
 def _unit_events(ev: _Events, tl: Timeline) -> None:

@@ -61,8 +61,8 @@ def _check_order(order: Sequence[int], n: int, source: str) -> tuple[int, ...]:
                 problem = f"index {i} appears twice"
                 break
             seen.add(i)
-    if not problem:
-        return result  # type: ignore[return-value]
+    if not problem and result is not None:
+        return result
     missing = tuple(sorted(set(range(n)) - set(result or ())))
     msg = (f"the order from {source} is not a permutation of the body indices 0..{n - 1}: "
            f"{problem}" + (f" (missing: {list(missing)})" if missing else "") + ".")

@@ -7,7 +7,7 @@ from ``blocks`` and built as a separate program.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import attrs
 
@@ -15,6 +15,10 @@ from pipeline_core.errors import ProgramError
 from pipeline_core.ops import Entry, Op, OpRole, Phase
 from pipeline_core.program import _ops
 from pipeline_core.program.block import BlockSpec
+
+
+def _to_blocks(blocks: Iterable[BlockSpec]) -> tuple[BlockSpec, ...]:
+    return tuple(blocks)
 
 
 def _to_explicit(lists: Sequence[Sequence[Op]]) -> tuple[tuple[Op, ...], ...]:
@@ -29,7 +33,7 @@ class Program:
     exactly one (possibly empty) list per block.
     """
 
-    blocks: tuple[BlockSpec, ...] = attrs.field(converter=tuple)
+    blocks: tuple[BlockSpec, ...] = attrs.field(converter=_to_blocks)
     explicit_blocks: tuple[tuple[Op, ...], ...] = attrs.field(default=(), converter=_to_explicit)
     trailing_barrier: bool = False
 
@@ -95,7 +99,7 @@ class Program:
         return tuple(out)
 
     # --- functional updates ---------------------------------------------------------
-    def with_blocks(self, blocks: Sequence[BlockSpec]) -> "Program":
+    def with_blocks(self, blocks: Iterable[BlockSpec]) -> "Program":
         return attrs.evolve(self, blocks=tuple(blocks))
 
     def with_explicit_blocks(self, lists: Sequence[Sequence[Op]]) -> "Program":

@@ -74,7 +74,7 @@ class Problem:
             if e.distance < 1:
                 preds[e.consumer].add(e.producer)
         self.preds = [sorted(p) for p in preds]
-        self.succs = [[] for _ in range(n)]
+        self.succs: list[list[int]] = [[] for _ in range(n)]
         for c in range(n):
             for p in self.preds[c]:
                 self.succs[p].append(c)
@@ -134,9 +134,9 @@ class Problem:
                 if done + q > best:
                     best = done + q
         if self.penalty:
-            group = sorted(lat[c] + tail[c] - self.penalty for c in succs if self.port[c])
+            port_tails = sorted(lat[c] + tail[c] - self.penalty for c in succs if self.port[c])
             done = 0
-            for q in reversed(group):
+            for q in reversed(port_tails):
                 done += self.penalty
                 if done + q > best:
                     best = done + q

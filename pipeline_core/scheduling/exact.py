@@ -191,6 +191,7 @@ def exact_schedule(body: Sequence[Op], edges: Sequence[DepEdge], *, max_globals_
         finished = search.optimise(inc_order, inc_value, stop_at=rb)
         search.node_budget = None
     best_order, best_value = search.best_order, search.best
+    assert best_order is not None  # both branches above start from the incumbent
     lb = best_value[0] if finished else max(rb, min(search.open_lb, best_value[0]))
     # strict mode has no CSP order to reproduce: its result is the seed or the first optimum
     canonical = finished and not strict

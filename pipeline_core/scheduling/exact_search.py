@@ -435,6 +435,7 @@ class Search:
                     fl = asap[c]
                 if floor is None or fl < floor:
                     floor = fl
+            assert floor is not None  # open_succ[i] > 0: some successor is unplaced
             vec.append(f if f > floor else 0)
         return tuple(vec)
 

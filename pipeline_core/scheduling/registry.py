@@ -1,13 +1,21 @@
 """The strategy registry: a name -> function table instead of the reference's closed enum."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 import attrs
 
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ConfigError, UnknownNameError
 from pipeline_core.ops import Op
+
+
+def _to_body(body: Iterable[Op]) -> tuple[Op, ...]:
+    return tuple(body)
+
+
+def _to_edges(edges: Iterable[DepEdge]) -> tuple[DepEdge, ...]:
+    return tuple(edges)
 
 
 @attrs.frozen
@@ -18,8 +26,8 @@ class SchedulingRequest:
     A strategy returns a permutation of ``range(len(body))``.
     """
 
-    body: tuple[Op, ...] = attrs.field(converter=tuple)
-    edges: tuple[DepEdge, ...] = attrs.field(converter=tuple)
+    body: tuple[Op, ...] = attrs.field(converter=_to_body)
+    edges: tuple[DepEdge, ...] = attrs.field(converter=_to_edges)
     max_globals_per_block: int = 0
     lds_contention_penalty: int = 0
     max_vgpr: int = 999999

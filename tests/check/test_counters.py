@@ -127,3 +127,25 @@ def test_document_target():
     assert document_target(load("default_matmul")) == "mi355x-single-buffer"
     assert document_target({"target": "t", "cli": ["--target", "u"]}) == "t"
     assert document_target({}) is None
+
+
+def test_cost_on_an_undeclared_counter_is_refused():
+    """A plugin's model whose costs name a counter it never declares fails when built, naming
+    the counter, instead of a KeyError deep inside the checker."""
+    m = default_counter_model(load("pingpong_bf16"))
+    costs = tuple(attrs.evolve(c, counter="lds") if c.counter == LGKM else c for c in m.costs)
+    with pytest.raises(ValueError, match=r"counts on 'lds', which is not one of its counters \(vm, lgkm\)"):
+        attrs.evolve(m, costs=costs)
+
+
+def test_check_cli_reports_a_model_with_an_undeclared_counter(capsys):
+    doc = load("pingpong_bf16")
+
+    def builder(d):
+        m = default_counter_model(d)
+        return attrs.evolve(m, costs=tuple(attrs.evolve(c, counter="lds") if c.counter == LGKM else c
+                                           for c in m.costs))
+
+    assert _run(doc, _Host(builder)) == 2
+    err = capsys.readouterr().err
+    assert "counts on 'lds'" in err and "Traceback" not in err

@@ -2,7 +2,9 @@
 interleaved into MMA blocks, with lgkm per load carried in the ScheduleConfig."""
 from __future__ import annotations
 
-from pipeline_core.config import ScheduleConfig
+from typing import Sequence
+
+from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
 from pipeline_core.costs import annotate
 from pipeline_core.ops import Op
 
@@ -11,6 +13,18 @@ from pipeline_core_amd_mi355x.tags import DOUBLE_BUFFER_TAG_NAMES
 
 class InterleavedMatmulSchedule:
     """Mixin: needs ``target``, ``sched``, ``lgkm_per_load_a/b``, ``config()`` and ``logical_body()``."""
+
+    # What the mixin needs from the class using it (declarations only, no values).
+    target: TargetProfile
+    sched: ScheduleConfig
+    lgkm_per_load_a: int
+    lgkm_per_load_b: int
+
+    def config(self) -> PipelineConfig:
+        raise NotImplementedError
+
+    def logical_body(self) -> Sequence[Op]:
+        raise NotImplementedError
 
     def build_body(self) -> list[Op]:
         """double_buffer_reorder(annotate(logical body, cost model), pipeline config)."""

@@ -107,7 +107,7 @@ def diff(expected: Any, got: Any, path: str = "", limit: int = 20) -> list[str]:
 
 
 def compared_keys(doc: dict) -> tuple[str, ...]:
-    keys = COMMON_KEYS
+    keys: tuple[str, ...] = COMMON_KEYS
     if doc["config"]["depth"] >= 2:
         keys += DOUBLE_BUFFER_KEYS
     return keys

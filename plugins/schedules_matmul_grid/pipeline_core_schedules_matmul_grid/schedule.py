@@ -99,7 +99,8 @@ def make_matmul_grid(ctx: BuildContext) -> MatmulGridSchedule:
                           "a double-buffer target (pipeline depth >= 2), e.g. mi355x")
     schedule = MatmulGridSchedule(m=m, n=n, target=target,
                                   sched=ctx.schedule_config(default_schedule_config()),
-                                  is_fp8=bool(p["fp8"]), **lgkm)
+                                  is_fp8=bool(p["fp8"]), lgkm_per_load_a=lgkm["lgkm_per_load_a"],
+                                  lgkm_per_load_b=lgkm["lgkm_per_load_b"])
     try:
         schedule.build_body()
     except TransformError as exc:

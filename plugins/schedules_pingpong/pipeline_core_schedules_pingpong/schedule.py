@@ -147,7 +147,7 @@ def make_pingpong(ctx: BuildContext) -> PingPongSchedule:
             lgkm[name] = getattr(launch, name)
         else:
             lgkm[name] = _non_negative(name, p[name])
-    if derive:
+    if derive and launch is not None:  # derive implies a launch; said again for the type checker
         target = ctx.make_target(vm_per_load_a=launch.vm_per_load_a,
                                  vm_per_load_b=launch.vm_per_load_b,
                                  max_globals=launch.max_globals)
