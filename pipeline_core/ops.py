@@ -1,7 +1,7 @@
 """Enums and the op record: the vocabulary every other module speaks.
 
 Enum values equal the reference's numbers because they appear in the JSON
-contract (FORMAT.md). ``Op`` is the reference's 13-field op description.
+contract (docs/document-format.md). ``Op`` is the reference's 13-field op description.
 """
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ class SimInput:
 
 
 def _field(record: Any, name: str) -> int:
-    """A config field from a record or from its FORMAT.md dict (0 when absent)."""
+    """A config field from a record or from its document dict (0 when absent)."""
     value = record.get(name, 0) if isinstance(record, Mapping) else getattr(record, name, 0)
     return int(value or 0)
 
@@ -126,7 +126,7 @@ def _field(record: Any, name: str) -> int:
 def counter_costs(config: Any, schedule_config: Any = None) -> CounterCosts:
     """Per-channel vm/lgkm ticks: PipelineConfig first, ScheduleConfig lgkm as fallback, else 1.
 
-    ``config`` / ``schedule_config``: the records or their FORMAT.md dicts.
+    ``config`` / ``schedule_config``: the records or their document dicts.
     """
     def pick(*names: tuple[Any, str]) -> int:
         return next((v for v in (_field(r, n) for r, n in names) if v > 0), 1)
@@ -153,12 +153,12 @@ _OP_FIELDS = ("tag", "stage", "subtile", "k_offset", "vm_cost", "lgkm_cost", "wa
 
 
 def op_from_document(d: Mapping[str, Any]) -> Op:
-    """One FORMAT.md op dict as an :class:`Op`."""
+    """One op dict of the schedule document as an :class:`Op`."""
     return Op(**{k: d[k] for k in _OP_FIELDS})
 
 
 def input_from_document(doc: Mapping[str, Any]) -> SimInput:
-    """Adapter for a FORMAT.md document (``compile --format json`` output or a golden file)."""
+    """Adapter for a schedule document (``compile --format json`` output or a golden file)."""
     def entries(key: str) -> tuple[Entry, ...]:
         return tuple(Entry(op=op_from_document(e["op"]), time_slot=e["time_slot"], phase=e["phase"],
                            is_prefetch=e["is_prefetch"]) for e in doc.get(key, ()))
@@ -182,7 +182,7 @@ def input_from_document(doc: Mapping[str, Any]) -> SimInput:
 
 
 def as_input(source: Any) -> SimInput:
-    """A SimInput from a SimInput, a CompiledSchedule or a FORMAT.md document dict."""
+    """A SimInput from a SimInput, a CompiledSchedule or a schedule document dict."""
     if isinstance(source, SimInput):
         return source
     if isinstance(source, Mapping):
@@ -190,7 +190,7 @@ def as_input(source: Any) -> SimInput:
     if hasattr(source, "kernel") and hasattr(source, "warp_stagger_index"):
         return input_from_compiled(source)
     raise SimulationError(f"cannot simulate a {type(source).__name__}: pass a CompiledSchedule, "
-                          "a FORMAT.md document or a SimInput")
+                          "a schedule document or a SimInput")
 
 
 # --- outputs ------------------------------------------------------------------
@@ -552,7 +552,7 @@ def _wait_release(pending: list[tuple[int, int, int]], now: int, limit: int):
 def simulate(source: Any, iterations: int = 12, *, model: MachineModel | None = None,
              groups: int | None = None,
              progress: Callable[[int, int], None] | None = None) -> Timeline:
-    """Run the emitted entries of ``source`` (CompiledSchedule, FORMAT.md dict or SimInput).
+    """Run the emitted entries of ``source`` (CompiledSchedule, document dict or SimInput).
 
     ``iterations``: kernel iterations between prologue and epilogue. ``groups``: warp groups
     (default: 2 when the schedule is staggered, else 1). ``progress(done, total)`` is called

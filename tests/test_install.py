@@ -14,9 +14,9 @@ PLUGINS = [ROOT / "plugins" / "amd_mi355x", ROOT / "plugins" / "schedules_pingpo
            ROOT / "plugins" / "schedules_4wave", ROOT / "plugins" / "schedules_matmul_grid",
            ROOT / "examples" / "hello_schedule"]
 
-# Each module run builds two virtual environments (most of a minute): one xdist worker
-# builds them, and ``-m "not slow"`` leaves them out of a quick run.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("installs")]
+# The module builds two virtual environments (most of a minute) once, in whichever xdist
+# worker runs this file (the suite runs with --dist loadfile); -m "not slow" skips them.
+pytestmark = pytest.mark.slow
 
 
 def make_env(path: Path, packages: list[Path]) -> Path:

@@ -3,7 +3,7 @@
 Public API::
 
     from pipeline_core.check import check_document, default_counter_model
-    verdict = check_document(document)          # FORMAT.md dict
+    verdict = check_document(document)          # document dict
     print(verdict.render_text()); verdict.to_json()
 """
 from __future__ import annotations

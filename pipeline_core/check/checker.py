@@ -45,7 +45,7 @@ def check_program(program: CheckProgram, *, iterations: int = DEFAULT_ITERATIONS
 def check_document(document: Mapping[str, Any], *, model: CounterModel | None = None,
                    iterations: int = DEFAULT_ITERATIONS, warps_per_group: int = 1,
                    tightest: bool = False, groups: int | None = None) -> Verdict:
-    """Check a compiled schedule in the FORMAT.md JSON shape.
+    """Check a compiled schedule in the JSON shape of docs/document-format.md.
 
     ``model`` defaults to :func:`default_counter_model` (AMD); a target plugin's
     ``pipeline_core_counter_model`` answer should be passed here.  Raises

@@ -40,7 +40,7 @@ def _positive_int(text: str) -> int:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the checker's options to ``parser`` (the caller adds SCHEDULE / target options)."""
     parser.add_argument("--input", metavar="FILE", default=None,
-                        help="check a compiled schedule JSON document (FORMAT.md shape) instead of "
+                        help="check a compiled schedule JSON document (docs/document-format.md) instead of "
                              "compiling; '-' reads standard input")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="output format (default: text)")

@@ -148,7 +148,7 @@ def _int(d: Mapping[str, Any] | None, key: str) -> int:
 
 
 def default_counter_model(document: Mapping[str, Any]) -> CounterModel:
-    """The AMD (MI355X) counter semantics for a schedule document (FORMAT.md shape).
+    """The AMD (MI355X) counter semantics for a schedule document (docs/document-format.md).
 
     * vm ops per global load: ``config.vm_per_load_a/b``.
     * lgkm ops per fragment load: ``config.lgkm_per_load_a/b`` when non-zero (the

@@ -1,6 +1,6 @@
 """Schedule mutations for testing the checker: loosen a wait, drop a barrier, swap entries.
 
-Pure functions on FORMAT.md documents (the input is never modified), so the
+Pure functions on schedule documents (the input is never modified), so the
 checker and any independent oracle judge exactly the same mutated schedule.
 """
 from __future__ import annotations

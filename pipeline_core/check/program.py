@@ -1,4 +1,4 @@
-"""Decode a schedule document (FORMAT.md shape) into the checker's instruction lists.
+"""Decode a schedule document (docs/document-format.md) into the checker's instruction lists.
 
 The checker reads only the *emitted* entries (prologue, kernel, epilogue), the
 warp-stagger index and a few config facts; it never looks at blocks, orders or

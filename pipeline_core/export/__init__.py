@@ -1,1 +1,1 @@
-"""Renderings of a compiled schedule: JSON (the FORMAT.md contract) and text for people."""
+"""Renderings of a compiled schedule: JSON (the contract of docs/document-format.md) and text for people."""

@@ -89,7 +89,7 @@ def _emit(text: str, output: str | None) -> None:
 
 
 def run(args, compiled: Any) -> int:
-    """Export ``compiled`` (a CompiledSchedule, or a FORMAT.md document) as asked by ``args``."""
+    """Export ``compiled`` (a CompiledSchedule, or a schedule document) as asked by ``args``."""
     fmt = _format_of(args)
     if fmt is None:
         return _error("choose an export format: --format trace|dot|png|svg "

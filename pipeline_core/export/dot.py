@@ -70,7 +70,7 @@ def build_graph(body: Sequence[Op], edges: Sequence[DepEdge], names: Mapping[int
 
 
 def graph_from(source: Any) -> nx.MultiDiGraph:
-    """The graph of a CompiledSchedule or of a FORMAT.md document."""
+    """The graph of a CompiledSchedule or of a schedule document."""
     if isinstance(source, Mapping):
         from pipeline_core.simulate import op_from_document
 

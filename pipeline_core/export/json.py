@@ -1,4 +1,4 @@
-"""The JSON document of FORMAT.md: enums as integers with ``*_name`` siblings."""
+"""The JSON document of docs/document-format.md: enums as integers with ``*_name`` siblings."""
 from __future__ import annotations
 
 import json
@@ -100,7 +100,7 @@ def block_doc(index: int, block, config: PipelineConfig, names) -> dict[str, Any
 
 
 def to_document(c: CompiledSchedule) -> dict[str, Any]:
-    """The compiled schedule as the FORMAT.md document (compared keys plus debugging extras)."""
+    """The compiled schedule as the schedule document (docs/document-format.md) (compared keys plus debugging extras)."""
     names = c.tag_names
     doc: dict[str, Any] = {
         "schedule": c.schedule_name,

@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
 
-#: Keys FORMAT.md says are compared, for every case and for double-buffer cases.
+#: Keys docs/document-format.md marks as compared, for every case and for double-buffer cases.
 COMMON_KEYS = ("counts", "warp_stagger_index", "config", "body", "edges", "prologue", "kernel",
                "epilogue", "kernel_deps")
 DOUBLE_BUFFER_KEYS = ("schedule_config", "wait_lgkm_first", "wait_vm_last", "blocks")
@@ -76,7 +76,7 @@ def compile_json(argv: Sequence[str]) -> dict:
 
 
 def diff(expected: Any, got: Any, path: str = "", limit: int = 20) -> list[str]:
-    """Field-by-field differences (expected, got), like ../shared/tools/golden_check.py."""
+    """Field-by-field differences (expected, got), the comparison the golden tests make."""
     out: list[str] = []
 
     def walk(e, g, p):
@@ -114,7 +114,7 @@ def compared_keys(doc: dict) -> tuple[str, ...]:
 
 
 def golden_diffs(golden: dict, got: dict, limit: int = 20) -> list[str]:
-    """Every compared key of FORMAT.md, plus scheduler.order for double-buffer cases."""
+    """Every compared key of docs/document-format.md, plus scheduler.order for double-buffer cases."""
     out: list[str] = []
     for key in compared_keys(golden):
         if key not in got:
