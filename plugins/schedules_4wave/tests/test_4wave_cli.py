@@ -11,7 +11,7 @@ def test_golden_parity_through_the_cli(golden, cli_json, case):
     g = golden(case)
     got = cli_json(g["cli"])
     assert mt.golden_diffs(g, got) == []
-    # not compared by FORMAT.md, but the reference's intermediate values must match too
+    # not compared (docs/document-format.md), but the reference's intermediate values must match too
     assert mt.diff(g["explicit_blocks"], got["explicit_blocks"], "explicit_blocks") == []
     assert mt.diff(g["bootstrap_frags"], got["bootstrap_frags"], "bootstrap_frags") == []
 
