@@ -1,7 +1,9 @@
 """compile_schedule: a declared loop body in, prologue / kernel / epilogue entries out.
 
-Each step is a pure function of the previous ones; the only places plugins
-can intervene are the override hooks resolved by the plugin host.
+Stages: body -> edges -> order (the strategy the host registered under
+``ScheduleConfig.scheduling``) -> lowering (blocks, waits, phases).  Each is a
+pure function of the previous ones; plugins intervene only through the hooks
+the host resolves.
 """
 from __future__ import annotations
 
@@ -70,6 +72,7 @@ def compile_schedule(schedule, *, host=None, target_name: str = "", params=None)
     ``host`` resolves plugin overrides; by default the installed plugins are used.
     """
     from pipeline_core import graph, phases
+    from pipeline_core.ordering import schedule_order
     from pipeline_core.program import build_kernel_program, kernel_deps_double_buffer
 
     if host is None:
@@ -91,7 +94,9 @@ def compile_schedule(schedule, *, host=None, target_name: str = "", params=None)
     tag_names = _tag_names(schedule, target)
     if config.depth >= 2:
         sched = _schedule_config(schedule)
-        result = build_kernel_program(body, config, sched, edges)
+        order = schedule_order(body, config, sched, edges,
+                               strategy=host.get_strategy(sched.scheduling))
+        result = build_kernel_program(body, config, sched, edges, order=order)
         program = result.program
         explicit = host.explicit_blocks(schedule, body, program)
         if explicit:

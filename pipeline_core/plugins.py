@@ -223,9 +223,6 @@ class PluginHost:
                         continue
                     table[key] = record
                     getattr(info, attr).append(record.name)
-        from pipeline_core.scheduling.registry import register_strategy
-        for key, record in self.strategies.items():
-            register_strategy(key, record.function, replace=True)
 
     def _drop_records(self, plugin_name: str) -> None:
         info = self._info_by_name(plugin_name)
@@ -263,6 +260,18 @@ class PluginHost:
 
     def get_schedule(self, name: str) -> ScheduleRecord:
         return self._lookup("schedule", self.schedules, name)
+
+    def get_strategy(self, name: str):
+        """The ordering function registered with *this* host under ``name`` (case-insensitive)."""
+        key = name.strip().upper()
+        if f"strategy:{key}" in self.conflicts:
+            raise PluginError(f"strategy {key!r} is provided by more than one distribution: "
+                              f"{', '.join(self.conflicts[f'strategy:{key}'])}; uninstall or "
+                              "disable one")
+        if key not in self.strategies:
+            raise UnknownNameError("scheduling strategy", key, self.describe(self.strategies),
+                                   self._failed_hint("strategy", key))
+        return self.strategies[key].function
 
     @staticmethod
     def describe(table) -> list[str]:
