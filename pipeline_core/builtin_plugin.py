@@ -51,8 +51,3 @@ def pipeline_core_bootstrap_frags(schedule):
 @hookimpl
 def pipeline_core_kernel_transforms(schedule, target, config):
     return []
-
-
-@hookimpl
-def pipeline_core_counter_model(target):
-    return None

@@ -37,6 +37,8 @@ class CompiledSchedule:
     kernel_program: Any = None
     bootstrap_frags: tuple[Op, ...] = ()
     params: Mapping[str, Any] = attrs.field(factory=dict)
+    #: the schedule's TargetProfile (its sync model and clock), when the schedule carries one
+    target_profile: Any = None
 
     @property
     def is_double_buffer(self) -> bool:
@@ -132,7 +134,7 @@ def compile_schedule(schedule, *, host=None, target_name: str = "", params=None)
         schedule_config=sched, body=body, edges=edges, prologue=tuple(prologue),
         kernel=tuple(kernel), epilogue=tuple(epilogue), kernel_deps=tuple(kernel_deps),
         warp_stagger_index=stagger, tag_names=tag_names, kernel_program=result,
-        bootstrap_frags=bootstrap, params=dict(params or {}))
+        bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target)
 
 
 def _schedule_config(schedule) -> ScheduleConfig:

@@ -31,7 +31,7 @@ ENV_STRICT = "PIPELINE_CORE_STRICT_PLUGINS"
 ENV_PLUGINS = "PIPELINE_CORE_PLUGINS"
 
 OVERRIDE_HOOKS = ("pipeline_core_derive_edges", "pipeline_core_explicit_blocks",
-                  "pipeline_core_bootstrap_frags", "pipeline_core_counter_model")
+                  "pipeline_core_bootstrap_frags")
 
 
 @attrs.define
@@ -315,9 +315,6 @@ class PluginHost:
 
     def bootstrap_frags(self, schedule):
         return self._override("pipeline_core_bootstrap_frags", schedule=schedule)
-
-    def counter_model(self, target: str):
-        return self._override("pipeline_core_counter_model", target=target)
 
     def kernel_transforms(self, schedule, target, config):
         found = []

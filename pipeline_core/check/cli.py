@@ -89,13 +89,13 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
         err: TextIO | None = None) -> int:
     """Check ``document`` (or ``args.input`` when ``document`` is None) and print the verdict.
 
-    The counter model is ``model`` if given, else the answer of the target's
-    ``pipeline_core_counter_model`` hook through ``host`` (target = ``args.target`` or
-    the document's), else the AMD default built from the document.
+    The counter model is ``model`` if given, else the one built from the sync model
+    of the target (``args.target`` or the document's) registered with ``host``; a
+    target that declares none is refused with one line naming it.
     """
     from pipeline_core.check.checker import check_document
-    from pipeline_core.check.counters import document_target, resolve_counter_model
-    from pipeline_core.check.program import DocumentError
+    from pipeline_core.check.counters import model_for_document
+    from pipeline_core.check.program import DocumentError, check_shape
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -105,9 +105,8 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
                 raise DocumentError("", "no schedule given (pass a document or --input FILE)")
             document = load_input(args.input)
         if model is None:
-            target = getattr(args, "target", None) or document_target(document)
-            answer = host.counter_model(target) if host is not None and target else None
-            model = resolve_counter_model(document, answer)
+            check_shape(document)
+            model = model_for_document(document, host, getattr(args, "target", None))
         if getattr(args, "explicit_register_waits", False):
             model = attrs.evolve(model, register_interlock=False)
         if getattr(args, "no_lds_order", False):

@@ -174,8 +174,12 @@ def _field(op: Mapping[str, Any], which: int) -> int:
     return op["stage"] if which == 0 else op["subtile"]
 
 
-def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | None = None) -> CheckProgram:
-    """Decode and validate ``document``; raises :class:`DocumentError` naming the bad path."""
+def check_shape(document: Any) -> tuple[dict[str, list], int, Mapping[str, Any], int]:
+    """The top-level shape every checked document needs (phases, stagger, config depth).
+
+    Run before the target's model is looked up, so a malformed document is
+    reported as such rather than as a missing target.
+    """
     if not isinstance(document, Mapping):
         raise DocumentError("", f"expected a JSON object, got {type(document).__name__}")
     phases = {name: _entries(document, name) for name in PHASES}
@@ -184,6 +188,12 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
     depth = _need_int(config, "depth", "config")
     if depth < 1:
         raise DocumentError("config.depth", f"must be >= 1, got {depth}")
+    return phases, stagger, config, depth
+
+
+def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | None = None) -> CheckProgram:
+    """Decode and validate ``document``; raises :class:`DocumentError` naming the bad path."""
+    phases, stagger, config, depth = check_shape(document)
     ws = config.get("warp_stagger", {}) if isinstance(config, Mapping) else {}
     enabled = bool(ws.get("enabled", False)) if isinstance(ws, Mapping) else False
     ch0_match = config.get("ch0_match_field", 0)
