@@ -14,6 +14,7 @@ import attrs
 from pipeline_core.config import PipelineConfig, ScheduleConfig
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ConfigError, ProgramError
+from pipeline_core.execution import ExecutionModel, declared_warps_per_group
 from pipeline_core.ops import Entry, Op, Phase
 
 
@@ -39,6 +40,8 @@ class CompiledSchedule:
     params: Mapping[str, Any] = attrs.field(factory=dict)
     #: the schedule's TargetProfile (its sync model and clock), when the schedule carries one
     target_profile: Any = None
+    #: who runs which entries (groups, stagger, warps per group); see pipeline_core.execution
+    execution: Any = None
 
     @property
     def is_double_buffer(self) -> bool:
@@ -129,12 +132,15 @@ def compile_schedule(schedule, *, host=None, target_name: str = "", params=None)
         epilogue = phases.default_epilogue(body, config)
         kernel_deps = edges
     stagger = phases.warp_stagger_index(config, body, len(prologue))
+    execution = ExecutionModel.of(stagger, len(prologue),
+                                  warps_per_group=declared_warps_per_group(schedule, target))
     return CompiledSchedule(
         schedule_name=schedule.name, target_name=target_name, config=config,
         schedule_config=sched, body=body, edges=edges, prologue=tuple(prologue),
         kernel=tuple(kernel), epilogue=tuple(epilogue), kernel_deps=tuple(kernel_deps),
         warp_stagger_index=stagger, tag_names=tag_names, kernel_program=result,
-        bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target)
+        bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target,
+        execution=execution)
 
 
 def _schedule_config(schedule) -> ScheduleConfig:

@@ -359,6 +359,8 @@ class TargetProfile:
     pipeline: PipelineConfig
     sync: Any = attrs.field(default=None, kw_only=True)
     clock_ghz: float | None = attrs.field(default=None, kw_only=True)
+    #: warps that run one group's stream (a schedule's ``warps_per_group()`` wins); None: 1
+    warps_per_group: int | None = attrs.field(default=None, kw_only=True)
 
     @sync.validator
     def _sync(self, attribute, value):

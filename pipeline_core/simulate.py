@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
+from pipeline_core.execution import LAUNCH, STAGGER, TAIL, ExecutionModel
 from pipeline_core.ops import Entry, FrameworkTag, KOffset, Op, OpRole, Phase, ResourceKind, tag_name
 from pipeline_core.sync.model import BoundSync
 
@@ -108,7 +109,7 @@ class SimInput:
 
     @property
     def staggered(self) -> bool:
-        return self.warp_stagger_index <= len(self.prologue)
+        return ExecutionModel.is_staggered(self.warp_stagger_index, len(self.prologue))
 
 
 def input_from_compiled(compiled: Any, host: Any = None) -> SimInput:
@@ -426,41 +427,32 @@ class Timeline:
 
 # --- the instruction streams --------------------------------------------------
 
+_NOTES = {STAGGER: "stagger barrier (group 1)", LAUNCH: "end-of-prologue barrier",
+          TAIL: "closing barrier (group 0)"}
+
+
 def streams(inp: SimInput, iterations: int, groups: int | None = None) -> list[list[Instr]]:
-    """Each group's instruction stream, as the kernels of REFERENCE §10 run the phases."""
+    """Each group's instruction stream, as the execution model runs the phases."""
     if iterations < 1:
         raise SimulationError(f"iterations must be >= 1, got {iterations}")
-    staggered = inp.staggered
-    if groups is None:
-        groups = 2 if staggered else 1
-    if staggered and groups != 2:
+    if groups is not None and groups < 1:
+        raise SimulationError(f"groups must be >= 1, got {groups}")
+    if inp.staggered and groups not in (None, 2):
         raise SimulationError(f"a staggered schedule (warp_stagger_index {inp.warp_stagger_index} <= "
                               f"{len(inp.prologue)} prologue entries) runs exactly 2 warp groups, not {groups}")
-    if groups < 1:
-        raise SimulationError(f"groups must be >= 1, got {groups}")
-
-    def phase(entries: Sequence[Entry], ph: Phase, it: int = -1, lo: int = 0, hi: int | None = None):
-        hi = len(entries) if hi is None else hi
-        return [Instr(entries[i].op, ph, it, i, entries[i].is_prefetch) for i in range(lo, hi)]
-
+    execution = ExecutionModel.of(inp.warp_stagger_index, len(inp.prologue), groups=groups)
     barrier = Op(tag=inp.sync.model.barrier.tag, resource=ResourceKind.SCALAR, role=OpRole.SYNC)
-    kernel_iters = [phase(inp.kernel, Phase.KERNEL, it) for it in range(iterations)]
+    lists = {Phase.PROLOGUE: inp.prologue, Phase.KERNEL: inp.kernel, Phase.EPILOGUE: inp.epilogue}
     out = []
-    for g in range(groups):
+    for g in range(execution.groups):
         s: list[Instr] = []
-        if staggered:
-            s += phase(inp.prologue, Phase.PROLOGUE, hi=inp.warp_stagger_index)
-            if g == 1:
-                s.append(Instr(barrier, Phase.PROLOGUE, -1, -1, False, "stagger barrier (group 1)"))
-            s += phase(inp.prologue, Phase.PROLOGUE, lo=inp.warp_stagger_index)
-            s.append(Instr(barrier, Phase.PROLOGUE, -1, -1, False, "end-of-prologue barrier"))
-        else:
-            s += phase(inp.prologue, Phase.PROLOGUE)
-        for it in kernel_iters:
-            s += it
-        s += phase(inp.epilogue, Phase.EPILOGUE)
-        if staggered and g == 0:
-            s.append(Instr(barrier, Phase.EPILOGUE, -1, -1, False, "closing barrier (group 0)"))
+        for slot in execution.stream(g, len(inp.prologue), len(inp.kernel), len(inp.epilogue),
+                                     iterations):
+            if slot.synthetic:
+                s.append(Instr(barrier, slot.phase, -1, -1, False, _NOTES[slot.synthetic]))
+            else:
+                e = lists[slot.phase][slot.index]
+                s.append(Instr(e.op, slot.phase, slot.iteration, slot.index, e.is_prefetch))
         out.append(s)
     return out
 

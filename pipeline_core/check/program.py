@@ -14,6 +14,7 @@ import attrs
 
 from pipeline_core.check.counters import CounterModel
 from pipeline_core.errors import PipelineError
+from pipeline_core.execution import ExecutionModel
 from pipeline_core.ops import FrameworkTag, KOffset, OpRole
 
 PHASES = ("prologue", "kernel", "epilogue")
@@ -262,7 +263,7 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
 
     decoded = {name: tuple(one(op, name, i) for i, op in enumerate(ops)) for name, ops in phases.items()}
     n_groups = groups if groups is not None else (
-        2 if enabled and 0 <= stagger <= len(decoded["prologue"]) else 1)
+        2 if enabled and ExecutionModel.is_staggered(stagger, len(decoded["prologue"])) else 1)
     body = document.get("body")
     acc_ops = [op for op in body if isinstance(op, Mapping) and op.get("role") == int(OpRole.COMPUTE)
                and all(isinstance(op.get(k), int) for k in REQUIRED_OP_KEYS)] \

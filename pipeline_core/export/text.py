@@ -6,6 +6,7 @@ from typing import Mapping
 import attrs
 
 from pipeline_core.compiler import CompiledSchedule
+from pipeline_core.execution import ExecutionModel
 from pipeline_core.ops import Entry, KOffset, OpRole, tag_name
 from pipeline_core.sync.model import SyncModel
 from pipeline_core.sync.resolve import declared_sync
@@ -147,7 +148,8 @@ def render(c: CompiledSchedule) -> str:
                    f"wait_vm_last={kp.wait_vm_last} ({'applied' if kp.waits_applied else 'not applied: manual waits'})")
     stagger = c.warp_stagger_index
     out.append(f"warp stagger: group 0 runs {stagger} prologue entries before group 1 joins"
-               if stagger <= len(c.prologue) else "warp stagger: none (one warp group)")
+               if ExecutionModel.is_staggered(stagger, len(c.prologue))
+               else "warp stagger: none (one warp group)")
     out.append("")
     marks = {stagger: "  <- warp group 1 joins here"} if stagger < len(c.prologue) else {}
     out += phase_listing("PROLOGUE", c.prologue, names, marks, sync)

@@ -177,7 +177,7 @@ class SyncModel:
     def bind(self, config: Any = None, schedule_config: Any = None) -> "BoundSync":
         """Resolve every effect's ticks against one compiled schedule's config records or dicts."""
         sources = {"config": config, "schedule_config": schedule_config}
-        notes = list(self.notes)
+        notes: list[str] = []
         noted: set[tuple[str, ...]] = set()
         effects = []
         for e in self.effects:
@@ -191,10 +191,11 @@ class SyncModel:
                     keys = " and ".join(e.ticks_from)
                     verb = "is" if len(e.ticks_from) == 1 else "are"
                     where = f" on channel {e.channel}" if e.channel >= 0 else ""
-                    notes.append(f"{keys} {verb} 0; assumed {e.ticks} {e.counter} op(s) per "
+                    unit = "op" if e.ticks == 1 else "ops"
+                    notes.append(f"{keys} {verb} 0; assumed {e.ticks} {e.counter} {unit} per "
                                  f"{e.role.name.lower().replace('_', ' ')}{where}")
             effects.append(attrs.evolve(e, ticks=ticks, ticks_from=()))
-        return BoundSync(model=self, effects=tuple(effects), notes=tuple(notes))
+        return BoundSync(model=self, effects=tuple(effects), notes=tuple(notes) + self.notes)
 
 
 def _read(sources: Mapping[str, Any], dotted: str) -> int:
