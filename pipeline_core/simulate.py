@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
+from pipeline_core.document import entries_from_doc, op_from_doc, ops_from_doc
 from pipeline_core.execution import LAUNCH, STAGGER, TAIL, ExecutionModel
 from pipeline_core.ops import Entry, FrameworkTag, KOffset, Op, OpRole, Phase, ResourceKind, tag_name
 from pipeline_core.sync.model import BoundSync
@@ -127,13 +128,9 @@ def input_from_compiled(compiled: Any, host: Any = None) -> SimInput:
         clock_ghz=clock_for_compiled(compiled, host))
 
 
-_OP_FIELDS = ("tag", "stage", "subtile", "k_offset", "vm_cost", "lgkm_cost", "wait_value",
-              "resource", "latency", "role", "channel", "vgpr_def", "vgpr_kill")
-
-
 def op_from_document(d: Mapping[str, Any]) -> Op:
-    """One FORMAT.md op dict as an :class:`Op`."""
-    return Op(**{k: d[k] for k in _OP_FIELDS})
+    """One FORMAT.md op dict as an :class:`Op` (the document codec's decoder)."""
+    return op_from_doc(d)
 
 
 def input_from_document(doc: Mapping[str, Any], host: Any = None) -> SimInput:
@@ -145,8 +142,7 @@ def input_from_document(doc: Mapping[str, Any], host: Any = None) -> SimInput:
 
     sync = sync_for_document(doc, host)
     def entries(key: str) -> tuple[Entry, ...]:
-        return tuple(Entry(op=op_from_document(e["op"]), time_slot=e["time_slot"], phase=e["phase"],
-                           is_prefetch=e["is_prefetch"]) for e in doc.get(key, ()))
+        return entries_from_doc(doc.get(key, ()))
 
     names: dict[int, str] = sync.tag_names()
     for key in ("body", "prologue", "kernel", "epilogue"):
@@ -162,7 +158,7 @@ def input_from_document(doc: Mapping[str, Any], host: Any = None) -> SimInput:
     return SimInput(name=str(name), prologue=entries("prologue"), kernel=entries("kernel"),
                     epilogue=entries("epilogue"), warp_stagger_index=int(doc["warp_stagger_index"]),
                     sync=sync.bind(config, sched),
-                    body=tuple(op_from_document(o) for o in doc.get("body", ())), tag_names=names,
+                    body=tuple(ops_from_doc(doc.get("body", ()))), tag_names=names,
                     lds_contention_penalty=int(sched.get("lds_contention_penalty", 0) or 0),
                     clock_ghz=clock_for_target(document_target(doc), host))
 
