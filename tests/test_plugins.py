@@ -151,3 +151,13 @@ def test_two_hosts_share_no_registered_strategy():
     # and compiling through the second host with that strategy named is refused the same way
     with pytest.raises(UnknownNameError, match="scheduling strategy 'REVERSED'"):
         compile_named("pingpong", host=second, config_overrides={"scheduling": "REVERSED"})
+
+
+def test_plugin_api_is_complete_and_target_neutral():
+    import pipeline_core.plugin_api as api
+
+    assert all(hasattr(api, name) for name in api.__all__)
+    assert len(set(api.__all__)) == len(api.__all__)
+    # the curated surface teaches no GPU family's vocabulary
+    for word in ("vm", "lgkm", "mi355x", "kernelgeometry", "safe_max"):
+        assert not [n for n in api.__all__ if word in n.lower()], word
