@@ -19,18 +19,18 @@ if TYPE_CHECKING:
 
 @hookimpl
 def pipeline_core_register_strategies() -> list[StrategyRecord]:
-    from pipeline_core.scheduling.registry import get_strategy
+    from pipeline_core.scheduling.builtin import BUILTIN_STRATEGIES as fn
 
     return [
-        StrategyRecord("IDENTITY", "declaration order, unchanged", get_strategy("IDENTITY")),
+        StrategyRecord("IDENTITY", "declaration order, unchanged", fn["IDENTITY"]),
         StrategyRecord("GREEDY", "half-isolated list scheduler: lowest ready index, a COMPUTE closes a block",
-                       get_strategy("GREEDY")),
+                       fn["GREEDY"]),
         StrategyRecord("CSP", "the reference's half-isolated exhaustive search seeded by GREEDY",
-                       get_strategy("CSP")),
+                       fn["CSP"]),
         StrategyRecord("EXACT", "provably minimal makespan under CSP's constraints, with pruning; "
-                       "CSP's order wherever CSP terminates", get_strategy("EXACT")),
+                       "CSP's order wherever CSP terminates", fn["EXACT"]),
         StrategyRecord("EXACT_BLOCKS", "EXACT where every order, the greedy seed included, fits "
-                       "the block program (always compiles)", get_strategy("EXACT_BLOCKS")),
+                       "the block program (always compiles)", fn["EXACT_BLOCKS"]),
     ]
 
 
@@ -62,8 +62,3 @@ def pipeline_core_bootstrap_frags(schedule: Schedule) -> list[Op]:
 def pipeline_core_kernel_transforms(schedule: Schedule, target: str,
                                     config: PipelineConfig) -> list[KernelTransform]:
     return []
-
-
-@hookimpl
-def pipeline_core_counter_model(target: str) -> None:
-    return None

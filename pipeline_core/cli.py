@@ -211,12 +211,15 @@ def cmd_check(args, host) -> int:
     from pipeline_core.check.cli import run
 
     document = None
+    warps = 1
     if not getattr(args, "input", None):
         if not args.schedule:
             raise CliError("check needs a SCHEDULE or --input FILE")
         from pipeline_core.export.json import to_document
-        document = to_document(_compile_from_args(args, host))
-    return run(args, document, host=host)
+        compiled = _compile_from_args(args, host)
+        document = to_document(compiled)
+        warps = compiled.execution.warps_per_group
+    return run(args, document, host=host, warps_per_group=warps)
 
 
 def _compile_from_args(args, host):

@@ -1,7 +1,9 @@
 """compile_schedule: a declared loop body in, prologue / kernel / epilogue entries out.
 
-Each step is a pure function of the previous ones; the only places plugins
-can intervene are the override hooks resolved by the plugin host.
+Stages: body -> edges -> order (the strategy the host registered under
+``ScheduleConfig.scheduling``) -> lowering (blocks, waits, phases).  Each is a
+pure function of the previous ones; plugins intervene only through the hooks
+the host resolves.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import attrs
 from pipeline_core.config import PipelineConfig, ScheduleConfig
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ConfigError, ProgramError
+from pipeline_core.execution import ExecutionModel, declared_warps_per_group
 from pipeline_core.ops import Entry, Op, Phase
 from pipeline_core.schedule import Schedule
 
@@ -41,6 +44,10 @@ class CompiledSchedule:
     kernel_program: KernelProgram | None = None
     bootstrap_frags: tuple[Op, ...] = ()
     params: Mapping[str, Any] = attrs.field(factory=dict)
+    #: the schedule's TargetProfile (its sync model and clock), when the schedule carries one
+    target_profile: Any = None
+    #: who runs which entries (groups, stagger, warps per group); see pipeline_core.execution
+    execution: Any = None
 
     @property
     def is_double_buffer(self) -> bool:
@@ -77,6 +84,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     ``host`` resolves plugin overrides; by default the installed plugins are used.
     """
     from pipeline_core import graph, phases
+    from pipeline_core.ordering import schedule_order
     from pipeline_core.program import build_kernel_program, kernel_deps_double_buffer
 
     if host is None:
@@ -98,7 +106,9 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     tag_names = _tag_names(schedule, target)
     if config.depth >= 2:
         sched = _schedule_config(schedule)
-        result = build_kernel_program(body, config, sched, edges)
+        order = schedule_order(body, config, sched, edges,
+                               strategy=host.get_strategy(sched.scheduling))
+        result = build_kernel_program(body, config, sched, edges, order=order)
         program = result.program
         explicit = host.explicit_blocks(schedule, body, program)
         if explicit:
@@ -129,12 +139,15 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         epilogue = phases.default_epilogue(body, config)
         kernel_deps = edges
     stagger = phases.warp_stagger_index(config, body, len(prologue))
+    execution = ExecutionModel.of(stagger, len(prologue),
+                                  warps_per_group=declared_warps_per_group(schedule, target))
     return CompiledSchedule(
         schedule_name=schedule.name, target_name=target_name, config=config,
         schedule_config=sched, body=body, edges=edges, prologue=tuple(prologue),
         kernel=tuple(kernel), epilogue=tuple(epilogue), kernel_deps=tuple(kernel_deps),
         warp_stagger_index=stagger, tag_names=tag_names, kernel_program=result,
-        bootstrap_frags=bootstrap, params=dict(params or {}))
+        bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target,
+        execution=execution)
 
 
 def _schedule_config(schedule: Schedule) -> ScheduleConfig:

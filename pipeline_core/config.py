@@ -347,10 +347,26 @@ class PipelineConfig:
 
 @attrs.frozen
 class TargetProfile:
-    """A target: its cost model and the pipeline config schedules start from."""
+    """A target: its cost model, the pipeline config schedules start from, and its machine facts.
+
+    ``sync`` declares what the target's waits count and what its barriers do
+    (:class:`pipeline_core.sync.SyncModel`); without one the hazard checker
+    and the timing model refuse the target rather than guess.  ``clock_ghz``
+    converts cycles to real time in reports (None: cycles only).
+    """
 
     cost_model: CostModel
     pipeline: PipelineConfig
+    sync: Any = attrs.field(default=None, kw_only=True)
+    clock_ghz: float | None = attrs.field(default=None, kw_only=True)
+    #: warps that run one group's stream (a schedule's ``warps_per_group()`` wins); None: 1
+    warps_per_group: int | None = attrs.field(default=None, kw_only=True)
+
+    @sync.validator
+    def _sync(self, attribute, value):
+        from pipeline_core.sync import SyncModel
+        if value is not None and not isinstance(value, SyncModel):
+            raise ConfigError("TargetProfile", "sync", type(value).__name__, "a SyncModel or None")
 
 
 @attrs.frozen

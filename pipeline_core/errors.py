@@ -77,6 +77,15 @@ class VerificationError(PipelineError):
         super().__init__(f"[{rule}] {message}")
 
 
+class TargetFactError(PipelineError, LookupError):
+    """A target does not declare a fact a stage needs (its sync model, its warps per agent)."""
+
+    def __init__(self, target: str, fact: str, message: str) -> None:
+        self.target = target
+        self.fact = fact
+        super().__init__(message)
+
+
 class PluginError(PipelineError):
     """A plugin failed to load, registered something invalid, or collided with another."""
 

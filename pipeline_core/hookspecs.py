@@ -170,24 +170,3 @@ def pipeline_core_kernel_transforms(schedule: Schedule, target: str,
             if target == "my-gpu" and config.depth == 1:
                 return [KernelTransform("my-hints", add_hints)]
     """
-
-
-@hookspec
-def pipeline_core_counter_model(target: str) -> CounterModelAnswer | None:
-    """Return the hardware counter semantics of ``target`` for the hazard checker, or ``None``.
-
-    :param target: the target name.
-    :returns: a :class:`pipeline_core.check.CounterModel` (what each wait counts and
-        how many counter ops each load adds), or a callable ``f(document) ->
-        CounterModel`` when the semantics depend on the compiled config (vm/lgkm per
-        load), or ``None``.
-    Override hook: the single plugin answer wins over the core default (the AMD-style
-    model built from the document).
-
-    Example::
-
-        @hookimpl
-        def pipeline_core_counter_model(target):
-            if target == "my-gpu":
-                return lambda doc: default_counter_model(doc)
-    """

@@ -29,7 +29,7 @@ from pipeline_core.schedule import (KernelTransform, Schedule, ScheduleRecord, S
 if TYPE_CHECKING:
     from pipeline_core.config import PipelineConfig
     from pipeline_core.edges import DepEdge
-    from pipeline_core.hookspecs import CounterModelAnswer
+    from pipeline_core.scheduling.registry import Strategy
     from pipeline_core.ops import Op
     from pipeline_core.program.program import Program
 
@@ -42,7 +42,7 @@ ENV_STRICT = "PIPELINE_CORE_STRICT_PLUGINS"
 ENV_PLUGINS = "PIPELINE_CORE_PLUGINS"
 
 OVERRIDE_HOOKS = ("pipeline_core_derive_edges", "pipeline_core_explicit_blocks",
-                  "pipeline_core_bootstrap_frags", "pipeline_core_counter_model")
+                  "pipeline_core_bootstrap_frags")
 
 
 @attrs.define
@@ -235,9 +235,6 @@ class PluginHost:
                         continue
                     table[key] = record
                     getattr(info, attr).append(record.name)
-        from pipeline_core.scheduling.registry import register_strategy
-        for key, record in self.strategies.items():
-            register_strategy(key, record.function, replace=True)
 
     def _drop_records(self, plugin_name: str) -> None:
         info = self._info_by_name(plugin_name)
@@ -275,6 +272,18 @@ class PluginHost:
 
     def get_schedule(self, name: str) -> ScheduleRecord:
         return self._lookup("schedule", self.schedules, name)
+
+    def get_strategy(self, name: str) -> Strategy:
+        """The ordering function registered with *this* host under ``name`` (case-insensitive)."""
+        key = name.strip().upper()
+        if f"strategy:{key}" in self.conflicts:
+            raise PluginError(f"strategy {key!r} is provided by more than one distribution: "
+                              f"{', '.join(self.conflicts[f'strategy:{key}'])}; uninstall or "
+                              "disable one")
+        if key not in self.strategies:
+            raise UnknownNameError("scheduling strategy", key, self.describe(self.strategies),
+                                   self._failed_hint("strategy", key))
+        return self.strategies[key].function
 
     @staticmethod
     def describe(table: Mapping[str, TargetRecord | ScheduleRecord | StrategyRecord]) -> list[str]:
@@ -321,9 +330,6 @@ class PluginHost:
 
     def bootstrap_frags(self, schedule: Schedule) -> Sequence[Op]:
         return self._override("pipeline_core_bootstrap_frags", schedule=schedule)
-
-    def counter_model(self, target: str) -> CounterModelAnswer | None:
-        return self._override("pipeline_core_counter_model", target=target)
 
     def kernel_transforms(self, schedule: Schedule, target: str,
                           config: PipelineConfig) -> list[KernelTransform]:

@@ -8,22 +8,25 @@ takes. This module executes the entries under the target's cost model and return
 
 Model (every choice is a field of :class:`MachineModel`):
 
+The synchronisation facts come from the target's sync model (``pipeline_core.sync``): which
+channel each op ticks and by how much, which tags wait on which channel, the barrier's tag
+and name, and which tags are scheduling hints.
+
 * Each warp group issues its stream in order. A real instruction costs ``issue_cycles`` of the
-  group's time; ``set_prio``, ``schedule_barrier`` and ``sched_group_barrier`` are markers
-  (zero cost; ``set_prio`` breaks ties when two groups are ready in the same cycle).
-* Global loads (GLOBAL_MEM) and LDS ops are asynchronous: they are in flight for their
-  latency, counted on ``vmcnt`` / ``lgkmcnt`` of their group, and hold a port shared by all
-  groups for ``global_issue_cycles`` / ``lds_issue_cycles`` (0 = fully pipelined, as the
+  group's time; the target's hint tags are markers (zero cost; its priority hint breaks ties
+  when two groups are ready in the same cycle).
+* Ops with an effect on a sync channel are asynchronous: they are in flight for their
+  latency, counted on that channel of their group. Global and LDS ops hold a port shared by
+  all groups for ``global_issue_cycles`` / ``lds_issue_cycles`` (0 = fully pipelined, as the
   reference's cost model with ``lds_contention_penalty`` 0).
 * MMAs (and VALU ops) serialise on ONE unit shared by all groups, first come first served.
-* ``wait_vm(n)`` / ``wait_lgkm(n)`` stall until at most n counter ops of the group are
-  outstanding. A global load counts ``vm_cost`` when set (prologue entries), else
-  ``vm_per_load_a/b`` of its channel; a fragment load counts the PipelineConfig's
-  ``lgkm_per_load_a/b``, else the ScheduleConfig's, else 1.
-* ``s_barrier`` is a rendezvous of all running groups, matched by ordinal (the n-th barrier
+* A wait on a channel stalls until at most n of the group's ticks on it are outstanding. An
+  op ticks its channel's ``op_cost_field`` when set (prologue entries), else its effect's
+  ticks, bound from the compiled configs.
+* The barrier is a rendezvous of all running groups, matched by ordinal (the n-th barrier
   of each group meet). Ping-pong (REFERENCE §10): when ``warp_stagger_index <=
-  len(prologue)`` two groups run; group 1 runs an extra s_barrier after
-  ``prologue[:warp_stagger_index]``, both run an s_barrier after the prologue, and group 0
+  len(prologue)`` two groups run; group 1 runs an extra barrier after
+  ``prologue[:warp_stagger_index]``, both run a barrier after the prologue, and group 0
   runs an extra one after the epilogue. Otherwise one group runs the phases back to back.
 
 Times are integer cycles. Everything is O(instructions x groups).
@@ -35,16 +38,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
-from pipeline_core.ops import (Entry, FrameworkTag, KOffset, Op, OpRole, Phase, ResourceKind,
-                               tag_name)
+from pipeline_core.document import entries_from_doc, op_from_doc, ops_from_doc
+from pipeline_core.execution import LAUNCH, STAGGER, TAIL, ExecutionModel
+from pipeline_core.ops import Entry, FrameworkTag, KOffset, Op, OpRole, Phase, ResourceKind, tag_name
+from pipeline_core.sync.model import BoundSync
 
-#: markers: zero issue cost, never stall
-MARKER_TAGS = frozenset({FrameworkTag.SET_PRIO, FrameworkTag.SCHEDULE_BARRIER,
-                         FrameworkTag.SCHED_GROUP_BARRIER, FrameworkTag.NONE})
 #: units a single op occupies exclusively for its latency (shared by all groups)
 EXCLUSIVE_UNITS = frozenset({ResourceKind.MMA_UNIT, ResourceKind.VALU})
-#: asynchronous units: in flight for the latency, counted on a wait counter
-ASYNC_UNITS = {ResourceKind.GLOBAL_MEM: "vm", ResourceKind.LDS: "lgkm"}
 _ROLE_RESOURCE = {OpRole.GLOBAL_LOAD: ResourceKind.GLOBAL_MEM, OpRole.FRAGMENT_LOAD: ResourceKind.LDS,
                   OpRole.SHARED_STORE: ResourceKind.LDS, OpRole.COMPUTE: ResourceKind.MMA_UNIT,
                   OpRole.VALU_COMPUTE: ResourceKind.VALU}
@@ -62,6 +62,8 @@ def _cycles(inst, attribute, value) -> None:
 
 
 def _positive(inst, attribute, value) -> None:
+    if value is None:
+        return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise SimulationError(f"MachineModel.{attribute.name} must be > 0, got {value!r}")
 
@@ -78,8 +80,9 @@ class MachineModel:
     lds_issue_cycles: int = attrs.field(default=0, validator=_cycles)
     #: LDS and global ops share one port (the reference's penalty model)
     shared_memory_port: bool = False
-    #: MI355X peak engine clock; only used to state real time next to cycles
-    clock_ghz: float = attrs.field(default=2.4, validator=_positive)
+    #: the target's clock (TargetProfile.clock_ghz); only used to state real time next to
+    #: cycles (None: not declared, cycles only)
+    clock_ghz: float | None = attrs.field(default=None, validator=_positive)
 
     @classmethod
     def for_penalty(cls, penalty: int = 0, **changes) -> "MachineModel":
@@ -91,14 +94,6 @@ class MachineModel:
 
 
 @attrs.frozen
-class CounterCosts:
-    """Counter ops per load, by channel (index 0 = A, 1 = B)."""
-
-    vm: tuple[int, int] = (1, 1)
-    lgkm: tuple[int, int] = (1, 1)
-
-
-@attrs.frozen
 class SimInput:
     """What the timing model needs from a compiled schedule (and nothing else)."""
 
@@ -107,63 +102,49 @@ class SimInput:
     kernel: tuple[Entry, ...]
     epilogue: tuple[Entry, ...]
     warp_stagger_index: int
-    counters: CounterCosts = CounterCosts()
+    sync: BoundSync  #: the target's sync model with this schedule's tick counts bound
     body: tuple[Op, ...] = ()  #: for ops without costs (4-wave bootstrap frags): same-tag body op
     tag_names: Mapping[int, str] = attrs.field(factory=dict)
     lds_contention_penalty: int = 0
+    clock_ghz: float | None = None  #: the target's clock, for the default MachineModel
 
     @property
     def staggered(self) -> bool:
-        return self.warp_stagger_index <= len(self.prologue)
+        return ExecutionModel.is_staggered(self.warp_stagger_index, len(self.prologue))
 
 
-def _field(record: Any, name: str) -> int:
-    """A config field from a record or from its document dict (0 when absent)."""
-    value = record.get(name, 0) if isinstance(record, Mapping) else getattr(record, name, 0)
-    return int(value or 0)
+def input_from_compiled(compiled: Any, host: Any = None) -> SimInput:
+    """Adapter for :class:`pipeline_core.compiler.CompiledSchedule` (sync model from its target)."""
+    from pipeline_core.sync.resolve import clock_for_compiled, sync_for_compiled
 
-
-def counter_costs(config: Any, schedule_config: Any = None) -> CounterCosts:
-    """Per-channel vm/lgkm ticks: PipelineConfig first, ScheduleConfig lgkm as fallback, else 1.
-
-    ``config`` / ``schedule_config``: the records or their document dicts.
-    """
-    def pick(*names: tuple[Any, str]) -> int:
-        return next((v for v in (_field(r, n) for r, n in names) if v > 0), 1)
-
-    vm = (pick((config, "vm_per_load_a")), pick((config, "vm_per_load_b")))
-    lgkm = (pick((config, "lgkm_per_load_a"), (schedule_config, "lgkm_per_load_a")),
-            pick((config, "lgkm_per_load_b"), (schedule_config, "lgkm_per_load_b")))
-    return CounterCosts(vm, lgkm)
-
-
-def input_from_compiled(compiled: Any) -> SimInput:
-    """Adapter for :class:`pipeline_core.compiler.CompiledSchedule`."""
+    sync = sync_for_compiled(compiled, host)
     return SimInput(
         name=f"{compiled.schedule_name}" + (f" on {compiled.target_name}" if compiled.target_name else ""),
         prologue=tuple(compiled.prologue), kernel=tuple(compiled.kernel),
         epilogue=tuple(compiled.epilogue), warp_stagger_index=int(compiled.warp_stagger_index),
-        counters=counter_costs(compiled.config, compiled.schedule_config),
-        body=tuple(compiled.body), tag_names=dict(compiled.tag_names),
-        lds_contention_penalty=int(getattr(compiled.schedule_config, "lds_contention_penalty", 0)))
-
-
-_OP_FIELDS = ("tag", "stage", "subtile", "k_offset", "vm_cost", "lgkm_cost", "wait_value",
-              "resource", "latency", "role", "channel", "vgpr_def", "vgpr_kill")
+        sync=sync.bind(compiled.config, compiled.schedule_config),
+        body=tuple(compiled.body), tag_names={**sync.tag_names(), **dict(compiled.tag_names)},
+        lds_contention_penalty=int(getattr(compiled.schedule_config, "lds_contention_penalty", 0)),
+        clock_ghz=clock_for_compiled(compiled, host))
 
 
 def op_from_document(d: Mapping[str, Any]) -> Op:
-    """One op dict of the schedule document as an :class:`Op`."""
-    return Op(**{k: d[k] for k in _OP_FIELDS})
+    """One op dict of the schedule document as an :class:`Op` (the document codec's decoder)."""
+    return op_from_doc(d)
 
 
-def input_from_document(doc: Mapping[str, Any]) -> SimInput:
-    """Adapter for a schedule document (``compile --format json`` output or a golden file)."""
+def input_from_document(doc: Mapping[str, Any], host: Any = None) -> SimInput:
+    """Adapter for a schedule document (``compile --format json`` output or a golden file).
+
+    The sync model and clock are those of the target the document names.
+    """
+    from pipeline_core.sync.resolve import clock_for_target, document_target, sync_for_document
+
+    sync = sync_for_document(doc, host)
     def entries(key: str) -> tuple[Entry, ...]:
-        return tuple(Entry(op=op_from_document(e["op"]), time_slot=e["time_slot"], phase=e["phase"],
-                           is_prefetch=e["is_prefetch"]) for e in doc.get(key, ()))
+        return entries_from_doc(doc.get(key, ()))
 
-    names: dict[int, str] = {}
+    names: dict[int, str] = sync.tag_names()
     for key in ("body", "prologue", "kernel", "epilogue"):
         for item in doc.get(key, ()):
             o = item.get("op", item)
@@ -176,9 +157,10 @@ def input_from_document(doc: Mapping[str, Any]) -> SimInput:
         name = f"{name} on {doc['target']}"
     return SimInput(name=str(name), prologue=entries("prologue"), kernel=entries("kernel"),
                     epilogue=entries("epilogue"), warp_stagger_index=int(doc["warp_stagger_index"]),
-                    counters=counter_costs(config, sched),
-                    body=tuple(op_from_document(o) for o in doc.get("body", ())), tag_names=names,
-                    lds_contention_penalty=int(sched.get("lds_contention_penalty", 0) or 0))
+                    sync=sync.bind(config, sched),
+                    body=tuple(ops_from_doc(doc.get("body", ()))), tag_names=names,
+                    lds_contention_penalty=int(sched.get("lds_contention_penalty", 0) or 0),
+                    clock_ghz=clock_for_target(document_target(doc), host))
 
 
 def as_input(source: Any) -> SimInput:
@@ -200,7 +182,7 @@ class Stall:
     """Why a step could not issue when it became ready, and what released it."""
 
     cycles: int
-    reason: str  #: "vmcnt", "lgkmcnt", "barrier", or the busy unit's name ("MMA_UNIT", "LDS", ...)
+    reason: str  #: a channel's label ("vmcnt"), "barrier", or the busy unit's name ("MMA_UNIT", ...)
     detail: str  #: e.g. "vmcnt <= 6 (8 outstanding)"
     blocker_group: int = -1  #: group of the step whose completion/arrival ended the stall
     blocker_seq: int = -1  #: that step's index in its group's stream (-1: none)
@@ -224,8 +206,12 @@ class OpTiming:
 
     resource: ResourceKind
     latency: int
-    counter: str  #: "vm", "lgkm" or ""
+    counter: str  #: the sync channel the op ticks ("" : none, or a sync entry)
     counter_cost: int
+    #: what the entry is to the timing model: "op", "wait", "barrier", "hint", "priority"
+    kind: str = "op"
+    waits_on: str = ""  #: for a wait: the sync channel it tests
+    hint_format: str = ""  #: for a hint: how its operands read (the target's format)
 
 
 @attrs.frozen
@@ -265,7 +251,7 @@ class Step:
 
     @property
     def is_marker(self) -> bool:
-        return self.op.tag in MARKER_TAGS
+        return self.timing.kind in ("hint", "priority")
 
 
 @attrs.frozen
@@ -355,6 +341,9 @@ class Timeline:
     busy: tuple[Busy, ...]
     barriers: tuple[BarrierRelease, ...]
     tag_names: Mapping[int, str] = attrs.field(factory=dict)
+    #: the sync channels in declaration order: (name, label), e.g. ("vm", "vmcnt")
+    channels: tuple[tuple[str, str], ...] = ()
+    barrier_name: str = "barrier"
 
     @property
     def makespan(self) -> int:
@@ -434,43 +423,32 @@ class Timeline:
 
 # --- the instruction streams --------------------------------------------------
 
-_BARRIER = Op(tag=FrameworkTag.BARRIER, resource=ResourceKind.SCALAR, role=OpRole.SYNC)
+_NOTES = {STAGGER: "stagger barrier (group 1)", LAUNCH: "end-of-prologue barrier",
+          TAIL: "closing barrier (group 0)"}
 
 
 def streams(inp: SimInput, iterations: int, groups: int | None = None) -> list[list[Instr]]:
-    """Each group's instruction stream, as the kernels of REFERENCE §10 run the phases."""
+    """Each group's instruction stream, as the execution model runs the phases."""
     if iterations < 1:
         raise SimulationError(f"iterations must be >= 1, got {iterations}")
-    staggered = inp.staggered
-    if groups is None:
-        groups = 2 if staggered else 1
-    if staggered and groups != 2:
+    if groups is not None and groups < 1:
+        raise SimulationError(f"groups must be >= 1, got {groups}")
+    if inp.staggered and groups not in (None, 2):
         raise SimulationError(f"a staggered schedule (warp_stagger_index {inp.warp_stagger_index} <= "
                               f"{len(inp.prologue)} prologue entries) runs exactly 2 warp groups, not {groups}")
-    if groups < 1:
-        raise SimulationError(f"groups must be >= 1, got {groups}")
-
-    def phase(entries: Sequence[Entry], ph: Phase, it: int = -1, lo: int = 0, hi: int | None = None):
-        hi = len(entries) if hi is None else hi
-        return [Instr(entries[i].op, ph, it, i, entries[i].is_prefetch) for i in range(lo, hi)]
-
-    kernel_iters = [phase(inp.kernel, Phase.KERNEL, it) for it in range(iterations)]
+    execution = ExecutionModel.of(inp.warp_stagger_index, len(inp.prologue), groups=groups)
+    barrier = Op(tag=inp.sync.model.barrier.tag, resource=ResourceKind.SCALAR, role=OpRole.SYNC)
+    lists = {Phase.PROLOGUE: inp.prologue, Phase.KERNEL: inp.kernel, Phase.EPILOGUE: inp.epilogue}
     out = []
-    for g in range(groups):
+    for g in range(execution.groups):
         s: list[Instr] = []
-        if staggered:
-            s += phase(inp.prologue, Phase.PROLOGUE, hi=inp.warp_stagger_index)
-            if g == 1:
-                s.append(Instr(_BARRIER, Phase.PROLOGUE, -1, -1, False, "stagger barrier (group 1)"))
-            s += phase(inp.prologue, Phase.PROLOGUE, lo=inp.warp_stagger_index)
-            s.append(Instr(_BARRIER, Phase.PROLOGUE, -1, -1, False, "end-of-prologue barrier"))
-        else:
-            s += phase(inp.prologue, Phase.PROLOGUE)
-        for it in kernel_iters:
-            s += it
-        s += phase(inp.epilogue, Phase.EPILOGUE)
-        if staggered and g == 0:
-            s.append(Instr(_BARRIER, Phase.EPILOGUE, -1, -1, False, "closing barrier (group 0)"))
+        for slot in execution.stream(g, len(inp.prologue), len(inp.kernel), len(inp.epilogue),
+                                     iterations):
+            if slot.synthetic:
+                s.append(Instr(barrier, slot.phase, -1, -1, False, _NOTES[slot.synthetic]))
+            else:
+                e = lists[slot.phase][slot.index]
+                s.append(Instr(e.op, slot.phase, slot.iteration, slot.index, e.is_prefetch))
         out.append(s)
     return out
 
@@ -478,15 +456,28 @@ def streams(inp: SimInput, iterations: int, groups: int | None = None) -> list[l
 # --- costs --------------------------------------------------------------------
 
 def _resolver(inp: SimInput):
-    """(resource, latency, counter, counter cost) of an op, filling in cost-less data ops."""
+    """(resource, latency, channel, ticks, kind) of an op, filling in cost-less data ops."""
     by_tag: dict[int, Op] = {}
     for o in inp.body:
         by_tag.setdefault(o.tag, o)
     cache: dict[Op, OpTiming] = {}
+    sync = inp.sync.model
+    special: dict[int, tuple[str, str]] = {c.wait_tag: ("wait", c.name) for c in sync.channels}
+    special.update({b.tag: ("barrier", "") for b in sync.barriers})
+    special.update({t: ("hint", sync.hint_formats.get(t, "")) for t in sync.hint_tags})
+    if sync.priority_tag is not None:
+        special[sync.priority_tag] = ("priority", "")
+    special.setdefault(int(FrameworkTag.NONE), ("hint", ""))
 
     def resolve(o: Op) -> OpTiming:
         hit = cache.get(o)
         if hit is not None:
+            return hit
+        if o.tag in special:
+            kind, detail = special[o.tag]
+            cache[o] = hit = (OpTiming(o.resource, o.latency, "", 0, kind, waits_on=detail)
+                              if kind == "wait" else
+                              OpTiming(o.resource, o.latency, "", 0, kind, hint_format=detail))
             return hit
         resource, latency, channel = o.resource, o.latency, o.channel
         ref = by_tag.get(o.tag) if o.tag < 128 else None
@@ -497,12 +488,13 @@ def _resolver(inp: SimInput):
                 resource = _ROLE_RESOURCE.get(o.role, ResourceKind.NONE)
         if channel < 0 and ref is not None:
             channel = ref.channel
-        counter = ASYNC_UNITS.get(resource, "")
-        cost = 0
-        if counter == "vm":
-            cost = o.vm_cost or (inp.counters.vm[channel] if channel in (0, 1) else 1)
-        elif counter == "lgkm":
-            cost = o.lgkm_cost or (inp.counters.lgkm[channel] if channel in (0, 1) else 1)
+        role = o.role if o.role != OpRole.NONE or ref is None else ref.role
+        effect = inp.sync.effect(role, channel)
+        counter, cost = "", 0
+        if effect is not None and effect.counter is not None:
+            counter = effect.counter
+            field = sync.channel(counter).op_cost_field
+            cost = (getattr(o, field, 0) if field else 0) or effect.ticks
         cache[o] = hit = OpTiming(resource, latency, counter, cost)
         return hit
 
@@ -515,10 +507,10 @@ class _Group:
     __slots__ = ("gid", "stream", "pc", "t", "prio", "blocked", "outstanding", "barriers", "rows",
                  "iteration_seen")
 
-    def __init__(self, gid: int, stream: list[Instr]):
+    def __init__(self, gid: int, stream: list[Instr], channels: Sequence[str]):
         self.gid, self.stream, self.pc, self.t, self.prio = gid, stream, 0, 0, 0
         self.blocked = False
-        self.outstanding: dict[str, list[tuple[int, int, int]]] = {"vm": [], "lgkm": []}
+        self.outstanding: dict[str, list[tuple[int, int, int]]] = {c: [] for c in channels}
         self.barriers = 0
         self.rows: list[list[Any]] = []
         self.iteration_seen = -1
@@ -560,9 +552,12 @@ def simulate(source: Any, iterations: int = 12, *, model: MachineModel | None = 
     """
     inp = as_input(source)
     if model is None:
-        model = MachineModel.for_penalty(inp.lds_contention_penalty)
+        model = MachineModel.for_penalty(inp.lds_contention_penalty, clock_ghz=inp.clock_ghz)
     resolve = _resolver(inp)
-    gs = [_Group(g, s) for g, s in enumerate(streams(inp, iterations, groups))]
+    sync = inp.sync.model
+    labels = {c.name: c.label for c in sync.channels}
+    barrier_name = sync.barrier.name
+    gs = [_Group(g, s, list(labels)) for g, s in enumerate(streams(inp, iterations, groups))]
     unit_free: dict[Any, int] = {}
     unit_holder: dict[Any, tuple[int, int]] = {}
     busy_raw: list[tuple[ResourceKind, int, int, int, int]] = []
@@ -587,7 +582,8 @@ def simulate(source: Any, iterations: int = 12, *, model: MachineModel | None = 
             row[1] = when  # start
             row[2] = row[3] = when + issue
             if when > at:
-                row[4] = Stall(when - at, "barrier", f"s_barrier #{ordinal}: waiting for group {last[0]}",
+                row[4] = Stall(when - at, "barrier",
+                               f"{barrier_name} #{ordinal}: waiting for group {last[0]}",
                                last[0], last[1])
             grp.t = when + issue
             grp.blocked = False
@@ -620,20 +616,20 @@ def simulate(source: Any, iterations: int = 12, *, model: MachineModel | None = 
                                             timing.counter_cost)
         row: list[Any] = [now, now, now, now, None, timing]
         g.rows.append(row)
-        tag = o.tag
-        if tag in MARKER_TAGS:
-            if tag == FrameworkTag.SET_PRIO:
+        kind = timing.kind
+        if kind in ("hint", "priority"):
+            if kind == "priority":
                 g.prio = o.wait_value
-        elif tag in (FrameworkTag.WAIT_VM, FrameworkTag.WAIT_LGKM):
-            kind = "vm" if tag == FrameworkTag.WAIT_VM else "lgkm"
-            release, last, had = _wait_release(g.outstanding[kind], now, o.wait_value)
+        elif kind == "wait":
+            release, last, had = _wait_release(g.outstanding[timing.waits_on], now, o.wait_value)
             row[1] = release
             row[2] = row[3] = release + issue
             if release > now:
-                row[4] = Stall(release - now, f"{kind}cnt",
-                               f"{kind}cnt <= {o.wait_value} ({had} outstanding)", g.gid, last)
+                label = labels[timing.waits_on]
+                row[4] = Stall(release - now, label,
+                               f"{label} <= {o.wait_value} ({had} outstanding)", g.gid, last)
             g.t = release + issue
-        elif tag == FrameworkTag.BARRIER:
+        elif kind == "barrier":
             ordinal = g.barriers
             g.barriers += 1
             arrivals.setdefault(ordinal, []).append((g.gid, seq, now))
@@ -687,9 +683,12 @@ def _assemble(inp: SimInput, model: MachineModel, iterations: int, gs: list[_Gro
         if not any(sp.phase == Phase.EPILOGUE for sp in spans):
             starts[iterations] = max((s.issue_end for s in steps), default=0)
         groups.append(GroupTimeline(g.gid, steps, spans, tuple(starts)))
+    sync = inp.sync.model
     return Timeline(name=inp.name, model=model, iterations=iterations, groups=tuple(groups),
                     busy=_assign_lanes(busy_raw), barriers=tuple(releases),
-                    tag_names=dict(inp.tag_names))
+                    tag_names=dict(inp.tag_names),
+                    channels=tuple((c.name, c.label) for c in sync.channels),
+                    barrier_name=sync.barrier.name)
 
 
 def _spans(steps: Sequence[Step]) -> tuple[Span, ...]:
@@ -732,16 +731,21 @@ def _assign_lanes(raw) -> tuple[Busy, ...]:
 _K = {KOffset.K0: "K0", KOffset.K1: "K1", KOffset.K_NEXT: "K+2", KOffset.K_PREV: "K-1"}
 
 
-def step_label(step: Step, names: Mapping[int, str] | None = None) -> str:
-    """A short readable name: ``LOAD_A[A s1.1 K-1]``, ``MMA[0,1]``, ``wait_vm(6)``."""
+def step_label(step: Step, names: Mapping[int, str] | None = None,
+               barrier_name: str = "barrier") -> str:
+    """A short readable name: ``LOAD_A[A s1.1 K-1]``, ``MMA[0,1]``, ``wait_vm(6)``.
+
+    Wait, barrier and hint names are the target's (``names`` holds its tag names).
+    """
     o = step.op
     name = tag_name(o.tag, names)
-    if o.tag in (FrameworkTag.WAIT_VM, FrameworkTag.WAIT_LGKM, FrameworkTag.SET_PRIO):
+    kind = step.timing.kind
+    if kind in ("wait", "priority"):
         return f"{name.lower()}({o.wait_value})"
-    if o.tag == FrameworkTag.SCHED_GROUP_BARRIER:
-        return f"sched_group_barrier(mask={o.subtile}, count={o.wait_value})"
-    if o.tag == FrameworkTag.BARRIER:
-        return "s_barrier" + (f" ({step.note})" if step.note else "")
+    if kind == "hint" and step.timing.hint_format:
+        return f"{name.lower()}({step.timing.hint_format.format(subtile=o.subtile, wait_value=o.wait_value)})"
+    if kind == "barrier":
+        return barrier_name + (f" ({step.note})" if step.note else "")
     if o.tag >= 128:
         return name.lower()
     if step.resource == ResourceKind.MMA_UNIT or o.role == OpRole.COMPUTE:
@@ -760,8 +764,7 @@ def step_args(step: Step, names: Mapping[int, str] | None = None) -> dict[str, A
         "stage": o.stage, "subtile": o.subtile, "k_offset": o.k_offset.name, "channel": o.channel,
         "role": o.role.name, "resource": step.resource.name, "latency": step.latency,
     }
-    if o.tag in (FrameworkTag.WAIT_VM, FrameworkTag.WAIT_LGKM, FrameworkTag.SET_PRIO,
-                 FrameworkTag.SCHED_GROUP_BARRIER):
+    if step.timing.kind in ("wait", "priority") or step.timing.hint_format:
         args["wait_value"] = o.wait_value
     if step.counter:
         args[f"{step.counter}_ops"] = step.counter_cost
@@ -773,7 +776,7 @@ def step_args(step: Step, names: Mapping[int, str] | None = None) -> dict[str, A
 
 
 def outstanding_series(group: GroupTimeline, counter: str) -> list[tuple[int, int]]:
-    """(cycle, outstanding ops) change points of one group's ``vm`` or ``lgkm`` counter."""
+    """(cycle, outstanding ticks) change points of one group's sync channel ``counter``."""
     deltas: dict[int, int] = {}
     for s in group.steps:
         if s.counter == counter and s.counter_cost:
@@ -810,8 +813,8 @@ def format_summary(tl: Timeline, summary: Summary | None = None) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["MachineModel", "CounterCosts", "SimInput", "SimulationError", "Stall", "Instr",
+__all__ = ["MachineModel", "SimInput", "SimulationError", "Stall", "Instr",
            "OpTiming", "Step", "Span",
            "GroupTimeline", "Busy", "BarrierRelease", "Summary", "Timeline", "simulate",
-           "as_input", "input_from_compiled", "input_from_document", "counter_costs", "streams",
+           "as_input", "input_from_compiled", "input_from_document", "streams",
            "step_label", "step_args", "outstanding_series", "format_summary", "op_from_document"]

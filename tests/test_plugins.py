@@ -130,3 +130,34 @@ def test_output_ignores_registration_order():
     a = compile_named("tiny", host=fresh_host(fx.Provider(), fx.EdgeOverride(2)))
     b = compile_named("tiny", host=fresh_host(fx.EdgeOverride(2), fx.Provider()))
     assert a == b
+
+
+def test_two_hosts_share_no_registered_strategy():
+    """A strategy one host registered is unknown to a host built after it without that plugin."""
+    from pipeline_core import hookimpl
+    from pipeline_core.schedule import StrategyRecord
+
+    class Reversed:
+        @hookimpl
+        def pipeline_core_register_strategies(self):
+            return [StrategyRecord("REVERSED", "last op first", lambda req: list(range(len(req.body)))[::-1])]
+
+    first = fresh_host(Reversed())
+    assert first.get_strategy("reversed") is first.strategies["REVERSED"].function
+    second = fresh_host(autoload=True)  # every installed plugin, but not Reversed
+    assert "REVERSED" not in second.strategies
+    with pytest.raises(UnknownNameError, match="Unknown scheduling strategy 'REVERSED'"):
+        second.get_strategy("REVERSED")
+    # and compiling through the second host with that strategy named is refused the same way
+    with pytest.raises(UnknownNameError, match="scheduling strategy 'REVERSED'"):
+        compile_named("pingpong", host=second, config_overrides={"scheduling": "REVERSED"})
+
+
+def test_plugin_api_is_complete_and_target_neutral():
+    import pipeline_core.plugin_api as api
+
+    assert all(hasattr(api, name) for name in api.__all__)
+    assert len(set(api.__all__)) == len(api.__all__)
+    # the curated surface teaches no GPU family's vocabulary
+    for word in ("vm", "lgkm", "mi355x", "kernelgeometry", "safe_max"):
+        assert not [n for n in api.__all__ if word in n.lower()], word

@@ -8,7 +8,7 @@ import pytest
 import golden_data
 from pipeline_core.ops import (Entry, FrameworkTag, KOffset, Op, OpRole, Phase, ResourceKind, barrier,
                                op, wait_lgkm, wait_vm)
-from pipeline_core.simulate import (CounterCosts, MachineModel, SimInput, SimulationError, as_input,
+from pipeline_core.simulate import (MachineModel, SimInput, SimulationError, as_input,
                                     format_summary, input_from_document, outstanding_series, simulate,
                                     streams)
 
@@ -71,12 +71,18 @@ def entries(ops, phase):
     return tuple(Entry(o, i, phase) for i, o in enumerate(ops))
 
 
-def hand_input(kernel, prologue=(), epilogue=(), stagger=None, counters=CounterCosts((2, 3), (4, 5))):
+#: vm ticks 2 (A) / 3 (B), lgkm ticks 4 (A) / 5 (B)
+HAND_CONFIG = {"vm_per_load_a": 2, "vm_per_load_b": 3, "lgkm_per_load_a": 4, "lgkm_per_load_b": 5}
+
+
+def hand_input(kernel, prologue=(), epilogue=(), stagger=None, config=HAND_CONFIG):
+    from pipeline_core_amd_mi355x.sync import MI355X_SYNC
+
     pro = entries(prologue, Phase.PROLOGUE)
     return SimInput(name="hand", prologue=pro, kernel=entries(kernel, Phase.KERNEL),
                     epilogue=entries(epilogue, Phase.EPILOGUE),
                     warp_stagger_index=len(pro) + 1 if stagger is None else stagger,
-                    counters=counters)
+                    sync=MI355X_SYNC.bind(config))
 
 
 def test_wait_vm_stalls_until_the_load_returns():
@@ -347,7 +353,10 @@ def test_outstanding_series_returns_to_zero(timelines):
 
 def test_input_from_document_reads_costs():
     inp = input_from_document(golden_data.load("pingpong_bf16"))
-    assert inp.counters == CounterCosts((2, 2), (8, 4))
+    ticks = {(e.role, e.channel): e.ticks for e in inp.sync.effects}
+    assert [ticks[(OpRole.GLOBAL_LOAD, c)] for c in (0, 1)] == [2, 2]
+    assert [ticks[(OpRole.FRAGMENT_LOAD, c)] for c in (0, 1)] == [8, 4]
+    assert inp.clock_ghz == 2.4  # the mi355x target's clock
     assert inp.staggered and inp.warp_stagger_index == 4
     assert inp.tag_names[5] == "MMA"
 

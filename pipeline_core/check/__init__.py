@@ -2,8 +2,8 @@
 
 Public API::
 
-    from pipeline_core.check import check_document, default_counter_model
-    verdict = check_document(document)          # document dict
+    from pipeline_core.check import check_document
+    verdict = check_document(document)          # document dict; model from its target
     print(verdict.render_text()); verdict.to_json()
 """
 from __future__ import annotations
@@ -14,8 +14,7 @@ import importlib
 # ``check`` options, must not load the checker.
 _WHERE = {
     "checker": ("check_document", "check_program", "is_safe", "run_program"),
-    "counters": ("CounterModel", "CounterSpec", "OpCount", "default_counter_model",
-                 "resolve_counter_model"),
+    "counters": ("CounterModel", "CounterSpec", "OpCount", "counter_model", "model_for_document"),
     "program": ("CheckProgram", "DocumentError", "Instr", "Kind", "decode"),
     "verdict": ("AntiEdgeFinding", "Fix", "HazardKind", "Site", "Verdict", "Violation", "WaitSlack"),
 }
@@ -30,7 +29,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "check_document", "check_program", "is_safe", "run_program", "decode",
-    "CounterModel", "CounterSpec", "OpCount", "default_counter_model", "resolve_counter_model",
+    "CounterModel", "CounterSpec", "OpCount", "counter_model", "model_for_document",
     "CheckProgram", "DocumentError", "Instr", "Kind",
     "AntiEdgeFinding", "Fix", "HazardKind", "Site", "Verdict", "Violation", "WaitSlack",
 ]

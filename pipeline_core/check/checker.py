@@ -5,9 +5,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline_core.check.anti_edges import classify_anti_edges
-from pipeline_core.check.counters import CounterModel, default_counter_model
+from pipeline_core.check.counters import CounterModel, model_for_document
 from pipeline_core.check.hazards import Analysis, analyse
-from pipeline_core.check.program import CheckProgram, decode
+from pipeline_core.check.program import CheckProgram, check_shape, decode
 from pipeline_core.check.slack import wait_slack
 from pipeline_core.check.trace import expand
 from pipeline_core.check.verdict import Verdict
@@ -44,18 +44,22 @@ def check_program(program: CheckProgram, *, iterations: int = DEFAULT_ITERATIONS
 
 def check_document(document: Mapping[str, Any], *, model: CounterModel | None = None,
                    iterations: int = DEFAULT_ITERATIONS, warps_per_group: int = 1,
-                   tightest: bool = False, groups: int | None = None) -> Verdict:
+                   tightest: bool = False, groups: int | None = None, host: Any = None,
+                   target: str | None = None) -> Verdict:
     """Check a compiled schedule in the JSON shape of docs/document-format.md.
 
-    ``model`` defaults to :func:`default_counter_model` (AMD); a target plugin's
-    ``pipeline_core_counter_model`` answer should be passed here.  Raises
-    :class:`~pipeline_core.check.program.DocumentError` on malformed input.
+    ``model`` defaults to the counter model of the sync model that the document's
+    target (or ``target``) declares, looked up through ``host`` (the installed
+    plugins by default); a target without one is a
+    :class:`~pipeline_core.errors.TargetFactError`, never another GPU's model.
+    Raises :class:`~pipeline_core.check.program.DocumentError` on malformed input.
     """
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
     if warps_per_group < 1:
         raise ValueError(f"warps_per_group must be >= 1, got {warps_per_group}")
-    model = model if model is not None else default_counter_model(document)
+    check_shape(document)
+    model = model if model is not None else model_for_document(document, host, target)
     program = decode(document, model, groups=groups)
     return check_program(program, iterations=iterations, warps_per_group=warps_per_group,
                          tightest=tightest, document=document)

@@ -56,9 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "issued before a global->LDS load must be retired by a wait before the "
                              "load may overwrite its buffer (stricter; the AMD default assumes the "
                              "read is serviced first)")
-    parser.add_argument("--warps-per-group", type=_positive_int, default=1, metavar="N",
+    parser.add_argument("--warps-per-group", type=_positive_int, default=None, metavar="N",
                         help="model each warp group as N warps that only synchronise through "
-                             "barriers (default 1: a group is one agent)")
+                             "barriers (default: what the schedule or target declares, else 1: "
+                             "a group is one agent)")
 
 
 def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
@@ -86,16 +87,17 @@ def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
         model: "CounterModel | None" = None, host: Any = None, out: TextIO | None = None,
-        err: TextIO | None = None) -> int:
+        err: TextIO | None = None, warps_per_group: int = 1) -> int:
     """Check ``document`` (or ``args.input`` when ``document`` is None) and print the verdict.
 
-    The counter model is ``model`` if given, else the answer of the target's
-    ``pipeline_core_counter_model`` hook through ``host`` (target = ``args.target`` or
-    the document's), else the AMD default built from the document.
+    ``warps_per_group`` is the compiled schedule's declared count, used unless
+    ``--warps-per-group`` is given.  The counter model is ``model`` if given, else the one built from the sync model
+    of the target (``args.target`` or the document's) registered with ``host``; a
+    target that declares none is refused with one line naming it.
     """
     from pipeline_core.check.checker import check_document
-    from pipeline_core.check.counters import document_target, resolve_counter_model
-    from pipeline_core.check.program import DocumentError
+    from pipeline_core.check.counters import model_for_document
+    from pipeline_core.check.program import DocumentError, check_shape
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -105,16 +107,16 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
                 raise DocumentError("", "no schedule given (pass a document or --input FILE)")
             document = load_input(args.input)
         if model is None:
-            target = getattr(args, "target", None) or document_target(document)
-            answer = host.counter_model(target) if host is not None and target else None
-            model = resolve_counter_model(document, answer)
+            check_shape(document)
+            model = model_for_document(document, host, getattr(args, "target", None))
         if getattr(args, "explicit_register_waits", False):
             model = attrs.evolve(model, register_interlock=False)
         if getattr(args, "no_lds_order", False):
             model = attrs.evolve(model, lds_in_order=False)
         verdict = check_document(document, model=model,
                                  iterations=getattr(args, "iterations", DEFAULT_ITERATIONS),
-                                 warps_per_group=getattr(args, "warps_per_group", 1),
+                                 warps_per_group=getattr(args, "warps_per_group", None)
+                                 or warps_per_group,
                                  tightest=getattr(args, "tightest", False))
     except (PipelineError, ValueError, TypeError) as e:
         print(f"pipeline-core check: error: {e}", file=err)

@@ -1,9 +1,8 @@
-"""Counter semantics of a target: what each wait counts and how many ops each op adds.
+"""The checker's view of a target's counters: what each wait counts, what each op adds.
 
-The checker never hard-codes AMD's ``vmcnt`` / ``lgkmcnt``: it reads them from a
-:class:`CounterModel`, which a target plugin may supply through the
-``pipeline_core_counter_model(target)`` hook.  :func:`default_counter_model`
-builds the AMD (MI355X) semantics from a schedule document.
+The checker never hard-codes a GPU's counters: :func:`counter_model` builds a
+:class:`CounterModel` from the :class:`~pipeline_core.sync.SyncModel` the
+target declares on its profile, with tick counts bound to one document.
 """
 from __future__ import annotations
 
@@ -13,9 +12,11 @@ from typing import Any
 import attrs
 
 from pipeline_core.ops import FrameworkTag, OpRole
+from pipeline_core.sync.model import SyncModel
+from pipeline_core.sync.resolve import document_target, sync_for_document
 
-VM = "vm"
-LGKM = "lgkm"
+__all__ = ["CounterModel", "CounterSpec", "OpCount", "counter_model", "document_target",
+           "model_for_document"]
 
 
 def _positive(instance: Any, attribute: attrs.Attribute, value: int) -> None:
@@ -75,8 +76,9 @@ class CounterModel:
       loads that write LDS; LDS_RAW, register hazards and SHARED_STORE writes
       are unaffected.  False (the record's default, for targets that do not
       vouch for it) demands that a wait retire the read first, the stricter
-      all-timings model; :func:`default_counter_model` (AMD) sets it True, and
-      ``pipeline-core check --no-lds-order`` turns it off again.
+      all-timings model; a target's sync model may vouch for it
+      (``SyncModel.shared_in_order``), and ``pipeline-core check --no-lds-order``
+      turns it off again.
     * ``notes``: assumptions made while building the model, shown in reports.
     """
 
@@ -140,108 +142,37 @@ class CounterModel:
         }
 
 
-def _int(d: Mapping[str, Any] | None, key: str) -> int:
-    if not isinstance(d, Mapping):
-        return 0
-    v = d.get(key, 0)
-    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+def counter_model(sync: SyncModel, document: Mapping[str, Any]) -> CounterModel:
+    """The checker's view of a target's :class:`~pipeline_core.sync.SyncModel` for ``document``.
 
-
-def default_counter_model(document: Mapping[str, Any]) -> CounterModel:
-    """The AMD (MI355X) counter semantics for a schedule document (docs/document-format.md).
-
-    * vm ops per global load: ``config.vm_per_load_a/b``.
-    * lgkm ops per fragment load: ``config.lgkm_per_load_a/b`` when non-zero (the
-      4-wave geometry sets them), else ``schedule_config.lgkm_per_load_a/b`` (the
-      ping-pong type parameters); when both are 0, 1 per fragment load is assumed
-      and recorded in ``notes``.
-    * Both counters retire in order (LDS-only lgkm traffic and buffer loads do).
-    * Double buffer (depth >= 2): global loads write LDS directly and BARRIER is a
-      bare ``s_barrier`` (REFERENCE.md §10 dispatch).  Single buffer (depth 1):
-      loads fill registers, SHARED_STORE writes LDS (1 lgkm op) and the kernel's
-      ``barrier()`` is fenced, i.e. it drains the warp's own counters first.
-    * ``lds_in_order`` is True: an LDS read issued before a global->LDS load (in
-      happens-before order) is serviced before that load's data lands, because the
-      LDS services its queue in arrival order and the load's write arrives
-      hundreds of cycles later through the same queue (see :class:`CounterModel`).
+    Tick counts are bound against the document's ``config`` / ``schedule_config``
+    (a target declares which fields hold them); the barrier is the model's
+    workgroup barrier; the assumptions (register interlock, in-order shared
+    memory, where global loads land) are the target's.
     """
     config = document.get("config") if isinstance(document, Mapping) else None
     sched = document.get("schedule_config") if isinstance(document, Mapping) else None
-    notes: list[str] = []
-    vm = []
-    for ch, key in ((0, "vm_per_load_a"), (1, "vm_per_load_b")):
-        n = _int(config, key)
-        if n < 1:
-            notes.append(f"config.{key} is {n}; assumed 1 vm op per global load")
-            n = 1
-        vm.append(n)
-    lgkm = []
-    for ch, key in ((0, "lgkm_per_load_a"), (1, "lgkm_per_load_b")):
-        n = _int(config, key)
-        if n < 1:
-            n = _int(sched, key)
-        if n < 1:
-            notes.append(f"config.{key} and schedule_config.{key} are 0; "
-                         f"assumed 1 lgkm op per fragment load on channel {ch}")
-            n = 1
-        lgkm.append(n)
-    depth = _int(config, "depth")
-    single = depth == 1
-    costs = (
-        OpCount(int(OpRole.GLOBAL_LOAD), 0, VM, vm[0]),
-        OpCount(int(OpRole.GLOBAL_LOAD), 1, VM, vm[1]),
-        OpCount(int(OpRole.GLOBAL_LOAD), -1, VM, vm[0]),
-        OpCount(int(OpRole.FRAGMENT_LOAD), 0, LGKM, lgkm[0]),
-        OpCount(int(OpRole.FRAGMENT_LOAD), 1, LGKM, lgkm[1]),
-        OpCount(int(OpRole.FRAGMENT_LOAD), -1, LGKM, lgkm[0]),
-        OpCount(int(OpRole.SHARED_STORE), -1, LGKM, 1),
-    )
-    if single:
-        notes.append("single buffer (depth 1): global loads fill staging registers, "
-                     "SHARED_STORE writes LDS, BARRIER is the fenced barrier() that drains "
-                     "the warp's counters")
+    bound = sync.bind(config, sched)
+    costs = tuple(OpCount(int(e.role), e.channel, e.counter, e.ticks)
+                  for e in bound.effects if e.counter is not None)
     return CounterModel(
-        counters=(CounterSpec(VM, int(FrameworkTag.WAIT_VM), True),
-                  CounterSpec(LGKM, int(FrameworkTag.WAIT_LGKM), True)),
+        counters=tuple(CounterSpec(c.name, c.wait_tag, c.in_order) for c in sync.channels),
         costs=costs,
-        barrier_tag=int(FrameworkTag.BARRIER),
-        barrier_drains=single,
-        register_interlock=True,
-        global_loads_write_lds=not single,
-        lds_in_order=True,
-        name="amd-mi355x" + ("-single-buffer" if single else ""),
-        notes=tuple(notes),
+        barrier_tag=sync.barrier.tag,
+        barrier_drains=sync.barrier.drains,
+        register_interlock=sync.register_interlock,
+        global_loads_write_lds=sync.global_loads_write_shared,
+        lds_in_order=sync.shared_in_order,
+        name=sync.name,
+        notes=bound.notes,
     )
 
 
-def resolve_counter_model(document: Mapping[str, Any], answer: Any = None) -> CounterModel:
-    """The model to check ``document`` with, from a target plugin's hook ``answer``.
+def model_for_document(document: Mapping[str, Any], host: Any = None,
+                       target: str | None = None) -> CounterModel:
+    """The counter model of the target ``document`` was compiled for (or ``target``).
 
-    ``answer`` may be a :class:`CounterModel`, a callable ``f(document) -> CounterModel``
-    (for semantics that depend on the compiled config, like ops per load), or None
-    (use :func:`default_counter_model`).
+    Raises :class:`~pipeline_core.errors.TargetFactError` when the target
+    declares no sync model: the checker never substitutes another GPU's.
     """
-    if answer is None:
-        return default_counter_model(document)
-    if isinstance(answer, CounterModel):
-        return answer
-    if callable(answer):
-        built = answer(document)
-        if isinstance(built, CounterModel):
-            return built
-        raise TypeError(f"counter model builder returned {type(built).__name__}, not a CounterModel")
-    raise TypeError(f"pipeline_core_counter_model returned {type(answer).__name__}, "
-                    "expected a CounterModel, a callable building one, or None")
-
-
-def document_target(document: Mapping[str, Any]) -> str | None:
-    """The target a document was compiled for (``target`` key, or ``--target`` in ``cli``)."""
-    target = document.get("target") if isinstance(document, Mapping) else None
-    if isinstance(target, str) and target:
-        return target
-    cli = document.get("cli") if isinstance(document, Mapping) else None
-    if isinstance(cli, list) and "--target" in cli:
-        i = cli.index("--target")
-        if i + 1 < len(cli) and isinstance(cli[i + 1], str):
-            return cli[i + 1]
-    return None
+    return counter_model(sync_for_document(document, host, target), document)

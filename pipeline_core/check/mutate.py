@@ -11,11 +11,10 @@ from typing import Any
 
 import attrs
 
-from pipeline_core.ops import FrameworkTag, OpRole
+from pipeline_core.ops import OpRole
 
 PHASES = ("prologue", "kernel", "epilogue")
 DATA_ROLES = (int(OpRole.GLOBAL_LOAD), int(OpRole.FRAGMENT_LOAD))
-WAIT_TAGS = (int(FrameworkTag.WAIT_VM), int(FrameworkTag.WAIT_LGKM))
 
 
 @attrs.frozen
@@ -47,21 +46,27 @@ def _name(entry: Mapping[str, Any]) -> str:
     return f"{op.get('tag_name', op['tag'])}(s{op['stage']} sub{op['subtile']} w{op['wait_value']})"
 
 
-def mutations(document: Mapping[str, Any], phases: tuple[str, ...] = PHASES) -> Iterator[Mutation]:
-    """Every single-edit mutation of ``phases``:
+def mutations(document: Mapping[str, Any], phases: tuple[str, ...] = PHASES, *,
+              sync: Any = None) -> Iterator[Mutation]:
+    """Every single-edit mutation of ``phases`` (wait and barrier tags from ``sync``, the
+    :class:`~pipeline_core.sync.SyncModel` of the document's target when not given):
 
     * each wait loosened by one (``wait(n)`` -> ``wait(n+1)``: one more op may stay outstanding);
     * each barrier removed;
     * each adjacent pair swapped where at least one entry is a global or fragment load
       ("swap_data" when both are, "swap_mixed" otherwise); identical neighbours are skipped.
     """
+    if sync is None:
+        from pipeline_core.sync.resolve import sync_for_document
+        sync = sync_for_document(document)
+    wait_tags, barrier_tag = set(sync.wait_tags), sync.barrier.tag
     for phase in phases:
         entries = document[phase]
         for i, e in enumerate(entries):
             tag = e["op"]["tag"]
-            if tag in WAIT_TAGS:
+            if tag in wait_tags:
                 yield Mutation("loosen_wait", phase, i, f"{phase}[{i}] {_name(e)} -> wait+1")
-            elif tag == int(FrameworkTag.BARRIER):
+            elif tag == barrier_tag:
                 yield Mutation("remove_barrier", phase, i, f"remove {phase}[{i}] BARRIER")
         for i in range(len(entries) - 1):
             a, b = entries[i]["op"], entries[i + 1]["op"]

@@ -14,6 +14,7 @@ import attrs
 
 from pipeline_core.check.counters import CounterModel
 from pipeline_core.errors import PipelineError
+from pipeline_core.execution import ExecutionModel
 from pipeline_core.ops import FrameworkTag, KOffset, OpRole
 
 PHASES = ("prologue", "kernel", "epilogue")
@@ -175,8 +176,12 @@ def _field(op: Mapping[str, Any], which: int) -> int:
     return op["stage"] if which == 0 else op["subtile"]
 
 
-def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | None = None) -> CheckProgram:
-    """Decode and validate ``document``; raises :class:`DocumentError` naming the bad path."""
+def check_shape(document: Any) -> tuple[dict[str, list], int, Mapping[str, Any], int]:
+    """The top-level shape every checked document needs (phases, stagger, config depth).
+
+    Run before the target's model is looked up, so a malformed document is
+    reported as such rather than as a missing target.
+    """
     if not isinstance(document, Mapping):
         raise DocumentError("", f"expected a JSON object, got {type(document).__name__}")
     phases = {name: _entries(document, name) for name in PHASES}
@@ -185,6 +190,12 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
     depth = _need_int(config, "depth", "config")
     if depth < 1:
         raise DocumentError("config.depth", f"must be >= 1, got {depth}")
+    return phases, stagger, config, depth
+
+
+def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | None = None) -> CheckProgram:
+    """Decode and validate ``document``; raises :class:`DocumentError` naming the bad path."""
+    phases, stagger, config, depth = check_shape(document)
     ws = config.get("warp_stagger", {}) if isinstance(config, Mapping) else {}
     enabled = bool(ws.get("enabled", False)) if isinstance(ws, Mapping) else False
     ch0_match = config.get("ch0_match_field", 0)
@@ -253,7 +264,7 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
 
     decoded = {name: tuple(one(op, name, i) for i, op in enumerate(ops)) for name, ops in phases.items()}
     n_groups = groups if groups is not None else (
-        2 if enabled and 0 <= stagger <= len(decoded["prologue"]) else 1)
+        2 if enabled and ExecutionModel.is_staggered(stagger, len(decoded["prologue"])) else 1)
     body = document.get("body")
     acc_ops = [op for op in body if isinstance(op, Mapping) and op.get("role") == int(OpRole.COMPUTE)
                and all(isinstance(op.get(k), int) for k in REQUIRED_OP_KEYS)] \

@@ -1,8 +1,8 @@
 """Expand the entry lists into what each warp executes, with its synchronisation facts.
 
-A warp group runs the prologue (ping-pong: split at the warp-stagger index, group 1
-adding one extra ``s_barrier``), ``iterations`` copies of the kernel and the
-epilogue (REFERENCE.md §10).  For each position we record how many barriers came
+A warp group runs what the execution model (``pipeline_core.execution``) gives it:
+the prologue (ping-pong: split at the warp-stagger index, group 1 adding one extra
+barrier), ``iterations`` copies of the kernel and the epilogue (REFERENCE.md §10).  For each position we record how many barriers came
 before it (its barrier *phase*) and, for every asynchronous op, the first wait that
 guarantees it retired.  Those two facts decide happens-before for all timings:
 
@@ -18,7 +18,10 @@ from collections import deque
 
 import attrs
 
+from pipeline_core import execution
 from pipeline_core.check.program import CheckProgram, Instr, Kind
+from pipeline_core.execution import ExecutionModel
+from pipeline_core.ops import Phase
 
 #: Kernel loop: ``for k in range(2·BK, K, 2·BK)``; k_base is kept in BK units.
 K_STEP = 2
@@ -64,32 +67,44 @@ class WarpTrace:
         return c[before] - c[after + 1]
 
 
-def _synthetic(name: str) -> Instr:
-    return Instr(Kind.BARRIER, phase=name, index=-1, tag=128, name="BARRIER")
-
-
 STAGGER = "stagger barrier"
 LAUNCH = "barrier after the prologue"
 TAIL = "barrier after the epilogue"
+_SYNTHETIC = {execution.STAGGER: STAGGER, execution.LAUNCH: LAUNCH, execution.TAIL: TAIL}
+
+
+def _synthetic(name: str, tag: int) -> Instr:
+    return Instr(Kind.BARRIER, phase=name, index=-1, tag=tag, name="BARRIER")
+
+
+def execution_model(program: CheckProgram) -> ExecutionModel:
+    """The groups of ``program`` as the execution model runs them (staggered when > 1)."""
+    if program.groups > 1:
+        return ExecutionModel(groups=program.groups, stagger_index=program.warp_stagger_index)
+    return ExecutionModel(groups=1)
 
 
 def schedule_of(program: CheckProgram, group: int, iterations: int) -> list[Event]:
-    """The event sequence of warp group ``group`` (REFERENCE.md §10, "How kernels consume")."""
-    pro = program.prologue
-    staggered = program.groups > 1
-    ws = program.warp_stagger_index if staggered else len(pro)
-    out = [Event(i, 0, 0) for i in pro[:ws]]
-    if staggered and group == 1:
-        out.append(Event(_synthetic(STAGGER), 0, 0))
-    out.extend(Event(i, 0, 0) for i in pro[ws:])
-    if staggered:
-        out.append(Event(_synthetic(LAUNCH), 0, 0))
-    for it in range(1, iterations + 1):
-        out.extend(Event(i, it, K_STEP * it) for i in program.kernel)
+    """The event sequence of warp group ``group`` (the execution model's stream, with loop context).
+
+    Kernel iterations are numbered 1..N here and the loop variable is ``K_STEP * it``;
+    the epilogue runs with ``k_base = K_STEP * (N + 1)``.
+    """
+    lists = {Phase.PROLOGUE: program.prologue, Phase.KERNEL: program.kernel,
+             Phase.EPILOGUE: program.epilogue}
     k_end = K_STEP * (iterations + 1)
-    out.extend(Event(i, 0, k_end) for i in program.epilogue)
-    if staggered and group == 0:
-        out.append(Event(_synthetic(TAIL), 0, k_end))
+    barrier_tag = program.model.barrier_tag
+    out = []
+    for slot in execution_model(program).stream(group, len(program.prologue), len(program.kernel),
+                                                len(program.epilogue), iterations):
+        k_base = k_end if slot.phase == Phase.EPILOGUE else 0
+        if slot.synthetic:
+            out.append(Event(_synthetic(_SYNTHETIC[slot.synthetic], barrier_tag), 0, k_base))
+        elif slot.phase == Phase.KERNEL:
+            it = slot.iteration + 1
+            out.append(Event(lists[slot.phase][slot.index], it, K_STEP * it))
+        else:
+            out.append(Event(lists[slot.phase][slot.index], 0, k_base))
     return out
 
 

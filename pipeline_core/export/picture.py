@@ -26,9 +26,9 @@ GROUP_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
 #: issue ticks in the group lanes (MMAs are drawn as their execution, in the group's colour)
 ROLE_COLORS = {OpRole.GLOBAL_LOAD: "#6a3d9a", OpRole.FRAGMENT_LOAD: "#33a02c",
                OpRole.SHARED_STORE: "#b15928"}
-STALL_STYLE = {  # reason -> (face colour, hatch)
-    "barrier": ("#d0d0d0", "//"), "vmcnt": ("#f4a6a6", "xx"), "lgkmcnt": ("#a6cee3", "\\\\"),
-}
+BARRIER_STALL = ("#d0d0d0", "//")
+#: (face colour, hatch) of waits on the target's sync channels, in declaration order
+CHANNEL_STALLS = (("#f4a6a6", "xx"), ("#a6cee3", "\\\\"), ("#b2df8a", "++"), ("#cab2d6", "oo"))
 UNIT_STALL = ("#fdd49e", "..")
 UNIT_LANES = ((ResourceKind.MMA_UNIT, "MMA unit"), (ResourceKind.LDS, "LDS in flight"),
               (ResourceKind.GLOBAL_MEM, "global in flight"))
@@ -98,9 +98,10 @@ def draw(tl: Timeline, width: int = 1600):
     handles = [Patch(facecolor=GROUP_COLORS[i % 4], label=f"group {i}: MMA / in flight")
                for i in range(len(tl.groups))]
     reasons = {s.stall.reason for g in tl.groups for s in g.steps if s.stall is not None}
+    styles = stall_styles(tl)
     handles += [Patch(facecolor=c, hatch=hatch, edgecolor="#555555", label=f"stall: {reason}")
-                for reason, (c, hatch) in STALL_STYLE.items() if reason in reasons]
-    if reasons - set(STALL_STYLE):
+                for reason, (c, hatch) in styles.items() if reason in reasons]
+    if reasons - set(styles):
         handles.append(Patch(facecolor=UNIT_STALL[0], hatch=UNIT_STALL[1], edgecolor="#555555",
                              label="stall: unit busy"))
     roles = {s.op.role for g in tl.groups for s in g.steps}
@@ -111,18 +112,27 @@ def draw(tl: Timeline, width: int = 1600):
     return fig
 
 
+def stall_styles(tl: Timeline) -> dict[str, tuple[str, str]]:
+    """Stall reason -> (face colour, hatch): the barrier, then each of the target's channels."""
+    styles = {"barrier": BARRIER_STALL}
+    for i, (_, label) in enumerate(tl.channels):
+        styles[label] = CHANNEL_STALLS[i % len(CHANNEL_STALLS)]
+    return styles
+
+
 def _draw_group(ax, tl: Timeline, group: int, row: int, min_w: float) -> None:
     g = tl.groups[group]
     stalls: dict[str, list[tuple[int, int]]] = {}
     ticks: dict[OpRole, list[tuple[float, float]]] = {}
+    styles = stall_styles(tl)
     for s in g.steps:
         if s.stall is not None:
-            key = s.stall.reason if s.stall.reason in STALL_STYLE else "unit"
+            key = s.stall.reason if s.stall.reason in styles else "unit"
             stalls.setdefault(key, []).append((s.ready, s.start - s.ready))
         if s.op.role in ROLE_COLORS and not s.is_marker:
             ticks.setdefault(s.op.role, []).append((s.start, max(s.issue_end - s.start, min_w)))
     for key, spans in stalls.items():
-        color, hatch = STALL_STYLE.get(key, UNIT_STALL)
+        color, hatch = styles.get(key, UNIT_STALL)
         ax.broken_barh(spans, (row + 0.08, 0.5), facecolors=color, edgecolor="#666666",
                        hatch=hatch, linewidth=0.3)
     mmas = [(b.start, b.end - b.start) for b in tl.busy

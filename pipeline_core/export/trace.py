@@ -8,14 +8,15 @@ Layout (one process per kind of track, every tid unique in the file):
 * pid 1 "warp groups": one thread per group with nested slices: phase / iteration spans,
   then per instruction a ``stall: ...`` slice (cat ``stall``, what it waited on in args) and
   a slice for the issue itself; markers (set_prio, schedule_barrier) are thread instants;
-  barrier releases are process instants; vmcnt / lgkmcnt outstanding are counters.
+  barrier releases are process instants; the outstanding ticks of each of the target's sync
+  channels (e.g. vmcnt / lgkmcnt) are counters.
 * pid 2 "MMA unit": one thread; each MMA is a slice named after its group.
 * pid 3 "LDS (in flight)" and pid 4 "global memory (in flight)": one thread per lane;
   overlapping in-flight ops go to different lanes so slices never partially overlap.
 
 Time scale: ``ts``/``dur`` are microseconds and **1 µs = 1 model cycle** by default (integers,
-so Perfetto's "16 us" reads as 16 cycles). The clock that would convert cycles to real time
-(MI355X 2.4 GHz: 1 cycle = 0.417 ns) is stated in ``otherData``.
+so Perfetto's "16 us" reads as 16 cycles). The target's clock, which converts cycles to real
+time, is stated in ``otherData`` when the target declares one.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline_core.ops import FrameworkTag, OpRole, ResourceKind
+from pipeline_core.ops import OpRole, ResourceKind
 from pipeline_core.simulate import Stall, Step, Timeline, step_args, step_label, outstanding_series
 
 PID_GROUPS, PID_MMA, PID_LDS, PID_GLOBAL, PID_VALU = 1, 2, 3, 4, 5
@@ -77,7 +78,8 @@ def _blocker_args(tl: Timeline, st: Stall) -> dict[str, Any]:
     args: dict[str, Any] = {"cycles": st.cycles, "reason": st.reason, "detail": st.detail}
     if st.blocker_seq is not None and st.blocker_seq >= 0:
         b = tl.step(st.blocker_group, st.blocker_seq)
-        args.update({"waited_on": step_label(b, tl.tag_names), "waited_on_group": b.group,
+        args.update({"waited_on": step_label(b, tl.tag_names, tl.barrier_name),
+                     "waited_on_group": b.group,
                      "waited_on_phase": b.phase.name, "waited_on_iteration": b.iteration,
                      "waited_on_entry_index": b.entry})
     return args
@@ -95,7 +97,7 @@ def _group_events(ev: _Events, tl: Timeline) -> None:
             if s.stall is not None:
                 ev.slice(PID_GROUPS, tid, f"stall: {_stall_name(s, s.stall)}", "stall", s.ready,
                          s.start, _blocker_args(tl, s.stall))
-            label = step_label(s, names)
+            label = step_label(s, names, tl.barrier_name)
             args = step_args(s, names)
             if s.is_marker:
                 ev.instant(PID_GROUPS, tid, label, "marker", s.start, "t", args)
@@ -104,18 +106,18 @@ def _group_events(ev: _Events, tl: Timeline) -> None:
                          "stall_cycles": s.stall_cycles})
             ev.slice(PID_GROUPS, tid, label, _CATEGORY.get(s.op.role, "op"), s.start, s.issue_end,
                      args)
-        for counter in ("vm", "lgkm"):
+        for counter, label in tl.channels:
             for at, value in outstanding_series(g, counter):
-                ev.counter(PID_GROUPS, tid, f"group {g.group} {counter}cnt", at, value)
+                ev.counter(PID_GROUPS, tid, f"group {g.group} {label}", at, value)
     for b in tl.barriers:
-        ev.instant(PID_GROUPS, group_tid(0), f"s_barrier #{b.ordinal} released", "barrier",
+        ev.instant(PID_GROUPS, group_tid(0), f"{tl.barrier_name} #{b.ordinal} released", "barrier",
                    b.release, "p", {"ordinal": b.ordinal,
                                     "arrivals": [{"group": gr, "stream_index": sq, "cycle": at}
                                                  for gr, sq, at in b.arrivals]})
 
 
 def _stall_name(s: Step, stall: Stall) -> str:
-    if s.op.tag in (FrameworkTag.WAIT_VM, FrameworkTag.WAIT_LGKM):
+    if s.timing.kind == "wait":
         return f"{stall.reason} <= {s.op.wait_value}"
     return stall.reason
 
@@ -127,7 +129,7 @@ def _unit_events(ev: _Events, tl: Timeline) -> None:
         step = tl.step(b.group, b.seq)
         args = step_args(step, names)
         args.update({"start": b.start, "end": b.end, "lane": b.lane})
-        ev.slice(pid, lane_tid(pid, b.lane), f"G{b.group} {step_label(step, names)}",
+        ev.slice(pid, lane_tid(pid, b.lane), f"G{b.group} {step_label(step, names, tl.barrier_name)}",
                  _CATEGORY.get(step.op.role, "op"), b.start, b.end, args)
 
 
@@ -163,8 +165,8 @@ def to_trace(tl: Timeline, *, time_scale: float = 1.0) -> dict[str, Any]:
     other = {
         "schedule": tl.name,
         "time_unit": f"1 trace microsecond = {_fmt(1 / time_scale)} model cycle(s)",
-        "clock_ghz": _fmt(tl.model.clock_ghz),
-        "ns_per_cycle": _fmt(1 / tl.model.clock_ghz),
+        **({"clock_ghz": _fmt(tl.model.clock_ghz), "ns_per_cycle": _fmt(1 / tl.model.clock_ghz)}
+           if tl.model.clock_ghz else {}),
         "iterations": str(tl.iterations),
         "warp_groups": str(len(tl.groups)),
         "makespan_cycles": str(tl.makespan),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pipeline_core.program.block import (FLAG_NAMES, SLOT_NAMES, BlockSpec,
                                          emit_minimal_barrier_block)
-from pipeline_core.program.build import KernelProgram, build_kernel_program, schedule_order
+from pipeline_core.program.build import KernelProgram, build_kernel_program
 from pipeline_core.program.construct import construct_blocks, main_wait_vm
 from pipeline_core.program.kernel_deps import kernel_deps_double_buffer
 from pipeline_core.program.program import Program
@@ -26,6 +26,6 @@ __all__ = [
     "redistribute_globals",
     "derive_waits", "derive_drain_mask", "apply_auto_drain", "apply_auto_waits",
     "RULES", "check_program", "verify_program",
-    "KernelProgram", "build_kernel_program", "schedule_order",
+    "KernelProgram", "build_kernel_program",
     "kernel_deps_double_buffer",
 ]

@@ -5,8 +5,7 @@ from pipeline_core.scheduling.registry import (
     SchedulingRequest,
     Strategy,
     get_strategy,
-    register_strategy,
     strategy_names,
 )
 
-__all__ = ["SchedulingRequest", "Strategy", "get_strategy", "register_strategy", "strategy_names"]
+__all__ = ["SchedulingRequest", "Strategy", "get_strategy", "strategy_names"]

@@ -1,13 +1,15 @@
-"""The built-in strategies IDENTITY, GREEDY and CSP, registered on import.
+"""The built-in strategies IDENTITY, GREEDY, CSP, EXACT and EXACT_BLOCKS.
 
 Each takes a SchedulingRequest and returns a permutation of the body's indices.
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 from pipeline_core.scheduling.exact import exact_blocks_strategy, exact_strategy
 from pipeline_core.scheduling.exhaustive import optimal_schedule_with_halves
 from pipeline_core.scheduling.greedy import greedy_schedule
-from pipeline_core.scheduling.registry import SchedulingRequest, register_strategy
+from pipeline_core.scheduling.registry import SchedulingRequest
 
 
 def identity_strategy(request: SchedulingRequest) -> list[int]:
@@ -38,18 +40,11 @@ def csp_strategy(request: SchedulingRequest) -> list[int]:
         time_limit=request.time_limit, node_limit=request.node_limit)
 
 
-BUILTIN_STRATEGIES = {
+#: Read-only: the core plugin registers these with each host it is loaded into.
+BUILTIN_STRATEGIES = MappingProxyType({
     "IDENTITY": identity_strategy,
     "GREEDY": greedy_strategy,
     "CSP": csp_strategy,
     "EXACT": exact_strategy,
     "EXACT_BLOCKS": exact_blocks_strategy,
-}
-
-
-def register_builtins() -> None:
-    for name, fn in BUILTIN_STRATEGIES.items():
-        register_strategy(name, fn)
-
-
-register_builtins()
+})

@@ -1,4 +1,11 @@
-"""The strategy registry: a name -> function table instead of the reference's closed enum."""
+"""What a strategy is given and returns; built-in strategies looked up by name.
+
+There is no registry here: the plugin host owns the table of strategies
+(``PluginHost.get_strategy``), built from ``pipeline_core_register_strategies``
+answers, so two hosts never share a registered strategy.  This module only
+names the built-in functions, for the core plugin and for tools that order a
+body without a host.
+"""
 from __future__ import annotations
 
 from typing import Callable, Iterable
@@ -6,7 +13,7 @@ from typing import Callable, Iterable
 import attrs
 
 from pipeline_core.edges import DepEdge
-from pipeline_core.errors import ConfigError, UnknownNameError
+from pipeline_core.errors import UnknownNameError
 from pipeline_core.ops import Op
 
 
@@ -41,37 +48,20 @@ class SchedulingRequest:
 
 Strategy = Callable[[SchedulingRequest], "list[int]"]
 
-_STRATEGIES: dict[str, Strategy] = {}
-
-
-def register_strategy(name: str, fn: Strategy, *, replace: bool = False) -> None:
-    """Register ``fn`` under ``name`` (upper-cased). Duplicates are an error unless ``replace``."""
-    key = name.strip().upper()
-    if not key:
-        raise ConfigError("strategy", "name", name, "a non-empty name")
-    if key in _STRATEGIES and not replace and _STRATEGIES[key] is not fn:
-        raise ConfigError("strategy", "name", name, "already registered by another provider")
-    _STRATEGIES[key] = fn
-
-
-def unregister_strategy(name: str) -> None:
-    _STRATEGIES.pop(name.strip().upper(), None)
-
-
-def _ensure_builtins() -> None:
-    if "IDENTITY" not in _STRATEGIES:
-        from pipeline_core.scheduling import builtin  # noqa: F401  (registers on import)
-
 
 def get_strategy(name: str) -> Strategy:
-    _ensure_builtins()
+    """A built-in strategy by name (case-insensitive); plugin strategies live on the host."""
+    from pipeline_core.scheduling.builtin import BUILTIN_STRATEGIES
+
     key = name.strip().upper()
     try:
-        return _STRATEGIES[key]
+        return BUILTIN_STRATEGIES[key]
     except KeyError:
         raise UnknownNameError("scheduling strategy", key, strategy_names()) from None
 
 
 def strategy_names() -> list[str]:
-    _ensure_builtins()
-    return sorted(_STRATEGIES)
+    """The built-in strategy names."""
+    from pipeline_core.scheduling.builtin import BUILTIN_STRATEGIES
+
+    return sorted(BUILTIN_STRATEGIES)

@@ -58,11 +58,11 @@ def test_no_epilogue_mmas_leaves_k_steps_missing_at_the_end():
 
 def test_every_mma_reads_one_k_step_in_the_goldens():
     """The reads the checker derives put tile k in stage k % 2 (double buffer)."""
-    from pipeline_core.check import decode, default_counter_model
+    from pipeline_core.check import decode, model_for_document
     from pipeline_core.check.hazards import analyse
     from pipeline_core.check.trace import expand
     doc = load("pingpong_bf16")
-    prog = decode(doc, default_counter_model(doc))
+    prog = decode(doc, model_for_document(doc))
     traces = expand(prog, 3)
     reads = analyse(prog, traces).reads
     for (t, pos), (tile, _) in reads.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from pipeline_core.check import HazardKind, check_document, default_counter_model
+from pipeline_core.check import HazardKind, check_document, model_for_document
 
 from .helpers import PRODUCTION_DB, SINGLE_BUFFER, TESTCFG, apply_fix, load
 from .oracle import find_witness
@@ -13,7 +13,7 @@ from .oracle import find_witness
 
 def _strict(doc):
     """The AMD model without the in-order LDS assumption (``--no-lds-order``)."""
-    return attrs.evolve(default_counter_model(doc), lds_in_order=False)
+    return attrs.evolve(model_for_document(doc), lds_in_order=False)
 
 
 @pytest.mark.parametrize("case", PRODUCTION_DB + SINGLE_BUFFER + [TESTCFG])
@@ -73,7 +73,7 @@ def test_testcfg_identity_order_has_a_cross_group_war_without_in_order_lds():
     # The finding does not depend on the "1 lgkm op per fragment" assumption.
     prod = load(TESTCFG)
     prod["schedule_config"].update(lgkm_per_load_a=8, lgkm_per_load_b=4)
-    model = attrs.evolve(default_counter_model(prod), lds_in_order=False)
+    model = attrs.evolve(model_for_document(prod), lds_in_order=False)
     assert model.cost(2, 0).ops == 8 and model.notes == ()
     assert check_document(doc, model=model).first.site.index == 12
     # And it is real without in-order LDS: a concrete timing computes garbage.
@@ -116,7 +116,7 @@ def test_fourwave_relies_on_a_group_acting_as_one_agent(case, war_index, wait_in
                                            ("fourwave_fp8_bm64", (6, 30), (1, 25))])
 def test_fourwave_without_register_interlock_needs_lgkm_0_at_the_top(case, mma, wait):
     doc = load(case)
-    model = attrs.evolve(default_counter_model(doc), register_interlock=False)
+    model = attrs.evolve(model_for_document(doc), register_interlock=False)
     v = check_document(doc, model=model)
     assert [(x.kind, x.site.index) for x in v.distinct()] == [
         (HazardKind.REG_RAW, mma[0]), (HazardKind.REG_RAW, mma[1])]
@@ -128,13 +128,13 @@ def test_fourwave_without_register_interlock_needs_lgkm_0_at_the_top(case, mma, 
 
 def test_pingpong_is_safe_without_register_interlock():
     doc = load("pingpong_bf16")
-    model = attrs.evolve(default_counter_model(doc), register_interlock=False)
+    model = attrs.evolve(model_for_document(doc), register_interlock=False)
     assert check_document(doc, model=model).safe
 
 
 def test_single_buffer_needs_the_interlock_or_explicit_waits():
     doc = load("default_matmul")
-    model = attrs.evolve(default_counter_model(doc), register_interlock=False)
+    model = attrs.evolve(model_for_document(doc), register_interlock=False)
     v = check_document(doc, model=model)
     assert v.first.kind is HazardKind.REG_RAW
     assert v.first.fix.action == "insert_wait"

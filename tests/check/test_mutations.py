@@ -18,7 +18,7 @@ import pytest
 
 import attrs
 
-from pipeline_core.check import HazardKind, check_document, default_counter_model
+from pipeline_core.check import HazardKind, check_document, model_for_document
 from pipeline_core.check.mutate import mutations
 
 from .helpers import apply_fix, load
@@ -84,7 +84,7 @@ STRICT_ONLY = {
 
 def _strict(doc):
     """The AMD model without the in-order LDS assumption (``--no-lds-order``)."""
-    return attrs.evolve(default_counter_model(doc), lds_in_order=False)
+    return attrs.evolve(model_for_document(doc), lds_in_order=False)
 
 # (category, phase) -> mutations tried
 TRIED = {

@@ -4,14 +4,14 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from pipeline_core.check import check_document, default_counter_model
+from pipeline_core.check import check_document, model_for_document
 
 from .helpers import load, set_wait
 
 
 def _strict(doc):
     """The AMD model without the in-order LDS assumption (``--no-lds-order``)."""
-    return attrs.evolve(default_counter_model(doc), lds_in_order=False)
+    return attrs.evolve(model_for_document(doc), lds_in_order=False)
 
 
 # (index, counter, value, loosest safe value, max outstanding) per kernel wait, under the

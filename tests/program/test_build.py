@@ -1,15 +1,15 @@
-"""build_kernel_program end to end against the goldens; strategy plumbing; order validation."""
+"""build_kernel_program end to end against the goldens; the ordering stage; order validation."""
 from __future__ import annotations
 
 
 import pytest
 
-import pipeline_core.program.build as build_mod
 from pipeline_core.errors import ConfigError, ProgramError, SchedulingError
 from pipeline_core.ops import KOffset, OpRole, Phase, wait_lgkm, wait_vm
 from pipeline_core.program import (KernelProgram, build_kernel_program,
                                    emit_minimal_barrier_block, kernel_deps_double_buffer)
-from pipeline_core.scheduling.registry import SchedulingRequest
+from pipeline_core.ordering import schedule_order
+from pipeline_core.scheduling.registry import SchedulingRequest, get_strategy
 
 from .helpers import (BF16_CSP_ORDER, DB_CASES, FOURWAVE_CASES, PINGPONG_CASES, bf16_config,
                       built, csp_sched, entries_from, inputs, load, ops_from, pingpong_body_bf16)
@@ -98,7 +98,7 @@ def test_data_op_count_equals_body():
 
 # --- strategy plumbing ------------------------------------------------------------------
 
-def test_strategy_request_and_order(monkeypatch):
+def test_strategy_request_and_order():
     body, order, cfg, sched, edges = inputs("pingpong_bf16")
     seen: list[SchedulingRequest] = []
 
@@ -106,15 +106,14 @@ def test_strategy_request_and_order(monkeypatch):
         seen.append(request)
         return list(order)
 
-    monkeypatch.setattr(build_mod, "get_strategy",
-                        lambda name: strategy if name == "CSP" else pytest.fail(name))
     sched = sched.evolve(lds_contention_penalty=7, max_vgpr=120)
-    kp = build_kernel_program(body, cfg, sched, edges)
-    assert kp.order == tuple(order)
+    final = schedule_order(body, cfg, sched, edges, strategy=strategy)
+    assert final == tuple(order)
     (req,) = seen
     assert req.body == body and req.edges == edges
     assert (req.max_globals_per_block, req.lds_contention_penalty, req.max_vgpr,
             req.num_partitions, req.blocks_per_partition) == (1, 7, 120, 2, 4)
+    kp = build_kernel_program(body, cfg, sched, edges, order=final)
     assert kp.program == built("pingpong_bf16").program
 
 
@@ -128,26 +127,38 @@ def test_empty_edges_are_derived(monkeypatch):
         return list(edges)
 
     monkeypatch.setattr(edges_mod, "derive_edges", fake_derive, raising=False)
-    monkeypatch.setattr(build_mod, "get_strategy",
-                        lambda name: lambda req: (calls.append(req.edges), list(order))[1])
-    build_kernel_program(body, cfg, sched)
+    schedule_order(body, cfg, sched,
+                   strategy=lambda req: (calls.append(req.edges), list(order))[1])
     assert calls[0] == (body, cfg) and calls[1] == edges
-    # an explicit order never derives edges or asks a strategy
+    # the block builder never derives edges or asks a strategy: it takes the order
     calls.clear()
     build_kernel_program(body, cfg, sched, order=order)
     assert calls == []
 
 
-def test_registered_strategy_is_used():
-    pytest.importorskip("pipeline_core.scheduling.builtin")
-    from pipeline_core.scheduling.registry import register_strategy, unregister_strategy
+def test_builder_requires_an_order():
+    body, _, cfg, sched, edges = inputs("pingpong_bf16")
+    with pytest.raises(TypeError, match="order"):
+        build_kernel_program(body, cfg, sched, edges)  # type: ignore[call-arg]
+
+
+def test_host_strategy_is_used_by_compile():
+    from pipeline_core import hookimpl
+    from pipeline_core.schedule import StrategyRecord
+    from pipeline_core.testing import fresh_host
+
     body, order, cfg, sched, edges = inputs("pingpong_bf16")
-    register_strategy("TEST_GOLDEN_ORDER", lambda req: list(order), replace=True)
-    try:
-        kp = build_kernel_program(body, cfg, sched.evolve(scheduling="test_golden_order"), edges)
-    finally:
-        unregister_strategy("TEST_GOLDEN_ORDER")
-    assert kp.order == tuple(order)
+
+    class GoldenOrder:
+        @hookimpl
+        def pipeline_core_register_strategies(self):
+            return [StrategyRecord("TEST_GOLDEN_ORDER", "the golden order", lambda req: list(order))]
+
+    host = fresh_host(GoldenOrder())
+    strategy = host.get_strategy("test_golden_order")
+    final = schedule_order(body, cfg, sched.evolve(scheduling="test_golden_order"), edges,
+                           strategy=strategy)
+    assert build_kernel_program(body, cfg, sched, edges, order=final).order == tuple(order)
 
 
 @pytest.mark.parametrize("bad, problem", [
@@ -156,13 +167,12 @@ def test_registered_strategy_is_used():
     (list(range(23)) + [24], "index 24 is outside 0..23"),
     (list(range(-1, 23)), "index -1 is outside"),
 ])
-def test_invalid_orders(monkeypatch, bad, problem):
+def test_invalid_orders(bad, problem):
     body, _, cfg, sched, edges = inputs("pingpong_bf16")
     with pytest.raises(ProgramError, match=problem):
         build_kernel_program(body, cfg, sched, edges, order=bad)
-    monkeypatch.setattr(build_mod, "get_strategy", lambda name: lambda req: bad)
     with pytest.raises(SchedulingError, match=problem) as exc:
-        build_kernel_program(body, cfg, sched, edges)
+        schedule_order(body, cfg, sched, edges, strategy=lambda req: bad)
     assert exc.value.strategy == "CSP"
 
 
@@ -191,8 +201,8 @@ def test_result_is_frozen_and_inputs_untouched():
 @pytest.mark.parametrize("case", DB_CASES)
 def test_builtin_strategies_reproduce_golden(case):
     """Integration with the registry's built-in strategies (when installed)."""
-    pytest.importorskip("pipeline_core.scheduling.builtin")
     body, order, cfg, sched, edges = inputs(case)
-    kp = build_kernel_program(body, cfg, sched, edges)
+    final = schedule_order(body, cfg, sched, edges, strategy=get_strategy(sched.scheduling))
+    kp = build_kernel_program(body, cfg, sched, edges, order=final)
     assert kp.order == order
     assert kp.program == built(case).program

@@ -5,6 +5,7 @@ from pipeline_core.config import (BlockSizing, FragOrder, LoopCarried, PipelineC
                                   TargetProfile, WarpStagger)
 
 from pipeline_core_amd_mi355x.cost_models import mi355x_cost_model, mi355x_single_buffer_cost_model
+from pipeline_core_amd_mi355x.sync import CLOCK_GHZ, MI355X_SINGLE_BUFFER_SYNC, MI355X_SYNC
 
 #: The reference's mi355x_target() defaults.
 DEFAULT_VM_PER_LOAD = 4
@@ -49,12 +50,14 @@ def mi355x_target(vm_per_load_a: int = DEFAULT_VM_PER_LOAD, vm_per_load_b: int =
                   max_globals: int = DEFAULT_MAX_GLOBALS) -> TargetProfile:
     """Double-buffer MI355X profile (registered as ``mi355x``)."""
     return TargetProfile(mi355x_cost_model(), mi355x_double_buffer(vm_per_load_a, vm_per_load_b,
-                                                                   max_globals))
+                                                                   max_globals),
+                         sync=MI355X_SYNC, clock_ghz=CLOCK_GHZ)
 
 
 def mi355x_single_buffer_target() -> TargetProfile:
     """Single-buffer MI355X profile (registered as ``mi355x-single-buffer``)."""
-    return TargetProfile(mi355x_single_buffer_cost_model(), mi355x_single_buffer())
+    return TargetProfile(mi355x_single_buffer_cost_model(), mi355x_single_buffer(),
+                         sync=MI355X_SINGLE_BUFFER_SYNC, clock_ghz=CLOCK_GHZ)
 
 
 def require_2x2_double_buffer(owner: str, target_name: str, config: PipelineConfig) -> None:

@@ -37,14 +37,3 @@ def pipeline_core_kernel_transforms(schedule, target, config):
         return append_amd_hints(kernel, body, cfg, hints)
 
     return [KernelTransform(HINTS_TRANSFORM, add_hints)]
-
-
-@hookimpl
-def pipeline_core_counter_model(target):
-    """The hazard checker's counter semantics on MI355X: in-order vmcnt per global load
-    (vm_per_load_a/b ticks), lgkmcnt per LDS access, both read from the compiled document."""
-    if target not in {t.name for t in TARGETS}:
-        return None
-    from pipeline_core.check.counters import default_counter_model
-
-    return default_counter_model

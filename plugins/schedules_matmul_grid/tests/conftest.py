@@ -1,23 +1,9 @@
-"""Fixtures for the matmul-grid tests: EXACT strategies registered, compile helpers, the real CLI."""
+"""Fixtures for the matmul-grid tests: compile helpers, the real CLI."""
 from __future__ import annotations
 
 import json
 
 import pytest
-
-from pipeline_core.scheduling import registry
-
-
-@pytest.fixture(autouse=True)
-def exact_strategies():
-    """The core registers EXACT / EXACT_BLOCKS as built-ins; make sure they are there."""
-    from pipeline_core.scheduling.exact import exact_blocks_strategy, exact_strategy
-
-    registry._ensure_builtins()
-    for name, fn in (("EXACT", exact_strategy), ("EXACT_BLOCKS", exact_blocks_strategy)):
-        if name not in registry._STRATEGIES:
-            registry.register_strategy(name, fn)
-    yield
 
 
 @pytest.fixture

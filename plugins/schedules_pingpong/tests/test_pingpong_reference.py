@@ -238,13 +238,17 @@ def test_wait_counts_match_block_structure(ref):
 
 def _prologue(ref, lgkm, fp8=False, sched=None):
     from pipeline_core.phases import derive_prologue
+    from pipeline_core.ordering import schedule_order
     from pipeline_core.program import build_kernel_program
+    from pipeline_core.scheduling import get_strategy
 
     sched = sched or ref.CSP_AUTO
     schedule = ref.pp(sched, lgkm, mi355x_target(4, 4), fp8=fp8)
     config = schedule.config()
-    result = build_kernel_program(schedule.build_body(), config,
-                                  sched.evolve(lgkm_per_load_a=8, lgkm_per_load_b=8))
+    sched = sched.evolve(lgkm_per_load_a=8, lgkm_per_load_b=8)
+    body = schedule.build_body()
+    order = schedule_order(body, config, sched, strategy=get_strategy(sched.scheduling))
+    result = build_kernel_program(body, config, sched, order=order)
     return derive_prologue(result.program, config, ScheduleConfig())
 
 
@@ -264,13 +268,16 @@ def test_prologue_from_program_entry_count(ref):
 
 def test_stage_based_completion_symmetric(ref):
     """Test 50: each half has a completion load; the two kernel WAIT_VMs are equal (12)."""
+    from pipeline_core.ordering import schedule_order
     from pipeline_core.program import build_kernel_program
+    from pipeline_core.scheduling import get_strategy
 
     schedule = ref.pp(ref.CSP_AUTO, (4, 4))
     config = schedule.config()
-    result = build_kernel_program(schedule.build_body(), config,
-                                  ScheduleConfig(scheduling="CSP", auto_waits=True,
-                                                 lgkm_per_load_a=4, lgkm_per_load_b=4))
+    sched = ScheduleConfig(scheduling="CSP", auto_waits=True, lgkm_per_load_a=4, lgkm_per_load_b=4)
+    body = schedule.build_body()
+    order = schedule_order(body, config, sched, strategy=get_strategy(sched.scheduling))
+    result = build_kernel_program(body, config, sched, order=order)
     bph = config.blocks_per_partition
     for h in range(2):
         half = result.program.blocks[h * bph:(h + 1) * bph]

@@ -1,0 +1,244 @@
+"""A target's synchronisation facts: what one can wait on, what each op adds, what a barrier does.
+
+The core never assumes a GPU family's counters.  A target declares a
+:class:`SyncModel` on its :class:`~pipeline_core.config.TargetProfile`; the
+hazard checker, the timing model and the exports read channel names, wait tags,
+barrier tags and hint tags from it (README.md, "Architecture").
+
+Records are frozen and keyword-only.  Tick counts may depend on the compiled
+configuration (AMD counts several ``vmcnt`` ticks per global load, set per
+kernel layout): an :class:`Effect` names the document fields to read them from
+(``ticks_from``), and :meth:`SyncModel.bind` resolves them for one compiled
+schedule into a :class:`BoundSync`.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from pipeline_core.ops import OpRole
+
+# Typed converters (attrs' ``converter=tuple`` hides the element type from the type checker).
+def _strings(items: Iterable[str]) -> tuple[str, ...]:
+    return tuple(items)
+
+
+def _channels(items: Iterable["Channel"]) -> tuple["Channel", ...]:
+    return tuple(items)
+
+
+def _effects(items: Iterable["Effect"]) -> tuple["Effect", ...]:
+    return tuple(items)
+
+
+def _barriers(items: Iterable["BarrierKind"]) -> tuple["BarrierKind", ...]:
+    return tuple(items)
+
+
+
+class ChannelKind(str, enum.Enum):
+    """How a wait on the channel is answered."""
+
+    COUNTER = "counter"  #: wait(n): at most n ticks of the issuer still pending
+    PHASE = "phase"      #: wait(phase): a barrier phase completed (not yet lowered by the core)
+
+
+def _non_empty(inst: Any, attribute: attrs.Attribute, value: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{type(inst).__name__}.{attribute.name} must be a non-empty string")
+
+
+def _tag(inst: Any, attribute: attrs.Attribute, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{type(inst).__name__}.{attribute.name} must be an op tag >= 0, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class Channel:
+    """One thing a program can wait on.
+
+    ``name`` is the short key used everywhere a channel is referred to (the
+    checker's counters, the timing model's stall reasons come from ``label``);
+    ``wait_tag`` / ``wait_name`` are the tag and tag name of the wait entry on
+    this channel; ``op_cost_field`` is the :class:`~pipeline_core.ops.Op` field
+    that, when non-zero, overrides an op's tick count on this channel (AMD
+    prologue loads carry ``vm_cost``).
+    """
+
+    name: str = attrs.field(validator=_non_empty)
+    label: str = attrs.field(validator=_non_empty)  #: hardware name, e.g. "vmcnt", "cp.async groups"
+    wait_tag: int = attrs.field(validator=_tag)
+    wait_name: str = attrs.field(validator=_non_empty)  #: e.g. "WAIT_VM"
+    kind: ChannelKind = attrs.field(default=ChannelKind.COUNTER, converter=ChannelKind)
+    unit: str = "instruction"  #: what one tick is: "instruction", "op", "group", "bytes"
+    in_order: bool = True  #: ticks retire oldest first; False: only wait(0) proves a given tick done
+    owner: str = "wave"  #: whose counter it is: "thread", "wave", "warp", "warpgroup", "cta"
+    results_visible_to: str = "issuer"  #: "issuer" (counters) or "waiters" (phase channels)
+    max_wait: int | None = None  #: largest encodable wait value (None: not declared)
+    commit_tag: int | None = None  #: group channels: the tag that closes a group
+    op_cost_field: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Effect:
+    """Ops of ``role`` on operand ``channel`` (-1: any) add ``ticks`` to sync channel ``counter``.
+
+    ``counter`` None declares the op synchronous for its issuer (complete in
+    program order).  ``ticks_from`` lists document fields (``"config.vm_per_load_a"``)
+    whose first positive value replaces ``ticks`` when a schedule is bound;
+    when none is positive, ``ticks`` is used and a note says so.
+    """
+
+    role: OpRole = attrs.field(converter=OpRole)
+    counter: str | None
+    channel: int = -1
+    ticks: int = 1
+    ticks_from: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+
+
+@attrs.frozen(kw_only=True)
+class BarrierKind:
+    """A rendezvous instruction.
+
+    ``drains``: the barrier also waits for the issuer's own pending ops (a fenced
+    barrier); ``aligned``: every participant must reach the same instruction
+    (false where warps run staggered copies of one program).
+    """
+
+    tag: int = attrs.field(validator=_tag)
+    name: str = attrs.field(validator=_non_empty)  #: instruction name shown in output, e.g. "s_barrier"
+    participants: str = "cta"
+    aligned: bool = False
+    drains: bool = False
+    publishes: str = "completed"  #: makes completed (retired) accesses visible to participants
+
+
+@attrs.frozen(kw_only=True)
+class SyncModel:
+    """Everything the checker, timing model and exports need to know about a target's sync.
+
+    Assumptions the hardware does not guarantee by ISA are fields, so a report
+    can state them:
+
+    * ``register_interlock``: a use of a loaded register waits for the load
+      (the compiler inserts the wait), so a consumer never reads a half-loaded
+      fragment without an explicit wait.
+    * ``shared_in_order``: the shared memory services accesses in arrival order,
+      so a read issued before a global->shared load is serviced before the
+      load's data lands (no write-after-read hazard without a wait).
+    * ``global_loads_write_shared``: global loads go straight to shared memory;
+      when False they fill registers and a SHARED_STORE op writes them.
+
+    ``hint_tags`` are tags that only steer the instruction scheduler (zero cost,
+    never stall), ``hint_formats`` how their operands read; ``priority_tag`` is the hint whose ``wait_value`` sets the
+    issuing group's priority in the timing model.  ``combined_wait`` names the
+    instruction adjacent waits on different channels fold into ("" : none).
+    """
+
+    name: str = attrs.field(validator=_non_empty)
+    channels: tuple[Channel, ...] = attrs.field(converter=_channels)
+    effects: tuple[Effect, ...] = attrs.field(converter=_effects)
+    barriers: tuple[BarrierKind, ...] = attrs.field(converter=_barriers)
+    hint_tags: Mapping[int, str] = attrs.field(factory=dict)
+    #: how a hint's operands read in labels, e.g. ``"mask={subtile}, count={wait_value}"``
+    hint_formats: Mapping[int, str] = attrs.field(factory=dict)
+    priority_tag: int | None = None
+    register_interlock: bool = True
+    shared_in_order: bool = False
+    global_loads_write_shared: bool = True
+    combined_wait: str = ""
+    notes: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+
+    def __attrs_post_init__(self) -> None:
+        names = [c.name for c in self.channels]
+        if len(set(names)) != len(names):
+            raise ValueError(f"SyncModel {self.name}: channel names repeat: {names}")
+        for e in self.effects:
+            if e.counter is not None and e.counter not in names:
+                raise ValueError(f"SyncModel {self.name}: effect of {e.role.name} names channel "
+                                 f"{e.counter!r}; declared channels: {', '.join(names)}")
+        if not self.barriers:
+            raise ValueError(f"SyncModel {self.name}: declares no barrier kind")
+
+    def channel(self, name: str) -> Channel:
+        for c in self.channels:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def channel_for_wait(self, tag: int) -> Channel | None:
+        for c in self.channels:
+            if c.wait_tag == tag:
+                return c
+        return None
+
+    @property
+    def barrier(self) -> BarrierKind:
+        """The workgroup-wide barrier (the first declared kind)."""
+        return self.barriers[0]
+
+    @property
+    def wait_tags(self) -> tuple[int, ...]:
+        return tuple(c.wait_tag for c in self.channels)
+
+    def tag_names(self) -> dict[int, str]:
+        """Names of the tags this model owns (waits, barriers, hints), for output."""
+        names = {c.wait_tag: c.wait_name for c in self.channels}
+        names.update({b.tag: b.name.upper() for b in self.barriers})
+        names.update(self.hint_tags)
+        return names
+
+    def bind(self, config: Any = None, schedule_config: Any = None) -> "BoundSync":
+        """Resolve every effect's ticks against one compiled schedule's config records or dicts."""
+        sources = {"config": config, "schedule_config": schedule_config}
+        notes: list[str] = []
+        noted: set[tuple[str, ...]] = set()
+        effects = []
+        for e in self.effects:
+            ticks = e.ticks
+            if e.ticks_from:
+                found = [v for v in (_read(sources, key) for key in e.ticks_from) if v > 0]
+                if found:
+                    ticks = found[0]
+                elif e.ticks_from not in noted:
+                    noted.add(e.ticks_from)
+                    keys = " and ".join(e.ticks_from)
+                    verb = "is" if len(e.ticks_from) == 1 else "are"
+                    where = f" on channel {e.channel}" if e.channel >= 0 else ""
+                    unit = "op" if e.ticks == 1 else "ops"
+                    notes.append(f"{keys} {verb} 0; assumed {e.ticks} {e.counter} {unit} per "
+                                 f"{e.role.name.lower().replace('_', ' ')}{where}")
+            effects.append(attrs.evolve(e, ticks=ticks, ticks_from=()))
+        return BoundSync(model=self, effects=tuple(effects), notes=tuple(notes) + self.notes)
+
+
+def _read(sources: Mapping[str, Any], dotted: str) -> int:
+    """An int field named ``record.field`` from a config record or its document dict (0: absent)."""
+    head, _, field = dotted.partition(".")
+    record = sources.get(head)
+    if record is None:
+        return 0
+    value = record.get(field, 0) if isinstance(record, Mapping) else getattr(record, field, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@attrs.frozen(kw_only=True)
+class BoundSync:
+    """A :class:`SyncModel` with the tick counts of one compiled schedule resolved."""
+
+    model: SyncModel
+    effects: tuple[Effect, ...]
+    notes: tuple[str, ...] = ()
+
+    def effect(self, role: int, channel: int) -> Effect | None:
+        """How an op of ``role`` on operand ``channel`` is counted (None: no effect declared)."""
+        fallback = None
+        for e in self.effects:
+            if e.role == role and e.channel == channel:
+                return e
+            if e.role == role and e.channel == -1 and fallback is None:
+                fallback = e
+        return fallback

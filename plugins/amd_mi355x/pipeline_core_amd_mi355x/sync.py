@@ -1,0 +1,73 @@
+"""MI355X synchronisation: vmcnt, lgkmcnt and s_barrier, as the reference's kernels use them.
+
+* ``vmcnt`` counts buffer loads per wave, ``vm_per_load_a/b`` ticks per global
+  load (set by the kernel layout), retiring in order.
+* ``lgkmcnt`` counts LDS accesses per wave: ``lgkm_per_load_a/b`` ticks per
+  fragment load (the PipelineConfig's when set, else the ScheduleConfig's), one
+  per SHARED_STORE; in order while only LDS traffic is pending.
+* ``s_barrier`` is the workgroup rendezvous.  In the double-buffer kernel global
+  loads write LDS directly (``buffer_load ... lds``) and the barrier is bare; in
+  the single-buffer kernel loads fill staging registers, SHARED_STORE writes LDS,
+  and ``barrier()`` is fenced, so it drains the wave's counters first.
+* Assumptions (not ISA guarantees): the compiler interlocks fragment registers
+  (SIInsertWaitcnts waits for a ``ds_read`` before its VGPRs are used), and the
+  LDS services its queue in arrival order, so a read issued before a
+  global->LDS load is serviced before that load's data lands.
+* ``s_setprio``, ``sched_barrier`` and ``sched_group_barrier`` are scheduling
+  hints: they cost nothing and never stall.
+"""
+from __future__ import annotations
+
+from pipeline_core.ops import FrameworkTag, OpRole
+from pipeline_core.sync import BarrierKind, Channel, Effect, SyncModel
+
+VM, LGKM = "vm", "lgkm"
+
+CHANNELS = (
+    Channel(name=VM, label="vmcnt", wait_tag=int(FrameworkTag.WAIT_VM), wait_name="WAIT_VM",
+            unit="instruction", in_order=True, owner="wave", op_cost_field="vm_cost"),
+    Channel(name=LGKM, label="lgkmcnt", wait_tag=int(FrameworkTag.WAIT_LGKM),
+            wait_name="WAIT_LGKM", unit="instruction", in_order=True, owner="wave",
+            op_cost_field="lgkm_cost"),
+)
+
+EFFECTS = (
+    Effect(role=OpRole.GLOBAL_LOAD, channel=0, counter=VM, ticks_from=("config.vm_per_load_a",)),
+    Effect(role=OpRole.GLOBAL_LOAD, channel=1, counter=VM, ticks_from=("config.vm_per_load_b",)),
+    Effect(role=OpRole.GLOBAL_LOAD, channel=-1, counter=VM, ticks_from=("config.vm_per_load_a",)),
+    Effect(role=OpRole.FRAGMENT_LOAD, channel=0, counter=LGKM,
+           ticks_from=("config.lgkm_per_load_a", "schedule_config.lgkm_per_load_a")),
+    Effect(role=OpRole.FRAGMENT_LOAD, channel=1, counter=LGKM,
+           ticks_from=("config.lgkm_per_load_b", "schedule_config.lgkm_per_load_b")),
+    Effect(role=OpRole.FRAGMENT_LOAD, channel=-1, counter=LGKM,
+           ticks_from=("config.lgkm_per_load_a", "schedule_config.lgkm_per_load_a")),
+    Effect(role=OpRole.SHARED_STORE, channel=-1, counter=LGKM, ticks=1),
+    Effect(role=OpRole.COMPUTE, counter=None),
+)
+
+HINTS = {int(FrameworkTag.SET_PRIO): "SET_PRIO",
+         int(FrameworkTag.SCHEDULE_BARRIER): "SCHEDULE_BARRIER",
+         int(FrameworkTag.SCHED_GROUP_BARRIER): "SCHED_GROUP_BARRIER"}
+#: sched_group_barrier carries its mask in ``subtile`` and its count in ``wait_value``
+HINT_FORMATS = {int(FrameworkTag.SCHED_GROUP_BARRIER): "mask={subtile}, count={wait_value}"}
+
+#: The MI355X peak engine clock, used to state real time next to cycles.
+CLOCK_GHZ = 2.4
+
+MI355X_SYNC = SyncModel(
+    name="amd-mi355x", channels=CHANNELS, effects=EFFECTS,
+    barriers=(BarrierKind(tag=int(FrameworkTag.BARRIER), name="s_barrier", aligned=False,
+                          drains=False),),
+    hint_tags=HINTS, hint_formats=HINT_FORMATS, priority_tag=int(FrameworkTag.SET_PRIO),
+    register_interlock=True, shared_in_order=True, global_loads_write_shared=True,
+    combined_wait="s_waitcnt")
+
+MI355X_SINGLE_BUFFER_SYNC = SyncModel(
+    name="amd-mi355x-single-buffer", channels=CHANNELS, effects=EFFECTS,
+    barriers=(BarrierKind(tag=int(FrameworkTag.BARRIER), name="s_barrier", aligned=False,
+                          drains=True),),
+    hint_tags=HINTS, hint_formats=HINT_FORMATS, priority_tag=int(FrameworkTag.SET_PRIO),
+    register_interlock=True, shared_in_order=True, global_loads_write_shared=False,
+    combined_wait="s_waitcnt",
+    notes=("single buffer (depth 1): global loads fill staging registers, SHARED_STORE writes "
+           "LDS, BARRIER is the fenced barrier() that drains the warp's counters",))
