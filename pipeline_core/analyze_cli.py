@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from pipeline_core.limits import ANALYZE_ITERATIONS, OPTIMAL_SECONDS
+from pipeline_core.limits import ANALYZE_ITERATIONS, OPTIMAL_SECONDS, iterations_over_budget
 
 DEFAULT_ITERATIONS = 12
 EXIT_OK, EXIT_INPUT = 0, 2
@@ -38,6 +38,11 @@ def run(args: argparse.Namespace, compiled) -> int:
     if not ANALYZE_ITERATIONS.contains(args.iterations):
         print(f"error: --iterations {args.iterations}: expected {ANALYZE_ITERATIONS.allowed()} "
               "(a steady state needs warm-up and drain)", file=sys.stderr)
+        return EXIT_INPUT
+    too_many = "" if args.no_timing else iterations_over_budget(
+        args.iterations, len(compiled.kernel), ANALYZE_ITERATIONS)
+    if too_many:
+        print(f"error: {too_many}", file=sys.stderr)
         return EXIT_INPUT
     if args.optimal is not None and not OPTIMAL_SECONDS.contains(args.optimal):
         print(f"error: --optimal {args.optimal:g}: expected {OPTIMAL_SECONDS.allowed()} seconds",

@@ -169,8 +169,8 @@ def cmd_compile(args, host) -> int:
 
 
 def _params_doc(params) -> list[dict]:
-    return [{"name": p.name, "type": p.type_name, "default": p.default, "help": p.help}
-            for p in params]
+    return [{"name": p.name, "type": p.type_name, "default": p.default, "help": p.help,
+             "allowed": p.range_text()} for p in params]
 
 
 def cmd_list(args, host) -> int:
@@ -214,7 +214,8 @@ def cmd_list(args, host) -> int:
         extra = f", default target {row['default_target']}" if row.get("default_target") else ""
         print(f"{row['name']}: {row['description']}  [{row['provider']}{extra}]")
         for prm in row["params"]:
-            print(f"    {prm['name']} ({prm['type']}, default {prm['default']!r}): {prm['help']}")
+            allowed = f" ({prm['allowed']})" if prm["allowed"] else ""
+            print(f"    {prm['name']} ({prm['type']}, default {prm['default']!r}): {prm['help']}{allowed}")
     return EXIT_OK
 
 

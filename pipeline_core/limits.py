@@ -90,3 +90,29 @@ CYCLES = Bound(low=0, high=100_000)
 VGPR_BUDGET = Bound(low=0, high=999_999)
 #: Time budget of the search strategies in milliseconds (0 = no limit): at most an hour.
 SEARCH_TIME_MS = Bound(low=0, high=3_600_000)
+
+# --- modelled work ------------------------------------------------------------------
+#: Kernel entries one modelled run may execute (kernel entries x --iterations) in
+#: ``check``, ``export`` and ``analyze``: about a second of modelling.  Large kernels
+#: get fewer iterations; the message says how many fit.
+MODELLED_ENTRIES = 50_000
+
+
+def iterations_over_budget(iterations: int, kernel_entries: int, bound: Bound,
+                           flag: str = "--iterations") -> str:
+    """Why ``iterations`` of a ``kernel_entries``-entry kernel are too many ('' when they fit).
+
+    ``bound`` is the flag's own range (its lower end is the fewest iterations the
+    command can work with).
+    """
+    per = max(kernel_entries, 1)
+    total = iterations * per
+    if total <= MODELLED_ENTRIES:
+        return ""
+    fit = MODELLED_ENTRIES // per
+    budget = f"more than the {MODELLED_ENTRIES:,} kernel entries a run may model"
+    if fit < bound.low:
+        return (f"{flag} {iterations}: the kernel has {kernel_entries:,} entries, so even "
+                f"{int(bound.low)} iterations would model {budget}")
+    return (f"{flag} {iterations} would model {total:,} kernel entries ({kernel_entries:,} per "
+            f"iteration), {budget}: use {flag} {fit} or fewer")

@@ -42,7 +42,7 @@ def test_invalid_record_fails_the_plugin_with_a_message():
     host = fresh_host(fx.BadRecord(), fx.Provider())
     failed = [p for p in host.plugins if p.status.startswith("failed")]
     assert len(failed) == 1
-    assert "returned str, expected TargetRecord" in failed[0].error
+    assert "item 0 is str, expected a list of TargetRecord" in failed[0].error
     assert "tiny-gpu" in host.targets
 
 

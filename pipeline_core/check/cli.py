@@ -18,7 +18,7 @@ import attrs
 from typing import TYPE_CHECKING
 
 from pipeline_core.errors import PipelineError, PluginError
-from pipeline_core.limits import CHECK_ITERATIONS, WARPS_PER_GROUP
+from pipeline_core.limits import CHECK_ITERATIONS, WARPS_PER_GROUP, iterations_over_budget
 
 if TYPE_CHECKING:
     from pipeline_core.check.counters import CounterModel
@@ -115,6 +115,12 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
                                    ("--warps-per-group", warps, WARPS_PER_GROUP)):
             if not bound.contains(value):
                 raise ValueError(f"{flag} {value}: expected {bound.allowed()}")
+        kernel = document.get("kernel")
+        entries = (len(kernel) if isinstance(kernel, list) else 0) * warps  # each warp runs them
+        too_many = iterations_over_budget(iterations, entries, CHECK_ITERATIONS)
+        if too_many:
+            raise ValueError(too_many + (f" (--warps-per-group {warps}: every warp runs the "
+                                         "kernel)" if warps > 1 else ""))
         verdict = check_document(document, model=model, iterations=iterations,
                                  warps_per_group=warps, tightest=getattr(args, "tightest", False))
     except PluginError:

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from pipeline_core.limits import EXPORT_ITERATIONS, PICTURE_WIDTH
+from pipeline_core.limits import EXPORT_ITERATIONS, PICTURE_WIDTH, iterations_over_budget
 
 FORMATS = ("trace", "dot", "png", "svg")
 SUFFIX_FORMAT = {".json": "trace", ".dot": "dot", ".gv": "dot", ".png": "png", ".svg": "svg"}
@@ -113,6 +113,9 @@ def run(args, compiled: Any) -> int:
     iterations = getattr(args, "iterations", DEFAULT_ITERATIONS)
     if not EXPORT_ITERATIONS.contains(iterations):
         return _error(f"--iterations {iterations}: expected {EXPORT_ITERATIONS.allowed()}")
+    too_many = iterations_over_budget(iterations, _kernel_entries(compiled), EXPORT_ITERATIONS)
+    if too_many:
+        return _error(too_many)
     width = getattr(args, "width", 1600)
     if not PICTURE_WIDTH.contains(width):
         return _error(f"--width {width}: expected {PICTURE_WIDTH.allowed()} pixels")
@@ -140,6 +143,11 @@ def run(args, compiled: Any) -> int:
         print(f"wrote {args.output}")
         print(format_summary(timeline))
     return EXIT_OK
+
+
+def _kernel_entries(compiled: Any) -> int:
+    kernel = compiled.get("kernel") if isinstance(compiled, dict) else getattr(compiled, "kernel", ())
+    return len(kernel or ())
 
 
 def _simulate(compiled: Any, iterations: int, progress: Callable[[int, int], None]):

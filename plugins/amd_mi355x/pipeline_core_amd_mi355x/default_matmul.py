@@ -26,11 +26,11 @@ from pipeline_core_amd_mi355x.tags import CHANNEL_A, SINGLE_BUFFER_TAG_NAMES, Si
 NAME = "default-matmul"
 OWNER = f"schedule {NAME}"
 
-#: The body has 2T + 3 ops and the hints grow with the MMA grid and the loads: these
-#: ranges cover every real kernel and keep a compile well under a second.
-K_TILES = Bound(low=1, high=256)
-MMA_GRID_SIDE = Bound(low=1, high=64)
-LOADS_PER_THREAD = Bound(low=0, high=256)
+#: The body has 2T + 3 ops and the kernel's hints grow with T, the MMA grid and the loads
+#: per thread: these ranges cover every real kernel and keep a compile under a second.
+K_TILES = Bound(low=1, high=64)
+MMA_GRID_SIDE = Bound(low=1, high=16)
+LOADS_PER_THREAD = Bound(low=0, high=64)
 
 PARAMS: tuple[Param, ...] = (
     Param("num_k_tiles", int, 2, "K tiles per iteration (T): fragment loads and MMAs per body",
