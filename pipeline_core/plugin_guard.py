@@ -67,7 +67,8 @@ def explain(exc: BaseException) -> str:
     if isinstance(exc, BadResult):
         return str(exc)
     if isinstance(exc, SystemExit):
-        return f"it called sys.exit({exc.code!r}) (SystemExit; argparse does this on bad arguments)"
+        why = " (argparse does this when it rejects a command line)" if exc.code == 2 else ""
+        return f"it called sys.exit({exc.code!r}){why}"
     if isinstance(exc, RecursionError):
         return "RecursionError: maximum recursion depth exceeded (unbounded recursion)"
     text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")

@@ -348,7 +348,7 @@ class PluginHost:
     def _lookup(self, kind: str, table: dict, name: str):
         key = f"{kind}:{name}"
         if key in self.conflicts:
-            raise PluginError(f"{kind} {name!r} is provided by more than one distribution: "
+            raise PluginError(f"{kind} {name!r} is provided by more than one plugin: "
                               f"{' and '.join(self.conflicts[key])}; uninstall or disable all "
                               "but one (--disable-plugin NAME)")
         if name not in table:

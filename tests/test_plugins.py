@@ -57,7 +57,7 @@ def test_import_failure_is_reported_with_its_distribution():
 
 def test_duplicate_schedule_names_name_both_providers():
     host = fresh_host(fx.Provider(), fx.SameNames())
-    with pytest.raises(PluginError, match=r"schedule 'tiny' is provided by more than one distribution"):
+    with pytest.raises(PluginError, match=r"schedule 'tiny' is provided by more than one plugin"):
         host.get_schedule("tiny")
     assert any(p.status == "conflict" for p in host.plugins)
 
