@@ -17,6 +17,16 @@ How results combine
   schedule is a conflict error naming both.
 * ``pipeline_core_kernel_transforms`` is collected: all transforms returned
   run in ``(order, name)`` order after the schedule's own ``transform_kernel``.
+
+How plugin code is run
+----------------------
+Every hook, factory, schedule method, strategy, transform and counter-model builder
+of a plugin runs under the plugin guard (``pipeline_core.plugin_guard``): an answer
+of a type other than the one documented below, or any exception but
+``KeyboardInterrupt``, becomes a ``PluginError`` naming the plugin, its distribution
+and the hook (at load time: a warning, and the plugin is dropped).  Raise a
+``pipeline_core.errors`` error (``ConfigError``...) for bad user input: it passes
+through unchanged.  Whatever a plugin prints goes to stderr.
 """
 from __future__ import annotations
 
