@@ -151,7 +151,6 @@ class PluginGuard:
         def guarded(*args: Any, **kwargs: Any) -> Any:
             return self.call(culprit, what, fn, *args, check=check, **kwargs)
 
-        guarded.guarded_function = fn  # type: ignore[attr-defined]
         return guarded
 
     def schedule(self, schedule: Any, culprit: Culprit, label: str) -> "GuardedSchedule":
