@@ -1,12 +1,15 @@
 """Name-based entry points: what the CLI and plugin tests call."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from pipeline_core.compiler import CompiledSchedule, compile_schedule
 from pipeline_core.config import ScheduleConfig, apply_overrides
 from pipeline_core.errors import UnknownNameError
 from pipeline_core.schedule import BuildContext, parse_params, parse_target_args
+
+if TYPE_CHECKING:
+    from pipeline_core.plugins import PluginHost
 
 
 def build_named(schedule: str, *, target: str | None = None, params: Mapping[str, str] | None = None,
@@ -38,7 +41,7 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
     return record.factory(ctx), target_name, values
 
 
-def check_config_overrides(overrides: Mapping[str, str], host) -> None:
+def check_config_overrides(overrides: Mapping[str, str], host: PluginHost) -> None:
     """Each ``-c KEY=VALUE`` names a ScheduleConfig field, parses, lies in its bound, and
     ``scheduling`` names a registered strategy (single-buffer schedules never look it up)."""
     checked = apply_overrides(ScheduleConfig(), overrides, what="ScheduleConfig", flag="-c")

@@ -275,7 +275,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command and not args.version:
         parser.print_help()
         return EXIT_INPUT
-    host = None
     try:
         host = make_host(args)
         status = _report_plugin_problems(host, args)

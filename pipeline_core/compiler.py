@@ -138,8 +138,8 @@ def _schedule_config(schedule) -> ScheduleConfig:
     return own() if callable(own) else ScheduleConfig()
 
 
-def check_body_fits_target(schedule, body, config: PipelineConfig, target: TargetProfile | None,
-                           target_name: str) -> None:
+def check_body_fits_target(schedule: Any, body: tuple[Op, ...], config: PipelineConfig,
+                           target: TargetProfile | None, target_name: str) -> None:
     """Refuse, before any work, a body the target cannot cost or count.
 
     * every kernel tag of the body must be in the target's cost model: a tag the

@@ -88,7 +88,7 @@ class _StdoutToStderr(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, text: str) -> int:  # type: ignore[override]
+    def write(self, text: str) -> int:
         if text and not self._written:
             self._written = True
             self._on_first_write()

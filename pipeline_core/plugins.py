@@ -14,7 +14,8 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, Iterable
+from importlib.metadata import EntryPoint
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import attrs
 import pluggy
@@ -26,7 +27,17 @@ from pipeline_core.errors import PluginError, UnknownNameError
 from pipeline_core.ops import Entry
 from pipeline_core.plugin_guard import (DEVELOPMENT, HOOK_RESULTS, IN_PROCESS, Culprit, PluginGuard,
                                         counter_model, instance_of, list_of, order, schedule_object)
-from pipeline_core.schedule import ScheduleRecord, StrategyRecord, TargetRecord
+from pipeline_core.schedule import (BuildContext, KernelTransform, ScheduleRecord, StrategyRecord,
+                                    TargetRecord)
+
+if TYPE_CHECKING:
+    from pipeline_core.config import PipelineConfig
+    from pipeline_core.edges import DepEdge
+    from pipeline_core.ops import Op
+    from pipeline_core.plugin_guard import GuardedSchedule
+    from pipeline_core.program.program import Program
+
+_Record = TypeVar("_Record", TargetRecord, ScheduleRecord)
 
 GROUP = "pipeline_core"
 CORE = "pipeline-core"
@@ -81,7 +92,7 @@ def _truthy_env(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _entry_points():
+def _entry_points() -> list[tuple[str, str, str, EntryPoint]]:
     if sys.version_info >= (3, 10):
         from importlib.metadata import entry_points
     else:  # pragma: no cover
@@ -165,7 +176,8 @@ class PluginHost:
             return DEFAULT_SLOW_IMPORT_S
         return value
 
-    def _info(self, name, dist, version, module, status="ok") -> PluginInfo:
+    def _info(self, name: str, dist: str, version: str, module: str,
+              status: str = "ok") -> PluginInfo:
         info = PluginInfo(name, dist, version, module, status)
         self.plugins.append(info)
         return info
@@ -177,7 +189,7 @@ class PluginHost:
         version = f" {info.version}" if info.version else ""
         self.warnings.append(f"{info.culprit.describe()}{version}: {problem}")
 
-    def _load_entry_point(self, name, dist, version, ep) -> None:
+    def _load_entry_point(self, name: str, dist: str, version: str, ep: EntryPoint) -> None:
         if name in self._disabled or dist in self._disabled:
             self._info(name, dist, version, ep.value, status="disabled")
             return
@@ -238,7 +250,7 @@ class PluginHost:
         self._registered.pop(info.name, None)
 
     # --- calling ----------------------------------------------------------------
-    def _call_one(self, hook_name: str, impl, **kwargs):
+    def _call_one(self, hook_name: str, impl: pluggy.HookImpl, **kwargs: Any) -> Any:
         """Call one plugin's implementation through pluggy (so ``--trace`` monitoring sees it).
 
         A plugin's call runs under the guard and its answer is checked against
@@ -247,7 +259,7 @@ class PluginHost:
         others = [p for p in self.pm.get_plugins() if p is not impl.plugin]
         caller = self.pm.subset_hook_caller(hook_name, remove_plugins=others)
 
-        def call():
+        def call() -> Any:
             results = caller(**kwargs)
             return results[0] if results else None
 
@@ -258,7 +270,7 @@ class PluginHost:
                                check=HOOK_RESULTS.get(hook_name))
 
     # --- registries -----------------------------------------------------------
-    def _impls(self, hook_name: str):
+    def _impls(self, hook_name: str) -> list[pluggy.HookImpl]:
         """Hook implementations of live plugins, sorted by plugin name (never install order)."""
         caller = getattr(self.pm.hook, hook_name)
         impls = [i for i in caller.get_hookimpls()]
@@ -299,7 +311,7 @@ class PluginHost:
         for key, record in self.strategies.items():
             register_strategy(key, record.function, replace=True)
 
-    def _provided(self, record, info: PluginInfo, label: str):
+    def _provided(self, record: Any, info: PluginInfo, label: str) -> Any:
         """``record`` stamped with its provider; a plugin's code in it runs under the guard."""
         record = attrs.evolve(record, provider=info.distribution)
         if info.name == "core":
@@ -312,7 +324,7 @@ class PluginHost:
         if isinstance(record, ScheduleRecord):
             factory, name = record.factory, record.name
 
-            def build(ctx):
+            def build(ctx: BuildContext) -> GuardedSchedule:
                 obj = guard.call(culprit, f"factory of schedule {name!r}", factory, ctx,
                                  check=schedule_object)
                 return guard.schedule(obj, culprit, f"schedule {name!r}")
@@ -345,7 +357,7 @@ class PluginHost:
         return " ".join(f"Plugin {p.name!r} ({p.distribution}) failed to load and may provide it: "
                         f"{p.error}" for p in shown)
 
-    def _lookup(self, kind: str, table: dict, name: str):
+    def _lookup(self, kind: str, table: Mapping[str, _Record], name: str) -> _Record:
         key = f"{kind}:{name}"
         if key in self.conflicts:
             raise PluginError(f"{kind} {name!r} is provided by more than one plugin: "
@@ -367,7 +379,7 @@ class PluginHost:
         return [f"{n} ({table[n].provider})" if table[n].provider else n for n in sorted(table)]
 
     # --- override resolution ------------------------------------------------------
-    def _override(self, hook_name: str, **kwargs) -> tuple[str, Any]:
+    def _override(self, hook_name: str, **kwargs: Any) -> tuple[str, Any]:
         """One plugin answer wins over the core default; two plugin answers conflict.
 
         Returns (name of the answering plugin, its answer).
@@ -391,17 +403,20 @@ class PluginHost:
             return "core", None
         return "core", self._call_one(hook_name, core_impl, **kwargs)
 
-    def derive_edges(self, schedule, body, config):
+    # The core always answers these (possibly with an empty list), so they never return None.
+    def derive_edges(self, schedule: Any, body: tuple[Op, ...],
+                     config: PipelineConfig) -> Sequence[DepEdge]:
         return self._override("pipeline_core_derive_edges", schedule=schedule, body=body, config=config)[1]
 
-    def explicit_blocks(self, schedule, body, program):
+    def explicit_blocks(self, schedule: Any, body: tuple[Op, ...],
+                        program: Program) -> Sequence[Sequence[Op]]:
         return self._override("pipeline_core_explicit_blocks", schedule=schedule, body=body,
                               program=program)[1]
 
-    def bootstrap_frags(self, schedule):
+    def bootstrap_frags(self, schedule: Any) -> Sequence[Op]:
         return self._override("pipeline_core_bootstrap_frags", schedule=schedule)[1]
 
-    def counter_model(self, target: str):
+    def counter_model(self, target: str) -> Any:
         """The counter model answer for ``target``; a plugin's builder runs under the guard."""
         name, answer = self._override("pipeline_core_counter_model", target=target)
         if name != "core" and callable(answer) and not isinstance(answer, CounterModel):
@@ -410,8 +425,9 @@ class PluginHost:
                                      check=counter_model)
         return answer
 
-    def kernel_transforms(self, schedule, target, config):
-        found = []
+    def kernel_transforms(self, schedule: Any, target: str,
+                          config: PipelineConfig) -> list[KernelTransform]:
+        found: list[KernelTransform] = []
         for impl in self._impls("pipeline_core_kernel_transforms"):
             result = self._call_one("pipeline_core_kernel_transforms", impl, schedule=schedule,
                                     target=target, config=config)
@@ -424,7 +440,7 @@ class PluginHost:
                 found.append(transform)
         return sorted(found, key=lambda t: (t.order, t.name))
 
-    def guard_schedule(self, schedule):
+    def guard_schedule(self, schedule: Any) -> GuardedSchedule:
         """A schedule object not built by a registered factory (API callers), under the guard."""
         kind = type(schedule)
         culprit = Culprit(plugin="", distribution=IN_PROCESS,

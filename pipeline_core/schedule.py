@@ -142,7 +142,7 @@ class StrategyRecord:
     provider: str = ""
 
     @name.validator
-    def _non_empty(self, attribute, value):
+    def _non_empty(self, attribute: "attrs.Attribute[str]", value: str) -> None:
         if not value.strip():
             raise ConfigError("StrategyRecord", "name", value, "a non-empty strategy name")
 
