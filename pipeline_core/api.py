@@ -4,7 +4,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from pipeline_core.compiler import CompiledSchedule, compile_schedule
-from pipeline_core.schedule import BuildContext, Schedule, parse_params
+from pipeline_core.config import ScheduleConfig, apply_overrides
+from pipeline_core.errors import UnknownNameError
+from pipeline_core.schedule import BuildContext, Schedule, parse_params, parse_target_args
 
 if TYPE_CHECKING:
     from pipeline_core.plugins import PluginHost
@@ -20,16 +22,34 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
         from pipeline_core.plugins import default_host
         host = default_host()
     record = host.get_schedule(schedule)
-    target_name = target or record.default_target
-    if not target_name:
-        raise ValueError(f"schedule {schedule!r} has no default target; pass --target")
+    target_name = record.default_target if target is None else target
+    if target is None and not target_name:
+        raise UnknownNameError("target", "", host.describe(host.targets),
+                               f"Schedule {schedule!r} has no default target; pass --target.",
+                               given_as="--target")
+    if not target_name.strip():
+        raise UnknownNameError("target", target_name, host.describe(host.targets),
+                               given_as="--target")
     target_record = host.get_target(target_name)
+    # every -p / -T / -c value is checked here, before the schedule's factory runs, whether
+    # or not the schedule goes on to read it
     given = dict(params or {})
-    values = parse_params(f"schedule {schedule}", record.params, given)
+    values = parse_params(f"schedule {schedule}", record.params, given, flag="-p")
+    parse_target_args(target_record, dict(target_args or {}))
+    check_config_overrides(dict(config_overrides or {}), host)
     ctx = BuildContext(schedule=record, params=values, explicit_params=frozenset(given),
                        target=target_record, target_args=dict(target_args or {}),
                        config_overrides=dict(config_overrides or {}))
     return record.factory(ctx), target_name, values
+
+
+def check_config_overrides(overrides: Mapping[str, str], host: PluginHost) -> None:
+    """Each ``-c KEY=VALUE`` names a ScheduleConfig field, parses, lies in its bound, and
+    ``scheduling`` names a registered strategy (single-buffer schedules never look it up)."""
+    checked = apply_overrides(ScheduleConfig(), overrides, what="ScheduleConfig", flag="-c")
+    if "scheduling" in overrides and checked.scheduling not in host.strategies:
+        raise UnknownNameError("scheduling strategy", checked.scheduling, sorted(host.strategies),
+                               given_as="-c scheduling")
 
 
 def compile_named(schedule: str, *, target: str | None = None,

@@ -1,7 +1,10 @@
 """``pipeline-core``: argument parsing and messages only; the work is in the API.
 
 Exit status: 0 success, 1 the schedule is unsafe / a check failed, 2 bad input
-(unknown name, bad value, invalid schedule), 3 plugin problems under --strict-plugins.
+(unknown name, bad value or count out of its bound, invalid schedule, unwritable -o
+file), 3 a plugin failed while the command ran or conflicts with another (and, under
+--strict-plugins, any plugin problem found while loading), 70 an internal error (a bug
+in pipeline-core: the message says how to report it), 130 interrupted (Ctrl-C).
 """
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import traceback
 from typing import Any, Sequence
 
 EXIT_OK, EXIT_UNSAFE, EXIT_INPUT, EXIT_PLUGINS = 0, 1, 2, 3
+EXIT_INTERNAL = 70  #: EX_SOFTWARE (sysexits.h): our bug, never the user's input or a plugin's
+EXIT_INTERRUPTED = 130  #: 128 + SIGINT, as shells report Ctrl-C
 
 
 class CliError(Exception):
@@ -125,25 +130,29 @@ def make_host(args):
                       strict=args.strict_plugins, trace=log)
 
 
-def _report_plugin_problems(host, args) -> int:
-    for problem in host.problems():
+def _report_plugin_problems(host, args, already: int = 0) -> int:
+    """Print the host's plugin warnings from number ``already`` on; EXIT_PLUGINS if strict.
+
+    Called once after loading and once after the command (a plugin that printed to
+    stdout while the command ran is reported then).
+    """
+    problems = host.problems()[already:]
+    for problem in problems:
         print(f"warning: {problem}", file=sys.stderr)
-    if args.verbose:
+    if args.verbose and not already:
         for info in host.plugins:
             if info.traceback:
                 print(info.traceback, file=sys.stderr)
-    if host.strict and host.problems():
+    if host.strict and problems:
         print("error: plugin problems with --strict-plugins", file=sys.stderr)
         return EXIT_PLUGINS
     return EXIT_OK
 
 
 def _write(text: str, output: str | None) -> None:
-    if output:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        sys.stdout.write(text)
+    from pipeline_core.output import write_text
+
+    write_text(text, output)
 
 
 def cmd_compile(args, host) -> int:
@@ -158,8 +167,8 @@ def cmd_compile(args, host) -> int:
 
 
 def _params_doc(params) -> list[dict]:
-    return [{"name": p.name, "type": p.type_name, "default": p.default, "help": p.help}
-            for p in params]
+    return [{"name": p.name, "type": p.type_name, "default": p.default, "help": p.help,
+             "allowed": p.range_text()} for p in params]
 
 
 def cmd_list(args, host) -> int:
@@ -203,7 +212,8 @@ def cmd_list(args, host) -> int:
         extra = f", default target {row['default_target']}" if row.get("default_target") else ""
         print(f"{row['name']}: {row['description']}  [{row['provider']}{extra}]")
         for prm in row["params"]:
-            print(f"    {prm['name']} ({prm['type']}, default {prm['default']!r}): {prm['help']}")
+            allowed = f" ({prm['allowed']})" if prm["allowed"] else ""
+            print(f"    {prm['name']} ({prm['type']}, default {prm['default']!r}): {prm['help']}{allowed}")
     return EXIT_OK
 
 
@@ -261,8 +271,6 @@ COMMANDS = {"compile": cmd_compile, "targets": cmd_list, "schedules": cmd_list,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pipeline_core.errors import PipelineError
-
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.command and not args.version:
@@ -273,25 +281,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = _report_plugin_problems(host, args)
         if status:
             return status
-        if args.version:
-            return cmd_version(host)
-        return COMMANDS[args.command](args, host)
-    except (PipelineError, CliError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        if args.verbose:
-            traceback.print_exc()
-        return EXIT_INPUT
-    except BrokenPipeError:  # pragma: no cover
+        loaded = len(host.problems())
+        try:
+            status = cmd_version(host) if args.version else COMMANDS[args.command](args, host)
+        finally:
+            late = _report_plugin_problems(host, args, already=loaded)
+        return late or status
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as exc:  # every failure is one line with its own exit status
+        return _report_failure(exc, args)
+
+
+def _report_failure(exc: BaseException, args) -> int:
+    """One line on stderr for ``exc`` and the exit status it maps to (see the module docstring)."""
+    from pipeline_core.errors import PipelineError, PluginError
+
+    if isinstance(exc, SystemExit):  # from our own code: a plugin's is a PluginError by now
+        raise exc
+    if isinstance(exc, BrokenPipeError):  # pragma: no cover - the reader went away
         return EXIT_OK
-    except OSError as exc:
+    if isinstance(exc, (PipelineError, CliError)):
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_INPUT
-    except Exception as exc:  # an internal error: say so plainly, traceback on request
-        print(f"internal error: {type(exc).__name__}: {exc} (run with -v for the traceback; "
-              "please report it)", file=sys.stderr)
-        if args.verbose:
-            traceback.print_exc()
-        return EXIT_INPUT
+        status = EXIT_PLUGINS if isinstance(exc, PluginError) else EXIT_INPUT
+    elif isinstance(exc, OSError) and exc.filename:
+        print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        status = EXIT_INPUT
+    else:  # an internal error: say so plainly and how to report it
+        print(f"internal error: {type(exc).__name__}: {exc}\n"
+              "This is a bug in pipeline-core, not in your input. Please report it with the "
+              "command line, the output of `pipeline-core --version` and the traceback that "
+              "-v prints.", file=sys.stderr)
+        status = EXIT_INTERNAL
+    if args.verbose:
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

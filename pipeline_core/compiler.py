@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import attrs
 
-from pipeline_core.config import PipelineConfig, ScheduleConfig
+from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ConfigError, ProgramError
 from pipeline_core.execution import ExecutionModel, declared_warps_per_group
-from pipeline_core.ops import Entry, Op, Phase
+from pipeline_core.limits import GLOBAL_LOAD_TICKS
+from pipeline_core.ops import MAX_KERNEL_TAG, Entry, Op, OpRole, Phase
 from pipeline_core.schedule import Schedule
 
 if TYPE_CHECKING:
-    from pipeline_core.config import TargetProfile
     from pipeline_core.plugins import PluginHost
     from pipeline_core.program import KernelProgram, Program
 
@@ -90,19 +90,21 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     if host is None:
         from pipeline_core.plugins import default_host
         host = default_host()
+    from pipeline_core.plugin_guard import GuardedSchedule
 
+    if not isinstance(schedule, GuardedSchedule):  # an object from an API caller
+        schedule = host.guard_schedule(schedule)
+
+    # the schedule's methods run under the plugin guard, which checks what they return
     config = schedule.config()
-    if not isinstance(config, PipelineConfig):
-        raise ConfigError(f"schedule {schedule.name}", "config()", type(config).__name__,
-                          "a PipelineConfig")
     body = tuple(schedule.build_body())
-    for i, o in enumerate(body):
-        if not isinstance(o, Op):
-            raise ConfigError(f"schedule {schedule.name}", f"build_body()[{i}]", o, "an Op")
+    target = getattr(schedule, "target", None)
+    if not isinstance(target, TargetProfile):
+        target = None
+    check_body_fits_target(schedule, body, config, target, target_name)
     edges = tuple(host.derive_edges(schedule, body, config))
     graph.validate(body, edges)
 
-    target = getattr(schedule, "target", None)
     tag_names = _tag_names(schedule, target)
     if config.depth >= 2:
         sched = _schedule_config(schedule)
@@ -152,8 +154,37 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
 
 def _schedule_config(schedule: Schedule) -> ScheduleConfig:
     own = getattr(schedule, "schedule_config", None)
-    sched = own() if callable(own) else ScheduleConfig()
-    if not isinstance(sched, ScheduleConfig):
-        raise ConfigError(f"schedule {schedule.name}", "schedule_config()", type(sched).__name__,
-                          "a ScheduleConfig")
-    return sched
+    return own() if callable(own) else ScheduleConfig()
+
+
+def check_body_fits_target(schedule: Any, body: tuple[Op, ...], config: PipelineConfig,
+                           target: TargetProfile | None, target_name: str) -> None:
+    """Refuse, before any work, a body the target cannot cost or count.
+
+    * every kernel tag of the body must be in the target's cost model: a tag the
+      model lacks would be costed as nothing, and a foreign model reinterprets tags
+      (``compile hello --target mi355x-single-buffer``);
+    * a global load must count on vmcnt (vm per load >= 1), or every derived vm wait
+      is 0 and protects nothing.
+    """
+    where = target_name or "(the schedule's own)"
+    if target is not None:
+        known = target.cost_model.costs
+        missing = sorted({o.tag for o in body if o.tag <= MAX_KERNEL_TAG and o.tag not in known})
+        if missing:
+            own = getattr(schedule, "tag_names", None)
+            names = own() if callable(own) else {}
+            shown = ", ".join(f"{t} ({names[t]})" if t in names else str(t) for t in missing)
+            raise ConfigError(f"schedule {schedule.name}", "", where,
+                              f"the cost model of target {where!r} lacks kernel tag"
+                              f"{'s' if len(missing) > 1 else ''} {shown} that the schedule "
+                              "uses; choose a target made for this schedule (`pipeline-core "
+                              "schedules` shows its default target)", flag="--target")
+    for o in body:
+        if o.role == OpRole.GLOBAL_LOAD and config.vm_per_channel(o.channel) < 1:
+            field = "vm_per_load_a" if o.channel == 0 else "vm_per_load_b"
+            raise ConfigError(f"target {where}", field, config.vm_per_channel(o.channel),
+                              f"{GLOBAL_LOAD_TICKS.allowed()}: schedule "
+                              f"{schedule.name}'s global loads on channel {o.channel} would never "
+                              "count on vmcnt, so every vm wait would derive to 0 and protect "
+                              "nothing")

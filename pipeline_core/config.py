@@ -12,8 +12,10 @@ from typing import Any, Mapping
 
 import attrs
 
+from pipeline_core import limits
 from pipeline_core.costs import CostModel
 from pipeline_core.errors import ConfigError, UnknownNameError
+from pipeline_core.limits import Bound
 from pipeline_core.ops import Op, OpRole
 
 
@@ -30,6 +32,15 @@ def _int(lo: int | None = None, hi: int | None = None, what: str = ""):
             rng = (f">= {lo}" if hi is None else f"in [{lo}, {hi}]") if lo is not None else "any"
             raise ConfigError(type(inst).__name__, attribute.name, value,
                               what or f"an integer {rng}")
+    return check
+
+
+def _within(bound: Bound):
+    """Validator: a value inside ``bound`` (the bounds live in :mod:`pipeline_core.limits`)."""
+
+    def check(inst, attribute, value):
+        if not bound.contains(value):
+            raise ConfigError(type(inst).__name__, attribute.name, value, bound.allowed())
     return check
 
 
@@ -154,7 +165,7 @@ def _strategy_name(value: Any) -> str:
     raise ConfigError("ScheduleConfig", "scheduling", value, "a non-empty strategy name")
 
 
-NO_WAIT = 255  #: a manual wait value >= this means "emit no wait"
+NO_WAIT = int(limits.WAIT_VALUE.high)  #: a manual wait value >= this means "emit no wait"
 
 
 @attrs.frozen
@@ -163,23 +174,23 @@ class ScheduleConfig:
 
     scheduling: str = attrs.field(default="IDENTITY", converter=_strategy_name,
                                   metadata=_help("ordering strategy by name: IDENTITY, GREEDY, CSP or a plugin's"))
-    sched_barrier_mask: int = attrs.field(default=0b01010101, validator=_int(0),
+    sched_barrier_mask: int = attrs.field(default=0b01010101, validator=_within(limits.BLOCK_MASK),
                                           metadata=_help("bit i: block i ends with a schedule_barrier after its post-MMA barrier"))
     auto_waits: bool = attrs.field(default=True, validator=_bool,
                                    metadata=_help("derive and patch the block-0 lgkm and last-block vm waits"))
-    drain_lgkm_mask: int = attrs.field(default=0, validator=_int(0),
+    drain_lgkm_mask: int = attrs.field(default=0, validator=_within(limits.BLOCK_MASK),
                                        metadata=_help("bit i: block i emits wait_lgkm(0) between its frags and its globals"))
     auto_drain: bool = attrs.field(default=False, validator=_bool,
                                    metadata=_help("with auto_waits: replace drain_lgkm_mask by the cross-channel drain mask"))
-    lds_contention_penalty: int = attrs.field(default=0, validator=_int(0),
+    lds_contention_penalty: int = attrs.field(default=0, validator=_within(limits.CYCLES),
                                               metadata=_help("cost model: cycles each LDS/global op holds the LDS port"))
-    wait_lgkm_first: int = attrs.field(default=8, validator=_int(0),
+    wait_lgkm_first: int = attrs.field(default=8, validator=_within(limits.WAIT_VALUE),
                                        metadata=_help("manual lgkm wait at block 0 of each partition (>= 255: none)"))
-    wait_vm_last: int = attrs.field(default=6, validator=_int(0),
+    wait_vm_last: int = attrs.field(default=6, validator=_within(limits.WAIT_VALUE),
                                     metadata=_help("manual vm wait at the last block of each partition"))
-    lgkm_per_load_a: int = attrs.field(default=0, validator=_int(0),
+    lgkm_per_load_a: int = attrs.field(default=0, validator=_within(limits.COUNTER_TICKS),
                                        metadata=_help("lgkmcnt per channel-A load (fallback when the pipeline config has 0)"))
-    lgkm_per_load_b: int = attrs.field(default=0, validator=_int(0),
+    lgkm_per_load_b: int = attrs.field(default=0, validator=_within(limits.COUNTER_TICKS),
                                        metadata=_help("lgkmcnt per channel-B load (fallback when the pipeline config has 0)"))
     lgkm_after_last: bool = attrs.field(default=False, validator=_bool,
                                         metadata=_help("the last block keeps its post-barrier wait_lgkm(0)"))
@@ -187,7 +198,7 @@ class ScheduleConfig:
                                          metadata=_help("drop per-block barriers and set_prio pairs (4-wave style)"))
     omit_mma_set_prio: bool = attrs.field(default=False, validator=_bool,
                                           metadata=_help("with minimal_barriers: drop the pre-MMA set_prio(1) too"))
-    max_vgpr: int = attrs.field(default=999999, validator=_int(0),
+    max_vgpr: int = attrs.field(default=int(limits.VGPR_BUDGET.high), validator=_within(limits.VGPR_BUDGET),
                                 metadata=_help("VGPR budget of the search strategies (999999 = unlimited)"))
     global_before_frag: bool = attrs.field(default=False, validator=_bool,
                                            metadata=_help("inside a block, emit global loads before fragment loads"))
@@ -199,7 +210,7 @@ class ScheduleConfig:
                                                metadata=_help("prologue skips full vm drains; bootstrap frags get partial drains"))
     wrap_waits_with_sched_barrier: bool = attrs.field(default=False, validator=_bool,
                                                       metadata=_help("fence every wait/barrier group with schedule_barriers"))
-    search_time_limit_ms: int = attrs.field(default=10000, validator=_int(0),
+    search_time_limit_ms: int = attrs.field(default=10000, validator=_within(limits.SEARCH_TIME_MS),
                                             metadata=_help("budget of search strategies; the best order found so far is "
                                                            "used when it runs out (0 = no limit; not in the reference)"))
 
@@ -405,14 +416,19 @@ def parse_bool(text: str) -> bool:
 
 
 def parse_int(text: str) -> int:
-    return int(text.strip(), 0)
+    """A decimal, 0x hex, 0o octal or 0b binary integer."""
+    try:
+        return int(text.strip(), 0)
+    except ValueError:
+        raise ValueError(f"{text.strip()!r} is not an integer") from None
 
 
-def apply_overrides(record, overrides: Mapping[str, str], *, what: str = ""):
+def apply_overrides(record, overrides: Mapping[str, str], *, what: str = "", flag: str = ""):
     """A copy of ``record`` with fields set from strings (``-c key=value``).
 
-    Unknown keys and unparsable values raise ConfigError / UnknownNameError
-    naming the key, the value and what is allowed.
+    Unknown keys, unparsable values and values outside a field's bound raise
+    ConfigError / UnknownNameError naming the key (with ``flag``, as the user
+    typed it), the value and what is allowed.
     """
     if not overrides:
         return record
@@ -434,6 +450,10 @@ def apply_overrides(record, overrides: Mapping[str, str], *, what: str = ""):
             else:
                 raise ValueError(f"{key} is a nested record and cannot be set from the command line")
         except ValueError as exc:
-            raise ConfigError(label, key, text, str(exc)) from None
+            raise ConfigError(label, key, text, str(exc), flag=flag) from None
+        try:  # each field's own validator (bounds included), reported against this key
+            attrs.evolve(record, **{key: value})
+        except ConfigError as exc:
+            raise ConfigError(label, key, text, exc.allowed, flag=flag) from None
         changes[key] = value
     return attrs.evolve(record, **changes)

@@ -17,14 +17,24 @@ class ConfigError(PipelineError, ValueError):
     """A configuration value is invalid.
 
     Carries the owning record, the field, the offending value and what is allowed.
+    ``flag`` is the command-line flag the value came from (``-p``, ``-T``, ``-c``),
+    when it came from one: the message then names what the user typed
+    (``-c wait_vm_last=300 is invalid for ScheduleConfig: ...``), not the record.
     """
 
-    def __init__(self, owner: str, field: str, value: Any, allowed: str) -> None:
+    def __init__(self, owner: str, field: str, value: Any, allowed: str, *, flag: str = "") -> None:
         self.owner = owner
         self.field = field
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{owner}.{field} = {value!r} is invalid: {allowed}")
+        self.flag = flag
+        if flag:
+            where = f" for {owner}" if owner else ""
+            typed = f"{field}={value}" if field else f"{value}"
+            message = f"{flag} {typed} is invalid{where}: {allowed}"
+        else:
+            message = f"{owner}.{field} = {value!r} is invalid: {allowed}"
+        super().__init__(message)
 
 
 class GraphError(PipelineError):
@@ -87,18 +97,39 @@ class TargetFactError(PipelineError, LookupError):
 
 
 class PluginError(PipelineError):
-    """A plugin failed to load, registered something invalid, or collided with another."""
+    """A plugin failed to load, registered something invalid, or collided with another.
 
-    def __init__(self, message: str, *, plugin: str = "", distribution: str = "") -> None:
+    ``hook`` names the hook, factory or schedule method that failed, when one did, and
+    ``problem`` says what went wrong without the plugin's name (for listings).
+    """
+
+    def __init__(self, message: str, *, plugin: str = "", distribution: str = "",
+                 hook: str = "", problem: str = "") -> None:
         self.plugin = plugin
         self.distribution = distribution
+        self.hook = hook
+        self.problem = problem or message
         super().__init__(message)
 
 
-class UnknownNameError(PipelineError, LookupError):
-    """A schedule, target, strategy or parameter name is not known."""
+class OutputError(PipelineError):
+    """An output file cannot be written (``-o FILE``): the message names the path."""
 
-    def __init__(self, kind: str, name: str, known: list[str], hint: str = "") -> None:
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"cannot write -o {path}: {reason}")
+
+
+class UnknownNameError(PipelineError, LookupError):
+    """A schedule, target, strategy or parameter name is not known.
+
+    ``given_as`` says where the user typed it (``-c scheduling``), ``plural`` overrides
+    the plural of ``kind`` in the list of known names.
+    """
+
+    def __init__(self, kind: str, name: str, known: list[str], hint: str = "", *,
+                 plural: str = "", given_as: str = "") -> None:
         import difflib
 
         self.kind = kind
@@ -106,10 +137,17 @@ class UnknownNameError(PipelineError, LookupError):
         self.known = list(known)
         bare = [k.split(" (", 1)[0] for k in self.known]  # entries may carry "(provider)"
         close = difflib.get_close_matches(name, bare, n=1)
-        msg = f"Unknown {kind} {name!r}."
+        msg = f"Unknown {kind} {name!r}" + (f" ({given_as})." if given_as else ".")
         if close:
             msg += f" Did you mean {close[0]!r}?"
         if hint:
             msg += f" {hint}"
-        msg += f" Known {kind}s: {', '.join(self.known) if self.known else '(none)'}."
+        msg += f" Known {plural or _plural(kind)}: {', '.join(self.known) if self.known else '(none)'}."
         super().__init__(msg)
+
+
+def _plural(noun: str) -> str:
+    """English plural of the last word of ``noun`` ("scheduling strategy" -> "... strategies")."""
+    if noun.endswith("y") and noun[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return noun[:-1] + "ies"
+    return noun + "s"

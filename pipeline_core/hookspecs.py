@@ -17,24 +17,30 @@ How results combine
   schedule is a conflict error naming both.
 * ``pipeline_core_kernel_transforms`` is collected: all transforms returned
   run in ``(order, name)`` order after the schedule's own ``transform_kernel``.
+
+How plugin code is run
+----------------------
+Every hook, factory, schedule method, strategy, transform and counter-model builder
+of a plugin runs under the plugin guard (``pipeline_core.plugin_guard``): an answer
+of a type other than the one documented below, or any exception but
+``KeyboardInterrupt``, becomes a ``PluginError`` naming the plugin, its distribution
+and the hook (at load time: a warning, and the plugin is dropped).  Raise a
+``pipeline_core.errors`` error (``ConfigError``...) for bad user input: it passes
+through unchanged.  Whatever a plugin prints goes to stderr.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Sequence
 
 import pluggy
 
 if TYPE_CHECKING:
-    from pipeline_core.check.counters import CounterModel
     from pipeline_core.config import PipelineConfig
     from pipeline_core.edges import DepEdge
     from pipeline_core.ops import Op
     from pipeline_core.program.program import Program
     from pipeline_core.schedule import (KernelTransform, Schedule, ScheduleRecord, StrategyRecord,
                                         TargetRecord)
-
-    #: What ``pipeline_core_counter_model`` may answer: a model, or a builder taking the document.
-    CounterModelAnswer = Union[CounterModel, Callable[[Mapping[str, Any]], CounterModel]]
 
 PROJECT = "pipeline_core"
 

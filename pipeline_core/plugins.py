@@ -2,9 +2,9 @@
 
 pluggy's own ``load_setuptools_entrypoints`` stops at the first broken plugin
 and never names the distribution, so discovery is ours: entry points of the
-``pipeline_core`` group are sorted by (name, distribution), each is loaded in
-its own ``try``, and failures are recorded with their provenance.  Every
-answer the host gives is independent of install order.
+``pipeline_core`` group are sorted by (name, distribution), each is loaded under
+the plugin guard (:mod:`pipeline_core.plugin_guard`), and failures are recorded
+with their provenance.  Every answer the host gives is independent of install order.
 """
 from __future__ import annotations
 
@@ -22,15 +22,20 @@ import pluggy
 
 from pipeline_core import DISTRIBUTION as CORE
 from pipeline_core import hookspecs
+from pipeline_core.config import TargetProfile
 from pipeline_core.errors import PluginError, UnknownNameError
-from pipeline_core.schedule import (KernelTransform, Schedule, ScheduleRecord, StrategyRecord,
+from pipeline_core.ops import Entry
+from pipeline_core.plugin_guard import (DEVELOPMENT, HOOK_RESULTS, IN_PROCESS, Culprit, PluginGuard,
+                                        instance_of, list_of, order, schedule_object)
+from pipeline_core.schedule import (BuildContext, KernelTransform, ScheduleRecord, StrategyRecord,
                                     TargetRecord)
 
 if TYPE_CHECKING:
     from pipeline_core.config import PipelineConfig
     from pipeline_core.edges import DepEdge
-    from pipeline_core.scheduling.registry import Strategy
     from pipeline_core.ops import Op
+    from pipeline_core.plugin_guard import GuardedSchedule
+    from pipeline_core.scheduling.registry import Strategy
     from pipeline_core.program.program import Program
 
 _Record = TypeVar("_Record", TargetRecord, ScheduleRecord)
@@ -40,6 +45,9 @@ ENV_DISABLE = "PIPELINE_CORE_DISABLE_PLUGINS"
 ENV_NO_AUTOLOAD = "PIPELINE_CORE_NO_AUTOLOAD"
 ENV_STRICT = "PIPELINE_CORE_STRICT_PLUGINS"
 ENV_PLUGINS = "PIPELINE_CORE_PLUGINS"
+ENV_SLOW_IMPORT = "PIPELINE_CORE_SLOW_IMPORT_S"
+#: A plugin whose import takes at least this long (seconds) is reported: every command pays it.
+DEFAULT_SLOW_IMPORT_S = 1.0
 
 OVERRIDE_HOOKS = ("pipeline_core_derive_edges", "pipeline_core_explicit_blocks",
                   "pipeline_core_bootstrap_frags")
@@ -60,6 +68,14 @@ class PluginInfo:
     schedules: list[str] = attrs.field(factory=list)
     strategies: list[str] = attrs.field(factory=list)
     hooks: list[str] = attrs.field(factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.status.startswith("failed")
+
+    @property
+    def culprit(self) -> Culprit:
+        return Culprit(plugin=self.name, distribution=self.distribution, module=self.module)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "distribution": self.distribution, "version": self.version,
@@ -90,12 +106,26 @@ def _entry_points() -> list[tuple[str, str, str, EntryPoint]]:
     return sorted(found, key=lambda t: (t[0], t[1]))
 
 
+def _format_traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
 class PluginHost:
-    """A pluggy manager plus the target / schedule / strategy registries built from it."""
+    """A pluggy manager plus the target / schedule / strategy registries built from it.
+
+    Every call into plugin code goes through ``self.guard`` (see
+    :mod:`pipeline_core.plugin_guard`): load-time failures become warnings (fatal
+    under ``strict``), failures while a command runs become a :class:`PluginError`
+    naming the plugin, its distribution and the hook.  ``clock`` and
+    ``slow_import_s`` time plugin imports (``None``: ``PIPELINE_CORE_SLOW_IMPORT_S``,
+    else 1 s).
+    """
 
     def __init__(self, *, autoload: bool | None = None, disabled: Iterable[str] = (),
                  extra_modules: Iterable[str] = (), extra_plugins: Iterable[tuple[str, Any]] = (),
-                 strict: bool | None = None, trace: Callable[[str], None] | None = None) -> None:
+                 strict: bool | None = None, trace: Callable[[str], None] | None = None,
+                 slow_import_s: float | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.plugins: list[PluginInfo] = []
@@ -104,13 +134,19 @@ class PluginHost:
         self.strategies: dict[str, StrategyRecord] = {}
         self.conflicts: dict[str, list[str]] = {}
         self.warnings: list[str] = []
+        self.guard = PluginGuard(self.warnings.append)
         self.strict = _truthy_env(ENV_STRICT) if strict is None else strict
         self._disabled = set(disabled) | set(_split_env(ENV_DISABLE))
+        self._registered: dict[str, PluginInfo] = {}  #: live plugins by registration name
+        self._providers: dict[str, PluginInfo] = {}  #: "kind:name" -> the plugin that gave it first
+        self._clock = clock
+        self.slow_import_s = self._slow_import_threshold(slow_import_s)
         if trace is not None:
             self._install_trace(trace)
 
         from pipeline_core import builtin_plugin
-        self._register("core", CORE, _core_version(), builtin_plugin, "pipeline_core.builtin_plugin")
+        core = self._info("core", CORE, _core_version(), "pipeline_core.builtin_plugin")
+        self._register(core, builtin_plugin)
         if autoload is None:
             autoload = not _truthy_env(ENV_NO_AUTOLOAD)
         if autoload:
@@ -119,13 +155,30 @@ class PluginHost:
         for module in list(extra_modules) + _split_env(ENV_PLUGINS):
             self._load_module(module)
         for name, obj in extra_plugins:
-            self._register(name, "(in-process)", "", obj, getattr(obj, "__name__", repr(obj)))
+            info = self._info(name, IN_PROCESS, "", getattr(obj, "__name__", type(obj).__name__))
+            self._register(info, obj)
         self._collect()
 
     # --- loading --------------------------------------------------------------
-    def _info(self, name: str, dist: str, version: str, module: str, status: str = "ok",
-              error: str = "", tb: str = "") -> PluginInfo:
-        info = PluginInfo(name, dist, version, module, status, error, tb)
+    def _slow_import_threshold(self, given: float | None) -> float:
+        if given is not None:
+            return float(given)
+        text = os.environ.get(ENV_SLOW_IMPORT, "").strip()
+        if not text:
+            return DEFAULT_SLOW_IMPORT_S
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not value >= 0:
+            self.warnings.append(f"{ENV_SLOW_IMPORT}={text!r} is not a number of seconds >= 0; "
+                                 f"using {DEFAULT_SLOW_IMPORT_S:g}")
+            return DEFAULT_SLOW_IMPORT_S
+        return value
+
+    def _info(self, name: str, dist: str, version: str, module: str,
+              status: str = "ok") -> PluginInfo:
+        info = PluginInfo(name, dist, version, module, status)
         self.plugins.append(info)
         return info
 
@@ -133,8 +186,8 @@ class PluginHost:
         info.status = f"failed: {problem}"
         info.error = problem
         info.traceback = tb
-        self.warnings.append(f"plugin {info.name!r} from distribution {info.distribution} "
-                             f"{info.version}: {problem}")
+        version = f" {info.version}" if info.version else ""
+        self.warnings.append(f"{info.culprit.describe()}{version}: {problem}")
 
     def _load_entry_point(self, name: str, dist: str, version: str, ep: EntryPoint) -> None:
         if name in self._disabled or dist in self._disabled:
@@ -147,33 +200,43 @@ class PluginHost:
                           f"{other.distribution}; the first (by distribution name) is kept")
             self.warnings.append(f"plugin {name!r} from distribution {dist}: {info.error}")
             return
-        try:
-            obj = ep.load()
-        except Exception as exc:  # a broken plugin must never break the host
-            info = self._info(name, dist, version, ep.value)
-            self._fail(info, f"import failed: {type(exc).__name__}: {exc}", traceback.format_exc())
-            return
-        self._register(name, dist, version, obj, ep.value)
+        info = self._info(name, dist, version, ep.value)
+        loaded, obj = self._import(info, ep.load)
+        if loaded:
+            self._register(info, obj)
 
     def _load_module(self, module: str) -> None:
-        try:
-            obj = importlib.import_module(module)
-        except Exception as exc:
-            info = self._info(module, "(development)", "", module)
-            self._fail(info, f"import failed: {type(exc).__name__}: {exc}", traceback.format_exc())
-            return
-        self._register(module, "(development)", "", obj, module)
+        info = self._info(module, DEVELOPMENT, "", module)
+        loaded, obj = self._import(info, lambda: importlib.import_module(module))
+        if loaded:
+            self._register(info, obj)
 
-    def _register(self, name: str, dist: str, version: str, obj: Any, module: str) -> None:
-        info = self._info(name, dist, version, module)
+    def _import(self, info: PluginInfo, load: Callable[[], Any]) -> tuple[bool, Any]:
+        """Run the plugin's import under the guard and time it; (False, None) when it failed."""
+        start = self._clock()
         try:
-            self.pm.register(obj, name=name)
-        except Exception as exc:
-            self._fail(info, f"registration failed: {exc}", traceback.format_exc())
+            return True, self.guard.call(info.culprit, "import", load)
+        except PluginError as exc:
+            self._fail(info, f"import failed: {exc.problem}", _format_traceback(exc))
+            return False, None
+        finally:
+            took = self._clock() - start
+            if took >= self.slow_import_s:
+                self.warnings.append(
+                    f"{info.culprit.describe()} took {took:.1f} s to import (threshold "
+                    f"{self.slow_import_s:g} s, set by {ENV_SLOW_IMPORT}); every command pays "
+                    "this: disable it with --disable-plugin if you do not need it")
+
+    def _register(self, info: PluginInfo, obj: Any) -> None:
+        try:
+            self.guard.call(info.culprit, "registration", self.pm.register, obj, name=info.name)
+        except PluginError as exc:
+            self._fail(info, f"registration failed: {exc.problem}", _format_traceback(exc))
             return
+        self._registered[info.name] = info
         unknown = [c.name for c in (self.pm.get_hookcallers(obj) or []) if c.spec is None]
         if unknown:
-            self.pm.unregister(obj)
+            self._unregister(info)
             hints = []
             for hook in unknown:
                 close = difflib.get_close_matches(hook, _spec_names(), n=1)
@@ -182,13 +245,29 @@ class PluginHost:
             return
         info.hooks = sorted(c.name for c in (self.pm.get_hookcallers(obj) or []))
 
+    def _unregister(self, info: PluginInfo) -> None:
+        self.pm.unregister(name=info.name)
+        self._registered.pop(info.name, None)
+
     # --- calling ----------------------------------------------------------------
     def _call_one(self, hook_name: str, impl: pluggy.HookImpl, **kwargs: Any) -> Any:
-        """Call one plugin's implementation through pluggy (so ``--trace`` monitoring sees it)."""
+        """Call one plugin's implementation through pluggy (so ``--trace`` monitoring sees it).
+
+        A plugin's call runs under the guard and its answer is checked against
+        ``HOOK_RESULTS``; the core's own implementations are called as they are.
+        """
         others = [p for p in self.pm.get_plugins() if p is not impl.plugin]
         caller = self.pm.subset_hook_caller(hook_name, remove_plugins=others)
-        results = caller(**kwargs)
-        return results[0] if results else None
+
+        def call() -> Any:
+            results = caller(**kwargs)
+            return results[0] if results else None
+
+        if impl.plugin_name == "core":
+            return call()
+        info = self._registered[impl.plugin_name]
+        return self.guard.call(info.culprit, f"hook {hook_name}", call,
+                               check=HOOK_RESULTS.get(hook_name))
 
     # --- registries -----------------------------------------------------------
     def _impls(self, hook_name: str) -> list[pluggy.HookImpl]:
@@ -197,51 +276,68 @@ class PluginHost:
         impls = [i for i in caller.get_hookimpls()]
         return sorted(impls, key=lambda i: (i.plugin_name != "core", i.plugin_name))
 
-    def _info_by_name(self, name: str) -> PluginInfo:
-        return next(p for p in self.plugins if p.name == name and p.status != "conflict")
-
     def _collect(self) -> None:
         kinds = (("pipeline_core_register_targets", TargetRecord, self.targets, "targets", "target"),
                  ("pipeline_core_register_schedules", ScheduleRecord, self.schedules, "schedules", "schedule"),
                  ("pipeline_core_register_strategies", StrategyRecord, self.strategies, "strategies", "strategy"))
         for hook, record_type, table, attr, label in kinds:
             for impl in self._impls(hook):
-                info = self._info_by_name(impl.plugin_name)
-                if info.status != "ok":
-                    continue
+                info = self._registered[impl.plugin_name]
                 try:
-                    records = list(self._call_one(hook, impl) or [])
-                    bad = [r for r in records if not isinstance(r, record_type)]
-                    if bad:
-                        raise PluginError(f"{hook} returned {type(bad[0]).__name__}, "
-                                          f"expected {record_type.__name__}")
-                except Exception as exc:
-                    self._fail(info, f"{hook} failed: {type(exc).__name__}: {exc}",
-                               traceback.format_exc())
-                    self.pm.unregister(name=impl.plugin_name)
-                    self._drop_records(impl.plugin_name)
+                    records = self._call_one(hook, impl) or []
+                except PluginError as exc:
+                    self._fail(info, f"{hook} failed: {exc.problem}", _format_traceback(exc))
+                    self._drop_records(info)
+                    self._unregister(info)
                     continue
                 for record in records:
                     key = record.name.upper() if record_type is StrategyRecord else record.name
-                    record = attrs.evolve(record, provider=f"{info.distribution}")
+                    conflict_key = f"{label}:{key}"
                     if key in table:
-                        first = table[key]
-                        msg = (f"{label} {record.name!r} is provided by both {first.provider} "
-                               f"and {record.provider}")
-                        self.conflicts.setdefault(f"{label}:{key}", [first.provider]).append(record.provider)
+                        first = self._providers[conflict_key]
+                        msg = (f"{label} {record.name!r} is provided by both "
+                               f"{first.culprit.describe()} and {info.culprit.describe()}; "
+                               f"using it is an error until one is disabled (--disable-plugin NAME)")
+                        self.conflicts.setdefault(conflict_key, [first.culprit.describe()]).append(
+                            info.culprit.describe())
                         self.warnings.append(msg)
                         info.status = "conflict"
-                        info.error = msg
+                        info.error = f"{info.error}; {msg}" if info.error else msg
                         continue
-                    table[key] = record
+                    table[key] = self._provided(record, info, label)
+                    self._providers[conflict_key] = info
                     getattr(info, attr).append(record.name)
 
-    def _drop_records(self, plugin_name: str) -> None:
-        info = self._info_by_name(plugin_name)
-        for table, names in ((self.targets, info.targets), (self.schedules, info.schedules),
-                             (self.strategies, info.strategies)):
+    def _provided(self, record: Any, info: PluginInfo, label: str) -> Any:
+        """``record`` stamped with its provider; a plugin's code in it runs under the guard."""
+        record = attrs.evolve(record, provider=info.distribution)
+        if info.name == "core":
+            return record
+        culprit, guard = info.culprit, self.guard
+        if isinstance(record, TargetRecord):
+            return attrs.evolve(record, factory=guard.wrap(
+                culprit, f"factory of target {record.name!r}", record.factory,
+                check=instance_of(TargetProfile)))
+        if isinstance(record, ScheduleRecord):
+            factory, name = record.factory, record.name
+
+            def build(ctx: BuildContext) -> GuardedSchedule:
+                obj = guard.call(culprit, f"factory of schedule {name!r}", factory, ctx,
+                                 check=schedule_object)
+                return guard.schedule(obj, culprit, f"schedule {name!r}")
+
+            return attrs.evolve(record, factory=build)
+        return attrs.evolve(record, function=guard.wrap(
+            culprit, f"strategy {record.name!r}", record.function, check=order))
+
+    def _drop_records(self, info: PluginInfo) -> None:
+        for table, names, label in ((self.targets, info.targets, "target"),
+                                    (self.schedules, info.schedules, "schedule"),
+                                    (self.strategies, info.strategies, "strategy")):
             for n in names:
-                table.pop(n.upper() if table is self.strategies else n, None)
+                key = n.upper() if table is self.strategies else n
+                table.pop(key, None)
+                self._providers.pop(f"{label}:{key}", None)
             names.clear()
 
     # --- lookups ----------------------------------------------------------------
@@ -261,8 +357,9 @@ class PluginHost:
     def _lookup(self, kind: str, table: Mapping[str, _Record], name: str) -> _Record:
         key = f"{kind}:{name}"
         if key in self.conflicts:
-            raise PluginError(f"{kind} {name!r} is provided by more than one distribution: "
-                              f"{', '.join(self.conflicts[key])}; uninstall or disable one")
+            raise PluginError(f"{kind} {name!r} is provided by more than one plugin: "
+                              f"{' and '.join(self.conflicts[key])}; uninstall or disable all "
+                              "but one (--disable-plugin NAME)")
         if name not in table:
             raise UnknownNameError(kind, name, self.describe(table), self._failed_hint(kind, name))
         return table[name]
@@ -291,54 +388,64 @@ class PluginHost:
         return [f"{n} ({table[n].provider})" if table[n].provider else n for n in sorted(table)]
 
     # --- override resolution ------------------------------------------------------
-    def _override(self, hook_name: str, **kwargs: Any) -> Any:
-        """One plugin answer wins over the core default; two plugin answers conflict."""
-        answers: list[tuple[str, Any]] = []
+    def _override(self, hook_name: str, **kwargs: Any) -> tuple[str, Any]:
+        """One plugin answer wins over the core default; two plugin answers conflict.
+
+        Returns (name of the answering plugin, its answer).
+        """
+        answers = []
         core_impl = None
         for impl in self._impls(hook_name):
             if impl.plugin_name == "core":
                 core_impl = impl
                 continue
-            try:
-                result = self._call_one(hook_name, impl, **kwargs)
-            except Exception as exc:
-                info = self._info_by_name(impl.plugin_name)
-                raise PluginError(f"plugin {impl.plugin_name!r} ({info.distribution}) failed in "
-                                  f"{hook_name}: {type(exc).__name__}: {exc}",
-                                  plugin=impl.plugin_name, distribution=info.distribution) from exc
+            result = self._call_one(hook_name, impl, **kwargs)
             if result is not None:
                 answers.append((impl.plugin_name, result))
         if len(answers) > 1:
-            names = " and ".join(f"{n!r} ({self._info_by_name(n).distribution})" for n, _ in answers)
-            raise PluginError(f"{hook_name}: plugins {names} both answer for this schedule; "
+            names = " and ".join(self._registered[n].culprit.describe() for n, _ in answers)
+            raise PluginError(f"{hook_name}: {names} both answer for this schedule; "
                               "disable one of them")
         if answers:
-            return answers[0][1]
+            return answers[0]
         if core_impl is None:
-            return None
-        return self._call_one(hook_name, core_impl, **kwargs)
+            return "core", None
+        return "core", self._call_one(hook_name, core_impl, **kwargs)
 
     # The core always answers these (possibly with an empty list), so they never return None.
-    def derive_edges(self, schedule: Schedule, body: tuple[Op, ...],
+    def derive_edges(self, schedule: Any, body: tuple[Op, ...],
                      config: PipelineConfig) -> Sequence[DepEdge]:
-        return self._override("pipeline_core_derive_edges", schedule=schedule, body=body, config=config)
+        return self._override("pipeline_core_derive_edges", schedule=schedule, body=body, config=config)[1]
 
-    def explicit_blocks(self, schedule: Schedule, body: tuple[Op, ...],
+    def explicit_blocks(self, schedule: Any, body: tuple[Op, ...],
                         program: Program) -> Sequence[Sequence[Op]]:
         return self._override("pipeline_core_explicit_blocks", schedule=schedule, body=body,
-                              program=program)
+                              program=program)[1]
 
-    def bootstrap_frags(self, schedule: Schedule) -> Sequence[Op]:
-        return self._override("pipeline_core_bootstrap_frags", schedule=schedule)
+    def bootstrap_frags(self, schedule: Any) -> Sequence[Op]:
+        return self._override("pipeline_core_bootstrap_frags", schedule=schedule)[1]
 
-    def kernel_transforms(self, schedule: Schedule, target: str,
+    def kernel_transforms(self, schedule: Any, target: str,
                           config: PipelineConfig) -> list[KernelTransform]:
         found: list[KernelTransform] = []
         for impl in self._impls("pipeline_core_kernel_transforms"):
             result = self._call_one("pipeline_core_kernel_transforms", impl, schedule=schedule,
                                     target=target, config=config)
-            found.extend(result or [])
+            for transform in result or []:
+                if impl.plugin_name != "core":
+                    transform = attrs.evolve(transform, function=self.guard.wrap(
+                        self._registered[impl.plugin_name].culprit,
+                        f"kernel transform {transform.name!r}", transform.function,
+                        check=list_of(Entry)))
+                found.append(transform)
         return sorted(found, key=lambda t: (t.order, t.name))
+
+    def guard_schedule(self, schedule: Any) -> GuardedSchedule:
+        """A schedule object not built by a registered factory (API callers), under the guard."""
+        kind = type(schedule)
+        culprit = Culprit(plugin="", distribution=IN_PROCESS,
+                          module=f"{kind.__module__}.{kind.__qualname__}")
+        return self.guard.schedule(schedule, culprit, f"schedule object {kind.__qualname__}")
 
     # --- tracing ------------------------------------------------------------------
     def _install_trace(self, log: Callable[[str], None]) -> None:

@@ -15,6 +15,7 @@ import attrs
 from pipeline_core.config import (PipelineConfig, ScheduleConfig, TargetProfile, apply_overrides,
                                   parse_bool, parse_int)
 from pipeline_core.errors import ConfigError, UnknownNameError
+from pipeline_core.limits import PARAM_INT, Bound
 from pipeline_core.ops import Op
 
 
@@ -52,15 +53,27 @@ def _check_name(inst: Any, attribute: attrs.Attribute[str], value: Any) -> None:
 
 @attrs.frozen
 class Param:
-    """One parameter a target or schedule accepts (``-T``/``-p KEY=VALUE``)."""
+    """One parameter a target or schedule accepts (``-T``/``-p KEY=VALUE``).
 
-    name: str
+    An int parameter is refused outside ``bound`` before any work starts;
+    without a declared bound it gets :data:`pipeline_core.limits.PARAM_INT`.
+    """
+
+    name: str = attrs.field(validator=attrs.validators.instance_of(str))
     type: type = attrs.field(validator=attrs.validators.in_([int, bool, str]))
     default: Any = None
     help: str = ""
     choices: tuple = ()
+    bound: Bound | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(Bound)))
 
-    def parse(self, owner: str, text: str) -> Any:
+    @property
+    def int_bound(self) -> Bound:
+        """The range an int value must lie in (the declared bound, else the core's default)."""
+        return self.bound or PARAM_INT
+
+    def parse(self, owner: str, text: str, *, flag: str = "") -> Any:
+        """``text`` as typed after ``flag KEY=``, parsed and checked; ConfigError names both."""
         try:
             if self.type is bool:
                 value: Any = parse_bool(text)
@@ -69,19 +82,33 @@ class Param:
             else:
                 value = text.strip()
         except ValueError as exc:
-            raise ConfigError(owner, self.name, text, str(exc)) from None
+            allowed = f"{exc}" + (f"; expected {self.int_bound.allowed()}" if self.type is int else "")
+            raise ConfigError(owner, self.name, text, allowed, flag=flag) from None
+        if self.type is int and not self.int_bound.contains(value):
+            raise ConfigError(owner, self.name, text.strip(), self.int_bound.allowed(), flag=flag)
         if self.choices and value not in self.choices:
             raise ConfigError(owner, self.name, value,
-                              f"one of {', '.join(map(str, self.choices))}")
+                              f"one of {', '.join(map(str, self.choices))}", flag=flag)
         return value
 
     @property
     def type_name(self) -> str:
         return self.type.__name__
 
+    def range_text(self) -> str:
+        """The allowed values, for listings (empty for free-form strings)."""
+        if self.choices:
+            return "one of " + ", ".join(map(str, self.choices))
+        if self.type is int:
+            return self.int_bound.allowed()
+        return "true or false" if self.type is bool else ""
+
 
 def _params(value: Iterable[Param]) -> tuple[Param, ...]:
     return tuple(value)
+
+
+_PARAMS_VALIDATOR = attrs.validators.deep_iterable(attrs.validators.instance_of(Param))
 
 
 @attrs.frozen
@@ -90,8 +117,8 @@ class TargetRecord:
 
     name: str = attrs.field(validator=_check_name)
     description: str
-    factory: Callable[..., TargetProfile]
-    params: tuple[Param, ...] = attrs.field(default=(), converter=_params)
+    factory: Callable[..., TargetProfile] = attrs.field(validator=attrs.validators.is_callable())
+    params: tuple[Param, ...] = attrs.field(default=(), converter=_params, validator=_PARAMS_VALIDATOR)
     provider: str = ""  #: distribution (filled in by the plugin host)
 
 
@@ -101,8 +128,8 @@ class ScheduleRecord:
 
     name: str = attrs.field(validator=_check_name)
     description: str
-    factory: Callable[["BuildContext"], Schedule]
-    params: tuple[Param, ...] = attrs.field(default=(), converter=_params)
+    factory: Callable[["BuildContext"], Schedule] = attrs.field(validator=attrs.validators.is_callable())
+    params: tuple[Param, ...] = attrs.field(default=(), converter=_params, validator=_PARAMS_VALIDATOR)
     default_target: str = ""
     provider: str = ""
 
@@ -111,10 +138,15 @@ class ScheduleRecord:
 class StrategyRecord:
     """A registered scheduling strategy (see ``pipeline_core.scheduling``)."""
 
-    name: str
+    name: str = attrs.field(validator=attrs.validators.instance_of(str))
     description: str
-    function: Callable
+    function: Callable = attrs.field(validator=attrs.validators.is_callable())
     provider: str = ""
+
+    @name.validator
+    def _non_empty(self, attribute: "attrs.Attribute[str]", value: str) -> None:
+        if not value.strip():
+            raise ConfigError("StrategyRecord", "name", value, "a non-empty strategy name")
 
 
 @attrs.frozen
@@ -124,19 +156,24 @@ class KernelTransform:
     Transforms run in ``(order, name)`` order, each receiving the previous result.
     """
 
-    name: str
-    function: Callable
-    order: int = 0
+    name: str = attrs.field(validator=attrs.validators.instance_of(str))
+    function: Callable = attrs.field(validator=attrs.validators.is_callable())
+    order: int = attrs.field(default=0, validator=attrs.validators.instance_of(int))
 
 
-def parse_params(owner: str, params: Sequence[Param], given: Mapping[str, str]) -> dict[str, Any]:
-    """Defaults overlaid with parsed ``given`` strings; unknown keys raise with a suggestion."""
+def parse_params(owner: str, params: Sequence[Param], given: Mapping[str, str], *,
+                 flag: str = "") -> dict[str, Any]:
+    """Defaults overlaid with parsed ``given`` strings; unknown keys raise with a suggestion.
+
+    ``flag`` (``-p`` / ``-T``) is the option the strings came from, named in errors.
+    """
     by_name = {p.name: p for p in params}
     out = {p.name: p.default for p in params}
     for key, text in given.items():
         if key not in by_name:
-            raise UnknownNameError(f"parameter of {owner}", key, sorted(by_name))
-        out[key] = by_name[key].parse(owner, text)
+            kind = f"{flag} parameter of {owner}" if flag else f"parameter of {owner}"
+            raise UnknownNameError(kind, key, sorted(by_name), plural=f"parameters of {owner}")
+        out[key] = by_name[key].parse(owner, text, flag=flag)
     return out
 
 
@@ -159,7 +196,7 @@ class BuildContext:
     def make_target(self, **derived: Any) -> TargetProfile:
         """Build the target: ``derived`` defaults (from the schedule) under the user's ``-T``."""
         names = {p.name for p in self.target.params}
-        values = parse_params(f"target {self.target.name}", self.target.params, self.target_args)
+        values = parse_target_args(self.target, self.target_args)
         for key, value in derived.items():
             if key in names and key not in self.target_args:
                 values[key] = value
@@ -168,7 +205,12 @@ class BuildContext:
     def schedule_config(self, base: ScheduleConfig | None = None) -> ScheduleConfig:
         """``base`` (the schedule's default) with the user's ``-c`` overrides applied."""
         return apply_overrides(base or ScheduleConfig(), self.config_overrides,
-                               what="ScheduleConfig")
+                               what="ScheduleConfig", flag="-c")
 
     def given(self, name: str) -> bool:
         return name in self.explicit_params
+
+
+def parse_target_args(target: TargetRecord, target_args: Mapping[str, str]) -> dict[str, Any]:
+    """The target's parameters with the user's ``-T`` strings parsed and checked."""
+    return parse_params(f"target {target.name}", target.params, target_args, flag="-T")

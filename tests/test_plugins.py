@@ -42,7 +42,7 @@ def test_invalid_record_fails_the_plugin_with_a_message():
     host = fresh_host(fx.BadRecord(), fx.Provider())
     failed = [p for p in host.plugins if p.status.startswith("failed")]
     assert len(failed) == 1
-    assert "returned str, expected TargetRecord" in failed[0].error
+    assert "item 0 is str, expected a list of TargetRecord" in failed[0].error
     assert "tiny-gpu" in host.targets
 
 
@@ -57,7 +57,7 @@ def test_import_failure_is_reported_with_its_distribution():
 
 def test_duplicate_schedule_names_name_both_providers():
     host = fresh_host(fx.Provider(), fx.SameNames())
-    with pytest.raises(PluginError, match=r"schedule 'tiny' is provided by more than one distribution"):
+    with pytest.raises(PluginError, match=r"schedule 'tiny' is provided by more than one plugin"):
         host.get_schedule("tiny")
     assert any(p.status == "conflict" for p in host.plugins)
 

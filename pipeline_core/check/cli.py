@@ -1,7 +1,9 @@
 """Command-line glue for ``pipeline-core check``: arguments, input loading, exit codes.
 
 Exit codes: 0 the schedule is safe, 1 a hazard was found, 2 the input is bad
-(one line on stderr says why).
+(one line on stderr says why; counts outside their bounds in :mod:`pipeline_core.limits`
+are refused by the parser).  A plugin's counter model that fails raises PluginError
+for the caller (the main CLI exits 3).
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import attrs
 
 from typing import TYPE_CHECKING
 
-from pipeline_core.errors import PipelineError
+from pipeline_core.errors import PipelineError, PluginError
+from pipeline_core.limits import CHECK_ITERATIONS, WARPS_PER_GROUP, iterations_over_budget
 
 if TYPE_CHECKING:
     from pipeline_core.check.counters import CounterModel
@@ -27,16 +30,6 @@ DEFAULT_ITERATIONS = 3
 EXIT_SAFE, EXIT_HAZARD, EXIT_BAD_INPUT = 0, 1, 2
 
 
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
-    return n
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the checker's options to ``parser`` (the caller adds SCHEDULE / target options)."""
     parser.add_argument("--input", metavar="FILE", default=None,
@@ -44,8 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "compiling; '-' reads standard input")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="output format (default: text)")
-    parser.add_argument("--iterations", type=_positive_int, default=DEFAULT_ITERATIONS, metavar="N",
-                        help=f"kernel iterations to execute (default: {DEFAULT_ITERATIONS})")
+    parser.add_argument("--iterations", type=CHECK_ITERATIONS.argparse_type(),
+                        default=DEFAULT_ITERATIONS, metavar="N",
+                        help=f"kernel iterations to execute (default: {DEFAULT_ITERATIONS}; "
+                             f"{CHECK_ITERATIONS.allowed()})")
     parser.add_argument("--tightest", action="store_true",
                         help="also report, for every kernel wait, the loosest value that stays safe")
     parser.add_argument("--explicit-register-waits", action="store_true",
@@ -56,10 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "issued before a global->LDS load must be retired by a wait before the "
                              "load may overwrite its buffer (stricter; the AMD default assumes the "
                              "read is serviced first)")
-    parser.add_argument("--warps-per-group", type=_positive_int, default=None, metavar="N",
+    parser.add_argument("--warps-per-group", type=WARPS_PER_GROUP.argparse_type(), default=None,
+                        metavar="N",
                         help="model each warp group as N warps that only synchronise through "
                              "barriers (default: what the schedule or target declares, else 1: "
-                             "a group is one agent)")
+                             f"a group is one agent; {WARPS_PER_GROUP.allowed()}: a workgroup "
+                             "holds at most 16 waves)")
 
 
 def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
@@ -113,11 +110,22 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
             model = attrs.evolve(model, register_interlock=False)
         if getattr(args, "no_lds_order", False):
             model = attrs.evolve(model, lds_in_order=False)
-        verdict = check_document(document, model=model,
-                                 iterations=getattr(args, "iterations", DEFAULT_ITERATIONS),
-                                 warps_per_group=getattr(args, "warps_per_group", None)
-                                 or warps_per_group,
-                                 tightest=getattr(args, "tightest", False))
+        iterations = getattr(args, "iterations", DEFAULT_ITERATIONS)
+        warps = getattr(args, "warps_per_group", None) or warps_per_group
+        for flag, value, bound in (("--iterations", iterations, CHECK_ITERATIONS),
+                                   ("--warps-per-group", warps, WARPS_PER_GROUP)):
+            if not bound.contains(value):
+                raise ValueError(f"{flag} {value}: expected {bound.allowed()}")
+        kernel = document.get("kernel")
+        entries = (len(kernel) if isinstance(kernel, list) else 0) * warps  # each warp runs them
+        too_many = iterations_over_budget(iterations, entries, CHECK_ITERATIONS)
+        if too_many:
+            raise ValueError(too_many + (f" (--warps-per-group {warps}: every warp runs the "
+                                         "kernel)" if warps > 1 else ""))
+        verdict = check_document(document, model=model, iterations=iterations,
+                                 warps_per_group=warps, tightest=getattr(args, "tightest", False))
+    except PluginError:
+        raise  # names the plugin; the CLI gives it the plugin exit status
     except (PipelineError, ValueError, TypeError) as e:
         print(f"pipeline-core check: error: {e}", file=err)
         return EXIT_BAD_INPUT

@@ -3,7 +3,7 @@
 The CLI compiles the schedule and calls :func:`run`; everything here is argument handling,
 progress on a terminal (stderr, only when it is a TTY), and messages. When the export goes
 to a file, stdout gets a short summary of the modelled run. Exit status: 0 written, 2 bad request (no format,
-missing -o for an image, matplotlib missing, bad iteration count).
+missing -o for an image, matplotlib missing, --iterations or --width out of its bound, unwritable -o file).
 """
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import argparse
 import sys
 import time
 from typing import Any, Callable, TextIO
+
+from pipeline_core.limits import EXPORT_ITERATIONS, PICTURE_WIDTH, iterations_over_budget
 
 FORMATS = ("trace", "dot", "png", "svg")
 SUFFIX_FORMAT = {".json": "trace", ".dot": "dot", ".gv": "dot", ".png": "png", ".svg": "svg"}
@@ -26,11 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "matplotlib: pip install 'pipeline-core[plot]'). Default: from the -o suffix")
     g.add_argument("-o", "--output", dest="output", metavar="FILE", default=None,
                    help="file to write (trace and dot: stdout when omitted or '-')")
-    g.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N",
+    g.add_argument("--iterations", type=EXPORT_ITERATIONS.argparse_type(), default=DEFAULT_ITERATIONS,
+                   metavar="N",
                    help=f"kernel iterations to model between prologue and epilogue "
-                        f"(default {DEFAULT_ITERATIONS})")
-    g.add_argument("--width", type=int, default=1600, metavar="PX",
-                   help="picture width in pixels (png, svg; default 1600)")
+                        f"(default {DEFAULT_ITERATIONS}; {EXPORT_ITERATIONS.allowed()})")
+    g.add_argument("--width", type=PICTURE_WIDTH.argparse_type(), default=1600, metavar="PX",
+                   help=f"picture width in pixels (png, svg; default 1600; {PICTURE_WIDTH.allowed()})")
 
 
 class Progress:
@@ -81,11 +84,9 @@ def _error(text: str) -> int:
 
 
 def _emit(text: str, output: str | None) -> None:
-    if output and output != "-":
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    else:
-        sys.stdout.write(text)
+    from pipeline_core.output import write_text
+
+    write_text(text, output)
 
 
 def run(args, compiled: Any) -> int:
@@ -110,11 +111,14 @@ def run(args, compiled: Any) -> int:
         _emit(dot.dumps(compiled), args.output)
         return EXIT_OK
     iterations = getattr(args, "iterations", DEFAULT_ITERATIONS)
-    if iterations < 1:
-        return _error(f"--iterations must be at least 1, got {iterations}")
+    if not EXPORT_ITERATIONS.contains(iterations):
+        return _error(f"--iterations {iterations}: expected {EXPORT_ITERATIONS.allowed()}")
+    too_many = iterations_over_budget(iterations, _kernel_entries(compiled), EXPORT_ITERATIONS)
+    if too_many:
+        return _error(too_many)
     width = getattr(args, "width", 1600)
-    if width < 200:
-        return _error(f"--width must be at least 200 pixels, got {width}")
+    if not PICTURE_WIDTH.contains(width):
+        return _error(f"--width {width}: expected {PICTURE_WIDTH.allowed()} pixels")
     progress = Progress(sys.stderr, f"export {fmt}")
     try:
         timeline = _simulate(compiled, iterations, progress.update)
@@ -126,8 +130,11 @@ def run(args, compiled: Any) -> int:
         else:
             from pipeline_core.export import picture
 
+            from pipeline_core.output import reporting_path
+
             progress.stage(f"drawing {fmt}")
-            picture.write(timeline, args.output, fmt=fmt, width=width)
+            with reporting_path(args.output):
+                picture.write(timeline, args.output, fmt=fmt, width=width)
     finally:
         progress.close()
     if to_file:  # stdout is free: say what was written and what the model measured
@@ -136,6 +143,11 @@ def run(args, compiled: Any) -> int:
         print(f"wrote {args.output}")
         print(format_summary(timeline))
     return EXIT_OK
+
+
+def _kernel_entries(compiled: Any) -> int:
+    kernel = compiled.get("kernel") if isinstance(compiled, dict) else getattr(compiled, "kernel", ())
+    return len(kernel or ())
 
 
 def _simulate(compiled: Any, iterations: int, progress: Callable[[int, int], None]):

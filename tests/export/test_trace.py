@@ -259,8 +259,13 @@ def test_format_from_suffix_and_errors(tmp_path, capsys):
     capsys.readouterr()
     assert cli_export.run(export_args(None, fmt=None), src) == 2
     assert "choose an export format" in capsys.readouterr().err
-    assert cli_export.run(export_args(tmp_path, iterations=0), src) == 2
-    assert "--iterations" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the flag's bound is checked while parsing
+        export_args(tmp_path, iterations=0)
+    assert "argument --iterations: expected an integer in [1, 128], got 0" in capsys.readouterr().err
+    args = export_args(tmp_path)
+    args.iterations = 0  # a caller that builds its own arguments meets the same bound
+    assert cli_export.run(args, src) == 2
+    assert "--iterations 0: expected an integer in [1, 128]" in capsys.readouterr().err
 
 
 def test_progress_only_on_a_terminal(tmp_path, monkeypatch):

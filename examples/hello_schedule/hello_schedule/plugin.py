@@ -9,6 +9,7 @@ from __future__ import annotations
 from pipeline_core import hookimpl
 from pipeline_core.config import BlockSizing, PipelineConfig, ScheduleConfig, TargetProfile
 from pipeline_core.costs import CostModel, OpCost, annotate
+from pipeline_core.limits import GLOBAL_LOAD_TICKS
 from pipeline_core.ops import KOffset, OpRole, ResourceKind, logical
 from pipeline_core.schedule import Param, ScheduleRecord, TargetRecord
 
@@ -67,7 +68,8 @@ def _build(ctx):
 @hookimpl
 def pipeline_core_register_targets():
     return [TargetRecord("toy-gpu", "A toy GPU with one MMA per partition", toy_gpu,
-                         params=[Param("vm_per_load", int, 1, "vmcnt ticks per global load")])]
+                         params=[Param("vm_per_load", int, 1, "vmcnt ticks per global load",
+                                       bound=GLOBAL_LOAD_TICKS)])]
 
 
 @hookimpl

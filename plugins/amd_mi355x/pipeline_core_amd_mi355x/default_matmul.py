@@ -16,6 +16,7 @@ import attrs
 from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
 from pipeline_core.costs import annotate
 from pipeline_core.errors import ConfigError
+from pipeline_core.limits import Bound
 from pipeline_core.ops import Op
 from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
 
@@ -25,15 +26,24 @@ from pipeline_core_amd_mi355x.tags import CHANNEL_A, SINGLE_BUFFER_TAG_NAMES, Si
 NAME = "default-matmul"
 OWNER = f"schedule {NAME}"
 
+#: The body has 2T + 3 ops and the kernel's hints grow with T, the MMA grid and the loads
+#: per thread: these ranges cover every real kernel and keep a compile under a second.
+K_TILES = Bound(low=1, high=64)
+MMA_GRID_SIDE = Bound(low=1, high=16)
+LOADS_PER_THREAD = Bound(low=0, high=64)
+
 PARAMS: tuple[Param, ...] = (
-    Param("num_k_tiles", int, 2, "K tiles per iteration (T): fragment loads and MMAs per body"),
-    Param("num_m_mmas", int, 4, "MMA rows per warp (hint arithmetic)"),
-    Param("num_n_mmas", int, 4, "MMA columns per warp (hint arithmetic)"),
-    Param("num_k_mmas", int, 2, "MMAs along K per K tile (hint arithmetic)"),
+    Param("num_k_tiles", int, 2, "K tiles per iteration (T): fragment loads and MMAs per body",
+          bound=K_TILES),
+    Param("num_m_mmas", int, 4, "MMA rows per warp (hint arithmetic)", bound=MMA_GRID_SIDE),
+    Param("num_n_mmas", int, 4, "MMA columns per warp (hint arithmetic)", bound=MMA_GRID_SIDE),
+    Param("num_k_mmas", int, 2, "MMAs along K per K tile (hint arithmetic)", bound=MMA_GRID_SIDE),
     Param("MMA_M", int, 16, "MFMA M (16 or 32, with MMA_N equal)"),
     Param("MMA_N", int, 16, "MFMA N (16 or 32, with MMA_M equal)"),
-    Param("a_loads_per_thread", int, 2, "global A loads per thread per iteration (LDS stores)"),
-    Param("b_loads_per_thread", int, 2, "global B loads per thread per iteration (LDS stores)"),
+    Param("a_loads_per_thread", int, 2, "global A loads per thread per iteration (LDS stores)",
+          bound=LOADS_PER_THREAD),
+    Param("b_loads_per_thread", int, 2, "global B loads per thread per iteration (LDS stores)",
+          bound=LOADS_PER_THREAD),
 )
 
 def logical_body(num_k_tiles: int) -> list[Op]:

@@ -18,6 +18,7 @@ import attrs
 
 from pipeline_core.config import KernelGeometry, derive_safe_max_globals
 from pipeline_core.errors import ConfigError
+from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS
 
 #: bytes per element of each supported input type.
 ELEM_BYTES: dict[str, int] = {"bf16": 2, "fp8": 1}
@@ -164,6 +165,16 @@ def tile_launch_defaults(owner: str, shape: TileShape, layout: WarpLayout) -> La
     ds_reads_per_frag = -(-(lds_frag_w * elem_bytes) // LOAD_BYTES)
     lgkm_a = quadrant_m * num_k_mmas * k_loads_per_mma * ds_reads_per_frag
     lgkm_b = quadrant_n * num_k_mmas * k_loads_per_mma * ds_reads_per_frag
+
+    for counter, value, bound in (("vm_per_load_a", vm_a, GLOBAL_LOAD_TICKS),
+                                  ("vm_per_load_b", vm_b, GLOBAL_LOAD_TICKS),
+                                  ("lgkm_per_load_a", lgkm_a, COUNTER_TICKS),
+                                  ("lgkm_per_load_b", lgkm_b, COUNTER_TICKS)):
+        if not bound.contains(value):
+            shape_text = (f"BM={BM} BN={BN} BK={BK} MMA_M={MMA_M} MMA_N={MMA_N} MMA_K={MMA_K} "
+                          f"{shape.dtype}")
+            raise ConfigError(owner, "tile shape", shape_text,
+                              f"a shape whose derived {counter} ({value}) is {bound.allowed()}")
 
     if num_k_mmas * quadrant_m * quadrant_n < MIN_MMAS_FOR_GLOBALS:
         max_globals = 0

@@ -1,6 +1,7 @@
 """The target records this plugin registers: ``mi355x`` and ``mi355x-single-buffer``."""
 from __future__ import annotations
 
+from pipeline_core.limits import GLOBAL_LOAD_TICKS, Bound
 from pipeline_core.schedule import Param, TargetRecord
 
 from pipeline_core_amd_mi355x.configs import (DEFAULT_MAX_GLOBALS, DEFAULT_VM_PER_LOAD,
@@ -24,10 +25,12 @@ TARGETS: tuple[TargetRecord, ...] = (
         description="AMD MI355X (CDNA4), double-buffered LDS, 2 partitions of a 2x2 MMA quadrant grid",
         factory=_double_buffer_factory,
         params=(
-            Param("vm_per_load_a", int, DEFAULT_VM_PER_LOAD, "vmcnt ticks per channel-A global load"),
-            Param("vm_per_load_b", int, DEFAULT_VM_PER_LOAD, "vmcnt ticks per channel-B global load"),
+            Param("vm_per_load_a", int, DEFAULT_VM_PER_LOAD, "vmcnt ticks per channel-A global load",
+                  bound=GLOBAL_LOAD_TICKS),
+            Param("vm_per_load_b", int, DEFAULT_VM_PER_LOAD, "vmcnt ticks per channel-B global load",
+                  bound=GLOBAL_LOAD_TICKS),
             Param("max_globals", int, DEFAULT_MAX_GLOBALS,
-                  "global loads per MMA block (0 = no cap, at most 2)"),
+                  "global loads per MMA block (0 = no cap, at most 2)", bound=Bound(low=0, high=2)),
         ),
     ),
     TargetRecord(

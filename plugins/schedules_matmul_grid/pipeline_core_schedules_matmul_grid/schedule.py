@@ -19,6 +19,7 @@ import attrs
 
 from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
 from pipeline_core.errors import ConfigError, TransformError
+from pipeline_core.limits import COUNTER_TICKS
 from pipeline_core.ops import Op
 from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
 
@@ -38,8 +39,10 @@ PARAMS: tuple[Param, ...] = (
           "warp groups, one LDS stage each; the double-buffer program fills two stages "
           "(K0/K1 prefetch, K_PREV completion), so 2 is the only value"),
     Param("fp8", bool, False, "FP8 inputs (informational, as in ping-pong)"),
-    Param("lgkm_per_load_a", int, 0, "lgkmcnt per channel-A load, written into the ScheduleConfig"),
-    Param("lgkm_per_load_b", int, 0, "lgkmcnt per channel-B load, written into the ScheduleConfig"),
+    Param("lgkm_per_load_a", int, 0, "lgkmcnt per channel-A load, written into the ScheduleConfig",
+          bound=COUNTER_TICKS),
+    Param("lgkm_per_load_b", int, 0, "lgkmcnt per channel-B load, written into the ScheduleConfig",
+          bound=COUNTER_TICKS),
 )
 
 

@@ -20,6 +20,7 @@ import attrs
 from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
 from pipeline_core.costs import CostModel
 from pipeline_core.errors import ConfigError
+from pipeline_core.limits import COUNTER_TICKS
 from pipeline_core.ops import Op
 from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
 
@@ -54,8 +55,10 @@ def _shape_param(name: str, what: str) -> Param:
 
 PARAMS: tuple[Param, ...] = (
     Param("fp8", bool, False, "FP8 inputs (informational, as in the reference; see dtype)"),
-    Param("lgkm_per_load_a", int, 0, "lgkmcnt per channel-A load, written into the ScheduleConfig"),
-    Param("lgkm_per_load_b", int, 0, "lgkmcnt per channel-B load, written into the ScheduleConfig"),
+    Param("lgkm_per_load_a", int, 0, "lgkmcnt per channel-A load, written into the ScheduleConfig",
+          bound=COUNTER_TICKS),
+    Param("lgkm_per_load_b", int, 0, "lgkmcnt per channel-B load, written into the ScheduleConfig",
+          bound=COUNTER_TICKS),
     Param("dtype", str, None, "input type of the tile shape (default bf16, or fp8 with -p fp8=true)",
           choices=DTYPES),
     _shape_param("BM", "block tile M"),

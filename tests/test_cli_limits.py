@@ -1,0 +1,164 @@
+"""Absurd, wrong or hostile input is refused at once, naming the flag, key or file.
+
+One table covers issue 14's cases: counts that used to hang or eat memory (refused
+by their bound before any work starts), input that used to be accepted though wrong,
+and messages that used to name our internals.  Every row exits 2 with one line that
+holds the row's needles and none of the internal names.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from pipeline_core import limits
+
+HUGE = str(2**70)
+INTERNAL_NAMES = ("Op.", "ScheduleConfig.", "PipelineConfig.", "Traceback", "internal error",
+                  "[Errno")
+BIG_DEFAULT_MATMUL = ("-p", "num_k_tiles=64", "-p", "a_loads_per_thread=64", "-p",
+                      "b_loads_per_thread=64", "-p", "num_m_mmas=16", "-p", "num_n_mmas=16",
+                      "-p", "num_k_mmas=16")
+
+CASES = [
+    # --- counts that hung or ate memory -------------------------------------------------
+    ("check-iterations", ("check", "pingpong", "--iterations", "1000000000"),
+     ["argument --iterations", "expected an integer in [1, 256]"]),
+    ("export-iterations", ("export", "pingpong", "--format", "trace", "--iterations", "1000000000"),
+     ["argument --iterations", "[1, 128]"]),
+    ("analyze-iterations", ("analyze", "pingpong", "--iterations", "1000000000"),
+     ["argument --iterations", "[3, 256]"]),
+    ("warps-per-group", ("check", "pingpong", "--warps-per-group", "1000"),
+     ["argument --warps-per-group", "[1, 16]"]),
+    ("num-k-tiles", ("compile", "default-matmul", "-p", f"num_k_tiles={HUGE}"),
+     [f"-p num_k_tiles={HUGE} is invalid for schedule default-matmul", "[1, 64]"]),
+    ("loads-per-thread", ("compile", "default-matmul", "-p", f"a_loads_per_thread={HUGE}"),
+     ["-p a_loads_per_thread=", "[0, 64]"]),
+    ("mma-grid", ("compile", "default-matmul", "-p", "num_m_mmas=17"), ["-p num_m_mmas=17", "[1, 16]"]),
+    ("picture-width", ("export", "pingpong", "--format", "png", "-o", "{tmp}/x.png", "--width",
+                       "1000000000"), ["argument --width", "[200, 8000]"]),
+    ("modelled-work", ("check", "default-matmul", *BIG_DEFAULT_MATMUL, "--iterations", "64"),
+     ["--iterations 64 would model", f"{limits.MODELLED_ENTRIES:,}", "--iterations 10 or fewer"]),
+    ("modelled-work-warps", ("check", "pingpong", "--iterations", "256", "--warps-per-group", "16"),
+     ["--iterations 256 would model", "--warps-per-group 16"]),
+    ("export-modelled-work", ("export", "default-matmul", *BIG_DEFAULT_MATMUL, "--format", "trace",
+                              "--iterations", "100"), ["--iterations 100 would model"]),
+    ("optimal-seconds", ("analyze", "pingpong", "--optimal", "100000"),
+     ["argument --optimal", "[0.001, 600]"]),
+    # --- accepted though wrong -------------------------------------------------------------
+    ("strategy-single-buffer", ("compile", "default-matmul", "-c", "scheduling=NOPE"),
+     ["Unknown scheduling strategy 'NOPE' (-c scheduling)", "Known scheduling strategies: CSP"]),
+    ("strategy-forced-identity", ("compile", "4wave", "-c", "scheduling=NOPE"),
+     ["Unknown scheduling strategy 'NOPE' (-c scheduling)"]),
+    ("knob-unread-by-single-buffer", ("compile", "default-matmul", "-c", "wait_vm_last=300"),
+     ["-c wait_vm_last=300 is invalid for ScheduleConfig", "[0, 255]"]),
+    ("empty-target", ("compile", "pingpong", "--target", ""),
+     ["Unknown target '' (--target)", "Known targets: mi355x"]),
+    ("foreign-cost-model", ("compile", "hello", "--target", "mi355x-single-buffer"),
+     ["--target mi355x-single-buffer is invalid for schedule hello",
+      "lacks kernel tag 4 (MMA)"]),
+    ("global-load-never-counts", ("compile", "pingpong", "-T", "vm_per_load_a=0", "-T",
+                                  "vm_per_load_b=0"),
+     ["-T vm_per_load_a=0 is invalid for target mi355x", "[1, 1024]"]),
+    ("global-load-never-counts-hello", ("compile", "hello", "-T", "vm_per_load=0"),
+     ["-T vm_per_load=0 is invalid for target toy-gpu", "[1, 1024]"]),
+    # --- messages that named our internals -------------------------------------------------
+    ("huge-tile", ("compile", "pingpong", "-p", f"BM={HUGE}"),
+     [f"-p BM={HUGE} is invalid for schedule pingpong", "[0, 65536]"]),
+    ("not-an-integer", ("compile", "pingpong", "-p", "BM=2**70"),
+     ["-p BM=2**70 is invalid for schedule pingpong", "'2**70' is not an integer"]),
+    ("huge-ticks", ("compile", "pingpong", "-T", f"vm_per_load_a={HUGE}"),
+     [f"-T vm_per_load_a={HUGE}", "[1, 1024]"]),
+    ("huge-lgkm-param", ("compile", "pingpong", "-p", "lgkm_per_load_a=2000"),
+     ["-p lgkm_per_load_a=2000", "[0, 1024]"]),
+    ("derived-counter", ("compile", "pingpong", "-p", "BM=65536", "-p", "BN=65536", "-p", "BK=512"),
+     ["tile shape", "BM=65536", "derived vm_per_load_a (4096)", "[1, 1024]"]),
+    ("huge-wait", ("compile", "pingpong", "-c", f"wait_vm_last={HUGE}"),
+     [f"-c wait_vm_last={HUGE} is invalid for ScheduleConfig", "[0, 255]"]),
+    ("huge-mask", ("compile", "pingpong", "-c", f"sched_barrier_mask={HUGE}"),
+     ["-c sched_barrier_mask=", f"[0, {2**64 - 1}]"]),
+    ("huge-vgpr", ("compile", "pingpong", "-c", f"max_vgpr={HUGE}"), ["-c max_vgpr=", "[0, 999999]"]),
+    ("huge-time-limit", ("compile", "pingpong", "-c", f"search_time_limit_ms={HUGE}"),
+     ["-c search_time_limit_ms=", "[0, 3600000]"]),
+    ("huge-penalty", ("compile", "pingpong", "-c", f"lds_contention_penalty={HUGE}"),
+     ["-c lds_contention_penalty=", "[0, 100000]"]),
+    ("output-missing-folder", ("compile", "pingpong", "-o", "{tmp}/missing/s.txt"),
+     ["cannot write -o {tmp}/missing/s.txt", "No such file or directory"]),
+    ("export-missing-folder", ("export", "pingpong", "--format", "trace", "-o", "{tmp}/no/t.json"),
+     ["cannot write -o {tmp}/no/t.json"]),
+    ("parameter-plural", ("compile", "pingpong", "-p", "nope=1"),
+     ["Unknown -p parameter of schedule pingpong 'nope'", "Known parameters of schedule pingpong:"]),
+    ("strategy-plural", ("compile", "pingpong", "-c", "scheduling=zzz"),
+     ["Known scheduling strategies:"]),
+]
+
+
+@pytest.mark.parametrize("argv, needles", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_exits_2_naming_the_input(argv, needles, tmp_path, cli):
+    result = cli(*[a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert result.exit_code == 2, result.stderr
+    assert result.stdout == ""
+    err = result.stderr
+    for needle in needles:
+        assert needle.replace("{tmp}", str(tmp_path)) in err, err
+    for internal in INTERNAL_NAMES:
+        assert internal not in err, err
+    assert "pingpongs" not in err and "strategys" not in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+@pytest.mark.parametrize("argv", [("compile", "pingpong", "-o", "/dev/full"),
+                                  ("export", "pingpong", "--format", "dot", "-o", "/dev/full")])
+def test_a_full_disk_names_the_output_file(argv, cli):
+    result = cli(*argv)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: cannot write -o /dev/full: No space left on device"
+
+
+def test_the_largest_accepted_counts_still_run(cli):
+    """The bounds are not tighter than the work they protect against."""
+    result = cli("check", "pingpong", "--iterations", str(int(limits.CHECK_ITERATIONS.high)))
+    assert result.exit_code == 0, result.stderr
+    result = cli("compile", "default-matmul", *BIG_DEFAULT_MATMUL, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["counts"]["body"] == 2 * 64 + 4
+
+
+def test_listings_document_every_bound(cli):
+    rows = {r["name"]: r for r in json.loads(cli("schedules", "--json").stdout)}
+    params = {p["name"]: p for p in rows["default-matmul"]["params"]}
+    assert params["num_k_tiles"]["allowed"] == "an integer in [1, 64]"
+    assert params["a_loads_per_thread"]["allowed"] == "an integer in [0, 64]"
+    targets = {r["name"]: r for r in json.loads(cli("targets", "--json").stdout)}
+    vm = next(p for p in targets["mi355x"]["params"] if p["name"] == "vm_per_load_a")
+    assert vm["allowed"] == limits.GLOBAL_LOAD_TICKS.allowed()
+    text = cli("check", "--help").stdout
+    assert "[1, 256]" in text and "[1, 16]" in text
+
+
+def test_internal_errors_have_their_own_exit_status_and_say_how_to_report(cli, monkeypatch):
+    from pipeline_core.export import text
+
+    def broken(compiled):
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(text, "render", broken)
+    result = cli("compile", "pingpong")
+    assert result.exit_code == 70
+    assert result.stderr.startswith("internal error: RuntimeError: a bug of ours\n")
+    assert "This is a bug in pipeline-core, not in your input. Please report it" in result.stderr
+    assert "-v" in result.stderr
+    verbose = cli("compile", "pingpong", "-v")
+    assert verbose.exit_code == 70 and "Traceback" in verbose.stderr
+
+
+def test_ctrl_c_stops_the_tool_with_its_own_status(cli, monkeypatch):
+    from pipeline_core.export import text
+
+    def interrupted(compiled):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(text, "render", interrupted)
+    result = cli("compile", "pingpong")
+    assert (result.exit_code, result.stderr) == (130, "interrupted\n")

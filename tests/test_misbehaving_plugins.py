@@ -1,0 +1,219 @@
+"""Misbehaving plugins never take the tool down, hide who is at fault, or corrupt stdout.
+
+Every case of ``misbehaving_plugins.CASES`` is a plugin module written to a temporary
+folder and loaded with ``--plugin`` through the real CLI (in-process), once plainly and
+once with ``--strict-plugins``.  A few run again as real distributions (a hand-written
+``.dist-info`` with an entry point, found by the normal discovery) and through the
+console script in a subprocess.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import misbehaving_plugins as mp
+from pipeline_core.errors import PluginError
+from pipeline_core.plugin_guard import Culprit, PluginGuard
+from pipeline_core.plugins import PluginHost
+from pipeline_core.testing import run_cli
+
+CASES = {case.id: case for case in mp.CASES}
+EXE = Path(sys.executable).with_name("pipeline-core")
+
+
+def write_plugin(folder: Path, case: mp.Case) -> None:
+    (folder / f"{mp.BASE_MODULE}.py").write_text(mp.BASE)
+    (folder / f"{case.module}.py").write_text(case.text())
+
+
+@pytest.fixture
+def plugin_dir(tmp_path, monkeypatch):
+    """A folder on sys.path for plugin modules; their imports are forgotten between runs."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def forget():
+        for name in [n for n in sys.modules if n == mp.BASE_MODULE or n.startswith("mis_")]:
+            monkeypatch.delitem(sys.modules, name)
+
+    forget()
+    yield tmp_path, forget
+    forget()
+
+
+def run_case(case: mp.Case, plugin_dir, *, strict: bool):
+    folder, forget = plugin_dir
+    write_plugin(folder, case)
+    forget()  # a cached module would not run its import-time misbehaviour again
+    argv = case.command() + ["--plugin", case.module]
+    argv += [] if case.autoload else ["--no-autoload"]
+    argv += ["--strict-plugins"] if strict else []
+    return run_cli(argv, env=dict(case.env))
+
+
+def assert_reported(case: mp.Case, result, *, culprit: str) -> None:
+    """What every misbehaving-plugin run must show, whatever its exit status."""
+    err = result.stderr
+    assert "internal error" not in err, err
+    assert "Traceback" not in err, err
+    assert result.exit_code != 0 or result.stdout.strip(), "silent exit 0 with empty output"
+    if case.wants_json and result.stdout.strip():
+        json.loads(result.stdout)  # plugin prints never reach stdout
+    assert culprit in err, err
+    for needle in case.needles:
+        assert needle.replace("NAME", case.schedule) in err, err
+
+
+@pytest.mark.parametrize("case", mp.CASES, ids=[c.id for c in mp.CASES])
+def test_misbehaving_plugin_is_named_and_the_tool_survives(case, plugin_dir):
+    result = run_case(case, plugin_dir, strict=False)
+    assert result.exit_code == case.expected_exit, result.stderr
+    assert_reported(case, result, culprit=f"plugin {case.module!r} (module {case.module}, "
+                                          "loaded with --plugin)")
+    if case.expected_exit == 0 and case.wants_json:
+        json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("case", mp.CASES, ids=[c.id for c in mp.CASES])
+def test_strict_plugins_exits_3_for_every_misbehaviour(case, plugin_dir):
+    result = run_case(case, plugin_dir, strict=True)
+    assert result.exit_code == 3, result.stderr
+    assert_reported(case, result, culprit=case.module)
+
+
+def test_a_conflicting_plugin_leaves_everything_else_working(plugin_dir):
+    case = CASES["duplicate-target"]
+    listing = run_case(attrs_evolve(case, argv=("plugins", "--json")), plugin_dir, strict=False)
+    assert listing.exit_code == 0, listing.stderr
+    rows = {row["name"]: row for row in json.loads(listing.stdout)}
+    assert {"amd_mi355x", "schedules_pingpong", "schedules_4wave", case.module} <= set(rows)
+    assert rows[case.module]["status"] == "conflict"
+    assert rows[case.module]["schedules"] == [case.schedule]  # its other records still count
+    own = run_case(attrs_evolve(case, argv=mp.COMPILE), plugin_dir, strict=False)
+    assert own.exit_code == 0, own.stderr
+    assert json.loads(own.stdout)["schedule"] == case.schedule
+    other = run_case(attrs_evolve(case, argv=("compile", "default-matmul", "--format", "json")),
+                     plugin_dir, strict=False)
+    assert other.exit_code == 0, other.stderr
+    assert json.loads(other.stdout)["schedule"] == "default-matmul"
+
+
+def attrs_evolve(case: mp.Case, **changes) -> mp.Case:
+    import attrs
+
+    return attrs.evolve(case, **changes)
+
+
+# --- as real distributions (entry points from a .dist-info) ----------------------------
+
+DIST_CASES = ("exit-at-import", "print-at-import", "build-body-raises", "strategy-raises",
+              "duplicate-target")
+
+
+def write_distribution(folder: Path, case: mp.Case) -> str:
+    """A minimal installed distribution providing ``case``'s module as an entry point.
+
+    No Requires-Dist: the test environment already has the core, whatever its
+    distribution is called.
+    """
+    write_plugin(folder, case)
+    dist = f"misbehaving-{case.id}"
+    info = folder / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[pipeline_core]\n{case.module} = {case.module}\n")
+    return dist
+
+
+@pytest.mark.parametrize("case_id", DIST_CASES)
+def test_installed_distribution_is_named_by_its_distribution(case_id, plugin_dir):
+    case = CASES[case_id]
+    folder, forget = plugin_dir
+    dist = write_distribution(folder, case)
+    forget()
+    result = run_cli(case.command())
+    assert result.exit_code == case.expected_exit, result.stderr
+    assert_reported(case, result, culprit=f"plugin {case.module!r} from distribution {dist}")
+    forget()
+    strict = run_cli(case.command() + ["--strict-plugins"])
+    assert strict.exit_code == 3, strict.stderr
+    assert_reported(case, strict, culprit=dist)
+
+
+# --- the console script, as users run it ----------------------------------------------------
+
+SUBPROCESS_CASES = ("exit-at-import", "argparse-at-import", "print-at-import", "print-in-hook",
+                    "build-body-recursion", "exit-in-hook")
+
+
+@pytest.mark.skipif(not EXE.exists(), reason="console script not installed in this environment")
+@pytest.mark.parametrize("case_id", SUBPROCESS_CASES)
+def test_console_script_survives_and_keeps_stdout_clean(case_id, tmp_path):
+    case = CASES[case_id]
+    write_plugin(tmp_path, case)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), **dict(case.env)}
+    for strict, expected in ((False, case.expected_exit), (True, 3)):
+        argv = [str(EXE), *case.command(), "--plugin", case.module, "--no-autoload"]
+        argv += ["--strict-plugins"] if strict else []
+        run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        assert run.returncode == expected, run.stderr
+        result = type("R", (), {"exit_code": run.returncode, "stdout": run.stdout,
+                                "stderr": run.stderr})()
+        assert_reported(case, result, culprit=case.module)
+
+
+# --- the host and the guard directly ------------------------------------------------------
+
+
+def test_plugin_host_survives_sys_exit_at_import(plugin_dir):
+    folder, forget = plugin_dir
+    write_plugin(folder, CASES["exit-at-import"])
+    host = PluginHost(autoload=False, extra_modules=["mis_exit_at_import"])  # must not end pytest
+    info = next(p for p in host.plugins if p.name == "mis_exit_at_import")
+    assert info.status.startswith("failed: import failed: it called sys.exit(3)")
+    assert "SystemExit" in info.traceback
+
+
+def test_slow_import_is_reported_once_by_the_injected_clock(plugin_dir):
+    folder, forget = plugin_dir
+    write_plugin(folder, CASES["slow-import"])
+    ticks = iter([0.0, 5.0, 5.0, 5.0])  # the import "takes" 5 s
+    host = PluginHost(autoload=False, extra_modules=["mis_slow_import"], slow_import_s=1.0,
+                      clock=lambda: next(ticks))
+    slow = [w for w in host.warnings if "to import" in w]
+    assert slow == [f"plugin 'mis_slow_import' (module mis_slow_import, loaded with --plugin) took "
+                    "5.0 s to import (threshold 1 s, set by PIPELINE_CORE_SLOW_IMPORT_S); every "
+                    "command pays this: disable it with --disable-plugin if you do not need it"]
+    forget()
+    fast = PluginHost(autoload=False, extra_modules=["mis_slow_import"], slow_import_s=1.0,
+                      clock=lambda: 0.0)
+    assert not [w for w in fast.warnings if "to import" in w]
+
+
+def test_keyboard_interrupt_still_stops_the_tool():
+    guard = PluginGuard(lambda line: None)
+    culprit = Culprit(plugin="p", distribution="d")
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        guard.call(culprit, "hook x", interrupted)
+    with pytest.raises(PluginError, match=r"plugin 'p' from distribution d failed in hook x: "
+                                          r"it called sys.exit\(2\)"):
+        guard.call(culprit, "hook x", sys.exit, 2)
+
+
+def test_guarded_schedule_keeps_isinstance_for_plugin_hooks():
+    class Mine:
+        name = "mine"
+
+    guard = PluginGuard(lambda line: None)
+    wrapped = guard.schedule(Mine(), Culprit(plugin="p", distribution="d"), "schedule 'mine'")
+    assert isinstance(wrapped, Mine)
+    assert wrapped.name == "mine"
+    assert getattr(wrapped, "derive_edges", None) is None
