@@ -86,6 +86,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     from pipeline_core import graph, phases
     from pipeline_core.ordering import schedule_order
     from pipeline_core.program import build_kernel_program, kernel_deps_double_buffer
+    from pipeline_core.program.binding import lowering_for
 
     if host is None:
         from pipeline_core.plugins import default_host
@@ -126,7 +127,9 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         prologue = phases.derive_prologue(program, config, sched, bootstrap)
         kernel = program.expand(Phase.KERNEL)
         epilogue = phases.derive_epilogue(program, config)
-        kernel_deps = tuple(kernel_deps_double_buffer(kernel, config))
+        lowering = lowering_for(getattr(target, "sync", None))
+        prologue, kernel, epilogue = (lowering.entries(p) for p in (prologue, kernel, epilogue))
+        kernel_deps = tuple(kernel_deps_double_buffer(kernel, config, lowering.fragment_wait_tag))
     else:
         sched = _schedule_config(schedule)
         result = None
@@ -139,6 +142,8 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         for transform in host.kernel_transforms(schedule, target_name, config):
             kernel = tuple(transform.function(kernel, body, config))
         epilogue = phases.default_epilogue(body, config)
+        lowering = lowering_for(getattr(target, "sync", None))
+        prologue, kernel, epilogue = (lowering.entries(p) for p in (prologue, kernel, epilogue))
         kernel_deps = edges
     stagger = phases.warp_stagger_index(config, body, len(prologue))
     execution = ExecutionModel.of(stagger, len(prologue),
@@ -163,9 +168,9 @@ def check_body_fits_target(schedule: Any, body: tuple[Op, ...], config: Pipeline
 
     * every kernel tag of the body must be in the target's cost model: a tag the
       model lacks would be costed as nothing, and a foreign model reinterprets tags
-      (``compile hello --target mi355x-single-buffer``);
-    * a global load must count on vmcnt (vm per load >= 1), or every derived vm wait
-      is 0 and protects nothing.
+      (a body compiled for another schedule's target);
+    * a global load must add ticks to the global channel (vm per load >= 1), or every
+      derived global wait is 0 and protects nothing.
     """
     where = target_name or "(the schedule's own)"
     if target is not None:
@@ -186,5 +191,6 @@ def check_body_fits_target(schedule: Any, body: tuple[Op, ...], config: Pipeline
             raise ConfigError(f"target {where}", field, config.vm_per_channel(o.channel),
                               f"{GLOBAL_LOAD_TICKS.allowed()}: schedule "
                               f"{schedule.name}'s global loads on channel {o.channel} would never "
-                              "count on vmcnt, so every vm wait would derive to 0 and protect "
+                              "add ticks to the target's global channel, so every global wait "
+                              "would derive to 0 and protect "
                               "nothing")

@@ -55,7 +55,7 @@ class CounterModel:
       counter ops a load adds (a wait(n) counts *ops*, not loads).
     * ``barrier_tag``: the tag that is a rendezvous of every warp of the workgroup.
     * ``barrier_drains``: the barrier also waits for the issuing warp's own
-      outstanding memory ops (a fenced ``barrier()``), not a bare ``s_barrier``.
+      outstanding memory ops (a fenced ``barrier()``), not a bare rendezvous.
     * ``register_interlock``: the compiler delays a use of a register until the
       load writing it has retired, by inserting a counter wait (AMDGPU's
       SIInsertWaitcnts does this for VGPRs written by ``ds_read``).  The checker
