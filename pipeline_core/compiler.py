@@ -48,6 +48,9 @@ class CompiledSchedule:
     target_profile: Any = None
     #: who runs which entries (groups, stagger, warps per group); see pipeline_core.execution
     execution: Any = None
+    #: which lowering built the phases: "blocks" (the reference's block program or its
+    #: single-buffer recipes) or "generic" (pipeline_core.lowering.generic)
+    lowering: str = "blocks"
 
     @property
     def is_double_buffer(self) -> bool:
@@ -107,6 +110,25 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     graph.validate(body, edges)
 
     tag_names = _tag_names(schedule, target)
+    lowering_name = _lowering_name(schedule)
+    if lowering_name == "generic":
+        from pipeline_core.lowering.generic import lower_generic
+        if target is None or target.sync is None:
+            raise ConfigError(f"schedule {schedule.name}", "lowering", "generic",
+                              "a target with a sync model (TargetProfile.sync): the generic "
+                              "lowering derives its waits from it", flag="--target")
+        sched = _schedule_config(schedule)
+        warps = declared_warps_per_group(schedule, target)
+        lowered = lower_generic(body, target.sync, stages=config.depth,
+                                execution=ExecutionModel(warps_per_group=warps),
+                                schedule=schedule.name)
+        prologue, kernel, epilogue = lowered.prologue, lowered.kernel, lowered.epilogue
+        return CompiledSchedule(
+            schedule_name=schedule.name, target_name=target_name, config=config,
+            schedule_config=sched, body=body, edges=edges, prologue=prologue, kernel=kernel,
+            epilogue=epilogue, kernel_deps=(), warp_stagger_index=len(prologue) + 1,
+            tag_names=tag_names, params=dict(params or {}), target_profile=target,
+            execution=ExecutionModel(warps_per_group=warps), lowering="generic")
     if config.depth >= 2:
         sched = _schedule_config(schedule)
         order = schedule_order(body, config, sched, edges,
@@ -155,6 +177,15 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         warp_stagger_index=stagger, tag_names=tag_names, kernel_program=result,
         bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target,
         execution=execution)
+
+
+def _lowering_name(schedule: Schedule) -> str:
+    """The lowering a schedule asks for with ``lowering()``: "blocks" (default) or "generic"."""
+    own = getattr(schedule, "lowering", None)
+    name = own() if callable(own) else "blocks"
+    if name not in ("blocks", "generic"):
+        raise ConfigError(f"schedule {schedule.name}", "lowering", name, '"blocks" or "generic"')
+    return name
 
 
 def _schedule_config(schedule: Schedule) -> ScheduleConfig:
