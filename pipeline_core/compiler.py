@@ -48,6 +48,9 @@ class CompiledSchedule:
     target_profile: Any = None
     #: who runs which entries (groups, stagger, warps per group); see pipeline_core.execution
     execution: Any = None
+    #: which lowering built the phases: "blocks" (the reference's block program or its
+    #: single-buffer recipes) or "generic" (pipeline_core.lowering.generic)
+    lowering: str = "blocks"
 
     @property
     def is_double_buffer(self) -> bool:
@@ -86,6 +89,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     from pipeline_core import graph, phases
     from pipeline_core.ordering import schedule_order
     from pipeline_core.program import build_kernel_program, kernel_deps_double_buffer
+    from pipeline_core.program.binding import lowering_for
 
     if host is None:
         from pipeline_core.plugins import default_host
@@ -106,6 +110,25 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     graph.validate(body, edges)
 
     tag_names = _tag_names(schedule, target)
+    lowering_name = _lowering_name(schedule)
+    if lowering_name == "generic":
+        from pipeline_core.lowering.generic import lower_generic
+        if target is None or target.sync is None:
+            raise ConfigError(f"schedule {schedule.name}", "lowering", "generic",
+                              "a target with a sync model (TargetProfile.sync): the generic "
+                              "lowering derives its waits from it", flag="--target")
+        sched = _schedule_config(schedule)
+        warps = declared_warps_per_group(schedule, target)
+        lowered = lower_generic(body, target.sync, stages=config.depth,
+                                execution=ExecutionModel(warps_per_group=warps),
+                                schedule=schedule.name)
+        prologue, kernel, epilogue = lowered.prologue, lowered.kernel, lowered.epilogue
+        return CompiledSchedule(
+            schedule_name=schedule.name, target_name=target_name, config=config,
+            schedule_config=sched, body=body, edges=edges, prologue=prologue, kernel=kernel,
+            epilogue=epilogue, kernel_deps=(), warp_stagger_index=len(prologue) + 1,
+            tag_names=tag_names, params=dict(params or {}), target_profile=target,
+            execution=ExecutionModel(warps_per_group=warps), lowering="generic")
     if config.depth >= 2:
         sched = _schedule_config(schedule)
         order = schedule_order(body, config, sched, edges,
@@ -126,7 +149,9 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         prologue = phases.derive_prologue(program, config, sched, bootstrap)
         kernel = program.expand(Phase.KERNEL)
         epilogue = phases.derive_epilogue(program, config)
-        kernel_deps = tuple(kernel_deps_double_buffer(kernel, config))
+        lowering = lowering_for(getattr(target, "sync", None))
+        prologue, kernel, epilogue = (lowering.entries(p) for p in (prologue, kernel, epilogue))
+        kernel_deps = tuple(kernel_deps_double_buffer(kernel, config, lowering.fragment_wait_tag))
     else:
         sched = _schedule_config(schedule)
         result = None
@@ -139,6 +164,8 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         for transform in host.kernel_transforms(schedule, target_name, config):
             kernel = tuple(transform.function(kernel, body, config))
         epilogue = phases.default_epilogue(body, config)
+        lowering = lowering_for(getattr(target, "sync", None))
+        prologue, kernel, epilogue = (lowering.entries(p) for p in (prologue, kernel, epilogue))
         kernel_deps = edges
     stagger = phases.warp_stagger_index(config, body, len(prologue))
     execution = ExecutionModel.of(stagger, len(prologue),
@@ -152,6 +179,15 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         execution=execution)
 
 
+def _lowering_name(schedule: Schedule) -> str:
+    """The lowering a schedule asks for with ``lowering()``: "blocks" (default) or "generic"."""
+    own = getattr(schedule, "lowering", None)
+    name = own() if callable(own) else "blocks"
+    if name not in ("blocks", "generic"):
+        raise ConfigError(f"schedule {schedule.name}", "lowering", name, '"blocks" or "generic"')
+    return name
+
+
 def _schedule_config(schedule: Schedule) -> ScheduleConfig:
     own = getattr(schedule, "schedule_config", None)
     return own() if callable(own) else ScheduleConfig()
@@ -163,9 +199,9 @@ def check_body_fits_target(schedule: Any, body: tuple[Op, ...], config: Pipeline
 
     * every kernel tag of the body must be in the target's cost model: a tag the
       model lacks would be costed as nothing, and a foreign model reinterprets tags
-      (``compile hello --target mi355x-single-buffer``);
-    * a global load must count on vmcnt (vm per load >= 1), or every derived vm wait
-      is 0 and protects nothing.
+      (a body compiled for another schedule's target);
+    * a global load must add ticks to the global channel (vm per load >= 1), or every
+      derived global wait is 0 and protects nothing.
     """
     where = target_name or "(the schedule's own)"
     if target is not None:
@@ -186,5 +222,6 @@ def check_body_fits_target(schedule: Any, body: tuple[Op, ...], config: Pipeline
             raise ConfigError(f"target {where}", field, config.vm_per_channel(o.channel),
                               f"{GLOBAL_LOAD_TICKS.allowed()}: schedule "
                               f"{schedule.name}'s global loads on channel {o.channel} would never "
-                              "count on vmcnt, so every vm wait would derive to 0 and protect "
+                              "add ticks to the target's global channel, so every global wait "
+                              "would derive to 0 and protect "
                               "nothing")

@@ -189,9 +189,9 @@ class ScheduleConfig:
     wait_vm_last: int = attrs.field(default=6, validator=_within(limits.WAIT_VALUE),
                                     metadata=_help("manual vm wait at the last block of each partition"))
     lgkm_per_load_a: int = attrs.field(default=0, validator=_within(limits.COUNTER_TICKS),
-                                       metadata=_help("lgkmcnt per channel-A load (fallback when the pipeline config has 0)"))
+                                       metadata=_help("fragment-channel ticks per channel-A load (fallback when the pipeline config has 0)"))
     lgkm_per_load_b: int = attrs.field(default=0, validator=_within(limits.COUNTER_TICKS),
-                                       metadata=_help("lgkmcnt per channel-B load (fallback when the pipeline config has 0)"))
+                                       metadata=_help("fragment-channel ticks per channel-B load (fallback when the pipeline config has 0)"))
     lgkm_after_last: bool = attrs.field(default=False, validator=_bool,
                                         metadata=_help("the last block keeps its post-barrier wait_lgkm(0)"))
     minimal_barriers: bool = attrs.field(default=False, validator=_bool,
@@ -224,6 +224,24 @@ class ScheduleConfig:
 
     def evolve(self, **changes) -> "ScheduleConfig":
         return attrs.evolve(self, **changes)
+
+    def groups(self) -> dict[str, dict[str, Any]]:
+        """The knobs by job (:data:`SCHEDULE_KNOB_GROUPS`); the document keeps them flat."""
+        return {group: {name: getattr(self, name) for name in names}
+                for group, names in SCHEDULE_KNOB_GROUPS.items()}
+
+
+#: ScheduleConfig's knobs by job.  The fields stay flat (they are the document's
+#: ``schedule_config`` keys and the ``-c key=value`` names); this is how code and
+#: help group them.  ``test_config`` checks every field is in exactly one group.
+SCHEDULE_KNOB_GROUPS: dict[str, tuple[str, ...]] = {
+    "ordering": ("scheduling", "lds_contention_penalty", "max_vgpr", "search_time_limit_ms"),
+    "waits": ("auto_waits", "wait_lgkm_first", "wait_vm_last", "lgkm_per_load_a",
+              "lgkm_per_load_b", "drain_lgkm_mask", "auto_drain", "lgkm_after_last",
+              "inter_block_lgkm_drain", "partial_prologue_drain"),
+    "block_template": ("minimal_barriers", "global_before_frag", "barrier_before_pre_ops"),
+    "hints": ("sched_barrier_mask", "omit_mma_set_prio", "wrap_waits_with_sched_barrier"),
+}
 
 
 def _match_field(inst, attribute, value):
@@ -264,12 +282,12 @@ class PipelineConfig:
                                       metadata=_help("halves / warp groups / K-partitions of the body"))
     mma_serial: bool = attrs.field(default=True, validator=_bool, metadata=_help("MMAs share one unit (informational)"))
     mma_latency: int = attrs.field(default=16, validator=_int(0), metadata=_help("MMA cycles (informational)"))
-    vm_per_load_a: int = attrs.field(default=4, validator=_int(0), metadata=_help("vmcnt ticks per channel-A global load"))
-    vm_per_load_b: int = attrs.field(default=4, validator=_int(0), metadata=_help("vmcnt ticks per channel-B global load"))
+    vm_per_load_a: int = attrs.field(default=4, validator=_int(0), metadata=_help("global-channel ticks per channel-A global load"))
+    vm_per_load_b: int = attrs.field(default=4, validator=_int(0), metadata=_help("global-channel ticks per channel-B global load"))
     lgkm_per_load_a: int = attrs.field(default=0, validator=_int(0),
-                                       metadata=_help("lgkmcnt ticks per channel-A load (0: use ScheduleConfig)"))
+                                       metadata=_help("fragment-channel ticks per channel-A load (0: use ScheduleConfig)"))
     lgkm_per_load_b: int = attrs.field(default=0, validator=_int(0),
-                                       metadata=_help("lgkmcnt ticks per channel-B load (0: use ScheduleConfig)"))
+                                       metadata=_help("fragment-channel ticks per channel-B load (0: use ScheduleConfig)"))
     ch0_match_field: int = attrs.field(default=0, validator=_match_field,
                                        metadata=_help("MMA field an A fragment's subtile matches (0 row, 1 col)"))
     ch1_match_field: int = attrs.field(default=1, validator=_match_field,
@@ -378,30 +396,6 @@ class TargetProfile:
         from pipeline_core.sync import SyncModel
         if value is not None and not isinstance(value, SyncModel):
             raise ConfigError("TargetProfile", "sync", type(value).__name__, "a SyncModel or None")
-
-
-@attrs.frozen
-class KernelGeometry:
-    """Tile shape and the per-load counter costs a kernel layout derives from it."""
-
-    BM: int
-    BN: int
-    BK: int
-    MMA_M: int
-    MMA_N: int
-    MMA_K: int
-    elem_bytes: int
-    simd_width: int
-    is_fp8: bool
-    vm_per_load_a: int
-    vm_per_load_b: int
-    lgkm_per_load_a: int
-    lgkm_per_load_b: int
-
-
-def derive_safe_max_globals(num_k_mmas: int) -> int:
-    """1 global per block is safe when 2+ K-MMAs cover the async LDS write, else 0."""
-    return 1 if num_k_mmas >= 2 else 0
 
 
 # --- string overrides (-c / -T style) -----------------------------------------

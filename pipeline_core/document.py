@@ -32,6 +32,17 @@ SLOT_NAMES = ("mma", "pre_op_0", "pre_op_1", "global_load", "global_load_1", "en
               "entry_wait_lgkm", "pre_sync", "fused_mma")
 
 
+#: keys named after the reference's counters, written only for block-program documents
+COUNTER_OP_KEYS = ("vm_cost", "lgkm_cost")
+COUNTER_CONFIG_KEYS = ("vm_per_load_a", "vm_per_load_b", "lgkm_per_load_a", "lgkm_per_load_b")
+
+
+def _neutral(d: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    for k in keys:
+        d.pop(k, None)
+    return d
+
+
 def op_doc(o: Op, names: Mapping[int, str]) -> dict[str, Any]:
     return {
         "tag": o.tag, "tag_name": tag_name(o.tag, names), "stage": o.stage, "subtile": o.subtile,
@@ -134,6 +145,18 @@ def to_document(c: "CompiledSchedule") -> dict[str, Any]:
         "epilogue": [entry_doc(i, e, names) for i, e in enumerate(c.epilogue)],
         "kernel_deps": [edge_doc(i, e) for i, e in enumerate(c.kernel_deps)],
     }
+    if c.lowering == "generic":
+        # the generic lowering's documents carry no block-program fields: no counter
+        # costs on ops, no per-load counter ticks (the target's sync model has them),
+        # only the ordering knobs of the schedule config
+        from pipeline_core.config import SCHEDULE_KNOB_GROUPS
+        doc["lowering"] = "generic"
+        for key in ("body", "prologue", "kernel", "epilogue"):
+            for item in doc[key]:
+                _neutral(item.get("op", item), COUNTER_OP_KEYS)
+        _neutral(doc["config"], COUNTER_CONFIG_KEYS)
+        keep = set(SCHEDULE_KNOB_GROUPS["ordering"]) | {"scheduling_name"}
+        doc["schedule_config"] = {k: v for k, v in doc["schedule_config"].items() if k in keep}
     kp = c.kernel_program
     if kp is not None:
         program = kp.program
@@ -160,7 +183,7 @@ def dumps(c: "CompiledSchedule") -> str:
 
 def op_from_doc(d: Mapping[str, Any]) -> Op:
     """One op dict as an :class:`Op`."""
-    return Op(**{k: d[k] for k in OP_FIELDS})
+    return Op(**{k: d[k] for k in OP_FIELDS if k in d or k not in COUNTER_OP_KEYS})
 
 
 def slot_from_doc(d: Mapping[str, Any] | None) -> Op | None:
@@ -191,8 +214,7 @@ def config_from_doc(d: Mapping[str, Any]) -> PipelineConfig:
         block_sizing=BlockSizing(**d["block_sizing"]), frag_order=FragOrder(**d["frag_order"]),
         m_mmas=d["m_mmas"], n_mmas=d["n_mmas"], num_partitions=d["num_partitions"],
         mma_serial=d["mma_serial"], mma_latency=d["mma_latency"],
-        vm_per_load_a=d["vm_per_load_a"], vm_per_load_b=d["vm_per_load_b"],
-        lgkm_per_load_a=d["lgkm_per_load_a"], lgkm_per_load_b=d["lgkm_per_load_b"],
+        **{k: d[k] for k in COUNTER_CONFIG_KEYS if k in d},  # absent in generic documents
         ch0_match_field=d["ch0_match_field"], ch1_match_field=d["ch1_match_field"],
         warp_stagger=WarpStagger(**d["warp_stagger"]),
         cross_stage_rotation=d["cross_stage_rotation"])

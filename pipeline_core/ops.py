@@ -16,8 +16,8 @@ from pipeline_core.errors import ConfigError
 class ResourceKind(enum.IntEnum):
     """Hardware unit an op occupies."""
 
-    GLOBAL_MEM = 0  #: buffer_load DRAM -> LDS, counted by vmcnt
-    LDS = 1  #: ds_read / ds_write, counted by lgkmcnt
+    GLOBAL_MEM = 0  #: global memory -> shared memory (the target's sync model says what counts it)
+    LDS = 1  #: shared-memory reads and writes (counted as the target's sync model declares)
     MMA_UNIT = 2  #: matrix core
     SCALAR = 3  #: barriers, waits, priorities, fences
     VALU = 4  #: vector ALU, independent of the MMA unit
@@ -65,7 +65,13 @@ class DepKind(enum.IntEnum):
 
 
 class FrameworkTag(enum.IntEnum):
-    """Tags of the infrastructure ops the framework itself emits (kernel tags are 0-127)."""
+    """Tags of the infrastructure ops the block template emits (kernel tags are 0-127).
+
+    The values are the reference's (its documents use them).  They are the
+    template's placeholders: a target's ``SyncModel.block_binding`` maps the
+    barrier, the two wait kinds and the two hints to its own tags, and a target
+    whose sync model keeps them (the AMD plugin) emits them unchanged.
+    """
 
     BARRIER = 128
     WAIT_VM = 129

@@ -106,7 +106,7 @@ def apply_phase_recipe(body: Sequence[Op], steps: Sequence[PhaseStep], config: P
         if step.action == PhaseAction.BARRIER:
             ops.append(_ops.BARRIER)
         elif step.action == PhaseAction.FENCE:
-            ops.append(_ops.SCHED_BARRIER)
+            ops.append(_ops.FENCE)
         else:
             for op in body:
                 if _step_matches(step, op, selector):
@@ -154,7 +154,7 @@ def derive_prologue(program: Program, config: PipelineConfig, sched: ScheduleCon
     costs: list[int] = []
     for stage, k_offset in ((0, KOffset.K0), (1, KOffset.K1)):
         if stage == 1 and not sched.partial_prologue_drain:
-            ops += [_ops.VM_0, _ops.BARRIER]
+            ops += [_ops.GLOBAL_DRAIN, _ops.BARRIER]
         for blk in program.blocks:
             for op, prefetch in blk.global_loads():
                 if prefetch and op.stage == stage:
@@ -162,7 +162,7 @@ def derive_prologue(program: Program, config: PipelineConfig, sched: ScheduleCon
                     ops.append(load)
                     costs.append(load.vm_cost)
     if not sched.partial_prologue_drain:
-        ops.append(_ops.VM_0)
+        ops.append(_ops.GLOBAL_DRAIN)
     elif bootstrap:
         if len(bootstrap) > len(costs):
             raise ProgramError(
@@ -173,7 +173,7 @@ def derive_prologue(program: Program, config: PipelineConfig, sched: ScheduleCon
         remaining = sum(costs)
         for frag, cost in zip(bootstrap, costs):
             remaining -= cost
-            ops += [_ops.vm(remaining), _ops.BARRIER, frag]
+            ops += [_ops.global_wait(remaining), _ops.BARRIER, frag]
     return _entries(ops, Phase.PROLOGUE)
 
 
@@ -187,8 +187,8 @@ def _epilogue_block(blk: BlockSpec, drain: bool) -> BlockSpec:
         mma=blk.mma, pre_op_0=blk.pre_op_0, pre_op_1=blk.pre_op_1,
         global_load=blk.global_load if keep0 else NONE_OP,
         global_load_1=blk.global_load_1 if keep1 else NONE_OP,
-        entry_wait_lgkm=_ops.LGKM_0,
-        pre_sync=_ops.VM_0 if drain else NONE_OP,
+        entry_wait_lgkm=_ops.FRAGMENT_DRAIN,
+        pre_sync=_ops.GLOBAL_DRAIN if drain else NONE_OP,
         pre_mma_barrier=blk.pre_mma_barrier, pre_mma_set_prio=blk.pre_mma_set_prio,
         post_mma_barrier=blk.post_mma_barrier, post_mma_set_prio=blk.post_mma_set_prio,
         post_barrier_lgkm=blk.post_barrier_lgkm)

@@ -208,9 +208,9 @@ class OpTiming:
     latency: int
     counter: str  #: the sync channel the op ticks ("" : none, or a sync entry)
     counter_cost: int
-    #: what the entry is to the timing model: "op", "wait", "barrier", "hint", "priority"
+    #: what the entry is to the timing model: "op", "wait", "commit", "barrier", "hint", "priority"
     kind: str = "op"
-    waits_on: str = ""  #: for a wait: the sync channel it tests
+    waits_on: str = ""  #: for a wait: the sync channel it tests; for a commit: the one it closes
     hint_format: str = ""  #: for a hint: how its operands read (the target's format)
 
 
@@ -463,6 +463,8 @@ def _resolver(inp: SimInput):
     cache: dict[Op, OpTiming] = {}
     sync = inp.sync.model
     special: dict[int, tuple[str, str]] = {c.wait_tag: ("wait", c.name) for c in sync.channels}
+    special.update({c.commit_tag: ("commit", c.name) for c in sync.channels
+                    if c.commit_tag is not None})
     special.update({b.tag: ("barrier", "") for b in sync.barriers})
     special.update({t: ("hint", sync.hint_formats.get(t, "")) for t in sync.hint_tags})
     if sync.priority_tag is not None:
@@ -476,7 +478,7 @@ def _resolver(inp: SimInput):
         if o.tag in special:
             kind, detail = special[o.tag]
             cache[o] = hit = (OpTiming(o.resource, o.latency, "", 0, kind, waits_on=detail)
-                              if kind == "wait" else
+                              if kind in ("wait", "commit") else
                               OpTiming(o.resource, o.latency, "", 0, kind, hint_format=detail))
             return hit
         resource, latency, channel = o.resource, o.latency, o.channel
@@ -505,12 +507,14 @@ def _resolver(inp: SimInput):
 
 class _Group:
     __slots__ = ("gid", "stream", "pc", "t", "prio", "blocked", "outstanding", "barriers", "rows",
-                 "iteration_seen")
+                 "iteration_seen", "open_groups")
 
     def __init__(self, gid: int, stream: list[Instr], channels: Sequence[str]):
         self.gid, self.stream, self.pc, self.t, self.prio = gid, stream, 0, 0, 0
         self.blocked = False
         self.outstanding: dict[str, list[tuple[int, int, int]]] = {c: [] for c in channels}
+        #: group channels: (latest end, position) of the ops since the last commit
+        self.open_groups: dict[str, tuple[int, int]] = {}
         self.barriers = 0
         self.rows: list[list[Any]] = []
         self.iteration_seen = -1
@@ -556,6 +560,7 @@ def simulate(source: Any, iterations: int = 12, *, model: MachineModel | None = 
     resolve = _resolver(inp)
     sync = inp.sync.model
     labels = {c.name: c.label for c in sync.channels}
+    grouped = {c.name for c in sync.channels if c.commit_tag is not None}
     barrier_name = sync.barrier.name
     gs = [_Group(g, s, list(labels)) for g, s in enumerate(streams(inp, iterations, groups))]
     unit_free: dict[Any, int] = {}
@@ -629,6 +634,11 @@ def simulate(source: Any, iterations: int = 12, *, model: MachineModel | None = 
                 row[4] = Stall(release - now, label,
                                f"{label} <= {o.wait_value} ({had} outstanding)", g.gid, last)
             g.t = release + issue
+        elif kind == "commit":  # one tick that completes with the group's last op
+            end, last_seq = g.open_groups.pop(timing.waits_on, (now, seq))
+            g.outstanding[timing.waits_on].append((max(end, now), 1, last_seq))
+            row[2] = row[3] = now + issue
+            g.t = now + issue
         elif kind == "barrier":
             ordinal = g.barriers
             g.barriers += 1
@@ -650,7 +660,10 @@ def simulate(source: Any, iterations: int = 12, *, model: MachineModel | None = 
             row[1], row[2], row[3] = start, start + issue, end
             if latency:
                 busy_raw.append((resource, g.gid, seq, start, end))
-            if counter and cost:
+            if counter and counter in grouped:
+                prev = g.open_groups.get(counter, (0, seq))
+                g.open_groups[counter] = (end, seq) if end >= prev[0] else prev
+            elif counter and cost:
                 pend = g.outstanding[counter]
                 pend.append((end, cost, seq))
                 if len(pend) > 64:

@@ -61,8 +61,8 @@ CASES = [
     ("global-load-never-counts", ("compile", "pingpong", "-T", "vm_per_load_a=0", "-T",
                                   "vm_per_load_b=0"),
      ["-T vm_per_load_a=0 is invalid for target mi355x", "[1, 1024]"]),
-    ("global-load-never-counts-hello", ("compile", "hello", "-T", "vm_per_load=0"),
-     ["-T vm_per_load=0 is invalid for target toy-gpu", "[1, 1024]"]),
+    ("ring-without-stages-hello", ("compile", "hello", "-T", "stages=1"),
+     ["-T stages=1 is invalid for target toy-gpu", "[2, 8]"]),
     # --- messages that named our internals -------------------------------------------------
     ("huge-tile", ("compile", "pingpong", "-p", f"BM={HUGE}"),
      [f"-p BM={HUGE} is invalid for schedule pingpong", "[0, 65536]"]),

@@ -1,10 +1,11 @@
 """Configuration records: reference defaults, validation messages that name the field."""
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from pipeline_core.config import (BlockSizing, LoopCarried, PipelineConfig, ScheduleConfig,
-                                  WarpStagger, apply_overrides, derive_safe_max_globals, field_help)
+                                  WarpStagger, apply_overrides, field_help)
 from pipeline_core.costs import CostModel, OpCost
 from pipeline_core.errors import ConfigError, UnknownNameError
 from pipeline_core.ops import Op, OpRole, ResourceKind
@@ -24,7 +25,6 @@ def test_derived_helpers_are_formula_only():
     assert c.total_edges() == 54 and c.total_blocks == 8 and c.ops_per_partition == 12
     single = PipelineConfig(depth=1, num_partitions=1, loop_carried=LoopCarried.fragment_zero())
     assert single.total_edges() == 38 and single.total_blocks == 4
-    assert [derive_safe_max_globals(k) for k in (1, 2, 4)] == [0, 1, 1]
 
 
 def test_channel_mapping_uses_b_for_every_other_channel():
@@ -77,3 +77,12 @@ def test_every_knob_has_a_one_line_help():
         for f in attrs.fields(cls):
             text = field_help(cls, f.name)
             assert text and "\n" not in text, f"{cls.__name__}.{f.name}"
+
+
+def test_schedule_knob_groups_cover_every_field_once():
+    from pipeline_core.config import SCHEDULE_KNOB_GROUPS
+    grouped = [name for names in SCHEDULE_KNOB_GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(attrs.fields_dict(ScheduleConfig))
+    assert len(grouped) == len(set(grouped))
+    view = ScheduleConfig(wait_vm_last=3).groups()
+    assert view["waits"]["wait_vm_last"] == 3 and view["ordering"]["scheduling"] == "IDENTITY"

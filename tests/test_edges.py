@@ -1,4 +1,4 @@
-"""Edge derivation: rule tables, cross-stage rotation, and the goldens' exact edge lists.
+"""Edge derivation: rule tables and the goldens' exact edge lists (4-wave rotation: its plugin).
 
 Reference tests A33, A34, A38 (REFERENCE.md §14) plus Appendix A §5 orders.
 """
@@ -10,10 +10,8 @@ import pytest
 
 from golden_data import CASES, config_from, edges_from, load, ops_from
 from pipeline_core.edges import (DOUBLE_BUFFER_RULES, SINGLE_BUFFER_RULES, DepEdge, EdgeRule,
-                                 apply_edge_rules, derive_cross_stage_rotation_edges,
-                                 derive_edges, double_buffer_edge_rules,
-                                 filter_spurious_cross_stage_flow, rules_for,
-                                 single_buffer_edge_rules)
+                                 apply_edge_rules, derive_edges, double_buffer_edge_rules,
+                                 rules_for, single_buffer_edge_rules)
 from pipeline_core.errors import ConfigError
 from pipeline_core.ops import DepKind, OpRole
 from reference_bodies import (default_matmul_body, mi355x_double_buffer, mi355x_single_buffer,
@@ -29,13 +27,11 @@ def _triples(edges):
 def _derive_like_golden(case: str):
     d = load(case)
     body, config = ops_from(d["body"]), config_from(d["config"])
-    edges = derive_edges(body, config)
-    if case.startswith("fourwave"):
-        edges = filter_spurious_cross_stage_flow(edges, body) + derive_cross_stage_rotation_edges(body)
-    return edges
+    return derive_edges(body, config)
 
 
-@pytest.mark.parametrize("case", CASES)
+#: the 4-wave goldens add the schedule's cross-stage rotation edges (plugins/schedules_4wave)
+@pytest.mark.parametrize("case", [c for c in CASES if not c.startswith("fourwave")])
 def test_derived_edges_equal_golden_edges(case):
     golden = edges_from(load(case)["edges"])
     got = _derive_like_golden(case)
@@ -102,33 +98,6 @@ def test_single_buffer_edges_t1_and_t4_exact():
 @pytest.mark.parametrize("t", [1, 2, 3, 4, 6])
 def test_single_buffer_edge_count_is_2t_plus_4(t):
     assert len(derive_edges(default_matmul_body(t), mi355x_single_buffer())) == 2 * t + 4
-
-
-def test_fourwave_cross_stage_edges_order_and_breakdown():
-    d = load("fourwave_fp8")
-    body, config = ops_from(d["body"]), config_from(d["config"])
-    raw = derive_edges(body, config)
-    assert filter_spurious_cross_stage_flow(raw, body) == raw  # a no-op on rule-derived edges
-    assert len(raw) == 48
-    cross = derive_cross_stage_rotation_edges(body)
-    assert _triples(cross) == [
-        (2, 7, A, 0), (5, 7, A, 0), (7, 14, F, 0), (7, 17, F, 0), (2, 10, A, 0), (8, 10, A, 0),
-        (10, 14, F, 0), (10, 20, F, 0), (19, 2, F, 1), (19, 5, F, 1), (14, 19, A, 0),
-        (17, 19, A, 0), (22, 2, F, 1), (22, 8, F, 1), (14, 22, A, 0), (20, 22, A, 0)]
-    total = raw + cross
-    assert sum(e.kind == F and e.distance == 0 for e in total) == 16
-    assert sum(e.kind == F and e.distance == 1 for e in total) == 24
-    assert sum(e.kind == A and e.distance == 0 for e in total) == 24
-
-
-def test_filter_drops_spurious_flow_and_keeps_order():
-    d = load("fourwave_fp8")
-    body = ops_from(d["body"])
-    # op 7 is a cross-stage frag (stage 1 in partition 0); op 2 is a partition-0 MMA.
-    assert body[7].role == OpRole.FRAGMENT_LOAD and body[7].stage == 1 and body[7].subtile == 0
-    edges = [DepEdge.flow(0, 1), DepEdge.flow(7, 2), DepEdge.anti(2, 7), DepEdge.flow(7, 14),
-             DepEdge.flow(1, 2)]
-    assert filter_spurious_cross_stage_flow(edges, body) == [edges[0], edges[2], edges[3], edges[4]]
 
 
 def test_edge_rule_records_validate():

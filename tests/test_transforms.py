@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from golden_data import CASES, config_from, load, ops_from
-from pipeline_core.config import BlockSizing, FragOrder, LoopCarried, derive_safe_max_globals
+from pipeline_core.config import BlockSizing, FragOrder, LoopCarried
 from pipeline_core.costs import annotate
 from pipeline_core.edges import derive_edges
 from pipeline_core.errors import TransformError
@@ -257,9 +257,3 @@ def test_fixture_bodies_match_the_goldens():
     assert annotate(default_matmul_body(1), model) == ops_from(load("default_matmul_t1")["body"])
 
 
-# --- derive_safe_max_globals (A54-A56, B12-B14) -------------------------------------------
-
-@pytest.mark.parametrize("name,num_k_mmas,expect", [
-    ("a54_b12_bf16", 2, 1), ("a55_b13_fp8", 1, 0), ("a56_b14_large_k", 4, 1)])
-def test_a54_a56_b12_b14_derive_safe_max_globals(name, num_k_mmas, expect):
-    assert derive_safe_max_globals(num_k_mmas) == expect

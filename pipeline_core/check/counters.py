@@ -33,6 +33,9 @@ class CounterSpec:
     #: True: ops retire in issue order (a wait(n) retires the oldest ops first).
     #: False: any op may retire first, so only wait(0) guarantees a given op retired.
     in_order: bool = True
+    #: group channels: the tag of the entry that closes a group.  Ops on the channel
+    #: then add no tick themselves; each commit adds one tick that retires them all.
+    commit_tag: int | None = None
 
 
 @attrs.frozen
@@ -55,7 +58,7 @@ class CounterModel:
       counter ops a load adds (a wait(n) counts *ops*, not loads).
     * ``barrier_tag``: the tag that is a rendezvous of every warp of the workgroup.
     * ``barrier_drains``: the barrier also waits for the issuing warp's own
-      outstanding memory ops (a fenced ``barrier()``), not a bare ``s_barrier``.
+      outstanding memory ops (a fenced ``barrier()``), not a bare rendezvous.
     * ``register_interlock``: the compiler delays a use of a register until the
       load writing it has retired, by inserting a counter wait (AMDGPU's
       SIInsertWaitcnts does this for VGPRs written by ``ds_read``).  The checker
@@ -91,6 +94,8 @@ class CounterModel:
     lds_in_order: bool = False
     name: str = "custom"
     notes: tuple[str, ...] = ()
+    #: (role, channel) pairs whose ops are synchronous for the issuer (complete at issue)
+    synchronous: tuple[tuple[int, int], ...] = ()
 
     def __attrs_post_init__(self) -> None:
         # The checker keeps one queue per declared counter; a cost on any other
@@ -108,6 +113,17 @@ class CounterModel:
             if c.wait_tag == tag:
                 return c
         return None
+
+    def counter_for_commit(self, tag: int) -> CounterSpec | None:
+        """The group counter an entry with ``tag`` closes a group of, or None."""
+        for c in self.counters:
+            if c.commit_tag is not None and c.commit_tag == tag:
+                return c
+        return None
+
+    def is_synchronous(self, role: int, channel: int) -> bool:
+        """Ops of ``role`` on ``channel`` are declared synchronous (no counter)."""
+        return (role, channel) in self.synchronous or (role, -1) in self.synchronous
 
     def counter(self, name: str) -> CounterSpec:
         for c in self.counters:
@@ -129,7 +145,8 @@ class CounterModel:
         """A JSON-friendly description (for verdicts and ``--format json``)."""
         return {
             "name": self.name,
-            "counters": [{"name": c.name, "wait_tag": c.wait_tag, "in_order": c.in_order}
+            "counters": [{"name": c.name, "wait_tag": c.wait_tag, "in_order": c.in_order,
+                          **({"commit_tag": c.commit_tag} if c.commit_tag is not None else {})}
                          for c in self.counters],
             "costs": [{"role": OpRole(c.role).name if c.role in OpRole._value2member_map_ else c.role,
                        "channel": c.channel, "counter": c.counter, "ops": c.ops} for c in self.costs],
@@ -153,11 +170,16 @@ def counter_model(sync: SyncModel, document: Mapping[str, Any]) -> CounterModel:
     config = document.get("config") if isinstance(document, Mapping) else None
     sched = document.get("schedule_config") if isinstance(document, Mapping) else None
     bound = sync.bind(config, sched)
-    costs = tuple(OpCount(int(e.role), e.channel, e.counter, e.ticks)
+    grouped = {c.name for c in sync.channels if c.commit_tag is not None}
+    # on a group channel an op's own ticks are not counted (its commit adds the tick)
+    costs = tuple(OpCount(int(e.role), e.channel, e.counter,
+                          1 if e.counter in grouped else e.ticks)
                   for e in bound.effects if e.counter is not None)
     return CounterModel(
-        counters=tuple(CounterSpec(c.name, c.wait_tag, c.in_order) for c in sync.channels),
+        counters=tuple(CounterSpec(c.name, c.wait_tag, c.in_order, c.commit_tag)
+                       for c in sync.channels),
         costs=costs,
+        synchronous=tuple((int(e.role), e.channel) for e in bound.effects if e.counter is None),
         barrier_tag=sync.barrier.tag,
         barrier_drains=sync.barrier.drains,
         register_interlock=sync.register_interlock,

@@ -76,7 +76,7 @@ def _lds_writes(program: CheckProgram, trace: WarpTrace):
 
 
 def _expected(program: CheckProgram, traces: tuple[WarpTrace, ...]) -> list[KStep]:
-    if program.single_buffer:
+    if program.single_buffer or program.ordinal_tiles:
         first = traces[0]
         tiles = sum(1 for e in first.events if e.instr.kind is Kind.LOAD
                     and e.instr.channel == min((x.instr.channel for x in first.events

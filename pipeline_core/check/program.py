@@ -40,6 +40,7 @@ class Kind(enum.Enum):
     MMA = "mma"
     BARRIER = "barrier"
     WAIT = "wait"
+    COMMIT = "commit"  #: closes the open group of a group channel (one tick for all its ops)
     NOP = "nop"  #: priorities, scheduling fences, hints: no effect on data or sync
 
 
@@ -102,6 +103,9 @@ class CheckProgram:
     accumulators: tuple[tuple[int, ...], ...]  #: accumulator keys the MMAs must fill
     model: CounterModel
     name: str = ""
+    #: loads carry no K offset: the j-th load of a channel loads K tile j (the generic
+    #: lowering's documents, ``"lowering": "generic"``)
+    ordinal_tiles: bool = False
 
     def phase(self, name: str) -> tuple[Instr, ...]:
         return getattr(self, name)
@@ -201,6 +205,7 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
     ch0_match = config.get("ch0_match_field", 0)
     ch1_match = config.get("ch1_match_field", 1)
     single = depth == 1 or not model.global_loads_write_lds
+    ordinal = document.get("lowering") == "generic"
     by_tag = _channel_by_tag(document, phases)
 
     frag_subtiles = sorted({op["subtile"] for ops in phases.values() for op in ops
@@ -233,17 +238,21 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
         counter = model.counter_for_wait(tag)
         if counter is not None:
             return Instr(Kind.WAIT, counter=counter.name, value=op["wait_value"], **base)
+        group = model.counter_for_commit(tag)
+        if group is not None:
+            return Instr(Kind.COMMIT, counter=group.name, cost=1, **base)
         if tag >= 128:
             return Instr(Kind.NOP, **base)
         if role in (int(OpRole.GLOBAL_LOAD), int(OpRole.FRAGMENT_LOAD), int(OpRole.SHARED_STORE)):
             ch = channel_of(op, path)
             count = model.cost(role, ch)
-            if count is None:
+            synchronous = count is None and model.is_synchronous(role, ch)
+            if count is None and not synchronous:
                 raise DocumentError(path, f"the counter model does not count role {role}")
             kind = {int(OpRole.GLOBAL_LOAD): Kind.LOAD, int(OpRole.FRAGMENT_LOAD): Kind.FRAG,
                     int(OpRole.SHARED_STORE): Kind.STORE}[role]
             shift = None
-            if kind is Kind.LOAD and not single:
+            if kind is Kind.LOAD and not single and not ordinal:
                 try:
                     ko = KOffset(op["k_offset"])
                 except ValueError:
@@ -252,6 +261,8 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
                     raise DocumentError(f"{path}.k_offset", "a double-buffer global load needs a K offset")
                 shift = ko.signed_bk_multiple
             base["channel"] = ch
+            if count is None:  # synchronous: complete for the issuer when issued
+                return Instr(kind, k_shift=shift, **base)
             return Instr(kind, k_shift=shift, counter=count.counter, cost=count.ops, **base)
         if role == int(OpRole.COMPUTE):
             if single:
@@ -275,4 +286,4 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
                         epilogue=decoded["epilogue"], warp_stagger_index=stagger,
                         groups=n_groups, single_buffer=single, slices=slices,
                         accumulators=tuple(accs), model=model,
-                        name=str(document.get("case", "")))
+                        name=str(document.get("case", "")), ordinal_tiles=ordinal)

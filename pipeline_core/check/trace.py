@@ -112,6 +112,9 @@ def _sync_facts(events: list[Event], program: CheckProgram):
     model = program.model
     names = [c.name for c in model.counters]
     in_order = {c.name: c.in_order for c in model.counters}
+    grouped = {c.name for c in model.counters if c.commit_tag is not None}
+    open_group: dict[str, list[int]] = {n: [] for n in grouped}
+    members: dict[int, list[int]] = {}  # commit position -> the ops its group closed
     queues: dict[str, deque] = {n: deque() for n in names}
     totals = {n: 0 for n in names}
     cum = {n: [0] * (len(events) + 1) for n in names}
@@ -127,10 +130,14 @@ def _sync_facts(events: list[Event], program: CheckProgram):
                 pos, cost = q.popleft()
                 totals[name] -= cost
                 forced[pos] = at
+                for m in members.get(pos, ()):
+                    forced[m] = at
         elif n == 0:
             while q:
                 pos, _ = q.popleft()
                 forced[pos] = at
+                for m in members.get(pos, ()):
+                    forced[m] = at
             totals[name] = 0
 
     def interlock(reg: tuple) -> None:
@@ -163,7 +170,17 @@ def _sync_facts(events: list[Event], program: CheckProgram):
             writer[(ins.channel, ins.subtile)] = p
         elif ins.kind is Kind.LOAD and staged:
             writer[("stg", ins.channel)] = p
-        if ins.kind in (Kind.LOAD, Kind.FRAG, Kind.STORE) and ins.counter in queues:
+        if ins.kind in (Kind.LOAD, Kind.FRAG, Kind.STORE) and ins.counter is None:
+            forced[p] = p  # synchronous: complete for its issuer at once
+        elif ins.kind in (Kind.LOAD, Kind.FRAG, Kind.STORE) and ins.counter in grouped:
+            open_group[ins.counter].append(p)  # pending until its group's commit retires
+        elif ins.kind is Kind.COMMIT and ins.counter in queues:
+            members[p] = open_group[ins.counter]
+            open_group[ins.counter] = []
+            queues[ins.counter].append((p, ins.cost))
+            totals[ins.counter] += ins.cost
+            cum[ins.counter][p + 1] += ins.cost
+        elif ins.kind in (Kind.LOAD, Kind.FRAG, Kind.STORE) and ins.counter in queues:
             queues[ins.counter].append((p, ins.cost))
             totals[ins.counter] += ins.cost
             cum[ins.counter][p + 1] += ins.cost

@@ -142,7 +142,9 @@ def render(c: CompiledSchedule) -> str:
     names = {**(sync.tag_names() if sync is not None else {}), **c.tag_names}
     out = [f"schedule {c.schedule_name} on {c.target_name or '(no target)'}: "
            f"body {len(c.body)} ops, {len(c.edges)} edges, "
-           f"{'double' if c.config.depth >= 2 else 'single'}-buffer"]
+           + (f"generic lowering, ring of {c.config.depth} stages"
+            if getattr(c, "lowering", "blocks") == "generic" else
+            f"{'double' if c.config.depth >= 2 else 'single'}-buffer")]
     if c.kernel_program is not None:
         kp = c.kernel_program
         out.append(f"strategy {c.schedule_config.scheduling}, order {list(kp.order)}")

@@ -121,7 +121,7 @@ class BlockSpec:
         out: list[tuple[Op, bool]] = []
         wrapped = self._entry_wrapped
         if wrapped:
-            out.append((_ops.SCHED_BARRIER, False))
+            out.append((_ops.FENCE, False))
         if self.entry_wait.is_present:
             out.append((self.entry_wait, False))
         if self.entry_wait_lgkm.is_present:
@@ -130,7 +130,7 @@ class BlockSpec:
             # Cross-warp LDS visibility fence after the vm drain (§15).
             out.append((_ops.BARRIER, False))
         if wrapped:
-            out.append((_ops.SCHED_BARRIER, False))
+            out.append((_ops.FENCE, False))
         return out
 
     def _load_section(self) -> list[tuple[Op, bool]]:
@@ -138,7 +138,7 @@ class BlockSpec:
         globs = [(o, f) for o, f in ((self.global_load, self.global_load_prefetch),
                                      (self.global_load_1, self.global_load_1_prefetch))
                  if o.is_present]
-        drain = [(_ops.LGKM_0, False)] if self.drain_lgkm_before_loads else []
+        drain = [(_ops.FRAGMENT_DRAIN, False)] if self.drain_lgkm_before_loads else []
         if self.global_before_frag:
             return globs + drain + frags
         return frags + drain + globs
@@ -147,17 +147,17 @@ class BlockSpec:
         out: list[tuple[Op, bool]] = []
         wrapped = self._sync_wrapped
         if wrapped:
-            out.append((_ops.SCHED_BARRIER, False))
+            out.append((_ops.FENCE, False))
         if self.pre_sync.is_present:
             out.append((self.pre_sync, False))
         if self.pre_mma_barrier:
             out.append((_ops.BARRIER, False))
             if self.post_barrier_sched:
-                out.append((_ops.SCHED_BARRIER, False))
+                out.append((_ops.FENCE, False))
             if self.post_barrier_lgkm:
-                out.append((_ops.LGKM_0, False))
+                out.append((_ops.FRAGMENT_DRAIN, False))
         if wrapped:
-            out.append((_ops.SCHED_BARRIER, False))
+            out.append((_ops.FENCE, False))
         return out
 
     def _before_mma(self) -> list[tuple[Op, bool]]:
@@ -167,7 +167,7 @@ class BlockSpec:
         else:
             out += self._load_section() + self._sync_section()
         if self.pre_mma_set_prio:
-            out.append((_ops.PRIO_1, False))
+            out.append((_ops.PRIORITY_HIGH, False))
         return out
 
     def _from_mma(self) -> list[tuple[Op, bool]]:
@@ -175,11 +175,11 @@ class BlockSpec:
         if self.fused_mma.is_present:
             out.append((self.fused_mma, False))
         if self.post_mma_set_prio:
-            out.append((_ops.PRIO_0, False))
+            out.append((_ops.PRIORITY_LOW, False))
         if self.post_mma_barrier:
             out.append((_ops.BARRIER, False))
             if self.trailing_sched_barrier:
-                out.append((_ops.SCHED_BARRIER, False))
+                out.append((_ops.FENCE, False))
         return out
 
     # --- public template API -----------------------------------------------------
@@ -227,15 +227,16 @@ def emit_minimal_barrier_block(block: BlockSpec, wrap_waits: bool,
     """The 4-wave emitter: entry group, loads (fenced apart), sync group, MMA.
 
     Reads only the wait slots, the load slots, pre_mma_barrier,
-    post_barrier_lgkm and the mma (Appendix B 7.5). The schedule_barrier
-    between frags and globals stops LLVM hoisting a ds_read above a
-    buffer_load_lds under cross-stage rotation, so it is always emitted when
-    the block has both.
+    post_barrier_lgkm and the mma (Appendix B 7.5). The scheduling fence
+    between frags and globals stops the target compiler hoisting a fragment
+    read above a global->shared load under cross-stage rotation, so it is
+    always emitted when the block has both (a target without a fence hint
+    drops it when the template is lowered).
     """
     out: list[Op] = []
     group_a = wrap_waits and (block.entry_wait.is_present or block.entry_wait_lgkm.is_present)
     if group_a:
-        out.append(_ops.SCHED_BARRIER)
+        out.append(_ops.FENCE)
     if block.entry_wait.is_present:
         out.append(block.entry_wait)
     if block.entry_wait_lgkm.is_present:
@@ -243,26 +244,26 @@ def emit_minimal_barrier_block(block: BlockSpec, wrap_waits: bool,
     if block.entry_wait.is_present:
         out.append(_ops.BARRIER)
     if group_a:
-        out.append(_ops.SCHED_BARRIER)
+        out.append(_ops.FENCE)
 
     frags = [o for o in (block.pre_op_0, block.pre_op_1) if o.is_present]
     globs = [o for o in (block.global_load, block.global_load_1) if o.is_present]
     first, second = (globs, frags) if global_before_frag else (frags, globs)
     out += first
     if frags and globs:
-        out.append(_ops.SCHED_BARRIER)
+        out.append(_ops.FENCE)
     out += second
 
     group_b = wrap_waits and (block.pre_sync.is_present or block.pre_mma_barrier)
     if group_b:
-        out.append(_ops.SCHED_BARRIER)
+        out.append(_ops.FENCE)
     if block.pre_sync.is_present:
         out.append(block.pre_sync)
     if block.pre_mma_barrier:
         out.append(_ops.BARRIER)
         if block.post_barrier_lgkm:
-            out.append(_ops.LGKM_0)
+            out.append(_ops.FRAGMENT_DRAIN)
     if group_b:
-        out.append(_ops.SCHED_BARRIER)
+        out.append(_ops.FENCE)
     out.append(block.mma)
     return out

@@ -134,25 +134,25 @@ def construct_blocks(body: Sequence[Op], order: Sequence[int], config: PipelineC
         seen_cross = seen_cross or has_cross
         top_drain = pos == 0 and part_has_cross[part]
 
-        entry_wait = _ops.vm(main_vm) if (first_cross or top_drain) else NONE_OP
+        entry_wait = _ops.global_wait(main_vm) if (first_cross or top_drain) else NONE_OP
         entry_wait_lgkm = NONE_OP
         pre_sync = NONE_OP
         post_barrier_lgkm = True
         if pos == 0 and sched.wait_lgkm_first < NO_WAIT:
             if entry_wait.is_present and sched.minimal_barriers:
-                entry_wait_lgkm = _ops.LGKM_0
+                entry_wait_lgkm = _ops.FRAGMENT_DRAIN
             else:
-                pre_sync = _ops.lgkm(sched.wait_lgkm_first)
+                pre_sync = _ops.fragment_wait(sched.wait_lgkm_first)
         elif first_cross:
             if entry_wait.is_present and sched.minimal_barriers:
-                entry_wait_lgkm = _ops.LGKM_0
+                entry_wait_lgkm = _ops.FRAGMENT_DRAIN
             else:
-                pre_sync = _ops.LGKM_0
+                pre_sync = _ops.FRAGMENT_DRAIN
         elif pos == bph - 1:
-            pre_sync = _ops.vm(sched.wait_vm_last)
+            pre_sync = _ops.global_wait(sched.wait_vm_last)
             post_barrier_lgkm = sched.lgkm_after_last
         elif sched.inter_block_lgkm_drain:
-            entry_wait_lgkm = _ops.LGKM_0
+            entry_wait_lgkm = _ops.FRAGMENT_DRAIN
 
         pre_mma_barrier = pre_mma_set_prio = post_mma_barrier = post_mma_set_prio = True
         if sched.minimal_barriers:

@@ -1,7 +1,7 @@
 """Kernel-entry dependencies of the double-buffer kernel (Appendix B 8.10).
 
 Per partition slice: the first SYNC before the first MMA, the first
-WAIT_LGKM, and the MMA chain. Duplicates are kept (the reference emits the
+fragment wait, and the MMA chain. Duplicates are kept (the reference emits the
 same edge twice when the first SYNC is the lgkm wait).
 """
 from __future__ import annotations
@@ -13,11 +13,14 @@ from pipeline_core.edges import DepEdge
 from pipeline_core.ops import Entry, FrameworkTag, OpRole
 
 
-def kernel_deps_double_buffer(kernel_entries: Sequence[Entry],
-                              config: PipelineConfig) -> tuple[DepEdge, ...]:
+def kernel_deps_double_buffer(kernel_entries: Sequence[Entry], config: PipelineConfig,
+                              fragment_wait_tag: int | None = int(FrameworkTag.WAIT_LGKM)
+                              ) -> tuple[DepEdge, ...]:
     """FLOW edges (distance 0) in kernel-entry indices, at most 4 per partition.
 
     Slices are cut by count (len // num_partitions), not at block boundaries.
+    ``fragment_wait_tag`` is the tag the target's fragment waits lowered to
+    (None: it has none, so no edge from a fragment wait).
     """
     parts = config.num_partitions
     length = len(kernel_entries) // parts if parts else 0
@@ -32,7 +35,7 @@ def kernel_deps_double_buffer(kernel_entries: Sequence[Entry],
                 mmas.append(k)
             elif op.role == OpRole.SYNC and start is None and not mmas:
                 start = k
-            if op.tag == FrameworkTag.WAIT_LGKM and lgkm is None:
+            if fragment_wait_tag is not None and op.tag == fragment_wait_tag and lgkm is None:
                 lgkm = k
         if mmas:
             if start is not None:

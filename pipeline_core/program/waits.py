@@ -95,8 +95,8 @@ def apply_auto_waits(program: Program, config: PipelineConfig, sched: ScheduleCo
             value = 0 if sched.barrier_before_pre_ops else wait_lgkm_first
             blk = blocks[first]
             if sched.minimal_barriers and blk.entry_wait.is_present:
-                blocks[first] = blk.evolve(entry_wait_lgkm=_ops.lgkm(value), pre_sync=NONE_OP)
+                blocks[first] = blk.evolve(entry_wait_lgkm=_ops.fragment_wait(value), pre_sync=NONE_OP)
             else:
-                blocks[first] = blk.evolve(pre_sync=_ops.lgkm(value))
-        blocks[last] = blocks[last].evolve(pre_sync=_ops.vm(wait_vm_last))
+                blocks[first] = blk.evolve(pre_sync=_ops.fragment_wait(value))
+        blocks[last] = blocks[last].evolve(pre_sync=_ops.global_wait(wait_vm_last))
     return program.with_blocks(blocks)

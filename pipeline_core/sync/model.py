@@ -109,11 +109,32 @@ class BarrierKind:
     """
 
     tag: int = attrs.field(validator=_tag)
-    name: str = attrs.field(validator=_non_empty)  #: instruction name shown in output, e.g. "s_barrier"
+    name: str = attrs.field(validator=_non_empty)  #: instruction name shown in output, e.g. "bar.sync"
     participants: str = "cta"
     aligned: bool = False
     drains: bool = False
     publishes: str = "completed"  #: makes completed (retired) accesses visible to participants
+
+
+@attrs.frozen(kw_only=True)
+class BlockBinding:
+    """How the reference's block program (``pipeline_core.program``) lowers on a target.
+
+    The block template has two kinds of wait slot: waits for *global* loads
+    (``entry_wait``, the last block's ``pre_sync``, the prologue drains) and
+    waits for *fragment* loads (``entry_wait_lgkm``, the post-barrier drain,
+    block 0's ``pre_sync``), plus two hints (a priority raise/lower around the
+    MMA and a scheduling fence).  A target binds each to one of its channels or
+    hint tags; ``fragment_channel`` None declares fragment loads synchronous,
+    so the template's fragment waits vanish, and a hint tag None drops that
+    hint.  The template's own placeholders are the reference's tags 128-133,
+    so a binding that maps them to themselves emits the reference's entries.
+    """
+
+    global_channel: str = attrs.field(validator=_non_empty)
+    fragment_channel: str | None = None
+    priority_tag: int | None = None
+    fence_tag: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -151,6 +172,9 @@ class SyncModel:
     global_loads_write_shared: bool = True
     combined_wait: str = ""
     notes: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    #: how the reference's block program names this target's channels and hints (None: the
+    #: target does not compile through the block program, or uses the template's own tags)
+    block_binding: BlockBinding | None = None
 
     def __attrs_post_init__(self) -> None:
         names = [c.name for c in self.channels]
@@ -162,6 +186,13 @@ class SyncModel:
                                  f"{e.counter!r}; declared channels: {', '.join(names)}")
         if not self.barriers:
             raise ValueError(f"SyncModel {self.name}: declares no barrier kind")
+        bb = self.block_binding
+        if bb is not None:
+            for which in ("global_channel", "fragment_channel"):
+                chosen = getattr(bb, which)
+                if chosen is not None and chosen not in names:
+                    raise ValueError(f"SyncModel {self.name}: block_binding.{which} names channel "
+                                     f"{chosen!r}; declared channels: {', '.join(names)}")
 
     def channel(self, name: str) -> Channel:
         for c in self.channels:

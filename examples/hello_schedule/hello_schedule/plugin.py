@@ -1,19 +1,26 @@
-"""A toy GPU target and a 1x1-MMA double-buffer schedule, registered through entry points.
+"""A toy GPU target with its own sync model, and a ring-pipelined one-MMA schedule.
 
-The body has two partitions; each loads A and B for its own stage, reads its
-fragments, and runs one MMA.  It exercises the whole compile pipeline with
-about the smallest body the double-buffer program accepts.
+The target, ``toy-gpu``, is not shaped like any real GPU family: global->shared
+copies are asynchronous and counted in *commit groups* on one channel
+(``copy``), fragment loads from shared memory are synchronous, and one aligned
+barrier (``sync_threads``) publishes completed copies.  The schedule, ``hello``,
+describes one K tile (load A and B, read both fragments, one MMA) and asks for
+the core's generic N-stage lowering, which places the waits and barriers and
+derives every wait's count from this sync model: the schedule writes none.
 """
 from __future__ import annotations
 
 from pipeline_core import hookimpl
-from pipeline_core.config import BlockSizing, PipelineConfig, ScheduleConfig, TargetProfile
+from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile, WarpStagger
 from pipeline_core.costs import CostModel, OpCost, annotate
-from pipeline_core.limits import GLOBAL_LOAD_TICKS
-from pipeline_core.ops import KOffset, OpRole, ResourceKind, logical
+from pipeline_core.limits import Bound
+from pipeline_core.ops import OpRole, ResourceKind, logical
 from pipeline_core.schedule import Param, ScheduleRecord, TargetRecord
+from pipeline_core.sync import BarrierKind, Channel, Effect, SyncModel
 
 LOAD_A, LOAD_B, FRAG_A, FRAG_B, MMA = range(5)
+#: this target's own sync tags (kernel tags are 0-127)
+WAIT_COPY, COMMIT_COPY, SYNC_THREADS = 140, 141, 142
 
 COSTS = CostModel({
     LOAD_A: OpCost(ResourceKind.GLOBAL_MEM, 300, OpRole.GLOBAL_LOAD, name="LOAD_A"),
@@ -23,15 +30,31 @@ COSTS = CostModel({
     MMA: OpCost(ResourceKind.MMA_UNIT, 32, OpRole.COMPUTE, vgpr_def=8, name="MMA"),
 })
 
+TOY_SYNC = SyncModel(
+    name="toy-gpu",
+    channels=(Channel(name="copy", label="copy groups", wait_tag=WAIT_COPY,
+                      wait_name="WAIT_COPY", unit="group", in_order=True, owner="thread",
+                      commit_tag=COMMIT_COPY, max_wait=7),),
+    effects=(Effect(role=OpRole.GLOBAL_LOAD, counter="copy"),
+             Effect(role=OpRole.FRAGMENT_LOAD, counter=None),  # synchronous reads
+             Effect(role=OpRole.COMPUTE, counter=None)),
+    barriers=(BarrierKind(tag=SYNC_THREADS, name="sync_threads", aligned=True),),
+    register_interlock=True, shared_in_order=False, global_loads_write_shared=True)
 
-def toy_gpu(vm_per_load: int = 1) -> TargetProfile:
+TAG_NAMES = {**COSTS.tag_names(), WAIT_COPY: "WAIT_COPY", COMMIT_COPY: "COMMIT_COPY",
+             SYNC_THREADS: "SYNC_THREADS"}
+STAGES = Bound(low=2, high=8)
+
+
+def toy_gpu(stages: int = 3) -> TargetProfile:
+    """A ring of ``stages`` shared-memory stages; one MMA per K tile."""
     return TargetProfile(COSTS, PipelineConfig(
-        m_mmas=1, n_mmas=1, block_sizing=BlockSizing(4, 2, 0),
-        vm_per_load_a=vm_per_load, vm_per_load_b=vm_per_load))
+        depth=stages, m_mmas=1, n_mmas=1, num_partitions=1, warp_stagger=WarpStagger.none()),
+        sync=TOY_SYNC, clock_ghz=1.5)
 
 
 class HelloSchedule:
-    """Partition p: frag A, frag B (stage p), load A and B into stage p (next K), one MMA."""
+    """One K tile: load A and B, read fragment A and B, one MMA (the lowering does the rest)."""
 
     name = "hello"
 
@@ -42,37 +65,35 @@ class HelloSchedule:
     def config(self) -> PipelineConfig:
         return self.target.pipeline
 
+    def lowering(self) -> str:
+        return "generic"
+
     def build_body(self):
-        ops = []
-        for p in (0, 1):
-            k = KOffset.K0 if p == 0 else KOffset.K1
-            ops += [logical(FRAG_A, channel=0, stage=p), logical(FRAG_B, channel=1, stage=p),
-                    logical(LOAD_A, channel=0, stage=p, k_offset=k),
-                    logical(LOAD_B, channel=1, stage=1 - p,
-                            k_offset=KOffset.K_PREV if p == 0 else KOffset.K0),
-                    logical(MMA, stage=0, subtile=0)]
+        ops = [logical(LOAD_A, channel=0), logical(LOAD_B, channel=1),
+               logical(FRAG_A, channel=0), logical(FRAG_B, channel=1),
+               logical(MMA, stage=0, subtile=0)]
         return annotate(ops, self.target.cost_model)
 
     def schedule_config(self) -> ScheduleConfig:
         return self._sched
 
     def tag_names(self):
-        return COSTS.tag_names()
+        return dict(TAG_NAMES)
 
 
 def _build(ctx):
-    target = ctx.make_target()
-    return HelloSchedule(target, ctx.schedule_config(ScheduleConfig(wait_lgkm_first=1, wait_vm_last=1)))
+    return HelloSchedule(ctx.make_target(), ctx.schedule_config(ScheduleConfig()))
 
 
 @hookimpl
 def pipeline_core_register_targets():
-    return [TargetRecord("toy-gpu", "A toy GPU with one MMA per partition", toy_gpu,
-                         params=[Param("vm_per_load", int, 1, "vmcnt ticks per global load",
-                                       bound=GLOBAL_LOAD_TICKS)])]
+    return [TargetRecord("toy-gpu", "A toy GPU: async copies in commit groups, synchronous "
+                         "fragment loads, one aligned barrier", toy_gpu,
+                         params=[Param("stages", int, 3, "shared-memory stages in the ring",
+                                       bound=STAGES)])]
 
 
 @hookimpl
 def pipeline_core_register_schedules():
-    return [ScheduleRecord("hello", "Smallest double-buffer schedule: 1x1 MMA per partition",
-                           _build, default_target="toy-gpu")]
+    return [ScheduleRecord("hello", "Smallest ring pipeline: one MMA per K tile, waits derived "
+                           "from the target's sync model", _build, default_target="toy-gpu")]

@@ -11,9 +11,10 @@ from pipeline_core_amd_mi355x.configs import (mi355x_double_buffer, mi355x_singl
                                               mi355x_single_buffer_target, mi355x_target)
 from pipeline_core_amd_mi355x.cost_models import mi355x_cost_model, mi355x_single_buffer_cost_model
 from pipeline_core_amd_mi355x.geometry import (DTYPES, FOUR_WAVE_LAYOUT, PINGPONG_LAYOUT,
-                                               LaunchDefaults, TileShape, WarpLayout,
+                                               KernelGeometry, LaunchDefaults, TileShape, WarpLayout,
                                                four_wave_launch_defaults, pingpong_launch_defaults,
                                                tile_launch_defaults)
+from pipeline_core_amd_mi355x.geometry import derive_safe_max_globals
 from pipeline_core_amd_mi355x.hints import AMDScheduleHints, append_amd_hints, hint_ops
 from pipeline_core_amd_mi355x.tags import (CHANNEL_A, CHANNEL_B, DOUBLE_BUFFER_TAG_NAMES,
                                            SINGLE_BUFFER_TAG_NAMES, DoubleBufferTag,
@@ -24,9 +25,9 @@ __version__ = installed_version("pipeline-core-amd-mi355x")  # pyproject.toml is
 
 __all__ = [
     "AMDScheduleHints", "CHANNEL_A", "CHANNEL_B", "DOUBLE_BUFFER", "DOUBLE_BUFFER_TAG_NAMES",
-    "DTYPES", "DoubleBufferTag", "FOUR_WAVE_LAYOUT", "LaunchDefaults", "PINGPONG_LAYOUT",
+    "DTYPES", "DoubleBufferTag", "FOUR_WAVE_LAYOUT", "KernelGeometry", "LaunchDefaults", "PINGPONG_LAYOUT",
     "SINGLE_BUFFER", "SINGLE_BUFFER_TAG_NAMES", "SingleBufferTag", "TileShape", "WarpLayout",
-    "append_amd_hints", "four_wave_launch_defaults", "hint_ops", "mi355x_cost_model",
+    "append_amd_hints", "derive_safe_max_globals", "four_wave_launch_defaults", "hint_ops", "mi355x_cost_model",
     "mi355x_double_buffer", "mi355x_single_buffer", "mi355x_single_buffer_cost_model",
     "mi355x_single_buffer_target", "mi355x_target", "pingpong_launch_defaults",
     "tile_launch_defaults",

@@ -16,9 +16,34 @@ from __future__ import annotations
 
 import attrs
 
-from pipeline_core.config import KernelGeometry, derive_safe_max_globals
 from pipeline_core.errors import ConfigError
 from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS
+
+
+@attrs.frozen
+class KernelGeometry:
+    """Tile shape and the per-load counter costs a kernel layout derives from it."""
+
+    BM: int
+    BN: int
+    BK: int
+    MMA_M: int
+    MMA_N: int
+    MMA_K: int
+    elem_bytes: int
+    simd_width: int
+    is_fp8: bool
+    vm_per_load_a: int
+    vm_per_load_b: int
+    lgkm_per_load_a: int
+    lgkm_per_load_b: int
+
+
+def derive_safe_max_globals(num_k_mmas: int) -> int:
+    """1 global per block is safe when 2+ K-MMAs cover the async LDS write of a
+    ``buffer_load ... lds``, else 0 (an MI355X fact, so it lives in this plugin)."""
+    return 1 if num_k_mmas >= 2 else 0
+
 
 #: bytes per element of each supported input type.
 ELEM_BYTES: dict[str, int] = {"bf16": 2, "fp8": 1}

@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 from pipeline_core.ops import FrameworkTag, OpRole
-from pipeline_core.sync import BarrierKind, Channel, Effect, SyncModel
+from pipeline_core.sync import BarrierKind, BlockBinding, Channel, Effect, SyncModel
 
 VM, LGKM = "vm", "lgkm"
 
@@ -51,6 +51,12 @@ HINTS = {int(FrameworkTag.SET_PRIO): "SET_PRIO",
 #: sched_group_barrier carries its mask in ``subtile`` and its count in ``wait_value``
 HINT_FORMATS = {int(FrameworkTag.SCHED_GROUP_BARRIER): "mask={subtile}, count={wait_value}"}
 
+#: The block program's global waits count vmcnt, its fragment waits lgkmcnt; its priority
+#: hint is s_setprio and its scheduling fence sched_barrier (the tags the reference emits).
+BLOCK_BINDING = BlockBinding(global_channel=VM, fragment_channel=LGKM,
+                             priority_tag=int(FrameworkTag.SET_PRIO),
+                             fence_tag=int(FrameworkTag.SCHEDULE_BARRIER))
+
 #: The MI355X peak engine clock, used to state real time next to cycles.
 CLOCK_GHZ = 2.4
 
@@ -60,7 +66,7 @@ MI355X_SYNC = SyncModel(
                           drains=False),),
     hint_tags=HINTS, hint_formats=HINT_FORMATS, priority_tag=int(FrameworkTag.SET_PRIO),
     register_interlock=True, shared_in_order=True, global_loads_write_shared=True,
-    combined_wait="s_waitcnt")
+    combined_wait="s_waitcnt", block_binding=BLOCK_BINDING)
 
 MI355X_SINGLE_BUFFER_SYNC = SyncModel(
     name="amd-mi355x-single-buffer", channels=CHANNELS, effects=EFFECTS,
@@ -68,6 +74,6 @@ MI355X_SINGLE_BUFFER_SYNC = SyncModel(
                           drains=True),),
     hint_tags=HINTS, hint_formats=HINT_FORMATS, priority_tag=int(FrameworkTag.SET_PRIO),
     register_interlock=True, shared_in_order=True, global_loads_write_shared=False,
-    combined_wait="s_waitcnt",
+    combined_wait="s_waitcnt", block_binding=BLOCK_BINDING,
     notes=("single buffer (depth 1): global loads fill staging registers, SHARED_STORE writes "
            "LDS, BARRIER is the fenced barrier() that drains the warp's counters",))

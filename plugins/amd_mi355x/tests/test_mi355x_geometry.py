@@ -5,7 +5,8 @@ import pytest
 
 from pipeline_core.errors import ConfigError
 
-from pipeline_core_amd_mi355x.geometry import (TileShape, four_wave_launch_defaults,
+from pipeline_core_amd_mi355x.geometry import (TileShape, derive_safe_max_globals,
+                                               four_wave_launch_defaults,
                                                pingpong_launch_defaults)
 
 
@@ -72,3 +73,11 @@ def test_uneven_or_unknown_shapes_name_the_parameter(shape, field):
         four_wave_launch_defaults(shape)
     assert err.value.field == field
     assert field in str(err.value)
+
+
+# --- derive_safe_max_globals (A54-A56, B12-B14; moved here from the core with the rule) ---
+
+@pytest.mark.parametrize("name,num_k_mmas,expect", [
+    ("a54_b12_bf16", 2, 1), ("a55_b13_fp8", 1, 0), ("a56_b14_large_k", 4, 1)])
+def test_a54_a56_b12_b14_derive_safe_max_globals(name, num_k_mmas, expect):
+    assert derive_safe_max_globals(num_k_mmas) == expect

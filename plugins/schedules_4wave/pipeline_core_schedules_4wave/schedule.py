@@ -142,8 +142,10 @@ def bootstrap_frags() -> list[Op]:
 
 def four_wave_edges(body, config: PipelineConfig) -> list:
     """Rule-table edges minus spurious same-partition flows, plus the cross-stage rotation edges."""
-    from pipeline_core.edges import (derive_cross_stage_rotation_edges, derive_edges,
-                                     filter_spurious_cross_stage_flow)
+    from pipeline_core.edges import derive_edges
+
+    from pipeline_core_schedules_4wave.rotation import (derive_cross_stage_rotation_edges,
+                                                        filter_spurious_cross_stage_flow)
 
     raw = derive_edges(body, config)
     return list(filter_spurious_cross_stage_flow(raw, body)) + list(
