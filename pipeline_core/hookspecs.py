@@ -20,8 +20,7 @@ How results combine
 
 How plugin code is run
 ----------------------
-Every hook, factory, schedule method, strategy, transform and counter-model builder
-of a plugin runs under the plugin guard (``pipeline_core.plugin_guard``): an answer
+Every hook, factory, schedule method, strategy and transform of a plugin runs under the plugin guard (``pipeline_core.plugin_guard``): an answer
 of a type other than the one documented below, or any exception but
 ``KeyboardInterrupt``, becomes a ``PluginError`` naming the plugin, its distribution
 and the hook (at load time: a warning, and the plugin is dropped).  Raise a
@@ -52,8 +51,16 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def pipeline_core_register_targets() -> Sequence[TargetRecord] | None:
     """Return the targets this plugin provides.
 
-    :returns: a list of :class:`pipeline_core.schedule.TargetRecord`.
-    Results of all plugins are collected; names must be unique across plugins.
+    **When:** once per host, while it is built (every command builds one), after the
+    plugin's module is imported.  A record's ``factory`` runs only when a command uses
+    that target.
+    **Combine:** collected from every plugin; a name two plugins register is refused
+    (naming both distributions) and the rest of the host keeps working.
+
+    :returns: a list of :class:`pipeline_core.schedule.TargetRecord`.  The factory returns a
+        :class:`pipeline_core.config.TargetProfile`; its ``sync`` (a
+        :class:`pipeline_core.sync.SyncModel`) is what the checker, the wait derivation and
+        the timing model read, so a target without one can be compiled but never proven.
 
     Example::
 
@@ -68,10 +75,13 @@ def pipeline_core_register_targets() -> Sequence[TargetRecord] | None:
 def pipeline_core_register_schedules() -> Sequence[ScheduleRecord] | None:
     """Return the schedules this plugin provides.
 
+    **When:** once per host, while it is built.  A record's ``factory(ctx)`` runs when a
+    command compiles that schedule, after ``-p``/``-T``/``-c`` are parsed and bounded.
+    **Combine:** collected from every plugin; a duplicate name is refused naming both.
+
     :returns: a list of :class:`pipeline_core.schedule.ScheduleRecord`; each
         record's ``factory(ctx)`` receives a :class:`BuildContext` and returns a
         schedule object (see :class:`pipeline_core.schedule.Schedule`).
-    Results of all plugins are collected; names must be unique across plugins.
 
     Example::
 
@@ -86,10 +96,14 @@ def pipeline_core_register_schedules() -> Sequence[ScheduleRecord] | None:
 def pipeline_core_register_strategies() -> Sequence[StrategyRecord] | None:
     """Return extra scheduling strategies.
 
+    **When:** once per host, while it is built; the strategies belong to that host only
+    (a second host never sees them).  ``function`` runs in the compiler's ordering stage
+    when ``ScheduleConfig.scheduling`` names it.
+    **Combine:** collected; a name already taken (built-ins included) is refused.
+
     :returns: a list of :class:`pipeline_core.schedule.StrategyRecord`; the
         ``function`` takes a :class:`pipeline_core.scheduling.SchedulingRequest`
-        and returns a permutation of the body indices.
-    Collected; a name already taken (built-ins included) is an error.
+        and returns a permutation of the body indices (checked: every index once).
 
     Example::
 
@@ -109,8 +123,12 @@ def pipeline_core_derive_edges(schedule: Schedule, body: tuple[Op, ...],
     :param config: its :class:`PipelineConfig`.
     :returns: a list of :class:`DepEdge` indexing into ``body``, or ``None`` to
         leave the decision to others.
-    Override hook (see module docstring): one plugin answer wins over the
-    schedule's ``derive_edges`` method, which wins over the rule tables.
+
+    **When:** once per compile, after the body is built and annotated with the target's
+    cost model, before ordering.
+    **Combine:** override hook (module docstring): exactly one plugin answer wins over the
+    schedule's ``derive_edges`` method, which wins over the core's rule tables; two
+    plugin answers for one schedule are a conflict naming both.
 
     Example::
 
@@ -127,9 +145,11 @@ def pipeline_core_explicit_blocks(schedule: Schedule, body: tuple[Op, ...],
                                   program: Program) -> Sequence[Sequence[Op]] | None:
     """Return one op list per block of ``program`` (empty list = use the template), or ``None``.
 
-    Called after waits are patched, on the double-buffer path only.  Explicit
+    **When:** once per compile on the block-program lowering (double buffer), after the
+    program's waits are derived and patched, before the phases are emitted.  Explicit
     lists replace the template in the kernel phase only.
-    Override hook: combined like ``pipeline_core_derive_edges``.
+    **Combine:** override hook, like ``pipeline_core_derive_edges`` (one plugin answer >
+    the schedule's ``build_explicit_blocks`` > the template).
 
     Example::
 
@@ -144,9 +164,11 @@ def pipeline_core_explicit_blocks(schedule: Schedule, body: tuple[Op, ...],
 def pipeline_core_bootstrap_frags(schedule: Schedule) -> Sequence[Op] | None:
     """Return the fragment loads to issue at the prologue tail, or ``None``.
 
-    Used only with ``ScheduleConfig.partial_prologue_drain``; each frag is
-    preceded by a partial ``wait_vm`` and a barrier.
-    Override hook: combined like ``pipeline_core_derive_edges``.
+    **When:** once per compile on the block-program lowering, only with
+    ``ScheduleConfig.partial_prologue_drain``, while the prologue is built; each fragment
+    load is preceded by a partial wait on the target's global channel and a barrier.
+    **Combine:** override hook, like ``pipeline_core_derive_edges`` (one plugin answer >
+    the schedule's ``bootstrap_frags`` > none).
 
     Example::
 
@@ -165,9 +187,12 @@ def pipeline_core_kernel_transforms(schedule: Schedule, target: str,
     :param schedule: the schedule object; :param target: the target name;
     :param config: the :class:`PipelineConfig`.
     :returns: a list of :class:`KernelTransform` (possibly empty) or ``None``.
-    Collected from all plugins and applied in ``(order, name)`` order on the
-    single-buffer path, after the schedule's own ``transform_kernel``.  Each
-    transform's ``function(kernel, body, config)`` returns the new entry tuple.
+    Each transform's ``function(kernel, body, config)`` returns the new entry tuple.
+
+    **When:** once per compile on the single-buffer path, after the phases are built and
+    the schedule's own ``transform_kernel`` ran.
+    **Combine:** collected from all plugins; the transforms run in ``(order, name)``
+    order, never install order.
 
     Example::
 
