@@ -14,6 +14,7 @@ PLUGIN_DISTRIBUTIONS = {
     "pipeline_core_schedules_pingpong": "pipeline-core-schedules-pingpong",
     "pipeline_core_schedules_4wave": "pipeline-core-schedules-4wave",
     "pipeline_core_schedules_matmul_grid": "pipeline-core-schedules-matmul-grid",
+    "pipeline_core_nvidia_h100": "pipeline-core-nvidia-h100",
 }
 
 

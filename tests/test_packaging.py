@@ -23,6 +23,7 @@ DISTRIBUTIONS = {
                                 ("gpu-pipeline-core~=0.1", "pipeline-core-amd-mi355x~=0.1")),
     "plugins/schedules_matmul_grid": ("pipeline_core_schedules_matmul_grid",
                                       ("gpu-pipeline-core~=0.1", "pipeline-core-amd-mi355x~=0.1")),
+    "plugins/nvidia_h100": ("pipeline_core_nvidia_h100", ("gpu-pipeline-core~=0.1",)),
     "examples/hello_schedule": ("hello_schedule", ("gpu-pipeline-core~=0.1",)),
 }
 

@@ -218,6 +218,8 @@ class SyncModel:
     def tag_names(self) -> dict[int, str]:
         """Names of the tags this model owns (waits, barriers, hints), for output."""
         names = {c.wait_tag: c.wait_name for c in self.channels}
+        names.update({c.commit_tag: f"COMMIT_{c.name.upper()}" for c in self.channels
+                      if c.commit_tag is not None})
         names.update({b.tag: b.name.upper() for b in self.barriers})
         names.update(self.hint_tags)
         return names

@@ -1,0 +1,23 @@
+"""The CUDA building blocks an emitter pastes into a kernel: one header, shipped as package data.
+
+``pipeline_h100.cuh`` holds the device helpers (cp.async 16 B + commit + ``wait_group<N>``,
+``ldmatrix.x4``, ``mma.sync`` m16n8k16 bf16, the 16-byte-chunk XOR swizzle, ``bar.sync`` and
+``barrier.sync``).  It has no ``#include``, so the same text builds under nvcc and NVRTC.
+"""
+from __future__ import annotations
+
+from importlib import resources
+
+HEADER_NAME = "pipeline_h100.cuh"
+#: Largest ``cp.async.wait_group`` value the SASS encodes (``DEPBAR.LE SB0`` has 6 bits).
+MAX_WAIT_GROUP = 63
+
+
+def header_source() -> str:
+    """The text of ``pipeline_h100.cuh`` (paste it at the top of a kernel's source)."""
+    return resources.files(__name__).joinpath(HEADER_NAME).read_text(encoding="utf-8")
+
+
+def header_path() -> str:
+    """A filesystem path to the header, for ``nvcc -I`` (valid while the package is installed)."""
+    return str(resources.files(__name__).joinpath(HEADER_NAME))

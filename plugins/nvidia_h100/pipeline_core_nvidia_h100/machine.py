@@ -1,0 +1,52 @@
+"""H100 SXM (80GB HBM3) machine facts: clock, SMs, warps, registers, shared memory.
+
+Measured values come from ``benchmarks/results/h100_microbench.json`` (the repository's
+benchmarks/h100/README.md explains each); the limits are compute capability 9.0's.
+"""
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class Machine:
+    """What a kernel's launch shape and occupancy are checked against."""
+
+    name: str
+    sms: int
+    clock_ghz: float          #: the clock that converts a schedule's cycles to time
+    max_clock_ghz: float
+    warps_per_sm: int
+    threads_per_cta: int
+    registers_per_sm: int
+    registers_per_thread: int
+    smem_per_sm: int          #: bytes
+    smem_per_cta_optin: int   #: bytes a CTA may use once its dynamic limit is raised
+    smem_static_limit: int    #: bytes before the dynamic limit must be raised
+    l2_bytes: int
+    barriers_per_cta: int
+
+    def ctas_per_sm(self, threads: int, registers: int, smem: int) -> int:
+        """How many CTAs of this shape fit on one SM (registers allocated per warp, 256 at a time)."""
+        warps = -(-threads // 32)
+        regs_per_warp = -(-registers * 32 // 256) * 256
+        by_regs = self.registers_per_sm // (regs_per_warp * warps) if registers else 1 << 30
+        by_warps = self.warps_per_sm // warps
+        by_smem = self.smem_per_sm // smem if smem else 1 << 30
+        return max(0, min(by_regs, by_warps, by_smem))
+
+
+#: The clock a long mma.sync-bound kernel runs at: 1.71 GHz, measured after 3 s of full mma.sync
+#: load on all 132 SMs (``mma_throughput_sustained``: 1709.6 MHz, at the power limit).  Short
+#: kernels see 1.77 GHz and light load 1.98 GHz (``clocks.full_mma_load_mhz``, ``max_sm_clock_mhz``);
+#: a pipelined GEMM is mma-bound and long, so its cycles convert at the sustained clock.
+SUSTAINED_MMA_CLOCK_GHZ = 1.71
+MAX_CLOCK_GHZ = 1.98
+
+H100_SXM = Machine(
+    name="NVIDIA H100 80GB HBM3", sms=132, clock_ghz=SUSTAINED_MMA_CLOCK_GHZ,
+    max_clock_ghz=MAX_CLOCK_GHZ, warps_per_sm=64, threads_per_cta=1024,
+    registers_per_sm=65536, registers_per_thread=255,
+    smem_per_sm=233472,            # 228 KB per SM
+    smem_per_cta_optin=232448,     # 227 KB (``device.smem_per_block_optin`` in the JSON)
+    smem_static_limit=49152, l2_bytes=52428800, barriers_per_cta=16)

@@ -1,0 +1,11 @@
+"""pipeline-core hook implementations of the H100 plugin (entry point ``nvidia_h100``)."""
+from __future__ import annotations
+
+from pipeline_core.hookspecs import hookimpl
+
+from pipeline_core_nvidia_h100.targets import TARGETS
+
+
+@hookimpl
+def pipeline_core_register_targets():
+    return list(TARGETS)

@@ -1,0 +1,37 @@
+"""The target record this plugin registers: ``h100`` (mma.sync family, an S-stage cp.async ring)."""
+from __future__ import annotations
+
+from pipeline_core.config import PipelineConfig, TargetProfile, WarpStagger
+from pipeline_core.limits import Bound
+from pipeline_core.schedule import Param, TargetRecord
+
+from pipeline_core_nvidia_h100 import TARGET_NAME
+from pipeline_core_nvidia_h100.costs import MMA_LATENCY, h100_cost_model
+from pipeline_core_nvidia_h100.machine import H100_SXM
+from pipeline_core_nvidia_h100.sync import H100_SYNC
+
+#: Ring depths the multistage plan uses (docs NVIDIA plan: 2-5 stages of a cp.async ring).
+STAGES = Bound(low=2, high=5)
+DEFAULT_STAGES = 3
+
+
+def h100_target(stages: int = DEFAULT_STAGES) -> TargetProfile:
+    """An S-stage cp.async ring on one H100 SM; one commit group per k-tile."""
+    pipeline = PipelineConfig(
+        depth=stages, prefetch=stages - 1, prologue_fill=stages - 1, drain_passes=stages - 1,
+        m_mmas=1, n_mmas=1, num_partitions=1, mma_latency=MMA_LATENCY,
+        vm_per_load_a=1, vm_per_load_b=1, lgkm_per_load_a=0, lgkm_per_load_b=0,
+        warp_stagger=WarpStagger.none())
+    return TargetProfile(h100_cost_model(), pipeline, sync=H100_SYNC, clock_ghz=H100_SXM.clock_ghz)
+
+
+TARGETS: tuple[TargetRecord, ...] = (
+    TargetRecord(
+        name=TARGET_NAME,
+        description="NVIDIA H100 (sm_90a), mma.sync family: cp.async commit groups, ldmatrix, "
+                    "bar.sync / barrier.sync",
+        factory=h100_target,
+        params=(Param("stages", int, DEFAULT_STAGES, "shared-memory stages of the cp.async ring",
+                      bound=STAGES),),
+    ),
+)
