@@ -7,7 +7,6 @@ outside their bounds in :mod:`pipeline_core.limits` are refused by the parser).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from pipeline_core.limits import ANALYZE_ITERATIONS, OPTIMAL_SECONDS, iterations_over_budget
@@ -17,8 +16,10 @@ EXIT_OK, EXIT_INPUT = 0, 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from pipeline_core.cli import add_format_option
+
     g = parser.add_argument_group("analyze")
-    g.add_argument("--json", action="store_true", help="machine-readable output")
+    add_format_option(g, deprecated_json=True)
     g.add_argument("--iterations", type=ANALYZE_ITERATIONS.argparse_type(), default=DEFAULT_ITERATIONS,
                    metavar="N",
                    help="kernel iterations for the steady-state timing model "
@@ -32,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         f"{OPTIMAL_SECONDS.allowed()})")
 
 
-def run(args: argparse.Namespace, compiled) -> int:
+def run(args: argparse.Namespace, compiled, host=None) -> int:
     from pipeline_core.metrics import analyze_compiled, format_metrics
 
     if not ANALYZE_ITERATIONS.contains(args.iterations):
@@ -51,10 +52,11 @@ def run(args: argparse.Namespace, compiled) -> int:
     metrics = analyze_compiled(compiled, iterations=args.iterations, simulate=not args.no_timing,
                                optimal_time=args.optimal)
     title = compiled.schedule_name + (f" on {compiled.target_name}" if compiled.target_name else "")
-    if args.json:
+    if args.format == "json":
         doc = {"schedule": compiled.schedule_name, "target": compiled.target_name,
                "strategy": compiled.schedule_config.scheduling, **metrics.to_dict()}
-        print(json.dumps(doc, indent=2))
+        from pipeline_core.json_output import dumps
+        sys.stdout.write(dumps(doc, host))
     else:
         print(f"{format_metrics(metrics, title)}")
         print(f"  strategy {compiled.schedule_config.scheduling}")

@@ -9,7 +9,6 @@ in pipeline-core: the message says how to report it), 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import traceback
 from typing import Any, Sequence
@@ -54,6 +53,28 @@ def _add_host_options(p: argparse.ArgumentParser, sub: bool = False) -> None:
                    help="tracebacks for plugin and internal errors")
 
 
+class _DeprecatedJson(argparse.Action):
+    """``--json``: the old spelling of ``--format json`` (hidden from --help, warns once)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help=argparse.SUPPRESS)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        namespace.format = "json"
+        print("warning: --json is deprecated; use --format json", file=sys.stderr)
+
+
+def add_format_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, choices: Sequence[str] = ("text", "json"),
+                      deprecated_json: bool = False) -> None:
+    """``--format text|json`` as every command spells it (``--json``: the hidden old alias)."""
+    p.add_argument("--format", choices=tuple(choices), default=choices[0],
+                   help=f"output format (default: {choices[0]})")
+    if deprecated_json:
+        p.add_argument("--json", action=_DeprecatedJson)
+
+
 def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("schedule", help="schedule name (see `pipeline-core schedules`)")
     p.add_argument("--target", help="target name (default: the schedule's default target)")
@@ -83,14 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add_parser("compile", help="compile a schedule into prologue / kernel / epilogue entries")
     _add_compile_options(p)
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    add_format_option(p)
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
     for name, what in (("targets", "registered targets"), ("schedules", "registered schedules"),
                        ("plugins", "discovered plugins and their status"),
                        ("strategies", "registered scheduling strategies")):
         q = add_parser(name, help=f"list {what}")
-        q.add_argument("--json", action="store_true", help="machine-readable output")
+        add_format_option(q, deprecated_json=True)
 
     c = add_parser("check", help="prove a compiled schedule race-free on a model of the hardware")
     c.add_argument("schedule", nargs="?", help="schedule to compile and check (or use --input)")
@@ -158,8 +179,9 @@ def _write(text: str, output: str | None) -> None:
 def cmd_compile(args, host) -> int:
     compiled = _compile_from_args(args, host)
     if args.format == "json":
-        from pipeline_core.export.json import dumps
-        _write(dumps(compiled), args.output)
+        from pipeline_core.export.json import to_document
+        from pipeline_core.json_output import dumps
+        _write(dumps(to_document(compiled), host), args.output)
     else:
         from pipeline_core.export.text import render
         _write(render(compiled), args.output)
@@ -171,11 +193,18 @@ def _params_doc(params) -> list[dict]:
              "allowed": p.range_text()} for p in params]
 
 
+def _print_listing(args, host, rows: list[dict]) -> None:
+    """A listing as JSON: the provenance keys and one list named after the command."""
+    from pipeline_core.json_output import dumps
+
+    sys.stdout.write(dumps({args.command: rows}, host))
+
+
 def cmd_list(args, host) -> int:
     if args.command == "plugins":
         rows = [p.as_dict() for p in host.plugins]
-        if args.json:
-            print(json.dumps(rows, indent=2))
+        if args.format == "json":
+            _print_listing(args, host, rows)
             return EXIT_OK
         for p in host.plugins:
             provides = [f"targets: {', '.join(p.targets)}" if p.targets else "",
@@ -190,8 +219,8 @@ def cmd_list(args, host) -> int:
     if args.command == "strategies":
         rows = [{"name": r.name, "description": r.description, "provider": r.provider}
                 for _, r in sorted(host.strategies.items())]
-        if args.json:
-            print(json.dumps(rows, indent=2))
+        if args.format == "json":
+            _print_listing(args, host, rows)
         else:
             for r in rows:
                 print(f"{r['name']:<12} {r['description']}  [{r['provider']}]")
@@ -205,8 +234,8 @@ def cmd_list(args, host) -> int:
         if args.command == "schedules":
             row["default_target"] = r.default_target
         rows.append(row)
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    if args.format == "json":
+        _print_listing(args, host, rows)
         return EXIT_OK
     for row in rows:
         extra = f", default target {row['default_target']}" if row.get("default_target") else ""
@@ -243,7 +272,7 @@ def _compile_from_args(args, host):
 def cmd_analyze(args, host) -> int:
     from pipeline_core.analyze_cli import run
 
-    return run(args, _compile_from_args(args, host))
+    return run(args, _compile_from_args(args, host), host=host)
 
 
 def cmd_export(args, host) -> int:

@@ -79,6 +79,12 @@ def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
                                 f"column {err.colno})")
     if not isinstance(doc, dict):
         raise DocumentError("", f"{where}: expected a JSON object, got {type(doc).__name__}")
+    from pipeline_core.json_output import FORMAT_VERSION
+
+    version = doc.get("format_version", FORMAT_VERSION)  # the reference's documents have none
+    if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION:
+        raise DocumentError("format_version", f"{where} has format_version {version!r}; this "
+                            f"pipeline-core reads {FORMAT_VERSION} (upgrade pipeline-core)")
     return doc
 
 
@@ -129,8 +135,11 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     except (PipelineError, ValueError, TypeError) as e:
         print(f"pipeline-core check: error: {e}", file=err)
         return EXIT_BAD_INPUT
+    if not verdict.name and isinstance(document.get("schedule"), str):
+        verdict = attrs.evolve(verdict, name=document["schedule"])  # a compiled document names it
     if getattr(args, "format", "text") == "json":
-        print(verdict.to_json(), file=out)
+        from pipeline_core.json_output import dumps
+        out.write(dumps(verdict.to_dict(), host))
     else:
         print(verdict.render_text(), file=out)
     return EXIT_SAFE if verdict.safe else EXIT_HAZARD

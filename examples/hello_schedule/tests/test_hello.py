@@ -30,7 +30,7 @@ def test_target_parameter_reaches_the_prologue(pipeline_host):
 def test_installed_entry_point_is_discovered_by_the_cli(pipeline_cli):
     listing = pipeline_cli(["schedules", "--json"])
     assert listing.exit_code == 0
-    rows = {r["name"]: r for r in json.loads(listing.stdout)}
+    rows = {r["name"]: r for r in json.loads(listing.stdout)["schedules"]}
     assert rows["hello"]["provider"] == "pipeline-core-hello-schedule"
     result = run_cli(["compile", "hello", "--format", "json"])
     assert result.exit_code == 0, result.stderr
