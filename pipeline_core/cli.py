@@ -32,25 +32,71 @@ def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
+HOST_GROUP = "plugin host options (before or after the command)"
+HOST_OPTIONS_NOTE = ("plugin host options (--strict-plugins, --disable-plugin, --no-autoload, --plugin, "
+                     "--trace, -v) are accepted here too: see `pipeline-core --help`")
+
+
 def _add_host_options(p: argparse.ArgumentParser, sub: bool = False) -> None:
-    """Plugin-host options, accepted before or after the command name."""
+    """Plugin-host options, accepted before or after the command name.
+
+    They are listed once, in ``pipeline-core --help``; a command's own help names them in
+    one line (``sub``: hidden, and their defaults do not overwrite values given before the
+    command).
+    """
     def d(value):
         return argparse.SUPPRESS if sub else value
 
-    g = p.add_argument_group("plugins")
+    def h(text: str) -> str:
+        return argparse.SUPPRESS if sub else text
+
+    g = p if sub else p.add_argument_group(HOST_GROUP)
     g.add_argument("--strict-plugins", action="store_true", default=d(None),
-                   help="exit non-zero on any plugin load failure or conflict "
-                        "(also: PIPELINE_CORE_STRICT_PLUGINS=1)")
+                   help=h("exit non-zero on any plugin load failure or conflict "
+                          "(also: PIPELINE_CORE_STRICT_PLUGINS=1)"))
     g.add_argument("--disable-plugin", action="append", metavar="NAME", default=d([]),
-                   help="do not load this plugin (entry-point or distribution name; "
-                        "also: PIPELINE_CORE_DISABLE_PLUGINS=a,b)")
+                   help=h("do not load this plugin (entry-point or distribution name; "
+                          "also: PIPELINE_CORE_DISABLE_PLUGINS=a,b)"))
     g.add_argument("--no-autoload", action="store_true", default=d(None),
-                   help="skip entry-point discovery (also: PIPELINE_CORE_NO_AUTOLOAD=1)")
+                   help=h("skip entry-point discovery (also: PIPELINE_CORE_NO_AUTOLOAD=1)"))
     g.add_argument("--plugin", action="append", metavar="MODULE", default=d([]),
-                   help="load an uninstalled plugin module (also: PIPELINE_CORE_PLUGINS=mod1,mod2)")
-    g.add_argument("--trace", action="store_true", default=d(False), help="log every hook call to stderr")
-    p.add_argument("-v", "--verbose", action="store_true", default=d(False),
-                   help="tracebacks for plugin and internal errors")
+                   help=h("load an uninstalled plugin module (also: PIPELINE_CORE_PLUGINS=mod1,mod2)"))
+    g.add_argument("--trace", action="store_true", default=d(False),
+                   help=h("log every hook call to stderr"))
+    g.add_argument("-v", "--verbose", action="store_true", default=d(False),
+                   help=h("tracebacks for plugin and internal errors"))
+
+
+#: The ``examples:`` epilog of each command's --help (a test checks every command has one).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "compile": ("pipeline-core compile pingpong",
+                "pipeline-core compile pingpong -p dtype=fp8 -c scheduling=GREEDY --format json -o pp.json",
+                "pipeline-core compile matmul-grid -p m=3 -p n=2 --target mi355x"),
+    "check": ("pipeline-core check pingpong",
+              "pipeline-core check 4wave --tightest --format json -o verdict.json",
+              "pipeline-core compile pingpong --format json | pipeline-core check --input -"),
+    "analyze": ("pipeline-core analyze pingpong",
+                "pipeline-core analyze pingpong -c scheduling=GREEDY --optimal 5 --format json"),
+    "export": ("pipeline-core export pingpong -o pingpong.trace.json   # open in ui.perfetto.dev",
+               "pipeline-core export pingpong -o pingpong.dot",
+               "pipeline-core export 4wave -o timeline.png --iterations 6"),
+    "targets": ("pipeline-core targets", "pipeline-core targets --format json -o targets.json"),
+    "schedules": ("pipeline-core schedules", "pipeline-core schedules --format json"),
+    "strategies": ("pipeline-core strategies", "pipeline-core strategies --format json"),
+    "plugins": ("pipeline-core plugins", "pipeline-core plugins --format json",
+                "pipeline-core --disable-plugin schedules_4wave plugins"),
+}
+
+
+def _epilog(command: str) -> str:
+    lines = ["examples:"] + [f"  {line}" for line in EXAMPLES.get(command, ())]
+    return "\n".join(lines) + "\n\n" + HOST_OPTIONS_NOTE
+
+
+def add_output_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``-o FILE`` as every command that writes output spells it."""
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="write to FILE instead of stdout ('-': stdout)")
 
 
 class _DeprecatedJson(argparse.Action):
@@ -83,7 +129,8 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-T", dest="target_args", action="append", metavar="KEY=VALUE",
                    help="target parameter")
     p.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE",
-                   help="ScheduleConfig override (applied on top of the schedule's own config)")
+                   help="ScheduleConfig knob, applied on top of the schedule's own config "
+                        "(see `pipeline-core knobs`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,34 +138,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="pipeline-core",
-        description="Compile-time software pipelining of GPU kernel loops.")
+        description="Compile-time software pipelining of GPU kernel loops.",
+        epilog="examples:\n  pipeline-core schedules\n  pipeline-core compile pingpong\n"
+               "  pipeline-core check pingpong\n\n`pipeline-core COMMAND --help` shows a "
+               "command's options and examples.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="store_true", help="show core and plugin versions")
     _add_host_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        """A command parser; every command accepts the plugin-host options too."""
-        q = sub.add_parser(name, **kwargs)
+        """A command parser with its examples; it accepts the plugin-host options too."""
+        q = sub.add_parser(name, epilog=_epilog(name), description=kwargs.get("help"),
+                           formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
         _add_host_options(q, sub=True)
         return q
 
     p = add_parser("compile", help="compile a schedule into prologue / kernel / epilogue entries")
     _add_compile_options(p)
     add_format_option(p)
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    add_output_option(p)
 
     for name, what in (("targets", "registered targets"), ("schedules", "registered schedules"),
                        ("plugins", "discovered plugins and their status"),
                        ("strategies", "registered scheduling strategies")):
         q = add_parser(name, help=f"list {what}")
         add_format_option(q, deprecated_json=True)
+        add_output_option(q)
 
     c = add_parser("check", help="prove a compiled schedule race-free on a model of the hardware")
     c.add_argument("schedule", nargs="?", help="schedule to compile and check (or use --input)")
-    c.add_argument("--target")
-    c.add_argument("-p", dest="params", action="append", metavar="KEY=VALUE")
-    c.add_argument("-T", dest="target_args", action="append", metavar="KEY=VALUE")
-    c.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE")
+    c.add_argument("--target", help="target name (default: the schedule's default target)")
+    c.add_argument("-p", dest="params", action="append", metavar="KEY=VALUE",
+                   help="schedule parameter")
+    c.add_argument("-T", dest="target_args", action="append", metavar="KEY=VALUE",
+                   help="target parameter")
+    c.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE",
+                   help="ScheduleConfig knob (see `pipeline-core knobs`)")
     _extend(c, "pipeline_core.check.cli")
 
     a = add_parser("analyze", help="schedule metrics: makespan, bounds, utilisation, MII")
@@ -193,38 +249,48 @@ def _params_doc(params) -> list[dict]:
              "allowed": p.range_text()} for p in params]
 
 
-def _print_listing(args, host, rows: list[dict]) -> None:
-    """A listing as JSON: the provenance keys and one list named after the command."""
-    from pipeline_core.json_output import dumps
-
-    sys.stdout.write(dumps({args.command: rows}, host))
+def _value_text(value: Any) -> str:
+    """A value as the user types it after ``-p KEY=`` (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def cmd_list(args, host) -> int:
+def _param_line(prm: dict) -> str:
+    """``name (type, default X; allowed values): help``; no default clause when none is fixed."""
+    head = prm["type"]
+    if prm["default"] is not None:  # None: the schedule derives it (its help says how)
+        head += f", default {_value_text(prm['default'])}"
+    if prm["allowed"]:
+        head += f"; {prm['allowed']}"
+    return f"    {prm['name']} ({head}): {prm['help']}"
+
+
+def _plugin_source(p) -> str:
+    """Where a plugin came from, as its listing line says it."""
+    from pipeline_core.plugin_guard import DEVELOPMENT, IN_PROCESS
+
+    if p.distribution == DEVELOPMENT:
+        return f"module {p.module}, loaded with --plugin"
+    if p.distribution == IN_PROCESS:
+        return f"in-process, {p.module}"
+    return f"{p.distribution} {p.version}".strip()
+
+
+def _listing(args, host) -> tuple[list[dict], list[str]]:
+    """The rows of a listing command (its JSON) and its text lines."""
+    lines: list[str] = []
     if args.command == "plugins":
-        rows = [p.as_dict() for p in host.plugins]
-        if args.format == "json":
-            _print_listing(args, host, rows)
-            return EXIT_OK
         for p in host.plugins:
-            provides = [f"targets: {', '.join(p.targets)}" if p.targets else "",
-                        f"schedules: {', '.join(p.schedules)}" if p.schedules else "",
-                        f"strategies: {', '.join(p.strategies)}" if p.strategies else ""]
-            print(f"{p.name}  ({p.distribution} {p.version})  {p.status}")
-            for line in filter(None, provides):
-                print(f"    {line}")
-            if p.hooks:
-                print(f"    hooks: {', '.join(p.hooks)}")
-        return EXIT_OK
+            lines.append(f"{p.name}  ({_plugin_source(p)})  {p.status}")
+            for label, names in (("targets", p.targets), ("schedules", p.schedules),
+                                 ("strategies", p.strategies), ("hooks", p.hooks)):
+                if names:
+                    lines.append(f"    {label}: {', '.join(names)}")
+        return [p.as_dict() for p in host.plugins], lines
     if args.command == "strategies":
         rows = [{"name": r.name, "description": r.description, "provider": r.provider}
                 for _, r in sorted(host.strategies.items())]
-        if args.format == "json":
-            _print_listing(args, host, rows)
-        else:
-            for r in rows:
-                print(f"{r['name']:<12} {r['description']}  [{r['provider']}]")
-        return EXIT_OK
+        lines = [f"{r['name']:<12} {r['description']}  [{r['provider']}]" for r in rows]
+        return rows, lines
     table = host.targets if args.command == "targets" else host.schedules
     rows = []
     for name in sorted(table):
@@ -234,15 +300,18 @@ def cmd_list(args, host) -> int:
         if args.command == "schedules":
             row["default_target"] = r.default_target
         rows.append(row)
-    if args.format == "json":
-        _print_listing(args, host, rows)
-        return EXIT_OK
-    for row in rows:
         extra = f", default target {row['default_target']}" if row.get("default_target") else ""
-        print(f"{row['name']}: {row['description']}  [{row['provider']}{extra}]")
-        for prm in row["params"]:
-            allowed = f" ({prm['allowed']})" if prm["allowed"] else ""
-            print(f"    {prm['name']} ({prm['type']}, default {prm['default']!r}): {prm['help']}{allowed}")
+        lines.append(f"{row['name']}: {row['description']}  [{row['provider']}{extra}]")
+        lines.extend(_param_line(prm) for prm in row["params"])
+    return rows, lines
+
+
+def cmd_list(args, host) -> int:
+    from pipeline_core.json_output import dumps
+
+    rows, lines = _listing(args, host)
+    text = dumps({args.command: rows}, host) if args.format == "json" else "\n".join(lines) + "\n"
+    _write(text, args.output)
     return EXIT_OK
 
 

@@ -75,7 +75,7 @@ def test_listings_name_parameters_and_providers():
     r = run("schedules")
     assert r.returncode == 0
     assert "pingpong:" in r.stdout and "[pipeline-core-schedules-pingpong" in r.stdout
-    assert "lgkm_per_load_a (int, default 0)" in r.stdout
+    assert "lgkm_per_load_a (int, default 0; an integer in [0, 1024])" in r.stdout
     t = run("targets", "--json")
     targets = {row["name"]: row for row in json.loads(t.stdout)["targets"]}
     assert targets["mi355x"]["provider"] == "pipeline-core-amd-mi355x"
