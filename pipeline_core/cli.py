@@ -83,6 +83,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "targets": ("pipeline-core targets", "pipeline-core targets --format json -o targets.json"),
     "schedules": ("pipeline-core schedules", "pipeline-core schedules --format json"),
     "strategies": ("pipeline-core strategies", "pipeline-core strategies --format json"),
+    "knobs": ("pipeline-core knobs", "pipeline-core knobs --format json -o knobs.json",
+              "pipeline-core compile pingpong -c scheduling=GREEDY -c lds_contention_penalty=8"),
     "plugins": ("pipeline-core plugins", "pipeline-core plugins --format json",
                 "pipeline-core --disable-plugin schedules_4wave plugins"),
 }
@@ -165,6 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
         q = add_parser(name, help=f"list {what}")
         add_format_option(q, deprecated_json=True)
         add_output_option(q)
+
+    k = add_parser("knobs", help="list the ScheduleConfig knobs (-c KEY=VALUE): type, default, "
+                                 "range, meaning, and the schedules that force or refuse them")
+    add_format_option(k)
+    add_output_option(k)
 
     c = add_parser("check", help="prove a compiled schedule race-free on a model of the hardware")
     c.add_argument("schedule", nargs="?", help="schedule to compile and check (or use --input)")
@@ -315,6 +322,19 @@ def cmd_list(args, host) -> int:
     return EXIT_OK
 
 
+def cmd_knobs(args, host) -> int:
+    from pipeline_core.json_output import dumps
+    from pipeline_core.knobs import knob_rows, render_text
+
+    rows, notes = knob_rows(host)
+    if args.format == "json":
+        text = dumps({"knobs": rows, "notes": notes}, host)
+    else:
+        text = render_text(rows, notes)
+    _write(text, args.output)
+    return EXIT_OK
+
+
 def cmd_check(args, host) -> int:
     from pipeline_core.check.cli import run
 
@@ -364,7 +384,7 @@ def cmd_version(host) -> int:
 
 
 COMMANDS = {"compile": cmd_compile, "targets": cmd_list, "schedules": cmd_list,
-            "plugins": cmd_list, "strategies": cmd_list, "check": cmd_check,
+            "plugins": cmd_list, "strategies": cmd_list, "knobs": cmd_knobs, "check": cmd_check,
             "analyze": cmd_analyze, "export": cmd_export}
 
 

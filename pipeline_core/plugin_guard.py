@@ -261,6 +261,14 @@ def tag_names(value: Any) -> dict:
     return dict(value)
 
 
+def knob_map(value: Any) -> dict:
+    """Check: ``forced_knobs()`` answers a mapping of knob names."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise BadResult(f"returned {_name_of(value)}, expected a dict of knob name -> forced "
+                        "value (or pipeline_core.schedule.REFUSED)")
+    return dict(value)
+
+
 def order(value: Any) -> list:
     """Check: a strategy's order (a list of body indices; the core checks it is a permutation)."""
     items = _items(value, "a list of body indices")
@@ -292,6 +300,7 @@ SCHEDULE_RESULTS: Mapping[str, Callable[[Any], Any]] = {
     "build_explicit_blocks": op_blocks,
     "bootstrap_frags": list_of(Op),
     "tag_names": tag_names,
+    "forced_knobs": knob_map,
 }
 
 #: What each hook must return (a plugin's answer; ``None`` means "nothing to say").
