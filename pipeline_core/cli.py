@@ -34,7 +34,8 @@ def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
 
 HOST_GROUP = "plugin host options (before or after the command)"
 HOST_OPTIONS_NOTE = ("plugin host options (--strict-plugins, --disable-plugin, --no-autoload, --plugin, "
-                     "--trace, -v) are accepted here too: see `pipeline-core --help`")
+                     "--require-plugin, --trace, -v) are accepted here too: see `pipeline-core --help`")
+ENV_REQUIRE = "PIPELINE_CORE_REQUIRE_PLUGINS"
 
 
 def _add_host_options(p: argparse.ArgumentParser, sub: bool = False) -> None:
@@ -61,6 +62,10 @@ def _add_host_options(p: argparse.ArgumentParser, sub: bool = False) -> None:
                    help=h("skip entry-point discovery (also: PIPELINE_CORE_NO_AUTOLOAD=1)"))
     g.add_argument("--plugin", action="append", metavar="MODULE", default=d([]),
                    help=h("load an uninstalled plugin module (also: PIPELINE_CORE_PLUGINS=mod1,mod2)"))
+    g.add_argument("--require-plugin", action="append", metavar="NAME", default=d([]),
+                   help=h("exit 3 unless this plugin (entry-point or distribution name) is "
+                          "loaded, as pytest's required_plugins (repeatable; also: "
+                          "PIPELINE_CORE_REQUIRE_PLUGINS=a,b)"))
     g.add_argument("--trace", action="store_true", default=d(False),
                    help=h("log every hook call to stderr"))
     g.add_argument("-v", "--verbose", action="store_true", default=d(False),
@@ -85,13 +90,14 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "strategies": ("pipeline-core strategies", "pipeline-core strategies --format json"),
     "knobs": ("pipeline-core knobs", "pipeline-core knobs --format json -o knobs.json",
               "pipeline-core compile pingpong -c scheduling=GREEDY -c lds_contention_penalty=8"),
+    "new-plugin": ("pipeline-core new-plugin my-gpu", "pipeline-core new-plugin my-gpu --dir ~/src"),
     "plugins": ("pipeline-core plugins", "pipeline-core plugins --format json",
                 "pipeline-core --disable-plugin schedules_4wave plugins"),
 }
 
 
-def _epilog(command: str) -> str:
-    lines = ["examples:"] + [f"  {line}" for line in EXAMPLES.get(command, ())]
+def _epilog(command: str, examples: Sequence[str] = ()) -> str:
+    lines = ["examples:"] + [f"  {line}" for line in (examples or EXAMPLES.get(command, ()))]
     return "\n".join(lines) + "\n\n" + HOST_OPTIONS_NOTE
 
 
@@ -135,7 +141,8 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
                         "(see `pipeline-core knobs`)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(host: Any = None) -> argparse.ArgumentParser:
+    """The command line; with ``host``, the commands its plugins add (see :func:`_add_plugin_commands`)."""
     from pipeline_core import __version__
 
     parser = argparse.ArgumentParser(
@@ -149,9 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_host_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    def add_parser(name: str, examples: Sequence[str] = (), **kwargs: Any) -> argparse.ArgumentParser:
         """A command parser with its examples; it accepts the plugin-host options too."""
-        q = sub.add_parser(name, epilog=_epilog(name), description=kwargs.get("help"),
+        q = sub.add_parser(name, epilog=_epilog(name, examples), description=kwargs.get("help"),
                            formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
         _add_host_options(q, sub=True)
         return q
@@ -191,8 +198,34 @@ def build_parser() -> argparse.ArgumentParser:
     e = add_parser("export", help="timeline trace (Perfetto), dependency graph (DOT), timeline picture")
     _add_compile_options(e)
     _extend(e, "pipeline_core.export.cli_export")
+
+    n = add_parser("new-plugin", help="write a ready-to-install plugin project (a target and a "
+                                      "schedule, a README and a test)")
+    _extend(n, "pipeline_core.scaffold")
+    if host is not None:
+        _add_plugin_commands(host, add_parser)
     parser.set_defaults(version_string=__version__)
     return parser
+
+
+def _add_plugin_commands(host, add_parser: Any) -> None:
+    """The plugins' commands, each under the guard; a built-in name is refused naming the plugin."""
+    from pipeline_core.errors import PluginError
+
+    for name in sorted(host.commands):
+        record = host.commands[name]
+        owner = host.command_owner(name)
+        if name in COMMANDS:
+            host.warnings.append(f"{owner.culprit.describe()}: command {name!r} is a built-in "
+                                 "pipeline-core command; the plugin's command is not added")
+            owner.status = "conflict"
+            continue
+        q = add_parser(name, examples=record.examples, help=f"{record.help} [{record.provider}]")
+        try:
+            record.add_arguments(q)
+        except PluginError as exc:
+            host.warnings.append(str(exc))
+        q.set_defaults(plugin_command=name)
 
 
 def _extend(parser: argparse.ArgumentParser, module: str) -> None:
@@ -203,6 +236,57 @@ def _extend(parser: argparse.ArgumentParser, module: str) -> None:
         importlib.import_module(module).add_arguments(parser)
     except ImportError:  # pragma: no cover - feature not available in this build
         pass
+
+
+class _EarlyExit(Exception):
+    """The early host-options parse met something only the full parser can report."""
+
+
+class _HostOptionsParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise _EarlyExit(message)
+
+
+def _early_host_options(argv: Sequence[str]) -> argparse.Namespace:
+    """The plugin-host options, wherever they are in ``argv``: the host (and with it the
+    plugins' commands) must exist before the full command line can be parsed."""
+    early = _HostOptionsParser(add_help=False)
+    _add_host_options(early)
+    try:
+        return early.parse_known_args(list(argv))[0]
+    except _EarlyExit:  # the full parser reports it
+        return early.parse_known_args([])[0]
+
+
+def _required_plugins(args, host) -> int:
+    """``--require-plugin`` / PIPELINE_CORE_REQUIRE_PLUGINS: EXIT_PLUGINS naming each missing one."""
+    import difflib
+    import os
+
+    def key(text: str) -> str:
+        return text.strip().lower().replace("_", "-")
+
+    wanted = list(getattr(args, "require_plugin", None) or []) + [
+        x.strip() for x in os.environ.get(ENV_REQUIRE, "").replace(";", ",").split(",") if x.strip()]
+    status = EXIT_OK
+    for name in dict.fromkeys(wanted):
+        found = [p for p in host.plugins if key(name) in (key(p.name), key(p.distribution))]
+        if any(p.status in ("ok", "conflict") for p in found):
+            continue
+        if found:
+            p = found[0]
+            why = ("is disabled (--disable-plugin or PIPELINE_CORE_DISABLE_PLUGINS)"
+                   if p.status == "disabled" else f"failed to load: {p.error}")
+            print(f"error: required plugin {name!r} ({p.distribution}) {why}", file=sys.stderr)
+        else:
+            names = sorted({p.name for p in host.plugins if p.name != "core"})
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            print(f"error: required plugin {name!r} is not installed.{hint} Loaded plugins: "
+                  f"{', '.join(names) or 'none'} (pip install the plugin's distribution)",
+                  file=sys.stderr)
+        status = EXIT_PLUGINS
+    return status
 
 
 def make_host(args):
@@ -289,9 +373,12 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
         for p in host.plugins:
             lines.append(f"{p.name}  ({_plugin_source(p)})  {p.status}")
             for label, names in (("targets", p.targets), ("schedules", p.schedules),
-                                 ("strategies", p.strategies), ("hooks", p.hooks)):
+                                 ("strategies", p.strategies), ("commands", p.commands),
+                                 ("hooks", p.hooks)):
                 if names:
                     lines.append(f"    {label}: {', '.join(names)}")
+            if p.location:
+                lines.append(f"    location: {p.location}")
         return [p.as_dict() for p in host.plugins], lines
     if args.command == "strategies":
         rows = [{"name": r.name, "description": r.description, "provider": r.provider}
@@ -370,6 +457,12 @@ def cmd_export(args, host) -> int:
     return run(args, _compile_from_args(args, host))
 
 
+def cmd_new_plugin(args, host) -> int:
+    from pipeline_core.scaffold import run
+
+    return run(args)
+
+
 def cmd_version(host) -> int:
     from pipeline_core import __version__
 
@@ -384,24 +477,33 @@ def cmd_version(host) -> int:
 
 
 COMMANDS = {"compile": cmd_compile, "targets": cmd_list, "schedules": cmd_list,
-            "plugins": cmd_list, "strategies": cmd_list, "knobs": cmd_knobs, "check": cmd_check,
-            "analyze": cmd_analyze, "export": cmd_export}
+            "plugins": cmd_list, "strategies": cmd_list, "check": cmd_check,
+            "analyze": cmd_analyze, "export": cmd_export, "knobs": cmd_knobs,
+            "new-plugin": cmd_new_plugin}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    early = _early_host_options(argv)
+    try:
+        host = make_host(early)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as exc:  # every failure is one line with its own exit status
+        return _report_failure(exc, early)
+    parser = build_parser(host)
     args = parser.parse_args(argv)
     if not args.command and not args.version:
         parser.print_help()
         return EXIT_INPUT
     try:
-        host = make_host(args)
-        status = _report_plugin_problems(host, args)
+        status = _report_plugin_problems(host, args) or _required_plugins(args, host)
         if status:
             return status
         loaded = len(host.problems())
         try:
-            status = cmd_version(host) if args.version else COMMANDS[args.command](args, host)
+            status = cmd_version(host) if args.version else _command(args)(args, host)
         finally:
             late = _report_plugin_problems(host, args, already=loaded)
         return late or status
@@ -410,6 +512,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BaseException as exc:  # every failure is one line with its own exit status
         return _report_failure(exc, args)
+
+
+def _command(args):
+    """The function that runs ``args.command``: a built-in, or a plugin's (under the guard)."""
+    if args.command in COMMANDS:
+        return COMMANDS[args.command]
+
+    def run_plugin_command(args, host) -> int:
+        status: int = host.get_command(args.plugin_command).run(args, host)
+        return status
+
+    return run_plugin_command
 
 
 def _report_failure(exc: BaseException, args) -> int:
