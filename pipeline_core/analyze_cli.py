@@ -7,34 +7,54 @@ outside their bounds in :mod:`pipeline_core.limits` are refused by the parser).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from pipeline_core.limits import ANALYZE_ITERATIONS, OPTIMAL_SECONDS, iterations_over_budget
+from pipeline_core.limits import (ANALYZE_ITERATIONS, OPTIMAL_SECONDS, default_iterations,
+                                  iterations_help, iterations_over_budget)
 
-DEFAULT_ITERATIONS = 12
 EXIT_OK, EXIT_INPUT = 0, 2
+OPTIMAL_DEFAULT_SECONDS = 10.0
+
+
+def _optimal_seconds(text: str) -> float:
+    """``--optimal``'s optional budget; a word there is most likely the schedule, misplaced."""
+    try:
+        float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an optional time budget in seconds ({OPTIMAL_SECONDS.allowed()}), got "
+            f"{text!r}; --optimal takes the next word as its budget, so name the schedule "
+            f"first (pipeline-core analyze {text} --optimal) or write --optimal=SECONDS") from None
+    value: float = OPTIMAL_SECONDS.argparse_type()(text)
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from pipeline_core.cli import add_format_option, add_output_option
+
     g = parser.add_argument_group("analyze")
-    g.add_argument("--json", action="store_true", help="machine-readable output")
-    g.add_argument("--iterations", type=ANALYZE_ITERATIONS.argparse_type(), default=DEFAULT_ITERATIONS,
+    add_format_option(g, deprecated_json=True)
+    add_output_option(g)
+    g.add_argument("--iterations", type=ANALYZE_ITERATIONS.argparse_type(), default=None,
                    metavar="N",
-                   help="kernel iterations for the steady-state timing model "
-                        f"(default {DEFAULT_ITERATIONS}; {ANALYZE_ITERATIONS.allowed()})")
+                   help=iterations_help(ANALYZE_ITERATIONS, "kernel iterations the steady-state "
+                                        "timing model runs (a steady state needs 3)"))
     g.add_argument("--no-timing", action="store_true",
                    help="skip the timing model of the emitted kernel (steady state)")
-    g.add_argument("--optimal", type=OPTIMAL_SECONDS.argparse_type(), nargs="?", const=10.0,
+    g.add_argument("--optimal", type=_optimal_seconds, nargs="?", const=OPTIMAL_DEFAULT_SECONDS,
                    default=None, metavar="SECONDS",
                    help="also run the exact scheduler (block-program orders) for the optimal "
-                        "makespan and this order's distance to it (budget default 10 s; "
+                        "makespan and this order's distance to it (budget default "
+                        f"{OPTIMAL_DEFAULT_SECONDS:g} s; "
                         f"{OPTIMAL_SECONDS.allowed()})")
 
 
-def run(args: argparse.Namespace, compiled) -> int:
+def run(args: argparse.Namespace, compiled, host=None) -> int:
     from pipeline_core.metrics import analyze_compiled, format_metrics
+    from pipeline_core.output import write_text
 
+    if getattr(args, "iterations", None) is None:
+        args.iterations = default_iterations(len(compiled.kernel), ANALYZE_ITERATIONS)
     if not ANALYZE_ITERATIONS.contains(args.iterations):
         print(f"error: --iterations {args.iterations}: expected {ANALYZE_ITERATIONS.allowed()} "
               "(a steady state needs warm-up and drain)", file=sys.stderr)
@@ -51,11 +71,12 @@ def run(args: argparse.Namespace, compiled) -> int:
     metrics = analyze_compiled(compiled, iterations=args.iterations, simulate=not args.no_timing,
                                optimal_time=args.optimal)
     title = compiled.schedule_name + (f" on {compiled.target_name}" if compiled.target_name else "")
-    if args.json:
+    if args.format == "json":
         doc = {"schedule": compiled.schedule_name, "target": compiled.target_name,
                "strategy": compiled.schedule_config.scheduling, **metrics.to_dict()}
-        print(json.dumps(doc, indent=2))
+        from pipeline_core.json_output import dumps
+        text = dumps(doc, host)
     else:
-        print(f"{format_metrics(metrics, title)}")
-        print(f"  strategy {compiled.schedule_config.scheduling}")
+        text = f"{format_metrics(metrics, title)}\n  strategy {compiled.schedule_config.scheduling}\n"
+    write_text(text, getattr(args, "output", None))
     return EXIT_OK

@@ -9,7 +9,6 @@ in pipeline-core: the message says how to report it), 130 interrupted (Ctrl-C).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import traceback
 from typing import Any, Sequence
@@ -33,25 +32,101 @@ def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
+HOST_GROUP = "plugin host options (before or after the command)"
+HOST_OPTIONS_NOTE = ("plugin host options (--strict-plugins, --disable-plugin, --no-autoload, --plugin, "
+                     "--require-plugin, --trace, -v) are accepted here too: see `pipeline-core --help`")
+ENV_REQUIRE = "PIPELINE_CORE_REQUIRE_PLUGINS"
+
+
 def _add_host_options(p: argparse.ArgumentParser, sub: bool = False) -> None:
-    """Plugin-host options, accepted before or after the command name."""
+    """Plugin-host options, accepted before or after the command name.
+
+    They are listed once, in ``pipeline-core --help``; a command's own help names them in
+    one line (``sub``: hidden, and their defaults do not overwrite values given before the
+    command).
+    """
     def d(value):
         return argparse.SUPPRESS if sub else value
 
-    g = p.add_argument_group("plugins")
+    def h(text: str) -> str:
+        return argparse.SUPPRESS if sub else text
+
+    g = p if sub else p.add_argument_group(HOST_GROUP)
     g.add_argument("--strict-plugins", action="store_true", default=d(None),
-                   help="exit non-zero on any plugin load failure or conflict "
-                        "(also: PIPELINE_CORE_STRICT_PLUGINS=1)")
+                   help=h("exit non-zero on any plugin load failure or conflict "
+                          "(also: PIPELINE_CORE_STRICT_PLUGINS=1)"))
     g.add_argument("--disable-plugin", action="append", metavar="NAME", default=d([]),
-                   help="do not load this plugin (entry-point or distribution name; "
-                        "also: PIPELINE_CORE_DISABLE_PLUGINS=a,b)")
+                   help=h("do not load this plugin (entry-point or distribution name; "
+                          "also: PIPELINE_CORE_DISABLE_PLUGINS=a,b)"))
     g.add_argument("--no-autoload", action="store_true", default=d(None),
-                   help="skip entry-point discovery (also: PIPELINE_CORE_NO_AUTOLOAD=1)")
+                   help=h("skip entry-point discovery (also: PIPELINE_CORE_NO_AUTOLOAD=1)"))
     g.add_argument("--plugin", action="append", metavar="MODULE", default=d([]),
-                   help="load an uninstalled plugin module (also: PIPELINE_CORE_PLUGINS=mod1,mod2)")
-    g.add_argument("--trace", action="store_true", default=d(False), help="log every hook call to stderr")
-    p.add_argument("-v", "--verbose", action="store_true", default=d(False),
-                   help="tracebacks for plugin and internal errors")
+                   help=h("load an uninstalled plugin module (also: PIPELINE_CORE_PLUGINS=mod1,mod2)"))
+    g.add_argument("--require-plugin", action="append", metavar="NAME", default=d([]),
+                   help=h("exit 3 unless this plugin (entry-point or distribution name) is "
+                          "loaded, as pytest's required_plugins (repeatable; also: "
+                          "PIPELINE_CORE_REQUIRE_PLUGINS=a,b)"))
+    g.add_argument("--trace", action="store_true", default=d(False),
+                   help=h("log every hook call to stderr"))
+    g.add_argument("-v", "--verbose", action="store_true", default=d(False),
+                   help=h("tracebacks for plugin and internal errors"))
+
+
+#: The ``examples:`` epilog of each command's --help (a test checks every command has one).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "compile": ("pipeline-core compile pingpong",
+                "pipeline-core compile pingpong -p dtype=fp8 -c scheduling=GREEDY --format json -o pp.json",
+                "pipeline-core compile matmul-grid -p m=3 -p n=2 --target mi355x"),
+    "check": ("pipeline-core check pingpong",
+              "pipeline-core check 4wave --tightest --format json -o verdict.json",
+              "pipeline-core compile pingpong --format json | pipeline-core check --input -"),
+    "analyze": ("pipeline-core analyze pingpong",
+                "pipeline-core analyze pingpong -c scheduling=GREEDY --optimal 5 --format json"),
+    "export": ("pipeline-core export pingpong -o pingpong.trace.json   # open in ui.perfetto.dev",
+               "pipeline-core export pingpong -o pingpong.dot",
+               "pipeline-core export 4wave -o timeline.png --iterations 6"),
+    "targets": ("pipeline-core targets", "pipeline-core targets --format json -o targets.json"),
+    "schedules": ("pipeline-core schedules", "pipeline-core schedules --format json"),
+    "strategies": ("pipeline-core strategies", "pipeline-core strategies --format json"),
+    "knobs": ("pipeline-core knobs", "pipeline-core knobs --format json -o knobs.json",
+              "pipeline-core compile pingpong -c scheduling=GREEDY -c lds_contention_penalty=8"),
+    "new-plugin": ("pipeline-core new-plugin my-gpu", "pipeline-core new-plugin my-gpu --dir ~/src"),
+    "plugins": ("pipeline-core plugins", "pipeline-core plugins --format json",
+                "pipeline-core --disable-plugin schedules_4wave plugins"),
+}
+
+
+def _epilog(command: str, examples: Sequence[str] = ()) -> str:
+    lines = ["examples:"] + [f"  {line}" for line in (examples or EXAMPLES.get(command, ()))]
+    return "\n".join(lines) + "\n\n" + HOST_OPTIONS_NOTE
+
+
+def add_output_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``-o FILE`` as every command that writes output spells it."""
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="write to FILE instead of stdout ('-': stdout)")
+
+
+class _DeprecatedJson(argparse.Action):
+    """``--json``: the old spelling of ``--format json`` (hidden from --help, warns once)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help=argparse.SUPPRESS)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        namespace.format = "json"
+        print("warning: --json is deprecated; use --format json", file=sys.stderr)
+
+
+def add_format_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, choices: Sequence[str] = ("text", "json"),
+                      deprecated_json: bool = False) -> None:
+    """``--format text|json`` as every command spells it (``--json``: the hidden old alias)."""
+    p.add_argument("--format", choices=tuple(choices), default=choices[0],
+                   help=f"output format (default: {choices[0]})")
+    if deprecated_json:
+        p.add_argument("--json", action=_DeprecatedJson)
 
 
 def _add_compile_options(p: argparse.ArgumentParser) -> None:
@@ -62,42 +137,58 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-T", dest="target_args", action="append", metavar="KEY=VALUE",
                    help="target parameter")
     p.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE",
-                   help="ScheduleConfig override (applied on top of the schedule's own config)")
+                   help="ScheduleConfig knob, applied on top of the schedule's own config "
+                        "(see `pipeline-core knobs`)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(host: Any = None) -> argparse.ArgumentParser:
+    """The command line; with ``host``, the commands its plugins add (see :func:`_add_plugin_commands`)."""
     from pipeline_core import __version__
 
     parser = argparse.ArgumentParser(
         prog="pipeline-core",
-        description="Compile-time software pipelining of GPU kernel loops.")
+        description="Compile-time software pipelining of GPU kernel loops.",
+        epilog="examples:\n  pipeline-core schedules\n  pipeline-core compile pingpong\n"
+               "  pipeline-core check pingpong\n\n`pipeline-core COMMAND --help` shows a "
+               "command's options and examples.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="store_true", help="show core and plugin versions")
     _add_host_options(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def add_parser(name: str, **kwargs: Any) -> argparse.ArgumentParser:
-        """A command parser; every command accepts the plugin-host options too."""
-        q = sub.add_parser(name, **kwargs)
+    def add_parser(name: str, examples: Sequence[str] = (), **kwargs: Any) -> argparse.ArgumentParser:
+        """A command parser with its examples; it accepts the plugin-host options too."""
+        q = sub.add_parser(name, epilog=_epilog(name, examples), description=kwargs.get("help"),
+                           formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
         _add_host_options(q, sub=True)
         return q
 
     p = add_parser("compile", help="compile a schedule into prologue / kernel / epilogue entries")
     _add_compile_options(p)
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    add_format_option(p)
+    add_output_option(p)
 
     for name, what in (("targets", "registered targets"), ("schedules", "registered schedules"),
                        ("plugins", "discovered plugins and their status"),
                        ("strategies", "registered scheduling strategies")):
         q = add_parser(name, help=f"list {what}")
-        q.add_argument("--json", action="store_true", help="machine-readable output")
+        add_format_option(q, deprecated_json=True)
+        add_output_option(q)
+
+    k = add_parser("knobs", help="list the ScheduleConfig knobs (-c KEY=VALUE): type, default, "
+                                 "range, meaning, and the schedules that force or refuse them")
+    add_format_option(k)
+    add_output_option(k)
 
     c = add_parser("check", help="prove a compiled schedule race-free on a model of the hardware")
     c.add_argument("schedule", nargs="?", help="schedule to compile and check (or use --input)")
-    c.add_argument("--target")
-    c.add_argument("-p", dest="params", action="append", metavar="KEY=VALUE")
-    c.add_argument("-T", dest="target_args", action="append", metavar="KEY=VALUE")
-    c.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE")
+    c.add_argument("--target", help="target name (default: the schedule's default target)")
+    c.add_argument("-p", dest="params", action="append", metavar="KEY=VALUE",
+                   help="schedule parameter")
+    c.add_argument("-T", dest="target_args", action="append", metavar="KEY=VALUE",
+                   help="target parameter")
+    c.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE",
+                   help="ScheduleConfig knob (see `pipeline-core knobs`)")
     _extend(c, "pipeline_core.check.cli")
 
     a = add_parser("analyze", help="schedule metrics: makespan, bounds, utilisation, MII")
@@ -107,8 +198,34 @@ def build_parser() -> argparse.ArgumentParser:
     e = add_parser("export", help="timeline trace (Perfetto), dependency graph (DOT), timeline picture")
     _add_compile_options(e)
     _extend(e, "pipeline_core.export.cli_export")
+
+    n = add_parser("new-plugin", help="write a ready-to-install plugin project (a target and a "
+                                      "schedule, a README and a test)")
+    _extend(n, "pipeline_core.scaffold")
+    if host is not None:
+        _add_plugin_commands(host, add_parser)
     parser.set_defaults(version_string=__version__)
     return parser
+
+
+def _add_plugin_commands(host, add_parser: Any) -> None:
+    """The plugins' commands, each under the guard; a built-in name is refused naming the plugin."""
+    from pipeline_core.errors import PluginError
+
+    for name in sorted(host.commands):
+        record = host.commands[name]
+        owner = host.command_owner(name)
+        if name in COMMANDS:
+            host.warnings.append(f"{owner.culprit.describe()}: command {name!r} is a built-in "
+                                 "pipeline-core command; the plugin's command is not added")
+            owner.status = "conflict"
+            continue
+        q = add_parser(name, examples=record.examples, help=f"{record.help} [{record.provider}]")
+        try:
+            record.add_arguments(q)
+        except PluginError as exc:
+            host.warnings.append(str(exc))
+        q.set_defaults(plugin_command=name)
 
 
 def _extend(parser: argparse.ArgumentParser, module: str) -> None:
@@ -119,6 +236,57 @@ def _extend(parser: argparse.ArgumentParser, module: str) -> None:
         importlib.import_module(module).add_arguments(parser)
     except ImportError:  # pragma: no cover - feature not available in this build
         pass
+
+
+class _EarlyExit(Exception):
+    """The early host-options parse met something only the full parser can report."""
+
+
+class _HostOptionsParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise _EarlyExit(message)
+
+
+def _early_host_options(argv: Sequence[str]) -> argparse.Namespace:
+    """The plugin-host options, wherever they are in ``argv``: the host (and with it the
+    plugins' commands) must exist before the full command line can be parsed."""
+    early = _HostOptionsParser(add_help=False)
+    _add_host_options(early)
+    try:
+        return early.parse_known_args(list(argv))[0]
+    except _EarlyExit:  # the full parser reports it
+        return early.parse_known_args([])[0]
+
+
+def _required_plugins(args, host) -> int:
+    """``--require-plugin`` / PIPELINE_CORE_REQUIRE_PLUGINS: EXIT_PLUGINS naming each missing one."""
+    import difflib
+    import os
+
+    def key(text: str) -> str:
+        return text.strip().lower().replace("_", "-")
+
+    wanted = list(getattr(args, "require_plugin", None) or []) + [
+        x.strip() for x in os.environ.get(ENV_REQUIRE, "").replace(";", ",").split(",") if x.strip()]
+    status = EXIT_OK
+    for name in dict.fromkeys(wanted):
+        found = [p for p in host.plugins if key(name) in (key(p.name), key(p.distribution))]
+        if any(p.status in ("ok", "conflict") for p in found):
+            continue
+        if found:
+            p = found[0]
+            why = ("is disabled (--disable-plugin or PIPELINE_CORE_DISABLE_PLUGINS)"
+                   if p.status == "disabled" else f"failed to load: {p.error}")
+            print(f"error: required plugin {name!r} ({p.distribution}) {why}", file=sys.stderr)
+        else:
+            names = sorted({p.name for p in host.plugins if p.name != "core"})
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            print(f"error: required plugin {name!r} is not installed.{hint} Loaded plugins: "
+                  f"{', '.join(names) or 'none'} (pip install the plugin's distribution)",
+                  file=sys.stderr)
+        status = EXIT_PLUGINS
+    return status
 
 
 def make_host(args):
@@ -158,8 +326,9 @@ def _write(text: str, output: str | None) -> None:
 def cmd_compile(args, host) -> int:
     compiled = _compile_from_args(args, host)
     if args.format == "json":
-        from pipeline_core.export.json import dumps
-        _write(dumps(compiled), args.output)
+        from pipeline_core.export.json import to_document
+        from pipeline_core.json_output import dumps
+        _write(dumps(to_document(compiled), host), args.output)
     else:
         from pipeline_core.export.text import render
         _write(render(compiled), args.output)
@@ -171,31 +340,51 @@ def _params_doc(params) -> list[dict]:
              "allowed": p.range_text()} for p in params]
 
 
-def cmd_list(args, host) -> int:
+def _value_text(value: Any) -> str:
+    """A value as the user types it after ``-p KEY=`` (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _param_line(prm: dict) -> str:
+    """``name (type, default X; allowed values): help``; no default clause when none is fixed."""
+    head = prm["type"]
+    if prm["default"] is not None:  # None: the schedule derives it (its help says how)
+        head += f", default {_value_text(prm['default'])}"
+    if prm["allowed"]:
+        head += f"; {prm['allowed']}"
+    return f"    {prm['name']} ({head}): {prm['help']}"
+
+
+def _plugin_source(p) -> str:
+    """Where a plugin came from, as its listing line says it."""
+    from pipeline_core.plugin_guard import DEVELOPMENT, IN_PROCESS
+
+    if p.distribution == DEVELOPMENT:
+        return f"module {p.module}, loaded with --plugin"
+    if p.distribution == IN_PROCESS:
+        return f"in-process, {p.module}"
+    return f"{p.distribution} {p.version}".strip()
+
+
+def _listing(args, host) -> tuple[list[dict], list[str]]:
+    """The rows of a listing command (its JSON) and its text lines."""
+    lines: list[str] = []
     if args.command == "plugins":
-        rows = [p.as_dict() for p in host.plugins]
-        if args.json:
-            print(json.dumps(rows, indent=2))
-            return EXIT_OK
         for p in host.plugins:
-            provides = [f"targets: {', '.join(p.targets)}" if p.targets else "",
-                        f"schedules: {', '.join(p.schedules)}" if p.schedules else "",
-                        f"strategies: {', '.join(p.strategies)}" if p.strategies else ""]
-            print(f"{p.name}  ({p.distribution} {p.version})  {p.status}")
-            for line in filter(None, provides):
-                print(f"    {line}")
-            if p.hooks:
-                print(f"    hooks: {', '.join(p.hooks)}")
-        return EXIT_OK
+            lines.append(f"{p.name}  ({_plugin_source(p)})  {p.status}")
+            for label, names in (("targets", p.targets), ("schedules", p.schedules),
+                                 ("strategies", p.strategies), ("commands", p.commands),
+                                 ("hooks", p.hooks)):
+                if names:
+                    lines.append(f"    {label}: {', '.join(names)}")
+            if p.location:
+                lines.append(f"    location: {p.location}")
+        return [p.as_dict() for p in host.plugins], lines
     if args.command == "strategies":
         rows = [{"name": r.name, "description": r.description, "provider": r.provider}
                 for _, r in sorted(host.strategies.items())]
-        if args.json:
-            print(json.dumps(rows, indent=2))
-        else:
-            for r in rows:
-                print(f"{r['name']:<12} {r['description']}  [{r['provider']}]")
-        return EXIT_OK
+        lines = [f"{r['name']:<12} {r['description']}  [{r['provider']}]" for r in rows]
+        return rows, lines
     table = host.targets if args.command == "targets" else host.schedules
     rows = []
     for name in sorted(table):
@@ -205,15 +394,31 @@ def cmd_list(args, host) -> int:
         if args.command == "schedules":
             row["default_target"] = r.default_target
         rows.append(row)
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return EXIT_OK
-    for row in rows:
         extra = f", default target {row['default_target']}" if row.get("default_target") else ""
-        print(f"{row['name']}: {row['description']}  [{row['provider']}{extra}]")
-        for prm in row["params"]:
-            allowed = f" ({prm['allowed']})" if prm["allowed"] else ""
-            print(f"    {prm['name']} ({prm['type']}, default {prm['default']!r}): {prm['help']}{allowed}")
+        lines.append(f"{row['name']}: {row['description']}  [{row['provider']}{extra}]")
+        lines.extend(_param_line(prm) for prm in row["params"])
+    return rows, lines
+
+
+def cmd_list(args, host) -> int:
+    from pipeline_core.json_output import dumps
+
+    rows, lines = _listing(args, host)
+    text = dumps({args.command: rows}, host) if args.format == "json" else "\n".join(lines) + "\n"
+    _write(text, args.output)
+    return EXIT_OK
+
+
+def cmd_knobs(args, host) -> int:
+    from pipeline_core.json_output import dumps
+    from pipeline_core.knobs import knob_rows, render_text
+
+    rows, notes = knob_rows(host)
+    if args.format == "json":
+        text = dumps({"knobs": rows, "notes": notes}, host)
+    else:
+        text = render_text(rows, notes)
+    _write(text, args.output)
     return EXIT_OK
 
 
@@ -243,13 +448,19 @@ def _compile_from_args(args, host):
 def cmd_analyze(args, host) -> int:
     from pipeline_core.analyze_cli import run
 
-    return run(args, _compile_from_args(args, host))
+    return run(args, _compile_from_args(args, host), host=host)
 
 
 def cmd_export(args, host) -> int:
     from pipeline_core.export.cli_export import run
 
     return run(args, _compile_from_args(args, host))
+
+
+def cmd_new_plugin(args, host) -> int:
+    from pipeline_core.scaffold import run
+
+    return run(args)
 
 
 def cmd_version(host) -> int:
@@ -267,23 +478,32 @@ def cmd_version(host) -> int:
 
 COMMANDS = {"compile": cmd_compile, "targets": cmd_list, "schedules": cmd_list,
             "plugins": cmd_list, "strategies": cmd_list, "check": cmd_check,
-            "analyze": cmd_analyze, "export": cmd_export}
+            "analyze": cmd_analyze, "export": cmd_export, "knobs": cmd_knobs,
+            "new-plugin": cmd_new_plugin}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    early = _early_host_options(argv)
+    try:
+        host = make_host(early)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as exc:  # every failure is one line with its own exit status
+        return _report_failure(exc, early)
+    parser = build_parser(host)
     args = parser.parse_args(argv)
     if not args.command and not args.version:
         parser.print_help()
         return EXIT_INPUT
     try:
-        host = make_host(args)
-        status = _report_plugin_problems(host, args)
+        status = _report_plugin_problems(host, args) or _required_plugins(args, host)
         if status:
             return status
         loaded = len(host.problems())
         try:
-            status = cmd_version(host) if args.version else COMMANDS[args.command](args, host)
+            status = cmd_version(host) if args.version else _command(args)(args, host)
         finally:
             late = _report_plugin_problems(host, args, already=loaded)
         return late or status
@@ -292,6 +512,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BaseException as exc:  # every failure is one line with its own exit status
         return _report_failure(exc, args)
+
+
+def _command(args):
+    """The function that runs ``args.command``: a built-in, or a plugin's (under the guard)."""
+    if args.command in COMMANDS:
+        return COMMANDS[args.command]
+
+    def run_plugin_command(args, host) -> int:
+        status: int = host.get_command(args.plugin_command).run(args, host)
+        return status
+
+    return run_plugin_command
 
 
 def _report_failure(exc: BaseException, args) -> int:

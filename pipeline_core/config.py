@@ -35,13 +35,29 @@ def _int(lo: int | None = None, hi: int | None = None, what: str = ""):
     return check
 
 
-def _within(bound: Bound):
-    """Validator: a value inside ``bound`` (the bounds live in :mod:`pipeline_core.limits`)."""
+@attrs.frozen
+class _Within:
+    """Validator: a value inside ``bound`` (the bounds live in :mod:`pipeline_core.limits`).
 
-    def check(inst, attribute, value):
-        if not bound.contains(value):
-            raise ConfigError(type(inst).__name__, attribute.name, value, bound.allowed())
-    return check
+    A record, not a closure, so ``pipeline-core knobs`` can show each field's range
+    from the validator itself (one home for the bound).
+    """
+
+    bound: Bound
+
+    def __call__(self, inst, attribute, value):
+        if not self.bound.contains(value):
+            raise ConfigError(type(inst).__name__, attribute.name, value, self.bound.allowed())
+
+
+def _within(bound: Bound) -> _Within:
+    return _Within(bound)
+
+
+def field_bound(cls, name: str) -> Bound | None:
+    """The range a field's validator enforces, if it is a :class:`Bound`."""
+    validator = attrs.fields_dict(cls)[name].validator
+    return validator.bound if isinstance(validator, _Within) else None
 
 
 def _bool(inst, attribute, value):

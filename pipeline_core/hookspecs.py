@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Sequence
 import pluggy
 
 if TYPE_CHECKING:
+    from pipeline_core.commands import CommandRecord
     from pipeline_core.config import PipelineConfig
     from pipeline_core.edges import DepEdge
     from pipeline_core.ops import Op
@@ -200,4 +201,28 @@ def pipeline_core_kernel_transforms(schedule: Schedule, target: str,
         def pipeline_core_kernel_transforms(schedule, target, config):
             if target == "my-gpu" and config.depth == 1:
                 return [KernelTransform("my-hints", add_hints)]
+    """
+
+
+@hookspec
+def pipeline_core_register_commands() -> Sequence[CommandRecord] | None:
+    """Return command-line subcommands this plugin adds to ``pipeline-core``.
+
+    Called once when the host is built (before the command line is parsed).
+
+    :returns: a list of :class:`pipeline_core.commands.CommandRecord`: ``name``, one-line
+        ``help``, ``add_arguments(parser)`` (adds the command's options to its
+        ``argparse`` parser) and ``run(args, host) -> int | None`` (the exit status;
+        ``None`` means 0), plus optional ``examples`` for the command's ``--help``.
+    Collected; a name already taken by another plugin is a conflict naming both, and a
+    built-in command's name (``compile``, ``check``...) is refused with a warning naming
+    the plugin.  ``add_arguments`` and ``run`` run under the plugin guard: an exception
+    there is reported as the plugin's failure (exit status 3), never as a traceback.
+
+    Example::
+
+        @hookimpl
+        def pipeline_core_register_commands():
+            return [CommandRecord("hello", "say hello", add_arguments=lambda p: None,
+                                  run=lambda args, host: print("hello") or 0)]
     """

@@ -57,6 +57,12 @@ class Bound:
 
 
 # --- command-line flags ---------------------------------------------------------
+#: ``--iterations`` of check, export and analyze when not given: kernel iterations run
+#: between prologue and epilogue.  One default for all three (they model the same loop);
+#: 12 lets a schedule whose steady state takes a few iterations to settle (4wave) average
+#: out its warm-up.  A kernel too large for 12 within :data:`MODELLED_ENTRIES` gets as
+#: many as fit (:func:`default_iterations`).
+DEFAULT_ITERATIONS = 12
 #: ``check --iterations``: kernel iterations the hazard checker executes.
 CHECK_ITERATIONS = Bound(low=1, high=256)
 #: ``check --warps-per-group``: a workgroup holds at most 16 wavefronts (1024 lanes).
@@ -96,6 +102,22 @@ SEARCH_TIME_MS = Bound(low=0, high=3_600_000)
 #: ``check``, ``export`` and ``analyze``: about a second of modelling.  Large kernels
 #: get fewer iterations; the message says how many fit.
 MODELLED_ENTRIES = 50_000
+
+
+def iterations_help(bound: Bound, what: str = "kernel iterations to run between prologue and epilogue") -> str:
+    """The help text of an ``--iterations`` flag (the same words on every command)."""
+    return (f"{what} (default {DEFAULT_ITERATIONS}, or as many as fit the modelling budget; "
+            f"{bound.allowed()})")
+
+
+def default_iterations(kernel_entries: int, bound: Bound) -> int:
+    """:data:`DEFAULT_ITERATIONS`, or fewer when a ``kernel_entries``-entry kernel needs it.
+
+    Never below the flag's lower bound (:func:`iterations_over_budget` then says why even
+    that is too many).
+    """
+    fit = MODELLED_ENTRIES // max(kernel_entries, 1)
+    return int(max(bound.low, min(DEFAULT_ITERATIONS, fit, bound.high)))
 
 
 def iterations_over_budget(iterations: int, kernel_entries: int, bound: Bound,

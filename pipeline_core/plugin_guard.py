@@ -32,6 +32,7 @@ from pipeline_core.config import PipelineConfig, ScheduleConfig
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import PipelineError, PluginError
 from pipeline_core.ops import Entry, Op
+from pipeline_core.commands import CommandRecord
 from pipeline_core.schedule import KernelTransform, ScheduleRecord, StrategyRecord, TargetRecord
 
 DEVELOPMENT = "(development)"  #: the "distribution" of a module loaded with --plugin
@@ -114,11 +115,16 @@ class PluginGuard:
 
     @contextlib.contextmanager
     def running(self, culprit: Culprit, what: str, *,
-                passthrough: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
-        """Run the ``with`` body as ``culprit``'s code in ``what`` (a hook, factory or method)."""
+                passthrough: tuple[type[BaseException], ...] = (),
+                owns_stdout: bool = False) -> Iterator[None]:
+        """Run the ``with`` body as ``culprit``'s code in ``what`` (a hook, factory or method).
+
+        ``owns_stdout``: the code's output is the command's output (a plugin's own
+        subcommand), so stdout is left alone.
+        """
         sink = _StdoutToStderr(lambda: self._wrote_to_stdout(culprit, what))
         try:
-            with contextlib.redirect_stdout(sink):
+            with contextlib.nullcontext() if owns_stdout else contextlib.redirect_stdout(sink):
                 yield
         except (KeyboardInterrupt, GeneratorExit):
             raise  # the user stops the tool; a generator closes
@@ -261,6 +267,14 @@ def tag_names(value: Any) -> dict:
     return dict(value)
 
 
+def knob_map(value: Any) -> dict:
+    """Check: ``forced_knobs()`` answers a mapping of knob names."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise BadResult(f"returned {_name_of(value)}, expected a dict of knob name -> forced "
+                        "value (or pipeline_core.schedule.REFUSED)")
+    return dict(value)
+
+
 def order(value: Any) -> list:
     """Check: a strategy's order (a list of body indices; the core checks it is a permutation)."""
     items = _items(value, "a list of body indices")
@@ -292,6 +306,7 @@ SCHEDULE_RESULTS: Mapping[str, Callable[[Any], Any]] = {
     "build_explicit_blocks": op_blocks,
     "bootstrap_frags": list_of(Op),
     "tag_names": tag_names,
+    "forced_knobs": knob_map,
 }
 
 #: What each hook must return (a plugin's answer; ``None`` means "nothing to say").
@@ -303,4 +318,5 @@ HOOK_RESULTS: Mapping[str, Callable[[Any], Any]] = {
     "pipeline_core_explicit_blocks": optional(op_blocks),
     "pipeline_core_bootstrap_frags": optional(list_of(Op)),
     "pipeline_core_kernel_transforms": optional(list_of(KernelTransform)),
+    "pipeline_core_register_commands": optional(list_of(CommandRecord)),
 }

@@ -22,6 +22,7 @@ import pluggy
 
 from pipeline_core import DISTRIBUTION as CORE
 from pipeline_core import hookspecs
+from pipeline_core.commands import CommandRecord
 from pipeline_core.config import TargetProfile
 from pipeline_core.errors import PluginError, UnknownNameError
 from pipeline_core.ops import Entry
@@ -67,7 +68,9 @@ class PluginInfo:
     targets: list[str] = attrs.field(factory=list)
     schedules: list[str] = attrs.field(factory=list)
     strategies: list[str] = attrs.field(factory=list)
+    commands: list[str] = attrs.field(factory=list)
     hooks: list[str] = attrs.field(factory=list)
+    location: str = ""  #: the directory of the plugin's module ('' when it cannot be found)
 
     @property
     def failed(self) -> bool:
@@ -81,7 +84,8 @@ class PluginInfo:
         return {"name": self.name, "distribution": self.distribution, "version": self.version,
                 "module": self.module, "status": self.status, "error": self.error,
                 "targets": self.targets, "schedules": self.schedules,
-                "strategies": self.strategies, "hooks": self.hooks}
+                "strategies": self.strategies, "commands": self.commands, "hooks": self.hooks,
+                "location": self.location}
 
 
 def _split_env(name: str) -> list[str]:
@@ -132,6 +136,7 @@ class PluginHost:
         self.targets: dict[str, TargetRecord] = {}
         self.schedules: dict[str, ScheduleRecord] = {}
         self.strategies: dict[str, StrategyRecord] = {}
+        self.commands: dict[str, CommandRecord] = {}
         self.conflicts: dict[str, list[str]] = {}
         self.warnings: list[str] = []
         self.guard = PluginGuard(self.warnings.append)
@@ -183,6 +188,7 @@ class PluginHost:
         return info
 
     def _fail(self, info: PluginInfo, problem: str, tb: str = "") -> None:
+        info.location = info.location or _module_location(info.module)
         info.status = f"failed: {problem}"
         info.error = problem
         info.traceback = tb
@@ -191,7 +197,8 @@ class PluginHost:
 
     def _load_entry_point(self, name: str, dist: str, version: str, ep: EntryPoint) -> None:
         if name in self._disabled or dist in self._disabled:
-            self._info(name, dist, version, ep.value, status="disabled")
+            info = self._info(name, dist, version, ep.value, status="disabled")
+            info.location = _module_location(ep.value)
             return
         if any(p.name == name for p in self.plugins):
             other = next(p for p in self.plugins if p.name == name)
@@ -228,6 +235,7 @@ class PluginHost:
                     "this: disable it with --disable-plugin if you do not need it")
 
     def _register(self, info: PluginInfo, obj: Any) -> None:
+        info.location = _module_location(info.module, obj)
         try:
             self.guard.call(info.culprit, "registration", self.pm.register, obj, name=info.name)
         except PluginError as exc:
@@ -279,7 +287,8 @@ class PluginHost:
     def _collect(self) -> None:
         kinds = (("pipeline_core_register_targets", TargetRecord, self.targets, "targets", "target"),
                  ("pipeline_core_register_schedules", ScheduleRecord, self.schedules, "schedules", "schedule"),
-                 ("pipeline_core_register_strategies", StrategyRecord, self.strategies, "strategies", "strategy"))
+                 ("pipeline_core_register_strategies", StrategyRecord, self.strategies, "strategies", "strategy"),
+                 ("pipeline_core_register_commands", CommandRecord, self.commands, "commands", "command"))
         for hook, record_type, table, attr, label in kinds:
             for impl in self._impls(hook):
                 info = self._registered[impl.plugin_name]
@@ -327,12 +336,17 @@ class PluginHost:
                 return guard.schedule(obj, culprit, f"schedule {name!r}")
 
             return attrs.evolve(record, factory=build)
+        if isinstance(record, CommandRecord):
+            return attrs.evolve(record, add_arguments=guard.wrap(
+                culprit, f"add_arguments of command {record.name!r}", record.add_arguments),
+                run=_guarded_run(guard, culprit, record))
         return attrs.evolve(record, function=guard.wrap(
             culprit, f"strategy {record.name!r}", record.function, check=order))
 
     def _drop_records(self, info: PluginInfo) -> None:
         for table, names, label in ((self.targets, info.targets, "target"),
                                     (self.schedules, info.schedules, "schedule"),
+                                    (self.commands, info.commands, "command"),
                                     (self.strategies, info.strategies, "strategy")):
             for n in names:
                 key = n.upper() if table is self.strategies else n
@@ -351,7 +365,7 @@ class PluginHost:
         guesses = [p for p in failed if name.replace("-", "_") in p.name or name in p.distribution
                    or p.name.split("_")[-1] in name]
         shown = guesses or failed
-        return " ".join(f"Plugin {p.name!r} ({p.distribution}) failed to load and may provide it: "
+        return " ".join(f"The {p.culprit.describe()} failed to load and may provide it: "
                         f"{p.error}" for p in shown)
 
     def _lookup(self, kind: str, table: Mapping[str, _Record], name: str) -> _Record:
@@ -369,6 +383,19 @@ class PluginHost:
 
     def get_schedule(self, name: str) -> ScheduleRecord:
         return self._lookup("schedule", self.schedules, name)
+
+    def get_command(self, name: str) -> CommandRecord:
+        """A plugin's command; one that two plugins provide is refused naming both."""
+        key = f"command:{name}"
+        if key in self.conflicts:
+            raise PluginError(f"command {name!r} is provided by more than one plugin: "
+                              f"{' and '.join(self.conflicts[key])}; uninstall or disable all "
+                              "but one (--disable-plugin NAME)")
+        return self.commands[name]
+
+    def command_owner(self, name: str) -> PluginInfo:
+        """The plugin whose command ``name`` is registered."""
+        return self._providers[f"command:{name}"]
 
     def get_strategy(self, name: str) -> Strategy:
         """The ordering function registered with *this* host under ``name`` (case-insensitive)."""
@@ -462,6 +489,44 @@ class PluginHost:
             log(f"[trace] {hook_name} done in {took:.3f} ms")
 
         self.pm.add_hookcall_monitoring(before, after)
+
+
+def _guarded_run(guard: PluginGuard, culprit: Culprit, record: CommandRecord) -> Callable:
+    """A plugin command's ``run`` under the guard; its stdout is the command's output."""
+    def run(args: Any, host: Any) -> int:
+        with guard.running(culprit, f"command {record.name!r}", owns_stdout=True):
+            status = record.run(args, host)
+        if status is None:
+            return 0
+        if isinstance(status, bool) or not isinstance(status, int):
+            raise guard.failure(culprit, f"command {record.name!r}",
+                                f"returned {type(status).__name__}, expected an exit status (int) "
+                                "or None")
+        return status
+
+    return run
+
+
+def _module_location(module_name: str, obj: Any = None) -> str:
+    """The directory of a plugin's module file, found without running the plugin's code.
+
+    A loaded plugin (``obj``) says where it is; for one that failed or is disabled, the
+    top-level package is looked up on the path (``find_spec`` of a top-level name executes
+    nothing).
+    """
+    import importlib.util
+
+    path = getattr(obj, "__file__", None)
+    if path is None and obj is not None:
+        path = getattr(sys.modules.get(type(obj).__module__), "__file__", None)
+    if path is None:
+        top = module_name.split(":")[0].split(".")[0]
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            spec = None
+        path = spec.origin if spec is not None and spec.origin not in (None, "built-in") else None
+    return os.path.dirname(os.path.abspath(path)) if path else ""
 
 
 def _spec_names() -> list[str]:

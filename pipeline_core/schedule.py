@@ -7,6 +7,7 @@ registers a ``ScheduleRecord`` whose ``factory`` turns a ``BuildContext``
 """
 from __future__ import annotations
 
+import enum
 import re
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -31,7 +32,12 @@ class Schedule(Protocol):
     * ``transform_kernel(kernel, body) -> entries`` (single-buffer only);
     * ``build_explicit_blocks(body, program) -> list[list[Op]]`` (double-buffer only);
     * ``bootstrap_frags() -> list[Op]`` (used with partial_prologue_drain);
-    * ``tag_names() -> dict[int, str]`` (names of the kernel tags, for output).
+    * ``tag_names() -> dict[int, str]`` (names of the kernel tags, for output);
+    * ``forced_knobs() -> Mapping[str, object]``: the ScheduleConfig knobs (``-c``) this
+      schedule decides itself, knob name -> the value it always uses, or :data:`REFUSED`
+      when ``-c KEY`` is an error because the schedule sets the knob from its own
+      parameters.  Shown by ``pipeline-core knobs``; it describes what the factory
+      enforces (the factory still refuses contradicting ``-c`` values itself).
     """
 
     @property
@@ -40,6 +46,16 @@ class Schedule(Protocol):
     def config(self) -> PipelineConfig: ...
 
     def build_body(self) -> Sequence[Op]: ...
+
+
+class KnobRule(enum.Enum):
+    """What ``forced_knobs()`` may say about a knob other than the value it forces."""
+
+    REFUSED = "refused"  #: the schedule sets the knob itself; ``-c KEY=...`` is an error
+
+
+#: ``forced_knobs()`` value: ``-c KEY`` is refused (the schedule sets the knob from its ``-p``).
+REFUSED = KnobRule.REFUSED
 
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")

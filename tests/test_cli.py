@@ -75,16 +75,16 @@ def test_listings_name_parameters_and_providers():
     r = run("schedules")
     assert r.returncode == 0
     assert "pingpong:" in r.stdout and "[pipeline-core-schedules-pingpong" in r.stdout
-    assert "lgkm_per_load_a (int, default 0)" in r.stdout
+    assert "lgkm_per_load_a (int, default 0; an integer in [0, 1024])" in r.stdout
     t = run("targets", "--json")
-    targets = {row["name"]: row for row in json.loads(t.stdout)}
+    targets = {row["name"]: row for row in json.loads(t.stdout)["targets"]}
     assert targets["mi355x"]["provider"] == "pipeline-core-amd-mi355x"
     assert [p["name"] for p in targets["mi355x"]["params"]] == ["vm_per_load_a", "vm_per_load_b", "max_globals"]
     assert "mi355x-single-buffer" in targets
 
 
 def test_plugins_listing_shows_status_and_hooks():
-    rows = json.loads(run("plugins", "--json").stdout)
+    rows = json.loads(run("plugins", "--json").stdout)["plugins"]
     by_name = {r["name"]: r for r in rows}
     assert by_name["core"]["status"] == "ok"
     assert by_name["schedules_4wave"]["schedules"] == ["4wave"]
@@ -109,7 +109,7 @@ def test_disable_plugin_hides_its_schedule():
     r = run("--disable-plugin", "schedules_4wave", "compile", "4wave")
     assert r.returncode == 2
     assert "Unknown schedule '4wave'" in r.stderr
-    rows = json.loads(run("--disable-plugin", "schedules_4wave", "plugins", "--json").stdout)
+    rows = json.loads(run("--disable-plugin", "schedules_4wave", "plugins", "--json").stdout)["plugins"]
     assert {r["name"]: r["status"] for r in rows}["schedules_4wave"] == "disabled"
 
 

@@ -126,11 +126,11 @@ def test_the_largest_accepted_counts_still_run(cli):
 
 
 def test_listings_document_every_bound(cli):
-    rows = {r["name"]: r for r in json.loads(cli("schedules", "--json").stdout)}
+    rows = {r["name"]: r for r in json.loads(cli("schedules", "--json").stdout)["schedules"]}
     params = {p["name"]: p for p in rows["default-matmul"]["params"]}
     assert params["num_k_tiles"]["allowed"] == "an integer in [1, 64]"
     assert params["a_loads_per_thread"]["allowed"] == "an integer in [0, 64]"
-    targets = {r["name"]: r for r in json.loads(cli("targets", "--json").stdout)}
+    targets = {r["name"]: r for r in json.loads(cli("targets", "--json").stdout)["targets"]}
     vm = next(p for p in targets["mi355x"]["params"] if p["name"] == "vm_per_load_a")
     assert vm["allowed"] == limits.GLOBAL_LOAD_TICKS.allowed()
     text = cli("check", "--help").stdout

@@ -89,7 +89,7 @@ def test_a_conflicting_plugin_leaves_everything_else_working(plugin_dir):
     case = CASES["duplicate-target"]
     listing = run_case(attrs_evolve(case, argv=("plugins", "--json")), plugin_dir, strict=False)
     assert listing.exit_code == 0, listing.stderr
-    rows = {row["name"]: row for row in json.loads(listing.stdout)}
+    rows = {row["name"]: row for row in json.loads(listing.stdout)["plugins"]}
     assert {"amd_mi355x", "schedules_pingpong", "schedules_4wave", case.module} <= set(rows)
     assert rows[case.module]["status"] == "conflict"
     assert rows[case.module]["schedules"] == [case.schedule]  # its other records still count

@@ -75,3 +75,7 @@ def test_the_wheel_metadata_is_complete(built, directory):
     with zipfile.ZipFile(wheel) as z:
         assert f"{package}/py.typed" in z.namelist()
         assert any(n.endswith("licenses/LICENSE") for n in z.namelist())
+        if package == "pipeline_core":  # the JSON Schemas readers validate against
+            from pipeline_core.json_output import SCHEMAS
+
+            assert {f"pipeline_core/schemas/{name}" for name in SCHEMAS.values()} <= set(z.namelist())

@@ -18,14 +18,14 @@ import attrs
 from typing import TYPE_CHECKING
 
 from pipeline_core.errors import PipelineError, PluginError
-from pipeline_core.limits import CHECK_ITERATIONS, WARPS_PER_GROUP, iterations_over_budget
+from pipeline_core.limits import (CHECK_ITERATIONS, WARPS_PER_GROUP, default_iterations,
+                                  iterations_help, iterations_over_budget)
 
 if TYPE_CHECKING:
     from pipeline_core.check.counters import CounterModel
 
 # The checker itself is imported when a check runs, so that building the CLI parser
 # (every pipeline-core command) stays cheap.
-DEFAULT_ITERATIONS = 3
 
 EXIT_SAFE, EXIT_HAZARD, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -35,12 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", metavar="FILE", default=None,
                         help="check a compiled schedule JSON document (docs/document-format.md) instead of "
                              "compiling; '-' reads standard input")
-    parser.add_argument("--format", choices=("text", "json"), default="text",
-                        help="output format (default: text)")
-    parser.add_argument("--iterations", type=CHECK_ITERATIONS.argparse_type(),
-                        default=DEFAULT_ITERATIONS, metavar="N",
-                        help=f"kernel iterations to execute (default: {DEFAULT_ITERATIONS}; "
-                             f"{CHECK_ITERATIONS.allowed()})")
+    from pipeline_core.cli import add_format_option, add_output_option
+
+    add_format_option(parser)
+    add_output_option(parser)
+    parser.add_argument("--iterations", type=CHECK_ITERATIONS.argparse_type(), default=None,
+                        metavar="N", help=iterations_help(CHECK_ITERATIONS))
     parser.add_argument("--tightest", action="store_true",
                         help="also report, for every kernel wait, the loosest value that stays safe")
     parser.add_argument("--explicit-register-waits", action="store_true",
@@ -79,6 +79,12 @@ def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
                                 f"column {err.colno})")
     if not isinstance(doc, dict):
         raise DocumentError("", f"{where}: expected a JSON object, got {type(doc).__name__}")
+    from pipeline_core.json_output import FORMAT_VERSION
+
+    version = doc.get("format_version", FORMAT_VERSION)  # the reference's documents have none
+    if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION:
+        raise DocumentError("format_version", f"{where} has format_version {version!r}; this "
+                            f"pipeline-core reads {FORMAT_VERSION} (upgrade pipeline-core)")
     return doc
 
 
@@ -110,14 +116,16 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
             model = attrs.evolve(model, register_interlock=False)
         if getattr(args, "no_lds_order", False):
             model = attrs.evolve(model, lds_in_order=False)
-        iterations = getattr(args, "iterations", DEFAULT_ITERATIONS)
         warps = getattr(args, "warps_per_group", None) or warps_per_group
+        kernel = document.get("kernel")
+        entries = (len(kernel) if isinstance(kernel, list) else 0) * warps  # each warp runs them
+        iterations = getattr(args, "iterations", None)
+        if iterations is None:
+            iterations = default_iterations(entries, CHECK_ITERATIONS)
         for flag, value, bound in (("--iterations", iterations, CHECK_ITERATIONS),
                                    ("--warps-per-group", warps, WARPS_PER_GROUP)):
             if not bound.contains(value):
                 raise ValueError(f"{flag} {value}: expected {bound.allowed()}")
-        kernel = document.get("kernel")
-        entries = (len(kernel) if isinstance(kernel, list) else 0) * warps  # each warp runs them
         too_many = iterations_over_budget(iterations, entries, CHECK_ITERATIONS)
         if too_many:
             raise ValueError(too_many + (f" (--warps-per-group {warps}: every warp runs the "
@@ -129,10 +137,19 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     except (PipelineError, ValueError, TypeError) as e:
         print(f"pipeline-core check: error: {e}", file=err)
         return EXIT_BAD_INPUT
+    if not verdict.name and isinstance(document.get("schedule"), str):
+        verdict = attrs.evolve(verdict, name=document["schedule"])  # a compiled document names it
     if getattr(args, "format", "text") == "json":
-        print(verdict.to_json(), file=out)
+        from pipeline_core.json_output import dumps
+        text = dumps(verdict.to_dict(), host)
     else:
-        print(verdict.render_text(), file=out)
+        text = verdict.render_text() + "\n"
+    output = getattr(args, "output", None)
+    if output and output != "-":
+        from pipeline_core.output import write_text
+        write_text(text, output)
+    else:
+        out.write(text)
     return EXIT_SAFE if verdict.safe else EXIT_HAZARD
 
 

@@ -12,11 +12,11 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from pipeline_core.limits import EXPORT_ITERATIONS, PICTURE_WIDTH, iterations_over_budget
+from pipeline_core.limits import (EXPORT_ITERATIONS, PICTURE_WIDTH, default_iterations,
+                                  iterations_help, iterations_over_budget)
 
 FORMATS = ("trace", "dot", "png", "svg")
 SUFFIX_FORMAT = {".json": "trace", ".dot": "dot", ".gv": "dot", ".png": "png", ".svg": "svg"}
-DEFAULT_ITERATIONS = 4
 EXIT_OK, EXIT_INPUT = 0, 2
 
 
@@ -28,10 +28,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "matplotlib: pip install 'pipeline-core[plot]'). Default: from the -o suffix")
     g.add_argument("-o", "--output", dest="output", metavar="FILE", default=None,
                    help="file to write (trace and dot: stdout when omitted or '-')")
-    g.add_argument("--iterations", type=EXPORT_ITERATIONS.argparse_type(), default=DEFAULT_ITERATIONS,
-                   metavar="N",
-                   help=f"kernel iterations to model between prologue and epilogue "
-                        f"(default {DEFAULT_ITERATIONS}; {EXPORT_ITERATIONS.allowed()})")
+    g.add_argument("--iterations", type=EXPORT_ITERATIONS.argparse_type(), default=None,
+                   metavar="N", help=iterations_help(EXPORT_ITERATIONS))
     g.add_argument("--width", type=PICTURE_WIDTH.argparse_type(), default=1600, metavar="PX",
                    help=f"picture width in pixels (png, svg; default 1600; {PICTURE_WIDTH.allowed()})")
 
@@ -105,12 +103,9 @@ def run(args, compiled: Any) -> int:
             require_matplotlib()
         except MissingMatplotlib as exc:
             return _error(str(exc))
-    if fmt == "dot":
-        from pipeline_core.export import dot
-
-        _emit(dot.dumps(compiled), args.output)
-        return EXIT_OK
-    iterations = getattr(args, "iterations", DEFAULT_ITERATIONS)
+    iterations = getattr(args, "iterations", None)
+    if iterations is None:
+        iterations = default_iterations(_kernel_entries(compiled), EXPORT_ITERATIONS)
     if not EXPORT_ITERATIONS.contains(iterations):
         return _error(f"--iterations {iterations}: expected {EXPORT_ITERATIONS.allowed()}")
     too_many = iterations_over_budget(iterations, _kernel_entries(compiled), EXPORT_ITERATIONS)
@@ -119,6 +114,8 @@ def run(args, compiled: Any) -> int:
     width = getattr(args, "width", 1600)
     if not PICTURE_WIDTH.contains(width):
         return _error(f"--width {width}: expected {PICTURE_WIDTH.allowed()} pixels")
+    if fmt == "dot":
+        return _export_dot(args, compiled, iterations, to_file)
     progress = Progress(sys.stderr, f"export {fmt}")
     try:
         timeline = _simulate(compiled, iterations, progress.update)
@@ -142,6 +139,31 @@ def run(args, compiled: Any) -> int:
 
         print(f"wrote {args.output}")
         print(format_summary(timeline))
+    return EXIT_OK
+
+
+def _export_dot(args, compiled: Any, iterations: int, to_file: bool) -> int:
+    """The dependency graph; to a file, the same summary as every format, plus the graph's size.
+
+    The graph needs no timing model; a target without one gets the graph and a line
+    saying why the run was not modelled.
+    """
+    from pipeline_core.errors import PipelineError
+    from pipeline_core.export import dot
+
+    graph = dot.graph_from(compiled)
+    _emit(dot.to_dot(graph), args.output)
+    if to_file:
+        from pipeline_core.simulate import format_summary
+
+        carried = sum(1 for *_, d in graph.edges(data=True) if d.get("distance"))
+        print(f"wrote {args.output}")
+        print(f"dependency graph: {graph.number_of_nodes()} ops, {graph.number_of_edges()} edges "
+              f"({carried} loop-carried)")
+        try:
+            print(format_summary(_simulate(compiled, iterations, lambda done, total: None)))
+        except PipelineError as exc:
+            print(f"  not modelled: {exc}")
     return EXIT_OK
 
 

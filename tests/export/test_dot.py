@@ -156,6 +156,9 @@ def test_run_writes_dot(tmp_path, capsys, case):
     assert cli_export.run(parser.parse_args(["-o", str(path)]), compile_case(case)) == 0
     parsed = parse_dot(path.read_text())
     assert (parsed.number_of_nodes(), parsed.number_of_edges()) == EXPECTED[case]
+    summary, _ = capsys.readouterr()  # a file export summarises on stdout, as every format does
+    nodes, edges = EXPECTED[case]
+    assert summary.startswith(f"wrote {path}\ndependency graph: {nodes} ops, {edges} edges")
     assert cli_export.run(parser.parse_args(["--format", "dot"]), compile_case(case)) == 0
     out, err = capsys.readouterr()
     assert parse_dot(out).number_of_edges() == EXPECTED[case][1] and err == ""

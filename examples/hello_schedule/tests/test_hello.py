@@ -35,7 +35,7 @@ def test_stage_count_reaches_the_derived_waits(pipeline_host):
 def test_cli_compiles_checks_and_exports_in_the_targets_own_words(pipeline_cli, tmp_path):
     listing = pipeline_cli(["schedules", "--json"])
     assert listing.exit_code == 0
-    rows = {r["name"]: r for r in json.loads(listing.stdout)}
+    rows = {r["name"]: r for r in json.loads(listing.stdout)["schedules"]}
     assert rows["hello"]["provider"] == "pipeline-core-hello-schedule"
     outputs = []
     for argv in (["compile", "hello", "--format", "json"], ["compile", "hello"],

@@ -130,6 +130,10 @@ class FourWaveSchedule:
     def tag_names(self) -> dict[int, str]:
         return dict(DOUBLE_BUFFER_TAG_NAMES)
 
+    def forced_knobs(self) -> Mapping[str, Any]:
+        """The knobs Pipeline4Wave always sets (``pipeline-core knobs`` shows them)."""
+        return dict(FORCED_KNOBS)
+
 
 def bootstrap_frags() -> list[Op]:
     """The first quadrant's A and B fragments of stage 0, issued at the prologue tail.

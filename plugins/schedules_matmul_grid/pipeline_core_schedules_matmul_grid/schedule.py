@@ -13,7 +13,7 @@ program builder rejects them; EXACT_BLOCKS searches only orders that compile.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import attrs
 
@@ -21,7 +21,7 @@ from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
 from pipeline_core.errors import ConfigError, TransformError
 from pipeline_core.limits import COUNTER_TICKS
 from pipeline_core.ops import Op
-from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
+from pipeline_core.schedule import REFUSED, BuildContext, Param, ScheduleRecord
 
 from pipeline_core_amd_mi355x.interleaved import InterleavedMatmulSchedule
 
@@ -71,6 +71,14 @@ class MatmulGridSchedule(InterleavedMatmulSchedule):
     def logical_body(self) -> list[Op]:
         return logical_body(self.m, self.n)
 
+    def forced_knobs(self) -> Mapping[str, Any]:
+        """``-c lgkm_per_load_a/b`` are refused: the lgkm per load comes from ``-p``."""
+        return {name: REFUSED for name in OWNED_SCHEDULE_FIELDS}
+
+
+#: ScheduleConfig fields this schedule writes from its -p parameters (never from -c).
+OWNED_SCHEDULE_FIELDS = ("lgkm_per_load_a", "lgkm_per_load_b")
+
 
 def _int_in(name: str, value: Any, lo: int, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < lo or (
@@ -90,7 +98,7 @@ def make_matmul_grid(ctx: BuildContext) -> MatmulGridSchedule:
                           f"{PARTITIONS}: the double-buffer program, its prologue and the K "
                           "offsets (K0, K1, K_PREV) cover exactly two LDS stages, one per warp "
                           "group")
-    lgkm = {k: _int_in(k, p[k], 0) for k in ("lgkm_per_load_a", "lgkm_per_load_b")}
+    lgkm = {k: _int_in(k, p[k], 0) for k in OWNED_SCHEDULE_FIELDS}
     for name in lgkm:
         if name in ctx.config_overrides:
             raise ConfigError(OWNER, f"-c {name}", ctx.config_overrides[name],

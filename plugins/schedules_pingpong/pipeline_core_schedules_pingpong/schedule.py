@@ -22,7 +22,7 @@ from pipeline_core.costs import CostModel
 from pipeline_core.errors import ConfigError
 from pipeline_core.limits import COUNTER_TICKS
 from pipeline_core.ops import Op
-from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
+from pipeline_core.schedule import REFUSED, BuildContext, Param, ScheduleRecord
 
 from pipeline_core_amd_mi355x.configs import require_2x2_double_buffer
 from pipeline_core_amd_mi355x.geometry import DTYPES, LaunchDefaults, TileShape, pingpong_launch_defaults
@@ -101,6 +101,10 @@ class PingPongSchedule(InterleavedMatmulSchedule):
 
     def logical_body(self) -> list[Op]:
         return logical_body()
+
+    def forced_knobs(self) -> Mapping[str, Any]:
+        """``-c lgkm_per_load_a/b`` are refused: the lgkm per load comes from ``-p``."""
+        return {name: REFUSED for name in OWNED_SCHEDULE_FIELDS}
 
 
 def _non_negative(name: str, value: Any) -> int:

@@ -1,0 +1,114 @@
+"""One convention across the commands: --format, --iterations, -o, examples in every --help,
+the plugin-host options listed once, and listings that print what a user types."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline_core import limits
+from pipeline_core.cli import EXAMPLES, build_parser
+
+COMMANDS = sorted(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+HOST_FLAGS = ("--strict-plugins", "--disable-plugin", "--no-autoload", "--plugin", "--trace")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_help_shows_an_example_and_names_the_host_options_once(cli, command):
+    result = cli(command, "--help")
+    assert result.exit_code == 0
+    examples = result.stdout.split("examples:\n", 1)[1]
+    assert f"  pipeline-core {command}" in examples or f"| pipeline-core {command}" in examples
+    for flag in HOST_FLAGS:  # not listed as options of the command ...
+        assert f"\n  {flag}" not in result.stdout, flag
+    assert "plugin host options (--strict-plugins" in result.stdout  # ... but named once
+
+
+def test_the_host_options_are_one_group_in_the_main_help(cli):
+    text = cli("--help").stdout
+    group = text.split("plugin host options (before or after the command):", 1)[1]
+    for flag in HOST_FLAGS + ("--verbose",):
+        assert flag in group
+    assert text.count("\n  --strict-plugins") == 1
+    assert "examples:" in text
+
+
+def test_every_builtin_command_has_examples_that_parse():
+    parser = build_parser()
+    assert set(EXAMPLES) <= set(COMMANDS)
+    for command, lines in EXAMPLES.items():
+        assert command in lines[0].split(), lines[0]  # the first example runs the command
+        for line in lines:
+            argv = line.split("#")[0].split("|")[-1].split()[1:]
+            parser.parse_args(argv)  # SystemExit (a test failure) if an example is stale
+
+
+@pytest.mark.parametrize("argv", [("compile", "hello"), ("check", "pingpong"),
+                                  ("analyze", "pingpong", "--no-timing"), ("schedules",),
+                                  ("targets",), ("strategies",), ("plugins",)])
+def test_format_json_everywhere_and_o_file(cli, tmp_path, argv):
+    doc = json.loads(cli(*argv, "--format", "json").stdout)
+    assert doc["format_version"] == 1
+    out = tmp_path / "out.json"
+    result = cli(*argv, "--format", "json", "-o", str(out))
+    assert result.exit_code == 0 and result.stdout == ""
+    assert json.loads(out.read_text()) == doc
+    text = tmp_path / "out.txt"
+    assert cli(*argv, "-o", str(text)).stdout == ""
+    assert text.read_text() == cli(*argv).stdout
+
+
+def test_json_is_a_hidden_deprecated_alias(cli):
+    result = cli("schedules", "--json")
+    assert json.loads(result.stdout)["schedules"]
+    assert "--json is deprecated; use --format json" in result.stderr
+    assert "--json" not in cli("schedules", "--help").stdout
+    assert json.loads(cli("analyze", "pingpong", "--no-timing", "--json").stdout)["makespan"]
+
+
+def test_one_default_for_iterations(cli, tmp_path):
+    assert "12 kernel iterations" in cli("check", "pingpong").stdout
+    analyzed = json.loads(cli("analyze", "pingpong", "--format", "json").stdout)
+    assert analyzed["steady_state"]["iterations"] == limits.DEFAULT_ITERATIONS
+    exported = cli("export", "pingpong", "-o", str(tmp_path / "t.json"))
+    assert f"{limits.DEFAULT_ITERATIONS} kernel iterations" in exported.stdout
+    for command in ("check", "export", "analyze"):
+        assert f"(default {limits.DEFAULT_ITERATIONS}," in cli(command, "--help").stdout
+
+
+def test_a_large_kernel_gets_the_iterations_that_fit():
+    bound = limits.CHECK_ITERATIONS
+    assert limits.default_iterations(24, bound) == limits.DEFAULT_ITERATIONS
+    assert limits.default_iterations(10_000, bound) == 5  # 50,000 modelled entries
+    assert limits.default_iterations(10**6, bound) == 1
+    assert limits.default_iterations(10**6, limits.ANALYZE_ITERATIONS) == 3
+
+
+def test_export_prints_its_summary_for_dot_too(cli, tmp_path):
+    result = cli("export", "pingpong", "-o", str(tmp_path / "g.dot"))
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"wrote {tmp_path / 'g.dot'}"
+    assert lines[1].startswith("dependency graph: 24 ops, ")
+    assert "kernel iterations" in lines[2] and "steady state" in result.stdout
+    untimed = cli("export", "hello", "-o", str(tmp_path / "h.dot"))  # its toy target has no sync model
+    assert untimed.exit_code == 0 and "not modelled: target 'toy-gpu'" in untimed.stdout
+    assert cli("export", "pingpong", "--format", "dot").stdout.startswith("digraph")
+
+
+def test_analyze_optimal_before_the_schedule_says_so(cli):
+    result = cli("analyze", "--optimal", "pingpong")
+    assert result.exit_code == 2
+    assert "invalid float value" not in result.stderr
+    assert "argument --optimal: expected an optional time budget in seconds" in result.stderr
+    assert "pipeline-core analyze pingpong --optimal" in result.stderr
+
+
+def test_listings_print_what_a_user_types(cli):
+    plugins = cli("--plugin", "hello_schedule.plugin", "--disable-plugin", "hello", "plugins").stdout
+    assert "((development) )" not in plugins and "()" not in plugins
+    assert "hello_schedule.plugin  (module hello_schedule.plugin, loaded with --plugin)  ok" in plugins
+    schedules = cli("schedules").stdout
+    assert "default None" not in schedules and "default True" not in schedules
+    assert "    dtype (str; one of bf16, fp8): input type of the tile shape" in schedules
+    assert "    launch_defaults (bool, default true; true or false)" in schedules
