@@ -76,7 +76,7 @@ def _add_host_options(p: argparse.ArgumentParser, sub: bool = False) -> None:
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "compile": ("pipeline-core compile pingpong",
                 "pipeline-core compile pingpong -p dtype=fp8 -c scheduling=GREEDY --format json -o pp.json",
-                "pipeline-core compile matmul-grid -p m=3 -p n=2 --target mi355x"),
+                "pipeline-core compile matmul-grid -p m=3 -p n=2 --format json -o grid.json"),
     "check": ("pipeline-core check pingpong",
               "pipeline-core check 4wave --tightest --format json -o verdict.json",
               "pipeline-core compile pingpong --format json | pipeline-core check --input -"),

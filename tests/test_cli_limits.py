@@ -54,7 +54,7 @@ CASES = [
     ("knob-unread-by-single-buffer", ("compile", "default-matmul", "-c", "wait_vm_last=300"),
      ["-c wait_vm_last=300 is invalid for ScheduleConfig", "[0, 255]"]),
     ("empty-target", ("compile", "pingpong", "--target", ""),
-     ["Unknown target '' (--target)", "Known targets: mi355x"]),
+     ["Unknown target '' (--target)", "Known targets: h", "mi355x (pipeline-core-amd-mi355x)"]),
     ("foreign-cost-model", ("compile", "hello", "--target", "mi355x-single-buffer"),
      ["--target mi355x-single-buffer is invalid for schedule hello",
       "lacks kernel tag 4 (MMA)"]),

@@ -44,7 +44,7 @@ def test_cli_compiles_checks_and_exports_in_the_targets_own_words(pipeline_cli, 
         result = run_cli(argv)
         assert result.exit_code == 0, (argv, result.stderr)
         outputs.append(result.stdout)
-    assert outputs[2].startswith("SAFE") and outputs[4].startswith("SAFE")
+    assert outputs[2].startswith("hello: SAFE") and outputs[4].startswith("hello: SAFE")
     assert "WAIT_COPY" in outputs[1] and "SYNC_THREADS" in outputs[1]
     for fmt in ("trace", "dot", "png"):
         out = tmp_path / f"hello.{fmt}"
@@ -52,4 +52,8 @@ def test_cli_compiles_checks_and_exports_in_the_targets_own_words(pipeline_cli, 
         assert result.exit_code == 0, result.stderr
         outputs.append(out.read_bytes().decode("latin-1"))
     for text in outputs:
+        if text.lstrip().startswith("{"):  # a JSON document: its generator lists the installed
+            doc = json.loads(text)         # plugins (AMD ones too), which is not the schedule's
+            doc.pop("generator", None)     # vocabulary
+            text = json.dumps(doc)
         assert not AMD_WORDS.search(text), AMD_WORDS.search(text)

@@ -31,7 +31,7 @@ def test_targets_command_lists_h100_from_this_distribution(pipeline_cli):
     assert res.exit_code == 0
     line = next(l for l in res.stdout.splitlines() if l.startswith("h100:"))
     assert "[pipeline-core-nvidia-h100]" in line
-    assert "stages (int, default 3)" in res.stdout
+    assert "stages (int, default 3" in res.stdout
 
 
 def test_target_profile_carries_the_h100_models():
