@@ -151,11 +151,14 @@ def test_a_generated_plugin_installs_tests_and_compiles(tmp_path):
     tests = subprocess.run([str(bin_dir / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"],
                            cwd=project, capture_output=True, text=True, timeout=300)
     assert tests.returncode == 0, tests.stdout + tests.stderr
-    assert "2 passed" in tests.stdout
+    assert "3 passed" in tests.stdout  # compiles, is proven race-free, is listed
     compiled = subprocess.run([str(bin_dir / "pipeline-core"), "--require-plugin", "wide_gpu",
                                "compile", "wide-gpu", "--format", "json"],
                               capture_output=True, text=True, timeout=300)
     assert compiled.returncode == 0, compiled.stderr
     doc = json.loads(compiled.stdout)
     assert doc["generator"]["plugins"] == {"pipeline-core-wide-gpu": "0.1.0"}
-    assert doc["counts"]["kernel"] > 0
+    assert doc["counts"]["kernel"] > 0 and doc["lowering"] == "generic"
+    checked = subprocess.run([str(bin_dir / "pipeline-core"), "check", "wide-gpu"],
+                             capture_output=True, text=True, timeout=300)
+    assert checked.returncode == 0 and "SAFE" in checked.stdout, checked.stdout + checked.stderr
