@@ -292,6 +292,7 @@ SCHEDULE_RESULTS: Mapping[str, Callable[[Any], Any]] = {
     "build_explicit_blocks": op_blocks,
     "bootstrap_frags": list_of(Op),
     "tag_names": tag_names,
+    "epilogue_prefix": list_of(Op),
 }
 
 #: What each hook must return (a plugin's answer; ``None`` means "nothing to say").

@@ -31,7 +31,11 @@ class Schedule(Protocol):
     * ``transform_kernel(kernel, body) -> entries`` (single-buffer only);
     * ``build_explicit_blocks(body, program) -> list[list[Op]]`` (double-buffer only);
     * ``bootstrap_frags() -> list[Op]`` (used with partial_prologue_drain);
-    * ``tag_names() -> dict[int, str]`` (names of the kernel tags, for output).
+    * ``tag_names() -> dict[int, str]`` (names of the kernel tags, for output);
+    * ``epilogue_prefix() -> list[Op]`` (entries emitted before the derived epilogue: a
+      schedule's repair of a race the template leaves, e.g. 4-wave's ``WAIT_VM(0), BARRIER``);
+    * ``warps_per_group() -> int`` (warps running one group's stream; the hazard proof
+      executes that many, see pipeline_core/execution.py).
     """
 
     @property
@@ -192,6 +196,10 @@ class BuildContext:
     target: TargetRecord
     target_args: Mapping[str, str] = attrs.field(factory=dict)
     config_overrides: Mapping[str, str] = attrs.field(factory=dict)
+    #: the caller asked for exactly the reference's output (``--allow-unsafe``): repairs a
+    #: schedule makes against the reference default to off (README, "Compile proves what it
+    #: emits")
+    reference: bool = False
 
     def make_target(self, **derived: Any) -> TargetProfile:
         """Build the target: ``derived`` defaults (from the schedule) under the user's ``-T``."""
