@@ -158,6 +158,10 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         ops = [e.op for e in epilogue]
         epilogue = entries(list(prefix()) + ops, Phase.EPILOGUE)
     stagger = phases.warp_stagger_index(config, body, len(prologue))
+    if not 0 <= stagger <= len(prologue) + 1:  # the document format's range (check refuses others)
+        raise ConfigError(f"schedule {schedule.name}", "warp_stagger.fixed_amount", stagger,
+                          f"a warp-stagger index in 0..{len(prologue) + 1} for a prologue of "
+                          f"{len(prologue)} entries")
     execution = ExecutionModel.of(stagger, len(prologue),
                                   warps_per_group=declared_warps_per_group(schedule, target))
     compiled = CompiledSchedule(

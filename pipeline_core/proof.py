@@ -100,6 +100,34 @@ def racing_overrides(overrides: Mapping[str, str]) -> tuple[str, ...]:
                  if getattr(parsed, k) != getattr(default, k))
 
 
+def check_encodable(compiled: CompiledSchedule, sync: Any) -> None:
+    """Every emitted wait fits its channel's encoding (``Channel.max_wait``; None: unknown).
+
+    A wait above the largest encodable value cannot be emitted at all (on MI355X: vmcnt 63,
+    lgkmcnt 15, docs/design/amd-waits-and-warps.md), and a negative one means nothing; either
+    is a :class:`~pipeline_core.errors.ProgramError` naming the entry, the channel and the limit.
+    """
+    from pipeline_core.errors import ProgramError
+
+    channels = {c.wait_tag: c for c in sync.channels}
+    for phase, entries in (("prologue", compiled.prologue), ("kernel", compiled.kernel),
+                           ("epilogue", compiled.epilogue)):
+        for i, entry in enumerate(entries):
+            channel = channels.get(entry.op.tag)
+            if channel is None:
+                continue
+            value = entry.op.wait_value
+            limit = channel.max_wait
+            if value < 0 or (limit is not None and value > limit):
+                allowed = f"0..{limit}" if limit is not None else "a value >= 0"
+                raise ProgramError(
+                    f"schedule {compiled.schedule_name}: {phase}[{i}] {channel.wait_name}({value}) "
+                    f"cannot be encoded: {channel.label} waits on target "
+                    f"{compiled.target_name or sync.name!r} take {allowed}"
+                    + (" (a manual wait: lower -c wait_vm_last / wait_lgkm_first)"
+                       if not compiled.schedule_config.auto_waits else ""))
+
+
 def prove(compiled: CompiledSchedule, host: Any = None) -> Proof:
     """Run the hazard checker on ``compiled`` as emitted, with its declared warps per group."""
     from pipeline_core.check.checker import check_program
@@ -112,6 +140,7 @@ def prove(compiled: CompiledSchedule, host: Any = None) -> Proof:
         sync = sync_for_compiled(compiled, host)
     except (TargetFactError, UnknownNameError) as exc:
         return Proof(verdict=None, unprovable=str(exc))
+    check_encodable(compiled, sync)
     document = to_document(compiled)
     model = counter_model(sync, document)
     execution = compiled.execution

@@ -33,6 +33,8 @@ class CounterSpec:
     #: True: ops retire in issue order (a wait(n) retires the oldest ops first).
     #: False: any op may retire first, so only wait(0) guarantees a given op retired.
     in_order: bool = True
+    #: largest encodable wait value (the target's ``Channel.max_wait``); None: not declared
+    max_wait: int | None = None
 
 
 @attrs.frozen
@@ -156,7 +158,8 @@ def counter_model(sync: SyncModel, document: Mapping[str, Any]) -> CounterModel:
     costs = tuple(OpCount(int(e.role), e.channel, e.counter, e.ticks)
                   for e in bound.effects if e.counter is not None)
     return CounterModel(
-        counters=tuple(CounterSpec(c.name, c.wait_tag, c.in_order) for c in sync.channels),
+        counters=tuple(CounterSpec(c.name, c.wait_tag, c.in_order, c.max_wait)
+                       for c in sync.channels),
         costs=costs,
         barrier_tag=sync.barrier.tag,
         barrier_drains=sync.barrier.drains,
