@@ -66,6 +66,10 @@ class UnprovableScheduleError(UnsafeScheduleError):
         self.target = target
         super().__init__(finding)
 
+    def naming_knobs(self, knobs: tuple[str, ...]) -> "UnsafeScheduleError":
+        """No knob makes a schedule unprovable: the refusal stays as it is."""
+        return self
+
 
 @attrs.frozen(kw_only=True)
 class Proof:
