@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from pipeline_core.compiler import CompiledSchedule, compile_schedule
 from pipeline_core.config import ScheduleConfig, apply_overrides
 from pipeline_core.errors import UnknownNameError
+from pipeline_core.proof import UnsafeScheduleError, racing_overrides
 from pipeline_core.schedule import BuildContext, Schedule, parse_params, parse_target_args
 
 if TYPE_CHECKING:
@@ -15,9 +16,11 @@ if TYPE_CHECKING:
 def build_named(schedule: str, *, target: str | None = None, params: Mapping[str, str] | None = None,
                 target_args: Mapping[str, str] | None = None,
                 config_overrides: Mapping[str, str] | None = None,
-                host: PluginHost | None = None) -> tuple[Schedule, str, dict[str, Any]]:
+                host: PluginHost | None = None,
+                reference: bool = False) -> tuple[Schedule, str, dict[str, Any]]:
     """Instantiate a registered schedule on a registered target; returns (schedule, target name,
-    parsed parameters)."""
+    parsed parameters).  ``reference``: the caller wants the reference's output exactly
+    (:attr:`BuildContext.reference`)."""
     if host is None:
         from pipeline_core.plugins import default_host
         host = default_host()
@@ -39,7 +42,7 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
     check_config_overrides(dict(config_overrides or {}), host)
     ctx = BuildContext(schedule=record, params=values, explicit_params=frozenset(given),
                        target=target_record, target_args=dict(target_args or {}),
-                       config_overrides=dict(config_overrides or {}))
+                       config_overrides=dict(config_overrides or {}), reference=reference)
     return record.factory(ctx), target_name, values
 
 
@@ -56,12 +59,28 @@ def compile_named(schedule: str, *, target: str | None = None,
                   params: Mapping[str, str] | None = None,
                   target_args: Mapping[str, str] | None = None,
                   config_overrides: Mapping[str, str] | None = None,
-                  host: PluginHost | None = None) -> CompiledSchedule:
-    """Compile a registered schedule by name, with ``-p``/``-T``/``-c`` style string arguments."""
+                  host: PluginHost | None = None, allow_unsafe: bool = False,
+                  reference: bool | None = None) -> CompiledSchedule:
+    """Compile a registered schedule by name, with ``-p``/``-T``/``-c`` style string arguments.
+
+    The result is proven race-free or refused (:mod:`pipeline_core.proof`); ``allow_unsafe``
+    emits it anyway, with its hazards listed (``CompiledSchedule.hazards``), and asks for the
+    reference's exact output (``reference``, which defaults to ``allow_unsafe``): repairs a
+    schedule makes against the reference are then off unless a parameter turns them on.
+    A refusal names the racing ``-c`` knobs the caller set.
+    """
     if host is None:
         from pipeline_core.plugins import default_host
         host = default_host()
-    obj, target_name, values = build_named(schedule, target=target, params=params,
-                                           target_args=target_args,
-                                           config_overrides=config_overrides, host=host)
-    return compile_schedule(obj, host=host, target_name=target_name, params=values)
+    obj, target_name, values = build_named(
+        schedule, target=target, params=params, target_args=target_args,
+        config_overrides=config_overrides, host=host,
+        reference=allow_unsafe if reference is None else reference)
+    try:
+        return compile_schedule(obj, host=host, target_name=target_name, params=values,
+                                allow_unsafe=allow_unsafe)
+    except UnsafeScheduleError as exc:
+        knobs = racing_overrides(dict(config_overrides or {}))
+        if not knobs:
+            raise
+        raise exc.naming_knobs(knobs) from None

@@ -1,6 +1,8 @@
 """``pipeline-core``: argument parsing and messages only; the work is in the API.
 
-Exit status: 0 success, 1 the schedule is unsafe / a check failed, 2 bad input
+Exit status: 0 success, 1 the schedule is unsafe / a check failed (``check``'s verdict, or
+``compile``/``analyze``/``export`` refusing a schedule it cannot prove race-free; see
+pipeline_core/proof.py and --allow-unsafe), 2 bad input
 (unknown name, bad value or count out of its bound, invalid schedule, unwritable -o
 file), 3 a plugin failed while the command ran or conflicts with another (and, under
 --strict-plugins, any plugin problem found while loading), 70 an internal error (a bug
@@ -139,6 +141,12 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE",
                    help="ScheduleConfig knob, applied on top of the schedule's own config "
                         "(see `pipeline-core knobs`)")
+    p.add_argument("--allow-unsafe", action="store_true",
+                   help="emit exactly what the reference would, even when the hazard checker does "
+                        "not prove it race-free (the JSON document then lists its hazards under "
+                        "\"hazards\"); schedule repairs that depart from the reference, such as "
+                        "4-wave's epilogue guard, are off unless asked for. Without it an unsafe "
+                        "schedule is refused with exit status 1")
 
 
 def build_parser(host: Any = None) -> argparse.ArgumentParser:
@@ -431,18 +439,23 @@ def cmd_check(args, host) -> int:
         if not args.schedule:
             raise CliError("check needs a SCHEDULE or --input FILE")
         from pipeline_core.export.json import to_document
-        compiled = _compile_from_args(args, host)
+        # check reports rather than refuses, and judges what a plain compile emits
+        compiled = _compile_from_args(args, host, allow_unsafe=True, reference=False)
         document = to_document(compiled)
         warps = compiled.execution.warps_per_group
     return run(args, document, host=host, warps_per_group=warps)
 
 
-def _compile_from_args(args, host):
+def _compile_from_args(args, host, allow_unsafe: bool | None = None,
+                       reference: bool | None = None):
     from pipeline_core.api import compile_named
 
+    if allow_unsafe is None:
+        allow_unsafe = bool(getattr(args, "allow_unsafe", False))
     return compile_named(args.schedule, target=args.target, params=_pairs(args.params, "-p"),
                          target_args=_pairs(args.target_args, "-T"),
-                         config_overrides=_pairs(args.overrides, "-c"), host=host)
+                         config_overrides=_pairs(args.overrides, "-c"), host=host,
+                         allow_unsafe=allow_unsafe, reference=reference)
 
 
 def cmd_analyze(args, host) -> int:
@@ -529,6 +542,7 @@ def _command(args):
 def _report_failure(exc: BaseException, args) -> int:
     """One line on stderr for ``exc`` and the exit status it maps to (see the module docstring)."""
     from pipeline_core.errors import PipelineError, PluginError
+    from pipeline_core.proof import UnsafeScheduleError
 
     if isinstance(exc, SystemExit):  # from our own code: a plugin's is a PluginError by now
         raise exc
@@ -536,7 +550,8 @@ def _report_failure(exc: BaseException, args) -> int:
         return EXIT_OK
     if isinstance(exc, (PipelineError, CliError)):
         print(f"error: {exc}", file=sys.stderr)
-        status = EXIT_PLUGINS if isinstance(exc, PluginError) else EXIT_INPUT
+        status = (EXIT_PLUGINS if isinstance(exc, PluginError)
+                  else EXIT_UNSAFE if isinstance(exc, UnsafeScheduleError) else EXIT_INPUT)
     elif isinstance(exc, OSError) and exc.filename:
         print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         status = EXIT_INPUT

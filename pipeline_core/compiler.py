@@ -16,7 +16,7 @@ from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ConfigError, ProgramError
 from pipeline_core.execution import ExecutionModel, declared_warps_per_group
 from pipeline_core.limits import GLOBAL_LOAD_TICKS
-from pipeline_core.ops import MAX_KERNEL_TAG, Entry, Op, OpRole, Phase
+from pipeline_core.ops import MAX_KERNEL_TAG, Entry, Op, OpRole, Phase, entries
 from pipeline_core.schedule import Schedule
 
 if TYPE_CHECKING:
@@ -51,6 +51,15 @@ class CompiledSchedule:
     #: which lowering built the phases: "blocks" (the reference's block program or its
     #: single-buffer recipes) or "generic" (pipeline_core.lowering.generic)
     lowering: str = "blocks"
+    #: the proof stage's result (pipeline_core.proof.Proof); None when the stage did not run
+    proof: Any = None
+
+    @property
+    def hazards(self) -> list[dict[str, Any]]:
+        """The hazards of a schedule emitted with ``allow_unsafe`` (empty when proven safe)."""
+        if self.proof is None or self.proof.safe:
+            return []
+        return self.proof.hazards()
 
     @property
     def is_double_buffer(self) -> bool:
@@ -81,10 +90,14 @@ def _tag_names(schedule: Schedule, target: TargetProfile | None) -> dict[int, st
 
 
 def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, target_name: str = "",
-                     params: Mapping[str, Any] | None = None) -> CompiledSchedule:
+                     params: Mapping[str, Any] | None = None,
+                     allow_unsafe: bool = False) -> CompiledSchedule:
     """Compile ``schedule`` (an object following :class:`pipeline_core.schedule.Schedule`).
 
-    ``host`` resolves plugin overrides; by default the installed plugins are used.
+    ``host`` resolves plugin overrides; by default the installed plugins are used.  The last
+    stage proves the result race-free (:mod:`pipeline_core.proof`): a schedule the hazard
+    checker does not prove safe raises :class:`~pipeline_core.proof.UnsafeScheduleError`
+    unless ``allow_unsafe`` is set, which emits it with its hazards attached.
     """
     from pipeline_core import graph, phases
     from pipeline_core.ordering import schedule_order
@@ -167,16 +180,27 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         lowering = lowering_for(getattr(target, "sync", None))
         prologue, kernel, epilogue = (lowering.entries(p) for p in (prologue, kernel, epilogue))
         kernel_deps = edges
+    prefix = getattr(schedule, "epilogue_prefix", None)
+    if callable(prefix):
+        ops = [e.op for e in epilogue]
+        epilogue = entries(list(prefix()) + ops, Phase.EPILOGUE)
     stagger = phases.warp_stagger_index(config, body, len(prologue))
+    if not 0 <= stagger <= len(prologue) + 1:  # the document format's range (check refuses others)
+        raise ConfigError(f"schedule {schedule.name}", "warp_stagger.fixed_amount", stagger,
+                          f"a warp-stagger index in 0..{len(prologue) + 1} for a prologue of "
+                          f"{len(prologue)} entries")
     execution = ExecutionModel.of(stagger, len(prologue),
                                   warps_per_group=declared_warps_per_group(schedule, target))
-    return CompiledSchedule(
+    compiled = CompiledSchedule(
         schedule_name=schedule.name, target_name=target_name, config=config,
         schedule_config=sched, body=body, edges=edges, prologue=tuple(prologue),
         kernel=tuple(kernel), epilogue=tuple(epilogue), kernel_deps=tuple(kernel_deps),
         warp_stagger_index=stagger, tag_names=tag_names, kernel_program=result,
         bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target,
         execution=execution)
+    from pipeline_core.proof import require_safe
+
+    return require_safe(compiled, host, allow_unsafe=allow_unsafe)
 
 
 def _lowering_name(schedule: Schedule) -> str:

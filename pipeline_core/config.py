@@ -65,8 +65,11 @@ def _bool(inst, attribute, value):
         raise ConfigError(type(inst).__name__, attribute.name, value, "true or false")
 
 
-def _help(text: str) -> dict:
-    return {"help": text}
+def _help(text: str, *, races: bool = False) -> dict:
+    """Field metadata: its help, and ``races`` when setting the knob is known to make the
+    reference's output race (compile then refuses it unless --allow-unsafe;
+    pipeline_core/proof.py)."""
+    return {"help": text, "races": True} if races else {"help": text}
 
 
 def field_help(cls, name: str) -> str:
@@ -211,19 +214,19 @@ class ScheduleConfig:
     lgkm_after_last: bool = attrs.field(default=False, validator=_bool,
                                         metadata=_help("the last block keeps its post-barrier wait_lgkm(0)"))
     minimal_barriers: bool = attrs.field(default=False, validator=_bool,
-                                         metadata=_help("drop per-block barriers and set_prio pairs (4-wave style)"))
+                                         metadata=_help("drop per-block barriers and set_prio pairs (4-wave style)", races=True))
     omit_mma_set_prio: bool = attrs.field(default=False, validator=_bool,
-                                          metadata=_help("with minimal_barriers: drop the pre-MMA set_prio(1) too"))
+                                          metadata=_help("with minimal_barriers: drop the pre-MMA set_prio(1) too", races=True))
     max_vgpr: int = attrs.field(default=int(limits.VGPR_BUDGET.high), validator=_within(limits.VGPR_BUDGET),
                                 metadata=_help("VGPR budget of the search strategies (999999 = unlimited)"))
     global_before_frag: bool = attrs.field(default=False, validator=_bool,
-                                           metadata=_help("inside a block, emit global loads before fragment loads"))
+                                           metadata=_help("inside a block, emit global loads before fragment loads", races=True))
     barrier_before_pre_ops: bool = attrs.field(default=False, validator=_bool,
-                                               metadata=_help("put the sync section before the load section"))
+                                               metadata=_help("put the sync section before the load section", races=True))
     inter_block_lgkm_drain: bool = attrs.field(default=False, validator=_bool,
                                                metadata=_help("blocks without another wait get an entry wait_lgkm(0)"))
     partial_prologue_drain: bool = attrs.field(default=False, validator=_bool,
-                                               metadata=_help("prologue skips full vm drains; bootstrap frags get partial drains"))
+                                               metadata=_help("prologue skips full vm drains; bootstrap frags get partial drains", races=True))
     wrap_waits_with_sched_barrier: bool = attrs.field(default=False, validator=_bool,
                                                       metadata=_help("fence every wait/barrier group with schedule_barriers"))
     search_time_limit_ms: int = attrs.field(default=10000, validator=_within(limits.SEARCH_TIME_MS),

@@ -172,6 +172,11 @@ def to_document(c: "CompiledSchedule") -> dict[str, Any]:
         doc["block_mma_entries"] = [program.mma_entry(i) for i in range(len(program.blocks))]
         doc["explicit_blocks"] = [[op_doc(o, names) for o in blk] for blk in program.explicit_blocks]
         doc["bootstrap_frags"] = [op_doc(o, names) for o in c.bootstrap_frags]
+    if c.execution is not None:
+        doc["execution"] = {"groups": c.execution.groups,
+                            "warps_per_group": c.execution.warps_per_group}
+    if c.proof is not None and not c.proof.safe:  # emitted with allow_unsafe
+        doc["hazards"] = c.hazards
     return doc
 
 

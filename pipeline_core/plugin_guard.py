@@ -307,6 +307,7 @@ SCHEDULE_RESULTS: Mapping[str, Callable[[Any], Any]] = {
     "bootstrap_frags": list_of(Op),
     "tag_names": tag_names,
     "forced_knobs": knob_map,
+    "epilogue_prefix": list_of(Op),
 }
 
 #: What each hook must return (a plugin's answer; ``None`` means "nothing to say").

@@ -38,6 +38,10 @@ class Schedule(Protocol):
       when ``-c KEY`` is an error because the schedule sets the knob from its own
       parameters.  Shown by ``pipeline-core knobs``; it describes what the factory
       enforces (the factory still refuses contradicting ``-c`` values itself).
+    * ``epilogue_prefix() -> list[Op]`` (entries emitted before the derived epilogue: a
+      schedule's repair of a race the template leaves, e.g. 4-wave's ``WAIT_VM(0), BARRIER``);
+    * ``warps_per_group() -> int`` (warps running one group's stream; the hazard proof
+      executes that many, see pipeline_core/execution.py).
     """
 
     @property
@@ -208,6 +212,10 @@ class BuildContext:
     target: TargetRecord
     target_args: Mapping[str, str] = attrs.field(factory=dict)
     config_overrides: Mapping[str, str] = attrs.field(factory=dict)
+    #: the caller asked for exactly the reference's output (``--allow-unsafe``): repairs a
+    #: schedule makes against the reference default to off (README, "Compile proves what it
+    #: emits")
+    reference: bool = False
 
     def make_target(self, **derived: Any) -> TargetProfile:
         """Build the target: ``derived`` defaults (from the schedule) under the user's ``-T``."""

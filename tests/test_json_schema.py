@@ -66,8 +66,8 @@ def test_compile_check_and_analyze_documents_validate(cli, schedule):
 def test_analyze_with_timing_and_an_unsafe_verdict_validate(cli):
     report = _json(cli, "analyze", "pingpong", "--format", "json")
     assert report["steady_state"] is not None and _errors("analyze", report) == []
-    unsafe = cli("check", "pingpong", "-c", "auto_waits=false", "-c", "wait_vm_last=255",
-                 "-c", "wait_lgkm_first=255", "--format", "json")
+    unsafe = cli("check", "pingpong", "-c", "auto_waits=false", "-c", "wait_vm_last=63",
+                 "-c", "wait_lgkm_first=15", "--format", "json")  # the largest encodable waits
     verdict = json.loads(unsafe.stdout)
     assert unsafe.exit_code == 1 and not verdict["safe"]
     assert verdict["first_violation"] is not None and _errors("verdict", verdict) == []

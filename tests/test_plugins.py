@@ -82,21 +82,21 @@ def test_override_precedence_core_then_schedule_then_plugin():
     host = fresh_host(fx.Provider())
     # core default: the single-buffer rule table (both ops are "loop-carried" with
     # selector 0, so rule 6 links them across iterations: distance 1)
-    core = compile_named("tiny", host=host).edges
+    core = compile_named("tiny", host=host, allow_unsafe=True).edges
     assert [(e.producer, e.consumer, e.distance) for e in core] == [(0, 1, 1)]
     # the schedule's own method beats the core default
-    own = compile_named("tiny-own-edges", host=host).edges
+    own = compile_named("tiny-own-edges", host=host, allow_unsafe=True).edges
     assert [(e.producer, e.consumer, e.distance) for e in own] == [(0, 1, 0)]
     # a plugin answer beats both
     host = fresh_host(fx.Provider(), fx.EdgeOverride(distance=3))
-    got = compile_named("tiny", host=host).edges
+    got = compile_named("tiny", host=host, allow_unsafe=True).edges
     assert [(e.producer, e.consumer, e.distance) for e in got] == [(0, 1, 3)]
 
 
 def test_two_plugins_answering_the_same_override_conflict():
     host = fresh_host(fx.Provider(), fx.EdgeOverride(1), fx.EdgeOverride(2))
     with pytest.raises(PluginError, match="both answer for this schedule"):
-        compile_named("tiny", host=host)
+        compile_named("tiny", host=host, allow_unsafe=True)
 
 
 def test_disable_by_name_and_environment(monkeypatch):
@@ -120,15 +120,15 @@ def test_no_autoload_environment(monkeypatch):
 def test_trace_logs_each_hook_call_with_plugins_and_time():
     lines: list[str] = []
     host = fresh_host(fx.Provider(), trace=lines.append)
-    compile_named("tiny", host=host)
+    compile_named("tiny", host=host, allow_unsafe=True)
     assert any(l.startswith("[trace] pipeline_core_register_schedules <- ") for l in lines)
     assert any("pipeline_core_derive_edges <- core" in l for l in lines)
     assert any(l.endswith(" ms") and "done in" in l for l in lines)
 
 
 def test_output_ignores_registration_order():
-    a = compile_named("tiny", host=fresh_host(fx.Provider(), fx.EdgeOverride(2)))
-    b = compile_named("tiny", host=fresh_host(fx.EdgeOverride(2), fx.Provider()))
+    a = compile_named("tiny", host=fresh_host(fx.Provider(), fx.EdgeOverride(2)), allow_unsafe=True)
+    b = compile_named("tiny", host=fresh_host(fx.EdgeOverride(2), fx.Provider()), allow_unsafe=True)
     assert a == b
 
 

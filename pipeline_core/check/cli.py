@@ -18,7 +18,7 @@ import attrs
 from typing import TYPE_CHECKING
 
 from pipeline_core.errors import PipelineError, PluginError
-from pipeline_core.limits import (CHECK_ITERATIONS, WARPS_PER_GROUP, default_iterations,
+from pipeline_core.limits import (CHECK_ITERATIONS, JSON_DEPTH, WARPS_PER_GROUP, default_iterations,
                                   iterations_help, iterations_over_budget)
 
 if TYPE_CHECKING:
@@ -62,16 +62,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
     """Read a JSON document from ``path`` ('-' = stdin); DocumentError on any problem."""
     from pipeline_core.check.program import DocumentError
+    where = "standard input" if path == "-" else path
     try:
         if path == "-":
-            text = (stdin or sys.stdin).read()
-            where = "standard input"
+            stream = stdin or sys.stdin
+            raw = stream.buffer.read() if hasattr(stream, "buffer") else stream.read()
         else:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-            where = path
+            with open(path, "rb") as fh:
+                raw = fh.read()
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
     except OSError as err:
         raise DocumentError("", f"cannot read {path}: {err.strerror or err}")
+    except UnicodeDecodeError as err:
+        raise DocumentError("", f"{where} is not UTF-8 text (byte {err.start} is "
+                                f"0x{err.object[err.start]:02x}); a schedule document is JSON in UTF-8")
+    depth = json_depth(text)
+    if not JSON_DEPTH.contains(depth):
+        raise DocumentError("", f"{where} nests {depth} levels deep, more than the "
+                                f"{int(JSON_DEPTH.high)} a schedule document may (it needs 5)")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
@@ -88,6 +96,29 @@ def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
     return doc
 
 
+def json_depth(text: str) -> int:
+    """The deepest nesting of objects and arrays in JSON ``text`` (strings skipped), found
+    without parsing, so that a hostile document cannot exhaust the parser's recursion."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
 def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
         model: "CounterModel | None" = None, host: Any = None, out: TextIO | None = None,
         err: TextIO | None = None, warps_per_group: int = 1) -> int:
@@ -100,7 +131,7 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     """
     from pipeline_core.check.checker import check_document
     from pipeline_core.check.counters import model_for_document
-    from pipeline_core.check.program import DocumentError, check_shape
+    from pipeline_core.check.program import DocumentError, check_shape, document_warps
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -112,6 +143,7 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
         if model is None:
             check_shape(document)
             model = model_for_document(document, host, getattr(args, "target", None))
+        warps_per_group = document_warps(document) or warps_per_group
         if getattr(args, "explicit_register_waits", False):
             model = attrs.evolve(model, register_interlock=False)
         if getattr(args, "no_lds_order", False):

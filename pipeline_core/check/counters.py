@@ -36,6 +36,8 @@ class CounterSpec:
     #: group channels: the tag of the entry that closes a group.  Ops on the channel
     #: then add no tick themselves; each commit adds one tick that retires them all.
     commit_tag: int | None = None
+    #: largest encodable wait value (the target's ``Channel.max_wait``); None: not declared
+    max_wait: int | None = None
 
 
 @attrs.frozen
@@ -176,7 +178,8 @@ def counter_model(sync: SyncModel, document: Mapping[str, Any]) -> CounterModel:
                           1 if e.counter in grouped else e.ticks)
                   for e in bound.effects if e.counter is not None)
     return CounterModel(
-        counters=tuple(CounterSpec(c.name, c.wait_tag, c.in_order, c.commit_tag)
+        counters=tuple(CounterSpec(c.name, c.wait_tag, c.in_order, commit_tag=c.commit_tag,
+                                   max_wait=c.max_wait)
                        for c in sync.channels),
         costs=costs,
         synchronous=tuple((int(e.role), e.channel) for e in bound.effects if e.counter is None),

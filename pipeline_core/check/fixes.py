@@ -18,11 +18,21 @@ def _waits_between(trace: WarpTrace, counter: str, lo: int, hi: int) -> list[int
 
 
 def _value(trace: WarpTrace, counter: CounterSpec, issued: int, at: int) -> int:
-    """The largest wait value at ``at`` that still retires the op issued at ``issued``."""
-    return trace.ops_between(counter.name, issued, at) if counter.in_order else 0
+    """The largest wait value at ``at`` that still retires the op issued at ``issued``.
+
+    Never negative (a wait after the op is at least a full drain) and never above the
+    counter's encodable maximum (a smaller wait retires the op too).
+    """
+    n = max(trace.ops_between(counter.name, issued, at), 0) if counter.in_order else 0
+    return n if counter.max_wait is None else min(n, counter.max_wait)
 
 
 def _wait_fix(trace: WarpTrace, counter: CounterSpec, issued: int, before: int, why: str) -> Fix:
+    if issued >= before:  # the op is issued at or after the point: no wait there can retire it
+        phase, index, site = _where(trace, before)
+        return Fix("review", phase, index,
+                   f"{_where(trace, issued)[2]} is issued only after {site}: reorder the entries so "
+                   "the op is issued (and retired) first")
     waits = _waits_between(trace, counter.name, issued, before)
     if waits:
         w = waits[-1]

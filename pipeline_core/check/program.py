@@ -194,7 +194,80 @@ def check_shape(document: Any) -> tuple[dict[str, list], int, Mapping[str, Any],
     depth = _need_int(config, "depth", "config")
     if depth < 1:
         raise DocumentError("config.depth", f"must be >= 1, got {depth}")
+    _check_config_types(config, document.get("schedule_config"))
+    # with the stagger enabled, 0..len(prologue) splits the prologue and len(prologue) + 1 is
+    # the reference's "no split"; anything else is no index the compiler emits.  Disabled, the
+    # index is only "past the end" (the groups run back to back) and must not be negative.
+    ws = config.get("warp_stagger") if isinstance(config, Mapping) else None
+    enabled = isinstance(ws, Mapping) and ws.get("enabled") is True
+    past_end = len(phases["prologue"]) + 1
+    if stagger < 0 or (enabled and stagger > past_end):
+        allowed = f"0..{past_end}" if enabled else ">= 0"
+        raise DocumentError("warp_stagger_index", f"must be {allowed} (the prologue has "
+                                                  f"{past_end - 1} entries), got {stagger}")
+    _check_execution(document.get("execution"))
     return phases, stagger, config, depth
+
+
+#: config fields the checker reads, with what each must be (docs/document-format.md)
+_COUNT_FIELDS = ("vm_per_load_a", "vm_per_load_b", "lgkm_per_load_a", "lgkm_per_load_b")
+
+
+def _check_config_types(config: Mapping[str, Any], sched: Any) -> None:
+    """The config facts the checker reads have the types the document format gives them:
+    a mistyped one (``"enabled": "false"``) must not silently change the verdict."""
+    for key in _COUNT_FIELDS:
+        if key in config:
+            v = config[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise DocumentError(f"config.{key}", f"expected an integer >= 0, got {v!r}")
+    if isinstance(sched, Mapping):
+        for key in ("lgkm_per_load_a", "lgkm_per_load_b"):
+            v = sched.get(key, 0)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise DocumentError(f"schedule_config.{key}", f"expected an integer >= 0, got {v!r}")
+    elif sched is not None:
+        raise DocumentError("schedule_config", f"expected an object, got {type(sched).__name__}")
+    for key in ("ch0_match_field", "ch1_match_field"):
+        if key in config and (isinstance(config[key], bool) or config[key] not in (0, 1)):
+            raise DocumentError(f"config.{key}", f"expected 0 (stage) or 1 (subtile), got "
+                                                 f"{config[key]!r}")
+    if "warp_stagger" in config:
+        ws = config["warp_stagger"]
+        if not isinstance(ws, Mapping):
+            raise DocumentError("config.warp_stagger", f"expected an object, got {ws!r}")
+        for key in ("enabled", "compute_from_body"):
+            if key in ws and not isinstance(ws[key], bool):
+                raise DocumentError(f"config.warp_stagger.{key}",
+                                    f"expected true or false, got {ws[key]!r}")
+        if "fixed_amount" in ws and (isinstance(ws["fixed_amount"], bool)
+                                     or not isinstance(ws["fixed_amount"], int)):
+            raise DocumentError("config.warp_stagger.fixed_amount",
+                                f"expected an integer, got {ws['fixed_amount']!r}")
+
+
+def _check_execution(execution: Any) -> None:
+    from pipeline_core.limits import WARPS_PER_GROUP
+
+    if execution is None:
+        return
+    if not isinstance(execution, Mapping):
+        raise DocumentError("execution", f"expected an object, got {type(execution).__name__}")
+    groups = execution.get("groups", 1)
+    if isinstance(groups, bool) or groups not in (1, 2):
+        raise DocumentError("execution.groups", f"expected 1 or 2, got {groups!r}")
+    warps = execution.get("warps_per_group", 1)
+    if isinstance(warps, bool) or not isinstance(warps, int) or not WARPS_PER_GROUP.contains(warps):
+        raise DocumentError("execution.warps_per_group",
+                            f"expected {WARPS_PER_GROUP.allowed()}, got {warps!r}")
+
+
+def document_warps(document: Mapping[str, Any]) -> int | None:
+    """The warps per group a document records (``execution.warps_per_group``), if any."""
+    execution = document.get("execution")
+    if isinstance(execution, Mapping) and isinstance(execution.get("warps_per_group"), int):
+        return int(execution["warps_per_group"])
+    return None
 
 
 def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | None = None) -> CheckProgram:
@@ -237,7 +310,13 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
             return Instr(Kind.BARRIER, **base)
         counter = model.counter_for_wait(tag)
         if counter is not None:
-            return Instr(Kind.WAIT, counter=counter.name, value=op["wait_value"], **base)
+            value = op["wait_value"]
+            if value < 0 or (counter.max_wait is not None and value > counter.max_wait):
+                allowed = (f"0..{counter.max_wait}" if counter.max_wait is not None
+                           else "a value >= 0")
+                raise DocumentError(f"{path}.wait_value", f"a wait on {counter.name} takes "
+                                                          f"{allowed} (its encoding), got {value}")
+            return Instr(Kind.WAIT, counter=counter.name, value=value, **base)
         group = model.counter_for_commit(tag)
         if group is not None:
             return Instr(Kind.COMMIT, counter=group.name, cost=1, **base)

@@ -192,21 +192,35 @@ class Verdict:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
+    def assumptions(self) -> list[str]:
+        """Every assumption the verdict rests on, in words (the verdict line states them all)."""
+        who = f"{self.groups} warp group{'s' if self.groups > 1 else ''}"
+        who += f" x {self.warps_per_group} warp{'s' if self.warps_per_group > 1 else ''}"
+        out = [who, f"{self.iterations} kernel iterations",
+               f"counter model {self.model.get('name', '?')}"]
+        out.append("assuming in-order LDS" if self.model.get("lds_in_order")
+                   else "no in-order LDS assumed")
+        out.append("assuming the compiler interlocks fragment registers"
+                   if self.model.get("register_interlock", True)
+                   else "no register interlock assumed (explicit waits only)")
+        if self.model.get("barrier_drains"):
+            out.append("barriers drain the issuing warp's memory ops")
+        return out
+
+    def assumptions_text(self) -> str:
+        return ", ".join(self.assumptions())
+
     def render_text(self) -> str:
         multi = self.warps_per_group > 1
         lines = []
-        who = f"{self.groups} warp group{'s' if self.groups > 1 else ''}"
-        if multi:
-            who += f" x {self.warps_per_group} warps"
         head = f"{self.name}: " if self.name else ""
         if self.safe:
-            lines.append(f"{head}SAFE ({who}, {self.iterations} kernel iterations, "
-                         f"counter model {self.model.get('name', '?')}"
-                         + (", assuming in-order LDS" if self.model.get("lds_in_order") else "") + ")")
+            lines.append(f"{head}SAFE ({self.assumptions_text()})")
         else:
             v = self.first
             assert v is not None  # an unsafe verdict carries its violations
             lines.append(f"{head}UNSAFE: {v.kind.value} at {v.site.text(multi)}")
+            lines.append(f"  assumptions: {self.assumptions_text()}")
             lines.append(f"  {v.message}")
             if v.other:
                 lines.append(f"  conflicts with {v.other.text(multi)}")

@@ -14,6 +14,10 @@ AMD_WORDS = re.compile(r"lgkm|vmcnt|vm_cost|vm_per|wait_vm|s_barrier|s_setprio|s
                        r"set_prio|sched_barrier|mi355|cdna|gfx9", re.IGNORECASE)
 
 
+# allow_unsafe: until the target-neutral wait derivation gives this target a sync model, a
+# plain compile refuses "hello" as unprovable (tests/test_ci_list.py asserts the refusal)
+
+
 def test_schedule_compiles_with_only_this_plugin(pipeline_host):
     host = pipeline_host(plugin)
     compiled = compile_named("hello", host=host)

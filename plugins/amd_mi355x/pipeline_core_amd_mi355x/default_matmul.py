@@ -59,6 +59,13 @@ def logical_body(num_k_tiles: int) -> list[Op]:
     return b.done()
 
 
+#: warps of the default matmul kernel, one group.  The reference spec names no count for it;
+#: its hint grid (num_m_mmas x MMA_M = 4 x 16 = 64 rows per warp, the same in N) tiles the
+#: 128 x 128 block as 2 x 2 warps, as the 4-wave kernel's 2 x 2 grid does: 4 warps of 64
+#: lanes.  The hazard proof runs each of them.
+WARPS = 4
+
+
 @attrs.frozen
 class DefaultMatmulSchedule:
     """SingleBufferSchedule[T] with the AMD hints (build_default_matmul_schedule)."""
@@ -89,6 +96,9 @@ class DefaultMatmulSchedule:
 
     def tag_names(self) -> dict[int, str]:
         return dict(SINGLE_BUFFER_TAG_NAMES)
+
+    def warps_per_group(self) -> int:
+        return WARPS
 
 
 def _check_positive(params: Mapping[str, Any], names) -> None:

@@ -10,6 +10,11 @@ from pipeline_core.ops import Op
 
 from pipeline_core_amd_mi355x.tags import DOUBLE_BUFFER_TAG_NAMES
 
+#: the ping-pong kernel runs 8 warps as 2 staggered groups of 4 (REFERENCE §9, "Ping-pong
+#: schedule: 8 warps, 2 warp groups"); every ping-pong-shaped schedule declares the same, so
+#: the hazard proof runs each of a group's 4 warps, not one agent per group
+WARPS_PER_GROUP = 4
+
 
 class InterleavedMatmulSchedule:
     """Mixin: needs ``target``, ``sched``, ``lgkm_per_load_a/b``, ``config()`` and ``logical_body()``."""
@@ -40,3 +45,6 @@ class InterleavedMatmulSchedule:
 
     def tag_names(self) -> dict[int, str]:
         return dict(DOUBLE_BUFFER_TAG_NAMES)
+
+    def warps_per_group(self) -> int:
+        return WARPS_PER_GROUP

@@ -15,6 +15,12 @@
   global->LDS load is serviced before that load's data lands.
 * ``s_setprio``, ``sched_barrier`` and ``sched_group_barrier`` are scheduling
   hints: they cost nothing and never stall.
+* Encoding limits (``Channel.max_wait``): ``s_waitcnt`` holds vmcnt in 6 bits (SIMM16[3:0]
+  and [15:14]) and lgkmcnt in 4 bits (SIMM16[11:8]) on gfx950 as on gfx942, so the largest
+  waits are vmcnt 63 and lgkmcnt 15 (expcnt, 3 bits, 7, is unused here).  Sources: the CDNA4
+  ISA guide (S_WAITCNT, and the counter widths of its Table 2), LLVM's AMDGPUBaseInfo.cpp
+  bit widths and gfx940_waitcnt.rst, collected in docs/design/amd-waits-and-warps.md §6.  A
+  derived or manual wait above them cannot be encoded, and compile refuses it.
 """
 from __future__ import annotations
 
@@ -22,13 +28,16 @@ from pipeline_core.ops import FrameworkTag, OpRole
 from pipeline_core.sync import BarrierKind, BlockBinding, Channel, Effect, SyncModel
 
 VM, LGKM = "vm", "lgkm"
+#: the largest encodable s_waitcnt values on gfx950 (module docstring)
+VMCNT_MAX, LGKMCNT_MAX = 63, 15
 
 CHANNELS = (
     Channel(name=VM, label="vmcnt", wait_tag=int(FrameworkTag.WAIT_VM), wait_name="WAIT_VM",
-            unit="instruction", in_order=True, owner="wave", op_cost_field="vm_cost"),
+            unit="instruction", in_order=True, owner="wave", op_cost_field="vm_cost",
+            max_wait=VMCNT_MAX),
     Channel(name=LGKM, label="lgkmcnt", wait_tag=int(FrameworkTag.WAIT_LGKM),
             wait_name="WAIT_LGKM", unit="instruction", in_order=True, owner="wave",
-            op_cost_field="lgkm_cost"),
+            op_cost_field="lgkm_cost", max_wait=LGKMCNT_MAX),
 )
 
 EFFECTS = (

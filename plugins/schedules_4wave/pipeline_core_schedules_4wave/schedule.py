@@ -14,6 +14,15 @@ Configs (REFERENCE §3 launch defaults, Appendix B 3.3/3.4/11.6):
 * launch_defaults=false: the schedule builder's own defaults (from_strategies
   config, mi355x target defaults vm 4/4, max_globals 1);
 then the user's -T/-c values, then the knobs 4-wave cannot run without.
+
+The epilogue guard (docs/design/amd-waits-and-warps.md): the reference's epilogue reads LDS
+tiles that another of the 4 waves loaded, after no barrier that follows that wave's retiring
+wait: with the kernel's real 4 warps the hazard checker finds six LDS_RAW reads there, a real
+race on gfx950 (per-wave vmcnt, an s_barrier that drains nothing).  So the epilogue starts
+with ``WAIT_VM(0), BARRIER`` (the reference kernel's own guard for split-K, made
+unconditional) and is proven safe.  ``-p epilogue_guard=off`` (or ``--allow-unsafe``, which
+asks for the reference's exact output) drops it; that output is refused unless
+``--allow-unsafe``.
 """
 from __future__ import annotations
 
@@ -25,7 +34,7 @@ from pipeline_core.config import (PipelineConfig, ScheduleConfig, TargetProfile,
                                   apply_overrides)
 from pipeline_core.costs import annotate
 from pipeline_core.errors import ConfigError
-from pipeline_core.ops import Op, OpRole
+from pipeline_core.ops import Op, OpRole, barrier, wait_vm
 from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
 
 from pipeline_core_amd_mi355x.configs import require_2x2_double_buffer
@@ -54,7 +63,16 @@ PARAMS: tuple[Param, ...] = (
     Param("launch_defaults", bool, True,
           "apply what the production 4-wave kernel passes: target vm/max_globals from the geometry, "
           "schedule-barrier mask 0xFF and wait wrapping when BM >= 128 (false: the builder's defaults)"),
+    Param("epilogue_guard", str, "auto",
+          "start the epilogue with WAIT_VM(0), BARRIER, the repair of the reference's epilogue "
+          "race with 4 warps (docs/design/amd-waits-and-warps.md); auto: on, except under "
+          "--allow-unsafe, which reproduces the reference; off: the reference's epilogue, "
+          "refused unless --allow-unsafe", choices=("auto", "on", "off")),
 )
+
+#: warps of the 4-wave kernel, all in one group (REFERENCE §9: "4 warps"); the hazard proof
+#: runs each of them
+WARPS = 4
 
 #: Knobs Pipeline4Wave forces on any ScheduleConfig, and why (shown when a -c contradicts one).
 FORCED_KNOBS: Mapping[str, Any] = {
@@ -113,9 +131,18 @@ class FourWaveSchedule:
     sched: ScheduleConfig
     launch: LaunchDefaults
     name: str = NAME
+    #: start the epilogue with WAIT_VM(0), BARRIER (module docstring)
+    epilogue_guard: bool = True
 
     def config(self) -> PipelineConfig:
         return self.target.pipeline
+
+    def warps_per_group(self) -> int:
+        return WARPS
+
+    def epilogue_prefix(self) -> list[Op]:
+        """WAIT_VM(0), BARRIER: every wave's last loads retired, then published to all."""
+        return [wait_vm(0), barrier()] if self.epilogue_guard else []
 
     def logical_body(self) -> list[Op]:
         return logical_body()
@@ -196,7 +223,8 @@ def make_four_wave(ctx: BuildContext) -> FourWaveSchedule:
     _reject_contradicting_overrides(ctx)
     sched = force_knobs(ctx.schedule_config(base))
     target = attrs.evolve(target, pipeline=four_wave_pipeline(target.pipeline, launch))
-    return FourWaveSchedule(target=target, sched=sched, launch=launch)
+    guard = {"on": True, "off": False}.get(p["epilogue_guard"], not ctx.reference)
+    return FourWaveSchedule(target=target, sched=sched, launch=launch, epilogue_guard=guard)
 
 
 RECORD = ScheduleRecord(

@@ -9,7 +9,7 @@ from pipeline_core_amd_mi355x import testing as mt
 @pytest.mark.parametrize("case", ["fourwave_fp8", "fourwave_fp8_bm64"])
 def test_golden_parity_through_the_cli(golden, cli_json, case):
     g = golden(case)
-    got = cli_json(g["cli"])
+    got = cli_json(g["cli"] + list(mt.REFERENCE_FLAGS))
     assert mt.golden_diffs(g, got) == []
     # not compared (docs/document-format.md), but the reference's intermediate values must match too
     assert mt.diff(g["explicit_blocks"], got["explicit_blocks"], "explicit_blocks") == []
@@ -24,7 +24,7 @@ def test_golden_parity_through_the_cli(golden, cli_json, case):
     ("fourwave_fp8_bm64", ["compile", "4wave", "-p", "BM=64", "-p", "BN=64"]),
 ])
 def test_shape_only_equals_the_explicit_form(golden, cli_json, case, argv):
-    assert mt.golden_diffs(golden(case), cli_json(argv)) == []
+    assert mt.golden_diffs(golden(case), cli_json(argv + list(mt.REFERENCE_FLAGS))) == []
 
 
 def test_builder_defaults(cli_json):
@@ -66,7 +66,8 @@ def test_greedy_and_csp_are_refused_with_the_reason(cli_run, strategy):
 
 
 def test_identity_and_agreeing_forced_knobs_are_accepted(golden, cli_json):
-    doc = cli_json(["compile", "4wave", "-c", "scheduling=IDENTITY", "-c", "minimal_barriers=true"])
+    doc = cli_json(["compile", "4wave", "-c", "scheduling=IDENTITY", "-c", "minimal_barriers=true",
+                    *mt.REFERENCE_FLAGS])
     assert mt.golden_diffs(golden("fourwave_fp8"), doc) == []
 
 

@@ -147,11 +147,19 @@ def test_bootstrap_frags_are_unannotated():
 
 
 @pytest.mark.parametrize("params", [{}, BM64])
-def test_epilogue(compile_4wave, params):
-    """32 entries: per block [wait_lgkm(0), frag, wait_vm(0), MMA], the last without wait_vm,
-    then one barrier; no set_prio, no schedule barriers."""
-    c = compile_4wave(params=params)
-    epi = [(e.op.tag, e.op.wait_value) for e in c.epilogue]
+@pytest.mark.parametrize("guard", ["default", "off"])
+def test_epilogue(compile_4wave, params, guard):
+    """The reference's 32 entries: per block [wait_lgkm(0), frag, wait_vm(0), MMA], the last
+    without wait_vm, then one barrier; no set_prio, no schedule barriers.  By default they
+    follow the guard WAIT_VM(0), BARRIER (docs/design/amd-waits-and-warps.md)."""
+    if guard == "off":
+        c = compile_4wave(params={**params, "epilogue_guard": "off"}, allow_unsafe=True)
+        epi = [(e.op.tag, e.op.wait_value) for e in c.epilogue]
+    else:
+        c = compile_4wave(params=params)
+        epi = [(e.op.tag, e.op.wait_value) for e in c.epilogue]
+        assert epi[:2] == [(VM, 0), (BAR, 0)]
+        epi = epi[2:]
     assert len(epi) == 32
     for i in range(7):
         blk = epi[4 * i: 4 * i + 4]

@@ -58,8 +58,11 @@ def test_completion_loads_follow_pingpong():
 @pytest.mark.parametrize("penalty", [0, 16])
 @pytest.mark.parametrize("max_globals", ["0", "1"])
 def test_larger_grids_compile_with_the_default_exact_blocks(compile_grid, m, n, penalty, max_globals):
+    # allow_unsafe: this is about the order; the grids' waits come from the reference's
+    # ping-pong derivation, which races on some of them (test_ci_list.py)
     compiled = compile_grid(m, n, target_args={"max_globals": max_globals},
-                            lds_contention_penalty=penalty, search_time_limit_ms=3000)
+                            lds_contention_penalty=penalty, search_time_limit_ms=3000,
+                            allow_unsafe=True)
     assert compiled.schedule_config.scheduling == "EXACT_BLOCKS"
     assert sorted(compiled.order) == list(range(len(compiled.body)))
     assert len(compiled.kernel) > 0 and len(compiled.prologue) > 0

@@ -117,12 +117,24 @@ def test_every_strategy_compiles(compile_named, strategy, auto_waits):
     {"lds_contention_penalty": 15, "scheduling": "IDENTITY"},
     {"lgkm_after_last": "true", "sched_barrier_mask": 0xFF},
     {"global_before_frag": "true"},
-    {"barrier_before_pre_ops": "true"},
     {"wrap_waits_with_sched_barrier": "true"},
 ])
 def test_schedule_config_knobs_compile(compile_named, overrides):
     c = compile_named(params={"lgkm_per_load_a": 8, "lgkm_per_load_b": 4}, overrides=overrides)
     assert sum(1 for e in c.kernel if e.op.tag < 128) == 24
+
+
+@pytest.mark.parametrize("knob", ["barrier_before_pre_ops", "minimal_barriers",
+                                  "partial_prologue_drain"])
+def test_racing_knobs_are_refused_naming_the_knob_unless_allowed(compile_named, knob):
+    from pipeline_core.proof import UnsafeScheduleError
+
+    params = {"lgkm_per_load_a": 8, "lgkm_per_load_b": 4}
+    with pytest.raises(UnsafeScheduleError, match=f"-c {knob}=true, and this knob is known") as err:
+        compile_named(params=params, overrides={knob: "true"})
+    assert err.value.verdict is not None and not err.value.verdict.safe
+    c = compile_named(params=params, overrides={knob: "true"}, allow_unsafe=True)
+    assert c.hazards and c.hazards[0]["kind"] == err.value.verdict.first.kind.value
 
 
 def test_csp_with_lds_contention_penalty_stops_at_its_budget(compile_named):

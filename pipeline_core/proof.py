@@ -1,0 +1,188 @@
+"""The last stage of every compile: prove the emitted schedule race-free, or refuse it.
+
+Why a compiler stage and not a separate command: a schedule a kernel unrolls must not race,
+and a user who never runs ``check`` must not receive one that does.  The proof runs the
+hazard checker (pipeline_core/check/README.md) on exactly the document ``compile --format
+json`` emits, under the execution model the compile derived (warp groups, stagger and the
+warps per group the schedule or target declares) and the counter model of the target's sync
+model.  An unsafe result raises :class:`UnsafeScheduleError` naming the first hazard, its fix
+and the knobs known to race; a target without a sync model cannot be proven, so its schedules
+are refused too (:class:`UnprovableScheduleError`).  ``allow_unsafe`` emits either anyway,
+with the hazards attached to the compiled schedule (the document's ``hazards`` key).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from pipeline_core.errors import PipelineError, TargetFactError, UnknownNameError
+
+if TYPE_CHECKING:
+    from pipeline_core.check.verdict import Verdict
+    from pipeline_core.compiler import CompiledSchedule
+
+#: kernel iterations the proof executes: the stagger, a steady state and the hand-off to the
+#: epilogue all appear within three (the ``check`` command's default, pipeline_core/check/cli.py)
+PROOF_ITERATIONS = 3
+
+#: the metadata key a ScheduleConfig field carries when setting it is known to make the
+#: reference's output race (pipeline_core/config.py); a refusal names such knobs
+RACES_KEY = "races"
+
+
+ALLOW_TEXT = "pass --allow-unsafe (API: allow_unsafe=True) to emit it anyway with its hazards listed"
+
+
+class UnsafeScheduleError(PipelineError):
+    """Compile refused a schedule the hazard checker does not prove race-free.
+
+    ``verdict`` is the checker's verdict (None when nothing could be proven), ``knobs`` the
+    racing ``-c`` knobs the caller set.  The CLI exits 1 (unsafe), as ``check`` does.
+    """
+
+    def __init__(self, finding: str, *, verdict: Verdict | None = None,
+                 knobs: tuple[str, ...] = ()) -> None:
+        self.finding = finding
+        self.verdict = verdict
+        self.knobs = knobs
+        text = finding
+        if knobs:
+            these = "these knobs are" if len(knobs) > 1 else "this knob is"
+            text += (f"; the configuration sets {', '.join(knobs)}, and {these} known to make "
+                     "the reference's output race (accepted only with --allow-unsafe)")
+        super().__init__(f"{text}; {ALLOW_TEXT}")
+
+    def naming_knobs(self, knobs: tuple[str, ...]) -> "UnsafeScheduleError":
+        """The same refusal, naming the racing knobs the caller set."""
+        return UnsafeScheduleError(self.finding, verdict=self.verdict, knobs=knobs)
+
+
+class UnprovableScheduleError(UnsafeScheduleError):
+    """The schedule's target declares no sync model, so no proof is possible."""
+
+    def __init__(self, finding: str, *, target: str) -> None:
+        self.target = target
+        super().__init__(finding)
+
+    def naming_knobs(self, knobs: tuple[str, ...]) -> "UnsafeScheduleError":
+        """No knob makes a schedule unprovable: the refusal stays as it is."""
+        return self
+
+
+@attrs.frozen(kw_only=True)
+class Proof:
+    """What the proof stage found: the verdict, or why there is none."""
+
+    verdict: Verdict | None
+    unprovable: str = ""  #: why no verdict could be computed (no sync model)
+
+    @property
+    def safe(self) -> bool:
+        return self.verdict is not None and self.verdict.safe
+
+    def hazards(self) -> list[dict[str, Any]]:
+        """The document's ``hazards`` list: one record per distinct violation."""
+        if self.verdict is None:
+            return [{"kind": "UNPROVEN", "message": self.unprovable}]
+        return [v.to_dict() for v in self.verdict.distinct()]
+
+
+def racing_overrides(overrides: Mapping[str, str]) -> tuple[str, ...]:
+    """``-c NAME=VALUE`` for every given ScheduleConfig override that sets a knob declared
+    (field metadata ``races``, pipeline_core/config.py) to make the reference's output race."""
+    from pipeline_core.config import ScheduleConfig, apply_overrides
+
+    fields = {f.name: f for f in attrs.fields(ScheduleConfig)}
+    racing = {k: v for k, v in overrides.items() if k in fields and fields[k].metadata.get(RACES_KEY)}
+    if not racing:
+        return ()
+    parsed = apply_overrides(ScheduleConfig(), racing, what="ScheduleConfig", flag="-c")
+    default = ScheduleConfig()
+    return tuple(f"-c {k}={v}" for k, v in racing.items()
+                 if getattr(parsed, k) != getattr(default, k))
+
+
+def check_encodable(compiled: CompiledSchedule, sync: Any) -> None:
+    """Every emitted wait fits its channel's encoding (``Channel.max_wait``; None: unknown).
+
+    A wait above the largest encodable value cannot be emitted at all (each target declares
+    its limits; the AMD plugin's, with sources, are in docs/design/amd-waits-and-warps.md), and
+    a negative one means nothing; either
+    is a :class:`~pipeline_core.errors.ProgramError` naming the entry, the channel and the limit.
+    """
+    from pipeline_core.errors import ProgramError
+
+    channels = {c.wait_tag: c for c in sync.channels}
+    for phase, entries in (("prologue", compiled.prologue), ("kernel", compiled.kernel),
+                           ("epilogue", compiled.epilogue)):
+        for i, entry in enumerate(entries):
+            channel = channels.get(entry.op.tag)
+            if channel is None:
+                continue
+            value = entry.op.wait_value
+            limit = channel.max_wait
+            if value < 0 or (limit is not None and value > limit):
+                allowed = f"0..{limit}" if limit is not None else "a value >= 0"
+                raise ProgramError(
+                    f"schedule {compiled.schedule_name}: {phase}[{i}] {channel.wait_name}({value}) "
+                    f"cannot be encoded: {channel.label} waits on target "
+                    f"{compiled.target_name or sync.name!r} take {allowed}"
+                    + (" (a manual wait: lower -c wait_vm_last / wait_lgkm_first)"
+                       if not compiled.schedule_config.auto_waits else ""))
+
+
+def prove(compiled: CompiledSchedule, host: Any = None) -> Proof:
+    """Run the hazard checker on ``compiled`` as emitted, with its declared warps per group."""
+    from pipeline_core.check.checker import check_program
+    from pipeline_core.check.counters import counter_model
+    from pipeline_core.check.program import decode
+    from pipeline_core.document import to_document
+    from pipeline_core.sync.resolve import sync_for_compiled
+
+    try:
+        sync = sync_for_compiled(compiled, host)
+    except (TargetFactError, UnknownNameError) as exc:
+        return Proof(verdict=None, unprovable=str(exc))
+    check_encodable(compiled, sync)
+    document = to_document(compiled)
+    model = counter_model(sync, document)
+    execution = compiled.execution
+    program = decode(document, model, groups=execution.groups if execution is not None else None)
+    warps = execution.warps_per_group if execution is not None else 1
+    return Proof(verdict=check_program(program, iterations=PROOF_ITERATIONS,
+                                       warps_per_group=warps))
+
+
+def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
+    """The one-line error for a schedule the proof did not accept."""
+    who = f"schedule {compiled.schedule_name}"
+    if proof.verdict is None:
+        target = compiled.target_name or "(the schedule's own)"
+        return UnprovableScheduleError(
+            f"compile refused {who}: it cannot be proven race-free: {proof.unprovable}",
+            target=target)
+    verdict = proof.verdict
+    first = verdict.first
+    assert first is not None  # an unsafe verdict carries its violations
+    multi = verdict.warps_per_group > 1
+    text = (f"compile refused {who}: UNSAFE under {verdict.assumptions_text()}: "
+            f"{first.kind.value} at {first.site.text(multi)}: {first.message}")
+    if first.fix is not None:
+        text += f"; fix: {first.fix.text}"
+    more = len(verdict.distinct()) - 1
+    if more:
+        text += (f" ({more} more distinct hazard{'s' if more > 1 else ''}: "
+                 "`pipeline-core check` lists them)")
+    return UnsafeScheduleError(text, verdict=verdict)
+
+
+def require_safe(compiled: CompiledSchedule, host: Any = None, *,
+                 allow_unsafe: bool = False) -> CompiledSchedule:
+    """``compiled`` with its proof attached; raises :class:`UnsafeScheduleError` unless it is
+    proven safe or ``allow_unsafe`` is set."""
+    proof = prove(compiled, host)
+    if not proof.safe and not allow_unsafe:
+        raise refusal(compiled, proof)
+    return attrs.evolve(compiled, proof=proof)
