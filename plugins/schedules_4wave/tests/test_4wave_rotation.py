@@ -10,7 +10,6 @@ import pytest
 from pipeline_core.document import config_from_doc, edges_from_doc, ops_from_doc
 from pipeline_core.edges import DepEdge, derive_edges
 from pipeline_core.ops import DepKind, OpRole
-from pipeline_core_amd_mi355x.testing import load_golden
 
 from pipeline_core_schedules_4wave.rotation import (derive_cross_stage_rotation_edges,
                                                     filter_spurious_cross_stage_flow)
@@ -25,13 +24,9 @@ def _triples(edges):
     return [(e.producer, e.consumer, e.kind, e.distance) for e in edges]
 
 
-def _body_config(case):
-    d = load(case)
+def _body_config(golden, case):
+    d = golden(case)
     return d, ops_from(d["body"]), config_from(d["config"])
-
-
-def load(case):
-    return load_golden(case)
 
 
 def ops_from(items):
@@ -43,14 +38,14 @@ def config_from(config):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_four_wave_edges_equal_golden_edges(case):
-    d, body, config = _body_config(case)
+def test_four_wave_edges_equal_golden_edges(golden, case):
+    d, body, config = _body_config(golden, case)
     golden = _triples(edges_from_doc(d["edges"]))
     assert _triples(four_wave_edges(body, config)) == golden
 
 
-def test_fourwave_cross_stage_edges_order_and_breakdown():
-    d = load("fourwave_fp8")
+def test_fourwave_cross_stage_edges_order_and_breakdown(golden):
+    d = golden("fourwave_fp8")
     body, config = ops_from(d["body"]), config_from(d["config"])
     raw = derive_edges(body, config)
     assert filter_spurious_cross_stage_flow(raw, body) == raw  # a no-op on rule-derived edges
@@ -66,8 +61,8 @@ def test_fourwave_cross_stage_edges_order_and_breakdown():
     assert sum(e.kind == A and e.distance == 0 for e in total) == 24
 
 
-def test_filter_drops_spurious_flow_and_keeps_order():
-    d = load("fourwave_fp8")
+def test_filter_drops_spurious_flow_and_keeps_order(golden):
+    d = golden("fourwave_fp8")
     body = ops_from(d["body"])
     # op 7 is a cross-stage frag (stage 1 in partition 0); op 2 is a partition-0 MMA.
     assert body[7].role == OpRole.FRAGMENT_LOAD and body[7].stage == 1 and body[7].subtile == 0
