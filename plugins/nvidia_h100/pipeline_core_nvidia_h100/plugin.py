@@ -15,3 +15,10 @@ def pipeline_core_register_targets():
 @hookimpl
 def pipeline_core_register_schedules():
     return list(SCHEDULES)
+
+
+@hookimpl
+def pipeline_core_register_emitters():
+    from pipeline_core_nvidia_h100.emit_cuda import EMITTERS
+
+    return list(EMITTERS)
