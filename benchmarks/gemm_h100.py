@@ -497,6 +497,66 @@ def hand_runner(builder, cfg: Config):
     return run
 
 
+# ------------------------------------------------ compiled-multistage: pipeline-core emit -------
+
+#: (label, -p params, -T stages) of the compiled schedule multistage-gemm
+COMPILED = (
+    ("first-light", {"BM": "128", "BN": "128", "BK": "32", "warps_m": "2", "warps_n": "2"}, 2),
+    ("perf-s3", {}, 3),
+    ("perf-s4", {}, 4),
+)
+
+
+def compiled_source(params: dict, stages: int, loosen: int | None = None):
+    """Compile multistage-gemm, emit it with the cuda emitter; optionally loosen kernel wait #loosen.
+
+    The loosened schedule is judged by our checker on the same document mutation
+    (``pipeline_core.check.mutate``) before it is emitted; returns (source, geometry, verdict).
+    """
+    import attrs
+    from pipeline_core.api import compile_named
+    from pipeline_core.check.checker import check_document
+    from pipeline_core.check.mutate import Mutation
+    from pipeline_core.export.json import to_document
+    from pipeline_core.plugins import default_host
+    from pipeline_core_nvidia_h100.emit_cuda import emit_cuda
+    from pipeline_core_nvidia_h100.multistage import geometry_of
+    from pipeline_core_nvidia_h100.sync import WAIT_CP_ASYNC
+
+    host = default_host()
+    if "multistage-gemm" not in host.schedules:  # a checkout on PYTHONPATH: no entry points
+        from pipeline_core.plugins import PluginHost
+        host = PluginHost(extra_modules=["pipeline_core_nvidia_h100.plugin"])
+    c = compile_named("multistage-gemm", target="h100", params=params,
+                      target_args={"stages": str(stages)}, host=host)
+    verdict = None
+    if loosen is not None:
+        idx = [i for i, e in enumerate(c.kernel) if e.op.tag == WAIT_CP_ASYNC][loosen]
+        doc = Mutation("loosen_wait", "kernel", idx, "loosen").apply(to_document(c))
+        verdict = check_document(doc, host=host)
+        e = c.kernel[idx]
+        kernel = list(c.kernel)
+        kernel[idx] = attrs.evolve(e, op=e.op.evolve(wait_value=e.op.wait_value + 1))
+        c = attrs.evolve(c, kernel=tuple(kernel))
+    return emit_cuda(c), geometry_of(dict(c.params), stages), verdict
+
+
+def compiled_runner(builder, params: dict, stages: int, loosen: int | None = None):
+    from pipeline_core_nvidia_h100.emit_cuda import KERNEL_NAME
+
+    src, g, _ = compiled_source(params, stages, loosen)
+    kernel = builder.compile(src, KERNEL_NAME)
+    builder.set_max_dynamic_shared(kernel, g.smem_bytes)
+
+    def run(a, b, c):
+        M, K = a.shape
+        N = b.shape[0]
+        g.check_shape(M, N, K)
+        builder.launch(kernel, ((M // g.bm) * (N // g.bn),), (g.threads,), (a, b, c, M, N, K),
+                       shared_mem=g.smem_bytes)
+    return run, g
+
+
 def gpu_main(args) -> int:
     import torch
     from pipeline_core_nvidia_h100.runtime import KernelBuilder
@@ -509,9 +569,13 @@ def gpu_main(args) -> int:
     impls: list[tuple[str, str, dict, object]] = [("cublas", "torch.matmul(A, B.T)", {},
                                                   lambda a, b, c: torch.matmul(a, b.T, out=c))]
     for cfg in CONFIGS:
-        if args.configs and cfg.label not in args.configs:
+        if args.configs is not None and cfg.label not in args.configs:
             continue
         impls.append(("hand-multistage", cfg.label, cfg.as_dict(), hand_runner(builder, cfg)))
+    for label, params, stages in COMPILED:
+        run_c, g = compiled_runner(builder, params, stages)
+        impls.append(("compiled-multistage", label, {**g.as_params(), "smem_bytes": g.smem_bytes},
+                      run_c))
     triton_kernel = None
     if not args.no_triton:
         run_tr, triton_kernel = make_triton()
@@ -593,13 +657,50 @@ def gpu_main(args) -> int:
 
     if args.jsonl:
         Path(args.jsonl).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.jsonl).write_text("\n".join(lines) + "\n")
+        with open(args.jsonl, "a", encoding="utf-8") as fh:  # appended: earlier runs stay
+            fh.write("\n".join(lines) + "\n")
     print("\n# impl            config       shape              TFLOPS   %cuBLAS  rel_err")
     for line in lines:
         r = json.loads(line)
         print(f"# {r['impl']:<16} {r['config'][:12]:<12} {r['M']}x{r['N']}x{r['K']:<8} "
               f"{r.get('tflops', 'n/a'):>7} {r.get('pct_of_cublas', ''):>8} {r['rel_err']:.2e}")
     return 0
+
+
+def compiled_check_main(size: int, label: str, loosen: int | None) -> int:
+    """One compiled kernel at SIZE^3 (CuPy + NumPy only, for compute-sanitizer); with ``loosen``,
+    the schedule with that kernel wait loosened by one, after our checker's verdict on it."""
+    import cupy as cp
+    import numpy as np
+    from pipeline_core_nvidia_h100.runtime import KernelBuilder
+
+    params, stages = next((p, s) for lab, p, s in COMPILED if lab == label)
+    src, g, verdict = compiled_source(params, stages, loosen)
+    if verdict is not None:
+        print(f"checker on the loosened schedule: {'SAFE' if verdict.safe else 'UNSAFE'}"
+              + ("" if verdict.safe else f": {verdict.violations[0].kind.name} "
+                 f"{verdict.violations[0].message}"))
+    rng = np.random.default_rng(1)
+    a16 = (rng.standard_normal((size, size), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    b16 = (rng.standard_normal((size, size), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    builder = KernelBuilder()
+    from pipeline_core_nvidia_h100.emit_cuda import KERNEL_NAME
+    kernel = builder.compile(src, KERNEL_NAME)
+    builder.set_max_dynamic_shared(kernel, g.smem_bytes)
+    da, db = cp.asarray(a16), cp.asarray(b16)
+    af = (a16.astype(np.uint32) << 16).view(np.float32)
+    bf = (b16.astype(np.uint32) << 16).view(np.float32)
+    ref = af @ bf.T
+    errs = []
+    for _ in range(3):
+        dc = cp.full((size, size), 0x7FC0, dtype=cp.uint16)  # bf16 NaN
+        builder.launch(kernel, ((size // g.bm) * (size // g.bn),), (g.threads,),
+                       (da, db, dc, size, size, size), shared_mem=g.smem_bytes)
+        cp.cuda.Device().synchronize()
+        out = (cp.asnumpy(dc).astype(np.uint32) << 16).view(np.float32)
+        errs.append(float(np.linalg.norm(np.nan_to_num(out, nan=1e6) - ref) / np.linalg.norm(ref)))
+    print(f"compiled {label} loosen={loosen} {size}^3: rel_err {[f'{e:.3e}' for e in errs]}")
+    return 0 if max(errs) <= TOL_ABS else 1
 
 
 def racecheck_main(size: int, label: str) -> int:
@@ -641,7 +742,11 @@ def main(argv=None) -> int:
     ap.add_argument("--nvdisasm", help="nvdisasm or cuobjdump to use for --sass")
     ap.add_argument("--jsonl", default=str(DEFAULT_JSONL), help="where the JSON lines go ('' : nowhere)")
     ap.add_argument("--shapes", nargs="*", help="MxNxK shapes (default: 4096^3, 8192^3, 4096x8192x2048)")
-    ap.add_argument("--configs", nargs="*", help="hand-kernel configs to run (default: all)")
+    ap.add_argument("--configs", nargs="*", help="hand-kernel configs to run (default: all; none: --configs)")
+    ap.add_argument("--compiled-size", type=int, default=0,
+                    help="run one compiled kernel at SIZE^3 (CuPy only; for compute-sanitizer)")
+    ap.add_argument("--compiled-config", default="first-light")
+    ap.add_argument("--loosen", type=int, default=None, help="with --compiled-size: loosen kernel wait #N")
     ap.add_argument("--no-triton", action="store_true")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--reps", type=int, default=30)
@@ -655,6 +760,8 @@ def main(argv=None) -> int:
         for rep in sass_report(find_nvdisasm(args.nvdisasm)):
             print(json.dumps(rep, sort_keys=True))
         return 0
+    if args.compiled_size:
+        return compiled_check_main(args.compiled_size, args.compiled_config, args.loosen)
     if args.racecheck_size:
         return racecheck_main(args.racecheck_size, args.racecheck_config)
     return gpu_main(args)

@@ -92,6 +92,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "strategies": ("pipeline-core strategies", "pipeline-core strategies --format json"),
     "knobs": ("pipeline-core knobs", "pipeline-core knobs --format json -o knobs.json",
               "pipeline-core compile pingpong -c scheduling=GREEDY -c lds_contention_penalty=8"),
+    "emitters": ("pipeline-core emitters",),
+    "emit": ("pipeline-core emit multistage-gemm --target h100 -o kernel.cu",
+             "pipeline-core emit multistage-gemm -T stages=4 --emitter cuda -o kernel.cu"),
     "new-plugin": ("pipeline-core new-plugin my-gpu", "pipeline-core new-plugin my-gpu --dir ~/src"),
     "plugins": ("pipeline-core plugins", "pipeline-core plugins --format json",
                 "pipeline-core --disable-plugin schedules_4wave plugins"),
@@ -178,7 +181,8 @@ def build_parser(host: Any = None) -> argparse.ArgumentParser:
 
     for name, what in (("targets", "registered targets"), ("schedules", "registered schedules"),
                        ("plugins", "discovered plugins and their status"),
-                       ("strategies", "registered scheduling strategies")):
+                       ("strategies", "registered scheduling strategies"),
+                       ("emitters", "registered emitters (compiled schedule -> kernel source)")):
         q = add_parser(name, help=f"list {what}")
         add_format_option(q, deprecated_json=True)
         add_output_option(q)
@@ -206,6 +210,14 @@ def build_parser(host: Any = None) -> argparse.ArgumentParser:
     e = add_parser("export", help="timeline trace (Perfetto), dependency graph (DOT), timeline picture")
     _add_compile_options(e)
     _extend(e, "pipeline_core.export.cli_export")
+
+    m = add_parser("emit", help="compile a schedule and write a kernel's source through an emitter")
+    _add_compile_options(m)
+    m.add_argument("--emitter", help="emitter name (see `pipeline-core emitters`; default: the one "
+                                     "emitter that serves the target)")
+    m.add_argument("-O", dest="emit_options", action="append", metavar="KEY=VALUE",
+                   help="emitter option")
+    add_output_option(m)
 
     n = add_parser("new-plugin", help="write a ready-to-install plugin project (a target and a "
                                       "schedule, a README and a test)")
@@ -388,6 +400,12 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
             if p.location:
                 lines.append(f"    location: {p.location}")
         return [p.as_dict() for p in host.plugins], lines
+    if args.command == "emitters":
+        rows = [{"name": r.name, "description": r.description, "targets": list(r.targets),
+                 "provider": r.provider} for _, r in sorted(host.emitters.items())]
+        lines = [f"{r['name']}: {r['description']}  [{r['provider']}; targets "
+                 f"{', '.join(r['targets']) or 'any'}]" for r in rows]
+        return rows, lines
     if args.command == "strategies":
         rows = [{"name": r.name, "description": r.description, "provider": r.provider}
                 for _, r in sorted(host.strategies.items())]
@@ -470,6 +488,28 @@ def cmd_export(args, host) -> int:
     return run(args, _compile_from_args(args, host))
 
 
+def cmd_emit(args, host) -> int:
+    from pipeline_core.errors import ConfigError
+
+    compiled = _compile_from_args(args, host)
+    target = compiled.target_name
+    if args.emitter:
+        record = host.get_emitter(args.emitter)
+        if not record.serves(target):
+            raise ConfigError("emit", "--emitter", args.emitter,
+                              f"an emitter for target {target} (it serves "
+                              f"{', '.join(record.targets)})")
+    else:
+        serving = sorted(n for n, r in host.emitters.items() if r.serves(target))
+        if len(serving) != 1:
+            raise ConfigError("emit", "--emitter", "(none given)",
+                              f"one emitter name: {len(serving)} serve target {target}"
+                              + (f" ({', '.join(serving)})" if serving else ""))
+        record = host.emitters[serving[0]]
+    _write(record.emit(compiled, **_pairs(args.emit_options, "-O")), args.output)
+    return EXIT_OK
+
+
 def cmd_new_plugin(args, host) -> int:
     from pipeline_core.scaffold import run
 
@@ -490,7 +530,7 @@ def cmd_version(host) -> int:
 
 
 COMMANDS = {"compile": cmd_compile, "targets": cmd_list, "schedules": cmd_list,
-            "plugins": cmd_list, "strategies": cmd_list, "check": cmd_check,
+            "plugins": cmd_list, "strategies": cmd_list, "emitters": cmd_list, "emit": cmd_emit, "check": cmd_check,
             "analyze": cmd_analyze, "export": cmd_export, "knobs": cmd_knobs,
             "new-plugin": cmd_new_plugin}
 

@@ -136,12 +136,15 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
                                 execution=ExecutionModel(warps_per_group=warps),
                                 schedule=schedule.name)
         prologue, kernel, epilogue = lowered.prologue, lowered.kernel, lowered.epilogue
-        return CompiledSchedule(
+        from pipeline_core.proof import require_safe as prove_generic
+
+        return prove_generic(CompiledSchedule(
             schedule_name=schedule.name, target_name=target_name, config=config,
             schedule_config=sched, body=body, edges=edges, prologue=prologue, kernel=kernel,
             epilogue=epilogue, kernel_deps=(), warp_stagger_index=len(prologue) + 1,
             tag_names=tag_names, params=dict(params or {}), target_profile=target,
-            execution=ExecutionModel(warps_per_group=warps), lowering="generic")
+            execution=ExecutionModel(warps_per_group=warps), lowering="generic"),
+            host, allow_unsafe=allow_unsafe)
     if config.depth >= 2:
         sched = _schedule_config(schedule)
         order = schedule_order(body, config, sched, edges,

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Sequence
 import pluggy
 
 if TYPE_CHECKING:
+    from pipeline_core.emitters import EmitterRecord
     from pipeline_core.commands import CommandRecord
     from pipeline_core.config import PipelineConfig
     from pipeline_core.edges import DepEdge
@@ -225,4 +226,25 @@ def pipeline_core_register_commands() -> Sequence[CommandRecord] | None:
         def pipeline_core_register_commands():
             return [CommandRecord("hello", "say hello", add_arguments=lambda p: None,
                                   run=lambda args, host: print("hello") or 0)]
+    """
+
+
+@hookspec
+def pipeline_core_register_emitters() -> Sequence[EmitterRecord] | None:
+    """Return the emitters this plugin provides: compiled schedule -> kernel source.
+
+    Called once when the host is built.  ``pipeline-core emit SCHEDULE --emitter NAME`` compiles
+    the schedule and calls the emitter's ``emit(compiled, **options)``, which returns the source
+    text; ``pipeline-core emitters`` lists them.
+
+    :returns: a list of :class:`pipeline_core.emitters.EmitterRecord`: ``name``,
+        ``description``, ``targets`` (the target names it serves; empty for any) and ``emit``.
+    Collected; a name two plugins register is a conflict naming both.  ``emit`` runs under the
+    plugin guard: an exception there is reported as the plugin's failure, never a traceback.
+
+    Example::
+
+        @hookimpl
+        def pipeline_core_register_emitters():
+            return [EmitterRecord("text", "entries as text", (), lambda c, **o: str(c.kernel))]
     """

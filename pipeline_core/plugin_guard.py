@@ -33,6 +33,7 @@ from pipeline_core.edges import DepEdge
 from pipeline_core.errors import PipelineError, PluginError
 from pipeline_core.ops import Entry, Op
 from pipeline_core.commands import CommandRecord
+from pipeline_core.emitters import EmitterRecord
 from pipeline_core.schedule import KernelTransform, ScheduleRecord, StrategyRecord, TargetRecord
 
 DEVELOPMENT = "(development)"  #: the "distribution" of a module loaded with --plugin
@@ -320,4 +321,5 @@ HOOK_RESULTS: Mapping[str, Callable[[Any], Any]] = {
     "pipeline_core_bootstrap_frags": optional(list_of(Op)),
     "pipeline_core_kernel_transforms": optional(list_of(KernelTransform)),
     "pipeline_core_register_commands": optional(list_of(CommandRecord)),
+    "pipeline_core_register_emitters": optional(list_of(EmitterRecord)),
 }

@@ -23,6 +23,7 @@ import pluggy
 from pipeline_core import DISTRIBUTION as CORE
 from pipeline_core import hookspecs
 from pipeline_core.commands import CommandRecord
+from pipeline_core.emitters import EmitterRecord
 from pipeline_core.config import TargetProfile
 from pipeline_core.errors import PluginError, UnknownNameError
 from pipeline_core.ops import Entry
@@ -69,6 +70,7 @@ class PluginInfo:
     schedules: list[str] = attrs.field(factory=list)
     strategies: list[str] = attrs.field(factory=list)
     commands: list[str] = attrs.field(factory=list)
+    emitters: list[str] = attrs.field(factory=list)
     hooks: list[str] = attrs.field(factory=list)
     location: str = ""  #: the directory of the plugin's module ('' when it cannot be found)
 
@@ -84,7 +86,7 @@ class PluginInfo:
         return {"name": self.name, "distribution": self.distribution, "version": self.version,
                 "module": self.module, "status": self.status, "error": self.error,
                 "targets": self.targets, "schedules": self.schedules,
-                "strategies": self.strategies, "commands": self.commands, "hooks": self.hooks,
+                "strategies": self.strategies, "commands": self.commands, "emitters": self.emitters, "hooks": self.hooks,
                 "location": self.location}
 
 
@@ -137,6 +139,7 @@ class PluginHost:
         self.schedules: dict[str, ScheduleRecord] = {}
         self.strategies: dict[str, StrategyRecord] = {}
         self.commands: dict[str, CommandRecord] = {}
+        self.emitters: dict[str, EmitterRecord] = {}
         self.conflicts: dict[str, list[str]] = {}
         self.warnings: list[str] = []
         self.guard = PluginGuard(self.warnings.append)
@@ -288,7 +291,8 @@ class PluginHost:
         kinds = (("pipeline_core_register_targets", TargetRecord, self.targets, "targets", "target"),
                  ("pipeline_core_register_schedules", ScheduleRecord, self.schedules, "schedules", "schedule"),
                  ("pipeline_core_register_strategies", StrategyRecord, self.strategies, "strategies", "strategy"),
-                 ("pipeline_core_register_commands", CommandRecord, self.commands, "commands", "command"))
+                 ("pipeline_core_register_commands", CommandRecord, self.commands, "commands", "command"),
+                 ("pipeline_core_register_emitters", EmitterRecord, self.emitters, "emitters", "emitter"))
         for hook, record_type, table, attr, label in kinds:
             for impl in self._impls(hook):
                 info = self._registered[impl.plugin_name]
@@ -336,6 +340,9 @@ class PluginHost:
                 return guard.schedule(obj, culprit, f"schedule {name!r}")
 
             return attrs.evolve(record, factory=build)
+        if isinstance(record, EmitterRecord):
+            return attrs.evolve(record, emit=guard.wrap(
+                culprit, f"emitter {record.name!r}", record.emit, check=instance_of(str)))
         if isinstance(record, CommandRecord):
             return attrs.evolve(record, add_arguments=guard.wrap(
                 culprit, f"add_arguments of command {record.name!r}", record.add_arguments),
@@ -347,6 +354,7 @@ class PluginHost:
         for table, names, label in ((self.targets, info.targets, "target"),
                                     (self.schedules, info.schedules, "schedule"),
                                     (self.commands, info.commands, "command"),
+                                    (self.emitters, info.emitters, "emitter"),
                                     (self.strategies, info.strategies, "strategy")):
             for n in names:
                 key = n.upper() if table is self.strategies else n
@@ -384,6 +392,16 @@ class PluginHost:
     def get_schedule(self, name: str) -> ScheduleRecord:
         return self._lookup("schedule", self.schedules, name)
 
+    def get_emitter(self, name: str) -> EmitterRecord:
+        """A registered emitter; one that two plugins provide is refused naming both."""
+        if f"emitter:{name}" in self.conflicts:
+            raise PluginError(f"emitter {name!r} is provided by more than one plugin: "
+                              f"{', '.join(self.conflicts[f'emitter:{name}'])}")
+        if name not in self.emitters:
+            raise UnknownNameError("emitter", name, self.describe(self.emitters),
+                                   self._failed_hint("emitter", name))
+        return self.emitters[name]
+
     def get_command(self, name: str) -> CommandRecord:
         """A plugin's command; one that two plugins provide is refused naming both."""
         key = f"command:{name}"
@@ -410,7 +428,7 @@ class PluginHost:
         return self.strategies[key].function
 
     @staticmethod
-    def describe(table: Mapping[str, TargetRecord | ScheduleRecord | StrategyRecord]) -> list[str]:
+    def describe(table: Mapping[str, Any]) -> list[str]:
         """Names with their providers, for "Known ..." lists in error messages."""
         return [f"{n} ({table[n].provider})" if table[n].provider else n for n in sorted(table)]
 

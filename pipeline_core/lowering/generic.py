@@ -8,7 +8,9 @@ Stage ``s`` of the ring holds K tile ``t`` with ``t mod S == s``.
   closing one group on group channels (one commit per channel);
 * kernel: S steps (the ring's period, so every entry names a fixed stage);
   step ``s`` waits for tile ``s``, passes a barrier, reads stage ``s``, loads
-  the tile S-1 ahead into stage ``(s + S - 1) mod S``, commits, computes;
+  the tile S-1 ahead into stage ``(s + S - 1) mod S``, commits, computes
+  (fragment loads and computes in body order, the refill before the first
+  compute);
 * epilogue: the last S-1 tiles, read and computed without further loads.
 
 The schedule writes no wait: every step gets a placeholder wait on each channel
@@ -87,13 +89,23 @@ def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
     def tile_loads(stage: int) -> list[Op]:
         return [o.evolve(stage=stage) for o in loads] + commits
 
+    reads_and_computes = [o for o in body if o.role in (OpRole.FRAGMENT_LOAD, OpRole.COMPUTE)]
+
     def step(stage: int, refill: int | None) -> list[Op]:
         ops = [waits[c] for c in load_channels] + [barrier]
-        ops += [o.evolve(stage=stage) for o in frags]
+        refill_ops: list[Op] = []
         if refill is not None:
-            ops += [waits[c] for c in frag_channels]  # earlier async reads of the refilled stage
-            ops += tile_loads(refill)
-        return ops + list(computes)
+            refill_ops += [waits[c] for c in frag_channels]  # earlier async reads of the refilled stage
+            refill_ops += tile_loads(refill)
+        # Fragment loads and computes keep their body order (a body that interleaves them per
+        # k-step keeps one k-step's fragments live at a time); the refill goes before the first
+        # compute, after the fragment loads that precede it.
+        for o in reads_and_computes:
+            if o.role == OpRole.COMPUTE and refill_ops:
+                ops += refill_ops
+                refill_ops = []
+            ops.append(o.evolve(stage=stage) if o.role == OpRole.FRAGMENT_LOAD else o)
+        return ops + refill_ops
 
     prologue = [op for s in range(stages - 1) for op in tile_loads(s)]
     kernel = [op for s in range(stages) for op in step(s, (s + stages - 1) % stages)]

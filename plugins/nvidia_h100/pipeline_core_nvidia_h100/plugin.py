@@ -3,9 +3,22 @@ from __future__ import annotations
 
 from pipeline_core.hookspecs import hookimpl
 
+from pipeline_core_nvidia_h100.multistage import SCHEDULES
 from pipeline_core_nvidia_h100.targets import TARGETS
 
 
 @hookimpl
 def pipeline_core_register_targets():
     return list(TARGETS)
+
+
+@hookimpl
+def pipeline_core_register_schedules():
+    return list(SCHEDULES)
+
+
+@hookimpl
+def pipeline_core_register_emitters():
+    from pipeline_core_nvidia_h100.emit_cuda import EMITTERS
+
+    return list(EMITTERS)
