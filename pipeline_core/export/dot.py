@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import networkx as nx
 
 from pipeline_core.edges import DepEdge
-from pipeline_core.export.text import describe_op
+from pipeline_core.export.notation import op_text as describe_op
 from pipeline_core.ops import DepKind, Op, OpRole
 
 #: edge style by dependency kind

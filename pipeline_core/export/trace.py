@@ -78,7 +78,7 @@ def _blocker_args(tl: Timeline, st: Stall) -> dict[str, Any]:
     args: dict[str, Any] = {"cycles": st.cycles, "reason": st.reason, "detail": st.detail}
     if st.blocker_seq is not None and st.blocker_seq >= 0:
         b = tl.step(st.blocker_group, st.blocker_seq)
-        args.update({"waited_on": step_label(b, tl.tag_names, tl.barrier_name),
+        args.update({"waited_on": tl.label(b),
                      "waited_on_group": b.group,
                      "waited_on_phase": b.phase.name, "waited_on_iteration": b.iteration,
                      "waited_on_entry_index": b.entry})
@@ -97,7 +97,7 @@ def _group_events(ev: _Events, tl: Timeline) -> None:
             if s.stall is not None:
                 ev.slice(PID_GROUPS, tid, f"stall: {_stall_name(s, s.stall)}", "stall", s.ready,
                          s.start, _blocker_args(tl, s.stall))
-            label = step_label(s, names, tl.barrier_name)
+            label = tl.label(s)
             args = step_args(s, names)
             if s.is_marker:
                 ev.instant(PID_GROUPS, tid, label, "marker", s.start, "t", args)
@@ -129,7 +129,7 @@ def _unit_events(ev: _Events, tl: Timeline) -> None:
         step = tl.step(b.group, b.seq)
         args = step_args(step, names)
         args.update({"start": b.start, "end": b.end, "lane": b.lane})
-        ev.slice(pid, lane_tid(pid, b.lane), f"G{b.group} {step_label(step, names, tl.barrier_name)}",
+        ev.slice(pid, lane_tid(pid, b.lane), f"G{b.group} {tl.label(step)}",
                  _CATEGORY.get(step.op.role, "op"), b.start, b.end, args)
 
 
