@@ -95,3 +95,41 @@ def test_analyze_exits_1_when_the_vgpr_peak_exceeds_the_targets_budget(cli):
     assert "VGPR peak 528, PROBLEM: over the target's budget of 512 by 16" in result.stdout
     assert result.stderr.strip().endswith("exceeds the target's register budget of 512 per wave")
     assert cli("analyze", "matmul-grid", "-p", "m=6", "-p", "n=6", "--no-timing").exit_code == 0
+
+
+def test_trace_has_a_flow_arrow_from_each_retired_load_to_its_wait(cli, tmp_path):
+    out = tmp_path / "pp.json"
+    assert cli("export", "pingpong", "-o", str(out)).exit_code == 0
+    events = json.loads(out.read_text())["traceEvents"]
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    finishes = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts and set(starts) == set(finishes)
+    for fid, s in starts.items():
+        f = finishes[fid]
+        assert s["ts"] <= f["ts"] and s["tid"] == f["tid"] and "LOAD_" in s["name"].split(" retires ")[1]
+        assert s["name"].startswith("s_waitcnt ")
+
+
+def test_dot_is_laid_out_compactly_and_loop_carried_edges_do_not_rank(cli):
+    from pipeline_core.export.dot import graph_from
+
+    text = cli("export", "pingpong", "--format", "dot").stdout
+    assert "rankdir=LR" in text and "nodesep" in text
+    from pipeline_core.api import compile_named
+    g = graph_from(compile_named("pingpong"))
+    assert {d["group"] for _, d in g.nodes(data=True)} == {"stage0", "stage1"}
+    carried = [d for *_, d in g.edges(data=True) if d["distance"]]
+    assert carried and all(d["constraint"] == "false" for d in carried)
+
+
+def test_png_marks_the_steady_state_window():
+    pytest.importorskip("matplotlib")
+    from pipeline_core.api import compile_named
+    from pipeline_core.export.picture import draw, steady_window_cycles
+    from pipeline_core.simulate import simulate
+
+    tl = simulate(compile_named("pingpong"), 8)
+    span = steady_window_cycles(tl, tl.summary())
+    assert span is not None and 0 < span[0] < span[1] < tl.makespan
+    fig = draw(tl)
+    assert any("steady state: iterations" in t.get_text() for t in fig.axes[0].texts)
