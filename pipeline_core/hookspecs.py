@@ -188,6 +188,7 @@ def pipeline_core_kernel_transforms(schedule: Schedule, target: str,
     :param schedule: the schedule object; :param target: the target name;
     :param config: the :class:`PipelineConfig`.
     :returns: a list of :class:`KernelTransform` (possibly empty) or ``None``.
+
     Each transform's ``function(kernel, body, config)`` returns the new entry tuple.
 
     **When:** once per compile on the single-buffer path, after the phases are built and
@@ -214,6 +215,7 @@ def pipeline_core_register_commands() -> Sequence[CommandRecord] | None:
         ``help``, ``add_arguments(parser)`` (adds the command's options to its
         ``argparse`` parser) and ``run(args, host) -> int | None`` (the exit status;
         ``None`` means 0), plus optional ``examples`` for the command's ``--help``.
+
     Collected; a name already taken by another plugin is a conflict naming both, and a
     built-in command's name (``compile``, ``check``...) is refused with a warning naming
     the plugin.  ``add_arguments`` and ``run`` run under the plugin guard: an exception
