@@ -1,7 +1,8 @@
 """``pipeline-core analyze SCHEDULE``: options and output of the schedule metrics.
 
 The CLI compiles the schedule and calls :func:`run`; the numbers come from
-:mod:`pipeline_core.metrics`.  Exit status: 0 reported, 2 bad option values (counts
+:mod:`pipeline_core.metrics`.  Exit status: 0 reported, 1 the body's VGPR peak exceeds the target's declared register
+budget (the report is still printed), 2 bad option values (counts
 outside their bounds in :mod:`pipeline_core.limits` are refused by the parser).
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from pipeline_core.limits import (ANALYZE_ITERATIONS, OPTIMAL_SECONDS, default_iterations,
                                   iterations_help, iterations_over_budget)
 
-EXIT_OK, EXIT_INPUT = 0, 2
+EXIT_OK, EXIT_PROBLEM, EXIT_INPUT = 0, 1, 2
 OPTIMAL_DEFAULT_SECONDS = 10.0
 
 
@@ -79,4 +80,11 @@ def run(args: argparse.Namespace, compiled, host=None) -> int:
     else:
         text = f"{format_metrics(metrics, title)}\n  strategy {compiled.schedule_config.scheduling}\n"
     write_text(text, getattr(args, "output", None))
+    if metrics.over_register_budget:
+        # a schedule that cannot hold its registers would spill: the report is written, and
+        # the exit status says it is a problem (docs/guide/cli.md, "analyze")
+        print(f"error: {compiled.schedule_name}: VGPR peak {metrics.vgpr_peak} exceeds the "
+              f"target's register budget of {metrics.register_budget} per wave",
+              file=sys.stderr)
+        return EXIT_PROBLEM
     return EXIT_OK

@@ -78,7 +78,8 @@ def _add_host_options(p: argparse.ArgumentParser, sub: bool = False) -> None:
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "compile": ("pipeline-core compile pingpong",
                 "pipeline-core compile pingpong -p dtype=fp8 -c scheduling=GREEDY --format json -o pp.json",
-                "pipeline-core compile matmul-grid -p m=3 -p n=2 --format json -o grid.json"),
+                "pipeline-core compile matmul-grid -p m=3 -p n=2 --format json -o grid.json",
+                "pipeline-core compile matmul-grid -p m=5 -p n=8 --compact --kernel-only"),
     "check": ("pipeline-core check pingpong",
               "pipeline-core check 4wave --tightest --format json -o verdict.json",
               "pipeline-core compile pingpong --format json | pipeline-core check --input -"),
@@ -178,6 +179,12 @@ def build_parser(host: Any = None) -> argparse.ArgumentParser:
     _add_compile_options(p)
     add_format_option(p)
     add_output_option(p)
+    view = p.add_argument_group("text view")
+    view.add_argument("--kernel-only", action="store_true",
+                      help="print the header and the steady-state kernel only")
+    view.add_argument("--compact", action="store_true",
+                      help="several entries per line: one line per kernel block, 8 per line in "
+                           "the prologue and epilogue; no block layout")
 
     for name, what in (("targets", "registered targets"), ("schedules", "registered schedules"),
                        ("plugins", "discovered plugins and their status"),
@@ -351,7 +358,8 @@ def cmd_compile(args, host) -> int:
         _write(dumps(to_document(compiled), host), args.output)
     else:
         from pipeline_core.export.text import render
-        _write(render(compiled), args.output)
+        _write(render(compiled, kernel_only=getattr(args, "kernel_only", False),
+                      compact=getattr(args, "compact", False), host=host), args.output)
     return EXIT_OK
 
 

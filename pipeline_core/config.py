@@ -409,6 +409,10 @@ class TargetProfile:
     clock_ghz: float | None = attrs.field(default=None, kw_only=True)
     #: warps that run one group's stream (a schedule's ``warps_per_group()`` wins); None: 1
     warps_per_group: int | None = attrs.field(default=None, kw_only=True)
+    #: vector registers one wave (warp) may hold; ``analyze`` reports a body whose modelled
+    #: peak (the cost model's ``vgpr_def`` / ``vgpr_kill``) exceeds it as a problem and exits 1
+    #: (docs/guide/cli.md, "analyze").  None: no budget declared, nothing checked
+    register_budget: int | None = attrs.field(default=None, kw_only=True)
 
     @sync.validator
     def _sync(self, attribute, value):

@@ -189,6 +189,7 @@ def pipeline_core_kernel_transforms(schedule: Schedule, target: str,
     :param schedule: the schedule object; :param target: the target name;
     :param config: the :class:`PipelineConfig`.
     :returns: a list of :class:`KernelTransform` (possibly empty) or ``None``.
+
     Each transform's ``function(kernel, body, config)`` returns the new entry tuple.
 
     **When:** once per compile on the single-buffer path, after the phases are built and
@@ -215,6 +216,7 @@ def pipeline_core_register_commands() -> Sequence[CommandRecord] | None:
         ``help``, ``add_arguments(parser)`` (adds the command's options to its
         ``argparse`` parser) and ``run(args, host) -> int | None`` (the exit status;
         ``None`` means 0), plus optional ``examples`` for the command's ``--help``.
+
     Collected; a name already taken by another plugin is a conflict naming both, and a
     built-in command's name (``compile``, ``check``...) is refused with a warning naming
     the plugin.  ``add_arguments`` and ``run`` run under the plugin guard: an exception
@@ -233,14 +235,15 @@ def pipeline_core_register_commands() -> Sequence[CommandRecord] | None:
 def pipeline_core_register_emitters() -> Sequence[EmitterRecord] | None:
     """Return the emitters this plugin provides: compiled schedule -> kernel source.
 
-    Called once when the host is built.  ``pipeline-core emit SCHEDULE --emitter NAME`` compiles
-    the schedule and calls the emitter's ``emit(compiled, **options)``, which returns the source
-    text; ``pipeline-core emitters`` lists them.
+    **When:** once per host, while it is built.  ``emit(compiled, **options)`` runs when
+    ``pipeline-core emit SCHEDULE --emitter NAME`` has compiled (and proven) the schedule; it
+    returns the source text.  ``pipeline-core emitters`` lists them.
+    **Combine:** collected from every plugin; a name two plugins register is a conflict
+    naming both.  ``emit`` runs under the plugin guard: an exception there is reported as the
+    plugin's failure, never a traceback.
 
     :returns: a list of :class:`pipeline_core.emitters.EmitterRecord`: ``name``,
         ``description``, ``targets`` (the target names it serves; empty for any) and ``emit``.
-    Collected; a name two plugins register is a conflict naming both.  ``emit`` runs under the
-    plugin guard: an exception there is reported as the plugin's failure, never a traceback.
 
     Example::
 

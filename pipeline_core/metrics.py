@@ -72,6 +72,9 @@ class SteadyState:
     mma_utilisation: float  #: MMA unit busy share inside the steady-state window
     groups: int
     iterations: int
+    #: stall cycles by cause (a channel's label such as "vmcnt", "barrier", a busy unit),
+    #: summed over the warp groups of the whole run
+    stalls: tuple[tuple[str, int], ...] = ()
 
 
 @attrs.frozen
@@ -92,6 +95,14 @@ class ScheduleMetrics:
     recurrence: Recurrence | None
     steady: SteadyState | None
     optimal: Any = None  #: an ExactResult when asked for (``--optimal``)
+    #: the recurrence's ops in the shared notation (pipeline_core.export.notation)
+    recurrence_names: tuple[str, ...] = ()
+    #: the target's declared register budget per wave (None: none declared)
+    register_budget: int | None = None
+
+    @property
+    def over_register_budget(self) -> bool:
+        return self.register_budget is not None and self.vgpr_peak > self.register_budget
 
     @property
     def mii(self) -> int:
@@ -117,14 +128,17 @@ class ScheduleMetrics:
             "mma_utilisation": round(self.mma_utilisation, 4),
             "res_mii": self.res_mii, "rec_mii": self.rec_mii, "mii": self.mii,
             "recurrence": None if self.recurrence is None else {
-                "ops": list(self.recurrence.ops), "latency": self.recurrence.latency,
-                "distance": self.recurrence.distance},
+                "ops": list(self.recurrence.ops), "names": list(self.recurrence_names),
+                "latency": self.recurrence.latency, "distance": self.recurrence.distance},
+            "register_budget": {"budget": self.register_budget, "peak": self.vgpr_peak,
+                                "over": self.over_register_budget},
             "steady_state": None if self.steady is None else {
                 "cycles_per_iteration": round(self.steady.cycles_per_iteration, 2),
                 "mma_bound_cycles": self.steady.mma_bound_cycles,
                 "ratio_to_mma_bound": round(self.steady.ratio_to_mma_bound, 4),
                 "mma_utilisation": round(self.steady.mma_utilisation, 4),
-                "groups": self.steady.groups, "iterations": self.steady.iterations},
+                "groups": self.steady.groups, "iterations": self.steady.iterations,
+                "stall_cycles_by_cause": dict(self.steady.stalls)},
         }
         if self.optimal is not None:
             r = self.optimal
@@ -238,11 +252,17 @@ def steady_state(compiled, iterations: int = 12) -> SteadyState | None:
     except ImportError:  # pragma: no cover - timing model not available
         return None
     try:
-        s = simulate(compiled, iterations).summary()
+        tl = simulate(compiled, iterations)
+        s = tl.summary()
     except (SimulationError, ValueError):
         return None
+    stalls: dict[str, int] = {}
+    for g in tl.groups:
+        for reason, cycles in g.stalls_by_reason().items():
+            stalls[reason] = stalls.get(reason, 0) + cycles
     return SteadyState(s.steady_state_cycles, s.mma_bound_cycles, s.ratio_to_mma_bound,
-                       s.steady_mma_utilisation, s.groups, s.iterations)
+                       s.steady_mma_utilisation, s.groups, s.iterations,
+                       tuple(sorted(stalls.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
 def analyze_order(body: Sequence[Op], edges: Sequence[DepEdge], order: Sequence[int], *,
@@ -275,6 +295,13 @@ def analyze_compiled(compiled, *, iterations: int = 12, simulate: bool = True,
     m = analyze_order(compiled.body, compiled.edges, compiled.order, penalty=penalty,
                       num_partitions=parts, max_globals=max_globals)
     changes: dict[str, Any] = {}
+    if m.recurrence is not None:
+        from pipeline_core.export.notation import op_text
+        changes["recurrence_names"] = tuple(op_text(compiled.body[i], compiled.tag_names)
+                                            for i in m.recurrence.ops)
+    budget = getattr(getattr(compiled, "target_profile", None), "register_budget", None)
+    if budget is not None:
+        changes["register_budget"] = budget
     if simulate:
         changes["steady"] = steady_state(compiled, iterations)
     if optimal_time is not None and compiled.body:
@@ -307,7 +334,14 @@ def format_metrics(m: ScheduleMetrics, title: str = "") -> str:
     rec = ""
     if m.recurrence is not None:
         r = m.recurrence
-        rec = f" (cycle {' -> '.join(map(str, r.ops))}: {r.latency} cycles over distance {r.distance})"
+        names = m.recurrence_names or tuple(map(str, r.ops))
+        steps = [f"{n} (#{i})" for n, i in zip(names, r.ops)] if m.recurrence_names else list(names)
+        rec = f" (cycle {' -> '.join(steps)}: {r.latency} cycles over distance {r.distance})"
+    if m.register_budget is not None:
+        verdict = (f"PROBLEM: over the target's budget of {m.register_budget} by "
+                   f"{m.vgpr_peak - m.register_budget}" if m.over_register_budget
+                   else f"within the target's budget of {m.register_budget}")
+        lines.append(f"  registers: VGPR peak {m.vgpr_peak}, {verdict}")
     lines.append(f"  loop: ResMII {m.res_mii}, RecMII {m.rec_mii}{rec}, MII {m.mii}")
     if m.steady is not None:
         s = m.steady
@@ -315,6 +349,10 @@ def format_metrics(m: ScheduleMetrics, title: str = "") -> str:
                      f"timing model): {s.cycles_per_iteration:.1f} cycles/iteration, MMA-bound "
                      f"limit {s.mma_bound_cycles} (ratio {s.ratio_to_mma_bound:.2f}), MMA busy "
                      f"{100 * s.mma_utilisation:.1f}% in the steady state")
+        total = sum(c for _, c in s.stalls)
+        causes = ", ".join(f"{reason} {cycles} ({100 * cycles / total:.0f}%)"
+                           for reason, cycles in s.stalls) if total else "none"
+        lines.append(f"  stall cycles by cause (all groups, whole run): {causes}")
     if m.optimal is not None:
         r = m.optimal
         state = "proven optimal" if r.proven_optimal else f"best found, gap {r.gap}"

@@ -143,7 +143,7 @@ def test_listings_document_every_bound(cli):
 def test_internal_errors_have_their_own_exit_status_and_say_how_to_report(cli, monkeypatch):
     from pipeline_core.export import text
 
-    def broken(compiled):
+    def broken(compiled, **_):
         raise RuntimeError("a bug of ours")
 
     monkeypatch.setattr(text, "render", broken)
@@ -159,7 +159,7 @@ def test_internal_errors_have_their_own_exit_status_and_say_how_to_report(cli, m
 def test_ctrl_c_stops_the_tool_with_its_own_status(cli, monkeypatch):
     from pipeline_core.export import text
 
-    def interrupted(compiled):
+    def interrupted(compiled, **_):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(text, "render", interrupted)

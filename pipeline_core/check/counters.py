@@ -98,6 +98,8 @@ class CounterModel:
     notes: tuple[str, ...] = ()
     #: (role, channel) pairs whose ops are synchronous for the issuer (complete at issue)
     synchronous: tuple[tuple[int, int], ...] = ()
+    #: the target's ISA form of each sync tag (``SyncModel.isa_forms``), for hazard sites only
+    isa_forms: Mapping[int, str] = attrs.field(factory=dict, eq=False)
 
     def __attrs_post_init__(self) -> None:
         # The checker keeps one queue per declared counter; a cost on any other
@@ -190,6 +192,7 @@ def counter_model(sync: SyncModel, document: Mapping[str, Any]) -> CounterModel:
         lds_in_order=sync.shared_in_order,
         name=sync.name,
         notes=bound.notes,
+        isa_forms=dict(sync.isa_forms),
     )
 
 

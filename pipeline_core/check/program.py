@@ -62,25 +62,28 @@ class Instr:
     value: int = 0  #: wait count
     operands: tuple[tuple[int, int], ...] = ()  #: MMA: (channel, register index) read
     acc: tuple[int, ...] = ()  #: MMA: accumulator key
+    isa: str = ""  #: the target's instruction for a sync entry (``cp.async.wait_group 2``)
 
     @property
     def site(self) -> str:
         return f"{self.phase}[{self.index}]" if self.index >= 0 else self.phase
 
     def describe(self) -> str:
-        """Short human text, e.g. ``LOAD_A ch0 s0 sub1 k+1`` or ``WAIT_VM(6)``."""
+        """The shared op notation (pipeline_core.export.notation): ``LOAD_A[A s0.1 K1]``,
+        ``MMA[m0,n1]``, ``cp.async.wait_group 2`` (``WAIT_VM(6)`` without an ISA form)."""
+        from pipeline_core.export.notation import k_text, label
+
+        if self.isa:
+            return self.isa
         if self.kind is Kind.WAIT:
             return f"{self.name}({self.value})"
-        if self.kind in (Kind.BARRIER, Kind.NOP):
+        if self.kind in (Kind.BARRIER, Kind.NOP, Kind.COMMIT):
             return self.name
-        if self.kind is Kind.MMA:
-            if len(self.operands) == 1:
-                return f"{self.name} k-slice {self.subtile}"
-            return f"{self.name} m{self.stage} n{self.subtile}"
-        text = f"{self.name} ch{self.channel} s{self.stage} sub{self.subtile}"
-        if self.kind is Kind.LOAD and self.k_shift is not None:
-            text += f" k{self.k_shift:+d}"
-        return text
+        role = {Kind.LOAD: OpRole.GLOBAL_LOAD, Kind.FRAG: OpRole.FRAGMENT_LOAD,
+                Kind.STORE: OpRole.SHARED_STORE, Kind.MMA: OpRole.COMPUTE}[self.kind]
+        k = k_text(self.k_shift, shift=True) if self.kind is Kind.LOAD else ""
+        return label(self.name, role, channel=self.channel, stage=self.stage,
+                     subtile=self.subtile, k=k, k_slices=len(self.operands) == 1)
 
     def with_value(self, value: int) -> "Instr":
         return attrs.evolve(self, value=value)
@@ -306,6 +309,9 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
         name = _tag_name(op)
         base = dict(phase=phase, index=index, tag=tag, name=name, stage=op["stage"],
                     subtile=op["subtile"])
+        form = model.isa_forms.get(tag)
+        if form is not None:
+            base["isa"] = form.format(wait_value=op["wait_value"], subtile=op["subtile"])
         if tag == model.barrier_tag:
             return Instr(Kind.BARRIER, **base)
         counter = model.counter_for_wait(tag)

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import networkx as nx
 
 from pipeline_core.edges import DepEdge
-from pipeline_core.export.text import describe_op
+from pipeline_core.export.notation import op_text as describe_op
 from pipeline_core.ops import DepKind, Op, OpRole
 
 #: edge style by dependency kind
@@ -47,14 +47,18 @@ def build_graph(body: Sequence[Op], edges: Sequence[DepEdge], names: Mapping[int
     g = nx.MultiDiGraph(name=name)
     g.graph["graph"] = {"label": f"{name}: {len(body)} ops, {len(edges)} edges "
                                  "(solid FLOW, dashed ANTI, dotted OUTPUT; d = loop distance)",
-                        "labelloc": "t", "rankdir": "TB", "fontname": "Helvetica"}
+                        "labelloc": "t", "rankdir": "LR", "fontname": "Helvetica",
+                        # compact: one row per stage (``group``), tight spacing; loop-carried
+                        # edges take no part in ranking (constraint=false below)
+                        "newrank": "true", "nodesep": "0.12", "ranksep": "0.3"}
     g.graph["node"] = {"fontname": "Helvetica", "fontsize": "10", "style": "filled"}
     g.graph["edge"] = {"fontname": "Helvetica", "fontsize": "9"}
     for i, o in enumerate(body):
         shape, fill = ROLE_STYLE.get(o.role, ("box", "white"))
         ch = "-" if o.channel < 0 else ("AB"[o.channel] if o.channel < 2 else str(o.channel))
-        label = f"{i}: {describe_op(o, names)}\\n{o.role.name} ch {ch} stage {o.stage} sub {o.subtile}"
+        label = f"{i}: {describe_op(o, names)}"
         g.add_node(node_id(i), label=label, shape=shape, fillcolor=fill, index=i,
+                   group=f"stage{o.stage}", tooltip=f"{o.role.name} ch {ch} stage {o.stage} sub {o.subtile}",
                    op=describe_op(o, names), role=o.role.name, channel=o.channel, stage=o.stage,
                    subtile=o.subtile, k_offset=o.k_offset.name, latency=o.latency)
     for k, e in enumerate(edges):

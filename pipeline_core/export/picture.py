@@ -91,6 +91,7 @@ def draw(tl: Timeline, width: int = 1600):
             _draw_unit(ax, tl, key, row, min_w, w)
     _draw_marks(ax, tl, n)
     s = tl.summary()
+    _draw_steady_window(ax, tl, s)
     fig.suptitle(f"{tl.name}: {len(tl.groups)} warp group(s), {tl.iterations} kernel iterations; "
                  f"steady state {s.steady_state_cycles:.0f} cycles/iteration (MMA bound "
                  f"{s.mma_bound_cycles}), MMA unit busy {100 * s.mma_utilisation:.0f}%",
@@ -110,6 +111,26 @@ def draw(tl: Timeline, width: int = 1600):
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8,
                frameon=False, bbox_to_anchor=(0.5, 4 / h))
     return fig
+
+
+def steady_window_cycles(tl: Timeline, s: Any) -> tuple[int, int] | None:
+    """Cycles [start, end) of group 0's steady-state iterations (None: no window)."""
+    lo, hi = s.window
+    starts = tl.groups[0].iteration_starts if tl.groups else ()
+    if hi <= lo or hi >= len(starts):
+        return None
+    return starts[lo], starts[hi]
+
+
+def _draw_steady_window(ax, tl: Timeline, s: Any) -> None:
+    """A shaded band over every lane where the steady state was measured, labelled."""
+    span = steady_window_cycles(tl, s)
+    if span is None:
+        return
+    ax.axvspan(span[0], span[1], color="#ffe680", alpha=0.18, zorder=0, linewidth=0)
+    ax.text((span[0] + span[1]) / 2, len(_lanes(tl)) - 0.04,
+            f"steady state: iterations {s.window[0]}..{s.window[1] - 1}",
+            ha="center", va="bottom", fontsize=8, color="#7a6000")
 
 
 def stall_styles(tl: Timeline) -> dict[str, tuple[str, str]]:

@@ -7,12 +7,13 @@ import attrs
 
 from pipeline_core.compiler import CompiledSchedule
 from pipeline_core.execution import ExecutionModel
-from pipeline_core.ops import Entry, KOffset, OpRole, tag_name
+from pipeline_core.export.notation import channels_by_tag, op_text
+from pipeline_core.ops import Entry
 from pipeline_core.sync.model import SyncModel
 from pipeline_core.sync.resolve import declared_sync
 
-_K = {KOffset.K0: "K0", KOffset.K1: "K1", KOffset.K_NEXT: "K+2", KOffset.K_PREV: "K-1",
-      KOffset.NONE: ""}
+#: entries per line of a compact listing outside the kernel's blocks
+COMPACT_PER_LINE = 8
 
 
 @attrs.frozen
@@ -71,35 +72,46 @@ class WaitSummary:
         return text
 
 
-def describe_op(o, names: Mapping[int, str], sync: SyncModel | None = None) -> str:
-    """One op in a compact, readable form: name, operands, wait value (sync ops in the target's words)."""
-    name = tag_name(o.tag, names)
-    if sync is not None:
-        if sync.channel_for_wait(o.tag) is not None or o.tag == sync.priority_tag:
-            return f"{name}({o.wait_value})"
-        if o.tag in sync.hint_formats:
-            return f"{name}({sync.hint_formats[o.tag].format(subtile=o.subtile, wait_value=o.wait_value)})"
-    if o.tag >= 128:
-        return name
-    if o.role == OpRole.COMPUTE:
-        return f"{name}[m={o.stage}, n={o.subtile}]"
-    parts = [f"stage {o.stage}", f"sub {o.subtile}"]
-    if o.channel >= 0:
-        parts.insert(0, "AB"[o.channel] if o.channel < 2 else f"ch{o.channel}")
-    if o.k_offset != KOffset.NONE:
-        parts.append(_K[o.k_offset])
-    return f"{name}[{', '.join(parts)}]"
+def describe_op(o, names: Mapping[int, str], sync: SyncModel | None = None,
+                channel_of: Mapping[int, int] | None = None) -> str:
+    """One op in the shared notation (:mod:`pipeline_core.export.notation`)."""
+    return op_text(o, names, sync, channel_of)
 
 
 def phase_listing(label: str, entries: tuple[Entry, ...], names, marks=None,
-                  sync: SyncModel | None = None) -> list[str]:
+                  sync: SyncModel | None = None, channel_of: Mapping[int, int] | None = None,
+                  notes: Mapping[int, str] | None = None) -> list[str]:
+    """One numbered line per entry; ``marks`` point at positions, ``notes`` flag redundant syncs."""
     marks = marks or {}
+    notes = notes or {}
     lines = [f"{label} ({len(entries)} entries)"]
     width = len(str(max(len(entries) - 1, 0)))
     for i, e in enumerate(entries):
         flag = "  prefetch" if e.is_prefetch else ""
         mark = marks.get(i, "")
-        lines.append(f"  {i:>{width}}  {describe_op(e.op, names, sync):<34}{flag}{mark}".rstrip())
+        note = f"  [{notes[i]}]" if i in notes else ""
+        lines.append(f"  {i:>{width}}  {describe_op(e.op, names, sync, channel_of):<34}"
+                     f"{flag}{mark}{note}".rstrip())
+    lines.append(f"  sync: {WaitSummary.of(entries, sync)}")
+    return lines
+
+
+def compact_listing(label: str, entries: tuple[Entry, ...], names, sync: SyncModel | None,
+                    channel_of: Mapping[int, int] | None, notes: Mapping[int, str],
+                    rows: list[tuple[int, int, str]] | None = None) -> list[str]:
+    """Several entries per line: ``rows`` (start, end, title) split the kernel by block,
+    else COMPACT_PER_LINE entries a line; ``*`` marks a prefetch, ``!`` a redundant sync."""
+    if rows is None:
+        rows = [(i, min(i + COMPACT_PER_LINE, len(entries)), "")
+                for i in range(0, len(entries), COMPACT_PER_LINE)]
+    lines = [f"{label} ({len(entries)} entries; * prefetch, ! redundant sync)"]
+    width = len(str(max(len(entries) - 1, 0)))
+    for start, end, title in rows:
+        ops = [describe_op(entries[i].op, names, sync, channel_of)
+               + ("*" if entries[i].is_prefetch else "") + ("!" if i in notes else "")
+               for i in range(start, end)]
+        head = f"  {start:>{width}}-{end - 1:<{width}}" + (f" {title}" if title else "")
+        lines.append(f"{head}: {'; '.join(ops)}")
     lines.append(f"  sync: {WaitSummary.of(entries, sync)}")
     return lines
 
@@ -117,15 +129,15 @@ def block_layout(c: CompiledSchedule, sync: SyncModel | None = None) -> list[str
             lines.append(f"  partition {part}")
         start = program.block_start(i)
         end = start + program.block_entry_count(i) - 1
-        frags = [describe_op(o, names) for o in (b.pre_op_0, b.pre_op_1) if o.is_present]
+        frags = [describe_op(o, names, sync) for o in (b.pre_op_0, b.pre_op_1) if o.is_present]
         loads = []
         for o, pf in ((b.global_load, b.global_load_prefetch), (b.global_load_1, b.global_load_1_prefetch)):
             if o.is_present:
                 kind = "prefetch" if o.stage == part else "completion"
-                loads.append(f"{describe_op(o, names)} ({kind})")
+                loads.append(f"{describe_op(o, names, sync)} ({kind})")
         waits = [describe_op(o, names, sync) for o in (b.entry_wait, b.entry_wait_lgkm, b.pre_sync)
                  if o.is_present]
-        lines.append(f"    block {i} [{start}-{end}]  mma {describe_op(b.mma, names)}")
+        lines.append(f"    block {i} [{start}-{end}]  mma {describe_op(b.mma, names, sync)}")
         if frags:
             lines.append(f"      frags: {', '.join(frags)}")
         if loads:
@@ -137,27 +149,106 @@ def block_layout(c: CompiledSchedule, sync: SyncModel | None = None) -> list[str
     return lines
 
 
-def render(c: CompiledSchedule) -> str:
+def _per_iteration(c: CompiledSchedule, sync: SyncModel | None) -> str:
+    if sync is None:
+        return "waits and barriers per iteration: unknown (the target declares no sync model)"
+    wait_tags = set(sync.wait_tags)
+    barrier_tags = {b.tag for b in sync.barriers}
+    waits = sum(1 for e in c.kernel if e.op.tag in wait_tags)
+    barriers = sum(1 for e in c.kernel if e.op.tag in barrier_tags)
+    return f"per kernel iteration: {waits} waits, {barriers} barriers, {len(c.kernel)} entries"
+
+
+def _timing_line(c: CompiledSchedule) -> str:
+    """Cycles per iteration of the emitted kernel on the timing model (a line saying why not)."""
+    from pipeline_core.errors import PipelineError
+    from pipeline_core.limits import ANALYZE_ITERATIONS, default_iterations
+    from pipeline_core.simulate import simulate
+
+    try:
+        s = simulate(c, default_iterations(len(c.kernel), ANALYZE_ITERATIONS)).summary()
+    except (PipelineError, ValueError) as exc:
+        return f"timing model: not run ({exc})"
+    return (f"timing model: {s.steady_state_cycles:.1f} cycles/iteration in the steady state, "
+            f"MMA bound {s.mma_bound_cycles} (ratio {s.ratio_to_mma_bound:.2f})")
+
+
+def header(c: CompiledSchedule, sync: SyncModel | None) -> list[str]:
+    """Target, warps, cycles per iteration and sync counts per iteration: the first lines."""
+    execution = c.execution
+    groups = execution.groups if execution is not None else 1
+    warps = execution.warps_per_group if execution is not None else 1
+    lowering = (f"generic lowering, ring of {c.config.depth} stages"
+                if getattr(c, "lowering", "blocks") == "generic" else
+                f"{'double' if c.config.depth >= 2 else 'single'}-buffer")
+    return [
+        f"schedule {c.schedule_name} on {c.target_name or '(no target)'}"
+        + (f" (sync model {sync.name})" if sync is not None else "")
+        + f": body {len(c.body)} ops, {len(c.edges)} edges, {lowering}",
+        f"warps: {groups} warp group(s) x {warps} warp(s)",
+        _timing_line(c),
+        _per_iteration(c, sync),
+    ]
+
+
+def _block_rows(c: CompiledSchedule) -> list[tuple[int, int, str]] | None:
+    if c.kernel_program is None:
+        return None
+    program = c.kernel_program.program
+    bph = c.config.blocks_per_partition
+    rows = []
+    for i in range(len(program.blocks)):
+        start = program.block_start(i)
+        rows.append((start, start + program.block_entry_count(i),
+                     f"b{i}" + (f" p{i // bph}" if bph else "")))
+    covered = rows[-1][1] if rows else 0
+    if covered < len(c.kernel):
+        rows.append((covered, len(c.kernel), "tail"))
+    return rows
+
+
+def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = False,
+           host: object = None) -> str:
+    """The text view: header, phases (or the kernel alone), block layout unless compact.
+
+    Syncs the checker shows redundant are flagged (:mod:`pipeline_core.export.redundant`).
+    """
+    from pipeline_core.export.redundant import redundant_syncs
+
     sync = declared_sync(c)
     names = {**(sync.tag_names() if sync is not None else {}), **c.tag_names}
-    out = [f"schedule {c.schedule_name} on {c.target_name or '(no target)'}: "
-           f"body {len(c.body)} ops, {len(c.edges)} edges, "
-           + (f"generic lowering, ring of {c.config.depth} stages"
-            if getattr(c, "lowering", "blocks") == "generic" else
-            f"{'double' if c.config.depth >= 2 else 'single'}-buffer")]
+    channel_of = channels_by_tag(c.body)
+    redundant = redundant_syncs(c, sync, host)
+    notes = {phase: {i: text for (ph, i), text in redundant.items() if ph == phase}
+             for phase in ("prologue", "kernel", "epilogue")}
+    out = header(c, sync)
     if c.kernel_program is not None:
         kp = c.kernel_program
-        out.append(f"strategy {c.schedule_config.scheduling}, order {list(kp.order)}")
+        out.append(f"strategy {c.schedule_config.scheduling}, body order {list(kp.order)}")
         out.append(f"derived waits: wait_lgkm_first={kp.wait_lgkm_first} "
                    f"wait_vm_last={kp.wait_vm_last} ({'applied' if kp.waits_applied else 'not applied: manual waits'})")
     stagger = c.warp_stagger_index
     out.append(f"warp stagger: group 0 runs {stagger} prologue entries before group 1 joins"
                if ExecutionModel.is_staggered(stagger, len(c.prologue))
                else "warp stagger: none (one warp group)")
+    flagged = sum(len(v) for v in notes.values())
+    if flagged:
+        out.append(f"redundant syncs (proven by the checker's run): {flagged}, flagged below")
     out.append("")
-    marks = {stagger: "  <- warp group 1 joins here"} if stagger < len(c.prologue) else {}
-    out += phase_listing("PROLOGUE", c.prologue, names, marks, sync)
-    out.append("")
+    if compact:
+        if not kernel_only:
+            out += compact_listing("PROLOGUE", c.prologue, names, sync, channel_of, notes["prologue"])
+            out.append("")
+        out += compact_listing("KERNEL", c.kernel, names, sync, channel_of, notes["kernel"],
+                               _block_rows(c))
+        if not kernel_only:
+            out.append("")
+            out += compact_listing("EPILOGUE", c.epilogue, names, sync, channel_of, notes["epilogue"])
+        return "\n".join(out) + "\n"
+    if not kernel_only:
+        marks = {stagger: "  <- warp group 1 joins here"} if stagger < len(c.prologue) else {}
+        out += phase_listing("PROLOGUE", c.prologue, names, marks, sync, channel_of, notes["prologue"])
+        out.append("")
     kmarks = {}
     if c.kernel_program is not None:
         program = c.kernel_program.program
@@ -165,10 +256,12 @@ def render(c: CompiledSchedule) -> str:
         for i in range(len(program.blocks)):
             kmarks[program.block_start(i)] = f"  <- block {i}" + (
                 f" (partition {i // bph})" if i % bph == 0 else "")
-    out += phase_listing("KERNEL", c.kernel, names, kmarks, sync)
-    out.append("")
-    out += phase_listing("EPILOGUE", c.epilogue, names, sync=sync)
-    if c.kernel_program is not None:
+    out += phase_listing("KERNEL", c.kernel, names, kmarks, sync, channel_of, notes["kernel"])
+    if not kernel_only:
         out.append("")
-        out += block_layout(c, sync)
+        out += phase_listing("EPILOGUE", c.epilogue, names, sync=sync, channel_of=channel_of,
+                             notes=notes["epilogue"])
+        if c.kernel_program is not None:
+            out.append("")
+            out += block_layout(c, sync)
     return "\n".join(out) + "\n"

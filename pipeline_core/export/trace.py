@@ -9,7 +9,8 @@ Layout (one process per kind of track, every tid unique in the file):
   then per instruction a ``stall: ...`` slice (cat ``stall``, what it waited on in args) and
   a slice for the issue itself; markers (set_prio, schedule_barrier) are thread instants;
   barrier releases are process instants; the outstanding ticks of each of the target's sync
-  channels (e.g. vmcnt / lgkmcnt) are counters.
+  channels (e.g. vmcnt / lgkmcnt) are counters; flow arrows (``ph`` s/f, cat ``retire``) run
+  from each load to the wait that retires it (:func:`retired_by`).
 * pid 2 "MMA unit": one thread; each MMA is a slice named after its group.
 * pid 3 "LDS (in flight)" and pid 4 "global memory (in flight)": one thread per lane;
   overlapping in-flight ops go to different lanes so slices never partially overlap.
@@ -78,7 +79,7 @@ def _blocker_args(tl: Timeline, st: Stall) -> dict[str, Any]:
     args: dict[str, Any] = {"cycles": st.cycles, "reason": st.reason, "detail": st.detail}
     if st.blocker_seq is not None and st.blocker_seq >= 0:
         b = tl.step(st.blocker_group, st.blocker_seq)
-        args.update({"waited_on": step_label(b, tl.tag_names, tl.barrier_name),
+        args.update({"waited_on": tl.label(b),
                      "waited_on_group": b.group,
                      "waited_on_phase": b.phase.name, "waited_on_iteration": b.iteration,
                      "waited_on_entry_index": b.entry})
@@ -97,7 +98,7 @@ def _group_events(ev: _Events, tl: Timeline) -> None:
             if s.stall is not None:
                 ev.slice(PID_GROUPS, tid, f"stall: {_stall_name(s, s.stall)}", "stall", s.ready,
                          s.start, _blocker_args(tl, s.stall))
-            label = step_label(s, names, tl.barrier_name)
+            label = tl.label(s)
             args = step_args(s, names)
             if s.is_marker:
                 ev.instant(PID_GROUPS, tid, label, "marker", s.start, "t", args)
@@ -116,6 +117,32 @@ def _group_events(ev: _Events, tl: Timeline) -> None:
                                                  for gr, sq, at in b.arrivals]})
 
 
+def retired_by(steps: tuple[Step, ...], wait: Step) -> list[Step]:
+    """The loads a wait retires: issued before it on its channel, still in flight when the
+    group reached it, and complete when it issued (the ones it actually waited for)."""
+    channel = wait.timing.waits_on
+    return [s for s in steps[:wait.seq] if s.counter == channel and s.counter_cost
+            and s.end > wait.ready and s.end <= wait.start and s.timing.kind == "op"]
+
+
+def _flow_events(ev: _Events, tl: Timeline) -> None:
+    """Flow arrows (trace-event ``ph: s`` / ``f``) from each load to the wait that retires it;
+    Perfetto draws them between the load's slice and the wait's slice."""
+    flow = 0
+    for g in tl.groups:
+        tid = group_tid(g.group)
+        for w in g.steps:
+            if w.timing.kind != "wait":
+                continue
+            for load in retired_by(g.steps, w):
+                flow += 1
+                name = f"{tl.label(w)} retires {tl.label(load)}"
+                ev.items.append({"name": name, "cat": "retire", "ph": "s", "id": flow,
+                                 "ts": ev.ts(load.start), "pid": PID_GROUPS, "tid": tid})
+                ev.items.append({"name": name, "cat": "retire", "ph": "f", "bp": "e", "id": flow,
+                                 "ts": ev.ts(w.start), "pid": PID_GROUPS, "tid": tid})
+
+
 def _stall_name(s: Step, stall: Stall) -> str:
     if s.timing.kind == "wait":
         return f"{stall.reason} <= {s.op.wait_value}"
@@ -129,7 +156,7 @@ def _unit_events(ev: _Events, tl: Timeline) -> None:
         step = tl.step(b.group, b.seq)
         args = step_args(step, names)
         args.update({"start": b.start, "end": b.end, "lane": b.lane})
-        ev.slice(pid, lane_tid(pid, b.lane), f"G{b.group} {step_label(step, names, tl.barrier_name)}",
+        ev.slice(pid, lane_tid(pid, b.lane), f"G{b.group} {tl.label(step)}",
                  _CATEGORY.get(step.op.role, "op"), b.start, b.end, args)
 
 
@@ -158,6 +185,7 @@ def to_trace(tl: Timeline, *, time_scale: float = 1.0) -> dict[str, Any]:
     _metadata(ev, tl)
     _group_events(ev, tl)
     _unit_events(ev, tl)
+    _flow_events(ev, tl)
     meta = [e for e in ev.items if e["ph"] == "M"]
     rest = sorted((e for e in ev.items if e["ph"] != "M"),
                   key=lambda e: (e["pid"], e["tid"], e["ts"], -e.get("dur", 0), _PH_ORDER[e["ph"]]))
@@ -185,7 +213,7 @@ def to_trace(tl: Timeline, *, time_scale: float = 1.0) -> dict[str, Any]:
     return {"traceEvents": meta + rest, "displayTimeUnit": "ms", "otherData": other}
 
 
-_PH_ORDER = {"X": 0, "i": 1, "C": 2}
+_PH_ORDER = {"X": 0, "i": 1, "C": 2, "s": 3, "f": 4}
 
 
 def _fmt(x: float) -> str:

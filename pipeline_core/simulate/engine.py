@@ -3,6 +3,8 @@ model, then issue it against the machine model's units, ports, channels and barr
 """
 from __future__ import annotations
 
+from pipeline_core.export.notation import channels_by_tag
+
 import heapq
 from typing import Any, Callable, Sequence
 
@@ -294,7 +296,8 @@ def _assemble(inp: SimInput, model: MachineModel, iterations: int, gs: list[_Gro
                     busy=_assign_lanes(busy_raw), barriers=tuple(releases),
                     tag_names=dict(inp.tag_names),
                     channels=tuple((c.name, c.label) for c in sync.channels),
-                    barrier_name=sync.barrier.name)
+                    barrier_name=sync.barrier.name, sync=sync,
+                    channel_of=channels_by_tag(inp.body))
 
 
 def _spans(steps: Sequence[Step]) -> tuple[Span, ...]:

@@ -14,27 +14,26 @@ _K = {KOffset.K0: "K0", KOffset.K1: "K1", KOffset.K_NEXT: "K+2", KOffset.K_PREV:
 
 
 def step_label(step: Step, names: Mapping[int, str] | None = None,
-               barrier_name: str = "barrier") -> str:
-    """A short readable name: ``LOAD_A[A s1.1 K-1]``, ``MMA[0,1]``, ``wait_vm(6)``.
+               barrier_name: str = "barrier", sync: Any = None,
+               channel_of: Mapping[int, int] | None = None) -> str:
+    """The step in the shared op notation: ``LOAD_A[A s1.1 K-1]``, ``MMA[m0,n1]``,
+    ``cp.async.wait_group 2`` (with the target's ``sync``; ``wait_vm(6)`` without one)."""
+    from pipeline_core.export.notation import op_text
 
-    Wait, barrier and hint names are the target's (``names`` holds its tag names).
-    """
     o = step.op
-    name = tag_name(o.tag, names)
     kind = step.timing.kind
-    if kind in ("wait", "priority"):
-        return f"{name.lower()}({o.wait_value})"
-    if kind == "hint" and step.timing.hint_format:
-        return f"{name.lower()}({step.timing.hint_format.format(subtile=o.subtile, wait_value=o.wait_value)})"
     if kind == "barrier":
-        return barrier_name + (f" ({step.note})" if step.note else "")
-    if o.tag >= 128:
-        return name.lower()
-    if step.resource == ResourceKind.MMA_UNIT or o.role == OpRole.COMPUTE:
-        return f"{name}[{o.stage},{o.subtile}]"
-    ch = "AB"[o.channel] + " " if o.channel in (0, 1) else ""
-    k = f" {_K[o.k_offset]}" if o.k_offset in _K else ""
-    return f"{name}[{ch}s{o.stage}.{o.subtile}{k}]"
+        base = (sync.isa_text(o.tag) if sync is not None else None) or barrier_name
+        return base + (f" ({step.note})" if step.note else "")
+    if sync is None or sync.isa_text(o.tag, wait_value=o.wait_value, subtile=o.subtile) is None:
+        name = tag_name(o.tag, names)
+        if kind in ("wait", "priority"):
+            return f"{name.lower()}({o.wait_value})"
+        if kind == "hint" and step.timing.hint_format:
+            return f"{name.lower()}({step.timing.hint_format.format(subtile=o.subtile, wait_value=o.wait_value)})"
+        if o.tag >= 128:
+            return name.lower()
+    return op_text(o, names, sync, channel_of)
 
 
 def step_args(step: Step, names: Mapping[int, str] | None = None) -> dict[str, Any]:

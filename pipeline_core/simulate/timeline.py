@@ -3,7 +3,7 @@ steady-state summary, as frozen records the exporters render.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import attrs
 
@@ -180,6 +180,16 @@ class Timeline:
     #: the sync channels in declaration order: (name, label), e.g. ("vm", "vmcnt")
     channels: tuple[tuple[str, str], ...] = ()
     barrier_name: str = "barrier"
+    #: the target's SyncModel, for its ISA names in labels (None: tag names)
+    sync: Any = attrs.field(default=None, eq=False)
+    #: tag -> channel of the body's loads, so prologue loads label with their operand
+    channel_of: Mapping[int, int] = attrs.field(factory=dict, eq=False)
+
+    def label(self, step: "Step") -> str:
+        """The step in the shared op notation (pipeline_core.export.notation)."""
+        from pipeline_core.simulate.labels import step_label
+
+        return step_label(step, self.tag_names, self.barrier_name, self.sync, self.channel_of)
 
     @property
     def makespan(self) -> int:

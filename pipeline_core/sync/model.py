@@ -175,6 +175,10 @@ class SyncModel:
     #: how the reference's block program names this target's channels and hints (None: the
     #: target does not compile through the block program, or uses the template's own tags)
     block_binding: BlockBinding | None = None
+    #: each sync / hint tag as the machine instruction it lowers to, a format string over the
+    #: op's ``wait_value`` and ``subtile`` (``"cp.async.wait_group {wait_value}"``); a tag left
+    #: out prints by its tag name (docs/guide/target-plugin.md, "ISA names")
+    isa_forms: Mapping[int, str] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         names = [c.name for c in self.channels]
@@ -186,6 +190,12 @@ class SyncModel:
                                  f"{e.counter!r}; declared channels: {', '.join(names)}")
         if not self.barriers:
             raise ValueError(f"SyncModel {self.name}: declares no barrier kind")
+        for tag, form in self.isa_forms.items():
+            try:
+                form.format(wait_value=0, subtile=0)
+            except (KeyError, IndexError, ValueError, AttributeError) as exc:
+                raise ValueError(f"SyncModel {self.name}: isa_forms[{tag}] {form!r} is not a format "
+                                 f"over wait_value and subtile ({exc})") from None
         bb = self.block_binding
         if bb is not None:
             for which in ("global_channel", "fragment_channel"):
@@ -223,6 +233,13 @@ class SyncModel:
         names.update({b.tag: b.name.upper() for b in self.barriers})
         names.update(self.hint_tags)
         return names
+
+    def isa_text(self, tag: int, *, wait_value: int = 0, subtile: int = 0) -> str | None:
+        """``tag`` with its operands as the target's instruction, or None when none is declared."""
+        form = self.isa_forms.get(tag)
+        if form is None:
+            return None
+        return form.format(wait_value=wait_value, subtile=subtile)
 
     def bind(self, config: Any = None, schedule_config: Any = None) -> "BoundSync":
         """Resolve every effect's ticks against one compiled schedule's config records or dicts."""

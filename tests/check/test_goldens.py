@@ -59,7 +59,7 @@ def test_testcfg_identity_order_has_a_cross_group_war_without_in_order_lds():
     assert first.kind is HazardKind.LDS_WAR
     assert (first.site.phase, first.site.index, first.site.iteration, first.site.group) == \
         ("kernel", 12, 1, 0)
-    assert "LOAD_A ch0 s0 sub0" in first.site.op
+    assert "LOAD_A[A s0.0 K0]" == first.site.op
     assert (first.other.phase, first.other.index, first.other.group) == ("kernel", 1, 1)
     assert (first.fix.action, first.fix.phase, first.fix.index, first.fix.value) == \
         ("lower_wait", "kernel", 3, 0)

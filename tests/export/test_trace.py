@@ -20,7 +20,7 @@ from pipeline_core.ops import ResourceKind  # noqa: E402
 from pipeline_core.simulate import simulate  # noqa: E402
 
 CASES = ("pingpong_bf16", "fourwave_fp8")
-PHASES = {"X", "i", "I", "M", "C", "B", "E"}
+PHASES = {"X", "i", "I", "M", "C", "B", "E", "s", "f"}
 METADATA = {"process_name": "name", "thread_name": "name", "process_sort_index": "sort_index",
             "thread_sort_index": "sort_index"}
 
@@ -92,6 +92,11 @@ def validate_trace(doc) -> list[str]:
                 problems.append(f"{where}: counter args must be numbers")
         elif ph in ("B", "E"):
             problems.append(f"{where}: use complete events (X), not B/E pairs")
+        elif ph in ("s", "f"):  # flow events: an id binds the start to its finish
+            if not isinstance(e.get("id"), int) or not e.get("cat"):
+                problems.append(f"{where}: a flow event needs an integer id and a cat")
+            if ph == "f" and e.get("bp") != "e":
+                problems.append(f"{where}: a flow finish binds to its enclosing slice (bp e)")
     for track, items in slices.items():
         items.sort(key=lambda s: (s[0], -(s[1] - s[0])))
         stack: list[tuple[float, float, str]] = []

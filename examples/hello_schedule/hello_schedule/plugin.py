@@ -39,7 +39,10 @@ TOY_SYNC = SyncModel(
              Effect(role=OpRole.FRAGMENT_LOAD, counter=None),  # synchronous reads
              Effect(role=OpRole.COMPUTE, counter=None)),
     barriers=(BarrierKind(tag=SYNC_THREADS, name="sync_threads", aligned=True),),
-    register_interlock=True, shared_in_order=False, global_loads_write_shared=True)
+    register_interlock=True, shared_in_order=False, global_loads_write_shared=True,
+    # the toy machine's own assembly, so views read at its level
+    isa_forms={WAIT_COPY: "copy.wait {wait_value}", COMMIT_COPY: "copy.commit",
+               SYNC_THREADS: "sync.threads"})
 
 TAG_NAMES = {**COSTS.tag_names(), WAIT_COPY: "WAIT_COPY", COMMIT_COPY: "COMMIT_COPY",
              SYNC_THREADS: "SYNC_THREADS"}

@@ -49,7 +49,7 @@ def test_cli_compiles_checks_and_exports_in_the_targets_own_words(pipeline_cli, 
         assert result.exit_code == 0, (argv, result.stderr)
         outputs.append(result.stdout)
     assert outputs[2].startswith("hello: SAFE") and outputs[4].startswith("hello: SAFE")
-    assert "WAIT_COPY" in outputs[1] and "SYNC_THREADS" in outputs[1]
+    assert "copy.wait" in outputs[1] and "sync.threads" in outputs[1]  # its ISA forms
     for fmt in ("trace", "dot", "png"):
         out = tmp_path / f"hello.{fmt}"
         result = run_cli(["export", "hello", "--format", fmt, "-o", str(out)])

@@ -46,18 +46,23 @@ def mi355x_single_buffer() -> PipelineConfig:
     )
 
 
+#: CDNA3/4 waves address 512 vector registers (256 architectural + 256 accumulation VGPRs)
+VGPRS_PER_WAVE = 512
+
+
 def mi355x_target(vm_per_load_a: int = DEFAULT_VM_PER_LOAD, vm_per_load_b: int = DEFAULT_VM_PER_LOAD,
                   max_globals: int = DEFAULT_MAX_GLOBALS) -> TargetProfile:
     """Double-buffer MI355X profile (registered as ``mi355x``)."""
     return TargetProfile(mi355x_cost_model(), mi355x_double_buffer(vm_per_load_a, vm_per_load_b,
                                                                    max_globals),
-                         sync=MI355X_SYNC, clock_ghz=CLOCK_GHZ)
+                         sync=MI355X_SYNC, clock_ghz=CLOCK_GHZ, register_budget=VGPRS_PER_WAVE)
 
 
 def mi355x_single_buffer_target() -> TargetProfile:
     """Single-buffer MI355X profile (registered as ``mi355x-single-buffer``)."""
     return TargetProfile(mi355x_single_buffer_cost_model(), mi355x_single_buffer(),
-                         sync=MI355X_SINGLE_BUFFER_SYNC, clock_ghz=CLOCK_GHZ)
+                         sync=MI355X_SINGLE_BUFFER_SYNC, clock_ghz=CLOCK_GHZ,
+                         register_budget=VGPRS_PER_WAVE)
 
 
 def require_2x2_double_buffer(owner: str, target_name: str, config: PipelineConfig) -> None:

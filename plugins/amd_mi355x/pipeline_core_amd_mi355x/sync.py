@@ -60,6 +60,16 @@ HINTS = {int(FrameworkTag.SET_PRIO): "SET_PRIO",
 #: sched_group_barrier carries its mask in ``subtile`` and its count in ``wait_value``
 HINT_FORMATS = {int(FrameworkTag.SCHED_GROUP_BARRIER): "mask={subtile}, count={wait_value}"}
 
+#: The instructions each sync and hint tag lowers to (gfx950 assembly). ``schedule_barrier()``
+#: is ``sched_barrier 0`` (no instruction may cross); ``sched_group_barrier`` carries its mask in
+#: ``subtile`` and its size in ``wait_value`` (sync id 0).
+ISA_FORMS = {int(FrameworkTag.WAIT_VM): "s_waitcnt vmcnt({wait_value})",
+             int(FrameworkTag.WAIT_LGKM): "s_waitcnt lgkmcnt({wait_value})",
+             int(FrameworkTag.BARRIER): "s_barrier",
+             int(FrameworkTag.SET_PRIO): "s_setprio {wait_value}",
+             int(FrameworkTag.SCHEDULE_BARRIER): "sched_barrier 0",
+             int(FrameworkTag.SCHED_GROUP_BARRIER): "sched_group_barrier {subtile:#x}, {wait_value}, 0"}
+
 #: The block program's global waits count vmcnt, its fragment waits lgkmcnt; its priority
 #: hint is s_setprio and its scheduling fence sched_barrier (the tags the reference emits).
 BLOCK_BINDING = BlockBinding(global_channel=VM, fragment_channel=LGKM,
@@ -75,7 +85,7 @@ MI355X_SYNC = SyncModel(
                           drains=False),),
     hint_tags=HINTS, hint_formats=HINT_FORMATS, priority_tag=int(FrameworkTag.SET_PRIO),
     register_interlock=True, shared_in_order=True, global_loads_write_shared=True,
-    combined_wait="s_waitcnt", block_binding=BLOCK_BINDING)
+    combined_wait="s_waitcnt", block_binding=BLOCK_BINDING, isa_forms=ISA_FORMS)
 
 MI355X_SINGLE_BUFFER_SYNC = SyncModel(
     name="amd-mi355x-single-buffer", channels=CHANNELS, effects=EFFECTS,
@@ -83,6 +93,6 @@ MI355X_SINGLE_BUFFER_SYNC = SyncModel(
                           drains=True),),
     hint_tags=HINTS, hint_formats=HINT_FORMATS, priority_tag=int(FrameworkTag.SET_PRIO),
     register_interlock=True, shared_in_order=True, global_loads_write_shared=False,
-    combined_wait="s_waitcnt", block_binding=BLOCK_BINDING,
+    combined_wait="s_waitcnt", block_binding=BLOCK_BINDING, isa_forms=ISA_FORMS,
     notes=("single buffer (depth 1): global loads fill staging registers, SHARED_STORE writes "
            "LDS, BARRIER is the fenced barrier() that drains the warp's counters",))

@@ -60,9 +60,18 @@ HINTS = {int(FrameworkTag.SET_PRIO): "SET_PRIO",
          int(FrameworkTag.SCHEDULE_BARRIER): "SCHEDULE_BARRIER",
          int(FrameworkTag.SCHED_GROUP_BARRIER): "SCHED_GROUP_BARRIER"}
 
+#: PTX each sync tag lowers to; the AMD hints emit nothing and print as ``// NAME``.
+ISA_FORMS = {WAIT_CP_ASYNC: "cp.async.wait_group {wait_value}",
+             COMMIT_CP_ASYNC: "cp.async.commit_group",
+             BAR_SYNC_ALIGNED: "bar.sync 0",
+             BARRIER_SYNC_NONALIGNED: "barrier.sync 0",
+             int(FrameworkTag.SET_PRIO): "// set_prio {wait_value} (no PTX)",
+             int(FrameworkTag.SCHEDULE_BARRIER): "// schedule_barrier (no PTX)",
+             int(FrameworkTag.SCHED_GROUP_BARRIER): "// sched_group_barrier (no PTX)"}
+
 H100_SYNC = SyncModel(
     name="nvidia-h100-mma-sync", channels=(CP_ASYNC_CHANNEL,), effects=EFFECTS,
-    barriers=BARRIERS, hint_tags=HINTS, priority_tag=None,
+    barriers=BARRIERS, hint_tags=HINTS, priority_tag=None, isa_forms=ISA_FORMS,
     register_interlock=True,        # the scoreboard stalls a use of an ldmatrix / mma.sync result
     shared_in_order=False,          # no ISA promise that shared memory serves requests in order
     global_loads_write_shared=True,  # cp.async writes shared memory directly

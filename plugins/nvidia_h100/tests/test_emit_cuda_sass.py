@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("pipeline_core_nvidia_h100")
 
 from pipeline_core_nvidia_h100.sync import WAIT_CP_ASYNC  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import sass_command  # noqa: E402
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
@@ -41,10 +42,10 @@ def test_emitted_kernel_compiles_without_spills_and_keeps_derived_waits(variant,
         assert needle in ptx
     for n in waits:
         assert f"cp_async_wait_group<{n}>" in src
-    tool = shutil.which("cuobjdump")
+    tool = sass_command()
     if tool is None:
-        pytest.skip("no cuobjdump / nvdisasm for the SASS part")
-    sass = subprocess.run([tool, "-sass", str(tmp_path / "k.cubin")], capture_output=True,
+        pytest.skip("no nvdisasm / cuobjdump for the SASS part")
+    sass = subprocess.run([*tool, str(tmp_path / "k.cubin")], capture_output=True,
                           text=True, check=True).stdout
     for n in waits:
         assert re.search(rf"DEPBAR\.LE SB0, 0x{n:x}\b", sass), n

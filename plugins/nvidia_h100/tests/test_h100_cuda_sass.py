@@ -6,7 +6,6 @@ instructions, so these assert on counts and wait values, never on order.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -17,6 +16,7 @@ import pytest
 pytest.importorskip("pipeline_core_nvidia_h100")
 
 from pipeline_core_nvidia_h100.cuda import MAX_WAIT_GROUP, header_path, header_source  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import sass_command  # noqa: E402
 
 NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
@@ -54,19 +54,7 @@ extern "C" __global__ void probe(const unsigned short* __restrict__ a, float* __
 
 
 def _nvdisasm() -> list[str] | None:
-    for cand in (os.environ.get("NVDISASM"), shutil.which("nvdisasm")):
-        if cand and Path(cand).is_file():
-            return [cand, "-c"]
-    try:
-        import nvidia  # the nvidia-cuda-nvdisasm wheel
-
-        for root in nvidia.__path__:
-            for p in sorted(Path(root).glob("*/bin/nvdisasm")):
-                return [str(p), "-c"]
-    except ImportError:
-        pass
-    cuobjdump = shutil.which("cuobjdump")
-    return [cuobjdump, "-sass"] if cuobjdump else None
+    return sass_command()
 
 
 def _compile(tmp_path: Path, source: str) -> subprocess.CompletedProcess:

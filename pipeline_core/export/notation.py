@@ -1,0 +1,97 @@
+"""The one notation for an op, shared by the text view, check, analyze, the trace and DOT.
+
+Why one function: a kernel engineer reading ``check``'s hazard site, ``analyze``'s
+recurrence cycle, a Perfetto slice and a DOT node must see the same words for the same
+op (docs/guide/concepts.md, "Reading the views").  The forms:
+
+* global load   ``LOAD_A[A s0.1 K+2]``  operand letter, stage.subtile, K offset
+* fragment load ``MMA_LOAD_B[B s1.0]``  operand letter, stage.subtile
+* MMA           ``MMA[m0,n1]``          grid row and column (k-slice MMAs: ``MMA[k1]``)
+* sync and hint ops in the target's ISA form when its sync model declares one
+  (``cp.async.wait_group 2``, ``bar.sync 0``, the toy target's ``copy.wait 1``), else the tag name
+  with its value (``WAIT_VM(6)``).
+
+A prologue load whose entry carries no channel (the reference drops it) takes the channel
+its tag has elsewhere in the body (``channel_of``), so it prints with its operand too.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pipeline_core.ops import KOffset, OpRole, tag_name
+
+#: the reference's K offsets by name
+K_TEXT = {KOffset.K0: "K0", KOffset.K1: "K1", KOffset.K_NEXT: "K+2", KOffset.K_PREV: "K-1"}
+#: the same offsets as the checker's signed BK multiples
+_K_SHIFT = {0: "K0", 1: "K1", 2: "K+2", -1: "K-1"}
+
+
+def k_text(k: KOffset | int | None, *, shift: bool = False) -> str:
+    """``K0``, ``K1``, ``K+2``, ``K-1`` from a KOffset, or (``shift``) a signed BK multiple."""
+    if k is None:
+        return ""
+    if shift:
+        return _K_SHIFT.get(int(k), f"K{int(k):+d}")
+    return K_TEXT.get(KOffset(k), "")
+
+
+def operand(channel: int) -> str:
+    """``A``, ``B``, or ``ch2``; empty for no channel."""
+    if channel < 0:
+        return ""
+    return "AB"[channel] if channel < 2 else f"ch{channel}"
+
+
+def sync_text(tag: int, name: str, *, wait_value: int = 0, subtile: int = 0,
+              sync: Any = None) -> str | None:
+    """A sync, barrier or hint op in the target's words, or None when ``tag`` is not one."""
+    if sync is None:
+        return None
+    isa = sync.isa_text(tag, wait_value=wait_value, subtile=subtile)
+    if isa is not None:
+        return isa
+    if sync.channel_for_wait(tag) is not None or tag == sync.priority_tag:
+        return f"{name}({wait_value})"
+    if tag in sync.hint_formats:
+        return f"{name}({sync.hint_formats[tag].format(subtile=subtile, wait_value=wait_value)})"
+    if tag in sync.tag_names():
+        return name
+    return None
+
+
+def label(name: str, role: OpRole | int, *, tag: int = -1, channel: int = -1, stage: int = 0,
+          subtile: int = 0, k: str = "", wait_value: int = 0, sync: Any = None,
+          k_slices: bool = False) -> str:
+    """The notation from an op's fields (the checker's decoded entries call this directly)."""
+    text = sync_text(tag, name, wait_value=wait_value, subtile=subtile, sync=sync)
+    if text is not None:
+        return text
+    if tag >= 128:
+        if role == OpRole.SYNC and wait_value:
+            return f"{name}({wait_value})"
+        return name
+    if role == OpRole.COMPUTE:
+        return f"{name}[k{subtile}]" if k_slices else f"{name}[m{stage},n{subtile}]"
+    parts = [p for p in (operand(channel), f"s{stage}.{subtile}", k) if p]
+    return f"{name}[{' '.join(parts)}]"
+
+
+def op_text(o: Any, names: Mapping[int, str] | None = None, sync: Any = None,
+            channel_of: Mapping[int, int] | None = None) -> str:
+    """One :class:`~pipeline_core.ops.Op` in the shared notation."""
+    channel = o.channel
+    if channel < 0 and channel_of and o.role in (OpRole.GLOBAL_LOAD, OpRole.FRAGMENT_LOAD,
+                                                 OpRole.SHARED_STORE):
+        channel = channel_of.get(o.tag, -1)
+    k = k_text(o.k_offset) if o.role == OpRole.GLOBAL_LOAD else ""
+    return label(tag_name(o.tag, names), o.role, tag=o.tag, channel=channel, stage=o.stage,
+                 subtile=o.subtile, k=k, wait_value=o.wait_value, sync=sync)
+
+
+def channels_by_tag(ops: Any) -> dict[int, int]:
+    """tag -> channel for every tag whose ops carry exactly one channel (for prologue loads)."""
+    seen: dict[int, set[int]] = {}
+    for o in ops:
+        if o.channel >= 0:
+            seen.setdefault(o.tag, set()).add(o.channel)
+    return {tag: next(iter(chs)) for tag, chs in seen.items() if len(chs) == 1}
