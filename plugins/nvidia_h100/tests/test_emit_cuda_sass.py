@@ -1,6 +1,7 @@
 """pipeline-core emit -> nvcc sm_90a -> SASS: derived waits, no spills, HMMA per K tile (needs nvcc)."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -27,7 +28,6 @@ def test_emitted_kernel_compiles_without_spills_and_keeps_derived_waits(variant,
     assert res.exit_code == 0, res.stderr
     src = out.read_text()
     comp = pipeline_cli(["compile", "multistage-gemm", "--target", "h100", *args, "--format", "json"])
-    import json
     doc = json.loads(comp.stdout)
     waits = {e["op"]["wait_value"] for ph in ("prologue", "kernel", "epilogue") for e in doc[ph]
              if e["op"]["tag"] == WAIT_CP_ASYNC}
@@ -50,3 +50,10 @@ def test_emitted_kernel_compiles_without_spills_and_keeps_derived_waits(variant,
     for n in waits:
         assert re.search(rf"DEPBAR\.LE SB0, 0x{n:x}\b", sass), n
     assert not re.search(r"\b(LDL|STL)\b", sass)
+    # every MMA entry of the kernel and epilogue is one warp tile of m16n8k16 mma.sync: the
+    # machine code holds exactly that many HMMA (the prologue issues none)
+    params = doc["params"]
+    per_entry = (params["BM"] // params["warps_m"] // 16) * (params["BN"] // params["warps_n"] // 8)
+    entries = sum(e["op"]["role_name"] == "COMPUTE" for ph in ("prologue", "kernel", "epilogue")
+                  for e in doc[ph])
+    assert len(re.findall(r"\bHMMA\.16816\.F32\.BF16\b", sass)) == entries * per_entry
