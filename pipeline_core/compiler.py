@@ -103,6 +103,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     from pipeline_core.ordering import schedule_order
     from pipeline_core.program import build_kernel_program, kernel_deps_double_buffer
     from pipeline_core.program.binding import lowering_for
+    from pipeline_core.sync.settle import DERIVED, settle, wait_source
 
     if host is None:
         from pipeline_core.plugins import default_host
@@ -136,17 +137,22 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
                                 execution=ExecutionModel(warps_per_group=warps),
                                 schedule=schedule.name)
         prologue, kernel, epilogue = lowered.prologue, lowered.kernel, lowered.epilogue
-        return CompiledSchedule(
+        compiled = CompiledSchedule(
             schedule_name=schedule.name, target_name=target_name, config=config,
             schedule_config=sched, body=body, edges=edges, prologue=prologue, kernel=kernel,
             epilogue=epilogue, kernel_deps=(), warp_stagger_index=len(prologue) + 1,
             tag_names=tag_names, params=dict(params or {}), target_profile=target,
             execution=ExecutionModel(warps_per_group=warps), lowering="generic")
+        from pipeline_core.proof import require_safe
+
+        return require_safe(compiled, host, allow_unsafe=allow_unsafe)
     if config.depth >= 2:
         sched = _schedule_config(schedule)
         order = schedule_order(body, config, sched, edges,
                                strategy=host.get_strategy(sched.scheduling))
-        result = build_kernel_program(body, config, sched, edges, order=order)
+        derived = wait_source(schedule) == DERIVED
+        result = build_kernel_program(body, config, sched, edges, order=order,
+                                      keep_reads_first=derived)
         program = result.program
         explicit = host.explicit_blocks(schedule, body, program)
         if explicit:
@@ -199,6 +205,12 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target,
         execution=execution)
     from pipeline_core.proof import require_safe
+
+    if wait_source(schedule) == DERIVED:
+        compiled = settle(compiled, host)
+        if result is not None and compiled.kernel is not kernel:  # entries were added
+            compiled = attrs.evolve(compiled, kernel_deps=tuple(kernel_deps_double_buffer(
+                compiled.kernel, config, lowering.fragment_wait_tag)))
 
     return require_safe(compiled, host, allow_unsafe=allow_unsafe)
 
