@@ -53,6 +53,8 @@ class CompiledSchedule:
     lowering: str = "blocks"
     #: the proof stage's result (pipeline_core.proof.Proof); None when the stage did not run
     proof: Any = None
+    #: who wrote the program's explicit op lists (a plugin or a schedule method); "" for none
+    explicit_source: str = ""
 
     @property
     def hazards(self) -> list[dict[str, Any]]:
@@ -103,6 +105,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     from pipeline_core.ordering import schedule_order
     from pipeline_core.program import build_kernel_program, kernel_deps_double_buffer
     from pipeline_core.program.binding import lowering_for
+    from pipeline_core.program.verify import check_explicit_blocks
     from pipeline_core.sync.settle import DERIVED, settle, wait_source
 
     if host is None:
@@ -146,6 +149,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         from pipeline_core.proof import require_safe
 
         return require_safe(compiled, host, allow_unsafe=allow_unsafe)
+    explicit_source = ""
     if config.depth >= 2:
         sched = _schedule_config(schedule)
         order = schedule_order(body, config, sched, edges,
@@ -154,16 +158,21 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         result = build_kernel_program(body, config, sched, edges, order=order,
                                       keep_reads_first=derived)
         program = result.program
-        explicit = host.explicit_blocks(schedule, body, program)
+        explicit_source, explicit = host.explicit_blocks_with_source(schedule, body, program)
         if explicit:
             explicit = tuple(tuple(block) for block in explicit)
             if len(explicit) != len(program.blocks):
                 raise ProgramError(
-                    f"schedule {schedule.name}: explicit blocks give {len(explicit)} op lists for "
-                    f"{len(program.blocks)} program blocks; return exactly one list per block "
-                    "(an empty list keeps the template)")
+                    f"schedule {schedule.name}: explicit blocks from {explicit_source} give "
+                    f"{len(explicit)} op lists for {len(program.blocks)} program blocks; return "
+                    "exactly one list per block (an empty list keeps the template)")
             program = attrs.evolve(program, explicit_blocks=explicit)
+            findings = check_explicit_blocks(program, explicit_source)
+            if findings:
+                raise findings[0]
             result = attrs.evolve(result, program=program)
+        if not any(explicit):
+            explicit_source = ""  # every block keeps its template
         bootstrap = tuple(host.bootstrap_frags(schedule) or ())
         prologue = phases.derive_prologue(program, config, sched, bootstrap)
         kernel = program.expand(Phase.KERNEL)
@@ -203,7 +212,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         kernel=tuple(kernel), epilogue=tuple(epilogue), kernel_deps=tuple(kernel_deps),
         warp_stagger_index=stagger, tag_names=tag_names, kernel_program=result,
         bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target,
-        execution=execution)
+        execution=execution, explicit_source=explicit_source)
     from pipeline_core.proof import require_safe
 
     if wait_source(schedule) == DERIVED:

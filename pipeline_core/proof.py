@@ -171,6 +171,8 @@ def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
             f"{first.kind.value} at {first.site.text(multi)}: {first.message}")
     if first.fix is not None:
         text += f"; fix: {first.fix.text}"
+    if compiled.explicit_source:
+        text += f" (the program's explicit blocks come from {compiled.explicit_source})"
     more = len(verdict.distinct()) - 1
     if more:
         text += (f" ({more} more distinct hazard{'s' if more > 1 else ''}: "
