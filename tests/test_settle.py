@@ -90,3 +90,24 @@ def test_the_reference_schedules_keep_their_formulas():
 def test_a_wait_source_outside_the_two_values_is_refused_naming_it():
     with pytest.raises(ConfigError, match=r"wait_source\(\)"):
         compile_schedule(_Declares(_grid(2, 2), "formula"))
+
+
+@pytest.mark.parametrize("knob", ["partial_prologue_drain", "minimal_barriers",
+                                  "barrier_before_pre_ops"])
+def test_a_knob_that_races_on_the_reference_is_repaired_on_a_derived_schedule(knob):
+    # partial_prologue_drain needs waits before the execution model's own barriers (the
+    # stagger barrier and the one after the prologue): settle places them in the prologue
+    with pytest.raises(UnsafeScheduleError, match=f"-c {knob}=true"):
+        compile_named("pingpong", config_overrides={knob: "true"})
+    compiled = compile_named("matmul-grid", params={"m": "2", "n": "3"},
+                             config_overrides={knob: "true"})
+    assert compiled.proof.safe
+
+
+def test_a_knob_whose_race_no_wait_repairs_is_still_refused_naming_it():
+    # global_before_frag emits a block's loads before its reads: on 2 x 3 a load then
+    # overwrites a tile its block still reads, which no wait or barrier can order
+    with pytest.raises(UnsafeScheduleError, match="-c global_before_frag=true") as exc:
+        compile_named("matmul-grid", params={"m": "2", "n": "3"},
+                      config_overrides={"global_before_frag": "true"})
+    assert "WRONG_K_STEP" in str(exc.value)

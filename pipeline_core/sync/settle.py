@@ -88,8 +88,25 @@ def _with_phases(compiled: Any, phases: dict[Phase, tuple[Entry, ...]],
 
 def _apply(compiled: Any, fix: Any, sync: Any) -> Any | None:
     """``compiled`` with the checker's ``fix`` applied; None when it is not a wait/barrier fix."""
-    phase = _PHASES.get(fix.phase)
-    if phase is None or fix.index < 0 or fix.counter is None or fix.value is None:
+    from pipeline_core.check.trace import LAUNCH, STAGGER
+
+    if fix.counter is None or fix.value is None:
+        return None
+    index = fix.index
+    before_stagger = False
+    phase: Phase | None
+    execution = compiled.execution
+    if fix.phase == LAUNCH and fix.action == "insert_wait":
+        # before the execution model's barrier after the prologue: the prologue's end
+        phase, index = Phase.PROLOGUE, len(compiled.prologue)
+    elif (fix.phase == STAGGER and fix.action == "insert_wait" and execution is not None
+          and execution.stagger_index is not None):
+        # before group 1's stagger barrier: the last entry of the prologue's first part
+        phase, before_stagger = Phase.PROLOGUE, True
+        index = min(max(execution.stagger_index, 0), len(compiled.prologue))
+    else:
+        phase = _PHASES.get(fix.phase)
+    if phase is None or index < 0:
         return None
     try:
         channel = sync.channel(fix.counter)
@@ -97,22 +114,24 @@ def _apply(compiled: Any, fix: Any, sync: Any) -> Any | None:
         return None
     phases = dict(compiled.phases())
     items = list(phases[phase])
-    if fix.index > len(items):
+    if index > len(items):
         return None
     stagger = None
     if fix.action == "lower_wait":
-        if fix.index >= len(items) or items[fix.index].op.tag != channel.wait_tag:
+        if index >= len(items) or items[index].op.tag != channel.wait_tag:
             return None
-        e = items[fix.index]
+        e = items[index]
         if fix.value >= e.op.wait_value:
             return None
-        items[fix.index] = attrs.evolve(e, op=e.op.evolve(wait_value=fix.value))
+        items[index] = attrs.evolve(e, op=e.op.evolve(wait_value=fix.value))
     elif fix.action in ("insert_wait", "insert_barrier"):
         new = [_sync_op(channel.wait_tag, fix.value)]
         if fix.action == "insert_barrier":
             new.append(_sync_op(sync.barrier.tag))
-        items[fix.index:fix.index] = [Entry(o, 0, phase, False) for o in new]
-        if phase == Phase.PROLOGUE and fix.index < compiled.warp_stagger_index <= len(phases[phase]):
+        items[index:index] = [Entry(o, 0, phase, False) for o in new]
+        if before_stagger:
+            stagger = index + len(new)
+        elif phase == Phase.PROLOGUE and index < compiled.warp_stagger_index <= len(phases[phase]):
             stagger = compiled.warp_stagger_index + len(new)
         elif phase == Phase.PROLOGUE and compiled.warp_stagger_index > len(phases[phase]):
             stagger = compiled.warp_stagger_index + len(new)  # stays past the prologue's end
@@ -136,16 +155,21 @@ def settle(compiled: Any, host: Any = None) -> Any:
     except (TargetFactError, UnknownNameError):
         return compiled
     compiled = _tighten(compiled, sync)
+    applied: set[Any] = set()
     for _ in range(MAX_REPAIRS):
-        verdict = prove(compiled, host).verdict
+        proof = prove(compiled, host)
+        verdict = proof.verdict
         if verdict is None or verdict.safe:
-            break
+            return attrs.evolve(compiled, proof=proof)  # the proof stage keeps this one
         repaired = None
         for violation in verdict.distinct():
-            if violation.fix is not None:
-                repaired = _apply(compiled, violation.fix, sync)
-                if repaired is not None:
-                    break
+            fix = violation.fix
+            if fix is None or fix in applied:  # a repair that did not help is not repeated
+                continue
+            repaired = _apply(compiled, fix, sync)
+            if repaired is not None:
+                applied.add(fix)
+                break
         if repaired is None:
             break
         compiled = repaired
