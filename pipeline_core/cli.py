@@ -149,8 +149,9 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
                    help="emit exactly what the reference would, even when the hazard checker does "
                         "not prove it race-free (the JSON document then lists its hazards under "
                         "\"hazards\"); schedule repairs that depart from the reference, such as "
-                        "4-wave's epilogue guard, are off unless asked for. Without it an unsafe "
-                        "schedule is refused with exit status 1")
+                        "4-wave's epilogue guard, are off unless asked for (schedules that are not "
+                        "the reference's own, such as matmul-grid, keep their derived waits). "
+                        "Without it an unsafe schedule is refused with exit status 1")
 
 
 def build_parser(host: Any = None) -> argparse.ArgumentParser:

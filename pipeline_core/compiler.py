@@ -53,6 +53,8 @@ class CompiledSchedule:
     lowering: str = "blocks"
     #: the proof stage's result (pipeline_core.proof.Proof); None when the stage did not run
     proof: Any = None
+    #: who wrote the program's explicit op lists (a plugin or a schedule method); "" for none
+    explicit_source: str = ""
 
     @property
     def hazards(self) -> list[dict[str, Any]]:
@@ -103,6 +105,8 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     from pipeline_core.ordering import schedule_order
     from pipeline_core.program import build_kernel_program, kernel_deps_double_buffer
     from pipeline_core.program.binding import lowering_for
+    from pipeline_core.program.verify import check_explicit_blocks
+    from pipeline_core.sync.settle import DERIVED, settle, wait_source
 
     if host is None:
         from pipeline_core.plugins import default_host
@@ -136,31 +140,39 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
                                 execution=ExecutionModel(warps_per_group=warps),
                                 schedule=schedule.name)
         prologue, kernel, epilogue = lowered.prologue, lowered.kernel, lowered.epilogue
-        from pipeline_core.proof import require_safe as prove_generic
-
-        return prove_generic(CompiledSchedule(
+        compiled = CompiledSchedule(
             schedule_name=schedule.name, target_name=target_name, config=config,
             schedule_config=sched, body=body, edges=edges, prologue=prologue, kernel=kernel,
             epilogue=epilogue, kernel_deps=(), warp_stagger_index=len(prologue) + 1,
             tag_names=tag_names, params=dict(params or {}), target_profile=target,
-            execution=ExecutionModel(warps_per_group=warps), lowering="generic"),
-            host, allow_unsafe=allow_unsafe)
+            execution=ExecutionModel(warps_per_group=warps), lowering="generic")
+        from pipeline_core.proof import require_safe
+
+        return require_safe(compiled, host, allow_unsafe=allow_unsafe)
+    explicit_source = ""
     if config.depth >= 2:
         sched = _schedule_config(schedule)
         order = schedule_order(body, config, sched, edges,
                                strategy=host.get_strategy(sched.scheduling))
-        result = build_kernel_program(body, config, sched, edges, order=order)
+        derived = wait_source(schedule) == DERIVED
+        result = build_kernel_program(body, config, sched, edges, order=order,
+                                      keep_reads_first=derived)
         program = result.program
-        explicit = host.explicit_blocks(schedule, body, program)
+        explicit_source, explicit = host.explicit_blocks_with_source(schedule, body, program)
         if explicit:
             explicit = tuple(tuple(block) for block in explicit)
             if len(explicit) != len(program.blocks):
                 raise ProgramError(
-                    f"schedule {schedule.name}: explicit blocks give {len(explicit)} op lists for "
-                    f"{len(program.blocks)} program blocks; return exactly one list per block "
-                    "(an empty list keeps the template)")
+                    f"schedule {schedule.name}: explicit blocks from {explicit_source} give "
+                    f"{len(explicit)} op lists for {len(program.blocks)} program blocks; return "
+                    "exactly one list per block (an empty list keeps the template)")
             program = attrs.evolve(program, explicit_blocks=explicit)
+            findings = check_explicit_blocks(program, explicit_source)
+            if findings:
+                raise findings[0]
             result = attrs.evolve(result, program=program)
+        if not any(explicit):
+            explicit_source = ""  # every block keeps its template
         bootstrap = tuple(host.bootstrap_frags(schedule) or ())
         prologue = phases.derive_prologue(program, config, sched, bootstrap)
         kernel = program.expand(Phase.KERNEL)
@@ -200,8 +212,14 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         kernel=tuple(kernel), epilogue=tuple(epilogue), kernel_deps=tuple(kernel_deps),
         warp_stagger_index=stagger, tag_names=tag_names, kernel_program=result,
         bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target,
-        execution=execution)
+        execution=execution, explicit_source=explicit_source)
     from pipeline_core.proof import require_safe
+
+    if wait_source(schedule) == DERIVED:
+        compiled = settle(compiled, host)
+        if result is not None and compiled.kernel is not kernel:  # entries were added
+            compiled = attrs.evolve(compiled, kernel_deps=tuple(kernel_deps_double_buffer(
+                compiled.kernel, config, lowering.fragment_wait_tag)))
 
     return require_safe(compiled, host, allow_unsafe=allow_unsafe)
 

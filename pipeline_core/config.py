@@ -232,6 +232,10 @@ class ScheduleConfig:
     search_time_limit_ms: int = attrs.field(default=10000, validator=_within(limits.SEARCH_TIME_MS),
                                             metadata=_help("budget of search strategies; the best order found so far is "
                                                            "used when it runs out (0 = no limit; not in the reference)"))
+    search_node_limit: int = attrs.field(default=0, validator=_within(limits.SEARCH_NODES),
+                                         metadata=_help("node budget of the CSP and EXACT searches (0 = no limit): "
+                                                        "unlike the seconds budget it cuts the search at the same "
+                                                        "point on every machine (not in the reference)"))
 
     @property
     def scheduling_value(self) -> int | None:
@@ -254,7 +258,8 @@ class ScheduleConfig:
 #: ``schedule_config`` keys and the ``-c key=value`` names); this is how code and
 #: help group them.  ``test_config`` checks every field is in exactly one group.
 SCHEDULE_KNOB_GROUPS: dict[str, tuple[str, ...]] = {
-    "ordering": ("scheduling", "lds_contention_penalty", "max_vgpr", "search_time_limit_ms"),
+    "ordering": ("scheduling", "lds_contention_penalty", "max_vgpr", "search_time_limit_ms",
+                 "search_node_limit"),
     "waits": ("auto_waits", "wait_lgkm_first", "wait_vm_last", "lgkm_per_load_a",
               "lgkm_per_load_b", "drain_lgkm_mask", "auto_drain", "lgkm_after_last",
               "inter_block_lgkm_drain", "partial_prologue_drain"),

@@ -96,6 +96,10 @@ CYCLES = Bound(low=0, high=100_000)
 VGPR_BUDGET = Bound(low=0, high=999_999)
 #: Time budget of the search strategies in milliseconds (0 = no limit): at most an hour.
 SEARCH_TIME_MS = Bound(low=0, high=3_600_000)
+#: Node budget of the search strategies (0 = no limit): a budget counted in search steps
+#: stops CSP and EXACT at the same point on every machine, so the result is repeatable;
+#: a billion steps is hours of search.
+SEARCH_NODES = Bound(low=0, high=1_000_000_000)
 #: nesting of a JSON document read by ``check --input``: a schedule document nests 5 deep
 #: (document, phase list, entry, op, field); deeper input is refused before parsing, so a
 #: hostile file cannot exhaust the parser's recursion

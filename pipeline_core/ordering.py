@@ -60,6 +60,7 @@ def scheduling_request(body: Sequence[Op], edges: Sequence[DepEdge], config: Pip
         lds_contention_penalty=sched.lds_contention_penalty,
         max_vgpr=sched.max_vgpr,
         time_limit=sched.search_time_limit_ms / 1000 if sched.search_time_limit_ms else None,
+        node_limit=sched.search_node_limit or None,
         num_partitions=config.num_partitions,
         blocks_per_partition=config.blocks_per_partition)
 
@@ -75,4 +76,30 @@ def schedule_order(body: Sequence[Op], config: PipelineConfig, sched: ScheduleCo
         from pipeline_core.edges import derive_edges
         edges = derive_edges(body, config)
     request = scheduling_request(body, edges, config, sched)
-    return check_order(strategy(request), len(body), f"strategy {sched.scheduling.strip().upper()}")
+    label = sched.scheduling.strip().upper()
+    order = check_order(strategy(request), len(body), f"strategy {label}")
+    check_vgpr_budget(body, edges, order, sched, label)
+    return order
+
+
+def check_vgpr_budget(body: Sequence[Op], edges: Sequence[DepEdge], order: Sequence[int],
+                      sched: ScheduleConfig, label: str) -> None:
+    """Refuse an order over ``-c max_vgpr``: a strategy returns its best order even when no
+    order it found meets the budget (the CSP and EXACT fall back to their seed), and a
+    schedule over its register budget must not leave ``compile`` silently."""
+    from pipeline_core.limits import VGPR_BUDGET
+    from pipeline_core.scheduling.evaluate import Tables, simulate
+
+    if sched.max_vgpr >= VGPR_BUDGET.high:  # the top value means "unlimited"
+        return
+    tables = Tables(body, edges)
+    _, peak = simulate(tables, order, sched.lds_contention_penalty)
+    if peak <= sched.max_vgpr:
+        return
+    found = (f"every order peaks at {peak} VGPRs (no op of the body frees registers)"
+             if not any(tables.vgpr_kill) else
+             f"the best order strategy {label} found peaks at {peak} VGPRs")
+    raise SchedulingError(
+        f"-c max_vgpr={sched.max_vgpr}: no order meets the VGPR budget: {found}; raise "
+        f"max_vgpr to at least {peak} (or {int(VGPR_BUDGET.high)} for no budget)",
+        strategy=label)

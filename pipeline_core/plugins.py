@@ -467,6 +467,16 @@ class PluginHost:
         return self._override("pipeline_core_explicit_blocks", schedule=schedule, body=body,
                               program=program)[1]
 
+    def explicit_blocks_with_source(self, schedule: Any, body: tuple[Op, ...],
+                                    program: Program) -> tuple[str, Sequence[Sequence[Op]]]:
+        """The explicit op lists and who wrote them: the answering plugin (with its
+        distribution) or the schedule's own ``build_explicit_blocks`` (the core's answer)."""
+        name, lists = self._override("pipeline_core_explicit_blocks", schedule=schedule,
+                                     body=body, program=program)
+        if name == "core":
+            return f"build_explicit_blocks() of schedule {schedule.name}", lists
+        return self._registered[name].culprit.describe(), lists
+
     def bootstrap_frags(self, schedule: Any) -> Sequence[Op]:
         return self._override("pipeline_core_bootstrap_frags", schedule=schedule)[1]
 

@@ -171,6 +171,8 @@ def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
             f"{first.kind.value} at {first.site.text(multi)}: {first.message}")
     if first.fix is not None:
         text += f"; fix: {first.fix.text}"
+    if compiled.explicit_source:
+        text += f" (the program's explicit blocks come from {compiled.explicit_source})"
     more = len(verdict.distinct()) - 1
     if more:
         text += (f" ({more} more distinct hazard{'s' if more > 1 else ''}: "
@@ -182,7 +184,8 @@ def require_safe(compiled: CompiledSchedule, host: Any = None, *,
                  allow_unsafe: bool = False) -> CompiledSchedule:
     """``compiled`` with its proof attached; raises :class:`UnsafeScheduleError` unless it is
     proven safe or ``allow_unsafe`` is set."""
-    proof = prove(compiled, host)
+    # a schedule settled by pipeline_core/sync/settle.py arrives with the proof of what it emits
+    proof = compiled.proof if compiled.proof is not None else prove(compiled, host)
     if not proof.safe and not allow_unsafe:
         raise refusal(compiled, proof)
     return attrs.evolve(compiled, proof=proof)

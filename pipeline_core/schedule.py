@@ -42,6 +42,11 @@ class Schedule(Protocol):
       schedule's repair of a race the template leaves, e.g. 4-wave's ``WAIT_VM(0), BARRIER``);
     * ``warps_per_group() -> int`` (warps running one group's stream; the hazard proof
       executes that many, see pipeline_core/execution.py).
+    * ``wait_source() -> str``: ``"derived"`` (the default) settles the emitted waits and
+      barriers from the target-neutral derivation before the proof, and keeps redistributed
+      global loads on their side of the reads of their region; ``"reference"`` keeps the
+      block template's wait formulas (the reference's own schedules, for parity), see
+      pipeline_core/sync/settle.py.
     """
 
     @property

@@ -43,11 +43,13 @@ class KernelProgram:
 def build_kernel_program(body: Sequence[Op], config: PipelineConfig,
                          sched: ScheduleConfig = ScheduleConfig(),
                          edges: Sequence[DepEdge] = (), *,
-                         order: Sequence[int]) -> KernelProgram:
+                         order: Sequence[int], keep_reads_first: bool = False) -> KernelProgram:
     """Build the blocks of ``body`` in ``order``, patch waits and verify (double-buffer path).
 
     The order comes from the compiler's ordering stage (:mod:`pipeline_core.ordering`);
     ``edges`` are accepted for callers that pass them positionally and are not consulted.
+    ``keep_reads_first``: redistributed global loads stay after the fragment reads of the
+    region they overwrite (:func:`redistribute_globals`; schedules with derived waits).
     """
     if config.depth < 2:
         raise ConfigError("PipelineConfig", "depth", config.depth,
@@ -55,7 +57,7 @@ def build_kernel_program(body: Sequence[Op], config: PipelineConfig,
     body = tuple(body)
     final_order = check_order(order, len(body), "the order= argument")
     program = construct_blocks(body, final_order, config, sched)
-    program = redistribute_globals(program, config, sched)
+    program = redistribute_globals(program, config, sched, keep_reads_first=keep_reads_first)
     wl, wv = derive_waits(program, config, sched.lgkm_per_load_a, sched.lgkm_per_load_b)
     if sched.auto_waits:
         if sched.auto_drain:

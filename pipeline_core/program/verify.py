@@ -7,16 +7,18 @@ every finding; ``verify_program`` raises the first.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from pipeline_core.config import NO_WAIT, PipelineConfig
 from pipeline_core.errors import VerificationError
-from pipeline_core.ops import OpRole, tag_name
+from pipeline_core.ops import Op, OpRole, tag_name
 from pipeline_core.program.program import Program
 from pipeline_core.program.waits import block0_lgkm
 
 #: Stable rule ids, in check order.
 RULES: tuple[str, ...] = ("block-count", "block-mma", "wait-bounds", "global-distribution",
                           "stage-consistency", "prefetch-coverage", "completion-coverage",
-                          "warp-stagger-lds-race")
+                          "warp-stagger-lds-race", "explicit-data-ops")
 
 
 def _op_text(op) -> str:
@@ -176,3 +178,44 @@ def verify_program(program: Program, config: PipelineConfig, lgkm_a: int = 0, lg
     findings = check_program(program, config, lgkm_a, lgkm_b, wait_lgkm_first, wait_vm_last)
     if findings:
         raise findings[0]
+
+
+_DATA_ROLES = (OpRole.COMPUTE, OpRole.FRAGMENT_LOAD, OpRole.GLOBAL_LOAD)
+
+
+def _data_key(op: Op) -> tuple[int, int, int, int, int]:
+    return (op.tag, int(op.role), op.channel, op.stage, op.subtile)
+
+
+def check_explicit_blocks(program: Program, source: str) -> list[VerificationError]:
+    """Explicit op lists (a plugin's ``pipeline_core_explicit_blocks`` answer or a schedule's
+    ``build_explicit_blocks``) replace a block's template, so the checks above, which read
+    the template's slots, would not see what is emitted.  Each non-empty list must carry
+    exactly its block's data ops (the MMA, its fragment loads and global loads, any order):
+    a dropped or added one is an error naming ``source``.  Waits and barriers are left to
+    the hazard proof, which runs on what is emitted."""
+    findings: list[VerificationError] = []
+    for i, blk in enumerate(program.blocks):
+        ops = program.explicit(i)
+        if not ops:
+            continue
+        want = [blk.mma] + ([blk.fused_mma] if blk.fused_mma.is_present else [])
+        want += list(blk.frags()) + [op for op, _ in blk.global_loads()]
+        wanted = Counter(_data_key(o) for o in want if o.is_present)
+        given = Counter(_data_key(o) for o in ops if o.is_present and o.role in _DATA_ROLES)
+        missing = [o for o in want if o.is_present and (wanted - given)[_data_key(o)] > 0]
+        extra = [o for o in ops if o.is_present and o.role in _DATA_ROLES
+                 and (given - wanted)[_data_key(o)] > 0]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append("lacks " + ", ".join(f"{_op_text(o)} ({o.role.name})" for o in missing))
+            if extra:
+                parts.append("adds " + ", ".join(f"{_op_text(o)} ({o.role.name})" for o in extra))
+            findings.append(VerificationError(
+                "explicit-data-ops",
+                f"block {i}'s explicit op list from {source} {' and '.join(parts)}: an explicit "
+                "list must emit exactly its block's MMA, fragment loads and global loads (its "
+                "waits, barriers and hints are its own); return the missing ops, or an empty "
+                "list to keep the template", block=i))
+    return findings

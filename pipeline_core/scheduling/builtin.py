@@ -37,7 +37,8 @@ def csp_strategy(request: SchedulingRequest) -> list[int]:
         block_slots=BLOCK_SLOTS,
         lds_contention_penalty=request.lds_contention_penalty, max_vgpr=request.max_vgpr,
         num_partitions=request.num_partitions, blocks_per_partition=request.blocks_per_partition,
-        time_limit=request.time_limit, node_limit=request.node_limit)
+        time_limit=request.time_limit, node_limit=request.node_limit,
+        on_cut=lambda cut: request.warn_cut("CSP", cut))
 
 
 #: Read-only: the core plugin registers these with each host it is loaded into.

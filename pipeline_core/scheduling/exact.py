@@ -48,7 +48,6 @@ lower bound and the gap (``ExactResult``) and says so on stderr.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from typing import Callable, Sequence
 
@@ -81,7 +80,10 @@ class ExactResult:
     a smaller makespan (``gap`` = makespan - lower_bound = 0).  ``canonical`` says
     the order is the one the CSP would return (the seed, or the lexicographically
     first optimal order).  ``seed_valid`` is False when the greedy seed breaks a
-    rule (the CSP keeps such a seed if nothing valid beats it; so does EXACT).
+    rule (the CSP keeps such a seed if nothing valid beats it; so does
+    :func:`exact_schedule` unless ``valid_only``).  ``order_valid`` is False when the
+    returned order breaks a rule no program can hold (the block slots: it would not
+    compile): it is then never ``proven_optimal``.
     """
 
     order: tuple[int, ...]
@@ -92,11 +94,12 @@ class ExactResult:
     gap: int
     nodes: int
     time: float
-    status: str  #: "seed-at-bound", "optimal", "time-limit" or "node-limit"
+    status: str  #: "seed-at-bound", "optimal", "time-limit", "node-limit" or "invalid-seed"
     seed_makespan: int | None
     root_bound: int
     canonical: bool = True
     seed_valid: bool = True
+    order_valid: bool = True
 
     @property
     def gap_ratio(self) -> float:
@@ -105,6 +108,7 @@ class ExactResult:
     def summary(self) -> str:
         budget = "node limit" if self.status == "node-limit" else "time limit"
         state = "proven optimal" if self.proven_optimal else \
+            "the greedy seed, which breaks the strategy's rules" if not self.order_valid else \
             f"gap {self.gap} cycles ({self.gap_ratio:.1%}) at the {budget}"
         return (f"makespan {self.makespan}, lower bound {self.lower_bound}, {state}; "
                 f"{self.nodes} nodes in {self.time:.2f}s")
@@ -115,7 +119,7 @@ def exact_schedule(body: Sequence[Op], edges: Sequence[DepEdge], *, max_globals_
                    num_partitions: int = 2, blocks_per_partition: int = 4,
                    time_limit: float | None = DEFAULT_TIME_LIMIT, block_slots: int = 0,
                    strict: bool = False, progress: Callable | None = None,
-                   node_limit: int | None = None) -> ExactResult:
+                   node_limit: int | None = None, valid_only: bool = False) -> ExactResult:
     """Solve the CSP's problem exactly (module docstring); a timeout returns the best so far.
 
     ``block_slots`` > 0: like the CSP strategy's option, only orders with at most that
@@ -126,6 +130,8 @@ def exact_schedule(body: Sequence[Op], edges: Sequence[DepEdge], *, max_globals_
     ``node_limit`` caps the nodes of the optimisation (and of each decomposition bound, a
     share of it): unlike ``time_limit`` it stops the search at the same point on every
     machine, so its result is reproducible.
+    ``valid_only``: a seed that would not compile (block slots) is not kept, as the CSP
+    keeps it, so the result is an order the program builder accepts.
     Raises SchedulingError only when no valid order exists (or none was found in time).
     """
     t0 = time.perf_counter()
@@ -156,6 +162,8 @@ def exact_schedule(body: Sequence[Op], edges: Sequence[DepEdge], *, max_globals_
     seed_valid = seed is not None and search.is_valid(seed)
     # like the CSP, accept a seed that breaks the rules; strict mode needs it to compile
     seed_usable = seed is not None and (not strict or search.is_valid(seed, csp_rules=False))
+    if valid_only and seed is not None and not search.is_valid(seed, csp_rules=False):
+        seed_usable = False  # it would not compile
     seed_ms = None
     if seed is not None:
         seed_value = pb.simulate(seed)
@@ -165,8 +173,10 @@ def exact_schedule(body: Sequence[Op], edges: Sequence[DepEdge], *, max_globals_
         # an op's latency; then ref_lb > rb, and the seed must meet the valid bound instead.
         if (seed_value[0] == ref_lb and ref_lb <= rb and seed_usable
                 and (max_vgpr == UNLIMITED_VGPR or seed_value[1] <= max_vgpr)):
-            return ExactResult(tuple(seed), seed_value[0], seed_value[1], ref_lb, True, 0, 0,
-                               elapsed(), "seed-at-bound", seed_ms, rb, True, seed_valid)
+            fits = search.is_valid(seed, csp_rules=False)
+            return ExactResult(tuple(seed), seed_value[0], seed_value[1], ref_lb, fits,
+                               0, 0, elapsed(), "seed-at-bound", seed_ms, rb, True, seed_valid,
+                               order_valid=fits)
     if not seed_usable:
         seed = None
     if seed is None:
@@ -207,12 +217,14 @@ def exact_schedule(body: Sequence[Op], edges: Sequence[DepEdge], *, max_globals_
             canonical = False
     ms, pk = pb.simulate(best_order)
     lb = min(lb, ms)
-    proven = finished or lb == ms
+    order_valid = search.is_valid(best_order, csp_rules=False)  # the order compiles
+    proven = (finished or lb == ms) and order_valid
     clock_ran_out = deadline is not None and time.perf_counter() > deadline
     cut_by = "node-limit" if node_limit is not None and not clock_ran_out else "time-limit"
     return ExactResult(tuple(best_order), ms, pk, int(lb), proven, int(ms - lb), search.nodes,
-                       elapsed(), "optimal" if proven else cut_by, seed_ms, int(rb),
-                       canonical, seed_valid)
+                       elapsed(), "optimal" if proven else cut_by if order_valid else
+                       "invalid-seed", seed_ms, int(rb), canonical, seed_valid,
+                       order_valid=order_valid)
 
 
 def _decomposition_bound(pb: Problem, search: Search, rb: int, inc_value: tuple,
@@ -256,18 +268,16 @@ def _run(request: SchedulingRequest, *, strict: bool, label: str) -> list[int]:
             num_partitions=request.num_partitions,
             blocks_per_partition=request.blocks_per_partition, time_limit=limit,
             block_slots=BLOCK_SLOTS, strict=strict, progress=progress,
-            node_limit=request.node_limit)
+            node_limit=request.node_limit, valid_only=True)
     except SchedulingError as exc:
         raise SchedulingError(str(exc).replace("EXACT", label, 1), strategy=label,
                               ops=exc.ops) from None
     finally:
         if progress is not None:
             progress.close()
-    if not result.proven_optimal:
-        budget = (f"node limit of {request.node_limit} nodes" if result.status == "node-limit"
-                  else f"time limit of {limit:g}s")
-        print(f"{label}: {budget} reached; returning the best order found: "
-              f"{result.summary()}", file=sys.stderr)
+    if result.status in ("node-limit", "time-limit"):
+        timed = attrs.evolve(request, time_limit=limit)
+        timed.warn_cut(label, result.status, result.summary())
     return list(result.order)
 
 

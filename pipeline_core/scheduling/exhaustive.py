@@ -9,6 +9,7 @@ to the reference (the CSP's extra pruning only skips subtrees that cannot win).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Sequence
 
 from pipeline_core.edges import DepEdge
@@ -48,13 +49,15 @@ def position_ranges(n: int, parts: int) -> list[tuple[int, int]]:
 
 def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]],
             max_globals: int, block_slots: int, penalty: int, max_vgpr: int, prune: str | None,
-            bound_fn, time_limit: float | None, node_limit: int | None = None) -> list[int]:
+            bound_fn, time_limit: float | None, node_limit: int | None = None,
+            on_cut: Callable[[str], None] | None = None) -> list[int]:
     """Iterative DFS with explicit per-depth state; returns the best order found (seed if none).
 
     ``last_tried[pos]`` is the last candidate tried at depth ``pos``; candidates are
     tried in increasing index order, so leaves are visited in lexicographic order.
     ``node_limit`` (search steps) stops the search at the same point on every machine;
-    ``time_limit`` (seconds) depends on the machine's speed.
+    ``time_limit`` (seconds) depends on the machine's speed.  ``on_cut`` is told which
+    budget ("node-limit" or "time-limit") cut the search, when one does.
     """
     n = t.n
     best = list(seed)
@@ -110,8 +113,12 @@ def _search(t: Tables, seed: list[int], lb: int, *, ranges: list[tuple[int, int]
     while True:
         steps += 1
         if node_limit is not None and steps > node_limit:
+            if on_cut is not None:
+                on_cut("node-limit")
             return best
         if deadline is not None and steps & 1023 == 0 and time.perf_counter() > deadline:
+            if on_cut is not None:
+                on_cut("time-limit")
             return best
         if pos == n:
             ms, pk = simulate(t, order, penalty)
@@ -178,7 +185,8 @@ def optimal_schedule_with_halves(body: Sequence[Op], edges: Sequence[DepEdge], *
                                  max_vgpr: int = UNLIMITED_VGPR, num_partitions: int = 2,
                                  blocks_per_partition: int = 4,
                                  time_limit: float | None = None,
-                                 node_limit: int | None = None) -> list[int]:
+                                 node_limit: int | None = None,
+                                 on_cut: Callable[[str], None] | None = None) -> list[int]:
     """The CSP strategy: partition-isolated exhaustive search seeded by ``greedy_schedule``.
 
     Position p may only take ops of p's partition. With ``max_globals_per_block`` > 0
@@ -217,4 +225,4 @@ def optimal_schedule_with_halves(body: Sequence[Op], edges: Sequence[DepEdge], *
                    penalty=penalty, max_vgpr=max_vgpr, prune=prune,
                    bound_fn=lambda order, placed, pos: penalised_partial_bound(
                        t, order, placed, pos, penalty, topo),
-                   time_limit=time_limit, node_limit=node_limit)
+                   time_limit=time_limit, node_limit=node_limit, on_cut=on_cut)

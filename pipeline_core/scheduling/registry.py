@@ -45,6 +45,22 @@ class SchedulingRequest:
     #: machine, so the order it returns is reproducible
     node_limit: int | None = None
 
+    def budget_text(self, cut: str) -> str:
+        """The budget that cut a search ("node-limit" or "time-limit") and its knob."""
+        if cut == "node-limit":
+            return f"node limit of {self.node_limit} nodes reached (-c search_node_limit)"
+        return f"time limit of {self.time_limit:g}s reached (-c search_time_limit_ms)"
+
+    def warn_cut(self, strategy: str, cut: str, found: str = "") -> None:
+        """One line on stderr: the search was cut by a budget, so its order is the best found
+        so far (with a time limit, one that may differ from run to run)."""
+        import sys
+
+        again = ("the same order on every machine" if cut == "node-limit" else
+                 "it may differ from run to run; -c search_node_limit gives a repeatable cut")
+        print(f"{strategy}: {self.budget_text(cut)}; returning the best order found "
+              f"({found + '; ' if found else ''}{again})", file=sys.stderr)
+
 
 Strategy = Callable[[SchedulingRequest], "list[int]"]
 

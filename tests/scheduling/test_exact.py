@@ -159,7 +159,12 @@ def _check_instance(ops, edges, parts, rng):
     except SchedulingError:
         assert not leaves, "EXACT found no order although valid orders exist"
         return
-    assert result.proven_optimal and result.gap == 0 and result.canonical
+    assert result.gap == 0 and result.canonical
+    # the CSP keeps a seed that breaks the rules: one no block program holds is never
+    # "proven optimal"; an order the CSP's own rules accept always fits
+    assert result.proven_optimal == result.order_valid
+    if list(result.order) in [order for _, order in leaves]:
+        assert result.order_valid
     expected = csp_answer(ops, edges, pb, leaves, penalty=penalty, max_globals=max_globals,
                           max_vgpr=max_vgpr, parts=parts, bph=bph, valid_rb=result.root_bound)
     assert list(result.order) == list(expected)
@@ -431,3 +436,25 @@ def test_chain_bound_is_the_preemptive_jackson_value():
     assert chain_bound([(0, 4, 0), (0, 4, 100)], 0) == (8, 104)
     # releases leave the machine idle; preemption at release 10
     assert chain_bound([(0, 20, 0), (10, 5, 50)], 0) == (25, 65)
+
+
+@pytest.mark.parametrize("m,n", [(4, 7), (5, 8)])
+def test_a_seed_no_block_program_holds_is_never_proven_optimal(m, n):
+    # issue 16: at lds_contention_penalty=8 the greedy seed puts 3-4 global loads in one
+    # block; the CSP keeps it, EXACT called it proven optimal and the compile then failed
+    from pipeline_core.api import compile_named
+
+    compiled = compile_named("matmul-grid", params={"m": str(m), "n": str(n)},
+                             config_overrides={"lds_contention_penalty": "8",
+                                               "scheduling": "EXACT"})
+    assert compiled.proof.safe  # the strategy's order compiles
+    cfg = compiled.config
+    kwargs = dict(max_globals_per_block=cfg.block_sizing.max_globals, lds_contention_penalty=8,
+                  num_partitions=cfg.num_partitions,
+                  blocks_per_partition=cfg.blocks_per_partition, block_slots=BLOCK_SLOTS,
+                  time_limit=None, node_limit=20000)
+    kept = exact_schedule(compiled.body, compiled.edges, **kwargs)
+    assert not kept.seed_valid and not kept.order_valid
+    assert not kept.proven_optimal and "breaks the strategy's rules" in kept.summary()
+    valid = exact_schedule(compiled.body, compiled.edges, valid_only=True, **kwargs)
+    assert valid.order_valid and valid.proven_optimal and valid.order == compiled.order

@@ -137,6 +137,11 @@ class FourWaveSchedule:
     def config(self) -> PipelineConfig:
         return self.target.pipeline
 
+    def wait_source(self) -> str:
+        """"reference": this is one of the reference's own schedules, so its waits keep the
+        reference's formulas (entry-for-entry parity; a racing knob is refused by name)."""
+        return "reference"
+
     def warps_per_group(self) -> int:
         return WARPS
 

@@ -106,6 +106,11 @@ class PingPongSchedule(InterleavedMatmulSchedule):
         """``-c lgkm_per_load_a/b`` are refused: the lgkm per load comes from ``-p``."""
         return {name: REFUSED for name in OWNED_SCHEDULE_FIELDS}
 
+    def wait_source(self) -> str:
+        """"reference": this is one of the reference's own schedules, so its waits keep the
+        reference's formulas (entry-for-entry parity; a racing knob is refused by name)."""
+        return "reference"
+
 
 def _non_negative(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
