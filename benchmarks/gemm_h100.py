@@ -504,6 +504,7 @@ COMPILED = (
     ("first-light", {"BM": "128", "BN": "128", "BK": "32", "warps_m": "2", "warps_n": "2"}, 2),
     ("perf-s3", {}, 3),
     ("perf-s4", {}, 4),
+    ("sq-s3", {"BM": "128", "BN": "128", "BK": "64", "warps_m": "2", "warps_n": "2"}, 3),
 )
 
 
