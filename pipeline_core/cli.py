@@ -135,8 +135,10 @@ def add_format_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, choi
         p.add_argument("--json", action=_DeprecatedJson)
 
 
-def _add_compile_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("schedule", help="schedule name (see `pipeline-core schedules`)")
+def _add_schedule_options(p: argparse.ArgumentParser, *, schedule_help: str,
+                          optional: bool = False) -> None:
+    """The schedule, its target and the -p / -T / -c values every compiling command takes."""
+    p.add_argument("schedule", nargs="?" if optional else None, help=schedule_help)
     p.add_argument("--target", help="target name (default: the schedule's default target)")
     p.add_argument("-p", dest="params", action="append", metavar="KEY=VALUE",
                    help="schedule parameter")
@@ -145,6 +147,10 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE",
                    help="ScheduleConfig knob, applied on top of the schedule's own config "
                         "(see `pipeline-core knobs`)")
+
+
+def _add_compile_options(p: argparse.ArgumentParser) -> None:
+    _add_schedule_options(p, schedule_help="schedule name (see `pipeline-core schedules`)")
     p.add_argument("--allow-unsafe", action="store_true",
                    help="emit exactly what the reference would, even when the hazard checker does "
                         "not prove it race-free (the JSON document then lists its hazards under "
@@ -201,14 +207,8 @@ def build_parser(host: Any = None) -> argparse.ArgumentParser:
     add_output_option(k)
 
     c = add_parser("check", help="prove a compiled schedule race-free on a model of the hardware")
-    c.add_argument("schedule", nargs="?", help="schedule to compile and check (or use --input)")
-    c.add_argument("--target", help="target name (default: the schedule's default target)")
-    c.add_argument("-p", dest="params", action="append", metavar="KEY=VALUE",
-                   help="schedule parameter")
-    c.add_argument("-T", dest="target_args", action="append", metavar="KEY=VALUE",
-                   help="target parameter")
-    c.add_argument("-c", dest="overrides", action="append", metavar="KEY=VALUE",
-                   help="ScheduleConfig knob (see `pipeline-core knobs`)")
+    _add_schedule_options(c, schedule_help="schedule to compile and check (or use --input)",
+                          optional=True)
     _extend(c, "pipeline_core.check.cli")
 
     a = add_parser("analyze", help="schedule metrics: makespan, bounds, utilisation, MII")
