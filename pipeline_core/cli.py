@@ -289,13 +289,12 @@ def _early_host_options(argv: Sequence[str]) -> argparse.Namespace:
 def _required_plugins(args, host) -> int:
     """``--require-plugin`` / PIPELINE_CORE_REQUIRE_PLUGINS: EXIT_PLUGINS naming each missing one."""
     import difflib
-    import os
-
     def key(text: str) -> str:
         return text.strip().lower().replace("_", "-")
 
-    wanted = list(getattr(args, "require_plugin", None) or []) + [
-        x.strip() for x in os.environ.get(ENV_REQUIRE, "").replace(";", ",").split(",") if x.strip()]
+    from pipeline_core.plugins import split_env
+
+    wanted = list(getattr(args, "require_plugin", None) or []) + split_env(ENV_REQUIRE)
     status = EXIT_OK
     for name in dict.fromkeys(wanted):
         found = [p for p in host.plugins if key(name) in (key(p.name), key(p.distribution))]
@@ -369,16 +368,13 @@ def _params_doc(params) -> list[dict]:
              "allowed": p.range_text()} for p in params]
 
 
-def _value_text(value: Any) -> str:
-    """A value as the user types it after ``-p KEY=`` (``true``, not ``True``)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 def _param_line(prm: dict) -> str:
     """``name (type, default X; allowed values): help``; no default clause when none is fixed."""
     head = prm["type"]
     if prm["default"] is not None:  # None: the schedule derives it (its help says how)
-        head += f", default {_value_text(prm['default'])}"
+        from pipeline_core.knobs import value_text
+
+        head += f", default {value_text(prm['default'])}"
     if prm["allowed"]:
         head += f"; {prm['allowed']}"
     return f"    {prm['name']} ({head}): {prm['help']}"

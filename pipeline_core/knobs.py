@@ -24,7 +24,8 @@ def _type_name(value: Any) -> str:
     return "bool" if isinstance(value, bool) else type(value).__name__
 
 
-def _text(value: Any) -> str:
+def value_text(value: Any) -> str:
+    """A value as the user types it after ``-c KEY=`` or ``-p KEY=`` (``true``, not ``True``)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -88,10 +89,10 @@ def render_text(rows: list[dict[str, Any]], notes: list[str]) -> str:
              "(compile --format json shows it under schedule_config):"]
     for row in rows:
         allowed = f"; {row['allowed']}" if row["allowed"] else ""
-        lines.append(f"{row['name']} ({row['type']}, default {_text(row['default'])}{allowed})")
+        lines.append(f"{row['name']} ({row['type']}, default {value_text(row['default'])}{allowed})")
         lines.append(f"    {row['help']}")
         if row["forced_by"]:
-            lines.append("    forced by " + ", ".join(f"{s} ({_text(v)})"
+            lines.append("    forced by " + ", ".join(f"{s} ({value_text(v)})"
                                                      for s, v in row["forced_by"].items()))
         if row["refused_by"]:
             lines.append(f"    refused by {', '.join(row['refused_by'])} (the schedule sets it "

@@ -27,7 +27,7 @@ def reporting_path(path: str) -> Iterator[None]:
 
 def write_text(text: str, path: str | None) -> None:
     """``text`` to ``path`` (stdout when ``path`` is None or '-')."""
-    if path is None or to_stdout(path):
+    if path is None or to_stdout(path):  # (None spelled out: the type checker narrows on it)
         sys.stdout.write(text)
         return
     with reporting_path(path):

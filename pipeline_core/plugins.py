@@ -90,7 +90,8 @@ class PluginInfo:
                 "location": self.location}
 
 
-def _split_env(name: str) -> list[str]:
+def split_env(name: str) -> list[str]:
+    """A comma- (or semicolon-) separated environment variable as a list of names."""
     return [x.strip() for x in os.environ.get(name, "").replace(";", ",").split(",") if x.strip()]
 
 
@@ -144,7 +145,7 @@ class PluginHost:
         self.warnings: list[str] = []
         self.guard = PluginGuard(self.warnings.append)
         self.strict = _truthy_env(ENV_STRICT) if strict is None else strict
-        self._disabled = set(disabled) | set(_split_env(ENV_DISABLE))
+        self._disabled = set(disabled) | set(split_env(ENV_DISABLE))
         self._registered: dict[str, PluginInfo] = {}  #: live plugins by registration name
         self._providers: dict[str, PluginInfo] = {}  #: "kind:name" -> the plugin that gave it first
         self._clock = clock
@@ -160,7 +161,7 @@ class PluginHost:
         if autoload:
             for name, dist, version, ep in _entry_points():
                 self._load_entry_point(name, dist, version, ep)
-        for module in list(extra_modules) + _split_env(ENV_PLUGINS):
+        for module in list(extra_modules) + split_env(ENV_PLUGINS):
             self._load_module(module)
         for name, obj in extra_plugins:
             info = self._info(name, IN_PROCESS, "", getattr(obj, "__name__", type(obj).__name__))

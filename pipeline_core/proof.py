@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from pipeline_core.compiler import CompiledSchedule
 
 #: kernel iterations the proof executes: the stagger, a steady state and the hand-off to the
-#: epilogue all appear within three (the ``check`` command's default, pipeline_core/check/cli.py)
-PROOF_ITERATIONS = 3
+#: epilogue all appear within three (the checker's own default, pipeline_core/check/checker.py)
+from pipeline_core.check.checker import DEFAULT_ITERATIONS as PROOF_ITERATIONS  # noqa: E402
 
 #: the metadata key a ScheduleConfig field carries when setting it is known to make the
 #: reference's output race (pipeline_core/config.py); a refusal names such knobs

@@ -177,8 +177,9 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     else:
         text = verdict.render_text() + "\n"
     output = getattr(args, "output", None)
-    if output and output != "-":
-        from pipeline_core.output import write_text
+    from pipeline_core.output import to_stdout, write_text
+
+    if not to_stdout(output):
         write_text(text, output)
     else:
         out.write(text)
