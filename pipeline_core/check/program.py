@@ -213,7 +213,7 @@ def check_shape(document: Any) -> tuple[dict[str, list], int, Mapping[str, Any],
 
 
 #: config fields the checker reads, with what each must be (docs/document-format.md)
-_COUNT_FIELDS = ("vm_per_load_a", "vm_per_load_b", "lgkm_per_load_a", "lgkm_per_load_b")
+from pipeline_core.document import COUNTER_CONFIG_KEYS as _COUNT_FIELDS  # noqa: E402
 
 
 def _check_config_types(config: Mapping[str, Any], sched: Any) -> None:

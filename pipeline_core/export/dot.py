@@ -76,11 +76,10 @@ def build_graph(body: Sequence[Op], edges: Sequence[DepEdge], names: Mapping[int
 def graph_from(source: Any) -> nx.MultiDiGraph:
     """The graph of a CompiledSchedule or of a schedule document."""
     if isinstance(source, Mapping):
-        from pipeline_core.simulate import op_from_document
+        from pipeline_core.document import edges_from_doc, ops_from_doc
 
-        body = [op_from_document(o) for o in source["body"]]
-        edges = [DepEdge(e["producer"], e["consumer"], e["kind_value"], e["distance"])
-                 for e in source["edges"]]
+        body = ops_from_doc(source["body"])
+        edges = edges_from_doc(source["edges"])
         names = {o["tag"]: o["tag_name"] for o in source["body"] if o["tag"] < 128}
         return build_graph(body, edges, names, str(source.get("case") or source.get("schedule", "body")))
     return build_graph(source.body, source.edges, source.tag_names, source.schedule_name)

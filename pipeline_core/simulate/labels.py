@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pipeline_core.ops import KOffset, OpRole, ResourceKind, tag_name
+from pipeline_core.ops import tag_name
 from pipeline_core.simulate.timeline import GroupTimeline, Step, Summary, Timeline
 
 
 # --- labels shared by the exporters -------------------------------------------
-
-_K = {KOffset.K0: "K0", KOffset.K1: "K1", KOffset.K_NEXT: "K+2", KOffset.K_PREV: "K-1"}
-
 
 def step_label(step: Step, names: Mapping[int, str] | None = None,
                barrier_name: str = "barrier", sync: Any = None,
