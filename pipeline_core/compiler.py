@@ -55,6 +55,8 @@ class CompiledSchedule:
     proof: Any = None
     #: who wrote the program's explicit op lists (a plugin or a schedule method); "" for none
     explicit_source: str = ""
+    #: the agents lowering's per-agent programs and rings (pipeline_core.agents); None otherwise
+    agents: Any = None
 
     @property
     def hazards(self) -> list[dict[str, Any]]:
@@ -128,6 +130,9 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
 
     tag_names = _tag_names(schedule, target)
     lowering_name = _lowering_name(schedule)
+    if lowering_name == "agents":
+        return _compile_agents(schedule, body, edges, config, target, target_name, tag_names,
+                               params, host, allow_unsafe)
     if lowering_name == "generic":
         from pipeline_core.lowering.generic import lower_generic
         if target is None or target.sync is None:
@@ -225,12 +230,41 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
 
 
 def _lowering_name(schedule: Schedule) -> str:
-    """The lowering a schedule asks for with ``lowering()``: "blocks" (default) or "generic"."""
+    """The lowering a schedule asks for with ``lowering()``: "blocks" (default), "generic" or
+    "agents" (warp-specialized programs, pipeline_core.agents)."""
     own = getattr(schedule, "lowering", None)
     name = own() if callable(own) else "blocks"
-    if name not in ("blocks", "generic"):
-        raise ConfigError(f"schedule {schedule.name}", "lowering", name, '"blocks" or "generic"')
+    if name not in ("blocks", "generic", "agents"):
+        raise ConfigError(f"schedule {schedule.name}", "lowering", name,
+                          '"blocks", "generic" or "agents"')
     return name
+
+
+def _compile_agents(schedule: Any, body: tuple[Op, ...], edges: tuple[DepEdge, ...],
+                    config: PipelineConfig, target: TargetProfile | None, target_name: str,
+                    tag_names: Mapping[int, str], params: Mapping[str, Any] | None,
+                    host: PluginHost, allow_unsafe: bool) -> CompiledSchedule:
+    """The agents lowering: the schedule's roles -> one program per agent, proven by the
+    agents checker (docs/guide/agents.md)."""
+    from pipeline_core.agents.inject import lower_agents
+    from pipeline_core.proof import require_safe
+
+    owner = f"schedule {schedule.name}"
+    if target is None or target.sync is None:
+        raise ConfigError(owner, "lowering", "agents", "a target with a sync model "
+                          "(TargetProfile.sync): the agents lowering derives its rings from it",
+                          flag="--target")
+    own = getattr(schedule, "agents", None)
+    if not callable(own):
+        raise ConfigError(owner, "lowering", "agents", "a schedule with an agents() method "
+                          "returning its AgentSpec")
+    plan = lower_agents(body, edges, target.sync, stages=config.depth, spec=own(), owner=owner)
+    compiled = CompiledSchedule(
+        schedule_name=schedule.name, target_name=target_name, config=config,
+        schedule_config=_schedule_config(schedule), body=body, edges=edges, prologue=(),
+        kernel=(), epilogue=(), kernel_deps=(), warp_stagger_index=0, tag_names=tag_names,
+        params=dict(params or {}), target_profile=target, lowering="agents", agents=plan)
+    return require_safe(compiled, host, allow_unsafe=allow_unsafe)
 
 
 def _schedule_config(schedule: Schedule) -> ScheduleConfig:

@@ -135,6 +135,9 @@ def check_encodable(compiled: CompiledSchedule, sync: Any) -> None:
 
 def prove(compiled: CompiledSchedule, host: Any = None) -> Proof:
     """Run the hazard checker on ``compiled`` as emitted, with its declared warps per group."""
+    if compiled.agents is not None:  # warp-specialized programs: the agents checker
+        from pipeline_core.agents.prove import prove_agents
+        return prove_agents(compiled)
     from pipeline_core.check.checker import check_program
     from pipeline_core.check.counters import counter_model
     from pipeline_core.check.program import decode

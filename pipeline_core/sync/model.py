@@ -97,6 +97,10 @@ class Effect:
     channel: int = -1
     ticks: int = 1
     ticks_from: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    #: what a retirement on ``counter`` ends: "write_done" (the op's results landed) or
+    #: "both" (its reads of shared memory ended too: wgmma, TMA store), which is what lets a
+    #: counter wait free a stage for the next writer (docs/guide/agents.md, "Sync model")
+    resolves: str = "write_done"
 
 
 @attrs.frozen(kw_only=True)
@@ -179,6 +183,10 @@ class SyncModel:
     #: op's ``wait_value`` and ``subtile`` (``"cp.async.wait_group {wait_value}"``); a tag left
     #: out prints by its tag name (docs/guide/target-plugin.md, "ISA names")
     isa_forms: Mapping[int, str] = attrs.field(factory=dict)
+    #: the tags of the actions the agents lowering injects that are no channel's wait or
+    #: commit: "arrive" and "expect_tx" (phase channels), "fence" (before an async group);
+    #: docs/guide/agents.md, "Steps"
+    agent_tags: Mapping[str, int] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         names = [c.name for c in self.channels]
@@ -232,6 +240,7 @@ class SyncModel:
                       if c.commit_tag is not None})
         names.update({b.tag: b.name.upper() for b in self.barriers})
         names.update(self.hint_tags)
+        names.update({tag: action.upper() for action, tag in self.agent_tags.items()})
         return names
 
     def isa_text(self, tag: int, *, wait_value: int = 0, subtile: int = 0) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pipeline_core.hookspecs import hookimpl
 
 from pipeline_core_nvidia_h100.multistage import SCHEDULES
+from pipeline_core_nvidia_h100.warpspecialized import SCHEDULES as WS_SCHEDULES
 from pipeline_core_nvidia_h100.targets import TARGETS
 
 
@@ -14,7 +15,7 @@ def pipeline_core_register_targets():
 
 @hookimpl
 def pipeline_core_register_schedules():
-    return list(SCHEDULES)
+    return [*SCHEDULES, *WS_SCHEDULES]
 
 
 @hookimpl

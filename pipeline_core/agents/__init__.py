@@ -1,0 +1,13 @@
+"""Warp-specialized programs: one graph, one prologue/kernel/epilogue per agent (role).
+
+A schedule that assigns its body's ops to agents (a producer warp feeding consumer warp
+groups) asks for the ``agents`` lowering.  The core derives the phase channels (full/empty
+mbarrier rings) from the cross-agent edges, injects every acquire, expect-tx, wait, arrive and
+counter wait, and proves the agents' programs safe over all timings (docs/guide/agents.md).
+
+Data flow: :mod:`.model` (records) <- :mod:`.inject` (lowering) -> :mod:`.prove` (checker).
+"""
+from pipeline_core.agents.model import (AgentPlan, AgentProgram, AgentRole, AgentSpec, Ring,
+                                        Step, StepKind)
+
+__all__ = ["AgentPlan", "AgentProgram", "AgentRole", "AgentSpec", "Ring", "Step", "StepKind"]

@@ -1,0 +1,261 @@
+"""Schedule ``warpspecialized-gemm``: a TMA producer warp group feeding wgmma consumer warp groups.
+
+C[M,N] = A[M,K] . B[N,K]^T, bf16 in, fp32 accumulate.  The body describes one K tile:
+
+* ``TMA_A`` / ``TMA_B`` (agent ``producer``): the tile's bulk tensor copies of A (BM x BK) and B
+  (BN x BK) into one stage of an S-stage shared-memory ring, 128-byte swizzled;
+* ``WGMMA[c]`` (agent ``consumer<c>``, one per consumer warp group): the group of
+  ``BK / 16`` wgmma m64nBNk16 per 64 rows of the consumer's ``BM / consumers`` rows, reading
+  both operands from the stage.
+
+The schedule writes no sync at all.  It names the agents, the bytes each copy moves and the
+release lag; the core's ``agents`` lowering turns the cross-agent edges into the full/empty
+mbarrier rings, injects the producer's acquire / expect-tx and the consumers' wait / fence /
+commit / counter wait / release, derives the counter waits, and the proof stage checks the
+programs over all timings (docs/guide/agents.md).  The ``cuda-wgmma`` emitter writes the kernel.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+from pipeline_core.agents import AgentRole, AgentSpec
+from pipeline_core.config import PipelineConfig, TargetProfile
+from pipeline_core.costs import CostModel, OpCost, annotate
+from pipeline_core.edges import DepEdge
+from pipeline_core.errors import ProgramError
+from pipeline_core.limits import Bound
+from pipeline_core.ops import Op, OpRole, ResourceKind, logical
+from pipeline_core.schedule import Param, ScheduleRecord
+
+from pipeline_core_nvidia_h100 import TARGET_NAME
+from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
+from pipeline_core_nvidia_h100.machine import H100_SXM
+from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
+
+SCHEDULE_NAME = "warpspecialized-gemm"
+ELEM_BYTES = 2
+#: wgmma m64nNk16: rows per instruction and K per instruction (bf16).
+WGMMA_M, WGMMA_K = 64, 16
+#: 128-byte swizzle: a tile row holds at most 64 bf16 of K.
+SWIZZLE_BYTES = 128
+#: Registers: the launch gives 65536 / threads each; setmaxnreg moves them between roles.
+MAX_REGISTERS = 255
+
+
+class WgmmaTag(enum.IntEnum):
+    """Kernel tags of the wgmma family."""
+
+    TMA_A = 10   #: cp.async.bulk.tensor 2D: A tile into a ring stage
+    TMA_B = 11   #: cp.async.bulk.tensor 2D: B tile into a ring stage
+    WGMMA = 12   #: one consumer's wgmma group for one K tile (subtile = consumer index)
+
+
+#: Cycles of one consumer's wgmma group for a 64 x 256 x 64 tile with the SM's tensor cores to
+#: itself: 2 x 64 x 256 x 64 flop at 4096 dense bf16 flop/clk/SM (989 TFLOPS over 132 SMs at
+#: 1.83 GHz, the datasheet's peak).  Not yet calibrated (benchmarks/h100/GEMM_NOTES.md).
+WGMMA_GROUP_LATENCY = 512
+
+
+def wgmma_cost_model() -> CostModel:
+    g, mma = ResourceKind.GLOBAL_MEM, ResourceKind.MMA_UNIT
+    return CostModel({
+        WgmmaTag.TMA_A: OpCost(g, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="TMA_A"),
+        WgmmaTag.TMA_B: OpCost(g, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="TMA_B"),
+        WgmmaTag.WGMMA: OpCost(mma, WGMMA_GROUP_LATENCY, OpRole.COMPUTE, name="WGMMA"),
+    })
+
+
+@attrs.frozen(kw_only=True)
+class WsGeometry:
+    """CTA tile, consumers, ring depth and register split: what the emitted kernel is sized by."""
+
+    bm: int
+    bn: int
+    bk: int
+    consumers: int
+    stages: int
+    producer_registers: int
+    consumer_registers: int
+    group_m: int = 8
+
+    @property
+    def consumer_rows(self) -> int:
+        return self.bm // self.consumers
+
+    @property
+    def wgmma_m_blocks(self) -> int:
+        """wgmma m64 instructions per k-step per consumer."""
+        return self.consumer_rows // WGMMA_M
+
+    @property
+    def k_steps(self) -> int:
+        return self.bk // WGMMA_K
+
+    @property
+    def threads(self) -> int:
+        return (self.consumers + 1) * 128
+
+    @property
+    def a_bytes(self) -> int:
+        return self.bm * self.bk * ELEM_BYTES
+
+    @property
+    def b_bytes(self) -> int:
+        return self.bn * self.bk * ELEM_BYTES
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.a_bytes + self.b_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """The ring, its 2 x stages mbarriers, and 1 KB for aligning the ring to the swizzle atom."""
+        return self.stages * self.stage_bytes + 1024 + 2 * self.stages * 8
+
+    @property
+    def accumulators(self) -> int:
+        """fp32 accumulator registers per consumer thread."""
+        return self.wgmma_m_blocks * self.bn // 2
+
+    def validate(self, who: str = f"schedule {SCHEDULE_NAME}") -> None:
+        def bad(param: str, why: str) -> ProgramError:
+            return ProgramError(f"{who}: -p {param}: {why}")
+
+        if self.bk * ELEM_BYTES != SWIZZLE_BYTES:
+            raise bad("BK", f"must be {SWIZZLE_BYTES // ELEM_BYTES} (one 128-byte swizzled row), "
+                            f"got {self.bk}")
+        if self.bm % self.consumers or self.consumer_rows % WGMMA_M:
+            raise bad("BM", f"{self.bm} rows over {self.consumers} consumers is not a multiple "
+                            f"of {WGMMA_M} rows per consumer")
+        if self.bn % 16 or not 16 <= self.bn <= 256:
+            raise bad("BN", f"must be a multiple of 16 in 16..256 (wgmma N), got {self.bn}")
+        if self.bm > 256:
+            raise bad("BM", f"at most 256 rows (one TMA box dimension), got {self.bm}")
+        if self.accumulators > 192:
+            raise bad("BM", f"{self.accumulators} fp32 accumulators per consumer thread leave too "
+                            "few of 255 registers; add consumers or shrink BN")
+        for param, regs in (("producer_registers", self.producer_registers),
+                            ("consumer_registers", self.consumer_registers)):
+            if regs % 8 or not 24 <= regs <= 256:
+                raise bad(param, f"setmaxnreg takes a multiple of 8 in 24..256, got {regs}")
+        total = 128 * (self.producer_registers + self.consumers * self.consumer_registers)
+        if total > H100_SXM.registers_per_sm:
+            raise bad("consumer_registers", f"128 x ({self.producer_registers} + "
+                                            f"{self.consumers} x {self.consumer_registers}) = "
+                                            f"{total} registers exceed the SM's "
+                                            f"{H100_SXM.registers_per_sm}")
+        launch = H100_SXM.registers_per_sm // self.threads // 8 * 8
+        if self.producer_registers > launch:
+            raise bad("producer_registers", f"the producer gives registers back: at most the "
+                                            f"{launch} each thread starts with")
+        if self.smem_bytes > H100_SXM.smem_per_cta_optin:
+            raise ProgramError(f"{who}: -T stages: {self.stages} stages of {self.stage_bytes} "
+                               f"bytes need {self.smem_bytes} bytes of shared memory, over the "
+                               f"{H100_SXM.smem_per_cta_optin} a CTA may use")
+
+    def check_shape(self, m: int, n: int, k: int) -> None:
+        for name, value, tile in (("M", m, self.bm), ("N", n, self.bn), ("K", k, self.bk)):
+            if value <= 0 or value % tile:
+                raise ValueError(f"{name}={value}: the warp-specialized kernel takes tile "
+                                 f"multiples only ({name} a positive multiple of {tile})")
+
+    def as_params(self) -> dict[str, Any]:
+        return {"BM": self.bm, "BN": self.bn, "BK": self.bk, "consumers": self.consumers,
+                "producer_registers": self.producer_registers,
+                "consumer_registers": self.consumer_registers, "group_m": self.group_m}
+
+
+PARAMS = (
+    Param("BM", int, 128, "CTA tile rows (M), split over the consumers",
+          bound=Bound(low=64, high=256)),
+    Param("BN", int, 256, "CTA tile columns (N) = the wgmma N", bound=Bound(low=16, high=256)),
+    Param("BK", int, 64, "K tile depth (64: one 128-byte swizzled row)",
+          bound=Bound(low=64, high=64)),
+    Param("consumers", int, 2, "consumer warp groups", bound=Bound(low=1, high=3)),
+    Param("producer_registers", int, 40, "setmaxnreg of the producer warp group",
+          bound=Bound(low=24, high=256)),
+    Param("consumer_registers", int, 232, "setmaxnreg of each consumer warp group",
+          bound=Bound(low=24, high=256)),
+    Param("release_lag", int, 1, "K tiles a consumer keeps a stage before releasing it "
+                                 "(wgmma groups left in flight)", bound=Bound(low=0, high=4)),
+    Param("group_m", int, 8, "grouped raster: CTA rows that share B tiles in L2",
+          bound=Bound(low=1, high=64)),
+)
+
+
+def ws_geometry_of(params: dict[str, Any], stages: int) -> WsGeometry:
+    return WsGeometry(bm=params["BM"], bn=params["BN"], bk=params["BK"],
+                      consumers=params["consumers"], stages=stages,
+                      producer_registers=params["producer_registers"],
+                      consumer_registers=params["consumer_registers"], group_m=params["group_m"])
+
+
+def wgmma_profile(pipeline: PipelineConfig, clock_ghz: float | None) -> TargetProfile:
+    """The h100 target's wgmma family: the same ring depth, the TMA/wgmma costs and sync model."""
+    return TargetProfile(wgmma_cost_model(), pipeline, sync=H100_WGMMA_SYNC, clock_ghz=clock_ghz)
+
+
+class WarpSpecializedGemm:
+    """One K tile: TMA_A, TMA_B (producer), WGMMA per consumer (agents lowering)."""
+
+    name = SCHEDULE_NAME
+
+    def __init__(self, target: TargetProfile, geometry: WsGeometry, release_lag: int) -> None:
+        self.target = target
+        self.geometry = geometry
+        self.release_lag = release_lag
+
+    def config(self) -> PipelineConfig:
+        return self.target.pipeline
+
+    def lowering(self) -> str:
+        return "agents"
+
+    def build_body(self) -> list[Op]:
+        ops = [logical(WgmmaTag.TMA_A, channel=0), logical(WgmmaTag.TMA_B, channel=1)]
+        ops += [logical(WgmmaTag.WGMMA, subtile=c) for c in range(self.geometry.consumers)]
+        return annotate(ops, self.target.cost_model)
+
+    def derive_edges(self, body: list[Op]) -> list[DepEdge]:
+        """Each consumer reads both copies of its tile; the copies S tiles later overwrite them."""
+        loads = [i for i, o in enumerate(body) if o.tag in (WgmmaTag.TMA_A, WgmmaTag.TMA_B)]
+        mmas = [i for i, o in enumerate(body) if o.tag == WgmmaTag.WGMMA]
+        stages = self.geometry.stages
+        return ([DepEdge.flow(p, c) for c in mmas for p in loads]
+                + [DepEdge.anti(c, p, stages) for c in mmas for p in loads])
+
+    def agents(self) -> AgentSpec:
+        g = self.geometry
+        roles = [AgentRole(name="producer", ops=(0, 1), warps=4, issuers=1,
+                           registers=g.producer_registers)]
+        roles += [AgentRole(name=f"consumer{c}", ops=(2 + c,), warps=4, issuers=128,
+                            registers=g.consumer_registers) for c in range(g.consumers)]
+        return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
+                         release_lag=self.release_lag)
+
+    def tag_names(self) -> dict[int, str]:
+        return {**self.target.cost_model.tag_names(), **TAG_NAMES}
+
+
+def _build(ctx: Any) -> WarpSpecializedGemm:
+    base = ctx.make_target()
+    target = wgmma_profile(base.pipeline, base.clock_ghz)
+    params = dict(ctx.params)
+    geometry = ws_geometry_of(params, target.pipeline.depth)
+    geometry.validate()
+    lag = params["release_lag"]
+    if lag >= geometry.stages:
+        raise ProgramError(f"schedule {SCHEDULE_NAME}: -p release_lag: {lag} must be below the "
+                           f"ring depth (-T stages={geometry.stages}): a consumer holding "
+                           f"{lag} stages leaves the producer none to fill")
+    return WarpSpecializedGemm(target, geometry, lag)
+
+
+SCHEDULES = (ScheduleRecord(
+    SCHEDULE_NAME, "C = A.B^T, bf16 in / fp32 accumulate on Hopper's own path: a TMA producer "
+    "warp group feeds wgmma consumer warp groups through an S-stage mbarrier ring (-T stages); "
+    "the agents' programs, rings and waits are derived and proven by the core", _build,
+    params=PARAMS, default_target=TARGET_NAME),)

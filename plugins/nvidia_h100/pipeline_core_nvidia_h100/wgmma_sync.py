@@ -1,0 +1,77 @@
+"""H100 synchronisation for the wgmma family: TMA copies on mbarrier phases, wgmma groups.
+
+The plugin's README.md ("Sync model, wgmma family") gives the facts with their PTX ISA sections;
+in short:
+
+* ``mbarrier`` is a **phase** channel.  A phase completes when the expected arrivals are in and
+  every byte announced with ``arrive.expect_tx`` has landed (TMA copies complete their bytes on
+  the barrier they name).  ``try_wait.parity p`` returns once the phase of parity ``p`` is
+  complete; only the current and the immediately preceding phase can be tested, so a waiter
+  may lag its barrier by at most one phase.  Whoever waits sees the results (acquire), not just
+  the issuer, so no CTA barrier is needed after it.
+* ``wgmma`` is an in-order **counter** of groups per warp group: ``wgmma.commit_group`` closes
+  the open group, ``wgmma.wait_group n`` returns when at most ``n`` groups are pending.  A retired
+  group has also finished reading its shared-memory operands (``resolves="both"``), which is
+  what makes the stage free for the next TMA write; ``wgmma.fence`` orders register accesses
+  before the next group.
+* TMA writes and wgmma reads of shared memory are both in the async proxy, so the schedule needs
+  no ``fence.proxy.async``; the model has no generic write into a stage a wgmma reads.
+"""
+from __future__ import annotations
+
+from pipeline_core.ops import FrameworkTag, OpRole
+from pipeline_core.sync import BarrierKind, Channel, ChannelKind, Effect, SyncModel
+
+MBARRIER = "mbarrier"
+WGMMA = "wgmma"
+
+#: This family's sync tags (the mma.sync family's are 150-152).
+MBAR_WAIT = 160
+MBAR_ARRIVE = 161
+MBAR_EXPECT_TX = 162
+WGMMA_FENCE = 163
+WGMMA_COMMIT = 164
+WGMMA_WAIT = 165
+#: ``wgmma.wait_group N``: the PTX ISA gives N as an integer constant; SASS encodes
+#: ``WARPGROUP.DEPBAR.LE gsb0, N`` and the schedule never needs more than its ring depth.
+MAX_WGMMA_WAIT = 7
+
+MBARRIER_CHANNEL = Channel(
+    name=MBARRIER, label="mbarrier phases", wait_tag=MBAR_WAIT, wait_name="MBAR_WAIT",
+    kind=ChannelKind.PHASE, unit="bytes", in_order=True, owner="cta",
+    results_visible_to="waiters")
+WGMMA_CHANNEL = Channel(
+    name=WGMMA, label="wgmma groups", wait_tag=WGMMA_WAIT, wait_name="WAIT_WGMMA",
+    unit="group", in_order=True, owner="warpgroup", results_visible_to="issuer",
+    max_wait=MAX_WGMMA_WAIT, commit_tag=WGMMA_COMMIT)
+
+EFFECTS = (
+    Effect(role=OpRole.GLOBAL_LOAD, counter=MBARRIER),           # TMA: bytes on the stage's phase
+    Effect(role=OpRole.COMPUTE, counter=WGMMA, resolves="both"),  # wgmma: reads end at retirement
+)
+
+#: ``bar.sync 0`` publishes the barriers' initialisation before any agent uses them.
+BARRIERS = (BarrierKind(tag=int(FrameworkTag.BARRIER), name="bar.sync", participants="cta",
+                        aligned=True, drains=False, publishes="completed"),)
+
+ISA_FORMS = {
+    MBAR_WAIT: "mbarrier.try_wait.parity.shared::cta.b64 (loop)",
+    MBAR_ARRIVE: "mbarrier.arrive.shared::cta.b64",
+    MBAR_EXPECT_TX: "mbarrier.arrive.expect_tx.shared::cta.b64 {wait_value}",
+    WGMMA_FENCE: "wgmma.fence.sync.aligned",
+    WGMMA_COMMIT: "wgmma.commit_group.sync.aligned",
+    WGMMA_WAIT: "wgmma.wait_group.sync.aligned {wait_value}",
+}
+
+H100_WGMMA_SYNC = SyncModel(
+    name="nvidia-h100-wgmma", channels=(MBARRIER_CHANNEL, WGMMA_CHANNEL), effects=EFFECTS,
+    barriers=BARRIERS, isa_forms=ISA_FORMS, register_interlock=False,
+    shared_in_order=False, global_loads_write_shared=True,
+    agent_tags={"arrive": MBAR_ARRIVE, "expect_tx": MBAR_EXPECT_TX, "fence": WGMMA_FENCE},
+    notes=("a waiter may lag an mbarrier by at most one phase (try_wait.parity tests only the "
+           "current and the preceding phase)",
+           "a wgmma group's shared-memory reads end when wait_group retires it",
+           "TMA writes and wgmma reads are both async-proxy: no proxy fence is needed"))
+
+TAG_NAMES = {MBAR_WAIT: "MBAR_WAIT", MBAR_ARRIVE: "MBAR_ARRIVE", MBAR_EXPECT_TX: "MBAR_EXPECT_TX",
+             WGMMA_FENCE: "WGMMA_FENCE", WGMMA_COMMIT: "WGMMA_COMMIT", WGMMA_WAIT: "WAIT_WGMMA"}
