@@ -577,6 +577,17 @@ def gpu_main(args) -> int:
         run_c, g = compiled_runner(builder, params, stages)
         impls.append(("compiled-multistage", label, {**g.as_params(), "smem_bytes": g.smem_bytes},
                       run_c))
+    from ws_gemm import WS_COMPILED, ws_runner
+    for label, params, stages in WS_COMPILED:
+        if args.ws is not None and label not in args.ws:
+            continue
+        try:
+            run_w, g = ws_runner(builder, params, stages, allow_unsafe=args.allow_unsafe)
+        except Exception as exc:  # noqa: BLE001 - report and keep going
+            print(f"# compiled-ws/{label}: {type(exc).__name__}: {exc}", flush=True)
+            continue
+        impls.append(("compiled-ws", label, {**g.as_params(), "stages": stages,
+                                             "smem_bytes": g.smem_bytes}, run_w))
     triton_kernel = None
     if not args.no_triton:
         run_tr, triton_kernel = make_triton()
@@ -749,6 +760,9 @@ def main(argv=None) -> int:
     ap.add_argument("--compiled-config", default="first-light")
     ap.add_argument("--loosen", type=int, default=None, help="with --compiled-size: loosen kernel wait #N")
     ap.add_argument("--no-triton", action="store_true")
+    ap.add_argument("--ws", nargs="*", help="warp-specialized configs (benchmarks/ws_gemm.py; default all)")
+    ap.add_argument("--allow-unsafe", action="store_true",
+                    help="run compiled schedules the checker does not prove safe")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--seed", type=int, default=18)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from importlib import resources
 
 HEADER_NAME = "pipeline_h100.cuh"
+#: The wgmma family's helpers (mbarrier, TMA, wgmma, setmaxnreg); pasted after HEADER_NAME.
+WGMMA_HEADER_NAME = "wgmma_h100.cuh"
 #: Largest ``cp.async.wait_group`` value the SASS encodes (``DEPBAR.LE SB0`` has 6 bits).
 MAX_WAIT_GROUP = 63
 
@@ -16,6 +18,11 @@ MAX_WAIT_GROUP = 63
 def header_source() -> str:
     """The text of ``pipeline_h100.cuh`` (paste it at the top of a kernel's source)."""
     return resources.files(__name__).joinpath(HEADER_NAME).read_text(encoding="utf-8")
+
+
+def wgmma_header_source() -> str:
+    """The text of ``wgmma_h100.cuh`` (paste it after :func:`header_source`)."""
+    return resources.files(__name__).joinpath(WGMMA_HEADER_NAME).read_text(encoding="utf-8")
 
 
 def header_path() -> str:

@@ -124,4 +124,17 @@ __device__ __forceinline__ void barrier_sync_count() {
     asm volatile("barrier.sync %0, %1;\n" :: "n"(ID), "n"(THREADS) : "memory");
 }
 
+// ---- grid raster -----------------------------------------------------------------------------
+
+// Grouped raster: CTA `pid` computes tile (tile_m, tile_n); GROUP_M consecutive tile rows run
+// together so the B tiles they share stay in L2.
+__device__ __forceinline__ void grouped_tile(int pid, int tiles_m, int tiles_n, int group_m,
+                                             int& tile_m, int& tile_n) {
+    const int width = group_m * tiles_n;
+    const int first_m = (pid / width) * group_m;
+    const int gsize = min(tiles_m - first_m, group_m);
+    tile_m = first_m + (pid % width) % gsize;
+    tile_n = (pid % width) / gsize;
+}
+
 }  // namespace pch100

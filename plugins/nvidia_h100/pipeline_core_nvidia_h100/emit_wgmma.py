@@ -1,0 +1,247 @@
+"""The ``cuda-wgmma`` emitter: a compiled ``warpspecialized-gemm`` -> one standalone CUDA kernel.
+
+Every agent's program goes out step for step (docs/guide/agents.md): warp group 0 is the
+producer (its elected thread issues the TMA copies), warp groups 1.. are the consumers.  Each
+program's prologue iterations, its kernel loop over the K tiles and its epilogue iterations are
+written as the compiled plan has them; a step with lag L serves tile ``t - L``, its ring stage is
+that tile modulo the ring depth and its phase parity comes from the tile and the step's phase
+offset, so the kernel text carries exactly the waits, arrivals and counter waits the core derived
+and proved.  The consumers' programs must be the same up to which op they issue (the consumer
+index is a run-time value), because ``setmaxnreg`` needs each role to be one branch of a single
+if/else.  Tile multiples only (``WsGeometry.check_shape``).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pipeline_core.agents import AgentProgram, Step, StepKind
+from pipeline_core.emitters import EmitterRecord
+from pipeline_core.errors import ProgramError
+
+from pipeline_core_nvidia_h100 import TARGET_NAME
+from pipeline_core_nvidia_h100.cuda import header_source, wgmma_header_source
+from pipeline_core_nvidia_h100.warpspecialized import (SCHEDULE_NAME, WGMMA_M, WgmmaTag, WsGeometry,
+                                                       ws_geometry_of)
+
+EMITTER_NAME = "cuda-wgmma"
+KERNEL_NAME = "pc_ws_gemm"
+
+
+def wgmma_instruction(n: int) -> str:
+    """The device function issuing one ``wgmma.mma_async m64nNk16`` bf16 -> f32 (both K-major)."""
+    regs = n // 2
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    bind = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    return (
+        f"__device__ __forceinline__ void wgmma_m64n{n}k16(float (&d)[{regs}], pcwg::u64 da, "
+        f"pcwg::u64 db) {{\n"
+        f'    asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
+        f'                 " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 "\n'
+        f'                 "{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
+        f"                 : {bind}\n"
+        f'                 : "l"(da), "l"(db), "r"(1));\n'
+        f"}}\n")
+
+
+def _tile(s: Step) -> str:
+    return f"(t - {s.lag})" if s.lag else "t"
+
+
+def _stage(s: Step) -> str:
+    return f"({_tile(s)} % STAGES)"
+
+
+def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0) -> str:
+    stage = _stage(s)
+    if s.kind == StepKind.PHASE_WAIT:
+        parity = f"(({_tile(s)} / STAGES + ({s.phase_offset})) & 1)"
+        if watchdog:
+            return f"mbar_wait_bounded({s.channel}_bar({stage}), {parity}, {watchdog}ull);"
+        return f"mbar_wait({s.channel}_bar({stage}), {parity});"
+    if s.kind == StepKind.EXPECT_TX:
+        return f"mbar_expect_tx({s.channel}_bar({stage}), {s.value}u);"
+    if s.kind == StepKind.ARRIVE:
+        # one arrival per warp, each after the warp's own counter wait (AgentRole.release_arrivals)
+        return (f"mbar_arrive({s.channel}_bar({stage}));" if single_issuer
+                else f"if (lane == 0) mbar_arrive({s.channel}_bar({stage}));")
+    if s.kind == StepKind.FENCE:
+        return "wgmma_fence();"
+    if s.kind == StepKind.COMMIT:
+        return "wgmma_commit();"
+    if s.kind == StepKind.COUNTER_WAIT:
+        return f"wgmma_wait<{s.value}>();"
+    if s.kind == StepKind.OP:
+        if s.tag == WgmmaTag.TMA_A:
+            return (f"tma_load_2d(stage_a({stage}), &tmA, full_bar({stage}), {_tile(s)} * BK, "
+                    "tile_m * BM);")
+        if s.tag == WgmmaTag.TMA_B:
+            return (f"tma_load_2d(stage_b({stage}), &tmB, full_bar({stage}), {_tile(s)} * BK, "
+                    "tile_n * BN);")
+        if s.tag == WgmmaTag.WGMMA:
+            return f"wgmma_tile({stage});"
+    raise ProgramError(f"emitter {EMITTER_NAME}: agent {owner}: no CUDA for step {s.kind.value} "
+                       f"(tag {s.tag})")
+
+
+def _program_lines(p: AgentProgram, single_issuer: bool, label: str,
+                   watchdog: int = 0) -> list[str]:
+    ind = "    "
+
+    def block(steps: Sequence[Step], t: str, label: str) -> list[str]:
+        out = [f"{{  // {label}", f"{ind}const int t = {t};"]
+        out += [ind + _step_line(s, single_issuer, p.name, watchdog) for s in steps]
+        return out + ["}"]
+
+    lines: list[str] = []
+    for i, steps in enumerate(p.prologue):
+        lines += block(steps, str(i), f"{label} prologue iteration {i}")
+    lines.append(f"for (int t = {len(p.prologue)}; t < KT; ++t) {{  // {label} kernel")
+    lines += [ind + _step_line(s, single_issuer, p.name, watchdog) for s in p.kernel]
+    lines.append("}")
+    for j, steps in enumerate(p.epilogue):
+        lines += block(steps, f"KT + {j}", f"{label} epilogue iteration {j}")
+    return lines
+
+
+def emit_wgmma(compiled: Any, **options: str) -> str:
+    """CUDA C++ for a compiled ``warpspecialized-gemm`` (see the module).
+
+    ``-O watchdog=N``: every mbarrier wait traps after N polls, so a schedule that deadlocks
+    (emitted with ``--allow-unsafe``) fails its launch instead of hanging the GPU.
+    """
+    unknown = sorted(set(options) - {"watchdog"})
+    if unknown:
+        raise ProgramError(f"emitter {EMITTER_NAME}: unknown -O option {unknown[0]} (it takes "
+                           f"watchdog=N)")
+    watchdog = 0
+    if "watchdog" in options:
+        text = options["watchdog"]
+        if not text.isdigit() or int(text) < 1:
+            raise ProgramError(f"emitter {EMITTER_NAME}: -O watchdog={text}: a positive poll count")
+        watchdog = int(text)
+    plan = getattr(compiled, "agents", None)
+    if compiled.schedule_name != SCHEDULE_NAME or plan is None:
+        raise ProgramError(f"emitter {EMITTER_NAME}: writes schedule {SCHEDULE_NAME} (agents "
+                           f"lowering) only, got {compiled.schedule_name}")
+    g = ws_geometry_of(dict(compiled.params), plan.stages)
+    g.validate()
+    producer, *consumers = plan.programs
+    if producer.role.issuers != 1 or not consumers:
+        raise ProgramError(f"emitter {EMITTER_NAME}: expects a single-issuer producer agent "
+                           f"followed by consumer agents, got {[p.name for p in plan.programs]}")
+    texts = {c.name: "\n".join(_program_lines(c, False, "consumer", watchdog)) for c in consumers}
+    if len(set(texts.values())) != 1:
+        raise ProgramError(f"emitter {EMITTER_NAME}: the consumer agents' programs differ "
+                           f"({', '.join(texts)}); setmaxnreg needs one consumer branch")
+    ind = "    "
+    producer_body = "\n".join(ind * 3 + l for l in _program_lines(producer, True, producer.name,
+                                                                     watchdog))
+    consumer_body = texts[consumers[0].name].replace("\n", "\n" + ind * 2)
+    full, empty = plan.ring("full"), plan.ring("empty")
+    return _SOURCE.format(consumer_indent=ind * 2,
+        header=header_source(), wgmma_header=wgmma_header_source(),
+        wgmma_fn=wgmma_instruction(g.bn), name=KERNEL_NAME, schedule=SCHEDULE_NAME,
+        target=compiled.target_name, producer=producer_body, consumer=consumer_body,
+        FULL_ARRIVALS=full.arrivals, EMPTY_ARRIVALS=empty.arrivals, **_constants(g))
+
+
+def _constants(g: WsGeometry) -> dict[str, int]:
+    return {"BM": g.bm, "BN": g.bn, "BK": g.bk, "STAGES": g.stages, "GROUP_M": g.group_m,
+            "THREADS": g.threads, "SMEM": g.smem_bytes, "CONSUMER_ROWS": g.consumer_rows,
+            "MBLOCKS": g.wgmma_m_blocks, "KSTEPS": g.k_steps, "ACC": g.bn // 2,
+            "PRODUCER_REGS": g.producer_registers, "CONSUMER_REGS": g.consumer_registers,
+            "WGMMA_M": WGMMA_M}
+
+
+_SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {schedule} on target {target}.
+// C[M,N] = A[M,K] . B[N,K]^T: bf16 in (raw u16), fp32 accumulate, bf16 out; both K-contiguous.
+// A and B come as TMA tensor maps (2D, bf16, box {BK} x rows, 128-byte swizzle).
+// Launch: grid (M/{BM})*(N/{BN}), block {THREADS} (warp group 0: producer; 1..: consumers),
+// dynamic shared memory {SMEM} bytes.  Tile multiples only.
+{header}
+{wgmma_header}
+{wgmma_fn}
+extern "C" __global__ void __launch_bounds__({THREADS}, 1)
+{name}(const __grid_constant__ pcwg::TensorMap tmA, const __grid_constant__ pcwg::TensorMap tmB,
+       unsigned short* __restrict__ C, int M, int N, int K) {{
+    using namespace pcwg;
+    constexpr int BM = {BM}, BN = {BN}, BK = {BK}, STAGES = {STAGES}, GROUP_M = {GROUP_M};
+    constexpr int CONSUMER_ROWS = {CONSUMER_ROWS}, MBLOCKS = {MBLOCKS}, KSTEPS = {KSTEPS};
+    constexpr int ACC = {ACC};
+    constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const u32 ring = (pch100::smem_addr(smem_raw) + 1023u) & ~1023u;  // the 128B-swizzle atom
+    const u32 bars = ring + STAGES * STAGE_BYTES;  // full[0..STAGES), then empty[0..STAGES)
+    auto full_bar = [&](int s) {{ return bars + 8u * s; }};
+    auto empty_bar = [&](int s) {{ return bars + 8u * (STAGES + s); }};
+    auto stage_a = [&](int s) {{ return ring + s * STAGE_BYTES; }};
+    auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};
+
+    int tile_m, tile_n;
+    pch100::grouped_tile(blockIdx.x, M / BM, N / BN, GROUP_M, tile_m, tile_n);
+    const int KT = K / BK;
+    const int wg = threadIdx.x / 128, wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
+
+    if (threadIdx.x == 0) {{
+        for (int s = 0; s < STAGES; ++s) {{
+            mbar_init(full_bar(s), {FULL_ARRIVALS});
+            mbar_init(empty_bar(s), {EMPTY_ARRIVALS});
+        }}
+        mbar_init_fence();
+    }}
+    __syncthreads();
+
+    if (wg == 0) {{
+        // ---- agent producer (its compiled program, one line per step) ----
+        setmaxnreg_dec<{PRODUCER_REGS}>();
+        if (wtid == 0) {{
+{producer}
+        }}
+    }} else {{
+        // ---- agents consumer0.. (one program; the consumer index picks the rows) ----
+        setmaxnreg_inc<{CONSUMER_REGS}>();
+        const int consumer = wg - 1;
+        float acc[MBLOCKS][ACC];
+#pragma unroll
+        for (int mb = 0; mb < MBLOCKS; ++mb)
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) acc[mb][i] = 0.f;
+        auto wgmma_tile = [&](int s) {{
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+                for (int mb = 0; mb < MBLOCKS; ++mb)
+                    wgmma_m64n{BN}k16(acc[mb],
+                        smem_desc_sw128(stage_a(s) + (consumer * CONSUMER_ROWS + mb * {WGMMA_M}) * 128 + kk * 32),
+                        smem_desc_sw128(stage_b(s) + kk * 32));
+        }};
+{consumer_indent}{consumer}
+#pragma unroll
+        for (int mb = 0; mb < MBLOCKS; ++mb)
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) fence_operand(acc[mb][i]);
+
+        // Every accumulator goes out, bf16x2 per pair of columns (the m64nN fragment layout).
+        const int w = wtid / 32, g = lane / 4, q = lane % 4;
+#pragma unroll
+        for (int mb = 0; mb < MBLOCKS; ++mb) {{
+            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * {WGMMA_M} + w * 16 + g;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {{
+                const int col = tile_n * BN + j * 8 + 2 * q;
+                *reinterpret_cast<u32*>(C + (size_t)row * N + col) =
+                    pch100::pack_bf16x2(acc[mb][4 * j], acc[mb][4 * j + 1]);
+                *reinterpret_cast<u32*>(C + (size_t)(row + 8) * N + col) =
+                    pch100::pack_bf16x2(acc[mb][4 * j + 2], acc[mb][4 * j + 3]);
+            }}
+        }}
+    }}
+}}
+"""
+
+EMITTERS = (EmitterRecord(
+    EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME}: TMA producer, wgmma "
+    "consumers, mbarrier rings, setmaxnreg; every agent's steps one for one", (TARGET_NAME,),
+    emit_wgmma),)

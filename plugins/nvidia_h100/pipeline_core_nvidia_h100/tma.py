@@ -1,0 +1,71 @@
+"""Host side of the wgmma family: TMA tensor maps, and launching the emitted kernel.
+
+A tensor map is 128 opaque bytes the driver fills (``cuTensorMapEncodeTiled``); the kernel takes
+it by value as a ``__grid_constant__`` parameter.  The driver entry point is called through
+``ctypes`` on ``libcuda`` so no extra package is needed; the map travels to the launch as a
+NumPy structured scalar of the same size, which CuPy passes by value.  GPU-only: nothing here runs
+at import time.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from pipeline_core_nvidia_h100.runtime import KernelBuilder, _require
+from pipeline_core_nvidia_h100.warpspecialized import WsGeometry
+
+#: cuda.h enum values (CUDA 13.0): CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ..._SWIZZLE_128B,
+#: ..._L2_PROMOTION_L2_256B; interleave and out-of-bounds fill NONE are 0.
+DTYPE_BFLOAT16 = 9
+SWIZZLE_128B = 3
+L2_PROMOTION_256B = 3
+TENSOR_MAP_BYTES = 128
+
+
+class TensorMapError(RuntimeError):
+    """The driver refused a tensor map (its CUresult is in the message)."""
+
+
+def _libcuda() -> Any:
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise TensorMapError(f"libcuda.so.1 cannot be loaded: {exc}") from None
+
+
+def encode_tiled_2d(address: int, rows: int, cols: int, box_rows: int, box_cols: int) -> Any:
+    """The tensor map of a row-major bf16 [rows, cols] array read in box_rows x box_cols boxes
+    (cols innermost, 128-byte swizzle), as a NumPy structured scalar of 128 bytes."""
+    np = _require("numpy")
+    out = (ctypes.c_uint64 * 16)()
+    dims = (ctypes.c_uint64 * 2)(cols, rows)
+    strides = (ctypes.c_uint64 * 1)(cols * 2)
+    box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
+    step = (ctypes.c_uint32 * 2)(1, 1)
+    fn = _libcuda().cuTensorMapEncodeTiled
+    fn.restype = ctypes.c_int
+    rc = fn(ctypes.byref(out), DTYPE_BFLOAT16, 2, ctypes.c_void_p(address), dims, strides, box,
+            step, 0, SWIZZLE_128B, L2_PROMOTION_256B, 0)
+    if rc != 0:
+        raise TensorMapError(f"cuTensorMapEncodeTiled returned CUresult {rc} for a "
+                             f"[{rows}, {cols}] bf16 array in {box_rows}x{box_cols} boxes")
+    record = np.dtype([("opaque", np.uint64, (16,))], align=True)
+    return np.frombuffer(bytes(out), dtype=record, count=1)[0]
+
+
+def device_address(array: Any) -> int:
+    iface = getattr(array, "__cuda_array_interface__", None)
+    if iface is None:  # a torch bf16 tensor: CuPy's interface has no bf16 type string
+        iface = array.view(_require("torch").int16).__cuda_array_interface__
+    return int(iface["data"][0])
+
+
+def launch_ws_gemm(builder: KernelBuilder, kernel: Any, g: WsGeometry, a: Any, b: Any, c: Any,
+                   m: int, n: int, k: int) -> None:
+    """C = A . B^T with the emitted warp-specialized kernel (A [m,k], B [n,k], C [m,n], bf16)."""
+    g.check_shape(m, n, k)
+    tma_a = encode_tiled_2d(device_address(a), m, k, g.bm, g.bk)
+    tma_b = encode_tiled_2d(device_address(b), n, k, g.bn, g.bk)
+    builder.set_max_dynamic_shared(kernel, g.smem_bytes)
+    grid = ((m // g.bm) * (n // g.bn),)
+    builder.launch(kernel, grid, (g.threads,), (tma_a, tma_b, c, m, n, k), shared_mem=g.smem_bytes)
