@@ -1,7 +1,7 @@
 """Who runs which entries: the execution model shared by the timing model, checker and views.
 
 The reference runs one program on every warp group and staggers them (ping-pong,
-REFERENCE §10 "How kernels consume"): when the warp-stagger index lies inside the
+docs/guide/reference-behaviours.md, "Warp stagger"): when the warp-stagger index lies inside the
 prologue, two groups run; group 0 runs ``prologue[:index]`` alone, group 1 then
 passes one extra barrier, both run the rest of the prologue and a barrier, then the
 kernel ``iterations`` times and the epilogue, and group 0 passes one extra barrier

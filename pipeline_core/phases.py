@@ -1,9 +1,12 @@
 """Phase derivation: prologue / kernel / epilogue entry lists.
 
-Single-buffer kernels use fixed recipes over the body (§9 + Appendix B 9.1).
+Single-buffer kernels use fixed recipes over the body
+(docs/guide/reference-behaviours.md, "Single-buffer recipes").
 Double-buffer kernels derive the prologue and epilogue from the block program
-(Appendix B 9.2-9.4). The warp-stagger index says how many prologue entries
-warp group 0 runs before group 1 joins (Appendix B 9.5).
+(docs/guide/reference-behaviours.md, "Double-buffer prologue",
+"Epilogue: strip, drain, fuse"). The warp-stagger index says how many prologue
+entries warp group 0 runs before group 1 joins
+(docs/guide/reference-behaviours.md, "Warp stagger").
 """
 from __future__ import annotations
 
@@ -148,7 +151,7 @@ def derive_prologue(program: Program, config: PipelineConfig, sched: ScheduleCon
 
     With partial_prologue_drain the full drains are skipped; bootstrap frags
     (if any) each follow a partial wait_vm that retires one more prologue load
-    (per-load costs, Appendix B 9.3) and a barrier.
+    (per-load costs: docs/guide/reference-behaviours.md, "Bootstrap waits") and a barrier.
     """
     ops: list[Op] = []
     costs: list[int] = []
@@ -200,7 +203,8 @@ def _keeps_a_global(blk: BlockSpec) -> bool:
 
 
 def epilogue_blocks(program: Program, config: PipelineConfig) -> tuple[BlockSpec, ...]:
-    """The epilogue's blocks (strip, drain, fuse; Appendix B 9.4) before expansion."""
+    """The epilogue's blocks before expansion
+    (docs/guide/reference-behaviours.md, "Epilogue: strip, drain, fuse")."""
     bph = config.blocks_per_partition
     out: list[BlockSpec] = []
     for h in range(config.num_partitions):

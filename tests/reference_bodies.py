@@ -1,7 +1,8 @@
 """Test fixtures: the MI355X cost numbers, configs and bodies the reference tests use.
 
 The MI355X plugin owns the real target and schedules; these are independent,
-hand-written copies of the REFERENCE.md §11 tables so the algorithm layer can be
+hand-written copies of the reference's bodies
+(docs/guide/reference-behaviours.md, "Ping-pong", "The 4-wave configs", "Single-buffer recipes") so the algorithm layer can be
 tested on its own (and cross-checked against the goldens).
 """
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The builder DSL: Pipe chains and BodyBuilder.
 
-Reference tests A51-A53 (REFERENCE.md §14) and Appendix A §12.
+Reference tests A51-A53
+(docs/guide/reference-behaviours.md, "The reference's own tests", "The pipeline DSL").
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Edge derivation: rule tables and the goldens' exact edge lists (4-wave rotation: its plugin).
 
-Reference tests A33, A34, A38 (REFERENCE.md §14) plus Appendix A §5 orders.
+Reference tests A33, A34, A38
+(docs/guide/reference-behaviours.md, "The reference's own tests", "Edge rules").
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The loop dependency graph: ASAP/ALAP, validation, cycles, order violations.
 
-Reference tests A1-A8, A10, A22 and B1-B8 (REFERENCE.md §14), plus golden checks.
+Reference tests A1-A8, A10, A22 and B1-B8
+(docs/guide/reference-behaviours.md, "The reference's own tests"), plus golden checks.
 """
 from __future__ import annotations
 

@@ -197,7 +197,8 @@ def test_bootstrap_frags_ignored_without_partial_drain():
 
 
 def test_bootstrap_waits_are_per_load():
-    # Appendix B 9.3: vm 2/4 gives 22 then 18 (total 24 - vm_a - vm_b).
+    # docs/guide/reference-behaviours.md, "Bootstrap waits":
+    # vm 2/4 gives 22 then 18 (total 24 - vm_a - vm_b).
     program, cfg, sched = db_program("fourwave_fp8")
     cfg = cfg.evolve(vm_per_load_b=4)
     boot = ops_from(load("fourwave_fp8")["bootstrap_frags"])
@@ -218,7 +219,8 @@ def test_more_bootstrap_frags_than_prefetches_is_an_error():
 # --- double-buffer epilogue ---------------------------------------------------------------------
 
 def test_pingpong_epilogue_lengths():
-    # §11 / Appendix B 11.3: 58 entries with max_globals 1, 57 with max_globals 0.
+    # docs/guide/reference-behaviours.md, "Ping-pong":
+    # 58 entries with max_globals 1, 57 with max_globals 0.
     program, cfg = _pingpong()
     epi = derive_epilogue(program, cfg)
     assert len(epi) == 58

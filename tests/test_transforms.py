@@ -1,6 +1,7 @@
 """Body transforms: single-buffer reorder, per-segment optimisation, MMA block interleave.
 
-Reference tests A13-A18, A35, A54-A56 and B12-B14 (REFERENCE.md §14), Appendix A §8,
+Reference tests A13-A18, A35, A54-A56 and B12-B14
+(docs/guide/reference-behaviours.md, "The reference's own tests", "Body transforms"),
 and the goldens' bodies.
 """
 from __future__ import annotations
@@ -176,7 +177,8 @@ def test_pingpong_body_from_logical_body(max_globals):
     assert len(body) == 24
     assert [i for i, o in enumerate(body) if o.role == OpRole.COMPUTE] == \
         ([3, 6, 9, 11, 15, 18, 21, 23] if max_globals == 1 else [3, 5, 9, 11, 15, 17, 21, 23])
-    if max_globals == 0:  # Appendix B 11.2: FB0 FA0 LA M00 | FB1 M01 | FA1 LA LB M10 | LB M11
+    if max_globals == 0:  # docs/guide/reference-behaviours.md, "Ping-pong":
+        # FB0 FA0 LA M00 | FB1 M01 | FA1 LA LB M10 | LB M11
         assert [(o.tag, o.stage, o.subtile) for o in body[:12]] == [
             (MMA_LOAD_B, 0, 0), (MMA_LOAD_A, 0, 0), (LOAD_A, 1, 1), (MMA, 0, 0),
             (MMA_LOAD_B, 0, 1), (MMA, 0, 1),

@@ -2,7 +2,8 @@
 
 The reference's LDS-ANTI rule matches channel and stage but not subtile, so an
 IDENTITY order "violates" some same-iteration (distance 0) ANTI edges
-(REFERENCE.md §15 findings).  For each such edge we decide, at subtile
+(docs/guide/reference-behaviours.md, "Coarse ANTI edges").
+For each such edge we decide, at subtile
 granularity and from the checker's own data flow, whether the reordering is a
 real hazard.
 """

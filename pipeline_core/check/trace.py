@@ -2,7 +2,9 @@
 
 A warp group runs what the execution model (``pipeline_core.execution``) gives it:
 the prologue (ping-pong: split at the warp-stagger index, group 1 adding one extra
-barrier), ``iterations`` copies of the kernel and the epilogue (REFERENCE.md §10).  For each position we record how many barriers came
+barrier), ``iterations`` copies of the kernel and the epilogue
+(docs/guide/reference-behaviours.md, "Warp stagger").
+For each position we record how many barriers came
 before it (its barrier *phase*) and, for every asynchronous op, the first wait that
 guarantees it retired.  Those two facts decide happens-before for all timings:
 

@@ -2,10 +2,12 @@
 
 A block holds up to two fragment loads, up to two global loads, one MMA and the
 waits/fences around them. ``BlockSpec.expand`` is the reference's template
-(§7 + Appendix B 7.1/7.2); ``emit_minimal_barrier_block`` is the 4-wave
-emitter (Appendix B 7.5). The counters (``entry_count``, ``mma_position``,
+(docs/guide/reference-behaviours.md, "The block template"); ``emit_minimal_barrier_block`` is the
+4-wave emitter (docs/guide/reference-behaviours.md, "Minimal-barrier block emitter").
+The counters (``entry_count``, ``mma_position``,
 ``post_barrier_lgkm_position``) always describe the template, even when a
-program emits an explicit list for the block (Appendix B 7.4).
+program emits an explicit list for the block
+(docs/guide/reference-behaviours.md, "The off-by-ones kept for parity").
 """
 from __future__ import annotations
 
@@ -127,7 +129,8 @@ class BlockSpec:
         if self.entry_wait_lgkm.is_present:
             out.append((self.entry_wait_lgkm, False))
         if self.entry_wait.is_present:
-            # Cross-warp LDS visibility fence after the vm drain (§15).
+            # Cross-warp LDS visibility fence after the vm drain
+            # (docs/guide/reference-behaviours.md, "Cross-warp LDS visibility barrier").
             out.append((_ops.BARRIER, False))
         if wrapped:
             out.append((_ops.FENCE, False))
@@ -201,7 +204,8 @@ class BlockSpec:
     def post_barrier_lgkm_position(self) -> int:
         """The reference's counting formula for the post-barrier wait_lgkm(0) offset.
 
-        Reproduced with its off-by-ones (Appendix B 7.3) because the golden
+        Reproduced with its off-by-ones
+        (docs/guide/reference-behaviours.md, "The off-by-ones kept for parity") because the golden
         ``blocks`` report it: in the default layout it counts both wrappers of
         the sync group; in the barrier-before-pre-ops layout it counts
         entry_wait as 1. -1 when the wait is not emitted.
@@ -227,7 +231,8 @@ def emit_minimal_barrier_block(block: BlockSpec, wrap_waits: bool,
     """The 4-wave emitter: entry group, loads (fenced apart), sync group, MMA.
 
     Reads only the wait slots, the load slots, pre_mma_barrier,
-    post_barrier_lgkm and the mma (Appendix B 7.5). The scheduling fence
+    post_barrier_lgkm and the mma (docs/guide/reference-behaviours.md,
+    "Minimal-barrier block emitter"). The scheduling fence
     between frags and globals stops the target compiler hoisting a fragment
     read above a global->shared load under cross-stage rotation, so it is
     always emitted when the block has both (a target without a fence hint

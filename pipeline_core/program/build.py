@@ -1,6 +1,7 @@
 """build_kernel_program: a given order -> blocks -> redistribution -> waits -> verification.
 
-The double-buffer path of the compiler (§8 build_kernel_program + Appendix B).
+The double-buffer path of the compiler (docs/guide/reference-behaviours.md:
+"Double-buffer block construction" to "The auto-wait patch").
 The result record keeps the intermediate facts the JSON output reports.
 """
 from __future__ import annotations
@@ -27,7 +28,8 @@ class KernelProgram:
     """The final (patched, verified) program and the values derived on the way.
 
     ``wait_lgkm_first`` / ``wait_vm_last`` are always the derived values
-    (Appendix B 8.7), also when ``waits_applied`` is False and the kernel
+    (docs/guide/reference-behaviours.md, "Wait derivation"), also when ``waits_applied`` is
+    False and the kernel
     carries the manual ones.
     """
 

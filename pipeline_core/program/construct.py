@@ -1,6 +1,7 @@
 """Block construction: the ordered body becomes ``total_blocks`` MMA-centred blocks.
 
-Implements the reference's _construct_mma_blocks (§8 + Appendix B 8.1-8.4), but
+Implements the reference's _construct_mma_blocks
+(docs/guide/reference-behaviours.md, "Double-buffer block construction"), but
 where the reference silently drops ops (a third frag or global, SYNC/FENCE/
 SHARED_STORE ops) or emits a NONE MMA, this raises ProgramError naming the
 block and the body indices involved.

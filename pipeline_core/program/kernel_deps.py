@@ -1,4 +1,5 @@
-"""Kernel-entry dependencies of the double-buffer kernel (Appendix B 8.10).
+"""Kernel-entry dependencies of the double-buffer kernel
+(docs/guide/reference-behaviours.md, "Kernel-entry deps").
 
 Per partition slice: the first SYNC before the first MMA, the first
 fragment wait, and the MMA chain. Duplicates are kept (the reference emits the

@@ -2,7 +2,8 @@
 
 A block with a non-empty explicit list is emitted verbatim (every entry
 ``is_prefetch`` False); otherwise its template is used. Explicit lists only
-ever matter for the kernel phase (Appendix B 7.6): the epilogue is derived
+ever matter for the kernel phase
+(docs/guide/reference-behaviours.md, "Explicit lists are kernel-only"): the epilogue is derived
 from ``blocks`` and built as a separate program.
 """
 from __future__ import annotations

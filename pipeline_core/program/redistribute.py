@@ -1,4 +1,5 @@
-"""Global-load redistribution: cap every block at ``max_globals`` (Appendix B 8.5).
+"""Global-load redistribution: cap every block at ``max_globals``
+(docs/guide/reference-behaviours.md, "Global-load redistribution").
 
 Schedulers may bunch global loads (the CSP seed is never checked against the
 cap), so this pass moves surplus loads, first-in first-out, into blocks that

@@ -1,4 +1,5 @@
-"""Structural verification of the final block program (§8 verify_schedule).
+"""Structural verification of the final block program
+(docs/guide/reference-behaviours.md, "Structural verification").
 
 The reference's checks were debug asserts (no-ops in release). Here each is a
 real error with a stable rule id, the block/partition where it fails, and a

@@ -1,7 +1,8 @@
 """Wait derivation and patching: lgkm/vm counts computed from the final blocks.
 
-derive_waits (Appendix B 8.6/8.7), derive_drain_mask (8.8), apply_auto_drain
-and apply_auto_waits (8.9). Every function returns a new program.
+derive_waits, derive_drain_mask, apply_auto_drain and apply_auto_waits
+(docs/guide/reference-behaviours.md, "Wait derivation", "Drain mask",
+"The auto-wait patch"). Every function returns a new program.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def derive_waits(program: Program, config: PipelineConfig, lgkm_a: int = 0,
 def derive_drain_mask(program: Program, config: PipelineConfig) -> int:
     """Bit i: block i reads LDS on one channel while its slot-0 global writes another.
 
-    Frags on channel -1 never count (Appendix B 8.8).
+    Frags on channel -1 never count (docs/guide/reference-behaviours.md, "Drain mask").
     """
     mask = 0
     for i, blk in enumerate(program.blocks):

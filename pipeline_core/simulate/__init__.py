@@ -24,7 +24,8 @@ and name, and which tags are scheduling hints.
   op ticks its channel's ``op_cost_field`` when set (prologue entries), else its effect's
   ticks, bound from the compiled configs.
 * The barrier is a rendezvous of all running groups, matched by ordinal (the n-th barrier
-  of each group meet). Ping-pong (REFERENCE §10): when ``warp_stagger_index <=
+  of each group meet). Ping-pong
+  (docs/guide/reference-behaviours.md, "Warp stagger"): when ``warp_stagger_index <=
   len(prologue)`` two groups run; group 1 runs an extra barrier after
   ``prologue[:warp_stagger_index]``, both run a barrier after the prologue, and group 0
   runs an extra one after the epilogue. Otherwise one group runs the phases back to back.

@@ -82,7 +82,8 @@ def _ops(doc, phase, single):
 
 
 def programs(doc, iterations, warps_per_group=1):
-    """One op list per warp, following the kernels' consumption rules (REFERENCE.md §10)."""
+    """One op list per warp, following the kernels' consumption rules
+    (docs/guide/reference-behaviours.md, "Warp stagger")."""
     single = doc["config"]["depth"] == 1
     pro = _ops(doc, "prologue", single)
     ker = _ops(doc, "kernel", single)

@@ -7,7 +7,8 @@ from pipeline_core.check import check_document
 
 from .helpers import SINGLE_BUFFER, TESTCFG, load
 
-# body producer -> consumer of every violated same-iteration ANTI edge (REFERENCE.md §15),
+# body producer -> consumer of every violated same-iteration ANTI edge
+# (docs/guide/reference-behaviours.md, "Coarse ANTI edges"),
 # with True where producer and consumer touch the same LDS buffer.
 KNOWN = {
     TESTCFG: {(7, 5): False, (19, 17): False},

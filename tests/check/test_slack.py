@@ -67,7 +67,7 @@ def test_slack_is_exact(case, strict):
 
 
 def test_pingpong_wait_lgkm_8_is_tight_without_in_order_lds():
-    """REFERENCE.md §15 calls block 0's wait_lgkm(8) redundant; across the two staggered
+    """The reference's authors call block 0's wait_lgkm(8) redundant; across the two staggered
     groups and without in-order LDS it is exactly what retires group 1's B fragment read
     before group 0's LB[s0,0].  With in-order LDS that read, issued one barrier before the
     load, is serviced first, and the wait is removable."""

@@ -50,7 +50,8 @@ def block_from_golden(gb: dict) -> BlockSpec:
     return BlockSpec(**{s: slot(gb[s]) for s in SLOT_NAMES}, **gb["flags"])
 
 
-# --- the reference tests' ping-pong programs (§14 shared helpers) ----------------------
+# --- the reference tests' ping-pong programs
+# (docs/guide/reference-behaviours.md, "The reference's own tests") ----
 
 def pingpong_body_bf16():
     """DeclarativeSchedule body with max_globals 1 (the pingpong_bf16 golden body)."""
@@ -58,7 +59,7 @@ def pingpong_body_bf16():
 
 
 def pingpong_body_fp8():
-    """The max_globals 0 body (Appendix A 8.3): the bf16 body in its greedy order."""
+    """The max_globals 0 body (docs/guide/reference-behaviours.md, "Body transforms"): the bf16 body in its greedy order."""
     body, order = inputs("pingpong_bf16")[:2]
     return tuple(body[i] for i in order)
 

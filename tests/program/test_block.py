@@ -1,4 +1,5 @@
-"""BlockSpec template, counters and the minimal-barrier emitter (§7, Appendix B 7.1-7.5)."""
+"""BlockSpec template, counters and the minimal-barrier emitter
+(docs/guide/reference-behaviours.md, "The block template", "Minimal-barrier block emitter")."""
 from __future__ import annotations
 
 import itertools
@@ -63,7 +64,7 @@ def test_global_before_frag_and_drain_position():
 
 
 def test_drain_flag_is_emitted_without_a_second_check():
-    # Appendix B 7.1: the flag alone decides; the builder only sets it with frag + global.
+    # docs/guide/reference-behaviours.md, "The block template": the flag alone decides; the builder only sets it with frag + global.
     b = BlockSpec(mma=MMA, drain_lgkm_before_loads=True)
     assert ops_of(b) == [L0, BAR, L0, P1, MMA, P0, BAR]
 
@@ -169,7 +170,8 @@ def test_post_barrier_lgkm_position_formula_and_its_off_by_ones():
 
 
 def test_post_barrier_lgkm_position_pingpong_wrap_example():
-    # Appendix B 7.3: ping-pong block 0 with wrap on reports 7 while the wait sits at 6.
+    # docs/guide/reference-behaviours.md, "The off-by-ones kept for parity":
+    # ping-pong block 0 with wrap on reports 7 while the wait sits at 6.
     gb = load("pingpong_bf16")["blocks"][0]
     b = block_from_golden(gb).evolve(wrap_waits_with_sched_barrier=True)
     assert b.post_barrier_lgkm_position() == 7
@@ -211,7 +213,8 @@ def test_minimal_barrier_block_matches_golden_explicit_blocks(case):
 
 @pytest.mark.parametrize("case", FOURWAVE_CASES)
 def test_counters_describe_the_template_not_the_explicit_list(case):
-    # Appendix B 7.4: golden block 0 of fourwave_fp8 reports entry_count 8 / mma 7,
+    # docs/guide/reference-behaviours.md, "The off-by-ones kept for parity":
+    # golden block 0 of fourwave_fp8 reports entry_count 8 / mma 7,
     # its explicit list is one longer (the frag/global fence).
     d = load(case)
     for gb, explicit in zip(d["blocks"], d["explicit_blocks"]):

@@ -56,7 +56,8 @@ def test_kernel_matches_golden(case):
 
 
 def test_manual_waits_are_reported_as_derived():
-    # Appendix B 8.7: auto_waits False reports 0/12 while the kernel carries 8/6.
+    # docs/guide/reference-behaviours.md, "Wait derivation":
+    # auto_waits False reports 0/12 while the kernel carries 8/6.
     kp = built("pingpong_testcfg_identity_manual_waits")
     assert (kp.wait_lgkm_first, kp.wait_vm_last, kp.waits_applied) == (0, 12, False)
     assert kp.program.blocks[0].pre_sync == wait_lgkm(8)

@@ -1,4 +1,5 @@
-"""Block construction and redistribution (§8, Appendix B 8.1-8.5) against the goldens."""
+"""Block construction and redistribution
+(docs/guide/reference-behaviours.md, "Double-buffer block construction", "Global-load redistribution") against the goldens."""
 from __future__ import annotations
 
 import pytest
@@ -58,7 +59,8 @@ def test_block_slots_hold_body_ops_unchanged(case):
 
 
 def test_pingpong_redistribution_walkthrough():
-    # Appendix B 11.2 / walk-through: the greedy order leaves block 1 empty and block 2
+    # docs/guide/reference-behaviours.md, "Ping-pong":
+    # the greedy order leaves block 1 empty and block 2
     # with two loads; redistribution moves LB[s0,0] (slot 1 of block 2) into block 1.
     body, order, cfg, sched, _ = inputs("pingpong_bf16")
     built = construct_blocks(body, order, cfg, sched)
@@ -106,7 +108,8 @@ def test_minimal_barriers_set_prio_only_on_first_and_cross_blocks():
 
 
 def test_block0_falls_through_when_wait_lgkm_first_is_no_wait():
-    # Appendix B 8.3: wait_lgkm_first >= 255 lets block 0 reach the inter-block drain case.
+    # docs/guide/reference-behaviours.md, "Double-buffer block construction":
+    # wait_lgkm_first >= 255 lets block 0 reach the inter-block drain case.
     body, order, cfg, sched, _ = inputs("pingpong_bf16")
     s = sched.evolve(wait_lgkm_first=255, inter_block_lgkm_drain=True)
     program = construct_blocks(body, order, cfg, s)
@@ -119,7 +122,8 @@ def test_block0_falls_through_when_wait_lgkm_first_is_no_wait():
     assert patched.blocks[0].pre_sync == wait_lgkm(wl)
 
 
-# --- a tiny body with one block per partition (Appendix B 8.4) -------------------------
+# --- a tiny body with one block per partition
+# (docs/guide/reference-behaviours.md, "Double-buffer block construction") ---
 
 def _mk(tag, role, res, lat, **kw):
     return op(tag, res, lat, role, **kw)
@@ -239,7 +243,8 @@ def test_redistribution_fifo_across_partitions_and_drain_recompute():
 
 
 def test_redistribution_may_move_a_load_into_an_earlier_partition():
-    # Appendix B 8.5: pass 2 restarts at block 0, so a pooled partition-1 load can land in
+    # docs/guide/reference-behaviours.md, "Global-load redistribution":
+    # pass 2 restarts at block 0, so a pooled partition-1 load can land in
     # partition 0. Moving M11 (index 11) before LB[s0,1] (index 10) empties block 3 and
     # gives block 4 two loads.
     body, cfg = _redistribute_case()

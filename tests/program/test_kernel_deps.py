@@ -1,4 +1,5 @@
-"""kernel_deps_double_buffer (Appendix B 8.10): goldens and the edge cases of its scan."""
+"""kernel_deps_double_buffer
+(docs/guide/reference-behaviours.md, "Kernel-entry deps"): goldens and the edge cases of its scan."""
 from __future__ import annotations
 
 import pytest

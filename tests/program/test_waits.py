@@ -1,4 +1,5 @@
-"""Wait derivation, drain mask and the auto-wait patch (Appendix B 8.6-8.9, §14 A40-A44, A50)."""
+"""Wait derivation, drain mask and the auto-wait patch
+(docs/guide/reference-behaviours.md, "Wait derivation", "Drain mask", "The auto-wait patch"; reference tests A40-A44, A50)."""
 from __future__ import annotations
 
 import pytest

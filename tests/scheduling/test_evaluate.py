@@ -1,6 +1,7 @@
 """The schedulers' cost model and bounds.
 
-Reference tests A23, A24, A47-A49 and B9-B11 (REFERENCE.md §14), plus golden metrics.
+Reference tests A23, A24, A47-A49 and B9-B11
+(docs/guide/reference-behaviours.md, "The reference's own tests"), plus golden metrics.
 """
 from __future__ import annotations
 

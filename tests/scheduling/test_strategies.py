@@ -1,6 +1,7 @@
 """IDENTITY, GREEDY and CSP through the registry, and the searches behind them.
 
-Reference tests A9 and A25 (REFERENCE.md §14), Appendix A §6, and the goldens'
+Reference tests A9 and A25
+(docs/guide/reference-behaviours.md, "The reference's own tests", "The evaluator"), and the goldens'
 scheduler orders.
 """
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""MI355X pipeline configs and target profiles (REFERENCE §11 "MI355X pipeline configs")."""
+"""MI355X pipeline configs and target profiles
+(docs/guide/reference-behaviours.md, "MI355X cost models and configs")."""
 from __future__ import annotations
 
 from pipeline_core.config import (BlockSizing, FragOrder, LoopCarried, PipelineConfig,

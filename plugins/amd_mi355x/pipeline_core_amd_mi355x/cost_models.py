@@ -1,4 +1,6 @@
-"""MI355X cost models (REFERENCE §11): what each kernel tag costs on this GPU.
+"""MI355X cost models
+(docs/guide/reference-behaviours.md, "MI355X cost models and configs"):
+what each kernel tag costs on this GPU.
 
 Latencies are the reference's cycle estimates (global ~200, LDS ~20, MFMA 16 for
 the ping-pong/4-wave quadrant, 64 for the single-buffer 32x32x16 BF16 MFMA).

@@ -1,4 +1,5 @@
-"""The single-buffer default matmul schedule (REFERENCE §11 "Single-buffer default matmul").
+"""The single-buffer default matmul schedule
+(docs/guide/reference-behaviours.md, "Single-buffer recipes").
 
 One LDS buffer: each iteration loads a DRAM tile, stores it to LDS, and runs T
 K-tiles of fragment loads and MMAs; fragment 0 of the next iteration is loaded

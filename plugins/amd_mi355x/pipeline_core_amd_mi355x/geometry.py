@@ -2,7 +2,7 @@
 
 Both production kernels (ping-pong: 8 loading warps as a 2x4 grid; 4-wave: 4
 warps as 2x2) derive their per-load counter costs with the same formulas
-(REFERENCE §3 KernelGeometry, Appendix A 3.3, Appendix B 3.1/3.2): every
+(docs/guide/reference-behaviours.md, "Geometry factors"): every
 division is a floor division except ds_reads_per_frag (a ceiling), and the
 per-fragment factors come from MMA_M and MMA_K only. They differ only in the
 warp layout, so the layout is a parameter here and each schedule plugin passes
@@ -180,7 +180,8 @@ def tile_launch_defaults(owner: str, shape: TileShape, layout: WarpLayout) -> La
     vm_b = _exact(owner, "BN", BN, BN // 2, rows_per_iter,
                   f"such that BN/2 = {BN // 2} is a multiple of {fill}")
 
-    # Fragment loads (LDS -> registers): factors from MMA_M and MMA_K only (Appendix B 3.2).
+    # Fragment loads (LDS -> registers): factors from MMA_M and MMA_K only
+    # (docs/guide/reference-behaviours.md, "Geometry factors").
     frag_w = _exact(owner, "MMA_K", MMA_K, MMA_M * MMA_K, WAVE_SIZE,
                     f"such that MMA_M x MMA_K is a multiple of {WAVE_SIZE} (one fragment per lane)")
     split_lds = is_fp8 and MMA_M == 16 and MMA_K == 128
@@ -222,10 +223,12 @@ FOUR_WAVE_LAYOUT = WarpLayout("4-wave", loading_warps=4, warp_rows=2, warp_cols=
 
 
 def pingpong_launch_defaults(shape: TileShape, owner: str = "schedule pingpong") -> LaunchDefaults:
-    """What the production ping-pong kernel derives from its tile (REFERENCE §3)."""
+    """What the production ping-pong kernel derives from its tile
+    (docs/guide/reference-behaviours.md, "Geometry factors")."""
     return tile_launch_defaults(owner, shape, PINGPONG_LAYOUT)
 
 
 def four_wave_launch_defaults(shape: TileShape, owner: str = "schedule 4wave") -> LaunchDefaults:
-    """The 4-wave KernelGeometry factory (REFERENCE §3, Appendix A 3.3)."""
+    """The 4-wave KernelGeometry factory (docs/guide/reference-behaviours.md,
+    "Geometry factors")."""
     return tile_launch_defaults(owner, shape, FOUR_WAVE_LAYOUT)

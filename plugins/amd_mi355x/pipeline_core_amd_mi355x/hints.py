@@ -1,4 +1,5 @@
-"""AMD schedule-group-barrier hints for single-buffer kernels (REFERENCE §11, Appendix B 11.1).
+"""AMD schedule-group-barrier hints for single-buffer kernels
+(docs/guide/reference-behaviours.md, "AMD hint tags").
 
 LLVM's AMDGPU scheduler is told, through ``s_sched_group_barrier(mask, count)``,
 how to interleave the kernel's DS reads, DS writes, VMEM reads and MFMAs so the

@@ -10,8 +10,9 @@ from pipeline_core.ops import Op
 
 from pipeline_core_amd_mi355x.tags import DOUBLE_BUFFER_TAG_NAMES
 
-#: the ping-pong kernel runs 8 warps as 2 staggered groups of 4 (REFERENCE §9, "Ping-pong
-#: schedule: 8 warps, 2 warp groups"); every ping-pong-shaped schedule declares the same, so
+#: the ping-pong kernel runs 8 warps as 2 staggered groups of 4
+#: (docs/guide/reference-behaviours.md, "Ping-pong"); every ping-pong-shaped schedule
+#: declares the same, so
 #: the hazard proof runs each of a group's 4 warps, not one agent per group
 WARPS_PER_GROUP = 4
 
@@ -39,7 +40,8 @@ class InterleavedMatmulSchedule:
         return list(double_buffer_reorder(ops, self.config()))
 
     def schedule_config(self) -> ScheduleConfig:
-        """The stored config with lgkm per load replaced by the schedule's (REFERENCE Appendix B 10.2)."""
+        """The stored config with lgkm per load replaced by the schedule's
+        (docs/guide/reference-behaviours.md, "Ping-pong's lgkm per load")."""
         return self.sched.evolve(lgkm_per_load_a=self.lgkm_per_load_a,
                                  lgkm_per_load_b=self.lgkm_per_load_b)
 

@@ -1,4 +1,5 @@
-"""Tile shape -> KernelGeometry / launch defaults (REFERENCE §3, Appendix A 3.3, B 3.1-3.3)."""
+"""Tile shape -> KernelGeometry / launch defaults
+(docs/guide/reference-behaviours.md, "Geometry factors")."""
 from __future__ import annotations
 
 import pytest

@@ -28,7 +28,7 @@ def pattern(ops):
 
 
 def test_t2_test_configuration_gives_48_hints():
-    """§11: 16 + 16 + 16 = 48 hints; MFMA counts 2 per read and 0/0 per store."""
+    """docs/guide/reference-behaviours.md, "AMD hint tags": 16 + 16 + 16 = 48 hints; MFMA counts 2 per read and 0/0 per store."""
     ops = hint_ops(body_with_frags(2), mi355x_single_buffer(), TEST_HINTS)
     assert len(ops) == 48
     p = pattern(ops)
@@ -38,7 +38,7 @@ def test_t2_test_configuration_gives_48_hints():
 
 
 def test_t1_counts_two_per_store():
-    """Appendix B 11.1: T=1 gives MFMA counts 2/2 per store; 32 hints."""
+    """docs/guide/reference-behaviours.md, "AMD hint tags": T=1 gives MFMA counts 2/2 per store; 32 hints."""
     ops = hint_ops(body_with_frags(1), mi355x_single_buffer(), TEST_HINTS)
     p = pattern(ops)
     assert len(ops) == 32
@@ -70,7 +70,7 @@ def test_zero_counts_are_emitted_and_no_stores_is_fine():
 
 
 def test_hint_op_fields():
-    """Appendix B 11.1: tag 133, SCALAR, FENCE, mask in subtile, count in wait_value, defaults."""
+    """docs/guide/reference-behaviours.md, "AMD hint tags": tag 133, SCALAR, FENCE, mask in subtile, count in wait_value, defaults."""
     o = hint_ops(body_with_frags(2), mi355x_single_buffer(), TEST_HINTS)[1]
     assert o.tag == FrameworkTag.SCHED_GROUP_BARRIER
     assert (o.resource, o.role, o.subtile, o.wait_value) == (ResourceKind.SCALAR, OpRole.FENCE, MFMA, 2)

@@ -1,4 +1,5 @@
-"""MI355X cost models, pipeline configs and target profiles (REFERENCE §11; LDG tests 26-28)."""
+"""MI355X cost models, pipeline configs and target profiles
+(docs/guide/reference-behaviours.md, "MI355X cost models and configs"; reference tests A26-A28)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
-"""The 4-wave loop body: a table of (load, frag, MMA) mini-iterations (REFERENCE §11 "4-wave").
+"""The 4-wave loop body: a table of (load, frag, MMA) mini-iterations
+(docs/guide/reference-behaviours.md, "The 4-wave configs").
 
 Each outer iteration processes two K-tiles ("partitions"), each in its own LDS
 stage. A partition is four mini-iterations; each issues one global load into

@@ -7,7 +7,7 @@ edge, explicit-block and bootstrap overrides are contributed through the
 plugin hooks (``plugin.py``); this module builds the schedule object and its
 configs.
 
-Configs (REFERENCE §3 launch defaults, Appendix B 3.3/3.4/11.6):
+Configs (docs/guide/reference-behaviours.md, "The 4-wave configs", "Geometry factors"):
 * launch_defaults=true (default): the target gets vm per load and max_globals
   from the geometry, the ScheduleConfig is the kernel's flat
   ScheduleConfig(IDENTITY, auto_waits, mask 0xFF / 0, wrap BM >= 128);
@@ -49,7 +49,8 @@ NAME = "4wave"
 OWNER = f"schedule {NAME}"
 
 #: BM at and above which the launch config fences waits with schedule barriers
-#: (they help at BM >= 128, +13%, and hurt at BM = 64, -4%: REFERENCE §15).
+#: (they help at BM >= 128, +13%, and hurt at BM = 64, -4%:
+#: docs/guide/reference-behaviours.md, "The 4-wave configs").
 FENCE_MIN_BM = 128
 
 PARAMS: tuple[Param, ...] = (
@@ -70,7 +71,8 @@ PARAMS: tuple[Param, ...] = (
           "refused unless --allow-unsafe", choices=("auto", "on", "off")),
 )
 
-#: warps of the 4-wave kernel, all in one group (REFERENCE §9: "4 warps"); the hazard proof
+#: warps of the 4-wave kernel, all in one group
+#: (docs/guide/reference-behaviours.md, "The 4-wave configs"); the hazard proof
 #: runs each of them
 WARPS = 4
 
@@ -103,7 +105,8 @@ def builder_default_schedule_config() -> ScheduleConfig:
 
 
 def launch_schedule_config(BM: int) -> ScheduleConfig:
-    """The flat ScheduleConfig the production 4-wave kernel passes (Appendix B 3.4)."""
+    """The flat ScheduleConfig the production 4-wave kernel passes
+    (docs/guide/reference-behaviours.md, "The 4-wave configs")."""
     fenced = BM >= FENCE_MIN_BM
     return ScheduleConfig(scheduling="IDENTITY", auto_waits=True,
                           sched_barrier_mask=0xFF if fenced else 0,

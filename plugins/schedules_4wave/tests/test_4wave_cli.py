@@ -28,7 +28,7 @@ def test_shape_only_equals_the_explicit_form(golden, cli_json, case, argv):
 
 
 def test_builder_defaults(cli_json):
-    """Appendix B 11.6: vm 4/4 and max_globals 1 from the target, lgkm from the geometry:
+    """docs/guide/reference-behaviours.md, "The 4-wave configs": vm 4/4 and max_globals 1 from the target, lgkm from the geometry:
     main wait 16, bootstrap waits 28/24, a 48-entry kernel, mask 0b01010101, wrap off."""
     doc = cli_json(["compile", "4wave", "-p", "launch_defaults=false"])
     c, s = doc["config"], doc["schedule_config"]
@@ -42,7 +42,7 @@ def test_builder_defaults(cli_json):
 
 
 def test_non_square_bootstrap_waits_are_per_channel(cli_json):
-    """§15 findings: 128x256 gives vm 2/4 and bootstrap waits 22/18."""
+    """docs/guide/reference-behaviours.md, "Bootstrap waits": 128x256 gives vm 2/4 and bootstrap waits 22/18."""
     doc = cli_json(["compile", "4wave", "-p", "BN=256"])
     assert (doc["config"]["vm_per_load_a"], doc["config"]["vm_per_load_b"]) == (2, 4)
     assert [e["op"]["wait_value"] for e in doc["prologue"] if e["op"]["tag"] == 129] == [22, 18]

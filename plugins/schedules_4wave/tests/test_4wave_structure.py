@@ -53,7 +53,7 @@ def test_64_edges_by_kind_and_distance(compile_4wave):
 
 
 def test_cross_stage_edges_follow_the_rule_table_edges(compile_4wave):
-    """Appendix A 5.1/5.2: 48 filtered rule-table edges (the filter drops nothing), then 16."""
+    """docs/guide/reference-behaviours.md, "Edge rules": 48 filtered rule-table edges (the filter drops nothing), then 16."""
     from pipeline_core.edges import derive_edges
 
     c = compile_4wave()
@@ -75,7 +75,7 @@ FA, FB, LA, LB, M = T.MMA_LOAD_A, T.MMA_LOAD_B, T.LOAD_A, T.LOAD_B, T.MMA
 
 
 def test_explicit_blocks_bm128(compile_4wave):
-    """§11: `sb vm(8) lgkm(4) bar sb | FB1 sb LA M00 | sb lgkm(0) sb | FA1 sb LB M01 |
+    """The 4-wave kernel: `sb vm(8) lgkm(4) bar sb | FB1 sb LA M00 | sb lgkm(0) sb | FA1 sb LB M01 |
     sb vm(8) lgkm(0) bar sb | FA(x)0 sb LB M10 | FB(x)0 sb LA | sb vm(8) sb | M11` per half."""
     c = compile_4wave()
     expected = [(SB, 0), (VM, 8), (LGKM, 4), (BAR, 0), (SB, 0), (FB, 0), (SB, 0), (LA, 0), (M, 0),
@@ -86,14 +86,15 @@ def test_explicit_blocks_bm128(compile_4wave):
     assert _kernel_half(c, 0) == expected and _kernel_half(c, 1) == expected
     program = c.program
     assert [len(b) for b in program.explicit_blocks] == [9, 7, 9, 7] * 2
-    # the template counters still describe the template (Appendix B 7.4)
+    # the template counters still describe the template
+    # (docs/guide/reference-behaviours.md, "The off-by-ones kept for parity")
     assert program.blocks[0].entry_count() == 8 and program.blocks[0].mma_position() == 7
     frags = [o for o in c.kernel[:32] if o.op.role == OpRole.FRAGMENT_LOAD]
     assert [(f.op.stage, f.op.subtile) for f in frags] == [(0, 1), (0, 1), (1, 0), (1, 0)]
 
 
 def test_explicit_blocks_bm64(compile_4wave):
-    """§11: `vm(4) lgkm(2) bar FB1 sb LA M00 lgkm(0) FA1 sb LB M01 vm(4) lgkm(0) bar FA(x)0 sb
+    """The 4-wave kernel: `vm(4) lgkm(2) bar FB1 sb LA M00 lgkm(0) FA1 sb LB M01 vm(4) lgkm(0) bar FA(x)0 sb
     LB M10 FB(x)0 sb LA vm(4) M11` per half; 48 entries."""
     c = compile_4wave(params=BM64)
     expected = [(VM, 4), (LGKM, 2), (BAR, 0), (FB, 0), (SB, 0), (LA, 0), (M, 0),
@@ -105,7 +106,7 @@ def test_explicit_blocks_bm64(compile_4wave):
 
 
 def test_block_slots(compile_4wave):
-    """Appendix B 11.5: entry waits, pre_sync and flags of the four blocks of each half."""
+    """docs/guide/reference-behaviours.md, "The 4-wave configs": entry waits, pre_sync and flags of the four blocks of each half."""
     c = compile_4wave()
     for h in range(2):
         b0, b1, b2, b3 = c.program.blocks[4 * h: 4 * h + 4]

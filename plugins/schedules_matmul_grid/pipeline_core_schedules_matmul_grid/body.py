@@ -1,6 +1,7 @@
 """The logical body of an m x n double-buffer matmul: ping-pong's rules, any grid.
 
-Ping-pong (REFERENCE §11) is the 2 x 2 case.  Partition h is one warp group's
+Ping-pong (docs/guide/reference-behaviours.md, "Ping-pong") is the 2 x 2 case.
+Partition h is one warp group's
 slice: it reads LDS stage h and refills stage h for the next iteration while it
 computes.  Per partition, with s = h and the other stage o = 1 - h:
 

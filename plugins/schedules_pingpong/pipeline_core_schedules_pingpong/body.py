@@ -1,4 +1,5 @@
-"""The ping-pong loop body: 24 logical ops, two halves of 12 (REFERENCE §11 "Ping-pong schedule").
+"""The ping-pong loop body: 24 logical ops, two halves of 12
+(docs/guide/reference-behaviours.md, "Ping-pong").
 
 Half h is one warp group's slice: it reads LDS stage h, and while it computes,
 it refills the other buffers. Its first load is the "completion" load: in half

@@ -4,11 +4,12 @@ Mirrors the reference's DeclarativeSchedule[is_fp8, lgkm_a, lgkm_b]: the body is
 the logical 24-op body annotated with the target's cost model and interleaved
 into MMA blocks by the double-buffer reorder; the default ScheduleConfig is
 (CSP, auto_waits); ``schedule_config()`` always carries the schedule's lgkm per
-load (Appendix B 10.2).
+load (docs/guide/reference-behaviours.md, "Ping-pong's lgkm per load").
 
 Tile-shape parameters are the friendlier way in: given any of them, the
-schedule derives what the production kernel passes (REFERENCE §3 "launch
-defaults"): lgkm per load for the ScheduleConfig, vm per load and max_globals
+schedule derives what the production kernel passes
+(docs/guide/reference-behaviours.md, "Geometry factors"): lgkm per load for the
+ScheduleConfig, vm per load and max_globals
 for the target. Explicit ``-p`` / ``-T`` values win over derived ones.
 """
 from __future__ import annotations
@@ -148,7 +149,7 @@ def make_pingpong(ctx: BuildContext) -> PingPongSchedule:
         if name in ctx.config_overrides:
             raise ConfigError(f"ScheduleConfig ({NAME})", name, ctx.config_overrides[name],
                               f"not settable with -c: pingpong always writes its own lgkm per "
-                              f"load into the ScheduleConfig (Appendix B 10.2); use "
+                              f"load into the ScheduleConfig; use "
                               f"-p {name}={ctx.config_overrides[name]}")
     dtype = resolve_dtype(ctx)
     launch = resolve_launch(ctx, dtype)

@@ -20,7 +20,7 @@ def test_golden_parity_through_the_cli(golden, cli_json, case):
 
 
 def test_bf16_shape_only_equals_the_explicit_form(golden, cli_json):
-    """§3: BF16 256x256x64, MMA 16x16x32 -> vm 2/2, lgkm 8/4, max_globals 1 == pingpong_bf16."""
+    """docs/guide/reference-behaviours.md, "Geometry factors": BF16 256x256x64, MMA 16x16x32 -> vm 2/2, lgkm 8/4, max_globals 1 == pingpong_bf16."""
     g = golden("pingpong_bf16")
     assert mt.golden_diffs(g, cli_json(["compile", "pingpong", "--target", "mi355x"] + BF16_SHAPE)) == []
     # dtype alone uses the production BF16 tile
@@ -38,7 +38,7 @@ def test_no_shape_keeps_the_reference_defaults(golden, cli_json):
 def _fp8_expectations(doc, vm_a, vm_b, lgkm_a, lgkm_b, max_globals):
     c, s = doc["config"], doc["schedule_config"]
     assert (c["vm_per_load_a"], c["vm_per_load_b"], c["block_sizing"]["max_globals"]) == (vm_a, vm_b, max_globals)
-    assert (c["lgkm_per_load_a"], c["lgkm_per_load_b"]) == (0, 0)  # Appendix B 3.3
+    assert (c["lgkm_per_load_a"], c["lgkm_per_load_b"]) == (0, 0)  # docs/guide/reference-behaviours.md, "Geometry factors"
     assert (s["lgkm_per_load_a"], s["lgkm_per_load_b"]) == (lgkm_a, lgkm_b)
 
 
@@ -152,7 +152,7 @@ def test_manual_waits_are_in_the_kernel(compile_named):
 
 
 def test_identity_order_violates_only_the_known_coarse_lds_anti_edges(compile_named):
-    """REFERENCE §15 findings: IDENTITY violates the coarse LDS-ANTI edges 7->5 and 19->17.
+    """docs/guide/reference-behaviours.md, "Coarse ANTI edges": IDENTITY violates the coarse LDS-ANTI edges 7->5 and 19->17.
 
     The rule matches channel and stage but not subtile, so these are not real
     hazards (the fragment reads subtile 1, the load overwrites subtile 0); the compile

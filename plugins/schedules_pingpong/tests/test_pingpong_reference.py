@@ -1,4 +1,5 @@
-"""The reference's ping-pong assertions (REFERENCE §14, test_pipeline_ldg.mojo tests 5-10, 21,
+"""The reference's ping-pong assertions (docs/guide/reference-behaviours.md, "The reference's own tests":
+test_pipeline_ldg.mojo tests 5-10, 21,
 25, 29-32, 39-46, 50, 52, 57, 58), on pipeline-core and this plugin."""
 from __future__ import annotations
 
@@ -115,7 +116,7 @@ def test_schedule_compiler_interleaved(ref):
 
 
 def test_identity_kernel_layout(ref):
-    """§11: each 35-entry half is 11 + 8 + 9 + 7 entries with manual waits lgkm(8) and vm(6)."""
+    """The ping-pong kernel: each 35-entry half is 11 + 8 + 9 + 7 entries with manual waits lgkm(8) and vm(6)."""
     k = ref.build_kernel_entries()
     tags = [e.op.tag for e in k[:35]]
     assert tags[:11] == [T.MMA_LOAD_B, T.MMA_LOAD_A, T.LOAD_A, FrameworkTag.WAIT_LGKM, FrameworkTag.BARRIER,
