@@ -4,12 +4,13 @@ from __future__ import annotations
 from pipeline_core.hookspecs import hookimpl
 
 from pipeline_core_nvidia_h100.multistage import SCHEDULES
+from pipeline_core_nvidia_h100.pingpong import TARGETS as PINGPONG_TARGETS
 from pipeline_core_nvidia_h100.targets import TARGETS
 
 
 @hookimpl
 def pipeline_core_register_targets():
-    return list(TARGETS)
+    return [*TARGETS, *PINGPONG_TARGETS]
 
 
 @hookimpl
