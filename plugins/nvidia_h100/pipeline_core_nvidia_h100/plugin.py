@@ -21,5 +21,6 @@ def pipeline_core_register_schedules():
 @hookimpl
 def pipeline_core_register_emitters():
     from pipeline_core_nvidia_h100.emit_cuda import EMITTERS
+    from pipeline_core_nvidia_h100.emit_pingpong import EMITTERS as PINGPONG_EMITTERS
 
-    return list(EMITTERS)
+    return [*EMITTERS, *PINGPONG_EMITTERS]
