@@ -13,7 +13,7 @@ cp.async copies + ``cp.async.commit_group`` (one group per LOAD op, as the h100-
 model counts), WAIT_CP_ASYNC n -> ``cp.async.wait_group n``, BARRIER_SYNC -> ``barrier.sync 0``
 (non-aligned), MMA_LOAD_A/B -> ldmatrix.x4, MMA -> a quadrant's mma.sync block, WAIT_LGKM /
 SET_PRIO / SCHEDULE_BARRIER -> nothing.  The kernel shell is the reference's ping-pong one
-(docs/guide, REFERENCE "How kernels consume the result"): ``prologue[:warp_stagger_index]``, one
+(the execution model of pipeline_core/execution.py, which the proof ran): ``prologue[:warp_stagger_index]``, one
 extra barrier for warp group 1, the rest of the prologue and a barrier for everyone; the kernel
 entries in ``for (k = 2*BK; k < K; k += 2*BK)`` with ``k_base = k``; the epilogue with
 ``k_base = K``; one extra barrier for warp group 0.  The groups then sit at different barrier
@@ -352,7 +352,7 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
                                    bf[j][kk][n / 2][(n & 1) * 2 + 1]);
     }};
 
-    // ---- the compiled entries, one line each (REFERENCE shell: stagger split, 2*BK loop) ----
+    // ---- the compiled entries, one line each (stagger split, 2*BK loop) ----
 {body}
 
     // Every accumulator goes out, bf16x2 per pair of columns.
