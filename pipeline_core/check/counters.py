@@ -133,7 +133,7 @@ class CounterModel:
                 return c
         return None
 
-    def is_barrier(self, tag: int) -> bool:
+    def is_rendezvous(self, tag: int) -> bool:
         """An entry with ``tag`` is a rendezvous of every warp (any declared barrier kind)."""
         return tag == self.barrier_tag or any(k[0] == tag for k in self.barrier_kinds)
 

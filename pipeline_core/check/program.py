@@ -331,7 +331,7 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
         form = model.isa_forms.get(tag)
         if form is not None:
             base["isa"] = form.format(wait_value=op["wait_value"], subtile=op["subtile"])
-        if model.is_barrier(tag):
+        if model.is_rendezvous(tag):
             return Instr(Kind.BARRIER, **base)
         counter = model.counter_for_wait(tag)
         if counter is not None:

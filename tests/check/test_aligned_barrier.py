@@ -61,7 +61,7 @@ def test_the_stagger_barriers_of_an_aligned_first_kind_are_refused_too(pingpong_
 
 def test_every_declared_barrier_kind_is_a_rendezvous_and_non_aligned_ones_pass(pingpong_doc):
     model = counter_model(_sync(aligned_first=False), pingpong_doc)
-    assert model.is_barrier(ALIGNED_TAG) and model.aligned_barrier(ALIGNED_TAG) == "bar.sync"
+    assert model.is_rendezvous(ALIGNED_TAG) and model.aligned_barrier(ALIGNED_TAG) == "bar.sync"
     assert model.aligned_barrier(int(FrameworkTag.BARRIER)) is None
     assert check_document(pingpong_doc, model=model).safe
 
