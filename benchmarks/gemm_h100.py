@@ -6,6 +6,9 @@ C[M,N] = A[M,K] . B[N,K]^T, bf16 in, fp32 accumulate, bf16 out (both operands K-
 * ``cublas``: ``torch.matmul(A, B.T)``.
 * ``triton``: a plain Triton matmul written here, autotuned over block shapes and its own
   software-pipelining depth (``num_stages``).
+* ``compiled-multistage`` / ``compiled-pingpong``: kernels the ``cuda`` / ``cuda-pingpong``
+  emitters write from compiled schedules (``multistage-gemm`` on h100, ``pingpong`` on
+  h100-pingpong: 2 staggered warp groups, non-aligned barrier.sync).
 * ``hand-multistage``: a CUDA kernel assembled by hand from the h100 plugin's building blocks
   (``pipeline_core_nvidia_h100/cuda/pipeline_h100.cuh``) with the structure of docs NVIDIA plan
   section 2.3: CTA tile, S-stage cp.async ring, a prologue that fills S-1 stages, and per k-tile
@@ -19,6 +22,7 @@ sets.  One JSON line per (implementation, config, shape) goes to stdout and to `
 
 Modes (no GPU needed for the first):
   python3 benchmarks/gemm_h100.py --sass [--nvdisasm PATH]   # nvcc each config, count SASS, spills
+  python3 benchmarks/gemm_h100.py --compile-only             # emit + nvcc every kernel the run builds
   python3 benchmarks/gemm_h100.py [--jsonl FILE]             # on the H100: check, time, report
   python3 benchmarks/gemm_h100.py --racecheck-size 256       # ours only, no torch (for compute-sanitizer)
 """
@@ -558,6 +562,85 @@ def compiled_runner(builder, params: dict, stages: int, loosen: int | None = Non
     return run, g
 
 
+# ------------------------------------------------ compiled-pingpong: pipeline-core emit -------
+
+#: (label, -O options of the cuda-pingpong emitter) of the schedule pingpong on h100-pingpong
+PINGPONG = (
+    ("pp-128x128x64", {}),
+    ("pp-128x128x32", {"BK": "32"}),
+)
+
+
+def pingpong_source(options: dict):
+    """Compile pingpong on h100-pingpong (proven by the compile) and emit it; (source, geometry)."""
+    from pipeline_core.api import compile_named
+    from pipeline_core.plugins import default_host
+    from pipeline_core_nvidia_h100.emit_pingpong import emit_pingpong, geometry_from_options
+
+    host = default_host()
+    if "h100-pingpong" not in host.targets:  # a checkout on PYTHONPATH: no entry points
+        from pipeline_core.plugins import PluginHost
+        host = PluginHost(extra_modules=["pipeline_core_nvidia_h100.plugin",
+                                         "pipeline_core_schedules_pingpong.plugin"])
+    c = compile_named("pingpong", target="h100-pingpong", host=host)
+    return emit_pingpong(c, **options), geometry_from_options(options)
+
+
+def pingpong_runner(builder, options: dict):
+    from pipeline_core_nvidia_h100.emit_pingpong import KERNEL_NAME
+
+    src, g = pingpong_source(options)
+    kernel = builder.compile(src, KERNEL_NAME)
+    builder.set_max_dynamic_shared(kernel, g.smem_bytes)
+
+    def run(a, b, c):
+        M, K = a.shape
+        N = b.shape[0]
+        g.check_shape(M, N, K)
+        builder.launch(kernel, ((M // g.bm) * (N // g.bn),), (g.threads,), (a, b, c, M, N, K),
+                       shared_mem=g.smem_bytes)
+    return run, g
+
+
+def compile_only_main(allow_unsafe: bool = False) -> int:
+    """nvcc every kernel source the GPU run would build (sm_90a, no GPU): hand, compiled, pingpong,
+    warp-specialized.
+
+    One JSON line per source with ptxas's registers and spills; exit 1 if any fails or spills.
+    """
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise SystemExit("gemm_h100.py --compile-only: nvcc is not on PATH")
+    sources = [("hand-multistage", "all-configs", kernel_source() + "".join(
+        f"template __global__ void {c.name_expression}(const unsigned short*, const unsigned short*,"
+        f" unsigned short*, int, int, int);\n" for c in CONFIGS))]
+    sources += [("compiled-multistage", label, compiled_source(params, stages)[0])
+                for label, params, stages in COMPILED]
+    sources += [("compiled-pingpong", label, pingpong_source(options)[0])
+                for label, options in PINGPONG]
+    from ws_gemm import WS_COMPILED, ws_source
+    sources += [("compiled-ws", label, ws_source(params, stages, allow_unsafe=allow_unsafe)[0])
+                for label, params, stages in WS_COMPILED]
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (impl, label, src) in enumerate(sources):
+            cu = Path(tmp) / f"k{i}.cu"
+            cu.write_text(src)
+            proc = subprocess.run([nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3",
+                                   "-std=c++17", "-Xptxas=-v", "-o", str(cu.with_suffix(".cubin")),
+                                   str(cu)], capture_output=True, text=True)
+            spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", proc.stderr)
+            regs = [int(r) for r in re.findall(r"Used (\d+) registers", proc.stderr)]
+            spill_free = bool(spills) and all(a == "0" and b == "0" for a, b in spills)
+            ok = proc.returncode == 0 and spill_free
+            failed += not ok
+            print(json.dumps({"impl": impl, "config": label, "compiled": proc.returncode == 0,
+                              "max_registers": max(regs, default=None), "spill_free": spill_free,
+                              **({} if ok else {"nvcc": proc.stderr[-2000:]})}, sort_keys=True),
+                  flush=True)
+    return 1 if failed else 0
+
+
 def gpu_main(args) -> int:
     import torch
     from pipeline_core_nvidia_h100.runtime import KernelBuilder
@@ -577,6 +660,10 @@ def gpu_main(args) -> int:
         run_c, g = compiled_runner(builder, params, stages)
         impls.append(("compiled-multistage", label, {**g.as_params(), "smem_bytes": g.smem_bytes},
                       run_c))
+    for label, options in PINGPONG:
+        run_p, gp = pingpong_runner(builder, options)
+        impls.append(("compiled-pingpong", label, {**gp.as_params(), "smem_bytes": gp.smem_bytes},
+                      run_p))
     from ws_gemm import WS_COMPILED, ws_runner
     for label, params, stages in WS_COMPILED:
         if args.ws is not None and label not in args.ws:
@@ -752,6 +839,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sass", action="store_true", help="compile with nvcc and report SASS counts (no GPU)")
     ap.add_argument("--nvdisasm", help="nvdisasm or cuobjdump to use for --sass")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="emit and nvcc-compile every kernel source the GPU run builds, report "
+                         "registers and spills, and exit (no GPU)")
     ap.add_argument("--jsonl", default=str(DEFAULT_JSONL), help="where the JSON lines go ('' : nowhere)")
     ap.add_argument("--shapes", nargs="*", help="MxNxK shapes (default: 4096^3, 8192^3, 4096x8192x2048)")
     ap.add_argument("--configs", nargs="*", help="hand-kernel configs to run (default: all; none: --configs)")
@@ -775,6 +865,8 @@ def main(argv=None) -> int:
         for rep in sass_report(find_nvdisasm(args.nvdisasm)):
             print(json.dumps(rep, sort_keys=True))
         return 0
+    if args.compile_only:
+        return compile_only_main(args.allow_unsafe)
     if args.compiled_size:
         return compiled_check_main(args.compiled_size, args.compiled_config, args.loosen)
     if args.racecheck_size:

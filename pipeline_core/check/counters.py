@@ -61,6 +61,13 @@ class CounterModel:
     * ``barrier_tag``: the tag that is a rendezvous of every warp of the workgroup.
     * ``barrier_drains``: the barrier also waits for the issuing warp's own
       outstanding memory ops (a fenced ``barrier()``), not a bare rendezvous.
+    * ``barrier_kinds``: every barrier kind the target declares, as
+      (tag, name, aligned); an entry with any of these tags is a rendezvous of
+      every warp (``barrier_tag`` is the one the execution model's stagger adds).
+      An *aligned* kind needs every participant at the same barrier instruction
+      (NVIDIA ``bar.sync`` / ``__syncthreads``, PTX ``.aligned``), so staggered
+      warp groups, which meet at different barrier instructions, may not use it
+      (the aligned-barrier rule, README.md "Model").
     * ``register_interlock``: the compiler delays a use of a register until the
       load writing it has retired, by inserting a counter wait (AMDGPU's
       SIInsertWaitcnts does this for VGPRs written by ``ds_read``).  The checker
@@ -91,6 +98,7 @@ class CounterModel:
     costs: tuple[OpCount, ...]
     barrier_tag: int = int(FrameworkTag.BARRIER)
     barrier_drains: bool = False
+    barrier_kinds: tuple[tuple[int, str, bool], ...] = ()
     register_interlock: bool = True
     global_loads_write_lds: bool = True
     lds_in_order: bool = False
@@ -124,6 +132,14 @@ class CounterModel:
             if c.commit_tag is not None and c.commit_tag == tag:
                 return c
         return None
+
+    def is_rendezvous(self, tag: int) -> bool:
+        """An entry with ``tag`` is a rendezvous of every warp (any declared barrier kind)."""
+        return tag == self.barrier_tag or any(k[0] == tag for k in self.barrier_kinds)
+
+    def aligned_barrier(self, tag: int) -> str | None:
+        """The name of the aligned barrier kind ``tag`` is, or None (not aligned, or unknown)."""
+        return next((name for t, name, aligned in self.barrier_kinds if t == tag and aligned), None)
 
     def is_synchronous(self, role: int, channel: int) -> bool:
         """Ops of ``role`` on ``channel`` are declared synchronous (no counter)."""
@@ -187,6 +203,7 @@ def counter_model(sync: SyncModel, document: Mapping[str, Any]) -> CounterModel:
         synchronous=tuple((int(e.role), e.channel) for e in bound.effects if e.counter is None),
         barrier_tag=sync.barrier.tag,
         barrier_drains=sync.barrier.drains,
+        barrier_kinds=tuple((b.tag, b.name, b.aligned) for b in sync.barriers),
         register_interlock=sync.register_interlock,
         global_loads_write_lds=sync.global_loads_write_shared,
         lds_in_order=sync.shared_in_order,

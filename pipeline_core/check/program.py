@@ -273,6 +273,25 @@ def document_warps(document: Mapping[str, Any]) -> int | None:
     return None
 
 
+def _refuse_aligned_barrier(decoded: Mapping[str, tuple[Instr, ...]], model: CounterModel,
+                            stagger: int) -> None:
+    """The aligned-barrier rule: staggered warp groups meet at different barrier instructions,
+    which an aligned barrier kind (every participant at the same instruction) forbids."""
+    entries = [i for name in PHASES for i in decoded[name] if i.kind is Kind.BARRIER]
+    found = next(((i.site, name) for i in entries
+                  if (name := model.aligned_barrier(i.tag)) is not None), None)
+    if found is None and (name := model.aligned_barrier(model.barrier_tag)) is not None:
+        found = ("warp_stagger_index", name)  # the stagger's own barriers are of that kind
+    if found is None:
+        return
+    where, name = found
+    raise DocumentError(where, f"{name} is an aligned barrier (every warp of the CTA must "
+                               f"execute the same barrier instruction), but warp_stagger_index "
+                               f"{stagger} staggers 2 warp groups, which meet at different "
+                               "barrier instructions: a staggered schedule needs a non-aligned "
+                               "barrier kind")
+
+
 def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | None = None) -> CheckProgram:
     """Decode and validate ``document``; raises :class:`DocumentError` naming the bad path."""
     phases, stagger, config, depth = check_shape(document)
@@ -312,7 +331,7 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
         form = model.isa_forms.get(tag)
         if form is not None:
             base["isa"] = form.format(wait_value=op["wait_value"], subtile=op["subtile"])
-        if tag == model.barrier_tag:
+        if model.is_rendezvous(tag):
             return Instr(Kind.BARRIER, **base)
         counter = model.counter_for_wait(tag)
         if counter is not None:
@@ -361,6 +380,8 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
     decoded = {name: tuple(one(op, name, i) for i, op in enumerate(ops)) for name, ops in phases.items()}
     n_groups = groups if groups is not None else (
         2 if enabled and ExecutionModel.is_staggered(stagger, len(decoded["prologue"])) else 1)
+    if n_groups > 1:
+        _refuse_aligned_barrier(decoded, model, stagger)
     body = document.get("body")
     acc_ops = [op for op in body if isinstance(op, Mapping) and op.get("role") == int(OpRole.COMPUTE)
                and all(isinstance(op.get(k), int) for k in REQUIRED_OP_KEYS)] \
