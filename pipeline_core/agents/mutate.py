@@ -39,9 +39,9 @@ def _is_consumer(p: AgentProgram) -> bool:
 
 
 def drop_release(plan: AgentPlan) -> AgentPlan:
-    """The first consumer never releases its stages (the producer waits forever)."""
-    first = next(p.name for p in plan.programs if _is_consumer(p))
-    return _edit_kernel(plan, lambda p: p.name == first,
+    """The consumers' kernel loses its release step (the producer waits forever).  Every consumer
+    runs the one consumer program an emitter writes, so the step goes from all of them."""
+    return _edit_kernel(plan, _is_consumer,
                         lambda s: None if s.kind == StepKind.ARRIVE else s, "drop-release")
 
 
