@@ -444,6 +444,17 @@ def time_ms(fn, inputs, warmup: int, reps: int) -> list[float]:
     return times
 
 
+def sm_clock_mhz() -> int | None:
+    """The GPU's current SM clock (MHz) as NVML reports it; None where NVML is unavailable."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:  # noqa: BLE001 - a figure we can do without
+        return None
+
+
 def make_triton():
     import triton
     import triton.language as tl
@@ -739,6 +750,8 @@ def gpu_main(args) -> int:
                 rec.update(median_ms=round(med, 5), min_ms=round(min(times), 5),
                            max_ms=round(max(times), 5), reps=len(times),
                            tflops=round(flop / med / 1e9, 1))
+                # the SM clock right after the timed launches (NVML), for cycles per iteration
+                rec["sm_clock_mhz"] = sm_clock_mhz()
                 if impl == "triton" and triton_kernel is not None:
                     best = getattr(triton_kernel, "best_config", None)
                     rec["triton_best_config"] = str(best)

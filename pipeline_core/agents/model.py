@@ -165,6 +165,8 @@ class AgentPlan:
     rings: tuple[Ring, ...] = attrs.field(converter=_rings)
     #: the smallest K-tile count the split is valid for (the longest prologue)
     min_tiles: int = 1
+    #: bytes each async copy of the body moves (body op index -> bytes), for the timing model
+    op_bytes: Mapping[int, int] = attrs.field(factory=dict)
 
     def program(self, name: str) -> AgentProgram:
         for p in self.programs:

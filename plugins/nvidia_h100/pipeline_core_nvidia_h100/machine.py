@@ -5,7 +5,12 @@ benchmarks/h100/README.md explains each); the limits are compute capability 9.0'
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
+
+if TYPE_CHECKING:
+    from pipeline_core.agents.timing import AgentMachine
 
 
 @attrs.frozen(kw_only=True)
@@ -50,3 +55,16 @@ H100_SXM = Machine(
     smem_per_sm=233472,            # 228 KB per SM
     smem_per_cta_optin=232448,     # 227 KB (``device.smem_per_block_optin`` in the JSON)
     smem_static_limit=49152, l2_bytes=52428800, barriers_per_cta=16)
+
+
+def _agent_machine() -> "AgentMachine":
+    from pipeline_core.agents.timing import AgentMachine
+
+    return AgentMachine(copy_latency=800, copy_bytes_per_cycle=40, mma_efficiency=0.9,
+                        step_cycles=2, wake_cycles=50, cta_overhead_cycles=4000)
+
+
+#: One H100 SM for the agents timing model (pipeline_core.agents.timing): TMA latency and
+#: bandwidth, the wgmma rate against the datasheet peak, sync costs.  Fitted by
+#: benchmarks/h100/calibrate.py on the measured GEMMs (benchmarks/h100/GEMM_NOTES.md).
+H100_AGENT_MACHINE = _agent_machine()

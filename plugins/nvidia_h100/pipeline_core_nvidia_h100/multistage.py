@@ -30,7 +30,7 @@ from pipeline_core.ops import Op, logical
 from pipeline_core.schedule import Param, ScheduleRecord
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
-from pipeline_core_nvidia_h100.costs import H100Tag
+from pipeline_core_nvidia_h100.costs import ISSUE_RATES, H100Tag
 from pipeline_core_nvidia_h100.machine import H100_SXM
 from pipeline_core_nvidia_h100.sync import TAG_NAMES
 
@@ -165,6 +165,21 @@ PARAMS = (
 )
 
 
+def _cta_cost(op: Op, g: Geometry) -> Op:
+    """An op's cost as the SM sees it: the whole CTA's instructions of that op at the SM's measured
+    issue rate (every warp of the CTA issues one; the SM's tensor cores and shared-memory port are
+    shared by them).  The cost model's per-instruction latency stays the floor."""
+    warps = g.warps_m * g.warps_n
+    if op.tag == H100Tag.MMA:
+        sm = g.mma_per_k_step * warps * ISSUE_RATES.mma_per_sm
+    elif op.tag in (H100Tag.FRAG_A, H100Tag.FRAG_B):
+        per_warp = g.ldmatrix_per_k_step[0 if op.tag == H100Tag.FRAG_A else 1]
+        sm = per_warp * warps * ISSUE_RATES.ldmatrix_x4_per_sm
+    else:
+        return op
+    return op.evolve(latency=max(op.latency, round(sm)))
+
+
 def geometry_of(params: dict[str, Any], stages: int) -> Geometry:
     return Geometry(bm=params["BM"], bn=params["BN"], bk=params["BK"], warps_m=params["warps_m"],
                     warps_n=params["warps_n"], stages=stages, group_m=params["group_m"])
@@ -192,7 +207,7 @@ class MultistageGemm:
             ops += [logical(H100Tag.FRAG_A, channel=0, subtile=kk),
                     logical(H100Tag.FRAG_B, channel=1, subtile=kk),
                     logical(H100Tag.MMA, stage=kk, subtile=kk)]
-        return annotate(ops, self.target.cost_model)
+        return [_cta_cost(o, self.geometry) for o in annotate(ops, self.target.cost_model)]
 
     def schedule_config(self) -> ScheduleConfig:
         return self._sched

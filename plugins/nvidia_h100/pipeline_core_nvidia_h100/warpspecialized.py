@@ -53,10 +53,12 @@ class WgmmaTag(enum.IntEnum):
     WGMMA = 12   #: one consumer's wgmma group for one K tile (subtile = consumer index)
 
 
-#: Cycles of one consumer's wgmma group for a 64 x 256 x 64 tile with the SM's tensor cores to
-#: itself: 2 x 64 x 256 x 64 flop at 4096 dense bf16 flop/clk/SM (989 TFLOPS over 132 SMs at
-#: 1.83 GHz, the datasheet's peak).  Not yet calibrated (benchmarks/h100/GEMM_NOTES.md).
-WGMMA_GROUP_LATENCY = 512
+#: Dense bf16 flop per cycle of one SM's tensor cores at the datasheet peak (989 TFLOPS over 132
+#: SMs at 1.83 GHz).  A wgmma group's cost is its flop at this rate; the timing model's
+#: ``mma_efficiency`` (calibrated, benchmarks/h100/GEMM_NOTES.md) scales it to what runs.
+PEAK_MMA_FLOP_PER_CYCLE = 4096
+#: The cost model's default: a 64 x 256 x 64 group (build_body sets each op's own).
+WGMMA_GROUP_LATENCY = 2 * 64 * 256 * 64 // PEAK_MMA_FLOP_PER_CYCLE
 
 
 def wgmma_cost_model() -> CostModel:
@@ -217,7 +219,10 @@ class WarpSpecializedGemm:
     def build_body(self) -> list[Op]:
         ops = [logical(WgmmaTag.TMA_A, channel=0), logical(WgmmaTag.TMA_B, channel=1)]
         ops += [logical(WgmmaTag.WGMMA, subtile=c) for c in range(self.geometry.consumers)]
-        return annotate(ops, self.target.cost_model)
+        g = self.geometry
+        group = 2 * g.consumer_rows * g.bn * g.bk // PEAK_MMA_FLOP_PER_CYCLE
+        return [o.evolve(latency=group) if o.tag == WgmmaTag.WGMMA else o
+                for o in annotate(ops, self.target.cost_model)]
 
     def derive_edges(self, body: list[Op]) -> list[DepEdge]:
         """Each consumer reads both copies of its tile; the copies S tiles later overwrite them."""
