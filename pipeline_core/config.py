@@ -418,6 +418,9 @@ class TargetProfile:
     #: peak (the cost model's ``vgpr_def`` / ``vgpr_kill``) exceeds it as a problem and exits 1
     #: (docs/guide/cli.md, "analyze").  None: no budget declared, nothing checked
     register_budget: int | None = attrs.field(default=None, kw_only=True)
+    #: one SM for the agents timing model (pipeline_core.agents.timing.AgentMachine); None: a
+    #: warp-specialized schedule on this target has no timing figure
+    agent_machine: Any = attrs.field(default=None, kw_only=True)
 
     @sync.validator
     def _sync(self, attribute, value):

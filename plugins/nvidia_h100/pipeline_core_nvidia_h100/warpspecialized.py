@@ -32,7 +32,7 @@ from pipeline_core.schedule import Param, ScheduleRecord
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
-from pipeline_core_nvidia_h100.machine import H100_SXM
+from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
 from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
 
 SCHEDULE_NAME = "warpspecialized-gemm"
@@ -197,7 +197,8 @@ def ws_geometry_of(params: dict[str, Any], stages: int) -> WsGeometry:
 
 def wgmma_profile(pipeline: PipelineConfig, clock_ghz: float | None) -> TargetProfile:
     """The h100 target's wgmma family: the same ring depth, the TMA/wgmma costs and sync model."""
-    return TargetProfile(wgmma_cost_model(), pipeline, sync=H100_WGMMA_SYNC, clock_ghz=clock_ghz)
+    return TargetProfile(wgmma_cost_model(), pipeline, sync=H100_WGMMA_SYNC, clock_ghz=clock_ghz,
+                         agent_machine=H100_AGENT_MACHINE)
 
 
 class WarpSpecializedGemm:
