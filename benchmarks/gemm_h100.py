@@ -83,13 +83,8 @@ gemm_tn_multistage(const unsigned short* __restrict__ A, const unsigned short* _
     const u32 smem_base = smem_addr(smem);
 
     // Grouped raster: GROUP_M tile rows share their B tiles in L2.
-    const int tiles_m = M / BM, tiles_n = N / BN;
-    const int width = GROUP_M * tiles_n;
-    const int pid = blockIdx.x;
-    const int first_m = (pid / width) * GROUP_M;
-    const int gsize = min(tiles_m - first_m, GROUP_M);
-    const int tile_m = first_m + (pid % width) % gsize;
-    const int tile_n = (pid % width) / gsize;
+    int tile_m, tile_n;
+    grouped_tile(blockIdx.x, M / BM, N / BN, GROUP_M, tile_m, tile_n);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;

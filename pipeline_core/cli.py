@@ -504,11 +504,17 @@ def cmd_emit(args, host) -> int:
             raise ConfigError("emit", "--emitter", args.emitter,
                               f"an emitter for target {target} (it serves "
                               f"{', '.join(record.targets)})")
+        if not record.writes(compiled.schedule_name):
+            raise ConfigError("emit", "--emitter", args.emitter,
+                              f"an emitter for schedule {compiled.schedule_name} (it writes "
+                              f"{', '.join(record.schedules)})")
     else:
-        serving = sorted(n for n, r in host.emitters.items() if r.serves(target))
+        serving = sorted(n for n, r in host.emitters.items()
+                         if r.serves(target) and r.writes(compiled.schedule_name))
         if len(serving) != 1:
             raise ConfigError("emit", "--emitter", "(none given)",
-                              f"one emitter name: {len(serving)} serve target {target}"
+                              f"one emitter name: {len(serving)} serve schedule "
+                              f"{compiled.schedule_name} on target {target}"
                               + (f" ({', '.join(serving)})" if serving else ""))
         record = host.emitters[serving[0]]
     _write(record.emit(compiled, **_pairs(args.emit_options, "-O")), args.output)

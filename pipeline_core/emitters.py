@@ -27,8 +27,9 @@ def _names(values: Any) -> tuple[str, ...]:
 class EmitterRecord:
     """``emit(compiled, **options) -> str`` writes the source of one kernel.
 
-    ``targets`` names the targets it serves (empty: any); ``options`` are the ``-O KEY=VALUE``
-    names it accepts (strings).
+    ``targets`` names the targets it serves (empty: any), ``schedules`` the schedules it can
+    write (empty: any), so ``pipeline-core emit`` picks the one emitter that serves both without
+    ``--emitter``; ``-O KEY=VALUE`` options reach ``emit`` as strings.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -36,6 +37,10 @@ class EmitterRecord:
     targets: tuple[str, ...] = attrs.field(converter=_names)
     emit: Callable[..., str] = attrs.field(validator=attrs.validators.is_callable())
     provider: str = ""  #: distribution (filled in by the plugin host)
+    schedules: tuple[str, ...] = attrs.field(default=(), converter=_names, kw_only=True)
 
     def serves(self, target: str) -> bool:
         return not self.targets or target in self.targets
+
+    def writes(self, schedule: str) -> bool:
+        return not self.schedules or schedule in self.schedules

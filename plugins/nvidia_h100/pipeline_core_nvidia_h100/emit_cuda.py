@@ -145,13 +145,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
     const u32 smem_base = smem_addr(smem);
 
     // Grouped raster: GROUP_M tile rows run together and share their B tiles in L2.
-    const int tiles_m = M / BM, tiles_n = N / BN;
-    const int width = GROUP_M * tiles_n;
-    const int pid = blockIdx.x;
-    const int first_m = (pid / width) * GROUP_M;
-    const int gsize = min(tiles_m - first_m, GROUP_M);
-    const int tile_m = first_m + (pid % width) % gsize;
-    const int tile_n = (pid % width) / gsize;
+    int tile_m, tile_n;
+    grouped_tile(blockIdx.x, M / BM, N / BN, GROUP_M, tile_m, tile_n);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
@@ -236,4 +231,4 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME}: cp.async ring, ldmatrix, "
-    "mma.sync, entries one for one", (TARGET_NAME,), emit_cuda),)
+    "mma.sync, entries one for one", (TARGET_NAME,), emit_cuda, schedules=(SCHEDULE_NAME,)),)

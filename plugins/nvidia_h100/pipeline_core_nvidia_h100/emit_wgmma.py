@@ -244,4 +244,4 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME}: TMA producer, wgmma "
     "consumers, mbarrier rings, setmaxnreg; every agent's steps one for one", (TARGET_NAME,),
-    emit_wgmma),)
+    emit_wgmma, schedules=(SCHEDULE_NAME,)),)
