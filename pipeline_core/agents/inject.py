@@ -121,7 +121,8 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
             kernel = [Step(kind=StepKind.OP, op=i, tag=body[i].tag) for i in ops]
         programs.append(_split(role, kernel, tags))
     plan = AgentPlan(stages=stages, programs=programs, rings=rings,
-                     min_tiles=max(len(p.prologue) for p in programs) or 1)
+                     min_tiles=max(len(p.prologue) for p in programs) or 1,
+                     op_bytes={i: spec.op_bytes.get(i, 0) for i in writer_ops if phase_bound(i)})
     return derive_counter_waits(plan)
 
 
