@@ -55,13 +55,12 @@ def _step_doc(step: Step, plan: AgentPlan, body: Sequence[Op], names: Mapping[in
             "isa": isa_form(step, plan, body, names, sync, after_loop=after_loop)}
 
 
-def _sections(prog: AgentProgram) -> list[tuple[str, int, Sequence[Step], bool]]:
-    """(section, iteration, steps, whether the steps' last one is after the loop)."""
-    out: list[tuple[str, int, Sequence[Step], bool]] = [
-        ("prologue", i, steps, False) for i, steps in enumerate(prog.prologue)]
-    out.append(("kernel", 0, prog.kernel, False))
-    out += [("epilogue", j, steps, j == len(prog.epilogue) - 1)
-            for j, steps in enumerate(prog.epilogue)]
+def _sections(prog: AgentProgram) -> list[tuple[str, int, Sequence[Step]]]:
+    """(section, iteration, steps) in program order."""
+    out: list[tuple[str, int, Sequence[Step]]] = [
+        ("prologue", i, steps) for i, steps in enumerate(prog.prologue)]
+    out.append(("kernel", 0, prog.kernel))
+    out += [("epilogue", j, steps) for j, steps in enumerate(prog.epilogue)]
     return out
 
 
@@ -139,7 +138,7 @@ def render_agents(compiled: Any) -> str:
         out += ["", f"AGENT {prog.name} ({role.warps} warps, {role.issuers} issuing "
                     f"thread{'s' if role.issuers > 1 else ''}{regs}; body ops "
                     f"{', '.join(map(str, role.ops))})"]
-        for section, it, steps, _ in _sections(prog):
+        for section, it, steps in _sections(prog):
             label = section.upper() if section == "kernel" else f"{section.upper()} t={it}" \
                 if section == "prologue" else f"{section.upper()} t=KT+{it}"
             if section == "kernel":
