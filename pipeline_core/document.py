@@ -145,18 +145,24 @@ def to_document(c: "CompiledSchedule") -> dict[str, Any]:
         "epilogue": [entry_doc(i, e, names) for i, e in enumerate(c.epilogue)],
         "kernel_deps": [edge_doc(i, e) for i, e in enumerate(c.kernel_deps)],
     }
-    if c.lowering == "generic":
-        # the generic lowering's documents carry no block-program fields: no counter
-        # costs on ops, no per-load counter ticks (the target's sync model has them),
+    if c.lowering in ("generic", "agents"):
+        # the generic and agents lowerings' documents carry no block-program fields: no
+        # counter costs on ops, no per-load counter ticks (the target's sync model has them),
         # only the ordering knobs of the schedule config
         from pipeline_core.config import SCHEDULE_KNOB_GROUPS
-        doc["lowering"] = "generic"
+        doc["lowering"] = c.lowering
         for key in ("body", "prologue", "kernel", "epilogue"):
             for item in doc[key]:
                 _neutral(item.get("op", item), COUNTER_OP_KEYS)
         _neutral(doc["config"], COUNTER_CONFIG_KEYS)
         keep = set(SCHEDULE_KNOB_GROUPS["ordering"]) | {"scheduling_name"}
         doc["schedule_config"] = {k: v for k, v in doc["schedule_config"].items() if k in keep}
+    if c.lowering == "agents":  # one program per agent: the phase lists stay empty
+        from pipeline_core.agents.views import agents_doc
+        doc["lowering"] = "agents"
+        sync = c.target_profile.sync if c.target_profile is not None else None
+        doc["agents"] = agents_doc(c.agents, c.body, {**(sync.tag_names() if sync else {}),
+                                                      **names}, sync)
     kp = c.kernel_program
     if kp is not None:
         program = kp.program

@@ -170,8 +170,16 @@ def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
     first = verdict.first
     assert first is not None  # an unsafe verdict carries its violations
     multi = verdict.warps_per_group > 1
-    text = (f"compile refused {who}: UNSAFE under {verdict.assumptions_text()}: "
-            f"{first.kind.value} at {first.site.text(multi)}: {first.message}")
+    if first.site.agent:  # the agents checker: name the agent; its assumptions are in `check`
+        model = verdict.model
+        text = (f"compile refused {who}: UNSAFE (agents {', '.join(model['agents'])}, "
+                f"{model['stages']} ring stages, every timing over K-tile counts "
+                f"{', '.join(map(str, model['tile_counts']))}): {first.kind.value} in agent "
+                f"{first.site.agent} at {first.site.phase}[{first.site.index}]: {first.site.op}: "
+                f"{first.message}")
+    else:
+        text = (f"compile refused {who}: UNSAFE under {verdict.assumptions_text()}: "
+                f"{first.kind.value} at {first.site.text(multi)}: {first.message}")
     if first.fix is not None:
         text += f"; fix: {first.fix.text}"
     if compiled.explicit_source:

@@ -122,7 +122,7 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
         programs.append(_split(role, kernel, tags))
     plan = AgentPlan(stages=stages, programs=programs, rings=rings,
                      min_tiles=max(len(p.prologue) for p in programs) or 1,
-                     op_bytes={i: b for i, b in spec.op_bytes.items() if b})
+                     op_bytes={i: spec.op_bytes.get(i, 0) for i in writer_ops if phase_bound(i)})
     return derive_counter_waits(plan)
 
 

@@ -146,14 +146,38 @@ class AgentProgram:
 
     def unrolled(self, tiles: int) -> list[tuple[int, Step]]:
         """Every step this agent runs for ``tiles`` K tiles, in program order, as (t, step)."""
-        out: list[tuple[int, Step]] = []
+        return [(p.t, p.step) for p in self.placed(tiles)]
+
+    def placed(self, tiles: int) -> list["PlacedStep"]:
+        """Every step this agent runs for ``tiles`` K tiles, in program order, with where it
+        comes from (section, iteration within the section, position) and its loop index."""
+        out: list[PlacedStep] = []
         for i, steps in enumerate(self.prologue):
-            out += [(i, s) for s in steps]
+            out += [PlacedStep(section="prologue", iteration=i, position=pos, t=i, step=s)
+                    for pos, s in enumerate(steps)]
         for t in range(len(self.prologue), tiles):
-            out += [(t, s) for s in self.kernel]
+            out += [PlacedStep(section="kernel", iteration=t, position=pos, t=t, step=s)
+                    for pos, s in enumerate(self.kernel)]
         for j, steps in enumerate(self.epilogue):
-            out += [(tiles + j, s) for s in steps]
+            out += [PlacedStep(section="epilogue", iteration=j, position=pos, t=tiles + j, step=s)
+                    for pos, s in enumerate(steps)]
         return out
+
+
+@attrs.frozen(kw_only=True)
+class PlacedStep:
+    """One step instance of an unrolled program: ``step`` at loop index ``t``, taken from
+    ``section`` (prologue / kernel / epilogue), its ``iteration`` there and ``position``."""
+
+    section: str
+    iteration: int
+    position: int
+    t: int
+    step: Step
+
+    @property
+    def tile(self) -> int:
+        return self.step.tile(self.t)
 
 
 @attrs.frozen(kw_only=True)
@@ -165,7 +189,7 @@ class AgentPlan:
     rings: tuple[Ring, ...] = attrs.field(converter=_rings)
     #: the smallest K-tile count the split is valid for (the longest prologue)
     min_tiles: int = 1
-    #: bytes each async copy of the body moves (body op index -> bytes), for the timing model
+    #: bytes each phase-tracked body op moves (what its copies complete on the full ring)
     op_bytes: Mapping[int, int] = attrs.field(factory=dict)
 
     def program(self, name: str) -> AgentProgram:

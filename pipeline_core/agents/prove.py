@@ -1,10 +1,685 @@
-"""The agents checker (being written): until then every agents plan is unproven."""
+"""The agents checker: a warp-specialized plan proven safe over all timings, or its hazards.
+
+Why happens-before and not a simulation: the agents run unsynchronised except through the
+rings and the counter waits, so any interleaving the sync allows can happen.  The checker
+unrolls every agent for several K-tile counts, builds the happens-before graph of the step
+instances and of the events the hardware adds (a copy landing, a wgmma group retiring, a ring
+stage completing a phase), and asks of every dependence whether the graph orders it
+(docs/guide/agents.md, "What the checker proves"):
+
+* **SMEM_RAW**: every FLOW edge's write completes before the read issues, and the reader is
+  entitled to see it (a phase channel's results reach the agents that waited on the phase
+  holding them; a counter channel's only its issuer);
+* **SMEM_WAR**: every ANTI edge's reads end (a counter wait retires the group, for effects that
+  resolve "both"; a synchronous read at once) before the overwrite issues, and every release
+  of a stage follows the end of the releasing agent's reads of that tile;
+* **PHASE_PARITY** / **PHASE_LAG** / **PHASE_OVERRUN**: a wait names the phase that holds its
+  tile (counted from the arrivals), starts after the phase before it completed (else the stale
+  parity passes it) and before the phase after it completes (a waiter lags at most one phase);
+  an arrival or a copy for phase k comes after phase k - 1 completed;
+* **DEADLOCK**: a wait whose phase never completes (arrivals or bytes missing), or a cycle;
+* **ACC_RAW**: every group is retired before the agent ends (the accumulators are read after
+  the loop), and a fence precedes the first group; **WAIT_RANGE**: counter waits fit
+  ``0 .. Channel.max_wait``.
+"""
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import attrs
+import networkx as nx
+
+from pipeline_core.agents.model import AgentPlan, PlacedStep, Ring, Step, StepKind
+from pipeline_core.check.verdict import Fix, HazardKind, Site, Verdict, Violation
+from pipeline_core.edges import DepEdge
+from pipeline_core.ops import DepKind, Op, tag_name
+from pipeline_core.sync.model import ChannelKind, Effect, SyncModel
+
+#: the order hazards are reported in: root causes first (a deadlock, a wrong phase), then data
+PRIORITY = {HazardKind.DEADLOCK: 0, HazardKind.PHASE_PARITY: 1, HazardKind.SMEM_WAR: 2,
+            HazardKind.SMEM_RAW: 3, HazardKind.ACC_RAW: 4, HazardKind.PHASE_OVERRUN: 5,
+            HazardKind.PHASE_LAG: 6, HazardKind.WAIT_RANGE: 7}
+
+#: what every agents verdict assumes (docs/guide/agents.md, "What the checker assumes")
+ASSUMPTIONS = (
+    "a release is one arrival per warp, each after that warp's own counter wait",
+    "every agent that waits on a phase sees the copies that completed it (acquire)",
+    "the copies and the async reads are in one (async) proxy: no proxy fence",
+)
+
+START = ("start",)
+Node = tuple
+
+
+def tile_counts(plan: AgentPlan) -> list[int]:
+    """The K-tile counts a proof unrolls: the shortest valid loops, and one long enough for the
+    prologue, two ring wraps and the epilogue at every residue modulo the ring depth (so a
+    tail of KT not a multiple of the stages is covered)."""
+    s = plan.stages
+    base = plan.min_tiles + 2 * s + 2
+    return sorted({plan.min_tiles, plan.min_tiles + 1, *(base + r for r in range(s))})
+
+
+@attrs.frozen(kw_only=True)
+class _Inst:
+    agent: int
+    n: int  #: position in the agent's unrolled program
+    placed: PlacedStep
+
+    @property
+    def node(self) -> Node:
+        return ("step", self.agent, self.n)
+
+    @property
+    def step(self) -> Step:
+        return self.placed.step
+
+    @property
+    def tile(self) -> int:
+        return self.placed.tile
+
+
+class _Run:
+    """One unrolled run of ``tiles`` K tiles: the graph, its events and the checks on it."""
+
+    def __init__(self, plan: AgentPlan, body: Sequence[Op], edges: Sequence[DepEdge],
+                 sync: SyncModel, names: Mapping[int, str], tiles: int) -> None:
+        self.plan, self.body, self.edges, self.sync = plan, body, edges, sync
+        self.names, self.tiles = names, tiles
+        self.S = plan.stages
+        self.bound = sync.bind()
+        self.kinds = {c.name: c for c in sync.channels}
+        self.g: nx.DiGraph = nx.DiGraph()
+        self.g.add_node(START)
+        self.out: list[Violation] = []
+        self.insts: list[list[_Inst]] = []
+        #: op instance (agent, op, tile) -> its step instance
+        self.op_at: dict[tuple[int, int, int], _Inst] = {}
+        #: op instance -> the event that completes it; -> the event that ends its reads
+        self.done: dict[tuple[int, int, int], Node | None] = {}
+        self.reads_end: dict[tuple[int, int, int], Node | None] = {}
+        #: (agent, channel) -> committed groups: (commit instance, op keys)
+        self.groups: dict[tuple[int, str], list[tuple[_Inst, list[tuple[int, int, int]]]]] = {}
+        self.group_of: dict[tuple[int, int, int], tuple[int, str, int]] = {}
+        #: (ring, stage) -> [(inst, units, bytes)], the ring's signals in tile order
+        self.signals: dict[tuple[str, int], list[tuple[_Inst, int, int]]] = defaultdict(list)
+        self.copies: dict[tuple[str, int], list[tuple[_Inst, int]]] = defaultdict(list)
+        self.waits: list[tuple[_Inst, str, int, int]] = []  # (inst, ring, stage, phase)
+        self.phase_of_unit: dict[tuple[int, int], list[int]] = defaultdict(list)
+        self.phases: dict[tuple[str, int, int], dict[str, Any]] = {}
+        self.cover: dict[tuple[int, str, int], _Inst] = {}  # group -> first wait retiring it
+        #: (ring, stage) -> tile -> the phase its signals complete
+        self.tile_phase_by_ring: dict[tuple[str, int], dict[int, int]] = {}
+
+    # --- naming ---------------------------------------------------------------------
+    def agent_name(self, a: int) -> str:
+        return self.plan.programs[a].name
+
+    def step_text(self, inst: _Inst) -> str:
+        s, who, u = inst.step, self.agent_name(inst.agent), inst.tile
+        tag = tag_name(s.tag, self.names) if s.tag >= 0 else s.kind.value.upper()
+        after_loop = inst.placed.section == "epilogue" and u >= self.tiles
+        when = "after the loop" if after_loop else f"for tile {u}"
+        if s.kind == StepKind.OP:
+            return f"{who} {tag_name(self.body[s.op].tag, self.names)} {when}"
+        if s.kind == StepKind.COUNTER_WAIT:
+            return f"{who} {tag}({s.value}) {when}"
+        if s.kind == StepKind.PHASE_WAIT:
+            k = u // self.S + s.phase_offset
+            return f"{who} {tag} {s.channel}[{u % self.S}] phase {k} (parity {k & 1}) {when}"
+        if s.kind in (StepKind.ARRIVE, StepKind.EXPECT_TX):
+            return f"{who} {tag} {s.channel}[{u % self.S}] {when}"
+        return f"{who} {tag} {when}"
+
+    def site(self, inst: _Inst) -> Site:
+        p = inst.placed
+        return Site(p.section, p.position, inst.tile, inst.agent, op=self.step_text(inst),
+                    agent=self.agent_name(inst.agent))
+
+    def report(self, kind: HazardKind, inst: _Inst, message: str, other: _Inst | None = None,
+               fix: Fix | None = None, rank: int = 0) -> None:
+        """One finding; ``rank`` orders findings of one kind (a direct cause first)."""
+        self.out.append(Violation(kind, self.site(inst), message,
+                                  self.site(other) if other is not None else None, fix,
+                                  order=(PRIORITY[kind], rank, self.tiles, inst.agent, inst.n)))
+
+    # --- building the graph -----------------------------------------------------------
+    def effect(self, op: int) -> Effect | None:
+        o = self.body[op]
+        return self.bound.effect(o.role, o.channel)
+
+    def channel_kind(self, name: str | None) -> ChannelKind | None:
+        c = self.kinds.get(name) if name is not None else None
+        return None if c is None else c.kind
+
+    def full_ring_of(self, agent: int) -> Ring | None:
+        name = self.agent_name(agent)
+        for r in self.plan.rings:
+            if r.kind == "full" and name in r.signallers:
+                return r
+        return None
+
+    def build(self) -> None:
+        for a, prog in enumerate(self.plan.programs):
+            insts = [_Inst(agent=a, n=n, placed=p) for n, p in enumerate(prog.placed(self.tiles))]
+            self.insts.append(insts)
+            prev: Node = START
+            open_ops: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+            for inst in insts:
+                self.g.add_edge(prev, inst.node)
+                prev = inst.node
+                self._step(inst, open_ops)
+            self.g.add_edge(prev, ("end", a))
+            for ch, keys in open_ops.items():  # never committed: never known complete
+                for key in keys:
+                    self.done[key] = self.reads_end[key] = None
+        self._phases()
+
+    def _step(self, inst: _Inst, open_ops: dict[str, list[tuple[int, int, int]]]) -> None:
+        s, a, u = inst.step, inst.agent, inst.tile
+        if s.kind == StepKind.OP:
+            key = (a, s.op, u)
+            self.op_at[key] = inst
+            eff = self.effect(s.op)
+            ck = self.channel_kind(eff.counter if eff else None)
+            if eff is None or eff.counter is None:  # synchronous for its issuer
+                self.done[key] = self.reads_end[key] = inst.node
+            elif ck == ChannelKind.PHASE:
+                land = ("land", a, inst.n)
+                self.g.add_edge(inst.node, land)
+                self.done[key] = land
+                self.reads_end[key] = land if eff.resolves == "both" else None
+                ring = self.full_ring_of(a)
+                if ring is not None:
+                    self.copies[(ring.name, u % self.S)].append((inst, self.plan.op_bytes.get(s.op, 0)))
+            else:
+                open_ops[eff.counter].append(key)
+        elif s.kind == StepKind.COMMIT:
+            groups = self.groups.setdefault((a, s.channel), [])
+            g = len(groups)
+            retire = ("retire", a, s.channel, g)
+            self.g.add_edge(inst.node, retire)
+            if g:
+                self.g.add_edge(("retire", a, s.channel, g - 1), retire)
+            keys = open_ops.pop(s.channel, [])
+            for key in keys:
+                self.g.add_edge(self.op_at[key].node, retire)
+                self.done[key] = retire
+                eff = self.effect(key[1])
+                self.reads_end[key] = retire if eff is not None and eff.resolves == "both" else None
+                self.group_of[key] = (a, s.channel, g)
+            groups.append((inst, keys))
+        elif s.kind == StepKind.COUNTER_WAIT:
+            self._counter_wait(inst)
+        elif s.kind in (StepKind.ARRIVE, StepKind.EXPECT_TX):
+            units = self.plan.programs[a].role.release_arrivals if s.kind == StepKind.ARRIVE else 1
+            tx = s.value if s.kind == StepKind.EXPECT_TX else 0
+            self.signals[(s.channel, u % self.S)].append((inst, units, tx))
+        elif s.kind == StepKind.PHASE_WAIT:
+            self.waits.append((inst, s.channel, u % self.S, u // self.S + s.phase_offset))
+
+    def _counter_wait(self, inst: _Inst) -> None:
+        s, a = inst.step, inst.agent
+        channel = self.kinds.get(s.channel)
+        limit = channel.max_wait if channel is not None else None
+        n = s.value
+        if n < 0 or (limit is not None and n > limit):
+            allowed = f"0..{limit}" if limit is not None else "a value >= 0"
+            label = channel.label if channel is not None else s.channel
+            self.report(HazardKind.WAIT_RANGE, inst,
+                        f"{label} waits take {allowed}; {n} cannot be encoded",
+                        fix=Fix("lower_wait", inst.placed.section, inst.placed.position,
+                                f"set the wait to a value in {allowed}", s.channel,
+                                max(0, min(n, limit if limit is not None else n))))
+            n = max(n, 0)
+        groups = self.groups.get((a, s.channel), [])
+        retired = len(groups) - n
+        if retired > 0:
+            self.g.add_edge(("retire", a, s.channel, retired - 1), inst.node)
+            for g in range(retired):
+                self.cover.setdefault((a, s.channel, g), inst)
+
+    def _phases(self) -> None:
+        """Count each ring stage's arrivals in tile order into phases; link the phase events."""
+        rings = {r.name: r for r in self.plan.rings}
+        keys = set(self.signals) | {(r, s) for _, r, s, _ in self.waits} | set(self.copies)
+        for ring_name, stage in sorted(keys):
+            ring = rings.get(ring_name)
+            need = ring.arrivals if ring is not None else 1
+            sig = sorted(self.signals.get((ring_name, stage), []),
+                         key=lambda x: (x[0].tile, x[0].agent, x[0].n))
+            count = 0
+            tile_phase: dict[int, int] = {}
+            for inst, units, tx in sig:
+                first = count // need
+                for _ in range(units):
+                    k = count // need
+                    ph = self.phases.setdefault((ring_name, stage, k), _new_phase())
+                    ph["units"] += 1
+                    ph["from"].append(inst)
+                    self.g.add_edge(inst.node, ("phase", ring_name, stage, k))
+                    self.phase_of_unit[(inst.agent, inst.n)].append(k)
+                    count += 1
+                last = (count - 1) // need
+                if tx:
+                    self.phases[(ring_name, stage, first)]["announced"] += tx
+                tile_phase[inst.tile] = max(tile_phase.get(inst.tile, -1), last)
+                self.phases[(ring_name, stage, last)].setdefault("tiles", set()).add(inst.tile)
+            for inst, nbytes in self.copies.get((ring_name, stage), []):
+                k = tile_phase.get(inst.tile, inst.tile // self.S)
+                ph = self.phases.setdefault((ring_name, stage, k), _new_phase())
+                ph["landed"] += nbytes
+                ph["copies"].append(inst)
+            self.tile_phase_by_ring[(ring_name, stage)] = tile_phase
+        for (ring_name, stage, k), ph in sorted(self.phases.items()):
+            node = ("phase", ring_name, stage, k)
+            self.g.add_node(node)
+            need = rings[ring_name].arrivals if ring_name in rings else 1
+            # tx-count must reach 0: fewer bytes than announced never complete the phase; more
+            # complete it before the rest land (the copies are then left unordered: SMEM_RAW)
+            ph["complete"] = ph["units"] == need and ph["landed"] >= ph["announced"]
+            ph["need"] = need
+            if ph["landed"] == ph["announced"]:
+                for inst in ph["copies"]:
+                    self.g.add_edge(("land", inst.agent, inst.n), node)
+            if k > 0 and (ring_name, stage, k - 1) in self.phases:
+                self.g.add_edge(("phase", ring_name, stage, k - 1), node)
+        for inst, ring_name, stage, k in self.waits:
+            node = self.phase_node(ring_name, stage, k)
+            if node != START and (ring_name, stage, k) not in self.phases:
+                self.phases[(ring_name, stage, k)] = {**_new_phase(), "complete": False,
+                                                      "need": rings[ring_name].arrivals
+                                                      if ring_name in rings else 1}
+                self.g.add_node(node)
+            self.g.add_edge(node, inst.node)
+
+    def phase_node(self, ring: str, stage: int, k: int) -> Node:
+        return START if k < 0 else ("phase", ring, stage, k)
+
+    # --- reachability -----------------------------------------------------------------
+    def close(self) -> None:
+        """Dead events (never happen: an incomplete phase, a cycle, anything after them) and
+        every live event's ancestors as a bit set."""
+        dead = {("phase",) + k for k, ph in self.phases.items() if not ph["complete"]}
+        self.cycles = [c for c in nx.strongly_connected_components(self.g) if len(c) > 1]
+        for c in self.cycles:
+            dead |= c
+        self.root_dead = set(dead)
+        for node in list(dead):
+            dead |= nx.descendants(self.g, node)
+        self.dead = dead
+        live = self.g.subgraph(n for n in self.g if n not in dead)
+        order = list(nx.topological_sort(live))
+        self.bit = {n: 1 << i for i, n in enumerate(order)}
+        anc: dict[Node, int] = {}
+        for n in order:
+            acc = 0
+            for p in live.predecessors(n):
+                acc |= anc[p] | self.bit[p]
+            anc[n] = acc
+        self.anc = anc
+
+    def hb(self, x: Node | None, y: Node | None) -> bool:
+        """``x`` happens before ``y`` in every timing (both must happen)."""
+        if x is None or y is None or x in self.dead or y in self.dead:
+            return False
+        return x == y or bool(self.anc[y] & self.bit[x])
+
+    def prev(self, inst: _Inst) -> Node:
+        return self.insts[inst.agent][inst.n - 1].node if inst.n else START
+
+    # --- the checks ----------------------------------------------------------------------
+    def check(self) -> list[Violation]:
+        self.close()
+        self._deadlocks()
+        self._stranded()
+        self._phase_rules()
+        self._war()
+        self._raw()
+        self._accumulators()
+        return self.out
+
+    def _deadlocks(self) -> None:
+        for a, insts in enumerate(self.insts):
+            blocked = next((i for i in insts if i.node in self.dead), None)
+            if blocked is None:
+                continue
+            why, direct = self._why_dead(blocked)
+            self.report(HazardKind.DEADLOCK, blocked,
+                        f"{self.agent_name(a)} never gets past this step: {why}",
+                        rank=0 if direct else 1)
+
+    def _why_dead(self, inst: _Inst) -> tuple[str, bool]:
+        """Why ``inst`` never runs, and whether that is a cause (not a consequence)."""
+        s = inst.step
+        if s.kind == StepKind.PHASE_WAIT:
+            u, stage = inst.tile, inst.tile % self.S
+            k = u // self.S + s.phase_offset
+            key = (s.channel, stage, k)
+            ph = self.phases.get(key)
+            source = self._source_tile(s.channel, u)
+            short = self._short_tile(s.channel, stage, source)
+            if short:
+                return (f"phase {k} of {s.channel}[{stage}] should complete with the "
+                        f"{self._what(s.channel)} of tile {source}, {short}; the phase then "
+                        "needs arrivals that come only after this wait"), True
+            if ph is not None and ("phase",) + key in self.root_dead and not ph["complete"]:
+                what = f"phase {k} of {s.channel}[{stage}] never completes"
+                if ph["units"] < ph["need"]:
+                    return (f"{what}: it gets {ph['units']} of its {ph['need']} arrivals"
+                            + self._missing(s.channel, stage, k)), True
+                return (f"{what}: {ph['announced']} bytes are announced and "
+                        f"{ph['landed']} land"), True
+        for c in self.cycles:
+            if inst.node in c:
+                steps = sorted((n for n in c if n[0] == "step"), key=lambda n: (n[1], n[2]))
+                shown = [self.step_text(self.insts[n[1]][n[2]]) for n in steps[:4]]
+                return "it waits on itself through " + " -> ".join(shown), True
+        return "it waits on a step that never runs (see the other DEADLOCK findings)", False
+
+    def _what(self, ring_name: str) -> str:
+        return "data" if self.plan.ring(ring_name).kind == "full" else "releases"
+
+    def _source_tile(self, ring_name: str, tile: int) -> int:
+        """The tile whose signals a wait for ``tile`` on ``ring_name`` needs."""
+        return tile if self.plan.ring(ring_name).kind == "full" else tile - self.S
+
+    def _short_tile(self, ring_name: str, stage: int, tile: int) -> str:
+        """Why ``tile``'s signals on the stage do not fill one phase ("" when they do)."""
+        if tile < 0:
+            return ""
+        ring = self.plan.ring(ring_name)
+        sig = [(i, n) for i, n, _ in self.signals.get((ring_name, stage), []) if i.tile == tile]
+        got = sum(n for _, n in sig)
+        if got == ring.arrivals:
+            return ""
+        who = {self.agent_name(i.agent) for i, _ in sig}
+        silent = [n for n in ring.signallers if n not in who]
+        text = f"which bring {got} of its {ring.arrivals} arrivals"
+        if silent:
+            text += f" ({', '.join(silent)} never arrive{'s' if len(silent) == 1 else ''})"
+        return text
+
+    def _stranded(self) -> None:
+        """A phase left part-filled when the programs end: no wait of this run blocks on it,
+        but the ring is out of step for its next use (the next output tile of a persistent
+        kernel waits forever)."""
+        for (ring_name, stage, k), ph in sorted(self.phases.items()):
+            if ph["complete"] or not ph["from"] or ph["units"] >= ph["need"]:
+                continue
+            if not any((r, st, kk) == (ring_name, stage, k) for _, r, st, kk in self.waits):
+                first = ph["from"][0]
+                self.report(HazardKind.DEADLOCK, first,
+                            f"phase {k} of {ring_name}[{stage}] gets {ph['units']} of its "
+                            f"{ph['need']} arrivals{self._missing(ring_name, stage, k)} and is "
+                            "left incomplete when the programs end: the ring's next use waits "
+                            "on it forever", rank=2)
+
+    def _missing(self, ring_name: str, stage: int, k: int) -> str:
+        ring = self.plan.ring(ring_name)
+        counts: dict[str, int] = defaultdict(int)
+        for inst in self.phases[(ring_name, stage, k)]["from"]:
+            counts[self.agent_name(inst.agent)] += 1
+        silent = [n for n in ring.signallers if counts.get(n, 0) == 0]
+        return f" ({', '.join(silent)} never arrive{'s' if len(silent) == 1 else ''})" if silent else ""
+
+    def _intended(self, ring_name: str, stage: int, tile: int) -> int:
+        """The phase a wait for ``tile`` must name: the one its data (full ring) or the
+        release of the tile the stage held before (empty ring) completes."""
+        ring = self.plan.ring(ring_name)
+        source = tile if ring.kind == "full" else tile - self.S
+        if source < 0:
+            return -1
+        return self.tile_phase_by_ring.get((ring_name, stage), {}).get(source, source // self.S)
+
+    def _phase_rules(self) -> None:
+        for inst, ring_name, stage, k in self.waits:
+            if inst.node in self.dead:
+                continue
+            want = self._intended(ring_name, stage, inst.tile)
+            what = "data" if self.plan.ring(ring_name).kind == "full" else "release"
+            if k != want:
+                self.report(HazardKind.PHASE_PARITY, inst,
+                            f"waits for phase {k} of {ring_name}[{stage}], but the {what} it "
+                            f"needs completes phase {want} (parity {want & 1})",
+                            fix=Fix("review", inst.placed.section, inst.placed.position,
+                                    f"set the wait's phase_offset to "
+                                    f"{inst.step.phase_offset + want - k}"))
+                continue
+            before = self.phase_node(ring_name, stage, k - 1)
+            if before != START and before not in self.dead and not self.hb(before, self.prev(inst)):
+                self.report(HazardKind.PHASE_PARITY, inst,
+                            f"may start before phase {k - 1} of {ring_name}[{stage}] completed; "
+                            f"its parity {k & 1} then matches that older phase and the wait "
+                            "passes early")
+            after = ("phase", ring_name, stage, k + 1)
+            if k + 1 < 0 or (after in self.g and after not in self.dead
+                             and not self.hb(inst.node, after)):
+                self.report(HazardKind.PHASE_LAG, inst,
+                            f"phase {k + 1} of {ring_name}[{stage}] may complete before this "
+                            "wait tests it: a waiter may lag its barrier by at most one phase")
+        for (ring_name, stage, k), ph in sorted(self.phases.items()):
+            before = ("phase", ring_name, stage, k - 1)
+            if k == 0 or before not in self.g or before in self.dead:
+                continue
+            for inst in ph["from"]:
+                if not self.hb(before, inst.node) and inst.node not in self.dead:
+                    self.report(HazardKind.PHASE_OVERRUN, inst,
+                                f"belongs to phase {k} of {ring_name}[{stage}] but may arrive "
+                                f"before phase {k - 1} completed, and count towards it")
+                    break
+            for inst in ph["copies"]:
+                if not self.hb(before, inst.node) and inst.node not in self.dead:
+                    self.report(HazardKind.PHASE_OVERRUN, inst,
+                                f"its bytes belong to phase {k} of {ring_name}[{stage}] but may "
+                                f"land before phase {k - 1} completed")
+                    break
+
+    def _war(self) -> None:
+        """Releases follow the end of the releaser's reads; ANTI edges are ordered."""
+        readers = {e.producer for e in self.edges if e.kind == DepKind.ANTI}
+        released: set[tuple[int, int, int]] = set()
+        for inst_list in self.insts:
+            for inst in inst_list:
+                s = inst.step
+                if s.kind != StepKind.ARRIVE or inst.node in self.dead:
+                    continue
+                if self.plan.ring(s.channel).kind != "empty":
+                    continue
+                for op in readers:
+                    key = (inst.agent, op, inst.tile)
+                    if key not in self.op_at:
+                        continue
+                    if not self.hb(self.reads_end.get(key), inst.node):
+                        released.add(key)
+                        self._war_report(key, inst, None, f"releases {s.channel}[{inst.tile % self.S}]")
+        for e in self.edges:
+            if e.kind != DepKind.ANTI:
+                continue
+            for key, reader in self.op_at.items():
+                a, op, u = key
+                if op != e.producer or key in released or reader.node in self.dead:
+                    continue
+                for wkey, writer in self.op_at.items():
+                    if wkey[1] != e.consumer or wkey[2] != u + e.distance:
+                        continue
+                    if writer.node in self.dead:
+                        continue
+                    if not self.hb(self.reads_end.get(key), writer.node):
+                        self._war_report(key, None, writer,
+                                         f"lets {self.step_text(writer)} overwrite its stage")
+
+    def _war_report(self, key: tuple[int, int, int], release: _Inst | None,
+                    writer: _Inst | None, what: str) -> None:
+        a, op, u = key
+        reader = self.op_at[key]
+        gk = self.group_of.get(key)
+        eff = self.effect(op)
+        if eff is not None and eff.counter is not None and eff.resolves != "both":
+            why = (f"the sync model says a retirement on {eff.counter} ends only its writes "
+                   f"(Effect.resolves={eff.resolves!r}), so its reads never provably end")
+            self.report(HazardKind.SMEM_WAR, reader, f"{self.step_text(reader)}: {why}",
+                        other=writer)
+            return
+        if gk is None:
+            self.report(HazardKind.SMEM_WAR, release or reader,
+                        f"{self.agent_name(a)} {what} while {self.step_text(reader)} is never "
+                        "committed, so its reads never provably end", other=writer)
+            return
+        own = release or self._release_of(a, u)
+        if release is None and writer is not None and own is not None \
+                and self.hb(self.reads_end.get(key), own.node):
+            # the reader releases in time: the writer does not wait for that release
+            ring = self.plan.ring(own.step.channel)
+            k = self.phase_of_unit.get((own.agent, own.n), [u // self.S])[-1]
+            self.report(HazardKind.SMEM_WAR, writer,
+                        f"may overwrite ring stage {u % self.S} while "
+                        f"{self.step_text(reader)} still reads it: {self.agent_name(writer.agent)} "
+                        f"does not wait for phase {k} of {ring.name}[{u % self.S}], which "
+                        f"{self.agent_name(a)}'s release of tile {u} completes", other=reader,
+                        fix=Fix("insert_wait", writer.placed.section, writer.placed.position,
+                                f"acquire {ring.name}[{u % self.S}] (wait for phase {k}, parity "
+                                f"{k & 1}) before the copy", ring.name))
+            return
+        # the counter wait that should have retired the group: the last one before the release
+        site_from = own or reader
+        wait = next((i for i in reversed(self.insts[a][:site_from.n])
+                     if i.step.kind == StepKind.COUNTER_WAIT and i.step.channel == gk[1]), None)
+        channel = self.kinds.get(gk[1])
+        wname = channel.wait_name if channel is not None else gk[1]
+        if wait is not None and wait.n > reader.n:
+            younger = sum(1 for c, _ in self.groups.get((a, gk[1]), [])[gk[2] + 1:]
+                          if c.n < wait.n)
+            fix = Fix("lower_wait", wait.placed.section, wait.placed.position,
+                      f"lower {wname} to {younger}", gk[1], younger)
+            self.report(HazardKind.SMEM_WAR, wait,
+                        f"{self.agent_name(a)} {what} while {self.step_text(reader)} may still "
+                        f"read it: {wname}({wait.step.value}) may leave the "
+                        f"{wait.step.value} youngest groups pending, and that tile's group has "
+                        f"only {younger} younger", other=writer, fix=fix)
+        else:
+            at = own or reader
+            self.report(HazardKind.SMEM_WAR, at,
+                        f"{self.agent_name(a)} {what} while {self.step_text(reader)} may still "
+                        f"read it: no counter wait retires its group first", other=writer,
+                        fix=Fix("insert_wait", at.placed.section, at.placed.position,
+                                f"insert {wname}(n) that retires the tile's group before the "
+                                "release", gk[1]))
+
+    def _release_of(self, agent: int, tile: int) -> _Inst | None:
+        return next((i for i in self.insts[agent] if i.step.kind == StepKind.ARRIVE
+                     and i.tile == tile), None)
+
+    def _raw(self) -> None:
+        for e in self.edges:
+            if e.kind != DepKind.FLOW:
+                continue
+            for ckey, reader in self.op_at.items():
+                if ckey[1] != e.consumer or reader.node in self.dead:
+                    continue
+                u = ckey[2] - e.distance
+                if u < 0:
+                    continue
+                for pkey, writer in self.op_at.items():
+                    if pkey[1] != e.producer or pkey[2] != u or writer.node in self.dead:
+                        continue
+                    ok, why = self._visible(pkey, writer, reader)
+                    if not ok:
+                        self.report(HazardKind.SMEM_RAW, reader,
+                                    f"may read before {self.step_text(writer)} is visible to "
+                                    f"it: {why}", other=writer)
+
+    def _visible(self, pkey: tuple[int, int, int], writer: _Inst,
+                 reader: _Inst) -> tuple[bool, str]:
+        done = self.done.get(pkey)
+        if done is None:
+            return False, "the write is never known complete (no commit or wait covers it)"
+        if not self.hb(done, reader.node):
+            return False, "nothing orders its completion before the read"
+        if writer.agent == reader.agent:
+            return True, ""
+        eff = self.effect(writer.step.op)
+        channel = self.kinds.get(eff.counter) if eff is not None and eff.counter else None
+        if channel is None or channel.results_visible_to != "waiters":
+            return False, (f"{self.agent_name(writer.agent)}'s results on "
+                           f"{channel.name if channel else 'its own'} channel are visible to "
+                           "the issuer only")
+        ring = self.full_ring_of(writer.agent)
+        if ring is None:
+            return False, "its copies complete on no ring"
+        stage = pkey[2] % self.S
+        holds = self.tile_phase_by_ring.get((ring.name, stage), {}).get(pkey[2], pkey[2] // self.S)
+        for w, ring_name, s, k in self.waits:
+            if (w.agent == reader.agent and w.n < reader.n and ring_name == ring.name
+                    and s == stage and k >= holds):
+                return True, ""
+        return False, (f"{self.agent_name(reader.agent)} waits on no phase of "
+                       f"{ring.name}[{stage}] that holds it")
+
+    def _accumulators(self) -> None:
+        for (a, channel), groups in sorted(self.groups.items()):
+            end = ("end", a)
+            if end in self.dead or not groups:
+                continue
+            name = self.kinds[channel].wait_name if channel in self.kinds else channel
+            for g, (commit, keys) in enumerate(groups):
+                if not self.hb(("retire", a, channel, g), end):
+                    last = self.insts[a][-1]
+                    self.report(HazardKind.ACC_RAW, commit,
+                                f"this group is still pending when {self.agent_name(a)}'s "
+                                "program ends and its accumulators are read",
+                                fix=Fix("insert_wait", last.placed.section, last.placed.position + 1,
+                                        f"end {self.agent_name(a)}'s epilogue with {name}(0)",
+                                        channel, 0))
+                    break
+            first = next((i for i in self.insts[a] if i.step.kind == StepKind.OP
+                          and (a, i.step.op, i.tile) in self.group_of
+                          and self.group_of[(a, i.step.op, i.tile)][1] == channel), None)
+            if first is not None and not any(
+                    i.step.kind == StepKind.FENCE and i.step.channel == channel
+                    for i in self.insts[a][:first.n]):
+                self.report(HazardKind.ACC_RAW, first,
+                            f"no fence on {channel} comes before {self.agent_name(a)}'s first "
+                            "group: its accumulator registers are not ordered before it")
+
+
+def _new_phase() -> dict[str, Any]:
+    return {"units": 0, "announced": 0, "landed": 0, "from": [], "copies": [], "complete": False}
+
+
+def prove_plan(plan: AgentPlan, body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel,
+               *, name: str = "", names: Mapping[int, str] | None = None) -> Verdict:
+    """The verdict on ``plan`` over every timing, for each of :func:`tile_counts`."""
+    names = dict(names or {})
+    names.update({k: v for k, v in sync.tag_names().items() if k not in names})
+    found: dict[tuple, Violation] = {}
+    counts = tile_counts(plan)
+    for tiles in counts:
+        run = _Run(plan, body, edges, sync, names, tiles)
+        run.build()
+        for v in run.check():
+            found.setdefault((v.kind, v.site.phase, v.site.index, v.site.group, v.site.op), v)
+    violations = tuple(sorted(found.values(), key=lambda v: v.order))
+    agents = ", ".join(p.name for p in plan.programs)
+    model = {"name": sync.name, "agents": [p.name for p in plan.programs],
+             "stages": plan.stages, "tile_counts": counts,
+             "assumptions": [f"{len(plan.programs)} agents ({agents})",
+                             f"{plan.stages} ring stages",
+                             f"K-tile counts {', '.join(map(str, counts))}",
+                             f"sync model {sync.name}", *ASSUMPTIONS],
+             "notes": list(sync.notes)}
+    return Verdict(safe=not violations, name=name, groups=len(plan.programs), warps_per_group=1,
+                   iterations=max(counts), model=model, violations=violations)
 
 
 def prove_agents(compiled: Any) -> Any:
+    """The proof of a compiled agents schedule (pipeline_core/proof.py calls it)."""
     from pipeline_core.proof import Proof
 
-    return Proof(verdict=None, unprovable="the agents checker is not written yet")
+    sync = compiled.target_profile.sync if compiled.target_profile is not None else None
+    if sync is None:
+        return Proof(verdict=None, unprovable="the target declares no sync model")
+    return Proof(verdict=prove_plan(compiled.agents, compiled.body, compiled.edges, sync,
+                                    name=compiled.schedule_name, names=compiled.tag_names))

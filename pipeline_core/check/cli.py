@@ -121,7 +121,8 @@ def json_depth(text: str) -> int:
 
 def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
         model: "CounterModel | None" = None, host: Any = None, out: TextIO | None = None,
-        err: TextIO | None = None, warps_per_group: int = 1) -> int:
+        err: TextIO | None = None, warps_per_group: int = 1, verdict: Any = None,
+        unproven: str = "") -> int:
     """Check ``document`` (or ``args.input`` when ``document`` is None) and print the verdict.
 
     ``warps_per_group`` is the compiled schedule's declared count, used unless
@@ -136,10 +137,20 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     out = out or sys.stdout
     err = err or sys.stderr
     try:
+        if verdict is None and document is None and unproven:
+            raise DocumentError("", f"cannot be proven: {unproven}")
+        if verdict is not None:  # an agents compile's proof (pipeline_core/agents/prove.py)
+            document = {"schedule": verdict.name}
+            return _print(args, verdict, document, host, out)
         if document is None:
             if not getattr(args, "input", None):
                 raise DocumentError("", "no schedule given (pass a document or --input FILE)")
             document = load_input(args.input)
+        if isinstance(document, Mapping) and document.get("lowering") == "agents":
+            raise DocumentError("lowering", "an agents document is proven by compile, not "
+                                            "re-checked from its JSON: run `pipeline-core check "
+                                            f"{document.get('schedule', 'SCHEDULE')}` with the "
+                                            "same --target, -p and -T (docs/guide/agents.md)")
         if model is None:
             check_shape(document)
             model = model_for_document(document, host, getattr(args, "target", None))
@@ -169,6 +180,12 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     except (PipelineError, ValueError, TypeError) as e:
         print(f"pipeline-core check: error: {e}", file=err)
         return EXIT_BAD_INPUT
+    return _print(args, verdict, document, host, out)
+
+
+def _print(args: argparse.Namespace, verdict: Any, document: Mapping[str, Any], host: Any,
+           out: TextIO) -> int:
+    """Write ``verdict`` as the command's output; the exit status says safe or not."""
     if not verdict.name and isinstance(document.get("schedule"), str):
         verdict = attrs.evolve(verdict, name=document["schedule"])  # a compiled document names it
     if getattr(args, "format", "text") == "json":

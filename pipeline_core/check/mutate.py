@@ -76,3 +76,106 @@ def mutations(document: Mapping[str, Any], phases: tuple[str, ...] = PHASES, *,
             cat = "swap_data" if da and db else "swap_mixed"
             yield Mutation(cat, phase, i, f"swap {phase}[{i}] {_name(entries[i])} <-> "
                                           f"[{i + 1}] {_name(entries[i + 1])}")
+
+
+# --- agents plans (pipeline_core.agents) ---------------------------------------------
+
+#: what each agent-plan mutation does (docs/guide/agents.md, "Mutations")
+AGENT_MUTATIONS = {
+    "drop_arrive": "drop a reader's release (ARRIVE on the empty ring)",
+    "loosen_counter_wait": "loosen a counter wait by one (one more group left pending)",
+    "flip_phase_offset": "move a phase wait to the next or previous phase (flips its parity)",
+    "drop_acquire": "drop the writer's acquire (PHASE_WAIT on the empty ring)",
+}
+
+
+@attrs.frozen(kw_only=True)
+class AgentMutation:
+    """One edit of one step of one agent's program: ``section`` is prologue / kernel /
+    epilogue, ``iteration`` the prologue or epilogue iteration (0 for the kernel), ``index``
+    the step's position there.  A kernel step is iteration-invariant, so editing it edits
+    every loop iteration."""
+
+    category: str
+    agent: str
+    section: str
+    iteration: int
+    index: int
+    description: str
+    delta: int = 1  #: flip_phase_offset / loosen_counter_wait: how far the value moves
+
+    def apply(self, plan: Any) -> Any:
+        """``plan`` (an :class:`~pipeline_core.agents.AgentPlan`) with the edit made."""
+        prog = plan.program(self.agent)
+        if self.section == "kernel":
+            steps = list(prog.kernel)
+        else:
+            steps = list(getattr(prog, self.section)[self.iteration])
+        step = steps[self.index]
+        if self.category in ("drop_arrive", "drop_acquire"):
+            del steps[self.index]
+        elif self.category == "loosen_counter_wait":
+            steps[self.index] = attrs.evolve(step, value=step.value + self.delta)
+        elif self.category == "flip_phase_offset":
+            steps[self.index] = attrs.evolve(step, phase_offset=step.phase_offset + self.delta)
+        else:
+            raise ValueError(f"unknown agent mutation {self.category!r}; known: "
+                             f"{', '.join(AGENT_MUTATIONS)}")
+        if self.section == "kernel":
+            edited = attrs.evolve(prog, kernel=steps)
+        else:
+            section = list(getattr(prog, self.section))
+            section[self.iteration] = tuple(steps)
+            edited = attrs.evolve(prog, **{self.section: section})
+        return attrs.evolve(plan, programs=[edited if p.name == self.agent else p
+                                            for p in plan.programs])
+
+
+def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIONS)
+                    ) -> Iterator[AgentMutation]:
+    """Every single-step mutation of ``plan`` in ``categories`` (see :data:`AGENT_MUTATIONS`):
+    each reader release dropped, each counter wait loosened by one, each phase wait moved one
+    phase either way, each writer acquire dropped."""
+    from pipeline_core.agents.model import StepKind
+
+    kinds = {r.name: r.kind for r in plan.rings}
+    for prog in plan.programs:
+        sections = ([("prologue", i, s) for i, s in enumerate(prog.prologue)]
+                    + [("kernel", 0, prog.kernel)]
+                    + [("epilogue", j, s) for j, s in enumerate(prog.epilogue)])
+        for section, it, steps in sections:
+            where = f"{prog.name} {section}" + (f"[{it}]" if section != "kernel" else "")
+            for i, s in enumerate(steps):
+                edits: list[tuple[str, int, str]] = []
+                if s.kind == StepKind.ARRIVE and kinds.get(s.channel) == "empty":
+                    edits.append(("drop_arrive", 1, f"drop {where} step {i} ARRIVE {s.channel}"))
+                elif s.kind == StepKind.COUNTER_WAIT:
+                    edits.append(("loosen_counter_wait", 1,
+                                  f"{where} step {i} wait {s.channel} {s.value} -> {s.value + 1}"))
+                elif s.kind == StepKind.PHASE_WAIT:
+                    for d in (1, -1):
+                        edits.append(("flip_phase_offset", d,
+                                      f"{where} step {i} wait {s.channel} phase_offset "
+                                      f"{s.phase_offset} -> {s.phase_offset + d}"))
+                    if kinds.get(s.channel) == "empty":
+                        edits.append(("drop_acquire", 1, f"drop {where} step {i} acquire "
+                                                         f"{s.channel}"))
+                for category, delta, text in edits:
+                    if category in categories:
+                        yield AgentMutation(category=category, agent=prog.name, section=section,
+                                            iteration=it, index=i, description=text, delta=delta)
+
+
+def mutate_compiled(compiled: Any, mutation: AgentMutation, *, allow_unsafe: bool = False,
+                    host: Any = None) -> Any:
+    """``compiled`` (an agents compile) with ``mutation`` applied and proven again, as compile
+    would: raises :class:`~pipeline_core.proof.UnsafeScheduleError` naming the first hazard
+    unless ``allow_unsafe``, which returns it with its hazards attached."""
+    from pipeline_core.errors import ProgramError
+    from pipeline_core.proof import require_safe
+
+    if compiled.agents is None:
+        raise ProgramError(f"schedule {compiled.schedule_name}: agent mutations need an agents "
+                           f"compile (lowering {compiled.lowering!r})")
+    mutated = attrs.evolve(compiled, agents=mutation.apply(compiled.agents), proof=None)
+    return require_safe(mutated, host, allow_unsafe=allow_unsafe)

@@ -18,6 +18,15 @@ class HazardKind(enum.Enum):
     WRONG_K_STEP = "WRONG_K_STEP"  #: an MMA's A and B come from different K steps
     MISSING_PRODUCT = "MISSING_PRODUCT"  #: an (m, n, k) product is never accumulated (or skipped)
     DUPLICATE_PRODUCT = "DUPLICATE_PRODUCT"  #: an (m, n, k) product is accumulated twice
+    # the agents checker's (pipeline_core/agents/prove.py; docs/guide/agents.md)
+    SMEM_RAW = "SMEM_RAW"  #: a read of a ring stage may see a tile whose copies have not landed
+    SMEM_WAR = "SMEM_WAR"  #: a copy may overwrite a ring stage an async read still reads
+    ACC_RAW = "ACC_RAW"  #: accumulators read (after the loop) or fenced while a group is pending
+    PHASE_PARITY = "PHASE_PARITY"  #: a phase wait names the wrong phase, or tests a stale parity
+    PHASE_LAG = "PHASE_LAG"  #: a phase wait may start after the phase after its own completed
+    PHASE_OVERRUN = "PHASE_OVERRUN"  #: an arrival or copy may land in the phase before its own
+    DEADLOCK = "DEADLOCK"  #: a wait whose phase never completes, or a cycle of waits
+    WAIT_RANGE = "WAIT_RANGE"  #: a counter wait below 0 or above its channel's encodable maximum
 
 
 @attrs.frozen
@@ -30,18 +39,25 @@ class Site:
     group: int
     lane: int = 0
     op: str = ""
+    #: the agents checker: the agent (``group`` is its index) and the iteration's name for it
+    agent: str = ""
 
     def text(self, multi: bool = False) -> str:
         where = f"{self.phase}[{self.index}]" if self.index >= 0 else self.phase
+        if self.agent:  # an agent's step: the op text names the agent and the tile
+            return f"{where} (agent {self.agent}): {self.op}"
         if self.phase == "kernel":
             where += f" iteration {self.iteration}"
         who = f"group {self.group}" + (f" warp {self.lane}" if multi else "")
         return f"{where} ({who}): {self.op}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"phase": self.phase, "index": self.index,
-                "iteration": self.iteration if self.phase == "kernel" else None,
-                "group": self.group, "warp": self.lane, "op": self.op}
+        d = {"phase": self.phase, "index": self.index,
+             "iteration": self.iteration if self.phase == "kernel" else None,
+             "group": self.group, "warp": self.lane, "op": self.op}
+        if self.agent:
+            d["agent"] = self.agent
+        return d
 
 
 @attrs.frozen
@@ -194,6 +210,8 @@ class Verdict:
 
     def assumptions(self) -> list[str]:
         """Every assumption the verdict rests on, in words (the verdict line states them all)."""
+        if "assumptions" in self.model:  # a checker that states its own (the agents checker)
+            return list(self.model["assumptions"])
         who = f"{self.groups} warp group{'s' if self.groups > 1 else ''}"
         who += f" x {self.warps_per_group} warp{'s' if self.warps_per_group > 1 else ''}"
         out = [who, f"{self.iterations} kernel iterations",

@@ -215,6 +215,9 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
     """
     from pipeline_core.export.redundant import redundant_syncs
 
+    if getattr(c, "agents", None) is not None:  # one program per agent (pipeline_core.agents)
+        from pipeline_core.agents.views import render_agents
+        return render_agents(c)
     sync = declared_sync(c)
     names = {**(sync.tag_names() if sync is not None else {}), **c.tag_names}
     channel_of = channels_by_tag(c.body)
