@@ -6,8 +6,8 @@ mma.sync kernels.  Run alone (CuPy + NumPy only, for compute-sanitizer or a muta
 
   python3 benchmarks/ws_gemm.py --size 1024 [--config ws-s4] [--mutate loosen-wgmma-wait]
 
-A mutation is applied to the compiled plan (``pipeline_core.agents.mutate``), judged by the
-agents checker, then emitted with ``--allow-unsafe`` semantics and run: the output shows whether
+A mutation (:data:`MUTATIONS`, made with ``pipeline_core.check.mutate``) is applied to the
+compiled plan, judged by the agents checker, then emitted with ``--allow-unsafe`` semantics and run: the output shows whether
 the GPU agrees that it races (wrong results) or deadlocks (the watchdog traps).
 """
 from __future__ import annotations
@@ -47,6 +47,30 @@ def _host():
     return host
 
 
+#: what each named mutation edits: (category of pipeline_core.check.mutate, agents, delta).
+#: The emitter writes one consumer program, so a consumer edit goes to every consumer.
+MUTATIONS = {
+    "drop-release": ("drop_arrive", "consumers", 1),
+    "loosen-wgmma-wait": ("loosen_counter_wait", "consumers", 1),
+    "early-parity": ("flip_phase_offset", "consumers", -1),
+    "drop-acquire": ("drop_acquire", "producer", 1),
+}
+
+
+def mutate_plan(plan, name: str):
+    """``plan`` with the named mutation made in the kernel loop of the agents it names."""
+    from pipeline_core.check.mutate import agent_mutations
+
+    category, who, delta = MUTATIONS[name]
+    consumers = {p.name for p in plan.programs if p.role.issuers > 1}
+    picked = [m for m in agent_mutations(plan, (category,))
+              if m.section == "kernel" and m.delta == delta
+              and (m.agent in consumers) == (who == "consumers")]
+    for m in picked:
+        plan = m.apply(plan)
+    return plan
+
+
 def ws_compile(params: dict, stages: int, mutation: str | None = None,
                allow_unsafe: bool = False):
     """Compile the schedule; with ``mutation``, the mutated plan and the checker's finding on it.
@@ -64,8 +88,6 @@ def ws_compile(params: dict, stages: int, mutation: str | None = None,
                       reference=False)
     if mutation is None:
         return c, ""
-    from pipeline_core.agents.mutate import mutate_plan
-
     mutated = attrs.evolve(c, agents=mutate_plan(c.agents, mutation), proof=None)
     proof = prove(mutated, host)
     finding = "SAFE" if proof.safe else str(refusal(mutated, proof))
@@ -137,7 +159,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--config", default="ws-s4", choices=[c[0] for c in WS_COMPILED])
-    ap.add_argument("--mutate", default=None, help="a pipeline_core.agents.mutate mutation name")
+    ap.add_argument("--mutate", default=None, choices=sorted(MUTATIONS))
     ap.add_argument("--watchdog", type=int, default=0, help="mbarrier polls before a trap")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--emit", action="store_true", help="print the kernel source and exit")

@@ -11,10 +11,10 @@ for tool in racecheck synccheck; do
   timeout 300 "$SAN" --tool "$tool" python benchmarks/ws_gemm.py --size 256 --config ws-s4 --repeats 1 "$@" 2>&1 | tail -4
 done
 for config in ws-s4 ws-s2; do
-  for m in loosen-wgmma-wait drop-acquire wrong-parity drop-release; do
+  for m in loosen-wgmma-wait early-parity drop-acquire drop-release; do
     echo "== $config mutation $m"
     timeout 120 python benchmarks/ws_gemm.py --size 2048 --config "$config" --mutate "$m" \
-      --watchdog 400000000 --repeats 10 --allow-unsafe 2>&1 | tail -3
+      --watchdog 400000000 --repeats 10 --allow-unsafe 2>&1 | tail -4
     echo "exit $?"
   done
 done

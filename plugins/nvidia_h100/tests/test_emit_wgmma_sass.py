@@ -59,15 +59,21 @@ def test_each_agent_carries_its_derived_waits(variant, tmp_path, pipeline_cli):
 
 def test_a_loosened_wait_is_refused_and_reaches_the_machine_code_when_forced(tmp_path):
     """The mutation the checker refuses, emitted anyway: the SASS carries the loosened wait."""
-    import attrs
-    from pipeline_core.agents.mutate import mutate_plan
     from pipeline_core.api import compile_named
-    from pipeline_core.proof import prove
+    from pipeline_core.check.mutate import agent_mutations, mutate_compiled
+    from pipeline_core.proof import UnsafeScheduleError
     from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma
 
     c = compile_named("warpspecialized-gemm", target="h100", target_args={"stages": "4"})
-    mutated = attrs.evolve(c, agents=mutate_plan(c.agents, "loosen-wgmma-wait"), proof=None)
-    assert not prove(mutated).safe
+    loosen = [m for m in agent_mutations(c.agents, ("loosen_counter_wait",))
+              if m.section == "kernel"]
+    assert {m.agent for m in loosen} == {"consumer0", "consumer1"}
+    with pytest.raises(UnsafeScheduleError, match="SMEM_WAR"):
+        mutate_compiled(c, loosen[0])
+    mutated = c
+    for m in loosen:  # the emitter writes one consumer program: loosen it in every consumer
+        mutated = mutate_compiled(mutated, m, allow_unsafe=True)
+    assert not mutated.proof.safe
     out = tmp_path / "loose.cu"
     out.write_text(emit_wgmma(mutated))
     subprocess.run([NVCC, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17",
