@@ -108,15 +108,14 @@ def ws_runner(builder, params: dict, stages: int, mutation: str | None = None, w
               allow_unsafe: bool = False):
     """A ``run(a, b, c)`` for the harness, and the geometry."""
     from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME
-    from pipeline_core_nvidia_h100.tma import launch_ws_gemm
+    from pipeline_core_nvidia_h100.tma import WsLauncher
 
     src, g, _ = ws_source(params, stages, mutation, watchdog, allow_unsafe)
-    kernel = builder.compile(src, KERNEL_NAME)
+    launch = WsLauncher(builder, builder.compile(src, KERNEL_NAME), g)
 
     def run(a, b, c):
         M, K = a.shape
-        N = b.shape[0]
-        launch_ws_gemm(builder, kernel, g, a, b, c, M, N, K)
+        launch(a, b, c, M, b.shape[0], K)
     return run, g
 
 

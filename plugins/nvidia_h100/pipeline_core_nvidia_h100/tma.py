@@ -60,12 +60,29 @@ def device_address(array: Any) -> int:
     return int(iface["data"][0])
 
 
-def launch_ws_gemm(builder: KernelBuilder, kernel: Any, g: WsGeometry, a: Any, b: Any, c: Any,
-                   m: int, n: int, k: int) -> None:
-    """C = A . B^T with the emitted warp-specialized kernel (A [m,k], B [n,k], C [m,n], bf16)."""
-    g.check_shape(m, n, k)
-    tma_a = encode_tiled_2d(device_address(a), m, k, g.bm, g.bk)
-    tma_b = encode_tiled_2d(device_address(b), n, k, g.bn, g.bk)
-    builder.set_max_dynamic_shared(kernel, g.smem_bytes)
-    grid = ((m // g.bm) * (n // g.bn),)
-    builder.launch(kernel, grid, (g.threads,), (tma_a, tma_b, c, m, n, k), shared_mem=g.smem_bytes)
+class WsLauncher:
+    """Launches an emitted warp-specialized kernel: C = A . B^T (A [m,k], B [n,k], C [m,n], bf16).
+
+    Tensor maps are encoded once per (array address, shape) and kept: encoding is a driver call
+    on the host, and a launch that paid for it every time would time the host, not the GPU.
+    """
+
+    def __init__(self, builder: KernelBuilder, kernel: Any, g: WsGeometry) -> None:
+        self.builder, self.kernel, self.g = builder, kernel, g
+        builder.set_max_dynamic_shared(kernel, g.smem_bytes)
+        self._maps: dict[tuple[int, int, int, int], Any] = {}
+
+    def _map(self, array: Any, rows: int, cols: int, box_rows: int) -> Any:
+        key = (device_address(array), rows, cols, box_rows)
+        found = self._maps.get(key)
+        if found is None:
+            found = self._maps[key] = encode_tiled_2d(key[0], rows, cols, box_rows, self.g.bk)
+        return found
+
+    def __call__(self, a: Any, b: Any, c: Any, m: int, n: int, k: int) -> None:
+        g = self.g
+        g.check_shape(m, n, k)
+        grid = ((m // g.bm) * (n // g.bn),)
+        self.builder.launch(self.kernel, grid, (g.threads,),
+                            (self._map(a, m, k, g.bm), self._map(b, n, k, g.bn), c, m, n, k),
+                            shared_mem=g.smem_bytes)
