@@ -13,8 +13,8 @@ done
 for config in ws-s4 ws-s2; do
   for m in loosen-wgmma-wait early-parity drop-acquire drop-release; do
     echo "== $config mutation $m"
-    timeout 120 python benchmarks/ws_gemm.py --size 2048 --config "$config" --mutate "$m" \
-      --watchdog 400000000 --repeats 10 --allow-unsafe 2>&1 | tail -4
+    timeout 60 python benchmarks/ws_gemm.py --size 2048 --config "$config" --mutate "$m" \
+      --watchdog 2000000 --repeats 10 --allow-unsafe 2>&1 | tail -4
     echo "exit ${PIPESTATUS[0]}"
   done
 done
