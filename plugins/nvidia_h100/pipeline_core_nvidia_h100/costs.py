@@ -65,6 +65,11 @@ class IssueRates:
 
 ISSUE_RATES = IssueRates()
 
+#: A pipelined mma.sync GEMM issues its mma at this share of the SM's measured peak rate
+#: (``mma_per_sm``): measured / modelled cycles per K tile, the median over the four compiled
+#: multistage-gemm variants of the issue 19 run (benchmarks/h100/calibrate.py: factor 1.553).
+MMA_SYNC_GEMM_EFFICIENCY = 0.644
+
 
 def h100_cost_model() -> CostModel:
     """Costs of the mma.sync family's tags (global loads assumed to hit L2, as in a tiled GEMM)."""

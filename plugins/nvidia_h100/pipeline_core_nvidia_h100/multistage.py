@@ -30,7 +30,7 @@ from pipeline_core.ops import Op, logical
 from pipeline_core.schedule import Param, ScheduleRecord
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
-from pipeline_core_nvidia_h100.costs import ISSUE_RATES, H100Tag
+from pipeline_core_nvidia_h100.costs import ISSUE_RATES, MMA_SYNC_GEMM_EFFICIENCY, H100Tag
 from pipeline_core_nvidia_h100.machine import H100_SXM
 from pipeline_core_nvidia_h100.sync import TAG_NAMES
 
@@ -168,10 +168,11 @@ PARAMS = (
 def _cta_cost(op: Op, g: Geometry) -> Op:
     """An op's cost as the SM sees it: the whole CTA's instructions of that op at the SM's measured
     issue rate (every warp of the CTA issues one; the SM's tensor cores and shared-memory port are
-    shared by them).  The cost model's per-instruction latency stays the floor."""
+    shared by them), the mma at the share of that rate a pipelined GEMM reaches (calibrated,
+    benchmarks/h100/GEMM_NOTES.md).  The per-instruction latency stays the floor."""
     warps = g.warps_m * g.warps_n
     if op.tag == H100Tag.MMA:
-        sm = g.mma_per_k_step * warps * ISSUE_RATES.mma_per_sm
+        sm = g.mma_per_k_step * warps * ISSUE_RATES.mma_per_sm / MMA_SYNC_GEMM_EFFICIENCY
     elif op.tag in (H100Tag.FRAG_A, H100Tag.FRAG_B):
         per_warp = g.ldmatrix_per_k_step[0 if op.tag == H100Tag.FRAG_A else 1]
         sm = per_warp * warps * ISSUE_RATES.ldmatrix_x4_per_sm
