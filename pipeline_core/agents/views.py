@@ -74,7 +74,7 @@ def _after_loop(prog: AgentProgram, section: str, iteration: int, pos: int) -> b
 
 def agents_doc(plan: AgentPlan, body: Sequence[Op], names: Mapping[int, str],
                sync: SyncModel | None) -> dict[str, Any]:
-    """The document's ``agents`` section (docs/document-format.md, "agents")."""
+    """The document's ``agents`` section (docs/document-format.md, "Keys": `lowering`, `agents`)."""
     programs = []
     for prog in plan.programs:
         role = prog.role
