@@ -559,7 +559,11 @@ def compiled_runner(builder, params: dict, stages: int, loosen: int | None = Non
     from pipeline_core_nvidia_h100.emit_cuda import KERNEL_NAME
 
     src, g, _ = compiled_source(params, stages, loosen)
-    kernel = builder.compile(src, KERNEL_NAME)
+    return tile_runner(builder, builder.compile(src, KERNEL_NAME), g), g
+
+
+def tile_runner(builder, kernel, g):
+    """``run(a, b, c)`` of an emitted (A, B, C, M, N, K) kernel with one CTA per g.bm x g.bn tile."""
     builder.set_max_dynamic_shared(kernel, g.smem_bytes)
 
     def run(a, b, c):
@@ -568,7 +572,7 @@ def compiled_runner(builder, params: dict, stages: int, loosen: int | None = Non
         g.check_shape(M, N, K)
         builder.launch(kernel, ((M // g.bm) * (N // g.bn),), (g.threads,), (a, b, c, M, N, K),
                        shared_mem=g.smem_bytes)
-    return run, g
+    return run
 
 
 # ------------------------------------------------ compiled-pingpong: pipeline-core emit -------
@@ -599,16 +603,7 @@ def pingpong_runner(builder, options: dict):
     from pipeline_core_nvidia_h100.emit_pingpong import KERNEL_NAME
 
     src, g = pingpong_source(options)
-    kernel = builder.compile(src, KERNEL_NAME)
-    builder.set_max_dynamic_shared(kernel, g.smem_bytes)
-
-    def run(a, b, c):
-        M, K = a.shape
-        N = b.shape[0]
-        g.check_shape(M, N, K)
-        builder.launch(kernel, ((M // g.bm) * (N // g.bn),), (g.threads,), (a, b, c, M, N, K),
-                       shared_mem=g.smem_bytes)
-    return run, g
+    return tile_runner(builder, builder.compile(src, KERNEL_NAME), g), g
 
 
 def compile_only_main(allow_unsafe: bool = False) -> int:
