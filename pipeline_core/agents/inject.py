@@ -239,11 +239,29 @@ def derive_counter_waits(plan: AgentPlan) -> AgentPlan:
                     if s.kind == StepKind.COUNTER_WAIT and s.value == UNDERIVED else s
                     for pos, s in enumerate(steps)]
 
-        programs.append(attrs.evolve(
+        programs.append(_drop_repeated_drain(attrs.evolve(
             prog, prologue=[fill("prologue", i, s) for i, s in enumerate(prog.prologue)],
             kernel=fill("kernel", 0, prog.kernel),
-            epilogue=[fill("epilogue", j, s) for j, s in enumerate(prog.epilogue)]))
+            epilogue=[fill("epilogue", j, s) for j, s in enumerate(prog.epilogue)])))
     return attrs.evolve(plan, programs=programs)
+
+
+def _drop_repeated_drain(prog: AgentProgram) -> AgentProgram:
+    """Leave out the after-the-loop counter wait 0 when the epilogue already drained that channel
+    to 0 with no commit since (the last release's own wait did it)."""
+    if not prog.epilogue or not prog.epilogue[-1]:
+        return prog
+    last = prog.epilogue[-1][-1]
+    if last.kind != StepKind.COUNTER_WAIT or last.value != 0:
+        return prog
+    flat = [s for steps in prog.epilogue for s in steps][:-1]
+    for s in reversed(flat):
+        if s.kind == StepKind.COMMIT and s.channel == last.channel:
+            return prog
+        if s.kind == StepKind.COUNTER_WAIT and s.channel == last.channel and s.value == 0:
+            epilogue = [*prog.epilogue[:-1], prog.epilogue[-1][:-1]]
+            return attrs.evolve(prog, epilogue=[steps for steps in epilogue if steps])
+    return prog
 
 
 def _walk(prog: AgentProgram, tiles: int) -> Iterator[tuple[str, int, int, int, Step]]:
