@@ -82,8 +82,8 @@ def pipeline_core_register_schedules() -> Sequence[ScheduleRecord] | None:
     **Combine:** collected from every plugin; a duplicate name is refused naming both.
 
     :returns: a list of :class:`pipeline_core.schedule.ScheduleRecord`; each
-        record's ``factory(ctx)`` receives a :class:`BuildContext` and returns a
-        schedule object (see :class:`pipeline_core.schedule.Schedule`).
+        record's ``factory(ctx)`` receives a :class:`pipeline_core.schedule.BuildContext`
+        and returns a schedule object (see :class:`pipeline_core.schedule.Schedule`).
 
     Example::
 
@@ -121,9 +121,9 @@ def pipeline_core_derive_edges(schedule: Schedule, body: tuple[Op, ...],
     """Derive the dependency edges of ``body`` for ``schedule``, or return ``None``.
 
     :param schedule: the schedule object being compiled.
-    :param body: the annotated body (tuple of :class:`Op`) in execution order.
-    :param config: its :class:`PipelineConfig`.
-    :returns: a list of :class:`DepEdge` indexing into ``body``, or ``None`` to
+    :param body: the annotated body (tuple of :class:`pipeline_core.ops.Op`) in execution order.
+    :param config: its :class:`pipeline_core.config.PipelineConfig`.
+    :returns: a list of :class:`pipeline_core.edges.DepEdge` indexing into ``body``, or ``None`` to
         leave the decision to others.
 
     **When:** once per compile, after the body is built and annotated with the target's
@@ -187,8 +187,9 @@ def pipeline_core_kernel_transforms(schedule: Schedule, target: str,
     """Return kernel transforms that apply to this schedule on this target.
 
     :param schedule: the schedule object; :param target: the target name;
-    :param config: the :class:`PipelineConfig`.
-    :returns: a list of :class:`KernelTransform` (possibly empty) or ``None``.
+    :param config: the :class:`pipeline_core.config.PipelineConfig`.
+    :returns: a list of :class:`pipeline_core.schedule.KernelTransform` (possibly empty) or
+        ``None``.
 
     Each transform's ``function(kernel, body, config)`` returns the new entry tuple.
 

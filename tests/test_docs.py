@@ -11,10 +11,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_the_guide_builds_and_generates_the_hook_and_cli_references(tmp_path):
+def test_the_guide_builds_and_generates_the_hook_record_and_cli_references(tmp_path):
     pytest.importorskip("sphinx")
     pytest.importorskip("myst_parser")
-    run = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-W", "--keep-going", "-b",
+    run = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-W", "-n", "--keep-going", "-b",
                           "html", str(ROOT / "docs"), str(tmp_path)],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
@@ -22,6 +22,8 @@ def test_the_guide_builds_and_generates_the_hook_and_cli_references(tmp_path):
     assert "pipeline_core_register_commands" in hooks and "When:" in hooks
     cli = (tmp_path / "guide" / "cli.html").read_text()
     assert "pipeline-core analyze" in cli and "--compact" in cli
+    records = (tmp_path / "guide" / "records.html").read_text()
+    assert "pipeline_core.schedule.TargetRecord" in records and "EmitterRecord" in records
 
 
 # --- citations of the guide from code, and links between its pages --------------------------
