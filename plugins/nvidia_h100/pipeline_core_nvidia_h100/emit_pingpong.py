@@ -37,7 +37,7 @@ from pipeline_core.ops import Entry, FrameworkTag, KOffset
 
 from pipeline_core_nvidia_h100.cuda import header_source
 from pipeline_core_nvidia_h100.machine import H100_SXM
-from pipeline_core_nvidia_h100.multistage import COPY_BYTES, ELEM_BYTES, MMA_K, MMA_M, MMA_N
+from pipeline_core_nvidia_h100.multistage import MMA_M, MMA_N, CtaTile
 from pipeline_core_nvidia_h100.pingpong import TARGET_NAME, WARPS_PER_GROUP, PingPongTag
 from pipeline_core_nvidia_h100.sync import (BAR_SYNC_ALIGNED, BARRIER_SYNC_NONALIGNED, HINTS,
                                             WAIT_CP_ASYNC)
@@ -52,13 +52,8 @@ DEFAULTS = {"BM": 128, "BN": 128, "BK": 64}
 
 
 @attrs.frozen(kw_only=True)
-class Geometry:
+class Geometry(CtaTile):
     """The CTA tile of the ping-pong kernel: 2 stages, a 2x2 quadrant grid, 2 x 4 warps."""
-
-    bm: int
-    bn: int
-    bk: int
-    group_m: int = 8
 
     @property
     def threads(self) -> int:
@@ -70,29 +65,8 @@ class Geometry:
         return self.bm // 2 // WARP_GROUPS, self.bn // 2 // WARPS_PER_GROUP
 
     @property
-    def mma_tiles(self) -> tuple[int, int]:
-        wtm, wtn = self.warp_tile
-        return wtm // MMA_M, wtn // MMA_N
-
-    @property
-    def k_steps(self) -> int:
-        return self.bk // MMA_K
-
-    @property
-    def row_chunks(self) -> int:
-        return self.bk * ELEM_BYTES // COPY_BYTES
-
-    @property
-    def rows_per_pass(self) -> int:
-        return self.threads // self.row_chunks
-
-    @property
-    def stage_bytes(self) -> int:
-        return (self.bm + self.bn) * self.bk * ELEM_BYTES
-
-    @property
-    def smem_bytes(self) -> int:
-        return 2 * self.stage_bytes
+    def ring_stages(self) -> int:
+        return 2
 
     @property
     def mma_per_entry(self) -> int:

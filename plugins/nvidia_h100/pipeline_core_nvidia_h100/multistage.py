@@ -44,28 +44,31 @@ MAX_ACCUMULATORS = 128
 
 
 @attrs.frozen(kw_only=True)
-class Geometry:
-    """The CTA tile, the warp grid and the ring: everything the emitted kernel is sized by."""
+class CtaTile:
+    """A CTA tile of the mma.sync family fed by a swizzled cp.async ring: what the multistage and
+    the ping-pong kernels share.  Subclasses say how many threads there are and which part of
+    the tile one warp computes (``threads``, ``warp_tile``) and how many stages the ring has."""
 
     bm: int
     bn: int
     bk: int
-    warps_m: int
-    warps_n: int
-    stages: int
     group_m: int = 8
 
     @property
     def threads(self) -> int:
-        return self.warps_m * self.warps_n * 32
+        raise NotImplementedError
 
     @property
     def warp_tile(self) -> tuple[int, int]:
-        return self.bm // self.warps_m, self.bn // self.warps_n
+        raise NotImplementedError
+
+    @property
+    def ring_stages(self) -> int:
+        raise NotImplementedError
 
     @property
     def mma_tiles(self) -> tuple[int, int]:
-        """mma.sync tiles per warp per k-step: (M direction, N direction)."""
+        """mma.sync tiles of one warp's tile per k-step: (M direction, N direction)."""
         wtm, wtn = self.warp_tile
         return wtm // MMA_M, wtn // MMA_N
 
@@ -89,7 +92,28 @@ class Geometry:
 
     @property
     def smem_bytes(self) -> int:
-        return self.stages * self.stage_bytes
+        return self.ring_stages * self.stage_bytes
+
+
+@attrs.frozen(kw_only=True)
+class Geometry(CtaTile):
+    """The CTA tile, the warp grid and the ring: everything the emitted kernel is sized by."""
+
+    warps_m: int
+    warps_n: int
+    stages: int
+
+    @property
+    def threads(self) -> int:
+        return self.warps_m * self.warps_n * 32
+
+    @property
+    def warp_tile(self) -> tuple[int, int]:
+        return self.bm // self.warps_m, self.bn // self.warps_n
+
+    @property
+    def ring_stages(self) -> int:
+        return self.stages
 
     @property
     def mma_per_k_step(self) -> int:
