@@ -668,7 +668,7 @@ def gpu_main(args) -> int:
         run_p, gp = pingpong_runner(builder, options)
         impls.append(("compiled-pingpong", label, {**gp.as_params(), "smem_bytes": gp.smem_bytes},
                       run_p))
-    from ws_gemm import WS_COMPILED, ws_runner
+    from ws_gemm import WS_COMPILED, WS_PERSISTENT, ws_runner
     for label, params, stages in WS_COMPILED:
         if args.ws is not None and label not in args.ws:
             continue
@@ -679,6 +679,12 @@ def gpu_main(args) -> int:
             continue
         impls.append(("compiled-ws", label, {**g.as_params(), "stages": stages,
                                              "smem_bytes": g.smem_bytes}, run_w))
+        if label in WS_PERSISTENT:
+            run_p, _ = ws_runner(builder, params, stages, allow_unsafe=args.allow_unsafe,
+                                 persistent=True)
+            impls.append(("compiled-ws", f"{label}-persistent",
+                          {**g.as_params(), "stages": stages, "smem_bytes": g.smem_bytes,
+                           "persistent": True}, run_p))
     triton_kernel = None
     if not args.no_triton:
         run_tr, triton_kernel = make_triton()

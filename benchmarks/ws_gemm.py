@@ -35,6 +35,8 @@ WS_COMPILED = (
     ("ws-lag0-s4", {"release_lag": "0"}, 4),
     ("ws-lag2-s4", {"release_lag": "2"}, 4),
 )
+#: configurations the harness also launches persistent (one CTA per SM, looping over tiles)
+WS_PERSISTENT = ("ws-s4", "ws-s3")
 
 
 def _host():
@@ -105,13 +107,17 @@ def ws_source(params: dict, stages: int, mutation: str | None = None, watchdog: 
 
 
 def ws_runner(builder, params: dict, stages: int, mutation: str | None = None, watchdog: int = 0,
-              allow_unsafe: bool = False):
-    """A ``run(a, b, c)`` for the harness, and the geometry."""
+              allow_unsafe: bool = False, persistent: bool = False):
+    """A ``run(a, b, c)`` for the harness, and the geometry; ``persistent``: one CTA per SM."""
     from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME
     from pipeline_core_nvidia_h100.tma import WsLauncher
 
     src, g, _ = ws_source(params, stages, mutation, watchdog, allow_unsafe)
-    launch = WsLauncher(builder, builder.compile(src, KERNEL_NAME), g)
+    ctas = 0
+    if persistent:
+        import cupy as cp
+        ctas = cp.cuda.Device().attributes["MultiProcessorCount"]
+    launch = WsLauncher(builder, builder.compile(src, KERNEL_NAME), g, ctas)
 
     def run(a, b, c):
         M, K = a.shape

@@ -48,14 +48,20 @@ def _tile(s: Step) -> str:
     return f"(t - {s.lag})" if s.lag else "t"
 
 
+def _ring(s: Step) -> str:
+    """The step's position in the ring's life: K tiles this CTA ran before this output tile
+    (``rb``) plus the K tile the step serves, so stages and parities run on across tiles."""
+    return f"(rb + t - {s.lag})" if s.lag else "(rb + t)"
+
+
 def _stage(s: Step) -> str:
-    return f"({_tile(s)} % STAGES)"
+    return f"({_ring(s)} % STAGES)"
 
 
 def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0) -> str:
     stage = _stage(s)
     if s.kind == StepKind.PHASE_WAIT:
-        parity = f"(({_tile(s)} / STAGES + ({s.phase_offset})) & 1)"
+        parity = f"(({_ring(s)} / STAGES + ({s.phase_offset})) & 1)"
         if watchdog:
             return f"mbar_wait_bounded({s.channel}_bar({stage}), {parity}, {watchdog}ull);"
         return f"mbar_wait({s.channel}_bar({stage}), {parity});"
@@ -135,7 +141,7 @@ def emit_wgmma(compiled: Any, **options: str) -> str:
         raise ProgramError(f"emitter {EMITTER_NAME}: the consumer agents' programs differ "
                            f"({', '.join(texts)}); setmaxnreg needs one consumer branch")
     ind = "    "
-    producer_body = "\n".join(ind * 3 + l for l in _program_lines(producer, True, producer.name,
+    producer_body = "\n".join(ind * 4 + l for l in _program_lines(producer, True, producer.name,
                                                                      watchdog))
     consumer_body = texts[consumers[0].name].replace("\n", "\n" + ind * 2)
     full, empty = plan.ring("full"), plan.ring("empty")
@@ -157,8 +163,10 @@ def _constants(g: WsGeometry) -> dict[str, int]:
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {schedule} on target {target}.
 // C[M,N] = A[M,K] . B[N,K]^T: bf16 in (raw u16), fp32 accumulate, bf16 out; both K-contiguous.
 // A and B come as TMA tensor maps (2D, bf16, box {BK} x rows, 128-byte swizzle).
-// Launch: grid (M/{BM})*(N/{BN}), block {THREADS} (warp group 0: producer; 1..: consumers),
-// dynamic shared memory {SMEM} bytes.  Tile multiples only.
+// Launch: block {THREADS} (warp group 0: producer; 1..: consumers), dynamic shared memory {SMEM}
+// bytes, any grid up to (M/{BM})*(N/{BN}) CTAs: each CTA runs output tiles blockIdx.x,
+// blockIdx.x + gridDim.x, ... with its ring's stages and phases running on across them (a grid
+// of one CTA per SM is the persistent kernel).  Tile multiples only.
 {header}
 {wgmma_header}
 {wgmma_fn}
@@ -179,9 +187,7 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
     auto stage_a = [&](int s) {{ return ring + s * STAGE_BYTES; }};
     auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};
 
-    int tile_m, tile_n;
-    pch100::grouped_tile(blockIdx.x, M / BM, N / BN, GROUP_M, tile_m, tile_n);
-    const int KT = K / BK;
+    const int KT = K / BK, TILES = (M / BM) * (N / BN);
     const int wg = threadIdx.x / 128, wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
 
     if (threadIdx.x == 0) {{
@@ -197,13 +203,22 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
         // ---- agent producer (its compiled program, one line per step) ----
         setmaxnreg_dec<{PRODUCER_REGS}>();
         if (wtid == 0) {{
+            int rb = 0;  // K tiles this CTA's ring has served before this output tile
+            for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT) {{
+                int tile_m, tile_n;
+                pch100::grouped_tile(tile, M / BM, N / BN, GROUP_M, tile_m, tile_n);
 {producer}
+            }}
         }}
     }} else {{
         // ---- agents consumer0.. (one program; the consumer index picks the rows) ----
         setmaxnreg_inc<{CONSUMER_REGS}>();
         const int consumer = wg - 1;
         float acc[MBLOCKS][ACC];
+        int rb = 0;  // K tiles this CTA's ring has served before this output tile
+        for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT) {{
+        int tile_m, tile_n;
+        pch100::grouped_tile(tile, M / BM, N / BN, GROUP_M, tile_m, tile_n);
 #pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
@@ -237,6 +252,7 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
                     pch100::pack_bf16x2(acc[mb][4 * j + 2], acc[mb][4 * j + 3]);
             }}
         }}
+        }}  // next output tile
     }}
 }}
 """

@@ -65,10 +65,12 @@ class WsLauncher:
 
     Tensor maps are encoded once per (array address, shape) and kept: encoding is a driver call
     on the host, and a launch that paid for it every time would time the host, not the GPU.
+    ``ctas``: the grid's size limit; 0 launches one CTA per output tile, the SM count makes the
+    kernel persistent (each CTA loops over output tiles, its ring running on across them).
     """
 
-    def __init__(self, builder: KernelBuilder, kernel: Any, g: WsGeometry) -> None:
-        self.builder, self.kernel, self.g = builder, kernel, g
+    def __init__(self, builder: KernelBuilder, kernel: Any, g: WsGeometry, ctas: int = 0) -> None:
+        self.builder, self.kernel, self.g, self.ctas = builder, kernel, g, ctas
         builder.set_max_dynamic_shared(kernel, g.smem_bytes)
         self._maps: dict[tuple[int, int, int, int], Any] = {}
 
@@ -82,7 +84,8 @@ class WsLauncher:
     def __call__(self, a: Any, b: Any, c: Any, m: int, n: int, k: int) -> None:
         g = self.g
         g.check_shape(m, n, k)
-        grid = ((m // g.bm) * (n // g.bn),)
+        tiles = (m // g.bm) * (n // g.bn)
+        grid = (min(tiles, self.ctas) if self.ctas else tiles,)
         self.builder.launch(self.kernel, grid, (g.threads,),
                             (self._map(a, m, k, g.bm), self._map(b, n, k, g.bn), c, m, n, k),
                             shared_mem=g.smem_bytes)

@@ -48,7 +48,7 @@ def test_each_agent_carries_its_derived_waits(variant, tmp_path, pipeline_cli):
     assert {0, lag} <= waits <= set(range(lag + 1)), waits
     # both agents wait on mbarrier phases (consumer: full; producer: empty), parity from the tile
     assert len(re.findall(r"SYNCS\.PHASECHK\.TRANS64\.TRYWAIT", sass)) >= 2
-    assert "((t / STAGES + (-1)) & 1)" in src and "((t / STAGES + (0)) & 1)" in src
+    assert "(((rb + t) / STAGES + (-1)) & 1)" in src and "(((rb + t) / STAGES + (0)) & 1)" in src
     assert re.search(r"SYNCS\.ARRIVE\.TRANS64", sass)        # expect_tx and releases
     assert len(re.findall(r"\bUTMALDG\.2D\b", sass)) == 2     # the producer's two copies
     assert re.search(rf"USETMAXREG\.DEALLOC\.CTAPOOL 0x{producer_regs:x}\b", sass)
