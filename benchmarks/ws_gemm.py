@@ -107,14 +107,14 @@ def ws_source(params: dict, stages: int, mutation: str | None = None, watchdog: 
 
 
 def ws_runner(builder, params: dict, stages: int, mutation: str | None = None, watchdog: int = 0,
-              allow_unsafe: bool = False, persistent: bool = False):
-    """A ``run(a, b, c)`` for the harness, and the geometry; ``persistent``: one CTA per SM."""
+              allow_unsafe: bool = False, persistent: bool = False, ctas: int = 0):
+    """A ``run(a, b, c)`` for the harness, and the geometry; ``persistent``: a grid of ``ctas``
+    CTAs (0: one per SM) looping over the output tiles, else one CTA per output tile."""
     from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME
     from pipeline_core_nvidia_h100.tma import WsLauncher
 
     src, g, _ = ws_source(params, stages, mutation, watchdog, allow_unsafe)
-    ctas = 0
-    if persistent:
+    if persistent and not ctas:
         import cupy as cp
         ctas = cp.cuda.Device().attributes["MultiProcessorCount"]
     launch = WsLauncher(builder, builder.compile(src, KERNEL_NAME), g, ctas)
@@ -126,7 +126,7 @@ def ws_runner(builder, params: dict, stages: int, mutation: str | None = None, w
 
 
 def standalone(size: int, label: str, mutation: str | None, watchdog: int, repeats: int,
-               allow_unsafe: bool) -> int:
+               allow_unsafe: bool, ctas: int = 0) -> int:
     """One compiled kernel at SIZE^3 with CuPy + NumPy only; exit 0 when every run is correct."""
     import cupy as cp
     import numpy as np
@@ -137,7 +137,8 @@ def standalone(size: int, label: str, mutation: str | None, watchdog: int, repea
         _, _, finding = ws_source(params, stages, mutation, allow_unsafe=allow_unsafe)
         print(f"checker on {label} with {mutation}: {finding}", flush=True)
     builder = KernelBuilder()
-    run, g = ws_runner(builder, params, stages, mutation, watchdog, allow_unsafe)
+    run, g = ws_runner(builder, params, stages, mutation, watchdog, allow_unsafe,
+                       persistent=ctas > 0, ctas=ctas)
     rng = np.random.default_rng(19)
     a32 = rng.standard_normal((size, size), dtype=np.float32)
     b32 = rng.standard_normal((size, size), dtype=np.float32)
@@ -154,7 +155,7 @@ def standalone(size: int, label: str, mutation: str | None, watchdog: int, repea
         cp.cuda.Device().synchronize()
         out = (cp.asnumpy(dc).astype(np.uint32) << 16).view(np.float32)
         errs.append(float(np.linalg.norm(np.nan_to_num(out, nan=1e6) - ref) / np.linalg.norm(ref)))
-    print(f"ws {label} mutation={mutation} {size}^3: rel_err max {max(errs):.3e} over "
+    print(f"ws {label} ctas={ctas or 'per-tile'} mutation={mutation} {size}^3: rel_err max {max(errs):.3e} over "
           f"{repeats} runs, wrong runs {sum(e > TOL_ABS for e in errs)}", flush=True)
     return 0 if max(errs) <= TOL_ABS else 1
 
@@ -167,6 +168,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mutate", default=None, choices=sorted(MUTATIONS))
     ap.add_argument("--watchdog", type=int, default=0, help="mbarrier polls before a trap")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--ctas", type=int, default=0,
+                    help="a persistent grid of this many CTAs (default: one CTA per output tile)")
     ap.add_argument("--emit", action="store_true", help="print the kernel source and exit")
     ap.add_argument("--allow-unsafe", action="store_true",
                     help="emit a schedule the checker does not prove safe (a mutation always is)")
@@ -176,7 +179,7 @@ def main(argv=None) -> int:
         print(ws_source(params, stages, args.mutate, args.watchdog, args.allow_unsafe)[0])
         return 0
     return standalone(args.size, args.config, args.mutate, args.watchdog, args.repeats,
-                      args.allow_unsafe)
+                      args.allow_unsafe, args.ctas)
 
 
 if __name__ == "__main__":

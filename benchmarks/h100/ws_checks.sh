@@ -9,6 +9,8 @@ SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer
 for tool in racecheck synccheck; do
   echo "== compute-sanitizer --tool $tool, ws-s4 at 256^3"
   timeout 300 "$SAN" --tool "$tool" python benchmarks/ws_gemm.py --size 256 --config ws-s4 --repeats 1 "$@" 2>&1 | tail -4
+  echo "== compute-sanitizer --tool $tool, ws-s4 persistent: 3 CTAs over 8 output tiles (512^3)"
+  timeout 300 "$SAN" --tool "$tool" python benchmarks/ws_gemm.py --size 512 --config ws-s4 --ctas 3 --repeats 1 "$@" 2>&1 | tail -4
 done
 for config in ws-s4 ws-s2; do
   for m in loosen-wgmma-wait early-parity drop-acquire drop-release; do
