@@ -5,7 +5,10 @@ groups) asks for the ``agents`` lowering.  The core derives the phase channels (
 mbarrier rings) from the cross-agent edges, injects every acquire, expect-tx, wait, arrive and
 counter wait, and proves the agents' programs safe over all timings (docs/guide/agents.md).
 
-Data flow: :mod:`.model` (records) <- :mod:`.inject` (lowering) -> :mod:`.prove` (checker).
+Data flow: :mod:`.model` (records) <- :mod:`.inject` (the lowering builds a plan) ->
+:mod:`.prove` (the checker proves it), :mod:`.timing` (the timing model runs it),
+:mod:`.views` (the document section and the text view show it).  Mutations of a plan live with
+the checker's other mutations (``pipeline_core.check.mutate``).
 """
 from pipeline_core.agents.model import (AgentPlan, AgentProgram, AgentRole, AgentSpec, Ring,
                                         Step, StepKind)
