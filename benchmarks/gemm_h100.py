@@ -532,15 +532,12 @@ def compiled_source(params: dict, stages: int, loosen: int | None = None):
     from pipeline_core.check.checker import check_document
     from pipeline_core.check.mutate import Mutation
     from pipeline_core.export.json import to_document
-    from pipeline_core.plugins import default_host
     from pipeline_core_nvidia_h100.emit_cuda import emit_cuda
+    from ws_gemm import h100_host
     from pipeline_core_nvidia_h100.multistage import geometry_of
     from pipeline_core_nvidia_h100.sync import WAIT_CP_ASYNC
 
-    host = default_host()
-    if "multistage-gemm" not in host.schedules:  # a checkout on PYTHONPATH: no entry points
-        from pipeline_core.plugins import PluginHost
-        host = PluginHost(extra_modules=["pipeline_core_nvidia_h100.plugin"])
+    host = h100_host()
     c = compile_named("multistage-gemm", target="h100", params=params,
                       target_args={"stages": str(stages)}, host=host)
     verdict = None
@@ -587,15 +584,10 @@ PINGPONG = (
 def pingpong_source(options: dict):
     """Compile pingpong on h100-pingpong (proven by the compile) and emit it; (source, geometry)."""
     from pipeline_core.api import compile_named
-    from pipeline_core.plugins import default_host
     from pipeline_core_nvidia_h100.emit_pingpong import emit_pingpong, geometry_from_options
+    from ws_gemm import h100_host
 
-    host = default_host()
-    if "h100-pingpong" not in host.targets:  # a checkout on PYTHONPATH: no entry points
-        from pipeline_core.plugins import PluginHost
-        host = PluginHost(extra_modules=["pipeline_core_nvidia_h100.plugin",
-                                         "pipeline_core_schedules_pingpong.plugin"])
-    c = compile_named("pingpong", target="h100-pingpong", host=host)
+    c = compile_named("pingpong", target="h100-pingpong", host=h100_host())
     return emit_pingpong(c, **options), geometry_from_options(options)
 
 

@@ -39,14 +39,17 @@ WS_COMPILED = (
 WS_PERSISTENT = ("ws-s4", "ws-s3")
 
 
-def _host():
+def h100_host():
+    """The installed plugins, or, from a checkout on PYTHONPATH (no entry points, as on the GPU
+    machine), the H100 and ping-pong plugins loaded by module: every harness compile uses it."""
     from pipeline_core.plugins import default_host
 
     host = default_host()
-    if SCHEDULE not in host.schedules:  # a checkout on PYTHONPATH: no entry points
-        from pipeline_core.plugins import PluginHost
-        host = PluginHost(extra_modules=["pipeline_core_nvidia_h100.plugin"])
-    return host
+    if SCHEDULE in host.schedules and "h100-pingpong" in host.targets:
+        return host
+    from pipeline_core.plugins import PluginHost
+    return PluginHost(extra_modules=["pipeline_core_nvidia_h100.plugin",
+                                     "pipeline_core_schedules_pingpong.plugin"])
 
 
 #: what each named mutation edits: (category of pipeline_core.check.mutate, agents, delta).
@@ -84,7 +87,7 @@ def ws_compile(params: dict, stages: int, mutation: str | None = None,
     from pipeline_core.api import compile_named
     from pipeline_core.proof import prove, refusal
 
-    host = _host()
+    host = h100_host()
     c = compile_named(SCHEDULE, target="h100", params=params,
                       target_args={"stages": str(stages)}, host=host, allow_unsafe=allow_unsafe,
                       reference=False)

@@ -135,10 +135,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
                                params, host, allow_unsafe)
     if lowering_name == "generic":
         from pipeline_core.lowering.generic import lower_generic
-        if target is None or target.sync is None:
-            raise ConfigError(f"schedule {schedule.name}", "lowering", "generic",
-                              "a target with a sync model (TargetProfile.sync): the generic "
-                              "lowering derives its waits from it", flag="--target")
+        target = _require_sync(schedule, target, "generic", "its waits")
         sched = _schedule_config(schedule)
         warps = declared_warps_per_group(schedule, target)
         lowered = lower_generic(body, target.sync, stages=config.depth,
@@ -240,6 +237,17 @@ def _lowering_name(schedule: Schedule) -> str:
     return name
 
 
+def _require_sync(schedule: Any, target: TargetProfile | None, lowering: str,
+                  derives: str) -> TargetProfile:
+    """``target``, refused unless it declares a sync model: the generic and agents lowerings
+    derive their sync from it."""
+    if target is None or target.sync is None:
+        raise ConfigError(f"schedule {schedule.name}", "lowering", lowering,
+                          f"a target with a sync model (TargetProfile.sync): the {lowering} "
+                          f"lowering derives {derives} from it", flag="--target")
+    return target
+
+
 def _compile_agents(schedule: Any, body: tuple[Op, ...], edges: tuple[DepEdge, ...],
                     config: PipelineConfig, target: TargetProfile | None, target_name: str,
                     tag_names: Mapping[int, str], params: Mapping[str, Any] | None,
@@ -250,10 +258,7 @@ def _compile_agents(schedule: Any, body: tuple[Op, ...], edges: tuple[DepEdge, .
     from pipeline_core.proof import require_safe
 
     owner = f"schedule {schedule.name}"
-    if target is None or target.sync is None:
-        raise ConfigError(owner, "lowering", "agents", "a target with a sync model "
-                          "(TargetProfile.sync): the agents lowering derives its rings from it",
-                          flag="--target")
+    target = _require_sync(schedule, target, "agents", "its rings and waits")
     own = getattr(schedule, "agents", None)
     if not callable(own):
         raise ConfigError(owner, "lowering", "agents", "a schedule with an agents() method "

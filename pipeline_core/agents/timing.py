@@ -13,7 +13,7 @@ against measured GEMMs (benchmarks/h100/GEMM_NOTES.md has the table and the rank
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import attrs
 
@@ -140,13 +140,3 @@ def simulate(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine, tiles: 
             raise ValueError(f"timing model: the agents deadlock ({', '.join(stuck)})")
     total = max(clock) + machine.cta_overhead_cycles
     return Timing(tiles=tiles, cycles=total, mma_busy=state["mma_busy"])
-
-
-def cycles_per_tile(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine,
-                    tiles: int) -> float:
-    return simulate(plan, body, machine, tiles).cycles_per_tile
-
-
-def machine_with(machine: AgentMachine, values: Mapping[str, float]) -> AgentMachine:
-    """``machine`` with some fields replaced (what a calibration search varies)."""
-    return attrs.evolve(machine, **values)

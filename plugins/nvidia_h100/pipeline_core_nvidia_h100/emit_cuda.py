@@ -27,6 +27,23 @@ from pipeline_core_nvidia_h100.sync import (BAR_SYNC_ALIGNED, BARRIER_SYNC_NONAL
                                             COMMIT_CP_ASYNC, HINTS, WAIT_CP_ASYNC)
 
 EMITTER_NAME = "cuda"
+
+#: The CUDA every mma.sync kernel of this plugin opens with: the dynamic shared memory, the
+#: grouped raster (this CTA's output tile) and the thread's lane and warp.
+CTA_SETUP = """    extern __shared__ __align__(128) unsigned char smem[];
+    const u32 smem_base = smem_addr(smem);
+
+    // Grouped raster: GROUP_M tile rows run together and share their B tiles in L2.
+    int tile_m, tile_n;
+    grouped_tile(blockIdx.x, M / BM, N / BN, GROUP_M, tile_m, tile_n);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;"""
+#: Where each thread's cp.async copies of one tile row chunk start: its swizzled shared-memory
+#: offset and its A and B rows in global memory (a pass moves by whole swizzle periods).
+LOAD_CURSOR = """    const int ld_row = tid / RC, ld_chunk = tid % RC;
+    const u32 ld_off = swizzled_offset<RC>(ld_row, ld_chunk);
+    const unsigned short* a_g = A + (size_t)(tile_m * BM + ld_row) * K + ld_chunk * 8;
+    const unsigned short* b_g = B + (size_t)(tile_n * BN + ld_row) * K + ld_chunk * 8;"""
 KERNEL_NAME = "pc_multistage_gemm"
 
 
@@ -113,7 +130,8 @@ def emit_cuda(compiled: Any, **options: str) -> str:
     body.append(ind + "}")
     body.append(ind + "const int rot = steady % STAGES;  // the epilogue's first tile is in stage rot")
     body += [ind + l for l in _lines(compiled.epilogue, names, rotated=True)]
-    return _SOURCE.format(header=header_source(), name=KERNEL_NAME, body="\n".join(body),
+    return _SOURCE.format(cta_setup=CTA_SETUP, load_cursor=LOAD_CURSOR, header=header_source(),
+                          name=KERNEL_NAME, body="\n".join(body),
                           schedule=SCHEDULE_NAME, target=compiled.target_name, **_constants(g))
 
 
@@ -141,23 +159,13 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
     constexpr int ROWS_PER_PASS = THREADS / RC;                 // rows one cp.async of all threads
     constexpr int A_PASSES = BM / ROWS_PER_PASS, B_PASSES = BN / ROWS_PER_PASS;
 
-    extern __shared__ __align__(128) unsigned char smem[];
-    const u32 smem_base = smem_addr(smem);
-
-    // Grouped raster: GROUP_M tile rows run together and share their B tiles in L2.
-    int tile_m, tile_n;
-    grouped_tile(blockIdx.x, M / BM, N / BN, GROUP_M, tile_m, tile_n);
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+{cta_setup}
     const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
     const int KT = K / BK;
 
     // LOAD: chunk ld_chunk of rows ld_row + p * ROWS_PER_PASS; a pass moves by whole swizzle
     // periods, so one swizzled offset serves every pass.
-    const int ld_row = tid / RC, ld_chunk = tid % RC;
-    const u32 ld_off = swizzled_offset<RC>(ld_row, ld_chunk);
-    const unsigned short* a_g = A + (size_t)(tile_m * BM + ld_row) * K + ld_chunk * 8;
-    const unsigned short* b_g = B + (size_t)(tile_n * BN + ld_row) * K + ld_chunk * 8;
+{load_cursor}
     int ld_kt = 0;  // the K tile the open commit group loads (one group per tile)
 
     auto load_a = [&](int stage, int kt) {{

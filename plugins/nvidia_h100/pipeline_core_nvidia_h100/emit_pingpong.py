@@ -36,6 +36,7 @@ from pipeline_core.execution import ExecutionModel
 from pipeline_core.ops import Entry, FrameworkTag, KOffset
 
 from pipeline_core_nvidia_h100.cuda import header_source
+from pipeline_core_nvidia_h100.emit_cuda import CTA_SETUP, LOAD_CURSOR
 from pipeline_core_nvidia_h100.machine import H100_SXM
 from pipeline_core_nvidia_h100.multistage import MMA_M, MMA_N, CtaTile
 from pipeline_core_nvidia_h100.pingpong import TARGET_NAME, WARPS_PER_GROUP, PingPongTag
@@ -214,7 +215,7 @@ def emit_pingpong(compiled: Any, **options: str) -> str:
     body.append("}")
     body.append(tail)
     mi, ni = g.mma_tiles
-    return _SOURCE.format(
+    return _SOURCE.format(cta_setup=CTA_SETUP, load_cursor=LOAD_CURSOR,
         header=header_source(), name=KERNEL_NAME, body="\n".join(ind + l for l in body),
         schedule=SCHEDULE_NAME, target=compiled.target_name, BM=g.bm, BN=g.bn, BK=g.bk,
         GROUP_M=g.group_m, THREADS=g.threads, SMEM=g.smem_bytes, MI=mi, NI=ni,
@@ -241,22 +242,12 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
     constexpr int PASSES_A = QM / ROWS_PER_PASS, PASSES_B = QN / ROWS_PER_PASS;
     static_assert(WTM == MI * 16 && WTN == NI * 8, "warp tile");
 
-    extern __shared__ __align__(128) unsigned char smem[];
-    const u32 smem_base = smem_addr(smem);
-
-    // Grouped raster: GROUP_M tile rows run together and share their B tiles in L2.
-    int tile_m, tile_n;
-    grouped_tile(blockIdx.x, M / BM, N / BN, GROUP_M, tile_m, tile_n);
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+{cta_setup}
     const int wg = warp >> 2, wn = warp & 3;  // warp group (quadrant row half), column quarter
 
     // LOAD: every thread copies chunk ld_chunk of rows ld_row + p * ROWS_PER_PASS of a subtile;
     // passes and subtiles move by whole swizzle periods, so one swizzled offset serves all.
-    const int ld_row = tid / RC, ld_chunk = tid % RC;
-    const u32 ld_off = swizzled_offset<RC>(ld_row, ld_chunk);
-    const unsigned short* a_g = A + (size_t)(tile_m * BM + ld_row) * K + ld_chunk * 8;
-    const unsigned short* b_g = B + (size_t)(tile_n * BN + ld_row) * K + ld_chunk * 8;
+{load_cursor}
 
     auto load_a = [&](int stage, int sub, int k) {{
         const u32 s = smem_base + stage * STAGE_BYTES + sub * QM * RC * 16 + ld_off;
