@@ -94,3 +94,57 @@ def test_repeated_agent_names_are_refused():
     with pytest.raises(ProgramError) as exc:
         _lower(AgentSpec(roles=roles, op_bytes={0: 1}))
     assert "agent names repeat: a, a" in _one_line(exc)
+
+
+class _AgentsSchedule:
+    """The fixture's body as a schedule asking for the agents lowering."""
+
+    name = "t-agents"
+
+    def __init__(self, sync=fx.SYNC, with_spec=True):
+        from pipeline_core.config import PipelineConfig, TargetProfile
+        from pipeline_core.costs import CostModel, OpCost
+        from pipeline_core.ops import OpRole, ResourceKind
+
+        costs = CostModel({fx.COPY: OpCost(ResourceKind.GLOBAL_MEM, 300, OpRole.GLOBAL_LOAD,
+                                           name="COPY"),
+                           fx.MMA: OpCost(ResourceKind.MMA_UNIT, 400, OpRole.COMPUTE, name="MMA")})
+        self.target = TargetProfile(costs, PipelineConfig(depth=4, num_partitions=1, m_mmas=1,
+                                                          n_mmas=1, vm_per_load_a=1,
+                                                          vm_per_load_b=1), sync=sync)
+        if with_spec:
+            self.agents = fx.spec
+
+    def config(self):
+        return self.target.pipeline
+
+    def lowering(self):
+        return "agents"
+
+    def build_body(self):
+        return fx.body()
+
+    def derive_edges(self, body):
+        return fx.edges()
+
+
+def test_compile_runs_the_agents_lowering_and_proves_it():
+    from pipeline_core.compiler import compile_schedule
+
+    c = compile_schedule(_AgentsSchedule())
+    assert c.lowering == "agents" and c.proof.safe
+    assert [p.name for p in c.agents.programs] == ["producer", "consumer0", "consumer1"]
+
+
+@pytest.mark.parametrize("schedule, message", [
+    (_AgentsSchedule(sync=None), "a target with a sync model (TargetProfile.sync): the agents "
+                                 "lowering derives its rings and waits from it"),
+    (_AgentsSchedule(with_spec=False), "a schedule with an agents() method"),
+])
+def test_the_agents_lowering_refuses_what_it_cannot_derive_from(schedule, message):
+    from pipeline_core.compiler import compile_schedule
+    from pipeline_core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        compile_schedule(schedule)
+    assert message in _one_line(info)

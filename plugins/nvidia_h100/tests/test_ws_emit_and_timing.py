@@ -1,0 +1,108 @@
+"""The cuda-wgmma emitter's options and selection, the tensor-map launcher, and the H100 timing
+figures `analyze` reports (calibrated machine numbers, benchmarks/h100/GEMM_NOTES.md)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("pipeline_core_nvidia_h100")
+
+from pipeline_core.api import compile_named  # noqa: E402
+
+from pipeline_core_nvidia_h100 import tma  # noqa: E402
+from pipeline_core_nvidia_h100.costs import ISSUE_RATES, MMA_SYNC_GEMM_EFFICIENCY, H100Tag  # noqa: E402
+from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE  # noqa: E402
+from pipeline_core_nvidia_h100.warpspecialized import PEAK_MMA_FLOP_PER_CYCLE  # noqa: E402
+
+WS = ["warpspecialized-gemm", "--target", "h100", "-T", "stages=4"]
+
+
+def test_emit_picks_the_emitter_that_writes_the_schedule(pipeline_cli):
+    res = pipeline_cli(["emit", *WS])
+    assert res.exit_code == 0, res.stderr
+    assert "emitter cuda-wgmma" in res.stdout.splitlines()[0]
+    ms = pipeline_cli(["emit", "multistage-gemm", "--target", "h100"])
+    assert ms.exit_code == 0 and "emitter cuda)" in ms.stdout.splitlines()[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--emitter", "cuda"], "an emitter for schedule warpspecialized-gemm (it writes "
+                            "multistage-gemm)"),
+    (["-O", "foo=1"], "unknown -O option foo (it takes watchdog=N)"),
+    (["-O", "watchdog=0"], "-O watchdog=0: a positive poll count"),
+])
+def test_emit_refuses_an_emitter_or_option_in_one_line(pipeline_cli, args, message):
+    res = pipeline_cli(["emit", *WS, *args])
+    assert res.exit_code == 2
+    assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_the_watchdog_bounds_every_mbarrier_wait(pipeline_cli):
+    def kernel(args):  # the kernel body, after the helpers the header defines
+        return pipeline_cli(["emit", *WS, *args]).stdout.split('extern "C"')[1]
+
+    plain, bounded = kernel([]), kernel(["-O", "watchdog=1000"])
+    waits = plain.count("mbar_wait(")
+    assert waits >= 3 and "mbar_wait_bounded(" not in plain
+    assert bounded.count("mbar_wait_bounded(") == waits and "1000ull" in bounded
+
+
+class _FakeBuilder:
+    def __init__(self):
+        self.launches = []
+        self.smem = None
+
+    def set_max_dynamic_shared(self, kernel, nbytes):
+        self.smem = nbytes
+
+    def launch(self, kernel, grid, block, args, *, shared_mem=0, stream=None):
+        self.launches.append((grid, block, args, shared_mem))
+
+
+class _Array:
+    def __init__(self, address):
+        self.__cuda_array_interface__ = {"data": (address, False)}
+
+
+def test_the_launcher_encodes_each_tensor_map_once_and_sizes_the_grid(monkeypatch):
+    encoded = []
+    monkeypatch.setattr(tma, "encode_tiled_2d",
+                        lambda address, rows, cols, box_rows, box_cols:
+                        encoded.append((address, rows, cols, box_rows, box_cols)) or address)
+    c = compile_named("warpspecialized-gemm", target="h100", target_args={"stages": "4"})
+    from pipeline_core_nvidia_h100.warpspecialized import ws_geometry_of
+    g = ws_geometry_of(dict(c.params), 4)
+    builder = _FakeBuilder()
+    a, b, out = _Array(0x1000), _Array(0x2000), _Array(0x3000)
+    per_tile = tma.WsLauncher(builder, "k", g)
+    for _ in range(3):
+        per_tile(a, b, out, 1024, 1024, 512)
+    assert encoded == [(0x1000, 1024, 512, g.bm, g.bk), (0x2000, 1024, 512, g.bn, g.bk)]
+    assert builder.smem == g.smem_bytes
+    assert {launch[0] for launch in builder.launches} == {((1024 // 128) * (1024 // 256),)}
+    persistent = tma.WsLauncher(builder, "k", g, ctas=5)
+    persistent(a, b, out, 1024, 1024, 512)
+    assert builder.launches[-1][0] == (5,)
+    with pytest.raises(ValueError, match="multiple of 256"):
+        per_tile(a, b, out, 1024, 1000, 512)
+
+
+def test_analyze_runs_the_plan_on_the_calibrated_agents_machine(pipeline_cli):
+    res = pipeline_cli(["analyze", *WS, "--json"])
+    assert res.exit_code == 0, res.stderr
+    steady = json.loads(res.stdout)["steady_state"]
+    # two consumers' 64 x 256 x 64 groups per K tile at the fitted share of the peak rate
+    work = 2 * (2 * 64 * 256 * 64 // PEAK_MMA_FLOP_PER_CYCLE) / H100_AGENT_MACHINE.mma_efficiency
+    assert steady["mma_bound_cycles"] == round(work)
+    assert steady["groups"] == 3 and steady["cycles_per_iteration"] >= work
+
+
+def test_multistage_mma_is_costed_at_the_sms_calibrated_rate():
+    c = compile_named("multistage-gemm", target="h100", target_args={"stages": "3"})
+    mma = next(o for o in c.body if o.tag == H100Tag.MMA)
+    p = c.params
+    warps = p["warps_m"] * p["warps_n"]
+    per_warp = (p["BM"] // p["warps_m"] // 16) * (p["BN"] // p["warps_n"] // 8)
+    assert mma.latency == round(per_warp * warps * ISSUE_RATES.mma_per_sm
+                                / MMA_SYNC_GEMM_EFFICIENCY)

@@ -1,0 +1,66 @@
+"""The agents timing model (pipeline_core/agents/timing.py) on the target-neutral fixture."""
+from __future__ import annotations
+
+import attrs
+import pytest
+
+import agents_fixtures as fx
+from pipeline_core.agents.model import StepKind
+from pipeline_core.agents.timing import AgentMachine, simulate
+from pipeline_core.check.mutate import agent_mutations
+
+MMA_CYCLES = 400
+MACHINE = AgentMachine(copy_latency=1000, copy_bytes_per_cycle=32, mma_efficiency=1.0,
+                       step_cycles=1, wake_cycles=0, cta_overhead_cycles=0)
+
+
+def _body():
+    return [attrs.evolve(o, latency=MMA_CYCLES) if o.tag == fx.MMA else o for o in fx.body()]
+
+
+def _per_tile(stages: int, machine: AgentMachine = MACHINE, tiles: int = 64, lag: int = 1) -> float:
+    return simulate(fx.plan(stages=stages, release_lag=lag), _body(), machine, tiles).cycles_per_tile
+
+
+def test_a_deep_ring_runs_at_the_mma_units_rate():
+    work = 2 * MMA_CYCLES  # two consumers share one MMA unit
+    per_tile = _per_tile(4)
+    assert work <= per_tile <= 1.1 * work
+    t = simulate(fx.plan(stages=4), _body(), MACHINE, 64)
+    assert t.mma_busy == 64 * work and t.mma_utilisation > 0.9
+
+
+def test_deeper_rings_are_never_slower_and_two_stages_pay_the_copy_latency():
+    s2, s3, s4 = (_per_tile(s) for s in (2, 3, 4))
+    assert s2 >= s3 >= s4
+    slow = attrs.evolve(MACHINE, copy_latency=4000)
+    assert _per_tile(2, slow) > 1.5 * s2          # the latency is on the 2-stage recurrence
+    assert _per_tile(4, slow) < _per_tile(2, slow) / 2  # four stages overlap four latencies
+
+
+def test_the_copy_bandwidth_bounds_a_tile():
+    starved = attrs.evolve(MACHINE, copy_bytes_per_cycle=1)
+    assert _per_tile(4, starved) >= 1024 + 2048  # each tile's bytes at one byte per cycle
+
+
+def test_the_efficiency_and_overhead_scale_as_declared():
+    half = attrs.evolve(MACHINE, mma_efficiency=0.5)
+    assert _per_tile(4, half) >= 2 * 2 * MMA_CYCLES
+    tiles = 16
+    base = simulate(fx.plan(), _body(), MACHINE, tiles).cycles
+    more = simulate(fx.plan(), _body(), attrs.evolve(MACHINE, cta_overhead_cycles=500), tiles).cycles
+    assert more == base + 500
+
+
+def test_a_plan_that_deadlocks_is_an_error_not_a_figure():
+    plan = fx.plan(stages=2)
+    drop = next(m for m in agent_mutations(plan, ("drop_arrive",)) if m.section == "kernel")
+    with pytest.raises(ValueError, match="deadlock"):
+        simulate(drop.apply(plan), _body(), MACHINE, 16)
+
+
+def test_fewer_tiles_than_the_plan_needs_are_refused():
+    plan = fx.plan(release_lag=2)
+    assert any(s.kind == StepKind.ARRIVE for s in plan.program("consumer0").kernel)
+    with pytest.raises(ValueError, match="fewer than"):
+        simulate(plan, _body(), MACHINE, plan.min_tiles - 1)
