@@ -281,9 +281,9 @@ def run(args: argparse.Namespace, host: PluginHost) -> int:
         other = f"my-{name}"
         fix = ("choose another NAME" if taken_names(other, host)
                else f"choose another NAME, e.g. pipeline-core new-plugin {other}")
-        print(f"error: new-plugin {name!r}: installed plugins already use its "
-              f"{', '.join(taken)}; the project would conflict with them once installed: "
-              f"{fix}", file=sys.stderr)
+        print(f"error: new-plugin {name!r}: installed plugins already use the project's "
+              f"{', '.join(taken)}, so it would conflict with them once installed: {fix}",
+              file=sys.stderr)
         return EXIT_INPUT
     root = Path(args.dir) / name
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
