@@ -248,7 +248,7 @@ def taken_names(name: str, host: PluginHost) -> list[str]:
     except (ImportError, ValueError):
         installed = False
     if installed and not any(t.startswith("distribution") for t in taken):
-        taken.append(f"package {values['package']!r}")
+        taken.append(f"package {values['package']!r} (importable here)")
     return taken
 
 
@@ -276,6 +276,11 @@ def run(args: argparse.Namespace, host: PluginHost) -> int:
         print(f"error: new-plugin {name!r}: expected lower-case letters and digits, words "
               "joined by '-' or '_', starting with a letter (e.g. my-gpu)", file=sys.stderr)
         return EXIT_INPUT
+    root = Path(args.dir) / name
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        print(f"error: {root} already exists and is not empty: choose another NAME or --dir",
+              file=sys.stderr)
+        return EXIT_INPUT
     taken = taken_names(name, host)
     if taken:
         other = f"my-{name}"
@@ -283,11 +288,6 @@ def run(args: argparse.Namespace, host: PluginHost) -> int:
                else f"choose another NAME, e.g. pipeline-core new-plugin {other}")
         print(f"error: new-plugin {name!r}: installed plugins already use the project's "
               f"{', '.join(taken)}, so it would conflict with them once installed: {fix}",
-              file=sys.stderr)
-        return EXIT_INPUT
-    root = Path(args.dir) / name
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        print(f"error: {root} already exists and is not empty: choose another NAME or --dir",
               file=sys.stderr)
         return EXIT_INPUT
     for relative, text in files_for(name).items():
