@@ -8,11 +8,13 @@ SIGINTs the process receives: while :func:`counting_sigints` is active, a handle
 each one before raising ``KeyboardInterrupt`` as Python's own handler does, so an interrupt
 that arrives while the count is unchanged was raised by code, not by the user.
 
-The handler is installed only where that is sound: in the main thread (the only one that
-receives signals), over Python's default handler or another Python callable (which it calls
-after counting).  Where SIGINT is ignored or handled outside Python, nothing is installed
-and the guard cannot tell the two apart: it then lets every ``KeyboardInterrupt`` stop the
-tool, as before.
+The handler is installed in the main thread over Python's default handler or another
+Python callable (which it calls after counting).  Where no SIGINT can become a
+``KeyboardInterrupt`` (SIGINT ignored, as in a background job, or left to kill the process;
+code running outside the main thread, where Python never raises it for a signal), the count
+stays 0 and every ``KeyboardInterrupt`` is code's.  Only where SIGINT is handled outside
+Python can the two not be told apart: then the guard lets every ``KeyboardInterrupt`` stop
+the tool, as before.
 """
 from __future__ import annotations
 
@@ -38,15 +40,23 @@ class SigintCounter:
         self._previous(signum, frame)  # Python's default handler raises KeyboardInterrupt
 
 
+def _never() -> int:
+    """The count where no SIGINT can arrive as a ``KeyboardInterrupt``."""
+    return 0
+
+
 @contextlib.contextmanager
 def counting_sigints() -> Iterator[Callable[[], int] | None]:
     """Count SIGINTs while the ``with`` body runs; yields the counter, or ``None`` where
-    no handler could be installed (not the main thread, SIGINT ignored or handled in C)."""
+    SIGINT is handled outside Python (a real Ctrl-C cannot be recognised there)."""
     if threading.current_thread() is not threading.main_thread():
-        yield None
+        yield _never  # signals raise KeyboardInterrupt in the main thread only
         return
     previous = signal.getsignal(signal.SIGINT)
-    if not callable(previous):  # SIG_IGN, SIG_DFL or a handler set outside Python
+    if previous in (signal.SIG_IGN, signal.SIG_DFL):  # ignored, or the process is killed
+        yield _never
+        return
+    if not callable(previous):  # a handler set outside Python
         yield None
         return
     counter = SigintCounter(previous)

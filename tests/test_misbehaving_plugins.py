@@ -183,8 +183,20 @@ CTRL_C = mp.Case(id="ctrl-c-in-hook", source=mp.standard() + mp.d("""
     """), argv=mp.COMPILE, stage="run", needles=(), exit_code=130)
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT handled by Python, as in a terminal (a background job of a script ignores it)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def _sigint_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the child's Python installs its handler
+
+
 @pytest.mark.parametrize("strict", (False, True))
-def test_ctrl_c_during_a_hook_stops_the_tool_and_blames_no_plugin(strict, plugin_dir):
+def test_ctrl_c_during_a_hook_stops_the_tool_and_blames_no_plugin(strict, plugin_dir, ctrl_c_raises):
     result = run_case(CTRL_C, plugin_dir, strict=strict)
     assert (result.exit_code, result.stderr) == (130, "interrupted\n")
 
@@ -194,7 +206,8 @@ def test_console_script_stops_on_ctrl_c_during_a_hook(tmp_path):
     write_plugin(tmp_path, CTRL_C)
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     argv = [str(EXE), *CTRL_C.command(), "--plugin", CTRL_C.module, "--no-autoload"]
-    run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120,
+                         preexec_fn=_sigint_as_in_a_terminal)
     assert (run.returncode, run.stderr) == (130, "interrupted\n")
     assert run.stdout == ""
 
@@ -241,7 +254,7 @@ def test_keyboard_interrupt_still_stops_the_tool():
         guard.call(culprit, "hook x", sys.exit, 2)
 
 
-def test_the_guard_tells_a_raised_interrupt_from_the_users_ctrl_c():
+def test_the_guard_tells_a_raised_interrupt_from_the_users_ctrl_c(ctrl_c_raises):
     guard_lines: list[str] = []
     culprit = Culprit(plugin="p", distribution="d")
 
@@ -265,23 +278,33 @@ def test_the_guard_tells_a_raised_interrupt_from_the_users_ctrl_c():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
 
 
-def test_sigints_are_counted_only_where_a_handler_can_be_installed():
-    seen = []
+def test_where_no_ctrl_c_can_become_an_interrupt_every_interrupt_is_the_plugins():
+    culprit = Culprit(plugin="p", distribution="d")
 
-    def in_thread():
+    def raised():
+        raise KeyboardInterrupt
+
+    def blamed() -> list:
         with counting_sigints() as sigints:
-            seen.append(sigints)
+            assert sigints is not None and sigints() == 0
+            try:
+                PluginGuard(lambda line: None, sigints).call(culprit, "hook x", raised)
+            except PluginError as exc:
+                return [exc.hook]
+        return []
 
-    worker = threading.Thread(target=in_thread)
+    seen: list = []
+    worker = threading.Thread(target=lambda: seen.extend(blamed()))
     worker.start()
     worker.join()
-    assert seen == [None]  # only the main thread receives signals
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        with counting_sigints() as sigints:
-            assert sigints is None and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    assert seen == ["hook x"]  # Python raises KeyboardInterrupt for SIGINT in the main thread only
+    for disposition in (signal.SIG_IGN, signal.SIG_DFL):  # a background job; a killed process
+        previous = signal.signal(signal.SIGINT, disposition)
+        try:
+            assert blamed() == ["hook x"]
+            assert signal.getsignal(signal.SIGINT) is disposition  # left as it was
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def test_guarded_schedule_keeps_isinstance_for_plugin_hooks():
