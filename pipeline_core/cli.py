@@ -568,7 +568,13 @@ def _main(argv: list[str], sigints: Callable[[], int] | None) -> int:
         return EXIT_INTERRUPTED
     except BaseException as exc:  # every failure is one line with its own exit status
         return _report_failure(exc, early)
-    parser = build_parser(host)
+    try:
+        parser = build_parser(host)  # runs the plugins' add_arguments (under the guard)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BaseException as exc:  # every failure is one line with its own exit status
+        return _report_failure(exc, early)
     args = parser.parse_args(argv)
     if not args.command and not args.version:
         parser.print_help()

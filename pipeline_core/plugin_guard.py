@@ -178,10 +178,11 @@ class PluginGuard:
         return result
 
     def wrap(self, culprit: Culprit, what: str, fn: Callable,
-             check: Callable[[Any], Any] | None = None) -> Callable:
+             check: Callable[[Any], Any] | None = None, user_input: bool = True) -> Callable:
         """``fn`` as a function that always runs under the guard."""
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            return self.call(culprit, what, fn, *args, check=check, **kwargs)
+            return self.call(culprit, what, fn, *args, check=check, user_input=user_input,
+                             **kwargs)
 
         return guarded
 

@@ -381,7 +381,8 @@ class PluginHost:
                 culprit, f"emitter {record.name!r}", record.emit, check=instance_of(str)))
         if isinstance(record, CommandRecord):
             return attrs.evolve(record, add_arguments=guard.wrap(
-                culprit, f"add_arguments of command {record.name!r}", record.add_arguments),
+                culprit, f"add_arguments of command {record.name!r}", record.add_arguments,
+                user_input=False),
                 run=_guarded_run(guard, culprit, record))
         return attrs.evolve(record, function=guard.wrap(
             culprit, f"strategy {record.name!r}", record.function, check=order))

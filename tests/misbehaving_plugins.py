@@ -224,6 +224,19 @@ CASES: tuple[Case, ...] = (
         """), argv=LIST, stage="load",
          needles=("pipeline_core_register_commands failed",
                   "CommandRecord.name = 'Do It' is invalid")),
+    Case(id="add-arguments-config-error", source=d("""
+        from pipeline_core.commands import CommandRecord
+        from pipeline_core.errors import ConfigError
+
+        def add_arguments(parser):  # sees no user input: its error is the plugin's
+            raise ConfigError("MyCommand", "level", 9, "0..3")
+
+        @hookimpl
+        def pipeline_core_register_commands():
+            return [CommandRecord(name="NAME", help="a command", add_arguments=add_arguments,
+                                  run=lambda args, host: 0)]
+        """), argv=LIST, stage="load",
+         needles=("add_arguments of command 'NAME'", "MyCommand.level = 9 is invalid")),
     Case(id="record-validators-off", source=d("""
         import attrs
 
