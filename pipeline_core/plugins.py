@@ -169,11 +169,12 @@ class PluginHost:
         if autoload is None:
             autoload = not _truthy_env(ENV_NO_AUTOLOAD)
         installed = _entry_points()
-        self._check_disabled(disabled, installed)
+        extra_modules = list(extra_modules) + split_env(ENV_PLUGINS)
+        self._check_disabled(disabled, installed, extra_modules)
         if autoload:
             for name, dist, version, ep in installed:
                 self._load_entry_point(name, dist, version, ep)
-        for module in list(extra_modules) + split_env(ENV_PLUGINS):
+        for module in extra_modules:
             self._load_module(module)
         for name, obj in extra_plugins:
             info = self._info(name, IN_PROCESS, "", getattr(obj, "__name__", type(obj).__name__))
@@ -198,18 +199,20 @@ class PluginHost:
         return value
 
     def _check_disabled(self, given: Iterable[str],
-                        installed: Sequence[tuple[str, str, str, EntryPoint]]) -> None:
+                        installed: Sequence[tuple[str, str, str, EntryPoint]],
+                        modules: Sequence[str]) -> None:
         """Every name to disable must be an installed plugin's entry-point or distribution
         name: a typo would otherwise leave the plugin loaded without a word.  A name given
         as an argument (``--disable-plugin``) is refused; one in PIPELINE_CORE_DISABLE_PLUGINS,
         which may be shared by machines with other installs, is reported."""
         names = {n for name, dist, _, _ in installed for n in (name, dist)}
         known = sorted({f"{name} ({dist})" for name, dist, _, _ in installed})
-        hint = "The core's own plugin cannot be disabled."
         for name in given:
             if name not in names:
-                raise UnknownNameError("plugin", name, known, hint if name == "core" else "",
-                                       given_as="--disable-plugin")
+                hint = ("The core's own plugin cannot be disabled." if name == "core" else
+                         f"{name!r} is loaded with --plugin: leave that out instead."
+                         if name in modules else "")
+                raise UnknownNameError("plugin", name, known, hint, given_as="--disable-plugin")
         for name in split_env(ENV_DISABLE):
             if name not in names:
                 self.warnings.append(f"{ENV_DISABLE} names {name!r}, which is no installed "

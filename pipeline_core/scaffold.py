@@ -222,6 +222,11 @@ def _values(name: str) -> dict[str, str]:
             "entry": name.replace("-", "_"), "target": f"{name}-gpu", "core": CORE_REQUIREMENT}
 
 
+def _normalized(distribution: str) -> str:
+    """A distribution name as installers compare it (PEP 503: case and ``-_.`` runs ignored)."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
 def taken_names(name: str, host: PluginHost) -> list[str]:
     """The names the project for ``name`` would share with installed plugins, one phrase each.
 
@@ -241,7 +246,7 @@ def taken_names(name: str, host: PluginHost) -> list[str]:
     for p in host.plugins:
         if p.name == values["entry"]:
             taken.append(f"plugin name {p.name!r} ({p.distribution})")
-        if p.distribution.lower() == values["dist"]:
+        if _normalized(p.distribution) == values["dist"]:
             taken.append(f"distribution {p.distribution!r}")
     try:
         installed = importlib.util.find_spec(values["package"]) is not None

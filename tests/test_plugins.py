@@ -178,6 +178,10 @@ def test_disabling_a_plugin_that_is_not_installed_is_refused_naming_the_flag(cli
     assert "schedules_4wave (pipeline-core-schedules-4wave)" in typo.stderr  # what is installed
     core = cli("--disable-plugin", "core", "plugins")
     assert core.exit_code == 2 and "The core's own plugin cannot be disabled." in core.stderr
+    module = cli("--plugin", "hello_schedule.plugin", "--disable-plugin", "hello_schedule.plugin",
+                 "plugins")
+    assert module.exit_code == 2
+    assert "'hello_schedule.plugin' is loaded with --plugin: leave that out instead." in module.stderr
     # with --no-autoload nothing is loaded, but the name is still checked
     assert cli("--no-autoload", "--disable-plugin", "nope", "plugins").exit_code == 2
     with pytest.raises(UnknownNameError, match=r"Unknown plugin 'nope' \(--disable-plugin\)"):
