@@ -186,6 +186,8 @@ CTRL_C = mp.Case(id="ctrl-c-in-hook", source=mp.standard() + mp.d("""
 @pytest.fixture
 def ctrl_c_raises():
     """SIGINT handled by Python, as in a terminal (a background job of a script ignores it)."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("only the main thread can set a signal handler")
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)
@@ -278,7 +280,7 @@ def test_the_guard_tells_a_raised_interrupt_from_the_users_ctrl_c(ctrl_c_raises)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
 
 
-def test_where_no_ctrl_c_can_become_an_interrupt_every_interrupt_is_the_plugins():
+def test_where_no_ctrl_c_can_become_an_interrupt_every_interrupt_is_the_plugins(ctrl_c_raises):
     culprit = Culprit(plugin="p", distribution="d")
 
     def raised():
