@@ -563,16 +563,14 @@ def _main(argv: list[str], sigints: Callable[[], int] | None) -> int:
     early = _early_host_options(argv)
     try:
         host = make_host(early, sigints)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
     except BaseException as exc:  # every failure is one line with its own exit status
         return _report_failure(exc, early)
     try:
         parser = build_parser(host)  # runs the plugins' add_arguments (under the guard)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
     except BaseException as exc:  # every failure is one line with its own exit status
         return _report_failure(exc, early)
     args = parser.parse_args(argv)
@@ -589,11 +587,19 @@ def _main(argv: list[str], sigints: Callable[[], int] | None) -> int:
         finally:
             late = _report_plugin_problems(host, args, already=loaded)
         return late or status
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
     except BaseException as exc:  # every failure is one line with its own exit status
         return _report_failure(exc, args)
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """The user's Ctrl-C: one line, naming the plugin code it stopped, if any."""
+    from pipeline_core.plugin_guard import InterruptedInPlugin
+
+    where = f" while {exc.where}" if isinstance(exc, InterruptedInPlugin) else ""
+    print(f"interrupted{where}", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def _command(args):

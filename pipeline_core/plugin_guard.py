@@ -63,6 +63,15 @@ class Culprit:
         return f"plugin {self.plugin!r} from distribution {self.distribution}"
 
 
+class InterruptedInPlugin(KeyboardInterrupt):
+    """The user's Ctrl-C, come while a plugin's code ran: it still stops the tool, and
+    ``where`` names the code that was running (how a hung plugin is found)."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.where = where
+
+
 class BadResult(Exception):
     """Raised by a result check: the text says what came back and what was expected."""
 
@@ -146,9 +155,12 @@ class PluginGuard:
                 yield
         except GeneratorExit:
             raise  # a generator closes
+        except InterruptedInPlugin:
+            raise  # the user's Ctrl-C, already named by the innermost guard
         except KeyboardInterrupt as exc:
             if sigints is None or self._sigints is None or self._sigints() != sigints:
-                raise  # the user's Ctrl-C (or one we cannot tell from it) stops the tool
+                # the user's Ctrl-C (or one we cannot tell from it) stops the tool
+                raise InterruptedInPlugin(f"{culprit.describe()} was running {what}") from exc
             raise self.failure(culprit, what, explain(exc)) from exc
         except PluginError:
             raise  # already names its plugin

@@ -21,7 +21,7 @@ import pytest
 import misbehaving_plugins as mp
 from pipeline_core.errors import PluginError
 from pipeline_core.interrupts import counting_sigints
-from pipeline_core.plugin_guard import Culprit, PluginGuard
+from pipeline_core.plugin_guard import Culprit, InterruptedInPlugin, PluginGuard
 from pipeline_core.plugins import PluginHost
 from pipeline_core.testing import run_cli
 
@@ -181,6 +181,9 @@ CTRL_C = mp.Case(id="ctrl-c-in-hook", source=mp.standard() + mp.d("""
         signal.raise_signal(signal.SIGINT)
         return None  # never reached: Python's handler raises KeyboardInterrupt first
     """), argv=mp.COMPILE, stage="run", needles=(), exit_code=130)
+#: a hung plugin is found this way: the line names the code the user's Ctrl-C stopped
+CTRL_C_LINE = (f"interrupted while plugin {CTRL_C.module!r} (module {CTRL_C.module}, loaded with "
+               "--plugin) was running hook pipeline_core_derive_edges\n")
 
 
 @pytest.fixture
@@ -198,9 +201,10 @@ def _sigint_as_in_a_terminal() -> None:
 
 
 @pytest.mark.parametrize("strict", (False, True))
-def test_ctrl_c_during_a_hook_stops_the_tool_and_blames_no_plugin(strict, plugin_dir, ctrl_c_raises):
+def test_ctrl_c_during_a_hook_stops_the_tool_naming_the_code_it_stopped(strict, plugin_dir,
+                                                                       ctrl_c_raises):
     result = run_case(CTRL_C, plugin_dir, strict=strict)
-    assert (result.exit_code, result.stderr) == (130, "interrupted\n")
+    assert (result.exit_code, result.stderr) == (130, CTRL_C_LINE)
 
 
 @pytest.mark.skipif(not EXE.exists(), reason="console script not installed in this environment")
@@ -210,7 +214,7 @@ def test_console_script_stops_on_ctrl_c_during_a_hook(tmp_path):
     argv = [str(EXE), *CTRL_C.command(), "--plugin", CTRL_C.module, "--no-autoload"]
     run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120,
                          preexec_fn=_sigint_as_in_a_terminal)
-    assert (run.returncode, run.stderr) == (130, "interrupted\n")
+    assert (run.returncode, run.stderr) == (130, CTRL_C_LINE)
     assert run.stdout == ""
 
 
@@ -249,7 +253,8 @@ def test_keyboard_interrupt_still_stops_the_tool():
     def interrupted():
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(InterruptedInPlugin, match="plugin 'p' from distribution d was running "
+                                                  "hook x"):  # cannot tell: stop, naming it
         guard.call(culprit, "hook x", interrupted)
     with pytest.raises(PluginError, match=r"plugin 'p' from distribution d failed in hook x: "
                                           r"it called sys.exit\(2\)"):
@@ -272,8 +277,10 @@ def test_the_guard_tells_a_raised_interrupt_from_the_users_ctrl_c(ctrl_c_raises)
         with pytest.raises(PluginError, match=r"plugin 'p' from distribution d failed in hook x: it "
                                               r"raised KeyboardInterrupt, but no Ctrl-C was pressed"):
             guard.call(culprit, "hook x", raised)
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt) as stopped:
             guard.call(culprit, "hook x", pressed)
+        assert isinstance(stopped.value, InterruptedInPlugin)
+        assert stopped.value.where == "plugin 'p' from distribution d was running hook x"
         assert sigints() == 1
         with pytest.raises(PluginError):  # an earlier Ctrl-C does not excuse a later raise
             guard.call(culprit, "hook x", raised)
