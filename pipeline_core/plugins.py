@@ -143,6 +143,7 @@ class PluginHost:
                  slow_import_s: float | None = None,
                  clock: Callable[[], float] = time.perf_counter,
                  sigints: Callable[[], int] | None = None) -> None:
+        disabled = list(disabled)  # read twice: the set below, and the check of each name
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.plugins: list[PluginInfo] = []
