@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 EXIT_OK, EXIT_UNSAFE, EXIT_INPUT, EXIT_PLUGINS = 0, 1, 2, 3
 EXIT_INTERNAL = 70  #: EX_SOFTWARE (sysexits.h): our bug, never the user's input or a plugin's
@@ -316,13 +316,14 @@ def _required_plugins(args, host) -> int:
     return status
 
 
-def make_host(args):
+def make_host(args, sigints=None):
+    """The host for ``args``' plugin-host options; ``sigints`` counts the user's Ctrl-Cs."""
     from pipeline_core.plugins import PluginHost
 
     log = (lambda line: print(line, file=sys.stderr)) if args.trace else None
     return PluginHost(autoload=None if not args.no_autoload else False,
                       disabled=args.disable_plugin, extra_modules=args.plugin,
-                      strict=args.strict_plugins, trace=log)
+                      strict=args.strict_plugins, trace=log, sigints=sigints)
 
 
 def _report_plugin_problems(host, args, already: int = 0) -> int:
@@ -527,7 +528,7 @@ def cmd_emit(args, host) -> int:
 def cmd_new_plugin(args, host) -> int:
     from pipeline_core.scaffold import run
 
-    return run(args)
+    return run(args, host)
 
 
 def cmd_version(host) -> int:
@@ -550,16 +551,28 @@ COMMANDS = {"compile": cmd_compile, "targets": cmd_list, "schedules": cmd_list,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run one command; a ``KeyboardInterrupt`` that a plugin raises without the user's
+    Ctrl-C is that plugin's failure (pipeline_core/interrupts.py)."""
+    from pipeline_core.interrupts import counting_sigints
+
+    with counting_sigints() as sigints:
+        return _main(list(sys.argv[1:] if argv is None else argv), sigints)
+
+
+def _main(argv: list[str], sigints: Callable[[], int] | None) -> int:
     early = _early_host_options(argv)
     try:
-        host = make_host(early)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        host = make_host(early, sigints)
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
     except BaseException as exc:  # every failure is one line with its own exit status
         return _report_failure(exc, early)
-    parser = build_parser(host)
+    try:
+        parser = build_parser(host)  # runs the plugins' add_arguments (under the guard)
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
+    except BaseException as exc:  # every failure is one line with its own exit status
+        return _report_failure(exc, early)
     args = parser.parse_args(argv)
     if not args.command and not args.version:
         parser.print_help()
@@ -574,11 +587,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             late = _report_plugin_problems(host, args, already=loaded)
         return late or status
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
     except BaseException as exc:  # every failure is one line with its own exit status
         return _report_failure(exc, args)
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """The user's Ctrl-C: one line, naming the plugin code it stopped, if any."""
+    from pipeline_core.plugin_guard import InterruptedInPlugin
+
+    where = f" while {exc.where}" if isinstance(exc, InterruptedInPlugin) else ""
+    print(f"interrupted{where}", file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def _command(args):

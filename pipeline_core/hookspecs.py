@@ -21,11 +21,14 @@ How results combine
 How plugin code is run
 ----------------------
 Every hook, factory, schedule method, strategy and transform of a plugin runs under the plugin guard (``pipeline_core.plugin_guard``): an answer
-of a type other than the one documented below, or any exception but
-``KeyboardInterrupt``, becomes a ``PluginError`` naming the plugin, its distribution
-and the hook (at load time: a warning, and the plugin is dropped).  Raise a
-``pipeline_core.errors`` error (``ConfigError``...) for bad user input: it passes
-through unchanged.  Whatever a plugin prints goes to stderr.
+of a type other than the one documented below, or any exception (``SystemExit`` and a
+``KeyboardInterrupt`` the plugin raises itself included; the user's Ctrl-C still stops the
+tool) becomes a ``PluginError`` naming the plugin, its distribution and the hook (at load
+time: a warning, and the plugin is dropped).  Raise a ``pipeline_core.errors`` error
+(``ConfigError``...) for bad user input: it passes through unchanged, except from code that
+sees none (import, the ``pipeline_core_register_*`` hooks, a command's ``add_arguments``),
+where it is the plugin's failure too (a record with an invalid name, say).  Whatever a
+plugin prints goes to stderr.
 """
 from __future__ import annotations
 

@@ -5,11 +5,15 @@ forever, return the wrong type, or print.  The plugin host runs every import,
 registration, hook, target and schedule factory, schedule method, strategy, kernel
 transform and counter-model builder of a plugin through :class:`PluginGuard`, which
 
-* turns any exception except ``KeyboardInterrupt`` into a :class:`PluginError` naming
-  the plugin, its distribution (its module, for ``--plugin``) and the hook or method,
-  so no plugin failure looks like an internal error or ends the process;
+* turns any exception into a :class:`PluginError` naming the plugin, its distribution
+  (its module, for ``--plugin``) and the hook or method, so no plugin failure looks like
+  an internal error or ends the process; a ``KeyboardInterrupt`` too, unless the user
+  pressed Ctrl-C while the plugin ran (:mod:`pipeline_core.interrupts` tells them apart;
+  the user's Ctrl-C stops the tool);
 * lets documented pipeline-core errors (a ``ConfigError`` about the user's ``-p``
-  value, say) through unchanged: those already say what to fix;
+  value, say) through unchanged: those already say what to fix; but code that sees no
+  user input (import, registration, the registration hooks: ``user_input=False``) is
+  blamed for them too, so a record with an invalid name names the plugin that made it;
 * checks each answer against what the hook or method promises (the ``*_RESULTS``
   tables below), consuming lazy answers (generators) while still guarded;
 * sends whatever the plugin writes to stdout to stderr, so stdout carries only our
@@ -59,6 +63,15 @@ class Culprit:
         return f"plugin {self.plugin!r} from distribution {self.distribution}"
 
 
+class InterruptedInPlugin(KeyboardInterrupt):
+    """The user's Ctrl-C, come while a plugin's code ran: it still stops the tool, and
+    ``where`` names the code that was running (how a hung plugin is found)."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(where)
+        self.where = where
+
+
 class BadResult(Exception):
     """Raised by a result check: the text says what came back and what was expected."""
 
@@ -70,6 +83,9 @@ def explain(exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         why = " (argparse does this when it rejects a command line)" if exc.code == 2 else ""
         return f"it called sys.exit({exc.code!r}){why}"
+    if isinstance(exc, KeyboardInterrupt):
+        return ("it raised KeyboardInterrupt, but no Ctrl-C was pressed (a plugin fails by "
+                "raising an ordinary exception)")
     if isinstance(exc, RecursionError):
         return "RecursionError: maximum recursion depth exceeded (unbounded recursion)"
     text = f"{type(exc).__name__}: {exc}".strip().rstrip(":")
@@ -100,10 +116,17 @@ class _StdoutToStderr(io.TextIOBase):
 
 
 class PluginGuard:
-    """Runs plugin code for one host; ``report`` receives one line per stray stdout writer."""
+    """Runs plugin code for one host; ``report`` receives one line per stray stdout writer.
 
-    def __init__(self, report: Callable[[str], None]) -> None:
+    ``sigints`` counts the SIGINTs the process received (:func:`pipeline_core.interrupts.
+    counting_sigints`); without it a ``KeyboardInterrupt`` cannot be told from the user's
+    Ctrl-C and always stops the tool.
+    """
+
+    def __init__(self, report: Callable[[str], None],
+                 sigints: Callable[[], int] | None = None) -> None:
         self._report = report
+        self._sigints = sigints
         self._reported: set[tuple[Culprit, str]] = set()
 
     def _wrote_to_stdout(self, culprit: Culprit, what: str) -> None:
@@ -117,20 +140,34 @@ class PluginGuard:
     @contextlib.contextmanager
     def running(self, culprit: Culprit, what: str, *,
                 passthrough: tuple[type[BaseException], ...] = (),
-                owns_stdout: bool = False) -> Iterator[None]:
+                owns_stdout: bool = False, user_input: bool = True) -> Iterator[None]:
         """Run the ``with`` body as ``culprit``'s code in ``what`` (a hook, factory or method).
 
         ``owns_stdout``: the code's output is the command's output (a plugin's own
-        subcommand), so stdout is left alone.
+        subcommand), so stdout is left alone.  ``user_input``: the code may raise a
+        documented error about what the user typed, which passes unchanged; ``False``
+        (import, registration) blames the plugin for any error but a ``PluginError``.
         """
         sink = _StdoutToStderr(lambda: self._wrote_to_stdout(culprit, what))
+        sigints = self._sigints() if self._sigints is not None else None
         try:
             with contextlib.nullcontext() if owns_stdout else contextlib.redirect_stdout(sink):
                 yield
-        except (KeyboardInterrupt, GeneratorExit):
-            raise  # the user stops the tool; a generator closes
-        except PipelineError:
-            raise  # already says what to fix (and PluginErrors already name their plugin)
+        except GeneratorExit:
+            raise  # a generator closes
+        except InterruptedInPlugin:
+            raise  # the user's Ctrl-C, already named by the innermost guard
+        except KeyboardInterrupt as exc:
+            if sigints is None or self._sigints is None or self._sigints() != sigints:
+                # the user's Ctrl-C (or one we cannot tell from it) stops the tool
+                raise InterruptedInPlugin(f"{culprit.describe()} was running {what}") from exc
+            raise self.failure(culprit, what, explain(exc)) from exc
+        except PluginError:
+            raise  # already names its plugin
+        except PipelineError as exc:
+            if user_input:
+                raise  # already says what to fix
+            raise self.failure(culprit, what, explain(exc)) from exc
         except passthrough:
             raise
         except BaseException as exc:  # SystemExit and RecursionError included
@@ -143,19 +180,21 @@ class PluginGuard:
                            problem=problem)
 
     def call(self, culprit: Culprit, what: str, fn: Callable, *args: Any,
-             check: Callable[[Any], Any] | None = None, **kwargs: Any) -> Any:
+             check: Callable[[Any], Any] | None = None, user_input: bool = True,
+             **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` under the guard; ``check`` validates (and may normalise) the answer."""
-        with self.running(culprit, what):
+        with self.running(culprit, what, user_input=user_input):
             result = fn(*args, **kwargs)
             if check is not None:
                 result = check(result)
         return result
 
     def wrap(self, culprit: Culprit, what: str, fn: Callable,
-             check: Callable[[Any], Any] | None = None) -> Callable:
+             check: Callable[[Any], Any] | None = None, user_input: bool = True) -> Callable:
         """``fn`` as a function that always runs under the guard."""
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            return self.call(culprit, what, fn, *args, check=check, **kwargs)
+            return self.call(culprit, what, fn, *args, check=check, user_input=user_input,
+                             **kwargs)
 
         return guarded
 
@@ -228,6 +267,22 @@ def list_of(kind: type, expected: str = "") -> Callable[[Any], list]:
             if not isinstance(item, kind):
                 raise BadResult(f"returned a list whose item {i} is {_name_of(item)}, expected {expected}")
         return items
+    return check
+
+
+def records_of(kind: type) -> Callable[[Any], list]:
+    """Check: a list of ``kind`` records whose fields pass the record's own validators.
+
+    A record built with attrs validators switched off is caught here, under the guard,
+    rather than when the host stamps its provider on it.
+    """
+    items = list_of(kind)
+
+    def check(value: Any) -> list:
+        records = items(value)
+        for record in records:
+            attrs.validate(record)
+        return records
     return check
 
 
@@ -313,13 +368,13 @@ SCHEDULE_RESULTS: Mapping[str, Callable[[Any], Any]] = {
 
 #: What each hook must return (a plugin's answer; ``None`` means "nothing to say").
 HOOK_RESULTS: Mapping[str, Callable[[Any], Any]] = {
-    "pipeline_core_register_targets": optional(list_of(TargetRecord)),
-    "pipeline_core_register_schedules": optional(list_of(ScheduleRecord)),
-    "pipeline_core_register_strategies": optional(list_of(StrategyRecord)),
+    "pipeline_core_register_targets": optional(records_of(TargetRecord)),
+    "pipeline_core_register_schedules": optional(records_of(ScheduleRecord)),
+    "pipeline_core_register_strategies": optional(records_of(StrategyRecord)),
     "pipeline_core_derive_edges": optional(list_of(DepEdge)),
     "pipeline_core_explicit_blocks": optional(op_blocks),
     "pipeline_core_bootstrap_frags": optional(list_of(Op)),
     "pipeline_core_kernel_transforms": optional(list_of(KernelTransform)),
-    "pipeline_core_register_commands": optional(list_of(CommandRecord)),
-    "pipeline_core_register_emitters": optional(list_of(EmitterRecord)),
+    "pipeline_core_register_commands": optional(records_of(CommandRecord)),
+    "pipeline_core_register_emitters": optional(records_of(EmitterRecord)),
 }

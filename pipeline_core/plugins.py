@@ -51,6 +51,14 @@ ENV_SLOW_IMPORT = "PIPELINE_CORE_SLOW_IMPORT_S"
 #: A plugin whose import takes at least this long (seconds) is reported: every command pays it.
 DEFAULT_SLOW_IMPORT_S = 1.0
 
+#: The hooks that fill the registries: (hook, record type, registry and PluginInfo list, label).
+#: They are called once, while loading, and see no user input.
+REGISTRIES = (("pipeline_core_register_targets", TargetRecord, "targets", "target"),
+              ("pipeline_core_register_schedules", ScheduleRecord, "schedules", "schedule"),
+              ("pipeline_core_register_strategies", StrategyRecord, "strategies", "strategy"),
+              ("pipeline_core_register_commands", CommandRecord, "commands", "command"),
+              ("pipeline_core_register_emitters", EmitterRecord, "emitters", "emitter"))
+REGISTRATION_HOOKS = tuple(hook for hook, *_ in REGISTRIES)
 OVERRIDE_HOOKS = ("pipeline_core_derive_edges", "pipeline_core_explicit_blocks",
                   "pipeline_core_bootstrap_frags")
 
@@ -125,14 +133,17 @@ class PluginHost:
     under ``strict``), failures while a command runs become a :class:`PluginError`
     naming the plugin, its distribution and the hook.  ``clock`` and
     ``slow_import_s`` time plugin imports (``None``: ``PIPELINE_CORE_SLOW_IMPORT_S``,
-    else 1 s).
+    else 1 s).  ``sigints`` counts the user's Ctrl-Cs (:mod:`pipeline_core.interrupts`),
+    so a plugin that raises ``KeyboardInterrupt`` itself is reported, not obeyed.
     """
 
     def __init__(self, *, autoload: bool | None = None, disabled: Iterable[str] = (),
                  extra_modules: Iterable[str] = (), extra_plugins: Iterable[tuple[str, Any]] = (),
                  strict: bool | None = None, trace: Callable[[str], None] | None = None,
                  slow_import_s: float | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 sigints: Callable[[], int] | None = None) -> None:
+        disabled = list(disabled)  # read twice: the set below, and the check of each name
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.plugins: list[PluginInfo] = []
@@ -143,7 +154,7 @@ class PluginHost:
         self.emitters: dict[str, EmitterRecord] = {}
         self.conflicts: dict[str, list[str]] = {}
         self.warnings: list[str] = []
-        self.guard = PluginGuard(self.warnings.append)
+        self.guard = PluginGuard(self.warnings.append, sigints)
         self.strict = _truthy_env(ENV_STRICT) if strict is None else strict
         self._disabled = set(disabled) | set(split_env(ENV_DISABLE))
         self._registered: dict[str, PluginInfo] = {}  #: live plugins by registration name
@@ -158,10 +169,13 @@ class PluginHost:
         self._register(core, builtin_plugin)
         if autoload is None:
             autoload = not _truthy_env(ENV_NO_AUTOLOAD)
+        installed = _entry_points()
+        extra_modules = list(extra_modules) + split_env(ENV_PLUGINS)
+        self._check_disabled(disabled, installed, extra_modules)
         if autoload:
-            for name, dist, version, ep in _entry_points():
+            for name, dist, version, ep in installed:
                 self._load_entry_point(name, dist, version, ep)
-        for module in list(extra_modules) + split_env(ENV_PLUGINS):
+        for module in extra_modules:
             self._load_module(module)
         for name, obj in extra_plugins:
             info = self._info(name, IN_PROCESS, "", getattr(obj, "__name__", type(obj).__name__))
@@ -184,6 +198,27 @@ class PluginHost:
                                  f"using {DEFAULT_SLOW_IMPORT_S:g}")
             return DEFAULT_SLOW_IMPORT_S
         return value
+
+    def _check_disabled(self, given: Iterable[str],
+                        installed: Sequence[tuple[str, str, str, EntryPoint]],
+                        modules: Sequence[str]) -> None:
+        """Every name to disable must be an installed plugin's entry-point or distribution
+        name: a typo would otherwise leave the plugin loaded without a word.  A name given
+        as an argument (``--disable-plugin``) is refused; one in PIPELINE_CORE_DISABLE_PLUGINS,
+        which may be shared by machines with other installs, is reported."""
+        names = {n for name, dist, _, _ in installed for n in (name, dist)}
+        known = sorted({f"{name} ({dist})" for name, dist, _, _ in installed})
+        for name in given:
+            if name not in names:
+                hint = ("The core's own plugin cannot be disabled." if name == "core" else
+                         f"{name!r} is loaded with --plugin: leave that out instead."
+                         if name in modules else "")
+                raise UnknownNameError("plugin", name, known, hint, given_as="--disable-plugin")
+        for name in split_env(ENV_DISABLE):
+            if name not in names:
+                self.warnings.append(f"{ENV_DISABLE} names {name!r}, which is no installed "
+                                     "plugin's entry-point or distribution name; installed: "
+                                     f"{', '.join(known) or 'none'}")
 
     def _info(self, name: str, dist: str, version: str, module: str,
               status: str = "ok") -> PluginInfo:
@@ -226,7 +261,7 @@ class PluginHost:
         """Run the plugin's import under the guard and time it; (False, None) when it failed."""
         start = self._clock()
         try:
-            return True, self.guard.call(info.culprit, "import", load)
+            return True, self.guard.call(info.culprit, "import", load, user_input=False)
         except PluginError as exc:
             self._fail(info, f"import failed: {exc.problem}", _format_traceback(exc))
             return False, None
@@ -241,7 +276,8 @@ class PluginHost:
     def _register(self, info: PluginInfo, obj: Any) -> None:
         info.location = _module_location(info.module, obj)
         try:
-            self.guard.call(info.culprit, "registration", self.pm.register, obj, name=info.name)
+            self.guard.call(info.culprit, "registration", self.pm.register, obj, name=info.name,
+                            user_input=False)
         except PluginError as exc:
             self._fail(info, f"registration failed: {exc.problem}", _format_traceback(exc))
             return
@@ -256,6 +292,11 @@ class PluginHost:
             self._fail(info, "implements unknown hook " + ", ".join(hints))
             return
         info.hooks = sorted(c.name for c in (self.pm.get_hookcallers(obj) or []))
+        if not info.hooks:  # `--plugin os`: loads, and would silently add nothing
+            self._unregister(info)
+            self._fail(info, "implements no pipeline-core hook (no function named "
+                             "pipeline_core_* marked @pipeline_core.hookimpl), so it adds "
+                             "nothing: check the module name")
 
     def _unregister(self, info: PluginInfo) -> None:
         self.pm.unregister(name=info.name)
@@ -266,7 +307,8 @@ class PluginHost:
         """Call one plugin's implementation through pluggy (so ``--trace`` monitoring sees it).
 
         A plugin's call runs under the guard and its answer is checked against
-        ``HOOK_RESULTS``; the core's own implementations are called as they are.
+        ``HOOK_RESULTS``; the core's own implementations are called as they are.  The
+        registration hooks see no user input, so any error they raise is the plugin's.
         """
         others = [p for p in self.pm.get_plugins() if p is not impl.plugin]
         caller = self.pm.subset_hook_caller(hook_name, remove_plugins=others)
@@ -279,7 +321,8 @@ class PluginHost:
             return call()
         info = self._registered[impl.plugin_name]
         return self.guard.call(info.culprit, f"hook {hook_name}", call,
-                               check=HOOK_RESULTS.get(hook_name))
+                               check=HOOK_RESULTS.get(hook_name),
+                               user_input=hook_name not in REGISTRATION_HOOKS)
 
     # --- registries -----------------------------------------------------------
     def _impls(self, hook_name: str) -> list[pluggy.HookImpl]:
@@ -289,12 +332,8 @@ class PluginHost:
         return sorted(impls, key=lambda i: (i.plugin_name != "core", i.plugin_name))
 
     def _collect(self) -> None:
-        kinds = (("pipeline_core_register_targets", TargetRecord, self.targets, "targets", "target"),
-                 ("pipeline_core_register_schedules", ScheduleRecord, self.schedules, "schedules", "schedule"),
-                 ("pipeline_core_register_strategies", StrategyRecord, self.strategies, "strategies", "strategy"),
-                 ("pipeline_core_register_commands", CommandRecord, self.commands, "commands", "command"),
-                 ("pipeline_core_register_emitters", EmitterRecord, self.emitters, "emitters", "emitter"))
-        for hook, record_type, table, attr, label in kinds:
+        for hook, record_type, attr, label in REGISTRIES:
+            table = getattr(self, attr)
             for impl in self._impls(hook):
                 info = self._registered[impl.plugin_name]
                 try:
@@ -346,7 +385,8 @@ class PluginHost:
                 culprit, f"emitter {record.name!r}", record.emit, check=instance_of(str)))
         if isinstance(record, CommandRecord):
             return attrs.evolve(record, add_arguments=guard.wrap(
-                culprit, f"add_arguments of command {record.name!r}", record.add_arguments),
+                culprit, f"add_arguments of command {record.name!r}", record.add_arguments,
+                user_input=False),
                 run=_guarded_run(guard, culprit, record))
         return attrs.evolve(record, function=guard.wrap(
             culprit, f"strategy {record.name!r}", record.function, check=order))

@@ -13,6 +13,10 @@ import re
 import sys
 from pathlib import Path
 from string import Template
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline_core.plugins import PluginHost
 
 EXIT_OK, EXIT_INPUT = 0, 2
 _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
@@ -211,11 +215,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder in which the project folder NAME is created (default: .)")
 
 
+def _values(name: str) -> dict[str, str]:
+    """The template's placeholders: every name the generated project registers or installs."""
+    package = "pipeline_core_" + name.replace("-", "_")
+    return {"name": name, "package": package, "dist": f"pipeline-core-{name.replace('_', '-')}",
+            "entry": name.replace("-", "_"), "target": f"{name}-gpu", "core": CORE_REQUIREMENT}
+
+
+def _normalized(distribution: str) -> str:
+    """A distribution name as installers compare it (PEP 503: case and ``-_.`` runs ignored)."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def taken_names(name: str, host: PluginHost) -> list[str]:
+    """The names the project for ``name`` would share with installed plugins, one phrase each.
+
+    Installed next to them, such a project would conflict (a schedule or target two plugins
+    provide is refused, a second entry point of one name is not loaded): `new-plugin
+    pingpong` must not write a plugin that breaks `compile pingpong`.
+    """
+    import importlib.util
+
+    values = _values(name)
+    taken = []
+    for kind, table in (("schedule", host.schedules), ("target", host.targets)):
+        key = values["name" if kind == "schedule" else "target"]
+        if key in table or f"{kind}:{key}" in host.conflicts:
+            provider = table[key].provider if key in table else "more than one plugin"
+            taken.append(f"{kind} {key!r} ({provider})")
+    for p in host.plugins:
+        if p.name == values["entry"]:
+            taken.append(f"plugin name {p.name!r} ({p.distribution})")
+        if _normalized(p.distribution) == values["dist"]:
+            taken.append(f"distribution {p.distribution!r}")
+    try:
+        installed = importlib.util.find_spec(values["package"]) is not None
+    except (ImportError, ValueError):
+        installed = False
+    if installed and not any(t.startswith("distribution") for t in taken):
+        taken.append(f"package {values['package']!r} (importable here)")
+    return taken
+
+
 def files_for(name: str) -> dict[str, str]:
     """Relative path -> content of the project for plugin ``name``."""
-    package = "pipeline_core_" + name.replace("-", "_")
-    values = {"name": name, "package": package, "dist": f"pipeline-core-{name.replace('_', '-')}",
-              "entry": name.replace("-", "_"), "target": f"{name}-gpu", "core": CORE_REQUIREMENT}
+    values = _values(name)
+    package = values["package"]
     return {
         "pyproject.toml": PYPROJECT.substitute(values),
         "README.md": README.substitute(values),
@@ -226,8 +271,9 @@ def files_for(name: str) -> dict[str, str]:
     }
 
 
-def run(args: argparse.Namespace) -> int:
-    """Write the project to DIR/NAME; refuses a bad name or an existing, non-empty folder."""
+def run(args: argparse.Namespace, host: PluginHost) -> int:
+    """Write the project to DIR/NAME; refuses a bad name, a name an installed plugin already
+    uses (``host``'s), or an existing, non-empty folder."""
     from pipeline_core.output import reporting_path
 
     name = args.name
@@ -238,6 +284,15 @@ def run(args: argparse.Namespace) -> int:
     root = Path(args.dir) / name
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         print(f"error: {root} already exists and is not empty: choose another NAME or --dir",
+              file=sys.stderr)
+        return EXIT_INPUT
+    taken = taken_names(name, host)
+    if taken:
+        other = f"my-{name}"
+        fix = ("choose another NAME" if taken_names(other, host)
+               else f"choose another NAME, e.g. pipeline-core new-plugin {other}")
+        print(f"error: new-plugin {name!r}: installed plugins already use the project's "
+              f"{', '.join(taken)}, so it would conflict with them once installed: {fix}",
               file=sys.stderr)
         return EXIT_INPUT
     for relative, text in files_for(name).items():

@@ -184,6 +184,82 @@ CASES: tuple[Case, ...] = (
         def pipeline_core_register_schedules():
             return 5
         """), argv=LIST, stage="load", needles=("pipeline_core_register_schedules", "returned int")),
+    # records with invalid names (issue 23): the plugin is named, not a user's input error
+    Case(id="target-bad-name", source=d("""
+        @hookimpl
+        def pipeline_core_register_targets():
+            return [TargetRecord("Bad Name", "an invalid name", double_target)]
+        """), argv=LIST, stage="load",
+         needles=("pipeline_core_register_targets failed",
+                  "TargetRecord.name = 'Bad Name' is invalid")),
+    Case(id="schedule-bad-name", source=d("""
+        @hookimpl
+        def pipeline_core_register_schedules():
+            return [ScheduleRecord("Bad/Name", "an invalid name", lambda ctx: None)]
+        """), argv=LIST, stage="load",
+         needles=("pipeline_core_register_schedules failed",
+                  "ScheduleRecord.name = 'Bad/Name' is invalid")),
+    Case(id="strategy-blank-name", source=d("""
+        @hookimpl
+        def pipeline_core_register_strategies():
+            return [StrategyRecord("  ", "a blank name", lambda request: [])]
+        """), argv=LIST, stage="load",
+         needles=("pipeline_core_register_strategies failed",
+                  "StrategyRecord.name = '  ' is invalid")),
+    Case(id="emitter-empty-name", source=d("""
+        from pipeline_core.emitters import EmitterRecord
+
+        @hookimpl
+        def pipeline_core_register_emitters():
+            return [EmitterRecord("", "an empty name", (), lambda compiled: "")]
+        """), argv=LIST, stage="load",
+         needles=("pipeline_core_register_emitters failed", "EmitterRecord.name = '' is invalid")),
+    Case(id="command-bad-name", source=d("""
+        from pipeline_core.commands import CommandRecord
+
+        @hookimpl
+        def pipeline_core_register_commands():
+            return [CommandRecord(name="Do It", help="an invalid name",
+                                  add_arguments=lambda parser: None, run=lambda args, host: 0)]
+        """), argv=LIST, stage="load",
+         needles=("pipeline_core_register_commands failed",
+                  "CommandRecord.name = 'Do It' is invalid")),
+    Case(id="add-arguments-config-error", source=d("""
+        from pipeline_core.commands import CommandRecord
+        from pipeline_core.errors import ConfigError
+
+        def add_arguments(parser):  # sees no user input: its error is the plugin's
+            raise ConfigError("MyCommand", "level", 9, "0..3")
+
+        @hookimpl
+        def pipeline_core_register_commands():
+            return [CommandRecord(name="NAME", help="a command", add_arguments=add_arguments,
+                                  run=lambda args, host: 0)]
+        """), argv=LIST, stage="load",
+         needles=("add_arguments of command 'NAME'", "MyCommand.level = 9 is invalid")),
+    Case(id="record-validators-off", source=d("""
+        import attrs
+
+        @hookimpl
+        def pipeline_core_register_targets():
+            with attrs.validators.disabled():  # the record is built unchecked
+                return [TargetRecord("Bad Name", "an invalid name", double_target)]
+        """), argv=LIST, stage="load",
+         needles=("pipeline_core_register_targets failed",
+                  "TargetRecord.name = 'Bad Name' is invalid")),
+    Case(id="bad-name-at-import", source='BAD = TargetRecord("Bad Name", "x", double_target)\n',
+         argv=LIST, stage="load", needles=("import failed", "TargetRecord.name = 'Bad Name'")),
+    # KeyboardInterrupt raised by the plugin itself, no Ctrl-C pressed (issue 23)
+    Case(id="interrupt-at-import", source="raise KeyboardInterrupt\n", argv=LIST, stage="load",
+         needles=("import failed", "it raised KeyboardInterrupt, but no Ctrl-C was pressed")),
+    Case(id="interrupt-in-register-hook", source=d("""
+        @hookimpl
+        def pipeline_core_register_schedules():
+            raise KeyboardInterrupt("stop")
+        """), argv=LIST, stage="load",
+         needles=("pipeline_core_register_schedules failed", "raised KeyboardInterrupt")),
+    Case(id="no-hooks", source="VALUE = 1  # a module, but no plugin\n", argv=LIST, stage="load",
+         needles=("implements no pipeline-core hook", "check the module name")),
     Case(id="slow-import", source=standard(), argv=COMPILE, stage="load",
          env=(("PIPELINE_CORE_SLOW_IMPORT_S", "0"),), needles=("to import", "threshold 0 s")),
     Case(id="print-at-import", source="print('hello from a chatty plugin')\n" + standard(),
@@ -224,6 +300,18 @@ CASES: tuple[Case, ...] = (
         def pipeline_core_derive_edges(schedule, body, config):
             sys.exit(1)
         """), argv=COMPILE, stage="run", needles=("hook pipeline_core_derive_edges", "sys.exit(1)")),
+    Case(id="interrupt-in-hook", source=standard() + d("""
+        @hookimpl
+        def pipeline_core_derive_edges(schedule, body, config):
+            raise KeyboardInterrupt
+        """), argv=COMPILE, stage="run",
+         needles=("hook pipeline_core_derive_edges", "raised KeyboardInterrupt, but no Ctrl-C")),
+    Case(id="interrupt-in-build-body", source=d("""
+        class Bad(Double):
+            def build_body(self):
+                raise KeyboardInterrupt
+        """) + standard(", Bad"), argv=COMPILE, stage="run",
+         needles=("build_body() of schedule 'NAME'", "raised KeyboardInterrupt")),
     Case(id="derive-edges-int", source=standard() + d("""
         @hookimpl
         def pipeline_core_derive_edges(schedule, body, config):

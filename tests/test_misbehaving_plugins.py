@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 import misbehaving_plugins as mp
 from pipeline_core.errors import PluginError
-from pipeline_core.plugin_guard import Culprit, PluginGuard
+from pipeline_core.interrupts import counting_sigints
+from pipeline_core.plugin_guard import Culprit, InterruptedInPlugin, PluginGuard
 from pipeline_core.plugins import PluginHost
 from pipeline_core.testing import run_cli
 
@@ -111,7 +114,7 @@ def attrs_evolve(case: mp.Case, **changes) -> mp.Case:
 # --- as real distributions (entry points from a .dist-info) ----------------------------
 
 DIST_CASES = ("exit-at-import", "print-at-import", "build-body-raises", "strategy-raises",
-              "duplicate-target")
+              "duplicate-target", "target-bad-name", "interrupt-in-hook")
 
 
 def write_distribution(folder: Path, case: mp.Case) -> str:
@@ -147,7 +150,8 @@ def test_installed_distribution_is_named_by_its_distribution(case_id, plugin_dir
 # --- the console script, as users run it ----------------------------------------------------
 
 SUBPROCESS_CASES = ("exit-at-import", "argparse-at-import", "print-at-import", "print-in-hook",
-                    "build-body-recursion", "exit-in-hook")
+                    "build-body-recursion", "exit-in-hook", "interrupt-at-import",
+                    "interrupt-in-hook", "schedule-bad-name")
 
 
 @pytest.mark.skipif(not EXE.exists(), reason="console script not installed in this environment")
@@ -164,6 +168,54 @@ def test_console_script_survives_and_keeps_stdout_clean(case_id, tmp_path):
         result = type("R", (), {"exit_code": run.returncode, "stdout": run.stdout,
                                 "stderr": run.stderr})()
         assert_reported(case, result, culprit=case.module)
+
+
+# --- the user's Ctrl-C while a plugin runs still stops the tool ------------------------------
+
+#: A hook during which the user presses Ctrl-C (the process receives a real SIGINT).
+CTRL_C = mp.Case(id="ctrl-c-in-hook", source=mp.standard() + mp.d("""
+    import signal
+
+    @hookimpl
+    def pipeline_core_derive_edges(schedule, body, config):
+        signal.raise_signal(signal.SIGINT)
+        return None  # never reached: Python's handler raises KeyboardInterrupt first
+    """), argv=mp.COMPILE, stage="run", needles=(), exit_code=130)
+#: a hung plugin is found this way: the line names the code the user's Ctrl-C stopped
+CTRL_C_LINE = (f"interrupted while plugin {CTRL_C.module!r} (module {CTRL_C.module}, loaded with "
+               "--plugin) was running hook pipeline_core_derive_edges\n")
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT handled by Python, as in a terminal (a background job of a script ignores it)."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("only the main thread can set a signal handler")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def _sigint_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the child's Python installs its handler
+
+
+@pytest.mark.parametrize("strict", (False, True))
+def test_ctrl_c_during_a_hook_stops_the_tool_naming_the_code_it_stopped(strict, plugin_dir,
+                                                                       ctrl_c_raises):
+    result = run_case(CTRL_C, plugin_dir, strict=strict)
+    assert (result.exit_code, result.stderr) == (130, CTRL_C_LINE)
+
+
+@pytest.mark.skipif(not EXE.exists(), reason="console script not installed in this environment")
+def test_console_script_stops_on_ctrl_c_during_a_hook(tmp_path):
+    write_plugin(tmp_path, CTRL_C)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    argv = [str(EXE), *CTRL_C.command(), "--plugin", CTRL_C.module, "--no-autoload"]
+    run = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120,
+                         preexec_fn=_sigint_as_in_a_terminal)
+    assert (run.returncode, run.stderr) == (130, CTRL_C_LINE)
+    assert run.stdout == ""
 
 
 # --- the host and the guard directly ------------------------------------------------------
@@ -201,11 +253,67 @@ def test_keyboard_interrupt_still_stops_the_tool():
     def interrupted():
         raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(InterruptedInPlugin, match="plugin 'p' from distribution d was running "
+                                                  "hook x"):  # cannot tell: stop, naming it
         guard.call(culprit, "hook x", interrupted)
     with pytest.raises(PluginError, match=r"plugin 'p' from distribution d failed in hook x: "
                                           r"it called sys.exit\(2\)"):
         guard.call(culprit, "hook x", sys.exit, 2)
+
+
+def test_the_guard_tells_a_raised_interrupt_from_the_users_ctrl_c(ctrl_c_raises):
+    guard_lines: list[str] = []
+    culprit = Culprit(plugin="p", distribution="d")
+
+    def raised():
+        raise KeyboardInterrupt
+
+    def pressed():
+        signal.raise_signal(signal.SIGINT)
+
+    with counting_sigints() as sigints:
+        assert sigints is not None and sigints() == 0
+        guard = PluginGuard(guard_lines.append, sigints)
+        with pytest.raises(PluginError, match=r"plugin 'p' from distribution d failed in hook x: it "
+                                              r"raised KeyboardInterrupt, but no Ctrl-C was pressed"):
+            guard.call(culprit, "hook x", raised)
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            guard.call(culprit, "hook x", pressed)
+        assert isinstance(stopped.value, InterruptedInPlugin)
+        assert stopped.value.where == "plugin 'p' from distribution d was running hook x"
+        assert sigints() == 1
+        with pytest.raises(PluginError):  # an earlier Ctrl-C does not excuse a later raise
+            guard.call(culprit, "hook x", raised)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+
+
+def test_where_no_ctrl_c_can_become_an_interrupt_every_interrupt_is_the_plugins(ctrl_c_raises):
+    culprit = Culprit(plugin="p", distribution="d")
+
+    def raised():
+        raise KeyboardInterrupt
+
+    def blamed() -> list:
+        with counting_sigints() as sigints:
+            assert sigints is not None and sigints() == 0
+            try:
+                PluginGuard(lambda line: None, sigints).call(culprit, "hook x", raised)
+            except PluginError as exc:
+                return [exc.hook]
+        return []
+
+    seen: list = []
+    worker = threading.Thread(target=lambda: seen.extend(blamed()))
+    worker.start()
+    worker.join()
+    assert seen == ["hook x"]  # Python raises KeyboardInterrupt for SIGINT in the main thread only
+    for disposition in (signal.SIG_IGN, signal.SIG_DFL):  # a background job; a killed process
+        previous = signal.signal(signal.SIGINT, disposition)
+        try:
+            assert blamed() == ["hook x"]
+            assert signal.getsignal(signal.SIGINT) is disposition  # left as it was
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
 
 def test_guarded_schedule_keeps_isinstance_for_plugin_hooks():

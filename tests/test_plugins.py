@@ -1,12 +1,16 @@
 """The plugin host: isolation of broken plugins, registries, override precedence, tracing."""
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
 
 import plugin_fixtures as fx
 from pipeline_core.api import compile_named
 from pipeline_core.errors import PluginError, UnknownNameError
 from pipeline_core.plugins import PluginHost
+from pipeline_core.scaffold import files_for
 from pipeline_core.testing import fresh_host
 
 
@@ -161,3 +165,90 @@ def test_plugin_api_is_complete_and_target_neutral():
     # the curated surface teaches no GPU family's vocabulary
     for word in ("vm", "lgkm", "mi355x", "kernelgeometry", "safe_max"):
         assert not [n for n in api.__all__ if word in n.lower()], word
+
+
+# --- names the user gives the host, and new-plugin's names (issue 23) -----------------------
+
+def test_disabling_a_plugin_that_is_not_installed_is_refused_naming_the_flag(cli):
+    typo = cli("--disable-plugin", "schedules-4wave", "compile", "4wave")
+    assert typo.exit_code == 2 and typo.stdout == ""
+    assert typo.stderr.count("\n") == 1, typo.stderr
+    assert typo.stderr.startswith("error: Unknown plugin 'schedules-4wave' (--disable-plugin). "
+                                  "Did you mean 'schedules_4wave'?")
+    assert "schedules_4wave (pipeline-core-schedules-4wave)" in typo.stderr  # what is installed
+    core = cli("--disable-plugin", "core", "plugins")
+    assert core.exit_code == 2 and "The core's own plugin cannot be disabled." in core.stderr
+    module = cli("--plugin", "hello_schedule.plugin", "--disable-plugin", "hello_schedule.plugin",
+                 "plugins")
+    assert module.exit_code == 2
+    assert "'hello_schedule.plugin' is loaded with --plugin: leave that out instead." in module.stderr
+    # with --no-autoload nothing is loaded, but the name is still checked
+    assert cli("--no-autoload", "--disable-plugin", "nope", "plugins").exit_code == 2
+    with pytest.raises(UnknownNameError, match=r"Unknown plugin 'nope' \(--disable-plugin\)"):
+        PluginHost(disabled=["nope"])
+
+
+def test_a_stale_name_in_the_disable_variable_is_reported(cli):
+    env = {"PIPELINE_CORE_DISABLE_PLUGINS": "nope, schedules_4wave"}
+    result = cli("schedules", env=env)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.startswith("warning: PIPELINE_CORE_DISABLE_PLUGINS names 'nope', which "
+                                    "is no installed plugin's entry-point or distribution name; "
+                                    "installed: amd_mi355x (pipeline-core-amd-mi355x), ")
+    assert "\n4wave: " not in result.stdout and "\npingpong: " in result.stdout  # the rest applies
+    assert cli("schedules", "--strict-plugins", env=env).exit_code == 3
+
+
+def test_a_module_without_hooks_is_reported_as_no_plugin(cli):
+    result = cli("--plugin", "os", "plugins", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ("warning: plugin 'os' (module os, loaded with --plugin): implements "
+                             "no pipeline-core hook (no function named pipeline_core_* marked "
+                             "@pipeline_core.hookimpl), so it adds nothing: check the module name\n")
+    row = next(p for p in json.loads(result.stdout)["plugins"] if p["name"] == "os")
+    assert row["status"].startswith("failed: implements no pipeline-core hook")
+    assert cli("--plugin", "os", "plugins", "--strict-plugins").exit_code == 3
+
+
+@pytest.mark.parametrize("name, taken", [
+    ("pingpong", "schedule 'pingpong' (pipeline-core-schedules-pingpong)"),
+    ("toy", "target 'toy-gpu' (pipeline-core-hello-schedule)"),
+    ("hello", "plugin name 'hello' (pipeline-core-hello-schedule)"),
+    ("amd-mi355x", "distribution 'pipeline-core-amd-mi355x'"),
+    ("lonely", "package 'pipeline_core_lonely'"),
+])
+def test_new_plugin_refuses_a_name_an_installed_plugin_uses(cli, tmp_path, monkeypatch, name, taken):
+    (tmp_path / "site" / "pipeline_core_lonely").mkdir(parents=True)  # a module, no plugin
+    (tmp_path / "site" / "pipeline_core_lonely" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    result = cli("new-plugin", name, "--dir", str(tmp_path))
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and taken in result.stderr, result.stderr
+    assert result.stderr.startswith(f"error: new-plugin {name!r}: installed plugins already use "
+                                     "the project's ")
+    assert result.stderr.endswith(f"choose another NAME, e.g. pipeline-core new-plugin my-{name}\n")
+    assert not (tmp_path / name).exists()
+
+
+def test_the_refused_name_would_break_its_namesake_and_the_suggested_one_does_not(
+        cli, tmp_path, monkeypatch):
+    """Why new-plugin refuses: installed, the project for `pingpong` makes `compile
+    pingpong` fail (two plugins provide the schedule); the suggested name coexists."""
+    assert cli("new-plugin", "my-pingpong", "--dir", str(tmp_path / "made")).exit_code == 0
+    loaded = []
+    try:
+        for name, status in (("pingpong", 3), ("my-pingpong", 0)):
+            root = tmp_path / "projects" / name
+            for relative, text in files_for(name).items():
+                (root / relative).parent.mkdir(parents=True, exist_ok=True)
+                (root / relative).write_text(text)
+            monkeypatch.syspath_prepend(str(root))
+            package = "pipeline_core_" + name.replace("-", "_")
+            loaded.append(package)
+            result = cli("--plugin", f"{package}.plugin", "compile", "pingpong", "--format", "json")
+            assert result.exit_code == status, result.stderr
+        assert "schedule 'pingpong' is provided by more than one plugin" in cli(
+            "--plugin", "pipeline_core_pingpong.plugin", "compile", "pingpong").stderr
+    finally:
+        for module in [m for m in sys.modules if m.split(".")[0] in loaded]:
+            del sys.modules[module]
