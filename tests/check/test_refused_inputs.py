@@ -25,8 +25,31 @@ def _set_wait(tag, value):
 
 CASES = [
     ("stagger-out-of-range", lambda d: d.__setitem__("warp_stagger_index", 99),
-     "warp_stagger_index: must be 0..11 (the prologue has 10 entries), got 99"),
+     "warp_stagger_index: must be 0..10 (the prologue has 10 entries) with "
+     "config.warp_stagger.enabled true, got 99"),
+    # issue 23: one past the prologue staggers nothing, so one warp group would be checked
+    # (a deleted barrier came out SAFE); the range the text gives is the one staggered
+    ("stagger-past-prologue", lambda d: d.__setitem__("warp_stagger_index", 11),
+     "must be 0..10 (the prologue has 10 entries) with config.warp_stagger.enabled true, got "
+     "11; set enabled to false for a schedule without a stagger"),
     ("stagger-negative", lambda d: d.__setitem__("warp_stagger_index", -1), "got -1"),
+    ("stagger-disabled-inside", lambda d: d["config"]["warp_stagger"].__setitem__("enabled", False),
+     "warp_stagger_index: must be 11 or more (past the prologue's 10 entries) with "
+     "config.warp_stagger.enabled false, got 4"),
+    ("groups-contradict-stagger", lambda d: d["execution"].__setitem__("groups", 1),
+     "execution.groups: must be 2: warp_stagger_index 4 staggers 2 warp groups"),
+    # issue 23: versions start at 1
+    ("format-version-0", lambda d: d.__setitem__("format_version", 0),
+     "format_version: {path} has format_version 0, but versions start at 1: write 1, or leave "
+     "the key out"),
+    ("format-version-negative", lambda d: d.__setitem__("format_version", -1),
+     "has format_version -1, but versions start at 1"),
+    # issue 23: a lowering the document's other keys contradict
+    ("lowering-unknown", lambda d: d.__setitem__("lowering", "blocks"),
+     'lowering: expected "generic" or "agents" (or no lowering key: the block program), got '
+     "'blocks'"),
+    ("lowering-generic-on-blocks", lambda d: d.__setitem__("lowering", "generic"),
+     'lowering: "generic" contradicts blocks, which only a block-program document has'),
     ("stagger-enabled-string", lambda d: d["config"]["warp_stagger"].__setitem__("enabled", "false"),
      "config.warp_stagger.enabled: expected true or false, got 'false'"),
     ("negative-wait", _set_wait(129, -1), "kernel[29].op.wait_value: a wait on vm takes 0..63"),
@@ -49,8 +72,8 @@ def test_a_bad_document_exits_2_naming_the_path(pingpong_doc, tmp_path, name, ch
     path.write_text(json.dumps(doc))
     result = run_cli(["check", "--input", str(path)])
     assert result.exit_code == 2, result.stdout + result.stderr
-    assert needle in result.stderr
-    assert "Traceback" not in result.stderr
+    assert needle.format(path=path) in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_deep_json_is_refused_before_parsing(tmp_path):
