@@ -125,3 +125,140 @@ def test_fix_suggestions_stay_within_the_encoding():
             fix = h["fix"]
             if fix and fix["value"] is not None:
                 assert 0 <= fix["value"] <= limits[fix["counter"]], fix
+
+
+# --- issue 23: documents that slipped past check --input ---------------------------------
+
+def _check(tmp_path, doc, *extra):
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(doc))
+    return run_cli(["check", "--input", str(path), *extra])
+
+
+@pytest.fixture(scope="module")
+def agents_doc():
+    run = run_cli(["compile", "warpspecialized-gemm", "--target", "h100", "--format", "json"])
+    assert run.exit_code == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def _without(key):
+    return lambda d: d.pop(key)
+
+
+AGENTS_CASES = [
+    # its phase lists are empty: read as a block program they were proven SAFE
+    ("lowering-removed", _without("lowering"),
+     "schedule document: agents: only an agents document has an agents section, but it has no "
+     "lowering key: an agents document is proven by compile, not re-checked from its JSON: run "
+     "`pipeline-core check warpspecialized-gemm` with the same --target, -p and -T"),
+    ("lowering-misspelt", lambda d: d.__setitem__("lowering", "Agents"),
+     'schedule document: lowering: expected "generic" or "agents" (or no lowering key: the block '
+     "program), got 'Agents'"),
+    ("lowering-generic", lambda d: d.__setitem__("lowering", "generic"),
+     "agents: only an agents document has an agents section, but its lowering is 'generic'"),
+    ("agents-section-removed", _without("agents"),
+     "lowering: an agents document is proven by compile, not re-checked from its JSON (and this "
+     "one lacks its agents section): run `pipeline-core check warpspecialized-gemm`"),
+]
+
+
+@pytest.mark.parametrize("name,change,needle", AGENTS_CASES, ids=[c[0] for c in AGENTS_CASES])
+def test_an_agents_document_with_a_contradicted_lowering_is_refused(agents_doc, tmp_path, name,
+                                                                    change, needle):
+    doc = json.loads(json.dumps(agents_doc))
+    assert doc["lowering"] == "agents" and doc["kernel"] == []  # what made the mutations SAFE
+    change(doc)
+    result = _check(tmp_path, doc)
+    assert result.exit_code == 2, result.stdout
+    assert needle in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_generic_document_without_its_lowering_names_the_key(tmp_path):
+    doc = json.loads(run_cli(["compile", "multistage-gemm", "--format", "json"]).stdout)
+    assert doc["lowering"] == "generic"
+    del doc["lowering"]
+    result = _check(tmp_path, doc)
+    assert result.exit_code == 2
+    assert ('prologue[0].op.k_offset: a double-buffer global load needs a K offset (a generic '
+            'lowering\'s document, whose loads have none, says "lowering": "generic")') in result.stderr
+
+
+def test_generic_lowering_on_a_single_buffer_document_is_refused(tmp_path):
+    doc = json.loads(run_cli(["compile", "default-matmul", "--format", "json"]).stdout)
+    doc["lowering"] = "generic"  # was SAFE, read with the generic lowering's tile counting
+    result = _check(tmp_path, doc)
+    assert result.exit_code == 2
+    assert '"generic" contradicts config.vm_per_load_a, which only a block-program' in result.stderr
+
+
+@pytest.mark.parametrize("schedule", ["default-matmul", "multistage-gemm", "hello"])
+def test_a_kernel_without_its_mmas_is_a_missing_product(tmp_path, schedule):
+    """An empty kernel loads nothing, so the loaded K tiles all met their MMAs: it was SAFE."""
+    doc = json.loads(run_cli(["compile", schedule, "--format", "json"]).stdout)
+    assert _check(tmp_path, doc).exit_code == 0
+    doc["kernel"] = []
+    result = _check(tmp_path, doc)
+    assert result.exit_code == 1, result.stdout + result.stderr
+    assert f"{schedule}: UNSAFE: MISSING_PRODUCT at kernel[0] iteration 0" in result.stdout
+    assert "no kernel MMA accumulates product (0, 0), so the loop never computes it" in result.stdout
+
+
+def test_a_kernel_missing_one_products_mmas_names_that_product():
+    from pipeline_core.check import HazardKind, check_document
+
+    from .helpers import load
+
+    doc = load("fourwave_fp8")
+    doc["kernel"] = [e for e in doc["kernel"]
+                     if not (e["op"]["role"] == 3 and (e["op"]["stage"], e["op"]["subtile"]) == (1, 0))]
+    found = [v for v in check_document(doc).violations
+             if v.kind is HazardKind.MISSING_PRODUCT and v.site.index == len(doc["kernel"])]
+    assert [v.message for v in found] == [
+        "no kernel MMA accumulates product (1, 0), so the loop never computes it"]
+    assert found[0].fix.action == "review" and found[0].fix.phase == "kernel"
+
+
+def test_compile_refuses_a_kernel_transform_that_drops_every_mma():
+    from pipeline_core import hookimpl
+    from pipeline_core.api import compile_named
+    from pipeline_core.plugins import PluginHost
+    from pipeline_core.proof import UnsafeScheduleError
+    from pipeline_core.schedule import KernelTransform
+
+    class DropsTheKernel:
+        @hookimpl
+        def pipeline_core_kernel_transforms(self, schedule, target, config):
+            return [KernelTransform("drop-all", lambda kernel, body, cfg: ())]
+
+    host = PluginHost(extra_plugins=[("drops_kernel", DropsTheKernel())])
+    with pytest.raises(UnsafeScheduleError) as exc:
+        compile_named("default-matmul", host=host)
+    assert "MISSING_PRODUCT at kernel[0]" in str(exc.value)
+    assert "no kernel MMA accumulates product (0, 0)" in str(exc.value)
+
+
+def test_an_oversized_prologue_is_refused_before_modelling(tmp_path):
+    """The budget counted kernel x iterations only: an 18,000-entry prologue ran for 22 s."""
+    doc = json.loads(run_cli(["compile", "multistage-gemm", "--format", "json"]).stdout)
+    doc["prologue"] = [dict(e, index=i) for i, e in enumerate((doc["prologue"] * 600)[:3200])]
+    doc["warp_stagger_index"] = len(doc["prologue"]) + 1
+    fits = _check(tmp_path, doc, "--warps-per-group", "15", "--iterations", "1")
+    assert fits.exit_code in (0, 1), fits.stderr  # 48,000 + 28 x 15 + 51 x 15 entries: fits
+    result = _check(tmp_path, doc, "--warps-per-group", "16")
+    assert result.exit_code == 2
+    assert ("the prologue and epilogue have 51,648 entries and the kernel 816, so even "
+            "--iterations 1 would model more than the 50,000 entries a run may model") in result.stderr
+
+
+def test_the_budget_counts_prologue_and_epilogue():
+    from pipeline_core import limits
+
+    bound = limits.CHECK_ITERATIONS
+    assert limits.default_iterations(1000, bound) == limits.DEFAULT_ITERATIONS
+    assert limits.default_iterations(1000, bound, fixed_entries=45_000) == 5
+    assert limits.iterations_over_budget(12, 1000, bound, fixed_entries=38_000) == ""
+    assert limits.iterations_over_budget(12, 1000, bound, fixed_entries=38_001) == (
+        "--iterations 12 would model 50,001 entries (1,000 per iteration and the prologue and "
+        "epilogue 38,001), more than the 50,000 entries a run may model: use --iterations 11 or "
+        "fewer")
