@@ -288,11 +288,11 @@ def _kernel_products(program: CheckProgram) -> list[Violation]:
     with ``"kernel": []``) loads and multiplies nothing per iteration, so the data-flow
     pass above, which expects only the K tiles that were loaded, would find the remaining
     prologue and epilogue self-consistent and call the schedule safe
-    (pipeline_core/check/README.md, "Data flow").
+    (pipeline_core/check/README.md, "Model").
     """
     in_kernel = {i.acc for i in program.kernel if i.kind is Kind.MMA}
     end = len(program.kernel)  # where the missing MMA belongs: the kernel's end
-    found = []
+    found: list[Violation] = []
     for acc in program.accumulators:
         if acc in in_kernel:
             continue

@@ -205,7 +205,7 @@ def check_shape(document: Any) -> tuple[dict[str, list], int, Mapping[str, Any],
 
 
 #: the ``lowering`` values a document may carry; absent means the block program
-#: (docs/document-format.md, "lowering, agents")
+#: (docs/document-format.md, "Keys")
 LOWERINGS = ("generic", "agents")
 #: keys only the block program writes (the generic lowering's documents have none of them)
 _BLOCK_PROGRAM_KEYS = ("blocks", "scheduler")
