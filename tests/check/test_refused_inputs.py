@@ -262,3 +262,29 @@ def test_the_budget_counts_prologue_and_epilogue():
         "--iterations 12 would model 50,001 entries (1,000 per iteration and the prologue and "
         "epilogue 38,001), more than the 50,000 entries a run may model: use --iterations 11 or "
         "fewer")
+
+
+def test_compile_refuses_an_enabled_stagger_past_the_prologue():
+    """What check --input refuses, compile must not emit: index 11 of a 10-entry prologue
+    staggers nothing, and compile's proof would have checked one warp group."""
+    from pipeline_core.api import build_named
+    from pipeline_core.compiler import compile_schedule
+    from pipeline_core.config import WarpStagger
+    from pipeline_core.errors import ConfigError
+
+    schedule, target, _ = build_named("pingpong")
+
+    class FixedStagger:
+        def __init__(self, amount):
+            self.amount = amount
+
+        def __getattr__(self, name):
+            return getattr(schedule, name)
+
+        def config(self):
+            return schedule.config().evolve(warp_stagger=WarpStagger.fixed(self.amount))
+
+    assert compile_schedule(FixedStagger(4), target_name=target).execution.groups == 2
+    with pytest.raises(ConfigError, match="warp_stagger.fixed_amount = 11 is invalid: a "
+                                          "warp-stagger index in 0..10 for a prologue of 10"):
+        compile_schedule(FixedStagger(11), target_name=target)
