@@ -288,3 +288,18 @@ def test_compile_refuses_an_enabled_stagger_past_the_prologue():
     with pytest.raises(ConfigError, match="warp_stagger.fixed_amount = 11 is invalid: a "
                                           "warp-stagger index in 0..10 for a prologue of 10"):
         compile_schedule(FixedStagger(11), target_name=target)
+
+
+def test_an_agents_document_stripped_of_both_keys_is_never_safe(agents_doc, tmp_path):
+    """Without lowering and agents, what is left is a block document with empty phases:
+    its stagger index (0, the agents lowering's) contradicts its disabled stagger, and with
+    that repaired its empty kernel computes nothing."""
+    doc = json.loads(json.dumps(agents_doc))
+    del doc["lowering"], doc["agents"]
+    refused = _check(tmp_path, doc)
+    assert refused.exit_code == 2
+    assert "warp_stagger_index: must be 1 or more (past the prologue's 0 entries)" in refused.stderr
+    doc["warp_stagger_index"] = 1
+    unsafe = _check(tmp_path, doc)
+    assert unsafe.exit_code == 1
+    assert "warpspecialized-gemm: UNSAFE: MISSING_PRODUCT at kernel[0]" in unsafe.stdout
