@@ -106,11 +106,11 @@ SEARCH_NODES = Bound(low=0, high=1_000_000_000)
 JSON_DEPTH = Bound(low=1, high=64)
 
 # --- modelled work ------------------------------------------------------------------
-#: Entries one modelled run may execute (prologue + kernel entries x --iterations +
-#: epilogue, per warp where warps are modelled) in ``check``, ``export`` and ``analyze``:
-#: about a second of modelling.  Large kernels get fewer iterations; the message says how
-#: many fit.  The prologue and epilogue count too: a document whose prologue alone is huge
-#: is refused before any modelling.
+#: Entries one modelled run may execute (kernel entries x --iterations) in ``check``,
+#: ``export`` and ``analyze``: about a second of modelling.  Large kernels get fewer
+#: iterations; the message says how many fit.  ``check`` adds the prologue and epilogue
+#: and counts every modelled warp (``fixed_entries``): a document it reads may carry a
+#: prologue of any length, which is refused before any modelling.
 MODELLED_ENTRIES = 50_000
 
 

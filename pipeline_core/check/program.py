@@ -268,11 +268,12 @@ def _check_stagger(document: Mapping[str, Any], config: Mapping[str, Any], stagg
                                                   "set enabled to true to stagger the warp groups")
     execution = document.get("execution")
     groups = execution.get("groups") if isinstance(execution, Mapping) else None
-    if groups is not None and groups != (2 if staggered else 1):
-        raise DocumentError("execution.groups", f"must be {2 if staggered else 1}: "
-                                                f"warp_stagger_index {stagger} "
-                                                f"{'staggers 2 warp groups' if staggered else 'staggers nothing'}"
-                                                f" (the prologue has {prologue} entries), got {groups}")
+    want = 2 if staggered else 1
+    if groups is not None and groups != want:
+        runs = "staggers 2 warp groups" if staggered else "staggers nothing"
+        raise DocumentError("execution.groups", f"must be {want}: warp_stagger_index {stagger} "
+                                                f"{runs} (the prologue has {prologue} entries), "
+                                                f"got {groups}")
 
 
 #: config fields the checker reads, with what each must be (docs/document-format.md)
