@@ -202,9 +202,11 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         ops = [e.op for e in epilogue]
         epilogue = entries(list(prefix()) + ops, Phase.EPILOGUE)
     stagger = phases.warp_stagger_index(config, body, len(prologue))
-    if not 0 <= stagger <= len(prologue) + 1:  # the document format's range (check refuses others)
+    if config.warp_stagger.enabled and not ExecutionModel.is_staggered(stagger, len(prologue)):
+        # an enabled stagger must split the prologue: past it, one warp group would be proven
+        # (check --input refuses such a document too, pipeline_core/check/program.py)
         raise ConfigError(f"schedule {schedule.name}", "warp_stagger.fixed_amount", stagger,
-                          f"a warp-stagger index in 0..{len(prologue) + 1} for a prologue of "
+                          f"a warp-stagger index in 0..{len(prologue)} for a prologue of "
                           f"{len(prologue)} entries")
     execution = ExecutionModel.of(stagger, len(prologue),
                                   warps_per_group=declared_warps_per_group(schedule, target))

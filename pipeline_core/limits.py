@@ -106,9 +106,11 @@ SEARCH_NODES = Bound(low=0, high=1_000_000_000)
 JSON_DEPTH = Bound(low=1, high=64)
 
 # --- modelled work ------------------------------------------------------------------
-#: Kernel entries one modelled run may execute (kernel entries x --iterations) in
-#: ``check``, ``export`` and ``analyze``: about a second of modelling.  Large kernels
-#: get fewer iterations; the message says how many fit.
+#: Entries one modelled run may execute (kernel entries x --iterations) in ``check``,
+#: ``export`` and ``analyze``: about a second of modelling.  Large kernels get fewer
+#: iterations; the message says how many fit.  ``check`` adds the prologue and epilogue
+#: and counts every modelled warp (``fixed_entries``): a document it reads may carry a
+#: prologue of any length, which is refused before any modelling.
 MODELLED_ENTRIES = 50_000
 
 
@@ -118,31 +120,36 @@ def iterations_help(bound: Bound, what: str = "kernel iterations to run between 
             f"{bound.allowed()})")
 
 
-def default_iterations(kernel_entries: int, bound: Bound) -> int:
+def default_iterations(kernel_entries: int, bound: Bound, fixed_entries: int = 0) -> int:
     """:data:`DEFAULT_ITERATIONS`, or fewer when a ``kernel_entries``-entry kernel needs it.
 
-    Never below the flag's lower bound (:func:`iterations_over_budget` then says why even
-    that is too many).
+    ``fixed_entries`` (prologue and epilogue) are modelled once and leave that much less
+    of the budget to the kernel.  Never below the flag's lower bound
+    (:func:`iterations_over_budget` then says why even that is too many).
     """
-    fit = MODELLED_ENTRIES // max(kernel_entries, 1)
+    fit = max(MODELLED_ENTRIES - fixed_entries, 0) // max(kernel_entries, 1)
     return int(max(bound.low, min(DEFAULT_ITERATIONS, fit, bound.high)))
 
 
 def iterations_over_budget(iterations: int, kernel_entries: int, bound: Bound,
-                           flag: str = "--iterations") -> str:
+                           flag: str = "--iterations", fixed_entries: int = 0) -> str:
     """Why ``iterations`` of a ``kernel_entries``-entry kernel are too many ('' when they fit).
 
     ``bound`` is the flag's own range (its lower end is the fewest iterations the
-    command can work with).
+    command can work with); ``fixed_entries`` (prologue and epilogue) are modelled once.
     """
     per = max(kernel_entries, 1)
-    total = iterations * per
+    total = iterations * per + fixed_entries
     if total <= MODELLED_ENTRIES:
         return ""
-    fit = MODELLED_ENTRIES // per
-    budget = f"more than the {MODELLED_ENTRIES:,} kernel entries a run may model"
+    fit = max(MODELLED_ENTRIES - fixed_entries, 0) // per
+    budget = f"more than the {MODELLED_ENTRIES:,} entries a run may model"
+    fixed = f" and the prologue and epilogue {fixed_entries:,}" if fixed_entries else ""
+    if fit < bound.low and fixed_entries:  # no --iterations helps: the document is too large
+        return (f"the prologue and epilogue have {fixed_entries:,} entries and the kernel "
+                f"{kernel_entries:,}, so even {flag} {int(bound.low)} would model {budget}")
     if fit < bound.low:
         return (f"{flag} {iterations}: the kernel has {kernel_entries:,} entries, so even "
                 f"{int(bound.low)} iterations would model {budget}")
-    return (f"{flag} {iterations} would model {total:,} kernel entries ({kernel_entries:,} per "
-            f"iteration), {budget}: use {flag} {fit} or fewer")
+    return (f"{flag} {iterations} would model {total:,} entries ({kernel_entries:,} per "
+            f"iteration{fixed}), {budget}: use {flag} {fit} or fewer")

@@ -93,6 +93,9 @@ def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
     if isinstance(version, bool) or not isinstance(version, int) or version > FORMAT_VERSION:
         raise DocumentError("format_version", f"{where} has format_version {version!r}; this "
                             f"pipeline-core reads {FORMAT_VERSION} (upgrade pipeline-core)")
+    if version < 1:  # versions start at 1 (docs/document-format.md)
+        raise DocumentError("format_version", f"{where} has format_version {version}, but versions "
+                            f"start at 1: write {FORMAT_VERSION}, or leave the key out")
     return doc
 
 
@@ -146,13 +149,8 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
             if not getattr(args, "input", None):
                 raise DocumentError("", "no schedule given (pass a document or --input FILE)")
             document = load_input(args.input)
-        if isinstance(document, Mapping) and document.get("lowering") == "agents":
-            raise DocumentError("lowering", "an agents document is proven by compile, not "
-                                            "re-checked from its JSON: run `pipeline-core check "
-                                            f"{document.get('schedule', 'SCHEDULE')}` with the "
-                                            "same --target, -p and -T (docs/guide/agents.md)")
+        check_shape(document)  # the lowering, stagger and phases, before any model is built
         if model is None:
-            check_shape(document)
             model = model_for_document(document, host, getattr(args, "target", None))
         warps_per_group = document_warps(document) or warps_per_group
         if getattr(args, "explicit_register_waits", False):
@@ -160,16 +158,20 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
         if getattr(args, "no_lds_order", False):
             model = attrs.evolve(model, lds_in_order=False)
         warps = getattr(args, "warps_per_group", None) or warps_per_group
-        kernel = document.get("kernel")
-        entries = (len(kernel) if isinstance(kernel, list) else 0) * warps  # each warp runs them
+        def length(phase: str) -> int:
+            items = document.get(phase)
+            return (len(items) if isinstance(items, list) else 0) * warps  # each warp runs them
+
+        entries, fixed = length("kernel"), length("prologue") + length("epilogue")
         iterations = getattr(args, "iterations", None)
         if iterations is None:
-            iterations = default_iterations(entries, CHECK_ITERATIONS)
+            iterations = default_iterations(entries, CHECK_ITERATIONS, fixed)
         for flag, value, bound in (("--iterations", iterations, CHECK_ITERATIONS),
                                    ("--warps-per-group", warps, WARPS_PER_GROUP)):
             if not bound.contains(value):
                 raise ValueError(f"{flag} {value}: expected {bound.allowed()}")
-        too_many = iterations_over_budget(iterations, entries, CHECK_ITERATIONS)
+        too_many = iterations_over_budget(iterations, entries, CHECK_ITERATIONS,
+                                          fixed_entries=fixed)
         if too_many:
             raise ValueError(too_many + (f" (--warps-per-group {warps}: every warp runs the "
                                          "kernel)" if warps > 1 else ""))

@@ -20,7 +20,7 @@ import attrs
 from pipeline_core.check.fixes import completion_fix, move_fix, review_fix
 from pipeline_core.check.program import CheckProgram, Kind
 from pipeline_core.check.trace import WarpTrace
-from pipeline_core.check.verdict import HazardKind, Site, Violation
+from pipeline_core.check.verdict import Fix, HazardKind, Site, Violation
 
 LdsKey = tuple[int, int, int]
 KStep = tuple[int, int]  #: (tile, slice)
@@ -78,9 +78,11 @@ def _lds_writes(program: CheckProgram, trace: WarpTrace):
 def _expected(program: CheckProgram, traces: tuple[WarpTrace, ...]) -> list[KStep]:
     if program.single_buffer or program.ordinal_tiles:
         first = traces[0]
+        # the lowest channel's loads count the tiles (found once: per load it was quadratic)
+        channel = min((x.instr.channel for x in first.events if x.instr.kind is Kind.LOAD),
+                      default=0)
         tiles = sum(1 for e in first.events if e.instr.kind is Kind.LOAD
-                    and e.instr.channel == min((x.instr.channel for x in first.events
-                                                if x.instr.kind is Kind.LOAD), default=0))
+                    and e.instr.channel == channel)
         return [(t, s) for t in range(tiles) for s in program.slices]
     k_end = max((e.k_base for e in traces[0].events), default=0)
     return [(t, 0) for t in range(k_end)]
@@ -278,6 +280,31 @@ def _accumulate(X: WarpTrace, p: int, ins, vals, expected, rank, progress, done,
                        fix=review_fix(X, p, "the operands hold a K step outside the loop"))]
 
 
+def _kernel_products(program: CheckProgram) -> list[Violation]:
+    """MISSING_PRODUCT for each accumulator no kernel MMA accumulates.
+
+    The kernel is the loop: each iteration must accumulate every product the body
+    declares.  A kernel without its MMAs (a kernel transform returning ``()``, a document
+    with ``"kernel": []``) loads and multiplies nothing per iteration, so the data-flow
+    pass above, which expects only the K tiles that were loaded, would find the remaining
+    prologue and epilogue self-consistent and call the schedule safe
+    (pipeline_core/check/README.md, "Model").
+    """
+    in_kernel = {i.acc for i in program.kernel if i.kind is Kind.MMA}
+    end = len(program.kernel)  # where the missing MMA belongs: the kernel's end
+    found: list[Violation] = []
+    for acc in program.accumulators:
+        if acc in in_kernel:
+            continue
+        found.append(Violation(
+            HazardKind.MISSING_PRODUCT, Site("kernel", end, 0, 0, 0, "end of the kernel"),
+            f"no kernel MMA accumulates product {acc}, so the loop never computes it",
+            fix=Fix("review", "kernel", end, f"put the body's MMA for product {acc} back into "
+                                             "the kernel (a kernel transform must keep every MMA)"),
+            order=(float("inf"), -1, -1, len(found))))
+    return found
+
+
 def analyse(program: CheckProgram, traces: tuple[WarpTrace, ...]) -> Analysis:
     """All violations of ``traces`` (sorted in a canonical execution order)."""
     writes = [_lds_writes(program, t) for t in traces]
@@ -285,5 +312,6 @@ def analyse(program: CheckProgram, traces: tuple[WarpTrace, ...]) -> Analysis:
                    tuple(w for w, _ in writes), tuple(s for _, s in writes))
     found, reads = _read_hazards(ctx)
     found.extend(_mma_hazards(ctx, reads))
+    found.extend(_kernel_products(program))
     found.sort(key=lambda v: v.order)
     return Analysis(tuple(found), reads)

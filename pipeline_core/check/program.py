@@ -191,6 +191,7 @@ def check_shape(document: Any) -> tuple[dict[str, list], int, Mapping[str, Any],
     """
     if not isinstance(document, Mapping):
         raise DocumentError("", f"expected a JSON object, got {type(document).__name__}")
+    _check_lowering(document)
     phases = {name: _entries(document, name) for name in PHASES}
     stagger = _need_int(document, "warp_stagger_index", "")
     config = _need(document, "config", "")
@@ -198,18 +199,81 @@ def check_shape(document: Any) -> tuple[dict[str, list], int, Mapping[str, Any],
     if depth < 1:
         raise DocumentError("config.depth", f"must be >= 1, got {depth}")
     _check_config_types(config, document.get("schedule_config"))
-    # with the stagger enabled, 0..len(prologue) splits the prologue and len(prologue) + 1 is
-    # the reference's "no split"; anything else is no index the compiler emits.  Disabled, the
-    # index is only "past the end" (the groups run back to back) and must not be negative.
-    ws = config.get("warp_stagger") if isinstance(config, Mapping) else None
-    enabled = isinstance(ws, Mapping) and ws.get("enabled") is True
-    past_end = len(phases["prologue"]) + 1
-    if stagger < 0 or (enabled and stagger > past_end):
-        allowed = f"0..{past_end}" if enabled else ">= 0"
-        raise DocumentError("warp_stagger_index", f"must be {allowed} (the prologue has "
-                                                  f"{past_end - 1} entries), got {stagger}")
     _check_execution(document.get("execution"))
+    _check_stagger(document, config, stagger, len(phases["prologue"]))
     return phases, stagger, config, depth
+
+
+#: the ``lowering`` values a document may carry; absent means the block program
+#: (docs/document-format.md, "Keys")
+LOWERINGS = ("generic", "agents")
+#: keys only the block program writes (the generic lowering's documents have none of them)
+_BLOCK_PROGRAM_KEYS = ("blocks", "scheduler")
+
+
+def _check_lowering(document: Mapping[str, Any]) -> None:
+    """The ``lowering`` key says how to read the phases; refuse one that is unknown or that
+    the document's other keys contradict, rather than prove the phases under the wrong
+    reading (an agents document's empty phases are trivially SAFE as a block program)."""
+    lowering = document.get("lowering")
+    schedule = document.get("schedule")
+    name = schedule if isinstance(schedule, str) and schedule else "SCHEDULE"
+    if "lowering" in document and lowering not in LOWERINGS:
+        raise DocumentError("lowering", f'expected "generic" or "agents" (or no lowering key: the '
+                                        f"block program), got {lowering!r}")
+    if "agents" in document and lowering != "agents":
+        has = f"its lowering is {lowering!r}" if "lowering" in document else "it has no lowering key"
+        raise DocumentError("agents", f"only an agents document has an agents section, but {has}: "
+                                      "an agents document is proven by "
+                                      f"compile, not re-checked from its JSON: run `pipeline-core "
+                                      f"check {name}` with the same --target, -p and -T "
+                                      "(docs/guide/agents.md)")
+    if lowering == "agents":
+        missing = "" if "agents" in document else " (and this one lacks its agents section)"
+        raise DocumentError("lowering", f"an agents document is proven by compile, not re-checked "
+                                        f"from its JSON{missing}: run `pipeline-core check {name}` "
+                                        "with the same --target, -p and -T (docs/guide/agents.md)")
+    if lowering == "generic":
+        config = document.get("config")
+        found = [k for k in _BLOCK_PROGRAM_KEYS if k in document] + \
+            [f"config.{k}" for k in _COUNT_FIELDS if isinstance(config, Mapping) and k in config]
+        if found:
+            raise DocumentError("lowering", f'"generic" contradicts {found[0]}, which only a '
+                                            "block-program document has: remove the lowering key "
+                                            "for a block-program document, or recompile it")
+
+
+def _check_stagger(document: Mapping[str, Any], config: Mapping[str, Any], stagger: int,
+                   prologue: int) -> None:
+    """The stagger index agrees with ``config.warp_stagger.enabled`` and ``execution.groups``.
+
+    The execution model staggers exactly the indices 0..len(prologue)
+    (:meth:`ExecutionModel.is_staggered`); the compiler writes len(prologue) + 1 when the
+    stagger is disabled (docs/guide/reference-behaviours.md, "Warp stagger").  An enabled
+    stagger past the prologue would silently check one warp group, a disabled one inside it
+    would be checked as one group but run as two by every other reader of the document.
+    """
+    ws = config.get("warp_stagger")
+    enabled = isinstance(ws, Mapping) and ws.get("enabled") is True
+    staggered = ExecutionModel.is_staggered(stagger, prologue)
+    if enabled and not staggered:
+        raise DocumentError("warp_stagger_index", f"must be 0..{prologue} (the prologue has "
+                                                  f"{prologue} entries) with config.warp_stagger."
+                                                  f"enabled true, got {stagger}; set enabled to "
+                                                  "false for a schedule without a stagger")
+    if not enabled and stagger <= prologue:
+        raise DocumentError("warp_stagger_index", f"must be {prologue + 1} or more (past the "
+                                                  f"prologue's {prologue} entries) with config."
+                                                  f"warp_stagger.enabled false, got {stagger}; "
+                                                  "set enabled to true to stagger the warp groups")
+    execution = document.get("execution")
+    groups = execution.get("groups") if isinstance(execution, Mapping) else None
+    want = 2 if staggered else 1
+    if groups is not None and groups != want:
+        runs = "staggers 2 warp groups" if staggered else "staggers nothing"
+        raise DocumentError("execution.groups", f"must be {want}: warp_stagger_index {stagger} "
+                                                f"{runs} (the prologue has {prologue} entries), "
+                                                f"got {groups}")
 
 
 #: config fields the checker reads, with what each must be (docs/document-format.md)
@@ -362,7 +426,10 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
                 except ValueError:
                     raise DocumentError(f"{path}.k_offset", f"unknown KOffsetKind {op['k_offset']}")
                 if ko is KOffset.NONE:
-                    raise DocumentError(f"{path}.k_offset", "a double-buffer global load needs a K offset")
+                    raise DocumentError(f"{path}.k_offset", "a double-buffer global load needs a K "
+                                                            "offset (a generic lowering's document, "
+                                                            'whose loads have none, says "lowering": '
+                                                            '"generic")')
                 shift = ko.signed_bk_multiple
             base["channel"] = ch
             if count is None:  # synchronous: complete for the issuer when issued

@@ -68,6 +68,8 @@ def test_every_declared_barrier_kind_is_a_rendezvous_and_non_aligned_ones_pass(p
 
 def test_an_unstaggered_program_may_use_the_aligned_kind(pingpong_doc):
     doc = _with_aligned_barriers(pingpong_doc)
-    doc["config"]["warp_stagger"]["enabled"] = False
+    doc["config"]["warp_stagger"]["enabled"] = False  # as the compiler writes an unstaggered one:
+    doc["warp_stagger_index"] = len(doc["prologue"]) + 1  # past the prologue, one group
+    doc["execution"]["groups"] = 1
     model = counter_model(_sync(aligned_first=True), doc)
     assert check_document(doc, model=model).groups == 1

@@ -25,8 +25,31 @@ def _set_wait(tag, value):
 
 CASES = [
     ("stagger-out-of-range", lambda d: d.__setitem__("warp_stagger_index", 99),
-     "warp_stagger_index: must be 0..11 (the prologue has 10 entries), got 99"),
+     "warp_stagger_index: must be 0..10 (the prologue has 10 entries) with "
+     "config.warp_stagger.enabled true, got 99"),
+    # issue 23: one past the prologue staggers nothing, so one warp group would be checked
+    # (a deleted barrier came out SAFE); the range the text gives is the one staggered
+    ("stagger-past-prologue", lambda d: d.__setitem__("warp_stagger_index", 11),
+     "must be 0..10 (the prologue has 10 entries) with config.warp_stagger.enabled true, got "
+     "11; set enabled to false for a schedule without a stagger"),
     ("stagger-negative", lambda d: d.__setitem__("warp_stagger_index", -1), "got -1"),
+    ("stagger-disabled-inside", lambda d: d["config"]["warp_stagger"].__setitem__("enabled", False),
+     "warp_stagger_index: must be 11 or more (past the prologue's 10 entries) with "
+     "config.warp_stagger.enabled false, got 4"),
+    ("groups-contradict-stagger", lambda d: d["execution"].__setitem__("groups", 1),
+     "execution.groups: must be 2: warp_stagger_index 4 staggers 2 warp groups"),
+    # issue 23: versions start at 1
+    ("format-version-0", lambda d: d.__setitem__("format_version", 0),
+     "format_version: {path} has format_version 0, but versions start at 1: write 1, or leave "
+     "the key out"),
+    ("format-version-negative", lambda d: d.__setitem__("format_version", -1),
+     "has format_version -1, but versions start at 1"),
+    # issue 23: a lowering the document's other keys contradict
+    ("lowering-unknown", lambda d: d.__setitem__("lowering", "blocks"),
+     'lowering: expected "generic" or "agents" (or no lowering key: the block program), got '
+     "'blocks'"),
+    ("lowering-generic-on-blocks", lambda d: d.__setitem__("lowering", "generic"),
+     'lowering: "generic" contradicts blocks, which only a block-program document has'),
     ("stagger-enabled-string", lambda d: d["config"]["warp_stagger"].__setitem__("enabled", "false"),
      "config.warp_stagger.enabled: expected true or false, got 'false'"),
     ("negative-wait", _set_wait(129, -1), "kernel[29].op.wait_value: a wait on vm takes 0..63"),
@@ -49,8 +72,8 @@ def test_a_bad_document_exits_2_naming_the_path(pingpong_doc, tmp_path, name, ch
     path.write_text(json.dumps(doc))
     result = run_cli(["check", "--input", str(path)])
     assert result.exit_code == 2, result.stdout + result.stderr
-    assert needle in result.stderr
-    assert "Traceback" not in result.stderr
+    assert needle.format(path=path) in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_deep_json_is_refused_before_parsing(tmp_path):
@@ -102,3 +125,181 @@ def test_fix_suggestions_stay_within_the_encoding():
             fix = h["fix"]
             if fix and fix["value"] is not None:
                 assert 0 <= fix["value"] <= limits[fix["counter"]], fix
+
+
+# --- issue 23: documents that slipped past check --input ---------------------------------
+
+def _check(tmp_path, doc, *extra):
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps(doc))
+    return run_cli(["check", "--input", str(path), *extra])
+
+
+@pytest.fixture(scope="module")
+def agents_doc():
+    run = run_cli(["compile", "warpspecialized-gemm", "--target", "h100", "--format", "json"])
+    assert run.exit_code == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def _without(key):
+    return lambda d: d.pop(key)
+
+
+AGENTS_CASES = [
+    # its phase lists are empty: read as a block program they were proven SAFE
+    ("lowering-removed", _without("lowering"),
+     "schedule document: agents: only an agents document has an agents section, but it has no "
+     "lowering key: an agents document is proven by compile, not re-checked from its JSON: run "
+     "`pipeline-core check warpspecialized-gemm` with the same --target, -p and -T"),
+    ("lowering-misspelt", lambda d: d.__setitem__("lowering", "Agents"),
+     'schedule document: lowering: expected "generic" or "agents" (or no lowering key: the block '
+     "program), got 'Agents'"),
+    ("lowering-generic", lambda d: d.__setitem__("lowering", "generic"),
+     "agents: only an agents document has an agents section, but its lowering is 'generic'"),
+    ("agents-section-removed", _without("agents"),
+     "lowering: an agents document is proven by compile, not re-checked from its JSON (and this "
+     "one lacks its agents section): run `pipeline-core check warpspecialized-gemm`"),
+]
+
+
+@pytest.mark.parametrize("name,change,needle", AGENTS_CASES, ids=[c[0] for c in AGENTS_CASES])
+def test_an_agents_document_with_a_contradicted_lowering_is_refused(agents_doc, tmp_path, name,
+                                                                    change, needle):
+    doc = json.loads(json.dumps(agents_doc))
+    assert doc["lowering"] == "agents" and doc["kernel"] == []  # what made the mutations SAFE
+    change(doc)
+    result = _check(tmp_path, doc)
+    assert result.exit_code == 2, result.stdout
+    assert needle in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_generic_document_without_its_lowering_names_the_key(tmp_path):
+    doc = json.loads(run_cli(["compile", "multistage-gemm", "--format", "json"]).stdout)
+    assert doc["lowering"] == "generic"
+    del doc["lowering"]
+    result = _check(tmp_path, doc)
+    assert result.exit_code == 2
+    assert ('prologue[0].op.k_offset: a double-buffer global load needs a K offset (a generic '
+            'lowering\'s document, whose loads have none, says "lowering": "generic")') in result.stderr
+
+
+def test_generic_lowering_on_a_single_buffer_document_is_refused(tmp_path):
+    doc = json.loads(run_cli(["compile", "default-matmul", "--format", "json"]).stdout)
+    doc["lowering"] = "generic"  # was SAFE, read with the generic lowering's tile counting
+    result = _check(tmp_path, doc)
+    assert result.exit_code == 2
+    assert '"generic" contradicts config.vm_per_load_a, which only a block-program' in result.stderr
+
+
+@pytest.mark.parametrize("schedule", ["default-matmul", "multistage-gemm", "hello"])
+def test_a_kernel_without_its_mmas_is_a_missing_product(tmp_path, schedule):
+    """An empty kernel loads nothing, so the loaded K tiles all met their MMAs: it was SAFE."""
+    doc = json.loads(run_cli(["compile", schedule, "--format", "json"]).stdout)
+    assert _check(tmp_path, doc).exit_code == 0
+    doc["kernel"] = []
+    result = _check(tmp_path, doc)
+    assert result.exit_code == 1, result.stdout + result.stderr
+    assert f"{schedule}: UNSAFE: MISSING_PRODUCT at kernel[0] iteration 0" in result.stdout
+    assert "no kernel MMA accumulates product (0, 0), so the loop never computes it" in result.stdout
+
+
+def test_a_kernel_missing_one_products_mmas_names_that_product():
+    from pipeline_core.check import HazardKind, check_document
+
+    from .helpers import load
+
+    doc = load("fourwave_fp8")
+    doc["kernel"] = [e for e in doc["kernel"]
+                     if not (e["op"]["role"] == 3 and (e["op"]["stage"], e["op"]["subtile"]) == (1, 0))]
+    found = [v for v in check_document(doc).violations
+             if v.kind is HazardKind.MISSING_PRODUCT and v.site.index == len(doc["kernel"])]
+    assert [v.message for v in found] == [
+        "no kernel MMA accumulates product (1, 0), so the loop never computes it"]
+    assert found[0].fix.action == "review" and found[0].fix.phase == "kernel"
+
+
+def test_compile_refuses_a_kernel_transform_that_drops_every_mma():
+    from pipeline_core import hookimpl
+    from pipeline_core.api import compile_named
+    from pipeline_core.plugins import PluginHost
+    from pipeline_core.proof import UnsafeScheduleError
+    from pipeline_core.schedule import KernelTransform
+
+    class DropsTheKernel:
+        @hookimpl
+        def pipeline_core_kernel_transforms(self, schedule, target, config):
+            return [KernelTransform("drop-all", lambda kernel, body, cfg: ())]
+
+    host = PluginHost(extra_plugins=[("drops_kernel", DropsTheKernel())])
+    with pytest.raises(UnsafeScheduleError) as exc:
+        compile_named("default-matmul", host=host)
+    assert "MISSING_PRODUCT at kernel[0]" in str(exc.value)
+    assert "no kernel MMA accumulates product (0, 0)" in str(exc.value)
+
+
+def test_an_oversized_prologue_is_refused_before_modelling(tmp_path):
+    """The budget counted kernel x iterations only: an 18,000-entry prologue ran for 22 s."""
+    doc = json.loads(run_cli(["compile", "multistage-gemm", "--format", "json"]).stdout)
+    doc["prologue"] = [dict(e, index=i) for i, e in enumerate((doc["prologue"] * 600)[:3200])]
+    doc["warp_stagger_index"] = len(doc["prologue"]) + 1
+    fits = _check(tmp_path, doc, "--warps-per-group", "15", "--iterations", "1")
+    assert fits.exit_code in (0, 1), fits.stderr  # 48,000 + 28 x 15 + 51 x 15 entries: fits
+    result = _check(tmp_path, doc, "--warps-per-group", "16")
+    assert result.exit_code == 2
+    assert ("the prologue and epilogue have 51,648 entries and the kernel 816, so even "
+            "--iterations 1 would model more than the 50,000 entries a run may model") in result.stderr
+
+
+def test_the_budget_counts_prologue_and_epilogue():
+    from pipeline_core import limits
+
+    bound = limits.CHECK_ITERATIONS
+    assert limits.default_iterations(1000, bound) == limits.DEFAULT_ITERATIONS
+    assert limits.default_iterations(1000, bound, fixed_entries=45_000) == 5
+    assert limits.iterations_over_budget(12, 1000, bound, fixed_entries=38_000) == ""
+    assert limits.iterations_over_budget(12, 1000, bound, fixed_entries=38_001) == (
+        "--iterations 12 would model 50,001 entries (1,000 per iteration and the prologue and "
+        "epilogue 38,001), more than the 50,000 entries a run may model: use --iterations 11 or "
+        "fewer")
+
+
+def test_compile_refuses_an_enabled_stagger_past_the_prologue():
+    """What check --input refuses, compile must not emit: index 11 of a 10-entry prologue
+    staggers nothing, and compile's proof would have checked one warp group."""
+    from pipeline_core.api import build_named
+    from pipeline_core.compiler import compile_schedule
+    from pipeline_core.config import WarpStagger
+    from pipeline_core.errors import ConfigError
+
+    schedule, target, _ = build_named("pingpong")
+
+    class FixedStagger:
+        def __init__(self, amount):
+            self.amount = amount
+
+        def __getattr__(self, name):
+            return getattr(schedule, name)
+
+        def config(self):
+            return schedule.config().evolve(warp_stagger=WarpStagger.fixed(self.amount))
+
+    assert compile_schedule(FixedStagger(4), target_name=target).execution.groups == 2
+    with pytest.raises(ConfigError, match="warp_stagger.fixed_amount = 11 is invalid: a "
+                                          "warp-stagger index in 0..10 for a prologue of 10"):
+        compile_schedule(FixedStagger(11), target_name=target)
+
+
+def test_an_agents_document_stripped_of_both_keys_is_never_safe(agents_doc, tmp_path):
+    """Without lowering and agents, what is left is a block document with empty phases:
+    its stagger index (0, the agents lowering's) contradicts its disabled stagger, and with
+    that repaired its empty kernel computes nothing."""
+    doc = json.loads(json.dumps(agents_doc))
+    del doc["lowering"], doc["agents"]
+    refused = _check(tmp_path, doc)
+    assert refused.exit_code == 2
+    assert "warp_stagger_index: must be 1 or more (past the prologue's 0 entries)" in refused.stderr
+    doc["warp_stagger_index"] = 1
+    unsafe = _check(tmp_path, doc)
+    assert unsafe.exit_code == 1
+    assert "warpspecialized-gemm: UNSAFE: MISSING_PRODUCT at kernel[0]" in unsafe.stdout
