@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from pipeline_core.limits import (ANALYZE_ITERATIONS, OPTIMAL_SECONDS, default_iterations,
-                                  iterations_help, iterations_over_budget)
+                                  iterations_help, iterations_over_budget, parse_number)
 
 EXIT_OK, EXIT_PROBLEM, EXIT_INPUT = 0, 1, 2
 OPTIMAL_DEFAULT_SECONDS = 10.0
@@ -20,8 +20,11 @@ OPTIMAL_DEFAULT_SECONDS = 10.0
 def _optimal_seconds(text: str) -> float:
     """``--optimal``'s optional budget; a word there is most likely the schedule, misplaced."""
     try:
-        float(text)
-    except ValueError:
+        parse_number(text)
+    except ValueError as exc:
+        if not text.isascii():  # another script's digits, not a misplaced schedule name
+            raise argparse.ArgumentTypeError(f"expected {OPTIMAL_SECONDS.allowed()} seconds: "
+                                             f"{exc}") from None
         raise argparse.ArgumentTypeError(
             f"expected an optional time budget in seconds ({OPTIMAL_SECONDS.allowed()}), got "
             f"{text!r}; --optimal takes the next word as its budget, so name the schedule "

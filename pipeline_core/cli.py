@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 EXIT_OK, EXIT_UNSAFE, EXIT_INPUT, EXIT_PLUGINS = 0, 1, 2, 3
 EXIT_INTERNAL = 70  #: EX_SOFTWARE (sysexits.h): our bug, never the user's input or a plugin's
@@ -22,6 +22,16 @@ EXIT_INTERRUPTED = 130  #: 128 + SIGINT, as shells report Ctrl-C
 
 class CliError(Exception):
     """A usage problem reported as one line (exit 2)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line, as every other refusal of the CLI (README.md,
+    "Exit status"): the flag and what it allows, then where the full usage is, instead of a
+    5-7-line usage block above the message.  Subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (`{self.prog} --help` lists "
+                              "the options)\n")
 
 
 def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
@@ -164,7 +174,7 @@ def build_parser(host: Any = None) -> argparse.ArgumentParser:
     """The command line; with ``host``, the commands its plugins add (see :func:`_add_plugin_commands`)."""
     from pipeline_core import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="pipeline-core",
         description="Compile-time software pipelining of GPU kernel loops.",
         epilog="examples:\n  pipeline-core schedules\n  pipeline-core compile pingpong\n"
@@ -407,9 +417,13 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
         return [p.as_dict() for p in host.plugins], lines
     if args.command == "emitters":
         rows = [{"name": r.name, "description": r.description, "targets": list(r.targets),
-                 "provider": r.provider} for _, r in sorted(host.emitters.items())]
-        lines = [f"{r['name']}: {r['description']}  [{r['provider']}; targets "
-                 f"{', '.join(r['targets']) or 'any'}]" for r in rows]
+                 "provider": r.provider, "options": _params_doc(r.options or ())}
+                for _, r in sorted(host.emitters.items())]
+        for r in rows:  # the -O options as -p's are listed (the record declares their bounds)
+            lines.append(f"{r['name']}: {r['description']}  [{r['provider']}; targets "
+                         f"{', '.join(r['targets']) or 'any'}]")
+            lines.extend(_param_line({**prm, "name": f"-O {prm['name']}"})
+                         for prm in r["options"])
         return rows, lines
     if args.command == "strategies":
         rows = [{"name": r.name, "description": r.description, "provider": r.provider}
@@ -520,7 +534,8 @@ def cmd_emit(args, host) -> int:
                               f"{compiled.schedule_name} on target {target}"
                               + (f" ({', '.join(serving)})" if serving else ""))
         record = host.emitters[serving[0]]
-    _write(record.emit(compiled, **_pairs(args.emit_options, "-O")), args.output)
+    options = record.parse_options(_pairs(args.emit_options, "-O"))
+    _write(record.emit(compiled, **options), args.output)
     return EXIT_OK
 
 
