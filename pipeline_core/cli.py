@@ -35,12 +35,18 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
+    """``flag KEY=VALUE`` items as a mapping; a key given twice is refused, not overwritten by
+    the later value (which one the user meant is theirs to say)."""
     out: dict[str, str] = {}
     for item in values or ():
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise CliError(f"{flag} expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
+        key = key.strip()
+        if key in out:
+            raise CliError(f"{flag} {key} is given twice ({flag} {key}={out[key]} and "
+                           f"{flag} {key}={value.strip()}): give it once")
+        out[key] = value.strip()
     return out
 
 
@@ -361,6 +367,11 @@ def _write(text: str, output: str | None) -> None:
 
 
 def cmd_compile(args, host) -> int:
+    if args.format == "json":  # the text view's options would be ignored: say so instead
+        for flag in ("--kernel-only", "--compact"):
+            if getattr(args, flag[2:].replace("-", "_"), False):
+                raise CliError(f"{flag} shapes the text view, but --format json writes the "
+                               f"whole document: drop {flag} or --format json")
     compiled = _compile_from_args(args, host)
     if args.format == "json":
         from pipeline_core.export.json import to_document
@@ -472,7 +483,9 @@ def cmd_check(args, host) -> int:
 
     document = None
     warps = 1
-    if not getattr(args, "input", None):
+    if getattr(args, "input", None):
+        _refuse_compile_options_with_input(args)
+    else:
         if not args.schedule:
             raise CliError("check needs a SCHEDULE or --input FILE")
         from pipeline_core.export.json import to_document
@@ -484,6 +497,21 @@ def cmd_check(args, host) -> int:
         document = to_document(compiled)
         warps = compiled.execution.warps_per_group
     return run(args, document, host=host, warps_per_group=warps)
+
+
+def _refuse_compile_options_with_input(args) -> None:
+    """``check --input FILE`` judges the document as it is: a SCHEDULE, ``-p``, ``-T`` or
+    ``-c`` beside it would be ignored (the document already fixed them), so each is refused
+    naming itself.  ``--target`` stays: it picks the sync model (docs/guide/checker.md)."""
+    if args.schedule:
+        raise CliError(f"check takes a SCHEDULE or --input FILE, not both (got {args.schedule} "
+                       f"and --input {args.input}): drop one")
+    for flag, dest in (("-p", "params"), ("-T", "target_args"), ("-c", "overrides")):
+        given = getattr(args, dest, None)
+        if given:
+            raise CliError(f"{flag} {given[0]}: check --input judges the document as compiled, "
+                           f"which fixed its {flag} values; drop {flag}, or check the schedule "
+                           f"itself: pipeline-core check SCHEDULE {flag} {given[0]}")
 
 
 def _compile_from_args(args, host, allow_unsafe: bool | None = None,
