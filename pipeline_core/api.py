@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from pipeline_core.compiler import CompiledSchedule, _lowering_name, compile_schedule
 from pipeline_core.config import ScheduleConfig, apply_overrides
 from pipeline_core.errors import ConfigError, UnknownNameError
-from pipeline_core.proof import UnsafeScheduleError, racing_overrides
+from pipeline_core.proof import UnencodableWaitError, UnsafeScheduleError, racing_overrides
 from pipeline_core.schedule import BuildContext, Schedule, parse_params, parse_target_args
 
 if TYPE_CHECKING:
@@ -109,3 +109,6 @@ def compile_named(schedule: str, *, target: str | None = None,
         if not knobs:
             raise
         raise exc.naming_knobs(knobs) from None
+    except UnencodableWaitError as exc:  # name the user's keys behind the wait
+        raise exc.naming_keys({"-p": dict(params or {}), "-T": dict(target_args or {}),
+                               "-c": dict(config_overrides or {})}) from None
