@@ -28,6 +28,11 @@ def _options(values: Iterable[Param] | None) -> tuple[Param, ...] | None:
     return None if values is None else tuple(values)
 
 
+def _check_options(instance: Any, attribute: Any, value: tuple[Any, ...] | None) -> None:
+    if value is not None and not all(isinstance(p, Param) for p in value):
+        raise ConfigError("EmitterRecord", "options", value, "None or a tuple of Param records")
+
+
 @attrs.frozen(kw_only=False)
 class EmitterRecord:
     """``emit(compiled, **options) -> str`` writes the source of one kernel.
@@ -48,10 +53,8 @@ class EmitterRecord:
     emit: Callable[..., str] = attrs.field(validator=attrs.validators.is_callable())
     provider: str = ""  #: distribution (filled in by the plugin host)
     schedules: tuple[str, ...] = attrs.field(default=(), converter=_names, kw_only=True)
-    options: tuple[Param, ...] | None = attrs.field(
-        default=None, converter=_options, kw_only=True,
-        validator=attrs.validators.optional(attrs.validators.deep_iterable(
-            attrs.validators.instance_of(Param))))
+    options: tuple[Param, ...] | None = attrs.field(default=None, converter=_options,
+                                                    validator=_check_options, kw_only=True)
 
     def parse_options(self, given: Mapping[str, str]) -> dict[str, Any]:
         """The keyword arguments of ``emit`` for the user's ``-O`` strings (see the class)."""
