@@ -57,6 +57,10 @@ def run(args: argparse.Namespace, compiled, host=None) -> int:
     from pipeline_core.metrics import analyze_compiled, format_metrics
     from pipeline_core.output import write_text
 
+    if args.no_timing and getattr(args, "iterations", None) is not None:  # it would be ignored
+        print(f"error: --iterations {args.iterations} sets the timing model's run, which "
+              "--no-timing skips: drop one", file=sys.stderr)
+        return EXIT_INPUT
     if getattr(args, "iterations", None) is None:
         args.iterations = default_iterations(len(compiled.kernel), ANALYZE_ITERATIONS)
     if not ANALYZE_ITERATIONS.contains(args.iterations):

@@ -158,6 +158,12 @@ def fourwave_document(tmp_path_factory):
      "-c scheduling=GREEDY is invalid for schedule multistage-gemm: the generic lowering reads no "
      "ScheduleConfig knob: the ring's waits and barriers are derived from the target's sync "
      "model (pipeline_core/lowering/generic.py); drop -c scheduling"),
+    (("export", "pingpong", "--format", "trace", "--width", "900"),
+     "--width sizes a picture (png, svg); --format trace draws none: drop --width"),
+    (("export", "pingpong", "--format", "dot", "--width", "900"),
+     "--width sizes a picture (png, svg); --format dot draws none: drop --width"),
+    (("analyze", "pingpong", "--no-timing", "--iterations", "5"),
+     "--iterations 5 sets the timing model's run, which --no-timing skips: drop one"),
 ])
 def test_a_conflicting_or_ignored_flag_is_refused_in_one_line(cli, fourwave_document, argv, line):
     """Issue 23: each of these was accepted and the flag silently ignored (or the later value
