@@ -502,7 +502,8 @@ def cmd_check(args, host) -> int:
 def _refuse_compile_options_with_input(args) -> None:
     """``check --input FILE`` judges the document as it is: a SCHEDULE, ``-p``, ``-T`` or
     ``-c`` beside it would be ignored (the document already fixed them), so each is refused
-    naming itself.  ``--target`` stays: it picks the sync model (docs/guide/checker.md)."""
+    naming itself.  ``--target`` stays: it picks the sync model
+    (pipeline_core/check/README.md)."""
     if args.schedule:
         raise CliError(f"check takes a SCHEDULE or --input FILE, not both (got {args.schedule} "
                        f"and --input {args.input}): drop one")
