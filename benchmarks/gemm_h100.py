@@ -574,10 +574,11 @@ def tile_runner(builder, kernel, g):
 
 # ------------------------------------------------ compiled-pingpong: pipeline-core emit -------
 
-#: (label, -O options of the cuda-pingpong emitter) of the schedule pingpong on h100-pingpong
+#: (label, -O options of the cuda-pingpong emitter, typed as the core passes them) of the
+#: schedule pingpong on h100-pingpong
 PINGPONG = (
     ("pp-128x128x64", {}),
-    ("pp-128x128x32", {"BK": "32"}),
+    ("pp-128x128x32", {"BK": 32}),
 )
 
 

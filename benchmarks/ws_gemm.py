@@ -105,8 +105,7 @@ def ws_source(params: dict, stages: int, mutation: str | None = None, watchdog: 
     from pipeline_core_nvidia_h100.warpspecialized import ws_geometry_of
 
     c, finding = ws_compile(params, stages, mutation, allow_unsafe)
-    options = {"watchdog": str(watchdog)} if watchdog else {}
-    return emit_wgmma(c, **options), ws_geometry_of(dict(c.params), stages), finding
+    return emit_wgmma(c, watchdog=watchdog), ws_geometry_of(dict(c.params), stages), finding
 
 
 def ws_runner(builder, params: dict, stages: int, mutation: str | None = None, watchdog: int = 0,

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from pipeline_core.limits import (ANALYZE_ITERATIONS, OPTIMAL_SECONDS, default_iterations,
-                                  iterations_help, iterations_over_budget)
+                                  iterations_help, iterations_over_budget, parse_number)
 
 EXIT_OK, EXIT_PROBLEM, EXIT_INPUT = 0, 1, 2
 OPTIMAL_DEFAULT_SECONDS = 10.0
@@ -20,8 +20,11 @@ OPTIMAL_DEFAULT_SECONDS = 10.0
 def _optimal_seconds(text: str) -> float:
     """``--optimal``'s optional budget; a word there is most likely the schedule, misplaced."""
     try:
-        float(text)
-    except ValueError:
+        parse_number(text)
+    except ValueError as exc:
+        if not text.isascii():  # another script's digits, not a misplaced schedule name
+            raise argparse.ArgumentTypeError(f"expected {OPTIMAL_SECONDS.allowed()} seconds: "
+                                             f"{exc}") from None
         raise argparse.ArgumentTypeError(
             f"expected an optional time budget in seconds ({OPTIMAL_SECONDS.allowed()}), got "
             f"{text!r}; --optimal takes the next word as its budget, so name the schedule "
@@ -54,6 +57,10 @@ def run(args: argparse.Namespace, compiled, host=None) -> int:
     from pipeline_core.metrics import analyze_compiled, format_metrics
     from pipeline_core.output import write_text
 
+    if args.no_timing and getattr(args, "iterations", None) is not None:  # it would be ignored
+        print(f"error: --iterations {args.iterations} sets the timing model's run, which "
+              "--no-timing skips: drop one", file=sys.stderr)
+        return EXIT_INPUT
     if getattr(args, "iterations", None) is None:
         args.iterations = default_iterations(len(compiled.kernel), ANALYZE_ITERATIONS)
     if not ANALYZE_ITERATIONS.contains(args.iterations):

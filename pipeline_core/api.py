@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from pipeline_core.compiler import CompiledSchedule, compile_schedule
+from pipeline_core.compiler import CompiledSchedule, _lowering_name, compile_schedule
 from pipeline_core.config import ScheduleConfig, apply_overrides
-from pipeline_core.errors import UnknownNameError
-from pipeline_core.proof import UnsafeScheduleError, racing_overrides
+from pipeline_core.errors import ConfigError, UnknownNameError
+from pipeline_core.proof import UnencodableWaitError, UnsafeScheduleError, racing_overrides
 from pipeline_core.schedule import BuildContext, Schedule, parse_params, parse_target_args
 
 if TYPE_CHECKING:
@@ -43,7 +43,32 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
     ctx = BuildContext(schedule=record, params=values, explicit_params=frozenset(given),
                        target=target_record, target_args=dict(target_args or {}),
                        config_overrides=dict(config_overrides or {}), reference=reference)
-    return record.factory(ctx), target_name, values
+    built = record.factory(ctx)
+    refuse_unread_knobs(schedule, built, dict(config_overrides or {}))
+    return built, target_name, values
+
+
+#: The lowerings that read no ScheduleConfig knob, and why (pipeline_core/compiler.py): a
+#: ``-c`` there would be accepted and silently mean nothing.
+KNOBLESS_LOWERINGS = {
+    "agents": "the agents' programs, rings and waits are derived from their roles "
+              "(docs/guide/agents.md)",
+    "generic": "the ring's waits and barriers are derived from the target's sync model "
+               "(pipeline_core/lowering/generic.py)",
+}
+
+
+def refuse_unread_knobs(name: str, schedule: Schedule, overrides: Mapping[str, str]) -> None:
+    """Refuse ``-c`` on a schedule whose lowering reads no knob (:data:`KNOBLESS_LOWERINGS`),
+    naming the first key the user gave."""
+    if not overrides:
+        return
+    lowering = _lowering_name(schedule)
+    if lowering in KNOBLESS_LOWERINGS:
+        key, value = next(iter(overrides.items()))
+        raise ConfigError(f"schedule {name}", key, value,
+                          f"the {lowering} lowering reads no ScheduleConfig knob: "
+                          f"{KNOBLESS_LOWERINGS[lowering]}; drop -c {key}", flag="-c")
 
 
 def check_config_overrides(overrides: Mapping[str, str], host: PluginHost) -> None:
@@ -84,3 +109,6 @@ def compile_named(schedule: str, *, target: str | None = None,
         if not knobs:
             raise
         raise exc.naming_knobs(knobs) from None
+    except UnencodableWaitError as exc:  # name the user's keys behind the wait
+        raise exc.naming_keys({"-p": dict(params or {}), "-T": dict(target_args or {}),
+                               "-c": dict(config_overrides or {})}) from None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 EXIT_OK, EXIT_UNSAFE, EXIT_INPUT, EXIT_PLUGINS = 0, 1, 2, 3
 EXIT_INTERNAL = 70  #: EX_SOFTWARE (sysexits.h): our bug, never the user's input or a plugin's
@@ -24,13 +24,29 @@ class CliError(Exception):
     """A usage problem reported as one line (exit 2)."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line, as every other refusal of the CLI (README.md,
+    "Exit status"): the flag and what it allows, then where the full usage is, instead of a
+    5-7-line usage block above the message.  Subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (`{self.prog} --help` lists "
+                              "the options)\n")
+
+
 def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
+    """``flag KEY=VALUE`` items as a mapping; a key given twice is refused, not overwritten by
+    the later value (which one the user meant is theirs to say)."""
     out: dict[str, str] = {}
     for item in values or ():
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise CliError(f"{flag} expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
+        key = key.strip()
+        if key in out:
+            raise CliError(f"{flag} {key} is given twice ({flag} {key}={out[key]} and "
+                           f"{flag} {key}={value.strip()}): give it once")
+        out[key] = value.strip()
     return out
 
 
@@ -164,7 +180,7 @@ def build_parser(host: Any = None) -> argparse.ArgumentParser:
     """The command line; with ``host``, the commands its plugins add (see :func:`_add_plugin_commands`)."""
     from pipeline_core import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="pipeline-core",
         description="Compile-time software pipelining of GPU kernel loops.",
         epilog="examples:\n  pipeline-core schedules\n  pipeline-core compile pingpong\n"
@@ -352,6 +368,11 @@ def _write(text: str, output: str | None) -> None:
 
 
 def cmd_compile(args, host) -> int:
+    if args.format == "json":  # the text view's options would be ignored: say so instead
+        for flag in ("--kernel-only", "--compact"):
+            if getattr(args, flag[2:].replace("-", "_"), False):
+                raise CliError(f"{flag} shapes the text view, but --format json writes the "
+                               f"whole document: drop {flag} or --format json")
     compiled = _compile_from_args(args, host)
     if args.format == "json":
         from pipeline_core.export.json import to_document
@@ -408,9 +429,13 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
         return [p.as_dict() for p in host.plugins], lines
     if args.command == "emitters":
         rows = [{"name": r.name, "description": r.description, "targets": list(r.targets),
-                 "provider": r.provider} for _, r in sorted(host.emitters.items())]
-        lines = [f"{r['name']}: {r['description']}  [{r['provider']}; targets "
-                 f"{', '.join(r['targets']) or 'any'}]" for r in rows]
+                 "provider": r.provider, "options": _params_doc(r.options or ())}
+                for _, r in sorted(host.emitters.items())]
+        for r in rows:  # the -O options as -p's are listed (the record declares their bounds)
+            lines.append(f"{r['name']}: {r['description']}  [{r['provider']}; targets "
+                         f"{', '.join(r['targets']) or 'any'}]")
+            lines.extend(_param_line({**prm, "name": f"-O {prm['name']}"})
+                         for prm in r["options"])
         return rows, lines
     if args.command == "strategies":
         rows = [{"name": r.name, "description": r.description, "provider": r.provider}
@@ -459,7 +484,9 @@ def cmd_check(args, host) -> int:
 
     document = None
     warps = 1
-    if not getattr(args, "input", None):
+    if getattr(args, "input", None):
+        _refuse_compile_options_with_input(args)
+    else:
         if not args.schedule:
             raise CliError("check needs a SCHEDULE or --input FILE")
         from pipeline_core.export.json import to_document
@@ -471,6 +498,22 @@ def cmd_check(args, host) -> int:
         document = to_document(compiled)
         warps = compiled.execution.warps_per_group
     return run(args, document, host=host, warps_per_group=warps)
+
+
+def _refuse_compile_options_with_input(args) -> None:
+    """``check --input FILE`` judges the document as it is: a SCHEDULE, ``-p``, ``-T`` or
+    ``-c`` beside it would be ignored (the document already fixed them), so each is refused
+    naming itself.  ``--target`` stays: it picks the sync model
+    (pipeline_core/check/README.md)."""
+    if args.schedule:
+        raise CliError(f"check takes a SCHEDULE or --input FILE, not both (got {args.schedule} "
+                       f"and --input {args.input}): drop one")
+    for flag, dest in (("-p", "params"), ("-T", "target_args"), ("-c", "overrides")):
+        given = getattr(args, dest, None)
+        if given:
+            raise CliError(f"{flag} {given[0]}: check --input judges the document as compiled, "
+                           f"which fixed its {flag} values; drop {flag}, or check the schedule "
+                           f"itself: pipeline-core check SCHEDULE {flag} {given[0]}")
 
 
 def _compile_from_args(args, host, allow_unsafe: bool | None = None,
@@ -521,7 +564,8 @@ def cmd_emit(args, host) -> int:
                               f"{compiled.schedule_name} on target {target}"
                               + (f" ({', '.join(serving)})" if serving else ""))
         record = host.emitters[serving[0]]
-    _write(record.emit(compiled, **_pairs(args.emit_options, "-O")), args.output)
+    options = record.parse_options(_pairs(args.emit_options, "-O"))
+    _write(record.emit(compiled, **options), args.output)
     return EXIT_OK
 
 

@@ -15,7 +15,7 @@ import attrs
 from pipeline_core import limits
 from pipeline_core.costs import CostModel
 from pipeline_core.errors import ConfigError, UnknownNameError
-from pipeline_core.limits import Bound
+from pipeline_core.limits import Bound, parse_int
 from pipeline_core.ops import Op, OpRole
 
 
@@ -438,14 +438,6 @@ def parse_bool(text: str) -> bool:
     if low in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"{text!r} is not a boolean (use true or false)")
-
-
-def parse_int(text: str) -> int:
-    """A decimal, 0x hex, 0o octal or 0b binary integer."""
-    try:
-        return int(text.strip(), 0)
-    except ValueError:
-        raise ValueError(f"{text.strip()!r} is not an integer") from None
 
 
 def apply_overrides(record, overrides: Mapping[str, str], *, what: str = "", flag: str = ""):

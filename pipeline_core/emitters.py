@@ -6,12 +6,13 @@ HIP, ...) and which targets it serves is the plugin's business.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from pipeline_core.errors import ConfigError
+from pipeline_core.schedule import Param, parse_params
 
 
 def _check_name(instance: Any, attribute: Any, value: str) -> None:
@@ -23,13 +24,27 @@ def _names(values: Any) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _options(values: Iterable[Param] | None) -> tuple[Param, ...] | None:
+    return None if values is None else tuple(values)
+
+
+def _check_options(instance: Any, attribute: Any, value: tuple[Any, ...] | None) -> None:
+    if value is not None and not all(isinstance(p, Param) for p in value):
+        raise ConfigError("EmitterRecord", "options", value, "None or a tuple of Param records")
+
+
 @attrs.frozen(kw_only=False)
 class EmitterRecord:
     """``emit(compiled, **options) -> str`` writes the source of one kernel.
 
     ``targets`` names the targets it serves (empty: any), ``schedules`` the schedules it can
     write (empty: any), so ``pipeline-core emit`` picks the one emitter that serves both without
-    ``--emitter``; ``-O KEY=VALUE`` options reach ``emit`` as strings.
+    ``--emitter``.  ``options`` declares the ``-O KEY=VALUE`` options it takes, each a
+    :class:`~pipeline_core.schedule.Param` with its type, default and bound, as a schedule's
+    ``-p``: the core parses and checks them before ``emit`` runs (an unknown key or a value out
+    of its bound exits 2 naming ``-O KEY``) and passes every declared option, typed, with its
+    default where the user gave none.  ``options=None`` (an emitter that declares nothing) gets
+    the ``-O`` strings as typed and checks them itself.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -38,6 +53,14 @@ class EmitterRecord:
     emit: Callable[..., str] = attrs.field(validator=attrs.validators.is_callable())
     provider: str = ""  #: distribution (filled in by the plugin host)
     schedules: tuple[str, ...] = attrs.field(default=(), converter=_names, kw_only=True)
+    options: tuple[Param, ...] | None = attrs.field(default=None, converter=_options,
+                                                    validator=_check_options, kw_only=True)
+
+    def parse_options(self, given: Mapping[str, str]) -> dict[str, Any]:
+        """The keyword arguments of ``emit`` for the user's ``-O`` strings (see the class)."""
+        if self.options is None:
+            return dict(given)
+        return parse_params(f"emitter {self.name}", self.options, given, flag="-O")
 
     def serves(self, target: str) -> bool:
         return not self.targets or target in self.targets

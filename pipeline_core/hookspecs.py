@@ -241,7 +241,10 @@ def pipeline_core_register_emitters() -> Sequence[EmitterRecord] | None:
 
     **When:** once per host, while it is built.  ``emit(compiled, **options)`` runs when
     ``pipeline-core emit SCHEDULE --emitter NAME`` has compiled (and proven) the schedule; it
-    returns the source text.  ``pipeline-core emitters`` lists them.
+    returns the source text.  ``pipeline-core emitters`` lists them.  ``options`` declares
+    the ``-O KEY=VALUE`` options (``Param`` records with type, default and bound): the core
+    refuses an unknown key or a value out of its bound before ``emit`` runs, and calls it
+    with every declared option typed.
     **Combine:** collected from every plugin; a name two plugins register is a conflict
     naming both.  ``emit`` runs under the plugin guard: an exception there is reported as the
     plugin's failure, never a traceback.

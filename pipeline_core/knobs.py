@@ -43,7 +43,8 @@ def _allowed(name: str, default: Any, host: "PluginHost") -> str:
 def schedule_rules(host: "PluginHost") -> tuple[dict[str, dict[str, Any]], list[str]]:
     """``{schedule: forced_knobs()}`` for every registered schedule, and notes on those that
     could not be asked (built with their defaults; a failure names the schedule)."""
-    from pipeline_core.api import build_named
+    from pipeline_core.api import KNOBLESS_LOWERINGS, build_named
+    from pipeline_core.compiler import _lowering_name
 
     rules: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
@@ -53,6 +54,7 @@ def schedule_rules(host: "PluginHost") -> tuple[dict[str, dict[str, Any]], list[
             schedule, _, _ = build_named(name, host=host)
             ask = getattr(schedule, "forced_knobs", None)
             answer = dict(ask()) if callable(ask) else {}
+            lowering = _lowering_name(schedule)
         except PipelineError as exc:
             notes.append(f"schedule {name!r} could not be built with its defaults to ask "
                          f"which knobs it forces: {exc}")
@@ -62,6 +64,9 @@ def schedule_rules(host: "PluginHost") -> tuple[dict[str, dict[str, Any]], list[
             notes.append(f"schedule {name!r} forces unknown knob(s) {', '.join(unknown)} "
                          "(not ScheduleConfig fields; ignored)")
         rules[name] = {k: v for k, v in answer.items() if k in fields}
+        if lowering in KNOBLESS_LOWERINGS:
+            notes.append(f"schedule {name!r} refuses every knob: the {lowering} lowering reads "
+                         f"none; {KNOBLESS_LOWERINGS[lowering]}")
     return rules, notes
 
 

@@ -18,6 +18,34 @@ from typing import Any, Callable
 import attrs
 
 
+def parse_int(text: str) -> int:
+    """A decimal, 0x hex, 0o octal or 0b binary integer typed by a user: the one parser of
+    every integer on the command line (``-p``, ``-T``, ``-c``, ``-O`` and the count flags).
+
+    ASCII only: Python's ``int()`` also reads other scripts' digits (``'\u0661\u0662'``,
+    fullwidth ``'\uff10\uff18'``, superscript ``'\u00b2\u00b3'`` via ``isdigit``), which a
+    user did not mean as a count and a kernel source cannot spell.
+    """
+    stripped = text.strip()
+    if not stripped.isascii():
+        raise ValueError(f"{stripped!r} is not an integer (use the ASCII digits 0-9)")
+    try:
+        return int(stripped, 0)
+    except ValueError:
+        raise ValueError(f"{stripped!r} is not an integer") from None
+
+
+def parse_number(text: str) -> float:
+    """A decimal number typed by a user (``--optimal SECONDS``): ASCII only, as :func:`parse_int`."""
+    stripped = text.strip()
+    if not stripped.isascii():
+        raise ValueError(f"{stripped!r} is not a number (use the ASCII digits 0-9)")
+    try:
+        return float(stripped)
+    except ValueError:
+        raise ValueError(f"{stripped!r} is not a number") from None
+
+
 @attrs.frozen(kw_only=True)
 class Bound:
     """An inclusive range ``[low, high]`` of integers (or of numbers, with ``integer=False``)."""
@@ -45,9 +73,9 @@ class Bound:
         """An argparse ``type=`` that parses the flag's text and refuses values out of range."""
         def parse(text: str):
             try:
-                value: Any = int(text.strip(), 0) if self.integer else float(text)
-            except ValueError:
-                raise argparse.ArgumentTypeError(f"expected {self.allowed()}, got {text!r}") from None
+                value: Any = parse_int(text) if self.integer else parse_number(text)
+            except ValueError as exc:
+                raise argparse.ArgumentTypeError(f"expected {self.allowed()}: {exc}") from None
             if not self.contains(value):
                 raise argparse.ArgumentTypeError(f"expected {self.allowed()}, got {text}")
             return value

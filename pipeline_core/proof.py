@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pipeline_core.errors import PipelineError, TargetFactError, UnknownNameError
+from pipeline_core.errors import PipelineError, ProgramError, TargetFactError, UnknownNameError
+from pipeline_core.ops import FrameworkTag
 
 if TYPE_CHECKING:
     from pipeline_core.check.verdict import Verdict
@@ -71,6 +72,62 @@ class UnprovableScheduleError(UnsafeScheduleError):
         return self
 
 
+#: the -c knob whose value a manual wait of the block template takes as it is
+#: (``auto_waits=false``; config.py), by the template's wait it sets (pipeline_core/program)
+MANUAL_WAIT_KNOBS = {FrameworkTag.WAIT_LGKM: "wait_lgkm_first", FrameworkTag.WAIT_VM: "wait_vm_last"}
+
+
+class UnencodableWaitError(ProgramError):
+    """An emitted wait value its channel cannot encode (:func:`check_encodable`).
+
+    ``sources`` are the document fields the sync model takes the channel's ticks from
+    (``Effect.ticks_from``, e.g. ``config.lgkm_per_load_a``) and ``manual_knob`` the ``-c``
+    knob a manual wait on the channel takes its value from ("" if none), so that
+    :meth:`naming_keys` can name the ``-p`` / ``-T`` / ``-c`` keys of the user's that set the
+    wait (issue 23: a refusal names the user's key that caused it).
+    """
+
+    def __init__(self, where: str, *, value: int, allowed: str, sources: tuple[str, ...],
+                 manual_knob: str = "", hint: str = "") -> None:
+        self.where = where
+        self.value = value
+        self.allowed = allowed
+        self.sources = sources
+        self.manual_knob = manual_knob
+        self.hint = hint
+        super().__init__(f"{where}{hint}")
+
+    def naming_keys(self, given: Mapping[str, Mapping[str, str]]) -> "UnencodableWaitError":
+        """The same refusal naming the user's keys (``given``: flag -> {key: value as typed})
+        behind the wait: those that set the channel's ticks per load, and a manual wait knob
+        whose value is the wait's; else every key the user gave (the schedule was built from
+        them).  Unchanged when the user gave none."""
+        fields = {source.rpartition(".")[2] for source in self.sources}
+
+        def is_the_wait(flag: str, key: str, text: str) -> bool:
+            if flag != "-c" or key != self.manual_knob:
+                return False
+            from pipeline_core.limits import parse_int
+            try:
+                return parse_int(text) == self.value
+            except ValueError:
+                return False
+
+        typed = [(flag, key, text) for flag, pairs in given.items() for key, text in pairs.items()]
+        linked = [t for t in typed if t[1] in fields or is_the_wait(*t)]
+        if not typed:
+            return self
+        keys = ", ".join(f"{flag} {key}={text}" for flag, key, text in linked or typed)
+        if linked:
+            why = (f" (set by your {keys}: lower {'it' if len(linked) == 1 else 'them'} until "
+                   f"every such wait is {self.allowed})")
+        else:
+            why = (f" (the schedule was built with your {keys}; none of them sets this wait's "
+                   f"ticks, which come from {', '.join(self.sources) or 'the schedule'})")
+        return UnencodableWaitError(self.where, value=self.value, allowed=self.allowed,
+                                    sources=self.sources, manual_knob=self.manual_knob, hint=why)
+
+
 @attrs.frozen(kw_only=True)
 class Proof:
     """What the proof stage found: the verdict, or why there is none."""
@@ -110,11 +167,13 @@ def check_encodable(compiled: CompiledSchedule, sync: Any) -> None:
     A wait above the largest encodable value cannot be emitted at all (each target declares
     its limits; the AMD plugin's, with sources, are in docs/design/amd-waits-and-warps.md), and
     a negative one means nothing; either
-    is a :class:`~pipeline_core.errors.ProgramError` naming the entry, the channel and the limit.
+    is an :class:`UnencodableWaitError` naming the entry, the channel and the limit.
     """
-    from pipeline_core.errors import ProgramError
+    from pipeline_core.program.binding import lowering_for
 
     channels = {c.wait_tag: c for c in sync.channels}
+    bound = lowering_for(sync).tags  # the template's waits as the target's
+    manual = {bound.get(int(tag)): knob for tag, knob in MANUAL_WAIT_KNOBS.items()}
     for phase, entries in (("prologue", compiled.prologue), ("kernel", compiled.kernel),
                            ("epilogue", compiled.epilogue)):
         for i, entry in enumerate(entries):
@@ -125,12 +184,18 @@ def check_encodable(compiled: CompiledSchedule, sync: Any) -> None:
             limit = channel.max_wait
             if value < 0 or (limit is not None and value > limit):
                 allowed = f"0..{limit}" if limit is not None else "a value >= 0"
-                raise ProgramError(
+                sources = tuple(dict.fromkeys(
+                    field for effect in sync.effects if effect.counter == channel.name
+                    for field in effect.ticks_from))
+                raise UnencodableWaitError(
                     f"schedule {compiled.schedule_name}: {phase}[{i}] {channel.wait_name}({value}) "
                     f"cannot be encoded: {channel.label} waits on target "
-                    f"{compiled.target_name or sync.name!r} take {allowed}"
-                    + (" (a manual wait: lower -c wait_vm_last / wait_lgkm_first)"
-                       if not compiled.schedule_config.auto_waits else ""))
+                    f"{compiled.target_name or sync.name!r} take {allowed}", value=value,
+                    allowed=f"in {allowed}" if limit is not None else allowed, sources=sources,
+                    manual_knob=manual.get(channel.wait_tag, ""),
+                    hint=(f" (a manual wait: lower -c {manual[channel.wait_tag]})"
+                          if not compiled.schedule_config.auto_waits and channel.wait_tag in manual
+                          else ""))
 
 
 def prove(compiled: CompiledSchedule, host: Any = None) -> Proof:

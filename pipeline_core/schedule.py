@@ -14,9 +14,9 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime
 import attrs
 
 from pipeline_core.config import (PipelineConfig, ScheduleConfig, TargetProfile, apply_overrides,
-                                  parse_bool, parse_int)
+                                  parse_bool)
 from pipeline_core.errors import ConfigError, UnknownNameError
-from pipeline_core.limits import PARAM_INT, Bound
+from pipeline_core.limits import PARAM_INT, Bound, parse_int
 from pipeline_core.ops import Op
 
 

@@ -113,3 +113,68 @@ def test_listings_print_what_a_user_types(cli):
     assert "default None" not in schedules and "default True" not in schedules
     assert "    dtype (str; one of bf16, fp8): input type of the tile shape" in schedules
     assert "    launch_defaults (bool, default true; true or false)" in schedules
+
+
+@pytest.fixture(scope="module")
+def fourwave_document(tmp_path_factory):
+    from pipeline_core.testing import run_cli
+
+    path = tmp_path_factory.mktemp("doc") / "4wave.json"
+    assert run_cli(["compile", "4wave", "--format", "json", "-o", str(path)]).exit_code == 0
+    return str(path)
+
+
+@pytest.mark.parametrize("argv, line", [
+    (("check", "4wave", "--input", "{doc}"),
+     "check takes a SCHEDULE or --input FILE, not both (got 4wave and --input {doc}): drop one"),
+    (("check", "--input", "{doc}", "-p", "BM=64", "-c", "auto_waits=false"),
+     "-p BM=64: check --input judges the document as compiled, which fixed its -p values; drop "
+     "-p, or check the schedule itself: pipeline-core check SCHEDULE -p BM=64"),
+    (("check", "--input", "{doc}", "-c", "auto_waits=false"),
+     "-c auto_waits=false: check --input judges the document as compiled, which fixed its -c "
+     "values; drop -c, or check the schedule itself: pipeline-core check SCHEDULE -c "
+     "auto_waits=false"),
+    (("check", "--input", "{doc}", "-T", "vm_per_load_a=2"),
+     "-T vm_per_load_a=2: check --input judges the document as compiled, which fixed its -T "
+     "values; drop -T, or check the schedule itself: pipeline-core check SCHEDULE -T "
+     "vm_per_load_a=2"),
+    (("compile", "pingpong", "--format", "json", "--kernel-only"),
+     "--kernel-only shapes the text view, but --format json writes the whole document: drop "
+     "--kernel-only or --format json"),
+    (("compile", "pingpong", "--format", "json", "--compact"),
+     "--compact shapes the text view, but --format json writes the whole document: drop "
+     "--compact or --format json"),
+    (("compile", "pingpong", "-p", "BM=128", "-p", "BM=256"),
+     "-p BM is given twice (-p BM=128 and -p BM=256): give it once"),
+    (("check", "pingpong", "-T", "vm_per_load_a=2", "-T", "vm_per_load_a=2"),
+     "-T vm_per_load_a is given twice (-T vm_per_load_a=2 and -T vm_per_load_a=2): give it once"),
+    (("analyze", "pingpong", "-c", "wait_vm_last=1", "-c", " wait_vm_last =2"),
+     "-c wait_vm_last is given twice (-c wait_vm_last=1 and -c wait_vm_last=2): give it once"),
+    (("compile", "warpspecialized-gemm", "--target", "h100", "-c", "auto_waits=true"),
+     "-c auto_waits=true is invalid for schedule warpspecialized-gemm: the agents lowering reads "
+     "no ScheduleConfig knob: the agents' programs, rings and waits are derived from their roles "
+     "(docs/guide/agents.md); drop -c auto_waits"),
+    (("check", "multistage-gemm", "-c", "scheduling=GREEDY"),
+     "-c scheduling=GREEDY is invalid for schedule multistage-gemm: the generic lowering reads no "
+     "ScheduleConfig knob: the ring's waits and barriers are derived from the target's sync "
+     "model (pipeline_core/lowering/generic.py); drop -c scheduling"),
+    (("export", "pingpong", "--format", "trace", "--width", "900"),
+     "--width sizes a picture (png, svg); --format trace draws none: drop --width"),
+    (("export", "pingpong", "--format", "dot", "--width", "900"),
+     "--width sizes a picture (png, svg); --format dot draws none: drop --width"),
+    (("analyze", "pingpong", "--no-timing", "--iterations", "5"),
+     "--iterations 5 sets the timing model's run, which --no-timing skips: drop one"),
+])
+def test_a_conflicting_or_ignored_flag_is_refused_in_one_line(cli, fourwave_document, argv, line):
+    """Issue 23: each of these was accepted and the flag silently ignored (or the later value
+    silently won); the document, the text view or the lowering had already decided."""
+    result = cli(*[a.replace("{doc}", fourwave_document) for a in argv])
+    assert result.exit_code == 2, result.stderr
+    assert result.stdout == ""
+    assert result.stderr == f"error: {line.replace('{doc}', fourwave_document)}\n"
+
+
+def test_check_input_keeps_target_which_picks_the_sync_model(cli, fourwave_document):
+    result = cli("check", "--input", fourwave_document, "--target", "mi355x")
+    assert result.exit_code == 0, result.stderr
+    assert "4wave: SAFE" in result.stdout

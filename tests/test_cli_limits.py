@@ -15,6 +15,9 @@ import pytest
 from pipeline_core import limits
 
 HUGE = str(2**70)
+#: twelve, eight and twenty-three in scripts whose digits int() reads but a kernel cannot spell
+ARABIC_12, FULLWIDTH_08, SUPERSCRIPT_23 = "\u0661\u0662", "\uff10\uff18", "\u00b2\u00b3"
+ASCII_ONLY = "is not an integer (use the ASCII digits 0-9)"
 INTERNAL_NAMES = ("Op.", "ScheduleConfig.", "PipelineConfig.", "Traceback", "internal error",
                   "[Errno")
 BIG_DEFAULT_MATMUL = ("-p", "num_k_tiles=64", "-p", "a_loads_per_thread=64", "-p",
@@ -92,6 +95,22 @@ CASES = [
      ["Unknown -p parameter of schedule pingpong 'nope'", "Known parameters of schedule pingpong:"]),
     ("strategy-plural", ("compile", "pingpong", "-c", "scheduling=zzz"),
      ["Known scheduling strategies:"]),
+    # --- issue 23: other scripts' digits, which Python's int() and float() read --------------
+    ("arabic-indic-p", ("compile", "pingpong", "-p", f"BM={ARABIC_12}"),
+     [f"-p BM={ARABIC_12} is invalid for schedule pingpong", ASCII_ONLY]),
+    ("fullwidth-c", ("compile", "pingpong", "-c", f"wait_vm_last={FULLWIDTH_08}"),
+     [f"-c wait_vm_last={FULLWIDTH_08} is invalid for ScheduleConfig", ASCII_ONLY]),
+    ("superscript-T", ("compile", "pingpong", "-T", f"vm_per_load_a={SUPERSCRIPT_23}"),
+     [f"-T vm_per_load_a={SUPERSCRIPT_23} is invalid for target mi355x", ASCII_ONLY]),
+    ("arabic-indic-iterations", ("check", "pingpong", "--iterations", ARABIC_12),
+     ["argument --iterations: expected an integer in [1, 256]", ASCII_ONLY]),
+    ("fullwidth-warps", ("check", "pingpong", "--warps-per-group", FULLWIDTH_08),
+     ["argument --warps-per-group: expected an integer in [1, 16]", ASCII_ONLY]),
+    ("fullwidth-width", ("export", "pingpong", "--format", "png", "-o", "{tmp}/x.png", "--width",
+                         "\uff18\uff10\uff10"), ["argument --width", ASCII_ONLY]),
+    ("arabic-indic-optimal", ("analyze", "pingpong", "--optimal", ARABIC_12),
+     ["argument --optimal: expected a number in [0.001, 600] seconds", "is not a number (use the "
+      "ASCII digits 0-9)"]),
 ]
 
 
@@ -115,6 +134,42 @@ def test_a_full_disk_names_the_output_file(argv, cli):
     result = cli(*argv)
     assert result.exit_code == 2
     assert result.stderr.strip() == "error: cannot write -o /dev/full: No space left on device"
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (("check", "pingpong", "--iterations", "x"), "argument --iterations: expected an integer in "
+                                                 "[1, 256]: 'x' is not an integer"),
+    (("check", "pingpong", "--warps-per-group", "99"), "argument --warps-per-group: expected an "
+                                                       "integer in [1, 16], got 99"),
+    (("export", "pingpong", "--format", "png", "--width", "3"),
+     "argument --width: expected an integer in [200, 8000], got 3"),
+    (("analyze", "pingpong", "--optimal", "0"), "argument --optimal: expected a number in "
+                                                "[0.001, 600], got 0"),
+    (("compile", "pingpong", "--format", "yaml"), "argument --format: invalid choice: 'yaml'"),
+    (("export", "pingpong", "--format", "pdf"), "argument --format: invalid choice: 'pdf'"),
+    (("compile",), "the following arguments are required: schedule"),
+])
+def test_a_flag_error_is_one_line_without_the_usage_block(cli, argv, needle):
+    """Issue 23: argparse printed its 5-7-line usage block above these; now one line names the
+    flag, what it allows and where the usage is, as every other refusal (README.md)."""
+    result = cli(*argv)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "usage:" not in result.stderr, result.stderr
+    command = f"pipeline-core {argv[0]}"
+    assert result.stderr.startswith(f"{command}: error: {needle}"), result.stderr
+    assert result.stderr.endswith(f"(`{command} --help` lists the options)\n")
+
+
+def test_the_standalone_checker_errors_in_one_line(capsys):
+    from pipeline_core.check.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--iterations", "0"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "usage:" not in err
+    assert err.startswith("pipeline-core check: error: argument --iterations: expected an integer")
 
 
 def test_the_largest_accepted_counts_still_run(cli):

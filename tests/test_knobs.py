@@ -111,7 +111,10 @@ def test_a_schedule_that_answers_badly_or_cannot_be_built_is_a_note_not_a_crash(
     assert by_name["auto_drain"]["forced_by"] == {"odd": True}
     assert by_name["wait_vm_last"]["refused_by"] == ["odd"]
     assert notes == ["schedule 'odd' forces unknown knob(s) no_such_knob (not ScheduleConfig "
-                     "fields; ignored)"]
+                     "fields; ignored)",
+                     "schedule 'odd' refuses every knob: the generic lowering reads none; the "
+                     "ring's waits and barriers are derived from the target's sync model "
+                     "(pipeline_core/lowering/generic.py)"]
     host = fresh_host(_plugin("needy", factory=broken))
     rows, notes = knob_rows(host)
     assert len(notes) == 1 and "schedule 'needy' could not be built" in notes[0]

@@ -207,7 +207,9 @@ def _print(args: argparse.Namespace, verdict: Any, document: Mapping[str, Any], 
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (``python -m pipeline_core.check --input FILE``)."""
-    parser = argparse.ArgumentParser(prog="pipeline-core check",
+    from pipeline_core.cli import OneLineParser
+
+    parser = OneLineParser(prog="pipeline-core check",
                                      description="Prove a compiled schedule free of LDS/register hazards.")
     add_arguments(parser)
     args = parser.parse_args(argv)

@@ -18,6 +18,7 @@ from pipeline_core.limits import (EXPORT_ITERATIONS, PICTURE_WIDTH, default_iter
 FORMATS = ("trace", "dot", "png", "svg")
 SUFFIX_FORMAT = {".json": "trace", ".dot": "dot", ".gv": "dot", ".png": "png", ".svg": "svg"}
 EXIT_OK, EXIT_INPUT = 0, 2
+DEFAULT_WIDTH = 1600  #: ``--width`` of a picture when not given
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,8 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="file to write (trace and dot: stdout when omitted or '-')")
     g.add_argument("--iterations", type=EXPORT_ITERATIONS.argparse_type(), default=None,
                    metavar="N", help=iterations_help(EXPORT_ITERATIONS))
-    g.add_argument("--width", type=PICTURE_WIDTH.argparse_type(), default=1600, metavar="PX",
-                   help=f"picture width in pixels (png, svg; default 1600; {PICTURE_WIDTH.allowed()})")
+    g.add_argument("--width", type=PICTURE_WIDTH.argparse_type(), default=None, metavar="PX",
+                   help=f"picture width in pixels (png, svg; default {DEFAULT_WIDTH}; "
+                        f"{PICTURE_WIDTH.allowed()})")
 
 
 class Progress:
@@ -94,6 +96,10 @@ def run(args, compiled: Any) -> int:
         return _error("choose an export format: --format trace|dot|png|svg "
                       "(or an -o FILE ending in .json, .dot, .png or .svg)")
     to_file = bool(args.output) and args.output != "-"
+    width = getattr(args, "width", None)
+    if width is not None and fmt not in ("png", "svg"):  # it would be ignored: say so instead
+        return _error(f"--width sizes a picture (png, svg); --format {fmt} draws none: drop "
+                      "--width")
     if fmt in ("png", "svg"):
         if not to_file:
             return _error(f"--format {fmt} writes an image: give -o FILE.{fmt}")
@@ -111,7 +117,7 @@ def run(args, compiled: Any) -> int:
     too_many = iterations_over_budget(iterations, _kernel_entries(compiled), EXPORT_ITERATIONS)
     if too_many:
         return _error(too_many)
-    width = getattr(args, "width", 1600)
+    width = DEFAULT_WIDTH if width is None else width
     if not PICTURE_WIDTH.contains(width):
         return _error(f"--width {width}: expected {PICTURE_WIDTH.allowed()} pixels")
     if fmt == "dot":

@@ -111,7 +111,55 @@ def test_compile_refuses_a_manual_wait_beyond_the_encoding(override, needle):
     result = run_cli(["compile", "pingpong", "-c", "auto_waits=false", "-c", override,
                       "--allow-unsafe"])
     assert result.exit_code == 2
-    assert needle in result.stderr and "lower -c wait_vm_last / wait_lgkm_first" in result.stderr
+    assert needle in result.stderr
+    assert f"(set by your -c {override}: lower it until every such wait is in 0.." in result.stderr
+
+
+@pytest.mark.parametrize("argv, needle", [
+    # issue 23: 1,063 fuzz refusals said "kernel[3] WAIT_LGKM(16) cannot be encoded" naming no key
+    (["pingpong", "-p", "lgkm_per_load_a=16", "-p", "lgkm_per_load_b=16", "-p", "fp8=true"],
+     "kernel[3] WAIT_LGKM(16) cannot be encoded: lgkmcnt waits on target 'mi355x' take 0..15 (set "
+     "by your -p lgkm_per_load_a=16, -p lgkm_per_load_b=16: lower them until every such wait is "
+     "in 0..15)"),
+    (["matmul-grid", "-p", "lgkm_per_load_a=16", "-c", "auto_drain=true"],
+     "WAIT_LGKM(16) cannot be encoded: lgkmcnt waits on target 'mi355x' take 0..15 (set by your "
+     "-p lgkm_per_load_a=16: lower it until every such wait is in 0..15)"),
+    (["pingpong", "-T", "vm_per_load_a=32", "-T", "vm_per_load_b=32"],
+     "WAIT_VM(96) cannot be encoded: vmcnt waits on target 'mi355x' take 0..63 (set by your "
+     "-T vm_per_load_a=32, -T vm_per_load_b=32: lower them until every such wait is in 0..63)"),
+])
+def test_an_unencodable_derived_wait_names_the_keys_that_set_its_ticks(argv, needle):
+    """The keys named are those the sync model takes the channel's ticks from (Effect.ticks_from),
+    not every key given: fp8 and auto_drain are not named."""
+    result = run_cli(["compile", *argv])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: schedule {argv[0]}: " + result.stderr.split(": ", 2)[2]
+    assert needle in result.stderr, result.stderr
+    assert "fp8" not in result.stderr and "auto_drain" not in result.stderr
+
+
+def test_a_manual_wait_names_its_own_knob_not_another_with_the_same_value():
+    """wait_vm_last=16 sets the vm wait: a WAIT_LGKM(16) is wait_lgkm_first's (the knob the
+    target's fragment wait binds), whatever the values."""
+    result = run_cli(["compile", "pingpong", "-c", "auto_waits=false", "-c", "wait_vm_last=16",
+                      "-c", "wait_lgkm_first=16", "--allow-unsafe"])
+    assert result.exit_code == 2
+    assert result.stderr.endswith("WAIT_LGKM(16) cannot be encoded: lgkmcnt waits on target "
+                                  "'mi355x' take 0..15 (set by your -c wait_lgkm_first=16: lower "
+                                  "it until every such wait is in 0..15)\n"), result.stderr
+
+
+def test_an_unencodable_wait_names_every_key_when_none_sets_its_ticks():
+    """With no key linked to the channel, the refusal still names what the user gave."""
+    from pipeline_core.proof import UnencodableWaitError
+
+    exc = UnencodableWaitError("schedule s: kernel[3] WAIT_LGKM(16) cannot be encoded", value=16,
+                               allowed="in 0..15", sources=("config.lgkm_per_load_a",))
+    named = exc.naming_keys({"-p": {"m": "7"}, "-T": {}, "-c": {"wait_vm_last": "16"}})
+    assert str(named) == ("schedule s: kernel[3] WAIT_LGKM(16) cannot be encoded (the schedule "
+                          "was built with your -p m=7, -c wait_vm_last=16; none of them sets "
+                          "this wait's ticks, which come from config.lgkm_per_load_a)")
+    assert exc.naming_keys({"-p": {}, "-T": {}, "-c": {}}) is exc
 
 
 def test_fix_suggestions_stay_within_the_encoding():

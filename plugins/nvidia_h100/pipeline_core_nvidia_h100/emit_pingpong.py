@@ -33,6 +33,8 @@ import attrs
 from pipeline_core.emitters import EmitterRecord
 from pipeline_core.errors import ProgramError
 from pipeline_core.execution import ExecutionModel
+from pipeline_core.limits import Bound
+from pipeline_core.schedule import Param
 from pipeline_core.ops import Entry, FrameworkTag, KOffset
 
 from pipeline_core_nvidia_h100.cuda import header_source
@@ -49,7 +51,13 @@ KERNEL_NAME = "pc_pingpong_gemm"
 WARP_GROUPS = 2
 #: fp32 accumulators + fragment registers one thread may hold (the rest of 255 is addresses)
 MAX_DATA_REGISTERS = 168
-DEFAULTS = {"BM": 128, "BN": 128, "BK": 64}
+#: ``-O BM/BN/BK``: the CTA tile (parsed and bounded by the core; :meth:`Geometry.validate`
+#: then checks the multiples, registers and shared memory the kernel needs)
+OPTIONS = (Param("BM", int, 128, "CTA tile rows (a multiple of 64)", bound=Bound(low=16, high=512)),
+           Param("BN", int, 128, "CTA tile columns (a multiple of 128)",
+                 bound=Bound(low=16, high=512)),
+           Param("BK", int, 64, "K per stage", choices=(32, 64)))
+DEFAULTS = {p.name: p.default for p in OPTIONS}
 
 
 @attrs.frozen(kw_only=True)
@@ -118,18 +126,10 @@ class Geometry(CtaTile):
         return {"BM": self.bm, "BN": self.bn, "BK": self.bk, "group_m": self.group_m}
 
 
-def geometry_from_options(options: Mapping[str, str]) -> Geometry:
-    """The tile from ``-O BM/BN/BK`` (defaults 128 / 128 / 64), validated."""
-    unknown = sorted(set(options) - set(DEFAULTS))
-    if unknown:
-        raise ProgramError(f"emitter {EMITTER_NAME}: unknown -O option {unknown[0]} (takes "
-                           f"{', '.join(DEFAULTS)})")
-    values = dict(DEFAULTS)
-    for key, text in options.items():
-        try:
-            values[key] = int(str(text), 0)
-        except ValueError:
-            raise ProgramError(f"emitter {EMITTER_NAME}: -O {key}={text}: not an integer") from None
+def geometry_from_options(options: Mapping[str, int]) -> Geometry:
+    """The tile from the ``-O BM/BN/BK`` values (:data:`OPTIONS`, typed; defaults 128 / 128 /
+    64), validated."""
+    values = {**DEFAULTS, **options}
     g = Geometry(bm=values["BM"], bn=values["BN"], bk=values["BK"])
     g.validate()
     return g
@@ -178,7 +178,7 @@ def _lines(entries: Sequence[Entry], names: Mapping[int, str]) -> list[str]:
     return out
 
 
-def emit_pingpong(compiled: Any, **options: str) -> str:
+def emit_pingpong(compiled: Any, **options: int) -> str:
     """CUDA C++ for a compiled ``pingpong`` on ``h100-pingpong`` (see the module)."""
     if compiled.schedule_name != SCHEDULE_NAME or compiled.target_name != TARGET_NAME:
         raise ProgramError(f"emitter {EMITTER_NAME}: writes schedule {SCHEDULE_NAME} on target "
@@ -340,4 +340,4 @@ EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME} on {TARGET_NAME}: 2 "
     "staggered warp groups, cp.async double buffer, ldmatrix, mma.sync, non-aligned "
     "barrier.sync, entries one for one (-O BM/BN/BK: the tile, default 128x128x64)",
-    (TARGET_NAME,), emit_pingpong, schedules=(SCHEDULE_NAME,)),)
+    (TARGET_NAME,), emit_pingpong, schedules=(SCHEDULE_NAME,), options=OPTIONS),)

@@ -18,6 +18,8 @@ from typing import Any
 from pipeline_core.agents import AgentProgram, Step, StepKind
 from pipeline_core.emitters import EmitterRecord
 from pipeline_core.errors import ProgramError
+from pipeline_core.limits import Bound
+from pipeline_core.schedule import Param
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import header_source, wgmma_header_source
@@ -26,6 +28,12 @@ from pipeline_core_nvidia_h100.warpspecialized import (SCHEDULE_NAME, WGMMA_M, W
 
 EMITTER_NAME = "cuda-wgmma"
 KERNEL_NAME = "pc_ws_gemm"
+#: ``-O watchdog=N``: polls of one mbarrier wait before it traps (0, the default: no bound).
+#: The kernel counts polls in an ``unsigned long long`` and traps on ``++polls > N``, so N
+#: stays below ULLONG_MAX (which the counter could never exceed); 2**63 - 1 polls is
+#: centuries of polling anyway
+WATCHDOG = Param("watchdog", int, 0, "polls of one mbarrier wait before the kernel traps "
+                 "(omit: no bound)", bound=Bound(low=1, high=2**63 - 1))
 
 
 def wgmma_instruction(n: int) -> str:
@@ -110,22 +118,13 @@ def _program_lines(p: AgentProgram, single_issuer: bool, label: str,
     return lines
 
 
-def emit_wgmma(compiled: Any, **options: str) -> str:
+def emit_wgmma(compiled: Any, *, watchdog: int = 0) -> str:
     """CUDA C++ for a compiled ``warpspecialized-gemm`` (see the module).
 
-    ``-O watchdog=N``: every mbarrier wait traps after N polls, so a schedule that deadlocks
-    (emitted with ``--allow-unsafe``) fails its launch instead of hanging the GPU.
+    ``-O watchdog=N`` (:data:`WATCHDOG`, parsed and bounded by the core): every mbarrier wait
+    traps after N polls, so a schedule that deadlocks (emitted with ``--allow-unsafe``) fails
+    its launch instead of hanging the GPU; 0: unbounded waits.
     """
-    unknown = sorted(set(options) - {"watchdog"})
-    if unknown:
-        raise ProgramError(f"emitter {EMITTER_NAME}: unknown -O option {unknown[0]} (it takes "
-                           f"watchdog=N)")
-    watchdog = 0
-    if "watchdog" in options:
-        text = options["watchdog"]
-        if not text.isdigit() or int(text) < 1:
-            raise ProgramError(f"emitter {EMITTER_NAME}: -O watchdog={text}: a positive poll count")
-        watchdog = int(text)
     plan = getattr(compiled, "agents", None)
     if compiled.schedule_name != SCHEDULE_NAME or plan is None:
         raise ProgramError(f"emitter {EMITTER_NAME}: writes schedule {SCHEDULE_NAME} (agents "
@@ -260,4 +259,4 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME}: TMA producer, wgmma "
     "consumers, mbarrier rings, setmaxnreg; every agent's steps one for one", (TARGET_NAME,),
-    emit_wgmma, schedules=(SCHEDULE_NAME,)),)
+    emit_wgmma, schedules=(SCHEDULE_NAME,), options=(WATCHDOG,)),)

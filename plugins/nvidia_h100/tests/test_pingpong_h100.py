@@ -106,18 +106,35 @@ def test_emitted_source_follows_the_stagger_shell(pipeline_cli, doc):
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"BM": "256", "BN": "256"}, "-O BM: tile 256x256x64 needs 448"),
-    ({"BK": "48"}, "-O BK: must be 32 or 64"),
-    ({"BN": "96"}, "-O BN: must be a positive multiple of 128"),
-    ({"BM": "96"}, "-O BM: must be a positive multiple of 64"),
-    ({"BM": "64", "BK": "32"}, "-O BM: a subtile of 32 rows"),
-    ({"BQ": "1"}, "unknown -O option BQ"),
-    ({"BM": "x"}, "-O BM=x: not an integer"),
+    ({"BM": 256, "BN": 256}, "-O BM: tile 256x256x64 needs 448"),
+    ({"BK": 48}, "-O BK: must be 32 or 64"),
+    ({"BN": 96}, "-O BN: must be a positive multiple of 128"),
+    ({"BM": 96}, "-O BM: must be a positive multiple of 64"),
+    ({"BM": 64, "BK": 32}, "-O BM: a subtile of 32 rows"),
 ])
 def test_bad_tiles_are_refused_naming_the_option(options, message):
     from pipeline_core.errors import ProgramError
     with pytest.raises(ProgramError, match=message.replace("(", r"\(")):
         geometry_from_options(options)
+
+
+@pytest.mark.parametrize("option, message", [
+    ("BQ=1", "Unknown -O parameter of emitter cuda-pingpong 'BQ'. Known parameters of emitter "
+             "cuda-pingpong: BK, BM, BN."),
+    ("BM=x", "-O BM=x is invalid for emitter cuda-pingpong: 'x' is not an integer"),
+    ("BM=\uff11\uff12\uff18", "is not an integer (use the ASCII digits 0-9)"),
+    ("BM=4096", "-O BM=4096 is invalid for emitter cuda-pingpong: an integer in [16, 512]"),
+    ("BK=48", "-O BK=48 is invalid for emitter cuda-pingpong: one of 32, 64"),
+    ("BN=96", "emitter cuda-pingpong: -O BN: must be a positive multiple of 128"),
+])
+def test_the_core_checks_the_declared_options_before_the_emitter_runs(pipeline_cli, option,
+                                                                      message):
+    """``-O`` values are parsed by the record's declared options (type, bound, choices) in the
+    core, exit 2 in one line; the emitter's own geometry check still names the option."""
+    res = pipeline_cli(["emit", "pingpong", "--target", "h100-pingpong", "-O", option])
+    assert res.exit_code == 2, res.stderr
+    assert message in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert res.stdout == ""
 
 
 def test_geometry_of_the_default_tile():

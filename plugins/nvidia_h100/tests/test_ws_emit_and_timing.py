@@ -29,8 +29,16 @@ def test_emit_picks_the_emitter_that_writes_the_schedule(pipeline_cli):
 @pytest.mark.parametrize("args, message", [
     (["--emitter", "cuda"], "an emitter for schedule warpspecialized-gemm (it writes "
                             "multistage-gemm)"),
-    (["-O", "foo=1"], "unknown -O option foo (it takes watchdog=N)"),
-    (["-O", "watchdog=0"], "-O watchdog=0: a positive poll count"),
+    (["-O", "foo=1"], "Unknown -O parameter of emitter cuda-wgmma 'foo'. Known parameters of "
+                      "emitter cuda-wgmma: watchdog."),
+    (["-O", "watchdog=0"], "-O watchdog=0 is invalid for emitter cuda-wgmma: an integer in "
+                           f"[1, {2**63 - 1}]"),
+    # issue 23: a count that does not fit the kernel's unsigned long long was emitted (exit 0)
+    (["-O", f"watchdog={2**70}"], f"-O watchdog={2**70} is invalid for emitter cuda-wgmma: an "
+                                  f"integer in [1, {2**63 - 1}]"),
+    # issue 23: superscript digits passed isdigit() and failed int(), blaming the plugin (exit 3)
+    (["-O", "watchdog=\u00b2\u00b3"], "-O watchdog=\u00b2\u00b3 is invalid for emitter cuda-wgmma: "
+                                  "'\u00b2\u00b3' is not an integer (use the ASCII digits 0-9)"),
 ])
 def test_emit_refuses_an_emitter_or_option_in_one_line(pipeline_cli, args, message):
     res = pipeline_cli(["emit", *WS, *args])
@@ -46,6 +54,8 @@ def test_the_watchdog_bounds_every_mbarrier_wait(pipeline_cli):
     waits = plain.count("mbar_wait(")
     assert waits >= 3 and "mbar_wait_bounded(" not in plain
     assert bounded.count("mbar_wait_bounded(") == waits and "1000ull" in bounded
+    largest = kernel(["-O", f"watchdog={2**63 - 1}"])  # the bound's top still fits the literal
+    assert f"{2**63 - 1}ull" in largest
 
 
 class _FakeBuilder:

@@ -147,10 +147,10 @@ def make_pingpong(ctx: BuildContext) -> PingPongSchedule:
     p = ctx.params
     for name in OWNED_SCHEDULE_FIELDS:
         if name in ctx.config_overrides:
-            raise ConfigError(f"ScheduleConfig ({NAME})", name, ctx.config_overrides[name],
+            raise ConfigError(f"schedule {NAME}", name, ctx.config_overrides[name],
                               f"not settable with -c: pingpong always writes its own lgkm per "
                               f"load into the ScheduleConfig; use "
-                              f"-p {name}={ctx.config_overrides[name]}")
+                              f"-p {name}={ctx.config_overrides[name]}", flag="-c")
     dtype = resolve_dtype(ctx)
     launch = resolve_launch(ctx, dtype)
     derive = launch is not None and p["launch_defaults"]
