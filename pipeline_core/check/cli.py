@@ -130,9 +130,9 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     of the target (``args.target`` or the document's) registered with ``host``; a
     target that declares none is refused with one line naming it.
     """
-    from pipeline_core.check.checker import check_document
+    from pipeline_core.check.checker import check_document, modelled_warps
     from pipeline_core.check.counters import model_for_document
-    from pipeline_core.check.program import DocumentError, check_shape, document_warps
+    from pipeline_core.check.program import DocumentError, check_shape
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -154,12 +154,12 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
         if model is None:
             check_shape(document)
             model = model_for_document(document, host, getattr(args, "target", None))
-        warps_per_group = document_warps(document) or warps_per_group
         if getattr(args, "explicit_register_waits", False):
             model = attrs.evolve(model, register_interlock=False)
         if getattr(args, "no_lds_order", False):
             model = attrs.evolve(model, lds_in_order=False)
-        warps = getattr(args, "warps_per_group", None) or warps_per_group
+        warps = modelled_warps(document, model, getattr(args, "warps_per_group", None),
+                               declared=warps_per_group)
         kernel = document.get("kernel")
         entries = (len(kernel) if isinstance(kernel, list) else 0) * warps  # each warp runs them
         iterations = getattr(args, "iterations", None)
