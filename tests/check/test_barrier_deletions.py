@@ -287,3 +287,23 @@ def test_a_per_thread_channel_is_never_proven_with_one_agent():
     status, error = _check_input(unrecorded, "--warps-per-group", "1")
     assert status == 2 and isinstance(error, str)
     assert "--warps-per-group 1: the toy-gpu sync model counts a channel per thread" in error
+
+
+def test_a_fix_for_an_op_no_counter_tracks_names_a_barrier_or_a_reorder():
+    """``completion_fix`` with no counter (the op is synchronous for its issuer): between two
+    warps a barrier, inside one warp a reorder; never a wait, which could not retire it."""
+    from pipeline_core.check.counters import model_for_document
+    from pipeline_core.check.fixes import completion_fix
+    from pipeline_core.check.program import Kind, decode
+    from pipeline_core.check.trace import expand
+
+    document = _document(Case(schedule="hello", target="toy-gpu", flagged={}))
+    one, other = expand(decode(document, model_for_document(document)), 1, 2)
+    frag = next(p for p, e in enumerate(one.events) if e.instr.kind is Kind.FRAG)
+    load = next(p for p in range(frag, len(one.events)) if one.events[p].instr.kind is Kind.LOAD
+                and one.bphase[p] == one.bphase[frag])  # no barrier between the two
+    fix = completion_fix(one, frag, other, load, None)
+    assert (fix.action, fix.counter, fix.value) == ("insert_barrier", None, None)
+    assert "add a barrier between them" in fix.text and "wait" not in fix.text
+    fix = completion_fix(one, load, one, frag, None)  # the op comes after its use
+    assert fix.action == "review" and "reorder the entries" in fix.text
