@@ -30,7 +30,7 @@ CASES = [
     ("analyze-iterations", ("analyze", "pingpong", "--iterations", "1000000000"),
      ["argument --iterations", "[3, 256]"]),
     ("warps-per-group", ("check", "pingpong", "--warps-per-group", "1000"),
-     ["argument --warps-per-group", "[1, 16]"]),
+     ["argument --warps-per-group", "[1, 32]"]),
     ("num-k-tiles", ("compile", "default-matmul", "-p", f"num_k_tiles={HUGE}"),
      [f"-p num_k_tiles={HUGE} is invalid for schedule default-matmul", "[1, 64]"]),
     ("loads-per-thread", ("compile", "default-matmul", "-p", f"a_loads_per_thread={HUGE}"),
@@ -138,7 +138,7 @@ def test_listings_document_every_bound(cli):
     vm = next(p for p in targets["mi355x"]["params"] if p["name"] == "vm_per_load_a")
     assert vm["allowed"] == limits.GLOBAL_LOAD_TICKS.allowed()
     text = cli("check", "--help").stdout
-    assert "[1, 256]" in text and "[1, 16]" in text
+    assert "[1, 256]" in text and "[1, 32]" in text
 
 
 def test_internal_errors_have_their_own_exit_status_and_say_how_to_report(cli, monkeypatch):

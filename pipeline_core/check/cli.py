@@ -54,9 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warps-per-group", type=WARPS_PER_GROUP.argparse_type(), default=None,
                         metavar="N",
                         help="model each warp group as N warps that only synchronise through "
-                             "barriers (default: what the schedule or target declares, else 1: "
-                             f"a group is one agent; {WARPS_PER_GROUP.allowed()}: a workgroup "
-                             "holds at most 16 waves)")
+                             "barriers (default: what the document records, else 1: a group "
+                             "is one agent; never fewer than the document records; "
+                             f"{WARPS_PER_GROUP.allowed()}: a CTA holds at most 32 warps)")
 
 
 def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
