@@ -11,7 +11,8 @@ to back.  This module is the one statement of that rule; each consumer turns the
 
 ``warps_per_group`` is how many warps of one group run the same stream; a schedule
 declares it with a ``warps_per_group()`` method, a target with
-``TargetProfile.warps_per_group`` (default 1: a group is one agent).
+``TargetProfile.warps_per_group`` (default 1: a group is one agent), and a target whose sync
+model counts a channel per thread models at least 2 (:func:`fewest_agents`).
 """
 from __future__ import annotations
 
