@@ -412,7 +412,8 @@ class TargetProfile:
     pipeline: PipelineConfig
     sync: Any = attrs.field(default=None, kw_only=True)
     clock_ghz: float | None = attrs.field(default=None, kw_only=True)
-    #: warps that run one group's stream (a schedule's ``warps_per_group()`` wins); None: 1
+    #: warps that run one group's stream (a schedule's ``warps_per_group()`` wins); None: 1, or
+    #: 2 when the sync model has a per-thread channel (``execution.fewest_agents``)
     warps_per_group: int | None = attrs.field(default=None, kw_only=True)
     #: vector registers one wave (warp) may hold; ``analyze`` reports a body whose modelled
     #: peak (the cost model's ``vgpr_def`` / ``vgpr_kill``) exceeds it as a problem and exits 1

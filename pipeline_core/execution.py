@@ -11,16 +11,20 @@ to back.  This module is the one statement of that rule; each consumer turns the
 
 ``warps_per_group`` is how many warps of one group run the same stream; a schedule
 declares it with a ``warps_per_group()`` method, a target with
-``TargetProfile.warps_per_group`` (default 1: a group is one agent).
+``TargetProfile.warps_per_group`` (default 1: a group is one agent), and a target whose sync
+model counts a channel per thread models at least 2 (:func:`fewest_agents`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from pipeline_core.errors import ConfigError
 from pipeline_core.ops import Phase
+
+if TYPE_CHECKING:
+    from pipeline_core.sync.model import SyncModel
 
 #: Synthetic barriers the stagger adds (the ``synthetic`` value of a :class:`Slot`).
 STAGGER, LAUNCH, TAIL = "stagger", "launch", "tail"
@@ -107,12 +111,22 @@ class ExecutionModel:
 
 
 def declared_warps_per_group(schedule: Any, target: Any = None) -> int:
-    """Warps per group a schedule (``warps_per_group()``) or its target declares; 1 if neither."""
+    """Warps per group a schedule (``warps_per_group()``) or its target declares; 1 if neither,
+    and at least :func:`fewest_agents` of the target's sync model."""
     own = getattr(schedule, "warps_per_group", None)
     value = own() if callable(own) else getattr(target, "warps_per_group", None)
     if value is None:
-        return 1
+        value = 1
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         name = getattr(schedule, "name", "?")
         raise ConfigError(f"schedule {name}", "warps_per_group", value, "an integer >= 1")
-    return value
+    return max(value, fewest_agents(getattr(target, "sync", None)))
+
+
+def fewest_agents(sync: "SyncModel | None") -> int:
+    """2 when a channel of ``sync`` is counted per thread with results visible to the issuer
+    only (cp.async): the threads of even one warp read each other's copies, which only a
+    barrier publishes, so a one-warp model would call every such barrier redundant
+    (README.md, "Warps"); else 1."""
+    channels = sync.channels if sync is not None else ()
+    return 2 if any(c.owner == "thread" and c.results_visible_to == "issuer" for c in channels) else 1

@@ -93,8 +93,9 @@ class Bound:
 DEFAULT_ITERATIONS = 12
 #: ``check --iterations``: kernel iterations the hazard checker executes.
 CHECK_ITERATIONS = Bound(low=1, high=256)
-#: ``check --warps-per-group``: a workgroup holds at most 16 wavefronts (1024 lanes).
-WARPS_PER_GROUP = Bound(low=1, high=16)
+#: ``check --warps-per-group``: a CTA holds at most 32 warps (1024 threads; an AMD workgroup 16
+#: wavefronts of 64): multistage-gemm runs up to warps_m x warps_n = 32.
+WARPS_PER_GROUP = Bound(low=1, high=32)
 #: ``export --iterations``: kernel iterations the timeline model runs.
 EXPORT_ITERATIONS = Bound(low=1, high=128)
 #: ``export --width``: picture width in pixels.

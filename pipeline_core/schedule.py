@@ -41,7 +41,8 @@ class Schedule(Protocol):
     * ``epilogue_prefix() -> list[Op]`` (entries emitted before the derived epilogue: a
       schedule's repair of a race the template leaves, e.g. 4-wave's ``WAIT_VM(0), BARRIER``);
     * ``warps_per_group() -> int`` (warps running one group's stream; the hazard proof
-      executes that many, see pipeline_core/execution.py).
+      executes that many, at least 2 on a target with a per-thread channel such as cp.async,
+      see pipeline_core/execution.py).
     * ``wait_source() -> str``: ``"derived"`` (the default) settles the emitted waits and
       barriers from the target-neutral derivation before the proof, and keeps redistributed
       global loads on their side of the reads of their region; ``"reference"`` keeps the

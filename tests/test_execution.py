@@ -84,3 +84,27 @@ def test_simulate_and_checker_follow_the_same_model():
         assert [s.synthetic != "" for s in slots] == [i.entry == -1 for i in sim] == \
             [e.instr.index == -1 for e in chk]
         assert [s.phase for s in slots if not s.synthetic] == [i.phase for i in sim if i.entry >= 0]
+
+
+def test_a_per_thread_channel_models_at_least_two_warps():
+    """cp.async-like channels (per thread, data seen by the issuer only) need a barrier even
+    between the threads of one warp: the proof never models such a target with one agent."""
+    from pipeline_core.ops import OpRole
+    from pipeline_core.sync import BarrierKind, Channel, Effect, SyncModel
+
+    def sync(owner):
+        return SyncModel(name="t", channels=(Channel(name="c", label="c", wait_tag=140,
+                                                     wait_name="W", owner=owner),),
+                         effects=(Effect(role=OpRole.GLOBAL_LOAD, counter="c"),),
+                         barriers=(BarrierKind(tag=142, name="b"),))
+
+    class Target:
+        def __init__(self, owner, warps=None):
+            self.sync, self.warps_per_group = sync(owner), warps
+
+    class Plain:
+        pass
+
+    assert declared_warps_per_group(Plain(), Target("thread")) == 2
+    assert declared_warps_per_group(Plain(), Target("thread", 8)) == 8
+    assert declared_warps_per_group(Plain(), Target("wave")) == 1

@@ -7,7 +7,7 @@ from typing import Any
 from pipeline_core.check.anti_edges import classify_anti_edges
 from pipeline_core.check.counters import CounterModel, model_for_document
 from pipeline_core.check.hazards import Analysis, analyse
-from pipeline_core.check.program import CheckProgram, check_shape, decode
+from pipeline_core.check.program import CheckProgram, check_shape, decode, document_warps
 from pipeline_core.check.slack import wait_slack
 from pipeline_core.check.trace import expand
 from pipeline_core.check.verdict import Verdict
@@ -42,8 +42,32 @@ def check_program(program: CheckProgram, *, iterations: int = DEFAULT_ITERATIONS
                    wait_slack=slack, anti_edges=anti)
 
 
+def modelled_warps(document: Mapping[str, Any], model: CounterModel, requested: int | None = None,
+                   *, declared: int = 1, flag: str = "--warps-per-group") -> int:
+    """The warps per group a proof of ``document`` models: ``requested`` when given, else what
+    the document records (``execution.warps_per_group``), else ``declared``; never fewer than
+    the document records or than the target's sync model needs (``model.fewest_agents``).
+
+    A request below that is refused (ValueError naming ``flag``): a proof under fewer warps
+    than the kernel runs would leave the barriers between them unchecked.  More is a stricter
+    model, allowed; the verdict states it (pipeline_core/check/README.md, "Model").
+    """
+    recorded = document_warps(document)
+    floor = max(recorded or declared, model.fewest_agents)
+    if requested is None:
+        return floor
+    if requested < floor:
+        why = (f"the document records execution.warps_per_group {recorded}, the warps its "
+               "kernel runs per group" if recorded is not None and recorded >= model.fewest_agents
+               else f"the {model.name} sync model counts a channel per thread whose data only the "
+                    "issuing thread sees, so even one warp's threads need a barrier")
+        raise ValueError(f"{flag} {requested}: {why}, and a proof under fewer warps would not "
+                         f"cover them: pass {flag} {floor} or more, or leave it out")
+    return requested
+
+
 def check_document(document: Mapping[str, Any], *, model: CounterModel | None = None,
-                   iterations: int = DEFAULT_ITERATIONS, warps_per_group: int = 1,
+                   iterations: int = DEFAULT_ITERATIONS, warps_per_group: int | None = None,
                    tightest: bool = False, groups: int | None = None, host: Any = None,
                    target: str | None = None) -> Verdict:
     """Check a compiled schedule in the JSON shape of docs/document-format.md.
@@ -52,14 +76,16 @@ def check_document(document: Mapping[str, Any], *, model: CounterModel | None = 
     target (or ``target``) declares, looked up through ``host`` (the installed
     plugins by default); a target without one is a
     :class:`~pipeline_core.errors.TargetFactError`, never another GPU's model.
+    ``warps_per_group`` None models what the document records (:func:`modelled_warps`).
     Raises :class:`~pipeline_core.check.program.DocumentError` on malformed input.
     """
     if iterations < 1:
         raise ValueError(f"iterations must be >= 1, got {iterations}")
-    if warps_per_group < 1:
+    if warps_per_group is not None and warps_per_group < 1:
         raise ValueError(f"warps_per_group must be >= 1, got {warps_per_group}")
     check_shape(document)
     model = model if model is not None else model_for_document(document, host, target)
+    warps_per_group = modelled_warps(document, model, warps_per_group, flag="warps_per_group")
     program = decode(document, model, groups=groups)
     return check_program(program, iterations=iterations, warps_per_group=warps_per_group,
                          tightest=tightest, document=document)

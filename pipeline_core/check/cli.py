@@ -54,9 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warps-per-group", type=WARPS_PER_GROUP.argparse_type(), default=None,
                         metavar="N",
                         help="model each warp group as N warps that only synchronise through "
-                             "barriers (default: what the schedule or target declares, else 1: "
-                             f"a group is one agent; {WARPS_PER_GROUP.allowed()}: a workgroup "
-                             "holds at most 16 waves)")
+                             "barriers (default: what the document records, else 1: a group "
+                             "is one agent; never fewer than the document records; "
+                             f"{WARPS_PER_GROUP.allowed()}: a CTA holds at most 32 warps)")
 
 
 def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
@@ -133,9 +133,9 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     of the target (``args.target`` or the document's) registered with ``host``; a
     target that declares none is refused with one line naming it.
     """
-    from pipeline_core.check.checker import check_document
+    from pipeline_core.check.checker import check_document, modelled_warps
     from pipeline_core.check.counters import model_for_document
-    from pipeline_core.check.program import DocumentError, check_shape, document_warps
+    from pipeline_core.check.program import DocumentError, check_shape
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -152,12 +152,13 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
         check_shape(document)  # the lowering, stagger and phases, before any model is built
         if model is None:
             model = model_for_document(document, host, getattr(args, "target", None))
-        warps_per_group = document_warps(document) or warps_per_group
         if getattr(args, "explicit_register_waits", False):
             model = attrs.evolve(model, register_interlock=False)
         if getattr(args, "no_lds_order", False):
             model = attrs.evolve(model, lds_in_order=False)
-        warps = getattr(args, "warps_per_group", None) or warps_per_group
+        warps = modelled_warps(document, model, getattr(args, "warps_per_group", None),
+                               declared=warps_per_group)
+
         def length(phase: str) -> int:
             items = document.get(phase)
             return (len(items) if isinstance(items, list) else 0) * warps  # each warp runs them

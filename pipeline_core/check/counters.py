@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from pipeline_core.execution import fewest_agents
 from pipeline_core.ops import FrameworkTag, OpRole
 from pipeline_core.sync.model import SyncModel
 from pipeline_core.sync.resolve import document_target, sync_for_document
@@ -92,6 +93,9 @@ class CounterModel:
       (``SyncModel.shared_in_order``), and ``pipeline-core check --no-lds-order``
       turns it off again.
     * ``notes``: assumptions made while building the model, shown in reports.
+    * ``fewest_agents``: the fewest warps per group a proof on this target may model
+      (:func:`pipeline_core.execution.fewest_agents`: 2 where a per-thread channel's data is
+      visible to the issuing thread only, as cp.async's).
     """
 
     counters: tuple[CounterSpec, ...]
@@ -108,6 +112,7 @@ class CounterModel:
     synchronous: tuple[tuple[int, int], ...] = ()
     #: the target's ISA form of each sync tag (``SyncModel.isa_forms``), for hazard sites only
     isa_forms: Mapping[int, str] = attrs.field(factory=dict, eq=False)
+    fewest_agents: int = 1
 
     def __attrs_post_init__(self) -> None:
         # The checker keeps one queue per declared counter; a cost on any other
@@ -210,6 +215,7 @@ def counter_model(sync: SyncModel, document: Mapping[str, Any]) -> CounterModel:
         name=sync.name,
         notes=bound.notes,
         isa_forms=dict(sync.isa_forms),
+        fewest_agents=fewest_agents(sync),
     )
 
 

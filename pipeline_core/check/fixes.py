@@ -27,12 +27,16 @@ def _value(trace: WarpTrace, counter: CounterSpec, issued: int, at: int) -> int:
     return n if counter.max_wait is None else min(n, counter.max_wait)
 
 
+def _reorder_fix(trace: WarpTrace, issued: int, before: int) -> Fix:
+    phase, index, site = _where(trace, before)
+    return Fix("review", phase, index,
+               f"{_where(trace, issued)[2]} is issued only after {site}: reorder the entries so "
+               "the op is issued (and retired) first")
+
+
 def _wait_fix(trace: WarpTrace, counter: CounterSpec, issued: int, before: int, why: str) -> Fix:
     if issued >= before:  # the op is issued at or after the point: no wait there can retire it
-        phase, index, site = _where(trace, before)
-        return Fix("review", phase, index,
-                   f"{_where(trace, issued)[2]} is issued only after {site}: reorder the entries so "
-                   "the op is issued (and retired) first")
+        return _reorder_fix(trace, issued, before)
     waits = _waits_between(trace, counter.name, issued, before)
     if waits:
         w = waits[-1]
@@ -48,24 +52,34 @@ def _wait_fix(trace: WarpTrace, counter: CounterSpec, issued: int, before: int, 
 
 
 def completion_fix(issuer: WarpTrace, issued: int, user: WarpTrace, use: int,
-                   counter: CounterSpec) -> Fix:
+                   counter: CounterSpec | None) -> Fix:
     """How to make the async op at ``issuer[issued]`` retire before ``user[use]``.
 
     Same warp: a wait between them.  Other warp: a wait in the issuer before the
     last barrier whose rendezvous precedes ``use``; if no barrier separates them,
-    a barrier is needed too.
+    a barrier is needed too.  ``counter`` None: the op is synchronous for its issuer
+    (no counter tracks it, e.g. an H100 ``ldmatrix``; pipeline_core/check/README.md
+    "Model"), so no wait can help: the fix is a reorder in one warp, a barrier
+    between two.
     """
     issued_site = _where(issuer, issued)[2]
     if issuer is user:
+        if counter is None:
+            return _reorder_fix(issuer, issued, use)
         return _wait_fix(issuer, counter, issued, use, f"(retires {issued_site} before {_where(user, use)[2]})")
     limit = user.bphase[use]
-    if limit >= 1 and limit < len(issuer.phase_start):
+    if counter is not None and limit >= 1 and limit < len(issuer.phase_start):
         b = issuer.phase_start[limit] - 1
         if b > issued and issuer.events[b].instr.kind is Kind.BARRIER:
             return _wait_fix(issuer, counter, issued, b,
                              f"(so {issued_site} retires before the barrier that precedes "
                              f"{_where(user, use)[2]} in {user.label})")
     phase, index, site = _where(user, use)
+    if counter is None:
+        return Fix("insert_barrier", phase, index,
+                   f"no barrier separates {issued_site} ({issuer.label}) from {site} "
+                   f"({user.label}): add a barrier between them ({issued_site} completes at "
+                   "issue for its own warp; only a barrier orders it for another)")
     return Fix("insert_barrier", phase, index,
                f"no barrier separates {issued_site} ({issuer.label}) from {site} ({user.label}): "
                f"add wait_{counter.name}(0) and a barrier between them", counter.name, 0)

@@ -17,6 +17,7 @@ from bisect import bisect_left
 
 import attrs
 
+from pipeline_core.check.counters import CounterSpec
 from pipeline_core.check.fixes import completion_fix, move_fix, review_fix
 from pipeline_core.check.program import CheckProgram, Kind
 from pipeline_core.check.trace import WarpTrace
@@ -94,7 +95,7 @@ class _Context:
 
     program: CheckProgram
     traces: tuple[WarpTrace, ...]
-    counters: dict
+    counters: dict[str, CounterSpec]
     lds: tuple  #: per warp: buffer -> ([positions], [tiles])
     stores: tuple  #: per warp: store position -> (tile, staging load position) | None
 
@@ -105,6 +106,13 @@ class _Context:
             return False
         ca, cb = a_trace.events[a].instr.counter, b_trace.events[b].instr.counter
         return ca == cb and ca is not None and self.counters[ca].in_order
+
+    def completion_fix(self, issuer: WarpTrace, issued: int, user: WarpTrace, use: int) -> Fix:
+        """The fix that retires ``issuer[issued]`` before ``user[use]``: the one lookup of the
+        op's counter, None for an op synchronous for its issuer (no wait can retire it)."""
+        name = issuer.events[issued].instr.counter
+        return completion_fix(issuer, issued, user, use,
+                              self.counters[name] if name is not None else None)
 
     def serviced_before_load(self, r_trace: WarpTrace, r: int, w_trace: WarpTrace, w: int) -> bool:
         """``lds_in_order``: the LDS read at ``r_trace[r]`` is serviced before the LDS write of
@@ -164,7 +172,7 @@ def _read_hazards(ctx: _Context) -> tuple[list[Violation], dict]:
                         f"may read tile k={tiles[jstar]} of buffer {name} before {Y.label}'s write "
                         "of it retired" + ("" if Y is X else " and a barrier published it"),
                         other=(Y, lp),
-                        fix=completion_fix(Y, lp, X, p, ctx.counters[Y.events[lp].instr.counter])))
+                        fix=ctx.completion_fix(Y, lp, X, p)))
                 if jstar + 1 < len(positions):
                     q = positions[jstar + 1]
                     if not ctx.retired_before(X, p, Y, q) and not ctx.serviced_before_load(X, p, Y, q) \
@@ -174,7 +182,7 @@ def _read_hazards(ctx: _Context) -> tuple[list[Violation], dict]:
                             HazardKind.LDS_WAR, Y, q,
                             f"may overwrite buffer {name} (tile k={tiles[jstar]} -> "
                             f"k={tiles[jstar + 1]}) while {X.label}'s read of it may still be in flight",
-                            other=(X, p), fix=completion_fix(X, p, Y, q, ctx.counters[ins.counter])))
+                            other=(X, p), fix=ctx.completion_fix(X, p, Y, q)))
             reads[(xi, p)] = (ctx.lds[xi][key][1][jstar], kslice)
     return found, reads
 
@@ -184,7 +192,7 @@ def _register_raw(ctx: _Context, X: WarpTrace, writer: int, p: int, what: str) -
     if ctx.program.model.register_interlock or ctx.retired_before(X, writer, X, p):
         return None
     return _violation(HazardKind.REG_RAW, X, p, what, other=(X, writer),
-                      fix=completion_fix(X, writer, X, p, ctx.counters[X.events[writer].instr.counter]))
+                      fix=ctx.completion_fix(X, writer, X, p))
 
 
 def _mma_hazards(ctx: _Context, reads: dict) -> list[Violation]:

@@ -60,7 +60,7 @@ CASES = [
     ("mistyped-match", lambda d: d["config"].__setitem__("ch0_match_field", True),
      "config.ch0_match_field: expected 0 (stage) or 1 (subtile), got True"),
     ("mistyped-warps", lambda d: d["execution"].__setitem__("warps_per_group", 0),
-     "execution.warps_per_group: expected an integer in [1, 16], got 0"),
+     "execution.warps_per_group: expected an integer in [1, 32], got 0"),
 ]
 
 

@@ -104,8 +104,13 @@ class Geometry(CtaTile):
     stages: int
 
     @property
+    def warps(self) -> int:
+        """Warps of the CTA: all of them share every ring stage (the proof models each one)."""
+        return self.warps_m * self.warps_n
+
+    @property
     def threads(self) -> int:
-        return self.warps_m * self.warps_n * 32
+        return self.warps * 32
 
     @property
     def warp_tile(self) -> tuple[int, int]:
@@ -194,7 +199,7 @@ def _cta_cost(op: Op, g: Geometry) -> Op:
     issue rate (every warp of the CTA issues one; the SM's tensor cores and shared-memory port are
     shared by them), the mma at the share of that rate a pipelined GEMM reaches (calibrated,
     benchmarks/h100/GEMM_NOTES.md).  The per-instruction latency stays the floor."""
-    warps = g.warps_m * g.warps_n
+    warps = g.warps
     if op.tag == H100Tag.MMA:
         sm = g.mma_per_k_step * warps * ISSUE_RATES.mma_per_sm / MMA_SYNC_GEMM_EFFICIENCY
     elif op.tag in (H100Tag.FRAG_A, H100Tag.FRAG_B):
@@ -225,6 +230,12 @@ class MultistageGemm:
 
     def lowering(self) -> str:
         return "generic"
+
+    def warps_per_group(self) -> int:
+        """Every warp of the grid runs the one stream and reads every stage that all of them
+        copied, and a cp.async's data is visible to the waiting thread only, so the proof models
+        each warp and a stage needs its barrier (README.md, "Sync model")."""
+        return self.geometry.warps
 
     def build_body(self) -> list[Op]:
         ops = [logical(H100Tag.LOAD_A, channel=0), logical(H100Tag.LOAD_B, channel=1)]
