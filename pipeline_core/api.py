@@ -5,9 +5,10 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from pipeline_core.compiler import CompiledSchedule, compile_schedule
 from pipeline_core.config import ScheduleConfig, apply_overrides
-from pipeline_core.errors import UnknownNameError
+from pipeline_core.errors import ConfigError, UnknownNameError
 from pipeline_core.proof import UnsafeScheduleError, racing_overrides
-from pipeline_core.schedule import BuildContext, Schedule, parse_params, parse_target_args
+from pipeline_core.schedule import (BuildContext, Schedule, ScheduleRecord, TargetRecord,
+                                    fitting_targets, parse_params, parse_target_args)
 
 if TYPE_CHECKING:
     from pipeline_core.plugins import PluginHost
@@ -34,6 +35,7 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
         raise UnknownNameError("target", target_name, host.describe(host.targets),
                                given_as="--target")
     target_record = host.get_target(target_name)
+    require_fit(record, target_record, host)
     # every -p / -T / -c value is checked here, before the schedule's factory runs, whether
     # or not the schedule goes on to read it
     given = dict(params or {})
@@ -44,6 +46,26 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
                        target=target_record, target_args=dict(target_args or {}),
                        config_overrides=dict(config_overrides or {}), reference=reference)
     return record.factory(ctx), target_name, values
+
+
+def require_fit(record: ScheduleRecord, target: TargetRecord, host: PluginHost) -> None:
+    """Refuse a target the schedule is not made for (``ScheduleRecord.targets`` / ``families``),
+    naming both and the installed targets that fit: its factory might build something on it,
+    but proven under a sync model or machine the kernel does not run on
+    (docs/guide/schedule-plugin.md, "Targets a schedule is made for").  Every command that
+    builds a schedule by name passes here (:func:`build_named`)."""
+    if record.fits(target):
+        return
+    fitting = fitting_targets(record, host.targets)
+    family = f" (family {target.family})" if target.family else ""
+    if fitting:
+        choice = record.default_target if record.default_target in fitting else fitting[0]
+        fix = f"targets that fit: {', '.join(fitting)}; pass --target {choice}"
+    else:
+        fix = f"no installed target fits; install a plugin providing {record.made_for()}"
+    raise ConfigError(f"schedule {record.name}", "", target.name,
+                      f"the schedule is made for {record.made_for()}, not {target.name}{family}; "
+                      f"{fix}", flag="--target")
 
 
 def check_config_overrides(overrides: Mapping[str, str], host: PluginHost) -> None:
