@@ -130,6 +130,7 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     of the target (``args.target`` or the document's) registered with ``host``; a
     target that declares none is refused with one line naming it.
     """
+    from pipeline_core.api import require_document_fit
     from pipeline_core.check.checker import check_document
     from pipeline_core.check.counters import model_for_document
     from pipeline_core.check.program import DocumentError, check_shape, document_warps
@@ -153,6 +154,8 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
                                             "same --target, -p and -T (docs/guide/agents.md)")
         if model is None:
             check_shape(document)
+            if not getattr(args, "target", None):
+                require_document_fit(document, host)
             model = model_for_document(document, host, getattr(args, "target", None))
         warps_per_group = document_warps(document) or warps_per_group
         if getattr(args, "explicit_register_waits", False):
