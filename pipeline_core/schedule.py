@@ -173,7 +173,12 @@ class TargetRecord:
 
 @attrs.frozen
 class ScheduleRecord:
-    """A registered schedule: ``factory(ctx: BuildContext)`` returns a Schedule."""
+    """A registered schedule: ``factory(ctx: BuildContext)`` returns a Schedule.
+
+    ``targets`` and ``families`` say which targets it is made for: every command refuses
+    any other (docs/guide/schedule-plugin.md, "Targets a schedule is made for"), since a
+    factory that builds on a foreign target yields a kernel proven under the wrong model.
+    """
 
     name: str = attrs.field(validator=_check_name)
     description: str
