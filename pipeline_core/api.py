@@ -7,7 +7,8 @@ from pipeline_core.compiler import CompiledSchedule, _lowering_name, compile_sch
 from pipeline_core.config import ScheduleConfig, apply_overrides
 from pipeline_core.errors import ConfigError, UnknownNameError
 from pipeline_core.proof import UnencodableWaitError, UnsafeScheduleError, racing_overrides
-from pipeline_core.schedule import BuildContext, Schedule, parse_params, parse_target_args
+from pipeline_core.schedule import (BuildContext, Schedule, ScheduleRecord, TargetRecord,
+                                    fitting_targets, parse_params, parse_target_args)
 
 if TYPE_CHECKING:
     from pipeline_core.plugins import PluginHost
@@ -34,6 +35,7 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
         raise UnknownNameError("target", target_name, host.describe(host.targets),
                                given_as="--target")
     target_record = host.get_target(target_name)
+    require_fit(record, target_record, host)
     # every -p / -T / -c value is checked here, before the schedule's factory runs, whether
     # or not the schedule goes on to read it
     given = dict(params or {})
@@ -69,6 +71,49 @@ def refuse_unread_knobs(name: str, schedule: Schedule, overrides: Mapping[str, s
         raise ConfigError(f"schedule {name}", key, value,
                           f"the {lowering} lowering reads no ScheduleConfig knob: "
                           f"{KNOBLESS_LOWERINGS[lowering]}; drop -c {key}", flag="-c")
+
+
+def require_fit(record: ScheduleRecord, target: TargetRecord, host: PluginHost, *,
+                document: str = "") -> None:
+    """Refuse a target the schedule is not made for (``ScheduleRecord.targets`` / ``families``),
+    naming both and the installed targets that fit: its factory might build something on it,
+    but proven under a sync model or machine the kernel does not run on
+    (docs/guide/schedule-plugin.md, "Targets a schedule is made for").  Every command that
+    builds a schedule by name passes here (:func:`build_named`), and ``check --input`` for the
+    pair a document names (``document``: how the refusal names it)."""
+    if record.fits(target):
+        return
+    fitting = fitting_targets(record, host.targets)
+    family = f" (family {target.family})" if target.family else ""
+    who = f"schedule {record.name}" if document else "it"  # the --target message names it first
+    made = f"{who} is made for {record.made_for()}, not {target.name}{family}"
+    if fitting:
+        choice = record.default_target if record.default_target in fitting else fitting[0]
+        fix = (f"targets that fit: {', '.join(fitting)}; "
+               f"{'compile it again with' if document else 'pass'} --target {choice}")
+    else:
+        fix = f"no installed target fits; install a plugin providing {record.made_for()}"
+    if document:
+        raise ConfigError(document, "target", target.name, f"{made}; {fix}")
+    raise ConfigError(f"schedule {record.name}", "", target.name, f"{made}; {fix}",
+                      flag="--target")
+
+
+def require_document_fit(document: Mapping[str, Any], host: PluginHost | None = None) -> None:
+    """:func:`require_fit` for the schedule and target a document names, when both are
+    registered: a document compiled for a pair that does not belong together (by a version
+    that did not refuse it, or edited) is refused, not proven under the wrong model.  A
+    ``--target`` given to ``check`` re-checks under that target on purpose and skips this."""
+    from pipeline_core.sync.resolve import document_target
+
+    if host is None:
+        from pipeline_core.plugins import default_host
+        host = default_host()
+    schedule, target = document.get("schedule"), document_target(document)
+    if (isinstance(schedule, str) and schedule in host.schedules and target is not None
+            and target in host.targets):
+        require_fit(host.schedules[schedule], host.targets[target], host,
+                    document="schedule document")
 
 
 def check_config_overrides(overrides: Mapping[str, str], host: PluginHost) -> None:

@@ -415,6 +415,8 @@ def _plugin_source(p) -> str:
 
 def _listing(args, host) -> tuple[list[dict], list[str]]:
     """The rows of a listing command (its JSON) and its text lines."""
+    from pipeline_core.schedule import fitting_targets
+
     lines: list[str] = []
     if args.command == "plugins":
         for p in host.plugins:
@@ -448,10 +450,21 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
         r = table[name]
         row = {"name": r.name, "description": r.description, "provider": r.provider,
                "params": _params_doc(r.params)}
+        extra = ""
         if args.command == "schedules":
             row["default_target"] = r.default_target
+            # what the schedule declares, and the installed targets that fit it
+            # (docs/guide/schedule-plugin.md, "Targets a schedule is made for")
+            row["made_for"] = {"targets": list(r.targets), "families": list(r.families)}
+            row["targets"] = fitting_targets(r, host.targets)
+            if r.default_target:
+                extra = f", default target {r.default_target}"
+            extra += (f"; fits {', '.join(row['targets']) or 'no installed target'}"
+                      if r.declares_targets else "; fits any target")
+        else:
+            row["family"] = r.family
+            extra = f", family {r.family}" if r.family else ""
         rows.append(row)
-        extra = f", default target {row['default_target']}" if row.get("default_target") else ""
         lines.append(f"{row['name']}: {row['description']}  [{row['provider']}{extra}]")
         lines.extend(_param_line(prm) for prm in row["params"])
     return rows, lines

@@ -87,13 +87,15 @@ def pipeline_core_register_schedules() -> Sequence[ScheduleRecord] | None:
     :returns: a list of :class:`pipeline_core.schedule.ScheduleRecord`; each
         record's ``factory(ctx)`` receives a :class:`pipeline_core.schedule.BuildContext`
         and returns a schedule object (see :class:`pipeline_core.schedule.Schedule`).
+        ``targets`` / ``families`` declare the targets it is made for; ``--target`` naming
+        any other is refused (docs/guide/schedule-plugin.md, "Targets a schedule is made for").
 
     Example::
 
         @hookimpl
         def pipeline_core_register_schedules():
             return [ScheduleRecord("tiny", "A 2-op example", factory=TinySchedule,
-                                   default_target="my-gpu")]
+                                   default_target="my-gpu", targets=("my-gpu",))]
     """
 
 

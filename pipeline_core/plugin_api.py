@@ -9,7 +9,7 @@ Grouped by what a plugin does:
 * register things: :data:`hookimpl`, the records (:class:`TargetRecord`,
   :class:`ScheduleRecord`, :class:`StrategyRecord`, :class:`KernelTransform`,
   :class:`Param`, :class:`BuildContext`; :data:`REFUSED` for a schedule's
-  ``forced_knobs()``);
+  ``forced_knobs()``; :data:`COPY_RING`, a target family a schedule may declare);
 * describe a target: :class:`TargetProfile` with a :class:`CostModel`, a
   :class:`PipelineConfig` and a :class:`SyncModel` (channels, effects, barrier kinds);
 * describe a schedule: ops (:class:`Op`, :func:`logical`, :class:`BodyBuilder`),
@@ -34,8 +34,8 @@ from pipeline_core.hookspecs import hookimpl
 from pipeline_core.ops import (Entry, FrameworkTag, KOffset, Op, OpRole, Phase, ResourceKind,
                                logical)
 from pipeline_core.program.block import emit_minimal_barrier_block
-from pipeline_core.schedule import (REFUSED, BuildContext, KernelTransform, Param, ScheduleRecord,
-                                    StrategyRecord, TargetRecord)
+from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
+                                    ScheduleRecord, StrategyRecord, TargetRecord)
 from pipeline_core.scheduling.registry import SchedulingRequest
 from pipeline_core.sync import BarrierKind, Channel, ChannelKind, Effect, SyncModel
 from pipeline_core.testing import fresh_host, run_cli
@@ -44,7 +44,7 @@ from pipeline_core.transforms import (double_buffer_reorder, optimize_within_bar
 
 __all__ = [
     "hookimpl", "TargetRecord", "ScheduleRecord", "StrategyRecord", "KernelTransform", "Param",
-    "BuildContext", "REFUSED",
+    "BuildContext", "REFUSED", "COPY_RING",
     "TargetProfile", "CostModel", "OpCost", "annotate", "PipelineConfig", "ScheduleConfig",
     "BlockSizing", "FragOrder", "LoopCarried", "WarpStagger",
     "SyncModel", "Channel", "ChannelKind", "Effect", "BarrierKind", "ExecutionModel",

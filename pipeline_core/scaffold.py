@@ -176,8 +176,10 @@ def pipeline_core_register_targets():
 
 @hookimpl
 def pipeline_core_register_schedules():
+    # targets: the targets this schedule is made for; `--target` naming any other is refused
+    # (docs/guide/schedule-plugin.md, "Targets a schedule is made for")
     return [ScheduleRecord(NAME, "The $name plugin's ring-pipelined schedule", build,
-                           default_target=TARGET)]
+                           default_target=TARGET, targets=(TARGET,))]
 ''')
 
 TEST = Template('''\

@@ -70,6 +70,14 @@ REFUSED = KnobRule.REFUSED
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 
+#: A target family (``TargetRecord.family``): an S-stage ring (depth >= 2) of asynchronous
+#: global->shared copies counted in commit groups, kernel tags 0-4 costed as LOAD_A, LOAD_B
+#: (global loads), FRAG_A, FRAG_B (fragment loads) and MMA (one per K tile, a 1 x 1 MMA grid),
+#: and a sync model the generic lowering derives waits from.  A schedule written against that
+#: shape (examples/hello_schedule) declares the family and fits every such target
+#: (docs/guide/schedule-plugin.md, "Targets a schedule is made for").
+COPY_RING = "copy-ring"
+
 
 def _check_name(inst: Any, attribute: attrs.Attribute[str], value: Any) -> None:
     if not isinstance(value, str) or not _NAME.match(value):
@@ -137,6 +145,18 @@ def _params(value: Iterable[Param]) -> tuple[Param, ...]:
 _PARAMS_VALIDATOR = attrs.validators.deep_iterable(attrs.validators.instance_of(Param))
 
 
+def _names(value: Iterable[str]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+_NAMES_VALIDATOR = attrs.validators.deep_iterable(_check_name)
+
+
+def _check_optional_name(inst: Any, attribute: attrs.Attribute[str], value: Any) -> None:
+    if value != "":
+        _check_name(inst, attribute, value)
+
+
 @attrs.frozen
 class TargetRecord:
     """A registered target: ``factory(**params)`` returns a TargetProfile."""
@@ -146,11 +166,20 @@ class TargetRecord:
     factory: Callable[..., TargetProfile] = attrs.field(validator=attrs.validators.is_callable())
     params: tuple[Param, ...] = attrs.field(default=(), converter=_params, validator=_PARAMS_VALIDATOR)
     provider: str = ""  #: distribution (filled in by the plugin host)
+    #: the family of targets this one belongs to ("" : none): a name schedules written for
+    #: any target of that shape declare in ``ScheduleRecord.families`` (docs/guide/schedule-plugin.md,
+    #: "Targets a schedule is made for")
+    family: str = attrs.field(default="", kw_only=True, validator=_check_optional_name)
 
 
 @attrs.frozen
 class ScheduleRecord:
-    """A registered schedule: ``factory(ctx: BuildContext)`` returns a Schedule."""
+    """A registered schedule: ``factory(ctx: BuildContext)`` returns a Schedule.
+
+    ``targets`` and ``families`` say which targets it is made for: every command refuses
+    any other (docs/guide/schedule-plugin.md, "Targets a schedule is made for"), since a
+    factory that builds on a foreign target yields a kernel proven under the wrong model.
+    """
 
     name: str = attrs.field(validator=_check_name)
     description: str
@@ -158,6 +187,48 @@ class ScheduleRecord:
     params: tuple[Param, ...] = attrs.field(default=(), converter=_params, validator=_PARAMS_VALIDATOR)
     default_target: str = ""
     provider: str = ""
+    #: the targets the schedule is made for, by name; with ``families``, what ``--target`` may
+    #: name (neither declared: any target, the factory refusing what it cannot build)
+    targets: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=_names,
+                                           validator=_NAMES_VALIDATOR)
+    #: target families (``TargetRecord.family``) the schedule is made for: every target of one
+    #: fits, whichever plugin registers it
+    families: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=_names,
+                                            validator=_NAMES_VALIDATOR)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.default_target and self.targets and not self.families
+                and self.default_target not in self.targets):
+            raise ConfigError(f"schedule {self.name}", "default_target", self.default_target,
+                              f"one of the targets it is made for ({', '.join(self.targets)})")
+
+    @property
+    def declares_targets(self) -> bool:
+        """Whether the schedule says which targets it is made for (else it takes any)."""
+        return bool(self.targets or self.families)
+
+    def fits(self, target: TargetRecord) -> bool:
+        """Whether ``target`` is one the schedule is made for: named in ``targets``, or of a
+        family in ``families``; a schedule that declares neither takes every target."""
+        if not self.declares_targets:
+            return True
+        return target.name in self.targets or (bool(target.family) and target.family in self.families)
+
+    def made_for(self) -> str:
+        """The declaration in words, for refusals and listings ("targets h100, toy-gpu and
+        family copy-ring"); "any target" when the schedule declares none."""
+        parts = []
+        if self.targets:
+            parts.append(f"target{'s' if len(self.targets) > 1 else ''} {', '.join(self.targets)}")
+        if self.families:
+            parts.append(f"target famil{'ies' if len(self.families) > 1 else 'y'} "
+                         f"{', '.join(self.families)}")
+        return " and ".join(parts) or "any target"
+
+
+def fitting_targets(record: ScheduleRecord, targets: Mapping[str, TargetRecord]) -> list[str]:
+    """The names of the registered ``targets`` that ``record`` is made for, sorted."""
+    return sorted(name for name, target in targets.items() if record.fits(target))
 
 
 @attrs.frozen

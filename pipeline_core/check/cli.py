@@ -133,6 +133,7 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     of the target (``args.target`` or the document's) registered with ``host``; a
     target that declares none is refused with one line naming it.
     """
+    from pipeline_core.api import require_document_fit
     from pipeline_core.check.checker import check_document, modelled_warps
     from pipeline_core.check.counters import model_for_document
     from pipeline_core.check.program import DocumentError, check_shape
@@ -151,6 +152,8 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
             document = load_input(args.input)
         check_shape(document)  # the lowering, stagger and phases, before any model is built
         if model is None:
+            if not getattr(args, "target", None):
+                require_document_fit(document, host)
             model = model_for_document(document, host, getattr(args, "target", None))
         if getattr(args, "explicit_register_waits", False):
             model = attrs.evolve(model, register_interlock=False)

@@ -15,7 +15,7 @@ from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile, 
 from pipeline_core.costs import CostModel, OpCost, annotate
 from pipeline_core.limits import Bound
 from pipeline_core.ops import OpRole, ResourceKind, logical
-from pipeline_core.schedule import Param, ScheduleRecord, TargetRecord
+from pipeline_core.schedule import COPY_RING, Param, ScheduleRecord, TargetRecord
 from pipeline_core.sync import BarrierKind, Channel, Effect, SyncModel
 
 LOAD_A, LOAD_B, FRAG_A, FRAG_B, MMA = range(5)
@@ -91,7 +91,7 @@ def _build(ctx):
 @hookimpl
 def pipeline_core_register_targets():
     return [TargetRecord("toy-gpu", "A toy GPU: async copies in commit groups, synchronous "
-                         "fragment loads, one aligned barrier", toy_gpu,
+                         "fragment loads, one aligned barrier", toy_gpu, family=COPY_RING,
                          params=[Param("stages", int, 3, "shared-memory stages in the ring",
                                        bound=STAGES)])]
 
@@ -99,4 +99,5 @@ def pipeline_core_register_targets():
 @hookimpl
 def pipeline_core_register_schedules():
     return [ScheduleRecord("hello", "Smallest ring pipeline: one MMA per K tile, waits derived "
-                           "from the target's sync model", _build, default_target="toy-gpu")]
+                           "from the target's sync model", _build, default_target="toy-gpu",
+                           families=(COPY_RING,))]

@@ -143,4 +143,5 @@ RECORD = ScheduleRecord(
     factory=make_default_matmul,
     params=PARAMS,
     default_target="mi355x-single-buffer",
+    targets=("mi355x-single-buffer",),
 )

@@ -262,4 +262,5 @@ def _build(ctx: Any) -> MultistageGemm:
 SCHEDULES = (ScheduleRecord(
     SCHEDULE_NAME, "C = A.B^T, bf16 in / fp32 accumulate: one K tile per iteration through an "
     "S-stage cp.async ring (-T stages), CTA tile BM x BN x BK on a warp grid; waits and "
-    "barriers derived by the core", _build, params=PARAMS, default_target=TARGET_NAME),)
+    "barriers derived by the core", _build, params=PARAMS, default_target=TARGET_NAME,
+    targets=(TARGET_NAME,)),)  # its warp grid, costs and CUDA emitter are the H100's

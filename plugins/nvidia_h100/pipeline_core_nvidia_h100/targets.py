@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pipeline_core.config import PipelineConfig, TargetProfile, WarpStagger
 from pipeline_core.limits import Bound
-from pipeline_core.schedule import Param, TargetRecord
+from pipeline_core.schedule import COPY_RING, Param, TargetRecord
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import MMA_LATENCY, h100_cost_model
@@ -31,6 +31,7 @@ TARGETS: tuple[TargetRecord, ...] = (
         description="NVIDIA H100 (sm_90a), mma.sync family: cp.async commit groups, ldmatrix, "
                     "bar.sync / barrier.sync",
         factory=h100_target,
+        family=COPY_RING,
         params=(Param("stages", int, DEFAULT_STAGES, "shared-memory stages of the cp.async ring",
                       bound=STAGES),),
     ),

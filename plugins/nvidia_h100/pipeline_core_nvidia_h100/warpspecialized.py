@@ -264,4 +264,6 @@ SCHEDULES = (ScheduleRecord(
     SCHEDULE_NAME, "C = A.B^T, bf16 in / fp32 accumulate on Hopper's own path: a TMA producer "
     "warp group feeds wgmma consumer warp groups through an S-stage mbarrier ring (-T stages); "
     "the agents' programs, rings and waits are derived and proven by the core", _build,
-    params=PARAMS, default_target=TARGET_NAME),)
+    params=PARAMS, default_target=TARGET_NAME,
+    # the wgmma sync model and H100 machine replace the target's own: only h100 runs this kernel
+    targets=(TARGET_NAME,)),)

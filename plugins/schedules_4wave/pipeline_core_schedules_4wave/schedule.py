@@ -242,4 +242,5 @@ RECORD = ScheduleRecord(
     factory=make_four_wave,
     params=PARAMS,
     default_target="mi355x",
+    targets=("mi355x",),
 )

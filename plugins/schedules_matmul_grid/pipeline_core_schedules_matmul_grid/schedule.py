@@ -129,4 +129,5 @@ RECORD = ScheduleRecord(
     factory=make_matmul_grid,
     params=PARAMS,
     default_target="mi355x",
+    targets=("mi355x",),
 )

@@ -178,4 +178,6 @@ RECORD = ScheduleRecord(
     factory=make_pingpong,
     params=PARAMS,
     default_target="mi355x",
+    # h100-pingpong (pipeline-core-nvidia-h100) is this schedule's shape on H100 sync and costs
+    targets=("mi355x", "h100-pingpong"),
 )

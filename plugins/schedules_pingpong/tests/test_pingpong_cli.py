@@ -96,6 +96,26 @@ def test_invalid_parameters_are_clear_errors(cli_run, args, param):
 def test_single_buffer_target_is_refused(compile_named):
     with pytest.raises(ConfigError) as err:
         compile_named(target="mi355x-single-buffer")
+    assert "made for targets mi355x, h100-pingpong, not mi355x-single-buffer" in str(err.value)
+
+
+def test_a_target_of_another_shape_under_a_declared_name_is_refused_by_the_factory():
+    """The factory's own shape check still guards a target the schedule names but another
+    plugin provides with a different shape (here: a single-buffer profile named mi355x)."""
+    from pipeline_core import hookimpl
+    from pipeline_core.api import compile_named
+    from pipeline_core.schedule import TargetRecord
+    from pipeline_core.testing import fresh_host
+    from pipeline_core_amd_mi355x import mi355x_single_buffer_target
+    from pipeline_core_schedules_pingpong import plugin as pingpong
+
+    class Impostor:
+        @hookimpl
+        def pipeline_core_register_targets(self):
+            return [TargetRecord("mi355x", "single buffer", mi355x_single_buffer_target)]
+
+    with pytest.raises(ConfigError) as err:
+        compile_named("pingpong", target="mi355x", host=fresh_host(pingpong, Impostor()))
     assert "double-buffer" in str(err.value)
 
 
