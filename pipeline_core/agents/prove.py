@@ -176,8 +176,7 @@ class _Run:
     def missing_site(self, agent: int, wanted: Callable[[Step], bool], tile: int,
                      text: str, output: int = 0) -> tuple[Site, _Inst]:
         """Where the step ``wanted`` picks would run for ``tile`` of ``output`` had it not been
-        left out:
-        its section, iteration and position (found from where the step sits elsewhere in the
+        left out: its section and position (found from where the step sits elsewhere in the
         agent's program), and the instance just before it (the finding's anchor)."""
         prog = self.plan.programs[agent]
         lists = [prog.kernel, *prog.prologue, *prog.epilogue]
@@ -483,9 +482,10 @@ class _Run:
         return f"{', '.join(agents)} never arrive{'s' if len(agents) == 1 else ''}"
 
     def _stranded(self) -> None:
-        """A phase left part-filled when the programs end: no wait of this run blocks on it,
-        but the ring is out of step for its next use (the next output tile of a persistent
-        kernel waits forever)."""
+        """A ring left unbalanced when the programs end: a phase part-filled, or a K tile that
+        brought its stage no arrival at all (a sole consumer's dropped release).  No wait of
+        this run blocks on it, but the ring is out of step for its next use (the next output
+        tile of a persistent kernel waits forever)."""
         for (ring_name, stage, k), ph in sorted(self.phases.items()):
             if ph["complete"] or not ph["from"] or ph["units"] >= ph["need"]:
                 continue
@@ -529,7 +529,7 @@ class _Run:
         for inst in self.phases[(ring_name, stage, k)]["from"]:
             counts[self.agent_name(inst.agent)] += 1
         silent = [n for n in ring.signallers if counts.get(n, 0) == 0]
-        return f" ({', '.join(silent)} never arrive{'s' if len(silent) == 1 else ''})" if silent else ""
+        return f" ({self._silent(silent)})" if silent else ""
 
     def _intended(self, ring_name: str, stage: int, tile: int) -> int:
         """The phase a wait for ``tile`` must name: the one its data (full ring) or the
