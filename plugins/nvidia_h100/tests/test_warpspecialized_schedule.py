@@ -91,6 +91,21 @@ def test_every_dropped_wgmma_step_is_a_missing_product(stages, consumers):
         assert f"{m.agent}'s WGMMA never runs for K tile" in str(exc.value)
 
 
+@pytest.mark.parametrize("consumers", [1, 2])
+def test_every_plan_mutation_is_refused_but_the_redundant_drain(consumers):
+    """The whole agents mutation set on the real plans (tests/test_agents_prove.py sweeps the
+    grid and judges each accepted edit): at release lag 0 the after-the-loop wgmma.wait_group 0
+    follows the last release's own wait 0, so loosening it is the one edit that stays safe."""
+    accepted = []
+    for lag in range(2):
+        c = _compile(2, consumers, lag)
+        for m in agent_mutations(c.agents):
+            if mutate_compiled(c, m, allow_unsafe=True).proof.safe:
+                accepted.append((lag, m.category, m.agent, m.section))
+    assert accepted == [(0, "loosen_counter_wait", f"consumer{r}", "epilogue")
+                        for r in range(consumers)]
+
+
 def test_a_loosened_wait_names_the_wait_and_the_fix():
     c = _compile()
     with pytest.raises(UnsafeScheduleError) as exc:
