@@ -239,7 +239,10 @@ def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
         model = verdict.model
         text = (f"compile refused {who}: UNSAFE (agents {', '.join(model['agents'])}, "
                 f"{model['stages']} ring stages, every timing over K-tile counts "
-                f"{', '.join(map(str, model['tile_counts']))}): {first.kind.value} in agent "
+                f"{', '.join(map(str, model['tile_counts']))}"
+                + (f" on {' and '.join(map(str, model['output_tiles']))} output tiles"
+                   if model.get("output_tiles") else "")
+                + f"): {first.kind.value} in agent "
                 f"{first.site.agent} at {first.site.phase}[{first.site.index}]: {first.site.op}: "
                 f"{first.message}")
     else:

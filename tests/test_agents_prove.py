@@ -7,7 +7,7 @@ import pytest
 
 import agents_fixtures as fx
 from pipeline_core.agents import AgentProgram, AgentRole, Step, StepKind
-from pipeline_core.agents.prove import prove_plan, tile_counts
+from pipeline_core.agents.prove import OUTPUT_TILES, prove_plan, tile_counts
 from pipeline_core.check.mutate import AgentMutation, agent_mutations
 from pipeline_core.check.verdict import HazardKind as H
 
@@ -25,7 +25,8 @@ def mutated(plan, category, agent, section="kernel", delta=1, iteration=0):
     prog = plan.program(agent)
     steps = prog.kernel if section == "kernel" else getattr(prog, section)[iteration]
     wanted = {"drop_arrive": StepKind.ARRIVE, "loosen_counter_wait": StepKind.COUNTER_WAIT,
-              "flip_phase_offset": StepKind.PHASE_WAIT, "drop_acquire": StepKind.PHASE_WAIT}
+              "flip_phase_offset": StepKind.PHASE_WAIT, "drop_acquire": StepKind.PHASE_WAIT,
+              "drop_mma": StepKind.OP}
     index = next(i for i, s in enumerate(steps) if s.kind == wanted[category])
     return AgentMutation(category=category, agent=agent, section=section, iteration=iteration,
                          index=index, description=category, delta=delta).apply(plan)
@@ -111,7 +112,7 @@ def test_every_single_step_mutation_is_refused():
     plan = fx.plan(stages=3, release_lag=1)
     mutations = list(agent_mutations(plan))
     assert {m.category for m in mutations} == {"drop_arrive", "loosen_counter_wait",
-                                               "flip_phase_offset", "drop_acquire"}
+                                               "flip_phase_offset", "drop_acquire", "drop_mma"}
     # the lowering leaves out an after-the-loop wait(0) the last release's wait(0) already did,
     # so no mutation is a no-op that stays safe
     assert [m.description for m in mutations if verdict(m.apply(plan)).safe] == []
@@ -177,3 +178,128 @@ def test_the_verdict_is_deterministic_and_serialisable():
     plan = mutated(fx.plan(), "loosen_counter_wait", "consumer0")
     a, b = verdict(plan).to_json(), verdict(plan).to_json()
     assert a == b and '"agent": "consumer0"' in a
+
+
+# --- completeness and the persistent ring (issue 23) --------------------------------------
+
+@pytest.mark.parametrize("section, iteration, tile", [("prologue", 0, 0), ("prologue", 1, 1),
+                                                       ("kernel", 0, 2)])
+def test_a_dropped_mma_step_is_a_missing_product(section, iteration, tile):
+    plan = fx.plan(stages=4, readers=1, release_lag=2)
+    v = verdict(mutated(plan, "drop_mma", "consumer0", section, iteration=iteration), readers=1)
+    # nothing else notices: the release of that tile has no reads to wait for
+    assert kinds(v) == {H.MISSING_PRODUCT}
+    first = v.first
+    assert first.site.agent == "consumer0" and first.site.phase == section
+    assert f"MMA for tile {tile} (missing)" in first.site.op
+    assert f"never runs for K tile {tile}" in first.message
+    assert first.fix.text == f"restore consumer0's MMA step for tile {tile}"
+
+
+def test_an_mma_step_run_twice_is_a_duplicate_product():
+    plan = fx.plan(stages=3, readers=2)
+    prog = plan.program("consumer1")
+    mma = next(s for s in prog.kernel if s.kind == StepKind.OP)
+    v = verdict(_edit(plan, "consumer1", kernel=[*prog.kernel, mma]))
+    dup = [x for x in v.violations if x.kind == H.DUPLICATE_PRODUCT]
+    assert dup and dup[0].site.agent == "consumer1" and "accumulated twice" in dup[0].message
+
+
+@pytest.mark.parametrize("stages", [2, 4])
+def test_a_sole_consumer_dropping_a_release_after_the_loop_deadlocks(stages):
+    """One consumer: its after-the-loop release is the stage's only arrival for that tile, so
+    no half-filled phase shows it; the ring still ends a phase behind (docs/guide/agents.md)."""
+    plan = fx.plan(stages=stages, readers=1, release_lag=1)
+    v = verdict(mutated(plan, "drop_arrive", "consumer0", "epilogue"), readers=1)
+    assert v.first.kind == H.DEADLOCK
+    assert "gets none of its 4 arrivals" in v.first.message
+    assert "consumer0 never arrives" in v.first.message and v.first.site.agent == "consumer0"
+    assert v.first.fix.text.startswith("restore consumer0's arrive on empty[")
+
+
+def test_the_next_output_tile_waits_on_the_dropped_release():
+    """The second output tile's acquire hangs on the stage the first one left a phase behind:
+    the hand-over is proven, not only the ledger."""
+    plan = mutated(fx.plan(stages=2, readers=1, release_lag=1), "drop_arrive", "consumer0",
+                   "epilogue")
+    v = verdict(plan, readers=1)
+    hang = [x for x in v.violations if x.kind == H.DEADLOCK and x.site.agent == "producer"]
+    assert 2 in OUTPUT_TILES and hang and "of output tile 2" in hang[0].site.op
+
+
+def test_the_proof_unrolls_two_output_tiles():
+    v = verdict(fx.plan(stages=3))
+    assert v.safe and v.model["output_tiles"] == [1, 2]
+    assert any("output tiles per CTA" in a for a in v.model["assumptions"])
+
+
+def test_a_hazard_of_every_output_tile_is_reported_once():
+    plan = fx.plan()
+    prog = plan.program("consumer1")
+    strip = [s for s in prog.kernel if s.kind != StepKind.FENCE]
+    v = verdict(_edit(plan, "consumer1", prologue=[[s for s in i if s.kind != StepKind.FENCE]
+                                                   for i in prog.prologue], kernel=strip))
+    assert len(v.violations) == 1
+
+
+# --- the whole mutation set, judged ------------------------------------------------------
+
+def _drained(plan, m) -> bool:
+    """The loosened wait is an after-the-loop drain whose channel an earlier wait(0) of the
+    same agent already drained, with no commit since: it retires nothing at any value."""
+    if m.section != "epilogue":
+        return False
+    prog = plan.program(m.agent)
+    for tiles in tile_counts(plan):
+        placed = prog.placed(tiles)
+        at = next(n for n, p in enumerate(placed) if (p.section, p.iteration, p.position)
+                  == (m.section, m.iteration, m.index))
+        step = placed[at].step
+        earlier = next((p.step for p in reversed(placed[:at]) if p.step.channel == step.channel
+                        and p.step.kind in (StepKind.COMMIT, StepKind.COUNTER_WAIT)), None)
+        if earlier is None or earlier.kind == StepKind.COMMIT or earlier.value != 0:
+            return False
+    return True
+
+
+#: every kind of mutation the agents checker accepts, and the test that shows it harmless
+HARMLESS = {
+    "loosen_counter_wait": ("an after-the-loop wait(0) after the last release's own wait(0) "
+                            "(release_lag 0): no group is pending, so wait(1) retires the same",
+                            _drained),
+}
+
+#: what each category's first finding is, where it is refused
+REFUSED_AS = {
+    "drop_arrive": {H.DEADLOCK},
+    "drop_acquire": {H.SMEM_WAR},
+    "loosen_counter_wait": {H.SMEM_WAR},
+    "flip_phase_offset": {H.DEADLOCK, H.PHASE_PARITY},
+    "drop_mma": {H.MISSING_PRODUCT},
+}
+
+#: (consumers, stages) run in every test session; the rest of the grid is marked slow
+QUICK = {(1, 2), (1, 4), (2, 2), (3, 2)}
+
+
+@pytest.mark.parametrize("readers, stages", [
+    pytest.param(r, s, marks=() if (r, s) in QUICK else pytest.mark.slow)
+    for r in (1, 2, 3) for s in (2, 3, 4, 5)])
+def test_every_mutation_is_refused_or_shown_harmless(readers, stages):
+    accepted, refused = [], 0
+    for lag in range(stages):
+        plan = fx.plan(stages, readers, lag)
+        for m in agent_mutations(plan):
+            v = verdict(m.apply(plan), readers)
+            if m.category in HARMLESS:  # the judge tells the harmless edits from the others
+                assert HARMLESS[m.category][1](plan, m) == v.safe, (lag, m.description)
+            if v.safe:
+                reason = HARMLESS.get(m.category)
+                assert reason is not None and reason[1](plan, m), (lag, m.description)
+                accepted.append((lag, m.agent))
+            else:
+                assert v.first.kind in REFUSED_AS[m.category], (lag, m.description, v.first)
+                refused += 1
+    # exactly one harmless edit per consumer, at release lag 0
+    assert sorted(accepted) == [(0, f"consumer{r}") for r in range(readers)]
+    assert refused > 0

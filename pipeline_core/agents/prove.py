@@ -20,18 +20,26 @@ stage completing a phase), and asks of every dependence whether the graph orders
 * **DEADLOCK**: a wait whose phase never completes (arrivals or bytes missing), or a cycle;
 * **ACC_RAW**: every group is retired before the agent ends (the accumulators are read after
   the loop), and a fence precedes the first group; **WAIT_RANGE**: counter waits fit
-  ``0 .. Channel.max_wait``.
+  ``0 .. Channel.max_wait``;
+* **MISSING_PRODUCT** / **DUPLICATE_PRODUCT**: every body op runs exactly once for each K tile
+  of the loop, on its own agent (a dropped wgmma step leaves its accumulator a K tile short, and
+  no ordering rule can see a step that is not there).
+
+A persistent kernel runs its rings on across output tiles (a stage's phases count every K tile
+it ever held), so every ring must also end the loop balanced: each K tile brings its stage all
+its arrivals, whether or not a wait of the same output tile tests them (**DEADLOCK** otherwise).
 """
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 import networkx as nx
 
-from pipeline_core.agents.model import AgentPlan, PlacedStep, Ring, Step, StepKind
+from pipeline_core.agents.model import AgentPlan, AgentProgram, PlacedStep, Ring, Step, StepKind
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Verdict, Violation
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import DepKind, Op, tag_name
@@ -39,8 +47,9 @@ from pipeline_core.sync.model import ChannelKind, Effect, SyncModel
 
 #: the order hazards are reported in: root causes first (a deadlock, a wrong phase), then data
 PRIORITY = {HazardKind.DEADLOCK: 0, HazardKind.PHASE_PARITY: 1, HazardKind.SMEM_WAR: 2,
-            HazardKind.SMEM_RAW: 3, HazardKind.ACC_RAW: 4, HazardKind.PHASE_OVERRUN: 5,
-            HazardKind.PHASE_LAG: 6, HazardKind.WAIT_RANGE: 7}
+            HazardKind.SMEM_RAW: 3, HazardKind.ACC_RAW: 4, HazardKind.MISSING_PRODUCT: 5,
+            HazardKind.DUPLICATE_PRODUCT: 6, HazardKind.PHASE_OVERRUN: 7,
+            HazardKind.PHASE_LAG: 8, HazardKind.WAIT_RANGE: 9}
 
 #: what every agents verdict assumes (docs/guide/agents.md, "What the checker assumes")
 ASSUMPTIONS = (
@@ -48,6 +57,11 @@ ASSUMPTIONS = (
     "every agent that waits on a phase sees the copies that completed it (acquire)",
     "the copies and the async reads are in one (async) proxy: no proxy fence",
 )
+
+#: output tiles one CTA runs back to back in a proof: one, and two whose hand-over (the
+#: rings' stages and phases running on, ``rb`` in the emitted kernel) is proven too; a third
+#: hand-over repeats the second's, as every output tile runs the same programs
+OUTPUT_TILES = (1, 2)
 
 START = ("start",)
 Node = tuple
@@ -66,7 +80,9 @@ def tile_counts(plan: AgentPlan) -> list[int]:
 class _Inst:
     agent: int
     n: int  #: position in the agent's unrolled program
-    placed: PlacedStep
+    placed: PlacedStep  #: its ``t`` runs on across output tiles, as the ring position does
+    output: int = 0  #: which of the CTA's output tiles (a persistent kernel runs several)
+    base: int = 0  #: the K tiles the ring served before this output tile (``rb`` in the kernel)
 
     @property
     def node(self) -> Node:
@@ -78,16 +94,25 @@ class _Inst:
 
     @property
     def tile(self) -> int:
+        """The ring position: the K tile within the output tile plus :attr:`base`."""
         return self.placed.tile
+
+    @property
+    def local(self) -> int:
+        """The K tile within this output tile."""
+        return self.placed.tile - self.base
 
 
 class _Run:
-    """One unrolled run of ``tiles`` K tiles: the graph, its events and the checks on it."""
+    """One unrolled run of ``outputs`` output tiles of ``tiles`` K tiles each, back to back on
+    one CTA with the rings running on (the persistent kernel): the graph, its events and the
+    checks on it.  Ring stages and phases count the K tiles of every output tile (a step's
+    :attr:`_Inst.tile`); the data of one output tile is its K tiles 0 .. tiles - 1."""
 
     def __init__(self, plan: AgentPlan, body: Sequence[Op], edges: Sequence[DepEdge],
-                 sync: SyncModel, names: Mapping[int, str], tiles: int) -> None:
+                 sync: SyncModel, names: Mapping[int, str], tiles: int, outputs: int = 1) -> None:
         self.plan, self.body, self.edges, self.sync = plan, body, edges, sync
-        self.names, self.tiles = names, tiles
+        self.names, self.tiles, self.outputs = names, tiles, outputs
         self.S = plan.stages
         self.bound = sync.bind()
         self.kinds = {c.name: c for c in sync.channels}
@@ -120,8 +145,9 @@ class _Run:
     def step_text(self, inst: _Inst) -> str:
         s, who, u = inst.step, self.agent_name(inst.agent), inst.tile
         tag = tag_name(s.tag, self.names) if s.tag >= 0 else s.kind.value.upper()
-        after_loop = inst.placed.section == "epilogue" and u >= self.tiles
-        when = "after the loop" if after_loop else f"for tile {u}"
+        after_loop = inst.placed.section == "epilogue" and inst.local >= self.tiles
+        when = "after the loop" if after_loop else f"for tile {inst.local}"
+        when += _of_output(inst.output)
         if s.kind == StepKind.OP:
             return f"{who} {tag_name(self.body[s.op].tag, self.names)} {when}"
         if s.kind == StepKind.COUNTER_WAIT:
@@ -135,15 +161,39 @@ class _Run:
 
     def site(self, inst: _Inst) -> Site:
         p = inst.placed
-        return Site(p.section, p.position, inst.tile, inst.agent, op=self.step_text(inst),
+        return Site(p.section, p.position, inst.local, inst.agent, op=self.step_text(inst),
                     agent=self.agent_name(inst.agent))
 
     def report(self, kind: HazardKind, inst: _Inst, message: str, other: _Inst | None = None,
-               fix: Fix | None = None, rank: int = 0) -> None:
-        """One finding; ``rank`` orders findings of one kind (a direct cause first)."""
-        self.out.append(Violation(kind, self.site(inst), message,
+               fix: Fix | None = None, rank: int = 0, site: Site | None = None) -> None:
+        """One finding; ``rank`` orders findings of one kind (a direct cause first); ``site``
+        replaces ``inst``'s own (a step that is missing is reported where it belongs)."""
+        self.out.append(Violation(kind, site or self.site(inst), message,
                                   self.site(other) if other is not None else None, fix,
-                                  order=(PRIORITY[kind], rank, self.tiles, inst.agent, inst.n)))
+                                  order=(PRIORITY[kind], self.outputs, rank, self.tiles,
+                                         inst.agent, inst.n)))
+
+    def missing_site(self, agent: int, wanted: Callable[[Step], bool], tile: int,
+                     text: str, output: int = 0) -> tuple[Site, _Inst]:
+        """Where the step ``wanted`` picks would run for ``tile`` of ``output`` had it not been
+        left out: its section and position (found from where the step sits elsewhere in the
+        agent's program), and the instance just before it (the finding's anchor)."""
+        prog = self.plan.programs[agent]
+        lists = [prog.kernel, *prog.prologue, *prog.epilogue]
+        ref = next((steps for steps in lists if any(wanted(x) for x in steps)), ())
+        at = next((i for i, x in enumerate(ref) if wanted(x)), len(ref))
+        lag = ref[at].lag if at < len(ref) else 0
+        t = tile + lag
+        section, iteration, steps = _section_at(prog, t, self.tiles)
+        before = {_shape(x) for x in ref[:at]}  # counter wait values differ by position
+        position = sum(1 for x in steps if _shape(x) in before)
+        insts = self.insts[agent]
+        base = output * self.tiles
+        anchor = next((i for i in reversed(insts) if i.placed.t <= base + t), insts[0])
+        name = self.agent_name(agent)
+        return Site(section, position, tile, agent,
+                    op=f"{name} {text} for tile {tile}{_of_output(output)} (missing)",
+                    agent=name), anchor
 
     # --- building the graph -----------------------------------------------------------
     def effect(self, op: int) -> Effect | None:
@@ -163,15 +213,24 @@ class _Run:
 
     def build(self) -> None:
         for a, prog in enumerate(self.plan.programs):
-            insts = [_Inst(agent=a, n=n, placed=p) for n, p in enumerate(prog.placed(self.tiles))]
+            insts: list[_Inst] = []
+            for o in range(self.outputs):
+                base = o * self.tiles
+                insts += [_Inst(agent=a, n=len(insts) + n, output=o, base=base,
+                                placed=PlacedStep(section=p.section, iteration=p.iteration,
+                                                  position=p.position, t=p.t + base, step=p.step))
+                          for n, p in enumerate(prog.placed(self.tiles))]
             self.insts.append(insts)
             prev: Node = START
             open_ops: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
             for inst in insts:
+                if inst.n and inst.output != insts[inst.n - 1].output:
+                    self.g.add_edge(prev, ("end", a, inst.output - 1))
+                    prev = ("end", a, inst.output - 1)
                 self.g.add_edge(prev, inst.node)
                 prev = inst.node
                 self._step(inst, open_ops)
-            self.g.add_edge(prev, ("end", a))
+            self.g.add_edge(prev, ("end", a, self.outputs - 1))
             for ch, keys in open_ops.items():  # never committed: never known complete
                 for key in keys:
                     self.done[key] = self.reads_end[key] = None
@@ -310,16 +369,31 @@ class _Run:
         for node in list(dead):
             dead |= nx.descendants(self.g, node)
         self.dead = dead
-        live = self.g.subgraph(n for n in self.g if n not in dead)
-        order = list(nx.topological_sort(live))
+        if self.cycles:  # every cycle is dead: what is left is acyclic
+            live = self.g.copy()
+            live.remove_nodes_from(dead)
+            order = list(nx.topological_sort(live))
+        else:
+            order = [n for n in nx.topological_sort(self.g) if n not in dead]
         self.bit = {n: 1 << i for i, n in enumerate(order)}
         anc: dict[Node, int] = {}
+        pred = self.g.pred
         for n in order:
             acc = 0
-            for p in live.predecessors(n):
-                acc |= anc[p] | self.bit[p]
+            for p in pred[n]:
+                if p not in dead:
+                    acc |= anc[p] | self.bit[p]
             anc[n] = acc
         self.anc = anc
+        #: (op, tile) -> its instances, in program order of the agents
+        self.op_tile: dict[tuple[int, int], list[tuple[tuple[int, int, int], _Inst]]] = \
+            defaultdict(list)
+        for key, inst in self.op_at.items():
+            self.op_tile[(key[1], key[2])].append((key, inst))
+        #: (agent, ring, stage) -> its waits there and the phase each names
+        self.waits_by: dict[tuple[int, str, int], list[tuple[_Inst, int]]] = defaultdict(list)
+        for w, ring_name, stage, k in self.waits:
+            self.waits_by[(w.agent, ring_name, stage)].append((w, k))
 
     def hb(self, x: Node | None, y: Node | None) -> bool:
         """``x`` happens before ``y`` in every timing (both must happen)."""
@@ -339,6 +413,7 @@ class _Run:
         self._war()
         self._raw()
         self._accumulators()
+        self._products()
         return self.out
 
     def _deadlocks(self) -> None:
@@ -399,13 +474,18 @@ class _Run:
         silent = [n for n in ring.signallers if n not in who]
         text = f"which bring {got} of its {ring.arrivals} arrivals"
         if silent:
-            text += f" ({', '.join(silent)} never arrive{'s' if len(silent) == 1 else ''})"
+            text += f" ({self._silent(silent)})"
         return text
 
+    @staticmethod
+    def _silent(agents: Sequence[str]) -> str:
+        return f"{', '.join(agents)} never arrive{'s' if len(agents) == 1 else ''}"
+
     def _stranded(self) -> None:
-        """A phase left part-filled when the programs end: no wait of this run blocks on it,
-        but the ring is out of step for its next use (the next output tile of a persistent
-        kernel waits forever)."""
+        """A ring left unbalanced when the programs end: a phase part-filled, or a K tile that
+        brought its stage no arrival at all (a sole consumer's dropped release).  No wait of
+        this run blocks on it, but the ring is out of step for its next use (the next output
+        tile of a persistent kernel waits forever)."""
         for (ring_name, stage, k), ph in sorted(self.phases.items()):
             if ph["complete"] or not ph["from"] or ph["units"] >= ph["need"]:
                 continue
@@ -416,6 +496,32 @@ class _Run:
                             f"{ph['need']} arrivals{self._missing(ring_name, stage, k)} and is "
                             "left incomplete when the programs end: the ring's next use waits "
                             "on it forever", rank=2)
+        for ring in self.plan.rings:
+            waited = {self._source_tile(r, inst.tile) for inst, r, _, _ in self.waits
+                      if r == ring.name}
+            for u in range(self.tiles * self.outputs):
+                stage, o, local = u % self.S, u // self.tiles, u % self.tiles
+                if u in waited or any(i.tile == u for i, _, _ in
+                                      self.signals.get((ring.name, stage), [])):
+                    continue
+                # no signal at all for this tile: no phase holds it, the ring falls one behind
+                silent = [a for a, p in enumerate(self.plan.programs)
+                          if p.name in ring.signallers]
+                for a in silent:
+                    kind = StepKind.ARRIVE if ring.kind == "empty" else StepKind.EXPECT_TX
+                    site, anchor = self.missing_site(
+                        a, lambda x: x.kind == kind and x.channel == ring.name, local,
+                        f"{kind.value.upper()} {ring.name}[{stage}]", o)
+                    self.report(HazardKind.DEADLOCK, anchor,
+                                f"{ring.name}[{stage}] gets none of its {ring.arrivals} "
+                                f"arrivals for tile {local} ({self._silent(ring.signallers)}): "
+                                "the stage ends the loop one phase behind the K tiles it held, "
+                                "so its next use (the next output tile of a persistent kernel) "
+                                "waits on it forever", rank=2, site=site,
+                                fix=Fix("review", site.phase, site.index,
+                                        f"restore {self.agent_name(a)}'s {kind.value} on "
+                                        f"{ring.name}[{stage}] for tile {local}", ring.name))
+                    break
 
     def _missing(self, ring_name: str, stage: int, k: int) -> str:
         ring = self.plan.ring(ring_name)
@@ -423,7 +529,7 @@ class _Run:
         for inst in self.phases[(ring_name, stage, k)]["from"]:
             counts[self.agent_name(inst.agent)] += 1
         silent = [n for n in ring.signallers if counts.get(n, 0) == 0]
-        return f" ({', '.join(silent)} never arrive{'s' if len(silent) == 1 else ''})" if silent else ""
+        return f" ({self._silent(silent)})" if silent else ""
 
     def _intended(self, ring_name: str, stage: int, tile: int) -> int:
         """The phase a wait for ``tile`` must name: the one its data (full ring) or the
@@ -502,9 +608,7 @@ class _Run:
                 a, op, u = key
                 if op != e.producer or key in released or reader.node in self.dead:
                     continue
-                for wkey, writer in self.op_at.items():
-                    if wkey[1] != e.consumer or wkey[2] != u + e.distance:
-                        continue
+                for wkey, writer in self.op_tile.get((e.consumer, u + e.distance), []):
                     if writer.node in self.dead:
                         continue
                     if not self.hb(self.reads_end.get(key), writer.node):
@@ -580,10 +684,10 @@ class _Run:
                 if ckey[1] != e.consumer or reader.node in self.dead:
                     continue
                 u = ckey[2] - e.distance
-                if u < 0:
+                if u < reader.base:  # no output tile reads data of the one before it
                     continue
-                for pkey, writer in self.op_at.items():
-                    if pkey[1] != e.producer or pkey[2] != u or writer.node in self.dead:
+                for pkey, writer in self.op_tile.get((e.producer, u), []):
+                    if writer.node in self.dead:
                         continue
                     ok, why = self._visible(pkey, writer, reader)
                     if not ok:
@@ -611,38 +715,109 @@ class _Run:
             return False, "its copies complete on no ring"
         stage = pkey[2] % self.S
         holds = self.tile_phase_by_ring.get((ring.name, stage), {}).get(pkey[2], pkey[2] // self.S)
-        for w, ring_name, s, k in self.waits:
-            if (w.agent == reader.agent and w.n < reader.n and ring_name == ring.name
-                    and s == stage and k >= holds):
+        for w, k in self.waits_by.get((reader.agent, ring.name, stage), []):
+            if w.n < reader.n and k >= holds:
                 return True, ""
         return False, (f"{self.agent_name(reader.agent)} waits on no phase of "
                        f"{ring.name}[{stage}] that holds it")
 
     def _accumulators(self) -> None:
+        """Each output tile's groups retire before its accumulators are read (after its loop),
+        and a fence precedes its first group."""
         for (a, channel), groups in sorted(self.groups.items()):
-            end = ("end", a)
-            if end in self.dead or not groups:
-                continue
             name = self.kinds[channel].wait_name if channel in self.kinds else channel
-            for g, (commit, keys) in enumerate(groups):
-                if not self.hb(("retire", a, channel, g), end):
-                    last = self.insts[a][-1]
-                    self.report(HazardKind.ACC_RAW, commit,
+            for o in range(self.outputs):
+                end = ("end", a, o)
+                mine = [(g, commit) for g, (commit, _) in enumerate(groups) if commit.output == o]
+                if end in self.dead or not mine:
+                    continue
+                pending = next((commit for g, commit in mine
+                                if not self.hb(("retire", a, channel, g), end)), None)
+                if pending is not None:
+                    last = [i for i in self.insts[a] if i.output == o][-1]
+                    self.report(HazardKind.ACC_RAW, pending,
                                 f"this group is still pending when {self.agent_name(a)}'s "
                                 "program ends and its accumulators are read",
                                 fix=Fix("insert_wait", last.placed.section, last.placed.position + 1,
                                         f"end {self.agent_name(a)}'s epilogue with {name}(0)",
                                         channel, 0))
-                    break
-            first = next((i for i in self.insts[a] if i.step.kind == StepKind.OP
-                          and (a, i.step.op, i.tile) in self.group_of
-                          and self.group_of[(a, i.step.op, i.tile)][1] == channel), None)
-            if first is not None and not any(
-                    i.step.kind == StepKind.FENCE and i.step.channel == channel
-                    for i in self.insts[a][:first.n]):
-                self.report(HazardKind.ACC_RAW, first,
-                            f"no fence on {channel} comes before {self.agent_name(a)}'s first "
-                            "group: its accumulator registers are not ordered before it")
+                own = [i for i in self.insts[a] if i.output == o]
+                first = next((i for i in own if i.step.kind == StepKind.OP
+                              and (a, i.step.op, i.tile) in self.group_of
+                              and self.group_of[(a, i.step.op, i.tile)][1] == channel), None)
+                if first is not None and not any(
+                        i.step.kind == StepKind.FENCE and i.step.channel == channel
+                        for i in own if i.n < first.n):
+                    self.report(HazardKind.ACC_RAW, first,
+                                f"no fence on {channel} comes before {self.agent_name(a)}'s first "
+                                "group: its accumulator registers are not ordered before it")
+
+    def _products(self) -> None:
+        """Every body op runs exactly once for each K tile 0 .. KT - 1 of every output tile, on
+        the agent the schedule gave it: a wgmma step left out is a K tile its accumulator never
+        gets, and no ordering rule sees a step that is not there."""
+        runs: dict[tuple[int, int, int], list[_Inst]] = defaultdict(list)
+        for insts in self.insts:
+            for inst in insts:
+                if inst.step.kind == StepKind.OP:
+                    runs[(inst.agent, inst.step.op, inst.output)].append(inst)
+        owned = {(a, op) for a, p in enumerate(self.plan.programs) for op in p.role.ops}
+        for a, op, o in sorted({(a, op, o) for a, op in owned for o in range(self.outputs)}
+                               | set(runs)):
+            who, name = self.agent_name(a), tag_name(self.body[op].tag, self.names)
+            mine = runs.get((a, op, o), [])
+            seen = Counter(i.local for i in mine)
+            inside = lambda i: 0 <= i.local < self.tiles  # noqa: E731
+            extra = [i for i in mine if (a, op) not in owned or not inside(i) or seen[i.local] > 1]
+            if extra:
+                inst = extra[-1] if (a, op) in owned and inside(extra[-1]) else extra[0]
+                why = (f"the schedule gives op {op} to another agent" if (a, op) not in owned
+                       else "that K tile is outside the loop" if not inside(inst)
+                       else "that K tile's product is accumulated twice")
+                self.report(HazardKind.DUPLICATE_PRODUCT, inst, f"{self.step_text(inst)} "
+                            f"runs once too often: {why}",
+                            fix=Fix("review", inst.placed.section, inst.placed.position,
+                                    f"remove this {name} step"))
+            missing = [u for u in range(self.tiles) if not seen[u]]
+            if (a, op) not in owned or not missing:
+                continue
+            u = missing[0]
+            site, anchor = self.missing_site(a, lambda x: x.kind == StepKind.OP and x.op == op,
+                                             u, name, o)
+            shown = ", ".join(map(str, missing[:6])) + (", ..." if len(missing) > 6 else "")
+            self.report(HazardKind.MISSING_PRODUCT, anchor,
+                        f"{who}'s {name} never runs for K tile{'s' if len(missing) > 1 else ''} "
+                        f"{shown} of a {self.tiles}-tile loop: every K tile's product must "
+                        "reach the result exactly once", site=site,
+                        fix=Fix("review", site.phase, site.index,
+                                f"restore {who}'s {name} step for tile {u}"))
+
+
+def _of_output(output: int) -> str:
+    """How a step text names the output tile (nothing for the first)."""
+    return f" of output tile {output + 1}" if output else ""
+
+
+def finding_key(v: Violation) -> tuple:
+    """What makes two findings the same finding: one hazard found again in a later output
+    tile, or for another K-tile count at the same step, is not a new one."""
+    op = re.sub(r" of output tile \d+", "", v.site.op)
+    return v.kind, v.site.phase, v.site.index, v.site.group, op
+
+
+def _shape(step: Step) -> tuple:
+    """A step without its derived value: what is the same step in every section."""
+    return step.kind, step.channel, step.op, step.lag, step.phase_offset
+
+
+def _section_at(prog: AgentProgram, t: int, tiles: int) -> tuple[str, int, Sequence[Step]]:
+    """The section, iteration and steps of ``prog`` that run at loop index ``t``."""
+    if t < len(prog.prologue):
+        return "prologue", t, prog.prologue[t]
+    if t < tiles or not prog.epilogue:
+        return "kernel", 0, prog.kernel
+    j = min(t - tiles, len(prog.epilogue) - 1)
+    return "epilogue", j, prog.epilogue[j]
 
 
 def _new_phase() -> dict[str, Any]:
@@ -656,18 +831,21 @@ def prove_plan(plan: AgentPlan, body: Sequence[Op], edges: Sequence[DepEdge], sy
     names.update({k: v for k, v in sync.tag_names().items() if k not in names})
     found: dict[tuple, Violation] = {}
     counts = tile_counts(plan)
-    for tiles in counts:
-        run = _Run(plan, body, edges, sync, names, tiles)
-        run.build()
-        for v in run.check():
-            found.setdefault((v.kind, v.site.phase, v.site.index, v.site.group, v.site.op), v)
+    for outputs in OUTPUT_TILES:
+        for tiles in counts:
+            run = _Run(plan, body, edges, sync, names, tiles, outputs)
+            run.build()
+            for v in run.check():
+                found.setdefault(finding_key(v), v)
     violations = tuple(sorted(found.values(), key=lambda v: v.order))
     agents = ", ".join(p.name for p in plan.programs)
     model = {"name": sync.name, "agents": [p.name for p in plan.programs],
-             "stages": plan.stages, "tile_counts": counts,
+             "stages": plan.stages, "tile_counts": counts, "output_tiles": list(OUTPUT_TILES),
              "assumptions": [f"{len(plan.programs)} agents ({agents})",
                              f"{plan.stages} ring stages",
                              f"K-tile counts {', '.join(map(str, counts))}",
+                             f"{' and '.join(map(str, OUTPUT_TILES))} output tiles per CTA, "
+                             "the rings running on across them (the persistent kernel)",
                              f"sync model {sync.name}", *ASSUMPTIONS],
              "notes": list(sync.notes)}
     return Verdict(safe=not violations, name=name, groups=len(plan.programs), warps_per_group=1,

@@ -86,6 +86,7 @@ AGENT_MUTATIONS = {
     "loosen_counter_wait": "loosen a counter wait by one (one more group left pending)",
     "flip_phase_offset": "move a phase wait to the next or previous phase (flips its parity)",
     "drop_acquire": "drop the writer's acquire (PHASE_WAIT on the empty ring)",
+    "drop_mma": "drop a reader's MMA step (an op of an agent that waits on the full ring)",
 }
 
 
@@ -112,7 +113,7 @@ class AgentMutation:
         else:
             steps = list(getattr(prog, self.section)[self.iteration])
         step = steps[self.index]
-        if self.category in ("drop_arrive", "drop_acquire"):
+        if self.category in ("drop_arrive", "drop_acquire", "drop_mma"):
             del steps[self.index]
         elif self.category == "loosen_counter_wait":
             steps[self.index] = attrs.evolve(step, value=step.value + self.delta)
@@ -135,10 +136,11 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
                     ) -> Iterator[AgentMutation]:
     """Every single-step mutation of ``plan`` in ``categories`` (see :data:`AGENT_MUTATIONS`):
     each reader release dropped, each counter wait loosened by one, each phase wait moved one
-    phase either way, each writer acquire dropped."""
+    phase either way, each writer acquire dropped, each reader's MMA step dropped."""
     from pipeline_core.agents.model import StepKind
 
     kinds = {r.name: r.kind for r in plan.rings}
+    readers = {a for r in plan.rings if r.kind == "full" for a in r.waiters}
     for prog in plan.programs:
         sections = ([("prologue", i, s) for i, s in enumerate(prog.prologue)]
                     + [("kernel", 0, prog.kernel)]
@@ -160,6 +162,8 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
                     if kinds.get(s.channel) == "empty":
                         edits.append(("drop_acquire", 1, f"drop {where} step {i} acquire "
                                                          f"{s.channel}"))
+                elif s.kind == StepKind.OP and prog.name in readers:
+                    edits.append(("drop_mma", 1, f"drop {where} step {i} op {s.op}"))
                 for category, delta, text in edits:
                     if category in categories:
                         yield AgentMutation(category=category, agent=prog.name, section=section,

@@ -64,6 +64,48 @@ def test_each_mutation_is_refused_and_still_emitted_when_allowed(category, agent
     assert hazards[0]["kind"] == kind.value and hazards[0]["agent"]
 
 
+@pytest.mark.parametrize("stages", [2, 4])
+def test_a_sole_consumer_dropping_its_release_after_the_loop_is_refused(stages):
+    """-p BM=64 -p BN=128 (one consumer): its after-the-loop release is the stage's only
+    arrival for that K tile, and a persistent CTA's next output tile waits on it (issue 23)."""
+    c = _compile(stages, 1, 1)
+    drop = [m for m in agent_mutations(c.agents, ("drop_arrive",)) if m.section == "epilogue"]
+    assert drop
+    for m in drop:
+        with pytest.raises(UnsafeScheduleError) as exc:
+            mutate_compiled(c, m)
+        assert ": DEADLOCK in agent consumer0" in str(exc.value)
+        assert "consumer0 never arrives" in str(exc.value)
+
+
+@pytest.mark.parametrize("stages, consumers", [(2, 1), (4, 1), (3, 2), (4, 3)])
+def test_every_dropped_wgmma_step_is_a_missing_product(stages, consumers):
+    c = _compile(stages, consumers, 1)
+    drops = list(agent_mutations(c.agents, ("drop_mma",)))
+    assert {m.section for m in drops} == {"prologue", "kernel"}
+    assert len(drops) == 2 * consumers  # one prologue iteration (lag 1) and the kernel each
+    for m in drops:
+        with pytest.raises(UnsafeScheduleError) as exc:
+            mutate_compiled(c, m)
+        assert f": MISSING_PRODUCT in agent {m.agent}" in str(exc.value)
+        assert f"{m.agent}'s WGMMA never runs for K tile" in str(exc.value)
+
+
+@pytest.mark.parametrize("consumers", [1, 2])
+def test_every_plan_mutation_is_refused_but_the_redundant_drain(consumers):
+    """The whole agents mutation set on the real plans (tests/test_agents_prove.py sweeps the
+    grid and judges each accepted edit): at release lag 0 the after-the-loop wgmma.wait_group 0
+    follows the last release's own wait 0, so loosening it is the one edit that stays safe."""
+    accepted = []
+    for lag in range(2):
+        c = _compile(2, consumers, lag)
+        for m in agent_mutations(c.agents):
+            if mutate_compiled(c, m, allow_unsafe=True).proof.safe:
+                accepted.append((lag, m.category, m.agent, m.section))
+    assert accepted == [(0, "loosen_counter_wait", f"consumer{r}", "epilogue")
+                        for r in range(consumers)]
+
+
 def test_a_loosened_wait_names_the_wait_and_the_fix():
     c = _compile()
     with pytest.raises(UnsafeScheduleError) as exc:
