@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from pipeline_core.config import PipelineConfig
 from pipeline_core.errors import ProgramError
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.ops import Entry, Op, OpRole, Phase, ResourceKind
@@ -55,7 +56,8 @@ def _entries(ops: Sequence[Op], phase: Phase) -> tuple[Entry, ...]:
 
 
 def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
-                  execution: ExecutionModel | None = None, schedule: str = "") -> GenericLowering:
+                  execution: ExecutionModel | None = None, schedule: str = "",
+                  config: PipelineConfig | None = None) -> GenericLowering:
     """Lower the one-tile ``body`` to an S-stage ring with derived waits (see the module)."""
     who = f"schedule {schedule}: " if schedule else ""
     if stages < 2:
@@ -91,21 +93,27 @@ def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
 
     reads_and_computes = [o for o in body if o.role in (OpRole.FRAGMENT_LOAD, OpRole.COMPUTE)]
 
+    frag_waits = [waits[c] for c in frag_channels]
+    # without a register interlock a compute reads its operands only once an explicit wait
+    # retired their fragment loads (sync/derive.py, step 4)
+    register_waits = bool(frag_channels) and not sync.register_interlock
+
     def step(stage: int, refill: int | None) -> list[Op]:
         ops = [waits[c] for c in load_channels] + [barrier]
-        refill_ops: list[Op] = []
-        if refill is not None:
-            refill_ops += [waits[c] for c in frag_channels]  # earlier async reads of the refilled stage
-            refill_ops += tile_loads(refill)
+        refill_ops = tile_loads(refill) if refill is not None else []
+        in_flight = False  # fragment loads issued since the last fragment wait
         # Fragment loads and computes keep their body order (a body that interleaves them per
         # k-step keeps one k-step's fragments live at a time); the refill goes before the first
-        # compute, after the fragment loads that precede it.
+        # compute, after the fragment loads that precede it and the fragment waits that retire
+        # the earlier asynchronous reads of the refilled stage; a compute reading fragments
+        # loaded since the last such wait gets its own.
         for o in reads_and_computes:
-            if o.role == OpRole.COMPUTE and refill_ops:
-                ops += refill_ops
-                refill_ops = []
+            if o.role == OpRole.COMPUTE and (refill_ops or (register_waits and in_flight)):
+                ops += frag_waits + refill_ops
+                refill_ops, in_flight = [], False
+            in_flight = in_flight or o.role == OpRole.FRAGMENT_LOAD
             ops.append(o.evolve(stage=stage) if o.role == OpRole.FRAGMENT_LOAD else o)
-        return ops + refill_ops
+        return ops + (frag_waits + refill_ops if refill_ops else [])
 
     prologue = [op for s in range(stages - 1) for op in tile_loads(s)]
     kernel = [op for s in range(stages) for op in step(s, (s + stages - 1) % stages)]
@@ -113,7 +121,7 @@ def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
     phases = (_entries(prologue, Phase.PROLOGUE), _entries(kernel, Phase.KERNEL),
               _entries(epilogue, Phase.EPILOGUE))
     derivation = derive_waits(*phases, bound, execution or ExecutionModel(),
-                              iterations=3, body=body)
+                              iterations=3, body=body, whole_stage=True, config=config)
     if derivation.unmet:
         u = derivation.unmet[0]
         raise ProgramError(f"{who}the generic lowering left a need uncovered on channel "
