@@ -1,8 +1,11 @@
 """The generic N-stage lowering: a ring of S shared-memory stages, one K tile per step.
 
 The body describes ONE K tile: its global loads (global -> shared), fragment
-loads (shared -> registers) and compute ops, in the order they should issue.
-Stage ``s`` of the ring holds K tile ``t`` with ``t mod S == s``.
+loads (shared -> registers) and compute ops, in the order they should issue:
+any ``m x n`` grid of MMAs, each reading the A fragment of its row and the B
+fragment of its column (``PipelineConfig.compute_match_key``); a fragment's
+subtile is a slice of the stage its channel's load fills.  Stage ``s`` of the
+ring holds K tile ``t`` with ``t mod S == s``.
 
 * prologue: the loads of tiles 0..S-2 into stages 0..S-2, each tile's loads
   closing one group on group channels (one commit per channel);
@@ -12,6 +15,12 @@ Stage ``s`` of the ring holds K tile ``t`` with ``t mod S == s``.
   (fragment loads and computes in body order, the refill before the first
   compute);
 * epilogue: the last S-1 tiles, read and computed without further loads.
+
+Asynchronous fragment loads (a channel counts them): the refill of a step waits
+on that channel first (the earlier reads of the refilled stage); on a target
+without a register interlock a compute reading a fragment loaded since the last
+such wait gets one more, in every phase (the epilogue included), and the one
+before the refill serves both.
 
 The schedule writes no wait: every step gets a placeholder wait on each channel
 an asynchronous producer of that step's reads counts on, and the values come
