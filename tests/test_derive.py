@@ -104,3 +104,15 @@ def test_whole_stage_regions_tie_every_subtile_read_to_the_stage_load():
     split = derive_waits(phase(ops, Phase.PROLOGUE), (), (), _sync(False).bind())
     whole = derive_waits(phase(ops, Phase.PROLOGUE), (), (), _sync(False).bind(), whole_stage=True)
     assert split.site(Phase.PROLOGUE, 1).safe is None and whole.site(Phase.PROLOGUE, 1).safe == 0
+
+
+def test_under_an_interlock_a_compute_reading_the_fragment_retires_it_for_a_later_write():
+    # the refill of stage 0 follows the read of it: a wait is needed unless an MMA reading
+    # the fragment's register (stalled by the interlock until the read is done) comes first
+    read_then_use = [load(0), sync(WAIT), sync(BAR), frag(0), sync(WAIT_F, 9), mma(0, 0),
+                     load(0)]
+    d = derive_waits(phase(read_then_use, Phase.PROLOGUE), (), (), _async_frags(True).bind())
+    assert d.site(Phase.PROLOGUE, 4).safe is None and d.unmet == ()
+    unused = [load(0), sync(WAIT), sync(BAR), frag(0), sync(WAIT_F, 9), mma(1, 1), load(0)]
+    d = derive_waits(phase(unused, Phase.PROLOGUE), (), (), _async_frags(True).bind())
+    assert d.site(Phase.PROLOGUE, 4).safe == 0  # MMA[m1,n1] reads another register

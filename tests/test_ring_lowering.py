@@ -6,7 +6,9 @@ copy-ring target (``COPY_RING``).  Beside the installed copy-ring targets (the e
 toy-gpu and the H100, whose fragment loads are synchronous under a register interlock) it
 registers ``toy-async``: the toy's copy ring plus an asynchronous, in-order fragment channel
 and no register interlock, so a compute reads its operands only after an explicit fragment
-wait retired their loads (pipeline_core/sync/derive.py, step 4).
+wait retired their loads (pipeline_core/sync/derive.py, step 4); and three variants of it:
+an out-of-order fragment channel, one counted in commit groups, and one with a register
+interlock (whose MMAs retire the reads: no fragment wait at all).
 
 Every compile runs the proof stage: a compile that returns is proven SAFE.  The derived waits
 are the loosest the proof accepts at their places: raising any one of them by 1 is UNSAFE.
@@ -23,29 +25,42 @@ from pipeline_core.costs import annotate
 from pipeline_core.ops import Op, OpRole, Phase, logical
 from pipeline_core.proof import prove
 from pipeline_core.schedule import COPY_RING, Param, ScheduleRecord, TargetRecord
-from pipeline_core.sync import Channel, Effect
+from pipeline_core.sync import Channel, Effect, SyncModel
 from pipeline_core.sync.derive import derive_waits
 from pipeline_core.testing import fresh_host
 
 from hello_schedule.plugin import TAG_NAMES, TOY_SYNC, toy_gpu
 
 LOAD_A, LOAD_B, FRAG_A, FRAG_B, MMA = range(5)  #: the copy-ring family's kernel tags
-WAIT_FRAG = 143  #: toy-async's fragment wait (its other sync tags are the toy's 140-142)
-
-TOY_ASYNC_SYNC = attrs.evolve(
-    TOY_SYNC, name="toy-async",
-    channels=TOY_SYNC.channels + (Channel(name="frag", label="fragment loads",
-                                          wait_tag=WAIT_FRAG, wait_name="WAIT_FRAG",
-                                          in_order=True, owner="thread", max_wait=15),),
-    effects=(Effect(role=OpRole.GLOBAL_LOAD, counter="copy"),
-             Effect(role=OpRole.FRAGMENT_LOAD, counter="frag"),
-             Effect(role=OpRole.COMPUTE, counter=None)),
-    register_interlock=False,
-    isa_forms={**TOY_SYNC.isa_forms, WAIT_FRAG: "frag.wait {wait_value}"})
+#: the fragment channel's wait and commit (the toy's own sync tags are 140-142)
+WAIT_FRAG, COMMIT_FRAG = 143, 144
 
 
-def toy_async(stages: int = 3) -> TargetProfile:
-    return attrs.evolve(toy_gpu(stages), sync=TOY_ASYNC_SYNC)
+def async_sync(name: str, *, interlock: bool = False, in_order: bool = True,
+               group: bool = False) -> SyncModel:
+    """The toy's sync model with fragment loads counted on their own channel ``frag``."""
+    frag = Channel(name="frag", label="fragment loads", wait_tag=WAIT_FRAG,
+                   wait_name="WAIT_FRAG", in_order=in_order, owner="thread", max_wait=15,
+                   commit_tag=COMMIT_FRAG if group else None, unit="group" if group else "op")
+    return attrs.evolve(
+        TOY_SYNC, name=name, channels=TOY_SYNC.channels + (frag,),
+        effects=(Effect(role=OpRole.GLOBAL_LOAD, counter="copy"),
+                 Effect(role=OpRole.FRAGMENT_LOAD, counter="frag"),
+                 Effect(role=OpRole.COMPUTE, counter=None)),
+        register_interlock=interlock,
+        isa_forms={**TOY_SYNC.isa_forms, WAIT_FRAG: "frag.wait {wait_value}",
+                   COMMIT_FRAG: "frag.commit"})
+
+
+#: test targets: name -> fragment channel variant (toy-async: in order, no interlock)
+ASYNC_TARGETS = {"toy-async": {}, "toy-async-ooo": {"in_order": False},
+                 "toy-async-group": {"group": True}, "toy-async-interlock": {"interlock": True}}
+
+
+def _target_factory(name: str):
+    def make(stages: int = 3) -> TargetProfile:
+        return attrs.evolve(toy_gpu(stages), sync=async_sync(name, **ASYNC_TARGETS[name]))
+    return make
 
 
 class RingGrid:
@@ -80,15 +95,16 @@ class RingGrid:
         return ScheduleConfig()
 
     def tag_names(self):
-        return {**TAG_NAMES, WAIT_FRAG: "WAIT_FRAG"}
+        return {**TAG_NAMES, WAIT_FRAG: "WAIT_FRAG", COMMIT_FRAG: "COMMIT_FRAG"}
 
 
 class RingGridPlugin:
     @hookimpl
     def pipeline_core_register_targets(self):
-        return [TargetRecord("toy-async", "the toy copy ring with asynchronous fragment loads "
-                             "and no register interlock", toy_async, family=COPY_RING,
-                             params=[Param("stages", int, 3, "ring stages")])]
+        return [TargetRecord(name, "the toy copy ring with asynchronous fragment loads",
+                             _target_factory(name), family=COPY_RING,
+                             params=[Param("stages", int, 3, "ring stages")])
+                for name in ASYNC_TARGETS]
 
     @hookimpl
     def pipeline_core_register_schedules(self):
@@ -119,7 +135,7 @@ def _ops(entries) -> list[Op]:
 GRIDS = [(1, 1), (2, 1), (1, 2), (2, 2)]
 
 
-@pytest.mark.parametrize("target", ["toy-gpu", "h100", "toy-async"])
+@pytest.mark.parametrize("target", ["toy-gpu", "h100", *ASYNC_TARGETS])
 @pytest.mark.parametrize("m,n", GRIDS)
 def test_every_grid_compiles_safe_on_every_copy_ring_target(host, target, m, n):
     compiled = _compile(host, target, m, n)  # the proof stage refuses an unsafe one
@@ -132,9 +148,10 @@ def test_every_grid_compiles_safe_on_every_copy_ring_target(host, target, m, n):
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("m,n", GRIDS)
+@pytest.mark.parametrize("target", ["toy-async", "toy-async-ooo", "toy-async-group"])
 def test_asynchronous_fragments_get_a_wait_before_every_compute_in_every_phase(
-        host, m, n, stages, interleaved):
-    compiled = _compile(host, "toy-async", m, n, stages, interleaved)
+        host, target, m, n, stages, interleaved):
+    compiled = _compile(host, target, m, n, stages, interleaved)
     assert compiled.proof.safe
     for phase in (compiled.kernel, compiled.epilogue):  # the epilogue once omitted its waits
         pending: set[tuple[int, int]] = set()  # fragment registers loaded and not yet waited on
@@ -148,6 +165,25 @@ def test_asynchronous_fragments_get_a_wait_before_every_compute_in_every_phase(
                 assert not pending & {(0, o.stage), (1, o.subtile)}, o
 
 
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_with_an_interlock_the_mmas_retire_the_reads_and_no_fragment_wait_is_emitted(
+        host, interleaved):
+    # only a write after read could need the fragment channel, and every read's MMA (which
+    # the interlock stalls until the read is done) comes before the barrier after which
+    # another warp refills the stage: the placeholder waits all vanish, and the proof agrees
+    compiled = _compile(host, "toy-async-interlock", 2, 2, interleaved=interleaved)
+    assert compiled.proof.safe
+    assert not any(e.op.tag == WAIT_FRAG for ph in (compiled.kernel, compiled.epilogue)
+                   for e in ph)
+
+
+def test_a_group_channel_commits_the_fragments_before_waiting_on_them(host):
+    kernel = _ops(_compile(host, "toy-async-group", 2, 2).kernel)
+    waits = [i for i, o in enumerate(kernel) if o.tag == WAIT_FRAG]
+    assert waits and all(kernel[i - 1].tag == COMMIT_FRAG for i in waits)
+    assert sum(o.tag == COMMIT_FRAG for o in kernel) == len(waits)
+
+
 def test_the_refill_shares_the_fragment_wait_that_guards_the_computes(host):
     # one WAIT_FRAG per kernel step covers both the reads of the refilled stage (write after
     # read) and the operands of the step's MMAs; a second one would be dead weight
@@ -159,6 +195,7 @@ def test_the_refill_shares_the_fragment_wait_that_guards_the_computes(host):
 
 @pytest.mark.parametrize("target,m,n,interleaved", [
     ("toy-async", 2, 2, False), ("toy-async", 2, 2, True), ("toy-async", 2, 1, False),
+    ("toy-async-group", 1, 2, True), ("toy-async-interlock", 2, 2, False),
     ("toy-gpu", 2, 2, False)])
 def test_each_derived_wait_is_the_loosest_the_proof_accepts_at_its_place(
         host, target, m, n, interleaved):

@@ -20,7 +20,10 @@ Asynchronous fragment loads (a channel counts them): the refill of a step waits
 on that channel first (the earlier reads of the refilled stage); on a target
 without a register interlock a compute reading a fragment loaded since the last
 such wait gets one more, in every phase (the epilogue included), and the one
-before the refill serves both.
+before the refill serves both.  On a group channel a commit closes the fragments
+in flight before the wait.  With an interlock the MMAs retire the reads they use,
+and the refill's wait vanishes where they all come before it or before the barrier
+that lets another agent refill the stage (sync/derive.py, step 4).
 
 The schedule writes no wait: every step gets a placeholder wait on each channel
 an asynchronous producer of that step's reads counts on, and the values come
@@ -103,6 +106,9 @@ def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
     reads_and_computes = [o for o in body if o.role in (OpRole.FRAGMENT_LOAD, OpRole.COMPUTE)]
 
     frag_waits = [waits[c] for c in frag_channels]
+    # a fragment channel counted in groups closes the group of the fragments in flight first
+    frag_commits = [_sync_op(sync.channel(c).commit_tag or 0) for c in frag_channels
+                    if sync.channel(c).commit_tag is not None]
     # without a register interlock a compute reads its operands only once an explicit wait
     # retired their fragment loads (sync/derive.py, step 4)
     register_waits = bool(frag_channels) and not sync.register_interlock
@@ -118,7 +124,7 @@ def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
         # loaded since the last such wait gets its own.
         for o in reads_and_computes:
             if o.role == OpRole.COMPUTE and (refill_ops or (register_waits and in_flight)):
-                ops += frag_waits + refill_ops
+                ops += (frag_commits if in_flight else []) + frag_waits + refill_ops
                 refill_ops, in_flight = [], False
             in_flight = in_flight or o.role == OpRole.FRAGMENT_LOAD
             ops.append(o.evolve(stage=stage) if o.role == OpRole.FRAGMENT_LOAD else o)

@@ -30,7 +30,10 @@ Walk:
    registers (operand channel, the MMA field ``PipelineConfig.compute_match_key``
    names) only after the agent's last fragment load into each is complete, so the
    agent's last wait on the fragment's channel before the compute covers it.
-   With an interlock the hardware stalls the use and no count is involved.
+   With an interlock the hardware stalls the use and no count is involved; the
+   use then also retires the fragment load, so a need whose producer is a
+   fragment load that a compute of the same agent reads before the deadline
+   (step 3) is met without a wait.
 
 ``whole_stage``: a global load fills its channel's whole stage and a fragment's
 subtile is a slice of it (the ring lowering, whose documents the checker reads
@@ -235,12 +238,23 @@ def derive_waits(prologue: Sequence[Entry], kernel: Sequence[Entry], epilogue: S
     count: dict[Site, int] = {}
     unmet: dict[tuple, UnmetNeed] = {}
 
+    # step 4: under an interlock, the first compute reading a fragment load's register
+    first_use: dict[int, dict[int, int]] = {}
+    if model.register_interlock:
+        for a in agents:
+            uses = first_use.setdefault(id(a), {})
+            for p, c in _register_reads(a, config or PipelineConfig()):
+                uses.setdefault(p, c)
+
     def need(pa: _Agent, p: int, ca: _Agent, c: int, kind: str) -> None:
         if p not in pa.tick:
             return  # synchronous producer: a barrier publishes it, no count involved
         ch, after = pa.tick[p]
         psite, csite = pa.events[p].site, ca.events[c].site
         deadline = pa.deadline(ca, c)
+        used = first_use.get(id(pa), {}).get(p)
+        if used is not None and deadline is not None and used < deadline:
+            return  # a compute's interlocked use of its register retired it first
         candidates = [w for w in pa.waits[ch] if p < w < deadline] if deadline is not None else []
         key = (ch, psite, csite, pa is not ca)
         if not candidates:
