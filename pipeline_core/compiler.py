@@ -140,7 +140,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         warps = declared_warps_per_group(schedule, target)
         lowered = lower_generic(body, target.sync, stages=config.depth,
                                 execution=ExecutionModel(warps_per_group=warps),
-                                schedule=schedule.name)
+                                schedule=schedule.name, config=config)
         prologue, kernel, epilogue = lowered.prologue, lowered.kernel, lowered.epilogue
         compiled = CompiledSchedule(
             schedule_name=schedule.name, target_name=target_name, config=config,

@@ -1,8 +1,11 @@
 """The generic N-stage lowering: a ring of S shared-memory stages, one K tile per step.
 
 The body describes ONE K tile: its global loads (global -> shared), fragment
-loads (shared -> registers) and compute ops, in the order they should issue.
-Stage ``s`` of the ring holds K tile ``t`` with ``t mod S == s``.
+loads (shared -> registers) and compute ops, in the order they should issue:
+any ``m x n`` grid of MMAs, each reading the A fragment of its row and the B
+fragment of its column (``PipelineConfig.compute_match_key``); a fragment's
+subtile is a slice of the stage its channel's load fills.  Stage ``s`` of the
+ring holds K tile ``t`` with ``t mod S == s``.
 
 * prologue: the loads of tiles 0..S-2 into stages 0..S-2, each tile's loads
   closing one group on group channels (one commit per channel);
@@ -12,6 +15,15 @@ Stage ``s`` of the ring holds K tile ``t`` with ``t mod S == s``.
   (fragment loads and computes in body order, the refill before the first
   compute);
 * epilogue: the last S-1 tiles, read and computed without further loads.
+
+Asynchronous fragment loads (a channel counts them): the refill of a step waits
+on that channel first (the earlier reads of the refilled stage); on a target
+without a register interlock a compute reading a fragment loaded since the last
+such wait gets one more, in every phase (the epilogue included), and the one
+before the refill serves both.  On a group channel a commit closes the fragments
+in flight before the wait.  With an interlock the MMAs retire the reads they use,
+and the refill's wait vanishes where they all come before it or before the barrier
+that lets another agent refill the stage (sync/derive.py, step 4).
 
 The schedule writes no wait: every step gets a placeholder wait on each channel
 an asynchronous producer of that step's reads counts on, and the values come
@@ -27,6 +39,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from pipeline_core.config import PipelineConfig
 from pipeline_core.errors import ProgramError
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.ops import Entry, Op, OpRole, Phase, ResourceKind
@@ -55,7 +68,8 @@ def _entries(ops: Sequence[Op], phase: Phase) -> tuple[Entry, ...]:
 
 
 def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
-                  execution: ExecutionModel | None = None, schedule: str = "") -> GenericLowering:
+                  execution: ExecutionModel | None = None, schedule: str = "",
+                  config: PipelineConfig | None = None) -> GenericLowering:
     """Lower the one-tile ``body`` to an S-stage ring with derived waits (see the module)."""
     who = f"schedule {schedule}: " if schedule else ""
     if stages < 2:
@@ -91,21 +105,30 @@ def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
 
     reads_and_computes = [o for o in body if o.role in (OpRole.FRAGMENT_LOAD, OpRole.COMPUTE)]
 
+    frag_waits = [waits[c] for c in frag_channels]
+    # a fragment channel counted in groups closes the group of the fragments in flight first
+    frag_commits = [_sync_op(sync.channel(c).commit_tag or 0) for c in frag_channels
+                    if sync.channel(c).commit_tag is not None]
+    # without a register interlock a compute reads its operands only once an explicit wait
+    # retired their fragment loads (sync/derive.py, step 4)
+    register_waits = bool(frag_channels) and not sync.register_interlock
+
     def step(stage: int, refill: int | None) -> list[Op]:
         ops = [waits[c] for c in load_channels] + [barrier]
-        refill_ops: list[Op] = []
-        if refill is not None:
-            refill_ops += [waits[c] for c in frag_channels]  # earlier async reads of the refilled stage
-            refill_ops += tile_loads(refill)
+        refill_ops = tile_loads(refill) if refill is not None else []
+        in_flight = False  # fragment loads issued since the last fragment wait
         # Fragment loads and computes keep their body order (a body that interleaves them per
         # k-step keeps one k-step's fragments live at a time); the refill goes before the first
-        # compute, after the fragment loads that precede it.
+        # compute, after the fragment loads that precede it and the fragment waits that retire
+        # the earlier asynchronous reads of the refilled stage; a compute reading fragments
+        # loaded since the last such wait gets its own.
         for o in reads_and_computes:
-            if o.role == OpRole.COMPUTE and refill_ops:
-                ops += refill_ops
-                refill_ops = []
+            if o.role == OpRole.COMPUTE and (refill_ops or (register_waits and in_flight)):
+                ops += (frag_commits if in_flight else []) + frag_waits + refill_ops
+                refill_ops, in_flight = [], False
+            in_flight = in_flight or o.role == OpRole.FRAGMENT_LOAD
             ops.append(o.evolve(stage=stage) if o.role == OpRole.FRAGMENT_LOAD else o)
-        return ops + refill_ops
+        return ops + (frag_waits + refill_ops if refill_ops else [])
 
     prologue = [op for s in range(stages - 1) for op in tile_loads(s)]
     kernel = [op for s in range(stages) for op in step(s, (s + stages - 1) % stages)]
@@ -113,7 +136,7 @@ def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
     phases = (_entries(prologue, Phase.PROLOGUE), _entries(kernel, Phase.KERNEL),
               _entries(epilogue, Phase.EPILOGUE))
     derivation = derive_waits(*phases, bound, execution or ExecutionModel(),
-                              iterations=3, body=body)
+                              iterations=3, body=body, whole_stage=True, config=config)
     if derivation.unmet:
         u = derivation.unmet[0]
         raise ProgramError(f"{who}the generic lowering left a need uncovered on channel "

@@ -25,9 +25,20 @@ Walk:
    need it covers, over every unrolled instance; a need no wait covers is
    *unmet* (a lowering inserts the wait; a checker reports it).
 
-Register hazards (a compute op reading a fragment still in flight) are left to
-the target's register interlock (``SyncModel.register_interlock``); a target
-without one needs waits this derivation does not place.
+4. Register needs: on a target without a register interlock
+   (``SyncModel.register_interlock`` False) a compute op reads its operand
+   registers (operand channel, the MMA field ``PipelineConfig.compute_match_key``
+   names) only after the agent's last fragment load into each is complete, so the
+   agent's last wait on the fragment's channel before the compute covers it.
+   With an interlock the hardware stalls the use and no count is involved; the
+   use then also retires the fragment load, so a need whose producer is a
+   fragment load that a compute of the same agent reads before the deadline
+   (step 3) is met without a wait.
+
+``whole_stage``: a global load fills its channel's whole stage and a fragment's
+subtile is a slice of it (the ring lowering, whose documents the checker reads
+with ordinal tiles), so a region is ``(operand channel, stage, 0)`` for every
+subtile; otherwise a fragment reads the subtile its loads wrote.
 """
 from __future__ import annotations
 
@@ -36,6 +47,7 @@ from typing import Any
 
 import attrs
 
+from pipeline_core.config import PipelineConfig
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.ops import Entry, Op, OpRole, Phase
 from pipeline_core.sync.model import BoundSync
@@ -166,22 +178,44 @@ def _streams(prologue: Sequence[Entry], kernel: Sequence[Entry], epilogue: Seque
     return out
 
 
-def _regions(agent: _Agent, role: OpRole) -> dict[Region, list[int]]:
+def _regions(agent: _Agent, role: OpRole, whole_stage: bool) -> dict[Region, list[int]]:
     out: dict[Region, list[int]] = {}
     for p, ev in enumerate(agent.events):
         op = ev.op
         if op is not None and op.role == role and op.tag < 128:
-            out.setdefault((op.channel, op.stage, op.subtile), []).append(p)
+            out.setdefault((op.channel, op.stage, 0 if whole_stage else op.subtile), []).append(p)
+    return out
+
+
+def _register_reads(agent: _Agent, config: PipelineConfig) -> list[tuple[int, int]]:
+    """(fragment load, compute op) position pairs: each compute op's operand registers and the
+    agent's last fragment load into each before it (module doc, step 4)."""
+    last: dict[tuple[int, int], int] = {}
+    out = []
+    for p, ev in enumerate(agent.events):
+        op = ev.op
+        if op is None or op.tag >= 128:
+            continue
+        if op.role == OpRole.FRAGMENT_LOAD:
+            last[(op.channel, op.subtile)] = p
+        elif op.role == OpRole.COMPUTE:
+            for ch in (0, 1):
+                writer = last.get((ch, config.compute_match_key(op, ch)))
+                if writer is not None:
+                    out.append((writer, p))
     return out
 
 
 def derive_waits(prologue: Sequence[Entry], kernel: Sequence[Entry], epilogue: Sequence[Entry],
                  sync: BoundSync, execution: ExecutionModel | None = None, *,
-                 iterations: int = 3, body: Sequence[Op] = ()) -> Derivation:
+                 iterations: int = 3, body: Sequence[Op] = (), whole_stage: bool = False,
+                 config: PipelineConfig | None = None) -> Derivation:
     """The loosest safe value of every emitted wait, and every need no wait covers.
 
     ``body`` supplies operand channels of entries that dropped theirs (the
-    reference's prologue loads carry channel -1).
+    reference's prologue loads carry channel -1); ``whole_stage`` reads regions as
+    whole stages (module doc); ``config`` names the registers a compute op reads
+    (its match fields; default: the A fragment matches the row, the B the column).
     """
     execution = execution or ExecutionModel()
     model = sync.model
@@ -197,12 +231,20 @@ def derive_waits(prologue: Sequence[Entry], kernel: Sequence[Entry], epilogue: S
 
     streams = _streams(fix(prologue), fix(kernel), fix(epilogue), execution, iterations)
     agents = [_Agent(ev, sync, waits, commits, barrier_tags) for ev in streams]
-    writes = [_regions(a, OpRole.GLOBAL_LOAD) for a in agents]
-    reads = [_regions(a, OpRole.FRAGMENT_LOAD) for a in agents]
+    writes = [_regions(a, OpRole.GLOBAL_LOAD, whole_stage) for a in agents]
+    reads = [_regions(a, OpRole.FRAGMENT_LOAD, whole_stage) for a in agents]
 
     safe: dict[Site, int] = {}
     count: dict[Site, int] = {}
     unmet: dict[tuple, UnmetNeed] = {}
+
+    # step 4: under an interlock, the first compute reading a fragment load's register
+    first_use: dict[int, dict[int, int]] = {}
+    if model.register_interlock:
+        for a in agents:
+            uses = first_use.setdefault(id(a), {})
+            for p, c in _register_reads(a, config or PipelineConfig()):
+                uses.setdefault(p, c)
 
     def need(pa: _Agent, p: int, ca: _Agent, c: int, kind: str) -> None:
         if p not in pa.tick:
@@ -210,6 +252,9 @@ def derive_waits(prologue: Sequence[Entry], kernel: Sequence[Entry], epilogue: S
         ch, after = pa.tick[p]
         psite, csite = pa.events[p].site, ca.events[c].site
         deadline = pa.deadline(ca, c)
+        used = first_use.get(id(pa), {}).get(p)
+        if used is not None and deadline is not None and used < deadline:
+            return  # a compute's interlocked use of its register retired it first
         candidates = [w for w in pa.waits[ch] if p < w < deadline] if deadline is not None else []
         key = (ch, psite, csite, pa is not ca)
         if not candidates:
@@ -258,6 +303,11 @@ def derive_waits(prologue: Sequence[Entry], kernel: Sequence[Entry], epilogue: S
                             if seen == v - 1:
                                 need(pa, r, ca, q, "write after read")
 
+    if not model.register_interlock:
+        for a in agents:
+            for p, c in _register_reads(a, config or PipelineConfig()):
+                need(a, p, a, c, "register read after write")
+
     sites = []
     lists = {Phase.PROLOGUE: prologue, Phase.KERNEL: kernel, Phase.EPILOGUE: epilogue}
     for phase, entries in lists.items():
@@ -278,4 +328,4 @@ def derive_for_compiled(compiled: Any, sync_model: Any, *, iterations: int = 3,
     if warps_per_group is not None:
         execution = attrs.evolve(execution, warps_per_group=warps_per_group)
     return derive_waits(compiled.prologue, compiled.kernel, compiled.epilogue, bound, execution,
-                        iterations=iterations, body=compiled.body)
+                        iterations=iterations, body=compiled.body, config=compiled.config)
