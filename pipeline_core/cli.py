@@ -564,22 +564,31 @@ def cmd_emit(args, host) -> int:
             raise ConfigError("emit", "--emitter", args.emitter,
                               f"an emitter for target {target} (it serves "
                               f"{', '.join(record.targets)})")
-        if not record.writes(compiled.schedule_name):
+        if not record.writes(compiled.launch):
             raise ConfigError("emit", "--emitter", args.emitter,
-                              f"an emitter for schedule {compiled.schedule_name} (it writes "
-                              f"{', '.join(record.schedules)})")
+                              f"an emitter for {_kernel_of(compiled)} (it writes kernel "
+                              f"famil{'y' if len(record.kernel_families) == 1 else 'ies'} "
+                              f"{', '.join(record.kernel_families)})")
     else:
         serving = sorted(n for n, r in host.emitters.items()
-                         if r.serves(target) and r.writes(compiled.schedule_name))
+                         if r.serves(target) and r.writes(compiled.launch))
         if len(serving) != 1:
             raise ConfigError("emit", "--emitter", "(none given)",
-                              f"one emitter name: {len(serving)} serve schedule "
-                              f"{compiled.schedule_name} on target {target}"
+                              f"one emitter name: {len(serving)} serve "
+                              f"{_kernel_of(compiled)} on target {target}"
                               + (f" ({', '.join(serving)})" if serving else ""))
         record = host.emitters[serving[0]]
     options = record.parse_options(_pairs(args.emit_options, "-O"))
     _write(record.emit(compiled, **options), args.output)
     return EXIT_OK
+
+
+def _kernel_of(compiled) -> str:
+    """Schedule S and the kernel family it declared (pipeline_core/launch.py), for emit's errors."""
+    launch = compiled.launch
+    if launch is None:
+        return f"schedule {compiled.schedule_name} (which declares no kernel family)"
+    return f"kernel family {launch.kernel_family} of schedule {compiled.schedule_name}"
 
 
 def cmd_new_plugin(args, host) -> int:

@@ -1,6 +1,9 @@
-"""The ``cuda-wgmma`` emitter: a compiled ``warpspecialized-gemm`` -> one standalone CUDA kernel.
+"""The ``cuda-wgmma`` emitter: kernel family ``gemm-wgmma`` on ``h100`` -> one standalone CUDA kernel.
 
-Every agent's program goes out step for step (docs/guide/agents.md): warp group 0 is the
+It writes any schedule that declares the family (``warpspecialized-gemm`` today) and sizes the
+kernel by the :class:`WsGeometry` the schedule declared (``kernel_launch()``).  Every agent's
+program goes out step for step through the shared skeleton (``skeleton.agent_stretches``,
+docs/guide/agents.md): warp group 0 is the
 producer (its elected thread issues the TMA copies), warp groups 1.. are the consumers.  Each
 program's prologue iterations, its kernel loop over the K tiles and its epilogue iterations are
 written as the compiled plan has them; a step with lag L serves tile ``t - L``, its ring stage is
@@ -12,10 +15,8 @@ if/else.  Tile multiples only (``WsGeometry.check_shape``).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from pipeline_core.agents import AgentProgram, Step, StepKind
+from pipeline_core.compiler import CompiledSchedule
 from pipeline_core.emitters import EmitterRecord
 from pipeline_core.errors import ProgramError
 from pipeline_core.limits import Bound
@@ -23,8 +24,9 @@ from pipeline_core.schedule import Param
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import header_source, wgmma_header_source
-from pipeline_core_nvidia_h100.warpspecialized import (SCHEDULE_NAME, WGMMA_M, WgmmaTag, WsGeometry,
-                                                       ws_geometry_of)
+from pipeline_core_nvidia_h100.skeleton import agent_stretches, declared_geometry, render
+from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_NAME, WGMMA_M,
+                                                       WgmmaTag, WsGeometry)
 
 EMITTER_NAME = "cuda-wgmma"
 KERNEL_NAME = "pc_ws_gemm"
@@ -98,55 +100,38 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0) -> s
                        f"(tag {s.tag})")
 
 
-def _program_lines(p: AgentProgram, single_issuer: bool, label: str,
-                   watchdog: int = 0) -> list[str]:
-    ind = "    "
-
-    def block(steps: Sequence[Step], t: str, label: str) -> list[str]:
-        out = [f"{{  // {label}", f"{ind}const int t = {t};"]
-        out += [ind + _step_line(s, single_issuer, p.name, watchdog) for s in steps]
-        return out + ["}"]
-
-    lines: list[str] = []
-    for i, steps in enumerate(p.prologue):
-        lines += block(steps, str(i), f"{label} prologue iteration {i}")
-    lines.append(f"for (int t = {len(p.prologue)}; t < KT; ++t) {{  // {label} kernel")
-    lines += [ind + _step_line(s, single_issuer, p.name, watchdog) for s in p.kernel]
-    lines.append("}")
-    for j, steps in enumerate(p.epilogue):
-        lines += block(steps, f"KT + {j}", f"{label} epilogue iteration {j}")
-    return lines
-
-
-def emit_wgmma(compiled: Any, *, watchdog: int = 0) -> str:
-    """CUDA C++ for a compiled ``warpspecialized-gemm`` (see the module).
+def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int = 0) -> str:
+    """CUDA C++ for a compiled schedule of kernel family ``gemm-wgmma`` (see the module).
 
     ``-O watchdog=N`` (:data:`WATCHDOG`, parsed and bounded by the core): every mbarrier wait
     traps after N polls, so a schedule that deadlocks (emitted with ``--allow-unsafe``) fails
     its launch instead of hanging the GPU; 0: unbounded waits.
     """
-    plan = getattr(compiled, "agents", None)
-    if compiled.schedule_name != SCHEDULE_NAME or plan is None:
-        raise ProgramError(f"emitter {EMITTER_NAME}: writes schedule {SCHEDULE_NAME} (agents "
-                           f"lowering) only, got {compiled.schedule_name}")
-    g = ws_geometry_of(dict(compiled.params), plan.stages)
-    g.validate()
+    g = declared_geometry(compiled, KERNEL_FAMILY, WsGeometry, EMITTER_NAME)
+    plan = compiled.agents
+    if plan is None:
+        raise ProgramError(f"emitter {EMITTER_NAME}: writes the agents' programs of kernel family "
+                           f"{KERNEL_FAMILY}, but schedule {compiled.schedule_name} compiled none")
     producer, *consumers = plan.programs
     if producer.role.issuers != 1 or not consumers:
         raise ProgramError(f"emitter {EMITTER_NAME}: expects a single-issuer producer agent "
                            f"followed by consumer agents, got {[p.name for p in plan.programs]}")
-    texts = {c.name: "\n".join(_program_lines(c, False, "consumer", watchdog)) for c in consumers}
+
+    def lines(p: AgentProgram, single_issuer: bool, label: str) -> list[str]:
+        return render(agent_stretches(
+            p, lambda s: _step_line(s, single_issuer, p.name, watchdog), label))
+
+    texts = {c.name: "\n".join(lines(c, False, "consumer")) for c in consumers}
     if len(set(texts.values())) != 1:
         raise ProgramError(f"emitter {EMITTER_NAME}: the consumer agents' programs differ "
                            f"({', '.join(texts)}); setmaxnreg needs one consumer branch")
     ind = "    "
-    producer_body = "\n".join(ind * 4 + l for l in _program_lines(producer, True, producer.name,
-                                                                     watchdog))
+    producer_body = "\n".join(ind * 4 + l for l in lines(producer, True, producer.name))
     consumer_body = texts[consumers[0].name].replace("\n", "\n" + ind * 2)
     full, empty = plan.ring("full"), plan.ring("empty")
     return _SOURCE.format(consumer_indent=ind * 2,
         header=header_source(), wgmma_header=wgmma_header_source(),
-        wgmma_fn=wgmma_instruction(g.bn), name=KERNEL_NAME, schedule=SCHEDULE_NAME,
+        wgmma_fn=wgmma_instruction(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
         target=compiled.target_name, producer=producer_body, consumer=consumer_body,
         FULL_ARRIVALS=full.arrivals, EMPTY_ARRIVALS=empty.arrivals, **_constants(g))
 
@@ -259,4 +244,4 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME}: TMA producer, wgmma "
     "consumers, mbarrier rings, setmaxnreg; every agent's steps one for one", (TARGET_NAME,),
-    emit_wgmma, schedules=(SCHEDULE_NAME,), options=(WATCHDOG,)),)
+    emit_wgmma, kernel_families=(KERNEL_FAMILY,), options=(WATCHDOG,)),)
