@@ -27,8 +27,8 @@ def test_emit_picks_the_emitter_that_writes_the_schedule(pipeline_cli):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--emitter", "cuda"], "an emitter for schedule warpspecialized-gemm (it writes "
-                            "multistage-gemm)"),
+    (["--emitter", "cuda"], "an emitter for kernel family gemm-wgmma of schedule "
+                            "warpspecialized-gemm (it writes kernel family gemm-mma-sync)"),
     (["-O", "foo=1"], "Unknown -O parameter of emitter cuda-wgmma 'foo'. Known parameters of "
                       "emitter cuda-wgmma: watchdog."),
     (["-O", "watchdog=0"], "-O watchdog=0 is invalid for emitter cuda-wgmma: an integer in "
