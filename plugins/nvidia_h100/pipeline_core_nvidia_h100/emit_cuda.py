@@ -26,7 +26,8 @@ from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import H100Tag
 from pipeline_core_nvidia_h100.cuda import header_source
 from pipeline_core_nvidia_h100.multistage import KERNEL_FAMILY, SCHEDULE_NAME, Geometry
-from pipeline_core_nvidia_h100.skeleton import Stretch, declared_geometry, entry_code, render
+from pipeline_core_nvidia_h100.skeleton import (Stretch, StreamFamily, declared_geometry, entry_code,
+                                                render, stream_kernel_body)
 from pipeline_core_nvidia_h100.sync import (BAR_SYNC_ALIGNED, BARRIER_SYNC_NONALIGNED,
                                             COMMIT_CP_ASYNC, HINTS, WAIT_CP_ASYNC)
 
@@ -105,10 +106,12 @@ def emit_cuda(compiled: CompiledSchedule) -> str:
         raise ProgramError(f"emitter {EMITTER_NAME}: the kernel phase has {len(steps)} steps, not "
                            f"one per ring stage ({g.stages})")
     ind = "    "
-    code = entry_code({tag: (lambda fn: lambda e: fn(e, False))(fn) for tag, fn in DISPATCH.items()},
-                      names, EMITTER_NAME)
-    rotated = entry_code({tag: (lambda fn: lambda e: fn(e, True))(fn)
-                          for tag, fn in DISPATCH.items()}, names, EMITTER_NAME)
+
+    def entries(rotated: bool) -> Callable[[Entry], str]:
+        return entry_code({tag: (lambda fn: lambda e: fn(e, rotated))(fn)
+                           for tag, fn in DISPATCH.items()}, names, EMITTER_NAME)
+
+    code, rotated = entries(False), entries(True)
     # the kernel period is one pass of the ring: a loop over whole periods whose step j runs
     # only while K tiles are left, then the epilogue with its stages rotated by the remainder
     body = render([
@@ -121,10 +124,11 @@ def emit_cuda(compiled: CompiledSchedule) -> str:
         Stretch(steps=tuple(compiled.epilogue), code=rotated, indent=ind, head=(
             ind + "}",
             ind + "const int rot = steady % STAGES;  // the epilogue's first tile is in stage rot"))])
-    return _SOURCE.format(cta_setup=CTA_SETUP, load_cursor=LOAD_CURSOR, header=header_source(),
-                          name=KERNEL_NAME, body="\n".join(body),
-                          schedule=compiled.schedule_name, target=compiled.target_name,
-                          **_constants(g))
+    values = dict(cta_setup=CTA_SETUP, load_cursor=LOAD_CURSOR, **_constants(g))
+    family = StreamFamily(**{part: text.format(**values) for part, text in FAMILY.items()})
+    return _SOURCE.format(header=header_source(), name=KERNEL_NAME,
+                          body=stream_kernel_body(family, body, PROGRAM_NOTE),
+                          schedule=compiled.schedule_name, target=compiled.target_name, **values)
 
 
 def _constants(g: Geometry) -> dict[str, int]:
@@ -141,7 +145,14 @@ _SOURCE = r"""// Emitted by pipeline-core (emitter cuda) from schedule {schedule
 extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 {name}(const unsigned short* __restrict__ A, const unsigned short* __restrict__ B,
        unsigned short* __restrict__ C, int M, int N, int K) {{
-    using namespace pch100;
+{body}
+}}
+"""
+
+#: The kernel family's device code (:class:`~pipeline_core_nvidia_h100.skeleton.StreamFamily`),
+#: formatted with the kernel's constants: the tile math the skeleton leaves out.
+FAMILY = {
+    "setup": r"""    using namespace pch100;
     constexpr int BM = {BM}, BN = {BN}, BK = {BK}, STAGES = {STAGES}, GROUP_M = {GROUP_M};
     constexpr int WARPS_M = {WARPS_M}, WARPS_N = {WARPS_N}, THREADS = {THREADS};
     constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;      // warp tile
@@ -153,9 +164,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 
 {cta_setup}
     const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
-    const int KT = K / BK;
-
-    // LOAD: chunk ld_chunk of rows ld_row + p * ROWS_PER_PASS; a pass moves by whole swizzle
+    const int KT = K / BK;""",
+    "load": r"""    // LOAD: chunk ld_chunk of rows ld_row + p * ROWS_PER_PASS; a pass moves by whole swizzle
     // periods, so one swizzled offset serves every pass.
 {load_cursor}
     int ld_kt = 0;  // the K tile the open commit group loads (one group per tile)
@@ -173,9 +183,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
         for (int p = 0; p < B_PASSES; ++p)
             cp_async_16(s + p * ROWS_PER_PASS * RC * 16,
                         b_g + (size_t)kt * BK + (size_t)p * ROWS_PER_PASS * K);
-    }};
-
-    // FRAG: ldmatrix.x4 row addresses.  A: lanes 0-15 rows 0-15 of k-half 0, 16-31 k-half 1.
+    }};""",
+    "compute": r"""    // FRAG: ldmatrix.x4 row addresses.  A: lanes 0-15 rows 0-15 of k-half 0, 16-31 k-half 1.
     // B (n-major rows): lanes 0-7 n 0-7 k-half 0, 8-15 n 0-7 k-half 1, 16-23 n 8-15 k-half 0, ...
     const int a_row = warp_m * WTM + (lane & 15), a_half = lane >> 4;
     const int b_row = warp_n * WTN + (lane & 7) + ((lane >> 4) << 3), b_half = (lane >> 3) & 1;
@@ -208,12 +217,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 #pragma unroll
             for (int j = 0; j < NI; ++j)
                 mma_bf16_16816(acc[i][j], af[i], bf[j / 2][(j & 1) * 2], bf[j / 2][(j & 1) * 2 + 1]);
-    }};
-
-    // ---- the compiled entries, one line each ----
-{body}
-
-    // Every accumulator goes out, bf16x2 per pair of columns.
+    }};""",
+    "finish": r"""    // Every accumulator goes out, bf16x2 per pair of columns.
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int i = 0; i < MI; ++i) {{
@@ -225,9 +230,10 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
             *reinterpret_cast<u32*>(C + (size_t)(row + 8) * N + col) =
                 pack_bf16x2(acc[i][j][2], acc[i][j][3]);
         }}
-    }}
-}}
-"""
+    }}""",
+}
+#: What the program part of the kernel is, in its heading comment.
+PROGRAM_NOTE = "the compiled entries, one line each"
 
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME}: cp.async ring, ldmatrix, "

@@ -45,7 +45,8 @@ from pipeline_core_nvidia_h100.emit_cuda import CTA_SETUP, LOAD_CURSOR
 from pipeline_core_nvidia_h100.machine import H100_SXM
 from pipeline_core_nvidia_h100.multistage import MMA_M, MMA_N, CtaTile
 from pipeline_core_nvidia_h100.pingpong import TARGET_NAME, WARPS_PER_GROUP, PingPongTag
-from pipeline_core_nvidia_h100.skeleton import Stretch, entry_code, render
+from pipeline_core_nvidia_h100.skeleton import (Stretch, StreamFamily, entry_code, render,
+                                                stream_kernel_body)
 from pipeline_core_nvidia_h100.sync import (BAR_SYNC_ALIGNED, BARRIER_SYNC_NONALIGNED, HINTS,
                                             WAIT_CP_ASYNC)
 
@@ -215,11 +216,13 @@ def emit_pingpong(compiled: CompiledSchedule, **options: int) -> str:
                 tail=("}", "{", ind + "const int k_base = K;")),
         Stretch(steps=tuple(compiled.epilogue), code=code, indent=ind, tail=("}", tail))])
     mi, ni = g.mma_tiles
-    return _SOURCE.format(cta_setup=CTA_SETUP, load_cursor=LOAD_CURSOR,
-        header=header_source(), name=KERNEL_NAME, body="\n".join(ind + l for l in body),
-        schedule=compiled.schedule_name, target=compiled.target_name, BM=g.bm, BN=g.bn,
-        BK=g.bk, GROUP_M=g.group_m, THREADS=g.threads, SMEM=g.smem_bytes, MI=mi, NI=ni,
-        barrier_name=sync.barrier.name, stagger=compiled.warp_stagger_index)
+    values = dict(cta_setup=CTA_SETUP, load_cursor=LOAD_CURSOR, BM=g.bm, BN=g.bn, BK=g.bk,
+                  GROUP_M=g.group_m, THREADS=g.threads, SMEM=g.smem_bytes, MI=mi, NI=ni)
+    family = StreamFamily(**{part: text.format(**values) for part, text in FAMILY.items()})
+    return _SOURCE.format(header=header_source(), name=KERNEL_NAME,
+        body=stream_kernel_body(family, [ind + l for l in body], PROGRAM_NOTE),
+        schedule=compiled.schedule_name, target=compiled.target_name,
+        barrier_name=sync.barrier.name, stagger=compiled.warp_stagger_index, **values)
 
 
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-pingpong) from schedule {schedule} on target {target}.
@@ -231,7 +234,14 @@ _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-pingpong) from schedule 
 extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 {name}(const unsigned short* __restrict__ A, const unsigned short* __restrict__ B,
        unsigned short* __restrict__ C, int M, int N, int K) {{
-    using namespace pch100;
+{body}
+}}
+"""
+
+#: The kernel family's device code (:class:`~pipeline_core_nvidia_h100.skeleton.StreamFamily`),
+#: formatted with the kernel's constants: the tile math the skeleton leaves out.
+FAMILY = {
+    "setup": r"""    using namespace pch100;
     constexpr int BM = {BM}, BN = {BN}, BK = {BK}, GROUP_M = {GROUP_M}, THREADS = {THREADS};
     constexpr int QM = BM / 2, QN = BN / 2;                     // quadrant (subtile) rows
     constexpr int WTM = QM / 2, WTN = QN / 4;                   // one warp's part of a quadrant
@@ -243,9 +253,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
     static_assert(WTM == MI * 16 && WTN == NI * 8, "warp tile");
 
 {cta_setup}
-    const int wg = warp >> 2, wn = warp & 3;  // warp group (quadrant row half), column quarter
-
-    // LOAD: every thread copies chunk ld_chunk of rows ld_row + p * ROWS_PER_PASS of a subtile;
+    const int wg = warp >> 2, wn = warp & 3;  // warp group (quadrant row half), column quarter""",
+    "load": r"""    // LOAD: every thread copies chunk ld_chunk of rows ld_row + p * ROWS_PER_PASS of a subtile;
     // passes and subtiles move by whole swizzle periods, so one swizzled offset serves all.
 {load_cursor}
 
@@ -262,9 +271,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
         for (int p = 0; p < PASSES_B; ++p)
             cp_async_16(s + p * ROWS_PER_PASS * RC * 16,
                         b_g + (size_t)(sub * QN + p * ROWS_PER_PASS) * K + k);
-    }};
-
-    // FRAG: ldmatrix.x4 row addresses.  A: lanes 0-15 rows 0-15 of k-half 0, 16-31 k-half 1.
+    }};""",
+    "compute": r"""    // FRAG: ldmatrix.x4 row addresses.  A: lanes 0-15 rows 0-15 of k-half 0, 16-31 k-half 1.
     // B (n-major rows): lanes 0-7 n 0-7 k-half 0, 8-15 n 0-7 k-half 1, 16-23 n 8-15 k-half 0, ...
     // Row offsets are multiples of 16, so the swizzle of a lane's row is that of its lane row.
     const int a_lrow = lane & 15, a_half = lane >> 4;
@@ -310,12 +318,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
                 for (int n = 0; n < NI; ++n)
                     mma_bf16_16816(acc[i][j][m][n], af[i][kk][m], bf[j][kk][n / 2][(n & 1) * 2],
                                    bf[j][kk][n / 2][(n & 1) * 2 + 1]);
-    }};
-
-    // ---- the compiled entries, one line each (stagger split, 2*BK loop) ----
-{body}
-
-    // Every accumulator goes out, bf16x2 per pair of columns.
+    }};""",
+    "finish": r"""    // Every accumulator goes out, bf16x2 per pair of columns.
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -332,9 +336,10 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
                     *reinterpret_cast<u32*>(C + (size_t)(row + 8) * N + col) =
                         pack_bf16x2(acc[i][j][m][n][2], acc[i][j][m][n][3]);
                 }}
-            }}
-}}
-"""
+            }}""",
+}
+#: What the program part of the kernel is, in its heading comment.
+PROGRAM_NOTE = "the compiled entries, one line each (stagger split, 2*BK loop)"
 
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME} on {TARGET_NAME}: 2 "

@@ -24,7 +24,8 @@ from pipeline_core.schedule import Param
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import header_source, wgmma_header_source
-from pipeline_core_nvidia_h100.skeleton import agent_stretches, declared_geometry, render
+from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
+                                                declared_geometry, render, ring_step_line)
 from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_NAME, WGMMA_M,
                                                        WgmmaTag, WsGeometry)
 
@@ -70,17 +71,11 @@ def _stage(s: Step) -> str:
 
 def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0) -> str:
     stage = _stage(s)
-    if s.kind == StepKind.PHASE_WAIT:
-        parity = f"(({_ring(s)} / STAGES + ({s.phase_offset})) & 1)"
-        if watchdog:
-            return f"mbar_wait_bounded({s.channel}_bar({stage}), {parity}, {watchdog}ull);"
-        return f"mbar_wait({s.channel}_bar({stage}), {parity});"
-    if s.kind == StepKind.EXPECT_TX:
-        return f"mbar_expect_tx({s.channel}_bar({stage}), {s.value}u);"
-    if s.kind == StepKind.ARRIVE:
-        # one arrival per warp, each after the warp's own counter wait (AgentRole.release_arrivals)
-        return (f"mbar_arrive({s.channel}_bar({stage}));" if single_issuer
-                else f"if (lane == 0) mbar_arrive({s.channel}_bar({stage}));")
+    parity = f"(({_ring(s)} / STAGES + ({s.phase_offset})) & 1)"
+    ring = ring_step_line(s, stage, parity, single_issuer, watchdog)
+    if ring is not None:
+        return ring
+    # the family's steps: the wgmma async group's fence / commit / counter wait, the ops
     if s.kind == StepKind.FENCE:
         return "wgmma_fence();"
     if s.kind == StepKind.COMMIT:
@@ -125,15 +120,16 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int = 0) -> str:
     if len(set(texts.values())) != 1:
         raise ProgramError(f"emitter {EMITTER_NAME}: the consumer agents' programs differ "
                            f"({', '.join(texts)}); setmaxnreg needs one consumer branch")
-    ind = "    "
-    producer_body = "\n".join(ind * 4 + l for l in lines(producer, True, producer.name))
-    consumer_body = texts[consumers[0].name].replace("\n", "\n" + ind * 2)
-    full, empty = plan.ring("full"), plan.ring("empty")
-    return _SOURCE.format(consumer_indent=ind * 2,
-        header=header_source(), wgmma_header=wgmma_header_source(),
+    constants = _constants(g)
+    family = AgentsFamily(**{part: text.format(**constants) for part, text in FAMILY.items()})
+    body = agents_kernel_body(
+        rings=plan.rings, producer=lines(producer, True, producer.name),
+        consumer=texts[consumers[0].name].split("\n"), producer_name=producer.name,
+        producer_registers=g.producer_registers, consumer_registers=g.consumer_registers,
+        family=family)
+    return _SOURCE.format(header=header_source(), wgmma_header=wgmma_header_source(),
         wgmma_fn=wgmma_instruction(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
-        target=compiled.target_name, producer=producer_body, consumer=consumer_body,
-        FULL_ARRIVALS=full.arrivals, EMPTY_ARRIVALS=empty.arrivals, **_constants(g))
+        target=compiled.target_name, body=body, **constants)
 
 
 def _constants(g: WsGeometry) -> dict[str, int]:
@@ -157,53 +153,21 @@ _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {sc
 extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 {name}(const __grid_constant__ pcwg::TensorMap tmA, const __grid_constant__ pcwg::TensorMap tmB,
        unsigned short* __restrict__ C, int M, int N, int K) {{
-    using namespace pcwg;
-    constexpr int BM = {BM}, BN = {BN}, BK = {BK}, STAGES = {STAGES}, GROUP_M = {GROUP_M};
+{body}
+}}
+"""
+
+#: The gemm-wgmma family's device code (:class:`~pipeline_core_nvidia_h100.skeleton.
+#: AgentsFamily`), formatted with :func:`_constants`: the tile math the skeleton leaves out.
+FAMILY = {
+    "constants": r"""    constexpr int BM = {BM}, BN = {BN}, BK = {BK}, STAGES = {STAGES}, GROUP_M = {GROUP_M};
     constexpr int CONSUMER_ROWS = {CONSUMER_ROWS}, MBLOCKS = {MBLOCKS}, KSTEPS = {KSTEPS};
     constexpr int ACC = {ACC};
-    constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    const u32 ring = (pch100::smem_addr(smem_raw) + 1023u) & ~1023u;  // the 128B-swizzle atom
-    const u32 bars = ring + STAGES * STAGE_BYTES;  // full[0..STAGES), then empty[0..STAGES)
-    auto full_bar = [&](int s) {{ return bars + 8u * s; }};
-    auto empty_bar = [&](int s) {{ return bars + 8u * (STAGES + s); }};
-    auto stage_a = [&](int s) {{ return ring + s * STAGE_BYTES; }};
-    auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};
-
-    const int KT = K / BK, TILES = (M / BM) * (N / BN);
-    const int wg = threadIdx.x / 128, wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
-
-    if (threadIdx.x == 0) {{
-        for (int s = 0; s < STAGES; ++s) {{
-            mbar_init(full_bar(s), {FULL_ARRIVALS});
-            mbar_init(empty_bar(s), {EMPTY_ARRIVALS});
-        }}
-        mbar_init_fence();
-    }}
-    __syncthreads();
-
-    if (wg == 0) {{
-        // ---- agent producer (its compiled program, one line per step) ----
-        setmaxnreg_dec<{PRODUCER_REGS}>();
-        if (wtid == 0) {{
-            int rb = 0;  // K tiles this CTA's ring has served before this output tile
-            for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT) {{
-                int tile_m, tile_n;
-                pch100::grouped_tile(tile, M / BM, N / BN, GROUP_M, tile_m, tile_n);
-{producer}
-            }}
-        }}
-    }} else {{
-        // ---- agents consumer0.. (one program; the consumer index picks the rows) ----
-        setmaxnreg_inc<{CONSUMER_REGS}>();
-        const int consumer = wg - 1;
-        float acc[MBLOCKS][ACC];
-        int rb = 0;  // K tiles this CTA's ring has served before this output tile
-        for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT) {{
-        int tile_m, tile_n;
-        pch100::grouped_tile(tile, M / BM, N / BN, GROUP_M, tile_m, tile_n);
-#pragma unroll
+    constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;""",
+    "stage_views": r"""    auto stage_a = [&](int s) {{ return ring + s * STAGE_BYTES; }};
+    auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};""",
+    "consumer_state": r"""        float acc[MBLOCKS][ACC];""",
+    "compute": r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[mb][i] = 0.f;
@@ -215,9 +179,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
                     wgmma_m64n{BN}k16(acc[mb],
                         smem_desc_sw128(stage_a(s) + (consumer * CONSUMER_ROWS + mb * {WGMMA_M}) * 128 + kk * 32),
                         smem_desc_sw128(stage_b(s) + kk * 32));
-        }};
-{consumer_indent}{consumer}
-#pragma unroll
+        }};""",
+    "finish": r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
             for (int i = 0; i < ACC; ++i) fence_operand(acc[mb][i]);
@@ -235,11 +198,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
                 *reinterpret_cast<u32*>(C + (size_t)(row + 8) * N + col) =
                     pch100::pack_bf16x2(acc[mb][4 * j + 2], acc[mb][4 * j + 3]);
             }}
-        }}
-        }}  // next output tile
-    }}
-}}
-"""
+        }}""",
+}
 
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME}: TMA producer, wgmma "
