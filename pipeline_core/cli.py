@@ -431,11 +431,13 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
         return [p.as_dict() for p in host.plugins], lines
     if args.command == "emitters":
         rows = [{"name": r.name, "description": r.description, "targets": list(r.targets),
-                 "provider": r.provider, "options": _params_doc(r.options or ())}
+                 "kernel_families": list(r.kernel_families), "provider": r.provider,
+                 "options": _params_doc(r.options or ())}
                 for _, r in sorted(host.emitters.items())]
         for r in rows:  # the -O options as -p's are listed (the record declares their bounds)
             lines.append(f"{r['name']}: {r['description']}  [{r['provider']}; targets "
-                         f"{', '.join(r['targets']) or 'any'}]")
+                         f"{', '.join(r['targets']) or 'any'}; kernel families "
+                         f"{', '.join(r['kernel_families']) or 'any'}]")
             lines.extend(_param_line({**prm, "name": f"-O {prm['name']}"})
                          for prm in r["options"])
         return rows, lines

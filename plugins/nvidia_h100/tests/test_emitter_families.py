@@ -108,6 +108,15 @@ def test_two_emitters_of_one_family_and_target_need_emitter(pipeline_cli):
     assert (picked.exit_code, picked.stdout) == (0, "// second\n")
 
 
+def test_emitters_lists_the_kernel_families_each_writes(pipeline_cli):
+    res = pipeline_cli(["emitters"])
+    assert res.exit_code == 0, res.stderr
+    lines = {l.split(":")[0]: l for l in res.stdout.splitlines() if not l.startswith(" ")}
+    assert lines["cuda"].endswith("; targets h100; kernel families gemm-mma-sync]")
+    assert lines["cuda-wgmma"].endswith("; targets h100; kernel families gemm-wgmma]")
+    assert lines["cuda-pingpong"].endswith("; targets h100-pingpong; kernel families gemm-pingpong]")
+
+
 def test_an_emitter_of_another_family_is_refused_naming_both(pipeline_cli):
     res = pipeline_cli(["emit", "multistage-gemm", "--target", "h100", "--emitter", "cuda-wgmma"])
     assert res.exit_code == 2
