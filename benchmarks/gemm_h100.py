@@ -534,7 +534,6 @@ def compiled_source(params: dict, stages: int, loosen: int | None = None):
     from pipeline_core.export.json import to_document
     from pipeline_core_nvidia_h100.emit_cuda import emit_cuda
     from ws_gemm import h100_host
-    from pipeline_core_nvidia_h100.multistage import geometry_of
     from pipeline_core_nvidia_h100.sync import WAIT_CP_ASYNC
 
     host = h100_host()
@@ -549,7 +548,7 @@ def compiled_source(params: dict, stages: int, loosen: int | None = None):
         kernel = list(c.kernel)
         kernel[idx] = attrs.evolve(e, op=e.op.evolve(wait_value=e.op.wait_value + 1))
         c = attrs.evolve(c, kernel=tuple(kernel))
-    return emit_cuda(c), geometry_of(dict(c.params), stages), verdict
+    return emit_cuda(c), c.launch.geometry, verdict  # the geometry the schedule declared
 
 
 def compiled_runner(builder, params: dict, stages: int, loosen: int | None = None):

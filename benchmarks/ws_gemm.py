@@ -102,10 +102,9 @@ def ws_compile(params: dict, stages: int, mutation: str | None = None,
 def ws_source(params: dict, stages: int, mutation: str | None = None, watchdog: int = 0,
               allow_unsafe: bool = False):
     from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma
-    from pipeline_core_nvidia_h100.warpspecialized import ws_geometry_of
 
     c, finding = ws_compile(params, stages, mutation, allow_unsafe)
-    return emit_wgmma(c, watchdog=watchdog), ws_geometry_of(dict(c.params), stages), finding
+    return emit_wgmma(c, watchdog=watchdog), c.launch.geometry, finding  # declared once
 
 
 def ws_runner(builder, params: dict, stages: int, mutation: str | None = None, watchdog: int = 0,

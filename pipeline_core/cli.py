@@ -431,11 +431,13 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
         return [p.as_dict() for p in host.plugins], lines
     if args.command == "emitters":
         rows = [{"name": r.name, "description": r.description, "targets": list(r.targets),
-                 "provider": r.provider, "options": _params_doc(r.options or ())}
+                 "kernel_families": list(r.kernel_families), "provider": r.provider,
+                 "options": _params_doc(r.options or ())}
                 for _, r in sorted(host.emitters.items())]
         for r in rows:  # the -O options as -p's are listed (the record declares their bounds)
             lines.append(f"{r['name']}: {r['description']}  [{r['provider']}; targets "
-                         f"{', '.join(r['targets']) or 'any'}]")
+                         f"{', '.join(r['targets']) or 'any'}; kernel families "
+                         f"{', '.join(r['kernel_families']) or 'any'}]")
             lines.extend(_param_line({**prm, "name": f"-O {prm['name']}"})
                          for prm in r["options"])
         return rows, lines
@@ -564,22 +566,31 @@ def cmd_emit(args, host) -> int:
             raise ConfigError("emit", "--emitter", args.emitter,
                               f"an emitter for target {target} (it serves "
                               f"{', '.join(record.targets)})")
-        if not record.writes(compiled.schedule_name):
+        if not record.writes(compiled.launch):
             raise ConfigError("emit", "--emitter", args.emitter,
-                              f"an emitter for schedule {compiled.schedule_name} (it writes "
-                              f"{', '.join(record.schedules)})")
+                              f"an emitter for {_kernel_of(compiled)} (it writes kernel "
+                              f"famil{'y' if len(record.kernel_families) == 1 else 'ies'} "
+                              f"{', '.join(record.kernel_families)})")
     else:
         serving = sorted(n for n, r in host.emitters.items()
-                         if r.serves(target) and r.writes(compiled.schedule_name))
+                         if r.serves(target) and r.writes(compiled.launch))
         if len(serving) != 1:
             raise ConfigError("emit", "--emitter", "(none given)",
-                              f"one emitter name: {len(serving)} serve schedule "
-                              f"{compiled.schedule_name} on target {target}"
+                              f"one emitter name: {len(serving)} serve "
+                              f"{_kernel_of(compiled)} on target {target}"
                               + (f" ({', '.join(serving)})" if serving else ""))
         record = host.emitters[serving[0]]
     options = record.parse_options(_pairs(args.emit_options, "-O"))
     _write(record.emit(compiled, **options), args.output)
     return EXIT_OK
+
+
+def _kernel_of(compiled) -> str:
+    """Schedule S and the kernel family it declared (pipeline_core/launch.py), for emit's errors."""
+    launch = compiled.launch
+    if launch is None:
+        return f"schedule {compiled.schedule_name} (which declares no kernel family)"
+    return f"kernel family {launch.kernel_family} of schedule {compiled.schedule_name}"
 
 
 def cmd_new_plugin(args, host) -> int:

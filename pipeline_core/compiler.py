@@ -15,6 +15,7 @@ from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ConfigError, ProgramError
 from pipeline_core.execution import ExecutionModel, declared_warps_per_group
+from pipeline_core.launch import KernelLaunch
 from pipeline_core.limits import GLOBAL_LOAD_TICKS
 from pipeline_core.ops import MAX_KERNEL_TAG, Entry, Op, OpRole, Phase, entries
 from pipeline_core.schedule import Schedule
@@ -57,6 +58,9 @@ class CompiledSchedule:
     explicit_source: str = ""
     #: the agents lowering's per-agent programs and rings (pipeline_core.agents); None otherwise
     agents: Any = None
+    #: the kernel family and launch geometry the schedule declared once (``kernel_launch()``,
+    #: pipeline_core/launch.py); None when it declares none.  Emitters read it.
+    launch: KernelLaunch | None = None
 
     @property
     def hazards(self) -> list[dict[str, Any]]:
@@ -147,7 +151,8 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
             schedule_config=sched, body=body, edges=edges, prologue=prologue, kernel=kernel,
             epilogue=epilogue, kernel_deps=(), warp_stagger_index=len(prologue) + 1,
             tag_names=tag_names, params=dict(params or {}), target_profile=target,
-            execution=ExecutionModel(warps_per_group=warps), lowering="generic")
+            execution=ExecutionModel(warps_per_group=warps), lowering="generic",
+            launch=_kernel_launch(schedule))
         from pipeline_core.proof import require_safe
 
         return require_safe(compiled, host, allow_unsafe=allow_unsafe)
@@ -216,7 +221,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         kernel=tuple(kernel), epilogue=tuple(epilogue), kernel_deps=tuple(kernel_deps),
         warp_stagger_index=stagger, tag_names=tag_names, kernel_program=result,
         bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target,
-        execution=execution, explicit_source=explicit_source)
+        execution=execution, explicit_source=explicit_source, launch=_kernel_launch(schedule))
     from pipeline_core.proof import require_safe
 
     if wait_source(schedule) == DERIVED:
@@ -270,8 +275,15 @@ def _compile_agents(schedule: Any, body: tuple[Op, ...], edges: tuple[DepEdge, .
         schedule_name=schedule.name, target_name=target_name, config=config,
         schedule_config=_schedule_config(schedule), body=body, edges=edges, prologue=(),
         kernel=(), epilogue=(), kernel_deps=(), warp_stagger_index=0, tag_names=tag_names,
-        params=dict(params or {}), target_profile=target, lowering="agents", agents=plan)
+        params=dict(params or {}), target_profile=target, lowering="agents", agents=plan,
+        launch=_kernel_launch(schedule))
     return require_safe(compiled, host, allow_unsafe=allow_unsafe)
+
+
+def _kernel_launch(schedule: Schedule) -> KernelLaunch | None:
+    """The kernel family and geometry the schedule declares (``kernel_launch()``), if any."""
+    own = getattr(schedule, "kernel_launch", None)
+    return own() if callable(own) else None
 
 
 def _schedule_config(schedule: Schedule) -> ScheduleConfig:

@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from pipeline_core.errors import ConfigError
+from pipeline_core.launch import KernelLaunch
 from pipeline_core.schedule import Param, parse_params
 
 
@@ -37,9 +38,11 @@ def _check_options(instance: Any, attribute: Any, value: tuple[Any, ...] | None)
 class EmitterRecord:
     """``emit(compiled, **options) -> str`` writes the source of one kernel.
 
-    ``targets`` names the targets it serves (empty: any), ``schedules`` the schedules it can
-    write (empty: any), so ``pipeline-core emit`` picks the one emitter that serves both without
-    ``--emitter``.  ``options`` declares the ``-O KEY=VALUE`` options it takes, each a
+    An emitter is keyed by (target, kernel family), not by schedule name: ``targets`` names the
+    targets it serves (empty: any), ``kernel_families`` the kernel families it writes (empty:
+    any), each the ``kernel_family`` a schedule declares once in its ``kernel_launch()``
+    (:class:`~pipeline_core.launch.KernelLaunch`), so ``pipeline-core emit`` picks the one
+    emitter that serves both without ``--emitter``.  ``options`` declares the ``-O KEY=VALUE`` options it takes, each a
     :class:`~pipeline_core.schedule.Param` with its type, default and bound, as a schedule's
     ``-p``: the core parses and checks them before ``emit`` runs (an unknown key or a value out
     of its bound exits 2 naming ``-O KEY``) and passes every declared option, typed, with its
@@ -52,7 +55,7 @@ class EmitterRecord:
     targets: tuple[str, ...] = attrs.field(converter=_names)
     emit: Callable[..., str] = attrs.field(validator=attrs.validators.is_callable())
     provider: str = ""  #: distribution (filled in by the plugin host)
-    schedules: tuple[str, ...] = attrs.field(default=(), converter=_names, kw_only=True)
+    kernel_families: tuple[str, ...] = attrs.field(default=(), converter=_names, kw_only=True)
     options: tuple[Param, ...] | None = attrs.field(default=None, converter=_options,
                                                     validator=_check_options, kw_only=True)
 
@@ -65,5 +68,8 @@ class EmitterRecord:
     def serves(self, target: str) -> bool:
         return not self.targets or target in self.targets
 
-    def writes(self, schedule: str) -> bool:
-        return not self.schedules or schedule in self.schedules
+    def writes(self, launch: KernelLaunch | None) -> bool:
+        """Whether it writes the kernel a compiled schedule declared (``CompiledSchedule.launch``;
+        None: the schedule declared no kernel family, which only an any-family emitter takes)."""
+        return not self.kernel_families or (launch is not None
+                                            and launch.kernel_family in self.kernel_families)

@@ -252,7 +252,10 @@ def pipeline_core_register_emitters() -> Sequence[EmitterRecord] | None:
     plugin's failure, never a traceback.
 
     :returns: a list of :class:`pipeline_core.emitters.EmitterRecord`: ``name``,
-        ``description``, ``targets`` (the target names it serves; empty for any) and ``emit``.
+        ``description``, ``targets`` (the target names it serves; empty for any), ``emit`` and
+        ``kernel_families`` (the kernel families it writes, each the ``kernel_family`` of a
+        schedule's ``kernel_launch()``; empty for any).  ``pipeline-core emit`` without
+        ``--emitter`` picks the one emitter serving the target and the schedule's family.
 
     Example::
 

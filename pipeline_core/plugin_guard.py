@@ -38,6 +38,7 @@ from pipeline_core.errors import PipelineError, PluginError
 from pipeline_core.ops import Entry, Op
 from pipeline_core.commands import CommandRecord
 from pipeline_core.emitters import EmitterRecord
+from pipeline_core.launch import KernelLaunch
 from pipeline_core.schedule import KernelTransform, ScheduleRecord, StrategyRecord, TargetRecord
 
 DEVELOPMENT = "(development)"  #: the "distribution" of a module loaded with --plugin
@@ -364,6 +365,7 @@ SCHEDULE_RESULTS: Mapping[str, Callable[[Any], Any]] = {
     "tag_names": tag_names,
     "forced_knobs": knob_map,
     "epilogue_prefix": list_of(Op),
+    "kernel_launch": instance_of(KernelLaunch),
 }
 
 #: What each hook must return (a plugin's answer; ``None`` means "nothing to say").

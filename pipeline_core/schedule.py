@@ -48,6 +48,9 @@ class Schedule(Protocol):
       global loads on their side of the reads of their region; ``"reference"`` keeps the
       block template's wait formulas (the reference's own schedules, for parity), see
       pipeline_core/sync/settle.py.
+    * ``kernel_launch() -> KernelLaunch``: the kernel family its body is and the launch
+      geometry it built, declared once; emitters are keyed by (target, kernel family) and read
+      that geometry (pipeline_core/launch.py).
     """
 
     @property

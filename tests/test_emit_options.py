@@ -26,9 +26,9 @@ DECLARED = (Param("depth", int, 2, "a count", bound=Bound(low=1, high=8)),
 @hookimpl
 def pipeline_core_register_emitters():
     return [EmitterRecord("probe", "records its options", ("mi355x",), _emit,
-                          schedules=("pingpong",), options=DECLARED),
+                          kernel_families=("gemm-pingpong",), options=DECLARED),
             EmitterRecord("free", "takes -O strings as typed", ("mi355x",), _emit,
-                          schedules=("pingpong",))]
+                          kernel_families=("gemm-pingpong",))]
 
 
 def emit(cli, emitter, *options):

@@ -1,6 +1,9 @@
-"""The ``cuda`` emitter: a compiled ``multistage-gemm`` schedule -> one standalone CUDA C++ kernel.
+"""The ``cuda`` emitter: kernel family ``gemm-mma-sync`` on ``h100`` -> one standalone CUDA C++ kernel.
 
-The prologue, the kernel and the epilogue follow the compiled entries one for one: each entry goes
+It writes any schedule that declares the family (``multistage-gemm`` today) and sizes the kernel
+by the :class:`~pipeline_core_nvidia_h100.multistage.Geometry` the schedule declared
+(``kernel_launch()``); the shared skeleton (``skeleton.py``) writes the program part.  The
+prologue, the kernel and the epilogue follow the compiled entries one for one: each entry goes
 through :data:`DISPATCH` (LOAD -> address + cp.async, COMMIT -> cp.async.commit_group,
 WAIT_CP_ASYNC n -> cp.async.wait_group n, BARRIER -> bar.sync 0 / barrier.sync 0, FRAG ->
 ldmatrix.x4, MMA -> an unrolled mma.sync block, AMD hints -> nothing).  The kernel phase is one
@@ -13,8 +16,8 @@ without include paths.  Tile multiples only: the host checks M, N, K (``Geometry
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from pipeline_core.compiler import CompiledSchedule
 from pipeline_core.emitters import EmitterRecord
 from pipeline_core.errors import ProgramError
 from pipeline_core.ops import Entry, FrameworkTag
@@ -22,7 +25,9 @@ from pipeline_core.ops import Entry, FrameworkTag
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import H100Tag
 from pipeline_core_nvidia_h100.cuda import header_source
-from pipeline_core_nvidia_h100.multistage import SCHEDULE_NAME, Geometry, geometry_of
+from pipeline_core_nvidia_h100.multistage import KERNEL_FAMILY, SCHEDULE_NAME, Geometry
+from pipeline_core_nvidia_h100.skeleton import (Stretch, StreamFamily, declared_geometry, entry_code,
+                                                render, stream_kernel_body)
 from pipeline_core_nvidia_h100.sync import (BAR_SYNC_ALIGNED, BARRIER_SYNC_NONALIGNED,
                                             COMMIT_CP_ASYNC, HINTS, WAIT_CP_ASYNC)
 
@@ -80,18 +85,6 @@ DISPATCH: dict[int, Callable[[Entry, bool], str]] = {
 }
 
 
-def _lines(entries: Sequence[Entry], names: dict[int, str], rotated: bool = False) -> list[str]:
-    out = []
-    for e in entries:
-        fn = DISPATCH.get(e.op.tag)
-        if fn is None:
-            raise ProgramError(f"emitter {EMITTER_NAME}: {e.phase.name.lower()}[{e.time_slot}] "
-                               f"{names.get(e.op.tag, e.op.tag)}: no CUDA for this entry's tag")
-        out.append(f"{fn(e, rotated)}  // {e.phase.name.lower()}[{e.time_slot}] "
-                   f"{names.get(e.op.tag, str(e.op.tag))}")
-    return out
-
-
 def split_steps(kernel: Sequence[Entry], sync_tags: set[int]) -> list[list[Entry]]:
     """The kernel period's steps: a step starts at the sync entries ahead of its reads."""
     steps: list[list[Entry]] = []
@@ -102,14 +95,10 @@ def split_steps(kernel: Sequence[Entry], sync_tags: set[int]) -> list[list[Entry
     return steps
 
 
-def emit_cuda(compiled: Any) -> str:
-    """CUDA C++ for a compiled ``multistage-gemm`` (see the module); it takes no ``-O`` options
-    (its record declares none, so the core refuses any)."""
-    if compiled.schedule_name != SCHEDULE_NAME or compiled.lowering != "generic":
-        raise ProgramError(f"emitter {EMITTER_NAME}: writes schedule {SCHEDULE_NAME} (generic "
-                           f"lowering) only, got {compiled.schedule_name}")
-    g = geometry_of(dict(compiled.params), compiled.config.depth)
-    g.validate()
+def emit_cuda(compiled: CompiledSchedule) -> str:
+    """CUDA C++ for a compiled schedule of kernel family ``gemm-mma-sync`` (see the module); it
+    takes no ``-O`` options (its record declares none, so the core refuses any)."""
+    g = declared_geometry(compiled, KERNEL_FAMILY, Geometry, EMITTER_NAME)
     names = {int(k): v for k, v in compiled.tag_names.items()}
     sync = {WAIT_CP_ASYNC, BAR_SYNC_ALIGNED, BARRIER_SYNC_NONALIGNED}
     steps = split_steps(compiled.kernel, sync)
@@ -117,20 +106,29 @@ def emit_cuda(compiled: Any) -> str:
         raise ProgramError(f"emitter {EMITTER_NAME}: the kernel phase has {len(steps)} steps, not "
                            f"one per ring stage ({g.stages})")
     ind = "    "
-    body: list[str] = []
-    body += [ind + l for l in _lines(compiled.prologue, names)]
-    body.append(ind + "const int steady = KT - (STAGES - 1);  // K tiles the kernel loop computes")
-    body.append(ind + "for (int base = 0; base < steady; base += STAGES) {")
-    for j, step in enumerate(steps):
-        body.append(ind * 2 + f"if (base + {j} < steady) {{  // step {j}: K tile base + {j}")
-        body += [ind * 3 + l for l in _lines(step, names)]
-        body.append(ind * 2 + "}")
-    body.append(ind + "}")
-    body.append(ind + "const int rot = steady % STAGES;  // the epilogue's first tile is in stage rot")
-    body += [ind + l for l in _lines(compiled.epilogue, names, rotated=True)]
-    return _SOURCE.format(cta_setup=CTA_SETUP, load_cursor=LOAD_CURSOR, header=header_source(),
-                          name=KERNEL_NAME, body="\n".join(body),
-                          schedule=SCHEDULE_NAME, target=compiled.target_name, **_constants(g))
+
+    def entries(rotated: bool) -> Callable[[Entry], str]:
+        return entry_code({tag: (lambda fn: lambda e: fn(e, rotated))(fn)
+                           for tag, fn in DISPATCH.items()}, names, EMITTER_NAME)
+
+    code, rotated = entries(False), entries(True)
+    # the kernel period is one pass of the ring: a loop over whole periods whose step j runs
+    # only while K tiles are left, then the epilogue with its stages rotated by the remainder
+    body = render([
+        Stretch(steps=tuple(compiled.prologue), code=code, indent=ind, tail=(
+            ind + "const int steady = KT - (STAGES - 1);  // K tiles the kernel loop computes",
+            ind + "for (int base = 0; base < steady; base += STAGES) {")),
+        *(Stretch(steps=tuple(step), code=code, indent=ind * 3, tail=(ind * 2 + "}",),
+                  head=(ind * 2 + f"if (base + {j} < steady) {{  // step {j}: K tile base + {j}",))
+          for j, step in enumerate(steps)),
+        Stretch(steps=tuple(compiled.epilogue), code=rotated, indent=ind, head=(
+            ind + "}",
+            ind + "const int rot = steady % STAGES;  // the epilogue's first tile is in stage rot"))])
+    values = dict(cta_setup=CTA_SETUP, load_cursor=LOAD_CURSOR, **_constants(g))
+    family = StreamFamily(**{part: text.format(**values) for part, text in FAMILY.items()})
+    return _SOURCE.format(header=header_source(), name=KERNEL_NAME,
+                          body=stream_kernel_body(family, body, PROGRAM_NOTE),
+                          schedule=compiled.schedule_name, target=compiled.target_name, **values)
 
 
 def _constants(g: Geometry) -> dict[str, int]:
@@ -147,7 +145,14 @@ _SOURCE = r"""// Emitted by pipeline-core (emitter cuda) from schedule {schedule
 extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 {name}(const unsigned short* __restrict__ A, const unsigned short* __restrict__ B,
        unsigned short* __restrict__ C, int M, int N, int K) {{
-    using namespace pch100;
+{body}
+}}
+"""
+
+#: The kernel family's device code (:class:`~pipeline_core_nvidia_h100.skeleton.StreamFamily`),
+#: formatted with the kernel's constants: the tile math the skeleton leaves out.
+FAMILY = {
+    "setup": r"""    using namespace pch100;
     constexpr int BM = {BM}, BN = {BN}, BK = {BK}, STAGES = {STAGES}, GROUP_M = {GROUP_M};
     constexpr int WARPS_M = {WARPS_M}, WARPS_N = {WARPS_N}, THREADS = {THREADS};
     constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;      // warp tile
@@ -159,9 +164,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 
 {cta_setup}
     const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
-    const int KT = K / BK;
-
-    // LOAD: chunk ld_chunk of rows ld_row + p * ROWS_PER_PASS; a pass moves by whole swizzle
+    const int KT = K / BK;""",
+    "load": r"""    // LOAD: chunk ld_chunk of rows ld_row + p * ROWS_PER_PASS; a pass moves by whole swizzle
     // periods, so one swizzled offset serves every pass.
 {load_cursor}
     int ld_kt = 0;  // the K tile the open commit group loads (one group per tile)
@@ -179,9 +183,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
         for (int p = 0; p < B_PASSES; ++p)
             cp_async_16(s + p * ROWS_PER_PASS * RC * 16,
                         b_g + (size_t)kt * BK + (size_t)p * ROWS_PER_PASS * K);
-    }};
-
-    // FRAG: ldmatrix.x4 row addresses.  A: lanes 0-15 rows 0-15 of k-half 0, 16-31 k-half 1.
+    }};""",
+    "compute": r"""    // FRAG: ldmatrix.x4 row addresses.  A: lanes 0-15 rows 0-15 of k-half 0, 16-31 k-half 1.
     // B (n-major rows): lanes 0-7 n 0-7 k-half 0, 8-15 n 0-7 k-half 1, 16-23 n 8-15 k-half 0, ...
     const int a_row = warp_m * WTM + (lane & 15), a_half = lane >> 4;
     const int b_row = warp_n * WTN + (lane & 7) + ((lane >> 4) << 3), b_half = (lane >> 3) & 1;
@@ -214,12 +217,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 #pragma unroll
             for (int j = 0; j < NI; ++j)
                 mma_bf16_16816(acc[i][j], af[i], bf[j / 2][(j & 1) * 2], bf[j / 2][(j & 1) * 2 + 1]);
-    }};
-
-    // ---- the compiled entries, one line each ----
-{body}
-
-    // Every accumulator goes out, bf16x2 per pair of columns.
+    }};""",
+    "finish": r"""    // Every accumulator goes out, bf16x2 per pair of columns.
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int i = 0; i < MI; ++i) {{
@@ -231,11 +230,12 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
             *reinterpret_cast<u32*>(C + (size_t)(row + 8) * N + col) =
                 pack_bf16x2(acc[i][j][2], acc[i][j][3]);
         }}
-    }}
-}}
-"""
+    }}""",
+}
+#: What the program part of the kernel is, in its heading comment.
+PROGRAM_NOTE = "the compiled entries, one line each"
 
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME}: cp.async ring, ldmatrix, "
-    "mma.sync, entries one for one", (TARGET_NAME,), emit_cuda, schedules=(SCHEDULE_NAME,),
-    options=()),)
+    "mma.sync, entries one for one", (TARGET_NAME,), emit_cuda,
+    kernel_families=(KERNEL_FAMILY,), options=()),)

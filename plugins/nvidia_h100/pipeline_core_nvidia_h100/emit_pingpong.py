@@ -1,4 +1,7 @@
-"""The ``cuda-pingpong`` emitter: a compiled ``pingpong`` schedule -> one standalone CUDA C++ kernel.
+"""The ``cuda-pingpong`` emitter: kernel family ``gemm-pingpong`` on ``h100-pingpong`` -> CUDA C++.
+
+It writes any schedule that declares the family (``pingpong`` today) as one standalone kernel;
+the shared skeleton (``skeleton.py``) writes the program part.
 
 8 warps in 2 warp groups of 4.  The CTA tile ``BM`` x ``BN`` is cut into the schedule's 2x2 grid
 of quadrants (A subtile i = rows ``i*BM/2 ..``, B subtile j = rows ``j*BN/2 ..`` of B); inside every
@@ -25,11 +28,11 @@ accumulators per thread under mma.sync.  Tile multiples only: ``Geometry.check_s
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping
 
 import attrs
 
+from pipeline_core.compiler import CompiledSchedule
 from pipeline_core.emitters import EmitterRecord
 from pipeline_core.errors import ProgramError
 from pipeline_core.execution import ExecutionModel
@@ -42,11 +45,16 @@ from pipeline_core_nvidia_h100.emit_cuda import CTA_SETUP, LOAD_CURSOR
 from pipeline_core_nvidia_h100.machine import H100_SXM
 from pipeline_core_nvidia_h100.multistage import MMA_M, MMA_N, CtaTile
 from pipeline_core_nvidia_h100.pingpong import TARGET_NAME, WARPS_PER_GROUP, PingPongTag
+from pipeline_core_nvidia_h100.skeleton import (Stretch, StreamFamily, entry_code, render,
+                                                stream_kernel_body)
 from pipeline_core_nvidia_h100.sync import (BAR_SYNC_ALIGNED, BARRIER_SYNC_NONALIGNED, HINTS,
                                             WAIT_CP_ASYNC)
 
 EMITTER_NAME = "cuda-pingpong"
 SCHEDULE_NAME = "pingpong"
+#: The kernel family the ``pingpong`` schedule declares (its ``kernel_launch()``): 2 staggered
+#: warp groups over a 2x2 grid of quadrants, double-buffered; its tile is this emitter's -O.
+KERNEL_FAMILY = "gemm-pingpong"
 KERNEL_NAME = "pc_pingpong_gemm"
 WARP_GROUPS = 2
 #: fp32 accumulators + fragment registers one thread may hold (the rest of 255 is addresses)
@@ -166,24 +174,16 @@ DISPATCH: dict[int, Callable[[Entry], str]] = {
 }
 
 
-def _lines(entries: Sequence[Entry], names: Mapping[int, str]) -> list[str]:
-    out = []
-    for e in entries:
-        fn = DISPATCH.get(e.op.tag)
-        name = names.get(e.op.tag, str(e.op.tag))
-        if fn is None:
-            raise ProgramError(f"emitter {EMITTER_NAME}: {e.phase.name.lower()}[{e.time_slot}] "
-                               f"{name}: no CUDA for this entry's tag")
-        out.append(f"{fn(e)}  // {e.phase.name.lower()}[{e.time_slot}] {name}")
-    return out
-
-
-def emit_pingpong(compiled: Any, **options: int) -> str:
-    """CUDA C++ for a compiled ``pingpong`` on ``h100-pingpong`` (see the module)."""
-    if compiled.schedule_name != SCHEDULE_NAME or compiled.target_name != TARGET_NAME:
-        raise ProgramError(f"emitter {EMITTER_NAME}: writes schedule {SCHEDULE_NAME} on target "
-                           f"{TARGET_NAME} only, got {compiled.schedule_name} on "
-                           f"{compiled.target_name}")
+def emit_pingpong(compiled: CompiledSchedule, **options: int) -> str:
+    """CUDA C++ for a compiled schedule of kernel family ``gemm-pingpong`` on ``h100-pingpong``
+    (see the module)."""
+    launch = compiled.launch
+    if (launch is None or launch.kernel_family != KERNEL_FAMILY
+            or compiled.target_name != TARGET_NAME):
+        got = f"kernel family {launch.kernel_family}" if launch else "no kernel family"
+        raise ProgramError(f"emitter {EMITTER_NAME}: writes kernel family {KERNEL_FAMILY} on "
+                           f"target {TARGET_NAME} only, got schedule {compiled.schedule_name} "
+                           f"({got}) on {compiled.target_name}")
     config = compiled.config
     if (config.ch0_match_field, config.ch1_match_field) != (0, 1):
         raise ProgramError(f"emitter {EMITTER_NAME}: needs ch0_match_field 0 and "
@@ -191,35 +191,38 @@ def emit_pingpong(compiled: Any, **options: int) -> str:
     g = geometry_from_options(options)
     sync = compiled.target_profile.sync
     names = {**sync.tag_names(), **{int(k): v for k, v in compiled.tag_names.items()}}
+    code = entry_code(DISPATCH, names, EMITTER_NAME)
     barrier = BARRIER_CODE[sync.barrier.tag]  # the stagger's barriers: the target's kind
-    prologue = list(compiled.prologue)
+    prologue = tuple(compiled.prologue)
     ind = "    "
-    body: list[str] = ["{", ind + "const int k_base = 0;"]
+    # the stagger (pipeline_core/execution.py): warp group 1 runs the same steps one barrier
+    # late, and warp group 0 makes up the count after the epilogue
+    head = ("{", ind + "const int k_base = 0;")
+    loop = ("}", "for (int k_base = 2 * BK; k_base < K; k_base += 2 * BK) {")
     if ExecutionModel.is_staggered(compiled.warp_stagger_index, len(prologue)):
         split = compiled.warp_stagger_index
-        body += [ind + l for l in _lines(prologue[:split], names)]
-        body.append(ind + f"if (wg == 1) {barrier}  // stagger: warp group 1 one barrier behind")
-        body += [ind + l for l in _lines(prologue[split:], names)]
-        body.append(ind + f"{barrier}  // everyone, after the prologue")
+        opening = [
+            Stretch(steps=prologue[:split], code=code, indent=ind, head=head, tail=(
+                ind + f"if (wg == 1) {barrier}  // stagger: warp group 1 one barrier behind",)),
+            Stretch(steps=prologue[split:], code=code, indent=ind,
+                    tail=(ind + f"{barrier}  // everyone, after the prologue", *loop))]
         tail = f"if (wg == 0) {barrier}  // stagger: warp group 0 matches group 1's count"
     else:
-        body += [ind + l for l in _lines(prologue, names)]
+        opening = [Stretch(steps=prologue, code=code, indent=ind, head=head, tail=loop)]
         tail = "// no stagger: no extra barriers"
-    body.append("}")
-    body.append("for (int k_base = 2 * BK; k_base < K; k_base += 2 * BK) {")
-    body += [ind + l for l in _lines(compiled.kernel, names)]
-    body.append("}")
-    body.append("{")
-    body.append(ind + "const int k_base = K;")
-    body += [ind + l for l in _lines(compiled.epilogue, names)]
-    body.append("}")
-    body.append(tail)
+    body = render([
+        *opening,
+        Stretch(steps=tuple(compiled.kernel), code=code, indent=ind,
+                tail=("}", "{", ind + "const int k_base = K;")),
+        Stretch(steps=tuple(compiled.epilogue), code=code, indent=ind, tail=("}", tail))])
     mi, ni = g.mma_tiles
-    return _SOURCE.format(cta_setup=CTA_SETUP, load_cursor=LOAD_CURSOR,
-        header=header_source(), name=KERNEL_NAME, body="\n".join(ind + l for l in body),
-        schedule=SCHEDULE_NAME, target=compiled.target_name, BM=g.bm, BN=g.bn, BK=g.bk,
-        GROUP_M=g.group_m, THREADS=g.threads, SMEM=g.smem_bytes, MI=mi, NI=ni,
-        barrier_name=sync.barrier.name, stagger=compiled.warp_stagger_index)
+    values = dict(cta_setup=CTA_SETUP, load_cursor=LOAD_CURSOR, BM=g.bm, BN=g.bn, BK=g.bk,
+                  GROUP_M=g.group_m, THREADS=g.threads, SMEM=g.smem_bytes, MI=mi, NI=ni)
+    family = StreamFamily(**{part: text.format(**values) for part, text in FAMILY.items()})
+    return _SOURCE.format(header=header_source(), name=KERNEL_NAME,
+        body=stream_kernel_body(family, [ind + l for l in body], PROGRAM_NOTE),
+        schedule=compiled.schedule_name, target=compiled.target_name,
+        barrier_name=sync.barrier.name, stagger=compiled.warp_stagger_index, **values)
 
 
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-pingpong) from schedule {schedule} on target {target}.
@@ -231,7 +234,14 @@ _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-pingpong) from schedule 
 extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 {name}(const unsigned short* __restrict__ A, const unsigned short* __restrict__ B,
        unsigned short* __restrict__ C, int M, int N, int K) {{
-    using namespace pch100;
+{body}
+}}
+"""
+
+#: The kernel family's device code (:class:`~pipeline_core_nvidia_h100.skeleton.StreamFamily`),
+#: formatted with the kernel's constants: the tile math the skeleton leaves out.
+FAMILY = {
+    "setup": r"""    using namespace pch100;
     constexpr int BM = {BM}, BN = {BN}, BK = {BK}, GROUP_M = {GROUP_M}, THREADS = {THREADS};
     constexpr int QM = BM / 2, QN = BN / 2;                     // quadrant (subtile) rows
     constexpr int WTM = QM / 2, WTN = QN / 4;                   // one warp's part of a quadrant
@@ -243,9 +253,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
     static_assert(WTM == MI * 16 && WTN == NI * 8, "warp tile");
 
 {cta_setup}
-    const int wg = warp >> 2, wn = warp & 3;  // warp group (quadrant row half), column quarter
-
-    // LOAD: every thread copies chunk ld_chunk of rows ld_row + p * ROWS_PER_PASS of a subtile;
+    const int wg = warp >> 2, wn = warp & 3;  // warp group (quadrant row half), column quarter""",
+    "load": r"""    // LOAD: every thread copies chunk ld_chunk of rows ld_row + p * ROWS_PER_PASS of a subtile;
     // passes and subtiles move by whole swizzle periods, so one swizzled offset serves all.
 {load_cursor}
 
@@ -262,9 +271,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
         for (int p = 0; p < PASSES_B; ++p)
             cp_async_16(s + p * ROWS_PER_PASS * RC * 16,
                         b_g + (size_t)(sub * QN + p * ROWS_PER_PASS) * K + k);
-    }};
-
-    // FRAG: ldmatrix.x4 row addresses.  A: lanes 0-15 rows 0-15 of k-half 0, 16-31 k-half 1.
+    }};""",
+    "compute": r"""    // FRAG: ldmatrix.x4 row addresses.  A: lanes 0-15 rows 0-15 of k-half 0, 16-31 k-half 1.
     // B (n-major rows): lanes 0-7 n 0-7 k-half 0, 8-15 n 0-7 k-half 1, 16-23 n 8-15 k-half 0, ...
     // Row offsets are multiples of 16, so the swizzle of a lane's row is that of its lane row.
     const int a_lrow = lane & 15, a_half = lane >> 4;
@@ -310,12 +318,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
                 for (int n = 0; n < NI; ++n)
                     mma_bf16_16816(acc[i][j][m][n], af[i][kk][m], bf[j][kk][n / 2][(n & 1) * 2],
                                    bf[j][kk][n / 2][(n & 1) * 2 + 1]);
-    }};
-
-    // ---- the compiled entries, one line each (stagger split, 2*BK loop) ----
-{body}
-
-    // Every accumulator goes out, bf16x2 per pair of columns.
+    }};""",
+    "finish": r"""    // Every accumulator goes out, bf16x2 per pair of columns.
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int i = 0; i < 2; ++i)
@@ -332,12 +336,13 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
                     *reinterpret_cast<u32*>(C + (size_t)(row + 8) * N + col) =
                         pack_bf16x2(acc[i][j][m][n][2], acc[i][j][m][n][3]);
                 }}
-            }}
-}}
-"""
+            }}""",
+}
+#: What the program part of the kernel is, in its heading comment.
+PROGRAM_NOTE = "the compiled entries, one line each (stagger split, 2*BK loop)"
 
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME} on {TARGET_NAME}: 2 "
     "staggered warp groups, cp.async double buffer, ldmatrix, mma.sync, non-aligned "
     "barrier.sync, entries one for one (-O BM/BN/BK: the tile, default 128x128x64)",
-    (TARGET_NAME,), emit_pingpong, schedules=(SCHEDULE_NAME,), options=OPTIONS),)
+    (TARGET_NAME,), emit_pingpong, kernel_families=(KERNEL_FAMILY,), options=OPTIONS),)

@@ -1,6 +1,9 @@
-"""The ``cuda-wgmma`` emitter: a compiled ``warpspecialized-gemm`` -> one standalone CUDA kernel.
+"""The ``cuda-wgmma`` emitter: kernel family ``gemm-wgmma`` on ``h100`` -> one standalone CUDA kernel.
 
-Every agent's program goes out step for step (docs/guide/agents.md): warp group 0 is the
+It writes any schedule that declares the family (``warpspecialized-gemm`` today) and sizes the
+kernel by the :class:`WsGeometry` the schedule declared (``kernel_launch()``).  Every agent's
+program goes out step for step through the shared skeleton (``skeleton.agent_stretches``,
+docs/guide/agents.md): warp group 0 is the
 producer (its elected thread issues the TMA copies), warp groups 1.. are the consumers.  Each
 program's prologue iterations, its kernel loop over the K tiles and its epilogue iterations are
 written as the compiled plan has them; a step with lag L serves tile ``t - L``, its ring stage is
@@ -12,10 +15,8 @@ if/else.  Tile multiples only (``WsGeometry.check_shape``).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from pipeline_core.agents import AgentProgram, Step, StepKind
+from pipeline_core.compiler import CompiledSchedule
 from pipeline_core.emitters import EmitterRecord
 from pipeline_core.errors import ProgramError
 from pipeline_core.limits import Bound
@@ -23,8 +24,10 @@ from pipeline_core.schedule import Param
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import header_source, wgmma_header_source
-from pipeline_core_nvidia_h100.warpspecialized import (SCHEDULE_NAME, WGMMA_M, WgmmaTag, WsGeometry,
-                                                       ws_geometry_of)
+from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
+                                                declared_geometry, render, ring_step_line)
+from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_NAME, WGMMA_M,
+                                                       WgmmaTag, WsGeometry)
 
 EMITTER_NAME = "cuda-wgmma"
 KERNEL_NAME = "pc_ws_gemm"
@@ -68,17 +71,11 @@ def _stage(s: Step) -> str:
 
 def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0) -> str:
     stage = _stage(s)
-    if s.kind == StepKind.PHASE_WAIT:
-        parity = f"(({_ring(s)} / STAGES + ({s.phase_offset})) & 1)"
-        if watchdog:
-            return f"mbar_wait_bounded({s.channel}_bar({stage}), {parity}, {watchdog}ull);"
-        return f"mbar_wait({s.channel}_bar({stage}), {parity});"
-    if s.kind == StepKind.EXPECT_TX:
-        return f"mbar_expect_tx({s.channel}_bar({stage}), {s.value}u);"
-    if s.kind == StepKind.ARRIVE:
-        # one arrival per warp, each after the warp's own counter wait (AgentRole.release_arrivals)
-        return (f"mbar_arrive({s.channel}_bar({stage}));" if single_issuer
-                else f"if (lane == 0) mbar_arrive({s.channel}_bar({stage}));")
+    parity = f"(({_ring(s)} / STAGES + ({s.phase_offset})) & 1)"
+    ring = ring_step_line(s, stage, parity, single_issuer, watchdog)
+    if ring is not None:
+        return ring
+    # the family's steps: the wgmma async group's fence / commit / counter wait, the ops
     if s.kind == StepKind.FENCE:
         return "wgmma_fence();"
     if s.kind == StepKind.COMMIT:
@@ -98,57 +95,41 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0) -> s
                        f"(tag {s.tag})")
 
 
-def _program_lines(p: AgentProgram, single_issuer: bool, label: str,
-                   watchdog: int = 0) -> list[str]:
-    ind = "    "
-
-    def block(steps: Sequence[Step], t: str, label: str) -> list[str]:
-        out = [f"{{  // {label}", f"{ind}const int t = {t};"]
-        out += [ind + _step_line(s, single_issuer, p.name, watchdog) for s in steps]
-        return out + ["}"]
-
-    lines: list[str] = []
-    for i, steps in enumerate(p.prologue):
-        lines += block(steps, str(i), f"{label} prologue iteration {i}")
-    lines.append(f"for (int t = {len(p.prologue)}; t < KT; ++t) {{  // {label} kernel")
-    lines += [ind + _step_line(s, single_issuer, p.name, watchdog) for s in p.kernel]
-    lines.append("}")
-    for j, steps in enumerate(p.epilogue):
-        lines += block(steps, f"KT + {j}", f"{label} epilogue iteration {j}")
-    return lines
-
-
-def emit_wgmma(compiled: Any, *, watchdog: int = 0) -> str:
-    """CUDA C++ for a compiled ``warpspecialized-gemm`` (see the module).
+def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int = 0) -> str:
+    """CUDA C++ for a compiled schedule of kernel family ``gemm-wgmma`` (see the module).
 
     ``-O watchdog=N`` (:data:`WATCHDOG`, parsed and bounded by the core): every mbarrier wait
     traps after N polls, so a schedule that deadlocks (emitted with ``--allow-unsafe``) fails
     its launch instead of hanging the GPU; 0: unbounded waits.
     """
-    plan = getattr(compiled, "agents", None)
-    if compiled.schedule_name != SCHEDULE_NAME or plan is None:
-        raise ProgramError(f"emitter {EMITTER_NAME}: writes schedule {SCHEDULE_NAME} (agents "
-                           f"lowering) only, got {compiled.schedule_name}")
-    g = ws_geometry_of(dict(compiled.params), plan.stages)
-    g.validate()
+    g = declared_geometry(compiled, KERNEL_FAMILY, WsGeometry, EMITTER_NAME)
+    plan = compiled.agents
+    if plan is None:
+        raise ProgramError(f"emitter {EMITTER_NAME}: writes the agents' programs of kernel family "
+                           f"{KERNEL_FAMILY}, but schedule {compiled.schedule_name} compiled none")
     producer, *consumers = plan.programs
     if producer.role.issuers != 1 or not consumers:
         raise ProgramError(f"emitter {EMITTER_NAME}: expects a single-issuer producer agent "
                            f"followed by consumer agents, got {[p.name for p in plan.programs]}")
-    texts = {c.name: "\n".join(_program_lines(c, False, "consumer", watchdog)) for c in consumers}
+
+    def lines(p: AgentProgram, single_issuer: bool, label: str) -> list[str]:
+        return render(agent_stretches(
+            p, lambda s: _step_line(s, single_issuer, p.name, watchdog), label))
+
+    texts = {c.name: "\n".join(lines(c, False, "consumer")) for c in consumers}
     if len(set(texts.values())) != 1:
         raise ProgramError(f"emitter {EMITTER_NAME}: the consumer agents' programs differ "
                            f"({', '.join(texts)}); setmaxnreg needs one consumer branch")
-    ind = "    "
-    producer_body = "\n".join(ind * 4 + l for l in _program_lines(producer, True, producer.name,
-                                                                     watchdog))
-    consumer_body = texts[consumers[0].name].replace("\n", "\n" + ind * 2)
-    full, empty = plan.ring("full"), plan.ring("empty")
-    return _SOURCE.format(consumer_indent=ind * 2,
-        header=header_source(), wgmma_header=wgmma_header_source(),
-        wgmma_fn=wgmma_instruction(g.bn), name=KERNEL_NAME, schedule=SCHEDULE_NAME,
-        target=compiled.target_name, producer=producer_body, consumer=consumer_body,
-        FULL_ARRIVALS=full.arrivals, EMPTY_ARRIVALS=empty.arrivals, **_constants(g))
+    constants = _constants(g)
+    family = AgentsFamily(**{part: text.format(**constants) for part, text in FAMILY.items()})
+    body = agents_kernel_body(
+        rings=plan.rings, producer=lines(producer, True, producer.name),
+        consumer=texts[consumers[0].name].split("\n"), producer_name=producer.name,
+        producer_registers=g.producer_registers, consumer_registers=g.consumer_registers,
+        family=family)
+    return _SOURCE.format(header=header_source(), wgmma_header=wgmma_header_source(),
+        wgmma_fn=wgmma_instruction(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
+        target=compiled.target_name, body=body, **constants)
 
 
 def _constants(g: WsGeometry) -> dict[str, int]:
@@ -172,53 +153,21 @@ _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {sc
 extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 {name}(const __grid_constant__ pcwg::TensorMap tmA, const __grid_constant__ pcwg::TensorMap tmB,
        unsigned short* __restrict__ C, int M, int N, int K) {{
-    using namespace pcwg;
-    constexpr int BM = {BM}, BN = {BN}, BK = {BK}, STAGES = {STAGES}, GROUP_M = {GROUP_M};
+{body}
+}}
+"""
+
+#: The gemm-wgmma family's device code (:class:`~pipeline_core_nvidia_h100.skeleton.
+#: AgentsFamily`), formatted with :func:`_constants`: the tile math the skeleton leaves out.
+FAMILY = {
+    "constants": r"""    constexpr int BM = {BM}, BN = {BN}, BK = {BK}, STAGES = {STAGES}, GROUP_M = {GROUP_M};
     constexpr int CONSUMER_ROWS = {CONSUMER_ROWS}, MBLOCKS = {MBLOCKS}, KSTEPS = {KSTEPS};
     constexpr int ACC = {ACC};
-    constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    const u32 ring = (pch100::smem_addr(smem_raw) + 1023u) & ~1023u;  // the 128B-swizzle atom
-    const u32 bars = ring + STAGES * STAGE_BYTES;  // full[0..STAGES), then empty[0..STAGES)
-    auto full_bar = [&](int s) {{ return bars + 8u * s; }};
-    auto empty_bar = [&](int s) {{ return bars + 8u * (STAGES + s); }};
-    auto stage_a = [&](int s) {{ return ring + s * STAGE_BYTES; }};
-    auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};
-
-    const int KT = K / BK, TILES = (M / BM) * (N / BN);
-    const int wg = threadIdx.x / 128, wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
-
-    if (threadIdx.x == 0) {{
-        for (int s = 0; s < STAGES; ++s) {{
-            mbar_init(full_bar(s), {FULL_ARRIVALS});
-            mbar_init(empty_bar(s), {EMPTY_ARRIVALS});
-        }}
-        mbar_init_fence();
-    }}
-    __syncthreads();
-
-    if (wg == 0) {{
-        // ---- agent producer (its compiled program, one line per step) ----
-        setmaxnreg_dec<{PRODUCER_REGS}>();
-        if (wtid == 0) {{
-            int rb = 0;  // K tiles this CTA's ring has served before this output tile
-            for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT) {{
-                int tile_m, tile_n;
-                pch100::grouped_tile(tile, M / BM, N / BN, GROUP_M, tile_m, tile_n);
-{producer}
-            }}
-        }}
-    }} else {{
-        // ---- agents consumer0.. (one program; the consumer index picks the rows) ----
-        setmaxnreg_inc<{CONSUMER_REGS}>();
-        const int consumer = wg - 1;
-        float acc[MBLOCKS][ACC];
-        int rb = 0;  // K tiles this CTA's ring has served before this output tile
-        for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT) {{
-        int tile_m, tile_n;
-        pch100::grouped_tile(tile, M / BM, N / BN, GROUP_M, tile_m, tile_n);
-#pragma unroll
+    constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;""",
+    "stage_views": r"""    auto stage_a = [&](int s) {{ return ring + s * STAGE_BYTES; }};
+    auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};""",
+    "consumer_state": r"""        float acc[MBLOCKS][ACC];""",
+    "compute": r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[mb][i] = 0.f;
@@ -230,9 +179,8 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
                     wgmma_m64n{BN}k16(acc[mb],
                         smem_desc_sw128(stage_a(s) + (consumer * CONSUMER_ROWS + mb * {WGMMA_M}) * 128 + kk * 32),
                         smem_desc_sw128(stage_b(s) + kk * 32));
-        }};
-{consumer_indent}{consumer}
-#pragma unroll
+        }};""",
+    "finish": r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
             for (int i = 0; i < ACC; ++i) fence_operand(acc[mb][i]);
@@ -250,13 +198,10 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
                 *reinterpret_cast<u32*>(C + (size_t)(row + 8) * N + col) =
                     pch100::pack_bf16x2(acc[mb][4 * j + 2], acc[mb][4 * j + 3]);
             }}
-        }}
-        }}  // next output tile
-    }}
-}}
-"""
+        }}""",
+}
 
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME}: TMA producer, wgmma "
     "consumers, mbarrier rings, setmaxnreg; every agent's steps one for one", (TARGET_NAME,),
-    emit_wgmma, schedules=(SCHEDULE_NAME,), options=(WATCHDOG,)),)
+    emit_wgmma, kernel_families=(KERNEL_FAMILY,), options=(WATCHDOG,)),)

@@ -25,6 +25,7 @@ import attrs
 from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
 from pipeline_core.costs import annotate
 from pipeline_core.errors import ProgramError
+from pipeline_core.launch import KernelLaunch
 from pipeline_core.limits import Bound
 from pipeline_core.ops import Op, logical
 from pipeline_core.schedule import Param, ScheduleRecord
@@ -35,6 +36,9 @@ from pipeline_core_nvidia_h100.machine import H100_SXM
 from pipeline_core_nvidia_h100.sync import TAG_NAMES
 
 SCHEDULE_NAME = "multistage-gemm"
+#: The kernel family its body is (``EmitterRecord.kernel_families``): an S-stage cp.async ring
+#: feeding ldmatrix + mma.sync on a warp grid; the ``cuda`` emitter writes it.
+KERNEL_FAMILY = "gemm-mma-sync"
 #: Bytes of one bf16 element and of one cp.async copy.
 ELEM_BYTES, COPY_BYTES = 2, 16
 #: One mma.sync m16n8k16: the warp-tile granules.
@@ -250,6 +254,10 @@ class MultistageGemm:
 
     def tag_names(self) -> dict[int, str]:
         return {**self.target.cost_model.tag_names(), **TAG_NAMES}
+
+    def kernel_launch(self) -> KernelLaunch:
+        """Kernel family ``gemm-mma-sync`` sized by the geometry built and validated once."""
+        return KernelLaunch(kernel_family=KERNEL_FAMILY, geometry=self.geometry)
 
 
 def _build(ctx: Any) -> MultistageGemm:

@@ -26,6 +26,7 @@ from pipeline_core.config import PipelineConfig, TargetProfile
 from pipeline_core.costs import CostModel, OpCost, annotate
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ProgramError
+from pipeline_core.launch import KernelLaunch
 from pipeline_core.limits import Bound
 from pipeline_core.ops import Op, OpRole, ResourceKind, logical
 from pipeline_core.schedule import Param, ScheduleRecord
@@ -36,6 +37,9 @@ from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
 from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
 
 SCHEDULE_NAME = "warpspecialized-gemm"
+#: The kernel family its body is (``EmitterRecord.kernel_families``): a TMA producer feeding
+#: wgmma consumers through mbarrier rings; the ``cuda-wgmma`` emitter writes it.
+KERNEL_FAMILY = "gemm-wgmma"
 ELEM_BYTES = 2
 #: wgmma m64nNk16: rows per instruction and K per instruction (bf16).
 WGMMA_M, WGMMA_K = 64, 16
@@ -244,6 +248,10 @@ class WarpSpecializedGemm:
 
     def tag_names(self) -> dict[int, str]:
         return {**self.target.cost_model.tag_names(), **TAG_NAMES}
+
+    def kernel_launch(self) -> KernelLaunch:
+        """Kernel family ``gemm-wgmma`` sized by the geometry built and validated once."""
+        return KernelLaunch(kernel_family=KERNEL_FAMILY, geometry=self.geometry)
 
 
 def _build(ctx: Any) -> WarpSpecializedGemm:

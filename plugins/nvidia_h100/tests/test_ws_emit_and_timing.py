@@ -27,8 +27,8 @@ def test_emit_picks_the_emitter_that_writes_the_schedule(pipeline_cli):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--emitter", "cuda"], "an emitter for schedule warpspecialized-gemm (it writes "
-                            "multistage-gemm)"),
+    (["--emitter", "cuda"], "an emitter for kernel family gemm-wgmma of schedule "
+                            "warpspecialized-gemm (it writes kernel family gemm-mma-sync)"),
     (["-O", "foo=1"], "Unknown -O parameter of emitter cuda-wgmma 'foo'. Known parameters of "
                       "emitter cuda-wgmma: watchdog."),
     (["-O", "watchdog=0"], "-O watchdog=0 is invalid for emitter cuda-wgmma: an integer in "
@@ -81,8 +81,8 @@ def test_the_launcher_encodes_each_tensor_map_once_and_sizes_the_grid(monkeypatc
                         lambda address, rows, cols, box_rows, box_cols:
                         encoded.append((address, rows, cols, box_rows, box_cols)) or address)
     c = compile_named("warpspecialized-gemm", target="h100", target_args={"stages": "4"})
-    from pipeline_core_nvidia_h100.warpspecialized import ws_geometry_of
-    g = ws_geometry_of(dict(c.params), 4)
+    g = c.launch.geometry  # the geometry the schedule declared (kernel_launch())
+    assert g.stages == 4
     builder = _FakeBuilder()
     a, b, out = _Array(0x1000), _Array(0x2000), _Array(0x3000)
     per_tile = tma.WsLauncher(builder, "k", g)

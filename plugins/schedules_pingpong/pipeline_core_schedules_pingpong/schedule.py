@@ -21,6 +21,7 @@ import attrs
 from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
 from pipeline_core.costs import CostModel
 from pipeline_core.errors import ConfigError
+from pipeline_core.launch import KernelLaunch
 from pipeline_core.limits import COUNTER_TICKS
 from pipeline_core.ops import Op
 from pipeline_core.schedule import REFUSED, BuildContext, Param, ScheduleRecord
@@ -32,6 +33,10 @@ from pipeline_core_amd_mi355x.interleaved import InterleavedMatmulSchedule
 from pipeline_core_schedules_pingpong.body import logical_body
 
 NAME = "pingpong"
+#: The kernel family its body is (``KernelLaunch``, pipeline_core/launch.py): two staggered
+#: warp groups over a 2x2 grid of MMA quadrants, double-buffered.  An emitter that writes it
+#: (``cuda-pingpong`` on h100-pingpong) takes its tile from its own -O options.
+KERNEL_FAMILY = "gemm-pingpong"
 OWNER = f"schedule {NAME}"
 
 #: The production kernels' tiles, per input type (used for shape parameters not given).
@@ -111,6 +116,10 @@ class PingPongSchedule(InterleavedMatmulSchedule):
         """"reference": this is one of the reference's own schedules, so its waits keep the
         reference's formulas (entry-for-entry parity; a racing knob is refused by name)."""
         return "reference"
+
+    def kernel_launch(self) -> KernelLaunch:
+        """Kernel family ``gemm-pingpong``; no geometry (the emitter's -O options size it)."""
+        return KernelLaunch(kernel_family=KERNEL_FAMILY)
 
 
 def _non_negative(name: str, value: Any) -> int:

@@ -1,0 +1,226 @@
+"""The kernel skeleton the CUDA emitters of this plugin share.
+
+Emitters are keyed by (target, kernel family), not by schedule name (issue 24): a kernel is the
+family's device code (load / compute / finish: the tile math, in each emitter's template) around
+the compiled program, and this module writes the program part.  It walks the program's stretches
+(each agent's prologue iterations, its loop over the K tiles, its epilogue iterations; for a
+single-stream program its prologue, kernel period and epilogue) and asks the family's code for
+one line per step.  What a family decides is only how a stretch opens and closes (the loop
+header, which K tile an iteration binds) and the line of each step, as ThunderKittens'
+``lcf.cuh`` template takes ``load`` / ``compute`` / ``finish`` from a kernel family and CUTLASS
+keeps the ring's acquire / commit / wait / release apart from the collective mainloop.
+
+The geometry an emitter sizes the kernel by is the one the schedule declared once
+(``CompiledSchedule.launch``, pipeline_core/launch.py): :func:`declared_geometry` reads it.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Generic, TypeVar
+
+import attrs
+
+from pipeline_core.agents import AgentProgram, Ring, Step, StepKind
+from pipeline_core.compiler import CompiledSchedule
+from pipeline_core.errors import ProgramError
+from pipeline_core.ops import Entry
+
+S = TypeVar("S")
+G = TypeVar("G")
+
+
+@attrs.frozen(kw_only=True)
+class Stretch(Generic[S]):
+    """One stretch of a program as CUDA: ``head`` lines, one line per step (``code`` writes it,
+    ``indent`` puts it under the head), then ``tail`` lines."""
+
+    steps: tuple[S, ...]
+    code: Callable[[S], str]
+    head: tuple[str, ...] = ()
+    tail: tuple[str, ...] = ()
+    indent: str = ""
+
+
+def render(stretches: Iterable[Stretch[S]]) -> list[str]:
+    """The lines of a program's stretches, in order."""
+    lines: list[str] = []
+    for s in stretches:
+        lines += s.head
+        lines += [s.indent + s.code(step) for step in s.steps]
+        lines += s.tail
+    return lines
+
+
+def entry_code(dispatch: Mapping[int, Callable[[Entry], str]], names: Mapping[int, str],
+               emitter: str) -> Callable[[Entry], str]:
+    """A family's code for the entries of a single-stream program: the line ``dispatch`` has for
+    the entry's tag and a comment naming the entry (``// kernel[3] MMA``); an entry whose tag
+    the family has no CUDA for is refused naming the emitter, the entry and its tag."""
+    def code(e: Entry) -> str:
+        fn = dispatch.get(e.op.tag)
+        name = names.get(e.op.tag, str(e.op.tag))
+        if fn is None:
+            raise ProgramError(f"emitter {emitter}: {e.phase.name.lower()}[{e.time_slot}] "
+                               f"{name}: no CUDA for this entry's tag")
+        return f"{fn(e)}  // {e.phase.name.lower()}[{e.time_slot}] {name}"
+    return code
+
+
+def agent_stretches(program: AgentProgram, code: Callable[[Step], str],
+                    label: str, indent: str = "    ") -> list[Stretch[Step]]:
+    """An agent's program as stretches (docs/guide/agents.md): each prologue iteration a block
+    binding its K tile ``t``, the kernel a loop over the K tiles the prologue left, each epilogue
+    iteration a block binding ``t = KT + j``; a step with lag L serves tile ``t - L``."""
+    def block(steps: Sequence[Step], t: str, what: str) -> Stretch[Step]:
+        return Stretch(steps=tuple(steps), code=code, indent=indent,
+                       head=(f"{{  // {label} {what}", f"{indent}const int t = {t};"), tail=("}",))
+
+    first = len(program.prologue)
+    return [*(block(steps, str(i), f"prologue iteration {i}")
+              for i, steps in enumerate(program.prologue)),
+            Stretch(steps=tuple(program.kernel), code=code, indent=indent, tail=("}",),
+                    head=(f"for (int t = {first}; t < KT; ++t) {{  // {label} kernel",)),
+            *(block(steps, f"KT + {j}", f"epilogue iteration {j}")
+              for j, steps in enumerate(program.epilogue))]
+
+
+def declared_geometry(compiled: CompiledSchedule, family: str, kind: type[G],
+                      emitter: str) -> G:
+    """The launch geometry a compiled schedule declared for kernel family ``family``
+    (``kernel_launch()``, pipeline_core/launch.py), refused naming the emitter when the schedule
+    declared another family or no geometry of the family's type."""
+    launch = compiled.launch
+    if launch is None or launch.kernel_family != family:
+        got = f"kernel family {launch.kernel_family}" if launch else "no kernel family"
+        raise ProgramError(f"emitter {emitter}: writes kernel family {family}, but schedule "
+                           f"{compiled.schedule_name} declares {got}")
+    if not isinstance(launch.geometry, kind):
+        raise ProgramError(f"emitter {emitter}: schedule {compiled.schedule_name} declares no "
+                           f"{kind.__name__} for kernel family {family} (kernel_launch() gave "
+                           f"{type(launch.geometry).__name__})")
+    return launch.geometry
+
+
+# --- the warp-specialized kernel: rings, roles, the persistent tile loop -------------------------
+
+@attrs.frozen(kw_only=True)
+class AgentsFamily:
+    """A warp-specialized kernel family's device code, each a block of CUDA lines: what the
+    skeleton (:func:`agents_kernel_body`) does not write.  The cut is ThunderKittens' ``lcf``
+    template's (common setup, the producer's load, the consumer's setup / compute / finish) and
+    CUTLASS's (the ring's acquire / wait / release apart from the collective mainloop): the
+    family owns the tile math, the skeleton the rings, the roles and the tile loop."""
+
+    #: the kernel's constants (tile, stage bytes), first in the body
+    constants: str
+    #: where each operand of a ring stage lies in shared memory (``ring`` is the ring's base)
+    stage_views: str
+    #: what a consumer holds across output tiles (its accumulators)
+    consumer_state: str
+    #: per output tile, before the consumer's steps: accumulators cleared, the MMA helper its
+    #: compute steps call
+    compute: str
+    #: per output tile, after the consumer's steps: the accumulators out
+    finish: str
+
+
+def ring_step_line(s: Step, stage: str, parity: str, single_issuer: bool,
+                   watchdog: int = 0) -> str | None:
+    """The mbarrier code of a ring step (wait on a phase, expect the bytes, arrive), None for a
+    step of another kind (the family writes those).  ``single_issuer``: one thread runs the
+    program; else one arrival per warp (``AgentRole.release_arrivals``), each after the warp's
+    own counter wait; ``watchdog`` N > 0: a wait traps after N polls."""
+    bar = f"{s.channel}_bar({stage})"
+    if s.kind == StepKind.PHASE_WAIT:
+        if watchdog:
+            return f"mbar_wait_bounded({bar}, {parity}, {watchdog}ull);"
+        return f"mbar_wait({bar}, {parity});"
+    if s.kind == StepKind.EXPECT_TX:
+        return f"mbar_expect_tx({bar}, {s.value}u);"
+    if s.kind == StepKind.ARRIVE:
+        return f"mbar_arrive({bar});" if single_issuer else f"if (lane == 0) mbar_arrive({bar});"
+    return None
+
+
+def _bar_offset(index: int) -> str:
+    return "s" if index == 0 else "(STAGES + s)" if index == 1 else f"({index} * STAGES + s)"
+
+
+def tile_loop(indent: str, inner: str) -> list[str]:
+    """The persistent tile loop's head: this CTA runs output tiles ``blockIdx.x``, ``+
+    gridDim.x``, ... with its rings' stages and phases running on across them (``rb``)."""
+    return [indent + "int rb = 0;  // K tiles this CTA's ring has served before this output tile",
+            indent + "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT) {",
+            inner + "int tile_m, tile_n;",
+            inner + "pch100::grouped_tile(tile, M / BM, N / BN, GROUP_M, tile_m, tile_n);"]
+
+
+def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
+                       consumer: Sequence[str], producer_name: str, producer_registers: int,
+                       consumer_registers: int, family: AgentsFamily) -> str:
+    """The body of a warp-specialized kernel: warp group 0 the producer (one elected thread runs
+    its program), warp groups 1.. the consumers (one program; the consumer index is a run-time
+    value), ``setmaxnreg`` moving registers between the roles, one mbarrier per ring and stage,
+    and each role's program inside the persistent tile loop."""
+    ind = "    "
+    names = ", then ".join(f"{r.name}[0..STAGES)" for r in rings)
+    lines = [ind + "using namespace pcwg;", family.constants, "",
+             ind + "extern __shared__ __align__(1024) unsigned char smem_raw[];",
+             ind + "const u32 ring = (pch100::smem_addr(smem_raw) + 1023u) & ~1023u;  "
+                   "// the 128B-swizzle atom",
+             ind + f"const u32 bars = ring + STAGES * STAGE_BYTES;  // {names}",
+             *(ind + f"auto {r.name}_bar = [&](int s) {{ return bars + 8u * {_bar_offset(i)}; }};"
+               for i, r in enumerate(rings)),
+             family.stage_views, "",
+             ind + "const int KT = K / BK, TILES = (M / BM) * (N / BN);",
+             ind + "const int wg = threadIdx.x / 128, wtid = threadIdx.x % 128, "
+                   "lane = threadIdx.x % 32;", "",
+             ind + "if (threadIdx.x == 0) {",
+             ind * 2 + "for (int s = 0; s < STAGES; ++s) {",
+             *(ind * 3 + f"mbar_init({r.name}_bar(s), {r.arrivals});" for r in rings),
+             ind * 2 + "}",
+             ind * 2 + "mbar_init_fence();",
+             ind + "}",
+             ind + "__syncthreads();", "",
+             ind + "if (wg == 0) {",
+             ind * 2 + f"// ---- agent {producer_name} (its compiled program, one line per step) ----",
+             ind * 2 + f"setmaxnreg_dec<{producer_registers}>();",
+             ind * 2 + "if (wtid == 0) {",
+             *tile_loop(ind * 3, ind * 4),
+             *(ind * 4 + l for l in producer),
+             ind * 3 + "}",
+             ind * 2 + "}",
+             ind + "} else {",
+             ind * 2 + "// ---- agents consumer0.. (one program; the consumer index picks the rows) ----",
+             ind * 2 + f"setmaxnreg_inc<{consumer_registers}>();",
+             ind * 2 + "const int consumer = wg - 1;",
+             family.consumer_state,
+             *tile_loop(ind * 2, ind * 2),
+             family.compute,
+             *(ind * 2 + l for l in consumer),
+             family.finish,
+             ind * 2 + "}  // next output tile",
+             ind + "}"]
+    return "\n".join(lines)
+
+
+# --- the single-stream kernel: every warp runs the one program ----------------------------------
+
+@attrs.frozen(kw_only=True)
+class StreamFamily:
+    """A single-stream kernel family's device code, each a block of CUDA lines (the same cut as
+    :class:`AgentsFamily`): ``setup`` (constants, shared memory, this CTA's tile and the thread's
+    coordinates), ``load`` (the helpers a load entry calls), ``compute`` (fragments and MMA
+    helpers, accumulators), ``finish`` (the accumulators out)."""
+
+    setup: str
+    load: str
+    compute: str
+    finish: str
+
+
+def stream_kernel_body(family: StreamFamily, program: Sequence[str], note: str) -> str:
+    """The body of a single-stream kernel: the family's setup, load and compute code, the
+    compiled program (``note`` says how it is laid out), the family's finish."""
+    return "\n\n".join([family.setup, family.load, family.compute,
+                        "\n".join([f"    // ---- {note} ----", *program]), family.finish])
