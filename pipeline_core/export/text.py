@@ -116,9 +116,33 @@ def compact_listing(label: str, entries: tuple[Entry, ...], names, sync: SyncMod
     return lines
 
 
+def _kept_before(c: CompiledSchedule, sync: SyncModel | None) -> tuple[int, ...] | None:
+    """Template kernel position -> emitted kernel position (the target's binding drops the
+    entries it has no instruction for, pipeline_core/program/binding.py); None: no blocks."""
+    from pipeline_core.ops import Phase
+    from pipeline_core.program.binding import lowering_for
+
+    program = c.program
+    if program is None:
+        return None
+    kept = lowering_for(sync).kept_before(program.expand(Phase.KERNEL))
+    return kept if kept[-1] == len(c.kernel) else None
+
+
+def block_ranges(c: CompiledSchedule, sync: SyncModel | None) -> list[tuple[int, int]]:
+    """[start, end) of each program block in the emitted kernel; [] when it has no blocks."""
+    program = c.program
+    kept = _kept_before(c, sync)
+    if program is None or kept is None:
+        return []
+    return [(kept[start], kept[start + program.block_entry_count(i)])
+            for i, start in enumerate(program.block_starts())]
+
+
 def block_layout(c: CompiledSchedule, sync: SyncModel | None = None) -> list[str]:
     program = c.program
-    if program is None:  # single buffer: the kernel is not built from blocks
+    ranges = block_ranges(c, sync)
+    if program is None or not ranges:  # single buffer: the kernel is not built from blocks
         return []
     names = c.tag_names
     bph = c.config.blocks_per_partition
@@ -127,8 +151,7 @@ def block_layout(c: CompiledSchedule, sync: SyncModel | None = None) -> list[str
         part, pos = divmod(i, bph)
         if pos == 0:
             lines.append(f"  partition {part}")
-        start = program.block_start(i)
-        end = start + program.block_entry_count(i) - 1
+        start, end = ranges[i][0], ranges[i][1] - 1
         frags = [describe_op(o, names, sync) for o in (b.pre_op_0, b.pre_op_1) if o.is_present]
         loads = []
         for o, pf in ((b.global_load, b.global_load_prefetch), (b.global_load_1, b.global_load_1_prefetch)):
@@ -173,6 +196,39 @@ def _timing_line(c: CompiledSchedule) -> str:
             f"MMA bound {s.mma_bound_cycles} (ratio {s.ratio_to_mma_bound:.2f})")
 
 
+def _emitted_knob_waits(c: CompiledSchedule, sync: SyncModel | None) -> str:
+    """The waits the ``wait_lgkm_first`` / ``wait_vm_last`` knobs place (the first block's
+    fragment wait, the last block of partition 0's global wait) as the kernel emits them, named
+    after the target's channel: ``wait_<channel>_first=N wait_<channel>_last=N``
+    (docs/guide/concepts.md, "Reading the views").  A schedule's explicit block is its own
+    list, so there the knob's value stands."""
+    kp = c.kernel_program
+    kept = _kept_before(c, sync)
+    if kp is None or kept is None:
+        return "none"
+    program = kp.program
+    binding = sync.block_binding if sync is not None else None
+    words = [("first", 0, binding.fragment_channel if binding else "lgkm", kp.wait_lgkm_first),
+             ("last", c.config.blocks_per_partition - 1,
+              binding.global_channel if binding else "vm", kp.wait_vm_last)]
+    starts = program.block_starts()
+    out = []
+    for which, block, channel, knob in words:
+        if channel is None or block >= len(starts):  # the target has no such wait
+            continue
+        if program.explicit(block):
+            out.append(f"wait_{channel}_{which}={knob}")
+            continue
+        offset = program.blocks[block].pre_sync_offset()
+        if offset is None:
+            continue
+        at = starts[block] + offset
+        if kept[at + 1] == kept[at]:  # the target has no instruction for it
+            continue
+        out.append(f"wait_{channel}_{which}={c.kernel[kept[at]].op.wait_value}")
+    return " ".join(out) or "none"
+
+
 def header(c: CompiledSchedule, sync: SyncModel | None) -> list[str]:
     """Target, warps, cycles per iteration and sync counts per iteration: the first lines."""
     execution = c.execution
@@ -191,16 +247,13 @@ def header(c: CompiledSchedule, sync: SyncModel | None) -> list[str]:
     ]
 
 
-def _block_rows(c: CompiledSchedule) -> list[tuple[int, int, str]] | None:
-    if c.kernel_program is None:
+def _block_rows(c: CompiledSchedule, sync: SyncModel | None) -> list[tuple[int, int, str]] | None:
+    ranges = block_ranges(c, sync)
+    if not ranges:
         return None
-    program = c.kernel_program.program
     bph = c.config.blocks_per_partition
-    rows = []
-    for i in range(len(program.blocks)):
-        start = program.block_start(i)
-        rows.append((start, start + program.block_entry_count(i),
-                     f"b{i}" + (f" p{i // bph}" if bph else "")))
+    rows = [(start, end, f"b{i}" + (f" p{i // bph}" if bph else ""))
+            for i, (start, end) in enumerate(ranges)]
     covered = rows[-1][1] if rows else 0
     if covered < len(c.kernel):
         rows.append((covered, len(c.kernel), "tail"))
@@ -228,8 +281,8 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
     if c.kernel_program is not None:
         kp = c.kernel_program
         out.append(f"strategy {c.schedule_config.scheduling}, body order {list(kp.order)}")
-        out.append(f"derived waits: wait_lgkm_first={kp.wait_lgkm_first} "
-                   f"wait_vm_last={kp.wait_vm_last} ({'applied' if kp.waits_applied else 'not applied: manual waits'})")
+        out.append(f"derived waits: {_emitted_knob_waits(c, sync)} "
+                   f"({'applied' if kp.waits_applied else 'not applied: manual waits'})")
     stagger = c.warp_stagger_index
     out.append(f"warp stagger: group 0 runs {stagger} prologue entries before group 1 joins"
                if ExecutionModel.is_staggered(stagger, len(c.prologue))
@@ -243,7 +296,7 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
             out += compact_listing("PROLOGUE", c.prologue, names, sync, channel_of, notes["prologue"])
             out.append("")
         out += compact_listing("KERNEL", c.kernel, names, sync, channel_of, notes["kernel"],
-                               _block_rows(c))
+                               _block_rows(c, sync))
         if not kernel_only:
             out.append("")
             out += compact_listing("EPILOGUE", c.epilogue, names, sync, channel_of, notes["epilogue"])
@@ -253,12 +306,9 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
         out += phase_listing("PROLOGUE", c.prologue, names, marks, sync, channel_of, notes["prologue"])
         out.append("")
     kmarks = {}
-    if c.kernel_program is not None:
-        program = c.kernel_program.program
-        bph = c.config.blocks_per_partition
-        for i in range(len(program.blocks)):
-            kmarks[program.block_start(i)] = f"  <- block {i}" + (
-                f" (partition {i // bph})" if i % bph == 0 else "")
+    bph = c.config.blocks_per_partition
+    for i, (start, _) in enumerate(block_ranges(c, sync)):
+        kmarks[start] = f"  <- block {i}" + (f" (partition {i // bph})" if i % bph == 0 else "")
     out += phase_listing("KERNEL", c.kernel, names, kmarks, sync, channel_of, notes["kernel"])
     if not kernel_only:
         out.append("")
