@@ -1,16 +1,19 @@
 """A text view for people: numbered phase listings, wait/barrier summaries, block layout."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import attrs
 
 from pipeline_core.compiler import CompiledSchedule
 from pipeline_core.execution import ExecutionModel
-from pipeline_core.export.notation import channels_by_tag, op_text
+from pipeline_core.export.notation import channels_by_tag, isa_form, op_text
 from pipeline_core.ops import Entry
 from pipeline_core.sync.model import SyncModel
 from pipeline_core.sync.resolve import declared_sync
+
+if TYPE_CHECKING:
+    from pipeline_core.agents.model import AgentPlan
 
 #: entries per line of a compact listing outside the kernel's blocks
 COMPACT_PER_LINE = 8
@@ -186,10 +189,10 @@ def _timing_line(c: CompiledSchedule) -> str:
     """Cycles per iteration of the emitted kernel on the timing model (a line saying why not)."""
     from pipeline_core.errors import PipelineError
     from pipeline_core.limits import ANALYZE_ITERATIONS, default_iterations
-    from pipeline_core.simulate import simulate
+    from pipeline_core.simulate import model_run
 
     try:
-        s = simulate(c, default_iterations(len(c.kernel), ANALYZE_ITERATIONS)).summary()
+        s = model_run(c, default_iterations(len(c.kernel), ANALYZE_ITERATIONS)).summary()
     except (PipelineError, ValueError) as exc:
         return f"timing model: not run ({exc})"
     return (f"timing model: {s.steady_state_cycles:.1f} cycles/iteration in the steady state, "
@@ -268,9 +271,8 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
     """
     from pipeline_core.export.redundant import redundant_syncs
 
-    if getattr(c, "agents", None) is not None:  # one program per agent (pipeline_core.agents)
-        from pipeline_core.agents.views import render_agents
-        return render_agents(c)
+    if c.agents is not None:  # one program per agent (pipeline_core.agents)
+        return _agents_listing(c, c.agents)
     sync = declared_sync(c)
     names = {**(sync.tag_names() if sync is not None else {}), **c.tag_names}
     channel_of = channels_by_tag(c.body)
@@ -317,4 +319,54 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
         if c.kernel_program is not None:
             out.append("")
             out += block_layout(c, sync)
+    return "\n".join(out) + "\n"
+
+
+def _agents_listing(compiled: CompiledSchedule, plan: "AgentPlan") -> str:
+    """The text view of an agents plan: the rings, the proof, then one section per agent."""
+    from pipeline_core.agents.views import is_after_loop, program_sections
+
+    sync = compiled.target_profile.sync if compiled.target_profile is not None else None
+    names = {**(sync.tag_names() if sync is not None else {}), **compiled.tag_names}
+    body = compiled.body
+    out = [f"schedule {compiled.schedule_name} on {compiled.target_name or '(own target)'}"
+           + (f" (sync model {sync.name})" if sync is not None else "")
+           + f": agents lowering, {len(plan.programs)} agents, {plan.stages} ring stages, "
+             f"at least {plan.min_tiles} K tile{'s' if plan.min_tiles > 1 else ''}",
+           "t is the loop index over K tiles; a step with lag L serves tile t-L", ""]
+    out.append("RINGS")
+    for r in plan.rings:
+        tx = f", {r.tx_bytes} bytes per phase" if r.tx_bytes else ""
+        out.append(f"  {r.name}[{r.stages}] ({r.kind}): {r.arrivals} arrival"
+                   f"{'s' if r.arrivals > 1 else ''}{tx}; signalled by "
+                   f"{', '.join(r.signallers)}; waited on by {', '.join(r.waiters)}")
+    proof = compiled.proof
+    if proof is not None:
+        v = proof.verdict
+        out.append("")
+        if v is None:
+            out.append(f"proof: UNPROVEN: {proof.unprovable}")
+        elif v.safe:
+            out.append(f"proof: SAFE over every timing ({v.assumptions_text()})")
+        else:
+            first = v.first
+            assert first is not None
+            out.append(f"proof: UNSAFE ({len(v.distinct())} distinct hazards, emitted with "
+                       f"--allow-unsafe): {first.kind.value} at {first.site.text()}: "
+                       f"{first.message}")
+    for prog in plan.programs:
+        role = prog.role
+        regs = f", setmaxnreg {role.registers}" if role.registers else ""
+        out += ["", f"AGENT {prog.name} ({role.warps} warps, {role.issuers} issuing "
+                    f"thread{'s' if role.issuers > 1 else ''}{regs}; body ops "
+                    f"{', '.join(map(str, role.ops))})"]
+        for section, it, steps in program_sections(prog):
+            label = section.upper() if section == "kernel" else f"{section.upper()} t={it}" \
+                if section == "prologue" else f"{section.upper()} t=KT+{it}"
+            if section == "kernel":
+                label = f"KERNEL t={len(prog.prologue)}..KT-1"
+            out.append(f"  {label}")
+            for pos, s in enumerate(steps):
+                after = is_after_loop(prog, section, it, pos)
+                out.append(f"    [{pos}] {isa_form(s, plan, body, names, sync, after_loop=after)}")
     return "\n".join(out) + "\n"

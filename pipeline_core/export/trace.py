@@ -109,7 +109,7 @@ def _group_events(ev: _Events, tl: Timeline) -> None:
                      args)
         for counter, label in tl.channels:
             for at, value in outstanding_series(g, counter):
-                ev.counter(PID_GROUPS, tid, f"group {g.group} {label}", at, value)
+                ev.counter(PID_GROUPS, tid, f"{g.title} {label}", at, value)
     for b in tl.barriers:
         ev.instant(PID_GROUPS, group_tid(0), f"{tl.barrier_name} #{b.ordinal} released", "barrier",
                    b.release, "p", {"ordinal": b.ordinal,
@@ -164,7 +164,7 @@ def _metadata(ev: _Events, tl: Timeline) -> None:
     ev.meta(PID_GROUPS, group_tid(0), "process_name", {"name": f"warp groups: {tl.name}"})
     ev.meta(PID_GROUPS, group_tid(0), "process_sort_index", {"sort_index": PID_GROUPS})
     for g in tl.groups:
-        ev.meta(PID_GROUPS, group_tid(g.group), "thread_name", {"name": f"group {g.group}"})
+        ev.meta(PID_GROUPS, group_tid(g.group), "thread_name", {"name": g.title})
         ev.meta(PID_GROUPS, group_tid(g.group), "thread_sort_index", {"sort_index": g.group})
     for resource, (pid, title) in _UNIT_PROCESS.items():
         lanes = tl.lanes(resource)
@@ -198,9 +198,7 @@ def to_trace(tl: Timeline, *, time_scale: float = 1.0) -> dict[str, Any]:
         "iterations": str(tl.iterations),
         "warp_groups": str(len(tl.groups)),
         "makespan_cycles": str(tl.makespan),
-        "model": (f"issue {tl.model.issue_cycles} cycle(s)/instruction; global port "
-                  f"{tl.model.global_issue_cycles}, LDS port {tl.model.lds_issue_cycles} cycle(s)/op"
-                  f"{' (shared)' if tl.model.shared_memory_port else ''}; one shared MMA unit"),
+        "model": tl.model_text,
     }
     if summary is not None:
         other.update({

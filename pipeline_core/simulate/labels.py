@@ -17,6 +17,8 @@ def step_label(step: Step, names: Mapping[int, str] | None = None,
     ``cp.async.wait_group 2`` (with the target's ``sync``; ``wait_vm(6)`` without one)."""
     from pipeline_core.export.notation import op_text
 
+    if step.instr.text:
+        return step.instr.text
     o = step.op
     kind = step.timing.kind
     if kind == "barrier":
@@ -87,5 +89,5 @@ def format_summary(tl: Timeline, summary: Summary | None = None) -> str:
     ]
     for g in tl.groups:
         reasons = ", ".join(f"{k} {v}" for k, v in g.stalls_by_reason().items()) or "none"
-        lines.append(f"  group {g.group}: {g.stall_cycles} stall cycles ({reasons})")
+        lines.append(f"  {g.title}: {g.stall_cycles} stall cycles ({reasons})")
     return "\n".join(lines)
