@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_core.ops import OpRole, ResourceKind
-from pipeline_core.simulate import Stall, Step, Timeline, step_args, step_label, outstanding_series
+from pipeline_core.simulate import (Stall, Step, Timeline, outstanding_series, step_args,
+                                    timeline_label)
 
 PID_GROUPS, PID_MMA, PID_LDS, PID_GLOBAL, PID_VALU = 1, 2, 3, 4, 5
 _UNIT_PROCESS = {ResourceKind.MMA_UNIT: (PID_MMA, "MMA unit"),
@@ -79,7 +80,7 @@ def _blocker_args(tl: Timeline, st: Stall) -> dict[str, Any]:
     args: dict[str, Any] = {"cycles": st.cycles, "reason": st.reason, "detail": st.detail}
     if st.blocker_seq is not None and st.blocker_seq >= 0:
         b = tl.step(st.blocker_group, st.blocker_seq)
-        args.update({"waited_on": tl.label(b),
+        args.update({"waited_on": timeline_label(tl, b),
                      "waited_on_group": b.group,
                      "waited_on_phase": b.phase.name, "waited_on_iteration": b.iteration,
                      "waited_on_entry_index": b.entry})
@@ -98,7 +99,7 @@ def _group_events(ev: _Events, tl: Timeline) -> None:
             if s.stall is not None:
                 ev.slice(PID_GROUPS, tid, f"stall: {_stall_name(s, s.stall)}", "stall", s.ready,
                          s.start, _blocker_args(tl, s.stall))
-            label = tl.label(s)
+            label = timeline_label(tl, s)
             args = step_args(s, names)
             if s.is_marker:
                 ev.instant(PID_GROUPS, tid, label, "marker", s.start, "t", args)
@@ -136,7 +137,7 @@ def _flow_events(ev: _Events, tl: Timeline) -> None:
                 continue
             for load in retired_by(g.steps, w):
                 flow += 1
-                name = f"{tl.label(w)} retires {tl.label(load)}"
+                name = f"{timeline_label(tl, w)} retires {timeline_label(tl, load)}"
                 ev.items.append({"name": name, "cat": "retire", "ph": "s", "id": flow,
                                  "ts": ev.ts(load.start), "pid": PID_GROUPS, "tid": tid})
                 ev.items.append({"name": name, "cat": "retire", "ph": "f", "bp": "e", "id": flow,
@@ -156,7 +157,7 @@ def _unit_events(ev: _Events, tl: Timeline) -> None:
         step = tl.step(b.group, b.seq)
         args = step_args(step, names)
         args.update({"start": b.start, "end": b.end, "lane": b.lane})
-        ev.slice(pid, lane_tid(pid, b.lane), f"G{b.group} {tl.label(step)}",
+        ev.slice(pid, lane_tid(pid, b.lane), f"G{b.group} {timeline_label(tl, step)}",
                  _CATEGORY.get(step.op.role, "op"), b.start, b.end, args)
 
 

@@ -46,7 +46,8 @@ from pipeline_core.simulate.engine import simulate, streams
 from pipeline_core.simulate.inputs import (MachineModel, SimInput, SimulationError, as_input,
                                            input_from_compiled, input_from_document,
                                            op_from_document)
-from pipeline_core.simulate.labels import format_summary, outstanding_series, step_args, step_label
+from pipeline_core.simulate.labels import (format_summary, outstanding_series, step_args,
+                                           step_label, timeline_label)
 from pipeline_core.simulate.run import model_run
 from pipeline_core.simulate.timeline import (BarrierRelease, Busy, GroupTimeline, Instr, OpTiming,
                                              Span, Stall, Step, Summary, Timeline)
@@ -56,4 +57,4 @@ __all__ = ["MachineModel", "SimInput", "SimulationError", "Stall", "Instr",
            "GroupTimeline", "Busy", "BarrierRelease", "Summary", "Timeline", "simulate",
            "as_input", "input_from_compiled", "input_from_document", "streams",
            "step_label", "step_args", "outstanding_series", "format_summary", "op_from_document",
-           "model_run"]
+           "model_run", "timeline_label"]

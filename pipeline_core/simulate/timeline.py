@@ -3,12 +3,13 @@ steady-state summary, as frozen records the exporters render.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import attrs
 
 from pipeline_core.ops import Op, Phase, ResourceKind
 from pipeline_core.simulate.inputs import MachineModel, SimulationError
+from pipeline_core.sync.model import SyncModel
 
 
 # --- outputs ------------------------------------------------------------------
@@ -190,7 +191,7 @@ class Timeline:
     channels: tuple[tuple[str, str], ...] = ()
     barrier_name: str = "barrier"
     #: the target's SyncModel, for its ISA names in labels (None: tag names)
-    sync: Any = attrs.field(default=None, eq=False)
+    sync: SyncModel | None = attrs.field(default=None, eq=False)
     #: tag -> channel of the body's loads, so prologue loads label with their operand
     channel_of: Mapping[int, int] = attrs.field(factory=dict, eq=False)
     #: the model's words for the trace's ``otherData`` (how it costs a step)
@@ -199,12 +200,6 @@ class Timeline:
     #: cycles per K tile over the whole run, docs/guide/agents.md "Timing model"); None: the
     #: steady state is measured between iteration starts (:meth:`summary`)
     figures: Summary | None = None
-
-    def label(self, step: "Step") -> str:
-        """The step in the shared op notation (pipeline_core.export.notation)."""
-        from pipeline_core.simulate.labels import step_label
-
-        return step_label(step, self.tag_names, self.barrier_name, self.sync, self.channel_of)
 
     @property
     def makespan(self) -> int:
