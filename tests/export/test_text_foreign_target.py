@@ -100,3 +100,15 @@ def test_the_header_reports_the_emitted_waits_in_the_targets_words(compiled):
     emitted = {e.op.wait_value for e in compiled.kernel if e.op.tag == COPY_WAIT}
     assert emitted == {0}  # an out-of-order channel proves a load done only at 0
     assert "wait_copy_last=0" in header
+
+
+def test_the_bundled_pingpong_target_lists_its_compact_kernel(capsys):
+    """h100-pingpong's binding drops the fragment waits: compact listing used to exit 70."""
+    from pipeline_core.cli import main
+
+    assert main(["compile", "pingpong", "--target", "h100-pingpong", "--kernel-only",
+                 "--compact"]) == 0
+    out = capsys.readouterr().out
+    assert "wait_lgkm" not in out and "wait_cp_async_last=" in out
+    rows = [line for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(rows) == 8 and all(f" b{i} " in row for i, row in enumerate(rows))
