@@ -64,3 +64,17 @@ def test_a_target_without_an_agents_machine_is_refused_in_one_line(compiled):
     with pytest.raises(SimulationError, match="declares no agents timing machine"):
         model_run(bare, 8)
     assert steady_state(bare, 8) is None
+
+
+def test_the_picture_has_a_lane_per_agent_and_the_mma_unit(compiled):
+    pytest.importorskip("matplotlib")
+    from pipeline_core.export import picture
+
+    tl = model_run(compiled, 8)
+    fig = picture.draw(tl)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels[:3] == ["producer", "consumer0", "consumer1"] and "MMA unit" in labels
+    assert ax.get_xlim()[1] >= 500
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "stall: full" in legend and "stall: empty" in legend
