@@ -5,7 +5,8 @@ and which loads are in flight, with zoom and search, from a plain JSON file.
 
 Layout (one process per kind of track, every tid unique in the file):
 
-* pid 1 "warp groups": one thread per group with nested slices: phase / iteration spans,
+* pid 1 "warp groups": one thread per group (per agent of a warp-specialized plan, named after
+  its role) with nested slices: phase / iteration spans,
   then per instruction a ``stall: ...`` slice (cat ``stall``, what it waited on in args) and
   a slice for the issue itself; markers (set_prio, schedule_barrier) are thread instants;
   barrier releases are process instants; the outstanding ticks of each of the target's sync
