@@ -246,15 +246,12 @@ def rec_mii(body: Sequence[Op], edges: Sequence[DepEdge]) -> tuple[int, Recurren
 # --- putting it together ----------------------------------------------------------------
 
 def steady_state(compiled, iterations: int = 12) -> SteadyState | None:
-    """The emitted kernel on the timing model, or None when it cannot be simulated."""
-    if getattr(compiled, "agents", None) is not None:
-        return _agents_steady_state(compiled, iterations)
+    """The emitted kernel on the timing model (pipeline_core.simulate.model_run), or None when
+    it cannot be simulated."""
+    from pipeline_core.simulate import SimulationError, model_run
+
     try:
-        from pipeline_core.simulate import SimulationError, simulate
-    except ImportError:  # pragma: no cover - timing model not available
-        return None
-    try:
-        tl = simulate(compiled, iterations)
+        tl = model_run(compiled, iterations)
         s = tl.summary()
     except (SimulationError, ValueError):
         return None
@@ -265,23 +262,6 @@ def steady_state(compiled, iterations: int = 12) -> SteadyState | None:
     return SteadyState(s.steady_state_cycles, s.mma_bound_cycles, s.ratio_to_mma_bound,
                        s.steady_mma_utilisation, s.groups, s.iterations,
                        tuple(sorted(stalls.items(), key=lambda kv: (-kv[1], kv[0]))))
-
-
-def _agents_steady_state(compiled, iterations: int) -> SteadyState | None:
-    """A warp-specialized plan on the agents timing model (pipeline_core.agents.timing), with the
-    target's :class:`~pipeline_core.agents.timing.AgentMachine`; None when it declares none."""
-    from pipeline_core.agents.timing import simulate
-
-    machine = getattr(compiled.target_profile, "agent_machine", None)
-    if machine is None:
-        return None
-    plan = compiled.agents
-    tiles = max(iterations, plan.min_tiles)
-    t = simulate(plan, compiled.body, machine, tiles)
-    bound = t.mma_busy / tiles
-    per_tile = t.cycles_per_tile
-    return SteadyState(per_tile, round(bound), per_tile / bound if bound else 0.0,
-                       t.mma_utilisation, len(plan.programs), tiles)
 
 
 def analyze_order(body: Sequence[Op], edges: Sequence[DepEdge], order: Sequence[int], *,

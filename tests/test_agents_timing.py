@@ -64,3 +64,25 @@ def test_fewer_tiles_than_the_plan_needs_are_refused():
     assert any(s.kind == StepKind.ARRIVE for s in plan.program("consumer0").kernel)
     with pytest.raises(ValueError, match="fewer than"):
         simulate(plan, _body(), MACHINE, plan.min_tiles - 1)
+
+
+def test_the_timeline_is_the_same_run_as_the_figures():
+    """The exporters' view of a run (agents.timing.timeline) is the run simulate() measures:
+    every step each agent takes, in order, the MMA unit busy as long, the same cycles per tile."""
+    from pipeline_core.agents.timing import timeline
+    from pipeline_core.ops import ResourceKind
+
+    plan, tiles = fx.plan(stages=3), 16
+    t = simulate(plan, _body(), MACHINE, tiles)
+    tl = timeline(plan, _body(), MACHINE, tiles, name="fixture", names={}, sync=None)
+    assert [g.title for g in tl.groups] == [p.name for p in plan.programs]
+    for g, prog in zip(tl.groups, plan.programs):
+        assert len(g.steps) == len(prog.placed(tiles))
+        assert all(s.ready <= s.start <= s.issue_end and s.start <= s.end for s in g.steps)
+        assert all(a.issue_end == b.ready for a, b in zip(g.steps, g.steps[1:]))
+        assert len(g.iteration_starts) == tiles + 1
+    assert tl.summary().steady_state_cycles == t.cycles_per_tile
+    assert sum(b.end - b.start for b in tl.busy_on(ResourceKind.MMA_UNIT)) == t.mma_busy
+    # a 3-stage ring with a 1000-cycle copy makes the consumers wait on the full ring
+    reasons = {r for g in tl.groups for r in g.stalls_by_reason()}
+    assert any(r == "full" for r in reasons), reasons

@@ -13,12 +13,16 @@ against measured GEMMs (benchmarks/h100/GEMM_NOTES.md has the table and the rank
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
-from pipeline_core.agents.model import AgentPlan, Step, StepKind
-from pipeline_core.ops import Op, OpRole
+from pipeline_core.agents.model import AgentPlan, PlacedStep, Step, StepKind
+from pipeline_core.ops import FrameworkTag, Op, OpRole, Phase, ResourceKind
+from pipeline_core.simulate.inputs import MachineModel
+from pipeline_core.simulate.timeline import GroupTimeline, Instr, OpTiming, Stall, Summary, Timeline
+from pipeline_core.simulate.timeline import Step as SimStep
+from pipeline_core.sync.model import SyncModel
 
 
 @attrs.frozen(kw_only=True)
@@ -48,13 +52,36 @@ class Timing:
         return self.mma_busy / self.cycles if self.cycles else 0.0
 
 
+@attrs.frozen(kw_only=True)
+class Taken:
+    """One step an agent took: when it reached it, issued it, moved on and saw it complete,
+    and what it waited for (the ring or counter channel; "" when it did not wait)."""
+
+    agent: int
+    placed: PlacedStep
+    ready: float
+    start: float
+    issue_end: float
+    end: float
+    waited_on: str = ""
+    #: the unit the step occupied and when (an async copy in flight, an MMA group executing)
+    busy: tuple[ResourceKind, float, float] | None = None
+
+
 def simulate(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine, tiles: int) -> Timing:
     """Run every agent of ``plan`` over ``tiles`` K tiles on ``machine`` (see the module)."""
+    return run(plan, body, machine, tiles)[0]
+
+
+def run(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine,
+        tiles: int) -> tuple[Timing, list[Taken]]:
+    """:func:`simulate`, with every step each agent took (what :func:`timeline` draws)."""
     if tiles < plan.min_tiles:
         raise ValueError(f"timing model: {tiles} K tiles are fewer than the plan's minimum "
                          f"{plan.min_tiles}")
     rings = {r.name: r for r in plan.rings}
-    streams = [p.unrolled(tiles) for p in plan.programs]
+    streams = [p.placed(tiles) for p in plan.programs]
+    taken: list[Taken] = []
     pc = [0] * len(streams)
     clock = [0.0] * len(streams)
     groups: list[list[float]] = [[] for _ in streams]   # completion time of each committed group
@@ -79,14 +106,20 @@ def simulate(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine, tiles: 
 
     def advance(a: int) -> bool:
         """Take agent a's next step; False when it is blocked on a phase."""
-        t, step = streams[a][pc[a]]
-        now = clock[a]
+        placed = streams[a][pc[a]]
+        t, step = placed.t, placed.step
+        now = ready = start = clock[a]
+        end: float | None = None
+        waited = ""
+        busy: tuple[ResourceKind, float, float] | None = None
         if step.kind == StepKind.PHASE_WAIT:
             stage, phase = where(step, t)
             done = phase_done(step.channel, stage, phase + step.phase_offset)
             if done is None:
                 return False
-            now = max(now, done + machine.wake_cycles) + machine.step_cycles
+            start = max(now, done + machine.wake_cycles)
+            waited = step.channel if start > now else ""
+            now = start + machine.step_cycles
         elif step.kind in (StepKind.ARRIVE, StepKind.EXPECT_TX):
             stage, phase = where(step, t)
             now += machine.step_cycles
@@ -97,18 +130,20 @@ def simulate(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine, tiles: 
             nbytes = plan.op_bytes.get(step.op, 0)
             if op.role == OpRole.GLOBAL_LOAD and nbytes:
                 stage, phase = where(step, t)
-                start = max(now, state["copy_free"])
-                state["copy_free"] = start + nbytes / machine.copy_bytes_per_cycle
+                copy = max(now, state["copy_free"])
+                state["copy_free"] = copy + nbytes / machine.copy_bytes_per_cycle
                 land = max(now + machine.copy_latency, state["copy_free"])
                 full = next(r.name for r in plan.rings if r.kind == "full")
                 landed.setdefault((full, stage, phase), []).append((land, nbytes))
+                end, busy = land, (ResourceKind.GLOBAL_MEM, copy, land)
                 now += machine.step_cycles
             else:
                 work = op.latency / machine.mma_efficiency
-                start = max(now, state["mma_free"])
-                state["mma_free"] = start + work
+                begin = max(now, state["mma_free"])
+                state["mma_free"] = begin + work
                 state["mma_busy"] += work
                 open_group[a].append(state["mma_free"])
+                end, busy = state["mma_free"], (ResourceKind.MMA_UNIT, begin, state["mma_free"])
                 now += machine.step_cycles
         elif step.kind == StepKind.COMMIT:
             groups[a].append(max(open_group[a], default=now))
@@ -116,9 +151,14 @@ def simulate(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine, tiles: 
             now += machine.step_cycles
         elif step.kind == StepKind.COUNTER_WAIT:
             retired = groups[a][:max(0, len(groups[a]) - step.value)]
-            now = max([now, *retired]) + machine.step_cycles
+            start = max([now, *retired])
+            waited = step.channel if start > now else ""
+            now = start + machine.step_cycles
         else:  # FENCE
             now += machine.step_cycles
+        taken.append(Taken(agent=a, placed=placed, ready=ready, start=start, issue_end=now,
+                           end=now if end is None else max(end, now), waited_on=waited,
+                           busy=busy))
         clock[a] = now
         pc[a] += 1
         return True
@@ -139,4 +179,80 @@ def simulate(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine, tiles: 
                      if pc[a] < len(streams[a])]
             raise ValueError(f"timing model: the agents deadlock ({', '.join(stuck)})")
     total = max(clock) + machine.cta_overhead_cycles
-    return Timing(tiles=tiles, cycles=total, mma_busy=state["mma_busy"])
+    return Timing(tiles=tiles, cycles=total, mma_busy=state["mma_busy"]), taken
+
+
+_KIND = {StepKind.OP: "op", StepKind.PHASE_WAIT: "wait", StepKind.COUNTER_WAIT: "wait",
+         StepKind.COMMIT: "commit", StepKind.ARRIVE: "op", StepKind.EXPECT_TX: "op",
+         StepKind.FENCE: "hint"}
+_PHASE = {"prologue": Phase.PROLOGUE, "kernel": Phase.KERNEL, "epilogue": Phase.EPILOGUE}
+
+
+def timeline(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine, tiles: int, *,
+             name: str, names: Mapping[int, str], sync: SyncModel | None,
+             clock_ghz: float | None = None) -> Timeline:
+    """The run as the exporters' :class:`~pipeline_core.simulate.Timeline`: one track per agent
+    (named after its role), the MMA unit and the copies in flight; its headline figures are the
+    model's own (cycles per K tile over the whole run, what ``analyze`` reports)."""
+    from pipeline_core.export.notation import isa_form
+    from pipeline_core.agents.views import is_after_loop
+    from pipeline_core.simulate.engine import assign_lanes, spans_of
+
+    timing, taken = run(plan, body, machine, tiles)
+    per_agent: list[list[Taken]] = [[] for _ in plan.programs]
+    for k in taken:
+        per_agent[k.agent].append(k)
+    busy_raw = []
+    groups = []
+    for a, (prog, mine) in enumerate(zip(plan.programs, per_agent)):
+        steps = []
+        for seq, k in enumerate(mine):
+            p, step = k.placed, k.placed.step
+            after = is_after_loop(prog, p.section, p.iteration, p.position)
+            if step.kind == StepKind.OP:
+                op = body[step.op]
+            else:
+                op = Op(tag=step.tag if step.tag >= 0 else int(FrameworkTag.NONE),
+                        resource=ResourceKind.SCALAR, role=OpRole.SYNC, wait_value=step.value)
+            phase = _PHASE[p.section]
+            instr = Instr(op, phase, p.t if phase == Phase.KERNEL else -1, p.position,
+                          text=isa_form(step, plan, body, names, sync, after_loop=after))
+            cost = OpTiming(op.resource, op.latency, "", 0, _KIND[step.kind],
+                            waits_on=step.channel if step.kind in (
+                                StepKind.PHASE_WAIT, StepKind.COUNTER_WAIT) else "")
+            stall = (Stall(round(k.start) - round(k.ready), k.waited_on,
+                           f"{k.waited_on}: {round(k.start) - round(k.ready)} cycles")
+                     if k.waited_on and round(k.start) > round(k.ready) else None)
+            steps.append(SimStep(a, seq, instr, cost, round(k.ready), round(k.start),
+                                 round(k.issue_end), round(k.end), stall))
+            if k.busy is not None:
+                busy_raw.append((k.busy[0], a, seq, round(k.busy[1]), round(k.busy[2])))
+        finish = max((s.issue_end for s in steps), default=0)
+        starts = []
+        for i in range(tiles):
+            first = next((s for s, k in zip(steps, mine) if k.placed.t >= i
+                          and k.placed.section != "epilogue"), None)
+            starts.append(first.ready if first is not None else finish)
+        epilogue = next((s for s in steps if s.phase == Phase.EPILOGUE), None)
+        starts.append(epilogue.ready if epilogue is not None else finish)
+        groups.append(GroupTimeline(a, tuple(steps), spans_of(steps), tuple(starts),
+                                    name=prog.name))
+    bound = timing.mma_busy / tiles
+    makespan = max((g.finish for g in groups), default=0)
+    figures = Summary(
+        makespan=makespan, iterations=tiles, groups=len(groups),
+        steady_state_cycles=timing.cycles_per_tile, period=1, window=(0, tiles),
+        mma_busy=round(timing.mma_busy), mma_utilisation=timing.mma_utilisation,
+        steady_mma_utilisation=timing.mma_utilisation, mma_bound_cycles=round(bound),
+        stall_cycles=tuple(g.stall_cycles for g in groups))
+    waits = dict.fromkeys(s.channel for p in plan.programs for s in p.kernel
+                          if s.kind in (StepKind.PHASE_WAIT, StepKind.COUNTER_WAIT))
+    return Timeline(
+        name=name, model=MachineModel(clock_ghz=clock_ghz), iterations=tiles,
+        groups=tuple(groups), busy=assign_lanes(busy_raw), barriers=(), tag_names=dict(names),
+        channels=tuple((w, w) for w in waits), sync=sync,
+        model_text=(f"agents model: copy latency {machine.copy_latency:g}, "
+                    f"{machine.copy_bytes_per_cycle:g} bytes/cycle, MMA efficiency "
+                    f"{machine.mma_efficiency:g}, {machine.step_cycles:g} cycle(s)/step, CTA "
+                    f"overhead {machine.cta_overhead_cycles:g} (docs/guide/agents.md)"),
+        figures=figures)

@@ -179,6 +179,6 @@ def _kernel_entries(compiled: Any) -> int:
 
 
 def _simulate(compiled: Any, iterations: int, progress: Callable[[int, int], None]):
-    from pipeline_core.simulate import simulate
+    from pipeline_core.simulate import model_run
 
-    return simulate(compiled, iterations, progress=progress)
+    return model_run(compiled, iterations, progress=progress)

@@ -16,9 +16,14 @@ its tag has elsewhere in the body (``channel_of``), so it prints with its operan
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from pipeline_core.ops import KOffset, OpRole, tag_name
+
+if TYPE_CHECKING:  # the agents records, for annotations only
+    from pipeline_core.agents.model import AgentPlan, Step
+    from pipeline_core.ops import Op
+    from pipeline_core.sync.model import SyncModel
 
 #: the reference's K offsets by name
 K_TEXT = {KOffset.K0: "K0", KOffset.K1: "K1", KOffset.K_NEXT: "K+2", KOffset.K_PREV: "K-1"}
@@ -95,3 +100,39 @@ def channels_by_tag(ops: Any) -> dict[int, int]:
         if o.channel >= 0:
             seen.setdefault(o.tag, set()).add(o.channel)
     return {tag: next(iter(chs)) for tag, chs in seen.items() if len(chs) == 1}
+
+
+def _tile(step: "Step", after_loop: bool) -> str:
+    if after_loop:
+        return ""
+    return "t" if step.lag == 0 else f"t-{step.lag}"
+
+
+def isa_form(step: "Step", plan: "AgentPlan", body: "Sequence[Op]", names: Mapping[int, str],
+             sync: "SyncModel | None", *, after_loop: bool = False) -> str:
+    """An agents step as the instruction it lowers to, its ring stage and parity written over
+    the loop index ``t`` (docs/guide/agents.md, "Steps"): the text view, the document and the
+    timing model's trace name a step the same way."""
+    from pipeline_core.agents.model import StepKind
+
+    base = sync.isa_text(step.tag, wait_value=step.value) if sync is not None and step.tag >= 0 \
+        else None
+    name = tag_name(step.tag, names) if step.tag >= 0 else step.kind.value
+    u = _tile(step, after_loop)
+    s = plan.stages
+    wrap = f"({u})" if "-" in u else u
+    if step.kind == StepKind.OP:
+        return f"{tag_name(body[step.op].tag, names)} tile {u}" if u else \
+            tag_name(body[step.op].tag, names)
+    head = base or name
+    if step.kind == StepKind.PHASE_WAIT:
+        off = step.phase_offset
+        phase = f"{wrap}/{s}" + (f"{off:+d}" if off else "")
+        return f"{head} {step.channel}[{wrap}%{s}] parity ({phase})&1"
+    if step.kind == StepKind.ARRIVE:
+        return f"{head} {step.channel}[{wrap}%{s}]"
+    if step.kind == StepKind.EXPECT_TX:
+        return f"{head} {step.channel}[{wrap}%{s}]" + ("" if base else f" {step.value} bytes")
+    if step.kind == StepKind.COUNTER_WAIT and base is None:
+        return f"{head}({step.value})"
+    return head

@@ -53,7 +53,7 @@ def require_matplotlib():
 
 
 def _lanes(tl: Timeline) -> list[tuple[str, Any]]:
-    lanes: list[tuple[str, Any]] = [(f"group {g.group}", g.group) for g in tl.groups]
+    lanes: list[tuple[str, Any]] = [(g.title, g.group) for g in tl.groups]
     lanes += [(title, resource) for resource, title in UNIT_LANES
               if resource == ResourceKind.MMA_UNIT or tl.lanes(resource)]
     if tl.lanes(ResourceKind.VALU):
@@ -96,8 +96,8 @@ def draw(tl: Timeline, width: int = 1600):
                  f"steady state {s.steady_state_cycles:.0f} cycles/iteration (MMA bound "
                  f"{s.mma_bound_cycles}), MMA unit busy {100 * s.mma_utilisation:.0f}%",
                  fontsize=10, y=1 - 18 / h)
-    handles = [Patch(facecolor=GROUP_COLORS[i % 4], label=f"group {i}: MMA / in flight")
-               for i in range(len(tl.groups))]
+    handles = [Patch(facecolor=GROUP_COLORS[g.group % 4], label=f"{g.title}: MMA / in flight")
+               for g in tl.groups]
     reasons = {s.stall.reason for g in tl.groups for s in g.steps if s.stall is not None}
     styles = stall_styles(tl)
     handles += [Patch(facecolor=c, hatch=hatch, edgecolor="#555555", label=f"stall: {reason}")

@@ -1,16 +1,19 @@
 """A text view for people: numbered phase listings, wait/barrier summaries, block layout."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import attrs
 
 from pipeline_core.compiler import CompiledSchedule
 from pipeline_core.execution import ExecutionModel
-from pipeline_core.export.notation import channels_by_tag, op_text
+from pipeline_core.export.notation import channels_by_tag, isa_form, op_text
 from pipeline_core.ops import Entry
 from pipeline_core.sync.model import SyncModel
 from pipeline_core.sync.resolve import declared_sync
+
+if TYPE_CHECKING:
+    from pipeline_core.agents.model import AgentPlan
 
 #: entries per line of a compact listing outside the kernel's blocks
 COMPACT_PER_LINE = 8
@@ -116,9 +119,33 @@ def compact_listing(label: str, entries: tuple[Entry, ...], names, sync: SyncMod
     return lines
 
 
+def _kept_before(c: CompiledSchedule, sync: SyncModel | None) -> tuple[int, ...] | None:
+    """Template kernel position -> emitted kernel position (the target's binding drops the
+    entries it has no instruction for, pipeline_core/program/binding.py); None: no blocks."""
+    from pipeline_core.ops import Phase
+    from pipeline_core.program.binding import lowering_for
+
+    program = c.program
+    if program is None:
+        return None
+    kept = lowering_for(sync).kept_before(program.expand(Phase.KERNEL))
+    return kept if kept[-1] == len(c.kernel) else None
+
+
+def block_ranges(c: CompiledSchedule, sync: SyncModel | None) -> list[tuple[int, int]]:
+    """[start, end) of each program block in the emitted kernel; [] when it has no blocks."""
+    program = c.program
+    kept = _kept_before(c, sync)
+    if program is None or kept is None:
+        return []
+    return [(kept[start], kept[start + program.block_entry_count(i)])
+            for i, start in enumerate(program.block_starts())]
+
+
 def block_layout(c: CompiledSchedule, sync: SyncModel | None = None) -> list[str]:
     program = c.program
-    if program is None:  # single buffer: the kernel is not built from blocks
+    ranges = block_ranges(c, sync)
+    if program is None or not ranges:  # single buffer: the kernel is not built from blocks
         return []
     names = c.tag_names
     bph = c.config.blocks_per_partition
@@ -127,8 +154,7 @@ def block_layout(c: CompiledSchedule, sync: SyncModel | None = None) -> list[str
         part, pos = divmod(i, bph)
         if pos == 0:
             lines.append(f"  partition {part}")
-        start = program.block_start(i)
-        end = start + program.block_entry_count(i) - 1
+        start, end = ranges[i][0], ranges[i][1] - 1
         frags = [describe_op(o, names, sync) for o in (b.pre_op_0, b.pre_op_1) if o.is_present]
         loads = []
         for o, pf in ((b.global_load, b.global_load_prefetch), (b.global_load_1, b.global_load_1_prefetch)):
@@ -163,14 +189,47 @@ def _timing_line(c: CompiledSchedule) -> str:
     """Cycles per iteration of the emitted kernel on the timing model (a line saying why not)."""
     from pipeline_core.errors import PipelineError
     from pipeline_core.limits import ANALYZE_ITERATIONS, default_iterations
-    from pipeline_core.simulate import simulate
+    from pipeline_core.simulate import model_run
 
     try:
-        s = simulate(c, default_iterations(len(c.kernel), ANALYZE_ITERATIONS)).summary()
+        s = model_run(c, default_iterations(len(c.kernel), ANALYZE_ITERATIONS)).summary()
     except (PipelineError, ValueError) as exc:
         return f"timing model: not run ({exc})"
     return (f"timing model: {s.steady_state_cycles:.1f} cycles/iteration in the steady state, "
             f"MMA bound {s.mma_bound_cycles} (ratio {s.ratio_to_mma_bound:.2f})")
+
+
+def _emitted_knob_waits(c: CompiledSchedule, sync: SyncModel | None) -> str:
+    """The waits the ``wait_lgkm_first`` / ``wait_vm_last`` knobs place (the first block's
+    fragment wait, the last block of partition 0's global wait) as the kernel emits them, named
+    after the target's channel: ``wait_<channel>_first=N wait_<channel>_last=N``
+    (docs/guide/concepts.md, "Reading the views").  A schedule's explicit block is its own
+    list, so there the knob's value stands."""
+    kp = c.kernel_program
+    kept = _kept_before(c, sync)
+    if kp is None or kept is None:
+        return "none"
+    program = kp.program
+    binding = sync.block_binding if sync is not None else None
+    words = [("first", 0, binding.fragment_channel if binding else "lgkm", kp.wait_lgkm_first),
+             ("last", c.config.blocks_per_partition - 1,
+              binding.global_channel if binding else "vm", kp.wait_vm_last)]
+    starts = program.block_starts()
+    out = []
+    for which, block, channel, knob in words:
+        if channel is None or block >= len(starts):  # the target has no such wait
+            continue
+        if program.explicit(block):
+            out.append(f"wait_{channel}_{which}={knob}")
+            continue
+        offset = program.blocks[block].pre_sync_offset()
+        if offset is None:
+            continue
+        at = starts[block] + offset
+        if kept[at + 1] == kept[at]:  # the target has no instruction for it
+            continue
+        out.append(f"wait_{channel}_{which}={c.kernel[kept[at]].op.wait_value}")
+    return " ".join(out) or "none"
 
 
 def header(c: CompiledSchedule, sync: SyncModel | None) -> list[str]:
@@ -191,16 +250,13 @@ def header(c: CompiledSchedule, sync: SyncModel | None) -> list[str]:
     ]
 
 
-def _block_rows(c: CompiledSchedule) -> list[tuple[int, int, str]] | None:
-    if c.kernel_program is None:
+def _block_rows(c: CompiledSchedule, sync: SyncModel | None) -> list[tuple[int, int, str]] | None:
+    ranges = block_ranges(c, sync)
+    if not ranges:
         return None
-    program = c.kernel_program.program
     bph = c.config.blocks_per_partition
-    rows = []
-    for i in range(len(program.blocks)):
-        start = program.block_start(i)
-        rows.append((start, start + program.block_entry_count(i),
-                     f"b{i}" + (f" p{i // bph}" if bph else "")))
+    rows = [(start, end, f"b{i}" + (f" p{i // bph}" if bph else ""))
+            for i, (start, end) in enumerate(ranges)]
     covered = rows[-1][1] if rows else 0
     if covered < len(c.kernel):
         rows.append((covered, len(c.kernel), "tail"))
@@ -215,9 +271,8 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
     """
     from pipeline_core.export.redundant import redundant_syncs
 
-    if getattr(c, "agents", None) is not None:  # one program per agent (pipeline_core.agents)
-        from pipeline_core.agents.views import render_agents
-        return render_agents(c)
+    if c.agents is not None:  # one program per agent (pipeline_core.agents)
+        return _agents_listing(c, c.agents)
     sync = declared_sync(c)
     names = {**(sync.tag_names() if sync is not None else {}), **c.tag_names}
     channel_of = channels_by_tag(c.body)
@@ -228,8 +283,8 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
     if c.kernel_program is not None:
         kp = c.kernel_program
         out.append(f"strategy {c.schedule_config.scheduling}, body order {list(kp.order)}")
-        out.append(f"derived waits: wait_lgkm_first={kp.wait_lgkm_first} "
-                   f"wait_vm_last={kp.wait_vm_last} ({'applied' if kp.waits_applied else 'not applied: manual waits'})")
+        out.append(f"derived waits: {_emitted_knob_waits(c, sync)} "
+                   f"({'applied' if kp.waits_applied else 'not applied: manual waits'})")
     stagger = c.warp_stagger_index
     out.append(f"warp stagger: group 0 runs {stagger} prologue entries before group 1 joins"
                if ExecutionModel.is_staggered(stagger, len(c.prologue))
@@ -243,7 +298,7 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
             out += compact_listing("PROLOGUE", c.prologue, names, sync, channel_of, notes["prologue"])
             out.append("")
         out += compact_listing("KERNEL", c.kernel, names, sync, channel_of, notes["kernel"],
-                               _block_rows(c))
+                               _block_rows(c, sync))
         if not kernel_only:
             out.append("")
             out += compact_listing("EPILOGUE", c.epilogue, names, sync, channel_of, notes["epilogue"])
@@ -253,12 +308,9 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
         out += phase_listing("PROLOGUE", c.prologue, names, marks, sync, channel_of, notes["prologue"])
         out.append("")
     kmarks = {}
-    if c.kernel_program is not None:
-        program = c.kernel_program.program
-        bph = c.config.blocks_per_partition
-        for i in range(len(program.blocks)):
-            kmarks[program.block_start(i)] = f"  <- block {i}" + (
-                f" (partition {i // bph})" if i % bph == 0 else "")
+    bph = c.config.blocks_per_partition
+    for i, (start, _) in enumerate(block_ranges(c, sync)):
+        kmarks[start] = f"  <- block {i}" + (f" (partition {i // bph})" if i % bph == 0 else "")
     out += phase_listing("KERNEL", c.kernel, names, kmarks, sync, channel_of, notes["kernel"])
     if not kernel_only:
         out.append("")
@@ -267,4 +319,54 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
         if c.kernel_program is not None:
             out.append("")
             out += block_layout(c, sync)
+    return "\n".join(out) + "\n"
+
+
+def _agents_listing(compiled: CompiledSchedule, plan: "AgentPlan") -> str:
+    """The text view of an agents plan: the rings, the proof, then one section per agent."""
+    from pipeline_core.agents.views import is_after_loop, program_sections
+
+    sync = compiled.target_profile.sync if compiled.target_profile is not None else None
+    names = {**(sync.tag_names() if sync is not None else {}), **compiled.tag_names}
+    body = compiled.body
+    out = [f"schedule {compiled.schedule_name} on {compiled.target_name or '(own target)'}"
+           + (f" (sync model {sync.name})" if sync is not None else "")
+           + f": agents lowering, {len(plan.programs)} agents, {plan.stages} ring stages, "
+             f"at least {plan.min_tiles} K tile{'s' if plan.min_tiles > 1 else ''}",
+           "t is the loop index over K tiles; a step with lag L serves tile t-L", ""]
+    out.append("RINGS")
+    for r in plan.rings:
+        tx = f", {r.tx_bytes} bytes per phase" if r.tx_bytes else ""
+        out.append(f"  {r.name}[{r.stages}] ({r.kind}): {r.arrivals} arrival"
+                   f"{'s' if r.arrivals > 1 else ''}{tx}; signalled by "
+                   f"{', '.join(r.signallers)}; waited on by {', '.join(r.waiters)}")
+    proof = compiled.proof
+    if proof is not None:
+        v = proof.verdict
+        out.append("")
+        if v is None:
+            out.append(f"proof: UNPROVEN: {proof.unprovable}")
+        elif v.safe:
+            out.append(f"proof: SAFE over every timing ({v.assumptions_text()})")
+        else:
+            first = v.first
+            assert first is not None
+            out.append(f"proof: UNSAFE ({len(v.distinct())} distinct hazards, emitted with "
+                       f"--allow-unsafe): {first.kind.value} at {first.site.text()}: "
+                       f"{first.message}")
+    for prog in plan.programs:
+        role = prog.role
+        regs = f", setmaxnreg {role.registers}" if role.registers else ""
+        out += ["", f"AGENT {prog.name} ({role.warps} warps, {role.issuers} issuing "
+                    f"thread{'s' if role.issuers > 1 else ''}{regs}; body ops "
+                    f"{', '.join(map(str, role.ops))})"]
+        for section, it, steps in program_sections(prog):
+            label = section.upper() if section == "kernel" else f"{section.upper()} t={it}" \
+                if section == "prologue" else f"{section.upper()} t=KT+{it}"
+            if section == "kernel":
+                label = f"KERNEL t={len(prog.prologue)}..KT-1"
+            out.append(f"  {label}")
+            for pos, s in enumerate(steps):
+                after = is_after_loop(prog, section, it, pos)
+                out.append(f"    [{pos}] {isa_form(s, plan, body, names, sync, after_loop=after)}")
     return "\n".join(out) + "\n"

@@ -5,7 +5,8 @@ and which loads are in flight, with zoom and search, from a plain JSON file.
 
 Layout (one process per kind of track, every tid unique in the file):
 
-* pid 1 "warp groups": one thread per group with nested slices: phase / iteration spans,
+* pid 1 "warp groups": one thread per group (per agent of a warp-specialized plan, named after
+  its role) with nested slices: phase / iteration spans,
   then per instruction a ``stall: ...`` slice (cat ``stall``, what it waited on in args) and
   a slice for the issue itself; markers (set_prio, schedule_barrier) are thread instants;
   barrier releases are process instants; the outstanding ticks of each of the target's sync
@@ -26,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_core.ops import OpRole, ResourceKind
-from pipeline_core.simulate import Stall, Step, Timeline, step_args, step_label, outstanding_series
+from pipeline_core.simulate import (Stall, Step, Timeline, outstanding_series, step_args,
+                                    timeline_label)
 
 PID_GROUPS, PID_MMA, PID_LDS, PID_GLOBAL, PID_VALU = 1, 2, 3, 4, 5
 _UNIT_PROCESS = {ResourceKind.MMA_UNIT: (PID_MMA, "MMA unit"),
@@ -79,7 +81,7 @@ def _blocker_args(tl: Timeline, st: Stall) -> dict[str, Any]:
     args: dict[str, Any] = {"cycles": st.cycles, "reason": st.reason, "detail": st.detail}
     if st.blocker_seq is not None and st.blocker_seq >= 0:
         b = tl.step(st.blocker_group, st.blocker_seq)
-        args.update({"waited_on": tl.label(b),
+        args.update({"waited_on": timeline_label(tl, b),
                      "waited_on_group": b.group,
                      "waited_on_phase": b.phase.name, "waited_on_iteration": b.iteration,
                      "waited_on_entry_index": b.entry})
@@ -98,7 +100,7 @@ def _group_events(ev: _Events, tl: Timeline) -> None:
             if s.stall is not None:
                 ev.slice(PID_GROUPS, tid, f"stall: {_stall_name(s, s.stall)}", "stall", s.ready,
                          s.start, _blocker_args(tl, s.stall))
-            label = tl.label(s)
+            label = timeline_label(tl, s)
             args = step_args(s, names)
             if s.is_marker:
                 ev.instant(PID_GROUPS, tid, label, "marker", s.start, "t", args)
@@ -109,7 +111,7 @@ def _group_events(ev: _Events, tl: Timeline) -> None:
                      args)
         for counter, label in tl.channels:
             for at, value in outstanding_series(g, counter):
-                ev.counter(PID_GROUPS, tid, f"group {g.group} {label}", at, value)
+                ev.counter(PID_GROUPS, tid, f"{g.title} {label}", at, value)
     for b in tl.barriers:
         ev.instant(PID_GROUPS, group_tid(0), f"{tl.barrier_name} #{b.ordinal} released", "barrier",
                    b.release, "p", {"ordinal": b.ordinal,
@@ -136,7 +138,7 @@ def _flow_events(ev: _Events, tl: Timeline) -> None:
                 continue
             for load in retired_by(g.steps, w):
                 flow += 1
-                name = f"{tl.label(w)} retires {tl.label(load)}"
+                name = f"{timeline_label(tl, w)} retires {timeline_label(tl, load)}"
                 ev.items.append({"name": name, "cat": "retire", "ph": "s", "id": flow,
                                  "ts": ev.ts(load.start), "pid": PID_GROUPS, "tid": tid})
                 ev.items.append({"name": name, "cat": "retire", "ph": "f", "bp": "e", "id": flow,
@@ -156,7 +158,7 @@ def _unit_events(ev: _Events, tl: Timeline) -> None:
         step = tl.step(b.group, b.seq)
         args = step_args(step, names)
         args.update({"start": b.start, "end": b.end, "lane": b.lane})
-        ev.slice(pid, lane_tid(pid, b.lane), f"G{b.group} {tl.label(step)}",
+        ev.slice(pid, lane_tid(pid, b.lane), f"G{b.group} {timeline_label(tl, step)}",
                  _CATEGORY.get(step.op.role, "op"), b.start, b.end, args)
 
 
@@ -164,7 +166,7 @@ def _metadata(ev: _Events, tl: Timeline) -> None:
     ev.meta(PID_GROUPS, group_tid(0), "process_name", {"name": f"warp groups: {tl.name}"})
     ev.meta(PID_GROUPS, group_tid(0), "process_sort_index", {"sort_index": PID_GROUPS})
     for g in tl.groups:
-        ev.meta(PID_GROUPS, group_tid(g.group), "thread_name", {"name": f"group {g.group}"})
+        ev.meta(PID_GROUPS, group_tid(g.group), "thread_name", {"name": g.title})
         ev.meta(PID_GROUPS, group_tid(g.group), "thread_sort_index", {"sort_index": g.group})
     for resource, (pid, title) in _UNIT_PROCESS.items():
         lanes = tl.lanes(resource)
@@ -198,9 +200,7 @@ def to_trace(tl: Timeline, *, time_scale: float = 1.0) -> dict[str, Any]:
         "iterations": str(tl.iterations),
         "warp_groups": str(len(tl.groups)),
         "makespan_cycles": str(tl.makespan),
-        "model": (f"issue {tl.model.issue_cycles} cycle(s)/instruction; global port "
-                  f"{tl.model.global_issue_cycles}, LDS port {tl.model.lds_issue_cycles} cycle(s)/op"
-                  f"{' (shared)' if tl.model.shared_memory_port else ''}; one shared MMA unit"),
+        "model": tl.model_text,
     }
     if summary is not None:
         other.update({

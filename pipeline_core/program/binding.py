@@ -54,6 +54,15 @@ class Lowering:
                 out.append(Entry(op, len(out), e.phase, e.is_prefetch))
         return tuple(out)
 
+    def kept_before(self, entries: Sequence[Entry]) -> tuple[int, ...]:
+        """``k`` -> how many of ``entries[:k]`` survive (``k`` in 0..len): where a template
+        position lands in :meth:`entries`'s result, so views place the blocks on the emitted
+        kernel, which is shorter where the target lacks a hint (docs/guide/concepts.md)."""
+        out = [0]
+        for e in entries:
+            out.append(out[-1] + (self.op(e.op) is not None))
+        return tuple(out)
+
 
 #: The template's own tags: what the reference's documents contain.
 TEMPLATE = Lowering(tags={t: t for t in (_ops.BARRIER_TAG, _ops.GLOBAL_WAIT_TAG,

@@ -193,6 +193,16 @@ class BlockSpec:
         """
         return self._before_mma() + self._from_mma()
 
+    def pre_sync_offset(self) -> int | None:
+        """Offset of ``pre_sync`` in the template expansion (None: the block has none): the
+        wait the ``wait_lgkm_first`` / ``wait_vm_last`` knobs set, for views that report it."""
+        if not self.pre_sync.is_present:
+            return None
+        before = self._entry_section()
+        if not self.barrier_before_pre_ops:
+            before += self._load_section()
+        return len(before) + (1 if self._sync_wrapped else 0)
+
     def entry_count(self) -> int:
         """Number of entries the template emits."""
         return len(self._before_mma()) + len(self._from_mma())

@@ -32,6 +32,9 @@ and name, and which tags are scheduling hints.
 
 Times are integer cycles. Everything is O(instructions x groups).
 
+Every reader runs a compiled schedule through :func:`~pipeline_core.simulate.run.model_run`, the
+one place that picks this model or the agents model (pipeline_core/agents/timing.py).
+
 The package is split by job: :mod:`~pipeline_core.simulate.inputs` (the machine model and
 the emitted entries), :mod:`~pipeline_core.simulate.engine` (instruction streams and the
 simulation), :mod:`~pipeline_core.simulate.timeline` (the result records) and
@@ -43,7 +46,9 @@ from pipeline_core.simulate.engine import simulate, streams
 from pipeline_core.simulate.inputs import (MachineModel, SimInput, SimulationError, as_input,
                                            input_from_compiled, input_from_document,
                                            op_from_document)
-from pipeline_core.simulate.labels import format_summary, outstanding_series, step_args, step_label
+from pipeline_core.simulate.labels import (format_summary, outstanding_series, step_args,
+                                           step_label, timeline_label)
+from pipeline_core.simulate.run import model_run
 from pipeline_core.simulate.timeline import (BarrierRelease, Busy, GroupTimeline, Instr, OpTiming,
                                              Span, Stall, Step, Summary, Timeline)
 
@@ -51,4 +56,5 @@ __all__ = ["MachineModel", "SimInput", "SimulationError", "Stall", "Instr",
            "OpTiming", "Step", "Span",
            "GroupTimeline", "Busy", "BarrierRelease", "Summary", "Timeline", "simulate",
            "as_input", "input_from_compiled", "input_from_document", "streams",
-           "step_label", "step_args", "outstanding_series", "format_summary", "op_from_document"]
+           "step_label", "step_args", "outstanding_series", "format_summary", "op_from_document",
+           "model_run", "timeline_label"]

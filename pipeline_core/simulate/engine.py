@@ -281,7 +281,7 @@ def _assemble(inp: SimInput, model: MachineModel, iterations: int, gs: list[_Gro
         steps = tuple(
             Step(g.gid, i, ins, r[5], r[0], r[1], r[2], r[3], r[4])
             for i, (ins, r) in enumerate(zip(g.stream, g.rows)))
-        spans = _spans(steps)
+        spans = spans_of(steps)
         starts = [0] * (iterations + 1)
         for sp in spans:
             if sp.phase == Phase.KERNEL:
@@ -293,14 +293,14 @@ def _assemble(inp: SimInput, model: MachineModel, iterations: int, gs: list[_Gro
         groups.append(GroupTimeline(g.gid, steps, spans, tuple(starts)))
     sync = inp.sync.model
     return Timeline(name=inp.name, model=model, iterations=iterations, groups=tuple(groups),
-                    busy=_assign_lanes(busy_raw), barriers=tuple(releases),
+                    busy=assign_lanes(busy_raw), barriers=tuple(releases),
                     tag_names=dict(inp.tag_names),
                     channels=tuple((c.name, c.label) for c in sync.channels),
                     barrier_name=sync.barrier.name, sync=sync,
-                    channel_of=channels_by_tag(inp.body))
+                    channel_of=channels_by_tag(inp.body), model_text=model.describe())
 
 
-def _spans(steps: Sequence[Step]) -> tuple[Span, ...]:
+def spans_of(steps: Sequence[Step]) -> tuple[Span, ...]:
     out: list[Span] = []
     i = 0
     while i < len(steps):
@@ -315,7 +315,7 @@ def _spans(steps: Sequence[Step]) -> tuple[Span, ...]:
     return tuple(out)
 
 
-def _assign_lanes(raw) -> tuple[Busy, ...]:
+def assign_lanes(raw) -> tuple[Busy, ...]:
     """Greedy interval partitioning per unit: the lowest free lane, so overlaps never share one."""
     out: list[Busy] = []
     for resource in sorted({r[0] for r in raw}):

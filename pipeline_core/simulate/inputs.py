@@ -54,6 +54,12 @@ class MachineModel:
     #: cycles (None: not declared, cycles only)
     clock_ghz: float | None = attrs.field(default=None, validator=_positive)
 
+    def describe(self) -> str:
+        """How the model costs a step, for the trace's ``otherData``."""
+        return (f"issue {self.issue_cycles} cycle(s)/instruction; global port "
+                f"{self.global_issue_cycles}, LDS port {self.lds_issue_cycles} cycle(s)/op"
+                f"{' (shared)' if self.shared_memory_port else ''}; one shared MMA unit")
+
     @classmethod
     def for_penalty(cls, penalty: int = 0, **changes) -> "MachineModel":
         """The reference's ``lds_contention_penalty``: one port shared by LDS and global ops."""

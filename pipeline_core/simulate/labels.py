@@ -6,17 +6,20 @@ from typing import Any, Mapping
 
 from pipeline_core.ops import tag_name
 from pipeline_core.simulate.timeline import GroupTimeline, Step, Summary, Timeline
+from pipeline_core.sync.model import SyncModel
 
 
 # --- labels shared by the exporters -------------------------------------------
 
 def step_label(step: Step, names: Mapping[int, str] | None = None,
-               barrier_name: str = "barrier", sync: Any = None,
+               barrier_name: str = "barrier", sync: SyncModel | None = None,
                channel_of: Mapping[int, int] | None = None) -> str:
     """The step in the shared op notation: ``LOAD_A[A s1.1 K-1]``, ``MMA[m0,n1]``,
     ``cp.async.wait_group 2`` (with the target's ``sync``; ``wait_vm(6)`` without one)."""
     from pipeline_core.export.notation import op_text
 
+    if step.instr.text:
+        return step.instr.text
     o = step.op
     kind = step.timing.kind
     if kind == "barrier":
@@ -31,6 +34,11 @@ def step_label(step: Step, names: Mapping[int, str] | None = None,
         if o.tag >= 128:
             return name.lower()
     return op_text(o, names, sync, channel_of)
+
+
+def timeline_label(tl: Timeline, step: Step) -> str:
+    """``step`` of ``tl`` in the shared op notation, with the timeline's names and sync model."""
+    return step_label(step, tl.tag_names, tl.barrier_name, tl.sync, tl.channel_of)
 
 
 def step_args(step: Step, names: Mapping[int, str] | None = None) -> dict[str, Any]:
@@ -87,5 +95,5 @@ def format_summary(tl: Timeline, summary: Summary | None = None) -> str:
     ]
     for g in tl.groups:
         reasons = ", ".join(f"{k} {v}" for k, v in g.stalls_by_reason().items()) or "none"
-        lines.append(f"  group {g.group}: {g.stall_cycles} stall cycles ({reasons})")
+        lines.append(f"  {g.title}: {g.stall_cycles} stall cycles ({reasons})")
     return "\n".join(lines)

@@ -3,12 +3,13 @@ steady-state summary, as frozen records the exporters render.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping
 
 import attrs
 
 from pipeline_core.ops import Op, Phase, ResourceKind
 from pipeline_core.simulate.inputs import MachineModel, SimulationError
+from pipeline_core.sync.model import SyncModel
 
 
 # --- outputs ------------------------------------------------------------------
@@ -34,6 +35,9 @@ class Instr:
     entry: int  #: index in the phase's entry list; -1 for the barriers the kernel inserts
     is_prefetch: bool = False
     note: str = ""  #: why a synthetic instruction exists ("stagger barrier (group 1)", ...)
+    #: the instruction as its plan writes it, when the op alone does not say (an agents step's
+    #: ring stage and parity, pipeline_core.export.notation.isa_form)
+    text: str = ""
 
 
 @attrs.frozen
@@ -109,6 +113,12 @@ class GroupTimeline:
     steps: tuple[Step, ...]
     spans: tuple[Span, ...]  #: prologue, iteration 0..N-1, epilogue (non-empty ones)
     iteration_starts: tuple[int, ...]  #: N+1 boundaries: iteration i starts, then the epilogue starts
+    name: str = ""  #: the agent's role ("producer", "consumer0"); "" : a warp group of one stream
+
+    @property
+    def title(self) -> str:
+        """What the exporters call the track: the agent's role, else ``group N``."""
+        return self.name or f"group {self.group}"
 
     @property
     def finish(self) -> int:
@@ -181,15 +191,15 @@ class Timeline:
     channels: tuple[tuple[str, str], ...] = ()
     barrier_name: str = "barrier"
     #: the target's SyncModel, for its ISA names in labels (None: tag names)
-    sync: Any = attrs.field(default=None, eq=False)
+    sync: SyncModel | None = attrs.field(default=None, eq=False)
     #: tag -> channel of the body's loads, so prologue loads label with their operand
     channel_of: Mapping[int, int] = attrs.field(factory=dict, eq=False)
-
-    def label(self, step: "Step") -> str:
-        """The step in the shared op notation (pipeline_core.export.notation)."""
-        from pipeline_core.simulate.labels import step_label
-
-        return step_label(step, self.tag_names, self.barrier_name, self.sync, self.channel_of)
+    #: the model's words for the trace's ``otherData`` (how it costs a step)
+    model_text: str = ""
+    #: the headline figures when the engine measures them itself (the agents model reports
+    #: cycles per K tile over the whole run, docs/guide/agents.md "Timing model"); None: the
+    #: steady state is measured between iteration starts (:meth:`summary`)
+    figures: Summary | None = None
 
     @property
     def makespan(self) -> int:
@@ -253,6 +263,8 @@ class Timeline:
         return total
 
     def summary(self, skip: int | None = None) -> Summary:
+        if self.figures is not None and skip is None:
+            return self.figures
         cycles, period, (lo, hi) = self.steady_state(skip)
         b = self.iteration_starts()
         window = b[hi] - b[lo]
