@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 
 from pipeline_core.execution import ExecutionModel
-from pipeline_core.ops import Entry, Op, OpRole, Phase
+from pipeline_core.ops import MAX_KERNEL_TAG, Entry, Op, OpRole, Phase
 from pipeline_core.sync.model import BoundSync
 
 Region = tuple[int, int, int]  #: (operand channel, stage, subtile)
@@ -131,7 +131,7 @@ class _Agent:
                 open_group[ch] = []
                 continue
             effect = sync.effect(op.role, op.channel)
-            if effect is None or effect.counter is None or op.tag >= 128:
+            if effect is None or effect.counter is None or op.tag > MAX_KERNEL_TAG:
                 continue
             ch = effect.counter
             if ch in grouped:
@@ -170,7 +170,7 @@ def _regions(agent: _Agent, role: OpRole) -> dict[Region, list[int]]:
     out: dict[Region, list[int]] = {}
     for p, ev in enumerate(agent.events):
         op = ev.op
-        if op is not None and op.role == role and op.tag < 128:
+        if op is not None and op.role == role and op.tag <= MAX_KERNEL_TAG:
             out.setdefault((op.channel, op.stage, op.subtile), []).append(p)
     return out
 
