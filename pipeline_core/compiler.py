@@ -17,7 +17,7 @@ from pipeline_core.errors import ConfigError, ProgramError
 from pipeline_core.execution import ExecutionModel, declared_warps_per_group
 from pipeline_core.limits import GLOBAL_LOAD_TICKS
 from pipeline_core.ops import MAX_KERNEL_TAG, Entry, Op, OpRole, Phase, entries
-from pipeline_core.schedule import Schedule
+from pipeline_core.schedule import LOWERINGS, Schedule, ScheduleBase
 
 if TYPE_CHECKING:
     from pipeline_core.plugins import PluginHost
@@ -83,13 +83,11 @@ class CompiledSchedule:
         return {Phase.PROLOGUE: self.prologue, Phase.KERNEL: self.kernel, Phase.EPILOGUE: self.epilogue}
 
 
-def _tag_names(schedule: Schedule, target: TargetProfile | None) -> dict[int, str]:
+def _tag_names(schedule: ScheduleBase, target: TargetProfile | None) -> dict[int, str]:
     names: dict[int, str] = {}
     if target is not None:
         names.update(target.cost_model.tag_names())
-    own = getattr(schedule, "tag_names", None)
-    if callable(own):
-        names.update(own())
+    names.update(schedule.tag_names())
     return names
 
 
@@ -121,7 +119,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     # the schedule's methods run under the plugin guard, which checks what they return
     config = schedule.config()
     body = tuple(schedule.build_body())
-    target = getattr(schedule, "target", None)
+    target = schedule.target
     if not isinstance(target, TargetProfile):
         target = None
     check_body_fits_target(schedule, body, config, target, target_name)
@@ -188,19 +186,16 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         bootstrap = ()
         prologue = phases.default_prologue(body, config)
         kernel = phases.default_kernel(body)
-        own = getattr(schedule, "transform_kernel", None)
-        if callable(own):
-            kernel = tuple(own(kernel, body))
+        # the schedule's own transform_kernel first (the core's answer), then the plugins'
         for transform in host.kernel_transforms(schedule, target_name, config):
             kernel = tuple(transform.function(kernel, body, config))
         epilogue = phases.default_epilogue(body, config)
         lowering = lowering_for(getattr(target, "sync", None))
         prologue, kernel, epilogue = (lowering.entries(p) for p in (prologue, kernel, epilogue))
         kernel_deps = edges
-    prefix = getattr(schedule, "epilogue_prefix", None)
-    if callable(prefix):
-        ops = [e.op for e in epilogue]
-        epilogue = entries(list(prefix()) + ops, Phase.EPILOGUE)
+    prefix = list(schedule.epilogue_prefix())
+    if prefix:
+        epilogue = entries(prefix + [e.op for e in epilogue], Phase.EPILOGUE)
     stagger = phases.warp_stagger_index(config, body, len(prologue))
     if config.warp_stagger.enabled and not ExecutionModel.is_staggered(stagger, len(prologue)):
         # an enabled stagger must split the prologue: past it, one warp group would be proven
@@ -228,18 +223,17 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     return require_safe(compiled, host, allow_unsafe=allow_unsafe)
 
 
-def _lowering_name(schedule: Schedule) -> str:
+def _lowering_name(schedule: ScheduleBase) -> str:
     """The lowering a schedule asks for with ``lowering()``: "blocks" (default), "generic" or
     "agents" (warp-specialized programs, pipeline_core.agents)."""
-    own = getattr(schedule, "lowering", None)
-    name = own() if callable(own) else "blocks"
-    if name not in ("blocks", "generic", "agents"):
+    name = schedule.lowering()
+    if name not in LOWERINGS:
         raise ConfigError(f"schedule {schedule.name}", "lowering", name,
                           '"blocks", "generic" or "agents"')
     return name
 
 
-def _require_sync(schedule: Any, target: TargetProfile | None, lowering: str,
+def _require_sync(schedule: ScheduleBase, target: TargetProfile | None, lowering: str,
                   derives: str) -> TargetProfile:
     """``target``, refused unless it declares a sync model: the generic and agents lowerings
     derive their sync from it."""
@@ -250,7 +244,7 @@ def _require_sync(schedule: Any, target: TargetProfile | None, lowering: str,
     return target
 
 
-def _compile_agents(schedule: Any, body: tuple[Op, ...], edges: tuple[DepEdge, ...],
+def _compile_agents(schedule: ScheduleBase, body: tuple[Op, ...], edges: tuple[DepEdge, ...],
                     config: PipelineConfig, target: TargetProfile | None, target_name: str,
                     tag_names: Mapping[int, str], params: Mapping[str, Any] | None,
                     host: PluginHost, allow_unsafe: bool) -> CompiledSchedule:
@@ -261,11 +255,8 @@ def _compile_agents(schedule: Any, body: tuple[Op, ...], edges: tuple[DepEdge, .
 
     owner = f"schedule {schedule.name}"
     target = _require_sync(schedule, target, "agents", "its rings and waits")
-    own = getattr(schedule, "agents", None)
-    if not callable(own):
-        raise ConfigError(owner, "lowering", "agents", "a schedule with an agents() method "
-                          "returning its AgentSpec")
-    plan = lower_agents(body, edges, target.sync, stages=config.depth, spec=own(), owner=owner)
+    plan = lower_agents(body, edges, target.sync, stages=config.depth, spec=schedule.agents(),
+                        owner=owner)
     compiled = CompiledSchedule(
         schedule_name=schedule.name, target_name=target_name, config=config,
         schedule_config=_schedule_config(schedule), body=body, edges=edges, prologue=(),
@@ -274,12 +265,11 @@ def _compile_agents(schedule: Any, body: tuple[Op, ...], edges: tuple[DepEdge, .
     return require_safe(compiled, host, allow_unsafe=allow_unsafe)
 
 
-def _schedule_config(schedule: Schedule) -> ScheduleConfig:
-    own = getattr(schedule, "schedule_config", None)
-    return own() if callable(own) else ScheduleConfig()
+def _schedule_config(schedule: ScheduleBase) -> ScheduleConfig:
+    return schedule.schedule_config()
 
 
-def check_body_fits_target(schedule: Any, body: tuple[Op, ...], config: PipelineConfig,
+def check_body_fits_target(schedule: ScheduleBase, body: tuple[Op, ...], config: PipelineConfig,
                            target: TargetProfile | None, target_name: str) -> None:
     """Refuse, before any work, a body the target cannot cost or count.
 
@@ -294,8 +284,7 @@ def check_body_fits_target(schedule: Any, body: tuple[Op, ...], config: Pipeline
         known = target.cost_model.costs
         missing = sorted({o.tag for o in body if o.tag <= MAX_KERNEL_TAG and o.tag not in known})
         if missing:
-            own = getattr(schedule, "tag_names", None)
-            names = own() if callable(own) else {}
+            names = schedule.tag_names()
             shown = ", ".join(f"{t} ({names[t]})" if t in names else str(t) for t in missing)
             raise ConfigError(f"schedule {schedule.name}", "", where,
                               f"the cost model of target {where!r} lacks kernel tag"
