@@ -122,12 +122,13 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     target = schedule.target
     if not isinstance(target, TargetProfile):
         target = None
-    check_body_fits_target(schedule, body, config, target, target_name)
+    lowering_name = _lowering_name(schedule)
+    check_body_fits_target(schedule, body, config, target, target_name,
+                           block_program=lowering_name == "blocks")
     edges = tuple(host.derive_edges(schedule, body, config))
     graph.validate(body, edges)
 
     tag_names = _tag_names(schedule, target)
-    lowering_name = _lowering_name(schedule)
     if lowering_name == "agents":
         return _compile_agents(schedule, body, edges, config, target, target_name, tag_names,
                                params, host, allow_unsafe)
@@ -270,14 +271,17 @@ def _schedule_config(schedule: ScheduleBase) -> ScheduleConfig:
 
 
 def check_body_fits_target(schedule: ScheduleBase, body: tuple[Op, ...], config: PipelineConfig,
-                           target: TargetProfile | None, target_name: str) -> None:
+                           target: TargetProfile | None, target_name: str, *,
+                           block_program: bool = True) -> None:
     """Refuse, before any work, a body the target cannot cost or count.
 
     * every kernel tag of the body must be in the target's cost model: a tag the
       model lacks would be costed as nothing, and a foreign model reinterprets tags
       (a body compiled for another schedule's target);
-    * a global load must add ticks to the global channel (vm per load >= 1), or every
-      derived global wait is 0 and protects nothing.
+    * on the blocks lowering (``block_program``), a global load must add ticks to the global
+      channel (vm per load >= 1), or every derived global wait is 0 and protects nothing;
+      the ring and agents lowerings count through the target's sync model and never read
+      those fields (``config.BLOCK_PIPELINE_FIELDS``).
     """
     where = target_name or "(the schedule's own)"
     if target is not None:
@@ -291,7 +295,7 @@ def check_body_fits_target(schedule: ScheduleBase, body: tuple[Op, ...], config:
                               f"{'s' if len(missing) > 1 else ''} {shown} that the schedule "
                               "uses; choose a target made for this schedule (`pipeline-core "
                               "schedules` shows its default target)", flag="--target")
-    for o in body:
+    for o in body if block_program else ():
         if o.role == OpRole.GLOBAL_LOAD and config.vm_per_channel(o.channel) < 1:
             field = "vm_per_load_a" if o.channel == 0 else "vm_per_load_b"
             raise ConfigError(f"target {where}", field, config.vm_per_channel(o.channel),
