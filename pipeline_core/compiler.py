@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import attrs
 
-from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
+from pipeline_core.config import (BLOCK_SCHEDULE_KNOBS, PipelineConfig, ScheduleConfig,
+                                  TargetProfile)
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ConfigError, ProgramError
 from pipeline_core.execution import ExecutionModel, declared_warps_per_group
@@ -135,7 +136,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     if lowering_name == "generic":
         from pipeline_core.lowering.generic import lower_generic
         target = _require_sync(schedule, target, "generic", "its waits")
-        sched = _schedule_config(schedule)
+        sched = _schedule_config(schedule, "generic")
         warps = declared_warps_per_group(schedule, target)
         lowered = lower_generic(body, target.sync, stages=config.depth,
                                 execution=ExecutionModel(warps_per_group=warps),
@@ -260,14 +261,27 @@ def _compile_agents(schedule: ScheduleBase, body: tuple[Op, ...], edges: tuple[D
                         owner=owner)
     compiled = CompiledSchedule(
         schedule_name=schedule.name, target_name=target_name, config=config,
-        schedule_config=_schedule_config(schedule), body=body, edges=edges, prologue=(),
+        schedule_config=_schedule_config(schedule, "agents"), body=body, edges=edges, prologue=(),
         kernel=(), epilogue=(), kernel_deps=(), warp_stagger_index=0, tag_names=tag_names,
         params=dict(params or {}), target_profile=target, lowering="agents", agents=plan)
     return require_safe(compiled, host, allow_unsafe=allow_unsafe)
 
 
-def _schedule_config(schedule: ScheduleBase) -> ScheduleConfig:
-    return schedule.schedule_config()
+def _schedule_config(schedule: ScheduleBase, lowering: str = "blocks") -> ScheduleConfig:
+    """The schedule's ScheduleConfig; on the ring and agents lowerings, which read none of the
+    block template's knobs (``config.BLOCK_SCHEDULE_KNOBS``), one the schedule sets is refused
+    rather than ignored (``-c`` on them is refused already, pipeline_core/api.py)."""
+    sched = schedule.schedule_config()
+    if lowering != "blocks":
+        default = ScheduleConfig()
+        for knob in BLOCK_SCHEDULE_KNOBS:
+            if getattr(sched, knob) != getattr(default, knob):
+                raise ConfigError(f"schedule {schedule.name}", f"schedule_config().{knob}",
+                                  getattr(sched, knob),
+                                  f"its default {getattr(default, knob)!r}: the {lowering} "
+                                  "lowering reads no block-template knob (its waits come from "
+                                  "the target's sync model); leave it out of schedule_config()")
+    return sched
 
 
 def check_body_fits_target(schedule: ScheduleBase, body: tuple[Op, ...], config: PipelineConfig,
