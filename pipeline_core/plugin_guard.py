@@ -27,8 +27,8 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
-from collections.abc import Iterable, Mapping
 import types
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import attrs
