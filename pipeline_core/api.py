@@ -7,7 +7,7 @@ from pipeline_core.compiler import CompiledSchedule, _lowering_name, compile_sch
 from pipeline_core.config import ScheduleConfig, apply_overrides
 from pipeline_core.errors import ConfigError, UnknownNameError
 from pipeline_core.proof import UnencodableWaitError, UnsafeScheduleError, racing_overrides
-from pipeline_core.schedule import (BuildContext, Schedule, ScheduleRecord, TargetRecord,
+from pipeline_core.schedule import (BuildContext, ScheduleBase, ScheduleRecord, TargetRecord,
                                     fitting_targets, parse_params, parse_target_args)
 
 if TYPE_CHECKING:
@@ -18,10 +18,11 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
                 target_args: Mapping[str, str] | None = None,
                 config_overrides: Mapping[str, str] | None = None,
                 host: PluginHost | None = None,
-                reference: bool = False) -> tuple[Schedule, str, dict[str, Any]]:
+                reference: bool = False) -> tuple[ScheduleBase, str, dict[str, Any]]:
     """Instantiate a registered schedule on a registered target; returns (schedule, target name,
     parsed parameters).  ``reference``: the caller wants the reference's output exactly
-    (:attr:`BuildContext.reference`)."""
+    (:attr:`BuildContext.reference`).  The schedule comes under the plugin guard, which answers
+    the protocol's optional methods it lacks (:class:`pipeline_core.schedule.ScheduleBase`)."""
     if host is None:
         from pipeline_core.plugins import default_host
         host = default_host()
@@ -45,7 +46,7 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
     ctx = BuildContext(schedule=record, params=values, explicit_params=frozenset(given),
                        target=target_record, target_args=dict(target_args or {}),
                        config_overrides=dict(config_overrides or {}), reference=reference)
-    built = record.factory(ctx)
+    built = host.guard_schedule(record.factory(ctx))  # a plugin's factory guarded it already
     refuse_unread_knobs(schedule, built, dict(config_overrides or {}))
     return built, target_name, values
 
@@ -60,7 +61,7 @@ KNOBLESS_LOWERINGS = {
 }
 
 
-def refuse_unread_knobs(name: str, schedule: Schedule, overrides: Mapping[str, str]) -> None:
+def refuse_unread_knobs(name: str, schedule: ScheduleBase, overrides: Mapping[str, str]) -> None:
     """Refuse ``-c`` on a schedule whose lowering reads no knob (:data:`KNOBLESS_LOWERINGS`),
     naming the first key the user gave."""
     if not overrides:

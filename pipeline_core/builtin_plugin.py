@@ -2,18 +2,21 @@
 
 The host consults these only when no other plugin answers an override hook,
 so a plugin overrides a core default exactly the way it overrides another plugin.
+The schedule's own ``derive_edges``, ``build_explicit_blocks``, ``bootstrap_frags`` and
+``transform_kernel`` (:class:`pipeline_core.schedule.ScheduleBase`) are the core's answers:
+one mechanism, the hook, with the schedule's method as its default.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from pipeline_core.hookspecs import hookimpl
-from pipeline_core.schedule import KernelTransform, Schedule, StrategyRecord
+from pipeline_core.schedule import KernelTransform, ScheduleBase, StrategyRecord
 
 if TYPE_CHECKING:
     from pipeline_core.config import PipelineConfig
     from pipeline_core.edges import DepEdge
-    from pipeline_core.ops import Op
+    from pipeline_core.ops import Entry, Op
     from pipeline_core.program.program import Program
 
 
@@ -35,30 +38,33 @@ def pipeline_core_register_strategies() -> list[StrategyRecord]:
 
 
 @hookimpl
-def pipeline_core_derive_edges(schedule: Schedule, body: tuple[Op, ...],
+def pipeline_core_derive_edges(schedule: ScheduleBase, body: tuple[Op, ...],
                                config: PipelineConfig) -> list[DepEdge]:
-    """The schedule's own ``derive_edges`` if it has one, else the rule tables."""
-    own = getattr(schedule, "derive_edges", None)
-    if callable(own):
-        return list(own(body))
+    """The schedule's own ``derive_edges`` if it answers, else the rule tables."""
+    own = schedule.derive_edges(body)
+    if own is not None:
+        return list(own)
     from pipeline_core.edges import derive_edges
     return derive_edges(body, config)
 
 
 @hookimpl
-def pipeline_core_explicit_blocks(schedule: Schedule, body: tuple[Op, ...],
+def pipeline_core_explicit_blocks(schedule: ScheduleBase, body: tuple[Op, ...],
                                   program: Program) -> list[list[Op]]:
-    own = getattr(schedule, "build_explicit_blocks", None)
-    return list(own(body, program)) if callable(own) else []
+    return [list(block) for block in schedule.build_explicit_blocks(body, program)]
 
 
 @hookimpl
-def pipeline_core_bootstrap_frags(schedule: Schedule) -> list[Op]:
-    own = getattr(schedule, "bootstrap_frags", None)
-    return list(own()) if callable(own) else []
+def pipeline_core_bootstrap_frags(schedule: ScheduleBase) -> list[Op]:
+    return list(schedule.bootstrap_frags())
 
 
 @hookimpl
-def pipeline_core_kernel_transforms(schedule: Schedule, target: str,
+def pipeline_core_kernel_transforms(schedule: ScheduleBase, target: str,
                                     config: PipelineConfig) -> list[KernelTransform]:
-    return []
+    """The schedule's own ``transform_kernel``: the host runs the core's transforms before
+    every plugin's (pipeline_core/hookspecs.py, ``pipeline_core_kernel_transforms``)."""
+    def own(kernel: tuple[Entry, ...], body: tuple[Op, ...], config: PipelineConfig) -> list[Entry]:
+        return list(schedule.transform_kernel(kernel, body))
+
+    return [KernelTransform(f"transform_kernel() of schedule {schedule.name}", own)]

@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import attrs
 
-from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
+from pipeline_core.config import (BLOCK_SCHEDULE_KNOBS, PipelineConfig, ScheduleConfig,
+                                  TargetProfile)
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ConfigError, ProgramError
 from pipeline_core.execution import ExecutionModel, declared_warps_per_group
 from pipeline_core.launch import KernelLaunch
 from pipeline_core.limits import GLOBAL_LOAD_TICKS
 from pipeline_core.ops import MAX_KERNEL_TAG, Entry, Op, OpRole, Phase, entries
-from pipeline_core.schedule import Schedule
+from pipeline_core.schedule import LOWERINGS, Schedule, ScheduleBase
 
 if TYPE_CHECKING:
     from pipeline_core.plugins import PluginHost
@@ -87,13 +88,11 @@ class CompiledSchedule:
         return {Phase.PROLOGUE: self.prologue, Phase.KERNEL: self.kernel, Phase.EPILOGUE: self.epilogue}
 
 
-def _tag_names(schedule: Schedule, target: TargetProfile | None) -> dict[int, str]:
+def _tag_names(schedule: ScheduleBase, target: TargetProfile | None) -> dict[int, str]:
     names: dict[int, str] = {}
     if target is not None:
         names.update(target.cost_model.tag_names())
-    own = getattr(schedule, "tag_names", None)
-    if callable(own):
-        names.update(own())
+    names.update(schedule.tag_names())
     return names
 
 
@@ -125,22 +124,23 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     # the schedule's methods run under the plugin guard, which checks what they return
     config = schedule.config()
     body = tuple(schedule.build_body())
-    target = getattr(schedule, "target", None)
+    target = schedule.target
     if not isinstance(target, TargetProfile):
         target = None
-    check_body_fits_target(schedule, body, config, target, target_name)
+    lowering_name = _lowering_name(schedule)
+    check_body_fits_target(schedule, body, config, target, target_name,
+                           block_program=lowering_name == "blocks")
     edges = tuple(host.derive_edges(schedule, body, config))
     graph.validate(body, edges)
 
     tag_names = _tag_names(schedule, target)
-    lowering_name = _lowering_name(schedule)
     if lowering_name == "agents":
         return _compile_agents(schedule, body, edges, config, target, target_name, tag_names,
                                params, host, allow_unsafe)
     if lowering_name == "generic":
         from pipeline_core.lowering.generic import lower_generic
         target = _require_sync(schedule, target, "generic", "its waits")
-        sched = _schedule_config(schedule)
+        sched = _schedule_config(schedule, "generic")
         warps = declared_warps_per_group(schedule, target)
         lowered = lower_generic(body, target.sync, stages=config.depth,
                                 execution=ExecutionModel(warps_per_group=warps),
@@ -152,7 +152,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
             epilogue=epilogue, kernel_deps=(), warp_stagger_index=len(prologue) + 1,
             tag_names=tag_names, params=dict(params or {}), target_profile=target,
             execution=ExecutionModel(warps_per_group=warps), lowering="generic",
-            launch=_kernel_launch(schedule))
+            launch=schedule.kernel_launch())
         from pipeline_core.proof import require_safe
 
         return require_safe(compiled, host, allow_unsafe=allow_unsafe)
@@ -193,19 +193,16 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         bootstrap = ()
         prologue = phases.default_prologue(body, config)
         kernel = phases.default_kernel(body)
-        own = getattr(schedule, "transform_kernel", None)
-        if callable(own):
-            kernel = tuple(own(kernel, body))
+        # the schedule's own transform_kernel first (the core's answer), then the plugins'
         for transform in host.kernel_transforms(schedule, target_name, config):
             kernel = tuple(transform.function(kernel, body, config))
         epilogue = phases.default_epilogue(body, config)
         lowering = lowering_for(getattr(target, "sync", None))
         prologue, kernel, epilogue = (lowering.entries(p) for p in (prologue, kernel, epilogue))
         kernel_deps = edges
-    prefix = getattr(schedule, "epilogue_prefix", None)
-    if callable(prefix):
-        ops = [e.op for e in epilogue]
-        epilogue = entries(list(prefix()) + ops, Phase.EPILOGUE)
+    prefix = list(schedule.epilogue_prefix())
+    if prefix:
+        epilogue = entries(prefix + [e.op for e in epilogue], Phase.EPILOGUE)
     stagger = phases.warp_stagger_index(config, body, len(prologue))
     if config.warp_stagger.enabled and not ExecutionModel.is_staggered(stagger, len(prologue)):
         # an enabled stagger must split the prologue: past it, one warp group would be proven
@@ -221,7 +218,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         kernel=tuple(kernel), epilogue=tuple(epilogue), kernel_deps=tuple(kernel_deps),
         warp_stagger_index=stagger, tag_names=tag_names, kernel_program=result,
         bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target,
-        execution=execution, explicit_source=explicit_source, launch=_kernel_launch(schedule))
+        execution=execution, explicit_source=explicit_source, launch=schedule.kernel_launch())
     from pipeline_core.proof import require_safe
 
     if wait_source(schedule) == DERIVED:
@@ -233,18 +230,17 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     return require_safe(compiled, host, allow_unsafe=allow_unsafe)
 
 
-def _lowering_name(schedule: Schedule) -> str:
+def _lowering_name(schedule: ScheduleBase) -> str:
     """The lowering a schedule asks for with ``lowering()``: "blocks" (default), "generic" or
     "agents" (warp-specialized programs, pipeline_core.agents)."""
-    own = getattr(schedule, "lowering", None)
-    name = own() if callable(own) else "blocks"
-    if name not in ("blocks", "generic", "agents"):
+    name = schedule.lowering()
+    if name not in LOWERINGS:
         raise ConfigError(f"schedule {schedule.name}", "lowering", name,
                           '"blocks", "generic" or "agents"')
     return name
 
 
-def _require_sync(schedule: Any, target: TargetProfile | None, lowering: str,
+def _require_sync(schedule: ScheduleBase, target: TargetProfile | None, lowering: str,
                   derives: str) -> TargetProfile:
     """``target``, refused unless it declares a sync model: the generic and agents lowerings
     derive their sync from it."""
@@ -255,7 +251,7 @@ def _require_sync(schedule: Any, target: TargetProfile | None, lowering: str,
     return target
 
 
-def _compile_agents(schedule: Any, body: tuple[Op, ...], edges: tuple[DepEdge, ...],
+def _compile_agents(schedule: ScheduleBase, body: tuple[Op, ...], edges: tuple[DepEdge, ...],
                     config: PipelineConfig, target: TargetProfile | None, target_name: str,
                     tag_names: Mapping[int, str], params: Mapping[str, Any] | None,
                     host: PluginHost, allow_unsafe: bool) -> CompiledSchedule:
@@ -266,55 +262,60 @@ def _compile_agents(schedule: Any, body: tuple[Op, ...], edges: tuple[DepEdge, .
 
     owner = f"schedule {schedule.name}"
     target = _require_sync(schedule, target, "agents", "its rings and waits")
-    own = getattr(schedule, "agents", None)
-    if not callable(own):
-        raise ConfigError(owner, "lowering", "agents", "a schedule with an agents() method "
-                          "returning its AgentSpec")
-    plan = lower_agents(body, edges, target.sync, stages=config.depth, spec=own(), owner=owner)
+    plan = lower_agents(body, edges, target.sync, stages=config.depth, spec=schedule.agents(),
+                        owner=owner)
     compiled = CompiledSchedule(
         schedule_name=schedule.name, target_name=target_name, config=config,
-        schedule_config=_schedule_config(schedule), body=body, edges=edges, prologue=(),
+        schedule_config=_schedule_config(schedule, "agents"), body=body, edges=edges, prologue=(),
         kernel=(), epilogue=(), kernel_deps=(), warp_stagger_index=0, tag_names=tag_names,
         params=dict(params or {}), target_profile=target, lowering="agents", agents=plan,
-        launch=_kernel_launch(schedule))
+        launch=schedule.kernel_launch())
     return require_safe(compiled, host, allow_unsafe=allow_unsafe)
 
 
-def _kernel_launch(schedule: Schedule) -> KernelLaunch | None:
-    """The kernel family and geometry the schedule declares (``kernel_launch()``), if any."""
-    own = getattr(schedule, "kernel_launch", None)
-    return own() if callable(own) else None
+def _schedule_config(schedule: ScheduleBase, lowering: str = "blocks") -> ScheduleConfig:
+    """The schedule's ScheduleConfig; on the ring and agents lowerings, which read none of the
+    block template's knobs (``config.BLOCK_SCHEDULE_KNOBS``), one the schedule sets is refused
+    rather than ignored (``-c`` on them is refused already, pipeline_core/api.py)."""
+    sched = schedule.schedule_config()
+    if lowering != "blocks":
+        default = ScheduleConfig()
+        for knob in BLOCK_SCHEDULE_KNOBS:
+            if getattr(sched, knob) != getattr(default, knob):
+                raise ConfigError(f"schedule {schedule.name}", f"schedule_config().{knob}",
+                                  getattr(sched, knob),
+                                  f"its default {getattr(default, knob)!r}: the {lowering} "
+                                  "lowering reads no block-template knob (its waits come from "
+                                  "the target's sync model); leave it out of schedule_config()")
+    return sched
 
 
-def _schedule_config(schedule: Schedule) -> ScheduleConfig:
-    own = getattr(schedule, "schedule_config", None)
-    return own() if callable(own) else ScheduleConfig()
-
-
-def check_body_fits_target(schedule: Any, body: tuple[Op, ...], config: PipelineConfig,
-                           target: TargetProfile | None, target_name: str) -> None:
+def check_body_fits_target(schedule: ScheduleBase, body: tuple[Op, ...], config: PipelineConfig,
+                           target: TargetProfile | None, target_name: str, *,
+                           block_program: bool = True) -> None:
     """Refuse, before any work, a body the target cannot cost or count.
 
     * every kernel tag of the body must be in the target's cost model: a tag the
       model lacks would be costed as nothing, and a foreign model reinterprets tags
       (a body compiled for another schedule's target);
-    * a global load must add ticks to the global channel (vm per load >= 1), or every
-      derived global wait is 0 and protects nothing.
+    * on the blocks lowering (``block_program``), a global load must add ticks to the global
+      channel (vm per load >= 1), or every derived global wait is 0 and protects nothing;
+      the ring and agents lowerings count through the target's sync model and never read
+      those fields (``config.BLOCK_PIPELINE_FIELDS``).
     """
     where = target_name or "(the schedule's own)"
     if target is not None:
         known = target.cost_model.costs
         missing = sorted({o.tag for o in body if o.tag <= MAX_KERNEL_TAG and o.tag not in known})
         if missing:
-            own = getattr(schedule, "tag_names", None)
-            names = own() if callable(own) else {}
+            names = schedule.tag_names()
             shown = ", ".join(f"{t} ({names[t]})" if t in names else str(t) for t in missing)
             raise ConfigError(f"schedule {schedule.name}", "", where,
                               f"the cost model of target {where!r} lacks kernel tag"
                               f"{'s' if len(missing) > 1 else ''} {shown} that the schedule "
                               "uses; choose a target made for this schedule (`pipeline-core "
                               "schedules` shows its default target)", flag="--target")
-    for o in body:
+    for o in body if block_program else ():
         if o.role == OpRole.GLOBAL_LOAD and config.vm_per_channel(o.channel) < 1:
             field = "vm_per_load_a" if o.channel == 0 else "vm_per_load_b"
             raise ConfigError(f"target {where}", field, config.vm_per_channel(o.channel),

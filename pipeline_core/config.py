@@ -267,6 +267,18 @@ SCHEDULE_KNOB_GROUPS: dict[str, tuple[str, ...]] = {
     "hints": ("sched_barrier_mask", "omit_mma_set_prio", "wrap_waits_with_sched_barrier"),
 }
 
+#: The blocks lowering's own knobs: every ScheduleConfig group but "ordering" (the block
+#: template's waits, its shape and its hints).  The ring and agents lowerings read none of
+#: them: their waits come from the target's sync model (``-c`` on them is refused,
+#: pipeline_core/api.py ``KNOBLESS_LOWERINGS``; their documents leave them out).
+BLOCK_SCHEDULE_KNOBS: tuple[str, ...] = tuple(
+    name for group, names in SCHEDULE_KNOB_GROUPS.items() if group != "ordering" for name in names)
+#: The PipelineConfig fields only the blocks lowering reads: the counter ticks one load adds
+#: on the block template's two channels.  A ring or agents target counts through its sync
+#: model, so these are neither checked nor written for it (docs/document-format.md).
+BLOCK_PIPELINE_FIELDS: tuple[str, ...] = ("vm_per_load_a", "vm_per_load_b", "lgkm_per_load_a",
+                                          "lgkm_per_load_b")
+
 
 def _match_field(inst, attribute, value):
     if isinstance(value, bool) or value not in (0, 1):

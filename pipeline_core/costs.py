@@ -38,7 +38,7 @@ def _check_costs(inst, attribute, value: Mapping[int, OpCost]) -> None:
         if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag <= MAX_KERNEL_TAG:
             raise ConfigError("CostModel", "costs", tag,
                               f"kernel tags are integers in [0, {MAX_KERNEL_TAG}]; "
-                              "framework tags (>= 128) have fixed costs")
+                              f"framework tags (>= {MAX_KERNEL_TAG + 1}) have fixed costs")
         if not isinstance(cost, OpCost):
             raise ConfigError("CostModel", f"costs[{tag}]", cost, "an OpCost")
 
@@ -67,7 +67,7 @@ def annotate(ops: Iterable[Op], model: CostModel) -> list[Op]:
 
     Overwrites unconditionally (even ops that already carried costs, even tags
     the model never registered), exactly as the reference does; framework ops
-    (tag >= 128) pass through untouched.
+    (tags above ``MAX_KERNEL_TAG``) pass through untouched.
     """
     out = []
     for o in ops:

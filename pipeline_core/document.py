@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from pipeline_core.config import (BlockSizing, FragOrder, LoopCarried, PipelineConfig,
-                                  ScheduleConfig, WarpStagger)
+from pipeline_core.config import (BLOCK_PIPELINE_FIELDS, BLOCK_SCHEDULE_KNOBS, BlockSizing,
+                                  FragOrder, LoopCarried, PipelineConfig, ScheduleConfig,
+                                  WarpStagger)
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import Entry, Op, Phase, tag_name
 
@@ -34,7 +35,7 @@ SLOT_NAMES = ("mma", "pre_op_0", "pre_op_1", "global_load", "global_load_1", "en
 
 #: keys named after the reference's counters, written only for block-program documents
 COUNTER_OP_KEYS = ("vm_cost", "lgkm_cost")
-COUNTER_CONFIG_KEYS = ("vm_per_load_a", "vm_per_load_b", "lgkm_per_load_a", "lgkm_per_load_b")
+COUNTER_CONFIG_KEYS = BLOCK_PIPELINE_FIELDS  # the blocks lowering's own (pipeline_core/config.py)
 
 
 def _neutral(d: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
@@ -149,14 +150,13 @@ def to_document(c: "CompiledSchedule") -> dict[str, Any]:
         # the generic and agents lowerings' documents carry no block-program fields: no
         # counter costs on ops, no per-load counter ticks (the target's sync model has them),
         # only the ordering knobs of the schedule config
-        from pipeline_core.config import SCHEDULE_KNOB_GROUPS
         doc["lowering"] = c.lowering
         for key in ("body", "prologue", "kernel", "epilogue"):
             for item in doc[key]:
                 _neutral(item.get("op", item), COUNTER_OP_KEYS)
         _neutral(doc["config"], COUNTER_CONFIG_KEYS)
-        keep = set(SCHEDULE_KNOB_GROUPS["ordering"]) | {"scheduling_name"}
-        doc["schedule_config"] = {k: v for k, v in doc["schedule_config"].items() if k in keep}
+        doc["schedule_config"] = {k: v for k, v in doc["schedule_config"].items()
+                                  if k not in BLOCK_SCHEDULE_KNOBS}
     if c.lowering == "agents":  # one program per agent: the phase lists stay empty
         from pipeline_core.agents.views import agents_doc
         doc["lowering"] = "agents"

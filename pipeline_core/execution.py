@@ -24,6 +24,7 @@ from pipeline_core.errors import ConfigError
 from pipeline_core.ops import Phase
 
 if TYPE_CHECKING:
+    from pipeline_core.schedule import ScheduleBase
     from pipeline_core.sync.model import SyncModel
 
 #: Synthetic barriers the stagger adds (the ``synthetic`` value of a :class:`Slot`).
@@ -110,16 +111,16 @@ class ExecutionModel:
         return tuple(out)
 
 
-def declared_warps_per_group(schedule: Any, target: Any = None) -> int:
+def declared_warps_per_group(schedule: ScheduleBase, target: Any = None) -> int:
     """Warps per group a schedule (``warps_per_group()``) or its target declares; 1 if neither,
     and at least :func:`fewest_agents` of the target's sync model."""
-    own = getattr(schedule, "warps_per_group", None)
-    value = own() if callable(own) else getattr(target, "warps_per_group", None)
+    value = schedule.warps_per_group()
+    if value is None:
+        value = getattr(target, "warps_per_group", None)
     if value is None:
         value = 1
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        name = getattr(schedule, "name", "?")
-        raise ConfigError(f"schedule {name}", "warps_per_group", value, "an integer >= 1")
+        raise ConfigError(f"schedule {schedule.name}", "warps_per_group", value, "an integer >= 1")
     return max(value, fewest_agents(getattr(target, "sync", None)))
 
 

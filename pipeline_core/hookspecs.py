@@ -14,9 +14,12 @@ How results combine
   calls every implementation (in plugin-name order, never install order):
   exactly one non-``None`` answer from a plugin wins over the schedule's own
   method, which wins over the core default; two plugins answering for the same
-  schedule is a conflict error naming both.
+  schedule is a conflict error naming both.  The schedule's method is the core's
+  answer (``pipeline_core.builtin_plugin``; the protocol is declared in
+  :class:`pipeline_core.schedule.ScheduleBase`), not a second mechanism.
 * ``pipeline_core_kernel_transforms`` is collected: all transforms returned
-  run in ``(order, name)`` order after the schedule's own ``transform_kernel``.
+  run in ``(order, name)`` order after the schedule's own ``transform_kernel``
+  (the core's answer to this hook, which runs first).
 
 How plugin code is run
 ----------------------

@@ -52,8 +52,7 @@ def schedule_rules(host: "PluginHost") -> tuple[dict[str, dict[str, Any]], list[
     for name in sorted(host.schedules):
         try:
             schedule, _, _ = build_named(name, host=host)
-            ask = getattr(schedule, "forced_knobs", None)
-            answer = dict(ask()) if callable(ask) else {}
+            answer = dict(schedule.forced_knobs())
             lowering = _lowering_name(schedule)
         except PipelineError as exc:
             notes.append(f"schedule {name!r} could not be built with its defaults to ask "

@@ -12,7 +12,8 @@ Grouped by what a plugin does:
   ``forced_knobs()``; :data:`COPY_RING`, a target family a schedule may declare);
 * describe a target: :class:`TargetProfile` with a :class:`CostModel`, a
   :class:`PipelineConfig` and a :class:`SyncModel` (channels, effects, barrier kinds);
-* describe a schedule: ops (:class:`Op`, :func:`logical`, :class:`BodyBuilder`),
+* describe a schedule: :class:`ScheduleBase` (the schedule protocol, every optional method
+  with its default), ops (:class:`Op`, :func:`logical`, :class:`BodyBuilder`),
   configs, edges (:class:`DepEdge`, :func:`derive_edges`), the execution model;
 * customise ordering: :class:`SchedulingRequest` (what a strategy receives);
 * customise the block program: :func:`emit_minimal_barrier_block` for explicit blocks;
@@ -35,7 +36,7 @@ from pipeline_core.ops import (Entry, FrameworkTag, KOffset, Op, OpRole, Phase, 
                                logical)
 from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
-                                    ScheduleRecord, StrategyRecord, TargetRecord)
+                                    ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
 from pipeline_core.scheduling.registry import SchedulingRequest
 from pipeline_core.sync import BarrierKind, Channel, ChannelKind, Effect, SyncModel
 from pipeline_core.testing import fresh_host, run_cli
@@ -44,7 +45,7 @@ from pipeline_core.transforms import (double_buffer_reorder, optimize_within_bar
 
 __all__ = [
     "hookimpl", "TargetRecord", "ScheduleRecord", "StrategyRecord", "KernelTransform", "Param",
-    "BuildContext", "REFUSED", "COPY_RING",
+    "BuildContext", "REFUSED", "COPY_RING", "ScheduleBase",
     "TargetProfile", "CostModel", "OpCost", "annotate", "PipelineConfig", "ScheduleConfig",
     "BlockSizing", "FragOrder", "LoopCarried", "WarpStagger",
     "SyncModel", "Channel", "ChannelKind", "Effect", "BarrierKind", "ExecutionModel",

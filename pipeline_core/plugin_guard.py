@@ -27,8 +27,9 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+import types
 from collections.abc import Iterable, Mapping
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import attrs
 
@@ -39,7 +40,8 @@ from pipeline_core.ops import Entry, Op
 from pipeline_core.commands import CommandRecord
 from pipeline_core.emitters import EmitterRecord
 from pipeline_core.launch import KernelLaunch
-from pipeline_core.schedule import KernelTransform, ScheduleRecord, StrategyRecord, TargetRecord
+from pipeline_core.schedule import (OPTIONAL_MEMBERS, KernelTransform, ScheduleBase,
+                                    ScheduleRecord, StrategyRecord, TargetRecord)
 
 DEVELOPMENT = "(development)"  #: the "distribution" of a module loaded with --plugin
 IN_PROCESS = "(in-process)"  #: the "distribution" of an object registered in-process
@@ -206,12 +208,21 @@ class PluginGuard:
         return GuardedSchedule(schedule, culprit, label, self)
 
 
-class GuardedSchedule:
+if TYPE_CHECKING:
+    _Declared = ScheduleBase  # what the core may call on a guarded schedule, typed
+else:
+    _Declared = object  # at run time every member comes through __getattr__
+
+
+class GuardedSchedule(_Declared):
     """A schedule object whose every attribute read and method call runs under the guard.
 
-    Methods of the schedule protocol (:class:`pipeline_core.schedule.Schedule`) have
-    their answers checked (``SCHEDULE_RESULTS``).  ``isinstance`` sees the schedule's own
-    class, so plugin hooks that test ``isinstance(schedule, MySchedule)`` keep working.
+    It is the declared schedule protocol (:class:`pipeline_core.schedule.ScheduleBase`) for
+    the core: a member the object lacks is answered with ScheduleBase's default, so the core
+    calls ``schedule.wait_source()`` on any schedule and never looks methods up.  Methods of
+    the protocol have their answers checked (``SCHEDULE_RESULTS``).  ``isinstance`` sees the
+    schedule's own class, so plugin hooks that test ``isinstance(schedule, MySchedule)`` keep
+    working.
     """
 
     __slots__ = ("_schedule", "_culprit", "_label", "_guard")
@@ -231,9 +242,17 @@ class GuardedSchedule:
         culprit = object.__getattribute__(self, "_culprit")
         label = object.__getattribute__(self, "_label")
         guard = object.__getattribute__(self, "_guard")
-        # AttributeError passes: optional methods are looked up with getattr(s, name, None)
+        # AttributeError passes: a member the object lacks is the protocol's default, or absent
         with guard.running(culprit, f"{label} attribute {name}", passthrough=(AttributeError,)):
-            value = getattr(schedule, name)
+            try:
+                value = getattr(schedule, name)
+            except AttributeError:
+                if name not in OPTIONAL_MEMBERS:
+                    raise
+                return _default(self, name)
+            if name in OPTIONAL_MEMBERS and name != "target" and not callable(value):
+                raise BadResult(f"has {name} = {_name_of(value)}, expected a method "
+                                f"{name}() (pipeline_core.schedule.ScheduleBase.{name})")
         if callable(value) and not isinstance(value, type):
             return guard.wrap(culprit, f"{name}() of {label}", value, check=SCHEDULE_RESULTS.get(name))
         return value
@@ -243,6 +262,12 @@ class GuardedSchedule:
 
     def __repr__(self) -> str:
         return f"<guarded {object.__getattribute__(self, '_label')}>"
+
+
+def _default(schedule: GuardedSchedule, name: str) -> Any:
+    """:class:`ScheduleBase`'s default for ``name``, bound to ``schedule`` (core code: unguarded)."""
+    member = vars(ScheduleBase)[name]
+    return types.MethodType(member, schedule) if callable(member) else member
 
 
 # --- result checks ----------------------------------------------------------------
@@ -358,14 +383,14 @@ SCHEDULE_RESULTS: Mapping[str, Callable[[Any], Any]] = {
     "config": instance_of(PipelineConfig),
     "build_body": list_of(Op),
     "schedule_config": instance_of(ScheduleConfig),
-    "derive_edges": list_of(DepEdge),
+    "derive_edges": optional(list_of(DepEdge)),  # None: the core's rule tables
     "transform_kernel": list_of(Entry),
     "build_explicit_blocks": op_blocks,
     "bootstrap_frags": list_of(Op),
     "tag_names": tag_names,
     "forced_knobs": knob_map,
     "epilogue_prefix": list_of(Op),
-    "kernel_launch": instance_of(KernelLaunch),
+    "kernel_launch": optional(instance_of(KernelLaunch)),  # None: no kernel family declared
 }
 
 #: What each hook must return (a plugin's answer; ``None`` means "nothing to say").

@@ -523,18 +523,22 @@ class PluginHost:
 
     def kernel_transforms(self, schedule: Any, target: str,
                           config: PipelineConfig) -> list[KernelTransform]:
+        """The core's transforms (the schedule's own ``transform_kernel``), then every plugin's
+        in ``(order, name)`` order."""
+        core: list[KernelTransform] = []
         found: list[KernelTransform] = []
         for impl in self._impls("pipeline_core_kernel_transforms"):
             result = self._call_one("pipeline_core_kernel_transforms", impl, schedule=schedule,
                                     target=target, config=config)
             for transform in result or []:
-                if impl.plugin_name != "core":
-                    transform = attrs.evolve(transform, function=self.guard.wrap(
-                        self._registered[impl.plugin_name].culprit,
-                        f"kernel transform {transform.name!r}", transform.function,
-                        check=list_of(Entry)))
-                found.append(transform)
-        return sorted(found, key=lambda t: (t.order, t.name))
+                if impl.plugin_name == "core":
+                    core.append(transform)
+                    continue
+                found.append(attrs.evolve(transform, function=self.guard.wrap(
+                    self._registered[impl.plugin_name].culprit,
+                    f"kernel transform {transform.name!r}", transform.function,
+                    check=list_of(Entry))))
+        return core + sorted(found, key=lambda t: (t.order, t.name))
 
     def guard_schedule(self, schedule: Any) -> GuardedSchedule:
         """A schedule object not built by a registered factory (API callers), under the guard."""

@@ -1,7 +1,7 @@
 """The schedule protocol and the records through which plugins register targets and schedules.
 
 A *schedule* is an object with two required methods, ``config()`` and
-``build_body()``; everything else is optional (see ``Schedule``).  A plugin
+``build_body()``; everything else is optional (see ``ScheduleBase``).  A plugin
 registers a ``ScheduleRecord`` whose ``factory`` turns a ``BuildContext``
 (parsed parameters, the chosen target, ``-T``/``-c`` overrides) into such an object.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import attrs
 
@@ -17,40 +17,26 @@ from pipeline_core.config import (PipelineConfig, ScheduleConfig, TargetProfile,
                                   parse_bool)
 from pipeline_core.errors import ConfigError, UnknownNameError
 from pipeline_core.limits import PARAM_INT, Bound, parse_int
-from pipeline_core.ops import Op
+from pipeline_core.ops import Entry, Op
+
+if TYPE_CHECKING:
+    from pipeline_core.agents.model import AgentSpec
+    from pipeline_core.launch import KernelLaunch
+    from pipeline_core.edges import DepEdge
+    from pipeline_core.program.program import Program
 
 
 @runtime_checkable
 class Schedule(Protocol):
-    """What the compiler needs from a schedule.
+    """What every schedule object has: ``name``, ``config()`` (a PipelineConfig) and
+    ``build_body()`` (the annotated body in execution order).
 
-    Required: ``config()`` (a PipelineConfig) and ``build_body()`` (the annotated
-    body in execution order).  Optional methods, looked up with ``getattr``:
-
-    * ``schedule_config() -> ScheduleConfig`` (default: ``ScheduleConfig()``);
-    * ``derive_edges(body) -> list[DepEdge]`` (default: the rule tables);
-    * ``transform_kernel(kernel, body) -> entries`` (single-buffer only);
-    * ``build_explicit_blocks(body, program) -> list[list[Op]]`` (double-buffer only);
-    * ``bootstrap_frags() -> list[Op]`` (used with partial_prologue_drain);
-    * ``tag_names() -> dict[int, str]`` (names of the kernel tags, for output);
-    * ``forced_knobs() -> Mapping[str, object]``: the ScheduleConfig knobs (``-c``) this
-      schedule decides itself, knob name -> the value it always uses, or :data:`REFUSED`
-      when ``-c KEY`` is an error because the schedule sets the knob from its own
-      parameters.  Shown by ``pipeline-core knobs``; it describes what the factory
-      enforces (the factory still refuses contradicting ``-c`` values itself).
-    * ``epilogue_prefix() -> list[Op]`` (entries emitted before the derived epilogue: a
-      schedule's repair of a race the template leaves, e.g. 4-wave's ``WAIT_VM(0), BARRIER``);
-    * ``warps_per_group() -> int`` (warps running one group's stream; the hazard proof
-      executes that many, at least 2 on a target with a per-thread channel such as cp.async,
-      see pipeline_core/execution.py).
-    * ``wait_source() -> str``: ``"derived"`` (the default) settles the emitted waits and
-      barriers from the target-neutral derivation before the proof, and keeps redistributed
-      global loads on their side of the reads of their region; ``"reference"`` keeps the
-      block template's wait formulas (the reference's own schedules, for parity), see
-      pipeline_core/sync/settle.py.
-    * ``kernel_launch() -> KernelLaunch``: the kernel family its body is and the launch
-      geometry it built, declared once; emitters are keyed by (target, kernel family) and read
-      that geometry (pipeline_core/launch.py).
+    The optional part of the protocol, every method with its default, is declared once in
+    :class:`ScheduleBase` (among them ``kernel_launch() -> KernelLaunch``: the kernel family
+    and launch geometry, pipeline_core/launch.py).  A schedule object need not inherit it: the
+    core reads every schedule through the plugin guard
+    (``pipeline_core.plugin_guard.GuardedSchedule``), which answers a method the object lacks
+    with :class:`ScheduleBase`'s default.
     """
 
     @property
@@ -59,6 +45,124 @@ class Schedule(Protocol):
     def config(self) -> PipelineConfig: ...
 
     def build_body(self) -> Sequence[Op]: ...
+
+
+#: the ``wait_source()`` answers (pipeline_core/sync/settle.py)
+DERIVED, REFERENCE = "derived", "reference"
+#: the ``lowering()`` answers (pipeline_core/compiler.py)
+LOWERINGS = ("blocks", "generic", "agents")
+
+
+class ScheduleBase:
+    """The schedule protocol, declared: what the core may ask a schedule, with the defaults.
+
+    Subclass it (the defaults then come from here), or write any object with the required
+    ``name``, ``config()`` and ``build_body()``: the plugin guard answers an optional method
+    the object lacks with the default below (``OPTIONAL_MEMBERS``), so the core calls
+    ``schedule.tag_names()`` and never looks methods up.  docs/guide/schedule-plugin.md,
+    "The schedule protocol", is the user's page.
+
+    Four methods are the schedule's own answer to an override hook, not a second mechanism:
+    the core's built-in plugin (``pipeline_core.builtin_plugin``) answers
+    ``pipeline_core_derive_edges``, ``pipeline_core_explicit_blocks``,
+    ``pipeline_core_bootstrap_frags`` and ``pipeline_core_kernel_transforms`` with
+    ``derive_edges``, ``build_explicit_blocks``, ``bootstrap_frags`` and ``transform_kernel``,
+    so a plugin's answer wins over the schedule's exactly as it wins over a core default
+    (pipeline_core/hookspecs.py, "How results combine").
+    """
+
+    #: the schedule's name (required)
+    name: str
+    #: the TargetProfile the schedule was built for; None: the schedule carries none (its
+    #: waits and proof then use the document's target, pipeline_core/sync/resolve.py)
+    target: "TargetProfile | None" = None
+
+    def config(self) -> PipelineConfig:
+        """The loop's PipelineConfig (required)."""
+        raise NotImplementedError(f"{type(self).__qualname__}.config()")
+
+    def build_body(self) -> Sequence[Op]:
+        """The annotated loop body in execution order (required)."""
+        raise NotImplementedError(f"{type(self).__qualname__}.build_body()")
+
+    def schedule_config(self) -> ScheduleConfig:
+        """The block program's knobs (``-c``); the reference's defaults."""
+        return ScheduleConfig()
+
+    def tag_names(self) -> Mapping[int, str]:
+        """Names of the kernel tags, for output (over the target cost model's names)."""
+        return {}
+
+    def forced_knobs(self) -> Mapping[str, object]:
+        """The ScheduleConfig knobs (``-c``) this schedule decides itself: knob name -> the
+        value it always uses, or :data:`REFUSED` when ``-c KEY`` is an error because the
+        schedule sets the knob from its own parameters.  Shown by ``pipeline-core knobs``; it
+        describes what the factory enforces (the factory still refuses contradicting ``-c``
+        values itself)."""
+        return {}
+
+    def epilogue_prefix(self) -> Sequence[Op]:
+        """Ops emitted before the derived epilogue: a schedule's repair of a race the
+        template leaves (4-wave's ``WAIT_VM(0), BARRIER``); empty: the epilogue as derived."""
+        return ()
+
+    def warps_per_group(self) -> int | None:
+        """Warps running one group's stream; None: the target's (pipeline_core/execution.py;
+        the proof executes at least 2 on a target with a per-thread channel such as cp.async)."""
+        return None
+
+    def wait_source(self) -> str:
+        """``"derived"`` settles the emitted waits and barriers from the target-neutral
+        derivation before the proof, and keeps redistributed global loads on their side of
+        the reads of their region; ``"reference"`` keeps the block template's wait formulas
+        (the reference's own schedules, for parity), pipeline_core/sync/settle.py."""
+        return DERIVED
+
+    def lowering(self) -> str:
+        """One of ``LOWERINGS``: "blocks" (the reference's block program), "generic" (the
+        N-stage ring, pipeline_core/lowering/generic.py) or "agents" (docs/guide/agents.md)."""
+        return "blocks"
+
+    def agents(self) -> "AgentSpec":
+        """The agents lowering's roles and rings (required with ``lowering() == "agents"``)."""
+        raise ConfigError(f"schedule {self.name}", "lowering", "agents",
+                          "a schedule with an agents() method returning its AgentSpec")
+
+    def kernel_launch(self) -> "KernelLaunch | None":
+        """The kernel family the body is and the launch geometry it built, declared once;
+        emitters are keyed by (target, kernel family) and read that geometry
+        (pipeline_core/launch.py).  None: no emitter writes this schedule."""
+        return None
+
+    # --- the schedule's answers to the override hooks --------------------------------------
+
+    def derive_edges(self, body: Sequence[Op]) -> "Sequence[DepEdge] | None":
+        """The body's dependency edges; None: the core's rule tables
+        (``pipeline_core_derive_edges``)."""
+        return None
+
+    def build_explicit_blocks(self, body: Sequence[Op],
+                              program: "Program") -> Sequence[Sequence[Op]]:
+        """One op list per block of the double-buffer program (an empty list keeps that
+        block's template); empty: every block keeps it (``pipeline_core_explicit_blocks``)."""
+        return []
+
+    def bootstrap_frags(self) -> Sequence[Op]:
+        """Fragment loads at the prologue tail, with ``partial_prologue_drain``
+        (``pipeline_core_bootstrap_frags``)."""
+        return []
+
+    def transform_kernel(self, kernel: Sequence[Entry], body: Sequence[Op]) -> Sequence[Entry]:
+        """The single-buffer kernel entries rewritten; it runs before every plugin's kernel
+        transform (``pipeline_core_kernel_transforms``).  Default: unchanged."""
+        return kernel
+
+
+#: The members of :class:`ScheduleBase` a schedule object may lack: the guard answers them
+#: with the defaults (``name``, ``config`` and ``build_body`` are required; the guard refuses a
+#: factory's answer without them, pipeline_core/plugin_guard.py).
+OPTIONAL_MEMBERS = frozenset(n for n in vars(ScheduleBase) if not n.startswith("_")) - {
+    "config", "build_body"}
 
 
 class KnobRule(enum.Enum):

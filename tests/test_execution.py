@@ -6,6 +6,7 @@ import pytest
 from pipeline_core.errors import ConfigError
 from pipeline_core.execution import LAUNCH, STAGGER, TAIL, ExecutionModel, declared_warps_per_group
 from pipeline_core.ops import Phase
+from pipeline_core.schedule import ScheduleBase
 
 
 def _text(slots):
@@ -46,7 +47,7 @@ def test_warps_per_group_come_from_schedule_then_target():
     class Target:
         warps_per_group = 4
 
-    class Plain:
+    class Plain(ScheduleBase):  # the declared protocol's default: no warps_per_group of its own
         name = "plain"
 
     class Own(Plain):
@@ -102,8 +103,8 @@ def test_a_per_thread_channel_models_at_least_two_warps():
         def __init__(self, owner, warps=None):
             self.sync, self.warps_per_group = sync(owner), warps
 
-    class Plain:
-        pass
+    class Plain(ScheduleBase):
+        name = "plain"
 
     assert declared_warps_per_group(Plain(), Target("thread")) == 2
     assert declared_warps_per_group(Plain(), Target("thread", 8)) == 8

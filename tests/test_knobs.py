@@ -128,3 +128,29 @@ def test_knobs_writes_to_o_file(cli, tmp_path, fmt):
     result = cli("knobs", "--format", fmt, "-o", str(out))
     assert result.exit_code == 0 and result.stdout == ""
     assert "minimal_barriers" in out.read_text()
+
+
+@pytest.mark.parametrize("name, lowering", [("hello", "generic"), ("warpspecialized-gemm", "agents")])
+def test_a_ring_or_agents_schedule_setting_a_block_template_knob_is_refused(name, lowering):
+    """The block template's knobs are the blocks lowering's own (config.BLOCK_SCHEDULE_KNOBS):
+    a ring or agents schedule whose schedule_config() sets one would have it ignored."""
+    from pipeline_core.api import build_named
+    from pipeline_core.compiler import compile_schedule
+    from pipeline_core.config import BLOCK_SCHEDULE_KNOBS
+    from pipeline_core.errors import ConfigError
+
+    inner = build_named(name)[0]
+
+    class SetsAKnob:
+        def __getattr__(self, attr):
+            return getattr(inner, attr)
+
+        def schedule_config(self):
+            return inner.schedule_config().evolve(wait_vm_last=3)
+
+    assert "wait_vm_last" in BLOCK_SCHEDULE_KNOBS
+    compile_schedule(inner)  # as registered: no block knob set
+    with pytest.raises(ConfigError, match=rf"schedule {name}\.schedule_config\(\)\.wait_vm_last = 3 "
+                                          rf"is invalid: its default 6: the {lowering} lowering "
+                                          "reads no block-template knob"):
+        compile_schedule(SetsAKnob())

@@ -324,4 +324,18 @@ def test_guarded_schedule_keeps_isinstance_for_plugin_hooks():
     wrapped = guard.schedule(Mine(), Culprit(plugin="p", distribution="d"), "schedule 'mine'")
     assert isinstance(wrapped, Mine)
     assert wrapped.name == "mine"
-    assert getattr(wrapped, "derive_edges", None) is None
+    # a protocol member the object lacks is ScheduleBase's default; any other stays absent
+    assert wrapped.derive_edges(()) is None and wrapped.lowering() == "blocks"
+    assert getattr(wrapped, "not_a_protocol_member", None) is None
+
+
+def test_an_optional_member_that_is_not_a_method_is_the_schedules_failure():
+    class Mine:
+        name = "mine"
+        lowering = "agents"  # an attribute where the protocol declares a method
+
+    guard = PluginGuard(lambda line: None)
+    wrapped = guard.schedule(Mine(), Culprit(plugin="p", distribution="d"), "schedule 'mine'")
+    with pytest.raises(PluginError, match=r"attribute lowering: has lowering = str, expected a "
+                                          r"method lowering\(\)"):
+        wrapped.lowering()

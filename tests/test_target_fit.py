@@ -219,3 +219,46 @@ def test_a_body_the_target_cannot_cost_is_still_refused_for_undeclared_schedules
         compile_schedule(schedule, host=HOST, target_name="mi355x-single-buffer")
     assert "--target mi355x-single-buffer is invalid for schedule hello" in str(err.value)
     assert "lacks kernel tag 4 (MMA)" in str(err.value)
+
+
+class _NoBlockTicks:
+    """A registered schedule on its own target with the block template's counter ticks per
+    load set to 0 (``config.BLOCK_PIPELINE_FIELDS``), as a target written without them has."""
+
+    def __init__(self, name):
+        import attrs
+        from pipeline_core.api import build_named
+
+        self._inner = build_named(name, host=HOST)[0]
+        self.name = self._inner.name
+        target = self._inner.target
+        self.target = attrs.evolve(target, pipeline=self.config())
+
+    def config(self):
+        return self._inner.config().evolve(vm_per_load_a=0, vm_per_load_b=0)
+
+    def build_body(self):
+        return self._inner.build_body()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def test_the_ring_never_reads_the_block_templates_ticks_per_load():
+    """Issue 24: a ring schedule was refused over ``vm_per_load_a = 0``, a field only the
+    blocks lowering reads; its waits come from the target's sync model."""
+    from pipeline_core.compiler import compile_schedule
+
+    ring = compile_schedule(_NoBlockTicks("hello"), host=HOST)
+    plain = compile_named("hello", host=HOST)
+    assert ring.lowering == "generic" and ring.proof.safe
+    for phase in ("prologue", "kernel", "epilogue"):
+        assert ([(e.op.tag, e.op.wait_value) for e in getattr(ring, phase)]
+                == [(e.op.tag, e.op.wait_value) for e in getattr(plain, phase)])
+
+
+def test_the_block_program_still_refuses_a_global_load_that_never_counts():
+    from pipeline_core.compiler import compile_schedule
+
+    with pytest.raises(ConfigError, match="vm_per_load_a = 0 is invalid.*would never add ticks"):
+        compile_schedule(_NoBlockTicks("pingpong"), host=HOST)

@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from pipeline_core.ops import OpRole
+from pipeline_core.ops import MAX_KERNEL_TAG, OpRole
 
 PHASES = ("prologue", "kernel", "epilogue")
 DATA_ROLES = (int(OpRole.GLOBAL_LOAD), int(OpRole.FRAGMENT_LOAD))
@@ -70,7 +70,7 @@ def mutations(document: Mapping[str, Any], phases: tuple[str, ...] = PHASES, *,
                 yield Mutation("remove_barrier", phase, i, f"remove {phase}[{i}] BARRIER")
         for i in range(len(entries) - 1):
             a, b = entries[i]["op"], entries[i + 1]["op"]
-            da, db = a["role"] in DATA_ROLES and a["tag"] < 128, b["role"] in DATA_ROLES and b["tag"] < 128
+            da, db = a["role"] in DATA_ROLES and a["tag"] <= MAX_KERNEL_TAG, b["role"] in DATA_ROLES and b["tag"] <= MAX_KERNEL_TAG
             if not (da or db) or a == b:
                 continue
             cat = "swap_data" if da and db else "swap_mixed"

@@ -15,7 +15,7 @@ import attrs
 from pipeline_core.check.counters import CounterModel
 from pipeline_core.errors import PipelineError
 from pipeline_core.execution import ExecutionModel
-from pipeline_core.ops import FrameworkTag, KOffset, OpRole
+from pipeline_core.ops import MAX_KERNEL_TAG, FrameworkTag, KOffset, OpRole
 
 PHASES = ("prologue", "kernel", "epilogue")
 REQUIRED_OP_KEYS = ("tag", "role", "stage", "subtile", "k_offset", "channel", "wait_value")
@@ -368,7 +368,7 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
     by_tag = _channel_by_tag(document, phases)
 
     frag_subtiles = sorted({op["subtile"] for ops in phases.values() for op in ops
-                            if op["role"] == int(OpRole.FRAGMENT_LOAD) and op["tag"] < 128})
+                            if op["role"] == int(OpRole.FRAGMENT_LOAD) and op["tag"] <= MAX_KERNEL_TAG})
     slices = tuple(frag_subtiles) if single and frag_subtiles else (0,)
 
     def channel_of(op: Mapping[str, Any], path: str) -> int:
@@ -409,7 +409,7 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
         group = model.counter_for_commit(tag)
         if group is not None:
             return Instr(Kind.COMMIT, counter=group.name, cost=1, **base)
-        if tag >= 128:
+        if tag > MAX_KERNEL_TAG:
             return Instr(Kind.NOP, **base)
         if role in (int(OpRole.GLOBAL_LOAD), int(OpRole.FRAGMENT_LOAD), int(OpRole.SHARED_STORE)):
             ch = channel_of(op, path)

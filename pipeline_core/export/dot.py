@@ -21,7 +21,7 @@ import networkx as nx
 
 from pipeline_core.edges import DepEdge
 from pipeline_core.export.notation import op_text as describe_op
-from pipeline_core.ops import DepKind, Op, OpRole
+from pipeline_core.ops import MAX_KERNEL_TAG, DepKind, Op, OpRole
 
 #: edge style by dependency kind
 KIND_STYLE = {DepKind.FLOW: "solid", DepKind.ANTI: "dashed", DepKind.OUTPUT: "dotted"}
@@ -80,7 +80,7 @@ def graph_from(source: Any) -> nx.MultiDiGraph:
 
         body = ops_from_doc(source["body"])
         edges = edges_from_doc(source["edges"])
-        names = {o["tag"]: o["tag_name"] for o in source["body"] if o["tag"] < 128}
+        names = {o["tag"]: o["tag_name"] for o in source["body"] if o["tag"] <= MAX_KERNEL_TAG}
         return build_graph(body, edges, names, str(source.get("case") or source.get("schedule", "body")))
     return build_graph(source.body, source.edges, source.tag_names, source.schedule_name)
 

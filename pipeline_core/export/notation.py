@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from pipeline_core.ops import KOffset, OpRole, tag_name
+from pipeline_core.ops import MAX_KERNEL_TAG, KOffset, OpRole, tag_name
 
 if TYPE_CHECKING:  # the agents records, for annotations only
     from pipeline_core.agents.model import AgentPlan, Step
@@ -71,7 +71,7 @@ def label(name: str, role: OpRole | int, *, tag: int = -1, channel: int = -1, st
     text = sync_text(tag, name, wait_value=wait_value, subtile=subtile, sync=sync)
     if text is not None:
         return text
-    if tag >= 128:
+    if tag > MAX_KERNEL_TAG:
         if role == OpRole.SYNC and wait_value:
             return f"{name}({wait_value})"
         return name

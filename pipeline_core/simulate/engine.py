@@ -9,7 +9,7 @@ import heapq
 from typing import Any, Callable, Sequence
 
 from pipeline_core.execution import LAUNCH, STAGGER, TAIL, ExecutionModel
-from pipeline_core.ops import FrameworkTag, Op, OpRole, Phase, ResourceKind
+from pipeline_core.ops import MAX_KERNEL_TAG, FrameworkTag, Op, OpRole, Phase, ResourceKind
 from pipeline_core.simulate.inputs import (EXCLUSIVE_UNITS, ROLE_RESOURCE, MachineModel, SimInput,
                                            SimulationError, as_input)
 from pipeline_core.simulate.timeline import (BarrierRelease, Busy, GroupTimeline, Instr, OpTiming,
@@ -77,8 +77,8 @@ def _resolver(inp: SimInput):
                               OpTiming(o.resource, o.latency, "", 0, kind, hint_format=detail))
             return hit
         resource, latency, channel = o.resource, o.latency, o.channel
-        ref = by_tag.get(o.tag) if o.tag < 128 else None
-        if resource == ResourceKind.NONE and o.tag < 128:
+        ref = by_tag.get(o.tag) if o.tag <= MAX_KERNEL_TAG else None
+        if resource == ResourceKind.NONE and o.tag <= MAX_KERNEL_TAG:
             if ref is not None and ref.resource != ResourceKind.NONE:
                 resource, latency = ref.resource, latency or ref.latency
             else:

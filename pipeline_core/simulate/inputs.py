@@ -9,7 +9,7 @@ import attrs
 
 from pipeline_core.document import entries_from_doc, op_from_doc, ops_from_doc
 from pipeline_core.execution import ExecutionModel
-from pipeline_core.ops import Entry, Op, OpRole, ResourceKind
+from pipeline_core.ops import MAX_KERNEL_TAG, Entry, Op, OpRole, ResourceKind
 from pipeline_core.sync.model import BoundSync
 
 
@@ -124,7 +124,7 @@ def input_from_document(doc: Mapping[str, Any], host: Any = None) -> SimInput:
     for key in ("body", "prologue", "kernel", "epilogue"):
         for item in doc.get(key, ()):
             o = item.get("op", item)
-            if o["tag"] < 128 and "tag_name" in o:
+            if o["tag"] <= MAX_KERNEL_TAG and "tag_name" in o:
                 names[o["tag"]] = o["tag_name"]
     config = doc.get("config", {})
     sched = doc.get("schedule_config", {})

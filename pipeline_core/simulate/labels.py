@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from pipeline_core.ops import tag_name
+from pipeline_core.ops import MAX_KERNEL_TAG, tag_name
 from pipeline_core.simulate.timeline import GroupTimeline, Step, Summary, Timeline
 from pipeline_core.sync.model import SyncModel
 
@@ -31,7 +31,7 @@ def step_label(step: Step, names: Mapping[int, str] | None = None,
             return f"{name.lower()}({o.wait_value})"
         if kind == "hint" and step.timing.hint_format:
             return f"{name.lower()}({step.timing.hint_format.format(subtile=o.subtile, wait_value=o.wait_value)})"
-        if o.tag >= 128:
+        if o.tag > MAX_KERNEL_TAG:
             return name.lower()
     return op_text(o, names, sync, channel_of)
 

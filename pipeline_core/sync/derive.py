@@ -49,7 +49,7 @@ import attrs
 
 from pipeline_core.config import PipelineConfig
 from pipeline_core.execution import ExecutionModel
-from pipeline_core.ops import Entry, Op, OpRole, Phase
+from pipeline_core.ops import MAX_KERNEL_TAG, Entry, Op, OpRole, Phase
 from pipeline_core.sync.model import BoundSync
 
 Region = tuple[int, int, int]  #: (operand channel, stage, subtile)
@@ -143,7 +143,7 @@ class _Agent:
                 open_group[ch] = []
                 continue
             effect = sync.effect(op.role, op.channel)
-            if effect is None or effect.counter is None or op.tag >= 128:
+            if effect is None or effect.counter is None or op.tag > MAX_KERNEL_TAG:
                 continue
             ch = effect.counter
             if ch in grouped:
@@ -182,7 +182,7 @@ def _regions(agent: _Agent, role: OpRole, whole_stage: bool) -> dict[Region, lis
     out: dict[Region, list[int]] = {}
     for p, ev in enumerate(agent.events):
         op = ev.op
-        if op is not None and op.role == role and op.tag < 128:
+        if op is not None and op.role == role and op.tag <= MAX_KERNEL_TAG:
             out.setdefault((op.channel, op.stage, 0 if whole_stage else op.subtile), []).append(p)
     return out
 
@@ -194,7 +194,7 @@ def _register_reads(agent: _Agent, config: PipelineConfig) -> list[tuple[int, in
     out = []
     for p, ev in enumerate(agent.events):
         op = ev.op
-        if op is None or op.tag >= 128:
+        if op is None or op.tag > MAX_KERNEL_TAG:
             continue
         if op.role == OpRole.FRAGMENT_LOAD:
             last[(op.channel, op.subtile)] = p

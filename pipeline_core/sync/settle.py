@@ -28,20 +28,18 @@ import attrs
 from pipeline_core.errors import ConfigError, TargetFactError, UnknownNameError
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.ops import Entry, Op, OpRole, Phase, ResourceKind
+from pipeline_core.schedule import DERIVED, REFERENCE, ScheduleBase
 
-#: the values ``wait_source()`` may return
-DERIVED, REFERENCE = "derived", "reference"
 #: repairs one settle may make (each is one wait, one lowered wait or a wait and a barrier)
 MAX_REPAIRS = 64
 
 _PHASES = {"prologue": Phase.PROLOGUE, "kernel": Phase.KERNEL, "epilogue": Phase.EPILOGUE}
 
 
-def wait_source(schedule: Any) -> str:
-    """``schedule.wait_source()``: "reference" keeps the template's formulas, "derived"
+def wait_source(schedule: ScheduleBase) -> str:
+    """``schedule.wait_source()``, checked: "reference" keeps the template's formulas, "derived"
     (the default) settles waits and barriers here."""
-    own = getattr(schedule, "wait_source", None)
-    value = own() if callable(own) else DERIVED
+    value = schedule.wait_source()
     if value not in (DERIVED, REFERENCE):
         raise ConfigError(f"schedule {schedule.name}", "wait_source()", value,
                           f'"{DERIVED}" or "{REFERENCE}"')
