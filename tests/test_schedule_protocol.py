@@ -63,7 +63,7 @@ def test_the_declared_protocol_is_the_set_the_core_may_ask_for():
     assert OPTIONAL_MEMBERS == {
         "target", "schedule_config", "tag_names", "forced_knobs", "epilogue_prefix",
         "warps_per_group", "wait_source", "lowering", "agents", "derive_edges",
-        "build_explicit_blocks", "bootstrap_frags", "transform_kernel"}
+        "build_explicit_blocks", "bootstrap_frags", "transform_kernel", "kernel_launch"}
 
 
 @pytest.mark.parametrize("name", ["pingpong", "default-matmul"])
