@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import attrs
 
+from pipeline_core.compiled import CompiledSchedule  # its home; importable from here too
 from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ConfigError, ProgramError
@@ -21,66 +22,6 @@ from pipeline_core.schedule import Schedule
 
 if TYPE_CHECKING:
     from pipeline_core.plugins import PluginHost
-    from pipeline_core.program import KernelProgram, Program
-
-
-@attrs.frozen
-class CompiledSchedule:
-    """Everything a kernel needs to unroll the pipelined loop, plus how it was derived."""
-
-    schedule_name: str
-    target_name: str
-    config: PipelineConfig
-    schedule_config: ScheduleConfig
-    body: tuple[Op, ...]
-    edges: tuple[DepEdge, ...]
-    prologue: tuple[Entry, ...]
-    kernel: tuple[Entry, ...]
-    epilogue: tuple[Entry, ...]
-    kernel_deps: tuple[DepEdge, ...]
-    warp_stagger_index: int
-    tag_names: Mapping[int, str] = attrs.field(factory=dict)
-    #: double-buffer only: the KernelProgram build result (program, order, derived waits)
-    kernel_program: KernelProgram | None = None
-    bootstrap_frags: tuple[Op, ...] = ()
-    params: Mapping[str, Any] = attrs.field(factory=dict)
-    #: the schedule's TargetProfile (its sync model and clock), when the schedule carries one
-    target_profile: Any = None
-    #: who runs which entries (groups, stagger, warps per group); see pipeline_core.execution
-    execution: Any = None
-    #: which lowering built the phases: "blocks" (the reference's block program or its
-    #: single-buffer recipes) or "generic" (pipeline_core.lowering.generic)
-    lowering: str = "blocks"
-    #: the proof stage's result (pipeline_core.proof.Proof); None when the stage did not run
-    proof: Any = None
-    #: who wrote the program's explicit op lists (a plugin or a schedule method); "" for none
-    explicit_source: str = ""
-    #: the agents lowering's per-agent programs and rings (pipeline_core.agents); None otherwise
-    agents: Any = None
-
-    @property
-    def hazards(self) -> list[dict[str, Any]]:
-        """The hazards of a schedule emitted with ``allow_unsafe`` (empty when proven safe)."""
-        if self.proof is None or self.proof.safe:
-            return []
-        return self.proof.hazards()
-
-    @property
-    def is_double_buffer(self) -> bool:
-        return self.kernel_program is not None
-
-    @property
-    def program(self) -> Program | None:
-        return self.kernel_program.program if self.kernel_program is not None else None
-
-    @property
-    def order(self) -> tuple[int, ...]:
-        if self.kernel_program is None:
-            return tuple(range(len(self.body)))
-        return tuple(self.kernel_program.order)
-
-    def phases(self) -> dict[Phase, tuple[Entry, ...]]:
-        return {Phase.PROLOGUE: self.prologue, Phase.KERNEL: self.kernel, Phase.EPILOGUE: self.epilogue}
 
 
 def _tag_names(schedule: Schedule, target: TargetProfile | None) -> dict[int, str]:
@@ -217,10 +158,10 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         warp_stagger_index=stagger, tag_names=tag_names, kernel_program=result,
         bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target,
         execution=execution, explicit_source=explicit_source)
-    from pipeline_core.proof import require_safe
+    from pipeline_core.proof import prove, require_safe
 
     if wait_source(schedule) == DERIVED:
-        compiled = settle(compiled, host)
+        compiled = settle(compiled, host, prove=lambda c: prove(c, host))
         if result is not None and compiled.kernel is not kernel:  # entries were added
             compiled = attrs.evolve(compiled, kernel_deps=tuple(kernel_deps_double_buffer(
                 compiled.kernel, config, lowering.fragment_wait_tag)))

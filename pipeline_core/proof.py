@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from pipeline_core.compiled import Proof
 from pipeline_core.errors import PipelineError, ProgramError, TargetFactError, UnknownNameError
 from pipeline_core.ops import FrameworkTag
 
 if TYPE_CHECKING:
     from pipeline_core.check.verdict import Verdict
-    from pipeline_core.compiler import CompiledSchedule
+    from pipeline_core.compiled import CompiledSchedule
 
 #: kernel iterations the proof executes: the stagger, a steady state and the hand-off to the
 #: epilogue all appear within three (the checker's own default, pipeline_core/check/checker.py)
@@ -126,24 +127,6 @@ class UnencodableWaitError(ProgramError):
                    f"ticks, which come from {', '.join(self.sources) or 'the schedule'})")
         return UnencodableWaitError(self.where, value=self.value, allowed=self.allowed,
                                     sources=self.sources, manual_knob=self.manual_knob, hint=why)
-
-
-@attrs.frozen(kw_only=True)
-class Proof:
-    """What the proof stage found: the verdict, or why there is none."""
-
-    verdict: Verdict | None
-    unprovable: str = ""  #: why no verdict could be computed (no sync model)
-
-    @property
-    def safe(self) -> bool:
-        return self.verdict is not None and self.verdict.safe
-
-    def hazards(self) -> list[dict[str, Any]]:
-        """The document's ``hazards`` list: one record per distinct violation."""
-        if self.verdict is None:
-            return [{"kind": "UNPROVEN", "message": self.unprovable}]
-        return [v.to_dict() for v in self.verdict.distinct()]
 
 
 def racing_overrides(overrides: Mapping[str, str]) -> tuple[str, ...]:
