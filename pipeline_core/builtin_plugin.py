@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline_core.hookspecs import hookimpl
+from pipeline_core.markers import hookimpl
 from pipeline_core.schedule import KernelTransform, Schedule, StrategyRecord
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 Why apart from :mod:`pipeline_core.cli`: the commands that live with their layer
 (``check``, ``analyze``) add these options too, and the CLI imports those commands; with the
-shared spellings here, neither imports the other's module (README.md, "Exit status").
+shared spellings here, neither imports the other's module (README.md, "Architecture").
 """
 from __future__ import annotations
 

@@ -9,10 +9,13 @@ falls back to another GPU's model.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline_core.errors import TargetFactError, UnknownNameError
 from pipeline_core.sync.model import SyncModel
+
+if TYPE_CHECKING:
+    from pipeline_core.compiled import CompiledSchedule
 
 
 def document_target(document: Mapping[str, Any]) -> str | None:
@@ -55,15 +58,15 @@ def sync_for_target(target: str | None, host: Any = None) -> SyncModel:
     return _require(target_profile(target, host), target)
 
 
-def sync_for_compiled(compiled: Any, host: Any = None) -> SyncModel:
-    """The sync model of a :class:`~pipeline_core.compiler.CompiledSchedule`."""
+def sync_for_compiled(compiled: CompiledSchedule, host: Any = None) -> SyncModel:
+    """The sync model of a :class:`~pipeline_core.compiled.CompiledSchedule`."""
     profile = getattr(compiled, "target_profile", None)
     if profile is not None and getattr(profile, "sync", None) is not None:
         return profile.sync
     return sync_for_target(getattr(compiled, "target_name", "") or None, host)
 
 
-def declared_sync(compiled: Any, host: Any = None) -> SyncModel | None:
+def declared_sync(compiled: CompiledSchedule, host: Any = None) -> SyncModel | None:
     """The compiled schedule's sync model, or None when its target declares none.
 
     For views that can do without one (the text listing); the checker and the
@@ -88,7 +91,7 @@ def clock_for_target(target: str | None, host: Any = None) -> float | None:
     return getattr(target_profile(target, host), "clock_ghz", None)
 
 
-def clock_for_compiled(compiled: Any, host: Any = None) -> float | None:
+def clock_for_compiled(compiled: CompiledSchedule, host: Any = None) -> float | None:
     profile = getattr(compiled, "target_profile", None)
     if profile is not None and getattr(profile, "clock_ghz", None) is not None:
         return profile.clock_ghz
