@@ -17,7 +17,7 @@ from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ConfigError, ProgramError
 from pipeline_core.execution import ExecutionModel, declared_warps_per_group
 from pipeline_core.limits import GLOBAL_LOAD_TICKS
-from pipeline_core.ops import MAX_KERNEL_TAG, Entry, Op, OpRole, Phase, entries
+from pipeline_core.ops import MAX_KERNEL_TAG, Op, OpRole, Phase, entries
 from pipeline_core.schedule import Schedule
 
 if TYPE_CHECKING:

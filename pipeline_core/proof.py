@@ -13,7 +13,7 @@ with the hazards attached to the compiled schedule (the document's ``hazards`` k
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -24,6 +24,8 @@ from pipeline_core.ops import FrameworkTag
 if TYPE_CHECKING:
     from pipeline_core.check.verdict import Verdict
     from pipeline_core.compiled import CompiledSchedule
+    from pipeline_core.plugins import PluginHost
+    from pipeline_core.sync.model import SyncModel
 
 #: kernel iterations the proof executes: the stagger, a steady state and the hand-off to the
 #: epilogue all appear within three (the checker's own default, pipeline_core/check/checker.py)
@@ -144,7 +146,7 @@ def racing_overrides(overrides: Mapping[str, str]) -> tuple[str, ...]:
                  if getattr(parsed, k) != getattr(default, k))
 
 
-def check_encodable(compiled: CompiledSchedule, sync: Any) -> None:
+def check_encodable(compiled: CompiledSchedule, sync: SyncModel) -> None:
     """Every emitted wait fits its channel's encoding (``Channel.max_wait``; None: unknown).
 
     A wait above the largest encodable value cannot be emitted at all (each target declares
@@ -181,7 +183,7 @@ def check_encodable(compiled: CompiledSchedule, sync: Any) -> None:
                           else ""))
 
 
-def prove(compiled: CompiledSchedule, host: Any = None) -> Proof:
+def prove(compiled: CompiledSchedule, host: PluginHost | None = None) -> Proof:
     """Run the hazard checker on ``compiled`` as emitted, with its declared warps per group."""
     if compiled.agents is not None:  # warp-specialized programs: the agents checker
         from pipeline_core.agents.prove import prove_agents
@@ -242,7 +244,7 @@ def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
     return UnsafeScheduleError(text, verdict=verdict)
 
 
-def require_safe(compiled: CompiledSchedule, host: Any = None, *,
+def require_safe(compiled: CompiledSchedule, host: PluginHost | None = None, *,
                  allow_unsafe: bool = False) -> CompiledSchedule:
     """``compiled`` with its proof attached; raises :class:`UnsafeScheduleError` unless it is
     proven safe or ``allow_unsafe`` is set."""

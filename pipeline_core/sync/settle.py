@@ -21,7 +21,7 @@ checker's fix for that need is the same rule (README.md, "Architecture").
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import attrs
 
@@ -31,6 +31,9 @@ from pipeline_core.errors import ConfigError, TargetFactError, UnknownNameError
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.ops import Entry, Op, OpRole, Phase, ResourceKind
 from pipeline_core.sync.model import SyncModel
+
+if TYPE_CHECKING:
+    from pipeline_core.plugins import PluginHost
 
 #: the values ``wait_source()`` may return
 DERIVED, REFERENCE = "derived", "reference"
@@ -142,7 +145,7 @@ def _apply(compiled: CompiledSchedule, fix: Fix, sync: SyncModel) -> CompiledSch
     return _with_phases(compiled, phases, stagger)
 
 
-def settle(compiled: CompiledSchedule, host: Any = None, *,
+def settle(compiled: CompiledSchedule, host: PluginHost | None = None, *,
            prove: Callable[[CompiledSchedule], Proof]) -> CompiledSchedule:
     """``compiled`` with derived waits and the missing waits/barriers added (module doc).
 
