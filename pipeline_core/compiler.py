@@ -22,6 +22,7 @@ from pipeline_core.schedule import Schedule
 
 if TYPE_CHECKING:
     from pipeline_core.plugins import PluginHost
+    from pipeline_core.sync.model import SyncModel
 
 
 def _tag_names(schedule: Schedule, target: TargetProfile | None) -> dict[int, str]:
@@ -76,10 +77,10 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
                                params, host, allow_unsafe)
     if lowering_name == "generic":
         from pipeline_core.lowering.generic import lower_generic
-        target = _require_sync(schedule, target, "generic", "its waits")
+        target, sync = _require_sync(schedule, target, "generic", "its waits")
         sched = _schedule_config(schedule)
         warps = declared_warps_per_group(schedule, target)
-        lowered = lower_generic(body, target.sync, stages=config.depth,
+        lowered = lower_generic(body, sync, stages=config.depth,
                                 execution=ExecutionModel(warps_per_group=warps),
                                 schedule=schedule.name)
         prologue, kernel, epilogue = lowered.prologue, lowered.kernel, lowered.epilogue
@@ -181,14 +182,14 @@ def _lowering_name(schedule: Schedule) -> str:
 
 
 def _require_sync(schedule: Any, target: TargetProfile | None, lowering: str,
-                  derives: str) -> TargetProfile:
-    """``target``, refused unless it declares a sync model: the generic and agents lowerings
-    derive their sync from it."""
+                  derives: str) -> tuple[TargetProfile, SyncModel]:
+    """``target`` and its sync model, refused unless it declares one: the generic and agents
+    lowerings derive their sync from it."""
     if target is None or target.sync is None:
         raise ConfigError(f"schedule {schedule.name}", "lowering", lowering,
                           f"a target with a sync model (TargetProfile.sync): the {lowering} "
                           f"lowering derives {derives} from it", flag="--target")
-    return target
+    return target, target.sync
 
 
 def _compile_agents(schedule: Any, body: tuple[Op, ...], edges: tuple[DepEdge, ...],
@@ -201,12 +202,12 @@ def _compile_agents(schedule: Any, body: tuple[Op, ...], edges: tuple[DepEdge, .
     from pipeline_core.proof import require_safe
 
     owner = f"schedule {schedule.name}"
-    target = _require_sync(schedule, target, "agents", "its rings and waits")
+    target, sync = _require_sync(schedule, target, "agents", "its rings and waits")
     own = getattr(schedule, "agents", None)
     if not callable(own):
         raise ConfigError(owner, "lowering", "agents", "a schedule with an agents() method "
                           "returning its AgentSpec")
-    plan = lower_agents(body, edges, target.sync, stages=config.depth, spec=own(), owner=owner)
+    plan = lower_agents(body, edges, sync, stages=config.depth, spec=own(), owner=owner)
     compiled = CompiledSchedule(
         schedule_name=schedule.name, target_name=target_name, config=config,
         schedule_config=_schedule_config(schedule), body=body, edges=edges, prologue=(),
