@@ -20,7 +20,7 @@ from pipeline_core.ops import Entry, Op, Phase
 from pipeline_core.schedule import ParamValue
 
 if TYPE_CHECKING:
-    from pipeline_core.program import KernelProgram, Program
+    from pipeline_core.program.program import KernelProgram, Program
 
 
 @attrs.frozen(kw_only=True)
