@@ -41,7 +41,7 @@ def median_s(fn: Callable[[], object], repeat: int) -> float:
 
 
 def csp_pingpong() -> Callable[[], object]:
-    from pipeline_core.scheduling.registry import SchedulingRequest, get_strategy
+    from pipeline_core.scheduling import SchedulingRequest, get_strategy
 
     d = golden_data.load("pingpong_bf16")
     config = golden_data.config_from(d["config"])

@@ -5,7 +5,7 @@ and the records a schedule or plugin author needs.
 """
 from __future__ import annotations
 
-from pipeline_core.hookspecs import hookimpl
+from pipeline_core.markers import hookimpl
 
 #: The distribution that installs this package.  The version is written once, in
 #: pyproject.toml, and read back from the installed metadata (``__version__``).

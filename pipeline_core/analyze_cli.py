@@ -34,7 +34,7 @@ def _optimal_seconds(text: str) -> float:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipeline_core.cli import add_format_option, add_output_option
+    from pipeline_core.cli_options import add_format_option, add_output_option
 
     g = parser.add_argument_group("analyze")
     add_format_option(g, deprecated_json=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pipeline_core.hookspecs import hookimpl
+from pipeline_core.markers import hookimpl
 from pipeline_core.schedule import KernelTransform, ScheduleBase, StrategyRecord
 
 if TYPE_CHECKING:

@@ -13,25 +13,15 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, Sequence
 
-EXIT_OK, EXIT_UNSAFE, EXIT_INPUT, EXIT_PLUGINS = 0, 1, 2, 3
-EXIT_INTERNAL = 70  #: EX_SOFTWARE (sysexits.h): our bug, never the user's input or a plugin's
-EXIT_INTERRUPTED = 130  #: 128 + SIGINT, as shells report Ctrl-C
+from pipeline_core.cli_options import (EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK,
+                                       EXIT_PLUGINS, EXIT_UNSAFE, OneLineParser,
+                                       add_format_option, add_output_option)
 
 
 class CliError(Exception):
     """A usage problem reported as one line (exit 2)."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line, as every other refusal of the CLI (README.md,
-    "Exit status"): the flag and what it allows, then where the full usage is, instead of a
-    5-7-line usage block above the message.  Subcommand parsers inherit the class."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (`{self.prog} --help` lists "
-                              "the options)\n")
 
 
 def _pairs(values: Sequence[str] | None, flag: str) -> dict[str, str]:
@@ -121,34 +111,6 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 def _epilog(command: str, examples: Sequence[str] = ()) -> str:
     lines = ["examples:"] + [f"  {line}" for line in (examples or EXAMPLES.get(command, ()))]
     return "\n".join(lines) + "\n\n" + HOST_OPTIONS_NOTE
-
-
-def add_output_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``-o FILE`` as every command that writes output spells it."""
-    p.add_argument("-o", "--output", metavar="FILE", default=None,
-                   help="write to FILE instead of stdout ('-': stdout)")
-
-
-class _DeprecatedJson(argparse.Action):
-    """``--json``: the old spelling of ``--format json`` (hidden from --help, warns once)."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help=argparse.SUPPRESS)
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        namespace.format = "json"
-        print("warning: --json is deprecated; use --format json", file=sys.stderr)
-
-
-def add_format_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, choices: Sequence[str] = ("text", "json"),
-                      deprecated_json: bool = False) -> None:
-    """``--format text|json`` as every command spells it (``--json``: the hidden old alias)."""
-    p.add_argument("--format", choices=tuple(choices), default=choices[0],
-                   help=f"output format (default: {choices[0]})")
-    if deprecated_json:
-        p.add_argument("--json", action=_DeprecatedJson)
 
 
 def _add_schedule_options(p: argparse.ArgumentParser, *, schedule_help: str,

@@ -11,81 +11,19 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import attrs
 
+from pipeline_core.compiled import CompiledSchedule  # its home; importable from here too
 from pipeline_core.config import (BLOCK_SCHEDULE_KNOBS, PipelineConfig, ScheduleConfig,
                                   TargetProfile)
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ConfigError, ProgramError
 from pipeline_core.execution import ExecutionModel, declared_warps_per_group
-from pipeline_core.launch import KernelLaunch
 from pipeline_core.limits import GLOBAL_LOAD_TICKS
-from pipeline_core.ops import MAX_KERNEL_TAG, Entry, Op, OpRole, Phase, entries
+from pipeline_core.ops import MAX_KERNEL_TAG, Op, OpRole, Phase, entries
 from pipeline_core.schedule import LOWERINGS, Schedule, ScheduleBase
 
 if TYPE_CHECKING:
     from pipeline_core.plugins import PluginHost
-    from pipeline_core.program import KernelProgram, Program
-
-
-@attrs.frozen
-class CompiledSchedule:
-    """Everything a kernel needs to unroll the pipelined loop, plus how it was derived."""
-
-    schedule_name: str
-    target_name: str
-    config: PipelineConfig
-    schedule_config: ScheduleConfig
-    body: tuple[Op, ...]
-    edges: tuple[DepEdge, ...]
-    prologue: tuple[Entry, ...]
-    kernel: tuple[Entry, ...]
-    epilogue: tuple[Entry, ...]
-    kernel_deps: tuple[DepEdge, ...]
-    warp_stagger_index: int
-    tag_names: Mapping[int, str] = attrs.field(factory=dict)
-    #: double-buffer only: the KernelProgram build result (program, order, derived waits)
-    kernel_program: KernelProgram | None = None
-    bootstrap_frags: tuple[Op, ...] = ()
-    params: Mapping[str, Any] = attrs.field(factory=dict)
-    #: the schedule's TargetProfile (its sync model and clock), when the schedule carries one
-    target_profile: Any = None
-    #: who runs which entries (groups, stagger, warps per group); see pipeline_core.execution
-    execution: Any = None
-    #: which lowering built the phases: "blocks" (the reference's block program or its
-    #: single-buffer recipes) or "generic" (pipeline_core.lowering.generic)
-    lowering: str = "blocks"
-    #: the proof stage's result (pipeline_core.proof.Proof); None when the stage did not run
-    proof: Any = None
-    #: who wrote the program's explicit op lists (a plugin or a schedule method); "" for none
-    explicit_source: str = ""
-    #: the agents lowering's per-agent programs and rings (pipeline_core.agents); None otherwise
-    agents: Any = None
-    #: the kernel family and launch geometry the schedule declared once (``kernel_launch()``,
-    #: pipeline_core/launch.py); None when it declares none.  Emitters read it.
-    launch: KernelLaunch | None = None
-
-    @property
-    def hazards(self) -> list[dict[str, Any]]:
-        """The hazards of a schedule emitted with ``allow_unsafe`` (empty when proven safe)."""
-        if self.proof is None or self.proof.safe:
-            return []
-        return self.proof.hazards()
-
-    @property
-    def is_double_buffer(self) -> bool:
-        return self.kernel_program is not None
-
-    @property
-    def program(self) -> Program | None:
-        return self.kernel_program.program if self.kernel_program is not None else None
-
-    @property
-    def order(self) -> tuple[int, ...]:
-        if self.kernel_program is None:
-            return tuple(range(len(self.body)))
-        return tuple(self.kernel_program.order)
-
-    def phases(self) -> dict[Phase, tuple[Entry, ...]]:
-        return {Phase.PROLOGUE: self.prologue, Phase.KERNEL: self.kernel, Phase.EPILOGUE: self.epilogue}
+    from pipeline_core.sync.model import SyncModel
 
 
 def _tag_names(schedule: ScheduleBase, target: TargetProfile | None) -> dict[int, str]:
@@ -139,10 +77,10 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
                                params, host, allow_unsafe)
     if lowering_name == "generic":
         from pipeline_core.lowering.generic import lower_generic
-        target = _require_sync(schedule, target, "generic", "its waits")
+        target, sync = _require_sync(schedule, target, "generic", "its waits")
         sched = _schedule_config(schedule, "generic")
         warps = declared_warps_per_group(schedule, target)
-        lowered = lower_generic(body, target.sync, stages=config.depth,
+        lowered = lower_generic(body, sync, stages=config.depth,
                                 execution=ExecutionModel(warps_per_group=warps),
                                 schedule=schedule.name, config=config)
         prologue, kernel, epilogue = lowered.prologue, lowered.kernel, lowered.epilogue
@@ -219,10 +157,10 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         warp_stagger_index=stagger, tag_names=tag_names, kernel_program=result,
         bootstrap_frags=bootstrap, params=dict(params or {}), target_profile=target,
         execution=execution, explicit_source=explicit_source, launch=schedule.kernel_launch())
-    from pipeline_core.proof import require_safe
+    from pipeline_core.proof import prove, require_safe
 
     if wait_source(schedule) == DERIVED:
-        compiled = settle(compiled, host)
+        compiled = settle(compiled, host, prove=lambda c: prove(c, host))
         if result is not None and compiled.kernel is not kernel:  # entries were added
             compiled = attrs.evolve(compiled, kernel_deps=tuple(kernel_deps_double_buffer(
                 compiled.kernel, config, lowering.fragment_wait_tag)))
@@ -241,14 +179,14 @@ def _lowering_name(schedule: ScheduleBase) -> str:
 
 
 def _require_sync(schedule: ScheduleBase, target: TargetProfile | None, lowering: str,
-                  derives: str) -> TargetProfile:
-    """``target``, refused unless it declares a sync model: the generic and agents lowerings
-    derive their sync from it."""
+                  derives: str) -> tuple[TargetProfile, SyncModel]:
+    """``target`` and its sync model, refused unless it declares one: the generic and agents
+    lowerings derive their sync from it."""
     if target is None or target.sync is None:
         raise ConfigError(f"schedule {schedule.name}", "lowering", lowering,
                           f"a target with a sync model (TargetProfile.sync): the {lowering} "
                           f"lowering derives {derives} from it", flag="--target")
-    return target
+    return target, target.sync
 
 
 def _compile_agents(schedule: ScheduleBase, body: tuple[Op, ...], edges: tuple[DepEdge, ...],
@@ -261,8 +199,8 @@ def _compile_agents(schedule: ScheduleBase, body: tuple[Op, ...], edges: tuple[D
     from pipeline_core.proof import require_safe
 
     owner = f"schedule {schedule.name}"
-    target = _require_sync(schedule, target, "agents", "its rings and waits")
-    plan = lower_agents(body, edges, target.sync, stages=config.depth, spec=schedule.agents(),
+    target, sync = _require_sync(schedule, target, "agents", "its rings and waits")
+    plan = lower_agents(body, edges, sync, stages=config.depth, spec=schedule.agents(),
                         owner=owner)
     compiled = CompiledSchedule(
         schedule_name=schedule.name, target_name=target_name, config=config,

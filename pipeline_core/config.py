@@ -17,6 +17,7 @@ from pipeline_core.costs import CostModel
 from pipeline_core.errors import ConfigError, UnknownNameError
 from pipeline_core.limits import Bound, parse_int
 from pipeline_core.ops import Op, OpRole
+from pipeline_core.sync.model import SyncModel
 
 
 def _int(lo: int | None = None, hi: int | None = None, what: str = ""):
@@ -422,7 +423,7 @@ class TargetProfile:
 
     cost_model: CostModel
     pipeline: PipelineConfig
-    sync: Any = attrs.field(default=None, kw_only=True)
+    sync: SyncModel | None = attrs.field(default=None, kw_only=True)
     clock_ghz: float | None = attrs.field(default=None, kw_only=True)
     #: warps that run one group's stream (a schedule's ``warps_per_group()`` wins); None: 1, or
     #: 2 when the sync model has a per-thread channel (``execution.fewest_agents``)
@@ -437,7 +438,6 @@ class TargetProfile:
 
     @sync.validator
     def _sync(self, attribute, value):
-        from pipeline_core.sync import SyncModel
         if value is not None and not isinstance(value, SyncModel):
             raise ConfigError("TargetProfile", "sync", type(value).__name__, "a SyncModel or None")
 

@@ -19,7 +19,7 @@ from pipeline_core.edges import DepEdge
 from pipeline_core.ops import Entry, Op, Phase, tag_name
 
 if TYPE_CHECKING:
-    from pipeline_core.compiler import CompiledSchedule
+    from pipeline_core.compiled import CompiledSchedule
 
 #: The 13 fields of an op dict that make the Op (the rest are ``*_name`` siblings).
 OP_FIELDS = ("tag", "stage", "subtile", "k_offset", "vm_cost", "lgkm_cost", "wait_value",
@@ -157,7 +157,7 @@ def to_document(c: "CompiledSchedule") -> dict[str, Any]:
         _neutral(doc["config"], COUNTER_CONFIG_KEYS)
         doc["schedule_config"] = {k: v for k, v in doc["schedule_config"].items()
                                   if k not in BLOCK_SCHEDULE_KNOBS}
-    if c.lowering == "agents":  # one program per agent: the phase lists stay empty
+    if c.agents is not None:  # one program per agent: the phase lists stay empty
         from pipeline_core.agents.views import agents_doc
         doc["lowering"] = "agents"
         sync = c.target_profile.sync if c.target_profile is not None else None

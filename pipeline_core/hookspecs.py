@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-import pluggy
+# the markers' home is pipeline_core.markers; ``hookimpl`` stays importable from here
+from pipeline_core.markers import PROJECT, hookimpl, hookspec  # noqa: F401
 
 if TYPE_CHECKING:
     from pipeline_core.emitters import EmitterRecord
@@ -48,11 +49,6 @@ if TYPE_CHECKING:
     from pipeline_core.program.program import Program
     from pipeline_core.schedule import (KernelTransform, Schedule, ScheduleRecord, StrategyRecord,
                                         TargetRecord)
-
-PROJECT = "pipeline_core"
-
-hookspec = pluggy.HookspecMarker(PROJECT)
-hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec

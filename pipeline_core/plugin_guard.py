@@ -37,11 +37,8 @@ from pipeline_core.config import PipelineConfig, ScheduleConfig
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import PipelineError, PluginError
 from pipeline_core.ops import Entry, Op
-from pipeline_core.commands import CommandRecord
-from pipeline_core.emitters import EmitterRecord
 from pipeline_core.launch import KernelLaunch
-from pipeline_core.schedule import (OPTIONAL_MEMBERS, KernelTransform, ScheduleBase,
-                                    ScheduleRecord, StrategyRecord, TargetRecord)
+from pipeline_core.schedule import OPTIONAL_MEMBERS, KernelTransform, ScheduleBase
 
 DEVELOPMENT = "(development)"  #: the "distribution" of a module loaded with --plugin
 IN_PROCESS = "(in-process)"  #: the "distribution" of an object registered in-process
@@ -393,15 +390,13 @@ SCHEDULE_RESULTS: Mapping[str, Callable[[Any], Any]] = {
     "kernel_launch": optional(instance_of(KernelLaunch)),  # None: no kernel family declared
 }
 
-#: What each hook must return (a plugin's answer; ``None`` means "nothing to say").
+#: What each override hook must return (a plugin's answer; ``None`` means "nothing to say").
+#: A registration hook returns a list of its records (``records_of``): the host builds those
+#: checks from its table of registries (``pipeline_core.plugins.REGISTRIES``), the one home of
+#: which record each registration hook returns.
 HOOK_RESULTS: Mapping[str, Callable[[Any], Any]] = {
-    "pipeline_core_register_targets": optional(records_of(TargetRecord)),
-    "pipeline_core_register_schedules": optional(records_of(ScheduleRecord)),
-    "pipeline_core_register_strategies": optional(records_of(StrategyRecord)),
     "pipeline_core_derive_edges": optional(list_of(DepEdge)),
     "pipeline_core_explicit_blocks": optional(op_blocks),
     "pipeline_core_bootstrap_frags": optional(list_of(Op)),
     "pipeline_core_kernel_transforms": optional(list_of(KernelTransform)),
-    "pipeline_core_register_commands": optional(records_of(CommandRecord)),
-    "pipeline_core_register_emitters": optional(records_of(EmitterRecord)),
 }

@@ -28,7 +28,8 @@ from pipeline_core.config import TargetProfile
 from pipeline_core.errors import PluginError, UnknownNameError
 from pipeline_core.ops import Entry
 from pipeline_core.plugin_guard import (DEVELOPMENT, HOOK_RESULTS, IN_PROCESS, Culprit, PluginGuard,
-                                        instance_of, list_of, order, schedule_object)
+                                        instance_of, list_of, optional, order, records_of,
+                                        schedule_object)
 from pipeline_core.schedule import (BuildContext, KernelTransform, ScheduleRecord, StrategyRecord,
                                     TargetRecord)
 
@@ -59,6 +60,9 @@ REGISTRIES = (("pipeline_core_register_targets", TargetRecord, "targets", "targe
               ("pipeline_core_register_commands", CommandRecord, "commands", "command"),
               ("pipeline_core_register_emitters", EmitterRecord, "emitters", "emitter"))
 REGISTRATION_HOOKS = tuple(hook for hook, *_ in REGISTRIES)
+#: What each hook must return: a registration hook, a list of its records
+RESULT_CHECKS = {**HOOK_RESULTS, **{hook: optional(records_of(record_type))
+                                    for hook, record_type, *_ in REGISTRIES}}
 OVERRIDE_HOOKS = ("pipeline_core_derive_edges", "pipeline_core_explicit_blocks",
                   "pipeline_core_bootstrap_frags")
 
@@ -307,7 +311,7 @@ class PluginHost:
         """Call one plugin's implementation through pluggy (so ``--trace`` monitoring sees it).
 
         A plugin's call runs under the guard and its answer is checked against
-        ``HOOK_RESULTS``; the core's own implementations are called as they are.  The
+        ``RESULT_CHECKS``; the core's own implementations are called as they are.  The
         registration hooks see no user input, so any error they raise is the plugin's.
         """
         others = [p for p in self.pm.get_plugins() if p is not impl.plugin]
@@ -321,7 +325,7 @@ class PluginHost:
             return call()
         info = self._registered[impl.plugin_name]
         return self.guard.call(info.culprit, f"hook {hook_name}", call,
-                               check=HOOK_RESULTS.get(hook_name),
+                               check=RESULT_CHECKS.get(hook_name),
                                user_input=hook_name not in REGISTRATION_HOOKS)
 
     # --- registries -----------------------------------------------------------

@@ -13,16 +13,19 @@ with the hazards attached to the compiled schedule (the document's ``hazards`` k
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
+from pipeline_core.compiled import Proof
 from pipeline_core.errors import PipelineError, ProgramError, TargetFactError, UnknownNameError
 from pipeline_core.ops import FrameworkTag
 
 if TYPE_CHECKING:
     from pipeline_core.check.verdict import Verdict
-    from pipeline_core.compiler import CompiledSchedule
+    from pipeline_core.compiled import CompiledSchedule
+    from pipeline_core.plugins import PluginHost
+    from pipeline_core.sync.model import SyncModel
 
 #: kernel iterations the proof executes: the stagger, a steady state and the hand-off to the
 #: epilogue all appear within three (the checker's own default, pipeline_core/check/checker.py)
@@ -128,24 +131,6 @@ class UnencodableWaitError(ProgramError):
                                     sources=self.sources, manual_knob=self.manual_knob, hint=why)
 
 
-@attrs.frozen(kw_only=True)
-class Proof:
-    """What the proof stage found: the verdict, or why there is none."""
-
-    verdict: Verdict | None
-    unprovable: str = ""  #: why no verdict could be computed (no sync model)
-
-    @property
-    def safe(self) -> bool:
-        return self.verdict is not None and self.verdict.safe
-
-    def hazards(self) -> list[dict[str, Any]]:
-        """The document's ``hazards`` list: one record per distinct violation."""
-        if self.verdict is None:
-            return [{"kind": "UNPROVEN", "message": self.unprovable}]
-        return [v.to_dict() for v in self.verdict.distinct()]
-
-
 def racing_overrides(overrides: Mapping[str, str]) -> tuple[str, ...]:
     """``-c NAME=VALUE`` for every given ScheduleConfig override that sets a knob declared
     (field metadata ``races``, pipeline_core/config.py) to make the reference's output race."""
@@ -161,7 +146,7 @@ def racing_overrides(overrides: Mapping[str, str]) -> tuple[str, ...]:
                  if getattr(parsed, k) != getattr(default, k))
 
 
-def check_encodable(compiled: CompiledSchedule, sync: Any) -> None:
+def check_encodable(compiled: CompiledSchedule, sync: SyncModel) -> None:
     """Every emitted wait fits its channel's encoding (``Channel.max_wait``; None: unknown).
 
     A wait above the largest encodable value cannot be emitted at all (each target declares
@@ -198,7 +183,7 @@ def check_encodable(compiled: CompiledSchedule, sync: Any) -> None:
                           else ""))
 
 
-def prove(compiled: CompiledSchedule, host: Any = None) -> Proof:
+def prove(compiled: CompiledSchedule, host: PluginHost | None = None) -> Proof:
     """Run the hazard checker on ``compiled`` as emitted, with its declared warps per group."""
     if compiled.agents is not None:  # warp-specialized programs: the agents checker
         from pipeline_core.agents.prove import prove_agents
@@ -259,7 +244,7 @@ def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
     return UnsafeScheduleError(text, verdict=verdict)
 
 
-def require_safe(compiled: CompiledSchedule, host: Any = None, *,
+def require_safe(compiled: CompiledSchedule, host: PluginHost | None = None, *,
                  allow_unsafe: bool = False) -> CompiledSchedule:
     """``compiled`` with its proof attached; raises :class:`UnsafeScheduleError` unless it is
     proven safe or ``allow_unsafe`` is set."""

@@ -192,6 +192,10 @@ def _check_name(inst: Any, attribute: attrs.Attribute[str], value: Any) -> None:
                           "a lower-case name of letters, digits, '-', '_' or '.'")
 
 
+#: a parameter's value: of its ``Param.type`` (int, bool or str), or None for a default left unset
+ParamValue = int | bool | str | None
+
+
 @attrs.frozen
 class Param:
     """One parameter a target or schedule accepts (``-T``/``-p KEY=VALUE``).

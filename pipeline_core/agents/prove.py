@@ -854,7 +854,7 @@ def prove_plan(plan: AgentPlan, body: Sequence[Op], edges: Sequence[DepEdge], sy
 
 def prove_agents(compiled: Any) -> Any:
     """The proof of a compiled agents schedule (pipeline_core/proof.py calls it)."""
-    from pipeline_core.proof import Proof
+    from pipeline_core.compiled import Proof
 
     sync = compiled.target_profile.sync if compiled.target_profile is not None else None
     if sync is None:

@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", metavar="FILE", default=None,
                         help="check a compiled schedule JSON document (docs/document-format.md) instead of "
                              "compiling; '-' reads standard input")
-    from pipeline_core.cli import add_format_option, add_output_option
+    from pipeline_core.cli_options import add_format_option, add_output_option
 
     add_format_option(parser)
     add_output_option(parser)
@@ -211,7 +211,7 @@ def _print(args: argparse.Namespace, verdict: Any, document: Mapping[str, Any], 
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (``python -m pipeline_core.check --input FILE``)."""
-    from pipeline_core.cli import OneLineParser
+    from pipeline_core.cli_options import OneLineParser
 
     parser = OneLineParser(prog="pipeline-core check",
                                      description="Prove a compiled schedule free of LDS/register hazards.")

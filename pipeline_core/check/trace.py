@@ -22,6 +22,7 @@ import attrs
 
 from pipeline_core import execution
 from pipeline_core.check.program import CheckProgram, Instr, Kind
+from pipeline_core.check.verdict import LAUNCH, STAGGER, TAIL
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.ops import Phase
 
@@ -69,9 +70,6 @@ class WarpTrace:
         return c[before] - c[after + 1]
 
 
-STAGGER = "stagger barrier"
-LAUNCH = "barrier after the prologue"
-TAIL = "barrier after the epilogue"
 _SYNTHETIC = {execution.STAGGER: STAGGER, execution.LAUNCH: LAUNCH, execution.TAIL: TAIL}
 
 

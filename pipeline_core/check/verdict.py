@@ -60,6 +60,14 @@ class Site:
         return d
 
 
+#: the ``phase`` a site or a fix names for the barriers the execution model adds around the
+#: entry lists (docs/guide/reference-behaviours.md, "Warp stagger"): the checker's trace places
+#: them, the settle stage (pipeline_core/sync/settle.py) reads a fix placed at one
+STAGGER = "stagger barrier"
+LAUNCH = "barrier after the prologue"
+TAIL = "barrier after the epilogue"
+
+
 @attrs.frozen
 class Fix:
     """A change that removes the hazard: lower/insert a wait, add a barrier, move an entry."""

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Mapping
 
 import attrs
 
-from pipeline_core.compiler import CompiledSchedule
+from pipeline_core.compiled import CompiledSchedule
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.export.notation import channels_by_tag, isa_form, op_text
 from pipeline_core.ops import Entry

@@ -2,13 +2,13 @@
 
 The double-buffer path of the compiler (docs/guide/reference-behaviours.md:
 "Double-buffer block construction" to "The auto-wait patch").
-The result record keeps the intermediate facts the JSON output reports.
+The result record (``KernelProgram``, kept with ``Program`` in ``program.py`` so the compiled
+record can name it without importing the builder) keeps the intermediate facts the JSON
+output reports.
 """
 from __future__ import annotations
 
 from typing import Sequence
-
-import attrs
 
 from pipeline_core.config import PipelineConfig, ScheduleConfig
 from pipeline_core.edges import DepEdge
@@ -16,30 +16,11 @@ from pipeline_core.errors import ConfigError
 from pipeline_core.ops import Op
 from pipeline_core.ordering import check_order
 from pipeline_core.program.construct import construct_blocks, main_wait_vm
-from pipeline_core.program.program import Program
+from pipeline_core.program.program import KernelProgram, Program
 from pipeline_core.program.redistribute import redistribute_globals
 from pipeline_core.program.verify import verify_program
 from pipeline_core.program.waits import (apply_auto_drain, apply_auto_waits, derive_drain_mask,
                                          derive_waits)
-
-
-@attrs.frozen
-class KernelProgram:
-    """The final (patched, verified) program and the values derived on the way.
-
-    ``wait_lgkm_first`` / ``wait_vm_last`` are always the derived values
-    (docs/guide/reference-behaviours.md, "Wait derivation"), also when ``waits_applied`` is
-    False and the kernel
-    carries the manual ones.
-    """
-
-    program: Program
-    order: tuple[int, ...]
-    main_wait_vm: int
-    wait_lgkm_first: int
-    wait_vm_last: int
-    waits_applied: bool
-    derived_drain_mask: int
 
 
 def build_kernel_program(body: Sequence[Op], config: PipelineConfig,

@@ -111,3 +111,22 @@ class Program:
                 f"got {len(lists)} explicit block lists for a program of {len(self.blocks)} "
                 f"blocks; return exactly one list per block (empty = use the template)")
         return attrs.evolve(self, explicit_blocks=lists if any(lists) else ())
+
+
+@attrs.frozen
+class KernelProgram:
+    """The final (patched, verified) program and the values derived on the way.
+
+    ``wait_lgkm_first`` / ``wait_vm_last`` are always the derived values
+    (docs/guide/reference-behaviours.md, "Wait derivation"), also when ``waits_applied`` is
+    False and the kernel
+    carries the manual ones.
+    """
+
+    program: Program
+    order: tuple[int, ...]
+    main_wait_vm: int
+    wait_lgkm_first: int
+    wait_vm_last: int
+    waits_applied: bool
+    derived_drain_mask: int

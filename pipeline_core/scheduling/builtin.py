@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from pipeline_core.errors import UnknownNameError
 from pipeline_core.scheduling.exact import exact_blocks_strategy, exact_strategy
 from pipeline_core.scheduling.exhaustive import optimal_schedule_with_halves
 from pipeline_core.scheduling.greedy import greedy_schedule
-from pipeline_core.scheduling.registry import SchedulingRequest
+from pipeline_core.scheduling.registry import SchedulingRequest, Strategy
 
 
 def identity_strategy(request: SchedulingRequest) -> list[int]:
@@ -49,3 +50,17 @@ BUILTIN_STRATEGIES = MappingProxyType({
     "EXACT": exact_strategy,
     "EXACT_BLOCKS": exact_blocks_strategy,
 })
+
+
+def get_strategy(name: str) -> Strategy:
+    """A built-in strategy by name (case-insensitive); plugin strategies live on the host."""
+    key = name.strip().upper()
+    try:
+        return BUILTIN_STRATEGIES[key]
+    except KeyError:
+        raise UnknownNameError("scheduling strategy", key, strategy_names()) from None
+
+
+def strategy_names() -> list[str]:
+    """The built-in strategy names."""
+    return sorted(BUILTIN_STRATEGIES)

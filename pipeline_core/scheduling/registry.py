@@ -1,10 +1,11 @@
-"""What a strategy is given and returns; built-in strategies looked up by name.
+"""What a strategy is given and returns (the built-ins are looked up by name in ``builtin``).
 
 There is no registry here: the plugin host owns the table of strategies
 (``PluginHost.get_strategy``), built from ``pipeline_core_register_strategies``
-answers, so two hosts never share a registered strategy.  This module only
-names the built-in functions, for the core plugin and for tools that order a
-body without a host.
+answers, so two hosts never share a registered strategy.  This module holds only
+the records a strategy and its callers share, so the strategies import it and it
+imports none of them (:mod:`.builtin` names the built-in functions, for the core
+plugin and for tools that order a body without a host).
 """
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import Callable, Iterable
 import attrs
 
 from pipeline_core.edges import DepEdge
-from pipeline_core.errors import UnknownNameError
 from pipeline_core.ops import Op
 
 
@@ -63,21 +63,3 @@ class SchedulingRequest:
 
 
 Strategy = Callable[[SchedulingRequest], "list[int]"]
-
-
-def get_strategy(name: str) -> Strategy:
-    """A built-in strategy by name (case-insensitive); plugin strategies live on the host."""
-    from pipeline_core.scheduling.builtin import BUILTIN_STRATEGIES
-
-    key = name.strip().upper()
-    try:
-        return BUILTIN_STRATEGIES[key]
-    except KeyError:
-        raise UnknownNameError("scheduling strategy", key, strategy_names()) from None
-
-
-def strategy_names() -> list[str]:
-    """The built-in strategy names."""
-    from pipeline_core.scheduling.builtin import BUILTIN_STRATEGIES
-
-    return sorted(BUILTIN_STRATEGIES)

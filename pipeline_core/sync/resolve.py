@@ -9,10 +9,15 @@ falls back to another GPU's model.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline_core.errors import TargetFactError, UnknownNameError
 from pipeline_core.sync.model import SyncModel
+
+if TYPE_CHECKING:
+    from pipeline_core.compiled import CompiledSchedule
+    from pipeline_core.config import TargetProfile
+    from pipeline_core.plugins import PluginHost
 
 
 def document_target(document: Mapping[str, Any]) -> str | None:
@@ -28,7 +33,7 @@ def document_target(document: Mapping[str, Any]) -> str | None:
     return None
 
 
-def target_profile(target: str, host: Any = None):
+def target_profile(target: str, host: PluginHost | None = None) -> TargetProfile:
     """The registered target ``target`` built with its parameter defaults."""
     if host is None:
         from pipeline_core.plugins import default_host
@@ -37,7 +42,7 @@ def target_profile(target: str, host: Any = None):
     return record.factory(**{p.name: p.default for p in record.params})
 
 
-def _require(profile: Any, target: str) -> SyncModel:
+def _require(profile: TargetProfile, target: str) -> SyncModel:
     sync = getattr(profile, "sync", None)
     if sync is None:
         raise TargetFactError(target, "sync",
@@ -47,7 +52,7 @@ def _require(profile: Any, target: str) -> SyncModel:
     return sync
 
 
-def sync_for_target(target: str | None, host: Any = None) -> SyncModel:
+def sync_for_target(target: str | None, host: PluginHost | None = None) -> SyncModel:
     """The sync model of the registered target ``target``."""
     if not target:
         raise TargetFactError("", "sync", "the schedule names no target, so its sync model is "
@@ -55,15 +60,15 @@ def sync_for_target(target: str | None, host: Any = None) -> SyncModel:
     return _require(target_profile(target, host), target)
 
 
-def sync_for_compiled(compiled: Any, host: Any = None) -> SyncModel:
-    """The sync model of a :class:`~pipeline_core.compiler.CompiledSchedule`."""
+def sync_for_compiled(compiled: CompiledSchedule, host: PluginHost | None = None) -> SyncModel:
+    """The sync model of a :class:`~pipeline_core.compiled.CompiledSchedule`."""
     profile = getattr(compiled, "target_profile", None)
     if profile is not None and getattr(profile, "sync", None) is not None:
         return profile.sync
     return sync_for_target(getattr(compiled, "target_name", "") or None, host)
 
 
-def declared_sync(compiled: Any, host: Any = None) -> SyncModel | None:
+def declared_sync(compiled: CompiledSchedule, host: PluginHost | None = None) -> SyncModel | None:
     """The compiled schedule's sync model, or None when its target declares none.
 
     For views that can do without one (the text listing); the checker and the
@@ -75,20 +80,20 @@ def declared_sync(compiled: Any, host: Any = None) -> SyncModel | None:
         return None
 
 
-def sync_for_document(document: Mapping[str, Any], host: Any = None,
+def sync_for_document(document: Mapping[str, Any], host: PluginHost | None = None,
                       target: str | None = None) -> SyncModel:
     """The sync model of the target ``document`` names (or ``target`` when given)."""
     return sync_for_target(target or document_target(document), host)
 
 
-def clock_for_target(target: str | None, host: Any = None) -> float | None:
+def clock_for_target(target: str | None, host: PluginHost | None = None) -> float | None:
     """The target's clock in GHz (None: not declared, or no target)."""
     if not target:
         return None
     return getattr(target_profile(target, host), "clock_ghz", None)
 
 
-def clock_for_compiled(compiled: Any, host: Any = None) -> float | None:
+def clock_for_compiled(compiled: CompiledSchedule, host: PluginHost | None = None) -> float | None:
     profile = getattr(compiled, "target_profile", None)
     if profile is not None and getattr(profile, "clock_ghz", None) is not None:
         return profile.clock_ghz

@@ -21,14 +21,20 @@ checker's fix for that need is the same rule (README.md, "Architecture").
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import attrs
 
+from pipeline_core.check.verdict import LAUNCH, STAGGER, Fix
+from pipeline_core.compiled import CompiledSchedule, Proof
 from pipeline_core.errors import ConfigError, TargetFactError, UnknownNameError
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.ops import Entry, Op, OpRole, Phase, ResourceKind
 from pipeline_core.schedule import DERIVED, REFERENCE, ScheduleBase
+from pipeline_core.sync.model import SyncModel
+
+if TYPE_CHECKING:
+    from pipeline_core.plugins import PluginHost
 
 #: repairs one settle may make (each is one wait, one lowered wait or a wait and a barrier)
 MAX_REPAIRS = 64
@@ -54,7 +60,7 @@ def _sync_op(tag: int, value: int = 0) -> Op:
     return Op(tag=tag, wait_value=value, resource=ResourceKind.SCALAR, role=OpRole.SYNC)
 
 
-def _tighten(compiled: Any, sync: Any) -> Any:
+def _tighten(compiled: CompiledSchedule, sync: SyncModel) -> CompiledSchedule:
     from pipeline_core.sync.derive import derive_for_compiled
 
     derivation = derive_for_compiled(compiled, sync)
@@ -69,8 +75,8 @@ def _tighten(compiled: Any, sync: Any) -> Any:
     return _with_phases(compiled, phases)
 
 
-def _with_phases(compiled: Any, phases: dict[Phase, tuple[Entry, ...]],
-                 stagger: int | None = None) -> Any:
+def _with_phases(compiled: CompiledSchedule, phases: dict[Phase, tuple[Entry, ...]],
+                 stagger: int | None = None) -> CompiledSchedule:
     changes: dict[str, Any] = {"prologue": phases[Phase.PROLOGUE],
                                "kernel": phases[Phase.KERNEL],
                                "epilogue": phases[Phase.EPILOGUE]}
@@ -84,10 +90,8 @@ def _with_phases(compiled: Any, phases: dict[Phase, tuple[Entry, ...]],
     return attrs.evolve(compiled, **changes)
 
 
-def _apply(compiled: Any, fix: Any, sync: Any) -> Any | None:
+def _apply(compiled: CompiledSchedule, fix: Fix, sync: SyncModel) -> CompiledSchedule | None:
     """``compiled`` with the checker's ``fix`` applied; None when it is not a wait/barrier fix."""
-    from pipeline_core.check.trace import LAUNCH, STAGGER
-
     if fix.counter is None or fix.value is None:
         return None
     index = fix.index
@@ -139,13 +143,15 @@ def _apply(compiled: Any, fix: Any, sync: Any) -> Any | None:
     return _with_phases(compiled, phases, stagger)
 
 
-def settle(compiled: Any, host: Any = None) -> Any:
+def settle(compiled: CompiledSchedule, host: PluginHost | None = None, *,
+           prove: Callable[[CompiledSchedule], Proof]) -> CompiledSchedule:
     """``compiled`` with derived waits and the missing waits/barriers added (module doc).
 
-    A schedule whose target has no sync model is returned as it is (the proof stage
-    refuses it as unprovable).
+    ``prove`` is the proof stage (the compiler passes ``pipeline_core.proof.prove`` with its
+    host): the repair loop asks it for the hazards left, and this layer, below the prover,
+    takes it as an argument instead of importing it.  A schedule whose target has no sync
+    model is returned as it is (the proof stage refuses it as unprovable).
     """
-    from pipeline_core.proof import prove
     from pipeline_core.sync.resolve import sync_for_compiled
 
     try:
@@ -153,9 +159,9 @@ def settle(compiled: Any, host: Any = None) -> Any:
     except (TargetFactError, UnknownNameError):
         return compiled
     compiled = _tighten(compiled, sync)
-    applied: set[Any] = set()
+    applied: set[Fix] = set()
     for _ in range(MAX_REPAIRS):
-        proof = prove(compiled, host)
+        proof = prove(compiled)
         verdict = proof.verdict
         if verdict is None or verdict.safe:
             return attrs.evolve(compiled, proof=proof)  # the proof stage keeps this one

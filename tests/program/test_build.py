@@ -9,7 +9,7 @@ from pipeline_core.ops import KOffset, OpRole, Phase, wait_lgkm, wait_vm
 from pipeline_core.program import (KernelProgram, build_kernel_program,
                                    emit_minimal_barrier_block, kernel_deps_double_buffer)
 from pipeline_core.ordering import schedule_order
-from pipeline_core.scheduling.registry import SchedulingRequest, get_strategy
+from pipeline_core.scheduling import SchedulingRequest, get_strategy
 
 from .helpers import (BF16_CSP_ORDER, DB_CASES, FOURWAVE_CASES, PINGPONG_CASES, bf16_config,
                       built, csp_sched, entries_from, inputs, load, ops_from, pingpong_body_bf16)

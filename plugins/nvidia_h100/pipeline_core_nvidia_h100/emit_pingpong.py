@@ -189,7 +189,12 @@ def emit_pingpong(compiled: CompiledSchedule, **options: int) -> str:
         raise ProgramError(f"emitter {EMITTER_NAME}: needs ch0_match_field 0 and "
                            "ch1_match_field 1 (MMA stage = A subtile, subtile = B subtile)")
     g = geometry_from_options(options)
-    sync = compiled.target_profile.sync
+    profile = compiled.target_profile
+    sync = profile.sync if profile is not None else None
+    if sync is None:  # the barrier kind comes from the target (-T barrier=...)
+        raise ProgramError(f"emitter {EMITTER_NAME}: schedule {compiled.schedule_name} carries "
+                           f"no sync model of target {TARGET_NAME}; compile it with --target "
+                           f"{TARGET_NAME}")
     names = {**sync.tag_names(), **{int(k): v for k, v in compiled.tag_names.items()}}
     code = entry_code(DISPATCH, names, EMITTER_NAME)
     barrier = BARRIER_CODE[sync.barrier.tag]  # the stagger's barriers: the target's kind
