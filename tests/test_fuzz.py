@@ -264,42 +264,68 @@ def _registry():
     return default_host()
 
 
-def _int_text(draw, default, bound, *, declared: bool) -> str:
-    """An int parameter or knob as typed: mostly inside its bound, at times one step outside."""
+def _int_text(draw, default, bound, *, declared: bool, outside: bool) -> str:
+    """An int parameter or knob as typed: inside its bound (near its default, at the edges,
+    small), or with ``outside`` at times one step beyond it."""
     lo, hi = int(bound.low), int(bound.high)
     base = default if isinstance(default, int) and not isinstance(default, bool) else lo
-    if draw(st.integers(0, 15)) == 0:  # one step outside the declared range
+    if outside and draw(st.integers(0, 3)) == 0:
         return str(draw(st.sampled_from([lo - 1, hi + 1])))
     near = {lo, base, min(hi, base * 2), max(lo, base // 2), min(hi, base + 1), max(lo, base - 1)}
     if declared:  # an undeclared bound (limits.PARAM_INT) is the core's guard, not a real size
         near.add(hi)
-    small = st.integers(lo, max(lo, min(hi, max(base, 8) * 2)))
-    return str(draw(st.one_of(st.sampled_from(sorted(near)), small)))
+    if draw(st.integers(0, 3)) == 0:
+        return str(draw(st.integers(lo, max(lo, min(hi, max(base, 8) * 2)))))
+    return str(draw(st.sampled_from(sorted(near))))
 
 
-def _param_text(draw, param) -> str:
+def _param_text(draw, param, *, outside: bool) -> str:
     """A ``-p``/``-T`` value for ``param`` (pipeline_core.schedule.Param), as the user types it."""
+    wrong = outside and draw(st.integers(0, 3)) == 0
     if param.type is bool:
-        return draw(st.sampled_from(["true", "false"] * 8 + ["maybe"]))
+        return "maybe" if wrong else draw(st.sampled_from(["true", "false"]))
     if param.type is int:
-        return _int_text(draw, param.default, param.int_bound, declared=param.bound is not None)
+        return _int_text(draw, param.default, param.int_bound, declared=param.bound is not None,
+                         outside=outside)
     if param.choices:
-        return draw(st.sampled_from([*map(str, param.choices)] * 8 + ["bogus"]))
-    return str(param.default) if param.default is not None else "bogus"
+        return "bogus" if wrong else draw(st.sampled_from([str(c) for c in param.choices]))
+    return str(param.default) if param.default is not None and not wrong else "bogus"
 
 
-def _params(draw, params) -> tuple[tuple[str, str], ...]:
-    chosen = draw(st.lists(st.sampled_from(params), max_size=3, unique_by=lambda p: p.name)) if params else []
-    return tuple((p.name, _param_text(draw, p)) for p in chosen)
+def _params(draw, params, *, outside: bool) -> tuple[tuple[str, str], ...]:
+    """Half the time none (the declared defaults), else up to three of ``params``."""
+    if not params or draw(st.booleans()):
+        return ()
+    chosen = draw(st.lists(st.sampled_from(params), min_size=1, max_size=3, unique_by=lambda p: p.name))
+    return tuple((p.name, _param_text(draw, p, outside=outside)) for p in chosen)
 
 
-def _knobs(draw) -> tuple[tuple[str, str], ...]:
-    """``-c`` knobs: every ScheduleConfig field but the clock-bound search budget."""
+@functools.cache
+def _knob_rules() -> dict:
+    """``{schedule: {knob: forced value or REFUSED}}`` (pipeline_core.knobs.schedule_rules)."""
+    from pipeline_core.knobs import schedule_rules
+
+    return schedule_rules(_registry())[0]
+
+
+def _knobs(draw, schedule: str, *, outside: bool) -> tuple[tuple[str, str], ...]:
+    """``-c`` knobs: every ScheduleConfig field but the clock-bound search budget; a knob the
+    schedule forces gets its forced value and one it refuses is left out, but for now and then
+    (and with ``outside``)."""
+    from pipeline_core.knobs import value_text
+    from pipeline_core.schedule import REFUSED
+
     fields = [f for f in attrs.fields(ScheduleConfig)
               if f.name not in ("search_time_limit_ms", "search_node_limit")]
     chosen = draw(st.lists(st.sampled_from(fields), max_size=4, unique_by=lambda f: f.name))
+    rules = _knob_rules().get(schedule, {})
     knobs = []
     for f in chosen:
+        if f.name in rules and (outside or draw(st.integers(0, 7)) > 0):
+            if rules[f.name] is not REFUSED:
+                knobs.append((f.name, value_text(rules[f.name])))
+            if not outside:
+                continue
         if f.name == "scheduling":
             knobs.append((f.name, draw(st.sampled_from(sorted(_registry().strategies)))))
             knobs.append(("search_node_limit", str(draw(SEARCH_NODES))))
@@ -308,8 +334,8 @@ def _knobs(draw) -> tuple[tuple[str, str], ...]:
         else:
             bound = field_bound(ScheduleConfig, f.name)
             assert bound is not None, f"knob {f.name} has no bound to draw from"
-            knobs.append((f.name, _int_text(draw, f.default, bound, declared=True)))
-    return tuple(knobs)
+            knobs.append((f.name, _int_text(draw, f.default, bound, declared=True, outside=outside)))
+    return tuple(dict(knobs).items())
 
 
 @attrs.frozen(kw_only=True)
@@ -362,8 +388,10 @@ def cli_cases(draw) -> CliCase:
         target = draw(st.sampled_from(_buildable(name)))
     else:
         target = draw(st.sampled_from(sorted(host.targets)))
-    return CliCase(schedule=name, target=target, params=_params(draw, record.params),
-                   target_args=_params(draw, host.targets[target].params), knobs=_knobs(draw),
+    outside = draw(st.integers(0, 3)) == 0  # a quarter of the cases type values out of range
+    return CliCase(schedule=name, target=target, params=_params(draw, record.params, outside=outside),
+                   target_args=_params(draw, host.targets[target].params, outside=outside),
+                   knobs=_knobs(draw, name, outside=outside),
                    allow_unsafe=draw(st.integers(0, 7)) == 0)
 
 
@@ -449,7 +477,10 @@ def judge_cli_case(case: CliCase, scratch: str) -> tuple[str, list[str]]:
     expect = None
     check_argv = ["check", *case.selection()]
     if compiled.exit_code == EXIT_OK and not problems:
-        doc = json.loads(compiled.stdout)
+        try:
+            doc = json.loads(compiled.stdout)
+        except ValueError as exc:
+            return f"{case.schedule}\t{case.target}\tcompile exit 0\tnot JSON", [f"{cmd}: not JSON: {exc}"]
         expect = EXIT_UNSAFE if doc.get("hazards") else EXIT_OK
         if doc.get("lowering") != "agents":
             with open(scratch, "w", encoding="utf-8") as fh:
@@ -559,6 +590,14 @@ def test_the_fuzzer_rechecks_a_refused_compile_by_name(monkeypatch, tmp_path):
     assert calls[-1] == ["check", *CASE.selection()]
     assert row.endswith("compile exit 1\tcheck SAFE")
     assert len(problems) == 1 and "exits 0 (expected 1)" in problems[0]
+
+
+def test_the_fuzzer_flags_a_document_that_is_not_json(monkeypatch, tmp_path):
+    monkeypatch.setattr(FUZZ, "_sampled", lambda command, every: False)
+    _fake_cli(monkeypatch, {"compile": [CliResult(exit_code=0, stdout="prologue:\n  LOAD_A", stderr="")]})
+    row, problems = judge_cli_case(CASE, str(tmp_path / "doc.json"))
+    assert row.endswith("compile exit 0\tnot JSON")
+    assert len(problems) == 1 and ": not JSON: " in problems[0]
 
 
 @pytest.mark.parametrize("where", ["same process", "fresh interpreter"])
