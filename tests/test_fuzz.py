@@ -94,7 +94,7 @@ def _base(double: bool, a: int, b: int):
 
 def _sometimes(draw, value, strategy):
     """``value`` two times in three, else a value drawn from ``strategy``."""
-    return draw(strategy) if draw(st.integers(0, 2)) == 0 else value
+    return draw(strategy) if draw(st.integers(0, 2)) == 2 else value
 
 
 @st.composite
@@ -260,6 +260,8 @@ SURVEY = os.environ.get("HYPOTHESIS_PROFILE") == "fuzz"
 #: A drawn search strategy always gets a node budget: a search cut by its seconds budget
 #: differs from machine to machine (README: tests never read the clock).
 SEARCH_NODES = st.integers(1, 4000)
+# Each rare choice is the last value of its draw: Hypothesis favours the first (zero), and
+# replays and mutates earlier cases, so the common choice comes first.
 #: Determinism: one case in REPEAT_EVERY compiles again in this process, one in RESEED_EVERY
 #: in a fresh interpreter with another hash seed (each costs a compile; the fresh one ten).
 REPEAT_EVERY, RESEED_EVERY = 4, 64
@@ -277,19 +279,19 @@ def _int_text(draw, default, bound, *, declared: bool, outside: bool) -> str:
     small), or with ``outside`` at times one step beyond it."""
     lo, hi = int(bound.low), int(bound.high)
     base = default if isinstance(default, int) and not isinstance(default, bool) else lo
-    if outside and draw(st.integers(0, 3)) == 0:
+    if outside and draw(st.integers(0, 3)) == 3:
         return str(draw(st.sampled_from([lo - 1, hi + 1])))
     near = {lo, base, min(hi, base * 2), max(lo, base // 2), min(hi, base + 1), max(lo, base - 1)}
     if declared:  # an undeclared bound (limits.PARAM_INT) is the core's guard, not a real size
         near.add(hi)
-    if draw(st.integers(0, 3)) == 0:
+    if draw(st.integers(0, 3)) == 3:
         return str(draw(st.integers(lo, max(lo, min(hi, max(base, 8) * 2)))))
     return str(draw(st.sampled_from(sorted(near))))
 
 
 def _param_text(draw, param, *, outside: bool) -> str:
     """A ``-p``/``-T`` value for ``param`` (pipeline_core.schedule.Param), as the user types it."""
-    wrong = outside and draw(st.integers(0, 3)) == 0
+    wrong = outside and draw(st.integers(0, 3)) == 3
     if param.type is bool:
         return "maybe" if wrong else draw(st.sampled_from(["true", "false"]))
     if param.type is int:
@@ -302,7 +304,7 @@ def _param_text(draw, param, *, outside: bool) -> str:
 
 def _params(draw, params, *, outside: bool) -> tuple[tuple[str, str], ...]:
     """Half the time none (the declared defaults), else up to three of ``params``."""
-    if not params or draw(st.booleans()):
+    if not params or not draw(st.booleans()):
         return ()
     chosen = draw(st.lists(st.sampled_from(params), min_size=1, max_size=3, unique_by=lambda p: p.name))
     return tuple((p.name, _param_text(draw, p, outside=outside)) for p in chosen)
@@ -329,7 +331,7 @@ def _knobs(draw, schedule: str, *, outside: bool) -> tuple[tuple[str, str], ...]
     rules = _knob_rules().get(schedule, {})
     knobs = []
     for f in chosen:
-        if f.name in rules and not outside and draw(st.integers(0, 7)) > 0:
+        if f.name in rules and not outside and draw(st.integers(0, 7)) < 7:
             if rules[f.name] is not REFUSED:
                 knobs.append((f.name, value_text(rules[f.name])))
             continue
@@ -395,11 +397,11 @@ def cli_cases(draw) -> CliCase:
         target = draw(st.sampled_from(_buildable(name)))
     else:
         target = draw(st.sampled_from(sorted(host.targets)))
-    outside = draw(st.integers(0, 3)) == 0  # a quarter of the cases type values out of range
+    outside = draw(st.integers(0, 2)) == 2  # some cases type values out of range
     return CliCase(schedule=name, target=target, params=_params(draw, record.params, outside=outside),
                    target_args=_params(draw, host.targets[target].params, outside=outside),
                    knobs=_knobs(draw, name, outside=outside),
-                   allow_unsafe=draw(st.integers(0, 7)) == 0)
+                   allow_unsafe=draw(st.integers(0, 3)) == 3)
 
 
 def _sampled(command: str, every: int) -> bool:
