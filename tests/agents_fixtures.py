@@ -9,9 +9,9 @@ from pipeline_core.edges import DepEdge
 from pipeline_core.ops import Op, OpRole
 from pipeline_core.sync import BarrierKind, Channel, ChannelKind, Effect, SyncModel
 
-COPY, MMA = 1, 2
+COPY, MMA, SOFTMAX = 1, 2, 3
 PHASE_WAIT, ARRIVE, EXPECT, FENCE, COMMIT, GROUP_WAIT = 200, 201, 202, 203, 204, 205
-NAMES = {COPY: "COPY", MMA: "MMA"}
+NAMES = {COPY: "COPY", MMA: "MMA", SOFTMAX: "SOFTMAX"}
 
 SYNC = SyncModel(
     name="test-agents",
@@ -49,3 +49,109 @@ def spec(readers: int = 2, release_lag: int = 1) -> AgentSpec:
 def plan(stages: int = 4, readers: int = 2, release_lag: int = 1):
     return lower_agents(body(readers), edges(readers, stages), SYNC, stages=stages,
                         spec=spec(readers, release_lag))
+
+
+# --- two writer rings: the shape attention needs (docs/guide/agents.md, "Several rings") ---
+#: body op indices of the two-ring body: the producer's K and V copies, then per consumer c
+#: S = Q.K (op 2 + 2c, reads K) and O += P.V (op 3 + 2c, reads V)
+K_COPY, V_COPY = 0, 1
+
+
+def two_ring_body(readers: int = 2) -> list[Op]:
+    ops = [Op(tag=COPY, channel=0, role=OpRole.GLOBAL_LOAD),
+           Op(tag=COPY, channel=1, role=OpRole.GLOBAL_LOAD)]
+    for r in range(readers):
+        ops += [Op(tag=MMA, subtile=r, role=OpRole.COMPUTE),
+                Op(tag=MMA, subtile=r, channel=1, role=OpRole.COMPUTE)]
+    return ops
+
+
+def two_ring_edges(readers: int = 2, stages: int = 4, v_stages: int | None = None) -> list[DepEdge]:
+    """Each consumer's S reads only K, its PV only V; the copies ``stages`` (K) and
+    ``v_stages`` (V) tiles later overwrite them."""
+    out: list[DepEdge] = []
+    for r in range(readers):
+        s, pv = 2 + 2 * r, 3 + 2 * r
+        out += [DepEdge.flow(K_COPY, s), DepEdge.flow(V_COPY, pv),
+                DepEdge.anti(s, K_COPY, stages), DepEdge.anti(pv, V_COPY, v_stages or stages)]
+    return out
+
+
+def two_ring_spec(readers: int = 2, release_lag: int = 1, rings=()) -> AgentSpec:
+    roles = [AgentRole(name="producer", ops=(K_COPY, V_COPY), warps=4, issuers=1)]
+    roles += [AgentRole(name=f"consumer{r}", ops=(2 + 2 * r, 3 + 2 * r)) for r in range(readers)]
+    return AgentSpec(roles=roles, op_bytes={K_COPY: 4096, V_COPY: 4096}, release_lag=release_lag,
+                     rings=rings)
+
+
+def two_ring_plan(stages: int = 4, readers: int = 2, release_lag: int = 1, rings=(),
+                  v_stages: int | None = None):
+    return lower_agents(two_ring_body(readers), two_ring_edges(readers, stages, v_stages), SYNC,
+                        stages=stages, spec=two_ring_spec(readers, release_lag, rings))
+
+
+# --- a copy issued once per output tile (attention's Q; docs/guide/agents.md) ------------
+#: the once body: Q's copy (op 0), then K and V as in the two-ring body (ops 1, 2); per
+#: consumer c, S = Q.K_j (op 3 + 2c: reads Q and K) and O += P.V_j (op 4 + 2c: reads V)
+Q_COPY = 0
+
+
+def once_body(readers: int = 2) -> list[Op]:
+    return [Op(tag=COPY, channel=2, role=OpRole.GLOBAL_LOAD), *two_ring_body(readers)]
+
+
+def once_edges(readers: int = 2, stages: int = 4) -> list[DepEdge]:
+    shifted = [DepEdge(producer=e.producer + 1, consumer=e.consumer + 1, kind=e.kind,
+                       distance=e.distance) for e in two_ring_edges(readers, stages)]
+    q = []
+    for r in range(readers):
+        s = 3 + 2 * r
+        q += [DepEdge.flow(Q_COPY, s), DepEdge.anti(s, Q_COPY, 1)]
+    return shifted + q
+
+
+def once_spec(readers: int = 2, release_lag: int = 1) -> AgentSpec:
+    roles = [AgentRole(name="producer", ops=(Q_COPY, 1, 2), warps=4, issuers=1)]
+    roles += [AgentRole(name=f"consumer{r}", ops=(3 + 2 * r, 4 + 2 * r)) for r in range(readers)]
+    return AgentSpec(roles=roles, op_bytes={Q_COPY: 8192, 1: 4096, 2: 4096},
+                     release_lag=release_lag, once=(Q_COPY,))
+
+
+def once_plan(stages: int = 4, readers: int = 2, release_lag: int = 1):
+    return lower_agents(once_body(readers), once_edges(readers, stages), SYNC, stages=stages,
+                        spec=once_spec(readers, release_lag))
+
+
+# --- attention: Q once, K and V rings, S = Q.K_j -> softmax -> O += P.V_j (chained groups) ---
+def attention_body(readers: int = 2) -> list[Op]:
+    ops = [Op(tag=COPY, channel=c, role=OpRole.GLOBAL_LOAD) for c in (2, 0, 1)]  # Q, K, V
+    for r in range(readers):
+        ops += [Op(tag=MMA, subtile=r, role=OpRole.COMPUTE),              # S = Q.K_j
+                Op(tag=SOFTMAX, subtile=r, role=OpRole.VALU_COMPUTE),     # P = softmax(S)
+                Op(tag=MMA, subtile=r, channel=1, role=OpRole.COMPUTE)]   # O += P.V_j
+    return ops
+
+
+def attention_edges(readers: int = 2, stages: int = 4) -> list[DepEdge]:
+    q, k, v = 0, 1, 2
+    out: list[DepEdge] = []
+    for r in range(readers):
+        s, sm, pv = 3 + 3 * r, 4 + 3 * r, 5 + 3 * r
+        out += [DepEdge.flow(q, s), DepEdge.flow(k, s), DepEdge.flow(v, pv),
+                DepEdge.flow(s, sm), DepEdge.flow(sm, pv),       # S and P in registers
+                DepEdge.anti(s, k, stages), DepEdge.anti(pv, v, stages), DepEdge.anti(s, q, 1),
+                DepEdge.anti(pv, sm, 1)]                         # the next P overwrites P
+    return out
+
+
+def attention_spec(readers: int = 2, release_lag: int = 1) -> AgentSpec:
+    roles = [AgentRole(name="producer", ops=(0, 1, 2), warps=4, issuers=1)]
+    roles += [AgentRole(name=f"consumer{r}", ops=(3 + 3 * r, 4 + 3 * r, 5 + 3 * r))
+              for r in range(readers)]
+    return AgentSpec(roles=roles, op_bytes={0: 8192, 1: 4096, 2: 4096}, release_lag=release_lag,
+                     once=(0,))
+
+
+def attention_plan(stages: int = 4, readers: int = 2, release_lag: int = 1):
+    return lower_agents(attention_body(readers), attention_edges(readers, stages), SYNC,
+                        stages=stages, spec=attention_spec(readers, release_lag))

@@ -11,6 +11,7 @@ Data flow: :mod:`.model` (records) <- :mod:`.inject` (the lowering builds a plan
 the checker's other mutations (``pipeline_core.check.mutate``).
 """
 from pipeline_core.agents.model import (AgentPlan, AgentProgram, AgentRole, AgentSpec, Ring,
-                                        Step, StepKind)
+                                        RingSpec, Step, StepKind)
 
-__all__ = ["AgentPlan", "AgentProgram", "AgentRole", "AgentSpec", "Ring", "Step", "StepKind"]
+__all__ = ["AgentPlan", "AgentProgram", "AgentRole", "AgentSpec", "Ring", "RingSpec", "Step",
+           "StepKind"]

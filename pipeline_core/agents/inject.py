@@ -4,13 +4,14 @@ The schedule names the roles (:class:`~pipeline_core.agents.model.AgentSpec`) an
 From the graph's cross-agent edges and the target's sync model the core derives
 (docs/guide/agents.md, "Barrier injection"):
 
-* a **full** ring for each writer agent whose ops complete on a phase channel (TMA copies):
-  the writer announces the bytes (``EXPECT_TX``) before its copies; each reader waits on the
-  phase that holds its tile before its first read;
+* a **full** ring for each writer agent and buffer (the copies one set of ops reads; or the
+  schedule's :class:`~pipeline_core.agents.model.RingSpec` list) whose copies complete on a
+  phase channel (TMA copies): the writer announces the ring's bytes (``EXPECT_TX``) before its
+  copies; each reader waits on the phase that holds its tile before its first read of them;
 * an **empty** ring when readers' ANTI edges reach back to the writer at the ring distance: the
   writer acquires the stage (waits on the phase its readers' releases complete) before writing;
-  each reader releases the stage ``release_lag`` tiles later, after the counter wait that
-  retires its async reads of that tile;
+  each reader releases the stage the ring's ``release_lag`` tiles later, after the counter wait
+  that retires its async reads of that tile;
 * on counter channels (wgmma groups): a fence before each reader's group, a commit after it,
   and every counter wait's value, derived from the ticks issued between the group and the wait.
 
@@ -59,6 +60,80 @@ def _agent_of(spec: AgentSpec, body: Sequence[Op], owner: str) -> dict[int, Agen
     return where
 
 
+@attrs.frozen(kw_only=True)
+class _RingPair:
+    """One ring as the lowering builds it: the writer agent, its ops, the full ring their copies
+    complete on and, when readers release the stages, the empty ring."""
+
+    writer: str
+    ops: tuple[int, ...]
+    full: Ring
+    empty: Ring | None
+    lag: int
+
+    @property
+    def once(self) -> bool:
+        return self.full.once
+
+
+@attrs.frozen(kw_only=True)
+class _Group:
+    """The copies of one ring and what the schedule says of it (None: the defaults)."""
+
+    prefix: str  #: "" for a lone derived ring (``full`` / ``empty``), else ``name_``
+    ops: tuple[int, ...]
+    stages: int | None = None
+    release_lag: int | None = None
+    once: bool = False
+
+
+def _ring_groups(spec: AgentSpec, writer_of: dict[int, str], readers_of: dict[int, set[int]],
+                 owner: str) -> list[_Group]:
+    """Each ring's copies: the schedule's :class:`RingSpec` list, or one ring per writer agent, set of ops reading its copies and whether they are
+    issued once per output tile (docs/guide/agents.md, "Several rings"); a derived single ring
+    keeps the plain names ``full`` / ``empty``."""
+    once = set(spec.once)
+    if spec.rings:
+        seen: dict[int, str] = {}
+        names = [r.name for r in spec.rings]
+        if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
+            raise ProgramError(f"{owner}: AgentSpec.rings names {', '.join(names)}: each ring "
+                               "needs its own identifier name (e.g. RingSpec(name=\"k\", ...))")
+        for r in spec.rings:
+            for i in r.ops:
+                if i not in writer_of:
+                    raise ProgramError(f"{owner}: ring {r.name} names op {i}, which is no "
+                                       "phase-tracked copy feeding another agent; list only "
+                                       f"ops {sorted(writer_of)}")
+                if i in seen:
+                    raise ProgramError(f"{owner}: op {i} is in rings {seen[i]} and {r.name}; a "
+                                       "copy completes on one ring")
+                seen[i] = r.name
+            if len({writer_of[i] for i in r.ops}) > 1:
+                raise ProgramError(f"{owner}: ring {r.name} holds the copies of agents "
+                                   f"{', '.join(sorted({writer_of[i] for i in r.ops}))}; one "
+                                   "ring per writer agent")
+            if 0 < len(once & set(r.ops)) < len(r.ops):
+                raise ProgramError(f"{owner}: ring {r.name} mixes copies issued once "
+                                   f"({sorted(once & set(r.ops))}, AgentSpec.once) with per-K-"
+                                   "tile copies; give the once copies a ring of their own")
+        left = sorted(set(writer_of) - set(seen))
+        if left:
+            raise ProgramError(f"{owner}: copies {left} are in no ring of AgentSpec.rings; add "
+                               "them to a RingSpec's ops")
+        return [_Group(prefix=f"{r.name}_", ops=r.ops, stages=r.stages,
+                       release_lag=r.release_lag, once=r.ops[0] in once)
+                for r in spec.rings if r.ops]
+    groups: dict[tuple[str, frozenset[int], bool], list[int]] = {}
+    for i in sorted(writer_of):
+        key = (writer_of[i], frozenset(readers_of.get(i, ())), i in once)
+        groups.setdefault(key, []).append(i)
+    if len(groups) == 1:
+        return [_Group(prefix="", ops=tuple(next(iter(groups.values()))), once=bool(once))]
+    return [_Group(prefix=f"ring{n}_", ops=tuple(ops), once=key[2])
+            for n, (key, ops) in enumerate(groups.items())]
+
+
 def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, *, stages: int,
                  spec: AgentSpec, owner: str = "schedule") -> AgentPlan:
     """Split ``body`` into one program per agent of ``spec`` and inject the rings and waits."""
@@ -71,58 +146,92 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
         return ch is not None and kind.get(ch) == ChannelKind.PHASE
 
     cross = [e for e in edges if agent_of[e.producer].name != agent_of[e.consumer].name]
-    writers = sorted({agent_of[e.producer].name for e in cross
-                      if e.kind == DepKind.FLOW and phase_bound(e.producer)})
-    if len(writers) != 1:
-        raise ProgramError(f"{owner}: the agents lowering needs exactly one writer agent whose "
-                           f"copies complete on a phase channel; found {writers or 'none'}")
-    writer = writers[0]
-    readers = sorted({agent_of[e.consumer].name for e in cross
-                      if e.kind == DepKind.FLOW and agent_of[e.producer].name == writer})
     for e in cross:
         if e.kind == DepKind.FLOW and not phase_bound(e.producer):
             raise ProgramError(f"{owner}: edge {e.producer}->{e.consumer} crosses agents from an "
                                f"op with no phase channel; only phase-tracked writes may feed "
                                f"another agent")
-        if e.kind == DepKind.ANTI and e.distance != stages:
-            raise ProgramError(f"{owner}: ANTI edge {e.producer}->{e.consumer} crosses agents at "
-                               f"distance {e.distance}; a ring of {stages} stages reuses a stage "
-                               f"after {stages} tiles")
-    anti_readers = sorted({agent_of[e.producer].name for e in cross if e.kind == DepKind.ANTI})
-    if spec.release_lag < 0 or spec.release_lag >= stages:
-        raise ProgramError(f"{owner}: release_lag {spec.release_lag} must be 0 .. stages - 1 "
-                           f"({stages - 1})")
+    writers = sorted({agent_of[e.producer].name for e in cross if e.kind == DepKind.FLOW})
+    if not writers:
+        raise ProgramError(f"{owner}: the agents lowering needs a writer agent whose copies "
+                           "complete on a phase channel and feed another agent; found none")
+    # every phase-tracked op of a writer agent: the copies its rings carry
+    writer_of = {i: agent_of[i].name for i in range(len(body))
+                 if agent_of[i].name in writers and phase_bound(i)}
+    readers_of: dict[int, set[int]] = {}
+    for e in cross:
+        if e.kind == DepKind.FLOW:
+            readers_of.setdefault(e.producer, set()).add(e.consumer)
+    bad = [i for i in spec.once if i not in writer_of]
+    if bad:
+        raise ProgramError(f"{owner}: AgentSpec.once names ops {bad}, which are no phase-tracked "
+                           f"copies feeding another agent; list only ops {sorted(writer_of)}")
     roles = {r.name: r for r in spec.roles}
-    writer_ops = [i for i in range(len(body)) if agent_of[i].name == writer]
-    tx = sum(spec.op_bytes.get(i, 0) for i in writer_ops if phase_bound(i))
-    if tx <= 0:
-        raise ProgramError(f"{owner}: agent {writer}'s copies announce no bytes (AgentSpec.op_bytes)")
-    full = Ring(name=FULL, kind=FULL, stages=stages, arrivals=1, tx_bytes=tx,
-                signallers=(writer,), waiters=tuple(readers))
-    rings = [full]
-    empty = None
-    if anti_readers:
-        empty = Ring(name=EMPTY, kind=EMPTY, stages=stages,
-                     arrivals=sum(roles[r].release_arrivals for r in anti_readers),
-                     signallers=tuple(anti_readers), waiters=(writer,))
-        rings.append(empty)
     tags = _sync_tags(sync)
+    pairs = []
+    for group in _ring_groups(spec, writer_of, readers_of, owner):
+        prefix, ring_ops, own_stages, own_lag, once = (group.prefix, group.ops, group.stages,
+                                                       group.release_lag, group.once)
+        # a once ring holds one output tile's copy; its release comes after the loop
+        depth = (1 if once else stages) if own_stages is None else own_stages
+        where = f"ring {prefix[:-1]}: " if prefix else ""
+        if depth < 1:
+            raise ProgramError(f"{owner}: {where}stages {depth} must be 1 or more")
+        lag = (0 if once else spec.release_lag) if own_lag is None else own_lag
+        if lag < 0 or lag >= depth:
+            raise ProgramError(f"{owner}: {where}release_lag {lag} must be 0 .. stages - 1 "
+                               f"({depth - 1})")
+        writer = writer_of[ring_ops[0]]
+        mine = set(ring_ops)
+        for e in cross:  # a once copy's stage is released after the loop, at any distance
+            if e.kind == DepKind.ANTI and e.consumer in mine and e.distance != depth and not once:
+                raise ProgramError(f"{owner}: ANTI edge {e.producer}->{e.consumer} crosses agents "
+                                   f"at distance {e.distance}; a ring of {depth} stages reuses a "
+                                   f"stage after {depth} tiles")
+        readers = sorted({agent_of[c].name for i in ring_ops for c in readers_of.get(i, ())})
+        anti_readers = sorted({agent_of[e.producer].name for e in cross
+                               if e.kind == DepKind.ANTI and e.consumer in mine})
+        tx = sum(spec.op_bytes.get(i, 0) for i in ring_ops)
+        if tx <= 0:
+            raise ProgramError(f"{owner}: agent {writer}'s copies announce no bytes "
+                               f"(AgentSpec.op_bytes)")
+        full = Ring(name=prefix + FULL, kind=FULL, stages=depth, arrivals=1, tx_bytes=tx,
+                    signallers=(writer,), waiters=tuple(readers), ops=ring_ops, once=once)
+        empty = None
+        if anti_readers:
+            empty = Ring(name=prefix + EMPTY, kind=EMPTY, stages=depth,
+                         arrivals=sum(roles[r].release_arrivals for r in anti_readers),
+                         signallers=tuple(anti_readers), waiters=(writer,), ops=ring_ops,
+                         release_lag=lag, once=once)
+        pairs.append(_RingPair(writer=writer, ops=ring_ops, full=full, empty=empty, lag=lag))
+    for e in cross:  # an ANTI edge onto a writer op of no ring
+        if e.kind == DepKind.ANTI and e.consumer not in writer_of:
+            raise ProgramError(f"{owner}: ANTI edge {e.producer}->{e.consumer} crosses agents "
+                               f"onto op {e.consumer}, which is no phase-tracked copy; only a "
+                               "ring's stage is released across agents")
 
     programs = []
     for role in spec.roles:
         ops = [i for i in range(len(body)) if agent_of[i].name == role.name]
-        if role.name == writer:
-            kernel = _writer_kernel(ops, body, full, empty, tags)
-        elif role.name in readers:
-            kernel = _reader_kernel(ops, body, channel, kind, full,
-                                    empty if role.name in anti_readers else None, spec.release_lag,
-                                    tags, owner, role.name)
+        reads = [p for p in pairs if role.name in p.full.waiters]
+        if role.name in writers:
+            kernel = _writer_kernel(ops, body, [p for p in pairs if p.writer == role.name], tags)
+        elif reads:
+            chained: dict[int, set[int]] = {}  # op -> this agent's async ops it reads at once
+            for e in edges:
+                if e.kind == DepKind.FLOW and e.distance == 0 and e.producer in ops \
+                        and e.consumer in ops and channel[e.producer] is not None \
+                        and kind.get(channel[e.producer] or "") == ChannelKind.COUNTER:
+                    chained.setdefault(e.consumer, set()).add(e.producer)
+            kernel = _reader_kernel(ops, body, channel, kind, reads, readers_of, chained, tags,
+                                    owner, role.name)
         else:
             kernel = [Step(kind=StepKind.OP, op=i, tag=body[i].tag) for i in ops]
         programs.append(_split(role, kernel, tags))
+    rings = [r for p in pairs for r in (p.full, p.empty) if r is not None]
     plan = AgentPlan(stages=stages, programs=programs, rings=rings,
                      min_tiles=max(len(p.prologue) for p in programs) or 1,
-                     op_bytes={i: spec.op_bytes.get(i, 0) for i in writer_ops if phase_bound(i)})
+                     op_bytes={i: spec.op_bytes.get(i, 0) for i in sorted(writer_of)})
     return derive_counter_waits(plan)
 
 
@@ -143,44 +252,94 @@ def _sync_tags(sync: SyncModel) -> dict[str, int]:
     return out
 
 
-def _writer_kernel(ops: list[int], body: Sequence[Op], full: Ring, empty: Ring | None,
+def _writer_kernel(ops: list[int], body: Sequence[Op], pairs: Sequence[_RingPair],
                    tags: dict[str, int]) -> list[Step]:
+    """The writer's ops in body order; before a ring's first copy, its acquire (the phase the
+    releases of tile t - stages complete) and the arrival announcing the ring's bytes."""
     steps = []
-    if empty is not None:  # acquire: the phase the releases of tile t - stages complete
-        steps.append(Step(kind=StepKind.PHASE_WAIT, channel=empty.name, phase_offset=-1,
-                          tag=tags["phase_wait"]))
-    steps.append(Step(kind=StepKind.EXPECT_TX, channel=full.name, value=full.tx_bytes,
-                      tag=tags["expect_tx"]))
-    steps += [Step(kind=StepKind.OP, op=i, tag=body[i].tag) for i in ops]
+    started: set[str] = set()
+    for i in ops:
+        pair = next((p for p in pairs if i in p.ops), None)
+        if pair is not None and pair.full.name not in started:
+            started.add(pair.full.name)
+            if pair.empty is not None:
+                steps.append(Step(kind=StepKind.PHASE_WAIT, channel=pair.empty.name,
+                                  phase_offset=-1, tag=tags["phase_wait"], once=pair.once))
+            steps.append(Step(kind=StepKind.EXPECT_TX, channel=pair.full.name,
+                              value=pair.full.tx_bytes, tag=tags["expect_tx"], once=pair.once))
+        steps.append(Step(kind=StepKind.OP, op=i, tag=body[i].tag,
+                          once=pair is not None and pair.once))
     return steps
 
 
 def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | None],
-                   kind: dict[str, ChannelKind], full: Ring, empty: Ring | None, lag: int,
+                   kind: dict[str, ChannelKind], pairs: Sequence[_RingPair],
+                   readers_of: dict[int, set[int]], chained: dict[int, set[int]],
                    tags: dict[str, int], owner: str, agent: str) -> list[Step]:
-    steps = [Step(kind=StepKind.PHASE_WAIT, channel=full.name, tag=tags["phase_wait"])]
+    """Each ring waited on before the first op that reads its copies; one group per tile on the
+    agent's counter channel, cut where an op reads the result of an async op of the same tile
+    (``chained``: attention's softmax reading S): the group is committed and a counter wait
+    retires it first; each released ring's counter wait and release its lag late
+    (docs/guide/agents.md, "Chained groups")."""
     counters = [c for c in dict.fromkeys(channel[i] for i in ops)
                 if c is not None and kind.get(c) == ChannelKind.COUNTER]
     if len(counters) > 1:
         raise ProgramError(f"{owner}: agent {agent} issues async ops on {counters}; one counter "
                            f"channel per reader agent is supported")
     counter = counters[0] if counters else None
-    fenced = False
-    for i in ops:
-        if channel[i] == counter and counter is not None and not fenced:
-            steps.append(Step(kind=StepKind.FENCE, channel=counter, tag=tags["fence"]))
-            fenced = True
+    steps: list[Step] = []
+    waited: set[str] = set()
+    group: list[int] = []      # the open group's ops
+    pending: list[int] = []    # ops of this tile's committed groups not yet waited for
+    released = [p for p in pairs if p.empty is not None and agent in p.empty.signallers
+                and not p.once]
+    early: set[str] = set()    # lag-0 rings released at once after a chained wait
+    for n, i in enumerate(ops):
+        needs = chained.get(i, set()) & {*group, *pending}
+        if needs & set(group):
+            steps.append(Step(kind=StepKind.COMMIT, channel=counter or "",
+                              tag=tags[f"commit:{counter}"]))
+            pending, group = pending + group, []
+        if needs:  # the counter wait's op names the group it must retire
+            last = max(needs, key=pending.index)
+            steps.append(Step(kind=StepKind.COUNTER_WAIT, channel=counter or "", op=last,
+                              value=UNDERIVED, tag=tags[f"wait:{counter}"]))
+            pending = pending[pending.index(last) + 1:]
+            # a lag-0 ring whose reads here all retired is released now, not after the last group
+            for p in released:
+                reads = {r for w in p.ops for r in readers_of.get(w, ()) if r in ops}
+                if p.lag == 0 and p.empty is not None and p.empty.name not in early \
+                        and reads <= set(ops[:n]) and not reads & {*group, *pending}:
+                    early.add(p.empty.name)
+                    steps.append(Step(kind=StepKind.ARRIVE, channel=p.empty.name,
+                                      tag=tags["arrive"]))
+        for p in pairs:
+            if p.full.name not in waited and any(i in readers_of.get(w, ()) for w in p.ops):
+                waited.add(p.full.name)
+                steps.append(Step(kind=StepKind.PHASE_WAIT, channel=p.full.name,
+                                  tag=tags["phase_wait"], once=p.once))
+        if channel[i] == counter and counter is not None:
+            if not group:  # each group's first op: order the registers it reads or writes
+                steps.append(Step(kind=StepKind.FENCE, channel=counter, tag=tags["fence"]))
+            group.append(i)
         steps.append(Step(kind=StepKind.OP, op=i, tag=body[i].tag))
-    if counter is not None:
-        steps.append(Step(kind=StepKind.COMMIT, channel=counter, tag=tags[f"commit:{counter}"]))
-    if empty is not None:
+    if group:
+        steps.append(Step(kind=StepKind.COMMIT, channel=counter or "",
+                          tag=tags[f"commit:{counter}"]))
+    released = [p for p in released if p.empty is not None and p.empty.name not in early]
+    for lag in sorted({p.lag for p in released}):
         if counter is not None:
             steps.append(Step(kind=StepKind.COUNTER_WAIT, channel=counter, lag=lag,
                               value=UNDERIVED, tag=tags[f"wait:{counter}"]))
-        steps.append(Step(kind=StepKind.ARRIVE, channel=empty.name, lag=lag, tag=tags["arrive"]))
+        steps += [Step(kind=StepKind.ARRIVE, channel=p.empty.name, lag=lag, tag=tags["arrive"])
+                  for p in released if p.lag == lag and p.empty is not None]
     if counter is not None:  # the accumulators are read after the loop: retire every group
         steps.append(Step(kind=StepKind.COUNTER_WAIT, channel=counter, lag=-1, value=0,
                           tag=tags[f"wait:{counter}"]))
+    # a copy issued once is read by every K tile: released after that final wait
+    steps += [Step(kind=StepKind.ARRIVE, channel=p.empty.name, lag=-1, tag=tags["arrive"],
+                   once=True)
+              for p in pairs if p.once and p.empty is not None and agent in p.empty.signallers]
     return steps
 
 
@@ -189,12 +348,16 @@ def _split(role: AgentRole, kernel: list[Step], tags: dict[str, int]) -> AgentPr
 
     A step with lag L first runs at iteration L; the prologue holds iterations before the
     largest lag, the epilogue iterations KT .. KT + lag - 1.  A step with lag -1 is an
-    after-the-loop step: it runs once, at the end of the epilogue.
+    after-the-loop step: it runs once, at the end of the epilogue.  A once step of lag 0 is a
+    before-the-loop step: it runs once, at the start of the prologue.
     """
+    before = [s for s in kernel if s.once and s.lag == 0]
     after = [s for s in kernel if s.lag < 0]
-    loop = [s for s in kernel if s.lag >= 0]
+    loop = [s for s in kernel if s.lag >= 0 and not s.once]
     depth = max((s.lag for s in loop), default=0)
-    prologue = [[s for s in loop if i - s.lag >= 0] for i in range(depth)]
+    prologue = [[s for s in loop if i - s.lag >= 0] for i in range(max(depth, bool(before)))]
+    if before:
+        prologue[0] = before + prologue[0]
     # epilogue iteration j is t = KT + j: keep steps whose tile KT + j - lag is still < KT
     epilogue = [[s for s in loop if j - s.lag < 0] for j in range(depth)]
     if after:
@@ -209,35 +372,53 @@ def _split(role: AgentRole, kernel: list[Step], tags: dict[str, int]) -> AgentPr
 def derive_counter_waits(plan: AgentPlan) -> AgentPlan:
     """Set every underived counter wait to the largest count that still retires its group.
 
-    A wait serving tile u must retire the group holding u's async ops: the count is the number of
+    A wait serving tile u must retire the group holding u's async ops (its last group, or for a
+    chained wait, whose ``op`` names one, the group holding that op): the count is the number of
     commits after that group and before the wait (in-order channels retire oldest first).  The
     kernel's wait is iteration-invariant, so its value is the minimum over every instance of an
     unrolled run long enough to reach the steady state; prologue and epilogue positions get their
-    own (docs/guide/agents.md, "Counter waits").
+    own (docs/guide/agents.md, "Counter waits").  A wait whose group an earlier wait has already
+    retired in every instance (a release after a chained wait of 0) is left out.
     """
     tiles = plan.min_tiles + plan.stages + 4
     programs = []
     for prog in plan.programs:
         values: dict[tuple[str, int, int], int] = {}  # (section, iteration, position) -> min
-        commits: dict[str, list[int]] = {}            # channel -> tiles of committed groups
+        # channel -> committed groups: (tile, the ops issued in it)
+        commits: dict[str, list[tuple[int, frozenset[int]]]] = {}
+        issued: list[int] = []
+        retired: dict[str, int] = {}  # channel -> groups (oldest first) an earlier wait retired
+        needed: dict[tuple[str, int, int], bool] = {}
         for section, it, pos, t, step in _walk(prog, tiles):
-            if step.kind == StepKind.COMMIT:
-                commits.setdefault(step.channel, []).append(step.tile(t))
+            if step.kind == StepKind.OP:
+                issued.append(step.op)
+            elif step.kind == StepKind.COMMIT:
+                commits.setdefault(step.channel, []).append((step.tile(t), frozenset(issued)))
+                issued = []
             elif step.kind == StepKind.COUNTER_WAIT and step.value == UNDERIVED:
                 groups = commits.get(step.channel, [])
                 u = step.tile(t)
-                after = [k for k, g in enumerate(groups) if g == u]
+                # op -1: the tile's last group; else the group holding that op (a chained wait)
+                after = [k for k, (g, ops) in enumerate(groups)
+                         if g == u and (step.op < 0 or step.op in ops)]
                 if not after:
                     raise ProgramError(f"agent {prog.name}: the counter wait for tile {u} on "
                                        f"{step.channel} comes before that tile's group is committed")
                 n = len(groups) - 1 - after[-1]
                 key = (section, 0 if section == "kernel" else it, pos)
                 values[key] = min(values.get(key, n), n)
+                needed[key] = needed.get(key, False) or after[-1] >= retired.get(step.channel, 0)
+                retired[step.channel] = max(retired.get(step.channel, 0), after[-1] + 1)
+            elif step.kind == StepKind.COUNTER_WAIT:
+                done = len(commits.get(step.channel, [])) - max(step.value, 0)
+                retired[step.channel] = max(retired.get(step.channel, 0), done)
 
         def fill(section: str, it: int, steps: Sequence[Step]) -> list[Step]:
             return [attrs.evolve(s, value=values[(section, it, pos)])
                     if s.kind == StepKind.COUNTER_WAIT and s.value == UNDERIVED else s
-                    for pos, s in enumerate(steps)]
+                    for pos, s in enumerate(steps)
+                    if not (s.kind == StepKind.COUNTER_WAIT and s.value == UNDERIVED
+                            and not needed[(section, it, pos)])]
 
         programs.append(_drop_repeated_drain(attrs.evolve(
             prog, prologue=[fill("prologue", i, s) for i, s in enumerate(prog.prologue)],
@@ -247,19 +428,24 @@ def derive_counter_waits(plan: AgentPlan) -> AgentPlan:
 
 
 def _drop_repeated_drain(prog: AgentProgram) -> AgentProgram:
-    """Leave out the after-the-loop counter wait 0 when the epilogue already drained that channel
+    """Leave out the after-the-loop counter wait 0 (the last counter wait of the last epilogue
+    iteration; only once-ring releases follow it) when the epilogue already drained that channel
     to 0 with no commit since (the last release's own wait did it)."""
     if not prog.epilogue or not prog.epilogue[-1]:
         return prog
-    last = prog.epilogue[-1][-1]
-    if last.kind != StepKind.COUNTER_WAIT or last.value != 0:
+    tail = prog.epilogue[-1]
+    at = next((i for i in reversed(range(len(tail))) if tail[i].kind == StepKind.COUNTER_WAIT),
+              None)
+    if at is None or tail[at].value != 0 or any(
+            s.kind != StepKind.ARRIVE or not s.once for s in tail[at + 1:]):
         return prog
-    flat = [s for steps in prog.epilogue for s in steps][:-1]
+    last = tail[at]
+    flat = [s for steps in prog.epilogue[:-1] for s in steps] + list(tail[:at])
     for s in reversed(flat):
         if s.kind == StepKind.COMMIT and s.channel == last.channel:
             return prog
         if s.kind == StepKind.COUNTER_WAIT and s.channel == last.channel and s.value == 0:
-            epilogue = [*prog.epilogue[:-1], prog.epilogue[-1][:-1]]
+            epilogue = [*prog.epilogue[:-1], (*tail[:at], *tail[at + 1:])]
             return attrs.evolve(prog, epilogue=[steps for steps in epilogue if steps])
     return prog
 

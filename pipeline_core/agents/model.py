@@ -50,6 +50,10 @@ def _roles(items: Iterable["AgentRole"]) -> tuple["AgentRole", ...]:
     return tuple(items)
 
 
+def _ring_specs(items: Iterable["RingSpec"]) -> tuple["RingSpec", ...]:
+    return tuple(items)
+
+
 @attrs.frozen(kw_only=True)
 class Step:
     """One action of one agent (see the module for ``lag`` and ``phase_offset``)."""
@@ -66,6 +70,9 @@ class Step:
     op: int = -1
     #: the tag the step lowers to (the op's tag, or the sync model's tag for the action)
     tag: int = -1
+    #: runs once per output tile, before the K loop (lag 0) or after it (lag -1); its ring
+    #: position is the output tile, not the K tile (docs/guide/agents.md, "Loads issued once")
+    once: bool = False
 
     def tile(self, t: int) -> int:
         """The K tile this step serves when the loop index is ``t``."""
@@ -95,16 +102,37 @@ class AgentRole:
 
 
 @attrs.frozen(kw_only=True)
+class RingSpec:
+    """A ring (a full / empty pair) a schedule declares: the writer ops whose copies go through
+    it, and optionally its own depth and release lag (docs/guide/agents.md, "Several rings").
+
+    The lowering derives the rings from the edges (one per writer agent and set of reading ops);
+    a schedule declares them only to group its copies differently or to give a ring its own
+    ``stages`` or ``release_lag`` (``None``: the schedule's depth, :attr:`AgentSpec.release_lag`).
+    """
+
+    name: str
+    ops: tuple[int, ...] = attrs.field(converter=_ints)
+    stages: int | None = None
+    release_lag: int | None = None
+
+
+@attrs.frozen(kw_only=True)
 class AgentSpec:
     """A schedule's agent assignment: the roles and, per body op, the bytes it copies.
 
     ``release_lag``: how many K tiles a consumer keeps a stage after issuing its reads before
-    releasing it (1 lets one wgmma group stay in flight while the next is issued).
+    releasing it (1 lets one wgmma group stay in flight while the next is issued).  ``rings``:
+    the rings, when the derived ones (:class:`RingSpec`) are not what the schedule wants.
     """
 
     roles: tuple[AgentRole, ...] = attrs.field(converter=_roles)
     op_bytes: Mapping[int, int] = attrs.field(factory=dict)
     release_lag: int = 1
+    rings: tuple[RingSpec, ...] = attrs.field(converter=_ring_specs, default=())
+    #: copies issued once per output tile before the K loop (attention's Q), each on a ring of
+    #: its own that its readers wait on once and release after their loop
+    once: tuple[int, ...] = attrs.field(converter=_ints, default=())
 
 
 @attrs.frozen(kw_only=True)
@@ -124,6 +152,14 @@ class Ring:
     #: agents that arrive on the ring, and agents that wait on it
     signallers: tuple[str, ...] = ()
     waiters: tuple[str, ...] = ()
+    #: the writer ops whose stages the ring carries: a full ring's copies complete on it, an
+    #: empty ring frees their stages for the next copy (one ring per writer and buffer)
+    ops: tuple[int, ...] = ()
+    #: an empty ring: the K tiles a reader keeps a stage before releasing it
+    release_lag: int = 0
+    #: the ring carries copies issued once per output tile: its stages and phases count output
+    #: tiles (:attr:`Step.once`)
+    once: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -182,7 +218,10 @@ class PlacedStep:
 
 @attrs.frozen(kw_only=True)
 class AgentPlan:
-    """The agents lowering's result: every agent's program and the rings between them."""
+    """The agents lowering's result: every agent's program and the rings between them.
+
+    ``stages`` is the schedule's ring depth; each :class:`Ring` has its own (``Ring.stages``),
+    which is what a step's stage and phase are counted in."""
 
     stages: int
     programs: tuple[AgentProgram, ...] = attrs.field(converter=_programs)
@@ -203,3 +242,7 @@ class AgentPlan:
             if r.name == name:
                 return r
         raise KeyError(name)
+
+    def ring_of(self, op: int, kind: str) -> Ring | None:
+        """The ring of ``kind`` ("full" / "empty") that carries writer op ``op``'s stages."""
+        return next((r for r in self.rings if r.kind == kind and op in r.ops), None)

@@ -31,6 +31,7 @@ its arrivals, whether or not a wait of the same output tile tests them (**DEADLO
 """
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -39,7 +40,7 @@ from typing import Any
 import attrs
 import networkx as nx
 
-from pipeline_core.agents.model import AgentPlan, AgentProgram, PlacedStep, Ring, Step, StepKind
+from pipeline_core.agents.model import AgentPlan, AgentProgram, PlacedStep, Step, StepKind
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Verdict, Violation
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import DepKind, Op, tag_name
@@ -71,9 +72,10 @@ def tile_counts(plan: AgentPlan) -> list[int]:
     """The K-tile counts a proof unrolls: the shortest valid loops, and one long enough for the
     prologue, two ring wraps and the epilogue at every residue modulo the ring depth (so a
     tail of KT not a multiple of the stages is covered)."""
-    s = plan.stages
-    base = plan.min_tiles + 2 * s + 2
-    return sorted({plan.min_tiles, plan.min_tiles + 1, *(base + r for r in range(s))})
+    depths = {plan.stages, *(r.stages for r in plan.rings)}
+    base = plan.min_tiles + 2 * max(depths) + 2
+    period = math.lcm(*depths)  # rings of different depths: every pair of residues
+    return sorted({plan.min_tiles, plan.min_tiles + 1, *(base + r for r in range(period))})
 
 
 @attrs.frozen(kw_only=True)
@@ -102,6 +104,12 @@ class _Inst:
         """The K tile within this output tile."""
         return self.placed.tile - self.base
 
+    @property
+    def pos(self) -> int:
+        """The ring position: :attr:`tile`, or the output tile for a step run once per output
+        tile (its ring's stages and phases count output tiles)."""
+        return self.output if self.step.once else self.placed.tile
+
 
 class _Run:
     """One unrolled run of ``outputs`` output tiles of ``tiles`` K tiles each, back to back on
@@ -113,7 +121,9 @@ class _Run:
                  sync: SyncModel, names: Mapping[int, str], tiles: int, outputs: int = 1) -> None:
         self.plan, self.body, self.edges, self.sync = plan, body, edges, sync
         self.names, self.tiles, self.outputs = names, tiles, outputs
-        self.S = plan.stages
+        self.depths = {r.name: r.stages for r in plan.rings}
+        #: copies issued once per output tile (their instance's tile is the output's first)
+        self.once_ops = {op for r in plan.rings if r.once for op in r.ops}
         self.bound = sync.bind()
         self.kinds = {c.name: c for c in sync.channels}
         self.g: nx.DiGraph = nx.DiGraph()
@@ -138,25 +148,31 @@ class _Run:
         #: (ring, stage) -> tile -> the phase its signals complete
         self.tile_phase_by_ring: dict[tuple[str, int], dict[int, int]] = {}
 
+    def S(self, ring: str) -> int:
+        """The depth of ring ``ring`` (each ring has its own)."""
+        return self.depths.get(ring, self.plan.stages)
+
     # --- naming ---------------------------------------------------------------------
     def agent_name(self, a: int) -> str:
         return self.plan.programs[a].name
 
     def step_text(self, inst: _Inst) -> str:
-        s, who, u = inst.step, self.agent_name(inst.agent), inst.tile
+        s, who, u = inst.step, self.agent_name(inst.agent), inst.pos
         tag = tag_name(s.tag, self.names) if s.tag >= 0 else s.kind.value.upper()
         after_loop = inst.placed.section == "epilogue" and inst.local >= self.tiles
-        when = "after the loop" if after_loop else f"for tile {inst.local}"
+        when = ("after the loop" if after_loop else "before the loop" if s.once
+                else f"for tile {inst.local}")
         when += _of_output(inst.output)
         if s.kind == StepKind.OP:
             return f"{who} {tag_name(self.body[s.op].tag, self.names)} {when}"
         if s.kind == StepKind.COUNTER_WAIT:
             return f"{who} {tag}({s.value}) {when}"
         if s.kind == StepKind.PHASE_WAIT:
-            k = u // self.S + s.phase_offset
-            return f"{who} {tag} {s.channel}[{u % self.S}] phase {k} (parity {k & 1}) {when}"
+            k = u // self.S(s.channel) + s.phase_offset
+            return (f"{who} {tag} {s.channel}[{u % self.S(s.channel)}] phase {k} "
+                    f"(parity {k & 1}) {when}")
         if s.kind in (StepKind.ARRIVE, StepKind.EXPECT_TX):
-            return f"{who} {tag} {s.channel}[{u % self.S}] {when}"
+            return f"{who} {tag} {s.channel}[{u % self.S(s.channel)}] {when}"
         return f"{who} {tag} {when}"
 
     def site(self, inst: _Inst) -> Site:
@@ -204,13 +220,6 @@ class _Run:
         c = self.kinds.get(name) if name is not None else None
         return None if c is None else c.kind
 
-    def full_ring_of(self, agent: int) -> Ring | None:
-        name = self.agent_name(agent)
-        for r in self.plan.rings:
-            if r.kind == "full" and name in r.signallers:
-                return r
-        return None
-
     def build(self) -> None:
         for a, prog in enumerate(self.plan.programs):
             insts: list[_Inst] = []
@@ -237,9 +246,9 @@ class _Run:
         self._phases()
 
     def _step(self, inst: _Inst, open_ops: dict[str, list[tuple[int, int, int]]]) -> None:
-        s, a, u = inst.step, inst.agent, inst.tile
+        s, a, u = inst.step, inst.agent, inst.pos
         if s.kind == StepKind.OP:
-            key = (a, s.op, u)
+            key = (a, s.op, inst.tile)
             self.op_at[key] = inst
             eff = self.effect(s.op)
             ck = self.channel_kind(eff.counter if eff else None)
@@ -250,9 +259,10 @@ class _Run:
                 self.g.add_edge(inst.node, land)
                 self.done[key] = land
                 self.reads_end[key] = land if eff.resolves == "both" else None
-                ring = self.full_ring_of(a)
+                ring = self.plan.ring_of(s.op, "full")
                 if ring is not None:
-                    self.copies[(ring.name, u % self.S)].append((inst, self.plan.op_bytes.get(s.op, 0)))
+                    self.copies[(ring.name, u % ring.stages)].append(
+                        (inst, self.plan.op_bytes.get(s.op, 0)))
             else:
                 open_ops[eff.counter].append(key)
         elif s.kind == StepKind.COMMIT:
@@ -275,9 +285,10 @@ class _Run:
         elif s.kind in (StepKind.ARRIVE, StepKind.EXPECT_TX):
             units = self.plan.programs[a].role.release_arrivals if s.kind == StepKind.ARRIVE else 1
             tx = s.value if s.kind == StepKind.EXPECT_TX else 0
-            self.signals[(s.channel, u % self.S)].append((inst, units, tx))
+            self.signals[(s.channel, u % self.S(s.channel))].append((inst, units, tx))
         elif s.kind == StepKind.PHASE_WAIT:
-            self.waits.append((inst, s.channel, u % self.S, u // self.S + s.phase_offset))
+            depth = self.S(s.channel)
+            self.waits.append((inst, s.channel, u % depth, u // depth + s.phase_offset))
 
     def _counter_wait(self, inst: _Inst) -> None:
         s, a = inst.step, inst.agent
@@ -308,7 +319,7 @@ class _Run:
             ring = rings.get(ring_name)
             need = ring.arrivals if ring is not None else 1
             sig = sorted(self.signals.get((ring_name, stage), []),
-                         key=lambda x: (x[0].tile, x[0].agent, x[0].n))
+                         key=lambda x: (x[0].pos, x[0].agent, x[0].n))
             count = 0
             tile_phase: dict[int, int] = {}
             for inst, units, tx in sig:
@@ -324,10 +335,10 @@ class _Run:
                 last = (count - 1) // need
                 if tx:
                     self.phases[(ring_name, stage, first)]["announced"] += tx
-                tile_phase[inst.tile] = max(tile_phase.get(inst.tile, -1), last)
-                self.phases[(ring_name, stage, last)].setdefault("tiles", set()).add(inst.tile)
+                tile_phase[inst.pos] = max(tile_phase.get(inst.pos, -1), last)
+                self.phases[(ring_name, stage, last)].setdefault("tiles", set()).add(inst.pos)
             for inst, nbytes in self.copies.get((ring_name, stage), []):
-                k = tile_phase.get(inst.tile, inst.tile // self.S)
+                k = tile_phase.get(inst.pos, inst.pos // self.S(ring_name))
                 ph = self.phases.setdefault((ring_name, stage, k), _new_phase())
                 ph["landed"] += nbytes
                 ph["copies"].append(inst)
@@ -430,8 +441,9 @@ class _Run:
         """Why ``inst`` never runs, and whether that is a cause (not a consequence)."""
         s = inst.step
         if s.kind == StepKind.PHASE_WAIT:
-            u, stage = inst.tile, inst.tile % self.S
-            k = u // self.S + s.phase_offset
+            depth = self.S(s.channel)
+            u, stage = inst.pos, inst.pos % depth
+            k = u // depth + s.phase_offset
             key = (s.channel, stage, k)
             ph = self.phases.get(key)
             source = self._source_tile(s.channel, u)
@@ -459,14 +471,14 @@ class _Run:
 
     def _source_tile(self, ring_name: str, tile: int) -> int:
         """The tile whose signals a wait for ``tile`` on ``ring_name`` needs."""
-        return tile if self.plan.ring(ring_name).kind == "full" else tile - self.S
+        return tile if self.plan.ring(ring_name).kind == "full" else tile - self.S(ring_name)
 
     def _short_tile(self, ring_name: str, stage: int, tile: int) -> str:
         """Why ``tile``'s signals on the stage do not fill one phase ("" when they do)."""
         if tile < 0:
             return ""
         ring = self.plan.ring(ring_name)
-        sig = [(i, n) for i, n, _ in self.signals.get((ring_name, stage), []) if i.tile == tile]
+        sig = [(i, n) for i, n, _ in self.signals.get((ring_name, stage), []) if i.pos == tile]
         got = sum(n for _, n in sig)
         if got == ring.arrivals:
             return ""
@@ -497,11 +509,12 @@ class _Run:
                             "left incomplete when the programs end: the ring's next use waits "
                             "on it forever", rank=2)
         for ring in self.plan.rings:
-            waited = {self._source_tile(r, inst.tile) for inst, r, _, _ in self.waits
+            waited = {self._source_tile(r, inst.pos) for inst, r, _, _ in self.waits
                       if r == ring.name}
-            for u in range(self.tiles * self.outputs):
-                stage, o, local = u % self.S, u // self.tiles, u % self.tiles
-                if u in waited or any(i.tile == u for i, _, _ in
+            per = 1 if ring.once else self.tiles  # a once ring holds one position per output
+            for u in range(per * self.outputs):
+                stage, o, local = u % ring.stages, u // per, u % per
+                if u in waited or any(i.pos == u for i, _, _ in
                                       self.signals.get((ring.name, stage), [])):
                     continue
                 # no signal at all for this tile: no phase holds it, the ring falls one behind
@@ -535,16 +548,17 @@ class _Run:
         """The phase a wait for ``tile`` must name: the one its data (full ring) or the
         release of the tile the stage held before (empty ring) completes."""
         ring = self.plan.ring(ring_name)
-        source = tile if ring.kind == "full" else tile - self.S
+        source = tile if ring.kind == "full" else tile - ring.stages
         if source < 0:
             return -1
-        return self.tile_phase_by_ring.get((ring_name, stage), {}).get(source, source // self.S)
+        return self.tile_phase_by_ring.get((ring_name, stage), {}).get(source,
+                                                                        source // ring.stages)
 
     def _phase_rules(self) -> None:
         for inst, ring_name, stage, k in self.waits:
             if inst.node in self.dead:
                 continue
-            want = self._intended(ring_name, stage, inst.tile)
+            want = self._intended(ring_name, stage, inst.pos)
             what = "data" if self.plan.ring(ring_name).kind == "full" else "release"
             if k != want:
                 self.report(HazardKind.PHASE_PARITY, inst,
@@ -584,8 +598,11 @@ class _Run:
                     break
 
     def _war(self) -> None:
-        """Releases follow the end of the releaser's reads; ANTI edges are ordered."""
-        readers = {e.producer for e in self.edges if e.kind == DepKind.ANTI}
+        """Releases follow the end of the releaser's reads of the ring's stage; ANTI edges are
+        ordered."""
+        readers = {r.name: {e.producer for e in self.edges
+                            if e.kind == DepKind.ANTI and e.consumer in r.ops}
+                   for r in self.plan.rings}
         released: set[tuple[int, int, int]] = set()
         for inst_list in self.insts:
             for inst in inst_list:
@@ -594,13 +611,18 @@ class _Run:
                     continue
                 if self.plan.ring(s.channel).kind != "empty":
                     continue
-                for op in readers:
-                    key = (inst.agent, op, inst.tile)
-                    if key not in self.op_at:
-                        continue
-                    if not self.hb(self.reads_end.get(key), inst.node):
-                        released.add(key)
-                        self._war_report(key, inst, None, f"releases {s.channel}[{inst.tile % self.S}]")
+                # a once ring's release frees the copy every K tile of its output tile read
+                tiles = ([inst.base + k for k in range(self.tiles)] if s.once else [inst.tile])
+                for op in sorted(readers[s.channel]):
+                    for u in tiles:
+                        key = (inst.agent, op, u)
+                        if key not in self.op_at:
+                            continue
+                        if not self.hb(self.reads_end.get(key), inst.node):
+                            released.add(key)
+                            self._war_report(key, inst, None, f"releases {s.channel}"
+                                                              f"[{inst.pos % self.S(s.channel)}]")
+                            break
         for e in self.edges:
             if e.kind != DepKind.ANTI:
                 continue
@@ -608,7 +630,10 @@ class _Run:
                 a, op, u = key
                 if op != e.producer or key in released or reader.node in self.dead:
                     continue
-                for wkey, writer in self.op_tile.get((e.consumer, u + e.distance), []):
+                # a once copy is overwritten by the next output tile's
+                target = (reader.base + self.tiles if e.consumer in self.once_ops
+                          else u + e.distance)
+                for wkey, writer in self.op_tile.get((e.consumer, target), []):
                     if writer.node in self.dead:
                         continue
                     if not self.hb(self.reads_end.get(key), writer.node):
@@ -632,19 +657,23 @@ class _Run:
                         f"{self.agent_name(a)} {what} while {self.step_text(reader)} is never "
                         "committed, so its reads never provably end", other=writer)
             return
-        own = release or self._release_of(a, u)
+        ring_name = release.step.channel if release is not None else next(
+            (r.name for r in self.plan.rings if r.kind == "empty" and writer is not None
+             and writer.step.op in r.ops), None)
+        own = release or self._release_of(a, reader, ring_name)
         if release is None and writer is not None and own is not None \
                 and self.hb(self.reads_end.get(key), own.node):
             # the reader releases in time: the writer does not wait for that release
             ring = self.plan.ring(own.step.channel)
-            k = self.phase_of_unit.get((own.agent, own.n), [u // self.S])[-1]
+            st = own.pos % ring.stages
+            k = self.phase_of_unit.get((own.agent, own.n), [own.pos // ring.stages])[-1]
             self.report(HazardKind.SMEM_WAR, writer,
-                        f"may overwrite ring stage {u % self.S} while "
+                        f"may overwrite ring stage {st} while "
                         f"{self.step_text(reader)} still reads it: {self.agent_name(writer.agent)} "
-                        f"does not wait for phase {k} of {ring.name}[{u % self.S}], which "
+                        f"does not wait for phase {k} of {ring.name}[{st}], which "
                         f"{self.agent_name(a)}'s release of tile {u} completes", other=reader,
                         fix=Fix("insert_wait", writer.placed.section, writer.placed.position,
-                                f"acquire {ring.name}[{u % self.S}] (wait for phase {k}, parity "
+                                f"acquire {ring.name}[{st}] (wait for phase {k}, parity "
                                 f"{k & 1}) before the copy", ring.name))
             return
         # the counter wait that should have retired the group: the last one before the release
@@ -672,9 +701,13 @@ class _Run:
                                 f"insert {wname}(n) that retires the tile's group before the "
                                 "release", gk[1]))
 
-    def _release_of(self, agent: int, tile: int) -> _Inst | None:
+    def _release_of(self, agent: int, reader: _Inst, ring: str | None) -> _Inst | None:
+        """``agent``'s release on ``ring`` (any empty ring when None) of the stage ``reader``
+        reads: its K tile's, or its output tile's on a once ring."""
         return next((i for i in self.insts[agent] if i.step.kind == StepKind.ARRIVE
-                     and i.tile == tile), None)
+                     and (ring is None or i.step.channel == ring)
+                     and (i.output == reader.output if i.step.once else i.tile == reader.tile)),
+                    None)
 
     def _raw(self) -> None:
         for e in self.edges:
@@ -683,7 +716,7 @@ class _Run:
             for ckey, reader in self.op_at.items():
                 if ckey[1] != e.consumer or reader.node in self.dead:
                     continue
-                u = ckey[2] - e.distance
+                u = reader.base if e.producer in self.once_ops else ckey[2] - e.distance
                 if u < reader.base:  # no output tile reads data of the one before it
                     continue
                 for pkey, writer in self.op_tile.get((e.producer, u), []):
@@ -700,26 +733,28 @@ class _Run:
         done = self.done.get(pkey)
         if done is None:
             return False, "the write is never known complete (no commit or wait covers it)"
-        if not self.hb(done, reader.node):
-            return False, "nothing orders its completion before the read"
+        ordered = self.hb(done, reader.node)
+        unordered = "nothing orders its completion before the read"
         if writer.agent == reader.agent:
-            return True, ""
+            return ordered, "" if ordered else unordered
+        # across agents, a missing wait on the copy's own ring is named first: the likelier cause
         eff = self.effect(writer.step.op)
         channel = self.kinds.get(eff.counter) if eff is not None and eff.counter else None
         if channel is None or channel.results_visible_to != "waiters":
             return False, (f"{self.agent_name(writer.agent)}'s results on "
                            f"{channel.name if channel else 'its own'} channel are visible to "
                            "the issuer only")
-        ring = self.full_ring_of(writer.agent)
+        ring = self.plan.ring_of(writer.step.op, "full")
         if ring is None:
             return False, "its copies complete on no ring"
-        stage = pkey[2] % self.S
-        holds = self.tile_phase_by_ring.get((ring.name, stage), {}).get(pkey[2], pkey[2] // self.S)
-        for w, k in self.waits_by.get((reader.agent, ring.name, stage), []):
-            if w.n < reader.n and k >= holds:
-                return True, ""
-        return False, (f"{self.agent_name(reader.agent)} waits on no phase of "
-                       f"{ring.name}[{stage}] that holds it")
+        stage = writer.pos % ring.stages
+        holds = self.tile_phase_by_ring.get((ring.name, stage), {}).get(writer.pos,
+                                                                       writer.pos // ring.stages)
+        if not any(w.n < reader.n and k >= holds
+                   for w, k in self.waits_by.get((reader.agent, ring.name, stage), [])):
+            return False, (f"{self.agent_name(reader.agent)} waits on no phase of "
+                           f"{ring.name}[{stage}] that holds it")
+        return ordered, "" if ordered else unordered
 
     def _accumulators(self) -> None:
         """Each output tile's groups retire before its accumulators are read (after its loop),
@@ -778,7 +813,8 @@ class _Run:
                             f"runs once too often: {why}",
                             fix=Fix("review", inst.placed.section, inst.placed.position,
                                     f"remove this {name} step"))
-            missing = [u for u in range(self.tiles) if not seen[u]]
+            expected = 1 if op in self.once_ops else self.tiles  # a once copy: one per output
+            missing = [u for u in range(expected) if not seen[u]]
             if (a, op) not in owned or not missing:
                 continue
             u = missing[0]

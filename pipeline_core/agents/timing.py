@@ -100,9 +100,9 @@ def run(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine,
             return None
         return max([*got, *(t for t, _ in data)])
 
-    def where(step: Step, t: int) -> tuple[int, int]:
-        tile = step.tile(t)
-        return tile % plan.stages, tile // plan.stages
+    def where(step: Step, t: int, ring: str) -> tuple[int, int]:
+        tile, depth = (0 if step.once else step.tile(t)), rings[ring].stages  # one output tile
+        return tile % depth, tile // depth
 
     def advance(a: int) -> bool:
         """Take agent a's next step; False when it is blocked on a phase."""
@@ -113,7 +113,7 @@ def run(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine,
         waited = ""
         busy: tuple[ResourceKind, float, float] | None = None
         if step.kind == StepKind.PHASE_WAIT:
-            stage, phase = where(step, t)
+            stage, phase = where(step, t, step.channel)
             done = phase_done(step.channel, stage, phase + step.phase_offset)
             if done is None:
                 return False
@@ -121,20 +121,20 @@ def run(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine,
             waited = step.channel if start > now else ""
             now = start + machine.step_cycles
         elif step.kind in (StepKind.ARRIVE, StepKind.EXPECT_TX):
-            stage, phase = where(step, t)
+            stage, phase = where(step, t, step.channel)
             now += machine.step_cycles
             weight = plan.programs[a].role.release_arrivals if step.kind == StepKind.ARRIVE else 1
             arrivals.setdefault((step.channel, stage, phase), []).extend([now] * weight)
         elif step.kind == StepKind.OP:
             op = body[step.op]
             nbytes = plan.op_bytes.get(step.op, 0)
-            if op.role == OpRole.GLOBAL_LOAD and nbytes:
-                stage, phase = where(step, t)
+            full = plan.ring_of(step.op, "full")
+            if op.role == OpRole.GLOBAL_LOAD and nbytes and full is not None:
+                stage, phase = where(step, t, full.name)
                 copy = max(now, state["copy_free"])
                 state["copy_free"] = copy + nbytes / machine.copy_bytes_per_cycle
                 land = max(now + machine.copy_latency, state["copy_free"])
-                full = next(r.name for r in plan.rings if r.kind == "full")
-                landed.setdefault((full, stage, phase), []).append((land, nbytes))
+                landed.setdefault((full.name, stage, phase), []).append((land, nbytes))
                 end, busy = land, (ResourceKind.GLOBAL_MEM, copy, land)
                 now += machine.step_cycles
             else:

@@ -82,11 +82,11 @@ def mutations(document: Mapping[str, Any], phases: tuple[str, ...] = PHASES, *,
 
 #: what each agent-plan mutation does (docs/guide/agents.md, "Mutations")
 AGENT_MUTATIONS = {
-    "drop_arrive": "drop a reader's release (ARRIVE on the empty ring)",
+    "drop_arrive": "drop a reader's release (ARRIVE on an empty ring)",
     "loosen_counter_wait": "loosen a counter wait by one (one more group left pending)",
     "flip_phase_offset": "move a phase wait to the next or previous phase (flips its parity)",
-    "drop_acquire": "drop the writer's acquire (PHASE_WAIT on the empty ring)",
-    "drop_mma": "drop a reader's MMA step (an op of an agent that waits on the full ring)",
+    "drop_acquire": "drop a writer's acquire (PHASE_WAIT on an empty ring)",
+    "drop_mma": "drop a reader's MMA step (an op of an agent that waits on a full ring)",
 }
 
 
@@ -95,7 +95,8 @@ class AgentMutation:
     """One edit of one step of one agent's program: ``section`` is prologue / kernel /
     epilogue, ``iteration`` the prologue or epilogue iteration (0 for the kernel), ``index``
     the step's position there.  A kernel step is iteration-invariant, so editing it edits
-    every loop iteration."""
+    every loop iteration.  ``ring`` names the ring the edited step waits on or arrives on ("" for
+    a counter wait or an op), so a plan of several rings can be mutated ring by ring."""
 
     category: str
     agent: str
@@ -104,6 +105,7 @@ class AgentMutation:
     index: int
     description: str
     delta: int = 1  #: flip_phase_offset / loosen_counter_wait: how far the value moves
+    ring: str = ""
 
     def apply(self, plan: Any) -> Any:
         """``plan`` (an :class:`~pipeline_core.agents.AgentPlan`) with the edit made."""
@@ -136,7 +138,8 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
                     ) -> Iterator[AgentMutation]:
     """Every single-step mutation of ``plan`` in ``categories`` (see :data:`AGENT_MUTATIONS`):
     each reader release dropped, each counter wait loosened by one, each phase wait moved one
-    phase either way, each writer acquire dropped, each reader's MMA step dropped."""
+    phase either way, each writer acquire dropped, each reader's MMA step dropped; on every
+    ring of the plan (:attr:`AgentMutation.ring`)."""
     from pipeline_core.agents.model import StepKind
 
     kinds = {r.name: r.kind for r in plan.rings}
@@ -164,10 +167,12 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
                                                          f"{s.channel}"))
                 elif s.kind == StepKind.OP and prog.name in readers:
                     edits.append(("drop_mma", 1, f"drop {where} step {i} op {s.op}"))
+                ring = s.channel if s.channel in kinds else ""
                 for category, delta, text in edits:
                     if category in categories:
                         yield AgentMutation(category=category, agent=prog.name, section=section,
-                                            iteration=it, index=i, description=text, delta=delta)
+                                            iteration=it, index=i, description=text, delta=delta,
+                                            ring=ring)
 
 
 def mutate_compiled(compiled: Any, mutation: AgentMutation, *, allow_unsafe: bool = False,

@@ -119,8 +119,10 @@ def isa_form(step: "Step", plan: "AgentPlan", body: "Sequence[Op]", names: Mappi
         else None
     name = tag_name(step.tag, names) if step.tag >= 0 else step.kind.value
     u = _tile(step, after_loop)
-    s = plan.stages
+    s = next((r.stages for r in plan.rings if r.name == step.channel), plan.stages)
     wrap = f"({u})" if "-" in u else u
+    if step.once:  # its ring counts output tiles, o (docs/guide/agents.md, "Loads issued once")
+        u = wrap = "o"
     if step.kind == StepKind.OP:
         return f"{tag_name(body[step.op].tag, names)} tile {u}" if u else \
             tag_name(body[step.op].tag, names)
