@@ -457,6 +457,19 @@ def _misbehaviour(result: CliResult, argv) -> list[str]:
     return []
 
 
+def _mismatch(case: CliCase, result: CliResult, cmd: str) -> list[str]:
+    """A schedule on a target it is not made for (``ScheduleRecord.fits``) is refused with exit
+    2 naming both, whatever else the command line says (docs/guide/schedule-plugin.md)."""
+    host = _registry()
+    if host.schedules[case.schedule].fits(host.targets[case.target]):
+        return []
+    first = (result.stderr.strip().splitlines() or [""])[0]
+    if result.exit_code != EXIT_INPUT or case.target not in first:
+        return [f"{cmd}: schedule {case.schedule} is not made for target {case.target}, but it "
+                f"exits {result.exit_code}: {first!r}"]
+    return []
+
+
 def _in_fresh_interpreter(argv, seed: str) -> CliResult:
     """``pipeline-core argv`` in a new interpreter with ``PYTHONHASHSEED=seed``."""
     done = subprocess.run([sys.executable, "-m", "pipeline_core.cli", *argv], capture_output=True,
@@ -470,7 +483,7 @@ def judge_cli_case(case: CliCase, scratch: str) -> tuple[str, list[str]]:
     argv = case.compile_argv()
     cmd = _command(argv)
     compiled = _run(argv)
-    problems = _misbehaviour(compiled, argv)
+    problems = _misbehaviour(compiled, argv) or _mismatch(case, compiled, cmd)
     if _sampled(cmd, REPEAT_EVERY) and not problems:
         again = _run(argv)
         if again != compiled:
@@ -622,6 +635,19 @@ def test_the_fuzzer_flags_output_that_changes_between_runs(monkeypatch, tmp_path
     row, problems = judge_cli_case(CASE, str(tmp_path / "doc.json"))
     assert len(problems) == 1 and where.split()[-1] in problems[0], problems
     assert row.endswith("check not checked")  # a command that is not even repeatable is not checked on
+
+
+@pytest.mark.parametrize("result,flagged", [
+    (CliResult(exit_code=0, stdout="{}", stderr=""), True),
+    (CliResult(exit_code=1, stdout="", stderr="error: compile refused schedule 4wave: UNSAFE"), True),
+    (CliResult(exit_code=2, stdout="", stderr="error: -p BM=7 is invalid for schedule 4wave"), True),
+    (CliResult(exit_code=2, stdout="", stderr="error: --target h100-pingpong is invalid for "
+                                              "schedule 4wave: it is made for target mi355x"), False),
+])
+def test_the_fuzzer_flags_a_mismatched_pair_that_is_not_refused(result, flagged):
+    case = attrs.evolve(CASE, schedule="4wave", target="h100-pingpong")
+    assert bool(FUZZ._mismatch(case, result, "pipeline-core compile 4wave")) is flagged
+    assert FUZZ._mismatch(attrs.evolve(case, target="mi355x"), result, "x") == []
 
 
 def test_the_fuzzer_draws_every_registered_schedule_and_target():
