@@ -364,13 +364,13 @@ class _AttentionSchedule(_TwoRingSchedule):
 
 
 def test_an_attention_schedule_compiles_safe_with_its_views():
-    from pipeline_core.agents.views import render_agents
     from pipeline_core.compiler import compile_schedule
     from pipeline_core.document import to_document
+    from pipeline_core.export.text import render
 
     c = compile_schedule(_AttentionSchedule())
     assert c.proof.safe
-    text = render_agents(c)
+    text = render(c)
     assert "ring0_full[1] (full): 1 arrival, 8192 bytes per phase" in text
     assert "ring0_full[o%1] parity (o/1)&1" in text and "ring1_full[t%3] parity (t/3)&1" in text
     doc = to_document(c)["agents"]
