@@ -379,6 +379,26 @@ def test_an_attention_schedule_compiles_safe_with_its_views():
     assert [s["op"] for s in chained] == [3]  # S's group, retired before softmax reads S
 
 
+def test_the_document_records_each_rings_writer_ops_lag_and_once():
+    """A reader of the document sees which copies each ring carries, when it is released and
+    whether it counts output tiles, not only its name (docs/document-format.md, `agents`)."""
+    from pipeline_core.compiler import compile_schedule
+    from pipeline_core.document import to_document
+
+    c = compile_schedule(_AttentionSchedule())
+    doc = to_document(c)["agents"]
+    rings = {r["name"]: r for r in doc["rings"]}
+    assert rings == {r.name: {**rings[r.name], "ops": list(r.ops), "release_lag": r.release_lag,
+                              "once": r.once} for r in c.agents.rings}
+    assert [n for n, r in rings.items() if r["once"]] == ["ring0_full", "ring0_empty"]
+    assert rings["ring0_full"]["ops"] != rings["ring1_full"]["ops"]
+    once_steps = [s for p in doc["programs"] for sec in ("prologue", "epilogue")
+                  for it in p[sec] for s in it if s["once"]]
+    assert {s["kind"] for s in once_steps} == {"phase_wait", "expect_tx", "op", "arrive"}
+    assert all(s["channel"].startswith("ring0_") and "[o%1]" in s["isa"]
+               for s in once_steps if s["kind"] != "op")
+
+
 def test_a_read_without_its_own_rings_wait_is_a_raw_on_that_ring():
     import attrs
 

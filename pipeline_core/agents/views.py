@@ -21,7 +21,7 @@ def _step_doc(step: Step, plan: AgentPlan, body: Sequence[Op], names: Mapping[in
     return {"kind": step.kind.value, "lag": step.lag, "channel": step.channel,
             "value": step.value, "phase_offset": step.phase_offset, "op": step.op,
             "tag": step.tag, "tag_name": (tag_name(step.tag, names) if step.tag >= 0 else ""),
-            "after_loop": after_loop,
+            "after_loop": after_loop, "once": step.once,
             "isa": isa_form(step, plan, body, names, sync, after_loop=after_loop)}
 
 
@@ -66,6 +66,7 @@ def agents_doc(plan: AgentPlan, body: Sequence[Op], names: Mapping[int, str],
         "op_bytes": {str(k): v for k, v in sorted(plan.op_bytes.items())},
         "rings": [{"name": r.name, "kind": r.kind, "stages": r.stages, "arrivals": r.arrivals,
                    "tx_bytes": r.tx_bytes, "signallers": list(r.signallers),
-                   "waiters": list(r.waiters)} for r in plan.rings],
+                   "waiters": list(r.waiters), "ops": list(r.ops), "release_lag": r.release_lag,
+                   "once": r.once} for r in plan.rings],
         "programs": programs,
     }
