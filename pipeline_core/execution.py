@@ -16,7 +16,7 @@ model counts a channel per thread models at least 2 (:func:`fewest_agents`).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -24,6 +24,7 @@ from pipeline_core.errors import ConfigError
 from pipeline_core.ops import Phase
 
 if TYPE_CHECKING:
+    from pipeline_core.config import TargetProfile
     from pipeline_core.schedule import ScheduleBase
     from pipeline_core.sync.model import SyncModel
 
@@ -111,17 +112,17 @@ class ExecutionModel:
         return tuple(out)
 
 
-def declared_warps_per_group(schedule: ScheduleBase, target: Any = None) -> int:
+def declared_warps_per_group(schedule: ScheduleBase, target: TargetProfile | None = None) -> int:
     """Warps per group a schedule (``warps_per_group()``) or its target declares; 1 if neither,
     and at least :func:`fewest_agents` of the target's sync model."""
     value = schedule.warps_per_group()
-    if value is None:
-        value = getattr(target, "warps_per_group", None)
+    if value is None and target is not None:
+        value = target.warps_per_group
     if value is None:
         value = 1
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"schedule {schedule.name}", "warps_per_group", value, "an integer >= 1")
-    return max(value, fewest_agents(getattr(target, "sync", None)))
+    return max(value, fewest_agents(target.sync if target is not None else None))
 
 
 def fewest_agents(sync: "SyncModel | None") -> int:

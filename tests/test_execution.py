@@ -1,12 +1,15 @@
 """The execution model: the one statement of who runs which entries."""
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from pipeline_core.errors import ConfigError
 from pipeline_core.execution import LAUNCH, STAGGER, TAIL, ExecutionModel, declared_warps_per_group
 from pipeline_core.ops import Phase
 from pipeline_core.schedule import ScheduleBase
+
+from plugin_fixtures import tiny_target
 
 
 def _text(slots):
@@ -44,8 +47,7 @@ def test_a_stagger_needs_exactly_two_groups():
 
 
 def test_warps_per_group_come_from_schedule_then_target():
-    class Target:
-        warps_per_group = 4
+    target = attrs.evolve(tiny_target(), warps_per_group=4)  # no sync model: no minimum
 
     class Plain(ScheduleBase):  # the declared protocol's default: no warps_per_group of its own
         name = "plain"
@@ -55,8 +57,8 @@ def test_warps_per_group_come_from_schedule_then_target():
             return 2
 
     assert declared_warps_per_group(Plain()) == 1
-    assert declared_warps_per_group(Plain(), Target()) == 4
-    assert declared_warps_per_group(Own(), Target()) == 2
+    assert declared_warps_per_group(Plain(), target) == 4
+    assert declared_warps_per_group(Own(), target) == 2
 
     class Bad(Plain):
         def warps_per_group(self):

@@ -180,10 +180,6 @@ class AgentProgram:
     def name(self) -> str:
         return self.role.name
 
-    def unrolled(self, tiles: int) -> list[tuple[int, Step]]:
-        """Every step this agent runs for ``tiles`` K tiles, in program order, as (t, step)."""
-        return [(p.t, p.step) for p in self.placed(tiles)]
-
     def placed(self, tiles: int) -> list["PlacedStep"]:
         """Every step this agent runs for ``tiles`` K tiles, in program order, with where it
         comes from (section, iteration within the section, position) and its loop index."""

@@ -633,7 +633,7 @@ class _Run:
                 # a once copy is overwritten by the next output tile's
                 target = (reader.base + self.tiles if e.consumer in self.once_ops
                           else u + e.distance)
-                for wkey, writer in self.op_tile.get((e.consumer, target), []):
+                for _, writer in self.op_tile.get((e.consumer, target), []):
                     if writer.node in self.dead:
                         continue
                     if not self.hb(self.reads_end.get(key), writer.node):
