@@ -547,7 +547,7 @@ def compiled_source(params: dict, stages: int, loosen: int | None = None):
         e = c.kernel[idx]
         kernel = list(c.kernel)
         kernel[idx] = attrs.evolve(e, op=e.op.evolve(wait_value=e.op.wait_value + 1))
-        c = attrs.evolve(c, kernel=tuple(kernel))
+        c = c.with_entries(kernel=tuple(kernel))
     return emit_cuda(c), c.launch.geometry, verdict  # the geometry the schedule declared
 
 

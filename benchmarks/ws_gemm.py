@@ -93,7 +93,7 @@ def ws_compile(params: dict, stages: int, mutation: str | None = None,
                       reference=False)
     if mutation is None:
         return c, ""
-    mutated = attrs.evolve(c, agents=mutate_plan(c.agents, mutation), proof=None)
+    mutated = attrs.evolve(c, plan=mutate_plan(c.plan, mutation), proof=None)
     proof = prove(mutated, host)
     finding = "SAFE" if proof.safe else str(refusal(mutated, proof))
     return attrs.evolve(mutated, proof=proof), finding

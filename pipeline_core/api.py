@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-from pipeline_core.compiler import CompiledSchedule, _lowering_name, compile_schedule
+from pipeline_core.compiler import CompiledSchedule, compile_schedule, lowering_of
 from pipeline_core.config import ScheduleConfig, apply_overrides
 from pipeline_core.errors import ConfigError, UnknownNameError
 from pipeline_core.proof import UnencodableWaitError, UnsafeScheduleError, racing_overrides
@@ -47,31 +47,22 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
                        target=target_record, target_args=dict(target_args or {}),
                        config_overrides=dict(config_overrides or {}), reference=reference)
     built = host.guard_schedule(record.factory(ctx))  # a plugin's factory guarded it already
-    refuse_unread_knobs(schedule, built, dict(config_overrides or {}))
+    refuse_unread_knobs(schedule, built, dict(config_overrides or {}), host)
     return built, target_name, values
 
 
-#: The lowerings that read no ScheduleConfig knob, and why (pipeline_core/compiler.py): a
-#: ``-c`` there would be accepted and silently mean nothing.
-KNOBLESS_LOWERINGS = {
-    "agents": "the agents' programs, rings and waits are derived from their roles "
-              "(docs/guide/agents.md)",
-    "generic": "the ring's waits and barriers are derived from the target's sync model "
-               "(pipeline_core/lowering/generic.py)",
-}
-
-
-def refuse_unread_knobs(name: str, schedule: ScheduleBase, overrides: Mapping[str, str]) -> None:
-    """Refuse ``-c`` on a schedule whose lowering reads no knob (:data:`KNOBLESS_LOWERINGS`),
-    naming the first key the user gave."""
+def refuse_unread_knobs(name: str, schedule: ScheduleBase, overrides: Mapping[str, str],
+                        host: PluginHost) -> None:
+    """Refuse ``-c`` on a schedule whose lowering reads no knob (``LoweringRecord.knobless``):
+    accepted, it would silently mean nothing.  Names the first key the user gave."""
     if not overrides:
         return
-    lowering = _lowering_name(schedule)
-    if lowering in KNOBLESS_LOWERINGS:
+    record = lowering_of(schedule, host)
+    if record.knobless:
         key, value = next(iter(overrides.items()))
         raise ConfigError(f"schedule {name}", key, value,
-                          f"the {lowering} lowering reads no ScheduleConfig knob: "
-                          f"{KNOBLESS_LOWERINGS[lowering]}; drop -c {key}", flag="-c")
+                          f"the {record.name} lowering reads no ScheduleConfig knob: "
+                          f"{record.knobless}; drop -c {key}", flag="-c")
 
 
 def require_fit(record: ScheduleRecord, target: TargetRecord, host: PluginHost, *,

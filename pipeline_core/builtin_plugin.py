@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pipeline_core.lowering import LoweringRecord
 from pipeline_core.markers import hookimpl
 from pipeline_core.schedule import KernelTransform, ScheduleBase, StrategyRecord
 
@@ -18,6 +19,25 @@ if TYPE_CHECKING:
     from pipeline_core.edges import DepEdge
     from pipeline_core.ops import Entry, Op
     from pipeline_core.program.program import Program
+
+
+@hookimpl
+def pipeline_core_register_lowerings() -> list[LoweringRecord]:
+    """The core's three lowerings (pipeline_core/lowering/)."""
+    from pipeline_core.lowering import agents, blocks, ring
+
+    return [
+        LoweringRecord(agents.AGENTS, "one program per warp role, meeting on mbarrier rings "
+                       "(docs/guide/agents.md)", lower=agents.lower,
+                       knobless="the agents' programs, rings and waits are derived from their "
+                                "roles (docs/guide/agents.md)"),
+        LoweringRecord(blocks.BLOCKS, "the reference's block program (its single-buffer "
+                       "recipes at depth 1)", lower=blocks.lower, finish=blocks.finish),
+        LoweringRecord(ring.RING, "an N-stage ring whose waits the target's sync model sets",
+                       lower=ring.lower,
+                       knobless="the ring's waits and barriers are derived from the target's "
+                                "sync model (pipeline_core/lowering/ring.py)"),
+    ]
 
 
 @hookimpl

@@ -469,11 +469,12 @@ def cmd_check(args, host) -> int:
         from pipeline_core.export.json import to_document
         # check reports rather than refuses, and judges what a plain compile emits
         compiled = _compile_from_args(args, host, allow_unsafe=True, reference=False)
-        if compiled.agents is not None:  # warp-specialized: the verdict is compile's proof
+        if not compiled.plan.lockstep:  # agents on rings: the verdict is compile's proof
+            assert compiled.proof is not None  # compile always proves
             return run(args, None, host=host, verdict=compiled.proof.verdict,
                        unproven=compiled.proof.unprovable)
         document = to_document(compiled)
-        warps = compiled.execution.warps_per_group
+        warps = compiled.execution.warps_per_group if compiled.execution is not None else 1
     return run(args, document, host=host, warps_per_group=warps)
 
 

@@ -7,21 +7,18 @@ cycle that once made four of the fields ``Any``; README.md, "Architecture").
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 import attrs
 
-from pipeline_core.agents.model import AgentPlan
 from pipeline_core.check.verdict import Verdict
 from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
 from pipeline_core.edges import DepEdge
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.launch import KernelLaunch
 from pipeline_core.ops import Entry, Op, Phase
+from pipeline_core.plan import Plan
 from pipeline_core.schedule import ParamValue
-
-if TYPE_CHECKING:
-    from pipeline_core.program.program import KernelProgram, Program
 
 
 @attrs.frozen(kw_only=True)
@@ -42,9 +39,17 @@ class Proof:
         return [v.to_dict() for v in self.verdict.distinct()]
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class CompiledSchedule:
-    """Everything a kernel needs to unroll the pipelined loop, plus how it was derived."""
+    """A compile's result: the schedule's facts, the :class:`~pipeline_core.plan.Plan` its
+    lowering produced, and the proof of that plan.
+
+    The facts are what the schedule declared (its body, edges, configuration, target and
+    parameters); everything the lowering decided is in ``plan``, which every reader takes
+    whatever lowering ran (docs/guide/concepts.md, "The Plan").  ``prologue``, ``kernel``,
+    ``epilogue``, ``kernel_deps``, ``warp_stagger_index``, ``execution`` and ``launch`` read
+    the plan.
+    """
 
     schedule_name: str
     target_name: str
@@ -52,33 +57,16 @@ class CompiledSchedule:
     schedule_config: ScheduleConfig
     body: tuple[Op, ...]
     edges: tuple[DepEdge, ...]
-    prologue: tuple[Entry, ...]
-    kernel: tuple[Entry, ...]
-    epilogue: tuple[Entry, ...]
-    kernel_deps: tuple[DepEdge, ...]
-    warp_stagger_index: int
     tag_names: Mapping[int, str] = attrs.field(factory=dict)
-    #: double-buffer only: the KernelProgram build result (program, order, derived waits)
-    kernel_program: KernelProgram | None = None
-    bootstrap_frags: tuple[Op, ...] = ()
     params: Mapping[str, ParamValue] = attrs.field(factory=dict)
     #: the schedule's TargetProfile (its sync model and clock), when the schedule carries one
     target_profile: TargetProfile | None = None
-    #: who runs which entries (groups, stagger, warps per group); see pipeline_core.execution
-    execution: ExecutionModel | None = None
-    #: which lowering built the phases: "blocks" (the reference's block program or its
-    #: single-buffer recipes) or "generic" (pipeline_core.lowering.generic)
-    lowering: str = "blocks"
+    #: who wrote the program's explicit op lists (a plugin or a schedule method); "" for none
+    explicit_source: str = ""
+    plan: Plan
     #: the proof stage's result (:class:`Proof`, computed by pipeline_core.proof); None when
     #: the stage did not run
     proof: Proof | None = None
-    #: who wrote the program's explicit op lists (a plugin or a schedule method); "" for none
-    explicit_source: str = ""
-    #: the agents lowering's per-agent programs and rings (pipeline_core.agents); None otherwise
-    agents: AgentPlan | None = None
-    #: the kernel family and launch geometry the schedule declared once (``kernel_launch()``,
-    #: pipeline_core/launch.py); None when it declares none.  Emitters read it.
-    launch: KernelLaunch | None = None
 
     @property
     def hazards(self) -> list[dict[str, Any]]:
@@ -88,18 +76,42 @@ class CompiledSchedule:
         return self.proof.hazards()
 
     @property
-    def is_double_buffer(self) -> bool:
-        return self.kernel_program is not None
+    def prologue(self) -> tuple[Entry, ...]:
+        return self.plan.entries(Phase.PROLOGUE)
 
     @property
-    def program(self) -> Program | None:
-        return self.kernel_program.program if self.kernel_program is not None else None
+    def kernel(self) -> tuple[Entry, ...]:
+        return self.plan.entries(Phase.KERNEL)
+
+    @property
+    def epilogue(self) -> tuple[Entry, ...]:
+        return self.plan.entries(Phase.EPILOGUE)
+
+    @property
+    def kernel_deps(self) -> tuple[DepEdge, ...]:
+        return self.plan.kernel_deps
+
+    @property
+    def warp_stagger_index(self) -> int:
+        return self.plan.stagger_index
+
+    @property
+    def execution(self) -> ExecutionModel | None:
+        return self.plan.execution
+
+    @property
+    def launch(self) -> KernelLaunch | None:
+        return self.plan.launch
 
     @property
     def order(self) -> tuple[int, ...]:
-        if self.kernel_program is None:
-            return tuple(range(len(self.body)))
-        return tuple(self.kernel_program.order)
+        """The body order the lowering placed the ops in."""
+        return self.plan.order if self.plan.order is not None else tuple(range(len(self.body)))
 
     def phases(self) -> dict[Phase, tuple[Entry, ...]]:
         return {Phase.PROLOGUE: self.prologue, Phase.KERNEL: self.kernel, Phase.EPILOGUE: self.epilogue}
+
+    def with_entries(self, **lists: "tuple[Entry, ...] | int") -> "CompiledSchedule":
+        """This compile with some phase lists (or ``stagger_index``) replaced and its proof
+        dropped: what a repair or a mutation of a lockstep plan makes."""
+        return attrs.evolve(self, plan=self.plan.with_entries(**lists), proof=None)

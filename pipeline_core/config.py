@@ -271,7 +271,7 @@ SCHEDULE_KNOB_GROUPS: dict[str, tuple[str, ...]] = {
 #: The blocks lowering's own knobs: every ScheduleConfig group but "ordering" (the block
 #: template's waits, its shape and its hints).  The ring and agents lowerings read none of
 #: them: their waits come from the target's sync model (``-c`` on them is refused,
-#: pipeline_core/api.py ``KNOBLESS_LOWERINGS``; their documents leave them out).
+#: ``LoweringRecord.knobless``, pipeline_core/lowering/; their documents leave them out).
 BLOCK_SCHEDULE_KNOBS: tuple[str, ...] = tuple(
     name for group, names in SCHEDULE_KNOB_GROUPS.items() if group != "ordering" for name in names)
 #: The PipelineConfig fields only the blocks lowering reads: the counter ticks one load adds

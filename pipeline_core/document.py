@@ -146,41 +146,28 @@ def to_document(c: "CompiledSchedule") -> dict[str, Any]:
         "epilogue": [entry_doc(i, e, names) for i, e in enumerate(c.epilogue)],
         "kernel_deps": [edge_doc(i, e) for i, e in enumerate(c.kernel_deps)],
     }
-    if c.lowering in ("generic", "agents"):
-        # the generic and agents lowerings' documents carry no block-program fields: no
-        # counter costs on ops, no per-load counter ticks (the target's sync model has them),
-        # only the ordering knobs of the schedule config
-        doc["lowering"] = c.lowering
+    plan = c.plan
+    if not plan.template_counters:
+        # a plan that counts through the target's sync model (the ring and agents lowerings):
+        # no counter costs on ops, no per-load counter ticks, only the ordering knobs of the
+        # schedule config; the reference's documents, which count through those fields, carry
+        # no lowering key (docs/document-format.md, "Keys")
+        doc["lowering"] = plan.lowering
         for key in ("body", "prologue", "kernel", "epilogue"):
             for item in doc[key]:
                 _neutral(item.get("op", item), COUNTER_OP_KEYS)
         _neutral(doc["config"], COUNTER_CONFIG_KEYS)
         doc["schedule_config"] = {k: v for k, v in doc["schedule_config"].items()
                                   if k not in BLOCK_SCHEDULE_KNOBS}
-    if c.agents is not None:  # one program per agent: the phase lists stay empty
+    if not plan.lockstep:  # one program per agent: the phase lists stay empty
         from pipeline_core.agents.views import agents_doc
-        doc["lowering"] = "agents"
-        sync = c.target_profile.sync if c.target_profile is not None else None
-        doc["agents"] = agents_doc(c.agents, c.body, {**(sync.tag_names() if sync else {}),
-                                                      **names}, sync)
-    kp = c.kernel_program
-    if kp is not None:
-        program = kp.program
-        doc["scheduler"] = {"strategy": c.schedule_config.scheduling, "order": list(kp.order)}
-        doc["main_wait_vm"] = kp.main_wait_vm
-        doc["wait_lgkm_first"] = kp.wait_lgkm_first
-        doc["wait_vm_last"] = kp.wait_vm_last
-        doc["derived_waits"] = {"wait_lgkm_first": kp.wait_lgkm_first,
-                                "wait_vm_last": kp.wait_vm_last, "applied": kp.waits_applied}
-        doc["derived_drain_mask"] = kp.derived_drain_mask
-        doc["blocks"] = [block_doc(i, b, c.config, names) for i, b in enumerate(program.blocks)]
-        doc["block_entry_starts"] = [program.block_start(i) for i in range(len(program.blocks))]
-        doc["block_mma_entries"] = [program.mma_entry(i) for i in range(len(program.blocks))]
-        doc["explicit_blocks"] = [[op_doc(o, names) for o in blk] for blk in program.explicit_blocks]
-        doc["bootstrap_frags"] = [op_doc(o, names) for o in c.bootstrap_frags]
-    if c.execution is not None:
-        doc["execution"] = {"groups": c.execution.groups,
-                            "warps_per_group": c.execution.warps_per_group}
+        sync = plan.sync
+        doc["agents"] = agents_doc(plan, c.body, {**(sync.tag_names() if sync else {}),
+                                                  **names}, sync)
+    doc.update(plan.details.document_sections(plan, names))
+    if plan.execution is not None:
+        doc["execution"] = {"groups": plan.execution.groups,
+                            "warps_per_group": plan.execution.warps_per_group}
     if c.proof is not None and not c.proof.safe:  # emitted with allow_unsafe
         doc["hazards"] = c.hazards
     return doc
@@ -225,7 +212,7 @@ def config_from_doc(d: Mapping[str, Any]) -> PipelineConfig:
         block_sizing=BlockSizing(**d["block_sizing"]), frag_order=FragOrder(**d["frag_order"]),
         m_mmas=d["m_mmas"], n_mmas=d["n_mmas"], num_partitions=d["num_partitions"],
         mma_serial=d["mma_serial"], mma_latency=d["mma_latency"],
-        **{k: d[k] for k in COUNTER_CONFIG_KEYS if k in d},  # absent in generic documents
+        **{k: d[k] for k in COUNTER_CONFIG_KEYS if k in d},  # absent in ring documents
         ch0_match_field=d["ch0_match_field"], ch1_match_field=d["ch1_match_field"],
         warp_stagger=WarpStagger(**d["warp_stagger"]),
         cross_stage_rotation=d["cross_stage_rotation"])

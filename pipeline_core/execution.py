@@ -12,7 +12,8 @@ to back.  This module is the one statement of that rule; each consumer turns the
 ``warps_per_group`` is how many warps of one group run the same stream; a schedule
 declares it with a ``warps_per_group()`` method, a target with
 ``TargetProfile.warps_per_group`` (default 1: a group is one agent), and a target whose sync
-model counts a channel per thread models at least 2 (:func:`fewest_agents`).
+model counts a channel per thread models at least 2 (:func:`fewest_agents`;
+``pipeline_core.lowering.declared_warps_per_group`` reads the declarations).
 """
 from __future__ import annotations
 
@@ -24,8 +25,6 @@ from pipeline_core.errors import ConfigError
 from pipeline_core.ops import Phase
 
 if TYPE_CHECKING:
-    from pipeline_core.config import TargetProfile
-    from pipeline_core.schedule import ScheduleBase
     from pipeline_core.sync.model import SyncModel
 
 #: Synthetic barriers the stagger adds (the ``synthetic`` value of a :class:`Slot`).
@@ -110,19 +109,6 @@ class ExecutionModel:
         if self.stagger_index is not None and group == 0:
             out.append(Slot(phase=Phase.EPILOGUE, index=-1, synthetic=TAIL))
         return tuple(out)
-
-
-def declared_warps_per_group(schedule: ScheduleBase, target: TargetProfile | None = None) -> int:
-    """Warps per group a schedule (``warps_per_group()``) or its target declares; 1 if neither,
-    and at least :func:`fewest_agents` of the target's sync model."""
-    value = schedule.warps_per_group()
-    if value is None and target is not None:
-        value = target.warps_per_group
-    if value is None:
-        value = 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"schedule {schedule.name}", "warps_per_group", value, "an integer >= 1")
-    return max(value, fewest_agents(target.sync if target is not None else None))
 
 
 def fewest_agents(sync: "SyncModel | None") -> int:

@@ -42,6 +42,7 @@ from pipeline_core.markers import PROJECT, hookimpl, hookspec  # noqa: F401
 
 if TYPE_CHECKING:
     from pipeline_core.emitters import EmitterRecord
+    from pipeline_core.lowering import LoweringRecord
     from pipeline_core.commands import CommandRecord
     from pipeline_core.config import PipelineConfig
     from pipeline_core.edges import DepEdge
@@ -261,4 +262,25 @@ def pipeline_core_register_emitters() -> Sequence[EmitterRecord] | None:
         @hookimpl
         def pipeline_core_register_emitters():
             return [EmitterRecord("text", "entries as text", (), lambda c, **o: str(c.kernel))]
+    """
+
+
+@hookspec
+def pipeline_core_register_lowerings() -> Sequence[LoweringRecord] | None:
+    """Return the lowerings this plugin provides: an ordered body -> a Plan.
+
+    **When:** once per host, while it is built.  ``lower`` runs in the compiler after the
+    ordering stage for every schedule whose ``lowering()`` names it, and returns a
+    :class:`pipeline_core.plan.Plan` (checked); ``finish``, when given, runs on the assembled
+    compile before its proof.  The core registers ``blocks``, ``ring`` and ``agents``
+    (pipeline_core/lowering/).
+    **Combine:** collected; a name already taken (the core's included) is refused.
+
+    :returns: a list of :class:`pipeline_core.lowering.LoweringRecord`.
+
+    Example::
+
+        @hookimpl
+        def pipeline_core_register_lowerings():
+            return [LoweringRecord("mine", "my lowering", lower=my_lower)]
     """

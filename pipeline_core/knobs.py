@@ -43,8 +43,8 @@ def _allowed(name: str, default: Any, host: "PluginHost") -> str:
 def schedule_rules(host: "PluginHost") -> tuple[dict[str, dict[str, Any]], list[str]]:
     """``{schedule: forced_knobs()}`` for every registered schedule, and notes on those that
     could not be asked (built with their defaults; a failure names the schedule)."""
-    from pipeline_core.api import KNOBLESS_LOWERINGS, build_named
-    from pipeline_core.compiler import _lowering_name
+    from pipeline_core.api import build_named
+    from pipeline_core.compiler import lowering_of
 
     rules: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
@@ -53,7 +53,7 @@ def schedule_rules(host: "PluginHost") -> tuple[dict[str, dict[str, Any]], list[
         try:
             schedule, _, _ = build_named(name, host=host)
             answer = dict(schedule.forced_knobs())
-            lowering = _lowering_name(schedule)
+            lowering = lowering_of(schedule, host)
         except PipelineError as exc:
             notes.append(f"schedule {name!r} could not be built with its defaults to ask "
                          f"which knobs it forces: {exc}")
@@ -63,9 +63,9 @@ def schedule_rules(host: "PluginHost") -> tuple[dict[str, dict[str, Any]], list[
             notes.append(f"schedule {name!r} forces unknown knob(s) {', '.join(unknown)} "
                          "(not ScheduleConfig fields; ignored)")
         rules[name] = {k: v for k, v in answer.items() if k in fields}
-        if lowering in KNOBLESS_LOWERINGS:
-            notes.append(f"schedule {name!r} refuses every knob: the {lowering} lowering reads "
-                         f"none; {KNOBLESS_LOWERINGS[lowering]}")
+        if lowering.knobless:
+            notes.append(f"schedule {name!r} refuses every knob: the {lowering.name} lowering "
+                         f"reads none; {lowering.knobless}")
     return rules, notes
 
 

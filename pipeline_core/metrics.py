@@ -288,11 +288,9 @@ def analyze_compiled(compiled, *, iterations: int = 12, simulate: bool = True,
     sched = compiled.schedule_config
     penalty = int(getattr(sched, "lds_contention_penalty", 0) or 0)
     config = compiled.config
-    double = compiled.is_double_buffer
-    parts = config.num_partitions if double else 1
-    max_globals = config.block_sizing.max_globals if double else 0
+    plan = compiled.plan
     m = analyze_order(compiled.body, compiled.edges, compiled.order, penalty=penalty,
-                      num_partitions=parts, max_globals=max_globals)
+                      num_partitions=plan.partitions, max_globals=plan.max_globals)
     changes: dict[str, Any] = {}
     if m.recurrence is not None:
         from pipeline_core.export.notation import op_text
@@ -307,11 +305,12 @@ def analyze_compiled(compiled, *, iterations: int = 12, simulate: bool = True,
         from pipeline_core.scheduling.exact import exact_schedule
 
         changes["optimal"] = exact_schedule(
-            compiled.body, compiled.edges, max_globals_per_block=max_globals,
-            lds_contention_penalty=penalty, max_vgpr=sched.max_vgpr, num_partitions=parts,
-            blocks_per_partition=config.blocks_per_partition if double else max(
+            compiled.body, compiled.edges, max_globals_per_block=plan.max_globals,
+            lds_contention_penalty=penalty, max_vgpr=sched.max_vgpr,
+            num_partitions=plan.partitions,
+            blocks_per_partition=plan.blocks_per_partition or max(
                 1, sum(1 for o in compiled.body if o.role.name == "COMPUTE")),
-            time_limit=optimal_time, strict=double)
+            time_limit=optimal_time, strict=plan.blocks_per_partition > 0)
     return attrs.evolve(m, **changes) if changes else m
 
 

@@ -24,6 +24,7 @@ from pipeline_core import DISTRIBUTION as CORE
 from pipeline_core import hookspecs
 from pipeline_core.commands import CommandRecord
 from pipeline_core.emitters import EmitterRecord
+from pipeline_core.lowering import LoweringRecord
 from pipeline_core.config import TargetProfile
 from pipeline_core.errors import PluginError, UnknownNameError
 from pipeline_core.ops import Entry
@@ -58,7 +59,8 @@ REGISTRIES = (("pipeline_core_register_targets", TargetRecord, "targets", "targe
               ("pipeline_core_register_schedules", ScheduleRecord, "schedules", "schedule"),
               ("pipeline_core_register_strategies", StrategyRecord, "strategies", "strategy"),
               ("pipeline_core_register_commands", CommandRecord, "commands", "command"),
-              ("pipeline_core_register_emitters", EmitterRecord, "emitters", "emitter"))
+              ("pipeline_core_register_emitters", EmitterRecord, "emitters", "emitter"),
+              ("pipeline_core_register_lowerings", LoweringRecord, "lowerings", "lowering"))
 REGISTRATION_HOOKS = tuple(hook for hook, *_ in REGISTRIES)
 #: What each hook must return: a registration hook, a list of its records
 RESULT_CHECKS = {**HOOK_RESULTS, **{hook: optional(records_of(record_type))
@@ -83,6 +85,7 @@ class PluginInfo:
     strategies: list[str] = attrs.field(factory=list)
     commands: list[str] = attrs.field(factory=list)
     emitters: list[str] = attrs.field(factory=list)
+    lowerings: list[str] = attrs.field(factory=list)
     hooks: list[str] = attrs.field(factory=list)
     location: str = ""  #: the directory of the plugin's module ('' when it cannot be found)
 
@@ -98,7 +101,8 @@ class PluginInfo:
         return {"name": self.name, "distribution": self.distribution, "version": self.version,
                 "module": self.module, "status": self.status, "error": self.error,
                 "targets": self.targets, "schedules": self.schedules,
-                "strategies": self.strategies, "commands": self.commands, "emitters": self.emitters, "hooks": self.hooks,
+                "strategies": self.strategies, "commands": self.commands, "emitters": self.emitters, "lowerings": self.lowerings,
+                "hooks": self.hooks,
                 "location": self.location}
 
 
@@ -156,6 +160,7 @@ class PluginHost:
         self.strategies: dict[str, StrategyRecord] = {}
         self.commands: dict[str, CommandRecord] = {}
         self.emitters: dict[str, EmitterRecord] = {}
+        self.lowerings: dict[str, LoweringRecord] = {}
         self.conflicts: dict[str, list[str]] = {}
         self.warnings: list[str] = []
         self.guard = PluginGuard(self.warnings.append, sigints)
@@ -387,6 +392,14 @@ class PluginHost:
         if isinstance(record, EmitterRecord):
             return attrs.evolve(record, emit=guard.wrap(
                 culprit, f"emitter {record.name!r}", record.emit, check=instance_of(str)))
+        if isinstance(record, LoweringRecord):
+            from pipeline_core.plan import Plan
+
+            finish = record.finish
+            return attrs.evolve(record, lower=guard.wrap(
+                culprit, f"lowering {record.name!r}", record.lower, check=instance_of(Plan)),
+                finish=None if finish is None else guard.wrap(
+                    culprit, f"finish of lowering {record.name!r}", finish))
         if isinstance(record, CommandRecord):
             return attrs.evolve(record, add_arguments=guard.wrap(
                 culprit, f"add_arguments of command {record.name!r}", record.add_arguments,
@@ -400,6 +413,7 @@ class PluginHost:
                                     (self.schedules, info.schedules, "schedule"),
                                     (self.commands, info.commands, "command"),
                                     (self.emitters, info.emitters, "emitter"),
+                                    (self.lowerings, info.lowerings, "lowering"),
                                     (self.strategies, info.strategies, "strategy")):
             for n in names:
                 key = n.upper() if table is self.strategies else n
@@ -459,6 +473,17 @@ class PluginHost:
     def command_owner(self, name: str) -> PluginInfo:
         """The plugin whose command ``name`` is registered."""
         return self._providers[f"command:{name}"]
+
+    def get_lowering(self, name: str) -> LoweringRecord:
+        """The lowering registered under ``name`` (a schedule's ``lowering()`` answer)."""
+        key = f"lowering:{name}"
+        if key in self.conflicts:
+            raise PluginError(f"lowering {name!r} is provided by more than one distribution: "
+                              f"{', '.join(self.conflicts[key])}; uninstall or disable one")
+        if name not in self.lowerings:
+            raise UnknownNameError("lowering", name, self.describe(self.lowerings),
+                                   self._failed_hint("lowering", name))
+        return self.lowerings[name]
 
     def get_strategy(self, name: str) -> Strategy:
         """The ordering function registered with *this* host under ``name`` (case-insensitive)."""

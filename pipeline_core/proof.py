@@ -185,7 +185,7 @@ def check_encodable(compiled: CompiledSchedule, sync: SyncModel) -> None:
 
 def prove(compiled: CompiledSchedule, host: PluginHost | None = None) -> Proof:
     """Run the hazard checker on ``compiled`` as emitted, with its declared warps per group."""
-    if compiled.agents is not None:  # warp-specialized programs: the agents checker
+    if not compiled.plan.lockstep:  # one program per role, on rings: the agents checker
         from pipeline_core.agents.prove import prove_agents
         return prove_agents(compiled)
     from pipeline_core.check.checker import check_program
@@ -201,7 +201,7 @@ def prove(compiled: CompiledSchedule, host: PluginHost | None = None) -> Proof:
     check_encodable(compiled, sync)
     document = to_document(compiled)
     model = counter_model(sync, document)
-    execution = compiled.execution
+    execution = compiled.plan.execution
     program = decode(document, model, groups=execution.groups if execution is not None else None)
     warps = execution.warps_per_group if execution is not None else 1
     return Proof(verdict=check_program(program, iterations=PROOF_ITERATIONS,
@@ -235,8 +235,8 @@ def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
                 f"{first.kind.value} at {first.site.text(multi)}: {first.message}")
     if first.fix is not None:
         text += f"; fix: {first.fix.text}"
-    if compiled.explicit_source:
-        text += f" (the program's explicit blocks come from {compiled.explicit_source})"
+    if compiled.plan.explicit_source:
+        text += f" (the program's explicit blocks come from {compiled.plan.explicit_source})"
     more = len(verdict.distinct()) - 1
     if more:
         text += (f" ({more} more distinct hazard{'s' if more > 1 else ''}: "

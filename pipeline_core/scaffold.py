@@ -73,7 +73,7 @@ A [pipeline-core](https://pypi.org/project/gpu-pipeline-core/) plugin with one t
   op tag), the sync model (what the target's waits count, what its barrier publishes), the
   target (`PipelineConfig`: MMA grid, stages), the body of ONE loop iteration, and the hooks
   that register them.
-* The schedule asks for the core's generic lowering (`lowering()` returns `"generic"`): a
+* The schedule asks for the core's ring lowering (`lowering()` returns `"ring"`): a
   ring of `stages` shared-memory stages whose waits and barriers are derived from the sync
   model. `pipeline-core compile $name -T stages=4` deepens the ring.
 * `check` proves the compiled schedule race-free; `analyze` and `export` model its timing.
@@ -88,7 +88,7 @@ PLUGIN = Template('''\
 The target declares its own sync model: global->shared copies are asynchronous and counted
 in commit groups on one channel (`copy`), fragment loads are synchronous, and one aligned
 barrier publishes completed copies.  The schedule describes ONE K tile (load A and B, read
-both fragments, one MMA) and asks for the core's generic N-stage lowering, which places the
+both fragments, one MMA) and asks for the core's ring lowering (N stages), which places the
 waits and barriers and derives every wait's count from the sync model.
 """
 from __future__ import annotations
@@ -148,7 +148,7 @@ class Schedule:
         return self.target.pipeline
 
     def lowering(self) -> str:
-        return "generic"  # the core's N-stage ring: waits derived from SYNC
+        return "ring"  # the core's N-stage ring: waits derived from SYNC
 
     def build_body(self) -> list:
         ops = [logical(LOAD_A, channel=0), logical(LOAD_B, channel=1),

@@ -20,7 +20,7 @@ from pipeline_core.limits import PARAM_INT, Bound, parse_int
 from pipeline_core.ops import Entry, Op
 
 if TYPE_CHECKING:
-    from pipeline_core.agents.model import AgentSpec
+    from pipeline_core.plan import AgentSpec
     from pipeline_core.launch import KernelLaunch
     from pipeline_core.edges import DepEdge
     from pipeline_core.program.program import Program
@@ -49,8 +49,6 @@ class Schedule(Protocol):
 
 #: the ``wait_source()`` answers (pipeline_core/sync/settle.py)
 DERIVED, REFERENCE = "derived", "reference"
-#: the ``lowering()`` answers (pipeline_core/compiler.py)
-LOWERINGS = ("blocks", "generic", "agents")
 
 
 class ScheduleBase:
@@ -119,8 +117,9 @@ class ScheduleBase:
         return DERIVED
 
     def lowering(self) -> str:
-        """One of ``LOWERINGS``: "blocks" (the reference's block program), "generic" (the
-        N-stage ring, pipeline_core/lowering/generic.py) or "agents" (docs/guide/agents.md)."""
+        """The name of a registered lowering (pipeline_core/lowering/): the core's are "blocks"
+        (the reference's block program), "ring" (the N-stage ring, pipeline_core/lowering/ring.py)
+        and "agents" (docs/guide/agents.md)."""
         return "blocks"
 
     def agents(self) -> "AgentSpec":
@@ -180,7 +179,7 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 #: A target family (``TargetRecord.family``): an S-stage ring (depth >= 2) of asynchronous
 #: global->shared copies counted in commit groups, kernel tags 0-4 costed as LOAD_A, LOAD_B
 #: (global loads), FRAG_A, FRAG_B (fragment loads) and MMA (one per K tile, a 1 x 1 MMA grid),
-#: and a sync model the generic lowering derives waits from.  A schedule written against that
+#: and a sync model the ring lowering derives waits from.  A schedule written against that
 #: shape (examples/hello_schedule) declares the family and fits every such target
 #: (docs/guide/schedule-plugin.md, "Targets a schedule is made for").
 COPY_RING = "copy-ring"

@@ -132,8 +132,8 @@ def test_compile_runs_the_agents_lowering_and_proves_it():
     from pipeline_core.compiler import compile_schedule
 
     c = compile_schedule(_AgentsSchedule())
-    assert c.lowering == "agents" and c.proof.safe
-    assert [p.name for p in c.agents.programs] == ["producer", "consumer0", "consumer1"]
+    assert c.plan.lowering == "agents" and c.proof.safe
+    assert [p.name for p in c.plan.programs] == ["producer", "consumer0", "consumer1"]
 
 
 @pytest.mark.parametrize("schedule, message", [

@@ -201,11 +201,11 @@ def test_a_two_ring_schedule_compiles_safe_and_each_ring_edit_is_refused():
     from pipeline_core.proof import UnsafeScheduleError
 
     c = compile_schedule(_TwoRingSchedule())
-    assert c.proof.safe and len([r for r in c.agents.rings if r.kind == "empty"]) == 2
+    assert c.proof.safe and len([r for r in c.plan.rings if r.kind == "empty"]) == 2
     picked = {}
-    for m in agent_mutations(c.agents, ("drop_arrive", "flip_phase_offset")):
+    for m in agent_mutations(c.plan, ("drop_arrive", "flip_phase_offset")):
         picked.setdefault((m.category, m.ring), m)
-    picked["loosen", ""] = next(m for m in agent_mutations(c.agents, ("loosen_counter_wait",))
+    picked["loosen", ""] = next(m for m in agent_mutations(c.plan, ("loosen_counter_wait",))
                                 if m.section == "kernel")
     assert {ring for _, ring in picked} == {"ring0_full", "ring0_empty", "ring1_full",
                                             "ring1_empty", ""}
@@ -389,7 +389,7 @@ def test_the_document_records_each_rings_writer_ops_lag_and_once():
     doc = to_document(c)["agents"]
     rings = {r["name"]: r for r in doc["rings"]}
     assert rings == {r.name: {**rings[r.name], "ops": list(r.ops), "release_lag": r.release_lag,
-                              "once": r.once} for r in c.agents.rings}
+                              "once": r.once} for r in c.plan.rings}
     assert [n for n, r in rings.items() if r["once"]] == ["ring0_full", "ring0_empty"]
     assert rings["ring0_full"]["ops"] != rings["ring1_full"]["ops"]
     once_steps = [s for p in doc["programs"] for sec in ("prologue", "epilogue")

@@ -5,7 +5,7 @@ import attrs
 import pytest
 
 import agents_fixtures as fx
-from pipeline_core.agents.model import StepKind
+from pipeline_core.plan import StepKind
 from pipeline_core.agents.timing import AgentMachine, simulate
 from pipeline_core.check.mutate import agent_mutations
 

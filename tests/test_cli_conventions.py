@@ -155,9 +155,9 @@ def fourwave_document(tmp_path_factory):
      "no ScheduleConfig knob: the agents' programs, rings and waits are derived from their roles "
      "(docs/guide/agents.md); drop -c auto_waits"),
     (("check", "multistage-gemm", "-c", "scheduling=GREEDY"),
-     "-c scheduling=GREEDY is invalid for schedule multistage-gemm: the generic lowering reads no "
+     "-c scheduling=GREEDY is invalid for schedule multistage-gemm: the ring lowering reads no "
      "ScheduleConfig knob: the ring's waits and barriers are derived from the target's sync "
-     "model (pipeline_core/lowering/generic.py); drop -c scheduling"),
+     "model (pipeline_core/lowering/ring.py); drop -c scheduling"),
     (("export", "pingpong", "--format", "trace", "--width", "900"),
      "--width sizes a picture (png, svg); --format trace draws none: drop --width"),
     (("export", "pingpong", "--format", "dot", "--width", "900"),

@@ -5,7 +5,8 @@ import attrs
 import pytest
 
 from pipeline_core.errors import ConfigError
-from pipeline_core.execution import LAUNCH, STAGGER, TAIL, ExecutionModel, declared_warps_per_group
+from pipeline_core.execution import LAUNCH, STAGGER, TAIL, ExecutionModel
+from pipeline_core.lowering import declared_warps_per_group
 from pipeline_core.ops import Phase
 from pipeline_core.schedule import ScheduleBase
 

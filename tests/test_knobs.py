@@ -112,9 +112,9 @@ def test_a_schedule_that_answers_badly_or_cannot_be_built_is_a_note_not_a_crash(
     assert by_name["wait_vm_last"]["refused_by"] == ["odd"]
     assert notes == ["schedule 'odd' forces unknown knob(s) no_such_knob (not ScheduleConfig "
                      "fields; ignored)",
-                     "schedule 'odd' refuses every knob: the generic lowering reads none; the "
+                     "schedule 'odd' refuses every knob: the ring lowering reads none; the "
                      "ring's waits and barriers are derived from the target's sync model "
-                     "(pipeline_core/lowering/generic.py)"]
+                     "(pipeline_core/lowering/ring.py)"]
     host = fresh_host(_plugin("needy", factory=broken))
     rows, notes = knob_rows(host)
     assert len(notes) == 1 and "schedule 'needy' could not be built" in notes[0]
@@ -130,7 +130,7 @@ def test_knobs_writes_to_o_file(cli, tmp_path, fmt):
     assert "minimal_barriers" in out.read_text()
 
 
-@pytest.mark.parametrize("name, lowering", [("hello", "generic"), ("warpspecialized-gemm", "agents")])
+@pytest.mark.parametrize("name, lowering", [("hello", "ring"), ("warpspecialized-gemm", "agents")])
 def test_a_ring_or_agents_schedule_setting_a_block_template_knob_is_refused(name, lowering):
     """The block template's knobs are the blocks lowering's own (config.BLOCK_SCHEDULE_KNOBS):
     a ring or agents schedule whose schedule_config() sets one would have it ignored."""

@@ -158,7 +158,7 @@ def test_a_generated_plugin_installs_tests_and_compiles(tmp_path):
     assert compiled.returncode == 0, compiled.stderr
     doc = json.loads(compiled.stdout)
     assert doc["generator"]["plugins"] == {"pipeline-core-wide-gpu": "0.1.0"}
-    assert doc["counts"]["kernel"] > 0 and doc["lowering"] == "generic"
+    assert doc["counts"]["kernel"] > 0 and doc["lowering"] == "ring"
     checked = subprocess.run([str(bin_dir / "pipeline-core"), "check", "wide-gpu"],
                              capture_output=True, text=True, timeout=300)
     assert checked.returncode == 0 and "SAFE" in checked.stdout, checked.stdout + checked.stderr

@@ -1,4 +1,4 @@
-"""The ring lowering (pipeline_core/lowering/generic.py) on m x n MMA grids per K tile.
+"""The ring lowering (pipeline_core/lowering/ring.py) on m x n MMA grids per K tile.
 
 A test plugin declares ``ring-grid``: one K tile of LOAD_A, LOAD_B, ``m`` A fragments, ``n``
 B fragments and the ``m x n`` MMAs (fragments first, or interleaved row by row), for every
@@ -75,7 +75,7 @@ class RingGrid:
         return self.target.pipeline
 
     def lowering(self) -> str:
-        return "generic"
+        return "ring"
 
     def build_body(self) -> list[Op]:
         ops = [logical(LOAD_A, channel=0), logical(LOAD_B, channel=1)]
@@ -208,7 +208,7 @@ def test_each_derived_wait_is_the_loosest_the_proof_accepts_at_its_place(
         entries = list(getattr(compiled, phase))
         e = entries[i]
         entries[i] = attrs.evolve(e, op=e.op.evolve(wait_value=e.op.wait_value + 1))
-        looser = attrs.evolve(compiled, **{phase: tuple(entries)}, proof=None)
+        looser = compiled.with_entries(**{phase: tuple(entries)})
         assert not prove(looser, host).safe, (phase, i, e.op)
 
 
@@ -217,7 +217,7 @@ def test_dropping_the_epilogue_fragment_wait_is_the_reported_register_race(host)
     compiled = _compile(host, "toy-async", 1, 1)
     epilogue = [e for e in compiled.epilogue if e.op.tag != WAIT_FRAG]
     epilogue = tuple(attrs.evolve(e, time_slot=i) for i, e in enumerate(epilogue))
-    proof = prove(attrs.evolve(compiled, epilogue=epilogue, proof=None), host)
+    proof = prove(compiled.with_entries(epilogue=epilogue), host)
     assert not proof.safe
     first = proof.hazards()[0]
     assert (first["kind"], first["phase"], first["index"]) == ("REG_RAW", "epilogue", 4)

@@ -66,9 +66,9 @@ def _misplaced(blocks):
 @pytest.mark.parametrize("m,n", [(2, 3), (2, 4), (3, 3), (3, 4), (3, 5)])
 def test_redistributed_loads_keep_their_place_relative_to_the_reads_of_their_region(m, n):
     assert _misplaced(compile_named("matmul-grid",
-                                    params={"m": str(m), "n": str(n)}).program.blocks) == []
+                                    params={"m": str(m), "n": str(n)}).plan.details.program.blocks) == []
     reference = compile_schedule(_Declares(_grid(m, n), "reference"), allow_unsafe=True)
-    assert _misplaced(reference.program.blocks)  # the reference's FIFO refill crosses one
+    assert _misplaced(reference.plan.details.program.blocks)  # the reference's FIFO refill crosses one
 
 
 def test_settle_adds_the_waits_and_barriers_a_racing_configuration_lacks():

@@ -70,7 +70,7 @@ def test_the_page_plugin_compiles_safe(page_plugin):
 
     compiled = compile_named(page_plugin.NAME, host=fresh_host(page_plugin, mi355x))
     assert compiled.proof is not None and compiled.proof.safe
-    assert len(compiled.body) == 32 and len(compiled.program.blocks) == 12
+    assert len(compiled.body) == 32 and len(compiled.plan.details.program.blocks) == 12
 
 
 def _without_completion(ops):

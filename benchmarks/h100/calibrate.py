@@ -115,7 +115,7 @@ def fit_agents(rows, start):
     def error(machine):
         errs = []
         for rec, c, meas in rows:
-            pred = simulate(c.agents, c.body, machine, rec["K"] // c.params["BK"]).cycles_per_tile
+            pred = simulate(c.plan, c.body, machine, rec["K"] // c.params["BK"]).cycles_per_tile
             errs.append(abs(pred - meas) / meas)
         return statistics.fmean(errs)
 
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     factor = statistics.median(meas / pred for _, pred, meas in ms) if ms else 1.0
     rows = []
     for rec, c, meas in ws:
-        pred = simulate(c.agents, c.body, machine, rec["K"] // c.params["BK"]).cycles_per_tile
+        pred = simulate(c.plan, c.body, machine, rec["K"] // c.params["BK"]).cycles_per_tile
         rows.append(("warpspecialized-gemm", rec["config"], pred, meas, rec["tflops"]))
     for rec, pred, meas in ms:
         rows.append(("multistage-gemm", rec["config"], pred * factor, meas, rec["tflops"]))

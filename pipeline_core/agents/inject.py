@@ -1,11 +1,11 @@
 """The ``agents`` lowering: one graph -> one program per agent, with every sync injected.
 
-The schedule names the roles (:class:`~pipeline_core.agents.model.AgentSpec`) and writes no sync.
+The schedule names the roles (:class:`~pipeline_core.plan.AgentSpec`) and writes no sync.
 From the graph's cross-agent edges and the target's sync model the core derives
 (docs/guide/agents.md, "Barrier injection"):
 
 * a **full** ring for each writer agent and buffer (the copies one set of ops reads; or the
-  schedule's :class:`~pipeline_core.agents.model.RingSpec` list) whose copies complete on a
+  schedule's :class:`~pipeline_core.plan.RingSpec` list) whose copies complete on a
   phase channel (TMA copies): the writer announces the ring's bytes (``EXPECT_TX``) before its
   copies; each reader waits on the phase that holds its tile before its first read of them;
 * an **empty** ring when readers' ANTI edges reach back to the writer at the ring distance: the
@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from pipeline_core.agents.model import AgentPlan, AgentProgram, AgentRole, AgentSpec, Ring, Step, StepKind
+from pipeline_core.plan import Plan, AgentProgram, AgentRole, AgentSpec, Ring, Step, StepKind
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ProgramError
 from pipeline_core.ops import DepKind, Op
@@ -135,7 +135,7 @@ def _ring_groups(spec: AgentSpec, writer_of: dict[int, str], readers_of: dict[in
 
 
 def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, *, stages: int,
-                 spec: AgentSpec, owner: str = "schedule") -> AgentPlan:
+                 spec: AgentSpec, owner: str = "schedule") -> Plan:
     """Split ``body`` into one program per agent of ``spec`` and inject the rings and waits."""
     agent_of = _agent_of(spec, body, owner)
     channel = {i: _channel_of(op, sync) for i, op in enumerate(body)}
@@ -229,7 +229,7 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
             kernel = [Step(kind=StepKind.OP, op=i, tag=body[i].tag) for i in ops]
         programs.append(_split(role, kernel, tags))
     rings = [r for p in pairs for r in (p.full, p.empty) if r is not None]
-    plan = AgentPlan(stages=stages, programs=programs, rings=rings,
+    plan = Plan(stages=stages, programs=programs, rings=rings,
                      min_tiles=max(len(p.prologue) for p in programs) or 1,
                      op_bytes={i: spec.op_bytes.get(i, 0) for i in sorted(writer_of)})
     return derive_counter_waits(plan)
@@ -369,7 +369,7 @@ def _split(role: AgentRole, kernel: list[Step], tags: dict[str, int]) -> AgentPr
     return AgentProgram(role=role, prologue=prologue, kernel=loop, epilogue=epilogue)
 
 
-def derive_counter_waits(plan: AgentPlan) -> AgentPlan:
+def derive_counter_waits(plan: Plan) -> Plan:
     """Set every underived counter wait to the largest count that still retires its group.
 
     A wait serving tile u must retire the group holding u's async ops (its last group, or for a

@@ -35,16 +35,19 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import networkx as nx
 
-from pipeline_core.agents.model import AgentPlan, AgentProgram, PlacedStep, Step, StepKind
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Verdict, Violation
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import DepKind, Op, tag_name
+from pipeline_core.plan import AgentProgram, PlacedStep, Plan, Step, StepKind
 from pipeline_core.sync.model import ChannelKind, Effect, SyncModel
+
+if TYPE_CHECKING:
+    from pipeline_core.compiled import CompiledSchedule, Proof
 
 #: the order hazards are reported in: root causes first (a deadlock, a wrong phase), then data
 PRIORITY = {HazardKind.DEADLOCK: 0, HazardKind.PHASE_PARITY: 1, HazardKind.SMEM_WAR: 2,
@@ -68,7 +71,7 @@ START = ("start",)
 Node = tuple
 
 
-def tile_counts(plan: AgentPlan) -> list[int]:
+def tile_counts(plan: Plan) -> list[int]:
     """The K-tile counts a proof unrolls: the shortest valid loops, and one long enough for the
     prologue, two ring wraps and the epilogue at every residue modulo the ring depth (so a
     tail of KT not a multiple of the stages is covered)."""
@@ -117,7 +120,7 @@ class _Run:
     checks on it.  Ring stages and phases count the K tiles of every output tile (a step's
     :attr:`_Inst.tile`); the data of one output tile is its K tiles 0 .. tiles - 1."""
 
-    def __init__(self, plan: AgentPlan, body: Sequence[Op], edges: Sequence[DepEdge],
+    def __init__(self, plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge],
                  sync: SyncModel, names: Mapping[int, str], tiles: int, outputs: int = 1) -> None:
         self.plan, self.body, self.edges, self.sync = plan, body, edges, sync
         self.names, self.tiles, self.outputs = names, tiles, outputs
@@ -860,7 +863,7 @@ def _new_phase() -> dict[str, Any]:
     return {"units": 0, "announced": 0, "landed": 0, "from": [], "copies": [], "complete": False}
 
 
-def prove_plan(plan: AgentPlan, body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel,
+def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel,
                *, name: str = "", names: Mapping[int, str] | None = None) -> Verdict:
     """The verdict on ``plan`` over every timing, for each of :func:`tile_counts`."""
     names = dict(names or {})
@@ -888,12 +891,12 @@ def prove_plan(plan: AgentPlan, body: Sequence[Op], edges: Sequence[DepEdge], sy
                    iterations=max(counts), model=model, violations=violations)
 
 
-def prove_agents(compiled: Any) -> Any:
+def prove_agents(compiled: CompiledSchedule) -> Proof:
     """The proof of a compiled agents schedule (pipeline_core/proof.py calls it)."""
     from pipeline_core.compiled import Proof
 
-    sync = compiled.target_profile.sync if compiled.target_profile is not None else None
+    sync = compiled.plan.sync
     if sync is None:
         return Proof(verdict=None, unprovable="the target declares no sync model")
-    return Proof(verdict=prove_plan(compiled.agents, compiled.body, compiled.edges, sync,
+    return Proof(verdict=prove_plan(compiled.plan, compiled.body, compiled.edges, sync,
                                     name=compiled.schedule_name, names=compiled.tag_names))

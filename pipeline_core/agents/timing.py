@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from pipeline_core.agents.model import AgentPlan, PlacedStep, Step, StepKind
+from pipeline_core.plan import Plan, PlacedStep, Step, StepKind
 from pipeline_core.ops import FrameworkTag, Op, OpRole, Phase, ResourceKind
 from pipeline_core.simulate.inputs import MachineModel
 from pipeline_core.simulate.timeline import GroupTimeline, Instr, OpTiming, Stall, Summary, Timeline
@@ -68,12 +68,12 @@ class Taken:
     busy: tuple[ResourceKind, float, float] | None = None
 
 
-def simulate(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine, tiles: int) -> Timing:
+def simulate(plan: Plan, body: Sequence[Op], machine: AgentMachine, tiles: int) -> Timing:
     """Run every agent of ``plan`` over ``tiles`` K tiles on ``machine`` (see the module)."""
     return run(plan, body, machine, tiles)[0]
 
 
-def run(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine,
+def run(plan: Plan, body: Sequence[Op], machine: AgentMachine,
         tiles: int) -> tuple[Timing, list[Taken]]:
     """:func:`simulate`, with every step each agent took (what :func:`timeline` draws)."""
     if tiles < plan.min_tiles:
@@ -188,7 +188,7 @@ _KIND = {StepKind.OP: "op", StepKind.PHASE_WAIT: "wait", StepKind.COUNTER_WAIT: 
 _PHASE = {"prologue": Phase.PROLOGUE, "kernel": Phase.KERNEL, "epilogue": Phase.EPILOGUE}
 
 
-def timeline(plan: AgentPlan, body: Sequence[Op], machine: AgentMachine, tiles: int, *,
+def timeline(plan: Plan, body: Sequence[Op], machine: AgentMachine, tiles: int, *,
              name: str, names: Mapping[int, str], sync: SyncModel | None,
              clock_ghz: float | None = None) -> Timeline:
     """The run as the exporters' :class:`~pipeline_core.simulate.Timeline`: one track per agent

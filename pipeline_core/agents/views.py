@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline_core.agents.model import AgentPlan, AgentProgram, Step
+from pipeline_core.plan import Plan, AgentProgram, Step
 from pipeline_core.export.notation import isa_form
 from pipeline_core.ops import Op, tag_name
 from pipeline_core.sync.model import SyncModel
 
 
-def _step_doc(step: Step, plan: AgentPlan, body: Sequence[Op], names: Mapping[int, str],
+def _step_doc(step: Step, plan: Plan, body: Sequence[Op], names: Mapping[int, str],
               sync: SyncModel | None, after_loop: bool) -> dict[str, Any]:
     return {"kind": step.kind.value, "lag": step.lag, "channel": step.channel,
             "value": step.value, "phase_offset": step.phase_offset, "op": step.op,
@@ -42,7 +42,7 @@ def is_after_loop(prog: AgentProgram, section: str, iteration: int, pos: int) ->
     return iteration - step.lag >= 0
 
 
-def agents_doc(plan: AgentPlan, body: Sequence[Op], names: Mapping[int, str],
+def agents_doc(plan: Plan, body: Sequence[Op], names: Mapping[int, str],
                sync: SyncModel | None) -> dict[str, Any]:
     """The document's ``agents`` section (docs/document-format.md, "Keys": `lowering`, `agents`)."""
     programs = []

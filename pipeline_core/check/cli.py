@@ -150,6 +150,7 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
             if not getattr(args, "input", None):
                 raise DocumentError("", "no schedule given (pass a document or --input FILE)")
             document = load_input(args.input)
+        _require_registered_lowering(document, host)
         check_shape(document)  # the lowering, stagger and phases, before any model is built
         if model is None:
             if not getattr(args, "target", None):
@@ -187,6 +188,20 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
         print(f"pipeline-core check: error: {e}", file=err)
         return EXIT_BAD_INPUT
     return _print(args, verdict, document, host, out)
+
+
+def _require_registered_lowering(document: Mapping[str, Any], host: Any) -> None:
+    """A document's ``lowering`` names a lowering this host registers (the block program's
+    documents name none): a name nothing registers could be read the wrong way."""
+    from pipeline_core.check.program import DocumentError
+
+    lowering = document.get("lowering")
+    if host is None or not isinstance(lowering, str) or lowering in host.lowerings:
+        return
+    known = ", ".join(f'"{n}"' for n in sorted(host.lowerings))
+    raise DocumentError("lowering", f"{lowering!r} is no registered lowering ({known}; no "
+                                    "lowering key: the block program); install the plugin that "
+                                    "built the document, or recompile it")
 
 
 def _print(args: argparse.Namespace, verdict: Any, document: Mapping[str, Any], host: Any,

@@ -144,7 +144,7 @@ def _read_hazards(ctx: _Context) -> tuple[list[Violation], dict]:
             ins = ev.instr
             if ins.kind is not Kind.FRAG:
                 continue
-            # generic lowering (ordinal tiles): a load fills its channel's whole stage, and a
+            # ring lowering (ordinal tiles): a load fills its channel's whole stage, and a
             # fragment subtile is a K slice of that stage, so the buffer read is the stage's
             key = (ins.channel, ins.stage, 0 if ctx.program.ordinal_tiles else ins.subtile)
             name = f"ch{key[0]} s{key[1]} sub{key[2]}"

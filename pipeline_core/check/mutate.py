@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from pipeline_core.ops import MAX_KERNEL_TAG, OpRole
+
+if TYPE_CHECKING:
+    from pipeline_core.compiled import CompiledSchedule
+    from pipeline_core.plugins import PluginHost
 
 PHASES = ("prologue", "kernel", "epilogue")
 DATA_ROLES = (int(OpRole.GLOBAL_LOAD), int(OpRole.FRAGMENT_LOAD))
@@ -108,7 +112,7 @@ class AgentMutation:
     ring: str = ""
 
     def apply(self, plan: Any) -> Any:
-        """``plan`` (an :class:`~pipeline_core.agents.AgentPlan`) with the edit made."""
+        """``plan`` (an :class:`~pipeline_core.agents.Plan`) with the edit made."""
         prog = plan.program(self.agent)
         if self.section == "kernel":
             steps = list(prog.kernel)
@@ -140,7 +144,7 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
     each reader release dropped, each counter wait loosened by one, each phase wait moved one
     phase either way, each writer acquire dropped, each reader's MMA step dropped; on every
     ring of the plan (:attr:`AgentMutation.ring`)."""
-    from pipeline_core.agents.model import StepKind
+    from pipeline_core.plan import StepKind
 
     kinds = {r.name: r.kind for r in plan.rings}
     readers = {a for r in plan.rings if r.kind == "full" for a in r.waiters}
@@ -175,16 +179,18 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
                                             ring=ring)
 
 
-def mutate_compiled(compiled: Any, mutation: AgentMutation, *, allow_unsafe: bool = False,
-                    host: Any = None) -> Any:
+def mutate_compiled(compiled: CompiledSchedule, mutation: AgentMutation, *,
+                    allow_unsafe: bool = False, host: PluginHost | None = None
+                    ) -> CompiledSchedule:
     """``compiled`` (an agents compile) with ``mutation`` applied and proven again, as compile
     would: raises :class:`~pipeline_core.proof.UnsafeScheduleError` naming the first hazard
     unless ``allow_unsafe``, which returns it with its hazards attached."""
     from pipeline_core.errors import ProgramError
     from pipeline_core.proof import require_safe
 
-    if compiled.agents is None:
-        raise ProgramError(f"schedule {compiled.schedule_name}: agent mutations need an agents "
-                           f"compile (lowering {compiled.lowering!r})")
-    mutated = attrs.evolve(compiled, agents=mutation.apply(compiled.agents), proof=None)
+    if compiled.plan.lockstep:
+        raise ProgramError(f"schedule {compiled.schedule_name}: agent mutations need a plan of "
+                           f"one program per role (this one is lockstep, lowering "
+                           f"{compiled.plan.lowering!r})")
+    mutated = attrs.evolve(compiled, plan=mutation.apply(compiled.plan), proof=None)
     return require_safe(mutated, host, allow_unsafe=allow_unsafe)

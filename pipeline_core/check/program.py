@@ -107,7 +107,7 @@ class CheckProgram:
     model: CounterModel
     name: str = ""
     #: loads carry no K offset: the j-th load of a channel loads K tile j (the generic
-    #: lowering's documents, ``"lowering": "generic"``)
+    #: lowering's documents, ``"lowering": "ring"``)
     ordinal_tiles: bool = False
 
     def phase(self, name: str) -> tuple[Instr, ...]:
@@ -204,10 +204,11 @@ def check_shape(document: Any) -> tuple[dict[str, list], int, Mapping[str, Any],
     return phases, stagger, config, depth
 
 
-#: the ``lowering`` values a document may carry; absent means the block program
-#: (docs/document-format.md, "Keys")
-LOWERINGS = ("generic", "agents")
-#: keys only the block program writes (the generic lowering's documents have none of them)
+#: the ``lowering`` values with a reading of their own (docs/document-format.md, "Keys"):
+#: absent or "blocks", the block program; "agents", an agents section proven by compile; any
+#: other registered lowering's document is a lockstep plan counted through the sync model
+BLOCK_PROGRAM, AGENTS = "blocks", "agents"
+#: keys only the block program writes (the ring lowering's documents have none of them)
 _BLOCK_PROGRAM_KEYS = ("blocks", "scheduler")
 
 
@@ -218,29 +219,37 @@ def _check_lowering(document: Mapping[str, Any]) -> None:
     lowering = document.get("lowering")
     schedule = document.get("schedule")
     name = schedule if isinstance(schedule, str) and schedule else "SCHEDULE"
-    if "lowering" in document and lowering not in LOWERINGS:
-        raise DocumentError("lowering", f'expected "generic" or "agents" (or no lowering key: the '
-                                        f"block program), got {lowering!r}")
-    if "agents" in document and lowering != "agents":
+    if "lowering" in document and (not isinstance(lowering, str) or not lowering.strip()):
+        raise DocumentError("lowering", "expected the name of the lowering that built the "
+                                        "schedule (or no lowering key: the block program), got "
+                                        f"{lowering!r}")
+    if "agents" in document and lowering != AGENTS:
         has = f"its lowering is {lowering!r}" if "lowering" in document else "it has no lowering key"
         raise DocumentError("agents", f"only an agents document has an agents section, but {has}: "
                                       "an agents document is proven by "
                                       f"compile, not re-checked from its JSON: run `pipeline-core "
                                       f"check {name}` with the same --target, -p and -T "
                                       "(docs/guide/agents.md)")
-    if lowering == "agents":
+    if lowering == AGENTS:
         missing = "" if "agents" in document else " (and this one lacks its agents section)"
         raise DocumentError("lowering", f"an agents document is proven by compile, not re-checked "
                                         f"from its JSON{missing}: run `pipeline-core check {name}` "
                                         "with the same --target, -p and -T (docs/guide/agents.md)")
-    if lowering == "generic":
+    if counted_by_sync(document):
         config = document.get("config")
         found = [k for k in _BLOCK_PROGRAM_KEYS if k in document] + \
             [f"config.{k}" for k in _COUNT_FIELDS if isinstance(config, Mapping) and k in config]
         if found:
-            raise DocumentError("lowering", f'"generic" contradicts {found[0]}, which only a '
+            raise DocumentError("lowering", f'"{lowering}" contradicts {found[0]}, which only a '
                                             "block-program document has: remove the lowering key "
                                             "for a block-program document, or recompile it")
+
+
+def counted_by_sync(document: Mapping[str, Any]) -> bool:
+    """A lockstep plan whose loads carry no K offset and whose counts come from the target's
+    sync model: the document names a lowering other than the block program's and the agents'
+    (the ring's, a plugin's)."""
+    return document.get("lowering", BLOCK_PROGRAM) not in (BLOCK_PROGRAM, AGENTS)
 
 
 def _check_stagger(document: Mapping[str, Any], config: Mapping[str, Any], stagger: int,
@@ -364,7 +373,7 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
     ch0_match = config.get("ch0_match_field", 0)
     ch1_match = config.get("ch1_match_field", 1)
     single = depth == 1 or not model.global_loads_write_lds
-    ordinal = document.get("lowering") == "generic"
+    ordinal = counted_by_sync(document)
     by_tag = _channel_by_tag(document, phases)
 
     frag_subtiles = sorted({op["subtile"] for ops in phases.values() for op in ops
@@ -427,9 +436,9 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
                     raise DocumentError(f"{path}.k_offset", f"unknown KOffsetKind {op['k_offset']}")
                 if ko is KOffset.NONE:
                     raise DocumentError(f"{path}.k_offset", "a double-buffer global load needs a K "
-                                                            "offset (a generic lowering's document, "
+                                                            "offset (a ring lowering's document, "
                                                             'whose loads have none, says "lowering": '
-                                                            '"generic")')
+                                                            '"ring")')
                 shift = ko.signed_bk_multiple
             base["channel"] = ch
             if count is None:  # synchronous: complete for the issuer when issued

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from pipeline_core.ops import MAX_KERNEL_TAG, KOffset, OpRole, tag_name
 
 if TYPE_CHECKING:  # the agents records, for annotations only
-    from pipeline_core.agents.model import AgentPlan, Step
+    from pipeline_core.plan import Plan, Step
     from pipeline_core.ops import Op
     from pipeline_core.sync.model import SyncModel
 
@@ -108,12 +108,12 @@ def _tile(step: "Step", after_loop: bool) -> str:
     return "t" if step.lag == 0 else f"t-{step.lag}"
 
 
-def isa_form(step: "Step", plan: "AgentPlan", body: "Sequence[Op]", names: Mapping[int, str],
+def isa_form(step: "Step", plan: "Plan", body: "Sequence[Op]", names: Mapping[int, str],
              sync: "SyncModel | None", *, after_loop: bool = False) -> str:
     """An agents step as the instruction it lowers to, its ring stage and parity written over
     the loop index ``t`` (docs/guide/agents.md, "Steps"): the text view, the document and the
     timing model's trace name a step the same way."""
-    from pipeline_core.agents.model import StepKind
+    from pipeline_core.plan import StepKind
 
     base = sync.isa_text(step.tag, wait_value=step.value) if sync is not None and step.tag >= 0 \
         else None

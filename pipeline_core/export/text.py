@@ -13,7 +13,7 @@ from pipeline_core.sync.model import SyncModel
 from pipeline_core.sync.resolve import declared_sync
 
 if TYPE_CHECKING:
-    from pipeline_core.agents.model import AgentPlan
+    from pipeline_core.plan import Plan, Region
 
 #: entries per line of a compact listing outside the kernel's blocks
 COMPACT_PER_LINE = 8
@@ -119,62 +119,6 @@ def compact_listing(label: str, entries: tuple[Entry, ...], names, sync: SyncMod
     return lines
 
 
-def _kept_before(c: CompiledSchedule, sync: SyncModel | None) -> tuple[int, ...] | None:
-    """Template kernel position -> emitted kernel position (the target's binding drops the
-    entries it has no instruction for, pipeline_core/program/binding.py); None: no blocks."""
-    from pipeline_core.ops import Phase
-    from pipeline_core.program.binding import lowering_for
-
-    program = c.program
-    if program is None:
-        return None
-    kept = lowering_for(sync).kept_before(program.expand(Phase.KERNEL))
-    return kept if kept[-1] == len(c.kernel) else None
-
-
-def block_ranges(c: CompiledSchedule, sync: SyncModel | None) -> list[tuple[int, int]]:
-    """[start, end) of each program block in the emitted kernel; [] when it has no blocks."""
-    program = c.program
-    kept = _kept_before(c, sync)
-    if program is None or kept is None:
-        return []
-    return [(kept[start], kept[start + program.block_entry_count(i)])
-            for i, start in enumerate(program.block_starts())]
-
-
-def block_layout(c: CompiledSchedule, sync: SyncModel | None = None) -> list[str]:
-    program = c.program
-    ranges = block_ranges(c, sync)
-    if program is None or not ranges:  # single buffer: the kernel is not built from blocks
-        return []
-    names = c.tag_names
-    bph = c.config.blocks_per_partition
-    lines = ["BLOCKS (per partition; kernel entry range, then contents)"]
-    for i, b in enumerate(program.blocks):
-        part, pos = divmod(i, bph)
-        if pos == 0:
-            lines.append(f"  partition {part}")
-        start, end = ranges[i][0], ranges[i][1] - 1
-        frags = [describe_op(o, names, sync) for o in (b.pre_op_0, b.pre_op_1) if o.is_present]
-        loads = []
-        for o, pf in ((b.global_load, b.global_load_prefetch), (b.global_load_1, b.global_load_1_prefetch)):
-            if o.is_present:
-                kind = "prefetch" if o.stage == part else "completion"
-                loads.append(f"{describe_op(o, names, sync)} ({kind})")
-        waits = [describe_op(o, names, sync) for o in (b.entry_wait, b.entry_wait_lgkm, b.pre_sync)
-                 if o.is_present]
-        lines.append(f"    block {i} [{start}-{end}]  mma {describe_op(b.mma, names, sync)}")
-        if frags:
-            lines.append(f"      frags: {', '.join(frags)}")
-        if loads:
-            lines.append(f"      loads: {', '.join(loads)}")
-        if waits:
-            lines.append(f"      waits: {', '.join(waits)}")
-        if b.drain_lgkm_before_loads:
-            lines.append("      drains lgkm before its loads")
-    return lines
-
-
 def _per_iteration(c: CompiledSchedule, sync: SyncModel | None) -> str:
     if sync is None:
         return "waits and barriers per iteration: unknown (the target declares no sync model)"
@@ -199,47 +143,12 @@ def _timing_line(c: CompiledSchedule) -> str:
             f"MMA bound {s.mma_bound_cycles} (ratio {s.ratio_to_mma_bound:.2f})")
 
 
-def _emitted_knob_waits(c: CompiledSchedule, sync: SyncModel | None) -> str:
-    """The waits the ``wait_lgkm_first`` / ``wait_vm_last`` knobs place (the first block's
-    fragment wait, the last block of partition 0's global wait) as the kernel emits them, named
-    after the target's channel: ``wait_<channel>_first=N wait_<channel>_last=N``
-    (docs/guide/concepts.md, "Reading the views").  A schedule's explicit block is its own
-    list, so there the knob's value stands."""
-    kp = c.kernel_program
-    kept = _kept_before(c, sync)
-    if kp is None or kept is None:
-        return "none"
-    program = kp.program
-    binding = sync.block_binding if sync is not None else None
-    words = [("first", 0, binding.fragment_channel if binding else "lgkm", kp.wait_lgkm_first),
-             ("last", c.config.blocks_per_partition - 1,
-              binding.global_channel if binding else "vm", kp.wait_vm_last)]
-    starts = program.block_starts()
-    out = []
-    for which, block, channel, knob in words:
-        if channel is None or block >= len(starts):  # the target has no such wait
-            continue
-        if program.explicit(block):
-            out.append(f"wait_{channel}_{which}={knob}")
-            continue
-        offset = program.blocks[block].pre_sync_offset()
-        if offset is None:
-            continue
-        at = starts[block] + offset
-        if kept[at + 1] == kept[at]:  # the target has no instruction for it
-            continue
-        out.append(f"wait_{channel}_{which}={c.kernel[kept[at]].op.wait_value}")
-    return " ".join(out) or "none"
-
-
 def header(c: CompiledSchedule, sync: SyncModel | None) -> list[str]:
     """Target, warps, cycles per iteration and sync counts per iteration: the first lines."""
-    execution = c.execution
+    execution = c.plan.execution
     groups = execution.groups if execution is not None else 1
     warps = execution.warps_per_group if execution is not None else 1
-    lowering = (f"generic lowering, ring of {c.config.depth} stages"
-                if getattr(c, "lowering", "blocks") == "generic" else
-                f"{'double' if c.config.depth >= 2 else 'single'}-buffer")
+    lowering = c.plan.description
     return [
         f"schedule {c.schedule_name} on {c.target_name or '(no target)'}"
         + (f" (sync model {sync.name})" if sync is not None else "")
@@ -250,16 +159,14 @@ def header(c: CompiledSchedule, sync: SyncModel | None) -> list[str]:
     ]
 
 
-def _block_rows(c: CompiledSchedule, sync: SyncModel | None) -> list[tuple[int, int, str]] | None:
-    ranges = block_ranges(c, sync)
-    if not ranges:
+def _region_rows(regions: "tuple[Region, ...]", kernel_len: int
+                 ) -> list[tuple[int, int, str]] | None:
+    """The compact listing's rows for the kernel's named regions (and what follows them)."""
+    if not regions:
         return None
-    bph = c.config.blocks_per_partition
-    rows = [(start, end, f"b{i}" + (f" p{i // bph}" if bph else ""))
-            for i, (start, end) in enumerate(ranges)]
-    covered = rows[-1][1] if rows else 0
-    if covered < len(c.kernel):
-        rows.append((covered, len(c.kernel), "tail"))
+    rows = [(r.start, r.end, r.short) for r in regions]
+    if rows[-1][1] < kernel_len:
+        rows.append((rows[-1][1], kernel_len, "tail"))
     return rows
 
 
@@ -271,8 +178,9 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
     """
     from pipeline_core.export.redundant import redundant_syncs
 
-    if c.agents is not None:  # one program per agent (pipeline_core.agents)
-        return _agents_listing(c, c.agents)
+    plan = c.plan
+    if not plan.lockstep:  # one program per agent: a section each (pipeline_core.agents)
+        return _agents_listing(c, plan)
     sync = declared_sync(c)
     names = {**(sync.tag_names() if sync is not None else {}), **c.tag_names}
     channel_of = channels_by_tag(c.body)
@@ -280,11 +188,8 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
     notes = {phase: {i: text for (ph, i), text in redundant.items() if ph == phase}
              for phase in ("prologue", "kernel", "epilogue")}
     out = header(c, sync)
-    if c.kernel_program is not None:
-        kp = c.kernel_program
-        out.append(f"strategy {c.schedule_config.scheduling}, body order {list(kp.order)}")
-        out.append(f"derived waits: {_emitted_knob_waits(c, sync)} "
-                   f"({'applied' if kp.waits_applied else 'not applied: manual waits'})")
+    out += plan.details.text_notes(plan, sync)
+    regions = plan.details.regions(plan, sync)
     stagger = c.warp_stagger_index
     out.append(f"warp stagger: group 0 runs {stagger} prologue entries before group 1 joins"
                if ExecutionModel.is_staggered(stagger, len(c.prologue))
@@ -298,7 +203,7 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
             out += compact_listing("PROLOGUE", c.prologue, names, sync, channel_of, notes["prologue"])
             out.append("")
         out += compact_listing("KERNEL", c.kernel, names, sync, channel_of, notes["kernel"],
-                               _block_rows(c, sync))
+                               _region_rows(regions, len(c.kernel)))
         if not kernel_only:
             out.append("")
             out += compact_listing("EPILOGUE", c.epilogue, names, sync, channel_of, notes["epilogue"])
@@ -307,22 +212,21 @@ def render(c: CompiledSchedule, *, kernel_only: bool = False, compact: bool = Fa
         marks = {stagger: "  <- warp group 1 joins here"} if stagger < len(c.prologue) else {}
         out += phase_listing("PROLOGUE", c.prologue, names, marks, sync, channel_of, notes["prologue"])
         out.append("")
-    kmarks = {}
-    bph = c.config.blocks_per_partition
-    for i, (start, _) in enumerate(block_ranges(c, sync)):
-        kmarks[start] = f"  <- block {i}" + (f" (partition {i // bph})" if i % bph == 0 else "")
+    kmarks = {r.start: f"  <- {r.label}" + (f" ({r.heading})" if r.heading else "")
+              for r in regions}
     out += phase_listing("KERNEL", c.kernel, names, kmarks, sync, channel_of, notes["kernel"])
     if not kernel_only:
         out.append("")
         out += phase_listing("EPILOGUE", c.epilogue, names, sync=sync, channel_of=channel_of,
                              notes=notes["epilogue"])
-        if c.kernel_program is not None:
+        layout = plan.details.layout(plan, c.tag_names, sync)
+        if layout:
             out.append("")
-            out += block_layout(c, sync)
+            out += layout
     return "\n".join(out) + "\n"
 
 
-def _agents_listing(compiled: CompiledSchedule, plan: "AgentPlan") -> str:
+def _agents_listing(compiled: CompiledSchedule, plan: "Plan") -> str:
     """The text view of an agents plan: the rings, the proof, then one section per agent."""
     from pipeline_core.agents.views import is_after_loop, program_sections
 

@@ -23,7 +23,7 @@ def model_run(source: "CompiledSchedule | Mapping[str, Any]", iterations: int, *
               progress: Callable[[int, int], None] | None = None) -> Timeline:
     """``source`` run for ``iterations`` kernel iterations (K tiles for an agents plan, at least
     the plan's minimum).  SimulationError (one line) when the target gives the model no numbers."""
-    plan = None if isinstance(source, Mapping) else source.agents
+    plan = None if isinstance(source, Mapping) or source.plan.lockstep else source.plan
     if plan is None:
         if isinstance(source, Mapping) and source.get("agents"):
             raise SimulationError("an agents plan is modelled from the schedule, not its document: "

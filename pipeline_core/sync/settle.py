@@ -21,20 +21,16 @@ checker's fix for that need is the same rule (README.md, "Architecture").
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Callable
 
 import attrs
 
 from pipeline_core.check.verdict import LAUNCH, STAGGER, Fix
 from pipeline_core.compiled import CompiledSchedule, Proof
-from pipeline_core.errors import ConfigError, TargetFactError, UnknownNameError
-from pipeline_core.execution import ExecutionModel
+from pipeline_core.errors import ConfigError
 from pipeline_core.ops import Entry, Op, OpRole, Phase, ResourceKind
 from pipeline_core.schedule import DERIVED, REFERENCE, ScheduleBase
 from pipeline_core.sync.model import SyncModel
-
-if TYPE_CHECKING:
-    from pipeline_core.plugins import PluginHost
 
 #: repairs one settle may make (each is one wait, one lowered wait or a wait and a barrier)
 MAX_REPAIRS = 64
@@ -77,17 +73,10 @@ def _tighten(compiled: CompiledSchedule, sync: SyncModel) -> CompiledSchedule:
 
 def _with_phases(compiled: CompiledSchedule, phases: dict[Phase, tuple[Entry, ...]],
                  stagger: int | None = None) -> CompiledSchedule:
-    changes: dict[str, Any] = {"prologue": phases[Phase.PROLOGUE],
-                               "kernel": phases[Phase.KERNEL],
-                               "epilogue": phases[Phase.EPILOGUE]}
-    if stagger is not None:
-        changes["warp_stagger_index"] = stagger
-        old = compiled.execution or ExecutionModel()
-        changes["execution"] = ExecutionModel.of(
-            stagger, len(phases[Phase.PROLOGUE]),
-            groups=old.groups if old.stagger_index is None else None,
-            warps_per_group=old.warps_per_group)
-    return attrs.evolve(compiled, **changes)
+    return compiled.with_entries(prologue=phases[Phase.PROLOGUE], kernel=phases[Phase.KERNEL],
+                                 epilogue=phases[Phase.EPILOGUE],
+                                 stagger_index=compiled.warp_stagger_index if stagger is None
+                                 else stagger)
 
 
 def _apply(compiled: CompiledSchedule, fix: Fix, sync: SyncModel) -> CompiledSchedule | None:
@@ -143,21 +132,15 @@ def _apply(compiled: CompiledSchedule, fix: Fix, sync: SyncModel) -> CompiledSch
     return _with_phases(compiled, phases, stagger)
 
 
-def settle(compiled: CompiledSchedule, host: PluginHost | None = None, *,
+def settle(compiled: CompiledSchedule, sync: SyncModel, *,
            prove: Callable[[CompiledSchedule], Proof]) -> CompiledSchedule:
     """``compiled`` with derived waits and the missing waits/barriers added (module doc).
 
     ``prove`` is the proof stage (the compiler passes ``pipeline_core.proof.prove`` with its
     host): the repair loop asks it for the hazards left, and this layer, below the prover,
-    takes it as an argument instead of importing it.  A schedule whose target has no sync
-    model is returned as it is (the proof stage refuses it as unprovable).
+    takes it as an argument instead of importing it, as it takes ``sync``, the sync model the
+    proof runs under.
     """
-    from pipeline_core.sync.resolve import sync_for_compiled
-
-    try:
-        sync = sync_for_compiled(compiled, host)
-    except (TargetFactError, UnknownNameError):
-        return compiled
     compiled = _tighten(compiled, sync)
     applied: set[Fix] = set()
     for _ in range(MAX_REPAIRS):

@@ -134,7 +134,7 @@ CASES = [
     Case(schedule="default-matmul", target="mi355x-single-buffer",
          flagged={("prologue", 2): RAW, ("kernel", 2): WAR, ("kernel", 6): RAW,
                   ("epilogue", 2): WAR, ("epilogue", 7): RAW}),
-    # the generic lowering's rings: one wait + barrier per K tile, each publishing one stage
+    # the ring lowering's rings: one wait + barrier per K tile, each publishing one stage
     # to the other warps (cp.async data is visible to the waiting thread only)
     Case(schedule="multistage-gemm", target="h100", flagged=GENERIC_RING),
     Case(schedule="hello", target="toy-gpu", flagged=HELLO_RING),

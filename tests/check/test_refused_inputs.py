@@ -45,11 +45,14 @@ CASES = [
     ("format-version-negative", lambda d: d.__setitem__("format_version", -1),
      "has format_version -1, but versions start at 1"),
     # issue 23: a lowering the document's other keys contradict
-    ("lowering-unknown", lambda d: d.__setitem__("lowering", "blocks"),
-     'lowering: expected "generic" or "agents" (or no lowering key: the block program), got '
-     "'blocks'"),
-    ("lowering-generic-on-blocks", lambda d: d.__setitem__("lowering", "generic"),
-     'lowering: "generic" contradicts blocks, which only a block-program document has'),
+    ("lowering-unknown", lambda d: d.__setitem__("lowering", "bloks"),
+     "lowering: 'bloks' is no registered lowering (\"agents\", \"blocks\", \"ring\"; no "
+     "lowering key: the block program)"),
+    ("lowering-not-a-name", lambda d: d.__setitem__("lowering", 7),
+     "lowering: expected the name of the lowering that built the schedule (or no lowering key: "
+     "the block program), got 7"),
+    ("lowering-ring-on-blocks", lambda d: d.__setitem__("lowering", "ring"),
+     'lowering: "ring" contradicts blocks, which only a block-program document has'),
     ("stagger-enabled-string", lambda d: d["config"]["warp_stagger"].__setitem__("enabled", "false"),
      "config.warp_stagger.enabled: expected true or false, got 'false'"),
     ("negative-wait", _set_wait(129, -1), "kernel[29].op.wait_value: a wait on vm takes 0..63"),
@@ -201,10 +204,9 @@ AGENTS_CASES = [
      "lowering key: an agents document is proven by compile, not re-checked from its JSON: run "
      "`pipeline-core check warpspecialized-gemm` with the same --target, -p and -T"),
     ("lowering-misspelt", lambda d: d.__setitem__("lowering", "Agents"),
-     'schedule document: lowering: expected "generic" or "agents" (or no lowering key: the block '
-     "program), got 'Agents'"),
-    ("lowering-generic", lambda d: d.__setitem__("lowering", "generic"),
-     "agents: only an agents document has an agents section, but its lowering is 'generic'"),
+     "schedule document: lowering: 'Agents' is no registered lowering"),
+    ("lowering-ring", lambda d: d.__setitem__("lowering", "ring"),
+     "agents: only an agents document has an agents section, but its lowering is 'ring'"),
     ("agents-section-removed", _without("agents"),
      "lowering: an agents document is proven by compile, not re-checked from its JSON (and this "
      "one lacks its agents section): run `pipeline-core check warpspecialized-gemm`"),
@@ -224,20 +226,20 @@ def test_an_agents_document_with_a_contradicted_lowering_is_refused(agents_doc, 
 
 def test_a_generic_document_without_its_lowering_names_the_key(tmp_path):
     doc = json.loads(run_cli(["compile", "multistage-gemm", "--format", "json"]).stdout)
-    assert doc["lowering"] == "generic"
+    assert doc["lowering"] == "ring"
     del doc["lowering"]
     result = _check(tmp_path, doc)
     assert result.exit_code == 2
-    assert ('prologue[0].op.k_offset: a double-buffer global load needs a K offset (a generic '
-            'lowering\'s document, whose loads have none, says "lowering": "generic")') in result.stderr
+    assert ('prologue[0].op.k_offset: a double-buffer global load needs a K offset (a ring '
+            'lowering\'s document, whose loads have none, says "lowering": "ring")') in result.stderr
 
 
 def test_generic_lowering_on_a_single_buffer_document_is_refused(tmp_path):
     doc = json.loads(run_cli(["compile", "default-matmul", "--format", "json"]).stdout)
-    doc["lowering"] = "generic"  # was SAFE, read with the generic lowering's tile counting
+    doc["lowering"] = "ring"  # was SAFE, read with the ring lowering's tile counting
     result = _check(tmp_path, doc)
     assert result.exit_code == 2
-    assert '"generic" contradicts config.vm_per_load_a, which only a block-program' in result.stderr
+    assert '"ring" contradicts config.vm_per_load_a, which only a block-program' in result.stderr
 
 
 @pytest.mark.parametrize("schedule", ["default-matmul", "multistage-gemm", "hello"])

@@ -65,7 +65,7 @@ def test_the_compact_kernel_rows_cover_the_emitted_kernel_once(compiled):
     spans = [tuple(int(x) for x in row.split(":")[0].split()[0].split("-")) for row in rows]
     assert spans[0][0] == 0 and spans[-1][1] == len(compiled.kernel) - 1
     assert all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:]))  # no gap, no overlap
-    program = compiled.kernel_program.program
+    program = compiled.plan.details.program
     assert [r.split()[1].rstrip(":") for r in rows][:len(program.blocks)] == \
         [f"b{i}" for i in range(len(program.blocks))]
     # every block row holds exactly one of the kernel's MMAs
@@ -76,7 +76,7 @@ def test_the_compact_kernel_rows_cover_the_emitted_kernel_once(compiled):
 def test_the_block_markers_sit_on_each_blocks_first_entry(compiled):
     lines = _kernel_lines(render(compiled, kernel_only=True))
     marked = [int(line.split()[0]) for line in lines if "<- block" in line]
-    program = compiled.kernel_program.program
+    program = compiled.plan.details.program
     assert len(marked) == len(program.blocks)
     # each block's MMA lies between its marker and the next
     mmas = [i for i, e in enumerate(compiled.kernel) if e.op.role == OpRole.COMPUTE]

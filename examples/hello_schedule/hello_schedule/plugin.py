@@ -5,7 +5,7 @@ copies are asynchronous and counted in *commit groups* on one channel
 (``copy``), fragment loads from shared memory are synchronous, and one aligned
 barrier (``sync_threads``) publishes completed copies.  The schedule, ``hello``,
 describes one K tile (load A and B, read both fragments, one MMA) and asks for
-the core's generic N-stage lowering, which places the waits and barriers and
+the core's ring lowering (N stages), which places the waits and barriers and
 derives every wait's count from this sync model: the schedule writes none.
 """
 from __future__ import annotations
@@ -69,7 +69,7 @@ class HelloSchedule:
         return self.target.pipeline
 
     def lowering(self) -> str:
-        return "generic"
+        return "ring"
 
     def build_body(self):
         ops = [logical(LOAD_A, channel=0), logical(LOAD_B, channel=1),

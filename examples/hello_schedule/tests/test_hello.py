@@ -21,7 +21,7 @@ AMD_WORDS = re.compile(r"lgkm|vmcnt|vm_cost|vm_per|wait_vm|s_barrier|s_setprio|s
 def test_schedule_compiles_with_only_this_plugin(pipeline_host):
     host = pipeline_host(plugin)
     compiled = compile_named("hello", host=host)
-    assert len(compiled.body) == 5 and compiled.lowering == "generic"
+    assert len(compiled.body) == 5 and compiled.plan.lowering == "ring"
     kernel = [e.op for e in compiled.kernel]
     assert [o.role for o in kernel].count(OpRole.COMPUTE) == 3  # the ring's 3 stages
     # waits are derived from the toy sync model: one copy group may stay in flight

@@ -103,10 +103,11 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int = 0) -> str:
     its launch instead of hanging the GPU; 0: unbounded waits.
     """
     g = declared_geometry(compiled, KERNEL_FAMILY, WsGeometry, EMITTER_NAME)
-    plan = compiled.agents
-    if plan is None:
+    plan = compiled.plan
+    if plan.lockstep:
         raise ProgramError(f"emitter {EMITTER_NAME}: writes the agents' programs of kernel family "
-                           f"{KERNEL_FAMILY}, but schedule {compiled.schedule_name} compiled none")
+                           f"{KERNEL_FAMILY}, but schedule {compiled.schedule_name} compiled a "
+                           "lockstep plan (one program every warp group runs)")
     producer, *consumers = plan.programs
     if producer.role.issuers != 1 or not consumers:
         raise ProgramError(f"emitter {EMITTER_NAME}: expects a single-issuer producer agent "

@@ -8,13 +8,13 @@ by a ``warps_m`` x ``warps_n`` warp grid.  The body describes one K tile:
   ldmatrix.x4 fragments of that k-step) and ``MMA[m=kk, n=kk]`` (its unrolled block of
   ``(WTM/16) x (WTN/8)`` mma.sync m16n8k16, reading the two fragments of k-step kk).
 
-The schedule writes no wait and no barrier: it asks for the core's generic N-stage lowering, which
+The schedule writes no wait and no barrier: it asks for the core's ring lowering (N stages), which
 places one ``WAIT_CP_ASYNC`` + barrier per K tile and derives each wait's count from the h100 sync
 model; the proof stage of every compile then checks the result.  The ring depth is the target's
 ``-T stages``.  The geometry lives in :class:`Geometry`, the one home the ``cuda`` emitter reads.
 
 The schedule is NVIDIA-only: its body's tags are the h100 cost model's, and the AMD target has no
-generic-lowering cost model for them (the plugin's README.md says why).
+ring-lowering cost model for them (the plugin's README.md says why).
 """
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def geometry_of(params: dict[str, Any], stages: int) -> Geometry:
 
 
 class MultistageGemm:
-    """One K tile: LOAD_A, LOAD_B, then per k-step FRAG_A, FRAG_B, MMA (generic lowering)."""
+    """One K tile: LOAD_A, LOAD_B, then per k-step FRAG_A, FRAG_B, MMA (ring lowering)."""
 
     name = SCHEDULE_NAME
 
@@ -233,7 +233,7 @@ class MultistageGemm:
         return self.target.pipeline
 
     def lowering(self) -> str:
-        return "generic"
+        return "ring"
 
     def warps_per_group(self) -> int:
         """Every warp of the grid runs the one stream and reads every stage that all of them

@@ -65,7 +65,7 @@ def test_a_loosened_wait_is_refused_and_reaches_the_machine_code_when_forced(tmp
     from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma
 
     c = compile_named("warpspecialized-gemm", target="h100", target_args={"stages": "4"})
-    loosen = [m for m in agent_mutations(c.agents, ("loosen_counter_wait",))
+    loosen = [m for m in agent_mutations(c.plan, ("loosen_counter_wait",))
               if m.section == "kernel"]
     assert {m.agent for m in loosen} == {"consumer0", "consumer1"}
     with pytest.raises(UnsafeScheduleError, match="SMEM_WAR"):

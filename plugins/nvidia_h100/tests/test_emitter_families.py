@@ -180,7 +180,7 @@ def test_entry_code_names_the_entry_and_refuses_a_tag_without_cuda():
 
 def test_agent_stretches_bind_each_iterations_tile_and_loop_over_the_rest():
     compiled = compile_named("warpspecialized-gemm", target="h100", target_args={"stages": "3"})
-    consumer = compiled.agents.programs[1]  # consumer0: a prologue and an epilogue iteration
+    consumer = compiled.plan.programs[1]  # consumer0: a prologue and an epilogue iteration
     lines = render(agent_stretches(consumer, lambda s: s.kind.value, "p"))
     prologue, epilogue = len(consumer.prologue), len(consumer.epilogue)
     assert prologue and epilogue

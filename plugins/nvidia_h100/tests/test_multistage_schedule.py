@@ -28,7 +28,7 @@ def _waits(entries):
 def test_each_ring_depth_compiles_proven_with_derived_waits(stages):
     c = _compile(stages)
     assert c.proof is not None and c.proof.safe
-    assert c.lowering == "generic"
+    assert c.plan.lowering == "ring"
     # one wait + barrier per K tile: the tile's group is the oldest of S-1 pending
     assert _waits(c.kernel) == [stages - 2] * stages
     assert [e.op.tag for e in c.kernel].count(BAR_SYNC_ALIGNED) == stages

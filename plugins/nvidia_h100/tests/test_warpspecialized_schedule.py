@@ -38,7 +38,7 @@ def test_every_depth_lag_and_consumer_count_is_proven_safe(stages, consumers):
 
 
 def _mutation(compiled, category, agent, delta=1):
-    return next(m for m in agent_mutations(compiled.agents)
+    return next(m for m in agent_mutations(compiled.plan)
                 if m.category == category and m.agent == agent and m.section == "kernel"
                 and m.delta == delta)
 
@@ -69,7 +69,7 @@ def test_a_sole_consumer_dropping_its_release_after_the_loop_is_refused(stages):
     """-p BM=64 -p BN=128 (one consumer): its after-the-loop release is the stage's only
     arrival for that K tile, and a persistent CTA's next output tile waits on it (issue 23)."""
     c = _compile(stages, 1, 1)
-    drop = [m for m in agent_mutations(c.agents, ("drop_arrive",)) if m.section == "epilogue"]
+    drop = [m for m in agent_mutations(c.plan, ("drop_arrive",)) if m.section == "epilogue"]
     assert drop
     for m in drop:
         with pytest.raises(UnsafeScheduleError) as exc:
@@ -81,7 +81,7 @@ def test_a_sole_consumer_dropping_its_release_after_the_loop_is_refused(stages):
 @pytest.mark.parametrize("stages, consumers", [(2, 1), (4, 1), (3, 2), (4, 3)])
 def test_every_dropped_wgmma_step_is_a_missing_product(stages, consumers):
     c = _compile(stages, consumers, 1)
-    drops = list(agent_mutations(c.agents, ("drop_mma",)))
+    drops = list(agent_mutations(c.plan, ("drop_mma",)))
     assert {m.section for m in drops} == {"prologue", "kernel"}
     assert len(drops) == 2 * consumers  # one prologue iteration (lag 1) and the kernel each
     for m in drops:
@@ -99,7 +99,7 @@ def test_every_plan_mutation_is_refused_but_the_redundant_drain(consumers):
     accepted = []
     for lag in range(2):
         c = _compile(2, consumers, lag)
-        for m in agent_mutations(c.agents):
+        for m in agent_mutations(c.plan):
             if mutate_compiled(c, m, allow_unsafe=True).proof.safe:
                 accepted.append((lag, m.category, m.agent, m.section))
     assert accepted == [(0, "loosen_counter_wait", f"consumer{r}", "epilogue")

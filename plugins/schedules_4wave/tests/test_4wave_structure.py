@@ -84,7 +84,7 @@ def test_explicit_blocks_bm128(compile_4wave):
                 (FB, 0), (SB, 0), (LA, 0), (SB, 0), (VM, 8), (SB, 0), (M, 0)]
     assert len(c.kernel) == 64
     assert _kernel_half(c, 0) == expected and _kernel_half(c, 1) == expected
-    program = c.program
+    program = c.plan.details.program
     assert [len(b) for b in program.explicit_blocks] == [9, 7, 9, 7] * 2
     # the template counters still describe the template
     # (docs/guide/reference-behaviours.md, "The off-by-ones kept for parity")
@@ -109,7 +109,7 @@ def test_block_slots(compile_4wave):
     """docs/guide/reference-behaviours.md, "The 4-wave configs": entry waits, pre_sync and flags of the four blocks of each half."""
     c = compile_4wave()
     for h in range(2):
-        b0, b1, b2, b3 = c.program.blocks[4 * h: 4 * h + 4]
+        b0, b1, b2, b3 = c.plan.details.program.blocks[4 * h: 4 * h + 4]
         assert (b0.entry_wait.tag, b0.entry_wait.wait_value) == (VM, 8)
         assert (b0.entry_wait_lgkm.wait_value, b0.pre_sync.is_present) == (4, False)
         assert (b1.entry_wait.is_present, b1.entry_wait_lgkm.wait_value) == (False, 0)
@@ -174,7 +174,7 @@ def test_every_structural_check_passes(compile_4wave, params):
     from pipeline_core.program import check_program
 
     c = compile_4wave(params=params)
-    kp = c.kernel_program
+    kp = c.plan.details.result
     s = c.schedule_config
     assert check_program(kp.program, c.config, s.lgkm_per_load_a, s.lgkm_per_load_b,
                          kp.wait_lgkm_first, kp.wait_vm_last) == []

@@ -25,7 +25,7 @@ def test_body_sizes(grid, size, compile_grid):
     compiled = compile_grid(m, n)
     assert len(compiled.body) == size
     assert compiled.config.m_mmas == m and compiled.config.n_mmas == n
-    assert len(compiled.program.blocks) == 2 * m * n
+    assert len(compiled.plan.details.program.blocks) == 2 * m * n
 
 
 def test_two_by_two_is_the_pingpong_body():

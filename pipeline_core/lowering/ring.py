@@ -1,4 +1,4 @@
-"""The generic N-stage lowering: a ring of S shared-memory stages, one K tile per step.
+"""The ring lowering: a ring of S shared-memory stages, one K tile per step.
 
 The body describes ONE K tile: its global loads (global -> shared), fragment
 loads (shared -> registers) and compute ops, in the order they should issue:
@@ -42,15 +42,17 @@ import attrs
 from pipeline_core.config import PipelineConfig
 from pipeline_core.errors import ProgramError
 from pipeline_core.execution import ExecutionModel
+from pipeline_core.lowering import LoweringInput, declared_warps_per_group, require_sync
 from pipeline_core.ops import Entry, Op, OpRole, Phase, ResourceKind
+from pipeline_core.plan import Plan, lockstep_plan
 from pipeline_core.sync.derive import derive_waits
 from pipeline_core.sync.model import SyncModel
 
-GENERIC = "generic"
+RING = "ring"
 
 
 @attrs.frozen(kw_only=True)
-class GenericLowering:
+class RingLowering:
     """The phases and what the derivation decided."""
 
     prologue: tuple[Entry, ...]
@@ -67,13 +69,13 @@ def _entries(ops: Sequence[Op], phase: Phase) -> tuple[Entry, ...]:
     return tuple(Entry(o, i, phase, False) for i, o in enumerate(ops))
 
 
-def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
+def lower_ring(body: Sequence[Op], sync: SyncModel, *, stages: int,
                   execution: ExecutionModel | None = None, schedule: str = "",
-                  config: PipelineConfig | None = None) -> GenericLowering:
+                  config: PipelineConfig | None = None) -> RingLowering:
     """Lower the one-tile ``body`` to an S-stage ring with derived waits (see the module)."""
     who = f"schedule {schedule}: " if schedule else ""
     if stages < 2:
-        raise ProgramError(f"{who}the generic lowering needs at least 2 stages (config.depth), "
+        raise ProgramError(f"{who}the ring lowering needs at least 2 stages (config.depth), "
                            f"got {stages}")
     loads = [o for o in body if o.role == OpRole.GLOBAL_LOAD]
     frags = [o for o in body if o.role == OpRole.FRAGMENT_LOAD]
@@ -81,7 +83,7 @@ def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
     other = [o for o in body if o.role not in (OpRole.GLOBAL_LOAD, OpRole.FRAGMENT_LOAD,
                                                OpRole.COMPUTE)]
     if not loads or not computes or other:
-        raise ProgramError(f"{who}the generic lowering takes a one-tile body of global loads, "
+        raise ProgramError(f"{who}the ring lowering takes a one-tile body of global loads, "
                            "fragment loads and compute ops (at least one load and one compute)"
                            + (f"; it has {len(other)} op(s) of other roles" if other else ""))
     bound = sync.bind()
@@ -139,7 +141,7 @@ def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
                               iterations=3, body=body, whole_stage=True, config=config)
     if derivation.unmet:
         u = derivation.unmet[0]
-        raise ProgramError(f"{who}the generic lowering left a need uncovered on channel "
+        raise ProgramError(f"{who}the ring lowering left a need uncovered on channel "
                            f"{u.channel}: {u.producer[0].name.lower()}[{u.producer[1]}] before "
                            f"{u.consumer[0].name.lower()}[{u.consumer[1]}] ({u.reason})")
     values = {(s.phase, s.index): s.safe for s in derivation.sites}
@@ -155,5 +157,19 @@ def lower_generic(body: Sequence[Op], sync: SyncModel, *, stages: int,
             out.append(Entry(e.op, len(out), e.phase, False))
         return tuple(out)
 
-    return GenericLowering(prologue=settle(phases[0]), kernel=settle(phases[1]),
+    return RingLowering(prologue=settle(phases[0]), kernel=settle(phases[1]),
                            epilogue=settle(phases[2]), stages=stages)
+
+
+def lower(ctx: LoweringInput) -> Plan:
+    """The registered ``ring`` lowering: the target's sync model sets every wait; one warp group
+    of the schedule's declared warps runs the phase lists (no stagger)."""
+    target, sync = require_sync(ctx, "its waits")
+    execution = ExecutionModel(warps_per_group=declared_warps_per_group(ctx.schedule, target))
+    lowered = lower_ring(ctx.body, sync, stages=ctx.config.depth, execution=execution,
+                         schedule=ctx.schedule.name, config=ctx.config)
+    return lockstep_plan(
+        lowering=RING, stages=lowered.stages, prologue=lowered.prologue, kernel=lowered.kernel,
+        epilogue=lowered.epilogue, stagger_index=len(lowered.prologue) + 1, execution=execution,
+        launch=ctx.schedule.kernel_launch(), sync=sync,
+        description=f"ring lowering, ring of {ctx.config.depth} stages")

@@ -1,0 +1,483 @@
+"""The Plan: the one record every lowering produces, and the records it is made of.
+
+Whatever lowering ran (the reference's block program, the ring, the warp-specialized
+agents; ``pipeline_core.lowering`` registers them by name), the proof, the timing model, the
+views, the document and the emitters read a :class:`Plan`: agents (a warp group or a role each),
+each with prologue / kernel / epilogue step lists, the rings between them, and the launch
+geometry, recorded once.  docs/guide/concepts.md, "The Plan", says how to read one.
+
+A plan is *lockstep* when every agent runs the same steps (the block program and the ring: the
+warp groups pass the same CTA barriers and counter waits, and the reference's warp stagger is
+"agent 1 runs the same steps one barrier late": the synthetic barrier steps of
+:mod:`pipeline_core.execution`); otherwise each agent runs its own program and they meet on
+mbarrier rings.  Lockstep steps keep the exact op line the phase list holds (:attr:`Step.instr`),
+so a lockstep plan gives back its phase lists (:meth:`Plan.entries`) byte for byte.
+
+A *step* is one instruction-level action of one agent, placed in the loop over K tiles.  Steps
+are iteration-invariant: a step with ``lag`` L in the kernel serves K tile ``t - L`` when the
+loop index is ``t``.  The ring stage a step touches is ``tile % stages`` and, for a phase wait,
+the phase it waits for is ``tile // stages + phase_offset`` (parity: that phase's low bit; phase
+-1 is the one a fresh mbarrier reports complete).  docs/guide/agents.md explains the model.
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+
+from pipeline_core.edges import DepEdge
+from pipeline_core.execution import ExecutionModel
+from pipeline_core.launch import KernelLaunch
+from pipeline_core.ops import Entry, FrameworkTag, Op, OpRole, Phase
+
+if TYPE_CHECKING:
+    from pipeline_core.sync.model import SyncModel
+
+#: the template's wait tags and the counters they wait on, for a plan without a sync model
+_TEMPLATE_WAITS = {int(FrameworkTag.WAIT_VM): "vm", int(FrameworkTag.WAIT_LGKM): "lgkm"}
+
+
+class StepKind(str, enum.Enum):
+    """What one step does (docs/guide/agents.md, "Steps")."""
+
+    OP = "op"                      #: a body op (a TMA copy, a wgmma group)
+    PHASE_WAIT = "phase_wait"      #: wait until a ring stage's phase completed (try_wait.parity)
+    ARRIVE = "arrive"              #: one arrival on a ring stage (release, publishes completed work)
+    EXPECT_TX = "expect_tx"        #: the arrival that also announces the bytes the phase waits for
+    FENCE = "fence"                #: order register accesses before the next async group
+    COMMIT = "commit"              #: close the open group of a counter channel
+    COUNTER_WAIT = "counter_wait"  #: wait until at most ``value`` groups of a channel are pending
+    BARRIER = "barrier"            #: a barrier every agent of the CTA passes (lockstep plans)
+    HINT = "hint"                  #: a priority or scheduling hint: orders nothing
+
+
+def _steps(items: Iterable["Step"]) -> tuple["Step", ...]:
+    return tuple(items)
+
+
+def _iterations(items: Iterable[Iterable["Step"]]) -> tuple[tuple["Step", ...], ...]:
+    return tuple(tuple(i) for i in items)
+
+
+def _ints(items: Iterable[int]) -> tuple[int, ...]:
+    return tuple(items)
+
+
+def _programs(items: Iterable["AgentProgram"]) -> tuple["AgentProgram", ...]:
+    return tuple(items)
+
+
+def _rings(items: Iterable["Ring"]) -> tuple["Ring", ...]:
+    return tuple(items)
+
+
+def _roles(items: Iterable["AgentRole"]) -> tuple["AgentRole", ...]:
+    return tuple(items)
+
+
+def _ring_specs(items: Iterable["RingSpec"]) -> tuple["RingSpec", ...]:
+    return tuple(items)
+
+
+@attrs.frozen(kw_only=True)
+class Step:
+    """One action of one agent (see the module for ``lag`` and ``phase_offset``)."""
+
+    kind: StepKind = attrs.field(converter=StepKind)
+    lag: int = 0
+    #: COMMIT / COUNTER_WAIT: the counter channel; phase steps: the ring's name
+    channel: str = ""
+    #: COUNTER_WAIT: groups left pending; EXPECT_TX: bytes the phase waits for
+    value: int = 0
+    #: PHASE_WAIT: which phase of the stage, relative to ``tile // stages``
+    phase_offset: int = 0
+    #: OP: the body op's index
+    op: int = -1
+    #: the tag the step lowers to (the op's tag, or the sync model's tag for the action)
+    tag: int = -1
+    #: runs once per output tile, before the K loop (lag 0) or after it (lag -1); its ring
+    #: position is the output tile, not the K tile (docs/guide/agents.md, "Loads issued once")
+    once: bool = False
+    #: a lockstep step: the op line exactly as the phase list holds it (the op variant with its
+    #: stage, k offset and costs, or the sync op with its wait value); None on agents steps
+    instr: Op | None = None
+    #: a lockstep step: the entry loads ahead of its iteration (``Entry.is_prefetch``)
+    prefetch: bool = False
+    #: a barrier the execution model adds, not the lowering (pipeline_core.execution: STAGGER,
+    #: LAUNCH, TAIL); "" for every other step
+    synthetic: str = ""
+
+    @property
+    def stage(self) -> int:
+        """A lockstep step's buffer stage (its op line's); -1 where the ring position says it."""
+        return self.instr.stage if self.instr is not None else -1
+
+    def tile(self, t: int) -> int:
+        """The K tile this step serves when the loop index is ``t``."""
+        return t - self.lag
+
+
+@attrs.frozen(kw_only=True)
+class AgentRole:
+    """What a schedule says about one agent: its ops and its shape.
+
+    ``warps`` warps run the role; ``issuers`` of its threads issue the body ops (1 for a
+    producer whose elected thread issues the TMA copies, 128 for a warp group issuing wgmma);
+    a release by the role is one arrival per warp (``warps`` arrivals), each after that warp's
+    own counter wait.  ``registers`` is the per-thread register count the role asks for with
+    ``setmaxnreg`` (0: keep the launch's).
+    """
+
+    name: str
+    ops: tuple[int, ...] = attrs.field(converter=_ints)
+    warps: int = 4
+    issuers: int = 128
+    registers: int = 0
+
+    @property
+    def release_arrivals(self) -> int:
+        return self.warps
+
+
+@attrs.frozen(kw_only=True)
+class RingSpec:
+    """A ring (a full / empty pair) a schedule declares: the writer ops whose copies go through
+    it, and optionally its own depth and release lag (docs/guide/agents.md, "Several rings").
+
+    The lowering derives the rings from the edges (one per writer agent and set of reading ops);
+    a schedule declares them only to group its copies differently or to give a ring its own
+    ``stages`` or ``release_lag`` (``None``: the schedule's depth, :attr:`AgentSpec.release_lag`).
+    """
+
+    name: str
+    ops: tuple[int, ...] = attrs.field(converter=_ints)
+    stages: int | None = None
+    release_lag: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class AgentSpec:
+    """A schedule's agent assignment: the roles and, per body op, the bytes it copies.
+
+    ``release_lag``: how many K tiles a consumer keeps a stage after issuing its reads before
+    releasing it (1 lets one wgmma group stay in flight while the next is issued).  ``rings``:
+    the rings, when the derived ones (:class:`RingSpec`) are not what the schedule wants.
+    """
+
+    roles: tuple[AgentRole, ...] = attrs.field(converter=_roles)
+    op_bytes: Mapping[int, int] = attrs.field(factory=dict)
+    release_lag: int = 1
+    rings: tuple[RingSpec, ...] = attrs.field(converter=_ring_specs, default=())
+    #: copies issued once per output tile before the K loop (attention's Q), each on a ring of
+    #: its own that its readers wait on once and release after their loop
+    once: tuple[int, ...] = attrs.field(converter=_ints, default=())
+
+
+@attrs.frozen(kw_only=True)
+class Ring:
+    """A phase channel of ``stages`` mbarriers (one per ring stage).
+
+    ``kind`` "full": the writer's async copies land (``tx_bytes`` per phase) and waiters may read;
+    "empty": every reader released the stage and the writer may overwrite it.  A phase completes
+    when ``arrivals`` arrivals are in and the announced bytes have landed.
+    """
+
+    name: str
+    kind: str  #: "full" or "empty"
+    stages: int
+    arrivals: int
+    tx_bytes: int = 0
+    #: agents that arrive on the ring, and agents that wait on it
+    signallers: tuple[str, ...] = ()
+    waiters: tuple[str, ...] = ()
+    #: the writer ops whose stages the ring carries: a full ring's copies complete on it, an
+    #: empty ring frees their stages for the next copy (one ring per writer and buffer)
+    ops: tuple[int, ...] = ()
+    #: an empty ring: the K tiles a reader keeps a stage before releasing it
+    release_lag: int = 0
+    #: the ring carries copies issued once per output tile: its stages and phases count output
+    #: tiles (:attr:`Step.once`)
+    once: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class AgentProgram:
+    """One agent's prologue, kernel and epilogue.
+
+    ``prologue[i]`` runs as loop iteration ``t = i``; ``kernel`` runs for ``t = len(prologue)``
+    up to ``KT - 1``; ``epilogue[j]`` runs as iteration ``t = KT + j``.  Steps whose tile falls
+    outside ``0 .. KT - 1`` were left out when the split was made.
+    """
+
+    role: AgentRole
+    prologue: tuple[tuple[Step, ...], ...] = attrs.field(converter=_iterations)
+    kernel: tuple[Step, ...] = attrs.field(converter=_steps)
+    epilogue: tuple[tuple[Step, ...], ...] = attrs.field(converter=_iterations)
+
+    @property
+    def name(self) -> str:
+        return self.role.name
+
+    def placed(self, tiles: int) -> list["PlacedStep"]:
+        """Every step this agent runs for ``tiles`` K tiles, in program order, with where it
+        comes from (section, iteration within the section, position) and its loop index."""
+        out: list[PlacedStep] = []
+        for i, steps in enumerate(self.prologue):
+            out += [PlacedStep(section="prologue", iteration=i, position=pos, t=i, step=s)
+                    for pos, s in enumerate(steps)]
+        for t in range(len(self.prologue), tiles):
+            out += [PlacedStep(section="kernel", iteration=t, position=pos, t=t, step=s)
+                    for pos, s in enumerate(self.kernel)]
+        for j, steps in enumerate(self.epilogue):
+            out += [PlacedStep(section="epilogue", iteration=j, position=pos, t=tiles + j, step=s)
+                    for pos, s in enumerate(steps)]
+        return out
+
+
+@attrs.frozen(kw_only=True)
+class PlacedStep:
+    """One step instance of an unrolled program: ``step`` at loop index ``t``, taken from
+    ``section`` (prologue / kernel / epilogue), its ``iteration`` there and ``position``."""
+
+    section: str
+    iteration: int
+    position: int
+    t: int
+    step: Step
+
+    @property
+    def tile(self) -> int:
+        return self.step.tile(self.t)
+
+
+@attrs.frozen(kw_only=True)
+class Region:
+    """A named stretch ``[start, end)`` of a lockstep plan's kernel (a block of the block
+    program), where the views put their markers; ``heading`` opens a group of regions (a
+    partition) and is "" inside one."""
+
+    start: int
+    end: int
+    label: str  #: the marker on the full listing ("block 3")
+    short: str = ""  #: the row title of the compact listing ("b3 p1")
+    heading: str = ""
+
+
+class LoweringDetails(Protocol):
+    """What a lowering shows beyond its steps: the block program's blocks, its derived knob
+    waits.  Every reader calls these on any plan; a lowering with nothing to add answers with
+    ``NO_DETAILS`` (docs/guide/concepts.md, "The Plan")."""
+
+    def document_sections(self, plan: "Plan", names: Mapping[int, str]
+                          ) -> tuple[tuple[str, object], ...]:
+        """Extra keys of the schedule document, in order (docs/document-format.md)."""
+
+    def text_notes(self, plan: "Plan", sync: "SyncModel | None") -> tuple[str, ...]:
+        """Lines the text view's header adds."""
+
+    def regions(self, plan: "Plan", sync: "SyncModel | None") -> tuple[Region, ...]:
+        """The kernel's named stretches, on the emitted kernel."""
+
+    def layout(self, plan: "Plan", names: Mapping[int, str], sync: "SyncModel | None"
+               ) -> tuple[str, ...]:
+        """The text view's closing section (the block layout)."""
+
+
+@attrs.frozen
+class _NoDetails:
+    """The answer of a lowering that adds nothing to the views."""
+
+    def document_sections(self, plan: "Plan", names: Mapping[int, str]
+                          ) -> tuple[tuple[str, object], ...]:
+        return ()
+
+    def text_notes(self, plan: "Plan", sync: "SyncModel | None") -> tuple[str, ...]:
+        return ()
+
+    def regions(self, plan: "Plan", sync: "SyncModel | None") -> tuple[Region, ...]:
+        return ()
+
+    def layout(self, plan: "Plan", names: Mapping[int, str], sync: "SyncModel | None"
+               ) -> tuple[str, ...]:
+        return ()
+
+
+NO_DETAILS: LoweringDetails = _NoDetails()
+
+
+def _edges(items: Iterable[DepEdge]) -> tuple[DepEdge, ...]:
+    return tuple(items)
+
+
+def _order(items: Iterable[int] | None) -> tuple[int, ...] | None:
+    return None if items is None else tuple(items)
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    """What a lowering produced: every agent's program, the rings between them, who runs what.
+
+    ``stages`` is the schedule's ring depth; each :class:`Ring` has its own (``Ring.stages``),
+    which is what a step's stage and phase are counted in.  A *lockstep* plan (the module says
+    what that is) gives back its phase lists with :meth:`entries`; the document, the barrier
+    checker and the single-stream timing model read those, the agents checker and timing model
+    the programs (docs/guide/concepts.md, "The Plan")."""
+
+    #: the lowering that built the plan, as registered (``pipeline_core.lowering``); recorded
+    #: in documents and views, never a reason for a reader to branch
+    lowering: str = "agents"
+    stages: int
+    programs: tuple[AgentProgram, ...] = attrs.field(converter=_programs)
+    rings: tuple[Ring, ...] = attrs.field(converter=_rings, default=())
+    #: the smallest K-tile count the split is valid for (the longest prologue)
+    min_tiles: int = 1
+    #: bytes each phase-tracked body op moves (what its copies complete on the full ring)
+    op_bytes: Mapping[int, int] = attrs.field(factory=dict)
+    #: every agent runs the same steps (the module says what that means for readers)
+    lockstep: bool = False
+    #: how many warp groups run a lockstep plan and how they are staggered; None on a plan of
+    #: one program per role, whose agents are its programs (pipeline_core/execution.py)
+    execution: ExecutionModel | None = None
+    #: the reference's warp-stagger index (the document's ``warp_stagger_index``): the stagger
+    #: applies when it lies inside the prologue (``ExecutionModel.is_staggered``)
+    stagger_index: int = 0
+    #: the dependences between kernel entries the lockstep checker proves (the body's edges on
+    #: a plan whose kernel is the body)
+    kernel_deps: tuple[DepEdge, ...] = attrs.field(converter=_edges, default=())
+    #: the body order the lowering placed the ops in; None: the body's own order
+    order: tuple[int, ...] | None = attrs.field(converter=_order, default=None)
+    #: the partitions the order was cut into, the blocks of each and the global loads a block
+    #: may hold (the block program's; 1, 0 and 0 where the order is not cut into blocks)
+    partitions: int = 1
+    blocks_per_partition: int = 0
+    max_globals: int = 0
+    #: what the lowering adds to the views (the block program's blocks)
+    details: LoweringDetails = NO_DETAILS
+    #: the sync model the lowering read its target's channels and tags from (None: none)
+    sync: "SyncModel | None" = None
+    #: the steps count through the block template's per-op costs and per-load ticks (the
+    #: reference's document format keeps those fields; other plans count through ``sync``)
+    template_counters: bool = False
+    #: a few words the views print for how the kernel is built ("double-buffer", "ring of 4
+    #: stages", "agents")
+    description: str = ""
+    #: who wrote explicit op lists the plan kept (a plugin or a schedule method); "" for none
+    explicit_source: str = ""
+    #: the kernel family and launch geometry the schedule declared (pipeline_core/launch.py);
+    #: None when it declares none.  Emitters read it.
+    launch: KernelLaunch | None = None
+
+    def program(self, name: str) -> AgentProgram:
+        for p in self.programs:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def ring(self, name: str) -> Ring:
+        for r in self.rings:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def ring_of(self, op: int, kind: str) -> Ring | None:
+        """The ring of ``kind`` ("full" / "empty") that carries writer op ``op``'s stages."""
+        return next((r for r in self.rings if r.kind == kind and op in r.ops), None)
+
+    def entries(self, phase: Phase) -> tuple[Entry, ...]:
+        """A lockstep plan's phase list, as every group runs it (the stagger's synthetic
+        barriers left out); () for a plan of one program per role."""
+        if not self.lockstep or not self.programs:
+            return ()
+        prog = self.programs[0]
+        steps = {Phase.PROLOGUE: [s for it in prog.prologue for s in it],
+                 Phase.KERNEL: list(prog.kernel),
+                 Phase.EPILOGUE: [s for it in prog.epilogue for s in it]}[Phase(phase)]
+        out = [s for s in steps if not s.synthetic and s.instr is not None]
+        return tuple(Entry(op=s.instr, time_slot=i, phase=Phase(phase), is_prefetch=s.prefetch)
+                     for i, s in enumerate(out) if s.instr is not None)
+
+    def with_entries(self, **lists: Sequence[Entry] | int) -> "Plan":
+        """This lockstep plan with some of its phase lists (``prologue``, ``kernel``,
+        ``epilogue``) or its ``stagger_index`` replaced, its programs rebuilt to match."""
+        phases = {name: lists.get(name, self.entries(ph)) for name, ph in
+                  (("prologue", Phase.PROLOGUE), ("kernel", Phase.KERNEL),
+                   ("epilogue", Phase.EPILOGUE))}
+        stagger = lists.get("stagger_index", self.stagger_index)
+        assert isinstance(stagger, int) and self.execution is not None and self.lockstep
+        old = self.execution
+        prologue = _as_entries(phases["prologue"])
+        return lockstep_plan(
+            lowering=self.lowering, stages=self.stages, prologue=prologue,
+            kernel=_as_entries(phases["kernel"]), epilogue=_as_entries(phases["epilogue"]),
+            stagger_index=stagger,
+            execution=ExecutionModel.of(stagger, len(prologue),
+                                        groups=old.groups if old.stagger_index is None else None,
+                                        warps_per_group=old.warps_per_group),
+            kernel_deps=self.kernel_deps, order=self.order, partitions=self.partitions,
+            blocks_per_partition=self.blocks_per_partition, max_globals=self.max_globals, details=self.details, launch=self.launch,
+            sync=self.sync, template_counters=self.template_counters,
+            description=self.description, explicit_source=self.explicit_source)
+
+
+def _as_entries(value: Sequence[Entry] | int) -> tuple[Entry, ...]:
+    assert not isinstance(value, int)
+    return tuple(value)
+
+
+def _lockstep_step(entry: Entry, sync: "SyncModel | None") -> Step:
+    """One phase-list entry as a step: its kind and channel from the target's sync model (the
+    template's tags without one); the op line itself is kept whole."""
+    op = entry.op
+    kind, channel = StepKind.OP, ""
+    if sync is not None:
+        for c in sync.channels:
+            if op.tag == c.wait_tag:
+                kind, channel = StepKind.COUNTER_WAIT, c.name
+            elif op.tag == c.commit_tag:
+                kind, channel = StepKind.COMMIT, c.name
+        if op.tag in {b.tag for b in sync.barriers}:
+            kind = StepKind.BARRIER
+    elif op.tag in _TEMPLATE_WAITS:
+        kind, channel = StepKind.COUNTER_WAIT, _TEMPLATE_WAITS[op.tag]
+    elif op.tag == FrameworkTag.BARRIER:
+        kind = StepKind.BARRIER
+    if kind == StepKind.OP and op.role == OpRole.FENCE:
+        kind = StepKind.HINT
+    return Step(kind=kind, tag=op.tag, channel=channel, value=op.wait_value, instr=op,
+                prefetch=entry.is_prefetch)
+
+
+def lockstep_plan(*, lowering: str, stages: int, prologue: Sequence[Entry],
+                  kernel: Sequence[Entry], epilogue: Sequence[Entry], stagger_index: int,
+                  execution: ExecutionModel, kernel_deps: Iterable[DepEdge] = (),
+                  order: Iterable[int] | None = None, partitions: int = 1,
+                  blocks_per_partition: int = 0, max_globals: int = 0,
+                  details: LoweringDetails = NO_DETAILS, launch: KernelLaunch | None = None,
+                  sync: "SyncModel | None" = None, template_counters: bool = False,
+                  description: str = "", explicit_source: str = "") -> Plan:
+    """The plan of phase lists every warp group runs: one program per group, each the same
+    steps, with the barriers the execution model adds where it adds them (group 1 one barrier
+    late, pipeline_core/execution.py), so the stagger is steps, not a separate mechanism."""
+    lists = {Phase.PROLOGUE: tuple(prologue), Phase.KERNEL: tuple(kernel),
+             Phase.EPILOGUE: tuple(epilogue)}
+    steps = {ph: [_lockstep_step(e, sync) for e in items] for ph, items in lists.items()}
+    programs = []
+    for g in range(execution.groups):
+        sections: dict[Phase, list[Step]] = {ph: [] for ph in lists}
+        for slot in execution.stream(g, len(lists[Phase.PROLOGUE]), len(lists[Phase.KERNEL]),
+                                     len(lists[Phase.EPILOGUE]), 1):
+            sections[slot.phase].append(
+                Step(kind=StepKind.BARRIER, synthetic=slot.synthetic) if slot.synthetic
+                else steps[slot.phase][slot.index])
+        role = AgentRole(name=f"group{g}", ops=(), warps=execution.warps_per_group, issuers=0)
+        programs.append(AgentProgram(role=role, prologue=(sections[Phase.PROLOGUE],),
+                                     kernel=sections[Phase.KERNEL],
+                                     epilogue=(sections[Phase.EPILOGUE],)))
+    return Plan(lowering=lowering, stages=stages, programs=programs, lockstep=True,
+                sync=sync, execution=execution, stagger_index=stagger_index, kernel_deps=kernel_deps,
+                order=order, partitions=partitions, blocks_per_partition=blocks_per_partition,
+                max_globals=max_globals, details=details,
+                launch=launch, template_counters=template_counters, description=description,
+                explicit_source=explicit_source)
