@@ -75,7 +75,7 @@ def test_settle_adds_the_waits_and_barriers_a_racing_configuration_lacks():
     raced = compile_named("pingpong", config_overrides={"minimal_barriers": "true"},
                           allow_unsafe=True)
     assert not raced.proof.safe
-    settled = settle(raced, prove=prove)
+    settled = settle(raced, raced.target_profile.sync, prove=prove)
     assert prove(settled).safe
     barrier = raced.target_profile.sync.barrier.tag
     count = lambda c: sum(1 for e in c.kernel if e.op.tag == barrier)  # noqa: E731

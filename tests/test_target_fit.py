@@ -251,7 +251,7 @@ def test_the_ring_never_reads_the_block_templates_ticks_per_load():
 
     ring = compile_schedule(_NoBlockTicks("hello"), host=HOST)
     plain = compile_named("hello", host=HOST)
-    assert ring.lowering == "ring" and ring.proof.safe
+    assert ring.plan.lowering == "ring" and ring.proof.safe
     for phase in ("prologue", "kernel", "epilogue"):
         assert ([(e.op.tag, e.op.wait_value) for e in getattr(ring, phase)]
                 == [(e.op.tag, e.op.wait_value) for e in getattr(plain, phase)])

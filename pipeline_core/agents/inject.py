@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from pipeline_core.plan import Plan, AgentProgram, AgentRole, AgentSpec, Ring, Step, StepKind
+from pipeline_core.plan import AgentProgram, AgentRole, AgentSpec, Plan, Ring, Step, StepKind
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ProgramError
 from pipeline_core.ops import DepKind, Op

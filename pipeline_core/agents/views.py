@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline_core.plan import Plan, AgentProgram, Step
+from pipeline_core.plan import AgentProgram, Plan, Step
 from pipeline_core.export.notation import isa_form
 from pipeline_core.ops import Op, tag_name
 from pipeline_core.sync.model import SyncModel

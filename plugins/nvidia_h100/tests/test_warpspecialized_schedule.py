@@ -116,7 +116,7 @@ def test_a_loosened_wait_names_the_wait_and_the_fix():
 
 def test_the_derived_waits_follow_the_release_lag():
     for lag, kernel in ((0, [0]), (1, [1]), (2, [2])):
-        prog = _compile(4, 2, lag).agents.program("consumer0")
+        prog = _compile(4, 2, lag).plan.program("consumer0")
         assert [s.value for s in prog.kernel if s.tag == WGMMA_WAIT] == kernel
         assert [s.value for s in prog.epilogue[-1] if s.tag == WGMMA_WAIT][-1] == 0
 
