@@ -1,6 +1,6 @@
 """The curated surface is the one the bundled plugins use: every core name a plugin module, the
 example or the ``new-plugin`` template imports comes from ``pipeline_core.plugin_api`` and is
-in its ``__all__`` (docs/guide/target-plugin.md, "4. The plugin"; their tests may import
+in its ``__all__`` (docs/guide/target-plugin.md, "5. The plugin"; their tests may import
 anything).  Read with ``ast``, so an import inside a function or under ``TYPE_CHECKING``
 counts too."""
 from __future__ import annotations
