@@ -172,32 +172,51 @@ def logical(tag: int, *, channel: int = -1, stage: int = 0, subtile: int = 0,
     return Op(tag=tag, channel=channel, stage=stage, subtile=subtile, k_offset=k_offset)
 
 
+#: The role of each block-template op (``FrameworkTag``): the barrier and the waits
+#: synchronise, the hints only steer the instruction scheduler (zero cost, never stall).
+_FRAMEWORK_ROLES = {FrameworkTag.BARRIER: OpRole.SYNC, FrameworkTag.WAIT_VM: OpRole.SYNC,
+                    FrameworkTag.WAIT_LGKM: OpRole.SYNC, FrameworkTag.SET_PRIO: OpRole.FENCE,
+                    FrameworkTag.SCHEDULE_BARRIER: OpRole.FENCE,
+                    FrameworkTag.SCHED_GROUP_BARRIER: OpRole.FENCE}
+
+
+def framework_op(tag: FrameworkTag, *, wait_value: int = 0, subtile: int = 0) -> Op:
+    """The block template's op for ``tag`` (a wait's count, a priority or a hint's count in
+    ``wait_value``, a hint's mask in ``subtile``), with its role and the scalar resource.
+
+    The one constructor of these ops: the named helpers below call it, and a plugin builds them
+    through it (``pipeline_core.plugin_api`` exports it; the template's tags are the reference's
+    placeholders, so their helpers' names are no part of the target-neutral surface).
+    """
+    role = _FRAMEWORK_ROLES.get(FrameworkTag(tag))
+    if role is None:
+        raise ValueError(f"framework_op: {FrameworkTag(tag).name} is no block-template op")
+    return Op(tag=tag, wait_value=wait_value, subtile=subtile, resource=ResourceKind.SCALAR,
+              role=role)
+
+
 def barrier() -> Op:
-    return Op(tag=FrameworkTag.BARRIER, resource=ResourceKind.SCALAR, role=OpRole.SYNC)
+    return framework_op(FrameworkTag.BARRIER)
 
 
 def wait_vm(count: int) -> Op:
-    return Op(tag=FrameworkTag.WAIT_VM, wait_value=count, resource=ResourceKind.SCALAR,
-              role=OpRole.SYNC)
+    return framework_op(FrameworkTag.WAIT_VM, wait_value=count)
 
 
 def wait_lgkm(count: int) -> Op:
-    return Op(tag=FrameworkTag.WAIT_LGKM, wait_value=count, resource=ResourceKind.SCALAR,
-              role=OpRole.SYNC)
+    return framework_op(FrameworkTag.WAIT_LGKM, wait_value=count)
 
 
 def set_prio(priority: int) -> Op:
-    return Op(tag=FrameworkTag.SET_PRIO, wait_value=priority, resource=ResourceKind.SCALAR,
-              role=OpRole.FENCE)
+    return framework_op(FrameworkTag.SET_PRIO, wait_value=priority)
 
 
 def schedule_barrier() -> Op:
-    return Op(tag=FrameworkTag.SCHEDULE_BARRIER, resource=ResourceKind.SCALAR, role=OpRole.FENCE)
+    return framework_op(FrameworkTag.SCHEDULE_BARRIER)
 
 
 def sched_group_barrier(mask: int, count: int) -> Op:
-    return Op(tag=FrameworkTag.SCHED_GROUP_BARRIER, subtile=mask, wait_value=count,
-              resource=ResourceKind.SCALAR, role=OpRole.FENCE)
+    return framework_op(FrameworkTag.SCHED_GROUP_BARRIER, subtile=mask, wait_value=count)
 
 
 def none_op() -> Op:

@@ -2,55 +2,79 @@
 
 Everything else in ``pipeline_core`` is internal and may move between releases.
 Import from here (``from pipeline_core.plugin_api import TargetProfile, SyncModel``)
-so a plugin keeps working when modules are reorganised.
+so a plugin keeps working when modules are reorganised.  The bundled plugins and the
+example import core names from here only (tests/test_plugin_api_surface.py holds them to it).
 
 Grouped by what a plugin does:
 
 * register things: :data:`hookimpl`, the records (:class:`TargetRecord`,
   :class:`ScheduleRecord`, :class:`StrategyRecord`, :class:`KernelTransform`,
-  :class:`Param`, :class:`BuildContext`; :data:`REFUSED` for a schedule's
-  ``forced_knobs()``; :data:`COPY_RING`, a target family a schedule may declare);
-* describe a target: :class:`TargetProfile` with a :class:`CostModel`, a
-  :class:`PipelineConfig` and a :class:`SyncModel` (channels, effects, barrier kinds);
+  :class:`EmitterRecord`, :class:`Param` with its :class:`Bound` (:data:`COUNTER_TICKS`,
+  :data:`GLOBAL_LOAD_TICKS` for per-load tick counts), :class:`BuildContext`;
+  :data:`REFUSED` for a schedule's ``forced_knobs()``, :func:`apply_overrides` to read a
+  ``-c`` value as the compiler will; :data:`COPY_RING`, a target family a schedule may
+  declare); :func:`installed_version` for a plugin's ``__version__``;
+* describe a target: :class:`TargetProfile` with a :class:`CostModel` (:class:`OpCost` per
+  tag), a :class:`PipelineConfig` (:class:`WarpStagger` ...) and a :class:`SyncModel`
+  (:class:`Channel`, :class:`Effect`, :class:`BarrierKind`, :class:`BlockBinding` for a target
+  the block program lowers on);
 * describe a schedule: :class:`ScheduleBase` (the schedule protocol, every optional method
-  with its default), ops (:class:`Op`, :func:`logical`, :class:`BodyBuilder`),
-  configs, edges (:class:`DepEdge`, :func:`derive_edges`), the execution model;
+  with its default), ops (:class:`Op`, :func:`logical`, :func:`framework_op`,
+  :class:`BodyBuilder`), configs, edges (:class:`DepEdge`, :class:`DepKind`,
+  :func:`derive_edges`), the execution model, the kernel it declares (:class:`KernelLaunch`);
+  a warp-specialized schedule's agents (:class:`AgentSpec`, :class:`AgentRole`);
 * customise ordering: :class:`SchedulingRequest` (what a strategy receives);
 * customise the block program: :func:`emit_minimal_barrier_block` for explicit blocks;
+* emit code: an emitter receives a :class:`CompiledSchedule`, whose plan holds the agents'
+  programs (:class:`AgentProgram`, :class:`Ring`, :class:`Step`, :class:`StepKind`);
+  :class:`AgentMachine` is a target's machine for the agents timing model;
 * report errors: the :mod:`pipeline_core.errors` classes below;
 * test: :func:`fresh_host`, :func:`run_cli`.
 """
 from __future__ import annotations
 
+from pipeline_core import installed_version
+from pipeline_core.agents.timing import AgentMachine
 from pipeline_core.api import compile_named
+from pipeline_core.compiled import CompiledSchedule
 from pipeline_core.config import (BlockSizing, FragOrder, LoopCarried, PipelineConfig,
-                                  ScheduleConfig, TargetProfile, WarpStagger)
+                                  ScheduleConfig, TargetProfile, WarpStagger, apply_overrides)
 from pipeline_core.costs import CostModel, OpCost, annotate
 from pipeline_core.dsl import BodyBuilder
 from pipeline_core.edges import DepEdge, derive_edges
+from pipeline_core.emitters import EmitterRecord
 from pipeline_core.errors import (ConfigError, PipelineError, PluginError, ProgramError,
                                   SchedulingError, TargetFactError, TransformError)
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.hookspecs import hookimpl
-from pipeline_core.ops import (Entry, FrameworkTag, KOffset, Op, OpRole, Phase, ResourceKind,
-                               logical)
+from pipeline_core.launch import KernelLaunch
+from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, Bound
+from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole, Phase,
+                               ResourceKind, framework_op, logical)
+from pipeline_core.plan import AgentProgram, AgentRole, AgentSpec, Ring, Step, StepKind
 from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
 from pipeline_core.scheduling.registry import SchedulingRequest
-from pipeline_core.sync import BarrierKind, Channel, ChannelKind, Effect, SyncModel
+from pipeline_core.sync import (BarrierKind, BlockBinding, Channel, ChannelKind, Effect,
+                                SyncModel)
 from pipeline_core.testing import fresh_host, run_cli
 from pipeline_core.transforms import (double_buffer_reorder, optimize_within_barriers,
                                       single_buffer_reorder)
 
 __all__ = [
-    "hookimpl", "TargetRecord", "ScheduleRecord", "StrategyRecord", "KernelTransform", "Param",
-    "BuildContext", "REFUSED", "COPY_RING", "ScheduleBase",
+    "hookimpl", "TargetRecord", "ScheduleRecord", "StrategyRecord", "KernelTransform",
+    "EmitterRecord", "Param", "Bound", "COUNTER_TICKS", "GLOBAL_LOAD_TICKS",
+    "BuildContext", "REFUSED", "apply_overrides", "COPY_RING", "ScheduleBase",
+    "installed_version",
     "TargetProfile", "CostModel", "OpCost", "annotate", "PipelineConfig", "ScheduleConfig",
     "BlockSizing", "FragOrder", "LoopCarried", "WarpStagger",
-    "SyncModel", "Channel", "ChannelKind", "Effect", "BarrierKind", "ExecutionModel",
+    "SyncModel", "Channel", "ChannelKind", "Effect", "BarrierKind", "BlockBinding",
+    "ExecutionModel",
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
-    "BodyBuilder", "DepEdge", "derive_edges", "SchedulingRequest",
+    "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
+    "AgentSpec", "AgentRole", "SchedulingRequest",
+    "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine",
     "emit_minimal_barrier_block", "double_buffer_reorder", "optimize_within_barriers",
     "single_buffer_reorder",
     "PipelineError", "ConfigError", "PluginError", "ProgramError", "SchedulingError",

@@ -185,8 +185,7 @@ def pipeline_core_register_schedules():
 TEST = Template('''\
 """The plugin compiles with only the core and itself loaded (the pipeline_host fixture
 comes with pipeline-core, no import needed)."""
-from pipeline_core.api import compile_named
-from pipeline_core.plugin_api import OpRole
+from pipeline_core.plugin_api import OpRole, compile_named
 
 from $package import plugin
 

@@ -43,14 +43,76 @@ def shown_files(page: Path) -> dict[str, str]:
 
 def commands(page: Path) -> list[tuple[str, str]]:
     """(command, output shown after it) for every ``$ `` line of the console blocks, in order."""
+    return [pair for block in _CONSOLE.finditer(page.read_text())
+            for pair in _console_commands(block.group("body"))]
+
+
+def steps(page: Path) -> list[tuple[str, str, str]]:
+    """The page in reading order: ``("file", path, content)`` for each file shown in full and
+    ``("run", command, shown output)`` for each ``$ `` line, so a file the reader writes after
+    a command (over what the command generated) is written then."""
+    text = page.read_text()
+    found: list[tuple[int, tuple[str, str, str]]] = [
+        (m.start(), ("file", m.group("path").strip(), m.group("body")))
+        for m in _FILE_BLOCK.finditer(text)]
+    for block in _CONSOLE.finditer(text):
+        for cmd, shown in _console_commands(block.group("body")):
+            found.append((block.start(), ("run", cmd, shown)))
+    return [step for _, step in sorted(found, key=lambda item: item[0])]
+
+
+def session_script(base: Path, page_steps: list[tuple[str, str, str]],
+                   replace: dict[str, str]) -> str:
+    """One bash session running ``page_steps`` in ``base`` (so `. .venv/bin/activate` lasts):
+    each command's stdout, stderr and status kept apart (``out{i}``, ``err{i}``, ``rc{i}``, i
+    counting commands), each shown file written (from ``base/.page-files``) where the page
+    shows it; ``replace`` maps the page's placeholders to real paths."""
+    staged = base / ".page-files"
+    staged.mkdir(parents=True, exist_ok=True)
+    lines = ["cd " + str(base)]
+    ran = 0
+    for n, (kind, what, body) in enumerate(page_steps):
+        if kind == "file":
+            (staged / str(n)).write_text(body)
+            lines.append(f"mkdir -p \"$(dirname '{what}')\" && cp .page-files/{n} '{what}'")
+            continue
+        for placeholder, real in replace.items():
+            what = what.replace(placeholder, real)
+        lines.append(f"{{ {what} ; }} > out{ran} 2> err{ran}; echo $? > rc{ran}")
+        ran += 1
+    lines.append("command -v pipeline-core > which")
+    return "\n".join(lines) + "\n"
+
+
+def run_page(base: Path, page_steps: list[tuple[str, str, str]],
+             replace: dict[str, str]) -> list[tuple[str, str, int, str, str]]:
+    """Run the page's steps in ``base`` as a reader would, in a shell where the Python running
+    the suite comes first on PATH and no virtual environment is active; (command, shown output,
+    exit status, stdout, stderr) per command.  The reader's `.venv` must be the one in use by
+    the end (its ``pipeline-core`` is the one found)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    for var in ("VIRTUAL_ENV", "PYTHONPATH", "PIP_REQUIRE_VIRTUALENV"):
+        env.pop(var, None)
+    subprocess.run(["bash", "-c", session_script(base, page_steps, replace)], env=env, check=True,
+                   timeout=1800)
+    assert (base / "which").read_text().strip() == str(base / ".venv" / "bin" / "pipeline-core")
+    runs = [(cmd, shown) for kind, cmd, shown in page_steps if kind == "run"]
+    return [(cmd, shown, int((base / f"rc{i}").read_text()), (base / f"out{i}").read_text(),
+             (base / f"err{i}").read_text()) for i, (cmd, shown) in enumerate(runs)]
+
+
+def _console_commands(body: str) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
-    for block in _CONSOLE.finditer(page.read_text()):
-        for line in block.group("body").splitlines():
-            if line.startswith("$ "):
-                out.append((line[2:], ""))
-            elif out:
-                cmd, shown = out[-1]
-                out[-1] = (cmd, shown + line + "\n")
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            out.append((line[2:], ""))
+        elif out:
+            cmd, shown = out[-1]
+            out[-1] = (cmd, shown + line + "\n")
     return out
 
 

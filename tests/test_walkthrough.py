@@ -4,14 +4,11 @@ command it shows runs in a fresh virtual environment with the output the page sh
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from guide_pages import DOCS, ROOT, commands, shown_files, text_blocks
+from guide_pages import DOCS, ROOT, commands, run_page, shown_files, text_blocks
 
 PAGE = DOCS / "guide" / "walkthrough-grid-plugin.md"
 #: the page's one placeholder: the reader's checkout of pipeline-core (here: this one)
@@ -111,27 +108,11 @@ def test_a_config_without_the_grid_fails_as_the_page_says(page_plugin, monkeypat
     assert "`10 ops are left after the last block (7): ...`" in PAGE.read_text()
 
 
-def _script(base: Path, steps: list[tuple[str, str]]) -> str:
-    """One bash session (so `. .venv/bin/activate` lasts), each command's output kept apart."""
-    lines = ["cd " + str(base)]
-    for i, (cmd, _) in enumerate(steps):
-        lines.append(f"{{ {cmd.replace(CHECKOUT, str(ROOT))} ; }} > out{i} 2> err{i}; echo $? > rc{i}")
-    lines.append("command -v pipeline-core > which")
-    return "\n".join(lines) + "\n"
-
-
 @pytest.mark.slow
 def test_every_command_of_the_page_runs_as_shown(tmp_path):
     write_files(tmp_path)
-    steps = commands(PAGE)
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    for var in ("VIRTUAL_ENV", "PYTHONPATH", "PIP_REQUIRE_VIRTUALENV"):
-        env.pop(var, None)
-    subprocess.run(["bash", "-c", _script(tmp_path, steps)], env=env, check=True, timeout=1800)
-    assert (tmp_path / "which").read_text().strip() == str(tmp_path / ".venv" / "bin" / "pipeline-core")
-    for i, (cmd, shown) in enumerate(steps):
-        rc = int((tmp_path / f"rc{i}").read_text())
-        out, err = ((tmp_path / f"{name}{i}").read_text() for name in ("out", "err"))
+    steps = [("run", cmd, shown) for cmd, shown in commands(PAGE)]
+    for cmd, shown, rc, out, err in run_page(tmp_path, steps, {CHECKOUT: str(ROOT)}):
         if shown.startswith("error: "):  # a mistake the page shows on purpose
             assert rc == 2 and err == shown and out == "", (cmd, rc, out, err)
             continue

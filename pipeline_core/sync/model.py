@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from pipeline_core.ops import OpRole
+from pipeline_core.ops import MAX_KERNEL_TAG, FrameworkTag, OpRole
 
 # Typed converters (attrs' ``converter=tuple`` hides the element type from the type checker).
 def _strings(items: Iterable[str]) -> tuple[str, ...]:
@@ -198,6 +198,13 @@ class SyncModel:
                                  f"{e.counter!r}; declared channels: {', '.join(names)}")
         if not self.barriers:
             raise ValueError(f"SyncModel {self.name}: declares no barrier kind")
+        for where, tag in self._own_tags():
+            if tag <= MAX_KERNEL_TAG or tag >= FrameworkTag.NONE:
+                raise ValueError(
+                    f"SyncModel {self.name}: {where} is {tag}, but tags 0-{MAX_KERNEL_TAG} are "
+                    f"the kernel's ops (its cost model's) and {int(FrameworkTag.NONE)} marks an "
+                    f"absent op: give it a tag in [{MAX_KERNEL_TAG + 1}, "
+                    f"{int(FrameworkTag.NONE) - 1}] (docs/guide/target-plugin.md, \"Tag numbering\")")
         for tag, form in self.isa_forms.items():
             try:
                 form.format(wait_value=0, subtile=0)
@@ -211,6 +218,19 @@ class SyncModel:
                 if chosen is not None and chosen not in names:
                     raise ValueError(f"SyncModel {self.name}: block_binding.{which} names channel "
                                      f"{chosen!r}; declared channels: {', '.join(names)}")
+
+    def _own_tags(self) -> list[tuple[str, int]]:
+        """(field, tag) of every sync, barrier and hint tag the model declares: the ops the
+        lowerings insert, never a kernel op (a kernel tag here would be mistaken for one)."""
+        tags = [(f"channels[{i}].wait_tag", c.wait_tag) for i, c in enumerate(self.channels)]
+        tags += [(f"channels[{i}].commit_tag", c.commit_tag) for i, c in enumerate(self.channels)
+                 if c.commit_tag is not None]
+        tags += [(f"barriers[{i}].tag", b.tag) for i, b in enumerate(self.barriers)]
+        tags += [(f"hint_tags key {t}", t) for t in self.hint_tags]
+        tags += [(f"agent_tags[{a!r}]", t) for a, t in self.agent_tags.items()]
+        if self.priority_tag is not None:
+            tags.append(("priority_tag", self.priority_tag))
+        return tags
 
     def channel(self, name: str) -> Channel:
         for c in self.channels:

@@ -10,13 +10,10 @@ derives every wait's count from this sync model: the schedule writes none.
 """
 from __future__ import annotations
 
-from pipeline_core import hookimpl
-from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile, WarpStagger
-from pipeline_core.costs import CostModel, OpCost, annotate
-from pipeline_core.limits import Bound
-from pipeline_core.ops import OpRole, ResourceKind, logical
-from pipeline_core.schedule import COPY_RING, Param, ScheduleRecord, TargetRecord
-from pipeline_core.sync import BarrierKind, Channel, Effect, SyncModel
+from pipeline_core.plugin_api import (COPY_RING, BarrierKind, Bound, Channel, CostModel, Effect,
+                                      OpCost, OpRole, Param, PipelineConfig, ResourceKind,
+                                      ScheduleConfig, ScheduleRecord, SyncModel, TargetProfile,
+                                      TargetRecord, WarpStagger, annotate, hookimpl, logical)
 
 LOAD_A, LOAD_B, FRAG_A, FRAG_B, MMA = range(5)
 #: this target's own sync tags (kernel tags are 0-127)

@@ -5,7 +5,7 @@ Schedule plugins for this GPU (ping-pong, 4-wave) import the helpers from here.
 """
 from __future__ import annotations
 
-from pipeline_core import installed_version
+from pipeline_core.plugin_api import installed_version
 
 from pipeline_core_amd_mi355x.configs import (mi355x_double_buffer, mi355x_single_buffer,
                                               mi355x_single_buffer_target, mi355x_target)

@@ -2,8 +2,8 @@
 (docs/guide/reference-behaviours.md, "MI355X cost models and configs")."""
 from __future__ import annotations
 
-from pipeline_core.config import (BlockSizing, FragOrder, LoopCarried, PipelineConfig,
-                                  TargetProfile, WarpStagger)
+from pipeline_core.plugin_api import (BlockSizing, FragOrder, LoopCarried, PipelineConfig,
+                                      TargetProfile, WarpStagger)
 
 from pipeline_core_amd_mi355x.cost_models import mi355x_cost_model, mi355x_single_buffer_cost_model
 from pipeline_core_amd_mi355x.sync import CLOCK_GHZ, MI355X_SINGLE_BUFFER_SYNC, MI355X_SYNC
@@ -68,7 +68,7 @@ def mi355x_single_buffer_target() -> TargetProfile:
 
 def require_2x2_double_buffer(owner: str, target_name: str, config: PipelineConfig) -> None:
     """The ping-pong-shaped schedules need 2 partitions of a 2x2 MMA grid, double-buffered."""
-    from pipeline_core.errors import ConfigError
+    from pipeline_core.plugin_api import ConfigError
 
     if config.depth < 2 or config.num_partitions != 2 or (config.m_mmas, config.n_mmas) != (2, 2):
         raise ConfigError(owner, "target", target_name,

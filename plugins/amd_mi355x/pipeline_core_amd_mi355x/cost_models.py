@@ -10,8 +10,7 @@ and its MMA 16.
 """
 from __future__ import annotations
 
-from pipeline_core.costs import CostModel, OpCost
-from pipeline_core.ops import OpRole, ResourceKind
+from pipeline_core.plugin_api import CostModel, OpCost, OpRole, ResourceKind
 
 from pipeline_core_amd_mi355x.tags import DoubleBufferTag as DB
 from pipeline_core_amd_mi355x.tags import SingleBufferTag as SB

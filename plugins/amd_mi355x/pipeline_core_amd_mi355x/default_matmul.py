@@ -14,12 +14,8 @@ from typing import Any, Mapping
 
 import attrs
 
-from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
-from pipeline_core.costs import annotate
-from pipeline_core.errors import ConfigError
-from pipeline_core.limits import Bound
-from pipeline_core.ops import Op
-from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
+from pipeline_core.plugin_api import (Bound, BuildContext, ConfigError, Op, Param, PipelineConfig,
+                                      ScheduleConfig, ScheduleRecord, TargetProfile, annotate)
 
 from pipeline_core_amd_mi355x.hints import AMDScheduleHints
 from pipeline_core_amd_mi355x.tags import CHANNEL_A, SINGLE_BUFFER_TAG_NAMES, SingleBufferTag as SB
@@ -49,7 +45,7 @@ PARAMS: tuple[Param, ...] = (
 
 def logical_body(num_k_tiles: int) -> list[Op]:
     """load, store, barrier, T fragment loads, T MMAs (the reference's builder sequence)."""
-    from pipeline_core.dsl import BodyBuilder
+    from pipeline_core.plugin_api import BodyBuilder
 
     b = BodyBuilder()
     b.load(SB.LOAD_DRAM, ch=CHANNEL_A)
@@ -85,7 +81,7 @@ class DefaultMatmulSchedule:
 
     def build_body(self) -> list[Op]:
         """optimize_within_barriers(single_buffer_reorder(annotate(logical)))."""
-        from pipeline_core.transforms import optimize_within_barriers, single_buffer_reorder
+        from pipeline_core.plugin_api import optimize_within_barriers, single_buffer_reorder
 
         config = self.config()
         ops = annotate(self.logical_body(), self.target.cost_model)

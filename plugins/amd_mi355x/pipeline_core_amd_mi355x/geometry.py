@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import attrs
 
-from pipeline_core.errors import ConfigError
-from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS
+from pipeline_core.plugin_api import COUNTER_TICKS, GLOBAL_LOAD_TICKS, ConfigError
 
 
 @attrs.frozen

@@ -14,9 +14,8 @@ from typing import Sequence
 
 import attrs
 
-from pipeline_core.config import PipelineConfig
-from pipeline_core.errors import ConfigError
-from pipeline_core.ops import Entry, Op, OpRole, Phase, sched_group_barrier
+from pipeline_core.plugin_api import (ConfigError, Entry, FrameworkTag, Op, OpRole, Phase,
+                                      PipelineConfig, framework_op)
 
 # s_sched_group_barrier masks, as the reference numbers them.
 DS_READ = 0
@@ -101,6 +100,12 @@ def plan_hints(body: Sequence[Op], config: PipelineConfig, hints: AMDScheduleHin
     per_store, extra = divmod(remaining, total_stores) if total_stores > 0 else (0, 0)
     return HintPlan(lc, nlc, reads_per_frag, total_mmas, total_stores, mmas_per_read,
                     per_store, extra)
+
+
+def sched_group_barrier(mask: int, count: int) -> Op:
+    """``s_sched_group_barrier mask, count, 0``: the block template's hint op (mask in
+    ``subtile``, count in ``wait_value``), built by the core's one constructor."""
+    return framework_op(FrameworkTag.SCHED_GROUP_BARRIER, subtile=mask, wait_value=count)
 
 
 def hint_ops(body: Sequence[Op], config: PipelineConfig, hints: AMDScheduleHints) -> list[Op]:

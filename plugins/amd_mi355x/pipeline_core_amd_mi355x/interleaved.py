@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
-from pipeline_core.costs import annotate
-from pipeline_core.ops import Op
+from pipeline_core.plugin_api import Op, PipelineConfig, ScheduleConfig, TargetProfile, annotate
 
 from pipeline_core_amd_mi355x.tags import DOUBLE_BUFFER_TAG_NAMES
 
@@ -34,7 +32,7 @@ class InterleavedMatmulSchedule:
 
     def build_body(self) -> list[Op]:
         """double_buffer_reorder(annotate(logical body, cost model), pipeline config)."""
-        from pipeline_core.transforms import double_buffer_reorder
+        from pipeline_core.plugin_api import double_buffer_reorder
 
         ops = annotate(self.logical_body(), self.target.cost_model)
         return list(double_buffer_reorder(ops, self.config()))

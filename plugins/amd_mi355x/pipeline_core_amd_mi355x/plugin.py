@@ -1,8 +1,7 @@
 """pipeline-core hook implementations of the MI355X plugin (entry point ``amd_mi355x``)."""
 from __future__ import annotations
 
-from pipeline_core.hookspecs import hookimpl
-from pipeline_core.schedule import KernelTransform
+from pipeline_core.plugin_api import KernelTransform, hookimpl
 
 from pipeline_core_amd_mi355x.default_matmul import RECORD as DEFAULT_MATMUL
 from pipeline_core_amd_mi355x.hints import AMDScheduleHints, append_amd_hints

@@ -24,8 +24,8 @@
 """
 from __future__ import annotations
 
-from pipeline_core.ops import FrameworkTag, OpRole
-from pipeline_core.sync import BarrierKind, BlockBinding, Channel, Effect, SyncModel
+from pipeline_core.plugin_api import (BarrierKind, BlockBinding, Channel, Effect, FrameworkTag,
+                                      OpRole, SyncModel)
 
 VM, LGKM = "vm", "lgkm"
 #: the largest encodable s_waitcnt values on gfx950 (module docstring)

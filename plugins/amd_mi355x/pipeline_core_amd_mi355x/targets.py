@@ -1,8 +1,7 @@
 """The target records this plugin registers: ``mi355x`` and ``mi355x-single-buffer``."""
 from __future__ import annotations
 
-from pipeline_core.limits import GLOBAL_LOAD_TICKS, Bound
-from pipeline_core.schedule import Param, TargetRecord
+from pipeline_core.plugin_api import GLOBAL_LOAD_TICKS, Bound, Param, TargetRecord
 
 from pipeline_core_amd_mi355x.configs import (DEFAULT_MAX_GLOBALS, DEFAULT_VM_PER_LOAD,
                                               mi355x_single_buffer_target, mi355x_target)

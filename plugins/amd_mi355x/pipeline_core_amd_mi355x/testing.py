@@ -145,7 +145,7 @@ def compiler_for(schedule: str | None = None):
     Values may be any type (they are passed as the CLI's strings).  With ``schedule``
     None, the schedule name is the first positional argument of ``run``.
     """
-    from pipeline_core.api import compile_named
+    from pipeline_core.plugin_api import compile_named
 
     def strings(d):
         return {k: str(v) for k, v in (d or {}).items()}

@@ -6,7 +6,7 @@ cost and machine models load with the core; ``cuda`` ships the device helpers as
 """
 from __future__ import annotations
 
-from pipeline_core import installed_version
+from pipeline_core.plugin_api import installed_version
 
 TARGET_NAME = "h100"
 __version__ = installed_version("pipeline-core-nvidia-h100")  # pyproject.toml is the one source

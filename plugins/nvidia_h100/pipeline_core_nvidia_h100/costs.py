@@ -11,8 +11,7 @@ import enum
 
 import attrs
 
-from pipeline_core.costs import CostModel, OpCost
-from pipeline_core.ops import OpRole, ResourceKind
+from pipeline_core.plugin_api import CostModel, OpCost, OpRole, ResourceKind
 
 
 class H100Tag(enum.IntEnum):

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pipeline_core.compiler import CompiledSchedule
-from pipeline_core.emitters import EmitterRecord
-from pipeline_core.errors import ProgramError
-from pipeline_core.ops import Entry, FrameworkTag
+from pipeline_core.plugin_api import (CompiledSchedule, EmitterRecord, Entry, FrameworkTag,
+                                      ProgramError)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import H100Tag

@@ -32,13 +32,8 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-from pipeline_core.compiler import CompiledSchedule
-from pipeline_core.emitters import EmitterRecord
-from pipeline_core.errors import ProgramError
-from pipeline_core.execution import ExecutionModel
-from pipeline_core.limits import Bound
-from pipeline_core.schedule import Param
-from pipeline_core.ops import Entry, FrameworkTag, KOffset
+from pipeline_core.plugin_api import (Bound, CompiledSchedule, EmitterRecord, Entry, ExecutionModel,
+                                      FrameworkTag, KOffset, Param, ProgramError)
 
 from pipeline_core_nvidia_h100.cuda import header_source
 from pipeline_core_nvidia_h100.emit_cuda import CTA_SETUP, LOAD_CURSOR

@@ -15,12 +15,8 @@ if/else.  Tile multiples only (``WsGeometry.check_shape``).
 """
 from __future__ import annotations
 
-from pipeline_core.agents import AgentProgram, Step, StepKind
-from pipeline_core.compiler import CompiledSchedule
-from pipeline_core.emitters import EmitterRecord
-from pipeline_core.errors import ProgramError
-from pipeline_core.limits import Bound
-from pipeline_core.schedule import Param
+from pipeline_core.plugin_api import (AgentProgram, Bound, CompiledSchedule, EmitterRecord, Param,
+                                      ProgramError, Step, StepKind)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import header_source, wgmma_header_source

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 if TYPE_CHECKING:
-    from pipeline_core.agents.timing import AgentMachine
+    from pipeline_core.plugin_api import AgentMachine
 
 
 @attrs.frozen(kw_only=True)
@@ -58,7 +58,7 @@ H100_SXM = Machine(
 
 
 def _agent_machine() -> "AgentMachine":
-    from pipeline_core.agents.timing import AgentMachine
+    from pipeline_core.plugin_api import AgentMachine
 
     # fitted on the issue 19 run (benchmarks/results/gemm_h100_issue19.jsonl, 8192^3): mean
     # |error| 5.4% over 8 warp-specialized variants, Spearman 0.913 (0.930 with the 4 mma.sync)

@@ -22,13 +22,9 @@ from typing import Any
 
 import attrs
 
-from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
-from pipeline_core.costs import annotate
-from pipeline_core.errors import ProgramError
-from pipeline_core.launch import KernelLaunch
-from pipeline_core.limits import Bound
-from pipeline_core.ops import Op, logical
-from pipeline_core.schedule import Param, ScheduleRecord
+from pipeline_core.plugin_api import (Bound, KernelLaunch, Op, Param, PipelineConfig, ProgramError,
+                                      ScheduleConfig, ScheduleRecord, TargetProfile, annotate,
+                                      logical)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import ISSUE_RATES, MMA_SYNC_GEMM_EFFICIENCY, H100Tag

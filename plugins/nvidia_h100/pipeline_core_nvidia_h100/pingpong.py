@@ -25,13 +25,10 @@ import enum
 
 import attrs
 
-from pipeline_core.config import (BlockSizing, FragOrder, LoopCarried, PipelineConfig,
-                                  TargetProfile, WarpStagger)
-from pipeline_core.costs import CostModel, OpCost
-from pipeline_core.errors import ConfigError
-from pipeline_core.ops import FrameworkTag, OpRole, ResourceKind
-from pipeline_core.schedule import Param, TargetRecord
-from pipeline_core.sync import BlockBinding, Channel, Effect, SyncModel
+from pipeline_core.plugin_api import (BlockBinding, BlockSizing, Channel, ConfigError, CostModel,
+                                      Effect, FragOrder, FrameworkTag, LoopCarried, OpCost, OpRole,
+                                      Param, PipelineConfig, ResourceKind, SyncModel, TargetProfile,
+                                      TargetRecord, WarpStagger)
 
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY, LDMATRIX_X4_LATENCY, MMA_LATENCY
 from pipeline_core_nvidia_h100.cuda import MAX_WAIT_GROUP

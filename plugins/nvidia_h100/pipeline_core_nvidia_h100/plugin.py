@@ -1,7 +1,7 @@
 """pipeline-core hook implementations of the H100 plugin (entry point ``nvidia_h100``)."""
 from __future__ import annotations
 
-from pipeline_core.hookspecs import hookimpl
+from pipeline_core.plugin_api import hookimpl
 
 from pipeline_core_nvidia_h100.multistage import SCHEDULES
 from pipeline_core_nvidia_h100.pingpong import TARGETS as PINGPONG_TARGETS

@@ -20,10 +20,8 @@ from typing import Generic, TypeVar
 
 import attrs
 
-from pipeline_core.agents import AgentProgram, Ring, Step, StepKind
-from pipeline_core.compiler import CompiledSchedule
-from pipeline_core.errors import ProgramError
-from pipeline_core.ops import Entry
+from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, Entry, ProgramError, Ring,
+                                      Step, StepKind)
 
 S = TypeVar("S")
 G = TypeVar("G")

@@ -22,8 +22,7 @@ mma.sync, and the aligned / non-aligned CTA barriers (the plugin's README.md, "S
 """
 from __future__ import annotations
 
-from pipeline_core.ops import FrameworkTag, OpRole
-from pipeline_core.sync import BarrierKind, Channel, Effect, SyncModel
+from pipeline_core.plugin_api import BarrierKind, Channel, Effect, FrameworkTag, OpRole, SyncModel
 
 from pipeline_core_nvidia_h100.cuda import MAX_WAIT_GROUP
 

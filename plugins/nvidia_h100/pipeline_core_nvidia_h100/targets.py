@@ -1,9 +1,8 @@
 """The target record this plugin registers: ``h100`` (mma.sync family, an S-stage cp.async ring)."""
 from __future__ import annotations
 
-from pipeline_core.config import PipelineConfig, TargetProfile, WarpStagger
-from pipeline_core.limits import Bound
-from pipeline_core.schedule import COPY_RING, Param, TargetRecord
+from pipeline_core.plugin_api import (COPY_RING, Bound, Param, PipelineConfig, TargetProfile,
+                                      TargetRecord, WarpStagger)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import MMA_LATENCY, h100_cost_model

@@ -21,15 +21,10 @@ from typing import Any
 
 import attrs
 
-from pipeline_core.agents import AgentRole, AgentSpec
-from pipeline_core.config import PipelineConfig, TargetProfile
-from pipeline_core.costs import CostModel, OpCost, annotate
-from pipeline_core.edges import DepEdge
-from pipeline_core.errors import ProgramError
-from pipeline_core.launch import KernelLaunch
-from pipeline_core.limits import Bound
-from pipeline_core.ops import Op, OpRole, ResourceKind, logical
-from pipeline_core.schedule import Param, ScheduleRecord
+from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, CostModel, DepEdge, KernelLaunch,
+                                      Op, OpCost, OpRole, Param, PipelineConfig, ProgramError,
+                                      ResourceKind, ScheduleRecord, TargetProfile, annotate,
+                                      logical)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY

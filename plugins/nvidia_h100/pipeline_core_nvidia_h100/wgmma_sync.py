@@ -19,8 +19,8 @@ in short:
 """
 from __future__ import annotations
 
-from pipeline_core.ops import FrameworkTag, OpRole
-from pipeline_core.sync import BarrierKind, Channel, ChannelKind, Effect, SyncModel
+from pipeline_core.plugin_api import (BarrierKind, Channel, ChannelKind, Effect, FrameworkTag,
+                                      OpRole, SyncModel)
 
 MBARRIER = "mbarrier"
 WGMMA = "wgmma"

@@ -1,7 +1,7 @@
 """pipeline-core plugin: the AMD 4-wave matmul schedule with cross-stage rotation (``4wave``)."""
 from __future__ import annotations
 
-from pipeline_core import installed_version
+from pipeline_core.plugin_api import installed_version
 
 from pipeline_core_schedules_4wave.body import FOUR_WAVE_MINI_ITERS, MiniIteration, logical_body
 from pipeline_core_schedules_4wave.schedule import (FourWaveSchedule, bootstrap_frags,

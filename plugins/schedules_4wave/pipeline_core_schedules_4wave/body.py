@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import attrs
 
-from pipeline_core.ops import KOffset, Op
+from pipeline_core.plugin_api import KOffset, Op
 
 from pipeline_core_amd_mi355x.tags import CHANNEL_A, CHANNEL_B, DoubleBufferTag as T
 
@@ -43,7 +43,7 @@ FOUR_WAVE_MINI_ITERS: tuple[MiniIteration, ...] = (
 
 def logical_partition(p: int, minis=FOUR_WAVE_MINI_ITERS) -> list[Op]:
     """Partition ``p``: loads into stage p (K0 or K1), frags from stage p or 1 - p."""
-    from pipeline_core.dsl import BodyBuilder
+    from pipeline_core.plugin_api import BodyBuilder
 
     if p not in (0, 1):
         raise ValueError(f"4-wave has partitions 0 and 1, got {p}")

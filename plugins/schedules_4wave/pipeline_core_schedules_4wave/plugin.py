@@ -5,7 +5,7 @@ so they never interfere with other schedules.
 """
 from __future__ import annotations
 
-from pipeline_core.hookspecs import hookimpl
+from pipeline_core.plugin_api import hookimpl
 
 from pipeline_core_schedules_4wave.schedule import (RECORD, FourWaveSchedule, bootstrap_frags,
                                                     four_wave_edges, four_wave_explicit_blocks)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pipeline_core.edges import DepEdge
-from pipeline_core.ops import DepKind, Op, OpRole
+from pipeline_core.plugin_api import DepEdge, DepKind, Op, OpRole
 
 
 def _partition(i: int, n: int) -> int:

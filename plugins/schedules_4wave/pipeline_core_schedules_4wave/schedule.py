@@ -30,12 +30,9 @@ from typing import Any, Mapping
 
 import attrs
 
-from pipeline_core.config import (PipelineConfig, ScheduleConfig, TargetProfile, WarpStagger,
-                                  apply_overrides)
-from pipeline_core.costs import annotate
-from pipeline_core.errors import ConfigError
-from pipeline_core.ops import Op, OpRole, barrier, wait_vm
-from pipeline_core.schedule import BuildContext, Param, ScheduleRecord
+from pipeline_core.plugin_api import (BuildContext, ConfigError, FrameworkTag, Op, OpRole, Param,
+                                      PipelineConfig, ScheduleConfig, ScheduleRecord, TargetProfile,
+                                      WarpStagger, annotate, apply_overrides, framework_op)
 
 from pipeline_core_amd_mi355x.configs import require_2x2_double_buffer
 from pipeline_core_amd_mi355x.geometry import (DTYPES, LaunchDefaults, TileShape,
@@ -150,7 +147,8 @@ class FourWaveSchedule:
 
     def epilogue_prefix(self) -> list[Op]:
         """WAIT_VM(0), BARRIER: every wave's last loads retired, then published to all."""
-        return [wait_vm(0), barrier()] if self.epilogue_guard else []
+        return ([framework_op(FrameworkTag.WAIT_VM, wait_value=0), framework_op(FrameworkTag.BARRIER)]
+                if self.epilogue_guard else [])
 
     def logical_body(self) -> list[Op]:
         return logical_body()
@@ -181,7 +179,7 @@ def bootstrap_frags() -> list[Op]:
 
 def four_wave_edges(body, config: PipelineConfig) -> list:
     """Rule-table edges minus spurious same-partition flows, plus the cross-stage rotation edges."""
-    from pipeline_core.edges import derive_edges
+    from pipeline_core.plugin_api import derive_edges
 
     from pipeline_core_schedules_4wave.rotation import (derive_cross_stage_rotation_edges,
                                                         filter_spurious_cross_stage_flow)
@@ -193,7 +191,7 @@ def four_wave_edges(body, config: PipelineConfig) -> list:
 
 def four_wave_explicit_blocks(program) -> list[list[Op]]:
     """Every block through the minimal-barrier emitter, wrapping waits where the block asks."""
-    from pipeline_core.program.block import emit_minimal_barrier_block
+    from pipeline_core.plugin_api import emit_minimal_barrier_block
 
     return [emit_minimal_barrier_block(b, wrap_waits=b.wrap_waits_with_sched_barrier)
             for b in program.blocks]

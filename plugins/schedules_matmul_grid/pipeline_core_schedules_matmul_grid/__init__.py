@@ -1,7 +1,7 @@
 """pipeline-core plugin: the ping-pong double-buffer matmul with an m x n MMA grid (``matmul-grid``)."""
 from __future__ import annotations
 
-from pipeline_core import installed_version
+from pipeline_core.plugin_api import installed_version
 
 from pipeline_core_schedules_matmul_grid.body import logical_body, logical_partition, ops_per_partition
 from pipeline_core_schedules_matmul_grid.schedule import (MatmulGridSchedule, default_schedule_config,

@@ -17,7 +17,7 @@ subtiles, one global load each, exactly as ping-pong splits its 2 x 2 quadrants.
 """
 from __future__ import annotations
 
-from pipeline_core.ops import KOffset, Op, logical
+from pipeline_core.plugin_api import KOffset, Op, logical
 
 from pipeline_core_amd_mi355x.tags import CHANNEL_A, CHANNEL_B, DoubleBufferTag as T
 

@@ -17,11 +17,9 @@ from typing import Any, Mapping
 
 import attrs
 
-from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
-from pipeline_core.errors import ConfigError, TransformError
-from pipeline_core.limits import COUNTER_TICKS
-from pipeline_core.ops import Op
-from pipeline_core.schedule import REFUSED, BuildContext, Param, ScheduleRecord
+from pipeline_core.plugin_api import (COUNTER_TICKS, REFUSED, BuildContext, ConfigError, Op, Param,
+                                      PipelineConfig, ScheduleConfig, ScheduleRecord, TargetProfile,
+                                      TransformError)
 
 from pipeline_core_amd_mi355x.interleaved import InterleavedMatmulSchedule
 

@@ -1,7 +1,7 @@
 """pipeline-core plugin: the AMD 8-warp ping-pong matmul schedule (``pingpong``)."""
 from __future__ import annotations
 
-from pipeline_core import installed_version
+from pipeline_core.plugin_api import installed_version
 
 from pipeline_core_schedules_pingpong.body import logical_body, logical_half
 from pipeline_core_schedules_pingpong.schedule import (PingPongSchedule, default_schedule_config,

@@ -8,7 +8,7 @@ an ordinary stage-0 load for the next iteration.
 """
 from __future__ import annotations
 
-from pipeline_core.ops import KOffset, Op, logical
+from pipeline_core.plugin_api import KOffset, Op, logical
 
 from pipeline_core_amd_mi355x.tags import CHANNEL_A, CHANNEL_B, DoubleBufferTag as T
 

@@ -18,13 +18,9 @@ from typing import Any, Mapping
 
 import attrs
 
-from pipeline_core.config import PipelineConfig, ScheduleConfig, TargetProfile
-from pipeline_core.costs import CostModel
-from pipeline_core.errors import ConfigError
-from pipeline_core.launch import KernelLaunch
-from pipeline_core.limits import COUNTER_TICKS
-from pipeline_core.ops import Op
-from pipeline_core.schedule import REFUSED, BuildContext, Param, ScheduleRecord
+from pipeline_core.plugin_api import (COUNTER_TICKS, REFUSED, BuildContext, ConfigError, CostModel,
+                                      KernelLaunch, Op, Param, PipelineConfig, ScheduleConfig,
+                                      ScheduleRecord, TargetProfile)
 
 from pipeline_core_amd_mi355x.configs import require_2x2_double_buffer
 from pipeline_core_amd_mi355x.geometry import DTYPES, LaunchDefaults, TileShape, pingpong_launch_defaults
