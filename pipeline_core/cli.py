@@ -392,12 +392,16 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
                 lines.append(f"    location: {p.location}")
         return [p.as_dict() for p in host.plugins], lines
     if args.command == "emitters":
-        rows = [{"name": r.name, "description": r.description, "targets": list(r.targets),
+        from pipeline_core.emitters import schedules_written
+
+        rows = [{"name": r.name, "description": r.description,
+                 "schedules": schedules_written(r, host), "targets": list(r.targets),
                  "kernel_families": list(r.kernel_families), "provider": r.provider,
                  "options": _params_doc(r.options or ())}
                 for _, r in sorted(host.emitters.items())]
         for r in rows:  # the -O options as -p's are listed (the record declares their bounds)
-            lines.append(f"{r['name']}: {r['description']}  [{r['provider']}; targets "
+            lines.append(f"{r['name']}: {r['description']}  [{r['provider']}; schedules "
+                         f"{', '.join(r['schedules']) or 'none installed'}; targets "
                          f"{', '.join(r['targets']) or 'any'}; kernel families "
                          f"{', '.join(r['kernel_families']) or 'any'}]")
             lines.extend(_param_line({**prm, "name": f"-O {prm['name']}"})
@@ -536,6 +540,8 @@ def cmd_emit(args, host) -> int:
     else:
         serving = sorted(n for n, r in host.emitters.items()
                          if r.serves(target) and r.writes(compiled.launch))
+        if not serving:
+            raise CliError(_no_emitter(compiled, host))
         if len(serving) != 1:
             raise ConfigError("emit", "--emitter", "(none given)",
                               f"one emitter name: {len(serving)} serve "
@@ -545,6 +551,22 @@ def cmd_emit(args, host) -> int:
     options = record.parse_options(_pairs(args.emit_options, "-O"))
     _write(record.emit(compiled, **options), args.output)
     return EXIT_OK
+
+
+def _no_emitter(compiled, host) -> str:
+    """Why ``emit`` found no emitter for the target it compiled for, and the ``--target`` that
+    has one for this schedule's kernel (docs/guide/records.md, "Commands and emitters")."""
+    from pipeline_core.emitters import targets_with_emitter
+
+    record = host.get_schedule(compiled.schedule_name)
+    fits = targets_with_emitter(
+        host.emitters.values(), compiled.launch,
+        lambda name: name in host.targets and record.fits(host.targets[name]))
+    head = f"no emitter serves {_kernel_of(compiled)} on target {compiled.target_name}"
+    if fits:
+        return f"{head}; try {' or '.join(f'--target {name}' for name in fits)}"
+    return (f"{head}, nor on any target it is made for; `pipeline-core emitters` lists the "
+            "installed emitters and the kernel families they write")
 
 
 def _kernel_of(compiled) -> str:

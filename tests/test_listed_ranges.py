@@ -55,7 +55,9 @@ def _values(allowed: str) -> tuple[list[int], list[int]]:
 
 
 def _int_params(entry: dict) -> list[tuple[str, str]]:
-    return [(p["name"], p["allowed"]) for p in entry["params"] if p["type"] == "int"]
+    """(name, listed range) of an entry's int parameters (an emitter's are its ``options``)."""
+    return [(p["name"], p["allowed"]) for p in entry.get("params", entry.get("options", []))
+            if p["type"] == "int"]
 
 
 def _flags(schedule: str, target: str) -> list[tuple[str, str, str]]:
@@ -102,3 +104,35 @@ def test_values_at_the_listed_ends_are_refused_only_for_another_parameter(schedu
                 if not named:
                     alone.append(f"{flag} {key}={value} (listed: {allowed}): {exc}")
     assert not alone, f"{schedule} on {target} refuses listed values on their own:\n" + "\n".join(alone)
+
+
+EMITTERS = _listing("emitters")
+EMIT_CASES = [(e, s, t) for e in sorted(EMITTERS) for s in EMITTERS[e]["schedules"]
+              for t in EMITTERS[e]["targets"] if t in SCHEDULES[s]["targets"]]
+
+
+@pytest.mark.parametrize("emitter, schedule, target", EMIT_CASES)
+def test_emitter_options_are_enforced_as_listed(emitter, schedule, target):
+    """The same two rules for each ``-O`` option ``pipeline-core emitters`` lists."""
+    alone = []
+    for key, allowed in _int_params(EMITTERS[emitter]):
+        others = {p["name"] for p in EMITTERS[emitter]["options"]} - {key}
+        accepted, outside = _values(allowed)
+        for value in outside:
+            result = run_cli(["emit", schedule, "--target", target, "--emitter", emitter,
+                              "-O", f"{key}={value}"])
+            assert result.exit_code == 2 and result.stdout == "", (key, value)
+            assert f"-O {key}={value}" in result.stderr and allowed in result.stderr, result.stderr
+        for value in accepted:
+            result = run_cli(["emit", schedule, "--target", target, "--emitter", emitter,
+                              "-O", f"{key}={value}"])
+            if result.exit_code and not any(
+                    re.search(rf"(?<![A-Za-z_]){re.escape(o)}(?![A-Za-z_])", result.stderr)
+                    for o in others):
+                alone.append(f"-O {key}={value} (listed: {allowed}): {result.stderr.strip()}")
+    assert not alone, f"{emitter} refuses listed values on their own:\n" + "\n".join(alone)
+
+
+def test_every_emitter_option_is_covered():
+    swept = {(e, key) for e, _, _ in EMIT_CASES for key, _ in _int_params(EMITTERS[e])}
+    assert {("cuda-pingpong", "BM"), ("cuda-pingpong", "BK"), ("cuda-wgmma", "watchdog")} <= swept
