@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from pipeline_core import PLOT_INSTALL
 from pipeline_core.limits import (EXPORT_ITERATIONS, PICTURE_WIDTH, default_iterations,
                                   iterations_help, iterations_over_budget)
 
@@ -26,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--format", dest="format", choices=FORMATS, default=None,
                    help="trace: Perfetto / Chrome trace-event JSON of the modelled execution; "
                         "dot: the body's dependency graph; png, svg: a timeline picture (needs "
-                        "matplotlib: pip install 'pipeline-core[plot]'). Default: from the -o suffix")
+                        f"matplotlib: {PLOT_INSTALL}). Default: from the -o suffix")
     g.add_argument("-o", "--output", dest="output", metavar="FILE", default=None,
                    help="file to write (trace and dot: stdout when omitted or '-')")
     g.add_argument("--iterations", type=EXPORT_ITERATIONS.argparse_type(), default=None,
