@@ -348,8 +348,19 @@ def cmd_compile(args, host) -> int:
 
 
 def _params_doc(params) -> list[dict]:
-    return [{"name": p.name, "type": p.type_name, "default": p.default, "help": p.help,
-             "allowed": p.range_text()} for p in params]
+    """The listing rows of ``params``: ``allowed`` in words, and for an int the same range as
+    data, ``bound`` (``{"low", "high"}``, the one ``-p``/``-T``/``-O`` parsing enforces) or
+    ``choices``."""
+    rows = []
+    for p in params:
+        row = {"name": p.name, "type": p.type_name, "default": p.default, "help": p.help,
+               "allowed": p.range_text()}
+        if p.choices:
+            row["choices"] = list(p.choices)
+        elif p.type is int:
+            row["bound"] = {"low": int(p.int_bound.low), "high": int(p.int_bound.high)}
+        rows.append(row)
+    return rows
 
 
 def _param_line(prm: dict) -> str:
