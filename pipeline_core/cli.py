@@ -554,10 +554,9 @@ def cmd_emit(args, host) -> int:
         if not serving:
             raise CliError(_no_emitter(compiled, host))
         if len(serving) != 1:
-            raise ConfigError("emit", "--emitter", "(none given)",
-                              f"one emitter name: {len(serving)} serve "
-                              f"{_kernel_of(compiled)} on target {target}"
-                              + (f" ({', '.join(serving)})" if serving else ""))
+            raise CliError(f"{len(serving)} emitters serve {_kernel_of(compiled)} on target "
+                           f"{target}: pass "
+                           + " or ".join(f"--emitter {name}" for name in serving))
         record = host.emitters[serving[0]]
     options = record.parse_options(_pairs(args.emit_options, "-O"))
     _write(record.emit(compiled, **options), args.output)
