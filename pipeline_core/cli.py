@@ -403,7 +403,7 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
                 lines.append(f"    location: {p.location}")
         return [p.as_dict() for p in host.plugins], lines
     if args.command == "emitters":
-        from pipeline_core.emitters import schedules_written
+        from pipeline_core.emit_choice import schedules_written
 
         rows = [{"name": r.name, "description": r.description,
                  "schedules": schedules_written(r, host), "targets": list(r.targets),
@@ -566,7 +566,7 @@ def cmd_emit(args, host) -> int:
 def _no_emitter(compiled, host) -> str:
     """Why ``emit`` found no emitter for the target it compiled for, and the ``--target`` that
     has one for this schedule's kernel (docs/guide/records.md, "Commands and emitters")."""
-    from pipeline_core.emitters import targets_with_emitter
+    from pipeline_core.emit_choice import targets_with_emitter
 
     record = host.get_schedule(compiled.schedule_name)
     fits = targets_with_emitter(
