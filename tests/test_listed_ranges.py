@@ -72,6 +72,8 @@ def test_every_listed_int_parameter_is_covered():
     flags = {(s, flag, row["name"]) for s, t in CASES for flag, row in _flags(s, t)}
     assert {("matmul-grid", "-p", "m"), ("matmul-grid", "-p", "partitions"),
             ("default-matmul", "-p", "MMA_M"), ("pingpong", "-T", "max_globals")} <= flags
+    swept_targets = {t for _, t in CASES}
+    assert {t for t, entry in TARGETS.items() if _int_params(entry)} <= swept_targets
 
 
 @pytest.mark.parametrize("listing", [SCHEDULES, TARGETS], ids=["schedules", "targets"])
