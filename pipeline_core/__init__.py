@@ -10,6 +10,9 @@ from pipeline_core.markers import hookimpl
 #: The distribution that installs this package.  The version is written once, in
 #: pyproject.toml, and read back from the installed metadata (``__version__``).
 DISTRIBUTION = "gpu-pipeline-core"
+#: How a user installs the picture exports' extra (matplotlib): every hint names the
+#: distribution, since "pipeline-core" on the package index is an unrelated project.
+PLOT_INSTALL = f"pip install '{DISTRIBUTION}[plot]'"
 
 __all__ = ["DISTRIBUTION", "__version__", "hookimpl", "installed_version", "compile_schedule", "compile_named", "CompiledSchedule"]
 

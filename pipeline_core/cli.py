@@ -348,8 +348,19 @@ def cmd_compile(args, host) -> int:
 
 
 def _params_doc(params) -> list[dict]:
-    return [{"name": p.name, "type": p.type_name, "default": p.default, "help": p.help,
-             "allowed": p.range_text()} for p in params]
+    """The listing rows of ``params``: ``allowed`` in words, and for an int the same range as
+    data, ``bound`` (``{"low", "high"}``, the one ``-p``/``-T``/``-O`` parsing enforces) or
+    ``choices``."""
+    rows = []
+    for p in params:
+        row = {"name": p.name, "type": p.type_name, "default": p.default, "help": p.help,
+               "allowed": p.range_text()}
+        if p.choices:
+            row["choices"] = list(p.choices)
+        elif p.type is int:
+            row["bound"] = {"low": int(p.int_bound.low), "high": int(p.int_bound.high)}
+        rows.append(row)
+    return rows
 
 
 def _param_line(prm: dict) -> str:
@@ -392,12 +403,16 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
                 lines.append(f"    location: {p.location}")
         return [p.as_dict() for p in host.plugins], lines
     if args.command == "emitters":
-        rows = [{"name": r.name, "description": r.description, "targets": list(r.targets),
+        from pipeline_core.emit_choice import schedules_written
+
+        rows = [{"name": r.name, "description": r.description,
+                 "schedules": schedules_written(r, host), "targets": list(r.targets),
                  "kernel_families": list(r.kernel_families), "provider": r.provider,
                  "options": _params_doc(r.options or ())}
                 for _, r in sorted(host.emitters.items())]
         for r in rows:  # the -O options as -p's are listed (the record declares their bounds)
-            lines.append(f"{r['name']}: {r['description']}  [{r['provider']}; targets "
+            lines.append(f"{r['name']}: {r['description']}  [{r['provider']}; schedules "
+                         f"{', '.join(r['schedules']) or 'none installed'}; targets "
                          f"{', '.join(r['targets']) or 'any'}; kernel families "
                          f"{', '.join(r['kernel_families']) or 'any'}]")
             lines.extend(_param_line({**prm, "name": f"-O {prm['name']}"})
@@ -537,15 +552,32 @@ def cmd_emit(args, host) -> int:
     else:
         serving = sorted(n for n, r in host.emitters.items()
                          if r.serves(target) and r.writes(compiled.launch))
+        if not serving:
+            raise CliError(_no_emitter(compiled, host))
         if len(serving) != 1:
-            raise ConfigError("emit", "--emitter", "(none given)",
-                              f"one emitter name: {len(serving)} serve "
-                              f"{_kernel_of(compiled)} on target {target}"
-                              + (f" ({', '.join(serving)})" if serving else ""))
+            raise CliError(f"{len(serving)} emitters serve {_kernel_of(compiled)} on target "
+                           f"{target}: pass "
+                           + " or ".join(f"--emitter {name}" for name in serving))
         record = host.emitters[serving[0]]
     options = record.parse_options(_pairs(args.emit_options, "-O"))
     _write(record.emit(compiled, **options), args.output)
     return EXIT_OK
+
+
+def _no_emitter(compiled, host) -> str:
+    """Why ``emit`` found no emitter for the target it compiled for, and the ``--target`` that
+    has one for this schedule's kernel (docs/guide/records.md, "Commands and emitters")."""
+    from pipeline_core.emit_choice import targets_with_emitter
+
+    record = host.get_schedule(compiled.schedule_name)
+    fits = targets_with_emitter(
+        host.emitters.values(), compiled.launch,
+        lambda name: name in host.targets and record.fits(host.targets[name]))
+    head = f"no emitter serves {_kernel_of(compiled)} on target {compiled.target_name}"
+    if fits:
+        return f"{head}; try {' or '.join(f'--target {name}' for name in fits)}"
+    return (f"{head}, nor on any target it is made for; `pipeline-core emitters` lists the "
+            "installed emitters and the kernel families they write")
 
 
 def _kernel_of(compiled) -> str:

@@ -10,7 +10,8 @@ Grouped by what a plugin does:
 * register things: :data:`hookimpl`, the records (:class:`TargetRecord`,
   :class:`ScheduleRecord`, :class:`StrategyRecord`, :class:`KernelTransform`,
   :class:`EmitterRecord`, :class:`Param` with its :class:`Bound` (:data:`COUNTER_TICKS`,
-  :data:`GLOBAL_LOAD_TICKS` for per-load tick counts), :class:`BuildContext`;
+  :data:`GLOBAL_LOAD_TICKS` for per-load tick counts, :data:`PARAM_INT` for a plain integer),
+  :class:`BuildContext`;
   :data:`REFUSED` for a schedule's ``forced_knobs()``, :func:`apply_overrides` to read a
   ``-c`` value as the compiler will; :data:`COPY_RING`, a target family a schedule may
   declare); :func:`installed_version` for a plugin's ``__version__``;
@@ -48,7 +49,7 @@ from pipeline_core.errors import (ConfigError, PipelineError, PluginError, Progr
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.hookspecs import hookimpl
 from pipeline_core.launch import KernelLaunch
-from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, Bound
+from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, PARAM_INT, Bound
 from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole, Phase,
                                ResourceKind, framework_op, logical)
 from pipeline_core.plan import AgentProgram, AgentRole, AgentSpec, Ring, Step, StepKind
@@ -64,7 +65,7 @@ from pipeline_core.transforms import (double_buffer_reorder, optimize_within_bar
 
 __all__ = [
     "hookimpl", "TargetRecord", "ScheduleRecord", "StrategyRecord", "KernelTransform",
-    "EmitterRecord", "Param", "Bound", "COUNTER_TICKS", "GLOBAL_LOAD_TICKS",
+    "EmitterRecord", "Param", "Bound", "COUNTER_TICKS", "GLOBAL_LOAD_TICKS", "PARAM_INT",
     "BuildContext", "REFUSED", "apply_overrides", "COPY_RING", "ScheduleBase",
     "installed_version",
     "TargetProfile", "CostModel", "OpCost", "annotate", "PipelineConfig", "ScheduleConfig",

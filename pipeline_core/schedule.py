@@ -199,8 +199,12 @@ ParamValue = int | bool | str | None
 class Param:
     """One parameter a target or schedule accepts (``-T``/``-p KEY=VALUE``).
 
-    An int parameter is refused outside ``bound`` before any work starts;
-    without a declared bound it gets :data:`pipeline_core.limits.PARAM_INT`.
+    An int parameter is refused outside ``bound`` (or ``choices``) before any work starts;
+    without a declared bound it gets :data:`pipeline_core.limits.PARAM_INT`.  Declare here
+    the whole range the value may take on its own: ``pipeline-core schedules`` / ``targets``
+    list it from this record, so a factory that refused more would make the listing lie
+    (``tests/test_listed_ranges.py`` checks every installed one).  The factory checks only
+    what depends on other values (a multiple of another parameter), naming them.
     """
 
     name: str = attrs.field(validator=attrs.validators.instance_of(str))

@@ -69,7 +69,7 @@ CASES = [
      ["-T stages=1 is invalid for target toy-gpu", "[2, 8]"]),
     # --- messages that named our internals -------------------------------------------------
     ("huge-tile", ("compile", "pingpong", "-p", f"BM={HUGE}"),
-     [f"-p BM={HUGE} is invalid for schedule pingpong", "[0, 65536]"]),
+     [f"-p BM={HUGE} is invalid for schedule pingpong", "[1, 65536]"]),
     ("not-an-integer", ("compile", "pingpong", "-p", "BM=2**70"),
      ["-p BM=2**70 is invalid for schedule pingpong", "'2**70' is not an integer"]),
     ("huge-ticks", ("compile", "pingpong", "-T", f"vm_per_load_a={HUGE}"),

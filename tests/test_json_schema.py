@@ -73,7 +73,8 @@ def test_analyze_with_timing_and_an_unsafe_verdict_validate(cli):
     assert verdict["first_violation"] is not None and _errors("verdict", verdict) == []
 
 
-@pytest.mark.parametrize("command", ["targets", "schedules", "strategies", "plugins", "knobs"])
+@pytest.mark.parametrize("command", ["targets", "schedules", "strategies", "plugins", "knobs",
+                                     "emitters"])
 def test_listings_validate(cli, command):
     doc = _json(cli, command, "--format", "json")
     _provenance(doc)

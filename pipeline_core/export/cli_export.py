@@ -2,7 +2,8 @@
 
 The CLI compiles the schedule and calls :func:`run`; everything here is argument handling,
 progress on a terminal (stderr, only when it is a TTY), and messages. When the export goes
-to a file, stdout gets a short summary of the modelled run. Exit status: 0 written, 2 bad request (no format,
+to a file, stdout gets a short summary of the modelled run (of the graph's size for DOT, which
+models none). Exit status: 0 written, 2 bad request (no format,
 missing -o for an image, matplotlib missing, --iterations or --width out of its bound, unwritable -o file).
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
+from pipeline_core import PLOT_INSTALL
 from pipeline_core.limits import (EXPORT_ITERATIONS, PICTURE_WIDTH, default_iterations,
                                   iterations_help, iterations_over_budget)
 
@@ -26,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--format", dest="format", choices=FORMATS, default=None,
                    help="trace: Perfetto / Chrome trace-event JSON of the modelled execution; "
                         "dot: the body's dependency graph; png, svg: a timeline picture (needs "
-                        "matplotlib: pip install 'pipeline-core[plot]'). Default: from the -o suffix")
+                        f"matplotlib: {PLOT_INSTALL}). Default: from the -o suffix")
     g.add_argument("-o", "--output", dest="output", metavar="FILE", default=None,
                    help="file to write (trace and dot: stdout when omitted or '-')")
     g.add_argument("--iterations", type=EXPORT_ITERATIONS.argparse_type(), default=None,
@@ -100,6 +102,12 @@ def run(args, compiled: Any) -> int:
     if width is not None and fmt not in ("png", "svg"):  # it would be ignored: say so instead
         return _error(f"--width sizes a picture (png, svg); --format {fmt} draws none: drop "
                       "--width")
+    iterations = getattr(args, "iterations", None)
+    if fmt == "dot":  # the dependency graph: nothing is modelled, so no run is asked for
+        if iterations is not None:
+            return _error("--iterations sets the modelled run (trace, png, svg); --format dot "
+                          "writes the dependency graph, which models none: drop --iterations")
+        return _export_dot(args, compiled, to_file)
     if fmt in ("png", "svg"):
         if not to_file:
             return _error(f"--format {fmt} writes an image: give -o FILE.{fmt}")
@@ -109,7 +117,6 @@ def run(args, compiled: Any) -> int:
             require_matplotlib()
         except MissingMatplotlib as exc:
             return _error(str(exc))
-    iterations = getattr(args, "iterations", None)
     if iterations is None:
         iterations = default_iterations(_kernel_entries(compiled), EXPORT_ITERATIONS)
     if not EXPORT_ITERATIONS.contains(iterations):
@@ -120,8 +127,6 @@ def run(args, compiled: Any) -> int:
     width = DEFAULT_WIDTH if width is None else width
     if not PICTURE_WIDTH.contains(width):
         return _error(f"--width {width}: expected {PICTURE_WIDTH.allowed()} pixels")
-    if fmt == "dot":
-        return _export_dot(args, compiled, iterations, to_file)
     progress = Progress(sys.stderr, f"export {fmt}")
     try:
         timeline = _simulate(compiled, iterations, progress.update)
@@ -148,28 +153,19 @@ def run(args, compiled: Any) -> int:
     return EXIT_OK
 
 
-def _export_dot(args, compiled: Any, iterations: int, to_file: bool) -> int:
-    """The dependency graph; to a file, the same summary as every format, plus the graph's size.
-
-    The graph needs no timing model; a target without one gets the graph and a line
-    saying why the run was not modelled.
-    """
-    from pipeline_core.errors import PipelineError
+def _export_dot(args, compiled: Any, to_file: bool) -> int:
+    """The dependency graph and, to a file, one line of its size: a DOT file is the body's
+    graph, so nothing is modelled (no timing run, no --iterations; README, "Seeing a
+    schedule")."""
     from pipeline_core.export import dot
 
     graph = dot.graph_from(compiled)
     _emit(dot.to_dot(graph), args.output)
     if to_file:
-        from pipeline_core.simulate import format_summary
-
         carried = sum(1 for *_, d in graph.edges(data=True) if d.get("distance"))
         print(f"wrote {args.output}")
         print(f"dependency graph: {graph.number_of_nodes()} ops, {graph.number_of_edges()} edges "
               f"({carried} loop-carried)")
-        try:
-            print(format_summary(_simulate(compiled, iterations, lambda done, total: None)))
-        except PipelineError as exc:
-            print(f"  not modelled: {exc}")
     return EXIT_OK
 
 

@@ -1,7 +1,9 @@
 """The body's dependency graph as Graphviz DOT (``export --format dot``).
 
 Why: the edge rules derive dozens of FLOW/ANTI edges with loop distances; a drawing is the
-quickest way to see why an op cannot move. The graph is a networkx ``MultiDiGraph`` (one
+quickest way to see why an op cannot move.  A body of several stages (a double buffer's
+partitions) gets one cluster per stage, its ops listed in program order, so each partition is
+one box and only the loop-carried edges cross between them. The graph is a networkx ``MultiDiGraph`` (one
 edge per DepEdge: a FLOW and an ANTI edge between the same two ops must both survive) whose
 node and edge attributes are Graphviz attributes plus the raw fields, so it is useful as a
 networkx object too (:func:`build_graph`).
@@ -34,6 +36,13 @@ ROLE_STYLE = {  # (shape, fill colour)
     OpRole.SYNC: ("diamond", "lightgrey"), OpRole.FENCE: ("diamond", "white"),
     OpRole.VALU_COMPUTE: ("octagon", "plum"),
 }
+
+
+#: graph key of the clusters: (subgraph name, label, node ids in program order) per stage,
+#: written after the edges by both writers (networkx's pydot bridge knows no subgraphs)
+CLUSTERS = "clusters"
+#: how a cluster is drawn
+CLUSTER_STYLE = {"style": "rounded", "color": "grey60", "fontcolor": "grey30"}
 
 
 def node_id(index: int) -> str:
@@ -70,6 +79,11 @@ def build_graph(body: Sequence[Op], edges: Sequence[DepEdge], names: Mapping[int
             attrs["fontcolor"] = attrs["color"]
             attrs["constraint"] = "false"  # loop-carried edges should not stretch the ranks
         g.add_edge(node_id(e.producer), node_id(e.consumer), key=k, **attrs)
+    stages = sorted({o.stage for o in body})
+    if len(stages) > 1:  # one box per stage (a partition's ops), its ops in program order
+        g.graph[CLUSTERS] = [(f"cluster_stage{s}", f"stage {s}",
+                              [node_id(i) for i, o in enumerate(body) if o.stage == s])
+                             for s in stages]
     return g
 
 
@@ -98,9 +112,18 @@ def to_dot(graph: nx.MultiDiGraph, *, writer: str = "auto") -> str:
     if writer not in ("auto", "pydot", "builtin"):
         raise ValueError(f"writer must be auto, pydot or builtin, not {writer!r}")
     if writer == "pydot" or (writer == "auto" and pydot_available()):
+        import pydot
         from networkx.drawing.nx_pydot import to_pydot
 
-        return to_pydot(graph).to_string()
+        dotted = to_pydot(graph)
+        for name, label, members in graph.graph.get(CLUSTERS, ()):
+            cluster = pydot.Subgraph(name)
+            for key, value in {"label": _value(label), **CLUSTER_STYLE}.items():
+                cluster.set(key, value)
+            for member in members:
+                cluster.add_node(pydot.Node(member))
+            dotted.add_subgraph(cluster)
+        return dotted.to_string()
     return _serialize(graph)
 
 
@@ -154,6 +177,11 @@ def _serialize(graph: nx.MultiDiGraph) -> str:
     for item in graph.edges(keys=True, data=True) if multi else graph.edges(data=True):
         u, v, data = (item[0], item[1], {"key": item[2], **item[3]}) if multi else item
         lines.append(f"{_id(u)} {arrow} {_id(v)} [{_attr_list(data)}];")
+    for name, label, members in graph.graph.get(CLUSTERS, ()):
+        lines.append(f"subgraph {_id(name)} {{")
+        lines.extend(f"{k}={_value(v)};" for k, v in {"label": label, **CLUSTER_STYLE}.items())
+        lines.extend(f"{_id(member)};" for member in members)
+        lines.append("}")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

@@ -2,7 +2,8 @@
 
 Why: a picture in a README or a review shows at a glance how the warp groups take turns on
 the MMA unit and where they stall; Perfetto is for digging in. matplotlib is an optional
-extra (``pip install 'pipeline-core[plot]'``) and is imported only when a picture is drawn.
+extra (``pip install 'gpu-pipeline-core[plot]'``, :data:`pipeline_core.PLOT_INSTALL`) and is
+imported only when a picture is drawn.
 
 Lanes, top to bottom: one per warp group (stalls hatched by reason, the group's MMAs solid,
 issued loads as ticks), the MMA unit (coloured by group), LDS and global memory (in-flight
@@ -14,10 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline_core import PLOT_INSTALL
 from pipeline_core.ops import OpRole, Phase, ResourceKind
 from pipeline_core.simulate import Timeline
 
-INSTALL_HINT = "pip install 'pipeline-core[plot]'  (or: pip install matplotlib)"
+INSTALL_HINT = f"{PLOT_INSTALL}  (or: pip install matplotlib)"
 DPI = 100
 ROW_PX = 54  #: height of one lane
 TOP_PX = 70  #: title

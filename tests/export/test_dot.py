@@ -37,12 +37,20 @@ def _unquote(text: str) -> str:
 
 
 def parse_dot(text: str) -> nx.MultiDiGraph:
-    """A parser for the DOT subset both writers produce (one statement per line)."""
+    """A parser for the DOT subset both writers produce (one statement per line); the members
+    of each ``subgraph cluster_*`` land in ``g.graph["clusters"]`` (name -> node ids, in order)."""
     lines = [ln.strip() for ln in text.strip().splitlines()]
     assert re.match(rf"^digraph {_ID} {{$", lines[0]) and lines[-1] == "}", lines[0]
-    g = nx.MultiDiGraph()
+    g = nx.MultiDiGraph(clusters={})
+    cluster = None
     for ln in lines[1:-1]:
-        if m := _EDGE.match(ln):
+        if m := re.match(rf"^subgraph ({_ID}) {{$", ln):
+            cluster = g.graph["clusters"].setdefault(_unquote(m.group(1)), [])
+        elif ln == "}" and cluster is not None:
+            cluster = None
+        elif cluster is not None and (m := re.match(rf"^({_ID});$", ln)):
+            cluster.append(_unquote(m.group(1)))
+        elif m := _EDGE.match(ln):
             attrs = {k: _unquote(v) for k, v in _ATTR.findall(m.group(3))}
             g.add_edge(_unquote(m.group(1)), _unquote(m.group(2)), key=attrs.pop("key"), **attrs)
         elif ln.startswith(("node [", "edge [")) or re.match(rf"^[a-z]+={_ID};$", ln):
@@ -85,6 +93,24 @@ def test_edges_styled_by_kind_and_distance(case):
             assert "label" not in data and data["color"] == "black"
     kinds = {(d["kind"], d["distance"]) for _, _, d in g.edges(data=True)}
     assert ("FLOW", 0) in kinds and ("FLOW", 1) in kinds and ("ANTI", 0) in kinds
+
+
+def test_each_stage_is_a_cluster_of_its_ops_in_program_order(case):
+    """Issue 25: the partitions of a double buffer are boxes, so the loop-carried edges are
+    the ones that cross between them; a one-stage body gets no cluster."""
+    doc = golden_data.load(case)
+    for writer in ("builtin", "pydot") if dot.pydot_available() else ("builtin",):
+        clusters = parse_dot(dot.dumps(compile_case(case), writer=writer)).graph["clusters"]
+        stages = sorted({o["stage"] for o in doc["body"]})
+        assert len(stages) == 2 and list(clusters) == [f"cluster_stage{s}" for s in stages]
+        for s in stages:
+            assert clusters[f"cluster_stage{s}"] == [dot.node_id(i) for i, o in enumerate(doc["body"])
+                                                     if o["stage"] == s]
+    one_stage = [op(0, ResourceKind.GLOBAL_MEM, 200, OpRole.GLOBAL_LOAD, channel=0),
+                 op(5, ResourceKind.MMA_UNIT, 16, OpRole.COMPUTE)]
+    text = dot.to_dot(dot.build_graph(one_stage, [DepEdge(0, 1, DepKind.FLOW, 0)]),
+                      writer="builtin")
+    assert parse_dot(text).graph["clusters"] == {} and "subgraph" not in text
 
 
 def test_builtin_dot_parses_back(case):

@@ -90,11 +90,11 @@ def test_missing_matplotlib_says_how_to_install(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     with pytest.raises(picture.MissingMatplotlib) as exc:
         picture.require_matplotlib()
-    assert "pip install 'pipeline-core[plot]'" in str(exc.value)
+    assert "pip install 'gpu-pipeline-core[plot]'" in str(exc.value)
     path = tmp_path / "x.png"
     assert cli_export.run(args_for(path, "png"), golden_data.load("pingpong_bf16")) == 2
     err = capsys.readouterr().err
-    assert "matplotlib" in err and "pip install 'pipeline-core[plot]'" in err
+    assert "matplotlib" in err and "pip install 'gpu-pipeline-core[plot]'" in err
     assert not path.exists()
 
 

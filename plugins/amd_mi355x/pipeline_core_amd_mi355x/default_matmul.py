@@ -10,14 +10,12 @@ schedule-group-barrier hints from this plugin's kernel transform (see
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import attrs
 
 from pipeline_core.plugin_api import (Bound, BuildContext, ConfigError, Op, Param, PipelineConfig,
                                       ScheduleConfig, ScheduleRecord, TargetProfile, annotate)
 
-from pipeline_core_amd_mi355x.hints import AMDScheduleHints
+from pipeline_core_amd_mi355x.hints import MMA_SIDES, AMDScheduleHints
 from pipeline_core_amd_mi355x.tags import CHANNEL_A, SINGLE_BUFFER_TAG_NAMES, SingleBufferTag as SB
 
 NAME = "default-matmul"
@@ -35,8 +33,8 @@ PARAMS: tuple[Param, ...] = (
     Param("num_m_mmas", int, 4, "MMA rows per warp (hint arithmetic)", bound=MMA_GRID_SIDE),
     Param("num_n_mmas", int, 4, "MMA columns per warp (hint arithmetic)", bound=MMA_GRID_SIDE),
     Param("num_k_mmas", int, 2, "MMAs along K per K tile (hint arithmetic)", bound=MMA_GRID_SIDE),
-    Param("MMA_M", int, 16, "MFMA M (16 or 32, with MMA_N equal)"),
-    Param("MMA_N", int, 16, "MFMA N (16 or 32, with MMA_M equal)"),
+    Param("MMA_M", int, 16, "MFMA M (with MMA_N equal)", choices=MMA_SIDES),
+    Param("MMA_N", int, 16, "MFMA N (with MMA_M equal)", choices=MMA_SIDES),
     Param("a_loads_per_thread", int, 2, "global A loads per thread per iteration (LDS stores)",
           bound=LOADS_PER_THREAD),
     Param("b_loads_per_thread", int, 2, "global B loads per thread per iteration (LDS stores)",
@@ -103,27 +101,17 @@ class DefaultMatmulSchedule:
         return WARPS
 
 
-def _check_positive(params: Mapping[str, Any], names) -> None:
-    for name in names:
-        value = params[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(OWNER, name, value, "a positive integer")
-
-
 def make_default_matmul(ctx: BuildContext) -> DefaultMatmulSchedule:
-    """Validate the parameters and bind the schedule to its (single-buffer) target."""
+    """Bind the schedule to its (single-buffer) target.  ``ctx.params`` were parsed against
+    :data:`PARAMS`, whose bounds and choices are the only range checks (what the listing
+    shows); the hints check which MMA sides go together."""
     p = ctx.params
-    _check_positive(p, ("num_k_tiles", "num_m_mmas", "num_n_mmas", "num_k_mmas", "MMA_M", "MMA_N"))
-    for name in ("a_loads_per_thread", "b_loads_per_thread"):
-        value = p[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(OWNER, name, value, "a non-negative integer")
     try:
         hints = AMDScheduleHints(p["num_m_mmas"], p["num_n_mmas"], p["num_k_mmas"], p["MMA_M"],
                                  p["MMA_N"], p["a_loads_per_thread"], p["b_loads_per_thread"])
     except ConfigError as exc:
         field = {"mma_m": "MMA_M", "mma_n": "MMA_N"}.get(exc.field, exc.field)
-        raise ConfigError(OWNER, field, exc.value, exc.allowed) from None
+        raise ConfigError(OWNER, field, exc.value, f"{exc.allowed} (MMA_M x MMA_N)") from None
     target = ctx.make_target()
     if target.pipeline.depth != 1:
         raise ConfigError(OWNER, "target", ctx.target.name,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import attrs
 
-from pipeline_core.plugin_api import COUNTER_TICKS, GLOBAL_LOAD_TICKS, ConfigError
+from pipeline_core.plugin_api import COUNTER_TICKS, GLOBAL_LOAD_TICKS, PARAM_INT, Bound, ConfigError
 
 
 @attrs.frozen
@@ -44,6 +44,12 @@ def derive_safe_max_globals(num_k_mmas: int) -> int:
     return 1 if num_k_mmas >= 2 else 0
 
 
+#: The range of each tile-shape size (BM, BN, BK, MMA_M, MMA_N, MMA_K) on its own: the
+#: schedules' ``-p`` parameters declare it (so ``pipeline-core schedules`` lists it) and
+#: :func:`tile_launch_defaults` checks it; what a size must divide or be a multiple of
+#: depends on the others and is checked there, naming them.
+TILE_SIZE = Bound(low=1, high=PARAM_INT.high)
+
 #: bytes per element of each supported input type.
 ELEM_BYTES: dict[str, int] = {"bf16": 2, "fp8": 1}
 DTYPES: tuple[str, ...] = tuple(ELEM_BYTES)
@@ -63,6 +69,14 @@ class WarpLayout:
     loading_warps: int  #: warps issuing global loads (rows_per_iter = warps*64/loads_per_row)
     warp_rows: int  #: WM = BM / warp_rows
     warp_cols: int  #: WN = BN / warp_cols
+
+    @property
+    def bk_bound(self) -> Bound:
+        """The range of BK on this layout: at most one 16-byte load per lane of the loading
+        warps per row (BK = lanes x the 16 elements of the narrowest type), the ``-p BK``
+        bound its schedule declares and :func:`tile_launch_defaults` checks."""
+        widest = LOAD_BYTES // min(ELEM_BYTES.values())
+        return Bound(low=TILE_SIZE.low, high=self.loading_warps * WAVE_SIZE * widest)
 
 
 @attrs.frozen
@@ -142,8 +156,9 @@ def tile_launch_defaults(owner: str, shape: TileShape, layout: WarpLayout) -> La
         raise ConfigError(owner, "dtype", shape.dtype, f"one of {', '.join(DTYPES)}")
     for name in ("BM", "BN", "BK", "MMA_M", "MMA_N", "MMA_K"):
         value = getattr(shape, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(owner, name, value, "a positive integer")
+        bound = layout.bk_bound if name == "BK" else TILE_SIZE
+        if not bound.contains(value):
+            raise ConfigError(owner, name, value, bound.allowed())
     BM, BN, BK = shape.BM, shape.BN, shape.BK
     MMA_M, MMA_N, MMA_K = shape.MMA_M, shape.MMA_N, shape.MMA_K
     elem_bytes = ELEM_BYTES[shape.dtype]
@@ -170,7 +185,8 @@ def tile_launch_defaults(owner: str, shape: TileShape, layout: WarpLayout) -> La
                            f"a multiple of {simd_width} ({shape.dtype} elements per 16-byte load)")
     lanes = layout.loading_warps * WAVE_SIZE
     rows_per_iter = _exact(owner, "BK", BK, lanes, loads_per_row,
-                           f"such that BK/{simd_width} = {loads_per_row} loads per row divides the "
+                           f"such that BK/{simd_width} ({simd_width} elements of dtype "
+                           f"{shape.dtype} per 16-byte load) = {loads_per_row} loads per row divides the "
                            f"{lanes} lanes of {layout.loading_warps} loading warps")
     fill = (f"the {rows_per_iter} rows that {layout.loading_warps} loading warps fill per "
             f"iteration at BK={BK} {shape.dtype} (every lane issues whole 16-byte loads)")

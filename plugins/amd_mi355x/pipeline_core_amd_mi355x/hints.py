@@ -25,6 +25,9 @@ MFMA = 3
 
 #: MFMA shapes the hint arithmetic knows: 32x32 issues one MFMA per DS read, 16x16 two.
 SUPPORTED_MMA_SHAPES: tuple[tuple[int, int], ...] = ((16, 16), (32, 32))
+#: The MFMA sides of those shapes: the values ``-p MMA_M`` / ``MMA_N`` of default-matmul take
+#: (each on its own; which pairs go together is checked here, naming the other side).
+MMA_SIDES: tuple[int, ...] = tuple(sorted({side for shape in SUPPORTED_MMA_SHAPES for side in shape}))
 
 
 def _positive(inst, attribute, value):

@@ -38,7 +38,7 @@ from pipeline_core.plugin_api import (Bound, CompiledSchedule, EmitterRecord, En
 from pipeline_core_nvidia_h100.cuda import header_source
 from pipeline_core_nvidia_h100.emit_cuda import CTA_SETUP, LOAD_CURSOR
 from pipeline_core_nvidia_h100.machine import H100_SXM
-from pipeline_core_nvidia_h100.multistage import MMA_M, MMA_N, CtaTile
+from pipeline_core_nvidia_h100.multistage import MMA_M, MMA_N, SWIZZLED_BK, CtaTile
 from pipeline_core_nvidia_h100.pingpong import TARGET_NAME, WARPS_PER_GROUP, PingPongTag
 from pipeline_core_nvidia_h100.skeleton import (Stretch, StreamFamily, entry_code, render,
                                                 stream_kernel_body)
@@ -54,12 +54,17 @@ KERNEL_NAME = "pc_pingpong_gemm"
 WARP_GROUPS = 2
 #: fp32 accumulators + fragment registers one thread may hold (the rest of 255 is addresses)
 MAX_DATA_REGISTERS = 168
+#: The smallest BM and BN the warps cut: BM 2 quadrant rows x 2 warp groups x 16, BN 2
+#: quadrant columns x 4 warps x 16 (every BM / BN is a multiple of these).
+BM_STEP = 2 * WARP_GROUPS * MMA_M
+BN_STEP = 2 * WARPS_PER_GROUP * 2 * MMA_N
 #: ``-O BM/BN/BK``: the CTA tile (parsed and bounded by the core; :meth:`Geometry.validate`
 #: then checks the multiples, registers and shared memory the kernel needs)
-OPTIONS = (Param("BM", int, 128, "CTA tile rows (a multiple of 64)", bound=Bound(low=16, high=512)),
-           Param("BN", int, 128, "CTA tile columns (a multiple of 128)",
-                 bound=Bound(low=16, high=512)),
-           Param("BK", int, 64, "K per stage", choices=(32, 64)))
+OPTIONS = (Param("BM", int, 128, f"CTA tile rows (a multiple of {BM_STEP})",
+                 bound=Bound(low=BM_STEP, high=512)),
+           Param("BN", int, 128, f"CTA tile columns (a multiple of {BN_STEP})",
+                 bound=Bound(low=BN_STEP, high=512)),
+           Param("BK", int, 64, "K per stage", choices=SWIZZLED_BK))
 DEFAULTS = {p.name: p.default for p in OPTIONS}
 
 
@@ -97,13 +102,13 @@ class Geometry(CtaTile):
         def bad(option: str, why: str) -> ProgramError:
             return ProgramError(f"emitter {EMITTER_NAME}: -O {option}: {why}")
 
-        if self.bk not in (32, 64):
+        if self.bk not in SWIZZLED_BK:
             raise bad("BK", f"must be 32 or 64 (64- or 128-byte swizzled rows), got {self.bk}")
-        if self.bm <= 0 or self.bm % (2 * WARP_GROUPS * MMA_M):
-            raise bad("BM", f"must be a positive multiple of {2 * WARP_GROUPS * MMA_M} (2 quadrant "
+        if self.bm <= 0 or self.bm % BM_STEP:
+            raise bad("BM", f"must be a positive multiple of {BM_STEP} (2 quadrant "
                             f"rows x 2 warp groups x 16), got {self.bm}")
-        if self.bn <= 0 or self.bn % (2 * WARPS_PER_GROUP * 2 * MMA_N):
-            raise bad("BN", f"must be a positive multiple of {2 * WARPS_PER_GROUP * 2 * MMA_N} "
+        if self.bn <= 0 or self.bn % BN_STEP:
+            raise bad("BN", f"must be a positive multiple of {BN_STEP} "
                             f"(2 quadrant columns x 4 warps x 16), got {self.bn}")
         for option, rows in (("BM", self.bm // 2), ("BN", self.bn // 2)):
             if rows % self.rows_per_pass:

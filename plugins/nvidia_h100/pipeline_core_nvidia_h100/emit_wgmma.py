@@ -27,11 +27,12 @@ from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_N
 
 EMITTER_NAME = "cuda-wgmma"
 KERNEL_NAME = "pc_ws_gemm"
-#: ``-O watchdog=N``: polls of one mbarrier wait before it traps (0, the default: no bound).
+#: ``-O watchdog=N``: polls of one mbarrier wait before it traps (omitted, the default: no
+#: bound; no default value is declared, so the listing shows none outside the range).
 #: The kernel counts polls in an ``unsigned long long`` and traps on ``++polls > N``, so N
 #: stays below ULLONG_MAX (which the counter could never exceed); 2**63 - 1 polls is
 #: centuries of polling anyway
-WATCHDOG = Param("watchdog", int, 0, "polls of one mbarrier wait before the kernel traps "
+WATCHDOG = Param("watchdog", int, None, "polls of one mbarrier wait before the kernel traps "
                  "(omit: no bound)", bound=Bound(low=1, high=2**63 - 1))
 
 
@@ -91,12 +92,12 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0) -> s
                        f"(tag {s.tag})")
 
 
-def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int = 0) -> str:
+def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> str:
     """CUDA C++ for a compiled schedule of kernel family ``gemm-wgmma`` (see the module).
 
     ``-O watchdog=N`` (:data:`WATCHDOG`, parsed and bounded by the core): every mbarrier wait
     traps after N polls, so a schedule that deadlocks (emitted with ``--allow-unsafe``) fails
-    its launch instead of hanging the GPU; 0: unbounded waits.
+    its launch instead of hanging the GPU; None: unbounded waits.
     """
     g = declared_geometry(compiled, KERNEL_FAMILY, WsGeometry, EMITTER_NAME)
     plan = compiled.plan
@@ -111,7 +112,7 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int = 0) -> str:
 
     def lines(p: AgentProgram, single_issuer: bool, label: str) -> list[str]:
         return render(agent_stretches(
-            p, lambda s: _step_line(s, single_issuer, p.name, watchdog), label))
+            p, lambda s: _step_line(s, single_issuer, p.name, watchdog or 0), label))
 
     texts = {c.name: "\n".join(lines(c, False, "consumer")) for c in consumers}
     if len(set(texts.values())) != 1:

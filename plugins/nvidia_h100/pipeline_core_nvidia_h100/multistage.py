@@ -41,6 +41,10 @@ ELEM_BYTES, COPY_BYTES = 2, 16
 MMA_M, MMA_N, MMA_K = 16, 8, 16
 #: Registers the fp32 accumulators of one thread may take before the kernel cannot fit 255.
 MAX_ACCUMULATORS = 128
+#: K tile depths whose shared-memory rows the swizzle covers (64- or 128-byte rows): the
+#: ``-p BK`` choices (listed by ``pipeline-core schedules``) and what :meth:`Geometry.validate`
+#: checks for tiles built elsewhere (the emitters' ``-O BK``).
+SWIZZLED_BK: tuple[int, ...] = (32, 64)
 
 
 @attrs.frozen(kw_only=True)
@@ -142,7 +146,7 @@ class Geometry(CtaTile):
         def bad(param: str, why: str) -> ProgramError:
             return ProgramError(f"{who}: -p {param}: {why}")
 
-        if self.bk not in (32, 64):
+        if self.bk not in SWIZZLED_BK:
             raise bad("BK", f"must be 32 or 64 (64- or 128-byte swizzled rows), got {self.bk}")
         if self.bm % (self.warps_m * MMA_M):
             raise bad("BM", f"{self.bm} is not a multiple of warps_m x 16 = {self.warps_m * MMA_M}")
@@ -165,7 +169,7 @@ class Geometry(CtaTile):
                             f"{MAX_ACCUMULATORS}): raise warps_m / warps_n or shrink BM / BN")
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"{who}: -T stages: {self.stages} stages of {self.stage_bytes} bytes "
-                               f"need {self.smem_bytes} bytes of shared memory, over the "
+                               f"(the BM x BK and BN x BK tiles) need {self.smem_bytes} bytes of shared memory, over the "
                                f"{H100_SXM.smem_per_cta_optin} a CTA may use")
 
     def check_shape(self, m: int, n: int, k: int) -> None:
@@ -186,7 +190,7 @@ class Geometry(CtaTile):
 PARAMS = (
     Param("BM", int, 128, "CTA tile rows (M)", bound=Bound(low=16, high=512)),
     Param("BN", int, 256, "CTA tile columns (N)", bound=Bound(low=16, high=512)),
-    Param("BK", int, 64, "K tile depth: 32 or 64", bound=Bound(low=32, high=64)),
+    Param("BK", int, 64, "K tile depth (64- or 128-byte swizzled rows)", choices=SWIZZLED_BK),
     Param("warps_m", int, 2, "warp grid rows", bound=Bound(low=1, high=8)),
     Param("warps_n", int, 4, "warp grid columns", bound=Bound(low=1, high=8)),
     Param("group_m", int, 8, "grouped raster: CTA rows that share B tiles in L2",

@@ -144,17 +144,17 @@ class WsGeometry:
                 raise bad(param, f"setmaxnreg takes a multiple of 8 in 24..256, got {regs}")
         total = 128 * (self.producer_registers + self.consumers * self.consumer_registers)
         if total > H100_SXM.registers_per_sm:
-            raise bad("consumer_registers", f"128 x ({self.producer_registers} + "
-                                            f"{self.consumers} x {self.consumer_registers}) = "
-                                            f"{total} registers exceed the SM's "
-                                            f"{H100_SXM.registers_per_sm}")
+            raise bad("consumer_registers", f"128 x (producer_registers {self.producer_registers} "
+                                            f"+ consumers {self.consumers} x "
+                                            f"{self.consumer_registers}) = {total} registers "
+                                            f"exceed the SM's {H100_SXM.registers_per_sm}")
         launch = H100_SXM.registers_per_sm // self.threads // 8 * 8
         if self.producer_registers > launch:
             raise bad("producer_registers", f"the producer gives registers back: at most the "
                                             f"{launch} each thread starts with")
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"{who}: -T stages: {self.stages} stages of {self.stage_bytes} "
-                               f"bytes need {self.smem_bytes} bytes of shared memory, over the "
+                               f"bytes (the BM x BK and BN x BK tiles) need {self.smem_bytes} bytes of shared memory, over the "
                                f"{H100_SXM.smem_per_cta_optin} a CTA may use")
 
     def check_shape(self, m: int, n: int, k: int) -> None:

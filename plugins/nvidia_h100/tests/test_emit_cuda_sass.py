@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -11,10 +10,10 @@ import pytest
 pytest.importorskip("pipeline_core_nvidia_h100")
 
 from pipeline_core_nvidia_h100.sync import WAIT_CP_ASYNC  # noqa: E402
-from pipeline_core_nvidia_h100.toolchain import sass_command  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import nvcc, sass_command  # noqa: E402
 
-NVCC = shutil.which("nvcc")
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+NVCC = nvcc() or "nvcc"  # the needs_nvcc rule (conftest.py) skips or fails without it
+pytestmark = pytest.mark.needs_nvcc
 VARIANTS = {"first-light": (["-p", "BM=128", "-p", "BN=128", "-p", "BK=32", "-p", "warps_m=2",
                              "-p", "warps_n=2", "-T", "stages=2"], 2),
             "perf-s3": (["-T", "stages=3"], 3), "perf-s4": (["-T", "stages=4"], 4)}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -21,10 +20,10 @@ pytest.importorskip("pipeline_core_nvidia_h100")
 from pipeline_core_nvidia_h100.emit_pingpong import geometry_from_options  # noqa: E402
 from pipeline_core_nvidia_h100.pingpong import PingPongTag  # noqa: E402
 from pipeline_core_nvidia_h100.sync import BARRIER_SYNC_NONALIGNED, WAIT_CP_ASYNC  # noqa: E402
-from pipeline_core_nvidia_h100.toolchain import GENCODE, sass_command  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import GENCODE, nvcc, sass_command  # noqa: E402
 
-NVCC = shutil.which("nvcc")
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+NVCC = nvcc() or "nvcc"  # the needs_nvcc rule (conftest.py) skips or fails without it
+pytestmark = pytest.mark.needs_nvcc
 PHASES = ("prologue", "kernel", "epilogue")
 TILES = {"128x128x64": {}, "128x128x32": {"BK": 32}}  # typed, as the core passes -O
 COLLECTIVE = "WARPSYNC.COLLECTIVE"

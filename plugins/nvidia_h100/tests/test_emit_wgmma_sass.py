@@ -2,17 +2,16 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 
 import pytest
 
 pytest.importorskip("pipeline_core_nvidia_h100")
 
-from pipeline_core_nvidia_h100.toolchain import sass_command  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import nvcc, sass_command  # noqa: E402
 
-NVCC = shutil.which("nvcc")
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+NVCC = nvcc() or "nvcc"  # the needs_nvcc rule (conftest.py) skips or fails without it
+pytestmark = pytest.mark.needs_nvcc
 #: label -> (-p / -T arguments, ring stages, release lag, consumer registers, producer registers)
 VARIANTS = {"s4": (["-T", "stages=4"], 4, 1, 232, 40),
             "s2-bn128": (["-T", "stages=2", "-p", "BN=128"], 2, 1, 232, 40),

@@ -8,6 +8,8 @@ schedules of its own declare the bundled families, and a second emitter writes `
 """
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("pipeline_core_nvidia_h100")
@@ -100,9 +102,9 @@ def test_a_schedule_of_a_bundled_family_gets_its_emitter_without_being_named(pip
 def test_two_emitters_of_one_family_and_target_need_emitter(pipeline_cli):
     res = pipeline_cli([*PLUGIN, "emit", "warpspecialized-gemm", "--target", "h100"])
     assert res.exit_code == 2
-    assert res.stderr == ("error: emit.--emitter = '(none given)' is invalid: one emitter name: 2 "
-                          "serve kernel family gemm-wgmma of schedule warpspecialized-gemm on "
-                          "target h100 (cuda-wgmma, second-wgmma)\n")
+    assert res.stderr == ("error: 2 emitters serve kernel family gemm-wgmma of schedule "
+                          "warpspecialized-gemm on target h100: pass --emitter cuda-wgmma or "
+                          "--emitter second-wgmma\n")
     picked = pipeline_cli([*PLUGIN, "emit", "warpspecialized-gemm", "--target", "h100",
                            "--emitter", "second-wgmma"])
     assert (picked.exit_code, picked.stdout) == (0, "// second\n")
@@ -124,7 +126,35 @@ def test_an_emitter_of_another_family_is_refused_naming_both(pipeline_cli):
             "kernel family gemm-wgmma)") in res.stderr
     hello = pipeline_cli(["emit", "hello", "--target", "h100"])
     assert hello.exit_code == 2
-    assert "0 serve schedule hello (which declares no kernel family) on target h100" in hello.stderr
+    assert hello.stderr == ("error: no emitter serves schedule hello (which declares no kernel "
+                            "family) on target h100, nor on any target it is made for; "
+                            "`pipeline-core emitters` lists the installed emitters and the kernel "
+                            "families they write\n")
+
+
+def test_emit_without_an_emitter_for_the_target_names_the_target_that_has_one(pipeline_cli):
+    """Issue 25: ``emit pingpong`` on its default target (mi355x, no emitter) used to say
+    "emit.--emitter = '(none given)' is invalid"; it names the --target to type instead."""
+    res = pipeline_cli(["emit", "pingpong"])
+    assert (res.exit_code, res.stdout) == (2, "")
+    assert res.stderr == ("error: no emitter serves kernel family gemm-pingpong of schedule "
+                          "pingpong on target mi355x; try --target h100-pingpong\n")
+    fixed = pipeline_cli(["emit", "pingpong", "--target", "h100-pingpong"])
+    assert fixed.exit_code == 0 and "emitter cuda-pingpong" in fixed.stdout.splitlines()[0]
+
+
+def test_emitters_lists_the_schedules_each_writes(pipeline_cli):
+    """The schedules come from the kernel family each declares on a target the emitter serves."""
+    res = pipeline_cli(["emitters", "--format", "json"])
+    assert res.exit_code == 0, res.stderr
+    rows = {row["name"]: row for row in json.loads(res.stdout)["emitters"]}
+    assert {name: row["schedules"] for name, row in rows.items()} == {
+        "cuda": ["multistage-gemm"], "cuda-pingpong": ["pingpong"],
+        "cuda-wgmma": ["warpspecialized-gemm"]}
+    text = pipeline_cli(["emitters"]).stdout
+    assert "[pipeline-core-nvidia-h100; schedules pingpong; targets h100-pingpong;" in text
+    # an option without a default says so, rather than a default outside its own range
+    assert "    -O watchdog (int; an integer in [1, " in text
 
 
 def test_a_geometry_not_of_the_family_is_refused_by_the_emitter(pipeline_cli):

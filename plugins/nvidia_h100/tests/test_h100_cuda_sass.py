@@ -7,7 +7,6 @@ instructions, so these assert on counts and wait values, never on order.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,10 +15,10 @@ import pytest
 pytest.importorskip("pipeline_core_nvidia_h100")
 
 from pipeline_core_nvidia_h100.cuda import MAX_WAIT_GROUP, header_path, header_source  # noqa: E402
-from pipeline_core_nvidia_h100.toolchain import sass_command  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import nvcc, sass_command  # noqa: E402
 
-NVCC = shutil.which("nvcc")
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+NVCC = nvcc() or "nvcc"  # the needs_nvcc rule (conftest.py) skips or fails without it
+pytestmark = pytest.mark.needs_nvcc
 GENCODE = "-gencode=arch=compute_90a,code=sm_90a"
 
 # One warp: three 512-byte stages through cp.async (one commit group each), wait until the

@@ -124,9 +124,10 @@ def test_bad_tiles_are_refused_naming_the_option(options, message):
              "cuda-pingpong: BK, BM, BN."),
     ("BM=x", "-O BM=x is invalid for emitter cuda-pingpong: 'x' is not an integer"),
     ("BM=\uff11\uff12\uff18", "is not an integer (use the ASCII digits 0-9)"),
-    ("BM=4096", "-O BM=4096 is invalid for emitter cuda-pingpong: an integer in [16, 512]"),
+    ("BM=4096", "-O BM=4096 is invalid for emitter cuda-pingpong: an integer in [64, 512]"),
     ("BK=48", "-O BK=48 is invalid for emitter cuda-pingpong: one of 32, 64"),
-    ("BN=96", "emitter cuda-pingpong: -O BN: must be a positive multiple of 128"),
+    ("BN=96", "-O BN=96 is invalid for emitter cuda-pingpong: an integer in [128, 512]"),
+    ("BN=192", "emitter cuda-pingpong: -O BN: must be a positive multiple of 128"),
 ])
 def test_the_core_checks_the_declared_options_before_the_emitter_runs(pipeline_cli, option,
                                                                       message):

@@ -35,7 +35,7 @@ from pipeline_core.plugin_api import (BuildContext, ConfigError, FrameworkTag, O
                                       WarpStagger, annotate, apply_overrides, framework_op)
 
 from pipeline_core_amd_mi355x.configs import require_2x2_double_buffer
-from pipeline_core_amd_mi355x.geometry import (DTYPES, LaunchDefaults, TileShape,
+from pipeline_core_amd_mi355x.geometry import (DTYPES, FOUR_WAVE_LAYOUT, TILE_SIZE, LaunchDefaults, TileShape,
                                                four_wave_launch_defaults)
 from pipeline_core_amd_mi355x.tags import (CHANNEL_A, CHANNEL_B, DOUBLE_BUFFER_TAG_NAMES,
                                            DoubleBufferTag as T)
@@ -52,12 +52,13 @@ FENCE_MIN_BM = 128
 
 PARAMS: tuple[Param, ...] = (
     Param("dtype", str, "fp8", "input type", choices=DTYPES),
-    Param("BM", int, 128, "block tile M (a multiple of 64 for the 2x2 warp grid of 16-row MMAs)"),
-    Param("BN", int, 128, "block tile N"),
-    Param("BK", int, 128, "block tile K (a multiple of MMA_K)"),
-    Param("MMA_M", int, 16, "MFMA M"),
-    Param("MMA_N", int, 16, "MFMA N"),
-    Param("MMA_K", int, 128, "MFMA K"),
+    Param("BM", int, 128, "block tile M (a multiple of 64 for the 2x2 warp grid of 16-row MMAs)",
+          bound=TILE_SIZE),
+    Param("BN", int, 128, "block tile N", bound=TILE_SIZE),
+    Param("BK", int, 128, "block tile K (a multiple of MMA_K)", bound=FOUR_WAVE_LAYOUT.bk_bound),
+    Param("MMA_M", int, 16, "MFMA M", bound=TILE_SIZE),
+    Param("MMA_N", int, 16, "MFMA N", bound=TILE_SIZE),
+    Param("MMA_K", int, 128, "MFMA K", bound=TILE_SIZE),
     Param("launch_defaults", bool, True,
           "apply what the production 4-wave kernel passes: target vm/max_globals from the geometry, "
           "schedule-barrier mask 0xFF and wait wrapping when BM >= 128 (false: the builder's defaults)"),

@@ -17,9 +17,9 @@ from typing import Any, Mapping
 
 import attrs
 
-from pipeline_core.plugin_api import (COUNTER_TICKS, REFUSED, BuildContext, ConfigError, Op, Param,
-                                      PipelineConfig, ScheduleConfig, ScheduleRecord, TargetProfile,
-                                      TransformError)
+from pipeline_core.plugin_api import (COUNTER_TICKS, REFUSED, Bound, BuildContext, ConfigError, Op,
+                                      Param, PipelineConfig, ScheduleConfig, ScheduleRecord,
+                                      TargetProfile, TransformError)
 
 from pipeline_core_amd_mi355x.interleaved import InterleavedMatmulSchedule
 
@@ -29,13 +29,21 @@ NAME = "matmul-grid"
 OWNER = f"schedule {NAME}"
 #: Largest grid side accepted (PipelineConfig allows 64; bodies grow as m*n).
 MAX_SIDE = 16
+#: The grid's sides, checked by ``-p`` parsing before the factory runs and listed by
+#: ``pipeline-core schedules`` from the same records: m >= 2 (a warp group's two quadrant
+#: rows), n >= 1.
+GRID_M = Bound(low=2, high=MAX_SIDE)
+GRID_N = Bound(low=1, high=MAX_SIDE)
+#: The double-buffer program, its prologue and the K offsets (K0, K1, K_PREV) cover exactly
+#: two LDS stages, one per warp group: 2 is the only value.
+PARTITIONS_BOUND = Bound(low=PARTITIONS, high=PARTITIONS)
 
 PARAMS: tuple[Param, ...] = (
-    Param("m", int, 2, "MMA rows per warp group (>= 2)"),
-    Param("n", int, 2, "MMA columns per warp group (>= 1)"),
+    Param("m", int, 2, "MMA rows per warp group", bound=GRID_M),
+    Param("n", int, 2, "MMA columns per warp group", bound=GRID_N),
     Param("partitions", int, PARTITIONS,
           "warp groups, one LDS stage each; the double-buffer program fills two stages "
-          "(K0/K1 prefetch, K_PREV completion), so 2 is the only value"),
+          "(K0/K1 prefetch, K_PREV completion), so 2 is the only value", bound=PARTITIONS_BOUND),
     Param("fp8", bool, False, "FP8 inputs (informational, as in ping-pong)"),
     Param("lgkm_per_load_a", int, 0, "lgkmcnt per channel-A load, written into the ScheduleConfig",
           bound=COUNTER_TICKS),
@@ -78,25 +86,14 @@ class MatmulGridSchedule(InterleavedMatmulSchedule):
 OWNED_SCHEDULE_FIELDS = ("lgkm_per_load_a", "lgkm_per_load_b")
 
 
-def _int_in(name: str, value: Any, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo or (
-            hi is not None and value > hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ConfigError(OWNER, name, value, f"an integer {rng}")
-    return value
-
-
 def make_matmul_grid(ctx: BuildContext) -> MatmulGridSchedule:
-    """Parameters -> MatmulGridSchedule; the body is built once here to report bad grids early."""
+    """Parameters -> MatmulGridSchedule; the body is built once here to report bad grids early.
+
+    ``ctx.params`` were parsed against :data:`PARAMS` (``m``, ``n`` and ``partitions`` in their
+    bounds): the bounds live there alone, so the listing shows what is enforced."""
     p = ctx.params
-    m = _int_in("m", p["m"], 2, MAX_SIDE)
-    n = _int_in("n", p["n"], 1, MAX_SIDE)
-    if p["partitions"] != PARTITIONS:
-        raise ConfigError(OWNER, "partitions", p["partitions"],
-                          f"{PARTITIONS}: the double-buffer program, its prologue and the K "
-                          "offsets (K0, K1, K_PREV) cover exactly two LDS stages, one per warp "
-                          "group")
-    lgkm = {k: _int_in(k, p[k], 0) for k in OWNED_SCHEDULE_FIELDS}
+    m, n = p["m"], p["n"]
+    lgkm = {k: p[k] for k in OWNED_SCHEDULE_FIELDS}
     for name in lgkm:
         if name in ctx.config_overrides:
             raise ConfigError(OWNER, f"-c {name}", ctx.config_overrides[name],

@@ -23,7 +23,8 @@ from pipeline_core.plugin_api import (COUNTER_TICKS, REFUSED, BuildContext, Conf
                                       ScheduleRecord, TargetProfile)
 
 from pipeline_core_amd_mi355x.configs import require_2x2_double_buffer
-from pipeline_core_amd_mi355x.geometry import DTYPES, LaunchDefaults, TileShape, pingpong_launch_defaults
+from pipeline_core_amd_mi355x.geometry import (DTYPES, PINGPONG_LAYOUT, TILE_SIZE, LaunchDefaults,
+                                               TileShape, pingpong_launch_defaults)
 from pipeline_core_amd_mi355x.interleaved import InterleavedMatmulSchedule
 
 from pipeline_core_schedules_pingpong.body import logical_body
@@ -49,10 +50,12 @@ OWNED_SCHEDULE_FIELDS: Mapping[str, str] = {"lgkm_per_load_a": "lgkm_per_load_a"
 def _shape_param(name: str, what: str) -> Param:
     """A tile-shape parameter; its default depends on dtype only where the kernels differ."""
     b, f = SHAPE_DEFAULTS["bf16"][name], SHAPE_DEFAULTS["fp8"][name]
+    bound = PINGPONG_LAYOUT.bk_bound if name == "BK" else TILE_SIZE
     if b == f:
-        return Param(name, int, b, f"{what}; giving any shape parameter derives lgkm/vm/max_globals")
+        return Param(name, int, b, f"{what}; giving any shape parameter derives lgkm/vm/max_globals",
+                     bound=bound)
     return Param(name, int, None, f"{what} (default {b} for bf16, {f} for fp8); giving any shape "
-                                  "parameter derives lgkm/vm/max_globals")
+                                  "parameter derives lgkm/vm/max_globals", bound=bound)
 
 
 PARAMS: tuple[Param, ...] = (

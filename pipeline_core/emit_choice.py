@@ -1,0 +1,53 @@
+"""Which emitter writes which schedule, on which target: what ``pipeline-core emitters`` lists
+and what ``emit`` suggests when no emitter serves the target it compiled for
+(docs/guide/records.md, "Commands and emitters").
+
+Apart from :mod:`pipeline_core.emitters` (the record, which the plugin host imports) since it
+builds schedules through :mod:`pipeline_core.api`, which imports the host.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from pipeline_core.emitters import EmitterRecord
+from pipeline_core.launch import KernelLaunch
+
+if TYPE_CHECKING:
+    from pipeline_core.plugins import PluginHost
+
+
+def targets_with_emitter(emitters: Iterable[EmitterRecord], launch: KernelLaunch | None,
+                         fits: Callable[[str], bool]) -> list[str]:
+    """The target names some emitter of ``emitters`` serves for the kernel ``launch`` declares,
+    among those ``fits`` accepts (the targets the schedule is made for), sorted: what
+    ``pipeline-core emit`` suggests when no emitter serves the target it compiled for.  An
+    emitter that serves any target adds none (it would have served that one)."""
+    return sorted({target for record in emitters if record.writes(launch)
+                   for target in record.targets if fits(target)})
+
+
+def schedules_written(record: EmitterRecord, host: PluginHost) -> list[str]:
+    """The installed schedules ``record`` writes a kernel for, sorted: each built with its
+    defaults on every target it is made for that the emitter serves, and kept when the kernel
+    family it declares (``kernel_launch()``) is one the emitter writes (what ``pipeline-core
+    emitters`` lists).  Building runs no scheduler; a schedule whose defaults do not build
+    there is left out, as ``emit`` would refuse it."""
+    from pipeline_core.api import build_named
+    from pipeline_core.errors import PipelineError
+    from pipeline_core.schedule import fitting_targets
+
+    written = []
+    for name, schedule in sorted(host.schedules.items()):
+        for target in fitting_targets(schedule, host.targets):
+            if not record.serves(target):
+                continue
+            try:
+                built, _, _ = build_named(name, target=target, host=host)
+            except PipelineError:
+                continue
+            if record.writes(built.kernel_launch()):
+                written.append(name)
+                break
+    return written
+
