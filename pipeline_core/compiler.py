@@ -159,13 +159,14 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
         execution=execution, explicit_source=explicit_source, launch=schedule.kernel_launch())
     from pipeline_core.proof import prove, require_safe
 
-    if wait_source(schedule) == DERIVED:
+    derived = wait_source(schedule) == DERIVED
+    if derived:
         compiled = settle(compiled, host, prove=lambda c: prove(c, host))
         if result is not None and compiled.kernel is not kernel:  # entries were added
             compiled = attrs.evolve(compiled, kernel_deps=tuple(kernel_deps_double_buffer(
                 compiled.kernel, config, lowering.fragment_wait_tag)))
 
-    return require_safe(compiled, host, allow_unsafe=allow_unsafe)
+    return require_safe(compiled, host, allow_unsafe=allow_unsafe, derived=derived)
 
 
 def _lowering_name(schedule: ScheduleBase) -> str:

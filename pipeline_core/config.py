@@ -453,6 +453,12 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"{text!r} is not a boolean (use true or false)")
 
 
+def value_text(value: Any) -> str:
+    """A value as the user types it after ``-c KEY=`` or ``-p KEY=`` (``true``, not ``True``):
+    what :func:`parse_bool` and :func:`apply_overrides` read back."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def apply_overrides(record, overrides: Mapping[str, str], *, what: str = "", flag: str = ""):
     """A copy of ``record`` with fields set from strings (``-c key=value``).
 

@@ -22,7 +22,7 @@ from pipeline_core.errors import PipelineError, ProgramError, TargetFactError, U
 from pipeline_core.ops import FrameworkTag
 
 if TYPE_CHECKING:
-    from pipeline_core.check.verdict import Verdict
+    from pipeline_core.check.verdict import Fix, Verdict
     from pipeline_core.compiled import CompiledSchedule
     from pipeline_core.plugins import PluginHost
     from pipeline_core.sync.model import SyncModel
@@ -208,8 +208,11 @@ def prove(compiled: CompiledSchedule, host: PluginHost | None = None) -> Proof:
                                        warps_per_group=warps))
 
 
-def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
-    """The one-line error for a schedule the proof did not accept."""
+def refusal(compiled: CompiledSchedule, proof: Proof, host: PluginHost | None = None, *,
+            derived: bool = False) -> UnsafeScheduleError:
+    """The one-line error for a schedule the proof did not accept; its fix names the flags
+    or the schedule method that apply it (:func:`pipeline_core.fix_flags.fix_flags`;
+    ``derived``: the core settled the schedule's waits)."""
     who = f"schedule {compiled.schedule_name}"
     if proof.verdict is None:
         target = compiled.target_name or "(the schedule's own)"
@@ -235,6 +238,9 @@ def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
                 f"{first.kind.value} at {first.site.text(multi)}: {first.message}")
     if first.fix is not None:
         text += f"; fix: {first.fix.text}"
+        how = _fix_flags(compiled, first.fix, host, derived)
+        if how:
+            text += f"; {how}"
     if compiled.explicit_source:
         text += f" (the program's explicit blocks come from {compiled.explicit_source})"
     more = len(verdict.distinct()) - 1
@@ -244,12 +250,24 @@ def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
     return UnsafeScheduleError(text, verdict=verdict)
 
 
+def _fix_flags(compiled: CompiledSchedule, fix: Fix, host: PluginHost | None,
+               derived: bool) -> str:
+    from pipeline_core.fix_flags import fix_flags
+    from pipeline_core.sync.resolve import sync_for_compiled
+
+    try:
+        sync = sync_for_compiled(compiled, host)
+    except (TargetFactError, UnknownNameError):
+        return ""
+    return fix_flags(compiled, sync, fix, derived=derived)
+
+
 def require_safe(compiled: CompiledSchedule, host: PluginHost | None = None, *,
-                 allow_unsafe: bool = False) -> CompiledSchedule:
+                 allow_unsafe: bool = False, derived: bool = False) -> CompiledSchedule:
     """``compiled`` with its proof attached; raises :class:`UnsafeScheduleError` unless it is
     proven safe or ``allow_unsafe`` is set."""
     # a schedule settled by pipeline_core/sync/settle.py arrives with the proof of what it emits
     proof = compiled.proof if compiled.proof is not None else prove(compiled, host)
     if not proof.safe and not allow_unsafe:
-        raise refusal(compiled, proof)
+        raise refusal(compiled, proof, host, derived=derived)
     return attrs.evolve(compiled, proof=proof)

@@ -205,30 +205,21 @@ def _emitted_knob_waits(c: CompiledSchedule, sync: SyncModel | None) -> str:
     after the target's channel: ``wait_<channel>_first=N wait_<channel>_last=N``
     (docs/guide/concepts.md, "Reading the views").  A schedule's explicit block is its own
     list, so there the knob's value stands."""
+    from pipeline_core.fix_flags import FIRST_KNOB, knob_waits
+
     kp = c.kernel_program
-    kept = _kept_before(c, sync)
-    if kp is None or kept is None:
+    if kp is None:
         return "none"
-    program = kp.program
-    binding = sync.block_binding if sync is not None else None
-    words = [("first", 0, binding.fragment_channel if binding else "lgkm", kp.wait_lgkm_first),
-             ("last", c.config.blocks_per_partition - 1,
-              binding.global_channel if binding else "vm", kp.wait_vm_last)]
-    starts = program.block_starts()
     out = []
-    for which, block, channel, knob in words:
-        if channel is None or block >= len(starts):  # the target has no such wait
+    for site in knob_waits(c, sync, partitions=1):
+        which, knob = (("first", kp.wait_lgkm_first) if site.knob == FIRST_KNOB
+                       else ("last", kp.wait_vm_last))
+        if site.channel is None:  # the target has no such wait
             continue
-        if program.explicit(block):
-            out.append(f"wait_{channel}_{which}={knob}")
-            continue
-        offset = program.blocks[block].pre_sync_offset()
-        if offset is None:
-            continue
-        at = starts[block] + offset
-        if kept[at + 1] == kept[at]:  # the target has no instruction for it
-            continue
-        out.append(f"wait_{channel}_{which}={c.kernel[kept[at]].op.wait_value}")
+        if site.explicit:
+            out.append(f"wait_{site.channel}_{which}={knob}")
+        elif site.index is not None:
+            out.append(f"wait_{site.channel}_{which}={c.kernel[site.index].op.wait_value}")
     return " ".join(out) or "none"
 
 
