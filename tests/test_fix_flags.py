@@ -152,3 +152,21 @@ def test_on_the_bundled_target_the_named_flags_are_typed_on_the_command_line(cli
     assert flags == {"auto_waits": "false", "wait_vm_last": "8", "wait_lgkm_first": "0"}
     argv = [a for k, v in flags.items() for a in ("-c", f"{k}={v}")]
     assert cli("compile", "pingpong", "-c", "barrier_before_pre_ops=true", *argv).exit_code == 0
+
+
+@pytest.mark.parametrize("argv, needle, fix, drop", [
+    # a producers-first order bunches 3 global loads in one block
+    (("-p", "m=3", "-c", "scheduling=CSP"), "(-c scheduling=EXACT_BLOCKS)",
+     ("-c", "scheduling=EXACT_BLOCKS"), ("-c", "scheduling=CSP")),
+    # uncapped global loads put a prefetch right before a block reading its stage
+    (("-p", "m=3", "-T", "max_globals=0", "-c", "scheduling=IDENTITY"),
+     "(-T max_globals=1 where the target has it", ("-T", "max_globals=1"),
+     ("-T", "max_globals=0")),
+])
+def test_a_block_program_refusal_names_a_flag_that_gets_past_it(cli, argv, needle, fix, drop):
+    refused = cli("compile", "matmul-grid", *argv)
+    assert refused.exit_code == 2 and needle in refused.stderr, refused.stderr
+    kept = [a for pair in zip(argv[::2], argv[1::2]) if pair != drop for a in pair]
+    fixed = cli("compile", "matmul-grid", *kept, *fix)
+    assert fixed.exit_code in (0, 1), fixed.stderr  # compiled, or the proof's next finding
+    assert needle not in fixed.stderr
