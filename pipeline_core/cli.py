@@ -496,13 +496,52 @@ def _refuse_compile_options_with_input(args) -> None:
 def _compile_from_args(args, host, allow_unsafe: bool | None = None,
                        reference: bool | None = None):
     from pipeline_core.api import compile_named
+    from pipeline_core.errors import ConfigError
 
     if allow_unsafe is None:
         allow_unsafe = bool(getattr(args, "allow_unsafe", False))
-    return compile_named(args.schedule, target=args.target, params=_pairs(args.params, "-p"),
-                         target_args=_pairs(args.target_args, "-T"),
-                         config_overrides=_pairs(args.overrides, "-c"), host=host,
-                         allow_unsafe=allow_unsafe, reference=reference)
+    given = _values_with_project_defaults(args, host)
+    try:
+        return compile_named(args.schedule, target=args.target, params=given["-p"],
+                             target_args=given["-T"], config_overrides=given["-c"], host=host,
+                             allow_unsafe=allow_unsafe, reference=reference)
+    except ConfigError as exc:  # a value from the file: name the file and the key
+        defaults = _project_defaults()
+        typed = {"-p": args.params, "-T": args.target_args, "-c": args.overrides}
+        from_file = defaults.for_schedule(args.schedule).get(exc.flag, {})
+        if exc.field in from_file and exc.field not in _pairs(typed.get(exc.flag), exc.flag):
+            letter = exc.flag.lstrip("-")
+            raise ConfigError(defaults.table(args.schedule), f"{letter}.{exc.field}", exc.value,
+                              f"{exc} (the value comes from this file: fix it there)") from None
+        raise
+
+
+def _project_defaults():
+    """``[tool.pipeline-core]`` of the nearest pyproject.toml (pipeline_core/project_defaults.py)."""
+    from pipeline_core import project_defaults
+
+    return project_defaults.load(project_defaults.find())
+
+
+def _values_with_project_defaults(args, host) -> dict[str, dict[str, str]]:
+    """The command line's -p / -T / -c over the project file's, each file value checked by the
+    parser its flag goes through."""
+    from pipeline_core.api import check_config_overrides
+    from pipeline_core.project_defaults import merged
+    from pipeline_core.schedule import parse_params, parse_target_args
+
+    given = {"-p": _pairs(args.params, "-p"), "-T": _pairs(args.target_args, "-T"),
+             "-c": _pairs(args.overrides, "-c")}
+    if args.schedule not in host.schedules:  # compile refuses the name itself
+        return given
+    record = host.schedules[args.schedule]
+    target = host.targets.get(args.target or record.default_target)
+    checks = {"-p": lambda pairs: parse_params(f"schedule {record.name}", record.params, pairs,
+                                               flag="-p"),
+              "-T": lambda pairs: target is None or parse_target_args(target, pairs),
+              "-c": lambda pairs: check_config_overrides(pairs, host)}
+    out = merged(_project_defaults(), args.schedule, given, checks)
+    return {flag: out.get(flag, {}) for flag in ("-p", "-T", "-c")}
 
 
 def cmd_analyze(args, host) -> int:
