@@ -103,6 +103,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "emit": ("pipeline-core emit multistage-gemm --target h100 -o kernel.cu",
              "pipeline-core emit multistage-gemm -T stages=4 --emitter cuda -o kernel.cu"),
     "new-plugin": ("pipeline-core new-plugin my-gpu", "pipeline-core new-plugin my-gpu --dir ~/src"),
+    "completion": ("pipeline-core completion bash -o ~/.local/share/bash-completion/completions/pipeline-core",
+                   "pipeline-core completion zsh -o ~/.zfunc/_pipeline-core"),
     "plugins": ("pipeline-core plugins", "pipeline-core plugins --format json",
                 "pipeline-core --disable-plugin schedules_4wave plugins"),
 }
@@ -208,6 +210,9 @@ def build_parser(host: Any = None) -> argparse.ArgumentParser:
     n = add_parser("new-plugin", help="write a ready-to-install plugin project (a target and a "
                                       "schedule, a README and a test)")
     _extend(n, "pipeline_core.scaffold")
+    s = add_parser("completion", help="write a bash or zsh completion script (needs the "
+                                      "'completion' extra: shtab)")
+    _extend(s, "pipeline_core.completion")
     if host is not None:
         _add_plugin_commands(host, add_parser)
     parser.set_defaults(version_string=__version__)
@@ -613,10 +618,17 @@ def cmd_version(host) -> int:
     return EXIT_OK
 
 
+def cmd_completion(args, host) -> int:
+    from pipeline_core.completion import script
+
+    _write(script(build_parser(host), args.shell, host), args.output)
+    return EXIT_OK
+
+
 COMMANDS = {"compile": cmd_compile, "targets": cmd_list, "schedules": cmd_list,
             "plugins": cmd_list, "strategies": cmd_list, "emitters": cmd_list, "emit": cmd_emit, "check": cmd_check,
             "analyze": cmd_analyze, "export": cmd_export, "knobs": cmd_knobs,
-            "new-plugin": cmd_new_plugin}
+            "new-plugin": cmd_new_plugin, "completion": cmd_completion}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
