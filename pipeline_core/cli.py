@@ -479,6 +479,10 @@ def cmd_check(args, host) -> int:
                        unproven=compiled.proof.unprovable)
         document = to_document(compiled)
         warps = compiled.execution.warps_per_group
+        from pipeline_core.proof import how_to_apply
+
+        return run(args, document, host=host, warps_per_group=warps,
+                   explain=lambda fix: how_to_apply(compiled, fix, host, derived=None))
     return run(args, document, host=host, warps_per_group=warps)
 
 

@@ -111,17 +111,18 @@ def knob_flags(c: CompiledSchedule, sync: SyncModel | None, fix: Fix) -> str:
     return _typed(pairs)
 
 
-def fix_flags(c: CompiledSchedule, sync: SyncModel | None, fix: Fix, *, derived: bool) -> str:
+def fix_flags(c: CompiledSchedule, sync: SyncModel | None, fix: Fix, *,
+              derived: bool | None) -> str:
     """How the user applies ``fix`` to ``c``: the ``-c`` flags (:func:`knob_flags`), else the
     schedule method that decides the entry.  ``derived``: the schedule's waits were settled by
     the core (``wait_source() == "derived"``, pipeline_core/sync/settle.py), which tried the
-    checker's wait and barrier fixes already."""
+    checker's wait and barrier fixes already; None: not known, so only flags are named."""
     flags = knob_flags(c, sync, fix)
     if flags:
         return f"apply it with {flags}"
     if c.lowering != "blocks" or c.kernel_program is None:
         return ""
-    if fix.action in ("lower_wait", "insert_wait", "insert_barrier") and not derived:
+    if fix.action in ("lower_wait", "insert_wait", "insert_barrier") and derived is False:
         return ("no -c knob sets this entry: the schedule's wait_source() keeps the block "
                 "template's waits; returning \"derived\" from it lets compile derive and place "
                 "them (docs/guide/schedule-plugin.md, \"Waits\")")

@@ -238,7 +238,7 @@ def refusal(compiled: CompiledSchedule, proof: Proof, host: PluginHost | None = 
                 f"{first.kind.value} at {first.site.text(multi)}: {first.message}")
     if first.fix is not None:
         text += f"; fix: {first.fix.text}"
-        how = _fix_flags(compiled, first.fix, host, derived)
+        how = how_to_apply(compiled, first.fix, host, derived=derived)
         if how:
             text += f"; {how}"
     if compiled.explicit_source:
@@ -250,8 +250,10 @@ def refusal(compiled: CompiledSchedule, proof: Proof, host: PluginHost | None = 
     return UnsafeScheduleError(text, verdict=verdict)
 
 
-def _fix_flags(compiled: CompiledSchedule, fix: Fix, host: PluginHost | None,
-               derived: bool) -> str:
+def how_to_apply(compiled: CompiledSchedule, fix: Fix, host: PluginHost | None, *,
+                 derived: bool | None) -> str:
+    """What the user types to apply ``fix`` to ``compiled`` ("" when nothing names it):
+    :func:`pipeline_core.fix_flags.fix_flags` under the target's sync model."""
     from pipeline_core.fix_flags import fix_flags
     from pipeline_core.sync.resolve import sync_for_compiled
 

@@ -170,3 +170,19 @@ def test_a_block_program_refusal_names_a_flag_that_gets_past_it(cli, argv, needl
     fixed = cli("compile", "matmul-grid", *kept, *fix)
     assert fixed.exit_code in (0, 1), fixed.stderr  # compiled, or the proof's next finding
     assert needle not in fixed.stderr
+
+
+def test_check_lists_each_fix_with_its_flags_and_they_make_it_safe(cli):
+    """`pipeline-core check SCHEDULE` (where the refusal sends the user) names the same flags,
+    in the text and in the JSON verdict."""
+    listed = cli("check", "pingpong", "-c", "barrier_before_pre_ops=true")
+    assert listed.exit_code == 1
+    flags = _flags(listed.stdout)
+    assert flags == {"auto_waits": "false", "wait_vm_last": "8", "wait_lgkm_first": "0"}
+    import json
+
+    verdict = json.loads(cli("check", "pingpong", "-c", "barrier_before_pre_ops=true",
+                             "--format", "json").stdout)
+    assert "apply it with -c auto_waits=false" in verdict["first_violation"]["fix"]["text"]
+    argv = [a for k, v in flags.items() for a in ("-c", f"{k}={v}")]
+    assert cli("check", "pingpong", "-c", "barrier_before_pre_ops=true", *argv).exit_code == 0
