@@ -9,7 +9,11 @@ Three ways a value the user typed could be accepted and then mean nothing:
   replaces ``drain_lgkm_mask`` (pipeline_core/program/build.py);
 * the schedule's ``config()`` sets a pipeline field to another value than the target built
   from the user's ``-T`` (a target parameter named after the PipelineConfig field it sets,
-  e.g. mi355x's ``max_globals`` -> ``block_sizing.max_globals``; :func:`pipeline_field_path`).
+  e.g. mi355x's ``max_globals`` -> ``block_sizing.max_globals``; :func:`pipeline_field_path`),
+  or a non-zero ``lgkm_per_load_a/b``, which ScheduleConfig's same-named knob only backs up
+  (pipeline_core/program/waits.py, ``lgkm_cost``);
+* the schedule is single-buffer (pipeline depth 1): its kernel comes from the body and the
+  kernel transforms, and no block-template knob or ordering strategy is read.
 
 Each is refused with exit 2 naming the flag, what overrides it and the fix: obeying the user
 instead would change what the schedule or the other knob decides behind its back.  Only the
@@ -20,11 +24,18 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from pipeline_core.config import (PipelineConfig, ScheduleConfig, apply_overrides,
-                                  pipeline_field_path, pipeline_field_value, value_text)
+from pipeline_core.config import (BLOCK_SCHEDULE_KNOBS, PipelineConfig, ScheduleConfig,
+                                  apply_overrides, pipeline_field_path, pipeline_field_value,
+                                  value_text)
 from pipeline_core.errors import ConfigError
 from pipeline_core.schedule import ScheduleBase, TargetRecord, parse_target_args
 
+#: the knobs a single-buffer schedule reads none of: the block template's, and the ordering
+#: strategy (depth 1 keeps the body's order; pipeline_core/compiler.py)
+SINGLE_BUFFER_UNREAD = frozenset(BLOCK_SCHEDULE_KNOBS) | {"scheduling"}
+#: ScheduleConfig knobs that back up the pipeline config's field of the same name (used only
+#: while that is 0; pipeline_core/program/waits.py, lgkm_cost)
+FALLBACKS = ("lgkm_per_load_a", "lgkm_per_load_b")
 #: knob -> the knob that replaces it when on (pipeline_core/program/build.py), and what with
 REPLACED_BY = {
     "wait_lgkm_first": ("auto_waits", "the derived first-block wait"),
@@ -50,6 +61,7 @@ def refuse_overridden_knobs(name: str, schedule: ScheduleBase,
         return
     given = apply_overrides(ScheduleConfig(), overrides, what="ScheduleConfig", flag="-c")
     sched = schedule.schedule_config()
+    config = schedule.config()
     for key, text in overrides.items():
         used = getattr(sched, key)
         if used != getattr(given, key):
@@ -57,8 +69,18 @@ def refuse_overridden_knobs(name: str, schedule: ScheduleBase,
                               f"the schedule's schedule_config() sets {key}={value_text(used)} "
                               f"over it (a knob the schedule decides; `pipeline-core knobs` "
                               f"lists them): drop -c {key}", flag="-c")
-        if schedule.config().depth < 2:  # auto_waits acts in the block program only (depth >= 2)
+        if config.depth < 2:
+            if key in SINGLE_BUFFER_UNREAD:
+                raise ConfigError(f"schedule {name}", key, text,
+                                  "a single-buffer schedule (pipeline depth 1) keeps the body's "
+                                  "order and has no block template, so this knob changes "
+                                  f"nothing: drop -c {key}", flag="-c")
             continue
+        if key in FALLBACKS and getattr(config, key):
+            raise ConfigError(f"schedule {name}", key, text,
+                              f"the schedule's config() sets {key}={getattr(config, key)}, and "
+                              f"this knob is read only where that is 0: drop -c {key}",
+                              flag="-c")
         other = _replacing(key, sched)
         if other is not None:
             raise ConfigError(f"schedule {name}", key, text,

@@ -116,3 +116,29 @@ def test_pipeline_config_evolve_sets_a_nested_records_field_by_its_name():
     with pytest.raises(ConfigError, match=r"max_globals = 3 is invalid"):
         base.evolve(max_globals=3)
     assert ScheduleConfig().evolve(wait_vm_last=0).wait_vm_last == 0
+
+
+@pytest.mark.parametrize("knob", ["scheduling=GREEDY", "wait_vm_last=0", "minimal_barriers=true",
+                                  "sched_barrier_mask=0"])
+def test_a_block_knob_on_a_single_buffer_schedule_is_refused(cli, knob):
+    """default-matmul (depth 1) emitted the same entries whatever these knobs said."""
+    pytest.importorskip("pipeline_core_amd_mi355x")
+    refused = cli("compile", "default-matmul", "-c", knob)
+    assert refused.exit_code == 2
+    key = knob.split("=")[0]
+    assert refused.stderr == (f"error: -c {knob} is invalid for schedule default-matmul: a "
+                              "single-buffer schedule (pipeline depth 1) keeps the body's order "
+                              "and has no block template, so this knob changes nothing: drop "
+                              f"-c {key}\n")
+    # a knob it reads stays accepted: analyze's LDS-port bound takes the penalty
+    assert cli("compile", "default-matmul", "-c", "lds_contention_penalty=8").exit_code == 0
+
+
+def test_a_fallback_knob_the_pipeline_config_overrides_is_refused(cli):
+    """4wave's config() carries lgkm_per_load_a=4; ScheduleConfig's is read only where that is 0."""
+    pytest.importorskip("pipeline_core_schedules_4wave")
+    refused = cli("compile", "4wave", "-c", "lgkm_per_load_a=3")
+    assert refused.exit_code == 2
+    assert ("the schedule's config() sets lgkm_per_load_a=4, and this knob is read only where "
+            "that is 0: drop -c lgkm_per_load_a") in refused.stderr
+    assert cli("compile", "4wave").exit_code == 0
