@@ -125,5 +125,5 @@ def fix_flags(c: CompiledSchedule, sync: SyncModel | None, fix: Fix, *,
     if fix.action in ("lower_wait", "insert_wait", "insert_barrier") and derived is False:
         return ("no -c knob sets this entry: the schedule's wait_source() keeps the block "
                 "template's waits; returning \"derived\" from it lets compile derive and place "
-                "them (docs/guide/schedule-plugin.md, \"Waits\")")
+                'them (docs/guide/schedule-plugin.md, "The schedule protocol")')
     return ""

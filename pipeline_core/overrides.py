@@ -106,5 +106,6 @@ def refuse_overridden_target_args(name: str, schedule: ScheduleBase, target: Tar
             raise ConfigError(f"schedule {name}", key, text,
                               f"the schedule's config() sets {field}={value_text(used)} over "
                               f"the target's value: drop -T {key}, or have config() keep "
-                              f"the target's {field} (docs/guide/concepts.md, \"Block sizing\")",
+                              f"the target's {field} "
+                              '(docs/guide/concepts.md, "Block sizing")',
                               flag="-T")

@@ -152,7 +152,8 @@ def _check_stagger_race(program: Program, config: PipelineConfig):
                         f"load is not directly followed by a block reading stage {op.stage} "
                         f"(e.g. move it to the partition's last block), cap the global loads "
                         f"per block (-T max_globals=1 where the target has it, else the "
-                        f"schedule's config(): docs/guide/concepts.md, \"Block sizing\"), or "
+                        "schedule's config(): "
+                        'docs/guide/concepts.md, "Block sizing"), or '
                         f"disable warp_stagger in the schedule's config().",
                         block=i, partition=h)
 
