@@ -9,7 +9,7 @@ Three ways a value the user typed could be accepted and then mean nothing:
   replaces ``drain_lgkm_mask`` (pipeline_core/program/build.py);
 * the schedule's ``config()`` sets a pipeline field to another value than the target built
   from the user's ``-T`` (a target parameter named after the PipelineConfig field it sets,
-  e.g. mi355x's ``max_globals`` -> ``block_sizing.max_globals``; :func:`pipeline_field_path`),
+  e.g. a ``max_globals`` parameter -> ``block_sizing.max_globals``; ``pipeline_field_path``),
   or a non-zero ``lgkm_per_load_a/b``, which ScheduleConfig's same-named knob only backs up
   (pipeline_core/program/waits.py, ``lgkm_cost``);
 * the schedule is single-buffer (pipeline depth 1): its kernel comes from the body and the
