@@ -48,6 +48,11 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
                        config_overrides=dict(config_overrides or {}), reference=reference)
     built = host.guard_schedule(record.factory(ctx))  # a plugin's factory guarded it already
     refuse_unread_knobs(schedule, built, dict(config_overrides or {}), host)
+    # a value the user typed that the schedule or another knob overrides is refused
+    from pipeline_core.overrides import refuse_overridden_knobs, refuse_overridden_target_args
+
+    refuse_overridden_knobs(schedule, built, dict(config_overrides or {}))
+    refuse_overridden_target_args(schedule, built, target_record, dict(target_args or {}))
     return built, target_name, values
 
 

@@ -103,6 +103,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "emit": ("pipeline-core emit multistage-gemm --target h100 -o kernel.cu",
              "pipeline-core emit multistage-gemm -T stages=4 --emitter cuda -o kernel.cu"),
     "new-plugin": ("pipeline-core new-plugin my-gpu", "pipeline-core new-plugin my-gpu --dir ~/src"),
+    "completion": ("pipeline-core completion bash -o ~/.local/share/bash-completion/completions/pipeline-core",
+                   "pipeline-core completion zsh -o ~/.zfunc/_pipeline-core"),
     "plugins": ("pipeline-core plugins", "pipeline-core plugins --format json",
                 "pipeline-core --disable-plugin schedules_4wave plugins"),
 }
@@ -208,6 +210,9 @@ def build_parser(host: Any = None) -> argparse.ArgumentParser:
     n = add_parser("new-plugin", help="write a ready-to-install plugin project (a target and a "
                                       "schedule, a README and a test)")
     _extend(n, "pipeline_core.scaffold")
+    s = add_parser("completion", help="write a bash or zsh completion script (needs the "
+                                      "'completion' extra: shtab)")
+    _extend(s, "pipeline_core.completion")
     if host is not None:
         _add_plugin_commands(host, add_parser)
     parser.set_defaults(version_string=__version__)
@@ -490,6 +495,10 @@ def cmd_check(args, host) -> int:
                        unproven=compiled.proof.unprovable)
         document = to_document(compiled)
         warps = compiled.execution.warps_per_group if compiled.execution is not None else 1
+        from pipeline_core.proof import how_to_apply
+
+        return run(args, document, host=host, warps_per_group=warps,
+                   explain=lambda fix: how_to_apply(compiled, fix, host))
     return run(args, document, host=host, warps_per_group=warps)
 
 
@@ -512,13 +521,52 @@ def _refuse_compile_options_with_input(args) -> None:
 def _compile_from_args(args, host, allow_unsafe: bool | None = None,
                        reference: bool | None = None):
     from pipeline_core.api import compile_named
+    from pipeline_core.errors import ConfigError
 
     if allow_unsafe is None:
         allow_unsafe = bool(getattr(args, "allow_unsafe", False))
-    return compile_named(args.schedule, target=args.target, params=_pairs(args.params, "-p"),
-                         target_args=_pairs(args.target_args, "-T"),
-                         config_overrides=_pairs(args.overrides, "-c"), host=host,
-                         allow_unsafe=allow_unsafe, reference=reference)
+    given = _values_with_project_defaults(args, host)
+    try:
+        return compile_named(args.schedule, target=args.target, params=given["-p"],
+                             target_args=given["-T"], config_overrides=given["-c"], host=host,
+                             allow_unsafe=allow_unsafe, reference=reference)
+    except ConfigError as exc:  # a value from the file: name the file and the key
+        defaults = _project_defaults()
+        typed = {"-p": args.params, "-T": args.target_args, "-c": args.overrides}
+        from_file = defaults.for_schedule(args.schedule).get(exc.flag, {})
+        if exc.field in from_file and exc.field not in _pairs(typed.get(exc.flag), exc.flag):
+            letter = exc.flag.lstrip("-")
+            raise ConfigError(defaults.table(args.schedule), f"{letter}.{exc.field}", exc.value,
+                              f"{exc} (the value comes from this file: fix it there)") from None
+        raise
+
+
+def _project_defaults():
+    """``[tool.pipeline-core]`` of the nearest pyproject.toml (pipeline_core/project_defaults.py)."""
+    from pipeline_core import project_defaults
+
+    return project_defaults.load(project_defaults.find())
+
+
+def _values_with_project_defaults(args, host) -> dict[str, dict[str, str]]:
+    """The command line's -p / -T / -c over the project file's, each file value checked by the
+    parser its flag goes through."""
+    from pipeline_core.api import check_config_overrides
+    from pipeline_core.project_defaults import merged
+    from pipeline_core.schedule import parse_params, parse_target_args
+
+    given = {"-p": _pairs(args.params, "-p"), "-T": _pairs(args.target_args, "-T"),
+             "-c": _pairs(args.overrides, "-c")}
+    if args.schedule not in host.schedules:  # compile refuses the name itself
+        return given
+    record = host.schedules[args.schedule]
+    target = host.targets.get(args.target or record.default_target)
+    checks = {"-p": lambda pairs: parse_params(f"schedule {record.name}", record.params, pairs,
+                                               flag="-p"),
+              "-T": lambda pairs: target is None or parse_target_args(target, pairs),
+              "-c": lambda pairs: check_config_overrides(pairs, host)}
+    out = merged(_project_defaults(), args.schedule, given, checks)
+    return {flag: out.get(flag, {}) for flag in ("-p", "-T", "-c")}
 
 
 def cmd_analyze(args, host) -> int:
@@ -607,10 +655,17 @@ def cmd_version(host) -> int:
     return EXIT_OK
 
 
+def cmd_completion(args, host) -> int:
+    from pipeline_core.completion import script
+
+    _write(script(build_parser(host), args.shell, host), args.output)
+    return EXIT_OK
+
+
 COMMANDS = {"compile": cmd_compile, "targets": cmd_list, "schedules": cmd_list,
             "plugins": cmd_list, "strategies": cmd_list, "emitters": cmd_list, "emit": cmd_emit, "check": cmd_check,
             "analyze": cmd_analyze, "export": cmd_export, "knobs": cmd_knobs,
-            "new-plugin": cmd_new_plugin}
+            "new-plugin": cmd_new_plugin, "completion": cmd_completion}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

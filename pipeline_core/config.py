@@ -8,6 +8,7 @@ knobs.  Every field is validated on construction and carries a one-line
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Any, Mapping
 
 import attrs
@@ -408,7 +409,55 @@ class PipelineConfig:
         return self.lgkm_per_load_a if channel == 0 else self.lgkm_per_load_b
 
     def evolve(self, **changes) -> "PipelineConfig":
-        return attrs.evolve(self, **changes)
+        """A copy with ``changes``; a field of a nested record may be named alone
+        (``evolve(max_globals=1)`` sets ``block_sizing.max_globals``: the names are unique,
+        ``pipeline_field_path``), so a schedule's ``config()`` changes its block sizing in
+        one call (docs/guide/concepts.md, "Block sizing").  An unknown name is a ConfigError
+        naming the fields."""
+        top: dict[str, Any] = {}
+        nested: dict[str, dict[str, Any]] = {}
+        for key, value in changes.items():
+            path = pipeline_field_path(key)
+            if path is None:
+                raise UnknownNameError("PipelineConfig.evolve() field", key,
+                                       sorted(_pipeline_paths()))
+            if len(path) == 1:
+                top[key] = value
+            else:
+                nested.setdefault(path[0], {})[path[1]] = value
+        for record, fields in nested.items():
+            if record in top:
+                raise ConfigError("PipelineConfig.evolve()", record, top[record],
+                                  f"either {record}= or its fields ({', '.join(fields)}), not both")
+            top[record] = attrs.evolve(getattr(self, record), **fields)
+        return attrs.evolve(self, **top)
+
+
+@functools.cache
+def _pipeline_paths() -> dict[str, tuple[str, ...]]:
+    """Every PipelineConfig field by name, and each field of its nested records by its own
+    name (``max_globals`` -> ``("block_sizing", "max_globals")``)."""
+    paths: dict[str, tuple[str, ...]] = {}
+    for f in attrs.fields(PipelineConfig):
+        paths[f.name] = (f.name,)
+        factory = getattr(f.default, "factory", None)  # the nested records have a factory
+        if callable(factory) and attrs.has(type(factory())):
+            for inner in attrs.fields(type(factory())):
+                paths.setdefault(inner.name, (f.name, inner.name))
+    return paths
+
+
+def pipeline_field_path(name: str) -> tuple[str, ...] | None:
+    """Where ``name`` lives in a PipelineConfig: ``(name,)``, ``(record, name)`` for a field of
+    a nested record, None when it is neither."""
+    return _pipeline_paths().get(name)
+
+
+def pipeline_field_value(config: PipelineConfig, path: tuple[str, ...]) -> Any:
+    value: Any = config
+    for part in path:
+        value = getattr(value, part)
+    return value
 
 
 @attrs.frozen
@@ -451,6 +500,12 @@ def parse_bool(text: str) -> bool:
     if low in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"{text!r} is not a boolean (use true or false)")
+
+
+def value_text(value: Any) -> str:
+    """A value as the user types it after ``-c KEY=`` or ``-p KEY=`` (``true``, not ``True``):
+    what :func:`parse_bool` and :func:`apply_overrides` read back."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def apply_overrides(record, overrides: Mapping[str, str], *, what: str = "", flag: str = ""):

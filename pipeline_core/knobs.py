@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pipeline_core.config import ScheduleConfig, field_bound, field_help
+from pipeline_core.config import ScheduleConfig, field_bound, field_help, value_text
 from pipeline_core.errors import PipelineError
 from pipeline_core.schedule import REFUSED
 
@@ -22,11 +22,6 @@ if TYPE_CHECKING:
 
 def _type_name(value: Any) -> str:
     return "bool" if isinstance(value, bool) else type(value).__name__
-
-
-def value_text(value: Any) -> str:
-    """A value as the user types it after ``-c KEY=`` or ``-p KEY=`` (``true``, not ``True``)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _allowed(name: str, default: Any, host: "PluginHost") -> str:

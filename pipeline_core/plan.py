@@ -33,6 +33,7 @@ from pipeline_core.launch import KernelLaunch
 from pipeline_core.ops import Entry, FrameworkTag, Op, OpRole, Phase
 
 if TYPE_CHECKING:
+    from pipeline_core.check.verdict import Fix
     from pipeline_core.sync.model import SyncModel
 
 #: the template's wait tags and the counters they wait on, for a plan without a sync model
@@ -284,6 +285,10 @@ class LoweringDetails(Protocol):
                ) -> tuple[str, ...]:
         """The text view's closing section (the block layout)."""
 
+    def how_to_apply(self, plan: "Plan", sync: "SyncModel | None", fix: "Fix") -> str:
+        """What a user types to apply the checker's ``fix`` (the ``-c`` flags that set the wait
+        it names, or the schedule method to change); "" when nothing names it."""
+
 
 @attrs.frozen
 class _NoDetails:
@@ -302,6 +307,9 @@ class _NoDetails:
     def layout(self, plan: "Plan", names: Mapping[int, str], sync: "SyncModel | None"
                ) -> tuple[str, ...]:
         return ()
+
+    def how_to_apply(self, plan: "Plan", sync: "SyncModel | None", fix: "Fix") -> str:
+        return ""
 
 
 NO_DETAILS: LoweringDetails = _NoDetails()

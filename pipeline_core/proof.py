@@ -22,7 +22,7 @@ from pipeline_core.errors import PipelineError, ProgramError, TargetFactError, U
 from pipeline_core.ops import FrameworkTag
 
 if TYPE_CHECKING:
-    from pipeline_core.check.verdict import Verdict
+    from pipeline_core.check.verdict import Fix, Verdict
     from pipeline_core.compiled import CompiledSchedule
     from pipeline_core.plugins import PluginHost
     from pipeline_core.sync.model import SyncModel
@@ -208,8 +208,10 @@ def prove(compiled: CompiledSchedule, host: PluginHost | None = None) -> Proof:
                                        warps_per_group=warps))
 
 
-def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
-    """The one-line error for a schedule the proof did not accept."""
+def refusal(compiled: CompiledSchedule, proof: Proof, host: PluginHost | None = None
+            ) -> UnsafeScheduleError:
+    """The one-line error for a schedule the proof did not accept; its fix names the flags
+    or the schedule method that apply it (:func:`how_to_apply`)."""
     who = f"schedule {compiled.schedule_name}"
     if proof.verdict is None:
         target = compiled.target_name or "(the schedule's own)"
@@ -235,6 +237,9 @@ def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
                 f"{first.kind.value} at {first.site.text(multi)}: {first.message}")
     if first.fix is not None:
         text += f"; fix: {first.fix.text}"
+        how = how_to_apply(compiled, first.fix, host)
+        if how:
+            text += f"; {how}"
     if compiled.plan.explicit_source:
         text += f" (the program's explicit blocks come from {compiled.plan.explicit_source})"
     more = len(verdict.distinct()) - 1
@@ -244,6 +249,19 @@ def refusal(compiled: CompiledSchedule, proof: Proof) -> UnsafeScheduleError:
     return UnsafeScheduleError(text, verdict=verdict)
 
 
+def how_to_apply(compiled: CompiledSchedule, fix: Fix, host: PluginHost | None) -> str:
+    """What the user types to apply ``fix`` to ``compiled`` ("" when nothing names it): the
+    plan's lowering answers (``LoweringDetails.how_to_apply``; the block program names its
+    ``-c`` knobs, pipeline_core/lowering/knob_fixes.py) under the target's sync model."""
+    from pipeline_core.sync.resolve import sync_for_compiled
+
+    try:
+        sync = sync_for_compiled(compiled, host)
+    except (TargetFactError, UnknownNameError):
+        return ""
+    return compiled.plan.details.how_to_apply(compiled.plan, sync, fix)
+
+
 def require_safe(compiled: CompiledSchedule, host: PluginHost | None = None, *,
                  allow_unsafe: bool = False) -> CompiledSchedule:
     """``compiled`` with its proof attached; raises :class:`UnsafeScheduleError` unless it is
@@ -251,5 +269,5 @@ def require_safe(compiled: CompiledSchedule, host: PluginHost | None = None, *,
     # a schedule settled by pipeline_core/sync/settle.py arrives with the proof of what it emits
     proof = compiled.proof if compiled.proof is not None else prove(compiled, host)
     if not proof.safe and not allow_unsafe:
-        raise refusal(compiled, proof)
+        raise refusal(compiled, proof, host)
     return attrs.evolve(compiled, proof=proof)

@@ -172,9 +172,9 @@ def mma_block_interleave(ops: Sequence[Op], config: PipelineConfig, *,
     if dropped:
         raise _dropped_error(
             "mma_block_interleave", sorted(dropped, key=lambda item: item[0]),
-            f"Globals beyond the block budget (heavy {heavy}, light {light}, max_globals {cap}) "
-            "never fit, and a frag is placed only with the first MMA of its row (A) or column "
-            "(B), the first frag per subtile winning")
+            f"Globals beyond the block budget (heavy {heavy}, light {light}, max_globals {cap}; "
+            'docs/guide/concepts.md, "Block sizing") never fit, and a frag is placed only '
+            "with the first MMA of its row (A) or column (B), the first frag per subtile winning")
     return [o for _, o in out]
 
 

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import attrs
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from pipeline_core.errors import PipelineError, PluginError
 from pipeline_core.limits import (CHECK_ITERATIONS, JSON_DEPTH, WARPS_PER_GROUP, default_iterations,
@@ -23,6 +23,7 @@ from pipeline_core.limits import (CHECK_ITERATIONS, JSON_DEPTH, WARPS_PER_GROUP,
 
 if TYPE_CHECKING:
     from pipeline_core.check.counters import CounterModel
+    from pipeline_core.check.verdict import Fix
 
 # The checker itself is imported when a check runs, so that building the CLI parser
 # (every pipeline-core command) stays cheap.
@@ -125,13 +126,15 @@ def json_depth(text: str) -> int:
 def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
         model: "CounterModel | None" = None, host: Any = None, out: TextIO | None = None,
         err: TextIO | None = None, warps_per_group: int = 1, verdict: Any = None,
-        unproven: str = "") -> int:
+        unproven: str = "", explain: Callable[[Fix], str] | None = None) -> int:
     """Check ``document`` (or ``args.input`` when ``document`` is None) and print the verdict.
 
     ``warps_per_group`` is the compiled schedule's declared count, used unless
     ``--warps-per-group`` is given.  The counter model is ``model`` if given, else the one built from the sync model
     of the target (``args.target`` or the document's) registered with ``host``; a
-    target that declares none is refused with one line naming it.
+    target that declares none is refused with one line naming it.  ``explain`` says how the
+    user applies a fix (``check SCHEDULE``: the flags, pipeline_core/lowering/knob_fixes.py); its answer
+    is added to each fix's text.
     """
     from pipeline_core.api import require_document_fit
     from pipeline_core.check.checker import check_document, modelled_warps
@@ -187,6 +190,9 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     except (PipelineError, ValueError, TypeError) as e:
         print(f"pipeline-core check: error: {e}", file=err)
         return EXIT_BAD_INPUT
+    if explain is not None:
+        verdict = attrs.evolve(verdict, violations=tuple(
+            attrs.evolve(v, fix=_explained(v.fix, explain)) for v in verdict.violations))
     return _print(args, verdict, document, host, out)
 
 
@@ -202,6 +208,11 @@ def _require_registered_lowering(document: Mapping[str, Any], host: Any) -> None
     raise DocumentError("lowering", f"{lowering!r} is no registered lowering ({known}; no "
                                     "lowering key: the block program); install the plugin that "
                                     "built the document, or recompile it")
+
+
+def _explained(fix: Fix | None, explain: Callable[[Fix], str]) -> Fix | None:
+    how = explain(fix) if fix is not None else ""
+    return attrs.evolve(fix, text=f"{fix.text}; {how}") if fix is not None and how else fix
 
 
 def _print(args: argparse.Namespace, verdict: Any, document: Mapping[str, Any], host: Any,

@@ -28,6 +28,7 @@ from pipeline_core.program.program import KernelProgram
 from pipeline_core.sync.model import SyncModel
 
 if TYPE_CHECKING:
+    from pipeline_core.check.verdict import Fix
     from pipeline_core.compiled import CompiledSchedule
     from pipeline_core.program.program import Program
 
@@ -94,7 +95,8 @@ def lower(ctx: LoweringInput) -> Plan:
         prologue, kernel, epilogue = (binding.entries(p) for p in (prologue, kernel, epilogue))
         kernel_deps = tuple(kernel_deps_double_buffer(kernel, config, binding.fragment_wait_tag))
         details = BlockDetails(result=result, bootstrap_frags=bootstrap, config=config,
-                               schedule_config=sched)
+                               schedule_config=sched,
+                               derived=wait_source(schedule) == DERIVED)
         explicit_source = source if any(explicit) else ""  # "": every block keeps its template
         order = tuple(result.order)
     else:
@@ -157,6 +159,9 @@ class BlockDetails:
     bootstrap_frags: tuple[Op, ...] = ()
     config: PipelineConfig
     schedule_config: ScheduleConfig
+    #: the schedule's waits are derived and settled by the core (``wait_source()``)
+    derived: bool = True
+
     @property
     def program(self) -> "Program":
         return self.result.program
@@ -244,35 +249,29 @@ class BlockDetails:
                 lines.append("      drains lgkm before its loads")
         return tuple(lines)
 
+    def how_to_apply(self, plan: Plan, sync: SyncModel | None, fix: Fix) -> str:
+        from pipeline_core.lowering.knob_fixes import fix_flags
+
+        return fix_flags(self.result, self.config, self.schedule_config,
+                         plan.entries(Phase.KERNEL), sync, fix, derived=self.derived)
+
     def _knob_waits(self, plan: Plan, sync: SyncModel | None) -> str:
         """The waits the ``wait_lgkm_first`` / ``wait_vm_last`` knobs place (the first block's
         fragment wait, the last block of partition 0's global wait) as the kernel emits them,
         named after the target's channel: ``wait_<channel>_first=N wait_<channel>_last=N``
         (docs/guide/concepts.md, "Reading the views").  A schedule's explicit block is its own
         list, so there the knob's value stands."""
-        kp = self.result
-        kept = self._kept_before(plan, sync)
-        if kept is None:
-            return "none"
-        program = kp.program
-        kernel = plan.entries(Phase.KERNEL)
-        binding = sync.block_binding if sync is not None else None
-        words = [("first", 0, binding.fragment_channel if binding else "lgkm", kp.wait_lgkm_first),
-                 ("last", self.config.blocks_per_partition - 1,
-                  binding.global_channel if binding else "vm", kp.wait_vm_last)]
-        starts = program.block_starts()
+        from pipeline_core.lowering.knob_fixes import FIRST_KNOB, knob_waits
+
+        kp, kernel = self.result, plan.entries(Phase.KERNEL)
         out = []
-        for which, block, channel, knob in words:
-            if channel is None or block >= len(starts):  # the target has no such wait
+        for site in knob_waits(kp, self.config, kernel, sync, partitions=1):
+            which, knob = (("first", kp.wait_lgkm_first) if site.knob == FIRST_KNOB
+                           else ("last", kp.wait_vm_last))
+            if site.channel is None:  # the target has no such wait
                 continue
-            if program.explicit(block):
-                out.append(f"wait_{channel}_{which}={knob}")
-                continue
-            offset = program.blocks[block].pre_sync_offset()
-            if offset is None:
-                continue
-            at = starts[block] + offset
-            if kept[at + 1] == kept[at]:  # the target has no instruction for it
-                continue
-            out.append(f"wait_{channel}_{which}={kernel[kept[at]].op.wait_value}")
+            if site.explicit:
+                out.append(f"wait_{site.channel}_{which}={knob}")
+            elif site.index is not None:
+                out.append(f"wait_{site.channel}_{which}={kernel[site.index].op.wait_value}")
         return " ".join(out) or "none"

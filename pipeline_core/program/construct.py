@@ -90,8 +90,9 @@ def _split(body: Sequence[Op], order: Sequence[int], total_blocks: int) -> list[
                 raise ProgramError(
                     f"block {b} would hold {len(bucket)} {what} "
                     f"({', '.join(describe_op(i, body[i]) for i in bucket)}) but a block has "
-                    f"{MAX_SLOTS} slots. Reorder the body (or pick another scheduling strategy / "
-                    f"max_globals) so that at most {MAX_SLOTS} {what} precede each MMA.",
+                    f"{MAX_SLOTS} slots. Reorder the body, or order it with a strategy that "
+                    f"fits the blocks (-c scheduling=EXACT_BLOCKS), so that at most {MAX_SLOTS} "
+                    f"{what} precede each MMA.",
                     block=b, ops=tuple(bucket))
     if cursor < n:
         left = list(order[cursor:])

@@ -104,5 +104,9 @@ def redistribute_globals(program: Program, config: PipelineConfig,
         raise ProgramError(
             f"{len(pool)} global load(s) ({', '.join(tag_name(op.tag) for op in pool)}) find no "
             f"block with room (max_globals {cap}) after the last fragment read of the shared "
-            "memory they overwrite; raise max_globals or pick another scheduling strategy")
+            "memory they overwrite; raise max_globals (-T max_globals=2 where the target has it, "
+            "else the schedule's config(): "
+            'docs/guide/concepts.md, "Block sizing") or pick '
+            "another ordering strategy (-c scheduling=NAME; `pipeline-core strategies` lists "
+            "them)")
     return program.with_blocks(blocks)

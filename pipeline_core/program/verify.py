@@ -150,9 +150,11 @@ def _check_stagger_race(program: Program, config: PipelineConfig):
                         f"{op.stage}, which block {i + 1} reads via a fragment load while the "
                         f"other warp group may still be running behind. Reorder the body so this "
                         f"load is not directly followed by a block reading stage {op.stage} "
-                        f"(e.g. move it to the partition's last block), increase num_k_mmas to "
-                        f"add MMA latency (then max_globals = 1 is safe), or disable "
-                        f"warp_stagger.",
+                        f"(e.g. move it to the partition's last block), cap the global loads "
+                        f"per block (-T max_globals=1 where the target has it, else the "
+                        "schedule's config(): "
+                        'docs/guide/concepts.md, "Block sizing"), or '
+                        f"disable warp_stagger in the schedule's config().",
                         block=i, partition=h)
 
 
