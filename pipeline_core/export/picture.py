@@ -6,8 +6,9 @@ extra (``pip install 'pipeline-core[plot]'``) and is imported only when a pictur
 
 Lanes, top to bottom: one per warp group (stalls hatched by reason, the group's MMAs solid,
 issued loads as ticks), the MMA unit (coloured by group), LDS and global memory (in-flight
-ops, stacked in sub-lanes, coloured by group). Barrier releases are thin vertical lines over
-the group lanes; kernel iteration starts (of group 0) are dotted lines over every lane.
+ops, stacked in sub-lanes, a row per SUBLANES_PER_ROW of them, coloured by group). Barrier
+releases are thin vertical lines over the group lanes; kernel iteration starts (of group 0)
+are dotted lines over every lane.
 A unit lane's bar carries its op's name where the text fits inside the bar; in the SVG every
 bar also has a tooltip naming its op, group (or agent) and cycles, so the picture is readable
 at the default 12 iterations, where most bars are a few pixels wide.
