@@ -219,6 +219,13 @@ def build_parser(host: Any = None) -> argparse.ArgumentParser:
     return parser
 
 
+def documented_parser() -> argparse.ArgumentParser:
+    """The command line as the CLI reference shows it (docs/guide/cli.md): the built-in
+    commands and those of the plugins installed (or named in PIPELINE_CORE_PLUGINS).  Sphinx's
+    argparse extension takes a function of no arguments, hence this one."""
+    return build_parser(make_host(_early_host_options([])))
+
+
 def _add_plugin_commands(host, add_parser: Any) -> None:
     """The plugins' commands, each under the guard; a built-in name is refused naming the plugin."""
     from pipeline_core.errors import PluginError

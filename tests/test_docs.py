@@ -1,8 +1,10 @@
 """The user guide builds offline with warnings as errors (what ``tox -e docs`` runs)."""
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -10,20 +12,73 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_the_guide_builds_and_generates_the_hook_record_and_cli_references(tmp_path):
+@pytest.fixture(scope="module")
+def built_guide(tmp_path_factory) -> Path:
+    """The guide built once for this module's tests, as ``tox -e docs`` builds it."""
     pytest.importorskip("sphinx")
     pytest.importorskip("myst_parser")
+    pytest.importorskip("sphinx_argparse_cli")
+    out = tmp_path_factory.mktemp("html")
     run = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-W", "-n", "--keep-going", "-b",
-                          "html", str(ROOT / "docs"), str(tmp_path)],
+                          "html", str(ROOT / "docs"), str(out)],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    hooks = (tmp_path / "guide" / "hooks.html").read_text()
+    return out
+
+
+@pytest.mark.slow
+def test_the_guide_builds_and_generates_the_hook_record_and_cli_references(built_guide):
+    hooks = (built_guide / "guide" / "hooks.html").read_text()
     assert "pipeline_core_register_commands" in hooks and "When:" in hooks
-    cli = (tmp_path / "guide" / "cli.html").read_text()
+    cli = (built_guide / "guide" / "cli.html").read_text()
     assert "pipeline-core analyze" in cli and "--compact" in cli
-    records = (tmp_path / "guide" / "records.html").read_text()
+    records = (built_guide / "guide" / "records.html").read_text()
     assert "pipeline_core.schedule.TargetRecord" in records and "EmitterRecord" in records
+
+
+def _subcommand(parser, name: str):
+    """The parser of command ``name`` (None: no such command)."""
+    return next((a.choices[name] for a in parser._subparsers._group_actions if name in a.choices),
+                None)
+
+
+@pytest.mark.slow
+def test_the_cli_reference_has_an_anchor_per_option(built_guide):
+    """One linkable entry per option (docs/guide/cli.md), not ``--help`` text in a <pre>."""
+    from pipeline_core.cli import documented_parser
+
+    cli = (built_guide / "guide" / "cli.html").read_text()
+    ids = set(re.findall(r'id="([^"]+)"', cli))
+    assert {"pipeline-core-compile---target", "pipeline-core-compile---allow-unsafe",
+            "pipeline-core-compile--T", "pipeline-core-export---format"} <= ids
+    compile_ = _subcommand(documented_parser(), "compile")
+    options = [opt for action in compile_._actions if action.help != argparse.SUPPRESS
+               for opt in action.option_strings]
+    assert len(options) > 10
+    missing = [opt for opt in options if f"pipeline-core-compile-{opt}" not in ids]
+    assert not missing, f"no anchor for compile {missing}"
+    assert "usage: pipeline-core compile" not in cli  # no --help dump
+
+
+def test_the_documented_parser_has_the_plugins_commands(tmp_path, monkeypatch):
+    """The reference lists plugin commands too: documented_parser builds with a plugin host."""
+    from pipeline_core.cli import build_parser, documented_parser
+
+    (tmp_path / "cli_doc_plugin.py").write_text(textwrap.dedent("""
+        from pipeline_core.commands import CommandRecord
+        from pipeline_core.plugin_api import hookimpl
+
+        @hookimpl
+        def pipeline_core_register_commands():
+            return [CommandRecord(name="tally", help="count things",
+                                  add_arguments=lambda p: p.add_argument("--upto"),
+                                  run=lambda args, host: 0)]
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PIPELINE_CORE_PLUGINS", "cli_doc_plugin")
+    tally = _subcommand(documented_parser(), "tally")
+    assert tally is not None and any("--upto" in a.option_strings for a in tally._actions)
+    assert _subcommand(build_parser(), "tally") is None
 
 
 # --- citations of the guide from code, and links between its pages --------------------------
@@ -42,7 +97,7 @@ CODE_FILES = sorted(p for base in ("pipeline_core", "plugins", "examples", "test
 
 
 def _cli_titles() -> set[str]:
-    """Section titles the ``{cli-reference}`` directive generates (docs/_ext/cli_reference.py)."""
+    """Section titles the CLI reference generates (sphinx-argparse-cli: one per command)."""
     from pipeline_core.cli import build_parser
 
     parser = build_parser()
@@ -52,7 +107,7 @@ def _cli_titles() -> set[str]:
 
 def section_titles(page: Path) -> set[str]:
     titles = set(headings(page))
-    if "{cli-reference}" in page.read_text():
+    if "{sphinx_argparse_cli}" in page.read_text():
         titles |= _cli_titles()
     return titles
 
