@@ -217,6 +217,43 @@ def graph_and_compile(torch):
           "op": str(torch.ops.pipeline_core.matmul.default)})
 
 
+def edge_cases(torch):
+    """Empty products, CuPy arrays in and out."""
+    from pipeline_core_nvidia_h100 import matmul
+    bias = torch.randn(300, device="cuda").to(torch.bfloat16)
+    zero_k = matmul(torch.empty(5, 0, device="cuda", dtype=torch.bfloat16),
+                    torch.empty(0, 300, device="cuda", dtype=torch.bfloat16), bias=bias,
+                    activation="relu", out_dtype=torch.float32)
+    want = torch.relu(bias.float()).expand(5, 300)
+    empty = matmul(torch.empty(0, 64, device="cuda", dtype=torch.bfloat16),
+                   torch.randn(64, 300, device="cuda").to(torch.bfloat16))
+    emit({"kind": "edge", "what": "K=0 with bias+relu, M=0",
+          "ok": bool(torch.equal(zero_k, want)) and tuple(empty.shape) == (0, 300)})
+    import cupy as cp
+    a = cp.random.standard_normal((300, 200), dtype=cp.float32).astype(cp.float16)
+    b = cp.random.standard_normal((200, 136), dtype=cp.float32).astype(cp.float16)
+    c = matmul(a, b)
+    ref = a.astype(cp.float32) @ b.astype(cp.float32)
+    err = float(cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref))
+    emit({"kind": "edge", "what": "cupy fp16 in, cupy out", "type": type(c).__module__,
+          "rel_err": err, "ok": type(c).__module__.startswith("cupy") and err < TOL["fp16"]})
+
+
+def sanitize_run(torch):
+    """Small shapes with tails in M, N and K, for compute-sanitizer (racecheck / synccheck)."""
+    from pipeline_core_nvidia_h100 import matmul
+    for case in ((200, 300, 130, "bf16", False, False, 1), (130, 260, 70, "fp16", True, True, 2),
+                 (65, 520, 200, "bf16", True, False, 3)):
+        a, b, bias = case_tensors(torch, case)
+        out_name, _, act = EPILOGUES[case[-1]]
+        od = None if out_name is None else torch_dtype(torch, out_name)
+        got = matmul(a, b, bias=bias, activation=act, out_dtype=od)
+        torch.cuda.synchronize()
+        ref = reference(torch, a, b, bias, act)
+        err = float((got.float() - ref).norm() / ref.norm())
+        print(json.dumps({"kind": "sanitize-case", "case": case, "rel_err": err}), flush=True)
+
+
 def second_process(cache):
     """A fresh process calling matmul once: the kernel must come from the disk cache."""
     before = set(os.listdir(cache))
@@ -292,14 +329,20 @@ def main(argv=None) -> int:
     ap.add_argument("--anchors", default=str(ROOT.parent / "shared" / "tools" / "gemm_anchors.py"))
     ap.add_argument("--out", default=None, help="folder for results.jsonl")
     ap.add_argument("--skip-timing", action="store_true")
+    ap.add_argument("--sanitize", action="store_true",
+                    help="only a few small cases with tails (run under compute-sanitizer)")
     args = ap.parse_args(argv)
     import torch
+    if args.sanitize:
+        sanitize_run(torch)
+        return 0
     emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
     from pipeline_core_nvidia_h100.kernel_cache import cache_dir
     cases = draw_cases(args.cases)
     prebuild(torch, sorted({variant_of(torch, c) for c in cases}, key=repr))
     failures = correctness(torch, cases)
     graph_and_compile(torch)
+    edge_cases(torch)
     second_process(cache_dir())
     summary = [] if args.skip_timing else timing(torch, args.anchors)
     if args.out:

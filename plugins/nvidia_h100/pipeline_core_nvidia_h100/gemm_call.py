@@ -107,17 +107,22 @@ def _shape(t: TensorInfo) -> str:
     return "[" + ", ".join(map(str, t.shape)) + "]"
 
 
-def operand_map(name: str, t: TensorInfo, rows_dim: int, tile_rows: int, bk: int) -> OperandMap:
+def operand_map(name: str, t: TensorInfo, rows_dim: int, tile_rows: int, bk: int,
+                read: bool = True) -> OperandMap:
     """The tensor map of operand ``name`` (``a`` [M, K]: rows_dim 0; ``b`` [K, N]: rows_dim 1).
 
     K-major (K contiguous) when TMA can describe it, else MN-major (M or N contiguous, read
     through wgmma's transpose mode); a size-1 dimension's stride never matters.  Neither: one
-    line naming the operand, its strides and a copy that would work.
+    line naming the operand, its strides and a copy that would work.  ``read`` False (an
+    empty product, M, N or K of 0): no kernel runs, and the strides are not judged.
     """
     elem = ELEM[t.dtype]
     k_dim = 1 - rows_dim
     rows, k = t.shape[rows_dim], t.shape[k_dim]
     s_rows, s_k = t.strides[rows_dim], t.strides[k_dim]
+    if not read:  # an empty product: no kernel runs, nothing is read
+        return OperandMap(major="k", inner=k, outer=rows, stride=_padded(k, elem),
+                          box_inner=bk, box_outer=tile_rows)
     if s_k == 1 or k == 1:  # K-major: rows of K elements
         if rows == 1 or _aligned(s_rows, elem):
             return OperandMap(major="k", inner=k, outer=rows,
@@ -207,8 +212,9 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
             raise _fail("out", f"strides {tuple(out.strides)}: out must be row-major (column "
                                f"stride 1, row stride >= {n}); pass a torch.empty({m}, {n}) "
                                f"and copy")
-    a_map = operand_map("a", a, 0, tile.bm, tile.bk)
-    b_map = operand_map("b", b, 1, tile.bn, tile.bk)
+    read = 0 not in (m, n, k)
+    a_map = operand_map("a", a, 0, tile.bm, tile.bk, read)
+    b_map = operand_map("b", b, 1, tile.bn, tile.bk, read)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
                           out_dtype=out_dtype or a.dtype, bias=bias_kind,
                           activation=activation or "none", tails=True)

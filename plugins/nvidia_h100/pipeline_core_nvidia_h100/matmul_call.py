@@ -22,7 +22,8 @@ from pipeline_core_nvidia_h100.gemm_call import (CallPlan, MatmulArgumentError,
                                                  MatmulTypeError, OperandMap, TensorInfo,
                                                  TileShape, plan_call)
 from pipeline_core_nvidia_h100.runtime import _require
-from pipeline_core_nvidia_h100.warpspecialized import SCHEDULE_NAME, GemmVariant
+from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_NAME, GemmVariant,
+                                                       WsGeometry)
 
 __all__ = ["matmul", "MatmulArgumentError", "MatmulTypeError", "CALL_TILE", "CALL_STAGES",
            "schedule_params"]
@@ -84,10 +85,11 @@ class _Kernels:
         from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME, emit_wgmma
         from pipeline_core_nvidia_h100.kernel_cache import cubin_path
         from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder
+        from pipeline_core_nvidia_h100.skeleton import declared_geometry
 
         compiled = compile_named(SCHEDULE_NAME, target="h100", params=schedule_params(v),
                                  target_args={"stages": str(CALL_STAGES)}, host=_host())
-        g = compiled.launch.geometry  # type: ignore[union-attr]  # declared once, checked
+        g = declared_geometry(compiled, KERNEL_FAMILY, WsGeometry, "matmul")
         source = emit_wgmma(compiled)
         agents = compiled.agents
         min_k = max(len(p.prologue) for p in agents.programs) if agents else 1
@@ -134,9 +136,8 @@ def _info(t: Any, name: str) -> TensorInfo:
 
 
 def _is_fake(t: Any) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    return isinstance(t, FakeTensor)
+    """A FakeTensor (torch.compile's tracing, the fake impls): shape and strides, no address."""
+    return isinstance(t, _require("torch._subclasses.fake_tensor").FakeTensor)
 
 
 def _dtype_name(dtype: Any) -> str | None:

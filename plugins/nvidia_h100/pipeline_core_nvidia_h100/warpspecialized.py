@@ -176,11 +176,12 @@ class WsGeometry:
                             f"of {WGMMA_M} rows per consumer")
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise bad("BN", f"must be a multiple of 16 in 16..256 (wgmma N), got {self.bn}")
-        for param, major, rows in (("a_major", self.variant.a_major, self.bm),
-                                   ("b_major", self.variant.b_major, self.bn)):
+        for param, major, tile, rows in (("a_major", self.variant.a_major, "BM", self.bm),
+                                         ("b_major", self.variant.b_major, "BN", self.bn)):
             if major == "mn" and rows % MN_CHUNK:
-                raise bad(param, f"an MN-major operand is read {MN_CHUNK} rows per box: "
-                                 f"its tile ({rows}) must be a multiple of {MN_CHUNK}")
+                raise bad(param, f"an MN-major operand is read {MN_CHUNK} rows per box: its "
+                                 f"tile -p {tile}={rows} must be a multiple of {MN_CHUNK} (-p "
+                                 f"{tile}={-(-rows // MN_CHUNK) * MN_CHUNK})")
         if self.bm > 256:
             raise bad("BM", f"at most 256 rows (one TMA box dimension), got {self.bm}")
         if self.accumulators > 192:
