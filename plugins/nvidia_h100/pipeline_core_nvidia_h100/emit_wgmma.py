@@ -29,7 +29,7 @@ from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, a
                                                 declared_geometry, render, ring_step_line)
 from pipeline_core_nvidia_h100.warpspecialized import (ELEM_BYTES, KERNEL_FAMILY, MN_CHUNK,
                                                        SCHEDULE_NAME, WGMMA_M, GemmVariant,
-                                                       WgmmaTag, WsGeometry)
+                                                       WgmmaTag, WsGeometry, describe_variant)
 
 EMITTER_NAME = "cuda-wgmma"
 #: PTX type of each input element type (``-p dtype``)
@@ -160,7 +160,7 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int = 0) -> str:
             wgmma_fn=wgmma_instruction(g.bn, v.dtype, int(v.a_major == "mn"),
                                        int(v.b_major == "mn")),
             name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
-            body=body, variant=_describe(v), **constants)
+            body=body, variant=describe_variant(v), **constants)
     return _SOURCE.format(header=header_source(), wgmma_header=wgmma_header_source(),
         wgmma_fn=wgmma_instruction(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
         target=compiled.target_name, body=body, **constants)
@@ -234,11 +234,6 @@ FAMILY = {
             }}
         }}""",
 }
-
-def _describe(v: GemmVariant) -> str:
-    return (f"{v.dtype} in, A {v.a_major.upper()}-major, B {v.b_major.upper()}-major, "
-            f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}")
-
 
 #: The general kernel's source (``GemmVariant.general``): ``M``, ``N``, ``K`` are the sizes
 #: rounded up to whole tiles (the tile loop and the K loop run over them), ``m``, ``n`` the

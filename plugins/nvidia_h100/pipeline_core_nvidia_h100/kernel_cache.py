@@ -14,7 +14,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pipeline_core_nvidia_h100.toolchain import GENCODE, nvcc
@@ -51,8 +51,10 @@ def toolkit_version() -> str:
     return lines[-1] if lines else ""
 
 
-def cubin_path(source: str, name: str, options: Sequence[str], arch: str) -> Path | None:
-    """The cached cubin of this build, built now with nvcc if missing; None without nvcc."""
+def cubin_path(source: str, name: str, options: Sequence[str], arch: str,
+               announce: Callable[[str], None] | None = None) -> Path | None:
+    """The cached cubin of this build, built now with nvcc if missing (``announce`` is told
+    first, with the path it will write); None without nvcc."""
     tool, toolkit = nvcc(), toolkit_version()
     if tool is None or not toolkit:
         return None
@@ -60,6 +62,8 @@ def cubin_path(source: str, name: str, options: Sequence[str], arch: str) -> Pat
     path = folder / f"{kernel_key(source, name, options, arch, toolkit)}.cubin"
     if path.is_file():
         return path
+    if announce is not None:
+        announce(f"building kernel {name} with nvcc into {path} (once: later processes load it)")
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         cu = Path(tmp) / "kernel.cu"

@@ -13,7 +13,9 @@ torch custom ops ``pipeline_core::matmul`` / ``matmul_out`` with fake implementa
 """
 from __future__ import annotations
 
+import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -23,7 +25,7 @@ from pipeline_core_nvidia_h100.gemm_call import (CallPlan, MatmulArgumentError,
                                                  TileShape, plan_call)
 from pipeline_core_nvidia_h100.runtime import _require
 from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_NAME, GemmVariant,
-                                                       WsGeometry)
+                                                       WsGeometry, describe_variant)
 
 __all__ = ["matmul", "MatmulArgumentError", "MatmulTypeError", "CALL_TILE", "CALL_STAGES",
            "schedule_params"]
@@ -95,7 +97,7 @@ class _Kernels:
         min_k = max(len(p.prologue) for p in agents.programs) if agents else 1
         cp = _require("cupy")
         with cp.cuda.Device(device):
-            path = cubin_path(source, KERNEL_NAME, ("-std=c++17",), ARCH)
+            path = cubin_path(source, KERNEL_NAME, ("-std=c++17",), ARCH, _announce(v))
             if path is not None:
                 kernel = cp.RawModule(path=str(path)).get_function(KERNEL_NAME)
             else:
@@ -119,6 +121,13 @@ class _Kernels:
 
 
 _KERNELS = _Kernels()
+
+
+def _announce(v: GemmVariant) -> Callable[[str], None]:
+    """A cold call's one line on stderr: which variant is being built, and where it goes."""
+    def say(text: str) -> None:
+        print(f"pipeline-core matmul: {describe_variant(v)}: {text}", file=sys.stderr, flush=True)
+    return say
 
 
 def _info(t: Any, name: str) -> TensorInfo:

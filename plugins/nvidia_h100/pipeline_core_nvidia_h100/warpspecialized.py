@@ -111,6 +111,12 @@ class GemmVariant:
         return self != GemmVariant()
 
 
+def describe_variant(v: GemmVariant) -> str:
+    """The variant in words (the general kernel's header comment, the call's build notice)."""
+    return (f"{v.dtype} in, A {v.a_major.upper()}-major, B {v.b_major.upper()}-major, "
+            f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}")
+
+
 @attrs.frozen(kw_only=True)
 class WsGeometry:
     """CTA tile, consumers, ring depth and register split: what the emitted kernel is sized by."""

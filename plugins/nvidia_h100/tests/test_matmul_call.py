@@ -239,14 +239,17 @@ def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
 def test_a_second_build_of_the_same_kernel_comes_from_disk(monkeypatch, tmp_path):
     monkeypatch.setenv(kernel_cache.ENV, str(tmp_path))
     src = 'extern "C" __global__ void k(int* p) { p[threadIdx.x] = 1; }\n'
-    first = kernel_cache.cubin_path(src, "k", ("-std=c++17",), "sm_90a")
+    said: list[str] = []
+    first = kernel_cache.cubin_path(src, "k", ("-std=c++17",), "sm_90a", said.append)
     assert first is not None and first.is_file() and first.parent == tmp_path
+    assert len(said) == 1 and str(first) in said[0]  # a cold build says so, once
 
     def no_build(cmd, *args, **kwargs):
         raise AssertionError(f"rebuilt: {cmd}")
 
     monkeypatch.setattr(kernel_cache.subprocess, "run", no_build)
-    assert kernel_cache.cubin_path(src, "k", ("-std=c++17",), "sm_90a") == first
+    assert kernel_cache.cubin_path(src, "k", ("-std=c++17",), "sm_90a", said.append) == first
+    assert len(said) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]
 
 
