@@ -273,9 +273,8 @@ def matmul(a: Any, b: Any, *, bias: Any = None, activation: str | None = None,
     out, _ = _as_torch(out, "out")
     ops = _ops()
     if out is not None:
-        if out_dtype is not None and _dtype_name(out_dtype) != _dtype_name(out.dtype):
-            raise MatmulTypeError(f"out: element type {out.dtype} differs from out_dtype="
-                                  f"{out_dtype}; drop out_dtype or pass an out of that type")
+        if out_dtype is not None:  # the out op takes no out_dtype: judge the pair here
+            _plan(a, b, bias, activation, out_dtype, out)
         ops.matmul_out(a, b, bias, activation, out)
         result = out
     else:
