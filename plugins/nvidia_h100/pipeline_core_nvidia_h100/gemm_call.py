@@ -46,7 +46,8 @@ class TensorInfo:
 @attrs.frozen(kw_only=True)
 class TileShape:
     """The CTA tile the call's kernel is built with, and the fewest K tiles its programs take
-    (an agent's prologue runs that many iterations before its loop)."""
+    (the agents plan's ``min_tiles``: an agent's prologue runs that many iterations before its
+    loop)."""
 
     bm: int = 128
     bn: int = 256

@@ -93,8 +93,9 @@ class _Kernels:
                                  target_args={"stages": str(CALL_STAGES)}, host=_host())
         g = declared_geometry(compiled, KERNEL_FAMILY, WsGeometry, "matmul")
         source = emit_wgmma(compiled)
-        agents = compiled.agents
-        min_k = max(len(p.prologue) for p in agents.programs) if agents else 1
+        # the fewest K tiles the agents' split is valid for (and proven at): shorter K is
+        # padded with zero-filled tiles up to it
+        min_k = compiled.agents.min_tiles if compiled.agents else 1
         cp = _require("cupy")
         with cp.cuda.Device(device):
             path = cubin_path(source, KERNEL_NAME, ("-std=c++17",), ARCH, _announce(v))
