@@ -30,6 +30,8 @@ Grouped by what a plugin does:
   programs (:class:`AgentProgram`, :class:`Ring`, :class:`Step`, :class:`StepKind`);
   :class:`AgentMachine` is a target's machine for the agents timing model;
 * report errors: the :mod:`pipeline_core.errors` classes below;
+* compile at run time (a plugin's own call, such as the H100 plugin's ``matmul``):
+  :func:`compile_named` on :func:`default_host` or a :class:`PluginHost` of its own;
 * test: :func:`fresh_host`, :func:`run_cli`.
 """
 from __future__ import annotations
@@ -59,6 +61,7 @@ from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTran
 from pipeline_core.scheduling.registry import SchedulingRequest
 from pipeline_core.sync import (BarrierKind, BlockBinding, Channel, ChannelKind, Effect,
                                 SyncModel)
+from pipeline_core.plugins import PluginHost, default_host
 from pipeline_core.testing import fresh_host, run_cli
 from pipeline_core.transforms import (double_buffer_reorder, optimize_within_barriers,
                                       single_buffer_reorder)
@@ -80,5 +83,5 @@ __all__ = [
     "single_buffer_reorder",
     "PipelineError", "ConfigError", "PluginError", "ProgramError", "SchedulingError",
     "TargetFactError", "TransformError",
-    "compile_named", "fresh_host", "run_cli",
+    "compile_named", "default_host", "PluginHost", "fresh_host", "run_cli",
 ]

@@ -19,13 +19,17 @@ from pipeline_core.plugin_api import (AgentProgram, Bound, CompiledSchedule, Emi
                                       ProgramError, Step, StepKind)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
-from pipeline_core_nvidia_h100.cuda import header_source, wgmma_header_source
+from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source,
+                                            wgmma_header_source)
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
                                                 declared_geometry, render, ring_step_line)
-from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_NAME, WGMMA_M,
-                                                       WgmmaTag, WsGeometry)
+from pipeline_core_nvidia_h100.warpspecialized import (ELEM_BYTES, KERNEL_FAMILY, MN_CHUNK,
+                                                       SCHEDULE_NAME, WGMMA_M, GemmVariant,
+                                                       WgmmaTag, WsGeometry, describe_variant)
 
 EMITTER_NAME = "cuda-wgmma"
+#: PTX type of each input element type (``-p dtype``)
+PTX_TYPES = {"bf16": "bf16", "fp16": "f16"}
 KERNEL_NAME = "pc_ws_gemm"
 #: ``-O watchdog=N``: polls of one mbarrier wait before it traps (omitted, the default: no
 #: bound; no default value is declared, so the listing shows none outside the range).
@@ -36,8 +40,10 @@ WATCHDOG = Param("watchdog", int, None, "polls of one mbarrier wait before the k
                  "(omit: no bound)", bound=Bound(low=1, high=2**63 - 1))
 
 
-def wgmma_instruction(n: int) -> str:
-    """The device function issuing one ``wgmma.mma_async m64nNk16`` bf16 -> f32 (both K-major)."""
+def wgmma_instruction(n: int, dtype: str = "bf16", trans_a: int = 0, trans_b: int = 0) -> str:
+    """The device function issuing one ``wgmma.mma_async m64nNk16`` ``dtype`` -> f32; a
+    ``trans`` flag of 1 reads that operand MN-major (wgmma's transpose mode), 0 K-major."""
+    ptx = PTX_TYPES[dtype]
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     bind = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
@@ -45,8 +51,8 @@ def wgmma_instruction(n: int) -> str:
         f"__device__ __forceinline__ void wgmma_m64n{n}k16(float (&d)[{regs}], pcwg::u64 da, "
         f"pcwg::u64 db) {{\n"
         f'    asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-        f'                 " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 "\n'
-        f'                 "{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
+        f'                 " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "\n'
+        f'                 "{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"\n'
         f"                 : {bind}\n"
         f'                 : "l"(da), "l"(db), "r"(1));\n'
         f"}}\n")
@@ -66,7 +72,21 @@ def _stage(s: Step) -> str:
     return f"({_ring(s)} % STAGES)"
 
 
-def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0) -> str:
+def _copy_line(operand: str, s: Step, major: str) -> str:
+    """The TMA copy of ``operand``'s tile (A: rows tile_m * BM, B: tile_n * BN) into the stage:
+    one box of BK x rows when K-major, else one 64 x BK box per 64 rows (MN-major, a
+    128-byte swizzled row holds 64 elements)."""
+    stage = _stage(s)
+    rows, tile = ("BM", "tile_m") if operand == "a" else ("BN", "tile_n")
+    view, tm = f"stage_{operand}({stage})", f"&tm{operand.upper()}"
+    if major == "k":
+        return f"tma_load_2d({view}, {tm}, full_bar({stage}), {_tile(s)} * BK, {tile} * {rows});"
+    return (f"for (int i = 0; i < {rows} / 64; ++i) tma_load_2d({view} + i * CHUNK_BYTES, {tm}, "
+            f"full_bar({stage}), {tile} * {rows} + i * 64, {_tile(s)} * BK);")
+
+
+def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
+               variant: GemmVariant | None = None) -> str:
     stage = _stage(s)
     parity = f"(({_ring(s)} / STAGES + ({s.phase_offset})) & 1)"
     ring = ring_step_line(s, stage, parity, single_issuer, watchdog)
@@ -80,6 +100,9 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0) -> s
     if s.kind == StepKind.COUNTER_WAIT:
         return f"wgmma_wait<{s.value}>();"
     if s.kind == StepKind.OP:
+        if variant is not None and s.tag in (WgmmaTag.TMA_A, WgmmaTag.TMA_B):
+            return (_copy_line("a", s, variant.a_major) if s.tag == WgmmaTag.TMA_A
+                    else _copy_line("b", s, variant.b_major))
         if s.tag == WgmmaTag.TMA_A:
             return (f"tma_load_2d(stage_a({stage}), &tmA, full_bar({stage}), {_tile(s)} * BK, "
                     "tile_m * BM);")
@@ -106,25 +129,36 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
                            f"{KERNEL_FAMILY}, but schedule {compiled.schedule_name} compiled a "
                            "lockstep plan (one program every warp group runs)")
     producer, *consumers = plan.programs
+    v = g.variant
+    variant = v if v.general else None
     if producer.role.issuers != 1 or not consumers:
         raise ProgramError(f"emitter {EMITTER_NAME}: expects a single-issuer producer agent "
                            f"followed by consumer agents, got {[p.name for p in plan.programs]}")
 
     def lines(p: AgentProgram, single_issuer: bool, label: str) -> list[str]:
         return render(agent_stretches(
-            p, lambda s: _step_line(s, single_issuer, p.name, watchdog or 0), label))
+            p, lambda s: _step_line(s, single_issuer, p.name, watchdog or 0, variant), label))
 
     texts = {c.name: "\n".join(lines(c, False, "consumer")) for c in consumers}
     if len(set(texts.values())) != 1:
         raise ProgramError(f"emitter {EMITTER_NAME}: the consumer agents' programs differ "
                            f"({', '.join(texts)}); setmaxnreg needs one consumer branch")
     constants = _constants(g)
-    family = AgentsFamily(**{part: text.format(**constants) for part, text in FAMILY.items()})
+    parts = {**FAMILY, **general_family(v)} if variant else FAMILY
+    family = AgentsFamily(**{part: text.format(**constants) for part, text in parts.items()})
     body = agents_kernel_body(
         rings=plan.rings, producer=lines(producer, True, producer.name),
         consumer=texts[consumers[0].name].split("\n"), producer_name=producer.name,
         producer_registers=g.producer_registers, consumer_registers=g.consumer_registers,
         family=family)
+    if variant:
+        return _GENERAL_SOURCE.format(
+            header=header_source(), wgmma_header=wgmma_header_source(),
+            call_header=gemm_call_header_source(),
+            wgmma_fn=wgmma_instruction(g.bn, v.dtype, int(v.a_major == "mn"),
+                                       int(v.b_major == "mn")),
+            name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
+            body=body, variant=describe_variant(v), **constants)
     return _SOURCE.format(header=header_source(), wgmma_header=wgmma_header_source(),
         wgmma_fn=wgmma_instruction(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
         target=compiled.target_name, body=body, **constants)
@@ -135,7 +169,7 @@ def _constants(g: WsGeometry) -> dict[str, int]:
             "THREADS": g.threads, "SMEM": g.smem_bytes, "CONSUMER_ROWS": g.consumer_rows,
             "MBLOCKS": g.wgmma_m_blocks, "KSTEPS": g.k_steps, "ACC": g.bn // 2,
             "PRODUCER_REGS": g.producer_registers, "CONSUMER_REGS": g.consumer_registers,
-            "WGMMA_M": WGMMA_M}
+            "WGMMA_M": WGMMA_M, "CHUNK_BYTES": MN_CHUNK * g.bk * ELEM_BYTES}
 
 
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {schedule} on target {target}.
@@ -198,6 +232,92 @@ FAMILY = {
             }}
         }}""",
 }
+
+#: The general kernel's source (``GemmVariant.general``): ``M``, ``N``, ``K`` are the sizes
+#: rounded up to whole tiles (the tile loop and the K loop run over them), ``m``, ``n`` the
+#: matrix's own (the stores are clipped to them); the tensor maps carry the true extents, so TMA
+#: zero-fills every load past them.
+_GENERAL_SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {schedule} on target {target}.
+// The general kernel: C[m,n] = epilogue(A[m,K] . B[K,n]), {variant}; fp32 accumulate.
+// A and B come as TMA tensor maps (2D, 128-byte swizzle; K-major: box {BK} x rows; MN-major:
+// box 64 x {BK}, one per 64 rows).  M, N, K: the sizes rounded up to whole {BM} x {BN} x {BK}
+// tiles; m, n: C's own (stores clipped, row stride ldc).  Launch: block {THREADS}, dynamic
+// shared memory {SMEM} bytes, grid up to (M/{BM})*(N/{BN}) CTAs.
+{header}
+{wgmma_header}
+{call_header}
+{wgmma_fn}
+extern "C" __global__ void __launch_bounds__({THREADS}, 1)
+{name}(const __grid_constant__ pcwg::TensorMap tmA, const __grid_constant__ pcwg::TensorMap tmB,
+       void* __restrict__ C, const void* __restrict__ bias, int M, int N, int K, int m, int n,
+       long long ldc) {{
+{body}
+}}
+"""
+
+_OUT = {"bf16": "pcgc::OutBf16", "fp16": "pcgc::OutF16", "fp32": "pcgc::OutF32"}
+_BIAS = {"none": "pcgc::BiasNone", "bf16": "pcgc::BiasBf16", "fp16": "pcgc::BiasF16",
+         "fp32": "pcgc::BiasF32"}
+_ACT = {"none": "pcgc::ActNone", "relu": "pcgc::ActRelu", "gelu": "pcgc::ActGelu",
+        "silu": "pcgc::ActSilu"}
+_OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def general_family(v: GemmVariant) -> dict[str, str]:
+    """The general kernel's device code where it differs from :data:`FAMILY`: the descriptors
+    of each operand's major mode, and the fused epilogue (bias, activation, output type,
+    clipped stores).  Formatted with :func:`_constants` like FAMILY."""
+    a_desc = ("smem_desc_sw128(stage_a(s) + (consumer * CONSUMER_ROWS + mb * {WGMMA_M}) * 128 "
+              "+ kk * 32)" if v.a_major == "k" else
+              "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_a(s) + (consumer * CONSUMER_ROWS "
+              "+ mb * {WGMMA_M}) / 64 * CHUNK_BYTES + kk * 2048)")
+    b_desc = ("smem_desc_sw128(stage_b(s) + kk * 32)" if v.b_major == "k" else
+              "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_b(s) + kk * 2048)")
+    return {
+        "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = {CHUNK_BYTES};"
+                     "  // one MN-major box: 64 rows x BK",
+        "compute": r"""#pragma unroll
+        for (int mb = 0; mb < MBLOCKS; ++mb)
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) acc[mb][i] = 0.f;
+        auto wgmma_tile = [&](int s) {{
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk)
+#pragma unroll
+                for (int mb = 0; mb < MBLOCKS; ++mb)
+                    wgmma_m64n{BN}k16(acc[mb],
+                        """ + a_desc + """,
+                        """ + b_desc + """);
+        }};""",
+        "finish": r"""#pragma unroll
+        for (int mb = 0; mb < MBLOCKS; ++mb)
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) fence_operand(acc[mb][i]);
+
+        // The fused epilogue on every accumulator (the m64nN fragment layout): + bias[col],
+        // activation, cast; two columns per store where aligned, clipped to m x n.
+        using Out = """ + _OUT[v.out_dtype] + """;
+        using Bias = """ + _BIAS[v.bias] + """;
+        using Act = """ + _ACT[v.activation] + """;
+        const bool vec = (ldc % 2 == 0) && (reinterpret_cast<size_t>(C) % """
+        + str(2 * _OUT_BYTES[v.out_dtype]) + r""" == 0);
+        const int w = wtid / 32, g = lane / 4, q = lane % 4;
+#pragma unroll
+        for (int mb = 0; mb < MBLOCKS; ++mb) {{
+            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * {WGMMA_M} + w * 16 + g;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {{
+                const int col = tile_n * BN + j * 8 + 2 * q;
+                const float b0 = col < n ? Bias::at(bias, col) : 0.f;
+                const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;
+                pcgc::store_pair<Out>(C, ldc, row, col, m, n, vec,
+                    Act::f(acc[mb][4 * j] + b0), Act::f(acc[mb][4 * j + 1] + b1));
+                pcgc::store_pair<Out>(C, ldc, row + 8, col, m, n, vec,
+                    Act::f(acc[mb][4 * j + 2] + b0), Act::f(acc[mb][4 * j + 3] + b1));
+            }}
+        }}""",
+    }
+
 
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME}: TMA producer, wgmma "

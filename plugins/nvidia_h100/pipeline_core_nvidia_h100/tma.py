@@ -17,6 +17,8 @@ from pipeline_core_nvidia_h100.warpspecialized import WsGeometry
 #: cuda.h enum values (CUDA 13.0): CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, ..._SWIZZLE_128B,
 #: ..._L2_PROMOTION_L2_256B; interleave and out-of-bounds fill NONE are 0.
 DTYPE_BFLOAT16 = 9
+#: CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+DTYPE_FLOAT16 = 6
 SWIZZLE_128B = 3
 L2_PROMOTION_256B = 3
 TENSOR_MAP_BYTES = 128
@@ -33,22 +35,26 @@ def _libcuda() -> Any:
         raise TensorMapError(f"libcuda.so.1 cannot be loaded: {exc}") from None
 
 
-def encode_tiled_2d(address: int, rows: int, cols: int, box_rows: int, box_cols: int) -> Any:
-    """The tensor map of a row-major bf16 [rows, cols] array read in box_rows x box_cols boxes
-    (cols innermost, 128-byte swizzle), as a NumPy structured scalar of 128 bytes."""
+def encode_tiled_2d(address: int, rows: int, cols: int, box_rows: int, box_cols: int, *,
+                    stride: int | None = None, dtype: int = DTYPE_BFLOAT16) -> Any:
+    """The tensor map of a row-major 16-bit [rows, cols] array (``stride`` elements between
+    rows, default ``cols``) read in box_rows x box_cols boxes (cols innermost, 128-byte
+    swizzle), as a NumPy structured scalar of 128 bytes.  Boxes reaching past the array are
+    zero-filled."""
     np = _require("numpy")
     out = (ctypes.c_uint64 * 16)()
     dims = (ctypes.c_uint64 * 2)(cols, rows)
-    strides = (ctypes.c_uint64 * 1)(cols * 2)
+    strides = (ctypes.c_uint64 * 1)((cols if stride is None else stride) * 2)
     box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
     step = (ctypes.c_uint32 * 2)(1, 1)
     fn = _libcuda().cuTensorMapEncodeTiled
     fn.restype = ctypes.c_int
-    rc = fn(ctypes.byref(out), DTYPE_BFLOAT16, 2, ctypes.c_void_p(address), dims, strides, box,
+    rc = fn(ctypes.byref(out), dtype, 2, ctypes.c_void_p(address), dims, strides, box,
             step, 0, SWIZZLE_128B, L2_PROMOTION_256B, 0)
     if rc != 0:
         raise TensorMapError(f"cuTensorMapEncodeTiled returned CUresult {rc} for a "
-                             f"[{rows}, {cols}] bf16 array in {box_rows}x{box_cols} boxes")
+                             f"[{rows}, {cols}] array (stride {strides[0]} bytes) in "
+                             f"{box_rows}x{box_cols} boxes")
     record = np.dtype([("opaque", np.uint64, (16,))], align=True)
     return np.frombuffer(bytes(out), dtype=record, count=1)[0]
 

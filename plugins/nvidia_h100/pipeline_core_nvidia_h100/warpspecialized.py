@@ -40,6 +40,8 @@ ELEM_BYTES = 2
 WGMMA_M, WGMMA_K = 64, 16
 #: 128-byte swizzle: a tile row holds at most 64 bf16 of K.
 SWIZZLE_BYTES = 128
+#: An MN-major tile's rows: 64 elements of M (or N) per 128-byte swizzled row, one TMA box each.
+MN_CHUNK = SWIZZLE_BYTES // ELEM_BYTES
 #: Registers: the launch gives 65536 / threads each; setmaxnreg moves them between roles.
 MAX_REGISTERS = 255
 
@@ -69,6 +71,47 @@ def wgmma_cost_model() -> CostModel:
     })
 
 
+#: The general kernel's choices (``-p``; docs/guide/matmul.md): what each takes, the first the default.
+DTYPES = ("bf16", "fp16")
+MAJORS = ("k", "mn")
+OUT_DTYPES = ("bf16", "fp16", "fp32")
+BIASES = ("none", "bf16", "fp16", "fp32")
+ACTIVATIONS = ("none", "relu", "gelu", "silu")
+
+
+@attrs.frozen(kw_only=True)
+class GemmVariant:
+    """What the general kernel reads, computes and writes beyond the tile sizes (the ``-p``
+    parameters ``dtype``, ``a_major``, ``b_major``, ``out_dtype``, ``bias``, ``activation``,
+    ``tails``).  The defaults are the original benchmark kernel (bf16, both operands K-major,
+    bf16 out, no epilogue, tile multiples only), emitted byte for byte as before; any other value
+    selects the general kernel, which also takes any M, N, K (tile counts rounded up, TMA
+    zero-fills the loads out of bounds, the stores are clipped): ``matmul()`` launches it."""
+
+    dtype: str = "bf16"
+    #: ``k``: the operand's K is contiguous (A [M,K] row-major; B stored [N,K]); ``mn``: its M
+    #: (N) is contiguous, read through wgmma's transpose mode
+    a_major: str = "k"
+    b_major: str = "k"
+    out_dtype: str = "bf16"
+    #: the per-column bias's element type, ``none`` without one
+    bias: str = "none"
+    #: ``gelu`` is the tanh approximation (torch's ``approximate="tanh"``)
+    activation: str = "none"
+    tails: bool = False
+
+    @property
+    def general(self) -> bool:
+        """Whether this takes the general kernel (any value off the defaults)."""
+        return self != GemmVariant()
+
+
+def describe_variant(v: GemmVariant) -> str:
+    """The variant in words (the general kernel's header comment, the call's build notice)."""
+    return (f"{v.dtype} in, A {v.a_major.upper()}-major, B {v.b_major.upper()}-major, "
+            f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}")
+
+
 @attrs.frozen(kw_only=True)
 class WsGeometry:
     """CTA tile, consumers, ring depth and register split: what the emitted kernel is sized by."""
@@ -81,6 +124,7 @@ class WsGeometry:
     producer_registers: int
     consumer_registers: int
     group_m: int = 8
+    variant: GemmVariant = GemmVariant()
 
     @property
     def consumer_rows(self) -> int:
@@ -133,6 +177,12 @@ class WsGeometry:
                             f"of {WGMMA_M} rows per consumer")
         if self.bn % 16 or not 16 <= self.bn <= 256:
             raise bad("BN", f"must be a multiple of 16 in 16..256 (wgmma N), got {self.bn}")
+        for param, major, tile, rows in (("a_major", self.variant.a_major, "BM", self.bm),
+                                         ("b_major", self.variant.b_major, "BN", self.bn)):
+            if major == "mn" and rows % MN_CHUNK:
+                raise bad(param, f"an MN-major operand is read {MN_CHUNK} rows per box: its "
+                                 f"tile -p {tile}={rows} must be a multiple of {MN_CHUNK} (-p "
+                                 f"{tile}={-(-rows // MN_CHUNK) * MN_CHUNK})")
         if self.bm > 256:
             raise bad("BM", f"at most 256 rows (one TMA box dimension), got {self.bm}")
         if self.accumulators > 192:
@@ -184,6 +234,19 @@ PARAMS = (
                                  "(wgmma groups left in flight)", bound=Bound(low=0, high=4)),
     Param("group_m", int, 8, "grouped raster: CTA rows that share B tiles in L2",
           bound=Bound(low=1, high=64)),
+    Param("dtype", str, "bf16", "input element type (fp32 accumulate)", choices=DTYPES),
+    Param("a_major", str, "k", "A's contiguous dimension: k (A [M,K] row-major) or mn",
+          choices=MAJORS),
+    Param("b_major", str, "k", "B's contiguous dimension: k (B stored [N,K]) or mn "
+                               "(B [K,N] row-major)", choices=MAJORS),
+    Param("out_dtype", str, "bf16", "output element type", choices=OUT_DTYPES),
+    Param("bias", str, "none", "fused per-column bias: its element type, or none",
+          choices=BIASES),
+    Param("activation", str, "none", "fused activation after the bias (gelu: tanh "
+                                     "approximation)", choices=ACTIVATIONS),
+    Param("tails", bool, False, "any M, N, K: tile counts rounded up, loads zero-filled out of "
+                                "bounds, stores clipped (any other option off its default "
+                                "implies it)"),
 )
 
 
@@ -191,7 +254,9 @@ def ws_geometry_of(params: dict[str, Any], stages: int) -> WsGeometry:
     return WsGeometry(bm=params["BM"], bn=params["BN"], bk=params["BK"],
                       consumers=params["consumers"], stages=stages,
                       producer_registers=params["producer_registers"],
-                      consumer_registers=params["consumer_registers"], group_m=params["group_m"])
+                      consumer_registers=params["consumer_registers"], group_m=params["group_m"],
+                      variant=GemmVariant(**{f.name: params[f.name]
+                                             for f in attrs.fields(GemmVariant)}))
 
 
 def wgmma_profile(pipeline: PipelineConfig, clock_ghz: float | None) -> TargetProfile:

@@ -28,3 +28,13 @@ def wgmma_header_source() -> str:
 def header_path() -> str:
     """A filesystem path to the header, for ``nvcc -I`` (valid while the package is installed)."""
     return str(resources.files(__name__).joinpath(HEADER_NAME))
+
+
+#: The general GEMM kernel's helpers (MN-major descriptors, the fused epilogue); pasted after
+#: WGMMA_HEADER_NAME, only into the kernel ``matmul()`` launches.
+GEMM_CALL_HEADER_NAME = "gemm_call_h100.cuh"
+
+
+def gemm_call_header_source() -> str:
+    """The text of ``gemm_call_h100.cuh`` (paste it after :func:`wgmma_header_source`)."""
+    return resources.files(__name__).joinpath(GEMM_CALL_HEADER_NAME).read_text(encoding="utf-8")

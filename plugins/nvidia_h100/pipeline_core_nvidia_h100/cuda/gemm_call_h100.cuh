@@ -1,0 +1,141 @@
+// pipeline-core h100 building blocks, the general wgmma GEMM (the kernel matmul() launches):
+// shared-memory descriptors of MN-major tiles, element conversions, the fused epilogue's bias
+// loads, activations and clipped stores.  Paste after wgmma_h100.cuh.  No #include: builds under
+// nvcc and NVRTC alike.  docs/guide/matmul.md says what each choice means.
+#pragma once
+
+namespace pcgc {
+
+using pch100::u32;
+using pch100::u64;
+
+// Descriptor of an MN-major tile in 128-byte swizzled rows (wgmma's transpose mode): each row
+// holds 64 consecutive M (or N) elements of one k, 8 rows (k .. k+7) form one 1024-byte swizzle
+// atom.  Leading byte offset: from one 64-element MN chunk to the next (CHUNK bytes, one TMA box
+// of 64 x BK); stride byte offset: from one group of 8 k to the next (1024).  A k16 step starts
+// 16 rows = 2048 bytes further.
+template <u32 CHUNK>
+__device__ __forceinline__ u64 smem_desc_sw128_mn(u32 addr) {
+    return (static_cast<u64>((addr & 0x3FFFF) >> 4))
+         | (static_cast<u64>(CHUNK >> 4) << 16)
+         | (static_cast<u64>(1024 >> 4) << 32)
+         | (static_cast<u64>(1) << 62);
+}
+
+// ---- element conversions ----------------------------------------------------------------------
+
+__device__ __forceinline__ unsigned short f32_to_bf16(float x) {
+    unsigned short r;
+    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ unsigned short f32_to_f16(float x) {
+    unsigned short r;
+    asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ u32 pack_f16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ float bf16_to_f32(unsigned short h) {
+    return __uint_as_float(static_cast<u32>(h) << 16);
+}
+
+__device__ __forceinline__ float f16_to_f32(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;\n" : "=f"(f) : "h"(h));
+    return f;
+}
+
+// ---- the fused epilogue: bias (per column), activation, output type ---------------------------
+
+struct BiasNone {
+    static __device__ __forceinline__ float at(const void*, int) { return 0.f; }
+};
+struct BiasBf16 {
+    static __device__ __forceinline__ float at(const void* p, int col) {
+        return bf16_to_f32(static_cast<const unsigned short*>(p)[col]);
+    }
+};
+struct BiasF16 {
+    static __device__ __forceinline__ float at(const void* p, int col) {
+        return f16_to_f32(static_cast<const unsigned short*>(p)[col]);
+    }
+};
+struct BiasF32 {
+    static __device__ __forceinline__ float at(const void* p, int col) {
+        return static_cast<const float*>(p)[col];
+    }
+};
+
+struct ActNone {
+    static __device__ __forceinline__ float f(float x) { return x; }
+};
+struct ActRelu {
+    static __device__ __forceinline__ float f(float x) { return fmaxf(x, 0.f); }
+};
+// tanh approximation, as torch.nn.functional.gelu(x, approximate="tanh")
+struct ActGelu {
+    static __device__ __forceinline__ float f(float x) {
+        return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    }
+};
+struct ActSilu {
+    static __device__ __forceinline__ float f(float x) { return x / (1.f + __expf(-x)); }
+};
+
+// One output element, or two neighbouring columns in one store when `pair` (both in bounds and
+// the address aligned to the pair).
+struct OutBf16 {
+    static __device__ __forceinline__ void one(void* c, size_t i, float v) {
+        static_cast<unsigned short*>(c)[i] = f32_to_bf16(v);
+    }
+    static __device__ __forceinline__ void two(void* c, size_t i, float v0, float v1) {
+        *reinterpret_cast<u32*>(static_cast<unsigned short*>(c) + i) = pch100::pack_bf16x2(v0, v1);
+    }
+};
+struct OutF16 {
+    static __device__ __forceinline__ void one(void* c, size_t i, float v) {
+        static_cast<unsigned short*>(c)[i] = f32_to_f16(v);
+    }
+    static __device__ __forceinline__ void two(void* c, size_t i, float v0, float v1) {
+        *reinterpret_cast<u32*>(static_cast<unsigned short*>(c) + i) = pack_f16x2(v0, v1);
+    }
+};
+struct alignas(8) F2 {
+    float x, y;
+};
+struct OutF32 {
+    static __device__ __forceinline__ void one(void* c, size_t i, float v) {
+        static_cast<float*>(c)[i] = v;
+    }
+    static __device__ __forceinline__ void two(void* c, size_t i, float v0, float v1) {
+        *reinterpret_cast<F2*>(static_cast<float*>(c) + i) = F2{v0, v1};
+    }
+};
+
+// Row `row`, columns col and col + 1 of C (row stride ldc), clipped to m x n; `vec`: the pair
+// may go out as one store whenever both columns are in bounds.
+template <class Out>
+__device__ __forceinline__ void store_pair(void* c, long long ldc, int row, int col, int m, int n,
+                                           bool vec, float v0, float v1) {
+    if (row >= m || col >= n) return;
+    const size_t i = static_cast<size_t>(row) * ldc + col;
+    if (col + 1 < n) {
+        if (vec) {
+            Out::two(c, i, v0, v1);
+        } else {
+            Out::one(c, i, v0);
+            Out::one(c, i + 1, v1);
+        }
+    } else {
+        Out::one(c, i, v0);
+    }
+}
+
+}  // namespace pcgc

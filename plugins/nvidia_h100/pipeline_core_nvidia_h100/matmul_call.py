@@ -1,0 +1,285 @@
+"""``matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None)``: the compiled
+warp-specialized GEMM as a PyTorch call (docs/guide/matmul.md).
+
+torch's semantics: ``a [M, K] @ b [K, N]`` for any M, N, K, bf16 or fp16 in (fp32 accumulate),
+bf16 / fp16 / fp32 out, each operand row- or column-major wherever TMA can read it, with a fused
+per-column bias and relu / gelu (tanh) / silu.  The kernel is the schedule
+``warpspecialized-gemm`` compiled (and proven) with the call's variant as ``-p`` parameters and
+written by the ``cuda-wgmma`` emitter; each variant is compiled and built once per process, its
+cubin kept on disk (``kernel_cache``).  It launches on torch's current stream, allocates nothing
+but the output, and never syncs, so it can be captured in a CUDA graph; it is registered as the
+torch custom ops ``pipeline_core::matmul`` / ``matmul_out`` with fake implementations, so
+``torch.compile`` traces it.  torch and CuPy are imported when the call runs, never at import.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from pipeline_core_nvidia_h100.gemm_call import (CallPlan, MatmulArgumentError,
+                                                 MatmulTypeError, OperandMap, TensorInfo,
+                                                 TileShape, plan_call)
+from pipeline_core_nvidia_h100.runtime import _require
+from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_NAME, GemmVariant,
+                                                       WsGeometry, describe_variant)
+
+__all__ = ["matmul", "MatmulArgumentError", "MatmulTypeError", "CALL_TILE", "CALL_STAGES",
+           "schedule_params"]
+
+#: The tile and ring depth the call's kernels are compiled with (the benchmark's ws-s4).
+CALL_TILE = TileShape(bm=128, bn=256, bk=64)
+CALL_STAGES = 4
+#: Host-side tensor maps kept per process (an entry is 128 bytes; the oldest go first).
+MAP_CACHE_SIZE = 4096
+_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def schedule_params(v: GemmVariant) -> dict[str, str]:
+    """The ``-p`` parameters that compile the call's kernel for variant ``v``."""
+    tile = {"BM": str(CALL_TILE.bm), "BN": str(CALL_TILE.bn), "BK": str(CALL_TILE.bk)}
+    return {**tile, **{k: str(val).lower() for k, val in attrs.asdict(v).items()}}
+
+
+def _host() -> Any:
+    """The installed plugins, or, from a checkout on PYTHONPATH (no entry points), this plugin
+    loaded by module."""
+    from pipeline_core.plugin_api import PluginHost, default_host
+
+    host = default_host()
+    if SCHEDULE_NAME in host.schedules:
+        return host
+    return PluginHost(extra_modules=["pipeline_core_nvidia_h100.plugin"])
+
+
+@attrs.frozen(kw_only=True)
+class _Built:
+    kernel: Any
+    smem: int
+    threads: int
+    min_k_tiles: int
+
+
+class _Kernels:
+    """Each variant's kernel, compiled, emitted and built once per process (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._built: dict[tuple[GemmVariant, int], _Built] = {}
+        self._maps: dict[tuple[int, ...], Any] = {}
+
+    def get(self, v: GemmVariant, device: int) -> _Built:
+        key = (v, device)
+        found = self._built.get(key)
+        if found is None:
+            with self._lock:
+                found = self._built.get(key) or self._build(v, device)
+                self._built[key] = found
+        return found
+
+    @staticmethod
+    def _build(v: GemmVariant, device: int) -> _Built:
+        from pipeline_core.plugin_api import compile_named
+
+        from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME, emit_wgmma
+        from pipeline_core_nvidia_h100.kernel_cache import cubin_path
+        from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder
+        from pipeline_core_nvidia_h100.skeleton import declared_geometry
+
+        compiled = compile_named(SCHEDULE_NAME, target="h100", params=schedule_params(v),
+                                 target_args={"stages": str(CALL_STAGES)}, host=_host())
+        g = declared_geometry(compiled, KERNEL_FAMILY, WsGeometry, "matmul")
+        source = emit_wgmma(compiled)
+        # the fewest K tiles the agents' split is valid for (and proven at): shorter K is
+        # padded with zero-filled tiles up to it
+        min_k = compiled.plan.min_tiles
+        cp = _require("cupy")
+        with cp.cuda.Device(device):
+            path = cubin_path(source, KERNEL_NAME, ("-std=c++17",), ARCH, _announce(v))
+            if path is not None:
+                kernel = cp.RawModule(path=str(path)).get_function(KERNEL_NAME)
+            else:
+                kernel = KernelBuilder().compile(source, KERNEL_NAME)
+            KernelBuilder.set_max_dynamic_shared(kernel, g.smem_bytes)
+        return _Built(kernel=kernel, smem=g.smem_bytes, threads=g.threads,
+                      min_k_tiles=max(1, min_k))
+
+    def tensor_map(self, ptr: int, m: OperandMap, dtype: str) -> Any:
+        from pipeline_core_nvidia_h100.tma import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
+
+        key = (ptr, m.inner, m.outer, m.stride, m.box_inner, m.box_outer, dtype == "bf16")
+        found = self._maps.get(key)
+        if found is None:
+            if len(self._maps) >= MAP_CACHE_SIZE:
+                self._maps.pop(next(iter(self._maps)))
+            found = self._maps[key] = encode_tiled_2d(
+                ptr, m.outer, m.inner, m.box_outer, m.box_inner, stride=m.stride,
+                dtype=DTYPE_BFLOAT16 if dtype == "bf16" else DTYPE_FLOAT16)
+        return found
+
+
+_KERNELS = _Kernels()
+
+
+def _announce(v: GemmVariant) -> Callable[[str], None]:
+    """A cold call's one line on stderr: which variant is being built, and where it goes."""
+    def say(text: str) -> None:
+        print(f"pipeline-core matmul: {describe_variant(v)}: {text}", file=sys.stderr, flush=True)
+    return say
+
+
+def _info(t: Any, name: str) -> TensorInfo:
+    torch = _require("torch")
+    if not isinstance(t, torch.Tensor):
+        raise MatmulTypeError(f"{name}: a {type(t).__name__}; matmul takes torch tensors or CuPy "
+                              "arrays on a CUDA device")
+    fake = t.device.type == "meta" or _is_fake(t)
+    if not fake and t.device.type != "cuda":
+        raise MatmulArgumentError(f"{name}: on {t.device}; matmul runs on CUDA tensors: pass "
+                                  f"{name}.cuda()")
+    dtype = _NAMES.get(str(t.dtype).removeprefix("torch."), str(t.dtype))
+    return TensorInfo(shape=tuple(t.shape), strides=tuple(t.stride()), dtype=dtype,
+                      ptr=None if fake else t.data_ptr(), device=str(t.device))
+
+
+def _is_fake(t: Any) -> bool:
+    """A FakeTensor (torch.compile's tracing, the fake impls): shape and strides, no address."""
+    return isinstance(t, _require("torch._subclasses.fake_tensor").FakeTensor)
+
+
+def _dtype_name(dtype: Any) -> str | None:
+    if dtype is None:
+        return None
+    return _NAMES.get(str(dtype).removeprefix("torch."), str(dtype))
+
+
+def _plan(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any,
+          out: Any) -> CallPlan:
+    return plan_call(_info(a, "a"), _info(b, "b"),
+                     bias=None if bias is None else _info(bias, "bias"),
+                     activation=activation, out_dtype=_dtype_name(out_dtype),
+                     out=None if out is None else _info(out, "out"), tile=CALL_TILE)
+
+
+def _run(a: Any, b: Any, bias: Any, activation: str | None, out: Any) -> None:
+    """Write ``out`` = epilogue(a @ b) on torch's current stream (the arguments are checked)."""
+    torch = _require("torch")
+    np = _require("numpy")
+    plan = _plan(a, b, bias, activation, None, out)
+    m, n, k = plan.m, plan.n, plan.k
+    if m == 0 or n == 0:
+        return
+    if k == 0:  # an empty sum: the epilogue of zeros, no kernel
+        _epilogue_of_zeros(torch, out, bias, activation)
+        return
+    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    built = _KERNELS.get(plan.variant, device)
+    if built.min_k_tiles * CALL_TILE.bk > plan.k_pad:
+        plan = attrs.evolve(plan, k_pad=built.min_k_tiles * CALL_TILE.bk)
+    v = plan.variant
+    args = (_KERNELS.tensor_map(a.data_ptr(), plan.a, v.dtype),
+            _KERNELS.tensor_map(b.data_ptr(), plan.b, v.dtype),
+            np.uint64(out.data_ptr()), np.uint64(0 if bias is None else bias.data_ptr()),
+            np.int32(plan.m_pad), np.int32(plan.n_pad), np.int32(plan.k_pad),
+            np.int32(m), np.int32(n), np.int64(plan.ldc))
+    from pipeline_core_nvidia_h100.runtime import KernelBuilder
+
+    cp = _require("cupy")
+    with cp.cuda.Device(device):
+        KernelBuilder().launch(built.kernel, (plan.grid,), (built.threads,), args,
+                               shared_mem=built.smem,
+                               stream=torch.cuda.current_stream(a.device).cuda_stream)
+
+
+def _epilogue_of_zeros(torch: Any, out: Any, bias: Any, activation: str | None) -> None:
+    value = torch.zeros_like(out, dtype=torch.float32)
+    if bias is not None:
+        value = value + bias.float()
+    act = {"relu": torch.relu, "silu": torch.nn.functional.silu,
+           "gelu": lambda x: torch.nn.functional.gelu(x, approximate="tanh")}
+    if activation is not None:
+        value = act[activation](value)
+    out.copy_(value)
+
+
+_REGISTERED: dict[str, Any] = {}
+
+
+def _ops() -> Any:
+    """The custom ops, registered on first use (torch imported only then)."""
+    if _REGISTERED:
+        return _REGISTERED["ns"]
+    torch = _require("torch")
+
+    def op(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any) -> Any:
+        plan = _plan(a, b, bias, activation, out_dtype, None)
+        out = torch.empty((plan.m, plan.n), dtype=_TORCH_OUT[plan.variant.out_dtype](torch),
+                          device=a.device)
+        _run(a, b, bias, activation, out)
+        return out
+
+    def fake(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any) -> Any:
+        plan = _plan(a, b, bias, activation, out_dtype, None)
+        return a.new_empty((plan.m, plan.n), dtype=_TORCH_OUT[plan.variant.out_dtype](torch))
+
+    def op_out(a: Any, b: Any, bias: Any, activation: str | None, out: Any) -> None:
+        _run(a, b, bias, activation, out)
+
+    def fake_out(a: Any, b: Any, bias: Any, activation: str | None, out: Any) -> None:
+        _plan(a, b, bias, activation, None, out)
+
+    lib = torch.library
+    mm = lib.custom_op("pipeline_core::matmul", op, mutates_args=(),
+                       schema="(Tensor a, Tensor b, Tensor? bias, str? activation, "
+                              "ScalarType? out_dtype) -> Tensor")
+    mm.register_fake(fake)
+    mo = lib.custom_op("pipeline_core::matmul_out", op_out, mutates_args=("out",),
+                       schema="(Tensor a, Tensor b, Tensor? bias, str? activation, "
+                              "Tensor(a!) out) -> ()")
+    mo.register_fake(fake_out)
+    _REGISTERED["ns"] = torch.ops.pipeline_core
+    return _REGISTERED["ns"]
+
+
+_TORCH_OUT = {"bf16": lambda t: t.bfloat16, "fp16": lambda t: t.float16,
+              "fp32": lambda t: t.float32}
+
+
+def _as_torch(x: Any, name: str) -> tuple[Any, bool]:
+    """``x`` as a torch tensor (a CuPy array through DLPack, no copy) and whether it was CuPy."""
+    if x is None or type(x).__module__.startswith("torch"):
+        return x, False
+    if type(x).__module__.startswith("cupy"):
+        return _require("torch").from_dlpack(x), True
+    raise MatmulTypeError(f"{name}: a {type(x).__name__}; matmul takes torch tensors or CuPy "
+                          "arrays on a CUDA device")
+
+
+def matmul(a: Any, b: Any, *, bias: Any = None, activation: str | None = None,
+           out_dtype: Any = None, out: Any = None) -> Any:
+    """``epilogue(a @ b)``: a [M, K] and b [K, N] torch tensors (or CuPy arrays), bf16 or fp16.
+
+    ``bias``: [N], added per column (bf16, fp16 or fp32); ``activation``: ``"relu"``,
+    ``"gelu"`` (tanh approximation) or ``"silu"``, after the bias; ``out_dtype``: bf16, fp16 or
+    fp32 (default a's); ``out``: a row-major [M, N] tensor to write, returned.  Bad arguments
+    raise :class:`MatmulArgumentError` (a ValueError) or :class:`MatmulTypeError` (a
+    TypeError) with one line naming the argument.
+    """
+    a, cupy_in = _as_torch(a, "a")
+    b, _ = _as_torch(b, "b")
+    bias, _ = _as_torch(bias, "bias")
+    out, _ = _as_torch(out, "out")
+    ops = _ops()
+    if out is not None:
+        if out_dtype is not None:  # the out op takes no out_dtype: judge the pair here
+            _plan(a, b, bias, activation, out_dtype, out)
+        ops.matmul_out(a, b, bias, activation, out)
+        result = out
+    else:
+        result = ops.matmul(a, b, bias, activation, out_dtype)
+    if cupy_in:
+        return _require("cupy").from_dlpack(result)
+    return result

@@ -1,0 +1,261 @@
+"""matmul() without a GPU: argument checks, tile planning, the general kernel's source and SASS,
+the disk cache's keys.  The GPU half is benchmarks/matmul_call.py (docs/guide/matmul.md)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import attrs
+import pytest
+
+pytest.importorskip("pipeline_core_nvidia_h100")
+
+from pipeline_core.api import compile_named  # noqa: E402
+from pipeline_core_nvidia_h100 import kernel_cache  # noqa: E402
+from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma  # noqa: E402
+from pipeline_core_nvidia_h100.gemm_call import (MatmulArgumentError, MatmulTypeError,  # noqa: E402
+                                                 TensorInfo, TileShape, plan_call)
+from pipeline_core_nvidia_h100.matmul_call import CALL_STAGES, schedule_params  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import sass_command  # noqa: E402
+from pipeline_core_nvidia_h100.warpspecialized import GemmVariant  # noqa: E402
+
+NVCC = shutil.which("nvcc")
+
+
+def t(shape, strides=None, dtype="bf16", ptr=4096, device="cuda:0"):
+    if strides is None:  # row-major, contiguous
+        strides = (shape[1], 1) if len(shape) == 2 else (1,)
+    return TensorInfo(shape=tuple(shape), strides=tuple(strides), dtype=dtype, ptr=ptr,
+                      device=device)
+
+
+A, B = t((100, 64)), t((64, 72))
+
+# --- argument checks: each refusal is one line naming the argument -------------------------------
+
+REFUSALS = {
+    "fp32 a": (dict(a=t((100, 64), dtype="fp32")), MatmulTypeError, "a", "torch.bfloat16"),
+    "fp8 a": (dict(a=t((100, 64), dtype="torch.float8_e4m3fn")), MatmulTypeError, "a",
+              "scaled_mm"),
+    "mixed dtypes": (dict(b=t((64, 72), dtype="fp16")), MatmulTypeError, "b",
+                     "b.to(torch.bfloat16)"),
+    "3-D a": (dict(a=t((2, 100, 64), (6400, 64, 1))), MatmulArgumentError, "a", "batched"),
+    "K mismatch": (dict(b=t((65, 72))), MatmulArgumentError, "b", "[K=64, N]"),
+    "unaligned rows": (dict(a=t((100, 7)), b=t((7, 72))), MatmulArgumentError, "a",
+                       "a.new_empty(100, 8)[:, :7].copy_(a)"),
+    "neither dim contiguous": (dict(a=t((100, 64), (128, 2))), MatmulArgumentError, "a",
+                               "contiguous"),
+    "broadcast": (dict(b=t((64, 72), (0, 1))), MatmulArgumentError, "b", "b.new_empty"),
+    "odd address": (dict(a=t((100, 64), ptr=4098)), MatmulArgumentError, "a", "a.clone()"),
+    "other device": (dict(b=t((64, 72), device="cuda:1")), MatmulArgumentError, "b",
+                     "b.to('cuda:0')"),
+    "bias length": (dict(bias=t((71,))), MatmulArgumentError, "bias", "[72]"),
+    "bias strided": (dict(bias=t((72,), (2,))), MatmulArgumentError, "bias",
+                     "bias.contiguous()"),
+    "bias int": (dict(bias=t((72,), dtype="torch.int32")), MatmulTypeError, "bias",
+                 "torch.float32"),
+    "bias 2-D": (dict(bias=t((1, 72))), MatmulArgumentError, "bias", "[N]"),
+    "activation": (dict(activation="tanh"), MatmulArgumentError, "activation", "'gelu'"),
+    "activation none string": (dict(activation="none"), MatmulArgumentError, "activation",
+                               "or None"),
+    "out_dtype": (dict(out_dtype="torch.float64"), MatmulTypeError, "out_dtype",
+                  "torch.float32"),
+    "out shape": (dict(out=t((100, 71))), MatmulArgumentError, "out", "[100, 72]"),
+    "out column-major": (dict(out=t((100, 72), (1, 100))), MatmulArgumentError, "out",
+                         "row-major"),
+    "out vs out_dtype": (dict(out=t((100, 72), dtype="fp32"), out_dtype="bf16"),
+                         MatmulTypeError, "out", "drop out_dtype"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_each_bad_argument_is_one_line_naming_it(case):
+    change, kind, name, fix = REFUSALS[case]
+    args = {"a": A, "b": B, **change}
+    with pytest.raises(kind) as info:
+        plan_call(args.pop("a"), args.pop("b"), **args)
+    text = str(info.value)
+    assert "\n" not in text and text.startswith(f"{name}: "), text
+    assert fix in text, text
+    assert isinstance(info.value, ValueError if kind is MatmulArgumentError else TypeError)
+
+
+def test_the_same_arguments_planned_correctly_are_accepted():
+    """The refusals above are not a blanket: padded, strided and degenerate operands plan."""
+    plan = plan_call(t((100, 7), (8, 1)), t((7, 72), (1, 8)), bias=t((72,), dtype="fp32"),
+                     activation="gelu", out=t((100, 72), (80, 1), dtype="fp32"))
+    assert (plan.a.major, plan.b.major, plan.ldc) == ("k", "k", 80)
+    assert plan.variant == GemmVariant(a_major="k", b_major="k", out_dtype="fp32", bias="fp32",
+                                       activation="gelu", tails=True)
+
+
+# --- tile planning: grid, tails, which tensor map and major mode per layout ----------------------
+
+@pytest.mark.parametrize("m, n, k, grid, pads", [
+    (1, 1, 1, 1, (128, 256, 64)),
+    (128, 256, 64, 1, (128, 256, 64)),
+    (129, 257, 65, 4, (256, 512, 128)),
+    (1000, 1000, 100, 8 * 4, (1024, 1024, 128)),
+    (4000, 4096, 4000, 32 * 16, (4096, 4096, 4032)),
+])
+def test_tiles_round_up_and_the_true_sizes_clip(m, n, k, grid, pads):
+    plan = plan_call(t((m, k), (k + (-k) % 8, 1)), t((k, n), (n + (-n) % 8, 1)))
+    assert (plan.m, plan.n, plan.k) == (m, n, k)
+    assert (plan.m_pad, plan.n_pad, plan.k_pad) == pads
+    assert plan.grid == grid
+    # the tensor maps carry the true extents (TMA zero-fills past them), never the padded ones
+    assert (plan.a.inner, plan.a.outer, plan.b.inner, plan.b.outer) == (k, m, n, k)
+
+
+def test_fewer_k_tiles_than_a_prologue_are_padded_to_it():
+    """An agent whose prologue runs L iterations needs L K tiles: zero-filled ones are added."""
+    plan = plan_call(t((8, 8)), t((8, 8)), tile=TileShape(min_k_tiles=3))
+    assert plan.k_pad == 3 * 64
+
+
+@pytest.mark.parametrize("a_strides, b_strides, majors, boxes", [
+    ((72, 1), (72, 1), ("k", "mn"), ((64, 128), (64, 64))),   # torch's default: both row-major
+    ((1, 104), (1, 64), ("mn", "k"), ((64, 64), (64, 256))),  # both column-major
+    ((72, 1), (1, 64), ("k", "k"), ((64, 128), (64, 256))),   # the benchmark kernel's layout
+    ((1, 104), (72, 1), ("mn", "mn"), ((64, 64), (64, 64))),
+])
+def test_each_layout_gets_its_tensor_map_and_major_mode(a_strides, b_strides, majors, boxes):
+    plan = plan_call(t((100, 64), a_strides), t((64, 72), b_strides))
+    assert (plan.a.major, plan.b.major) == majors
+    assert ((plan.a.box_inner, plan.a.box_outer), (plan.b.box_inner, plan.b.box_outer)) == boxes
+    assert (plan.variant.a_major, plan.variant.b_major) == majors
+    # the map's stride is the operand's stride along its non-contiguous dimension
+    assert plan.a.stride == max(a_strides) and plan.b.stride == max(b_strides)
+
+
+def test_a_size_one_dimension_needs_no_aligned_stride():
+    """A [1, K] row or a [M, 1] column: the stride TMA never steps is written padded."""
+    plan = plan_call(t((1, 7), (7, 1)), t((7, 1), (1, 1)))
+    assert (plan.a.major, plan.a.stride) == ("k", 8)
+    assert (plan.b.major, plan.b.stride) == ("k", 8)
+    column = plan_call(t((100, 1), (1, 1)), t((1, 72), (72, 1)))
+    assert (column.a.major, column.a.stride) == ("mn", 104)
+
+
+def test_empty_operands_plan_without_a_tensor_map_check():
+    """M, N or K of 0 launches no kernel (matmul_call returns the empty product or the epilogue
+    of zeros), so an empty operand's strides are never judged."""
+    plan = plan_call(t((5, 0), (1, 1)), t((0, 300), (300, 1)), bias=t((300,)))
+    assert (plan.m, plan.n, plan.k, plan.a.inner) == (5, 300, 0, 0)
+    assert plan_call(t((0, 64), (64, 1)), t((64, 300))).m == 0
+
+
+# --- the schedule records the variant; the emitter writes it ---------------------------------------
+
+def _source(v: GemmVariant) -> str:
+    c = compile_named("warpspecialized-gemm", target="h100", params=schedule_params(v),
+                      target_args={"stages": str(CALL_STAGES)})
+    assert c.launch.geometry.variant == v
+    assert {k: c.params[k] for k in attrs.asdict(v)} == attrs.asdict(v)
+    return emit_wgmma(c)
+
+
+VARIANTS = {
+    "bf16 row-row": GemmVariant(b_major="mn", tails=True),
+    "fp16 col-col gelu fp32": GemmVariant(dtype="fp16", a_major="mn", out_dtype="fp32",
+                                          bias="fp16", activation="gelu", tails=True),
+    "bf16 mn-mn silu fp16": GemmVariant(a_major="mn", b_major="mn", out_dtype="fp16",
+                                        bias="fp32", activation="silu"),
+}
+
+
+def test_the_default_variant_keeps_the_benchmark_kernel():
+    src = _source(GemmVariant())
+    assert "unsigned short* __restrict__ C, int M, int N, int K)" in src
+    assert "pcgc::" not in src and "gemm_call_h100" not in src
+    assert "p, 1, 1, 0, 0;" in src and ".f32.bf16.bf16" in src
+
+
+def test_the_general_kernel_carries_each_option():
+    src = _source(VARIANTS["fp16 col-col gelu fp32"])
+    assert ".f32.f16.f16" in src and "p, 1, 1, 1, 0;" in src  # A transposed (MN-major)
+    assert "using Out = pcgc::OutF32;" in src and "using Bias = pcgc::BiasF16;" in src
+    assert "using Act = pcgc::ActGelu;" in src
+    assert "for (int i = 0; i < BM / 64; ++i) tma_load_2d(" in src  # A in 64-row boxes
+    assert "tma_load_2d(stage_b(((rb + t) % STAGES)), &tmB, full_bar(((rb + t) % STAGES)), " \
+           "t * BK, tile_n * BN);" in src
+    assert "int M, int N, int K, int m, int n,\n       long long ldc)" in src
+    assert "pcgc::store_pair<Out>(C, ldc, row, col, m, n, vec," in src
+    row_row = _source(VARIANTS["bf16 row-row"])
+    assert "p, 1, 1, 0, 1;" in row_row and "using Act = pcgc::ActNone;" in row_row
+    assert "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_b(s) + kk * 2048)" in row_row
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("label", sorted(VARIANTS))
+def test_the_general_kernel_builds_without_spills(label, tmp_path):
+    v = VARIANTS[label]
+    out = tmp_path / "call.cu"
+    out.write_text(_source(v))
+    proc = subprocess.run([NVCC, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17",
+                           "-Xptxas=-v", "-o", str(tmp_path / "call.cubin"), str(out)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    assert "C7508" not in proc.stderr
+    tool = sass_command()
+    if tool is None:
+        pytest.skip("no nvdisasm / cuobjdump for the SASS part")
+    sass = subprocess.run([*tool, str(tmp_path / "call.cubin")], capture_output=True, text=True,
+                          check=True).stdout
+    # nvdisasm writes fp16 operands as the default (no suffix), bf16 as .BF16
+    kinds = set(re.findall(r"\bHGMMA\.64x256x16\.F32(\.BF16)?\b", sass))
+    assert kinds == ({".BF16"} if v.dtype == "bf16" else {""}), kinds
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    # one TMA copy per box: 1 per K-major operand, BM/64 or BN/64 per MN-major one
+    boxes = (2 if v.a_major == "mn" else 1) + (4 if v.b_major == "mn" else 1)
+    assert len(re.findall(r"\bUTMALDG\.2D\b", sass)) == boxes
+
+
+# --- the disk cache --------------------------------------------------------------------------------
+
+def test_the_cache_key_changes_with_every_input():
+    base = ("src", "pc_ws_gemm", ("-std=c++17",), "sm_90a", "cuda_13.0")
+    keys = {kernel_cache.kernel_key(*base)}
+    for i, other in enumerate(("src2", "other", ("-O2",), "sm_100a", "cuda_13.1")):
+        changed = list(base)
+        changed[i] = other
+        keys.add(kernel_cache.kernel_key(*changed))
+    assert len(keys) == 6
+    assert kernel_cache.kernel_key(*base) == kernel_cache.kernel_key(*base)
+
+
+def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(kernel_cache.ENV, str(tmp_path / "here"))
+    assert kernel_cache.cache_dir() == tmp_path / "here"
+    monkeypatch.delenv(kernel_cache.ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert kernel_cache.cache_dir() == tmp_path / "xdg" / "pipeline-core"
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+def test_a_second_build_of_the_same_kernel_comes_from_disk(monkeypatch, tmp_path):
+    monkeypatch.setenv(kernel_cache.ENV, str(tmp_path))
+    src = 'extern "C" __global__ void k(int* p) { p[threadIdx.x] = 1; }\n'
+    said: list[str] = []
+    first = kernel_cache.cubin_path(src, "k", ("-std=c++17",), "sm_90a", said.append)
+    assert first is not None and first.is_file() and first.parent == tmp_path
+    assert len(said) == 1 and str(first) in said[0]  # a cold build says so, once
+
+    def no_build(cmd, *args, **kwargs):
+        raise AssertionError(f"rebuilt: {cmd}")
+
+    monkeypatch.setattr(kernel_cache.subprocess, "run", no_build)
+    assert kernel_cache.cubin_path(src, "k", ("-std=c++17",), "sm_90a", said.append) == first
+    assert len(said) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]
+
+
+def test_importing_the_plugin_and_naming_the_call_load_no_gpu_package():
+    code = ("import sys, pipeline_core_nvidia_h100 as p; f = p.matmul; e = p.MatmulArgumentError;"
+            "print(sorted(m for m in ('torch', 'cupy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
