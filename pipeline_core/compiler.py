@@ -201,7 +201,7 @@ def _compile_agents(schedule: ScheduleBase, body: tuple[Op, ...], edges: tuple[D
     owner = f"schedule {schedule.name}"
     target, sync = _require_sync(schedule, target, "agents", "its rings and waits")
     plan = lower_agents(body, edges, sync, stages=config.depth, spec=schedule.agents(),
-                        owner=owner)
+                        owner=owner, target=target_name)
     compiled = CompiledSchedule(
         schedule_name=schedule.name, target_name=target_name, config=config,
         schedule_config=_schedule_config(schedule, "agents"), body=body, edges=edges, prologue=(),

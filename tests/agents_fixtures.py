@@ -3,11 +3,13 @@ complete on a phase channel, reader agents issuing groups on an in-order counter
 (docs/guide/agents.md).  No vendor plugin is needed."""
 from __future__ import annotations
 
-from pipeline_core.agents import AgentRole, AgentSpec
+import attrs
+
+from pipeline_core.agents import AgentRole, AgentSpec, OrderSpec, Turn
 from pipeline_core.agents.inject import lower_agents
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import Op, OpRole
-from pipeline_core.sync import BarrierKind, Channel, ChannelKind, Effect, SyncModel
+from pipeline_core.sync import BarrierKind, Channel, ChannelKind, Effect, NamedBarriers, SyncModel
 
 COPY, MMA, SOFTMAX = 1, 2, 3
 PHASE_WAIT, ARRIVE, EXPECT, FENCE, COMMIT, GROUP_WAIT = 200, 201, 202, 203, 204, 205
@@ -155,3 +157,26 @@ def attention_spec(readers: int = 2, release_lag: int = 1) -> AgentSpec:
 def attention_plan(stages: int = 4, readers: int = 2, release_lag: int = 1):
     return lower_agents(attention_body(readers), attention_edges(readers, stages), SYNC,
                         stages=stages, spec=attention_spec(readers, release_lag))
+
+
+# --- two consumer groups in ping-pong through named barriers (docs/guide/agents.md) ---------
+NAMED_SYNC_TAG, NAMED_ARRIVE_TAG = 206, 207
+#: the test target with named barriers: 16 ids, id 0 reserved (the CTA-wide barrier)
+NAMED = NamedBarriers(ids=16, reserved=(0,), sync_tag=NAMED_SYNC_TAG, arrive_tag=NAMED_ARRIVE_TAG)
+SYNC_NAMED = attrs.evolve(SYNC, name="test-agents-named", named_barriers=NAMED)
+
+
+def pingpong_spec(release_lag: int = 1, warps: tuple[int, int] = (4, 4)) -> AgentSpec:
+    """consumer0's MMA of K tile t, then consumer1's, then consumer0's of tile t + 1."""
+    roles = [AgentRole(name="producer", ops=(0, 1), warps=4, issuers=1)]
+    roles += [AgentRole(name=f"consumer{r}", ops=(2 + r,), warps=warps[r]) for r in range(2)]
+    order = OrderSpec(name="pingpong", turns=(Turn(agent="consumer0", ops=(2,)),
+                                             Turn(agent="consumer1", ops=(3,))))
+    return AgentSpec(roles=roles, op_bytes={0: 1024, 1: 2048}, release_lag=release_lag,
+                     orders=(order,))
+
+
+def pingpong_plan(stages: int = 4, release_lag: int = 1, sync: SyncModel = SYNC_NAMED,
+                  warps: tuple[int, int] = (4, 4)):
+    return lower_agents(body(2), edges(2, stages), sync, stages=stages,
+                        spec=pingpong_spec(release_lag, warps))

@@ -10,8 +10,8 @@ Data flow: :mod:`.model` (records) <- :mod:`.inject` (the lowering builds a plan
 :mod:`.views` (the document section and the text view show it).  Mutations of a plan live with
 the checker's other mutations (``pipeline_core.check.mutate``).
 """
-from pipeline_core.agents.model import (AgentPlan, AgentProgram, AgentRole, AgentSpec, Ring,
-                                        RingSpec, Step, StepKind)
+from pipeline_core.agents.model import (AgentPlan, AgentProgram, AgentRole, AgentSpec, Ordering,
+                                        OrderSpec, Ring, RingSpec, Step, StepKind, Turn)
 
-__all__ = ["AgentPlan", "AgentProgram", "AgentRole", "AgentSpec", "Ring", "RingSpec", "Step",
-           "StepKind"]
+__all__ = ["AgentPlan", "AgentProgram", "AgentRole", "AgentSpec", "OrderSpec", "Ordering", "Ring",
+           "RingSpec", "Step", "StepKind", "Turn"]
