@@ -180,3 +180,37 @@ def pingpong_plan(stages: int = 4, release_lag: int = 1, sync: SyncModel = SYNC_
                   warps: tuple[int, int] = (4, 4)):
     return lower_agents(body(2), edges(2, stages), sync, stages=stages,
                         spec=pingpong_spec(release_lag, warps))
+
+
+class PingPongSchedule:
+    """A test plugin's schedule: a producer and two consumer groups in ping-pong, on the test
+    target with named barriers (``sync``: another target's sync model, e.g. one without)."""
+
+    name = "t-pingpong"
+
+    def __init__(self, sync: SyncModel = SYNC_NAMED):
+        from pipeline_core.config import PipelineConfig, TargetProfile
+        from pipeline_core.costs import CostModel, OpCost
+        from pipeline_core.ops import ResourceKind
+
+        costs = CostModel({COPY: OpCost(ResourceKind.GLOBAL_MEM, 300, OpRole.GLOBAL_LOAD,
+                                        name="COPY"),
+                           MMA: OpCost(ResourceKind.MMA_UNIT, 400, OpRole.COMPUTE, name="MMA")})
+        self.target = TargetProfile(costs, PipelineConfig(depth=3, num_partitions=1, m_mmas=1,
+                                                          n_mmas=1, vm_per_load_a=1,
+                                                          vm_per_load_b=1), sync=sync)
+
+    def config(self):
+        return self.target.pipeline
+
+    def lowering(self):
+        return "agents"
+
+    def build_body(self):
+        return body(2)
+
+    def derive_edges(self, ops):
+        return edges(2, stages=3)
+
+    def agents(self):
+        return pingpong_spec()
