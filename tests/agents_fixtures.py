@@ -162,7 +162,8 @@ def attention_plan(stages: int = 4, readers: int = 2, release_lag: int = 1):
 # --- two consumer groups in ping-pong through named barriers (docs/guide/agents.md) ---------
 NAMED_SYNC_TAG, NAMED_ARRIVE_TAG = 206, 207
 #: the test target with named barriers: 16 ids, id 0 reserved (the CTA-wide barrier)
-NAMED = NamedBarriers(ids=16, reserved=(0,), sync_tag=NAMED_SYNC_TAG, arrive_tag=NAMED_ARRIVE_TAG)
+NAMED = NamedBarriers(ids=16, reserved=(0,), sync_tag=NAMED_SYNC_TAG, arrive_tag=NAMED_ARRIVE_TAG,
+                      sync_form="nbar.wait {id}, {count}", arrive_form="nbar.arrive {id}, {count}")
 SYNC_NAMED = attrs.evolve(SYNC, name="test-agents-named", named_barriers=NAMED)
 
 

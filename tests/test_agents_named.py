@@ -38,15 +38,16 @@ def named_steps(prog, section="kernel"):
     ({"sync_form": "bar.sync {slot}"}, "sync_form .* is not a format over id and count"),
 ])
 def test_a_bad_named_barrier_declaration_is_refused(kw, message):
-    args = {"ids": 16, "sync_tag": 206, "arrive_tag": 207, **kw}
+    args = {"ids": 16, "sync_tag": 206, "arrive_tag": 207, "sync_form": "w {id}, {count}",
+            "arrive_form": "a {id}, {count}", **kw}
     with pytest.raises(ValueError, match=message):
         NamedBarriers(**args)
 
 
 def test_the_free_ids_leave_the_reserved_ones_out():
-    nb = NamedBarriers(ids=4, reserved=(0, 2), sync_tag=1, arrive_tag=2)
+    nb = attrs.evolve(fx.NAMED, ids=4, reserved=(0, 2))
     assert nb.free == (1, 3)
-    assert nb.text(arrive=True, id=3, count=256) == "bar.arrive 3, 256"
+    assert nb.text(arrive=True, id=3, count=256) == "nbar.arrive 3, 256"
 
 
 def test_the_h100_wgmma_model_declares_its_named_barriers():
@@ -145,8 +146,7 @@ def test_a_target_without_named_barriers_is_refused_naming_it_and_the_key():
 
 
 def test_more_turns_than_free_ids_are_refused():
-    few = attrs.evolve(fx.SYNC_NAMED, named_barriers=NamedBarriers(
-        ids=2, reserved=(0,), sync_tag=fx.NAMED_SYNC_TAG, arrive_tag=fx.NAMED_ARRIVE_TAG))
+    few = attrs.evolve(fx.SYNC_NAMED, named_barriers=attrs.evolve(fx.NAMED, ids=2))
     with pytest.raises(ProgramError, match=r"need 2 named barrier ids and target t has 1 free"):
         lower_agents(fx.body(2), fx.edges(2, 4), few, stages=4, spec=fx.pingpong_spec(),
                      target="t")
@@ -239,7 +239,7 @@ def test_a_pingpong_schedule_compiles_safe_with_its_views_and_document():
     text = render(c)
     assert ("  pingpong: each K tile consumer0 (ops 2), then consumer1 (ops 3); named barriers "
             "1 (256 threads), 2 (256 threads)") in text
-    assert "bar.sync 1, 256 (pingpong)" in text and "bar.arrive 2, 256 (pingpong)" in text
+    assert "nbar.wait 1, 256 (pingpong)" in text and "nbar.arrive 2, 256 (pingpong)" in text
     doc = to_document(c)["agents"]
     assert doc["orders"] == [{"name": "pingpong", "turns": [{"agent": "consumer0", "ops": [2]},
                                                             {"agent": "consumer1", "ops": [3]}],

@@ -41,7 +41,7 @@ def lower_orders(spec: AgentSpec, sync: SyncModel, roles: Mapping[str, AgentRole
         where = f"target {target}" if target else f"sync model {sync.name}"
         raise ProgramError(f"{owner}: AgentSpec.orders {first!r} needs named barriers, and "
                            f"{where} declares none (SyncModel.named_barriers); drop the ordering "
-                           "or compile for a target that has them (e.g. --target h100)")
+                           "or compile for a target that has them (pipeline-core targets)")
     names = [o.name for o in spec.orders]
     if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
         raise ProgramError(f"{owner}: AgentSpec.orders names {', '.join(names)}: each ordering "

@@ -22,8 +22,8 @@ stage completing a phase), and asks of every dependence whether the graph orders
   the loop), and a fence precedes the first group; **WAIT_RANGE**: counter waits fit
   ``0 .. Channel.max_wait``;
 * **ORDER**: every ordering between consumer groups the schedule declares holds: each turn's
-  ops of a K tile are issued after the previous turn's (named barriers: a ``bar.sync`` passes
-  when its generation's threads all arrived, a ``bar.arrive`` does not block; each barrier's
+  ops of a K tile are issued after the previous turn's (named barriers: a ``named_sync`` passes
+  when its generation's threads all arrived, a ``named_arrive`` does not block; each barrier's
   generations are counted by tile, and a generation must get exactly its count, from arrivals
   that come after the generation before it completed: **DEADLOCK** otherwise);
 * **MISSING_PRODUCT** / **DUPLICATE_PRODUCT**: every body op runs exactly once for each K tile
@@ -525,7 +525,7 @@ class _Run:
                 f"{_of_output(gen.tile // self.tiles)}")
         if len(gen.counts) > 1:
             return (f"{what} is joined with counts {', '.join(map(str, gen.counts))}: every "
-                    "bar.sync and bar.arrive of one generation must name the same count")
+                    "named_sync and named_arrive of one generation must name the same count")
         agents = sorted({self.agent_name(i.agent) for i in gen.insts})
         who = ", ".join(agents)
         if gen.threads > gen.counts[0]:
@@ -545,7 +545,7 @@ class _Run:
                     and not any(i.step.kind == StepKind.NAMED_SYNC for i in gen.insts):
                 stranded.add(gen.barrier)
                 self.report(HazardKind.DEADLOCK, gen.insts[0],
-                            f"{self._gen_text(gen)}; no bar.sync waits on it, so the barrier is "
+                            f"{self._gen_text(gen)}; no named_sync waits on it, so the barrier is "
                             "out of step with every later generation", rank=2)
             if gen.before is None or gen.before in self.dead or not gen.complete \
                     or gen.barrier in overrun:

@@ -141,9 +141,9 @@ class NamedBarriers:
     ids: int
     sync_tag: int = attrs.field(validator=_tag)
     arrive_tag: int = attrs.field(validator=_tag)
+    sync_form: str = attrs.field(validator=_non_empty)  #: e.g. ``"bar.sync {id}, {count}"``
+    arrive_form: str = attrs.field(validator=_non_empty)
     reserved: tuple[int, ...] = attrs.field(default=(), converter=_ids)
-    sync_form: str = "bar.sync {id}, {count}"
-    arrive_form: str = "bar.arrive {id}, {count}"
     warp_size: int = 32
 
     def __attrs_post_init__(self) -> None:
