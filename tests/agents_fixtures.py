@@ -215,3 +215,29 @@ class PingPongSchedule:
 
     def agents(self):
         return pingpong_spec()
+
+
+# --- a buffer two turns share: consumer0 writes it (op 4), consumer1 reads it (op 5) ---------
+def shared_body() -> list[Op]:
+    """The ping-pong body and, per consumer, a synchronous op on a buffer they share: op 4
+    (consumer0) writes it each K tile, op 5 (consumer1) reads it."""
+    return body(2) + [Op(tag=SOFTMAX, subtile=r, role=OpRole.VALU_COMPUTE) for r in range(2)]
+
+
+def shared_edges(stages: int = 4) -> list[DepEdge]:
+    """consumer1's read of tile t sees consumer0's write of tile t; consumer0's write of tile
+    t + 1 comes after that read."""
+    return edges(2, stages) + [DepEdge.flow(4, 5), DepEdge.anti(5, 4, 1)]
+
+
+def shared_spec(ordered: bool = True) -> AgentSpec:
+    roles = [AgentRole(name="producer", ops=(0, 1), warps=4, issuers=1),
+             AgentRole(name="consumer0", ops=(2, 4)), AgentRole(name="consumer1", ops=(3, 5))]
+    order = OrderSpec(name="pingpong", turns=(Turn(agent="consumer0", ops=(2, 4)),
+                                             Turn(agent="consumer1", ops=(3, 5))))
+    return AgentSpec(roles=roles, op_bytes={0: 1024, 1: 2048}, orders=(order,) if ordered else ())
+
+
+def shared_plan(stages: int = 4):
+    return lower_agents(shared_body(), shared_edges(stages), SYNC_NAMED, stages=stages,
+                        spec=shared_spec())

@@ -272,3 +272,42 @@ def test_a_compile_for_a_target_without_named_barriers_is_one_line():
     with pytest.raises(ProgramError, match="AgentSpec.orders 'pingpong' needs named barriers, "
                                            "and sync model test-agents declares none"):
         compile_schedule(fx.PingPongSchedule(fx.SYNC))
+
+
+# --- a buffer the ordering protects -----------------------------------------------------------
+def shared_verdict(plan):
+    return prove_plan(plan, fx.shared_body(), fx.shared_edges(plan.stages), fx.SYNC_NAMED,
+                      names=fx.NAMES)
+
+
+def test_a_buffer_two_turns_share_is_proven_through_the_named_barriers():
+    """consumer0 writes a buffer each K tile that consumer1 reads; the ping-pong orders the
+    write before the read and the read before the next write (no ring carries it)."""
+    plan = fx.shared_plan()
+    assert [r.name for r in plan.rings] == ["full", "empty"]  # no ring for the shared buffer
+    assert shared_verdict(plan).safe
+    found = {}
+    for m in agent_mutations(plan, ("drop_named_sync",)):
+        found[(m.agent, m.section)] = {x.kind for x in shared_verdict(m.apply(plan)).violations}
+    # consumer1 reading before consumer0's write landed; consumer0 overwriting (in the loop, and
+    # the next output tile's first write after the epilogue's wait is gone) before it was read
+    assert H.SMEM_RAW in found[("consumer1", "kernel")]
+    assert H.SMEM_WAR in found[("consumer0", "kernel")]
+    assert H.SMEM_WAR in found[("consumer0", "epilogue")]
+
+
+def test_the_ordering_names_the_buffer_it_failed_to_protect():
+    plan = fx.shared_plan()
+    m = next(m for m in agent_mutations(plan, ("drop_named_sync",))
+             if m.agent == "consumer1" and m.section == "kernel")
+    raw = [x for x in shared_verdict(m.apply(plan)).violations if x.kind == H.SMEM_RAW]
+    assert raw and "no named barrier of ordering pingpong orders its completion before the read" \
+        in raw[0].message
+
+
+def test_an_edge_between_consumers_without_an_ordering_is_one_line():
+    with pytest.raises(ProgramError, match=r"edge 4->5 crosses agents from an op with no phase "
+                                           r"channel; .* unless both ops are in turns of one "
+                                           r"ordering \(AgentSpec.orders\)"):
+        lower_agents(fx.shared_body(), fx.shared_edges(4), fx.SYNC_NAMED, stages=4,
+                     spec=fx.shared_spec(ordered=False))

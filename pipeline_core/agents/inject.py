@@ -148,12 +148,17 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
         ch = channel[i]
         return ch is not None and kind.get(ch) == ChannelKind.PHASE
 
-    cross = [e for e in edges if agent_of[e.producer].name != agent_of[e.consumer].name]
+    # an edge between two turns' ops of one ordering is the ordering's to keep (its named
+    # barriers, agents/order.py), not a ring's; the checker proves it
+    turn_of = {i: o.name for o in spec.orders for t in o.turns for i in t.ops}
+    cross = [e for e in edges if agent_of[e.producer].name != agent_of[e.consumer].name
+             and not (e.producer in turn_of and turn_of[e.producer] == turn_of.get(e.consumer))]
     for e in cross:
         if e.kind == DepKind.FLOW and not phase_bound(e.producer):
             raise ProgramError(f"{owner}: edge {e.producer}->{e.consumer} crosses agents from an "
                                f"op with no phase channel; only phase-tracked writes may feed "
-                               f"another agent")
+                               f"another agent, unless both ops are in turns of one ordering "
+                               f"(AgentSpec.orders)")
     writers = sorted({agent_of[e.producer].name for e in cross if e.kind == DepKind.FLOW})
     if not writers:
         raise ProgramError(f"{owner}: the agents lowering needs a writer agent whose copies "

@@ -781,6 +781,14 @@ class _Run:
             self.report(HazardKind.SMEM_WAR, reader, f"{self.step_text(reader)}: {why}",
                         other=writer)
             return
+        if (eff is None or eff.counter is None) and writer is not None \
+                and writer.agent != a and self._ordering_of(a, writer.agent):
+            # a synchronous read of a buffer two turns of an ordering share
+            self.report(HazardKind.SMEM_WAR, writer,
+                        f"may overwrite what {self.step_text(reader)} still reads: no named "
+                        f"barrier of ordering {self._ordering_of(a, writer.agent)} orders the "
+                        "read before the write", other=reader)
+            return
         if gk is None:
             self.report(HazardKind.SMEM_WAR, release or reader,
                         f"{self.agent_name(a)} {what} while {self.step_text(reader)} is never "
@@ -830,6 +838,13 @@ class _Run:
                                 f"insert {wname}(n) that retires the tile's group before the "
                                 "release", gk[1]))
 
+    def _ordering_of(self, a: int, b: int) -> str:
+        """The ordering agents ``a`` and ``b`` take turns in ("" when none): its named barriers
+        order and publish memory between them (docs/guide/agents.md, "Named barriers")."""
+        names = {self.agent_name(a), self.agent_name(b)}
+        return next((o.name for o in self.plan.orders
+                     if names <= {t.agent for t in o.turns}), "")
+
     def _release_of(self, agent: int, reader: _Inst, ring: str | None) -> _Inst | None:
         """``agent``'s release on ``ring`` (any empty ring when None) of the stage ``reader``
         reads: its K tile's, or its output tile's on a once ring."""
@@ -866,6 +881,10 @@ class _Run:
         unordered = "nothing orders its completion before the read"
         if writer.agent == reader.agent:
             return ordered, "" if ordered else unordered
+        shared = self._ordering_of(writer.agent, reader.agent)
+        if shared:  # two turns of one ordering: its named barriers publish the write
+            return ordered, "" if ordered else (f"no named barrier of ordering {shared} orders "
+                                                "its completion before the read")
         # across agents, a missing wait on the copy's own ring is named first: the likelier cause
         eff = self.effect(writer.step.op)
         channel = self.kinds.get(eff.counter) if eff is not None and eff.counter else None
