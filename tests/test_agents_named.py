@@ -311,3 +311,13 @@ def test_an_edge_between_consumers_without_an_ordering_is_one_line():
                                            r"ordering \(AgentSpec.orders\)"):
         lower_agents(fx.shared_body(), fx.shared_edges(4), fx.SYNC_NAMED, stages=4,
                      spec=fx.shared_spec(ordered=False))
+
+
+def test_the_ordering_runs_on_into_the_next_output_tile():
+    """The first turn's epilogue wait orders the next output tile's first turn after this one's
+    last: without it, ORDER at the hand-over (the persistent kernel)."""
+    plan = fx.pingpong_plan()
+    m = next(m for m in agent_mutations(plan, ("drop_named_sync",))
+             if m.agent == "consumer0" and m.section == "epilogue")
+    order = [x for x in verdict(m.apply(plan)).violations if x.kind == H.ORDER]
+    assert order and order[0].site.op.startswith("consumer0 MMA for tile 0 of output tile 2")

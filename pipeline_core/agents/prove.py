@@ -563,7 +563,8 @@ class _Run:
     def _orders(self) -> None:
         """Each declared ordering: every turn's ops of a K tile are issued after the previous
         turn's ops of that tile, and the first turn's of tile t + 1 after the last turn's of
-        tile t (docs/guide/agents.md, "Named barriers")."""
+        tile t, also from one output tile's last K tile to the next one's first
+        (docs/guide/agents.md, "Named barriers")."""
         index = {p.name: a for a, p in enumerate(self.plan.programs)}
         section: dict[tuple[str, int, int], list[_Inst]] = defaultdict(list)
         for order in self.plan.orders:
@@ -574,26 +575,25 @@ class _Run:
                         section[(order.name, n, u)].append(inst)
         for order in self.plan.orders:
             turns = len(order.turns)
-            for o in range(self.outputs):
-                base = o * self.tiles
-                seq = [(n, base + u) for u in range(self.tiles) for n in range(turns)]
-                for (i, u), (j, v) in zip(seq, seq[1:]):
-                    before, after = section.get((order.name, i, u)), section.get((order.name, j, v))
-                    if not before or not after:
-                        continue
-                    last = max(before, key=lambda x: x.n)
-                    first = min(after, key=lambda x: x.n)
-                    if self.hb(last.node, first.node):
-                        continue
-                    self.report(HazardKind.ORDER, first,
-                                f"may be issued before {self.step_text(last)}: ordering "
-                                f"{order.name} ({' then '.join(t.agent for t in order.turns)}, "
-                                "each K tile) is not enforced",
-                                other=last, fix=Fix("review", first.placed.section,
-                                                    first.placed.position,
-                                                    f"restore {self.agent_name(first.agent)}'s "
-                                                    f"named barrier wait of ordering {order.name}"))
-                    break
+            # the turns run on across output tiles as across K tiles (the persistent kernel)
+            seq = [(n, u) for u in range(self.tiles * self.outputs) for n in range(turns)]
+            for (i, u), (j, v) in zip(seq, seq[1:]):
+                before, after = section.get((order.name, i, u)), section.get((order.name, j, v))
+                if not before or not after:
+                    continue
+                last = max(before, key=lambda x: x.n)
+                first = min(after, key=lambda x: x.n)
+                if self.hb(last.node, first.node):
+                    continue
+                self.report(HazardKind.ORDER, first,
+                            f"may be issued before {self.step_text(last)}: ordering "
+                            f"{order.name} ({' then '.join(t.agent for t in order.turns)}, "
+                            "each K tile) is not enforced",
+                            other=last, fix=Fix("review", first.placed.section,
+                                                first.placed.position,
+                                                f"restore {self.agent_name(first.agent)}'s "
+                                                f"named barrier wait of ordering {order.name}"))
+                break
 
     def _what(self, ring_name: str) -> str:
         return "data" if self.plan.ring(ring_name).kind == "full" else "releases"
