@@ -321,3 +321,14 @@ def test_the_ordering_runs_on_into_the_next_output_tile():
              if m.agent == "consumer0" and m.section == "epilogue")
     order = [x for x in verdict(m.apply(plan)).violations if x.kind == H.ORDER]
     assert order and order[0].site.op.startswith("consumer0 MMA for tile 0 of output tile 2")
+
+
+def test_the_trace_names_a_turns_stall_after_its_ordering():
+    from pipeline_core.agents.timing import timeline
+
+    machine = AgentMachine(copy_latency=100, copy_bytes_per_cycle=320, mma_efficiency=1.0)
+    tl = timeline(fx.pingpong_plan(), fx.body(2), machine, 6, name="pp", names=fx.NAMES,
+                  sync=fx.SYNC_NAMED)
+    waits = [s for g in tl.groups for s in g.steps if s.instr.text.startswith("nbar.wait")]
+    assert waits and {s.stall.reason for s in waits if s.stall} == {"pingpong"}
+    assert ("pingpong", "pingpong") in tl.channels
