@@ -50,6 +50,10 @@ class StepKind(str, enum.Enum):
     FENCE = "fence"                #: order register accesses before the next async group
     COMMIT = "commit"              #: close the open group of a counter channel
     COUNTER_WAIT = "counter_wait"  #: wait until at most ``value`` groups of a channel are pending
+    #: block until ``value`` threads arrived on named barrier ``barrier`` (bar.sync id, count)
+    NAMED_SYNC = "named_sync"
+    #: add this agent's threads to named barrier ``barrier`` without waiting (bar.arrive)
+    NAMED_ARRIVE = "named_arrive"
     BARRIER = "barrier"            #: a barrier every agent of the CTA passes (lockstep plans)
     HINT = "hint"                  #: a priority or scheduling hint: orders nothing
 
@@ -101,6 +105,9 @@ class Step:
     #: runs once per output tile, before the K loop (lag 0) or after it (lag -1); its ring
     #: position is the output tile, not the K tile (docs/guide/agents.md, "Loads issued once")
     once: bool = False
+    #: NAMED_SYNC / NAMED_ARRIVE: the named barrier's id (``value`` is its thread count,
+    #: ``channel`` the ordering's name); docs/guide/agents.md, "Named barriers"
+    barrier: int = -1
     #: a lockstep step: the op line exactly as the phase list holds it (the op variant with its
     #: stage, k offset and costs, or the sync op with its wait value); None on agents steps
     instr: Op | None = None
@@ -158,6 +165,49 @@ class RingSpec:
     release_lag: int | None = None
 
 
+def _turns(items: Iterable["Turn"]) -> tuple["Turn", ...]:
+    return tuple(items)
+
+
+def _order_specs(items: Iterable["OrderSpec"]) -> tuple["OrderSpec", ...]:
+    return tuple(items)
+
+
+def _orderings(items: Iterable["Ordering"]) -> tuple["Ordering", ...]:
+    return tuple(items)
+
+
+@attrs.frozen(kw_only=True)
+class Turn:
+    """One agent's part of an ordering: the body ops it issues in its turn."""
+
+    agent: str
+    ops: tuple[int, ...] = attrs.field(converter=_ints)
+
+
+@attrs.frozen(kw_only=True)
+class OrderSpec:
+    """An ordering between consumer groups a schedule declares (docs/guide/agents.md, "Named
+    barriers"): for every K tile t, each turn's ops of tile t are issued after the previous
+    turn's ops of tile t, and the first turn's ops of tile t + 1 after the last turn's of
+    tile t (with two turns, the ping-pong: A(t), B(t), A(t+1), B(t+1), ...)."""
+
+    name: str
+    turns: tuple[Turn, ...] = attrs.field(converter=_turns)
+
+
+@attrs.frozen(kw_only=True)
+class Ordering:
+    """An :class:`OrderSpec` as lowered: turn i waits on named barrier ``barriers[i]`` (joined
+    by ``counts[i]`` threads: turn i's and the turn before it's) before its ops, and arrives on
+    the next turn's barrier after them."""
+
+    name: str
+    turns: tuple[Turn, ...] = attrs.field(converter=_turns)
+    barriers: tuple[int, ...] = attrs.field(converter=_ints)
+    counts: tuple[int, ...] = attrs.field(converter=_ints)
+
+
 @attrs.frozen(kw_only=True)
 class AgentSpec:
     """A schedule's agent assignment: the roles and, per body op, the bytes it copies.
@@ -174,6 +224,8 @@ class AgentSpec:
     #: copies issued once per output tile before the K loop (attention's Q), each on a ring of
     #: its own that its readers wait on once and release after their loop
     once: tuple[int, ...] = attrs.field(converter=_ints, default=())
+    #: orderings between consumer groups, enforced with the target's named barriers
+    orders: tuple[OrderSpec, ...] = attrs.field(converter=_order_specs, default=())
 
 
 @attrs.frozen(kw_only=True)
@@ -343,6 +395,8 @@ class Plan:
     min_tiles: int = 1
     #: bytes each phase-tracked body op moves (what its copies complete on the full ring)
     op_bytes: Mapping[int, int] = attrs.field(factory=dict)
+    #: the consumer-group orderings and the named barriers that enforce them
+    orders: tuple[Ordering, ...] = attrs.field(converter=_orderings, default=())
     #: every agent runs the same steps (the module says what that means for readers)
     lockstep: bool = False
     #: how many warp groups run a lockstep plan and how they are staggered; None on a plan of

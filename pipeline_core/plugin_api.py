@@ -18,7 +18,8 @@ Grouped by what a plugin does:
 * describe a target: :class:`TargetProfile` with a :class:`CostModel` (:class:`OpCost` per
   tag), a :class:`PipelineConfig` (:class:`WarpStagger` ...) and a :class:`SyncModel`
   (:class:`Channel`, :class:`Effect`, :class:`BarrierKind`, :class:`BlockBinding` for a target
-  the block program lowers on);
+  the block program lowers on, :class:`NamedBarriers` for a target whose warp groups order each
+  other through named barriers);
 * describe a schedule: :class:`ScheduleBase` (the schedule protocol, every optional method
   with its default), ops (:class:`Op`, :func:`logical`, :func:`framework_op`,
   :class:`BodyBuilder`), configs, edges (:class:`DepEdge`, :class:`DepKind`,
@@ -59,9 +60,9 @@ from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
 from pipeline_core.scheduling.registry import SchedulingRequest
-from pipeline_core.sync import (BarrierKind, BlockBinding, Channel, ChannelKind, Effect,
-                                SyncModel)
 from pipeline_core.plugins import PluginHost, default_host
+from pipeline_core.sync import (BarrierKind, BlockBinding, Channel, ChannelKind, Effect,
+                                NamedBarriers, SyncModel)
 from pipeline_core.testing import fresh_host, run_cli
 from pipeline_core.transforms import (double_buffer_reorder, optimize_within_barriers,
                                       single_buffer_reorder)
@@ -74,6 +75,7 @@ __all__ = [
     "TargetProfile", "CostModel", "OpCost", "annotate", "PipelineConfig", "ScheduleConfig",
     "BlockSizing", "FragOrder", "LoopCarried", "WarpStagger",
     "SyncModel", "Channel", "ChannelKind", "Effect", "BarrierKind", "BlockBinding",
+    "NamedBarriers",
     "ExecutionModel",
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",

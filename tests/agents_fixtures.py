@@ -3,11 +3,13 @@ complete on a phase channel, reader agents issuing groups on an in-order counter
 (docs/guide/agents.md).  No vendor plugin is needed."""
 from __future__ import annotations
 
-from pipeline_core.agents import AgentRole, AgentSpec
+import attrs
+
+from pipeline_core.agents import AgentRole, AgentSpec, OrderSpec, Turn
 from pipeline_core.agents.inject import lower_agents
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import Op, OpRole
-from pipeline_core.sync import BarrierKind, Channel, ChannelKind, Effect, SyncModel
+from pipeline_core.sync import BarrierKind, Channel, ChannelKind, Effect, NamedBarriers, SyncModel
 
 COPY, MMA, SOFTMAX = 1, 2, 3
 PHASE_WAIT, ARRIVE, EXPECT, FENCE, COMMIT, GROUP_WAIT = 200, 201, 202, 203, 204, 205
@@ -155,3 +157,87 @@ def attention_spec(readers: int = 2, release_lag: int = 1) -> AgentSpec:
 def attention_plan(stages: int = 4, readers: int = 2, release_lag: int = 1):
     return lower_agents(attention_body(readers), attention_edges(readers, stages), SYNC,
                         stages=stages, spec=attention_spec(readers, release_lag))
+
+
+# --- two consumer groups in ping-pong through named barriers (docs/guide/agents.md) ---------
+NAMED_SYNC_TAG, NAMED_ARRIVE_TAG = 206, 207
+#: the test target with named barriers: 16 ids, id 0 reserved (the CTA-wide barrier)
+NAMED = NamedBarriers(ids=16, reserved=(0,), sync_tag=NAMED_SYNC_TAG, arrive_tag=NAMED_ARRIVE_TAG,
+                      sync_form="nbar.wait {id}, {count}", arrive_form="nbar.arrive {id}, {count}")
+SYNC_NAMED = attrs.evolve(SYNC, name="test-agents-named", named_barriers=NAMED)
+
+
+def pingpong_spec(release_lag: int = 1, warps: tuple[int, int] = (4, 4)) -> AgentSpec:
+    """consumer0's MMA of K tile t, then consumer1's, then consumer0's of tile t + 1."""
+    roles = [AgentRole(name="producer", ops=(0, 1), warps=4, issuers=1)]
+    roles += [AgentRole(name=f"consumer{r}", ops=(2 + r,), warps=warps[r]) for r in range(2)]
+    order = OrderSpec(name="pingpong", turns=(Turn(agent="consumer0", ops=(2,)),
+                                             Turn(agent="consumer1", ops=(3,))))
+    return AgentSpec(roles=roles, op_bytes={0: 1024, 1: 2048}, release_lag=release_lag,
+                     orders=(order,))
+
+
+def pingpong_plan(stages: int = 4, release_lag: int = 1, sync: SyncModel = SYNC_NAMED,
+                  warps: tuple[int, int] = (4, 4)):
+    return lower_agents(body(2), edges(2, stages), sync, stages=stages,
+                        spec=pingpong_spec(release_lag, warps))
+
+
+class PingPongSchedule:
+    """A test plugin's schedule: a producer and two consumer groups in ping-pong, on the test
+    target with named barriers (``sync``: another target's sync model, e.g. one without)."""
+
+    name = "t-pingpong"
+
+    def __init__(self, sync: SyncModel = SYNC_NAMED):
+        from pipeline_core.config import PipelineConfig, TargetProfile
+        from pipeline_core.costs import CostModel, OpCost
+        from pipeline_core.ops import ResourceKind
+
+        costs = CostModel({COPY: OpCost(ResourceKind.GLOBAL_MEM, 300, OpRole.GLOBAL_LOAD,
+                                        name="COPY"),
+                           MMA: OpCost(ResourceKind.MMA_UNIT, 400, OpRole.COMPUTE, name="MMA")})
+        self.target = TargetProfile(costs, PipelineConfig(depth=3, num_partitions=1, m_mmas=1,
+                                                          n_mmas=1, vm_per_load_a=1,
+                                                          vm_per_load_b=1), sync=sync)
+
+    def config(self):
+        return self.target.pipeline
+
+    def lowering(self):
+        return "agents"
+
+    def build_body(self):
+        return body(2)
+
+    def derive_edges(self, ops):
+        return edges(2, stages=3)
+
+    def agents(self):
+        return pingpong_spec()
+
+
+# --- a buffer two turns share: consumer0 writes it (op 4), consumer1 reads it (op 5) ---------
+def shared_body() -> list[Op]:
+    """The ping-pong body and, per consumer, a synchronous op on a buffer they share: op 4
+    (consumer0) writes it each K tile, op 5 (consumer1) reads it."""
+    return body(2) + [Op(tag=SOFTMAX, subtile=r, role=OpRole.VALU_COMPUTE) for r in range(2)]
+
+
+def shared_edges(stages: int = 4) -> list[DepEdge]:
+    """consumer1's read of tile t sees consumer0's write of tile t; consumer0's write of tile
+    t + 1 comes after that read."""
+    return edges(2, stages) + [DepEdge.flow(4, 5), DepEdge.anti(5, 4, 1)]
+
+
+def shared_spec(ordered: bool = True) -> AgentSpec:
+    roles = [AgentRole(name="producer", ops=(0, 1), warps=4, issuers=1),
+             AgentRole(name="consumer0", ops=(2, 4)), AgentRole(name="consumer1", ops=(3, 5))]
+    order = OrderSpec(name="pingpong", turns=(Turn(agent="consumer0", ops=(2, 4)),
+                                             Turn(agent="consumer1", ops=(3, 5))))
+    return AgentSpec(roles=roles, op_bytes={0: 1024, 1: 2048}, orders=(order,) if ordered else ())
+
+
+def shared_plan(stages: int = 4):
+    return lower_agents(shared_body(), shared_edges(stages), SYNC_NAMED, stages=stages,
+                        spec=shared_spec())

@@ -11,8 +11,8 @@ registered as ``agents`` by :mod:`pipeline_core.lowering.agents`, builds a plan)
 :mod:`.views` (the document section and the text view show it).  Mutations of a plan live with
 the checker's other mutations (``pipeline_core.check.mutate``).
 """
-from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, Plan, Ring, RingSpec, Step,
-                                StepKind)
+from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, Ordering, OrderSpec, Plan,
+                                Ring, RingSpec, Step, StepKind, Turn)
 
-__all__ = ["AgentProgram", "AgentRole", "AgentSpec", "Plan", "Ring", "RingSpec", "Step",
-           "StepKind"]
+__all__ = ["AgentProgram", "AgentRole", "AgentSpec", "OrderSpec", "Ordering", "Plan", "Ring",
+           "RingSpec", "Step", "StepKind", "Turn"]

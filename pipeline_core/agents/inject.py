@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 import attrs
 
 from pipeline_core.plan import AgentProgram, AgentRole, AgentSpec, Plan, Ring, Step, StepKind
+from pipeline_core.agents.order import lower_orders
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ProgramError
 from pipeline_core.ops import DepKind, Op
@@ -135,8 +136,10 @@ def _ring_groups(spec: AgentSpec, writer_of: dict[int, str], readers_of: dict[in
 
 
 def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, *, stages: int,
-                 spec: AgentSpec, owner: str = "schedule") -> Plan:
-    """Split ``body`` into one program per agent of ``spec`` and inject the rings and waits."""
+                 spec: AgentSpec, owner: str = "schedule", target: str = "") -> Plan:
+    """Split ``body`` into one program per agent of ``spec`` and inject the rings and waits
+    (and the named barriers of its orderings, :mod:`pipeline_core.agents.order`; ``target``
+    names the target in their refusals)."""
     agent_of = _agent_of(spec, body, owner)
     channel = {i: _channel_of(op, sync) for i, op in enumerate(body)}
     kind = {c.name: c.kind for c in sync.channels}
@@ -145,12 +148,17 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
         ch = channel[i]
         return ch is not None and kind.get(ch) == ChannelKind.PHASE
 
-    cross = [e for e in edges if agent_of[e.producer].name != agent_of[e.consumer].name]
+    # an edge between two turns' ops of one ordering is the ordering's to keep (its named
+    # barriers, agents/order.py), not a ring's; the checker proves it
+    turn_of = {i: o.name for o in spec.orders for t in o.turns for i in t.ops}
+    cross = [e for e in edges if agent_of[e.producer].name != agent_of[e.consumer].name
+             and not (e.producer in turn_of and turn_of[e.producer] == turn_of.get(e.consumer))]
     for e in cross:
         if e.kind == DepKind.FLOW and not phase_bound(e.producer):
             raise ProgramError(f"{owner}: edge {e.producer}->{e.consumer} crosses agents from an "
                                f"op with no phase channel; only phase-tracked writes may feed "
-                               f"another agent")
+                               f"another agent, unless both ops are in turns of one ordering "
+                               f"(AgentSpec.orders)")
     writers = sorted({agent_of[e.producer].name for e in cross if e.kind == DepKind.FLOW})
     if not writers:
         raise ProgramError(f"{owner}: the agents lowering needs a writer agent whose copies "
@@ -210,7 +218,7 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
                                f"onto op {e.consumer}, which is no phase-tracked copy; only a "
                                "ring's stage is released across agents")
 
-    programs = []
+    kernels: dict[str, list[Step]] = {}
     for role in spec.roles:
         ops = [i for i in range(len(body)) if agent_of[i].name == role.name]
         reads = [p for p in pairs if role.name in p.full.waiters]
@@ -227,11 +235,15 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
                                     owner, role.name)
         else:
             kernel = [Step(kind=StepKind.OP, op=i, tag=body[i].tag) for i in ops]
-        programs.append(_split(role, kernel, tags))
+        kernels[role.name] = kernel
+    orders = lower_orders(spec, sync, roles, writers, kernels, owner=owner, target=target)
+    programs = [_split(role, kernels[role.name], tags) for role in spec.roles]
     rings = [r for p in pairs for r in (p.full, p.empty) if r is not None]
     plan = Plan(stages=stages, programs=programs, rings=rings,
-                     min_tiles=max(len(p.prologue) for p in programs) or 1,
-                     op_bytes={i: spec.op_bytes.get(i, 0) for i in sorted(writer_of)})
+                min_tiles=max(len(p.prologue) for p in programs) or 1,
+                op_bytes={i: spec.op_bytes.get(i, 0) for i in sorted(writer_of)},
+                orders=orders, sync=sync,
+                description=f"agents lowering, {len(programs)} agents, {stages} ring stages")
     return derive_counter_waits(plan)
 
 

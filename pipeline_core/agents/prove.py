@@ -21,6 +21,11 @@ stage completing a phase), and asks of every dependence whether the graph orders
 * **ACC_RAW**: every group is retired before the agent ends (the accumulators are read after
   the loop), and a fence precedes the first group; **WAIT_RANGE**: counter waits fit
   ``0 .. Channel.max_wait``;
+* **ORDER**: every ordering between consumer groups the schedule declares holds: each turn's
+  ops of a K tile are issued after the previous turn's (named barriers: a ``named_sync`` passes
+  when its generation's threads all arrived, a ``named_arrive`` does not block; each barrier's
+  generations are counted by tile, and a generation must get exactly its count, from arrivals
+  that come after the generation before it completed: **DEADLOCK** otherwise);
 * **MISSING_PRODUCT** / **DUPLICATE_PRODUCT**: every body op runs exactly once for each K tile
   of the loop, on its own agent (a dropped wgmma step leaves its accumulator a K tile short, and
   no ordering rule can see a step that is not there).
@@ -53,7 +58,7 @@ if TYPE_CHECKING:
 PRIORITY = {HazardKind.DEADLOCK: 0, HazardKind.PHASE_PARITY: 1, HazardKind.SMEM_WAR: 2,
             HazardKind.SMEM_RAW: 3, HazardKind.ACC_RAW: 4, HazardKind.MISSING_PRODUCT: 5,
             HazardKind.DUPLICATE_PRODUCT: 6, HazardKind.PHASE_OVERRUN: 7,
-            HazardKind.PHASE_LAG: 8, HazardKind.WAIT_RANGE: 9}
+            HazardKind.PHASE_LAG: 8, HazardKind.WAIT_RANGE: 9, HazardKind.ORDER: 10}
 
 #: what every agents verdict assumes (docs/guide/agents.md, "What the checker assumes")
 ASSUMPTIONS = (
@@ -150,6 +155,9 @@ class _Run:
         self.cover: dict[tuple[int, str, int], _Inst] = {}  # group -> first wait retiring it
         #: (ring, stage) -> tile -> the phase its signals complete
         self.tile_phase_by_ring: dict[tuple[str, int], dict[int, int]] = {}
+        #: named barrier id -> its syncs and arrives; generation node -> what fills it
+        self.named: dict[int, list[_Inst]] = defaultdict(list)
+        self.gens: dict[Node, _Generation] = {}
 
     def S(self, ring: str) -> int:
         """The depth of ring ``ring`` (each ring has its own)."""
@@ -176,6 +184,10 @@ class _Run:
                     f"(parity {k & 1}) {when}")
         if s.kind in (StepKind.ARRIVE, StepKind.EXPECT_TX):
             return f"{who} {tag} {s.channel}[{u % self.S(s.channel)}] {when}"
+        nb = self.sync.named_barriers
+        if s.kind in (StepKind.NAMED_SYNC, StepKind.NAMED_ARRIVE) and nb is not None:
+            text = nb.text(arrive=s.kind == StepKind.NAMED_ARRIVE, id=s.barrier, count=s.value)
+            return f"{who} {text} {when}"
         return f"{who} {tag} {when}"
 
     def site(self, inst: _Inst) -> Site:
@@ -247,6 +259,38 @@ class _Run:
                 for key in keys:
                     self.done[key] = self.reads_end[key] = None
         self._phases()
+        self._generations()
+
+    def _generations(self) -> None:
+        """Each named barrier's syncs and arrives, one generation per tile (a step's tile is the
+        generation it fills, pipeline_core/agents/order.py), in tile order: a sync's threads
+        arrive when it is reached and leave when its generation completes; an arrive adds its
+        threads and goes on; generation k completes after generation k - 1."""
+        nb = self.sync.named_barriers
+        warp = nb.warp_size if nb is not None else 32
+        for bid, parts in sorted(self.named.items()):
+            by_tile: dict[int, list[_Inst]] = defaultdict(list)
+            for inst in parts:
+                by_tile[inst.tile].append(inst)
+            before: Node | None = None
+            for u in sorted(by_tile):
+                insts = by_tile[u]
+                node = ("named", bid, u)
+                threads = sum(self.plan.programs[i.agent].role.warps * warp for i in insts)
+                counts = sorted({i.step.value for i in insts})
+                self.gens[node] = _Generation(barrier=bid, tile=u, insts=tuple(insts),
+                                              threads=threads, counts=tuple(counts),
+                                              before=before)
+                self.g.add_node(node)
+                for i in insts:
+                    if i.step.kind == StepKind.NAMED_SYNC:
+                        self.g.add_edge(self.prev(i), node)
+                        self.g.add_edge(node, i.node)
+                    else:
+                        self.g.add_edge(i.node, node)
+                if before is not None:
+                    self.g.add_edge(before, node)
+                before = node
 
     def _step(self, inst: _Inst, open_ops: dict[str, list[tuple[int, int, int]]]) -> None:
         s, a, u = inst.step, inst.agent, inst.pos
@@ -292,6 +336,8 @@ class _Run:
         elif s.kind == StepKind.PHASE_WAIT:
             depth = self.S(s.channel)
             self.waits.append((inst, s.channel, u % depth, u // depth + s.phase_offset))
+        elif s.kind in (StepKind.NAMED_SYNC, StepKind.NAMED_ARRIVE):
+            self.named[s.barrier].append(inst)
 
     def _counter_wait(self, inst: _Inst) -> None:
         s, a = inst.step, inst.agent
@@ -376,6 +422,7 @@ class _Run:
         """Dead events (never happen: an incomplete phase, a cycle, anything after them) and
         every live event's ancestors as a bit set."""
         dead = {("phase",) + k for k, ph in self.phases.items() if not ph["complete"]}
+        dead |= {node for node, gen in self.gens.items() if not gen.complete}
         self.cycles = [c for c in nx.strongly_connected_components(self.g) if len(c) > 1]
         for c in self.cycles:
             dead |= c
@@ -423,6 +470,8 @@ class _Run:
         self.close()
         self._deadlocks()
         self._stranded()
+        self._named_rules()
+        self._orders()
         self._phase_rules()
         self._war()
         self._raw()
@@ -462,12 +511,92 @@ class _Run:
                             + self._missing(s.channel, stage, k)), True
                 return (f"{what}: {ph['announced']} bytes are announced and "
                         f"{ph['landed']} land"), True
+        if s.kind == StepKind.NAMED_SYNC:
+            gen = self.gens.get(("named", s.barrier, inst.tile))
+            if gen is not None and ("named", s.barrier, inst.tile) in self.root_dead:
+                return self._gen_text(gen), True
         for c in self.cycles:
             if inst.node in c:
                 steps = sorted((n for n in c if n[0] == "step"), key=lambda n: (n[1], n[2]))
                 shown = [self.step_text(self.insts[n[1]][n[2]]) for n in steps[:4]]
                 return "it waits on itself through " + " -> ".join(shown), True
         return "it waits on a step that never runs (see the other DEADLOCK findings)", False
+
+    def _gen_text(self, gen: "_Generation") -> str:
+        """Why a generation of a named barrier never completes (or completes wrongly)."""
+        what = (f"the generation of named barrier {gen.barrier} for tile {gen.tile % self.tiles}"
+                f"{_of_output(gen.tile // self.tiles)}")
+        if len(gen.counts) > 1:
+            return (f"{what} is joined with counts {', '.join(map(str, gen.counts))}: every "
+                    "named_sync and named_arrive of one generation must name the same count")
+        agents = sorted({self.agent_name(i.agent) for i in gen.insts})
+        who = ", ".join(agents)
+        if gen.threads > gen.counts[0]:
+            return (f"{what} gets {gen.threads} threads ({who}) for a count of {gen.counts[0]}: "
+                    "the extra arrivals complete it early and spill into the next generation")
+        return (f"{what} gets {gen.threads} of its {gen.counts[0]} threads (only {who} "
+                f"arrive{'s' if len(agents) == 1 else ''}): it never completes")
+
+    def _named_rules(self) -> None:
+        """Named barriers: a generation no sync blocks on that is left incomplete or over-full
+        (the barrier is out of step for the rest of the kernel), and arrivals that may come
+        before the generation before theirs completed (they count towards it)."""
+        stranded: set[int] = set()  # one finding per barrier: the first generation is the cause
+        overrun: set[int] = set()
+        for node, gen in sorted(self.gens.items()):
+            if not gen.complete and gen.barrier not in stranded \
+                    and not any(i.step.kind == StepKind.NAMED_SYNC for i in gen.insts):
+                stranded.add(gen.barrier)
+                self.report(HazardKind.DEADLOCK, gen.insts[0],
+                            f"{self._gen_text(gen)}; no named_sync waits on it, so the barrier is "
+                            "out of step with every later generation", rank=2)
+            if gen.before is None or gen.before in self.dead or not gen.complete \
+                    or gen.barrier in overrun:
+                continue
+            for i in gen.insts:
+                at = self.prev(i) if i.step.kind == StepKind.NAMED_SYNC else i.node
+                if i.node not in self.dead and not self.hb(gen.before, at):
+                    overrun.add(gen.barrier)
+                    self.report(HazardKind.DEADLOCK, i,
+                                f"may arrive on named barrier {gen.barrier} before its previous "
+                                "generation completed, and count towards it: the generations "
+                                "mismatch", rank=1)
+                    break
+
+    def _orders(self) -> None:
+        """Each declared ordering: every turn's ops of a K tile are issued after the previous
+        turn's ops of that tile, and the first turn's of tile t + 1 after the last turn's of
+        tile t, also from one output tile's last K tile to the next one's first
+        (docs/guide/agents.md, "Named barriers")."""
+        index = {p.name: a for a, p in enumerate(self.plan.programs)}
+        section: dict[tuple[str, int, int], list[_Inst]] = defaultdict(list)
+        for order in self.plan.orders:
+            for n, turn in enumerate(order.turns):
+                a = index[turn.agent]
+                for (agent, op, u), inst in self.op_at.items():
+                    if agent == a and op in turn.ops:
+                        section[(order.name, n, u)].append(inst)
+        for order in self.plan.orders:
+            turns = len(order.turns)
+            # the turns run on across output tiles as across K tiles (the persistent kernel)
+            seq = [(n, u) for u in range(self.tiles * self.outputs) for n in range(turns)]
+            for (i, u), (j, v) in zip(seq, seq[1:]):
+                before, after = section.get((order.name, i, u)), section.get((order.name, j, v))
+                if not before or not after:
+                    continue
+                last = max(before, key=lambda x: x.n)
+                first = min(after, key=lambda x: x.n)
+                if self.hb(last.node, first.node):
+                    continue
+                self.report(HazardKind.ORDER, first,
+                            f"may be issued before {self.step_text(last)}: ordering "
+                            f"{order.name} ({' then '.join(t.agent for t in order.turns)}, "
+                            "each K tile) is not enforced",
+                            other=last, fix=Fix("review", first.placed.section,
+                                                first.placed.position,
+                                                f"restore {self.agent_name(first.agent)}'s "
+                                                f"named barrier wait of ordering {order.name}"))
+                break
 
     def _what(self, ring_name: str) -> str:
         return "data" if self.plan.ring(ring_name).kind == "full" else "releases"
@@ -655,6 +784,14 @@ class _Run:
             self.report(HazardKind.SMEM_WAR, reader, f"{self.step_text(reader)}: {why}",
                         other=writer)
             return
+        if (eff is None or eff.counter is None) and writer is not None \
+                and writer.agent != a and self._ordering_of(a, writer.agent):
+            # a synchronous read of a buffer two turns of an ordering share
+            self.report(HazardKind.SMEM_WAR, writer,
+                        f"may overwrite what {self.step_text(reader)} still reads: no named "
+                        f"barrier of ordering {self._ordering_of(a, writer.agent)} orders the "
+                        "read before the write", other=reader)
+            return
         if gk is None:
             self.report(HazardKind.SMEM_WAR, release or reader,
                         f"{self.agent_name(a)} {what} while {self.step_text(reader)} is never "
@@ -704,6 +841,13 @@ class _Run:
                                 f"insert {wname}(n) that retires the tile's group before the "
                                 "release", gk[1]))
 
+    def _ordering_of(self, a: int, b: int) -> str:
+        """The ordering agents ``a`` and ``b`` take turns in ("" when none): its named barriers
+        order and publish memory between them (docs/guide/agents.md, "Named barriers")."""
+        names = {self.agent_name(a), self.agent_name(b)}
+        return next((o.name for o in self.plan.orders
+                     if names <= {t.agent for t in o.turns}), "")
+
     def _release_of(self, agent: int, reader: _Inst, ring: str | None) -> _Inst | None:
         """``agent``'s release on ``ring`` (any empty ring when None) of the stage ``reader``
         reads: its K tile's, or its output tile's on a once ring."""
@@ -740,6 +884,10 @@ class _Run:
         unordered = "nothing orders its completion before the read"
         if writer.agent == reader.agent:
             return ordered, "" if ordered else unordered
+        shared = self._ordering_of(writer.agent, reader.agent)
+        if shared:  # two turns of one ordering: its named barriers publish the write
+            return ordered, "" if ordered else (f"no named barrier of ordering {shared} orders "
+                                                "its completion before the read")
         # across agents, a missing wait on the copy's own ring is named first: the likelier cause
         eff = self.effect(writer.step.op)
         channel = self.kinds.get(eff.counter) if eff is not None and eff.counter else None
@@ -830,6 +978,22 @@ class _Run:
                         "reach the result exactly once", site=site,
                         fix=Fix("review", site.phase, site.index,
                                 f"restore {who}'s {name} step for tile {u}"))
+
+
+@attrs.frozen(kw_only=True)
+class _Generation:
+    """One generation of a named barrier: the syncs and arrives of one tile."""
+
+    barrier: int
+    tile: int
+    insts: tuple[_Inst, ...]
+    threads: int
+    counts: tuple[int, ...]  #: the counts its steps name (one, unless they disagree)
+    before: Node | None  #: the generation before it on the same barrier
+
+    @property
+    def complete(self) -> bool:
+        return len(self.counts) == 1 and self.threads == self.counts[0]
 
 
 def _of_output(output: int) -> str:

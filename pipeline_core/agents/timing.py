@@ -88,6 +88,11 @@ def run(plan: Plan, body: Sequence[Op], machine: AgentMachine,
     open_group: list[list[float]] = [[] for _ in streams]
     arrivals: dict[tuple[str, int, int], list[float]] = {}
     landed: dict[tuple[str, int, int], list[tuple[float, int]]] = {}
+    # named barriers (docs/guide/agents.md, "Named barriers"): id -> the agents that join it;
+    # (id, tile) -> agent -> when it arrived; a sync passes once every member arrived
+    members = {bid: {o.turns[i].agent, o.turns[i - 1].agent}
+               for o in plan.orders for i, bid in enumerate(o.barriers)}
+    named: dict[tuple[int, int], dict[str, float]] = {}
     state = {"copy_free": 0.0, "mma_free": 0.0, "mma_busy": 0.0}
 
     def phase_done(ring: str, stage: int, phase: int) -> float | None:
@@ -145,6 +150,16 @@ def run(plan: Plan, body: Sequence[Op], machine: AgentMachine,
                 open_group[a].append(state["mma_free"])
                 end, busy = state["mma_free"], (ResourceKind.MMA_UNIT, begin, state["mma_free"])
                 now += machine.step_cycles
+        elif step.kind in (StepKind.NAMED_SYNC, StepKind.NAMED_ARRIVE):
+            gen = named.setdefault((step.barrier, step.tile(t)), {})
+            gen.setdefault(plan.programs[a].name, now)
+            if step.kind == StepKind.NAMED_SYNC:
+                if set(gen) < members.get(step.barrier, set()):
+                    return False
+                start = max(now, *gen.values())
+                waited = step.channel if start > now else ""
+                now = start
+            now += machine.step_cycles
         elif step.kind == StepKind.COMMIT:
             groups[a].append(max(open_group[a], default=now))
             open_group[a] = []
@@ -184,7 +199,7 @@ def run(plan: Plan, body: Sequence[Op], machine: AgentMachine,
 
 _KIND = {StepKind.OP: "op", StepKind.PHASE_WAIT: "wait", StepKind.COUNTER_WAIT: "wait",
          StepKind.COMMIT: "commit", StepKind.ARRIVE: "op", StepKind.EXPECT_TX: "op",
-         StepKind.FENCE: "hint"}
+         StepKind.FENCE: "hint", StepKind.NAMED_SYNC: "wait", StepKind.NAMED_ARRIVE: "op"}
 _PHASE = {"prologue": Phase.PROLOGUE, "kernel": Phase.KERNEL, "epilogue": Phase.EPILOGUE}
 
 
@@ -219,7 +234,8 @@ def timeline(plan: Plan, body: Sequence[Op], machine: AgentMachine, tiles: int, 
                           text=isa_form(step, plan, body, names, sync, after_loop=after))
             cost = OpTiming(op.resource, op.latency, "", 0, _KIND[step.kind],
                             waits_on=step.channel if step.kind in (
-                                StepKind.PHASE_WAIT, StepKind.COUNTER_WAIT) else "")
+                                StepKind.PHASE_WAIT, StepKind.COUNTER_WAIT,
+                                StepKind.NAMED_SYNC) else "")
             stall = (Stall(round(k.start) - round(k.ready), k.waited_on,
                            f"{k.waited_on}: {round(k.start) - round(k.ready)} cycles")
                      if k.waited_on and round(k.start) > round(k.ready) else None)
@@ -246,7 +262,8 @@ def timeline(plan: Plan, body: Sequence[Op], machine: AgentMachine, tiles: int, 
         steady_mma_utilisation=timing.mma_utilisation, mma_bound_cycles=round(bound),
         stall_cycles=tuple(g.stall_cycles for g in groups))
     waits = dict.fromkeys(s.channel for p in plan.programs for s in p.kernel
-                          if s.kind in (StepKind.PHASE_WAIT, StepKind.COUNTER_WAIT))
+                          if s.kind in (StepKind.PHASE_WAIT, StepKind.COUNTER_WAIT,
+                                        StepKind.NAMED_SYNC))
     return Timeline(
         name=name, model=MachineModel(clock_ghz=clock_ghz), iterations=tiles,
         groups=tuple(groups), busy=assign_lanes(busy_raw), barriers=(), tag_names=dict(names),

@@ -18,11 +18,14 @@ from pipeline_core.sync.model import SyncModel
 
 def _step_doc(step: Step, plan: Plan, body: Sequence[Op], names: Mapping[int, str],
               sync: SyncModel | None, after_loop: bool) -> dict[str, Any]:
-    return {"kind": step.kind.value, "lag": step.lag, "channel": step.channel,
-            "value": step.value, "phase_offset": step.phase_offset, "op": step.op,
-            "tag": step.tag, "tag_name": (tag_name(step.tag, names) if step.tag >= 0 else ""),
-            "after_loop": after_loop, "once": step.once,
-            "isa": isa_form(step, plan, body, names, sync, after_loop=after_loop)}
+    doc = {"kind": step.kind.value, "lag": step.lag, "channel": step.channel,
+           "value": step.value, "phase_offset": step.phase_offset, "op": step.op,
+           "tag": step.tag, "tag_name": (tag_name(step.tag, names) if step.tag >= 0 else ""),
+           "after_loop": after_loop, "once": step.once,
+           "isa": isa_form(step, plan, body, names, sync, after_loop=after_loop)}
+    if step.barrier >= 0:  # a named barrier step (docs/guide/agents.md, "Named barriers")
+        doc["barrier"] = step.barrier
+    return doc
 
 
 def program_sections(prog: AgentProgram) -> list[tuple[str, int, Sequence[Step]]]:
@@ -60,7 +63,7 @@ def agents_doc(plan: Plan, body: Sequence[Op], names: Mapping[int, str],
         entry["kernel"] = steps("kernel", 0, prog.kernel)
         entry["epilogue"] = [steps("epilogue", j, it) for j, it in enumerate(prog.epilogue)]
         programs.append(entry)
-    return {
+    doc: dict[str, Any] = {
         "stages": plan.stages, "min_tiles": plan.min_tiles,
         "sync_model": sync.name if sync is not None else None,
         "op_bytes": {str(k): v for k, v in sorted(plan.op_bytes.items())},
@@ -70,3 +73,9 @@ def agents_doc(plan: Plan, body: Sequence[Op], names: Mapping[int, str],
                    "once": r.once} for r in plan.rings],
         "programs": programs,
     }
+    if plan.orders:  # only a plan with orderings carries the key (older documents stay as they were)
+        doc["orders"] = [{"name": o.name, "turns": [{"agent": t.agent, "ops": list(t.ops)}
+                                                    for t in o.turns],
+                          "barriers": list(o.barriers), "counts": list(o.counts)}
+                         for o in plan.orders]
+    return doc

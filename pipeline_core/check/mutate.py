@@ -91,6 +91,9 @@ AGENT_MUTATIONS = {
     "flip_phase_offset": "move a phase wait to the next or previous phase (flips its parity)",
     "drop_acquire": "drop a writer's acquire (PHASE_WAIT on an empty ring)",
     "drop_mma": "drop a reader's MMA step (an op of an agent that waits on a full ring)",
+    "drop_named_arrive": "drop a named-barrier arrive (NAMED_ARRIVE of an ordering)",
+    "drop_named_sync": "drop a named-barrier wait (NAMED_SYNC of an ordering)",
+    "swap_named_id": "move a named-barrier step to its ordering's next barrier id",
 }
 
 
@@ -110,6 +113,7 @@ class AgentMutation:
     description: str
     delta: int = 1  #: flip_phase_offset / loosen_counter_wait: how far the value moves
     ring: str = ""
+    barrier: int = -1  #: swap_named_id: the id the step moves to
 
     def apply(self, plan: Any) -> Any:
         """``plan`` (an :class:`~pipeline_core.agents.Plan`) with the edit made."""
@@ -119,8 +123,11 @@ class AgentMutation:
         else:
             steps = list(getattr(prog, self.section)[self.iteration])
         step = steps[self.index]
-        if self.category in ("drop_arrive", "drop_acquire", "drop_mma"):
+        if self.category in ("drop_arrive", "drop_acquire", "drop_mma", "drop_named_arrive",
+                             "drop_named_sync"):
             del steps[self.index]
+        elif self.category == "swap_named_id":
+            steps[self.index] = attrs.evolve(step, barrier=self.barrier)
         elif self.category == "loosen_counter_wait":
             steps[self.index] = attrs.evolve(step, value=step.value + self.delta)
         elif self.category == "flip_phase_offset":
@@ -143,11 +150,13 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
     """Every single-step mutation of ``plan`` in ``categories`` (see :data:`AGENT_MUTATIONS`):
     each reader release dropped, each counter wait loosened by one, each phase wait moved one
     phase either way, each writer acquire dropped, each reader's MMA step dropped; on every
-    ring of the plan (:attr:`AgentMutation.ring`)."""
+    ring of the plan (:attr:`AgentMutation.ring`); each named-barrier sync or arrive of an
+    ordering dropped, or moved to the ordering's next barrier id."""
     from pipeline_core.plan import StepKind
 
     kinds = {r.name: r.kind for r in plan.rings}
     readers = {a for r in plan.rings if r.kind == "full" for a in r.waiters}
+    ids = {o.name: o.barriers for o in plan.orders}
     for prog in plan.programs:
         sections = ([("prologue", i, s) for i, s in enumerate(prog.prologue)]
                     + [("kernel", 0, prog.kernel)]
@@ -171,12 +180,23 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
                                                          f"{s.channel}"))
                 elif s.kind == StepKind.OP and prog.name in readers:
                     edits.append(("drop_mma", 1, f"drop {where} step {i} op {s.op}"))
+                elif s.kind in (StepKind.NAMED_SYNC, StepKind.NAMED_ARRIVE):
+                    verb = "arrive" if s.kind == StepKind.NAMED_ARRIVE else "sync"
+                    edits.append((f"drop_named_{verb}", 1, f"drop {where} step {i} named {verb} "
+                                                           f"{s.barrier} ({s.channel})"))
+                    mine = ids.get(s.channel, ())
+                    if s.barrier in mine and len(mine) > 1:
+                        other = mine[(mine.index(s.barrier) + 1) % len(mine)]
+                        edits.append(("swap_named_id", other, f"{where} step {i} named {verb} "
+                                                              f"id {s.barrier} -> {other}"))
                 ring = s.channel if s.channel in kinds else ""
                 for category, delta, text in edits:
                     if category in categories:
+                        swap = category == "swap_named_id"
                         yield AgentMutation(category=category, agent=prog.name, section=section,
-                                            iteration=it, index=i, description=text, delta=delta,
-                                            ring=ring)
+                                            iteration=it, index=i, description=text,
+                                            delta=1 if swap else delta, ring=ring,
+                                            barrier=delta if swap else -1)
 
 
 def mutate_compiled(compiled: CompiledSchedule, mutation: AgentMutation, *,

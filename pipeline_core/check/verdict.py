@@ -27,6 +27,7 @@ class HazardKind(enum.Enum):
     PHASE_OVERRUN = "PHASE_OVERRUN"  #: an arrival or copy may land in the phase before its own
     DEADLOCK = "DEADLOCK"  #: a wait whose phase never completes, or a cycle of waits
     WAIT_RANGE = "WAIT_RANGE"  #: a counter wait below 0 or above its channel's encodable maximum
+    ORDER = "ORDER"  #: a declared ordering between consumer groups is not enforced (named barriers)
 
 
 @attrs.frozen

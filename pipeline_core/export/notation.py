@@ -127,6 +127,12 @@ def isa_form(step: "Step", plan: "Plan", body: "Sequence[Op]", names: Mapping[in
         return f"{tag_name(body[step.op].tag, names)} tile {u}" if u else \
             tag_name(body[step.op].tag, names)
     head = base or name
+    nb = sync.named_barriers if sync is not None else None
+    if step.kind in (StepKind.NAMED_SYNC, StepKind.NAMED_ARRIVE):  # "Named barriers"
+        text = (nb.text(arrive=step.kind == StepKind.NAMED_ARRIVE, id=step.barrier,
+                        count=step.value) if nb is not None
+                else f"{name} {step.barrier}, {step.value}")
+        return f"{text} ({step.channel})"
     if step.kind == StepKind.PHASE_WAIT:
         off = step.phase_offset
         phase = f"{wrap}/{s}" + (f"{off:+d}" if off else "")

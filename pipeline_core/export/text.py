@@ -244,6 +244,13 @@ def _agents_listing(compiled: CompiledSchedule, plan: "Plan") -> str:
         out.append(f"  {r.name}[{r.stages}] ({r.kind}): {r.arrivals} arrival"
                    f"{'s' if r.arrivals > 1 else ''}{tx}; signalled by "
                    f"{', '.join(r.signallers)}; waited on by {', '.join(r.waiters)}")
+    if plan.orders:  # docs/guide/agents.md, "Named barriers"
+        out.append("ORDERS")
+        for o in plan.orders:
+            turns = ", then ".join(f"{t.agent} (ops {', '.join(map(str, t.ops))})"
+                                   for t in o.turns)
+            bars = ", ".join(f"{b} ({n} threads)" for b, n in zip(o.barriers, o.counts))
+            out.append(f"  {o.name}: each K tile {turns}; named barriers {bars}")
     proof = compiled.proof
     if proof is not None:
         v = proof.verdict

@@ -20,7 +20,5 @@ def lower(ctx: LoweringInput) -> Plan:
 
     _, sync = require_sync(ctx, "its rings and waits")
     plan = lower_agents(ctx.body, ctx.edges, sync, stages=ctx.config.depth,
-                        spec=ctx.schedule.agents(), owner=ctx.owner)
-    return attrs.evolve(plan, lowering=AGENTS, launch=ctx.schedule.kernel_launch(), sync=sync,
-                        description=f"agents lowering, {len(plan.programs)} agents, "
-                                    f"{plan.stages} ring stages")
+                        spec=ctx.schedule.agents(), owner=ctx.owner, target=ctx.target_name)
+    return attrs.evolve(plan, lowering=AGENTS, launch=ctx.schedule.kernel_launch())

@@ -120,6 +120,59 @@ class BarrierKind:
     publishes: str = "completed"  #: makes completed (retired) accesses visible to participants
 
 
+def _ids(items: Iterable[int]) -> tuple[int, ...]:
+    return tuple(items)
+
+
+@attrs.frozen(kw_only=True)
+class NamedBarriers:
+    """A target's named CTA barriers: ``ids`` barriers addressed by number, each joined by a
+    thread count (docs/guide/agents.md, "Named barriers").
+
+    ``sync_form`` blocks its threads until ``count`` threads arrived on barrier ``id`` (PTX
+    ``bar.sync id, count``); ``arrive_form`` adds its threads without waiting (``bar.arrive id,
+    count``).  Arrivals fill one *generation* at a time: the ``count``-th thread completes it and
+    the barrier starts the next.  ``count`` is a multiple of ``warp_size`` (a warp arrives as a
+    whole).  ``reserved`` ids are the target's own (``bar.sync 0`` is ``__syncthreads``); the
+    agents lowering hands out the others.  The forms are format strings over ``id`` and
+    ``count``; ``sync_tag`` / ``arrive_tag`` are the tags the steps lower to.
+    """
+
+    ids: int
+    sync_tag: int = attrs.field(validator=_tag)
+    arrive_tag: int = attrs.field(validator=_tag)
+    sync_form: str = attrs.field(validator=_non_empty)  #: e.g. ``"bar.sync {id}, {count}"``
+    arrive_form: str = attrs.field(validator=_non_empty)
+    reserved: tuple[int, ...] = attrs.field(default=(), converter=_ids)
+    warp_size: int = 32
+
+    def __attrs_post_init__(self) -> None:
+        if self.ids < 1:
+            raise ValueError(f"NamedBarriers.ids must be 1 or more, got {self.ids}")
+        if self.warp_size < 1:
+            raise ValueError(f"NamedBarriers.warp_size must be 1 or more, got {self.warp_size}")
+        bad = [i for i in self.reserved if not 0 <= i < self.ids]
+        if bad:
+            raise ValueError(f"NamedBarriers.reserved names ids {bad} outside 0..{self.ids - 1}")
+        if self.sync_tag == self.arrive_tag:
+            raise ValueError("NamedBarriers.sync_tag and arrive_tag must differ")
+        for which in ("sync_form", "arrive_form"):
+            try:
+                getattr(self, which).format(id=0, count=0)
+            except (KeyError, IndexError, ValueError, AttributeError) as exc:
+                raise ValueError(f"NamedBarriers.{which} {getattr(self, which)!r} is not a "
+                                 f"format over id and count ({exc})") from None
+
+    @property
+    def free(self) -> tuple[int, ...]:
+        """The ids a lowering may use, lowest first."""
+        return tuple(i for i in range(self.ids) if i not in self.reserved)
+
+    def text(self, *, arrive: bool, id: int, count: int) -> str:
+        """One sync or arrive as the target's instruction."""
+        return (self.arrive_form if arrive else self.sync_form).format(id=id, count=count)
+
+
 @attrs.frozen(kw_only=True)
 class BlockBinding:
     """How the reference's block program (``pipeline_core.program``) lowers on a target.
@@ -187,6 +240,9 @@ class SyncModel:
     #: commit: "arrive" and "expect_tx" (phase channels), "fence" (before an async group);
     #: docs/guide/agents.md, "Steps"
     agent_tags: Mapping[str, int] = attrs.field(factory=dict)
+    #: the named barriers the target has (None: none; an agents schedule that orders consumer
+    #: groups is refused); docs/guide/agents.md, "Named barriers"
+    named_barriers: NamedBarriers | None = None
 
     def __attrs_post_init__(self) -> None:
         names = [c.name for c in self.channels]
@@ -261,6 +317,9 @@ class SyncModel:
         names.update({b.tag: b.name.upper() for b in self.barriers})
         names.update(self.hint_tags)
         names.update({tag: action.upper() for action, tag in self.agent_tags.items()})
+        if self.named_barriers is not None:
+            names[self.named_barriers.sync_tag] = "NAMED_SYNC"
+            names[self.named_barriers.arrive_tag] = "NAMED_ARRIVE"
         return names
 
     def isa_text(self, tag: int, *, wait_value: int = 0, subtile: int = 0) -> str | None:

@@ -22,7 +22,8 @@ from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source,
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
-                                                declared_geometry, render, ring_step_line)
+                                                consumer_branches, declared_geometry,
+                                                named_step_line, render, ring_step_line)
 from pipeline_core_nvidia_h100.warpspecialized import (ELEM_BYTES, KERNEL_FAMILY, MN_CHUNK,
                                                        SCHEDULE_NAME, WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
@@ -92,6 +93,9 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
     ring = ring_step_line(s, stage, parity, single_issuer, watchdog)
     if ring is not None:
         return ring
+    named = named_step_line(s)
+    if named is not None:
+        return named
     # the family's steps: the wgmma async group's fence / commit / counter wait, the ops
     if s.kind == StepKind.FENCE:
         return "wgmma_fence();"
@@ -139,16 +143,13 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
         return render(agent_stretches(
             p, lambda s: _step_line(s, single_issuer, p.name, watchdog or 0, variant), label))
 
-    texts = {c.name: "\n".join(lines(c, False, "consumer")) for c in consumers}
-    if len(set(texts.values())) != 1:
-        raise ProgramError(f"emitter {EMITTER_NAME}: the consumer agents' programs differ "
-                           f"({', '.join(texts)}); setmaxnreg needs one consumer branch")
+    texts = ["\n".join(lines(c, False, "consumer")) for c in consumers]
     constants = _constants(g)
     parts = {**FAMILY, **general_family(v)} if variant else FAMILY
     family = AgentsFamily(**{part: text.format(**constants) for part, text in parts.items()})
     body = agents_kernel_body(
         rings=plan.rings, producer=lines(producer, True, producer.name),
-        consumer=texts[consumers[0].name].split("\n"), producer_name=producer.name,
+        consumer=consumer_branches(texts), producer_name=producer.name,
         producer_registers=g.producer_registers, consumer_registers=g.consumer_registers,
         family=family)
     if variant:

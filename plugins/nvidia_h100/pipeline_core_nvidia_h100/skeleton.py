@@ -140,6 +140,29 @@ def ring_step_line(s: Step, stage: str, parity: str, single_issuer: bool,
     return None
 
 
+def named_step_line(s: Step) -> str | None:
+    """The PTX of a named-barrier step (``bar.sync id, count`` / ``bar.arrive id, count``, the
+    plugin's README.md, "Sync model, wgmma family"), None for a step of another kind."""
+    if s.kind == StepKind.NAMED_SYNC:
+        return f'asm volatile("bar.sync {s.barrier}, {s.value};\\n" ::: "memory");'
+    if s.kind == StepKind.NAMED_ARRIVE:
+        return f'asm volatile("bar.arrive {s.barrier}, {s.value};\\n" ::: "memory");'
+    return None
+
+
+def consumer_branches(texts: Sequence[str], indent: str = "    ") -> list[str]:
+    """The consumers' programs as the one consumer branch runs them: one program when they are
+    the same (the consumer index picks the rows), else one block per consumer index (consumers
+    that differ only in their named-barrier steps, docs/guide/agents.md, "Named barriers")."""
+    if len(set(texts)) == 1:
+        return texts[0].split("\n")
+    out: list[str] = []
+    for i, text in enumerate(texts):
+        out.append(("if" if i == 0 else "} else if") + f" (consumer == {i}) {{")
+        out += [indent + line for line in text.split("\n")]
+    return out + ["}"]
+
+
 def _bar_offset(index: int) -> str:
     return "s" if index == 0 else "(STAGES + s)" if index == 1 else f"({index} * STAGES + s)"
 

@@ -16,11 +16,16 @@ in short:
   before the next group.
 * TMA writes and wgmma reads of shared memory are both in the async proxy, so the schedule needs
   no ``fence.proxy.async``; the model has no generic write into a stage a wgmma reads.
+* **Named barriers** (PTX ISA, "bar, barrier"): 16 per CTA, ids 0..15.  ``bar.sync id, count``
+  blocks until ``count`` threads (a multiple of the warp size) arrived on ``id``;
+  ``bar.arrive id, count`` arrives without waiting.  Id 0 is ``__syncthreads`` (the kernel's
+  ``bar.sync 0`` after the mbarrier initialisation), so it is reserved; the agents lowering
+  orders consumer warp groups on the others (docs/guide/agents.md, "Named barriers").
 """
 from __future__ import annotations
 
 from pipeline_core.plugin_api import (BarrierKind, Channel, ChannelKind, Effect, FrameworkTag,
-                                      OpRole, SyncModel)
+                                      NamedBarriers, OpRole, SyncModel)
 
 MBARRIER = "mbarrier"
 WGMMA = "wgmma"
@@ -32,6 +37,8 @@ MBAR_EXPECT_TX = 162
 WGMMA_FENCE = 163
 WGMMA_COMMIT = 164
 WGMMA_WAIT = 165
+NAMED_SYNC = 166
+NAMED_ARRIVE = 167
 #: ``wgmma.wait_group N``: the PTX ISA gives N as an integer constant; SASS encodes
 #: ``WARPGROUP.DEPBAR.LE gsb0, N`` and the schedule never needs more than its ring depth.
 MAX_WGMMA_WAIT = 7
@@ -49,6 +56,11 @@ EFFECTS = (
     Effect(role=OpRole.GLOBAL_LOAD, counter=MBARRIER),           # TMA: bytes on the stage's phase
     Effect(role=OpRole.COMPUTE, counter=WGMMA, resolves="both"),  # wgmma: reads end at retirement
 )
+
+#: the CTA's 16 named barriers; id 0 is ``bar.sync 0`` (``__syncthreads``), the kernel's own
+NAMED_BARRIERS = NamedBarriers(ids=16, reserved=(0,), sync_tag=NAMED_SYNC, arrive_tag=NAMED_ARRIVE,
+                               sync_form="bar.sync {id}, {count}",
+                               arrive_form="bar.arrive {id}, {count}", warp_size=32)
 
 #: ``bar.sync 0`` publishes the barriers' initialisation before any agent uses them.
 BARRIERS = (BarrierKind(tag=int(FrameworkTag.BARRIER), name="bar.sync", participants="cta",
@@ -68,10 +80,12 @@ H100_WGMMA_SYNC = SyncModel(
     barriers=BARRIERS, isa_forms=ISA_FORMS, register_interlock=False,
     shared_in_order=False, global_loads_write_shared=True,
     agent_tags={"arrive": MBAR_ARRIVE, "expect_tx": MBAR_EXPECT_TX, "fence": WGMMA_FENCE},
+    named_barriers=NAMED_BARRIERS,
     notes=("a waiter may lag an mbarrier by at most one phase (try_wait.parity tests only the "
            "current and the preceding phase)",
            "a wgmma group's shared-memory reads end when wait_group retires it",
            "TMA writes and wgmma reads are both async-proxy: no proxy fence is needed"))
 
 TAG_NAMES = {MBAR_WAIT: "MBAR_WAIT", MBAR_ARRIVE: "MBAR_ARRIVE", MBAR_EXPECT_TX: "MBAR_EXPECT_TX",
-             WGMMA_FENCE: "WGMMA_FENCE", WGMMA_COMMIT: "WGMMA_COMMIT", WGMMA_WAIT: "WAIT_WGMMA"}
+             WGMMA_FENCE: "WGMMA_FENCE", WGMMA_COMMIT: "WGMMA_COMMIT", WGMMA_WAIT: "WAIT_WGMMA",
+             NAMED_SYNC: "NAMED_SYNC", NAMED_ARRIVE: "NAMED_ARRIVE"}

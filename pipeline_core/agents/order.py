@@ -1,0 +1,104 @@
+"""Orderings between consumer groups, lowered onto the target's named barriers.
+
+A schedule declares an :class:`~pipeline_core.plan.OrderSpec` (the ping-pong: consumer A
+issues its ops of K tile t, then consumer B its ops of tile t, then A its ops of tile t + 1);
+this module checks it, hands out barrier ids and thread counts, and puts the steps into each
+turn's program (docs/guide/agents.md, "Named barriers"):
+
+* turn i waits on its own barrier ``ids[i]`` (NAMED_SYNC) before its first op, and arrives
+  (NAMED_ARRIVE, no wait) on the next turn's barrier after its last op (after the commit that
+  closes the group the op is in), so the next turn's wait completes only once it was issued;
+* barrier ``ids[i]`` is joined by turn i's threads and the previous turn's: its count is
+  ``(warps[i] + warps[i - 1]) * warp_size``;
+* the first turn's wait for tile t waits on the last turn's arrival of tile t - 1, so it is
+  injected with lag 1: the split leaves it out of tile 0 (the first turn goes first) and puts
+  the last one, matching the last turn's arrival of tile KT - 1, into the epilogue.  Every
+  generation of every barrier is then filled once per K tile: the barriers end each output tile
+  as they began it (the persistent kernel runs on without a priming arrival).
+
+A step's tile (``t - lag``) is its generation: the checker counts each barrier's generations
+by it (pipeline_core/agents/prove.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from pipeline_core.plan import AgentRole, AgentSpec, Ordering, Step, StepKind
+from pipeline_core.errors import ProgramError
+from pipeline_core.sync.model import SyncModel
+
+
+def lower_orders(spec: AgentSpec, sync: SyncModel, roles: Mapping[str, AgentRole],
+                 writers: Sequence[str], kernels: dict[str, list[Step]], *, owner: str,
+                 target: str = "") -> tuple[Ordering, ...]:
+    """Check ``spec.orders``, give each turn a barrier id and count, and insert the named
+    barrier steps into ``kernels`` (agent name -> its iteration-invariant steps) in place."""
+    if not spec.orders:
+        return ()
+    nb = sync.named_barriers
+    first = spec.orders[0].name
+    if nb is None:
+        where = f"target {target}" if target else f"sync model {sync.name}"
+        raise ProgramError(f"{owner}: AgentSpec.orders {first!r} needs named barriers, and "
+                           f"{where} declares none (SyncModel.named_barriers); drop the ordering "
+                           "or compile for a target that has them (pipeline-core targets)")
+    names = [o.name for o in spec.orders]
+    if len(set(names)) != len(names) or not all(n.isidentifier() for n in names):
+        raise ProgramError(f"{owner}: AgentSpec.orders names {', '.join(names)}: each ordering "
+                           "needs its own identifier name (e.g. OrderSpec(name=\"pingpong\", ...))")
+    free = list(nb.free)
+    wanted = sum(len(o.turns) for o in spec.orders)
+    if wanted > len(free):
+        raise ProgramError(f"{owner}: AgentSpec.orders need {wanted} named barrier ids and "
+                           f"target {target or sync.name} has {len(free)} free (ids 0..{nb.ids - 1}, "
+                           f"reserved {list(nb.reserved)}); declare fewer turns")
+    out = []
+    ordered: dict[str, str] = {}
+    for order in spec.orders:
+        agents = [t.agent for t in order.turns]
+        if len(agents) < 2:
+            raise ProgramError(f"{owner}: ordering {order.name} has {len(agents)} turn; an "
+                               "ordering needs two consumer groups or more (Turn(agent=..., "
+                               "ops=...))")
+        for turn in order.turns:
+            if turn.agent not in roles:
+                raise ProgramError(f"{owner}: ordering {order.name} names agent {turn.agent!r}; "
+                                   f"agents: {', '.join(roles)}")
+            if turn.agent in writers:
+                raise ProgramError(f"{owner}: ordering {order.name} names the writer agent "
+                                   f"{turn.agent}; named barriers order consumer groups only")
+            if turn.agent in ordered:
+                raise ProgramError(f"{owner}: agent {turn.agent} has a turn in ordering "
+                                   f"{ordered[turn.agent]} and again in {order.name}; an agent "
+                                   "takes one turn in one ordering")
+            ordered[turn.agent] = order.name
+            mine = set(roles[turn.agent].ops)
+            if not turn.ops or not set(turn.ops) <= mine:
+                raise ProgramError(f"{owner}: ordering {order.name}: turn of {turn.agent} names "
+                                   f"ops {list(turn.ops)}; list one or more of its own ops "
+                                   f"{sorted(mine)}")
+        ids = tuple(free[:len(agents)])
+        free = free[len(agents):]
+        warps = [roles[a].warps for a in agents]
+        counts = tuple((warps[i] + warps[i - 1]) * nb.warp_size for i in range(len(agents)))
+        for i, turn in enumerate(order.turns):
+            j = (i + 1) % len(agents)
+            sync_step = Step(kind=StepKind.NAMED_SYNC, channel=order.name, barrier=ids[i],
+                             value=counts[i], lag=1 if i == 0 else 0, tag=nb.sync_tag)
+            arrive = Step(kind=StepKind.NAMED_ARRIVE, channel=order.name, barrier=ids[j],
+                          value=counts[j], tag=nb.arrive_tag)
+            kernels[turn.agent] = _bracket(kernels[turn.agent], set(turn.ops), sync_step, arrive)
+        out.append(Ordering(name=order.name, turns=order.turns, barriers=ids, counts=counts))
+    return tuple(out)
+
+
+def _bracket(steps: list[Step], ops: set[int], before: Step, after: Step) -> list[Step]:
+    """``steps`` with ``before`` ahead of the first op in ``ops`` (and ahead of the fence that
+    opens its group) and ``after`` behind the last (and behind the commit that closes it)."""
+    at = [n for n, s in enumerate(steps) if s.kind == StepKind.OP and s.op in ops]
+    head, tail = at[0], at[-1]
+    if head and steps[head - 1].kind == StepKind.FENCE:
+        head -= 1
+    if tail + 1 < len(steps) and steps[tail + 1].kind == StepKind.COMMIT:
+        tail += 1
+    return [*steps[:head], before, *steps[head:tail + 1], after, *steps[tail + 1:]]
