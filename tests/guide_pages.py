@@ -124,3 +124,22 @@ def links(page: Path) -> list[tuple[str, str | None]]:
     """(linked page relative to this one, anchor or None), outside fenced code."""
     text = _FENCE.sub("", page.read_text())
     return [(m.group("page"), m.group("anchor")) for m in _LINK.finditer(text)]
+
+
+def assert_page_ran_as_shown(results: list[tuple[str, str, int, str, str]]) -> int:
+    """Every command of a page run by :func:`run_page` did what the page shows: a shown
+    ``error: `` line is the command's one line of stderr with exit 2 (a mistake the page makes
+    on purpose); any other command exits 0 with the output shown, and a pytest run passes the
+    page's 3 tests.  Returns how many commands' outputs were compared."""
+    checked = 0
+    for cmd, shown, rc, out, err in results:
+        if shown.startswith("error: "):
+            assert rc == 2 and err == shown and out == "", (cmd, rc, out, err)
+            continue
+        assert rc == 0, (cmd, out, err)
+        if shown:
+            assert out == shown, (cmd, out)
+            checked += 1
+        if cmd.startswith("python -m pytest"):
+            assert "3 passed" in out, out
+    return checked

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from guide_pages import DOCS, ROOT, commands, run_page, shown_files, steps, text_blocks
+from guide_pages import (DOCS, ROOT, assert_page_ran_as_shown, commands, run_page, shown_files,
+                         steps, text_blocks)
 
 PAGE = DOCS / "guide" / "target-plugin.md"
 #: the page's one placeholder: the reader's checkout of pipeline-core (here: this one)
@@ -163,16 +164,6 @@ def test_the_block_templates_tags_are_sync_tags():
 
 @pytest.mark.slow
 def test_every_command_of_the_page_runs_as_shown(tmp_path):
-    checked = 0
-    for cmd, shown, rc, out, err in run_page(tmp_path, steps(PAGE), {CHECKOUT: str(ROOT)}):
-        if shown.startswith("error: "):  # a mistake the page shows on purpose
-            assert rc == 2 and err == shown and out == "", (cmd, rc, out, err)
-            continue
-        assert rc == 0, (cmd, out, err)
-        if shown:
-            assert out == shown, (cmd, out)
-            checked += 1
-        if cmd.startswith("python -m pytest"):
-            assert "3 passed" in out, out
+    checked = assert_page_ran_as_shown(run_page(tmp_path, steps(PAGE), {CHECKOUT: str(ROOT)}))
     assert checked >= 8  # targets twice, new-plugin, schedules, compile, check, export, analyze
     assert (tmp_path / "hello.json").is_file() and (tmp_path / "hello.trace.json").is_file()

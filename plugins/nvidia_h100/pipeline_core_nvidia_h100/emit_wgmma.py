@@ -192,15 +192,11 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 
 #: The gemm-wgmma family's device code (:class:`~pipeline_core_nvidia_h100.skeleton.
 #: AgentsFamily`), formatted with :func:`_constants`: the tile math the skeleton leaves out.
-FAMILY = {
-    "constants": r"""    constexpr int BM = {BM}, BN = {BN}, BK = {BK}, STAGES = {STAGES}, GROUP_M = {GROUP_M};
-    constexpr int CONSUMER_ROWS = {CONSUMER_ROWS}, MBLOCKS = {MBLOCKS}, KSTEPS = {KSTEPS};
-    constexpr int ACC = {ACC};
-    constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;""",
-    "stage_views": r"""    auto stage_a = [&](int s) {{ return ring + s * STAGE_BYTES; }};
-    auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};""",
-    "consumer_state": r"""        float acc[MBLOCKS][ACC];""",
-    "compute": r"""#pragma unroll
+def _compute(a_desc: str, b_desc: str) -> str:
+    """The consumers' mainloop body: zero the accumulators, then one wgmma per k step and M
+    block of a stage, reading A and B through the given shared-memory descriptors (the
+    K-major ones of the default kernel, or the MN-major ones of the general call)."""
+    return r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[mb][i] = 0.f;
@@ -210,9 +206,22 @@ FAMILY = {
 #pragma unroll
                 for (int mb = 0; mb < MBLOCKS; ++mb)
                     wgmma_m64n{BN}k16(acc[mb],
-                        smem_desc_sw128(stage_a(s) + (consumer * CONSUMER_ROWS + mb * {WGMMA_M}) * 128 + kk * 32),
-                        smem_desc_sw128(stage_b(s) + kk * 32));
-        }};""",
+                        """ + a_desc + """,
+                        """ + b_desc + """);
+        }};"""
+
+
+FAMILY = {
+    "constants": r"""    constexpr int BM = {BM}, BN = {BN}, BK = {BK}, STAGES = {STAGES}, GROUP_M = {GROUP_M};
+    constexpr int CONSUMER_ROWS = {CONSUMER_ROWS}, MBLOCKS = {MBLOCKS}, KSTEPS = {KSTEPS};
+    constexpr int ACC = {ACC};
+    constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;""",
+    "stage_views": r"""    auto stage_a = [&](int s) {{ return ring + s * STAGE_BYTES; }};
+    auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};""",
+    "consumer_state": r"""        float acc[MBLOCKS][ACC];""",
+    "compute": _compute(
+        "smem_desc_sw128(stage_a(s) + (consumer * CONSUMER_ROWS + mb * {WGMMA_M}) * 128 + kk * 32)",
+        "smem_desc_sw128(stage_b(s) + kk * 32)"),
     "finish": r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
@@ -277,19 +286,7 @@ def general_family(v: GemmVariant) -> dict[str, str]:
     return {
         "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = {CHUNK_BYTES};"
                      "  // one MN-major box: 64 rows x BK",
-        "compute": r"""#pragma unroll
-        for (int mb = 0; mb < MBLOCKS; ++mb)
-#pragma unroll
-            for (int i = 0; i < ACC; ++i) acc[mb][i] = 0.f;
-        auto wgmma_tile = [&](int s) {{
-#pragma unroll
-            for (int kk = 0; kk < KSTEPS; ++kk)
-#pragma unroll
-                for (int mb = 0; mb < MBLOCKS; ++mb)
-                    wgmma_m64n{BN}k16(acc[mb],
-                        """ + a_desc + """,
-                        """ + b_desc + """);
-        }};""",
+        "compute": _compute(a_desc, b_desc),
         "finish": r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
