@@ -407,8 +407,8 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
         for p in host.plugins:
             lines.append(f"{p.name}  ({_plugin_source(p)})  {p.status}")
             for label, names in (("targets", p.targets), ("schedules", p.schedules),
-                                 ("strategies", p.strategies), ("commands", p.commands),
-                                 ("hooks", p.hooks)):
+                                 ("strategies", p.strategies), ("lowerings", p.lowerings),
+                                 ("commands", p.commands), ("hooks", p.hooks)):
                 if names:
                     lines.append(f"    {label}: {', '.join(names)}")
             if p.location:

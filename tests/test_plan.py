@@ -150,3 +150,5 @@ def test_plugins_lists_the_lowerings_each_plugin_gives():
     assert result.exit_code == 0, result.stderr
     core = next(p for p in json.loads(result.stdout)["plugins"] if p["name"] == "core")
     assert core["lowerings"] == ["agents", "blocks", "ring"]
+    text = run_cli(["plugins"])
+    assert "    lowerings: agents, blocks, ring" in text.stdout
