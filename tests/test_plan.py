@@ -152,3 +152,25 @@ def test_plugins_lists_the_lowerings_each_plugin_gives():
     assert core["lowerings"] == ["agents", "blocks", "ring"]
     text = run_cli(["plugins"])
     assert "    lowerings: agents, blocks, ring" in text.stdout
+
+
+def test_no_reader_outside_the_lowerings_branches_on_which_lowering_ran():
+    """Issue 24: readers take the Plan whichever lowering built it.  Outside
+    ``pipeline_core/lowering/`` no line compares a lowering's name, and the fields the three
+    lowerings once left on the compile (``agents``, ``kernel_program``) are gone; the
+    document decoder reads the ``lowering`` key of a document, which is data, through
+    ``check.program.counted_by_sync``."""
+    import re
+    from pathlib import Path
+
+    import pipeline_core
+
+    root = Path(pipeline_core.__file__).parent
+    pattern = re.compile(r"\blowering\s*(==|!=)|\blowering\s+(not\s+)?in\s*[(\[{]|"
+                         r"\.agents is (not )?None|kernel_program\b")
+    allowed = {root / "check" / "program.py"}  # the document's key: BLOCK_PROGRAM / AGENTS
+    found = [f"{path.relative_to(root)}:{n}: {line.strip()}"
+             for path in sorted(root.rglob("*.py")) if root / "lowering" not in path.parents
+             and path not in allowed and "program" not in path.relative_to(root).parts[:1]
+             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert found == []
