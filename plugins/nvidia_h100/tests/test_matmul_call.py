@@ -163,6 +163,10 @@ VARIANTS = {
                                           bias="fp16", activation="gelu", tails=True),
     "bf16 mn-mn silu fp16": GemmVariant(a_major="mn", b_major="mn", out_dtype="fp16",
                                         bias="fp32", activation="silu"),
+    "bf16 row-row split-K": GemmVariant(b_major="mn", tails=True, split_k=True),
+    "fp16 col-col relu fp32 split-K": GemmVariant(dtype="fp16", a_major="mn", out_dtype="fp32",
+                                                  bias="fp16", activation="relu", tails=True,
+                                                  split_k=True),
 }
 
 
