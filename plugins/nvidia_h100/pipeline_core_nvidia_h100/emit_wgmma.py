@@ -276,7 +276,7 @@ SPLIT_BARRIER = NAMED_BARRIERS.ids - 1
 #: spill at the compile-time register budget of 65536 / THREADS).
 SPLIT_CHUNK = 32
 
-#: split-K's finish, before the epilogue (docs/guide/matmul.md, "Split-K"): this CTA's partial
+#: split-K's finish, before the epilogue (docs/guide/matmul.md, "Speed"): this CTA's partial
 #: sums go to its workspace slice (``me``: the thread's place among the consumers, so each
 #: store instruction is one coalesced row); the CTA whose arrival on the tile's counter is the
 #: last reads every slice back in split order 0, 1, ... (the same sum whichever CTA is last: the

@@ -99,7 +99,7 @@ class GemmVariant:
     #: ``gelu`` is the tanh approximation (torch's ``approximate="tanh"``)
     activation: str = "none"
     tails: bool = False
-    #: split-K (docs/guide/matmul.md, "Split-K"): the grid's second dimension splits the K
+    #: split-K (docs/guide/matmul.md, "Speed"): the grid's second dimension splits the K
     #: tiles; each CTA writes its partial sums to an fp32 workspace and the CTA that finishes an
     #: output tile last adds the slices in split order and runs the epilogue once
     split_k: bool = False
