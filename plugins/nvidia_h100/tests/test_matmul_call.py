@@ -195,6 +195,47 @@ def test_split_count_keeps_the_grid_within_the_sms():
     assert split_count(16, 64, 0) == 1
 
 
+@attrs.frozen
+class _FakeTensor:
+    """What the call's launch cache reads of a tensor (shape, strides, dtype, device, address)."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    ptr: int
+    dtype: str = "bf16"
+    device: str = "cuda:0"
+
+    def stride(self):
+        return self.strides
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def test_the_launch_cache_key_holds_everything_the_plan_checks(monkeypatch):
+    """A repeated call skips planning (docs/guide/matmul.md, "Speed"), so a call the plan would
+    refuse or plan otherwise must never find another call's recipe."""
+    from pipeline_core_nvidia_h100 import matmul_call
+
+    a, b = _FakeTensor((100, 64), (64, 1), 4096), _FakeTensor((64, 72), (72, 1), 8192)
+
+    def key(a=a, b=b, bias=None, activation=None, out_dtype=None, out=None, stream=7):
+        return matmul_call._key(a, b, bias, activation, out_dtype, out, stream)
+
+    # another address with the same alignment: the same plan
+    assert key(a=attrs.evolve(a, ptr=4096 + 1024)) == key()
+    # an address the plan refuses (not 16-byte aligned), other strides, dtype, device, epilogue,
+    # output, stream: each its own plan
+    others = [key(a=attrs.evolve(a, ptr=4098)), key(b=attrs.evolve(b, strides=(1, 64))),
+              key(a=attrs.evolve(a, dtype="fp16")), key(b=attrs.evolve(b, device="cuda:1")),
+              key(activation="relu"), key(out_dtype="fp32"), key(stream=8),
+              key(bias=_FakeTensor((72,), (1,), 0)), key(out=_FakeTensor((100, 72), (72, 1), 0))]
+    assert len({key(), *others}) == 1 + len(others)
+    before = key()
+    monkeypatch.setattr(matmul_call, "TUNING", Tuning(split_k=False))
+    assert key() != before  # the ablation's setting plans anew
+
+
 # --- the schedule records the variant; the emitter writes it ---------------------------------------
 
 def _source(v: GemmVariant) -> str:
