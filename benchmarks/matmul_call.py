@@ -8,8 +8,12 @@
    contiguous one of that kind must be refused with one line naming it.
 2. CUDA-graph capture and replay on new inputs, ``torch.compile(fullgraph=True)`` through the
    custom op, and a second process that must find every kernel in the disk cache.
+   Split-K cases (small M x N, long K) besides, and a split call run twice must match bit for bit.
 3. Timing against the anchors' peers (cublas, triton-tma-persist) in this process: CUDA-event
-   medians after warm-up, interleaved rounds with the order rotated, per-round ratios.
+   medians after warm-up, interleaved rounds with the order rotated, per-round ratios; the
+   ablation rows turn each launch technique off (``matmul_call.TUNING``: the persistent grid,
+   split-K) or go through the custom op's dispatch instead of the eager path; ``ours-graph``
+   replays the call from a CUDA graph (the GPU's time alone, no host launch cost).
 Every result is one JSON line on stdout (and in --out/results.jsonl); a table closes the output.
 """
 from __future__ import annotations
@@ -35,8 +39,13 @@ SIZES = (1, 7, 8, 17, 100, 127, 128, 1000, 4000, 4096)
 EPILOGUES = ((None, None, None), (None, "same", "relu"), ("fp32", None, "gelu"),
              ("fp16", "fp32", "silu"), ("bf16", "same", None), ("fp32", "same", "relu"))
 TOL = {"bf16": 1.5e-2, "fp16": 4e-3, "fp32": 2e-3}
-TIMED = ((8192, 8192, 8192), (4096, 4096, 4096), (4096, 8192, 2048), (2048, 2048, 8192),
+TIMED = ((8192, 8192, 8192), (6144, 6144, 6144), (4096, 4096, 4096), (4096, 8192, 2048),
+         (8192, 14336, 4096), (8192, 4096, 14336), (16384, 4096, 4096), (2048, 2048, 8192),
          (4000, 4000, 4000), (1000, 4096, 4096), (128, 4096, 4096))
+#: split-K cases: few output tiles, long K (the call splits them, gemm_call.split_count)
+SPLIT_M = (1, 7, 17, 100, 127, 128, 300)
+SPLIT_N = (1, 8, 100, 256, 1000, 2000)
+SPLIT_K = (1000, 2048, 4000, 4096, 8192)
 
 LINES: list[dict] = []
 
@@ -84,6 +93,13 @@ def draw_cases(n, seed=26):
     return cases
 
 
+def draw_split_cases(n, seed=27):
+    rng = random.Random(seed)
+    return [(rng.choice(SPLIT_M), rng.choice(SPLIT_N), rng.choice(SPLIT_K),
+             rng.choice(("bf16", "fp16")), rng.random() < 0.5, rng.random() < 0.5,
+             rng.randrange(len(EPILOGUES))) for _ in range(n)]
+
+
 def case_tensors(torch, case, device="cuda"):
     """A case's a, b and bias (on ``device``; ``meta`` for planning only)."""
     m, n, k, dt, a_col, b_col, e = case
@@ -98,13 +114,18 @@ def case_tensors(torch, case, device="cuda"):
     return a, b, bias
 
 
-def variant_of(torch, case):
-    """The GemmVariant a case will launch, planned on meta tensors (to build kernels first)."""
-    from pipeline_core_nvidia_h100.matmul_call import _plan
+def plan_of(torch, case):
+    """The plan a case will launch, planned on meta tensors (to build kernels first)."""
+    from pipeline_core_nvidia_h100 import matmul_call
     out, _, act = EPILOGUES[case[-1]]
     a, b, bias = case_tensors(torch, case, "meta")
     od = None if out is None else torch_dtype(torch, out)
-    return _plan(a, b, bias, act, od, None).variant
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return matmul_call._plan(a, b, bias, act, od, None, sms, matmul_call.TUNING)
+
+
+def variant_of(torch, case):
+    return plan_of(torch, case).variant
 
 
 def prebuild(torch, variants):
@@ -131,8 +152,9 @@ def prebuild(torch, variants):
 
 def correctness(torch, cases):
     from pipeline_core_nvidia_h100 import MatmulArgumentError, matmul
-    failures, table = 0, {}
+    failures, table, splits = 0, {}, 0
     for i, case in enumerate(cases):
+        split = plan_of(torch, case).splits
         m, n, k, dt, a_col, b_col, e = case
         out_name, bias_kind, act = EPILOGUES[e]
         a, b, bias = case_tensors(torch, case)
@@ -153,7 +175,9 @@ def correctness(torch, cases):
         err = float((got.float() - ref).norm() / ref.norm().clamp_min(1e-30))
         ok = unwritten == 0 and err <= TOL[od] and tuple(got.shape) == (m, n)
         failures += not ok
-        key = f"{dt} A{'col' if a_col else 'row'} B{'col' if b_col else 'row'}"
+        splits += split > 1
+        key = (f"{dt} A{'col' if a_col else 'row'} B{'col' if b_col else 'row'}"
+               + (" split-K" if split > 1 else ""))
         row = table.setdefault(key, [0, 0, 0.0])
         row[0] += 1
         row[1] += ok
@@ -161,11 +185,13 @@ def correctness(torch, cases):
         if not ok or i < 3:
             emit({"kind": "case", "i": i, "M": m, "N": n, "K": k, "dtype": dt, "a": "col" if a_col
                   else "row", "b": "col" if b_col else "row", "out": od, "bias": bias_kind,
-                  "activation": act, "rel_err": err, "unwritten": unwritten, "ok": ok})
+                  "activation": act, "splits": split, "rel_err": err, "unwritten": unwritten,
+                  "ok": ok})
     for key, (count, good, worst) in sorted(table.items()):
         emit({"kind": "correct-table", "layout": key, "cases": count, "ok": good,
               "max_rel_err": worst})
-    emit({"kind": "correctness", "cases": len(cases), "failures": failures})
+    emit({"kind": "correctness", "cases": len(cases), "split_cases": splits,
+          "failures": failures})
     # refusals: contiguous operands whose row stride TMA cannot read, each one line
     refusals = 0
     for m, n, k in ((100, 50, 7), (17, 17, 17), (127, 1000, 100)):
@@ -178,6 +204,18 @@ def correctness(torch, cases):
             refusals += "\n" not in str(exc)
             emit({"kind": "refusal", "shape": [m, n, k], "message": str(exc)})
     return failures
+
+
+def split_determinism(torch):
+    """A split-K call run twice gives the same bits (the slices are added in split order)."""
+    from pipeline_core_nvidia_h100 import matmul
+    case = (128, 1000, 8192, "bf16", False, False, 1)
+    a, b, bias = case_tensors(torch, case)
+    first = matmul(a, b, bias=bias, activation="relu")
+    again = matmul(a, b, bias=bias, activation="relu")
+    torch.cuda.synchronize()
+    emit({"kind": "split-determinism", "splits": plan_of(torch, case).splits,
+          "identical": bool(torch.equal(first, again))})
 
 
 def graph_and_compile(torch):
@@ -210,7 +248,11 @@ def graph_and_compile(torch):
         return matmul(x, y, bias=z, activation="relu", out_dtype=torch.float32) * 2.0
 
     cf = torch.compile(f, fullgraph=True)
-    got = cf(a, b, bias)
+    try:
+        got = cf(a, b, bias)
+    except Exception as exc:  # recorded, and the timing still runs
+        emit({"kind": "torch-compile", "ok": False, "error": str(exc).splitlines()[0]})
+        return
     ref = 2.0 * reference(torch, a, b, bias, "relu")
     err = float((got - ref).norm() / ref.norm())
     emit({"kind": "torch-compile", "fullgraph": True, "rel_err": err, "ok": err < TOL["fp32"],
@@ -243,7 +285,7 @@ def sanitize_run(torch):
     """Small shapes with tails in M, N and K, for compute-sanitizer (racecheck / synccheck)."""
     from pipeline_core_nvidia_h100 import matmul
     for case in ((200, 300, 130, "bf16", False, False, 1), (130, 260, 70, "fp16", True, True, 2),
-                 (65, 520, 200, "bf16", True, False, 3)):
+                 (65, 520, 200, "bf16", True, False, 3), (100, 300, 2100, "bf16", False, True, 1)):
         a, b, bias = case_tensors(torch, case)
         out_name, _, act = EPILOGUES[case[-1]]
         od = None if out_name is None else torch_dtype(torch, out_name)
@@ -251,7 +293,8 @@ def sanitize_run(torch):
         torch.cuda.synchronize()
         ref = reference(torch, a, b, bias, act)
         err = float((got.float() - ref).norm() / ref.norm())
-        print(json.dumps({"kind": "sanitize-case", "case": case, "rel_err": err}), flush=True)
+        print(json.dumps({"kind": "sanitize-case", "case": case, "splits": plan_of(torch, case).splits,
+                          "rel_err": err}), flush=True)
 
 
 def second_process(cache):
@@ -268,22 +311,54 @@ def second_process(cache):
           "new_cubins": len(after - before), "stderr_tail": proc.stderr.strip()[-300:]})
 
 
-def timing(torch, anchors_path, rounds=5, reps=20):
-    from pipeline_core_nvidia_h100 import matmul
+def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
+    import attrs
+
+    from pipeline_core_nvidia_h100 import matmul, matmul_call
     spec = importlib.util.spec_from_file_location("anchors", anchors_path)
     anchors = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(anchors)
     peers = anchors.gemm_peers()
+    ops = matmul_call._ops()
+    default = matmul_call.TUNING
     summary = []
-    for m, n, k in TIMED:
+
+    def tuned(tuning, fn):
+        def run():
+            matmul_call.TUNING = tuning
+            try:
+                fn()
+            finally:
+                matmul_call.TUNING = default
+        return run
+
+    for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         bt = torch.randn(n, k, device="cuda").to(torch.bfloat16)  # B stored [N, K]
-        b_row = bt.T.contiguous()                                  # B stored [K, N]
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        impls = {"ours": lambda: matmul(a, bt.T, out=c),
-                 "ours-bmn": lambda: matmul(a, b_row, out=c),
+        plan = matmul_call._plan(a, bt.T, None, None, None, c,
+                                 matmul_call._KERNELS.sms(0), default)
+
+        def ours():
+            matmul(a, bt.T, out=c)
+
+        # the ours-graph replay: warm on its stream first (split-K's workspace is per stream)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            ours()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=side):
+                ours()
+        torch.cuda.current_stream().wait_stream(side)
+        impls = {"ours": ours,
+                 "ours-graph": graph.replay,
+                 "ours-op": lambda: ops.matmul_out(a, bt.T, None, None, c),
+                 "ours-nopersist": tuned(attrs.evolve(default, persistent=False), ours),
                  "cublas": lambda: peers["cublas"](a, bt, c),
                  "triton-tma-persist": lambda: peers["triton-tma-persist"](a, bt, c)}
+        if plan.splits > 1:
+            impls["ours-nosplit"] = tuned(attrs.evolve(default, split_k=False), ours)
         ref = a.float() @ bt.float().T
         for name, fn in impls.items():  # warm-up (autotuning, builds) and a check
             c.fill_(float("nan"))
@@ -310,11 +385,12 @@ def timing(torch, anchors_path, rounds=5, reps=20):
                 torch.cuda.synchronize()
                 per[name].append(statistics.median(s.elapsed_time(e) for s, e in ev))
         flop = 2.0 * m * n * k
-        rec = {"kind": "timing", "shape": [m, n, k], "rounds": rounds}
+        rec = {"kind": "timing", "shape": [m, n, k], "rounds": rounds, "grid": plan.grid,
+               "splits": plan.splits}
         for name in names:
             med = statistics.median(per[name])
             rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
-        for name in ("ours", "ours-bmn"):
+        for name in ("ours", "ours-graph"):
             for peer in ("cublas", "triton-tma-persist"):
                 rec[f"{name}/{peer}"] = [round(p / o, 3) for o, p in zip(per[name], per[peer])]
         emit(rec)
@@ -329,6 +405,9 @@ def main(argv=None) -> int:
     ap.add_argument("--anchors", default=str(ROOT.parent / "shared" / "tools" / "gemm_anchors.py"))
     ap.add_argument("--out", default=None, help="folder for results.jsonl")
     ap.add_argument("--skip-timing", action="store_true")
+    ap.add_argument("--split-cases", type=int, default=80)
+    ap.add_argument("--shapes", default=None,
+                    help="timed shapes, MxNxK comma-separated (default: the issue's list)")
     ap.add_argument("--sanitize", action="store_true",
                     help="only a few small cases with tails (run under compute-sanitizer)")
     args = ap.parse_args(argv)
@@ -338,19 +417,23 @@ def main(argv=None) -> int:
         return 0
     emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
     from pipeline_core_nvidia_h100.kernel_cache import cache_dir
-    cases = draw_cases(args.cases)
-    prebuild(torch, sorted({variant_of(torch, c) for c in cases}, key=repr))
+    cases = draw_cases(args.cases) + draw_split_cases(args.split_cases)
+    shapes = TIMED if args.shapes is None else tuple(
+        tuple(int(x) for x in s.split("x")) for s in args.shapes.split(","))
+    timed = [] if args.skip_timing else [(m, n, k, "bf16", False, True, 0) for m, n, k in shapes]
+    prebuild(torch, sorted({variant_of(torch, c) for c in cases + timed}, key=repr))
     failures = correctness(torch, cases)
+    split_determinism(torch)
     graph_and_compile(torch)
     edge_cases(torch)
     second_process(cache_dir())
-    summary = [] if args.skip_timing else timing(torch, args.anchors)
+    summary = [] if args.skip_timing else timing(torch, args.anchors, shapes=shapes)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         Path(args.out, "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in LINES))
-    print("\nshape              ours TF  ours-bmn  cublas  triton-tma  ours/cublas  ours/triton")
+    print("\nshape              ours TF  graph TF  cublas  triton-tma  ours/cublas  ours/triton")
     for r in summary:
-        print(f"{'x'.join(map(str, r['shape'])):18} {r['ours']['tflops']:7} {r['ours-bmn']['tflops']:9}"
+        print(f"{'x'.join(map(str, r['shape'])):18} {r['ours']['tflops']:7} {r['ours-graph']['tflops']:9}"
               f" {r['cublas']['tflops']:7} {r['triton-tma-persist']['tflops']:10}"
               f" {statistics.median(r['ours/cublas']):11.3f} "
               f"{statistics.median(r['ours/triton-tma-persist']):11.3f}")

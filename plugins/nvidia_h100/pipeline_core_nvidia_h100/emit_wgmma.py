@@ -15,6 +15,8 @@ if/else.  Tile multiples only (``WsGeometry.check_shape``).
 """
 from __future__ import annotations
 
+import math
+
 from pipeline_core.plugin_api import (AgentProgram, Bound, CompiledSchedule, EmitterRecord, Param,
                                       ProgramError, Step, StepKind)
 
@@ -27,6 +29,7 @@ from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, a
 from pipeline_core_nvidia_h100.warpspecialized import (ELEM_BYTES, KERNEL_FAMILY, MN_CHUNK,
                                                        SCHEDULE_NAME, WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
+from pipeline_core_nvidia_h100.wgmma_sync import NAMED_BARRIERS
 
 EMITTER_NAME = "cuda-wgmma"
 #: PTX type of each input element type (``-p dtype``)
@@ -73,17 +76,19 @@ def _stage(s: Step) -> str:
     return f"({_ring(s)} % STAGES)"
 
 
-def _copy_line(operand: str, s: Step, major: str) -> str:
+def _copy_line(operand: str, s: Step, major: str, split_k: bool = False) -> str:
     """The TMA copy of ``operand``'s tile (A: rows tile_m * BM, B: tile_n * BN) into the stage:
     one box of BK x rows when K-major, else one 64 x BK box per 64 rows (MN-major, a
-    128-byte swizzled row holds 64 elements)."""
+    128-byte swizzled row holds 64 elements).  ``split_k``: the CTA's K tiles start at
+    ``blockIdx.y * KT`` (its split of K; ``KT`` is one split's tile count)."""
     stage = _stage(s)
     rows, tile = ("BM", "tile_m") if operand == "a" else ("BN", "tile_n")
     view, tm = f"stage_{operand}({stage})", f"&tm{operand.upper()}"
+    k_tile = f"(blockIdx.y * KT + {_tile(s)})" if split_k else _tile(s)
     if major == "k":
-        return f"tma_load_2d({view}, {tm}, full_bar({stage}), {_tile(s)} * BK, {tile} * {rows});"
+        return f"tma_load_2d({view}, {tm}, full_bar({stage}), {k_tile} * BK, {tile} * {rows});"
     return (f"for (int i = 0; i < {rows} / 64; ++i) tma_load_2d({view} + i * CHUNK_BYTES, {tm}, "
-            f"full_bar({stage}), {tile} * {rows} + i * 64, {_tile(s)} * BK);")
+            f"full_bar({stage}), {tile} * {rows} + i * 64, {k_tile} * BK);")
 
 
 def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
@@ -105,8 +110,9 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
         return f"wgmma_wait<{s.value}>();"
     if s.kind == StepKind.OP:
         if variant is not None and s.tag in (WgmmaTag.TMA_A, WgmmaTag.TMA_B):
-            return (_copy_line("a", s, variant.a_major) if s.tag == WgmmaTag.TMA_A
-                    else _copy_line("b", s, variant.b_major))
+            return (_copy_line("a", s, variant.a_major, variant.split_k)
+                    if s.tag == WgmmaTag.TMA_A
+                    else _copy_line("b", s, variant.b_major, variant.split_k))
         if s.tag == WgmmaTag.TMA_A:
             return (f"tma_load_2d(stage_a({stage}), &tmA, full_bar({stage}), {_tile(s)} * BK, "
                     "tile_m * BM);")
@@ -159,7 +165,8 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
             wgmma_fn=wgmma_instruction(g.bn, v.dtype, int(v.a_major == "mn"),
                                        int(v.b_major == "mn")),
             name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
-            body=body, variant=describe_variant(v), **constants)
+            body=body, variant=describe_variant(v),
+            split_args=_SPLIT_ARGS if v.split_k else "", **constants)
     return _SOURCE.format(header=header_source(), wgmma_header=wgmma_header_source(),
         wgmma_fn=wgmma_instruction(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
         target=compiled.target_name, body=body, **constants)
@@ -170,7 +177,9 @@ def _constants(g: WsGeometry) -> dict[str, int]:
             "THREADS": g.threads, "SMEM": g.smem_bytes, "CONSUMER_ROWS": g.consumer_rows,
             "MBLOCKS": g.wgmma_m_blocks, "KSTEPS": g.k_steps, "ACC": g.bn // 2,
             "PRODUCER_REGS": g.producer_registers, "CONSUMER_REGS": g.consumer_registers,
-            "WGMMA_M": WGMMA_M, "CHUNK_BYTES": MN_CHUNK * g.bk * ELEM_BYTES}
+            "WGMMA_M": WGMMA_M, "CHUNK_BYTES": MN_CHUNK * g.bk * ELEM_BYTES,
+            "CONSUMER_THREADS": 128 * g.consumers, "SPLIT_BAR": SPLIT_BARRIER,
+            "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK)}
 
 
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {schedule} on target {target}.
@@ -260,9 +269,59 @@ _GENERAL_SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from sche
 extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 {name}(const __grid_constant__ pcwg::TensorMap tmA, const __grid_constant__ pcwg::TensorMap tmB,
        void* __restrict__ C, const void* __restrict__ bias, int M, int N, int K, int m, int n,
-       long long ldc) {{
+       long long ldc{split_args}) {{
 {body}
 }}
+"""
+
+#: The split-K kernel's extra parameters: the fp32 workspace (``gridDim.y`` slices of
+#: TILES x BM x BN partial sums) and one arrival counter per output tile, zero between launches.
+_SPLIT_ARGS = ",\n       float* __restrict__ ws, unsigned* __restrict__ counters"
+#: The named barrier the split-K finish syncs the consumer warp groups on: the target's last id
+#: (0 is __syncthreads; the agents lowering hands out the free ids from 1 up, docs/guide/agents.md,
+#: "Named barriers", and this schedule's plan takes none).
+SPLIT_BARRIER = NAMED_BARRIERS.ids - 1
+#: Accumulators the split-K reduction reads per slice before adding (the loads in flight; more
+#: spill at the compile-time register budget of 65536 / THREADS).
+SPLIT_CHUNK = 32
+
+#: split-K's finish, before the epilogue (docs/guide/matmul.md, "Speed"): this CTA's partial
+#: sums go to its workspace slice (``me``: the thread's place among the consumers, so each
+#: store instruction is one coalesced row); the CTA whose arrival on the tile's counter is the
+#: last reads every slice back in split order 0, 1, ... (the same sum whichever CTA is last: the
+#: result is deterministic; one slice's loads all in flight at once), resets the counter for the
+#: next launch and runs the epilogue once.
+_SPLIT_FINISH = r"""
+        {{  // split-K: partial sums out, the tile's last CTA reduces them
+            __shared__ int split_last;
+            const int me = consumer * 128 + wtid;
+            const size_t slice = (size_t)TILES * (BM * BN);
+            constexpr int SPLIT_CHUNK = {SPLIT_CHUNK};  // loads in flight per slice read
+            float* part = ws + (size_t)tile * (BM * BN) + me;
+#pragma unroll
+            for (int mb = 0; mb < MBLOCKS; ++mb)
+#pragma unroll
+                for (int i = 0; i < ACC; ++i)
+                    __stcg(part + blockIdx.y * slice + (mb * ACC + i) * {CONSUMER_THREADS}, acc[mb][i]);
+            __threadfence();
+            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
+            if (me == 0) split_last = atomicAdd(counters + tile, 1u) == gridDim.y - 1;
+            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
+            if (!split_last) continue;  // another split's CTA finishes this tile
+            __threadfence();
+#pragma unroll
+            for (int mb = 0; mb < MBLOCKS; ++mb)
+#pragma unroll
+                for (int c = 0; c < ACC; c += SPLIT_CHUNK)
+#pragma unroll 1
+                    for (int y = 0; y < (int)gridDim.y; ++y)  // every slice, this CTA's own too
+#pragma unroll
+                        for (int i = c; i < c + SPLIT_CHUNK; ++i) {{
+                            const float v = __ldcg(part + y * slice + (mb * ACC + i) * {CONSUMER_THREADS});
+                            acc[mb][i] = y == 0 ? v : acc[mb][i] + v;
+                        }}
+            if (me == 0) counters[tile] = 0u;
+        }}
 """
 
 _OUT = {"bf16": "pcgc::OutBf16", "fp16": "pcgc::OutF16", "fp32": "pcgc::OutF32"}
@@ -291,7 +350,7 @@ def general_family(v: GemmVariant) -> dict[str, str]:
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
             for (int i = 0; i < ACC; ++i) fence_operand(acc[mb][i]);
-
+""" + (_SPLIT_FINISH if v.split_k else "") + r"""
         // The fused epilogue on every accumulator (the m64nN fragment layout): + bias[col],
         // activation, cast; two columns per store where aligned, clipped to m x n.
         using Out = """ + _OUT[v.out_dtype] + """;

@@ -69,6 +69,35 @@ class OperandMap:
 
 
 @attrs.frozen(kw_only=True)
+class Tuning:
+    """The launch techniques the call may use (docs/guide/matmul.md, "Speed"); each on by
+    default, off for an ablation.  ``persistent``: at most one CTA per SM, each looping over
+    output tiles in the grouped order (the kernel's tile loop, its ring running on across
+    tiles); ``split_k``: a grid with fewer output tiles than half the SMs splits K
+    (:func:`split_count`)."""
+
+    persistent: bool = True
+    split_k: bool = True
+
+
+#: The fewest K tiles one split runs: below it the workspace round trip and the ring's fill
+#: cost more than the split saves.
+SPLIT_MIN_K_TILES = 8
+
+
+def split_count(tiles: int, k_tiles: int, sms: int) -> int:
+    """How many ways to split K: 1 unless the output tiles leave over half the SMs idle, else
+    as many splits as fill the SMs with at least :data:`SPLIT_MIN_K_TILES` K tiles each, and
+    no split left empty."""
+    if sms <= 0 or tiles == 0 or 2 * tiles > sms:
+        return 1
+    splits = min(sms // tiles, k_tiles // SPLIT_MIN_K_TILES)
+    if splits < 2:
+        return 1
+    return _cdiv(k_tiles, _cdiv(k_tiles, splits))
+
+
+@attrs.frozen(kw_only=True)
 class CallPlan:
     """What one call launches: the kernel variant, the tensor maps, the padded sizes the tile
     and K loops run over (``m_pad`` ...), the true ones the stores are clipped to, the grid."""
@@ -84,6 +113,8 @@ class CallPlan:
     b: OperandMap
     ldc: int
     grid: int
+    #: split-K: the grid's second dimension (``k_pad`` is then one split's K)
+    splits: int = 1
 
 
 def _fail(name: str, why: str) -> MatmulArgumentError:
@@ -164,9 +195,12 @@ def _check_tensor(name: str, t: TensorInfo, dims: int, allowed: tuple[str, ...])
 
 def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
               activation: str | None = None, out_dtype: str | None = None,
-              out: TensorInfo | None = None, tile: TileShape = TileShape()) -> CallPlan:
+              out: TensorInfo | None = None, tile: TileShape = TileShape(), sms: int = 0,
+              tuning: Tuning = Tuning()) -> CallPlan:
     """Check ``matmul(a, b, bias=, activation=, out_dtype=, out=)``'s arguments and plan the
-    launch (torch's semantics: ``a [M, K] @ b [K, N]``, bias per column, then activation)."""
+    launch (torch's semantics: ``a [M, K] @ b [K, N]``, bias per column, then activation).
+    ``sms``: the device's SM count, which the persistent grid and the split are sized by (0:
+    not known, one CTA per output tile, no split)."""
     _check_tensor("a", a, 2, DTYPES)
     _check_tensor("b", b, 2, DTYPES)
     if b.dtype != a.dtype:
@@ -216,11 +250,16 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     read = 0 not in (m, n, k)
     a_map = operand_map("a", a, 0, tile.bm, tile.bk, read)
     b_map = operand_map("b", b, 1, tile.bn, tile.bk, read)
+    tiles_m, tiles_n = _cdiv(m, tile.bm), _cdiv(n, tile.bn)
+    tiles = tiles_m * tiles_n
+    k_tiles = max(_cdiv(k, tile.bk), tile.min_k_tiles)
+    splits = split_count(tiles, k_tiles, sms) if tuning.split_k else 1
+    if splits > 1:  # one split's K tiles; the last split's past K are zero-filled loads
+        k_tiles = max(_cdiv(k_tiles, splits), tile.min_k_tiles)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
                           out_dtype=out_dtype or a.dtype, bias=bias_kind,
-                          activation=activation or "none", tails=True)
-    tiles_m, tiles_n = _cdiv(m, tile.bm), _cdiv(n, tile.bn)
-    k_tiles = max(_cdiv(k, tile.bk), tile.min_k_tiles)
+                          activation=activation or "none", tails=True, split_k=splits > 1)
+    grid = min(tiles, sms) if tuning.persistent and sms > 0 else tiles
     return CallPlan(m=m, n=n, k=k, m_pad=tiles_m * tile.bm, n_pad=tiles_n * tile.bn,
                     k_pad=k_tiles * tile.bk, variant=variant, a=a_map, b=b_map, ldc=ldc,
-                    grid=tiles_m * tiles_n)
+                    grid=grid, splits=splits)

@@ -22,7 +22,7 @@ import attrs
 
 from pipeline_core_nvidia_h100.gemm_call import (CallPlan, MatmulArgumentError,
                                                  MatmulTypeError, OperandMap, TensorInfo,
-                                                 TileShape, plan_call)
+                                                 TileShape, Tuning, plan_call)
 from pipeline_core_nvidia_h100.runtime import _require
 from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_NAME, GemmVariant,
                                                        WsGeometry, describe_variant)
@@ -35,6 +35,11 @@ CALL_TILE = TileShape(bm=128, bn=256, bk=64)
 CALL_STAGES = 4
 #: Host-side tensor maps kept per process (an entry is 128 bytes; the oldest go first).
 MAP_CACHE_SIZE = 4096
+#: The launch techniques calls use (docs/guide/matmul.md, "Speed"); the benchmark's ablation
+#: turns each off in turn (``attrs.evolve``; the launch cache is keyed by it).
+TUNING = Tuning()
+#: Launch recipes kept per process (one per distinct argument description; the oldest go first).
+RECIPE_CACHE_SIZE = 1024
 _NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
@@ -70,6 +75,9 @@ class _Kernels:
         self._lock = threading.Lock()
         self._built: dict[tuple[GemmVariant, int], _Built] = {}
         self._maps: dict[tuple[int, ...], Any] = {}
+        self._sms: dict[int, int] = {}
+        self._workspaces: dict[tuple[int, int], tuple[Any, Any]] = {}
+        self._streams: dict[int, Any] = {}
 
     def get(self, v: GemmVariant, device: int) -> _Built:
         key = (v, device)
@@ -106,6 +114,48 @@ class _Kernels:
             KernelBuilder.set_max_dynamic_shared(kernel, g.smem_bytes)
         return _Built(kernel=kernel, smem=g.smem_bytes, threads=g.threads,
                       min_k_tiles=max(1, min_k))
+
+    def sms(self, device: int) -> int:
+        """The device's SM count, which the persistent grid and the split are sized by."""
+        found = self._sms.get(device)
+        if found is None:
+            torch = _require("torch")
+            found = self._sms[device] = torch.cuda.get_device_properties(
+                device).multi_processor_count
+        return found
+
+    def workspace(self, device: int, stream: int, sms: int) -> tuple[Any, Any] | None:
+        """Split-K's fp32 workspace and per-tile counters on (device, stream), allocated once
+        (a split grid has at most ``sms`` CTAs, so ``sms`` BM x BN slices always suffice; the
+        counters start at zero and each launch leaves them so).  None while a CUDA graph is
+        being captured and none exists yet: the call allocates nothing then, and runs unsplit."""
+        key = (device, stream)
+        found = self._workspaces.get(key)
+        if found is None:
+            torch = _require("torch")
+            if torch.cuda.is_current_stream_capturing():
+                return None
+            with self._lock:
+                found = self._workspaces.get(key)
+                if found is None:
+                    dev = torch.device("cuda", device)
+                    found = (torch.empty(sms * CALL_TILE.bm * CALL_TILE.bn, dtype=torch.float32,
+                                         device=dev),
+                             torch.zeros(sms, dtype=torch.int32, device=dev))
+                    self._workspaces[key] = found
+        return found
+
+    def stream(self, handle: int) -> Any:
+        """CuPy's view of torch's stream ``handle``, made once per stream."""
+        found = self._streams.get(handle)
+        if found is None:
+            import warnings
+
+            cp = _require("cupy")
+            with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream
+                warnings.simplefilter("ignore", DeprecationWarning)
+                found = self._streams[handle] = cp.cuda.ExternalStream(handle)
+        return found
 
     def tensor_map(self, ptr: int, m: OperandMap, dtype: str) -> Any:
         from pipeline_core_nvidia_h100.tma import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
@@ -157,41 +207,122 @@ def _dtype_name(dtype: Any) -> str | None:
 
 
 def _plan(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any,
-          out: Any) -> CallPlan:
+          out: Any, sms: int = 0, tuning: Tuning = Tuning()) -> CallPlan:
     return plan_call(_info(a, "a"), _info(b, "b"),
                      bias=None if bias is None else _info(bias, "bias"),
                      activation=activation, out_dtype=_dtype_name(out_dtype),
-                     out=None if out is None else _info(out, "out"), tile=CALL_TILE)
+                     out=None if out is None else _info(out, "out"), tile=CALL_TILE, sms=sms,
+                     tuning=tuning)
 
 
-def _run(a: Any, b: Any, bias: Any, activation: str | None, out: Any) -> None:
-    """Write ``out`` = epilogue(a @ b) on torch's current stream (the arguments are checked)."""
-    torch = _require("torch")
-    np = _require("numpy")
-    plan = _plan(a, b, bias, activation, None, out)
-    m, n, k = plan.m, plan.n, plan.k
-    if m == 0 or n == 0:
-        return
-    if k == 0:  # an empty sum: the epilogue of zeros, no kernel
-        _epilogue_of_zeros(torch, out, bias, activation)
-        return
-    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+@attrs.frozen(kw_only=True)
+class _Recipe:
+    """What one call launches, planned and built once per argument description (:func:`_key`):
+    the plan (``k_pad`` at least the kernel's fewest K tiles), the built kernel, the device and
+    the stream (a split plan's workspace is the stream's own)."""
+
+    plan: CallPlan
+    built: _Built
+    device: int
+    stream: int
+
+
+def _key(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
+         stream: int) -> tuple[Any, ...]:
+    """Everything a call's plan depends on: each tensor's shape, strides, element type, device
+    and whether its address is 16-byte aligned (the only use of the address the plan makes),
+    the epilogue, the stream and :data:`TUNING`."""
+    def desc(t: Any) -> tuple[Any, ...] | None:
+        if t is None:
+            return None
+        return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
+    return (desc(a), desc(b), desc(bias), activation, out_dtype, desc(out), stream, TUNING)
+
+
+_RECIPES: dict[tuple[Any, ...], _Recipe] = {}
+
+
+def _recipe(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
+            plan: CallPlan, device: int, stream: int) -> _Recipe:
+    """Build the kernel of a checked, non-empty ``plan``; a split plan whose workspace cannot
+    be made now (a CUDA graph being captured on a stream that has none) is planned unsplit."""
+    if plan.splits > 1 and _KERNELS.workspace(device, stream, _KERNELS.sms(device)) is None:
+        plan = _plan(a, b, bias, activation, out_dtype, out, _KERNELS.sms(device),
+                     attrs.evolve(TUNING, split_k=False))
     built = _KERNELS.get(plan.variant, device)
     if built.min_k_tiles * CALL_TILE.bk > plan.k_pad:
         plan = attrs.evolve(plan, k_pad=built.min_k_tiles * CALL_TILE.bk)
-    v = plan.variant
-    args = (_KERNELS.tensor_map(a.data_ptr(), plan.a, v.dtype),
-            _KERNELS.tensor_map(b.data_ptr(), plan.b, v.dtype),
-            np.uint64(out.data_ptr()), np.uint64(0 if bias is None else bias.data_ptr()),
-            np.int32(plan.m_pad), np.int32(plan.n_pad), np.int32(plan.k_pad),
-            np.int32(m), np.int32(n), np.int64(plan.ldc))
-    from pipeline_core_nvidia_h100.runtime import KernelBuilder
+    return _Recipe(plan=plan, built=built, device=device, stream=stream)
 
+
+_ARGS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+
+def _launch(r: _Recipe, a: Any, b: Any, bias: Any, out: Any) -> None:
+    """Launch recipe ``r`` on its stream (torch's current one): ``out`` = epilogue(a @ b).
+    The kernel's arguments are packed once per (recipe, addresses) and kept (the oldest go
+    first): a call repeated on the same tensors costs one lookup and the launch."""
+    key = (r, a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(),
+           out.data_ptr())
+    args = _ARGS.get(key)
+    if args is None:
+        if len(_ARGS) >= MAP_CACHE_SIZE:
+            _ARGS.pop(next(iter(_ARGS)))
+        args = _ARGS[key] = _pack(r, a, b, bias, out)
     cp = _require("cupy")
-    with cp.cuda.Device(device):
-        KernelBuilder().launch(built.kernel, (plan.grid,), (built.threads,), args,
-                               shared_mem=built.smem,
-                               stream=torch.cuda.current_stream(a.device).cuda_stream)
+    with cp.cuda.Device(r.device), _KERNELS.stream(r.stream):
+        r.built.kernel((r.plan.grid, r.plan.splits), (r.built.threads,), args,
+                       shared_mem=r.built.smem)
+
+
+def _pack(r: _Recipe, a: Any, b: Any, bias: Any, out: Any) -> tuple[Any, ...]:
+    """The kernel's arguments: the tensor maps, the addresses, the sizes, the workspace."""
+    np = _require("numpy")
+    plan = r.plan
+    v = plan.variant
+    args: tuple[Any, ...] = (
+        _KERNELS.tensor_map(a.data_ptr(), plan.a, v.dtype),
+        _KERNELS.tensor_map(b.data_ptr(), plan.b, v.dtype),
+        np.uint64(out.data_ptr()), np.uint64(0 if bias is None else bias.data_ptr()),
+        np.int32(plan.m_pad), np.int32(plan.n_pad), np.int32(plan.k_pad),
+        np.int32(plan.m), np.int32(plan.n), np.int64(plan.ldc))
+    if v.split_k:
+        found = _KERNELS.workspace(r.device, r.stream, _KERNELS.sms(r.device))
+        if found is None:
+            raise RuntimeError("internal error: a split-K recipe without its stream's workspace")
+        ws, counters = found
+        args += (np.uint64(ws.data_ptr()), np.uint64(counters.data_ptr()))
+    return args
+
+
+def _call(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any) -> Any:
+    """``out`` (allocated when None) = epilogue(a @ b) on torch's current stream: the arguments
+    are checked and the kernel built on the first call of each argument description, later
+    calls go straight to the launch."""
+    torch = _require("torch")
+    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    stream = torch.cuda.current_stream(device).cuda_stream
+    key = _key(a, b, bias, activation, out_dtype, out, stream)
+    r = _RECIPES.get(key)
+    if r is None:
+        plan = _plan(a, b, bias, activation, out_dtype, out, _KERNELS.sms(device), TUNING)
+        if out is None:
+            out = torch.empty((plan.m, plan.n), dtype=_TORCH_OUT[plan.variant.out_dtype](torch),
+                              device=a.device)
+        if plan.m == 0 or plan.n == 0:
+            return out
+        if plan.k == 0:  # an empty sum: the epilogue of zeros, no kernel
+            _epilogue_of_zeros(torch, out, bias, activation)
+            return out
+        r = _recipe(a, b, bias, activation, out_dtype, out, plan, device, stream)
+        if len(_RECIPES) >= RECIPE_CACHE_SIZE:
+            _RECIPES.pop(next(iter(_RECIPES)))
+        _RECIPES[key] = r
+    elif out is None:
+        out = torch.empty((r.plan.m, r.plan.n),
+                          dtype=_TORCH_OUT[r.plan.variant.out_dtype](torch), device=a.device)
+    _launch(r, a, b, bias, out)
+    return out
 
 
 def _epilogue_of_zeros(torch: Any, out: Any, bias: Any, activation: str | None) -> None:
@@ -212,21 +343,17 @@ def _ops() -> Any:
     """The custom ops, registered on first use (torch imported only then)."""
     if _REGISTERED:
         return _REGISTERED["ns"]
-    torch = _require("torch")
+    import torch  # type: ignore[import-not-found, unused-ignore]  # traceable (see matmul)
 
     def op(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any) -> Any:
-        plan = _plan(a, b, bias, activation, out_dtype, None)
-        out = torch.empty((plan.m, plan.n), dtype=_TORCH_OUT[plan.variant.out_dtype](torch),
-                          device=a.device)
-        _run(a, b, bias, activation, out)
-        return out
+        return _call(a, b, bias, activation, out_dtype, None)
 
     def fake(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any) -> Any:
         plan = _plan(a, b, bias, activation, out_dtype, None)
         return a.new_empty((plan.m, plan.n), dtype=_TORCH_OUT[plan.variant.out_dtype](torch))
 
     def op_out(a: Any, b: Any, bias: Any, activation: str | None, out: Any) -> None:
-        _run(a, b, bias, activation, out)
+        _call(a, b, bias, activation, None, out)
 
     def fake_out(a: Any, b: Any, bias: Any, activation: str | None, out: Any) -> None:
         _plan(a, b, bias, activation, None, out)
@@ -258,6 +385,16 @@ def _as_torch(x: Any, name: str) -> tuple[Any, bool]:
                           "arrays on a CUDA device")
 
 
+def _eager(torch: Any, *tensors: Any) -> bool:
+    """Whether the call may skip the custom op's dispatch (docs/guide/matmul.md, "Speed"):
+    plain CUDA tensors needing no gradient, no torch.compile tracing, no dispatch mode (fake
+    tensors, a profiler's mode); anything else goes through the op, which does the same work."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+        return False
+    return all(t is None or (type(t) is torch.Tensor and t.is_cuda and not t.requires_grad)
+               for t in tensors)
+
+
 def matmul(a: Any, b: Any, *, bias: Any = None, activation: str | None = None,
            out_dtype: Any = None, out: Any = None) -> Any:
     """``epilogue(a @ b)``: a [M, K] and b [K, N] torch tensors (or CuPy arrays), bf16 or fp16.
@@ -272,8 +409,17 @@ def matmul(a: Any, b: Any, *, bias: Any = None, activation: str | None = None,
     b, _ = _as_torch(b, "b")
     bias, _ = _as_torch(bias, "bias")
     out, _ = _as_torch(out, "out")
-    ops = _ops()
-    if out is not None:
+    if a is None or b is None:
+        raise MatmulTypeError(f"{'a' if a is None else 'b'}: None; matmul takes torch tensors or "
+                              "CuPy arrays on a CUDA device")
+    # a is a torch tensor by now, so torch is imported; a plain import (not _require's
+    # importlib) is what torch.compile can trace
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    ops = _ops()  # registered before any torch.compile traces this call
+    if _eager(torch, a, b, bias, out):
+        result = _call(a, b, bias, activation, out_dtype, out)
+    elif out is not None:
         if out_dtype is not None:  # the out op takes no out_dtype: judge the pair here
             _plan(a, b, bias, activation, out_dtype, out)
         ops.matmul_out(a, b, bias, activation, out)

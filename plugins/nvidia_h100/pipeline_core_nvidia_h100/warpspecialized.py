@@ -99,6 +99,10 @@ class GemmVariant:
     #: ``gelu`` is the tanh approximation (torch's ``approximate="tanh"``)
     activation: str = "none"
     tails: bool = False
+    #: split-K (docs/guide/matmul.md, "Speed"): the grid's second dimension splits the K
+    #: tiles; each CTA writes its partial sums to an fp32 workspace and the CTA that finishes an
+    #: output tile last adds the slices in split order and runs the epilogue once
+    split_k: bool = False
 
     @property
     def general(self) -> bool:
@@ -109,7 +113,8 @@ class GemmVariant:
 def describe_variant(v: GemmVariant) -> str:
     """The variant in words (the general kernel's header comment, the call's build notice)."""
     return (f"{v.dtype} in, A {v.a_major.upper()}-major, B {v.b_major.upper()}-major, "
-            f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}")
+            f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}"
+            + (", split-K" if v.split_k else ""))
 
 
 @attrs.frozen(kw_only=True)
@@ -247,6 +252,9 @@ PARAMS = (
     Param("tails", bool, False, "any M, N, K: tile counts rounded up, loads zero-filled out of "
                                 "bounds, stores clipped (any other option off its default "
                                 "implies it)"),
+    Param("split_k", bool, False, "split the K tiles over the grid's second dimension: "
+                                  "partial sums in an fp32 workspace, reduced in split order "
+                                  "by the tile's last CTA, epilogue once (implies tails)"),
 )
 
 

@@ -15,8 +15,10 @@ pytest.importorskip("pipeline_core_nvidia_h100")
 from pipeline_core.api import compile_named  # noqa: E402
 from pipeline_core_nvidia_h100 import kernel_cache  # noqa: E402
 from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma  # noqa: E402
-from pipeline_core_nvidia_h100.gemm_call import (MatmulArgumentError, MatmulTypeError,  # noqa: E402
-                                                 TensorInfo, TileShape, plan_call)
+from pipeline_core_nvidia_h100.gemm_call import (SPLIT_MIN_K_TILES,  # noqa: E402
+                                                 MatmulArgumentError, MatmulTypeError,
+                                                 TensorInfo, TileShape, Tuning, plan_call,
+                                                 split_count)
 from pipeline_core_nvidia_h100.matmul_call import CALL_STAGES, schedule_params  # noqa: E402
 from pipeline_core_nvidia_h100.toolchain import sass_command  # noqa: E402
 from pipeline_core_nvidia_h100.warpspecialized import GemmVariant  # noqa: E402
@@ -147,6 +149,93 @@ def test_empty_operands_plan_without_a_tensor_map_check():
     assert plan_call(t((0, 64), (64, 1)), t((64, 300))).m == 0
 
 
+# --- the persistent grid and split-K (docs/guide/matmul.md, "Speed") ------------------------------
+
+H100_SMS = 132
+
+
+@pytest.mark.parametrize("m, n, k, grid, splits, k_pad", [
+    (8192, 8192, 8192, H100_SMS, 1, 8192),      # 2048 tiles: one CTA per SM, each loops
+    (1000, 4096, 4096, 128, 1, 4096),           # 128 tiles fill the SMs: no split
+    (128, 4096, 4096, 16, 8, 512),              # 16 tiles: 8 splits of 8 K tiles
+    (1, 1, 8192, 1, 16, 512),                   # one tile: 16 splits (128 K tiles / 8)
+    (128, 256, 1000, 1, 2, 512),                # 16 K tiles: 2 splits, the last one past K
+    (128, 256, 960, 1, 1, 960),                 # 15 K tiles: too few to split
+])
+def test_the_grid_is_persistent_and_few_tiles_split_k(m, n, k, grid, splits, k_pad):
+    plan = plan_call(t((m, k)), t((k, n), (1, k)), sms=H100_SMS)
+    assert (plan.grid, plan.splits, plan.k_pad) == (grid, splits, k_pad)
+    assert plan.variant.split_k == (splits > 1)
+    # the splits cover K: every K tile belongs to one split's range, no split is empty
+    k_tiles = -(-k // 64)
+    assert splits * k_pad // 64 >= k_tiles > (splits - 1) * k_pad // 64
+
+
+def test_each_technique_turns_off_alone():
+    a, b = t((128, 4096)), t((4096, 4096), (1, 4096))
+    assert plan_call(a, b, sms=H100_SMS, tuning=Tuning(split_k=False)).splits == 1
+    big = plan_call(t((8192, 64)), t((64, 8192), (1, 64)), sms=H100_SMS,
+                    tuning=Tuning(persistent=False))
+    assert big.grid == 64 * 32  # one CTA per output tile
+    # no device known (a fake tensor's plan): one CTA per tile, never a split
+    plan = plan_call(a, b)
+    assert (plan.grid, plan.splits, plan.variant.split_k) == (16, 1, False)
+
+
+def test_split_count_keeps_the_grid_within_the_sms():
+    for tiles in range(1, 140):
+        for k_tiles in (1, 7, 8, 15, 16, 33, 64, 100, 128, 1000):
+            s = split_count(tiles, k_tiles, H100_SMS)
+            if s == 1:
+                continue
+            per = -(-k_tiles // s)
+            assert 2 * tiles <= H100_SMS and s * tiles <= H100_SMS, (tiles, k_tiles, s)
+            assert per >= SPLIT_MIN_K_TILES and (s - 1) * per < k_tiles, (tiles, k_tiles, s)
+    assert split_count(0, 64, H100_SMS) == 1  # an empty product (M or N of 0)
+    assert split_count(16, 64, 0) == 1
+
+
+@attrs.frozen
+class _FakeTensor:
+    """What the call's launch cache reads of a tensor (shape, strides, dtype, device, address)."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    ptr: int
+    dtype: str = "bf16"
+    device: str = "cuda:0"
+
+    def stride(self):
+        return self.strides
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def test_the_launch_cache_key_holds_everything_the_plan_checks(monkeypatch):
+    """A repeated call skips planning (docs/guide/matmul.md, "Speed"), so a call the plan would
+    refuse or plan otherwise must never find another call's recipe."""
+    from pipeline_core_nvidia_h100 import matmul_call
+
+    a, b = _FakeTensor((100, 64), (64, 1), 4096), _FakeTensor((64, 72), (72, 1), 8192)
+
+    def key(a=a, b=b, bias=None, activation=None, out_dtype=None, out=None, stream=7):
+        return matmul_call._key(a, b, bias, activation, out_dtype, out, stream)
+
+    # another address with the same alignment: the same plan
+    assert key(a=attrs.evolve(a, ptr=4096 + 1024)) == key()
+    # an address the plan refuses (not 16-byte aligned), other strides, dtype, device, epilogue,
+    # output, stream: each its own plan
+    others = [key(a=attrs.evolve(a, ptr=4098)), key(b=attrs.evolve(b, strides=(1, 64))),
+              key(a=attrs.evolve(a, dtype="fp16")), key(b=attrs.evolve(b, device="cuda:1")),
+              key(activation="relu"), key(out_dtype="fp32"), key(stream=8),
+              key(bias=_FakeTensor((72,), (1,), 0)), key(out=_FakeTensor((100, 72), (72, 1), 0))]
+    assert len({key(), *others}) == 1 + len(others)
+    before = key()
+    monkeypatch.setattr(matmul_call, "TUNING", Tuning(split_k=False))
+    assert key() != before  # the ablation's setting plans anew
+
+
 # --- the schedule records the variant; the emitter writes it ---------------------------------------
 
 def _source(v: GemmVariant) -> str:
@@ -163,6 +252,10 @@ VARIANTS = {
                                           bias="fp16", activation="gelu", tails=True),
     "bf16 mn-mn silu fp16": GemmVariant(a_major="mn", b_major="mn", out_dtype="fp16",
                                         bias="fp32", activation="silu"),
+    "bf16 row-row split-K": GemmVariant(b_major="mn", tails=True, split_k=True),
+    "fp16 col-col relu fp32 split-K": GemmVariant(dtype="fp16", a_major="mn", out_dtype="fp32",
+                                                  bias="fp16", activation="relu", tails=True,
+                                                  split_k=True),
 }
 
 
@@ -186,6 +279,28 @@ def test_the_general_kernel_carries_each_option():
     row_row = _source(VARIANTS["bf16 row-row"])
     assert "p, 1, 1, 0, 1;" in row_row and "using Act = pcgc::ActNone;" in row_row
     assert "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_b(s) + kk * 2048)" in row_row
+
+
+def test_the_split_k_kernel_reads_its_split_and_reduces_once():
+    src = _source(VARIANTS["bf16 row-row split-K"])
+    assert "long long ldc,\n       float* __restrict__ ws, unsigned* __restrict__ counters)" in src
+    # each CTA's K tiles start at its split's first one
+    assert ("tma_load_2d(stage_a(((rb + t) % STAGES)), &tmA, full_bar(((rb + t) % STAGES)), "
+            "(blockIdx.y * KT + t) * BK, tile_m * BM);") in src
+    assert "full_bar(((rb + t) % STAGES)), tile_n * BN + i * 64, (blockIdx.y * KT + t) * BK);" in src
+    # partial sums out, one arrival per CTA, the last CTA reduces, resets, runs the epilogue
+    finish = src[src.index("// split-K: partial sums out"):src.index("using Out =")]
+    assert "__stcg(part + blockIdx.y * slice" in finish
+    assert finish.count(r'asm volatile("bar.sync 15, 256;\n" ::: "memory");') == 2
+    assert "split_last = atomicAdd(counters + tile, 1u) == gridDim.y - 1;" in finish
+    assert "if (!split_last) continue;" in finish and "counters[tile] = 0u;" in finish
+    assert finish.index("continue;") < finish.index("__ldcg(") < finish.index("counters[tile] = 0u")
+    # the slices are added in split order from slice 0, whichever CTA is last
+    assert "acc[mb][i] = y == 0 ? v : acc[mb][i] + v;" in finish
+    # unsplit kernels carry none of it
+    for label in ("bf16 row-row", "fp16 col-col gelu fp32"):
+        plain = _source(VARIANTS[label])
+        assert "blockIdx.y" not in plain and "counters" not in plain and "__stcg" not in plain
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
@@ -212,6 +327,8 @@ def test_the_general_kernel_builds_without_spills(label, tmp_path):
     # one TMA copy per box: 1 per K-major operand, BM/64 or BN/64 per MN-major one
     boxes = (2 if v.a_major == "mn" else 1) + (4 if v.b_major == "mn" else 1)
     assert len(re.findall(r"\bUTMALDG\.2D\b", sass)) == boxes
+    # split-K: the tile counter's atomic add, only there
+    assert bool(re.search(r"\bATOMG\b|\bATOM\.", sass)) == v.split_k
 
 
 # --- the disk cache --------------------------------------------------------------------------------
