@@ -226,6 +226,10 @@ class AgentSpec:
     once: tuple[int, ...] = attrs.field(converter=_ints, default=())
     #: orderings between consumer groups, enforced with the target's named barriers
     orders: tuple[OrderSpec, ...] = attrs.field(converter=_order_specs, default=())
+    #: a reader's ops issued this many K tiles late (op -> lag; absent: 0), in the order its
+    #: ``AgentRole.ops`` lists them: a software pipeline inside one agent, such as attention's
+    #: O += P.V_{j-1} issued right after S_j (docs/guide/agents.md, "Skewed ops")
+    lags: Mapping[int, int] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
