@@ -279,8 +279,15 @@ class AgentProgram:
 
     def placed(self, tiles: int) -> list["PlacedStep"]:
         """Every step this agent runs for ``tiles`` K tiles, in program order, with where it
-        comes from (section, iteration within the section, position) and its loop index."""
+        comes from (section, iteration within the section, position) and its loop index.
+        At 0 tiles (an output tile with no K tile) only the once steps run: the copies issued
+        once per output tile, their waits and their releases."""
         out: list[PlacedStep] = []
+        if tiles == 0:
+            sections = [("prologue", i, steps) for i, steps in enumerate(self.prologue)]
+            sections += [("epilogue", j, steps) for j, steps in enumerate(self.epilogue)]
+            return [PlacedStep(section=sec, iteration=i, position=pos, t=0, step=s)
+                    for sec, i, steps in sections for pos, s in enumerate(steps) if s.once]
         for i, steps in enumerate(self.prologue):
             out += [PlacedStep(section="prologue", iteration=i, position=pos, t=i, step=s)
                     for pos, s in enumerate(steps)]

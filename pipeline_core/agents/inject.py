@@ -351,9 +351,14 @@ def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | 
             pending, group = pending + group, []
         if needs:  # the counter wait's op names the group it must retire
             last = max(needs, key=pending.index)
-            steps.append(Step(kind=StepKind.COUNTER_WAIT, channel=counter or "", op=last,
-                              lag=skew.get(last, 0), value=UNDERIVED,
-                              tag=tags[f"wait:{counter}"]))
+            # skewed ops: one wait per tile the needs come from, the youngest group's first; a
+            # wait its predecessor always covers is left out (derive_counter_waits), one whose
+            # tile does not exist yet (the prologue) is not placed
+            for op in sorted(needs, key=pending.index, reverse=True):
+                if op == last or skew.get(op, 0) != skew.get(last, 0):
+                    steps.append(Step(kind=StepKind.COUNTER_WAIT, channel=counter or "", op=op,
+                                      lag=skew.get(op, 0), value=UNDERIVED,
+                                      tag=tags[f"wait:{counter}"]))
             pending = pending[pending.index(last) + 1:]
             # a lag-0 ring whose reads here all retired is released now, not after the last group
             for p in released:
@@ -387,8 +392,13 @@ def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | 
                                f"a ring of {p.full.stages} stages needs it below {p.full.stages}")
     released = [attrs.evolve(p, lag=late(p)) for p in released]
     for lag in sorted({p.lag for p in released}):
+        # skewed: the wait names the read of these rings committed last for the tile (the
+        # tile's last group may be a later op's that reads none of them)
+        reads = [r for p in released if p.lag == lag for w in p.ops
+                 for r in readers_of.get(w, ()) if r in ops]
+        last = max(reads, key=lambda r: (skew.get(r, 0), ops.index(r))) if skew and reads else -1
         if counter is not None:
-            steps.append(Step(kind=StepKind.COUNTER_WAIT, channel=counter, lag=lag,
+            steps.append(Step(kind=StepKind.COUNTER_WAIT, channel=counter, lag=lag, op=last,
                               value=UNDERIVED, tag=tags[f"wait:{counter}"]))
         steps += [Step(kind=StepKind.ARRIVE, channel=p.empty.name, lag=lag, tag=tags["arrive"])
                   for p in released if p.lag == lag and p.empty is not None]
