@@ -3,8 +3,8 @@
 A discrete-event walk of the unrolled programs (docs/guide/agents.md, "Timing model"): the agent
 with the earliest clock takes its next step.  Async copies share the SM's copy bandwidth and land
 no sooner than the copy latency after their issue; async MMA groups share the SM's tensor unit
-in issue order (a register op off the MMA unit, attention's softmax, holds its own agent for its
-latency); a ring phase completes when its arrivals are in and its bytes have landed; a
+in issue order (a register op, ``OpRole.VALU_COMPUTE`` such as attention's softmax, holds its
+own agent for its latency); a ring phase completes when its arrivals are in and its bytes have landed; a
 phase wait blocks its agent until then; a counter wait until the groups it retires are done.
 What comes out is the CTA's cycles for ``tiles`` K tiles, and so cycles per K tile.
 
@@ -143,7 +143,7 @@ def run(plan: Plan, body: Sequence[Op], machine: AgentMachine,
                 landed.setdefault((full.name, stage, phase), []).append((land, nbytes))
                 end, busy = land, (ResourceKind.GLOBAL_MEM, copy, land)
                 now += machine.step_cycles
-            elif op.resource != ResourceKind.MMA_UNIT:
+            elif op.role == OpRole.VALU_COMPUTE:
                 # a register op (attention's softmax): the agent's own warps run it
                 end, busy = now + op.latency, (op.resource, now, now + op.latency)
                 now = end + machine.step_cycles
