@@ -386,17 +386,18 @@ def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | 
     released = [p for p in released if p.empty is not None and p.empty.name not in early]
     for p in released:
         if late(p) >= p.full.stages:
-            raise ProgramError(f"{owner}: agent {agent} releases ring {p.empty.name if p.empty else ''} "
-                               f"{late(p)} K tiles late (its release lag {p.lag} behind reads "
-                               f"issued up to {late(p) - p.lag} tiles late, AgentSpec.lags); "
+            name = p.empty.name if p.empty is not None else p.full.name
+            raise ProgramError(f"{owner}: agent {agent} releases ring {name} {late(p)} K tiles "
+                               f"late (its release lag {p.lag} behind reads issued up to {late(p) - p.lag} tiles late, AgentSpec.lags); "
                                f"a ring of {p.full.stages} stages needs it below {p.full.stages}")
     released = [attrs.evolve(p, lag=late(p)) for p in released]
     for lag in sorted({p.lag for p in released}):
         # skewed: the wait names the read of these rings committed last for the tile (the
         # tile's last group may be a later op's that reads none of them)
-        reads = [r for p in released if p.lag == lag for w in p.ops
-                 for r in readers_of.get(w, ()) if r in ops]
-        last = max(reads, key=lambda r: (skew.get(r, 0), ops.index(r))) if skew and reads else -1
+        ring_reads = [r for p in released if p.lag == lag for w in p.ops
+                      for r in readers_of.get(w, ()) if r in ops]
+        last = (max(ring_reads, key=lambda r: (skew.get(r, 0), ops.index(r)))
+                if skew and ring_reads else -1)
         if counter is not None:
             steps.append(Step(kind=StepKind.COUNTER_WAIT, channel=counter, lag=lag, op=last,
                               value=UNDERIVED, tag=tags[f"wait:{counter}"]))

@@ -255,7 +255,7 @@ class FlashAttentionForward:
             roles.append(AgentRole(name=f"consumer{c}", ops=ops, warps=4, issuers=128,
                                    registers=g.consumer_registers))
         lags = ({consumer_op(c, PV): 1 for c in range(g.consumers)} if g.intra_overlap else {})
-        orders = ()
+        orders: tuple[OrderSpec, ...] = ()
         if g.pingpong:
             orders = (OrderSpec(name="pingpong", turns=tuple(
                 Turn(agent=f"consumer{c}", ops=(consumer_op(c, S),))
