@@ -346,8 +346,8 @@ def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | 
                                 and skew.get(group[0], 0) != lag)):
             # a wait never leaves a group open; a group holds one K tile's ops (a skewed op of
             # another tile opens its own)
-            steps.append(Step(kind=StepKind.COMMIT, channel=counter or "", lag=skew.get(group[0], 0),
-                              tag=tags[f"commit:{counter}"]))
+            steps.append(Step(kind=StepKind.COMMIT, channel=counter or "",
+                              lag=skew.get(group[0], 0), tag=tags[f"commit:{counter}"]))
             pending, group = pending + group, []
         if needs:  # the counter wait's op names the group it must retire
             last = max(needs, key=pending.index)
@@ -388,8 +388,9 @@ def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | 
         if late(p) >= p.full.stages:
             name = p.empty.name if p.empty is not None else p.full.name
             raise ProgramError(f"{owner}: agent {agent} releases ring {name} {late(p)} K tiles "
-                               f"late (its release lag {p.lag} behind reads issued up to {late(p) - p.lag} tiles late, AgentSpec.lags); "
-                               f"a ring of {p.full.stages} stages needs it below {p.full.stages}")
+                               f"late (its release lag {p.lag} behind reads issued up to "
+                               f"{late(p) - p.lag} tiles late, AgentSpec.lags); a ring of "
+                               f"{p.full.stages} stages needs it below {p.full.stages}")
     released = [attrs.evolve(p, lag=late(p)) for p in released]
     for lag in sorted({p.lag for p in released}):
         # skewed: the wait names the read of these rings committed last for the tile (the

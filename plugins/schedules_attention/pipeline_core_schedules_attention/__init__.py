@@ -8,6 +8,7 @@ from pipeline_core_schedules_attention.schedule import (AttentionGeometry, Atten
                                                         attention_cost_model, attention_profile,
                                                         make_attention)
 
-__version__ = installed_version("pipeline-core-schedules-attention")  # pyproject.toml is the one source
+#: pyproject.toml is the one source
+__version__ = installed_version("pipeline-core-schedules-attention")
 __all__ = ["AttentionGeometry", "AttentionTag", "FlashAttentionForward", "attention_cost_model",
            "attention_profile", "make_attention"]

@@ -1,4 +1,5 @@
-"""pipeline-core hook implementations of the attention plugin (entry point ``schedules_attention``)."""
+"""pipeline-core hook implementations of the attention plugin (entry point
+``schedules_attention``)."""
 from __future__ import annotations
 
 from pipeline_core.plugin_api import hookimpl
