@@ -226,6 +226,10 @@ class AgentSpec:
     once: tuple[int, ...] = attrs.field(converter=_ints, default=())
     #: orderings between consumer groups, enforced with the target's named barriers
     orders: tuple[OrderSpec, ...] = attrs.field(converter=_order_specs, default=())
+    #: a reader's ops issued this many K tiles late (op -> lag; absent: 0), in the order its
+    #: ``AgentRole.ops`` lists them: a software pipeline inside one agent, such as attention's
+    #: O += P.V_{j-1} issued right after S_j (docs/guide/agents.md, "Skewed ops")
+    lags: Mapping[int, int] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)
@@ -275,8 +279,15 @@ class AgentProgram:
 
     def placed(self, tiles: int) -> list["PlacedStep"]:
         """Every step this agent runs for ``tiles`` K tiles, in program order, with where it
-        comes from (section, iteration within the section, position) and its loop index."""
+        comes from (section, iteration within the section, position) and its loop index.
+        At 0 tiles (an output tile with no K tile) only the once steps run: the copies issued
+        once per output tile, their waits and their releases."""
         out: list[PlacedStep] = []
+        if tiles == 0:
+            sections = [("prologue", i, steps) for i, steps in enumerate(self.prologue)]
+            sections += [("epilogue", j, steps) for j, steps in enumerate(self.epilogue)]
+            return [PlacedStep(section=sec, iteration=i, position=pos, t=0, step=s)
+                    for sec, i, steps in sections for pos, s in enumerate(steps) if s.once]
         for i, steps in enumerate(self.prologue):
             out += [PlacedStep(section="prologue", iteration=i, position=pos, t=i, step=s)
                     for pos, s in enumerate(steps)]

@@ -24,7 +24,9 @@ Grouped by what a plugin does:
   with its default), ops (:class:`Op`, :func:`logical`, :func:`framework_op`,
   :class:`BodyBuilder`), configs, edges (:class:`DepEdge`, :class:`DepKind`,
   :func:`derive_edges`), the execution model, the kernel it declares (:class:`KernelLaunch`);
-  a warp-specialized schedule's agents (:class:`AgentSpec`, :class:`AgentRole`);
+  a warp-specialized schedule's agents (:class:`AgentSpec`, :class:`AgentRole`, its rings
+  :class:`RingSpec` and the orderings between consumer groups :class:`OrderSpec` of
+  :class:`Turn`);
 * customise ordering: :class:`SchedulingRequest` (what a strategy receives);
 * customise the block program: :func:`emit_minimal_barrier_block` for explicit blocks;
 * emit code: an emitter receives a :class:`CompiledSchedule`, whose plan holds the agents'
@@ -55,7 +57,8 @@ from pipeline_core.launch import KernelLaunch
 from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, PARAM_INT, Bound
 from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole, Phase,
                                ResourceKind, framework_op, logical)
-from pipeline_core.plan import AgentProgram, AgentRole, AgentSpec, Ring, Step, StepKind
+from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, OrderSpec, Ring, RingSpec, Step,
+                                StepKind, Turn)
 from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
@@ -79,7 +82,7 @@ __all__ = [
     "ExecutionModel",
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
-    "AgentSpec", "AgentRole", "SchedulingRequest",
+    "AgentSpec", "AgentRole", "RingSpec", "OrderSpec", "Turn", "SchedulingRequest",
     "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine",
     "emit_minimal_barrier_block", "double_buffer_reorder", "optimize_within_barriers",
     "single_buffer_reorder",

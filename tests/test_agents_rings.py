@@ -433,3 +433,123 @@ def test_at_lag_zero_k_is_released_once_s_retires_while_pv_runs():
                                        for p in plan.programs])
     first = attention_verdict(bad).first
     assert first.kind == H.SMEM_WAR and "ring1_empty" in first.message
+
+
+# --- an output tile with no K tile (attention's query tile with no valid key) --------------
+def test_a_plan_with_a_once_copy_is_proven_at_zero_k_tiles():
+    """Only the once steps run; the GEMM's plan (no once copy) keeps its counts."""
+    assert tile_counts(fx.attention_plan())[0] == 0
+    assert 0 not in tile_counts(fx.two_ring_plan())
+    steps = fx.attention_plan().program("consumer0").placed(0)
+    assert [(p.step.kind, p.step.channel) for p in steps] == [
+        (StepKind.PHASE_WAIT, "ring0_full"), (StepKind.ARRIVE, "ring0_empty")]
+
+
+def test_at_zero_k_tiles_a_dropped_q_release_hangs_the_next_output_tile(monkeypatch):
+    """An output tile with no K tile still releases its Q (the hang of an attention forward whose
+    query tile has no valid key, NVIDIA/cudnn-frontend PR #1069): proven at KT = 0 alone, the
+    derived plan is safe and a dropped release is a DEADLOCK."""
+    import pipeline_core.agents.prove as prove
+
+    monkeypatch.setattr(prove, "tile_counts", lambda plan: [0])
+    plan = fx.attention_plan(release_lag=1)
+    assert attention_verdict(plan).safe
+    drop = next(m for m in agent_mutations(plan, ("drop_arrive",))
+                if m.ring == "ring0_empty" and m.agent == "consumer1")
+    v = attention_verdict(drop.apply(plan))
+    assert v.first.kind == H.DEADLOCK and "ring0_empty" in v.first.message
+
+
+# --- skewed ops: a software pipeline inside one agent (docs/guide/agents.md, "Skewed ops") --
+def _skewed(p_buffers: int, stages: int = 3, readers: int = 2, lag: int = 1):
+    """The attention fixture with each consumer's PV (op 5 + 3c) issued one K tile late, right
+    after S: S_t, PV_{t-1}, softmax_t.  ``p_buffers``: how many K tiles the softmax's next write
+    of P waits behind PV's read (2: P double-buffered)."""
+    import attrs
+
+    from pipeline_core.ops import DepKind
+
+    pvs = {5 + 3 * c for c in range(readers)}
+    edges = [attrs.evolve(e, distance=p_buffers)
+             if e.kind == DepKind.ANTI and e.producer in pvs and e.consumer == e.producer - 1
+             else e for e in fx.attention_edges(readers, stages)]
+    spec = fx.attention_spec(readers, lag)
+    roles = [spec.roles[0]] + [attrs.evolve(r, ops=(r.ops[0], r.ops[2], r.ops[1]))
+                               for r in spec.roles[1:]]
+    spec = attrs.evolve(spec, roles=roles, lags={5 + 3 * c: 1 for c in range(readers)})
+    plan = lower_agents(fx.attention_body(readers), edges, fx.SYNC, stages=stages, spec=spec)
+    verdict = prove_plan(plan, fx.attention_body(readers), edges, fx.SYNC, name="skewed",
+                         names=fx.NAMES)
+    return plan, verdict
+
+
+def test_a_skewed_op_runs_a_tile_late_in_the_order_its_role_lists():
+    plan, v = _skewed(2)
+    assert v.safe, v.render_text()
+    kernel = plan.program("consumer0").kernel
+    ops = [(s.op, s.lag) for s in kernel if s.kind == StepKind.OP]
+    assert ops == [(3, 0), (5, 1), (4, 0)]
+    # S and PV_{t-1} are two groups; the softmax's wait retires S and leaves PV_{t-1} in flight
+    wait = next(s for s in kernel if s.kind == StepKind.COUNTER_WAIT)
+    assert (wait.op, wait.value) == (3, 1)
+    assert [s.lag for s in kernel if s.kind == StepKind.COMMIT] == [0, 1]
+    v_wait = next(s for s in kernel if s.channel == "ring2_full")
+    assert v_wait.lag == 1
+    # tile 0's PV runs in the epilogue; the prologue holds no PV
+    assert 5 not in {s.op for s in plan.program("consumer0").prologue[0]}
+    assert [s.op for s in plan.program("consumer0").epilogue[0] if s.kind == StepKind.OP] == [5]
+
+
+def test_over_a_single_p_buffer_the_softmax_waits_for_the_skewed_pv():
+    """The softmax of tile t overwrites the P that PV_{t-1} reads: the same-iteration ANTI edge
+    gets its wait, which retires PV_{t-1} (and S_t before it) first."""
+    plan, v = _skewed(1)
+    assert v.safe, v.render_text()
+    kernel = plan.program("consumer0").kernel
+    waits = [(s.op, s.lag, s.value) for s in kernel if s.kind == StepKind.COUNTER_WAIT]
+    assert waits[0] == (5, 1, 0)
+    # tile 0 has no PV_{-1}: its softmax waits for S alone
+    first = [(s.op, s.value) for s in plan.program("consumer0").prologue[0]
+             if s.kind == StepKind.COUNTER_WAIT]
+    assert first == [(3, 0)]
+
+
+def test_every_edit_of_a_skewed_consumer_is_refused():
+    import attrs
+
+    from pipeline_core.ops import DepKind
+
+    plan, _ = _skewed(2)
+    edges = [attrs.evolve(e, distance=2) if e.kind == DepKind.ANTI and e.producer in (5, 8)
+             and e.consumer == e.producer - 1 else e for e in fx.attention_edges(2, 3)]
+    found = {}
+    for m in agent_mutations(plan):
+        if m.agent == "consumer0" and m.section != "prologue":
+            v = prove_plan(m.apply(plan), fx.attention_body(2), edges, fx.SYNC, name="s",
+                           names=fx.NAMES)
+            found[m.description] = v.first.kind if v.violations else None
+    assert found and None not in found.values(), [d for d, k in found.items() if k is None]
+
+
+@pytest.mark.parametrize("lags, orders, message", [
+    ({1: 1}, False, "AgentSpec.lags names op 1, which is no reader agent's op"),
+    ({5: -1}, False, "AgentSpec.lags gives op 5 lag -1"),
+    ({3: 1}, True, "op 3 has lag 1 and a turn in AgentSpec.orders"),
+    ({5: 2}, False, "releases ring ring2_empty 3 K tiles late"),
+])
+def test_a_bad_lag_is_one_line(lags, orders, message):
+    import attrs
+
+    from pipeline_core.agents import OrderSpec, Turn
+
+    spec = attrs.evolve(fx.attention_spec(2, 1), lags=lags)
+    sync = fx.SYNC
+    if orders:
+        sync = fx.SYNC_NAMED
+        spec = attrs.evolve(spec, orders=(OrderSpec(name="pp", turns=(
+            Turn(agent="consumer0", ops=(3,)), Turn(agent="consumer1", ops=(6,)))),))
+    with pytest.raises(ProgramError) as exc:
+        lower_agents(fx.attention_body(), fx.attention_edges(2, 3), sync, stages=3, spec=spec,
+                     owner="schedule t")
+    text = str(exc.value)
+    assert "\n" not in text and text.startswith("schedule t: ") and message in text

@@ -218,6 +218,7 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
                                f"onto op {e.consumer}, which is no phase-tracked copy; only a "
                                "ring's stage is released across agents")
 
+    lags = _op_lags(spec, agent_of, writers, owner)
     kernels: dict[str, list[Step]] = {}
     for role in spec.roles:
         ops = [i for i in range(len(body)) if agent_of[i].name == role.name]
@@ -225,14 +226,20 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
         if role.name in writers:
             kernel = _writer_kernel(ops, body, [p for p in pairs if p.writer == role.name], tags)
         elif reads:
+            if lags:  # a skewed agent issues its ops in the order its role lists them
+                ops = list(role.ops)
             chained: dict[int, set[int]] = {}  # op -> this agent's async ops it reads at once
             for e in edges:
-                if e.kind == DepKind.FLOW and e.distance == 0 and e.producer in ops \
+                # the producer's instance the consumer needs is issued in the same iteration
+                # (FLOW; or ANTI, an async read the consumer overwrites) when the lags say so
+                same = lags.get(e.producer, 0) - e.distance == lags.get(e.consumer, 0)
+                if (e.kind == DepKind.FLOW or (lags and e.kind == DepKind.ANTI)) and same \
+                        and e.producer in ops \
                         and e.consumer in ops and channel[e.producer] is not None \
                         and kind.get(channel[e.producer] or "") == ChannelKind.COUNTER:
                     chained.setdefault(e.consumer, set()).add(e.producer)
             kernel = _reader_kernel(ops, body, channel, kind, reads, readers_of, chained, tags,
-                                    owner, role.name)
+                                    owner, role.name, lags)
         else:
             kernel = [Step(kind=StepKind.OP, op=i, tag=body[i].tag) for i in ops]
         kernels[role.name] = kernel
@@ -245,6 +252,24 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
                 orders=orders, sync=sync,
                 description=f"agents lowering, {len(programs)} agents, {stages} ring stages")
     return derive_counter_waits(plan)
+
+
+def _op_lags(spec: AgentSpec, agent_of: dict[int, AgentRole], writers: Sequence[str],
+             owner: str) -> dict[int, int]:
+    """``AgentSpec.lags`` checked: a reader's ops only, 0 or more, none in an ordering's turn
+    (a turn brackets the ops of one K tile)."""
+    turned = {i for o in spec.orders for t in o.turns for i in t.ops}
+    for i, lag in spec.lags.items():
+        if i not in agent_of or agent_of[i].name in writers:
+            raise ProgramError(f"{owner}: AgentSpec.lags names op {i}, which is no reader "
+                               "agent's op; only a reader's ops may be issued late")
+        if lag < 0:
+            raise ProgramError(f"{owner}: AgentSpec.lags gives op {i} lag {lag}; a lag is 0 or "
+                               "more K tiles")
+        if lag and i in turned:
+            raise ProgramError(f"{owner}: op {i} has lag {lag} and a turn in AgentSpec.orders; "
+                               "a turn's ops are issued in their own K tile (lag 0)")
+    return {i: lag for i, lag in spec.lags.items() if lag}
 
 
 def _sync_tags(sync: SyncModel) -> dict[str, int]:
@@ -287,7 +312,8 @@ def _writer_kernel(ops: list[int], body: Sequence[Op], pairs: Sequence[_RingPair
 def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | None],
                    kind: dict[str, ChannelKind], pairs: Sequence[_RingPair],
                    readers_of: dict[int, set[int]], chained: dict[int, set[int]],
-                   tags: dict[str, int], owner: str, agent: str) -> list[Step]:
+                   tags: dict[str, int], owner: str, agent: str,
+                   lags: dict[int, int] | None = None) -> list[Step]:
     """Each ring waited on before the first op that reads its copies; one group per tile on the
     agent's counter channel, cut where an op reads the result of an async op of the same tile
     (``chained``: attention's softmax reading S): the group is committed and a counter wait
@@ -306,42 +332,75 @@ def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | 
     released = [p for p in pairs if p.empty is not None and agent in p.empty.signallers
                 and not p.once]
     early: set[str] = set()    # lag-0 rings released at once after a chained wait
+    skew = lags or {}
+
+    def late(p: _RingPair) -> int:
+        """The ring's release lag behind the latest of this agent's skewed reads of it."""
+        return p.lag + max((skew.get(r, 0) for w in p.ops for r in readers_of.get(w, ())
+                            if r in ops), default=0)
+
     for n, i in enumerate(ops):
+        lag = skew.get(i, 0)
         needs = chained.get(i, set()) & {*group, *pending}
-        if needs & set(group):
+        if group and (needs or (channel[i] == counter and counter is not None
+                                and skew.get(group[0], 0) != lag)):
+            # a wait never leaves a group open; a group holds one K tile's ops (a skewed op of
+            # another tile opens its own)
             steps.append(Step(kind=StepKind.COMMIT, channel=counter or "",
-                              tag=tags[f"commit:{counter}"]))
+                              lag=skew.get(group[0], 0), tag=tags[f"commit:{counter}"]))
             pending, group = pending + group, []
         if needs:  # the counter wait's op names the group it must retire
             last = max(needs, key=pending.index)
-            steps.append(Step(kind=StepKind.COUNTER_WAIT, channel=counter or "", op=last,
-                              value=UNDERIVED, tag=tags[f"wait:{counter}"]))
+            # skewed ops: one wait per tile the needs come from, the youngest group's first; a
+            # wait its predecessor always covers is left out (derive_counter_waits), one whose
+            # tile does not exist yet (the prologue) is not placed
+            for op in sorted(needs, key=pending.index, reverse=True):
+                if op == last or skew.get(op, 0) != skew.get(last, 0):
+                    steps.append(Step(kind=StepKind.COUNTER_WAIT, channel=counter or "", op=op,
+                                      lag=skew.get(op, 0), value=UNDERIVED,
+                                      tag=tags[f"wait:{counter}"]))
             pending = pending[pending.index(last) + 1:]
             # a lag-0 ring whose reads here all retired is released now, not after the last group
             for p in released:
                 reads = {r for w in p.ops for r in readers_of.get(w, ()) if r in ops}
                 if p.lag == 0 and p.empty is not None and p.empty.name not in early \
-                        and reads <= set(ops[:n]) and not reads & {*group, *pending}:
+                        and reads <= set(ops[:n]) and not reads & {*group, *pending} \
+                        and {skew.get(r, 0) for r in reads} == {skew.get(last, 0)}:
                     early.add(p.empty.name)
                     steps.append(Step(kind=StepKind.ARRIVE, channel=p.empty.name,
-                                      tag=tags["arrive"]))
+                                      lag=skew.get(last, 0), tag=tags["arrive"]))
         for p in pairs:
             if p.full.name not in waited and any(i in readers_of.get(w, ()) for w in p.ops):
                 waited.add(p.full.name)
-                steps.append(Step(kind=StepKind.PHASE_WAIT, channel=p.full.name,
+                steps.append(Step(kind=StepKind.PHASE_WAIT, channel=p.full.name, lag=lag,
                                   tag=tags["phase_wait"], once=p.once))
         if channel[i] == counter and counter is not None:
             if not group:  # each group's first op: order the registers it reads or writes
-                steps.append(Step(kind=StepKind.FENCE, channel=counter, tag=tags["fence"]))
+                steps.append(Step(kind=StepKind.FENCE, channel=counter, lag=lag,
+                                  tag=tags["fence"]))
             group.append(i)
-        steps.append(Step(kind=StepKind.OP, op=i, tag=body[i].tag))
+        steps.append(Step(kind=StepKind.OP, op=i, lag=lag, tag=body[i].tag))
     if group:
-        steps.append(Step(kind=StepKind.COMMIT, channel=counter or "",
+        steps.append(Step(kind=StepKind.COMMIT, channel=counter or "", lag=skew.get(group[0], 0),
                           tag=tags[f"commit:{counter}"]))
     released = [p for p in released if p.empty is not None and p.empty.name not in early]
+    for p in released:
+        if late(p) >= p.full.stages:
+            name = p.empty.name if p.empty is not None else p.full.name
+            raise ProgramError(f"{owner}: agent {agent} releases ring {name} {late(p)} K tiles "
+                               f"late (its release lag {p.lag} behind reads issued up to "
+                               f"{late(p) - p.lag} tiles late, AgentSpec.lags); a ring of "
+                               f"{p.full.stages} stages needs it below {p.full.stages}")
+    released = [attrs.evolve(p, lag=late(p)) for p in released]
     for lag in sorted({p.lag for p in released}):
+        # skewed: the wait names the read of these rings committed last for the tile (the
+        # tile's last group may be a later op's that reads none of them)
+        ring_reads = [r for p in released if p.lag == lag for w in p.ops
+                      for r in readers_of.get(w, ()) if r in ops]
+        last = (max(ring_reads, key=lambda r: (skew.get(r, 0), ops.index(r)))
+                if skew and ring_reads else -1)
         if counter is not None:
-            steps.append(Step(kind=StepKind.COUNTER_WAIT, channel=counter, lag=lag,
+            steps.append(Step(kind=StepKind.COUNTER_WAIT, channel=counter, lag=lag, op=last,
                               value=UNDERIVED, tag=tags[f"wait:{counter}"]))
         steps += [Step(kind=StepKind.ARRIVE, channel=p.empty.name, lag=lag, tag=tags["arrive"])
                   for p in released if p.lag == lag and p.empty is not None]

@@ -79,11 +79,16 @@ Node = tuple
 def tile_counts(plan: Plan) -> list[int]:
     """The K-tile counts a proof unrolls: the shortest valid loops, and one long enough for the
     prologue, two ring wraps and the epilogue at every residue modulo the ring depth (so a
-    tail of KT not a multiple of the stages is covered)."""
+    tail of KT not a multiple of the stages is covered).  A plan with copies issued once per
+    output tile is also proven at 0 K tiles: an output tile with no K tile to visit (attention's
+    query tile with no valid key) still loads, waits on and releases its once copies
+    (docs/guide/agents.md, "Loads issued once")."""
     depths = {plan.stages, *(r.stages for r in plan.rings)}
     base = plan.min_tiles + 2 * max(depths) + 2
     period = math.lcm(*depths)  # rings of different depths: every pair of residues
-    return sorted({plan.min_tiles, plan.min_tiles + 1, *(base + r for r in range(period))})
+    empty = {0} if any(r.once for r in plan.rings) else set()
+    return sorted({*empty, plan.min_tiles, plan.min_tiles + 1,
+                   *(base + r for r in range(period))})
 
 
 @attrs.frozen(kw_only=True)
@@ -953,7 +958,9 @@ class _Run:
             who, name = self.agent_name(a), tag_name(self.body[op].tag, self.names)
             mine = runs.get((a, op, o), [])
             seen = Counter(i.local for i in mine)
-            inside = lambda i: 0 <= i.local < self.tiles  # noqa: E731
+            # a once copy runs once per output tile, also for one with no K tile
+            limit = 1 if op in self.once_ops else self.tiles
+            inside = lambda i: 0 <= i.local < limit  # noqa: E731
             extra = [i for i in mine if (a, op) not in owned or not inside(i) or seen[i.local] > 1]
             if extra:
                 inst = extra[-1] if (a, op) in owned and inside(extra[-1]) else extra[0]

@@ -3,8 +3,10 @@
 A discrete-event walk of the unrolled programs (docs/guide/agents.md, "Timing model"): the agent
 with the earliest clock takes its next step.  Async copies share the SM's copy bandwidth and land
 no sooner than the copy latency after their issue; async MMA groups share the SM's tensor unit
-in issue order; a ring phase completes when its arrivals are in and its bytes have landed; a
-phase wait blocks its agent until then; a counter wait until the groups it retires are done.
+in issue order (a register op, ``OpRole.VALU_COMPUTE`` such as attention's softmax, holds its
+own agent for its latency); a ring phase completes when its arrivals are in and its bytes have
+landed; a phase wait blocks its agent until then; a counter wait until the groups it retires are
+done.
 What comes out is the CTA's cycles for ``tiles`` K tiles, and so cycles per K tile.
 
 The machine's numbers are a target's (:class:`AgentMachine`); the H100 plugin's are calibrated
@@ -142,6 +144,10 @@ def run(plan: Plan, body: Sequence[Op], machine: AgentMachine,
                 landed.setdefault((full.name, stage, phase), []).append((land, nbytes))
                 end, busy = land, (ResourceKind.GLOBAL_MEM, copy, land)
                 now += machine.step_cycles
+            elif op.role == OpRole.VALU_COMPUTE:
+                # a register op (attention's softmax): the agent's own warps run it
+                end, busy = now + op.latency, (op.resource, now, now + op.latency)
+                now = end + machine.step_cycles
             else:
                 work = op.latency / machine.mma_efficiency
                 begin = max(now, state["mma_free"])

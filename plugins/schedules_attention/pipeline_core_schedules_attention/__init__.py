@@ -1,0 +1,14 @@
+"""pipeline-core plugin: a FlashAttention-3-style forward on the H100 (``flash-attention-fwd``)."""
+from __future__ import annotations
+
+from pipeline_core.plugin_api import installed_version
+
+from pipeline_core_schedules_attention.schedule import (AttentionGeometry, AttentionTag,
+                                                        FlashAttentionForward,
+                                                        attention_cost_model, attention_profile,
+                                                        make_attention)
+
+#: pyproject.toml is the one source
+__version__ = installed_version("pipeline-core-schedules-attention")
+__all__ = ["AttentionGeometry", "AttentionTag", "FlashAttentionForward", "attention_cost_model",
+           "attention_profile", "make_attention"]

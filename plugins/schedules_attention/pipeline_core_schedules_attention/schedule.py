@@ -1,0 +1,311 @@
+"""Schedule ``flash-attention-fwd``: one KV block of a FlashAttention-3-style forward, H100.
+
+The body is one K tile (here: one KV block j of ``block_n`` keys) of one output tile (``block_m``
+queries of one head):
+
+* agent ``producer``: the TMA copies of Q (once per output tile, ``AgentSpec.once``), K_j and V_j;
+* per consumer warp group c (``block_m / consumers`` query rows each): S_j = Q.K_j^T (wgmma, both
+  operands in shared memory), the online softmax (row max, exp2, row sum: S_j -> P_j in
+  registers, and the correction factor), the rescale of O by that factor, and O += P_j.V_j
+  (wgmma, P from registers).
+
+The schedule writes no sync.  The core's ``agents`` lowering derives the Q ring, separate K and V
+rings (a consumer waits on V only before PV, so V may still land while S_j runs), every wgmma
+fence / commit / wait (the chained waits before the softmax reads S and before the rescale reads
+O), the releases, and the named barriers of ``pingpong``; the proof checks them over all timings
+(docs/guide/attention.md).  The two overlaps of FlashAttention-3 are switches:
+
+* ``intra_overlap``: O += P_{j-1}.V_{j-1} is issued right after S_j (``AgentSpec.lags``: PV one
+  K tile late), so the softmax of S_j runs while PV_{j-1} is on the tensor cores; P is then
+  double-buffered in registers (PV_{j-1} still reads P_{j-1} while the softmax writes P_j);
+* ``pingpong``: the consumers take turns issuing S_j through named barriers
+  (``AgentSpec.orders``), so one warp group's GEMMs run while the other computes its softmax.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext, CostModel,
+                                      DepEdge, Op, OpCost, OpRole, OrderSpec, Param,
+                                      PipelineConfig, ProgramError, ResourceKind, RingSpec,
+                                      ScheduleRecord, TargetProfile, Turn, annotate, logical)
+
+from pipeline_core_nvidia_h100 import TARGET_NAME
+from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
+from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
+from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
+
+NAME = "flash-attention-fwd"
+OWNER = f"schedule {NAME}"
+ELEM_BYTES = 2
+#: wgmma m64: each consumer warp group owns 64 query rows per instruction row block.
+WGMMA_M = 64
+#: Dense bf16 flop per cycle of one SM's tensor cores at the datasheet peak (as the GEMM's).
+PEAK_MMA_FLOP_PER_CYCLE = 4096
+#: Registers a consumer thread needs beyond its tiles: row max and sum, addresses, loop state
+#: (an estimate; the emitter slice measures the real count with ptxas).
+CONSUMER_OVERHEAD_REGISTERS = 24
+#: The FA3 paper's register split: a 24-register producer, 240 per consumer (2 consumers).
+PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240
+
+
+class AttentionTag(enum.IntEnum):
+    """Kernel tags of the attention family (docs/guide/target-plugin.md, "Tag numbering": tags
+    are numbered per family; these follow the wgmma GEMM family's 10-12)."""
+
+    TMA_Q = 20      #: cp.async.bulk.tensor: the output tile's Q block, once
+    TMA_K = 21      #: cp.async.bulk.tensor: K_j into a K ring stage
+    TMA_V = 22      #: cp.async.bulk.tensor: V_j into a V ring stage
+    WGMMA_S = 23    #: S_j = Q.K_j^T, one consumer's wgmma group (SS)
+    SOFTMAX = 24    #: row max, exp2, row sum: S_j -> P_j and the correction factor (registers)
+    RESCALE = 25    #: O *= correction (registers)
+    WGMMA_PV = 26   #: O += P_j.V_j, one consumer's wgmma group (P from registers)
+
+
+#: SFU exp2 and the row reductions of one 64 x block_n tile per warp group: 16 exp2 per cycle
+#: per SM quarter (an estimate until the emitter slice measures it); cycles per element.
+SOFTMAX_CYCLES_PER_ELEMENT = 1 / 16
+RESCALE_CYCLES_PER_ELEMENT = 1 / 64
+
+
+def attention_cost_model() -> CostModel:
+    """The family's tags with H100 figures; build_body sets the size-dependent latencies."""
+    g, mma, valu = ResourceKind.GLOBAL_MEM, ResourceKind.MMA_UNIT, ResourceKind.VALU
+    return CostModel({
+        AttentionTag.TMA_Q: OpCost(g, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="TMA_Q"),
+        AttentionTag.TMA_K: OpCost(g, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="TMA_K"),
+        AttentionTag.TMA_V: OpCost(g, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="TMA_V"),
+        AttentionTag.WGMMA_S: OpCost(mma, 256, OpRole.COMPUTE, name="WGMMA_S"),
+        AttentionTag.SOFTMAX: OpCost(valu, 512, OpRole.VALU_COMPUTE, name="SOFTMAX"),
+        AttentionTag.RESCALE: OpCost(valu, 64, OpRole.VALU_COMPUTE, name="RESCALE"),
+        AttentionTag.WGMMA_PV: OpCost(mma, 256, OpRole.COMPUTE, name="WGMMA_PV"),
+    })
+
+
+def attention_profile(pipeline: PipelineConfig, clock_ghz: float | None) -> TargetProfile:
+    """The h100 target as the attention family sees it: the ring depth of ``-T stages``, this
+    family's costs, the wgmma sync model (mbarrier rings, wgmma groups, named barriers) and the
+    H100 agents machine.  The family's contract lives with its only schedule, as the GEMM's
+    does in ``warpspecialized.py``, so the H100 plugin needs no record for it."""
+    return TargetProfile(attention_cost_model(), pipeline, sync=H100_WGMMA_SYNC,
+                         clock_ghz=clock_ghz, agent_machine=H100_AGENT_MACHINE)
+
+
+@attrs.frozen(kw_only=True)
+class AttentionGeometry:
+    """The tile sizes, overlaps and register split the schedule is built and checked for."""
+
+    head_dim: int
+    block_m: int
+    block_n: int
+    stages: int
+    consumers: int
+    causal: bool
+    intra_overlap: bool
+    pingpong: bool
+    producer_registers: int
+    consumer_registers: int
+
+    @property
+    def rows(self) -> int:
+        """Query rows per consumer warp group."""
+        return self.block_m // self.consumers
+
+    @property
+    def q_bytes(self) -> int:
+        return self.block_m * self.head_dim * ELEM_BYTES
+
+    @property
+    def kv_bytes(self) -> int:
+        """One K (or V) block: block_n keys of head_dim."""
+        return self.block_n * self.head_dim * ELEM_BYTES
+
+    @property
+    def smem_bytes(self) -> int:
+        """Q, the K and V rings, their mbarriers (full and empty per stage, Q's two) and 1 KB to
+        align the tiles to the swizzle atom."""
+        return (self.q_bytes + 2 * self.stages * self.kv_bytes + 1024
+                + 8 * (4 * self.stages + 2))
+
+    @property
+    def consumer_registers_needed(self) -> int:
+        """fp32 O and S per thread (a warp group's 128 threads hold rows x cols / 128 each),
+        S twice under ``intra_overlap`` (S_j lands while P_{j-1} is still read, P converted in
+        place from its S), plus :data:`CONSUMER_OVERHEAD_REGISTERS`."""
+        o = self.rows * self.head_dim // 128
+        s = self.rows * self.block_n // 128
+        return o + s * (2 if self.intra_overlap else 1) + CONSUMER_OVERHEAD_REGISTERS
+
+    @property
+    def flop_s(self) -> int:
+        """One consumer's S_j (and, alike, its PV_j) in flop."""
+        return 2 * self.rows * self.block_n * self.head_dim
+
+    def validate(self) -> None:
+        def bad(param: str, why: str) -> ProgramError:
+            return ProgramError(f"{OWNER}: -p {param}: {why}")
+
+        if self.block_m % self.consumers or self.rows % WGMMA_M:
+            raise bad("block_m", f"{self.block_m} query rows over {self.consumers} consumers is "
+                                 f"not a multiple of {WGMMA_M} rows per consumer (wgmma m64)")
+        if self.block_n % 16:
+            raise bad("block_n", f"must be a multiple of 16 (wgmma N), got {self.block_n}")
+        if self.pingpong and self.consumers < 2:
+            raise bad("pingpong", "needs two consumer warp groups or more to take turns; set "
+                                  "-p consumers=2 or -p pingpong=false")
+        need = self.consumer_registers_needed
+        if need > self.consumer_registers:
+            raise bad("head_dim", f"head_dim {self.head_dim} with block_n {self.block_n} needs "
+                                  f"about {need} registers per consumer thread (O, S"
+                                  f"{' twice (intra_overlap)' if self.intra_overlap else ''}) "
+                                  f"over -p consumer_registers={self.consumer_registers}; "
+                                  f"lower -p block_n or -p block_m, or set "
+                                  f"-p intra_overlap=false")
+        for param, regs in (("producer_registers", self.producer_registers),
+                            ("consumer_registers", self.consumer_registers)):
+            if regs % 8 or not 24 <= regs <= 256:
+                raise bad(param, f"setmaxnreg takes a multiple of 8 in 24..256, got {regs}")
+        total = 128 * (self.producer_registers + self.consumers * self.consumer_registers)
+        if total > H100_SXM.registers_per_sm:
+            raise bad("consumer_registers", f"128 x (producer_registers "
+                                            f"{self.producer_registers} + consumers "
+                                            f"{self.consumers} x {self.consumer_registers}) = "
+                                            f"{total} registers exceed the SM's "
+                                            f"{H100_SXM.registers_per_sm}")
+        if self.smem_bytes > H100_SXM.smem_per_cta_optin:
+            raise ProgramError(f"{OWNER}: -T stages: Q ({self.q_bytes} bytes) and {self.stages} "
+                               f"stages of K and V ({self.kv_bytes} bytes each) need "
+                               f"{self.smem_bytes} bytes of shared memory, over the "
+                               f"{H100_SXM.smem_per_cta_optin} a CTA may use; lower -T stages "
+                               f"or -p block_n")
+
+
+#: op indices: the producer's copies, then per consumer c the four ops at 3 + 4c
+Q, K, V = 0, 1, 2
+S, SOFTMAX, RESCALE, PV = 0, 1, 2, 3
+
+
+def consumer_op(c: int, which: int) -> int:
+    return 3 + 4 * c + which
+
+
+class FlashAttentionForward:
+    """One KV block: TMA Q (once), K, V (producer); S, softmax, rescale, PV per consumer."""
+
+    name = NAME
+
+    def __init__(self, target: TargetProfile, geometry: AttentionGeometry) -> None:
+        self.target = target
+        self.geometry = geometry
+
+    def config(self) -> PipelineConfig:
+        return self.target.pipeline
+
+    def lowering(self) -> str:
+        return "agents"
+
+    def build_body(self) -> list[Op]:
+        g = self.geometry
+        ops = [logical(AttentionTag.TMA_Q, channel=2), logical(AttentionTag.TMA_K, channel=0),
+               logical(AttentionTag.TMA_V, channel=1)]
+        for c in range(g.consumers):
+            ops += [logical(AttentionTag.WGMMA_S, subtile=c),
+                    logical(AttentionTag.SOFTMAX, subtile=c),
+                    logical(AttentionTag.RESCALE, subtile=c),
+                    logical(AttentionTag.WGMMA_PV, subtile=c, channel=1)]
+        gemm = g.flop_s // PEAK_MMA_FLOP_PER_CYCLE
+        tile = g.rows * g.block_n
+        latency = {AttentionTag.WGMMA_S: gemm, AttentionTag.WGMMA_PV: gemm,
+                   AttentionTag.SOFTMAX: max(1, int(tile * SOFTMAX_CYCLES_PER_ELEMENT)),
+                   AttentionTag.RESCALE: max(1, int(g.rows * g.head_dim
+                                                    * RESCALE_CYCLES_PER_ELEMENT))}
+        return [o.evolve(latency=latency[AttentionTag(o.tag)]) if o.tag in latency else o
+                for o in annotate(ops, self.target.cost_model)]
+
+    def derive_edges(self, body: list[Op]) -> list[DepEdge]:
+        """Shared memory: S reads Q and K_j, PV reads V_j; the next output tile's Q and the
+        copies ``stages`` blocks later overwrite them.  Registers: softmax reads S, PV reads P,
+        the rescale and PV read and write O; S_{j+1} overwrites the S the softmax read, the
+        softmax of a later block overwrites the P that PV read (P double-buffered under
+        ``intra_overlap``: two blocks later)."""
+        g = self.geometry
+        p_buffers = 2 if g.intra_overlap else 1
+        out: list[DepEdge] = []
+        for c in range(g.consumers):
+            s, sm, rs, pv = (consumer_op(c, w) for w in (S, SOFTMAX, RESCALE, PV))
+            out += [DepEdge.flow(Q, s), DepEdge.flow(K, s), DepEdge.flow(V, pv),
+                    DepEdge.flow(s, sm), DepEdge.flow(sm, rs), DepEdge.flow(sm, pv),
+                    DepEdge.flow(rs, pv), DepEdge.flow(pv, rs, 1),
+                    DepEdge.anti(s, K, g.stages), DepEdge.anti(pv, V, g.stages),
+                    DepEdge.anti(s, Q, 1), DepEdge.anti(sm, s, 1),
+                    DepEdge.anti(pv, sm, p_buffers)]
+        return out
+
+    def agents(self) -> AgentSpec:
+        g = self.geometry
+        roles = [AgentRole(name="producer", ops=(Q, K, V), warps=4, issuers=1,
+                           registers=g.producer_registers)]
+        for c in range(g.consumers):
+            s, sm, rs, pv = (consumer_op(c, w) for w in (S, SOFTMAX, RESCALE, PV))
+            # intra_overlap: S_j, then PV_{j-1}, then the softmax of S_j under PV_{j-1}
+            ops = (s, pv, sm, rs) if g.intra_overlap else (s, sm, rs, pv)
+            roles.append(AgentRole(name=f"consumer{c}", ops=ops, warps=4, issuers=128,
+                                   registers=g.consumer_registers))
+        lags = ({consumer_op(c, PV): 1 for c in range(g.consumers)} if g.intra_overlap else {})
+        orders: tuple[OrderSpec, ...] = ()
+        if g.pingpong:
+            orders = (OrderSpec(name="pingpong", turns=tuple(
+                Turn(agent=f"consumer{c}", ops=(consumer_op(c, S),))
+                for c in range(g.consumers))),)
+        # K is released as soon as S_j retired, V once PV_j did (FA3's early releases)
+        rings = (RingSpec(name="q", ops=(Q,)), RingSpec(name="k", ops=(K,), release_lag=0),
+                 RingSpec(name="v", ops=(V,), release_lag=0))
+        return AgentSpec(roles=roles, op_bytes={Q: g.q_bytes, K: g.kv_bytes, V: g.kv_bytes},
+                         rings=rings, once=(Q,), orders=orders, lags=lags)
+
+    def tag_names(self) -> dict[int, str]:
+        return {**self.target.cost_model.tag_names(), **TAG_NAMES}
+
+
+PARAMS = (
+    Param("head_dim", int, 128, "head dimension D (64, 128; 256 where its registers fit)",
+          choices=(64, 128, 256)),
+    Param("block_m", int, 128, "query rows per output tile, split over the consumers",
+          bound=Bound(low=64, high=256)),
+    Param("block_n", int, 128, "keys per KV block (the K tile)", bound=Bound(low=16, high=256)),
+    Param("consumers", int, 2, "consumer warp groups", bound=Bound(low=1, high=3)),
+    Param("causal", bool, False, "causal mask: KV blocks above the diagonal skipped, the "
+                                 "diagonal block masked (the loop bounds; the body is the same)"),
+    Param("intra_overlap", bool, True, "issue O += P_{j-1}.V_{j-1} right after S_j, the "
+                                       "softmax of S_j running under it (FA3's two-stage "
+                                       "pipeline inside a warp group)"),
+    Param("pingpong", bool, True, "consumers take turns issuing S_j through named barriers "
+                                  "(FA3's inter-warp-group ping-pong)"),
+    Param("producer_registers", int, PRODUCER_REGISTERS, "setmaxnreg of the producer warp group",
+          bound=Bound(low=24, high=256)),
+    Param("consumer_registers", int, CONSUMER_REGISTERS, "setmaxnreg of each consumer warp "
+                                                         "group", bound=Bound(low=24, high=256)),
+)
+
+
+def make_attention(ctx: BuildContext) -> FlashAttentionForward:
+    base = ctx.make_target()
+    target = attention_profile(base.pipeline, base.clock_ghz)
+    p: dict[str, Any] = dict(ctx.params)
+    geometry = AttentionGeometry(
+        head_dim=p["head_dim"], block_m=p["block_m"], block_n=p["block_n"],
+        stages=target.pipeline.depth, consumers=p["consumers"], causal=bool(p["causal"]),
+        intra_overlap=bool(p["intra_overlap"]), pingpong=bool(p["pingpong"]),
+        producer_registers=p["producer_registers"], consumer_registers=p["consumer_registers"])
+    geometry.validate()
+    return FlashAttentionForward(target, geometry)
+
+
+RECORD = ScheduleRecord(
+    NAME, "FlashAttention-3-style forward, one KV block per iteration: a TMA producer (Q once, "
+    "K and V rings) feeding wgmma consumer warp groups (S = Q.K^T, online softmax, O += P.V); "
+    "intra-warp-group overlap and ping-pong derived and proven by the core", make_attention,
+    params=PARAMS, default_target=TARGET_NAME, targets=(TARGET_NAME,))
