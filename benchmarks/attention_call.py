@@ -79,7 +79,7 @@ def correctness(torch, call, peers, rng) -> None:
                 emit(run_case(torch, call, peers, b, h, sq, sk, d, dtype))
 
 
-def timing(torch, call, peers, rounds: int) -> None:
+def timing(torch, call, peers, rounds: int, configs) -> None:
     import pipeline_core_schedules_attention.call as mod
 
     def ours_variant(pingpong: str):
@@ -94,7 +94,7 @@ def timing(torch, call, peers, rounds: int) -> None:
                 mod.CALL_PARAMS.update(saved)
         return run
 
-    for d, s in ((128, 4096), (64, 4096), (128, 1024)):
+    for d, s in configs:
         b, h = 16384 // s, 2048 // d
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         flop = 4 * b * h * s * s * d
@@ -152,6 +152,8 @@ def main() -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--configs", default="128x4096,64x4096,128x1024",
+                    help="timed (head dim)x(S) pairs, comma-separated")
     args = ap.parse_args()
     import torch
 
@@ -173,7 +175,8 @@ def main() -> None:
         emit({"kind": "correct-summary", "cases": sum(r["kind"] == "correct" for r in LINES),
               "failed": len(bad), "max_err": max(r["err"] for r in LINES if r["kind"] == "correct")})
     if args.phase in ("all", "time"):
-        timing(torch, call, peers, args.rounds)
+        configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
+        timing(torch, call, peers, args.rounds, configs)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         with open(Path(args.out) / "attention.jsonl", "a") as f:
