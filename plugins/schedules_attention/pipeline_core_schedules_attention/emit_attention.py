@@ -154,9 +154,9 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     producer, *consumers = plan.programs
     wd = watchdog or 0
 
-    def lines(p: AgentProgram, single: bool) -> tuple[list[str], list[str]]:
+    def lines(p: AgentProgram, single: bool, label: str) -> tuple[list[str], list[str]]:
         full = render(agent_stretches(
-            p, lambda s: _step_line(s, rings, single, p.name, tags, wd), p.name))
+            p, lambda s: _step_line(s, rings, single, p.name, tags, wd), label))
         zero = [_step_line(s, rings, single, p.name, tags, wd) for s in _once_only(p)]
         return full, zero
 
@@ -165,8 +165,9 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
                 + [ind + "    " + x for x in zero] + [ind + "} else {"]
                 + [ind + "    " + x for x in full] + [ind + "}"])
 
-    pfull, pzero = lines(producer, True)
-    ctexts = ["\n".join(guarded(*lines(c, False), "")) for c in consumers]
+    pfull, pzero = lines(producer, True, producer.name)
+    # one label for every consumer, so consumers that differ in no step share one program
+    ctexts = ["\n".join(guarded(*lines(c, False, "consumer"), "")) for c in consumers]
     bars, offset = [], 0
     for r in plan.rings:
         bars.append((r, offset))
