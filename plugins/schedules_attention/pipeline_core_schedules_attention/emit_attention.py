@@ -62,8 +62,9 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
     if s.kind in (StepKind.PHASE_WAIT, StepKind.EXPECT_TX, StepKind.ARRIVE):
         depth = rings[s.channel].stages
         pos = _position(s)
-        line = ring_step_line(s, f"({pos} % {depth})", f"(({pos} / {depth} + ({s.phase_offset})) & 1)",
-                              single_issuer, watchdog)
+        line = ring_step_line(s, f"({pos} % {depth})",
+                              f"(({pos} / {depth} + ({s.phase_offset})) & 1)", single_issuer,
+                              watchdog)
         assert line is not None
         return line
     named = named_step_line(s)
@@ -209,9 +210,10 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     ]
     return _SOURCE.format(
         header=header_source(), wgmma_header=wgmma_header_source(),
-        call_header=gemm_call_header_source(), wgmma_fns=_wgmma_ss(g.block_n, _PTX[dtype]) + _wgmma_rs(g.head_dim, _PTX[dtype]),
+        call_header=gemm_call_header_source(),
+        wgmma_fns=_wgmma_ss(g.block_n, _PTX[dtype]) + _wgmma_rs(g.head_dim, _PTX[dtype]),
         name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
-        threads=g.threads, smem=g.smem_bytes, dtype=dtype, pack=_PACK[dtype],
+        threads=g.threads, smem=g.smem_bytes, dtype=dtype,
         BM=g.block_m, BN=g.block_n, HD=g.head_dim, STAGES=g.stages, NBARS=offset,
         PREGS=g.producer_registers, CREGS=g.consumer_registers,
         body="\n".join(body).replace("PACK_", _PACK[dtype])
@@ -222,9 +224,10 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
 
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-attention) from schedule {schedule} on target {target}.
 // O = softmax(Q.K^T * scale) . V per (batch, head), {dtype} in and out, fp32 accumulate.
-// Q, K, V: TMA tensor maps over [B*H*S, {HD}] (box 64 x rows, 128-byte swizzle); O: [B*H*Sq, {HD}].
-// Launch: block {threads} (warp group 0: producer; 1..: consumers), dynamic shared memory {smem}
-// bytes, any grid up to BH * ceil(Sq / {BM}) CTAs (each runs output tiles blockIdx.x, +gridDim.x ...).
+// Q, K, V: TMA tensor maps over [B*H*S, {HD}] (box 64 x rows, 128-byte swizzle);
+// O: [B*H*Sq, {HD}].  Launch: block {threads} (warp group 0: producer; 1..: consumers), dynamic
+// shared memory {smem} bytes, any grid up to BH * ceil(Sq / {BM}) CTAs (each runs output tiles
+// blockIdx.x, + gridDim.x, ...).
 {header}
 {wgmma_header}
 {call_header}
@@ -257,7 +260,8 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
 
 #: per output tile, before the consumer's steps: O and the row statistics cleared, the helpers
 #: its op steps call.
-_CONSUMER_TILE = r"""            float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, c0 = 0.f, c1 = 0.f;
+_CONSUMER_TILE = r"""            float m0 = -INFINITY, m1 = -INFINITY;  // row max (log2 units) of rows g, g + 8
+            float l0 = 0.f, l1 = 0.f, c0 = 0.f, c1 = 0.f;  // row sums, the last correction
 #pragma unroll
             for (int i = 0; i < HD / 2; ++i) oacc[i] = 0.f;
             const int w = wtid / 32, g = lane / 4, q = lane % 4;
@@ -265,7 +269,8 @@ _CONSUMER_TILE = r"""            float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f,
 #pragma unroll
                 for (int kk = 0; kk < HD / 16; ++kk)
                     wgmma_ss_nBN_(sacc,
-                        smem_desc_sw128(q_smem + (kk / 4) * BM * 128 + consumer * ROWS * 128 + (kk % 4) * 32),
+                        smem_desc_sw128(q_smem + (kk / 4) * BM * 128 + consumer * ROWS * 128
+                                        + (kk % 4) * 32),
                         smem_desc_sw128(stage_k(s) + (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
             };
             auto softmax = [&](int j) {
@@ -317,7 +322,8 @@ _CONSUMER_TILE = r"""            float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f,
             auto wgmma_pv = [&](int s) {
 #pragma unroll
                 for (int kk = 0; kk < BN / 16; ++kk)
-                    wgmma_rs_nHD_(oacc, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3],
+                    wgmma_rs_nHD_(oacc, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2],
+                                  pk[4 * kk + 3],
                         pcgc_desc_mn(stage_v(s) + kk * 2048));
             };"""
 

@@ -117,11 +117,13 @@ def test_sass_has_no_spills_the_hgmma_counts_and_the_named_barriers(pingpong, he
                           check=True).stdout
     assert not re.search(r"\b(LDL|STL)\b", sass)
     ss = re.findall(r"HGMMA\.64x128x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\]", sass)
-    rs = re.findall(rf"HGMMA\.64x{head_dim}x16\.F32(?:\.BF16)? R\d+, R\d+, gdesc\[UR\d+\]\.tnspB", sass)
+    rs = re.findall(rf"HGMMA\.64x{head_dim}x16\.F32(?:\.BF16)? R\d+, R\d+, "
+                    r"gdesc\[UR\d+\]\.tnspB", sass)
     # S = Q.K^T: D/16 k-steps from shared memory; PV: block_n/16 k-steps, P from registers,
     # V read MN-major; each copy of the consumer's program issues both
     assert ss and rs and len(ss) // (head_dim // 16) == len(rs) // (128 // 16)
-    assert re.search(r"HGMMA\.64x128x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\], RZ, !UPT", sass)  # S fresh
+    # each S starts from zero (scale-d 0 on its first k step)
+    assert re.search(r"HGMMA\.64x128x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\], RZ, !UPT", sass)
     # the plan's wgmma waits are all wait_group 0 (no overlap inside the warp group)
     assert set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)) == {"0x0"}
     named = set(re.findall(r"BAR\.(SYNC\.DEFER_BLOCKING|ARV) (0x[12]), 0x100", sass))
