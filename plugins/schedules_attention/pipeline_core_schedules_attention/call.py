@@ -1,5 +1,5 @@
 """``attention(q, k, v, *, causal=False, scale=None)``: the emitted flash-attention-fwd kernel
-called on torch tensors (docs/guide/attention.md, "Calling it").
+called on torch tensors (docs/guide/attention.md, "Emitting and calling it").
 
 It lives in this plugin, not beside ``matmul`` in ``pipeline_core_nvidia_h100``, because this
 plugin owns the kernel family's device code (``emit_attention.py``) and its schedule; the H100
