@@ -184,3 +184,44 @@ def test_grouped_query_and_mismatched_kv_are_refused():
     gk, gv = FakeTensor((2, 1, 77, 64)), FakeTensor((2, 1, 77, 64))
     with pytest.raises(AttentionArgumentError, match="grouped-query attention is not supported"):
         plan_attention(q, gk, gv)
+
+
+def _mutated(c, category, pick, every_consumer=True):
+    """``c`` with the mutation(s) of ``category`` that ``pick`` selects applied with
+    --allow-unsafe (in every consumer: identical consumers share one emitted program)."""
+    from pipeline_core.check.mutate import agent_mutations, mutate_compiled
+
+    picked = [m for m in agent_mutations(c.plan, (category,)) if pick(m)]
+    assert picked
+    for m in (picked if every_consumer else picked[:1]):
+        c = mutate_compiled(c, m, allow_unsafe=True)
+    assert not c.proof.safe
+    return c
+
+
+@pytest.mark.parametrize("category,pick,before,after", [
+    # a dropped release on the V ring: one arrival fewer per program copy
+    ("drop_arrive", lambda m: m.ring == "v_empty" and m.section == "kernel",
+     lambda s: s.count("mbar_arrive(v_empty_bar"), lambda n: n - 1),
+    # the wait that retires S before the softmax, loosened: a wait_group 1 appears
+    ("loosen_counter_wait", lambda m: m.section == "kernel" and m.index < 6,
+     lambda s: s.count("wgmma_wait<1>();"), lambda n: n + 1),
+    # a flipped parity on the K ring's full barrier
+    ("flip_phase_offset", lambda m: m.ring == "k_full" and m.section == "kernel" and m.delta == 1,
+     lambda s: s.count("(((rb + t) / 2 + (1)) & 1)"), lambda n: n + 1),
+])
+def test_a_refused_mutation_reaches_the_kernel_when_forced(category, pick, before, after):
+    """What the proof refuses (test_flash_attention.py), emitted with --allow-unsafe, is in the
+    kernel text line for line: the emitter writes the plan, it does not repair it."""
+    c = compiled(pingpong=False)
+    safe, bad = emit_attention(c), emit_attention(_mutated(c, category, pick))
+    assert before(bad) == after(before(safe))
+
+
+def test_a_dropped_named_barrier_reaches_the_kernel_when_forced():
+    c = compiled(pingpong=True)
+    bad = emit_attention(_mutated(c, "drop_named_arrive", lambda m: m.agent == "consumer0",
+                                  every_consumer=False), watchdog=1 << 20)
+    safe = emit_attention(c, watchdog=1 << 20)
+    assert bad.count("bar.arrive") == safe.count("bar.arrive") - 1
+    assert "mbar_wait_bounded(" in bad  # the watchdog turns the hang into a trap on the GPU
