@@ -10,3 +10,10 @@ from pipeline_core_schedules_attention.schedule import RECORD
 @hookimpl
 def pipeline_core_register_schedules():
     return [RECORD]
+
+
+@hookimpl
+def pipeline_core_register_emitters():
+    from pipeline_core_schedules_attention.emit_attention import EMITTERS
+
+    return list(EMITTERS)

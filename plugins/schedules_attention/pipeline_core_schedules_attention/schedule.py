@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext, CostModel,
-                                      DepEdge, Op, OpCost, OpRole, OrderSpec, Param,
+                                      DepEdge, KernelLaunch, Op, OpCost, OpRole, OrderSpec, Param,
                                       PipelineConfig, ProgramError, ResourceKind, RingSpec,
                                       ScheduleRecord, TargetProfile, Turn, annotate, logical)
 
@@ -40,6 +40,8 @@ from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
 
 NAME = "flash-attention-fwd"
 OWNER = f"schedule {NAME}"
+#: The kernel family the schedule declares (``kernel_launch()``); emit_attention.py writes it.
+KERNEL_FAMILY = "attention"
 ELEM_BYTES = 2
 #: wgmma m64: each consumer warp group owns 64 query rows per instruction row block.
 WGMMA_M = 64
@@ -113,6 +115,11 @@ class AttentionGeometry:
     def rows(self) -> int:
         """Query rows per consumer warp group."""
         return self.block_m // self.consumers
+
+    @property
+    def threads(self) -> int:
+        """The producer warp group and one warp group per consumer."""
+        return 128 * (1 + self.consumers)
 
     @property
     def q_bytes(self) -> int:
@@ -268,6 +275,10 @@ class FlashAttentionForward:
 
     def tag_names(self) -> dict[int, str]:
         return {**self.target.cost_model.tag_names(), **TAG_NAMES}
+
+    def kernel_launch(self) -> KernelLaunch:
+        """Kernel family ``attention`` sized by the geometry built and validated once."""
+        return KernelLaunch(kernel_family=KERNEL_FAMILY, geometry=self.geometry)
 
 
 PARAMS = (

@@ -1,0 +1,355 @@
+"""The ``cuda-attention`` emitter: kernel family ``attention`` on ``h100`` -> one CUDA kernel.
+
+It writes the compiled ``flash-attention-fwd`` (docs/guide/attention.md) on the shared skeleton
+of the GEMM (``pipeline_core_nvidia_h100.skeleton``): every agent's prologue, K loop and epilogue
+go out step for step (``agent_stretches``), each ring step's mbarrier code and each named
+barrier come from the skeleton (``ring_step_line``, ``named_step_line``), so the kernel carries
+exactly the waits, arrivals and wgmma group waits the core derived and proved.  This module owns
+only the family's device code: the TMA copies of Q (once per output tile), K_j and V_j; S = Q.K_j^T
+(wgmma SS); the online softmax in registers (row max, exp2 of the log2e-folded scale, row sum,
+P packed to 16 bits); the rescale of O; O += P.V_j (wgmma RS, P from registers); the final
+O / rowsum and the clipped store.  Keys past the sequence's end get -inf before the softmax;
+queries past it are computed and not stored.  An output tile with no KV block (KT == 0) runs
+only the once steps (docs/guide/agents.md, "Loads issued once").
+
+Variants emitted: ``intra_overlap=false`` with ``pingpong`` on or off.  ``intra_overlap=true``
+needs P double-buffered in registers under a two-tile unrolled loop, not written yet: refused.
+One consumer warp group owns 64 query rows (``block_m / consumers == 64``).
+"""
+from __future__ import annotations
+
+from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord, Param,
+                                      ProgramError, Ring, Step, StepKind)
+
+from pipeline_core_nvidia_h100 import TARGET_NAME
+from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source,
+                                            wgmma_header_source)
+from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
+from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
+                                                declared_geometry, named_step_line, render,
+                                                ring_step_line)
+
+from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
+                                                        AttentionGeometry, AttentionTag)
+
+EMITTER_NAME = "cuda-attention"
+KERNEL_NAME = "pc_flash_attention_fwd"
+#: ``-O dtype``: the element type of Q, K, V and O
+DTYPE = Param("dtype", str, "bf16", "element type of q, k, v and the output",
+              choices=("bf16", "fp16"))
+_PTX = {"bf16": "bf16", "fp16": "f16"}
+_PACK = {"bf16": "pch100::pack_bf16x2", "fp16": "pack_f16x2"}
+
+
+def _fail(why: str) -> ProgramError:
+    return ProgramError(f"emitter {EMITTER_NAME}: {why}")
+
+
+def _position(s: Step) -> str:
+    """The step's place in its ring's life: a once step counts output tiles (``o``), a K-tile
+    step the KV blocks this CTA ran before this tile (``rb``) plus the one it serves."""
+    if s.once:
+        return "o"
+    return f"(rb + t - {s.lag})" if s.lag else "(rb + t)"
+
+
+def _kv(s: Step) -> str:
+    return f"(t - {s.lag})" if s.lag else "t"
+
+
+def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
+               body_tags: list[int], watchdog: int) -> str:
+    if s.kind in (StepKind.PHASE_WAIT, StepKind.EXPECT_TX, StepKind.ARRIVE):
+        depth = rings[s.channel].stages
+        pos = _position(s)
+        line = ring_step_line(s, f"({pos} % {depth})",
+                              f"(({pos} / {depth} + ({s.phase_offset})) & 1)", single_issuer,
+                              watchdog)
+        assert line is not None
+        return line
+    named = named_step_line(s)
+    if named is not None:
+        return named
+    if s.kind == StepKind.FENCE:
+        return "wgmma_fence();"
+    if s.kind == StepKind.COMMIT:
+        return "wgmma_commit();"
+    if s.kind == StepKind.COUNTER_WAIT:
+        return f"wgmma_wait<{s.value}>();"
+    if s.kind == StepKind.OP:
+        tag = body_tags[s.op]
+        kstage = f"({_position(s)} % STAGES)"
+        if tag == AttentionTag.TMA_Q:
+            return ("for (int c = 0; c < HD / 64; ++c) tma_load_2d(q_smem + c * BM * 128, &tmQ, "
+                    f"q_full_bar(o % {rings['q_full'].stages}), c * 64, bh * Sq + tile_m * BM);")
+        if tag in (AttentionTag.TMA_K, AttentionTag.TMA_V):
+            x = "k" if tag == AttentionTag.TMA_K else "v"
+            return (f"for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_{x}({kstage}) + c * BN "
+                    f"* 128, &tm{x.upper()}, {x}_full_bar({kstage}), c * 64, bh * Sk + "
+                    f"{_kv(s)} * BN);")
+        if tag == AttentionTag.WGMMA_S:
+            return f"wgmma_s({kstage});"
+        if tag == AttentionTag.SOFTMAX:
+            return f"softmax({_kv(s)});"
+        if tag == AttentionTag.RESCALE:
+            return "rescale();"
+        if tag == AttentionTag.WGMMA_PV:
+            return f"wgmma_pv({kstage});"
+    raise _fail(f"agent {owner}: no CUDA for step {s.kind.value} (tag {s.tag})")
+
+
+def _once_only(p: AgentProgram) -> list[Step]:
+    """An agent's steps at 0 KV blocks: its once steps alone, in program order."""
+    return [s for it in (*p.prologue, p.kernel, *p.epilogue) for s in it if s.once]
+
+
+def _wgmma_ss(n: int, ptx: str) -> str:
+    regs = n // 2
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    bind = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    return (f"__device__ __forceinline__ void wgmma_ss_n{n}(float (&d)[{regs}], pcwg::u64 da, "
+            f"pcwg::u64 db, int scale_d) {{\n"
+            f'    asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
+            f'                 " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "\n'
+            f'                 "{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
+            f"                 : {bind}\n"
+            f'                 : "l"(da), "l"(db), "r"(scale_d));\n}}\n')
+
+
+def _wgmma_rs(n: int, ptx: str) -> str:
+    """O += A . B with A (P) from four registers per thread and B (V) MN-major (trans-b 1)."""
+    regs = n // 2
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    bind = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    a = ", ".join(f"%{regs + i}" for i in range(4))
+    return (f"__device__ __forceinline__ void wgmma_rs_n{n}(float (&d)[{regs}], pcwg::u32 a0, "
+            f"pcwg::u32 a1, pcwg::u32 a2, pcwg::u32 a3, pcwg::u64 db) {{\n"
+            f'    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "\n'
+            f'                 "{{{outs}}}, {{{a}}}, %{regs + 4}, 1, 1, 1, 1;\\n"\n'
+            f"                 : {bind}\n"
+            f'                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));\n}}\n')
+
+
+def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
+                   dtype: str = "bf16") -> str:
+    """CUDA C++ for a compiled schedule of kernel family ``attention`` (see the module)."""
+    g = declared_geometry(compiled, KERNEL_FAMILY, AttentionGeometry, EMITTER_NAME)
+    if g.intra_overlap:
+        raise _fail(f"schedule {compiled.schedule_name}: -p intra_overlap=true is not written "
+                    "yet (P double-buffered in registers); emit with -p intra_overlap=false")
+    if g.rows != WGMMA_M:
+        raise _fail(f"writes {WGMMA_M} query rows per consumer; -p block_m={g.block_m} over "
+                    f"{g.consumers} consumers gives {g.rows}: set -p block_m="
+                    f"{WGMMA_M * g.consumers}")
+    if g.head_dim % 64 or g.block_n % 64:
+        raise _fail(f"-p head_dim={g.head_dim} and -p block_n={g.block_n} must be multiples of "
+                    "64 (one 128-byte swizzled row)")
+    if any(r.once and r.stages != 1 for r in compiled.plan.rings):
+        raise _fail("writes one Q buffer: the once ring must be one stage deep")
+    if g.causal:
+        raise _fail("-p causal=true: the causal loop bounds are not in the plan yet; emit with "
+                    "-p causal=false")
+    plan = compiled.plan
+    rings = {r.name: r for r in plan.rings}
+    tags = [o.tag for o in compiled.body]
+    producer, *consumers = plan.programs
+    wd = watchdog or 0
+
+    def lines(p: AgentProgram, single: bool, label: str) -> tuple[list[str], list[str]]:
+        full = render(agent_stretches(
+            p, lambda s: _step_line(s, rings, single, p.name, tags, wd), label))
+        zero = [_step_line(s, rings, single, p.name, tags, wd) for s in _once_only(p)]
+        return full, zero
+
+    def guarded(full: list[str], zero: list[str], ind: str) -> list[str]:
+        return ([ind + "if (KT == 0) {  // no KV block: the once steps alone"]
+                + [ind + "    " + x for x in zero] + [ind + "} else {"]
+                + [ind + "    " + x for x in full] + [ind + "}"])
+
+    pfull, pzero = lines(producer, True, producer.name)
+    # one label for every consumer, so consumers that differ in no step share one program
+    ctexts = ["\n".join(guarded(*lines(c, False, "consumer"), "")) for c in consumers]
+    bars, offset = [], 0
+    for r in plan.rings:
+        bars.append((r, offset))
+        offset += r.stages
+    ind = "    "
+    body = [
+        *(f"    auto {r.name}_bar = [&](int s) {{ return bars + 8u * ({off} + s); }};"
+          for r, off in bars),
+        "    if (threadIdx.x == 0) {",
+        *(f"        for (int s = 0; s < {r.stages}; ++s) mbar_init({r.name}_bar(s), {r.arrivals});"
+          for r, _ in bars),
+        "        mbar_init_fence();",
+        "    }",
+        "    __syncthreads();",
+        "    if (wg == 0) {",
+        f"        // ---- agent {producer.name} (its compiled program, one line per step) ----",
+        "        setmaxnreg_dec<PRODUCER_REGS>();",
+        "        if (wtid == 0) {",
+        "            int rb = 0, o = 0;",
+        "            for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT, ++o) {",
+        "                const int bh = tile / MT, tile_m = tile % MT;",
+        *guarded(pfull, pzero, ind * 4),
+        "            }",
+        "        }",
+        "    } else {",
+        "        // ---- agents consumer0.. (the consumer index picks the rows) ----",
+        "        setmaxnreg_inc<CONSUMER_REGS>();",
+        "        const int consumer = wg - 1;",
+        "        float oacc[HD / 2], sacc[BN / 2];",
+        "        u32 pk[BN / 4];",
+        "        int rb = 0, o = 0;",
+        "        for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT, ++o) {",
+        "            const int bh = tile / MT, tile_m = tile % MT;",
+        _CONSUMER_TILE,
+        *(ind * 3 + x for x in consumer_branches(ctexts)),
+        _FINISH,
+        "        }",
+        "    }",
+    ]
+    return _SOURCE.format(
+        header=header_source(), wgmma_header=wgmma_header_source(),
+        call_header=gemm_call_header_source(),
+        wgmma_fns=_wgmma_ss(g.block_n, _PTX[dtype]) + _wgmma_rs(g.head_dim, _PTX[dtype]),
+        name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
+        threads=g.threads, smem=g.smem_bytes, dtype=dtype,
+        BM=g.block_m, BN=g.block_n, HD=g.head_dim, STAGES=g.stages, NBARS=offset,
+        PREGS=g.producer_registers, CREGS=g.consumer_registers,
+        body="\n".join(body).replace("PACK_", _PACK[dtype])
+        .replace("wgmma_ss_nBN_", f"wgmma_ss_n{g.block_n}")
+        .replace("wgmma_rs_nHD_", f"wgmma_rs_n{g.head_dim}")
+        .replace("pcgc_desc_mn", "pcgc::smem_desc_sw128_mn<BN * 128>"))
+
+
+_SOURCE = r"""// Emitted by pipeline-core (emitter cuda-attention) from schedule {schedule} on target {target}.
+// O = softmax(Q.K^T * scale) . V per (batch, head), {dtype} in and out, fp32 accumulate.
+// Q, K, V: TMA tensor maps over [B*H*S, {HD}] (box 64 x rows, 128-byte swizzle);
+// O: [B*H*Sq, {HD}].  Launch: block {threads} (warp group 0: producer; 1..: consumers), dynamic
+// shared memory {smem} bytes, any grid up to BH * ceil(Sq / {BM}) CTAs (each runs output tiles
+// blockIdx.x, + gridDim.x, ...).
+{header}
+{wgmma_header}
+{call_header}
+// Two fp32 values as one f16x2 word (as pch100::pack_bf16x2); `lo` goes to the lower address.
+__device__ __forceinline__ pcwg::u32 pack_f16x2(float lo, float hi) {{
+    pcwg::u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}}
+{wgmma_fns}
+extern "C" __global__ void __launch_bounds__({threads}, 1)
+{name}(const __grid_constant__ pcwg::TensorMap tmQ, const __grid_constant__ pcwg::TensorMap tmK,
+       const __grid_constant__ pcwg::TensorMap tmV, unsigned short* __restrict__ O,
+       int BH, int Sq, int Sk, float scale_log2) {{
+    using namespace pcwg;
+    constexpr int BM = {BM}, BN = {BN}, HD = {HD}, STAGES = {STAGES}, ROWS = 64;
+    constexpr int PRODUCER_REGS = {PREGS}, CONSUMER_REGS = {CREGS};
+    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const u32 base = (pch100::smem_addr(smem_raw) + 1023u) & ~1023u;  // the 128B-swizzle atom
+    const u32 q_smem = base;
+    auto stage_k = [&](int s) {{ return base + Q_BYTES + s * KV_BYTES; }};
+    auto stage_v = [&](int s) {{ return base + Q_BYTES + (STAGES + s) * KV_BYTES; }};
+    const u32 bars = base + Q_BYTES + 2 * STAGES * KV_BYTES;  // {NBARS} mbarriers
+    const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, KT = (Sk + BN - 1) / BN;
+    const int wg = threadIdx.x / 128, wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
+{body}
+}}
+"""
+
+#: per output tile, before the consumer's steps: O and the row statistics cleared, the helpers
+#: its op steps call.
+_CONSUMER_TILE = r"""            float m0 = -INFINITY, m1 = -INFINITY;  // row max (log2 units) of rows g, g + 8
+            float l0 = 0.f, l1 = 0.f, c0 = 0.f, c1 = 0.f;  // row sums, the last correction
+#pragma unroll
+            for (int i = 0; i < HD / 2; ++i) oacc[i] = 0.f;
+            const int w = wtid / 32, g = lane / 4, q = lane % 4;
+            auto wgmma_s = [&](int s) {
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; ++kk)
+                    wgmma_ss_nBN_(sacc,
+                        smem_desc_sw128(q_smem + (kk / 4) * BM * 128 + consumer * ROWS * 128
+                                        + (kk % 4) * 32),
+                        smem_desc_sw128(stage_k(s) + (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
+            };
+            auto softmax = [&](int j) {
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) fence_operand(sacc[i]);
+                float x0 = m0, x1 = m1;
+#pragma unroll
+                for (int c = 0; c < BN / 8; ++c) {
+                    const int key = j * BN + c * 8 + 2 * q;
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const bool in = key + e < Sk;  // keys past the end: -inf
+                        sacc[4 * c + e] = in ? sacc[4 * c + e] * scale_log2 : -INFINITY;
+                        sacc[4 * c + 2 + e] = in ? sacc[4 * c + 2 + e] * scale_log2 : -INFINITY;
+                        x0 = fmaxf(x0, sacc[4 * c + e]);
+                        x1 = fmaxf(x1, sacc[4 * c + 2 + e]);
+                    }
+                }
+                x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
+                x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
+                x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
+                x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
+                c0 = exp2f(m0 - x0);
+                c1 = exp2f(m1 - x1);
+                m0 = x0;
+                m1 = x1;
+                float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+                for (int c = 0; c < BN / 8; ++c) {
+                    const float p0 = exp2f(sacc[4 * c] - x0), p1 = exp2f(sacc[4 * c + 1] - x0);
+                    const float p2 = exp2f(sacc[4 * c + 2] - x1), p3 = exp2f(sacc[4 * c + 3] - x1);
+                    s0 += p0 + p1;
+                    s1 += p2 + p3;
+                    pk[2 * c] = PACK_(p0, p1);
+                    pk[2 * c + 1] = PACK_(p2, p3);
+                }
+                l0 = l0 * c0 + s0;
+                l1 = l1 * c1 + s1;
+            };
+            auto rescale = [&]() {
+#pragma unroll
+                for (int i = 0; i < HD / 2; ++i) fence_operand(oacc[i]);
+#pragma unroll
+                for (int c = 0; c < HD / 8; ++c) {
+                    oacc[4 * c] *= c0; oacc[4 * c + 1] *= c0;
+                    oacc[4 * c + 2] *= c1; oacc[4 * c + 3] *= c1;
+                }
+            };
+            auto wgmma_pv = [&](int s) {
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; ++kk)
+                    wgmma_rs_nHD_(oacc, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2],
+                                  pk[4 * kk + 3],
+                        pcgc_desc_mn(stage_v(s) + kk * 2048));
+            };"""
+
+#: per output tile, after the consumer's steps: O / rowsum out, rows past Sq not stored
+_FINISH = r"""#pragma unroll
+            for (int i = 0; i < HD / 2; ++i) fence_operand(oacc[i]);
+            l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+            l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+            l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+            l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+            const float r0 = l0 > 0.f ? 1.f / l0 : 0.f, r1 = l1 > 0.f ? 1.f / l1 : 0.f;
+            const int row = tile_m * BM + consumer * ROWS + w * 16 + g;
+            unsigned short* out = O + ((size_t)bh * Sq) * HD;
+#pragma unroll
+            for (int c = 0; c < HD / 8; ++c) {
+                const int col = c * 8 + 2 * q;
+                if (row < Sq)
+                    *reinterpret_cast<u32*>(out + (size_t)row * HD + col) =
+                        PACK_(oacc[4 * c] * r0, oacc[4 * c + 1] * r0);
+                if (row + 8 < Sq)
+                    *reinterpret_cast<u32*>(out + (size_t)(row + 8) * HD + col) =
+                        PACK_(oacc[4 * c + 2] * r1, oacc[4 * c + 3] * r1);
+            }"""
+
+EMITTERS = (EmitterRecord(
+    EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {NAME}: TMA producer (Q once, K and V "
+    "rings), wgmma consumers (S = Q.K^T, online softmax, O += P.V with P from registers); every "
+    "agent's steps one for one", (TARGET_NAME,), emit_attention,
+    kernel_families=(KERNEL_FAMILY,), options=(WATCHDOG, DTYPE)),)

@@ -1,0 +1,227 @@
+"""Emitter family ``attention`` (cuda-attention) and the ``attention()`` call's argument checks
+(docs/guide/attention.md, "Emitting and calling it")."""
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+
+import pytest
+
+from pipeline_core.api import compile_named
+from pipeline_core.errors import ProgramError
+from pipeline_core.testing import run_cli
+
+from pipeline_core_nvidia_h100.toolchain import GENCODE, nvcc, sass_command
+
+from pipeline_core_schedules_attention.call import (AttentionArgumentError, LOG2E,
+                                                    plan_attention)
+from pipeline_core_schedules_attention.emit_attention import emit_attention
+
+NAME = "flash-attention-fwd"
+
+
+def compiled(**params):
+    p = {"intra_overlap": "false", **{k: str(v).lower() for k, v in params.items()}}
+    return compile_named(NAME, params=p, target_args={"stages": "2"})
+
+
+def emit(*args: str) -> tuple[int, str, str]:
+    r = run_cli(["emit", NAME, "--target", "h100", "-T", "stages=2", *args])
+    return r.exit_code, r.stdout, r.stderr
+
+
+VARIANTS = [(pp, hd, dt) for pp in (True, False) for hd in (64, 128) for dt in ("bf16", "fp16")]
+
+
+@pytest.mark.parametrize("pingpong,head_dim,dtype", VARIANTS)
+def test_emitted_kernel_carries_the_plans_steps(pingpong, head_dim, dtype):
+    code, src, err = emit("-p", "intra_overlap=false", "-p", f"pingpong={str(pingpong).lower()}",
+                          "-p", f"head_dim={head_dim}", "-O", f"dtype={dtype}")
+    assert code == 0, err
+    assert f"constexpr int BM = 128, BN = 128, HD = {head_dim}, STAGES = 2" in src
+    # the producer announces the plan's bytes (Q once: 128 x D, K and V: 128 x D, 2 bytes each);
+    # Q's in its prologue and in the branch of a tile with no KV block
+    assert src.count(f"mbar_expect_tx(q_full_bar((o % 1)), {128 * head_dim * 2}u);") == 2
+    assert f"mbar_expect_tx(k_full_bar(((rb + t) % 2)), {128 * head_dim * 2}u);" in src
+    # the consumers' ring waits, releases and the once ring's, as the plan derived them
+    assert "mbar_wait(q_full_bar((o % 1)), ((o / 1 + (0)) & 1));" in src
+    assert "mbar_wait(k_empty_bar(((rb + t) % 2)), (((rb + t) / 2 + (-1)) & 1));" in src
+    assert "if (lane == 0) mbar_arrive(v_empty_bar(((rb + t) % 2)));" in src
+    assert "if (lane == 0) mbar_arrive(q_empty_bar((o % 1)));" in src
+    assert "wgmma_ss_n128(" in src and f"wgmma_rs_n{head_dim}(" in src
+    assert {"bf16": "pch100::pack_bf16x2(p0, p1)", "fp16": "pack_f16x2(p0, p1)"}[dtype] in src
+    named = re.findall(r"bar\.(sync|arrive) (\d+), 256", src)
+    if pingpong:  # consumer 0 and 1 take turns: each syncs on one id and arrives on the other
+        assert "if (consumer == 0) {" in src and "} else if (consumer == 1) {" in src
+        assert {(k, i) for k, i in named} == {("sync", "1"), ("arrive", "1"),
+                                              ("sync", "2"), ("arrive", "2")}
+    else:
+        assert not named and "if (consumer == 0)" not in src
+
+
+def test_a_tile_without_kv_blocks_runs_the_once_steps_alone():
+    src = emit_attention(compiled(pingpong=False))
+    zero = src.split("if (KT == 0) {  // no KV block: the once steps alone")
+    assert len(zero) == 3  # the producer's and the consumers' guard
+    producer_zero = zero[1].split("} else {")[0]
+    assert "q_full" in producer_zero and "k_full" not in producer_zero
+    consumer_zero = zero[2].split("} else {")[0]
+    assert "q_empty" in consumer_zero and "wgmma" not in consumer_zero
+
+
+def test_keys_past_the_end_are_masked_and_rows_past_it_not_stored():
+    src = emit_attention(compiled())
+    assert "const bool in = key + e < Sk;" in src and "-INFINITY" in src
+    assert "if (row < Sq)" in src and "if (row + 8 < Sq)" in src
+
+
+def test_watchdog_bounds_every_wait():
+    src = emit_attention(compiled(), watchdog=1000)
+    assert "mbar_wait(" not in src.split("extern \"C\"")[1]
+    assert "mbar_wait_bounded(k_full_bar(((rb + t) % 2))" in src
+
+
+@pytest.mark.parametrize("params,needle", [
+    ({"intra_overlap": "true"}, "-p intra_overlap=true is not written yet"),
+    ({"causal": "true"}, "-p causal=true"),
+    ({"block_m": "256", "head_dim": "64"}, "set -p block_m=128"),
+])
+def test_unwritten_variants_are_refused_in_one_line(params, needle):
+    code, out, err = emit(*(x for k, v in params.items() for x in ("-p", f"{k}={v}")),
+                          *(() if "intra_overlap" in params else ("-p", "intra_overlap=false")))
+    assert code == 2 and not out
+    assert needle in err and "emitter cuda-attention" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_schedule_of_another_family_is_refused():
+    gemm = compile_named("warpspecialized-gemm", target_args={"stages": "2"})
+    with pytest.raises(ProgramError, match="writes kernel family attention"):
+        emit_attention(gemm)
+
+
+@pytest.mark.skipif(nvcc() is None or sass_command() is None, reason="needs nvcc and nvdisasm")
+@pytest.mark.parametrize("pingpong,head_dim", [(True, 128), (False, 64)])
+def test_sass_has_no_spills_the_hgmma_counts_and_the_named_barriers(pingpong, head_dim,
+                                                                    tmp_path):
+    src = emit_attention(compiled(pingpong=pingpong, head_dim=head_dim))
+    cu, cubin = tmp_path / "fa.cu", tmp_path / "fa.cubin"
+    cu.write_text(src)
+    proc = subprocess.run([nvcc() or "nvcc", "-cubin", GENCODE, "-std=c++17", "-Xptxas=-v",
+                           "-o", str(cubin), str(cu)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    assert "C7508" not in proc.stderr  # ptxas kept setmaxnreg
+    sass = subprocess.run([*(sass_command() or []), str(cubin)], capture_output=True, text=True,
+                          check=True).stdout
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    ss = re.findall(r"HGMMA\.64x128x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\]", sass)
+    rs = re.findall(rf"HGMMA\.64x{head_dim}x16\.F32(?:\.BF16)? R\d+, R\d+, "
+                    r"gdesc\[UR\d+\]\.tnspB", sass)
+    # S = Q.K^T: D/16 k-steps from shared memory; PV: block_n/16 k-steps, P from registers,
+    # V read MN-major; each copy of the consumer's program issues both
+    assert ss and rs and len(ss) // (head_dim // 16) == len(rs) // (128 // 16)
+    # each S starts from zero (scale-d 0 on its first k step)
+    assert re.search(r"HGMMA\.64x128x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\], RZ, !UPT", sass)
+    # the plan's wgmma waits are all wait_group 0 (no overlap inside the warp group)
+    assert set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)) == {"0x0"}
+    named = set(re.findall(r"BAR\.(SYNC\.DEFER_BLOCKING|ARV) (0x[12]), 0x100", sass))
+    assert named == ({("SYNC.DEFER_BLOCKING", "0x1"), ("SYNC.DEFER_BLOCKING", "0x2"),
+                      ("ARV", "0x1"), ("ARV", "0x2")} if pingpong else set())
+
+
+class FakeTensor:
+    """Just what plan_attention reads of a torch tensor."""
+
+    def __init__(self, shape, dtype="torch.bfloat16", cuda=True, contiguous=True,
+                 device="cuda:0"):
+        self.shape, self.dtype, self.is_cuda, self.device = tuple(shape), dtype, cuda, device
+        self._contiguous = contiguous
+
+    def is_contiguous(self):
+        return self._contiguous
+
+
+def qkv(sq=100, sk=77, d=64, **over):
+    q = FakeTensor((2, 3, sq, d), **over.get("q", {}))
+    k = FakeTensor((2, 3, sk, d), **over.get("k", {}))
+    v = FakeTensor((2, 3, sk, d), **over.get("v", {}))
+    return q, k, v
+
+
+def test_the_call_plans_lengths_and_the_folded_scale():
+    c = plan_attention(*qkv())
+    assert (c.bh, c.sq, c.sk, c.head_dim, c.dtype) == (6, 100, 77, 64, "bf16")
+    assert math.isclose(c.scale_log2, LOG2E / 8)
+    assert math.isclose(plan_attention(*qkv(), scale=0.5).scale_log2, 0.5 * LOG2E)
+    assert plan_attention(*qkv(d=128, q={"dtype": "torch.float16"}, k={"dtype": "torch.float16"},
+                               v={"dtype": "torch.float16"})).dtype == "fp16"
+
+
+@pytest.mark.parametrize("args,kw,needle", [
+    (qkv(d=96), {}, "attention: q: head dim 96; supported: 64, 128"),
+    (qkv(q={"dtype": "torch.float32"}), {}, "attention: q: dtype torch.float32"),
+    (qkv(k={"dtype": "torch.float16"}), {}, "attention: k: dtype torch.float16 differs"),
+    (qkv(v={"cuda": False}), {}, "attention: v: a CPU tensor"),
+    (qkv(k={"contiguous": False}), {}, "attention: k: not contiguous"),
+    (qkv(k={"device": "cuda:1"}), {}, "attention: k: on cuda:1"),
+    ((FakeTensor((3, 100, 64)),) + qkv()[1:], {}, "attention: q: shape (3, 100, 64)"),
+    (qkv(), {"causal": True}, "attention: causal: True is not supported yet"),
+    (qkv(), {"scale": float("nan")}, "attention: scale: nan"),
+    (qkv(sq=0), {}, "attention: q: sequence length 0"),
+])
+def test_bad_arguments_get_one_line_naming_them(args, kw, needle):
+    with pytest.raises(AttentionArgumentError) as info:
+        plan_attention(*args, **kw)
+    assert str(info.value).startswith(needle) and "\n" not in str(info.value)
+
+
+def test_grouped_query_and_mismatched_kv_are_refused():
+    q, k, _ = qkv()
+    with pytest.raises(AttentionArgumentError, match="attention: v: shape"):
+        plan_attention(q, k, FakeTensor((2, 3, 78, 64)))
+    gk, gv = FakeTensor((2, 1, 77, 64)), FakeTensor((2, 1, 77, 64))
+    with pytest.raises(AttentionArgumentError, match="grouped-query attention is not supported"):
+        plan_attention(q, gk, gv)
+
+
+def _mutated(c, category, pick, every_consumer=True):
+    """``c`` with the mutation(s) of ``category`` that ``pick`` selects applied with
+    --allow-unsafe (in every consumer: identical consumers share one emitted program)."""
+    from pipeline_core.check.mutate import agent_mutations, mutate_compiled
+
+    picked = [m for m in agent_mutations(c.plan, (category,)) if pick(m)]
+    assert picked
+    for m in (picked if every_consumer else picked[:1]):
+        c = mutate_compiled(c, m, allow_unsafe=True)
+    assert not c.proof.safe
+    return c
+
+
+@pytest.mark.parametrize("category,pick,before,after", [
+    # a dropped release on the V ring: one arrival fewer per program copy
+    ("drop_arrive", lambda m: m.ring == "v_empty" and m.section == "kernel",
+     lambda s: s.count("mbar_arrive(v_empty_bar"), lambda n: n - 1),
+    # the wait that retires S before the softmax, loosened: a wait_group 1 appears
+    ("loosen_counter_wait", lambda m: m.section == "kernel" and m.index < 6,
+     lambda s: s.count("wgmma_wait<1>();"), lambda n: n + 1),
+    # a flipped parity on the K ring's full barrier
+    ("flip_phase_offset", lambda m: m.ring == "k_full" and m.section == "kernel" and m.delta == 1,
+     lambda s: s.count("(((rb + t) / 2 + (1)) & 1)"), lambda n: n + 1),
+])
+def test_a_refused_mutation_reaches_the_kernel_when_forced(category, pick, before, after):
+    """What the proof refuses (test_flash_attention.py), emitted with --allow-unsafe, is in the
+    kernel text line for line: the emitter writes the plan, it does not repair it."""
+    c = compiled(pingpong=False)
+    safe, bad = emit_attention(c), emit_attention(_mutated(c, category, pick))
+    assert before(bad) == after(before(safe))
+
+
+def test_a_dropped_named_barrier_reaches_the_kernel_when_forced():
+    c = compiled(pingpong=True)
+    bad = emit_attention(_mutated(c, "drop_named_arrive", lambda m: m.agent == "consumer0",
+                                  every_consumer=False), watchdog=1 << 20)
+    safe = emit_attention(c, watchdog=1 << 20)
+    assert bad.count("bar.arrive") == safe.count("bar.arrive") - 1
+    assert "mbar_wait_bounded(" in bad  # the watchdog turns the hang into a trap on the GPU
