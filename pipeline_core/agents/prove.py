@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import networkx as nx
 
+from pipeline_core.agents.prove_reduction import prove_reduction, reduction_assumptions
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Verdict, Violation
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import DepKind, Op, tag_name
@@ -1047,6 +1048,8 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
             run.build()
             for v in run.check():
                 found.setdefault(finding_key(v), v)
+    for v in prove_reduction(plan, sync, names, PRIORITY):  # the CTAs of one output tile
+        found.setdefault(finding_key(v), v)
     violations = tuple(sorted(found.values(), key=lambda v: v.order))
     agents = ", ".join(p.name for p in plan.programs)
     model = {"name": sync.name, "agents": [p.name for p in plan.programs],
@@ -1056,7 +1059,8 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                              f"K-tile counts {', '.join(map(str, counts))}",
                              f"{' and '.join(map(str, OUTPUT_TILES))} output tiles per CTA, "
                              "the rings running on across them (the persistent kernel)",
-                             f"sync model {sync.name}", *ASSUMPTIONS],
+                             f"sync model {sync.name}", *ASSUMPTIONS,
+                             *reduction_assumptions(plan, sync)],
              "notes": list(sync.notes)}
     return Verdict(safe=not violations, name=name, groups=len(plan.programs), warps_per_group=1,
                    iterations=max(counts), model=model, violations=violations)
