@@ -315,7 +315,7 @@ class AgentProgram:
     kernel: tuple[Step, ...] = attrs.field(converter=_steps)
     epilogue: tuple[tuple[Step, ...], ...] = attrs.field(converter=_iterations)
     #: steps run once per output tile after the epilogue, on the final results: a cross-CTA
-    #: reduction's (:class:`Reduction`); not K-tile steps, so :meth:`placed` leaves them out
+    #: reduction's (``Plan.reduction``); not K-tile steps, so :meth:`placed` leaves them out
     finish: tuple[Step, ...] = attrs.field(converter=_steps, default=())
 
     @property

@@ -135,7 +135,7 @@ class CrossCtaReduction:
     """How a target hands partial results between CTAs through global memory (split-K,
     stream-K; docs/guide/agents.md, "Cross-CTA reductions").
 
-    ``tags`` gives each step of :data:`REDUCTION_STEPS` the tag it lowers to, ``forms`` the
+    ``tags`` gives each step of ``REDUCTION_STEPS`` the tag it lowers to, ``forms`` the
     instructions it is (the views' ISA names).  ``cta_join``: the CTA's arrive and reset are
     one action each, taken after every reducing agent of the CTA reached it (the target joins
     them with a CTA barrier), so they order every agent's earlier steps.  ``next_use``: what

@@ -23,8 +23,8 @@ import attrs
 
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, CostModel, DepEdge, KernelLaunch,
                                       Op, OpCost, OpRole, Param, PipelineConfig, ProgramError,
-                                      ReductionSpec, ResourceKind, ScheduleRecord, TargetProfile, annotate,
-                                      logical)
+                                      ReductionSpec, ResourceKind, ScheduleRecord, TargetProfile,
+                                      annotate, logical)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY

@@ -57,8 +57,10 @@ def test_every_edit_of_the_hand_off_is_refused(consumers, bm):
     for m in picked.values():
         with pytest.raises(UnsafeScheduleError):
             mutate_compiled(c, m)
-    hazards = {cat: {v.kind for v in mutate_compiled(c, m, allow_unsafe=True).proof.verdict.violations}
-               for cat, m in picked.items()}
+    hazards = {}
+    for cat, m in picked.items():
+        verdict = mutate_compiled(c, m, allow_unsafe=True).proof.verdict
+        hazards[cat] = {v.kind for v in verdict.violations}
     assert HazardKind.SMEM_RAW in hazards["drop_release_fence"]
     assert HazardKind.SMEM_RAW in hazards["read_before_count"]
     assert HazardKind.SMEM_WAR in hazards["reset_before_read"]
