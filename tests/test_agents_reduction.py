@@ -150,3 +150,22 @@ def test_without_the_acquire_every_split_runs_the_epilogue():
 def test_a_slice_never_stored_is_a_missing_product():
     v = _edited(drop=StepKind.SLICE_STORE)
     assert HazardKind.MISSING_PRODUCT in _kinds(v)
+
+
+def test_the_document_carries_the_reduction_and_validates():
+    jsonschema = pytest.importorskip("jsonschema")
+    from agents_fixtures import NAMES
+
+    from pipeline_core.agents.views import agents_doc
+    from pipeline_core.json_output import load_schema
+
+    schema = load_schema("schedule")
+    sub = {**schema["$defs"]["agents"], "$defs": schema["$defs"]}
+    doc = agents_doc(_plan(), body(), NAMES, RED_SYNC)
+    jsonschema.validate(doc, sub)
+    assert doc["reduction"] == {"name": "split_k", "agents": ["consumer0", "consumer1"]}
+    assert [s["kind"] for s in doc["programs"][1]["finish"]] == list(REDUCTION_STEPS)
+    assert all(s["after_loop"] for s in doc["programs"][1]["finish"])
+    plain = agents_doc(lower_agents(body(), edges(), RED_SYNC, stages=4, spec=spec()), body(),
+                       NAMES, RED_SYNC)
+    assert "reduction" not in plain and all("finish" not in p for p in plain["programs"])

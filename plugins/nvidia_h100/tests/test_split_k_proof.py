@@ -99,3 +99,14 @@ def test_a_split_k_plan_without_the_reduction_steps_is_refused_by_the_emitter():
         attrs.evolve(p, finish=()) for p in c.plan.programs]))
     with pytest.raises(ProgramError, match="needs the consumers' cross-CTA reduction steps"):
         emit_wgmma(bare)
+
+
+def test_the_text_view_lists_the_finish_steps_as_their_instructions():
+    res = run_cli(["compile", "warpspecialized-gemm", "-p", "split_k=true"])
+    assert res.exit_code == 0, res.stderr
+    out = res.stdout
+    assert "REDUCTION\n  split_k:" in out
+    finish = out[out.index("FINISH"):]
+    assert finish.index("st.global.cg.f32") < finish.index("atom.global.add.u32") \
+        < finish.index("ld.global.cg.f32") < finish.index("st.global.u32 0")
+    assert "FINISH" not in run_cli(["compile", "warpspecialized-gemm"]).stdout
