@@ -30,6 +30,10 @@ stage completing a phase), and asks of every dependence whether the graph orders
   of the loop, on its own agent (a dropped wgmma step leaves its accumulator a K tile short, and
   no ordering rule can see a step that is not there).
 
+A plan with a cross-CTA reduction (split-K) hands results between the CTAs of an output tile:
+:mod:`pipeline_core.agents.prove_reduction` proves its ``finish`` steps over the CTAs, and its
+findings join these (docs/guide/agents.md, "Cross-CTA reductions").
+
 A persistent kernel runs its rings on across output tiles (a stage's phases count every K tile
 it ever held), so every ring must also end the loop balanced: each K tile brings its stage all
 its arrivals, whether or not a wait of the same output tile tests them (**DEADLOCK** otherwise).

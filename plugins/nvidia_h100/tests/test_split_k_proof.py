@@ -110,3 +110,17 @@ def test_the_text_view_lists_the_finish_steps_as_their_instructions():
     assert finish.index("st.global.cg.f32") < finish.index("atom.global.add.u32") \
         < finish.index("ld.global.cg.f32") < finish.index("st.global.u32 0")
     assert "FINISH" not in run_cli(["compile", "warpspecialized-gemm"]).stdout
+
+
+def test_an_unsafe_split_k_verdict_validates_with_its_finish_sites():
+    jsonschema = pytest.importorskip("jsonschema")
+    from pipeline_core.json_output import load_schema
+
+    schema = load_schema("verdict")
+    sub = {**schema["$defs"]["violation"], "$defs": schema["$defs"]}
+    c = _split()
+    m = next(iter(agent_mutations(c.plan, ("reset_before_read",))))
+    verdict = mutate_compiled(c, m, allow_unsafe=True).proof.verdict
+    assert verdict.violations and all(v.site.phase == "finish" for v in verdict.violations)
+    for v in verdict.violations:
+        jsonschema.validate(v.to_dict(), sub)
