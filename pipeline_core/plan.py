@@ -56,6 +56,19 @@ class StepKind(str, enum.Enum):
     NAMED_ARRIVE = "named_arrive"
     BARRIER = "barrier"            #: a barrier every agent of the CTA passes (lockstep plans)
     HINT = "hint"                  #: a priority or scheduling hint: orders nothing
+    # a cross-CTA reduction's steps (AgentProgram.finish; docs/guide/agents.md, "Cross-CTA
+    # reductions"): the CTAs of one output tile each reduce a K slice through global memory
+    SLICE_STORE = "slice_store"      #: store this CTA's partial results to its workspace slice
+    RELEASE_FENCE = "release_fence"  #: order the slice's stores before the arrive (release)
+    #: the CTA's one atomic arrival on the tile's counter, which tells it whether it came last
+    COUNT_ARRIVE = "count_arrive"
+    #: go on only as the last arriver (the count reached the splits), then acquire: every slice
+    #: released before an arrival is visible from here on
+    COUNT_ACQUIRE = "count_acquire"
+    SLICE_READ = "slice_read"        #: read every slice back and add them in split order
+    #: set the counter back to 0 once the slices are read: its next use (a later tile on the
+    #: counter, the next launch) may begin
+    COUNT_RESET = "count_reset"
 
 
 def _steps(items: Iterable["Step"]) -> tuple["Step", ...]:
@@ -83,6 +96,10 @@ def _roles(items: Iterable["AgentRole"]) -> tuple["AgentRole", ...]:
 
 
 def _ring_specs(items: Iterable["RingSpec"]) -> tuple["RingSpec", ...]:
+    return tuple(items)
+
+
+def _names(items: Iterable[str]) -> tuple[str, ...]:
     return tuple(items)
 
 
@@ -209,6 +226,29 @@ class Ordering:
 
 
 @attrs.frozen(kw_only=True)
+class ReductionSpec:
+    """A cross-CTA reduction a schedule declares (docs/guide/agents.md, "Cross-CTA
+    reductions"): several CTAs (the *splits*) compute partial results of one output tile, each
+    stores its slice to a global workspace and arrives on the tile's counter; the last to arrive
+    reads every slice, adds them and runs the epilogue once, then resets the counter.  Split-K
+    and stream-K both hand partial tiles over this way.  ``agents``: the agents whose results
+    are reduced (empty: every agent that waits on a full ring)."""
+
+    name: str = "split_k"
+    agents: tuple[str, ...] = attrs.field(converter=_names, default=())
+
+
+@attrs.frozen(kw_only=True)
+class Reduction:
+    """A :class:`ReductionSpec` as lowered: its steps sit in the ``finish`` of each of
+    ``agents`` (:attr:`AgentProgram.finish`); the sync model's reduction record
+    (``SyncModel.reduction``) says what each step is on the target."""
+
+    name: str
+    agents: tuple[str, ...] = attrs.field(converter=_names)
+
+
+@attrs.frozen(kw_only=True)
 class AgentSpec:
     """A schedule's agent assignment: the roles and, per body op, the bytes it copies.
 
@@ -230,6 +270,8 @@ class AgentSpec:
     #: ``AgentRole.ops`` lists them: a software pipeline inside one agent, such as attention's
     #: O += P.V_{j-1} issued right after S_j (docs/guide/agents.md, "Skewed ops")
     lags: Mapping[int, int] = attrs.field(factory=dict)
+    #: a cross-CTA reduction of the readers' results (split-K): its steps go after the loop
+    reduction: ReductionSpec | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -272,6 +314,9 @@ class AgentProgram:
     prologue: tuple[tuple[Step, ...], ...] = attrs.field(converter=_iterations)
     kernel: tuple[Step, ...] = attrs.field(converter=_steps)
     epilogue: tuple[tuple[Step, ...], ...] = attrs.field(converter=_iterations)
+    #: steps run once per output tile after the epilogue, on the final results: a cross-CTA
+    #: reduction's (``Plan.reduction``); not K-tile steps, so :meth:`placed` leaves them out
+    finish: tuple[Step, ...] = attrs.field(converter=_steps, default=())
 
     @property
     def name(self) -> str:
@@ -408,6 +453,8 @@ class Plan:
     op_bytes: Mapping[int, int] = attrs.field(factory=dict)
     #: the consumer-group orderings and the named barriers that enforce them
     orders: tuple[Ordering, ...] = attrs.field(converter=_orderings, default=())
+    #: the cross-CTA reduction whose steps the agents' ``finish`` holds (None: none)
+    reduction: Reduction | None = None
     #: every agent runs the same steps (the module says what that means for readers)
     lockstep: bool = False
     #: how many warp groups run a lockstep plan and how they are staggered; None on a plan of

@@ -25,6 +25,7 @@ import attrs
 
 from pipeline_core.plan import AgentProgram, AgentRole, AgentSpec, Plan, Ring, Step, StepKind
 from pipeline_core.agents.order import lower_orders
+from pipeline_core.agents.reduction import lower_reduction
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ProgramError
 from pipeline_core.ops import DepKind, Op
@@ -246,7 +247,8 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
     orders = lower_orders(spec, sync, roles, writers, kernels, owner=owner, target=target)
     programs = [_split(role, kernels[role.name], tags) for role in spec.roles]
     rings = [r for p in pairs for r in (p.full, p.empty) if r is not None]
-    plan = Plan(stages=stages, programs=programs, rings=rings,
+    programs, reduction = lower_reduction(spec, sync, programs, rings, owner=owner, target=target)
+    plan = Plan(stages=stages, programs=programs, rings=rings, reduction=reduction,
                 min_tiles=max(len(p.prologue) for p in programs) or 1,
                 op_bytes={i: spec.op_bytes.get(i, 0) for i in sorted(writer_of)},
                 orders=orders, sync=sync,

@@ -30,6 +30,10 @@ stage completing a phase), and asks of every dependence whether the graph orders
   of the loop, on its own agent (a dropped wgmma step leaves its accumulator a K tile short, and
   no ordering rule can see a step that is not there).
 
+A plan with a cross-CTA reduction (split-K) hands results between the CTAs of an output tile:
+:mod:`pipeline_core.agents.prove_reduction` proves its ``finish`` steps over the CTAs, and its
+findings join these (docs/guide/agents.md, "Cross-CTA reductions").
+
 A persistent kernel runs its rings on across output tiles (a stage's phases count every K tile
 it ever held), so every ring must also end the loop balanced: each K tile brings its stage all
 its arrivals, whether or not a wait of the same output tile tests them (**DEADLOCK** otherwise).
@@ -45,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import networkx as nx
 
+from pipeline_core.agents.prove_reduction import prove_reduction, reduction_assumptions
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Verdict, Violation
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import DepKind, Op, tag_name
@@ -1047,6 +1052,8 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
             run.build()
             for v in run.check():
                 found.setdefault(finding_key(v), v)
+    for v in prove_reduction(plan, sync, names, PRIORITY):  # the CTAs of one output tile
+        found.setdefault(finding_key(v), v)
     violations = tuple(sorted(found.values(), key=lambda v: v.order))
     agents = ", ".join(p.name for p in plan.programs)
     model = {"name": sync.name, "agents": [p.name for p in plan.programs],
@@ -1056,7 +1063,8 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                              f"K-tile counts {', '.join(map(str, counts))}",
                              f"{' and '.join(map(str, OUTPUT_TILES))} output tiles per CTA, "
                              "the rings running on across them (the persistent kernel)",
-                             f"sync model {sync.name}", *ASSUMPTIONS],
+                             f"sync model {sync.name}", *ASSUMPTIONS,
+                             *reduction_assumptions(plan, sync)],
              "notes": list(sync.notes)}
     return Verdict(safe=not violations, name=name, groups=len(plan.programs), warps_per_group=1,
                    iterations=max(counts), model=model, violations=violations)

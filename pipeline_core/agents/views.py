@@ -62,6 +62,8 @@ def agents_doc(plan: Plan, body: Sequence[Op], names: Mapping[int, str],
         entry["prologue"] = [steps("prologue", i, it) for i, it in enumerate(prog.prologue)]
         entry["kernel"] = steps("kernel", 0, prog.kernel)
         entry["epilogue"] = [steps("epilogue", j, it) for j, it in enumerate(prog.epilogue)]
+        if prog.finish:  # a cross-CTA reduction's steps (docs/guide/agents.md)
+            entry["finish"] = [_step_doc(s, plan, body, names, sync, True) for s in prog.finish]
         programs.append(entry)
     doc: dict[str, Any] = {
         "stages": plan.stages, "min_tiles": plan.min_tiles,
@@ -78,4 +80,6 @@ def agents_doc(plan: Plan, body: Sequence[Op], names: Mapping[int, str],
                                                     for t in o.turns],
                           "barriers": list(o.barriers), "counts": list(o.counts)}
                          for o in plan.orders]
+    if plan.reduction is not None:  # likewise only a plan with a cross-CTA reduction
+        doc["reduction"] = {"name": plan.reduction.name, "agents": list(plan.reduction.agents)}
     return doc

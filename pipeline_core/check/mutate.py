@@ -94,14 +94,29 @@ AGENT_MUTATIONS = {
     "drop_named_arrive": "drop a named-barrier arrive (NAMED_ARRIVE of an ordering)",
     "drop_named_sync": "drop a named-barrier wait (NAMED_SYNC of an ordering)",
     "swap_named_id": "move a named-barrier step to its ordering's next barrier id",
+    # a cross-CTA reduction's finish steps (docs/guide/agents.md, "Cross-CTA reductions")
+    "drop_release_fence": "drop a reduction's release fence (RELEASE_FENCE before the arrive)",
+    "drop_count_arrive": "drop a reduction's arrival on its counter (COUNT_ARRIVE)",
+    "drop_count_reset": "drop a reduction's counter reset (COUNT_RESET)",
+    "read_before_count": "move a reduction's slice read before its COUNT_ACQUIRE (before the "
+                         "count reached the splits)",
+    "reset_before_read": "move a reduction's counter reset before its slice read",
 }
+
+#: the reduction mutations that drop a finish step, by the step kind they drop; the others
+#: move a step (:attr:`AgentMutation.delta` is where it goes)
+_FINISH_DROPS = {"drop_release_fence": "release_fence", "drop_count_arrive": "count_arrive",
+                 "drop_count_reset": "count_reset"}
+_FINISH_MOVES = {"read_before_count": ("slice_read", "count_acquire"),
+                 "reset_before_read": ("count_reset", "slice_read")}
 
 
 @attrs.frozen(kw_only=True)
 class AgentMutation:
     """One edit of one step of one agent's program: ``section`` is prologue / kernel /
     epilogue, ``iteration`` the prologue or epilogue iteration (0 for the kernel), ``index``
-    the step's position there.  A kernel step is iteration-invariant, so editing it edits
+    the step's position there (``finish``: the steps after the epilogue, a cross-CTA
+    reduction's; iteration 0).  A kernel step is iteration-invariant, so editing it edits
     every loop iteration.  ``ring`` names the ring the edited step waits on or arrives on ("" for
     a counter wait or an op), so a plan of several rings can be mutated ring by ring."""
 
@@ -118,14 +133,16 @@ class AgentMutation:
     def apply(self, plan: Any) -> Any:
         """``plan`` (an :class:`~pipeline_core.agents.Plan`) with the edit made."""
         prog = plan.program(self.agent)
-        if self.section == "kernel":
-            steps = list(prog.kernel)
+        if self.section in ("kernel", "finish"):
+            steps = list(getattr(prog, self.section))
         else:
             steps = list(getattr(prog, self.section)[self.iteration])
         step = steps[self.index]
         if self.category in ("drop_arrive", "drop_acquire", "drop_mma", "drop_named_arrive",
-                             "drop_named_sync"):
+                             "drop_named_sync", *_FINISH_DROPS):
             del steps[self.index]
+        elif self.category in _FINISH_MOVES:
+            steps.insert(self.delta, steps.pop(self.index))
         elif self.category == "swap_named_id":
             steps[self.index] = attrs.evolve(step, barrier=self.barrier)
         elif self.category == "loosen_counter_wait":
@@ -135,8 +152,8 @@ class AgentMutation:
         else:
             raise ValueError(f"unknown agent mutation {self.category!r}; known: "
                              f"{', '.join(AGENT_MUTATIONS)}")
-        if self.section == "kernel":
-            edited = attrs.evolve(prog, kernel=steps)
+        if self.section in ("kernel", "finish"):
+            edited = attrs.evolve(prog, **{self.section: steps})
         else:
             section = list(getattr(prog, self.section))
             section[self.iteration] = tuple(steps)
@@ -151,7 +168,9 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
     each reader release dropped, each counter wait loosened by one, each phase wait moved one
     phase either way, each writer acquire dropped, each reader's MMA step dropped; on every
     ring of the plan (:attr:`AgentMutation.ring`); each named-barrier sync or arrive of an
-    ordering dropped, or moved to the ordering's next barrier id."""
+    ordering dropped, or moved to the ordering's next barrier id; each reduction's release
+    fence, arrive or reset dropped, its read moved before the acquire, its reset before the
+    read."""
     from pipeline_core.plan import StepKind
 
     kinds = {r.name: r.kind for r in plan.rings}
@@ -197,6 +216,27 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
                                             iteration=it, index=i, description=text,
                                             delta=1 if swap else delta, ring=ring,
                                             barrier=delta if swap else -1)
+        yield from _finish_mutations(prog, categories)
+
+
+def _finish_mutations(prog: Any, categories: tuple[str, ...]) -> Iterator[AgentMutation]:
+    """The mutations of ``prog``'s cross-CTA reduction steps (its ``finish``)."""
+    kinds = [s.kind.value for s in prog.finish]
+    where = f"{prog.name} finish"
+    for category, kind in _FINISH_DROPS.items():
+        if category in categories and kind in kinds:
+            i = kinds.index(kind)
+            yield AgentMutation(category=category, agent=prog.name, section="finish",
+                                iteration=0, index=i,
+                                description=f"drop {where} step {i} {kind.upper()}")
+    for category, (kind, before) in _FINISH_MOVES.items():
+        if category in categories and kind in kinds and before in kinds \
+                and kinds.index(before) < kinds.index(kind):
+            i, dest = kinds.index(kind), kinds.index(before)
+            yield AgentMutation(category=category, agent=prog.name, section="finish",
+                                iteration=0, index=i, delta=dest,
+                                description=f"{where}: move step {i} {kind.upper()} before "
+                                            f"step {dest} {before.upper()}")
 
 
 def mutate_compiled(compiled: CompiledSchedule, mutation: AgentMutation, *,

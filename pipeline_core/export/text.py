@@ -251,6 +251,11 @@ def _agents_listing(compiled: CompiledSchedule, plan: "Plan") -> str:
                                    for t in o.turns)
             bars = ", ".join(f"{b} ({n} threads)" for b, n in zip(o.barriers, o.counts))
             out.append(f"  {o.name}: each K tile {turns}; named barriers {bars}")
+    if plan.reduction is not None:  # docs/guide/agents.md, "Cross-CTA reductions"
+        out.append("REDUCTION")
+        out.append(f"  {plan.reduction.name}: the CTAs of one output tile hand their partial "
+                   f"results to the last to arrive; steps in the FINISH of "
+                   f"{', '.join(plan.reduction.agents)}")
     proof = compiled.proof
     if proof is not None:
         v = proof.verdict
@@ -280,4 +285,8 @@ def _agents_listing(compiled: CompiledSchedule, plan: "Plan") -> str:
             for pos, s in enumerate(steps):
                 after = is_after_loop(prog, section, it, pos)
                 out.append(f"    [{pos}] {isa_form(s, plan, body, names, sync, after_loop=after)}")
+        if prog.finish:
+            out.append("  FINISH (once per output tile, after the loop)")
+            out += [f"    [{pos}] {isa_form(s, plan, body, names, sync, after_loop=True)}"
+                    for pos, s in enumerate(prog.finish)]
     return "\n".join(out) + "\n"

@@ -124,6 +124,37 @@ def _ids(items: Iterable[int]) -> tuple[int, ...]:
     return tuple(items)
 
 
+#: the steps of a cross-CTA reduction, in the order a correct one runs them (the step kinds'
+#: values, pipeline_core/plan.py StepKind; docs/guide/agents.md, "Cross-CTA reductions")
+REDUCTION_STEPS = ("slice_store", "release_fence", "count_arrive", "count_acquire",
+                   "slice_read", "count_reset")
+
+
+@attrs.frozen(kw_only=True)
+class CrossCtaReduction:
+    """How a target hands partial results between CTAs through global memory (split-K,
+    stream-K; docs/guide/agents.md, "Cross-CTA reductions").
+
+    ``tags`` gives each step of ``REDUCTION_STEPS`` the tag it lowers to, ``forms`` the
+    instructions it is (the views' ISA names).  ``cta_join``: the CTA's arrive and reset are
+    one action each, taken after every reducing agent of the CTA reached it (the target joins
+    them with a CTA barrier), so they order every agent's earlier steps.  ``next_use``: what
+    orders a counter's next use (the next generation's stores and arrivals) after its reset,
+    stated in the proof's assumptions."""
+
+    tags: Mapping[str, int] = attrs.field(factory=dict)
+    forms: Mapping[str, str] = attrs.field(factory=dict)
+    cta_join: str = ""
+    next_use: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        missing = [k for k in REDUCTION_STEPS if k not in self.tags]
+        unknown = [k for k in self.tags if k not in REDUCTION_STEPS]
+        if missing or unknown:
+            raise ValueError(f"CrossCtaReduction.tags needs exactly {', '.join(REDUCTION_STEPS)}"
+                             f" (missing {missing}, unknown {unknown})")
+
+
 @attrs.frozen(kw_only=True)
 class NamedBarriers:
     """A target's named CTA barriers: ``ids`` barriers addressed by number, each joined by a
@@ -243,6 +274,10 @@ class SyncModel:
     #: the named barriers the target has (None: none; an agents schedule that orders consumer
     #: groups is refused); docs/guide/agents.md, "Named barriers"
     named_barriers: NamedBarriers | None = None
+    #: how CTAs reduce partial results through global memory (None: the target has no such
+    #: hand-off, and a schedule that declares one is refused); docs/guide/agents.md, "Cross-CTA
+    #: reductions"
+    reduction: CrossCtaReduction | None = None
 
     def __attrs_post_init__(self) -> None:
         names = [c.name for c in self.channels]
@@ -286,6 +321,8 @@ class SyncModel:
         tags += [(f"agent_tags[{a!r}]", t) for a, t in self.agent_tags.items()]
         if self.priority_tag is not None:
             tags.append(("priority_tag", self.priority_tag))
+        if self.reduction is not None:
+            tags += [(f"reduction.tags[{k!r}]", t) for k, t in self.reduction.tags.items()]
         return tags
 
     def channel(self, name: str) -> Channel:
@@ -320,6 +357,8 @@ class SyncModel:
         if self.named_barriers is not None:
             names[self.named_barriers.sync_tag] = "NAMED_SYNC"
             names[self.named_barriers.arrive_tag] = "NAMED_ARRIVE"
+        if self.reduction is not None:
+            names.update({tag: step.upper() for step, tag in self.reduction.tags.items()})
         return names
 
     def isa_text(self, tag: int, *, wait_value: int = 0, subtile: int = 0) -> str | None:

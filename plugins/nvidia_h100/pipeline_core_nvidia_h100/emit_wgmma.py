@@ -16,6 +16,7 @@ if/else.  Tile multiples only (``WsGeometry.check_shape``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from pipeline_core.plugin_api import (AgentProgram, Bound, CompiledSchedule, EmitterRecord, Param,
                                       ProgramError, Step, StepKind)
@@ -151,7 +152,7 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
 
     texts = ["\n".join(lines(c, False, "consumer")) for c in consumers]
     constants = _constants(g)
-    parts = {**FAMILY, **general_family(v)} if variant else FAMILY
+    parts = {**FAMILY, **general_family(v, consumers)} if variant else FAMILY
     family = AgentsFamily(**{part: text.format(**constants) for part, text in parts.items()})
     body = agents_kernel_body(
         rings=plan.rings, producer=lines(producer, True, producer.name),
@@ -285,31 +286,39 @@ SPLIT_BARRIER = NAMED_BARRIERS.ids - 1
 #: spill at the compile-time register budget of 65536 / THREADS).
 SPLIT_CHUNK = 32
 
-#: split-K's finish, before the epilogue (docs/guide/matmul.md, "Speed"): this CTA's partial
-#: sums go to its workspace slice (``me``: the thread's place among the consumers, so each
-#: store instruction is one coalesced row); the CTA whose arrival on the tile's counter is the
-#: last reads every slice back in split order 0, 1, ... (the same sum whichever CTA is last: the
-#: result is deterministic; one slice's loads all in flight at once), resets the counter for the
-#: next launch and runs the epilogue once.
-_SPLIT_FINISH = r"""
+#: split-K's finish, before the epilogue (docs/guide/matmul.md, "Speed"): the consumers'
+#: ``finish`` steps, the cross-CTA reduction the agents lowering placed and the checker proved
+#: (docs/guide/agents.md, "Cross-CTA reductions"), one block each (:data:`_SPLIT_STEPS`) inside
+#: the tile's scope: this CTA's partial sums go to its workspace slice (``me``: the thread's
+#: place among the consumers, so each store instruction is one coalesced row); the CTA whose
+#: arrival on the tile's counter is the last reads every slice back in split order 0, 1, ...
+#: (the same sum whichever CTA is last: the result is deterministic; one slice's loads all in
+#: flight at once), resets the counter for its next use and runs the epilogue once.
+_SPLIT_OPEN = r"""
         {{  // split-K: partial sums out, the tile's last CTA reduces them
             __shared__ int split_last;
             const int me = consumer * 128 + wtid;
             const size_t slice = (size_t)TILES * (BM * BN);
             constexpr int SPLIT_CHUNK = {SPLIT_CHUNK};  // loads in flight per slice read
             float* part = ws + (size_t)tile * (BM * BN) + me;
-#pragma unroll
+"""
+_SPLIT_CLOSE = "        }}\n"
+_SPLIT_STEPS = {
+    StepKind.SLICE_STORE: r"""#pragma unroll
             for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
                 for (int i = 0; i < ACC; ++i)
                     __stcg(part + blockIdx.y * slice + (mb * ACC + i) * {CONSUMER_THREADS}, acc[mb][i]);
-            __threadfence();
-            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
+""",
+    StepKind.RELEASE_FENCE: "            __threadfence();\n",
+    StepKind.COUNT_ARRIVE: r"""            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
             if (me == 0) split_last = atomicAdd(counters + tile, 1u) == gridDim.y - 1;
             asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
-            if (!split_last) continue;  // another split's CTA finishes this tile
+""",
+    StepKind.COUNT_ACQUIRE: r"""            if (!split_last) continue;  // another split's CTA finishes this tile
             __threadfence();
-#pragma unroll
+""",
+    StepKind.SLICE_READ: r"""#pragma unroll
             for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
                 for (int c = 0; c < ACC; c += SPLIT_CHUNK)
@@ -320,9 +329,33 @@ _SPLIT_FINISH = r"""
                             const float v = __ldcg(part + y * slice + (mb * ACC + i) * {CONSUMER_THREADS});
                             acc[mb][i] = y == 0 ? v : acc[mb][i] + v;
                         }}
+""",
+    # every consumer's reads are done before the counter's next use may begin
+    StepKind.COUNT_RESET: r"""            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
             if (me == 0) counters[tile] = 0u;
-        }}
-"""
+""",
+}
+
+
+def split_finish(consumers: Sequence[AgentProgram]) -> str:
+    """The split-K kernel's finish: each of the consumers' ``finish`` steps as its block, in
+    the order the plan has them (a plan whose consumers reduce differently, or not at all, has
+    no such kernel)."""
+    steps = consumers[0].finish
+    if any(c.finish != steps for c in consumers) or not steps:
+        raise ProgramError(f"emitter {EMITTER_NAME}: -p split_k=true needs the consumers' "
+                           "cross-CTA reduction steps, the same in every consumer "
+                           "(AgentSpec.reduction); got "
+                           + "; ".join(f"{c.name}: {[s.kind.value for s in c.finish]}"
+                                       for c in consumers))
+    code = []
+    for s in steps:
+        if s.kind not in _SPLIT_STEPS:
+            raise ProgramError(f"emitter {EMITTER_NAME}: no CUDA for finish step "
+                               f"{s.kind.value}")
+        code.append(_SPLIT_STEPS[s.kind])
+    return _SPLIT_OPEN + "".join(code) + _SPLIT_CLOSE
+
 
 _OUT = {"bf16": "pcgc::OutBf16", "fp16": "pcgc::OutF16", "fp32": "pcgc::OutF32"}
 _BIAS = {"none": "pcgc::BiasNone", "bf16": "pcgc::BiasBf16", "fp16": "pcgc::BiasF16",
@@ -332,10 +365,11 @@ _ACT = {"none": "pcgc::ActNone", "relu": "pcgc::ActRelu", "gelu": "pcgc::ActGelu
 _OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
-def general_family(v: GemmVariant) -> dict[str, str]:
+def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> dict[str, str]:
     """The general kernel's device code where it differs from :data:`FAMILY`: the descriptors
-    of each operand's major mode, and the fused epilogue (bias, activation, output type,
-    clipped stores).  Formatted with :func:`_constants` like FAMILY."""
+    of each operand's major mode, split-K's finish from the ``consumers``' steps, and the fused
+    epilogue (bias, activation, output type, clipped stores).  Formatted with
+    :func:`_constants` like FAMILY."""
     a_desc = ("smem_desc_sw128(stage_a(s) + (consumer * CONSUMER_ROWS + mb * {WGMMA_M}) * 128 "
               "+ kk * 32)" if v.a_major == "k" else
               "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_a(s) + (consumer * CONSUMER_ROWS "
@@ -350,7 +384,7 @@ def general_family(v: GemmVariant) -> dict[str, str]:
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
             for (int i = 0; i < ACC; ++i) fence_operand(acc[mb][i]);
-""" + (_SPLIT_FINISH if v.split_k else "") + r"""
+""" + (split_finish(consumers) if v.split_k else "") + r"""
         // The fused epilogue on every accumulator (the m64nN fragment layout): + bias[col],
         // activation, cast; two columns per store where aligned, clipped to m x n.
         using Out = """ + _OUT[v.out_dtype] + """;

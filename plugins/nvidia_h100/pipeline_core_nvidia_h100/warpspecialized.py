@@ -23,8 +23,8 @@ import attrs
 
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, CostModel, DepEdge, KernelLaunch,
                                       Op, OpCost, OpRole, Param, PipelineConfig, ProgramError,
-                                      ResourceKind, ScheduleRecord, TargetProfile, annotate,
-                                      logical)
+                                      ReductionSpec, ResourceKind, ScheduleRecord, TargetProfile,
+                                      annotate, logical)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
@@ -311,8 +311,11 @@ class WarpSpecializedGemm:
                            registers=g.producer_registers)]
         roles += [AgentRole(name=f"consumer{c}", ops=(2 + c,), warps=4, issuers=128,
                             registers=g.consumer_registers) for c in range(g.consumers)]
+        # split-K: the consumers' sums are reduced across the CTAs of the output tile
+        # (docs/guide/agents.md, "Cross-CTA reductions")
         return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
-                         release_lag=self.release_lag)
+                         release_lag=self.release_lag,
+                         reduction=ReductionSpec() if g.variant.split_k else None)
 
     def tag_names(self) -> dict[int, str]:
         return {**self.target.cost_model.tag_names(), **TAG_NAMES}

@@ -21,11 +21,18 @@ in short:
   ``bar.arrive id, count`` arrives without waiting.  Id 0 is ``__syncthreads`` (the kernel's
   ``bar.sync 0`` after the mbarrier initialisation), so it is reserved; the agents lowering
   orders consumer warp groups on the others (docs/guide/agents.md, "Named barriers").
+* **Split-K's hand-off** (docs/guide/agents.md, "Cross-CTA reductions"; CUDA C++ Programming
+  Guide, "Memory Fence Functions"): a CTA's partial sums go to its workspace slice with
+  ``st.global.cg``; ``__threadfence()`` (``fence.sc.gpu``) orders them before the CTA's one
+  ``atom.global.add`` on the tile's counter (release); the CTA whose add returns splits - 1 came
+  last, and its ``__threadfence()`` after that read orders the slices' loads after every
+  earlier arrival (acquire).  The consumers meet on a named barrier (``bar.sync``, the split
+  barrier) around the arrive and before the reset, so each is one action of the CTA.
 """
 from __future__ import annotations
 
-from pipeline_core.plugin_api import (BarrierKind, Channel, ChannelKind, Effect, FrameworkTag,
-                                      NamedBarriers, OpRole, SyncModel)
+from pipeline_core.plugin_api import (BarrierKind, Channel, ChannelKind, CrossCtaReduction, Effect,
+                                      FrameworkTag, NamedBarriers, OpRole, SyncModel)
 
 MBARRIER = "mbarrier"
 WGMMA = "wgmma"
@@ -39,6 +46,8 @@ WGMMA_COMMIT = 164
 WGMMA_WAIT = 165
 NAMED_SYNC = 166
 NAMED_ARRIVE = 167
+#: split-K's steps (``CrossCtaReduction.tags``, in their order)
+SLICE_STORE, RELEASE_FENCE, COUNT_ARRIVE, COUNT_ACQUIRE, SLICE_READ, COUNT_RESET = range(168, 174)
 #: ``wgmma.wait_group N``: the PTX ISA gives N as an integer constant; SASS encodes
 #: ``WARPGROUP.DEPBAR.LE gsb0, N`` and the schedule never needs more than its ring depth.
 MAX_WGMMA_WAIT = 7
@@ -62,6 +71,22 @@ NAMED_BARRIERS = NamedBarriers(ids=16, reserved=(0,), sync_tag=NAMED_SYNC, arriv
                                sync_form="bar.sync {id}, {count}",
                                arrive_form="bar.arrive {id}, {count}", warp_size=32)
 
+#: split-K's hand-off through global memory (the module says why each step is what it is)
+SPLIT_K_REDUCTION = CrossCtaReduction(
+    tags={"slice_store": SLICE_STORE, "release_fence": RELEASE_FENCE,
+          "count_arrive": COUNT_ARRIVE, "count_acquire": COUNT_ACQUIRE, "slice_read": SLICE_READ,
+          "count_reset": COUNT_RESET},
+    forms={"slice_store": "st.global.cg.f32 (the CTA's workspace slice)",
+           "release_fence": "fence.sc.gpu (__threadfence)",
+           "count_arrive": "bar.sync; atom.global.add.u32 (one thread); bar.sync",
+           "count_acquire": "branch: the last arrival only; fence.sc.gpu (__threadfence)",
+           "slice_read": "ld.global.cg.f32 (every slice, in split order)",
+           "count_reset": "bar.sync; st.global.u32 0 (one thread)"},
+    cta_join="the consumers meet on the split named barrier (bar.sync) before the counter's "
+             "atomic add and before its reset",
+    next_use="the next launch on the stream (the persistent grid gives each output tile its own "
+             "counter and slices within a launch)")
+
 #: ``bar.sync 0`` publishes the barriers' initialisation before any agent uses them.
 BARRIERS = (BarrierKind(tag=int(FrameworkTag.BARRIER), name="bar.sync", participants="cta",
                         aligned=True, drains=False, publishes="completed"),)
@@ -73,6 +98,7 @@ ISA_FORMS = {
     WGMMA_FENCE: "wgmma.fence.sync.aligned",
     WGMMA_COMMIT: "wgmma.commit_group.sync.aligned",
     WGMMA_WAIT: "wgmma.wait_group.sync.aligned {wait_value}",
+    **{tag: SPLIT_K_REDUCTION.forms[step] for step, tag in SPLIT_K_REDUCTION.tags.items()},
 }
 
 H100_WGMMA_SYNC = SyncModel(
@@ -80,7 +106,7 @@ H100_WGMMA_SYNC = SyncModel(
     barriers=BARRIERS, isa_forms=ISA_FORMS, register_interlock=False,
     shared_in_order=False, global_loads_write_shared=True,
     agent_tags={"arrive": MBAR_ARRIVE, "expect_tx": MBAR_EXPECT_TX, "fence": WGMMA_FENCE},
-    named_barriers=NAMED_BARRIERS,
+    named_barriers=NAMED_BARRIERS, reduction=SPLIT_K_REDUCTION,
     notes=("a waiter may lag an mbarrier by at most one phase (try_wait.parity tests only the "
            "current and the preceding phase)",
            "a wgmma group's shared-memory reads end when wait_group retires it",
@@ -88,4 +114,5 @@ H100_WGMMA_SYNC = SyncModel(
 
 TAG_NAMES = {MBAR_WAIT: "MBAR_WAIT", MBAR_ARRIVE: "MBAR_ARRIVE", MBAR_EXPECT_TX: "MBAR_EXPECT_TX",
              WGMMA_FENCE: "WGMMA_FENCE", WGMMA_COMMIT: "WGMMA_COMMIT", WGMMA_WAIT: "WAIT_WGMMA",
-             NAMED_SYNC: "NAMED_SYNC", NAMED_ARRIVE: "NAMED_ARRIVE"}
+             NAMED_SYNC: "NAMED_SYNC", NAMED_ARRIVE: "NAMED_ARRIVE",
+             **{tag: step.upper() for step, tag in SPLIT_K_REDUCTION.tags.items()}}

@@ -291,7 +291,9 @@ def test_the_split_k_kernel_reads_its_split_and_reduces_once():
     # partial sums out, one arrival per CTA, the last CTA reduces, resets, runs the epilogue
     finish = src[src.index("// split-K: partial sums out"):src.index("using Out =")]
     assert "__stcg(part + blockIdx.y * slice" in finish
-    assert finish.count(r'asm volatile("bar.sync 15, 256;\n" ::: "memory");') == 2
+    # around the arrive, and before the reset (every consumer's reads done; docs/guide/agents.md,
+    # "Cross-CTA reductions")
+    assert finish.count(r'asm volatile("bar.sync 15, 256;\n" ::: "memory");') == 3
     assert "split_last = atomicAdd(counters + tile, 1u) == gridDim.y - 1;" in finish
     assert "if (!split_last) continue;" in finish and "counters[tile] = 0u;" in finish
     assert finish.index("continue;") < finish.index("__ldcg(") < finish.index("counters[tile] = 0u")
