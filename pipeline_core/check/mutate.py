@@ -94,6 +94,8 @@ AGENT_MUTATIONS = {
     "drop_named_arrive": "drop a named-barrier arrive (NAMED_ARRIVE of an ordering)",
     "drop_named_sync": "drop a named-barrier wait (NAMED_SYNC of an ordering)",
     "swap_named_id": "move a named-barrier step to its ordering's next barrier id",
+    "clamp_trips": "run one agent's loop at least once on an output tile with no K tile (a "
+                   "plan with loop bounds: the others skip it)",
 }
 
 
@@ -118,6 +120,10 @@ class AgentMutation:
     def apply(self, plan: Any) -> Any:
         """``plan`` (an :class:`~pipeline_core.agents.Plan`) with the edit made."""
         prog = plan.program(self.agent)
+        if self.category == "clamp_trips":  # the agent's trip count, not one of its steps
+            return attrs.evolve(plan, programs=[attrs.evolve(p, min_trips=self.delta)
+                                                if p.name == self.agent else p
+                                                for p in plan.programs])
         if self.section == "kernel":
             steps = list(prog.kernel)
         else:
@@ -151,13 +157,20 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
     each reader release dropped, each counter wait loosened by one, each phase wait moved one
     phase either way, each writer acquire dropped, each reader's MMA step dropped; on every
     ring of the plan (:attr:`AgentMutation.ring`); each named-barrier sync or arrive of an
-    ordering dropped, or moved to the ordering's next barrier id."""
+    ordering dropped, or moved to the ordering's next barrier id; on a plan with loop bounds
+    (output tiles of different K-tile counts), each agent's loop run at least once on an
+    output tile the others skip (the hang of cudnn-frontend PR #1069)."""
     from pipeline_core.plan import StepKind
 
     kinds = {r.name: r.kind for r in plan.rings}
     readers = {a for r in plan.rings if r.kind == "full" for a in r.waiters}
     ids = {o.name: o.barriers for o in plan.orders}
     for prog in plan.programs:
+        if plan.bounds is not None and "clamp_trips" in categories:
+            yield AgentMutation(category="clamp_trips", agent=prog.name, section="kernel",
+                                iteration=0, index=0, delta=1,
+                                description=f"{prog.name} runs its loop at least once on an "
+                                            "output tile with no K tile (min_trips 1)")
         sections = ([("prologue", i, s) for i, s in enumerate(prog.prologue)]
                     + [("kernel", 0, prog.kernel)]
                     + [("epilogue", j, s) for j, s in enumerate(prog.epilogue)])
