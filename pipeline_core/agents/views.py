@@ -78,4 +78,8 @@ def agents_doc(plan: Plan, body: Sequence[Op], names: Mapping[int, str],
                                                     for t in o.turns],
                           "barriers": list(o.barriers), "counts": list(o.counts)}
                          for o in plan.orders]
+    if plan.bounds is not None:  # output tiles of different K-tile counts (LoopBounds)
+        b = plan.bounds
+        doc["bounds"] = {"causal": b.causal, "block_m": b.block_m, "block_n": b.block_n,
+                         "align": b.align, "masked_ops": list(b.masked_ops)}
     return doc

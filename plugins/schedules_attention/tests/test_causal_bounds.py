@@ -63,3 +63,15 @@ def test_causal_costs_about_half_the_kv_blocks_in_the_timing_model():
     t_causal = bounded(causal.plan, causal.body, H100_AGENT_MACHINE, 4096, 4096)
     assert (t_full.tiles, t_causal.tiles) == (1024, 528)
     assert 0.45 < t_causal.cycles / t_full.cycles < 0.6
+
+
+def test_the_json_document_carries_the_bounds_and_the_gemms_does_not():
+    from pipeline_core.agents.views import agents_doc
+
+    c = build(causal=True)
+    doc = agents_doc(c.plan, c.body, c.tag_names, c.plan.sync)
+    assert doc["bounds"] == {"causal": True, "block_m": 128, "block_n": 128,
+                             "align": "top_left", "masked_ops": [4, 8]}
+    gemm = compile_named("warpspecialized-gemm")
+    assert gemm.plan.bounds is None
+    assert "bounds" not in agents_doc(gemm.plan, gemm.body, gemm.tag_names, gemm.plan.sync)
