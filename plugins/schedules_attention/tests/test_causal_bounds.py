@@ -72,6 +72,14 @@ def test_the_json_document_carries_the_bounds_and_the_gemms_does_not():
     doc = agents_doc(c.plan, c.body, c.tag_names, c.plan.sync)
     assert doc["bounds"] == {"causal": True, "block_m": 128, "block_n": 128,
                              "align": "top_left", "masked_ops": [4, 8]}
+    jsonschema = pytest.importorskip("jsonschema")
+    from pipeline_core.json_output import load_schema
+
+    schema = load_schema("schedule")
+    jsonschema.validate(doc, {**schema["$defs"]["agents"], "$defs": schema["$defs"]})
+    with pytest.raises(jsonschema.ValidationError):  # the schema checks the key
+        jsonschema.validate({**doc, "bounds": {**doc["bounds"], "align": "diagonal"}},
+                            {**schema["$defs"]["agents"], "$defs": schema["$defs"]})
     gemm = compile_named("warpspecialized-gemm")
     assert gemm.plan.bounds is None
     assert "bounds" not in agents_doc(gemm.plan, gemm.body, gemm.tag_names, gemm.plan.sync)
