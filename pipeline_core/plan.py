@@ -338,6 +338,9 @@ class AgentProgram:
     #: that runs its body once before testing its bound, which the other agents do not expect
     #: on an empty query tile (the hang of cudnn-frontend PR #1069; the proof refuses it)
     min_trips: int = 0
+    #: K tiles this agent's loop runs beyond the plan's trip count (never below 0): 0 in every
+    #: derived plan; -1 / +1 is an agent that computes the bound off by one from the others
+    trip_delta: int = 0
 
     @property
     def name(self) -> str:

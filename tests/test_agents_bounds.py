@@ -107,10 +107,26 @@ def test_an_agent_that_runs_an_empty_tile_the_others_skip_is_refused(agent, monk
     assert verdict(bad).safe  # what the sequences add: nothing else sees the empty tile
 
 
-def test_clamp_trips_is_offered_only_on_plans_with_bounds():
-    assert not list(agent_mutations(fx.attention_plan(), ("clamp_trips",)))
-    assert [m.agent for m in agent_mutations(bounded_plan(), ("clamp_trips",))] == [
-        "producer", "consumer0", "consumer1"]
+@pytest.mark.parametrize("agent", ["producer", "consumer0", "consumer1"])
+@pytest.mark.parametrize("delta", [1, -1])
+def test_an_agent_whose_bound_is_off_by_one_is_refused(agent, delta):
+    plan = bounded_plan()
+    skew = next(m for m in agent_mutations(plan, ("skew_trips",))
+                if m.agent == agent and m.delta == delta)
+    bad = skew.apply(plan)
+    assert bad.program(agent).trip_delta == delta
+    v = verdict(bad)
+    assert v.first.kind == H.DEADLOCK
+    assert any(x.kind == H.DEADLOCK and "diverge" in x.message for x in v.violations)
+
+
+def test_trip_mutations_are_offered_only_on_plans_with_bounds():
+    cats = ("clamp_trips", "skew_trips")
+    assert not list(agent_mutations(fx.attention_plan(), cats))
+    assert not list(agent_mutations(fx.two_ring_plan(), cats))
+    assert [(m.category, m.agent, m.delta) for m in agent_mutations(bounded_plan(), cats)] == [
+        (c, a, d) for a in ("producer", "consumer0", "consumer1")
+        for c, d in (("clamp_trips", 1), ("skew_trips", 1), ("skew_trips", -1))]
 
 
 def test_the_timing_model_runs_each_output_tile_for_its_own_count():

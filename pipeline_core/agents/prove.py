@@ -279,9 +279,10 @@ class _Run:
         return None if c is None else c.kind
 
     def trips_of(self, agent: int) -> tuple[int, ...]:
-        """The K-tile counts ``agent`` runs: the run's, each raised to its ``min_trips``."""
-        low = self.plan.programs[agent].min_trips
-        return tuple(max(t, low) for t in self.trips)
+        """The K-tile counts ``agent`` runs: the run's, moved by its ``trip_delta`` and raised
+        to its ``min_trips`` (both 0 in a derived plan)."""
+        prog = self.plan.programs[agent]
+        return tuple(max(t + prog.trip_delta, prog.min_trips, 0) for t in self.trips)
 
     def locate(self, tile: int) -> tuple[int, int]:
         """(output tile, K tile within it) of ring position ``tile``."""
