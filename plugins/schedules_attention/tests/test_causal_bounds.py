@@ -86,3 +86,29 @@ def test_the_json_document_carries_the_bounds_and_the_gemms_does_not():
     gemm = compile_named("warpspecialized-gemm")
     assert gemm.plan.bounds is None
     assert "bounds" not in agents_doc(gemm.plan, gemm.body, gemm.tag_names, gemm.plan.sync)
+
+
+def test_analyze_reports_the_causal_head_against_the_full_square():
+    import json
+
+    jsonschema = pytest.importorskip("jsonschema")
+    import referencing
+
+    from pipeline_core.json_output import SCHEMAS, load_schema
+    from pipeline_core.testing import run_cli
+
+    args = ["analyze", NAME, "--target", "h100", "--iterations", "32"]
+    text = run_cli([*args, "-p", "causal=true"])
+    assert text.exit_code == 0, text.stderr
+    assert "causal bounds (one head, 4096 queries and keys" in text.stdout
+    assert "528 of 1024 KV blocks" in text.stdout
+    doc = json.loads(run_cli([*args, "-p", "causal=true", "--format", "json"]).stdout)
+    registry = referencing.Registry().with_resources(
+        [(s["$id"], referencing.Resource.from_contents(s)) for s in map(load_schema, SCHEMAS)])
+    validator = jsonschema.Draft202012Validator(load_schema("analyze"), registry=registry)
+    assert list(validator.iter_errors(doc)) == []
+    c = doc["causal"]
+    assert (c["seq"], c["kv_blocks"], c["full_blocks"]) == (4096, 528, 1024)
+    assert 0.45 < c["cycles"] / c["full_cycles"] < 0.6
+    plain = json.loads(run_cli([*args, "--format", "json"]).stdout)
+    assert "causal" not in plain and "causal bounds" not in run_cli(args).stdout
