@@ -77,6 +77,19 @@ class SteadyState:
     stalls: tuple[tuple[str, int], ...] = ()
 
 
+@attrs.frozen(kw_only=True)
+class CausalRun:
+    """One head's query tiles on the agents timing model with the plan's causal bounds, against
+    the same square without them (pipeline_core.agents.timing.bounded;
+    docs/guide/attention.md, "Causal bounds and tails")."""
+
+    seq: int            #: queries and keys of the square: ``iterations`` KV blocks
+    kv_blocks: int      #: KV blocks the causal query tiles visit
+    full_blocks: int    #: KV blocks of the square
+    cycles: float
+    full_cycles: float
+
+
 @attrs.frozen
 class ScheduleMetrics:
     """Everything ``pipeline-core analyze`` reports for one compiled schedule."""
@@ -99,6 +112,8 @@ class ScheduleMetrics:
     recurrence_names: tuple[str, ...] = ()
     #: the target's declared register budget per wave (None: none declared)
     register_budget: int | None = None
+    #: a plan with causal loop bounds: one head's query tiles each run for its own count
+    causal: CausalRun | None = None
 
     @property
     def over_register_budget(self) -> bool:
@@ -140,6 +155,10 @@ class ScheduleMetrics:
                 "groups": self.steady.groups, "iterations": self.steady.iterations,
                 "stall_cycles_by_cause": dict(self.steady.stalls)},
         }
+        if self.causal is not None:  # only a plan with causal bounds carries the key
+            c = self.causal
+            d["causal"] = {"seq": c.seq, "kv_blocks": c.kv_blocks, "full_blocks": c.full_blocks,
+                           "cycles": round(c.cycles), "full_cycles": round(c.full_cycles)}
         if self.optimal is not None:
             r = self.optimal
             d["optimal"] = {"makespan": r.makespan, "lower_bound": r.lower_bound,
@@ -264,6 +283,26 @@ def steady_state(compiled, iterations: int = 12) -> SteadyState | None:
                        tuple(sorted(stalls.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
+def causal_run(compiled, iterations: int) -> CausalRun | None:
+    """A plan with causal bounds: the square whose last query tile visits ``iterations`` KV
+    blocks, causal and not (None for any other plan, or when it cannot be modelled)."""
+    bounds = compiled.plan.bounds
+    machine = getattr(getattr(compiled, "target_profile", None), "agent_machine", None)
+    if bounds is None or not bounds.causal or machine is None:
+        return None
+    from pipeline_core.agents.timing import bounded
+
+    seq = iterations * bounds.block_n
+    full_plan = attrs.evolve(compiled.plan, bounds=attrs.evolve(bounds, causal=False))
+    try:
+        causal = bounded(compiled.plan, compiled.body, machine, seq, seq)
+        full = bounded(full_plan, compiled.body, machine, seq, seq)
+    except ValueError:  # a deadlocked plan: the steady state says so
+        return None
+    return CausalRun(seq=seq, kv_blocks=causal.tiles, full_blocks=full.tiles,
+                     cycles=causal.cycles, full_cycles=full.cycles)
+
+
 def analyze_order(body: Sequence[Op], edges: Sequence[DepEdge], order: Sequence[int], *,
                   penalty: int = 0, num_partitions: int = 1, max_globals: int = 0) -> ScheduleMetrics:
     """Metrics of one order of a body (no emitted kernel, so no steady state)."""
@@ -301,6 +340,7 @@ def analyze_compiled(compiled, *, iterations: int = 12, simulate: bool = True,
         changes["register_budget"] = budget
     if simulate:
         changes["steady"] = steady_state(compiled, iterations)
+        changes["causal"] = causal_run(compiled, iterations)
     if optimal_time is not None and compiled.body:
         from pipeline_core.scheduling.exact import exact_schedule
 
@@ -351,6 +391,12 @@ def format_metrics(m: ScheduleMetrics, title: str = "") -> str:
         causes = ", ".join(f"{reason} {cycles} ({100 * cycles / total:.0f}%)"
                            for reason, cycles in s.stalls) if total else "none"
         lines.append(f"  stall cycles by cause (all groups, whole run): {causes}")
+    if m.causal is not None:
+        c = m.causal
+        lines.append(f"  causal bounds (one head, {c.seq} queries and keys, each query tile its "
+                     f"own KV blocks): {c.kv_blocks} of {c.full_blocks} KV blocks, "
+                     f"{c.cycles:.0f} cycles = {c.cycles / c.full_cycles:.2f} of the "
+                     f"{c.full_cycles:.0f} without the mask")
     if m.optimal is not None:
         r = m.optimal
         state = "proven optimal" if r.proven_optimal else f"best found, gap {r.gap}"

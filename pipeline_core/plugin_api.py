@@ -58,8 +58,8 @@ from pipeline_core.launch import KernelLaunch
 from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, PARAM_INT, Bound
 from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole, Phase,
                                ResourceKind, framework_op, logical)
-from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, OrderSpec, ReductionSpec, Ring,
-                                RingSpec, Step, StepKind, Turn)
+from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, LoopBounds, OrderSpec,
+                                ReductionSpec, Ring, RingSpec, Step, StepKind, Turn)
 from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
@@ -83,7 +83,7 @@ __all__ = [
     "ExecutionModel",
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
-    "AgentSpec", "AgentRole", "RingSpec", "OrderSpec", "Turn", "ReductionSpec",
+    "AgentSpec", "LoopBounds", "AgentRole", "RingSpec", "OrderSpec", "Turn", "ReductionSpec",
     "SchedulingRequest",
     "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine",
     "emit_minimal_barrier_block", "double_buffer_reorder", "optimize_within_barriers",

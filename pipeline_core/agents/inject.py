@@ -251,7 +251,7 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
     plan = Plan(stages=stages, programs=programs, rings=rings, reduction=reduction,
                 min_tiles=max(len(p.prologue) for p in programs) or 1,
                 op_bytes={i: spec.op_bytes.get(i, 0) for i in sorted(writer_of)},
-                orders=orders, sync=sync,
+                orders=orders, sync=sync, bounds=spec.bounds,
                 description=f"agents lowering, {len(programs)} agents, {stages} ring stages")
     return derive_counter_waits(plan)
 

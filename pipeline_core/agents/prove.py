@@ -77,6 +77,13 @@ ASSUMPTIONS = (
 #: hand-over repeats the second's, as every output tile runs the same programs
 OUTPUT_TILES = (1, 2)
 
+#: K-tile counts of consecutive output tiles one CTA runs, for a plan whose output tiles visit
+#: different counts (:class:`~pipeline_core.plan.LoopBounds`: attention's causal bounds): an
+#: empty query tile between two others, empty tiles first, a short tile before a long one, and
+#: ``S`` (the deepest ring) for a tile shorter than the ring before an empty one and a long one
+#: (docs/guide/agents.md, "Output tiles of different lengths")
+TRIP_SEQUENCES = ((3, 0, 2), (0, 0, 1), (1, 5), ("S-1", 0, "S+1"))
+
 START = ("start",)
 Node = tuple
 
@@ -94,6 +101,24 @@ def tile_counts(plan: Plan) -> list[int]:
     empty = {0} if any(r.once for r in plan.rings) else set()
     return sorted({*empty, plan.min_tiles, plan.min_tiles + 1,
                    *(base + r for r in range(period))})
+
+
+def trip_sequences(plan: Plan) -> list[tuple[int, ...]]:
+    """The K-tile counts of the output tiles each extra run chains (:data:`TRIP_SEQUENCES`,
+    ``S`` the deepest ring), for a plan with :attr:`~pipeline_core.plan.Plan.bounds`; none for
+    one whose output tiles all visit the same count (the GEMM: its proofs stay as they were).
+    A count below :attr:`~pipeline_core.plan.Plan.min_tiles` other than 0 is raised to it."""
+    if plan.bounds is None:
+        return []
+    deepest = max({plan.stages, *(r.stages for r in plan.rings)})
+    at = {"S-1": deepest - 1, "S+1": deepest + 1}
+    out: list[tuple[int, ...]] = []
+    for seq in TRIP_SEQUENCES:
+        counts = tuple(at[x] if isinstance(x, str) else x for x in seq)
+        counts = tuple(c and max(c, plan.min_tiles) for c in counts)
+        if counts not in out:
+            out.append(counts)
+    return out
 
 
 @attrs.frozen(kw_only=True)
@@ -123,6 +148,12 @@ class _Inst:
         return self.placed.tile - self.base
 
     @property
+    def key_tile(self) -> int:
+        """What keys this op instance (``_Run.op_at``): its K tile, or the output tile for a
+        once step (an output tile with no K tile has the same base as the next one)."""
+        return self.output if self.step.once else self.placed.tile
+
+    @property
     def pos(self) -> int:
         """The ring position: :attr:`tile`, or the output tile for a step run once per output
         tile (its ring's stages and phases count output tiles)."""
@@ -130,15 +161,21 @@ class _Inst:
 
 
 class _Run:
-    """One unrolled run of ``outputs`` output tiles of ``tiles`` K tiles each, back to back on
-    one CTA with the rings running on (the persistent kernel): the graph, its events and the
-    checks on it.  Ring stages and phases count the K tiles of every output tile (a step's
-    :attr:`_Inst.tile`); the data of one output tile is its K tiles 0 .. tiles - 1."""
+    """One unrolled run of output tiles of ``trips[o]`` K tiles each, back to back on one CTA
+    with the rings running on (the persistent kernel): the graph, its events and the checks on
+    it.  Ring stages and phases count the K tiles of every output tile (a step's
+    :attr:`_Inst.tile`); the data of output tile o is its K tiles 0 .. trips[o] - 1.  An agent
+    whose :attr:`~pipeline_core.plan.AgentProgram.min_trips` raises a count runs (and counts
+    its ring positions) by its own, which the others do not expect."""
 
     def __init__(self, plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge],
-                 sync: SyncModel, names: Mapping[int, str], tiles: int, outputs: int = 1) -> None:
+                 sync: SyncModel, names: Mapping[int, str], trips: Sequence[int]) -> None:
         self.plan, self.body, self.edges, self.sync = plan, body, edges, sync
-        self.names, self.tiles, self.outputs = names, tiles, outputs
+        self.names, self.trips, self.outputs = names, tuple(trips), len(trips)
+        #: the K tiles the rings served before each output tile (``rb`` in the kernel)
+        self.bases = tuple(sum(self.trips[:o]) for o in range(self.outputs))
+        #: the run's length in the findings' order: its longest output tile
+        self.tiles = max(self.trips)
         self.depths = {r.name: r.stages for r in plan.rings}
         #: copies issued once per output tile (their instance's tile is the output's first)
         self.once_ops = {op for r in plan.rings if r.once for op in r.ops}
@@ -180,7 +217,8 @@ class _Run:
     def step_text(self, inst: _Inst) -> str:
         s, who, u = inst.step, self.agent_name(inst.agent), inst.pos
         tag = tag_name(s.tag, self.names) if s.tag >= 0 else s.kind.value.upper()
-        after_loop = inst.placed.section == "epilogue" and inst.local >= self.tiles
+        after_loop = (inst.placed.section == "epilogue"
+                      and inst.local >= self.trips_of(inst.agent)[inst.output])
         when = ("after the loop" if after_loop else "before the loop" if s.once
                 else f"for tile {inst.local}")
         when += _of_output(inst.output)
@@ -211,7 +249,7 @@ class _Run:
         replaces ``inst``'s own (a step that is missing is reported where it belongs)."""
         self.out.append(Violation(kind, site or self.site(inst), message,
                                   self.site(other) if other is not None else None, fix,
-                                  order=(PRIORITY[kind], self.outputs, rank, self.tiles,
+                                  order=(PRIORITY[kind], self.outputs, rank, self.trips,
                                          inst.agent, inst.n)))
 
     def missing_site(self, agent: int, wanted: Callable[[Step], bool], tile: int,
@@ -225,11 +263,11 @@ class _Run:
         at = next((i for i, x in enumerate(ref) if wanted(x)), len(ref))
         lag = ref[at].lag if at < len(ref) else 0
         t = tile + lag
-        section, iteration, steps = _section_at(prog, t, self.tiles)
+        section, iteration, steps = _section_at(prog, t, self.trips[output])
         before = {_shape(x) for x in ref[:at]}  # counter wait values differ by position
         position = sum(1 for x in steps if _shape(x) in before)
         insts = self.insts[agent]
-        base = output * self.tiles
+        base = self.bases[output]
         anchor = next((i for i in reversed(insts) if i.placed.t <= base + t), insts[0])
         name = self.agent_name(agent)
         return Site(section, position, tile, agent,
@@ -245,15 +283,28 @@ class _Run:
         c = self.kinds.get(name) if name is not None else None
         return None if c is None else c.kind
 
+    def trips_of(self, agent: int) -> tuple[int, ...]:
+        """The K-tile counts ``agent`` runs: the run's, moved by its ``trip_delta`` and raised
+        to its ``min_trips`` (both 0 in a derived plan)."""
+        prog = self.plan.programs[agent]
+        return tuple(max(t + prog.trip_delta, prog.min_trips, 0) for t in self.trips)
+
+    def locate(self, tile: int) -> tuple[int, int]:
+        """(output tile, K tile within it) of ring position ``tile``."""
+        o = max((o for o in range(self.outputs) if self.bases[o] <= tile
+                 and (self.trips[o] or o == self.outputs - 1)), default=0)
+        return o, tile - self.bases[o]
+
     def build(self) -> None:
         for a, prog in enumerate(self.plan.programs):
             insts: list[_Inst] = []
+            trips = self.trips_of(a)
             for o in range(self.outputs):
-                base = o * self.tiles
+                base = sum(trips[:o])
                 insts += [_Inst(agent=a, n=len(insts) + n, output=o, base=base,
                                 placed=PlacedStep(section=p.section, iteration=p.iteration,
                                                   position=p.position, t=p.t + base, step=p.step))
-                          for n, p in enumerate(prog.placed(self.tiles))]
+                          for n, p in enumerate(prog.placed(trips[o]))]
             self.insts.append(insts)
             prev: Node = START
             open_ops: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
@@ -305,7 +356,7 @@ class _Run:
     def _step(self, inst: _Inst, open_ops: dict[str, list[tuple[int, int, int]]]) -> None:
         s, a, u = inst.step, inst.agent, inst.pos
         if s.kind == StepKind.OP:
-            key = (a, s.op, inst.tile)
+            key = (a, s.op, inst.key_tile)
             self.op_at[key] = inst
             eff = self.effect(s.op)
             ck = self.channel_kind(eff.counter if eff else None)
@@ -479,6 +530,7 @@ class _Run:
     def check(self) -> list[Violation]:
         self.close()
         self._deadlocks()
+        self._trips_agree()
         self._stranded()
         self._named_rules()
         self._orders()
@@ -488,6 +540,36 @@ class _Run:
         self._accumulators()
         self._products()
         return self.out
+
+    def _trips_agree(self) -> None:
+        """Every agent on a ring visits each output tile's K tiles by the same count: the ring
+        positions (stages and phases) run on across output tiles, so one agent that runs a
+        tile the others skip (a loop run once on an empty query tile) leaves every later wait
+        on a phase that completes for another tile (docs/guide/agents.md, "Output tiles of
+        different lengths")."""
+        for ring in self.plan.rings:
+            if ring.once:
+                continue
+            agents = [a for a, p in enumerate(self.plan.programs)
+                      if p.name in ring.signallers or p.name in ring.waiters]
+            for o in range(self.outputs):
+                counts = {a: self.trips_of(a)[o] for a in agents}
+                if len(set(counts.values())) < 2:
+                    continue
+                a = next(a for a in agents if counts[a] != self.trips[o])
+                other = next(b for b in agents if counts[b] == self.trips[o])
+                first = next(i for i in self.insts[a] if i.output == o)
+                self.report(HazardKind.DEADLOCK, first,
+                            f"{self.agent_name(a)} runs {counts[a]} K tile"
+                            f"{'s' if counts[a] != 1 else ''} for output tile {o + 1} where "
+                            f"{self.agent_name(other)} runs {counts[other]}: their positions "
+                            f"on {ring.name} diverge, so a later wait names a phase that "
+                            "completes for another tile (a persistent kernel hangs)",
+                            fix=Fix("review", first.placed.section, first.placed.position,
+                                    f"let {self.agent_name(a)} run the plan's trip count "
+                                    "(LoopBounds.trips): an output tile with no K tile runs "
+                                    "only its once steps"), rank=0)
+                return
 
     def _deadlocks(self) -> None:
         for a, insts in enumerate(self.insts):
@@ -534,8 +616,9 @@ class _Run:
 
     def _gen_text(self, gen: "_Generation") -> str:
         """Why a generation of a named barrier never completes (or completes wrongly)."""
-        what = (f"the generation of named barrier {gen.barrier} for tile {gen.tile % self.tiles}"
-                f"{_of_output(gen.tile // self.tiles)}")
+        output, local = self.locate(gen.tile)
+        what = (f"the generation of named barrier {gen.barrier} for tile {local}"
+                f"{_of_output(output)}")
         if len(gen.counts) > 1:
             return (f"{what} is joined with counts {', '.join(map(str, gen.counts))}: every "
                     "named_sync and named_arrive of one generation must name the same count")
@@ -589,7 +672,7 @@ class _Run:
         for order in self.plan.orders:
             turns = len(order.turns)
             # the turns run on across output tiles as across K tiles (the persistent kernel)
-            seq = [(n, u) for u in range(self.tiles * self.outputs) for n in range(turns)]
+            seq = [(n, u) for u in range(sum(self.trips)) for n in range(turns)]
             for (i, u), (j, v) in zip(seq, seq[1:]):
                 before, after = section.get((order.name, i, u)), section.get((order.name, j, v))
                 if not before or not after:
@@ -653,9 +736,11 @@ class _Run:
         for ring in self.plan.rings:
             waited = {self._source_tile(r, inst.pos) for inst, r, _, _ in self.waits
                       if r == ring.name}
-            per = 1 if ring.once else self.tiles  # a once ring holds one position per output
-            for u in range(per * self.outputs):
-                stage, o, local = u % ring.stages, u // per, u % per
+            # a once ring holds one position per output tile
+            held = [(o, o, 0) if ring.once else (self.bases[o] + k, o, k)
+                    for o in range(self.outputs) for k in range(1 if ring.once else self.trips[o])]
+            for u, o, local in held:
+                stage = u % ring.stages
                 if u in waited or any(i.pos == u for i, _, _ in
                                       self.signals.get((ring.name, stage), [])):
                     continue
@@ -754,7 +839,9 @@ class _Run:
                 if self.plan.ring(s.channel).kind != "empty":
                     continue
                 # a once ring's release frees the copy every K tile of its output tile read
-                tiles = ([inst.base + k for k in range(self.tiles)] if s.once else [inst.tile])
+                tiles = ([inst.base + k for k in range(self.trips_of(inst.agent)[inst.output])]
+                         if s.once
+                         else [inst.tile])
                 for op in sorted(readers[s.channel]):
                     for u in tiles:
                         key = (inst.agent, op, u)
@@ -773,7 +860,7 @@ class _Run:
                 if op != e.producer or key in released or reader.node in self.dead:
                     continue
                 # a once copy is overwritten by the next output tile's
-                target = (reader.base + self.tiles if e.consumer in self.once_ops
+                target = (reader.output + 1 if e.consumer in self.once_ops
                           else u + e.distance)
                 for _, writer in self.op_tile.get((e.consumer, target), []):
                     if writer.node in self.dead:
@@ -873,9 +960,10 @@ class _Run:
             for ckey, reader in self.op_at.items():
                 if ckey[1] != e.consumer or reader.node in self.dead:
                     continue
-                u = reader.base if e.producer in self.once_ops else ckey[2] - e.distance
-                if u < reader.base:  # no output tile reads data of the one before it
-                    continue
+                # a once copy is keyed by its output tile (:attr:`_Inst.key_tile`)
+                u = reader.output if e.producer in self.once_ops else ckey[2] - e.distance
+                if e.producer not in self.once_ops and u < reader.base:
+                    continue  # no output tile reads data of the one before it
                 for pkey, writer in self.op_tile.get((e.producer, u), []):
                     if writer.node in self.dead:
                         continue
@@ -964,7 +1052,7 @@ class _Run:
             mine = runs.get((a, op, o), [])
             seen = Counter(i.local for i in mine)
             # a once copy runs once per output tile, also for one with no K tile
-            limit = 1 if op in self.once_ops else self.tiles
+            limit = 1 if op in self.once_ops else self.trips[o]
             inside = lambda i: 0 <= i.local < limit  # noqa: E731
             extra = [i for i in mine if (a, op) not in owned or not inside(i) or seen[i.local] > 1]
             if extra:
@@ -976,7 +1064,7 @@ class _Run:
                             f"runs once too often: {why}",
                             fix=Fix("review", inst.placed.section, inst.placed.position,
                                     f"remove this {name} step"))
-            expected = 1 if op in self.once_ops else self.tiles  # a once copy: one per output
+            expected = 1 if op in self.once_ops else self.trips[o]  # a once copy: one per output
             missing = [u for u in range(expected) if not seen[u]]
             if (a, op) not in owned or not missing:
                 continue
@@ -986,7 +1074,7 @@ class _Run:
             shown = ", ".join(map(str, missing[:6])) + (", ..." if len(missing) > 6 else "")
             self.report(HazardKind.MISSING_PRODUCT, anchor,
                         f"{who}'s {name} never runs for K tile{'s' if len(missing) > 1 else ''} "
-                        f"{shown} of a {self.tiles}-tile loop: every K tile's product must "
+                        f"{shown} of a {self.trips[o]}-tile loop: every K tile's product must "
                         "reach the result exactly once", site=site,
                         fix=Fix("review", site.phase, site.index,
                                 f"restore {who}'s {name} step for tile {u}"))
@@ -1046,12 +1134,13 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
     names.update({k: v for k, v in sync.tag_names().items() if k not in names})
     found: dict[tuple, Violation] = {}
     counts = tile_counts(plan)
-    for outputs in OUTPUT_TILES:
-        for tiles in counts:
-            run = _Run(plan, body, edges, sync, names, tiles, outputs)
-            run.build()
-            for v in run.check():
-                found.setdefault(finding_key(v), v)
+    sequences = trip_sequences(plan)
+    runs = [(tiles,) * outputs for outputs in OUTPUT_TILES for tiles in counts] + sequences
+    for trips in runs:
+        run = _Run(plan, body, edges, sync, names, trips)
+        run.build()
+        for v in run.check():
+            found.setdefault(finding_key(v), v)
     for v in prove_reduction(plan, sync, names, PRIORITY):  # the CTAs of one output tile
         found.setdefault(finding_key(v), v)
     violations = tuple(sorted(found.values(), key=lambda v: v.order))
@@ -1063,9 +1152,14 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                              f"K-tile counts {', '.join(map(str, counts))}",
                              f"{' and '.join(map(str, OUTPUT_TILES))} output tiles per CTA, "
                              "the rings running on across them (the persistent kernel)",
+                             *([f"output tiles of different K-tile counts back to back: "
+                                f"{'; '.join(', '.join(map(str, q)) for q in sequences)}"]
+                               if sequences else []),
                              f"sync model {sync.name}", *ASSUMPTIONS,
                              *reduction_assumptions(plan, sync)],
              "notes": list(sync.notes)}
+    if sequences:
+        model["trip_sequences"] = [list(q) for q in sequences]
     return Verdict(safe=not violations, name=name, groups=len(plan.programs), warps_per_group=1,
                    iterations=max(counts), model=model, violations=violations)
 

@@ -82,4 +82,8 @@ def agents_doc(plan: Plan, body: Sequence[Op], names: Mapping[int, str],
                          for o in plan.orders]
     if plan.reduction is not None:  # likewise only a plan with a cross-CTA reduction
         doc["reduction"] = {"name": plan.reduction.name, "agents": list(plan.reduction.agents)}
+    if plan.bounds is not None:  # output tiles of different K-tile counts (LoopBounds)
+        b = plan.bounds
+        doc["bounds"] = {"causal": b.causal, "block_m": b.block_m, "block_n": b.block_n,
+                         "align": b.align, "masked_ops": list(b.masked_ops)}
     return doc

@@ -101,6 +101,10 @@ AGENT_MUTATIONS = {
     "read_before_count": "move a reduction's slice read before its COUNT_ACQUIRE (before the "
                          "count reached the splits)",
     "reset_before_read": "move a reduction's counter reset before its slice read",
+    "clamp_trips": "run one agent's loop at least once on an output tile with no K tile (a "
+                   "plan with loop bounds: the others skip it)",
+    "skew_trips": "run one agent's loop one K tile more or fewer than the others on every "
+                  "output tile (a plan with loop bounds: its bound computed off by one)",
 }
 
 #: the reduction mutations that drop a finish step, by the step kind they drop; the others
@@ -133,6 +137,11 @@ class AgentMutation:
     def apply(self, plan: Any) -> Any:
         """``plan`` (an :class:`~pipeline_core.agents.Plan`) with the edit made."""
         prog = plan.program(self.agent)
+        if self.category in ("clamp_trips", "skew_trips"):  # its trip count, not a step
+            field = "min_trips" if self.category == "clamp_trips" else "trip_delta"
+            return attrs.evolve(plan, programs=[attrs.evolve(p, **{field: self.delta})
+                                                if p.name == self.agent else p
+                                                for p in plan.programs])
         if self.section in ("kernel", "finish"):
             steps = list(getattr(prog, self.section))
         else:
@@ -170,13 +179,26 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
     ring of the plan (:attr:`AgentMutation.ring`); each named-barrier sync or arrive of an
     ordering dropped, or moved to the ordering's next barrier id; each reduction's release
     fence, arrive or reset dropped, its read moved before the acquire, its reset before the
-    read."""
+    read; on a plan with loop bounds (output tiles of different K-tile counts), each agent's loop
+    run at least once on an output tile the others skip (the hang of cudnn-frontend PR #1069),
+    or one K tile more or fewer than the others on every output tile."""
     from pipeline_core.plan import StepKind
 
     kinds = {r.name: r.kind for r in plan.rings}
     readers = {a for r in plan.rings if r.kind == "full" for a in r.waiters}
     ids = {o.name: o.barriers for o in plan.orders}
     for prog in plan.programs:
+        if plan.bounds is not None and "clamp_trips" in categories:
+            yield AgentMutation(category="clamp_trips", agent=prog.name, section="kernel",
+                                iteration=0, index=0, delta=1,
+                                description=f"{prog.name} runs its loop at least once on an "
+                                            "output tile with no K tile (min_trips 1)")
+        for d in (1, -1):
+            if plan.bounds is not None and "skew_trips" in categories:
+                yield AgentMutation(category="skew_trips", agent=prog.name, section="kernel",
+                                    iteration=0, index=0, delta=d,
+                                    description=f"{prog.name} runs {d:+d} K tile on every "
+                                                "output tile (trip_delta)")
         sections = ([("prologue", i, s) for i, s in enumerate(prog.prologue)]
                     + [("kernel", 0, prog.kernel)]
                     + [("epilogue", j, s) for j, s in enumerate(prog.epilogue)])

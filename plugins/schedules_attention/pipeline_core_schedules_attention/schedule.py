@@ -29,8 +29,9 @@ from typing import Any
 import attrs
 
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext, CostModel,
-                                      DepEdge, KernelLaunch, Op, OpCost, OpRole, OrderSpec, Param,
-                                      PipelineConfig, ProgramError, ResourceKind, RingSpec,
+                                      DepEdge, KernelLaunch, LoopBounds, Op, OpCost, OpRole,
+                                      OrderSpec, Param, PipelineConfig, ProgramError, ResourceKind,
+                                      RingSpec,
                                       ScheduleRecord, TargetProfile, Turn, annotate, logical)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
@@ -271,7 +272,15 @@ class FlashAttentionForward:
         rings = (RingSpec(name="q", ops=(Q,)), RingSpec(name="k", ops=(K,), release_lag=0),
                  RingSpec(name="v", ops=(V,), release_lag=0))
         return AgentSpec(roles=roles, op_bytes={Q: g.q_bytes, K: g.kv_bytes, V: g.kv_bytes},
-                         rings=rings, once=(Q,), orders=orders, lags=lags)
+                         rings=rings, once=(Q,), orders=orders, lags=lags, bounds=self.bounds())
+
+    def bounds(self) -> LoopBounds:
+        """The causal loop bounds and the masked KV blocks (the diagonal's and the key tail's),
+        applied by each consumer's softmax; the body stays one KV block
+        (docs/guide/attention.md, "Causal bounds and tails")."""
+        g = self.geometry
+        return LoopBounds(causal=g.causal, block_m=g.block_m, block_n=g.block_n,
+                          masked_ops=tuple(consumer_op(c, SOFTMAX) for c in range(g.consumers)))
 
     def tag_names(self) -> dict[int, str]:
         return {**self.target.cost_model.tag_names(), **TAG_NAMES}
