@@ -314,6 +314,13 @@ def enabled(argument: bool | None, environ: dict[str, str] | None = None) -> boo
                         f"unset it")
 
 
+def cached(m: int, n: int, k: int, variant: GemmVariant, *, device: str, toolkit: str,
+           path: Path | None = None, err: TextIO | None = None) -> Candidate | None:
+    """The tuning cache's winner for this shape's bucket, or None (nothing is timed)."""
+    key = tune_key(device, variant, m, n, k, toolkit)
+    return load(cache_path() if path is None else path, err).get(key.text())
+
+
 def tune(m: int, n: int, k: int, variant: GemmVariant, *, device: str, sms: int, toolkit: str,
          timer: Callable[[Candidate], float], top_k: int = TOP_K, path: Path | None = None,
          err: TextIO | None = None) -> Candidate:
@@ -321,10 +328,10 @@ def tune(m: int, n: int, k: int, variant: GemmVariant, *, device: str, sms: int,
     the model's best ``top_k`` timed by ``timer`` (seconds, lower wins; ties go to the model's
     order), the fastest stored.  A cold tuning says so in one stderr line first."""
     path = cache_path() if path is None else path
-    key = tune_key(device, variant, m, n, k, toolkit)
-    found = load(path, err).get(key.text())
+    found = cached(m, n, k, variant, device=device, toolkit=toolkit, path=path, err=err)
     if found is not None:
         return found
+    key = tune_key(device, variant, m, n, k, toolkit)
     ranked = rank(m, n, k, variant, sms)
     if not ranked:
         raise AutotuneError(f"no variant of {SCHEDULE_NAME} compiles for {variant.dtype} "

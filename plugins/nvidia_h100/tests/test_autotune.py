@@ -165,3 +165,31 @@ def test_the_source_hash_changes_with_the_emitter(monkeypatch, tmp_path):
         assert autotune.source_hash() != before
     finally:
         autotune.source_hash.cache_clear()
+
+
+def test_cached_answers_a_warm_bucket_and_none_when_cold(tmp_path):
+    path = tmp_path / "autotune.json"
+    ask = {"device": "NVIDIA H100", "toolkit": "cuda_12.4", "path": path}
+    assert autotune.cached(4096, 4096, 4096, V, **ask) is None
+    won, _ = run_tune(path, FakeTimer())
+    assert autotune.cached(4001, 4096, 2049, V, **ask) == won
+    assert autotune.cached(4096, 4096, 2048, V, **ask) is None  # the next bucket down
+
+
+def test_the_default_candidate_builds_the_untuned_calls_kernel():
+    from pipeline_core.plugin_api import compile_named
+    from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma
+    from pipeline_core_nvidia_h100.matmul_call import CALL_STAGES, CALL_TILE, schedule_params
+
+    assert (DEFAULT.bm, DEFAULT.bn, DEFAULT.stages) == (CALL_TILE.bm, CALL_TILE.bn, CALL_STAGES)
+    v = attrs.evolve(V, activation="relu")
+
+    def source(params, stages):
+        return emit_wgmma(compile_named("warpspecialized-gemm", target="h100", params=params,
+                                        target_args={"stages": str(stages)}))
+
+    untuned = source(schedule_params(v), CALL_STAGES)
+    assert source(DEFAULT.params(v), DEFAULT.stages) == untuned
+    other = Candidate(bm=64, bn=128, stages=3, consumers=1)
+    tuned = source(schedule_params(v, other), other.stages)
+    assert tuned != untuned and "relu" in tuned.lower()
