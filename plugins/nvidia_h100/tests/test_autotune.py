@@ -193,3 +193,39 @@ def test_the_default_candidate_builds_the_untuned_calls_kernel():
     other = Candidate(bm=64, bn=128, stages=3, consumers=1)
     tuned = source(schedule_params(v, other), other.stages)
     assert tuned != untuned and "relu" in tuned.lower()
+
+
+def test_a_candidate_the_compile_refuses_is_never_ranked(monkeypatch):
+    from pipeline_core import plugin_api
+
+    refused = Candidate(bm=64, bn=64, stages=3, consumers=1)
+    real = plugin_api.compile_named
+
+    def compile_named(name, **kw):
+        if kw["params"]["BM"] == "64" and kw["params"]["BN"] == "64" and \
+                kw["target_args"]["stages"] == "3":
+            raise ProgramError("refused for the test")
+        return real(name, **kw)
+
+    autotune._compiled.cache_clear()
+    autotune.model_cycles.cache_clear()
+    monkeypatch.setattr(plugin_api, "compile_named", compile_named)
+    try:
+        assert refused in candidates(1, 64, 64, V, SMS)
+        ranked = [c for _, c in rank(1, 64, 64, V, SMS)]
+        assert refused not in ranked and ranked
+        assert autotune.model_cycles(refused, 4) is None
+    finally:
+        autotune._compiled.cache_clear()
+        autotune.model_cycles.cache_clear()
+
+
+def test_the_call_launches_the_untuned_variant_unless_switched_on(monkeypatch):
+    from pipeline_core_nvidia_h100 import matmul_call
+
+    monkeypatch.delenv(autotune.ENV, raising=False)
+    # off: decided before any GPU package is touched (none is installed here)
+    assert matmul_call._tuned(None, None, None, None, None, None, None, 0, 0) == DEFAULT
+    monkeypatch.setenv(autotune.ENV, "on")
+    with pytest.raises(AutotuneError, match=r"^PIPELINE_CORE_AUTOTUNE='on': set it to 1"):
+        matmul_call._tuned(None, None, None, None, None, None, None, 0, 0)
