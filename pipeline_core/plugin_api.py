@@ -32,7 +32,8 @@ Grouped by what a plugin does:
 * customise the block program: :func:`emit_minimal_barrier_block` for explicit blocks;
 * emit code: an emitter receives a :class:`CompiledSchedule`, whose plan holds the agents'
   programs (:class:`AgentProgram`, :class:`Ring`, :class:`Step`, :class:`StepKind`);
-  :class:`AgentMachine` is a target's machine for the agents timing model;
+  :class:`AgentMachine` is a target's machine for the agents timing model, which
+  :func:`simulate_agents` runs a plan on (a plugin's autotuner ranks its variants by it);
 * report errors: the :mod:`pipeline_core.errors` classes below;
 * compile at run time (a plugin's own call, such as the H100 plugin's ``matmul``):
   :func:`compile_named` on :func:`default_host` or a :class:`PluginHost` of its own;
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 from pipeline_core import installed_version
 from pipeline_core.agents.timing import AgentMachine
+from pipeline_core.agents.timing import simulate as simulate_agents
 from pipeline_core.api import compile_named
 from pipeline_core.compiled import CompiledSchedule
 from pipeline_core.config import (BlockSizing, FragOrder, LoopCarried, PipelineConfig,
@@ -86,6 +88,7 @@ __all__ = [
     "AgentSpec", "LoopBounds", "AgentRole", "RingSpec", "OrderSpec", "Turn", "ReductionSpec",
     "SchedulingRequest",
     "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine",
+    "simulate_agents",
     "emit_minimal_barrier_block", "double_buffer_reorder", "optimize_within_barriers",
     "single_buffer_reorder",
     "PipelineError", "ConfigError", "PluginError", "ProgramError", "SchedulingError",

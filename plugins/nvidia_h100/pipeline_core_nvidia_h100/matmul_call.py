@@ -20,6 +20,8 @@ from typing import Any
 
 import attrs
 
+from pipeline_core_nvidia_h100 import autotune
+from pipeline_core_nvidia_h100.autotune import Candidate
 from pipeline_core_nvidia_h100.gemm_call import (CallPlan, MatmulArgumentError,
                                                  MatmulTypeError, OperandMap, TensorInfo,
                                                  TileShape, Tuning, plan_call)
@@ -43,10 +45,13 @@ RECIPE_CACHE_SIZE = 1024
 _NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-def schedule_params(v: GemmVariant) -> dict[str, str]:
-    """The ``-p`` parameters that compile the call's kernel for variant ``v``."""
-    tile = {"BM": str(CALL_TILE.bm), "BN": str(CALL_TILE.bn), "BK": str(CALL_TILE.bk)}
-    return {**tile, **{k: str(val).lower() for k, val in attrs.asdict(v).items()}}
+def schedule_params(v: GemmVariant, c: Candidate = autotune.DEFAULT) -> dict[str, str]:
+    """The ``-p`` parameters that compile the call's kernel for variant ``v``: the untuned
+    call's tile, or a tuned candidate's geometry (autotune.Candidate.params)."""
+    if c == autotune.DEFAULT:
+        tile = {"BM": str(CALL_TILE.bm), "BN": str(CALL_TILE.bn), "BK": str(CALL_TILE.bk)}
+        return {**tile, **{k: str(val).lower() for k, val in attrs.asdict(v).items()}}
+    return c.params(v)
 
 
 def _host() -> Any:
@@ -73,23 +78,23 @@ class _Kernels:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._built: dict[tuple[GemmVariant, int], _Built] = {}
+        self._built: dict[tuple[GemmVariant, Candidate, int], _Built] = {}
         self._maps: dict[tuple[int, ...], Any] = {}
         self._sms: dict[int, int] = {}
-        self._workspaces: dict[tuple[int, int], tuple[Any, Any]] = {}
+        self._workspaces: dict[tuple[int, int, int], tuple[Any, Any]] = {}
         self._streams: dict[int, Any] = {}
 
-    def get(self, v: GemmVariant, device: int) -> _Built:
-        key = (v, device)
+    def get(self, v: GemmVariant, device: int, c: Candidate = autotune.DEFAULT) -> _Built:
+        key = (v, c, device)
         found = self._built.get(key)
         if found is None:
             with self._lock:
-                found = self._built.get(key) or self._build(v, device)
+                found = self._built.get(key) or self._build(v, c, device)
                 self._built[key] = found
         return found
 
     @staticmethod
-    def _build(v: GemmVariant, device: int) -> _Built:
+    def _build(v: GemmVariant, c: Candidate, device: int) -> _Built:
         from pipeline_core.plugin_api import compile_named
 
         from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME, emit_wgmma
@@ -97,8 +102,9 @@ class _Kernels:
         from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder
         from pipeline_core_nvidia_h100.skeleton import declared_geometry
 
-        compiled = compile_named(SCHEDULE_NAME, target="h100", params=schedule_params(v),
-                                 target_args={"stages": str(CALL_STAGES)}, host=_host())
+        stages = CALL_STAGES if c == autotune.DEFAULT else c.stages
+        compiled = compile_named(SCHEDULE_NAME, target="h100", params=schedule_params(v, c),
+                                 target_args={"stages": str(stages)}, host=_host())
         g = declared_geometry(compiled, KERNEL_FAMILY, WsGeometry, "matmul")
         source = emit_wgmma(compiled)
         # the fewest K tiles the agents' split is valid for (and proven at): shorter K is
@@ -124,12 +130,14 @@ class _Kernels:
                 device).multi_processor_count
         return found
 
-    def workspace(self, device: int, stream: int, sms: int) -> tuple[Any, Any] | None:
-        """Split-K's fp32 workspace and per-tile counters on (device, stream), allocated once
-        (a split grid has at most ``sms`` CTAs, so ``sms`` BM x BN slices always suffice; the
-        counters start at zero and each launch leaves them so).  None while a CUDA graph is
-        being captured and none exists yet: the call allocates nothing then, and runs unsplit."""
-        key = (device, stream)
+    def workspace(self, device: int, stream: int, sms: int,
+                  tile: int = CALL_TILE.bm * CALL_TILE.bn) -> tuple[Any, Any] | None:
+        """Split-K's fp32 workspace and per-tile counters on (device, stream) for ``tile``
+        (BM x BN) elements a slice, allocated once (a split grid has at most ``sms`` CTAs, so
+        ``sms`` slices always suffice; the counters start at zero and each launch leaves them
+        so).  None while a CUDA graph is being captured and none exists yet: the call allocates
+        nothing then, and runs unsplit."""
+        key = (device, stream, tile)
         found = self._workspaces.get(key)
         if found is None:
             torch = _require("torch")
@@ -139,8 +147,7 @@ class _Kernels:
                 found = self._workspaces.get(key)
                 if found is None:
                     dev = torch.device("cuda", device)
-                    found = (torch.empty(sms * CALL_TILE.bm * CALL_TILE.bn, dtype=torch.float32,
-                                         device=dev),
+                    found = (torch.empty(sms * tile, dtype=torch.float32, device=dev),
                              torch.zeros(sms, dtype=torch.int32, device=dev))
                     self._workspaces[key] = found
         return found
@@ -207,11 +214,15 @@ def _dtype_name(dtype: Any) -> str | None:
 
 
 def _plan(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any,
-          out: Any, sms: int = 0, tuning: Tuning = Tuning()) -> CallPlan:
+          out: Any, sms: int = 0, tuning: Tuning = Tuning(),
+          c: Candidate = autotune.DEFAULT) -> CallPlan:
+    tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk)
+    if c != autotune.DEFAULT and not c.split_k:
+        tuning = attrs.evolve(tuning, split_k=False)
     return plan_call(_info(a, "a"), _info(b, "b"),
                      bias=None if bias is None else _info(bias, "bias"),
                      activation=activation, out_dtype=_dtype_name(out_dtype),
-                     out=None if out is None else _info(out, "out"), tile=CALL_TILE, sms=sms,
+                     out=None if out is None else _info(out, "out"), tile=tile, sms=sms,
                      tuning=tuning)
 
 
@@ -225,6 +236,8 @@ class _Recipe:
     built: _Built
     device: int
     stream: int
+    #: the kernel's geometry (autotune.DEFAULT untuned); its tile sizes the split workspace
+    candidate: Candidate = autotune.DEFAULT
 
 
 def _key(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
@@ -243,16 +256,19 @@ _RECIPES: dict[tuple[Any, ...], _Recipe] = {}
 
 
 def _recipe(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
-            plan: CallPlan, device: int, stream: int) -> _Recipe:
-    """Build the kernel of a checked, non-empty ``plan``; a split plan whose workspace cannot
-    be made now (a CUDA graph being captured on a stream that has none) is planned unsplit."""
-    if plan.splits > 1 and _KERNELS.workspace(device, stream, _KERNELS.sms(device)) is None:
+            plan: CallPlan, device: int, stream: int,
+            c: Candidate = autotune.DEFAULT) -> _Recipe:
+    """Build candidate ``c``'s kernel of a checked, non-empty ``plan`` (planned with ``c``); a
+    split plan whose workspace cannot be made now (a CUDA graph being captured on a stream
+    that has none) is planned unsplit."""
+    if plan.splits > 1 and _KERNELS.workspace(device, stream, _KERNELS.sms(device),
+                                              c.bm * c.bn) is None:
         plan = _plan(a, b, bias, activation, out_dtype, out, _KERNELS.sms(device),
-                     attrs.evolve(TUNING, split_k=False))
-    built = _KERNELS.get(plan.variant, device)
+                     attrs.evolve(TUNING, split_k=False), c)
+    built = _KERNELS.get(plan.variant, device, c)
     if built.min_k_tiles * CALL_TILE.bk > plan.k_pad:
         plan = attrs.evolve(plan, k_pad=built.min_k_tiles * CALL_TILE.bk)
-    return _Recipe(plan=plan, built=built, device=device, stream=stream)
+    return _Recipe(plan=plan, built=built, device=device, stream=stream, candidate=c)
 
 
 _ARGS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
@@ -287,7 +303,8 @@ def _pack(r: _Recipe, a: Any, b: Any, bias: Any, out: Any) -> tuple[Any, ...]:
         np.int32(plan.m_pad), np.int32(plan.n_pad), np.int32(plan.k_pad),
         np.int32(plan.m), np.int32(plan.n), np.int64(plan.ldc))
     if v.split_k:
-        found = _KERNELS.workspace(r.device, r.stream, _KERNELS.sms(r.device))
+        found = _KERNELS.workspace(r.device, r.stream, _KERNELS.sms(r.device),
+                                   r.candidate.bm * r.candidate.bn)
         if found is None:
             raise RuntimeError("internal error: a split-K recipe without its stream's workspace")
         ws, counters = found
@@ -314,7 +331,10 @@ def _call(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out
         if plan.k == 0:  # an empty sum: the epilogue of zeros, no kernel
             _epilogue_of_zeros(torch, out, bias, activation)
             return out
-        r = _recipe(a, b, bias, activation, out_dtype, out, plan, device, stream)
+        c = _tuned(a, b, bias, activation, out_dtype, out, plan, device, stream)
+        if c != autotune.DEFAULT:
+            plan = _plan(a, b, bias, activation, out_dtype, out, _KERNELS.sms(device), TUNING, c)
+        r = _recipe(a, b, bias, activation, out_dtype, out, plan, device, stream, c)
         if len(_RECIPES) >= RECIPE_CACHE_SIZE:
             _RECIPES.pop(next(iter(_RECIPES)))
         _RECIPES[key] = r
@@ -323,6 +343,45 @@ def _call(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out
                           dtype=_TORCH_OUT[r.plan.variant.out_dtype](torch), device=a.device)
     _launch(r, a, b, bias, out)
     return out
+
+
+#: Launches a tuning times per candidate (after one untimed launch that builds and warms it).
+TUNE_LAUNCHES = 10
+
+
+def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
+           plan: CallPlan, device: int, stream: int) -> Candidate:
+    """The candidate this shape launches (docs/guide/matmul.md, "Autotuning"): autotune.DEFAULT
+    unless ``$PIPELINE_CORE_AUTOTUNE=1``; then the tuning cache's winner for the shape's bucket,
+    or a cold tuning that times the model's best few here, on the call's own tensors (``out``
+    is written and then overwritten by the call).  Never while a CUDA graph is captured: timing
+    syncs, so a capture launches the untuned variant unless the bucket is cached."""
+    if not autotune.enabled(None):
+        return autotune.DEFAULT
+    torch = _require("torch")
+    from pipeline_core_nvidia_h100.kernel_cache import toolkit_version
+
+    sms = _KERNELS.sms(device)
+    name = torch.cuda.get_device_name(device)
+    if torch.cuda.is_current_stream_capturing():
+        return autotune.cached(plan.m, plan.n, plan.k, plan.variant, device=name,
+                               toolkit=toolkit_version()) or autotune.DEFAULT
+
+    def timer(c: Candidate) -> float:
+        r = _recipe(a, b, bias, activation, out_dtype, out,
+                    _plan(a, b, bias, activation, out_dtype, out, sms, TUNING, c), device,
+                    stream, c)
+        _launch(r, a, b, bias, out)
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(TUNE_LAUNCHES):
+            _launch(r, a, b, bias, out)
+        end.record()
+        end.synchronize()
+        return float(begin.elapsed_time(end)) / 1e3 / TUNE_LAUNCHES
+
+    return autotune.tune(plan.m, plan.n, plan.k, plan.variant, device=name, sms=sms,
+                         toolkit=toolkit_version(), timer=timer)
 
 
 def _epilogue_of_zeros(torch: Any, out: Any, bias: Any, activation: str | None) -> None:
