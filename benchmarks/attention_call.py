@@ -12,7 +12,7 @@
    racecheck and synccheck wrap.
 3. Timing against the anchors' SDPA peers (sdpa-flash, sdpa-cudnn) in this process: B*S = 16k
    tokens, H = 2048 / D, CUDA-event medians after warm-up, interleaved rounds with the order
-   rotated, per-round ratios; ``ours-nopingpong`` is the ablation (-p pingpong=false).
+   rotated, per-round ratios; ``VARIANTS``: each overlap on or off (the ablation).
 Every result is one JSON line on stdout (and in --out/attention.jsonl).
 """
 from __future__ import annotations
@@ -31,6 +31,12 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
         sys.path.insert(0, str(extra))
 
 SEQS = (1, 7, 127, 128, 1000, 4096)
+#: the timed kernels: both overlaps of the schedule, each on or off (the ablation); the call
+#: runs one of them per head dim (call.CALL_OVERLAPS)
+VARIANTS = {"ours-intra-pingpong": {"intra_overlap": "true", "pingpong": "true"},
+            "ours-intra": {"intra_overlap": "true", "pingpong": "false"},
+            "ours-pingpong": {"intra_overlap": "false", "pingpong": "true"},
+            "ours-neither": {"intra_overlap": "false", "pingpong": "false"}}
 LINES: list[dict] = []
 
 
@@ -83,31 +89,21 @@ def correctness(torch, call, peers, rng) -> None:
 def timing(torch, call, peers, rounds: int, configs) -> None:
     import pipeline_core_schedules_attention.call as mod
 
-    def ours_variant(pingpong: str):
-        def run(q, k, v):
-            saved = dict(mod.CALL_PARAMS)
-            mod.CALL_PARAMS["pingpong"] = pingpong
-            mod._KERNELS.clear()
-            try:
-                return mod.attention(q, k, v)
-            finally:
-                mod.CALL_PARAMS.clear()
-                mod.CALL_PARAMS.update(saved)
-        return run
-
     for d, s in configs:
         b, h = 16384 // s, 2048 // d
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         flop = 4 * b * h * s * s * d
-        # the ablation kernel is built (and cached) once, then timed through its own entry
-        mod.CALL_PARAMS["pingpong"] = "false"
+        # each ablation kernel is built (and cached) once, then timed through its own entry
+        base = dict(mod.CALL_PARAMS)
+        built = {}
+        for label, over in VARIANTS.items():
+            mod.CALL_PARAMS.update(over)
+            mod._KERNELS.clear()
+            mod.attention(q, k, v)
+            built[label] = dict(mod._KERNELS)
+            mod.CALL_PARAMS.clear()
+            mod.CALL_PARAMS.update(base)
         mod._KERNELS.clear()
-        mod.attention(q, k, v)
-        nopp = dict(mod._KERNELS)
-        mod.CALL_PARAMS["pingpong"] = "true"
-        mod._KERNELS.clear()
-        mod.attention(q, k, v)
-        pp = dict(mod._KERNELS)
 
         def with_kernels(kernels):
             def run():
@@ -116,7 +112,7 @@ def timing(torch, call, peers, rounds: int, configs) -> None:
                 return mod.attention(q, k, v)
             return run
 
-        fns = {"ours": with_kernels(pp), "ours-nopingpong": with_kernels(nopp),
+        fns = {**{n: with_kernels(kern) for n, kern in built.items()},
                **{n: (lambda f=f: f(q, k, v)) for n, f in peers.items() if n != "sdpa-efficient"}}
         for fn in fns.values():
             for _ in range(3):

@@ -6,8 +6,9 @@ plugin owns the kernel family's device code (``emit_attention.py``) and its sche
 plugin gives the host side it shares with the GEMM: the TMA tensor maps (``tma.py``), the
 kernel cache on disk (``kernel_cache.py``) and the launch on torch's current stream
 (``runtime.py``).  The kernel is compiled (and proven) once per (head dim, dtype, device),
-launched on a persistent grid, and allocates nothing but the output.  Variant: ``intra_overlap``
-off, ``pingpong`` on (the emitted ones, emit_attention.py).
+launched on a persistent grid, and allocates nothing but the output.  The overlaps it compiles
+are the fastest measured per head dim (``CALL_OVERLAPS``; benchmarks/results/
+attention_overlap_h100.jsonl, docs/guide/attention.md "Emitting and calling it").
 """
 from __future__ import annotations
 
@@ -16,11 +17,16 @@ from typing import Any
 
 import attrs
 
-#: the schedule's parameters the call compiles (emit_attention.py: the variants it writes)
-HEAD_DIMS = (64, 128)
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
-CALL_PARAMS = {"intra_overlap": "false", "pingpong": "true", "block_m": "128",
-               "block_n": "128", "consumers": "2"}
+#: the schedule's parameters the call compiles (emit_attention.py: the variants it writes)
+CALL_PARAMS = {"block_m": "128", "block_n": "128", "consumers": "2"}
+#: the overlaps per head dim, the fastest of the four on the H100 (S=4096, bf16): the
+#: intra-warpgroup overlap pays at D=64 (353 vs 316 TFLOPS without either), not at D=128 (489
+#: vs 513); ping-pong paid at neither.  An entry of CALL_PARAMS wins (the benchmark's ablations).
+CALL_OVERLAPS = {64: {"intra_overlap": "true", "pingpong": "false"},
+                 128: {"intra_overlap": "false", "pingpong": "false"}}
+#: the head dims the call compiles
+HEAD_DIMS = tuple(CALL_OVERLAPS)
 CALL_STAGES = 2
 LOG2E = 1.4426950408889634
 
@@ -121,7 +127,8 @@ def _build(head_dim: int, dtype: str, device: int) -> _Built:
                                                             AttentionGeometry)
 
     compiled = compile_named(NAME, target="h100",
-                             params={**CALL_PARAMS, "head_dim": str(head_dim)},
+                             params={**CALL_OVERLAPS[head_dim], **CALL_PARAMS,
+                                     "head_dim": str(head_dim)},
                              target_args={"stages": str(CALL_STAGES)}, host=_host())
     g = declared_geometry(compiled, KERNEL_FAMILY, AttentionGeometry, "attention")
     source = emit_attention(compiled, dtype=dtype)

@@ -12,8 +12,13 @@ O / rowsum and the clipped store.  Keys past the sequence's end get -inf before 
 queries past it are computed and not stored.  An output tile with no KV block (KT == 0) runs
 only the once steps (docs/guide/agents.md, "Loads issued once").
 
-Variants emitted: ``intra_overlap=false`` with ``pingpong`` on or off.  ``intra_overlap=true``
-needs P double-buffered in registers under a two-tile unrolled loop, not written yet: refused.
+Variants emitted: ``intra_overlap`` and ``pingpong``, each on or off.  Under ``intra_overlap``
+the plan issues PV_{t-1} after S_t and runs the softmax of t while PV_{t-1} still reads P_{t-1}
+from registers (``AgentSpec.lags``; docs/guide/attention.md), so P needs a second buffer: the
+softmax leaves P_t in fp32 in S's own registers and the rescale step, which runs after the plan's
+``wait_group 0``, packs it into the 16-bit A operand.  S's registers are free until S_{t+1} is
+issued, and the packed P is written only when no PV reads it, so no register an in-flight wgmma
+reads is ever written (ptxas would serialize the wgmmas otherwise).
 One consumer warp group owns 64 query rows (``block_m / consumers == 64``).
 """
 from __future__ import annotations
@@ -134,9 +139,6 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
                    dtype: str = "bf16") -> str:
     """CUDA C++ for a compiled schedule of kernel family ``attention`` (see the module)."""
     g = declared_geometry(compiled, KERNEL_FAMILY, AttentionGeometry, EMITTER_NAME)
-    if g.intra_overlap:
-        raise _fail(f"schedule {compiled.schedule_name}: -p intra_overlap=true is not written "
-                    "yet (P double-buffered in registers); emit with -p intra_overlap=false")
     if g.rows != WGMMA_M:
         raise _fail(f"writes {WGMMA_M} query rows per consumer; -p block_m={g.block_m} over "
                     f"{g.consumers} consumers gives {g.rows}: set -p block_m="
@@ -202,7 +204,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "        int rb = 0, o = 0;",
         "        for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT, ++o) {",
         "            const int bh = tile / MT, tile_m = tile % MT;",
-        _CONSUMER_TILE,
+        _consumer_tile(g.intra_overlap),
         *(ind * 3 + x for x in consumer_branches(ctexts)),
         _FINISH,
         "        }",
@@ -304,8 +306,7 @@ _CONSUMER_TILE = r"""            float m0 = -INFINITY, m1 = -INFINITY;  // row m
                     const float p2 = exp2f(sacc[4 * c + 2] - x1), p3 = exp2f(sacc[4 * c + 3] - x1);
                     s0 += p0 + p1;
                     s1 += p2 + p3;
-                    pk[2 * c] = PACK_(p0, p1);
-                    pk[2 * c + 1] = PACK_(p2, p3);
+                    KEEP_P_
                 }
                 l0 = l0 * c0 + s0;
                 l1 = l1 * c1 + s1;
@@ -317,7 +318,7 @@ _CONSUMER_TILE = r"""            float m0 = -INFINITY, m1 = -INFINITY;  // row m
                 for (int c = 0; c < HD / 8; ++c) {
                     oacc[4 * c] *= c0; oacc[4 * c + 1] *= c0;
                     oacc[4 * c + 2] *= c1; oacc[4 * c + 3] *= c1;
-                }
+                }PACK_P_
             };
             auto wgmma_pv = [&](int s) {
 #pragma unroll
@@ -326,6 +327,28 @@ _CONSUMER_TILE = r"""            float m0 = -INFINITY, m1 = -INFINITY;  // row m
                                   pk[4 * kk + 3],
                         pcgc_desc_mn(stage_v(s) + kk * 2048));
             };"""
+
+#: the softmax packs P_t at once (no PV in flight reads the packed P) ...
+_PACK_NOW = ("pk[2 * c] = PACK_(p0, p1);\n"
+             "                    pk[2 * c + 1] = PACK_(p2, p3);")
+#: ... or, under intra_overlap, keeps it in fp32 in S's registers (PV_{t-1} still reads pk) ...
+_KEEP_FP32 = ("sacc[4 * c] = p0; sacc[4 * c + 1] = p1;\n"
+              "                    sacc[4 * c + 2] = p2; sacc[4 * c + 3] = p3;")
+#: ... and the rescale, after the plan's wait_group 0, packs it for PV_t
+_PACK_LATER = r"""
+#pragma unroll
+                for (int c = 0; c < BN / 8; ++c) {
+                    pk[2 * c] = PACK_(sacc[4 * c], sacc[4 * c + 1]);
+                    pk[2 * c + 1] = PACK_(sacc[4 * c + 2], sacc[4 * c + 3]);
+                }"""
+
+
+def _consumer_tile(intra_overlap: bool) -> str:
+    """The consumer's per-tile helpers; where P is packed depends on ``intra_overlap`` (see the
+    module docstring)."""
+    return (_CONSUMER_TILE.replace("KEEP_P_", _KEEP_FP32 if intra_overlap else _PACK_NOW)
+            .replace("PACK_P_", _PACK_LATER if intra_overlap else ""))
+
 
 #: per output tile, after the consumer's steps: O / rowsum out, rows past Sq not stored
 _FINISH = r"""#pragma unroll

@@ -14,7 +14,8 @@ from pipeline_core.testing import run_cli
 
 from pipeline_core_nvidia_h100.toolchain import GENCODE, nvcc, sass_command
 
-from pipeline_core_schedules_attention.call import (AttentionArgumentError, LOG2E,
+from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_PARAMS, CALL_STAGES,
+                                                    HEAD_DIMS, LOG2E, AttentionArgumentError,
                                                     plan_attention)
 from pipeline_core_schedules_attention.emit_attention import emit_attention
 
@@ -82,14 +83,50 @@ def test_watchdog_bounds_every_wait():
     assert "mbar_wait_bounded(k_full_bar(((rb + t) % 2))" in src
 
 
+def _consumer0_loop(src: str) -> str:
+    """Consumer 0's K loop (the kernel stretch) of an emitted source."""
+    return src.split("for (int t = 1; t < KT; ++t) {  // consumer kernel")[1].split("}\n")[0]
+
+
+def test_the_intra_overlap_issues_pv_a_tile_late_and_waits_for_s_alone():
+    src = emit_attention(compiled(intra_overlap=True, pingpong=False))
+    loop = _consumer0_loop(src)
+    order = ["wgmma_s(((rb + t) % STAGES));", "wgmma_pv(((rb + t - 1) % STAGES));",
+             "wgmma_wait<1>();", "softmax(t);", "wgmma_wait<0>();",
+             "mbar_arrive(v_empty_bar(((rb + t - 1) % 2)));", "rescale();"]
+    at = [loop.index(x) for x in order]
+    assert at == sorted(at), loop
+    # the first block has no PV_{-1}: S_0, its softmax and rescale before the loop; the last PV
+    # after it
+    prologue = src.split("// consumer prologue iteration 0")[1].split("// consumer kernel")[0]
+    assert "wgmma_pv" not in prologue and "softmax(t);" in prologue and "rescale();" in prologue
+    epilogue = src.split("// consumer epilogue iteration 0")[1].split("if (lane == 0) mbar_arrive"
+                                                                       "(q_empty_bar")[0]
+    assert "wgmma_pv(((rb + t - 1) % STAGES));" in epilogue and "softmax" not in epilogue
+
+
+def test_under_the_overlap_p_is_packed_only_after_pv_retired():
+    """PV_{t-1} reads the packed P while the softmax of t runs: the softmax keeps P_t in fp32 in
+    S's registers and the rescale (after wait_group 0) packs it; without the overlap the softmax
+    packs at once."""
+    def helper(src: str, name: str) -> str:
+        return src.split(f"auto {name} = [&]")[1].split("};")[0]
+
+    over = emit_attention(compiled(intra_overlap=True))
+    assert "pk[" not in helper(over, "softmax") and "sacc[4 * c] = p0;" in helper(over, "softmax")
+    assert "pk[2 * c] = pch100::pack_bf16x2(sacc[4 * c], sacc[4 * c + 1]);" in helper(
+        over, "rescale")
+    plain = emit_attention(compiled(intra_overlap=False))
+    assert "pk[2 * c] = pch100::pack_bf16x2(p0, p1);" in helper(plain, "softmax")
+    assert "pk[" not in helper(plain, "rescale")
+
+
 @pytest.mark.parametrize("params,needle", [
-    ({"intra_overlap": "true"}, "-p intra_overlap=true is not written yet"),
     ({"causal": "true"}, "-p causal=true"),
-    ({"block_m": "256", "head_dim": "64"}, "set -p block_m=128"),
+    ({"block_m": "256", "head_dim": "64", "intra_overlap": "false"}, "set -p block_m=128"),
 ])
 def test_unwritten_variants_are_refused_in_one_line(params, needle):
-    code, out, err = emit(*(x for k, v in params.items() for x in ("-p", f"{k}={v}")),
-                          *(() if "intra_overlap" in params else ("-p", "intra_overlap=false")))
+    code, out, err = emit(*(x for k, v in params.items() for x in ("-p", f"{k}={v}")))
     assert code == 2 and not out
     assert needle in err and "emitter cuda-attention" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
@@ -102,10 +139,11 @@ def test_a_schedule_of_another_family_is_refused():
 
 
 @pytest.mark.skipif(nvcc() is None or sass_command() is None, reason="needs nvcc and nvdisasm")
-@pytest.mark.parametrize("pingpong,head_dim", [(True, 128), (False, 64)])
-def test_sass_has_no_spills_the_hgmma_counts_and_the_named_barriers(pingpong, head_dim,
+@pytest.mark.parametrize("pingpong,head_dim,intra", [(True, 128, False), (False, 64, False),
+                                                     (True, 128, True), (False, 64, True)])
+def test_sass_has_no_spills_the_hgmma_counts_and_the_named_barriers(pingpong, head_dim, intra,
                                                                     tmp_path):
-    src = emit_attention(compiled(pingpong=pingpong, head_dim=head_dim))
+    src = emit_attention(compiled(pingpong=pingpong, head_dim=head_dim, intra_overlap=intra))
     cu, cubin = tmp_path / "fa.cu", tmp_path / "fa.cubin"
     cu.write_text(src)
     proc = subprocess.run([nvcc() or "nvcc", "-cubin", GENCODE, "-std=c++17", "-Xptxas=-v",
@@ -113,6 +151,7 @@ def test_sass_has_no_spills_the_hgmma_counts_and_the_named_barriers(pingpong, he
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     assert "C7508" not in proc.stderr  # ptxas kept setmaxnreg
+    assert "serialized" not in proc.stderr  # no register an in-flight wgmma reads is written
     sass = subprocess.run([*(sass_command() or []), str(cubin)], capture_output=True, text=True,
                           check=True).stdout
     assert not re.search(r"\b(LDL|STL)\b", sass)
@@ -124,8 +163,12 @@ def test_sass_has_no_spills_the_hgmma_counts_and_the_named_barriers(pingpong, he
     assert ss and rs and len(ss) // (head_dim // 16) == len(rs) // (128 // 16)
     # each S starts from zero (scale-d 0 on its first k step)
     assert re.search(r"HGMMA\.64x128x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\], RZ, !UPT", sass)
-    # the plan's wgmma waits are all wait_group 0 (no overlap inside the warp group)
-    assert set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)) == {"0x0"}
+    # the plan's wgmma waits: all wait_group 0 without the overlap; with it, the S wait of each
+    # consumer's K loop is wait_group 1 (PV_{t-1} still in flight)
+    waits = re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)
+    assert set(waits) == ({"0x0", "0x1"} if intra else {"0x0"})
+    # (each consumer branch issues PV in its K loop and its epilogue)
+    assert waits.count("0x1") == (len(rs) // (128 // 16) // 2 if intra else 0)
     named = set(re.findall(r"BAR\.(SYNC\.DEFER_BLOCKING|ARV) (0x[12]), 0x100", sass))
     assert named == ({("SYNC.DEFER_BLOCKING", "0x1"), ("SYNC.DEFER_BLOCKING", "0x2"),
                       ("ARV", "0x1"), ("ARV", "0x2")} if pingpong else set())
@@ -148,6 +191,18 @@ def qkv(sq=100, sk=77, d=64, **over):
     k = FakeTensor((2, 3, sk, d), **over.get("k", {}))
     v = FakeTensor((2, 3, sk, d), **over.get("v", {}))
     return q, k, v
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_the_calls_variant_per_head_dim_is_emitted(head_dim):
+    """The call's overlaps (CALL_OVERLAPS) compile, prove and emit for every head dim it takes;
+    at D=64 that is the intra-warpgroup overlap (wait_group 1 in the K loop)."""
+    c = compile_named(NAME, params={**CALL_OVERLAPS[head_dim], **CALL_PARAMS,
+                                    "head_dim": str(head_dim)},
+                      target_args={"stages": str(CALL_STAGES)})
+    src = emit_attention(c)
+    assert f"HD = {head_dim}," in src
+    assert ("wgmma_wait<1>();" in src) == (CALL_OVERLAPS[head_dim]["intra_overlap"] == "true")
 
 
 def test_the_call_plans_lengths_and_the_folded_scale():
