@@ -128,8 +128,9 @@ EMIT_CASES = [(e, s, t) for e in sorted(EMITTERS) for s in EMITTERS[e]["schedule
 @pytest.mark.parametrize("emitter, schedule, target", EMIT_CASES)
 def test_emitter_options_are_enforced_as_listed(emitter, schedule, target):
     """The same two rules for each ``-O`` option ``pipeline-core emitters`` lists; a refusal
-    naming one of the schedule's or target's own parameters (an emitter that does not write the
-    schedule's defaults yet, e.g. cuda-attention's -p intra_overlap) is for another parameter."""
+    naming one of the schedule's or target's own parameters (an emitter that does not write
+    every variant of the schedule, e.g. cuda-attention's refusal of -p causal) is for another
+    parameter."""
     names = ({p["name"] for p in EMITTERS[emitter]["options"]}
              | {p["name"] for p in SCHEDULES[schedule]["params"] + TARGETS[target]["params"]})
     alone = []
