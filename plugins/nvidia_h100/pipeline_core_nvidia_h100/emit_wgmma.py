@@ -26,7 +26,8 @@ from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_sour
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
                                                 consumer_branches, declared_geometry,
-                                                named_step_line, render, ring_step_line)
+                                                named_step_line, render, ring_step_line,
+                                                wgmma_group_line)
 from pipeline_core_nvidia_h100.warpspecialized import (ELEM_BYTES, KERNEL_FAMILY, MN_CHUNK,
                                                        SCHEDULE_NAME, WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
@@ -103,12 +104,9 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
     if named is not None:
         return named
     # the family's steps: the wgmma async group's fence / commit / counter wait, the ops
-    if s.kind == StepKind.FENCE:
-        return "wgmma_fence();"
-    if s.kind == StepKind.COMMIT:
-        return "wgmma_commit();"
-    if s.kind == StepKind.COUNTER_WAIT:
-        return f"wgmma_wait<{s.value}>();"
+    group = wgmma_group_line(s)
+    if group is not None:
+        return group
     if s.kind == StepKind.OP:
         if variant is not None and s.tag in (WgmmaTag.TMA_A, WgmmaTag.TMA_B):
             return (_copy_line("a", s, variant.a_major, variant.split_k)

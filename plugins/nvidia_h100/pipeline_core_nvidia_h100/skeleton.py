@@ -150,6 +150,19 @@ def named_step_line(s: Step) -> str | None:
     return None
 
 
+def wgmma_group_line(s: Step) -> str | None:
+    """The wgmma async group's own steps (``wgmma.fence``, ``commit_group``, ``wait_group N``:
+    the plugin's README.md, "Sync model, wgmma family") as the device helpers' calls, None for
+    a step of another kind; every family whose consumers issue wgmma emits them this way."""
+    if s.kind == StepKind.FENCE:
+        return "wgmma_fence();"
+    if s.kind == StepKind.COMMIT:
+        return "wgmma_commit();"
+    if s.kind == StepKind.COUNTER_WAIT:
+        return f"wgmma_wait<{s.value}>();"
+    return None
+
+
 def consumer_branches(texts: Sequence[str], indent: str = "    ") -> list[str]:
     """The consumers' programs as the one consumer branch runs them: one program when they are
     the same (the consumer index picks the rows), else one block per consumer index (consumers

@@ -32,7 +32,7 @@ from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_sour
 from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
 from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
                                                 declared_geometry, named_step_line, render,
-                                                ring_step_line)
+                                                ring_step_line, wgmma_group_line)
 
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
@@ -75,12 +75,9 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
     named = named_step_line(s)
     if named is not None:
         return named
-    if s.kind == StepKind.FENCE:
-        return "wgmma_fence();"
-    if s.kind == StepKind.COMMIT:
-        return "wgmma_commit();"
-    if s.kind == StepKind.COUNTER_WAIT:
-        return f"wgmma_wait<{s.value}>();"
+    group = wgmma_group_line(s)
+    if group is not None:
+        return group
     if s.kind == StepKind.OP:
         tag = body_tags[s.op]
         kstage = f"({_position(s)} % STAGES)"
