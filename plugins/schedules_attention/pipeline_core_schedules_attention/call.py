@@ -88,6 +88,12 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool = False,
                          dtype=DTYPES[str(q.dtype)], scale_log2=s * LOG2E, causal=bool(causal))
 
 
+def call_params(head_dim: int, causal: bool) -> dict[str, str]:
+    """The schedule parameters the call compiles for one head dim, causal or not."""
+    return {**CALL_OVERLAPS[head_dim], **CALL_PARAMS, "head_dim": str(head_dim),
+            "causal": str(causal).lower()}
+
+
 @attrs.frozen(kw_only=True)
 class _Built:
     kernel: Any
@@ -126,9 +132,7 @@ def _build(head_dim: int, dtype: str, causal: bool, device: int) -> _Built:
     from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME,
                                                             AttentionGeometry)
 
-    compiled = compile_named(NAME, target="h100",
-                             params={**CALL_OVERLAPS[head_dim], **CALL_PARAMS,
-                                     "head_dim": str(head_dim), "causal": str(causal).lower()},
+    compiled = compile_named(NAME, target="h100", params=call_params(head_dim, causal),
                              target_args={"stages": str(CALL_STAGES)}, host=_host())
     g = declared_geometry(compiled, KERNEL_FAMILY, AttentionGeometry, "attention")
     source = emit_attention(compiled, dtype=dtype)

@@ -146,11 +146,15 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     if any(r.once and r.stages != 1 for r in compiled.plan.rings):
         raise _fail("writes one Q buffer: the once ring must be one stage deep")
     plan = compiled.plan
-    if g.causal and plan.bounds.align != "top_left":
+    causal = plan.bounds if g.causal else None
+    if g.causal and (causal is None or not causal.causal):
+        raise _fail("-p causal=true, but the plan records no causal bounds; recompile the "
+                    "schedule")
+    if causal is not None and causal.align != "top_left":
         # a row that sees no key keeps its max at -inf; the softmax has no guard for it yet
         raise _fail(f"writes the causal mask aligned top_left (torch's is_causal); the plan's "
-                    f"is {plan.bounds.align}")
-    bounds = _tile_bounds(plan.bounds) if g.causal else ()
+                    f"is {causal.align}")
+    bounds = _tile_bounds(causal) if causal is not None else ()
     rings = {r.name: r for r in plan.rings}
     tags = [o.tag for o in compiled.body]
     producer, *consumers = plan.programs
@@ -221,7 +225,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         PREGS=g.producer_registers, CREGS=g.consumer_registers,
         blocks=_CAUSAL_BLOCKS if g.causal else _BLOCKS,
         body="\n".join(body).replace("PACK_", _PACK[dtype])
-        .replace("OFFSET_", _OFFSET.get(plan.bounds.align, ""))
+        .replace("OFFSET_", _OFFSET[causal.align] if causal is not None else "")
         .replace("wgmma_ss_nBN_", f"wgmma_ss_n{g.block_n}")
         .replace("wgmma_rs_nHD_", f"wgmma_rs_n{g.head_dim}")
         .replace("pcgc_desc_mn", "pcgc::smem_desc_sw128_mn<BN * 128>"))
