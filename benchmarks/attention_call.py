@@ -1,6 +1,7 @@
 """``pipeline_core_schedules_attention.attention`` on the GPU: correctness, sanitizers, timing.
 
   python3 benchmarks/attention_call.py [--phase all|correct|small|time] [--anchors FILE] [--out DIR]
+                                       [--causal]
 
 1. Correctness (METHOD.md): cases over (B, H, Sq, Sk, D, dtype), S in {1, 7, 127, 128, 1000,
    4096} with query and key lengths that differ, fresh random inputs each, the output's memory
@@ -13,6 +14,9 @@
 3. Timing against the anchors' SDPA peers (sdpa-flash, sdpa-cudnn) in this process: B*S = 16k
    tokens, H = 2048 / D, CUDA-event medians after warm-up, interleaved rounds with the order
    rotated, per-round ratios; ``VARIANTS``: each overlap on or off (the ablation).
+``--causal``: every case and timing with ``causal=True`` (torch's ``is_causal``: key k of query
+row r kept when k <= r, aligned top-left also when Sq != Sk); the reference masks the scores,
+the peers run ``is_causal=True``, and TFLOPS count the kept half of the square.
 Every result is one JSON line on stdout (and in --out/attention.jsonl).
 """
 from __future__ import annotations
@@ -45,8 +49,11 @@ def emit(record: dict) -> None:
     print(json.dumps(record), flush=True)
 
 
-def reference(torch, q, k, v, scale):
+def reference(torch, q, k, v, scale, causal=False):
     s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if causal:  # torch's is_causal: tril of the [Sq, Sk] ones, top-left aligned
+        keep = torch.ones(s.shape[-2], s.shape[-1], dtype=torch.bool, device=s.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
     return torch.softmax(s, dim=-1) @ v.float()
 
 
@@ -55,27 +62,31 @@ def rel_err(torch, out, ref) -> float:
     return float(diff.norm() / ref.norm().clamp_min(1e-30))
 
 
-def run_case(torch, call, peers, b, h, sq, sk, d, dtype) -> dict:
+def run_case(torch, call, peers, b, h, sq, sk, d, dtype, causal=False) -> dict:
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     q = torch.randn(b, h, sq, d, device="cuda", dtype=dt)
     k = torch.randn(b, h, sk, d, device="cuda", dtype=dt)
     v = torch.randn(b, h, sk, d, device="cuda", dtype=dt)
     scale = d ** -0.5
-    ref = reference(torch, q, k, v, scale)
+    ref = reference(torch, q, k, v, scale, causal)
     poison = torch.full_like(q, float("nan"))
     del poison  # the call's output reuses this freed NaN block
-    out = call.attention(q, k, v)
+    out = call.attention(q, k, v, causal=causal)
     torch.cuda.synchronize()
     err = rel_err(torch, out, ref)
-    flash = peers["sdpa-flash"](q, k, v) if peers else None
+    try:
+        flash = peers["sdpa-flash"](q, k, v, causal) if peers else None
+    except RuntimeError:  # a shape the flash backend refuses: the fixed bound below
+        flash = None
     ferr = rel_err(torch, flash, ref) if flash is not None else None
     ok = bool(err == err and (ferr is None and err < 2e-2 or ferr is not None
                               and err <= 1.5 * ferr + 1e-3))
     return {"kind": "correct", "B": b, "H": h, "Sq": sq, "Sk": sk, "D": d, "dtype": dtype,
+            "causal": causal,
             "err": err, "flash_err": ferr, "nan": bool(torch.isnan(out).any()), "ok": ok}
 
 
-def correctness(torch, call, peers, rng) -> None:
+def correctness(torch, call, peers, rng, causal=False) -> None:
     cases = [(1, 1, 1, 1), (1, 2, 7, 7), (2, 3, 127, 128), (1, 4, 128, 127), (2, 2, 1000, 1000),
              (1, 2, 1, 4096), (1, 2, 4096, 7), (1, 1, 4096, 4096)]
     cases += [(rng.choice((1, 2)), rng.choice((1, 2, 3)), rng.choice(SEQS), rng.choice(SEQS))
@@ -83,23 +94,23 @@ def correctness(torch, call, peers, rng) -> None:
     for d in (64, 128):
         for dtype in ("bf16", "fp16"):
             for b, h, sq, sk in cases:
-                emit(run_case(torch, call, peers, b, h, sq, sk, d, dtype))
+                emit(run_case(torch, call, peers, b, h, sq, sk, d, dtype, causal))
 
 
-def timing(torch, call, peers, rounds: int, configs) -> None:
+def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
     import pipeline_core_schedules_attention.call as mod
 
     for d, s in configs:
         b, h = 16384 // s, 2048 // d
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        flop = 4 * b * h * s * s * d
+        flop = 4 * b * h * s * s * d // (2 if causal else 1)
         # each ablation kernel is built (and cached) once, then timed through its own entry
         base = dict(mod.CALL_PARAMS)
         built = {}
         for label, over in VARIANTS.items():
             mod.CALL_PARAMS.update(over)
             mod._KERNELS.clear()
-            mod.attention(q, k, v)
+            mod.attention(q, k, v, causal=causal)
             built[label] = dict(mod._KERNELS)
             mod.CALL_PARAMS.clear()
             mod.CALL_PARAMS.update(base)
@@ -109,11 +120,11 @@ def timing(torch, call, peers, rounds: int, configs) -> None:
             def run():
                 mod._KERNELS.clear()
                 mod._KERNELS.update(kernels)
-                return mod.attention(q, k, v)
+                return mod.attention(q, k, v, causal=causal)
             return run
 
         fns = {**{n: with_kernels(kern) for n, kern in built.items()},
-               **{n: (lambda f=f: f(q, k, v)) for n, f in peers.items() if n != "sdpa-efficient"}}
+               **{n: (lambda f=f: f(q, k, v, causal)) for n, f in peers.items() if n != "sdpa-efficient"}}
         for fn in fns.values():
             for _ in range(3):
                 fn()
@@ -133,7 +144,7 @@ def timing(torch, call, peers, rounds: int, configs) -> None:
                 per[n].append(statistics.median(a.elapsed_time(e) for a, e in ev))
         for n in names:
             ms = statistics.median(per[n])
-            rec = {"kind": "time", "name": n, "D": d, "S": s, "B": b, "H": h, "causal": False,
+            rec = {"kind": "time", "name": n, "D": d, "S": s, "B": b, "H": h, "causal": causal,
                    "dtype": "bf16", "ms": ms, "tflops": flop / ms / 1e9,
                    "device": torch.cuda.get_device_name()}
             for peer in ("sdpa-flash", "sdpa-cudnn"):
@@ -149,6 +160,7 @@ def main() -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--causal", action="store_true", help="causal=True (torch's is_causal)")
     ap.add_argument("--configs", default="128x4096,64x4096,128x1024",
                     help="timed (head dim)x(S) pairs, comma-separated")
     args = ap.parse_args()
@@ -165,16 +177,16 @@ def main() -> None:
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     if args.phase == "small":
-        emit(run_case(torch, call, {}, 1, 2, 100, 77, 64, "bf16"))
+        emit(run_case(torch, call, {}, 1, 2, 100, 77, 64, "bf16", args.causal))
     if args.phase in ("all", "correct"):
-        correctness(torch, call, peers, rng)
+        correctness(torch, call, peers, rng, args.causal)
         bad = [r for r in LINES if r["kind"] == "correct" and not r["ok"]]
         errs = [r["err"] for r in LINES if r["kind"] == "correct"]
         emit({"kind": "correct-summary", "cases": len(errs), "failed": len(bad),
               "max_err": max(errs)})
     if args.phase in ("all", "time"):
         configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
-        timing(torch, call, peers, args.rounds, configs)
+        timing(torch, call, peers, args.rounds, configs, args.causal)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         with open(Path(args.out) / "attention.jsonl", "a") as f:

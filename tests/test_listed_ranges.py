@@ -129,7 +129,7 @@ EMIT_CASES = [(e, s, t) for e in sorted(EMITTERS) for s in EMITTERS[e]["schedule
 def test_emitter_options_are_enforced_as_listed(emitter, schedule, target):
     """The same two rules for each ``-O`` option ``pipeline-core emitters`` lists; a refusal
     naming one of the schedule's or target's own parameters (an emitter that does not write
-    every variant of the schedule, e.g. cuda-attention's refusal of -p causal) is for another
+    every variant of the schedule, e.g. cuda-attention's refusal of -p block_m=256) is for another
     parameter."""
     names = ({p["name"] for p in EMITTERS[emitter]["options"]}
              | {p["name"] for p in SCHEDULES[schedule]["params"] + TARGETS[target]["params"]})

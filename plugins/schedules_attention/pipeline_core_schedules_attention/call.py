@@ -5,8 +5,10 @@ It lives in this plugin, not beside ``matmul`` in ``pipeline_core_nvidia_h100``,
 plugin owns the kernel family's device code (``emit_attention.py``) and its schedule; the H100
 plugin gives the host side it shares with the GEMM: the TMA tensor maps (``tma.py``), the
 kernel cache on disk (``kernel_cache.py``) and the launch on torch's current stream
-(``runtime.py``).  The kernel is compiled (and proven) once per (head dim, dtype, device),
-launched on a persistent grid, and allocates nothing but the output.  The overlaps it compiles
+(``runtime.py``).  The kernel is compiled (and proven) once per (head dim, dtype, causal, device),
+launched on a persistent grid, and allocates nothing but the output.  ``causal=True`` compiles
+the schedule with ``-p causal=true`` (top-left aligned, as torch's ``is_causal``): the plan's
+loop bounds skip the KV blocks above the diagonal and mask the diagonal's.  The overlaps it compiles
 are the fastest measured per head dim (``CALL_OVERLAPS``; benchmarks/results/
 attention_overlap_h100.jsonl, docs/guide/attention.md "Emitting and calling it").
 """
@@ -46,6 +48,7 @@ class AttentionCall:
     head_dim: int
     dtype: str
     scale_log2: float
+    causal: bool
 
 
 def plan_attention(q: Any, k: Any, v: Any, *, causal: bool = False,
@@ -63,9 +66,6 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool = False,
             raise fail(name, f"dtype {t.dtype}; pass torch.bfloat16 or torch.float16")
         if not t.is_contiguous():
             raise fail(name, "not contiguous in [B, H, S, D]; pass .contiguous()")
-    if causal:
-        raise fail("causal", "True is not supported yet (the causal loop bounds are not in the "
-                             "plan); pass causal=False")
     b, h, sq, d = q.shape
     if d not in HEAD_DIMS:
         raise fail("q", f"head dim {d}; supported: {', '.join(map(str, HEAD_DIMS))}")
@@ -85,7 +85,13 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool = False,
         raise fail("scale", f"{scale!r}; pass a finite float or None (1/sqrt(D))")
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
     return AttentionCall(bh=b * h, sq=sq, sk=k.shape[2], head_dim=d,
-                         dtype=DTYPES[str(q.dtype)], scale_log2=s * LOG2E)
+                         dtype=DTYPES[str(q.dtype)], scale_log2=s * LOG2E, causal=bool(causal))
+
+
+def call_params(head_dim: int, causal: bool) -> dict[str, str]:
+    """The schedule parameters the call compiles for one head dim, causal or not."""
+    return {**CALL_OVERLAPS[head_dim], **CALL_PARAMS, "head_dim": str(head_dim),
+            "causal": str(causal).lower()}
 
 
 @attrs.frozen(kw_only=True)
@@ -97,7 +103,7 @@ class _Built:
     block_n: int
 
 
-_KERNELS: dict[tuple[int, str, int], _Built] = {}
+_KERNELS: dict[tuple[int, str, bool, int], _Built] = {}
 _MAPS: dict[tuple[int, int, int, int, str], Any] = {}
 _SMS: dict[int, int] = {}
 _REGISTERED: dict[str, Any] = {}
@@ -115,7 +121,7 @@ def _host() -> Any:
                                      "pipeline_core_schedules_attention.plugin"])
 
 
-def _build(head_dim: int, dtype: str, device: int) -> _Built:
+def _build(head_dim: int, dtype: str, causal: bool, device: int) -> _Built:
     from pipeline_core.plugin_api import compile_named
 
     from pipeline_core_nvidia_h100.kernel_cache import cubin_path
@@ -126,9 +132,7 @@ def _build(head_dim: int, dtype: str, device: int) -> _Built:
     from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME,
                                                             AttentionGeometry)
 
-    compiled = compile_named(NAME, target="h100",
-                             params={**CALL_OVERLAPS[head_dim], **CALL_PARAMS,
-                                     "head_dim": str(head_dim)},
+    compiled = compile_named(NAME, target="h100", params=call_params(head_dim, causal),
                              target_args={"stages": str(CALL_STAGES)}, host=_host())
     g = declared_geometry(compiled, KERNEL_FAMILY, AttentionGeometry, "attention")
     source = emit_attention(compiled, dtype=dtype)
@@ -166,10 +170,10 @@ def _run(q: Any, k: Any, v: Any, causal: bool, scale: float | None) -> Any:
 
     c = plan_attention(q, k, v, causal=causal, scale=scale)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    key = (c.head_dim, c.dtype, device)
+    key = (c.head_dim, c.dtype, c.causal, device)
     built = _KERNELS.get(key)
     if built is None:
-        built = _KERNELS[key] = _build(c.head_dim, c.dtype, device)
+        built = _KERNELS[key] = _build(c.head_dim, c.dtype, c.causal, device)
     sms = _SMS.get(device)
     if sms is None:
         sms = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count

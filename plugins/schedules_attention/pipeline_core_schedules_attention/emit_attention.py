@@ -23,8 +23,8 @@ One consumer warp group owns 64 query rows (``block_m / consumers == 64``).
 """
 from __future__ import annotations
 
-from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord, Param,
-                                      ProgramError, Ring, Step, StepKind)
+from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord,
+                                      LoopBounds, Param, ProgramError, Ring, Step, StepKind)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source,
@@ -145,10 +145,16 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
                     "64 (one 128-byte swizzled row)")
     if any(r.once and r.stages != 1 for r in compiled.plan.rings):
         raise _fail("writes one Q buffer: the once ring must be one stage deep")
-    if g.causal:
-        raise _fail("-p causal=true: the causal loop bounds are not in the plan yet; emit with "
-                    "-p causal=false")
     plan = compiled.plan
+    causal = plan.bounds if g.causal else None
+    if g.causal and (causal is None or not causal.causal):
+        raise _fail("-p causal=true, but the plan records no causal bounds; recompile the "
+                    "schedule")
+    if causal is not None and causal.align != "top_left":
+        # a row that sees no key keeps its max at -inf; the softmax has no guard for it yet
+        raise _fail(f"writes the causal mask aligned top_left (torch's is_causal); the plan's "
+                    f"is {causal.align}")
+    bounds = _tile_bounds(causal) if causal is not None else ()
     rings = {r.name: r for r in plan.rings}
     tags = [o.tag for o in compiled.body]
     producer, *consumers = plan.programs
@@ -189,6 +195,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "            int rb = 0, o = 0;",
         "            for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT, ++o) {",
         "                const int bh = tile / MT, tile_m = tile % MT;",
+        *(ind * 4 + x for x in bounds[:1]),
         *guarded(pfull, pzero, ind * 4),
         "            }",
         "        }",
@@ -201,7 +208,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "        int rb = 0, o = 0;",
         "        for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT, ++o) {",
         "            const int bh = tile / MT, tile_m = tile % MT;",
-        _consumer_tile(g.intra_overlap),
+        *(ind * 3 + x for x in bounds),
+        _consumer_tile(g.intra_overlap, g.causal),
         *(ind * 3 + x for x in consumer_branches(ctexts)),
         _FINISH,
         "        }",
@@ -215,10 +223,43 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         threads=g.threads, smem=g.smem_bytes, dtype=dtype,
         BM=g.block_m, BN=g.block_n, HD=g.head_dim, STAGES=g.stages, NBARS=offset,
         PREGS=g.producer_registers, CREGS=g.consumer_registers,
+        blocks=_CAUSAL_BLOCKS if g.causal else _BLOCKS,
         body="\n".join(body).replace("PACK_", _PACK[dtype])
+        .replace("OFFSET_", _OFFSET[causal.align] if causal is not None else "")
         .replace("wgmma_ss_nBN_", f"wgmma_ss_n{g.block_n}")
         .replace("wgmma_rs_nHD_", f"wgmma_rs_n{g.head_dim}")
         .replace("pcgc_desc_mn", "pcgc::smem_desc_sw128_mn<BN * 128>"))
+
+
+#: the KV blocks of every output tile (not causal) ...
+_BLOCKS = "KT = (Sk + BN - 1) / BN"
+#: ... or all of them, KT and FM then set per output tile from the plan's bounds
+_CAUSAL_BLOCKS = "KV_BLOCKS = (Sk + BN - 1) / BN;\n    int KT = KV_BLOCKS, FM = KV_BLOCKS"
+#: LoopBounds.offset per alignment, in the kernel's arguments
+_OFFSET = {"top_left": "0", "bottom_right": "(Sk - Sq)"}
+
+
+def tile_bounds_exprs(b: LoopBounds) -> tuple[str, str]:
+    """``LoopBounds.trips`` and ``first_masked`` of output tile ``tile_m`` as C expressions of
+    the kernel's ``tile_m, Sq, Sk, BM, BN, KV_BLOCKS`` and ``KT`` (the tile's trips), written
+    from the plan's bounds (block_m, block_n, align) so the kernel runs exactly the plan's rule
+    (docs/guide/attention.md, "Causal bounds and tails").  C's ``/`` truncates where Python's
+    ``//`` floors; the two differ only on negative quotients, which ``max(0, ...)`` clamps."""
+    if b.align not in _OFFSET:
+        raise _fail(f"no CUDA for causal alignment {b.align!r}")
+    off = _OFFSET[b.align]
+    trips = (f"max(0, min(KV_BLOCKS, (min((tile_m + 1) * {b.block_m}, Sq) - 1 + {off} + 1 "
+             f"+ {b.block_n} - 1) / {b.block_n}))")
+    first = (f"max(0, min(min(KT - (Sk % {b.block_n} != 0), "
+             f"max(0, (tile_m * {b.block_m} + {off} + 1) / {b.block_n})), KT))")
+    return trips, first
+
+
+def _tile_bounds(b: LoopBounds) -> tuple[str, ...]:
+    """The per-output-tile lines setting KT (and, for the consumers, FM) from the plan."""
+    trips, first = tile_bounds_exprs(b)
+    return (f"KT = {trips};  // the plan's LoopBounds.trips",
+            f"FM = {first};  // the plan's LoopBounds.first_masked")
 
 
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-attention) from schedule {schedule} on target {target}.
@@ -251,7 +292,7 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
     auto stage_k = [&](int s) {{ return base + Q_BYTES + s * KV_BYTES; }};
     auto stage_v = [&](int s) {{ return base + Q_BYTES + (STAGES + s) * KV_BYTES; }};
     const u32 bars = base + Q_BYTES + 2 * STAGES * KV_BYTES;  // {NBARS} mbarriers
-    const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, KT = (Sk + BN - 1) / BN;
+    const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, {blocks};
     const int wg = threadIdx.x / 128, wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
 {body}
 }}
@@ -276,19 +317,7 @@ _CONSUMER_TILE = r"""            float m0 = -INFINITY, m1 = -INFINITY;  // row m
 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) fence_operand(sacc[i]);
                 float x0 = m0, x1 = m1;
-#pragma unroll
-                for (int c = 0; c < BN / 8; ++c) {
-                    const int key = j * BN + c * 8 + 2 * q;
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const bool in = key + e < Sk;  // keys past the end: -inf
-                        sacc[4 * c + e] = in ? sacc[4 * c + e] * scale_log2 : -INFINITY;
-                        sacc[4 * c + 2 + e] = in ? sacc[4 * c + 2 + e] * scale_log2 : -INFINITY;
-                        x0 = fmaxf(x0, sacc[4 * c + e]);
-                        x1 = fmaxf(x1, sacc[4 * c + 2 + e]);
-                    }
-                }
-                x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
+SCALE_MAX_                x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
                 x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
                 x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
                 x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
@@ -332,6 +361,42 @@ _PACK_NOW = ("pk[2 * c] = PACK_(p0, p1);\n"
 _KEEP_FP32 = ("sacc[4 * c] = p0; sacc[4 * c + 1] = p1;\n"
               "                    sacc[4 * c + 2] = p2; sacc[4 * c + 3] = p3;")
 #: ... and the rescale, after the plan's wait_group 0, packs it for PV_t
+#: scale and row max of a KV block: every key kept, or keys past the end -inf (not causal) ...
+_SCALE_MAX = r"""#pragma unroll
+                for (int c = 0; c < BN / 8; ++c) {
+KEY_#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        IN_
+                        sacc[4 * c + e] = IN0_ ? sacc[4 * c + e] * scale_log2 : -INFINITY;
+                        sacc[4 * c + 2 + e] = IN1_ ? sacc[4 * c + 2 + e] * scale_log2 : -INFINITY;
+                        x0 = fmaxf(x0, sacc[4 * c + e]);
+                        x1 = fmaxf(x1, sacc[4 * c + 2 + e]);
+                    }
+                }
+"""
+_TAIL_MASK = ("const bool in = key + e < Sk;  // keys past the end: -inf", "in", "in")
+#: ... or (causal) the plan's mask on the masked blocks only: a key past the row's last one
+#: (row + offset) or past the end is -inf (plan.LoopBounds, docs/guide/attention.md "Causal
+#: bounds and tails"); the blocks before the first masked one keep every key
+_NO_MASK = ("// an unmasked KV block (before the plan's first_masked): every key kept",
+            "true", "true")
+_CAUSAL_MASK = ("const bool in0 = key + e < Sk && key + e <= lim0, "
+                "in1 = key + e < Sk && key + e <= lim1;", "in0", "in1")
+
+
+def _scale_max(mask: tuple[str, str, str]) -> str:
+    key = "" if mask is _NO_MASK else "                    const int key = j * BN + c * 8 + 2 * q;\n"
+    return (_SCALE_MAX.replace("KEY_", key).replace("IN_", mask[0]).replace("IN0_", mask[1])
+            .replace("IN1_", mask[2]))
+
+
+#: the causal softmax's branch: the mask's path only from the tile's first masked block (FM)
+_CAUSAL_SCALE_MAX = ("                if (j >= FM) {  // a masked KV block\n"
+                     "                    const int lim0 = tile_m * BM + consumer * ROWS + w * 16 "
+                     "+ g + OFFSET_, lim1 = lim0 + 8;\n"
+                     + _scale_max(_CAUSAL_MASK)
+                     + "                } else {\n" + _scale_max(_NO_MASK) + "                }\n")
+
 _PACK_LATER = r"""
 #pragma unroll
                 for (int c = 0; c < BN / 8; ++c) {
@@ -340,11 +405,12 @@ _PACK_LATER = r"""
                 }"""
 
 
-def _consumer_tile(intra_overlap: bool) -> str:
+def _consumer_tile(intra_overlap: bool, causal: bool) -> str:
     """The consumer's per-tile helpers; where P is packed depends on ``intra_overlap`` (see the
-    module docstring)."""
+    module docstring), where keys are masked on ``causal``."""
     return (_CONSUMER_TILE.replace("KEEP_P_", _KEEP_FP32 if intra_overlap else _PACK_NOW)
-            .replace("PACK_P_", _PACK_LATER if intra_overlap else ""))
+            .replace("PACK_P_", _PACK_LATER if intra_overlap else "")
+            .replace("SCALE_MAX_", _CAUSAL_SCALE_MAX if causal else _scale_max(_TAIL_MASK)))
 
 
 #: per output tile, after the consumer's steps: O / rowsum out, rows past Sq not stored

@@ -14,10 +14,12 @@ from pipeline_core.testing import run_cli
 
 from pipeline_core_nvidia_h100.toolchain import GENCODE, nvcc, sass_command
 
+from pipeline_core.plugin_api import LoopBounds
+
 from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_PARAMS, CALL_STAGES,
                                                     HEAD_DIMS, LOG2E, AttentionArgumentError,
-                                                    plan_attention)
-from pipeline_core_schedules_attention.emit_attention import emit_attention
+                                                    call_params, plan_attention)
+from pipeline_core_schedules_attention.emit_attention import emit_attention, tile_bounds_exprs
 
 NAME = "flash-attention-fwd"
 
@@ -122,7 +124,6 @@ def test_under_the_overlap_p_is_packed_only_after_pv_retired():
 
 
 @pytest.mark.parametrize("params,needle", [
-    ({"causal": "true"}, "-p causal=true"),
     ({"block_m": "256", "head_dim": "64", "intra_overlap": "false"}, "set -p block_m=128"),
 ])
 def test_unwritten_variants_are_refused_in_one_line(params, needle):
@@ -222,7 +223,6 @@ def test_the_call_plans_lengths_and_the_folded_scale():
     (qkv(k={"contiguous": False}), {}, "attention: k: not contiguous"),
     (qkv(k={"device": "cuda:1"}), {}, "attention: k: on cuda:1"),
     ((FakeTensor((3, 100, 64)),) + qkv()[1:], {}, "attention: q: shape (3, 100, 64)"),
-    (qkv(), {"causal": True}, "attention: causal: True is not supported yet"),
     (qkv(), {"scale": float("nan")}, "attention: scale: nan"),
     (qkv(sq=0), {}, "attention: q: sequence length 0"),
 ])
@@ -280,3 +280,87 @@ def test_a_dropped_named_barrier_reaches_the_kernel_when_forced():
     safe = emit_attention(c, watchdog=1 << 20)
     assert bad.count("bar.arrive") == safe.count("bar.arrive") - 1
     assert "mbar_wait_bounded(" in bad  # the watchdog turns the hang into a trap on the GPU
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("bm,bn", [(128, 128), (128, 64), (64, 128)])
+def test_the_kernels_tile_bounds_are_the_plans(align, bm, bn):
+    """The C expressions the causal kernel sets KT and FM with, evaluated (C's int division as
+    ``//``, which max(0, ...) makes agree on negative quotients), give LoopBounds' trips and
+    first_masked for every query block of lengths around the block sizes."""
+    b = LoopBounds(causal=True, block_m=bm, block_n=bn, align=align)
+    trips, first = (e.replace("/", "//") for e in tile_bounds_exprs(b))
+    seqs = (1, 7, 63, 64, 65, 127, 128, 129, 200, 256, 1000)
+    for sq in seqs:
+        for sk in seqs:
+            env = {"Sq": sq, "Sk": sk, "KV_BLOCKS": b.blocks(sk), "min": min, "max": max}
+            for i in range(-(-sq // bm)):
+                kt = eval(trips, {**env, "tile_m": i})  # noqa: S307 - our own expression
+                assert kt == b.trips(i, sq, sk), (sq, sk, i)
+                fm = eval(first, {**env, "tile_m": i, "KT": kt})  # noqa: S307
+                assert fm == b.first_masked(i, sq, sk), (sq, sk, i)
+
+
+def _helper(src: str, name: str) -> str:
+    return src.split(f"auto {name} = [&]")[1].split("};")[0]
+
+
+@pytest.mark.parametrize("intra", [True, False])
+def test_causal_kernel_bounds_each_tile_and_masks_only_its_masked_blocks(intra):
+    """-p causal=true: each output tile sets its own KT (producer and consumers alike, so the
+    rings' positions rb agree) and the consumers its first masked block FM; the softmax runs the
+    causal mask (key > row or past Sk -> -inf) only from FM on, the blocks before keep every
+    key.  Without causal nothing of it is emitted."""
+    src = emit_attention(compiled(causal=True, intra_overlap=intra))
+    assert src.count("KT = max(0, min(KV_BLOCKS,") == 2  # producer, consumers
+    assert src.count("FM = max(0, ") == 1
+    assert "int KT = KV_BLOCKS, FM = KV_BLOCKS;" in src
+    masked, unmasked = _helper(src, "softmax").split("if (j >= FM) {")[1].split("} else {")
+    assert "key + e < Sk && key + e <= lim0" in masked and "lim1 = lim0 + 8" in masked
+    assert "Sk" not in unmasked and "key +" not in unmasked and "lim" not in unmasked
+    assert "sacc[4 * c + e] = true ? sacc[4 * c + e] * scale_log2 : -INFINITY;" in unmasked
+    plain = emit_attention(compiled(causal=False, intra_overlap=intra))
+    assert "FM" not in plain and "lim0" not in plain and "KV_BLOCKS" not in plain
+    assert "const bool in = key + e < Sk;" in plain
+
+
+@pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_the_calls_causal_kernels_compile_without_spills_or_serialized_wgmma(head_dim, tmp_path):
+    c = compile_named(NAME, params=call_params(head_dim, True),
+                      target_args={"stages": str(CALL_STAGES)})
+    cu, cubin = tmp_path / "fa.cu", tmp_path / "fa.cubin"
+    cu.write_text(emit_attention(c))
+    proc = subprocess.run([nvcc() or "nvcc", "-cubin", GENCODE, "-std=c++17", "-Xptxas=-v",
+                           "-o", str(cubin), str(cu)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    assert "serialized" not in proc.stderr and "C7508" not in proc.stderr
+    assert 'variable "key"' not in proc.stderr  # the unmasked blocks' path declares no key
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_the_call_compiles_the_causal_bounds_it_was_asked_for(head_dim):
+    """causal=True is planned (no refusal) and compiles the schedule with the plan's causal
+    bounds, top-left as torch's is_causal; causal=False compiles none."""
+    assert plan_attention(*qkv(), causal=True).causal is True
+    assert plan_attention(*qkv()).causal is False
+    for causal in (True, False):
+        c = compile_named(NAME, params=call_params(head_dim, causal),
+                          target_args={"stages": str(CALL_STAGES)})
+        assert c.plan.bounds.causal is causal and c.plan.bounds.align == "top_left"
+        assert ("FM = max(0, " in emit_attention(c)) is causal
+
+
+@pytest.mark.parametrize("bounds,needle", [
+    (None, "the plan records no causal bounds"),
+    (LoopBounds(causal=True, block_m=128, block_n=128, align="bottom_right"),
+     "the plan's is bottom_right"),
+])
+def test_causal_without_the_plans_top_left_bounds_is_refused(bounds, needle):
+    import attrs
+
+    c = compiled(causal=True)
+    c = attrs.evolve(c, plan=attrs.evolve(c.plan, bounds=bounds))
+    with pytest.raises(ProgramError, match=needle):
+        emit_attention(c)
