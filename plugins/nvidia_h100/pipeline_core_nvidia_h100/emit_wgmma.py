@@ -25,9 +25,8 @@ from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source,
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
-                                                consumer_branches, declared_geometry,
-                                                named_step_line, render, ring_step_line,
-                                                wgmma_group_line)
+                                                consumer_branches, consumer_sync_line,
+                                                declared_geometry, render, ring_step_line)
 from pipeline_core_nvidia_h100.warpspecialized import (ELEM_BYTES, KERNEL_FAMILY, MN_CHUNK,
                                                        SCHEDULE_NAME, WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
@@ -100,13 +99,9 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
     ring = ring_step_line(s, stage, parity, single_issuer, watchdog)
     if ring is not None:
         return ring
-    named = named_step_line(s)
-    if named is not None:
-        return named
-    # the family's steps: the wgmma async group's fence / commit / counter wait, the ops
-    group = wgmma_group_line(s)
-    if group is not None:
-        return group
+    sync = consumer_sync_line(s)  # named barriers, the wgmma group's fence / commit / wait
+    if sync is not None:
+        return sync
     if s.kind == StepKind.OP:
         if variant is not None and s.tag in (WgmmaTag.TMA_A, WgmmaTag.TMA_B):
             return (_copy_line("a", s, variant.a_major, variant.split_k)

@@ -163,6 +163,14 @@ def wgmma_group_line(s: Step) -> str | None:
     return None
 
 
+def consumer_sync_line(s: Step) -> str | None:
+    """A consumer's synchronisation step that is no ring's: a named barrier
+    (:func:`named_step_line`) or the wgmma async group's (:func:`wgmma_group_line`); None for
+    any other step (a ring's, the family's ops)."""
+    named = named_step_line(s)
+    return named if named is not None else wgmma_group_line(s)
+
+
 def consumer_branches(texts: Sequence[str], indent: str = "    ") -> list[str]:
     """The consumers' programs as the one consumer branch runs them: one program when they are
     the same (the consumer index picks the rows), else one block per consumer index (consumers

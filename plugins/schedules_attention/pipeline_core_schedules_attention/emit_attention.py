@@ -31,8 +31,8 @@ from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_sour
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
 from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
-                                                declared_geometry, named_step_line, render,
-                                                ring_step_line, wgmma_group_line)
+                                                consumer_sync_line, declared_geometry, render,
+                                                ring_step_line)
 
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
@@ -72,12 +72,9 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
                               watchdog)
         assert line is not None
         return line
-    named = named_step_line(s)
-    if named is not None:
-        return named
-    group = wgmma_group_line(s)
-    if group is not None:
-        return group
+    sync = consumer_sync_line(s)  # named barriers, the wgmma group's fence / commit / wait
+    if sync is not None:
+        return sync
     if s.kind == StepKind.OP:
         tag = body_tags[s.op]
         kstage = f"({_position(s)} % STAGES)"
