@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
-import attrs
-
 from pipeline_core.compiled import CompiledSchedule  # its home; importable from here too
 from pipeline_core.config import BLOCK_SCHEDULE_KNOBS, ScheduleConfig, TargetProfile
 from pipeline_core.errors import ConfigError

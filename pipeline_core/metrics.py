@@ -326,7 +326,6 @@ def analyze_compiled(compiled, *, iterations: int = 12, simulate: bool = True,
     """Metrics of a CompiledSchedule; ``optimal_time`` also runs EXACT for the true optimum."""
     sched = compiled.schedule_config
     penalty = int(getattr(sched, "lds_contention_penalty", 0) or 0)
-    config = compiled.config
     plan = compiled.plan
     m = analyze_order(compiled.body, compiled.edges, compiled.order, penalty=penalty,
                       num_partitions=plan.partitions, max_globals=plan.max_globals)
