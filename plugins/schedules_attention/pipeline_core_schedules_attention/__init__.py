@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pipeline_core.plugin_api import installed_version
 
+from pipeline_core_schedules_attention.call import AttentionArgumentError, attention
 from pipeline_core_schedules_attention.schedule import (AttentionGeometry, AttentionTag,
                                                         FlashAttentionForward,
                                                         attention_cost_model, attention_profile,
@@ -10,5 +11,6 @@ from pipeline_core_schedules_attention.schedule import (AttentionGeometry, Atten
 
 #: pyproject.toml is the one source
 __version__ = installed_version("pipeline-core-schedules-attention")
-__all__ = ["AttentionGeometry", "AttentionTag", "FlashAttentionForward", "attention_cost_model",
-           "attention_profile", "make_attention"]
+__all__ = ["AttentionArgumentError", "AttentionGeometry", "AttentionTag",
+           "FlashAttentionForward", "attention", "attention_cost_model", "attention_profile",
+           "make_attention"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -364,3 +365,14 @@ def test_causal_without_the_plans_top_left_bounds_is_refused(bounds, needle):
     c = attrs.evolve(c, plan=attrs.evolve(c.plan, bounds=bounds))
     with pytest.raises(ProgramError, match=needle):
         emit_attention(c)
+
+
+def test_the_package_exports_the_call_and_importing_it_loads_no_gpu_package():
+    """README's example imports ``attention`` from the package: naming it must not pull in torch
+    (the call imports torch when it runs)."""
+    code = ("import sys, pipeline_core_schedules_attention as p; f = p.attention;"
+            "e = p.AttentionArgumentError;"
+            "print(sorted(m for m in ('torch', 'cupy', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
