@@ -429,6 +429,9 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
                          f"{', '.join(r['kernel_families']) or 'any'}]")
             lines.extend(_param_line({**prm, "name": f"-O {prm['name']}"})
                          for prm in r["options"])
+        if not rows:  # an empty listing would read as a broken command
+            lines.append("no emitter is installed: emitters come with target plugins, e.g. "
+                         "pip install pipeline-core-nvidia-h100 (its `h100` emitters write CUDA)")
         return rows, lines
     if args.command == "strategies":
         rows = [{"name": r.name, "description": r.description, "provider": r.provider}

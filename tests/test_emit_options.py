@@ -3,6 +3,8 @@ by the core before the emitter runs (issue 23: ``-O watchdog=2**70`` was emitted
 ``unsigned long long`` holds, ``-O watchdog=`` with superscript digits blamed the plugin)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pipeline_core import hookimpl
@@ -71,3 +73,15 @@ def test_options_must_be_param_records():
     with pytest.raises(ConfigError, match="EmitterRecord.options"):
         EmitterRecord("bad", "options that are not Params", (), _emit, options=("depth",))
     assert EmitterRecord("none", "declares it takes none", (), _emit, options=[]).options == ()
+
+
+def test_an_empty_emitter_listing_says_so_and_names_a_plugin_to_install():
+    """With no plugin loaded, ``emitters`` printed one empty line; the JSON stays an empty list."""
+    from pipeline_core.testing import run_cli
+
+    env = {"PIPELINE_CORE_NO_AUTOLOAD": "1"}
+    text = run_cli(["emitters"], env=env)
+    assert text.exit_code == 0
+    assert text.stdout.strip().startswith("no emitter is installed")
+    assert "pip install pipeline-core-nvidia-h100" in text.stdout
+    assert json.loads(run_cli(["emitters", "--format", "json"], env=env).stdout)["emitters"] == []
