@@ -81,8 +81,11 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool = False,
                         f"({b}, {h}, {d}); grouped-query attention is not supported")
     if sq < 1 or k.shape[2] < 1:
         raise fail("q" if sq < 1 else "k", "sequence length 0; pass S >= 1")
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
-        raise fail("scale", f"{scale!r}; pass a finite float or None (1/sqrt(D))")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)
+                                  and scale > 0):
+        # the kernel takes the row max of the raw scores and folds the scale into the exponent's
+        # FFMA (FA3's softmax), which holds for a positive scale only (docs/guide/attention.md)
+        raise fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
     return AttentionCall(bh=b * h, sq=sq, sk=k.shape[2], head_dim=d,
                          dtype=DTYPES[str(q.dtype)], scale_log2=s * LOG2E, causal=bool(causal))
