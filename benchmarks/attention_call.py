@@ -86,15 +86,31 @@ def run_case(torch, call, peers, b, h, sq, sk, d, dtype, causal=False) -> dict:
             "err": err, "flash_err": ferr, "nan": bool(torch.isnan(out).any()), "ok": ok}
 
 
-def correctness(torch, call, peers, rng, causal=False) -> None:
+def correctness(torch, call, peers, rng, causal=False, random_cases=14, variant="") -> None:
     cases = [(1, 1, 1, 1), (1, 2, 7, 7), (2, 3, 127, 128), (1, 4, 128, 127), (2, 2, 1000, 1000),
              (1, 2, 1, 4096), (1, 2, 4096, 7), (1, 1, 4096, 4096)]
     cases += [(rng.choice((1, 2)), rng.choice((1, 2, 3)), rng.choice(SEQS), rng.choice(SEQS))
-              for _ in range(14)]
+              for _ in range(random_cases)]
     for d in (64, 128):
         for dtype in ("bf16", "fp16"):
             for b, h, sq, sk in cases:
-                emit(run_case(torch, call, peers, b, h, sq, sk, d, dtype, causal))
+                rec = run_case(torch, call, peers, b, h, sq, sk, d, dtype, causal)
+                emit({**rec, "variant": variant} if variant else rec)
+
+
+def each_variant(call, names):
+    """Yield each named VARIANTS entry with the call compiling it (CALL_PARAMS wins over the
+    call's own CALL_OVERLAPS), the call's own choice restored after."""
+    base = dict(call.CALL_PARAMS)
+    for name in names:
+        call.CALL_PARAMS.update(VARIANTS[name])
+        call._KERNELS.clear()
+        try:
+            yield name
+        finally:
+            call.CALL_PARAMS.clear()
+            call.CALL_PARAMS.update(base)
+            call._KERNELS.clear()
 
 
 def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
@@ -105,16 +121,10 @@ def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         flop = 4 * b * h * s * s * d // (2 if causal else 1)
         # each ablation kernel is built (and cached) once, then timed through its own entry
-        base = dict(mod.CALL_PARAMS)
         built = {}
-        for label, over in VARIANTS.items():
-            mod.CALL_PARAMS.update(over)
-            mod._KERNELS.clear()
+        for label in each_variant(mod, VARIANTS):
             mod.attention(q, k, v, causal=causal)
             built[label] = dict(mod._KERNELS)
-            mod.CALL_PARAMS.clear()
-            mod.CALL_PARAMS.update(base)
-        mod._KERNELS.clear()
 
         def with_kernels(kernels):
             def run():
@@ -163,6 +173,12 @@ def main() -> None:
     ap.add_argument("--causal", action="store_true", help="causal=True (torch's is_causal)")
     ap.add_argument("--configs", default="128x4096,64x4096,128x1024",
                     help="timed (head dim)x(S) pairs, comma-separated")
+    ap.add_argument("--variants", default="",
+                    help="check correctness of these VARIANTS (comma-separated, 'all') instead "
+                         "of the call's own choice")
+    ap.add_argument("--random-cases", type=int, default=14)
+    ap.add_argument("--one", default="",
+                    help="VARIANT:DxS: run that kernel twice and stop (for ncu --launch-skip 1)")
     args = ap.parse_args()
     import torch
 
@@ -176,10 +192,26 @@ def main() -> None:
         peers = anchors.attention_peers()
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
+    if args.one:
+        name, cfg = args.one.split(":")
+        d, s = (int(x) for x in cfg.split("x"))
+        q, k, v = (torch.randn(16384 // s, 2048 // d, s, d, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        for _ in each_variant(call, [name]):
+            for _ in range(2):
+                call.attention(q, k, v, causal=args.causal)
+            torch.cuda.synchronize()
+        return
     if args.phase == "small":
         emit(run_case(torch, call, {}, 1, 2, 100, 77, 64, "bf16", args.causal))
     if args.phase in ("all", "correct"):
-        correctness(torch, call, peers, rng, args.causal)
+        names = list(VARIANTS) if args.variants == "all" else [
+            n for n in args.variants.split(",") if n]
+        if names:
+            for name in each_variant(call, names):
+                correctness(torch, call, peers, rng, args.causal, args.random_cases, name)
+        else:
+            correctness(torch, call, peers, rng, args.causal, args.random_cases)
         bad = [r for r in LINES if r["kind"] == "correct" and not r["ok"]]
         errs = [r["err"] for r in LINES if r["kind"] == "correct"]
         emit({"kind": "correct-summary", "cases": len(errs), "failed": len(bad),
