@@ -40,7 +40,14 @@ SEQS = (1, 7, 127, 128, 1000, 4096)
 VARIANTS = {"ours-intra-pingpong": {"intra_overlap": "true", "pingpong": "true"},
             "ours-intra": {"intra_overlap": "true", "pingpong": "false"},
             "ours-pingpong": {"intra_overlap": "false", "pingpong": "true"},
-            "ours-neither": {"intra_overlap": "false", "pingpong": "false"}}
+            "ours-neither": {"intra_overlap": "false", "pingpong": "false"},
+            # the call's overlap on other tiles: D=64 on 2 consumers of block_m 128 (the
+            # call's 3 of 192), D=128 on KV blocks of 176 keys (FA3's, non-causal)
+            "ours-intra-bm128": {"intra_overlap": "true", "pingpong": "false", "block_m": "128",
+                                 "consumers": "2", "consumer_registers": "240"},
+            "ours-intra-bn176": {"intra_overlap": "true", "pingpong": "false", "block_n": "176"}}
+#: the head dims a variant is run at (absent: both)
+VARIANT_DIMS = {"ours-intra-bm128": (64,), "ours-intra-bn176": (128,)}
 LINES: list[dict] = []
 
 
@@ -86,12 +93,13 @@ def run_case(torch, call, peers, b, h, sq, sk, d, dtype, causal=False) -> dict:
             "err": err, "flash_err": ferr, "nan": bool(torch.isnan(out).any()), "ok": ok}
 
 
-def correctness(torch, call, peers, rng, causal=False, random_cases=14, variant="") -> None:
+def correctness(torch, call, peers, rng, causal=False, random_cases=14, variant="",
+                dims=(64, 128)) -> None:
     cases = [(1, 1, 1, 1), (1, 2, 7, 7), (2, 3, 127, 128), (1, 4, 128, 127), (2, 2, 1000, 1000),
              (1, 2, 1, 4096), (1, 2, 4096, 7), (1, 1, 4096, 4096)]
     cases += [(rng.choice((1, 2)), rng.choice((1, 2, 3)), rng.choice(SEQS), rng.choice(SEQS))
               for _ in range(random_cases)]
-    for d in (64, 128):
+    for d in dims:
         for dtype in ("bf16", "fp16"):
             for b, h, sq, sk in cases:
                 rec = run_case(torch, call, peers, b, h, sq, sk, d, dtype, causal)
@@ -122,7 +130,7 @@ def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
         flop = 4 * b * h * s * s * d // (2 if causal else 1)
         # each ablation kernel is built (and cached) once, then timed through its own entry
         built = {}
-        for label in each_variant(mod, VARIANTS):
+        for label in each_variant(mod, [n for n in VARIANTS if d in VARIANT_DIMS.get(n, (d,))]):
             mod.attention(q, k, v, causal=causal)
             built[label] = dict(mod._KERNELS)
 
@@ -209,7 +217,8 @@ def main() -> None:
             n for n in args.variants.split(",") if n]
         if names:
             for name in each_variant(call, names):
-                correctness(torch, call, peers, rng, args.causal, args.random_cases, name)
+                correctness(torch, call, peers, rng, args.causal, args.random_cases, name,
+                            VARIANT_DIMS.get(name, (64, 128)))
         else:
             correctness(torch, call, peers, rng, args.causal, args.random_cases)
         bad = [r for r in LINES if r["kind"] == "correct" and not r["ok"]]

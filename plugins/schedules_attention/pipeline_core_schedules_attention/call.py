@@ -21,12 +21,17 @@ import attrs
 
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
 #: the schedule's parameters the call compiles (emit_attention.py: the variants it writes)
-CALL_PARAMS = {"block_m": "128", "block_n": "128", "consumers": "2"}
-#: the overlaps per head dim, the fastest of the four on the H100 (S=4096, bf16): the
-#: intra-warpgroup overlap pays at D=64 (353 vs 316 TFLOPS without either), not at D=128 (489
-#: vs 513); ping-pong paid at neither.  An entry of CALL_PARAMS wins (the benchmark's ablations).
+CALL_PARAMS = {"block_n": "128"}
+#: the query tile per head dim: 2 consumer warp groups of 64 rows at D=128; 3 at D=64, as FA3
+#: (block_m 192, 160 registers each, so that 3 x 128 x 160 + 128 x 24 fit the SM's 65536)
+CALL_TILES = {64: {"block_m": "192", "consumers": "3", "consumer_registers": "160"},
+              128: {"block_m": "128", "consumers": "2"}}
+#: the overlaps per head dim, the fastest on the H100 (bf16, benchmarks/results/
+#: attention_speed2_h100.jsonl): the intra-warpgroup overlap alone, at both head dims, causal
+#: or not (D=128 S=4096: 681 TFLOPS vs 584 without either; ping-pong costs: 641 with it).
+#: An entry of CALL_PARAMS wins over these and CALL_TILES (the benchmark's ablations).
 CALL_OVERLAPS = {64: {"intra_overlap": "true", "pingpong": "false"},
-                 128: {"intra_overlap": "false", "pingpong": "false"}}
+                 128: {"intra_overlap": "true", "pingpong": "false"}}
 #: the head dims the call compiles
 HEAD_DIMS = tuple(CALL_OVERLAPS)
 CALL_STAGES = 2
@@ -93,7 +98,8 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool = False,
 
 def call_params(head_dim: int, causal: bool) -> dict[str, str]:
     """The schedule parameters the call compiles for one head dim, causal or not."""
-    return {**CALL_OVERLAPS[head_dim], **CALL_PARAMS, "head_dim": str(head_dim),
+    return {**CALL_TILES[head_dim], **CALL_OVERLAPS[head_dim], **CALL_PARAMS,
+            "head_dim": str(head_dim),
             "causal": str(causal).lower()}
 
 

@@ -137,9 +137,11 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         raise _fail(f"writes {WGMMA_M} query rows per consumer; -p block_m={g.block_m} over "
                     f"{g.consumers} consumers gives {g.rows}: set -p block_m="
                     f"{WGMMA_M * g.consumers}")
-    if g.head_dim % 64 or g.block_n % 64:
-        raise _fail(f"-p head_dim={g.head_dim} and -p block_n={g.block_n} must be multiples of "
-                    "64 (one 128-byte swizzled row)")
+    if g.head_dim % 64:
+        raise _fail(f"-p head_dim={g.head_dim} must be a multiple of 64 (one 128-byte swizzled "
+                    "row)")
+    if g.block_n % 16:  # the PV wgmma's k steps (the schedule refuses it before; one home)
+        raise _fail(f"-p block_n={g.block_n} must be a multiple of 16 (PV's k step)")
     if any(r.once and r.stages != 1 for r in compiled.plan.rings):
         raise _fail("writes one Q buffer: the once ring must be one stage deep")
     plan = compiled.plan
@@ -152,6 +154,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         raise _fail(f"writes the causal mask aligned top_left (torch's is_causal); the plan's "
                     f"is {causal.align}")
     bounds = _tile_bounds(causal) if causal is not None else ()
+    order = "const int {}, {}".format(*tile_order_exprs(g.causal))
     if plan.bounds is None:
         raise _fail("the plan records no loop bounds; recompile the schedule")
     rings = {r.name: r for r in plan.rings}
@@ -193,7 +196,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "        if (wtid == 0) {",
         "            int rb = 0, o = 0;",
         "            for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT, ++o) {",
-        "                const int bh = tile / MT, tile_m = tile % MT;",
+        f"                {order};",
         *(ind * 4 + x for x in bounds[:1]),
         *guarded(pfull, pzero, ind * 4),
         "            }",
@@ -206,7 +209,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "        u32 pk[BN / 4];",
         "        int rb = 0, o = 0;",
         "        for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT, ++o) {",
-        "            const int bh = tile / MT, tile_m = tile % MT;",
+        f"            {order};",
         *(ind * 3 + x for x in bounds),
         _consumer_tile(g.intra_overlap, g.causal),
         *(ind * 3 + x for x in consumer_branches(ctexts)),
@@ -259,6 +262,26 @@ def tile_bounds_exprs(b: LoopBounds) -> tuple[str, str]:
     first = (f"max(0, min(min(KT - (Sk % {b.block_n} != 0), "
              f"max(0, (tile_m * {b.block_m} + {off} + 1) / {b.block_n})), KT))")
     return trips, first
+
+
+#: heads per group of the causal tile order (their K and V, 2 x 8 x S x D x 2 bytes, stay in L2)
+HEAD_GROUP = 8
+
+
+def tile_order_exprs(causal: bool) -> tuple[str, str]:
+    """``bh = ...`` and ``tile_m = ...`` of persistent tile index ``tile`` (C declarators of
+    the kernel's ``tile, MT, BH``), the same for the producer and the consumers.  Not causal:
+    head-major, every tile of one head back to back (its K and V read once from memory).
+    Causal: the heaviest tiles first, as FA3 does: within each group of ``HEAD_GROUP`` heads,
+    the query blocks from the last (the most KV blocks, ``LoopBounds.trips``) to the first,
+    the group's heads side by side, so the grid's last round runs light tiles rather than a
+    few heavy ones alone, while the concurrent tiles share few heads' K and V in L2."""
+    if not causal:
+        return "bh = tile / MT", "tile_m = tile % MT"
+    n = HEAD_GROUP
+    first = f"(tile / (MT * {n})) * {n}"  # the group's first head
+    heads, r = f"min({n}, BH - {first})", f"(tile % (MT * {n}))"  # the last group may be short
+    return f"bh = {first} + {r} % {heads}", f"tile_m = MT - 1 - {r} / {heads}"
 
 
 def _tile_bounds(b: LoopBounds) -> tuple[str, ...]:

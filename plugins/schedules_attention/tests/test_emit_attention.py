@@ -19,7 +19,8 @@ from pipeline_core.plugin_api import LoopBounds
 from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_PARAMS, CALL_STAGES,
                                                     HEAD_DIMS, LOG2E, AttentionArgumentError,
                                                     call_params, plan_attention)
-from pipeline_core_schedules_attention.emit_attention import emit_attention, tile_bounds_exprs
+from pipeline_core_schedules_attention.emit_attention import (HEAD_GROUP, emit_attention,
+                                                              tile_bounds_exprs, tile_order_exprs)
 
 NAME = "flash-attention-fwd"
 
@@ -202,8 +203,7 @@ def qkv(sq=100, sk=77, d=64, **over):
 def test_the_calls_variant_per_head_dim_is_emitted(head_dim):
     """The call's overlaps (CALL_OVERLAPS) compile, prove and emit for every head dim it takes;
     at D=64 that is the intra-warpgroup overlap (wait_group 1 in the K loop)."""
-    c = compile_named(NAME, params={**CALL_OVERLAPS[head_dim], **CALL_PARAMS,
-                                    "head_dim": str(head_dim)},
+    c = compile_named(NAME, params=call_params(head_dim, False),
                       target_args={"stages": str(CALL_STAGES)})
     src = emit_attention(c)
     assert f"HD = {head_dim}," in src
@@ -307,6 +307,28 @@ def test_the_kernels_tile_bounds_are_the_plans(causal, align, bm, bn):
                 assert kt == b.trips(i, sq, sk), (sq, sk, i)
                 fm = eval(first, {**env, "tile_m": i, "KT": kt})  # noqa: S307
                 assert fm == b.first_masked(i, sq, sk), (sq, sk, i)
+
+
+@pytest.mark.parametrize("bh,mt", [(1, 1), (3, 5), (8, 4), (13, 7), (64, 32), (256, 8)])
+def test_the_causal_tile_order_runs_every_tile_once_heaviest_first(bh, mt):
+    """The persistent tile order (tile_order_exprs, evaluated with C's division as ``//``):
+    every (head, query block) exactly once; causal, each group of HEAD_GROUP heads runs its
+    query blocks from the last (the most KV blocks) to the first; not causal, head-major."""
+    for causal in (True, False):
+        bh_expr, m_expr = (e.split(" = ", 1)[1].replace("/", "//")
+                           for e in tile_order_exprs(causal))
+        seen = [(eval(bh_expr, {"tile": t, "MT": mt, "BH": bh, "min": min}),  # noqa: S307
+                 eval(m_expr, {"tile": t, "MT": mt, "BH": bh, "min": min}))  # noqa: S307
+                for t in range(bh * mt)]
+        assert sorted(seen) == [(h, m) for h in range(bh) for m in range(mt)]
+        if not causal:
+            assert seen == sorted(seen)
+            continue
+        for start in range(0, bh, HEAD_GROUP):
+            group = [m for h, m in seen if start <= h < start + HEAD_GROUP]
+            assert group == sorted(group, reverse=True)
+            assert {h for h, _ in seen[start * mt:(start + HEAD_GROUP) * mt]} == set(
+                range(start, min(bh, start + HEAD_GROUP)))
 
 
 def _helper(src: str, name: str) -> str:
