@@ -27,6 +27,7 @@ import json
 import random
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,13 +42,20 @@ VARIANTS = {"ours-intra-pingpong": {"intra_overlap": "true", "pingpong": "true"}
             "ours-intra": {"intra_overlap": "true", "pingpong": "false"},
             "ours-pingpong": {"intra_overlap": "false", "pingpong": "true"},
             "ours-neither": {"intra_overlap": "false", "pingpong": "false"},
-            # the call's overlap on other tiles: D=64 on 2 consumers of block_m 128 (the
-            # call's 3 of 192), D=128 on KV blocks of 176 keys (FA3's, non-causal)
-            "ours-intra-bm128": {"intra_overlap": "true", "pingpong": "false", "block_m": "128",
-                                 "consumers": "2", "consumer_registers": "240"},
-            "ours-intra-bn176": {"intra_overlap": "true", "pingpong": "false", "block_n": "176"}}
+            # the call's overlap on each tile it picks from (one of each pair is the call's own
+            # tile, call.CALL_TILES): D=64 on 2 or 3 consumer warp groups, D=128 on KV blocks
+            # of 128 or 176 keys
+            "ours-intra-c2": {"intra_overlap": "true", "pingpong": "false", "block_m": "128",
+                              "consumers": "2", "consumer_registers": "240"},
+            "ours-intra-c3": {"intra_overlap": "true", "pingpong": "false", "block_m": "192",
+                              "consumers": "3", "consumer_registers": "160", "block_n": "128"},
+            "ours-intra-bn128": {"intra_overlap": "true", "pingpong": "false", "block_m": "128",
+                                 "consumers": "2", "block_n": "128"},
+            "ours-intra-bn176": {"intra_overlap": "true", "pingpong": "false", "block_m": "128",
+                                 "consumers": "2", "block_n": "176"}}
 #: the head dims a variant is run at (absent: both)
-VARIANT_DIMS = {"ours-intra-bm128": (64,), "ours-intra-bn176": (128,)}
+VARIANT_DIMS = {"ours-intra-c2": (64,), "ours-intra-c3": (64,), "ours-intra-bn128": (128,),
+                "ours-intra-bn176": (128,)}
 LINES: list[dict] = []
 
 
@@ -160,11 +168,30 @@ def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
                     e.record()
                 torch.cuda.synchronize()
                 per[n].append(statistics.median(a.elapsed_time(e) for a, e in ev))
+        # the launch cost: 20 calls back to back between two events (the GPU's time per call
+        # when the host keeps ahead), and the host's time to enqueue them
+        batched, host = {}, {}
+        for n in names:
+            a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            a.record()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                fns[n]()
+            host[n] = (time.perf_counter() - t0) * 1e3 / 20
+            e.record()
+            torch.cuda.synchronize()
+            batched[n] = a.elapsed_time(e) / 20
         for n in names:
             ms = statistics.median(per[n])
             rec = {"kind": "time", "name": n, "D": d, "S": s, "B": b, "H": h, "causal": causal,
                    "dtype": "bf16", "ms": ms, "tflops": flop / ms / 1e9,
+                   "batched_ms": batched[n], "host_ms_per_call": host[n],
                    "device": torch.cuda.get_device_name()}
+            if n in VARIANTS:  # the call's own choice (call_params) or an ablation of it
+                own = mod.call_params(d, causal)
+                rec["call"] = all(own.get(k) == v for k, v in VARIANTS[n].items())
+                rec["params"] = {**own, **VARIANTS[n]}
             for peer in ("sdpa-flash", "sdpa-cudnn"):
                 if peer in per and n.startswith("ours"):
                     rec[f"ratio_vs_{peer}"] = [round(p / o, 3) for o, p in zip(per[n], per[peer])]

@@ -21,11 +21,18 @@ import attrs
 
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
 #: the schedule's parameters the call compiles (emit_attention.py: the variants it writes)
-CALL_PARAMS = {"block_n": "128"}
-#: the query tile per head dim: 2 consumer warp groups of 64 rows at D=128; 3 at D=64, as FA3
-#: (block_m 192, 160 registers each, so that 3 x 128 x 160 + 128 x 24 fit the SM's 65536)
-CALL_TILES = {64: {"block_m": "192", "consumers": "3", "consumer_registers": "160"},
-              128: {"block_m": "128", "consumers": "2"}}
+CALL_PARAMS: dict[str, str] = {}
+#: the tile per (head dim, causal), the fastest measured on the H100 (bf16, benchmarks/results/
+#: attention_speed2_h100.jsonl), FA3's choices: not causal, D=128 on KV blocks of 176 keys and
+#: D=64 on 3 consumer warp groups (block_m 192, 160 registers each, so that 3 x 128 x 160 +
+#: 128 x 24 fit the SM's 65536); causal, 2 consumers of 64 rows on KV blocks of 128 (the
+#: diagonal then masks one KV block per query block)
+_TWO = {"block_m": "128", "consumers": "2", "block_n": "128"}
+CALL_TILES = {(64, False): {"block_m": "192", "consumers": "3", "consumer_registers": "160",
+                            "block_n": "128"},
+              (64, True): _TWO,
+              (128, False): {**_TWO, "block_n": "176"},
+              (128, True): _TWO}
 #: the overlaps per head dim, the fastest on the H100 (bf16, benchmarks/results/
 #: attention_speed2_h100.jsonl): the intra-warpgroup overlap alone, at both head dims, causal
 #: or not (D=128 S=4096: 681 TFLOPS vs 584 without either; ping-pong costs: 641 with it).
@@ -98,7 +105,7 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool = False,
 
 def call_params(head_dim: int, causal: bool) -> dict[str, str]:
     """The schedule parameters the call compiles for one head dim, causal or not."""
-    return {**CALL_TILES[head_dim], **CALL_OVERLAPS[head_dim], **CALL_PARAMS,
+    return {**CALL_TILES[head_dim, causal], **CALL_OVERLAPS[head_dim], **CALL_PARAMS,
             "head_dim": str(head_dim),
             "causal": str(causal).lower()}
 
