@@ -8,10 +8,10 @@ kernel cache on disk (``kernel_cache.py``) and the launch on torch's current str
 (``runtime.py``).  The kernel is compiled (and proven) once per (head dim, dtype, causal, device),
 launched on a persistent grid, and allocates nothing but the output.  ``causal=True`` compiles
 the schedule with ``-p causal=true`` (top-left aligned, as torch's ``is_causal``): the plan's
-loop bounds skip the KV blocks above the diagonal and mask the diagonal's.  The overlaps it compiles
-are the fastest measured per head dim (``CALL_OVERLAPS``; benchmarks/results/
-attention_overlap_h100.jsonl, docs/guide/attention.md "Emitting and calling it").
-"""
+loop bounds skip the KV blocks above the diagonal and mask the diagonal's.  The tile and the overlaps
+it compiles are the fastest measured per head dim and causal (``CALL_TILES``,
+``CALL_OVERLAPS``; benchmarks/results/attention_speed2_h100.jsonl, docs/guide/attention.md
+"Speed: the FA3 softmax and the tiles")."""
 from __future__ import annotations
 
 import math

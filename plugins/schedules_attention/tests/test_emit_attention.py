@@ -359,10 +359,15 @@ def test_causal_kernel_bounds_each_tile_and_masks_only_its_masked_blocks(intra):
 
 
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
-def test_the_calls_causal_kernels_compile_without_spills_or_serialized_wgmma(head_dim, tmp_path):
-    c = compile_named(NAME, params=call_params(head_dim, True),
-                      target_args={"stages": str(CALL_STAGES)})
+def test_the_calls_kernels_compile_without_spills_or_serialized_wgmma(head_dim, causal,
+                                                                      tmp_path):
+    """Every kernel the call compiles (its tile per head dim and causal, CALL_TILES: KV blocks
+    of 176 keys, 3 consumers of 160 registers) builds with no spill; its S wgmma is as wide as
+    the tile's KV block."""
+    params = call_params(head_dim, causal)
+    c = compile_named(NAME, params=params, target_args={"stages": str(CALL_STAGES)})
     cu, cubin = tmp_path / "fa.cu", tmp_path / "fa.cubin"
     cu.write_text(emit_attention(c))
     proc = subprocess.run([nvcc() or "nvcc", "-cubin", GENCODE, "-std=c++17", "-Xptxas=-v",
@@ -371,6 +376,11 @@ def test_the_calls_causal_kernels_compile_without_spills_or_serialized_wgmma(hea
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     assert "serialized" not in proc.stderr and "C7508" not in proc.stderr
     assert 'variable "key"' not in proc.stderr  # the unmasked blocks' path declares no key
+    if sass_command() is not None:
+        sass = subprocess.run([*(sass_command() or []), str(cubin)], capture_output=True,
+                              text=True, check=True).stdout
+        assert f"HGMMA.64x{params['block_n']}x16.F32" in sass
+        assert not re.search(r"\b(LDL|STL)\b", sass)
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
