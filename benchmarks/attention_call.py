@@ -17,6 +17,10 @@
 ``--causal``: every case and timing with ``causal=True`` (torch's ``is_causal``: key k of query
 row r kept when k <= r, aligned top-left also when Sq != Sk); the reference masks the scores,
 the peers run ``is_causal=True``, and TFLOPS count the kept half of the square.
+``--variants all`` (or names of VARIANTS): the correctness cases for each variant timed, not only
+the call's own; ``--one VARIANT:DxS``: two launches of one variant, for ``ncu --launch-skip 1``.
+Each timing line also holds ``batched_ms`` (20 calls between two events) and
+``host_ms_per_call`` (the host's time to enqueue one), which show a launch-bound call.
 Every result is one JSON line on stdout (and in --out/attention.jsonl).
 """
 from __future__ import annotations
