@@ -17,6 +17,10 @@
 ``--causal``: every case and timing with ``causal=True`` (torch's ``is_causal``: key k of query
 row r kept when k <= r, aligned top-left also when Sq != Sk); the reference masks the scores,
 the peers run ``is_causal=True``, and TFLOPS count the kept half of the square.
+``--variants all`` (or names of VARIANTS): the correctness cases for each variant timed, not only
+the call's own; ``--one VARIANT:DxS``: two launches of one variant, for ``ncu --launch-skip 1``.
+Each timing line also holds ``batched_ms`` (20 calls between two events) and
+``host_ms_per_call`` (the host's time to enqueue one), which show a launch-bound call.
 Every result is one JSON line on stdout (and in --out/attention.jsonl).
 """
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import random
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +45,21 @@ SEQS = (1, 7, 127, 128, 1000, 4096)
 VARIANTS = {"ours-intra-pingpong": {"intra_overlap": "true", "pingpong": "true"},
             "ours-intra": {"intra_overlap": "true", "pingpong": "false"},
             "ours-pingpong": {"intra_overlap": "false", "pingpong": "true"},
-            "ours-neither": {"intra_overlap": "false", "pingpong": "false"}}
+            "ours-neither": {"intra_overlap": "false", "pingpong": "false"},
+            # the call's overlap on each tile it picks from (one of each pair is the call's own
+            # tile, call.CALL_TILES): D=64 on 2 or 3 consumer warp groups, D=128 on KV blocks
+            # of 128 or 176 keys
+            "ours-intra-c2": {"intra_overlap": "true", "pingpong": "false", "block_m": "128",
+                              "consumers": "2", "consumer_registers": "240"},
+            "ours-intra-c3": {"intra_overlap": "true", "pingpong": "false", "block_m": "192",
+                              "consumers": "3", "consumer_registers": "160", "block_n": "128"},
+            "ours-intra-bn128": {"intra_overlap": "true", "pingpong": "false", "block_m": "128",
+                                 "consumers": "2", "block_n": "128"},
+            "ours-intra-bn176": {"intra_overlap": "true", "pingpong": "false", "block_m": "128",
+                                 "consumers": "2", "block_n": "176"}}
+#: the head dims a variant is run at (absent: both)
+VARIANT_DIMS = {"ours-intra-c2": (64,), "ours-intra-c3": (64,), "ours-intra-bn128": (128,),
+                "ours-intra-bn176": (128,)}
 LINES: list[dict] = []
 
 
@@ -86,15 +105,32 @@ def run_case(torch, call, peers, b, h, sq, sk, d, dtype, causal=False) -> dict:
             "err": err, "flash_err": ferr, "nan": bool(torch.isnan(out).any()), "ok": ok}
 
 
-def correctness(torch, call, peers, rng, causal=False) -> None:
+def correctness(torch, call, peers, rng, causal=False, random_cases=14, variant="",
+                dims=(64, 128)) -> None:
     cases = [(1, 1, 1, 1), (1, 2, 7, 7), (2, 3, 127, 128), (1, 4, 128, 127), (2, 2, 1000, 1000),
              (1, 2, 1, 4096), (1, 2, 4096, 7), (1, 1, 4096, 4096)]
     cases += [(rng.choice((1, 2)), rng.choice((1, 2, 3)), rng.choice(SEQS), rng.choice(SEQS))
-              for _ in range(14)]
-    for d in (64, 128):
+              for _ in range(random_cases)]
+    for d in dims:
         for dtype in ("bf16", "fp16"):
             for b, h, sq, sk in cases:
-                emit(run_case(torch, call, peers, b, h, sq, sk, d, dtype, causal))
+                rec = run_case(torch, call, peers, b, h, sq, sk, d, dtype, causal)
+                emit({**rec, "variant": variant} if variant else rec)
+
+
+def each_variant(call, names):
+    """Yield each named VARIANTS entry with the call compiling it (CALL_PARAMS wins over the
+    call's own CALL_OVERLAPS), the call's own choice restored after."""
+    base = dict(call.CALL_PARAMS)
+    for name in names:
+        call.CALL_PARAMS.update(VARIANTS[name])
+        call._KERNELS.clear()
+        try:
+            yield name
+        finally:
+            call.CALL_PARAMS.clear()
+            call.CALL_PARAMS.update(base)
+            call._KERNELS.clear()
 
 
 def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
@@ -105,16 +141,10 @@ def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         flop = 4 * b * h * s * s * d // (2 if causal else 1)
         # each ablation kernel is built (and cached) once, then timed through its own entry
-        base = dict(mod.CALL_PARAMS)
         built = {}
-        for label, over in VARIANTS.items():
-            mod.CALL_PARAMS.update(over)
-            mod._KERNELS.clear()
+        for label in each_variant(mod, [n for n in VARIANTS if d in VARIANT_DIMS.get(n, (d,))]):
             mod.attention(q, k, v, causal=causal)
             built[label] = dict(mod._KERNELS)
-            mod.CALL_PARAMS.clear()
-            mod.CALL_PARAMS.update(base)
-        mod._KERNELS.clear()
 
         def with_kernels(kernels):
             def run():
@@ -142,11 +172,30 @@ def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
                     e.record()
                 torch.cuda.synchronize()
                 per[n].append(statistics.median(a.elapsed_time(e) for a, e in ev))
+        # the launch cost: 20 calls back to back between two events (the GPU's time per call
+        # when the host keeps ahead), and the host's time to enqueue them
+        batched, host = {}, {}
+        for n in names:
+            a, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            a.record()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                fns[n]()
+            host[n] = (time.perf_counter() - t0) * 1e3 / 20
+            e.record()
+            torch.cuda.synchronize()
+            batched[n] = a.elapsed_time(e) / 20
         for n in names:
             ms = statistics.median(per[n])
             rec = {"kind": "time", "name": n, "D": d, "S": s, "B": b, "H": h, "causal": causal,
                    "dtype": "bf16", "ms": ms, "tflops": flop / ms / 1e9,
+                   "batched_ms": batched[n], "host_ms_per_call": host[n],
                    "device": torch.cuda.get_device_name()}
+            if n in VARIANTS:  # the call's own choice (call_params) or an ablation of it
+                own = mod.call_params(d, causal)
+                rec["call"] = all(own.get(k) == v for k, v in VARIANTS[n].items())
+                rec["params"] = {**own, **VARIANTS[n]}
             for peer in ("sdpa-flash", "sdpa-cudnn"):
                 if peer in per and n.startswith("ours"):
                     rec[f"ratio_vs_{peer}"] = [round(p / o, 3) for o, p in zip(per[n], per[peer])]
@@ -163,6 +212,12 @@ def main() -> None:
     ap.add_argument("--causal", action="store_true", help="causal=True (torch's is_causal)")
     ap.add_argument("--configs", default="128x4096,64x4096,128x1024",
                     help="timed (head dim)x(S) pairs, comma-separated")
+    ap.add_argument("--variants", default="",
+                    help="check correctness of these VARIANTS (comma-separated, 'all') instead "
+                         "of the call's own choice")
+    ap.add_argument("--random-cases", type=int, default=14)
+    ap.add_argument("--one", default="",
+                    help="VARIANT:DxS: run that kernel twice and stop (for ncu --launch-skip 1)")
     args = ap.parse_args()
     import torch
 
@@ -176,10 +231,27 @@ def main() -> None:
         peers = anchors.attention_peers()
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
+    if args.one:
+        name, cfg = args.one.split(":")
+        d, s = (int(x) for x in cfg.split("x"))
+        q, k, v = (torch.randn(16384 // s, 2048 // d, s, d, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        for _ in each_variant(call, [name]):
+            for _ in range(2):
+                call.attention(q, k, v, causal=args.causal)
+            torch.cuda.synchronize()
+        return
     if args.phase == "small":
         emit(run_case(torch, call, {}, 1, 2, 100, 77, 64, "bf16", args.causal))
     if args.phase in ("all", "correct"):
-        correctness(torch, call, peers, rng, args.causal)
+        names = list(VARIANTS) if args.variants == "all" else [
+            n for n in args.variants.split(",") if n]
+        if names:
+            for name in each_variant(call, names):
+                correctness(torch, call, peers, rng, args.causal, args.random_cases, name,
+                            VARIANT_DIMS.get(name, (64, 128)))
+        else:
+            correctness(torch, call, peers, rng, args.causal, args.random_cases)
         bad = [r for r in LINES if r["kind"] == "correct" and not r["ok"]]
         errs = [r["err"] for r in LINES if r["kind"] == "correct"]
         emit({"kind": "correct-summary", "cases": len(errs), "failed": len(bad),

@@ -8,10 +8,10 @@ kernel cache on disk (``kernel_cache.py``) and the launch on torch's current str
 (``runtime.py``).  The kernel is compiled (and proven) once per (head dim, dtype, causal, device),
 launched on a persistent grid, and allocates nothing but the output.  ``causal=True`` compiles
 the schedule with ``-p causal=true`` (top-left aligned, as torch's ``is_causal``): the plan's
-loop bounds skip the KV blocks above the diagonal and mask the diagonal's.  The overlaps it compiles
-are the fastest measured per head dim (``CALL_OVERLAPS``; benchmarks/results/
-attention_overlap_h100.jsonl, docs/guide/attention.md "Emitting and calling it").
-"""
+loop bounds skip the KV blocks above the diagonal and mask the diagonal's.  The tile and the overlaps
+it compiles are the fastest measured per head dim and causal (``CALL_TILES``,
+``CALL_OVERLAPS``; benchmarks/results/attention_speed2_h100.jsonl, docs/guide/attention.md
+"Speed: the FA3 softmax and the tiles")."""
 from __future__ import annotations
 
 import math
@@ -21,12 +21,24 @@ import attrs
 
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
 #: the schedule's parameters the call compiles (emit_attention.py: the variants it writes)
-CALL_PARAMS = {"block_m": "128", "block_n": "128", "consumers": "2"}
-#: the overlaps per head dim, the fastest of the four on the H100 (S=4096, bf16): the
-#: intra-warpgroup overlap pays at D=64 (353 vs 316 TFLOPS without either), not at D=128 (489
-#: vs 513); ping-pong paid at neither.  An entry of CALL_PARAMS wins (the benchmark's ablations).
+CALL_PARAMS: dict[str, str] = {}
+#: the tile per (head dim, causal), the fastest measured on the H100 (bf16, benchmarks/results/
+#: attention_speed2_h100.jsonl), FA3's choices: not causal, D=128 on KV blocks of 176 keys and
+#: D=64 on 3 consumer warp groups (block_m 192, 160 registers each, so that 3 x 128 x 160 +
+#: 128 x 24 fit the SM's 65536); causal, 2 consumers of 64 rows on KV blocks of 128 (the
+#: diagonal then masks one KV block per query block)
+_TWO = {"block_m": "128", "consumers": "2", "block_n": "128"}
+CALL_TILES = {(64, False): {"block_m": "192", "consumers": "3", "consumer_registers": "160",
+                            "block_n": "128"},
+              (64, True): _TWO,
+              (128, False): {**_TWO, "block_n": "176"},
+              (128, True): _TWO}
+#: the overlaps per head dim, the fastest on the H100 (bf16, benchmarks/results/
+#: attention_speed2_h100.jsonl): the intra-warpgroup overlap alone, at both head dims, causal
+#: or not (D=128 S=4096: 681 TFLOPS vs 584 without either; ping-pong costs: 641 with it).
+#: An entry of CALL_PARAMS wins over these and CALL_TILES (the benchmark's ablations).
 CALL_OVERLAPS = {64: {"intra_overlap": "true", "pingpong": "false"},
-                 128: {"intra_overlap": "false", "pingpong": "false"}}
+                 128: {"intra_overlap": "true", "pingpong": "false"}}
 #: the head dims the call compiles
 HEAD_DIMS = tuple(CALL_OVERLAPS)
 CALL_STAGES = 2
@@ -81,8 +93,11 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool = False,
                         f"({b}, {h}, {d}); grouped-query attention is not supported")
     if sq < 1 or k.shape[2] < 1:
         raise fail("q" if sq < 1 else "k", "sequence length 0; pass S >= 1")
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
-        raise fail("scale", f"{scale!r}; pass a finite float or None (1/sqrt(D))")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)
+                                  and scale > 0):
+        # the kernel takes the row max of the raw scores and folds the scale into the exponent's
+        # FFMA (FA3's softmax), which holds for a positive scale only (docs/guide/attention.md)
+        raise fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
     return AttentionCall(bh=b * h, sq=sq, sk=k.shape[2], head_dim=d,
                          dtype=DTYPES[str(q.dtype)], scale_log2=s * LOG2E, causal=bool(causal))
@@ -90,7 +105,8 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool = False,
 
 def call_params(head_dim: int, causal: bool) -> dict[str, str]:
     """The schedule parameters the call compiles for one head dim, causal or not."""
-    return {**CALL_OVERLAPS[head_dim], **CALL_PARAMS, "head_dim": str(head_dim),
+    return {**CALL_TILES[head_dim, causal], **CALL_OVERLAPS[head_dim], **CALL_PARAMS,
+            "head_dim": str(head_dim),
             "causal": str(causal).lower()}
 
 

@@ -137,9 +137,11 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         raise _fail(f"writes {WGMMA_M} query rows per consumer; -p block_m={g.block_m} over "
                     f"{g.consumers} consumers gives {g.rows}: set -p block_m="
                     f"{WGMMA_M * g.consumers}")
-    if g.head_dim % 64 or g.block_n % 64:
-        raise _fail(f"-p head_dim={g.head_dim} and -p block_n={g.block_n} must be multiples of "
-                    "64 (one 128-byte swizzled row)")
+    if g.head_dim % 64:
+        raise _fail(f"-p head_dim={g.head_dim} must be a multiple of 64 (one 128-byte swizzled "
+                    "row)")
+    if g.block_n % 16:  # the PV wgmma's k steps (the schedule refuses it before; one home)
+        raise _fail(f"-p block_n={g.block_n} must be a multiple of 16 (PV's k step)")
     if any(r.once and r.stages != 1 for r in compiled.plan.rings):
         raise _fail("writes one Q buffer: the once ring must be one stage deep")
     plan = compiled.plan
@@ -152,6 +154,9 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         raise _fail(f"writes the causal mask aligned top_left (torch's is_causal); the plan's "
                     f"is {causal.align}")
     bounds = _tile_bounds(causal) if causal is not None else ()
+    order = "const int {}, {}".format(*tile_order_exprs(g.causal))
+    if plan.bounds is None:
+        raise _fail("the plan records no loop bounds; recompile the schedule")
     rings = {r.name: r for r in plan.rings}
     tags = [o.tag for o in compiled.body]
     producer, *consumers = plan.programs
@@ -191,7 +196,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "        if (wtid == 0) {",
         "            int rb = 0, o = 0;",
         "            for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT, ++o) {",
-        "                const int bh = tile / MT, tile_m = tile % MT;",
+        f"                {order};",
         *(ind * 4 + x for x in bounds[:1]),
         *guarded(pfull, pzero, ind * 4),
         "            }",
@@ -204,7 +209,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "        u32 pk[BN / 4];",
         "        int rb = 0, o = 0;",
         "        for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT, ++o) {",
-        "            const int bh = tile / MT, tile_m = tile % MT;",
+        f"            {order};",
         *(ind * 3 + x for x in bounds),
         _consumer_tile(g.intra_overlap, g.causal),
         *(ind * 3 + x for x in consumer_branches(ctexts)),
@@ -220,7 +225,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         threads=g.threads, smem=g.smem_bytes, dtype=dtype,
         BM=g.block_m, BN=g.block_n, HD=g.head_dim, STAGES=g.stages, NBARS=offset,
         PREGS=g.producer_registers, CREGS=g.consumer_registers,
-        blocks=_CAUSAL_BLOCKS if g.causal else _BLOCKS,
+        blocks=_CAUSAL_BLOCKS if g.causal else _blocks(plan.bounds),
         body="\n".join(body).replace("PACK_", _PACK[dtype])
         .replace("OFFSET_", _OFFSET[causal.align] if causal is not None else "")
         .replace("wgmma_ss_nBN_", f"wgmma_ss_n{g.block_n}")
@@ -228,9 +233,14 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         .replace("pcgc_desc_mn", "pcgc::smem_desc_sw128_mn<BN * 128>"))
 
 
-#: the KV blocks of every output tile (not causal) ...
-_BLOCKS = "KT = (Sk + BN - 1) / BN"
-#: ... or all of them, KT and FM then set per output tile from the plan's bounds
+def _blocks(b: LoopBounds) -> str:
+    """Not causal: every output tile's KV blocks and first masked one (the key tail's), set
+    once from the plan's bounds ..."""
+    trips, first = tile_bounds_exprs(b)
+    return f"KV_BLOCKS = (Sk + BN - 1) / BN, KT = {trips}, FM = {first}"
+
+
+#: ... or (causal) KT and FM set per output tile from the plan's bounds
 _CAUSAL_BLOCKS = "KV_BLOCKS = (Sk + BN - 1) / BN;\n    int KT = KV_BLOCKS, FM = KV_BLOCKS"
 #: LoopBounds.offset per alignment, in the kernel's arguments
 _OFFSET = {"top_left": "0", "bottom_right": "(Sk - Sq)"}
@@ -242,6 +252,8 @@ def tile_bounds_exprs(b: LoopBounds) -> tuple[str, str]:
     from the plan's bounds (block_m, block_n, align) so the kernel runs exactly the plan's rule
     (docs/guide/attention.md, "Causal bounds and tails").  C's ``/`` truncates where Python's
     ``//`` floors; the two differ only on negative quotients, which ``max(0, ...)`` clamps."""
+    if not b.causal:  # every block, the one holding the key tail masked
+        return "KV_BLOCKS", f"max(0, KT - (Sk % {b.block_n} != 0))"
     if b.align not in _OFFSET:
         raise _fail(f"no CUDA for causal alignment {b.align!r}")
     off = _OFFSET[b.align]
@@ -250,6 +262,26 @@ def tile_bounds_exprs(b: LoopBounds) -> tuple[str, str]:
     first = (f"max(0, min(min(KT - (Sk % {b.block_n} != 0), "
              f"max(0, (tile_m * {b.block_m} + {off} + 1) / {b.block_n})), KT))")
     return trips, first
+
+
+#: heads per group of the causal tile order (their K and V, 2 x 8 x S x D x 2 bytes, stay in L2)
+HEAD_GROUP = 8
+
+
+def tile_order_exprs(causal: bool) -> tuple[str, str]:
+    """``bh = ...`` and ``tile_m = ...`` of persistent tile index ``tile`` (C declarators of
+    the kernel's ``tile, MT, BH``), the same for the producer and the consumers.  Not causal:
+    head-major, every tile of one head back to back (its K and V read once from memory).
+    Causal: the heaviest tiles first, as FA3 does: within each group of ``HEAD_GROUP`` heads,
+    the query blocks from the last (the most KV blocks, ``LoopBounds.trips``) to the first,
+    the group's heads side by side, so the grid's last round runs light tiles rather than a
+    few heavy ones alone, while the concurrent tiles share few heads' K and V in L2."""
+    if not causal:
+        return "bh = tile / MT", "tile_m = tile % MT"
+    n = HEAD_GROUP
+    first = f"(tile / (MT * {n})) * {n}"  # the group's first head
+    heads, r = f"min({n}, BH - {first})", f"(tile % (MT * {n}))"  # the last group may be short
+    return f"bh = {first} + {r} % {heads}", f"tile_m = MT - 1 - {r} / {heads}"
 
 
 def _tile_bounds(b: LoopBounds) -> tuple[str, ...]:
@@ -268,6 +300,14 @@ _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-attention) from schedule
 {header}
 {wgmma_header}
 {call_header}
+// 2^x on the MUFU alone (FA3's softmax): exp2f's accurate path adds a compare and two multiplies
+// around each MUFU.EX2 on the FP32 pipe the softmax shares with the rescale.  ftz: an input that
+// underflows gives 0, which a probability past the row max's range is anyway.
+__device__ __forceinline__ float ex2_approx(float x) {{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}}
 // Two fp32 values as one f16x2 word (as pch100::pack_bf16x2); `lo` goes to the lower address.
 __device__ __forceinline__ pcwg::u32 pack_f16x2(float lo, float hi) {{
     pcwg::u32 r;
@@ -313,20 +353,24 @@ _CONSUMER_TILE = r"""            float m0 = -INFINITY, m1 = -INFINITY;  // row m
             auto softmax = [&](int j) {
 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) fence_operand(sacc[i]);
-                float x0 = m0, x1 = m1;
+                float x0 = -INFINITY, x1 = -INFINITY;  // the block's row max of the raw scores
 SCALE_MAX_                x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
                 x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
                 x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
                 x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
-                c0 = exp2f(m0 - x0);
-                c1 = exp2f(m1 - x1);
+                x0 = fmaxf(m0, x0 * scale_log2);  // the running max, in log2 units (scale > 0)
+                x1 = fmaxf(m1, x1 * scale_log2);
+                c0 = ex2_approx(m0 - x0);
+                c1 = ex2_approx(m1 - x1);
                 m0 = x0;
                 m1 = x1;
                 float s0 = 0.f, s1 = 0.f;
 #pragma unroll
-                for (int c = 0; c < BN / 8; ++c) {
-                    const float p0 = exp2f(sacc[4 * c] - x0), p1 = exp2f(sacc[4 * c + 1] - x0);
-                    const float p2 = exp2f(sacc[4 * c + 2] - x1), p3 = exp2f(sacc[4 * c + 3] - x1);
+                for (int c = 0; c < BN / 8; ++c) {  // p = 2^(s * scale_log2 - max): one FFMA, one MUFU
+                    const float p0 = ex2_approx(fmaf(sacc[4 * c], scale_log2, -x0));
+                    const float p1 = ex2_approx(fmaf(sacc[4 * c + 1], scale_log2, -x0));
+                    const float p2 = ex2_approx(fmaf(sacc[4 * c + 2], scale_log2, -x1));
+                    const float p3 = ex2_approx(fmaf(sacc[4 * c + 3], scale_log2, -x1));
                     s0 += p0 + p1;
                     s1 += p2 + p3;
                     KEEP_P_
@@ -364,8 +408,8 @@ _SCALE_MAX = r"""#pragma unroll
 KEY_#pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         IN_
-                        sacc[4 * c + e] = IN0_ ? sacc[4 * c + e] * scale_log2 : -INFINITY;
-                        sacc[4 * c + 2 + e] = IN1_ ? sacc[4 * c + 2 + e] * scale_log2 : -INFINITY;
+                        sacc[4 * c + e] = IN0_ ? sacc[4 * c + e] : -INFINITY;
+                        sacc[4 * c + 2 + e] = IN1_ ? sacc[4 * c + 2 + e] : -INFINITY;
                         x0 = fmaxf(x0, sacc[4 * c + e]);
                         x1 = fmaxf(x1, sacc[4 * c + 2 + e]);
                     }
@@ -387,12 +431,15 @@ def _scale_max(mask: tuple[str, str, str]) -> str:
             .replace("IN1_", mask[2]))
 
 
-#: the causal softmax's branch: the mask's path only from the tile's first masked block (FM)
-_CAUSAL_SCALE_MAX = ("                if (j >= FM) {  // a masked KV block\n"
-                     "                    const int lim0 = tile_m * BM + consumer * ROWS + w * 16 "
-                     "+ g + OFFSET_, lim1 = lim0 + 8;\n"
-                     + _scale_max(_CAUSAL_MASK)
-                     + "                } else {\n" + _scale_max(_NO_MASK) + "                }\n")
+def _masked_scale_max(causal: bool) -> str:
+    """The softmax's branch: the mask's path only from the tile's first masked block (FM, the
+    plan's ``LoopBounds.first_masked``): the diagonal's and the key tail's (causal) or the key
+    tail's alone; the blocks before it keep every key with no compare."""
+    lim = ("                    const int lim0 = tile_m * BM + consumer * ROWS + w * 16 "
+           "+ g + OFFSET_, lim1 = lim0 + 8;\n") if causal else ""
+    return ("                if (j >= FM) {  // a masked KV block\n" + lim
+            + _scale_max(_CAUSAL_MASK if causal else _TAIL_MASK)
+            + "                } else {\n" + _scale_max(_NO_MASK) + "                }\n")
 
 _PACK_LATER = r"""
 #pragma unroll
@@ -407,7 +454,7 @@ def _consumer_tile(intra_overlap: bool, causal: bool) -> str:
     module docstring), where keys are masked on ``causal``."""
     return (_CONSUMER_TILE.replace("KEEP_P_", _KEEP_FP32 if intra_overlap else _PACK_NOW)
             .replace("PACK_P_", _PACK_LATER if intra_overlap else "")
-            .replace("SCALE_MAX_", _CAUSAL_SCALE_MAX if causal else _scale_max(_TAIL_MASK)))
+            .replace("SCALE_MAX_", _masked_scale_max(causal)))
 
 
 #: per output tile, after the consumer's steps: O / rowsum out, rows past Sq not stored

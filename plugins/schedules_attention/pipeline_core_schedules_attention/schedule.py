@@ -141,11 +141,12 @@ class AttentionGeometry:
     @property
     def consumer_registers_needed(self) -> int:
         """fp32 O and S per thread (a warp group's 128 threads hold rows x cols / 128 each),
-        S twice under ``intra_overlap`` (S_j lands while P_{j-1} is still read, P converted in
-        place from its S), plus :data:`CONSUMER_OVERHEAD_REGISTERS`."""
+        and under ``intra_overlap`` P_{j-1} packed to 16 bits (half of S) beside S_j, since PV_{j-1}
+        still reads it while the softmax of j runs (P converted in place from its S without the
+        overlap), plus :data:`CONSUMER_OVERHEAD_REGISTERS`."""
         o = self.rows * self.head_dim // 128
         s = self.rows * self.block_n // 128
-        return o + s * (2 if self.intra_overlap else 1) + CONSUMER_OVERHEAD_REGISTERS
+        return o + s + (s // 2 if self.intra_overlap else 0) + CONSUMER_OVERHEAD_REGISTERS
 
     @property
     def flop_s(self) -> int:
@@ -168,7 +169,7 @@ class AttentionGeometry:
         if need > self.consumer_registers:
             raise bad("head_dim", f"head_dim {self.head_dim} with block_n {self.block_n} needs "
                                   f"about {need} registers per consumer thread (O, S"
-                                  f"{' twice (intra_overlap)' if self.intra_overlap else ''}) "
+                                  f"{' and P (intra_overlap)' if self.intra_overlap else ''}) "
                                   f"over -p consumer_registers={self.consumer_registers}; "
                                   f"lower -p block_n or -p block_m, or set "
                                   f"-p intra_overlap=false")

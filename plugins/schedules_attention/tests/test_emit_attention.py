@@ -20,7 +20,8 @@ from pipeline_core.plugin_api import LoopBounds
 from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_PARAMS, CALL_STAGES,
                                                     HEAD_DIMS, LOG2E, AttentionArgumentError,
                                                     call_params, plan_attention)
-from pipeline_core_schedules_attention.emit_attention import emit_attention, tile_bounds_exprs
+from pipeline_core_schedules_attention.emit_attention import (HEAD_GROUP, emit_attention,
+                                                              tile_bounds_exprs, tile_order_exprs)
 
 NAME = "flash-attention-fwd"
 
@@ -157,6 +158,10 @@ def test_sass_has_no_spills_the_hgmma_counts_and_the_named_barriers(pingpong, he
     sass = subprocess.run([*(sass_command() or []), str(cubin)], capture_output=True, text=True,
                           check=True).stdout
     assert not re.search(r"\b(LDL|STL)\b", sass)
+    # the softmax's 2^x is the MUFU alone (ex2.approx.ftz, FA3's): exp2f's accurate path would
+    # compare each input with -126 and scale it by predicated FMULs around every MUFU.EX2
+    assert sass.count("MUFU.EX2") >= 128 // 2
+    assert not re.search(r"FSETP\.GEU\.AND P\d, PT, R\d+, -126", sass)
     ss = re.findall(r"HGMMA\.64x128x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\]", sass)
     rs = re.findall(rf"HGMMA\.64x{head_dim}x16\.F32(?:\.BF16)? R\d+, R\d+, "
                     r"gdesc\[UR\d+\]\.tnspB", sass)
@@ -199,8 +204,7 @@ def qkv(sq=100, sk=77, d=64, **over):
 def test_the_calls_variant_per_head_dim_is_emitted(head_dim):
     """The call's overlaps (CALL_OVERLAPS) compile, prove and emit for every head dim it takes;
     at D=64 that is the intra-warpgroup overlap (wait_group 1 in the K loop)."""
-    c = compile_named(NAME, params={**CALL_OVERLAPS[head_dim], **CALL_PARAMS,
-                                    "head_dim": str(head_dim)},
+    c = compile_named(NAME, params=call_params(head_dim, False),
                       target_args={"stages": str(CALL_STAGES)})
     src = emit_attention(c)
     assert f"HD = {head_dim}," in src
@@ -225,6 +229,8 @@ def test_the_call_plans_lengths_and_the_folded_scale():
     (qkv(k={"device": "cuda:1"}), {}, "attention: k: on cuda:1"),
     ((FakeTensor((3, 100, 64)),) + qkv()[1:], {}, "attention: q: shape (3, 100, 64)"),
     (qkv(), {"scale": float("nan")}, "attention: scale: nan"),
+    (qkv(), {"scale": 0.0}, "attention: scale: 0.0; pass a positive finite float"),
+    (qkv(), {"scale": -0.125}, "attention: scale: -0.125; pass a positive finite float"),
     (qkv(sq=0), {}, "attention: q: sequence length 0"),
 ])
 def test_bad_arguments_get_one_line_naming_them(args, kw, needle):
@@ -283,13 +289,15 @@ def test_a_dropped_named_barrier_reaches_the_kernel_when_forced():
     assert "mbar_wait_bounded(" in bad  # the watchdog turns the hang into a trap on the GPU
 
 
-@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("causal,align", [(True, "top_left"), (True, "bottom_right"),
+                                          (False, "top_left")])
 @pytest.mark.parametrize("bm,bn", [(128, 128), (128, 64), (64, 128)])
-def test_the_kernels_tile_bounds_are_the_plans(align, bm, bn):
-    """The C expressions the causal kernel sets KT and FM with, evaluated (C's int division as
+def test_the_kernels_tile_bounds_are_the_plans(causal, align, bm, bn):
+    """The C expressions the kernel sets KT and FM with, evaluated (C's int division as
     ``//``, which max(0, ...) makes agree on negative quotients), give LoopBounds' trips and
-    first_masked for every query block of lengths around the block sizes."""
-    b = LoopBounds(causal=True, block_m=bm, block_n=bn, align=align)
+    first_masked for every query block of lengths around the block sizes: causal, and not
+    (the key tail's block alone masked)."""
+    b = LoopBounds(causal=causal, block_m=bm, block_n=bn, align=align)
     trips, first = (e.replace("/", "//") for e in tile_bounds_exprs(b))
     seqs = (1, 7, 63, 64, 65, 127, 128, 129, 200, 256, 1000)
     for sq in seqs:
@@ -302,6 +310,28 @@ def test_the_kernels_tile_bounds_are_the_plans(align, bm, bn):
                 assert fm == b.first_masked(i, sq, sk), (sq, sk, i)
 
 
+@pytest.mark.parametrize("bh,mt", [(1, 1), (3, 5), (8, 4), (13, 7), (64, 32), (256, 8)])
+def test_the_causal_tile_order_runs_every_tile_once_heaviest_first(bh, mt):
+    """The persistent tile order (tile_order_exprs, evaluated with C's division as ``//``):
+    every (head, query block) exactly once; causal, each group of HEAD_GROUP heads runs its
+    query blocks from the last (the most KV blocks) to the first; not causal, head-major."""
+    for causal in (True, False):
+        bh_expr, m_expr = (e.split(" = ", 1)[1].replace("/", "//")
+                           for e in tile_order_exprs(causal))
+        seen = [(eval(bh_expr, {"tile": t, "MT": mt, "BH": bh, "min": min}),  # noqa: S307
+                 eval(m_expr, {"tile": t, "MT": mt, "BH": bh, "min": min}))  # noqa: S307
+                for t in range(bh * mt)]
+        assert sorted(seen) == [(h, m) for h in range(bh) for m in range(mt)]
+        if not causal:
+            assert seen == sorted(seen)
+            continue
+        for start in range(0, bh, HEAD_GROUP):
+            group = [m for h, m in seen if start <= h < start + HEAD_GROUP]
+            assert group == sorted(group, reverse=True)
+            assert {h for h, _ in seen[start * mt:(start + HEAD_GROUP) * mt]} == set(
+                range(start, min(bh, start + HEAD_GROUP)))
+
+
 def _helper(src: str, name: str) -> str:
     return src.split(f"auto {name} = [&]")[1].split("};")[0]
 
@@ -311,7 +341,8 @@ def test_causal_kernel_bounds_each_tile_and_masks_only_its_masked_blocks(intra):
     """-p causal=true: each output tile sets its own KT (producer and consumers alike, so the
     rings' positions rb agree) and the consumers its first masked block FM; the softmax runs the
     causal mask (key > row or past Sk -> -inf) only from FM on, the blocks before keep every
-    key.  Without causal nothing of it is emitted."""
+    key.  Without causal the tiles share one KT and the mask is the key tail's, from the same
+    FM (the last block, when Sk is not a multiple of block_n)."""
     src = emit_attention(compiled(causal=True, intra_overlap=intra))
     assert src.count("KT = max(0, min(KV_BLOCKS,") == 2  # producer, consumers
     assert src.count("FM = max(0, ") == 1
@@ -319,17 +350,25 @@ def test_causal_kernel_bounds_each_tile_and_masks_only_its_masked_blocks(intra):
     masked, unmasked = _helper(src, "softmax").split("if (j >= FM) {")[1].split("} else {")
     assert "key + e < Sk && key + e <= lim0" in masked and "lim1 = lim0 + 8" in masked
     assert "Sk" not in unmasked and "key +" not in unmasked and "lim" not in unmasked
-    assert "sacc[4 * c + e] = true ? sacc[4 * c + e] * scale_log2 : -INFINITY;" in unmasked
+    assert "sacc[4 * c + e] = true ? sacc[4 * c + e] : -INFINITY;" in unmasked
     plain = emit_attention(compiled(causal=False, intra_overlap=intra))
-    assert "FM" not in plain and "lim0" not in plain and "KV_BLOCKS" not in plain
-    assert "const bool in = key + e < Sk;" in plain
+    assert "lim0" not in plain and "KT = max(0, min(KV_BLOCKS," not in plain
+    assert "KT = KV_BLOCKS, FM = max(0, KT - (Sk % 128 != 0));" in plain
+    masked, unmasked = _helper(plain, "softmax").split("if (j >= FM) {")[1].split("} else {")
+    assert "const bool in = key + e < Sk;" in masked
+    assert "Sk" not in unmasked and "key +" not in unmasked
 
 
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
-def test_the_calls_causal_kernels_compile_without_spills_or_serialized_wgmma(head_dim, tmp_path):
-    c = compile_named(NAME, params=call_params(head_dim, True),
-                      target_args={"stages": str(CALL_STAGES)})
+def test_the_calls_kernels_compile_without_spills_or_serialized_wgmma(head_dim, causal,
+                                                                      tmp_path):
+    """Every kernel the call compiles (its tile per head dim and causal, CALL_TILES: KV blocks
+    of 176 keys, 3 consumers of 160 registers) builds with no spill; its S wgmma is as wide as
+    the tile's KV block."""
+    params = call_params(head_dim, causal)
+    c = compile_named(NAME, params=params, target_args={"stages": str(CALL_STAGES)})
     cu, cubin = tmp_path / "fa.cu", tmp_path / "fa.cubin"
     cu.write_text(emit_attention(c))
     proc = subprocess.run([nvcc() or "nvcc", "-cubin", GENCODE, "-std=c++17", "-Xptxas=-v",
@@ -338,6 +377,11 @@ def test_the_calls_causal_kernels_compile_without_spills_or_serialized_wgmma(hea
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     assert "serialized" not in proc.stderr and "C7508" not in proc.stderr
     assert 'variable "key"' not in proc.stderr  # the unmasked blocks' path declares no key
+    if sass_command() is not None:
+        sass = subprocess.run([*(sass_command() or []), str(cubin)], capture_output=True,
+                              text=True, check=True).stdout
+        assert f"HGMMA.64x{params['block_n']}x16.F32" in sass
+        assert not re.search(r"\b(LDL|STL)\b", sass)
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
@@ -350,7 +394,7 @@ def test_the_call_compiles_the_causal_bounds_it_was_asked_for(head_dim):
         c = compile_named(NAME, params=call_params(head_dim, causal),
                           target_args={"stages": str(CALL_STAGES)})
         assert c.plan.bounds.causal is causal and c.plan.bounds.align == "top_left"
-        assert ("FM = max(0, " in emit_attention(c)) is causal
+        assert ("KT = max(0, min(KV_BLOCKS," in emit_attention(c)) is causal
 
 
 @pytest.mark.parametrize("bounds,needle", [

@@ -150,7 +150,7 @@ def test_a_dropped_named_barrier_step_is_refused_under_pingpong(category):
 
 
 @pytest.mark.parametrize("params, field, text", [
-    ({"head_dim": 256}, "head_dim", "needs about 280 registers per consumer thread"),
+    ({"head_dim": 256}, "head_dim", "needs about 248 registers per consumer thread"),
     ({"consumers": 1}, "pingpong", "needs two consumer warp groups"),
     ({"block_m": 192}, "block_m", "not a multiple of 64 rows per consumer"),
     ({"block_n": 72}, "block_n", "multiple of 16"),
