@@ -373,6 +373,129 @@ def timing(torch, rounds=7, reps=20):
     return summary
 
 
+#: fp8 geometries explored at 8192 x 8192 x 4096 (autotune.Candidate fields; None: the call's)
+#: (192 x 256 with 3 consumers does not assemble, bf16 or e4m3: ptxas aborts)
+FP8_CANDIDATES = (None, dict(bm=256, bn=128, stages=4, consumers=2), dict(group_m=16),
+                  dict(group_m=4))
+#: the batched grid's x extent per policy: the call's (the SMs shared by the batches), one
+#: persistent grid per batch (z runs batches one after another), one CTA per tile
+BATCH_GRIDS = ("shared", "per-batch", "tiles")
+
+
+def _recipe_for(torch, a, b, out, scales=None, cand=None, scale=None, grid=None):
+    """A launch recipe through the call's own planning and build, with an explored geometry
+    (``cand``), the scaling replaced (``scale``: a variant of the same plan), or the grid's x
+    extent replaced (``grid``)."""
+    import attrs
+
+    from pipeline_core_nvidia_h100 import autotune, matmul_call
+    c = autotune.DEFAULT if cand is None else autotune.Candidate(**cand)
+    sms = matmul_call._KERNELS.sms(0)
+    stream = torch.cuda.current_stream().cuda_stream
+    plan = matmul_call._plan(a, b, None, None, None, out, sms, matmul_call.TUNING, c, scales)
+    if scale is not None:
+        plan = attrs.evolve(plan, variant=attrs.evolve(plan.variant, scale=scale))
+    if grid is not None:
+        plan = attrs.evolve(plan, grid=grid)
+    return matmul_call._recipe(a, b, None, None, None, out, plan, 0, stream, c,
+                               None if scale == "none" else scales)
+
+
+def explore(torch, rounds=7, reps=20):
+    """fp8 geometries and the scaling's cost at 8192 x 8192 x 4096, the batched grid policies
+    (each checked against the reference first), timed with the torch peer interleaved."""
+    from pipeline_core_nvidia_h100 import matmul_call
+    m, n, k = 8192, 8192, 4096
+    a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    ta, tb = torch.tensor(0.7, device="cuda"), torch.tensor(1.3, device="cuda")
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    impls, checks = {}, {}
+    for i, cand in enumerate(FP8_CANDIDATES):
+        r = _recipe_for(torch, a, b, out, (ta, tb), cand)
+        impls[f"tensor-c{i}"] = (lambda r=r: matmul_call._launch(r, a, b, None, out, (ta, tb)))
+        checks[f"tensor-c{i}"] = (ta * tb, cand)
+    for scale, sc in (("none", None), ("row", (sa, sb))):
+        r = _recipe_for(torch, a, b, out, (ta, tb) if sc is None else sc,
+                        scale="none" if sc is None else None)
+        impls[f"{scale}-c0"] = (lambda r=r, sc=sc: matmul_call._launch(r, a, b, None, out, sc))
+        checks[f"{scale}-c0"] = (1.0 if sc is None else sa * sb, None)
+    peer = {"torch-tensor": lambda: torch._scaled_mm(a, b, ta, tb, out_dtype=torch.bfloat16),
+            "torch-row": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)}
+    prod = a.float() @ b.float()
+    for name, fn in impls.items():
+        out.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+        factor, cand = checks[name]
+        emit({"kind": "explore-check", "impl": name, "candidate": cand,
+              "rel_err": rel(torch, out, prod * factor)})
+    del prod
+    per = timed(torch, {**impls, **peer}, rounds, reps)
+    flop = 2.0 * m * n * k
+    rec = {"kind": "explore-fp8", "shape": [m, n, k], "rounds": rounds,
+           "candidates": {f"c{i}": c for i, c in enumerate(FP8_CANDIDATES)}}
+    for name in per:
+        rec[name] = {"ms": round(statistics.median(per[name]), 4),
+                     "tflops": round(flop / statistics.median(per[name]) / 1e9, 1)}
+        peer_name = "torch-row" if name.startswith("row") else "torch-tensor"
+        if name in impls:
+            rec[f"{name}/{peer_name}"] = [round(p / o, 3) for o, p in
+                                          zip(per[name], per[peer_name])]
+    emit(rec)
+    for bsz, m, n, k in ((16, 2048, 2048, 2048), (8, 4096, 4096, 1024)):
+        a = torch.randn(bsz, m, k, device="cuda").to(torch.bfloat16)
+        b = torch.randn(bsz, k, n, device="cuda").to(torch.bfloat16)
+        c = torch.empty(bsz, m, n, device="cuda", dtype=torch.bfloat16)
+        c2 = torch.empty_like(c)
+        tiles = -(-m // 128) * -(-n // 256)
+        sms = matmul_call._KERNELS.sms(0)
+        impls = {}
+        for policy, grid in zip(BATCH_GRIDS, (None, min(tiles, sms), tiles)):
+            r = _recipe_for(torch, a, b, c, grid=grid)
+            impls[f"ours-{policy}"] = (lambda r=r: matmul_call._launch(r, a, b, None, c))
+        ref = torch.bmm(a.float(), b.float())
+        for name, fn in impls.items():
+            c.fill_(float("nan"))
+            fn()
+            torch.cuda.synchronize()
+            emit({"kind": "explore-check", "shape": [bsz, m, n, k], "impl": name,
+                  "rel_err": rel(torch, c, ref)})
+        del ref
+        impls["torch.bmm"] = lambda: torch.bmm(a, b, out=c2)
+        per = timed(torch, impls, rounds, reps)
+        flop = 2.0 * bsz * m * n * k
+        rec = {"kind": "explore-batched", "shape": [bsz, m, n, k], "rounds": rounds}
+        for name in per:
+            rec[name] = {"ms": round(statistics.median(per[name]), 4),
+                         "tflops": round(flop / statistics.median(per[name]) / 1e9, 1)}
+            if name != "torch.bmm":
+                rec[f"{name}/torch.bmm"] = [round(p / o, 3) for o, p in
+                                            zip(per[name], per["torch.bmm"])]
+        emit(rec)
+
+
+def sanitize(torch):
+    """A few small calls with tails in M, N and K for compute-sanitizer (racecheck, synccheck):
+    fp8 row-scaled with bias, fp8 per-tensor split-K, batched (both 3-D, MN-major B; 2-D @ 3-D)."""
+    from pipeline_core_nvidia_h100 import matmul, scaled_mm
+    a = torch.randn(100, 48, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(72, 48, device="cuda").to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(100, 1, device="cuda"), torch.rand(1, 72, device="cuda")
+    y = scaled_mm(a, b, sa, sb, bias=torch.randn(72, device="cuda").to(torch.bfloat16))
+    a = torch.randn(7, 4000, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(100, 4000, device="cuda").to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device="cuda")
+    z = scaled_mm(a, b, one, one, out_dtype=torch.float32)
+    x = matmul(torch.randn(3, 100, 40, device="cuda").to(torch.bfloat16),
+               torch.randn(3, 40, 72, device="cuda").to(torch.bfloat16))
+    w = matmul(torch.randn(100, 40, device="cuda").to(torch.float16),
+               torch.randn(2, 40, 72, device="cuda").to(torch.float16))
+    torch.cuda.synchronize()
+    print("sanitize calls done", tuple(y.shape), tuple(z.shape), tuple(x.shape), tuple(w.shape))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -382,7 +505,20 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--prebuild-only", action="store_true",
                     help="build every variant's cubin into the disk cache (no GPU needed)")
+    ap.add_argument("--explore", action="store_true",
+                    help="only the fp8 geometries, the scaling's cost and the batched grids")
+    ap.add_argument("--sanitize", action="store_true",
+                    help="only a few small calls with tails (run under compute-sanitizer)")
     args = ap.parse_args(argv)
+    if args.sanitize or args.explore:
+        import torch
+        emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
+        sanitize(torch) if args.sanitize else explore(torch)
+        if args.out:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+            name = "sanitize.jsonl" if args.sanitize else "explore.jsonl"
+            Path(args.out, name).write_text("".join(json.dumps(x) + "\n" for x in LINES))
+        return 0
     fp8 = draw_fp8(args.fp8_cases)
     batched = draw_batched(args.batched_cases)
     if args.prebuild_only:
