@@ -293,9 +293,11 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
                           out_dtype=out_dtype or a.dtype, bias=bias_kind,
                           activation=activation or "none", tails=True, split_k=splits > 1,
                           scale=scale, batch=batches.kind)
-    # a batched grid shares the SMs among its batches (grid z)
-    per_batch = max(1, sms // kernel_batch)
-    grid = min(tiles, per_batch) if tuning.persistent and sms > 0 else tiles
+    # a batched grid is one persistent grid per batch (grid z): the CTAs of batch 0 take the
+    # SMs first, so the tiles in flight share their batch's operands in L2 (sharing the SMs
+    # among all batches at once ran 0.67 of torch.bmm at 16 x 2048^3, this 0.79:
+    # benchmarks/results/matmul_fp8_h100.jsonl, run 2)
+    grid = min(tiles, sms) if tuning.persistent and sms > 0 else tiles
     c_batch = 0
     if kernel_batch > 1:
         c_batch = batches.out_batch_stride if batches.out_batch_stride is not None else m * ldc

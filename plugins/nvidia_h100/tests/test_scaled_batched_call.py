@@ -139,9 +139,10 @@ def test_both_3d_run_the_batch_on_grid_z_with_3d_maps():
     assert (p.m, p.batch, p.variant.batch, p.out_shape) == (100, 4, "ab", (4, 100, 72))
     assert (p.a.batch, p.a.batch_stride, p.b.batch, p.b.batch_stride) == (4, 6400, 4, 4608)
     assert p.c_batch == 100 * 72 and p.grid == 1  # one 128 x 256 tile per batch
-    # the SMs are shared among the batches; no split-K across a batch
+    # one persistent grid per batch (batch 0's CTAs first: its operands shared in L2); no
+    # split-K across a batch
     big = plan_call(t((8, 4096, 4096)), t((8, 4096, 4096)), sms=132)
-    assert (big.grid, big.batch, big.splits) == (16, 8, 1)
+    assert (big.grid, big.batch, big.splits) == (132, 8, 1)
     few = plan_call(t((2, 128, 4096)), t((2, 4096, 4096)), sms=132)
     assert few.splits == 1 and not few.variant.split_k
 
