@@ -297,3 +297,14 @@ def test_the_new_kernels_build_without_spills(label, tmp_path):
         boxes += 3  # an MN-major B tile of 256 rows is 4 boxes of 64
     assert loads_3d == boxes, loads_3d
     assert attrs.asdict(_compiled(v).launch.geometry.variant) == attrs.asdict(v)
+
+
+def test_scaled_mm_is_exported_and_loads_no_gpu_package():
+    import subprocess as sp
+    import sys
+
+    code = ("import sys, pipeline_core_nvidia_h100 as p; f = p.scaled_mm;"
+            "print(f.__name__, sorted(m for m in ('torch', 'cupy') if m in sys.modules))")
+    out = sp.run([sys.executable, "-c", code], capture_output=True, text=True,
+                 check=True).stdout
+    assert out.strip() == "scaled_mm []"
