@@ -2,7 +2,8 @@
 
 ``matmul.py`` describes each torch tensor as a :class:`TensorInfo` (shape, strides in elements,
 element type, address) and asks :func:`plan_call` what to launch: which major mode and tensor map
-each operand takes, the general kernel's :class:`GemmVariant` and the grid.  Every refusal is one
+each operand takes, the general kernel's :class:`GemmVariant` and the grid; a batched call's
+batch folds into M or becomes grid z with 3-D maps (:func:`_batches`).  Every refusal is one
 line naming the argument and what would work (:class:`MatmulArgumentError`,
 :class:`MatmulTypeError`), raised before anything reaches the GPU.  docs/guide/matmul.md is the
 user's page for these rules.

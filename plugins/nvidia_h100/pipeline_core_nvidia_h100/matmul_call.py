@@ -10,6 +10,8 @@ cubin kept on disk (``kernel_cache``).  It launches on torch's current stream, a
 but the output, and never syncs, so it can be captured in a CUDA graph; it is registered as the
 torch custom ops ``pipeline_core::matmul`` / ``matmul_out`` with fake implementations, so
 ``torch.compile`` traces it.  torch and CuPy are imported when the call runs, never at import.
+``scaled_mm`` (fp8 e4m3, torch._scaled_mm's semantics, planned by ``gemm_scaled``) and batched
+3-D operands share all of it (``pipeline_core::scaled_mm``).
 """
 from __future__ import annotations
 
@@ -496,7 +498,9 @@ def _eager(torch: Any, *tensors: Any) -> bool:
 
 def matmul(a: Any, b: Any, *, bias: Any = None, activation: str | None = None,
            out_dtype: Any = None, out: Any = None) -> Any:
-    """``epilogue(a @ b)``: a [M, K] and b [K, N] torch tensors (or CuPy arrays), bf16 or fp16.
+    """``epilogue(a @ b)``: a [M, K] and b [K, N] torch tensors (or CuPy arrays), bf16 or fp16;
+    or batched, a [B, M, K] @ b [B, K, N] with one side 2-D (or a batch of 1) broadcast, giving
+    [B, M, N] (docs/guide/matmul.md, "Batched matmul").  fp8 e4m3: :func:`scaled_mm`.
 
     ``bias``: [N], added per column (bf16, fp16 or fp32); ``activation``: ``"relu"``,
     ``"gelu"`` (tanh approximation) or ``"silu"``, after the bias; ``out_dtype``: bf16, fp16 or
