@@ -87,7 +87,8 @@ def fp8_plan(torch, case):
 
 def draw_batched(n, seed=2609):
     rng = random.Random(seed)
-    cases = [(4, 100, 72, 64, "ab", "bf16", False, False), (3, 1, 1, 8, "a-fold", "fp16", False, False)]
+    cases = [(4, 100, 72, 64, "ab", "bf16", False, False),
+             (3, 1, 1, 8, "a-fold", "fp16", False, False)]
     while len(cases) < n:
         cases.append((rng.choice(B_SIZES), rng.choice(BM_SIZES), rng.choice(BM_SIZES),
                       rng.choice(BM_SIZES), rng.choice(BATCH_KINDS), rng.choice(("bf16", "fp16")),
@@ -286,7 +287,8 @@ def graph_and_compile(torch):
     g.replay()
     torch.cuda.synchronize()
     ref = (a.float() @ b.float()) * sa * sb
-    emit({"kind": "fp8-graph-replay", "rel_err": rel(torch, y, ref), "ok": rel(torch, y, ref) < TOL["bf16"]})
+    err = rel(torch, y, ref)
+    emit({"kind": "fp8-graph-replay", "rel_err": err, "ok": err < TOL["bf16"]})
     f = torch.compile(lambda x, w, s, t: scaled_mm(x, w, s, t, out_dtype=torch.float32) * 2,
                       fullgraph=True)
     z = f(a, b, sa, sb)

@@ -2,8 +2,9 @@
 
 Importing the package is cheap and needs no GPU package: the target (``plugin``), its sync,
 cost and machine models load with the core; ``cuda`` ships the device helpers as text;
-``runtime`` imports CuPy only when a kernel is built.  ``matmul`` and ``scaled_mm`` (docs/guide/matmul.md)
-are loaded on first use from ``matmul_call``, which imports torch and CuPy only when it runs.
+``runtime`` imports CuPy only when a kernel is built.  ``matmul`` and ``scaled_mm``
+(docs/guide/matmul.md) are loaded on first use from ``matmul_call``, which imports torch and
+CuPy only when it runs.
 """
 from __future__ import annotations
 

@@ -406,6 +406,11 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
     b_desc = ("smem_desc_sw128(stage_b(s) + kk * 32)" if v.b_major == "k" else
               "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_b(s) + kk * 2048)")
     scale = v.scale != "none"
+    # the fragment's four accumulators of a row pair and column pair, scaled by row 0 / 8 and
+    # column 0 / 1's factors when the variant scales
+    acc = [_scaled(f"acc[mb][4 * j{off}]", factor, scale)
+           for off, factor in (("", "sa0 * sb0"), (" + 1", "sa0 * sb1"), (" + 2", "sa8 * sb0"),
+                               (" + 3", "sa8 * sb1"))]
     return {
         "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = {CHUNK_BYTES};"
                      "  // one MN-major box: 64 rows x BK"
@@ -436,11 +441,9 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
                 const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;""" + (
             _SCALE_COLS if scale else "") + r"""
                 pcgc::store_pair<Out>(C, ldc, row, col, m, n, vec,
-                    Act::f(""" + _scaled("acc[mb][4 * j]", "sa0 * sb0", scale) + """ + b0), Act::f("""
-        + _scaled("acc[mb][4 * j + 1]", "sa0 * sb1", scale) + """ + b1));
+                    Act::f(""" + acc[0] + " + b0), Act::f(" + acc[1] + """ + b1));
                 pcgc::store_pair<Out>(C, ldc, row + 8, col, m, n, vec,
-                    Act::f(""" + _scaled("acc[mb][4 * j + 2]", "sa8 * sb0", scale) + """ + b0), Act::f("""
-        + _scaled("acc[mb][4 * j + 3]", "sa8 * sb1", scale) + """ + b1));
+                    Act::f(""" + acc[2] + " + b0), Act::f(" + acc[3] + """ + b1));
             }}
         }}""",
     }

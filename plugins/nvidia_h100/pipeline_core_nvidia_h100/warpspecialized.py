@@ -114,7 +114,8 @@ class GemmVariant:
     #: tiles; each CTA writes its partial sums to an fp32 workspace and the CTA that finishes an
     #: output tile last adds the slices in split order and runs the epilogue once
     split_k: bool = False
-    #: ``tensor`` / ``row``: the accumulators scaled per tensor or per row and column (:data:`SCALES`)
+    #: ``tensor`` / ``row``: the accumulators scaled per tensor or per row and column
+    #: (:data:`SCALES`)
     scale: str = "none"
     #: the operands with a batch dimension (:data:`BATCHES`); grid z is the batch
     batch: str = "none"

@@ -46,6 +46,7 @@ GEMM_SCALE_BATCH_HEADER_NAME = "gemm_scale_batch_h100.cuh"
 
 
 def gemm_scale_batch_header_source() -> str:
-    """The text of ``gemm_scale_batch_h100.cuh`` (paste it after :func:`gemm_call_header_source`)."""
+    """The text of ``gemm_scale_batch_h100.cuh`` (paste it after
+    :func:`gemm_call_header_source`)."""
     return resources.files(__name__).joinpath(GEMM_SCALE_BATCH_HEADER_NAME).read_text(
         encoding="utf-8")
