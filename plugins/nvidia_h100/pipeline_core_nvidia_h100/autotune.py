@@ -27,7 +27,8 @@ import attrs
 
 from pipeline_core_nvidia_h100.gemm_call import split_count
 from pipeline_core_nvidia_h100.kernel_cache import cache_dir
-from pipeline_core_nvidia_h100.warpspecialized import SCHEDULE_NAME, GemmVariant, WsGeometry
+from pipeline_core_nvidia_h100.warpspecialized import (SCHEDULE_NAME, GemmVariant, WsGeometry,
+                                                       k_tile)
 
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import AgentMachine, CompiledSchedule
@@ -72,7 +73,8 @@ class Candidate:
     split_k: bool = False
 
     def geometry(self, variant: GemmVariant = GemmVariant()) -> WsGeometry:
-        return WsGeometry(bm=self.bm, bn=self.bn, bk=BK, consumers=self.consumers,
+        return WsGeometry(bm=self.bm, bn=self.bn, bk=k_tile(variant.dtype),
+                          consumers=self.consumers,
                           stages=self.stages, producer_registers=PRODUCER_REGISTERS,
                           consumer_registers=CONSUMER_REGISTERS[self.consumers],
                           group_m=self.group_m, variant=variant)

@@ -22,19 +22,21 @@ from pipeline_core.plugin_api import (AgentProgram, Bound, CompiledSchedule, Emi
                                       ProgramError, Step, StepKind)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
-from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source,
+from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source,
+                                            gemm_scale_batch_header_source, header_source,
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
                                                 consumer_branches, consumer_sync_line,
                                                 declared_geometry, render, ring_step_line)
-from pipeline_core_nvidia_h100.warpspecialized import (ELEM_BYTES, KERNEL_FAMILY, MN_CHUNK,
+from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, KERNEL_FAMILY,
+                                                       MN_CHUNK,
                                                        SCHEDULE_NAME, WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
 from pipeline_core_nvidia_h100.wgmma_sync import NAMED_BARRIERS
 
 EMITTER_NAME = "cuda-wgmma"
 #: PTX type of each input element type (``-p dtype``)
-PTX_TYPES = {"bf16": "bf16", "fp16": "f16"}
+PTX_TYPES = {"bf16": "bf16", "fp16": "f16", "e4m3": "e4m3"}
 KERNEL_NAME = "pc_ws_gemm"
 #: ``-O watchdog=N``: polls of one mbarrier wait before it traps (omitted, the default: no
 #: bound; no default value is declared, so the listing shows none outside the range).
@@ -46,18 +48,22 @@ WATCHDOG = Param("watchdog", int, None, "polls of one mbarrier wait before the k
 
 
 def wgmma_instruction(n: int, dtype: str = "bf16", trans_a: int = 0, trans_b: int = 0) -> str:
-    """The device function issuing one ``wgmma.mma_async m64nNk16`` ``dtype`` -> f32; a
-    ``trans`` flag of 1 reads that operand MN-major (wgmma's transpose mode), 0 K-major."""
+    """The device function issuing one ``wgmma.mma_async m64nNkK`` ``dtype`` -> f32 (K 16 for
+    bf16 / fp16, 32 for e4m3: 32 bytes of K either way); a ``trans`` flag of 1 reads that
+    operand MN-major (wgmma's transpose mode), 0 K-major.  e4m3 has no transpose operands
+    (PTX ISA, "wgmma.mma_async": fp8 reads both operands K-major)."""
     ptx = PTX_TYPES[dtype]
+    k = DTYPE_WGMMA_K[dtype]
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     bind = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    trans = "" if dtype == "e4m3" else f", {trans_a}, {trans_b}"
     return (
-        f"__device__ __forceinline__ void wgmma_m64n{n}k16(float (&d)[{regs}], pcwg::u64 da, "
+        f"__device__ __forceinline__ void wgmma_m64n{n}k{k}(float (&d)[{regs}], pcwg::u64 da, "
         f"pcwg::u64 db) {{\n"
         f'    asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-        f'                 " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "\n'
-        f'                 "{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, {trans_a}, {trans_b};\\n}}\\n"\n'
+        f'                 " wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptx}.{ptx} "\n'
+        f'                 "{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1{trans};\\n}}\\n"\n'
         f"                 : {bind}\n"
         f'                 : "l"(da), "l"(db), "r"(1));\n'
         f"}}\n")
@@ -77,19 +83,22 @@ def _stage(s: Step) -> str:
     return f"({_ring(s)} % STAGES)"
 
 
-def _copy_line(operand: str, s: Step, major: str, split_k: bool = False) -> str:
+def _copy_line(operand: str, s: Step, major: str, split_k: bool = False,
+               batched: bool = False) -> str:
     """The TMA copy of ``operand``'s tile (A: rows tile_m * BM, B: tile_n * BN) into the stage:
     one box of BK x rows when K-major, else one 64 x BK box per 64 rows (MN-major, a
     128-byte swizzled row holds 64 elements).  ``split_k``: the CTA's K tiles start at
-    ``blockIdx.y * KT`` (its split of K; ``KT`` is one split's tile count)."""
+    ``blockIdx.y * KT`` (its split of K; ``KT`` is one split's tile count).  ``batched``: the
+    operand's map is 3-D, its third coordinate the batch ``blockIdx.z``."""
     stage = _stage(s)
     rows, tile = ("BM", "tile_m") if operand == "a" else ("BN", "tile_n")
     view, tm = f"stage_{operand}({stage})", f"&tm{operand.upper()}"
     k_tile = f"(blockIdx.y * KT + {_tile(s)})" if split_k else _tile(s)
+    load, z = ("pcgc::tma_load_3d", ", blockIdx.z") if batched else ("tma_load_2d", "")
     if major == "k":
-        return f"tma_load_2d({view}, {tm}, full_bar({stage}), {k_tile} * BK, {tile} * {rows});"
-    return (f"for (int i = 0; i < {rows} / 64; ++i) tma_load_2d({view} + i * CHUNK_BYTES, {tm}, "
-            f"full_bar({stage}), {tile} * {rows} + i * 64, {k_tile} * BK);")
+        return f"{load}({view}, {tm}, full_bar({stage}), {k_tile} * BK, {tile} * {rows}{z});"
+    return (f"for (int i = 0; i < {rows} / 64; ++i) {load}({view} + i * CHUNK_BYTES, {tm}, "
+            f"full_bar({stage}), {tile} * {rows} + i * 64, {k_tile} * BK{z});")
 
 
 def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
@@ -104,9 +113,10 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
         return sync
     if s.kind == StepKind.OP:
         if variant is not None and s.tag in (WgmmaTag.TMA_A, WgmmaTag.TMA_B):
-            return (_copy_line("a", s, variant.a_major, variant.split_k)
+            return (_copy_line("a", s, variant.a_major, variant.split_k, "a" in variant.batch)
                     if s.tag == WgmmaTag.TMA_A
-                    else _copy_line("b", s, variant.b_major, variant.split_k))
+                    else _copy_line("b", s, variant.b_major, variant.split_k,
+                                    "b" in variant.batch))
         if s.tag == WgmmaTag.TMA_A:
             return (f"tma_load_2d(stage_a({stage}), &tmA, full_bar({stage}), {_tile(s)} * BK, "
                     "tile_m * BM);")
@@ -155,12 +165,16 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
     if variant:
         return _GENERAL_SOURCE.format(
             header=header_source(), wgmma_header=wgmma_header_source(),
-            call_header=gemm_call_header_source(),
+            call_header=gemm_call_header_source() + (
+                "\n" + gemm_scale_batch_header_source()
+                if (v.scale, v.batch) != ("none", "none") else ""),
             wgmma_fn=wgmma_instruction(g.bn, v.dtype, int(v.a_major == "mn"),
                                        int(v.b_major == "mn")),
             name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
             body=body, variant=describe_variant(v),
-            split_args=_SPLIT_ARGS if v.split_k else "", **constants)
+            split_args=(_SPLIT_ARGS if v.split_k else "") + (_SCALE_ARGS if v.scale != "none"
+                                                               else "")
+            + (_BATCH_ARGS if v.batch != "none" else ""), **constants)
     return _SOURCE.format(header=header_source(), wgmma_header=wgmma_header_source(),
         wgmma_fn=wgmma_instruction(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
         target=compiled.target_name, body=body, **constants)
@@ -173,6 +187,7 @@ def _constants(g: WsGeometry) -> dict[str, int]:
             "PRODUCER_REGS": g.producer_registers, "CONSUMER_REGS": g.consumer_registers,
             "WGMMA_M": WGMMA_M, "CHUNK_BYTES": MN_CHUNK * g.bk * ELEM_BYTES,
             "CONSUMER_THREADS": 128 * g.consumers, "SPLIT_BAR": SPLIT_BARRIER,
+            "ELEM": g.elem_bytes, "WGMMA_K": g.wgmma_k,
             "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK)}
 
 
@@ -208,7 +223,7 @@ def _compute(a_desc: str, b_desc: str) -> str:
             for (int kk = 0; kk < KSTEPS; ++kk)
 #pragma unroll
                 for (int mb = 0; mb < MBLOCKS; ++mb)
-                    wgmma_m64n{BN}k16(acc[mb],
+                    wgmma_m64n{BN}k{WGMMA_K}(acc[mb],
                         """ + a_desc + """,
                         """ + b_desc + """);
         }};"""
@@ -218,7 +233,7 @@ FAMILY = {
     "constants": r"""    constexpr int BM = {BM}, BN = {BN}, BK = {BK}, STAGES = {STAGES}, GROUP_M = {GROUP_M};
     constexpr int CONSUMER_ROWS = {CONSUMER_ROWS}, MBLOCKS = {MBLOCKS}, KSTEPS = {KSTEPS};
     constexpr int ACC = {ACC};
-    constexpr u32 A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;""",
+    constexpr u32 A_BYTES = BM * BK * {ELEM}, B_BYTES = BN * BK * {ELEM}, STAGE_BYTES = A_BYTES + B_BYTES;""",
     "stage_views": r"""    auto stage_a = [&](int s) {{ return ring + s * STAGE_BYTES; }};
     auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};""",
     "consumer_state": r"""        float acc[MBLOCKS][ACC];""",
@@ -271,6 +286,11 @@ extern "C" __global__ void __launch_bounds__({THREADS}, 1)
 #: The split-K kernel's extra parameters: the fp32 workspace (``gridDim.y`` slices of
 #: TILES x BM x BN partial sums) and one arrival counter per output tile, zero between launches.
 _SPLIT_ARGS = ",\n       float* __restrict__ ws, unsigned* __restrict__ counters"
+#: The scaled kernel's (``-p scale``) fp32 scales: one each (``tensor``), or scale_a [m] and
+#: scale_b [n] (``row``); read on the device, so the host never syncs on them.
+_SCALE_ARGS = ",\n       const float* __restrict__ scale_a, const float* __restrict__ scale_b"
+#: The batched kernel's (``-p batch``) bytes between one batch's output and the next.
+_BATCH_ARGS = ",\n       long long c_batch"
 #: The named barrier the split-K finish syncs the consumer warp groups on: the target's last id
 #: (0 is __syncthreads; the agents lowering hands out the free ids from 1 up, docs/guide/agents.md,
 #: "Named barriers", and this schedule's plan takes none).
@@ -356,6 +376,22 @@ _BIAS = {"none": "pcgc::BiasNone", "bf16": "pcgc::BiasBf16", "fp16": "pcgc::Bias
 _ACT = {"none": "pcgc::ActNone", "relu": "pcgc::ActRelu", "gelu": "pcgc::ActGelu",
         "silu": "pcgc::ActSilu"}
 _OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+_SCALE = {"tensor": "pcgc::ScaleTensor", "row": "pcgc::ScaleRow"}
+#: The scaled epilogue (``-p scale``, docs/guide/matmul.md "scaled_mm"): each accumulator times
+#: its row's scale_a and its column's scale_b (per tensor: element 0 of each), before the bias,
+#: as torch._scaled_mm; rows and columns past m, n read no scale.
+_SCALE_USING = "\n        using Scale = {};"
+_SCALE_ROWS = r"""
+            const float sa0 = Scale::a(scale_a, row, m), sa8 = Scale::a(scale_a, row + 8, m);"""
+_SCALE_COLS = r"""
+                const float sb0 = Scale::b(scale_b, col, n), sb1 = Scale::b(scale_b, col + 1, n);"""
+#: The batched kernel's output: batch ``blockIdx.z``'s [m, n] starts c_batch bytes further.
+_BATCH_OUTPUT = ("\n    C = static_cast<char*>(C) + (size_t)blockIdx.z * c_batch;  "
+                 "// this batch's output")
+
+
+def _scaled(value: str, factor: str, scale: bool) -> str:
+    return f"{value} * ({factor})" if scale else value
 
 
 def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> dict[str, str]:
@@ -369,9 +405,16 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
               "+ mb * {WGMMA_M}) / 64 * CHUNK_BYTES + kk * 2048)")
     b_desc = ("smem_desc_sw128(stage_b(s) + kk * 32)" if v.b_major == "k" else
               "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_b(s) + kk * 2048)")
+    scale = v.scale != "none"
+    # the fragment's four accumulators of a row pair and column pair, scaled by row 0 / 8 and
+    # column 0 / 1's factors when the variant scales
+    acc = [_scaled(f"acc[mb][4 * j{off}]", factor, scale)
+           for off, factor in (("", "sa0 * sb0"), (" + 1", "sa0 * sb1"), (" + 2", "sa8 * sb0"),
+                               (" + 3", "sa8 * sb1"))]
     return {
         "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = {CHUNK_BYTES};"
-                     "  // one MN-major box: 64 rows x BK",
+                     "  // one MN-major box: 64 rows x BK"
+                     + (_BATCH_OUTPUT if v.batch != "none" else ""),
         "compute": _compute(a_desc, b_desc),
         "finish": r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
@@ -382,22 +425,25 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
         // activation, cast; two columns per store where aligned, clipped to m x n.
         using Out = """ + _OUT[v.out_dtype] + """;
         using Bias = """ + _BIAS[v.bias] + """;
-        using Act = """ + _ACT[v.activation] + """;
+        using Act = """ + _ACT[v.activation] + """;""" + (_SCALE_USING.format(_SCALE[v.scale])
+                                                          if scale else "") + """
         const bool vec = (ldc % 2 == 0) && (reinterpret_cast<size_t>(C) % """
         + str(2 * _OUT_BYTES[v.out_dtype]) + r""" == 0);
         const int w = wtid / 32, g = lane / 4, q = lane % 4;
 #pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb) {{
-            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * {WGMMA_M} + w * 16 + g;
+            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * {WGMMA_M} + w * 16 + g;""" + (
+            _SCALE_ROWS if scale else "") + r"""
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {{
                 const int col = tile_n * BN + j * 8 + 2 * q;
                 const float b0 = col < n ? Bias::at(bias, col) : 0.f;
-                const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;
+                const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;""" + (
+            _SCALE_COLS if scale else "") + r"""
                 pcgc::store_pair<Out>(C, ldc, row, col, m, n, vec,
-                    Act::f(acc[mb][4 * j] + b0), Act::f(acc[mb][4 * j + 1] + b1));
+                    Act::f(""" + acc[0] + " + b0), Act::f(" + acc[1] + """ + b1));
                 pcgc::store_pair<Out>(C, ldc, row + 8, col, m, n, vec,
-                    Act::f(acc[mb][4 * j + 2] + b0), Act::f(acc[mb][4 * j + 3] + b1));
+                    Act::f(""" + acc[2] + " + b0), Act::f(" + acc[3] + """ + b1));
             }}
         }}""",
     }

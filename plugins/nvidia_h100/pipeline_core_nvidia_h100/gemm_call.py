@@ -2,7 +2,8 @@
 
 ``matmul.py`` describes each torch tensor as a :class:`TensorInfo` (shape, strides in elements,
 element type, address) and asks :func:`plan_call` what to launch: which major mode and tensor map
-each operand takes, the general kernel's :class:`GemmVariant` and the grid.  Every refusal is one
+each operand takes, the general kernel's :class:`GemmVariant` and the grid; a batched call's
+batch folds into M or becomes grid z with 3-D maps (:func:`_batches`).  Every refusal is one
 line naming the argument and what would work (:class:`MatmulArgumentError`,
 :class:`MatmulTypeError`), raised before anything reaches the GPU.  docs/guide/matmul.md is the
 user's page for these rules.
@@ -11,15 +12,20 @@ from __future__ import annotations
 
 import attrs
 
-from pipeline_core_nvidia_h100.warpspecialized import (ACTIVATIONS, BIASES, DTYPES, MN_CHUNK,
-                                                       OUT_DTYPES, GemmVariant)
+from pipeline_core_nvidia_h100.warpspecialized import (ACTIVATIONS, BIASES, MN_CHUNK, OUT_DTYPES,
+                                                       GemmVariant, k_tile)
 
 #: TMA reads global memory in 16-byte units: every stride but the innermost and the base address
 #: must be multiples of 16 bytes.
 TMA_ALIGN = 16
-ELEM = {"bf16": 2, "fp16": 2, "fp32": 4}
+ELEM = {"bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1}
 #: torch's spelling of each element type, for the messages
-TORCH_NAME = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
+TORCH_NAME = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32",
+              "e4m3": "torch.float8_e4m3fn"}
+#: The input types of ``matmul()``; fp8 e4m3 goes through ``scaled_mm()`` (gemm_scaled.py).
+MATMUL_DTYPES = ("bf16", "fp16")
+#: A grid's third dimension (the batch) is at most this many CTAs (CUDA's gridDim.z limit).
+MAX_BATCH = 65535
 
 
 class MatmulArgumentError(ValueError):
@@ -47,7 +53,8 @@ class TensorInfo:
 class TileShape:
     """The CTA tile the call's kernel is built with, and the fewest K tiles its programs take
     (the agents plan's ``min_tiles``: an agent's prologue runs that many iterations before its
-    loop)."""
+    loop).  ``bk`` is the 16-bit types'; :func:`plan_call` takes the input type's own
+    (``warpspecialized.k_tile``: 128 for e4m3)."""
 
     bm: int = 128
     bn: int = 256
@@ -66,6 +73,9 @@ class OperandMap:
     stride: int
     box_inner: int
     box_outer: int
+    #: a batched operand's batches (a 3-D map, ``batch_stride`` elements apart); 1: a 2-D map
+    batch: int = 1
+    batch_stride: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -115,6 +125,12 @@ class CallPlan:
     grid: int
     #: split-K: the grid's second dimension (``k_pad`` is then one split's K)
     splits: int = 1
+    #: a batched matmul's batches: the grid's third dimension (1 when the batch folds into M)
+    batch: int = 1
+    #: elements from one batch's output to the next (batch > 1)
+    c_batch: int = 0
+    #: the result's shape: [m, n], or [B, M, N] for a batched matmul (then m = B * M if folded)
+    out_shape: tuple[int, ...] = ()
 
 
 def _fail(name: str, why: str) -> MatmulArgumentError:
@@ -176,17 +192,24 @@ def operand_map(name: str, t: TensorInfo, rows_dim: int, tile_rows: int, bk: int
                       f"[:, :{shape[1]}].copy_({name})")
 
 
-def _check_tensor(name: str, t: TensorInfo, dims: int, allowed: tuple[str, ...]) -> None:
+def _check_tensor(name: str, t: TensorInfo, dims: int, allowed: tuple[str, ...],
+                  batched: bool = False) -> None:
+    """``t``'s element type and rank (``batched``: a 3-D [B, rows, cols] is taken too) and a
+    16-byte aligned address, each refused in one line naming ``name``."""
     if t.dtype not in allowed:
-        fix = ("use scaled_mm for fp8 (not yet in this release)" if "float8" in t.dtype
-               else f"pass {name}.to(torch.bfloat16)")
-        raise MatmulTypeError(f"{name}: element type {t.dtype} is not one of "
-                              f"{', '.join(TORCH_NAME[d] for d in allowed)}; {fix}")
-    if len(t.shape) != dims:
-        what = "[M, K] / [K, N]" if dims == 2 else "[N]"
-        raise _fail(name, f"{len(t.shape)}-D tensor of shape {_shape(t)}; matmul takes a "
-                          f"{dims}-D {what} tensor (batched inputs are not supported yet: "
-                          f"loop over the batch or reshape to 2-D)")
+        fix = ("use pipeline_core_nvidia_h100.scaled_mm for fp8"
+               if "float8" in t.dtype or t.dtype == "e4m3" else f"pass {name}.to(torch.bfloat16)")
+        if allowed == ("e4m3",):
+            fix = (f"pass {name}.to(torch.float8_e4m3fn) with its scale, or use matmul for "
+                   "bf16 / fp16")
+        raise MatmulTypeError(f"{name}: element type {TORCH_NAME.get(t.dtype, t.dtype)} is not "
+                              f"one of {', '.join(TORCH_NAME[d] for d in allowed)}; {fix}")
+    if len(t.shape) != dims and not (batched and len(t.shape) == 3):
+        what = ("[M, K] / [K, N] (or [B, M, K] / [B, K, N])" if batched else
+                "[M, K] / [K, N]" if dims == 2 else "[N]")
+        raise _fail(name, f"{len(t.shape)}-D tensor of shape {_shape(t)}; takes a "
+                          f"{dims}-D {what} tensor" + (": flatten the leading batch dimensions "
+                                                       "into one" if len(t.shape) > 3 else ""))
     if t.ptr is not None and t.ptr % TMA_ALIGN and dims == 2:
         raise _fail(name, f"its data starts at an address that is not {TMA_ALIGN}-byte aligned "
                           f"(a view at an odd offset), which TMA cannot read; pass "
@@ -196,18 +219,25 @@ def _check_tensor(name: str, t: TensorInfo, dims: int, allowed: tuple[str, ...])
 def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
               activation: str | None = None, out_dtype: str | None = None,
               out: TensorInfo | None = None, tile: TileShape = TileShape(), sms: int = 0,
-              tuning: Tuning = Tuning()) -> CallPlan:
+              tuning: Tuning = Tuning(), scale: str = "none") -> CallPlan:
     """Check ``matmul(a, b, bias=, activation=, out_dtype=, out=)``'s arguments and plan the
-    launch (torch's semantics: ``a [M, K] @ b [K, N]``, bias per column, then activation).
+    launch (torch's semantics: ``a [M, K] @ b [K, N]``, or batched ``[B, M, K] @ [B, K, N]``
+    with a 2-D side broadcast over the batch; bias per column, then activation).
     ``sms``: the device's SM count, which the persistent grid and the split are sized by (0:
-    not known, one CTA per output tile, no split)."""
-    _check_tensor("a", a, 2, DTYPES)
-    _check_tensor("b", b, 2, DTYPES)
+    not known, one CTA per output tile, no split).  ``scale`` (``tensor`` / ``row``): the
+    fp8 kernel of ``scaled_mm``, whose own checks (gemm_scaled.plan_scaled) come first."""
+    allowed = MATMUL_DTYPES if scale == "none" else ("e4m3",)
+    _check_tensor("a", a, 2, allowed, batched=scale == "none")
+    _check_tensor("b", b, 2, allowed, batched=scale == "none")
     if b.dtype != a.dtype:
         raise MatmulTypeError(f"b: element type {TORCH_NAME[b.dtype]} differs from a's "
                               f"{TORCH_NAME[a.dtype]}; pass b.to({TORCH_NAME[a.dtype]})")
     if a.device != b.device:
         raise _fail("b", f"on {b.device}, a on {a.device}; pass b.to('{a.device}')")
+    tile = attrs.evolve(tile, bk=k_tile(a.dtype))
+    given_out = out
+    batches = _batches(a, b, out)
+    a, b, out = batches.a, batches.b, batches.out
     (m, k), (kb, n) = a.shape, b.shape
     if kb != k:
         raise _fail("b", f"shape {_shape(b)} does not match a {_shape(a)}: b must be "
@@ -239,7 +269,8 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
                                   f"an out of that type")
         out_dtype = out.dtype
         if tuple(out.shape) != (m, n):
-            raise _fail("out", f"shape {_shape(out)}; the product is [{m}, {n}]")
+            raise _fail("out", f"shape {_shape(given_out or out)}; the product is "
+                               f"{list(batches.product(m, n))}")
         if out.device != a.device:
             raise _fail("out", f"on {out.device}, a on {a.device}")
         ldc = out.strides[0] if m > 1 else n
@@ -247,19 +278,118 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
             raise _fail("out", f"strides {tuple(out.strides)}: out must be row-major (column "
                                f"stride 1, row stride >= {n}); pass a torch.empty({m}, {n}) "
                                f"and copy")
-    read = 0 not in (m, n, k)
-    a_map = operand_map("a", a, 0, tile.bm, tile.bk, read)
-    b_map = operand_map("b", b, 1, tile.bn, tile.bk, read)
+    read = 0 not in (m, n, k, batches.count)
+    a_map = _batched_map(operand_map("a", a, 0, tile.bm, tile.bk, read), "a", a.dtype, batches,
+                         read)
+    b_map = _batched_map(operand_map("b", b, 1, tile.bn, tile.bk, read), "b", b.dtype, batches,
+                         read)
     tiles_m, tiles_n = _cdiv(m, tile.bm), _cdiv(n, tile.bn)
     tiles = tiles_m * tiles_n
     k_tiles = max(_cdiv(k, tile.bk), tile.min_k_tiles)
-    splits = split_count(tiles, k_tiles, sms) if tuning.split_k else 1
+    kernel_batch = batches.count if batches.kind != "none" else 1
+    splits = split_count(tiles, k_tiles, sms) if tuning.split_k and kernel_batch == 1 else 1
     if splits > 1:  # one split's K tiles; the last split's past K are zero-filled loads
         k_tiles = max(_cdiv(k_tiles, splits), tile.min_k_tiles)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
                           out_dtype=out_dtype or a.dtype, bias=bias_kind,
-                          activation=activation or "none", tails=True, split_k=splits > 1)
+                          activation=activation or "none", tails=True, split_k=splits > 1,
+                          scale=scale, batch=batches.kind)
+    # a batched grid is one persistent grid per batch (grid z): the CTAs of batch 0 take the
+    # SMs first, so the tiles in flight share their batch's operands in L2 (sharing the SMs
+    # among all batches at once ran 0.67 of torch.bmm at 16 x 2048^3, this 0.79:
+    # benchmarks/results/matmul_fp8_h100.jsonl, run 2)
     grid = min(tiles, sms) if tuning.persistent and sms > 0 else tiles
+    c_batch = 0
+    if kernel_batch > 1:
+        c_batch = batches.out_batch_stride if batches.out_batch_stride is not None else m * ldc
     return CallPlan(m=m, n=n, k=k, m_pad=tiles_m * tile.bm, n_pad=tiles_n * tile.bn,
                     k_pad=k_tiles * tile.bk, variant=variant, a=a_map, b=b_map, ldc=ldc,
-                    grid=grid, splits=splits)
+                    grid=grid, splits=splits, batch=kernel_batch, c_batch=c_batch,
+                    out_shape=batches.product(m, n))
+
+
+@attrs.frozen(kw_only=True)
+class _Batches:
+    """A call's batch (docs/guide/matmul.md, "Batched matmul"): the operands and output as the
+    kernel sees each batch's matrix (2-D views), how many batches, which operands carry one
+    (``kind``: ``none`` when there is none or it folds into A's rows), and each batched
+    operand's batch stride."""
+
+    a: TensorInfo
+    b: TensorInfo
+    out: TensorInfo | None
+    count: int = 1
+    kind: str = "none"
+    strides: tuple[tuple[str, int], ...] = ()
+    #: rows of one batch when A's batch folded into M (the result is then [B, M, N])
+    folded_rows: int = 0
+    #: out's batch stride, when a 3-D out was given to a batched kernel
+    out_batch_stride: int | None = None
+    #: the leading shape of the result ([B] for a batched call, [] else)
+    lead: tuple[int, ...] = ()
+
+    def product(self, m: int, n: int) -> tuple[int, ...]:
+        """The result's shape for the kernel's [m, n]."""
+        return (*self.lead, self.folded_rows or m, n)
+
+
+def _two_d(t: TensorInfo) -> TensorInfo:
+    return attrs.evolve(t, shape=t.shape[-2:], strides=t.strides[-2:])
+
+
+def _batches(a: TensorInfo, b: TensorInfo, out: TensorInfo | None) -> _Batches:
+    """torch.matmul's batch rule for 3-D operands: [B, M, K] @ [B, K, N], one side may be 2-D
+    (or have a batch of 1) and is broadcast.  A 3-D A with a 2-D B whose batches lie a whole
+    matrix apart folds into one [B * M, K] GEMM (as its output does); otherwise each batched
+    operand gets a 3-D tensor map and grid z runs the batch."""
+    ba = a.shape[0] if len(a.shape) == 3 else None
+    bb = b.shape[0] if len(b.shape) == 3 else None
+    if ba is None and bb is None:
+        return _Batches(a=a, b=b, out=out)
+    if ba is not None and bb is not None and ba != bb and 1 not in (ba, bb):
+        raise _fail("b", f"batch {bb} does not match a's {ba}: torch broadcasts only a batch "
+                         f"of 1; pass b of shape [{ba}, {b.shape[1]}, {b.shape[2]}]")
+    count = max(x for x in (ba, bb) if x is not None)
+    if count > MAX_BATCH:
+        raise _fail("a" if ba == count else "b", f"batch {count} is over the grid's "
+                                                 f"{MAX_BATCH}; split the call")
+    a_b = ba is not None and ba == count and count > 1
+    b_b = bb is not None and bb == count and count > 1
+    a2, b2 = _two_d(a), _two_d(b)
+    m, n = a2.shape[0], b2.shape[1]
+    ldo, bso = n, m * n
+    if out is not None:
+        if len(out.shape) != 3 or out.shape[0] != count:
+            raise _fail("out", f"shape {_shape(out)}; the product is [{count}, {m}, {n}]")
+        ldo, bso = (out.strides[1] if m > 1 else n), out.strides[0]
+    if a_b and not b_b and (m == 1 or a.strides[0] == m * a.strides[1]) and \
+            (count == 1 or bso == m * ldo):
+        rows = count * m
+        fold_a = attrs.evolve(a, shape=(rows, a.shape[2]),
+                              strides=(a.strides[0] if m == 1 else a.strides[1], a.strides[2]))
+        fold_out = None if out is None else attrs.evolve(
+            out, shape=(rows, n), strides=(ldo, out.strides[2]))
+        return _Batches(a=fold_a, b=b2, out=fold_out, count=count, folded_rows=m,
+                        lead=(count,))
+    if count == 1 or not (a_b or b_b):
+        return _Batches(a=a2, b=b2, out=None if out is None else _two_d(out), lead=(count,))
+    kind = "ab" if a_b and b_b else "a" if a_b else "b"
+    strides = tuple((name, t.strides[0]) for name, t, on in (("a", a, a_b), ("b", b, b_b)) if on)
+    return _Batches(a=a2, b=b2, out=None if out is None else _two_d(out), count=count,
+                    kind=kind, strides=strides, lead=(count,),
+                    out_batch_stride=None if out is None else bso)
+
+
+def _batched_map(m: OperandMap, name: str, dtype: str, batches: _Batches,
+                 read: bool) -> OperandMap:
+    """Operand ``name``'s map with its batch (3-D) when it carries one: the batch stride must
+    be a positive multiple of 16 bytes, as TMA's every stride but the innermost."""
+    stride = dict(batches.strides).get(name)
+    if stride is None:
+        return m
+    elem = ELEM[dtype]
+    if read and not _aligned(stride, elem):
+        raise _fail(name, f"batch stride {stride} is not a positive multiple of "
+                          f"{TMA_ALIGN // elem} elements ({TMA_ALIGN} bytes), which TMA needs "
+                          f"between batches; pass {name}.contiguous()")
+    return attrs.evolve(m, batch=batches.count, batch_stride=stride)

@@ -10,6 +10,8 @@ cubin kept on disk (``kernel_cache``).  It launches on torch's current stream, a
 but the output, and never syncs, so it can be captured in a CUDA graph; it is registered as the
 torch custom ops ``pipeline_core::matmul`` / ``matmul_out`` with fake implementations, so
 ``torch.compile`` traces it.  torch and CuPy are imported when the call runs, never at import.
+``scaled_mm`` (fp8 e4m3, torch._scaled_mm's semantics, planned by ``gemm_scaled``) and batched
+3-D operands share all of it (``pipeline_core::scaled_mm``).
 """
 from __future__ import annotations
 
@@ -22,15 +24,16 @@ import attrs
 
 from pipeline_core_nvidia_h100 import autotune
 from pipeline_core_nvidia_h100.autotune import Candidate
-from pipeline_core_nvidia_h100.gemm_call import (CallPlan, MatmulArgumentError,
+from pipeline_core_nvidia_h100.gemm_call import (ELEM, CallPlan, MatmulArgumentError,
                                                  MatmulTypeError, OperandMap, TensorInfo,
                                                  TileShape, Tuning, plan_call)
+from pipeline_core_nvidia_h100.gemm_scaled import plan_scaled
 from pipeline_core_nvidia_h100.runtime import _require
 from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_NAME, GemmVariant,
-                                                       WsGeometry, describe_variant)
+                                                       WsGeometry, describe_variant, k_tile)
 
-__all__ = ["matmul", "MatmulArgumentError", "MatmulTypeError", "CALL_TILE", "CALL_STAGES",
-           "schedule_params"]
+__all__ = ["matmul", "scaled_mm", "MatmulArgumentError", "MatmulTypeError", "CALL_TILE",
+           "CALL_STAGES", "schedule_params"]
 
 #: The tile and ring depth the call's kernels are compiled with (the benchmark's ws-s4).
 CALL_TILE = TileShape(bm=128, bn=256, bk=64)
@@ -42,14 +45,14 @@ MAP_CACHE_SIZE = 4096
 TUNING = Tuning()
 #: Launch recipes kept per process (one per distinct argument description; the oldest go first).
 RECIPE_CACHE_SIZE = 1024
-_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "e4m3"}
 
 
 def schedule_params(v: GemmVariant, c: Candidate = autotune.DEFAULT) -> dict[str, str]:
     """The ``-p`` parameters that compile the call's kernel for variant ``v``: the untuned
     call's tile, or a tuned candidate's geometry (autotune.Candidate.params)."""
     if c == autotune.DEFAULT:
-        tile = {"BM": str(CALL_TILE.bm), "BN": str(CALL_TILE.bn), "BK": str(CALL_TILE.bk)}
+        tile = {"BM": str(CALL_TILE.bm), "BN": str(CALL_TILE.bn), "BK": str(k_tile(v.dtype))}
         return {**tile, **{k: str(val).lower() for k, val in attrs.asdict(v).items()}}
     return c.params(v)
 
@@ -79,7 +82,7 @@ class _Kernels:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._built: dict[tuple[GemmVariant, Candidate, int], _Built] = {}
-        self._maps: dict[tuple[int, ...], Any] = {}
+        self._maps: dict[tuple[int | str, ...], Any] = {}
         self._sms: dict[int, int] = {}
         self._workspaces: dict[tuple[int, int, int], tuple[Any, Any]] = {}
         self._streams: dict[int, Any] = {}
@@ -165,16 +168,19 @@ class _Kernels:
         return found
 
     def tensor_map(self, ptr: int, m: OperandMap, dtype: str) -> Any:
-        from pipeline_core_nvidia_h100.tma import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
+        from pipeline_core_nvidia_h100.tma import (DTYPE_BFLOAT16, DTYPE_FLOAT16, DTYPE_UINT8,
+                                                   encode_tiled_2d)
 
-        key = (ptr, m.inner, m.outer, m.stride, m.box_inner, m.box_outer, dtype == "bf16")
+        key = (ptr, m.inner, m.outer, m.stride, m.box_inner, m.box_outer, dtype, m.batch,
+               m.batch_stride)
         found = self._maps.get(key)
         if found is None:
             if len(self._maps) >= MAP_CACHE_SIZE:
                 self._maps.pop(next(iter(self._maps)))
+            kind = {"bf16": DTYPE_BFLOAT16, "fp16": DTYPE_FLOAT16, "e4m3": DTYPE_UINT8}[dtype]
             found = self._maps[key] = encode_tiled_2d(
-                ptr, m.outer, m.inner, m.box_outer, m.box_inner, stride=m.stride,
-                dtype=DTYPE_BFLOAT16 if dtype == "bf16" else DTYPE_FLOAT16)
+                ptr, m.outer, m.inner, m.box_outer, m.box_inner, stride=m.stride, dtype=kind,
+                elem=ELEM[dtype], batch=m.batch, batch_stride=m.batch_stride)
         return found
 
 
@@ -215,10 +221,17 @@ def _dtype_name(dtype: Any) -> str | None:
 
 def _plan(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any,
           out: Any, sms: int = 0, tuning: Tuning = Tuning(),
-          c: Candidate = autotune.DEFAULT) -> CallPlan:
+          c: Candidate = autotune.DEFAULT, scales: tuple[Any, Any] | None = None) -> CallPlan:
+    """The call's plan: ``matmul``'s (gemm_call.plan_call), or with ``scales`` (scale_a,
+    scale_b) ``scaled_mm``'s (gemm_scaled.plan_scaled)."""
     tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk)
     if c != autotune.DEFAULT and not c.split_k:
         tuning = attrs.evolve(tuning, split_k=False)
+    if scales is not None:
+        return plan_scaled(_info(a, "a"), _info(b, "b"), _info(scales[0], "scale_a"),
+                           _info(scales[1], "scale_b"),
+                           bias=None if bias is None else _info(bias, "bias"),
+                           out_dtype=_dtype_name(out_dtype), tile=tile, sms=sms, tuning=tuning)
     return plan_call(_info(a, "a"), _info(b, "b"),
                      bias=None if bias is None else _info(bias, "bias"),
                      activation=activation, out_dtype=_dtype_name(out_dtype),
@@ -241,7 +254,7 @@ class _Recipe:
 
 
 def _key(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
-         stream: int) -> tuple[Any, ...]:
+         stream: int, scales: tuple[Any, Any] | None = None) -> tuple[Any, ...]:
     """Everything a call's plan depends on: each tensor's shape, strides, element type, device
     and whether its address is 16-byte aligned (the only use of the address the plan makes),
     the epilogue, the stream and :data:`TUNING`."""
@@ -249,7 +262,8 @@ def _key(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out:
         if t is None:
             return None
         return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
-    return (desc(a), desc(b), desc(bias), activation, out_dtype, desc(out), stream, TUNING)
+    return (desc(a), desc(b), desc(bias), activation, out_dtype, desc(out), stream, TUNING,
+            None if scales is None else (desc(scales[0]), desc(scales[1])))
 
 
 _RECIPES: dict[tuple[Any, ...], _Recipe] = {}
@@ -257,42 +271,47 @@ _RECIPES: dict[tuple[Any, ...], _Recipe] = {}
 
 def _recipe(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
             plan: CallPlan, device: int, stream: int,
-            c: Candidate = autotune.DEFAULT) -> _Recipe:
+            c: Candidate = autotune.DEFAULT, scales: tuple[Any, Any] | None = None) -> _Recipe:
     """Build candidate ``c``'s kernel of a checked, non-empty ``plan`` (planned with ``c``); a
     split plan whose workspace cannot be made now (a CUDA graph being captured on a stream
     that has none) is planned unsplit."""
     if plan.splits > 1 and _KERNELS.workspace(device, stream, _KERNELS.sms(device),
                                               c.bm * c.bn) is None:
         plan = _plan(a, b, bias, activation, out_dtype, out, _KERNELS.sms(device),
-                     attrs.evolve(TUNING, split_k=False), c)
+                     attrs.evolve(TUNING, split_k=False), c, scales)
     built = _KERNELS.get(plan.variant, device, c)
-    if built.min_k_tiles * CALL_TILE.bk > plan.k_pad:
-        plan = attrs.evolve(plan, k_pad=built.min_k_tiles * CALL_TILE.bk)
+    bk = k_tile(plan.variant.dtype)
+    if built.min_k_tiles * bk > plan.k_pad:
+        plan = attrs.evolve(plan, k_pad=built.min_k_tiles * bk)
     return _Recipe(plan=plan, built=built, device=device, stream=stream, candidate=c)
 
 
 _ARGS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
-def _launch(r: _Recipe, a: Any, b: Any, bias: Any, out: Any) -> None:
+def _launch(r: _Recipe, a: Any, b: Any, bias: Any, out: Any,
+            scales: tuple[Any, Any] | None = None) -> None:
     """Launch recipe ``r`` on its stream (torch's current one): ``out`` = epilogue(a @ b).
     The kernel's arguments are packed once per (recipe, addresses) and kept (the oldest go
     first): a call repeated on the same tensors costs one lookup and the launch."""
     key = (r, a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(),
-           out.data_ptr())
+           out.data_ptr(), *(() if scales is None else (scales[0].data_ptr(),
+                                                         scales[1].data_ptr())))
     args = _ARGS.get(key)
     if args is None:
         if len(_ARGS) >= MAP_CACHE_SIZE:
             _ARGS.pop(next(iter(_ARGS)))
-        args = _ARGS[key] = _pack(r, a, b, bias, out)
+        args = _ARGS[key] = _pack(r, a, b, bias, out, scales)
     cp = _require("cupy")
     with cp.cuda.Device(r.device), _KERNELS.stream(r.stream):
-        r.built.kernel((r.plan.grid, r.plan.splits), (r.built.threads,), args,
+        r.built.kernel((r.plan.grid, r.plan.splits, r.plan.batch), (r.built.threads,), args,
                        shared_mem=r.built.smem)
 
 
-def _pack(r: _Recipe, a: Any, b: Any, bias: Any, out: Any) -> tuple[Any, ...]:
-    """The kernel's arguments: the tensor maps, the addresses, the sizes, the workspace."""
+def _pack(r: _Recipe, a: Any, b: Any, bias: Any, out: Any,
+          scales: tuple[Any, Any] | None = None) -> tuple[Any, ...]:
+    """The kernel's arguments: the tensor maps, the addresses, the sizes, the workspace, the
+    scales (scaled_mm), the output's batch stride in bytes (a batched kernel)."""
     np = _require("numpy")
     plan = r.plan
     v = plan.variant
@@ -309,39 +328,49 @@ def _pack(r: _Recipe, a: Any, b: Any, bias: Any, out: Any) -> tuple[Any, ...]:
             raise RuntimeError("internal error: a split-K recipe without its stream's workspace")
         ws, counters = found
         args += (np.uint64(ws.data_ptr()), np.uint64(counters.data_ptr()))
+    if v.scale != "none":
+        if scales is None:
+            raise RuntimeError("internal error: a scaled recipe launched without its scales")
+        args += (np.uint64(scales[0].data_ptr()), np.uint64(scales[1].data_ptr()))
+    if v.batch != "none":
+        args += (np.int64(plan.c_batch * out.element_size()),)
     return args
 
 
-def _call(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any) -> Any:
+def _call(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
+          scales: tuple[Any, Any] | None = None) -> Any:
     """``out`` (allocated when None) = epilogue(a @ b) on torch's current stream: the arguments
     are checked and the kernel built on the first call of each argument description, later
-    calls go straight to the launch."""
+    calls go straight to the launch.  ``scales``: scaled_mm's (scale_a, scale_b)."""
     torch = _require("torch")
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
     stream = torch.cuda.current_stream(device).cuda_stream
-    key = _key(a, b, bias, activation, out_dtype, out, stream)
+    key = _key(a, b, bias, activation, out_dtype, out, stream, scales)
     r = _RECIPES.get(key)
     if r is None:
-        plan = _plan(a, b, bias, activation, out_dtype, out, _KERNELS.sms(device), TUNING)
+        plan = _plan(a, b, bias, activation, out_dtype, out, _KERNELS.sms(device), TUNING,
+                     scales=scales)
         if out is None:
-            out = torch.empty((plan.m, plan.n), dtype=_TORCH_OUT[plan.variant.out_dtype](torch),
+            out = torch.empty(plan.out_shape, dtype=_TORCH_OUT[plan.variant.out_dtype](torch),
                               device=a.device)
-        if plan.m == 0 or plan.n == 0:
+        if 0 in plan.out_shape:
             return out
         if plan.k == 0:  # an empty sum: the epilogue of zeros, no kernel
             _epilogue_of_zeros(torch, out, bias, activation)
             return out
-        c = _tuned(a, b, bias, activation, out_dtype, out, plan, device, stream)
+        c = autotune.DEFAULT
+        if scales is None and plan.batch == 1:  # scaled and batched kernels are not tuned yet
+            c = _tuned(a, b, bias, activation, out_dtype, out, plan, device, stream)
         if c != autotune.DEFAULT:
             plan = _plan(a, b, bias, activation, out_dtype, out, _KERNELS.sms(device), TUNING, c)
-        r = _recipe(a, b, bias, activation, out_dtype, out, plan, device, stream, c)
+        r = _recipe(a, b, bias, activation, out_dtype, out, plan, device, stream, c, scales)
         if len(_RECIPES) >= RECIPE_CACHE_SIZE:
             _RECIPES.pop(next(iter(_RECIPES)))
         _RECIPES[key] = r
     elif out is None:
-        out = torch.empty((r.plan.m, r.plan.n),
+        out = torch.empty(r.plan.out_shape,
                           dtype=_TORCH_OUT[r.plan.variant.out_dtype](torch), device=a.device)
-    _launch(r, a, b, bias, out)
+    _launch(r, a, b, bias, out, scales)
     return out
 
 
@@ -409,7 +438,16 @@ def _ops() -> Any:
 
     def fake(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any) -> Any:
         plan = _plan(a, b, bias, activation, out_dtype, None)
-        return a.new_empty((plan.m, plan.n), dtype=_TORCH_OUT[plan.variant.out_dtype](torch))
+        return a.new_empty(plan.out_shape, dtype=_TORCH_OUT[plan.variant.out_dtype](torch))
+
+    def op_scaled(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any,
+                  out_dtype: Any) -> Any:
+        return _call(a, b, bias, None, out_dtype, None, (scale_a, scale_b))
+
+    def fake_scaled(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any,
+                    out_dtype: Any) -> Any:
+        plan = _plan(a, b, bias, None, out_dtype, None, scales=(scale_a, scale_b))
+        return a.new_empty(plan.out_shape, dtype=_TORCH_OUT[plan.variant.out_dtype](torch))
 
     def op_out(a: Any, b: Any, bias: Any, activation: str | None, out: Any) -> None:
         _call(a, b, bias, activation, None, out)
@@ -426,6 +464,10 @@ def _ops() -> Any:
                        schema="(Tensor a, Tensor b, Tensor? bias, str? activation, "
                               "Tensor(a!) out) -> ()")
     mo.register_fake(fake_out)
+    sm = lib.custom_op("pipeline_core::scaled_mm", op_scaled, mutates_args=(),
+                       schema="(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, "
+                              "ScalarType? out_dtype) -> Tensor")
+    sm.register_fake(fake_scaled)
     _REGISTERED["ns"] = torch.ops.pipeline_core
     return _REGISTERED["ns"]
 
@@ -456,7 +498,9 @@ def _eager(torch: Any, *tensors: Any) -> bool:
 
 def matmul(a: Any, b: Any, *, bias: Any = None, activation: str | None = None,
            out_dtype: Any = None, out: Any = None) -> Any:
-    """``epilogue(a @ b)``: a [M, K] and b [K, N] torch tensors (or CuPy arrays), bf16 or fp16.
+    """``epilogue(a @ b)``: a [M, K] and b [K, N] torch tensors (or CuPy arrays), bf16 or fp16;
+    or batched, a [B, M, K] @ b [B, K, N] with one side 2-D (or a batch of 1) broadcast, giving
+    [B, M, N] (docs/guide/matmul.md, "Batched matmul").  fp8 e4m3: :func:`scaled_mm`.
 
     ``bias``: [N], added per column (bf16, fp16 or fp32); ``activation``: ``"relu"``,
     ``"gelu"`` (tanh approximation) or ``"silu"``, after the bias; ``out_dtype``: bf16, fp16 or
@@ -485,6 +529,37 @@ def matmul(a: Any, b: Any, *, bias: Any = None, activation: str | None = None,
         result = out
     else:
         result = ops.matmul(a, b, bias, activation, out_dtype)
+    if cupy_in:
+        return _require("cupy").from_dlpack(result)
+    return result
+
+
+def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any = None,
+              bias: Any = None) -> Any:
+    """``(a @ b) * scale_a * scale_b (+ bias)`` cast to ``out_dtype`` (default bf16), as
+    ``torch._scaled_mm``: a [M, K] row-major and b [K, N] column-major, both
+    ``torch.float8_e4m3fn``; fp32 scales per tensor (one element each) or row-wise (scale_a
+    [M, 1], scale_b [1, N]); bias [N] (bf16, fp16 or fp32); out bf16, fp16 or fp32.  K a
+    multiple of 16 (TMA steps fp8 rows in 16 bytes).  Bad arguments raise
+    :class:`MatmulArgumentError` / :class:`MatmulTypeError`, one line naming the argument.
+    docs/guide/matmul.md, "scaled_mm".
+    """
+    a, cupy_in = _as_torch(a, "a")
+    b, _ = _as_torch(b, "b")
+    scale_a, _ = _as_torch(scale_a, "scale_a")
+    scale_b, _ = _as_torch(scale_b, "scale_b")
+    bias, _ = _as_torch(bias, "bias")
+    for name, x in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
+        if x is None:
+            raise MatmulTypeError(f"{name}: None; scaled_mm takes torch tensors or CuPy arrays "
+                                  "on a CUDA device")
+    import torch  # type: ignore[import-not-found, unused-ignore]  # traceable (see matmul)
+
+    ops = _ops()
+    if _eager(torch, a, b, scale_a, scale_b, bias):
+        result = _call(a, b, bias, None, out_dtype, None, (scale_a, scale_b))
+    else:
+        result = ops.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
     if cupy_in:
         return _require("cupy").from_dlpack(result)
     return result

@@ -19,6 +19,8 @@ from pipeline_core_nvidia_h100.warpspecialized import WsGeometry
 DTYPE_BFLOAT16 = 9
 #: CU_TENSOR_MAP_DATA_TYPE_FLOAT16
 DTYPE_FLOAT16 = 6
+#: CU_TENSOR_MAP_DATA_TYPE_UINT8: fp8 e4m3 travels as bytes (TMA copies, never converts)
+DTYPE_UINT8 = 0
 SWIZZLE_128B = 3
 L2_PROMOTION_256B = 3
 TENSOR_MAP_BYTES = 128
@@ -36,20 +38,24 @@ def _libcuda() -> Any:
 
 
 def encode_tiled_2d(address: int, rows: int, cols: int, box_rows: int, box_cols: int, *,
-                    stride: int | None = None, dtype: int = DTYPE_BFLOAT16) -> Any:
-    """The tensor map of a row-major 16-bit [rows, cols] array (``stride`` elements between
-    rows, default ``cols``) read in box_rows x box_cols boxes (cols innermost, 128-byte
-    swizzle), as a NumPy structured scalar of 128 bytes.  Boxes reaching past the array are
-    zero-filled."""
+                    stride: int | None = None, dtype: int = DTYPE_BFLOAT16, elem: int = 2,
+                    batch: int = 1, batch_stride: int = 0) -> Any:
+    """The tensor map of a row-major [rows, cols] array of ``elem``-byte elements (``stride``
+    elements between rows, default ``cols``) read in box_rows x box_cols boxes (cols innermost,
+    128-byte swizzle), as a NumPy structured scalar of 128 bytes.  Boxes reaching past the
+    array are zero-filled.  ``batch`` > 1: a 3-D map of that many such arrays,
+    ``batch_stride`` elements apart, read one batch deep (a batched matmul's operand)."""
     np = _require("numpy")
+    rank = 3 if batch > 1 else 2
     out = (ctypes.c_uint64 * 16)()
-    dims = (ctypes.c_uint64 * 2)(cols, rows)
-    strides = (ctypes.c_uint64 * 1)((cols if stride is None else stride) * 2)
-    box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
-    step = (ctypes.c_uint32 * 2)(1, 1)
+    dims = (ctypes.c_uint64 * rank)(cols, rows, *((batch,) if rank == 3 else ()))
+    strides = (ctypes.c_uint64 * (rank - 1))(
+        (cols if stride is None else stride) * elem, *((batch_stride * elem,) if rank == 3 else ()))
+    box = (ctypes.c_uint32 * rank)(box_cols, box_rows, *((1,) if rank == 3 else ()))
+    step = (ctypes.c_uint32 * rank)(*(1,) * rank)
     fn = _libcuda().cuTensorMapEncodeTiled
     fn.restype = ctypes.c_int
-    rc = fn(ctypes.byref(out), dtype, 2, ctypes.c_void_p(address), dims, strides, box,
+    rc = fn(ctypes.byref(out), dtype, rank, ctypes.c_void_p(address), dims, strides, box,
             step, 0, SWIZZLE_128B, L2_PROMOTION_256B, 0)
     if rc != 0:
         raise TensorMapError(f"cuTensorMapEncodeTiled returned CUresult {rc} for a "

@@ -72,7 +72,18 @@ def wgmma_cost_model() -> CostModel:
 
 
 #: The general kernel's choices (``-p``; docs/guide/matmul.md): what each takes, the first the default.
-DTYPES = ("bf16", "fp16")
+DTYPES = ("bf16", "fp16", "e4m3")
+#: Bytes per input element, and the K one wgmma instruction covers: 32 bytes of K either way
+#: (m64nNk16 for the 16-bit types, m64nNk32 for fp8 e4m3, PTX ISA "wgmma.mma_async").
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "e4m3": 1}
+DTYPE_WGMMA_K = {"bf16": 16, "fp16": 16, "e4m3": 32}
+#: The fused epilogue's scaling (``-p scale``, scaled_mm): ``tensor`` multiplies every
+#: accumulator by ``scale_a[0] * scale_b[0]``, ``row`` by ``scale_a[row] * scale_b[col]``
+#: (torch._scaled_mm's per-tensor and row-wise scales), before the bias.
+SCALES = ("none", "tensor", "row")
+#: Which operands carry a batch dimension (``-p batch``, a batched matmul): each such operand is
+#: read through a 3-D tensor map at batch ``blockIdx.z``; the output always has one.
+BATCHES = ("none", "a", "b", "ab")
 MAJORS = ("k", "mn")
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 BIASES = ("none", "bf16", "fp16", "fp32")
@@ -103,6 +114,11 @@ class GemmVariant:
     #: tiles; each CTA writes its partial sums to an fp32 workspace and the CTA that finishes an
     #: output tile last adds the slices in split order and runs the epilogue once
     split_k: bool = False
+    #: ``tensor`` / ``row``: the accumulators scaled per tensor or per row and column
+    #: (:data:`SCALES`)
+    scale: str = "none"
+    #: the operands with a batch dimension (:data:`BATCHES`); grid z is the batch
+    batch: str = "none"
 
     @property
     def general(self) -> bool:
@@ -114,7 +130,14 @@ def describe_variant(v: GemmVariant) -> str:
     """The variant in words (the general kernel's header comment, the call's build notice)."""
     return (f"{v.dtype} in, A {v.a_major.upper()}-major, B {v.b_major.upper()}-major, "
             f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}"
-            + (", split-K" if v.split_k else ""))
+            + (", split-K" if v.split_k else "")
+            + (f", scale {v.scale}" if v.scale != "none" else "")
+            + (f", batched {v.batch}" if v.batch != "none" else ""))
+
+
+def k_tile(dtype: str) -> int:
+    """The K tile of input type ``dtype``: one 128-byte swizzled row (64 bf16, 128 e4m3)."""
+    return SWIZZLE_BYTES // DTYPE_BYTES[dtype]
 
 
 @attrs.frozen(kw_only=True)
@@ -141,8 +164,17 @@ class WsGeometry:
         return self.consumer_rows // WGMMA_M
 
     @property
+    def elem_bytes(self) -> int:
+        return DTYPE_BYTES[self.variant.dtype]
+
+    @property
+    def wgmma_k(self) -> int:
+        """K per wgmma instruction (16 for bf16 / fp16, 32 for e4m3)."""
+        return DTYPE_WGMMA_K[self.variant.dtype]
+
+    @property
     def k_steps(self) -> int:
-        return self.bk // WGMMA_K
+        return self.bk // self.wgmma_k
 
     @property
     def threads(self) -> int:
@@ -150,11 +182,11 @@ class WsGeometry:
 
     @property
     def a_bytes(self) -> int:
-        return self.bm * self.bk * ELEM_BYTES
+        return self.bm * self.bk * self.elem_bytes
 
     @property
     def b_bytes(self) -> int:
-        return self.bn * self.bk * ELEM_BYTES
+        return self.bn * self.bk * self.elem_bytes
 
     @property
     def stage_bytes(self) -> int:
@@ -174,9 +206,17 @@ class WsGeometry:
         def bad(param: str, why: str) -> ProgramError:
             return ProgramError(f"{who}: -p {param}: {why}")
 
-        if self.bk * ELEM_BYTES != SWIZZLE_BYTES:
-            raise bad("BK", f"must be {SWIZZLE_BYTES // ELEM_BYTES} (one 128-byte swizzled row), "
-                            f"got {self.bk}")
+        if self.bk * self.elem_bytes != SWIZZLE_BYTES:
+            raise bad("BK", f"must be {k_tile(self.variant.dtype)} for -p dtype="
+                            f"{self.variant.dtype} (one 128-byte swizzled row), got {self.bk}")
+        v = self.variant
+        if v.dtype == "e4m3" and "mn" in (v.a_major, v.b_major):
+            which = "a_major" if v.a_major == "mn" else "b_major"
+            raise bad(which, "fp8 wgmma reads both operands K-major (no transpose mode for "
+                             "e4m3): -p a_major=k -p b_major=k")
+        if v.batch != "none" and v.split_k:
+            raise bad("split_k", "a batched kernel (-p batch) runs the batch on grid z and "
+                                 "does not split K: -p split_k=false")
         if self.bm % self.consumers or self.consumer_rows % WGMMA_M:
             raise bad("BM", f"{self.bm} rows over {self.consumers} consumers is not a multiple "
                             f"of {WGMMA_M} rows per consumer")
@@ -228,8 +268,8 @@ PARAMS = (
     Param("BM", int, 128, "CTA tile rows (M), split over the consumers",
           bound=Bound(low=64, high=256)),
     Param("BN", int, 256, "CTA tile columns (N) = the wgmma N", bound=Bound(low=16, high=256)),
-    Param("BK", int, 64, "K tile depth (64: one 128-byte swizzled row)",
-          bound=Bound(low=64, high=64)),
+    Param("BK", int, 64, "K tile depth: one 128-byte swizzled row (64 bf16 / fp16, 128 e4m3)",
+          bound=Bound(low=64, high=128)),
     Param("consumers", int, 2, "consumer warp groups", bound=Bound(low=1, high=3)),
     Param("producer_registers", int, 40, "setmaxnreg of the producer warp group",
           bound=Bound(low=24, high=256)),
@@ -255,6 +295,11 @@ PARAMS = (
     Param("split_k", bool, False, "split the K tiles over the grid's second dimension: "
                                   "partial sums in an fp32 workspace, reduced in split order "
                                   "by the tile's last CTA, epilogue once (implies tails)"),
+    Param("scale", str, "none", "fused scaling of the accumulators before the bias: "
+                                "tensor (scale_a[0] * scale_b[0]) or row (scale_a[row] * "
+                                "scale_b[col]), as torch._scaled_mm", choices=SCALES),
+    Param("batch", str, "none", "batched matmul: the operands with a batch dimension "
+                                "(3-D tensor maps, grid z the batch)", choices=BATCHES),
 )
 
 
@@ -293,7 +338,8 @@ class WarpSpecializedGemm:
         ops = [logical(WgmmaTag.TMA_A, channel=0), logical(WgmmaTag.TMA_B, channel=1)]
         ops += [logical(WgmmaTag.WGMMA, subtile=c) for c in range(self.geometry.consumers)]
         g = self.geometry
-        group = 2 * g.consumer_rows * g.bn * g.bk // PEAK_MMA_FLOP_PER_CYCLE
+        # fp8 e4m3 runs twice the 16-bit types' flop per cycle (1979 dense TFLOPS)
+        group = 2 * g.consumer_rows * g.bn * g.bk // (PEAK_MMA_FLOP_PER_CYCLE * 2 // g.elem_bytes)
         return [o.evolve(latency=group) if o.tag == WgmmaTag.WGMMA else o
                 for o in annotate(ops, self.target.cost_model)]
 

@@ -38,3 +38,15 @@ GEMM_CALL_HEADER_NAME = "gemm_call_h100.cuh"
 def gemm_call_header_source() -> str:
     """The text of ``gemm_call_h100.cuh`` (paste it after :func:`wgmma_header_source`)."""
     return resources.files(__name__).joinpath(GEMM_CALL_HEADER_NAME).read_text(encoding="utf-8")
+
+
+#: The scaled and batched variants' helpers (the scale factors, the 3D tile copy); pasted after
+#: GEMM_CALL_HEADER_NAME, only into kernels with ``-p scale`` or ``-p batch`` set.
+GEMM_SCALE_BATCH_HEADER_NAME = "gemm_scale_batch_h100.cuh"
+
+
+def gemm_scale_batch_header_source() -> str:
+    """The text of ``gemm_scale_batch_h100.cuh`` (paste it after
+    :func:`gemm_call_header_source`)."""
+    return resources.files(__name__).joinpath(GEMM_SCALE_BATCH_HEADER_NAME).read_text(
+        encoding="utf-8")
