@@ -90,6 +90,11 @@ BIASES = ("none", "bf16", "fp16", "fp32")
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
 
 
+#: Registers a consumer thread needs besides its accumulators (descriptors, addresses, loop
+#: state): the 2-consumer 64x256 kernel builds in the 168 its launch allows (128 accumulators),
+#: the 3-consumer one (128 allowed) fails ptxas with C7602.
+ADDRESS_REGISTERS = 32
+
 @attrs.frozen(kw_only=True)
 class GemmVariant:
     """What the general kernel reads, computes and writes beyond the tile sizes (the ``-p``
@@ -244,6 +249,13 @@ class WsGeometry:
                                             f"{self.consumer_registers}) = {total} registers "
                                             f"exceed the SM's {H100_SXM.registers_per_sm}")
         launch = H100_SXM.registers_per_sm // self.threads // 8 * 8
+        if self.accumulators + ADDRESS_REGISTERS > launch:
+            # ptxas allocates the whole kernel within the launch bound's share, whatever
+            # setmaxnreg raises at run time (ptxas C7602 "Insufficient registers")
+            raise bad("consumers", f"{self.threads} threads leave {launch} registers per thread "
+                                   f"at compile time, under the {self.accumulators} "
+                                   f"accumulators + {ADDRESS_REGISTERS} a consumer needs; use "
+                                   f"fewer consumers or a narrower tile (-p BN)")
         if self.producer_registers > launch:
             raise bad("producer_registers", f"the producer gives registers back: at most the "
                                             f"{launch} each thread starts with")

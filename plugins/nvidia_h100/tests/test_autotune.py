@@ -229,3 +229,20 @@ def test_the_call_launches_the_untuned_variant_unless_switched_on(monkeypatch):
     monkeypatch.setenv(autotune.ENV, "on")
     with pytest.raises(AutotuneError, match=r"^PIPELINE_CORE_AUTOTUNE='on': set it to 1"):
         matmul_call._tuned(None, None, None, None, None, None, None, 0, 0)
+
+
+def test_no_candidate_exceeds_the_registers_ptxas_allocates_under_the_launch_bound():
+    """3 consumers of 64 x 256 (512 threads: 128 registers each at compile time) failed ptxas
+    with C7602 when autotuning picked them: validate refuses it, so it is never a candidate."""
+    from pipeline_core_nvidia_h100.warpspecialized import ADDRESS_REGISTERS
+
+    found = candidates(4096, 4096, 4096, GemmVariant(), 132)
+    assert found
+    for c in found:
+        geo = c.geometry(GemmVariant())
+        assert geo.accumulators + ADDRESS_REGISTERS <= 65536 // geo.threads // 8 * 8
+    assert not [c for c in found if c.consumers == 3 and c.bn == 256 and c.bm == 192]
+    assert [c for c in found if c.consumers == 3 and c.bn == 128]  # narrower tiles still fit
+    with pytest.raises(ProgramError, match=r"-p consumers: 512 threads leave 128 registers"):
+        Candidate(bm=192, bn=256, stages=4, consumers=3, group_m=8,
+                  split_k=False).geometry(GemmVariant()).validate()
