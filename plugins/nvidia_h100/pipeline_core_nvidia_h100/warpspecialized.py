@@ -23,8 +23,8 @@ import attrs
 
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, CostModel, DepEdge, KernelLaunch,
                                       Op, OpCost, OpRole, Param, PipelineConfig, ProgramError,
-                                      ReductionSpec, ResourceKind, ScheduleRecord, TargetProfile,
-                                      annotate, logical)
+                                      ReductionSpec, ResourceKind, ScheduleRecord, StoreSpec,
+                                      TargetProfile, annotate, logical)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
@@ -77,6 +77,15 @@ MAJORS = ("k", "mn")
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 BIASES = ("none", "bf16", "fp16", "fp32")
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
+#: ``direct``: each thread stores its fragment to global memory; ``tma``: through shared-memory
+#: staging buffers by TMA stores (docs/guide/matmul.md, "The TMA-store epilogue")
+STORES = ("direct", "tma")
+#: bytes of each output element type
+OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+#: The TMA-store epilogue's staging: per consumer, this many buffers of one sub-tile each, a
+#: sub-tile being 64 rows (one wgmma m64 block) by one 128-byte swizzled row of columns
+STORE_BUFFERS = 2
+STORE_ROWS = WGMMA_M
 
 
 @attrs.frozen(kw_only=True)
@@ -103,6 +112,14 @@ class GemmVariant:
     #: tiles; each CTA writes its partial sums to an fp32 workspace and the CTA that finishes an
     #: output tile last adds the slices in split order and runs the epilogue once
     split_k: bool = False
+    #: ``tma``: the epilogue writes each 64-row sub-tile to a shared-memory staging buffer and
+    #: one thread stores it by TMA (docs/guide/matmul.md, "The TMA-store epilogue")
+    store: str = "direct"
+
+    @property
+    def store_cols(self) -> int:
+        """Columns of one TMA-store sub-tile: one 128-byte swizzled row of the output type."""
+        return SWIZZLE_BYTES // OUT_BYTES[self.out_dtype]
 
     @property
     def general(self) -> bool:
@@ -114,7 +131,7 @@ def describe_variant(v: GemmVariant) -> str:
     """The variant in words (the general kernel's header comment, the call's build notice)."""
     return (f"{v.dtype} in, A {v.a_major.upper()}-major, B {v.b_major.upper()}-major, "
             f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}"
-            + (", split-K" if v.split_k else ""))
+            + (", split-K" if v.split_k else "") + (", TMA store" if v.store == "tma" else ""))
 
 
 @attrs.frozen(kw_only=True)
@@ -161,8 +178,19 @@ class WsGeometry:
         return self.a_bytes + self.b_bytes
 
     @property
+    def staging_bytes(self) -> int:
+        """The TMA-store epilogue's staging buffers, all consumers' (0 for the direct store)."""
+        if self.variant.store != "tma":
+            return 0
+        return self.consumers * STORE_BUFFERS * STORE_ROWS * SWIZZLE_BYTES
+
+    @property
     def smem_bytes(self) -> int:
-        """The ring, its 2 x stages mbarriers, and 1 KB for aligning the ring to the swizzle atom."""
+        """The ring, its 2 x stages mbarriers, and 1 KB for aligning the ring to the swizzle atom;
+        with the TMA store, the barriers get a 1 KB block and the staging buffers follow it
+        (1024-byte aligned, as the 128-byte swizzle wants)."""
+        if self.variant.store == "tma":
+            return self.stages * self.stage_bytes + 2048 + self.staging_bytes
         return self.stages * self.stage_bytes + 1024 + 2 * self.stages * 8
 
     @property
@@ -207,10 +235,20 @@ class WsGeometry:
         if self.producer_registers > launch:
             raise bad("producer_registers", f"the producer gives registers back: at most the "
                                             f"{launch} each thread starts with")
+        if self.variant.store == "tma":
+            if self.variant.split_k:
+                raise bad("store", "tma with -p split_k=true: the split-K tile is stored by its "
+                                   "last CTA's direct epilogue; pass -p store=direct")
+            if self.bn % self.variant.store_cols:
+                raise bad("store", f"tma stores sub-tiles of {self.variant.store_cols} "
+                                   f"{self.variant.out_dtype} columns: -p BN={self.bn} must be "
+                                   f"a multiple of {self.variant.store_cols}")
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"{who}: -T stages: {self.stages} stages of {self.stage_bytes} "
                                f"bytes (the BM x BK and BN x BK tiles) need {self.smem_bytes} bytes of shared memory, over the "
-                               f"{H100_SXM.smem_per_cta_optin} a CTA may use")
+                               f"{H100_SXM.smem_per_cta_optin} a CTA may use"
+                               + (f" (with {self.staging_bytes} bytes of TMA-store staging)"
+                                  if self.staging_bytes else ""))
 
     def check_shape(self, m: int, n: int, k: int) -> None:
         for name, value, tile in (("M", m, self.bm), ("N", n, self.bn), ("K", k, self.bk)):
@@ -255,6 +293,10 @@ PARAMS = (
     Param("split_k", bool, False, "split the K tiles over the grid's second dimension: "
                                   "partial sums in an fp32 workspace, reduced in split order "
                                   "by the tile's last CTA, epilogue once (implies tails)"),
+    Param("store", str, "direct", "the epilogue's store: direct (each thread to global "
+                                  "memory) or tma (sub-tiles through shared-memory staging "
+                                  "buffers by TMA stores that overlap the next tile)",
+          choices=STORES),
 )
 
 
@@ -315,7 +357,10 @@ class WarpSpecializedGemm:
         # (docs/guide/agents.md, "Cross-CTA reductions")
         return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
                          release_lag=self.release_lag,
-                         reduction=ReductionSpec() if g.variant.split_k else None)
+                         reduction=ReductionSpec() if g.variant.split_k else None,
+                         # the TMA-store epilogue (docs/guide/agents.md, "Bulk stores")
+                         store=(StoreSpec(buffers=STORE_BUFFERS) if g.variant.store == "tma"
+                                else None))
 
     def tag_names(self) -> dict[int, str]:
         return {**self.target.cost_model.tag_names(), **TAG_NAMES}
