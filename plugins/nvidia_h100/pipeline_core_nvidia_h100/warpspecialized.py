@@ -239,10 +239,14 @@ class WsGeometry:
             if self.variant.split_k:
                 raise bad("store", "tma with -p split_k=true: the split-K tile is stored by its "
                                    "last CTA's direct epilogue; pass -p store=direct")
-            if self.bn % self.variant.store_cols:
-                raise bad("store", f"tma stores sub-tiles of {self.variant.store_cols} "
-                                   f"{self.variant.out_dtype} columns: -p BN={self.bn} must be "
-                                   f"a multiple of {self.variant.store_cols}")
+            cols = self.variant.store_cols
+            if self.bn % cols or self.wgmma_m_blocks * self.bn // cols % STORE_BUFFERS:
+                raise bad("store", f"tma stores sub-tiles of 64 rows x {cols} "
+                                   f"{self.variant.out_dtype} columns through {STORE_BUFFERS} "
+                                   f"buffers: a consumer's {self.consumer_rows} x {self.bn} "
+                                   f"tile must hold a multiple of {STORE_BUFFERS} of them (-p "
+                                   f"BN a multiple of {cols * STORE_BUFFERS}, or pass -p "
+                                   "store=direct)")
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"{who}: -T stages: {self.stages} stages of {self.stage_bytes} "
                                f"bytes (the BM x BK and BN x BK tiles) need {self.smem_bytes} bytes of shared memory, over the "
