@@ -12,7 +12,8 @@ from __future__ import annotations
 import attrs
 
 from pipeline_core_nvidia_h100.warpspecialized import (ACTIVATIONS, BIASES, DTYPES, MN_CHUNK,
-                                                       OUT_DTYPES, GemmVariant)
+                                                       OUT_DTYPES, STORE_BUFFERS, STORE_ROWS,
+                                                       GemmVariant)
 
 #: TMA reads global memory in 16-byte units: every stride but the innermost and the base address
 #: must be multiples of 16 bytes.
@@ -74,10 +75,13 @@ class Tuning:
     default, off for an ablation.  ``persistent``: at most one CTA per SM, each looping over
     output tiles in the grouped order (the kernel's tile loop, its ring running on across
     tiles); ``split_k``: a grid with fewer output tiles than half the SMs splits K
-    (:func:`split_count`)."""
+    (:func:`split_count`); ``tma_store``: the epilogue stores through shared memory by TMA
+    wherever C can be described so (:func:`store_map`; docs/guide/matmul.md, "The TMA-store
+    epilogue")."""
 
     persistent: bool = True
     split_k: bool = True
+    tma_store: bool = False
 
 
 #: The fewest K tiles one split runs: below it the workspace round trip and the ring's fill
@@ -115,6 +119,8 @@ class CallPlan:
     grid: int
     #: split-K: the grid's second dimension (``k_pad`` is then one split's K)
     splits: int = 1
+    #: the TMA-store epilogue's tensor map of C (``variant.store == "tma"``), else None
+    c: OperandMap | None = None
 
 
 def _fail(name: str, why: str) -> MatmulArgumentError:
@@ -174,6 +180,22 @@ def operand_map(name: str, t: TensorInfo, rows_dim: int, tile_rows: int, bk: int
                       f"positive multiple of {step} elements ({TMA_ALIGN} bytes); copy it into "
                       f"padded rows: {name}.new_empty({padded[0]}, {padded[1]})"
                       f"[:, :{shape[1]}].copy_({name})")
+
+
+def store_map(m: int, n: int, ldc: int, out_dtype: str, tile: TileShape) -> OperandMap | None:
+    """C's tensor map for the TMA-store epilogue (docs/guide/matmul.md, "The TMA-store
+    epilogue"): the [m, n] array of row stride ``ldc`` in boxes of 64 rows by one 128-byte row
+    of columns, the staging buffer's shape; None where TMA cannot describe C (a row stride off
+    16 bytes; ``out``'s address is checked with the other operands') or the tile's columns are
+    not a whole number of buffers' boxes: that call stores directly."""
+    elem = ELEM[out_dtype]
+    cols = 128 // elem
+    if tile.bn % (cols * STORE_BUFFERS):
+        return None
+    if m > 1 and not _aligned(ldc, elem):
+        return None
+    return OperandMap(major="k", inner=n, outer=m, stride=ldc if m > 1 else _padded(n, elem),
+                      box_inner=cols, box_outer=STORE_ROWS)
 
 
 def _check_tensor(name: str, t: TensorInfo, dims: int, allowed: tuple[str, ...]) -> None:
@@ -256,10 +278,14 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     splits = split_count(tiles, k_tiles, sms) if tuning.split_k else 1
     if splits > 1:  # one split's K tiles; the last split's past K are zero-filled loads
         k_tiles = max(_cdiv(k_tiles, splits), tile.min_k_tiles)
+    out_dtype = out_dtype or a.dtype
+    c_map = (store_map(m, n, ldc, out_dtype, tile)
+             if tuning.tma_store and splits == 1 and read else None)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
-                          out_dtype=out_dtype or a.dtype, bias=bias_kind,
-                          activation=activation or "none", tails=True, split_k=splits > 1)
+                          out_dtype=out_dtype, bias=bias_kind,
+                          activation=activation or "none", tails=True, split_k=splits > 1,
+                          store="tma" if c_map is not None else "direct")
     grid = min(tiles, sms) if tuning.persistent and sms > 0 else tiles
     return CallPlan(m=m, n=n, k=k, m_pad=tiles_m * tile.bm, n_pad=tiles_n * tile.bn,
                     k_pad=k_tiles * tile.bk, variant=variant, a=a_map, b=b_map, ldc=ldc,
-                    grid=grid, splits=splits)
+                    grid=grid, splits=splits, c=c_map)

@@ -165,16 +165,20 @@ class _Kernels:
         return found
 
     def tensor_map(self, ptr: int, m: OperandMap, dtype: str) -> Any:
-        from pipeline_core_nvidia_h100.tma import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
+        """The tensor map of operand map ``m`` at ``ptr`` (A, B, or the TMA store's C), encoded
+        once and kept."""
+        from pipeline_core_nvidia_h100.tma import (DTYPE_BFLOAT16, DTYPE_FLOAT16, DTYPE_FLOAT32,
+                                                   encode_tiled_2d)
 
-        key = (ptr, m.inner, m.outer, m.stride, m.box_inner, m.box_outer, dtype == "bf16")
+        key = (ptr, m.inner, m.outer, m.stride, m.box_inner, m.box_outer, dtype)
         found = self._maps.get(key)
         if found is None:
             if len(self._maps) >= MAP_CACHE_SIZE:
                 self._maps.pop(next(iter(self._maps)))
             found = self._maps[key] = encode_tiled_2d(
                 ptr, m.outer, m.inner, m.box_outer, m.box_inner, stride=m.stride,
-                dtype=DTYPE_BFLOAT16 if dtype == "bf16" else DTYPE_FLOAT16)
+                dtype={"bf16": DTYPE_BFLOAT16, "fp16": DTYPE_FLOAT16,
+                       "fp32": DTYPE_FLOAT32}[dtype])
         return found
 
 
@@ -309,6 +313,8 @@ def _pack(r: _Recipe, a: Any, b: Any, bias: Any, out: Any) -> tuple[Any, ...]:
             raise RuntimeError("internal error: a split-K recipe without its stream's workspace")
         ws, counters = found
         args += (np.uint64(ws.data_ptr()), np.uint64(counters.data_ptr()))
+    if plan.c is not None:  # the TMA-store epilogue's C (docs/guide/matmul.md)
+        args += (_KERNELS.tensor_map(out.data_ptr(), plan.c, v.out_dtype),)
     return args
 
 

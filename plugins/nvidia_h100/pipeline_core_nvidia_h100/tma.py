@@ -19,6 +19,10 @@ from pipeline_core_nvidia_h100.warpspecialized import WsGeometry
 DTYPE_BFLOAT16 = 9
 #: CU_TENSOR_MAP_DATA_TYPE_FLOAT16
 DTYPE_FLOAT16 = 6
+#: CU_TENSOR_MAP_DATA_TYPE_FLOAT32 (the TMA-store epilogue's fp32 C)
+DTYPE_FLOAT32 = 7
+#: bytes of an element of each data type above
+DTYPE_BYTES = {DTYPE_BFLOAT16: 2, DTYPE_FLOAT16: 2, DTYPE_FLOAT32: 4}
 SWIZZLE_128B = 3
 L2_PROMOTION_256B = 3
 TENSOR_MAP_BYTES = 128
@@ -37,14 +41,14 @@ def _libcuda() -> Any:
 
 def encode_tiled_2d(address: int, rows: int, cols: int, box_rows: int, box_cols: int, *,
                     stride: int | None = None, dtype: int = DTYPE_BFLOAT16) -> Any:
-    """The tensor map of a row-major 16-bit [rows, cols] array (``stride`` elements between
-    rows, default ``cols``) read in box_rows x box_cols boxes (cols innermost, 128-byte
-    swizzle), as a NumPy structured scalar of 128 bytes.  Boxes reaching past the array are
-    zero-filled."""
+    """The tensor map of a row-major [rows, cols] array of ``dtype`` (``stride`` elements
+    between rows, default ``cols``) read or written in box_rows x box_cols boxes (cols
+    innermost, 128-byte swizzle), as a NumPy structured scalar of 128 bytes.  Boxes reaching
+    past the array are zero-filled (loads) or clipped (stores)."""
     np = _require("numpy")
     out = (ctypes.c_uint64 * 16)()
     dims = (ctypes.c_uint64 * 2)(cols, rows)
-    strides = (ctypes.c_uint64 * 1)((cols if stride is None else stride) * 2)
+    strides = (ctypes.c_uint64 * 1)((cols if stride is None else stride) * DTYPE_BYTES[dtype])
     box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
     step = (ctypes.c_uint32 * 2)(1, 1)
     fn = _libcuda().cuTensorMapEncodeTiled
