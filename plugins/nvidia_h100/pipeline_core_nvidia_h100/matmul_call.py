@@ -79,7 +79,7 @@ class _Kernels:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._built: dict[tuple[GemmVariant, Candidate, int], _Built] = {}
-        self._maps: dict[tuple[int, ...], Any] = {}
+        self._maps: dict[tuple[int | str, ...], Any] = {}
         self._sms: dict[int, int] = {}
         self._workspaces: dict[tuple[int, int, int], tuple[Any, Any]] = {}
         self._streams: dict[int, Any] = {}
