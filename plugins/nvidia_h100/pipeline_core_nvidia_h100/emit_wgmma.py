@@ -396,10 +396,11 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
     return family
 
 
-#: The fused epilogue's arithmetic, the one home both stores use (docs/guide/matmul.md, "Fused
-#: epilogue"): the per-column bias of the thread's two columns ``col``, ``col + 1`` (0 past n),
-#: and each of an m64nN fragment quad's values (rows r, r + 8 by columns col, col + 1) with the
-#: bias added and the activation applied; the output type casts when it is stored.
+#: The fused epilogue's arithmetic, the one home both stores use (docs/guide/matmul.md,
+#: "The TMA-store epilogue"): the per-column bias of the thread's two columns ``col``,
+#: ``col + 1`` (0 past n), and each of an m64nN fragment quad's values (rows r, r + 8 by columns
+#: col, col + 1) with the bias added and the activation applied; the output type casts when it
+#: is stored.
 _EPILOGUE_BIAS = r"""const float b0 = col < n ? Bias::at(bias, col) : 0.f;
                 const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;"""
 
@@ -495,10 +496,10 @@ def _tma_store_finish(v: GemmVariant, consumers: Sequence[AgentProgram]) -> str:
     body = "\n".join("                " + _STORE_STEPS[s.kind].format(value=s.value)
                      for s in steps)
     return (r"""
-        // The fused epilogue through shared memory (docs/guide/matmul.md, "The TMA-store
-        // epilogue"): each 64-row x SCOLS sub-tile, + bias[col], activation, cast, goes to a
-        // 128-byte swizzled staging buffer of this consumer's; its thread 0 stores it by TMA
-        // (clipped to m x n) while the consumer goes on.
+        // The fused epilogue through shared memory (docs/guide/matmul.md,
+        // "The TMA-store epilogue"): each 64-row x SCOLS sub-tile, + bias[col], activation,
+        // cast, goes to a 128-byte swizzled staging buffer of this consumer's; its thread 0
+        // stores it by TMA (clipped to m x n) while the consumer goes on.
 """ + _epilogue_types(v) + r"""        const int w = wtid / 32, g = lane / 4, q = lane % 4;
         const int store_bar = """ + (f"{pick} : {bars[-1]}" if pick else str(bars[-1]))
         + r""";  // the consumer's named barrier (the plan's)
