@@ -53,14 +53,14 @@ def tma_cases(torch, n):
     return found
 
 
-def timing(torch, anchors_path, rounds=7, reps=20):
+def timing(torch, anchors_path, rounds=7, reps=20, shapes=TIMED):
     from pipeline_core_nvidia_h100 import matmul, matmul_call
     spec = importlib.util.spec_from_file_location("anchors", anchors_path)
     anchors = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(anchors)
     peers = anchors.gemm_peers()
     on, off = tma_tuning(), bench_off()
-    for m, n, k in TIMED:
+    for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
         bt = torch.randn(n, k, device="cuda").to(torch.bfloat16)  # B stored [N, K]
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -130,7 +130,11 @@ def main(argv=None) -> int:
                                              "gemm_anchors.py"))
     ap.add_argument("--sanitize", action="store_true")
     ap.add_argument("--skip-timing", action="store_true")
+    ap.add_argument("--shapes", default=None,
+                    help="timed shapes, MxNxK comma-separated (default: the slice's four)")
     args = ap.parse_args(argv)
+    shapes = TIMED if args.shapes is None else tuple(
+        tuple(int(x) for x in s.split("x")) for s in args.shapes.split(","))
     import torch
 
     from pipeline_core_nvidia_h100 import matmul_call
@@ -150,9 +154,9 @@ def main(argv=None) -> int:
                               "rel_err": err}), flush=True)
         return 0
     bench.emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
-    cases = tma_cases(torch, args.cases)
+    cases = tma_cases(torch, args.cases) if args.cases else []
     variants = {bench.variant_of(torch, c) for c in cases + list(SANITIZE)}
-    timed = [(m, n, k, "bf16", False, True, 0) for m, n, k in TIMED]
+    timed = [(m, n, k, "bf16", False, True, 0) for m, n, k in shapes]
     variants |= {bench.variant_of(torch, c) for c in timed}
     matmul_call.TUNING = bench_off()
     variants |= {bench.variant_of(torch, c) for c in timed}
@@ -162,7 +166,7 @@ def main(argv=None) -> int:
     bench.emit({"kind": "tma-cases", "cases": len(cases),
                 "tma": sum(bench.variant_of(torch, c).store == "tma" for c in cases)})
     if not args.skip_timing:
-        timing(torch, args.anchors)
+        timing(torch, args.anchors, shapes=shapes)
     print(f"correctness failures: {failures} of {len(cases)}")
     return 1 if failures else 0
 
