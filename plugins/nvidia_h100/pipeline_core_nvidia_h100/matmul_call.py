@@ -223,11 +223,19 @@ def _plan(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any,
     tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk)
     if c != autotune.DEFAULT and not c.split_k:
         tuning = attrs.evolve(tuning, split_k=False)
-    return plan_call(_info(a, "a"), _info(b, "b"),
-                     bias=None if bias is None else _info(bias, "bias"),
-                     activation=activation, out_dtype=_dtype_name(out_dtype),
-                     out=None if out is None else _info(out, "out"), tile=tile, sms=sms,
-                     tuning=tuning)
+
+    def plan(t: Tuning) -> CallPlan:
+        return plan_call(_info(a, "a"), _info(b, "b"),
+                         bias=None if bias is None else _info(bias, "bias"),
+                         activation=activation, out_dtype=_dtype_name(out_dtype),
+                         out=None if out is None else _info(out, "out"), tile=tile, sms=sms,
+                         tuning=t)
+    found = plan(tuning)
+    # a tuned candidate whose shared memory cannot take the TMA store's staging stores directly
+    if found.variant.store == "tma" and c != autotune.DEFAULT \
+            and not autotune.takes(c, found.variant):
+        found = plan(attrs.evolve(tuning, tma_store=False))
+    return found
 
 
 @attrs.frozen(kw_only=True)

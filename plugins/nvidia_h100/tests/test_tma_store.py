@@ -265,3 +265,16 @@ def test_a_tile_that_splits_into_odd_boxes_stores_directly():
     p = plan_call(_t((1000, 512)), _t((512, 3000)), tuning=ON,
                   tile=TileShape(bm=128, bn=64, bk=64))
     assert p.variant.store == "direct"
+
+
+def test_autotuning_keeps_the_candidates_that_must_store_directly():
+    from pipeline_core_nvidia_h100 import autotune
+    from pipeline_core_nvidia_h100.warpspecialized import GemmVariant
+
+    tma, direct = GemmVariant(tails=True, store="tma"), GemmVariant(tails=True)
+    found = autotune.candidates(4096, 4096, 4096, tma, 132)
+    assert found == autotune.candidates(4096, 4096, 4096, direct, 132)
+    # a deep ring leaves no room for the staging: it runs (matmul_call._plan stores directly)
+    deep = [c for c in found if not autotune.takes(c, tma)]
+    assert deep and all(autotune.takes(c, autotune.direct_store(tma)) for c in deep)
+    assert autotune.takes(autotune.DEFAULT, tma)
