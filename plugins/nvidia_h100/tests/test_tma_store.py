@@ -278,3 +278,26 @@ def test_autotuning_keeps_the_candidates_that_must_store_directly():
     deep = [c for c in found if not autotune.takes(c, tma)]
     assert deep and all(autotune.takes(c, autotune.direct_store(tma)) for c in deep)
     assert autotune.takes(autotune.DEFAULT, tma)
+
+
+def test_the_document_carries_the_store_and_validates(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    import json
+
+    from pipeline_core.json_output import load_schema
+
+    out = tmp_path / "st.json"
+    res = run_cli(["compile", "warpspecialized-gemm", "-p", "store=tma", "--format", "json",
+                   "-o", str(out)])
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, load_schema("schedule"))
+    agents = doc["agents"]
+    assert agents["store"] == {"name": "store", "agents": ["consumer0", "consumer1"],
+                               "buffers": 2, "barriers": [1, 2]}
+    steps = agents["programs"][1]["store"]
+    assert [s["kind"] for s in steps][::2] == ["store_wait", "stage_write", "named_sync",
+                                               "store_commit"]
+    assert steps[0]["isa"].startswith("cp.async.bulk.wait_group.read 1")
+    assert [s["kind"] for s in agents["programs"][1]["drain"]] == ["store_drain"]
+    assert "store" not in agents["programs"][0]
