@@ -44,7 +44,7 @@ def store_assumptions(plan: Plan, sync: SyncModel) -> list[str]:
     st, model = plan.store, sync.bulk_store
     if st is None or model is None:
         return []
-    return [f"bulk store {st.name} of agents {', '.join(st.agents)}: {st.buffers} staging "
+    return [f"bulk store {st.name!r} of agents {', '.join(st.agents)}: {st.buffers} staging "
             f"buffers each, {UNROLL * st.buffers} sub-tiles across output tiles, then the drain",
             f"the store's groups are the issuer's: {model.issuer}"]
 

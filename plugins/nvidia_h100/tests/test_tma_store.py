@@ -64,7 +64,7 @@ def test_every_store_variant_is_proven_with_its_staging_modelled(label):
         assert p.store[0].value == st.buffers - 1
         assert {s.barrier for s in p.store if s.kind == StepKind.NAMED_SYNC} == {bar}
         assert [(s.kind, s.value) for s in p.drain] == [(StepKind.STORE_DRAIN, 0)]
-    assert any("bulk store store" in a for a in c.proof.verdict.model["assumptions"])
+    assert any("bulk store 'store' of agents" in a for a in c.proof.verdict.model["assumptions"])
     # the direct store declares none
     plain = compile_named("warpspecialized-gemm", target="h100", host=default_host(),
                           params={"tails": "true"})
