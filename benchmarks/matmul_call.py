@@ -12,8 +12,9 @@
 3. Timing against the anchors' peers (cublas, triton-tma-persist) in this process: CUDA-event
    medians after warm-up, interleaved rounds with the order rotated, per-round ratios; the
    ablation rows turn each launch technique off (``matmul_call.TUNING``: the persistent grid,
-   split-K) or go through the custom op's dispatch instead of the eager path; ``ours-graph``
-   replays the call from a CUDA graph (the GPU's time alone, no host launch cost).
+   split-K, the TMA-store epilogue) or go through the custom op's dispatch instead of the
+   eager path; ``ours-graph`` replays the call from a CUDA graph (the GPU's time alone, no
+   host launch cost).
 Every result is one JSON line on stdout (and in --out/results.jsonl); a table closes the output.
 """
 from __future__ import annotations
@@ -355,6 +356,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
                  "ours-graph": graph.replay,
                  "ours-op": lambda: ops.matmul_out(a, bt.T, None, None, c),
                  "ours-nopersist": tuned(attrs.evolve(default, persistent=False), ours),
+                 "ours-notma": tuned(attrs.evolve(default, tma_store=False), ours),
                  "cublas": lambda: peers["cublas"](a, bt, c),
                  "triton-tma-persist": lambda: peers["triton-tma-persist"](a, bt, c)}
         if plan.splits > 1:

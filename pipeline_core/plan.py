@@ -69,6 +69,18 @@ class StepKind(str, enum.Enum):
     #: set the counter back to 0 once the slices are read: its next use (a later tile on the
     #: counter, the next launch) may begin
     COUNT_RESET = "count_reset"
+    # a staged bulk store's steps (AgentProgram.store / drain; docs/guide/agents.md, "Bulk
+    # stores"): results go through a shared-memory staging buffer to global memory by the async
+    # proxy; its sync between the consumer group's threads is a NAMED_SYNC
+    #: (the issuer) wait until at most ``value`` bulk-store groups still read their buffers
+    STORE_WAIT = "store_wait"
+    STAGE_WRITE = "stage_write"      #: every thread writes its results into the staging buffer
+    #: order this thread's generic-proxy writes before async-proxy reads of the buffer
+    PROXY_FENCE = "proxy_fence"
+    STORE_ISSUE = "store_issue"      #: (the issuer) the bulk store of the staging buffer
+    STORE_COMMIT = "store_commit"    #: (the issuer) close the open bulk-store group
+    #: (the issuer) before the kernel ends: every bulk-store group complete, writes included
+    STORE_DRAIN = "store_drain"
 
 
 def _steps(items: Iterable["Step"]) -> tuple["Step", ...]:
@@ -249,6 +261,32 @@ class Reduction:
 
 
 @attrs.frozen(kw_only=True)
+class StoreSpec:
+    """A staged bulk store a schedule declares (docs/guide/agents.md, "Bulk stores"): each of
+    ``agents`` writes its results, one sub-tile at a time, into ``buffers`` shared-memory staging
+    buffers of its own, and one elected thread stores each buffer to global memory by the async
+    proxy (a TMA store), which overlaps what the agent does next.  ``agents``: empty, every
+    agent that waits on a full ring."""
+
+    name: str = "store"
+    buffers: int = 2
+    agents: tuple[str, ...] = attrs.field(converter=_names, default=())
+
+
+@attrs.frozen(kw_only=True)
+class BulkStore:
+    """A :class:`StoreSpec` as lowered: each of ``agents`` runs its ``store`` steps once per
+    staged sub-tile (the buffer is the sub-tile's running count modulo ``buffers``) and its
+    ``drain`` once before the kernel ends; ``barriers[i]`` is the named barrier agent i's
+    threads meet on (the sync model's ``SyncModel.bulk_store`` says what each step is)."""
+
+    name: str
+    agents: tuple[str, ...] = attrs.field(converter=_names)
+    buffers: int
+    barriers: tuple[int, ...] = attrs.field(converter=_ints)
+
+
+@attrs.frozen(kw_only=True)
 class LoopBounds:
     """How many K tiles each output tile visits, and which of them the schedule masks: one
     home for the rule the emitter, the proof and the timing model follow (attention's causal
@@ -330,6 +368,8 @@ class AgentSpec:
     lags: Mapping[int, int] = attrs.field(factory=dict)
     #: a cross-CTA reduction of the readers' results (split-K): its steps go after the loop
     reduction: ReductionSpec | None = None
+    #: the readers' results stored through staging buffers by the async proxy (a TMA store)
+    store: StoreSpec | None = None
     #: the trip-count rule and masked K tiles of output tiles that visit different numbers of
     #: K tiles (attention's causal bounds); None: every output tile visits the same count
     bounds: LoopBounds | None = None
@@ -378,6 +418,11 @@ class AgentProgram:
     #: steps run once per output tile after the epilogue, on the final results: a cross-CTA
     #: reduction's (``Plan.reduction``); not K-tile steps, so :meth:`placed` leaves them out
     finish: tuple[Step, ...] = attrs.field(converter=_steps, default=())
+    #: steps run once per staged sub-tile of the results, after the finish: a bulk store's
+    #: (``Plan.store``); the sub-tiles run on across output tiles
+    store: tuple[Step, ...] = attrs.field(converter=_steps, default=())
+    #: steps run once after this agent's last output tile, before the kernel ends
+    drain: tuple[Step, ...] = attrs.field(converter=_steps, default=())
     #: the fewest K tiles this agent's loop runs for an output tile: 0 in every derived plan
     #: (an output tile with no K tile runs only the once steps, :meth:`placed`); 1 is a loop
     #: that runs its body once before testing its bound, which the other agents do not expect
@@ -527,6 +572,8 @@ class Plan:
     orders: tuple[Ordering, ...] = attrs.field(converter=_orderings, default=())
     #: the cross-CTA reduction whose steps the agents' ``finish`` holds (None: none)
     reduction: Reduction | None = None
+    #: the bulk store whose steps the agents' ``store`` and ``drain`` hold (None: none)
+    store: BulkStore | None = None
     #: every agent runs the same steps (the module says what that means for readers)
     lockstep: bool = False
     #: how many warp groups run a lockstep plan and how they are staggered; None on a plan of

@@ -20,14 +20,16 @@ Grouped by what a plugin does:
   (:class:`Channel`, :class:`Effect`, :class:`BarrierKind`, :class:`BlockBinding` for a target
   the block program lowers on, :class:`NamedBarriers` for a target whose warp groups order each
   other through named barriers, :class:`CrossCtaReduction` for one whose CTAs reduce partial
-  tiles through global memory);
+  tiles through global memory, :class:`BulkStoreChannel` for one that stores results from
+  shared memory by its async proxy);
 * describe a schedule: :class:`ScheduleBase` (the schedule protocol, every optional method
   with its default), ops (:class:`Op`, :func:`logical`, :func:`framework_op`,
   :class:`BodyBuilder`), configs, edges (:class:`DepEdge`, :class:`DepKind`,
   :func:`derive_edges`), the execution model, the kernel it declares (:class:`KernelLaunch`);
   a warp-specialized schedule's agents (:class:`AgentSpec`, :class:`AgentRole`, its rings
   :class:`RingSpec`, the orderings between consumer groups :class:`OrderSpec` of
-  :class:`Turn`, a cross-CTA reduction :class:`ReductionSpec`);
+  :class:`Turn`, a cross-CTA reduction :class:`ReductionSpec`, a staged bulk store
+  :class:`StoreSpec`);
 * customise ordering: :class:`SchedulingRequest` (what a strategy receives);
 * customise the block program: :func:`emit_minimal_barrier_block` for explicit blocks;
 * emit code: an emitter receives a :class:`CompiledSchedule`, whose plan holds the agents'
@@ -61,14 +63,14 @@ from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, PARAM_INT, Bo
 from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole, Phase,
                                ResourceKind, framework_op, logical)
 from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, LoopBounds, OrderSpec,
-                                ReductionSpec, Ring, RingSpec, Step, StepKind, Turn)
+                                ReductionSpec, Ring, RingSpec, Step, StepKind, StoreSpec, Turn)
 from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
 from pipeline_core.scheduling.registry import SchedulingRequest
 from pipeline_core.plugins import PluginHost, default_host
-from pipeline_core.sync import (BarrierKind, BlockBinding, Channel, ChannelKind,
-                                CrossCtaReduction, Effect, NamedBarriers, SyncModel)
+from pipeline_core.sync import (BarrierKind, BlockBinding, BulkStoreChannel, Channel,
+                                ChannelKind, CrossCtaReduction, Effect, NamedBarriers, SyncModel)
 from pipeline_core.testing import fresh_host, run_cli
 from pipeline_core.transforms import (double_buffer_reorder, optimize_within_barriers,
                                       single_buffer_reorder)
@@ -81,11 +83,12 @@ __all__ = [
     "TargetProfile", "CostModel", "OpCost", "annotate", "PipelineConfig", "ScheduleConfig",
     "BlockSizing", "FragOrder", "LoopCarried", "WarpStagger",
     "SyncModel", "Channel", "ChannelKind", "Effect", "BarrierKind", "BlockBinding",
-    "NamedBarriers", "CrossCtaReduction",
+    "NamedBarriers", "CrossCtaReduction", "BulkStoreChannel",
     "ExecutionModel",
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
     "AgentSpec", "LoopBounds", "AgentRole", "RingSpec", "OrderSpec", "Turn", "ReductionSpec",
+    "StoreSpec",
     "SchedulingRequest",
     "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine",
     "simulate_agents",

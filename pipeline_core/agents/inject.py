@@ -25,6 +25,7 @@ import attrs
 
 from pipeline_core.plan import AgentProgram, AgentRole, AgentSpec, Plan, Ring, Step, StepKind
 from pipeline_core.agents.order import lower_orders
+from pipeline_core.agents.bulk_store import lower_store
 from pipeline_core.agents.reduction import lower_reduction
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ProgramError
@@ -248,7 +249,8 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
     programs = [_split(role, kernels[role.name], tags) for role in spec.roles]
     rings = [r for p in pairs for r in (p.full, p.empty) if r is not None]
     programs, reduction = lower_reduction(spec, sync, programs, rings, owner=owner, target=target)
-    plan = Plan(stages=stages, programs=programs, rings=rings, reduction=reduction,
+    programs, store = lower_store(spec, sync, programs, rings, orders, owner=owner, target=target)
+    plan = Plan(stages=stages, programs=programs, rings=rings, reduction=reduction, store=store,
                 min_tiles=max(len(p.prologue) for p in programs) or 1,
                 op_bytes={i: spec.op_bytes.get(i, 0) for i in sorted(writer_of)},
                 orders=orders, sync=sync, bounds=spec.bounds,

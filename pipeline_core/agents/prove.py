@@ -32,7 +32,9 @@ stage completing a phase), and asks of every dependence whether the graph orders
 
 A plan with a cross-CTA reduction (split-K) hands results between the CTAs of an output tile:
 :mod:`pipeline_core.agents.prove_reduction` proves its ``finish`` steps over the CTAs, and its
-findings join these (docs/guide/agents.md, "Cross-CTA reductions").
+findings join these (docs/guide/agents.md, "Cross-CTA reductions").  A plan with a staged bulk
+store (a TMA-store epilogue): :mod:`pipeline_core.agents.prove_store` proves its ``store`` and
+``drain`` steps over its staging buffers' reuse (docs/guide/agents.md, "Bulk stores").
 
 A persistent kernel runs its rings on across output tiles (a stage's phases count every K tile
 it ever held), so every ring must also end the loop balanced: each K tile brings its stage all
@@ -50,6 +52,7 @@ import attrs
 import networkx as nx
 
 from pipeline_core.agents.prove_reduction import prove_reduction, reduction_assumptions
+from pipeline_core.agents.prove_store import prove_store, store_assumptions
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Verdict, Violation
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import DepKind, Op, tag_name
@@ -1143,6 +1146,8 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
             found.setdefault(finding_key(v), v)
     for v in prove_reduction(plan, sync, names, PRIORITY):  # the CTAs of one output tile
         found.setdefault(finding_key(v), v)
+    for v in prove_store(plan, sync, names, PRIORITY):  # the staged bulk store's buffers
+        found.setdefault(finding_key(v), v)
     violations = tuple(sorted(found.values(), key=lambda v: v.order))
     agents = ", ".join(p.name for p in plan.programs)
     model = {"name": sync.name, "agents": [p.name for p in plan.programs],
@@ -1156,7 +1161,8 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                                 f"{'; '.join(', '.join(map(str, q)) for q in sequences)}"]
                                if sequences else []),
                              f"sync model {sync.name}", *ASSUMPTIONS,
-                             *reduction_assumptions(plan, sync)],
+                             *reduction_assumptions(plan, sync),
+                             *store_assumptions(plan, sync)],
              "notes": list(sync.notes)}
     if sequences:
         model["trip_sequences"] = [list(q) for q in sequences]

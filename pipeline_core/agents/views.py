@@ -64,6 +64,10 @@ def agents_doc(plan: Plan, body: Sequence[Op], names: Mapping[int, str],
         entry["epilogue"] = [steps("epilogue", j, it) for j, it in enumerate(prog.epilogue)]
         if prog.finish:  # a cross-CTA reduction's steps (docs/guide/agents.md)
             entry["finish"] = [_step_doc(s, plan, body, names, sync, True) for s in prog.finish]
+        for key in ("store", "drain"):  # a staged bulk store's steps (docs/guide/agents.md)
+            if getattr(prog, key):
+                entry[key] = [_step_doc(s, plan, body, names, sync, True)
+                              for s in getattr(prog, key)]
         programs.append(entry)
     doc: dict[str, Any] = {
         "stages": plan.stages, "min_tiles": plan.min_tiles,
@@ -82,6 +86,9 @@ def agents_doc(plan: Plan, body: Sequence[Op], names: Mapping[int, str],
                          for o in plan.orders]
     if plan.reduction is not None:  # likewise only a plan with a cross-CTA reduction
         doc["reduction"] = {"name": plan.reduction.name, "agents": list(plan.reduction.agents)}
+    if plan.store is not None:  # likewise only a plan with a bulk store
+        doc["store"] = {"name": plan.store.name, "agents": list(plan.store.agents),
+                        "buffers": plan.store.buffers, "barriers": list(plan.store.barriers)}
     if plan.bounds is not None:  # output tiles of different K-tile counts (LoopBounds)
         b = plan.bounds
         doc["bounds"] = {"causal": b.causal, "block_m": b.block_m, "block_n": b.block_n,

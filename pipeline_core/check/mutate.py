@@ -101,6 +101,16 @@ AGENT_MUTATIONS = {
     "read_before_count": "move a reduction's slice read before its COUNT_ACQUIRE (before the "
                          "count reached the splits)",
     "reset_before_read": "move a reduction's counter reset before its slice read",
+    # a staged bulk store's steps (docs/guide/agents.md, "Bulk stores")
+    "drop_store_wait": "drop a bulk store's wait before its staging buffer is written again "
+                       "(STORE_WAIT)",
+    "loosen_store_wait": "loosen a bulk store's wait by one (one more store may still read "
+                         "the buffer being written)",
+    "drop_proxy_fence": "drop the proxy fence between the staging writes and the bulk store "
+                        "(PROXY_FENCE)",
+    "store_before_sync": "move a bulk store's STORE_ISSUE before the sync that gathers the "
+                         "staging writes",
+    "drop_store_drain": "drop the bulk store's drain before the kernel ends (STORE_DRAIN)",
     "clamp_trips": "run one agent's loop at least once on an output tile with no K tile (a "
                    "plan with loop bounds: the others skip it)",
     "skew_trips": "run one agent's loop one K tile more or fewer than the others on every "
@@ -113,6 +123,13 @@ _FINISH_DROPS = {"drop_release_fence": "release_fence", "drop_count_arrive": "co
                  "drop_count_reset": "count_reset"}
 _FINISH_MOVES = {"read_before_count": ("slice_read", "count_acquire"),
                  "reset_before_read": ("count_reset", "slice_read")}
+#: the bulk-store mutations: (section, the step kind dropped, moved or loosened, and for a move
+#: the kind it goes before: the last such step ahead of it)
+_STORE_EDITS = {"drop_store_wait": ("store", "store_wait", ""),
+                "loosen_store_wait": ("store", "store_wait", ""),
+                "drop_proxy_fence": ("store", "proxy_fence", ""),
+                "store_before_sync": ("store", "store_issue", "named_sync"),
+                "drop_store_drain": ("drain", "store_drain", "")}
 
 
 @attrs.frozen(kw_only=True)
@@ -142,26 +159,27 @@ class AgentMutation:
             return attrs.evolve(plan, programs=[attrs.evolve(p, **{field: self.delta})
                                                 if p.name == self.agent else p
                                                 for p in plan.programs])
-        if self.section in ("kernel", "finish"):
+        if self.section in ("kernel", "finish", "store", "drain"):
             steps = list(getattr(prog, self.section))
         else:
             steps = list(getattr(prog, self.section)[self.iteration])
         step = steps[self.index]
         if self.category in ("drop_arrive", "drop_acquire", "drop_mma", "drop_named_arrive",
-                             "drop_named_sync", *_FINISH_DROPS):
+                             "drop_named_sync", *_FINISH_DROPS, "drop_store_wait",
+                             "drop_proxy_fence", "drop_store_drain"):
             del steps[self.index]
-        elif self.category in _FINISH_MOVES:
+        elif self.category in (*_FINISH_MOVES, "store_before_sync"):
             steps.insert(self.delta, steps.pop(self.index))
         elif self.category == "swap_named_id":
             steps[self.index] = attrs.evolve(step, barrier=self.barrier)
-        elif self.category == "loosen_counter_wait":
+        elif self.category in ("loosen_counter_wait", "loosen_store_wait"):
             steps[self.index] = attrs.evolve(step, value=step.value + self.delta)
         elif self.category == "flip_phase_offset":
             steps[self.index] = attrs.evolve(step, phase_offset=step.phase_offset + self.delta)
         else:
             raise ValueError(f"unknown agent mutation {self.category!r}; known: "
                              f"{', '.join(AGENT_MUTATIONS)}")
-        if self.section in ("kernel", "finish"):
+        if self.section in ("kernel", "finish", "store", "drain"):
             edited = attrs.evolve(prog, **{self.section: steps})
         else:
             section = list(getattr(prog, self.section))
@@ -239,6 +257,33 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
                                             delta=1 if swap else delta, ring=ring,
                                             barrier=delta if swap else -1)
         yield from _finish_mutations(prog, categories)
+        yield from _store_mutations(prog, categories)
+
+
+def _store_mutations(prog: Any, categories: tuple[str, ...]) -> Iterator[AgentMutation]:
+    """The mutations of ``prog``'s bulk-store steps (its ``store`` and ``drain``)."""
+    for category, (section, kind, before) in _STORE_EDITS.items():
+        kinds = [s.kind.value for s in getattr(prog, section)]
+        if category not in categories or kind not in kinds:
+            continue
+        i = kinds.index(kind)
+        where = f"{prog.name} {section} step {i} {kind.upper()}"
+        if before:
+            ahead = [k for k in range(i) if kinds[k] == before]
+            if not ahead:
+                continue
+            yield AgentMutation(category=category, agent=prog.name, section=section,
+                                iteration=0, index=i, delta=ahead[-1],
+                                description=f"{where}: move before step {ahead[-1]} "
+                                            f"{before.upper()}")
+        elif category.startswith("loosen"):
+            value = getattr(prog, section)[i].value
+            yield AgentMutation(category=category, agent=prog.name, section=section,
+                                iteration=0, index=i, delta=1,
+                                description=f"{where} {value} -> {value + 1}")
+        else:
+            yield AgentMutation(category=category, agent=prog.name, section=section,
+                                iteration=0, index=i, description=f"drop {where}")
 
 
 def _finish_mutations(prog: Any, categories: tuple[str, ...]) -> Iterator[AgentMutation]:

@@ -256,6 +256,12 @@ def _agents_listing(compiled: CompiledSchedule, plan: "Plan") -> str:
         out.append(f"  {plan.reduction.name}: the CTAs of one output tile hand their partial "
                    f"results to the last to arrive; steps in the FINISH of "
                    f"{', '.join(plan.reduction.agents)}")
+    if plan.store is not None:  # docs/guide/agents.md, "Bulk stores"
+        st = plan.store
+        out.append("STORE")
+        out.append(f"  {st.name}: {', '.join(st.agents)} store their results through "
+                   f"{st.buffers} staging buffers each (named barriers "
+                   f"{', '.join(map(str, st.barriers))}); steps in their STORE and DRAIN")
     proof = compiled.proof
     if proof is not None:
         v = proof.verdict
@@ -289,4 +295,10 @@ def _agents_listing(compiled: CompiledSchedule, plan: "Plan") -> str:
             out.append("  FINISH (once per output tile, after the loop)")
             out += [f"    [{pos}] {isa_form(s, plan, body, names, sync, after_loop=True)}"
                     for pos, s in enumerate(prog.finish)]
+        for title, steps in (("STORE (once per staged sub-tile, after the finish)", prog.store),
+                             ("DRAIN (once, after the last output tile)", prog.drain)):
+            if steps:
+                out.append(f"  {title}")
+                out += [f"    [{pos}] {isa_form(s, plan, body, names, sync, after_loop=True)}"
+                        for pos, s in enumerate(steps)]
     return "\n".join(out) + "\n"

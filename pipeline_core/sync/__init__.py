@@ -1,8 +1,8 @@
 """Target-declared synchronisation: channels, op effects, barrier kinds (see ``model``)."""
 from __future__ import annotations
 
-from pipeline_core.sync.model import (BarrierKind, BlockBinding, BoundSync, Channel, ChannelKind,
-                                     CrossCtaReduction, Effect, NamedBarriers, SyncModel)
+from pipeline_core.sync.model import (BarrierKind, BlockBinding, BoundSync, BulkStoreChannel,
+                                     Channel, ChannelKind, CrossCtaReduction, Effect, NamedBarriers, SyncModel)
 
-__all__ = ["BarrierKind", "BlockBinding", "BoundSync", "Channel", "ChannelKind",
+__all__ = ["BarrierKind", "BlockBinding", "BoundSync", "BulkStoreChannel", "Channel", "ChannelKind",
            "CrossCtaReduction", "Effect", "NamedBarriers", "SyncModel"]

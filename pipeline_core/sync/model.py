@@ -155,6 +155,41 @@ class CrossCtaReduction:
                              f" (missing {missing}, unknown {unknown})")
 
 
+#: a staged bulk store's steps, each sub-tile's in the order a correct one runs them, then the
+#: drain before the kernel ends (the step kinds' values, pipeline_core/plan.py StepKind; the
+#: sub-tile's two meetings of the agent's threads are named-barrier syncs); docs/guide/agents.md,
+#: "Bulk stores"
+BULK_STORE_STEPS = ("store_wait", "stage_write", "proxy_fence", "store_issue", "store_commit",
+                    "store_drain")
+
+
+@attrs.frozen(kw_only=True)
+class BulkStoreChannel:
+    """How a target stores results from shared memory to global memory by its async proxy
+    (Hopper's TMA store; docs/guide/agents.md, "Bulk stores").
+
+    The store is a **group channel of one thread**: the elected ``issuer`` issues the store
+    (``store_issue``) and closes a group (``store_commit``); ``store_wait`` N returns when at
+    most N of its most recent groups still *read* their staging buffers (the buffer may be
+    written again), ``store_drain`` when every group completed, writes to global memory
+    included.  The other threads write the buffer with ordinary (generic-proxy) stores, so each
+    needs ``proxy_fence`` before the async proxy may read what it wrote, and meets the issuer on
+    a named barrier.  ``tags`` gives each of :data:`BULK_STORE_STEPS` its tag, ``forms`` the
+    instruction it is; ``max_wait``: the largest encodable ``store_wait``."""
+
+    tags: Mapping[str, int] = attrs.field(factory=dict)
+    forms: Mapping[str, str] = attrs.field(factory=dict)
+    max_wait: int = 7
+    issuer: str = "one elected thread of the agent (bulk async-groups are per thread)"
+
+    def __attrs_post_init__(self) -> None:
+        missing = [k for k in BULK_STORE_STEPS if k not in self.tags]
+        unknown = [k for k in self.tags if k not in BULK_STORE_STEPS]
+        if missing or unknown:
+            raise ValueError(f"BulkStoreChannel.tags needs exactly {', '.join(BULK_STORE_STEPS)}"
+                             f" (missing {missing}, unknown {unknown})")
+
+
 @attrs.frozen(kw_only=True)
 class NamedBarriers:
     """A target's named CTA barriers: ``ids`` barriers addressed by number, each joined by a
@@ -278,6 +313,10 @@ class SyncModel:
     #: hand-off, and a schedule that declares one is refused); docs/guide/agents.md, "Cross-CTA
     #: reductions"
     reduction: CrossCtaReduction | None = None
+    #: how results go from shared to global memory by the async proxy (None: the target has no
+    #: such store, and a schedule that declares one is refused); docs/guide/agents.md, "Bulk
+    #: stores"
+    bulk_store: BulkStoreChannel | None = None
 
     def __attrs_post_init__(self) -> None:
         names = [c.name for c in self.channels]
@@ -323,6 +362,8 @@ class SyncModel:
             tags.append(("priority_tag", self.priority_tag))
         if self.reduction is not None:
             tags += [(f"reduction.tags[{k!r}]", t) for k, t in self.reduction.tags.items()]
+        if self.bulk_store is not None:
+            tags += [(f"bulk_store.tags[{k!r}]", t) for k, t in self.bulk_store.tags.items()]
         return tags
 
     def channel(self, name: str) -> Channel:
@@ -357,6 +398,8 @@ class SyncModel:
         if self.named_barriers is not None:
             names[self.named_barriers.sync_tag] = "NAMED_SYNC"
             names[self.named_barriers.arrive_tag] = "NAMED_ARRIVE"
+        if self.bulk_store is not None:
+            names.update({tag: step.upper() for step, tag in self.bulk_store.tags.items()})
         if self.reduction is not None:
             names.update({tag: step.upper() for step, tag in self.reduction.tags.items()})
         return names

@@ -114,12 +114,19 @@ def candidates(m: int, n: int, k: int, variant: GemmVariant, sms: int) -> list[C
                         for group_m in GROUP_M:
                             c = Candidate(bm=bm, bn=bn, stages=stages, consumers=consumers,
                                           group_m=group_m, split_k=split)
-                            if _valid(c, variant):
+                            if takes(c, variant) or takes(c, direct_store(variant)):
                                 found.append(c)
     return found
 
 
-def _valid(c: Candidate, variant: GemmVariant) -> bool:
+def direct_store(variant: GemmVariant) -> GemmVariant:
+    """``variant`` with the direct store: a candidate whose tile or shared memory cannot take
+    the TMA-store epilogue still runs, storing directly (matmul_call._plan plans it so)."""
+    return attrs.evolve(variant, store="direct")
+
+
+def takes(c: Candidate, variant: GemmVariant) -> bool:
+    """Whether candidate ``c`` builds ``variant`` (its geometry validates)."""
     from pipeline_core.plugin_api import ProgramError
 
     try:

@@ -29,8 +29,8 @@ from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, a
                                                 consumer_branches, consumer_sync_line,
                                                 declared_geometry, render, ring_step_line)
 from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, KERNEL_FAMILY,
-                                                       MN_CHUNK,
-                                                       SCHEDULE_NAME, WGMMA_M, GemmVariant,
+                                                       MN_CHUNK, OUT_BYTES, SCHEDULE_NAME,
+                                                       STORE_BUFFERS, WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
 from pipeline_core_nvidia_h100.wgmma_sync import NAMED_BARRIERS
 
@@ -172,9 +172,10 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
                                        int(v.b_major == "mn")),
             name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
             body=body, variant=describe_variant(v),
-            split_args=(_SPLIT_ARGS if v.split_k else "") + (_SCALE_ARGS if v.scale != "none"
-                                                               else "")
-            + (_BATCH_ARGS if v.batch != "none" else ""), **constants)
+            split_args=(_SPLIT_ARGS if v.split_k else "")
+            + (_SCALE_ARGS if v.scale != "none" else "")
+            + (_BATCH_ARGS if v.batch != "none" else "")
+            + (_STORE_ARGS if v.store == "tma" else ""), **constants)
     return _SOURCE.format(header=header_source(), wgmma_header=wgmma_header_source(),
         wgmma_fn=wgmma_instruction(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
         target=compiled.target_name, body=body, **constants)
@@ -188,7 +189,9 @@ def _constants(g: WsGeometry) -> dict[str, int]:
             "WGMMA_M": WGMMA_M, "CHUNK_BYTES": MN_CHUNK * g.bk * ELEM_BYTES,
             "CONSUMER_THREADS": 128 * g.consumers, "SPLIT_BAR": SPLIT_BARRIER,
             "ELEM": g.elem_bytes, "WGMMA_K": g.wgmma_k,
-            "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK)}
+            "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK),
+            "SCOLS": g.variant.store_cols, "SBUF": STORE_BUFFERS,
+            "OUT_BYTES": OUT_BYTES[g.variant.out_dtype]}
 
 
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {schedule} on target {target}.
@@ -291,6 +294,8 @@ _SPLIT_ARGS = ",\n       float* __restrict__ ws, unsigned* __restrict__ counters
 _SCALE_ARGS = ",\n       const float* __restrict__ scale_a, const float* __restrict__ scale_b"
 #: The batched kernel's (``-p batch``) bytes between one batch's output and the next.
 _BATCH_ARGS = ",\n       long long c_batch"
+#: The TMA-store kernel's extra parameter: C's tensor map (box SCOLS x 64, 128-byte swizzle).
+_STORE_ARGS = ",\n       const __grid_constant__ pcwg::TensorMap tmC"
 #: The named barrier the split-K finish syncs the consumer warp groups on: the target's last id
 #: (0 is __syncthreads; the agents lowering hands out the free ids from 1 up, docs/guide/agents.md,
 #: "Named barriers", and this schedule's plan takes none).
@@ -375,7 +380,6 @@ _BIAS = {"none": "pcgc::BiasNone", "bf16": "pcgc::BiasBf16", "fp16": "pcgc::Bias
          "fp32": "pcgc::BiasF32"}
 _ACT = {"none": "pcgc::ActNone", "relu": "pcgc::ActRelu", "gelu": "pcgc::ActGelu",
         "silu": "pcgc::ActSilu"}
-_OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 _SCALE = {"tensor": "pcgc::ScaleTensor", "row": "pcgc::ScaleRow"}
 #: The scaled epilogue (``-p scale``, docs/guide/matmul.md "scaled_mm"): each accumulator times
 #: its row's scale_a and its column's scale_b (per tensor: element 0 of each), before the bias,
@@ -390,10 +394,6 @@ _BATCH_OUTPUT = ("\n    C = static_cast<char*>(C) + (size_t)blockIdx.z * c_batch
                  "// this batch's output")
 
 
-def _scaled(value: str, factor: str, scale: bool) -> str:
-    return f"{value} * ({factor})" if scale else value
-
-
 def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> dict[str, str]:
     """The general kernel's device code where it differs from :data:`FAMILY`: the descriptors
     of each operand's major mode, split-K's finish from the ``consumers``' steps, and the fused
@@ -405,48 +405,179 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
               "+ mb * {WGMMA_M}) / 64 * CHUNK_BYTES + kk * 2048)")
     b_desc = ("smem_desc_sw128(stage_b(s) + kk * 32)" if v.b_major == "k" else
               "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_b(s) + kk * 2048)")
-    scale = v.scale != "none"
-    # the fragment's four accumulators of a row pair and column pair, scaled by row 0 / 8 and
-    # column 0 / 1's factors when the variant scales
-    acc = [_scaled(f"acc[mb][4 * j{off}]", factor, scale)
-           for off, factor in (("", "sa0 * sb0"), (" + 1", "sa0 * sb1"), (" + 2", "sa8 * sb0"),
-                               (" + 3", "sa8 * sb1"))]
-    return {
-        "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = {CHUNK_BYTES};"
-                     "  // one MN-major box: 64 rows x BK"
-                     + (_BATCH_OUTPUT if v.batch != "none" else ""),
-        "compute": _compute(a_desc, b_desc),
-        "finish": r"""#pragma unroll
+    finish = r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
             for (int i = 0; i < ACC; ++i) fence_operand(acc[mb][i]);
-""" + (split_finish(consumers) if v.split_k else "") + r"""
+""" + (split_finish(consumers) if v.split_k else "")
+    store = ("\n    constexpr int SCOLS = {SCOLS}, SBUF = {SBUF}, OUT_BYTES = {OUT_BYTES};"
+             "  // TMA-store sub-tiles: 64 rows x SCOLS, SBUF buffers per consumer"
+             "\n    constexpr u32 SBUF_BYTES = 64 * 128;" if v.store == "tma" else "")
+    family = {
+        "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = {CHUNK_BYTES};"
+                     "  // one MN-major box: 64 rows x BK"
+                     + (_BATCH_OUTPUT if v.batch != "none" else "") + store,
+        "compute": _compute(a_desc, b_desc),
+        "finish": finish + (_tma_store_finish(v, consumers) if v.store == "tma"
+                            else _direct_finish(v)),
+    }
+    if v.store == "tma":  # the staging buffers: after the barriers' 1 KB (WsGeometry.smem_bytes)
+        family["stage_views"] = (FAMILY["stage_views"] + "\n    const u32 staging = bars + 1024u;"
+                                 "  // consumer c's SBUF staging buffers: c * SBUF ...")
+        family["consumer_exit"] = _store_drain(consumers)
+    return family
+
+
+#: The fused epilogue's arithmetic, the one home both stores use (docs/guide/matmul.md,
+#: "The TMA-store epilogue"): the per-column bias of the thread's two columns ``col``,
+#: ``col + 1`` (0 past n), and each of an m64nN fragment quad's values (rows r, r + 8 by columns
+#: col, col + 1) with the bias added and the activation applied; the output type casts when it
+#: is stored.
+_EPILOGUE_BIAS = r"""const float b0 = col < n ? Bias::at(bias, col) : 0.f;
+                const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;"""
+
+
+#: the scale factor of each value of the quad (rows r, r + 8 by columns col, col + 1)
+_SCALE_FACTORS = ("sa0 * sb0", "sa0 * sb1", "sa8 * sb0", "sa8 * sb1")
+
+
+def _epilogue_value(i: int, v: GemmVariant) -> str:
+    """Value ``i`` (0..3) of the thread's fragment quad ``acc[mb][4 * j + i]``, epilogue applied
+    (scaled first when the variant scales, ``-p scale``)."""
+    acc = f"acc[mb][4 * j{f' + {i}' if i else ''}]"
+    if v.scale != "none":
+        acc = f"{acc} * ({_SCALE_FACTORS[i]})"
+    return f"Act::f({acc} + b{i % 2})"
+
+
+def _epilogue_values(v: GemmVariant, row: int, sep: str) -> str:
+    """The quad's two values of row ``row`` (0: r, 1: r + 8), joined by ``sep``."""
+    return _epilogue_value(2 * row, v) + sep + _epilogue_value(2 * row + 1, v)
+
+
+def _epilogue_cols(v: GemmVariant) -> str:
+    """The per-column factors of the thread's two columns: the bias, and scale_b's when the
+    variant scales."""
+    return _EPILOGUE_BIAS + (_SCALE_COLS if v.scale != "none" else "")
+
+
+def _epilogue_types(v: GemmVariant) -> str:
+    return ("""        using Out = """ + _OUT[v.out_dtype] + """;
+        using Bias = """ + _BIAS[v.bias] + """;
+        using Act = """ + _ACT[v.activation] + """;
+""" + ("        using Scale = " + _SCALE[v.scale] + ";\n" if v.scale != "none" else ""))
+
+
+def _direct_finish(v: GemmVariant) -> str:
+    """The direct store: every thread writes its fragment to C (-p store=direct)."""
+    return (r"""
         // The fused epilogue on every accumulator (the m64nN fragment layout): + bias[col],
         // activation, cast; two columns per store where aligned, clipped to m x n.
-        using Out = """ + _OUT[v.out_dtype] + """;
-        using Bias = """ + _BIAS[v.bias] + """;
-        using Act = """ + _ACT[v.activation] + """;""" + (_SCALE_USING.format(_SCALE[v.scale])
-                                                          if scale else "") + """
-        const bool vec = (ldc % 2 == 0) && (reinterpret_cast<size_t>(C) % """
-        + str(2 * _OUT_BYTES[v.out_dtype]) + r""" == 0);
+""" + _epilogue_types(v) + r"""        const bool vec = (ldc % 2 == 0) && (reinterpret_cast<size_t>(C) % """
+        + str(2 * OUT_BYTES[v.out_dtype]) + r""" == 0);
         const int w = wtid / 32, g = lane / 4, q = lane % 4;
 #pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb) {{
             const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * {WGMMA_M} + w * 16 + g;""" + (
-            _SCALE_ROWS if scale else "") + r"""
+            _SCALE_ROWS if v.scale != "none" else "") + r"""
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {{
                 const int col = tile_n * BN + j * 8 + 2 * q;
-                const float b0 = col < n ? Bias::at(bias, col) : 0.f;
-                const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;""" + (
-            _SCALE_COLS if scale else "") + r"""
+                """ + _epilogue_cols(v) + r"""
                 pcgc::store_pair<Out>(C, ldc, row, col, m, n, vec,
-                    Act::f(""" + acc[0] + " + b0), Act::f(" + acc[1] + """ + b1));
+                    """ + _epilogue_values(v, 0, ", ") + r""");
                 pcgc::store_pair<Out>(C, ldc, row + 8, col, m, n, vec,
-                    Act::f(""" + acc[2] + " + b0), Act::f(" + acc[3] + """ + b1));
+                    """ + _epilogue_values(v, 1, ", ") + r""");
             }}
-        }}""",
-    }
+        }}""")
+
+
+def _stage_write(v: GemmVariant) -> str:
+    """The STAGE_WRITE step: the thread's part of sub-tile (mb, s), epilogue applied, into the
+    staging buffer (the fragment's rows w * 16 + g and + 8; 128-byte swizzled)."""
+    rows = (r"""{{{{  // the rows' scales
+                const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * {{WGMMA_M}} + w * 16 + g;"""
+            + _SCALE_ROWS.replace("\n", "\n    ") + "\n                ") if v.scale != "none" else ""
+    return rows + r"""#pragma unroll
+                for (int jj = 0; jj < SCOLS / 8; ++jj) {{{{  // the fragment, epilogue applied
+                    const int j = s * (SCOLS / 8) + jj;
+                    const int col = tile_n * BN + j * 8 + 2 * q;
+                    const int at = (jj * 8 + 2 * q) * OUT_BYTES;
+                    """ + _epilogue_cols(v).replace("\n", "\n    ") + r"""
+                    Out::stage(pcgc::staged(buf, w * 16 + g, at),
+                               """ + _epilogue_values(v, 0, ", ") + r""");
+                    Out::stage(pcgc::staged(buf, w * 16 + g + 8, at),
+                               """ + _epilogue_values(v, 1, ", ") + r""");
+                }}}}""" + ("\n                }}}}" if v.scale != "none" else "")
+
+
+#: The TMA-store epilogue's steps (the consumers' ``store`` steps, docs/guide/agents.md, "Bulk
+#: stores"), each as its CUDA inside the loop over a consumer's sub-tiles (``mb``: its 64-row
+#: block, ``s``: its SCOLS-column slice; ``buf``: the sub-tile's staging buffer); the issuer is
+#: the consumer's thread 0, the named barrier the consumer's own (``store_bar``).
+_STORE_STEPS = {
+    StepKind.STORE_WAIT: "if (wtid == 0) pcgc::bulk_wait_read<{value}>();",
+    StepKind.NAMED_SYNC: 'asm volatile("bar.sync %0, {value};\\n" :: "r"(store_bar) : "memory");',
+    StepKind.PROXY_FENCE: "pcgc::fence_proxy_async_shared();",
+    StepKind.STORE_ISSUE: ("if (wtid == 0) pcgc::tma_store_2d(&tmC, buf, tile_n * BN + s * SCOLS, "
+                           "tile_m * BM + consumer * CONSUMER_ROWS + mb * {{WGMMA_M}});"),
+    StepKind.STORE_COMMIT: "if (wtid == 0) pcgc::bulk_commit();",
+    StepKind.STORE_DRAIN: "if (wtid == 0) pcgc::bulk_wait<0>();",
+}
+
+
+def _store_program(consumers: Sequence[AgentProgram], section: str) -> tuple:
+    """The consumers' bulk-store steps of ``section`` (``store`` / ``drain``), which every
+    consumer must run alike (the barrier id aside: each consumer meets on its own)."""
+    def shape(p: AgentProgram) -> list[tuple]:
+        return [(s.kind, s.value) for s in getattr(p, section)]
+
+    steps = getattr(consumers[0], section) if consumers else ()
+    if not steps or any(shape(c) != shape(consumers[0]) for c in consumers):
+        raise ProgramError(f"emitter {EMITTER_NAME}: -p store=tma needs the consumers' "
+                           f"bulk-store {section} steps, the same in every consumer "
+                           "(AgentSpec.store); got " + "; ".join(
+                               f"{c.name}: {[k.value for k, _ in shape(c)]}" for c in consumers))
+    for s in steps:
+        if s.kind not in _STORE_STEPS and s.kind != StepKind.STAGE_WRITE:
+            raise ProgramError(f"emitter {EMITTER_NAME}: no CUDA for {section} step "
+                               f"{s.kind.value}")
+    return steps
+
+
+def _tma_store_finish(v: GemmVariant, consumers: Sequence[AgentProgram]) -> str:
+    """The TMA-store epilogue (-p store=tma): per 64-row x SCOLS sub-tile, the consumers'
+    ``store`` steps in the plan's order; the sub-tile's staging buffer is its running count
+    modulo SBUF (a tile's sub-tiles are a multiple of SBUF, so the count restarts with it)."""
+    steps = _store_program(consumers, "store")
+    bars = [next(s.barrier for s in c.store if s.kind == StepKind.NAMED_SYNC)
+            for c in consumers]
+    pick = " : ".join(f"consumer == {i} ? {b}" for i, b in enumerate(bars[:-1]))
+    code = {**_STORE_STEPS, StepKind.STAGE_WRITE: _stage_write(v)}
+    body = "\n".join("                " + code[s.kind].format(value=s.value) for s in steps)
+    return (r"""
+        // The fused epilogue through shared memory (docs/guide/matmul.md,
+        // "The TMA-store epilogue"): each 64-row x SCOLS sub-tile, + bias[col], activation,
+        // cast, goes to a 128-byte swizzled staging buffer of this consumer's; its thread 0
+        // stores it by TMA (clipped to m x n) while the consumer goes on.
+""" + _epilogue_types(v) + r"""        const int w = wtid / 32, g = lane / 4, q = lane % 4;
+        const int store_bar = """ + (f"{pick} : {bars[-1]}" if pick else str(bars[-1]))
+        + r""";  // the consumer's named barrier (the plan's)
+#pragma unroll
+        for (int mb = 0; mb < MBLOCKS; ++mb) {{
+#pragma unroll
+            for (int s = 0; s < BN / SCOLS; ++s) {{
+                const u32 buf = staging + (consumer * SBUF + (mb * (BN / SCOLS) + s) % SBUF)
+                                * SBUF_BYTES;
+""" + body + r"""
+            }}
+        }}""")
+
+
+def _store_drain(consumers: Sequence[AgentProgram]) -> str:
+    """The consumers' ``drain`` after their last output tile (every store complete)."""
+    return "\n".join("        " + _STORE_STEPS[s.kind].format(value=s.value)
+                     for s in _store_program(consumers, "drain"))
 
 
 EMITTERS = (EmitterRecord(

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import attrs
 
-from pipeline_core_nvidia_h100.warpspecialized import (ACTIVATIONS, BIASES, MN_CHUNK, OUT_DTYPES,
+from pipeline_core_nvidia_h100.warpspecialized import (ACTIVATIONS, BIASES, MN_CHUNK,
+                                                       OUT_DTYPES, STORE_BUFFERS, STORE_ROWS,
                                                        GemmVariant, k_tile)
 
 #: TMA reads global memory in 16-byte units: every stride but the innermost and the base address
@@ -84,10 +85,13 @@ class Tuning:
     default, off for an ablation.  ``persistent``: at most one CTA per SM, each looping over
     output tiles in the grouped order (the kernel's tile loop, its ring running on across
     tiles); ``split_k``: a grid with fewer output tiles than half the SMs splits K
-    (:func:`split_count`)."""
+    (:func:`split_count`); ``tma_store``: the epilogue stores through shared memory by TMA
+    wherever C can be described so (:func:`store_map`; docs/guide/matmul.md, "The TMA-store
+    epilogue"; on by default: it measured faster than the direct store on every timed shape)."""
 
     persistent: bool = True
     split_k: bool = True
+    tma_store: bool = True
 
 
 #: The fewest K tiles one split runs: below it the workspace round trip and the ring's fill
@@ -131,6 +135,8 @@ class CallPlan:
     c_batch: int = 0
     #: the result's shape: [m, n], or [B, M, N] for a batched matmul (then m = B * M if folded)
     out_shape: tuple[int, ...] = ()
+    #: the TMA-store epilogue's tensor map of C (``variant.store == "tma"``), else None
+    c: OperandMap | None = None
 
 
 def _fail(name: str, why: str) -> MatmulArgumentError:
@@ -190,6 +196,22 @@ def operand_map(name: str, t: TensorInfo, rows_dim: int, tile_rows: int, bk: int
                       f"positive multiple of {step} elements ({TMA_ALIGN} bytes); copy it into "
                       f"padded rows: {name}.new_empty({padded[0]}, {padded[1]})"
                       f"[:, :{shape[1]}].copy_({name})")
+
+
+def store_map(m: int, n: int, ldc: int, out_dtype: str, tile: TileShape) -> OperandMap | None:
+    """C's tensor map for the TMA-store epilogue (docs/guide/matmul.md, "The TMA-store
+    epilogue"): the [m, n] array of row stride ``ldc`` in boxes of 64 rows by one 128-byte row
+    of columns, the staging buffer's shape; None where TMA cannot describe C (a row stride off
+    16 bytes; ``out``'s address is checked with the other operands') or the tile's columns are
+    not a whole number of buffers' boxes: that call stores directly."""
+    elem = ELEM[out_dtype]
+    cols = 128 // elem
+    if tile.bn % (cols * STORE_BUFFERS):
+        return None
+    if m > 1 and not _aligned(ldc, elem):
+        return None
+    return OperandMap(major="k", inner=n, outer=m, stride=ldc if m > 1 else _padded(n, elem),
+                      box_inner=cols, box_outer=STORE_ROWS)
 
 
 def _check_tensor(name: str, t: TensorInfo, dims: int, allowed: tuple[str, ...],
@@ -290,10 +312,16 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     splits = split_count(tiles, k_tiles, sms) if tuning.split_k and kernel_batch == 1 else 1
     if splits > 1:  # one split's K tiles; the last split's past K are zero-filled loads
         k_tiles = max(_cdiv(k_tiles, splits), tile.min_k_tiles)
+    out_dtype = out_dtype or a.dtype
+    # a batched kernel (grid z) offsets C by its batch: a 2-D map of C would clip a batch's
+    # tail rows into the next batch, so it stores directly (a folded batch is one 2-D C)
+    c_map = (store_map(m, n, ldc, out_dtype, tile)
+             if tuning.tma_store and splits == 1 and kernel_batch == 1 and read else None)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
-                          out_dtype=out_dtype or a.dtype, bias=bias_kind,
+                          out_dtype=out_dtype, bias=bias_kind,
                           activation=activation or "none", tails=True, split_k=splits > 1,
-                          scale=scale, batch=batches.kind)
+                          scale=scale, batch=batches.kind,
+                          store="tma" if c_map is not None else "direct")
     # a batched grid is one persistent grid per batch (grid z): the CTAs of batch 0 take the
     # SMs first, so the tiles in flight share their batch's operands in L2 (sharing the SMs
     # among all batches at once ran 0.67 of torch.bmm at 16 x 2048^3, this 0.79:
@@ -305,7 +333,7 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     return CallPlan(m=m, n=n, k=k, m_pad=tiles_m * tile.bm, n_pad=tiles_n * tile.bn,
                     k_pad=k_tiles * tile.bk, variant=variant, a=a_map, b=b_map, ldc=ldc,
                     grid=grid, splits=splits, batch=kernel_batch, c_batch=c_batch,
-                    out_shape=batches.product(m, n))
+                    out_shape=batches.product(m, n), c=c_map)
 
 
 @attrs.frozen(kw_only=True)

@@ -24,7 +24,7 @@ import attrs
 
 from pipeline_core_nvidia_h100 import autotune
 from pipeline_core_nvidia_h100.autotune import Candidate
-from pipeline_core_nvidia_h100.gemm_call import (ELEM, CallPlan, MatmulArgumentError,
+from pipeline_core_nvidia_h100.gemm_call import (CallPlan, MatmulArgumentError,
                                                  MatmulTypeError, OperandMap, TensorInfo,
                                                  TileShape, Tuning, plan_call)
 from pipeline_core_nvidia_h100.gemm_scaled import plan_scaled
@@ -168,8 +168,10 @@ class _Kernels:
         return found
 
     def tensor_map(self, ptr: int, m: OperandMap, dtype: str) -> Any:
-        from pipeline_core_nvidia_h100.tma import (DTYPE_BFLOAT16, DTYPE_FLOAT16, DTYPE_UINT8,
-                                                   encode_tiled_2d)
+        """The tensor map of operand map ``m`` at ``ptr`` (A, B, or the TMA store's C), encoded
+        once and kept."""
+        from pipeline_core_nvidia_h100.tma import (DTYPE_BFLOAT16, DTYPE_FLOAT16, DTYPE_FLOAT32,
+                                                   DTYPE_UINT8, encode_tiled_2d)
 
         key = (ptr, m.inner, m.outer, m.stride, m.box_inner, m.box_outer, dtype, m.batch,
                m.batch_stride)
@@ -177,10 +179,11 @@ class _Kernels:
         if found is None:
             if len(self._maps) >= MAP_CACHE_SIZE:
                 self._maps.pop(next(iter(self._maps)))
-            kind = {"bf16": DTYPE_BFLOAT16, "fp16": DTYPE_FLOAT16, "e4m3": DTYPE_UINT8}[dtype]
+            kind = {"bf16": DTYPE_BFLOAT16, "fp16": DTYPE_FLOAT16, "fp32": DTYPE_FLOAT32,
+                    "e4m3": DTYPE_UINT8}[dtype]
             found = self._maps[key] = encode_tiled_2d(
                 ptr, m.outer, m.inner, m.box_outer, m.box_inner, stride=m.stride, dtype=kind,
-                elem=ELEM[dtype], batch=m.batch, batch_stride=m.batch_stride)
+                batch=m.batch, batch_stride=m.batch_stride)
         return found
 
 
@@ -227,16 +230,24 @@ def _plan(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any,
     tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk)
     if c != autotune.DEFAULT and not c.split_k:
         tuning = attrs.evolve(tuning, split_k=False)
-    if scales is not None:
-        return plan_scaled(_info(a, "a"), _info(b, "b"), _info(scales[0], "scale_a"),
-                           _info(scales[1], "scale_b"),
-                           bias=None if bias is None else _info(bias, "bias"),
-                           out_dtype=_dtype_name(out_dtype), tile=tile, sms=sms, tuning=tuning)
-    return plan_call(_info(a, "a"), _info(b, "b"),
-                     bias=None if bias is None else _info(bias, "bias"),
-                     activation=activation, out_dtype=_dtype_name(out_dtype),
-                     out=None if out is None else _info(out, "out"), tile=tile, sms=sms,
-                     tuning=tuning)
+
+    def plan(t: Tuning) -> CallPlan:
+        if scales is not None:
+            return plan_scaled(_info(a, "a"), _info(b, "b"), _info(scales[0], "scale_a"),
+                               _info(scales[1], "scale_b"),
+                               bias=None if bias is None else _info(bias, "bias"),
+                               out_dtype=_dtype_name(out_dtype), tile=tile, sms=sms, tuning=t)
+        return plan_call(_info(a, "a"), _info(b, "b"),
+                         bias=None if bias is None else _info(bias, "bias"),
+                         activation=activation, out_dtype=_dtype_name(out_dtype),
+                         out=None if out is None else _info(out, "out"), tile=tile, sms=sms,
+                         tuning=t)
+    found = plan(tuning)
+    # a tuned candidate whose shared memory cannot take the TMA store's staging stores directly
+    if found.variant.store == "tma" and c != autotune.DEFAULT \
+            and not autotune.takes(c, found.variant):
+        found = plan(attrs.evolve(tuning, tma_store=False))
+    return found
 
 
 @attrs.frozen(kw_only=True)
@@ -334,6 +345,8 @@ def _pack(r: _Recipe, a: Any, b: Any, bias: Any, out: Any,
         args += (np.uint64(scales[0].data_ptr()), np.uint64(scales[1].data_ptr()))
     if v.batch != "none":
         args += (np.int64(plan.c_batch * out.element_size()),)
+    if plan.c is not None:  # the TMA-store epilogue's C (docs/guide/matmul.md)
+        args += (_KERNELS.tensor_map(out.data_ptr(), plan.c, v.out_dtype),)
     return args
 
 

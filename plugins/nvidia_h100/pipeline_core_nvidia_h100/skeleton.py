@@ -120,6 +120,9 @@ class AgentsFamily:
     compute: str
     #: per output tile, after the consumer's steps: the accumulators out
     finish: str
+    #: once after the consumer's last output tile, before it ends (a bulk store's drain; ""
+    #: for none)
+    consumer_exit: str = ""
 
 
 def ring_step_line(s: Step, stage: str, parity: str, single_issuer: bool,
@@ -242,6 +245,7 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
              *(ind * 2 + l for l in consumer),
              family.finish,
              ind * 2 + "}  // next output tile",
+             *([family.consumer_exit] if family.consumer_exit else []),
              ind + "}"]
     return "\n".join(lines)
 

@@ -21,6 +21,10 @@ DTYPE_BFLOAT16 = 9
 DTYPE_FLOAT16 = 6
 #: CU_TENSOR_MAP_DATA_TYPE_UINT8: fp8 e4m3 travels as bytes (TMA copies, never converts)
 DTYPE_UINT8 = 0
+#: CU_TENSOR_MAP_DATA_TYPE_FLOAT32 (the TMA-store epilogue's fp32 C)
+DTYPE_FLOAT32 = 7
+#: bytes of an element of each data type above
+DTYPE_BYTES = {DTYPE_BFLOAT16: 2, DTYPE_FLOAT16: 2, DTYPE_FLOAT32: 4, DTYPE_UINT8: 1}
 SWIZZLE_128B = 3
 L2_PROMOTION_256B = 3
 TENSOR_MAP_BYTES = 128
@@ -38,16 +42,18 @@ def _libcuda() -> Any:
 
 
 def encode_tiled_2d(address: int, rows: int, cols: int, box_rows: int, box_cols: int, *,
-                    stride: int | None = None, dtype: int = DTYPE_BFLOAT16, elem: int = 2,
+                    stride: int | None = None, dtype: int = DTYPE_BFLOAT16,
                     batch: int = 1, batch_stride: int = 0) -> Any:
-    """The tensor map of a row-major [rows, cols] array of ``elem``-byte elements (``stride``
-    elements between rows, default ``cols``) read in box_rows x box_cols boxes (cols innermost,
-    128-byte swizzle), as a NumPy structured scalar of 128 bytes.  Boxes reaching past the
-    array are zero-filled.  ``batch`` > 1: a 3-D map of that many such arrays,
-    ``batch_stride`` elements apart, read one batch deep (a batched matmul's operand)."""
+    """The tensor map of a row-major [rows, cols] array of ``dtype`` (``stride`` elements
+    between rows, default ``cols``) read or written in box_rows x box_cols boxes (cols
+    innermost, 128-byte swizzle), as a NumPy structured scalar of 128 bytes.  Boxes reaching
+    past the array are zero-filled (loads) or clipped (stores).  ``batch`` > 1: a 3-D map of
+    that many such arrays, ``batch_stride`` elements apart, read one batch deep (a batched
+    matmul's operand)."""
     np = _require("numpy")
     rank = 3 if batch > 1 else 2
     out = (ctypes.c_uint64 * 16)()
+    elem = DTYPE_BYTES[dtype]
     dims = (ctypes.c_uint64 * rank)(cols, rows, *((batch,) if rank == 3 else ()))
     strides = (ctypes.c_uint64 * (rank - 1))(
         (cols if stride is None else stride) * elem, *((batch_stride * elem,) if rank == 3 else ()))

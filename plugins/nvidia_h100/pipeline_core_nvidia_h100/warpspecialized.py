@@ -23,8 +23,8 @@ import attrs
 
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, CostModel, DepEdge, KernelLaunch,
                                       Op, OpCost, OpRole, Param, PipelineConfig, ProgramError,
-                                      ReductionSpec, ResourceKind, ScheduleRecord, TargetProfile,
-                                      annotate, logical)
+                                      ReductionSpec, ResourceKind, ScheduleRecord, StoreSpec,
+                                      TargetProfile, annotate, logical)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
@@ -88,6 +88,15 @@ MAJORS = ("k", "mn")
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 BIASES = ("none", "bf16", "fp16", "fp32")
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
+#: ``direct``: each thread stores its fragment to global memory; ``tma``: through shared-memory
+#: staging buffers by TMA stores (docs/guide/matmul.md, "The TMA-store epilogue")
+STORES = ("direct", "tma")
+#: bytes of each output element type
+OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+#: The TMA-store epilogue's staging: per consumer, this many buffers of one sub-tile each, a
+#: sub-tile being 64 rows (one wgmma m64 block) by one 128-byte swizzled row of columns
+STORE_BUFFERS = 2
+STORE_ROWS = WGMMA_M
 
 
 #: Registers a consumer thread needs besides its accumulators (descriptors, addresses, loop
@@ -124,6 +133,14 @@ class GemmVariant:
     scale: str = "none"
     #: the operands with a batch dimension (:data:`BATCHES`); grid z is the batch
     batch: str = "none"
+    #: ``tma``: the epilogue writes each 64-row sub-tile to a shared-memory staging buffer and
+    #: one thread stores it by TMA (docs/guide/matmul.md, "The TMA-store epilogue")
+    store: str = "direct"
+
+    @property
+    def store_cols(self) -> int:
+        """Columns of one TMA-store sub-tile: one 128-byte swizzled row of the output type."""
+        return SWIZZLE_BYTES // OUT_BYTES[self.out_dtype]
 
     @property
     def general(self) -> bool:
@@ -137,7 +154,8 @@ def describe_variant(v: GemmVariant) -> str:
             f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}"
             + (", split-K" if v.split_k else "")
             + (f", scale {v.scale}" if v.scale != "none" else "")
-            + (f", batched {v.batch}" if v.batch != "none" else ""))
+            + (f", batched {v.batch}" if v.batch != "none" else "")
+            + (", TMA store" if v.store == "tma" else ""))
 
 
 def k_tile(dtype: str) -> int:
@@ -198,8 +216,19 @@ class WsGeometry:
         return self.a_bytes + self.b_bytes
 
     @property
+    def staging_bytes(self) -> int:
+        """The TMA-store epilogue's staging buffers, all consumers' (0 for the direct store)."""
+        if self.variant.store != "tma":
+            return 0
+        return self.consumers * STORE_BUFFERS * STORE_ROWS * SWIZZLE_BYTES
+
+    @property
     def smem_bytes(self) -> int:
-        """The ring, its 2 x stages mbarriers, and 1 KB for aligning the ring to the swizzle atom."""
+        """The ring, its 2 x stages mbarriers, and 1 KB for aligning the ring to the swizzle atom;
+        with the TMA store, the barriers get a 1 KB block and the staging buffers follow it
+        (1024-byte aligned, as the 128-byte swizzle wants)."""
+        if self.variant.store == "tma":
+            return self.stages * self.stage_bytes + 2048 + self.staging_bytes
         return self.stages * self.stage_bytes + 1024 + 2 * self.stages * 8
 
     @property
@@ -222,6 +251,9 @@ class WsGeometry:
         if v.batch != "none" and v.split_k:
             raise bad("split_k", "a batched kernel (-p batch) runs the batch on grid z and "
                                  "does not split K: -p split_k=false")
+        if v.batch != "none" and v.store == "tma":
+            raise bad("store", "tma with -p batch: C's tensor map is one [m, n] matrix, and a "
+                               "batched kernel offsets C per batch (grid z): -p store=direct")
         if self.bm % self.consumers or self.consumer_rows % WGMMA_M:
             raise bad("BM", f"{self.bm} rows over {self.consumers} consumers is not a multiple "
                             f"of {WGMMA_M} rows per consumer")
@@ -259,10 +291,24 @@ class WsGeometry:
         if self.producer_registers > launch:
             raise bad("producer_registers", f"the producer gives registers back: at most the "
                                             f"{launch} each thread starts with")
+        if self.variant.store == "tma":
+            if self.variant.split_k:
+                raise bad("store", "tma with -p split_k=true: the split-K tile is stored by its "
+                                   "last CTA's direct epilogue; pass -p store=direct")
+            cols = self.variant.store_cols
+            if self.bn % cols or self.wgmma_m_blocks * self.bn // cols % STORE_BUFFERS:
+                raise bad("store", f"tma stores sub-tiles of 64 rows x {cols} "
+                                   f"{self.variant.out_dtype} columns through {STORE_BUFFERS} "
+                                   f"buffers: a consumer's {self.consumer_rows} x {self.bn} "
+                                   f"tile must hold a multiple of {STORE_BUFFERS} of them (-p "
+                                   f"BN a multiple of {cols * STORE_BUFFERS}, or pass -p "
+                                   "store=direct)")
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"{who}: -T stages: {self.stages} stages of {self.stage_bytes} "
                                f"bytes (the BM x BK and BN x BK tiles) need {self.smem_bytes} bytes of shared memory, over the "
-                               f"{H100_SXM.smem_per_cta_optin} a CTA may use")
+                               f"{H100_SXM.smem_per_cta_optin} a CTA may use"
+                               + (f" (with {self.staging_bytes} bytes of TMA-store staging)"
+                                  if self.staging_bytes else ""))
 
     def check_shape(self, m: int, n: int, k: int) -> None:
         for name, value, tile in (("M", m, self.bm), ("N", n, self.bn), ("K", k, self.bk)):
@@ -312,6 +358,10 @@ PARAMS = (
                                 "scale_b[col]), as torch._scaled_mm", choices=SCALES),
     Param("batch", str, "none", "batched matmul: the operands with a batch dimension "
                                 "(3-D tensor maps, grid z the batch)", choices=BATCHES),
+    Param("store", str, "direct", "the epilogue's store: direct (each thread to global "
+                                  "memory) or tma (sub-tiles through shared-memory staging "
+                                  "buffers by TMA stores that overlap the next tile)",
+          choices=STORES),
 )
 
 
@@ -373,7 +423,10 @@ class WarpSpecializedGemm:
         # (docs/guide/agents.md, "Cross-CTA reductions")
         return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
                          release_lag=self.release_lag,
-                         reduction=ReductionSpec() if g.variant.split_k else None)
+                         reduction=ReductionSpec() if g.variant.split_k else None,
+                         # the TMA-store epilogue (docs/guide/agents.md, "Bulk stores")
+                         store=(StoreSpec(buffers=STORE_BUFFERS) if g.variant.store == "tma"
+                                else None))
 
     def tag_names(self) -> dict[int, str]:
         return {**self.target.cost_model.tag_names(), **TAG_NAMES}

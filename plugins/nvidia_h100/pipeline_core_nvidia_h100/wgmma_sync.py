@@ -28,11 +28,23 @@ in short:
   last, and its ``__threadfence()`` after that read orders the slices' loads after every
   earlier arrival (acquire).  The consumers meet on a named barrier (``bar.sync``, the split
   barrier) around the arrive and before the reset, so each is one action of the CTA.
+* **The TMA store** (docs/guide/agents.md, "Bulk stores"; PTX ISA 8.x, "Data Movement and
+  Conversion Instructions: cp.async.bulk.tensor", "cp.async.bulk.commit_group",
+  "cp.async.bulk.wait_group", and "Memory Consistency Model: Proxies", "membar/fence"):
+  ``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group`` stores a staging buffer by the async
+  proxy, in a *bulk async-group* of the issuing thread, closed by ``cp.async.bulk.commit_group``;
+  ``cp.async.bulk.wait_group.read N`` returns when at most N of the thread's most recent groups
+  still read their source (the buffer may be written again), ``cp.async.bulk.wait_group 0`` when
+  every group completed, writes included.  The groups are the issuing thread's own, so the
+  consumer's 128 threads meet the elected issuer on a named barrier after its wait and before
+  its store; their ``st.shared`` writes are generic-proxy, so each thread runs
+  ``fence.proxy.async.shared::cta`` before the async proxy reads them.
 """
 from __future__ import annotations
 
-from pipeline_core.plugin_api import (BarrierKind, Channel, ChannelKind, CrossCtaReduction, Effect,
-                                      FrameworkTag, NamedBarriers, OpRole, SyncModel)
+from pipeline_core.plugin_api import (BarrierKind, BulkStoreChannel, Channel, ChannelKind,
+                                      CrossCtaReduction, Effect, FrameworkTag, NamedBarriers,
+                                      OpRole, SyncModel)
 
 MBARRIER = "mbarrier"
 WGMMA = "wgmma"
@@ -48,6 +60,8 @@ NAMED_SYNC = 166
 NAMED_ARRIVE = 167
 #: split-K's steps (``CrossCtaReduction.tags``, in their order)
 SLICE_STORE, RELEASE_FENCE, COUNT_ARRIVE, COUNT_ACQUIRE, SLICE_READ, COUNT_RESET = range(168, 174)
+#: the TMA store's steps (``BulkStoreChannel.tags``)
+STORE_WAIT, STAGE_WRITE, PROXY_FENCE, STORE_ISSUE, STORE_COMMIT, STORE_DRAIN = range(174, 180)
 #: ``wgmma.wait_group N``: the PTX ISA gives N as an integer constant; SASS encodes
 #: ``WARPGROUP.DEPBAR.LE gsb0, N`` and the schedule never needs more than its ring depth.
 MAX_WGMMA_WAIT = 7
@@ -87,6 +101,19 @@ SPLIT_K_REDUCTION = CrossCtaReduction(
     next_use="the next launch on the stream (the persistent grid gives each output tile its own "
              "counter and slices within a launch)")
 
+#: the TMA-store epilogue's store from shared memory (the module says why each step is what it is)
+TMA_STORE = BulkStoreChannel(
+    tags={"store_wait": STORE_WAIT, "stage_write": STAGE_WRITE, "proxy_fence": PROXY_FENCE,
+          "store_issue": STORE_ISSUE, "store_commit": STORE_COMMIT, "store_drain": STORE_DRAIN},
+    forms={"store_wait": "cp.async.bulk.wait_group.read {wait_value} (the issuer)",
+           "stage_write": "st.shared (the fragment, 128-byte swizzled)",
+           "proxy_fence": "fence.proxy.async.shared::cta",
+           "store_issue": "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group (the issuer)",
+           "store_commit": "cp.async.bulk.commit_group (the issuer)",
+           "store_drain": "cp.async.bulk.wait_group 0 (the issuer)"},
+    max_wait=MAX_WGMMA_WAIT,
+    issuer="one elected thread of the consumer (bulk async-groups are per thread)")
+
 #: ``bar.sync 0`` publishes the barriers' initialisation before any agent uses them.
 BARRIERS = (BarrierKind(tag=int(FrameworkTag.BARRIER), name="bar.sync", participants="cta",
                         aligned=True, drains=False, publishes="completed"),)
@@ -99,6 +126,7 @@ ISA_FORMS = {
     WGMMA_COMMIT: "wgmma.commit_group.sync.aligned",
     WGMMA_WAIT: "wgmma.wait_group.sync.aligned {wait_value}",
     **{tag: SPLIT_K_REDUCTION.forms[step] for step, tag in SPLIT_K_REDUCTION.tags.items()},
+    **{tag: TMA_STORE.forms[step] for step, tag in TMA_STORE.tags.items()},
 }
 
 H100_WGMMA_SYNC = SyncModel(
@@ -106,7 +134,7 @@ H100_WGMMA_SYNC = SyncModel(
     barriers=BARRIERS, isa_forms=ISA_FORMS, register_interlock=False,
     shared_in_order=False, global_loads_write_shared=True,
     agent_tags={"arrive": MBAR_ARRIVE, "expect_tx": MBAR_EXPECT_TX, "fence": WGMMA_FENCE},
-    named_barriers=NAMED_BARRIERS, reduction=SPLIT_K_REDUCTION,
+    named_barriers=NAMED_BARRIERS, reduction=SPLIT_K_REDUCTION, bulk_store=TMA_STORE,
     notes=("a waiter may lag an mbarrier by at most one phase (try_wait.parity tests only the "
            "current and the preceding phase)",
            "a wgmma group's shared-memory reads end when wait_group retires it",
@@ -115,4 +143,5 @@ H100_WGMMA_SYNC = SyncModel(
 TAG_NAMES = {MBAR_WAIT: "MBAR_WAIT", MBAR_ARRIVE: "MBAR_ARRIVE", MBAR_EXPECT_TX: "MBAR_EXPECT_TX",
              WGMMA_FENCE: "WGMMA_FENCE", WGMMA_COMMIT: "WGMMA_COMMIT", WGMMA_WAIT: "WAIT_WGMMA",
              NAMED_SYNC: "NAMED_SYNC", NAMED_ARRIVE: "NAMED_ARRIVE",
-             **{tag: step.upper() for step, tag in SPLIT_K_REDUCTION.tags.items()}}
+             **{tag: step.upper() for step, tag in SPLIT_K_REDUCTION.tags.items()},
+             **{tag: step.upper() for step, tag in TMA_STORE.tags.items()}}

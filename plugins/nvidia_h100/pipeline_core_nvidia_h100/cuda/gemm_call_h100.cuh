@@ -89,9 +89,20 @@ struct ActSilu {
     static __device__ __forceinline__ float f(float x) { return x / (1.f + __expf(-x)); }
 };
 
+// A st.shared of one 32-bit word / two floats (the TMA-store epilogue's staging writes).
+__device__ __forceinline__ void st_shared_u32(u32 addr, u32 v) {
+    asm volatile("st.shared.u32 [%0], %1;\n" :: "r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_f32x2(u32 addr, float v0, float v1) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" :: "r"(addr), "f"(v0), "f"(v1) : "memory");
+}
+
 // One output element, or two neighbouring columns in one store when `pair` (both in bounds and
 // the address aligned to the pair).
 struct OutBf16 {
+    static __device__ __forceinline__ void stage(u32 a, float v0, float v1) {
+        st_shared_u32(a, pch100::pack_bf16x2(v0, v1));
+    }
     static __device__ __forceinline__ void one(void* c, size_t i, float v) {
         static_cast<unsigned short*>(c)[i] = f32_to_bf16(v);
     }
@@ -100,6 +111,9 @@ struct OutBf16 {
     }
 };
 struct OutF16 {
+    static __device__ __forceinline__ void stage(u32 a, float v0, float v1) {
+        st_shared_u32(a, pack_f16x2(v0, v1));
+    }
     static __device__ __forceinline__ void one(void* c, size_t i, float v) {
         static_cast<unsigned short*>(c)[i] = f32_to_f16(v);
     }
@@ -111,6 +125,9 @@ struct alignas(8) F2 {
     float x, y;
 };
 struct OutF32 {
+    static __device__ __forceinline__ void stage(u32 a, float v0, float v1) {
+        st_shared_f32x2(a, v0, v1);
+    }
     static __device__ __forceinline__ void one(void* c, size_t i, float v) {
         static_cast<float*>(c)[i] = v;
     }
@@ -136,6 +153,44 @@ __device__ __forceinline__ void store_pair(void* c, long long ldc, int row, int 
     } else {
         Out::one(c, i, v0);
     }
+}
+
+// ---- the TMA-store epilogue (docs/guide/matmul.md, "The TMA-store epilogue") ------------------
+// PTX ISA: cp.async.bulk.tensor (the store form), cp.async.bulk.commit_group,
+// cp.async.bulk.wait_group(.read), fence.proxy.async; the plugin's README.md, "Sync model".
+
+// Byte `byte` of row `row` of a staging buffer: 64 rows of 128 bytes, 128-byte swizzled as the
+// C tensor map's box (16-byte chunk c of row r lies at chunk c ^ (r % 8): a warp's eight rows of
+// one column chunk land in eight different bank groups).
+__device__ __forceinline__ u32 staged(u32 buf, int row, int byte) {
+    return buf + row * 128 + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15));
+}
+
+// This thread's generic-proxy writes of shared memory, ordered before async-proxy reads.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The box at (c0 innermost, c1) of the map's array, from a staging buffer; clipped to the array.
+__device__ __forceinline__ void tma_store_2d(const pcwg::TensorMap* map, u32 src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n"
+                 :: "l"(reinterpret_cast<u64>(map)), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit() {
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// At most N of this thread's bulk groups still read their source (their buffers are free).
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory");
+}
+
+// At most N of this thread's bulk groups not complete (writes included).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" :: "n"(N) : "memory");
 }
 
 }  // namespace pcgc
