@@ -147,7 +147,9 @@ def _host() -> Any:
                                      "pipeline_core_schedules_attention.plugin"])
 
 
-def _build(head_dim: int, dtype: str, causal: bool, align: str, device: int) -> _Built:
+def _source(head_dim: int, dtype: str, causal: bool,
+            align: str) -> tuple[CompiledSchedule, str]:
+    """The call's schedule compiled (and proven) for one kernel, and its CUDA."""
     from pipeline_core.plugin_api import compile_named
 
     from pipeline_core_schedules_attention.emit_attention import emit_attention
@@ -155,7 +157,11 @@ def _build(head_dim: int, dtype: str, causal: bool, align: str, device: int) -> 
 
     compiled = compile_named(NAME, target="h100", params=call_params(head_dim, causal, align),
                              target_args={"stages": str(CALL_STAGES)}, host=_host())
-    return _load(compiled, emit_attention(compiled, dtype=dtype), device)
+    return compiled, emit_attention(compiled, dtype=dtype)
+
+
+def _build(head_dim: int, dtype: str, causal: bool, align: str, device: int) -> _Built:
+    return _load(*_source(head_dim, dtype, causal, align), device)
 
 
 def _load(compiled: CompiledSchedule, source: str, device: int) -> _Built:
