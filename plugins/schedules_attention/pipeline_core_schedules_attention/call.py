@@ -67,6 +67,16 @@ class AttentionCall:
     group: int = 1
 
 
+def causal_align(causal: object) -> str | None:
+    """The alignment ``causal=`` asks for (None: no mask), or one error line naming it."""
+    key = causal if isinstance(causal, (bool, str)) else None
+    if key not in CAUSAL_ALIGN:
+        raise AttentionArgumentError(f"attention: causal: {causal!r}; pass False, True "
+                                     f"(top-left, torch's is_causal), 'top_left' or "
+                                     f"'bottom_right'")
+    return CAUSAL_ALIGN[key]
+
+
 def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                    scale: float | None = None) -> AttentionCall:
     """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault."""
@@ -98,11 +108,7 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
     if hkv < 1 or h % hkv:
         raise fail("k", f"{hkv} heads for q's {h}: grouped-query attention needs q's heads a "
                         f"multiple of k's and v's; pass k and v with a divisor of {h} heads")
-    key = causal if isinstance(causal, (bool, str)) else None
-    if key not in CAUSAL_ALIGN:
-        raise fail("causal", f"{causal!r}; pass False, True (top-left, torch's is_causal), "
-                             f"'top_left' or 'bottom_right'")
-    align = CAUSAL_ALIGN[key]
+    align = causal_align(causal)
     if sq < 1 or k.shape[2] < 1:
         raise fail("q" if sq < 1 else "k", "sequence length 0; pass S >= 1")
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
@@ -239,6 +245,8 @@ def _ops() -> Any:
         return _run(q, k, v, False if causal == "none" else causal, scale)
 
     def fake(q: Any, k: Any, v: Any, causal: str, scale: float | None) -> Any:
+        # the argument checks, where torch.compile traces the call (attention() skips them)
+        plan_attention(q, k, v, causal=False if causal == "none" else causal, scale=scale)
         return q.new_empty(q.shape)
 
     at = torch.library.custom_op("pipeline_core::attention", op, mutates_args=(),
@@ -257,6 +265,12 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
     True or "top_left" (torch's is_causal), or "bottom_right" (FlashAttention's diagonal: a
     query row that sees no key gives 0).  Runs on torch's current stream and allocates only
     the output."""
-    c = plan_attention(q, k, v, causal=causal, scale=scale)
-    return _ops().attention(q, k, v, c.align if c.causal else "none",
-                            None if scale is None else float(scale))
+    import torch
+
+    ops = _ops()  # registered before any torch.compile traces this call
+    # the checks before the op, in one line each; under torch.compile the op's fake runs them
+    # (dynamo stopped at plan_attention with "Unsupported function call", torch 2.11)
+    if not torch.compiler.is_compiling():
+        plan_attention(q, k, v, causal=causal, scale=scale)
+    return ops.attention(q, k, v, causal_align(causal) or "none",
+                         None if scale is None else float(scale))
