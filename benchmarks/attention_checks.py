@@ -1,4 +1,5 @@
-"""Issue 27's done-when checks of ``attention()`` on the GPU (docs/guide/attention.md, "GPU checks").
+"""Issue 27's done-when checks of ``attention()`` on the GPU (docs/guide/attention.md,
+"GPU checks").
 
   python3 benchmarks/attention_checks.py [--phase all|build|correct|graph] [--out DIR] [--cases N]
 

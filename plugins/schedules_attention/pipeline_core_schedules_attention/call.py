@@ -5,15 +5,16 @@ It lives in this plugin, not beside ``matmul`` in ``pipeline_core_nvidia_h100``,
 plugin owns the kernel family's device code (``emit_attention.py``) and its schedule; the H100
 plugin gives the host side it shares with the GEMM: the TMA tensor maps (``tma.py``), the
 kernel cache on disk (``kernel_cache.py``) and the launch on torch's current stream
-(``runtime.py``).  The kernel is compiled (and proven) once per (head dim, dtype, causal, device),
-launched on a persistent grid, and allocates nothing but the output.  ``causal=True`` compiles
-the schedule with ``-p causal=true`` (top-left aligned, as torch's ``is_causal``): the plan's
-loop bounds skip the KV blocks above the diagonal and mask the diagonal's; ``causal="bottom_right"``
-compiles ``-p align=bottom_right`` (FlashAttention's diagonal when Sq != Sk).  K and V may have
-fewer heads than Q (grouped-query attention): the kernel's ``group`` argument maps query head h
-to KV head h // group in K's and V's TMA coordinates, so the plan is the same.  The overlaps it compiles
-are the fastest measured per head dim (``CALL_OVERLAPS``; benchmarks/results/
-attention_overlap_h100.jsonl, docs/guide/attention.md "Emitting and calling it").
+(``runtime.py``).  The kernel is compiled (and proven) once per (head dim, dtype, causal,
+alignment, device), launched on a persistent grid, and allocates nothing but the output.
+``causal=True`` compiles the schedule with ``-p causal=true`` (top-left aligned, as torch's
+``is_causal``): the plan's loop bounds skip the KV blocks above the diagonal and mask the
+diagonal's; ``causal="bottom_right"`` adds ``-p align=bottom_right`` (FlashAttention's diagonal
+when Sq != Sk).  K and V may have fewer heads than Q (grouped-query attention): the kernel's
+``group`` argument maps query head h to KV head h // group in K's and V's TMA coordinates, so
+the plan is the same.  The overlaps it compiles are the fastest measured per head dim
+(``CALL_OVERLAPS``; benchmarks/results/attention_overlap_h100.jsonl, docs/guide/attention.md
+"Emitting and calling it").
 """
 from __future__ import annotations
 

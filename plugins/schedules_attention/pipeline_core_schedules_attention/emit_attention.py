@@ -10,7 +10,10 @@ only the family's device code: the TMA copies of Q (once per output tile), K_j a
 P packed to 16 bits); the rescale of O; O += P.V_j (wgmma RS, P from registers); the final
 O / rowsum and the clipped store.  Keys past the sequence's end get -inf before the softmax;
 queries past it are computed and not stored.  An output tile with no KV block (KT == 0) runs
-only the once steps (docs/guide/agents.md, "Loads issued once").
+only the once steps (docs/guide/agents.md, "Loads issued once").  Causal masks are written for
+both alignments of the plan's bounds; bottom-right adds the guard for rows that see no key
+(``_NO_KEY_GUARD``).  K and V are read at KV head ``bh / group`` (grouped-query attention, the
+kernel's ``group`` argument; docs/guide/attention.md, "Grouped-query attention").
 
 Variants emitted: ``intra_overlap`` and ``pingpong``, each on or off.  Under ``intra_overlap``
 the plan issues PV_{t-1} after S_t and runs the softmax of t while PV_{t-1} still reads P_{t-1}
