@@ -5,19 +5,26 @@ It lives in this plugin, not beside ``matmul`` in ``pipeline_core_nvidia_h100``,
 plugin owns the kernel family's device code (``emit_attention.py``) and its schedule; the H100
 plugin gives the host side it shares with the GEMM: the TMA tensor maps (``tma.py``), the
 kernel cache on disk (``kernel_cache.py``) and the launch on torch's current stream
-(``runtime.py``).  The kernel is compiled (and proven) once per (head dim, dtype, causal, device),
-launched on a persistent grid, and allocates nothing but the output.  ``causal=True`` compiles
-the schedule with ``-p causal=true`` (top-left aligned, as torch's ``is_causal``): the plan's
-loop bounds skip the KV blocks above the diagonal and mask the diagonal's.  The tile and the overlaps
-it compiles are the fastest measured per head dim and causal (``CALL_TILES``,
-``CALL_OVERLAPS``; benchmarks/results/attention_speed2_h100.jsonl, docs/guide/attention.md
-"Speed: the FA3 softmax and the tiles")."""
+(``runtime.py``).  The kernel is compiled (and proven) once per (head dim, dtype, causal,
+alignment, device), launched on a persistent grid, and allocates nothing but the output.
+``causal=True`` compiles the schedule with ``-p causal=true`` (top-left aligned, as torch's
+``is_causal``): the plan's loop bounds skip the KV blocks above the diagonal and mask the
+diagonal's; ``causal="bottom_right"`` adds ``-p align=bottom_right`` (FlashAttention's diagonal
+when Sq != Sk).  K and V may have fewer heads than Q (grouped-query attention): the kernel's
+``group`` argument maps query head h to KV head h // group in K's and V's TMA coordinates, so
+the plan is the same.  The tile and the overlaps it compiles are the fastest measured per head
+dim and causal (``CALL_TILES``, ``CALL_OVERLAPS``; benchmarks/results/attention_speed2_h100.jsonl,
+docs/guide/attention.md "Speed: the FA3 softmax and the tiles").
+"""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    from pipeline_core.plugin_api import CompiledSchedule
 
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
 #: the schedule's parameters the call compiles (emit_attention.py: the variants it writes)
@@ -42,7 +49,14 @@ CALL_OVERLAPS = {64: {"intra_overlap": "true", "pingpong": "false"},
 #: the head dims the call compiles
 HEAD_DIMS = tuple(CALL_OVERLAPS)
 CALL_STAGES = 2
+#: nvcc's options for the call's kernels (the disk cache's key holds them)
+BUILD_OPTIONS = ("-std=c++17",)
 LOG2E = 1.4426950408889634
+#: ``causal=``: what each accepted value means, as the schedule's ``-p align`` (None: no mask).
+#: One argument, not a second keyword, so no combination means nothing (an alignment without
+#: the mask); the names are LoopBounds.align's (torch's CausalVariant UPPER_LEFT / LOWER_RIGHT).
+CAUSAL_ALIGN: dict[object, str | None] = {False: None, True: "top_left",
+                                          "top_left": "top_left", "bottom_right": "bottom_right"}
 
 
 class AttentionArgumentError(ValueError):
@@ -52,7 +66,8 @@ class AttentionArgumentError(ValueError):
 @attrs.frozen(kw_only=True)
 class AttentionCall:
     """What one call runs: the batch x heads, the query and key lengths, the head dim, the
-    dtype and the softmax scale folded with log2(e) (the kernel's exp2)."""
+    dtype, the softmax scale folded with log2(e) (the kernel's exp2), the causal diagonal's
+    alignment and the query heads per KV head (``group``, grouped-query attention)."""
 
     bh: int
     sq: int
@@ -61,9 +76,21 @@ class AttentionCall:
     dtype: str
     scale_log2: float
     causal: bool
+    align: str = "top_left"
+    group: int = 1
 
 
-def plan_attention(q: Any, k: Any, v: Any, *, causal: bool = False,
+def causal_align(causal: object) -> str | None:
+    """The alignment ``causal=`` asks for (None: no mask), or one error line naming it."""
+    key = causal if isinstance(causal, (bool, str)) else None
+    if key not in CAUSAL_ALIGN:
+        raise AttentionArgumentError(f"attention: causal: {causal!r}; pass False, True "
+                                     f"(top-left, torch's is_causal), 'top_left' or "
+                                     f"'bottom_right'")
+    return CAUSAL_ALIGN[key]
+
+
+def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                    scale: float | None = None) -> AttentionCall:
     """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault."""
     def fail(name: str, why: str) -> AttentionArgumentError:
@@ -88,9 +115,13 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool = False,
             raise fail(name, f"on {t.device}, q on {q.device}; put them on one device")
     if tuple(k.shape) != tuple(v.shape):
         raise fail("v", f"shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
-    if (k.shape[0], k.shape[1], k.shape[3]) != (b, h, d):
-        raise fail("k", f"shape {tuple(k.shape)}: batch, heads and head dim must be q's "
-                        f"({b}, {h}, {d}); grouped-query attention is not supported")
+    if (k.shape[0], k.shape[3]) != (b, d):
+        raise fail("k", f"shape {tuple(k.shape)}: batch and head dim must be q's ({b}, {d})")
+    hkv = k.shape[1]
+    if hkv < 1 or h % hkv:
+        raise fail("k", f"{hkv} heads for q's {h}: grouped-query attention needs q's heads a "
+                        f"multiple of k's and v's; pass k and v with a divisor of {h} heads")
+    align = causal_align(causal)
     if sq < 1 or k.shape[2] < 1:
         raise fail("q" if sq < 1 else "k", "sequence length 0; pass S >= 1")
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)
@@ -100,14 +131,16 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool = False,
         raise fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
     s = 1.0 / math.sqrt(d) if scale is None else float(scale)
     return AttentionCall(bh=b * h, sq=sq, sk=k.shape[2], head_dim=d,
-                         dtype=DTYPES[str(q.dtype)], scale_log2=s * LOG2E, causal=bool(causal))
+                         dtype=DTYPES[str(q.dtype)], scale_log2=s * LOG2E,
+                         causal=align is not None, align=align or "top_left", group=h // hkv)
 
 
-def call_params(head_dim: int, causal: bool) -> dict[str, str]:
-    """The schedule parameters the call compiles for one head dim, causal or not."""
+def call_params(head_dim: int, causal: bool, align: str = "top_left") -> dict[str, str]:
+    """The schedule parameters the call compiles for one head dim, causal or not, and where
+    the causal diagonal sits (``-p align``, given only when causal)."""
     return {**CALL_TILES[head_dim, causal], **CALL_OVERLAPS[head_dim], **CALL_PARAMS,
-            "head_dim": str(head_dim),
-            "causal": str(causal).lower()}
+            "head_dim": str(head_dim), "causal": str(causal).lower(),
+            **({"align": align} if causal else {})}
 
 
 @attrs.frozen(kw_only=True)
@@ -119,7 +152,7 @@ class _Built:
     block_n: int
 
 
-_KERNELS: dict[tuple[int, str, bool, int], _Built] = {}
+_KERNELS: dict[tuple[int, str, bool, str, int], _Built] = {}
 _MAPS: dict[tuple[int, int, int, int, str], Any] = {}
 _SMS: dict[int, int] = {}
 _REGISTERED: dict[str, Any] = {}
@@ -137,24 +170,38 @@ def _host() -> Any:
                                      "pipeline_core_schedules_attention.plugin"])
 
 
-def _build(head_dim: int, dtype: str, causal: bool, device: int) -> _Built:
+def _source(head_dim: int, dtype: str, causal: bool,
+            align: str) -> tuple[CompiledSchedule, str]:
+    """The call's schedule compiled (and proven) for one kernel, and its CUDA."""
     from pipeline_core.plugin_api import compile_named
 
+    from pipeline_core_schedules_attention.emit_attention import emit_attention
+    from pipeline_core_schedules_attention.schedule import NAME
+
+    compiled = compile_named(NAME, target="h100", params=call_params(head_dim, causal, align),
+                             target_args={"stages": str(CALL_STAGES)}, host=_host())
+    return compiled, emit_attention(compiled, dtype=dtype)
+
+
+def _build(head_dim: int, dtype: str, causal: bool, align: str, device: int) -> _Built:
+    return _load(*_source(head_dim, dtype, causal, align), device)
+
+
+def _load(compiled: CompiledSchedule, source: str, device: int) -> _Built:
+    """``source`` (emitted from ``compiled``) built, or read from the disk cache, and loaded on
+    ``device``: the call's kernels, and the GPU checks' variants and mutants
+    (benchmarks/attention_checks.py) put in ``_KERNELS`` to run through the call."""
     from pipeline_core_nvidia_h100.kernel_cache import cubin_path
     from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder, _require
     from pipeline_core_nvidia_h100.skeleton import declared_geometry
 
-    from pipeline_core_schedules_attention.emit_attention import KERNEL_NAME, emit_attention
-    from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME,
-                                                            AttentionGeometry)
+    from pipeline_core_schedules_attention.emit_attention import KERNEL_NAME
+    from pipeline_core_schedules_attention.schedule import KERNEL_FAMILY, AttentionGeometry
 
-    compiled = compile_named(NAME, target="h100", params=call_params(head_dim, causal),
-                             target_args={"stages": str(CALL_STAGES)}, host=_host())
     g = declared_geometry(compiled, KERNEL_FAMILY, AttentionGeometry, "attention")
-    source = emit_attention(compiled, dtype=dtype)
     cp = _require("cupy")
     with cp.cuda.Device(device):
-        path = cubin_path(source, KERNEL_NAME, ("-std=c++17",), ARCH)
+        path = cubin_path(source, KERNEL_NAME, BUILD_OPTIONS, ARCH)
         if path is not None:
             kernel = cp.RawModule(path=str(path)).get_function(KERNEL_NAME)
         else:
@@ -179,26 +226,26 @@ def _map(t: Any, rows: int, d: int, box_rows: int, dtype: str) -> Any:
     return found
 
 
-def _run(q: Any, k: Any, v: Any, causal: bool, scale: float | None) -> Any:
+def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> Any:
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     from pipeline_core_nvidia_h100.runtime import KernelBuilder
 
     c = plan_attention(q, k, v, causal=causal, scale=scale)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    key = (c.head_dim, c.dtype, c.causal, device)
+    key = (c.head_dim, c.dtype, c.causal, c.align, device)
     built = _KERNELS.get(key)
     if built is None:
-        built = _KERNELS[key] = _build(c.head_dim, c.dtype, c.causal, device)
+        built = _KERNELS[key] = _build(c.head_dim, c.dtype, c.causal, c.align, device)
     sms = _SMS.get(device)
     if sms is None:
         sms = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
     out = torch.empty_like(q)
     tiles = c.bh * -(-c.sq // built.block_m)
     args = (_map(q, c.bh * c.sq, c.head_dim, built.block_m, c.dtype),
-            _map(k, c.bh * c.sk, c.head_dim, built.block_n, c.dtype),
-            _map(v, c.bh * c.sk, c.head_dim, built.block_n, c.dtype),
-            out, c.bh, c.sq, c.sk, c.scale_log2)
+            _map(k, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype),
+            _map(v, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype),
+            out, c.bh, c.sq, c.sk, c.scale_log2, c.group)
     KernelBuilder().launch(built.kernel, (min(tiles, sms),), (built.threads,), args,
                            shared_mem=built.smem)
     return out
@@ -210,23 +257,37 @@ def _ops() -> Any:
         return _REGISTERED["ns"]
     import torch
 
-    def op(q: Any, k: Any, v: Any, causal: bool, scale: float | None) -> Any:
-        return _run(q, k, v, causal, scale)
+    # the op's causal is "none" or an alignment (a schema has no bool-or-str)
+    def op(q: Any, k: Any, v: Any, causal: str, scale: float | None) -> Any:
+        return _run(q, k, v, False if causal == "none" else causal, scale)
 
-    def fake(q: Any, k: Any, v: Any, causal: bool, scale: float | None) -> Any:
+    def fake(q: Any, k: Any, v: Any, causal: str, scale: float | None) -> Any:
+        # the argument checks, where torch.compile traces the call (attention() skips them)
+        plan_attention(q, k, v, causal=False if causal == "none" else causal, scale=scale)
         return q.new_empty(q.shape)
 
     at = torch.library.custom_op("pipeline_core::attention", op, mutates_args=(),
-                                 schema="(Tensor q, Tensor k, Tensor v, bool causal, "
+                                 schema="(Tensor q, Tensor k, Tensor v, str causal, "
                                         "float? scale) -> Tensor")
     at.register_fake(fake)
     _REGISTERED["ns"] = torch.ops.pipeline_core
     return _REGISTERED["ns"]
 
 
-def attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None) -> Any:
+def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
+              scale: float | None = None) -> Any:
     """softmax(q . k^T * scale) . v for torch tensors [B, H, S, D] (bf16 or fp16, D 64 or
-    128, any S >= 1, query and key lengths may differ); ``scale`` defaults to 1/sqrt(D).
-    Runs on torch's current stream and allocates only the output."""
-    plan_attention(q, k, v, causal=causal, scale=scale)
-    return _ops().attention(q, k, v, causal, None if scale is None else float(scale))
+    128, any S >= 1, query and key lengths may differ; k and v may have fewer heads, a divisor
+    of q's: grouped-query attention); ``scale`` defaults to 1/sqrt(D).  ``causal``: False,
+    True or "top_left" (torch's is_causal), or "bottom_right" (FlashAttention's diagonal: a
+    query row that sees no key gives 0).  Runs on torch's current stream and allocates only
+    the output."""
+    import torch
+
+    ops = _ops()  # registered before any torch.compile traces this call
+    # the checks before the op, in one line each; under torch.compile the op's fake runs them
+    # (dynamo stopped at plan_attention with "Unsupported function call", torch 2.11)
+    if not torch.compiler.is_compiling():
+        plan_attention(q, k, v, causal=causal, scale=scale)
+    return ops.attention(q, k, v, causal_align(causal) or "none",
+                         None if scale is None else float(scale))

@@ -10,7 +10,10 @@ only the family's device code: the TMA copies of Q (once per output tile), K_j a
 P packed to 16 bits); the rescale of O; O += P.V_j (wgmma RS, P from registers); the final
 O / rowsum and the clipped store.  Keys past the sequence's end get -inf before the softmax;
 queries past it are computed and not stored.  An output tile with no KV block (KT == 0) runs
-only the once steps (docs/guide/agents.md, "Loads issued once").
+only the once steps (docs/guide/agents.md, "Loads issued once").  Causal masks are written for
+both alignments of the plan's bounds; bottom-right adds the guard for rows that see no key
+(``_NO_KEY_GUARD``).  K and V are read at KV head ``bh / group`` (grouped-query attention, the
+kernel's ``group`` argument; docs/guide/attention.md, "Grouped-query attention").
 
 Variants emitted: ``intra_overlap`` and ``pingpong``, each on or off.  Under ``intra_overlap``
 the plan issues PV_{t-1} after S_t and runs the softmax of t while PV_{t-1} still reads P_{t-1}
@@ -84,7 +87,7 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
         if tag in (AttentionTag.TMA_K, AttentionTag.TMA_V):
             x = "k" if tag == AttentionTag.TMA_K else "v"
             return (f"for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_{x}({kstage}) + c * BN "
-                    f"* 128, &tm{x.upper()}, {x}_full_bar({kstage}), c * 64, bh * Sk + "
+                    f"* 128, &tm{x.upper()}, {x}_full_bar({kstage}), c * 64, (bh / group) * Sk + "
                     f"{_kv(s)} * BN);")
         if tag == AttentionTag.WGMMA_S:
             return f"wgmma_s({kstage});"
@@ -149,10 +152,6 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     if g.causal and (causal is None or not causal.causal):
         raise _fail("-p causal=true, but the plan records no causal bounds; recompile the "
                     "schedule")
-    if causal is not None and causal.align != "top_left":
-        # a row that sees no key keeps its max at -inf; the softmax has no guard for it yet
-        raise _fail(f"writes the causal mask aligned top_left (torch's is_causal); the plan's "
-                    f"is {causal.align}")
     bounds = _tile_bounds(causal) if causal is not None else ()
     order = "const int {}, {}".format(*tile_order_exprs(g.causal))
     if plan.bounds is None:
@@ -211,7 +210,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "        for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT, ++o) {",
         f"            {order};",
         *(ind * 3 + x for x in bounds),
-        _consumer_tile(g.intra_overlap, g.causal),
+        _consumer_tile(g.intra_overlap, g.causal,
+                       causal is not None and causal.align == "bottom_right"),
         *(ind * 3 + x for x in consumer_branches(ctexts)),
         _FINISH,
         "        }",
@@ -293,7 +293,8 @@ def _tile_bounds(b: LoopBounds) -> tuple[str, ...]:
 
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-attention) from schedule {schedule} on target {target}.
 // O = softmax(Q.K^T * scale) . V per (batch, head), {dtype} in and out, fp32 accumulate.
-// Q, K, V: TMA tensor maps over [B*H*S, {HD}] (box 64 x rows, 128-byte swizzle);
+// Q, K, V: TMA tensor maps over [B*H*S, {HD}] (box 64 x rows, 128-byte swizzle), K and V over
+// B*Hkv heads: query head bh reads KV head bh / group (grouped-query attention, group = H / Hkv);
 // O: [B*H*Sq, {HD}].  Launch: block {threads} (warp group 0: producer; 1..: consumers), dynamic
 // shared memory {smem} bytes, any grid up to BH * ceil(Sq / {BM}) CTAs (each runs output tiles
 // blockIdx.x, + gridDim.x, ...).
@@ -318,7 +319,7 @@ __device__ __forceinline__ pcwg::u32 pack_f16x2(float lo, float hi) {{
 extern "C" __global__ void __launch_bounds__({threads}, 1)
 {name}(const __grid_constant__ pcwg::TensorMap tmQ, const __grid_constant__ pcwg::TensorMap tmK,
        const __grid_constant__ pcwg::TensorMap tmV, unsigned short* __restrict__ O,
-       int BH, int Sq, int Sk, float scale_log2) {{
+       int BH, int Sq, int Sk, float scale_log2, int group) {{
     using namespace pcwg;
     constexpr int BM = {BM}, BN = {BN}, HD = {HD}, STAGES = {STAGES}, ROWS = 64;
     constexpr int PRODUCER_REGS = {PREGS}, CONSUMER_REGS = {CREGS};
@@ -360,17 +361,17 @@ SCALE_MAX_                x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
                 x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
                 x0 = fmaxf(m0, x0 * scale_log2);  // the running max, in log2 units (scale > 0)
                 x1 = fmaxf(m1, x1 * scale_log2);
-                c0 = ex2_approx(m0 - x0);
-                c1 = ex2_approx(m1 - x1);
+GUARD_                c0 = ex2_approx(m0 - MX0_);
+                c1 = ex2_approx(m1 - MX1_);
                 m0 = x0;
                 m1 = x1;
                 float s0 = 0.f, s1 = 0.f;
 #pragma unroll
                 for (int c = 0; c < BN / 8; ++c) {  // p = 2^(s * scale_log2 - max): one FFMA, one MUFU
-                    const float p0 = ex2_approx(fmaf(sacc[4 * c], scale_log2, -x0));
-                    const float p1 = ex2_approx(fmaf(sacc[4 * c + 1], scale_log2, -x0));
-                    const float p2 = ex2_approx(fmaf(sacc[4 * c + 2], scale_log2, -x1));
-                    const float p3 = ex2_approx(fmaf(sacc[4 * c + 3], scale_log2, -x1));
+                    const float p0 = ex2_approx(fmaf(sacc[4 * c], scale_log2, -MX0_));
+                    const float p1 = ex2_approx(fmaf(sacc[4 * c + 1], scale_log2, -MX0_));
+                    const float p2 = ex2_approx(fmaf(sacc[4 * c + 2], scale_log2, -MX1_));
+                    const float p3 = ex2_approx(fmaf(sacc[4 * c + 3], scale_log2, -MX1_));
                     s0 += p0 + p1;
                     s1 += p2 + p3;
                     KEEP_P_
@@ -449,10 +450,22 @@ _PACK_LATER = r"""
                 }"""
 
 
-def _consumer_tile(intra_overlap: bool, causal: bool) -> str:
+#: bottom-right causal (LoopBounds.align): the rows before Sq - Sk see no key, so their row max
+#: stays -inf and exp2(-inf - -inf) would be NaN; such a row's exponentials are taken against 0
+#: instead, so its P, row sum and O stay 0 and the finish stores 0 (FlashAttention's output for
+#: a row with no key; docs/guide/attention.md "Bottom-right causal").  Top-left and unmasked
+#: rows always see key 0, so their kernels carry no guard.
+_NO_KEY_GUARD = ("                const float z0 = x0 == -INFINITY ? 0.f : x0, "
+                 "z1 = x1 == -INFINITY ? 0.f : x1;  // a row with no key yet: 0, not NaN\n")
+
+
+def _consumer_tile(intra_overlap: bool, causal: bool, guard: bool = False) -> str:
     """The consumer's per-tile helpers; where P is packed depends on ``intra_overlap`` (see the
-    module docstring), where keys are masked on ``causal``."""
-    return (_CONSUMER_TILE.replace("KEEP_P_", _KEEP_FP32 if intra_overlap else _PACK_NOW)
+    module docstring), where keys are masked on ``causal``, and ``guard`` (bottom-right causal)
+    adds :data:`_NO_KEY_GUARD`."""
+    return (_CONSUMER_TILE.replace("GUARD_", _NO_KEY_GUARD if guard else "")
+            .replace("MX0_", "z0" if guard else "x0").replace("MX1_", "z1" if guard else "x1")
+            .replace("KEEP_P_", _KEEP_FP32 if intra_overlap else _PACK_NOW)
             .replace("PACK_P_", _PACK_LATER if intra_overlap else "")
             .replace("SCALE_MAX_", _masked_scale_max(causal)))
 

@@ -111,6 +111,8 @@ class AttentionGeometry:
     pingpong: bool
     producer_registers: int
     consumer_registers: int
+    #: where the causal diagonal sits when the query and key lengths differ (LoopBounds.align)
+    align: str = "top_left"
 
     @property
     def rows(self) -> int:
@@ -162,6 +164,9 @@ class AttentionGeometry:
                                  f"not a multiple of {WGMMA_M} rows per consumer (wgmma m64)")
         if self.block_n % 16:
             raise bad("block_n", f"must be a multiple of 16 (wgmma N), got {self.block_n}")
+        if self.align != "top_left" and not self.causal:
+            raise bad("align", f"{self.align} places the causal diagonal, and the schedule is "
+                               f"not causal; add -p causal=true or drop -p align")
         if self.pingpong and self.consumers < 2:
             raise bad("pingpong", "needs two consumer warp groups or more to take turns; set "
                                   "-p consumers=2 or -p pingpong=false")
@@ -280,7 +285,7 @@ class FlashAttentionForward:
         applied by each consumer's softmax; the body stays one KV block
         (docs/guide/attention.md, "Causal bounds and tails")."""
         g = self.geometry
-        return LoopBounds(causal=g.causal, block_m=g.block_m, block_n=g.block_n,
+        return LoopBounds(causal=g.causal, block_m=g.block_m, block_n=g.block_n, align=g.align,
                           masked_ops=tuple(consumer_op(c, SOFTMAX) for c in range(g.consumers)))
 
     def tag_names(self) -> dict[int, str]:
@@ -300,6 +305,10 @@ PARAMS = (
     Param("consumers", int, 2, "consumer warp groups", bound=Bound(low=1, high=3)),
     Param("causal", bool, False, "causal mask: KV blocks above the diagonal skipped, the "
                                  "diagonal block masked (the loop bounds; the body is the same)"),
+    Param("align", str, "top_left", "where the causal diagonal sits when the query and key "
+                                    "lengths differ: top_left (torch's is_causal) or "
+                                    "bottom_right (FlashAttention's; rows that see no key give 0)",
+          choices=("top_left", "bottom_right")),
     Param("intra_overlap", bool, True, "issue O += P_{j-1}.V_{j-1} right after S_j, the "
                                        "softmax of S_j running under it (FA3's two-stage "
                                        "pipeline inside a warp group)"),
@@ -320,7 +329,8 @@ def make_attention(ctx: BuildContext) -> FlashAttentionForward:
         head_dim=p["head_dim"], block_m=p["block_m"], block_n=p["block_n"],
         stages=target.pipeline.depth, consumers=p["consumers"], causal=bool(p["causal"]),
         intra_overlap=bool(p["intra_overlap"]), pingpong=bool(p["pingpong"]),
-        producer_registers=p["producer_registers"], consumer_registers=p["consumer_registers"])
+        producer_registers=p["producer_registers"], consumer_registers=p["consumer_registers"],
+        align=p["align"])
     geometry.validate()
     return FlashAttentionForward(target, geometry)
 

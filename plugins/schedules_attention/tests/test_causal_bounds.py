@@ -36,12 +36,15 @@ def test_the_plan_records_the_bounds_and_the_softmax_applies_the_mask(causal):
 
 
 @pytest.mark.parametrize("params", [dict(causal=True), dict(causal=True, intra_overlap=False),
-                                    dict(causal=True, pingpong=False, head_dim=64)],
+                                    dict(causal=True, pingpong=False, head_dim=64),
+                                    dict(causal=True, align="bottom_right"),
+                                    dict(causal=True, align="bottom_right", intra_overlap=False,
+                                         pingpong=False, head_dim=64)],
                          ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()))
 @pytest.mark.parametrize("stages", [2, 3])
 def test_query_tiles_of_different_counts_back_to_back_are_proven(params, stages):
     c = build(stages, **params)
-    assert c.proof.safe
+    assert c.proof.safe and c.plan.bounds.align == params.get("align", "top_left")
     seqs = c.proof.verdict.model["trip_sequences"]
     assert [3, 0, 2] in seqs and [0, 0, 1] in seqs and [stages - 1, 0, stages + 1] in seqs
 
@@ -112,3 +115,15 @@ def test_analyze_reports_the_causal_head_against_the_full_square():
     assert 0.45 < c["cycles"] / c["full_cycles"] < 0.6
     plain = json.loads(run_cli([*args, "--format", "json"]).stdout)
     assert "causal" not in plain and "causal bounds" not in run_cli(args).stdout
+
+
+@pytest.mark.parametrize("intra", [True, False])
+@pytest.mark.parametrize("pingpong", [True, False])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_every_variant_aligned_bottom_right_is_proven(intra, pingpong, head_dim):
+    """Bottom-right causal is the same body with other bounds: each overlap variant proves
+    SAFE, at the trip counts of an empty query tile and of tiles of different counts."""
+    c = build(2, causal=True, align="bottom_right", intra_overlap=intra, pingpong=pingpong,
+              head_dim=head_dim)
+    assert c.proof.safe and c.plan.bounds.align == "bottom_right"
+    assert [0, 0, 1] in c.proof.verdict.model["trip_sequences"]

@@ -239,13 +239,58 @@ def test_bad_arguments_get_one_line_naming_them(args, kw, needle):
     assert str(info.value).startswith(needle) and "\n" not in str(info.value)
 
 
-def test_grouped_query_and_mismatched_kv_are_refused():
+def test_mismatched_kv_and_heads_that_do_not_group_are_refused():
     q, k, _ = qkv()
     with pytest.raises(AttentionArgumentError, match="attention: v: shape"):
         plan_attention(q, k, FakeTensor((2, 3, 78, 64)))
-    gk, gv = FakeTensor((2, 1, 77, 64)), FakeTensor((2, 1, 77, 64))
-    with pytest.raises(AttentionArgumentError, match="grouped-query attention is not supported"):
-        plan_attention(q, gk, gv)
+    q4 = FakeTensor((2, 4, 100, 64))
+    for hkv in (3, 8):  # 4 query heads over 3 (or 8) KV heads: no whole group
+        kv = FakeTensor((2, hkv, 77, 64))
+        with pytest.raises(AttentionArgumentError) as info:
+            plan_attention(q4, kv, kv)
+        msg = str(info.value)
+        assert msg.startswith(f"attention: k: {hkv} heads for q's 4") and "\n" not in msg
+    with pytest.raises(AttentionArgumentError, match="attention: k: shape .* batch and head dim"):
+        plan_attention(q4, FakeTensor((1, 2, 77, 64)), FakeTensor((1, 2, 77, 64)))
+
+
+@pytest.mark.parametrize("hq,hkv", [(6, 6), (6, 3), (6, 2), (6, 1), (8, 2)])
+def test_grouped_query_heads_read_torchs_kv_head(hq, hkv):
+    """Grouped-query attention (torch's SDPA enable_gqa): query head h of batch b reads KV
+    head h // (hq / hkv).  The call plans the group, and the kernel's K and V TMA row (its
+    head part, evaluated from the emitted source over the flat [B * H] index) lands on that
+    head's rows of the [B * Hkv * Sk, D] map; the plan and the proof do not change."""
+    b, sk = 2, 77
+    kv = FakeTensor((b, hkv, sk, 64))
+    c = plan_attention(FakeTensor((b, hq, 100, 64)), kv, kv)
+    assert (c.bh, c.group) == (b * hq, hq // hkv)
+    src = emit_attention(compiled(pingpong=False))
+    rows = set(re.findall(r"tma_load_2d\(stage_[kv]\([^;]*c \* 64, ([^;]*) \+ t \* BN\);", src))
+    assert len(rows) == 1  # K and V, in the prologue and the loop, take one head row
+    (row,) = rows
+    assert "group" in row and "bh * Sq" in src  # Q keeps its own head
+    for batch in range(b):
+        for h in range(hq):
+            got = eval(row.replace("/", "//"),  # noqa: S307 - our own expression
+                       {"bh": batch * hq + h, "group": c.group, "Sk": sk})
+            assert got == (batch * hkv + h // (hq // hkv)) * sk, (batch, h)
+
+
+@pytest.mark.parametrize("causal,align", [(False, None), (True, "top_left"),
+                                          ("top_left", "top_left"),
+                                          ("bottom_right", "bottom_right")])
+def test_the_causal_argument_names_its_diagonal(causal, align):
+    c = plan_attention(*qkv(), causal=causal)
+    assert c.causal is (align is not None)
+    assert c.align == (align or "top_left")
+
+
+@pytest.mark.parametrize("causal", ["bottom-right", "lower_right", 1, None])
+def test_an_unknown_causal_is_one_line_naming_it(causal):
+    with pytest.raises(AttentionArgumentError) as info:
+        plan_attention(*qkv(), causal=causal)
+    msg = str(info.value)
+    assert msg.startswith(f"attention: causal: {causal!r}; pass False, True") and "\n" not in msg
 
 
 def _mutated(c, category, pick, every_consumer=True):
@@ -397,17 +442,12 @@ def test_the_call_compiles_the_causal_bounds_it_was_asked_for(head_dim):
         assert ("KT = max(0, min(KV_BLOCKS," in emit_attention(c)) is causal
 
 
-@pytest.mark.parametrize("bounds,needle", [
-    (None, "the plan records no causal bounds"),
-    (LoopBounds(causal=True, block_m=128, block_n=128, align="bottom_right"),
-     "the plan's is bottom_right"),
-])
-def test_causal_without_the_plans_top_left_bounds_is_refused(bounds, needle):
+def test_causal_without_the_plans_bounds_is_refused():
     import attrs
 
     c = compiled(causal=True)
-    c = attrs.evolve(c, plan=attrs.evolve(c.plan, bounds=bounds))
-    with pytest.raises(ProgramError, match=needle):
+    c = attrs.evolve(c, plan=attrs.evolve(c.plan, bounds=None))
+    with pytest.raises(ProgramError, match="the plan records no causal bounds"):
         emit_attention(c)
 
 
@@ -420,3 +460,29 @@ def test_the_package_exports_the_call_and_importing_it_loads_no_gpu_package():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+GUARD = "const float z0 = x0 == -INFINITY ? 0.f : x0, z1 = x1 == -INFINITY ? 0.f : x1;"
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_bottom_right_causal_offsets_the_diagonal_and_guards_rows_with_no_key(head_dim):
+    """causal="bottom_right" compiles -p align=bottom_right: the plan's bounds carry it, the
+    kernel's KT, FM and row limit add Sk - Sq (LoopBounds.offset), and the softmax takes the
+    exponentials of a row whose max is still -inf (it sees no key) against 0, so that row's
+    P, sum and O are 0 rather than exp2(-inf - -inf) = NaN.  Top-left kernels (every row sees
+    key 0) carry no guard and stay as they were."""
+    c = compile_named(NAME, params=call_params(head_dim, True, "bottom_right"),
+                      target_args={"stages": str(CALL_STAGES)})
+    assert c.proof.safe and c.plan.bounds.align == "bottom_right"
+    src = emit_attention(c)
+    assert "+ (Sk - Sq) + 1 + 128 - 1) / 128" in src  # KT
+    assert "(tile_m * 128 + (Sk - Sq) + 1) / 128" in src  # FM
+    assert "+ w * 16 + g + (Sk - Sq), lim1 = lim0 + 8;" in src  # the row's last key
+    assert GUARD in src
+    assert "c0 = ex2_approx(m0 - z0);" in src and "fmaf(sacc[4 * c], scale_log2, -z0)" in src
+    assert "-x0)" not in src and "-x1)" not in src and "m0 - x0" not in src  # none against the raw max
+    top = emit_attention(compile_named(NAME, params=call_params(head_dim, True),
+                                       target_args={"stages": str(CALL_STAGES)}))
+    assert "z0" not in top and "c0 = ex2_approx(m0 - x0);" in top and "(Sk - Sq)" not in top
+

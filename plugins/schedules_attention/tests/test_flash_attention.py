@@ -154,6 +154,7 @@ def test_a_dropped_named_barrier_step_is_refused_under_pingpong(category):
     ({"consumers": 1}, "pingpong", "needs two consumer warp groups"),
     ({"block_m": 192}, "block_m", "not a multiple of 64 rows per consumer"),
     ({"block_n": 72}, "block_n", "multiple of 16"),
+    ({"align": "bottom_right"}, "align", "the schedule is not causal; add -p causal=true"),
     ({"consumer_registers": 248, "consumers": 3, "block_m": 192}, "consumer_registers",
      "exceed the SM's 65536"),
 ])
