@@ -126,7 +126,7 @@ class Step:
     #: ``channel`` the ordering's name); docs/guide/agents.md, "Named barriers"
     barrier: int = -1
     #: a once NAMED_SYNC / NAMED_ARRIVE of an ordering over output tiles
-    #: (:attr:`OrderSpec.scope` "output_tile"): the generation it fills is the CTA's output
+    #: (``OrderSpec.scope`` "output_tile"): the generation it fills is the CTA's output
     #: tile position minus this; 1 is the wait on the previous output tile's turn, left out on
     #: the CTA's first output tile and run once after its last by the agent whose turn would
     #: come next (docs/guide/agents.md, "Tile splits")
@@ -223,7 +223,7 @@ class OrderSpec:
     turns: tuple[Turn, ...] = attrs.field(converter=_turns)
     #: "k_tile": the turns alternate every K tile (above); "output_tile": they alternate every
     #: output tile, each turn the whole mainloop of an output tile of the split agent that owns
-    #: it (:class:`TileSplit`: turn i is ``split.agents[i]``), as CUTLASS's ping-pong orders
+    #: it (``TileSplit``: turn i is ``split.agents[i]``), as CUTLASS's ping-pong orders
     #: its two consumers' mainloops (docs/guide/agents.md, "Tile splits")
     scope: str = attrs.field(default="k_tile",
                              validator=attrs.validators.in_(("k_tile", "output_tile")))
@@ -261,7 +261,7 @@ class Ordering:
     turns: tuple[Turn, ...] = attrs.field(converter=_turns)
     barriers: tuple[int, ...] = attrs.field(converter=_ints)
     counts: tuple[int, ...] = attrs.field(converter=_ints)
-    scope: str = "k_tile"  #: :attr:`OrderSpec.scope`
+    scope: str = "k_tile"  #: ``OrderSpec.scope``
 
 
 @attrs.frozen(kw_only=True)
@@ -428,8 +428,8 @@ class AgentProgram:
     #: K tiles this agent's loop runs beyond the plan's trip count (never below 0): 0 in every
     #: derived plan; -1 / +1 is an agent that computes the bound off by one from the others
     trip_delta: int = 0
-    #: an agent of a :class:`TileSplit`: its ring positions count the K tiles of "all" the
-    #: CTA's earlier output tiles (every derived plan), or only of its "own" (an emitter that
+    #: an agent of a tile split (``Plan.split``): its ring positions count the K tiles of
+    #: "all" the CTA's earlier output tiles (every derived plan), or only of its "own" (an emitter that
     #: advances ``rb`` by its own tiles only; the proof refuses it)
     split_base: str = "all"
 

@@ -16,11 +16,10 @@ from pipeline_core.plan import AgentRole, AgentSpec, TileSplit
 
 
 def check_split(spec: AgentSpec, roles: Mapping[str, AgentRole], writers: Sequence[str],
-                readers: Mapping[str, frozenset[str]], owner: str) -> TileSplit | None:
+                readers: Mapping[str, frozenset[int]], owner: str) -> TileSplit | None:
     """``spec.split`` checked, each problem in one line naming ``AgentSpec.split``: two agents or
     more, each named once, each a reader (no writer), alike (the same warps and the same
-    number of ops) and reading the same rings (``readers``: agent -> the full rings it waits
-    on), no lags (a turn's mainloop is its output tile's own K tiles)."""
+    number of ops) and reading the same copies (``readers``: agent -> the copies it reads), no lags (a turn's mainloop is its output tile's own K tiles)."""
     split = spec.split
     if split is None:
         return None
@@ -43,7 +42,7 @@ def check_split(spec: AgentSpec, roles: Mapping[str, AgentRole], writers: Sequen
                 or readers[name] != readers[agents[0]]:
             raise ProgramError(f"{owner}: {key}: agents {first.name} and {name} differ (warps "
                                f"{first.warps} / {r.warps}, ops {len(first.ops)} / "
-                               f"{len(r.ops)}, rings {sorted(readers[agents[0]])} / "
+                               f"{len(r.ops)}, copies read {sorted(readers[agents[0]])} / "
                                f"{sorted(readers[name])}); the agents of a split must be alike, "
                                "each running any output tile")
     lagged = sorted(i for i in spec.lags if any(i in roles[a].ops for a in agents))
