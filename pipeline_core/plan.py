@@ -429,8 +429,8 @@ class AgentProgram:
     #: derived plan; -1 / +1 is an agent that computes the bound off by one from the others
     trip_delta: int = 0
     #: an agent of a tile split (``Plan.split``): its ring positions count the K tiles of
-    #: "all" the CTA's earlier output tiles (every derived plan), or only of its "own" (an emitter that
-    #: advances ``rb`` by its own tiles only; the proof refuses it)
+    #: "all" the CTA's earlier output tiles (every derived plan), or only of its "own" (an
+    #: emitter that advances ``rb`` by its own tiles only; the proof refuses it)
     split_base: str = "all"
 
     @property

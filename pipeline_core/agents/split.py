@@ -19,7 +19,8 @@ def check_split(spec: AgentSpec, roles: Mapping[str, AgentRole], writers: Sequen
                 readers: Mapping[str, frozenset[int]], owner: str) -> TileSplit | None:
     """``spec.split`` checked, each problem in one line naming ``AgentSpec.split``: two agents or
     more, each named once, each a reader (no writer), alike (the same warps and the same
-    number of ops) and reading the same copies (``readers``: agent -> the copies it reads), no lags (a turn's mainloop is its output tile's own K tiles)."""
+    number of ops) and reading the same copies (``readers``: agent -> the copies it reads),
+    no lags (a turn's mainloop is its output tile's own K tiles)."""
     split = spec.split
     if split is None:
         return None
