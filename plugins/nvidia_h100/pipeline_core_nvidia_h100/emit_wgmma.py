@@ -26,7 +26,8 @@ from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_sour
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
                                                 consumer_branches, consumer_sync_line,
-                                                declared_geometry, render, ring_step_line)
+                                                declared_geometry, render, ring_step_line,
+                                                split_tile_loop)
 from pipeline_core_nvidia_h100.warpspecialized import (ELEM_BYTES, KERNEL_FAMILY, MN_CHUNK,
                                                        SCHEDULE_NAME, WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
@@ -101,7 +102,7 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
         return ring
     sync = consumer_sync_line(s)  # named barriers, the wgmma group's fence / commit / wait
     if sync is not None:
-        return sync
+        return _first_tiles_guard(s) + sync
     if s.kind == StepKind.OP:
         if variant is not None and s.tag in (WgmmaTag.TMA_A, WgmmaTag.TMA_B):
             return (_copy_line("a", s, variant.a_major, variant.split_k)
@@ -117,6 +118,32 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
             return f"wgmma_tile({stage});"
     raise ProgramError(f"emitter {EMITTER_NAME}: agent {owner}: no CUDA for step {s.kind.value} "
                        f"(tag {s.tag})")
+
+
+def _first_tiles_guard(s: Step) -> str:
+    """A named wait that fills an earlier output tile's generation (``Step.output_lag`` L, an
+    ordering over output tiles: docs/guide/agents.md, "Tile splits") has none to wait for on
+    the CTA's first L output tiles: it is guarded by the tile's position."""
+    if not s.output_lag:
+        return ""
+    return f"if (tile >= (int)blockIdx.x + {s.output_lag} * (int)gridDim.x) "
+
+
+def _after_tiles(consumers: Sequence[AgentProgram]) -> list[str]:
+    """After a split consumer's tile loop: the named waits of its output-tile ordering that
+    fill the CTA's last output tile's generation, run by the consumer whose turn would come
+    next (``tile`` ended one position past the CTA's last tile), so each barrier ends the
+    kernel balanced (docs/guide/agents.md, "Tile splits")."""
+    texts = []
+    for c in consumers:
+        steps = [s for it in c.prologue for s in it if s.output_lag] + [
+            s for s in c.kernel if s.output_lag]
+        lines = [f"if (tile >= (int)blockIdx.x + {s.output_lag} * (int)gridDim.x && "
+                 f"tile - {s.output_lag} * (int)gridDim.x < TILES) {named}"
+                 for s in steps for named in [consumer_sync_line(s)] if named is not None]
+        texts.append("\n".join(["// the last output tile's turn, taken by the next consumer",
+                                 *lines]))
+    return consumer_branches(texts)
 
 
 def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> str:
@@ -151,7 +178,11 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
         rings=plan.rings, producer=lines(producer, True, producer.name),
         consumer=consumer_branches(texts), producer_name=producer.name,
         producer_registers=g.producer_registers, consumer_registers=g.consumer_registers,
-        family=family)
+        family=family,
+        # a tile split (ping-pong): each consumer runs its own output tiles
+        consumer_loop=(split_tile_loop("        ", len(plan.split.agents))
+                       if plan.split is not None else None),
+        consumer_after=_after_tiles(consumers) if plan.split is not None else ())
     if variant:
         return _GENERAL_SOURCE.format(
             header=header_source(), wgmma_header=wgmma_header_source(),
@@ -166,14 +197,16 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
         target=compiled.target_name, body=body, **constants)
 
 
-def _constants(g: WsGeometry) -> dict[str, int]:
+def _constants(g: WsGeometry) -> dict[str, int | str]:
     return {"BM": g.bm, "BN": g.bn, "BK": g.bk, "STAGES": g.stages, "GROUP_M": g.group_m,
             "THREADS": g.threads, "SMEM": g.smem_bytes, "CONSUMER_ROWS": g.consumer_rows,
             "MBLOCKS": g.wgmma_m_blocks, "KSTEPS": g.k_steps, "ACC": g.bn // 2,
             "PRODUCER_REGS": g.producer_registers, "CONSUMER_REGS": g.consumer_registers,
             "WGMMA_M": WGMMA_M, "CHUNK_BYTES": MN_CHUNK * g.bk * ELEM_BYTES,
             "CONSUMER_THREADS": 128 * g.consumers, "SPLIT_BAR": SPLIT_BARRIER,
-            "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK)}
+            "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK),
+            # the consumer's first row in the tile: its share, or (ping-pong) the whole tile
+            "ROW0": "0" if g.variant.pingpong else "consumer * CONSUMER_ROWS"}
 
 
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {schedule} on target {target}.
@@ -223,7 +256,7 @@ FAMILY = {
     auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};""",
     "consumer_state": r"""        float acc[MBLOCKS][ACC];""",
     "compute": _compute(
-        "smem_desc_sw128(stage_a(s) + (consumer * CONSUMER_ROWS + mb * {WGMMA_M}) * 128 + kk * 32)",
+        "smem_desc_sw128(stage_a(s) + ({ROW0} + mb * {WGMMA_M}) * 128 + kk * 32)",
         "smem_desc_sw128(stage_b(s) + kk * 32)"),
     "finish": r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
@@ -234,7 +267,7 @@ FAMILY = {
         const int w = wtid / 32, g = lane / 4, q = lane % 4;
 #pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb) {{
-            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * {WGMMA_M} + w * 16 + g;
+            const int row = tile_m * BM + {ROW0} + mb * {WGMMA_M} + w * 16 + g;
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {{
                 const int col = tile_n * BN + j * 8 + 2 * q;
@@ -363,9 +396,9 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
     of each operand's major mode, split-K's finish from the ``consumers``' steps, and the fused
     epilogue (bias, activation, output type, clipped stores).  Formatted with
     :func:`_constants` like FAMILY."""
-    a_desc = ("smem_desc_sw128(stage_a(s) + (consumer * CONSUMER_ROWS + mb * {WGMMA_M}) * 128 "
+    a_desc = ("smem_desc_sw128(stage_a(s) + ({ROW0} + mb * {WGMMA_M}) * 128 "
               "+ kk * 32)" if v.a_major == "k" else
-              "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_a(s) + (consumer * CONSUMER_ROWS "
+              "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_a(s) + ({ROW0} "
               "+ mb * {WGMMA_M}) / 64 * CHUNK_BYTES + kk * 2048)")
     b_desc = ("smem_desc_sw128(stage_b(s) + kk * 32)" if v.b_major == "k" else
               "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_b(s) + kk * 2048)")
@@ -388,7 +421,7 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
         const int w = wtid / 32, g = lane / 4, q = lane % 4;
 #pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb) {{
-            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * {WGMMA_M} + w * 16 + g;
+            const int row = tile_m * BM + {ROW0} + mb * {WGMMA_M} + w * 16 + g;
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {{
                 const int col = tile_n * BN + j * 8 + 2 * q;

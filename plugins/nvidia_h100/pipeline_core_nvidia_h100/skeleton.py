@@ -197,13 +197,31 @@ def tile_loop(indent: str, inner: str) -> list[str]:
             inner + "pch100::grouped_tile(tile, M / BM, N / BN, GROUP_M, tile_m, tile_n);"]
 
 
+def split_tile_loop(indent: str, agents: int) -> list[str]:
+    """The tile loop of a consumer of a tile split (docs/guide/agents.md, "Tile splits"):
+    consumer c of ``agents`` runs the CTA's output tiles at positions c, c + agents, ...; its
+    ring positions (``rb``) count the K tiles of every earlier output tile of the CTA, the
+    other consumers' too.  ``tile`` outlives the loop: the steps after it read where it ended."""
+    return [indent + "int rb = consumer * KT;  // ring positions count every earlier output "
+                     "tile of the CTA, whoever ran it",
+            indent + "int tile = blockIdx.x + consumer * (int)gridDim.x;",
+            indent + f"for (; tile < TILES; tile += {agents} * (int)gridDim.x, "
+                     f"rb += {agents} * KT) {{",
+            indent + "int tile_m, tile_n;",
+            indent + "pch100::grouped_tile(tile, M / BM, N / BN, GROUP_M, tile_m, tile_n);"]
+
+
 def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
                        consumer: Sequence[str], producer_name: str, producer_registers: int,
-                       consumer_registers: int, family: AgentsFamily) -> str:
+                       consumer_registers: int, family: AgentsFamily,
+                       consumer_loop: Sequence[str] | None = None,
+                       consumer_after: Sequence[str] = ()) -> str:
     """The body of a warp-specialized kernel: warp group 0 the producer (one elected thread runs
     its program), warp groups 1.. the consumers (one program; the consumer index is a run-time
     value), ``setmaxnreg`` moving registers between the roles, one mbarrier per ring and stage,
-    and each role's program inside the persistent tile loop."""
+    and each role's program inside the persistent tile loop.  ``consumer_loop``: the consumers'
+    tile loop head (None: every output tile, :func:`tile_loop`; a tile split's:
+    :func:`split_tile_loop`), ``consumer_after``: lines after it."""
     ind = "    "
     names = ", then ".join(f"{r.name}[0..STAGES)" for r in rings)
     lines = [ind + "using namespace pcwg;", family.constants, "",
@@ -237,11 +255,12 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
              ind * 2 + f"setmaxnreg_inc<{consumer_registers}>();",
              ind * 2 + "const int consumer = wg - 1;",
              family.consumer_state,
-             *tile_loop(ind * 2, ind * 2),
+             *(tile_loop(ind * 2, ind * 2) if consumer_loop is None else consumer_loop),
              family.compute,
              *(ind * 2 + l for l in consumer),
              family.finish,
              ind * 2 + "}  // next output tile",
+             *(ind * 2 + l for l in consumer_after),
              ind + "}"]
     return "\n".join(lines)
 

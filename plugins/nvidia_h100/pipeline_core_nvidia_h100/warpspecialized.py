@@ -22,9 +22,9 @@ from typing import Any
 import attrs
 
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, CostModel, DepEdge, KernelLaunch,
-                                      Op, OpCost, OpRole, Param, PipelineConfig, ProgramError,
-                                      ReductionSpec, ResourceKind, ScheduleRecord, TargetProfile,
-                                      annotate, logical)
+                                      Op, OpCost, OpRole, OrderSpec, Param, PipelineConfig,
+                                      ProgramError, ReductionSpec, ResourceKind, ScheduleRecord,
+                                      TargetProfile, TileSplit, Turn, annotate, logical)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
@@ -103,6 +103,10 @@ class GemmVariant:
     #: tiles; each CTA writes its partial sums to an fp32 workspace and the CTA that finishes an
     #: output tile last adds the slices in split order and runs the epilogue once
     split_k: bool = False
+    #: consumer ping-pong across output tiles (docs/guide/matmul.md, "Ping-pong"): each consumer
+    #: owns a whole BM x BN output tile, the consumers take the CTA's tiles in turn and their
+    #: mainloops are ordered by named barriers, so one's epilogue overlaps the other's mainloop
+    pingpong: bool = False
 
     @property
     def general(self) -> bool:
@@ -114,7 +118,7 @@ def describe_variant(v: GemmVariant) -> str:
     """The variant in words (the general kernel's header comment, the call's build notice)."""
     return (f"{v.dtype} in, A {v.a_major.upper()}-major, B {v.b_major.upper()}-major, "
             f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}"
-            + (", split-K" if v.split_k else ""))
+            + (", split-K" if v.split_k else "") + (", ping-pong" if v.pingpong else ""))
 
 
 @attrs.frozen(kw_only=True)
@@ -133,7 +137,8 @@ class WsGeometry:
 
     @property
     def consumer_rows(self) -> int:
-        return self.bm // self.consumers
+        """Rows each consumer computes: its share of the tile, or (ping-pong) the whole tile."""
+        return self.bm if self.variant.pingpong else self.bm // self.consumers
 
     @property
     def wgmma_m_blocks(self) -> int:
@@ -177,7 +182,14 @@ class WsGeometry:
         if self.bk * ELEM_BYTES != SWIZZLE_BYTES:
             raise bad("BK", f"must be {SWIZZLE_BYTES // ELEM_BYTES} (one 128-byte swizzled row), "
                             f"got {self.bk}")
-        if self.bm % self.consumers or self.consumer_rows % WGMMA_M:
+        if self.variant.pingpong and self.variant.split_k:
+            raise bad("pingpong", "ping-pong and split-K don't combine yet: drop -p split_k=true "
+                                  "or -p pingpong=true")
+        if self.variant.pingpong and self.consumers < 2:
+            raise bad("pingpong", f"takes 2 consumers or more (-p consumers=2), got "
+                                  f"{self.consumers}")
+        if self.bm % (1 if self.variant.pingpong else self.consumers) \
+                or self.consumer_rows % WGMMA_M:
             raise bad("BM", f"{self.bm} rows over {self.consumers} consumers is not a multiple "
                             f"of {WGMMA_M} rows per consumer")
         if self.bn % 16 or not 16 <= self.bn <= 256:
@@ -190,6 +202,10 @@ class WsGeometry:
                                  f"{tile}={-(-rows // MN_CHUNK) * MN_CHUNK})")
         if self.bm > 256:
             raise bad("BM", f"at most 256 rows (one TMA box dimension), got {self.bm}")
+        if self.accumulators > 192 and self.variant.pingpong:
+            raise bad("pingpong", f"each consumer holds a whole {self.bm} x {self.bn} tile: "
+                                  f"{self.accumulators} fp32 accumulators per thread leave too "
+                                  "few of 255 registers; shrink the tile (-p BN=128)")
         if self.accumulators > 192:
             raise bad("BM", f"{self.accumulators} fp32 accumulators per consumer thread leave too "
                             "few of 255 registers; add consumers or shrink BN")
@@ -255,6 +271,10 @@ PARAMS = (
     Param("split_k", bool, False, "split the K tiles over the grid's second dimension: "
                                   "partial sums in an fp32 workspace, reduced in split order "
                                   "by the tile's last CTA, epilogue once (implies tails)"),
+    Param("pingpong", bool, False, "consumer ping-pong: each consumer owns a whole BM x BN "
+                                   "tile, the consumers take output tiles in turn, their "
+                                   "mainloops ordered by named barriers (with -p BN=128; "
+                                   "implies tails)"),
 )
 
 
@@ -313,9 +333,18 @@ class WarpSpecializedGemm:
                             registers=g.consumer_registers) for c in range(g.consumers)]
         # split-K: the consumers' sums are reduced across the CTAs of the output tile
         # (docs/guide/agents.md, "Cross-CTA reductions")
+        reduction = ReductionSpec() if g.variant.split_k else None
+        if not g.variant.pingpong:
+            return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
+                             release_lag=self.release_lag, reduction=reduction)
+        # ping-pong: the consumers take output tiles in turn, their mainloops in tile order
+        # (docs/guide/agents.md, "Tile splits")
+        consumers = tuple(r.name for r in roles[1:])
+        order = OrderSpec(name="mainloop", scope="output_tile",
+                          turns=[Turn(agent=r.name, ops=r.ops) for r in roles[1:]])
         return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
-                         release_lag=self.release_lag,
-                         reduction=ReductionSpec() if g.variant.split_k else None)
+                         release_lag=self.release_lag, reduction=reduction,
+                         split=TileSplit(agents=consumers), orders=[order])
 
     def tag_names(self) -> dict[int, str]:
         return {**self.target.cost_model.tag_names(), **TAG_NAMES}
