@@ -184,5 +184,6 @@ def test_the_document_records_the_split_and_the_scope():
     assert doc["orders"][0]["scope"] == "output_tile"
     sync = doc["programs"][1]["prologue"][0][0]
     assert sync["kind"] == "named_sync" and sync["output_lag"] == 1
+    assert "none on the CTA's first, once more after its last" in sync["isa"]
     plain = agents_doc(fx.pingpong_plan(), fx.body(2), fx.NAMES, fx.SYNC_NAMED)
     assert "split" not in plain and "scope" not in plain["orders"][0]
