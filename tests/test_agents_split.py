@@ -94,6 +94,16 @@ def test_an_output_tile_ordering_needs_the_split_in_its_order(split, turns, mess
     assert "\n" not in str(err.value)
 
 
+def test_a_k_tile_ordering_of_split_agents_is_refused():
+    order = OrderSpec(name="pp", turns=[Turn(agent="consumer0", ops=(2,)),
+                                        Turn(agent="consumer1", ops=(3,))])
+    with pytest.raises(ProgramError, match='ordering pp takes turns every K tile among agents of '
+                                           'AgentSpec.split .* give it scope="output_tile"') as err:
+        lower_agents(fx.body(2), fx.edges(2, 4), fx.SYNC_NAMED, stages=4,
+                     spec=attrs.evolve(fx.split_spec(), orders=(order,)))
+    assert "\n" not in str(err.value)
+
+
 def test_an_unknown_order_scope_is_refused():
     with pytest.raises(ValueError, match="scope"):
         OrderSpec(name="x", scope="cta", turns=[Turn(agent="a", ops=(1,))])

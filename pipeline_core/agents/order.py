@@ -86,6 +86,11 @@ def lower_orders(spec: AgentSpec, sync: SyncModel, roles: Mapping[str, AgentRole
         free = free[len(agents):]
         warps = [roles[a].warps for a in agents]
         counts = tuple((warps[i] + warps[i - 1]) * nb.warp_size for i in range(len(agents)))
+        split = sorted(set(spec.split.agents) & set(agents)) if spec.split is not None else []
+        if order.scope == "k_tile" and split:
+            raise ProgramError(f"{owner}: ordering {order.name} takes turns every K tile among "
+                               f"agents of AgentSpec.split ({', '.join(split)}), which never run "
+                               "the same output tile; give it scope=\"output_tile\"")
         if order.scope == "output_tile":
             _check_output_scope(spec, order.name, agents, owner)
             for i, turn in enumerate(order.turns):
