@@ -26,8 +26,8 @@ from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_sour
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
                                                 consumer_branches, consumer_sync_line,
-                                                declared_geometry, render, ring_step_line,
-                                                split_tile_loop)
+                                                declared_geometry, merged_consumer_lines,
+                                                render, ring_step_line, split_tile_loop)
 from pipeline_core_nvidia_h100.warpspecialized import (ELEM_BYTES, KERNEL_FAMILY, MN_CHUNK,
                                                        SCHEDULE_NAME, WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
@@ -171,18 +171,23 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
             p, lambda s: _step_line(s, single_issuer, p.name, watchdog or 0, variant), label))
 
     texts = ["\n".join(lines(c, False, "consumer")) for c in consumers]
+    # a tile split's consumers run one program, branching on the consumer index only around
+    # their named barriers (skeleton.merged_consumer_lines says why)
+    consumer = (merged_consumer_lines([t.split("\n") for t in texts], EMITTER_NAME)
+                if plan.split is not None else consumer_branches(texts))
     constants = _constants(g)
     parts = {**FAMILY, **general_family(v, consumers)} if variant else FAMILY
     family = AgentsFamily(**{part: text.format(**constants) for part, text in parts.items()})
     body = agents_kernel_body(
         rings=plan.rings, producer=lines(producer, True, producer.name),
-        consumer=consumer_branches(texts), producer_name=producer.name,
+        consumer=consumer, producer_name=producer.name,
         producer_registers=g.producer_registers, consumer_registers=g.consumer_registers,
         family=family,
         # a tile split (ping-pong): each consumer runs its own output tiles
         consumer_loop=(split_tile_loop("        ", len(plan.split.agents))
                        if plan.split is not None else None),
-        consumer_after=_after_tiles(consumers) if plan.split is not None else ())
+        consumer_after=_after_tiles(consumers) if plan.split is not None else (),
+        uniform_consumer=plan.split is not None)
     if variant:
         return _GENERAL_SOURCE.format(
             header=header_source(), wgmma_header=wgmma_header_source(),
