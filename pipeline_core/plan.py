@@ -137,6 +137,16 @@ class Step:
     #: NAMED_SYNC / NAMED_ARRIVE: the named barrier's id (``value`` is its thread count,
     #: ``channel`` the ordering's name); docs/guide/agents.md, "Named barriers"
     barrier: int = -1
+    #: a once NAMED_SYNC / NAMED_ARRIVE of an ordering over output tiles
+    #: (``OrderSpec.scope`` "output_tile"): the generation it fills is the CTA's output
+    #: tile position minus this; 1 is the wait on the previous output tile's turn, left out on
+    #: the CTA's first output tile and run once after its last by the agent whose turn would
+    #: come next (docs/guide/agents.md, "Tile splits")
+    output_lag: int = 0
+    #: a once step run as the K loop exits, after the output tile's last commit and before the
+    #: epilogue's iterations (the turn's arrive of an output-tile ordering); False: a once step
+    #: runs before the loop (lag 0) or at the end of the epilogue (lag -1)
+    exit: bool = False
     #: a lockstep step: the op line exactly as the phase list holds it (the op variant with its
     #: stage, k offset and costs, or the sync op with its wait value); None on agents steps
     instr: Op | None = None
@@ -223,6 +233,34 @@ class OrderSpec:
 
     name: str
     turns: tuple[Turn, ...] = attrs.field(converter=_turns)
+    #: "k_tile": the turns alternate every K tile (above); "output_tile": they alternate every
+    #: output tile, each turn the whole mainloop of an output tile of the split agent that owns
+    #: it (``TileSplit``: turn i is ``split.agents[i]``), as CUTLASS's ping-pong orders
+    #: its two consumers' mainloops (docs/guide/agents.md, "Tile splits")
+    scope: str = attrs.field(default="k_tile",
+                             validator=attrs.validators.in_(("k_tile", "output_tile")))
+
+
+@attrs.frozen(kw_only=True)
+class TileSplit:
+    """Reader agents that take a CTA's output tiles round-robin (docs/guide/agents.md, "Tile
+    splits"): ``agents[c]`` runs the CTA's output tiles ``c, c + n, c + 2n, ...`` (n agents),
+    each a whole output tile on its own, as CUTLASS's ping-pong consumers do.  The ring is
+    shared: a stage of output tile o is read and released by o's owner only, so the empty
+    ring's arrivals are one agent's; its stages and phases count the K tiles of every earlier
+    output tile of the CTA, whoever ran it.  The agents must be alike (same warps, ops and
+    rings)."""
+
+    agents: tuple[str, ...] = attrs.field(converter=_names)
+
+    def owner(self, output: int) -> str:
+        """The agent that runs the CTA's output tile at position ``output``."""
+        return self.agents[output % len(self.agents)]
+
+    def runs(self, agent: str, output: int) -> bool:
+        """Whether ``agent`` runs output tile position ``output`` (an agent outside the split
+        runs every one)."""
+        return agent not in self.agents or self.owner(output) == agent
 
 
 @attrs.frozen(kw_only=True)
@@ -235,6 +273,7 @@ class Ordering:
     turns: tuple[Turn, ...] = attrs.field(converter=_turns)
     barriers: tuple[int, ...] = attrs.field(converter=_ints)
     counts: tuple[int, ...] = attrs.field(converter=_ints)
+    scope: str = "k_tile"  #: ``OrderSpec.scope``
 
 
 @attrs.frozen(kw_only=True)
@@ -373,6 +412,9 @@ class AgentSpec:
     #: the trip-count rule and masked K tiles of output tiles that visit different numbers of
     #: K tiles (attention's causal bounds); None: every output tile visits the same count
     bounds: LoopBounds | None = None
+    #: reader agents that take the CTA's output tiles round-robin (the ping-pong GEMM's
+    #: consumers); None: every reader runs every output tile
+    split: TileSplit | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -431,6 +473,10 @@ class AgentProgram:
     #: K tiles this agent's loop runs beyond the plan's trip count (never below 0): 0 in every
     #: derived plan; -1 / +1 is an agent that computes the bound off by one from the others
     trip_delta: int = 0
+    #: an agent of a tile split (``Plan.split``): its ring positions count the K tiles of
+    #: "all" the CTA's earlier output tiles (every derived plan), or only of its "own" (an
+    #: emitter that advances ``rb`` by its own tiles only; the proof refuses it)
+    split_base: str = "all"
 
     @property
     def name(self) -> str:
@@ -574,6 +620,9 @@ class Plan:
     reduction: Reduction | None = None
     #: the bulk store whose steps the agents' ``store`` and ``drain`` hold (None: none)
     store: BulkStore | None = None
+    #: reader agents that take the CTA's output tiles round-robin (None: every agent runs
+    #: every output tile); the one home of the rule the emitter and the proof follow
+    split: TileSplit | None = None
     #: every agent runs the same steps (the module says what that means for readers)
     lockstep: bool = False
     #: how many warp groups run a lockstep plan and how they are staggered; None on a plan of

@@ -28,8 +28,8 @@ Grouped by what a plugin does:
   :func:`derive_edges`), the execution model, the kernel it declares (:class:`KernelLaunch`);
   a warp-specialized schedule's agents (:class:`AgentSpec`, :class:`AgentRole`, its rings
   :class:`RingSpec`, the orderings between consumer groups :class:`OrderSpec` of
-  :class:`Turn`, a cross-CTA reduction :class:`ReductionSpec`, a staged bulk store
-  :class:`StoreSpec`);
+  :class:`Turn`, output tiles taken in turn :class:`TileSplit`, a cross-CTA reduction
+  :class:`ReductionSpec`, a staged bulk store :class:`StoreSpec`);
 * customise ordering: :class:`SchedulingRequest` (what a strategy receives);
 * customise the block program: :func:`emit_minimal_barrier_block` for explicit blocks;
 * emit code: an emitter receives a :class:`CompiledSchedule`, whose plan holds the agents'
@@ -63,7 +63,8 @@ from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, PARAM_INT, Bo
 from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole, Phase,
                                ResourceKind, framework_op, logical)
 from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, LoopBounds, OrderSpec,
-                                ReductionSpec, Ring, RingSpec, Step, StepKind, StoreSpec, Turn)
+                                ReductionSpec, Ring, RingSpec, Step, StepKind, StoreSpec, TileSplit,
+                                Turn)
 from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
@@ -87,7 +88,7 @@ __all__ = [
     "ExecutionModel",
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
-    "AgentSpec", "LoopBounds", "AgentRole", "RingSpec", "OrderSpec", "Turn", "ReductionSpec",
+    "AgentSpec", "LoopBounds", "AgentRole", "RingSpec", "OrderSpec", "Turn", "TileSplit", "ReductionSpec",
     "StoreSpec",
     "SchedulingRequest",
     "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine",

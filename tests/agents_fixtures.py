@@ -241,3 +241,21 @@ def shared_spec(ordered: bool = True) -> AgentSpec:
 def shared_plan(stages: int = 4):
     return lower_agents(shared_body(), shared_edges(stages), SYNC_NAMED, stages=stages,
                         spec=shared_spec())
+
+
+# --- consumers taking output tiles in turn (docs/guide/agents.md, "Tile splits") -------------
+def split_spec(release_lag: int = 1, ordered: bool = True, readers: int = 2) -> AgentSpec:
+    """The GEMM body with its consumers on alternate output tiles (CUTLASS's ping-pong): each
+    runs whole output tiles, their mainloops ordered over output tiles by named barriers."""
+    from pipeline_core.agents import TileSplit
+
+    agents = tuple(f"consumer{r}" for r in range(readers))
+    order = OrderSpec(name="mainloop", scope="output_tile",
+                      turns=tuple(Turn(agent=a, ops=(2 + r,)) for r, a in enumerate(agents)))
+    return attrs.evolve(spec(readers, release_lag), split=TileSplit(agents=agents),
+                        orders=(order,) if ordered else ())
+
+
+def split_plan(stages: int = 4, release_lag: int = 1, ordered: bool = True, readers: int = 2):
+    return lower_agents(body(readers), edges(readers, stages), SYNC_NAMED, stages=stages,
+                        spec=split_spec(release_lag, ordered, readers))

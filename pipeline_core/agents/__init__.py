@@ -12,7 +12,7 @@ registered as ``agents`` by :mod:`pipeline_core.lowering.agents`, builds a plan)
 the checker's other mutations (``pipeline_core.check.mutate``).
 """
 from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, Ordering, OrderSpec, Plan,
-                                Ring, RingSpec, Step, StepKind, Turn)
+                                Ring, RingSpec, Step, StepKind, TileSplit, Turn)
 
 __all__ = ["AgentProgram", "AgentRole", "AgentSpec", "OrderSpec", "Ordering", "Plan", "Ring",
-           "RingSpec", "Step", "StepKind", "Turn"]
+           "RingSpec", "Step", "StepKind", "TileSplit", "Turn"]

@@ -27,6 +27,7 @@ from pipeline_core.plan import AgentProgram, AgentRole, AgentSpec, Plan, Ring, S
 from pipeline_core.agents.order import lower_orders
 from pipeline_core.agents.bulk_store import lower_store
 from pipeline_core.agents.reduction import lower_reduction
+from pipeline_core.agents.split import check_split, release_arrivals
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ProgramError
 from pipeline_core.ops import DepKind, Op
@@ -177,6 +178,12 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
         raise ProgramError(f"{owner}: AgentSpec.once names ops {bad}, which are no phase-tracked "
                            f"copies feeding another agent; list only ops {sorted(writer_of)}")
     roles = {r.name: r for r in spec.roles}
+    reads_of: dict[str, set[int]] = {}  # reader agent -> the copies it reads
+    for i, consumers in readers_of.items():
+        for c in consumers:
+            reads_of.setdefault(agent_of[c].name, set()).add(i)
+    split = check_split(spec, roles, writers, {a: frozenset(r) for a, r in reads_of.items()},
+                        owner)
     tags = _sync_tags(sync)
     pairs = []
     for group in _ring_groups(spec, writer_of, readers_of, owner):
@@ -210,7 +217,7 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
         empty = None
         if anti_readers:
             empty = Ring(name=prefix + EMPTY, kind=EMPTY, stages=depth,
-                         arrivals=sum(roles[r].release_arrivals for r in anti_readers),
+                         arrivals=release_arrivals(anti_readers, roles, split),
                          signallers=tuple(anti_readers), waiters=(writer,), ops=ring_ops,
                          release_lag=lag, once=once)
         pairs.append(_RingPair(writer=writer, ops=ring_ops, full=full, empty=empty, lag=lag))
@@ -251,6 +258,7 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
     programs, reduction = lower_reduction(spec, sync, programs, rings, owner=owner, target=target)
     programs, store = lower_store(spec, sync, programs, rings, orders, owner=owner, target=target)
     plan = Plan(stages=stages, programs=programs, rings=rings, reduction=reduction, store=store,
+                split=split,
                 min_tiles=max(len(p.prologue) for p in programs) or 1,
                 op_bytes={i: spec.op_bytes.get(i, 0) for i in sorted(writer_of)},
                 orders=orders, sync=sync, bounds=spec.bounds,
@@ -424,10 +432,12 @@ def _split(role: AgentRole, kernel: list[Step], tags: dict[str, int]) -> AgentPr
     A step with lag L first runs at iteration L; the prologue holds iterations before the
     largest lag, the epilogue iterations KT .. KT + lag - 1.  A step with lag -1 is an
     after-the-loop step: it runs once, at the end of the epilogue.  A once step of lag 0 is a
-    before-the-loop step: it runs once, at the start of the prologue.
+    before-the-loop step: it runs once, at the start of the prologue.  An exit step
+    (:attr:`Step.exit`) runs once as the loop exits, first in the epilogue.
     """
-    before = [s for s in kernel if s.once and s.lag == 0]
-    after = [s for s in kernel if s.lag < 0]
+    before = [s for s in kernel if s.once and s.lag == 0 and not s.exit]
+    leave = [s for s in kernel if s.exit]  # as the loop exits, before the epilogue
+    after = [s for s in kernel if s.lag < 0 and not s.exit]
     loop = [s for s in kernel if s.lag >= 0 and not s.once]
     depth = max((s.lag for s in loop), default=0)
     prologue = [[s for s in loop if i - s.lag >= 0] for i in range(max(depth, bool(before)))]
@@ -441,6 +451,8 @@ def _split(role: AgentRole, kernel: list[Step], tags: dict[str, int]) -> AgentPr
             epilogue[-1] = epilogue[-1] + final
         else:
             epilogue = [final]
+    if leave:
+        epilogue = [leave + epilogue[0], *epilogue[1:]] if epilogue else [leave]
     return AgentProgram(role=role, prologue=prologue, kernel=loop, epilogue=epilogue)
 
 

@@ -18,6 +18,11 @@ turn's program (docs/guide/agents.md, "Named barriers"):
 
 A step's tile (``t - lag``) is its generation: the checker counts each barrier's generations
 by it (pipeline_core/agents/prove.py).
+
+An ordering of scope ``output_tile`` alternates the agents of a tile split over output tiles
+(docs/guide/agents.md, "Tile splits"): each turn waits (a once step, ``output_lag`` 1: the
+previous output tile's generation) before its loop and arrives on the next turn's barrier as its
+loop exits, after the tile's last commit; its generations count the CTA's output tiles.
 """
 from __future__ import annotations
 
@@ -81,6 +86,25 @@ def lower_orders(spec: AgentSpec, sync: SyncModel, roles: Mapping[str, AgentRole
         free = free[len(agents):]
         warps = [roles[a].warps for a in agents]
         counts = tuple((warps[i] + warps[i - 1]) * nb.warp_size for i in range(len(agents)))
+        split = sorted(set(spec.split.agents) & set(agents)) if spec.split is not None else []
+        if order.scope == "k_tile" and split:
+            raise ProgramError(f"{owner}: ordering {order.name} takes turns every K tile among "
+                               f"agents of AgentSpec.split ({', '.join(split)}), which never run "
+                               "the same output tile; give it scope=\"output_tile\"")
+        if order.scope == "output_tile":
+            _check_output_scope(spec, order.name, agents, owner)
+            for i, turn in enumerate(order.turns):
+                j = (i + 1) % len(agents)
+                # the wait fills the previous output tile's generation (output_lag 1), before
+                # the loop; the arrive hands the next output tile over as the loop exits
+                sync_step = Step(kind=StepKind.NAMED_SYNC, channel=order.name, barrier=ids[i],
+                                 value=counts[i], once=True, output_lag=1, tag=nb.sync_tag)
+                arrive = Step(kind=StepKind.NAMED_ARRIVE, channel=order.name, barrier=ids[j],
+                              value=counts[j], once=True, exit=True, tag=nb.arrive_tag)
+                kernels[turn.agent] = [sync_step, *kernels[turn.agent], arrive]
+            out.append(Ordering(name=order.name, turns=order.turns, barriers=ids, counts=counts,
+                                scope=order.scope))
+            continue
         for i, turn in enumerate(order.turns):
             j = (i + 1) % len(agents)
             sync_step = Step(kind=StepKind.NAMED_SYNC, channel=order.name, barrier=ids[i],
@@ -90,6 +114,18 @@ def lower_orders(spec: AgentSpec, sync: SyncModel, roles: Mapping[str, AgentRole
             kernels[turn.agent] = _bracket(kernels[turn.agent], set(turn.ops), sync_step, arrive)
         out.append(Ordering(name=order.name, turns=order.turns, barriers=ids, counts=counts))
     return tuple(out)
+
+
+def _check_output_scope(spec: AgentSpec, name: str, agents: Sequence[str], owner: str) -> None:
+    """An ordering over output tiles alternates the agents of the tile split, in its order: turn
+    i is the agent that owns the CTA's output tiles i, i + n, ... (docs/guide/agents.md, "Tile
+    splits")."""
+    split = spec.split
+    if split is None or tuple(agents) != split.agents:
+        have = f"AgentSpec.split is {list(split.agents)}" if split else "AgentSpec.split is None"
+        raise ProgramError(f"{owner}: ordering {name} has scope output_tile, whose turns are the "
+                           f"agents of the tile split in its order; its turns name {list(agents)} "
+                           f"and {have} (set AgentSpec.split=TileSplit(agents={tuple(agents)!r}))")
 
 
 def _bracket(steps: list[Step], ops: set[int], before: Step, after: Step) -> list[Step]:

@@ -108,15 +108,21 @@ def tile_counts(plan: Plan) -> list[int]:
 
 def trip_sequences(plan: Plan) -> list[tuple[int, ...]]:
     """The K-tile counts of the output tiles each extra run chains (:data:`TRIP_SEQUENCES`,
-    ``S`` the deepest ring), for a plan with :attr:`~pipeline_core.plan.Plan.bounds`; none for
-    one whose output tiles all visit the same count (the GEMM: its proofs stay as they were).
+    ``S`` the deepest ring), for a plan with :attr:`~pipeline_core.plan.Plan.bounds` or a
+    :attr:`~pipeline_core.plan.Plan.split` (which also gets n + 1 and 2n output tiles of one
+    count, n its agents); none for one whose output tiles all visit the same count and run on
+    every agent (the GEMM: its proofs stay as they were).
     A count below :attr:`~pipeline_core.plan.Plan.min_tiles` other than 0 is raised to it."""
-    if plan.bounds is None:
+    if plan.bounds is None and plan.split is None:
         return []
     deepest = max({plan.stages, *(r.stages for r in plan.rings)})
     at = {"S-1": deepest - 1, "S+1": deepest + 1}
     out: list[tuple[int, ...]] = []
-    for seq in TRIP_SEQUENCES:
+    sequences: list[tuple[int | str, ...]] = list(TRIP_SEQUENCES)
+    if plan.split is not None:  # every agent of the split runs a tile after another's, twice
+        n = len(plan.split.agents)
+        sequences += [(plan.min_tiles + 1,) * (n + 1), (plan.min_tiles + 1,) * (2 * n)]
+    for seq in sequences:
         counts = tuple(at[x] if isinstance(x, str) else x for x in seq)
         counts = tuple(c and max(c, plan.min_tiles) for c in counts)
         if counts not in out:
@@ -161,6 +167,12 @@ class _Inst:
         """The ring position: :attr:`tile`, or the output tile for a step run once per output
         tile (its ring's stages and phases count output tiles)."""
         return self.output if self.step.once else self.placed.tile
+
+    @property
+    def generation(self) -> int:
+        """The named-barrier generation a named step fills: its K tile, or for a once step (an
+        ordering over output tiles) its output tile less its ``output_lag``."""
+        return self.output - self.step.output_lag if self.step.once else self.placed.tile
 
 
 class _Run:
@@ -220,7 +232,7 @@ class _Run:
     def step_text(self, inst: _Inst) -> str:
         s, who, u = inst.step, self.agent_name(inst.agent), inst.pos
         tag = tag_name(s.tag, self.names) if s.tag >= 0 else s.kind.value.upper()
-        after_loop = (inst.placed.section == "epilogue"
+        after_loop = (inst.placed.section == "epilogue" and inst.output < self.outputs
                       and inst.local >= self.trips_of(inst.agent)[inst.output])
         when = ("after the loop" if after_loop else "before the loop" if s.once
                 else f"for tile {inst.local}")
@@ -298,27 +310,52 @@ class _Run:
                  and (self.trips[o] or o == self.outputs - 1)), default=0)
         return o, tile - self.bases[o]
 
+    def runs(self, agent: int, output: int) -> bool:
+        """Whether ``agent`` runs the CTA's output tile ``output`` (a tile split gives each of
+        its agents every n-th; docs/guide/agents.md, "Tile splits")."""
+        split = self.plan.split
+        return split is None or split.runs(self.agent_name(agent), output)
+
+    def placed_runs(self, a: int) -> list[tuple[int, int, list[PlacedStep]]]:
+        """(output tile, ring base, placed steps) of each output tile agent ``a`` runs, and
+        after its last, for the split agent whose turn would come next, the steps that fill
+        the last output tile's generation (``Step.output_lag``)."""
+        prog, trips = self.plan.programs[a], self.trips_of(a)
+        own = prog.split_base == "own"
+        out = []
+        for o in range(self.outputs):
+            if not self.runs(a, o):
+                continue
+            base = sum(t for q, t in enumerate(trips[:o]) if not own or self.runs(a, q))
+            # a step that fills an earlier output tile's generation has none on the first
+            steps = [p for p in prog.placed(trips[o]) if p.step.output_lag <= o]
+            out.append((o, base, steps))
+        if self.plan.split is not None and self.runs(a, self.outputs):
+            base = sum(t for q, t in enumerate(trips) if not own or self.runs(a, q))
+            tail = [p for p in prog.placed(0) if p.step.output_lag > 0]
+            if tail:
+                out.append((self.outputs, base, tail))
+        return out
+
     def build(self) -> None:
         for a, prog in enumerate(self.plan.programs):
             insts: list[_Inst] = []
-            trips = self.trips_of(a)
-            for o in range(self.outputs):
-                base = sum(trips[:o])
+            for o, base, placed in self.placed_runs(a):
                 insts += [_Inst(agent=a, n=len(insts) + n, output=o, base=base,
                                 placed=PlacedStep(section=p.section, iteration=p.iteration,
                                                   position=p.position, t=p.t + base, step=p.step))
-                          for n, p in enumerate(prog.placed(trips[o]))]
+                          for n, p in enumerate(placed)]
             self.insts.append(insts)
             prev: Node = START
             open_ops: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
             for inst in insts:
                 if inst.n and inst.output != insts[inst.n - 1].output:
-                    self.g.add_edge(prev, ("end", a, inst.output - 1))
-                    prev = ("end", a, inst.output - 1)
+                    self.g.add_edge(prev, ("end", a, insts[inst.n - 1].output))
+                    prev = ("end", a, insts[inst.n - 1].output)
                 self.g.add_edge(prev, inst.node)
                 prev = inst.node
                 self._step(inst, open_ops)
-            self.g.add_edge(prev, ("end", a, self.outputs - 1))
+            self.g.add_edge(prev, ("end", a, insts[-1].output if insts else self.outputs - 1))
             for ch, keys in open_ops.items():  # never committed: never known complete
                 for key in keys:
                     self.done[key] = self.reads_end[key] = None
@@ -335,7 +372,7 @@ class _Run:
         for bid, parts in sorted(self.named.items()):
             by_tile: dict[int, list[_Inst]] = defaultdict(list)
             for inst in parts:
-                by_tile[inst.tile].append(inst)
+                by_tile[inst.generation].append(inst)
             before: Node | None = None
             for u in sorted(by_tile):
                 insts = by_tile[u]
@@ -344,7 +381,8 @@ class _Run:
                 counts = sorted({i.step.value for i in insts})
                 self.gens[node] = _Generation(barrier=bid, tile=u, insts=tuple(insts),
                                               threads=threads, counts=tuple(counts),
-                                              before=before)
+                                              before=before,
+                                              output=any(i.step.once for i in insts))
                 self.g.add_node(node)
                 for i in insts:
                     if i.step.kind == StepKind.NAMED_SYNC:
@@ -556,7 +594,8 @@ class _Run:
             agents = [a for a, p in enumerate(self.plan.programs)
                       if p.name in ring.signallers or p.name in ring.waiters]
             for o in range(self.outputs):
-                counts = {a: self.trips_of(a)[o] for a in agents}
+                # the agents of a tile split count as one: the owner of the output tile
+                counts = {a: self.trips_of(a)[o] for a in agents if self.runs(a, o)}
                 if len(set(counts.values())) < 2:
                     continue
                 a = next(a for a in agents if counts[a] != self.trips[o])
@@ -607,8 +646,8 @@ class _Run:
                 return (f"{what}: {ph['announced']} bytes are announced and "
                         f"{ph['landed']} land"), True
         if s.kind == StepKind.NAMED_SYNC:
-            gen = self.gens.get(("named", s.barrier, inst.tile))
-            if gen is not None and ("named", s.barrier, inst.tile) in self.root_dead:
+            gen = self.gens.get(("named", s.barrier, inst.generation))
+            if gen is not None and ("named", s.barrier, inst.generation) in self.root_dead:
                 return self._gen_text(gen), True
         for c in self.cycles:
             if inst.node in c:
@@ -620,8 +659,9 @@ class _Run:
     def _gen_text(self, gen: "_Generation") -> str:
         """Why a generation of a named barrier never completes (or completes wrongly)."""
         output, local = self.locate(gen.tile)
-        what = (f"the generation of named barrier {gen.barrier} for tile {local}"
-                f"{_of_output(output)}")
+        what = (f"the generation of named barrier {gen.barrier} for output tile {gen.tile + 1}"
+                if gen.output else f"the generation of named barrier {gen.barrier} for tile "
+                f"{local}{_of_output(output)}")
         if len(gen.counts) > 1:
             return (f"{what} is joined with counts {', '.join(map(str, gen.counts))}: every "
                     "named_sync and named_arrive of one generation must name the same count")
@@ -674,6 +714,10 @@ class _Run:
                         section[(order.name, n, u)].append(inst)
         for order in self.plan.orders:
             turns = len(order.turns)
+            if order.scope == "output_tile":
+                self._output_order(order.name, [index[t.agent] for t in order.turns],
+                                   {i for t in order.turns for i in t.ops})
+                continue
             # the turns run on across output tiles as across K tiles (the persistent kernel)
             seq = [(n, u) for u in range(sum(self.trips)) for n in range(turns)]
             for (i, u), (j, v) in zip(seq, seq[1:]):
@@ -693,6 +737,27 @@ class _Run:
                                                 f"restore {self.agent_name(first.agent)}'s "
                                                 f"named barrier wait of ordering {order.name}"))
                 break
+
+    def _output_order(self, name: str, agents: Sequence[int], ops: set[int]) -> None:
+        """An ordering over output tiles: the turn ops of output tile o + 1 (run by its owner in
+        the tile split) are issued after those of output tile o, whoever ran it; an output tile
+        with no K tile has none and passes the turn on (docs/guide/agents.md, "Tile splits")."""
+        tiles = [sorted((i for (a, op, _), i in self.op_at.items()
+                         if a in agents and op in ops and i.output == o), key=lambda i: i.n)
+                 for o in range(self.outputs)]
+        runs = [t for t in tiles if t]
+        for before, after in zip(runs, runs[1:]):
+            last, first = before[-1], after[0]
+            if self.hb(last.node, first.node):
+                continue
+            self.report(HazardKind.ORDER, first,
+                        f"may be issued before {self.step_text(last)}: ordering {name} "
+                        f"({' then '.join(self.agent_name(a) for a in agents)}, each output "
+                        "tile's mainloop in turn) is not enforced", other=last,
+                        fix=Fix("review", first.placed.section, first.placed.position,
+                                f"restore {self.agent_name(first.agent)}'s named barrier wait "
+                                f"of ordering {name}"))
+            return
 
     def _what(self, ring_name: str) -> str:
         return "data" if self.plan.ring(ring_name).kind == "full" else "releases"
@@ -1054,8 +1119,10 @@ class _Run:
             who, name = self.agent_name(a), tag_name(self.body[op].tag, self.names)
             mine = runs.get((a, op, o), [])
             seen = Counter(i.local for i in mine)
-            # a once copy runs once per output tile, also for one with no K tile
-            limit = 1 if op in self.once_ops else self.trips[o]
+            # a once copy runs once per output tile, also for one with no K tile; an agent of
+            # a tile split runs only its own output tiles
+            limit = (0 if not self.runs(a, o) else 1 if op in self.once_ops
+                     else self.trips[o])
             inside = lambda i: 0 <= i.local < limit  # noqa: E731
             extra = [i for i in mine if (a, op) not in owned or not inside(i) or seen[i.local] > 1]
             if extra:
@@ -1067,7 +1134,7 @@ class _Run:
                             f"runs once too often: {why}",
                             fix=Fix("review", inst.placed.section, inst.placed.position,
                                     f"remove this {name} step"))
-            expected = 1 if op in self.once_ops else self.trips[o]  # a once copy: one per output
+            expected = limit  # a once copy: one per output tile
             missing = [u for u in range(expected) if not seen[u]]
             if (a, op) not in owned or not missing:
                 continue
@@ -1093,6 +1160,7 @@ class _Generation:
     threads: int
     counts: tuple[int, ...]  #: the counts its steps name (one, unless they disagree)
     before: Node | None  #: the generation before it on the same barrier
+    output: bool = False  #: ``tile`` counts output tiles (an ordering of scope output_tile)
 
     @property
     def complete(self) -> bool:

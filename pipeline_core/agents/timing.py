@@ -101,7 +101,12 @@ def run(plan: Plan, body: Sequence[Op], machine: AgentMachine,
         raise ValueError(f"timing model: {tiles} K tiles are fewer than the plan's minimum "
                          f"{plan.min_tiles}")
     rings = {r.name: r for r in plan.rings}
-    streams = [p.placed(tiles) for p in plan.programs]
+    # one output tile: with a tile split only its owner runs it, and a step that waits on an
+    # earlier output tile's turn (Step.output_lag) has none to wait on (docs/guide/agents.md,
+    # "Tile splits")
+    streams = [[s for s in p.placed(tiles) if s.step.output_lag <= 0]
+               if plan.split is None or plan.split.runs(p.name, 0) else []
+               for p in plan.programs]
     taken: list[Taken] = []
     pc = [0] * len(streams)
     clock = [0.0] * len(streams)

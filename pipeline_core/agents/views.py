@@ -25,6 +25,10 @@ def _step_doc(step: Step, plan: Plan, body: Sequence[Op], names: Mapping[int, st
            "isa": isa_form(step, plan, body, names, sync, after_loop=after_loop)}
     if step.barrier >= 0:  # a named barrier step (docs/guide/agents.md, "Named barriers")
         doc["barrier"] = step.barrier
+    if step.output_lag:  # an output-tile ordering's wait (docs/guide/agents.md, "Tile splits")
+        doc["output_lag"] = step.output_lag
+    if step.exit:
+        doc["exit"] = True
     return doc
 
 
@@ -82,8 +86,11 @@ def agents_doc(plan: Plan, body: Sequence[Op], names: Mapping[int, str],
     if plan.orders:  # only a plan with orderings carries the key (older documents stay as they were)
         doc["orders"] = [{"name": o.name, "turns": [{"agent": t.agent, "ops": list(t.ops)}
                                                     for t in o.turns],
-                          "barriers": list(o.barriers), "counts": list(o.counts)}
+                          "barriers": list(o.barriers), "counts": list(o.counts),
+                          **({"scope": o.scope} if o.scope != "k_tile" else {})}
                          for o in plan.orders]
+    if plan.split is not None:  # agents that take output tiles in turn (a tile split)
+        doc["split"] = {"agents": list(plan.split.agents)}
     if plan.reduction is not None:  # likewise only a plan with a cross-CTA reduction
         doc["reduction"] = {"name": plan.reduction.name, "agents": list(plan.reduction.agents)}
     if plan.store is not None:  # likewise only a plan with a bulk store

@@ -115,6 +115,11 @@ AGENT_MUTATIONS = {
                    "plan with loop bounds: the others skip it)",
     "skew_trips": "run one agent's loop one K tile more or fewer than the others on every "
                   "output tile (a plan with loop bounds: its bound computed off by one)",
+    # a tile split (docs/guide/agents.md, "Tile splits")
+    "split_own_base": "count one split agent's ring positions over its own output tiles only "
+                      "(rb advanced by its own K tiles)",
+    "split_all_arrivals": "make an empty ring's phase wait for every split agent's release "
+                          "(the arrivals of a ring without the split)",
 }
 
 #: the reduction mutations that drop a finish step, by the step kind they drop; the others
@@ -154,6 +159,13 @@ class AgentMutation:
     def apply(self, plan: Any) -> Any:
         """``plan`` (an :class:`~pipeline_core.agents.Plan`) with the edit made."""
         prog = plan.program(self.agent)
+        if self.category == "split_own_base":
+            return attrs.evolve(plan, programs=[attrs.evolve(p, split_base="own")
+                                                if p.name == self.agent else p
+                                                for p in plan.programs])
+        if self.category == "split_all_arrivals":
+            return attrs.evolve(plan, rings=[attrs.evolve(r, arrivals=r.arrivals * self.delta)
+                                             if r.name == self.ring else r for r in plan.rings])
         if self.category in ("clamp_trips", "skew_trips"):  # its trip count, not a step
             field = "min_trips" if self.category == "clamp_trips" else "trip_delta"
             return attrs.evolve(plan, programs=[attrs.evolve(p, **{field: self.delta})
@@ -205,7 +217,20 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
     kinds = {r.name: r.kind for r in plan.rings}
     readers = {a for r in plan.rings if r.kind == "full" for a in r.waiters}
     ids = {o.name: o.barriers for o in plan.orders}
+    split = plan.split.agents if plan.split is not None else ()
+    for ring in plan.rings:
+        if split and ring.kind == "empty" and "split_all_arrivals" in categories \
+                and set(split) <= set(ring.signallers):
+            yield AgentMutation(category="split_all_arrivals", agent=split[0], section="kernel",
+                                iteration=0, index=0, delta=len(split), ring=ring.name,
+                                description=f"{ring.name} waits for {len(split)} x "
+                                            f"{ring.arrivals} arrivals (every split agent's)")
     for prog in plan.programs:
+        if prog.name in split and "split_own_base" in categories:
+            yield AgentMutation(category="split_own_base", agent=prog.name, section="kernel",
+                                iteration=0, index=0,
+                                description=f"{prog.name} counts its ring positions over its "
+                                            "own output tiles only")
         if plan.bounds is not None and "clamp_trips" in categories:
             yield AgentMutation(category="clamp_trips", agent=prog.name, section="kernel",
                                 iteration=0, index=0, delta=1,

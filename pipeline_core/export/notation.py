@@ -132,6 +132,9 @@ def isa_form(step: "Step", plan: "Plan", body: "Sequence[Op]", names: Mapping[in
         text = (nb.text(arrive=step.kind == StepKind.NAMED_ARRIVE, id=step.barrier,
                         count=step.value) if nb is not None
                 else f"{name} {step.barrier}, {step.value}")
+        if step.output_lag:  # an output-tile ordering's wait (docs/guide/agents.md, "Tile splits")
+            return (f"{text} ({step.channel}; fills output tile o-{step.output_lag}'s "
+                    "generation: none on the CTA's first, once more after its last)")
         return f"{text} ({step.channel})"
     if step.kind == StepKind.PHASE_WAIT:
         off = step.phase_offset

@@ -250,7 +250,13 @@ def _agents_listing(compiled: CompiledSchedule, plan: "Plan") -> str:
             turns = ", then ".join(f"{t.agent} (ops {', '.join(map(str, t.ops))})"
                                    for t in o.turns)
             bars = ", ".join(f"{b} ({n} threads)" for b, n in zip(o.barriers, o.counts))
-            out.append(f"  {o.name}: each K tile {turns}; named barriers {bars}")
+            each = "each output tile" if o.scope == "output_tile" else "each K tile"
+            out.append(f"  {o.name}: {each} {turns}; named barriers {bars}")
+    if plan.split is not None:  # docs/guide/agents.md, "Tile splits"
+        out.append("SPLIT")
+        out.append(f"  output tiles round-robin over {', '.join(plan.split.agents)}: output tile "
+                   f"o runs on agent o % {len(plan.split.agents)}; the ring positions count "
+                   "every earlier output tile's K tiles")
     if plan.reduction is not None:  # docs/guide/agents.md, "Cross-CTA reductions"
         out.append("REDUCTION")
         out.append(f"  {plan.reduction.name}: the CTAs of one output tile hand their partial "

@@ -27,7 +27,8 @@ from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source,
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
                                                 consumer_branches, consumer_sync_line,
-                                                declared_geometry, render, ring_step_line)
+                                                declared_geometry, merged_consumer_lines,
+                                                render, ring_step_line, split_tile_loop)
 from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, KERNEL_FAMILY,
                                                        MN_CHUNK, OUT_BYTES, SCHEDULE_NAME,
                                                        STORE_BUFFERS, WGMMA_M, GemmVariant,
@@ -110,7 +111,7 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
         return ring
     sync = consumer_sync_line(s)  # named barriers, the wgmma group's fence / commit / wait
     if sync is not None:
-        return sync
+        return _first_tiles_guard(s) + sync
     if s.kind == StepKind.OP:
         if variant is not None and s.tag in (WgmmaTag.TMA_A, WgmmaTag.TMA_B):
             return (_copy_line("a", s, variant.a_major, variant.split_k, "a" in variant.batch)
@@ -127,6 +128,32 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
             return f"wgmma_tile({stage});"
     raise ProgramError(f"emitter {EMITTER_NAME}: agent {owner}: no CUDA for step {s.kind.value} "
                        f"(tag {s.tag})")
+
+
+def _first_tiles_guard(s: Step) -> str:
+    """A named wait that fills an earlier output tile's generation (``Step.output_lag`` L, an
+    ordering over output tiles: docs/guide/agents.md, "Tile splits") has none to wait for on
+    the CTA's first L output tiles: it is guarded by the tile's position."""
+    if not s.output_lag:
+        return ""
+    return f"if (tile >= (int)blockIdx.x + {s.output_lag} * (int)gridDim.x) "
+
+
+def _after_tiles(consumers: Sequence[AgentProgram]) -> list[str]:
+    """After a split consumer's tile loop: the named waits of its output-tile ordering that
+    fill the CTA's last output tile's generation, run by the consumer whose turn would come
+    next (``tile`` ended one position past the CTA's last tile), so each barrier ends the
+    kernel balanced (docs/guide/agents.md, "Tile splits")."""
+    texts = []
+    for c in consumers:
+        steps = [s for it in c.prologue for s in it if s.output_lag] + [
+            s for s in c.kernel if s.output_lag]
+        lines = [f"if (tile >= (int)blockIdx.x + {s.output_lag} * (int)gridDim.x && "
+                 f"tile - {s.output_lag} * (int)gridDim.x < TILES) {named}"
+                 for s in steps for named in [consumer_sync_line(s)] if named is not None]
+        texts.append("\n".join(["// the last output tile's turn, taken by the next consumer",
+                                 *lines]))
+    return consumer_branches(texts)
 
 
 def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> str:
@@ -154,14 +181,23 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
             p, lambda s: _step_line(s, single_issuer, p.name, watchdog or 0, variant), label))
 
     texts = ["\n".join(lines(c, False, "consumer")) for c in consumers]
+    # a tile split's consumers run one program, branching on the consumer index only around
+    # their named barriers (skeleton.merged_consumer_lines says why)
+    consumer = (merged_consumer_lines([t.split("\n") for t in texts], EMITTER_NAME)
+                if plan.split is not None else consumer_branches(texts))
     constants = _constants(g)
     parts = {**FAMILY, **general_family(v, consumers)} if variant else FAMILY
     family = AgentsFamily(**{part: text.format(**constants) for part, text in parts.items()})
     body = agents_kernel_body(
         rings=plan.rings, producer=lines(producer, True, producer.name),
-        consumer=consumer_branches(texts), producer_name=producer.name,
+        consumer=consumer, producer_name=producer.name,
         producer_registers=g.producer_registers, consumer_registers=g.consumer_registers,
-        family=family)
+        family=family,
+        # a tile split (ping-pong): each consumer runs its own output tiles
+        consumer_loop=(split_tile_loop("        ", len(plan.split.agents))
+                       if plan.split is not None else None),
+        consumer_after=_after_tiles(consumers) if plan.split is not None else (),
+        uniform_consumer=plan.split is not None)
     if variant:
         return _GENERAL_SOURCE.format(
             header=header_source(), wgmma_header=wgmma_header_source(),
@@ -181,7 +217,7 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
         target=compiled.target_name, body=body, **constants)
 
 
-def _constants(g: WsGeometry) -> dict[str, int]:
+def _constants(g: WsGeometry) -> dict[str, int | str]:
     return {"BM": g.bm, "BN": g.bn, "BK": g.bk, "STAGES": g.stages, "GROUP_M": g.group_m,
             "THREADS": g.threads, "SMEM": g.smem_bytes, "CONSUMER_ROWS": g.consumer_rows,
             "MBLOCKS": g.wgmma_m_blocks, "KSTEPS": g.k_steps, "ACC": g.bn // 2,
@@ -191,7 +227,9 @@ def _constants(g: WsGeometry) -> dict[str, int]:
             "ELEM": g.elem_bytes, "WGMMA_K": g.wgmma_k,
             "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK),
             "SCOLS": g.variant.store_cols, "SBUF": STORE_BUFFERS,
-            "OUT_BYTES": OUT_BYTES[g.variant.out_dtype]}
+            "OUT_BYTES": OUT_BYTES[g.variant.out_dtype],
+            # the consumer's first row in the tile: its share, or (ping-pong) the whole tile
+            "ROW0": "0" if g.variant.pingpong else "consumer * CONSUMER_ROWS"}
 
 
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {schedule} on target {target}.
@@ -241,7 +279,7 @@ FAMILY = {
     auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};""",
     "consumer_state": r"""        float acc[MBLOCKS][ACC];""",
     "compute": _compute(
-        "smem_desc_sw128(stage_a(s) + (consumer * CONSUMER_ROWS + mb * {WGMMA_M}) * 128 + kk * 32)",
+        "smem_desc_sw128(stage_a(s) + ({ROW0} + mb * {WGMMA_M}) * 128 + kk * 32)",
         "smem_desc_sw128(stage_b(s) + kk * 32)"),
     "finish": r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
@@ -252,7 +290,7 @@ FAMILY = {
         const int w = wtid / 32, g = lane / 4, q = lane % 4;
 #pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb) {{
-            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * {WGMMA_M} + w * 16 + g;
+            const int row = tile_m * BM + {ROW0} + mb * {WGMMA_M} + w * 16 + g;
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {{
                 const int col = tile_n * BN + j * 8 + 2 * q;
@@ -399,9 +437,9 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
     of each operand's major mode, split-K's finish from the ``consumers``' steps, and the fused
     epilogue (bias, activation, output type, clipped stores).  Formatted with
     :func:`_constants` like FAMILY."""
-    a_desc = ("smem_desc_sw128(stage_a(s) + (consumer * CONSUMER_ROWS + mb * {WGMMA_M}) * 128 "
+    a_desc = ("smem_desc_sw128(stage_a(s) + ({ROW0} + mb * {WGMMA_M}) * 128 "
               "+ kk * 32)" if v.a_major == "k" else
-              "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_a(s) + (consumer * CONSUMER_ROWS "
+              "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_a(s) + ({ROW0} "
               "+ mb * {WGMMA_M}) / 64 * CHUNK_BYTES + kk * 2048)")
     b_desc = ("smem_desc_sw128(stage_b(s) + kk * 32)" if v.b_major == "k" else
               "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_b(s) + kk * 2048)")
@@ -478,7 +516,7 @@ def _direct_finish(v: GemmVariant) -> str:
         const int w = wtid / 32, g = lane / 4, q = lane % 4;
 #pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb) {{
-            const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * {WGMMA_M} + w * 16 + g;""" + (
+            const int row = tile_m * BM + {ROW0} + mb * {WGMMA_M} + w * 16 + g;""" + (
             _SCALE_ROWS if v.scale != "none" else "") + r"""
 #pragma unroll
             for (int j = 0; j < BN / 8; ++j) {{
@@ -496,7 +534,7 @@ def _stage_write(v: GemmVariant) -> str:
     """The STAGE_WRITE step: the thread's part of sub-tile (mb, s), epilogue applied, into the
     staging buffer (the fragment's rows w * 16 + g and + 8; 128-byte swizzled)."""
     rows = (r"""{{{{  // the rows' scales
-                const int row = tile_m * BM + consumer * CONSUMER_ROWS + mb * {{WGMMA_M}} + w * 16 + g;"""
+                const int row = tile_m * BM + {{ROW0}} + mb * {{WGMMA_M}} + w * 16 + g;"""
             + _SCALE_ROWS.replace("\n", "\n    ") + "\n                ") if v.scale != "none" else ""
     return rows + r"""#pragma unroll
                 for (int jj = 0; jj < SCOLS / 8; ++jj) {{{{  // the fragment, epilogue applied
@@ -520,7 +558,7 @@ _STORE_STEPS = {
     StepKind.NAMED_SYNC: 'asm volatile("bar.sync %0, {value};\\n" :: "r"(store_bar) : "memory");',
     StepKind.PROXY_FENCE: "pcgc::fence_proxy_async_shared();",
     StepKind.STORE_ISSUE: ("if (wtid == 0) pcgc::tma_store_2d(&tmC, buf, tile_n * BN + s * SCOLS, "
-                           "tile_m * BM + consumer * CONSUMER_ROWS + mb * {{WGMMA_M}});"),
+                           "tile_m * BM + {{ROW0}} + mb * {{WGMMA_M}});"),
     StepKind.STORE_COMMIT: "if (wtid == 0) pcgc::bulk_commit();",
     StepKind.STORE_DRAIN: "if (wtid == 0) pcgc::bulk_wait<0>();",
 }

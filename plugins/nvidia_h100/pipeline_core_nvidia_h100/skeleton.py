@@ -187,6 +187,33 @@ def consumer_branches(texts: Sequence[str], indent: str = "    ") -> list[str]:
     return out + ["}"]
 
 
+def merged_consumer_lines(texts: Sequence[Sequence[str]], emitter: str) -> list[str]:
+    """The consumers' programs as one program the consumer branch runs, for consumers that
+    differ only in their named-barrier lines (a tile split's turns: each syncs on its own
+    barrier and arrives on the next one's, docs/guide/agents.md, "Tile splits"): each line that
+    differs becomes a branch on the consumer index around that barrier alone.  Their wgmma
+    groups then sit outside any branch on the consumer index: ptxas serializes every wgmma of a
+    group it finds on such a (possibly divergent) path (C7520), which halves the tensor cores'
+    rate (benchmarks/results/matmul_pingpong_h100.jsonl)."""
+    if len({len(t) for t in texts}) != 1:
+        raise ProgramError(f"emitter {emitter}: the consumers' programs differ in length "
+                           f"({', '.join(str(len(t)) for t in texts)} lines); a tile split's "
+                           "consumers must run the same steps")
+    out: list[str] = []
+    for lines in zip(*texts):
+        if len(set(lines)) == 1:
+            out.append(lines[0])
+            continue
+        if not all("bar.sync" in x or "bar.arrive" in x for x in lines):
+            raise ProgramError(f"emitter {emitter}: the consumers' programs differ in "
+                               f"{lines[0].strip()!r} / {lines[1].strip()!r}; a tile split's "
+                               "consumers may differ only in their named barriers")
+        indent = lines[0][:len(lines[0]) - len(lines[0].lstrip())]
+        out.append(indent + " else ".join(f"if (consumer == {i}) {{ {x.strip()} }}"
+                                          for i, x in enumerate(lines)))
+    return out
+
+
 def _bar_offset(index: int) -> str:
     return "s" if index == 0 else "(STAGES + s)" if index == 1 else f"({index} * STAGES + s)"
 
@@ -200,13 +227,34 @@ def tile_loop(indent: str, inner: str) -> list[str]:
             inner + "pch100::grouped_tile(tile, M / BM, N / BN, GROUP_M, tile_m, tile_n);"]
 
 
+def split_tile_loop(indent: str, agents: int) -> list[str]:
+    """The tile loop of a consumer of a tile split (docs/guide/agents.md, "Tile splits"):
+    consumer c of ``agents`` runs the CTA's output tiles at positions c, c + agents, ...; its
+    ring positions (``rb``) count the K tiles of every earlier output tile of the CTA, the
+    other consumers' too.  ``tile`` outlives the loop: the steps after it read where it ended."""
+    return [indent + "int rb = consumer * KT;  // ring positions count every earlier output "
+                     "tile of the CTA, whoever ran it",
+            indent + "int tile = blockIdx.x + consumer * (int)gridDim.x;",
+            indent + f"for (; tile < TILES; tile += {agents} * (int)gridDim.x, "
+                     f"rb += {agents} * KT) {{",
+            indent + "int tile_m, tile_n;",
+            indent + "pch100::grouped_tile(tile, M / BM, N / BN, GROUP_M, tile_m, tile_n);"]
+
+
 def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
                        consumer: Sequence[str], producer_name: str, producer_registers: int,
-                       consumer_registers: int, family: AgentsFamily) -> str:
+                       consumer_registers: int, family: AgentsFamily,
+                       consumer_loop: Sequence[str] | None = None,
+                       consumer_after: Sequence[str] = (), uniform_consumer: bool = False) -> str:
     """The body of a warp-specialized kernel: warp group 0 the producer (one elected thread runs
     its program), warp groups 1.. the consumers (one program; the consumer index is a run-time
     value), ``setmaxnreg`` moving registers between the roles, one mbarrier per ring and stage,
-    and each role's program inside the persistent tile loop."""
+    and each role's program inside the persistent tile loop.  ``consumer_loop``: the consumers'
+    tile loop head (None: every output tile, :func:`tile_loop`; a tile split's:
+    :func:`split_tile_loop`), ``consumer_after``: lines after it.  ``uniform_consumer``: the
+    consumer index is read through a warp shuffle, so ptxas knows it is the same in every
+    thread of a warp: a tile loop whose bounds depend on it otherwise puts the wgmma groups on
+    a path ptxas takes as divergent, and it serializes every wgmma there (C7520)."""
     ind = "    "
     names = ", then ".join(f"{r.name}[0..STAGES)" for r in rings)
     lines = [ind + "using namespace pcwg;", family.constants, "",
@@ -238,13 +286,16 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
              ind + "} else {",
              ind * 2 + "// ---- agents consumer0.. (one program; the consumer index picks the rows) ----",
              ind * 2 + f"setmaxnreg_inc<{consumer_registers}>();",
-             ind * 2 + "const int consumer = wg - 1;",
+             ind * 2 + ("const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);  "
+                        "// warp-uniform (C7520)" if uniform_consumer
+                        else "const int consumer = wg - 1;"),
              family.consumer_state,
-             *tile_loop(ind * 2, ind * 2),
+             *(tile_loop(ind * 2, ind * 2) if consumer_loop is None else consumer_loop),
              family.compute,
              *(ind * 2 + l for l in consumer),
              family.finish,
              ind * 2 + "}  // next output tile",
+             *(ind * 2 + l for l in consumer_after),
              *([family.consumer_exit] if family.consumer_exit else []),
              ind + "}"]
     return "\n".join(lines)

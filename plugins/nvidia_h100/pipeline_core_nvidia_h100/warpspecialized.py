@@ -22,9 +22,10 @@ from typing import Any
 import attrs
 
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, CostModel, DepEdge, KernelLaunch,
-                                      Op, OpCost, OpRole, Param, PipelineConfig, ProgramError,
-                                      ReductionSpec, ResourceKind, ScheduleRecord, StoreSpec,
-                                      TargetProfile, annotate, logical)
+                                      Op, OpCost, OpRole, OrderSpec, Param, PipelineConfig,
+                                      ProgramError, ReductionSpec, ResourceKind, ScheduleRecord,
+                                      StoreSpec, TargetProfile, TileSplit, Turn, annotate,
+                                      logical)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
@@ -137,6 +138,11 @@ class GemmVariant:
     #: one thread stores it by TMA (docs/guide/matmul.md, "The TMA-store epilogue")
     store: str = "direct"
 
+    #: consumer ping-pong across output tiles (docs/guide/matmul.md, "Ping-pong"): each consumer
+    #: owns a whole BM x BN output tile, the consumers take the CTA's tiles in turn and their
+    #: mainloops are ordered by named barriers, so one's epilogue overlaps the other's mainloop
+    pingpong: bool = False
+
     @property
     def store_cols(self) -> int:
         """Columns of one TMA-store sub-tile: one 128-byte swizzled row of the output type."""
@@ -155,7 +161,8 @@ def describe_variant(v: GemmVariant) -> str:
             + (", split-K" if v.split_k else "")
             + (f", scale {v.scale}" if v.scale != "none" else "")
             + (f", batched {v.batch}" if v.batch != "none" else "")
-            + (", TMA store" if v.store == "tma" else ""))
+            + (", TMA store" if v.store == "tma" else "")
+            + (", ping-pong" if v.pingpong else ""))
 
 
 def k_tile(dtype: str) -> int:
@@ -179,7 +186,8 @@ class WsGeometry:
 
     @property
     def consumer_rows(self) -> int:
-        return self.bm // self.consumers
+        """Rows each consumer computes: its share of the tile, or (ping-pong) the whole tile."""
+        return self.bm if self.variant.pingpong else self.bm // self.consumers
 
     @property
     def wgmma_m_blocks(self) -> int:
@@ -254,7 +262,16 @@ class WsGeometry:
         if v.batch != "none" and v.store == "tma":
             raise bad("store", "tma with -p batch: C's tensor map is one [m, n] matrix, and a "
                                "batched kernel offsets C per batch (grid z): -p store=direct")
-        if self.bm % self.consumers or self.consumer_rows % WGMMA_M:
+        if v.pingpong:
+            if v.split_k or v.store == "tma" or v.batch != "none" or v.dtype == "e4m3":
+                other = ("split_k=true" if v.split_k else "store=tma" if v.store == "tma"
+                         else f"batch={v.batch}" if v.batch != "none" else "dtype=e4m3")
+                raise bad("pingpong", f"ping-pong and -p {other} don't combine yet: drop one "
+                                      "of them")
+            if self.consumers < 2:
+                raise bad("pingpong", f"takes 2 consumers or more (-p consumers=2), got "
+                                      f"{self.consumers}")
+        if self.bm % (1 if v.pingpong else self.consumers) or self.consumer_rows % WGMMA_M:
             raise bad("BM", f"{self.bm} rows over {self.consumers} consumers is not a multiple "
                             f"of {WGMMA_M} rows per consumer")
         if self.bn % 16 or not 16 <= self.bn <= 256:
@@ -267,6 +284,10 @@ class WsGeometry:
                                  f"{tile}={-(-rows // MN_CHUNK) * MN_CHUNK})")
         if self.bm > 256:
             raise bad("BM", f"at most 256 rows (one TMA box dimension), got {self.bm}")
+        if self.accumulators > 192 and self.variant.pingpong:
+            raise bad("pingpong", f"each consumer holds a whole {self.bm} x {self.bn} tile: "
+                                  f"{self.accumulators} fp32 accumulators per thread leave too "
+                                  "few of 255 registers; shrink the tile (-p BN=128)")
         if self.accumulators > 192:
             raise bad("BM", f"{self.accumulators} fp32 accumulators per consumer thread leave too "
                             "few of 255 registers; add consumers or shrink BN")
@@ -362,6 +383,10 @@ PARAMS = (
                                   "memory) or tma (sub-tiles through shared-memory staging "
                                   "buffers by TMA stores that overlap the next tile)",
           choices=STORES),
+    Param("pingpong", bool, False, "consumer ping-pong: each consumer owns a whole BM x BN "
+                                   "tile, the consumers take output tiles in turn, their "
+                                   "mainloops ordered by named barriers (with -p BN=128; "
+                                   "implies tails)"),
 )
 
 
@@ -421,12 +446,20 @@ class WarpSpecializedGemm:
                             registers=g.consumer_registers) for c in range(g.consumers)]
         # split-K: the consumers' sums are reduced across the CTAs of the output tile
         # (docs/guide/agents.md, "Cross-CTA reductions")
+        reduction = ReductionSpec() if g.variant.split_k else None
+        # the TMA-store epilogue (docs/guide/agents.md, "Bulk stores")
+        store = StoreSpec(buffers=STORE_BUFFERS) if g.variant.store == "tma" else None
+        if not g.variant.pingpong:
+            return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
+                             release_lag=self.release_lag, reduction=reduction, store=store)
+        # ping-pong: the consumers take output tiles in turn, their mainloops in tile order
+        # (docs/guide/agents.md, "Tile splits")
+        consumers = tuple(r.name for r in roles[1:])
+        order = OrderSpec(name="mainloop", scope="output_tile",
+                          turns=[Turn(agent=r.name, ops=r.ops) for r in roles[1:]])
         return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
-                         release_lag=self.release_lag,
-                         reduction=ReductionSpec() if g.variant.split_k else None,
-                         # the TMA-store epilogue (docs/guide/agents.md, "Bulk stores")
-                         store=(StoreSpec(buffers=STORE_BUFFERS) if g.variant.store == "tma"
-                                else None))
+                         release_lag=self.release_lag, reduction=reduction, store=store,
+                         split=TileSplit(agents=consumers), orders=[order])
 
     def tag_names(self) -> dict[int, str]:
         return {**self.target.cost_model.tag_names(), **TAG_NAMES}

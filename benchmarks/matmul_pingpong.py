@@ -1,0 +1,266 @@
+"""Consumer ping-pong across output tiles (``warpspecialized-gemm -p pingpong=true``) on the GPU.
+
+  python3 benchmarks/matmul_pingpong.py [--cases 64] [--anchors PATH] [--sanitize] [--out DIR]
+
+Each consumer warp group owns a whole 128 x 128 output tile; the two take the persistent CTA's
+tiles in turn and their mainloops are ordered by named barriers, so one's epilogue overlaps the
+other's mainloop (docs/guide/matmul.md, "Ping-pong"; docs/guide/agents.md, "Tile splits").  The
+call's planning (tails, layouts, the fused epilogue, the persistent grid) is ``matmul()``'s; only
+the kernel differs (``GemmVariant.pingpong``, tile 128 x 128).
+
+1. Correctness (METHOD.md): random (shape, dtype, layout, epilogue) cases drawn as
+   benchmarks/matmul_call.py draws them, fresh random inputs, NaN-poisoned outputs, fp32 torch
+   reference.
+2. ``--sanitize``: a few small shapes with tails in M, N and K (run under compute-sanitizer).
+3. Timing: ping-pong (ring depths 4 and 5) against today's cooperative kernel (``matmul()``),
+   cuBLAS and triton-tma-persist (../shared/tools/gemm_anchors.py) in this process: CUDA-event
+   medians after warm-up, interleaved rounds with the order rotated, per-round ratios.
+Every result is one JSON line on stdout (and in --out/results.jsonl); a table closes the output.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
+    if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
+        sys.path.insert(0, str(extra))
+
+_spec = importlib.util.spec_from_file_location("matmul_call_bench", ROOT / "benchmarks" /
+                                               "matmul_call.py")
+mc = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(mc)
+
+TIMED = ((8192, 8192, 8192), (4096, 4096, 4096), (4096, 8192, 2048))
+STAGES = (4, 5)
+
+
+def candidate(stages):
+    from pipeline_core_nvidia_h100 import autotune
+    return autotune.Candidate(bm=128, bn=128, stages=stages, consumers=2)
+
+
+def pp_plan(a, b, bias, act, od, out, stages):
+    """The call's plan at the 128 x 128 tile (no split), its variant with ``pingpong`` on."""
+    import attrs
+
+    from pipeline_core_nvidia_h100 import matmul_call as m
+    plan = m._plan(a, b, bias, act, od, out, m._KERNELS.sms(0),
+                   attrs.evolve(m.TUNING, split_k=False), candidate(stages))
+    return attrs.evolve(plan, variant=attrs.evolve(plan.variant, pingpong=True))
+
+
+def meta_plan(torch, case, stages):
+    out_name, _, act = mc.EPILOGUES[case[-1]]
+    a, b, bias = mc.case_tensors(torch, case, "meta")
+    return pp_plan(a, b, bias, act, None if out_name is None else mc.torch_dtype(torch, out_name),
+                   None, stages)
+
+
+def recipe(torch, a, b, bias, act, od, out, stages):
+    """The ping-pong kernel's launch of ``matmul(a, b, bias=, activation=, out=)``: the call's
+    own plan at the 128 x 128 tile, its variant with ``pingpong`` on."""
+    import attrs
+
+    from pipeline_core_nvidia_h100 import matmul_call as m
+    c = candidate(stages)
+    plan = pp_plan(a, b, bias, act, od, out, stages)
+    built = m._KERNELS.get(plan.variant, 0, c)
+    if built.min_k_tiles * 64 > plan.k_pad:
+        plan = attrs.evolve(plan, k_pad=built.min_k_tiles * 64)
+    return m._Recipe(plan=plan, built=built, device=0,
+                     stream=torch.cuda.current_stream().cuda_stream, candidate=c)
+
+
+def case_stages(i):
+    """Most cases at 4 stages, every fourth at 5 (fewer distinct kernels to build)."""
+    return STAGES[1] if i % 4 == 3 else STAGES[0]
+
+
+def prebuild(torch, cases, timed):
+    """Every ping-pong kernel the run launches, built with nvcc in parallel (the cases time no
+    build): planned on meta tensors as the launches will plan them."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline_core.api import compile_named
+    from pipeline_core_nvidia_h100 import matmul_call as m
+    from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME, emit_wgmma
+    from pipeline_core_nvidia_h100.kernel_cache import cubin_path
+    from pipeline_core_nvidia_h100.warpspecialized import SCHEDULE_NAME
+    t0 = time.time()
+    wanted = set()
+    for i, case in enumerate(cases):
+        wanted.add((meta_plan(torch, case, case_stages(i)).variant, case_stages(i)))
+    for case in timed:
+        wanted |= {(meta_plan(torch, case, s).variant, s) for s in STAGES}
+    for case in SANITIZE:  # built here, so the sanitizer's run loads them from the cache
+        wanted.add((meta_plan(torch, case, STAGES[0]).variant, STAGES[0]))
+    host = m._host()
+    sources = [emit_wgmma(compile_named(SCHEDULE_NAME, target="h100",
+                                        params=candidate(s).params(v),
+                                        target_args={"stages": str(s)}, host=host))
+               for v, s in sorted(wanted, key=repr)]
+    with ThreadPoolExecutor(14) as pool:
+        list(pool.map(lambda src: cubin_path(src, KERNEL_NAME, ("-std=c++17",), "sm_90a"),
+                      sources))
+    for v, s in wanted:
+        m._KERNELS.get(v, 0, candidate(s))
+    mc.emit({"kind": "pp-prebuild", "kernels": len(wanted), "seconds": round(time.time() - t0, 1)})
+
+
+def run_case(torch, case, stages=4):
+    from pipeline_core_nvidia_h100 import matmul_call as m
+    mm, n, k, dt, a_col, b_col, e = case
+    out_name, bias_kind, act = mc.EPILOGUES[e]
+    a, b, bias = mc.case_tensors(torch, case)
+    od = out_name or dt
+    out = torch.full((mm, n), float("nan"), device="cuda", dtype=mc.torch_dtype(torch, od))
+    r = recipe(torch, a, b, bias, act, None if out_name is None else mc.torch_dtype(torch, od),
+               out, stages)
+    m._launch(r, a, b, bias, out)
+    torch.cuda.synchronize()
+    ref = mc.reference(torch, a, b, bias, act)
+    unwritten = int(torch.isnan(out.float()).sum())
+    err = float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
+    return out, unwritten, err, od, r.plan.grid
+
+
+def correctness(torch, cases):
+    failures, table = 0, {}
+    for i, case in enumerate(cases):
+        stages = case_stages(i)
+        out, unwritten, err, od, grid = run_case(torch, case, stages)
+        m, n, k, dt, a_col, b_col, e = case
+        ok = unwritten == 0 and err <= mc.TOL[od]
+        failures += not ok
+        key = f"{dt} A{'col' if a_col else 'row'} B{'col' if b_col else 'row'}"
+        row = table.setdefault(key, [0, 0, 0.0])
+        row[0] += 1
+        row[1] += ok
+        row[2] = max(row[2], err)
+        if not ok or i < 3:
+            mc.emit({"kind": "pp-case", "i": i, "M": m, "N": n, "K": k, "dtype": dt,
+                     "a": "col" if a_col else "row", "b": "col" if b_col else "row", "out": od,
+                     "epilogue": mc.EPILOGUES[e], "stages": stages, "grid": grid,
+                     "rel_err": err, "unwritten": unwritten, "ok": ok})
+    for key, (count, good, worst) in sorted(table.items()):
+        mc.emit({"kind": "pp-correct-table", "layout": key, "cases": count, "ok": good,
+                 "max_rel_err": worst})
+    mc.emit({"kind": "pp-correctness", "cases": len(cases), "failures": failures})
+    return failures
+
+
+#: small shapes with tails in M, N and K, for compute-sanitizer (racecheck / synccheck); 300
+#: rows: a CTA runs 2 output tiles of 128 x 128 columns-wise (each consumer one), and more
+SANITIZE = ((200, 300, 130, "bf16", False, False, 1), (130, 260, 70, "fp16", True, True, 2),
+            (300, 520, 200, "bf16", True, False, 3))
+
+
+def sanitize_run(torch):
+    for case in SANITIZE:
+        _, unwritten, err, _, grid = run_case(torch, case, 4)
+        print(json.dumps({"kind": "pp-sanitize-case", "case": case, "grid": grid,
+                          "rel_err": err, "unwritten": unwritten}), flush=True)
+
+
+def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
+    from pipeline_core_nvidia_h100 import matmul
+    from pipeline_core_nvidia_h100 import matmul_call as m
+    spec = importlib.util.spec_from_file_location("anchors", anchors_path)
+    anchors = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(anchors)
+    peers = anchors.gemm_peers()
+    summary = []
+    for mm, n, k in shapes:
+        a = torch.randn(mm, k, device="cuda").to(torch.bfloat16)
+        bt = torch.randn(n, k, device="cuda").to(torch.bfloat16)  # B stored [N, K]
+        c = torch.empty(mm, n, device="cuda", dtype=torch.bfloat16)
+        impls = {}
+        for s in STAGES:
+            r = recipe(torch, a, bt.T, None, None, None, c, s)
+            impls[f"pingpong-s{s}"] = (lambda r=r: m._launch(r, a, bt.T, None, c))
+        impls["cooperative"] = lambda: matmul(a, bt.T, out=c)
+        impls["cublas"] = lambda: peers["cublas"](a, bt, c)
+        impls["triton-tma-persist"] = lambda: peers["triton-tma-persist"](a, bt, c)
+        ref = a.float() @ bt.float().T
+        for name, fn in impls.items():  # warm-up and a check on this shape
+            c.fill_(float("nan"))
+            fn()
+            torch.cuda.synchronize()
+            err = float((c.float() - ref).norm() / ref.norm())
+            mc.emit({"kind": "pp-timing-check", "shape": [mm, n, k], "impl": name,
+                     "rel_err": err, "ok": err < mc.TOL["bf16"]})
+        del ref
+        names = list(impls)
+        per = {x: [] for x in names}
+        for rd in range(rounds):
+            order = names[rd % len(names):] + names[:rd % len(names)]
+            for name in order:
+                fn = impls[name]
+                for _ in range(3):
+                    fn()
+                ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(reps)]
+                for s, e in ev:
+                    s.record()
+                    fn()
+                    e.record()
+                torch.cuda.synchronize()
+                per[name].append(statistics.median(s.elapsed_time(e) for s, e in ev))
+        flop = 2.0 * mm * n * k
+        rec = {"kind": "pp-timing", "shape": [mm, n, k], "rounds": rounds, "reps": reps}
+        for name in names:
+            med = statistics.median(per[name])
+            rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
+        for ours in [f"pingpong-s{s}" for s in STAGES]:
+            for peer in ("cooperative", "cublas", "triton-tma-persist"):
+                rec[f"{ours}/{peer}"] = [round(p / o, 3) for o, p in zip(per[ours], per[peer])]
+        mc.emit(rec)
+        summary.append(rec)
+    return summary
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", type=int, default=64)
+    ap.add_argument("--anchors", default=str(ROOT.parent / "shared" / "tools" / "gemm_anchors.py"))
+    ap.add_argument("--out", default=None, help="folder for results.jsonl")
+    ap.add_argument("--sanitize", action="store_true")
+    ap.add_argument("--skip-timing", action="store_true")
+    args = ap.parse_args(argv)
+    import torch
+    if args.sanitize:
+        sanitize_run(torch)
+        return 0
+    mc.emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
+    # tails (1, 7, 17, 100, 127, 1000 ...), both dtypes, every layout and epilogue
+    cases = mc.draw_cases(args.cases, seed=126)
+    timed = [] if args.skip_timing else [(m, n, k, "bf16", False, True, 0) for m, n, k in TIMED]
+    prebuild(torch, cases, timed)
+    failures = correctness(torch, cases)
+    summary = [] if args.skip_timing else timing(torch, args.anchors)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        Path(args.out, "results.jsonl").write_text("".join(json.dumps(x) + "\n"
+                                                           for x in mc.LINES))
+    cols = [f"pingpong-s{s}" for s in STAGES] + ["cooperative", "cublas", "triton-tma-persist"]
+    print("\nshape             " + "  ".join(f"{c:>18}" for c in cols) + "  (TFLOPS)")
+    for r in summary:
+        print(f"{'x'.join(map(str, r['shape'])):17} "
+              + "  ".join(f"{r[c]['tflops']:18}" for c in cols))
+        for s in STAGES:
+            print("   " + "  ".join(f"s{s}/{p} {statistics.median(r[f'pingpong-s{s}/{p}']):.3f}"
+                                    for p in ("cooperative", "cublas", "triton-tma-persist")))
+    print(f"ping-pong correctness failures: {failures} of {args.cases}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
