@@ -133,6 +133,13 @@ class Step:
     #: a barrier the execution model adds, not the lowering (pipeline_core.execution: STAGGER,
     #: LAUNCH, TAIL); "" for every other step
     synthetic: str = ""
+    #: ARRIVE in a cluster (:class:`Cluster`): which CTA's barrier it arrives on, counted from the
+    #: agent's own (0: its own CTA; 1: the next CTA of the cluster, through ``mapa``)
+    peer: int = 0
+    #: ARRIVE: the release scope, "cta" or "cluster" ("": the sync model's plain arrive, CTA
+    #: scope); an arrival on another CTA's barrier releases to its waiters only at cluster scope
+    #: (docs/guide/agents.md, "Clusters")
+    scope: str = ""
 
     @property
     def stage(self) -> int:
@@ -307,6 +314,30 @@ class LoopBounds:
 
 
 @attrs.frozen(kw_only=True)
+class ClusterSpec:
+    """CTAs launched as one cluster that share copies (docs/guide/agents.md, "Clusters"): each
+    CTA's writer issues its ``1 / ctas`` share of every ``multicast`` copy into the same ring
+    stage of every CTA of the cluster, so a stage of such a ring fills with bytes from every
+    CTA's writer and may be overwritten only once the readers of every CTA released it."""
+
+    ctas: int = 2
+    multicast: tuple[int, ...] = attrs.field(converter=_ints, default=())
+
+
+@attrs.frozen(kw_only=True)
+class Cluster:
+    """A plan's cluster (:class:`ClusterSpec` lowered): the CTAs the proof instantiates the
+    programs for, the copies each multicasts, and the cluster barriers at the kernel's start
+    (after the mbarriers' initialisation, before any CTA may signal a peer's barrier) and at its
+    end (no CTA exits while a peer may still copy into it or arrive on its barriers)."""
+
+    ctas: int
+    multicast: tuple[int, ...] = attrs.field(converter=_ints, default=())
+    start_barrier: bool = True
+    end_barrier: bool = True
+
+
+@attrs.frozen(kw_only=True)
 class AgentSpec:
     """A schedule's agent assignment: the roles and, per body op, the bytes it copies.
 
@@ -333,6 +364,9 @@ class AgentSpec:
     #: the trip-count rule and masked K tiles of output tiles that visit different numbers of
     #: K tiles (attention's causal bounds); None: every output tile visits the same count
     bounds: LoopBounds | None = None
+    #: CTAs launched as a cluster sharing multicast copies; None: one CTA (docs/guide/agents.md,
+    #: "Clusters")
+    cluster: ClusterSpec | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -360,6 +394,9 @@ class Ring:
     #: the ring carries copies issued once per output tile: its stages and phases count output
     #: tiles (:attr:`Step.once`)
     once: bool = False
+    #: CTAs whose agents signal each of its stages (a cluster's multicast ring: its ``arrivals``
+    #: count every CTA's readers); 1 for a ring of one CTA
+    ctas: int = 1
 
 
 @attrs.frozen(kw_only=True)
@@ -527,6 +564,8 @@ class Plan:
     orders: tuple[Ordering, ...] = attrs.field(converter=_orderings, default=())
     #: the cross-CTA reduction whose steps the agents' ``finish`` holds (None: none)
     reduction: Reduction | None = None
+    #: the CTAs launched as one cluster sharing multicast copies (None: one CTA)
+    cluster: Cluster | None = None
     #: every agent runs the same steps (the module says what that means for readers)
     lockstep: bool = False
     #: how many warp groups run a lockstep plan and how they are staggered; None on a plan of

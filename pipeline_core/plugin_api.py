@@ -60,14 +60,14 @@ from pipeline_core.launch import KernelLaunch
 from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, PARAM_INT, Bound
 from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole, Phase,
                                ResourceKind, framework_op, logical)
-from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, LoopBounds, OrderSpec,
+from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, ClusterSpec, LoopBounds, OrderSpec,
                                 ReductionSpec, Ring, RingSpec, Step, StepKind, Turn)
 from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
 from pipeline_core.scheduling.registry import SchedulingRequest
 from pipeline_core.plugins import PluginHost, default_host
-from pipeline_core.sync import (BarrierKind, BlockBinding, Channel, ChannelKind,
+from pipeline_core.sync import (BarrierKind, BlockBinding, Channel, ChannelKind, ClusterSync,
                                 CrossCtaReduction, Effect, NamedBarriers, SyncModel)
 from pipeline_core.testing import fresh_host, run_cli
 from pipeline_core.transforms import (double_buffer_reorder, optimize_within_barriers,
@@ -81,11 +81,12 @@ __all__ = [
     "TargetProfile", "CostModel", "OpCost", "annotate", "PipelineConfig", "ScheduleConfig",
     "BlockSizing", "FragOrder", "LoopCarried", "WarpStagger",
     "SyncModel", "Channel", "ChannelKind", "Effect", "BarrierKind", "BlockBinding",
-    "NamedBarriers", "CrossCtaReduction",
+    "NamedBarriers", "CrossCtaReduction", "ClusterSync",
     "ExecutionModel",
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
     "AgentSpec", "LoopBounds", "AgentRole", "RingSpec", "OrderSpec", "Turn", "ReductionSpec",
+    "ClusterSpec",
     "SchedulingRequest",
     "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine",
     "simulate_agents",

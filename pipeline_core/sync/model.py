@@ -156,6 +156,21 @@ class CrossCtaReduction:
 
 
 @attrs.frozen(kw_only=True)
+class ClusterSync:
+    """How a target's CTAs of one cluster signal each other (docs/guide/agents.md, "Clusters"):
+    the largest cluster a multicast ring may span, the arrive scopes that release a CTA's earlier
+    accesses to a *peer* CTA's waiters (a CTA-scope arrive on a peer's barrier counts towards its
+    phase but orders nothing for the peer: the race of NVIDIA/cutlass#3324), and the
+    instructions of each cluster action (the views' and the proof's ISA names)."""
+
+    max_ctas: int = 2
+    #: arrive scopes whose release reaches a peer CTA's waiters
+    release_scopes: tuple[str, ...] = attrs.field(default=("cluster",), converter=_strings)
+    #: "remote_arrive", "multicast", "start", "end": the instruction each is
+    forms: Mapping[str, str] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
 class NamedBarriers:
     """A target's named CTA barriers: ``ids`` barriers addressed by number, each joined by a
     thread count (docs/guide/agents.md, "Named barriers").
@@ -278,6 +293,9 @@ class SyncModel:
     #: hand-off, and a schedule that declares one is refused); docs/guide/agents.md, "Cross-CTA
     #: reductions"
     reduction: CrossCtaReduction | None = None
+    #: how the CTAs of a cluster signal each other (None: no clusters; a schedule that declares
+    #: one is refused); docs/guide/agents.md, "Clusters"
+    cluster: ClusterSync | None = None
 
     def __attrs_post_init__(self) -> None:
         names = [c.name for c in self.channels]
