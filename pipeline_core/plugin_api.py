@@ -60,8 +60,9 @@ from pipeline_core.launch import KernelLaunch
 from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, PARAM_INT, Bound
 from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole, Phase,
                                ResourceKind, framework_op, logical)
-from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, ClusterSpec, LoopBounds, OrderSpec,
-                                ReductionSpec, Ring, RingSpec, Step, StepKind, Turn)
+from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, Cluster, ClusterSpec,
+                                LoopBounds, OrderSpec, ReductionSpec, Ring, RingSpec, Step,
+                                StepKind, Turn)
 from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
@@ -86,7 +87,7 @@ __all__ = [
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
     "AgentSpec", "LoopBounds", "AgentRole", "RingSpec", "OrderSpec", "Turn", "ReductionSpec",
-    "ClusterSpec",
+    "ClusterSpec", "Cluster",
     "SchedulingRequest",
     "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine",
     "simulate_agents",

@@ -78,6 +78,17 @@ class Tuning:
 
     persistent: bool = True
     split_k: bool = True
+    #: CTAs per cluster (docs/guide/matmul.md, "Clusters"): 2 pairs CTAs on adjacent M tiles
+    #: that multicast halves of their shared B tile, where the plan has at least two M tiles
+    #: and no split (:func:`cluster_size`)
+    cluster: int = 1
+
+
+def cluster_size(tiles_m: int, splits: int, tuning: Tuning) -> int:
+    """The CTAs per cluster a plan launches: ``tuning.cluster`` unless the tile grid has a
+    single M tile (nothing to pair) or K is split (split-K's CTAs reduce through global
+    memory; the schedule refuses the two together)."""
+    return tuning.cluster if tiles_m >= tuning.cluster and splits == 1 else 1
 
 
 #: The fewest K tiles one split runs: below it the workspace round trip and the ring's fill
@@ -256,10 +267,17 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     splits = split_count(tiles, k_tiles, sms) if tuning.split_k else 1
     if splits > 1:  # one split's K tiles; the last split's past K are zero-filled loads
         k_tiles = max(_cdiv(k_tiles, splits), tile.min_k_tiles)
+    cluster = cluster_size(tiles_m, splits, tuning)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
                           out_dtype=out_dtype or a.dtype, bias=bias_kind,
-                          activation=activation or "none", tails=True, split_k=splits > 1)
+                          activation=activation or "none", tails=True, split_k=splits > 1,
+                          cluster=cluster)
     grid = min(tiles, sms) if tuning.persistent and sms > 0 else tiles
+    if cluster > 1:  # whole clusters of tile pairs; each CTA loads its share of the B tile
+        pairs = _cdiv(tiles_m, cluster) * tiles_n
+        grid = cluster * (min(pairs, sms // cluster) if tuning.persistent and sms > 0 else pairs)
+        if b_map.major == "k":
+            b_map = attrs.evolve(b_map, box_outer=b_map.box_outer // cluster)
     return CallPlan(m=m, n=n, k=k, m_pad=tiles_m * tile.bm, n_pad=tiles_n * tile.bn,
                     k_pad=k_tiles * tile.bk, variant=variant, a=a_map, b=b_map, ldc=ldc,
                     grid=grid, splits=splits)

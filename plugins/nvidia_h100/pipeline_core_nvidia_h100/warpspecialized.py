@@ -21,7 +21,8 @@ from typing import Any
 
 import attrs
 
-from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, CostModel, DepEdge, KernelLaunch,
+from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, ClusterSpec, CostModel, DepEdge,
+                                      KernelLaunch,
                                       Op, OpCost, OpRole, Param, PipelineConfig, ProgramError,
                                       ReductionSpec, ResourceKind, ScheduleRecord, TargetProfile,
                                       annotate, logical)
@@ -103,6 +104,10 @@ class GemmVariant:
     #: tiles; each CTA writes its partial sums to an fp32 workspace and the CTA that finishes an
     #: output tile last adds the slices in split order and runs the epilogue once
     split_k: bool = False
+    #: CTAs per cluster (docs/guide/matmul.md, "Clusters"): 2 launches CTA pairs on adjacent M
+    #: tiles of one N tile; each CTA's producer loads half of the shared B tile and multicasts
+    #: it into both CTAs, and each stage is released by the consumers of both
+    cluster: int = 1
 
     @property
     def general(self) -> bool:
@@ -114,7 +119,8 @@ def describe_variant(v: GemmVariant) -> str:
     """The variant in words (the general kernel's header comment, the call's build notice)."""
     return (f"{v.dtype} in, A {v.a_major.upper()}-major, B {v.b_major.upper()}-major, "
             f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}"
-            + (", split-K" if v.split_k else ""))
+            + (", split-K" if v.split_k else "")
+            + (f", cluster {v.cluster} (B multicast)" if v.cluster > 1 else ""))
 
 
 @attrs.frozen(kw_only=True)
@@ -190,6 +196,19 @@ class WsGeometry:
                                  f"{tile}={-(-rows // MN_CHUNK) * MN_CHUNK})")
         if self.bm > 256:
             raise bad("BM", f"at most 256 rows (one TMA box dimension), got {self.bm}")
+        if self.variant.cluster > 1:
+            if self.variant.split_k:
+                raise bad("cluster", f"{self.variant.cluster} with -p split_k=true: a split-K "
+                                     "tile's CTAs reduce through global memory, not a cluster; "
+                                     "pass -p cluster=1 or -p split_k=false")
+            half = self.bn // self.variant.cluster
+            step = MN_CHUNK if self.variant.b_major == "mn" else 8
+            if half % step:
+                raise bad("cluster", f"each CTA multicasts {half} of B's -p BN={self.bn} rows, "
+                                     f"not a multiple of {step} (a swizzle atom"
+                                     f"{' of an MN-major box' if step == MN_CHUNK else ''}); "
+                                     f"pass -p BN={2 * step * -(-self.bn // (2 * step))} or "
+                                     "-p cluster=1")
         if self.accumulators > 192:
             raise bad("BM", f"{self.accumulators} fp32 accumulators per consumer thread leave too "
                             "few of 255 registers; add consumers or shrink BN")
@@ -255,6 +274,9 @@ PARAMS = (
     Param("split_k", bool, False, "split the K tiles over the grid's second dimension: "
                                   "partial sums in an fp32 workspace, reduced in split order "
                                   "by the tile's last CTA, epilogue once (implies tails)"),
+    Param("cluster", int, 1, "CTAs per cluster: 2 pairs CTAs on adjacent M tiles that "
+                             "multicast halves of their shared B tile (implies tails)",
+          bound=Bound(low=1, high=2)),
 )
 
 
@@ -313,9 +335,14 @@ class WarpSpecializedGemm:
                             registers=g.consumer_registers) for c in range(g.consumers)]
         # split-K: the consumers' sums are reduced across the CTAs of the output tile
         # (docs/guide/agents.md, "Cross-CTA reductions")
+        # a cluster: each CTA multicasts its half of the B tile (op 1) into every CTA of the
+        # pair (docs/guide/agents.md, "Clusters")
+        cluster = (ClusterSpec(ctas=g.variant.cluster, multicast=(1,))
+                   if g.variant.cluster > 1 else None)
         return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
                          release_lag=self.release_lag,
-                         reduction=ReductionSpec() if g.variant.split_k else None)
+                         reduction=ReductionSpec() if g.variant.split_k else None,
+                         cluster=cluster)
 
     def tag_names(self) -> dict[int, str]:
         return {**self.target.cost_model.tag_names(), **TAG_NAMES}

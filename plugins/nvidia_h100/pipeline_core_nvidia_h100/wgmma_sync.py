@@ -31,7 +31,8 @@ in short:
 """
 from __future__ import annotations
 
-from pipeline_core.plugin_api import (BarrierKind, Channel, ChannelKind, CrossCtaReduction, Effect,
+from pipeline_core.plugin_api import (BarrierKind, Channel, ChannelKind, ClusterSync,
+                                      CrossCtaReduction, Effect,
                                       FrameworkTag, NamedBarriers, OpRole, SyncModel)
 
 MBARRIER = "mbarrier"
@@ -87,6 +88,23 @@ SPLIT_K_REDUCTION = CrossCtaReduction(
     next_use="the next launch on the stream (the persistent grid gives each output tile its own "
              "counter and slices within a launch)")
 
+#: A 2-CTA cluster (docs/guide/agents.md, "Clusters"; PTX ISA, "mbarrier.arrive", "mapa",
+#: "barrier.cluster", "cp.async.bulk.tensor"): a consumer releases a peer CTA's stage with
+#: ``mapa`` + ``mbarrier.arrive.release.cluster.shared::cluster``; only the cluster-scope
+#: release orders its wgmma reads before the peer producer's next multicast (a ``.cta``-scope
+#: arrive is the race of NVIDIA/cutlass#3324).  The barriers' initialisation is published
+#: cluster-wide (``fence.mbarrier_init.release.cluster``, then ``barrier.cluster``) before any
+#: CTA signals a peer, and every CTA passes ``barrier.cluster`` again before it exits.
+CLUSTER = ClusterSync(
+    max_ctas=2, release_scopes=("cluster",),
+    forms={"remote_arrive": "mapa.shared::cluster.u32; "
+                            "mbarrier.arrive.release.cluster.shared::cluster.b64",
+           "multicast": "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx"
+                        "::bytes.multicast::cluster (cta mask 0b11)",
+           "start": "fence.mbarrier_init.release.cluster; barrier.cluster.arrive.release; "
+                    "barrier.cluster.wait.acquire",
+           "end": "barrier.cluster.arrive.release; barrier.cluster.wait.acquire"})
+
 #: ``bar.sync 0`` publishes the barriers' initialisation before any agent uses them.
 BARRIERS = (BarrierKind(tag=int(FrameworkTag.BARRIER), name="bar.sync", participants="cta",
                         aligned=True, drains=False, publishes="completed"),)
@@ -106,7 +124,7 @@ H100_WGMMA_SYNC = SyncModel(
     barriers=BARRIERS, isa_forms=ISA_FORMS, register_interlock=False,
     shared_in_order=False, global_loads_write_shared=True,
     agent_tags={"arrive": MBAR_ARRIVE, "expect_tx": MBAR_EXPECT_TX, "fence": WGMMA_FENCE},
-    named_barriers=NAMED_BARRIERS, reduction=SPLIT_K_REDUCTION,
+    named_barriers=NAMED_BARRIERS, reduction=SPLIT_K_REDUCTION, cluster=CLUSTER,
     notes=("a waiter may lag an mbarrier by at most one phase (try_wait.parity tests only the "
            "current and the preceding phase)",
            "a wgmma group's shared-memory reads end when wait_group retires it",
