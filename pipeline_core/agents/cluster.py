@@ -109,12 +109,10 @@ class Expansion:
 
 def _step_in(s: Step, cta: int, ctas: int, n_ops: int, ring_names: set[str]) -> Step:
     """Step ``s`` of CTA ``cta``: its op and its ring moved to the CTA it acts on."""
-    changes: dict[str, object] = {}
-    if s.op >= 0:
-        changes["op"] = s.op + cta * n_ops
-    if s.channel in ring_names:
-        changes["channel"] = cta_name(s.channel, (cta + s.peer) % ctas)
-    return attrs.evolve(s, **changes) if changes else s
+    op = s.op + cta * n_ops if s.op >= 0 else s.op
+    channel = (cta_name(s.channel, (cta + s.peer) % ctas) if s.channel in ring_names
+               else s.channel)
+    return attrs.evolve(s, op=op, channel=channel)
 
 
 def expand(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge],
