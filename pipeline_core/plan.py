@@ -133,8 +133,9 @@ class Step:
     #: a barrier the execution model adds, not the lowering (pipeline_core.execution: STAGGER,
     #: LAUNCH, TAIL); "" for every other step
     synthetic: str = ""
-    #: ARRIVE in a cluster (:class:`Cluster`): which CTA's barrier it arrives on, counted from the
-    #: agent's own (0: its own CTA; 1: the next CTA of the cluster, through ``mapa``)
+    #: ARRIVE in a cluster (``Plan.cluster``): which CTA's barrier it
+    #: arrives on, counted from the agent's own (0: its own CTA; 1: the next CTA of the
+    #: cluster, through ``mapa``)
     peer: int = 0
     #: ARRIVE: the release scope, "cta" or "cluster" ("": the sync model's plain arrive, CTA
     #: scope); an arrival on another CTA's barrier releases to its waiters only at cluster scope

@@ -45,7 +45,7 @@ def lower_cluster(spec: AgentSpec, sync: SyncModel, rings: Sequence[Ring],
                   kernels: Mapping[str, list[Step]], copies: Sequence[int], *, owner: str,
                   target: str) -> tuple[list[Ring], dict[str, list[Step]], Cluster | None]:
     """The rings and reader kernels of a cluster (the module says what changes), and the
-    plan's :class:`Cluster`; unchanged and None without ``spec.cluster``.  ``copies``: the
+    plan's ``Cluster``; unchanged and None without ``spec.cluster``.  ``copies``: the
     phase-tracked copies a multicast may name."""
     c = spec.cluster
     if c is None:
