@@ -18,18 +18,20 @@ from pipeline_core.plan import ClusterSpec, StepKind
 from pipeline_core.sync import ClusterSync
 
 CL_SYNC = attrs.evolve(SYNC, cluster=ClusterSync(max_ctas=2))
+#: the same with the peers' releases forwarded by a relay agent (ClusterSync.relay)
+RELAY_SYNC = attrs.evolve(SYNC, cluster=ClusterSync(max_ctas=2, relay=True))
 CATEGORIES = ("drop_arrive", "cta_scope_remote_arrive", "cluster_arrival_count",
               "drop_cluster_start", "drop_cluster_end")
 
 
-def _plan(readers: int = 2, multicast: tuple[int, ...] = (1,), stages: int = 4):
+def _plan(readers: int = 2, multicast: tuple[int, ...] = (1,), stages: int = 4, sync=CL_SYNC):
     s = attrs.evolve(spec(readers), cluster=ClusterSpec(ctas=2, multicast=multicast))
-    return lower_agents(body(readers), edges(readers, stages), CL_SYNC, stages=stages, spec=s,
+    return lower_agents(body(readers), edges(readers, stages), sync, stages=stages, spec=s,
                         owner="schedule t", target="t")
 
 
-def _prove(plan, readers: int = 2):
-    return prove_plan(plan, body(readers), edges(readers), CL_SYNC)
+def _prove(plan, readers: int = 2, sync=CL_SYNC):
+    return prove_plan(plan, body(readers), edges(readers), sync)
 
 
 def _kinds(verdict):
@@ -49,9 +51,10 @@ def test_the_lowering_doubles_the_empty_ring_and_adds_a_cluster_scope_peer_arriv
     assert plain.cluster is None and all(r.ctas == 1 for r in plain.rings)
 
 
+@pytest.mark.parametrize("sync", [CL_SYNC, RELAY_SYNC], ids=["direct", "relay"])
 @pytest.mark.parametrize("readers", [1, 2])
-def test_a_cluster_plan_is_proven_safe_over_both_ctas(readers):
-    v = _prove(_plan(readers), readers)
+def test_a_cluster_plan_is_proven_safe_over_both_ctas(readers, sync):
+    v = _prove(_plan(readers, sync=sync), readers, sync)
     assert v.safe, [x.message for x in v.violations]
     assert "@cta1" in " ".join(v.model["agents"])
     assert any("cluster of 2 CTAs" in a for a in v.model["assumptions"])
@@ -114,3 +117,24 @@ def test_an_arrival_count_above_the_arrivals_that_come_is_a_deadlock():
     bad = attrs.evolve(plan, rings=[attrs.evolve(r, arrivals=r.arrivals + 4)
                                     if r.kind == "empty" else r for r in plan.rings])
     assert HazardKind.DEADLOCK in _kinds(_prove(bad))
+
+
+def test_a_relay_forwards_the_releases_and_each_of_its_edits_is_refused():
+    plan = _plan(sync=RELAY_SYNC)
+    relay = plan.program("relay")
+    assert [(s.kind, s.channel, s.peer, s.scope) for s in relay.kernel] == [
+        (StepKind.PHASE_WAIT, "relay", 0, ""), (StepKind.ARRIVE, "empty", 1, "cluster")]
+    empty = next(r for r in plan.rings if r.kind == "empty")
+    plain = lower_agents(body(), edges(), SYNC, stages=4, spec=spec())
+    assert empty.arrivals == next(r for r in plain.rings if r.kind == "empty").arrivals + 1
+    for p in plan.programs[1:3]:  # the readers arrive locally, on their empty and relay rings
+        assert [(s.channel, s.peer) for s in p.kernel if s.kind == StepKind.ARRIVE] == [
+            ("empty", 0), ("relay", 0)]
+    found: dict[str, set] = {}
+    for m in agent_mutations(plan, CATEGORIES):
+        v = _prove(m.apply(plan), sync=RELAY_SYNC)
+        assert not v.safe, m.description
+        found.setdefault(m.category, set()).update(_kinds(v))
+    assert set(found) == set(CATEGORIES)
+    assert HazardKind.SMEM_WAR in found["cta_scope_remote_arrive"]
+    assert HazardKind.DEADLOCK in found["drop_arrive"]

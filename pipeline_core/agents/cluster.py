@@ -29,11 +29,18 @@ import attrs
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ProgramError
 from pipeline_core.ops import DepKind, Op
-from pipeline_core.plan import AgentProgram, AgentSpec, Cluster, Plan, Ring, Step, StepKind
+from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, Cluster, Plan, Ring, Step,
+                                StepKind)
 from pipeline_core.sync.model import SyncModel
 
 #: the release scope a peer arrival is lowered with (a ClusterSync.release_scopes entry)
 CLUSTER_SCOPE = "cluster"
+#: the agent that forwards the readers' releases to the peers (``ClusterSync.relay``)
+RELAY = "relay"
+
+
+#: the steps that signal a ring
+SIGNALS = (StepKind.ARRIVE, StepKind.EXPECT_TX)
 
 
 def cta_name(name: str, cta: int) -> str:
@@ -43,13 +50,14 @@ def cta_name(name: str, cta: int) -> str:
 
 def lower_cluster(spec: AgentSpec, sync: SyncModel, rings: Sequence[Ring],
                   kernels: Mapping[str, list[Step]], copies: Sequence[int], *, owner: str,
-                  target: str) -> tuple[list[Ring], dict[str, list[Step]], Cluster | None]:
+                  target: str
+                  ) -> tuple[list[Ring], dict[str, list[Step]], Cluster | None, list[AgentRole]]:
     """The rings and reader kernels of a cluster (the module says what changes), and the
     plan's ``Cluster``; unchanged and None without ``spec.cluster``.  ``copies``: the
     phase-tracked copies a multicast may name."""
     c = spec.cluster
     if c is None:
-        return list(rings), dict(kernels), None
+        return list(rings), dict(kernels), None, []
     model = sync.cluster
     who = f"{owner}: AgentSpec.cluster"
     if model is None:
@@ -70,19 +78,53 @@ def lower_cluster(spec: AgentSpec, sync: SyncModel, rings: Sequence[Ring],
         raise ProgramError(f"{who}: sync model {sync.name} releases to a peer CTA only at "
                            f"scopes {list(model.release_scopes)}, not {CLUSTER_SCOPE!r}")
     shared = {r.name for r in rings if set(r.ops) & set(c.multicast)}
-    out_rings = [attrs.evolve(r, ctas=c.ctas,
-                              arrivals=r.arrivals * (c.ctas if r.kind == "empty" else 1))
-                 if r.name in shared else r for r in rings]
-    empties = {r.name for r in out_rings if r.kind == "empty" and r.name in shared}
+    empties = {r.name for r in rings if r.kind == "empty" and r.name in shared}
+    peers = c.ctas - 1
+    if model.relay:  # each peer's relay arrives once per stage and tile
+        relays = {e: relay_ring_name(e) for e in empties}
+        out_rings = [attrs.evolve(r, ctas=c.ctas, arrivals=r.arrivals + peers,
+                                  signallers=(*r.signallers, RELAY))
+                     if r.name in empties else attrs.evolve(r, ctas=c.ctas) if r.name in shared
+                     else r for r in rings]
+        out_rings += [Ring(name=relays[r.name], kind="full", stages=r.stages,
+                           arrivals=r.arrivals, signallers=r.signallers, waiters=(RELAY,))
+                      for r in rings if r.name in empties]
+    else:  # each reader warp arrives on every peer's barrier itself
+        out_rings = [attrs.evolve(r, ctas=c.ctas, arrivals=r.arrivals * (c.ctas if r.kind ==
+                                                                          "empty" else 1))
+                     if r.name in shared else r for r in rings]
     out_kernels: dict[str, list[Step]] = {}
+    relay_steps: list[Step] = []
     for name, steps in kernels.items():
         new: list[Step] = []
         for s in steps:
             new.append(s)
-            if s.kind == StepKind.ARRIVE and s.channel in empties:
+            if s.kind != StepKind.ARRIVE or s.channel not in empties:
+                continue
+            if not model.relay:
                 new += [attrs.evolve(s, peer=p, scope=CLUSTER_SCOPE) for p in range(1, c.ctas)]
+                continue
+            # the reader's local arrival on the relay ring, the relay's wait and peer arrivals
+            # (the relay serves tile t at its iteration t: lag 0)
+            new.append(attrs.evolve(s, channel=relays[s.channel]))
+            if not any(x.channel == s.channel for x in relay_steps if x.peer):
+                wait = next(x for x in steps if x.kind == StepKind.PHASE_WAIT)
+                relay_steps += [attrs.evolve(wait, channel=relays[s.channel], lag=0,
+                                             phase_offset=0),
+                                *(attrs.evolve(s, lag=0, peer=p, scope=CLUSTER_SCOPE)
+                                  for p in range(1, c.ctas))]
         out_kernels[name] = new
-    return out_rings, out_kernels, Cluster(ctas=c.ctas, multicast=c.multicast)
+    roles: list[AgentRole] = []
+    if relay_steps:
+        out_kernels[RELAY] = relay_steps
+        roles.append(AgentRole(name=RELAY, ops=(), warps=1, issuers=1))
+    return out_rings, out_kernels, Cluster(ctas=c.ctas, multicast=c.multicast), roles
+
+
+def relay_ring_name(empty: str) -> str:
+    """The relay ring of a multicast empty ring (``empty`` -> ``relay``, ``k_empty`` ->
+    ``k_relay``)."""
+    return empty[:-len("empty")] + "relay" if empty.endswith("empty") else f"{empty}_relay"
 
 
 @attrs.frozen(kw_only=True)
@@ -140,9 +182,16 @@ def expand(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge],
     for cta in range(ctas):
         for r in plan.rings:
             senders = range(ctas) if r.ctas > 1 and r.kind == "empty" else (cta,)
+            name = cta_name(r.name, cta)
+            # who signals this CTA's ring: the agents (of any CTA) with a step on it
+            signallers = tuple(p.name for p in programs
+                               if any(x.channel == name and x.kind in SIGNALS
+                                      for x in (*p.kernel, *(y for it in p.prologue for y in it),
+                                                *(y for it in p.epilogue for y in it))))
             rings.append(attrs.evolve(
-                r, name=cta_name(r.name, cta), ops=tuple(i + cta * n for i in r.ops),
-                signallers=tuple(cta_name(a, q) for q in senders for a in r.signallers),
+                r, name=name, ops=tuple(i + cta * n for i in r.ops),
+                signallers=signallers or tuple(cta_name(a, q) for q in senders
+                                               for a in r.signallers),
                 waiters=tuple(cta_name(a, cta) for a in r.waiters)))
             ring_cta[cta_name(r.name, cta)] = cta
     landings: dict[int, tuple[tuple[str, int], ...]] = {}

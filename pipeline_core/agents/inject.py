@@ -248,9 +248,9 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
     orders = lower_orders(spec, sync, roles, writers, kernels, owner=owner, target=target)
     rings = [r for p in pairs for r in (p.full, p.empty) if r is not None]
     # a cluster's multicast rings: every CTA's readers release them (agents/cluster.py)
-    rings, kernels, cluster = lower_cluster(spec, sync, rings, kernels, sorted(writer_of),
-                                            owner=owner, target=target)
-    programs = [_split(role, kernels[role.name], tags) for role in spec.roles]
+    rings, kernels, cluster, relays = lower_cluster(spec, sync, rings, kernels, sorted(writer_of),
+                                                    owner=owner, target=target)
+    programs = [_split(role, kernels[role.name], tags) for role in (*spec.roles, *relays)]
     programs, reduction = lower_reduction(spec, sync, programs, rings, owner=owner, target=target)
     plan = Plan(stages=stages, programs=programs, rings=rings, reduction=reduction,
                 min_tiles=max(len(p.prologue) for p in programs) or 1,

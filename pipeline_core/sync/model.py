@@ -168,6 +168,12 @@ class ClusterSync:
     release_scopes: tuple[str, ...] = attrs.field(default=("cluster",), converter=_strings)
     #: "remote_arrive", "multicast", "start", "end": the instruction each is
     forms: Mapping[str, str] = attrs.field(factory=dict)
+    #: a reader's release of a peer CTA's stage goes through a *relay* agent (one otherwise idle
+    #: warp per CTA): the reader arrives on the stage's relay barrier in its own CTA, the relay
+    #: waits on it and arrives on the peer's barrier at cluster scope, so the fence a
+    #: cluster-scope release costs stays off the readers' path (docs/guide/agents.md,
+    #: "Clusters"); False: each reader arrives on the peer's barrier itself
+    relay: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -24,6 +24,7 @@ from pipeline_core.plugin_api import (AgentProgram, Bound, CompiledSchedule, Emi
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_header_source,
                                             header_source, wgmma_header_source)
+from pipeline_core.agents.cluster import RELAY
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
                                                 consumer_branches, consumer_sync_line,
                                                 declared_geometry, render, ring_step_line)
@@ -149,7 +150,9 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
         raise ProgramError(f"emitter {EMITTER_NAME}: writes the agents' programs of kernel family "
                            f"{KERNEL_FAMILY}, but schedule {compiled.schedule_name} compiled a "
                            "lockstep plan (one program every warp group runs)")
-    producer, *consumers = plan.programs
+    # a cluster's relay agent (docs/guide/agents.md, "Clusters") runs on warp 1 of warp group 0
+    relays = [p for p in plan.programs if p.name == RELAY]
+    producer, *consumers = [p for p in plan.programs if p.name != RELAY]
     v = g.variant
     variant = v if v.general else None
     if producer.role.issuers != 1 or not consumers:
@@ -168,7 +171,8 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
         rings=plan.rings, producer=lines(producer, True, producer.name),
         consumer=consumer_branches(texts), producer_name=producer.name,
         producer_registers=g.producer_registers, consumer_registers=g.consumer_registers,
-        family=family, cluster=plan.cluster)
+        family=family, cluster=plan.cluster,
+        relay=[line for r in relays for line in lines(r, True, r.name)])
     if variant:
         return _GENERAL_SOURCE.format(
             header=header_source(), wgmma_header=wgmma_header_source(),

@@ -213,13 +213,14 @@ def tile_loop(indent: str, inner: str, cluster: int = 1) -> list[str]:
 def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
                        consumer: Sequence[str], producer_name: str, producer_registers: int,
                        consumer_registers: int, family: AgentsFamily,
-                       cluster: Cluster | None = None) -> str:
+                       cluster: Cluster | None = None, relay: Sequence[str] = ()) -> str:
     """The body of a warp-specialized kernel: warp group 0 the producer (one elected thread runs
     its program), warp groups 1.. the consumers (one program; the consumer index is a run-time
     value), ``setmaxnreg`` moving registers between the roles, one mbarrier per ring and stage,
     and each role's program inside the persistent tile loop.  ``cluster``: the plan's cluster
     (docs/guide/agents.md, "Clusters"): its start barrier after the initialisation, its end
-    barrier before the exit, and the tile loop over the cluster's tile pairs."""
+    barrier before the exit, and the tile loop over the cluster's tile pairs; ``relay``: the
+    program of its relay agent, which warp 1 of warp group 0 runs (one thread)."""
     ind = "    "
     ctas = cluster.ctas if cluster is not None else 1
     start = (ind + "cluster_sync();  // the cluster's start barrier: every CTA's mbarriers "
@@ -260,6 +261,11 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
              *(ind * 4 + l for l in producer),
              ind * 3 + "}",
              ind * 2 + "}",
+             *([ind * 2 + "if (wtid == 32) {  // ---- agent relay: the peers' releases ----",
+                *tile_loop(ind * 3, ind * 4, ctas),
+                *(ind * 4 + l for l in relay),
+                ind * 3 + "}",
+                ind * 2 + "}"] if relay else []),
              ind + "} else {",
              ind * 2 + "// ---- agents consumer0.. (one program; the consumer index picks the rows) ----",
              ind * 2 + f"setmaxnreg_inc<{consumer_registers}>();",

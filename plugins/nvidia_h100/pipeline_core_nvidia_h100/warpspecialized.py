@@ -168,8 +168,10 @@ class WsGeometry:
 
     @property
     def smem_bytes(self) -> int:
-        """The ring, its 2 x stages mbarriers, and 1 KB for aligning the ring to the swizzle atom."""
-        return self.stages * self.stage_bytes + 1024 + 2 * self.stages * 8
+        """The ring, its 2 x stages mbarriers (3 x in a cluster: the relay ring's, docs/guide/
+        agents.md, "Clusters"), and 1 KB for aligning the ring to the swizzle atom."""
+        rings = 3 if self.variant.cluster > 1 else 2
+        return self.stages * self.stage_bytes + 1024 + rings * self.stages * 8
 
     @property
     def accumulators(self) -> int:

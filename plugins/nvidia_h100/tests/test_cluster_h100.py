@@ -54,11 +54,15 @@ def test_the_cluster_is_proven_over_both_ctas(label):
     assert "producer@cta1" in v.model["agents"]
     assert any("cluster of 2 CTAs" in a for a in v.model["assumptions"])
     empty = next(r for r in c.plan.rings if r.kind == "empty")
-    consumers = len(c.plan.programs) - 1
-    assert (empty.ctas, empty.arrivals) == (2, 2 * 4 * consumers)
-    for p in c.plan.programs[1:]:
-        peers = [s for s in p.kernel if s.kind == StepKind.ARRIVE and s.peer]
-        assert [(s.peer, s.scope) for s in peers] == [(1, "cluster")]
+    consumers = [p for p in c.plan.programs if p.name.startswith("consumer")]
+    # the local consumer warps' releases and the peer's relay's one
+    assert (empty.ctas, empty.arrivals) == (2, 4 * len(consumers) + 1)
+    for p in consumers:  # the consumers arrive in their own CTA only (empty, then relay)
+        assert [(s.channel, s.peer) for s in p.kernel if s.kind == StepKind.ARRIVE] == [
+            ("empty", 0), ("relay", 0)]
+    relay = c.plan.program("relay")
+    assert [(s.peer, s.scope) for s in relay.kernel if s.kind == StepKind.ARRIVE] == [
+        (1, "cluster")]
 
 
 def test_every_edit_of_the_clusters_hand_off_is_refused():
@@ -93,12 +97,16 @@ def test_the_emitter_writes_multicast_peer_arrivals_and_cluster_barriers():
     assert ("tma_load_2d_multicast(stage_b(((rb + t) % STAGES)) + crank * (BN / CLUSTER) * 128, "
             "&tmB, full_bar(((rb + t) % STAGES)), t * BK, tile_n * BN + crank * (BN / CLUSTER), "
             "(1u << CLUSTER) - 1u);") in src
-    assert "if (lane == 0) mbar_arrive_peer(empty_bar(((rb + t - 1) % STAGES)), " \
-           "(crank + 1) % CLUSTER);" in src
-    # both CTAs walk the same pairs: the pair index from blockIdx.x / CLUSTER, the M tile by rank
+    # the relay (warp 1 of the producer warp group) forwards the consumers' releases to the peer
+    relay = src[src.index("if (wtid == 32) {"):src.index("// ---- agents consumer0..")]
+    assert "mbar_wait(relay_bar(((rb + t) % STAGES)), (((rb + t) / STAGES + (0)) & 1));" in relay
+    assert "mbar_arrive_peer(empty_bar(((rb + t) % STAGES)), (crank + 1) % CLUSTER);" in relay
+    assert src.count("if (lane == 0) mbar_arrive(relay_bar(((rb + t - 1) % STAGES)));") >= 1
+    assert src.count("mbar_arrive_peer(") == 1 + 1  # the relay's, and the helper's definition
+    # every role walks the same pairs: the pair index from blockIdx.x / CLUSTER, M tile by rank
     assert src.count("for (int tile = blockIdx.x / CLUSTER; tile < TILES; "
-                     "tile += gridDim.x / CLUSTER, rb += KT) {") == 2
-    assert src.count("tile_m = tile_m * CLUSTER + (int)crank;") == 2
+                     "tile += gridDim.x / CLUSTER, rb += KT) {") == 3
+    assert src.count("tile_m = tile_m * CLUSTER + (int)crank;") == 3
     assert src.count("cluster_sync();  // the cluster's") == 2
     assert "__syncthreads();" not in src.split("extern \"C\"")[1]
     # the mutated plan (start barrier dropped, CTA-scope peer arrival) is emitted as mutated
