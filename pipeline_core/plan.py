@@ -138,8 +138,8 @@ class Step:
     #: cluster, through ``mapa``)
     peer: int = 0
     #: ARRIVE: the release scope, "cta" or "cluster" ("": the sync model's plain arrive, CTA
-    #: scope); an arrival on another CTA's barrier releases to its waiters only at cluster scope
-    #: (docs/guide/agents.md, "Clusters")
+    #: scope); an arrival on another CTA's barrier releases to its waiters only at cluster scope;
+    #: PHASE_WAIT: the acquire scope, likewise (docs/guide/agents.md, "Clusters")
     scope: str = ""
 
     @property

@@ -20,7 +20,8 @@ from pipeline_core.sync import ClusterSync
 CL_SYNC = attrs.evolve(SYNC, cluster=ClusterSync(max_ctas=2))
 #: the same with the peers' releases forwarded by a relay agent (ClusterSync.relay)
 RELAY_SYNC = attrs.evolve(SYNC, cluster=ClusterSync(max_ctas=2, relay=True))
-CATEGORIES = ("drop_arrive", "cta_scope_remote_arrive", "cluster_arrival_count",
+CATEGORIES = ("drop_arrive", "cta_scope_remote_arrive", "cta_scope_peer_wait",
+              "cluster_arrival_count",
               "drop_cluster_start", "drop_cluster_end")
 
 
@@ -48,6 +49,9 @@ def test_the_lowering_doubles_the_empty_ring_and_adds_a_cluster_scope_peer_arriv
     for p in plan.programs[1:]:
         arrives = [s for s in p.kernel if s.kind == StepKind.ARRIVE]
         assert [(s.peer, s.scope) for s in arrives] == [(0, ""), (1, "cluster")]
+    # the writer's acquire of the stage its peers release waits at cluster scope
+    assert [s.scope for s in plan.programs[0].kernel if s.kind == StepKind.PHASE_WAIT] == [
+        "cluster"]
     assert plain.cluster is None and all(r.ctas == 1 for r in plain.rings)
 
 
@@ -77,6 +81,7 @@ def test_every_mutation_of_the_cluster_is_listed_and_refused():
     assert set(found) == set(CATEGORIES)
     # the cutlass#3324 bug: the CTA-scope arrive is named for what it is
     assert HazardKind.SMEM_WAR in found["cta_scope_remote_arrive"]
+    assert HazardKind.SMEM_WAR in found["cta_scope_peer_wait"]
     assert HazardKind.DEADLOCK in found["drop_arrive"]
     # 8 arrivals where 16 come: each tile completes two phases, the writer runs a phase ahead
     assert HazardKind.SMEM_WAR in found["cluster_arrival_count"]

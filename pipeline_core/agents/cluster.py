@@ -98,6 +98,10 @@ def lower_cluster(spec: AgentSpec, sync: SyncModel, rings: Sequence[Ring],
     for name, steps in kernels.items():
         new: list[Step] = []
         for s in steps:
+            # a wait on a phase a peer's arrival completes acquires at cluster scope (the fix
+            # of NVIDIA/cutlass#3324 upgrades both sides)
+            if s.kind == StepKind.PHASE_WAIT and s.channel in empties:
+                s = attrs.evolve(s, scope=CLUSTER_SCOPE)
             new.append(s)
             if s.kind != StepKind.ARRIVE or s.channel not in empties:
                 continue

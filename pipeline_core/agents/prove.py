@@ -303,8 +303,9 @@ class _Run:
         """An arrival on a peer CTA's barrier at a scope that does not release to the peer's
         waiters (``ClusterSync.release_scopes``: a CTA-scope arrive, NVIDIA/cutlass#3324)."""
         s = inst.step
-        return (self.cluster is not None and s.kind == StepKind.ARRIVE and s.peer % self.cluster.ctas != 0
-                and (s.scope or "cta") not in self.cluster.release_scopes)
+        c = self.cluster
+        return (c is not None and s.kind == StepKind.ARRIVE and s.peer % c.ctas != 0
+                and (s.scope or "cta") not in c.release_scopes)
 
     def _cluster_nodes(self, c: Expansion) -> None:
         """Each CTA initialises its barriers (``init``) before its agents begin; the start
@@ -333,14 +334,30 @@ class _Run:
                 elif s.kind == StepKind.OP:
                     for ring_name, _ in c.landings.get(s.op, ()):
                         if c.ring_cta[ring_name] != mine:
-                            out.append((inst, ("land", inst.agent, inst.n), c.ring_cta[ring_name],
-                                        f"copies into CTA {c.ring_cta[ring_name]} (on {ring_name})"))
+                            r = c.ring_cta[ring_name]
+                            out.append((inst, ("land", inst.agent, inst.n), r,
+                                        f"copies into CTA {r} (on {ring_name})"))
         return out
 
     def _cluster_rules(self, c: Expansion) -> None:
         """A peer arrival releases at cluster scope; every action on a peer CTA comes after the
         peer initialised its barriers and before it exits (docs/guide/agents.md, "Clusters")."""
+        peer_rings = {s.channel for insts in self.insts for i in insts
+                      for s in (i.step,) if s.kind == StepKind.ARRIVE
+                      and c.ring_cta.get(s.channel, c.agent_cta[i.agent]) != c.agent_cta[i.agent]}
         for insts in self.insts:
+            wait = next((i for i in insts if i.step.kind == StepKind.PHASE_WAIT
+                         and i.step.channel in peer_rings
+                         and (i.step.scope or "cta") not in c.release_scopes), None)
+            if wait is not None:
+                self.report(HazardKind.SMEM_WAR, wait,
+                            f"acquires {wait.step.channel} at {wait.step.scope or 'cta'} scope, "
+                            "but a peer CTA's arrival completes its phase: the peer's release "
+                            "reaches only a cluster-scope acquire, so this agent's next write "
+                            "may overtake the peer's reads (NVIDIA/cutlass#3324)",
+                            fix=Fix("review", wait.placed.section, wait.placed.position,
+                                    "wait at cluster scope (mbarrier.try_wait.parity.acquire."
+                                    "cluster)"), rank=0)
             inst = next((i for i in insts if self.unreleased(i)), None)
             if inst is not None:
                 self.report(HazardKind.SMEM_WAR, inst,

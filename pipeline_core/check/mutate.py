@@ -108,6 +108,8 @@ AGENT_MUTATIONS = {
     # a cluster's (docs/guide/agents.md, "Clusters"); drop_arrive drops a peer arrival too
     "cta_scope_remote_arrive": "arrive on a peer CTA's barrier at CTA scope, not cluster scope "
                                "(NVIDIA/cutlass#3324)",
+    "cta_scope_peer_wait": "wait at CTA scope on a phase a peer CTA's arrival completes "
+                           "(NVIDIA/cutlass#3324)",
     "cluster_arrival_count": "initialise a multicast empty ring for one CTA's readers only "
                              "(its arrival count not multiplied by the CTAs)",
     "drop_cluster_start": "drop the cluster barrier after the mbarriers' initialisation",
@@ -167,7 +169,7 @@ class AgentMutation:
             steps.insert(self.delta, steps.pop(self.index))
         elif self.category == "swap_named_id":
             steps[self.index] = attrs.evolve(step, barrier=self.barrier)
-        elif self.category == "cta_scope_remote_arrive":
+        elif self.category in ("cta_scope_remote_arrive", "cta_scope_peer_wait"):
             steps[self.index] = attrs.evolve(step, scope="cta")
         elif self.category == "loosen_counter_wait":
             steps[self.index] = attrs.evolve(step, value=step.value + self.delta)
@@ -239,6 +241,9 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
                     if kinds.get(s.channel) == "empty":
                         edits.append(("drop_acquire", 1, f"drop {where} step {i} acquire "
                                                          f"{s.channel}"))
+                    if s.scope == "cluster":
+                        edits.append(("cta_scope_peer_wait", 1, f"{where} step {i} wait "
+                                                                f"{s.channel} at CTA scope"))
                 elif s.kind == StepKind.OP and prog.name in readers:
                     edits.append(("drop_mma", 1, f"drop {where} step {i} op {s.op}"))
                 elif s.kind in (StepKind.NAMED_SYNC, StepKind.NAMED_ARRIVE):

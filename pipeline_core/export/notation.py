@@ -133,6 +133,9 @@ def isa_form(step: "Step", plan: "Plan", body: "Sequence[Op]", names: Mapping[in
                         count=step.value) if nb is not None
                 else f"{name} {step.barrier}, {step.value}")
         return f"{text} ({step.channel})"
+    if step.kind == StepKind.PHASE_WAIT and step.scope and sync is not None \
+            and sync.cluster is not None:  # a phase a peer CTA completes ("Clusters")
+        head = sync.cluster.forms.get("peer_wait", head)
     if step.kind == StepKind.PHASE_WAIT:
         off = step.phase_offset
         phase = f"{wrap}/{s}" + (f"{off:+d}" if off else "")

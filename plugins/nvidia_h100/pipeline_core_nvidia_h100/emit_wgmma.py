@@ -109,6 +109,9 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
                variant: GemmVariant | None = None) -> str:
     stage = _stage(s)
     parity = f"(({_ring(s)} / STAGES + ({s.phase_offset})) & 1)"
+    if s.kind == StepKind.PHASE_WAIT and s.scope == "cluster":  # a peer completes the phase
+        bound = f", {watchdog}ull" if watchdog else ""
+        return f"mbar_wait_cluster({s.channel}_bar({stage}), {parity}{bound});"
     if s.kind == StepKind.ARRIVE and s.peer:  # a peer CTA's stage (docs/guide/agents.md)
         fn = "mbar_arrive_peer" if s.scope == "cluster" else "mbar_arrive_peer_cta"
         call = f"{fn}({s.channel}_bar({stage}), (crank + {s.peer}) % CLUSTER);"

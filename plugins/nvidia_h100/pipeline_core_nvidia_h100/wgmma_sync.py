@@ -89,19 +89,21 @@ SPLIT_K_REDUCTION = CrossCtaReduction(
              "counter and slices within a launch)")
 
 #: A 2-CTA cluster (docs/guide/agents.md, "Clusters"; PTX ISA, "mbarrier.arrive", "mapa",
-#: "barrier.cluster", "cp.async.bulk.tensor"): a consumer releases a peer CTA's stage with
-#: ``mapa`` + ``mbarrier.arrive.release.cluster.shared::cluster``; only the cluster-scope
-#: release orders its wgmma reads before the peer producer's next multicast (a ``.cta``-scope
-#: arrive is the race of NVIDIA/cutlass#3324).  ptxas puts ``MEMBAR.ALL.GPU`` before each
-#: cluster-scope release, so the consumers' releases of the peer's stage go through a relay warp
-#: (``relay``: warp 1 of the producer warp group waits on the stage's relay barrier and makes the
-#: one cluster-scope arrival), which keeps that fence off the consumers' path.  The barriers' initialisation is published
+#: "barrier.cluster", "cp.async.bulk.tensor"): a peer CTA's stage is released with ``mapa`` +
+#: ``mbarrier.arrive.release.cluster.shared::cluster``; only the cluster-scope release orders
+#: the consumers' wgmma reads before the peer producer's next multicast, and only if the
+#: producer's wait on that phase acquires at cluster scope too (a ``.cta``-scope arrive or wait
+#: is the race of NVIDIA/cutlass#3324).  ptxas puts ``MEMBAR.ALL.GPU`` before each cluster-scope
+#: release, so the consumers' releases go through a relay (``relay``: warp 1 of the producer
+#: warp group waits on the stage's relay barrier and makes the one cluster-scope arrival), which
+#: keeps that fence off the consumers' path.  The barriers' initialisation is published
 #: cluster-wide (``fence.mbarrier_init.release.cluster``, then ``barrier.cluster``) before any
 #: CTA signals a peer, and every CTA passes ``barrier.cluster`` again before it exits.
 CLUSTER = ClusterSync(
     max_ctas=2, release_scopes=("cluster",), relay=True,
     forms={"remote_arrive": "mapa.shared::cluster.u32; "
                             "mbarrier.arrive.release.cluster.shared::cluster.b64",
+           "peer_wait": "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 (loop)",
            "multicast": "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx"
                         "::bytes.multicast::cluster (cta mask 0b11)",
            "start": "fence.mbarrier_init.release.cluster; barrier.cluster.arrive.release; "

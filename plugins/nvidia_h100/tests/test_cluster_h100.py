@@ -27,7 +27,8 @@ from pipeline_core_nvidia_h100.gemm_call import TensorInfo, Tuning, plan_call  #
 from pipeline_core_nvidia_h100.toolchain import nvcc, sass_command  # noqa: E402
 
 H100_SMS = 132
-CATEGORIES = ("drop_arrive", "cta_scope_remote_arrive", "cluster_arrival_count",
+CATEGORIES = ("drop_arrive", "cta_scope_remote_arrive", "cta_scope_peer_wait",
+              "cluster_arrival_count",
               "drop_cluster_start", "drop_cluster_end")
 #: label -> -p parameters of a cluster kernel
 VARIANTS = {"2c": {}, "1c": {"consumers": "1", "BM": "64", "consumer_registers": "240"},
@@ -77,7 +78,8 @@ def test_every_edit_of_the_clusters_hand_off_is_refused():
         found.setdefault(m.category, set()).update(v.kind for v in verdict.violations)
     assert set(found) == set(CATEGORIES)
     assert HazardKind.DEADLOCK in found["drop_arrive"]            # the peer's release dropped
-    assert HazardKind.SMEM_WAR in found["cta_scope_remote_arrive"]  # NVIDIA/cutlass#3324
+    assert HazardKind.SMEM_WAR in found["cta_scope_remote_arrive"]
+    assert HazardKind.SMEM_WAR in found["cta_scope_peer_wait"]  # NVIDIA/cutlass#3324
     assert HazardKind.SMEM_WAR in found["cluster_arrival_count"]
     assert HazardKind.PHASE_OVERRUN in found["drop_cluster_start"]
     assert HazardKind.SMEM_WAR in found["drop_cluster_end"]
@@ -97,6 +99,9 @@ def test_the_emitter_writes_multicast_peer_arrivals_and_cluster_barriers():
     assert ("tma_load_2d_multicast(stage_b(((rb + t) % STAGES)) + crank * (BN / CLUSTER) * 128, "
             "&tmB, full_bar(((rb + t) % STAGES)), t * BK, tile_n * BN + crank * (BN / CLUSTER), "
             "(1u << CLUSTER) - 1u);") in src
+    # the producer acquires its empty stage at cluster scope: the peer's relay completes it
+    assert ("mbar_wait_cluster(empty_bar(((rb + t) % STAGES)), (((rb + t) / STAGES + (-1)) & 1));"
+            in src)
     # the relay (warp 1 of the producer warp group) forwards the consumers' releases to the peer
     relay = src[src.index("if (wtid == 32) {"):src.index("// ---- agents consumer0..")]
     assert "mbar_wait(relay_bar(((rb + t) % STAGES)), (((rb + t) / STAGES + (0)) & 1));" in relay

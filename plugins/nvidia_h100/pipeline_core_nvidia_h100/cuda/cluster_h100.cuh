@@ -41,6 +41,22 @@ __device__ __forceinline__ void mbar_arrive_peer_cta(u32 bar, u32 cta) {
                  :: "r"(bar), "r"(cta) : "memory");
 }
 
+// The wait on a phase a peer CTA's arrival completes, acquiring at cluster scope (the other
+// half of NVIDIA/cutlass#3324's fix): the peer's reads released at cluster scope are ordered
+// before what this thread does next.  `limit` > 0: trap after that many polls (-O watchdog).
+__device__ __forceinline__ void mbar_wait_cluster(u32 bar, u32 parity,
+                                                  unsigned long long limit = 0) {
+    u32 done;
+    unsigned long long polls = 0;
+    do {
+        asm volatile("{\n .reg .pred p;\n"
+                     " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+        if (limit && ++polls > limit) __trap();
+    } while (!done);
+}
+
 // A 2D tile of `map` at (c0 innermost, c1) into shared memory offset `dst` of every CTA in
 // `mask`; its bytes complete on the mbarrier at offset `bar` of each of those CTAs.
 __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TensorMap* map, u32 bar,
