@@ -42,6 +42,7 @@ Grouped by what a plugin does:
 from __future__ import annotations
 
 from pipeline_core import installed_version
+from pipeline_core.agents.cluster import RELAY as CLUSTER_RELAY
 from pipeline_core.agents.timing import AgentMachine
 from pipeline_core.agents.timing import simulate as simulate_agents
 from pipeline_core.api import compile_named
@@ -87,7 +88,7 @@ __all__ = [
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
     "AgentSpec", "LoopBounds", "AgentRole", "RingSpec", "OrderSpec", "Turn", "ReductionSpec",
-    "ClusterSpec", "Cluster",
+    "ClusterSpec", "Cluster", "CLUSTER_RELAY",
     "SchedulingRequest",
     "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine",
     "simulate_agents",

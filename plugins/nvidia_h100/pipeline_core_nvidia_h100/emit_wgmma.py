@@ -18,13 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pipeline_core.plugin_api import (AgentProgram, Bound, CompiledSchedule, EmitterRecord, Param,
-                                      ProgramError, Step, StepKind)
+from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, Bound, CompiledSchedule,
+                                      EmitterRecord, Param, ProgramError, Step, StepKind)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_header_source,
                                             header_source, wgmma_header_source)
-from pipeline_core.agents.cluster import RELAY
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
                                                 consumer_branches, consumer_sync_line,
                                                 declared_geometry, render, ring_step_line)
@@ -154,8 +153,8 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
                            f"{KERNEL_FAMILY}, but schedule {compiled.schedule_name} compiled a "
                            "lockstep plan (one program every warp group runs)")
     # a cluster's relay agent (docs/guide/agents.md, "Clusters") runs on warp 1 of warp group 0
-    relays = [p for p in plan.programs if p.name == RELAY]
-    producer, *consumers = [p for p in plan.programs if p.name != RELAY]
+    relays = [p for p in plan.programs if p.name == CLUSTER_RELAY]
+    producer, *consumers = [p for p in plan.programs if p.name != CLUSTER_RELAY]
     v = g.variant
     variant = v if v.general else None
     if producer.role.issuers != 1 or not consumers:
