@@ -155,6 +155,14 @@ class Step:
     #: a barrier the execution model adds, not the lowering (pipeline_core.execution: STAGGER,
     #: LAUNCH, TAIL); "" for every other step
     synthetic: str = ""
+    #: ARRIVE in a cluster (``Plan.cluster``): which CTA's barrier it
+    #: arrives on, counted from the agent's own (0: its own CTA; 1: the next CTA of the
+    #: cluster, through ``mapa``)
+    peer: int = 0
+    #: ARRIVE: the release scope, "cta" or "cluster" ("": the sync model's plain arrive, CTA
+    #: scope); an arrival on another CTA's barrier releases to its waiters only at cluster scope;
+    #: PHASE_WAIT: the acquire scope, likewise (docs/guide/agents.md, "Clusters")
+    scope: str = ""
 
     @property
     def stage(self) -> int:
@@ -384,6 +392,30 @@ class LoopBounds:
 
 
 @attrs.frozen(kw_only=True)
+class ClusterSpec:
+    """CTAs launched as one cluster that share copies (docs/guide/agents.md, "Clusters"): each
+    CTA's writer issues its ``1 / ctas`` share of every ``multicast`` copy into the same ring
+    stage of every CTA of the cluster, so a stage of such a ring fills with bytes from every
+    CTA's writer and may be overwritten only once the readers of every CTA released it."""
+
+    ctas: int = 2
+    multicast: tuple[int, ...] = attrs.field(converter=_ints, default=())
+
+
+@attrs.frozen(kw_only=True)
+class Cluster:
+    """A plan's cluster (:class:`ClusterSpec` lowered): the CTAs the proof instantiates the
+    programs for, the copies each multicasts, and the cluster barriers at the kernel's start
+    (after the mbarriers' initialisation, before any CTA may signal a peer's barrier) and at its
+    end (no CTA exits while a peer may still copy into it or arrive on its barriers)."""
+
+    ctas: int
+    multicast: tuple[int, ...] = attrs.field(converter=_ints, default=())
+    start_barrier: bool = True
+    end_barrier: bool = True
+
+
+@attrs.frozen(kw_only=True)
 class AgentSpec:
     """A schedule's agent assignment: the roles and, per body op, the bytes it copies.
 
@@ -415,6 +447,9 @@ class AgentSpec:
     #: reader agents that take the CTA's output tiles round-robin (the ping-pong GEMM's
     #: consumers); None: every reader runs every output tile
     split: TileSplit | None = None
+    #: CTAs launched as a cluster sharing multicast copies; None: one CTA (docs/guide/agents.md,
+    #: "Clusters")
+    cluster: ClusterSpec | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -442,6 +477,9 @@ class Ring:
     #: the ring carries copies issued once per output tile: its stages and phases count output
     #: tiles (:attr:`Step.once`)
     once: bool = False
+    #: CTAs whose agents signal each of its stages (a cluster's multicast ring: its ``arrivals``
+    #: count every CTA's readers); 1 for a ring of one CTA
+    ctas: int = 1
 
 
 @attrs.frozen(kw_only=True)
@@ -623,6 +661,8 @@ class Plan:
     #: reader agents that take the CTA's output tiles round-robin (None: every agent runs
     #: every output tile); the one home of the rule the emitter and the proof follow
     split: TileSplit | None = None
+    #: the CTAs launched as one cluster sharing multicast copies (None: one CTA)
+    cluster: Cluster | None = None
     #: every agent runs the same steps (the module says what that means for readers)
     lockstep: bool = False
     #: how many warp groups run a lockstep plan and how they are staggered; None on a plan of

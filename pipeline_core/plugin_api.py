@@ -44,6 +44,7 @@ Grouped by what a plugin does:
 from __future__ import annotations
 
 from pipeline_core import installed_version
+from pipeline_core.agents.cluster import RELAY as CLUSTER_RELAY
 from pipeline_core.agents.timing import AgentMachine
 from pipeline_core.agents.timing import simulate as simulate_agents
 from pipeline_core.api import compile_named
@@ -62,16 +63,17 @@ from pipeline_core.launch import KernelLaunch
 from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, PARAM_INT, Bound
 from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole, Phase,
                                ResourceKind, framework_op, logical)
-from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, LoopBounds, OrderSpec,
-                                ReductionSpec, Ring, RingSpec, Step, StepKind, StoreSpec, TileSplit,
-                                Turn)
+from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, Cluster, ClusterSpec,
+                                LoopBounds, OrderSpec, ReductionSpec, Ring, RingSpec, Step,
+                                StepKind, StoreSpec, TileSplit, Turn)
 from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
 from pipeline_core.scheduling.registry import SchedulingRequest
 from pipeline_core.plugins import PluginHost, default_host
 from pipeline_core.sync import (BarrierKind, BlockBinding, BulkStoreChannel, Channel,
-                                ChannelKind, CrossCtaReduction, Effect, NamedBarriers, SyncModel)
+                                ChannelKind, ClusterSync, CrossCtaReduction, Effect, NamedBarriers,
+                                SyncModel)
 from pipeline_core.testing import fresh_host, run_cli
 from pipeline_core.transforms import (double_buffer_reorder, optimize_within_barriers,
                                       single_buffer_reorder)
@@ -84,12 +86,12 @@ __all__ = [
     "TargetProfile", "CostModel", "OpCost", "annotate", "PipelineConfig", "ScheduleConfig",
     "BlockSizing", "FragOrder", "LoopCarried", "WarpStagger",
     "SyncModel", "Channel", "ChannelKind", "Effect", "BarrierKind", "BlockBinding",
-    "NamedBarriers", "CrossCtaReduction", "BulkStoreChannel",
+    "NamedBarriers", "CrossCtaReduction", "BulkStoreChannel", "ClusterSync",
     "ExecutionModel",
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
     "AgentSpec", "LoopBounds", "AgentRole", "RingSpec", "OrderSpec", "Turn", "TileSplit", "ReductionSpec",
-    "StoreSpec",
+    "StoreSpec", "ClusterSpec", "Cluster", "CLUSTER_RELAY",
     "SchedulingRequest",
     "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine",
     "simulate_agents",

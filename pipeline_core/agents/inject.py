@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 import attrs
 
 from pipeline_core.plan import AgentProgram, AgentRole, AgentSpec, Plan, Ring, Step, StepKind
+from pipeline_core.agents.cluster import lower_cluster
 from pipeline_core.agents.order import lower_orders
 from pipeline_core.agents.bulk_store import lower_store
 from pipeline_core.agents.reduction import lower_reduction
@@ -253,15 +254,18 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
             kernel = [Step(kind=StepKind.OP, op=i, tag=body[i].tag) for i in ops]
         kernels[role.name] = kernel
     orders = lower_orders(spec, sync, roles, writers, kernels, owner=owner, target=target)
-    programs = [_split(role, kernels[role.name], tags) for role in spec.roles]
     rings = [r for p in pairs for r in (p.full, p.empty) if r is not None]
+    # a cluster's multicast rings: every CTA's readers release them (agents/cluster.py)
+    rings, kernels, cluster, relays = lower_cluster(spec, sync, rings, kernels, sorted(writer_of),
+                                                    owner=owner, target=target)
+    programs = [_split(role, kernels[role.name], tags) for role in (*spec.roles, *relays)]
     programs, reduction = lower_reduction(spec, sync, programs, rings, owner=owner, target=target)
     programs, store = lower_store(spec, sync, programs, rings, orders, owner=owner, target=target)
     plan = Plan(stages=stages, programs=programs, rings=rings, reduction=reduction, store=store,
                 split=split,
                 min_tiles=max(len(p.prologue) for p in programs) or 1,
                 op_bytes={i: spec.op_bytes.get(i, 0) for i in sorted(writer_of)},
-                orders=orders, sync=sync, bounds=spec.bounds,
+                orders=orders, sync=sync, bounds=spec.bounds, cluster=cluster,
                 description=f"agents lowering, {len(programs)} agents, {stages} ring stages")
     return derive_counter_waits(plan)
 

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import networkx as nx
 
+from pipeline_core.agents.cluster import Expansion, expand
 from pipeline_core.agents.prove_reduction import prove_reduction, reduction_assumptions
 from pipeline_core.agents.prove_store import prove_store, store_assumptions
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Verdict, Violation
@@ -184,8 +185,11 @@ class _Run:
     its ring positions) by its own, which the others do not expect."""
 
     def __init__(self, plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge],
-                 sync: SyncModel, names: Mapping[int, str], trips: Sequence[int]) -> None:
+                 sync: SyncModel, names: Mapping[int, str], trips: Sequence[int],
+                 cluster: Expansion | None = None) -> None:
         self.plan, self.body, self.edges, self.sync = plan, body, edges, sync
+        #: a cluster's CTAs instantiated as one (agents/cluster.py); None: one CTA
+        self.cluster = cluster
         self.names, self.trips, self.outputs = names, tuple(trips), len(trips)
         #: the K tiles the rings served before each output tile (``rb`` in the kernel)
         self.bases = tuple(sum(self.trips[:o]) for o in range(self.outputs))
@@ -289,6 +293,119 @@ class _Run:
                     op=f"{name} {text} for tile {tile}{_of_output(output)} (missing)",
                     agent=name), anchor
 
+    # --- a cluster's CTAs (agents/cluster.py; docs/guide/agents.md, "Clusters") ----------
+    def landings(self, op: int) -> tuple[tuple[str, int], ...]:
+        """The full rings copy ``op`` completes bytes on, and how many on each: a cluster's
+        multicast copy its share on every CTA's, any other copy all its bytes on its own ring."""
+        if self.cluster is not None:
+            return tuple(self.cluster.landings.get(op, ()))
+        ring = self.plan.ring_of(op, "full")
+        return ((ring.name, self.plan.op_bytes.get(op, 0)),) if ring is not None else ()
+
+    def landing_ring(self, op: int, reader: int) -> Any:
+        """The full ring of ``op``'s copy that agent ``reader`` waits on (its own CTA's)."""
+        name = self.agent_name(reader)
+        for ring_name, _ in self.landings(op):
+            ring = self.plan.ring(ring_name)
+            if name in ring.waiters:
+                return ring
+        return self.plan.ring_of(op, "full")
+
+    def cta_of(self, inst: _Inst) -> int:
+        return self.cluster.agent_cta[inst.agent] if self.cluster is not None else 0
+
+    def unreleased(self, inst: _Inst) -> bool:
+        """An arrival on a peer CTA's barrier at a scope that does not release to the peer's
+        waiters (``ClusterSync.release_scopes``: a CTA-scope arrive, NVIDIA/cutlass#3324)."""
+        s = inst.step
+        c = self.cluster
+        return (c is not None and s.kind == StepKind.ARRIVE and s.peer % c.ctas != 0
+                and (s.scope or "cta") not in c.release_scopes)
+
+    def _cluster_nodes(self, c: Expansion) -> None:
+        """Each CTA initialises its barriers (``init``) before its agents begin; the start
+        barrier joins every CTA's initialisation before any CTA's agents begin.  Each CTA exits
+        after its agents ended; the end barrier joins every CTA's agents before any CTA exits."""
+        for r in range(c.ctas):
+            self.g.add_edge(START, ("init", r))
+            for q in range(c.ctas) if c.start_barrier else (r,):
+                self.g.add_edge(("init", q), ("begin", r))
+        ends = [("end", a, self.outputs - 1) for a in range(len(self.plan.programs))]
+        for r in range(c.ctas):
+            for a, end in enumerate(ends):
+                if c.end_barrier or c.agent_cta[a] == r:
+                    self.g.add_edge(end, ("exit", r))
+
+    def _signals_into(self, c: Expansion) -> list[tuple[_Inst, Node, int, str]]:
+        """Every action of one CTA on another's barriers or shared memory: (step, the event,
+        the CTA it acts on, what it does)."""
+        out: list[tuple[_Inst, Node, int, str]] = []
+        for insts in self.insts:
+            for inst in insts:
+                s, mine = inst.step, c.agent_cta[inst.agent]
+                if s.kind == StepKind.ARRIVE and c.ring_cta.get(s.channel, mine) != mine:
+                    out.append((inst, inst.node, c.ring_cta[s.channel],
+                                f"arrives on {s.channel}"))
+                elif s.kind == StepKind.OP:
+                    for ring_name, _ in c.landings.get(s.op, ()):
+                        if c.ring_cta[ring_name] != mine:
+                            r = c.ring_cta[ring_name]
+                            out.append((inst, ("land", inst.agent, inst.n), r,
+                                        f"copies into CTA {r} (on {ring_name})"))
+        return out
+
+    def _cluster_rules(self, c: Expansion) -> None:
+        """A peer arrival releases at cluster scope; every action on a peer CTA comes after the
+        peer initialised its barriers and before it exits (docs/guide/agents.md, "Clusters")."""
+        peer_rings = {s.channel for insts in self.insts for i in insts
+                      for s in (i.step,) if s.kind == StepKind.ARRIVE
+                      and c.ring_cta.get(s.channel, c.agent_cta[i.agent]) != c.agent_cta[i.agent]}
+        for insts in self.insts:
+            wait = next((i for i in insts if i.step.kind == StepKind.PHASE_WAIT
+                         and i.step.channel in peer_rings
+                         and (i.step.scope or "cta") not in c.release_scopes), None)
+            if wait is not None:
+                self.report(HazardKind.SMEM_WAR, wait,
+                            f"acquires {wait.step.channel} at {wait.step.scope or 'cta'} scope, "
+                            "but a peer CTA's arrival completes its phase: the peer's release "
+                            "reaches only a cluster-scope acquire, so this agent's next write "
+                            "may overtake the peer's reads (NVIDIA/cutlass#3324)",
+                            fix=Fix("review", wait.placed.section, wait.placed.position,
+                                    "wait at cluster scope (mbarrier.try_wait.parity.acquire."
+                                    "cluster)"), rank=0)
+            inst = next((i for i in insts if self.unreleased(i)), None)
+            if inst is not None:
+                self.report(HazardKind.SMEM_WAR, inst,
+                            f"arrives on a peer CTA's barrier at {inst.step.scope or 'cta'} "
+                            "scope: it counts towards the phase but releases nothing to the "
+                            "peer's waiters, so the peer's copy may overwrite the stage while "
+                            "this CTA's reads are in flight (NVIDIA/cutlass#3324)",
+                            fix=Fix("review", inst.placed.section, inst.placed.position,
+                                    "arrive at cluster scope (mbarrier.arrive.release.cluster."
+                                    "shared::cluster)"), rank=0)
+        started: set[int] = set()
+        exited: set[int] = set()
+        for inst, node, r, what in self._signals_into(c):
+            if node in self.dead:
+                continue
+            if r not in started and not self.hb(("init", r), inst.node):
+                started.add(r)
+                self.report(HazardKind.PHASE_OVERRUN, inst,
+                            f"{what} before CTA {r} may have initialised its barriers: no "
+                            "cluster barrier orders every CTA's mbarrier initialisation before "
+                            "a peer's first signal",
+                            fix=Fix("review", inst.placed.section, inst.placed.position,
+                                    "restore the start barrier (fence.mbarrier_init.release."
+                                    "cluster; barrier.cluster.arrive/wait)"))
+            if r not in exited and ("exit", r) not in self.dead and not self.hb(node, ("exit", r)):
+                exited.add(r)
+                self.report(HazardKind.SMEM_WAR, inst,
+                            f"{what}, and CTA {r} may have exited by then: its shared memory "
+                            "and barriers may belong to the next CTA on that SM",
+                            fix=Fix("review", inst.placed.section, inst.placed.position,
+                                    "restore the end barrier (barrier.cluster.arrive/wait "
+                                    "before the CTA exits)"))
+
     # --- building the graph -----------------------------------------------------------
     def effect(self, op: int) -> Effect | None:
         o = self.body[op]
@@ -346,7 +463,7 @@ class _Run:
                                                   position=p.position, t=p.t + base, step=p.step))
                           for n, p in enumerate(placed)]
             self.insts.append(insts)
-            prev: Node = START
+            prev: Node = START if self.cluster is None else ("begin", self.cluster.agent_cta[a])
             open_ops: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
             for inst in insts:
                 if inst.n and inst.output != insts[inst.n - 1].output:
@@ -359,6 +476,8 @@ class _Run:
             for ch, keys in open_ops.items():  # never committed: never known complete
                 for key in keys:
                     self.done[key] = self.reads_end[key] = None
+        if self.cluster is not None:
+            self._cluster_nodes(self.cluster)
         self._phases()
         self._generations()
 
@@ -408,10 +527,8 @@ class _Run:
                 self.g.add_edge(inst.node, land)
                 self.done[key] = land
                 self.reads_end[key] = land if eff.resolves == "both" else None
-                ring = self.plan.ring_of(s.op, "full")
-                if ring is not None:
-                    self.copies[(ring.name, u % ring.stages)].append(
-                        (inst, self.plan.op_bytes.get(s.op, 0)))
+                for ring_name, nbytes in self.landings(s.op):
+                    self.copies[(ring_name, u % self.S(ring_name))].append((inst, nbytes))
             else:
                 open_ops[eff.counter].append(key)
         elif s.kind == StepKind.COMMIT:
@@ -475,12 +592,17 @@ class _Run:
             tile_phase: dict[int, int] = {}
             for inst, units, tx in sig:
                 first = count // need
+                releases = not self.unreleased(inst)
                 for _ in range(units):
                     k = count // need
                     ph = self.phases.setdefault((ring_name, stage, k), _new_phase())
                     ph["units"] += 1
                     ph["from"].append(inst)
-                    self.g.add_edge(inst.node, ("phase", ring_name, stage, k))
+                    # a CTA-scope arrival on a peer's barrier counts, but orders nothing there
+                    if releases:
+                        self.g.add_edge(inst.node, ("phase", ring_name, stage, k))
+                    else:
+                        self.g.add_node(("phase", ring_name, stage, k))
                     self.phase_of_unit[(inst.agent, inst.n)].append(k)
                     count += 1
                 last = (count - 1) // need
@@ -570,6 +692,8 @@ class _Run:
     # --- the checks ----------------------------------------------------------------------
     def check(self) -> list[Violation]:
         self.close()
+        if self.cluster is not None:
+            self._cluster_rules(self.cluster)
         self._deadlocks()
         self._trips_agree()
         self._stranded()
@@ -1061,7 +1185,7 @@ class _Run:
             return False, (f"{self.agent_name(writer.agent)}'s results on "
                            f"{channel.name if channel else 'its own'} channel are visible to "
                            "the issuer only")
-        ring = self.plan.ring_of(writer.step.op, "full")
+        ring = self.landing_ring(writer.step.op, reader.agent)
         if ring is None:
             return False, "its copies complete on no ring"
         stage = writer.pos % ring.stages
@@ -1203,12 +1327,16 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
     """The verdict on ``plan`` over every timing, for each of :func:`tile_counts`."""
     names = dict(names or {})
     names.update({k: v for k, v in sync.tag_names().items() if k not in names})
+    cluster = None
+    if plan.cluster is not None:  # every CTA's programs, as one CTA (agents/cluster.py)
+        cluster = expand(plan, body, edges, sync)
+        plan, body, edges = cluster.plan, cluster.body, cluster.edges
     found: dict[tuple, Violation] = {}
     counts = tile_counts(plan)
     sequences = trip_sequences(plan)
     runs = [(tiles,) * outputs for outputs in OUTPUT_TILES for tiles in counts] + sequences
     for trips in runs:
-        run = _Run(plan, body, edges, sync, names, trips)
+        run = _Run(plan, body, edges, sync, names, trips, cluster)
         run.build()
         for v in run.check():
             found.setdefault(finding_key(v), v)
@@ -1228,6 +1356,11 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                              *([f"output tiles of different K-tile counts back to back: "
                                 f"{'; '.join(', '.join(map(str, q)) for q in sequences)}"]
                                if sequences else []),
+                             *([f"a cluster of {cluster.ctas} CTAs, every CTA's programs "
+                                "instantiated; multicast copies land their share on every "
+                                "CTA's ring; only arrivals at scope "
+                                f"{', '.join(cluster.release_scopes)} release to a peer's "
+                                "waiters"] if cluster is not None else []),
                              f"sync model {sync.name}", *ASSUMPTIONS,
                              *reduction_assumptions(plan, sync),
                              *store_assumptions(plan, sync)],

@@ -120,7 +120,20 @@ AGENT_MUTATIONS = {
                       "(rb advanced by its own K tiles)",
     "split_all_arrivals": "make an empty ring's phase wait for every split agent's release "
                           "(the arrivals of a ring without the split)",
+    # a cluster's (docs/guide/agents.md, "Clusters"); drop_arrive drops a peer arrival too
+    "cta_scope_remote_arrive": "arrive on a peer CTA's barrier at CTA scope, not cluster scope "
+                               "(NVIDIA/cutlass#3324)",
+    "cta_scope_peer_wait": "wait at CTA scope on a phase a peer CTA's arrival completes "
+                           "(NVIDIA/cutlass#3324)",
+    "cluster_arrival_count": "initialise a multicast empty ring for one CTA's readers only "
+                             "(its arrival count not multiplied by the CTAs)",
+    "drop_cluster_start": "drop the cluster barrier after the mbarriers' initialisation",
+    "drop_cluster_end": "drop the cluster barrier before the CTAs exit",
 }
+
+#: the cluster mutations that edit the plan's :class:`~pipeline_core.plan.Cluster` or a ring,
+#: not a step
+_CLUSTER_EDITS = ("cluster_arrival_count", "drop_cluster_start", "drop_cluster_end")
 
 #: the reduction mutations that drop a finish step, by the step kind they drop; the others
 #: move a step (:attr:`AgentMutation.delta` is where it goes)
@@ -158,6 +171,8 @@ class AgentMutation:
 
     def apply(self, plan: Any) -> Any:
         """``plan`` (an :class:`~pipeline_core.agents.Plan`) with the edit made."""
+        if self.category in _CLUSTER_EDITS:
+            return _cluster_edit(plan, self.category, self.ring)
         prog = plan.program(self.agent)
         if self.category == "split_own_base":
             return attrs.evolve(plan, programs=[attrs.evolve(p, split_base="own")
@@ -184,6 +199,8 @@ class AgentMutation:
             steps.insert(self.delta, steps.pop(self.index))
         elif self.category == "swap_named_id":
             steps[self.index] = attrs.evolve(step, barrier=self.barrier)
+        elif self.category in ("cta_scope_remote_arrive", "cta_scope_peer_wait"):
+            steps[self.index] = attrs.evolve(step, scope="cta")
         elif self.category in ("loosen_counter_wait", "loosen_store_wait"):
             steps[self.index] = attrs.evolve(step, value=step.value + self.delta)
         elif self.category == "flip_phase_offset":
@@ -250,7 +267,12 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
             for i, s in enumerate(steps):
                 edits: list[tuple[str, int, str]] = []
                 if s.kind == StepKind.ARRIVE and kinds.get(s.channel) == "empty":
-                    edits.append(("drop_arrive", 1, f"drop {where} step {i} ARRIVE {s.channel}"))
+                    edits.append(("drop_arrive", 1, f"drop {where} step {i} ARRIVE {s.channel}"
+                                                    + (f" (peer {s.peer})" if s.peer else "")))
+                    if s.peer:
+                        edits.append(("cta_scope_remote_arrive", 1,
+                                      f"{where} step {i} ARRIVE {s.channel} (peer {s.peer}) "
+                                      "at CTA scope"))
                 elif s.kind == StepKind.COUNTER_WAIT:
                     edits.append(("loosen_counter_wait", 1,
                                   f"{where} step {i} wait {s.channel} {s.value} -> {s.value + 1}"))
@@ -262,6 +284,9 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
                     if kinds.get(s.channel) == "empty":
                         edits.append(("drop_acquire", 1, f"drop {where} step {i} acquire "
                                                          f"{s.channel}"))
+                    if s.scope == "cluster":
+                        edits.append(("cta_scope_peer_wait", 1, f"{where} step {i} wait "
+                                                                f"{s.channel} at CTA scope"))
                 elif s.kind == StepKind.OP and prog.name in readers:
                     edits.append(("drop_mma", 1, f"drop {where} step {i} op {s.op}"))
                 elif s.kind in (StepKind.NAMED_SYNC, StepKind.NAMED_ARRIVE):
@@ -283,6 +308,7 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
                                             barrier=delta if swap else -1)
         yield from _finish_mutations(prog, categories)
         yield from _store_mutations(prog, categories)
+    yield from _cluster_mutations(plan, categories)
 
 
 def _store_mutations(prog: Any, categories: tuple[str, ...]) -> Iterator[AgentMutation]:
@@ -309,6 +335,32 @@ def _store_mutations(prog: Any, categories: tuple[str, ...]) -> Iterator[AgentMu
         else:
             yield AgentMutation(category=category, agent=prog.name, section=section,
                                 iteration=0, index=i, description=f"drop {where}")
+
+
+def _cluster_mutations(plan: Any, categories: tuple[str, ...]) -> Iterator[AgentMutation]:
+    """A cluster plan's edits of its rings' arrival counts and of its cluster barriers."""
+    if getattr(plan, "cluster", None) is None:
+        return
+    if "cluster_arrival_count" in categories:
+        for r in plan.rings:
+            if r.kind == "empty" and r.ctas > 1:
+                yield AgentMutation(category="cluster_arrival_count", agent="", section="rings",
+                                    iteration=0, index=0, ring=r.name,
+                                    description=f"{r.name} initialised for "
+                                                f"{r.arrivals // r.ctas} arrivals, not "
+                                                f"{r.arrivals}")
+    for category, what in (("drop_cluster_start", "start"), ("drop_cluster_end", "end")):
+        if category in categories:
+            yield AgentMutation(category=category, agent="", section="cluster", iteration=0,
+                                index=0, description=f"drop the cluster's {what} barrier")
+
+
+def _cluster_edit(plan: Any, category: str, ring: str) -> Any:
+    if category == "cluster_arrival_count":
+        return attrs.evolve(plan, rings=[attrs.evolve(r, arrivals=r.arrivals // r.ctas)
+                                         if r.name == ring else r for r in plan.rings])
+    field = "start_barrier" if category == "drop_cluster_start" else "end_barrier"
+    return attrs.evolve(plan, cluster=attrs.evolve(plan.cluster, **{field: False}))
 
 
 def _finish_mutations(prog: Any, categories: tuple[str, ...]) -> Iterator[AgentMutation]:

@@ -136,10 +136,18 @@ def isa_form(step: "Step", plan: "Plan", body: "Sequence[Op]", names: Mapping[in
             return (f"{text} ({step.channel}; fills output tile o-{step.output_lag}'s "
                     "generation: none on the CTA's first, once more after its last)")
         return f"{text} ({step.channel})"
+    if step.kind == StepKind.PHASE_WAIT and step.scope and sync is not None \
+            and sync.cluster is not None:  # a phase a peer CTA completes ("Clusters")
+        head = sync.cluster.forms.get("peer_wait", head)
     if step.kind == StepKind.PHASE_WAIT:
         off = step.phase_offset
         phase = f"{wrap}/{s}" + (f"{off:+d}" if off else "")
         return f"{head} {step.channel}[{wrap}%{s}] parity ({phase})&1"
+    if step.kind == StepKind.ARRIVE and step.peer:  # a peer CTA's barrier ("Clusters")
+        cl = sync.cluster if sync is not None else None
+        form = (cl.forms.get("remote_arrive", head) if cl is not None and step.scope
+                in cl.release_scopes else f"{head} ({step.scope or 'cta'} scope)")
+        return f"{form} {step.channel}[{wrap}%{s}] of CTA rank+{step.peer}"
     if step.kind == StepKind.ARRIVE:
         return f"{head} {step.channel}[{wrap}%{s}]"
     if step.kind == StepKind.EXPECT_TX:

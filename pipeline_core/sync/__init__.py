@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from pipeline_core.sync.model import (BarrierKind, BlockBinding, BoundSync, BulkStoreChannel,
-                                     Channel, ChannelKind, CrossCtaReduction, Effect, NamedBarriers, SyncModel)
+                                     Channel, ChannelKind, ClusterSync, CrossCtaReduction, Effect,
+                                     NamedBarriers, SyncModel)
 
 __all__ = ["BarrierKind", "BlockBinding", "BoundSync", "BulkStoreChannel", "Channel", "ChannelKind",
-           "CrossCtaReduction", "Effect", "NamedBarriers", "SyncModel"]
+           "ClusterSync", "CrossCtaReduction", "Effect", "NamedBarriers", "SyncModel"]

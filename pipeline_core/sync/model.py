@@ -191,6 +191,27 @@ class BulkStoreChannel:
 
 
 @attrs.frozen(kw_only=True)
+class ClusterSync:
+    """How a target's CTAs of one cluster signal each other (docs/guide/agents.md, "Clusters"):
+    the largest cluster a multicast ring may span, the arrive scopes that release a CTA's earlier
+    accesses to a *peer* CTA's waiters (a CTA-scope arrive on a peer's barrier counts towards its
+    phase but orders nothing for the peer: the race of NVIDIA/cutlass#3324), and the
+    instructions of each cluster action (the views' and the proof's ISA names)."""
+
+    max_ctas: int = 2
+    #: arrive scopes whose release reaches a peer CTA's waiters
+    release_scopes: tuple[str, ...] = attrs.field(default=("cluster",), converter=_strings)
+    #: "remote_arrive", "multicast", "start", "end": the instruction each is
+    forms: Mapping[str, str] = attrs.field(factory=dict)
+    #: a reader's release of a peer CTA's stage goes through a *relay* agent (one otherwise idle
+    #: warp per CTA): the reader arrives on the stage's relay barrier in its own CTA, the relay
+    #: waits on it and arrives on the peer's barrier at cluster scope, so the fence a
+    #: cluster-scope release costs stays off the readers' path (docs/guide/agents.md,
+    #: "Clusters"); False: each reader arrives on the peer's barrier itself
+    relay: bool = False
+
+
+@attrs.frozen(kw_only=True)
 class NamedBarriers:
     """A target's named CTA barriers: ``ids`` barriers addressed by number, each joined by a
     thread count (docs/guide/agents.md, "Named barriers").
@@ -317,6 +338,9 @@ class SyncModel:
     #: such store, and a schedule that declares one is refused); docs/guide/agents.md, "Bulk
     #: stores"
     bulk_store: BulkStoreChannel | None = None
+    #: how the CTAs of a cluster signal each other (None: no clusters; a schedule that declares
+    #: one is refused); docs/guide/agents.md, "Clusters"
+    cluster: ClusterSync | None = None
 
     def __attrs_post_init__(self) -> None:
         names = [c.name for c in self.channels]

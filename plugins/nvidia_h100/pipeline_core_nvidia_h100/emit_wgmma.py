@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pipeline_core.plugin_api import (AgentProgram, Bound, CompiledSchedule, EmitterRecord, Param,
-                                      ProgramError, Step, StepKind)
+from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, Bound, CompiledSchedule,
+                                      EmitterRecord, Param, ProgramError, Step, StepKind)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
-from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source,
+from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_header_source,
                                             gemm_scale_batch_header_source, header_source,
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
@@ -85,16 +85,28 @@ def _stage(s: Step) -> str:
 
 
 def _copy_line(operand: str, s: Step, major: str, split_k: bool = False,
-               batched: bool = False) -> str:
+               batched: bool = False, multicast: bool = False) -> str:
     """The TMA copy of ``operand``'s tile (A: rows tile_m * BM, B: tile_n * BN) into the stage:
     one box of BK x rows when K-major, else one 64 x BK box per 64 rows (MN-major, a
     128-byte swizzled row holds 64 elements).  ``split_k``: the CTA's K tiles start at
     ``blockIdx.y * KT`` (its split of K; ``KT`` is one split's tile count).  ``batched``: the
-    operand's map is 3-D, its third coordinate the batch ``blockIdx.z``."""
+    operand's map is 3-D, its third coordinate the batch ``blockIdx.z``.  ``multicast``: this
+    CTA's 1 / CLUSTER of the rows (its rank's), into the same stage of every CTA of the
+    cluster (docs/guide/matmul.md, "Clusters"; the tensor map's box is that share; the
+    schedule refuses it with a batch)."""
     stage = _stage(s)
     rows, tile = ("BM", "tile_m") if operand == "a" else ("BN", "tile_n")
     view, tm = f"stage_{operand}({stage})", f"&tm{operand.upper()}"
     k_tile = f"(blockIdx.y * KT + {_tile(s)})" if split_k else _tile(s)
+    if multicast:
+        mask = "(1u << CLUSTER) - 1u"
+        if major == "k":
+            return (f"tma_load_2d_multicast({view} + crank * ({rows} / CLUSTER) * 128, {tm}, "
+                    f"full_bar({stage}), {k_tile} * BK, {tile} * {rows} + crank * ({rows} / "
+                    f"CLUSTER), {mask});")
+        return (f"for (int i = crank * ({rows} / 64 / CLUSTER); i < (crank + 1) * ({rows} / 64 / "
+                f"CLUSTER); ++i) tma_load_2d_multicast({view} + i * CHUNK_BYTES, {tm}, "
+                f"full_bar({stage}), {tile} * {rows} + i * 64, {k_tile} * BK, {mask});")
     load, z = ("pcgc::tma_load_3d", ", blockIdx.z") if batched else ("tma_load_2d", "")
     if major == "k":
         return f"{load}({view}, {tm}, full_bar({stage}), {k_tile} * BK, {tile} * {rows}{z});"
@@ -106,6 +118,13 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
                variant: GemmVariant | None = None) -> str:
     stage = _stage(s)
     parity = f"(({_ring(s)} / STAGES + ({s.phase_offset})) & 1)"
+    if s.kind == StepKind.PHASE_WAIT and s.scope == "cluster":  # a peer completes the phase
+        bound = f", {watchdog}ull" if watchdog else ""
+        return f"mbar_wait_cluster({s.channel}_bar({stage}), {parity}{bound});"
+    if s.kind == StepKind.ARRIVE and s.peer:  # a peer CTA's stage (docs/guide/agents.md)
+        fn = "mbar_arrive_peer" if s.scope == "cluster" else "mbar_arrive_peer_cta"
+        call = f"{fn}({s.channel}_bar({stage}), (crank + {s.peer}) % CLUSTER);"
+        return call if single_issuer else f"if (lane == 0) {call}"
     ring = ring_step_line(s, stage, parity, single_issuer, watchdog)
     if ring is not None:
         return ring
@@ -117,7 +136,7 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
             return (_copy_line("a", s, variant.a_major, variant.split_k, "a" in variant.batch)
                     if s.tag == WgmmaTag.TMA_A
                     else _copy_line("b", s, variant.b_major, variant.split_k,
-                                    "b" in variant.batch))
+                                    "b" in variant.batch, multicast=variant.cluster > 1))
         if s.tag == WgmmaTag.TMA_A:
             return (f"tma_load_2d(stage_a({stage}), &tmA, full_bar({stage}), {_tile(s)} * BK, "
                     "tile_m * BM);")
@@ -169,7 +188,9 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
         raise ProgramError(f"emitter {EMITTER_NAME}: writes the agents' programs of kernel family "
                            f"{KERNEL_FAMILY}, but schedule {compiled.schedule_name} compiled a "
                            "lockstep plan (one program every warp group runs)")
-    producer, *consumers = plan.programs
+    # a cluster's relay agent (docs/guide/agents.md, "Clusters") runs on warp 1 of warp group 0
+    relays = [p for p in plan.programs if p.name == CLUSTER_RELAY]
+    producer, *consumers = [p for p in plan.programs if p.name != CLUSTER_RELAY]
     v = g.variant
     variant = v if v.general else None
     if producer.role.issuers != 1 or not consumers:
@@ -197,13 +218,17 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
         consumer_loop=(split_tile_loop("        ", len(plan.split.agents))
                        if plan.split is not None else None),
         consumer_after=_after_tiles(consumers) if plan.split is not None else (),
-        uniform_consumer=plan.split is not None)
+        uniform_consumer=plan.split is not None, cluster=plan.cluster,
+        relay=[line for r in relays for line in lines(r, True, r.name)])
     if variant:
         return _GENERAL_SOURCE.format(
             header=header_source(), wgmma_header=wgmma_header_source(),
             call_header=gemm_call_header_source() + (
                 "\n" + gemm_scale_batch_header_source()
-                if (v.scale, v.batch) != ("none", "none") else ""),
+                if (v.scale, v.batch) != ("none", "none") else "")
+            + (cluster_header_source() if plan.cluster is not None else ""),
+            cluster_dims=(f" __cluster_dims__({plan.cluster.ctas}, 1, 1)"
+                          if plan.cluster is not None else ""),
             wgmma_fn=wgmma_instruction(g.bn, v.dtype, int(v.a_major == "mn"),
                                        int(v.b_major == "mn")),
             name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
@@ -316,7 +341,7 @@ _GENERAL_SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from sche
 {wgmma_header}
 {call_header}
 {wgmma_fn}
-extern "C" __global__ void __launch_bounds__({THREADS}, 1)
+extern "C" __global__ void __launch_bounds__({THREADS}, 1){cluster_dims}
 {name}(const __grid_constant__ pcwg::TensorMap tmA, const __grid_constant__ pcwg::TensorMap tmB,
        void* __restrict__ C, const void* __restrict__ bias, int M, int N, int K, int m, int n,
        long long ldc{split_args}) {{

@@ -92,6 +92,17 @@ class Tuning:
     persistent: bool = True
     split_k: bool = True
     tma_store: bool = True
+    #: CTAs per cluster (docs/guide/matmul.md, "Clusters"): 2 pairs CTAs on adjacent M tiles
+    #: that multicast halves of their shared B tile, where the plan has at least two M tiles
+    #: and no split (:func:`cluster_size`)
+    cluster: int = 1
+
+
+def cluster_size(tiles_m: int, splits: int, tuning: Tuning) -> int:
+    """The CTAs per cluster a plan launches: ``tuning.cluster`` unless the tile grid has a
+    single M tile (nothing to pair) or K is split (split-K's CTAs reduce through global
+    memory; the schedule refuses the two together)."""
+    return tuning.cluster if tiles_m >= tuning.cluster and splits == 1 else 1
 
 
 #: The fewest K tiles one split runs: below it the workspace round trip and the ring's fill
@@ -313,20 +324,30 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     if splits > 1:  # one split's K tiles; the last split's past K are zero-filled loads
         k_tiles = max(_cdiv(k_tiles, splits), tile.min_k_tiles)
     out_dtype = out_dtype or a.dtype
+    # a cluster pairs plain kernels only (the schedule refuses it with a batch, fp8 or the TMA
+    # store until they are combined): a clustered call stores directly
+    cluster = cluster_size(tiles_m, splits, tuning) if kernel_batch == 1 and scale == "none" \
+        else 1
     # a batched kernel (grid z) offsets C by its batch: a 2-D map of C would clip a batch's
     # tail rows into the next batch, so it stores directly (a folded batch is one 2-D C)
     c_map = (store_map(m, n, ldc, out_dtype, tile)
-             if tuning.tma_store and splits == 1 and kernel_batch == 1 and read else None)
+             if tuning.tma_store and splits == 1 and kernel_batch == 1 and cluster == 1 and read
+             else None)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
                           out_dtype=out_dtype, bias=bias_kind,
                           activation=activation or "none", tails=True, split_k=splits > 1,
                           scale=scale, batch=batches.kind,
-                          store="tma" if c_map is not None else "direct")
+                          store="tma" if c_map is not None else "direct", cluster=cluster)
     # a batched grid is one persistent grid per batch (grid z): the CTAs of batch 0 take the
     # SMs first, so the tiles in flight share their batch's operands in L2 (sharing the SMs
     # among all batches at once ran 0.67 of torch.bmm at 16 x 2048^3, this 0.79:
     # benchmarks/results/matmul_fp8_h100.jsonl, run 2)
     grid = min(tiles, sms) if tuning.persistent and sms > 0 else tiles
+    if cluster > 1:  # whole clusters of tile pairs; each CTA loads its share of the B tile
+        pairs = _cdiv(tiles_m, cluster) * tiles_n
+        grid = cluster * (min(pairs, sms // cluster) if tuning.persistent and sms > 0 else pairs)
+        if b_map.major == "k":
+            b_map = attrs.evolve(b_map, box_outer=b_map.box_outer // cluster)
     c_batch = 0
     if kernel_batch > 1:
         c_batch = batches.out_batch_stride if batches.out_batch_stride is not None else m * ldc

@@ -20,8 +20,8 @@ from typing import Generic, TypeVar
 
 import attrs
 
-from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, Entry, ProgramError, Ring,
-                                      Step, StepKind)
+from pipeline_core.plugin_api import (AgentProgram, Cluster, CompiledSchedule, Entry, ProgramError,
+                                      Ring, Step, StepKind)
 
 S = TypeVar("S")
 G = TypeVar("G")
@@ -218,9 +218,22 @@ def _bar_offset(index: int) -> str:
     return "s" if index == 0 else "(STAGES + s)" if index == 1 else f"({index} * STAGES + s)"
 
 
-def tile_loop(indent: str, inner: str) -> list[str]:
+def tile_loop(indent: str, inner: str, cluster: int = 1) -> list[str]:
     """The persistent tile loop's head: this CTA runs output tiles ``blockIdx.x``, ``+
-    gridDim.x``, ... with its rings' stages and phases running on across them (``rb``)."""
+    gridDim.x``, ... with its rings' stages and phases running on across them (``rb``).  In a
+    cluster (docs/guide/matmul.md, "Clusters") the CTAs of one cluster walk the same tile
+    pairs, as many as each other: pair ``blockIdx.x / CLUSTER``, ``+ gridDim.x / CLUSTER``, ...,
+    each CTA the pair's M tile of its rank (past M on a pair's odd end: it still loads and
+    multicasts its half of B and releases every stage; its loads of A are zero-filled and its
+    stores clipped)."""
+    if cluster > 1:
+        return [indent + "int rb = 0;  // K tiles this CTA's ring has served before this output "
+                         "tile",
+                indent + "for (int tile = blockIdx.x / CLUSTER; tile < TILES; "
+                         "tile += gridDim.x / CLUSTER, rb += KT) {",
+                inner + "int tile_m, tile_n;",
+                inner + "pch100::grouped_tile(tile, MP, N / BN, GROUP_M, tile_m, tile_n);",
+                inner + "tile_m = tile_m * CLUSTER + (int)crank;  // the pair's adjacent M tiles"]
     return [indent + "int rb = 0;  // K tiles this CTA's ring has served before this output tile",
             indent + "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT) {",
             inner + "int tile_m, tile_n;",
@@ -245,7 +258,8 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
                        consumer: Sequence[str], producer_name: str, producer_registers: int,
                        consumer_registers: int, family: AgentsFamily,
                        consumer_loop: Sequence[str] | None = None,
-                       consumer_after: Sequence[str] = (), uniform_consumer: bool = False) -> str:
+                       consumer_after: Sequence[str] = (), uniform_consumer: bool = False,
+                       cluster: Cluster | None = None, relay: Sequence[str] = ()) -> str:
     """The body of a warp-specialized kernel: warp group 0 the producer (one elected thread runs
     its program), warp groups 1.. the consumers (one program; the consumer index is a run-time
     value), ``setmaxnreg`` moving registers between the roles, one mbarrier per ring and stage,
@@ -254,8 +268,24 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
     :func:`split_tile_loop`), ``consumer_after``: lines after it.  ``uniform_consumer``: the
     consumer index is read through a warp shuffle, so ptxas knows it is the same in every
     thread of a warp: a tile loop whose bounds depend on it otherwise puts the wgmma groups on
-    a path ptxas takes as divergent, and it serializes every wgmma there (C7520)."""
+    a path ptxas takes as divergent, and it serializes every wgmma there (C7520).  ``cluster``:
+    the plan's cluster (docs/guide/agents.md, "Clusters"): its start barrier after the
+    initialisation, its end barrier before the exit, and the tile loop over the cluster's tile
+    pairs; ``relay``: the program of its relay agent, which warp 1 of warp group 0 runs (one
+    thread)."""
     ind = "    "
+    ctas = cluster.ctas if cluster is not None else 1
+    start = (ind + "cluster_sync();  // the cluster's start barrier: every CTA's mbarriers "
+                   "initialised first"
+             if cluster is not None and cluster.start_barrier else ind + "__syncthreads();")
+    tiles = (ind + "const int KT = K / BK, TILES = (M / BM) * (N / BN);" if cluster is None else
+             ind + f"constexpr int CLUSTER = {ctas};\n"
+             + ind + "const u32 crank = cluster_ctarank();  // this CTA's rank in its cluster\n"
+             + ind + "const int KT = K / BK, MP = (M / BM + CLUSTER - 1) / CLUSTER, "
+                     "TILES = MP * (N / BN);  // the cluster's tile pairs")
+    end = ([ind + "cluster_sync();  // the cluster's end barrier: no CTA exits while a peer "
+                  "may still signal it"]
+           if cluster is not None and cluster.end_barrier else [])
     names = ", then ".join(f"{r.name}[0..STAGES)" for r in rings)
     lines = [ind + "using namespace pcwg;", family.constants, "",
              ind + "extern __shared__ __align__(1024) unsigned char smem_raw[];",
@@ -265,7 +295,7 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
              *(ind + f"auto {r.name}_bar = [&](int s) {{ return bars + 8u * {_bar_offset(i)}; }};"
                for i, r in enumerate(rings)),
              family.stage_views, "",
-             ind + "const int KT = K / BK, TILES = (M / BM) * (N / BN);",
+             tiles,
              ind + "const int wg = threadIdx.x / 128, wtid = threadIdx.x % 128, "
                    "lane = threadIdx.x % 32;", "",
              ind + "if (threadIdx.x == 0) {",
@@ -274,15 +304,20 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
              ind * 2 + "}",
              ind * 2 + "mbar_init_fence();",
              ind + "}",
-             ind + "__syncthreads();", "",
+             start, "",
              ind + "if (wg == 0) {",
              ind * 2 + f"// ---- agent {producer_name} (its compiled program, one line per step) ----",
              ind * 2 + f"setmaxnreg_dec<{producer_registers}>();",
              ind * 2 + "if (wtid == 0) {",
-             *tile_loop(ind * 3, ind * 4),
+             *tile_loop(ind * 3, ind * 4, ctas),
              *(ind * 4 + l for l in producer),
              ind * 3 + "}",
              ind * 2 + "}",
+             *([ind * 2 + "if (wtid == 32) {  // ---- agent relay: the peers' releases ----",
+                *tile_loop(ind * 3, ind * 4, ctas),
+                *(ind * 4 + l for l in relay),
+                ind * 3 + "}",
+                ind * 2 + "}"] if relay else []),
              ind + "} else {",
              ind * 2 + "// ---- agents consumer0.. (one program; the consumer index picks the rows) ----",
              ind * 2 + f"setmaxnreg_inc<{consumer_registers}>();",
@@ -290,14 +325,15 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
                         "// warp-uniform (C7520)" if uniform_consumer
                         else "const int consumer = wg - 1;"),
              family.consumer_state,
-             *(tile_loop(ind * 2, ind * 2) if consumer_loop is None else consumer_loop),
+             *(tile_loop(ind * 2, ind * 2, ctas) if consumer_loop is None else consumer_loop),
              family.compute,
              *(ind * 2 + l for l in consumer),
              family.finish,
              ind * 2 + "}  // next output tile",
              *(ind * 2 + l for l in consumer_after),
              *([family.consumer_exit] if family.consumer_exit else []),
-             ind + "}"]
+             ind + "}",
+             *end]
     return "\n".join(lines)
 
 

@@ -21,11 +21,11 @@ from typing import Any
 
 import attrs
 
-from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, CostModel, DepEdge, KernelLaunch,
-                                      Op, OpCost, OpRole, OrderSpec, Param, PipelineConfig,
-                                      ProgramError, ReductionSpec, ResourceKind, ScheduleRecord,
-                                      StoreSpec, TargetProfile, TileSplit, Turn, annotate,
-                                      logical)
+from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, ClusterSpec, CostModel,
+                                      DepEdge, KernelLaunch, Op, OpCost, OpRole, OrderSpec, Param,
+                                      PipelineConfig, ProgramError, ReductionSpec, ResourceKind,
+                                      ScheduleRecord, StoreSpec, TargetProfile, TileSplit, Turn,
+                                      annotate, logical)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
@@ -143,6 +143,11 @@ class GemmVariant:
     #: mainloops are ordered by named barriers, so one's epilogue overlaps the other's mainloop
     pingpong: bool = False
 
+    #: CTAs per cluster (docs/guide/matmul.md, "Clusters"): 2 launches CTA pairs on adjacent M
+    #: tiles of one N tile; each CTA's producer loads half of the shared B tile and multicasts
+    #: it into both CTAs, and each stage is released by the consumers of both
+    cluster: int = 1
+
     @property
     def store_cols(self) -> int:
         """Columns of one TMA-store sub-tile: one 128-byte swizzled row of the output type."""
@@ -162,7 +167,8 @@ def describe_variant(v: GemmVariant) -> str:
             + (f", scale {v.scale}" if v.scale != "none" else "")
             + (f", batched {v.batch}" if v.batch != "none" else "")
             + (", TMA store" if v.store == "tma" else "")
-            + (", ping-pong" if v.pingpong else ""))
+            + (", ping-pong" if v.pingpong else "")
+            + (f", cluster {v.cluster} (B multicast)" if v.cluster > 1 else ""))
 
 
 def k_tile(dtype: str) -> int:
@@ -232,12 +238,14 @@ class WsGeometry:
 
     @property
     def smem_bytes(self) -> int:
-        """The ring, its 2 x stages mbarriers, and 1 KB for aligning the ring to the swizzle atom;
-        with the TMA store, the barriers get a 1 KB block and the staging buffers follow it
-        (1024-byte aligned, as the 128-byte swizzle wants)."""
+        """The ring, its 2 x stages mbarriers (3 x in a cluster: the relay ring's, docs/guide/
+        agents.md, "Clusters"), and 1 KB for aligning the ring to the swizzle atom; with the TMA
+        store, the barriers get a 1 KB block and the staging buffers follow it (1024-byte
+        aligned, as the 128-byte swizzle wants)."""
         if self.variant.store == "tma":
             return self.stages * self.stage_bytes + 2048 + self.staging_bytes
-        return self.stages * self.stage_bytes + 1024 + 2 * self.stages * 8
+        rings = 3 if self.variant.cluster > 1 else 2
+        return self.stages * self.stage_bytes + 1024 + rings * self.stages * 8
 
     @property
     def accumulators(self) -> int:
@@ -288,6 +296,25 @@ class WsGeometry:
             raise bad("pingpong", f"each consumer holds a whole {self.bm} x {self.bn} tile: "
                                   f"{self.accumulators} fp32 accumulators per thread leave too "
                                   "few of 255 registers; shrink the tile (-p BN=128)")
+        if self.variant.cluster > 1:
+            if self.variant.split_k:
+                raise bad("cluster", f"{self.variant.cluster} with -p split_k=true: a split-K "
+                                     "tile's CTAs reduce through global memory, not a cluster; "
+                                     "pass -p cluster=1 or -p split_k=false")
+            v = self.variant
+            if v.store == "tma" or v.pingpong or v.batch != "none" or v.dtype == "e4m3":
+                other = ("store=tma" if v.store == "tma" else "pingpong=true" if v.pingpong
+                         else f"batch={v.batch}" if v.batch != "none" else "dtype=e4m3")
+                raise bad("cluster", f"{v.cluster} and -p {other} don't combine yet: pass "
+                                     "-p cluster=1 or drop the other")
+            half = self.bn // self.variant.cluster
+            step = MN_CHUNK if self.variant.b_major == "mn" else 8
+            if half % step:
+                raise bad("cluster", f"each CTA multicasts {half} of B's -p BN={self.bn} rows, "
+                                     f"not a multiple of {step} (a swizzle atom"
+                                     f"{' of an MN-major box' if step == MN_CHUNK else ''}); "
+                                     f"pass -p BN={2 * step * -(-self.bn // (2 * step))} or "
+                                     "-p cluster=1")
         if self.accumulators > 192:
             raise bad("BM", f"{self.accumulators} fp32 accumulators per consumer thread leave too "
                             "few of 255 registers; add consumers or shrink BN")
@@ -387,6 +414,9 @@ PARAMS = (
                                    "tile, the consumers take output tiles in turn, their "
                                    "mainloops ordered by named barriers (with -p BN=128; "
                                    "implies tails)"),
+    Param("cluster", int, 1, "CTAs per cluster: 2 pairs CTAs on adjacent M tiles that "
+                             "multicast halves of their shared B tile (implies tails)",
+          bound=Bound(low=1, high=2)),
 )
 
 
@@ -449,9 +479,14 @@ class WarpSpecializedGemm:
         reduction = ReductionSpec() if g.variant.split_k else None
         # the TMA-store epilogue (docs/guide/agents.md, "Bulk stores")
         store = StoreSpec(buffers=STORE_BUFFERS) if g.variant.store == "tma" else None
+        # a cluster: each CTA multicasts its half of the B tile (op 1) into every CTA of the
+        # pair (docs/guide/agents.md, "Clusters")
+        cluster = (ClusterSpec(ctas=g.variant.cluster, multicast=(1,))
+                   if g.variant.cluster > 1 else None)
         if not g.variant.pingpong:
             return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
-                             release_lag=self.release_lag, reduction=reduction, store=store)
+                             release_lag=self.release_lag, reduction=reduction, store=store,
+                             cluster=cluster)
         # ping-pong: the consumers take output tiles in turn, their mainloops in tile order
         # (docs/guide/agents.md, "Tile splits")
         consumers = tuple(r.name for r in roles[1:])

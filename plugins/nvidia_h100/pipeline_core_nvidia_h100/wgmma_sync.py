@@ -43,8 +43,8 @@ in short:
 from __future__ import annotations
 
 from pipeline_core.plugin_api import (BarrierKind, BulkStoreChannel, Channel, ChannelKind,
-                                      CrossCtaReduction, Effect, FrameworkTag, NamedBarriers,
-                                      OpRole, SyncModel)
+                                      ClusterSync, CrossCtaReduction, Effect, FrameworkTag,
+                                      NamedBarriers, OpRole, SyncModel)
 
 MBARRIER = "mbarrier"
 WGMMA = "wgmma"
@@ -114,6 +114,28 @@ TMA_STORE = BulkStoreChannel(
     max_wait=MAX_WGMMA_WAIT,
     issuer="one elected thread of the consumer (bulk async-groups are per thread)")
 
+#: A 2-CTA cluster (docs/guide/agents.md, "Clusters"; PTX ISA, "mbarrier.arrive", "mapa",
+#: "barrier.cluster", "cp.async.bulk.tensor"): a peer CTA's stage is released with ``mapa`` +
+#: ``mbarrier.arrive.release.cluster.shared::cluster``; only the cluster-scope release orders
+#: the consumers' wgmma reads before the peer producer's next multicast, and only if the
+#: producer's wait on that phase acquires at cluster scope too (a ``.cta``-scope arrive or wait
+#: is the race of NVIDIA/cutlass#3324).  ptxas puts ``MEMBAR.ALL.GPU`` before each cluster-scope
+#: release, so the consumers' releases go through a relay (``relay``: warp 1 of the producer
+#: warp group waits on the stage's relay barrier and makes the one cluster-scope arrival), which
+#: keeps that fence off the consumers' path.  The barriers' initialisation is published
+#: cluster-wide (``fence.mbarrier_init.release.cluster``, then ``barrier.cluster``) before any
+#: CTA signals a peer, and every CTA passes ``barrier.cluster`` again before it exits.
+CLUSTER = ClusterSync(
+    max_ctas=2, release_scopes=("cluster",), relay=True,
+    forms={"remote_arrive": "mapa.shared::cluster.u32; "
+                            "mbarrier.arrive.release.cluster.shared::cluster.b64",
+           "peer_wait": "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 (loop)",
+           "multicast": "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx"
+                        "::bytes.multicast::cluster (cta mask 0b11)",
+           "start": "fence.mbarrier_init.release.cluster; barrier.cluster.arrive.release; "
+                    "barrier.cluster.wait.acquire",
+           "end": "barrier.cluster.arrive.release; barrier.cluster.wait.acquire"})
+
 #: ``bar.sync 0`` publishes the barriers' initialisation before any agent uses them.
 BARRIERS = (BarrierKind(tag=int(FrameworkTag.BARRIER), name="bar.sync", participants="cta",
                         aligned=True, drains=False, publishes="completed"),)
@@ -135,6 +157,7 @@ H100_WGMMA_SYNC = SyncModel(
     shared_in_order=False, global_loads_write_shared=True,
     agent_tags={"arrive": MBAR_ARRIVE, "expect_tx": MBAR_EXPECT_TX, "fence": WGMMA_FENCE},
     named_barriers=NAMED_BARRIERS, reduction=SPLIT_K_REDUCTION, bulk_store=TMA_STORE,
+    cluster=CLUSTER,
     notes=("a waiter may lag an mbarrier by at most one phase (try_wait.parity tests only the "
            "current and the preceding phase)",
            "a wgmma group's shared-memory reads end when wait_group retires it",

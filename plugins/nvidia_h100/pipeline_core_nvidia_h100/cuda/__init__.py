@@ -50,3 +50,13 @@ def gemm_scale_batch_header_source() -> str:
     :func:`gemm_call_header_source`)."""
     return resources.files(__name__).joinpath(GEMM_SCALE_BATCH_HEADER_NAME).read_text(
         encoding="utf-8")
+
+
+#: A 2-CTA cluster's helpers (rank, cluster barrier, peer arrival, multicast TMA); pasted after
+#: GEMM_CALL_HEADER_NAME, only into a kernel launched as clusters.
+CLUSTER_HEADER_NAME = "cluster_h100.cuh"
+
+
+def cluster_header_source() -> str:
+    """The text of ``cluster_h100.cuh`` (paste it after :func:`gemm_call_header_source`)."""
+    return resources.files(__name__).joinpath(CLUSTER_HEADER_NAME).read_text(encoding="utf-8")
