@@ -46,12 +46,13 @@ def candidate(stages):
 
 
 def pp_plan(a, b, bias, act, od, out, stages):
-    """The call's plan at the 128 x 128 tile (no split), its variant with ``pingpong`` on."""
+    """The call's plan at the 128 x 128 tile (no split, the direct store: ping-pong is not
+    combined with the TMA store yet), its variant with ``pingpong`` on."""
     import attrs
 
     from pipeline_core_nvidia_h100 import matmul_call as m
     plan = m._plan(a, b, bias, act, od, out, m._KERNELS.sms(0),
-                   attrs.evolve(m.TUNING, split_k=False), candidate(stages))
+                   attrs.evolve(m.TUNING, split_k=False, tma_store=False), candidate(stages))
     return attrs.evolve(plan, variant=attrs.evolve(plan.variant, pingpong=True))
 
 
