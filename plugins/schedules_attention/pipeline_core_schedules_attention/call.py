@@ -220,10 +220,10 @@ def _load(compiled: CompiledSchedule, source: str, device: int) -> _Built:
 
 
 def _map(t: Any, rows: int, d: int, box_rows: int, dtype: str) -> Any:
-    from pipeline_core_nvidia_h100.tma import (DTYPE_BFLOAT16, DTYPE_FLOAT16, device_address,
-                                               encode_tiled_2d)
+    from pipeline_core_nvidia_h100.tma import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
 
-    key = (device_address(t), rows, d, box_rows, dtype)
+    # torch's data_ptr(): the address tma.device_address reads, without a bf16 view per call
+    key = (t.data_ptr(), rows, d, box_rows, dtype)
     found = _MAPS.get(key)
     if found is None:
         if len(_MAPS) > 256:
@@ -263,7 +263,10 @@ def _key(q: Any, k: Any, v: Any, causal: object, scale: object,
 
 
 _RECIPES: Bounded[_Recipe] = Bounded(RECIPE_CACHE_SIZE)
-_ARGS: Bounded[tuple[int, tuple[Any, ...]]] = Bounded(ARGS_CACHE_SIZE)
+#: per (recipe, kernel, Q's, K's and V's addresses): the grid, the arguments before the
+#: output's address and after it, and numpy's uint64 (the output's address is packed per call:
+#: a new output each call must not miss the cache)
+_ARGS: Bounded[tuple[int, tuple[Any, ...], tuple[Any, ...], Any]] = Bounded(ARGS_CACHE_SIZE)
 
 
 def _call(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> Any:
@@ -299,22 +302,23 @@ def _kernel(r: _Recipe) -> _Built:
 
 
 def _launch(r: _Recipe, q: Any, k: Any, v: Any, out: Any) -> None:
-    """Launch recipe ``r``'s kernel: the grid and the packed arguments (tensor maps,
-    addresses, sizes) are made once per (recipe, kernel, addresses) and kept."""
+    """Launch recipe ``r``'s kernel: the grid and the packed arguments (tensor maps, sizes)
+    are made once per (recipe, kernel, Q's, K's and V's addresses) and kept."""
     built = _kernel(r)
-    key = (r, built, q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr())
+    key = (r, built, q.data_ptr(), k.data_ptr(), v.data_ptr())
     found = _ARGS.get(key)
     if found is None:
-        found = _ARGS.put(key, _pack(r, built, q, k, v, out))
-    grid, args = found
-    launch(built.kernel, r.device, r.stream, (grid,), (built.threads,), args, built.smem)
+        found = _ARGS.put(key, _pack(r, built, q, k, v))
+    grid, maps, sizes, pointer = found
+    launch(built.kernel, r.device, r.stream, (grid,), (built.threads,),
+           (*maps, pointer(out.data_ptr()), *sizes), built.smem)
 
 
-def _pack(r: _Recipe, built: _Built, q: Any, k: Any, v: Any,
-          out: Any) -> tuple[int, tuple[Any, ...]]:
+def _pack(r: _Recipe, built: _Built, q: Any, k: Any,
+          v: Any) -> tuple[int, tuple[Any, ...], tuple[Any, ...], Any]:
     """The persistent grid (one CTA per query tile, at most one per SM) and the kernel's
-    arguments: Q's, K's and V's tensor maps, the output's address, the sizes, the folded scale
-    and the GQA group."""
+    arguments but the output's address: Q's, K's and V's tensor maps; the sizes, the folded
+    scale and the GQA group; and how the output's address is packed."""
     import torch
 
     from pipeline_core_nvidia_h100.runtime import _require
@@ -325,12 +329,12 @@ def _pack(r: _Recipe, built: _Built, q: Any, k: Any, v: Any,
     if sms is None:
         sms = _SMS[r.device] = torch.cuda.get_device_properties(r.device).multi_processor_count
     tiles = c.bh * -(-c.sq // built.block_m)
-    return min(tiles, sms), (
-        _map(q, c.bh * c.sq, c.head_dim, built.block_m, c.dtype),
-        _map(k, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype),
-        _map(v, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype),
-        np.uint64(out.data_ptr()), np.int32(c.bh), np.int32(c.sq), np.int32(c.sk),
-        np.float32(c.scale_log2), np.int32(c.group))
+    maps = (_map(q, c.bh * c.sq, c.head_dim, built.block_m, c.dtype),
+            _map(k, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype),
+            _map(v, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype))
+    sizes = (np.int32(c.bh), np.int32(c.sq), np.int32(c.sk), np.float32(c.scale_log2),
+             np.int32(c.group))
+    return min(tiles, sms), maps, sizes, np.uint64
 
 
 def _ops() -> Any:

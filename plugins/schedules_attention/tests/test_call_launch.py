@@ -135,6 +135,8 @@ def test_a_repeated_call_checks_plans_and_packs_once(host):
     assert args[:3] == (("map", q.ptr, 1200), ("map", k.ptr, 924), ("map", v.ptr, 924))
     assert int(args[3]) == first.ptr and [int(a) for a in args[4:7]] == [12, 100, 77]
     assert math.isclose(float(args[7]), call.LOG2E / 8, rel_tol=1e-6) and int(args[8]) == 1
+    # the second call's new output is launched, with the same packed maps (no repacking)
+    assert int(again[5][3]) != first.ptr and all(a is b for a, b in zip(args[:3], again[5][:3]))
     # new tensors of the same description: no check, no plan; their own maps
     q2, k2, v2 = qkv()
     call.attention(q2, k2, v2)
