@@ -28,6 +28,8 @@ from pipeline_core_nvidia_h100.gemm_call import (CallPlan, MatmulArgumentError,
                                                  MatmulTypeError, OperandMap, TensorInfo,
                                                  TileShape, Tuning, plan_call)
 from pipeline_core_nvidia_h100.gemm_scaled import plan_scaled
+from pipeline_core_nvidia_h100.launch_cache import Bounded, describe, launch
+from pipeline_core_nvidia_h100.launch_cache import eager as _eager
 from pipeline_core_nvidia_h100.runtime import _require
 from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_NAME, GemmVariant,
                                                        WsGeometry, describe_variant, k_tile)
@@ -85,7 +87,6 @@ class _Kernels:
         self._maps: dict[tuple[int | str, ...], Any] = {}
         self._sms: dict[int, int] = {}
         self._workspaces: dict[tuple[int, int, int], tuple[Any, Any]] = {}
-        self._streams: dict[int, Any] = {}
 
     def get(self, v: GemmVariant, device: int, c: Candidate = autotune.DEFAULT) -> _Built:
         key = (v, c, device)
@@ -153,18 +154,6 @@ class _Kernels:
                     found = (torch.empty(sms * tile, dtype=torch.float32, device=dev),
                              torch.zeros(sms, dtype=torch.int32, device=dev))
                     self._workspaces[key] = found
-        return found
-
-    def stream(self, handle: int) -> Any:
-        """CuPy's view of torch's stream ``handle``, made once per stream."""
-        found = self._streams.get(handle)
-        if found is None:
-            import warnings
-
-            cp = _require("cupy")
-            with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream
-                warnings.simplefilter("ignore", DeprecationWarning)
-                found = self._streams[handle] = cp.cuda.ExternalStream(handle)
         return found
 
     def tensor_map(self, ptr: int, m: OperandMap, dtype: str) -> Any:
@@ -268,16 +257,13 @@ def _key(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out:
          stream: int, scales: tuple[Any, Any] | None = None) -> tuple[Any, ...]:
     """Everything a call's plan depends on: each tensor's shape, strides, element type, device
     and whether its address is 16-byte aligned (the only use of the address the plan makes),
-    the epilogue, the stream and :data:`TUNING`."""
-    def desc(t: Any) -> tuple[Any, ...] | None:
-        if t is None:
-            return None
-        return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
-    return (desc(a), desc(b), desc(bias), activation, out_dtype, desc(out), stream, TUNING,
-            None if scales is None else (desc(scales[0]), desc(scales[1])))
+    the epilogue, the stream and :data:`TUNING` (launch_cache.describe)."""
+    return (describe(a), describe(b), describe(bias), activation, out_dtype, describe(out),
+            stream, TUNING,
+            None if scales is None else (describe(scales[0]), describe(scales[1])))
 
 
-_RECIPES: dict[tuple[Any, ...], _Recipe] = {}
+_RECIPES: Bounded[_Recipe] = Bounded(RECIPE_CACHE_SIZE)
 
 
 def _recipe(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
@@ -297,7 +283,7 @@ def _recipe(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, o
     return _Recipe(plan=plan, built=built, device=device, stream=stream, candidate=c)
 
 
-_ARGS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+_ARGS: Bounded[tuple[Any, ...]] = Bounded(MAP_CACHE_SIZE)
 
 
 def _launch(r: _Recipe, a: Any, b: Any, bias: Any, out: Any,
@@ -310,13 +296,9 @@ def _launch(r: _Recipe, a: Any, b: Any, bias: Any, out: Any,
                                                          scales[1].data_ptr())))
     args = _ARGS.get(key)
     if args is None:
-        if len(_ARGS) >= MAP_CACHE_SIZE:
-            _ARGS.pop(next(iter(_ARGS)))
-        args = _ARGS[key] = _pack(r, a, b, bias, out, scales)
-    cp = _require("cupy")
-    with cp.cuda.Device(r.device), _KERNELS.stream(r.stream):
-        r.built.kernel((r.plan.grid, r.plan.splits, r.plan.batch), (r.built.threads,), args,
-                       shared_mem=r.built.smem)
+        args = _ARGS.put(key, _pack(r, a, b, bias, out, scales))
+    launch(r.built.kernel, r.device, r.stream, (r.plan.grid, r.plan.splits, r.plan.batch),
+           (r.built.threads,), args, r.built.smem)
 
 
 def _pack(r: _Recipe, a: Any, b: Any, bias: Any, out: Any,
@@ -376,10 +358,8 @@ def _call(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out
             c = _tuned(a, b, bias, activation, out_dtype, out, plan, device, stream)
         if c != autotune.DEFAULT:
             plan = _plan(a, b, bias, activation, out_dtype, out, _KERNELS.sms(device), TUNING, c)
-        r = _recipe(a, b, bias, activation, out_dtype, out, plan, device, stream, c, scales)
-        if len(_RECIPES) >= RECIPE_CACHE_SIZE:
-            _RECIPES.pop(next(iter(_RECIPES)))
-        _RECIPES[key] = r
+        r = _RECIPES.put(key, _recipe(a, b, bias, activation, out_dtype, out, plan, device,
+                                      stream, c, scales))
     elif out is None:
         out = torch.empty(r.plan.out_shape,
                           dtype=_TORCH_OUT[r.plan.variant.out_dtype](torch), device=a.device)
@@ -497,16 +477,6 @@ def _as_torch(x: Any, name: str) -> tuple[Any, bool]:
         return _require("torch").from_dlpack(x), True
     raise MatmulTypeError(f"{name}: a {type(x).__name__}; matmul takes torch tensors or CuPy "
                           "arrays on a CUDA device")
-
-
-def _eager(torch: Any, *tensors: Any) -> bool:
-    """Whether the call may skip the custom op's dispatch (docs/guide/matmul.md, "Speed"):
-    plain CUDA tensors needing no gradient, no torch.compile tracing, no dispatch mode (fake
-    tensors, a profiler's mode); anything else goes through the op, which does the same work."""
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
-        return False
-    return all(t is None or (type(t) is torch.Tensor and t.is_cuda and not t.requires_grad)
-               for t in tensors)
 
 
 def matmul(a: Any, b: Any, *, bias: Any = None, activation: str | None = None,

@@ -4,9 +4,11 @@ called on torch tensors (docs/guide/attention.md, "Emitting and calling it").
 It lives in this plugin, not beside ``matmul`` in ``pipeline_core_nvidia_h100``, because this
 plugin owns the kernel family's device code (``emit_attention.py``) and its schedule; the H100
 plugin gives the host side it shares with the GEMM: the TMA tensor maps (``tma.py``), the
-kernel cache on disk (``kernel_cache.py``) and the launch on torch's current stream
-(``runtime.py``).  The kernel is compiled (and proven) once per (head dim, dtype, causal,
-alignment, device), launched on a persistent grid, and allocates nothing but the output.
+kernel cache on disk (``kernel_cache.py``), the build (``runtime.py``) and the eager launch
+path on torch's current stream (``launch_cache.py``: the checks and the plan run once per
+argument description, as ``matmul``'s).  The kernel is compiled (and proven) once per (head
+dim, dtype, causal, alignment, device), launched on a persistent grid, and allocates nothing
+but the output.
 ``causal=True`` compiles the schedule with ``-p causal=true`` (top-left aligned, as torch's
 ``is_causal``): the plan's loop bounds skip the KV blocks above the diagonal and mask the
 diagonal's; ``causal="bottom_right"`` adds ``-p align=bottom_right`` (FlashAttention's diagonal
@@ -22,6 +24,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import attrs
+
+from pipeline_core_nvidia_h100.launch_cache import Bounded, describe, eager, launch
 
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
@@ -52,6 +56,10 @@ CALL_STAGES = 2
 #: nvcc's options for the call's kernels (the disk cache's key holds them)
 BUILD_OPTIONS = ("-std=c++17",)
 LOG2E = 1.4426950408889634
+#: launch recipes kept per process (one per argument description; the oldest go first)
+RECIPE_CACHE_SIZE = 1024
+#: packed kernel arguments kept per process (one per recipe, kernel and addresses)
+ARGS_CACHE_SIZE = 4096
 #: ``causal=``: what each accepted value means, as the schedule's ``-p align`` (None: no mask).
 #: One argument, not a second keyword, so no combination means nothing (an alignment without
 #: the mask); the names are LoopBounds.align's (torch's CausalVariant UPPER_LEFT / LOWER_RIGHT).
@@ -143,7 +151,7 @@ def call_params(head_dim: int, causal: bool, align: str = "top_left") -> dict[st
             **({"align": align} if causal else {})}
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, eq=False)
 class _Built:
     kernel: Any
     smem: int
@@ -212,10 +220,10 @@ def _load(compiled: CompiledSchedule, source: str, device: int) -> _Built:
 
 
 def _map(t: Any, rows: int, d: int, box_rows: int, dtype: str) -> Any:
-    from pipeline_core_nvidia_h100.tma import (DTYPE_BFLOAT16, DTYPE_FLOAT16, device_address,
-                                               encode_tiled_2d)
+    from pipeline_core_nvidia_h100.tma import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
 
-    key = (device_address(t), rows, d, box_rows, dtype)
+    # torch's data_ptr(): the address tma.device_address reads, without a bf16 view per call
+    key = (t.data_ptr(), rows, d, box_rows, dtype)
     found = _MAPS.get(key)
     if found is None:
         if len(_MAPS) > 256:
@@ -226,29 +234,107 @@ def _map(t: Any, rows: int, d: int, box_rows: int, dtype: str) -> Any:
     return found
 
 
-def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> Any:
+@attrs.frozen(kw_only=True, cache_hash=True)
+class _Recipe:
+    """What one argument description (:func:`_key`) launches, checked and planned once: the
+    call's plan, the device and torch's stream it runs on.  The kernel is looked up in
+    ``_KERNELS`` at each launch (one dictionary lookup), so the benchmarks' ablations and
+    mutants, which swap ``_KERNELS``'s entries, run through the cached recipe."""
+
+    call: AttentionCall
+    device: int
+    stream: int
+
+    @property
+    def kernel_key(self) -> tuple[int, str, bool, str, int]:
+        c = self.call
+        return (c.head_dim, c.dtype, c.causal, c.align, self.device)
+
+
+def _key(q: Any, k: Any, v: Any, causal: object, scale: object,
+         stream: int) -> tuple[Any, ...]:
+    """Everything :func:`plan_attention` and the launch read of one call: each tensor's
+    description (launch_cache.describe: shape, so the head dim, lengths and GQA group; strides,
+    so contiguity; dtype; device, so whether on CUDA and on one device; TMA's 16-byte
+    alignment), ``causal`` and ``scale`` with their types (``1 == True`` and hashes alike, but
+    ``causal=1`` is refused), and the stream."""
+    return (describe(q), describe(k), describe(v), type(causal), causal, type(scale), scale,
+            stream)
+
+
+_RECIPES: Bounded[_Recipe] = Bounded(RECIPE_CACHE_SIZE)
+#: per (recipe, kernel, Q's, K's and V's addresses): the grid, the arguments before the
+#: output's address and after it, and numpy's uint64 (the output's address is packed per call:
+#: a new output each call must not miss the cache)
+_ARGS: Bounded[tuple[int, tuple[Any, ...], tuple[Any, ...], Any]] = Bounded(ARGS_CACHE_SIZE)
+
+
+def _call(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> Any:
+    """The output of one call, launched on torch's current stream (docs/guide/attention.md,
+    "The launch path"): the arguments are checked and planned on the first call of each
+    argument description, later calls go straight to the launch."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
-    from pipeline_core_nvidia_h100.runtime import KernelBuilder
-
-    c = plan_attention(q, k, v, causal=causal, scale=scale)
+    if not q.is_cuda:  # no stream to key by: the checks refuse it in one line
+        plan_attention(q, k, v, causal=causal, scale=scale)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    key = (c.head_dim, c.dtype, c.causal, c.align, device)
-    built = _KERNELS.get(key)
-    if built is None:
-        built = _KERNELS[key] = _build(c.head_dim, c.dtype, c.causal, c.align, device)
-    sms = _SMS.get(device)
-    if sms is None:
-        sms = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    stream = torch.cuda.current_stream(device).cuda_stream
+    key = _key(q, k, v, causal, scale, stream)
+    try:
+        r = _RECIPES.get(key)
+    except TypeError:  # an unhashable causal or scale, which the checks refuse
+        r = None
+    if r is None:
+        r = _RECIPES.put(key, _Recipe(call=plan_attention(q, k, v, causal=causal, scale=scale),
+                                      device=device, stream=stream))
     out = torch.empty_like(q)
-    tiles = c.bh * -(-c.sq // built.block_m)
-    args = (_map(q, c.bh * c.sq, c.head_dim, built.block_m, c.dtype),
-            _map(k, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype),
-            _map(v, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype),
-            out, c.bh, c.sq, c.sk, c.scale_log2, c.group)
-    KernelBuilder().launch(built.kernel, (min(tiles, sms),), (built.threads,), args,
-                           shared_mem=built.smem)
+    _launch(r, q, k, v, out)
     return out
+
+
+def _kernel(r: _Recipe) -> _Built:
+    """The recipe's kernel, built (or read from the disk cache) on its first use."""
+    built = _KERNELS.get(r.kernel_key)
+    if built is None:
+        c = r.call
+        built = _KERNELS[r.kernel_key] = _build(c.head_dim, c.dtype, c.causal, c.align, r.device)
+    return built
+
+
+def _launch(r: _Recipe, q: Any, k: Any, v: Any, out: Any) -> None:
+    """Launch recipe ``r``'s kernel: the grid and the packed arguments (tensor maps, sizes)
+    are made once per (recipe, kernel, Q's, K's and V's addresses) and kept."""
+    built = _kernel(r)
+    key = (r, built, q.data_ptr(), k.data_ptr(), v.data_ptr())
+    found = _ARGS.get(key)
+    if found is None:
+        found = _ARGS.put(key, _pack(r, built, q, k, v))
+    grid, maps, sizes, pointer = found
+    launch(built.kernel, r.device, r.stream, (grid,), (built.threads,),
+           (*maps, pointer(out.data_ptr()), *sizes), built.smem)
+
+
+def _pack(r: _Recipe, built: _Built, q: Any, k: Any,
+          v: Any) -> tuple[int, tuple[Any, ...], tuple[Any, ...], Any]:
+    """The persistent grid (one CTA per query tile, at most one per SM) and the kernel's
+    arguments but the output's address: Q's, K's and V's tensor maps; the sizes, the folded
+    scale and the GQA group; and how the output's address is packed."""
+    import torch
+
+    from pipeline_core_nvidia_h100.runtime import _require
+
+    np = _require("numpy")
+    c = r.call
+    sms = _SMS.get(r.device)
+    if sms is None:
+        sms = _SMS[r.device] = torch.cuda.get_device_properties(r.device).multi_processor_count
+    tiles = c.bh * -(-c.sq // built.block_m)
+    maps = (_map(q, c.bh * c.sq, c.head_dim, built.block_m, c.dtype),
+            _map(k, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype),
+            _map(v, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype))
+    sizes = (np.int32(c.bh), np.int32(c.sq), np.int32(c.sk), np.float32(c.scale_log2),
+             np.int32(c.group))
+    return min(tiles, sms), maps, sizes, np.uint64
 
 
 def _ops() -> Any:
@@ -259,7 +345,7 @@ def _ops() -> Any:
 
     # the op's causal is "none" or an alignment (a schema has no bool-or-str)
     def op(q: Any, k: Any, v: Any, causal: str, scale: float | None) -> Any:
-        return _run(q, k, v, False if causal == "none" else causal, scale)
+        return _call(q, k, v, False if causal == "none" else causal, scale)
 
     def fake(q: Any, k: Any, v: Any, causal: str, scale: float | None) -> Any:
         # the argument checks, where torch.compile traces the call (attention() skips them)
@@ -285,6 +371,10 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
     import torch
 
     ops = _ops()  # registered before any torch.compile traces this call
+    # plain CUDA tensors outside tracing skip the op's dispatch (launch_cache.eager); the
+    # checks then run once per argument description (docs/guide/attention.md, "The launch path")
+    if eager(torch, q, k, v):
+        return _call(q, k, v, causal, scale)
     # the checks before the op, in one line each; under torch.compile the op's fake runs them
     # (dynamo stopped at plan_attention with "Unsupported function call", torch 2.11)
     if not torch.compiler.is_compiling():

@@ -1,0 +1,88 @@
+"""The eager launch path the torch calls share (``matmul``, ``scaled_mm``, and the attention
+plugin's ``attention``): whether a call may skip the custom op's dispatch, the description of a
+tensor a launch recipe is keyed by, bounded per-process caches, CuPy's view of torch's stream,
+and the launch on it (docs/guide/matmul.md, "Speed"; docs/guide/attention.md, "The launch
+path").
+
+A call checks and plans its arguments once per description and keeps the result; a repeated
+call with the same description costs a dictionary lookup and the launch.  So a description must
+hold everything a call's checks read: a cached call never skips a check that would refuse.
+Nothing here imports torch or CuPy at import time.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any, Generic, TypeVar
+
+from pipeline_core_nvidia_h100.runtime import _require
+
+V = TypeVar("V")
+
+
+def eager(torch: Any, *tensors: Any) -> bool:
+    """Whether a call may skip the custom op's dispatch: plain CUDA tensors (``None`` for an
+    absent optional one) needing no gradient, no torch.compile tracing, no dispatch mode (fake
+    tensors, a profiler's mode); anything else goes through the op, which does the same work
+    (and whose fake runs the checks where torch.compile traces)."""
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
+        return False
+    return all(t is None or (type(t) is torch.Tensor and t.is_cuda and not t.requires_grad)
+               for t in tensors)
+
+
+def describe(t: Any) -> tuple[Any, ...] | None:
+    """What a launch recipe knows of tensor ``t`` (None for an absent one): its shape, strides
+    (so its contiguity and layout), element type, device (so whether it is on CUDA) and whether
+    its address is 16-byte aligned (what TMA needs; the only use of the address a plan makes)."""
+    if t is None:
+        return None
+    return (t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
+
+
+class Bounded(Generic[V]):
+    """A per-process cache of at most ``size`` entries; the oldest go first (a long-running
+    process with ever-new shapes or addresses keeps a bounded amount)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: dict[Hashable, V] = {}
+
+    def get(self, key: Hashable) -> V | None:
+        return self._items.get(key)
+
+    def put(self, key: Hashable, value: V) -> V:
+        if key not in self._items and len(self._items) >= self.size:
+            self._items.pop(next(iter(self._items)))
+        self._items[key] = value
+        return value
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
+_STREAMS: dict[int, Any] = {}
+
+
+def external_stream(handle: int) -> Any:
+    """CuPy's view of torch's stream ``handle``, made once per stream."""
+    found = _STREAMS.get(handle)
+    if found is None:
+        import warnings
+
+        cp = _require("cupy")
+        with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream
+            warnings.simplefilter("ignore", DeprecationWarning)
+            found = _STREAMS[handle] = cp.cuda.ExternalStream(handle)
+    return found
+
+
+def launch(kernel: Any, device: int, stream: int, grid: tuple[int, ...],
+           block: tuple[int, ...], args: tuple[Any, ...], shared_mem: int) -> None:
+    """Launch ``kernel`` with packed ``args`` on ``device``'s stream ``stream`` (torch's
+    current one): no allocation, no sync, so a CUDA graph can capture it."""
+    cp = _require("cupy")
+    with cp.cuda.Device(device), external_stream(stream):
+        kernel(grid, block, args, shared_mem=shared_mem)

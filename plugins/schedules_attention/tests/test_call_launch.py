@@ -1,0 +1,272 @@
+"""The ``attention()`` call's eager launch path (docs/guide/attention.md, "The launch path"),
+on the CPU: torch, the kernel build and the launch are stand-ins, so what is tested is the
+host logic: the checks run once per argument description, a cached description never skips a
+check that would refuse, and torch.compile tracing (or any dispatch mode) goes through the op."""
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+import sys
+import types
+
+import attrs
+import pytest
+
+from pipeline_core_nvidia_h100 import launch_cache
+
+from pipeline_core_schedules_attention import call
+from pipeline_core_schedules_attention.call import AttentionArgumentError
+
+
+@attrs.frozen
+class Device:
+    type: str
+    index: int | None
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+CUDA0 = Device("cuda", 0)
+
+
+def strides_of(shape):
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return tuple(reversed(out))
+
+
+class Tensor:
+    """What the call reads of a torch tensor; the fake torch's ``Tensor``."""
+
+    _next = [1 << 20]
+
+    def __init__(self, shape, dtype="torch.bfloat16", device=CUDA0, strides=None, ptr=None,
+                 requires_grad=False):
+        self.shape, self.dtype, self.device = tuple(shape), dtype, device
+        self.strides = strides or strides_of(self.shape)
+        self.requires_grad = requires_grad
+        if ptr is None:
+            ptr = Tensor._next[0]
+            Tensor._next[0] += 1 << 20
+        self.ptr = ptr
+
+    @property
+    def is_cuda(self):
+        return self.device.type == "cuda"
+
+    def stride(self):
+        return self.strides
+
+    def is_contiguous(self):
+        return self.strides == strides_of(self.shape)
+
+    def data_ptr(self):
+        return self.ptr
+
+
+class Subclass(Tensor):
+    """A tensor subclass (as torch.compile's FakeTensor is one)."""
+
+
+class State:
+    compiling = False
+    dispatch_modes = 0
+    stream = 7
+
+
+def fake_torch(state: type[State]) -> types.ModuleType:
+    torch = types.ModuleType("torch")
+    torch.Tensor = Tensor
+    torch.compiler = types.SimpleNamespace(is_compiling=lambda: state.compiling)
+    torch._C = types.SimpleNamespace(_len_torch_dispatch_stack=lambda: state.dispatch_modes)
+    torch.cuda = types.SimpleNamespace(
+        current_device=lambda: 0,
+        current_stream=lambda device: types.SimpleNamespace(cuda_stream=state.stream),
+        get_device_properties=lambda device: types.SimpleNamespace(multi_processor_count=132))
+    torch.empty_like = lambda t: Tensor(t.shape, t.dtype, t.device)
+    return torch
+
+
+@pytest.fixture
+def host(monkeypatch):
+    """The call with torch, the build, the tensor maps and the launch replaced; counts what
+    ran."""
+    state = type("S", (State,), {})
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(state))
+    seen = types.SimpleNamespace(plans=0, builds=0, launches=[], ops=[], state=state)
+    plan = call.plan_attention
+
+    def counted_plan(*a, **kw):
+        seen.plans += 1
+        return plan(*a, **kw)
+
+    def build(head_dim, dtype, causal, align, device):
+        seen.builds += 1
+        return call._Built(kernel=("kernel", head_dim, causal, align), smem=1, threads=384,
+                           block_m=128, block_n=128)
+
+    monkeypatch.setattr(call, "plan_attention", counted_plan)
+    monkeypatch.setattr(call, "_build", build)
+    monkeypatch.setattr(call, "_map", lambda t, rows, d, box, dtype: ("map", t.data_ptr(), rows))
+    monkeypatch.setattr(call, "launch", lambda *a: seen.launches.append(a))
+    monkeypatch.setattr(call, "_ops", lambda: types.SimpleNamespace(
+        attention=lambda *a: seen.ops.append(a)))
+    for cache in (call._RECIPES, call._ARGS):
+        monkeypatch.setattr(cache, "_items", {})
+    monkeypatch.setattr(call, "_KERNELS", {})
+    return seen
+
+
+def qkv(sq=100, sk=77, d=64, hq=6, hkv=6):
+    return Tensor((2, hq, sq, d)), Tensor((2, hkv, sk, d)), Tensor((2, hkv, sk, d))
+
+
+def test_a_repeated_call_checks_plans_and_packs_once(host):
+    q, k, v = qkv()
+    first = call.attention(q, k, v)
+    call.attention(q, k, v)
+    assert (host.plans, host.builds, len(host.launches)) == (1, 1, 2)
+    (kernel, device, stream, grid, block, args, smem), again = host.launches
+    assert (device, stream, grid, block, smem) == (0, 7, (12,), (384,), 1)  # 2*6 tiles of 100
+    # Q's map, K's, V's, the output, B*H, Sq, Sk, the folded scale, the group
+    assert args[:3] == (("map", q.ptr, 1200), ("map", k.ptr, 924), ("map", v.ptr, 924))
+    assert int(args[3]) == first.ptr and [int(a) for a in args[4:7]] == [12, 100, 77]
+    assert math.isclose(float(args[7]), call.LOG2E / 8, rel_tol=1e-6) and int(args[8]) == 1
+    # the second call's new output is launched, with the same packed maps (no repacking)
+    assert int(again[5][3]) != first.ptr and all(a is b for a, b in zip(args[:3], again[5][:3]))
+    # new tensors of the same description: no check, no plan; their own maps
+    q2, k2, v2 = qkv()
+    call.attention(q2, k2, v2)
+    assert host.plans == 1 and host.launches[-1][5][:3] == (
+        ("map", q2.ptr, 1200), ("map", k2.ptr, 924), ("map", v2.ptr, 924))
+    assert not host.ops  # plain CUDA tensors never went through the op's dispatch
+
+
+def _refused(case):
+    """(the arguments of a call that is accepted and cached, the same call with one thing
+    the checks read changed so that they refuse it, the start of the refusal)."""
+    q, k, v = qkv()
+    good = ((q, k, v), {})
+    other = {
+        "dtype": ((Tensor(q.shape, "torch.float32"), k, v), {}, "attention: q: dtype"),
+        "dtype pair": ((q, Tensor(k.shape, "torch.float16"), v), {}, "attention: k: dtype"),
+        "device": ((q, k, Tensor(v.shape, device=Device("cuda", 1))), {}, "attention: v: on cuda:1"),
+        "on the CPU": ((Tensor(q.shape, device=Device("cpu", None)), k, v), {},
+                       "attention: q: a CPU tensor"),
+        "contiguity": ((q, Tensor(k.shape, strides=(6 * 77 * 64, 64, 1, 77)), v), {},
+                       "attention: k: not contiguous"),
+        "head dim": (qkv(d=96), {}, "attention: q: head dim 96"),
+        "rank": ((Tensor((12, 100, 64)), k, v), {}, "attention: q: shape (12, 100, 64)"),
+        "k and v": ((q, k, Tensor((2, 6, 78, 64))), {}, "attention: v: shape"),
+        "gqa group": (qkv(hkv=4), {}, "attention: k: 4 heads for q's 6"),
+        "empty query": (qkv(sq=0), {}, "attention: q: sequence length 0"),
+        "scale nan": ((q, k, v), {"scale": math.nan}, "attention: scale: nan"),
+        "scale zero": ((q, k, v), {"scale": 0.0}, "attention: scale: 0.0"),
+        "scale negative": ((q, k, v), {"scale": -0.125}, "attention: scale: -0.125"),
+        "scale unhashable": ((q, k, v), {"scale": [0.5]}, "attention: scale: [0.5]"),
+        "causal unknown": ((q, k, v), {"causal": "bottom-right"}, "attention: causal: 'bottom-r"),
+        "causal unhashable": ((q, k, v), {"causal": ["top_left"]}, "attention: causal: ['top"),
+    }
+    if case == "causal one":  # 1 == True and hash(1) == hash(True): the key holds the type
+        return ((q, k, v), {"causal": True}), ((q, k, v), {"causal": 1}), "attention: causal: 1"
+    if case == "scale decimal":  # Decimal("0.5") == 0.5 and hashes alike; the checks refuse it
+        return (((q, k, v), {"scale": 0.5}), ((q, k, v), {"scale": Decimal("0.5")}),
+                "attention: scale: Decimal('0.5')")
+    args, kw, needle = other[case]
+    return good, (args, kw), needle
+
+
+CASES = ["dtype", "dtype pair", "device", "on the CPU", "contiguity", "head dim", "rank",
+         "k and v", "gqa group", "empty query", "scale nan", "scale zero", "scale negative",
+         "scale unhashable", "causal unknown", "causal unhashable", "causal one", "scale decimal"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_cached_call_never_skips_a_check_that_refuses(host, case):
+    (args, kw), (bad_args, bad_kw), needle = _refused(case)
+    call.attention(*args, **kw)
+    call.attention(*args, **kw)
+    assert host.plans == 1  # cached
+    with pytest.raises(AttentionArgumentError) as info:
+        call.attention(*bad_args, **bad_kw)
+    assert str(info.value).startswith(needle) and "\n" not in str(info.value)
+    # and through the op's own implementation (the non-eager path's op runs _call)
+    with pytest.raises(AttentionArgumentError, match="^attention: "):
+        call._call(*bad_args, bad_kw.get("causal", False), bad_kw.get("scale"))
+
+
+def test_the_key_tells_apart_every_field_the_checks_and_the_launch_read():
+    q, k, v = qkv()
+
+    def key(q=q, k=k, v=v, causal=False, scale=None, stream=7):
+        return call._key(q, k, v, causal, scale, stream)
+
+    # another address, as aligned: the same description
+    assert key(q=Tensor(q.shape, ptr=q.ptr + 4096)) == key()
+    others = [key(q=Tensor(q.shape, ptr=q.ptr + 8)),  # TMA's 16-byte alignment
+              key(q=Tensor((2, 6, 101, 64))), key(k=Tensor((2, 3, 77, 64))),
+              key(v=Tensor(v.shape, strides=(6 * 77 * 64, 64, 1, 77))),
+              key(k=Tensor(k.shape, "torch.float16")), key(v=Tensor(v.shape, device=Device("cuda", 1))),
+              key(causal=True), key(causal=1), key(causal="bottom_right"), key(scale=0.5),
+              key(scale=1), key(scale=1.0), key(stream=8)]
+    assert len({key(), *others}) == 1 + len(others)
+
+
+def test_accepted_variants_get_their_own_plan(host):
+    q, k, v = qkv()
+    for kw in ({}, {"causal": True}, {"causal": "bottom_right"}, {"scale": 0.5}):
+        call.attention(q, k, v, **kw)
+    assert host.plans == 4 and host.builds == 3  # the scale is an argument, not a kernel
+    kernels = [launch[0] for launch in host.launches]
+    assert kernels[1][2:] == (True, "top_left") and kernels[2][2:] == (True, "bottom_right")
+    assert math.isclose(float(host.launches[3][5][7]), 0.5 * call.LOG2E, rel_tol=1e-6)
+    host.state.stream = 8  # another stream: its own recipe, launched there
+    call.attention(q, k, v)
+    assert host.plans == 5 and host.launches[-1][2] == 8
+
+
+@pytest.mark.parametrize("why", ["compiling", "dispatch mode", "subclass", "requires grad"])
+def test_the_fast_path_is_not_taken_under_tracing_or_dispatch(host, monkeypatch, why):
+    q, k, v = qkv()
+    if why == "compiling":
+        host.state.compiling = True
+    elif why == "dispatch mode":
+        host.state.dispatch_modes = 1
+    elif why == "subclass":
+        q = Subclass(q.shape)
+    else:
+        k = Tensor(k.shape, requires_grad=True)
+    monkeypatch.setattr(call, "_call", lambda *a: pytest.fail("took the eager path"))
+    call.attention(q, k, v, causal=True, scale=0.5)
+    assert len(host.ops) == 1 and host.ops[0][3:] == ("top_left", 0.5)
+    # outside tracing the checks still run before the op (one line each); under tracing the
+    # op's fake runs them
+    assert host.plans == (0 if why == "compiling" else 1)
+
+
+def test_a_swapped_kernel_is_launched_by_a_cached_recipe(host):
+    """The benchmarks swap ``_KERNELS``'s entries (ablations, mutants): a cached recipe
+    launches what is there now."""
+    q, k, v = qkv()
+    call.attention(q, k, v)
+    (key,) = call._KERNELS
+    other = call._Built(kernel="mutant", smem=2, threads=256, block_m=64, block_n=64)
+    call._KERNELS[key] = other
+    call.attention(q, k, v)
+    kernel, _, _, grid, block, args, smem = host.launches[-1]
+    assert (kernel, grid, block, smem, host.plans) == ("mutant", (24,), (256,), 2, 1)
+    call._KERNELS.clear()  # cleared: built again
+    call.attention(q, k, v)
+    assert host.builds == 2
+
+
+def test_the_bounded_cache_drops_the_oldest():
+    cache: launch_cache.Bounded[int] = launch_cache.Bounded(2)
+    for i in range(3):
+        cache.put(i, i)
+    assert (cache.get(0), cache.get(1), cache.get(2), len(cache)) == (None, 1, 2, 2)
+    cache.put(1, 10)  # an existing key is replaced, nothing dropped
+    assert (cache.get(1), cache.get(2)) == (10, 2)
