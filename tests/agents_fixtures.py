@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import attrs
 
-from pipeline_core.agents import AgentRole, AgentSpec, OrderSpec, Turn
+from pipeline_core.agents import AgentRole, AgentSpec, OrderSpec, RingSpec, Turn
 from pipeline_core.agents.inject import lower_agents
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import Op, OpRole
@@ -112,16 +112,22 @@ def once_edges(readers: int = 2, stages: int = 4) -> list[DepEdge]:
     return shifted + q
 
 
-def once_spec(readers: int = 2, release_lag: int = 1) -> AgentSpec:
+def once_spec(readers: int = 2, release_lag: int = 1, q_stages: int | None = None) -> AgentSpec:
+    """``q_stages``: Q's once ring that many stages deep (a double-buffered Q), K and V on
+    rings of their own; None: the derived rings (Q's one stage deep)."""
     roles = [AgentRole(name="producer", ops=(Q_COPY, 1, 2), warps=4, issuers=1)]
     roles += [AgentRole(name=f"consumer{r}", ops=(3 + 2 * r, 4 + 2 * r)) for r in range(readers)]
+    rings = () if q_stages is None else (RingSpec(name="q", ops=(Q_COPY,), stages=q_stages),
+                                         RingSpec(name="k", ops=(1,)),
+                                         RingSpec(name="v", ops=(2,)))
     return AgentSpec(roles=roles, op_bytes={Q_COPY: 8192, 1: 4096, 2: 4096},
-                     release_lag=release_lag, once=(Q_COPY,))
+                     release_lag=release_lag, once=(Q_COPY,), rings=rings)
 
 
-def once_plan(stages: int = 4, readers: int = 2, release_lag: int = 1):
+def once_plan(stages: int = 4, readers: int = 2, release_lag: int = 1,
+              q_stages: int | None = None):
     return lower_agents(once_body(readers), once_edges(readers, stages), SYNC, stages=stages,
-                        spec=once_spec(readers, release_lag))
+                        spec=once_spec(readers, release_lag, q_stages))
 
 
 # --- attention: Q once, K and V rings, S = Q.K_j -> softmax -> O += P.V_j (chained groups) ---

@@ -279,6 +279,43 @@ def test_releasing_the_once_copy_before_the_last_group_retires_is_refused():
     assert v.first.kind == H.SMEM_WAR and plan.ring_of(Q, "empty").name in v.first.message
 
 
+@pytest.mark.parametrize("readers", [1, 2])
+@pytest.mark.parametrize("q_stages", [2, 3])
+def test_a_once_ring_of_several_stages_is_safe(readers, q_stages):
+    """A double-buffered Q: output tile o's copy lands in stage o % S, so the copy of o + 1
+    need not wait for the release of o; the stage is written again S output tiles later, and
+    only that copy's acquire must follow o's release (the copy of tile 1 is no WAR on tile 0's
+    Q, which the prover once reported).  The proof runs S + 1 output tiles to reach it."""
+    plan = fx.once_plan(readers=readers, q_stages=q_stages)
+    assert (plan.ring_of(Q, "full").stages, plan.ring_of(Q, "empty").stages) == (q_stages,) * 2
+    v = once_verdict(plan, readers)
+    assert v.safe, v.render_text()
+    assert v.model["output_tiles"] == [1, 2, q_stages + 1]
+    acquire, consumer_wait = plan.program("producer").prologue[0][0], \
+        plan.program("consumer0").prologue[0][0]
+    assert f"q_empty[o%{q_stages}] parity (o/{q_stages}-1)&1" in isa_form(
+        acquire, plan, fx.once_body(readers), fx.NAMES, fx.SYNC)
+    assert f"q_full[o%{q_stages}] parity (o/{q_stages})&1" in isa_form(
+        consumer_wait, plan, fx.once_body(readers), fx.NAMES, fx.SYNC)
+
+
+def test_every_edit_of_a_two_stage_once_ring_is_refused():
+    """Dropping the producer's acquire of a 2-stage Q ring is a WAR only when an output tile
+    reuses a stage (output tile 2 of 3): the proof must unroll that far."""
+    plan = fx.once_plan(q_stages=2)
+    found = {}
+    for m in agent_mutations(plan):
+        if m.ring in ("q_full", "q_empty") and m.agent in ("producer", "consumer1"):
+            v = once_verdict(m.apply(plan))
+            found[m.description] = (m.category, v.first if v.violations else None)
+    assert sorted({c for c, _ in found.values()}) == ["drop_acquire", "drop_arrive",
+                                                      "flip_phase_offset"]
+    assert None not in {f for _, f in found.values()}, found
+    dropped = [f for c, f in found.values() if c == "drop_acquire"]
+    assert [f.kind for f in dropped] == [H.SMEM_WAR]
+    assert "q_empty[0]" in dropped[0].message and "output tile 3" in dropped[0].site.op
+
+
 def test_a_once_op_that_is_no_copy_is_one_line():
     import attrs
 

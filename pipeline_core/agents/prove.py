@@ -79,6 +79,7 @@ ASSUMPTIONS = (
 #: output tiles one CTA runs back to back in a proof: one, and two whose hand-over (the
 #: rings' stages and phases running on, ``rb`` in the emitted kernel) is proven too; a third
 #: hand-over repeats the second's, as every output tile runs the same programs
+#: (:func:`output_tiles` adds a run for a once ring of several stages)
 OUTPUT_TILES = (1, 2)
 
 #: K-tile counts of consecutive output tiles one CTA runs, for a plan whose output tiles visit
@@ -105,6 +106,15 @@ def tile_counts(plan: Plan) -> list[int]:
     empty = {0} if any(r.once for r in plan.rings) else set()
     return sorted({*empty, plan.min_tiles, plan.min_tiles + 1,
                    *(base + r for r in range(period))})
+
+
+def output_tiles(plan: Plan) -> tuple[int, ...]:
+    """The output-tile counts a proof unrolls: :data:`OUTPUT_TILES`, and for a once ring of S
+    stages (a double-buffered Q) S + 1, the first run whose last output tile reuses a stage:
+    its copy must wait for the release of output tile 0 (docs/guide/agents.md, "Loads issued
+    once")."""
+    reuse = max((r.stages + 1 for r in plan.rings if r.once), default=0)
+    return tuple(sorted({*OUTPUT_TILES, reuse} - {0}))
 
 
 def trip_sequences(plan: Plan) -> list[tuple[int, ...]]:
@@ -198,6 +208,8 @@ class _Run:
         self.depths = {r.name: r.stages for r in plan.rings}
         #: copies issued once per output tile (their instance's tile is the output's first)
         self.once_ops = {op for r in plan.rings if r.once for op in r.ops}
+        #: once copy -> its ring's depth: the output tiles before its stage is written again
+        self.once_depth = {op: r.stages for r in plan.rings if r.once for op in r.ops}
         self.bound = sync.bind()
         self.kinds = {c.name: c for c in sync.channels}
         self.g: nx.DiGraph = nx.DiGraph()
@@ -1051,9 +1063,10 @@ class _Run:
                 a, op, u = key
                 if op != e.producer or key in released or reader.node in self.dead:
                     continue
-                # a once copy is overwritten by the next output tile's
-                target = (reader.output + 1 if e.consumer in self.once_ops
-                          else u + e.distance)
+                # a once copy's stage is overwritten by the copy of the output tile its
+                # ring's depth later (the ring's stages count output tiles)
+                target = (reader.output + self.once_depth[e.consumer]
+                          if e.consumer in self.once_ops else u + e.distance)
                 for _, writer in self.op_tile.get((e.consumer, target), []):
                     if writer.node in self.dead:
                         continue
@@ -1334,7 +1347,8 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
     found: dict[tuple, Violation] = {}
     counts = tile_counts(plan)
     sequences = trip_sequences(plan)
-    runs = [(tiles,) * outputs for outputs in OUTPUT_TILES for tiles in counts] + sequences
+    outputs_of = output_tiles(plan)
+    runs = [(tiles,) * outputs for outputs in outputs_of for tiles in counts] + sequences
     for trips in runs:
         run = _Run(plan, body, edges, sync, names, trips, cluster)
         run.build()
@@ -1347,11 +1361,11 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
     violations = tuple(sorted(found.values(), key=lambda v: v.order))
     agents = ", ".join(p.name for p in plan.programs)
     model = {"name": sync.name, "agents": [p.name for p in plan.programs],
-             "stages": plan.stages, "tile_counts": counts, "output_tiles": list(OUTPUT_TILES),
+             "stages": plan.stages, "tile_counts": counts, "output_tiles": list(outputs_of),
              "assumptions": [f"{len(plan.programs)} agents ({agents})",
                              f"{plan.stages} ring stages",
                              f"K-tile counts {', '.join(map(str, counts))}",
-                             f"{' and '.join(map(str, OUTPUT_TILES))} output tiles per CTA, "
+                             f"{', '.join(map(str, outputs_of[:-1]))} and {outputs_of[-1]} output tiles per CTA, "
                              "the rings running on across them (the persistent kernel)",
                              *([f"output tiles of different K-tile counts back to back: "
                                 f"{'; '.join(', '.join(map(str, q)) for q in sequences)}"]

@@ -221,3 +221,29 @@ def test_analyze_shows_what_the_intra_overlap_buys_on_one_consumer():
         return simulate(c.plan, c.body, H100_AGENT_MACHINE, 64).cycles_per_tile
 
     assert per_block(True) < 0.8 * per_block(False)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_double_buffered_q_ring_proves_safe_and_the_emitter_refuses_it(monkeypatch, causal):
+    """Q's once ring given 2 stages: output tile o's Q lands in stage o % 2, so the copy of
+    o + 1 overlaps o's loop; the stage is rewritten at o + 2, after o's release (the prover once
+    reported a false SMEM_WAR on q_empty at the second output tile, docs/guide/agents.md,
+    "Loads issued once").  The emitter writes one Q buffer, so it refuses the plan."""
+    import attrs
+
+    from pipeline_core_schedules_attention.emit_attention import emit_attention
+    from pipeline_core_schedules_attention.schedule import FlashAttentionForward
+
+    plain = FlashAttentionForward.agents
+
+    def double_q(self):
+        spec = plain(self)
+        return attrs.evolve(spec, rings=tuple(attrs.evolve(r, stages=2) if r.name == "q" else r
+                                              for r in spec.rings))
+
+    monkeypatch.setattr(FlashAttentionForward, "agents", double_q)
+    c = build(causal=causal)
+    assert c.plan.ring("q_full").stages == c.plan.ring("q_empty").stages == 2
+    assert c.proof.safe
+    with pytest.raises(ProgramError, match="the once ring must be one stage deep"):
+        emit_attention(c)
