@@ -95,4 +95,5 @@ def lower_store(spec: AgentSpec, sync: SyncModel, programs: Sequence[AgentProgra
             p = attrs.evolve(p, store=store, drain=drain)
         out.append(p)
     return out, BulkStore(name=st.name, agents=agents, buffers=st.buffers,
-                          barriers=tuple(ids[a] for a in agents))
+                          barriers=tuple(ids[a] for a in agents), subtiles=st.subtiles,
+                          subtile_bytes=st.subtile_bytes)

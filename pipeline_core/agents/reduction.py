@@ -50,4 +50,4 @@ def lower_reduction(spec: AgentSpec, sync: SyncModel, programs: Sequence[AgentPr
                            f"{', '.join(readers)}")
     steps = reduction_steps(sync, red.name)
     out = [attrs.evolve(p, finish=steps) if p.name in agents else p for p in programs]
-    return out, Reduction(name=red.name, agents=agents)
+    return out, Reduction(name=red.name, agents=agents, slice_bytes=red.slice_bytes)
