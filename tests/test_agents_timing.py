@@ -178,3 +178,16 @@ def test_the_finish_adds_cycles_in_proportion_to_the_slices_it_reads():
 def test_the_epilogue_run_is_deterministic():
     runs = [simulate(_store_plan(), _body(), COSTED, 16) for _ in range(3)]
     assert runs[0] == runs[1] == runs[2]
+
+
+def test_sizes_the_epilogue_cannot_have_are_refused_in_one_line():
+    from test_agents_reduction import RED_SYNC
+    from test_agents_store import STORE_SYNC
+
+    from pipeline_core.errors import ProgramError
+
+    with pytest.raises(ProgramError, match=r"AgentSpec.store store: subtiles=0, subtile_bytes=8;"
+                                           r" give subtiles >= 1"):
+        _lowered(STORE_SYNC, store=StoreSpec(subtiles=0, subtile_bytes=8))
+    with pytest.raises(ProgramError, match=r"AgentSpec.reduction split_k: slice_bytes=-1; give"):
+        _lowered(RED_SYNC, reduction=ReductionSpec(slice_bytes=-1))
