@@ -281,8 +281,9 @@ def epilogue(plan: Plan, machine: AgentMachine, costs: EpilogueCosts, ends: Sequ
     slices).  The agent with the earliest clock takes its next step, as in :func:`run`; a
     ``store_issue`` hands its buffer to the SM's global-memory path (one per SM, shared by the
     agents), and a ``store_wait`` N waits until every group but the newest N has read its
-    buffer; a slice's stores and reads hold their agent on the same path.  The ``drain`` runs once after
-    the CTA's last output tile, so one tile is not charged it: its stores overlap the next."""
+    buffer; a slice's stores and reads hold their agent on the same path.  The ``drain`` runs
+    once after the CTA's last output tile, so one tile is not charged it: its stores overlap
+    the next."""
     red, st = plan.reduction, plan.store
     slice_bytes = red.slice_bytes if red is not None else 0
     subtile = st.subtile_bytes if st is not None else 0
