@@ -90,6 +90,19 @@ class CausalRun:
     full_cycles: float
 
 
+@attrs.frozen(kw_only=True)
+class EpilogueRun:
+    """One output tile's epilogue steps on the agents timing model: a bulk store's, a cross-CTA
+    reduction's finish (pipeline_core.agents.timing.epilogue; docs/guide/agents.md, "Timing
+    model"), with what the plan declares of them in words."""
+
+    what: str                           #: the store and the finish, as the plan declares them
+    held: tuple[tuple[str, float], ...]  #: per agent, cycles its epilogue steps held it
+    async_store: float                  #: the async store's cycles, overlapping the next tile
+    credit: float                       #: the direct store's share of the overhead not charged
+    splits: int                         #: the splits the finish was modelled for
+
+
 @attrs.frozen
 class ScheduleMetrics:
     """Everything ``pipeline-core analyze`` reports for one compiled schedule."""
@@ -114,6 +127,8 @@ class ScheduleMetrics:
     register_budget: int | None = None
     #: a plan with causal loop bounds: one head's query tiles each run for its own count
     causal: CausalRun | None = None
+    #: a plan with a bulk store or a cross-CTA reduction, on a machine that costs their steps
+    epilogue: EpilogueRun | None = None
 
     @property
     def over_register_budget(self) -> bool:
@@ -159,6 +174,11 @@ class ScheduleMetrics:
             c = self.causal
             d["causal"] = {"seq": c.seq, "kv_blocks": c.kv_blocks, "full_blocks": c.full_blocks,
                            "cycles": round(c.cycles), "full_cycles": round(c.full_cycles)}
+        if self.epilogue is not None:  # only a plan with a store or a finish carries the key
+            e = self.epilogue
+            d["epilogue"] = {"what": e.what, "held": {a: round(c) for a, c in e.held},
+                             "async_store": round(e.async_store), "credit": round(e.credit),
+                             "splits": e.splits}
         if self.optimal is not None:
             r = self.optimal
             d["optimal"] = {"makespan": r.makespan, "lower_bound": r.lower_bound,
@@ -303,6 +323,36 @@ def causal_run(compiled, iterations: int) -> CausalRun | None:
                      cycles=causal.cycles, full_cycles=full.cycles)
 
 
+def epilogue_run(compiled, iterations: int) -> EpilogueRun | None:
+    """A plan with a bulk store or a cross-CTA reduction: what their steps cost one output tile
+    of ``iterations`` K tiles (None for any other plan, a machine without
+    ``AgentMachine.epilogue``, or a plan that cannot be modelled)."""
+    plan = compiled.plan
+    machine = getattr(getattr(compiled, "target_profile", None), "agent_machine", None)
+    if machine is None or machine.epilogue is None or (plan.store is None
+                                                        and plan.reduction is None):
+        return None
+    from pipeline_core.agents.timing import simulate
+
+    try:
+        e = simulate(plan, compiled.body, machine, max(iterations, plan.min_tiles)).epilogue
+    except ValueError:  # a deadlocked plan: the steady state says so
+        return None
+    if e is None:
+        return None
+    parts = []
+    if plan.reduction is not None:
+        r = plan.reduction
+        parts.append(f"{r.name}: the finish as the last of {e.splits} splits, a "
+                     f"{r.slice_bytes}-byte slice per agent")
+    if plan.store is not None:
+        st = plan.store
+        parts.append(f"{st.name}: a bulk store of {st.subtiles} sub-tiles of "
+                     f"{st.subtile_bytes} bytes per agent through {st.buffers} buffers")
+    return EpilogueRun(what="; ".join(parts), held=e.held, async_store=e.async_store,
+                       credit=e.credit, splits=e.splits)
+
+
 def analyze_order(body: Sequence[Op], edges: Sequence[DepEdge], order: Sequence[int], *,
                   penalty: int = 0, num_partitions: int = 1, max_globals: int = 0) -> ScheduleMetrics:
     """Metrics of one order of a body (no emitted kernel, so no steady state)."""
@@ -340,6 +390,7 @@ def analyze_compiled(compiled, *, iterations: int = 12, simulate: bool = True,
     if simulate:
         changes["steady"] = steady_state(compiled, iterations)
         changes["causal"] = causal_run(compiled, iterations)
+        changes["epilogue"] = epilogue_run(compiled, iterations)
     if optimal_time is not None and compiled.body:
         from pipeline_core.scheduling.exact import exact_schedule
 
@@ -396,6 +447,14 @@ def format_metrics(m: ScheduleMetrics, title: str = "") -> str:
                      f"own KV blocks): {c.kv_blocks} of {c.full_blocks} KV blocks, "
                      f"{c.cycles:.0f} cycles = {c.cycles / c.full_cycles:.2f} of the "
                      f"{c.full_cycles:.0f} without the mask")
+    if m.epilogue is not None:
+        e = m.epilogue
+        held = ", ".join(f"{a} {c:.0f}" for a, c in e.held)
+        store = (f"; the async store's {e.async_store:.0f} cycles overlap the next output tile, "
+                 f"and the direct store's {e.credit:.0f} cycles of the CTA overhead are not "
+                 "charged" if e.credit else "")
+        lines.append(f"  epilogue (one output tile on the timing model): {e.what}; holds "
+                     f"{held} cycles{store}")
     if m.optimal is not None:
         r = m.optimal
         state = "proven optimal" if r.proven_optimal else f"best found, gap {r.gap}"

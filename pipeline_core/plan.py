@@ -295,6 +295,9 @@ class ReductionSpec:
 
     name: str = "split_k"
     agents: tuple[str, ...] = attrs.field(converter=_names, default=())
+    #: bytes of one agent's partial results (its workspace slice): what the timing model
+    #: charges the slice store and, times the splits, the last CTA's reads (0: not modelled)
+    slice_bytes: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -305,6 +308,7 @@ class Reduction:
 
     name: str
     agents: tuple[str, ...] = attrs.field(converter=_names)
+    slice_bytes: int = 0  #: ``ReductionSpec.slice_bytes``
 
 
 @attrs.frozen(kw_only=True)
@@ -318,6 +322,10 @@ class StoreSpec:
     name: str = "store"
     buffers: int = 2
     agents: tuple[str, ...] = attrs.field(converter=_names, default=())
+    #: sub-tiles each agent stages per output tile, and the bytes of one: what the timing
+    #: model charges the staging writes and the async store (0 bytes: not modelled)
+    subtiles: int = 1
+    subtile_bytes: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -331,6 +339,8 @@ class BulkStore:
     agents: tuple[str, ...] = attrs.field(converter=_names)
     buffers: int
     barriers: tuple[int, ...] = attrs.field(converter=_ints)
+    subtiles: int = 1      #: ``StoreSpec.subtiles``
+    subtile_bytes: int = 0  #: ``StoreSpec.subtile_bytes``
 
 
 @attrs.frozen(kw_only=True)

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from pipeline_core import installed_version
 from pipeline_core.agents.cluster import RELAY as CLUSTER_RELAY
-from pipeline_core.agents.timing import AgentMachine
+from pipeline_core.agents.timing import AgentMachine, EpilogueCosts
 from pipeline_core.agents.timing import simulate as simulate_agents
 from pipeline_core.api import compile_named
 from pipeline_core.compiled import CompiledSchedule
@@ -93,7 +93,7 @@ __all__ = [
     "AgentSpec", "LoopBounds", "AgentRole", "RingSpec", "OrderSpec", "Turn", "TileSplit", "ReductionSpec",
     "StoreSpec", "ClusterSpec", "Cluster", "CLUSTER_RELAY",
     "SchedulingRequest",
-    "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine",
+    "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine", "EpilogueCosts",
     "simulate_agents",
     "emit_minimal_barrier_block", "double_buffer_reorder", "optimize_within_barriers",
     "single_buffer_reorder",

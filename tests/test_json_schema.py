@@ -120,3 +120,13 @@ def test_check_input_refuses_a_newer_format_version(cli, tmp_path):
     assert f"format_version {FORMAT_VERSION + 1}" in result.stderr and "reads 1" in result.stderr
     path.write_text(json.dumps(doc))
     assert cli("check", "--input", str(path)).exit_code == 0
+
+
+@pytest.mark.parametrize("param", ["store=tma", "split_k=true"])
+def test_an_analyze_report_with_an_epilogue_validates(cli, param):
+    """The agents timing model's epilogue key (docs/guide/agents.md, "Timing model")."""
+    pytest.importorskip("pipeline_core_nvidia_h100")
+    report = _json(cli, "analyze", "warpspecialized-gemm", "-p", param, "--format", "json")
+    assert report["epilogue"]["held"] and _errors("analyze", report) == []
+    broken = {**report, "epilogue": {**report["epilogue"], "splits": 0}}
+    assert _errors("analyze", broken)

@@ -70,6 +70,10 @@ def lower_store(spec: AgentSpec, sync: SyncModel, programs: Sequence[AgentProgra
         raise ProgramError(f"{owner}: AgentSpec.store {st.name}: buffers={st.buffers}; give "
                            f"1..{sync.bulk_store.max_wait + 1} (the deepest store wait is "
                            f"{sync.bulk_store.max_wait})")
+    if st.subtiles < 1 or st.subtile_bytes < 0:
+        raise ProgramError(f"{owner}: AgentSpec.store {st.name}: subtiles={st.subtiles}, "
+                           f"subtile_bytes={st.subtile_bytes}; give subtiles >= 1 (sub-tiles "
+                           "per output tile) and subtile_bytes >= 0 (0: not timed)")
     readers = [p.name for p in programs
                if any(p.name in r.waiters for r in rings if r.kind == "full")]
     agents = st.agents or tuple(readers)
@@ -95,4 +99,5 @@ def lower_store(spec: AgentSpec, sync: SyncModel, programs: Sequence[AgentProgra
             p = attrs.evolve(p, store=store, drain=drain)
         out.append(p)
     return out, BulkStore(name=st.name, agents=agents, buffers=st.buffers,
-                          barriers=tuple(ids[a] for a in agents))
+                          barriers=tuple(ids[a] for a in agents), subtiles=st.subtiles,
+                          subtile_bytes=st.subtile_bytes)

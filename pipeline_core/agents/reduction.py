@@ -40,6 +40,10 @@ def lower_reduction(spec: AgentSpec, sync: SyncModel, programs: Sequence[AgentPr
         raise ProgramError(f"{owner}: AgentSpec.reduction {red.name}: {where}sync model "
                            f"{sync.name} declares no cross-CTA reduction (SyncModel.reduction); "
                            "drop the reduction or compile for a target that declares one")
+    if red.slice_bytes < 0:
+        raise ProgramError(f"{owner}: AgentSpec.reduction {red.name}: slice_bytes="
+                           f"{red.slice_bytes}; give the bytes of one agent's slice (0: not "
+                           "timed)")
     readers = [p.name for p in programs
                if any(p.name in r.waiters for r in rings if r.kind == "full")]
     agents = red.agents or tuple(readers)
@@ -50,4 +54,4 @@ def lower_reduction(spec: AgentSpec, sync: SyncModel, programs: Sequence[AgentPr
                            f"{', '.join(readers)}")
     steps = reduction_steps(sync, red.name)
     out = [attrs.evolve(p, finish=steps) if p.name in agents else p for p in programs]
-    return out, Reduction(name=red.name, agents=agents)
+    return out, Reduction(name=red.name, agents=agents, slice_bytes=red.slice_bytes)

@@ -37,6 +37,44 @@ class AgentMachine:
     step_cycles: float = 1.0      #: issue cost of one sync step (arrive, fence, commit, wait poll)
     wake_cycles: float = 0.0      #: a phase completing to its waiter's next step
     cta_overhead_cycles: float = 0.0  #: per CTA: launch, barrier set-up, the epilogue's stores
+    #: what the epilogue's steps cost (a bulk store's, a reduction's finish); None: they are
+    #: not modelled, the overhead stands for the epilogue (docs/guide/agents.md, "Timing model")
+    epilogue: EpilogueCosts | None = None
+
+
+@attrs.frozen(kw_only=True)
+class EpilogueCosts:
+    """The target's costs of an output tile's epilogue steps (cycles; bytes per cycle): a
+    staged bulk store's (``AgentProgram.store``) and a cross-CTA reduction's
+    (``AgentProgram.finish``).  Why a target declares them: the fitted CTA overhead stands for
+    the direct store, so without them the model cannot tell a bulk store from it nor count
+    what splitting K costs (docs/guide/agents.md, "Timing model")."""
+
+    #: the share of ``cta_overhead_cycles`` that is the results' direct store: a plan with a
+    #: bulk store runs its store steps instead, so this much is not charged for it
+    direct_store_cycles: float
+    stage_bytes_per_cycle: float       #: one agent's threads writing a staging buffer
+    #: the async proxy storing staging buffers to global memory (the SM's rate, shared by the
+    #: agents); it holds no agent: a ``store_wait`` waits for its reads of a buffer
+    bulk_store_bytes_per_cycle: float
+    sync_cycles: float                 #: a named-barrier sync of one agent's threads
+    fence_cycles: float                #: a proxy fence (generic writes before async reads)
+    slice_bytes_per_cycle: float       #: the SM's agents storing or reading slices
+    release_cycles: float              #: a release or acquire fence of global memory
+    atomic_cycles: float               #: the counter's atomic arrival, a round trip
+
+
+@attrs.frozen(kw_only=True)
+class Epilogue:
+    """What one output tile's epilogue steps cost on the model: per agent that runs them, the
+    cycles they held it after its K loop (``held``); the async store's busy cycles, which
+    overlap the next output tile (``async_store``); the direct store's share of the overhead not
+    charged (``credit``); and the splits the finish was modelled for (its last CTA's reads)."""
+
+    held: tuple[tuple[str, float], ...]
+    async_store: float = 0.0
+    credit: float = 0.0
+    splits: int = 1
 
 
 @attrs.frozen(kw_only=True)
@@ -44,6 +82,8 @@ class Timing:
     tiles: int
     cycles: float              #: the CTA, start to last step, plus the machine's CTA overhead
     mma_busy: float            #: cycles the MMA unit worked
+    #: the epilogue steps the run charged (None: none, or the machine declares no costs)
+    epilogue: Epilogue | None = None
 
     @property
     def cycles_per_tile(self) -> float:
@@ -70,9 +110,12 @@ class Taken:
     busy: tuple[ResourceKind, float, float] | None = None
 
 
-def simulate(plan: Plan, body: Sequence[Op], machine: AgentMachine, tiles: int) -> Timing:
-    """Run every agent of ``plan`` over ``tiles`` K tiles on ``machine`` (see the module)."""
-    return run(plan, body, machine, tiles)[0]
+def simulate(plan: Plan, body: Sequence[Op], machine: AgentMachine, tiles: int, *,
+             splits: int = 2) -> Timing:
+    """Run every agent of ``plan`` over ``tiles`` K tiles on ``machine`` (see the module); a
+    cross-CTA reduction's finish is modelled for ``splits`` CTAs per output tile (2, the
+    fewest a split runs, unless the caller knows its shape's)."""
+    return run(plan, body, machine, tiles, splits=splits)[0]
 
 
 def bounded(plan: Plan, body: Sequence[Op], machine: AgentMachine, seq_q: int,
@@ -95,7 +138,7 @@ def bounded(plan: Plan, body: Sequence[Op], machine: AgentMachine, seq_q: int,
 
 
 def run(plan: Plan, body: Sequence[Op], machine: AgentMachine,
-        tiles: int) -> tuple[Timing, list[Taken]]:
+        tiles: int, *, splits: int = 2) -> tuple[Timing, list[Taken]]:
     """:func:`simulate`, with every step each agent took (what :func:`timeline` draws)."""
     if tiles < plan.min_tiles:
         raise ValueError(f"timing model: {tiles} K tiles are fewer than the plan's minimum "
@@ -223,8 +266,70 @@ def run(plan: Plan, body: Sequence[Op], machine: AgentMachine,
             stuck = [f"{plan.programs[a].name} at step {pc[a]}" for a in range(len(streams))
                      if pc[a] < len(streams[a])]
             raise ValueError(f"timing model: the agents deadlock ({', '.join(stuck)})")
-    total = max(clock) + machine.cta_overhead_cycles
-    return Timing(tiles=tiles, cycles=total, mma_busy=state["mma_busy"]), taken
+    epi = None
+    if machine.epilogue is not None and (plan.store is not None or plan.reduction is not None):
+        clock, epi = epilogue(plan, machine, machine.epilogue, clock, splits)
+    total = max(clock) + machine.cta_overhead_cycles - (epi.credit if epi else 0.0)
+    return Timing(tiles=tiles, cycles=total, mma_busy=state["mma_busy"], epilogue=epi), taken
+
+
+def epilogue(plan: Plan, machine: AgentMachine, costs: EpilogueCosts, ends: Sequence[float],
+             splits: int) -> tuple[list[float], Epilogue]:
+    """Each agent's ``finish`` and one output tile's ``store`` steps after its K loop ended at
+    ``ends[agent]``: when each agent is done, and what it cost (docs/guide/agents.md, "Timing
+    model").  The finish is the last arriving CTA's (it runs every step, reading ``splits``
+    slices).  The agent with the earliest clock takes its next step, as in :func:`run`; a
+    ``store_issue`` hands its buffer to the SM's global-memory path (one per SM, shared by the
+    agents), and a ``store_wait`` N waits until every group but the newest N has read its
+    buffer; a slice's stores and reads hold their agent on the same path.  The ``drain`` runs
+    once after the CTA's last output tile, so one tile is not charged it: its stores overlap
+    the next."""
+    red, st = plan.reduction, plan.store
+    slice_bytes = red.slice_bytes if red is not None else 0
+    subtile = st.subtile_bytes if st is not None else 0
+    streams = [list(p.finish) + list(p.store) * (st.subtiles if st is not None else 0)
+               for p in plan.programs]
+    clock, pc = list(ends), [0] * len(streams)
+    read_done: list[list[float]] = [[] for _ in streams]   # per committed group
+    open_group: list[list[float]] = [[] for _ in streams]
+    unit = {"free": 0.0, "busy": 0.0}
+    fixed = {StepKind.RELEASE_FENCE: costs.release_cycles,
+             StepKind.COUNT_ACQUIRE: costs.release_cycles,
+             StepKind.COUNT_ARRIVE: costs.atomic_cycles, StepKind.COUNT_RESET: costs.sync_cycles,
+             StepKind.NAMED_SYNC: costs.sync_cycles, StepKind.PROXY_FENCE: costs.fence_cycles,
+             StepKind.STAGE_WRITE: subtile / costs.stage_bytes_per_cycle}
+    while True:
+        live = [(clock[a], a) for a in range(len(streams)) if pc[a] < len(streams[a])]
+        if not live:
+            break
+        a = min(live)[1]
+        step, now = streams[a][pc[a]], clock[a]
+        if step.kind == StepKind.STORE_WAIT:
+            older = read_done[a][:max(0, len(read_done[a]) - step.value)]
+            now = max([now, *older]) + machine.step_cycles
+        elif step.kind == StepKind.STORE_ISSUE:
+            begin = max(now, unit["free"])
+            unit["free"] = begin + subtile / costs.bulk_store_bytes_per_cycle
+            unit["busy"] += unit["free"] - begin
+            open_group[a].append(unit["free"])
+            now += machine.step_cycles
+        elif step.kind in (StepKind.SLICE_STORE, StepKind.SLICE_READ):
+            # the agent's own loads and stores, on the SM's global-memory rate
+            nbytes = slice_bytes * (splits if step.kind == StepKind.SLICE_READ else 1)
+            begin = max(now, unit["free"])
+            now = unit["free"] = begin + nbytes / costs.slice_bytes_per_cycle
+        elif step.kind == StepKind.STORE_COMMIT:
+            read_done[a].append(max(open_group[a], default=now))
+            open_group[a] = []
+            now += machine.step_cycles
+        else:
+            now += fixed.get(step.kind, machine.step_cycles)
+        clock[a] = now
+        pc[a] += 1
+    held = tuple((p.name, clock[a] - ends[a]) for a, p in enumerate(plan.programs) if streams[a])
+    credit = costs.direct_store_cycles if st is not None and subtile else 0.0
+    return clock, Epilogue(held=held, async_store=unit["busy"], credit=credit,
+                           splits=splits if red is not None else 1)
 
 
 _KIND = {StepKind.OP: "op", StepKind.PHASE_WAIT: "wait", StepKind.COUNTER_WAIT: "wait",

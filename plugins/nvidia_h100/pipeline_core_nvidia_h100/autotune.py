@@ -144,17 +144,26 @@ class _Model:
     machine: AgentMachine
 
 
+def launched_store(c: Candidate, variant: GemmVariant) -> str:
+    """The epilogue's store candidate ``c`` launches for ``variant``: the variant's, unless K is
+    split (the reduced tile is stored directly) or the TMA store does not fit ``c``
+    (matmul_call._plan falls back to the direct store then)."""
+    if variant.store == "tma" and not c.split_k and takes(c, variant):
+        return "tma"
+    return "direct"
+
+
 @functools.lru_cache(maxsize=256)
-def _compiled(c: Candidate) -> _Model | None:
-    """The candidate's schedule compiled (and so proven) once per process; None when the
-    compile refuses it (such a candidate is never ranked)."""
+def _compiled(c: Candidate, store: str = "direct") -> _Model | None:
+    """The candidate's schedule with ``store`` compiled (and so proven) once per process; None
+    when the compile refuses it (such a candidate is never ranked)."""
     from pipeline_core.plugin_api import PipelineError, compile_named
 
     from pipeline_core_nvidia_h100.matmul_call import _host
 
+    variant = GemmVariant(tails=True, split_k=c.split_k, store=store)
     try:
-        compiled = compile_named(SCHEDULE_NAME, target="h100",
-                                 params=c.params(GemmVariant(tails=True, split_k=c.split_k)),
+        compiled = compile_named(SCHEDULE_NAME, target="h100", params=c.params(variant),
                                  target_args={"stages": str(c.stages)}, host=_host())
     except PipelineError:
         return None
@@ -165,19 +174,23 @@ def _compiled(c: Candidate) -> _Model | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def model_cycles(c: Candidate, k_tiles: int) -> float | None:
-    """One output tile of ``k_tiles`` K tiles on the agents timing model, in cycles; beyond
+def model_cycles(c: Candidate, k_tiles: int, store: str = "direct",
+                 splits: int = 1) -> float | None:
+    """One output tile of ``k_tiles`` K tiles on the agents timing model, in cycles, with its
+    epilogue: the ``store``'s steps, and with split-K the finish of the tile's last CTA, which
+    reads ``splits`` slices (docs/guide/agents.md, "Timing model"); beyond
     :data:`EXACT_K_TILES` the steady state's slope carries it on (the ring repeats each
     period, so the cycles grow linearly).  None: the candidate does not compile."""
     from pipeline_core.plugin_api import simulate_agents
 
-    model = _compiled(c)
+    model = _compiled(c, store)
     if model is None:
         return None
     plan, body, machine = model.compiled.plan, model.compiled.body, model.machine
 
     def run(tiles: int) -> float:
-        return simulate_agents(plan, body, machine, max(tiles, plan.min_tiles)).cycles
+        return simulate_agents(plan, body, machine, max(tiles, plan.min_tiles),
+                               splits=splits).cycles
 
     if k_tiles <= EXACT_K_TILES:
         return run(k_tiles)
@@ -185,13 +198,15 @@ def model_cycles(c: Candidate, k_tiles: int) -> float | None:
     return hi + (k_tiles - EXACT_K_TILES) * (hi - lo) / (EXACT_K_TILES - STEADY)
 
 
-def score(c: Candidate, m: int, n: int, k: int, sms: int) -> float | None:
+def score(c: Candidate, m: int, n: int, k: int, sms: int,
+          store: str = "direct") -> float | None:
     """The modelled cycles of the whole call: the output tiles (times the split) in waves of
-    ``sms`` CTAs, each wave one tile's modelled cycles over its K tiles."""
+    ``sms`` CTAs, each wave one tile's modelled cycles over its K tiles and its epilogue (the
+    ``store``, :func:`launched_store`; split-K's finish over the shape's splits)."""
     tiles = -(-m // c.bm) * -(-n // c.bn)
     k_tiles = max(1, -(-k // BK))
     splits = split_count(tiles, k_tiles, sms) if c.split_k else 1
-    per_tile = model_cycles(c, -(-k_tiles // splits))
+    per_tile = model_cycles(c, -(-k_tiles // splits), store, splits)
     if per_tile is None:
         return None
     waves = -(-tiles * splits // max(1, sms))
@@ -210,7 +225,7 @@ def rank(m: int, n: int, k: int, variant: GemmVariant, sms: int) -> list[tuple[f
     deterministic."""
     scored = []
     for c in candidates(m, n, k, variant, sms):
-        s = score(c, m, n, k, sms)
+        s = score(c, m, n, k, sms, launched_store(c, variant))
         if s is not None:
             scored.append((s, _distance(c), c))
     return [(s, c) for s, _, c in sorted(scored)]

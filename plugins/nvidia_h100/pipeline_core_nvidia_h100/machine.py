@@ -58,12 +58,30 @@ H100_SXM = Machine(
 
 
 def _agent_machine() -> "AgentMachine":
-    from pipeline_core.plugin_api import AgentMachine
+    from pipeline_core.plugin_api import AgentMachine, EpilogueCosts
 
+    from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY_ONE_WARP, ISSUE_RATES
+
+    l2 = ISSUE_RATES.cp_async_l2_bytes_per_cycle_per_sm
+    # The epilogue's steps (docs/guide/agents.md, "Timing model"), from the microbenchmarks
+    # (costs.py cites each): the global side at the sustained L2 rate per SM with every SM busy
+    # (cp_async_model), shared memory at 128 B/clk
+    # (ldmatrix_throughput x4: 512 bytes per 4 cycles), a named-barrier
+    # sync of 128 threads (bar_sync), a global fence or atomic one L2 round trip
+    # (cp_async_latency, one warp).  Not measured: the proxy fence (one sync step).
+    # direct_store_cycles: the fit's variants all stored directly; that store is 64 KB of bf16
+    # per 128x256 tile from registers at the L2 rate: 65536 / 30.9 = 2121 cycles of the 4000.
+    epilogue = EpilogueCosts(
+        direct_store_cycles=round(128 * 256 * 2 / l2),
+        stage_bytes_per_cycle=32 * 16 / ISSUE_RATES.ldmatrix_x4_per_sm,  # 512 B per x4
+        bulk_store_bytes_per_cycle=l2, sync_cycles=ISSUE_RATES.bar_sync_128, fence_cycles=2,
+        slice_bytes_per_cycle=l2, release_cycles=CP_ASYNC_L2_LATENCY_ONE_WARP,
+        atomic_cycles=CP_ASYNC_L2_LATENCY_ONE_WARP)
     # fitted on the issue 19 run (benchmarks/results/gemm_h100_issue19.jsonl, 8192^3): mean
     # |error| 5.4% over 8 warp-specialized variants, Spearman 0.913 (0.930 with the 4 mma.sync)
     return AgentMachine(copy_latency=1500, copy_bytes_per_cycle=64, mma_efficiency=0.8,
-                        step_cycles=2, wake_cycles=0, cta_overhead_cycles=4000)
+                        step_cycles=2, wake_cycles=0, cta_overhead_cycles=4000,
+                        epilogue=epilogue)
 
 
 #: One H100 SM for the agents timing model (pipeline_core.agents.timing): TMA latency and

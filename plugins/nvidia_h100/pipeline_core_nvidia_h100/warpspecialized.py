@@ -476,9 +476,15 @@ class WarpSpecializedGemm:
                             registers=g.consumer_registers) for c in range(g.consumers)]
         # split-K: the consumers' sums are reduced across the CTAs of the output tile
         # (docs/guide/agents.md, "Cross-CTA reductions")
-        reduction = ReductionSpec() if g.variant.split_k else None
-        # the TMA-store epilogue (docs/guide/agents.md, "Bulk stores")
-        store = StoreSpec(buffers=STORE_BUFFERS) if g.variant.store == "tma" else None
+        # (the timing model charges a consumer's fp32 slice: docs/guide/agents.md, "Timing model")
+        reduction = (ReductionSpec(slice_bytes=g.consumer_rows * g.bn * 4)
+                     if g.variant.split_k else None)
+        # the TMA-store epilogue (docs/guide/agents.md, "Bulk stores"): per consumer, sub-tiles
+        # of STORE_ROWS rows x one 128-byte swizzled row each
+        store = (StoreSpec(buffers=STORE_BUFFERS,
+                           subtiles=g.consumer_rows // STORE_ROWS * (g.bn // g.variant.store_cols),
+                           subtile_bytes=STORE_ROWS * SWIZZLE_BYTES)
+                 if g.variant.store == "tma" else None)
         # a cluster: each CTA multicasts its half of the B tile (op 1) into every CTA of the
         # pair (docs/guide/agents.md, "Clusters")
         cluster = (ClusterSpec(ctas=g.variant.cluster, multicast=(1,))

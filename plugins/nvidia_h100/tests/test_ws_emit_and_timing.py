@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("pipeline_core_nvidia_h100")
 
 from pipeline_core.api import compile_named  # noqa: E402
+from pipeline_core.plugin_api import simulate_agents  # noqa: E402
 
 from pipeline_core_nvidia_h100 import tma  # noqa: E402
 from pipeline_core_nvidia_h100.costs import ISSUE_RATES, MMA_SYNC_GEMM_EFFICIENCY, H100Tag  # noqa: E402
@@ -106,6 +107,35 @@ def test_analyze_runs_the_plan_on_the_calibrated_agents_machine(pipeline_cli):
     work = 2 * (2 * 64 * 256 * 64 // PEAK_MMA_FLOP_PER_CYCLE) / H100_AGENT_MACHINE.mma_efficiency
     assert steady["mma_bound_cycles"] == round(work)
     assert steady["groups"] == 3 and steady["cycles_per_iteration"] >= work
+
+
+def test_analyze_names_the_epilogue_the_model_charges(pipeline_cli):
+    """The TMA store's and split-K's epilogue steps are on the model (docs/guide/agents.md,
+    "Timing model"); the direct store is the fitted CTA overhead, so it has no epilogue line."""
+    direct = pipeline_cli(["analyze", *WS])
+    assert direct.exit_code == 0, direct.stderr
+    assert "epilogue" not in direct.stdout
+    tma = pipeline_cli(["analyze", *WS, "-p", "store=tma"])
+    assert tma.exit_code == 0, tma.stderr
+    line = next(x for x in tma.stdout.splitlines() if x.strip().startswith("epilogue"))
+    assert "store: a bulk store of 4 sub-tiles of 8192 bytes per agent through 2 buffers" in line
+    assert "consumer0" in line and "consumer1" in line and "not charged" in line
+    split = pipeline_cli(["analyze", *WS, "-p", "split_k=true", "--json"])
+    assert split.exit_code == 0, split.stderr
+    epi = json.loads(split.stdout)["epilogue"]
+    assert epi["splits"] == 2 and epi["credit"] == 0 and set(epi["held"]) == {"consumer0",
+                                                                               "consumer1"}
+    assert "split_k: the finish as the last of 2 splits, a 65536-byte slice per agent" in (
+        epi["what"])
+
+
+def test_the_tma_store_shortens_the_modelled_tile():
+    def per_tile(params):
+        c = compile_named("warpspecialized-gemm", target="h100", params=params,
+                          target_args={"stages": "4"})
+        return simulate_agents(c.plan, c.body, H100_AGENT_MACHINE, 64).cycles
+
+    assert per_tile({"store": "tma"}) < per_tile({})
 
 
 def test_multistage_mma_is_costed_at_the_sms_calibrated_rate():
