@@ -39,6 +39,8 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
+from bench_timing import interleaved  # noqa: E402  (beside this script)
+
 SEQS = (1, 7, 127, 128, 1000, 4096)
 #: the timed kernels: both overlaps of the schedule, each on or off (the ablation); the call
 #: runs one of them per head dim (call.CALL_OVERLAPS)
@@ -160,18 +162,7 @@ def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
                 fn()
         torch.cuda.synchronize()
         names = list(fns)
-        per: dict[str, list[float]] = {n: [] for n in names}
-        for r in range(rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
-            for n in order:
-                ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(10)]
-                for a, e in ev:
-                    a.record()
-                    fns[n]()
-                    e.record()
-                torch.cuda.synchronize()
-                per[n].append(statistics.median(a.elapsed_time(e) for a, e in ev))
+        per = interleaved(torch, fns, rounds, 10)
         # the launch cost: 20 calls back to back between two events (the GPU's time per call
         # when the host keeps ahead), and the host's time to enqueue them
         batched, host = {}, {}

@@ -29,6 +29,8 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
+from bench_timing import events_ms  # noqa: E402  (beside this script)
+
 LINES: list[dict] = []
 CONFIGS = ((128, False), (64, False), (128, True), (64, True))
 
@@ -58,20 +60,6 @@ def check(torch, attention, b, h, sq, sk, d, causal) -> dict:
     err = float((torch.nan_to_num(out.float(), nan=1e6) - ref).abs().max())
     return {"kind": "correct", "shape": [b, h, sq, sk, d], "causal": causal, "err": err,
             "nan": bool(torch.isnan(out).any()), "ok": err < 2e-2}
-
-
-def events_ms(torch, fn, reps: int = 10) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-             for _ in range(reps)]
-    for s, e in pairs:
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in pairs)
 
 
 def host_ms(torch, fn, calls: int = 50) -> float:
@@ -125,7 +113,7 @@ def main(argv=None) -> int:
         for rnd in range(args.rounds):
             order = names[rnd % len(names):] + names[:rnd % len(names)]
             for n in order:
-                times[n].append(events_ms(torch, fns[n]))
+                times[n].append(events_ms(torch, fns[n], reps=10))
         rec: dict = {"kind": "timing", "head_dim": d, "causal": causal, "seq": s, "batch": b,
                      "heads": h, "rounds": args.rounds}
         for n in names:

@@ -35,6 +35,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
+from bench_timing import interleaved  # noqa: E402  (beside this script)
 SIZES = (1, 7, 8, 17, 100, 127, 128, 1000, 4000, 4096)
 #: (out_dtype or None: a's, bias dtype or None, activation): the epilogues drawn from
 EPILOGUES = ((None, None, None), (None, "same", "relu"), ("fp32", None, "gelu"),
@@ -371,21 +372,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
                 emit({"kind": "timing-check", "shape": [m, n, k], "impl": name, "rel_err": err})
         del ref
         names = list(impls)
-        per = {x: [] for x in names}
-        for r in range(rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
-            for name in order:
-                fn = impls[name]
-                for _ in range(3):
-                    fn()
-                ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(reps)]
-                for s, e in ev:
-                    s.record()
-                    fn()
-                    e.record()
-                torch.cuda.synchronize()
-                per[name].append(statistics.median(s.elapsed_time(e) for s, e in ev))
+        per = interleaved(torch, impls, rounds, reps)
         flop = 2.0 * m * n * k
         rec = {"kind": "timing", "shape": [m, n, k], "rounds": rounds, "grid": plan.grid,
                "splits": plan.splits}

@@ -34,6 +34,7 @@ for extra in (HERE, ROOT, ROOT / "plugins" / "nvidia_h100"):
 import matmul_call as mc  # noqa: E402  (benchmarks/matmul_call.py: cases, reference, checks)
 
 #: M sizes: 2 and 3 M tiles (an odd pair count), tails, and sizes of many tiles
+from bench_timing import interleaved  # noqa: E402  (beside this script)
 M_SIZES = (129, 200, 256, 300, 385, 500, 640, 1000, 1153, 2000, 4000)
 N_SIZES = (1, 8, 17, 100, 256, 300, 1000, 4000)
 K_SIZES = (1, 7, 64, 100, 130, 1000, 4000)
@@ -172,21 +173,7 @@ def timing(torch, anchors_path, rounds=5, reps=20):
                      "ok": err < mc.TOL["bf16"]})
         del ref
         names = list(impls)
-        per = {x: [] for x in names}
-        for r in range(rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
-            for name in order:
-                fn = impls[name]
-                for _ in range(3):
-                    fn()
-                ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(reps)]
-                for s, e in ev:
-                    s.record()
-                    fn()
-                    e.record()
-                torch.cuda.synchronize()
-                per[name].append(statistics.median(s.elapsed_time(e) for s, e in ev))
+        per = interleaved(torch, impls, rounds, reps)
         flop = 2.0 * m * n * k
         matmul_call.TUNING = cl
         grid = matmul_call._plan(a, bt.T, None, None, None, c, matmul_call._KERNELS.sms(0), cl).grid

@@ -30,6 +30,8 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
+from bench_timing import interleaved  # noqa: E402  (beside this script)
+
 SIZES = (1, 7, 8, 17, 100, 127, 128, 1000, 4000, 4096)
 K_SIZES = (16, 32, 48, 112, 128, 1008, 4000, 4096)
 #: (out dtype, bias dtype or None)
@@ -296,26 +298,6 @@ def graph_and_compile(torch):
     emit({"kind": "fp8-torch-compile", "fullgraph": True, "rel_err": err, "ok": err < TOL["fp32"]})
 
 
-def timed(torch, impls, rounds, reps):
-    names = list(impls)
-    per = {x: [] for x in names}
-    for r in range(rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for name in order:
-            fn = impls[name]
-            for _ in range(3):
-                fn()
-            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(reps)]
-            for s, e in ev:
-                s.record()
-                fn()
-                e.record()
-            torch.cuda.synchronize()
-            per[name].append(statistics.median(s.elapsed_time(e) for s, e in ev))
-    return per
-
-
 def timing(torch, rounds=7, reps=20):
     from pipeline_core_nvidia_h100 import matmul, matmul_call, scaled_mm
     summary = []
@@ -338,7 +320,7 @@ def timing(torch, rounds=7, reps=20):
         del ref
         plan = matmul_call._plan(a, b, None, None, None, None, matmul_call._KERNELS.sms(0),
                                  matmul_call.TUNING, scales=(sa, sb))
-        per = timed(torch, impls, rounds, reps)
+        per = interleaved(torch, impls, rounds, reps)
         flop = 2.0 * m * n * k
         rec = {"kind": "timing", "what": f"fp8 scaled_mm, {kind} scales, bf16 out",
                "shape": [m, n, k], "rounds": rounds, "grid": plan.grid, "splits": plan.splits}
@@ -362,7 +344,7 @@ def timing(torch, rounds=7, reps=20):
             emit({"kind": "timing-check", "shape": [bsz, m, n, k], "impl": name,
                   "rel_err": rel(torch, c if name == "ours" else c2, ref)})
         del ref
-        per = timed(torch, impls, rounds, reps)
+        per = interleaved(torch, impls, rounds, reps)
         flop = 2.0 * bsz * m * n * k
         rec = {"kind": "timing", "what": "batched bf16 matmul (both 3-D, b row-major)",
                "shape": [bsz, m, n, k], "rounds": rounds}
@@ -434,7 +416,7 @@ def explore(torch, rounds=7, reps=20):
         emit({"kind": "explore-check", "impl": name, "candidate": cand,
               "rel_err": rel(torch, out, prod * factor)})
     del prod
-    per = timed(torch, {**impls, **peer}, rounds, reps)
+    per = interleaved(torch, {**impls, **peer}, rounds, reps)
     flop = 2.0 * m * n * k
     rec = {"kind": "explore-fp8", "shape": [m, n, k], "rounds": rounds,
            "candidates": {f"c{i}": c for i, c in enumerate(FP8_CANDIDATES)}}
@@ -466,7 +448,7 @@ def explore(torch, rounds=7, reps=20):
                   "rel_err": rel(torch, c, ref)})
         del ref
         impls["torch.bmm"] = lambda: torch.bmm(a, b, out=c2)
-        per = timed(torch, impls, rounds, reps)
+        per = interleaved(torch, impls, rounds, reps)
         flop = 2.0 * bsz * m * n * k
         rec = {"kind": "explore-batched", "shape": [bsz, m, n, k], "rounds": rounds}
         for name in per:

@@ -36,6 +36,7 @@ _spec = importlib.util.spec_from_file_location("matmul_call_bench", ROOT / "benc
 mc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mc)
 
+from bench_timing import interleaved  # noqa: E402  (beside this script)
 TIMED = ((8192, 8192, 8192), (4096, 4096, 4096), (4096, 8192, 2048))
 STAGES = (4, 5)
 
@@ -199,21 +200,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
                      "rel_err": err, "ok": err < mc.TOL["bf16"]})
         del ref
         names = list(impls)
-        per = {x: [] for x in names}
-        for rd in range(rounds):
-            order = names[rd % len(names):] + names[:rd % len(names)]
-            for name in order:
-                fn = impls[name]
-                for _ in range(3):
-                    fn()
-                ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(reps)]
-                for s, e in ev:
-                    s.record()
-                    fn()
-                    e.record()
-                torch.cuda.synchronize()
-                per[name].append(statistics.median(s.elapsed_time(e) for s, e in ev))
+        per = interleaved(torch, impls, rounds, reps)
         flop = 2.0 * mm * n * k
         rec = {"kind": "pp-timing", "shape": [mm, n, k], "rounds": rounds, "reps": reps}
         for name in names:

@@ -22,6 +22,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from bench_timing import interleaved  # beside this script
+
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("matmul_call_bench", HERE / "matmul_call.py")
 assert _spec is not None and _spec.loader is not None
@@ -88,20 +90,7 @@ def timing(torch, anchors_path, rounds=7, reps=20, shapes=TIMED):
                         "rel_err": err, "ok": err < bench.TOL["bf16"]})
         del ref
         names = list(impls)
-        per = {x: [] for x in names}
-        for r in range(rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                fn = impls[name]
-                for _ in range(3):
-                    fn()
-                ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                      for _ in range(reps)]
-                for s, e in ev:
-                    s.record()
-                    fn()
-                    e.record()
-                torch.cuda.synchronize()
-                per[name].append(statistics.median(s.elapsed_time(e) for s, e in ev))
+        per = interleaved(torch, impls, rounds, reps)
         flop = 2.0 * m * n * k
         rec = {"kind": "timing", "shape": [m, n, k], "rounds": rounds, "reps": reps,
                "stores": stores}

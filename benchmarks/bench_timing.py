@@ -1,0 +1,42 @@
+"""The benchmarks' one timing loop (the device's METHOD.md; README, "GPU figures are honest"):
+CUDA-event medians after warm-up, in interleaved rounds with the order rotated, so a clock that
+drifts between rounds drifts for every implementation alike and the per-round ratios cancel it.
+
+Every GPU script in ``benchmarks/`` times through :func:`interleaved` (a script run as
+``python3 benchmarks/X.py`` finds this module beside it).
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+def events_ms(torch: Any, fn: Callable[[], Any], reps: int = 20, warmup: int = 3) -> float:
+    """The median of ``reps`` CUDA-event timings of ``fn`` (ms), after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+          for _ in range(reps)]
+    for start, end in ev:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in ev)
+
+
+def interleaved(torch: Any, impls: Mapping[str, Callable[[], Any]], rounds: int,
+                reps: int = 20, warmup: int = 3) -> dict[str, list[float]]:
+    """Each implementation's median time (ms) per round; round r starts at the r-th name."""
+    names = list(impls)
+    per: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            per[name].append(events_ms(torch, impls[name], reps, warmup))
+    return per
+
+
+def ratios(per: Mapping[str, list[float]], ours: str, peer: str) -> list[float]:
+    """Per-round speed of ``ours`` against ``peer`` (above 1: ours is faster)."""
+    return [round(p / o, 3) for o, p in zip(per[ours], per[peer])]
