@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from pipeline_core.agents.holders import result_holders
 from pipeline_core.errors import ProgramError
 from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, BulkStore, Ordering, Ring,
                                 Step, StepKind)
@@ -74,14 +75,8 @@ def lower_store(spec: AgentSpec, sync: SyncModel, programs: Sequence[AgentProgra
         raise ProgramError(f"{owner}: AgentSpec.store {st.name}: subtiles={st.subtiles}, "
                            f"subtile_bytes={st.subtile_bytes}; give subtiles >= 1 (sub-tiles "
                            "per output tile) and subtile_bytes >= 0 (0: not timed)")
-    readers = [p.name for p in programs
-               if any(p.name in r.waiters for r in rings if r.kind == "full")]
-    agents = st.agents or tuple(readers)
-    bad = [a for a in agents if a not in readers]
-    if bad or not agents:
-        raise ProgramError(f"{owner}: AgentSpec.store {st.name} names agents {bad or '()'}; "
-                           f"only agents that read a ring hold results to store: "
-                           f"{', '.join(readers)}")
+    agents = result_holders(programs, rings, st.agents, owner=owner,
+                            what=f"AgentSpec.store {st.name}", verb="store")
     nb = sync.named_barriers
     used = {i for o in orders for i in o.barriers}
     free = [i for i in nb.free if i not in used]

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from pipeline_core.agents.holders import result_holders
 from pipeline_core.errors import ProgramError
 from pipeline_core.plan import AgentProgram, AgentSpec, Reduction, Ring, Step, StepKind
 from pipeline_core.sync.model import REDUCTION_STEPS, SyncModel
@@ -44,14 +45,8 @@ def lower_reduction(spec: AgentSpec, sync: SyncModel, programs: Sequence[AgentPr
         raise ProgramError(f"{owner}: AgentSpec.reduction {red.name}: slice_bytes="
                            f"{red.slice_bytes}; give the bytes of one agent's slice (0: not "
                            "timed)")
-    readers = [p.name for p in programs
-               if any(p.name in r.waiters for r in rings if r.kind == "full")]
-    agents = red.agents or tuple(readers)
-    bad = [a for a in agents if a not in readers]
-    if bad or not agents:
-        raise ProgramError(f"{owner}: AgentSpec.reduction {red.name} names agents {bad or '()'}; "
-                           f"only agents that read a ring hold results to reduce: "
-                           f"{', '.join(readers)}")
+    agents = result_holders(programs, rings, red.agents, owner=owner,
+                            what=f"AgentSpec.reduction {red.name}", verb="reduce")
     steps = reduction_steps(sync, red.name)
     out = [attrs.evolve(p, finish=steps) if p.name in agents else p for p in programs]
     return out, Reduction(name=red.name, agents=agents, slice_bytes=red.slice_bytes)
