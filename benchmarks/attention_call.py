@@ -38,7 +38,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
-from bench_timing import interleaved  # noqa: E402  (beside this script)
+from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
 from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
 
 SEQS = (1, 7, 127, 128, 1000, 4096)
@@ -189,7 +189,7 @@ def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
                 rec["params"] = {**own, **VARIANTS[n]}
             for peer in ("sdpa-flash", "sdpa-cudnn"):
                 if peer in per and n.startswith("ours"):
-                    rec[f"ratio_vs_{peer}"] = [round(p / o, 3) for o, p in zip(per[n], per[peer])]
+                    rec[f"ratio_vs_{peer}"] = ratios(per, n, peer)
             emit(rec)
 
 

@@ -34,7 +34,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
-from bench_timing import interleaved  # noqa: E402  (beside this script)
+from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
 from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
 SIZES = (1, 7, 8, 17, 100, 127, 128, 1000, 4000, 4096)
 #: (out_dtype or None: a's, bias dtype or None, activation): the epilogues drawn from
@@ -378,7 +378,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
             rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
         for name in ("ours", "ours-graph"):
             for peer in ("cublas", "triton-tma-persist"):
-                rec[f"{name}/{peer}"] = [round(p / o, 3) for o, p in zip(per[name], per[peer])]
+                rec[f"{name}/{peer}"] = ratios(per, name, peer)
         emit(rec)
         summary.append(rec)
     return summary

@@ -33,7 +33,7 @@ for extra in (HERE, ROOT, ROOT / "plugins" / "nvidia_h100"):
 import matmul_call as mc  # noqa: E402  (benchmarks/matmul_call.py: cases, reference, checks)
 
 #: M sizes: 2 and 3 M tiles (an odd pair count), tails, and sizes of many tiles
-from bench_timing import interleaved  # noqa: E402  (beside this script)
+from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
 from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
 M_SIZES = (129, 200, 256, 300, 385, 500, 640, 1000, 1153, 2000, 4000)
 N_SIZES = (1, 8, 17, 100, 256, 300, 1000, 4000)
@@ -180,7 +180,7 @@ def timing(torch, anchors_path, rounds=5, reps=20):
             med = statistics.median(per[name])
             rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
         for peer in ("cluster1", "cublas", "triton-tma-persist"):
-            rec[f"cluster2/{peer}"] = [round(p / o, 3) for o, p in zip(per["cluster2"], per[peer])]
+            rec[f"cluster2/{peer}"] = ratios(per, "cluster2", peer)
         mc.emit(rec)
         out.append(rec)
     return out

@@ -22,7 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_timing import interleaved  # beside this script
+from bench_timing import interleaved, ratios  # beside this script
 from bench_peers import anchors as load_anchors  # beside this script
 
 HERE = Path(__file__).resolve().parent
@@ -97,7 +97,7 @@ def timing(torch, anchors_path, rounds=7, reps=20, shapes=TIMED):
             rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
         for mine, peer in (("tma", "tma-off"), ("tma", "cublas"), ("tma", "triton-tma-persist"),
                            ("tma-off", "cublas"), ("tma-off", "triton-tma-persist")):
-            rec[f"{mine}/{peer}"] = [round(p / o, 3) for o, p in zip(per[mine], per[peer])]
+            rec[f"{mine}/{peer}"] = ratios(per, mine, peer)
         bench.emit(rec)
     matmul_call.TUNING = off
 
