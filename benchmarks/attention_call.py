@@ -26,7 +26,6 @@ Every result is one JSON line on stdout (and in --out/attention.jsonl).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import random
 import statistics
@@ -39,7 +38,8 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
-from bench_timing import interleaved  # noqa: E402  (beside this script)
+from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
+from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
 
 SEQS = (1, 7, 127, 128, 1000, 4096)
 #: the timed kernels: both overlaps of the schedule, each on or off (the ablation); the call
@@ -189,7 +189,7 @@ def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
                 rec["params"] = {**own, **VARIANTS[n]}
             for peer in ("sdpa-flash", "sdpa-cudnn"):
                 if peer in per and n.startswith("ours"):
-                    rec[f"ratio_vs_{peer}"] = [round(p / o, 3) for o, p in zip(per[n], per[peer])]
+                    rec[f"ratio_vs_{peer}"] = ratios(per, n, peer)
             emit(rec)
 
 
@@ -216,10 +216,7 @@ def main() -> None:
 
     peers = {}
     if Path(args.anchors).is_file():
-        spec = importlib.util.spec_from_file_location("anchors", args.anchors)
-        anchors = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(anchors)
-        peers = anchors.attention_peers()
+        peers = load_anchors(args.anchors).attention_peers()
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
     if args.one:

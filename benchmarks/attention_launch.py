@@ -17,7 +17,6 @@ One JSON line per result on stdout (and in --out/results.jsonl).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -30,6 +29,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
         sys.path.insert(0, str(extra))
 
 from bench_timing import events_ms  # noqa: E402  (beside this script)
+from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
 
 LINES: list[dict] = []
 CONFIGS = ((128, False), (64, False), (128, True), (64, True))
@@ -85,10 +85,8 @@ def main(argv=None) -> int:
 
     from pipeline_core_schedules_attention import attention
     emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
-    spec = importlib.util.spec_from_file_location("anchors", args.anchors)
-    anchors = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(anchors)
-    peers = {n: f for n, f in anchors.attention_peers().items() if n != "sdpa-efficient"}
+    peers = {n: f for n, f in load_anchors(args.anchors).attention_peers().items()
+             if n != "sdpa-efficient"}
     torch.manual_seed(0)
     s = args.seq
     checks = [check(torch, attention, 16384 // s, 2048 // d, s, s, d, c) for d, c in CONFIGS]

@@ -20,7 +20,6 @@ Every result is one JSON line on stdout (and in --out/results.jsonl); a table cl
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import random
@@ -35,7 +34,8 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
-from bench_timing import interleaved  # noqa: E402  (beside this script)
+from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
+from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
 SIZES = (1, 7, 8, 17, 100, 127, 128, 1000, 4000, 4096)
 #: (out_dtype or None: a's, bias dtype or None, activation): the epilogues drawn from
 EPILOGUES = ((None, None, None), (None, "same", "relu"), ("fp32", None, "gelu"),
@@ -317,10 +317,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
     import attrs
 
     from pipeline_core_nvidia_h100 import matmul, matmul_call
-    spec = importlib.util.spec_from_file_location("anchors", anchors_path)
-    anchors = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(anchors)
-    peers = anchors.gemm_peers()
+    peers = load_anchors(anchors_path).gemm_peers()
     ops = matmul_call._ops()
     default = matmul_call.TUNING
     summary = []
@@ -381,7 +378,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
             rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
         for name in ("ours", "ours-graph"):
             for peer in ("cublas", "triton-tma-persist"):
-                rec[f"{name}/{peer}"] = [round(p / o, 3) for o, p in zip(per[name], per[peer])]
+                rec[f"{name}/{peer}"] = ratios(per, name, peer)
         emit(rec)
         summary.append(rec)
     return summary

@@ -17,7 +17,6 @@ interleaved rounds with the order rotated, per-round ratios.  One JSON line per 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import random
 import statistics
@@ -34,7 +33,8 @@ for extra in (HERE, ROOT, ROOT / "plugins" / "nvidia_h100"):
 import matmul_call as mc  # noqa: E402  (benchmarks/matmul_call.py: cases, reference, checks)
 
 #: M sizes: 2 and 3 M tiles (an odd pair count), tails, and sizes of many tiles
-from bench_timing import interleaved  # noqa: E402  (beside this script)
+from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
+from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
 M_SIZES = (129, 200, 256, 300, 385, 500, 640, 1000, 1153, 2000, 4000)
 N_SIZES = (1, 8, 17, 100, 256, 300, 1000, 4000)
 K_SIZES = (1, 7, 64, 100, 130, 1000, 4000)
@@ -144,10 +144,7 @@ def sanitize(torch):
 
 def timing(torch, anchors_path, rounds=5, reps=20):
     from pipeline_core_nvidia_h100 import matmul, matmul_call
-    spec = importlib.util.spec_from_file_location("anchors", anchors_path)
-    anchors = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(anchors)
-    peers = anchors.gemm_peers()
+    peers = load_anchors(anchors_path).gemm_peers()
     cl, plain = tunings()
     out = []
     for m, n, k in TIMED:
@@ -183,7 +180,7 @@ def timing(torch, anchors_path, rounds=5, reps=20):
             med = statistics.median(per[name])
             rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
         for peer in ("cluster1", "cublas", "triton-tma-persist"):
-            rec[f"cluster2/{peer}"] = [round(p / o, 3) for o, p in zip(per["cluster2"], per[peer])]
+            rec[f"cluster2/{peer}"] = ratios(per, "cluster2", peer)
         mc.emit(rec)
         out.append(rec)
     return out

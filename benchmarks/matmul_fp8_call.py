@@ -30,7 +30,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
-from bench_timing import interleaved  # noqa: E402  (beside this script)
+from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
 
 SIZES = (1, 7, 8, 17, 100, 127, 128, 1000, 4000, 4096)
 K_SIZES = (16, 32, 48, 112, 128, 1008, 4000, 4096)
@@ -327,8 +327,7 @@ def timing(torch, rounds=7, reps=20):
         for name in impls:
             med = statistics.median(per[name])
             rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
-        rec["ours/torch._scaled_mm"] = [round(p / o, 3) for o, p in
-                                        zip(per["ours"], per["torch._scaled_mm"])]
+        rec["ours/torch._scaled_mm"] = ratios(per, "ours", "torch._scaled_mm")
         emit(rec)
         summary.append(rec)
     for bsz, m, n, k in ((16, 2048, 2048, 2048), (8, 4096, 4096, 1024)):
@@ -351,7 +350,7 @@ def timing(torch, rounds=7, reps=20):
         for name in impls:
             med = statistics.median(per[name])
             rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
-        rec["ours/torch.bmm"] = [round(p / o, 3) for o, p in zip(per["ours"], per["torch.bmm"])]
+        rec["ours/torch.bmm"] = ratios(per, "ours", "torch.bmm")
         emit(rec)
         summary.append(rec)
     return summary
@@ -425,8 +424,7 @@ def explore(torch, rounds=7, reps=20):
                      "tflops": round(flop / statistics.median(per[name]) / 1e9, 1)}
         peer_name = "torch-row" if name.startswith("row") else "torch-tensor"
         if name in impls:
-            rec[f"{name}/{peer_name}"] = [round(p / o, 3) for o, p in
-                                          zip(per[name], per[peer_name])]
+            rec[f"{name}/{peer_name}"] = ratios(per, name, peer_name)
     emit(rec)
     for bsz, m, n, k in ((16, 2048, 2048, 2048), (8, 4096, 4096, 1024)):
         a = torch.randn(bsz, m, k, device="cuda").to(torch.bfloat16)
@@ -455,8 +453,7 @@ def explore(torch, rounds=7, reps=20):
             rec[name] = {"ms": round(statistics.median(per[name]), 4),
                          "tflops": round(flop / statistics.median(per[name]) / 1e9, 1)}
             if name != "torch.bmm":
-                rec[f"{name}/torch.bmm"] = [round(p / o, 3) for o, p in
-                                            zip(per[name], per["torch.bmm"])]
+                rec[f"{name}/torch.bmm"] = ratios(per, name, "torch.bmm")
         emit(rec)
 
 

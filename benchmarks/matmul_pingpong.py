@@ -36,7 +36,8 @@ _spec = importlib.util.spec_from_file_location("matmul_call_bench", ROOT / "benc
 mc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(mc)
 
-from bench_timing import interleaved  # noqa: E402  (beside this script)
+from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
+from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
 TIMED = ((8192, 8192, 8192), (4096, 4096, 4096), (4096, 8192, 2048))
 STAGES = (4, 5)
 
@@ -174,10 +175,7 @@ def sanitize_run(torch):
 def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
     from pipeline_core_nvidia_h100 import matmul
     from pipeline_core_nvidia_h100 import matmul_call as m
-    spec = importlib.util.spec_from_file_location("anchors", anchors_path)
-    anchors = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(anchors)
-    peers = anchors.gemm_peers()
+    peers = load_anchors(anchors_path).gemm_peers()
     summary = []
     for mm, n, k in shapes:
         a = torch.randn(mm, k, device="cuda").to(torch.bfloat16)
@@ -208,7 +206,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
             rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
         for ours in [f"pingpong-s{s}" for s in STAGES]:
             for peer in ("cooperative", "cublas", "triton-tma-persist"):
-                rec[f"{ours}/{peer}"] = [round(p / o, 3) for o, p in zip(per[ours], per[peer])]
+                rec[f"{ours}/{peer}"] = ratios(per, ours, peer)
         mc.emit(rec)
         summary.append(rec)
     return summary

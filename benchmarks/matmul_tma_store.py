@@ -22,7 +22,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench_timing import interleaved  # beside this script
+from bench_timing import interleaved, ratios  # beside this script
+from bench_peers import anchors as load_anchors  # beside this script
 
 HERE = Path(__file__).resolve().parent
 _spec = importlib.util.spec_from_file_location("matmul_call_bench", HERE / "matmul_call.py")
@@ -57,10 +58,7 @@ def tma_cases(torch, n):
 
 def timing(torch, anchors_path, rounds=7, reps=20, shapes=TIMED):
     from pipeline_core_nvidia_h100 import matmul, matmul_call
-    spec = importlib.util.spec_from_file_location("anchors", anchors_path)
-    anchors = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(anchors)
-    peers = anchors.gemm_peers()
+    peers = load_anchors(anchors_path).gemm_peers()
     on, off = tma_tuning(), bench_off()
     for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
@@ -99,7 +97,7 @@ def timing(torch, anchors_path, rounds=7, reps=20, shapes=TIMED):
             rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
         for mine, peer in (("tma", "tma-off"), ("tma", "cublas"), ("tma", "triton-tma-persist"),
                            ("tma-off", "cublas"), ("tma-off", "triton-tma-persist")):
-            rec[f"{mine}/{peer}"] = [round(p / o, 3) for o, p in zip(per[mine], per[peer])]
+            rec[f"{mine}/{peer}"] = ratios(per, mine, peer)
         bench.emit(rec)
     matmul_call.TUNING = off
 

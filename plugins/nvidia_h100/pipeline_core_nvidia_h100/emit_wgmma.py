@@ -447,7 +447,6 @@ _SCALE = {"tensor": "pcgc::ScaleTensor", "row": "pcgc::ScaleRow"}
 #: The scaled epilogue (``-p scale``, docs/guide/matmul.md "scaled_mm"): each accumulator times
 #: its row's scale_a and its column's scale_b (per tensor: element 0 of each), before the bias,
 #: as torch._scaled_mm; rows and columns past m, n read no scale.
-_SCALE_USING = "\n        using Scale = {};"
 _SCALE_ROWS = r"""
             const float sa0 = Scale::a(scale_a, row, m), sa8 = Scale::a(scale_a, row + 8, m);"""
 _SCALE_COLS = r"""

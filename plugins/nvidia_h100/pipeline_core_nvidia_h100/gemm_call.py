@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import attrs
 
-from pipeline_core_nvidia_h100.warpspecialized import (ACTIVATIONS, BIASES, MN_CHUNK,
-                                                       OUT_DTYPES, STORE_BUFFERS, STORE_ROWS,
-                                                       GemmVariant, k_tile)
+from pipeline_core_nvidia_h100.warpspecialized import (ACTIVATIONS, BIASES, DTYPE_BYTES,
+                                                       MN_CHUNK, OUT_BYTES, OUT_DTYPES,
+                                                       STORE_BUFFERS, STORE_ROWS, GemmVariant,
+                                                       k_tile)
 
 #: TMA reads global memory in 16-byte units: every stride but the innermost and the base address
 #: must be multiples of 16 bytes.
 TMA_ALIGN = 16
-ELEM = {"bf16": 2, "fp16": 2, "fp32": 4, "e4m3": 1}
+#: bytes per element of every type an argument may have: the schedule's input and output tables
+ELEM = {**DTYPE_BYTES, **OUT_BYTES}
 #: torch's spelling of each element type, for the messages
 TORCH_NAME = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32",
               "e4m3": "torch.float8_e4m3fn"}

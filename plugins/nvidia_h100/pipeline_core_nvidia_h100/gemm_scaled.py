@@ -11,17 +11,16 @@ are the only layouts, and TMA steps a row of K bytes only in 16-byte units: K a 
 """
 from __future__ import annotations
 
+import math
+
 from pipeline_core_nvidia_h100.gemm_call import (TMA_ALIGN, TORCH_NAME, CallPlan,
-                                                 MatmulArgumentError, MatmulTypeError,
-                                                 TensorInfo, TileShape, Tuning, plan_call)
+                                                 MatmulTypeError, TensorInfo, TileShape, Tuning,
+                                                 _fail, plan_call)
+from pipeline_core_nvidia_h100.warpspecialized import OUT_DTYPES
 
-#: scaled_mm's output types (torch._scaled_mm's fp8 outputs are not taken) and its default.
-SCALED_OUT_DTYPES = ("bf16", "fp16", "fp32")
+#: scaled_mm's default output type; its output types are the schedule's OUT_DTYPES
+#: (torch._scaled_mm's fp8 outputs are not taken).
 DEFAULT_OUT = "bf16"
-
-
-def _fail(name: str, why: str) -> MatmulArgumentError:
-    return MatmulArgumentError(f"{name}: {why}")
 
 
 def _k_major(name: str, t: TensorInfo, rows_dim: int) -> None:
@@ -55,8 +54,7 @@ def scale_kind(a: TensorInfo, b: TensorInfo, scale_a: TensorInfo, scale_b: Tenso
                                   f"is not torch.float32; pass {name}.float()")
         if t.device != a.device:
             raise _fail(name, f"on {t.device}, a on {a.device}; pass {name}.to('{a.device}')")
-    numel_a, numel_b = _numel(scale_a), _numel(scale_b)
-    if numel_a == 1 and numel_b == 1:  # (a row-wise [1, 1] scale means the same)
+    if math.prod(scale_a.shape) == 1 and math.prod(scale_b.shape) == 1:  # (a row-wise [1, 1] scale means the same)
         return "tensor"
     for name, t, want, long_dim in (("scale_a", scale_a, (m, 1), 0),
                                     ("scale_b", scale_b, (1, n), 1)):
@@ -68,13 +66,6 @@ def scale_kind(a: TensorInfo, b: TensorInfo, scale_a: TensorInfo, scale_b: Tenso
             raise _fail(name, f"strides {tuple(t.strides)}: a row-wise scale must be "
                               f"contiguous; pass {name}.contiguous()")
     return "row"
-
-
-def _numel(t: TensorInfo) -> int:
-    count = 1
-    for d in t.shape:
-        count *= d
-    return count
 
 
 def plan_scaled(a: TensorInfo, b: TensorInfo, scale_a: TensorInfo, scale_b: TensorInfo, *,
@@ -95,7 +86,7 @@ def plan_scaled(a: TensorInfo, b: TensorInfo, scale_a: TensorInfo, scale_b: Tens
     if b.shape[0] != a.shape[1]:
         raise _fail("b", f"shape {list(b.shape)} does not match a {list(a.shape)}: b must be "
                          f"[K={a.shape[1]}, N]")
-    if out_dtype is not None and out_dtype not in SCALED_OUT_DTYPES:
+    if out_dtype is not None and out_dtype not in OUT_DTYPES:
         raise MatmulTypeError(f"out_dtype: {out_dtype} is not one of torch.bfloat16, "
                               "torch.float16, torch.float32")
     if 0 not in (*a.shape, b.shape[1]):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import subprocess
 
-import attrs
 import pytest
 
 pytest.importorskip("pipeline_core_nvidia_h100")

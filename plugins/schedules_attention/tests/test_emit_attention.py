@@ -17,7 +17,7 @@ from pipeline_core_nvidia_h100.toolchain import GENCODE, nvcc, sass_command
 
 from pipeline_core.plugin_api import LoopBounds
 
-from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_PARAMS, CALL_STAGES,
+from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_STAGES,
                                                     HEAD_DIMS, LOG2E, AttentionArgumentError,
                                                     call_params, plan_attention)
 from pipeline_core_schedules_attention.emit_attention import (HEAD_GROUP, emit_attention,
