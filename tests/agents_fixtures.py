@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import attrs
 
-from pipeline_core.agents import AgentRole, AgentSpec, OrderSpec, RingSpec, Turn
+from pipeline_core.agents import AgentRole, AgentSpec, OrderSpec, RingSpec, TileSplit, Turn
 from pipeline_core.agents.inject import lower_agents
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import Op, OpRole
@@ -253,8 +253,6 @@ def shared_plan(stages: int = 4):
 def split_spec(release_lag: int = 1, ordered: bool = True, readers: int = 2) -> AgentSpec:
     """The GEMM body with its consumers on alternate output tiles (CUTLASS's ping-pong): each
     runs whole output tiles, their mainloops ordered over output tiles by named barriers."""
-    from pipeline_core.agents import TileSplit
-
     agents = tuple(f"consumer{r}" for r in range(readers))
     order = OrderSpec(name="mainloop", scope="output_tile",
                       turns=tuple(Turn(agent=a, ops=(2 + r,)) for r, a in enumerate(agents)))

@@ -100,3 +100,14 @@ def test_a_store_with_a_reduction_is_refused():
     s = attrs.evolve(spec(), store=StoreSpec(), reduction=ReductionSpec())
     with pytest.raises(ProgramError, match="AgentSpec.store store with AgentSpec.reduction"):
         lower_agents(body(), edges(), sync, stages=4, spec=s, owner="schedule t")
+
+
+@pytest.mark.parametrize("channel, steps", [(BulkStoreChannel, BULK_STORE_STEPS),
+                                            (CrossCtaReduction, REDUCTION_STEPS)])
+def test_a_step_channel_names_exactly_its_steps(channel, steps):
+    tags = dict(zip(steps[1:], range(220, 230)), typo=230)
+    with pytest.raises(ValueError) as err:
+        channel(tags=tags)
+    says = str(err.value)
+    assert says.startswith(f"{channel.__name__}.tags needs exactly {steps[0]}")
+    assert f"missing [{steps[0]!r}]" in says and "unknown ['typo']" in says

@@ -57,7 +57,7 @@ from pipeline_core.agents.prove_store import prove_store, store_assumptions
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Verdict, Violation
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import DepKind, Op, tag_name
-from pipeline_core.plan import AgentProgram, PlacedStep, Plan, Step, StepKind
+from pipeline_core.plan import AgentProgram, PlacedStep, Plan, Ring, Step, StepKind
 from pipeline_core.sync.model import ChannelKind, Effect, SyncModel
 
 if TYPE_CHECKING:
@@ -314,7 +314,7 @@ class _Run:
         ring = self.plan.ring_of(op, "full")
         return ((ring.name, self.plan.op_bytes.get(op, 0)),) if ring is not None else ()
 
-    def landing_ring(self, op: int, reader: int) -> Any:
+    def landing_ring(self, op: int, reader: int) -> Ring | None:
         """The full ring of ``op``'s copy that agent ``reader`` waits on (its own CTA's)."""
         name = self.agent_name(reader)
         for ring_name, _ in self.landings(op):

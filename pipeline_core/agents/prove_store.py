@@ -23,7 +23,7 @@ commits has every group below C - N done reading.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Violation
 from pipeline_core.ops import tag_name

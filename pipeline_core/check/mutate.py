@@ -15,6 +15,7 @@ from pipeline_core.ops import MAX_KERNEL_TAG, OpRole
 
 if TYPE_CHECKING:
     from pipeline_core.compiled import CompiledSchedule
+    from pipeline_core.plan import AgentProgram, Plan
     from pipeline_core.plugins import PluginHost
 
 PHASES = ("prologue", "kernel", "epilogue")
@@ -311,7 +312,7 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
     yield from _cluster_mutations(plan, categories)
 
 
-def _store_mutations(prog: Any, categories: tuple[str, ...]) -> Iterator[AgentMutation]:
+def _store_mutations(prog: AgentProgram, categories: tuple[str, ...]) -> Iterator[AgentMutation]:
     """The mutations of ``prog``'s bulk-store steps (its ``store`` and ``drain``)."""
     for category, (section, kind, before) in _STORE_EDITS.items():
         kinds = [s.kind.value for s in getattr(prog, section)]
@@ -337,9 +338,9 @@ def _store_mutations(prog: Any, categories: tuple[str, ...]) -> Iterator[AgentMu
                                 iteration=0, index=i, description=f"drop {where}")
 
 
-def _cluster_mutations(plan: Any, categories: tuple[str, ...]) -> Iterator[AgentMutation]:
+def _cluster_mutations(plan: Plan, categories: tuple[str, ...]) -> Iterator[AgentMutation]:
     """A cluster plan's edits of its rings' arrival counts and of its cluster barriers."""
-    if getattr(plan, "cluster", None) is None:
+    if plan.cluster is None:
         return
     if "cluster_arrival_count" in categories:
         for r in plan.rings:
@@ -355,12 +356,14 @@ def _cluster_mutations(plan: Any, categories: tuple[str, ...]) -> Iterator[Agent
                                 index=0, description=f"drop the cluster's {what} barrier")
 
 
-def _cluster_edit(plan: Any, category: str, ring: str) -> Any:
+def _cluster_edit(plan: Plan, category: str, ring: str) -> Plan:
     if category == "cluster_arrival_count":
         return attrs.evolve(plan, rings=[attrs.evolve(r, arrivals=r.arrivals // r.ctas)
                                          if r.name == ring else r for r in plan.rings])
-    field = "start_barrier" if category == "drop_cluster_start" else "end_barrier"
-    return attrs.evolve(plan, cluster=attrs.evolve(plan.cluster, **{field: False}))
+    assert plan.cluster is not None  # _cluster_mutations offers these for a cluster plan only
+    cluster = (attrs.evolve(plan.cluster, start_barrier=False) if category == "drop_cluster_start"
+               else attrs.evolve(plan.cluster, end_barrier=False))
+    return attrs.evolve(plan, cluster=cluster)
 
 
 def _finish_mutations(prog: Any, categories: tuple[str, ...]) -> Iterator[AgentMutation]:

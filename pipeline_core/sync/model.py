@@ -124,6 +124,16 @@ def _ids(items: Iterable[int]) -> tuple[int, ...]:
     return tuple(items)
 
 
+def _check_step_tags(owner: str, steps: tuple[str, ...], tags: Mapping[str, int]) -> None:
+    """A step channel's ``tags`` name exactly its ``steps``: one missing would lower to no
+    instruction, one unknown is a typo the lowering never asks for."""
+    missing = [k for k in steps if k not in tags]
+    unknown = [k for k in tags if k not in steps]
+    if missing or unknown:
+        raise ValueError(f"{owner}.tags needs exactly {', '.join(steps)}"
+                         f" (missing {missing}, unknown {unknown})")
+
+
 #: the steps of a cross-CTA reduction, in the order a correct one runs them (the step kinds'
 #: values, pipeline_core/plan.py StepKind; docs/guide/agents.md, "Cross-CTA reductions")
 REDUCTION_STEPS = ("slice_store", "release_fence", "count_arrive", "count_acquire",
@@ -148,11 +158,7 @@ class CrossCtaReduction:
     next_use: str = ""
 
     def __attrs_post_init__(self) -> None:
-        missing = [k for k in REDUCTION_STEPS if k not in self.tags]
-        unknown = [k for k in self.tags if k not in REDUCTION_STEPS]
-        if missing or unknown:
-            raise ValueError(f"CrossCtaReduction.tags needs exactly {', '.join(REDUCTION_STEPS)}"
-                             f" (missing {missing}, unknown {unknown})")
+        _check_step_tags("CrossCtaReduction", REDUCTION_STEPS, self.tags)
 
 
 #: a staged bulk store's steps, each sub-tile's in the order a correct one runs them, then the
@@ -183,11 +189,7 @@ class BulkStoreChannel:
     issuer: str = "one elected thread of the agent (bulk async-groups are per thread)"
 
     def __attrs_post_init__(self) -> None:
-        missing = [k for k in BULK_STORE_STEPS if k not in self.tags]
-        unknown = [k for k in self.tags if k not in BULK_STORE_STEPS]
-        if missing or unknown:
-            raise ValueError(f"BulkStoreChannel.tags needs exactly {', '.join(BULK_STORE_STEPS)}"
-                             f" (missing {missing}, unknown {unknown})")
+        _check_step_tags("BulkStoreChannel", BULK_STORE_STEPS, self.tags)
 
 
 @attrs.frozen(kw_only=True)
