@@ -143,3 +143,27 @@ def test_a_relay_forwards_the_releases_and_each_of_its_edits_is_refused():
     assert set(found) == set(CATEGORIES)
     assert HazardKind.SMEM_WAR in found["cta_scope_remote_arrive"]
     assert HazardKind.DEADLOCK in found["drop_arrive"]
+
+
+def test_a_cluster_with_a_bulk_store_or_a_tile_split_is_refused_in_one_line():
+    """The cluster's expansion into both CTAs moves the K loop's and the finish's steps, not a
+    bulk store's, and runs every CTA on every output tile: a store or a split beside a cluster
+    would be proven on a model that does not hold, so the lowering refuses the pair by name."""
+    from agents_fixtures import SYNC_NAMED
+    from pipeline_core.plan import OrderSpec, StoreSpec, TileSplit, Turn
+    from pipeline_core.sync import BulkStoreChannel
+    from pipeline_core.sync.model import BULK_STORE_STEPS
+
+    sync = attrs.evolve(SYNC_NAMED, cluster=ClusterSync(max_ctas=2), bulk_store=BulkStoreChannel(
+        tags={step: 200 + i for i, step in enumerate(BULK_STORE_STEPS)}, max_wait=3))
+    cluster = ClusterSpec(ctas=2, multicast=(1,))
+    split = attrs.evolve(spec(), cluster=cluster,
+                         split=TileSplit(agents=("consumer0", "consumer1")),
+                         orders=[OrderSpec(name="mainloop", scope="output_tile",
+                                           turns=[Turn(agent="consumer0", ops=(2,)),
+                                                  Turn(agent="consumer1", ops=(3,))])])
+    for s in (attrs.evolve(spec(), cluster=cluster, store=StoreSpec(buffers=2)), split):
+        with pytest.raises(ProgramError) as e:
+            lower_agents(body(), edges(), sync, stages=4, spec=s, owner="schedule t", target="t")
+        assert "AgentSpec.cluster" in str(e.value) and "store and split" in str(e.value)
+        assert "\n" not in str(e.value)

@@ -71,9 +71,11 @@ def lower_cluster(spec: AgentSpec, sync: SyncModel, rings: Sequence[Ring],
     if bad or not c.multicast:
         raise ProgramError(f"{who}: multicast={list(c.multicast)} must name phase-tracked "
                            f"copies among ops {sorted(copies)}")
-    if spec.orders or spec.reduction is not None or spec.bounds is not None or spec.once:
+    if spec.orders or spec.reduction is not None or spec.bounds is not None or spec.once \
+            or spec.store is not None or spec.split is not None:
         raise ProgramError(f"{who}: a cluster is modelled for rings of K-tile copies only; "
-                           "drop AgentSpec.orders, reduction, bounds and once, or the cluster")
+                           "drop AgentSpec.orders, reduction, bounds, once, store and split, "
+                           "or the cluster")
     if CLUSTER_SCOPE not in model.release_scopes:
         raise ProgramError(f"{who}: sync model {sync.name} releases to a peer CTA only at "
                            f"scopes {list(model.release_scopes)}, not {CLUSTER_SCOPE!r}")
