@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 #: the compile target of the emitted kernels (wgmma-era Hopper, sm_90a)
@@ -34,3 +35,23 @@ def sass_command() -> list[str] | None:
             return [str(found), "-c"]
     cuobjdump = shutil.which("cuobjdump")
     return [cuobjdump, "-sass"] if cuobjdump else None
+
+
+def compile_cubin(source: str, workdir: Path, name: str = "kernel",
+                  flags: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Build emitted CUDA ``source`` into ``workdir/name.cubin`` for sm_90a with ptxas's resource
+    report (``-Xptxas=-v``: registers, spills, notes such as C7520 in the result's stderr); the
+    one build the SASS tests and a user checking a kernel run.  The caller checks the result."""
+    cu, cubin = workdir / f"{name}.cu", workdir / f"{name}.cubin"
+    cu.write_text(source)
+    proc = subprocess.run([nvcc() or "nvcc", "-cubin", GENCODE, "-std=c++17", "-Xptxas=-v",
+                           *flags, "-o", str(cubin), str(cu)], capture_output=True, text=True)
+    return proc, cubin
+
+
+def sass_of(cubin: Path) -> str | None:
+    """The SASS of ``cubin``, or None where no disassembler is found (:func:`sass_command`)."""
+    tool = sass_command()
+    if tool is None:
+        return None
+    return subprocess.run([*tool, str(cubin)], capture_output=True, text=True, check=True).stdout

@@ -7,7 +7,6 @@ UTMALDG.2D.MULTICAST, the cluster barrier in SASS), and the call pairs CTAs wher
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 
@@ -23,7 +22,7 @@ from pipeline_core.testing import run_cli  # noqa: E402
 
 from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma  # noqa: E402
 from pipeline_core_nvidia_h100.gemm_call import TensorInfo, Tuning, plan_call  # noqa: E402
-from pipeline_core_nvidia_h100.toolchain import nvcc, sass_command  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, sass_of  # noqa: E402
 
 H100_SMS = 132
 CATEGORIES = ("drop_arrive", "cta_scope_remote_arrive", "cta_scope_peer_wait",
@@ -162,19 +161,13 @@ def test_the_call_pairs_ctas_where_the_tile_grid_allows():
 @pytest.mark.needs_nvcc
 @pytest.mark.parametrize("label", sorted(VARIANTS))
 def test_the_cluster_kernel_builds_without_spills_and_multicasts_in_sass(label, tmp_path):
-    out = tmp_path / "cl.cu"
-    out.write_text(emit_wgmma(_compile(**VARIANTS[label])))
-    proc = subprocess.run([nvcc() or "nvcc", "-cubin", "-gencode=arch=compute_90a,code=sm_90a",
-                           "-std=c++17", "-Xptxas=-v", "-o", str(tmp_path / "cl.cubin"), str(out)],
-                          capture_output=True, text=True)
+    proc, cubin = compile_cubin(emit_wgmma(_compile(**VARIANTS[label])), tmp_path, "cl")
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     assert "C7508" not in proc.stderr
-    tool = sass_command()
-    if tool is None:
+    sass = sass_of(cubin)
+    if sass is None:
         pytest.skip("no nvdisasm / cuobjdump for the SASS part")
-    sass = subprocess.run([*tool, str(tmp_path / "cl.cubin")], capture_output=True, text=True,
-                          check=True).stdout
     boxes = 4 if VARIANTS[label].get("a_major") == "mn" else 1
     assert len(re.findall(r"\bUTMALDG\.2D\.MULTICAST\b", sass)) >= 1   # B's half, to both CTAs
     assert len(re.findall(r"\bUTMALDG\.2D\b(?!\.MULTICAST)", sass)) >= 1  # A, this CTA's own

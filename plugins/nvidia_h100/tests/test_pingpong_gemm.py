@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 
 import pytest
 
@@ -21,7 +20,7 @@ from pipeline_core.plugins import default_host  # noqa: E402
 from pipeline_core.proof import UnsafeScheduleError  # noqa: E402
 
 from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma  # noqa: E402
-from pipeline_core_nvidia_h100.toolchain import sass_command  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, sass_of  # noqa: E402
 
 NVCC = shutil.which("nvcc")
 PINGPONG = {"pingpong": "true", "BN": "128"}
@@ -102,20 +101,15 @@ def test_the_default_kernel_keeps_its_cooperative_loop():
 @pytest.mark.skipif(NVCC is None, reason="no nvcc")
 @pytest.mark.parametrize("stages", ["4", "5"])
 def test_the_pingpong_kernel_builds_without_spills_and_carries_its_barriers(tmp_path, stages):
-    src = tmp_path / "pp.cu"
-    src.write_text(emit_wgmma(_compile(stages, tails="true", bias="bf16", activation="gelu")))
-    cubin = tmp_path / "pp.cubin"
-    proc = subprocess.run([NVCC, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17",
-                           "-Xptxas=-v", "-o", str(cubin), str(src)], capture_output=True,
-                          text=True)
+    proc, cubin = compile_cubin(
+        emit_wgmma(_compile(stages, tails="true", bias="bf16", activation="gelu")), tmp_path, "pp")
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     # no wgmma serialized on a path ptxas takes as divergent (it halved the kernel's rate)
     assert "C7520" not in proc.stderr
-    tool = sass_command()
-    if tool is None:
+    sass = sass_of(cubin)
+    if sass is None:
         pytest.skip("no nvdisasm / cuobjdump for the SASS part")
-    sass = subprocess.run([*tool, str(cubin)], capture_output=True, text=True, check=True).stdout
     found = set(re.findall(r"\bBAR\.(SYNC\.DEFER_BLOCKING|ARV) (0x[12]), 0x100\b", sass))
     assert found == {("SYNC.DEFER_BLOCKING", "0x1"), ("SYNC.DEFER_BLOCKING", "0x2"),
                      ("ARV", "0x1"), ("ARV", "0x2")}, found

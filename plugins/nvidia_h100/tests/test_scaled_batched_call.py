@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 
 import attrs
 import pytest
@@ -20,7 +19,7 @@ from pipeline_core_nvidia_h100.gemm_call import (MatmulArgumentError,  # noqa: E
                                                  MatmulTypeError, TensorInfo, plan_call)
 from pipeline_core_nvidia_h100.gemm_scaled import plan_scaled  # noqa: E402
 from pipeline_core_nvidia_h100.matmul_call import CALL_STAGES, schedule_params  # noqa: E402
-from pipeline_core_nvidia_h100.toolchain import sass_command  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, sass_of  # noqa: E402
 from pipeline_core_nvidia_h100.warpspecialized import GemmVariant, WgmmaTag  # noqa: E402
 
 NVCC = shutil.which("nvcc")
@@ -271,18 +270,12 @@ def test_fp8_wgmma_groups_cost_what_16_bit_ones_do():
 @pytest.mark.parametrize("label", sorted(VARIANTS))
 def test_the_new_kernels_build_without_spills(label, tmp_path):
     v = VARIANTS[label]
-    out = tmp_path / "call.cu"
-    out.write_text(emit_wgmma(_compiled(v)))
-    proc = subprocess.run([NVCC, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17",
-                           "-Xptxas=-v", "-o", str(tmp_path / "call.cubin"), str(out)],
-                          capture_output=True, text=True)
+    proc, cubin = compile_cubin(emit_wgmma(_compiled(v)), tmp_path, "call")
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
-    tool = sass_command()
-    if tool is None:
+    sass = sass_of(cubin)
+    if sass is None:
         pytest.skip("no nvdisasm / cuobjdump for the SASS part")
-    sass = subprocess.run([*tool, str(tmp_path / "call.cubin")], capture_output=True, text=True,
-                          check=True).stdout
     assert not re.search(r"\b(LDL|STL)\b", sass)
     hgmma = set(re.findall(r"\bHGMMA\.64x256x(\d+)\.F32(\.[A-Z0-9]+)*", sass))
     if v.dtype == "e4m3":

@@ -8,7 +8,6 @@ C's tensor map."""
 from __future__ import annotations
 
 import re
-import subprocess
 
 import attrs
 import pytest
@@ -27,9 +26,8 @@ from pipeline_core.testing import run_cli  # noqa: E402
 from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma  # noqa: E402
 from pipeline_core_nvidia_h100.gemm_call import (TensorInfo, TileShape, Tuning,  # noqa: E402
                                                  plan_call)
-from pipeline_core_nvidia_h100.toolchain import nvcc, sass_command  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, sass_of  # noqa: E402
 
-NVCC = nvcc() or "nvcc"
 MUTATIONS = ("drop_store_wait", "loosen_store_wait", "drop_proxy_fence", "store_before_sync",
              "drop_store_drain")
 #: label -> -p parameters and ring depth: 1, 2 and 3 consumers, tails, fp32 out with an epilogue
@@ -201,18 +199,12 @@ def test_a_store_plan_without_its_steps_is_refused_by_the_emitter():
 @pytest.mark.parametrize("label", ["1c", "2c", "2c fp32 gelu"])
 def test_the_store_kernel_builds_without_spills_and_stores_by_tma(label, tmp_path):
     params, stages = SHAPES[label]
-    out = tmp_path / "tma.cu"
-    out.write_text(emit_wgmma(_tma(params, stages)))
-    proc = subprocess.run([NVCC, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17",
-                           "-Xptxas=-v", "-o", str(tmp_path / "tma.cubin"), str(out)],
-                          capture_output=True, text=True)
+    proc, cubin = compile_cubin(emit_wgmma(_tma(params, stages)), tmp_path, "tma")
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
-    tool = sass_command()
-    if tool is None:
+    sass = sass_of(cubin)
+    if sass is None:
         pytest.skip("no nvdisasm / cuobjdump for the SASS part")
-    sass = subprocess.run([*tool, str(tmp_path / "tma.cubin")], capture_output=True, text=True,
-                          check=True).stdout
     assert not re.search(r"\b(LDL|STL)\b", sass)
     assert re.search(r"\bUTMASTG\.2D\b", sass)           # the TMA store
     assert re.search(r"\bUTMACMDFLUSH\b", sass)           # its commit_group
