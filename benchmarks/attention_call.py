@@ -135,6 +135,16 @@ def each_variant(call, names):
             call._KERNELS.clear()
 
 
+def with_kernels(mod, kernels: dict, q, k, v, causal):
+    """A call of ``mod.attention`` that runs ``kernels`` (put in the call's kernel slots first),
+    for timing one built variant against another through the call's own launch path."""
+    def run():
+        mod._KERNELS.clear()
+        mod._KERNELS.update(kernels)
+        return mod.attention(q, k, v, causal=causal)
+    return run
+
+
 def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
     import pipeline_core_schedules_attention.call as mod
 
@@ -148,14 +158,7 @@ def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
             mod.attention(q, k, v, causal=causal)
             built[label] = dict(mod._KERNELS)
 
-        def with_kernels(kernels):
-            def run():
-                mod._KERNELS.clear()
-                mod._KERNELS.update(kernels)
-                return mod.attention(q, k, v, causal=causal)
-            return run
-
-        fns = {**{n: with_kernels(kern) for n, kern in built.items()},
+        fns = {**{n: with_kernels(mod, kern, q, k, v, causal) for n, kern in built.items()},
                **{n: (lambda f=f: f(q, k, v, causal)) for n, f in peers.items() if n != "sdpa-efficient"}}
         for fn in fns.values():
             for _ in range(3):
@@ -184,7 +187,8 @@ def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
                    "batched_ms": batched[n], "host_ms_per_call": host[n],
                    "device": torch.cuda.get_device_name()}
             if n in VARIANTS:  # the call's own choice (call_params) or an ablation of it
-                own = mod.call_params(d, causal)
+                own = {**mod.call_params(d, causal, short=s <= mod.SHORT_KEYS),
+                       "stages": str(mod.call_stages(d, causal, s <= mod.SHORT_KEYS))}
                 rec["call"] = all(own.get(k) == v for k, v in VARIANTS[n].items())
                 rec["params"] = {**own, **VARIANTS[n]}
             for peer in ("sdpa-flash", "sdpa-cudnn"):

@@ -81,17 +81,19 @@ def host():
     return _host()
 
 
-def compiled_variant(head_dim: int, intra: bool, pingpong: bool, causal: bool | str = False):
-    """The schedule as the call compiles it, with the overlaps given."""
+def compiled_variant(head_dim: int, intra: bool, pingpong: bool, causal: bool | str = False,
+                     short: bool = False):
+    """The schedule as the call compiles it (its long- or short-sequence tile), with the
+    overlaps given."""
     from pipeline_core.plugin_api import compile_named
 
-    from pipeline_core_schedules_attention.call import (CALL_PARAMS, CALL_STAGES, CAUSAL_ALIGN,
-                                                        call_params)
+    from pipeline_core_schedules_attention.call import CAUSAL_ALIGN, call_params, call_stages
     align = CAUSAL_ALIGN[causal]
-    params = {**call_params(head_dim, align is not None, align or "top_left"), **CALL_PARAMS,
+    params = {**call_params(head_dim, align is not None, align or "top_left", short),
               "intra_overlap": str(intra).lower(), "pingpong": str(pingpong).lower()}
+    stages = call_stages(head_dim, align is not None, short)
     return compile_named("flash-attention-fwd", target="h100", params=params,
-                         target_args={"stages": str(CALL_STAGES)}, host=host())
+                         target_args={"stages": str(stages)}, host=host())
 
 
 def _before_softmax(c, m) -> bool:
@@ -145,8 +147,8 @@ def _makers() -> dict:
     from pipeline_core_schedules_attention.call import CAUSAL_ALIGN, HEAD_DIMS, _source
     from pipeline_core_schedules_attention.emit_attention import emit_attention
 
-    def variant(d, io, pp, causal):
-        c = compiled_variant(d, io, pp, causal)
+    def variant(d, io, pp, causal, short):
+        c = compiled_variant(d, io, pp, causal, short)
         return c, emit_attention(c)
 
     def mutated(name, io):
@@ -157,14 +159,17 @@ def _makers() -> dict:
     for d in HEAD_DIMS:
         for dtype in ("bf16", "fp16"):
             for causal in CAUSAL:
-                a = CAUSAL_ALIGN[causal]
-                make[f"call-{d}-{dtype}-{causal}"] = (
-                    lambda d=d, dtype=dtype, a=a: _source(d, dtype, a is not None,
-                                                          a or "top_left"))
-        for io, pp in VARIANTS:
-            for causal in CAUSAL:
-                make[variant_label(d, io, pp, causal)] = (
-                    lambda d=d, io=io, pp=pp, causal=causal: variant(d, io, pp, causal))
+                for short in tiles(d):
+                    a = CAUSAL_ALIGN[causal]
+                    make[f"call-{d}-{dtype}-{causal}-{TILES[short]}"] = (
+                        lambda d=d, dtype=dtype, a=a, short=short: _source(
+                            d, dtype, a is not None, a or "top_left", short))
+        for short in tiles(d):
+            for io, pp in VARIANTS:
+                for causal in CAUSAL:
+                    make[variant_label(d, io, pp, causal, short)] = (
+                        lambda d=d, io=io, pp=pp, causal=causal, short=short: variant(
+                            d, io, pp, causal, short))
     for io in MUTANT_VARIANTS:
         for name in ("control", *MUTATIONS):
             make[mutant_label(name, io)] = lambda name=name, io=io: mutated(name, io)
@@ -182,8 +187,18 @@ def kernels(prefix: str = "", exact: bool = False) -> dict[str, tuple]:
             if (label == prefix if exact else label.startswith(prefix))}
 
 
-def variant_label(d: int, io: bool, pp: bool, causal: bool | str) -> str:
-    return f"variant-{d}-intra{int(io)}-pp{int(pp)}-{causal}"
+#: the call's tiles by name (call.SHORT_TILES: few keys)
+TILES = {False: "long", True: "short"}
+
+
+def tiles(d: int) -> tuple[bool, ...]:
+    """The call's tiles at head dim ``d`` (short: True), the short one where it differs."""
+    from pipeline_core_schedules_attention.call import SHORT_TILES
+    return (False, True) if any(key[0] == d for key in SHORT_TILES) else (False,)
+
+
+def variant_label(d: int, io: bool, pp: bool, causal: bool | str, short: bool = False) -> str:
+    return f"variant-{d}-{TILES[short]}-intra{int(io)}-pp{int(pp)}-{causal}"
 
 
 def mutant_label(name: str, io: bool) -> str:
@@ -405,8 +420,8 @@ def _run_kernel(torch, label: str, ks: dict, b: int, hq: int, hkv: int, sq: int,
     c, src = ks[label]
     align = call.CAUSAL_ALIGN[causal]
     dev = torch.cuda.current_device()
-    call._KERNELS[(d, "bf16", align is not None, align or "top_left", dev)] = call._load(
-        c, src, dev)
+    slot = (d, "bf16", align is not None, align or "top_left", sk <= call.SHORT_KEYS, dev)
+    call._KERNELS[slot] = call._load(c, src, dev)
     q = torch.randn(b, hq, sq, d, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16)
@@ -423,13 +438,15 @@ SANITIZE_SHAPES = ((1, 2, 2, 100, 77, False), (1, 2, 2, 200, 200, "top_left"),
 
 def sanitize_target(torch, d: int) -> None:
     ks = kernels(f"variant-{d}-")
-    for io, pp in VARIANTS:
-        for b, hq, hkv, sq, sk, causal in SANITIZE_SHAPES:
-            err = _run_kernel(torch, variant_label(d, io, pp, causal), ks, b, hq, hkv, sq, sk, d,
-                              causal)
-            print(json.dumps({"kind": "sanitized-run", "D": d, "intra_overlap": io,
-                              "pingpong": pp, "shape": [b, hq, hkv, sq, sk], "causal": causal,
-                              "err": err}), flush=True)
+    for short in tiles(d):
+        for io, pp in VARIANTS:
+            for b, hq, hkv, sq, sk, causal in SANITIZE_SHAPES:
+                err = _run_kernel(torch, variant_label(d, io, pp, causal, short), ks, b, hq, hkv,
+                                  sq, sk, d, causal)
+                print(json.dumps({"kind": "sanitized-run", "D": d, "tile": TILES[short],
+                                  "intra_overlap": io, "pingpong": pp,
+                                  "shape": [b, hq, hkv, sq, sk], "causal": causal,
+                                  "err": err}), flush=True)
 
 
 def mutant_target(torch, label: str) -> None:
@@ -502,7 +519,8 @@ def collect(futures: list, out: Path | None) -> None:
             emit({"kind": "sanitizer", "tool": tool, "D": d, "rc": rc,
                   "summary": summary, "kernel_runs": len(runs),
                   "max_err": max((r["err"] for r in runs), default=None),
-                  "variants": sorted({(r["intra_overlap"], r["pingpong"]) for r in runs}),
+                  "variants": sorted({(r["tile"], r["intra_overlap"], r["pingpong"])
+                                      for r in runs}),
                   "seconds": round(secs)}, out)
         else:
             _, name, io = key

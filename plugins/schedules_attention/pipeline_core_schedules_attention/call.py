@@ -7,8 +7,8 @@ plugin gives the host side it shares with the GEMM: the TMA tensor maps (``tma.p
 kernel cache on disk (``kernel_cache.py``), the build (``runtime.py``) and the eager launch
 path on torch's current stream (``launch_cache.py``: the checks and the plan run once per
 argument description, as ``matmul``'s).  The kernel is compiled (and proven) once per (head
-dim, dtype, causal, alignment, device), launched on a persistent grid, and allocates nothing
-but the output.
+dim, dtype, causal, alignment, short or long keys, device), launched on a persistent grid, and
+allocates nothing but the output.
 ``causal=True`` compiles the schedule with ``-p causal=true`` (top-left aligned, as torch's
 ``is_causal``): the plan's loop bounds skip the KV blocks above the diagonal and mask the
 diagonal's; ``causal="bottom_right"`` adds ``-p align=bottom_right`` (FlashAttention's diagonal
@@ -16,7 +16,8 @@ when Sq != Sk).  K and V may have fewer heads than Q (grouped-query attention): 
 ``group`` argument maps query head h to KV head h // group in K's and V's TMA coordinates, so
 the plan is the same.  The tile and the overlaps it compiles are the fastest measured per head
 dim and causal (``CALL_TILES``, ``CALL_OVERLAPS``; benchmarks/results/attention_speed2_h100.jsonl,
-docs/guide/attention.md "Speed: the FA3 softmax and the tiles").
+docs/guide/attention.md "Speed: the FA3 softmax and the tiles"), and for few keys per head
+(``SHORT_TILES``: a double-buffered Q; docs/guide/attention.md, "Short sequences").
 """
 from __future__ import annotations
 
@@ -31,19 +32,31 @@ if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
 
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
-#: the schedule's parameters the call compiles (emit_attention.py: the variants it writes)
+#: parameters over the call's own choice, empty unless a benchmark's ablation sets them: ``-p``
+#: parameters of the schedule, and ``stages`` for ``-T stages``
 CALL_PARAMS: dict[str, str] = {}
 #: the tile per (head dim, causal), the fastest measured on the H100 (bf16, benchmarks/results/
 #: attention_speed2_h100.jsonl), FA3's choices: not causal, D=128 on KV blocks of 176 keys and
 #: D=64 on 3 consumer warp groups (block_m 192, 160 registers each, so that 3 x 128 x 160 +
 #: 128 x 24 fit the SM's 65536); causal, 2 consumers of 64 rows on KV blocks of 128 (the
-#: diagonal then masks one KV block per query block)
+#: diagonal then masks one KV block per query block).  An entry's ``stages`` is the ring depth
+#: (``-T stages``, :data:`CALL_STAGES` where absent); the others are ``-p`` parameters.
 _TWO = {"block_m": "128", "consumers": "2", "block_n": "128"}
 CALL_TILES = {(64, False): {"block_m": "192", "consumers": "3", "consumer_registers": "160",
                             "block_n": "128"},
               (64, True): _TWO,
               (128, False): {**_TWO, "block_n": "176"},
               (128, True): _TWO}
+#: key lengths up to which a call takes :data:`SHORT_TILES` (measured at Sk = 1024, where they
+#: win, and 4096, where the long tiles do; docs/guide/attention.md, "Short sequences")
+SHORT_KEYS = 2048
+#: the tile per (head dim, causal) for short sequences, where an output tile runs few KV blocks
+#: and what each tile pays at its start weighs: Q double-buffered (``-p q_stages=2``: the next
+#: tile's Q, and the K and V blocks behind it, load while this tile runs) and a ring of 3 on
+#: 2 consumers at D=64 (benchmarks/results/attention_short_h100.jsonl); D=128 keeps its tiles
+#: (a second Q does not fit beside KV blocks of 176, and gained nothing causal)
+SHORT_TILES = {(64, False): {**_TWO, "q_stages": "2", "stages": "3"},
+               (64, True): {**_TWO, "q_stages": "2", "stages": "3"}}
 #: the overlaps per head dim, the fastest on the H100 (bf16, benchmarks/results/
 #: attention_speed2_h100.jsonl): the intra-warpgroup overlap alone, at both head dims, causal
 #: or not (D=128 S=4096: 681 TFLOPS vs 584 without either; ping-pong costs: 641 with it).
@@ -52,6 +65,7 @@ CALL_OVERLAPS = {64: {"intra_overlap": "true", "pingpong": "false"},
                  128: {"intra_overlap": "true", "pingpong": "false"}}
 #: the head dims the call compiles
 HEAD_DIMS = tuple(CALL_OVERLAPS)
+#: the ring depth of a tile that names none
 CALL_STAGES = 2
 #: nvcc's options for the call's kernels (the disk cache's key holds them)
 BUILD_OPTIONS = ("-std=c++17",)
@@ -86,6 +100,13 @@ class AttentionCall:
     causal: bool
     align: str = "top_left"
     group: int = 1
+
+    @property
+    def short(self) -> bool:
+        """Whether the call takes :data:`SHORT_TILES`: few keys (at most :data:`SHORT_KEYS`)
+        at a head dim and causality that has a short tile (elsewhere both lengths share one
+        kernel)."""
+        return self.sk <= SHORT_KEYS and (self.head_dim, self.causal) in SHORT_TILES
 
 
 def causal_align(causal: object) -> str | None:
@@ -143,12 +164,25 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                          causal=align is not None, align=align or "top_left", group=h // hkv)
 
 
-def call_params(head_dim: int, causal: bool, align: str = "top_left") -> dict[str, str]:
-    """The schedule parameters the call compiles for one head dim, causal or not, and where
-    the causal diagonal sits (``-p align``, given only when causal)."""
-    return {**CALL_TILES[head_dim, causal], **CALL_OVERLAPS[head_dim], **CALL_PARAMS,
-            "head_dim": str(head_dim), "causal": str(causal).lower(),
+def _tile(head_dim: int, causal: bool, short: bool) -> dict[str, str]:
+    """The tile, overlaps and ring depth the call compiles (CALL_PARAMS winning)."""
+    tile = (SHORT_TILES.get((head_dim, causal)) if short else None) or CALL_TILES[head_dim, causal]
+    return {**tile, **CALL_OVERLAPS[head_dim], **CALL_PARAMS}
+
+
+def call_params(head_dim: int, causal: bool, align: str = "top_left",
+                short: bool = False) -> dict[str, str]:
+    """The schedule parameters (``-p``) the call compiles for one head dim, causal or not,
+    where the causal diagonal sits (``-p align``, given only when causal), and whether the
+    keys are few (:data:`SHORT_KEYS`)."""
+    params = {k: v for k, v in _tile(head_dim, causal, short).items() if k != "stages"}
+    return {**params, "head_dim": str(head_dim), "causal": str(causal).lower(),
             **({"align": align} if causal else {})}
+
+
+def call_stages(head_dim: int, causal: bool, short: bool = False) -> int:
+    """The ring depth (``-T stages``) the call compiles with :func:`call_params`."""
+    return int(_tile(head_dim, causal, short).get("stages", CALL_STAGES))
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -160,7 +194,7 @@ class _Built:
     block_n: int
 
 
-_KERNELS: dict[tuple[int, str, bool, str, int], _Built] = {}
+_KERNELS: dict[tuple[int, str, bool, str, bool, int], _Built] = {}
 _MAPS: dict[tuple[int, int, int, int, str], Any] = {}
 _SMS: dict[int, int] = {}
 _REGISTERED: dict[str, Any] = {}
@@ -178,21 +212,24 @@ def _host() -> Any:
                                      "pipeline_core_schedules_attention.plugin"])
 
 
-def _source(head_dim: int, dtype: str, causal: bool,
-            align: str) -> tuple[CompiledSchedule, str]:
+def _source(head_dim: int, dtype: str, causal: bool, align: str,
+            short: bool = False) -> tuple[CompiledSchedule, str]:
     """The call's schedule compiled (and proven) for one kernel, and its CUDA."""
     from pipeline_core.plugin_api import compile_named
 
     from pipeline_core_schedules_attention.emit_attention import emit_attention
     from pipeline_core_schedules_attention.schedule import NAME
 
-    compiled = compile_named(NAME, target="h100", params=call_params(head_dim, causal, align),
-                             target_args={"stages": str(CALL_STAGES)}, host=_host())
+    compiled = compile_named(NAME, target="h100",
+                             params=call_params(head_dim, causal, align, short),
+                             target_args={"stages": str(call_stages(head_dim, causal, short))},
+                             host=_host())
     return compiled, emit_attention(compiled, dtype=dtype)
 
 
-def _build(head_dim: int, dtype: str, causal: bool, align: str, device: int) -> _Built:
-    return _load(*_source(head_dim, dtype, causal, align), device)
+def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool,
+           device: int) -> _Built:
+    return _load(*_source(head_dim, dtype, causal, align, short), device)
 
 
 def _load(compiled: CompiledSchedule, source: str, device: int) -> _Built:
@@ -246,9 +283,9 @@ class _Recipe:
     stream: int
 
     @property
-    def kernel_key(self) -> tuple[int, str, bool, str, int]:
+    def kernel_key(self) -> tuple[int, str, bool, str, bool, int]:
         c = self.call
-        return (c.head_dim, c.dtype, c.causal, c.align, self.device)
+        return (c.head_dim, c.dtype, c.causal, c.align, c.short, self.device)
 
 
 def _key(q: Any, k: Any, v: Any, causal: object, scale: object,
@@ -297,7 +334,8 @@ def _kernel(r: _Recipe) -> _Built:
     built = _KERNELS.get(r.kernel_key)
     if built is None:
         c = r.call
-        built = _KERNELS[r.kernel_key] = _build(c.head_dim, c.dtype, c.causal, c.align, r.device)
+        built = _KERNELS[r.kernel_key] = _build(c.head_dim, c.dtype, c.causal, c.align, c.short,
+                                                r.device)
     return built
 
 

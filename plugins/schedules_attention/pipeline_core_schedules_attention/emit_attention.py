@@ -82,8 +82,9 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
         tag = body_tags[s.op]
         kstage = f"({_position(s)} % STAGES)"
         if tag == AttentionTag.TMA_Q:
-            return ("for (int c = 0; c < HD / 64; ++c) tma_load_2d(q_smem + c * BM * 128, &tmQ, "
-                    f"q_full_bar(o % {rings['q_full'].stages}), c * 64, bh * Sq + tile_m * BM);")
+            qs = rings["q_full"].stages
+            return (f"for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_q(o % {qs}) + c * BM * "
+                    f"128, &tmQ, q_full_bar(o % {qs}), c * 64, bh * Sq + tile_m * BM);")
         if tag in (AttentionTag.TMA_K, AttentionTag.TMA_V):
             x = "k" if tag == AttentionTag.TMA_K else "v"
             return (f"for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_{x}({kstage}) + c * BN "
@@ -145,8 +146,9 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
                     "row)")
     if g.block_n % 16:  # the PV wgmma's k steps (the schedule refuses it before; one home)
         raise _fail(f"-p block_n={g.block_n} must be a multiple of 16 (PV's k step)")
-    if any(r.once and r.stages != 1 for r in compiled.plan.rings):
-        raise _fail("writes one Q buffer: the once ring must be one stage deep")
+    if compiled.plan.ring("q_full").stages != g.q_stages:
+        raise _fail(f"the plan's Q ring has {compiled.plan.ring('q_full').stages} stages, the "
+                    f"geometry {g.q_stages}; recompile the schedule")
     plan = compiled.plan
     causal = plan.bounds if g.causal else None
     if g.causal and (causal is None or not causal.causal):
@@ -223,7 +225,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         wgmma_fns=_wgmma_ss(g.block_n, _PTX[dtype]) + _wgmma_rs(g.head_dim, _PTX[dtype]),
         name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
         threads=g.threads, smem=g.smem_bytes, dtype=dtype,
-        BM=g.block_m, BN=g.block_n, HD=g.head_dim, STAGES=g.stages, NBARS=offset,
+        BM=g.block_m, BN=g.block_n, HD=g.head_dim, STAGES=g.stages, QSTAGES=g.q_stages,
+        NBARS=offset,
         PREGS=g.producer_registers, CREGS=g.consumer_registers,
         blocks=_CAUSAL_BLOCKS if g.causal else _blocks(plan.bounds),
         body="\n".join(body).replace("PACK_", _PACK[dtype])
@@ -321,15 +324,17 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
        const __grid_constant__ pcwg::TensorMap tmV, unsigned short* __restrict__ O,
        int BH, int Sq, int Sk, float scale_log2, int group) {{
     using namespace pcwg;
-    constexpr int BM = {BM}, BN = {BN}, HD = {HD}, STAGES = {STAGES}, ROWS = 64;
+    constexpr int BM = {BM}, BN = {BN}, HD = {HD}, STAGES = {STAGES}, Q_STAGES = {QSTAGES};
+    constexpr int ROWS = 64;
     constexpr int PRODUCER_REGS = {PREGS}, CONSUMER_REGS = {CREGS};
     constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const u32 base = (pch100::smem_addr(smem_raw) + 1023u) & ~1023u;  // the 128B-swizzle atom
-    const u32 q_smem = base;
-    auto stage_k = [&](int s) {{ return base + Q_BYTES + s * KV_BYTES; }};
-    auto stage_v = [&](int s) {{ return base + Q_BYTES + (STAGES + s) * KV_BYTES; }};
-    const u32 bars = base + Q_BYTES + 2 * STAGES * KV_BYTES;  // {NBARS} mbarriers
+    // Q's ring (output tile o's Q in stage o % Q_STAGES), then the K and V rings, then the mbarriers
+    auto stage_q = [&](int s) {{ return base + s * Q_BYTES; }};
+    auto stage_k = [&](int s) {{ return base + Q_STAGES * Q_BYTES + s * KV_BYTES; }};
+    auto stage_v = [&](int s) {{ return base + Q_STAGES * Q_BYTES + (STAGES + s) * KV_BYTES; }};
+    const u32 bars = base + Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES;  // {NBARS} mbarriers
     const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, {blocks};
     const int wg = threadIdx.x / 128, wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
 {body}
@@ -343,6 +348,7 @@ _CONSUMER_TILE = r"""            float m0 = -INFINITY, m1 = -INFINITY;  // row m
 #pragma unroll
             for (int i = 0; i < HD / 2; ++i) oacc[i] = 0.f;
             const int w = wtid / 32, g = lane / 4, q = lane % 4;
+            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q
             auto wgmma_s = [&](int s) {
 #pragma unroll
                 for (int kk = 0; kk < HD / 16; ++kk)

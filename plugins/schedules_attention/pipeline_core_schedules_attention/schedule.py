@@ -113,6 +113,10 @@ class AttentionGeometry:
     consumer_registers: int
     #: where the causal diagonal sits when the query and key lengths differ (LoopBounds.align)
     align: str = "top_left"
+    #: stages of Q's ring: with 2, output tile o + 1's Q (and the K and V blocks behind it) is
+    #: loaded while tile o still runs, where one buffer waits for o's last release
+    #: (docs/guide/attention.md, "A double-buffered Q")
+    q_stages: int = 1
 
     @property
     def rows(self) -> int:
@@ -135,10 +139,10 @@ class AttentionGeometry:
 
     @property
     def smem_bytes(self) -> int:
-        """Q, the K and V rings, their mbarriers (full and empty per stage, Q's two) and 1 KB to
+        """Q's ring, the K and V rings, their mbarriers (full and empty per stage) and 1 KB to
         align the tiles to the swizzle atom."""
-        return (self.q_bytes + 2 * self.stages * self.kv_bytes + 1024
-                + 8 * (4 * self.stages + 2))
+        return (self.q_stages * self.q_bytes + 2 * self.stages * self.kv_bytes + 1024
+                + 8 * (4 * self.stages + 2 * self.q_stages))
 
     @property
     def consumer_registers_needed(self) -> int:
@@ -190,11 +194,13 @@ class AttentionGeometry:
                                             f"{total} registers exceed the SM's "
                                             f"{H100_SXM.registers_per_sm}")
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
-            raise ProgramError(f"{OWNER}: -T stages: Q ({self.q_bytes} bytes) and {self.stages} "
+            qs = f"{self.q_stages} x " if self.q_stages > 1 else ""
+            raise ProgramError(f"{OWNER}: -T stages: Q ({qs}{self.q_bytes} bytes) "
+                               f"and {self.stages} "
                                f"stages of K and V ({self.kv_bytes} bytes each) need "
                                f"{self.smem_bytes} bytes of shared memory, over the "
                                f"{H100_SXM.smem_per_cta_optin} a CTA may use; lower -T stages "
-                               f"or -p block_n")
+                               f"or -p block_n{' or -p q_stages' if self.q_stages > 1 else ''}")
 
 
 #: op indices: the producer's copies, then per consumer c the four ops at 3 + 4c
@@ -275,7 +281,8 @@ class FlashAttentionForward:
                 Turn(agent=f"consumer{c}", ops=(consumer_op(c, S),))
                 for c in range(g.consumers))),)
         # K is released as soon as S_j retired, V once PV_j did (FA3's early releases)
-        rings = (RingSpec(name="q", ops=(Q,)), RingSpec(name="k", ops=(K,), release_lag=0),
+        rings = (RingSpec(name="q", ops=(Q,), stages=g.q_stages),
+                 RingSpec(name="k", ops=(K,), release_lag=0),
                  RingSpec(name="v", ops=(V,), release_lag=0))
         return AgentSpec(roles=roles, op_bytes={Q: g.q_bytes, K: g.kv_bytes, V: g.kv_bytes},
                          rings=rings, once=(Q,), orders=orders, lags=lags, bounds=self.bounds())
@@ -314,6 +321,8 @@ PARAMS = (
                                        "pipeline inside a warp group)"),
     Param("pingpong", bool, True, "consumers take turns issuing S_j through named barriers "
                                   "(FA3's inter-warp-group ping-pong)"),
+    Param("q_stages", int, 1, "stages of Q's ring (2: the next output tile's Q loads while this "
+                              "one runs)", bound=Bound(low=1, high=2)),
     Param("producer_registers", int, PRODUCER_REGISTERS, "setmaxnreg of the producer warp group",
           bound=Bound(low=24, high=256)),
     Param("consumer_registers", int, CONSUMER_REGISTERS, "setmaxnreg of each consumer warp "
@@ -330,7 +339,7 @@ def make_attention(ctx: BuildContext) -> FlashAttentionForward:
         stages=target.pipeline.depth, consumers=p["consumers"], causal=bool(p["causal"]),
         intra_overlap=bool(p["intra_overlap"]), pingpong=bool(p["pingpong"]),
         producer_registers=p["producer_registers"], consumer_registers=p["consumer_registers"],
-        align=p["align"])
+        align=p["align"], q_stages=p["q_stages"])
     geometry.validate()
     return FlashAttentionForward(target, geometry)
 

@@ -63,10 +63,21 @@ def test_each_mutation_is_refused_and_reaches_the_watchdog_kernel(checks, name, 
 def test_the_checks_run_every_variant_at_every_alignment_and_each_mutant_beside_a_control(checks):
     labels = checks.kernels_labels()
     assert len(set(labels)) == len(labels)
+    # the variants on each of the call's tiles: long and short at D=64, where they differ
+    assert checks.tiles(64) == (False, True) and checks.tiles(128) == (False,)
     for io, pp in checks.VARIANTS:
         for d in (64, 128):
             for causal in checks.CAUSAL:
-                assert checks.variant_label(d, io, pp, causal) in labels
+                for short in checks.tiles(d):
+                    assert checks.variant_label(d, io, pp, causal, short) in labels
+    assert any(label.startswith("variant-64-short-") for label in labels)
+    assert not any(label.startswith("variant-128-short-") for label in labels)
+    for d in (64, 128):
+        for dtype in ("bf16", "fp16"):
+            for causal in checks.CAUSAL:
+                assert {f"call-{d}-{dtype}-{causal}-{checks.TILES[short]}"
+                        for short in checks.tiles(d)} <= set(labels)
+    assert not any(label.startswith("call-128-") and label.endswith("-short") for label in labels)
     for io in checks.MUTANT_VARIANTS:
         assert {checks.mutant_label(n, io) for n in ("control", *checks.MUTATIONS)} <= set(labels)
     # the sanitizers' shapes: a tail, causal, bottom-right grouped-query with no-key rows
@@ -74,3 +85,22 @@ def test_the_checks_run_every_variant_at_every_alignment_and_each_mutant_beside_
     assert any(sq % 128 and sk % 128 and not c for _, _, _, sq, sk, c in shapes)
     assert any(c == "top_left" for *_, c in shapes)
     assert any(c == "bottom_right" and hq != hkv and sq > sk for _, hq, hkv, sq, sk, c in shapes)
+
+
+@pytest.mark.parametrize("causal", [False, "bottom_right"])
+def test_a_short_variant_compiles_the_calls_short_tile_with_the_overlaps_asked(checks, causal):
+    """compiled_variant(short=True) is the call's short-sequence tile (Q double-buffered, its
+    ring depth as -T stages) with the overlaps given; the long one keeps one Q."""
+    from pipeline_core_schedules_attention.call import call_stages
+
+    short = checks.compiled_variant(64, False, True, causal, short=True)
+    long = checks.compiled_variant(64, False, True, causal)
+    assert short.proof.safe and long.proof.safe
+    align = causal or "top_left"
+    for c in (short, long):
+        assert c.plan.bounds.causal is bool(causal) and c.plan.bounds.align == align
+        g = c.launch.geometry
+        assert (g.intra_overlap, g.pingpong) == (False, True)
+    assert short.plan.ring("q_full").stages == 2 and long.plan.ring("q_full").stages == 1
+    assert short.plan.ring("k_full").stages == call_stages(64, bool(causal), True) == 3
+    assert long.plan.ring("k_full").stages == call_stages(64, bool(causal)) == 2

@@ -96,16 +96,17 @@ def host(monkeypatch):
     ran."""
     state = type("S", (State,), {})
     monkeypatch.setitem(sys.modules, "torch", fake_torch(state))
-    seen = types.SimpleNamespace(plans=0, builds=0, launches=[], ops=[], state=state)
+    seen = types.SimpleNamespace(plans=0, builds=0, built=[], launches=[], ops=[], state=state)
     plan = call.plan_attention
 
     def counted_plan(*a, **kw):
         seen.plans += 1
         return plan(*a, **kw)
 
-    def build(head_dim, dtype, causal, align, device):
+    def build(head_dim, dtype, causal, align, short, device):
         seen.builds += 1
-        return call._Built(kernel=("kernel", head_dim, causal, align), smem=1, threads=384,
+        seen.built.append((head_dim, causal, align, short))
+        return call._Built(kernel=("kernel", head_dim, causal, align, short), smem=1, threads=384,
                            block_m=128, block_n=128)
 
     monkeypatch.setattr(call, "plan_attention", counted_plan)
@@ -221,7 +222,9 @@ def test_accepted_variants_get_their_own_plan(host):
         call.attention(q, k, v, **kw)
     assert host.plans == 4 and host.builds == 3  # the scale is an argument, not a kernel
     kernels = [launch[0] for launch in host.launches]
-    assert kernels[1][2:] == (True, "top_left") and kernels[2][2:] == (True, "bottom_right")
+    # (77 keys: the short-sequence tile)
+    assert kernels[1][2:] == (True, "top_left", True) and kernels[2][2:] == (True, "bottom_right",
+                                                                             True)
     assert math.isclose(float(host.launches[3][5][7]), 0.5 * call.LOG2E, rel_tol=1e-6)
     host.state.stream = 8  # another stream: its own recipe, launched there
     call.attention(q, k, v)
@@ -261,6 +264,33 @@ def test_a_swapped_kernel_is_launched_by_a_cached_recipe(host):
     call._KERNELS.clear()  # cleared: built again
     call.attention(q, k, v)
     assert host.builds == 2
+
+
+def test_short_and_long_keys_get_kernels_of_their_own(host):
+    """The call takes the short-sequence tile up to SHORT_KEYS keys and the long one past it
+    (call.SHORT_TILES): each is a kernel of its own, built once and launched for every call
+    on its side of the line; the line is the key length, not the query length."""
+    edge = call.SHORT_KEYS
+    call.attention(*qkv(sq=100, sk=edge))
+    call.attention(*qkv(sq=100, sk=edge + 1))
+    call.attention(*qkv(sq=4096, sk=77))  # many queries, few keys: short
+    call.attention(*qkv(sq=100, sk=4 * edge))
+    assert host.built == [(64, False, "top_left", True), (64, False, "top_left", False)]
+    short, long = ("kernel", 64, False, "top_left", True), ("kernel", 64, False, "top_left", False)
+    assert [launch[0] for launch in host.launches] == [short, long, short, long]
+    assert len(call._KERNELS) == 2 and {key[4] for key in call._KERNELS} == {True, False}
+    call.attention(*qkv(sk=edge + 1), causal="bottom_right")
+    assert host.built[-1] == (64, True, "bottom_right", False)
+
+
+def test_a_head_dim_without_a_short_tile_shares_one_kernel_across_lengths(host):
+    """Head dim 128 has no entry in call.SHORT_TILES: a short and a long key length run the
+    same tile, so they share one kernel rather than building it twice."""
+    assert not any(key[0] == 128 for key in call.SHORT_TILES)
+    call.attention(*qkv(sk=77, d=128))
+    call.attention(*qkv(sk=4 * call.SHORT_KEYS, d=128))
+    assert host.built == [(128, False, "top_left", False)]
+    assert len(host.launches) == 2 and len(call._KERNELS) == 1
 
 
 def test_the_bounded_cache_drops_the_oldest():

@@ -13,13 +13,16 @@ from pipeline_core.api import compile_named
 from pipeline_core.errors import ProgramError
 from pipeline_core.testing import run_cli
 
-from pipeline_core_nvidia_h100.toolchain import GENCODE, nvcc, sass_command
+from pipeline_core_nvidia_h100.toolchain import (GENCODE, compile_cubin, nvcc, sass_command,
+                                                  sass_of)
 
-from pipeline_core.plugin_api import LoopBounds
+from pipeline_core.plugin_api import LoopBounds, StepKind
 
-from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_STAGES,
-                                                    HEAD_DIMS, LOG2E, AttentionArgumentError,
-                                                    call_params, plan_attention)
+from pipeline_core_schedules_attention import AttentionTag as T, call
+from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_STAGES, CALL_TILES,
+                                                    HEAD_DIMS, LOG2E, SHORT_KEYS, SHORT_TILES,
+                                                    AttentionArgumentError, call_params,
+                                                    call_stages, plan_attention)
 from pipeline_core_schedules_attention.emit_attention import (HEAD_GROUP, emit_attention,
                                                               tile_bounds_exprs, tile_order_exprs)
 
@@ -200,12 +203,15 @@ def qkv(sq=100, sk=77, d=64, **over):
     return q, k, v
 
 
+@pytest.mark.parametrize("short", [False, True])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
-def test_the_calls_variant_per_head_dim_is_emitted(head_dim):
-    """The call's overlaps (CALL_OVERLAPS) compile, prove and emit for every head dim it takes;
-    at D=64 that is the intra-warpgroup overlap (wait_group 1 in the K loop)."""
-    c = compile_named(NAME, params=call_params(head_dim, False),
-                      target_args={"stages": str(CALL_STAGES)})
+def test_the_calls_variant_per_head_dim_is_emitted(head_dim, short):
+    """The call's overlaps (CALL_OVERLAPS) compile, prove and emit for every head dim it takes,
+    on its long- and short-sequence tiles; at D=64 that is the intra-warpgroup overlap
+    (wait_group 1 in the K loop)."""
+    c = compile_named(NAME, params=call_params(head_dim, False, short=short),
+                      target_args={"stages": str(call_stages(head_dim, False, short))})
+    assert c.proof.safe
     src = emit_attention(c)
     assert f"HD = {head_dim}," in src
     assert ("wgmma_wait<1>();" in src) == (CALL_OVERLAPS[head_dim]["intra_overlap"] == "true")
@@ -409,11 +415,13 @@ def test_causal_kernel_bounds_each_tile_and_masks_only_its_masked_blocks(intra):
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_the_calls_kernels_compile_without_spills_or_serialized_wgmma(head_dim, causal,
                                                                       tmp_path):
-    """Every kernel the call compiles (its tile per head dim and causal, CALL_TILES: KV blocks
-    of 176 keys, 3 consumers of 160 registers) builds with no spill; its S wgmma is as wide as
-    the tile's KV block."""
+    """Every long-sequence kernel the call compiles (its tile per head dim and causal,
+    CALL_TILES: KV blocks of 176 keys, 3 consumers of 160 registers) builds with no spill; its S
+    wgmma is as wide as the tile's KV block (the short-sequence tiles:
+    test_the_calls_short_kernels_build_without_spills_and_issue_the_plans_wgmmas)."""
     params = call_params(head_dim, causal)
-    c = compile_named(NAME, params=params, target_args={"stages": str(CALL_STAGES)})
+    c = compile_named(NAME, params=params,
+                      target_args={"stages": str(call_stages(head_dim, causal))})
     cu, cubin = tmp_path / "fa.cu", tmp_path / "fa.cubin"
     cu.write_text(emit_attention(c))
     proc = subprocess.run([nvcc() or "nvcc", "-cubin", GENCODE, "-std=c++17", "-Xptxas=-v",
@@ -437,7 +445,7 @@ def test_the_call_compiles_the_causal_bounds_it_was_asked_for(head_dim):
     assert plan_attention(*qkv()).causal is False
     for causal in (True, False):
         c = compile_named(NAME, params=call_params(head_dim, causal),
-                          target_args={"stages": str(CALL_STAGES)})
+                          target_args={"stages": str(call_stages(head_dim, causal))})
         assert c.plan.bounds.causal is causal and c.plan.bounds.align == "top_left"
         assert ("KT = max(0, min(KV_BLOCKS," in emit_attention(c)) is causal
 
@@ -473,7 +481,7 @@ def test_bottom_right_causal_offsets_the_diagonal_and_guards_rows_with_no_key(he
     P, sum and O are 0 rather than exp2(-inf - -inf) = NaN.  Top-left kernels (every row sees
     key 0) carry no guard and stay as they were."""
     c = compile_named(NAME, params=call_params(head_dim, True, "bottom_right"),
-                      target_args={"stages": str(CALL_STAGES)})
+                      target_args={"stages": str(call_stages(head_dim, True))})
     assert c.proof.safe and c.plan.bounds.align == "bottom_right"
     src = emit_attention(c)
     assert "+ (Sk - Sq) + 1 + 128 - 1) / 128" in src  # KT
@@ -483,6 +491,185 @@ def test_bottom_right_causal_offsets_the_diagonal_and_guards_rows_with_no_key(he
     assert "c0 = ex2_approx(m0 - z0);" in src and "fmaf(sacc[4 * c], scale_log2, -z0)" in src
     assert "-x0)" not in src and "-x1)" not in src and "m0 - x0" not in src  # none against the raw max
     top = emit_attention(compile_named(NAME, params=call_params(head_dim, True),
-                                       target_args={"stages": str(CALL_STAGES)}))
+                                       target_args={"stages": str(call_stages(head_dim, True))}))
     assert "z0" not in top and "c0 = ex2_approx(m0 - x0);" in top and "(Sk - Sq)" not in top
 
+
+
+# --- the short-sequence tiles (call.SHORT_TILES): a double-buffered Q --------------------------
+
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"),
+                                          (True, "bottom_right")])
+@pytest.mark.parametrize("short", [False, True])
+def test_the_calls_d64_kernels_prove_safe_with_their_q_ring(short, causal, align):
+    """The call's D=64 kernels as it builds them (``call._source``): the short-sequence tile
+    compiles SAFE with Q's once ring two stages deep (both its full and empty barriers), at
+    either causal alignment, and emits a Q buffer per stage; the long one keeps one."""
+    c, src = call._source(64, "bf16", causal, align, short)
+    assert c.proof.safe
+    assert c.plan.bounds.causal is causal and c.plan.bounds.align == align
+    depth = 2 if short else 1
+    assert c.plan.ring("q_full").stages == c.plan.ring("q_empty").stages == depth
+    assert c.plan.ring("q_full").once and not c.plan.ring("k_full").once
+    assert c.plan.ring("k_full").stages == call_stages(64, causal, short)
+    assert f"Q_STAGES = {depth};" in src and f"q_full_bar(o % {depth})" in src
+
+
+def test_the_call_takes_the_short_tile_up_to_short_keys():
+    """The line is the key length (SHORT_KEYS inclusive), whatever the query length."""
+    assert plan_attention(*qkv(sk=SHORT_KEYS)).short
+    assert not plan_attention(*qkv(sk=SHORT_KEYS + 1)).short
+    assert plan_attention(*qkv(sq=4 * SHORT_KEYS, sk=77)).short
+    assert not plan_attention(*qkv(sq=77, sk=4 * SHORT_KEYS), causal="bottom_right").short
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_short_tile_at_d64_double_buffers_q_on_a_ring_of_three(causal):
+    """At D=64 the short-sequence tile is 2 consumers on KV blocks of 128, Q double-buffered,
+    a ring of 3; the long one is CALL_TILES' on a ring of 2 (CALL_STAGES) with one Q.  The ring
+    depth is -T stages, never a -p parameter."""
+    short, long = call_params(64, causal, short=True), call_params(64, causal)
+    assert (short["q_stages"], short["consumers"], short["block_m"], short["block_n"]) == (
+        "2", "2", "128", "128")
+    assert call_stages(64, causal, short=True) == 3
+    assert long.items() >= CALL_TILES[64, causal].items() and "q_stages" not in long
+    assert call_stages(64, causal) == CALL_STAGES == 2
+    for params in (short, long):
+        assert "stages" not in params
+        assert params["head_dim"] == "64" and params["causal"] == str(causal).lower()
+        assert params["intra_overlap"] == CALL_OVERLAPS[64]["intra_overlap"]
+    assert call_params(64, True, "bottom_right", short=True)["align"] == "bottom_right"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_d128_keeps_its_tile_for_short_sequences(causal):
+    assert (128, causal) not in SHORT_TILES
+    assert call_params(128, causal, short=True) == call_params(128, causal)
+    assert call_stages(128, causal, short=True) == call_stages(128, causal) == CALL_STAGES
+
+
+def test_a_call_params_stages_wins_the_ring_depth_and_stays_out_of_the_p_parameters(
+        monkeypatch):
+    """CALL_PARAMS (a benchmark's ablation) is put over the call's own tile, long or short:
+    its ``stages`` sets -T stages, and -p gets only the schedule's parameters."""
+    monkeypatch.setitem(call.CALL_PARAMS, "stages", "4")
+    monkeypatch.setitem(call.CALL_PARAMS, "q_stages", "1")
+    for d, causal, short in ((64, False, True), (64, True, False), (128, False, True)):
+        assert call_stages(d, causal, short) == 4
+        params = call_params(d, causal, short=short)
+        assert "stages" not in params and params["q_stages"] == "1"
+    c = compile_named(NAME, params=call_params(64, False, short=True),
+                      target_args={"stages": str(call_stages(64, False, True))})
+    assert c.plan.ring("k_full").stages == 4 and c.plan.ring("q_full").stages == 1
+
+
+def test_a_double_buffered_q_is_loaded_and_read_in_the_output_tiles_stage():
+    """-p q_stages=2: the producer waits for the release of output tile o's Q stage (o % 2,
+    freed by tile o - 2) and loads there; each consumer tile reads Q from the stage o % Q_STAGES
+    and releases it.  Both the tile with KV blocks and the one without (KT == 0) do."""
+    src = emit_attention(compiled(head_dim=64, q_stages=2, pingpong=False))
+    assert "STAGES = 2, Q_STAGES = 2;" in src
+    load = ("tma_load_2d(stage_q(o % 2) + c * BM * 128, &tmQ, q_full_bar(o % 2), c * 64, "
+            "bh * Sq + tile_m * BM);")
+    release_wait = "mbar_wait(q_empty_bar((o % 2)), ((o / 2 + (-1)) & 1));"
+    assert src.count(load) == src.count(release_wait) == 2
+    producer = src.split("// ---- agent producer")[1].split("// ---- agents consumer")[0]
+    for part in producer.split("} else {")[:2]:  # the KT == 0 branch, then the other
+        assert part.index(release_wait) < part.index("mbar_expect_tx(q_full_bar((o % 2)), "
+                                                     "16384u);") < part.index(load)
+    assert "stage_q(o % 1)" not in src and "o % Q_STAGES" not in producer
+    consumer = src.split("// ---- agents consumer")[1]
+    assert "const u32 q_smem = stage_q(o % Q_STAGES);" in consumer
+    assert "smem_desc_sw128(q_smem + " in _helper(src, "wgmma_s")
+    assert consumer.count("mbar_wait(q_full_bar((o % 2)), ((o / 2 + (0)) & 1));") == 2
+    assert consumer.count("if (lane == 0) mbar_arrive(q_empty_bar((o % 2)));") == 2
+
+
+def _layout(src: str) -> tuple[dict[str, int], list[tuple[str, int, int]], int]:
+    """The shared memory an emitted kernel lays out, evaluated from its source (base 0): its
+    constants, (what, start, bytes) of each Q, K and V stage and each mbarrier, and the dynamic
+    shared memory its header asks the launch for."""
+    env: dict[str, int] = dict(zip(("BM", "BN", "HD", "STAGES", "Q_STAGES"), map(int, re.search(
+        r"constexpr int BM = (\d+), BN = (\d+), HD = (\d+), STAGES = (\d+), "
+        r"Q_STAGES = (\d+);", src).groups())))
+    for name, expr in re.findall(r"(Q_BYTES|KV_BYTES) = ([^,;]+)[,;]", src):
+        env[name] = eval(expr, dict(env))  # noqa: S307 - our own expression
+    env["base"] = 0
+    regions = []
+    for x, count in (("q", env["Q_STAGES"]), ("k", env["STAGES"]), ("v", env["STAGES"])):
+        expr = re.search(rf"auto stage_{x} = \[&\]\(int s\) \{{ return ([^;]+); \}};", src)[1]
+        size = env["Q_BYTES" if x == "q" else "KV_BYTES"]
+        regions += [(f"{x}{s}", eval(expr, {**env, "s": s}), size)  # noqa: S307
+                    for s in range(count)]
+    bars, nbars = re.search(r"const u32 bars = ([^;]+);  // (\d+) mbarriers", src).groups()
+    env["bars"] = eval(bars, dict(env))  # noqa: S307
+    inits = dict((name, int(n)) for n, name in re.findall(
+        r"for \(int s = 0; s < (\d+); \+\+s\) mbar_init\((\w+)_bar\(s\)", src))
+    assert sum(inits.values()) == int(nbars)
+    for name, expr in re.findall(r"auto (\w+)_bar = \[&\]\(int s\) \{ return ([^;]+); \};", src):
+        at = expr.replace("8u", "8")
+        regions += [(f"{name}_bar{s}", eval(at, {**env, "s": s}), 8)  # noqa: S307
+                    for s in range(inits[name])]
+    smem = int(re.search(r"shared memory (\d+) bytes", src)[1])
+    return env, regions, smem
+
+
+@pytest.mark.parametrize("params,stages", [
+    ({"head_dim": 64}, 2),
+    ({"head_dim": 64, "q_stages": 2}, 2),
+    ({"head_dim": 64, "q_stages": 2, "block_n": 64}, 4),
+    ({"head_dim": 128, "q_stages": 2}, 2),
+    ({"head_dim": 64, "q_stages": 2, "consumers": 3, "block_m": 192, "consumer_registers": 160},
+     3),
+])
+def test_the_kernels_q_k_v_stages_and_mbarriers_are_disjoint_and_fit_its_shared_memory(
+        params, stages):
+    """The layout the emitted kernel computes (its stage_q / stage_k / stage_v and mbarrier
+    addresses, evaluated) against the shared memory the schedule declares (the header's, the
+    launch's): no two stages or mbarriers overlap, every Q, K and V stage starts on the
+    128-byte swizzle's 1024-byte atom, and all of it fits after aligning a dynamic base up to
+    1023 bytes short of it.  A Q ring of 2 is two Q buffers, one per output tile parity."""
+    c = compile_named(NAME, params={k: str(v).lower() for k, v in params.items()},
+                      target_args={"stages": str(stages)})
+    env, regions, smem = _layout(emit_attention(c))
+    assert smem == c.launch.geometry.smem_bytes
+    assert env["Q_STAGES"] == params.get("q_stages", 1)
+    assert len([r for r in regions if r[0].startswith("q") and not r[0].startswith("q_")]) == (
+        env["Q_STAGES"])
+    spans = sorted((start, start + size, what) for what, start, size in regions)
+    for (_, end, what), (start, _, nxt) in zip(spans, spans[1:]):
+        assert end <= start, (what, nxt)
+    assert all(start % 1024 == 0 for what, start, _ in regions if "_bar" not in what)
+    assert spans[-1][1] + 1023 <= smem
+
+
+@pytest.mark.needs_nvcc  # skipped or failed without nvcc: conftest.py
+@pytest.mark.parametrize("causal", sorted({c for d, c in SHORT_TILES if d == 64}))
+def test_the_calls_short_kernels_build_without_spills_and_issue_the_plans_wgmmas(causal,
+                                                                                 tmp_path):
+    """The call's short-sequence kernels at D=64 (Q double-buffered, a ring of 3) build for
+    sm_90a with no spill and no serialized wgmma; the SASS issues D/16 HGMMAs of S (64 x
+    block_n, from shared memory) and block_n/16 of PV (64 x D, P from registers) for each S and
+    PV step of the consumer's program (identical consumers share one emitted program)."""
+    c, src = call._source(64, "bf16", causal, "top_left", True)
+    g = c.launch.geometry
+    assert (g.q_stages, g.stages, g.consumers) == (2, 3, 2)
+    proc, cubin = compile_cubin(src, tmp_path, "short")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    assert "serialized" not in proc.stderr and "C7508" not in proc.stderr
+    sass = sass_of(cubin)
+    if sass is None:
+        pytest.skip("no SASS disassembler (nvdisasm or cuobjdump)")
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    prog = c.plan.program("consumer0")
+    tags = [c.body[s.op].tag for it in (*prog.prologue, prog.kernel, *prog.epilogue) for s in it
+            if s.kind == StepKind.OP]
+    s_steps, pv_steps = tags.count(T.WGMMA_S), tags.count(T.WGMMA_PV)
+    assert s_steps and pv_steps
+    ss = re.findall(rf"HGMMA\.64x{g.block_n}x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\]", sass)
+    rs = re.findall(r"HGMMA\.64x64x16\.F32(?:\.BF16)? R\d+, R\d+, gdesc\[UR\d+\]\.tnspB", sass)
+    assert len(ss) == s_steps * 64 // 16 and len(rs) == pv_steps * g.block_n // 16
+    assert len(re.findall(r"HGMMA\.", sass)) == len(ss) + len(rs)
+    # the intra-warpgroup overlap's wait for S alone (wait_group 1) and the full waits
+    assert set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)) == {"0x0", "0x1"}

@@ -224,11 +224,31 @@ def test_analyze_shows_what_the_intra_overlap_buys_on_one_consumer():
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_a_double_buffered_q_ring_proves_safe_and_the_emitter_refuses_it(monkeypatch, causal):
-    """Q's once ring given 2 stages: output tile o's Q lands in stage o % 2, so the copy of
-    o + 1 overlaps o's loop; the stage is rewritten at o + 2, after o's release (the prover once
-    reported a false SMEM_WAR on q_empty at the second output tile, docs/guide/agents.md,
-    "Loads issued once").  The emitter writes one Q buffer, so it refuses the plan."""
+def test_a_double_buffered_q_ring_proves_safe_and_is_emitted_with_two_q_buffers(causal):
+    """-p q_stages=2: Q's once ring has 2 stages, output tile o's Q lands in stage o % 2, so the
+    copy of o + 1 overlaps o's loop; the stage is rewritten at o + 2, after o's release (the
+    prover once reported a false SMEM_WAR on q_empty at the second output tile, docs/guide/
+    agents.md, "Loads issued once").  The emitter writes a Q buffer per stage."""
+    from pipeline_core_schedules_attention.emit_attention import emit_attention
+
+    c = build(causal=causal, head_dim=64, q_stages=2)
+    assert c.plan.ring("q_full").stages == c.plan.ring("q_empty").stages == 2
+    assert c.plan.ring("q_full").once and c.plan.ring("q_empty").once
+    assert c.proof.safe and c.launch.geometry.q_stages == 2
+    src = emit_attention(c)
+    assert "Q_STAGES = 2;" in src and "stage_q(o % 2)" in src
+    assert "for (int s = 0; s < 2; ++s) mbar_init(q_full_bar(s), 1);" in src
+    # the second Q buffer and its two mbarriers are in the shared memory the kernel asks for
+    one = build(causal=causal, head_dim=64)
+    assert "Q_STAGES = 1;" in emit_attention(one)
+    assert (c.launch.geometry.smem_bytes - one.launch.geometry.smem_bytes
+            == 128 * 64 * 2 + 2 * 8)
+
+
+def test_a_plan_whose_q_ring_differs_from_the_geometry_is_refused(monkeypatch):
+    """The emitter lays out a Q buffer per stage of the geometry's q_stages and indexes the plan's
+    ring: a plan whose Q ring was given another depth (here 2 over a geometry of 1) would load
+    into a buffer the kernel never reserved, so it is refused in one line."""
     import attrs
 
     from pipeline_core_schedules_attention.emit_attention import emit_attention
@@ -242,8 +262,54 @@ def test_a_double_buffered_q_ring_proves_safe_and_the_emitter_refuses_it(monkeyp
                                               for r in spec.rings))
 
     monkeypatch.setattr(FlashAttentionForward, "agents", double_q)
-    c = build(causal=causal)
-    assert c.plan.ring("q_full").stages == c.plan.ring("q_empty").stages == 2
+    c = build()
+    assert c.plan.ring("q_full").stages == 2 and c.launch.geometry.q_stages == 1
     assert c.proof.safe
-    with pytest.raises(ProgramError, match="the once ring must be one stage deep"):
+    with pytest.raises(ProgramError) as exc:
         emit_attention(c)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert "the plan's Q ring has 2 stages, the geometry 1; recompile the schedule" in msg
+
+
+@pytest.mark.parametrize("intra_overlap", [True, False])
+@pytest.mark.parametrize("pingpong", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_overlap_compiles_safe_with_a_double_buffered_q(intra_overlap, pingpong, causal):
+    c = build(head_dim=64, q_stages=2, intra_overlap=intra_overlap, pingpong=pingpong,
+              causal=causal)
+    assert c.proof.safe and c.plan.ring("q_empty").stages == 2
+
+
+@pytest.mark.parametrize("q_stages", [0, 3])
+def test_q_stages_outside_one_and_two_is_one_line_naming_it(q_stages):
+    with pytest.raises(ConfigError) as exc:
+        build(head_dim=64, q_stages=q_stages)
+    msg = str(exc.value)
+    assert "\n" not in msg and f"-p q_stages={q_stages}" in msg and "[1, 2]" in msg
+
+
+def test_a_second_q_that_does_not_fit_shared_memory_names_q_stages_among_the_fixes():
+    """KV blocks of 176 keys at D=128 on 2 stages fit beside one Q and not beside two: the
+    refusal names -p q_stages with the other fixes; a tile of one Q that does not fit is not
+    told to lower it."""
+    assert build(2, head_dim=128, block_n=176).proof.safe
+    with pytest.raises(ProgramError) as exc:
+        build(2, head_dim=128, block_n=176, q_stages=2)
+    msg = str(exc.value)
+    assert "\n" not in msg and "Q (2 x 32768 bytes)" in msg
+    assert "lower -T stages or -p block_n or -p q_stages" in msg
+    with pytest.raises(ProgramError) as exc:
+        build(3, head_dim=128, block_n=176)
+    assert "-T stages" in str(exc.value) and "q_stages" not in str(exc.value)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_dropped_q_release_is_refused_with_a_double_buffered_q(causal):
+    """With two Q stages the producer first waits on a release at the third output tile: a
+    consumer that never releases Q still deadlocks it, on the stage it would reuse."""
+    c = build(head_dim=64, q_stages=2, pingpong=False, causal=causal)
+    picked = [m for m in agent_mutations(c.plan, ("drop_arrive",)) if m.ring == "q_empty"]
+    assert {m.agent for m in picked} == {"consumer0", "consumer1"}
+    for m in picked:
+        assert H.DEADLOCK in _refused(c, m)

@@ -1,0 +1,160 @@
+"""The attention call's tile, ring depth and Q buffers, variant against variant, on the GPU.
+
+  python3 benchmarks/attention_tiles.py [--anchors FILE] [--out DIR] [--rounds 7]
+                                        [--configs 64x1024,64x1024c,...] [--variants a,b,...]
+
+Each variant is a set of ``flash-attention-fwd`` parameters (``-p``, and ``stages`` for ``-T``)
+put over the call's own choice (``call.CALL_PARAMS``); ``call`` is the call's choice itself (at
+S <= ``call.SHORT_KEYS`` its short-sequence tile).  Per config (``DxS``, a trailing ``c`` for causal; B = 16384 / S,
+H = 2048 / D, bf16):
+
+1. Correctness first (METHOD.md): each variant at the timed shape and at a small one with tails
+   (Sq 1000, Sk 777), fresh random inputs, the output NaN-poisoned, against an fp32 reference
+   (benchmarks/attention_call.py's); a case passes when its error is at most 1.5x sdpa-flash's.
+2. Timing against ``attention_peers()`` (sdpa-flash, sdpa-cudnn) in this process: CUDA-event
+   medians after warm-up, interleaved rounds with the order rotated (bench_timing), per-round
+   ratios against each peer and against the call.
+
+Every result is one JSON line on stdout (and in --out/attention_tiles.jsonl).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("attention_call_bench", HERE / "attention_call.py")
+assert _spec is not None and _spec.loader is not None
+ac = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ac)  # its sys.path set-up, reference and error
+
+from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
+from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
+
+_C3 = {"block_m": "192", "consumers": "3", "consumer_registers": "160", "block_n": "128"}
+_C2 = {"block_m": "128", "consumers": "2", "consumer_registers": "240", "block_n": "128"}
+#: name -> parameters over the call's own (``stages``: the ring depth, -T)
+VARIANTS: dict[str, dict[str, str]] = {
+    "call": {},
+    # the long-sequence tiles at D=64 (call.CALL_TILES), not causal and causal
+    "long-c3": {**_C3, "q_stages": "1", "stages": "2"},
+    "long-c2": {**_C2, "q_stages": "1", "stages": "2"},
+    # one change at a time from the short tile at D=64 (2 consumers, Q double-buffered, 3 stages)
+    "c2-q2": {**_C2, "q_stages": "2", "stages": "2"},
+    "c2-st3": {**_C2, "q_stages": "1", "stages": "3"},
+    "c3-q2-st3": {**_C3, "q_stages": "2", "stages": "3"},
+    "q2": {"q_stages": "2"},
+    "q2-st3": {"q_stages": "2", "stages": "3"},
+}
+LINES: list[dict] = []
+
+
+def emit(record: dict) -> None:
+    LINES.append(record)
+    print(json.dumps(record), flush=True)
+
+
+def parse_config(text: str) -> tuple[int, int, bool]:
+    causal = text.endswith("c")
+    d, s = (int(x) for x in text.rstrip("c").split("x"))
+    return d, s, causal
+
+
+def build(mod, name: str, d: int, causal: bool, q, k, v) -> dict:
+    """Variant ``name``'s kernels, built through the call (and its disk cache)."""
+    base = dict(mod.CALL_PARAMS)
+    mod.CALL_PARAMS.update(VARIANTS[name])
+    mod._KERNELS.clear()
+    try:
+        mod.attention(q, k, v, causal=causal)
+        return dict(mod._KERNELS)
+    finally:
+        mod.CALL_PARAMS.clear()
+        mod.CALL_PARAMS.update(base)
+        mod._KERNELS.clear()
+
+
+def check(torch, mod, kernels, peers, b, h, sq, sk, d, causal) -> dict:
+    """One correctness case through ``kernels`` (attention_call.run_case's rule)."""
+    mod._KERNELS.clear()
+    mod._KERNELS.update(kernels)
+    rec = ac.run_case(torch, mod, peers, b, h, sq, sk, d, "bf16", causal)
+    mod._KERNELS.clear()
+    return rec
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--anchors", default=str(ac.ROOT.parent / "shared" / "tools" /
+                                             "gemm_anchors.py"))
+    ap.add_argument("--out", default="")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--configs", default="64x1024,64x1024c")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    args = ap.parse_args(argv)
+    import torch
+
+    import pipeline_core_schedules_attention.call as mod
+
+    peers = load_anchors(args.anchors).attention_peers()
+    torch.manual_seed(0)
+    failed = 0
+    for cfg in args.configs.split(","):
+        d, s, causal = parse_config(cfg)
+        b, h = 16384 // s, 2048 // d
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        built = {}
+        for name in args.variants.split(","):
+            try:
+                built[name] = build(mod, name, d, causal, q, k, v)
+            except Exception as e:  # a refused variant (registers, shared memory): one line
+                emit({"kind": "refused", "config": cfg, "variant": name,
+                      "why": str(e).splitlines()[0] if str(e) else repr(e)})
+                continue
+            for shape in ((b, h, s, s), (1, 3, 1000, 777)):
+                rec = check(torch, mod, built[name], peers, *shape, d, causal)
+                emit({**rec, "config": cfg, "variant": name})
+                if not rec["ok"]:
+                    failed += 1
+                    built.pop(name, None)
+                    break
+
+        fns = {**{n: ac.with_kernels(mod, kern, q, k, v, causal) for n, kern in built.items()},
+               **{n: (lambda f=f: f(q, k, v, causal)) for n, f in peers.items()
+                  if n in ("sdpa-flash", "sdpa-cudnn")}}
+        for fn in fns.values():
+            fn()
+        torch.cuda.synchronize()
+        per = interleaved(torch, fns, args.rounds, 10)
+        flop = 4 * b * h * s * s * d // (2 if causal else 1)
+        for n in fns:
+            ms = statistics.median(per[n])
+            rec = {"kind": "time", "config": cfg, "name": n, "D": d, "S": s, "B": b, "H": h,
+                   "causal": causal, "ms": round(ms, 4), "tflops": round(flop / ms / 1e9, 1),
+                   "device": torch.cuda.get_device_name()}
+            if n in VARIANTS:
+                short = s <= mod.SHORT_KEYS
+                rec["params"] = {**mod.call_params(d, causal, short=short), **VARIANTS[n],
+                                 "stages": str(mod.call_stages(d, causal, short))}
+                rec["params"].update(VARIANTS[n])
+                for peer in ("sdpa-flash", "sdpa-cudnn", "call"):
+                    if peer in per and peer != n:
+                        r = ratios(per, n, peer)
+                        rec[f"vs_{peer}"] = {"median": statistics.median(r), "rounds": r}
+            emit(rec)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        with open(Path(args.out) / "attention_tiles.jsonl", "a") as f:
+            for r in LINES:
+                f.write(json.dumps(r) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
