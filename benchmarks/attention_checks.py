@@ -159,14 +159,14 @@ def _makers() -> dict:
     for d in HEAD_DIMS:
         for dtype in ("bf16", "fp16"):
             for causal in CAUSAL:
-                for short in tiles(d):
+                for short in tiles(d, causal):
                     a = CAUSAL_ALIGN[causal]
                     make[f"call-{d}-{dtype}-{causal}-{TILES[short]}"] = (
                         lambda d=d, dtype=dtype, a=a, short=short: _source(
                             d, dtype, a is not None, a or "top_left", short))
-        for short in tiles(d):
-            for io, pp in VARIANTS:
-                for causal in CAUSAL:
+        for io, pp in VARIANTS:
+            for causal in CAUSAL:
+                for short in tiles(d, causal):
                     make[variant_label(d, io, pp, causal, short)] = (
                         lambda d=d, io=io, pp=pp, causal=causal, short=short: variant(
                             d, io, pp, causal, short))
@@ -191,10 +191,11 @@ def kernels(prefix: str = "", exact: bool = False) -> dict[str, tuple]:
 TILES = {False: "long", True: "short"}
 
 
-def tiles(d: int) -> tuple[bool, ...]:
-    """The call's tiles at head dim ``d`` (short: True), the short one where it differs."""
+def tiles(d: int, causal: bool | str) -> tuple[bool, ...]:
+    """The call's tiles at head dim ``d``, causal or not (short: True), the short one where it
+    differs (call.SHORT_TILES)."""
     from pipeline_core_schedules_attention.call import SHORT_TILES
-    return (False, True) if any(key[0] == d for key in SHORT_TILES) else (False,)
+    return (False, True) if (d, causal is not False) in SHORT_TILES else (False,)
 
 
 def variant_label(d: int, io: bool, pp: bool, causal: bool | str, short: bool = False) -> str:
@@ -438,9 +439,9 @@ SANITIZE_SHAPES = ((1, 2, 2, 100, 77, False), (1, 2, 2, 200, 200, "top_left"),
 
 def sanitize_target(torch, d: int) -> None:
     ks = kernels(f"variant-{d}-")
-    for short in tiles(d):
-        for io, pp in VARIANTS:
-            for b, hq, hkv, sq, sk, causal in SANITIZE_SHAPES:
+    for io, pp in VARIANTS:
+        for b, hq, hkv, sq, sk, causal in SANITIZE_SHAPES:
+            for short in tiles(d, causal):
                 err = _run_kernel(torch, variant_label(d, io, pp, causal, short), ks, b, hq, hkv,
                                   sq, sk, d, causal)
                 print(json.dumps({"kind": "sanitized-run", "D": d, "tile": TILES[short],

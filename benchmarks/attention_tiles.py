@@ -4,13 +4,15 @@
                                         [--configs 64x1024,64x1024c,...] [--variants a,b,...]
 
 Each variant is a set of ``flash-attention-fwd`` parameters (``-p``, and ``stages`` for ``-T``)
-put over the call's own choice (``call.CALL_PARAMS``); ``call`` is the call's choice itself (at
-S <= ``call.SHORT_KEYS`` its short-sequence tile).  Per config (``DxS``, a trailing ``c`` for causal; B = 16384 / S,
-H = 2048 / D, bf16):
+put over the call's own choice (``call.CALL_PARAMS``), or (``order``: "hg,snake") a causal tile
+order in place of the call's (``call.ORDER``); ``call`` is the call's choice itself (at
+S <= ``call.SHORT_KEYS`` its short-sequence tile).  Per config (``DxS``, a trailing ``c`` for
+causal; B = 16384 / S, H = 2048 / D, bf16):
 
-1. Correctness first (METHOD.md): each variant at the timed shape and at a small one with tails
-   (Sq 1000, Sk 777), fresh random inputs, the output NaN-poisoned, against an fp32 reference
-   (benchmarks/attention_call.py's); a case passes when its error is at most 1.5x sdpa-flash's.
+1. Correctness first (METHOD.md): each variant at the timed shape (where its fp32 reference fits
+   the GPU: S <= 4096) and at a small one with tails (Sq 1000, Sk 777), fresh random inputs,
+   the output NaN-poisoned, against an fp32 reference (benchmarks/attention_call.py's); a case
+   passes when its error is at most 1.5x sdpa-flash's.
 2. Timing against ``attention_peers()`` (sdpa-flash, sdpa-cudnn) in this process: CUDA-event
    medians after warm-up, interleaved rounds with the order rotated (bench_timing), per-round
    ratios against each peer and against the call.
@@ -20,6 +22,7 @@ Every result is one JSON line on stdout (and in --out/attention_tiles.jsonl).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import statistics
@@ -34,6 +37,7 @@ _spec.loader.exec_module(ac)  # its sys.path set-up, reference and error
 
 from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
 from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
+from pipeline_core_schedules_attention.tile_order import TileOrder  # noqa: E402
 
 _C3 = {"block_m": "192", "consumers": "3", "consumer_registers": "160", "block_n": "128"}
 _C2 = {"block_m": "128", "consumers": "2", "consumer_registers": "240", "block_n": "128"}
@@ -47,9 +51,17 @@ VARIANTS: dict[str, dict[str, str]] = {
     "c2-q2": {**_C2, "q_stages": "2", "stages": "2"},
     "c2-st3": {**_C2, "q_stages": "1", "stages": "3"},
     "c3-q2-st3": {**_C3, "q_stages": "2", "stages": "3"},
+    "st3": {"stages": "3"},
+    # causal tile orders in place of the call's choice (tile_order.choose): "hg,snake"
+    "order8": {"order": "8,0"},
+    "order2": {"order": "2,0"},
+    "order16s": {"order": "16,1"},
     "q2": {"q_stages": "2"},
     "q2-st3": {"q_stages": "2", "stages": "3"},
 }
+#: the most attention scores the fp32 reference of a timed shape holds (64 heads of S = 4096;
+#: the reference keeps several [B, H, S, S] fp32 tensors at once)
+REFERENCE_SCORES = 64 * 4096 * 4096
 LINES: list[dict] = []
 
 
@@ -64,25 +76,44 @@ def parse_config(text: str) -> tuple[int, int, bool]:
     return d, s, causal
 
 
-def build(mod, name: str, d: int, causal: bool, q, k, v) -> dict:
-    """Variant ``name``'s kernels, built through the call (and its disk cache)."""
+@contextlib.contextmanager
+def variant(mod, name: str):
+    """Variant ``name`` in place: its parameters over the call's (``call.CALL_PARAMS``) and its
+    causal tile order (``order``: "hg,snake", ``call.ORDER``), the call's own restored after."""
+    params = dict(VARIANTS[name])
+    order = params.pop("order", None)
     base = dict(mod.CALL_PARAMS)
-    mod.CALL_PARAMS.update(VARIANTS[name])
-    mod._KERNELS.clear()
+    mod.CALL_PARAMS.update(params)
+    if order is not None:
+        hg, snake = (int(x) for x in order.split(","))
+        mod.ORDER = TileOrder(hg=hg, snake=bool(snake))
     try:
-        mod.attention(q, k, v, causal=causal)
-        return dict(mod._KERNELS)
+        yield
     finally:
         mod.CALL_PARAMS.clear()
         mod.CALL_PARAMS.update(base)
+        mod.ORDER = None
+
+
+def build(mod, name: str, causal: bool, q, k, v) -> dict:
+    """Variant ``name``'s kernels, built through the call (and its disk cache), and its
+    arguments for ``q, k, v`` packed (the order among them) and kept by the call."""
+    mod._KERNELS.clear()
+    try:
+        with variant(mod, name):
+            mod.attention(q, k, v, causal=causal)
+        return dict(mod._KERNELS)
+    finally:
         mod._KERNELS.clear()
 
 
-def check(torch, mod, kernels, peers, b, h, sq, sk, d, causal) -> dict:
-    """One correctness case through ``kernels`` (attention_call.run_case's rule)."""
+def check(torch, mod, name, kernels, peers, b, h, sq, sk, d, causal) -> dict:
+    """One correctness case of variant ``name`` through ``kernels`` (attention_call.run_case's
+    rule)."""
     mod._KERNELS.clear()
     mod._KERNELS.update(kernels)
-    rec = ac.run_case(torch, mod, peers, b, h, sq, sk, d, "bf16", causal)
+    with variant(mod, name):
+        rec = ac.run_case(torch, mod, peers, b, h, sq, sk, d, "bf16", causal)
     mod._KERNELS.clear()
     return rec
 
@@ -112,13 +143,15 @@ def main(argv=None) -> int:
         built = {}
         for name in args.variants.split(","):
             try:
-                built[name] = build(mod, name, d, causal, q, k, v)
+                built[name] = build(mod, name, causal, q, k, v)
             except Exception as e:  # a refused variant (registers, shared memory): one line
                 emit({"kind": "refused", "config": cfg, "variant": name,
                       "why": str(e).splitlines()[0] if str(e) else repr(e)})
                 continue
-            for shape in ((b, h, s, s), (1, 3, 1000, 777)):
-                rec = check(torch, mod, built[name], peers, *shape, d, causal)
+            # the timed shape where its fp32 reference fits (S <= 4096), and one with tails
+            shapes = ((b, h, s, s),) if b * h * s * s <= REFERENCE_SCORES else ()
+            for shape in (*shapes, (1, 3, 1000, 777)):
+                rec = check(torch, mod, name, built[name], peers, *shape, d, causal)
                 emit({**rec, "config": cfg, "variant": name})
                 if not rec["ok"]:
                     failed += 1

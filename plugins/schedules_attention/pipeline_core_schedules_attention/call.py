@@ -17,7 +17,7 @@ when Sq != Sk).  K and V may have fewer heads than Q (grouped-query attention): 
 the plan is the same.  The tile and the overlaps it compiles are the fastest measured per head
 dim and causal (``CALL_TILES``, ``CALL_OVERLAPS``; benchmarks/results/attention_speed2_h100.jsonl,
 docs/guide/attention.md "Speed: the FA3 softmax and the tiles"), and for few keys per head
-(``SHORT_TILES``: a double-buffered Q; docs/guide/attention.md, "Short sequences").
+(``SHORT_TILES``; docs/guide/attention.md, "Short sequences: a double-buffered Q").
 """
 from __future__ import annotations
 
@@ -28,8 +28,10 @@ import attrs
 
 from pipeline_core_nvidia_h100.launch_cache import Bounded, describe, eager, launch
 
+from pipeline_core_schedules_attention.tile_order import TileOrder, choose
+
 if TYPE_CHECKING:
-    from pipeline_core.plugin_api import CompiledSchedule
+    from pipeline_core.plugin_api import CompiledSchedule, LoopBounds
 
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
 #: parameters over the call's own choice, empty unless a benchmark's ablation sets them: ``-p``
@@ -48,15 +50,18 @@ CALL_TILES = {(64, False): {"block_m": "192", "consumers": "3", "consumer_regist
               (128, False): {**_TWO, "block_n": "176"},
               (128, True): _TWO}
 #: key lengths up to which a call takes :data:`SHORT_TILES` (measured at Sk = 1024, where they
-#: win, and 4096, where the long tiles do; docs/guide/attention.md, "Short sequences")
+#: win, and 4096, where the long tiles do; docs/guide/attention.md, "Short sequences: a
+#: double-buffered Q")
 SHORT_KEYS = 2048
 #: the tile per (head dim, causal) for short sequences, where an output tile runs few KV blocks
 #: and what each tile pays at its start weighs: Q double-buffered (``-p q_stages=2``: the next
 #: tile's Q, and the K and V blocks behind it, load while this tile runs) and a ring of 3 on
-#: 2 consumers at D=64 (benchmarks/results/attention_short_h100.jsonl); D=128 keeps its tiles
-#: (a second Q does not fit beside KV blocks of 176, and gained nothing causal)
+#: 2 consumers at D=64 (benchmarks/results/attention_short_h100.jsonl); at D=128 causal a ring
+#: of 3 alone (a second Q beside it does not fit; 1.018x at S=1024); D=128 not causal keeps its
+#: tile (a second Q does not fit beside KV blocks of 176)
 SHORT_TILES = {(64, False): {**_TWO, "q_stages": "2", "stages": "3"},
-               (64, True): {**_TWO, "q_stages": "2", "stages": "3"}}
+               (64, True): {**_TWO, "q_stages": "2", "stages": "3"},
+               (128, True): {**_TWO, "stages": "3"}}
 #: the overlaps per head dim, the fastest on the H100 (bf16, benchmarks/results/
 #: attention_speed2_h100.jsonl): the intra-warpgroup overlap alone, at both head dims, causal
 #: or not (D=128 S=4096: 681 TFLOPS vs 584 without either; ping-pong costs: 641 with it).
@@ -70,6 +75,10 @@ CALL_STAGES = 2
 #: nvcc's options for the call's kernels (the disk cache's key holds them)
 BUILD_OPTIONS = ("-std=c++17",)
 LOG2E = 1.4426950408889634
+#: the causal tile order every call takes instead of its own choice (tile_order.choose), None
+#: unless a benchmark's ablation sets it; read when a call's arguments are packed, so arguments
+#: packed before it was set keep their order
+ORDER: TileOrder | None = None
 #: launch recipes kept per process (one per argument description; the oldest go first)
 RECIPE_CACHE_SIZE = 1024
 #: packed kernel arguments kept per process (one per recipe, kernel and addresses)
@@ -192,6 +201,8 @@ class _Built:
     threads: int
     block_m: int
     block_n: int
+    #: the plan's loop bounds (the causal order's tile costs, tile_order.choose)
+    bounds: LoopBounds | None = None
 
 
 _KERNELS: dict[tuple[int, str, bool, str, bool, int], _Built] = {}
@@ -253,7 +264,7 @@ def _load(compiled: CompiledSchedule, source: str, device: int) -> _Built:
             kernel = KernelBuilder().compile(source, KERNEL_NAME)
         KernelBuilder.set_max_dynamic_shared(kernel, g.smem_bytes)
     return _Built(kernel=kernel, smem=g.smem_bytes, threads=g.threads, block_m=g.block_m,
-                  block_n=g.block_n)
+                  block_n=g.block_n, bounds=compiled.plan.bounds)
 
 
 def _map(t: Any, rows: int, d: int, box_rows: int, dtype: str) -> Any:
@@ -304,6 +315,9 @@ _RECIPES: Bounded[_Recipe] = Bounded(RECIPE_CACHE_SIZE)
 #: output's address and after it, and numpy's uint64 (the output's address is packed per call:
 #: a new output each call must not miss the cache)
 _ARGS: Bounded[tuple[int, tuple[Any, ...], tuple[Any, ...], Any]] = Bounded(ARGS_CACHE_SIZE)
+#: per (recipe, kernel): the causal tile order (:func:`_order`), kept apart from the packed
+#: arguments so a call with new addresses does not choose it again
+_ORDERS: Bounded[TileOrder] = Bounded(RECIPE_CACHE_SIZE)
 
 
 def _call(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> Any:
@@ -356,7 +370,8 @@ def _pack(r: _Recipe, built: _Built, q: Any, k: Any,
           v: Any) -> tuple[int, tuple[Any, ...], tuple[Any, ...], Any]:
     """The persistent grid (one CTA per query tile, at most one per SM) and the kernel's
     arguments but the output's address: Q's, K's and V's tensor maps; the sizes, the folded
-    scale and the GQA group; and how the output's address is packed."""
+    scale, the GQA group and (causal) the tile order that balances the CTAs' work
+    (tile_order.choose over the plan's trips); and how the output's address is packed."""
     import torch
 
     from pipeline_core_nvidia_h100.runtime import _require
@@ -366,13 +381,29 @@ def _pack(r: _Recipe, built: _Built, q: Any, k: Any,
     sms = _SMS.get(r.device)
     if sms is None:
         sms = _SMS[r.device] = torch.cuda.get_device_properties(r.device).multi_processor_count
-    tiles = c.bh * -(-c.sq // built.block_m)
+    mt = -(-c.sq // built.block_m)
+    grid = min(c.bh * mt, sms)
+    order = ORDER if ORDER is not None else _order(r, built, mt, grid, np)
     maps = (_map(q, c.bh * c.sq, c.head_dim, built.block_m, c.dtype),
             _map(k, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype),
             _map(v, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype))
     sizes = (np.int32(c.bh), np.int32(c.sq), np.int32(c.sk), np.float32(c.scale_log2),
-             np.int32(c.group))
-    return min(tiles, sms), maps, sizes, np.uint64
+             np.int32(c.group), np.int32(order.hg), np.int32(order.snake))
+    return grid, maps, sizes, np.uint64
+
+
+def _order(r: _Recipe, built: _Built, mt: int, grid: int, np: Any) -> TileOrder:
+    """The causal tile order of recipe ``r`` on ``built`` (tile_order.choose over the plan's
+    trips), chosen once per (recipe, kernel) and kept; not causal, the default, which the
+    kernel does not read."""
+    if not r.call.causal or built.bounds is None:
+        return TileOrder()
+    found = _ORDERS.get((r, built))
+    if found is None:
+        c, bounds = r.call, built.bounds
+        trips = [bounds.trips(i, c.sq, c.sk) for i in range(mt)]
+        found = _ORDERS.put((r, built), choose(trips, bh=c.bh, grid=grid, np=np))
+    return found
 
 
 def _ops() -> Any:

@@ -39,6 +39,7 @@ from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branch
 
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
+from pipeline_core_schedules_attention.tile_order import order_exprs
 
 EMITTER_NAME = "cuda-attention"
 KERNEL_NAME = "pc_flash_attention_fwd"
@@ -155,7 +156,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         raise _fail("-p causal=true, but the plan records no causal bounds; recompile the "
                     "schedule")
     bounds = _tile_bounds(causal) if causal is not None else ()
-    order = "const int {}, {}".format(*tile_order_exprs(g.causal))
+    order = "const int " + ", ".join(order_exprs(g.causal))
     if plan.bounds is None:
         raise _fail("the plan records no loop bounds; recompile the schedule")
     rings = {r.name: r for r in plan.rings}
@@ -267,26 +268,6 @@ def tile_bounds_exprs(b: LoopBounds) -> tuple[str, str]:
     return trips, first
 
 
-#: heads per group of the causal tile order (their K and V, 2 x 8 x S x D x 2 bytes, stay in L2)
-HEAD_GROUP = 8
-
-
-def tile_order_exprs(causal: bool) -> tuple[str, str]:
-    """``bh = ...`` and ``tile_m = ...`` of persistent tile index ``tile`` (C declarators of
-    the kernel's ``tile, MT, BH``), the same for the producer and the consumers.  Not causal:
-    head-major, every tile of one head back to back (its K and V read once from memory).
-    Causal: the heaviest tiles first, as FA3 does: within each group of ``HEAD_GROUP`` heads,
-    the query blocks from the last (the most KV blocks, ``LoopBounds.trips``) to the first,
-    the group's heads side by side, so the grid's last round runs light tiles rather than a
-    few heavy ones alone, while the concurrent tiles share few heads' K and V in L2."""
-    if not causal:
-        return "bh = tile / MT", "tile_m = tile % MT"
-    n = HEAD_GROUP
-    first = f"(tile / (MT * {n})) * {n}"  # the group's first head
-    heads, r = f"min({n}, BH - {first})", f"(tile % (MT * {n}))"  # the last group may be short
-    return f"bh = {first} + {r} % {heads}", f"tile_m = MT - 1 - {r} / {heads}"
-
-
 def _tile_bounds(b: LoopBounds) -> tuple[str, ...]:
     """The per-output-tile lines setting KT (and, for the consumers, FM) from the plan."""
     trips, first = tile_bounds_exprs(b)
@@ -300,7 +281,7 @@ _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-attention) from schedule
 // B*Hkv heads: query head bh reads KV head bh / group (grouped-query attention, group = H / Hkv);
 // O: [B*H*Sq, {HD}].  Launch: block {threads} (warp group 0: producer; 1..: consumers), dynamic
 // shared memory {smem} bytes, any grid up to BH * ceil(Sq / {BM}) CTAs (each runs output tiles
-// blockIdx.x, + gridDim.x, ...).
+// blockIdx.x, + gridDim.x, ...; causal, in the order hg and snake pick: tile_order.py).
 {header}
 {wgmma_header}
 {call_header}
@@ -322,7 +303,7 @@ __device__ __forceinline__ pcwg::u32 pack_f16x2(float lo, float hi) {{
 extern "C" __global__ void __launch_bounds__({threads}, 1)
 {name}(const __grid_constant__ pcwg::TensorMap tmQ, const __grid_constant__ pcwg::TensorMap tmK,
        const __grid_constant__ pcwg::TensorMap tmV, unsigned short* __restrict__ O,
-       int BH, int Sq, int Sk, float scale_log2, int group) {{
+       int BH, int Sq, int Sk, float scale_log2, int group, int hg, int snake) {{
     using namespace pcwg;
     constexpr int BM = {BM}, BN = {BN}, HD = {HD}, STAGES = {STAGES}, Q_STAGES = {QSTAGES};
     constexpr int ROWS = 64;

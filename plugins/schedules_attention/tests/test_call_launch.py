@@ -12,10 +12,13 @@ import types
 import attrs
 import pytest
 
+from pipeline_core.plugin_api import LoopBounds
+
 from pipeline_core_nvidia_h100 import launch_cache
 
-from pipeline_core_schedules_attention import call
+from pipeline_core_schedules_attention import call, tile_order
 from pipeline_core_schedules_attention.call import AttentionArgumentError
+from pipeline_core_schedules_attention.tile_order import TileOrder
 
 
 @attrs.frozen
@@ -107,7 +110,8 @@ def host(monkeypatch):
         seen.builds += 1
         seen.built.append((head_dim, causal, align, short))
         return call._Built(kernel=("kernel", head_dim, causal, align, short), smem=1, threads=384,
-                           block_m=128, block_n=128)
+                           block_m=128, block_n=128,
+                           bounds=LoopBounds(causal=causal, block_m=128, block_n=128, align=align))
 
     monkeypatch.setattr(call, "plan_attention", counted_plan)
     monkeypatch.setattr(call, "_build", build)
@@ -115,7 +119,7 @@ def host(monkeypatch):
     monkeypatch.setattr(call, "launch", lambda *a: seen.launches.append(a))
     monkeypatch.setattr(call, "_ops", lambda: types.SimpleNamespace(
         attention=lambda *a: seen.ops.append(a)))
-    for cache in (call._RECIPES, call._ARGS):
+    for cache in (call._RECIPES, call._ARGS, call._ORDERS):
         monkeypatch.setattr(cache, "_items", {})
     monkeypatch.setattr(call, "_KERNELS", {})
     return seen
@@ -132,10 +136,13 @@ def test_a_repeated_call_checks_plans_and_packs_once(host):
     assert (host.plans, host.builds, len(host.launches)) == (1, 1, 2)
     (kernel, device, stream, grid, block, args, smem), again = host.launches
     assert (device, stream, grid, block, smem) == (0, 7, (12,), (384,), 1)  # 2*6 tiles of 100
-    # Q's map, K's, V's, the output, B*H, Sq, Sk, the folded scale, the group
+    # Q's map, K's, V's, the output, B*H, Sq, Sk, the folded scale, the group, the tile order
+    # (hg, snake: not causal, the default, which the kernel does not read)
+    assert len(args) == 11
     assert args[:3] == (("map", q.ptr, 1200), ("map", k.ptr, 924), ("map", v.ptr, 924))
     assert int(args[3]) == first.ptr and [int(a) for a in args[4:7]] == [12, 100, 77]
     assert math.isclose(float(args[7]), call.LOG2E / 8, rel_tol=1e-6) and int(args[8]) == 1
+    assert [int(a) for a in args[9:]] == [8, 0]
     # the second call's new output is launched, with the same packed maps (no repacking)
     assert int(again[5][3]) != first.ptr and all(a is b for a, b in zip(args[:3], again[5][:3]))
     # new tensors of the same description: no check, no plan; their own maps
@@ -284,13 +291,116 @@ def test_short_and_long_keys_get_kernels_of_their_own(host):
 
 
 def test_a_head_dim_without_a_short_tile_shares_one_kernel_across_lengths(host):
-    """Head dim 128 has no entry in call.SHORT_TILES: a short and a long key length run the
-    same tile, so they share one kernel rather than building it twice."""
-    assert not any(key[0] == 128 for key in call.SHORT_TILES)
+    """Head dim 128 not causal has no entry in call.SHORT_TILES: a short and a long key length
+    run the same tile, so they share one kernel rather than building it twice.  Causal, it has
+    one (a ring of 3): the two lengths get a kernel each."""
+    assert (128, False) not in call.SHORT_TILES and (128, True) in call.SHORT_TILES
     call.attention(*qkv(sk=77, d=128))
     call.attention(*qkv(sk=4 * call.SHORT_KEYS, d=128))
     assert host.built == [(128, False, "top_left", False)]
     assert len(host.launches) == 2 and len(call._KERNELS) == 1
+    call.attention(*qkv(sk=77, d=128), causal=True)
+    call.attention(*qkv(sk=4 * call.SHORT_KEYS, d=128), causal=True)
+    assert host.built[1:] == [(128, True, "top_left", True), (128, True, "top_left", False)]
+    assert len(call._KERNELS) == 3
+
+
+def _sizes(launch):
+    """The sizes a launch packed after the output's address, as ints (the scale dropped):
+    B*H, Sq, Sk, the group, hg, snake."""
+    args = launch[5]
+    return tuple(int(a) for i, a in enumerate(args[4:], 4) if i != 7)
+
+
+def _expected_order(bh, sq, sk, align="top_left", sms=132, block_m=128, block_n=128):
+    """tile_order.choose for a call's shape, over the plan's trips (the fake build's tile)."""
+    b = LoopBounds(causal=True, block_m=block_m, block_n=block_n, align=align)
+    mt = -(-sq // block_m)
+    trips = [b.trips(i, sq, sk) for i in range(mt)]
+    return tile_order.choose(trips, bh=bh, grid=min(bh * mt, sms), np=__import__("numpy"))
+
+
+@pytest.mark.parametrize("sq,sk,hq,causal", [
+    (4096, 4096, 32, True),  # 64 heads of 32 query blocks on 132 CTAs: groups of 8 do not pay
+    (1000, 3000, 12, "bottom_right"),
+    (3000, 1000, 6, "bottom_right"),  # query blocks that see no key
+    (100, 77, 6, True),  # fewer tiles than SMs
+])
+def test_a_causal_call_packs_the_tile_order_chosen_for_its_shape(host, sq, sk, hq, causal):
+    """The causal call's last two arguments are tile_order.choose's (hg, snake) over its plan's
+    trips and grid; a call not causal packs the default (8, 0); the grid is min(tiles, SMs)."""
+    q, k, v = qkv(sq=sq, sk=sk, d=128, hq=hq, hkv=hq)
+    call.attention(q, k, v, causal=causal)
+    bh, mt = 2 * hq, -(-sq // 128)
+    want = _expected_order(bh, sq, sk, "bottom_right" if causal == "bottom_right" else "top_left")
+    launch = host.launches[-1]
+    assert launch[3] == (min(bh * mt, 132),)
+    assert _sizes(launch) == (bh, sq, sk, 1, want.hg, int(want.snake))
+    if (sq, sk) == (4096, 4096):
+        assert want != TileOrder()  # the choice is not the default here: the call packed it
+    call.attention(q, k, v)
+    assert _sizes(host.launches[-1])[-2:] == (8, 0)
+
+
+def test_the_packed_order_is_chosen_for_the_devices_sm_count(host, monkeypatch):
+    """On a device of 114 SMs (the H100 PCIe) the grid is 114 CTAs and the order the one
+    chosen for it, which is not the one for 132."""
+    monkeypatch.setitem(call._SMS, 0, 114)
+    q, k, v = qkv(sq=4096, sk=4096, d=128, hq=32, hkv=32)
+    call.attention(q, k, v, causal=True)
+    want = _expected_order(64, 4096, 4096, sms=114)
+    assert want != _expected_order(64, 4096, 4096, sms=132)
+    assert host.launches[-1][3] == (114,)
+    assert _sizes(host.launches[-1])[-2:] == (want.hg, int(want.snake))
+
+
+def test_the_order_is_chosen_once_per_recipe_and_kernel_not_per_address(host, monkeypatch):
+    """New tensors of one argument description pack new arguments but keep the order chosen
+    for the description and its kernel (tile_order.choose runs once for them)."""
+    chosen = []
+    real = call.choose
+    monkeypatch.setattr(call, "choose", lambda *a, **kw: chosen.append(1) or real(*a, **kw))
+    for _ in range(3):
+        call.attention(*qkv(sq=4096, sk=4096, d=128, hq=32, hkv=32), causal=True)
+    orders = {_sizes(launch)[-2:] for launch in host.launches}
+    assert len(chosen) == 1 and len(host.launches) == 3 and len(orders) == 1
+    call.attention(*qkv(sq=1024, sk=1024, d=128, hq=32, hkv=32), causal=True)
+    assert len(chosen) == 2  # another description: chosen for it
+
+
+def test_the_packed_order_follows_the_call_order_override(host, monkeypatch):
+    """call.ORDER (a benchmark's ablation) wins over the call's choice, causal or not, once
+    the packed arguments cached for the tensors' addresses are dropped; set back to None, the
+    call's own choice returns."""
+    q, k, v = qkv(sq=4096, sk=4096, d=128, hq=32, hkv=32)
+    chosen = _expected_order(64, 4096, 4096)
+    forced = TileOrder(hg=16, snake=True)
+    assert chosen != forced
+    call.attention(q, k, v, causal=True)
+    assert _sizes(host.launches[-1])[-2:] == (chosen.hg, int(chosen.snake))
+    monkeypatch.setattr(call, "ORDER", forced)
+    call.attention(q, k, v, causal=True)  # the arguments packed for these addresses are kept
+    assert _sizes(host.launches[-1])[-2:] == (chosen.hg, int(chosen.snake))
+    call._ARGS.clear()
+    call.attention(q, k, v, causal=True)
+    call.attention(q, k, v)
+    assert [_sizes(launch)[-2:] for launch in host.launches[-2:]] == [(16, 1), (16, 1)]
+    monkeypatch.setattr(call, "ORDER", None)
+    call._ARGS.clear()
+    call.attention(q, k, v, causal=True)
+    assert _sizes(host.launches[-1])[-2:] == (chosen.hg, int(chosen.snake))
+
+
+def test_a_kernel_without_the_plans_bounds_packs_the_default_order(host):
+    """A _Built without bounds (as a benchmark may put in _KERNELS) runs causal in the default
+    order (groups of 8, no snake) rather than failing."""
+    q, k, v = qkv(sq=4096, sk=4096, d=128, hq=32, hkv=32)
+    call.attention(q, k, v, causal=True)
+    (key,) = call._KERNELS
+    call._KERNELS[key] = call._Built(kernel="bare", smem=1, threads=384, block_m=128,
+                                     block_n=128)
+    call.attention(q, k, v, causal=True)
+    assert host.launches[-1][0] == "bare" and _sizes(host.launches[-1])[-2:] == (8, 0)
 
 
 def test_the_bounded_cache_drops_the_oldest():

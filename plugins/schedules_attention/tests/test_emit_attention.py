@@ -23,8 +23,8 @@ from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_STAGES, 
                                                     HEAD_DIMS, LOG2E, SHORT_KEYS, SHORT_TILES,
                                                     AttentionArgumentError, call_params,
                                                     call_stages, plan_attention)
-from pipeline_core_schedules_attention.emit_attention import (HEAD_GROUP, emit_attention,
-                                                              tile_bounds_exprs, tile_order_exprs)
+from pipeline_core_schedules_attention.emit_attention import emit_attention, tile_bounds_exprs
+from pipeline_core_schedules_attention.tile_order import order_exprs
 
 NAME = "flash-attention-fwd"
 
@@ -361,26 +361,25 @@ def test_the_kernels_tile_bounds_are_the_plans(causal, align, bm, bn):
                 assert fm == b.first_masked(i, sq, sk), (sq, sk, i)
 
 
-@pytest.mark.parametrize("bh,mt", [(1, 1), (3, 5), (8, 4), (13, 7), (64, 32), (256, 8)])
-def test_the_causal_tile_order_runs_every_tile_once_heaviest_first(bh, mt):
-    """The persistent tile order (tile_order_exprs, evaluated with C's division as ``//``):
-    every (head, query block) exactly once; causal, each group of HEAD_GROUP heads runs its
-    query blocks from the last (the most KV blocks) to the first; not causal, head-major."""
-    for causal in (True, False):
-        bh_expr, m_expr = (e.split(" = ", 1)[1].replace("/", "//")
-                           for e in tile_order_exprs(causal))
-        seen = [(eval(bh_expr, {"tile": t, "MT": mt, "BH": bh, "min": min}),  # noqa: S307
-                 eval(m_expr, {"tile": t, "MT": mt, "BH": bh, "min": min}))  # noqa: S307
-                for t in range(bh * mt)]
-        assert sorted(seen) == [(h, m) for h in range(bh) for m in range(mt)]
-        if not causal:
-            assert seen == sorted(seen)
-            continue
-        for start in range(0, bh, HEAD_GROUP):
-            group = [m for h, m in seen if start <= h < start + HEAD_GROUP]
-            assert group == sorted(group, reverse=True)
-            assert {h for h, _ in seen[start * mt:(start + HEAD_GROUP) * mt]} == set(
-                range(start, min(bh, start + HEAD_GROUP)))
+@pytest.mark.parametrize("causal", [True, False])
+def test_the_kernel_takes_the_tile_order_and_declares_it_in_every_agent(causal):
+    """The kernel's signature ends with the tile order's ``int hg, int snake`` (after the GQA
+    group, as the call packs them), and the producer and the consumers declare the same tile
+    order (tile_order.order_exprs: its C and tile_at are held to one map in test_tile_order.py);
+    causal, through the snake's position ``p``; not causal, head-major from the tile."""
+    src = emit_attention(compiled(causal=causal))
+    assert "int BH, int Sq, int Sk, float scale_log2, int group, int hg, int snake) {" in src
+    decl = "const int " + ", ".join(order_exprs(causal)) + ";"
+    producer = src.split("// ---- agent producer")[1].split("// ---- agents consumer")[0]
+    consumer = src.split("// ---- agents consumer")[1]
+    assert producer.count(decl) == consumer.count(decl) == 1
+    assert src.count("tile < TILES; tile += gridDim.x") == 2
+    for agent in (producer, consumer):
+        assert agent.count("const int p = ") == (1 if causal else 0)
+        # the order is declared inside the agent's loop over the persistent tiles
+        assert agent.index("tile < TILES; tile += gridDim.x") < agent.index(decl)
+    if causal:
+        assert "(snake && " in decl and "hg" in decl
 
 
 def _helper(src: str, name: str) -> str:
@@ -541,11 +540,31 @@ def test_the_short_tile_at_d64_double_buffers_q_on_a_ring_of_three(causal):
     assert call_params(64, True, "bottom_right", short=True)["align"] == "bottom_right"
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_d128_keeps_its_tile_for_short_sequences(causal):
-    assert (128, causal) not in SHORT_TILES
-    assert call_params(128, causal, short=True) == call_params(128, causal)
-    assert call_stages(128, causal, short=True) == call_stages(128, causal) == CALL_STAGES
+def test_d128_keeps_its_tile_for_short_sequences_unless_causal():
+    """Not causal, D=128 keeps its tile for short sequences (a second Q does not fit beside KV
+    blocks of 176); causal, the short tile is the long one on a ring of 3, Q single."""
+    assert (128, False) not in SHORT_TILES
+    assert call_params(128, False, short=True) == call_params(128, False)
+    assert call_stages(128, False, short=True) == call_stages(128, False) == CALL_STAGES
+    short, long = call_params(128, True, short=True), call_params(128, True)
+    assert short == long and "q_stages" not in short and "stages" not in short
+    assert call_stages(128, True, short=True) == 3 and call_stages(128, True) == CALL_STAGES
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+def test_the_calls_d128_causal_short_kernel_proves_safe_on_a_ring_of_three(align):
+    """The call's D=128 causal short-sequence kernel (``call._source``): SAFE at either
+    alignment, K and V on a ring of 3, one Q; its shared memory (one Q and 3 K and V stages of
+    128 x 128) fits the H100's 227 KiB; not causal, the short kernel is the long one."""
+    c, src = call._source(128, "bf16", True, align, True)
+    assert c.proof.safe and c.plan.bounds.align == align
+    assert c.plan.ring("k_full").stages == c.plan.ring("v_full").stages == 3
+    assert c.plan.ring("q_full").stages == 1
+    g = c.launch.geometry
+    assert (g.block_m, g.block_n, g.consumers, g.q_stages, g.stages) == (128, 128, 2, 1, 3)
+    assert "STAGES = 3, Q_STAGES = 1;" in src and g.smem_bytes <= 227 * 1024
+    assert call._source(128, "bf16", False, "top_left", True)[1] == call._source(
+        128, "bf16", False, "top_left", False)[1]
 
 
 def test_a_call_params_stages_wins_the_ring_depth_and_stays_out_of_the_p_parameters(
@@ -644,16 +663,17 @@ def test_the_kernels_q_k_v_stages_and_mbarriers_are_disjoint_and_fit_its_shared_
 
 
 @pytest.mark.needs_nvcc  # skipped or failed without nvcc: conftest.py
-@pytest.mark.parametrize("causal", sorted({c for d, c in SHORT_TILES if d == 64}))
-def test_the_calls_short_kernels_build_without_spills_and_issue_the_plans_wgmmas(causal,
+@pytest.mark.parametrize("head_dim,causal", sorted(SHORT_TILES))
+def test_the_calls_short_kernels_build_without_spills_and_issue_the_plans_wgmmas(head_dim, causal,
                                                                                  tmp_path):
-    """The call's short-sequence kernels at D=64 (Q double-buffered, a ring of 3) build for
-    sm_90a with no spill and no serialized wgmma; the SASS issues D/16 HGMMAs of S (64 x
-    block_n, from shared memory) and block_n/16 of PV (64 x D, P from registers) for each S and
-    PV step of the consumer's program (identical consumers share one emitted program)."""
-    c, src = call._source(64, "bf16", causal, "top_left", True)
+    """The call's short-sequence kernels (D=64: Q double-buffered, a ring of 3; D=128 causal:
+    a ring of 3, one Q) build for sm_90a with no spill and no serialized wgmma; the SASS issues
+    D/16 HGMMAs of S (64 x block_n, from shared memory) and block_n/16 of PV (64 x D, P from
+    registers) for each S and PV step of the consumer's program (identical consumers share one
+    emitted program)."""
+    c, src = call._source(head_dim, "bf16", causal, "top_left", True)
     g = c.launch.geometry
-    assert (g.q_stages, g.stages, g.consumers) == (2, 3, 2)
+    assert (g.q_stages, g.stages, g.consumers) == ((2, 3, 2) if head_dim == 64 else (1, 3, 2))
     proc, cubin = compile_cubin(src, tmp_path, "short")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
@@ -668,8 +688,9 @@ def test_the_calls_short_kernels_build_without_spills_and_issue_the_plans_wgmmas
     s_steps, pv_steps = tags.count(T.WGMMA_S), tags.count(T.WGMMA_PV)
     assert s_steps and pv_steps
     ss = re.findall(rf"HGMMA\.64x{g.block_n}x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\]", sass)
-    rs = re.findall(r"HGMMA\.64x64x16\.F32(?:\.BF16)? R\d+, R\d+, gdesc\[UR\d+\]\.tnspB", sass)
-    assert len(ss) == s_steps * 64 // 16 and len(rs) == pv_steps * g.block_n // 16
+    rs = re.findall(rf"HGMMA\.64x{head_dim}x16\.F32(?:\.BF16)? R\d+, R\d+, gdesc\[UR\d+\]\.tnspB",
+                    sass)
+    assert len(ss) == s_steps * head_dim // 16 and len(rs) == pv_steps * g.block_n // 16
     assert len(re.findall(r"HGMMA\.", sass)) == len(ss) + len(rs)
     # the intra-warpgroup overlap's wait for S alone (wait_group 1) and the full waits
     assert set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)) == {"0x0", "0x1"}

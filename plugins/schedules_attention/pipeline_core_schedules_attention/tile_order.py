@@ -1,0 +1,103 @@
+"""The persistent grid's order of output tiles, and its choice per causal call
+(docs/guide/attention.md, "The causal tile order").
+
+A persistent CTA runs tiles ``blockIdx.x, + gridDim.x, ...``: it takes one position in each
+round of ``gridDim.x`` consecutive positions.  This module owns the map from position to
+(head, query block), written once as C declarators for the kernel (:func:`order_exprs`) and
+once in Python for the host's choice and the tests (:func:`tile_at`); a test holds the two to
+the same answer on every position.
+
+* Not causal, every tile costs the same: head-major, a head's tiles back to back (its K and
+  V read once from memory).
+* Causal, a query block's cost is its KV blocks (``LoopBounds.trips``), 1 to ``MT``.  The
+  tiles run heaviest first, as FA3 orders them, within groups of ``hg`` heads side by side
+  (few heads in flight at once, so their K and V stay in L2); with ``snake`` every other full
+  round runs its positions backwards, so the CTA that took a round's heaviest tile takes the
+  next round's lightest.  Which (``hg``, ``snake``) balances the CTAs depends on the heads,
+  the query blocks and the grid: with groups of 8 heads, head dim 128 causal at S = 4096 (64
+  heads of 32 query blocks on 132 CTAs) left its busiest CTA 1.27x the mean work, since a
+  round of 132 positions spans half a group, query blocks 32 down to 16.  :func:`choose`
+  picks, per call, the order whose busiest CTA has the least work under that cost (the plan's
+  trips plus :data:`TILE_OVERHEAD_BLOCKS`), the fewest heads in flight among near ties.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+#: head-group sizes :func:`choose` weighs (each with and without the snake)
+GROUPS = (1, 2, 4, 8, 16)
+#: what a tile costs beyond its KV blocks, in KV blocks: the prologue's S and softmax and the
+#: epilogue's PV that overlap nothing of their own tile, and the store (an estimate)
+TILE_OVERHEAD_BLOCKS = 1.0
+#: loads within this fraction of the best count as a tie (then the fewest heads in flight)
+TIE = 0.01
+
+
+@attrs.frozen(kw_only=True)
+class TileOrder:
+    """The kernel's ``hg`` and ``snake`` arguments (causal kernels read them)."""
+
+    hg: int = 8
+    snake: bool = False
+
+
+def order_exprs(causal: bool) -> tuple[str, ...]:
+    """C declarators ``p = ...``, ``bh = ...``, ``tile_m = ...`` of persistent tile index
+    ``tile`` (of the kernel's ``tile, MT, BH, TILES``, ``gridDim.x`` and, causal, its ``hg``
+    and ``snake`` arguments), the same for the producer and the consumers."""
+    if not causal:
+        return "bh = tile / MT", "tile_m = tile % MT"
+    g = "(int)gridDim.x"
+    rnd, lane = f"(tile / {g})", f"(tile % {g})"
+    p = (f"p = (snake && ({rnd} & 1) && ({rnd} + 1) * {g} <= TILES) ? "
+         f"{rnd} * {g} + {g} - 1 - {lane} : tile")
+    first = "(p / (MT * hg)) * hg"  # the group's first head
+    heads, r = f"min(hg, BH - {first})", "(p % (MT * hg))"  # the last group may be short
+    return p, f"bh = {first} + {r} % {heads}", f"tile_m = MT - 1 - {r} / {heads}"
+
+
+def tile_at(tile: int, *, causal: bool, bh: int, mt: int, grid: int,
+            order: TileOrder = TileOrder()) -> tuple[int, int]:
+    """(head, query block) of persistent tile index ``tile``: :func:`order_exprs` in Python."""
+    if not causal:
+        return tile // mt, tile % mt
+    rnd, lane = divmod(tile, grid)
+    p = tile
+    if order.snake and rnd % 2 and (rnd + 1) * grid <= bh * mt:
+        p = rnd * grid + grid - 1 - lane
+    first = (p // (mt * order.hg)) * order.hg
+    heads, r = min(order.hg, bh - first), p % (mt * order.hg)
+    return first + r % heads, mt - 1 - r // heads
+
+
+def busiest(trips: Sequence[int], *, bh: int, grid: int, order: TileOrder, np: Any) -> float:
+    """The most work one CTA gets (in KV blocks, each tile its ``trips[query block]`` plus
+    :data:`TILE_OVERHEAD_BLOCKS`) when ``grid`` persistent CTAs run ``bh`` heads in ``order``
+    (``np``: numpy, which the call has at hand)."""
+    mt = len(trips)
+    tiles = bh * mt
+    t = np.arange(tiles)
+    rnd, lane = t // grid, t % grid
+    p = t
+    if order.snake:
+        mirror = (rnd % 2 == 1) & ((rnd + 1) * grid <= tiles)
+        p = np.where(mirror, rnd * grid + grid - 1 - lane, t)
+    first = (p // (mt * order.hg)) * order.hg
+    heads, r = np.minimum(order.hg, bh - first), p % (mt * order.hg)
+    cost = np.asarray(trips, dtype=np.float64)[mt - 1 - r // heads] + TILE_OVERHEAD_BLOCKS
+    return float(np.bincount(lane, weights=cost, minlength=min(grid, tiles)).max())
+
+
+def choose(trips: Sequence[int], *, bh: int, grid: int, np: Any) -> TileOrder:
+    """The causal order whose busiest CTA has the least work (:func:`busiest`).  Among those
+    within :data:`TIE` of it, the default order (groups of 8, no snake: the order measured
+    before this choice existed) where it is one of them, else the fewest heads in flight (the
+    smallest group, then no snake)."""
+    found = [(busiest(trips, bh=bh, grid=grid, order=o, np=np), o)
+             for o in (TileOrder(hg=g, snake=s) for g in GROUPS for s in (False, True))]
+    best = min(load for load, _ in found)
+    near = [o for load, o in found if load <= best * (1 + TIE)]
+    return TileOrder() if TileOrder() in near else min(near, key=lambda o: (o.hg, o.snake))
