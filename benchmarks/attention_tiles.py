@@ -52,6 +52,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "c2-st3": {**_C2, "q_stages": "1", "stages": "3"},
     "c3-q2-st3": {**_C3, "q_stages": "2", "stages": "3"},
     "st3": {"stages": "3"},
+    "bn128-st3": {"block_n": "128", "stages": "3"},
+    "bn128-q2": {"block_n": "128", "q_stages": "2", "stages": "2"},
+    "bn176-q1": {"block_n": "176", "q_stages": "1", "stages": "2"},
     # causal tile orders in place of the call's choice (tile_order.choose): "hg,snake"
     "order8": {"order": "8,0"},
     "order2": {"order": "2,0"},

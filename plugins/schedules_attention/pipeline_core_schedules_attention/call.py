@@ -57,10 +57,11 @@ SHORT_KEYS = 2048
 #: and what each tile pays at its start weighs: Q double-buffered (``-p q_stages=2``: the next
 #: tile's Q, and the K and V blocks behind it, load while this tile runs) and a ring of 3 on
 #: 2 consumers at D=64 (benchmarks/results/attention_short_h100.jsonl); at D=128 causal a ring
-#: of 3 alone (a second Q beside it does not fit; 1.018x at S=1024); D=128 not causal keeps its
-#: tile (a second Q does not fit beside KV blocks of 176)
+#: of 3 alone (a second Q beside it does not fit; 1.018x at S=1024); at D=128 not causal KV
+#: blocks of 128 with Q double-buffered (a second Q does not fit beside blocks of 176; 1.044x)
 SHORT_TILES = {(64, False): {**_TWO, "q_stages": "2", "stages": "3"},
                (64, True): {**_TWO, "q_stages": "2", "stages": "3"},
+               (128, False): {**_TWO, "q_stages": "2"},
                (128, True): {**_TWO, "stages": "3"}}
 #: the overlaps per head dim, the fastest on the H100 (bf16, benchmarks/results/
 #: attention_speed2_h100.jsonl): the intra-warpgroup overlap alone, at both head dims, causal

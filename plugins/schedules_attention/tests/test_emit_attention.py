@@ -540,11 +540,14 @@ def test_the_short_tile_at_d64_double_buffers_q_on_a_ring_of_three(causal):
     assert call_params(64, True, "bottom_right", short=True)["align"] == "bottom_right"
 
 
-def test_d128_keeps_its_tile_for_short_sequences_unless_causal():
-    """Not causal, D=128 keeps its tile for short sequences (a second Q does not fit beside KV
-    blocks of 176); causal, the short tile is the long one on a ring of 3, Q single."""
-    assert (128, False) not in SHORT_TILES
-    assert call_params(128, False, short=True) == call_params(128, False)
+def test_d128_short_sequences_take_q_double_buffered_or_a_ring_of_three():
+    """At D=128 the short tiles differ from the long ones: not causal, KV blocks of 128 (not
+    176) with Q double-buffered on a ring of 2 (two Q buffers beside blocks of 176 do not fit);
+    causal, the long tile on a ring of 3 with one Q (a second Q beside three stages does not
+    fit)."""
+    short, long = call_params(128, False, short=True), call_params(128, False)
+    assert (long["block_n"], short["block_n"], short["q_stages"]) == ("176", "128", "2")
+    assert "q_stages" not in long and "stages" not in short
     assert call_stages(128, False, short=True) == call_stages(128, False) == CALL_STAGES
     short, long = call_params(128, True, short=True), call_params(128, True)
     assert short == long and "q_stages" not in short and "stages" not in short
@@ -563,8 +566,17 @@ def test_the_calls_d128_causal_short_kernel_proves_safe_on_a_ring_of_three(align
     g = c.launch.geometry
     assert (g.block_m, g.block_n, g.consumers, g.q_stages, g.stages) == (128, 128, 2, 1, 3)
     assert "STAGES = 3, Q_STAGES = 1;" in src and g.smem_bytes <= 227 * 1024
-    assert call._source(128, "bf16", False, "top_left", True)[1] == call._source(
-        128, "bf16", False, "top_left", False)[1]
+
+
+def test_the_calls_d128_short_kernel_not_causal_double_buffers_q_on_blocks_of_128():
+    """Not causal, the D=128 short kernel: SAFE, Q on a ring of 2, K and V on 2 stages of
+    128 x 128, within the H100's 227 KiB, and a source of its own (the long one has blocks of
+    176 and one Q)."""
+    c, src = call._source(128, "bf16", False, "top_left", True)
+    assert c.proof.safe and c.plan.ring("q_full").stages == 2
+    g = c.launch.geometry
+    assert (g.block_n, g.q_stages, g.stages) == (128, 2, 2) and g.smem_bytes <= 227 * 1024
+    assert src != call._source(128, "bf16", False, "top_left", False)[1]
 
 
 def test_a_call_params_stages_wins_the_ring_depth_and_stays_out_of_the_p_parameters(
@@ -667,13 +679,14 @@ def test_the_kernels_q_k_v_stages_and_mbarriers_are_disjoint_and_fit_its_shared_
 def test_the_calls_short_kernels_build_without_spills_and_issue_the_plans_wgmmas(head_dim, causal,
                                                                                  tmp_path):
     """The call's short-sequence kernels (D=64: Q double-buffered, a ring of 3; D=128 causal:
-    a ring of 3, one Q) build for sm_90a with no spill and no serialized wgmma; the SASS issues
+    a ring of 3, one Q; D=128 not causal: Q double-buffered, a ring of 2) build for sm_90a with no spill and no serialized wgmma; the SASS issues
     D/16 HGMMAs of S (64 x block_n, from shared memory) and block_n/16 of PV (64 x D, P from
     registers) for each S and PV step of the consumer's program (identical consumers share one
     emitted program)."""
     c, src = call._source(head_dim, "bf16", causal, "top_left", True)
     g = c.launch.geometry
-    assert (g.q_stages, g.stages, g.consumers) == ((2, 3, 2) if head_dim == 64 else (1, 3, 2))
+    want = {64: (2, 3, 2), 128: (1, 3, 2) if causal else (2, 2, 2)}[head_dim]
+    assert (g.q_stages, g.stages, g.consumers) == want
     proc, cubin = compile_cubin(src, tmp_path, "short")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
