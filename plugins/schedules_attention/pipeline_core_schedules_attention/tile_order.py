@@ -18,7 +18,8 @@ the same answer on every position.
   heads of 32 query blocks on 132 CTAs) left its busiest CTA 1.27x the mean work, since a
   round of 132 positions spans half a group, query blocks 32 down to 16.  :func:`choose`
   picks, per call, the order whose busiest CTA has the least work under that cost (the plan's
-  trips plus :data:`TILE_OVERHEAD_BLOCKS`), the fewest heads in flight among near ties.
+  trips plus :data:`TILE_OVERHEAD_BLOCKS`); among near ties it keeps the default (8 heads, no
+  snake), else takes the fewest heads in flight.
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ GROUPS = (1, 2, 4, 8, 16)
 #: what a tile costs beyond its KV blocks, in KV blocks: the prologue's S and softmax and the
 #: epilogue's PV that overlap nothing of their own tile, and the store (an estimate)
 TILE_OVERHEAD_BLOCKS = 1.0
-#: loads within this fraction of the best count as a tie (then the fewest heads in flight)
+#: loads within this fraction of the best count as a tie (then the default, else the fewest
+#: heads in flight)
 TIE = 0.01
 
 
@@ -59,36 +61,38 @@ def order_exprs(causal: bool) -> tuple[str, ...]:
     return p, f"bh = {first} + {r} % {heads}", f"tile_m = MT - 1 - {r} / {heads}"
 
 
+def _causal_map(t: Any, *, bh: int, mt: int, grid: int, order: TileOrder, where: Any,
+                minimum: Any) -> tuple[Any, Any]:
+    """(head, query block) of causal tile index ``t``, an int or a numpy array of them
+    (``where`` and ``minimum``: the conditional and the minimum for that kind of value)."""
+    rnd, lane = t // grid, t % grid
+    p = t
+    if order.snake:  # every other full round backwards
+        p = where((rnd % 2 == 1) & ((rnd + 1) * grid <= bh * mt), rnd * grid + grid - 1 - lane, t)
+    first = (p // (mt * order.hg)) * order.hg  # the group's first head
+    heads, r = minimum(order.hg, bh - first), p % (mt * order.hg)  # the last group may be short
+    return first + r % heads, mt - 1 - r // heads
+
+
 def tile_at(tile: int, *, causal: bool, bh: int, mt: int, grid: int,
             order: TileOrder = TileOrder()) -> tuple[int, int]:
     """(head, query block) of persistent tile index ``tile``: :func:`order_exprs` in Python."""
     if not causal:
         return tile // mt, tile % mt
-    rnd, lane = divmod(tile, grid)
-    p = tile
-    if order.snake and rnd % 2 and (rnd + 1) * grid <= bh * mt:
-        p = rnd * grid + grid - 1 - lane
-    first = (p // (mt * order.hg)) * order.hg
-    heads, r = min(order.hg, bh - first), p % (mt * order.hg)
-    return first + r % heads, mt - 1 - r // heads
+    return _causal_map(tile, bh=bh, mt=mt, grid=grid, order=order,
+                       where=lambda c, a, b: a if c else b, minimum=min)
 
 
 def busiest(trips: Sequence[int], *, bh: int, grid: int, order: TileOrder, np: Any) -> float:
     """The most work one CTA gets (in KV blocks, each tile its ``trips[query block]`` plus
     :data:`TILE_OVERHEAD_BLOCKS`) when ``grid`` persistent CTAs run ``bh`` heads in ``order``
-    (``np``: numpy, which the call has at hand)."""
+    (``np``: numpy, which the call has at hand; every tile at once)."""
     mt = len(trips)
-    tiles = bh * mt
-    t = np.arange(tiles)
-    rnd, lane = t // grid, t % grid
-    p = t
-    if order.snake:
-        mirror = (rnd % 2 == 1) & ((rnd + 1) * grid <= tiles)
-        p = np.where(mirror, rnd * grid + grid - 1 - lane, t)
-    first = (p // (mt * order.hg)) * order.hg
-    heads, r = np.minimum(order.hg, bh - first), p % (mt * order.hg)
-    cost = np.asarray(trips, dtype=np.float64)[mt - 1 - r // heads] + TILE_OVERHEAD_BLOCKS
-    return float(np.bincount(lane, weights=cost, minlength=min(grid, tiles)).max())
+    t = np.arange(bh * mt)
+    _, block = _causal_map(t, bh=bh, mt=mt, grid=grid, order=order, where=np.where,
+                           minimum=np.minimum)
+    cost = np.asarray(trips, dtype=np.float64)[block] + TILE_OVERHEAD_BLOCKS
+    return float(np.bincount(t % grid, weights=cost, minlength=min(grid, len(t))).max())
 
 
 def choose(trips: Sequence[int], *, bh: int, grid: int, np: Any) -> TileOrder:
