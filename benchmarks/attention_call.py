@@ -26,6 +26,7 @@ Every result is one JSON line on stdout (and in --out/attention.jsonl).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
@@ -120,18 +121,28 @@ def correctness(torch, call, peers, rng, causal=False, random_cases=14, variant=
                 emit({**rec, "variant": variant} if variant else rec)
 
 
+@contextlib.contextmanager
+def params_over(call, params: dict):
+    """``params`` over the call's own choice (``call.CALL_PARAMS``) for the block, the call's
+    own restored after."""
+    base = dict(call.CALL_PARAMS)
+    call.CALL_PARAMS.update(params)
+    try:
+        yield
+    finally:
+        call.CALL_PARAMS.clear()
+        call.CALL_PARAMS.update(base)
+
+
 def each_variant(call, names):
     """Yield each named VARIANTS entry with the call compiling it (CALL_PARAMS wins over the
     call's own CALL_OVERLAPS), the call's own choice restored after."""
-    base = dict(call.CALL_PARAMS)
     for name in names:
-        call.CALL_PARAMS.update(VARIANTS[name])
         call._KERNELS.clear()
         try:
-            yield name
+            with params_over(call, VARIANTS[name]):
+                yield name
         finally:
-            call.CALL_PARAMS.clear()
-            call.CALL_PARAMS.update(base)
             call._KERNELS.clear()
 
 

@@ -85,16 +85,13 @@ def variant(mod, name: str):
     causal tile order (``order``: "hg,snake", ``call.ORDER``), the call's own restored after."""
     params = dict(VARIANTS[name])
     order = params.pop("order", None)
-    base = dict(mod.CALL_PARAMS)
-    mod.CALL_PARAMS.update(params)
     if order is not None:
         hg, snake = (int(x) for x in order.split(","))
         mod.ORDER = TileOrder(hg=hg, snake=bool(snake))
     try:
-        yield
+        with ac.params_over(mod, params):
+            yield
     finally:
-        mod.CALL_PARAMS.clear()
-        mod.CALL_PARAMS.update(base)
         mod.ORDER = None
 
 
