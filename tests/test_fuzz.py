@@ -683,3 +683,16 @@ def test_the_fuzzer_draws_every_registered_schedule_and_target():
             ("warpspecialized-gemm", "h100"), ("flash-attention-fwd", "h100"),
             ("hello", "toy-gpu")} <= seen
     assert any(t not in _buildable(s) for s, t in seen)  # and pairs that do not belong together
+
+
+def test_the_time_cut_marker_is_what_a_seconds_budget_prints_and_a_node_budget_does_not(capsys):
+    """judge_cli_case recognises a search cut by the seconds budget by TIME_CUT in stderr: the
+    line SchedulingRequest.warn_cut prints for it, and not for the repeatable node budget it
+    then judges the case under."""
+    from pipeline_core.scheduling.registry import SchedulingRequest
+
+    request = SchedulingRequest(body=(), edges=(), time_limit=10.0, node_limit=TIME_CUT_NODES)
+    request.warn_cut("CSP", "time-limit")
+    assert TIME_CUT in capsys.readouterr().err
+    request.warn_cut("CSP", "node-limit")
+    assert TIME_CUT not in capsys.readouterr().err
