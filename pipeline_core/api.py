@@ -113,6 +113,37 @@ def require_document_fit(document: Mapping[str, Any], host: PluginHost | None = 
                     document="schedule document")
 
 
+def schedule_warps(document: Mapping[str, Any], host: PluginHost | None = None) -> int | None:
+    """The warps per group the schedule a document names runs on its target, built again from
+    the document's ``params`` (:func:`~pipeline_core.lowering.declared_warps_per_group`); None
+    when the document names no installed schedule and target or its params no longer build.
+
+    Why: ``check --input`` proves the phase lists under the warps each group runs, and a
+    document's ``execution`` record is only its word for that: an edited record (deleted, or
+    1 group x 1 warp) would prove a racy document over fewer warps than the kernel runs."""
+    from pipeline_core.errors import PipelineError
+    from pipeline_core.lowering import declared_warps_per_group
+    from pipeline_core.sync.resolve import document_target, target_profile
+
+    if host is None:
+        from pipeline_core.plugins import default_host
+        host = default_host()
+    schedule, target = document.get("schedule"), document_target(document)
+    if not (isinstance(schedule, str) and schedule in host.schedules and target is not None
+            and target in host.targets):
+        return None
+    recorded = document.get("params")
+    declared = {p.name for p in host.schedules[schedule].params}
+    params = {k: (str(v).lower() if isinstance(v, bool) else str(v))
+              for k, v in (recorded.items() if isinstance(recorded, Mapping) else ())
+              if k in declared and v is not None}
+    try:
+        built, _, _ = build_named(schedule, target=target, params=params, host=host)
+        return declared_warps_per_group(built, target_profile(target, host))
+    except PipelineError:
+        return None
+
+
 def check_config_overrides(overrides: Mapping[str, str], host: PluginHost) -> None:
     """Each ``-c KEY=VALUE`` names a ScheduleConfig field, parses, lies in its bound, and
     ``scheduling`` names a registered strategy (single-buffer schedules never look it up)."""

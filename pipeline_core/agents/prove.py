@@ -54,6 +54,7 @@ import networkx as nx
 from pipeline_core.agents.cluster import Expansion, expand
 from pipeline_core.agents.prove_reduction import prove_reduction, reduction_assumptions
 from pipeline_core.agents.prove_store import prove_store, store_assumptions
+from pipeline_core.agents.records import unrecorded
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Verdict, Violation
 from pipeline_core.edges import DepEdge
 from pipeline_core.ops import DepKind, Op, tag_name
@@ -67,7 +68,8 @@ if TYPE_CHECKING:
 PRIORITY = {HazardKind.DEADLOCK: 0, HazardKind.PHASE_PARITY: 1, HazardKind.SMEM_WAR: 2,
             HazardKind.SMEM_RAW: 3, HazardKind.ACC_RAW: 4, HazardKind.MISSING_PRODUCT: 5,
             HazardKind.DUPLICATE_PRODUCT: 6, HazardKind.PHASE_OVERRUN: 7,
-            HazardKind.PHASE_LAG: 8, HazardKind.WAIT_RANGE: 9, HazardKind.ORDER: 10}
+            HazardKind.PHASE_LAG: 8, HazardKind.WAIT_RANGE: 9, HazardKind.ORDER: 10,
+            HazardKind.UNPROVEN: -1}
 
 #: what every agents verdict assumes (docs/guide/agents.md, "What the checker assumes")
 ASSUMPTIONS = (
@@ -122,7 +124,8 @@ def trip_sequences(plan: Plan) -> list[tuple[int, ...]]:
     ``S`` the deepest ring), for a plan with :attr:`~pipeline_core.plan.Plan.bounds` or a
     :attr:`~pipeline_core.plan.Plan.split` (which also gets n + 1 and 2n output tiles of one
     count, n its agents); none for one whose output tiles all visit the same count and run on
-    every agent (the GEMM: its proofs stay as they were).
+    every agent (the GEMM: its proofs stay as they were); a split's runs are of S + 1 K tiles
+    each, long enough for a wait to meet a stale parity.
     A count below :attr:`~pipeline_core.plan.Plan.min_tiles` other than 0 is raised to it."""
     if plan.bounds is None and plan.split is None:
         return []
@@ -131,8 +134,11 @@ def trip_sequences(plan: Plan) -> list[tuple[int, ...]]:
     out: list[tuple[int, ...]] = []
     sequences: list[tuple[int | str, ...]] = list(TRIP_SEQUENCES)
     if plan.split is not None:  # every agent of the split runs a tile after another's, twice
-        n = len(plan.split.agents)
-        sequences += [(plan.min_tiles + 1,) * (n + 1), (plan.min_tiles + 1,) * (2 * n)]
+        # of S + 1 K tiles: an agent's second tile then starts on a stage whose phase the
+        # other agents' tiles moved on by more than one, so a wait that passes on the stale
+        # parity is seen (of fewer, every stage's phase differs by one at most)
+        n, long = len(plan.split.agents), max(plan.min_tiles + 1, deepest + 1)
+        sequences += [(long,) * (n + 1), (long,) * (2 * n)]
     for seq in sequences:
         counts = tuple(at[x] if isinstance(x, str) else x for x in seq)
         counts = tuple(c and max(c, plan.min_tiles) for c in counts)
@@ -293,11 +299,12 @@ class _Run:
         ref = next((steps for steps in lists if any(wanted(x) for x in steps)), ())
         at = next((i for i, x in enumerate(ref) if wanted(x)), len(ref))
         lag = ref[at].lag if at < len(ref) else 0
-        t = tile + lag
+        t = max(tile + lag, 0)  # a step moved to a negative lag still belongs to the loop
         section, iteration, steps = _section_at(prog, t, self.trips[output])
         before = {_shape(x) for x in ref[:at]}  # counter wait values differ by position
         position = sum(1 for x in steps if _shape(x) in before)
-        insts = self.insts[agent]
+        # an agent that runs no step at all is anchored where the others run
+        insts = self.insts[agent] or [i for xs in self.insts for i in xs]
         base = self.bases[output]
         anchor = next((i for i in reversed(insts) if i.placed.t <= base + t), insts[0])
         name = self.agent_name(agent)
@@ -715,6 +722,7 @@ class _Run:
         self._war()
         self._raw()
         self._accumulators()
+        self._register_fences()
         self._products()
         return self.out
 
@@ -736,7 +744,11 @@ class _Run:
                     continue
                 a = next(a for a in agents if counts[a] != self.trips[o])
                 other = next(b for b in agents if counts[b] == self.trips[o])
-                first = next(i for i in self.insts[a] if i.output == o)
+                # an agent that runs nothing for the tile is reported where the others begin
+                first = next((i for b in (a, other) for i in self.insts[b] if i.output == o),
+                             None)
+                if first is None:
+                    continue
                 self.report(HazardKind.DEADLOCK, first,
                             f"{self.agent_name(a)} runs {counts[a]} K tile"
                             f"{'s' if counts[a] != 1 else ''} for output tile {o + 1} where "
@@ -1241,6 +1253,45 @@ class _Run:
                                 f"no fence on {channel} comes before {self.agent_name(a)}'s first "
                                 "group: its accumulator registers are not ordered before it")
 
+    def _register_fences(self) -> None:
+        """The PTX ISA's fence rule: a register access by the agent's threads (a synchronous op:
+        attention's softmax reading S's accumulators and writing P, the rescale multiplying O)
+        and a later group op that uses the same registers (as accumulator or as register A
+        operand) must have a fence on the group's channel between them; the hardware does not
+        order them otherwise.  Two ops share registers when a dependence joins them (either
+        way, any distance): the schedule's own statement of what each op reads and writes."""
+        related: set[tuple[int, int]] = set()
+        for e in self.edges:
+            related |= {(e.producer, e.consumer), (e.consumer, e.producer)}
+        fenced = {ch for (_, ch) in self.groups}  # the channels whose groups take a fence
+        for a, insts in enumerate(self.insts):
+            since: dict[str, list[_Inst]] = {ch: [] for ch in fenced}
+            for inst in insts:
+                s = inst.step
+                if s.kind == StepKind.FENCE and s.channel in since:
+                    since[s.channel] = []
+                if s.kind != StepKind.OP:
+                    continue
+                eff = self.effect(s.op)
+                if eff is None or eff.counter is None:  # a register access of the threads
+                    for pending in since.values():
+                        pending.append(inst)
+                    continue
+                touched = since.get(eff.counter, [])
+                access = next((y for y in reversed(touched) if (y.step.op, s.op) in related),
+                              None)
+                if access is None:
+                    continue
+                touched.clear()  # one finding per unfenced stretch
+                self.report(HazardKind.ACC_RAW, inst,
+                            f"{self.step_text(access)} accesses registers this group op uses "
+                            f"and no fence on {eff.counter} lies between them: the hardware "
+                            "orders a register access before a later group op only through "
+                            "the fence (PTX ISA, wgmma.fence)", other=access,
+                            fix=Fix("review", inst.placed.section, inst.placed.position,
+                                    f"put a FENCE on {eff.counter} before this step, after "
+                                    f"{tag_name(self.body[access.step.op].tag, self.names)}"))
+
     def _products(self) -> None:
         """Every body op runs exactly once for each K tile 0 .. KT - 1 of every output tile, on
         the agent the schedule gave it: a wgmma step left out is a K tile its accumulator never
@@ -1335,29 +1386,48 @@ def _new_phase() -> dict[str, Any]:
     return {"units": 0, "announced": 0, "landed": 0, "from": [], "copies": [], "complete": False}
 
 
+def longer_runs(plan: Plan) -> list[tuple[int, ...]]:
+    """Runs beyond the proof's own, for an independent judge of an edit the proof accepts: 3
+    and 4 output tiles of every K-tile count, K-tile counts a whole ring period further, and
+    each sequence of output tiles run twice back to back.  The proof's runs are chosen to be
+    enough; these ask the plan again where a rule that is not enough would first fail."""
+    counts = tile_counts(plan)
+    period = math.lcm(plan.stages, *(r.stages for r in plan.rings))
+    longer = sorted({*counts, *(max(counts) + 1 + r for r in range(period))})
+    runs = [(tiles,) * outputs for outputs in (3, 4) for tiles in longer]
+    runs += [(tiles,) * outputs for outputs in output_tiles(plan) for tiles in longer
+             if tiles not in counts]
+    return runs + [q + q for q in trip_sequences(plan)]
+
+
 def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel,
-               *, name: str = "", names: Mapping[int, str] | None = None) -> Verdict:
-    """The verdict on ``plan`` over every timing, for each of :func:`tile_counts`."""
+               *, name: str = "", names: Mapping[int, str] | None = None,
+               longer: bool = False) -> Verdict:
+    """The verdict on ``plan`` over every timing, for each of :func:`tile_counts`; ``longer``
+    adds :func:`longer_runs` (an audit's oracle, not the proof: it costs several times more)."""
     names = dict(names or {})
     names.update({k: v for k, v in sync.tag_names().items() if k not in names})
+    # steps no proof would read are refused before any runs (agents/records.py)
+    found: dict[tuple, Violation] = {finding_key(v): v for v in unrecorded(plan, PRIORITY)}
     cluster = None
-    if plan.cluster is not None:  # every CTA's programs, as one CTA (agents/cluster.py)
+    if plan.cluster is not None and not found:  # every CTA's programs, as one CTA
         cluster = expand(plan, body, edges, sync)
         plan, body, edges = cluster.plan, cluster.body, cluster.edges
-    found: dict[tuple, Violation] = {}
     counts = tile_counts(plan)
     sequences = trip_sequences(plan)
     outputs_of = output_tiles(plan)
     runs = [(tiles,) * outputs for outputs in outputs_of for tiles in counts] + sequences
-    for trips in runs:
+    runs += longer_runs(plan) if longer else []
+    for trips in runs if not found else ():
         run = _Run(plan, body, edges, sync, names, trips, cluster)
         run.build()
         for v in run.check():
             found.setdefault(finding_key(v), v)
-    for v in prove_reduction(plan, sync, names, PRIORITY):  # the CTAs of one output tile
-        found.setdefault(finding_key(v), v)
-    for v in prove_store(plan, sync, names, PRIORITY):  # the staged bulk store's buffers
-        found.setdefault(finding_key(v), v)
+    if not any(v.kind == HazardKind.UNPROVEN for v in found.values()):
+        for v in prove_reduction(plan, sync, names, PRIORITY):  # the CTAs of one output tile
+            found.setdefault(finding_key(v), v)
+        for v in prove_store(plan, sync, names, PRIORITY):  # the staged bulk store's buffers
+            found.setdefault(finding_key(v), v)
     violations = tuple(sorted(found.values(), key=lambda v: v.order))
     agents = ", ".join(p.name for p in plan.programs)
     model = {"name": sync.name, "agents": [p.name for p in plan.programs],

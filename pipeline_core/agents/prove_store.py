@@ -65,6 +65,7 @@ def prove_store(plan: Plan, sync: SyncModel, names: Mapping[int, str],
         return []
     found: dict[tuple, Violation] = {}
     index = {p.name: a for a, p in enumerate(plan.programs)}
+    warp = sync.named_barriers.warp_size if sync.named_barriers is not None else 32
 
     for agent, barrier in zip(st.agents, st.barriers):
         prog = plan.program(agent)
@@ -95,6 +96,25 @@ def prove_store(plan: Plan, sync: SyncModel, names: Mapping[int, str],
 
         syncs = [g for g, (_, _, s) in enumerate(run)
                  if s.kind == StepKind.NAMED_SYNC and s.barrier == barrier]
+        # a sync orders the agent's threads only when it waits for all of them: fewer lets it
+        # pass while a warp still writes the buffer, more never completes (bar.sync id, count)
+        threads = prog.role.warps * warp
+        for g, (_, _, s) in enumerate(run):
+            if s.kind not in (StepKind.NAMED_SYNC, StepKind.NAMED_ARRIVE):
+                continue
+            if s.barrier != barrier or s.kind == StepKind.NAMED_ARRIVE:
+                report(HazardKind.DEADLOCK, g, f"{text(g)} {s.kind.value} names barrier "
+                       f"{s.barrier}, where the store meets its {threads} threads on barrier "
+                       f"{barrier} (BulkStore.barriers) with a sync", f"sync barrier {barrier} "
+                       f"with count {threads}")
+            elif s.value < threads:
+                report(HazardKind.SMEM_RAW, g, f"the sync of barrier {barrier} counts {s.value} "
+                       f"threads of {agent}'s {threads}: it passes while a warp still writes "
+                       "the staging buffer", f"set the sync's count to {threads}")
+            elif s.value > threads:
+                report(HazardKind.DEADLOCK, g, f"the sync of barrier {barrier} waits for "
+                       f"{s.value} threads and {agent} has {threads}: it never completes",
+                       f"set the sync's count to {threads}")
 
         def runs_on(g: int, thread: str) -> bool:
             return thread == ISSUER or run[g][2].kind not in ISSUER_ONLY

@@ -7,7 +7,8 @@ from typing import Any
 from pipeline_core.check.anti_edges import classify_anti_edges
 from pipeline_core.check.counters import CounterModel, model_for_document
 from pipeline_core.check.hazards import Analysis, analyse
-from pipeline_core.check.program import CheckProgram, check_shape, decode, document_warps
+from pipeline_core.check.program import (CheckProgram, DocumentError, check_shape, decode,
+                                          document_warps)
 from pipeline_core.check.slack import wait_slack
 from pipeline_core.check.trace import expand
 from pipeline_core.check.verdict import Verdict
@@ -53,7 +54,7 @@ def modelled_warps(document: Mapping[str, Any], model: CounterModel, requested: 
     model, allowed; the verdict states it (pipeline_core/check/README.md, "Model").
     """
     recorded = document_warps(document)
-    floor = max(recorded or declared, model.fewest_agents)
+    floor = max(recorded or 1, declared, model.fewest_agents)
     if requested is None:
         return floor
     if requested < floor:
@@ -64,6 +65,31 @@ def modelled_warps(document: Mapping[str, Any], model: CounterModel, requested: 
         raise ValueError(f"{flag} {requested}: {why}, and a proof under fewer warps would not "
                          f"cover them: pass {flag} {floor} or more, or leave it out")
     return requested
+
+
+def recorded_warps(document: Mapping[str, Any], host: Any = None) -> int:
+    """The warps per group a document's proof starts from: what its schedule runs on its
+    target (:func:`~pipeline_core.api.schedule_warps`), which a recorded ``execution`` may
+    raise but never lower; a document whose schedule is not installed must record it.
+    Raises :class:`DocumentError` naming the key otherwise: an ``execution`` record deleted or
+    shrunk would prove a racy document over warps the kernel does not run alone."""
+    from pipeline_core.api import schedule_warps
+
+    runs = schedule_warps(document, host)
+    recorded = document_warps(document)
+    if recorded is None and runs is None:
+        raise DocumentError("execution", "missing: a proof models the warps each group runs, and "
+                                         "this document names no installed schedule to take "
+                                         'them from; add "execution": {"groups": G, '
+                                         '"warps_per_group": W} as compile writes it, or '
+                                         "recompile the document")
+    if recorded is not None and runs is not None and recorded < runs:
+        raise DocumentError("execution.warps_per_group",
+                            f"{recorded}, but schedule {document.get('schedule')} runs {runs} "
+                            "warps per group on its target: a proof under fewer warps leaves the "
+                            f"barriers between them unchecked; set it to {runs} or recompile "
+                            "the document")
+    return max(recorded or 1, runs or 1)
 
 
 def check_document(document: Mapping[str, Any], *, model: CounterModel | None = None,
@@ -85,7 +111,8 @@ def check_document(document: Mapping[str, Any], *, model: CounterModel | None = 
         raise ValueError(f"warps_per_group must be >= 1, got {warps_per_group}")
     check_shape(document)
     model = model if model is not None else model_for_document(document, host, target)
-    warps_per_group = modelled_warps(document, model, warps_per_group, flag="warps_per_group")
+    warps_per_group = modelled_warps(document, model, warps_per_group, flag="warps_per_group",
+                                     declared=recorded_warps(document, host))
     program = decode(document, model, groups=groups)
     return check_program(program, iterations=iterations, warps_per_group=warps_per_group,
                          tightest=tightest, document=document)

@@ -137,7 +137,7 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     is added to each fix's text.
     """
     from pipeline_core.api import require_document_fit
-    from pipeline_core.check.checker import check_document, modelled_warps
+    from pipeline_core.check.checker import check_document, modelled_warps, recorded_warps
     from pipeline_core.check.counters import model_for_document
     from pipeline_core.check.program import DocumentError, check_shape
 
@@ -163,6 +163,8 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
             model = attrs.evolve(model, register_interlock=False)
         if getattr(args, "no_lds_order", False):
             model = attrs.evolve(model, lds_in_order=False)
+        if verdict is None and not unproven:  # a document's word on its warps is checked
+            warps_per_group = max(warps_per_group, recorded_warps(document, host))
         warps = modelled_warps(document, model, getattr(args, "warps_per_group", None),
                                declared=warps_per_group)
 

@@ -1,0 +1,96 @@
+"""The plan's records checked against the steps they govern, before any proof runs.
+
+The store, reduction and split proofs each run over the agents their record lists
+(``Plan.store``, ``Plan.reduction``, ``Plan.split``), and the main proof unrolls only the
+K-loop sections: a step of a store or reduction kind in an agent no record lists, or in a
+section no proof reads, is a step the emitter writes and nothing proves.  A plan edited that way
+(the record set to None, an agent left off its list) would otherwise pass with its store waits,
+fences or counter acquires unchecked.  Every such step is refused here as **UNPROVEN**, naming
+the record to restore; a record naming an agent the plan lacks is refused the same way, so no
+proof later looks up a missing agent.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from pipeline_core.check.verdict import Fix, HazardKind, Site, Violation
+from pipeline_core.plan import AgentProgram, Plan, StepKind
+from pipeline_core.sync.model import BULK_STORE_STEPS, REDUCTION_STEPS
+
+STORE_KINDS = frozenset(StepKind(k) for k in BULK_STORE_STEPS)
+REDUCTION_KINDS = frozenset(StepKind(k) for k in REDUCTION_STEPS)
+#: what each once-per-tile section may hold: the steps its own proof reads
+SECTION_KINDS = {"store": STORE_KINDS | {StepKind.NAMED_SYNC},
+                 "drain": STORE_KINDS, "finish": REDUCTION_KINDS}
+LOOP_SECTIONS = ("prologue", "kernel", "epilogue")
+
+
+def _steps(prog: AgentProgram) -> Iterator[tuple[str, int, StepKind, int]]:
+    """(section, position, kind, output_lag) of every step of ``prog``."""
+    for it in prog.prologue:
+        yield from (("prologue", p, s.kind, s.output_lag) for p, s in enumerate(it))
+    yield from (("kernel", p, s.kind, s.output_lag) for p, s in enumerate(prog.kernel))
+    for it in prog.epilogue:
+        yield from (("epilogue", p, s.kind, s.output_lag) for p, s in enumerate(it))
+    for section in ("finish", "store", "drain"):
+        yield from ((section, p, s.kind, s.output_lag)
+                    for p, s in enumerate(getattr(prog, section)))
+
+
+def unrecorded(plan: Plan, priority: Mapping[HazardKind, int]) -> list[Violation]:
+    """The findings on steps no proof would read (none for a derived plan); ``priority``
+    orders them as the agents checker orders its own."""
+    found: list[Violation] = []
+    names = [p.name for p in plan.programs]
+
+    def report(a: int, section: str, pos: int, what: str, fix: str) -> None:
+        agent = names[a]
+        found.append(Violation(HazardKind.UNPROVEN,
+                               Site(section, pos, 0, a, op=f"{agent} {what}", agent=agent),
+                               f"{agent}'s {what} is written into the kernel and proven by "
+                               "nothing: " + fix,
+                               fix=Fix(action="review", phase=section, index=pos, text=fix),
+                               order=(priority[HazardKind.UNPROVEN], 0, 0, 0, a, pos)))
+
+    def refuse(record: str, message: str, fix: str) -> None:  # a record's own fault
+        found.append(Violation(HazardKind.UNPROVEN, Site("plan", 0, 0, 0, op=record), message,
+                               fix=Fix(action="review", phase="plan", index=0, text=fix),
+                               order=(priority[HazardKind.UNPROVEN], 0, 0, 0, 0, 0)))
+
+    records = {"Plan.store": plan.store.agents if plan.store is not None else (),
+               "Plan.reduction": plan.reduction.agents if plan.reduction is not None else (),
+               "Plan.split": plan.split.agents if plan.split is not None else ()}
+    for record, agents in records.items():
+        for name in agents:
+            if name not in names:
+                refuse(record, f"{record} lists agent {name!r}, which the plan does not have "
+                       f"(agents: {', '.join(names)})", f"list only the plan's agents in {record}")
+    if plan.store is not None and len(plan.store.barriers) != len(plan.store.agents):
+        refuse("Plan.store", f"Plan.store lists {len(plan.store.agents)} agents and "
+               f"{len(plan.store.barriers)} barriers: an agent without its barrier is not proven",
+               "give Plan.store one barrier per storing agent")
+    for a, prog in enumerate(plan.programs):
+        for section, pos, kind, output_lag in _steps(prog):
+            what = f"{kind.value.upper()} ({section}[{pos}])"
+            allowed = SECTION_KINDS.get(section)
+            if allowed is not None and kind not in allowed:
+                report(a, section, pos, what, f"a {section} section holds only "
+                       f"{', '.join(sorted(k.value for k in allowed))} steps; move it to its "
+                       "section or drop it")
+            elif allowed is None and kind in STORE_KINDS | REDUCTION_KINDS:
+                report(a, section, pos, what, f"a {kind.value} step belongs in the "
+                       f"{'finish' if kind in REDUCTION_KINDS else 'store or drain'} section")
+            elif section in ("store", "drain") and prog.name not in records["Plan.store"]:
+                report(a, section, pos, what, "restore Plan.store with this agent in its "
+                       "agents (and its barrier), or drop the agent's store steps")
+            elif section == "finish" and prog.name not in records["Plan.reduction"]:
+                report(a, section, pos, what, "restore Plan.reduction with this agent in its "
+                       "agents, or drop the agent's finish steps")
+            elif output_lag and prog.name not in records["Plan.split"]:
+                report(a, section, pos, what, "an output_lag step orders the output tiles of "
+                       "a tile split: restore Plan.split with this agent, or set output_lag 0")
+        if prog.split_base != "all" and prog.name not in records["Plan.split"]:
+            report(a, "plan", 0, f"split_base {prog.split_base!r}", "only an agent of "
+                   "Plan.split counts its ring positions by its own output tiles; restore "
+                   "Plan.split or set split_base 'all'")
+    return found
