@@ -7,7 +7,7 @@ with an exception (a crash: the count must be 0); of the accepted, how many the 
 same plan proven with ``longer=True``) finds unsafe (must be 0), and the accepted edits grouped
 by what they changed, for the reader to judge why they are harmless.  Needs no GPU.
 
-    python benchmarks/plan_edit_audit.py [--variant NAME] [--limit N] [--json FILE]
+    python benchmarks/plan_edit_audit.py [--variant NAME] [--limit N] [--stride N] [--json FILE]
 """
 from __future__ import annotations
 
@@ -60,14 +60,14 @@ def ask(c, plan, *, longer: bool = False):
     return ("accepted" if v.safe else "refused"), v
 
 
-def audit(label: str, limit: int | None = None) -> dict:
+def audit(label: str, limit: int | None = None, stride: int = 1) -> dict:
     from pipeline_core.check.plan_edits import plan_edits
 
     c = compiled(label)
     counts: collections.Counter[str] = collections.Counter()
     harmless: collections.Counter[str] = collections.Counter()
     crashes, oracle_unsafe = [], []
-    for n, edit in enumerate(plan_edits(c.plan)):
+    for n, edit in enumerate(list(plan_edits(c.plan))[::stride]):
         if limit is not None and n >= limit:
             break
         try:
@@ -95,11 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variant", action="append", choices=sorted(VARIANTS))
     ap.add_argument("--limit", type=int, default=None, help="edits per variant (all)")
+    ap.add_argument("--stride", type=int, default=1, help="every Nth edit (1: all)")
     ap.add_argument("--json", help="write the results here as JSON lines")
     args = ap.parse_args(argv)
     bad = 0
     for label in args.variant or list(VARIANTS):
-        r = audit(label, args.limit)
+        r = audit(label, args.limit, args.stride)
         bad += len(r["crashes"]) + len(r["oracle_unsafe"])
         print(f"{label}: {r['edits']} edits, {r.get('refused', 0)} refused, "
               f"{r.get('refused by the record', 0)} refused by the record, "

@@ -127,7 +127,11 @@ def test_the_proof_covers_empty_tiles_odd_counts_and_one_or_two_output_tiles():
     assert v.model["output_tiles"] == [1, 2]  # consumer1 idle, then one tile each
     assert any(0 in q for q in sequences)  # an output tile with no K tile passes its turn on
     assert any(len(q) % 2 for q in sequences)  # consumer0 takes the last tile
-    assert (2, 2, 2, 2) in sequences  # each consumer runs a second tile after the other's
+    # each consumer runs a second tile after the other's, each of S + 1 K tiles: long enough
+    # that a wait moved before its turn meets a stage two phases on (a stale parity)
+    long = v.model["stages"] + 1  # the fixture's rings are all of the plan's depth
+    assert (2, 2, 2, 2) in sequences
+    assert (long,) * 4 in sequences and (long,) * 3 in sequences
 
 
 def test_a_split_without_the_ordering_lets_a_wait_pass_on_a_stale_parity():

@@ -124,8 +124,8 @@ def trip_sequences(plan: Plan) -> list[tuple[int, ...]]:
     ``S`` the deepest ring), for a plan with :attr:`~pipeline_core.plan.Plan.bounds` or a
     :attr:`~pipeline_core.plan.Plan.split` (which also gets n + 1 and 2n output tiles of one
     count, n its agents); none for one whose output tiles all visit the same count and run on
-    every agent (the GEMM: its proofs stay as they were); a split's runs are of S + 1 K tiles
-    each, long enough for a wait to meet a stale parity.
+    every agent (the GEMM: its proofs stay as they were); a split's runs are also of S + 1 K
+    tiles each, long enough for a wait to meet a stale parity.
     A count below :attr:`~pipeline_core.plan.Plan.min_tiles` other than 0 is raised to it."""
     if plan.bounds is None and plan.split is None:
         return []
@@ -137,8 +137,9 @@ def trip_sequences(plan: Plan) -> list[tuple[int, ...]]:
         # of S + 1 K tiles: an agent's second tile then starts on a stage whose phase the
         # other agents' tiles moved on by more than one, so a wait that passes on the stale
         # parity is seen (of fewer, every stage's phase differs by one at most)
-        n, long = len(plan.split.agents), max(plan.min_tiles + 1, deepest + 1)
-        sequences += [(long,) * (n + 1), (long,) * (2 * n)]
+        n = len(plan.split.agents)
+        for count in (plan.min_tiles + 1, max(plan.min_tiles + 1, deepest + 1)):
+            sequences += [(count,) * (n + 1), (count,) * (2 * n)]
     for seq in sequences:
         counts = tuple(at[x] if isinstance(x, str) else x for x in seq)
         counts = tuple(c and max(c, plan.min_tiles) for c in counts)
@@ -280,17 +281,22 @@ class _Run:
         return Site(p.section, p.position, inst.local, inst.agent, op=self.step_text(inst),
                     agent=self.agent_name(inst.agent))
 
-    def report(self, kind: HazardKind, inst: _Inst, message: str, other: _Inst | None = None,
-               fix: Fix | None = None, rank: int = 0, site: Site | None = None) -> None:
+    def report(self, kind: HazardKind, inst: _Inst | None, message: str,
+               other: _Inst | None = None, fix: Fix | None = None, rank: int = 0,
+               site: Site | None = None) -> None:
         """One finding; ``rank`` orders findings of one kind (a direct cause first); ``site``
-        replaces ``inst``'s own (a step that is missing is reported where it belongs)."""
-        self.out.append(Violation(kind, site or self.site(inst), message,
+        replaces ``inst``'s own (a step that is missing is reported where it belongs, and
+        ``inst`` is None when no agent runs a step to anchor it)."""
+        where = site or self.site(inst) if inst is not None else site
+        assert where is not None
+        agent, n = (inst.agent, inst.n) if inst is not None else (where.group, 0)
+        self.out.append(Violation(kind, where, message,
                                   self.site(other) if other is not None else None, fix,
                                   order=(PRIORITY[kind], self.outputs, rank, self.trips,
-                                         inst.agent, inst.n)))
+                                         agent, n)))
 
     def missing_site(self, agent: int, wanted: Callable[[Step], bool], tile: int,
-                     text: str, output: int = 0) -> tuple[Site, _Inst]:
+                     text: str, output: int = 0) -> tuple[Site, _Inst | None]:
         """Where the step ``wanted`` picks would run for ``tile`` of ``output`` had it not been
         left out: its section and position (found from where the step sits elsewhere in the
         agent's program), and the instance just before it (the finding's anchor)."""
@@ -306,7 +312,8 @@ class _Run:
         # an agent that runs no step at all is anchored where the others run
         insts = self.insts[agent] or [i for xs in self.insts for i in xs]
         base = self.bases[output]
-        anchor = next((i for i in reversed(insts) if i.placed.t <= base + t), insts[0])
+        anchor = next((i for i in reversed(insts) if i.placed.t <= base + t),
+                      insts[0] if insts else None)
         name = self.agent_name(agent)
         return Site(section, position, tile, agent,
                     op=f"{name} {text} for tile {tile}{_of_output(output)} (missing)",
@@ -742,8 +749,9 @@ class _Run:
                 counts = {a: self.trips_of(a)[o] for a in agents if self.runs(a, o)}
                 if len(set(counts.values())) < 2:
                     continue
-                a = next(a for a in agents if counts[a] != self.trips[o])
-                other = next(b for b in agents if counts[b] == self.trips[o])
+                a = next(a for a in counts if counts[a] != self.trips[o])
+                other = next((b for b in counts if counts[b] == self.trips[o]),
+                             next(b for b in counts if counts[b] != counts[a]))
                 # an agent that runs nothing for the tile is reported where the others begin
                 first = next((i for b in (a, other) for i in self.insts[b] if i.output == o),
                              None)
@@ -1408,7 +1416,8 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
     names = dict(names or {})
     names.update({k: v for k, v in sync.tag_names().items() if k not in names})
     # steps no proof would read are refused before any runs (agents/records.py)
-    found: dict[tuple, Violation] = {finding_key(v): v for v in unrecorded(plan, PRIORITY)}
+    found: dict[tuple, Violation] = {finding_key(v): v
+                                    for v in unrecorded(plan, len(body), sync, PRIORITY)}
     cluster = None
     if plan.cluster is not None and not found:  # every CTA's programs, as one CTA
         cluster = expand(plan, body, edges, sync)

@@ -14,32 +14,37 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Violation
-from pipeline_core.plan import AgentProgram, Plan, StepKind
-from pipeline_core.sync.model import BULK_STORE_STEPS, REDUCTION_STEPS
+from pipeline_core.plan import AgentProgram, Plan, Step, StepKind
+from pipeline_core.sync.model import BULK_STORE_STEPS, REDUCTION_STEPS, SyncModel
 
 STORE_KINDS = frozenset(StepKind(k) for k in BULK_STORE_STEPS)
 REDUCTION_KINDS = frozenset(StepKind(k) for k in REDUCTION_STEPS)
 #: what each once-per-tile section may hold: the steps its own proof reads
 SECTION_KINDS = {"store": STORE_KINDS | {StepKind.NAMED_SYNC},
                  "drain": STORE_KINDS, "finish": REDUCTION_KINDS}
-LOOP_SECTIONS = ("prologue", "kernel", "epilogue")
+#: steps that name a ring, a counter channel, a named barrier (what each must exist as)
+RING_KINDS = frozenset({StepKind.PHASE_WAIT, StepKind.ARRIVE, StepKind.EXPECT_TX})
+COUNTER_KINDS = frozenset({StepKind.COMMIT, StepKind.COUNTER_WAIT, StepKind.FENCE})
+NAMED_KINDS = frozenset({StepKind.NAMED_SYNC, StepKind.NAMED_ARRIVE})
 
 
-def _steps(prog: AgentProgram) -> Iterator[tuple[str, int, StepKind, int]]:
-    """(section, position, kind, output_lag) of every step of ``prog``."""
+def _steps(prog: AgentProgram) -> Iterator[tuple[str, int, Step]]:
+    """(section, position, step) of every step of ``prog``."""
     for it in prog.prologue:
-        yield from (("prologue", p, s.kind, s.output_lag) for p, s in enumerate(it))
-    yield from (("kernel", p, s.kind, s.output_lag) for p, s in enumerate(prog.kernel))
+        yield from (("prologue", p, s) for p, s in enumerate(it))
+    yield from (("kernel", p, s) for p, s in enumerate(prog.kernel))
     for it in prog.epilogue:
-        yield from (("epilogue", p, s.kind, s.output_lag) for p, s in enumerate(it))
+        yield from (("epilogue", p, s) for p, s in enumerate(it))
     for section in ("finish", "store", "drain"):
-        yield from ((section, p, s.kind, s.output_lag)
-                    for p, s in enumerate(getattr(prog, section)))
+        yield from ((section, p, s) for p, s in enumerate(getattr(prog, section)))
 
 
-def unrecorded(plan: Plan, priority: Mapping[HazardKind, int]) -> list[Violation]:
-    """The findings on steps no proof would read (none for a derived plan); ``priority``
-    orders them as the agents checker orders its own."""
+def unrecorded(plan: Plan, ops: int, sync: SyncModel, priority: Mapping[HazardKind, int]
+               ) -> list[Violation]:
+    """The findings on steps no proof would read (none for a derived plan): also a step that
+    names an op past the body's ``ops``, a ring the plan lacks, a channel the sync model
+    lacks, or a named barrier outside the target's; ``priority`` orders them as the agents
+    checker orders its own."""
     found: list[Violation] = []
     names = [p.name for p in plan.programs]
 
@@ -69,11 +74,26 @@ def unrecorded(plan: Plan, priority: Mapping[HazardKind, int]) -> list[Violation
         refuse("Plan.store", f"Plan.store lists {len(plan.store.agents)} agents and "
                f"{len(plan.store.barriers)} barriers: an agent without its barrier is not proven",
                "give Plan.store one barrier per storing agent")
+    rings = {r.name for r in plan.rings}
+    counters = {c.name for c in sync.channels}
+    ids = sync.named_barriers.ids if sync.named_barriers is not None else 0
     for a, prog in enumerate(plan.programs):
-        for section, pos, kind, output_lag in _steps(prog):
+        for section, pos, step in _steps(prog):
+            kind = step.kind
             what = f"{kind.value.upper()} ({section}[{pos}])"
             allowed = SECTION_KINDS.get(section)
-            if allowed is not None and kind not in allowed:
+            if kind == StepKind.OP and not 0 <= step.op < ops:
+                report(a, section, pos, what, f"op {step.op} is no op of the body (0..{ops - 1})")
+            elif kind in RING_KINDS and step.channel not in rings:
+                report(a, section, pos, what, f"ring {step.channel!r} is none of the plan's "
+                       f"({', '.join(sorted(rings))})")
+            elif kind in COUNTER_KINDS and step.channel not in counters:
+                report(a, section, pos, what, f"channel {step.channel!r} is none of sync model "
+                       f"{sync.name}'s ({', '.join(sorted(counters))})")
+            elif kind in NAMED_KINDS and not 0 <= step.barrier < ids:
+                report(a, section, pos, what, f"named barrier {step.barrier} is outside the "
+                       f"target's 0..{ids - 1}")
+            elif allowed is not None and kind not in allowed:
                 report(a, section, pos, what, f"a {section} section holds only "
                        f"{', '.join(sorted(k.value for k in allowed))} steps; move it to its "
                        "section or drop it")
@@ -86,7 +106,7 @@ def unrecorded(plan: Plan, priority: Mapping[HazardKind, int]) -> list[Violation
             elif section == "finish" and prog.name not in records["Plan.reduction"]:
                 report(a, section, pos, what, "restore Plan.reduction with this agent in its "
                        "agents, or drop the agent's finish steps")
-            elif output_lag and prog.name not in records["Plan.split"]:
+            elif step.output_lag and prog.name not in records["Plan.split"]:
                 report(a, section, pos, what, "an output_lag step orders the output tiles of "
                        "a tile split: restore Plan.split with this agent, or set output_lag 0")
         if prog.split_base != "all" and prog.name not in records["Plan.split"]:

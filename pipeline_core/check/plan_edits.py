@@ -12,7 +12,7 @@ sample by index is the same sample on every machine.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -97,38 +97,52 @@ def _program_edits(prog: "AgentProgram", channels: tuple[str, ...]
                                                                     warps=prog.role.warps + d))
 
 
+def _program(a: int, changed: "AgentProgram") -> Callable[["Plan"], "Plan"]:
+    return lambda p: attrs.evolve(p, programs=p.programs[:a] + (changed,) + p.programs[a + 1:])
+
+
+def _ring(r: int, field: str, value: Any) -> Callable[["Plan"], "Plan"]:
+    return lambda p: attrs.evolve(p, rings=p.rings[:r] + (attrs.evolve(p.rings[r], **{field: value}),)
+                                  + p.rings[r + 1:])
+
+
+def _record(name: str, **fields: Any) -> Callable[["Plan"], "Plan"]:
+    """The plan with record ``name`` dropped (no ``fields``) or with ``fields`` changed."""
+    def edit(p: "Plan") -> "Plan":
+        changes: dict[str, Any] = {
+            name: attrs.evolve(getattr(p, name), **fields) if fields else None}
+        return attrs.evolve(p, **changes)
+    return edit
+
+
 def plan_edits(plan: "Plan") -> Iterator[PlanEdit]:
     """Every single edit of ``plan``'s programs, rings and records, in a fixed order."""
-    ev = attrs.evolve
     channels = tuple(sorted({r.name for r in plan.rings}))
     for a, prog in enumerate(plan.programs):
         for what, changed in _program_edits(prog, channels):
-            yield PlanEdit(description=f"{prog.name} {what}",
-                           apply=lambda p, a=a, c=changed: ev(
-                               p, programs=p.programs[:a] + (c,) + p.programs[a + 1:]))
+            yield PlanEdit(description=f"{prog.name} {what}", apply=_program(a, changed))
     for r, ring in enumerate(plan.rings):
-        variants = [("stages", ring.stages + 1), ("stages", ring.stages - 1),
-                    ("arrivals", ring.arrivals + 1), ("arrivals", ring.arrivals - 1),
-                    ("tx_bytes", ring.tx_bytes // 2), ("once", not ring.once),
-                    ("release_lag", ring.release_lag + 1), ("ctas", ring.ctas + 1)]
+        variants: list[tuple[str, Any]] = [
+            ("stages", ring.stages + 1), ("stages", ring.stages - 1),
+            ("arrivals", ring.arrivals + 1), ("arrivals", ring.arrivals - 1),
+            ("tx_bytes", ring.tx_bytes // 2), ("once", not ring.once),
+            ("release_lag", ring.release_lag + 1), ("ctas", ring.ctas + 1)]
         for field, value in variants:
             yield PlanEdit(description=f"ring {ring.name} {field} {value}",
-                           apply=lambda p, r=r, f=field, v=value: ev(
-                               p, rings=p.rings[:r] + (ev(p.rings[r], **{f: v}),)
-                               + p.rings[r + 1:]))
-    for record in ("store", "reduction", "split", "cluster", "bounds"):
-        value = getattr(plan, record)
-        if value is None:
+                           apply=_ring(r, field, value))
+    for name in ("store", "reduction", "split", "cluster", "bounds"):
+        record = getattr(plan, name)
+        if record is None:
             continue
-        yield PlanEdit(description=f"Plan.{record} None",
-                       apply=lambda p, f=record: ev(p, **{f: None}))
-        agents = getattr(value, "agents", ())
+        yield PlanEdit(description=f"Plan.{name} None", apply=_record(name))
+        agents: tuple[str, ...] = getattr(record, "agents", ())
         if len(agents) > 1:
-            cut: dict[str, object] = {"agents": agents[:1]}
-            if record == "store":
-                cut["barriers"] = value.barriers[:1]
-            yield PlanEdit(description=f"Plan.{record} lists only {agents[0]}",
-                           apply=lambda p, f=record, c=cut: ev(p, **{f: ev(getattr(p, f), **c)}))
-    yield PlanEdit(description="Plan.stages + 1", apply=lambda p: ev(p, stages=p.stages + 1))
+            cut: dict[str, Any] = {"agents": agents[:1]}
+            if name == "store":
+                cut["barriers"] = getattr(record, "barriers")[:1]
+            yield PlanEdit(description=f"Plan.{name} lists only {agents[0]}",
+                           apply=_record(name, **cut))
+    yield PlanEdit(description="Plan.stages + 1",
+                   apply=lambda p: attrs.evolve(p, stages=p.stages + 1))
     yield PlanEdit(description="Plan.min_tiles + 1",
-                   apply=lambda p: ev(p, min_tiles=p.min_tiles + 1))
+                   apply=lambda p: attrs.evolve(p, min_tiles=p.min_tiles + 1))
