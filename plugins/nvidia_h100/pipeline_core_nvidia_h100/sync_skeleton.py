@@ -194,7 +194,7 @@ def plan_skeleton(compiled: CompiledSchedule, p: AgentProgram, *,
 
 _POS = r"(?:\(rb \+ t(?: - (?P<lag>\d+))?\)|(?P<once>\bo\b))"
 _PHASE = r"\+ \((?P<phase>-?\d+)\)\) & 1\)"
-#: each statement's pattern and how its match becomes a word, first match wins per statement
+#: each word's statement pattern (no two overlap; a line may hold several statements)
 _WORDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((w, re.compile(p)) for w, p in (
     ("mbarrier.wait.cluster", rf"mbar_wait_cluster\((?P<ring>\w+)_bar\(\({_POS}.*?{_PHASE}"),
     ("mbarrier.wait", rf"mbar_wait(?:_bounded)?\((?P<ring>\w+)_bar\(\({_POS}.*?{_PHASE}"),
@@ -304,12 +304,10 @@ def kernel_skeleton(source: str, role: str, consumer: int = 0) -> list[Found]:
             store_bar = _store_bar(bar["expr"], consumer)
         if section is None:
             continue
-        words = [(m.start(), _word(w, m, store_bar)) for w, p in _WORDS
-                 for m in [p.search(stripped)] if m]
-        if words:
-            found.append(Found(section=section, sync=min(words, key=lambda x: x[0])[1],
-                               line=no, text=text))
-        elif section.split()[0] in _STEP_SECTIONS and not _FRAME.match(stripped):
+        words = sorted(((m.start(), _word(w, m, store_bar)) for w, p in _WORDS
+                        for m in p.finditer(stripped)), key=lambda x: x[0])
+        found += [Found(section=section, sync=word, line=no, text=text) for _, word in words]
+        if not words and section.split()[0] in _STEP_SECTIONS and not _FRAME.match(stripped):
             found.append(Found(section=section, sync=Sync(what="op"), line=no, text=text))
     return found
 
