@@ -163,7 +163,8 @@ def test_a_mismatch_past_the_end_names_the_missing_and_the_extra_statement():
     c, src = _source("store=tma")
     drained = src.replace("if (wtid == 0) pcgc::bulk_wait<0>();", "")
     assert re.search(r"section drain, position 0: expected plan step "
-                     r"store_drain\(channel=store\) -> bulk\.wait_group\(0\) \[drain\], found no kernel statement",
+                     r"store_drain\(channel=store\) -> bulk\.wait_group\(0\) \[drain\], "
+                     r"found no kernel statement",
                      _mismatch(c, drained))
     # a statement written twice on one line is two words: the second is one the plan lacks
     extra = src.replace("wgmma_commit();", "wgmma_commit(); wgmma_commit();", 1)
