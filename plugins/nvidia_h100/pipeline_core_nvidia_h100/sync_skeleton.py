@@ -13,10 +13,13 @@ program begins (``skeleton.ROLE_MARK`` / ``SECTION_MARK``: comments, so the mach
 unchanged).  The skeleton's vocabulary (:class:`Sync`, ``what``):
 
 * ``mbarrier.wait`` / ``mbarrier.wait.cluster`` (ring, position, phase offset),
-  ``mbarrier.expect_tx`` (ring, position, bytes), ``mbarrier.arrive`` (ring, position),
-  ``mbarrier.arrive.peer`` (ring, position, peer CTA, scope); the position is the step's lag
-  behind the loop's K tile, or ``once`` for a step whose position is the output tile;
-* ``bar.sync`` / ``bar.arrive`` (named barrier id, thread count);
+  ``mbarrier.expect_tx`` (ring, position, bytes), ``mbarrier.arrive`` (ring, position,
+  arriving: ``thread`` for a single-issuer program, ``warp`` for one arrival per warp, the
+  counts the ring's arrivals were proven with), ``mbarrier.arrive.peer`` (ring, position, peer
+  CTA, scope, arriving); the position is the step's lag behind the loop's K tile, or ``once``
+  for a step whose position is the output tile;
+* ``bar.sync`` / ``bar.arrive`` (named barrier id, thread count, and the output-tile lag of a
+  turn that skips the CTA's first tiles, ``Step.output_lag``, when it has one);
 * ``wgmma.fence``, ``wgmma.commit_group``, ``wgmma.wait_group`` (groups left pending);
 * ``fence.proxy.async`` (generic -> async proxy), ``fence.gpu`` (``__threadfence``: split-K's
   release and acquire);
@@ -113,7 +116,9 @@ class SkeletonMismatch(AssertionError):
 def _describe(s: Step) -> str:
     fields = [f"{k}={v}" for k, v in (("channel", s.channel), ("lag", s.lag),
                                       ("value", s.value), ("barrier", s.barrier),
-                                      ("phase_offset", s.phase_offset), ("once", s.once))
+                                      ("phase_offset", s.phase_offset), ("once", s.once),
+                                      ("output_lag", s.output_lag), ("peer", s.peer),
+                                      ("scope", s.scope))
               if v not in ("", 0, -1, False)]
     return f"{s.kind.value}({', '.join(fields)})"
 
@@ -124,12 +129,15 @@ def _position(s: Step) -> Arg:
     return "once" if s.once else s.lag
 
 
-def step_syncs(s: Step, consumers: int) -> tuple[Sync, ...]:
+def step_syncs(s: Step, consumers: int, single_issuer: bool) -> tuple[Sync, ...]:
     """The words one plan step lowers to (``consumers``: the consumer warp groups, whose threads
-    split-K's counter steps sync on).  Data steps (a stage write, a slice's stores and reads) and
+    split-K's counter steps sync on; ``single_issuer``: the agent's program runs on one thread,
+    else each warp arrives once).  Data steps (a stage write, a slice's stores and reads) and
     hints have none: they order nothing."""
     pos = _position(s)
     k = s.kind
+    who = "thread" if single_issuer else "warp"
+    turn = (s.output_lag,) if s.output_lag else ()
     if k == StepKind.PHASE_WAIT:
         what = "mbarrier.wait.cluster" if s.scope == "cluster" else "mbarrier.wait"
         return (Sync(what=what, args=(s.channel, pos, s.phase_offset)),)
@@ -139,16 +147,16 @@ def step_syncs(s: Step, consumers: int) -> tuple[Sync, ...]:
         if s.peer:
             return (Sync(what="mbarrier.arrive.peer",
                          args=(s.channel, pos, s.peer, "cluster" if s.scope == "cluster"
-                               else "cta")),)
-        return (Sync(what="mbarrier.arrive", args=(s.channel, pos)),)
+                               else "cta", who)),)
+        return (Sync(what="mbarrier.arrive", args=(s.channel, pos, who)),)
     split = Sync(what="bar.sync", args=(SPLIT_BARRIER, 128 * consumers))
     table: dict[StepKind, tuple[Sync, ...]] = {
         StepKind.OP: (Sync(what="op"),),
         StepKind.FENCE: (Sync(what="wgmma.fence"),),
         StepKind.COMMIT: (Sync(what="wgmma.commit_group"),),
         StepKind.COUNTER_WAIT: (Sync(what="wgmma.wait_group", args=(s.value,)),),
-        StepKind.NAMED_SYNC: (Sync(what="bar.sync", args=(s.barrier, s.value)),),
-        StepKind.NAMED_ARRIVE: (Sync(what="bar.arrive", args=(s.barrier, s.value)),),
+        StepKind.NAMED_SYNC: (Sync(what="bar.sync", args=(s.barrier, s.value, *turn)),),
+        StepKind.NAMED_ARRIVE: (Sync(what="bar.arrive", args=(s.barrier, s.value, *turn)),),
         StepKind.STORE_WAIT: (Sync(what="bulk.wait_group.read", args=(s.value,)),),
         StepKind.PROXY_FENCE: (Sync(what="fence.proxy.async"),),
         StepKind.STORE_ISSUE: (Sync(what="bulk.store"),),
@@ -187,7 +195,7 @@ def plan_skeleton(compiled: CompiledSchedule, p: AgentProgram, *,
     split = plan.split is not None and p.name in plan.split.agents
     return [Expected(section=sec, sync=w, step=s)
             for sec, steps in _sections(p, once=once, split=split)
-            for s in steps for w in step_syncs(s, consumers)]
+            for s in steps for w in step_syncs(s, consumers, p.role.issuers == 1)]
 
 
 # --- the kernel's skeleton ---------------------------------------------------------------------
@@ -222,10 +230,17 @@ _FRAME = re.compile(r"^(\{.*|\}.*|for \(int t = .*|const int t = .*|#pragma.*|//
 _BRANCH = re.compile(r"^(?P<ind>\s*)(?:\} else )?if \(consumer == (?P<i>\d+)\) \{$")
 _INLINE = re.compile(r"if \(consumer == (?P<i>\d+)\) \{ (?P<code>.*?) \}(?= else |$)")
 _STORE_BAR = re.compile(r"const int store_bar = (?P<expr>[^;]+);")
+#: the guard of a turn that fills an earlier output tile's generation (emit_wgmma's
+#: ``_first_tiles_guard`` and ``_after_tiles``)
+_TURN = re.compile(r"tile >= \(int\)blockIdx\.x \+ (\d+) \* \(int\)gridDim\.x")
+#: one arrival per warp: the arrive is lane 0's
+_PER_WARP = "if (lane == 0) "
 
 
 def _word(what: str, m: re.Match[str], store_bar: int | None) -> Sync:
     g = m.groupdict()
+    before = m.string[:m.start()]
+    who = "warp" if before.endswith(_PER_WARP) else "thread"
     pos: Arg = "once" if g.get("once") else int(g.get("lag") or 0)
     if what.startswith("mbarrier.wait"):
         return Sync(what=what, args=(g["ring"], pos, int(g["phase"])))
@@ -233,12 +248,13 @@ def _word(what: str, m: re.Match[str], store_bar: int | None) -> Sync:
         return Sync(what=what, args=(g["ring"], pos, int(g["n"])))
     if what == "mbarrier.arrive.peer":
         return Sync(what=what, args=(g["ring"], pos, int(g["peer"]),
-                                     "cta" if g["cta"] else "cluster"))
+                                     "cta" if g["cta"] else "cluster", who))
     if what == "mbarrier.arrive":
-        return Sync(what=what, args=(g["ring"], pos))
+        return Sync(what=what, args=(g["ring"], pos, who))
     if what in ("bar.sync", "bar.arrive"):
         bar: Arg = store_bar if g["id"] == "%0" and store_bar is not None else g["id"]
-        return Sync(what=what, args=(int(bar), int(g["n"])))
+        turn = _TURN.search(before)
+        return Sync(what=what, args=(int(bar), int(g["n"]), *([int(turn[1])] if turn else [])))
     return Sync(what=what, args=(int(g["n"]),) if g.get("n") else ())
 
 

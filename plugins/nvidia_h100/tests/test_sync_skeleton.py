@@ -140,9 +140,10 @@ def test_a_wrong_bar_sync_thread_count_fails(monkeypatch):
     assert "bar.sync 1, 128;" in src
     msg = _mismatch(c, src)
     assert re.search(r"role consumer0, section prologue 0, position 0: expected plan step "
-                     r"named_sync\(channel=\w+, value=256, barrier=1, once=True\) -> "
-                     r"bar\.sync\(1, 256\) \[prologue 0\], found kernel line \d+: "
-                     r"'if \(tile >= .*bar\.sync 1, 128;.*' -> bar\.sync\(1, 128\)", msg), msg
+                     r"named_sync\(channel=\w+, value=256, barrier=1, once=True, "
+                     r"output_lag=1\) -> bar\.sync\(1, 256, 1\) \[prologue 0\], found kernel "
+                     r"line \d+: 'if \(tile >= .*bar\.sync 1, 128;.*' -> bar\.sync\(1, 128, 1\)",
+                     msg), msg
 
 
 def test_a_wait_moved_after_its_use_fails():
@@ -203,3 +204,13 @@ def test_the_ptx_has_the_named_barriers_and_group_waits_of_the_skeleton(label, t
     for w in words:
         if w.what == "wgmma.wait_group":
             assert f"wgmma.wait_group.sync.aligned {w.args[0]};" in text, w
+
+
+def test_an_arrive_by_every_thread_instead_of_each_warp_fails():
+    """The ring's arrival count was proven with one arrival per consumer warp: an arrive that
+    lost its lane guard (32 per warp) is another skeleton."""
+    c, src = _source("default")
+    broken = src.replace("if (lane == 0) mbar_arrive(empty_bar(", "mbar_arrive(empty_bar(", 1)
+    assert re.search(r"role consumer0, section \w+.*: expected plan step arrive\(channel=empty.*"
+                     r"-> mbarrier\.arrive\(empty, \d, warp\).*-> mbarrier\.arrive\(empty, \d, "
+                     r"thread\)", _mismatch(c, broken))

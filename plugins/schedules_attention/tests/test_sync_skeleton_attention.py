@@ -52,7 +52,7 @@ def test_every_emitted_attention_kernel_synchronizes_as_its_proven_plan(label):
     check_skeleton(c, src, once=True, label=label)
     once = [w for w in kernel_skeleton(src, "consumers") if w.section == "once"]
     assert [str(w.sync) for w in once] == ["mbarrier.wait(q_full, once, 0)",
-                                           "mbarrier.arrive(q_empty, once)"]
+                                           "mbarrier.arrive(q_empty, once, warp)"]
 
 
 def test_a_consumer_that_skips_the_once_wait_fails_naming_it():
