@@ -43,15 +43,15 @@ from collections.abc import Iterator, Sequence
 
 import attrs
 
-from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, CompiledSchedule, Step,
-                                      StepKind)
+from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, CompiledSchedule,
+                                      ProgramError, Step, StepKind)
 
+# the named barrier split-K's finish syncs the consumer warp groups on
+from pipeline_core_nvidia_h100.emit_wgmma import SPLIT_BARRIER
 from pipeline_core_nvidia_h100.skeleton import ROLE_MARK, SECTION_MARK
-from pipeline_core_nvidia_h100.wgmma_sync import NAMED_BARRIERS
 
-#: the named barrier split-K's finish syncs the consumer warp groups on (the target's last id;
-#: emit_wgmma.SPLIT_BARRIER)
-SPLIT_BARRIER = NAMED_BARRIERS.ids - 1
+#: steps that move data or hint and order nothing: no word of the skeleton
+_NO_SYNC = (StepKind.HINT, StepKind.STAGE_WRITE, StepKind.SLICE_STORE, StepKind.SLICE_READ)
 #: sections whose lines are one step each (a stretch of ``skeleton.agent_stretches``, or the
 #: steps of an output tile with no K tile): there, a line that is no synchronization is an op
 _STEP_SECTIONS = ("prologue", "kernel", "epilogue", "once")
@@ -133,7 +133,8 @@ def step_syncs(s: Step, consumers: int, single_issuer: bool) -> tuple[Sync, ...]
     """The words one plan step lowers to (``consumers``: the consumer warp groups, whose threads
     split-K's counter steps sync on; ``single_issuer``: the agent's program runs on one thread,
     else each warp arrives once).  Data steps (a stage write, a slice's stores and reads) and
-    hints have none: they order nothing."""
+    hints have none: they order nothing; a step of any other kind without words is refused, so
+    a new kind of step cannot pass unchecked."""
     pos = _position(s)
     k = s.kind
     who = "thread" if single_issuer else "warp"
@@ -167,7 +168,12 @@ def step_syncs(s: Step, consumers: int, single_issuer: bool) -> tuple[Sync, ...]
         StepKind.COUNT_ACQUIRE: (Sync(what="counter.acquire"), Sync(what="fence.gpu")),
         StepKind.COUNT_RESET: (split, Sync(what="counter.reset")),
     }
-    return table.get(k, ())
+    if k in _NO_SYNC:
+        return ()
+    if k not in table:
+        raise ProgramError(f"sync skeleton: no words for step {_describe(s)} (a kind the "
+                           "warp-specialized kernels do not write)")
+    return table[k]
 
 
 def _sections(p: AgentProgram, *, once: bool, split: bool) -> Iterator[tuple[str, Sequence[Step]]]:
