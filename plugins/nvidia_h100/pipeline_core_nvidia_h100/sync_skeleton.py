@@ -57,6 +57,8 @@ _NO_SYNC = (StepKind.HINT, StepKind.STAGE_WRITE, StepKind.SLICE_STORE, StepKind.
 _STEP_SECTIONS = ("prologue", "kernel", "epilogue", "once")
 
 Arg = int | str
+#: the section of a synchronization statement that no section mark covers
+OUTSIDE = "outside every section"
 
 
 @attrs.frozen(kw_only=True)
@@ -299,9 +301,10 @@ def _project(lines: Sequence[tuple[int, str]], consumer: int) -> list[tuple[int,
 
 def kernel_skeleton(source: str, role: str, consumer: int = 0) -> list[Found]:
     """The skeleton of ``role``'s region of an emitted kernel (``producer``, ``relay``,
-    ``consumers``; for the consumers, as consumer index ``consumer`` runs it).  Only statements
-    inside a section count: the family's code around them holds no synchronization of the
-    plan's."""
+    ``consumers``; for the consumers, as consumer index ``consumer`` runs it).  A
+    synchronization statement outside every section (in the family's code around them, which
+    the plan has none in) is a word of section :data:`OUTSIDE`, so it fails the check too; ops
+    count only inside the step sections."""
     region: list[tuple[int, str]] = []
     current: str | None = None
     for no, text in enumerate(source.split("\n"), 1):
@@ -324,12 +327,11 @@ def kernel_skeleton(source: str, role: str, consumer: int = 0) -> list[Found]:
         bar = _STORE_BAR.search(stripped)
         if bar:
             store_bar = _store_bar(bar["expr"], consumer)
-        if section is None:
-            continue
         words = sorted(((m.start(), _word(w, m, store_bar)) for w, p in _WORDS
                         for m in p.finditer(stripped)), key=lambda x: x[0])
-        found += [Found(section=section, sync=word, line=no, text=text) for _, word in words]
-        if not words and section.split()[0] in _STEP_SECTIONS and not _FRAME.match(stripped):
+        found += [Found(section=section or OUTSIDE, sync=word, line=no, text=text)
+                  for _, word in words]
+        if not words and section and section.split()[0] in _STEP_SECTIONS and not _FRAME.match(stripped):
             found.append(Found(section=section, sync=Sync(what="op"), line=no, text=text))
     return found
 
