@@ -33,8 +33,10 @@ Sections are matched whole, a loop as one: the plan's prologue iterations, its k
 over K tiles, once), its epilogue iterations, and the ``once`` (the steps of an output tile with
 no K tile, :meth:`AgentProgram.placed` at 0 tiles), ``after`` (a tile split's output-tile turns
 after the last tile), ``finish``, ``store`` and ``drain`` sections, against the regions the
-section marks delimit.  The consumers share one region: it is read once per consumer index,
-keeping only the branches on ``consumer == i`` that index takes.
+section marks delimit (a synchronization statement outside them fails as well).  The words
+are compared in order, a role's whole program at once; the first difference is reported with
+its section and its position there.  The consumers share one region: it is read once per
+consumer index, keeping only the branches on ``consumer == i`` that index takes.
 """
 from __future__ import annotations
 
@@ -331,7 +333,8 @@ def kernel_skeleton(source: str, role: str, consumer: int = 0) -> list[Found]:
                         for m in p.finditer(stripped)), key=lambda x: x[0])
         found += [Found(section=section or OUTSIDE, sync=word, line=no, text=text)
                   for _, word in words]
-        if not words and section and section.split()[0] in _STEP_SECTIONS and not _FRAME.match(stripped):
+        if (not words and section is not None and section.split()[0] in _STEP_SECTIONS
+                and not _FRAME.match(stripped)):
             found.append(Found(section=section, sync=Sync(what="op"), line=no, text=text))
     return found
 

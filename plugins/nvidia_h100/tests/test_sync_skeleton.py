@@ -220,7 +220,8 @@ def test_a_synchronization_outside_the_programs_sections_fails():
     """A statement the family's code adds around the program (here after the output tile) is
     no step of the plan's."""
     c, src = _source("default")
-    broken = src.replace("}  // next output tile", "wgmma_wait<0>();\n        }  // next output tile")
+    tile_end = "}  // next output tile"
+    broken = src.replace(tile_end, "wgmma_wait<0>();\n        " + tile_end)
     assert re.search(r"role consumer0, section outside every section, position 0: expected no "
                      r"plan step, found kernel line \d+: 'wgmma_wait<0>\(\);' -> "
                      r"wgmma\.wait_group\(0\) \[outside every section\]", _mismatch(c, broken))
