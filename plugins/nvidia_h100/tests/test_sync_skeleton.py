@@ -12,6 +12,7 @@ from pipeline_core.api import compile_named
 from pipeline_core.plugin_api import CompiledSchedule
 
 from pipeline_core_nvidia_h100 import skeleton
+from pipeline_core_nvidia_h100.autotune import Candidate
 from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma
 from pipeline_core_nvidia_h100.matmul_call import CALL_STAGES, schedule_params
 from pipeline_core_nvidia_h100.sync_skeleton import (SkeletonMismatch, check_skeleton,
@@ -60,6 +61,10 @@ VARIANTS: dict[str, tuple[dict[str, str], str | None, int | None]] = {
         "bf16 batched ab": GemmVariant(tails=True, b_major="mn", batch="ab"),
         "fp16 batched b": GemmVariant(dtype="fp16", tails=True, batch="b", out_dtype="fp32"),
     }.items()},
+    # an autotuned candidate's geometry (test_autotune)
+    "call tuned 64x128 s3 1 consumer": (
+        schedule_params(GemmVariant(tails=True, activation="relu"),
+                        Candidate(bm=64, bn=128, stages=3, consumers=1)), "3", None),
 }
 
 
