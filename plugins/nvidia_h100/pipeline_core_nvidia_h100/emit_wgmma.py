@@ -28,7 +28,8 @@ from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_hea
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
                                                 consumer_branches, consumer_sync_line,
                                                 declared_geometry, merged_consumer_lines,
-                                                render, ring_step_line, split_tile_loop)
+                                                render, ring_step_line, section_mark,
+                                                split_tile_loop)
 from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, KERNEL_FAMILY,
                                                        MN_CHUNK, OUT_BYTES, SCHEDULE_NAME,
                                                        STORE_BUFFERS, WGMMA_M, GemmVariant,
@@ -171,7 +172,7 @@ def _after_tiles(consumers: Sequence[AgentProgram]) -> list[str]:
                  f"tile - {s.output_lag} * (int)gridDim.x < TILES) {named}"
                  for s in steps for named in [consumer_sync_line(s)] if named is not None]
         texts.append("\n".join(["// the last output tile's turn, taken by the next consumer",
-                                 *lines]))
+                                 section_mark("after"), *lines, section_mark("end")]))
     return consumer_branches(texts)
 
 
@@ -382,8 +383,9 @@ _SPLIT_OPEN = r"""
             const size_t slice = (size_t)TILES * (BM * BN);
             constexpr int SPLIT_CHUNK = {SPLIT_CHUNK};  // loads in flight per slice read
             float* part = ws + (size_t)tile * (BM * BN) + me;
+            """ + section_mark("finish") + """
 """
-_SPLIT_CLOSE = "        }}\n"
+_SPLIT_CLOSE = "            " + section_mark("end") + "\n        }}\n"
 _SPLIT_STEPS = {
     StepKind.SLICE_STORE: r"""#pragma unroll
             for (int mb = 0; mb < MBLOCKS; ++mb)
@@ -625,6 +627,7 @@ def _tma_store_finish(v: GemmVariant, consumers: Sequence[AgentProgram]) -> str:
 """ + _epilogue_types(v) + r"""        const int w = wtid / 32, g = lane / 4, q = lane % 4;
         const int store_bar = """ + (f"{pick} : {bars[-1]}" if pick else str(bars[-1]))
         + r""";  // the consumer's named barrier (the plan's)
+        """ + section_mark("store") + r"""
 #pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb) {{
 #pragma unroll
@@ -633,13 +636,16 @@ def _tma_store_finish(v: GemmVariant, consumers: Sequence[AgentProgram]) -> str:
                                 * SBUF_BYTES;
 """ + body + r"""
             }}
-        }}""")
+        }}
+        """ + section_mark("end"))
 
 
 def _store_drain(consumers: Sequence[AgentProgram]) -> str:
     """The consumers' ``drain`` after their last output tile (every store complete)."""
-    return "\n".join("        " + _STORE_STEPS[s.kind].format(value=s.value)
-                     for s in _store_program(consumers, "drain"))
+    return "\n".join("        " + line for line in [
+        section_mark("drain"), *(_STORE_STEPS[s.kind].format(value=s.value)
+                                 for s in _store_program(consumers, "drain")),
+        section_mark("end")])
 
 
 EMITTERS = (EmitterRecord(

@@ -26,6 +26,25 @@ from pipeline_core.plugin_api import (AgentProgram, Cluster, CompiledSchedule, E
 S = TypeVar("S")
 G = TypeVar("G")
 
+#: The comment that opens a role's region of a warp-specialized kernel (``// pc:role producer``,
+#: ``relay``, ``consumers``; ``end``: no role's program from here on) and the one that opens a
+#: section of a role's program (``// pc:section kernel``, ``prologue 0``, ``epilogue 1``,
+#: ``once``, ``after``, ``finish``, ``store``, ``drain``; ``end`` closes it): comments only, so
+#: the machine code is the same with them; ``sync_skeleton`` reads the kernel's synchronization
+#: by them and checks it against the plan's steps (issue 33).
+ROLE_MARK = "// pc:role"
+SECTION_MARK = "// pc:section"
+
+
+def role_mark(role: str) -> str:
+    """The comment line opening ``role``'s region (:data:`ROLE_MARK`)."""
+    return f"{ROLE_MARK} {role}"
+
+
+def section_mark(section: str) -> str:
+    """The comment line opening (``end``: closing) a section of a program (:data:`SECTION_MARK`)."""
+    return f"{SECTION_MARK} {section}"
+
 
 @attrs.frozen(kw_only=True)
 class Stretch(Generic[S]):
@@ -70,14 +89,18 @@ def agent_stretches(program: AgentProgram, code: Callable[[Step], str],
     binding its K tile ``t``, the kernel a loop over the K tiles the prologue left, each epilogue
     iteration a block binding ``t = KT + j``; a step with lag L serves tile ``t - L``."""
     def block(steps: Sequence[Step], t: str, what: str) -> Stretch[Step]:
+        section = section_mark(what.replace(" iteration", ""))
         return Stretch(steps=tuple(steps), code=code, indent=indent,
-                       head=(f"{{  // {label} {what}", f"{indent}const int t = {t};"), tail=("}",))
+                       head=(section, f"{{  // {label} {what}", f"{indent}const int t = {t};"),
+                       tail=("}", section_mark("end")))
 
     first = len(program.prologue)
     return [*(block(steps, str(i), f"prologue iteration {i}")
               for i, steps in enumerate(program.prologue)),
-            Stretch(steps=tuple(program.kernel), code=code, indent=indent, tail=("}",),
-                    head=(f"for (int t = {first}; t < KT; ++t) {{  // {label} kernel",)),
+            Stretch(steps=tuple(program.kernel), code=code, indent=indent,
+                    tail=("}", section_mark("end")),
+                    head=(section_mark("kernel"),
+                          f"for (int t = {first}; t < KT; ++t) {{  // {label} kernel")),
             *(block(steps, f"KT + {j}", f"epilogue iteration {j}")
               for j, steps in enumerate(program.epilogue))]
 
@@ -307,6 +330,7 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
              start, "",
              ind + "if (wg == 0) {",
              ind * 2 + f"// ---- agent {producer_name} (its compiled program, one line per step) ----",
+             ind * 2 + role_mark("producer"),
              ind * 2 + f"setmaxnreg_dec<{producer_registers}>();",
              ind * 2 + "if (wtid == 0) {",
              *tile_loop(ind * 3, ind * 4, ctas),
@@ -314,12 +338,14 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
              ind * 3 + "}",
              ind * 2 + "}",
              *([ind * 2 + "if (wtid == 32) {  // ---- agent relay: the peers' releases ----",
+                ind * 3 + role_mark("relay"),
                 *tile_loop(ind * 3, ind * 4, ctas),
                 *(ind * 4 + l for l in relay),
                 ind * 3 + "}",
                 ind * 2 + "}"] if relay else []),
              ind + "} else {",
              ind * 2 + "// ---- agents consumer0.. (one program; the consumer index picks the rows) ----",
+             ind * 2 + role_mark("consumers"),
              ind * 2 + f"setmaxnreg_inc<{consumer_registers}>();",
              ind * 2 + ("const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);  "
                         "// warp-uniform (C7520)" if uniform_consumer
@@ -332,6 +358,7 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: Sequence[str],
              ind * 2 + "}  // next output tile",
              *(ind * 2 + l for l in consumer_after),
              *([family.consumer_exit] if family.consumer_exit else []),
+             ind * 2 + role_mark("end"),
              ind + "}",
              *end]
     return "\n".join(lines)

@@ -35,7 +35,7 @@ from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_sour
 from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
 from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
                                                 consumer_sync_line, declared_geometry, render,
-                                                ring_step_line)
+                                                ring_step_line, role_mark, section_mark)
 
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
@@ -172,7 +172,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
 
     def guarded(full: list[str], zero: list[str], ind: str) -> list[str]:
         return ([ind + "if (KT == 0) {  // no KV block: the once steps alone"]
-                + [ind + "    " + x for x in zero] + [ind + "} else {"]
+                + [ind + "    " + x for x in [section_mark("once"), *zero, section_mark("end")]]
+                + [ind + "} else {"]
                 + [ind + "    " + x for x in full] + [ind + "}"])
 
     pfull, pzero = lines(producer, True, producer.name)
@@ -194,6 +195,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "    __syncthreads();",
         "    if (wg == 0) {",
         f"        // ---- agent {producer.name} (its compiled program, one line per step) ----",
+        "        " + role_mark("producer"),
         "        setmaxnreg_dec<PRODUCER_REGS>();",
         "        if (wtid == 0) {",
         "            int rb = 0, o = 0;",
@@ -205,6 +207,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "        }",
         "    } else {",
         "        // ---- agents consumer0.. (the consumer index picks the rows) ----",
+        "        " + role_mark("consumers"),
         "        setmaxnreg_inc<CONSUMER_REGS>();",
         "        const int consumer = wg - 1;",
         "        float oacc[HD / 2], sacc[BN / 2];",
@@ -218,6 +221,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         *(ind * 3 + x for x in consumer_branches(ctexts)),
         _FINISH,
         "        }",
+        "        " + role_mark("end"),
         "    }",
     ]
     return _SOURCE.format(
