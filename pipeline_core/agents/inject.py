@@ -185,7 +185,7 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
             reads_of.setdefault(agent_of[c].name, set()).add(i)
     split = check_split(spec, roles, writers, {a: frozenset(r) for a, r in reads_of.items()},
                         owner)
-    tags = _sync_tags(sync)
+    tags = sync_tags(sync)
     pairs = []
     for group in _ring_groups(spec, writer_of, readers_of, owner):
         prefix, ring_ops, own_stages, own_lag, once = (group.prefix, group.ops, group.stages,
@@ -288,9 +288,11 @@ def _op_lags(spec: AgentSpec, agent_of: dict[int, AgentRole], writers: Sequence[
     return {i: lag for i, lag in spec.lags.items() if lag}
 
 
-def _sync_tags(sync: SyncModel) -> dict[str, int]:
+def sync_tags(sync: SyncModel) -> dict[str, int]:
     """The tag each injected action lowers to: channel waits and commits, and the model's
-    ``agent_tags`` for the actions that are no channel's wait ("arrive", "expect_tx", "fence")."""
+    ``agent_tags`` for the actions that are no channel's wait ("arrive", "expect_tx", "fence");
+    the one statement of it, which the proof's record check holds every step to
+    (agents/records.py: an emitter writes a step by its tag)."""
     out: dict[str, int] = {}
     for c in sync.channels:
         key = "phase_wait" if c.kind == ChannelKind.PHASE else f"wait:{c.name}"

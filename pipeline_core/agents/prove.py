@@ -1417,7 +1417,7 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
     names.update({k: v for k, v in sync.tag_names().items() if k not in names})
     # steps no proof would read are refused before any runs (agents/records.py)
     found: dict[tuple, Violation] = {finding_key(v): v
-                                    for v in unrecorded(plan, len(body), sync, PRIORITY)}
+                                    for v in unrecorded(plan, body, sync, PRIORITY)}
     cluster = None
     if plan.cluster is not None and not found:  # every CTA's programs, as one CTA
         cluster = expand(plan, body, edges, sync)

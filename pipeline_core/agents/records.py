@@ -11,9 +11,11 @@ proof later looks up a missing agent.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
+from pipeline_core.agents.inject import sync_tags
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Violation
+from pipeline_core.ops import Op
 from pipeline_core.plan import AgentProgram, Plan, Step, StepKind
 from pipeline_core.sync.model import BULK_STORE_STEPS, REDUCTION_STEPS, SyncModel
 
@@ -39,12 +41,34 @@ def _steps(prog: AgentProgram) -> Iterator[tuple[str, int, Step]]:
         yield from ((section, p, s) for p, s in enumerate(getattr(prog, section)))
 
 
-def unrecorded(plan: Plan, ops: int, sync: SyncModel, priority: Mapping[HazardKind, int]
-               ) -> list[Violation]:
+def step_tag(step: Step, sync: SyncModel, tags: Mapping[str, int],
+             body: Sequence[Op]) -> int | None:
+    """The tag ``step`` lowers to (``tags``: :func:`~pipeline_core.agents.inject.sync_tags`):
+    an op's own, the sync model's for each action; None for a kind no agents plan derives."""
+    k = step.kind
+    nb, store, red = sync.named_barriers, sync.bulk_store, sync.reduction
+    if k == StepKind.OP:
+        return body[step.op].tag
+    if k in (StepKind.PHASE_WAIT, StepKind.ARRIVE, StepKind.EXPECT_TX, StepKind.FENCE):
+        return tags.get(k.value)
+    if k in (StepKind.COMMIT, StepKind.COUNTER_WAIT):
+        return tags.get(f"{'commit' if k == StepKind.COMMIT else 'wait'}:{step.channel}")
+    if k in NAMED_KINDS and nb is not None:
+        return nb.sync_tag if k == StepKind.NAMED_SYNC else nb.arrive_tag
+    if k in STORE_KINDS and store is not None:
+        return store.tags.get(k.value)
+    if k in REDUCTION_KINDS and red is not None:
+        return red.tags.get(k.value)
+    return None
+
+
+def unrecorded(plan: Plan, body: Sequence[Op], sync: SyncModel,
+               priority: Mapping[HazardKind, int]) -> list[Violation]:
     """The findings on steps no proof would read (none for a derived plan): also a step that
-    names an op past the body's ``ops``, a ring the plan lacks, a channel the sync model
-    lacks, or a named barrier outside the target's; ``priority`` orders them as the agents
-    checker orders its own."""
+    names an op past the body, a ring the plan lacks, a channel the sync model lacks, or a
+    named barrier outside the target's, and a step whose tag is not the one its kind and op
+    lower to (an emitter writes the tag's instruction, the proof reads the kind and the op);
+    ``priority`` orders them as the agents checker orders its own."""
     found: list[Violation] = []
     names = [p.name for p in plan.programs]
 
@@ -74,6 +98,7 @@ def unrecorded(plan: Plan, ops: int, sync: SyncModel, priority: Mapping[HazardKi
         refuse("Plan.store", f"Plan.store lists {len(plan.store.agents)} agents and "
                f"{len(plan.store.barriers)} barriers: an agent without its barrier is not proven",
                "give Plan.store one barrier per storing agent")
+    tags = sync_tags(sync)
     rings = {r.name for r in plan.rings}
     counters = {c.name for c in sync.channels}
     ids = sync.named_barriers.ids if sync.named_barriers is not None else 0
@@ -82,8 +107,9 @@ def unrecorded(plan: Plan, ops: int, sync: SyncModel, priority: Mapping[HazardKi
             kind = step.kind
             what = f"{kind.value.upper()} ({section}[{pos}])"
             allowed = SECTION_KINDS.get(section)
-            if kind == StepKind.OP and not 0 <= step.op < ops:
-                report(a, section, pos, what, f"op {step.op} is no op of the body (0..{ops - 1})")
+            if kind == StepKind.OP and not 0 <= step.op < len(body):
+                report(a, section, pos, what, f"op {step.op} is no op of the body "
+                       f"(0..{len(body) - 1})")
             elif kind in RING_KINDS and step.channel not in rings:
                 report(a, section, pos, what, f"ring {step.channel!r} is none of the plan's "
                        f"({', '.join(sorted(rings))})")
@@ -93,6 +119,11 @@ def unrecorded(plan: Plan, ops: int, sync: SyncModel, priority: Mapping[HazardKi
             elif kind in NAMED_KINDS and not 0 <= step.barrier < ids:
                 report(a, section, pos, what, f"named barrier {step.barrier} is outside the "
                        f"target's 0..{ids - 1}")
+            elif step.tag != (want := step_tag(step, sync, tags, body)) and want is not None:
+                report(a, section, pos, what, f"its tag {step.tag} is not {want}, the tag a "
+                       f"{kind.value} step{f' of op {step.op}' if step.op >= 0 else ''} lowers "
+                       "to: the emitter would write the tag's instruction, the proof reads the "
+                       "step's kind and op; restore the tag")
             elif allowed is not None and kind not in allowed:
                 report(a, section, pos, what, f"a {section} section holds only "
                        f"{', '.join(sorted(k.value for k in allowed))} steps; move it to its "

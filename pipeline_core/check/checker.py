@@ -67,42 +67,43 @@ def modelled_warps(document: Mapping[str, Any], model: CounterModel, requested: 
     return requested
 
 
-def recorded_warps(document: Mapping[str, Any], host: Any = None) -> int:
-    """The warps per group a document's proof starts from: what its schedule runs on its
-    target (:func:`~pipeline_core.api.schedule_warps`), which a recorded ``execution`` may
-    raise but never lower; a document whose schedule is not installed must record it.
-    Raises :class:`DocumentError` naming the key otherwise: an ``execution`` record deleted or
-    shrunk would prove a racy document over warps the kernel does not run alone."""
-    from pipeline_core.api import schedule_warps
-
-    runs = schedule_warps(document, host)
+def recorded_warps(document: Mapping[str, Any], runs: int | None) -> int | None:
+    """The warps per group a document's proof starts from, or None where nothing says: what
+    its schedule runs on its target (``runs``, :func:`pipeline_core.api.schedule_warps`),
+    which a recorded ``execution`` may raise but never lower.  A document that names its
+    schedule (compile's output) and records no ``execution`` needs ``runs``; the reference's
+    documents name none and record none (one warp per group unless ``--warps-per-group``).
+    Raises :class:`DocumentError` naming the key: an ``execution`` record deleted or shrunk
+    would prove a racy document over warps the kernel does not run alone."""
     recorded = document_warps(document)
-    if recorded is None and runs is None:
-        raise DocumentError("execution", "missing: a proof models the warps each group runs, and "
-                                         "this document names no installed schedule to take "
+    schedule = document.get("schedule")
+    if recorded is None and runs is None and isinstance(schedule, str) and schedule:
+        raise DocumentError("execution", f"missing: a proof models the warps each group runs, "
+                                         f"and schedule {schedule} is not installed to take "
                                          'them from; add "execution": {"groups": G, '
                                          '"warps_per_group": W} as compile writes it, or '
                                          "recompile the document")
     if recorded is not None and runs is not None and recorded < runs:
         raise DocumentError("execution.warps_per_group",
-                            f"{recorded}, but schedule {document.get('schedule')} runs {runs} "
-                            "warps per group on its target: a proof under fewer warps leaves the "
-                            f"barriers between them unchecked; set it to {runs} or recompile "
-                            "the document")
-    return max(recorded or 1, runs or 1)
+                            f"{recorded}, but schedule {schedule} runs {runs} warps per group "
+                            "on its target: a proof under fewer warps leaves the barriers "
+                            f"between them unchecked; set it to {runs} or recompile the "
+                            "document")
+    return max(recorded or 1, runs or 1) if recorded is not None or runs is not None else None
 
 
 def check_document(document: Mapping[str, Any], *, model: CounterModel | None = None,
                    iterations: int = DEFAULT_ITERATIONS, warps_per_group: int | None = None,
                    tightest: bool = False, groups: int | None = None, host: Any = None,
-                   target: str | None = None) -> Verdict:
+                   target: str | None = None, runs: int | None = None) -> Verdict:
     """Check a compiled schedule in the JSON shape of docs/document-format.md.
 
     ``model`` defaults to the counter model of the sync model that the document's
     target (or ``target``) declares, looked up through ``host`` (the installed
     plugins by default); a target without one is a
     :class:`~pipeline_core.errors.TargetFactError`, never another GPU's model.
-    ``warps_per_group`` None models what the document records (:func:`modelled_warps`).
+    ``warps_per_group`` None models what the document records (:func:`modelled_warps`);
+    ``runs``: the warps per group its schedule runs (:func:`recorded_warps`).
     Raises :class:`~pipeline_core.check.program.DocumentError` on malformed input.
     """
     if iterations < 1:
@@ -112,7 +113,7 @@ def check_document(document: Mapping[str, Any], *, model: CounterModel | None = 
     check_shape(document)
     model = model if model is not None else model_for_document(document, host, target)
     warps_per_group = modelled_warps(document, model, warps_per_group, flag="warps_per_group",
-                                     declared=recorded_warps(document, host))
+                                     declared=recorded_warps(document, runs) or 1)
     program = decode(document, model, groups=groups)
     return check_program(program, iterations=iterations, warps_per_group=warps_per_group,
                          tightest=tightest, document=document)

@@ -136,7 +136,7 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
     user applies a fix (``check SCHEDULE``: the flags, pipeline_core/lowering/knob_fixes.py); its answer
     is added to each fix's text.
     """
-    from pipeline_core.api import require_document_fit
+    from pipeline_core.api import require_document_fit, schedule_warps
     from pipeline_core.check.checker import check_document, modelled_warps, recorded_warps
     from pipeline_core.check.counters import model_for_document
     from pipeline_core.check.program import DocumentError, check_shape
@@ -163,8 +163,9 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
             model = attrs.evolve(model, register_interlock=False)
         if getattr(args, "no_lds_order", False):
             model = attrs.evolve(model, lds_in_order=False)
-        if verdict is None and not unproven:  # a document's word on its warps is checked
-            warps_per_group = max(warps_per_group, recorded_warps(document, host))
+        # a document's word on its warps is held to what its schedule runs
+        runs = schedule_warps(document, host)
+        warps_per_group = max(warps_per_group, recorded_warps(document, runs) or 1)
         warps = modelled_warps(document, model, getattr(args, "warps_per_group", None),
                                declared=warps_per_group)
 
@@ -185,7 +186,7 @@ def run(args: argparse.Namespace, document: Mapping[str, Any] | None = None, *,
         if too_many:
             raise ValueError(too_many + (f" (--warps-per-group {warps}: every warp runs the "
                                          "kernel)" if warps > 1 else ""))
-        verdict = check_document(document, model=model, iterations=iterations,
+        verdict = check_document(document, model=model, iterations=iterations, runs=runs,
                                  warps_per_group=warps, tightest=getattr(args, "tightest", False))
     except PluginError:
         raise  # names the plugin; the CLI gives it the plugin exit status

@@ -46,6 +46,7 @@ def _step_variants(step: "Step", channels: tuple[str, ...]) -> Iterator[tuple[st
         yield f"value {v}", ev(step, value=v)
     if step.op >= 0:
         yield f"op {step.op + 1}", ev(step, op=step.op + 1)
+    yield f"tag {step.tag + 1}", ev(step, tag=step.tag + 1)
     if step.barrier >= 0:
         yield f"barrier {step.barrier + 1}", ev(step, barrier=step.barrier + 1)
     yield f"once {not step.once}", ev(step, once=not step.once)

@@ -308,3 +308,35 @@ def test_a_fix_for_an_op_no_counter_tracks_names_a_barrier_or_a_reorder():
     assert "add a barrier between them" in fix.text and "wait" not in fix.text
     fix = completion_fix(one, load, one, frag, None)  # the op comes after its use
     assert fix.action == "review" and "reorder the entries" in fix.text
+
+
+@pytest.mark.parametrize("record", ["deleted", None, {"groups": 1, "warps_per_group": 1}])
+def test_a_racy_document_is_not_proven_by_editing_its_execution_record(record):
+    """Issue 33: the warps a document's proof models come from its schedule on its target;
+    its ``execution`` record may ask for more, never fewer.  Every barrier deletion of 4wave
+    that races stays UNSAFE with the record deleted or null, and is refused in one line with
+    the record shrunk to 1 group x 1 warp."""
+    document = _document(Case(schedule="4wave", target="mi355x", flagged={}))
+    assert document["execution"]["warps_per_group"] == 4
+    racy = [s for s in _barriers(document) if _check_input(_without(document, [s]))[0] == 1]
+    assert len(racy) >= 7
+    for site in racy:
+        broken = _without(document, [site])
+        if record == "deleted":
+            del broken["execution"]
+        else:
+            broken["execution"] = record
+        status, out = _check_input(broken)
+        if record is None or record == "deleted":
+            assert status == 1 and isinstance(out, dict) and out["warps_per_group"] == 4, site
+        else:
+            assert status == 2 and isinstance(out, str) and out.count("\n") == 1
+            assert "execution.warps_per_group: 1, but schedule 4wave runs 4 warps" in out
+
+
+def test_a_document_of_a_schedule_not_installed_must_record_its_warps():
+    document = _document(Case(schedule="4wave", target="mi355x", flagged={}))
+    del document["execution"]
+    document["schedule"] = "not-installed"
+    status, out = _check_input(document)
+    assert status == 2 and isinstance(out, str) and "execution: missing" in out
