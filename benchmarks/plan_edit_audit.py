@@ -60,26 +60,32 @@ def ask(c, plan, *, longer: bool = False):
     return ("accepted" if v.safe else "refused"), v
 
 
-def audit(label: str, limit: int | None = None, stride: int = 1) -> dict:
+def audit(label: str, limit: int | None = None, stride: int = 1, oracle: bool = True,
+          sample: int | None = None) -> dict:
+    """The audit of one variant: every ``stride``-th edit up to ``limit``, or ``sample`` edits
+    spread evenly over all of them; ``oracle``: judge each accepted edit over longer unrolls."""
     from pipeline_core.check.plan_edits import plan_edits
 
     c = compiled(label)
     counts: collections.Counter[str] = collections.Counter()
     harmless: collections.Counter[str] = collections.Counter()
     crashes, oracle_unsafe = [], []
-    for n, edit in enumerate(list(plan_edits(c.plan))[::stride]):
+    edits = list(plan_edits(c.plan))
+    if sample is not None:
+        stride, limit = max(1, len(edits) // sample), sample
+    for n, edit in enumerate(edits[::stride]):
         if limit is not None and n >= limit:
             break
         try:
             plan = edit.apply(c.plan)
-        except Exception as e:  # noqa: BLE001 - the record refuses the value itself
+        except Exception:  # noqa: BLE001 - the record refuses the value itself
             counts["refused by the record"] += 1
             continue
         answer, detail = ask(c, plan)
         counts[answer] += 1
         if answer == "crash":
             crashes.append((edit.description, detail))
-        elif answer == "accepted":
+        elif answer == "accepted" and oracle:
             again, verdict = ask(c, plan, longer=True)
             if again != "accepted":
                 oracle_unsafe.append((edit.description, str(getattr(verdict, "violations",

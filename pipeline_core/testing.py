@@ -60,3 +60,73 @@ def run_cli(argv: Sequence[str], *, env: dict[str, str] | None = None) -> CliRes
             else:
                 os.environ[k] = v
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def fields_read(*classes: type) -> Any:
+    """Record which attrs fields of ``classes`` are read inside the block, as "Class.field":
+    what an emitter reads of a plan to write its kernel, seen rather than listed by hand, so a
+    field an emitter starts to read is seen the day it does."""
+    seen: set[str] = set()
+    saved = {c: c.__getattribute__ for c in classes}
+
+    def tracker(cls: type, original: Any) -> Any:
+        names = {f.name for f in attrs.fields(cls)}
+
+        def get(self: Any, name: str) -> Any:
+            if name in names:
+                seen.add(f"{cls.__name__}.{name}")
+            return original(self, name)
+        return get
+
+    for c, original in saved.items():
+        setattr(c, "__getattribute__", tracker(c, original))
+    try:
+        yield seen
+    finally:
+        for c, original in saved.items():
+            setattr(c, "__getattribute__", original)
+
+
+def unproven_fields(compiled: Any, emit: Any, *, per_field: int = 6) -> list[str]:
+    """The fields of ``compiled``'s plan that ``emit`` reads to write its kernel but the proof
+    does not check, as one line each (none: what runs is what was proven).  For every Step,
+    Ring, AgentProgram, AgentRole and Plan field ``emit(compiled)`` reads, up to ``per_field``
+    single edits of it (:mod:`pipeline_core.check.plan_edits`, evenly spread) go to the prover:
+    at least one must be refused (by the prover, or by the emitter itself: then nothing runs),
+    and each the prover accepts must be accepted again over longer unrolls (the oracle,
+    ``prove_plan(longer=True)``), else the edit is named."""
+    from pipeline_core.agents.prove import prove_plan
+    from pipeline_core.check.plan_edits import plan_edits
+    from pipeline_core.plan import AgentProgram, AgentRole, Plan, Ring, Step
+
+    with fields_read(Step, Ring, AgentProgram, AgentRole, Plan) as seen:
+        emit(compiled)
+    plan = compiled.plan
+
+    from pipeline_core.errors import PipelineError
+
+    def safe(p: Any, longer: bool = False) -> bool:
+        return prove_plan(p, compiled.body, compiled.edges, plan.sync, longer=longer).safe
+
+    def emitted(p: Any) -> bool:
+        try:
+            emit(attrs.evolve(compiled, plan=p))
+        except PipelineError:  # the emitter's own refusal: no kernel, nothing unproven runs
+            return False
+        return True
+
+    problems = []
+    edits = list(plan_edits(plan))
+    for field in sorted(seen):
+        mine = [e for e in edits if e.field == field]
+        if not mine:
+            continue
+        sample = mine[::max(1, len(mine) // per_field)][:per_field]
+        accepted = [e for e in sample if safe(e.apply(plan)) and emitted(e.apply(plan))]
+        if len(accepted) == len(sample):
+            problems.append(f"{field}: the emitter reads it and the prover accepted every edit "
+                            f"of it tried ({', '.join(e.description for e in sample)})")
+        problems += [f"{field}: {e.description} accepted, unsafe over longer unrolls"
+                     for e in accepted if not safe(e.apply(plan), longer=True)]
+    return problems

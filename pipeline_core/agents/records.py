@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
+import attrs
+
 from pipeline_core.agents.inject import sync_tags
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Violation
 from pipeline_core.ops import Op
@@ -24,6 +26,31 @@ REDUCTION_KINDS = frozenset(StepKind(k) for k in REDUCTION_STEPS)
 #: what each once-per-tile section may hold: the steps its own proof reads
 SECTION_KINDS = {"store": STORE_KINDS | {StepKind.NAMED_SYNC},
                  "drain": STORE_KINDS, "finish": REDUCTION_KINDS}
+#: the fields each kind of step is read by (besides ``kind`` and ``tag``): a value in any other
+#: field is read by no proof, but an emitter might write it (a ``peer`` on a CTA's own arrive)
+_LOOP = {"lag"}
+FIELDS = {
+    StepKind.OP: _LOOP | {"op", "once"},
+    StepKind.PHASE_WAIT: _LOOP | {"channel", "once", "phase_offset", "scope"},
+    StepKind.ARRIVE: _LOOP | {"channel", "once", "peer", "scope"},
+    StepKind.EXPECT_TX: _LOOP | {"channel", "once", "value"},
+    StepKind.FENCE: _LOOP | {"channel"},
+    StepKind.COMMIT: _LOOP | {"channel"},
+    StepKind.COUNTER_WAIT: _LOOP | {"channel", "value", "op", "once"},
+    StepKind.NAMED_SYNC: _LOOP | {"channel", "barrier", "value", "once", "output_lag", "exit"},
+    StepKind.NAMED_ARRIVE: _LOOP | {"channel", "barrier", "value", "once", "output_lag", "exit"},
+    StepKind.STORE_WAIT: {"channel", "value"},
+    **{k: {"channel"} for k in (StepKind.STAGE_WRITE, StepKind.PROXY_FENCE,
+                                StepKind.STORE_ISSUE, StepKind.STORE_COMMIT,
+                                StepKind.STORE_DRAIN, StepKind.SLICE_STORE,
+                                StepKind.RELEASE_FENCE, StepKind.COUNT_ARRIVE,
+                                StepKind.COUNT_ACQUIRE, StepKind.SLICE_READ,
+                                StepKind.COUNT_RESET)},
+}
+#: fields a step of an agents plan never carries (a lockstep plan's) and those of a cluster
+_DEFAULTS = {f.name: f.default for f in attrs.fields(Step)}
+CLUSTER_FIELDS = frozenset({"peer", "scope"})
+
 #: steps that name a ring, a counter channel, a named barrier (what each must exist as)
 RING_KINDS = frozenset({StepKind.PHASE_WAIT, StepKind.ARRIVE, StepKind.EXPECT_TX})
 COUNTER_KINDS = frozenset({StepKind.COMMIT, StepKind.COUNTER_WAIT, StepKind.FENCE})
@@ -39,6 +66,17 @@ def _steps(prog: AgentProgram) -> Iterator[tuple[str, int, Step]]:
         yield from (("epilogue", p, s) for p, s in enumerate(it))
     for section in ("finish", "store", "drain"):
         yield from ((section, p, s) for p, s in enumerate(getattr(prog, section)))
+
+
+def _stray_field(step: Step, cluster: bool) -> str:
+    """The first field of ``step`` its kind does not read that is off its default ("" none)."""
+    fields = FIELDS.get(step.kind, set())
+    for name, default in _DEFAULTS.items():
+        if name in ("kind", "tag") or getattr(step, name) == default:
+            continue
+        if name not in fields or (name in CLUSTER_FIELDS and not cluster):
+            return name
+    return ""
 
 
 def step_tag(step: Step, sync: SyncModel, tags: Mapping[str, int],
@@ -98,6 +136,14 @@ def unrecorded(plan: Plan, body: Sequence[Op], sync: SyncModel,
         refuse("Plan.store", f"Plan.store lists {len(plan.store.agents)} agents and "
                f"{len(plan.store.barriers)} barriers: an agent without its barrier is not proven",
                "give Plan.store one barrier per storing agent")
+    for ring in plan.rings:  # what the proof divides and counts by
+        for field in ("stages", "arrivals", "ctas"):
+            if getattr(ring, field) < 1:
+                refuse(f"ring {ring.name}", f"ring {ring.name} has {field}="
+                       f"{getattr(ring, field)}: a ring takes 1 or more",
+                       f"give ring {ring.name} {field} >= 1 (the lowering derives it)")
+    if plan.stages < 1:
+        refuse("Plan.stages", f"Plan.stages={plan.stages}", "give the plan 1 stage or more")
     tags = sync_tags(sync)
     rings = {r.name for r in plan.rings}
     counters = {c.name for c in sync.channels}
@@ -119,6 +165,10 @@ def unrecorded(plan: Plan, body: Sequence[Op], sync: SyncModel,
             elif kind in NAMED_KINDS and not 0 <= step.barrier < ids:
                 report(a, section, pos, what, f"named barrier {step.barrier} is outside the "
                        f"target's 0..{ids - 1}")
+            elif stray := _stray_field(step, plan.cluster is not None):
+                report(a, section, pos, what, f"{stray}={getattr(step, stray)!r} means nothing "
+                       f"to a {kind.value} step{' outside a cluster' if stray in CLUSTER_FIELDS else ''}"
+                       f" and no proof reads it; set it back to {_DEFAULTS[stray]!r}")
             elif step.tag != (want := step_tag(step, sync, tags, body)) and want is not None:
                 report(a, section, pos, what, f"its tag {step.tag} is not {want}, the tag a "
                        f"{kind.value} step{f' of op {step.op}' if step.op >= 0 else ''} lowers "

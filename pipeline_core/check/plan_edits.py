@@ -30,6 +30,9 @@ class PlanEdit:
     generated from."""
 
     description: str
+    #: the record field it changes ("Step.value", "Ring.arrivals", "Plan.store"); "" for an edit
+    #: of a list of steps (a step deleted, doubled or moved)
+    field: str = ""
     apply: Callable[["Plan"], "Plan"] = attrs.field(eq=False, repr=False)
 
 
@@ -59,43 +62,45 @@ def _step_variants(step: "Step", channels: tuple[str, ...]) -> Iterator[tuple[st
 
 
 def _list_edits(steps: tuple["Step", ...], channels: tuple[str, ...]
-                ) -> Iterator[tuple[str, tuple["Step", ...]]]:
-    """(what changed, the list changed) for every single edit of one list of steps."""
+                ) -> Iterator[tuple[str, tuple["Step", ...], str]]:
+    """(what changed, the list changed, the Step field changed or "") for every single edit
+    of one list of steps."""
     n = len(steps)
     for i, step in enumerate(steps):
         name = f"[{i}] {step.kind.value}"
-        yield f"{name} deleted", steps[:i] + steps[i + 1:]
-        yield f"{name} doubled", steps[:i + 1] + steps[i:]
+        yield f"{name} deleted", steps[:i] + steps[i + 1:], ""
+        yield f"{name} doubled", steps[:i + 1] + steps[i:], ""
         if i + 1 < n:
-            yield f"{name} swapped with the next", steps[:i] + (steps[i + 1], step) + steps[i + 2:]
-        if i + 1 < n:
-            yield f"{name} moved to the end", steps[:i] + steps[i + 1:] + (step,)
+            yield (f"{name} swapped with the next",
+                   steps[:i] + (steps[i + 1], step) + steps[i + 2:], "")
+            yield f"{name} moved to the end", steps[:i] + steps[i + 1:] + (step,), ""
         if i:
-            yield f"{name} moved to the start", (step,) + steps[:i] + steps[i + 1:]
+            yield f"{name} moved to the start", (step,) + steps[:i] + steps[i + 1:], ""
         for what, changed in _step_variants(step, channels):
-            yield f"{name} {what}", steps[:i] + (changed,) + steps[i + 1:]
+            yield (f"{name} {what}", steps[:i] + (changed,) + steps[i + 1:],
+                   f"Step.{what.split()[0]}")
 
 
 def _program_edits(prog: "AgentProgram", channels: tuple[str, ...]
-                   ) -> Iterator[tuple[str, "AgentProgram"]]:
+                   ) -> Iterator[tuple[str, "AgentProgram", str]]:
     ev = attrs.evolve
     for section in FLAT:
-        for what, steps in _list_edits(getattr(prog, section), channels):
-            yield f"{section}{what}", ev(prog, **{section: steps})
+        for what, steps, field in _list_edits(getattr(prog, section), channels):
+            yield f"{section}{what}", ev(prog, **{section: steps}), field
     for section in NESTED:
         iterations = getattr(prog, section)
         for j, it in enumerate(iterations):
-            for what, steps in _list_edits(it, channels):
+            for what, steps, field in _list_edits(it, channels):
                 changed = iterations[:j] + (steps,) + iterations[j + 1:]
-                yield f"{section}[{j}]{what}", ev(prog, **{section: changed})
-    yield "min_trips 1", ev(prog, min_trips=1)
+                yield f"{section}[{j}]{what}", ev(prog, **{section: changed}), field
+    yield "min_trips 1", ev(prog, min_trips=1), "AgentProgram.min_trips"
     for d in (1, -1):
-        yield f"trip_delta {d}", ev(prog, trip_delta=d)
-    yield "split_base 'own'", ev(prog, split_base="own")
+        yield f"trip_delta {d}", ev(prog, trip_delta=d), "AgentProgram.trip_delta"
+    yield "split_base 'own'", ev(prog, split_base="own"), "AgentProgram.split_base"
     for d in (1, -1):
         if prog.role.warps + d >= 1:
-            yield f"warps {prog.role.warps + d}", ev(prog, role=ev(prog.role,
-                                                                    warps=prog.role.warps + d))
+            yield (f"warps {prog.role.warps + d}",
+                   ev(prog, role=ev(prog.role, warps=prog.role.warps + d)), "AgentRole.warps")
 
 
 def _program(a: int, changed: "AgentProgram") -> Callable[["Plan"], "Plan"]:
@@ -120,8 +125,9 @@ def plan_edits(plan: "Plan") -> Iterator[PlanEdit]:
     """Every single edit of ``plan``'s programs, rings and records, in a fixed order."""
     channels = tuple(sorted({r.name for r in plan.rings}))
     for a, prog in enumerate(plan.programs):
-        for what, changed in _program_edits(prog, channels):
-            yield PlanEdit(description=f"{prog.name} {what}", apply=_program(a, changed))
+        for what, changed, field in _program_edits(prog, channels):
+            yield PlanEdit(description=f"{prog.name} {what}", field=field,
+                           apply=_program(a, changed))
     for r, ring in enumerate(plan.rings):
         variants: list[tuple[str, Any]] = [
             ("stages", ring.stages + 1), ("stages", ring.stages - 1),
@@ -130,20 +136,21 @@ def plan_edits(plan: "Plan") -> Iterator[PlanEdit]:
             ("release_lag", ring.release_lag + 1), ("ctas", ring.ctas + 1)]
         for field, value in variants:
             yield PlanEdit(description=f"ring {ring.name} {field} {value}",
-                           apply=_ring(r, field, value))
+                           field=f"Ring.{field}", apply=_ring(r, field, value))
     for name in ("store", "reduction", "split", "cluster", "bounds"):
         record = getattr(plan, name)
         if record is None:
             continue
-        yield PlanEdit(description=f"Plan.{name} None", apply=_record(name))
+        yield PlanEdit(description=f"Plan.{name} None", field=f"Plan.{name}",
+                       apply=_record(name))
         agents: tuple[str, ...] = getattr(record, "agents", ())
         if len(agents) > 1:
             cut: dict[str, Any] = {"agents": agents[:1]}
             if name == "store":
                 cut["barriers"] = getattr(record, "barriers")[:1]
             yield PlanEdit(description=f"Plan.{name} lists only {agents[0]}",
-                           apply=_record(name, **cut))
-    yield PlanEdit(description="Plan.stages + 1",
+                           field=f"Plan.{name}", apply=_record(name, **cut))
+    yield PlanEdit(description="Plan.stages + 1", field="Plan.stages",
                    apply=lambda p: attrs.evolve(p, stages=p.stages + 1))
-    yield PlanEdit(description="Plan.min_tiles + 1",
+    yield PlanEdit(description="Plan.min_tiles + 1", field="Plan.min_tiles",
                    apply=lambda p: attrs.evolve(p, min_tiles=p.min_tiles + 1))
