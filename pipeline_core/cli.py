@@ -4,9 +4,11 @@ Exit status: 0 success, 1 the schedule is unsafe / a check failed (``check``'s v
 ``compile``/``analyze``/``export`` refusing a schedule it cannot prove race-free; see
 pipeline_core/proof.py and --allow-unsafe), 2 bad input
 (unknown name, bad value or count out of its bound, invalid schedule, unwritable -o
-file), 3 a plugin failed while the command ran or conflicts with another (and, under
+file or standard output), 3 a plugin failed while the command ran or conflicts with another (and, under
 --strict-plugins, any plugin problem found while loading), 70 an internal error (a bug
-in pipeline-core: the message says how to report it), 130 interrupted (Ctrl-C).
+in pipeline-core: the message says how to report it), 130 interrupted (Ctrl-C), 141 the
+reader of standard output went away (``| head``; nothing is printed, as for a command that
+SIGPIPE ends).
 """
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ import sys
 import traceback
 from typing import Any, Callable, Sequence
 
-from pipeline_core.cli_options import (EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK,
-                                       EXIT_PLUGINS, EXIT_UNSAFE, OneLineParser,
+from pipeline_core.cli_options import (EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERNAL,
+                                       EXIT_INTERRUPTED, EXIT_OK, EXIT_PLUGINS, EXIT_UNSAFE,
+                                       OneLineParser,
                                        add_format_option, add_output_option)
 
 
@@ -683,7 +686,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Ctrl-C is that plugin's failure (pipeline_core/interrupts.py)."""
     from pipeline_core.interrupts import counting_sigints
 
-    with counting_sigints() as sigints:
+    from pipeline_core.output import guarded_stdout
+
+    with counting_sigints() as sigints, guarded_stdout():
         return _main(list(sys.argv[1:] if argv is None else argv), sigints)
 
 
@@ -697,14 +702,15 @@ def _main(argv: list[str], sigints: Callable[[], int] | None) -> int:
         return _report_failure(exc, early)
     try:
         parser = build_parser(host)  # runs the plugins' add_arguments (under the guard)
+        args = parser.parse_args(argv)  # (--help writes to standard output)
+        if not args.command and not args.version:
+            parser.print_help()
+            sys.stdout.flush()
+            return EXIT_INPUT
     except KeyboardInterrupt as exc:
         return _interrupted(exc)
     except BaseException as exc:  # every failure is one line with its own exit status
         return _report_failure(exc, early)
-    args = parser.parse_args(argv)
-    if not args.command and not args.version:
-        parser.print_help()
-        return EXIT_INPUT
     try:
         status = _report_plugin_problems(host, args) or _required_plugins(args, host)
         if status:
@@ -712,6 +718,7 @@ def _main(argv: list[str], sigints: Callable[[], int] | None) -> int:
         loaded = len(host.problems())
         try:
             status = cmd_version(host) if args.version else _command(args)(args, host)
+            sys.stdout.flush()  # a write that fails (a full disk) is reported here, as one line
         finally:
             late = _report_plugin_problems(host, args, already=loaded)
         return late or status
@@ -744,13 +751,13 @@ def _command(args):
 
 def _report_failure(exc: BaseException, args) -> int:
     """One line on stderr for ``exc`` and the exit status it maps to (see the module docstring)."""
-    from pipeline_core.errors import PipelineError, PluginError
+    from pipeline_core.errors import OutputError, PipelineError, PluginError
     from pipeline_core.proof import UnsafeScheduleError
 
     if isinstance(exc, SystemExit):  # from our own code: a plugin's is a PluginError by now
         raise exc
-    if isinstance(exc, BrokenPipeError):  # pragma: no cover - the reader went away
-        return EXIT_OK
+    if isinstance(exc, OutputError) and exc.broken_pipe:  # the reader went away (`| head`)
+        return EXIT_BROKEN_PIPE
     if isinstance(exc, (PipelineError, CliError)):
         print(f"error: {exc}", file=sys.stderr)
         status = (EXIT_PLUGINS if isinstance(exc, PluginError)
