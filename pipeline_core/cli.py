@@ -71,7 +71,7 @@ def _add_host_options(p: argparse.ArgumentParser, sub: bool = False) -> None:
                           "also: PIPELINE_CORE_DISABLE_PLUGINS=a,b)"))
     g.add_argument("--no-autoload", action="store_true", default=d(None),
                    help=h("skip entry-point discovery (also: PIPELINE_CORE_NO_AUTOLOAD=1)"))
-    g.add_argument("--plugin", action="append", metavar="MODULE", default=d([]),
+    g.add_argument("--plugin", action="append", metavar="MODULE", default=d([]), type=_module_name,
                    help=h("load an uninstalled plugin module (also: PIPELINE_CORE_PLUGINS=mod1,mod2)"))
     g.add_argument("--require-plugin", action="append", metavar="NAME", default=d([]),
                    help=h("exit 3 unless this plugin (entry-point or distribution name) is "
@@ -81,6 +81,29 @@ def _add_host_options(p: argparse.ArgumentParser, sub: bool = False) -> None:
                    help=h("log every hook call to stderr"))
     g.add_argument("-v", "--verbose", action="store_true", default=d(False),
                    help=h("tracebacks for plugin and internal errors"))
+
+
+def _module_name(text: str) -> str:
+    """``--plugin MODULE``: a dotted Python module name, refused by the parser (one line
+    naming --plugin) rather than handed to the import system, whose answer for ``''`` is
+    ValueError "Empty module name", reported as a plugin that failed to load."""
+    name = text.strip()
+    if not name or not all(part.isidentifier() for part in name.split(".")):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a module name: give the plugin's importable module, dotted "
+            f"Python identifiers, e.g. --plugin my_plugin or --plugin my_package.plugin")
+    return name
+
+
+def _emitter_name(text: str) -> str:
+    """``emit --emitter NAME``: an empty name is refused by the parser (one line naming
+    --emitter), not read as "no --emitter", which would quietly take the default."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty emitter name: give one that `pipeline-core emitters` lists, e.g. "
+            "--emitter cuda, or leave --emitter out to take the one emitter that serves the "
+            "target")
+    return text.strip()
 
 
 #: The ``examples:`` epilog of each command's --help (a test checks every command has one).
@@ -204,7 +227,7 @@ def build_parser(host: Any = None) -> argparse.ArgumentParser:
 
     m = add_parser("emit", help="compile a schedule and write a kernel's source through an emitter")
     _add_compile_options(m)
-    m.add_argument("--emitter", help="emitter name (see `pipeline-core emitters`; default: the one "
+    m.add_argument("--emitter", type=_emitter_name, help="emitter name (see `pipeline-core emitters`; default: the one "
                                      "emitter that serves the target)")
     m.add_argument("-O", dest="emit_options", action="append", metavar="KEY=VALUE",
                    help="emitter option")
