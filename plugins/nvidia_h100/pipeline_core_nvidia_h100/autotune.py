@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TextIO
 import attrs
 
 from pipeline_core_nvidia_h100.gemm_call import split_count
-from pipeline_core_nvidia_h100.kernel_cache import cache_dir
+from pipeline_core_nvidia_h100.kernel_cache import cache_dir, ensure_folder
 from pipeline_core_nvidia_h100.warpspecialized import (SCHEDULE_NAME, GemmVariant, WsGeometry,
                                                        k_tile)
 
@@ -347,7 +347,7 @@ def store(path: Path, key: TuneKey, winner: Candidate) -> None:
     tunings[key.text()] = winner
     data = {"format": FORMAT,
             "tunings": {k: {"winner": attrs.asdict(c)} for k, c in sorted(tunings.items())}}
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_folder(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".autotune-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1, sort_keys=True)
