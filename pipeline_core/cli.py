@@ -374,6 +374,11 @@ def cmd_compile(args, host) -> int:
                 raise CliError(f"{flag} shapes the text view, but --format json writes the "
                                f"whole document: drop {flag} or --format json")
     compiled = _compile_from_args(args, host)
+    from pipeline_core.emit_choice import unwritten
+
+    unwritable = unwritten(compiled, host)
+    if unwritable:
+        print(f"warning: {unwritable}", file=sys.stderr)
     if args.format == "json":
         from pipeline_core.export.json import to_document
         from pipeline_core.json_output import dumps
