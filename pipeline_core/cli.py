@@ -4,9 +4,11 @@ Exit status: 0 success, 1 the schedule is unsafe / a check failed (``check``'s v
 ``compile``/``analyze``/``export`` refusing a schedule it cannot prove race-free; see
 pipeline_core/proof.py and --allow-unsafe), 2 bad input
 (unknown name, bad value or count out of its bound, invalid schedule, unwritable -o
-file), 3 a plugin failed while the command ran or conflicts with another (and, under
+file or standard output), 3 a plugin failed while the command ran or conflicts with another (and, under
 --strict-plugins, any plugin problem found while loading), 70 an internal error (a bug
-in pipeline-core: the message says how to report it), 130 interrupted (Ctrl-C).
+in pipeline-core: the message says how to report it), 130 interrupted (Ctrl-C), 141 the
+reader of standard output went away (``| head``; nothing is printed, as for a command that
+SIGPIPE ends).
 """
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ import sys
 import traceback
 from typing import Any, Callable, Sequence
 
-from pipeline_core.cli_options import (EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK,
-                                       EXIT_PLUGINS, EXIT_UNSAFE, OneLineParser,
+from pipeline_core.cli_options import (EXIT_BROKEN_PIPE, EXIT_INPUT, EXIT_INTERNAL,
+                                       EXIT_INTERRUPTED, EXIT_OK, EXIT_PLUGINS, EXIT_UNSAFE,
+                                       OneLineParser,
                                        add_format_option, add_output_option)
 
 
@@ -68,7 +71,7 @@ def _add_host_options(p: argparse.ArgumentParser, sub: bool = False) -> None:
                           "also: PIPELINE_CORE_DISABLE_PLUGINS=a,b)"))
     g.add_argument("--no-autoload", action="store_true", default=d(None),
                    help=h("skip entry-point discovery (also: PIPELINE_CORE_NO_AUTOLOAD=1)"))
-    g.add_argument("--plugin", action="append", metavar="MODULE", default=d([]),
+    g.add_argument("--plugin", action="append", metavar="MODULE", default=d([]), type=_module_name,
                    help=h("load an uninstalled plugin module (also: PIPELINE_CORE_PLUGINS=mod1,mod2)"))
     g.add_argument("--require-plugin", action="append", metavar="NAME", default=d([]),
                    help=h("exit 3 unless this plugin (entry-point or distribution name) is "
@@ -78,6 +81,29 @@ def _add_host_options(p: argparse.ArgumentParser, sub: bool = False) -> None:
                    help=h("log every hook call to stderr"))
     g.add_argument("-v", "--verbose", action="store_true", default=d(False),
                    help=h("tracebacks for plugin and internal errors"))
+
+
+def _module_name(text: str) -> str:
+    """``--plugin MODULE``: a dotted Python module name, refused by the parser (one line
+    naming --plugin) rather than handed to the import system, whose answer for ``''`` is
+    ValueError "Empty module name", reported as a plugin that failed to load."""
+    name = text.strip()
+    if not name or not all(part.isidentifier() for part in name.split(".")):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a module name: give the plugin's importable module, dotted "
+            f"Python identifiers, e.g. --plugin my_plugin or --plugin my_package.plugin")
+    return name
+
+
+def _emitter_name(text: str) -> str:
+    """``emit --emitter NAME``: an empty name is refused by the parser (one line naming
+    --emitter), not read as "no --emitter", which would quietly take the default."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty emitter name: give one that `pipeline-core emitters` lists, e.g. "
+            "--emitter cuda, or leave --emitter out to take the one emitter that serves the "
+            "target")
+    return text.strip()
 
 
 #: The ``examples:`` epilog of each command's --help (a test checks every command has one).
@@ -201,7 +227,7 @@ def build_parser(host: Any = None) -> argparse.ArgumentParser:
 
     m = add_parser("emit", help="compile a schedule and write a kernel's source through an emitter")
     _add_compile_options(m)
-    m.add_argument("--emitter", help="emitter name (see `pipeline-core emitters`; default: the one "
+    m.add_argument("--emitter", type=_emitter_name, help="emitter name (see `pipeline-core emitters`; default: the one "
                                      "emitter that serves the target)")
     m.add_argument("-O", dest="emit_options", action="append", metavar="KEY=VALUE",
                    help="emitter option")
@@ -348,6 +374,11 @@ def cmd_compile(args, host) -> int:
                 raise CliError(f"{flag} shapes the text view, but --format json writes the "
                                f"whole document: drop {flag} or --format json")
     compiled = _compile_from_args(args, host)
+    from pipeline_core.emit_choice import unwritten
+
+    unwritable = unwritten(compiled, host)
+    if unwritable:
+        print(f"warning: {unwritable}", file=sys.stderr)
     if args.format == "json":
         from pipeline_core.export.json import to_document
         from pipeline_core.json_output import dumps
@@ -683,7 +714,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Ctrl-C is that plugin's failure (pipeline_core/interrupts.py)."""
     from pipeline_core.interrupts import counting_sigints
 
-    with counting_sigints() as sigints:
+    from pipeline_core.output import guarded_stdout
+
+    with counting_sigints() as sigints, guarded_stdout():
         return _main(list(sys.argv[1:] if argv is None else argv), sigints)
 
 
@@ -697,14 +730,15 @@ def _main(argv: list[str], sigints: Callable[[], int] | None) -> int:
         return _report_failure(exc, early)
     try:
         parser = build_parser(host)  # runs the plugins' add_arguments (under the guard)
+        args = parser.parse_args(argv)  # (--help writes to standard output)
+        if not args.command and not args.version:
+            parser.print_help()
+            sys.stdout.flush()
+            return EXIT_INPUT
     except KeyboardInterrupt as exc:
         return _interrupted(exc)
     except BaseException as exc:  # every failure is one line with its own exit status
         return _report_failure(exc, early)
-    args = parser.parse_args(argv)
-    if not args.command and not args.version:
-        parser.print_help()
-        return EXIT_INPUT
     try:
         status = _report_plugin_problems(host, args) or _required_plugins(args, host)
         if status:
@@ -712,6 +746,7 @@ def _main(argv: list[str], sigints: Callable[[], int] | None) -> int:
         loaded = len(host.problems())
         try:
             status = cmd_version(host) if args.version else _command(args)(args, host)
+            sys.stdout.flush()  # a write that fails (a full disk) is reported here, as one line
         finally:
             late = _report_plugin_problems(host, args, already=loaded)
         return late or status
@@ -744,13 +779,13 @@ def _command(args):
 
 def _report_failure(exc: BaseException, args) -> int:
     """One line on stderr for ``exc`` and the exit status it maps to (see the module docstring)."""
-    from pipeline_core.errors import PipelineError, PluginError
+    from pipeline_core.errors import OutputError, PipelineError, PluginError
     from pipeline_core.proof import UnsafeScheduleError
 
     if isinstance(exc, SystemExit):  # from our own code: a plugin's is a PluginError by now
         raise exc
-    if isinstance(exc, BrokenPipeError):  # pragma: no cover - the reader went away
-        return EXIT_OK
+    if isinstance(exc, OutputError) and exc.broken_pipe:  # the reader went away (`| head`)
+        return EXIT_BROKEN_PIPE
     if isinstance(exc, (PipelineError, CliError)):
         print(f"error: {exc}", file=sys.stderr)
         status = (EXIT_PLUGINS if isinstance(exc, PluginError)

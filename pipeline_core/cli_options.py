@@ -13,6 +13,7 @@ from typing import Any, NoReturn, Sequence
 EXIT_OK, EXIT_UNSAFE, EXIT_INPUT, EXIT_PLUGINS = 0, 1, 2, 3
 EXIT_INTERNAL = 70  #: EX_SOFTWARE (sysexits.h): our bug, never the user's input or a plugin's
 EXIT_INTERRUPTED = 130  #: 128 + SIGINT, as shells report Ctrl-C
+EXIT_BROKEN_PIPE = 141  #: 128 + SIGPIPE, as shells report a writer whose reader went away
 
 
 class OneLineParser(argparse.ArgumentParser):

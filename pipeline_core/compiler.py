@@ -22,10 +22,17 @@ if TYPE_CHECKING:
     from pipeline_core.sync.model import SyncModel
 
 
-def _tag_names(schedule: ScheduleBase, target: TargetProfile | None) -> dict[int, str]:
+def _tag_names(schedule: ScheduleBase, target: TargetProfile | None,
+               sync: SyncModel | None) -> dict[int, str]:
+    """Every tag's name the compiled schedule's views print: the cost model's, the sync
+    model's (its waits, commits and barriers: a target's own sync tags, as the h100-pingpong
+    target's 150 and 152, were printed ``OP150`` in the document without them), then the
+    schedule's own, which win."""
     names: dict[int, str] = {}
     if target is not None:
         names.update(target.cost_model.tag_names())
+    if sync is not None:
+        names.update(sync.tag_names())
     names.update(schedule.tag_names())
     return names
 
@@ -64,7 +71,8 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     edges = tuple(host.derive_edges(schedule, body, config))
     graph.validate(body, edges)
     sched = _schedule_config(schedule, record)
-    tag_names = _tag_names(schedule, target)
+    sync = _sync_of(target, target_name, host)
+    tag_names = _tag_names(schedule, target, sync)
     resolved = host  # the closure below must see a host, never None
 
     def prove_with_host(c: CompiledSchedule) -> Proof:
@@ -72,8 +80,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
 
     ctx = LoweringInput(schedule=schedule, body=body, edges=edges, config=config,
                         schedule_config=sched, target=target, target_name=target_name,
-                        tag_names=tag_names, host=host, sync=_sync_of(target, target_name, host),
-                        prove=prove_with_host)
+                        tag_names=tag_names, host=host, sync=sync, prove=prove_with_host)
     compiled = CompiledSchedule(
         schedule_name=schedule.name, target_name=target_name, config=config,
         schedule_config=sched, body=body, edges=edges, tag_names=tag_names,

@@ -1,5 +1,6 @@
-"""Which emitter writes which schedule, on which target: what ``pipeline-core emitters`` lists
-and what ``emit`` suggests when no emitter serves the target it compiled for
+"""Which emitter writes which schedule, on which target: what ``pipeline-core emitters`` lists,
+what ``emit`` suggests when no emitter serves the target it compiled for, and what ``compile``
+warns of when every emitter of the schedule's kernel family refuses its geometry
 (docs/guide/records.md, "Commands and emitters").
 
 Apart from :mod:`pipeline_core.emitters` (the record, which the plugin host imports) since it
@@ -14,6 +15,7 @@ from pipeline_core.emitters import EmitterRecord
 from pipeline_core.launch import KernelLaunch
 
 if TYPE_CHECKING:
+    from pipeline_core.compiled import CompiledSchedule
     from pipeline_core.plugins import PluginHost
 
 
@@ -51,3 +53,22 @@ def schedules_written(record: EmitterRecord, host: PluginHost) -> list[str]:
                 break
     return written
 
+
+
+def unwritten(compiled: CompiledSchedule, host: PluginHost) -> str:
+    """One line when the emitters that serve ``compiled``'s target and write its kernel family
+    all refuse it (each one's :attr:`EmitterRecord.refuses` reason, named), else "" (one of
+    them writes it, or there is none to ask: a schedule need not have an emitter).  So a
+    geometry the compile proves but ``emit`` would refuse is said at compile."""
+    found = [record for _, record in sorted(host.emitters.items())
+             if record.serves(compiled.target_name) and record.writes(compiled.launch)]
+    reasons = []
+    for record in found:
+        why = record.refuses(compiled) if record.refuses is not None else ""
+        if not why:
+            return ""
+        reasons.append(f"emitter {record.name}: {why}")
+    if not reasons:
+        return ""
+    return (f"no emitter writes this {compiled.schedule_name} kernel (`pipeline-core emit` "
+            f"would refuse it): {'; '.join(reasons)}")

@@ -34,6 +34,13 @@ def _check_options(instance: Any, attribute: Any, value: tuple[Any, ...] | None)
         raise ConfigError("EmitterRecord", "options", value, "None or a tuple of Param records")
 
 
+def _check_refuses(instance: Any, attribute: Any, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise ConfigError("EmitterRecord", "refuses", value,
+                          "None or a function (compiled) -> str: why the emitter cannot write "
+                          "it, '' when it can")
+
+
 @attrs.frozen(kw_only=False)
 class EmitterRecord:
     """``emit(compiled, **options) -> str`` writes the source of one kernel.
@@ -47,7 +54,11 @@ class EmitterRecord:
     ``-p``: the core parses and checks them before ``emit`` runs (an unknown key or a value out
     of its bound exits 2 naming ``-O KEY``) and passes every declared option, typed, with its
     default where the user gave none.  ``options=None`` (an emitter that declares nothing) gets
-    the ``-O`` strings as typed and checks them itself.
+    the ``-O`` strings as typed and checks them itself.  ``refuses(compiled) -> str`` says why
+    the emitter cannot write a compiled schedule of its families ("" when it can): the one
+    check its ``emit`` refuses with, also asked by ``pipeline-core compile``, so that a
+    geometry a schedule proves but no emitter of its family writes is said at compile, not
+    first at ``emit`` (``pipeline_core.emit_choice.unwritten``).
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -58,6 +69,8 @@ class EmitterRecord:
     kernel_families: tuple[str, ...] = attrs.field(default=(), converter=_names, kw_only=True)
     options: tuple[Param, ...] | None = attrs.field(default=None, converter=_options,
                                                     validator=_check_options, kw_only=True)
+    refuses: Callable[[Any], str] | None = attrs.field(default=None, kw_only=True,
+                                                       validator=_check_refuses)
 
     def parse_options(self, given: Mapping[str, str]) -> dict[str, Any]:
         """The keyword arguments of ``emit`` for the user's ``-O`` strings (see the class)."""

@@ -113,12 +113,19 @@ class PluginError(PipelineError):
 
 
 class OutputError(PipelineError):
-    """An output file cannot be written (``-o FILE``): the message names the path."""
+    """An output file cannot be written (``-o FILE``): the message names the path.
 
-    def __init__(self, path: str, reason: str) -> None:
+    ``path`` ``-`` is standard output (closed with ``>&-``, a full disk): the message says
+    so and how to write elsewhere.  ``broken_pipe``: its reader went away (``| head``),
+    which the command line ends quietly, as a command killed by SIGPIPE is.
+    """
+
+    def __init__(self, path: str, reason: str, *, broken_pipe: bool = False) -> None:
         self.path = path
         self.reason = reason
-        super().__init__(f"cannot write -o {path}: {reason}")
+        self.broken_pipe = broken_pipe
+        super().__init__(f"cannot write standard output: {reason}; give -o FILE to write to a "
+                         f"file instead" if path == "-" else f"cannot write -o {path}: {reason}")
 
 
 class UnknownNameError(PipelineError, LookupError):

@@ -390,8 +390,12 @@ class PluginHost:
 
             return attrs.evolve(record, factory=build)
         if isinstance(record, EmitterRecord):
+            refuses = record.refuses
             return attrs.evolve(record, emit=guard.wrap(
-                culprit, f"emitter {record.name!r}", record.emit, check=instance_of(str)))
+                culprit, f"emitter {record.name!r}", record.emit, check=instance_of(str)),
+                refuses=None if refuses is None else guard.wrap(
+                    culprit, f"refuses of emitter {record.name!r}", refuses,
+                    check=instance_of(str)))
         if isinstance(record, LoweringRecord):
             from pipeline_core.plan import Plan
 

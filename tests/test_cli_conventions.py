@@ -187,3 +187,24 @@ def test_check_input_keeps_target_which_picks_the_sync_model(cli, fourwave_docum
     result = cli("check", "--input", fourwave_document, "--target", "mi355x")
     assert result.exit_code == 0, result.stderr
     assert "4wave: SAFE" in result.stdout
+
+
+@pytest.mark.parametrize("argv, line", [
+    (("emit", "multistage-gemm", "--target", "h100", "--emitter", ""),
+     "pipeline-core emit: error: argument --emitter: an empty emitter name: give one that "
+     "`pipeline-core emitters` lists, e.g. --emitter cuda, or leave --emitter out to take the "
+     "one emitter that serves the target (`pipeline-core emit --help` lists the options)"),
+    (("--plugin", "", "schedules"),
+     "pipeline-core: error: argument --plugin: '' is not a module name: give the plugin's "
+     "importable module, dotted Python identifiers, e.g. --plugin my_plugin or --plugin "
+     "my_package.plugin (`pipeline-core --help` lists the options)"),
+    (("schedules", "--plugin", "my plugin"),
+     "pipeline-core schedules: error: argument --plugin: 'my plugin' is not a module name: give "
+     "the plugin's importable module, dotted Python identifiers, e.g. --plugin my_plugin or "
+     "--plugin my_package.plugin (`pipeline-core schedules --help` lists the options)"),
+])
+def test_an_empty_name_is_refused_naming_its_flag(cli, argv, line):
+    """Issue 33: ``--emitter ''`` silently took the default emitter, and ``--plugin ''`` was
+    a warning quoting Python's "Empty module name"."""
+    result = cli(*argv)
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", line + "\n")

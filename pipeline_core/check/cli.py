@@ -77,6 +77,11 @@ def load_input(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
     except UnicodeDecodeError as err:
         raise DocumentError("", f"{where} is not UTF-8 text (byte {err.start} is "
                                 f"0x{err.object[err.start]:02x}); a schedule document is JSON in UTF-8")
+    if not text.strip():  # else the depth check below would say it "nests 0 levels deep"
+        raise DocumentError("", f"{where} is empty; --input wants a compiled schedule document: "
+                                f"write one with pipeline-core compile SCHEDULE --format json -o "
+                                f"FILE.json and pass --input FILE.json, or check the schedule "
+                                f"itself: pipeline-core check SCHEDULE")
     depth = json_depth(text)
     if not JSON_DEPTH.contains(depth):
         raise DocumentError("", f"{where} nests {depth} levels deep, more than the "

@@ -414,11 +414,13 @@ class SyncModel:
         return tuple(c.wait_tag for c in self.channels)
 
     def tag_names(self) -> dict[int, str]:
-        """Names of the tags this model owns (waits, barriers, hints), for output."""
+        """Names of the tags this model owns (waits, barriers, hints), for output: upper-case
+        identifiers, as the framework's tags are (a barrier's instruction name ``barrier.sync``
+        is the tag ``BARRIER_SYNC``)."""
         names = {c.wait_tag: c.wait_name for c in self.channels}
         names.update({c.commit_tag: f"COMMIT_{c.name.upper()}" for c in self.channels
                       if c.commit_tag is not None})
-        names.update({b.tag: b.name.upper() for b in self.barriers})
+        names.update({b.tag: b.name.upper().replace(".", "_") for b in self.barriers})
         names.update(self.hint_tags)
         names.update({tag: action.upper() for action, tag in self.agent_tags.items()})
         if self.named_barriers is not None:

@@ -139,3 +139,21 @@ def test_load_input_rejects_non_objects(tmp_path):
     p.write_text("[1]")
     with pytest.raises(DocumentError, match="expected a JSON object"):
         load_input(str(p))
+
+
+@pytest.mark.parametrize("content", ["", "  \n\t\n"])
+def test_empty_input_is_named_empty_not_zero_levels_deep(tmp_path, capsys, content):
+    """An empty file (or /dev/null) is said to be empty, with what to pass instead, rather
+    than judged by the nesting check ("nests 0 levels deep")."""
+    empty = tmp_path / "empty.json"
+    empty.write_text(content)
+    assert run(_args("--input", str(empty))) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{empty} is empty" in err and "levels deep" not in err
+    assert "pipeline-core compile SCHEDULE --format json" in err
+
+
+def test_empty_stdin_is_named_empty(monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    with pytest.raises(DocumentError, match="standard input is empty; --input wants"):
+        load_input("-")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TextIO
 import attrs
 
 from pipeline_core_nvidia_h100.gemm_call import split_count
-from pipeline_core_nvidia_h100.kernel_cache import cache_dir
+from pipeline_core_nvidia_h100.kernel_cache import cache_dir, ensure_folder
 from pipeline_core_nvidia_h100.warpspecialized import (SCHEDULE_NAME, GemmVariant, WsGeometry,
                                                        k_tile)
 
@@ -289,7 +289,9 @@ def _say(err: TextIO | None, text: str) -> None:
 
 def load(path: Path, err: TextIO | None = None) -> dict[str, Candidate]:
     """The tunings in ``path``; a missing file is empty, an unreadable or malformed one is one
-    warning line and empty (the next tuning rewrites it)."""
+    warning line and empty (the next tuning rewrites it).  Malformed includes bytes that are
+    not UTF-8, nesting deeper than the parser recurses, and any winner :func:`_winner`
+    refuses: the file is trusted whole or not at all, as the call launches what it names."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -297,15 +299,44 @@ def load(path: Path, err: TextIO | None = None) -> dict[str, Candidate]:
     except OSError as exc:
         _say(err, f"warning: tuning cache {path} unreadable ({exc.strerror}); ignoring it")
         return {}
+    except UnicodeDecodeError as exc:  # (a ValueError, caught here before any parsing)
+        return _malformed(path, err, exc)
     try:
         data = json.loads(text)
         if data.get("format") != FORMAT:
             raise ValueError(f"format {data.get('format')!r}, not {FORMAT}")
-        return {key: Candidate(**entry["winner"]) for key, entry in data["tunings"].items()}
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        _say(err, f"warning: tuning cache {path} is malformed ({type(exc).__name__}: "
-                  f"{str(exc)[:80]}); ignoring it (the next tuning rewrites it; or delete it)")
-        return {}
+        return {key: _winner(entry["winner"]) for key, entry in data["tunings"].items()}
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        return _malformed(path, err, exc)
+
+
+def _malformed(path: Path, err: TextIO | None, exc: Exception) -> dict[str, Candidate]:
+    _say(err, f"warning: tuning cache {path} is malformed ({type(exc).__name__}: "
+              f"{str(exc)[:80]}); ignoring it (the next tuning rewrites it; or delete it)")
+    return {}
+
+
+#: Each field of a stored winner and the values the search gives it (:func:`candidates`).
+SEARCHED = {"bm": TILE_M, "bn": TILE_N, "stages": STAGES, "consumers": CONSUMERS,
+            "group_m": GROUP_M, "split_k": (False, True)}
+
+
+def _winner(fields: object) -> Candidate:
+    """A stored winner as a :class:`Candidate`, only if it is one the search could have
+    stored: every field present, of its type (an ``int``, not ``128.0`` or ``true``; a
+    ``bool`` for ``split_k``) and in the searched space.  So a NaN, infinite, negative or
+    fractional tile, which JSON and ``Candidate`` would take, never reaches a launch;
+    ValueError names the field otherwise."""
+    if not isinstance(fields, dict) or set(fields) != set(SEARCHED):
+        raise ValueError(f"winner {str(fields)[:60]} does not have the fields "
+                         f"{', '.join(SEARCHED)}")
+    for name, values in SEARCHED.items():
+        value = fields[name]
+        kind = bool if name == "split_k" else int
+        if type(value) is not kind or value not in values:
+            raise ValueError(f"winner {name} {value!r} is not one of "
+                             f"{', '.join(str(v).lower() for v in values)}")
+    return Candidate(**fields)
 
 
 def store(path: Path, key: TuneKey, winner: Candidate) -> None:
@@ -316,7 +347,7 @@ def store(path: Path, key: TuneKey, winner: Candidate) -> None:
     tunings[key.text()] = winner
     data = {"format": FORMAT,
             "tunings": {k: {"winner": attrs.asdict(c)} for k, c in sorted(tunings.items())}}
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_folder(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".autotune-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1, sort_keys=True)

@@ -163,6 +163,42 @@ def test_a_corrupt_cache_file_is_one_warning_line_and_ignored(tmp_path):
     assert autotune.load(path) != {}  # rewritten whole
 
 
+def _record(**winner):
+    fields = {**attrs.asdict(DEFAULT), **winner}
+    return json.dumps({"format": autotune.FORMAT, "tunings": {"k": {"winner": fields}}},
+                      allow_nan=True)
+
+
+@pytest.mark.parametrize("junk", [
+    b'{"format": 1, "tunings": {"\xff\xfe": {}}}',  # not UTF-8
+    b"[" * 100_000,  # nested past the parser's recursion
+    _record(bm=float("nan")).encode(), _record(bn=float("inf")).encode(),
+    _record(bm=-128).encode(), _record(bm=128.0).encode(), _record(bm=100).encode(),
+    _record(stages=True).encode(), _record(split_k=1).encode(), _record(consumers="2").encode(),
+    json.dumps({"format": 1, "tunings": {"k": {"winner": {"bm": 64}}}}).encode(),  # fields left out
+], ids=["bytes", "deep", "nan", "inf", "negative", "float", "unsearched", "bool", "int-flag",
+        "text", "partial"])
+def test_a_corrupt_cache_never_raises_nor_is_trusted(tmp_path, junk):
+    """Issue 33: bad bytes and deep nesting raised out of load(), and a winner with a NaN or
+    fractional tile was taken as the tile to launch."""
+    path = tmp_path / "autotune.json"
+    path.write_bytes(junk)
+    err = io.StringIO()
+    assert autotune.load(path, err) == {}
+    (line,) = err.getvalue().splitlines()
+    assert line.startswith(f"pipeline-core matmul: warning: tuning cache {path} is malformed")
+    timer = FakeTimer()
+    won, _ = run_tune(path, timer)
+    assert timer.timed and won in timer.timed  # tuned afresh, and the file rewritten whole
+    assert list(autotune.load(path).values()) == [won]
+
+
+def test_a_sound_record_is_still_trusted(tmp_path):
+    path = tmp_path / "autotune.json"
+    path.write_text(_record(bm=64, split_k=True))
+    assert autotune.load(path) == {"k": attrs.evolve(DEFAULT, bm=64, split_k=True)}
+
+
 def test_the_cache_file_follows_the_cache_folder(monkeypatch, tmp_path):
     monkeypatch.setenv(kernel_cache.ENV, str(tmp_path / "here"))
     assert autotune.cache_path() == tmp_path / "here" / autotune.CACHE_FILE

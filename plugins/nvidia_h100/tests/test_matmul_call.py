@@ -370,7 +370,82 @@ def test_a_second_build_of_the_same_kernel_comes_from_disk(monkeypatch, tmp_path
     monkeypatch.setattr(kernel_cache.subprocess, "run", no_build)
     assert kernel_cache.cubin_path(src, "k", ("-std=c++17",), "sm_90a", said.append) == first
     assert len(said) == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [first.name, kernel_cache.digest_path(first).name])
+
+
+class FakeNvcc:
+    """``nvcc -cubin ... -o OUT SRC`` standing in for the toolkit: writes ``cubin`` to OUT and
+    counts its builds (the cache layer runs with no toolkit and no GPU)."""
+
+    def __init__(self, monkeypatch, cubin: bytes = b"\x7fELF cubin bytes") -> None:
+        self.cubin, self.builds = cubin, 0
+        monkeypatch.setattr(kernel_cache, "nvcc", lambda: "/fake/nvcc")
+        monkeypatch.setattr(kernel_cache, "toolkit_version", lambda: "cuda_fake")
+        monkeypatch.setattr(kernel_cache.subprocess, "run", self)
+
+    def __call__(self, cmd, *args, **kwargs):
+        self.builds += 1
+        out = cmd[cmd.index("-o") + 1]
+        with open(out, "wb") as f:
+            f.write(self.cubin)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+
+def _cubin(said=None):
+    return kernel_cache.cubin_path("src", "k", ("-std=c++17",), "sm_90a",
+                                   None if said is None else said.append)
+
+
+@pytest.mark.parametrize("damage", ["flipped", "truncated", "digest lost", "digest junk"])
+def test_a_corrupted_cubin_on_disk_is_built_again(monkeypatch, tmp_path, damage):
+    """Issue 33: a cubin damaged on disk was loaded as it was, by every later process."""
+    monkeypatch.setenv(kernel_cache.ENV, str(tmp_path))
+    nvcc = FakeNvcc(monkeypatch)
+    path = _cubin()
+    assert nvcc.builds == 1 and path.read_bytes() == nvcc.cubin and kernel_cache.sound(path)
+    assert _cubin() == path and nvcc.builds == 1  # sound: loaded from disk
+    digest = kernel_cache.digest_path(path)
+    if damage == "flipped":
+        path.write_bytes(b"\x00" + nvcc.cubin[1:])
+    elif damage == "truncated":
+        path.write_bytes(nvcc.cubin[:4])
+    elif damage == "digest lost":  # as a cubin cached before the digests
+        digest.unlink()
+    else:
+        digest.write_bytes(b"\xff\xfe")
+    said: list[str] = []
+    assert _cubin(said) == path and nvcc.builds == 2
+    assert path.read_bytes() == nvcc.cubin and kernel_cache.sound(path)
+    assert said[0] == f"cached kernel {path} does not match its sha256; building it again"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, digest.name])
+
+
+@pytest.mark.parametrize("under", [False, True])
+def test_a_cache_folder_that_is_a_file_is_one_error_naming_the_variable(monkeypatch, tmp_path,
+                                                                        under):
+    """Issue 33: PIPELINE_CORE_CACHE_DIR naming a file raised FileExistsError into matmul."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    folder = afile / "sub" if under else afile
+    monkeypatch.setenv(kernel_cache.ENV, str(folder))
+    nvcc = FakeNvcc(monkeypatch)
+    with pytest.raises(kernel_cache.CacheDirError) as err:
+        _cubin()
+    assert str(err.value) == (f"PIPELINE_CORE_CACHE_DIR={folder} names a file, not a folder: set "
+                              "PIPELINE_CORE_CACHE_DIR to a folder you can write, e.g. export "
+                              "PIPELINE_CORE_CACHE_DIR=$HOME/.cache/pipeline-core")
+    assert nvcc.builds == 0
+
+
+def test_the_tuning_cache_in_a_file_folder_is_the_same_error(monkeypatch, tmp_path):
+    from pipeline_core_nvidia_h100 import autotune
+
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv(kernel_cache.ENV, str(tmp_path / "afile"))
+    key = autotune.tune_key("d", GemmVariant(), 1, 1, 1, "t")
+    with pytest.raises(kernel_cache.CacheDirError, match="^PIPELINE_CORE_CACHE_DIR=.* names a file"):
+        autotune.store(autotune.cache_path(), key, autotune.DEFAULT)
 
 
 def test_importing_the_plugin_and_naming_the_call_load_no_gpu_package():

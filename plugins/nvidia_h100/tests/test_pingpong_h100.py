@@ -146,3 +146,19 @@ def test_geometry_of_the_default_tile():
     with pytest.raises(ValueError, match="K=192: .* multiple of 128"):
         g.check_shape(256, 256, 192)
     Geometry(bm=128, bn=128, bk=32).validate()
+
+
+@pytest.mark.parametrize("extra", [(), ("-c", "minimal_barriers=true", "--allow-unsafe")])
+def test_the_targets_own_sync_tags_have_their_names_in_the_document(extra):
+    """Issue 33: the document named the wait_group and the non-aligned barrier ``OP150`` and
+    ``OP152``: the compile's names lacked the sync model's."""
+    from pipeline_core.testing import run_cli
+
+    res = run_cli(["compile", *PP, *extra, "--format", "json"])
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(res.stdout)
+    named = {e["op"]["tag"]: e["op"]["tag_name"] for p in PHASES for e in doc[p]}
+    assert named[WAIT_CP_ASYNC] == "WAIT_CP_ASYNC"
+    assert not [n for n in named.values() if n.startswith("OP")]
+    if extra:  # the stagger's non-aligned barrier shows with minimal barriers
+        assert named[BARRIER_SYNC_NONALIGNED] == "BARRIER_SYNC"

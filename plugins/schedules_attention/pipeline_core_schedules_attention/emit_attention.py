@@ -50,6 +50,27 @@ _PTX = {"bf16": "bf16", "fp16": "f16"}
 _PACK = {"bf16": "pch100::pack_bf16x2", "fp16": "pack_f16x2"}
 
 
+def geometry_refusal(g: AttentionGeometry) -> str:
+    """Why this emitter cannot write geometry ``g`` ("" when it can): what :func:`emit_attention`
+    refuses with, and what ``pipeline-core compile`` asks (:func:`refuses`), so a geometry the
+    schedule proves but the kernel cannot take is said at compile too."""
+    if g.rows != WGMMA_M:
+        return (f"writes {WGMMA_M} query rows per consumer; -p block_m={g.block_m} over "
+                f"{g.consumers} consumer{'s' if g.consumers != 1 else ''} gives {g.rows}: set "
+                f"-p block_m={WGMMA_M * g.consumers}")
+    if g.head_dim % 64:
+        return f"-p head_dim={g.head_dim} must be a multiple of 64 (one 128-byte swizzled row)"
+    if g.block_n % 16:  # the PV wgmma's k steps (the schedule refuses it before; one home)
+        return f"-p block_n={g.block_n} must be a multiple of 16 (PV's k step)"
+    return ""
+
+
+def refuses(compiled: CompiledSchedule) -> str:
+    """The emitter record's ``refuses``: the geometry's refusal for a compiled schedule."""
+    return geometry_refusal(declared_geometry(compiled, KERNEL_FAMILY, AttentionGeometry,
+                                              EMITTER_NAME))
+
+
 def _fail(why: str) -> ProgramError:
     return ProgramError(f"emitter {EMITTER_NAME}: {why}")
 
@@ -138,15 +159,9 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
                    dtype: str = "bf16") -> str:
     """CUDA C++ for a compiled schedule of kernel family ``attention`` (see the module)."""
     g = declared_geometry(compiled, KERNEL_FAMILY, AttentionGeometry, EMITTER_NAME)
-    if g.rows != WGMMA_M:
-        raise _fail(f"writes {WGMMA_M} query rows per consumer; -p block_m={g.block_m} over "
-                    f"{g.consumers} consumers gives {g.rows}: set -p block_m="
-                    f"{WGMMA_M * g.consumers}")
-    if g.head_dim % 64:
-        raise _fail(f"-p head_dim={g.head_dim} must be a multiple of 64 (one 128-byte swizzled "
-                    "row)")
-    if g.block_n % 16:  # the PV wgmma's k steps (the schedule refuses it before; one home)
-        raise _fail(f"-p block_n={g.block_n} must be a multiple of 16 (PV's k step)")
+    why = geometry_refusal(g)
+    if why:
+        raise _fail(why)
     if compiled.plan.ring("q_full").stages != g.q_stages:
         raise _fail(f"the plan's Q ring has {compiled.plan.ring('q_full').stages} stages, the "
                     f"geometry {g.q_stages}; recompile the schedule")
@@ -486,4 +501,4 @@ EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {NAME}: TMA producer (Q once, K and V "
     "rings), wgmma consumers (S = Q.K^T, online softmax, O += P.V with P from registers); every "
     "agent's steps one for one", (TARGET_NAME,), emit_attention,
-    kernel_families=(KERNEL_FAMILY,), options=(WATCHDOG, DTYPE)),)
+    kernel_families=(KERNEL_FAMILY,), options=(WATCHDOG, DTYPE), refuses=refuses),)

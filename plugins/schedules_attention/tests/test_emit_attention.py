@@ -138,6 +138,27 @@ def test_unwritten_variants_are_refused_in_one_line(params, needle):
     assert len(err.strip().splitlines()) == 1
 
 
+GEOMETRY_EMIT_REFUSES = ("-p", "consumers=1", "-p", "pingpong=false", "-p", "block_n=32")
+ONE_CONSUMER_LINE = ("emitter cuda-attention: writes 64 query rows per consumer; -p block_m=128 "
+                     "over 1 consumer gives 128: set -p block_m=64")
+
+
+def test_compile_warns_of_a_proven_geometry_the_emitter_refuses():
+    """Issue 33: this compile proved SAFE with no word, then ``emit`` refused its geometry;
+    compile asks the emitter the same question (EmitterRecord.refuses), and says so in one
+    warning line with the fix, and ``emit`` refuses with the same text."""
+    compiled = run_cli(["compile", "flash-attention-fwd", *GEOMETRY_EMIT_REFUSES])
+    assert compiled.exit_code == 0 and compiled.stdout
+    assert compiled.stderr == ("warning: no emitter writes this flash-attention-fwd kernel "
+                               "(`pipeline-core emit` would refuse it): "
+                               f"{ONE_CONSUMER_LINE}\n")
+    code, out, err = emit(*GEOMETRY_EMIT_REFUSES)
+    assert (code, out, err) == (2, "", f"error: {ONE_CONSUMER_LINE}\n")
+    fixed = run_cli(["compile", "flash-attention-fwd", *GEOMETRY_EMIT_REFUSES,
+                     "-p", "block_m=64"])
+    assert fixed.exit_code == 0 and fixed.stderr == ""  # the fix it names is written
+
+
 def test_a_schedule_of_another_family_is_refused():
     gemm = compile_named("warpspecialized-gemm", target_args={"stages": "2"})
     with pytest.raises(ProgramError, match="writes kernel family attention"):
