@@ -19,8 +19,9 @@ stage completing a phase), and asks of every dependence whether the graph orders
   an arrival or a copy for phase k comes after phase k - 1 completed;
 * **DEADLOCK**: a wait whose phase never completes (arrivals or bytes missing), or a cycle;
 * **ACC_RAW**: every group is retired before the agent ends (the accumulators are read after
-  the loop), and a fence precedes the first group; **WAIT_RANGE**: counter waits fit
-  ``0 .. Channel.max_wait``;
+  the loop), a fence precedes the first group, and a fence lies between a register access of
+  the agent's threads and a later group op that uses those registers (the PTX ISA's wgmma
+  fence rule); **WAIT_RANGE**: counter waits fit ``0 .. Channel.max_wait``;
 * **ORDER**: every ordering between consumer groups the schedule declares holds: each turn's
   ops of a K tile are issued after the previous turn's (named barriers: a ``named_sync`` passes
   when its generation's threads all arrived, a ``named_arrive`` does not block; each barrier's
@@ -35,6 +36,11 @@ A plan with a cross-CTA reduction (split-K) hands results between the CTAs of an
 findings join these (docs/guide/agents.md, "Cross-CTA reductions").  A plan with a staged bulk
 store (a TMA-store epilogue): :mod:`pipeline_core.agents.prove_store` proves its ``store`` and
 ``drain`` steps over its staging buffers' reuse (docs/guide/agents.md, "Bulk stores").
+
+Before any of it, :mod:`pipeline_core.agents.records` refuses (**UNPROVEN**) a step no proof
+would read: one a record (``Plan.store``, ``.reduction``, ``.split``) should list and does not,
+one in a section of another kind, one naming what the plan or target lacks, one whose tag is not
+what its kind lowers to, one with a field its kind does not read.
 
 A persistent kernel runs its rings on across output tiles (a stage's phases count every K tile
 it ever held), so every ring must also end the loop balanced: each K tile brings its stage all
