@@ -72,7 +72,10 @@ def test_a_plain_object_and_a_subclass_of_the_protocol_compile_alike(name):
     duck = compile_schedule(_Duck(inner), allow_unsafe=True)
     based = compile_schedule(_Based(inner), allow_unsafe=True)
     assert to_document(duck) == to_document(based)
-    assert duck.tag_names == based.tag_names == dict(inner.target.cost_model.tag_names())
+    # the cost model's names, the sync model's (its waits and barriers), the schedule's own
+    target = inner.target
+    expected = {**target.cost_model.tag_names(), **target.sync.tag_names(), **inner.tag_names()}
+    assert duck.tag_names == based.tag_names == expected
 
 
 def test_agents_asked_of_a_schedule_without_them_names_the_method():
