@@ -68,15 +68,82 @@ def _steps(prog: AgentProgram) -> Iterator[tuple[str, int, Step]]:
         yield from ((section, p, s) for p, s in enumerate(getattr(prog, section)))
 
 
-def _stray_field(step: Step, cluster: bool) -> str:
-    """The first field of ``step`` its kind does not read that is off its default ("" none)."""
+def _stray_field(step: Step, cluster: bool, section: str) -> str:
+    """The first field of ``step`` its kind does not read, in ``section``, that is off its
+    default ("" none): a step of a once-per-tile section (``finish``, ``store``, ``drain``) has
+    no loop position, so a named sync there reads its barrier and count only."""
     fields = FIELDS.get(step.kind, set())
+    if section in SECTION_KINDS:
+        fields = fields & {"channel", "barrier", "value"}
     for name, default in _DEFAULTS.items():
         if name in ("kind", "tag") or getattr(step, name) == default:
             continue
         if name not in fields or (name in CLUSTER_FIELDS and not cluster):
             return name
     return ""
+
+
+def _fault(plan: Plan, agent: str, section: str, step: Step, body: Sequence[Op],
+           sync: SyncModel, records: Mapping[str, tuple[str, ...]]) -> str:
+    """Why no proof reads ``step`` of ``agent`` in ``section``, as its fix ("": one does).  In
+    order: what it names exists, it sits in a section of its kind, its record lists the agent,
+    it sets only the fields its kind reads, its channel is its owner's, its tag its kind's."""
+    kind = step.kind
+    rings = {r.name for r in plan.rings}
+    counters = {c.name for c in sync.channels}
+    ids = sync.named_barriers.ids if sync.named_barriers is not None else 0
+    allowed = SECTION_KINDS.get(section)
+    if kind == StepKind.OP and not 0 <= step.op < len(body):
+        return f"op {step.op} is no op of the body (0..{len(body) - 1})"
+    if kind in RING_KINDS and step.channel not in rings:
+        return f"ring {step.channel!r} is none of the plan's ({', '.join(sorted(rings))})"
+    if kind in COUNTER_KINDS and step.channel not in counters:
+        return (f"channel {step.channel!r} is none of sync model {sync.name}'s "
+                f"({', '.join(sorted(counters))})")
+    if kind in NAMED_KINDS and not 0 <= step.barrier < ids:
+        return f"named barrier {step.barrier} is outside the target's 0..{ids - 1}"
+    if allowed is not None and kind not in allowed:
+        return (f"a {section} section holds only {', '.join(sorted(k.value for k in allowed))} "
+                "steps; move it to its section or drop it")
+    if allowed is None and kind in STORE_KINDS | REDUCTION_KINDS:
+        return (f"a {kind.value} step belongs in the "
+                f"{'finish' if kind in REDUCTION_KINDS else 'store or drain'} section")
+    if section in ("store", "drain") and agent not in records["Plan.store"]:
+        return ("restore Plan.store with this agent in its agents (and its barrier), or drop "
+                "the agent's store steps")
+    if section == "finish" and agent not in records["Plan.reduction"]:
+        return "restore Plan.reduction with this agent in its agents, or drop its finish steps"
+    if step.output_lag and agent not in records["Plan.split"]:
+        return ("an output_lag step orders the output tiles of a tile split: restore "
+                "Plan.split with this agent, or set output_lag 0")
+    stray = _stray_field(step, plan.cluster is not None, section)
+    if stray:
+        where = " outside a cluster" if stray in CLUSTER_FIELDS else ""
+        return (f"{stray}={getattr(step, stray)!r} means nothing to a {kind.value} step{where} "
+                f"and no proof reads it; set it back to {_DEFAULTS[stray]!r}")
+    owners = _owners(plan, section, kind)
+    if kind in NAMED_KINDS | STORE_KINDS | REDUCTION_KINDS and step.channel not in owners:
+        return (f"its channel {step.channel!r} names none of "
+                f"{', '.join(sorted(owners)) or 'no record'}, what a {kind.value} step "
+                f"{'in ' + section + ' ' if allowed is not None else ''}belongs to")
+    want = step_tag(step, sync, sync_tags(sync), body)
+    if want is not None and step.tag != want:
+        return (f"its tag {step.tag} is not {want}, the tag a {kind.value} step"
+                f"{f' of op {step.op}' if step.op >= 0 else ''} lowers to: the emitter would "
+                "write the tag's instruction, the proof reads the step's kind and op; restore "
+                "the tag")
+    return ""
+
+
+def _owners(plan: Plan, section: str, kind: StepKind) -> set[str]:
+    """The names a step's ``channel`` may take: a store or reduction step's its record's, a
+    named step's its ordering's (or, in the store, the store's)."""
+    store = {plan.store.name} if plan.store is not None else set()
+    if kind in REDUCTION_KINDS:
+        return {plan.reduction.name} if plan.reduction is not None else set()
+    if kind in STORE_KINDS or section in ("store", "drain"):
+        return store
+    return {o.name for o in plan.orders}
 
 
 def step_tag(step: Step, sync: SyncModel, tags: Mapping[str, int],
@@ -144,52 +211,11 @@ def unrecorded(plan: Plan, body: Sequence[Op], sync: SyncModel,
                        f"give ring {ring.name} {field} >= 1 (the lowering derives it)")
     if plan.stages < 1:
         refuse("Plan.stages", f"Plan.stages={plan.stages}", "give the plan 1 stage or more")
-    tags = sync_tags(sync)
-    rings = {r.name for r in plan.rings}
-    counters = {c.name for c in sync.channels}
-    ids = sync.named_barriers.ids if sync.named_barriers is not None else 0
     for a, prog in enumerate(plan.programs):
         for section, pos, step in _steps(prog):
-            kind = step.kind
-            what = f"{kind.value.upper()} ({section}[{pos}])"
-            allowed = SECTION_KINDS.get(section)
-            if kind == StepKind.OP and not 0 <= step.op < len(body):
-                report(a, section, pos, what, f"op {step.op} is no op of the body "
-                       f"(0..{len(body) - 1})")
-            elif kind in RING_KINDS and step.channel not in rings:
-                report(a, section, pos, what, f"ring {step.channel!r} is none of the plan's "
-                       f"({', '.join(sorted(rings))})")
-            elif kind in COUNTER_KINDS and step.channel not in counters:
-                report(a, section, pos, what, f"channel {step.channel!r} is none of sync model "
-                       f"{sync.name}'s ({', '.join(sorted(counters))})")
-            elif kind in NAMED_KINDS and not 0 <= step.barrier < ids:
-                report(a, section, pos, what, f"named barrier {step.barrier} is outside the "
-                       f"target's 0..{ids - 1}")
-            elif stray := _stray_field(step, plan.cluster is not None):
-                report(a, section, pos, what, f"{stray}={getattr(step, stray)!r} means nothing "
-                       f"to a {kind.value} step{' outside a cluster' if stray in CLUSTER_FIELDS else ''}"
-                       f" and no proof reads it; set it back to {_DEFAULTS[stray]!r}")
-            elif step.tag != (want := step_tag(step, sync, tags, body)) and want is not None:
-                report(a, section, pos, what, f"its tag {step.tag} is not {want}, the tag a "
-                       f"{kind.value} step{f' of op {step.op}' if step.op >= 0 else ''} lowers "
-                       "to: the emitter would write the tag's instruction, the proof reads the "
-                       "step's kind and op; restore the tag")
-            elif allowed is not None and kind not in allowed:
-                report(a, section, pos, what, f"a {section} section holds only "
-                       f"{', '.join(sorted(k.value for k in allowed))} steps; move it to its "
-                       "section or drop it")
-            elif allowed is None and kind in STORE_KINDS | REDUCTION_KINDS:
-                report(a, section, pos, what, f"a {kind.value} step belongs in the "
-                       f"{'finish' if kind in REDUCTION_KINDS else 'store or drain'} section")
-            elif section in ("store", "drain") and prog.name not in records["Plan.store"]:
-                report(a, section, pos, what, "restore Plan.store with this agent in its "
-                       "agents (and its barrier), or drop the agent's store steps")
-            elif section == "finish" and prog.name not in records["Plan.reduction"]:
-                report(a, section, pos, what, "restore Plan.reduction with this agent in its "
-                       "agents, or drop the agent's finish steps")
-            elif step.output_lag and prog.name not in records["Plan.split"]:
-                report(a, section, pos, what, "an output_lag step orders the output tiles of "
-                       "a tile split: restore Plan.split with this agent, or set output_lag 0")
+            fault = _fault(plan, prog.name, section, step, body, sync, records)
+            if fault:
+                report(a, section, pos, f"{step.kind.value.upper()} ({section}[{pos}])", fault)
         if prog.split_base != "all" and prog.name not in records["Plan.split"]:
             report(a, "plan", 0, f"split_base {prog.split_base!r}", "only an agent of "
                    "Plan.split counts its ring positions by its own output tiles; restore "

@@ -192,6 +192,13 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
     # a cluster's relay agent (docs/guide/agents.md, "Clusters") runs on warp 1 of warp group 0
     relays = [p for p in plan.programs if p.name == CLUSTER_RELAY]
     producer, *consumers = [p for p in plan.programs if p.name != CLUSTER_RELAY]
+    # the kernel's ring depth is the geometry's STAGES: it must be the depth the proof ran the
+    # rings at, or the kernel would run rings nobody proved
+    deep = sorted({r.stages for r in plan.rings if not r.once} - {g.stages})
+    if deep:
+        raise ProgramError(f"emitter {EMITTER_NAME}: the plan's rings were proven {deep[0]} "
+                           f"stages deep and the kernel's geometry has {g.stages}; recompile "
+                           "the schedule (-T stages sets both)")
     v = g.variant
     variant = v if v.general else None
     if producer.role.issuers != 1 or not consumers:

@@ -116,3 +116,46 @@ def test_malformed_plans_that_crashed_the_prover_get_a_verdict(params, edit):
     c = _compile(**params)
     v = _prove(c, edit(c.plan))
     assert not v.safe and v.violations
+
+
+@pytest.mark.parametrize("params, agent, edit, says", [
+    # a field the step's kind (or its section) does not read
+    ({"store": "tma"}, "consumer0",
+     lambda p: {"store": tuple(attrs.evolve(s, lag=1) if s.kind == StepKind.NAMED_SYNC else s
+                               for s in p.store)}, "lag=1 means nothing to a named_sync"),
+    ({}, "consumer0", lambda p: {"kernel": tuple(attrs.evolve(s, peer=1)
+                                                 if s.kind == StepKind.ARRIVE else s
+                                                 for s in p.kernel)}, "outside a cluster"),
+    # a channel that is not its owner's: an ordering's, the store's, the reduction's
+    ({"pingpong": "true", "BN": "128"}, "consumer0",
+     lambda p: {"prologue": (tuple(attrs.evolve(s, channel="full") if s.kind ==
+                                   StepKind.NAMED_SYNC else s for s in p.prologue[0]),)
+                + p.prologue[1:]}, "its channel 'full' names none of mainloop"),
+    ({"split_k": "true"}, "consumer1",
+     lambda p: {"finish": (attrs.evolve(p.finish[0], channel="full"),) + p.finish[1:]},
+     "names none of split_k"),
+    # a tag that is not what the step's kind and op lower to
+    ({}, "producer", lambda p: {"kernel": tuple(attrs.evolve(s, tag=s.tag + 1)
+                                                if s.kind == StepKind.OP else s
+                                                for s in p.kernel)}, "restore the tag"),
+])
+def test_a_step_field_no_proof_reads_is_unproven(params, agent, edit, says):
+    c = _compile(**params)
+    v = _prove(c, _with_program(c.plan, agent, **edit(c.plan.program(agent))))
+    assert not v.safe and any(x.kind == H.UNPROVEN and says in x.message
+                              for x in v.violations), [x.message for x in v.violations][:3]
+
+
+def test_the_emitter_refuses_rings_of_another_depth_than_its_kernel():
+    from pipeline_core.errors import ProgramError
+
+    from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma
+
+    c = _compile()
+    stages = c.launch.geometry.stages
+    deeper = attrs.evolve(c.plan, rings=[attrs.evolve(r, stages=r.stages + 1)
+                                         if r.kind == "full" else r for r in c.plan.rings])
+    assert _prove(c, deeper).safe  # the full ring proven one stage deeper ...
+    with pytest.raises(ProgramError, match=f"proven {stages + 1} stages deep and the kernel's "
+                                           f"geometry has {stages}"):
+        emit_wgmma(attrs.evolve(c, plan=deeper))  # ... is not the kernel's ring
