@@ -293,8 +293,8 @@ class _Run:
         """One finding; ``rank`` orders findings of one kind (a direct cause first); ``site``
         replaces ``inst``'s own (a step that is missing is reported where it belongs, and
         ``inst`` is None when no agent runs a step to anchor it)."""
-        where = site or self.site(inst) if inst is not None else site
-        assert where is not None
+        where = site if site is not None else self.site(inst) if inst is not None else None
+        assert where is not None, "a finding needs a step or a site"
         agent, n = (inst.agent, inst.n) if inst is not None else (where.group, 0)
         self.out.append(Violation(kind, where, message,
                                   self.site(other) if other is not None else None, fix,

@@ -8,6 +8,13 @@ section no proof reads, is a step the emitter writes and nothing proves.  A plan
 fences or counter acquires unchecked.  Every such step is refused here as **UNPROVEN**, naming
 the record to restore; a record naming an agent the plan lacks is refused the same way, so no
 proof later looks up a missing agent.
+
+The same holds for what a step names and carries: an op past the body, a ring the plan lacks, a
+channel or named barrier the target lacks (each would crash the proof or be skipped by it), a
+channel other than its owner's (the ordering, store or reduction it belongs to), a tag other
+than the one its kind and op lower to (an emitter writes a step by its tag, the proof reads its
+kind and op), and a field its kind does not read (a ``peer`` outside a cluster, a ``lag`` on a
+store's sync): the proof would be of one kernel and the emitter would write another.
 """
 from __future__ import annotations
 
