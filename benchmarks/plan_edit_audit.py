@@ -44,6 +44,26 @@ def compiled(label: str):
                          target_args=targs)
 
 
+def emitter(label: str):
+    """The emitter that writes the variant's kernel (its family's)."""
+    if VARIANTS[label][0] == "flash-attention-fwd":
+        from pipeline_core_schedules_attention.emit_attention import emit_attention
+        return emit_attention
+    from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma
+    return emit_wgmma
+
+
+def kernel_of(emit, c, plan) -> str | None:
+    """The kernel ``emit`` writes from ``plan`` (None: the emitter refuses it)."""
+    import attrs
+
+    from pipeline_core.errors import PipelineError
+    try:
+        return emit(attrs.evolve(c, plan=plan))
+    except PipelineError:
+        return None
+
+
 def ask(c, plan, *, longer: bool = False):
     """The prover's answer on ``plan``: ("refused" | "accepted", verdict or message) or
     ("crash", traceback)."""
@@ -67,8 +87,13 @@ def audit(label: str, limit: int | None = None, stride: int = 1, oracle: bool = 
     from pipeline_core.check.plan_edits import plan_edits
 
     c = compiled(label)
+    emit = emitter(label)
+    source = emit(c)
     counts: collections.Counter[str] = collections.Counter()
     harmless: collections.Counter[str] = collections.Counter()
+    #: accepted edits by what the emitter makes of them: the same kernel byte for byte (the
+    #: edit is of a field the emitter does not read), another kernel, or a refusal
+    kernels: collections.Counter[str] = collections.Counter()
     crashes, oracle_unsafe = [], []
     edits = list(plan_edits(c.plan))
     if sample is not None:
@@ -91,10 +116,15 @@ def audit(label: str, limit: int | None = None, stride: int = 1, oracle: bool = 
                 oracle_unsafe.append((edit.description, str(getattr(verdict, "violations",
                                                                     verdict))[:300]))
             else:
-                harmless[re.sub(r"\[\d+\]|\d+", "#", edit.description)] += 1
+                kernel = kernel_of(emit, c, plan)
+                verdict = ("emitter refuses" if kernel is None else "same kernel"
+                           if kernel == source else "another kernel")
+                kernels[verdict] += 1
+                if verdict == "another kernel":  # these are the ones that need a reason
+                    harmless[re.sub(r"\[\d+\]|\d+", "#", edit.description)] += 1
     return {"variant": label, "edits": sum(counts.values()), **counts,
             "crashes": crashes, "oracle_unsafe": oracle_unsafe,
-            "accepted_kinds": dict(harmless.most_common())}
+            "accepted_kernels": dict(kernels), "changed_kernel_edits": dict(harmless.most_common())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label}: {r['edits']} edits, {r.get('refused', 0)} refused, "
               f"{r.get('refused by the record', 0)} refused by the record, "
               f"{r.get('accepted', 0)} accepted, {len(r['crashes'])} crashes, "
-              f"{len(r['oracle_unsafe'])} accepted but unsafe over longer unrolls", flush=True)
+              f"{len(r['oracle_unsafe'])} accepted but unsafe over longer unrolls; accepted: "
+              f"{r['accepted_kernels']}", flush=True)
         for what, detail in r["crashes"][:5] + r["oracle_unsafe"][:5]:
             print(f"  {what}: {detail.strip().splitlines()[-1] if detail else ''}")
         if args.json:
