@@ -25,7 +25,7 @@ import attrs
 from pipeline_core.agents.inject import sync_tags
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Violation
 from pipeline_core.ops import Op
-from pipeline_core.plan import AgentProgram, Plan, Step, StepKind
+from pipeline_core.plan import AgentProgram, Plan, Ring, Step, StepKind
 from pipeline_core.sync.model import BULK_STORE_STEPS, REDUCTION_STEPS, SyncModel
 
 STORE_KINDS = frozenset(StepKind(k) for k in BULK_STORE_STEPS)
@@ -216,6 +216,13 @@ def unrecorded(plan: Plan, body: Sequence[Op], sync: SyncModel,
                 refuse(f"ring {ring.name}", f"ring {ring.name} has {field}="
                        f"{getattr(ring, field)}: a ring takes 1 or more",
                        f"give ring {ring.name} {field} >= 1 (the lowering derives it)")
+    depth: dict[tuple[int, ...], Ring] = {}
+    for ring in plan.rings:  # a stage is one buffer and its two barriers, full and empty
+        other = depth.setdefault(tuple(ring.ops), ring)
+        if other.stages != ring.stages:
+            refuse(f"ring {ring.name}", f"ring {ring.name} has {ring.stages} stages and ring "
+                   f"{other.name} of the same copies {other.stages}: a stage is one buffer "
+                   "with its full and its empty barrier", "give both rings the same stages")
     if plan.stages < 1:
         refuse("Plan.stages", f"Plan.stages={plan.stages}", "give the plan 1 stage or more")
     for a, prog in enumerate(plan.programs):

@@ -28,8 +28,8 @@ from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_hea
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
                                                 consumer_branches, consumer_sync_line,
                                                 declared_geometry, merged_consumer_lines,
-                                                render, ring_step_line, section_mark,
-                                                split_tile_loop)
+                                                render, require_ring_depths, ring_step_line,
+                                                section_mark, split_tile_loop)
 from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, KERNEL_FAMILY,
                                                        MN_CHUNK, OUT_BYTES, SCHEDULE_NAME,
                                                        STORE_BUFFERS, WGMMA_M, GemmVariant,
@@ -192,13 +192,7 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
     # a cluster's relay agent (docs/guide/agents.md, "Clusters") runs on warp 1 of warp group 0
     relays = [p for p in plan.programs if p.name == CLUSTER_RELAY]
     producer, *consumers = [p for p in plan.programs if p.name != CLUSTER_RELAY]
-    # the kernel's ring depth is the geometry's STAGES: it must be the depth the proof ran the
-    # rings at, or the kernel would run rings nobody proved
-    deep = sorted({r.stages for r in plan.rings if not r.once} - {g.stages})
-    if deep:
-        raise ProgramError(f"emitter {EMITTER_NAME}: the plan's rings were proven {deep[0]} "
-                           f"stages deep and the kernel's geometry has {g.stages}; recompile "
-                           "the schedule (-T stages sets both)")
+    require_ring_depths(plan.rings, g.stages, g.stages, EMITTER_NAME)  # the GEMM has no once ring
     v = g.variant
     variant = v if v.general else None
     if producer.role.issuers != 1 or not consumers:

@@ -122,6 +122,21 @@ def declared_geometry(compiled: CompiledSchedule, family: str, kind: type[G],
     return launch.geometry
 
 
+def require_ring_depths(rings: Sequence[Ring], stages: int, once_stages: int,
+                        emitter: str) -> None:
+    """Refuse a plan whose ``rings`` the proof ran at another depth than the kernel's buffers
+    (``stages`` for the K-loop rings, ``once_stages`` for rings loaded once per output tile):
+    the kernel indexes its buffers by its geometry, so a ring proven deeper or shallower is a
+    ring nobody proved (and a full ring deeper than its buffers would overwrite one still
+    read)."""
+    for r in rings:
+        want = once_stages if r.once else stages
+        if r.stages != want:
+            raise ProgramError(f"emitter {emitter}: the plan's ring {r.name} was proven "
+                               f"{r.stages} stages deep and the kernel's geometry has {want}; "
+                               "recompile the schedule (-T stages sets both)")
+
+
 # --- the warp-specialized kernel: rings, roles, the persistent tile loop -------------------------
 
 @attrs.frozen(kw_only=True)

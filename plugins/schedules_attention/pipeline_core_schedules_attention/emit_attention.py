@@ -35,7 +35,8 @@ from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_sour
 from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
 from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
                                                 consumer_sync_line, declared_geometry, render,
-                                                ring_step_line, role_mark, section_mark)
+                                                require_ring_depths, ring_step_line, role_mark,
+                                                section_mark)
 
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
@@ -162,9 +163,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     why = geometry_refusal(g)
     if why:
         raise _fail(why)
-    if compiled.plan.ring("q_full").stages != g.q_stages:
-        raise _fail(f"the plan's Q ring has {compiled.plan.ring('q_full').stages} stages, the "
-                    f"geometry {g.q_stages}; recompile the schedule")
+    require_ring_depths(compiled.plan.rings, g.stages, g.q_stages, EMITTER_NAME)
     plan = compiled.plan
     causal = plan.bounds if g.causal else None
     if g.causal and (causal is None or not causal.causal):
