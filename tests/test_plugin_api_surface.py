@@ -6,6 +6,7 @@ counts too."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -29,25 +30,29 @@ def plugin_modules() -> dict[str, str]:
     return found
 
 
-def off_surface_imports(source: str, filename: str) -> list[str]:
-    """One line per core name ``source`` imports other than from the curated surface, or from it
-    but outside its ``__all__``: the file, the line and the name."""
+def off_surface_imports(source: str, filename: str, surface: str = SURFACE,
+                        names: Sequence[str] = tuple(plugin_api.__all__)) -> list[str]:
+    """One line per name of ``surface``'s package that ``source`` imports other than from the
+    curated ``surface``, or from it but outside its ``names`` (its ``__all__``): the file, the
+    line and the name.  The core's surface by default; the H100 kit's door
+    (``pipeline_core_nvidia_h100.kit_api``) for a kernel family."""
+    package = surface.split(".")[0]
     found = []
     for node in ast.walk(ast.parse(source, filename)):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] == "pipeline_core" and alias.name != SURFACE:
+                if alias.name.split(".")[0] == package and alias.name != surface:
                     found.append(f"{filename}:{node.lineno}: import {alias.name}")
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module.split(".")[0] != "pipeline_core":
+            if node.module.split(".")[0] != package:
                 continue
             for alias in node.names:
-                if node.module != SURFACE:
+                if node.module != surface:
                     found.append(f"{filename}:{node.lineno}: {node.module}.{alias.name} "
-                                 f"(import it from {SURFACE})")
-                elif alias.name not in plugin_api.__all__:
+                                 f"(import it from {surface})")
+                elif alias.name not in names:
                     found.append(f"{filename}:{node.lineno}: {alias.name} is not in "
-                                 f"{SURFACE}.__all__")
+                                 f"{surface}.__all__")
     return found
 
 
@@ -98,3 +103,28 @@ def test_framework_op_refuses_a_tag_that_is_no_block_template_op():
 
     with pytest.raises(ValueError, match="framework_op: NONE is no block-template op"):
         framework_op(FrameworkTag.NONE)
+
+
+KIT = "pipeline_core_nvidia_h100.kit_api"
+
+
+def test_kernel_families_reach_the_h100_plugin_only_through_its_kit_door():
+    """A Hopper kernel family (schedules_attention today) imports the H100 plugin through
+    ``kit_api`` and only names in its ``__all__`` (../shared/spec/KERNEL_KIT.md, step 1), so the
+    plugin may move its private pieces without breaking a family."""
+    kit_api = pytest.importorskip(KIT)
+    modules = {name: text for name, text in plugin_modules().items()
+               if name.startswith("plugins/") and not name.startswith("plugins/nvidia_h100/")}
+    assert any(name.startswith("plugins/schedules_attention/") and KIT in text
+               for name, text in modules.items())  # the family is read (no vacuous pass)
+    offending = [line for name, text in modules.items()
+                 for line in off_surface_imports(text, name, KIT, kit_api.__all__)]
+    assert offending == []
+    missing = [n for n in kit_api.__all__ if not hasattr(kit_api, n)]
+    assert missing == []
+
+
+def test_an_import_past_the_kit_door_is_named():
+    source = "from pipeline_core_nvidia_h100.runtime import _require\n"
+    assert off_surface_imports(source, "f.py", KIT, ("KernelBuilder",)) == [
+        f"f.py:1: pipeline_core_nvidia_h100.runtime._require (import it from {KIT})"]

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pipeline_core_nvidia_h100.launch_cache import Bounded, describe, eager, launch
+from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, Bounded, describe, eager, launch,
+                                               require_gpu_module)
 
 from pipeline_core_schedules_attention.tile_order import TileOrder, choose
 
@@ -220,8 +221,7 @@ def _host() -> Any:
     host = default_host()
     if NAME in host.schedules:
         return host
-    return PluginHost(extra_modules=["pipeline_core_nvidia_h100.plugin",
-                                     "pipeline_core_schedules_attention.plugin"])
+    return PluginHost(extra_modules=[PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"])
 
 
 def _source(head_dim: int, dtype: str, causal: bool, align: str,
@@ -248,15 +248,14 @@ def _load(compiled: CompiledSchedule, source: str, device: int) -> _Built:
     """``source`` (emitted from ``compiled``) built, or read from the disk cache, and loaded on
     ``device``: the call's kernels, and the GPU checks' variants and mutants
     (benchmarks/attention_checks.py) put in ``_KERNELS`` to run through the call."""
-    from pipeline_core_nvidia_h100.kernel_cache import cubin_path
-    from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder, _require
-    from pipeline_core_nvidia_h100.skeleton import declared_geometry
+    from pipeline_core_nvidia_h100.kit_api import (ARCH, KernelBuilder, cubin_path,
+                                                   declared_geometry)
 
     from pipeline_core_schedules_attention.emit_attention import KERNEL_NAME
     from pipeline_core_schedules_attention.schedule import KERNEL_FAMILY, AttentionGeometry
 
     g = declared_geometry(compiled, KERNEL_FAMILY, AttentionGeometry, "attention")
-    cp = _require("cupy")
+    cp = require_gpu_module("cupy")
     with cp.cuda.Device(device):
         path = cubin_path(source, KERNEL_NAME, BUILD_OPTIONS, ARCH)
         if path is not None:
@@ -269,7 +268,7 @@ def _load(compiled: CompiledSchedule, source: str, device: int) -> _Built:
 
 
 def _map(t: Any, rows: int, d: int, box_rows: int, dtype: str) -> Any:
-    from pipeline_core_nvidia_h100.tma import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
+    from pipeline_core_nvidia_h100.kit_api import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
 
     # torch's data_ptr(): the address tma.device_address reads, without a bf16 view per call
     key = (t.data_ptr(), rows, d, box_rows, dtype)
@@ -375,9 +374,8 @@ def _pack(r: _Recipe, built: _Built, q: Any, k: Any,
     (tile_order.choose over the plan's trips); and how the output's address is packed."""
     import torch
 
-    from pipeline_core_nvidia_h100.runtime import _require
 
-    np = _require("numpy")
+    np = require_gpu_module("numpy")
     c = r.call
     sms = _SMS.get(r.device)
     if sms is None:

@@ -29,14 +29,12 @@ from __future__ import annotations
 from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord,
                                       LoopBounds, Param, ProgramError, Ring, Step, StepKind)
 
-from pipeline_core_nvidia_h100 import TARGET_NAME
-from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source,
-                                            wgmma_header_source)
-from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
-from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
-                                                consumer_sync_line, declared_geometry, render,
-                                                require_ring_depths, ring_step_line, role_mark,
-                                                section_mark)
+from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, agent_stretches,
+                                               consumer_branches, consumer_sync_line,
+                                               declared_geometry, gemm_call_header_source,
+                                               header_source, render, require_ring_depths,
+                                               ring_step_line, role_mark, section_mark,
+                                               wgmma_header_source)
 
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)

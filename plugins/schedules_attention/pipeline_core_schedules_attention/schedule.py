@@ -34,10 +34,8 @@ from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext,
                                       RingSpec,
                                       ScheduleRecord, TargetProfile, Turn, annotate, logical)
 
-from pipeline_core_nvidia_h100 import TARGET_NAME
-from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
-from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
-from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
+from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_AGENT_MACHINE, H100_SXM,
+                                               H100_WGMMA_SYNC, TAG_NAMES, TARGET_NAME)
 
 NAME = "flash-attention-fwd"
 OWNER = f"schedule {NAME}"

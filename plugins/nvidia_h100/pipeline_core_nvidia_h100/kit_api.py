@@ -1,0 +1,59 @@
+"""The Hopper kit's one door: what a kernel-family package (attention today; attention backward,
+grouped GEMM and decoding next) may import from the H100 plugin (../shared/spec/KERNEL_KIT.md,
+step 1; issue 34).
+
+Why a door: a family that reaches into the plugin's modules (``runtime._require``, the GEMM
+emitter's constants) pins their private layout, so the plugin cannot move a piece without
+breaking a family it does not know about.  This module names the kit's public pieces, and
+``tests/test_plugin_api_surface.py`` holds every other plugin to importing the H100 plugin
+through it only, and only names in its ``__all__``, as it holds plugins to
+``pipeline_core.plugin_api``.  The pieces, by what a family needs them for:
+
+* the target: its name, machine and sync model (``TARGET_NAME``, ``H100_SXM``,
+  ``H100_AGENT_MACHINE``, ``H100_WGMMA_SYNC``, ``TAG_NAMES``, ``CP_ASYNC_L2_LATENCY``);
+* the warp-specialized frame and its synchronization lines (``skeleton``: stretches, role and
+  section marks, ring and consumer sync lines, the declared geometry, the ring-depth rule) and
+  the device headers (``header_source``, ``wgmma_header_source``,
+  ``gemm_call_header_source``), the watchdog's default polls (``WATCHDOG``);
+* the host side: building and caching kernels (``KernelBuilder``, ``ARCH``, ``cubin_path``),
+  tensor maps (``encode_tiled_2d``, ``DTYPE_*``), launches (``launch``, ``eager``,
+  ``describe``, ``Bounded``) and the optional GPU packages (``require_gpu_module``);
+* what the tests of a family use: ``check_skeleton`` (what runs is what was proven).
+"""
+from __future__ import annotations
+
+from pipeline_core_nvidia_h100 import TARGET_NAME
+from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
+from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source,
+                                            wgmma_header_source)
+from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
+from pipeline_core_nvidia_h100.kernel_cache import cubin_path
+from pipeline_core_nvidia_h100.launch_cache import Bounded, describe, eager, launch
+from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
+from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder
+from pipeline_core_nvidia_h100.runtime import _require as require_gpu_module
+from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
+                                                consumer_sync_line, declared_geometry, render,
+                                                require_ring_depths, ring_step_line, role_mark,
+                                                section_mark)
+from pipeline_core_nvidia_h100.sync_skeleton import SkeletonMismatch, check_skeleton
+from pipeline_core_nvidia_h100.tma import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
+from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
+
+#: the plugin module a family's own plugin host loads beside itself (its target and emitters)
+PLUGIN_MODULE = "pipeline_core_nvidia_h100.plugin"
+
+__all__ = [
+    # the target
+    "TARGET_NAME", "H100_SXM", "H100_AGENT_MACHINE", "H100_WGMMA_SYNC", "TAG_NAMES",
+    "CP_ASYNC_L2_LATENCY", "PLUGIN_MODULE",
+    # the frame, its lines and the device headers
+    "agent_stretches", "consumer_branches", "consumer_sync_line", "declared_geometry", "render",
+    "require_ring_depths", "ring_step_line", "role_mark", "section_mark", "header_source",
+    "wgmma_header_source", "gemm_call_header_source", "WATCHDOG",
+    # the host side
+    "KernelBuilder", "ARCH", "cubin_path", "encode_tiled_2d", "DTYPE_BFLOAT16", "DTYPE_FLOAT16",
+    "launch", "eager", "describe", "Bounded", "require_gpu_module",
+    # what a family's tests check
+    "check_skeleton", "SkeletonMismatch",
+]
