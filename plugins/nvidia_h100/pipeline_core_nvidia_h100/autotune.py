@@ -245,13 +245,16 @@ def _pow2(x: int) -> int:
     return 1 if x <= 1 else 1 << (x - 1).bit_length()
 
 
-@functools.lru_cache(maxsize=1)
-def source_hash() -> str:
-    """sha256 over the plugin modules that generate the kernel (:data:`SOURCES`): a changed
-    emitter or schedule invalidates every tuning."""
+@functools.lru_cache(maxsize=4)
+def source_hash(root: Path | None = None) -> str:
+    """sha256 over what generates the kernel: the plugin modules of :data:`SOURCES` and the
+    device headers the kernel includes (``cuda/*.cuh``), under ``root`` (this package by
+    default): a changed emitter, schedule or header invalidates every tuning (a header edit
+    used to keep tunings measured on the old device code)."""
     h = hashlib.sha256()
-    here = Path(__file__).parent
-    for name in SOURCES:
+    here = root if root is not None else Path(__file__).parent
+    headers = sorted(p.relative_to(here).as_posix() for p in (here / "cuda").glob("*.cuh"))
+    for name in (*SOURCES, *headers):
         h.update(name.encode())
         h.update((here / name).read_bytes())
     return h.hexdigest()[:16]

@@ -224,6 +224,24 @@ def test_the_source_hash_changes_with_the_emitter(monkeypatch, tmp_path):
         autotune.source_hash.cache_clear()
 
 
+def test_the_source_hash_changes_with_a_device_header(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    here = Path(autotune.__file__).parent
+    for name in autotune.SOURCES:
+        shutil.copy(here / name, tmp_path / name)
+    shutil.copytree(here / "cuda", tmp_path / "cuda")
+    assert autotune.source_hash(tmp_path) == autotune.source_hash()
+    header = sorted((tmp_path / "cuda").glob("*.cuh"))[0]
+    header.write_text(header.read_text() + "// changed\n")
+    autotune.source_hash.cache_clear()
+    try:
+        assert autotune.source_hash(tmp_path) != autotune.source_hash()
+    finally:
+        autotune.source_hash.cache_clear()
+
+
 def test_cached_answers_a_warm_bucket_and_none_when_cold(tmp_path):
     path = tmp_path / "autotune.json"
     ask = {"device": "NVIDIA H100", "toolkit": "cuda_12.4", "path": path}
