@@ -110,7 +110,7 @@ KIT = "pipeline_core_nvidia_h100.kit_api"
 
 def test_kernel_families_reach_the_h100_plugin_only_through_its_kit_door():
     """A Hopper kernel family (schedules_attention today) imports the H100 plugin through
-    ``kit_api`` and only names in its ``__all__`` (../shared/spec/KERNEL_KIT.md, step 1), so the
+    ``kit_api`` and only names in its ``__all__`` (the kit's first step, issue 34), so the
     plugin may move its private pieces without breaking a family."""
     kit_api = pytest.importorskip(KIT)
     modules = {name: text for name, text in plugin_modules().items()

@@ -1,6 +1,6 @@
 """The Hopper kit's one door: what a kernel-family package (attention today; attention backward,
-grouped GEMM and decoding next) may import from the H100 plugin (../shared/spec/KERNEL_KIT.md,
-step 1; issue 34).
+grouped GEMM and decoding next) may import from the H100 plugin (issue 34's kit, its first
+step).
 
 Why a door: a family that reaches into the plugin's modules (``runtime._require``, the GEMM
 emitter's constants) pins their private layout, so the plugin cannot move a piece without

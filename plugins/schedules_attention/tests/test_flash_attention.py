@@ -269,7 +269,8 @@ def test_a_plan_whose_q_ring_differs_from_the_geometry_is_refused(monkeypatch):
         emit_attention(c)
     msg = str(exc.value)
     assert "\n" not in msg
-    assert "the plan's Q ring has 2 stages, the geometry 1; recompile the schedule" in msg
+    assert ("the plan's ring q_full was proven 2 stages deep and the kernel's geometry has 1; "
+            "recompile the schedule") in msg
 
 
 @pytest.mark.parametrize("intra_overlap", [True, False])
