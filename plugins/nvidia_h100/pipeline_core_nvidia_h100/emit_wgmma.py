@@ -28,7 +28,8 @@ from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_hea
 from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
                                                 consumer_branches, consumer_sync_line,
                                                 declared_geometry, merged_consumer_lines,
-                                                render, require_ring_depths, ring_step_line,
+                                                RingState, loop_tile, render,
+                                                require_ring_depths, ring_step_line,
                                                 section_mark, split_tile_loop)
 from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, KERNEL_FAMILY,
                                                        MN_CHUNK, OUT_BYTES, SCHEDULE_NAME,
@@ -71,18 +72,8 @@ def wgmma_instruction(n: int, dtype: str = "bf16", trans_a: int = 0, trans_b: in
         f"}}\n")
 
 
-def _tile(s: Step) -> str:
-    return f"(t - {s.lag})" if s.lag else "t"
-
-
-def _ring(s: Step) -> str:
-    """The step's position in the ring's life: K tiles this CTA ran before this output tile
-    (``rb``) plus the K tile the step serves, so stages and parities run on across tiles."""
-    return f"(rb + t - {s.lag})" if s.lag else "(rb + t)"
-
-
 def _stage(s: Step) -> str:
-    return f"({_ring(s)} % STAGES)"
+    return RingState.of(s, "STAGES").stage
 
 
 def _copy_line(operand: str, s: Step, major: str, split_k: bool = False,
@@ -98,7 +89,7 @@ def _copy_line(operand: str, s: Step, major: str, split_k: bool = False,
     stage = _stage(s)
     rows, tile = ("BM", "tile_m") if operand == "a" else ("BN", "tile_n")
     view, tm = f"stage_{operand}({stage})", f"&tm{operand.upper()}"
-    k_tile = f"(blockIdx.y * KT + {_tile(s)})" if split_k else _tile(s)
+    k_tile = f"(blockIdx.y * KT + {loop_tile(s)})" if split_k else loop_tile(s)
     if multicast:
         mask = "(1u << CLUSTER) - 1u"
         if major == "k":
@@ -117,8 +108,8 @@ def _copy_line(operand: str, s: Step, major: str, split_k: bool = False,
 
 def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
                variant: GemmVariant | None = None) -> str:
-    stage = _stage(s)
-    parity = f"(({_ring(s)} / STAGES + ({s.phase_offset})) & 1)"
+    state = RingState.of(s, "STAGES")
+    stage, parity = state.stage, state.parity(s.phase_offset)
     if s.kind == StepKind.PHASE_WAIT and s.scope == "cluster":  # a peer completes the phase
         bound = f", {watchdog}ull" if watchdog else ""
         return f"mbar_wait_cluster({s.channel}_bar({stage}), {parity}{bound});"
@@ -139,10 +130,10 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
                     else _copy_line("b", s, variant.b_major, variant.split_k,
                                     "b" in variant.batch, multicast=variant.cluster > 1))
         if s.tag == WgmmaTag.TMA_A:
-            return (f"tma_load_2d(stage_a({stage}), &tmA, full_bar({stage}), {_tile(s)} * BK, "
+            return (f"tma_load_2d(stage_a({stage}), &tmA, full_bar({stage}), {loop_tile(s)} * BK, "
                     "tile_m * BM);")
         if s.tag == WgmmaTag.TMA_B:
-            return (f"tma_load_2d(stage_b({stage}), &tmB, full_bar({stage}), {_tile(s)} * BK, "
+            return (f"tma_load_2d(stage_b({stage}), &tmB, full_bar({stage}), {loop_tile(s)} * BK, "
                     "tile_n * BN);")
         if s.tag == WgmmaTag.WGMMA:
             return f"wgmma_tile({stage});"

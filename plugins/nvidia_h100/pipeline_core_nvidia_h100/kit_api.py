@@ -12,7 +12,8 @@ through it only, and only names in its ``__all__``, as it holds plugins to
 * the target: its name, machine and sync model (``TARGET_NAME``, ``H100_SXM``,
   ``H100_AGENT_MACHINE``, ``H100_WGMMA_SYNC``, ``TAG_NAMES``, ``CP_ASYNC_L2_LATENCY``);
 * the warp-specialized frame and its synchronization lines (``skeleton``: stretches, role and
-  section marks, ring and consumer sync lines, the declared geometry, the ring-depth rule) and
+  section marks, ``RingState`` (a step's stage and parity on its ring) and ``loop_tile``, ring
+  and consumer sync lines, the declared geometry, the ring-depth rule) and
   the device headers (``header_source``, ``wgmma_header_source``,
   ``gemm_call_header_source``), the watchdog's default polls (``WATCHDOG``);
 * the host side: building and caching kernels (``KernelBuilder``, ``ARCH``, ``cubin_path``),
@@ -32,10 +33,10 @@ from pipeline_core_nvidia_h100.launch_cache import Bounded, describe, eager, lau
 from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
 from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder
 from pipeline_core_nvidia_h100.runtime import _require as require_gpu_module
-from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
-                                                consumer_sync_line, declared_geometry, render,
-                                                require_ring_depths, ring_step_line, role_mark,
-                                                section_mark)
+from pipeline_core_nvidia_h100.skeleton import (RingState, agent_stretches, consumer_branches,
+                                                consumer_sync_line, declared_geometry, loop_tile,
+                                                render, require_ring_depths, ring_step_line,
+                                                role_mark, section_mark)
 from pipeline_core_nvidia_h100.sync_skeleton import SkeletonMismatch, check_skeleton
 from pipeline_core_nvidia_h100.tma import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
 from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
@@ -49,7 +50,8 @@ __all__ = [
     "CP_ASYNC_L2_LATENCY", "PLUGIN_MODULE",
     # the frame, its lines and the device headers
     "agent_stretches", "consumer_branches", "consumer_sync_line", "declared_geometry", "render",
-    "require_ring_depths", "ring_step_line", "role_mark", "section_mark", "header_source",
+    "RingState", "loop_tile", "require_ring_depths", "ring_step_line", "role_mark",
+    "section_mark", "header_source",
     "wgmma_header_source", "gemm_call_header_source", "WATCHDOG",
     # the host side
     "KernelBuilder", "ARCH", "cubin_path", "encode_tiled_2d", "DTYPE_BFLOAT16", "DTYPE_FLOAT16",

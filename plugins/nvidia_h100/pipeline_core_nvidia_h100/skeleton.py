@@ -122,6 +122,37 @@ def declared_geometry(compiled: CompiledSchedule, family: str, kind: type[G],
     return launch.geometry
 
 
+@attrs.frozen(kw_only=True)
+class RingState:
+    """A step's place on its ring as C expressions, the one statement of it for every family
+    (CUTLASS's ``PipelineState``: index and phase in one object).  ``position`` counts the
+    ring's life: a once step's the CTA's output tiles (``o``), a K-loop step's the K tiles
+    this CTA ran before this output tile (``rb``) plus the one it serves (``t`` minus its lag),
+    so stages and parities run on across output tiles; ``depth`` is the ring's stage count (a
+    kernel constant or the plan ring's number)."""
+
+    position: str
+    depth: str
+
+    @classmethod
+    def of(cls, s: Step, depth: str | int) -> "RingState":
+        position = "o" if s.once else f"(rb + t - {s.lag})" if s.lag else "(rb + t)"
+        return cls(position=position, depth=str(depth))
+
+    @property
+    def stage(self) -> str:
+        return f"({self.position} % {self.depth})"
+
+    def parity(self, phase_offset: int) -> str:
+        """The parity of the phase ``phase_offset`` from the one this position fills."""
+        return f"(({self.position} / {self.depth} + ({phase_offset})) & 1)"
+
+
+def loop_tile(s: Step) -> str:
+    """The K tile (a KV block) a loop step serves: ``t`` minus its lag."""
+    return f"(t - {s.lag})" if s.lag else "t"
+
+
 def require_ring_depths(rings: Sequence[Ring], stages: int, once_stages: int,
                         emitter: str) -> None:
     """Refuse a plan whose ``rings`` the proof ran at another depth than the kernel's buffers

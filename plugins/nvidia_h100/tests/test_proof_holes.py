@@ -163,3 +163,4 @@ def test_the_emitter_refuses_rings_of_another_depth_than_its_kernel():
     with pytest.raises(ProgramError, match=f"proven {stages + 1} stages deep and the kernel's "
                                            f"geometry has {stages}"):
         emit_wgmma(attrs.evolve(c, plan=deeper))  # the kernel's buffers are its geometry's
+

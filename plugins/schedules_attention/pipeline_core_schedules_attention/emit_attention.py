@@ -29,10 +29,11 @@ from __future__ import annotations
 from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord,
                                       LoopBounds, Param, ProgramError, Ring, Step, StepKind)
 
-from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, agent_stretches,
-                                               consumer_branches, consumer_sync_line,
-                                               declared_geometry, gemm_call_header_source,
-                                               header_source, render, require_ring_depths,
+from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, RingState,
+                                               agent_stretches, consumer_branches,
+                                               consumer_sync_line, declared_geometry,
+                                               gemm_call_header_source, header_source,
+                                               loop_tile, render, require_ring_depths,
                                                ring_step_line, role_mark, section_mark,
                                                wgmma_header_source)
 
@@ -74,25 +75,11 @@ def _fail(why: str) -> ProgramError:
     return ProgramError(f"emitter {EMITTER_NAME}: {why}")
 
 
-def _position(s: Step) -> str:
-    """The step's place in its ring's life: a once step counts output tiles (``o``), a K-tile
-    step the KV blocks this CTA ran before this tile (``rb``) plus the one it serves."""
-    if s.once:
-        return "o"
-    return f"(rb + t - {s.lag})" if s.lag else "(rb + t)"
-
-
-def _kv(s: Step) -> str:
-    return f"(t - {s.lag})" if s.lag else "t"
-
-
 def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
                body_tags: list[int], watchdog: int) -> str:
     if s.kind in (StepKind.PHASE_WAIT, StepKind.EXPECT_TX, StepKind.ARRIVE):
-        depth = rings[s.channel].stages
-        pos = _position(s)
-        line = ring_step_line(s, f"({pos} % {depth})",
-                              f"(({pos} / {depth} + ({s.phase_offset})) & 1)", single_issuer,
+        ring = RingState.of(s, rings[s.channel].stages)
+        line = ring_step_line(s, ring.stage, ring.parity(s.phase_offset), single_issuer,
                               watchdog)
         assert line is not None
         return line
@@ -101,7 +88,7 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
         return sync
     if s.kind == StepKind.OP:
         tag = body_tags[s.op]
-        kstage = f"({_position(s)} % STAGES)"
+        kstage = RingState.of(s, "STAGES").stage
         if tag == AttentionTag.TMA_Q:
             qs = rings["q_full"].stages
             return (f"for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_q(o % {qs}) + c * BM * "
@@ -110,11 +97,11 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
             x = "k" if tag == AttentionTag.TMA_K else "v"
             return (f"for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_{x}({kstage}) + c * BN "
                     f"* 128, &tm{x.upper()}, {x}_full_bar({kstage}), c * 64, (bh / group) * Sk + "
-                    f"{_kv(s)} * BN);")
+                    f"{loop_tile(s)} * BN);")
         if tag == AttentionTag.WGMMA_S:
             return f"wgmma_s({kstage});"
         if tag == AttentionTag.SOFTMAX:
-            return f"softmax({_kv(s)});"
+            return f"softmax({loop_tile(s)});"
         if tag == AttentionTag.RESCALE:
             return "rescale();"
         if tag == AttentionTag.WGMMA_PV:
