@@ -54,7 +54,8 @@ FIELDS = {
                                 StepKind.COUNT_ACQUIRE, StepKind.SLICE_READ,
                                 StepKind.COUNT_RESET)},
 }
-#: fields a step of an agents plan never carries (a lockstep plan's) and those of a cluster
+#: every field's default (a field no kind lists, a lockstep plan's ``instr``, ``prefetch`` and
+#: ``synthetic``, must keep it), and the fields only a cluster's steps may set
 _DEFAULTS = {f.name: f.default for f in attrs.fields(Step)}
 CLUSTER_FIELDS = frozenset({"peer", "scope"})
 
