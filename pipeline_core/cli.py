@@ -373,12 +373,7 @@ def cmd_compile(args, host) -> int:
             if getattr(args, flag[2:].replace("-", "_"), False):
                 raise CliError(f"{flag} shapes the text view, but --format json writes the "
                                f"whole document: drop {flag} or --format json")
-    compiled = _compile_from_args(args, host)
-    from pipeline_core.emit_choice import unwritten
-
-    unwritable = unwritten(compiled, host)
-    if unwritable:
-        print(f"warning: {unwritable}", file=sys.stderr)
+    compiled = _warn_unwritten(_compile_from_args(args, host), host)
     if args.format == "json":
         from pipeline_core.export.json import to_document
         from pipeline_core.json_output import dumps
@@ -388,6 +383,18 @@ def cmd_compile(args, host) -> int:
         _write(render(compiled, kernel_only=getattr(args, "kernel_only", False),
                       compact=getattr(args, "compact", False), host=host), args.output)
     return EXIT_OK
+
+
+def _warn_unwritten(compiled, host):
+    """``compiled``, after one warning line on stderr when no emitter of its kernel family
+    writes it (pipeline_core/emit_choice.py): every command that compiles a schedule the user
+    means to run (compile, check, analyze, export) says so, not only compile."""
+    from pipeline_core.emit_choice import unwritten
+
+    unwritable = unwritten(compiled, host)
+    if unwritable:
+        print(f"warning: {unwritable}", file=sys.stderr)
+    return compiled
 
 
 def _params_doc(params) -> list[dict]:
@@ -529,7 +536,8 @@ def cmd_check(args, host) -> int:
             raise CliError("check needs a SCHEDULE or --input FILE")
         from pipeline_core.export.json import to_document
         # check reports rather than refuses, and judges what a plain compile emits
-        compiled = _compile_from_args(args, host, allow_unsafe=True, reference=False)
+        compiled = _warn_unwritten(
+            _compile_from_args(args, host, allow_unsafe=True, reference=False), host)
         if not compiled.plan.lockstep:  # agents on rings: the verdict is compile's proof
             assert compiled.proof is not None  # compile always proves
             return run(args, None, host=host, verdict=compiled.proof.verdict,
@@ -613,13 +621,13 @@ def _values_with_project_defaults(args, host) -> dict[str, dict[str, str]]:
 def cmd_analyze(args, host) -> int:
     from pipeline_core.analyze_cli import run
 
-    return run(args, _compile_from_args(args, host), host=host)
+    return run(args, _warn_unwritten(_compile_from_args(args, host), host), host=host)
 
 
 def cmd_export(args, host) -> int:
     from pipeline_core.export.cli_export import run
 
-    return run(args, _compile_from_args(args, host))
+    return run(args, _warn_unwritten(_compile_from_args(args, host), host))
 
 
 def cmd_emit(args, host) -> int:

@@ -159,6 +159,16 @@ def test_compile_warns_of_a_proven_geometry_the_emitter_refuses():
     assert fixed.exit_code == 0 and fixed.stderr == ""  # the fix it names is written
 
 
+@pytest.mark.parametrize("command", [["check"], ["analyze"], ["export", "--format", "dot"]])
+def test_every_command_that_compiles_warns_of_it_too(command):
+    """Not only compile: check, analyze and export compile the same schedule, and a user who
+    reads their verdict or timing should learn the kernel cannot be written."""
+    res = run_cli([command[0], "flash-attention-fwd", *GEOMETRY_EMIT_REFUSES, *command[1:]])
+    assert res.exit_code == 0, res.stderr
+    assert res.stderr.startswith("warning: no emitter writes this flash-attention-fwd kernel")
+    assert ONE_CONSUMER_LINE in res.stderr and res.stderr.count("\n") == 1
+
+
 def test_a_schedule_of_another_family_is_refused():
     gemm = compile_named("warpspecialized-gemm", target_args={"stages": "2"})
     with pytest.raises(ProgramError, match="writes kernel family attention"):
