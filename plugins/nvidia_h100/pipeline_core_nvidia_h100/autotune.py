@@ -247,14 +247,16 @@ def _pow2(x: int) -> int:
 
 @functools.lru_cache(maxsize=4)
 def source_hash(root: Path | None = None) -> str:
-    """sha256 over what generates the kernel: the plugin modules of :data:`SOURCES` and the
-    device headers the kernel includes (``cuda/*.cuh``), under ``root`` (this package by
-    default): a changed emitter, schedule or header invalidates every tuning (a header edit
-    used to keep tunings measured on the old device code)."""
+    """sha256 over what generates the kernel: the plugin modules of :data:`SOURCES`, the kit's
+    (``kit/*.py``: the frame, the tile loop, the wgmma wrappers) and the device headers the
+    kernel includes (``cuda/*.cuh``), under ``root`` (this package by default): a changed
+    emitter, schedule, kit module or header invalidates every tuning (a header edit used to
+    keep tunings measured on the old device code)."""
     h = hashlib.sha256()
     here = root if root is not None else Path(__file__).parent
+    kit = sorted(p.relative_to(here).as_posix() for p in (here / "kit").glob("*.py"))
     headers = sorted(p.relative_to(here).as_posix() for p in (here / "cuda").glob("*.cuh"))
-    for name in (*SOURCES, *headers):
+    for name in (*SOURCES, *kit, *headers):
         h.update(name.encode())
         h.update((here / name).read_bytes())
     return h.hexdigest()[:16]

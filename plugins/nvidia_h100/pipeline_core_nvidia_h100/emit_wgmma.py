@@ -25,12 +25,13 @@ from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_header_source,
                                             gemm_scale_batch_header_source, header_source,
                                             wgmma_header_source)
-from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, agent_stretches, agents_kernel_body,
-                                                consumer_branches, consumer_sync_line,
-                                                declared_geometry, merged_consumer_lines,
-                                                RingState, loop_tile, render,
-                                                require_ring_depths, ring_step_line,
-                                                section_mark, split_tile_loop)
+from pipeline_core_nvidia_h100.kit.frame import AgentCode, AgentsFamily, agents_kernel_body
+from pipeline_core_nvidia_h100.kit.rings import RingState, loop_tile, require_ring_depths
+from pipeline_core_nvidia_h100.kit.tiles import grouped_tile_loop
+from pipeline_core_nvidia_h100.kit.wgmma import wgmma_ss
+from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
+                                                consumer_sync_line, declared_geometry, render,
+                                                ring_step_line, section_mark)
 from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, KERNEL_FAMILY,
                                                        MN_CHUNK, OUT_BYTES, SCHEDULE_NAME,
                                                        STORE_BUFFERS, WGMMA_M, GemmVariant,
@@ -38,8 +39,6 @@ from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES
 from pipeline_core_nvidia_h100.wgmma_sync import NAMED_BARRIERS
 
 EMITTER_NAME = "cuda-wgmma"
-#: PTX type of each input element type (``-p dtype``)
-PTX_TYPES = {"bf16": "bf16", "fp16": "f16", "e4m3": "e4m3"}
 KERNEL_NAME = "pc_ws_gemm"
 #: ``-O watchdog=N``: polls of one mbarrier wait before it traps (omitted, the default: no
 #: bound; no default value is declared, so the listing shows none outside the range).
@@ -48,28 +47,6 @@ KERNEL_NAME = "pc_ws_gemm"
 #: centuries of polling anyway
 WATCHDOG = Param("watchdog", int, None, "polls of one mbarrier wait before the kernel traps "
                  "(omit: no bound)", bound=Bound(low=1, high=2**63 - 1))
-
-
-def wgmma_instruction(n: int, dtype: str = "bf16", trans_a: int = 0, trans_b: int = 0) -> str:
-    """The device function issuing one ``wgmma.mma_async m64nNkK`` ``dtype`` -> f32 (K 16 for
-    bf16 / fp16, 32 for e4m3: 32 bytes of K either way); a ``trans`` flag of 1 reads that
-    operand MN-major (wgmma's transpose mode), 0 K-major.  e4m3 has no transpose operands
-    (PTX ISA, "wgmma.mma_async": fp8 reads both operands K-major)."""
-    ptx = PTX_TYPES[dtype]
-    k = DTYPE_WGMMA_K[dtype]
-    regs = n // 2
-    outs = ", ".join(f"%{i}" for i in range(regs))
-    bind = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    trans = "" if dtype == "e4m3" else f", {trans_a}, {trans_b}"
-    return (
-        f"__device__ __forceinline__ void wgmma_m64n{n}k{k}(float (&d)[{regs}], pcwg::u64 da, "
-        f"pcwg::u64 db) {{\n"
-        f'    asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-        f'                 " wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptx}.{ptx} "\n'
-        f'                 "{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1{trans};\\n}}\\n"\n'
-        f"                 : {bind}\n"
-        f'                 : "l"(da), "l"(db), "r"(1));\n'
-        f"}}\n")
 
 
 def _stage(s: Step) -> str:
@@ -194,25 +171,19 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
         return render(agent_stretches(
             p, lambda s: _step_line(s, single_issuer, p.name, watchdog or 0, variant), label))
 
-    texts = ["\n".join(lines(c, False, "consumer")) for c in consumers]
-    # a tile split's consumers run one program, branching on the consumer index only around
-    # their named barriers (skeleton.merged_consumer_lines says why)
-    consumer = (merged_consumer_lines([t.split("\n") for t in texts], EMITTER_NAME)
-                if plan.split is not None else consumer_branches(texts))
     constants = _constants(g)
     parts = {**FAMILY, **general_family(v, consumers)} if variant else FAMILY
     family = AgentsFamily(**{part: text.format(**constants) for part, text in parts.items()})
+    split = plan.split is not None  # a tile split (ping-pong): each consumer its own tiles
     body = agents_kernel_body(
-        rings=plan.rings, producer=lines(producer, True, producer.name),
-        consumer=consumer, producer_name=producer.name,
-        producer_registers=g.producer_registers, consumer_registers=g.consumer_registers,
-        family=family,
-        # a tile split (ping-pong): each consumer runs its own output tiles
-        consumer_loop=(split_tile_loop("        ", len(plan.split.agents))
-                       if plan.split is not None else None),
-        consumer_after=_after_tiles(consumers) if plan.split is not None else (),
-        uniform_consumer=plan.split is not None, cluster=plan.cluster,
-        relay=[line for r in relays for line in lines(r, True, r.name)])
+        rings=plan.rings, producer=AgentCode(lines=tuple(lines(producer, True, producer.name))),
+        consumers=[AgentCode(lines=tuple(lines(c, False, "consumer"))) for c in consumers],
+        producer_name=producer.name, producer_registers=g.producer_registers,
+        consumer_registers=g.consumer_registers, family=family, emitter=EMITTER_NAME,
+        tiles=grouped_tile_loop(plan.cluster.ctas if plan.cluster is not None else 1,
+                                len(plan.split.agents) if plan.split is not None else 0),
+        tile_split=split, consumer_after=_after_tiles(consumers) if split else (),
+        cluster=plan.cluster, relay=[line for r in relays for line in lines(r, True, r.name)])
     if variant:
         return _GENERAL_SOURCE.format(
             header=header_source(), wgmma_header=wgmma_header_source(),
@@ -222,8 +193,7 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
             + (cluster_header_source() if plan.cluster is not None else ""),
             cluster_dims=(f" __cluster_dims__({plan.cluster.ctas}, 1, 1)"
                           if plan.cluster is not None else ""),
-            wgmma_fn=wgmma_instruction(g.bn, v.dtype, int(v.a_major == "mn"),
-                                       int(v.b_major == "mn")),
+            wgmma_fn=wgmma_ss(g.bn, v.dtype, int(v.a_major == "mn"), int(v.b_major == "mn")),
             name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
             body=body, variant=describe_variant(v),
             split_args=(_SPLIT_ARGS if v.split_k else "")
@@ -231,7 +201,7 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
             + (_BATCH_ARGS if v.batch != "none" else "")
             + (_STORE_ARGS if v.store == "tma" else ""), **constants)
     return _SOURCE.format(header=header_source(), wgmma_header=wgmma_header_source(),
-        wgmma_fn=wgmma_instruction(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
+        wgmma_fn=wgmma_ss(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
         target=compiled.target_name, body=body, **constants)
 
 
@@ -293,6 +263,7 @@ FAMILY = {
     constexpr int CONSUMER_ROWS = {CONSUMER_ROWS}, MBLOCKS = {MBLOCKS}, KSTEPS = {KSTEPS};
     constexpr int ACC = {ACC};
     constexpr u32 A_BYTES = BM * BK * {ELEM}, B_BYTES = BN * BK * {ELEM}, STAGE_BYTES = A_BYTES + B_BYTES;""",
+    "ring_bytes": "STAGES * STAGE_BYTES",
     "stage_views": r"""    auto stage_a = [&](int s) {{ return ring + s * STAGE_BYTES; }};
     auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};""",
     "consumer_state": r"""        float acc[MBLOCKS][ACC];""",

@@ -11,9 +11,12 @@ through it only, and only names in its ``__all__``, as it holds plugins to
 
 * the target: its name, machine and sync model (``TARGET_NAME``, ``H100_SXM``,
   ``H100_AGENT_MACHINE``, ``H100_WGMMA_SYNC``, ``TAG_NAMES``, ``CP_ASYNC_L2_LATENCY``);
-* the warp-specialized frame and its synchronization lines (``skeleton``: stretches, role and
-  section marks, ``RingState`` (a step's stage and parity on its ring) and ``loop_tile``, ring
-  and consumer sync lines, the declared geometry, the ring-depth rule) and
+* the warp-specialized frame (``kit/frame.py``: ``agents_kernel_body`` writes a kernel from the
+  family's device code ``AgentsFamily``, its agents' programs ``AgentCode`` and its tile
+  scheduler's device loop ``DeviceTileLoop`` of ``TileLoop`` s), a step's stage and parity on
+  its ring (``kit/rings.py``: ``RingState``, ``loop_tile``, the ring-depth rule), the wgmma
+  wrappers (``kit/wgmma.py``: ``wgmma_ss``, ``wgmma_rs``), the programs' lines (``skeleton``:
+  stretches, role and section marks, ring and consumer sync lines, the declared geometry) and
   the device headers (``header_source``, ``wgmma_header_source``,
   ``gemm_call_header_source``), the watchdog's default polls (``WATCHDOG``);
 * the host side: building and caching kernels (``KernelBuilder``, ``ARCH``, ``cubin_path``),
@@ -33,10 +36,13 @@ from pipeline_core_nvidia_h100.launch_cache import Bounded, describe, eager, lau
 from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
 from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder
 from pipeline_core_nvidia_h100.runtime import _require as require_gpu_module
-from pipeline_core_nvidia_h100.skeleton import (RingState, agent_stretches, consumer_branches,
-                                                consumer_sync_line, declared_geometry, loop_tile,
-                                                render, require_ring_depths, ring_step_line,
-                                                role_mark, section_mark)
+from pipeline_core_nvidia_h100.kit.frame import AgentCode, AgentsFamily, agents_kernel_body
+from pipeline_core_nvidia_h100.kit.rings import RingState, loop_tile, require_ring_depths
+from pipeline_core_nvidia_h100.kit.tiles import DeviceTileLoop, TileLoop
+from pipeline_core_nvidia_h100.kit.wgmma import wgmma_rs, wgmma_ss
+from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
+                                                consumer_sync_line, declared_geometry, render,
+                                                ring_step_line, role_mark, section_mark)
 from pipeline_core_nvidia_h100.sync_skeleton import SkeletonMismatch, check_skeleton
 from pipeline_core_nvidia_h100.tma import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
 from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
@@ -48,8 +54,9 @@ __all__ = [
     # the target
     "TARGET_NAME", "H100_SXM", "H100_AGENT_MACHINE", "H100_WGMMA_SYNC", "TAG_NAMES",
     "CP_ASYNC_L2_LATENCY", "PLUGIN_MODULE",
-    # the frame, its lines and the device headers
-    "agent_stretches", "consumer_branches", "consumer_sync_line", "declared_geometry", "render",
+    # the frame, its tile loop, its lines, the wgmma wrappers and the device headers
+    "AgentsFamily", "AgentCode", "agents_kernel_body", "DeviceTileLoop", "TileLoop",
+    "wgmma_ss", "wgmma_rs", "agent_stretches", "consumer_branches", "consumer_sync_line", "declared_geometry", "render",
     "RingState", "loop_tile", "require_ring_depths", "ring_step_line", "role_mark",
     "section_mark", "header_source",
     "wgmma_header_source", "gemm_call_header_source", "WATCHDOG",

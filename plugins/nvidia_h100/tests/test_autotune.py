@@ -232,6 +232,7 @@ def test_the_source_hash_changes_with_a_device_header(tmp_path):
     for name in autotune.SOURCES:
         shutil.copy(here / name, tmp_path / name)
     shutil.copytree(here / "cuda", tmp_path / "cuda")
+    shutil.copytree(here / "kit", tmp_path / "kit", ignore=shutil.ignore_patterns("__pycache__"))
     assert autotune.source_hash(tmp_path) == autotune.source_hash()
     header = sorted((tmp_path / "cuda").glob("*.cuh"))[0]
     header.write_text(header.read_text() + "// changed\n")

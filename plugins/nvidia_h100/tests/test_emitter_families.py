@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("pipeline_core_nvidia_h100")
 
 from pipeline_core import hookimpl  # noqa: E402
-from pipeline_core.agents import Ring, Step  # noqa: E402
+from pipeline_core.agents import Step  # noqa: E402
 from pipeline_core.api import compile_named  # noqa: E402
 from pipeline_core.config import ScheduleConfig  # noqa: E402
 from pipeline_core.emitters import EmitterRecord  # noqa: E402
@@ -25,9 +25,8 @@ from pipeline_core.schedule import ScheduleRecord  # noqa: E402
 
 from pipeline_core_nvidia_h100.multistage import (KERNEL_FAMILY, Geometry,  # noqa: E402
                                                   MultistageGemm)
-from pipeline_core_nvidia_h100.skeleton import (AgentsFamily, Stretch, agent_stretches,  # noqa: E402
-                                                agents_kernel_body, entry_code, render,
-                                                ring_step_line)
+from pipeline_core_nvidia_h100.skeleton import (Stretch, agent_stretches,  # noqa: E402
+                                                entry_code, render, ring_step_line)
 from pipeline_core_nvidia_h100.warpspecialized import KERNEL_FAMILY as WS_FAMILY  # noqa: E402
 
 PLUGIN = ["--plugin", __name__]
@@ -221,38 +220,6 @@ def test_agent_stretches_bind_each_iterations_tile_and_loop_over_the_rest():
     assert f"for (int t = {prologue}; t < KT; ++t) {{  // p kernel" in lines
     steps = sum(map(len, consumer.prologue)) + len(consumer.kernel) + sum(map(len, consumer.epilogue))
     assert sum(1 for l in lines if l.startswith("    ") and "const int t" not in l) == steps
-
-
-def _family():
-    return AgentsFamily(constants="<constants>", stage_views="<views>", consumer_state="<state>",
-                        compute="<compute>", finish="<finish>")
-
-
-def test_the_agents_skeleton_lays_out_and_initialises_every_ring_of_the_plan():
-    """One mbarrier per ring and stage, in the plan's ring order: three rings (two writer rings
-    waited on separately and the release ring, the shape attention needs) get three offsets and
-    three initialisations with each ring's own arrival count."""
-    rings = [Ring(name="k_full", kind="full", stages=2, arrivals=1),
-             Ring(name="v_full", kind="full", stages=2, arrivals=1),
-             Ring(name="empty", kind="empty", stages=2, arrivals=8)]
-    body = agents_kernel_body(rings=rings, producer=["load();"], consumer=["mma();"],
-                              producer_name="loader", producer_registers=40,
-                              consumer_registers=232, family=_family()).split("\n")
-    assert "    const u32 bars = ring + STAGES * STAGE_BYTES;  // k_full[0..STAGES), then " \
-           "v_full[0..STAGES), then empty[0..STAGES)" in body
-    assert [l.strip() for l in body if "_bar = [&]" in l] == [
-        "auto k_full_bar = [&](int s) { return bars + 8u * s; };",
-        "auto v_full_bar = [&](int s) { return bars + 8u * (STAGES + s); };",
-        "auto empty_bar = [&](int s) { return bars + 8u * (2 * STAGES + s); };"]
-    assert [l.strip() for l in body if "mbar_init(" in l] == [
-        "mbar_init(k_full_bar(s), 1);", "mbar_init(v_full_bar(s), 1);",
-        "mbar_init(empty_bar(s), 8);"]
-    # each role's program sits inside its own persistent tile loop, the family's code around it
-    assert body.index("                load();") > body.index("            for (int tile = "
-                                                            "blockIdx.x; tile < TILES; tile += "
-                                                            "gridDim.x, rb += KT) {")
-    assert body.index("<compute>") < body.index("        mma();") < body.index("<finish>")
-    assert "        // ---- agent loader (its compiled program, one line per step) ----" in body
 
 
 @pytest.mark.parametrize("kind, single, watchdog, line", [

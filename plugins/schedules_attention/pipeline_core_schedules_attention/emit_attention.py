@@ -1,19 +1,21 @@
 """The ``cuda-attention`` emitter: kernel family ``attention`` on ``h100`` -> one CUDA kernel.
 
-It writes the compiled ``flash-attention-fwd`` (docs/guide/attention.md) on the shared skeleton
-of the GEMM (``pipeline_core_nvidia_h100.skeleton``): every agent's prologue, K loop and epilogue
-go out step for step (``agent_stretches``), each ring step's mbarrier code and each named
-barrier come from the skeleton (``ring_step_line``, ``named_step_line``), so the kernel carries
-exactly the waits, arrivals and wgmma group waits the core derived and proved.  This module owns
-only the family's device code: the TMA copies of Q (once per output tile), K_j and V_j; S = Q.K_j^T
-(wgmma SS); the online softmax in registers (row max, exp2 of the log2e-folded scale, row sum,
-P packed to 16 bits); the rescale of O; O += P.V_j (wgmma RS, P from registers); the final
-O / rowsum and the clipped store.  Keys past the sequence's end get -inf before the softmax;
-queries past it are computed and not stored.  An output tile with no KV block (KT == 0) runs
-only the once steps (docs/guide/agents.md, "Loads issued once").  Causal masks are written for
-both alignments of the plan's bounds; bottom-right adds the guard for rows that see no key
-(``_NO_KEY_GUARD``).  K and V are read at KV head ``bh / group`` (grouped-query attention, the
-kernel's ``group`` argument; docs/guide/attention.md, "Grouped-query attention").
+It writes the compiled ``flash-attention-fwd`` (docs/guide/attention.md) on the kit's frame, the
+GEMM's (``kit_api.agents_kernel_body``: the rings' mbarriers, the roles, ``setmaxnreg``, the
+persistent tile loop, whose head and per-tile lines this module gives as a ``DeviceTileLoop``):
+every agent's prologue, K loop and epilogue go out step for step (``agent_stretches``), each
+ring step's mbarrier code and each named barrier come from the kit (``ring_step_line``,
+``consumer_sync_line``), so the kernel carries exactly the waits, arrivals and wgmma group waits
+the core derived and proved.  This module owns only the family's device code: the TMA copies of
+Q (once per output tile), K_j and V_j; S = Q.K_j^T (wgmma SS); the online softmax in registers
+(row max, exp2 of the log2e-folded scale, row sum, P packed to 16 bits); the rescale of O; O +=
+P.V_j (wgmma RS, P from registers); the final O / rowsum and the clipped store.  Keys past the
+sequence's end get -inf before the softmax; queries past it are computed and not stored.  An
+output tile with no KV block (KT == 0) runs only the once steps (the frame's guard,
+``DeviceTileLoop.empty_tiles``; docs/guide/agents.md, "Loads issued once").  Causal masks are
+written for both alignments of the plan's bounds; bottom-right adds the guard for rows that see
+no key (``_NO_KEY_GUARD``).  K and V are read at KV head ``bh / group`` (grouped-query attention,
+the kernel's ``group`` argument; docs/guide/attention.md, "Grouped-query attention").
 
 Variants emitted: ``intra_overlap`` and ``pingpong``, each on or off.  Under ``intra_overlap``
 the plan issues PV_{t-1} after S_t and runs the softmax of t while PV_{t-1} still reads P_{t-1}
@@ -29,13 +31,14 @@ from __future__ import annotations
 from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord,
                                       LoopBounds, Param, ProgramError, Ring, Step, StepKind)
 
-from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, RingState,
-                                               agent_stretches, consumer_branches,
+from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode, AgentsFamily,
+                                               DeviceTileLoop, RingState, TileLoop,
+                                               agent_stretches, agents_kernel_body,
                                                consumer_sync_line, declared_geometry,
                                                gemm_call_header_source, header_source,
                                                loop_tile, render, require_ring_depths,
-                                               ring_step_line, role_mark, section_mark,
-                                               wgmma_header_source)
+                                               ring_step_line, wgmma_header_source, wgmma_rs,
+                                               wgmma_ss)
 
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
@@ -46,7 +49,6 @@ KERNEL_NAME = "pc_flash_attention_fwd"
 #: ``-O dtype``: the element type of Q, K, V and O
 DTYPE = Param("dtype", str, "bf16", "element type of q, k, v and the output",
               choices=("bf16", "fp16"))
-_PTX = {"bf16": "bf16", "fp16": "f16"}
 _PACK = {"bf16": "pch100::pack_bf16x2", "fp16": "pack_f16x2"}
 
 
@@ -114,33 +116,6 @@ def _once_only(p: AgentProgram) -> list[Step]:
     return [s for it in (*p.prologue, p.kernel, *p.epilogue) for s in it if s.once]
 
 
-def _wgmma_ss(n: int, ptx: str) -> str:
-    regs = n // 2
-    outs = ", ".join(f"%{i}" for i in range(regs))
-    bind = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    return (f"__device__ __forceinline__ void wgmma_ss_n{n}(float (&d)[{regs}], pcwg::u64 da, "
-            f"pcwg::u64 db, int scale_d) {{\n"
-            f'    asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-            f'                 " wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "\n'
-            f'                 "{{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
-            f"                 : {bind}\n"
-            f'                 : "l"(da), "l"(db), "r"(scale_d));\n}}\n')
-
-
-def _wgmma_rs(n: int, ptx: str) -> str:
-    """O += A . B with A (P) from four registers per thread and B (V) MN-major (trans-b 1)."""
-    regs = n // 2
-    outs = ", ".join(f"%{i}" for i in range(regs))
-    bind = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    a = ", ".join(f"%{regs + i}" for i in range(4))
-    return (f"__device__ __forceinline__ void wgmma_rs_n{n}(float (&d)[{regs}], pcwg::u32 a0, "
-            f"pcwg::u32 a1, pcwg::u32 a2, pcwg::u32 a3, pcwg::u64 db) {{\n"
-            f'    asm volatile("wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "\n'
-            f'                 "{{{outs}}}, {{{a}}}, %{regs + 4}, 1, 1, 1, 1;\\n"\n'
-            f"                 : {bind}\n"
-            f'                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db));\n}}\n')
-
-
 def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
                    dtype: str = "bf16") -> str:
     """CUDA C++ for a compiled schedule of kernel family ``attention`` (see the module)."""
@@ -155,7 +130,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         raise _fail("-p causal=true, but the plan records no causal bounds; recompile the "
                     "schedule")
     bounds = _tile_bounds(causal) if causal is not None else ()
-    order = "const int " + ", ".join(order_exprs(g.causal))
+    order = "const int " + ", ".join(order_exprs(g.causal)) + ";"
     if plan.bounds is None:
         raise _fail("the plan records no loop bounds; recompile the schedule")
     rings = {r.name: r for r in plan.rings}
@@ -163,80 +138,45 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     producer, *consumers = plan.programs
     wd = watchdog or 0
 
-    def lines(p: AgentProgram, single: bool, label: str) -> tuple[list[str], list[str]]:
-        full = render(agent_stretches(
-            p, lambda s: _step_line(s, rings, single, p.name, tags, wd), label))
-        zero = [_step_line(s, rings, single, p.name, tags, wd) for s in _once_only(p)]
-        return full, zero
+    def code(p: AgentProgram, single: bool, label: str) -> AgentCode:
+        """An agent's program, and its once steps alone (an output tile with no KV block)."""
+        def line(s: Step) -> str:
+            return _step_line(s, rings, single, p.name, tags, wd)
+        return AgentCode(lines=tuple(render(agent_stretches(p, line, label))),
+                         once=tuple(line(s) for s in _once_only(p)))
 
-    def guarded(full: list[str], zero: list[str], ind: str) -> list[str]:
-        return ([ind + "if (KT == 0) {  // no KV block: the once steps alone"]
-                + [ind + "    " + x for x in [section_mark("once"), *zero, section_mark("end")]]
-                + [ind + "} else {"]
-                + [ind + "    " + x for x in full] + [ind + "}"])
-
-    pfull, pzero = lines(producer, True, producer.name)
-    # one label for every consumer, so consumers that differ in no step share one program
-    ctexts = ["\n".join(guarded(*lines(c, False, "consumer"), "")) for c in consumers]
-    bars, offset = [], 0
-    for r in plan.rings:
-        bars.append((r, offset))
-        offset += r.stages
-    ind = "    "
-    body = [
-        *(f"    auto {r.name}_bar = [&](int s) {{ return bars + 8u * ({off} + s); }};"
-          for r, off in bars),
-        "    if (threadIdx.x == 0) {",
-        *(f"        for (int s = 0; s < {r.stages}; ++s) mbar_init({r.name}_bar(s), {r.arrivals});"
-          for r, _ in bars),
-        "        mbar_init_fence();",
-        "    }",
-        "    __syncthreads();",
-        "    if (wg == 0) {",
-        f"        // ---- agent {producer.name} (its compiled program, one line per step) ----",
-        "        " + role_mark("producer"),
-        "        setmaxnreg_dec<PRODUCER_REGS>();",
-        "        if (wtid == 0) {",
-        "            int rb = 0, o = 0;",
-        "            for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT, ++o) {",
-        f"                {order};",
-        *(ind * 4 + x for x in bounds[:1]),
-        *guarded(pfull, pzero, ind * 4),
-        "            }",
-        "        }",
-        "    } else {",
-        "        // ---- agents consumer0.. (the consumer index picks the rows) ----",
-        "        " + role_mark("consumers"),
-        "        setmaxnreg_inc<CONSUMER_REGS>();",
-        "        const int consumer = wg - 1;",
-        "        float oacc[HD / 2], sacc[BN / 2];",
-        "        u32 pk[BN / 4];",
-        "        int rb = 0, o = 0;",
-        "        for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT, ++o) {",
-        f"            {order};",
-        *(ind * 3 + x for x in bounds),
-        _consumer_tile(g.intra_overlap, g.causal,
-                       causal is not None and causal.align == "bottom_right"),
-        *(ind * 3 + x for x in consumer_branches(ctexts)),
-        _FINISH,
-        "        }",
-        "        " + role_mark("end"),
-        "    }",
-    ]
+    loop = ("int rb = 0, o = 0;", "for (int tile = blockIdx.x; tile < TILES; "
+            "tile += gridDim.x, rb += KT, ++o) {")
+    tiles = DeviceTileLoop(
+        counts=(f"const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, "
+                f"{_CAUSAL_BLOCKS if g.causal else _blocks(plan.bounds)};",),
+        producer=TileLoop(head=loop, tile=(order, *bounds[:1])),
+        consumers=TileLoop(head=loop, tile=(order, *bounds)), empty_tiles=True)
+    family = AgentsFamily(
+        constants=_CONSTANTS.format(BM=g.block_m, BN=g.block_n, HD=g.head_dim, STAGES=g.stages,
+                                    QSTAGES=g.q_stages, PREGS=g.producer_registers,
+                                    CREGS=g.consumer_registers),
+        ring_bytes="Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES", stage_views=_STAGE_VIEWS,
+        consumer_state="        float oacc[HD / 2], sacc[BN / 2];\n        u32 pk[BN / 4];",
+        compute=_consumer_tile(g.intra_overlap, g.causal,
+                               causal is not None and causal.align == "bottom_right"),
+        finish=_FINISH, once_stages="Q_STAGES")
+    body = agents_kernel_body(
+        rings=plan.rings, producer=code(producer, True, producer.name),
+        # one label for every consumer, so consumers that differ in no step share one program
+        consumers=[code(c, False, "consumer") for c in consumers], producer_name=producer.name,
+        producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS", family=family,
+        tiles=tiles, emitter=EMITTER_NAME)
     return _SOURCE.format(
         header=header_source(), wgmma_header=wgmma_header_source(),
         call_header=gemm_call_header_source(),
-        wgmma_fns=_wgmma_ss(g.block_n, _PTX[dtype]) + _wgmma_rs(g.head_dim, _PTX[dtype]),
+        wgmma_fns=wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.head_dim, dtype),
         name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
-        threads=g.threads, smem=g.smem_bytes, dtype=dtype,
-        BM=g.block_m, BN=g.block_n, HD=g.head_dim, STAGES=g.stages, QSTAGES=g.q_stages,
-        NBARS=offset,
-        PREGS=g.producer_registers, CREGS=g.consumer_registers,
-        blocks=_CAUSAL_BLOCKS if g.causal else _blocks(plan.bounds),
-        body="\n".join(body).replace("PACK_", _PACK[dtype])
+        threads=g.threads, smem=g.smem_bytes, dtype=dtype, BM=g.block_m, HD=g.head_dim,
+        body=body.replace("PACK_", _PACK[dtype])
         .replace("OFFSET_", _OFFSET[causal.align] if causal is not None else "")
-        .replace("wgmma_ss_nBN_", f"wgmma_ss_n{g.block_n}")
-        .replace("wgmma_rs_nHD_", f"wgmma_rs_n{g.head_dim}")
+        .replace("wgmma_ss_nBN_", f"wgmma_m64n{g.block_n}k16")
+        .replace("wgmma_rs_nHD_", f"wgmma_rs_m64n{g.head_dim}k16")
         .replace("pcgc_desc_mn", "pcgc::smem_desc_sw128_mn<BN * 128>"))
 
 
@@ -307,23 +247,20 @@ extern "C" __global__ void __launch_bounds__({threads}, 1)
 {name}(const __grid_constant__ pcwg::TensorMap tmQ, const __grid_constant__ pcwg::TensorMap tmK,
        const __grid_constant__ pcwg::TensorMap tmV, unsigned short* __restrict__ O,
        int BH, int Sq, int Sk, float scale_log2, int group, int hg, int snake) {{
-    using namespace pcwg;
-    constexpr int BM = {BM}, BN = {BN}, HD = {HD}, STAGES = {STAGES}, Q_STAGES = {QSTAGES};
-    constexpr int ROWS = 64;
-    constexpr int PRODUCER_REGS = {PREGS}, CONSUMER_REGS = {CREGS};
-    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    const u32 base = (pch100::smem_addr(smem_raw) + 1023u) & ~1023u;  // the 128B-swizzle atom
-    // Q's ring (output tile o's Q in stage o % Q_STAGES), then the K and V rings, then the mbarriers
-    auto stage_q = [&](int s) {{ return base + s * Q_BYTES; }};
-    auto stage_k = [&](int s) {{ return base + Q_STAGES * Q_BYTES + s * KV_BYTES; }};
-    auto stage_v = [&](int s) {{ return base + Q_STAGES * Q_BYTES + (STAGES + s) * KV_BYTES; }};
-    const u32 bars = base + Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES;  // {NBARS} mbarriers
-    const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, {blocks};
-    const int wg = threadIdx.x / 128, wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
 {body}
 }}
 """
+
+#: the kernel's constants (the frame's STAGES, the once ring's Q_STAGES, the roles' registers)
+_CONSTANTS = r"""    constexpr int BM = {BM}, BN = {BN}, HD = {HD}, STAGES = {STAGES}, Q_STAGES = {QSTAGES};
+    constexpr int ROWS = 64;
+    constexpr int PRODUCER_REGS = {PREGS}, CONSUMER_REGS = {CREGS};
+    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2;"""
+#: Q's ring (output tile o's Q in stage o % Q_STAGES), then the K and V rings, from the frame's
+#: ``ring`` (the mbarriers follow them: AgentsFamily.ring_bytes)
+_STAGE_VIEWS = r"""    auto stage_q = [&](int s) { return ring + s * Q_BYTES; };
+    auto stage_k = [&](int s) { return ring + Q_STAGES * Q_BYTES + s * KV_BYTES; };
+    auto stage_v = [&](int s) { return ring + Q_STAGES * Q_BYTES + (STAGES + s) * KV_BYTES; };"""
 
 #: per output tile, before the consumer's steps: O and the row statistics cleared, the helpers
 #: its op steps call.

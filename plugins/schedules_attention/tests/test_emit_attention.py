@@ -57,7 +57,7 @@ def test_emitted_kernel_carries_the_plans_steps(pingpong, head_dim, dtype):
     assert "mbar_wait(k_empty_bar(((rb + t) % 2)), (((rb + t) / 2 + (-1)) & 1));" in src
     assert "if (lane == 0) mbar_arrive(v_empty_bar(((rb + t) % 2)));" in src
     assert "if (lane == 0) mbar_arrive(q_empty_bar((o % 1)));" in src
-    assert "wgmma_ss_n128(" in src and f"wgmma_rs_n{head_dim}(" in src
+    assert "wgmma_m64n128k16(" in src and f"wgmma_rs_m64n{head_dim}k16(" in src
     assert {"bf16": "pch100::pack_bf16x2(p0, p1)", "fp16": "pack_f16x2(p0, p1)"}[dtype] in src
     named = re.findall(r"bar\.(sync|arrive) (\d+), 256", src)
     if pingpong:  # consumer 0 and 1 take turns: each syncs on one id and arrives on the other
@@ -70,7 +70,7 @@ def test_emitted_kernel_carries_the_plans_steps(pingpong, head_dim, dtype):
 
 def test_a_tile_without_kv_blocks_runs_the_once_steps_alone():
     src = emit_attention(compiled(pingpong=False))
-    zero = src.split("if (KT == 0) {  // no KV block: the once steps alone")
+    zero = src.split("if (KT == 0) {  // an output tile with no K tile: the once steps alone")
     assert len(zero) == 3  # the producer's and the consumers' guard
     producer_zero = zero[1].split("} else {")[0]
     assert "q_full" in producer_zero and "k_full" not in producer_zero
@@ -648,7 +648,7 @@ def test_a_double_buffered_q_is_loaded_and_read_in_the_output_tiles_stage():
 
 
 def _layout(src: str) -> tuple[dict[str, int], list[tuple[str, int, int]], int]:
-    """The shared memory an emitted kernel lays out, evaluated from its source (base 0): its
+    """The shared memory an emitted kernel lays out, evaluated from its source (ring 0): its
     constants, (what, start, bytes) of each Q, K and V stage and each mbarrier, and the dynamic
     shared memory its header asks the launch for."""
     env: dict[str, int] = dict(zip(("BM", "BN", "HD", "STAGES", "Q_STAGES"), map(int, re.search(
@@ -656,22 +656,24 @@ def _layout(src: str) -> tuple[dict[str, int], list[tuple[str, int, int]], int]:
         r"Q_STAGES = (\d+);", src).groups())))
     for name, expr in re.findall(r"(Q_BYTES|KV_BYTES) = ([^,;]+)[,;]", src):
         env[name] = eval(expr, dict(env))  # noqa: S307 - our own expression
-    env["base"] = 0
+    env["ring"] = 0
     regions = []
     for x, count in (("q", env["Q_STAGES"]), ("k", env["STAGES"]), ("v", env["STAGES"])):
         expr = re.search(rf"auto stage_{x} = \[&\]\(int s\) \{{ return ([^;]+); \}};", src)[1]
         size = env["Q_BYTES" if x == "q" else "KV_BYTES"]
         regions += [(f"{x}{s}", eval(expr, {**env, "s": s}), size)  # noqa: S307
                     for s in range(count)]
-    bars, nbars = re.search(r"const u32 bars = ([^;]+);  // (\d+) mbarriers", src).groups()
+    bars, names = re.search(r"const u32 bars = ([^;]+);  // (.+)", src).groups()
     env["bars"] = eval(bars, dict(env))  # noqa: S307
-    inits = dict((name, int(n)) for n, name in re.findall(
-        r"for \(int s = 0; s < (\d+); \+\+s\) mbar_init\((\w+)_bar\(s\)", src))
-    assert sum(inits.values()) == int(nbars)
+    depths = dict(re.findall(r"(\w+)\[0\.\.(\w+)\)", names))  # ring -> its depth's constant
+    inits = {name: depth for depth, block in re.findall(
+        r"for \(int s = 0; s < (\w+); \+\+s\) \{\n((?:\s+mbar_init\(\w+_bar\(s\), \d+\);\n)+)",
+        src) for name in re.findall(r"mbar_init\((\w+)_bar", block)}
+    assert inits == depths  # every ring's mbarriers initialised, as many as the layout has
     for name, expr in re.findall(r"auto (\w+)_bar = \[&\]\(int s\) \{ return ([^;]+); \};", src):
         at = expr.replace("8u", "8")
         regions += [(f"{name}_bar{s}", eval(at, {**env, "s": s}), 8)  # noqa: S307
-                    for s in range(inits[name])]
+                    for s in range(env[depths[name]])]
     smem = int(re.search(r"shared memory (\d+) bytes", src)[1])
     return env, regions, smem
 

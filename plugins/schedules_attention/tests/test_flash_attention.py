@@ -237,7 +237,7 @@ def test_a_double_buffered_q_ring_proves_safe_and_is_emitted_with_two_q_buffers(
     assert c.proof.safe and c.launch.geometry.q_stages == 2
     src = emit_attention(c)
     assert "Q_STAGES = 2;" in src and "stage_q(o % 2)" in src
-    assert "for (int s = 0; s < 2; ++s) mbar_init(q_full_bar(s), 1);" in src
+    assert "for (int s = 0; s < Q_STAGES; ++s) {\n            mbar_init(q_full_bar(s), 1);" in src
     # the second Q buffer and its two mbarriers are in the shared memory the kernel asks for
     one = build(causal=causal, head_dim=64)
     assert "Q_STAGES = 1;" in emit_attention(one)

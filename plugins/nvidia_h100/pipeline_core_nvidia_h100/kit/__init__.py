@@ -1,0 +1,10 @@
+"""The Hopper kit (issue 34): what every warp-specialized kernel family of this plugin shares.
+
+* :mod:`.frame`: the kernel frame (the mbarriers carved and initialised, the start barrier, the
+  role split, ``setmaxnreg``, each role's persistent tile loop);
+* :mod:`.rings`: a step's place on its ring (stage, parity) as C expressions;
+* :mod:`.tiles`: the device tile loop a family's tile scheduler gives the frame;
+* :mod:`.wgmma`: the wgmma wrappers (operands from shared memory, or A from registers).
+
+A family package imports them through ``kit_api`` only (tests/test_plugin_api_surface.py).
+"""

@@ -1,0 +1,211 @@
+"""The warp-specialized kernel frame, the one module that writes it for every family (issue 34):
+the rings' mbarriers carved after their stages and initialised, the start barrier, the role
+split (warp group 0 the producer, warp groups 1.. the consumers), ``setmaxnreg`` moving
+registers between the roles, and each role's program inside its persistent tile loop.
+
+The cut is ThunderKittens' ``lcf`` template's (common setup, the producer's load, the consumer's
+setup / compute / finish) and CUTLASS's (the ring's acquire / wait / release apart from the
+collective mainloop, the tile scheduler apart from both): a family gives its device code
+(:class:`AgentsFamily`), its tile scheduler's device loop (:class:`~.tiles.DeviceTileLoop`) and
+its agents' compiled programs as lines (:class:`AgentCode`); the frame owns the rest.  The GEMM
+(``emit_wgmma``) and attention (``schedules_attention``'s ``emit_attention``) both stand on it.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from pipeline_core.plugin_api import Cluster, ProgramError, Ring
+
+from pipeline_core_nvidia_h100.kit.tiles import DeviceTileLoop, TileLoop
+from pipeline_core_nvidia_h100.skeleton import (consumer_branches, merged_consumer_lines,
+                                                role_mark, section_mark)
+
+#: the kernel constant every family names its K-loop rings' depth by
+STAGES = "STAGES"
+_IND = "    "
+
+
+@attrs.frozen(kw_only=True)
+class AgentsFamily:
+    """A warp-specialized kernel family's device code, each a block of CUDA lines: what the
+    frame (:func:`agents_kernel_body`) does not write.  The family owns the tile math, the frame
+    the rings, the roles and the tile loop."""
+
+    #: the kernel's constants (tile, stage bytes, :data:`STAGES`), first in the body
+    constants: str
+    #: the bytes of the rings' stages from the shared memory's base ``ring`` (a C expression):
+    #: the mbarriers follow them
+    ring_bytes: str
+    #: where each operand of a ring stage lies in shared memory (``ring`` is the rings' base)
+    stage_views: str
+    #: what a consumer holds across output tiles (its accumulators)
+    consumer_state: str
+    #: per output tile, before the consumer's steps: accumulators cleared, the MMA helper its
+    #: compute steps call
+    compute: str
+    #: per output tile, after the consumer's steps: the accumulators out
+    finish: str
+    #: once after the consumer's last output tile, before it ends (a bulk store's drain; ""
+    #: for none)
+    consumer_exit: str = ""
+    #: the constant naming the depth of the rings loaded once per output tile (attention's Q:
+    #: ``Q_STAGES``); "" for a family with none
+    once_stages: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class AgentCode:
+    """An agent's compiled program as CUDA lines (``skeleton.agent_stretches``), and ``once``:
+    the lines it runs on an output tile with no K tile (its once steps alone, in program order;
+    read only where the tile loop has such tiles, :attr:`DeviceTileLoop.empty_tiles`)."""
+
+    lines: tuple[str, ...]
+    once: tuple[str, ...] = ()
+
+
+def _ring_depth(r: Ring, family: AgentsFamily, emitter: str) -> str:
+    if not r.once:
+        return STAGES
+    if not family.once_stages:
+        raise ProgramError(f"emitter {emitter}: the plan's ring {r.name} is loaded once per "
+                           "output tile, and the kernel family names no depth for such rings "
+                           "(AgentsFamily.once_stages)")
+    return family.once_stages
+
+
+def ring_barriers(rings: Sequence[Ring], depths: Sequence[str]) -> list[str]:
+    """Each ring's mbarrier address by stage (``{ring}_bar(s)``), the rings' barriers one after
+    another from ``bars`` in the plan's order: a ring's offset is the sum of the earlier rings'
+    depths (``s``, ``(STAGES + s)``, ``(2 * Q_STAGES + s)``), so each ring has its own depth."""
+    out: list[str] = []
+    seen: dict[str, int] = {}  # the earlier rings' count by depth
+    for r, depth in zip(rings, depths):
+        terms = [d if n == 1 else f"{n} * {d}" for d, n in seen.items()]
+        offset = f"({' + '.join(terms)} + s)" if terms else "s"
+        out.append(f"auto {r.name}_bar = [&](int s) {{ return bars + 8u * {offset}; }};")
+        seen[depth] = seen.get(depth, 0) + 1
+    return out
+
+
+def ring_inits(rings: Sequence[Ring], depths: Sequence[str]) -> list[str]:
+    """Every mbarrier initialised with its ring's arrival count: the rings of one depth in one
+    loop over their stages."""
+    out: list[str] = []
+    for depth in dict.fromkeys(depths):
+        out += [f"for (int s = 0; s < {depth}; ++s) {{",
+                *(_IND + f"mbar_init({r.name}_bar(s), {r.arrivals});"
+                  for r, d in zip(rings, depths) if d == depth),
+                "}"]
+    return out
+
+
+def once_guard(code: AgentCode) -> list[str]:
+    """An agent's program on a tile loop with empty output tiles: on a tile with no K tile
+    (``KT == 0``) its once steps alone (a ``once`` section, which ``sync_skeleton`` checks), else
+    the whole program."""
+    return (["if (KT == 0) {  // an output tile with no K tile: the once steps alone"]
+            + [_IND + x for x in [section_mark("once"), *code.once, section_mark("end")]]
+            + ["} else {"] + [_IND + x for x in code.lines] + ["}"])
+
+
+def _role_loop(loop: TileLoop, program: Sequence[str], level: int,
+               between: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+    """A role's tile loop at indentation ``level`` (in steps of four spaces): its head, then each
+    tile's first lines, ``between`` (the family's blocks, indented already) and the program;
+    returned as (the head, the body): the caller closes the loop."""
+    inner = _IND * (level + 1 if loop.nested else level)
+    head = [_IND * level + x for x in loop.head] + [inner + x for x in loop.tile]
+    return head, [*between, *(inner + x for x in program)]
+
+
+def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
+                       consumers: Sequence[AgentCode], producer_name: str,
+                       producer_registers: int | str, consumer_registers: int | str,
+                       family: AgentsFamily, tiles: DeviceTileLoop, emitter: str,
+                       tile_split: bool = False, consumer_after: Sequence[str] = (),
+                       cluster: Cluster | None = None, relay: Sequence[str] = ()) -> str:
+    """The body of a warp-specialized kernel: warp group 0 the producer (one elected thread runs
+    its program), warp groups 1.. the consumers (one program; the consumer index is a run-time
+    value, so ``setmaxnreg`` sees each role as one branch of a single if/else), ``setmaxnreg``
+    moving registers between the roles (numbers, or the family's constants), one mbarrier per
+    ring and stage (each ring its own depth: :data:`STAGES`, or the family's once depth), and
+    each role's program inside the tile loop ``tiles`` gives.  On a tile loop with empty output
+    tiles each program is guarded by :func:`once_guard`.
+
+    ``tile_split``: the consumers are a tile split's (docs/guide/agents.md, "Tile splits"): their
+    programs run as one, branching on the consumer index only around their named barriers
+    (``skeleton.merged_consumer_lines``), and the consumer index is read through a warp shuffle,
+    so ptxas knows it is the same in every thread of a warp: a tile loop whose bounds depend on
+    it otherwise puts the wgmma groups on a path ptxas takes as divergent, and it serializes
+    every wgmma there (C7520).  ``consumer_after``: the consumers' lines after their tile loop.
+    ``cluster``: the plan's cluster (docs/guide/agents.md, "Clusters"): its start barrier after
+    the initialisation and its end barrier before the exit; ``relay``: the program of its relay
+    agent, which warp 1 of warp group 0 runs (one thread) in the producer's tile loop."""
+    depths = [_ring_depth(r, family, emitter) for r in rings]
+    ind = _IND
+
+    def program(code: AgentCode) -> list[str]:
+        return once_guard(code) if tiles.empty_tiles else list(code.lines)
+
+    texts = ["\n".join(program(c)) for c in consumers]
+    # a tile split's consumers run one program, branching on the consumer index only around
+    # their named barriers (skeleton.merged_consumer_lines says why)
+    consumer = (merged_consumer_lines([t.split("\n") for t in texts], emitter) if tile_split
+                else consumer_branches(texts))
+    start = (ind + "cluster_sync();  // the cluster's start barrier: every CTA's mbarriers "
+                   "initialised first"
+             if cluster is not None and cluster.start_barrier else ind + "__syncthreads();")
+    end = ([ind + "cluster_sync();  // the cluster's end barrier: no CTA exits while a peer "
+                  "may still signal it"]
+           if cluster is not None and cluster.end_barrier else [])
+    names = ", then ".join(f"{r.name}[0..{d})" for r, d in zip(rings, depths))
+    p_head, p_body = _role_loop(tiles.producer, program(producer), 3)
+    r_head, r_body = _role_loop(tiles.producer, relay, 3)
+    c_head, c_body = _role_loop(tiles.consumers, consumer, 2, [family.compute])
+    lines = [ind + "using namespace pcwg;", family.constants, "",
+             ind + "extern __shared__ __align__(1024) unsigned char smem_raw[];",
+             ind + "const u32 ring = (pch100::smem_addr(smem_raw) + 1023u) & ~1023u;  "
+                   "// the 128B-swizzle atom",
+             ind + f"const u32 bars = ring + {family.ring_bytes};  // {names}",
+             *(ind + x for x in ring_barriers(rings, depths)),
+             family.stage_views, "",
+             *(ind + x for x in tiles.counts),
+             ind + "const int wg = threadIdx.x / 128, wtid = threadIdx.x % 128, "
+                   "lane = threadIdx.x % 32;", "",
+             ind + "if (threadIdx.x == 0) {",
+             *(ind * 2 + x for x in ring_inits(rings, depths)),
+             ind * 2 + "mbar_init_fence();",
+             ind + "}",
+             start, "",
+             ind + "if (wg == 0) {",
+             ind * 2 + f"// ---- agent {producer_name} (its compiled program, one line per step) ----",
+             ind * 2 + role_mark("producer"),
+             ind * 2 + f"setmaxnreg_dec<{producer_registers}>();",
+             ind * 2 + "if (wtid == 0) {",
+             *p_head, *p_body,
+             ind * 3 + "}",
+             ind * 2 + "}",
+             *([ind * 2 + "if (wtid == 32) {  // ---- agent relay: the peers' releases ----",
+                ind * 3 + role_mark("relay"),
+                *r_head, *r_body,
+                ind * 3 + "}",
+                ind * 2 + "}"] if relay else []),
+             ind + "} else {",
+             ind * 2 + "// ---- agents consumer0.. (one program; the consumer index picks the rows) ----",
+             ind * 2 + role_mark("consumers"),
+             ind * 2 + f"setmaxnreg_inc<{consumer_registers}>();",
+             ind * 2 + ("const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);  "
+                        "// warp-uniform (C7520)" if tile_split
+                        else "const int consumer = wg - 1;"),
+             family.consumer_state,
+             *c_head, *c_body,
+             family.finish,
+             ind * 2 + "}  // next output tile",
+             *(ind * 2 + x for x in consumer_after),
+             *([family.consumer_exit] if family.consumer_exit else []),
+             ind * 2 + role_mark("end"),
+             ind + "}",
+             *end]
+    return "\n".join(lines)
