@@ -1,12 +1,12 @@
 """The trip rule: which output tiles a problem has and how many K tiles (trips) each visits.
 
 Why the core holds a protocol and not a rule: the iteration space is the kernel family's (a
-GEMM's raster visits ``ceil(K / BK)`` K tiles on every output tile; attention's causal forward
-visits fewer on its early query blocks and none on one that sees no key; a backward pass or a
-grouped GEMM would bring rules of their own), while the core proves and times the loop each
-output tile runs.  So a family hands its plan a :class:`TripRule` (``AgentSpec.trip_rule``,
-copied to ``Plan.trip_rule``) and the core asks it only what a proof, a timing run and a
-document need (docs/guide/agents.md, "Output tiles of different lengths"):
+GEMM's raster visits ``ceil(K / BK)`` K tiles on every output tile; attention's forward, masked
+above the diagonal, visits fewer on its early query blocks and none on one that sees no key;
+a backward pass or a grouped GEMM would bring rules of their own), while the core proves and
+times the loop each output tile runs.  So a family hands its plan a :class:`TripRule`
+(``AgentSpec.trip_rule``, copied to ``Plan.trip_rule``) and the core asks it only what a proof,
+a timing run and a document need (docs/guide/agents.md, "Output tiles of different lengths"):
 
 * :attr:`TripRule.uniform`: whether every output tile of a problem visits the same count.  For
   a rule that is not, the prover also runs output tiles of different counts back to back
@@ -62,7 +62,7 @@ from typing import Any, Protocol, TypeGuard, TypeVar
 
 import attrs
 
-#: a family's problem: what its call sizes a launch by ((seq_q, seq_k), (M, N, K), ...)
+#: a family's problem: what its call sizes a launch by ((queries, keys), (M, N, K), ...)
 Problem = TypeVar("Problem", contravariant=True)
 
 

@@ -75,8 +75,8 @@ def lower_cluster(spec: AgentSpec, sync: SyncModel, rings: Sequence[Ring],
     if spec.orders or spec.reduction is not None or varies(spec.trip_rule) or spec.once \
             or spec.store is not None or spec.split is not None:
         raise ProgramError(f"{who}: a cluster is modelled for rings of K-tile copies only; "
-                           "drop AgentSpec.orders, reduction, once, store, split and a "
-                           "trip_rule that is not uniform, or the cluster")
+                           "drop AgentSpec.orders, reduction, once, store and split (and a "
+                           "trip_rule whose tiles differ), or the cluster")
     if CLUSTER_SCOPE not in model.release_scopes:
         raise ProgramError(f"{who}: sync model {sync.name} releases to a peer CTA only at "
                            f"scopes {list(model.release_scopes)}, not {CLUSTER_SCOPE!r}")
