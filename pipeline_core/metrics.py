@@ -31,6 +31,7 @@ import attrs
 from pipeline_core.edges import DepEdge
 from pipeline_core.graph import asap_times, order_violations
 from pipeline_core.ops import Op, ResourceKind
+from pipeline_core.tiles import TripSample
 
 
 @attrs.frozen
@@ -78,16 +79,25 @@ class SteadyState:
 
 
 @attrs.frozen(kw_only=True)
-class CausalRun:
-    """One head's query tiles on the agents timing model with the plan's causal bounds, against
-    the same square without them (pipeline_core.agents.timing.bounded;
-    docs/guide/attention.md, "Causal bounds and tails")."""
+class TripRun:
+    """The output tiles of the plan's trip rule's sample problem on the agents timing model,
+    each for its own K-tile count, against the same tiles without the rule
+    (pipeline_core.agents.timing.each_tile; pipeline_core.tiles.TripSample words the report)."""
 
-    seq: int            #: queries and keys of the square: ``iterations`` KV blocks
-    kv_blocks: int      #: KV blocks the causal query tiles visit
-    full_blocks: int    #: KV blocks of the square
+    sample: TripSample
     cycles: float
     full_cycles: float
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.sample
+        return {**s.numbers, s.names[0]: sum(s.trips), s.names[1]: sum(s.full_trips),
+                "cycles": round(self.cycles), "full_cycles": round(self.full_cycles)}
+
+    def line(self) -> str:
+        s = self.sample
+        return (f"  {s.title} ({s.problem}): {sum(s.trips)} of {sum(s.full_trips)} {s.unit}, "
+                f"{self.cycles:.0f} cycles = {self.cycles / self.full_cycles:.2f} of the "
+                f"{self.full_cycles:.0f} {s.reference}")
 
 
 @attrs.frozen(kw_only=True)
@@ -125,8 +135,8 @@ class ScheduleMetrics:
     recurrence_names: tuple[str, ...] = ()
     #: the target's declared register budget per wave (None: none declared)
     register_budget: int | None = None
-    #: a plan with causal loop bounds: one head's query tiles each run for its own count
-    causal: CausalRun | None = None
+    #: a plan whose trip rule samples a problem: its output tiles each run for their own count
+    trips: TripRun | None = None
     #: a plan with a bulk store or a cross-CTA reduction, on a machine that costs their steps
     epilogue: EpilogueRun | None = None
 
@@ -170,10 +180,8 @@ class ScheduleMetrics:
                 "groups": self.steady.groups, "iterations": self.steady.iterations,
                 "stall_cycles_by_cause": dict(self.steady.stalls)},
         }
-        if self.causal is not None:  # only a plan with causal bounds carries the key
-            c = self.causal
-            d["causal"] = {"seq": c.seq, "kv_blocks": c.kv_blocks, "full_blocks": c.full_blocks,
-                           "cycles": round(c.cycles), "full_cycles": round(c.full_cycles)}
+        if self.trips is not None:  # only a plan whose trip rule samples a problem: its key
+            d[self.trips.sample.key] = self.trips.to_dict()
         if self.epilogue is not None:  # only a plan with a store or a finish carries the key
             e = self.epilogue
             d["epilogue"] = {"what": e.what, "held": {a: round(c) for a, c in e.held},
@@ -303,24 +311,25 @@ def steady_state(compiled, iterations: int = 12) -> SteadyState | None:
                        tuple(sorted(stalls.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
-def causal_run(compiled, iterations: int) -> CausalRun | None:
-    """A plan with causal bounds: the square whose last query tile visits ``iterations`` KV
-    blocks, causal and not (None for any other plan, or when it cannot be modelled)."""
-    bounds = compiled.plan.bounds
+def trip_run(compiled, iterations: int) -> TripRun | None:
+    """A plan whose trip rule samples a problem (:meth:`~pipeline_core.tiles.TripRule.sample`)
+    with a longest output tile of ``iterations`` K tiles: its tiles with the rule and without
+    (None for any other plan, or when it cannot be modelled)."""
+    rule = compiled.plan.trip_rule
     machine = getattr(getattr(compiled, "target_profile", None), "agent_machine", None)
-    if bounds is None or not bounds.causal or machine is None:
+    if rule is None or machine is None:
         return None
-    from pipeline_core.agents.timing import bounded
+    sample = rule.sample(iterations)
+    if sample is None:
+        return None
+    from pipeline_core.agents.timing import each_tile
 
-    seq = iterations * bounds.block_n
-    full_plan = attrs.evolve(compiled.plan, bounds=attrs.evolve(bounds, causal=False))
     try:
-        causal = bounded(compiled.plan, compiled.body, machine, seq, seq)
-        full = bounded(full_plan, compiled.body, machine, seq, seq)
+        ruled = each_tile(compiled.plan, compiled.body, machine, sample.trips)
+        full = each_tile(compiled.plan, compiled.body, machine, sample.full_trips)
     except ValueError:  # a deadlocked plan: the steady state says so
         return None
-    return CausalRun(seq=seq, kv_blocks=causal.tiles, full_blocks=full.tiles,
-                     cycles=causal.cycles, full_cycles=full.cycles)
+    return TripRun(sample=sample, cycles=ruled.cycles, full_cycles=full.cycles)
 
 
 def epilogue_run(compiled, iterations: int) -> EpilogueRun | None:
@@ -389,7 +398,7 @@ def analyze_compiled(compiled, *, iterations: int = 12, simulate: bool = True,
         changes["register_budget"] = budget
     if simulate:
         changes["steady"] = steady_state(compiled, iterations)
-        changes["causal"] = causal_run(compiled, iterations)
+        changes["trips"] = trip_run(compiled, iterations)
         changes["epilogue"] = epilogue_run(compiled, iterations)
     if optimal_time is not None and compiled.body:
         from pipeline_core.scheduling.exact import exact_schedule
@@ -441,12 +450,8 @@ def format_metrics(m: ScheduleMetrics, title: str = "") -> str:
         causes = ", ".join(f"{reason} {cycles} ({100 * cycles / total:.0f}%)"
                            for reason, cycles in s.stalls) if total else "none"
         lines.append(f"  stall cycles by cause (all groups, whole run): {causes}")
-    if m.causal is not None:
-        c = m.causal
-        lines.append(f"  causal bounds (one head, {c.seq} queries and keys, each query tile its "
-                     f"own KV blocks): {c.kv_blocks} of {c.full_blocks} KV blocks, "
-                     f"{c.cycles:.0f} cycles = {c.cycles / c.full_cycles:.2f} of the "
-                     f"{c.full_cycles:.0f} without the mask")
+    if m.trips is not None:
+        lines.append(m.trips.line())
     if m.epilogue is not None:
         e = m.epilogue
         held = ", ".join(f"{a} {c:.0f}" for a, c in e.held)

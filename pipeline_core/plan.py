@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -31,6 +31,7 @@ from pipeline_core.edges import DepEdge
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.launch import KernelLaunch
 from pipeline_core.ops import Entry, FrameworkTag, Op, OpRole, Phase
+from pipeline_core.tiles import TripRule
 
 if TYPE_CHECKING:
     from pipeline_core.check.verdict import Fix
@@ -344,64 +345,6 @@ class BulkStore:
 
 
 @attrs.frozen(kw_only=True)
-class LoopBounds:
-    """How many K tiles each output tile visits, and which of them the schedule masks: one
-    home for the rule the emitter, the proof and the timing model follow (attention's causal
-    bounds and sequence tails, docs/guide/attention.md, "Causal bounds and tails").
-
-    An output tile is query block ``i`` (``block_m`` rows); a K tile is a KV block of
-    ``block_n`` keys.  Without ``causal`` every output tile visits ``ceil(seq_k / block_n)``
-    blocks.  With it, row ``r`` sees keys ``0 .. r + offset`` (``offset`` 0 aligns the diagonal
-    top-left, as torch's ``is_causal``; ``seq_k - seq_q`` aligns it bottom-right, as
-    FlashAttention's), so the blocks above the diagonal are skipped, and a query block whose
-    rows see no key at all visits 0 blocks (the empty query tile).  The blocks that straddle the
-    diagonal or hold keys past ``seq_k`` are the last ones an output tile visits, and
-    ``masked_ops`` (the softmax steps) apply the mask on exactly those."""
-
-    causal: bool = False
-    block_m: int
-    block_n: int
-    #: the body ops that apply the mask on a masked K tile (the softmax of each consumer)
-    masked_ops: tuple[int, ...] = attrs.field(converter=_ints, default=())
-    #: "top_left" (torch's ``is_causal``) or "bottom_right" (FlashAttention >= 2.1)
-    align: str = attrs.field(default="top_left",
-                             validator=attrs.validators.in_(("top_left", "bottom_right")))
-
-    def offset(self, seq_q: int, seq_k: int) -> int:
-        """The last key row 0 sees (the diagonal's shift)."""
-        return seq_k - seq_q if self.align == "bottom_right" else 0
-
-    def blocks(self, seq_k: int) -> int:
-        """KV blocks of the whole key sequence (the last one partial on a tail)."""
-        return -(-seq_k // self.block_n)
-
-    def trips(self, query_block: int, seq_q: int, seq_k: int) -> int:
-        """The K tiles query block ``query_block`` visits: all KV blocks, or (causal) those up
-        to the one holding the last key its last row sees; 0 when no row sees a key."""
-        if not self.causal:
-            return self.blocks(seq_k)
-        last_row = min((query_block + 1) * self.block_m, seq_q) - 1
-        seen = last_row + self.offset(seq_q, seq_k) + 1  # keys 0 .. seen - 1
-        return max(0, min(self.blocks(seq_k), -(-seen // self.block_n)))
-
-    def first_masked(self, query_block: int, seq_q: int, seq_k: int) -> int:
-        """The first masked K tile of ``query_block``: from it to the last one it visits, the
-        mask applies (the diagonal blocks, where the first row sees fewer keys than the block
-        ends with, and the block holding the key tail); before it, none does."""
-        trips = self.trips(query_block, seq_q, seq_k)
-        first = trips - 1 if seq_k % self.block_n else trips  # the tail block
-        if self.causal:
-            row0 = query_block * self.block_m + self.offset(seq_q, seq_k)  # row 0 sees 0..row0
-            first = min(first, max(0, (row0 + 1) // self.block_n))
-        return max(0, min(first, trips))
-
-    def masked(self, query_block: int, kv_block: int, seq_q: int, seq_k: int) -> bool:
-        """Whether K tile ``kv_block`` of ``query_block`` runs the mask."""
-        return (self.first_masked(query_block, seq_q, seq_k) <= kv_block
-                < self.trips(query_block, seq_q, seq_k))
-
-
-@attrs.frozen(kw_only=True)
 class ClusterSpec:
     """CTAs launched as one cluster that share copies (docs/guide/agents.md, "Clusters"): each
     CTA's writer issues its ``1 / ctas`` share of every ``multicast`` copy into the same ring
@@ -451,9 +394,9 @@ class AgentSpec:
     reduction: ReductionSpec | None = None
     #: the readers' results stored through staging buffers by the async proxy (a TMA store)
     store: StoreSpec | None = None
-    #: the trip-count rule and masked K tiles of output tiles that visit different numbers of
-    #: K tiles (attention's causal bounds); None: every output tile visits the same count
-    bounds: LoopBounds | None = None
+    #: the family's trip rule (pipeline_core.tiles): the K tiles each output tile of a problem
+    #: visits; None, or a uniform rule: every output tile visits the same count
+    trip_rule: TripRule[Any] | None = None
     #: reader agents that take the CTA's output tiles round-robin (the ping-pong GEMM's
     #: consumers); None: every reader runs every output tile
     split: TileSplit | None = None
@@ -657,9 +600,10 @@ class Plan:
     rings: tuple[Ring, ...] = attrs.field(converter=_rings, default=())
     #: the smallest K-tile count the split is valid for (the longest prologue)
     min_tiles: int = 1
-    #: output tiles visit different K-tile counts by this rule, the emitter masks the K tiles it
-    #: names (:class:`LoopBounds`); None: every output tile visits the same count
-    bounds: LoopBounds | None = None
+    #: the schedule's trip rule (:class:`~pipeline_core.tiles.TripRule`, ``AgentSpec.trip_rule``):
+    #: a rule that is not uniform has the proof run output tiles of different counts back to
+    #: back; None: every output tile visits the same count
+    trip_rule: TripRule[Any] | None = None
     #: bytes each phase-tracked body op moves (what its copies complete on the full ring)
     op_bytes: Mapping[int, int] = attrs.field(factory=dict)
     #: the consumer-group orderings and the named barriers that enforce them

@@ -64,8 +64,8 @@ from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, PARAM_INT, Bo
 from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole, Phase,
                                ResourceKind, framework_op, logical)
 from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, Cluster, ClusterSpec,
-                                LoopBounds, OrderSpec, ReductionSpec, Ring, RingSpec, Step,
-                                StepKind, StoreSpec, TileSplit, Turn)
+                                OrderSpec, ReductionSpec, Ring, RingSpec, Step, StepKind,
+                                StoreSpec, TileSplit, Turn)
 from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
@@ -75,6 +75,7 @@ from pipeline_core.sync import (BarrierKind, BlockBinding, BulkStoreChannel, Cha
                                 ChannelKind, ClusterSync, CrossCtaReduction, Effect, NamedBarriers,
                                 SyncModel)
 from pipeline_core.testing import fresh_host, run_cli
+from pipeline_core.tiles import TripRule, TripSample
 from pipeline_core.transforms import (double_buffer_reorder, optimize_within_barriers,
                                       single_buffer_reorder)
 
@@ -90,7 +91,7 @@ __all__ = [
     "ExecutionModel",
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
-    "AgentSpec", "LoopBounds", "AgentRole", "RingSpec", "OrderSpec", "Turn", "TileSplit", "ReductionSpec",
+    "AgentSpec", "TripRule", "TripSample", "AgentRole", "RingSpec", "OrderSpec", "Turn", "TileSplit", "ReductionSpec",
     "StoreSpec", "ClusterSpec", "Cluster", "CLUSTER_RELAY",
     "SchedulingRequest",
     "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine", "EpilogueCosts",

@@ -32,6 +32,7 @@ from pipeline_core.ops import DepKind, Op
 from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, Cluster, Plan, Ring, Step,
                                 StepKind)
 from pipeline_core.sync.model import SyncModel
+from pipeline_core.tiles import varies
 
 #: the release scope a peer arrival is lowered with (a ClusterSync.release_scopes entry)
 CLUSTER_SCOPE = "cluster"
@@ -71,11 +72,11 @@ def lower_cluster(spec: AgentSpec, sync: SyncModel, rings: Sequence[Ring],
     if bad or not c.multicast:
         raise ProgramError(f"{who}: multicast={list(c.multicast)} must name phase-tracked "
                            f"copies among ops {sorted(copies)}")
-    if spec.orders or spec.reduction is not None or spec.bounds is not None or spec.once \
+    if spec.orders or spec.reduction is not None or varies(spec.trip_rule) or spec.once \
             or spec.store is not None or spec.split is not None:
         raise ProgramError(f"{who}: a cluster is modelled for rings of K-tile copies only; "
-                           "drop AgentSpec.orders, reduction, bounds, once, store and split, "
-                           "or the cluster")
+                           "drop AgentSpec.orders, reduction, once, store and split (and a "
+                           "trip_rule whose tiles differ), or the cluster")
     if CLUSTER_SCOPE not in model.release_scopes:
         raise ProgramError(f"{who}: sync model {sync.name} releases to a peer CTA only at "
                            f"scopes {list(model.release_scopes)}, not {CLUSTER_SCOPE!r}")

@@ -265,7 +265,7 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
                 split=split,
                 min_tiles=max(len(p.prologue) for p in programs) or 1,
                 op_bytes={i: spec.op_bytes.get(i, 0) for i in sorted(writer_of)},
-                orders=orders, sync=sync, bounds=spec.bounds, cluster=cluster,
+                orders=orders, sync=sync, trip_rule=spec.trip_rule, cluster=cluster,
                 description=f"agents lowering, {len(programs)} agents, {stages} ring stages")
     return derive_counter_waits(plan)
 

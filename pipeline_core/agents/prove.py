@@ -66,6 +66,7 @@ from pipeline_core.edges import DepEdge
 from pipeline_core.ops import DepKind, Op, tag_name
 from pipeline_core.plan import AgentProgram, PlacedStep, Plan, Ring, Step, StepKind
 from pipeline_core.sync.model import ChannelKind, Effect, SyncModel
+from pipeline_core.tiles import varies
 
 if TYPE_CHECKING:
     from pipeline_core.compiled import CompiledSchedule, Proof
@@ -91,8 +92,8 @@ ASSUMPTIONS = (
 OUTPUT_TILES = (1, 2)
 
 #: K-tile counts of consecutive output tiles one CTA runs, for a plan whose output tiles visit
-#: different counts (:class:`~pipeline_core.plan.LoopBounds`: attention's causal bounds): an
-#: empty query tile between two others, empty tiles first, a short tile before a long one, and
+#: different counts (a :class:`~pipeline_core.tiles.TripRule` that is not uniform): an
+#: empty output tile between two others, empty tiles first, a short tile before a long one, and
 #: ``S`` (the deepest ring) for a tile shorter than the ring before an empty one and a long one
 #: (docs/guide/agents.md, "Output tiles of different lengths")
 TRIP_SEQUENCES = ((3, 0, 2), (0, 0, 1), (1, 5), ("S-1", 0, "S+1"))
@@ -127,13 +128,13 @@ def output_tiles(plan: Plan) -> tuple[int, ...]:
 
 def trip_sequences(plan: Plan) -> list[tuple[int, ...]]:
     """The K-tile counts of the output tiles each extra run chains (:data:`TRIP_SEQUENCES`,
-    ``S`` the deepest ring), for a plan with :attr:`~pipeline_core.plan.Plan.bounds` or a
-    :attr:`~pipeline_core.plan.Plan.split` (which also gets n + 1 and 2n output tiles of one
-    count, n its agents); none for one whose output tiles all visit the same count and run on
-    every agent (the GEMM: its proofs stay as they were); a split's runs are also of S + 1 K
-    tiles each, long enough for a wait to meet a stale parity.
+    ``S`` the deepest ring), for a plan whose :attr:`~pipeline_core.plan.Plan.trip_rule` is not
+    uniform or with a :attr:`~pipeline_core.plan.Plan.split` (which also gets n + 1 and 2n
+    output tiles of one count, n its agents); none for one whose output tiles all visit the
+    same count and run on every agent (the GEMM: its proofs stay as they were); a split's runs
+    are also of S + 1 K tiles each, long enough for a wait to meet a stale parity.
     A count below :attr:`~pipeline_core.plan.Plan.min_tiles` other than 0 is raised to it."""
-    if plan.bounds is None and plan.split is None:
+    if not varies(plan.trip_rule) and plan.split is None:
         return []
     deepest = max({plan.stages, *(r.stages for r in plan.rings)})
     at = {"S-1": deepest - 1, "S+1": deepest + 1}
@@ -771,7 +772,7 @@ class _Run:
                             "completes for another tile (a persistent kernel hangs)",
                             fix=Fix("review", first.placed.section, first.placed.position,
                                     f"let {self.agent_name(a)} run the plan's trip count "
-                                    "(LoopBounds.trips): an output tile with no K tile runs "
+                                    "(Plan.trip_rule's): an output tile with no K tile runs "
                                     "only its once steps"), rank=0)
                 return
 

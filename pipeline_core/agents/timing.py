@@ -118,23 +118,16 @@ def simulate(plan: Plan, body: Sequence[Op], machine: AgentMachine, tiles: int, 
     return run(plan, body, machine, tiles, splits=splits)[0]
 
 
-def bounded(plan: Plan, body: Sequence[Op], machine: AgentMachine, seq_q: int,
-            seq_k: int) -> Timing:
-    """One head's output tiles over ``seq_q`` queries and ``seq_k`` keys, each run for the K
-    tiles the plan's :class:`~pipeline_core.plan.LoopBounds` gives it (attention's causal
-    bounds: about half the KV blocks of the full square), their cycles summed.  Each output
-    tile is modelled alone, as :func:`simulate` models one; an output tile with no K tile is
-    charged nothing (its once copy is not modelled).  A plan without bounds visits
-    ``tiles = ceil(seq_k / block)`` on every output tile, so it needs them."""
-    bounds = plan.bounds
-    if bounds is None:
-        raise ValueError("timing model: the plan has no loop bounds (Plan.bounds), so its "
-                         "output tiles all visit the same K tiles: use simulate")
-    counts = [bounds.trips(i, seq_q, seq_k) for i in range(-(-seq_q // bounds.block_m))]
+def each_tile(plan: Plan, body: Sequence[Op], machine: AgentMachine,
+              trips: Sequence[int]) -> Timing:
+    """Output tiles of ``trips[i]`` K tiles each (a problem of the plan's trip rule,
+    :meth:`~pipeline_core.tiles.TripRule.sample`), their cycles summed.  Each output tile is
+    modelled alone, as :func:`simulate` models one; an output tile with no K tile is charged
+    nothing (its once copy is not modelled)."""
     each = {n: simulate(plan, body, machine, max(n, plan.min_tiles))
-            for n in sorted(set(counts)) if n}
-    return Timing(tiles=sum(counts), cycles=sum(each[n].cycles for n in counts if n),
-                  mma_busy=sum(each[n].mma_busy for n in counts if n))
+            for n in sorted(set(trips)) if n}
+    return Timing(tiles=sum(trips), cycles=sum(each[n].cycles for n in trips if n),
+                  mma_busy=sum(each[n].mma_busy for n in trips if n))
 
 
 def run(plan: Plan, body: Sequence[Op], machine: AgentMachine,

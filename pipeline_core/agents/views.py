@@ -14,6 +14,7 @@ from pipeline_core.plan import AgentProgram, Plan, Step
 from pipeline_core.export.notation import isa_form
 from pipeline_core.ops import Op, tag_name
 from pipeline_core.sync.model import SyncModel
+from pipeline_core.tiles import varies
 
 
 def _step_doc(step: Step, plan: Plan, body: Sequence[Op], names: Mapping[int, str],
@@ -96,8 +97,6 @@ def agents_doc(plan: Plan, body: Sequence[Op], names: Mapping[int, str],
     if plan.store is not None:  # likewise only a plan with a bulk store
         doc["store"] = {"name": plan.store.name, "agents": list(plan.store.agents),
                         "buffers": plan.store.buffers, "barriers": list(plan.store.barriers)}
-    if plan.bounds is not None:  # output tiles of different K-tile counts (LoopBounds)
-        b = plan.bounds
-        doc["bounds"] = {"causal": b.causal, "block_m": b.block_m, "block_n": b.block_n,
-                         "align": b.align, "masked_ops": list(b.masked_ops)}
+    if varies(plan.trip_rule):  # output tiles of different K-tile counts: the family's rule
+        doc["bounds"] = dict(plan.trip_rule.document())
     return doc

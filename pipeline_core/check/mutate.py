@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from pipeline_core.ops import MAX_KERNEL_TAG, OpRole
+from pipeline_core.tiles import varies
 
 if TYPE_CHECKING:
     from pipeline_core.compiled import CompiledSchedule
@@ -249,13 +250,13 @@ def agent_mutations(plan: Any, categories: tuple[str, ...] = tuple(AGENT_MUTATIO
                                 iteration=0, index=0,
                                 description=f"{prog.name} counts its ring positions over its "
                                             "own output tiles only")
-        if plan.bounds is not None and "clamp_trips" in categories:
+        if varies(plan.trip_rule) and "clamp_trips" in categories:
             yield AgentMutation(category="clamp_trips", agent=prog.name, section="kernel",
                                 iteration=0, index=0, delta=1,
                                 description=f"{prog.name} runs its loop at least once on an "
                                             "output tile with no K tile (min_trips 1)")
         for d in (1, -1):
-            if plan.bounds is not None and "skew_trips" in categories:
+            if varies(plan.trip_rule) and "skew_trips" in categories:
                 yield AgentMutation(category="skew_trips", agent=prog.name, section="kernel",
                                     iteration=0, index=0, delta=d,
                                     description=f"{prog.name} runs {d:+d} K tile on every "

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from pipeline_core.tiles import varies
+
 if TYPE_CHECKING:
     from pipeline_core.plan import AgentProgram, Plan, Step
 
@@ -137,10 +139,10 @@ def plan_edits(plan: "Plan") -> Iterator[PlanEdit]:
         for field, value in variants:
             yield PlanEdit(description=f"ring {ring.name} {field} {value}",
                            field=f"Ring.{field}", apply=_ring(r, field, value))
-    for name in ("store", "reduction", "split", "cluster", "bounds"):
+    for name in ("store", "reduction", "split", "cluster", "trip_rule"):
         record = getattr(plan, name)
-        if record is None:
-            continue
+        if record is None or (name == "trip_rule" and not varies(record)):
+            continue  # a uniform trip rule is what the proof reads as none
         yield PlanEdit(description=f"Plan.{name} None", field=f"Plan.{name}",
                        apply=_record(name))
         agents: tuple[str, ...] = getattr(record, "agents", ())

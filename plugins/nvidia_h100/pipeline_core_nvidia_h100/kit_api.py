@@ -19,6 +19,8 @@ through it only, and only names in its ``__all__``, as it holds plugins to
   stretches, role and section marks, ring and consumer sync lines, the declared geometry) and
   the device headers (``header_source``, ``wgmma_header_source``,
   ``gemm_call_header_source``), the watchdog's default polls (``WATCHDOG``);
+* the GEMM's trip rule (``RasterTrips``: every output tile of the raster visits every K tile, a
+  uniform ``plugin_api.TripRule``), for a family whose output tiles are a GEMM's;
 * the host side: building and caching kernels (``KernelBuilder``, ``ARCH``, ``cubin_path``),
   tensor maps (``encode_tiled_2d``, ``DTYPE_*``), launches (``launch``, ``eager``,
   ``describe``, ``Bounded``) and the optional GPU packages (``require_gpu_module``);
@@ -31,6 +33,7 @@ from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
 from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source,
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
+from pipeline_core_nvidia_h100.gemm_tiles import RasterTrips
 from pipeline_core_nvidia_h100.kernel_cache import cubin_path
 from pipeline_core_nvidia_h100.launch_cache import Bounded, describe, eager, launch
 from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
@@ -60,6 +63,8 @@ __all__ = [
     "RingState", "loop_tile", "require_ring_depths", "ring_step_line", "role_mark",
     "section_mark", "header_source",
     "wgmma_header_source", "gemm_call_header_source", "WATCHDOG",
+    # the GEMM's trip rule
+    "RasterTrips",
     # the host side
     "KernelBuilder", "ARCH", "cubin_path", "encode_tiled_2d", "DTYPE_BFLOAT16", "DTYPE_FLOAT16",
     "launch", "eager", "describe", "Bounded", "require_gpu_module",

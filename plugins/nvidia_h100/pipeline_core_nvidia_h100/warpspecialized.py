@@ -29,6 +29,7 @@ from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, ClusterSpec, 
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
+from pipeline_core_nvidia_h100.gemm_tiles import RasterTrips
 from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
 from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
 
@@ -489,10 +490,12 @@ class WarpSpecializedGemm:
         # pair (docs/guide/agents.md, "Clusters")
         cluster = (ClusterSpec(ctas=g.variant.cluster, multicast=(1,))
                    if g.variant.cluster > 1 else None)
+        # every output tile visits every K tile: uniform, so the proof runs one count at a time
+        trips = RasterTrips(block_m=g.bm, block_n=g.bn, block_k=g.bk)
         if not g.variant.pingpong:
             return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
                              release_lag=self.release_lag, reduction=reduction, store=store,
-                             cluster=cluster)
+                             cluster=cluster, trip_rule=trips)
         # ping-pong: the consumers take output tiles in turn, their mainloops in tile order
         # (docs/guide/agents.md, "Tile splits")
         consumers = tuple(r.name for r in roles[1:])
@@ -500,7 +503,7 @@ class WarpSpecializedGemm:
                           turns=[Turn(agent=r.name, ops=r.ops) for r in roles[1:]])
         return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
                          release_lag=self.release_lag, reduction=reduction, store=store,
-                         split=TileSplit(agents=consumers), orders=[order])
+                         split=TileSplit(agents=consumers), orders=[order], trip_rule=trips)
 
     def tag_names(self) -> dict[int, str]:
         return {**self.target.cost_model.tag_names(), **TAG_NAMES}

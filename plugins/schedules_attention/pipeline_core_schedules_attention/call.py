@@ -30,9 +30,10 @@ from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, Bounded, describe,
                                                require_gpu_module)
 
 from pipeline_core_schedules_attention.tile_order import TileOrder, choose
+from pipeline_core_schedules_attention.tiles import LoopBounds, plan_bounds
 
 if TYPE_CHECKING:
-    from pipeline_core.plugin_api import CompiledSchedule, LoopBounds
+    from pipeline_core.plugin_api import CompiledSchedule
 
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
 #: parameters over the call's own choice, empty unless a benchmark's ablation sets them: ``-p``
@@ -264,7 +265,7 @@ def _load(compiled: CompiledSchedule, source: str, device: int) -> _Built:
             kernel = KernelBuilder().compile(source, KERNEL_NAME)
         KernelBuilder.set_max_dynamic_shared(kernel, g.smem_bytes)
     return _Built(kernel=kernel, smem=g.smem_bytes, threads=g.threads, block_m=g.block_m,
-                  block_n=g.block_n, bounds=compiled.plan.bounds)
+                  block_n=g.block_n, bounds=plan_bounds(compiled))
 
 
 def _map(t: Any, rows: int, d: int, box_rows: int, dtype: str) -> Any:

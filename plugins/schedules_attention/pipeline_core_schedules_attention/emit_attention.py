@@ -28,8 +28,8 @@ One consumer warp group owns 64 query rows (``block_m / consumers == 64``).
 """
 from __future__ import annotations
 
-from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord,
-                                      LoopBounds, Param, ProgramError, Ring, Step, StepKind)
+from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord, Param,
+                                      ProgramError, Ring, Step, StepKind)
 
 from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode, AgentsFamily,
                                                DeviceTileLoop, RingState, TileLoop,
@@ -43,6 +43,7 @@ from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode,
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
 from pipeline_core_schedules_attention.tile_order import order_exprs
+from pipeline_core_schedules_attention.tiles import LoopBounds, plan_bounds
 
 EMITTER_NAME = "cuda-attention"
 KERNEL_NAME = "pc_flash_attention_fwd"
@@ -125,13 +126,14 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         raise _fail(why)
     require_ring_depths(compiled.plan.rings, g.stages, g.q_stages, EMITTER_NAME)
     plan = compiled.plan
-    causal = plan.bounds if g.causal else None
+    rule = plan_bounds(compiled)
+    causal = rule if g.causal else None
     if g.causal and (causal is None or not causal.causal):
         raise _fail("-p causal=true, but the plan records no causal bounds; recompile the "
                     "schedule")
     bounds = _tile_bounds(causal) if causal is not None else ()
     order = "const int " + ", ".join(order_exprs(g.causal)) + ";"
-    if plan.bounds is None:
+    if rule is None:
         raise _fail("the plan records no loop bounds; recompile the schedule")
     rings = {r.name: r for r in plan.rings}
     tags = [o.tag for o in compiled.body]
@@ -149,7 +151,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
             "tile += gridDim.x, rb += KT, ++o) {")
     tiles = DeviceTileLoop(
         counts=(f"const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, "
-                f"{_CAUSAL_BLOCKS if g.causal else _blocks(plan.bounds)};",),
+                f"{_CAUSAL_BLOCKS if g.causal else _blocks(rule)};",),
         producer=TileLoop(head=loop, tile=(order, *bounds[:1])),
         consumers=TileLoop(head=loop, tile=(order, *bounds)), empty_tiles=True)
     family = AgentsFamily(

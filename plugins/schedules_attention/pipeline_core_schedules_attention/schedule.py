@@ -29,13 +29,15 @@ from typing import Any
 import attrs
 
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext, CostModel,
-                                      DepEdge, KernelLaunch, LoopBounds, Op, OpCost, OpRole,
+                                      DepEdge, KernelLaunch, Op, OpCost, OpRole,
                                       OrderSpec, Param, PipelineConfig, ProgramError, ResourceKind,
                                       RingSpec,
                                       ScheduleRecord, TargetProfile, Turn, annotate, logical)
 
 from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_AGENT_MACHINE, H100_SXM,
                                                H100_WGMMA_SYNC, TAG_NAMES, TARGET_NAME)
+
+from pipeline_core_schedules_attention.tiles import LoopBounds
 
 NAME = "flash-attention-fwd"
 OWNER = f"schedule {NAME}"
@@ -283,7 +285,8 @@ class FlashAttentionForward:
                  RingSpec(name="k", ops=(K,), release_lag=0),
                  RingSpec(name="v", ops=(V,), release_lag=0))
         return AgentSpec(roles=roles, op_bytes={Q: g.q_bytes, K: g.kv_bytes, V: g.kv_bytes},
-                         rings=rings, once=(Q,), orders=orders, lags=lags, bounds=self.bounds())
+                         rings=rings, once=(Q,), orders=orders, lags=lags,
+                         trip_rule=self.bounds())
 
     def bounds(self) -> LoopBounds:
         """The causal loop bounds and the masked KV blocks (the diagonal's and the key tail's),

@@ -103,7 +103,7 @@ def test_a_short_variant_compiles_the_calls_short_tile_with_the_overlaps_asked(c
     assert short.proof.safe and long.proof.safe
     align = causal or "top_left"
     for c in (short, long):
-        assert c.plan.bounds.causal is bool(causal) and c.plan.bounds.align == align
+        assert c.plan.trip_rule.causal is bool(causal) and c.plan.trip_rule.align == align
         g = c.launch.geometry
         assert (g.intra_overlap, g.pingpong) == (False, True)
     assert short.plan.ring("q_full").stages == 2 and long.plan.ring("q_full").stages == 1

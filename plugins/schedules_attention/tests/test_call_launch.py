@@ -12,13 +12,12 @@ import types
 import attrs
 import pytest
 
-from pipeline_core.plugin_api import LoopBounds
-
 from pipeline_core_nvidia_h100 import launch_cache
 
 from pipeline_core_schedules_attention import call, tile_order
 from pipeline_core_schedules_attention.call import AttentionArgumentError
 from pipeline_core_schedules_attention.tile_order import TileOrder
+from pipeline_core_schedules_attention.tiles import LoopBounds
 
 
 @attrs.frozen

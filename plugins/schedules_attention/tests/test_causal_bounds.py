@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline_core.agents.timing import bounded
+from pipeline_core.agents.timing import each_tile
 from pipeline_core.api import compile_named
 from pipeline_core.check.mutate import agent_mutations, mutate_compiled
 from pipeline_core.check.verdict import HazardKind as H
@@ -26,7 +26,7 @@ def build(stages: int = 3, **params):
 @pytest.mark.parametrize("causal", [True, False])
 def test_the_plan_records_the_bounds_and_the_softmax_applies_the_mask(causal):
     c = build(causal=causal, block_n=64)
-    b = c.plan.bounds
+    b = c.plan.trip_rule
     assert b is not None and b.causal is causal
     assert (b.block_m, b.block_n) == (128, 64)
     assert [c.body[i].tag for i in b.masked_ops] == [T.SOFTMAX, T.SOFTMAX]
@@ -44,7 +44,7 @@ def test_the_plan_records_the_bounds_and_the_softmax_applies_the_mask(causal):
 @pytest.mark.parametrize("stages", [2, 3])
 def test_query_tiles_of_different_counts_back_to_back_are_proven(params, stages):
     c = build(stages, **params)
-    assert c.proof.safe and c.plan.bounds.align == params.get("align", "top_left")
+    assert c.proof.safe and c.plan.trip_rule.align == params.get("align", "top_left")
     seqs = c.proof.verdict.model["trip_sequences"]
     assert [3, 0, 2] in seqs and [0, 0, 1] in seqs and [stages - 1, 0, stages + 1] in seqs
 
@@ -65,8 +65,11 @@ def test_an_agent_running_an_empty_query_tile_is_refused(agent):
 
 def test_causal_costs_about_half_the_kv_blocks_in_the_timing_model():
     full, causal = build(), build(causal=True)
-    t_full = bounded(full.plan, full.body, H100_AGENT_MACHINE, 4096, 4096)
-    t_causal = bounded(causal.plan, causal.body, H100_AGENT_MACHINE, 4096, 4096)
+    square = (4096, 4096)
+    t_full = each_tile(full.plan, full.body, H100_AGENT_MACHINE,
+                       full.plan.trip_rule.trip_counts(square))
+    t_causal = each_tile(causal.plan, causal.body, H100_AGENT_MACHINE,
+                         causal.plan.trip_rule.trip_counts(square))
     assert (t_full.tiles, t_causal.tiles) == (1024, 528)
     assert 0.45 < t_causal.cycles / t_full.cycles < 0.6
 
@@ -83,11 +86,11 @@ def test_the_json_document_carries_the_bounds_and_the_gemms_does_not():
 
     schema = load_schema("schedule")
     jsonschema.validate(doc, {**schema["$defs"]["agents"], "$defs": schema["$defs"]})
-    with pytest.raises(jsonschema.ValidationError):  # the schema checks the key
-        jsonschema.validate({**doc, "bounds": {**doc["bounds"], "align": "diagonal"}},
+    with pytest.raises(jsonschema.ValidationError):  # the schema checks the key is the rule's
+        jsonschema.validate({**doc, "bounds": [doc["bounds"]]},
                             {**schema["$defs"]["agents"], "$defs": schema["$defs"]})
     gemm = compile_named("warpspecialized-gemm")
-    assert gemm.plan.bounds is None
+    assert gemm.plan.trip_rule is not None and gemm.plan.trip_rule.uniform  # RasterTrips
     assert "bounds" not in agents_doc(gemm.plan, gemm.body, gemm.tag_names, gemm.plan.sync)
 
 
@@ -125,5 +128,5 @@ def test_every_variant_aligned_bottom_right_is_proven(intra, pingpong, head_dim)
     SAFE, at the trip counts of an empty query tile and of tiles of different counts."""
     c = build(2, causal=True, align="bottom_right", intra_overlap=intra, pingpong=pingpong,
               head_dim=head_dim)
-    assert c.proof.safe and c.plan.bounds.align == "bottom_right"
+    assert c.proof.safe and c.plan.trip_rule.align == "bottom_right"
     assert [0, 0, 1] in c.proof.verdict.model["trip_sequences"]

@@ -16,7 +16,7 @@ from pipeline_core.testing import run_cli
 from pipeline_core_nvidia_h100.toolchain import (GENCODE, compile_cubin, nvcc, sass_command,
                                                   sass_of)
 
-from pipeline_core.plugin_api import LoopBounds, StepKind
+from pipeline_core.plugin_api import StepKind
 
 from pipeline_core_schedules_attention import AttentionTag as T, call
 from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_STAGES, CALL_TILES,
@@ -25,6 +25,7 @@ from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_STAGES, 
                                                     call_stages, plan_attention)
 from pipeline_core_schedules_attention.emit_attention import emit_attention, tile_bounds_exprs
 from pipeline_core_schedules_attention.tile_order import order_exprs
+from pipeline_core_schedules_attention.tiles import LoopBounds
 
 NAME = "flash-attention-fwd"
 
@@ -476,7 +477,7 @@ def test_the_call_compiles_the_causal_bounds_it_was_asked_for(head_dim):
     for causal in (True, False):
         c = compile_named(NAME, params=call_params(head_dim, causal),
                           target_args={"stages": str(call_stages(head_dim, causal))})
-        assert c.plan.bounds.causal is causal and c.plan.bounds.align == "top_left"
+        assert c.plan.trip_rule.causal is causal and c.plan.trip_rule.align == "top_left"
         assert ("KT = max(0, min(KV_BLOCKS," in emit_attention(c)) is causal
 
 
@@ -484,7 +485,7 @@ def test_causal_without_the_plans_bounds_is_refused():
     import attrs
 
     c = compiled(causal=True)
-    c = attrs.evolve(c, plan=attrs.evolve(c.plan, bounds=None))
+    c = attrs.evolve(c, plan=attrs.evolve(c.plan, trip_rule=None))
     with pytest.raises(ProgramError, match="the plan records no causal bounds"):
         emit_attention(c)
 
@@ -512,7 +513,7 @@ def test_bottom_right_causal_offsets_the_diagonal_and_guards_rows_with_no_key(he
     key 0) carry no guard and stay as they were."""
     c = compile_named(NAME, params=call_params(head_dim, True, "bottom_right"),
                       target_args={"stages": str(call_stages(head_dim, True))})
-    assert c.proof.safe and c.plan.bounds.align == "bottom_right"
+    assert c.proof.safe and c.plan.trip_rule.align == "bottom_right"
     src = emit_attention(c)
     assert "+ (Sk - Sq) + 1 + 128 - 1) / 128" in src  # KT
     assert "(tile_m * 128 + (Sk - Sq) + 1) / 128" in src  # FM
@@ -537,7 +538,7 @@ def test_the_calls_d64_kernels_prove_safe_with_their_q_ring(short, causal, align
     either causal alignment, and emits a Q buffer per stage; the long one keeps one."""
     c, src = call._source(64, "bf16", causal, align, short)
     assert c.proof.safe
-    assert c.plan.bounds.causal is causal and c.plan.bounds.align == align
+    assert c.plan.trip_rule.causal is causal and c.plan.trip_rule.align == align
     depth = 2 if short else 1
     assert c.plan.ring("q_full").stages == c.plan.ring("q_empty").stages == depth
     assert c.plan.ring("q_full").once and not c.plan.ring("k_full").once
@@ -591,7 +592,7 @@ def test_the_calls_d128_causal_short_kernel_proves_safe_on_a_ring_of_three(align
     alignment, K and V on a ring of 3, one Q; its shared memory (one Q and 3 K and V stages of
     128 x 128) fits the H100's 227 KiB; not causal, the short kernel is the long one."""
     c, src = call._source(128, "bf16", True, align, True)
-    assert c.proof.safe and c.plan.bounds.align == align
+    assert c.proof.safe and c.plan.trip_rule.align == align
     assert c.plan.ring("k_full").stages == c.plan.ring("v_full").stages == 3
     assert c.plan.ring("q_full").stages == 1
     g = c.launch.geometry

@@ -11,13 +11,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from pipeline_core.plugin_api import LoopBounds
-
 from pipeline_core_nvidia_h100.toolchain import nvcc
 
 from pipeline_core_schedules_attention import tile_order
 from pipeline_core_schedules_attention.tile_order import (GROUPS, TileOrder, busiest, choose,
                                                           order_exprs, tile_at)
+from pipeline_core_schedules_attention.tiles import LoopBounds
 
 ORDERS = [TileOrder(hg=g, snake=s) for g in GROUPS for s in (False, True)]
 
