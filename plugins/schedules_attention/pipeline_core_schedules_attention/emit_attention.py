@@ -39,10 +39,10 @@ from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, RingState,
 
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
+from pipeline_core_schedules_attention.signature import KERNEL_NAME, SIGNATURE
 from pipeline_core_schedules_attention.tile_order import order_exprs
 
 EMITTER_NAME = "cuda-attention"
-KERNEL_NAME = "pc_flash_attention_fwd"
 #: ``-O dtype``: the element type of Q, K, V and O
 DTYPE = Param("dtype", str, "bf16", "element type of q, k, v and the output",
               choices=("bf16", "fp16"))
@@ -227,8 +227,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         header=header_source(), wgmma_header=wgmma_header_source(),
         call_header=gemm_call_header_source(),
         wgmma_fns=_wgmma_ss(g.block_n, _PTX[dtype]) + _wgmma_rs(g.head_dim, _PTX[dtype]),
-        name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
-        threads=g.threads, smem=g.smem_bytes, dtype=dtype,
+        name=KERNEL_NAME, params=SIGNATURE.render(), schedule=compiled.schedule_name,
+        target=compiled.target_name, threads=g.threads, smem=g.smem_bytes, dtype=dtype,
         BM=g.block_m, BN=g.block_n, HD=g.head_dim, STAGES=g.stages, QSTAGES=g.q_stages,
         NBARS=offset,
         PREGS=g.producer_registers, CREGS=g.consumer_registers,
@@ -304,9 +304,7 @@ __device__ __forceinline__ pcwg::u32 pack_f16x2(float lo, float hi) {{
 }}
 {wgmma_fns}
 extern "C" __global__ void __launch_bounds__({threads}, 1)
-{name}(const __grid_constant__ pcwg::TensorMap tmQ, const __grid_constant__ pcwg::TensorMap tmK,
-       const __grid_constant__ pcwg::TensorMap tmV, unsigned short* __restrict__ O,
-       int BH, int Sq, int Sk, float scale_log2, int group, int hg, int snake) {{
+{name}({params}) {{
     using namespace pcwg;
     constexpr int BM = {BM}, BN = {BN}, HD = {HD}, STAGES = {STAGES}, Q_STAGES = {QSTAGES};
     constexpr int ROWS = 64;
