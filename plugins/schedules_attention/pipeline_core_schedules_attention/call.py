@@ -260,8 +260,8 @@ def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> Any
     """The output of one call, launched on torch's current stream (docs/guide/attention.md,
     "The launch path"): the arguments are checked and planned on the first call of each
     argument description, later calls go straight to the launch (the recipe's kernel is
-    looked up in ``CALL.kernels`` when its arguments are packed, so the benchmarks' ablations
-    and mutants, which swap its entries, run through the cached recipe)."""
+    looked up in ``CALL.kernels`` at each launch, so the benchmarks' ablations and mutants,
+    which swap its entries, run through the cached recipe)."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     if not q.is_cuda:  # no stream to key by: the checks refuse it in one line
@@ -278,7 +278,9 @@ def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> Any
         r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream,
                                          kernels=(_kernel_key(c, device),)))
     out = torch.empty_like(q)
-    CALL.launch(r, (r, q.data_ptr(), k.data_ptr(), v.data_ptr()), (q, k, v), out)
+    # the kernel in the key: a benchmark's swapped kernel gets arguments packed for it
+    CALL.launch(r, (r, CALL.kernels.kernel(r.kernels[0]), q.data_ptr(), k.data_ptr(),
+                    v.data_ptr()), (q, k, v), out)
     return out
 
 

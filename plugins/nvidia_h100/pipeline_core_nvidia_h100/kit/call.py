@@ -12,8 +12,9 @@ a call describes its arguments (``launch_cache.describe``), finds its :class:`Re
 :meth:`HostCall.launch` finds the packed arguments in ``args`` (packed on the first call of the
 recipe's addresses) and launches each :class:`Launch` on torch's current stream: two dictionary
 lookups and the launch.  A recipe names its kernels by key in ``kernels``, a
-:class:`KernelTable`; putting another kernel in a key's place (a benchmark's ablation or
-mutant) drops the packed arguments, so a cached recipe launches what is there now.
+:class:`KernelTable`, and they are looked up when its arguments are packed; a family that lets
+a benchmark put another kernel in a key's place (an ablation, a mutant) names the kernel in
+the packed arguments' key too, so a cached recipe launches what is there now.
 
 An op of several kernels (a preprocess, a main and a postprocess kernel behind one call, as
 FlashAttention's backward) is a recipe naming each kernel and a ``pack`` returning one
@@ -61,12 +62,11 @@ class Built:
 class KernelTable(MutableMapping[Hashable, B]):
     """Each kernel built once per process: ``kernel(key)`` builds a missing one with the
     family's ``build`` under ``lock`` (two threads asking for one kernel build it once).  A
-    mapping otherwise, so a benchmark can put a variant or a mutant in a key's place or clear
-    it; any change calls ``on_change`` (the packed arguments of the old kernel are dropped)."""
+    mapping otherwise, so a benchmark can put a variant or a mutant in a key's place, or clear
+    it to build again."""
 
-    def __init__(self, build: Callable[[Any], B], lock: threading.Lock,
-                 on_change: Callable[[], None] = lambda: None) -> None:
-        self._build, self.lock, self._on_change = build, lock, on_change
+    def __init__(self, build: Callable[[Any], B], lock: threading.Lock) -> None:
+        self._build, self.lock = build, lock
         self._built: dict[Hashable, B] = {}
 
     def kernel(self, key: Hashable) -> B:
@@ -83,11 +83,9 @@ class KernelTable(MutableMapping[Hashable, B]):
 
     def __setitem__(self, key: Hashable, built: B) -> None:
         self._built[key] = built
-        self._on_change()
 
     def __delitem__(self, key: Hashable) -> None:
         del self._built[key]
-        self._on_change()
 
     def __iter__(self) -> Iterator[Hashable]:
         return iter(list(self._built))
@@ -97,7 +95,6 @@ class KernelTable(MutableMapping[Hashable, B]):
 
     def clear(self) -> None:
         self._built.clear()
-        self._on_change()
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -171,7 +168,7 @@ class HostCall(Generic[P, B]):
         self.lock = threading.Lock()
         self.recipes: Bounded[Recipe[P]] = Bounded(RECIPE_CACHE_SIZE)
         self.args: Bounded[tuple[Launch, ...]] = Bounded(ARGS_CACHE_SIZE)
-        self.kernels: KernelTable[B] = KernelTable(build, self.lock, self.args.clear)
+        self.kernels: KernelTable[B] = KernelTable(build, self.lock)
         #: the launch (launch_cache.launch; a test's stand-in records instead)
         self.launcher: Callable[..., None] = launch
         self._pack, self._ops = pack, ops
@@ -198,8 +195,9 @@ class HostCall(Generic[P, B]):
     def launch(self, r: Recipe[P], key: Hashable, tensors: tuple[Any, ...],
                late: Any = None) -> None:
         """Launch recipe ``r``'s kernels on ``tensors`` (and ``late``'s address, packed per
-        call) on its stream.  ``key``: the recipe and every address the packed arguments hold,
-        which the family names; the arguments are packed once per key and kept."""
+        call) on its stream.  ``key``: the recipe and every address the packed arguments hold
+        (and the kernels, where they may be swapped), which the family names; the arguments
+        are packed once per key and kept."""
         found = self.args.get(key)
         if found is None:
             kernels = tuple(self.kernels.kernel(k) for k in r.kernels)
