@@ -11,22 +11,21 @@ from __future__ import annotations
 
 import functools
 
-from pipeline_core_nvidia_h100.kit.signature import KernelSignature, params
+from pipeline_core_nvidia_h100.kit.signature import TENSOR_MAP_TYPE, KernelSignature, params
 from pipeline_core_nvidia_h100.warpspecialized import GemmVariant
 
 KERNEL_NAME = "pc_ws_gemm"
-_MAP = "const __grid_constant__ pcwg::TensorMap"
-_MAPS = ((_MAP, "tmA", "tensor_map"), (_MAP, "tmB", "tensor_map"))
+_AB = ((TENSOR_MAP_TYPE, "tmA", "tensor_map"), (TENSOR_MAP_TYPE, "tmB", "tensor_map"))
 
 #: The default kernel's (C[M,N] = A . B^T, tile multiples only).
 DEFAULT_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=params(
-    _MAPS,
+    _AB,
     (("unsigned short* __restrict__", "C", "pointer"), ("int", "M", "int32"),
      ("int", "N", "int32"), ("int", "K", "int32"))))
 #: The general kernel's: ``M``, ``N``, ``K`` rounded up to whole tiles, ``m``, ``n`` C's own,
 #: ``ldc`` C's row stride.
 GENERAL_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=params(
-    _MAPS,
+    _AB,
     (("void* __restrict__", "C", "pointer"), ("const void* __restrict__", "bias", "pointer"),
      ("int", "M", "int32"), ("int", "N", "int32"), ("int", "K", "int32"), ("int", "m", "int32"),
      ("int", "n", "int32")),
@@ -42,7 +41,7 @@ SCALE_PARAMS = params((("const float* __restrict__", "scale_a", "pointer"),
 #: the batched kernel's (``-p batch``) bytes between one batch's output and the next
 BATCH_PARAMS = params((("long long", "c_batch", "int64"),), new_line=True)
 #: the TMA-store kernel's C tensor map (box SCOLS x 64, 128-byte swizzle)
-STORE_PARAMS = params(((_MAP, "tmC", "tensor_map"),), new_line=True)
+STORE_PARAMS = params(((TENSOR_MAP_TYPE, "tmC", "tensor_map"),), new_line=True)
 
 
 @functools.cache

@@ -5,10 +5,10 @@ call); then the sizes, the softmax scale folded with log2(e), the query heads pe
 the causal tile order (``hg``, ``snake``: tile_order.py)."""
 from __future__ import annotations
 
+from pipeline_core_nvidia_h100.kit_api import TENSOR_MAP_TYPE as _MAP
 from pipeline_core_nvidia_h100.kit_api import KernelSignature, kernel_params
 
 KERNEL_NAME = "pc_flash_attention_fwd"
-_MAP = "const __grid_constant__ pcwg::TensorMap"
 
 SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
     ((_MAP, "tmQ", "tensor_map"), (_MAP, "tmK", "tensor_map")),

@@ -21,6 +21,9 @@ PACKERS: dict[str, str | None] = {"tensor_map": None, "pointer": "uint64", "uint
                                   "int32": "int32", "int64": "int64", "float32": "float32"}
 #: the continuation of a parameter list over several lines (the emitters' layout)
 INDENT = " " * 7
+#: the C type of a tensor-map parameter (``pcwg::TensorMap``: the driver's 128 opaque bytes,
+#: passed by value in the kernel's constant bank)
+TENSOR_MAP_TYPE = "const __grid_constant__ pcwg::TensorMap"
 
 
 class SignatureError(ValueError):
