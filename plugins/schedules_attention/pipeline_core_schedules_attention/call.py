@@ -3,12 +3,14 @@ called on torch tensors (docs/guide/attention.md, "Emitting and calling it").
 
 It lives in this plugin, not beside ``matmul`` in ``pipeline_core_nvidia_h100``, because this
 plugin owns the kernel family's device code (``emit_attention.py``) and its schedule; the H100
-plugin gives the host side it shares with the GEMM: the TMA tensor maps (``tma.py``), the
-kernel cache on disk (``kernel_cache.py``), the build (``runtime.py``) and the eager launch
-path on torch's current stream (``launch_cache.py``: the checks and the plan run once per
-argument description, as ``matmul``'s).  The kernel is compiled (and proven) once per (head
-dim, dtype, causal, alignment, short or long keys, device), launched on a persistent grid, and
-allocates nothing but the output.
+plugin's kit gives the host side it shares with the GEMM (``kit_api``): the call layer
+(``HostCall``, here :data:`CALL`: the plugin host, the build cache, the recipes and packed
+arguments, the tensor maps, the launch on torch's current stream, the custom op; the checks
+and the plan run once per argument description, as ``matmul``'s) and the kernel's signature
+(``signature.py``: one list writes the parameter list and packs the arguments).  This module
+keeps the family's own: its checks (:func:`plan_attention`), tile tables and tile order.  The
+kernel is compiled (and proven) once per (head dim, dtype, causal, alignment, short or long
+keys, device), launched on a persistent grid, and allocates nothing but the output.
 ``causal=True`` compiles the schedule with ``-p causal=true`` (top-left aligned, as torch's
 ``is_causal``): the plan's loop bounds skip the KV blocks above the diagonal and mask the
 diagonal's; ``causal="bottom_right"`` adds ``-p align=bottom_right`` (FlashAttention's diagonal
@@ -32,6 +34,7 @@ from pipeline_core_nvidia_h100.kit_api import (BUILD_OPTIONS, PLUGIN_MODULE, REC
                                                sm_count, tensor_map)
 
 from pipeline_core_schedules_attention.schedule import NAME
+from pipeline_core_schedules_attention.signature import KERNEL_NAME, SIGNATURE
 from pipeline_core_schedules_attention.tile_order import TileOrder, choose
 
 if TYPE_CHECKING:
@@ -226,7 +229,6 @@ def _load(compiled: CompiledSchedule, source: str, device: int) -> AttentionKern
     from pipeline_core_nvidia_h100.kit_api import declared_geometry
 
     from pipeline_core_schedules_attention.schedule import KERNEL_FAMILY, AttentionGeometry
-    from pipeline_core_schedules_attention.signature import KERNEL_NAME
 
     g = declared_geometry(compiled, KERNEL_FAMILY, AttentionGeometry, "attention")
     kernel = load_kernel(source, KERNEL_NAME, device=device, smem=g.smem_bytes,
@@ -291,8 +293,6 @@ def _attention_arguments(r: Recipe[AttentionCall], kernels: tuple[AttentionKerne
     K's and V's tensor maps; the sizes, the folded scale, the GQA group and (causal) the tile
     order that balances the CTAs' work (tile_order.choose over the plan's trips)."""
     np = require_gpu_module("numpy")
-    from pipeline_core_schedules_attention.signature import SIGNATURE
-
     (built,), (q, k, v) = kernels, tensors
     c = r.plan
     mt = -(-c.sq // built.block_m)

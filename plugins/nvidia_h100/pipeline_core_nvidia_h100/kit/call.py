@@ -211,10 +211,14 @@ class HostCall(Generic[P, B]):
         """``torch.ops``'s namespace of the family's ops, registered on first use (torch
         imported only then)."""
         if self._namespace is None:
+            # a plain import (not _require's importlib): what torch.compile can trace, where a
+            # family's first call is traced
+            import torch  # type: ignore[import-not-found, unused-ignore]
+
             ops = tuple(self._ops())
             for op in ops:
                 register_op(op)
-            self._namespace = getattr(_require("torch").ops, _namespace(ops))
+            self._namespace = getattr(torch.ops, _namespace(ops))
         return self._namespace
 
 
@@ -235,7 +239,8 @@ def register_op(op: Op) -> Any:
             raise ValueError(f"custom op {op.name}: registered already, by another family's "
                              "call; give this one another name")
         return found[1]
-    torch = _require("torch")
+    import torch  # type: ignore[import-not-found, unused-ignore]  # traceable (see ops)
+
     registered = torch.library.custom_op(op.name, op.impl, mutates_args=op.mutates,
                                          schema=op.schema)
     registered.register_fake(op.fake)
