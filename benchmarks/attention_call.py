@@ -138,20 +138,20 @@ def each_variant(call, names):
     """Yield each named VARIANTS entry with the call compiling it (CALL_PARAMS wins over the
     call's own CALL_OVERLAPS), the call's own choice restored after."""
     for name in names:
-        call._KERNELS.clear()
+        call.CALL.kernels.clear()
         try:
             with params_over(call, VARIANTS[name]):
                 yield name
         finally:
-            call._KERNELS.clear()
+            call.CALL.kernels.clear()
 
 
 def with_kernels(mod, kernels: dict, q, k, v, causal):
     """A call of ``mod.attention`` that runs ``kernels`` (put in the call's kernel slots first),
     for timing one built variant against another through the call's own launch path."""
     def run():
-        mod._KERNELS.clear()
-        mod._KERNELS.update(kernels)
+        mod.CALL.kernels.clear()
+        mod.CALL.kernels.update(kernels)
         return mod.attention(q, k, v, causal=causal)
     return run
 
@@ -174,7 +174,7 @@ def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
                 emit({"kind": "refused", "name": label, "D": d, "S": s, "causal": causal,
                       "why": str(e).splitlines()[0]})
                 continue
-            built[label] = dict(mod._KERNELS)
+            built[label] = dict(mod.CALL.kernels)
 
         fns = {**{n: with_kernels(mod, kern, q, k, v, causal) for n, kern in built.items()},
                **{n: (lambda f=f: f(q, k, v, causal)) for n, f in peers.items() if n != "sdpa-efficient"}}

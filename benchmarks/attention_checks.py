@@ -77,8 +77,8 @@ def emit(record: dict, out: Path | None = None) -> None:
 
 
 def host():
-    from pipeline_core_schedules_attention.call import _host
-    return _host()
+    from pipeline_core_schedules_attention.call import CALL
+    return CALL.host()
 
 
 def compiled_variant(head_dim: int, intra: bool, pingpong: bool, causal: bool | str = False,
@@ -422,7 +422,7 @@ def _run_kernel(torch, label: str, ks: dict, b: int, hq: int, hkv: int, sq: int,
     align = call.CAUSAL_ALIGN[causal]
     dev = torch.cuda.current_device()
     slot = (d, "bf16", align is not None, align or "top_left", sk <= call.SHORT_KEYS, dev)
-    call._KERNELS[slot] = call._load(c, src, dev)
+    call.CALL.kernels[slot] = call._load(c, src, dev)
     q = torch.randn(b, hq, sq, d, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16)

@@ -96,8 +96,8 @@ def main(argv=None) -> int:
     if not all(r["ok"] and not r["nan"] for r in checks):
         emit({"kind": "stop", "why": "a correctness case failed: no timing"})
         return 1
-    from pipeline_core_schedules_attention.call import _ops
-    op = _ops().attention.default  # registered on first use
+    from pipeline_core_schedules_attention.call import CALL
+    op = CALL.ops().attention.default  # registered on first use
     for d, causal in CONFIGS:
         b, h = 16384 // s, 2048 // d
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)

@@ -98,23 +98,23 @@ def variant(mod, name: str):
 def build(mod, name: str, causal: bool, q, k, v) -> dict:
     """Variant ``name``'s kernels, built through the call (and its disk cache), and its
     arguments for ``q, k, v`` packed (the order among them) and kept by the call."""
-    mod._KERNELS.clear()
+    mod.CALL.kernels.clear()
     try:
         with variant(mod, name):
             mod.attention(q, k, v, causal=causal)
-        return dict(mod._KERNELS)
+        return dict(mod.CALL.kernels)
     finally:
-        mod._KERNELS.clear()
+        mod.CALL.kernels.clear()
 
 
 def check(torch, mod, name, kernels, peers, b, h, sq, sk, d, causal) -> dict:
     """One correctness case of variant ``name`` through ``kernels`` (attention_call.run_case's
     rule)."""
-    mod._KERNELS.clear()
-    mod._KERNELS.update(kernels)
+    mod.CALL.kernels.clear()
+    mod.CALL.kernels.update(kernels)
     with variant(mod, name):
         rec = ac.run_case(torch, mod, peers, b, h, sq, sk, d, "bf16", causal)
-    mod._KERNELS.clear()
+    mod.CALL.kernels.clear()
     return rec
 
 

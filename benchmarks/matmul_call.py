@@ -137,18 +137,18 @@ def prebuild(torch, variants):
     from pipeline_core.api import compile_named
     from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME, emit_wgmma
     from pipeline_core_nvidia_h100.kernel_cache import cubin_path
-    from pipeline_core_nvidia_h100.matmul_call import (_KERNELS, CALL_STAGES, _host,
-                                                       schedule_params)
+    from pipeline_core_nvidia_h100.autotune import DEFAULT
+    from pipeline_core_nvidia_h100.matmul_call import CALL, CALL_STAGES, schedule_params
     from pipeline_core_nvidia_h100.warpspecialized import SCHEDULE_NAME
     t0 = time.time()
-    host = _host()
+    host = CALL.host()
     sources = [emit_wgmma(compile_named(SCHEDULE_NAME, target="h100", params=schedule_params(v),
                                         target_args={"stages": str(CALL_STAGES)}, host=host))
                for v in variants]
     with ThreadPoolExecutor(14) as pool:
         list(pool.map(lambda s: cubin_path(s, KERNEL_NAME, ("-std=c++17",), "sm_90a"), sources))
     for v in variants:
-        _KERNELS.get(v, torch.cuda.current_device())
+        CALL.kernels.kernel((v, DEFAULT, torch.cuda.current_device()))
     emit({"kind": "prebuild", "variants": len(variants), "seconds": round(time.time() - t0, 1)})
 
 
@@ -318,7 +318,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
 
     from pipeline_core_nvidia_h100 import matmul, matmul_call
     peers = load_anchors(anchors_path).gemm_peers()
-    ops = matmul_call._ops()
+    ops = matmul_call.CALL.ops()
     default = matmul_call.TUNING
     summary = []
 
@@ -336,7 +336,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
         bt = torch.randn(n, k, device="cuda").to(torch.bfloat16)  # B stored [N, K]
         c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         plan = matmul_call._plan(a, bt.T, None, None, None, c,
-                                 matmul_call._KERNELS.sms(0), default)
+                                 matmul_call.sm_count(0), default)
 
         def ours():
             matmul(a, bt.T, out=c)

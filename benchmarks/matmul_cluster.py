@@ -100,11 +100,11 @@ def prebuild(folder, cases):
     from pipeline_core.api import compile_named
     from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME, emit_wgmma
     from pipeline_core_nvidia_h100.kernel_cache import cubin_path
-    from pipeline_core_nvidia_h100.matmul_call import CALL_STAGES, _host, schedule_params
+    from pipeline_core_nvidia_h100.matmul_call import CALL, CALL_STAGES, schedule_params
     from pipeline_core_nvidia_h100.warpspecialized import SCHEDULE_NAME
     t0 = time.time()
     vs = all_variants(cases)
-    host = _host()
+    host = CALL.host()
     sources = [emit_wgmma(compile_named(SCHEDULE_NAME, target="h100", params=schedule_params(v),
                                         target_args={"stages": str(CALL_STAGES)}, host=host))
                for v in vs]
@@ -173,7 +173,7 @@ def timing(torch, anchors_path, rounds=5, reps=20):
         per = interleaved(torch, impls, rounds, reps)
         flop = 2.0 * m * n * k
         matmul_call.TUNING = cl
-        grid = matmul_call._plan(a, bt.T, None, None, None, c, matmul_call._KERNELS.sms(0), cl).grid
+        grid = matmul_call._plan(a, bt.T, None, None, None, c, matmul_call.sm_count(0), cl).grid
         rec = {"kind": "timing", "shape": [m, n, k], "rounds": rounds, "reps": reps,
                "cluster2_grid": grid}
         for name in names:

@@ -83,7 +83,7 @@ def fp8_plan(torch, case):
     from pipeline_core_nvidia_h100 import matmul_call
     a, b, sa, sb, bias = fp8_tensors(torch, case, "meta")
     out = tdt(torch, FP8_EPILOGUES[case[-1]][0])
-    return matmul_call._plan(a, b, bias, None, out, None, matmul_call._KERNELS.sms(0),
+    return matmul_call._plan(a, b, bias, None, out, None, matmul_call.sm_count(0),
                              matmul_call.TUNING, scales=(sa, sb))
 
 
@@ -128,7 +128,7 @@ def batched_tensors(torch, case, device="cuda"):
 def batched_plan(torch, case):
     from pipeline_core_nvidia_h100 import matmul_call
     a, b = batched_tensors(torch, case, "meta")
-    return matmul_call._plan(a, b, None, None, None, None, matmul_call._KERNELS.sms(0),
+    return matmul_call._plan(a, b, None, None, None, None, matmul_call.sm_count(0),
                              matmul_call.TUNING)
 
 
@@ -183,11 +183,11 @@ def prebuild(torch, variants):
     from pipeline_core.api import compile_named
     from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME, emit_wgmma
     from pipeline_core_nvidia_h100.kernel_cache import cubin_path
-    from pipeline_core_nvidia_h100.matmul_call import (_KERNELS, CALL_STAGES, _host,
-                                                       schedule_params)
+    from pipeline_core_nvidia_h100.autotune import DEFAULT
+    from pipeline_core_nvidia_h100.matmul_call import CALL, CALL_STAGES, schedule_params
     from pipeline_core_nvidia_h100.warpspecialized import SCHEDULE_NAME
     t0 = time.time()
-    host = _host()
+    host = CALL.host()
     sources = [emit_wgmma(compile_named(SCHEDULE_NAME, target="h100", params=schedule_params(v),
                                         target_args={"stages": str(CALL_STAGES)}, host=host))
                for v in variants]
@@ -195,7 +195,7 @@ def prebuild(torch, variants):
         list(pool.map(lambda s: cubin_path(s, KERNEL_NAME, ("-std=c++17",), "sm_90a"), sources))
     if torch is not None:
         for v in variants:
-            _KERNELS.get(v, torch.cuda.current_device())
+            CALL.kernels.kernel((v, DEFAULT, torch.cuda.current_device()))
     emit({"kind": "prebuild", "variants": len(variants), "seconds": round(time.time() - t0, 1)})
 
 
@@ -216,7 +216,7 @@ def fp8_correctness(torch, cases):
             ref = ref + bias.float()
         od = tdt(torch, out_name)
         out = torch.full((m, n), float("nan"), device="cuda", dtype=od)
-        matmul_call._call(a, b, bias, None, od, out, (sa, sb))  # the kernel, poisoned output
+        matmul_call._run(a, b, bias, None, od, out, (sa, sb))  # the kernel, poisoned output
         pub = scaled_mm(a, b, sa, sb, out_dtype=od, bias=bias)  # the public call
         torch.cuda.synchronize()
         unwritten = int(torch.isnan(out.float()).sum())
@@ -318,7 +318,7 @@ def timing(torch, rounds=7, reps=20):
             emit({"kind": "timing-check", "shape": [m, n, k], "scale": kind, "impl": name,
                   "rel_err": err})
         del ref
-        plan = matmul_call._plan(a, b, None, None, None, None, matmul_call._KERNELS.sms(0),
+        plan = matmul_call._plan(a, b, None, None, None, None, matmul_call.sm_count(0),
                                  matmul_call.TUNING, scales=(sa, sb))
         per = interleaved(torch, impls, rounds, reps)
         flop = 2.0 * m * n * k
@@ -373,7 +373,7 @@ def _recipe_for(torch, a, b, out, scales=None, cand=None, scale=None, grid=None)
 
     from pipeline_core_nvidia_h100 import autotune, matmul_call
     c = autotune.DEFAULT if cand is None else autotune.Candidate(**cand)
-    sms = matmul_call._KERNELS.sms(0)
+    sms = matmul_call.sm_count(0)
     stream = torch.cuda.current_stream().cuda_stream
     plan = matmul_call._plan(a, b, None, None, None, out, sms, matmul_call.TUNING, c, scales)
     if scale is not None:
@@ -397,12 +397,12 @@ def explore(torch, rounds=7, reps=20):
     impls, checks = {}, {}
     for i, cand in enumerate(FP8_CANDIDATES):
         r = _recipe_for(torch, a, b, out, (ta, tb), cand)
-        impls[f"tensor-c{i}"] = (lambda r=r: matmul_call._launch(r, a, b, None, out, (ta, tb)))
+        impls[f"tensor-c{i}"] = (lambda r=r: matmul_call.launch_recipe(r, a, b, None, out, (ta, tb)))
         checks[f"tensor-c{i}"] = (ta * tb, cand)
     for scale, sc in (("none", None), ("row", (sa, sb))):
         r = _recipe_for(torch, a, b, out, (ta, tb) if sc is None else sc,
                         scale="none" if sc is None else None)
-        impls[f"{scale}-c0"] = (lambda r=r, sc=sc: matmul_call._launch(r, a, b, None, out, sc))
+        impls[f"{scale}-c0"] = (lambda r=r, sc=sc: matmul_call.launch_recipe(r, a, b, None, out, sc))
         checks[f"{scale}-c0"] = (1.0 if sc is None else sa * sb, None)
     peer = {"torch-tensor": lambda: torch._scaled_mm(a, b, ta, tb, out_dtype=torch.bfloat16),
             "torch-row": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)}
@@ -432,11 +432,11 @@ def explore(torch, rounds=7, reps=20):
         c = torch.empty(bsz, m, n, device="cuda", dtype=torch.bfloat16)
         c2 = torch.empty_like(c)
         tiles = -(-m // 128) * -(-n // 256)
-        sms = matmul_call._KERNELS.sms(0)
+        sms = matmul_call.sm_count(0)
         impls = {}
         for policy, grid in zip(BATCH_GRIDS, (None, min(tiles, sms), tiles)):
             r = _recipe_for(torch, a, b, c, grid=grid)
-            impls[f"ours-{policy}"] = (lambda r=r: matmul_call._launch(r, a, b, None, c))
+            impls[f"ours-{policy}"] = (lambda r=r: matmul_call.launch_recipe(r, a, b, None, c))
         ref = torch.bmm(a.float(), b.float())
         for name, fn in impls.items():
             c.fill_(float("nan"))

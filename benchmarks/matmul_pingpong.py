@@ -53,7 +53,7 @@ def pp_plan(a, b, bias, act, od, out, stages):
     import attrs
 
     from pipeline_core_nvidia_h100 import matmul_call as m
-    plan = m._plan(a, b, bias, act, od, out, m._KERNELS.sms(0),
+    plan = m._plan(a, b, bias, act, od, out, m.sm_count(0),
                    attrs.evolve(m.TUNING, split_k=False, tma_store=False), candidate(stages))
     return attrs.evolve(plan, variant=attrs.evolve(plan.variant, pingpong=True))
 
@@ -68,16 +68,11 @@ def meta_plan(torch, case, stages):
 def recipe(torch, a, b, bias, act, od, out, stages):
     """The ping-pong kernel's launch of ``matmul(a, b, bias=, activation=, out=)``: the call's
     own plan at the 128 x 128 tile, its variant with ``pingpong`` on."""
-    import attrs
-
     from pipeline_core_nvidia_h100 import matmul_call as m
     c = candidate(stages)
-    plan = pp_plan(a, b, bias, act, od, out, stages)
-    built = m._KERNELS.get(plan.variant, 0, c)
-    if built.min_k_tiles * 64 > plan.k_pad:
-        plan = attrs.evolve(plan, k_pad=built.min_k_tiles * 64)
-    return m._Recipe(plan=plan, built=built, device=0,
-                     stream=torch.cuda.current_stream().cuda_stream, candidate=c)
+    plan = pp_plan(a, b, bias, act, od, out, stages)  # unsplit: _recipe keeps it, builds it
+    return m._recipe(a, b, bias, act, od, out, plan, 0,
+                     torch.cuda.current_stream().cuda_stream, c)
 
 
 def case_stages(i):
@@ -104,7 +99,7 @@ def prebuild(torch, cases, timed):
         wanted |= {(meta_plan(torch, case, s).variant, s) for s in STAGES}
     for case in SANITIZE:  # built here, so the sanitizer's run loads them from the cache
         wanted.add((meta_plan(torch, case, STAGES[0]).variant, STAGES[0]))
-    host = m._host()
+    host = m.CALL.host()
     sources = [emit_wgmma(compile_named(SCHEDULE_NAME, target="h100",
                                         params=candidate(s).params(v),
                                         target_args={"stages": str(s)}, host=host))
@@ -113,7 +108,7 @@ def prebuild(torch, cases, timed):
         list(pool.map(lambda src: cubin_path(src, KERNEL_NAME, ("-std=c++17",), "sm_90a"),
                       sources))
     for v, s in wanted:
-        m._KERNELS.get(v, 0, candidate(s))
+        m.CALL.kernels.kernel((v, candidate(s), 0))
     mc.emit({"kind": "pp-prebuild", "kernels": len(wanted), "seconds": round(time.time() - t0, 1)})
 
 
@@ -126,7 +121,7 @@ def run_case(torch, case, stages=4):
     out = torch.full((mm, n), float("nan"), device="cuda", dtype=mc.torch_dtype(torch, od))
     r = recipe(torch, a, b, bias, act, None if out_name is None else mc.torch_dtype(torch, od),
                out, stages)
-    m._launch(r, a, b, bias, out)
+    m.launch_recipe(r, a, b, bias, out)
     torch.cuda.synchronize()
     ref = mc.reference(torch, a, b, bias, act)
     unwritten = int(torch.isnan(out.float()).sum())
@@ -184,7 +179,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
         impls = {}
         for s in STAGES:
             r = recipe(torch, a, bt.T, None, None, None, c, s)
-            impls[f"pingpong-s{s}"] = (lambda r=r: m._launch(r, a, bt.T, None, c))
+            impls[f"pingpong-s{s}"] = (lambda r=r: m.launch_recipe(r, a, bt.T, None, c))
         impls["cooperative"] = lambda: matmul(a, bt.T, out=c)
         impls["cublas"] = lambda: peers["cublas"](a, bt, c)
         impls["triton-tma-persist"] = lambda: peers["triton-tma-persist"](a, bt, c)

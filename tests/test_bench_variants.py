@@ -25,7 +25,8 @@ def _load(name: str):
 
 
 def fake_call():
-    return SimpleNamespace(CALL_PARAMS={"consumers": "3"}, _KERNELS={"old": 1}, ORDER=None)
+    return SimpleNamespace(CALL_PARAMS={"consumers": "3"}, CALL=SimpleNamespace(kernels={"old": 1}),
+                           ORDER=None)
 
 
 def test_params_over_restores_the_calls_own_choice_even_when_the_block_fails():
@@ -43,12 +44,12 @@ def test_each_variant_yields_each_with_its_parameters_and_no_kernel_of_another()
     call = fake_call()
     seen = []
     for name in ac.each_variant(call, ["ours-intra", "ours-neither"]):
-        assert call._KERNELS == {}  # built afresh for this variant
+        assert call.CALL.kernels == {}  # built afresh for this variant
         seen.append((name, dict(call.CALL_PARAMS)))
-        call._KERNELS["built"] = name
+        call.CALL.kernels["built"] = name
     assert [n for n, _ in seen] == ["ours-intra", "ours-neither"]
     assert seen[1][1] == {"consumers": "3", **ac.VARIANTS["ours-neither"]}
-    assert call.CALL_PARAMS == {"consumers": "3"} and call._KERNELS == {}
+    assert call.CALL_PARAMS == {"consumers": "3"} and call.CALL.kernels == {}
 
 
 def test_a_tiles_variant_sets_its_order_and_parameters_and_drops_both():

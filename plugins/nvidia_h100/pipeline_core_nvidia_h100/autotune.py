@@ -43,7 +43,8 @@ CACHE_FILE = "autotune.json"
 #: The cache file's format; a file of another version is ignored (and rewritten).
 FORMAT = 1
 #: The plugin modules whose text decides the kernel a candidate builds (:func:`source_hash`).
-SOURCES = ("autotune.py", "emit_wgmma.py", "gemm_call.py", "skeleton.py", "warpspecialized.py")
+SOURCES = ("autotune.py", "emit_wgmma.py", "gemm_call.py", "gemm_signature.py", "kit/signature.py",
+           "skeleton.py", "warpspecialized.py")
 #: K tiles the model runs exactly; longer K loops are extrapolated from the steady state
 #: between :data:`STEADY` and this (the ring's period repeats: :func:`model_cycles`).
 EXACT_K_TILES = 32
@@ -159,12 +160,12 @@ def _compiled(c: Candidate, store: str = "direct") -> _Model | None:
     when the compile refuses it (such a candidate is never ranked)."""
     from pipeline_core.plugin_api import PipelineError, compile_named
 
-    from pipeline_core_nvidia_h100.matmul_call import _host
+    from pipeline_core_nvidia_h100.matmul_call import CALL
 
     variant = GemmVariant(tails=True, split_k=c.split_k, store=store)
     try:
         compiled = compile_named(SCHEDULE_NAME, target="h100", params=c.params(variant),
-                                 target_args={"stages": str(c.stages)}, host=_host())
+                                 target_args={"stages": str(c.stages)}, host=CALL.host())
     except PipelineError:
         return None
     machine = getattr(compiled.target_profile, "agent_machine", None)

@@ -32,6 +32,8 @@ from pipeline_core_nvidia_h100.kit.wgmma import wgmma_ss
 from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
                                                 consumer_sync_line, declared_geometry, render,
                                                 ring_step_line, section_mark)
+from pipeline_core_nvidia_h100.gemm_signature import (DEFAULT_SIGNATURE, KERNEL_NAME,
+                                                      gemm_signature)
 from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, KERNEL_FAMILY,
                                                        MN_CHUNK, OUT_BYTES, SCHEDULE_NAME,
                                                        STORE_BUFFERS, WGMMA_M, GemmVariant,
@@ -39,7 +41,6 @@ from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES
 from pipeline_core_nvidia_h100.wgmma_sync import NAMED_BARRIERS
 
 EMITTER_NAME = "cuda-wgmma"
-KERNEL_NAME = "pc_ws_gemm"
 #: ``-O watchdog=N``: polls of one mbarrier wait before it traps (omitted, the default: no
 #: bound; no default value is declared, so the listing shows none outside the range).
 #: The kernel counts polls in an ``unsigned long long`` and traps on ``++polls > N``, so N
@@ -195,14 +196,11 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
                           if plan.cluster is not None else ""),
             wgmma_fn=wgmma_ss(g.bn, v.dtype, int(v.a_major == "mn"), int(v.b_major == "mn")),
             name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
-            body=body, variant=describe_variant(v),
-            split_args=(_SPLIT_ARGS if v.split_k else "")
-            + (_SCALE_ARGS if v.scale != "none" else "")
-            + (_BATCH_ARGS if v.batch != "none" else "")
-            + (_STORE_ARGS if v.store == "tma" else ""), **constants)
+            body=body, variant=describe_variant(v), params=gemm_signature(v).render(),
+            **constants)
     return _SOURCE.format(header=header_source(), wgmma_header=wgmma_header_source(),
         wgmma_fn=wgmma_ss(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
-        target=compiled.target_name, body=body, **constants)
+        target=compiled.target_name, body=body, params=DEFAULT_SIGNATURE.render(), **constants)
 
 
 def _constants(g: WsGeometry) -> dict[str, int | str]:
@@ -231,8 +229,7 @@ _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {sc
 {wgmma_header}
 {wgmma_fn}
 extern "C" __global__ void __launch_bounds__({THREADS}, 1)
-{name}(const __grid_constant__ pcwg::TensorMap tmA, const __grid_constant__ pcwg::TensorMap tmB,
-       unsigned short* __restrict__ C, int M, int N, int K) {{
+{name}({params}) {{
 {body}
 }}
 """
@@ -306,23 +303,11 @@ _GENERAL_SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from sche
 {call_header}
 {wgmma_fn}
 extern "C" __global__ void __launch_bounds__({THREADS}, 1){cluster_dims}
-{name}(const __grid_constant__ pcwg::TensorMap tmA, const __grid_constant__ pcwg::TensorMap tmB,
-       void* __restrict__ C, const void* __restrict__ bias, int M, int N, int K, int m, int n,
-       long long ldc{split_args}) {{
+{name}({params}) {{
 {body}
 }}
 """
 
-#: The split-K kernel's extra parameters: the fp32 workspace (``gridDim.y`` slices of
-#: TILES x BM x BN partial sums) and one arrival counter per output tile, zero between launches.
-_SPLIT_ARGS = ",\n       float* __restrict__ ws, unsigned* __restrict__ counters"
-#: The scaled kernel's (``-p scale``) fp32 scales: one each (``tensor``), or scale_a [m] and
-#: scale_b [n] (``row``); read on the device, so the host never syncs on them.
-_SCALE_ARGS = ",\n       const float* __restrict__ scale_a, const float* __restrict__ scale_b"
-#: The batched kernel's (``-p batch``) bytes between one batch's output and the next.
-_BATCH_ARGS = ",\n       long long c_batch"
-#: The TMA-store kernel's extra parameter: C's tensor map (box SCOLS x 64, 128-byte swizzle).
-_STORE_ARGS = ",\n       const __grid_constant__ pcwg::TensorMap tmC"
 #: The named barrier the split-K finish syncs the consumer warp groups on: the target's last id
 #: (0 is __syncthreads; the agents lowering hands out the free ids from 1 up, docs/guide/agents.md,
 #: "Named barriers", and this schedule's plan takes none).

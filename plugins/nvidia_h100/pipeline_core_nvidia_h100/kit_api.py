@@ -24,6 +24,13 @@ through it only, and only names in its ``__all__``, as it holds plugins to
 * the host side: building and caching kernels (``KernelBuilder``, ``ARCH``, ``cubin_path``),
   tensor maps (``encode_tiled_2d``, ``DTYPE_*``), launches (``launch``, ``eager``,
   ``describe``, ``Bounded``) and the optional GPU packages (``require_gpu_module``);
+* a kernel's parameters, rendered and packed from one list (``KernelSignature``,
+  ``KernelParam``, ``kernel_params``, ``SignatureError``, ``TENSOR_MAP_TYPE``:
+  kit.signature);
+* the PyTorch call layer (kit.call): ``HostCall`` (plugin host, locked build cache
+  ``KernelTable``, recipes, packed arguments, launch, custom ops), its records ``Built``,
+  ``Recipe``, ``Launch``, ``Op``, and ``load_kernel``, ``tensor_map``, ``sm_count``,
+  ``register_op``, ``BUILD_OPTIONS``, ``RECIPE_CACHE_SIZE``;
 * what the tests of a family use: ``check_skeleton`` (what runs is what was proven).
 """
 from __future__ import annotations
@@ -35,6 +42,12 @@ from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_sour
 from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
 from pipeline_core_nvidia_h100.gemm_tiles import RasterTrips
 from pipeline_core_nvidia_h100.kernel_cache import cubin_path
+from pipeline_core_nvidia_h100.kit.call import (BUILD_OPTIONS, RECIPE_CACHE_SIZE, Built, HostCall,
+                                                KernelTable, Launch, Op, Recipe, load_kernel,
+                                                register_op, sm_count, tensor_map)
+from pipeline_core_nvidia_h100.kit.signature import (TENSOR_MAP_TYPE, KernelParam,
+                                                     KernelSignature, SignatureError)
+from pipeline_core_nvidia_h100.kit.signature import params as kernel_params
 from pipeline_core_nvidia_h100.launch_cache import Bounded, describe, eager, launch
 from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
 from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder
@@ -68,6 +81,11 @@ __all__ = [
     # the host side
     "KernelBuilder", "ARCH", "cubin_path", "encode_tiled_2d", "DTYPE_BFLOAT16", "DTYPE_FLOAT16",
     "launch", "eager", "describe", "Bounded", "require_gpu_module",
+    # a kernel's signature
+    "KernelSignature", "KernelParam", "kernel_params", "SignatureError", "TENSOR_MAP_TYPE",
+    # the call layer
+    "HostCall", "KernelTable", "Built", "Recipe", "Launch", "Op", "load_kernel", "tensor_map",
+    "sm_count", "register_op", "BUILD_OPTIONS", "RECIPE_CACHE_SIZE",
     # what a family's tests check
     "check_skeleton", "SkeletonMismatch",
 ]

@@ -16,7 +16,6 @@ torch custom ops ``pipeline_core::matmul`` / ``matmul_out`` with fake implementa
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +27,10 @@ from pipeline_core_nvidia_h100.gemm_call import (CallPlan, MatmulArgumentError,
                                                  MatmulTypeError, OperandMap, TensorInfo,
                                                  TileShape, Tuning, plan_call)
 from pipeline_core_nvidia_h100.gemm_scaled import plan_scaled
-from pipeline_core_nvidia_h100.launch_cache import Bounded, describe, launch
+from pipeline_core_nvidia_h100.gemm_signature import KERNEL_NAME, gemm_signature
+from pipeline_core_nvidia_h100.kit.call import (Built, HostCall, Launch, Op, Recipe, load_kernel,
+                                                sm_count, tensor_map)
+from pipeline_core_nvidia_h100.launch_cache import describe
 from pipeline_core_nvidia_h100.launch_cache import eager as _eager
 from pipeline_core_nvidia_h100.runtime import _require
 from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_NAME, GemmVariant,
@@ -40,13 +42,9 @@ __all__ = ["matmul", "scaled_mm", "MatmulArgumentError", "MatmulTypeError", "CAL
 #: The tile and ring depth the call's kernels are compiled with (the benchmark's ws-s4).
 CALL_TILE = TileShape(bm=128, bn=256, bk=64)
 CALL_STAGES = 4
-#: Host-side tensor maps kept per process (an entry is 128 bytes; the oldest go first).
-MAP_CACHE_SIZE = 4096
 #: The launch techniques calls use (docs/guide/matmul.md, "Speed"); the benchmark's ablation
 #: turns each off in turn (``attrs.evolve``; the launch cache is keyed by it).
 TUNING = Tuning()
-#: Launch recipes kept per process (one per distinct argument description; the oldest go first).
-RECIPE_CACHE_SIZE = 1024
 _NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "e4m3"}
 
 
@@ -59,124 +57,63 @@ def schedule_params(v: GemmVariant, c: Candidate = autotune.DEFAULT) -> dict[str
     return c.params(v)
 
 
-def _host() -> Any:
-    """The installed plugins, or, from a checkout on PYTHONPATH (no entry points), this plugin
-    loaded by module."""
-    from pipeline_core.plugin_api import PluginHost, default_host
+@attrs.frozen(kw_only=True, eq=False)
+class GemmKernel(Built):
+    """A variant's kernel: what the recipe and the packer read besides the launch's."""
 
-    host = default_host()
-    if SCHEDULE_NAME in host.schedules:
-        return host
-    return PluginHost(extra_modules=["pipeline_core_nvidia_h100.plugin"])
-
-
-@attrs.frozen(kw_only=True)
-class _Built:
-    kernel: Any
-    smem: int
-    threads: int
+    #: the fewest K tiles the agents' split is valid for (and proven at): shorter K is padded
+    #: with zero-filled tiles up to it
     min_k_tiles: int
+    #: BM x BN, the elements of one split-K workspace slice
+    tile: int
 
 
-class _Kernels:
-    """Each variant's kernel, compiled, emitted and built once per process (thread-safe)."""
+def _build(key: tuple[GemmVariant, Candidate, int]) -> GemmKernel:
+    """Variant ``v``'s kernel for candidate ``c`` on ``device``: compiled (and proven),
+    emitted and loaded (kit.call.load_kernel)."""
+    from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma
+    from pipeline_core_nvidia_h100.skeleton import declared_geometry
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._built: dict[tuple[GemmVariant, Candidate, int], _Built] = {}
-        self._maps: dict[tuple[int | str, ...], Any] = {}
-        self._sms: dict[int, int] = {}
-        self._workspaces: dict[tuple[int, int, int], tuple[Any, Any]] = {}
-
-    def get(self, v: GemmVariant, device: int, c: Candidate = autotune.DEFAULT) -> _Built:
-        key = (v, c, device)
-        found = self._built.get(key)
-        if found is None:
-            with self._lock:
-                found = self._built.get(key) or self._build(v, c, device)
-                self._built[key] = found
-        return found
-
-    @staticmethod
-    def _build(v: GemmVariant, c: Candidate, device: int) -> _Built:
-        from pipeline_core.plugin_api import compile_named
-
-        from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME, emit_wgmma
-        from pipeline_core_nvidia_h100.kernel_cache import cubin_path
-        from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder
-        from pipeline_core_nvidia_h100.skeleton import declared_geometry
-
-        stages = CALL_STAGES if c == autotune.DEFAULT else c.stages
-        compiled = compile_named(SCHEDULE_NAME, target="h100", params=schedule_params(v, c),
-                                 target_args={"stages": str(stages)}, host=_host())
-        g = declared_geometry(compiled, KERNEL_FAMILY, WsGeometry, "matmul")
-        source = emit_wgmma(compiled)
-        # the fewest K tiles the agents' split is valid for (and proven at): shorter K is
-        # padded with zero-filled tiles up to it
-        min_k = compiled.plan.min_tiles
-        cp = _require("cupy")
-        with cp.cuda.Device(device):
-            path = cubin_path(source, KERNEL_NAME, ("-std=c++17",), ARCH, _announce(v))
-            if path is not None:
-                kernel = cp.RawModule(path=str(path)).get_function(KERNEL_NAME)
-            else:
-                kernel = KernelBuilder().compile(source, KERNEL_NAME)
-            KernelBuilder.set_max_dynamic_shared(kernel, g.smem_bytes)
-        return _Built(kernel=kernel, smem=g.smem_bytes, threads=g.threads,
-                      min_k_tiles=max(1, min_k))
-
-    def sms(self, device: int) -> int:
-        """The device's SM count, which the persistent grid and the split are sized by."""
-        found = self._sms.get(device)
-        if found is None:
-            torch = _require("torch")
-            found = self._sms[device] = torch.cuda.get_device_properties(
-                device).multi_processor_count
-        return found
-
-    def workspace(self, device: int, stream: int, sms: int,
-                  tile: int = CALL_TILE.bm * CALL_TILE.bn) -> tuple[Any, Any] | None:
-        """Split-K's fp32 workspace and per-tile counters on (device, stream) for ``tile``
-        (BM x BN) elements a slice, allocated once (a split grid has at most ``sms`` CTAs, so
-        ``sms`` slices always suffice; the counters start at zero and each launch leaves them
-        so).  None while a CUDA graph is being captured and none exists yet: the call allocates
-        nothing then, and runs unsplit."""
-        key = (device, stream, tile)
-        found = self._workspaces.get(key)
-        if found is None:
-            torch = _require("torch")
-            if torch.cuda.is_current_stream_capturing():
-                return None
-            with self._lock:
-                found = self._workspaces.get(key)
-                if found is None:
-                    dev = torch.device("cuda", device)
-                    found = (torch.empty(sms * tile, dtype=torch.float32, device=dev),
-                             torch.zeros(sms, dtype=torch.int32, device=dev))
-                    self._workspaces[key] = found
-        return found
-
-    def tensor_map(self, ptr: int, m: OperandMap, dtype: str) -> Any:
-        """The tensor map of operand map ``m`` at ``ptr`` (A, B, or the TMA store's C), encoded
-        once and kept."""
-        from pipeline_core_nvidia_h100.tma import (DTYPE_BFLOAT16, DTYPE_FLOAT16, DTYPE_FLOAT32,
-                                                   DTYPE_UINT8, encode_tiled_2d)
-
-        key = (ptr, m.inner, m.outer, m.stride, m.box_inner, m.box_outer, dtype, m.batch,
-               m.batch_stride)
-        found = self._maps.get(key)
-        if found is None:
-            if len(self._maps) >= MAP_CACHE_SIZE:
-                self._maps.pop(next(iter(self._maps)))
-            kind = {"bf16": DTYPE_BFLOAT16, "fp16": DTYPE_FLOAT16, "fp32": DTYPE_FLOAT32,
-                    "e4m3": DTYPE_UINT8}[dtype]
-            found = self._maps[key] = encode_tiled_2d(
-                ptr, m.outer, m.inner, m.box_outer, m.box_inner, stride=m.stride, dtype=kind,
-                batch=m.batch, batch_stride=m.batch_stride)
-        return found
+    v, c, device = key
+    compiled = CALL.compile(schedule_params(v, c),
+                            CALL_STAGES if c == autotune.DEFAULT else c.stages)
+    g = declared_geometry(compiled, KERNEL_FAMILY, WsGeometry, "matmul")
+    kernel = load_kernel(emit_wgmma(compiled), KERNEL_NAME, device=device, smem=g.smem_bytes,
+                         announce=_announce(v))
+    return GemmKernel(kernel=kernel, smem=g.smem_bytes, threads=g.threads,
+                      min_k_tiles=max(1, compiled.plan.min_tiles), tile=g.bm * g.bn)
 
 
-_KERNELS = _Kernels()
+_WORKSPACES: dict[tuple[int, int, int], tuple[Any, Any]] = {}
+
+
+def _workspace(device: int, stream: int, sms: int,
+               tile: int = CALL_TILE.bm * CALL_TILE.bn) -> tuple[Any, Any] | None:
+    """Split-K's fp32 workspace and per-tile counters on (device, stream) for ``tile``
+    (BM x BN) elements a slice, allocated once (a split grid has at most ``sms`` CTAs, so
+    ``sms`` slices always suffice; the counters start at zero and each launch leaves them
+    so).  None while a CUDA graph is being captured and none exists yet: the call allocates
+    nothing then, and runs unsplit."""
+    key = (device, stream, tile)
+    found = _WORKSPACES.get(key)
+    if found is None:
+        torch = _require("torch")
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        with CALL.lock:
+            found = _WORKSPACES.get(key)
+            if found is None:
+                dev = torch.device("cuda", device)
+                found = (torch.empty(sms * tile, dtype=torch.float32, device=dev),
+                         torch.zeros(sms, dtype=torch.int32, device=dev))
+                _WORKSPACES[key] = found
+    return found
+
+
+def _operand_map(ptr: int, m: OperandMap, dtype: str) -> Any:
+    """The tensor map of operand map ``m`` at ``ptr`` (A, B, or the TMA store's C)."""
+    return tensor_map(ptr, m.outer, m.inner, m.box_outer, m.box_inner, dtype, stride=m.stride,
+                      batch=m.batch, batch_stride=m.batch_stride)
 
 
 def _announce(v: GemmVariant) -> Callable[[str], None]:
@@ -239,22 +176,8 @@ def _plan(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any,
     return found
 
 
-@attrs.frozen(kw_only=True)
-class _Recipe:
-    """What one call launches, planned and built once per argument description (:func:`_key`):
-    the plan (``k_pad`` at least the kernel's fewest K tiles), the built kernel, the device and
-    the stream (a split plan's workspace is the stream's own)."""
-
-    plan: CallPlan
-    built: _Built
-    device: int
-    stream: int
-    #: the kernel's geometry (autotune.DEFAULT untuned); its tile sizes the split workspace
-    candidate: Candidate = autotune.DEFAULT
-
-
-def _key(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
-         stream: int, scales: tuple[Any, Any] | None = None) -> tuple[Any, ...]:
+def _matmul_key(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
+                stream: int, scales: tuple[Any, Any] | None = None) -> tuple[Any, ...]:
     """Everything a call's plan depends on: each tensor's shape, strides, element type, device
     and whether its address is 16-byte aligned (the only use of the address the plan makes),
     the epilogue, the stream and :data:`TUNING` (launch_cache.describe)."""
@@ -263,87 +186,81 @@ def _key(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out:
             None if scales is None else (describe(scales[0]), describe(scales[1])))
 
 
-_RECIPES: Bounded[_Recipe] = Bounded(RECIPE_CACHE_SIZE)
-
-
 def _recipe(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
             plan: CallPlan, device: int, stream: int,
-            c: Candidate = autotune.DEFAULT, scales: tuple[Any, Any] | None = None) -> _Recipe:
+            c: Candidate = autotune.DEFAULT,
+            scales: tuple[Any, Any] | None = None) -> Recipe[CallPlan]:
     """Build candidate ``c``'s kernel of a checked, non-empty ``plan`` (planned with ``c``); a
     split plan whose workspace cannot be made now (a CUDA graph being captured on a stream
     that has none) is planned unsplit."""
-    if plan.splits > 1 and _KERNELS.workspace(device, stream, _KERNELS.sms(device),
-                                              c.bm * c.bn) is None:
-        plan = _plan(a, b, bias, activation, out_dtype, out, _KERNELS.sms(device),
+    if plan.splits > 1 and _workspace(device, stream, sm_count(device), c.bm * c.bn) is None:
+        plan = _plan(a, b, bias, activation, out_dtype, out, sm_count(device),
                      attrs.evolve(TUNING, split_k=False), c, scales)
-    built = _KERNELS.get(plan.variant, device, c)
+    key = (plan.variant, c, device)
+    built = CALL.kernels.kernel(key)
     bk = k_tile(plan.variant.dtype)
     if built.min_k_tiles * bk > plan.k_pad:
         plan = attrs.evolve(plan, k_pad=built.min_k_tiles * bk)
-    return _Recipe(plan=plan, built=built, device=device, stream=stream, candidate=c)
+    return Recipe(plan=plan, device=device, stream=stream, kernels=(key,))
 
 
-_ARGS: Bounded[tuple[Any, ...]] = Bounded(MAP_CACHE_SIZE)
-
-
-def _launch(r: _Recipe, a: Any, b: Any, bias: Any, out: Any,
-            scales: tuple[Any, Any] | None = None) -> None:
+def launch_recipe(r: Recipe[CallPlan], a: Any, b: Any, bias: Any, out: Any,
+                  scales: tuple[Any, Any] | None = None) -> None:
     """Launch recipe ``r`` on its stream (torch's current one): ``out`` = epilogue(a @ b).
     The kernel's arguments are packed once per (recipe, addresses) and kept (the oldest go
     first): a call repeated on the same tensors costs one lookup and the launch."""
-    key = (r, a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(),
-           out.data_ptr(), *(() if scales is None else (scales[0].data_ptr(),
-                                                         scales[1].data_ptr())))
-    args = _ARGS.get(key)
-    if args is None:
-        args = _ARGS.put(key, _pack(r, a, b, bias, out, scales))
-    launch(r.built.kernel, r.device, r.stream, (r.plan.grid, r.plan.splits, r.plan.batch),
-           (r.built.threads,), args, r.built.smem)
+    if scales is None:
+        CALL.launch(r, (r, a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                        out.data_ptr()), (a, b, bias, out))
+    else:
+        CALL.launch(r, (r, a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                        out.data_ptr(), scales[0].data_ptr(), scales[1].data_ptr()),
+                    (a, b, bias, out, *scales))
 
 
-def _pack(r: _Recipe, a: Any, b: Any, bias: Any, out: Any,
-          scales: tuple[Any, Any] | None = None) -> tuple[Any, ...]:
-    """The kernel's arguments: the tensor maps, the addresses, the sizes, the workspace, the
-    scales (scaled_mm), the output's batch stride in bytes (a batched kernel)."""
+def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
+                    tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
+    """The kernel's launch (gemm_signature): the tensor maps, the addresses, the sizes, the
+    workspace (split-K), the scales (scaled_mm), the output's batch stride in bytes (a
+    batched kernel), C's tensor map (the TMA store); the grid (tiles, splits, batches)."""
     np = _require("numpy")
+    (built,), (a, b, bias, out, *scales) = kernels, tensors
     plan = r.plan
     v = plan.variant
-    args: tuple[Any, ...] = (
-        _KERNELS.tensor_map(a.data_ptr(), plan.a, v.dtype),
-        _KERNELS.tensor_map(b.data_ptr(), plan.b, v.dtype),
-        np.uint64(out.data_ptr()), np.uint64(0 if bias is None else bias.data_ptr()),
-        np.int32(plan.m_pad), np.int32(plan.n_pad), np.int32(plan.k_pad),
-        np.int32(plan.m), np.int32(plan.n), np.int64(plan.ldc))
+    values = {"tmA": _operand_map(a.data_ptr(), plan.a, v.dtype),
+              "tmB": _operand_map(b.data_ptr(), plan.b, v.dtype),
+              "C": out.data_ptr(), "bias": 0 if bias is None else bias.data_ptr(),
+              "M": plan.m_pad, "N": plan.n_pad, "K": plan.k_pad, "m": plan.m, "n": plan.n,
+              "ldc": plan.ldc}
     if v.split_k:
-        found = _KERNELS.workspace(r.device, r.stream, _KERNELS.sms(r.device),
-                                   r.candidate.bm * r.candidate.bn)
+        found = _workspace(r.device, r.stream, sm_count(r.device), built.tile)
         if found is None:
             raise RuntimeError("internal error: a split-K recipe without its stream's workspace")
-        ws, counters = found
-        args += (np.uint64(ws.data_ptr()), np.uint64(counters.data_ptr()))
+        values.update(ws=found[0].data_ptr(), counters=found[1].data_ptr())
     if v.scale != "none":
-        if scales is None:
+        if not scales:
             raise RuntimeError("internal error: a scaled recipe launched without its scales")
-        args += (np.uint64(scales[0].data_ptr()), np.uint64(scales[1].data_ptr()))
+        values.update(scale_a=scales[0].data_ptr(), scale_b=scales[1].data_ptr())
     if v.batch != "none":
-        args += (np.int64(plan.c_batch * out.element_size()),)
+        values["c_batch"] = plan.c_batch * out.element_size()
     if plan.c is not None:  # the TMA-store epilogue's C (docs/guide/matmul.md)
-        args += (_KERNELS.tensor_map(out.data_ptr(), plan.c, v.out_dtype),)
-    return args
+        values["tmC"] = _operand_map(out.data_ptr(), plan.c, v.out_dtype)
+    return (Launch.of(built, (plan.grid, plan.splits, plan.batch),
+                      gemm_signature(v).pack(values, np)),)
 
 
-def _call(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
-          scales: tuple[Any, Any] | None = None) -> Any:
+def _run(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
+         scales: tuple[Any, Any] | None = None) -> Any:
     """``out`` (allocated when None) = epilogue(a @ b) on torch's current stream: the arguments
     are checked and the kernel built on the first call of each argument description, later
     calls go straight to the launch.  ``scales``: scaled_mm's (scale_a, scale_b)."""
     torch = _require("torch")
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
     stream = torch.cuda.current_stream(device).cuda_stream
-    key = _key(a, b, bias, activation, out_dtype, out, stream, scales)
-    r = _RECIPES.get(key)
+    key = _matmul_key(a, b, bias, activation, out_dtype, out, stream, scales)
+    r = CALL.recipes.get(key)
     if r is None:
-        plan = _plan(a, b, bias, activation, out_dtype, out, _KERNELS.sms(device), TUNING,
+        plan = _plan(a, b, bias, activation, out_dtype, out, sm_count(device), TUNING,
                      scales=scales)
         if out is None:
             out = torch.empty(plan.out_shape, dtype=_TORCH_OUT[plan.variant.out_dtype](torch),
@@ -357,13 +274,13 @@ def _call(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out
         if scales is None and plan.batch == 1:  # scaled and batched kernels are not tuned yet
             c = _tuned(a, b, bias, activation, out_dtype, out, plan, device, stream)
         if c != autotune.DEFAULT:
-            plan = _plan(a, b, bias, activation, out_dtype, out, _KERNELS.sms(device), TUNING, c)
-        r = _RECIPES.put(key, _recipe(a, b, bias, activation, out_dtype, out, plan, device,
-                                      stream, c, scales))
+            plan = _plan(a, b, bias, activation, out_dtype, out, sm_count(device), TUNING, c)
+        r = CALL.recipes.put(key, _recipe(a, b, bias, activation, out_dtype, out, plan, device,
+                                          stream, c, scales))
     elif out is None:
         out = torch.empty(r.plan.out_shape,
                           dtype=_TORCH_OUT[r.plan.variant.out_dtype](torch), device=a.device)
-    _launch(r, a, b, bias, out, scales)
+    launch_recipe(r, a, b, bias, out, scales)
     return out
 
 
@@ -383,7 +300,7 @@ def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, ou
     torch = _require("torch")
     from pipeline_core_nvidia_h100.kernel_cache import toolkit_version
 
-    sms = _KERNELS.sms(device)
+    sms = sm_count(device)
     name = torch.cuda.get_device_name(device)
     if torch.cuda.is_current_stream_capturing():
         return autotune.cached(plan.m, plan.n, plan.k, plan.variant, device=name,
@@ -393,11 +310,11 @@ def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, ou
         r = _recipe(a, b, bias, activation, out_dtype, out,
                     _plan(a, b, bias, activation, out_dtype, out, sms, TUNING, c), device,
                     stream, c)
-        _launch(r, a, b, bias, out)
+        launch_recipe(r, a, b, bias, out)
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         begin.record()
         for _ in range(TUNE_LAUNCHES):
-            _launch(r, a, b, bias, out)
+            launch_recipe(r, a, b, bias, out)
         end.record()
         end.synchronize()
         return float(begin.elapsed_time(end)) / 1e3 / TUNE_LAUNCHES
@@ -417,17 +334,13 @@ def _epilogue_of_zeros(torch: Any, out: Any, bias: Any, activation: str | None) 
     out.copy_(value)
 
 
-_REGISTERED: dict[str, Any] = {}
-
-
-def _ops() -> Any:
-    """The custom ops, registered on first use (torch imported only then)."""
-    if _REGISTERED:
-        return _REGISTERED["ns"]
+def _matmul_ops() -> tuple[Op, ...]:
+    """The custom ops ``pipeline_core::matmul``, ``matmul_out`` and ``scaled_mm`` with their
+    fakes (registered by ``CALL.ops()`` on first use, torch imported only then)."""
     import torch  # type: ignore[import-not-found, unused-ignore]  # traceable (see matmul)
 
     def op(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any) -> Any:
-        return _call(a, b, bias, activation, out_dtype, None)
+        return _run(a, b, bias, activation, out_dtype, None)
 
     def fake(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any) -> Any:
         plan = _plan(a, b, bias, activation, out_dtype, None)
@@ -435,7 +348,7 @@ def _ops() -> Any:
 
     def op_scaled(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any,
                   out_dtype: Any) -> Any:
-        return _call(a, b, bias, None, out_dtype, None, (scale_a, scale_b))
+        return _run(a, b, bias, None, out_dtype, None, (scale_a, scale_b))
 
     def fake_scaled(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any,
                     out_dtype: Any) -> Any:
@@ -443,26 +356,27 @@ def _ops() -> Any:
         return a.new_empty(plan.out_shape, dtype=_TORCH_OUT[plan.variant.out_dtype](torch))
 
     def op_out(a: Any, b: Any, bias: Any, activation: str | None, out: Any) -> None:
-        _call(a, b, bias, activation, None, out)
+        _run(a, b, bias, activation, None, out)
 
     def fake_out(a: Any, b: Any, bias: Any, activation: str | None, out: Any) -> None:
         _plan(a, b, bias, activation, None, out)
 
-    lib = torch.library
-    mm = lib.custom_op("pipeline_core::matmul", op, mutates_args=(),
-                       schema="(Tensor a, Tensor b, Tensor? bias, str? activation, "
-                              "ScalarType? out_dtype) -> Tensor")
-    mm.register_fake(fake)
-    mo = lib.custom_op("pipeline_core::matmul_out", op_out, mutates_args=("out",),
-                       schema="(Tensor a, Tensor b, Tensor? bias, str? activation, "
-                              "Tensor(a!) out) -> ()")
-    mo.register_fake(fake_out)
-    sm = lib.custom_op("pipeline_core::scaled_mm", op_scaled, mutates_args=(),
-                       schema="(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, "
-                              "ScalarType? out_dtype) -> Tensor")
-    sm.register_fake(fake_scaled)
-    _REGISTERED["ns"] = torch.ops.pipeline_core
-    return _REGISTERED["ns"]
+    return (Op(name="pipeline_core::matmul", impl=op, fake=fake,
+               schema="(Tensor a, Tensor b, Tensor? bias, str? activation, "
+                      "ScalarType? out_dtype) -> Tensor"),
+            Op(name="pipeline_core::matmul_out", impl=op_out, fake=fake_out, mutates=("out",),
+               schema="(Tensor a, Tensor b, Tensor? bias, str? activation, "
+                      "Tensor(a!) out) -> ()"),
+            Op(name="pipeline_core::scaled_mm", impl=op_scaled, fake=fake_scaled,
+               schema="(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, "
+                      "ScalarType? out_dtype) -> Tensor"))
+
+
+#: the call layer of the GEMM family (kit.call.HostCall): its kernels (key: variant, tuned
+#: candidate, device), recipes, packed arguments and ops
+CALL: HostCall[CallPlan, GemmKernel] = HostCall(
+    schedule=SCHEDULE_NAME, plugins=("pipeline_core_nvidia_h100.plugin",), build=_build,
+    pack=_gemm_arguments, ops=_matmul_ops)
 
 
 _TORCH_OUT = {"bf16": lambda t: t.bfloat16, "fp16": lambda t: t.float16,
@@ -502,9 +416,9 @@ def matmul(a: Any, b: Any, *, bias: Any = None, activation: str | None = None,
     # importlib) is what torch.compile can trace
     import torch  # type: ignore[import-not-found, unused-ignore]
 
-    ops = _ops()  # registered before any torch.compile traces this call
+    ops = CALL.ops()  # registered before any torch.compile traces this call
     if _eager(torch, a, b, bias, out):
-        result = _call(a, b, bias, activation, out_dtype, out)
+        result = _run(a, b, bias, activation, out_dtype, out)
     elif out is not None:
         if out_dtype is not None:  # the out op takes no out_dtype: judge the pair here
             _plan(a, b, bias, activation, out_dtype, out)
@@ -538,9 +452,9 @@ def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any = No
                                   "on a CUDA device")
     import torch  # type: ignore[import-not-found, unused-ignore]  # traceable (see matmul)
 
-    ops = _ops()
+    ops = CALL.ops()
     if _eager(torch, a, b, scale_a, scale_b, bias):
-        result = _call(a, b, bias, None, out_dtype, None, (scale_a, scale_b))
+        result = _run(a, b, bias, None, out_dtype, None, (scale_a, scale_b))
     else:
         result = ops.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
     if cupy_in:

@@ -230,6 +230,7 @@ def test_the_source_hash_changes_with_a_device_header(tmp_path):
 
     here = Path(autotune.__file__).parent
     for name in autotune.SOURCES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)  # kit/signature.py
         shutil.copy(here / name, tmp_path / name)
     shutil.copytree(here / "cuda", tmp_path / "cuda")
     shutil.copytree(here / "kit", tmp_path / "kit", ignore=shutil.ignore_patterns("__pycache__"))

@@ -221,7 +221,7 @@ def test_the_launch_cache_key_holds_everything_the_plan_checks(monkeypatch):
     a, b = _FakeTensor((100, 64), (64, 1), 4096), _FakeTensor((64, 72), (72, 1), 8192)
 
     def key(a=a, b=b, bias=None, activation=None, out_dtype=None, out=None, stream=7):
-        return matmul_call._key(a, b, bias, activation, out_dtype, out, stream)
+        return matmul_call._matmul_key(a, b, bias, activation, out_dtype, out, stream)
 
     # another address with the same alignment: the same plan
     assert key(a=attrs.evolve(a, ptr=4096 + 1024)) == key()

@@ -3,12 +3,14 @@ called on torch tensors (docs/guide/attention.md, "Emitting and calling it").
 
 It lives in this plugin, not beside ``matmul`` in ``pipeline_core_nvidia_h100``, because this
 plugin owns the kernel family's device code (``emit_attention.py``) and its schedule; the H100
-plugin gives the host side it shares with the GEMM: the TMA tensor maps (``tma.py``), the
-kernel cache on disk (``kernel_cache.py``), the build (``runtime.py``) and the eager launch
-path on torch's current stream (``launch_cache.py``: the checks and the plan run once per
-argument description, as ``matmul``'s).  The kernel is compiled (and proven) once per (head
-dim, dtype, causal, alignment, short or long keys, device), launched on a persistent grid, and
-allocates nothing but the output.
+plugin's kit gives the host side it shares with the GEMM (``kit_api``): the call layer
+(``HostCall``, here :data:`CALL`: the plugin host, the build cache, the recipes and packed
+arguments, the tensor maps, the launch on torch's current stream, the custom op; the checks
+and the plan run once per argument description, as ``matmul``'s) and the kernel's signature
+(``signature.py``: one list writes the parameter list and packs the arguments).  This module
+keeps the family's own: its checks (:func:`plan_attention`), tile tables and tile order.  The
+kernel is compiled (and proven) once per (head dim, dtype, causal, alignment, short or long
+keys, device), launched on a persistent grid, and allocates nothing but the output.
 ``causal=True`` compiles the schedule with ``-p causal=true`` (top-left aligned, as torch's
 ``is_causal``): the plan's loop bounds skip the KV blocks above the diagonal and mask the
 diagonal's; ``causal="bottom_right"`` adds ``-p align=bottom_right`` (FlashAttention's diagonal
@@ -26,9 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, Bounded, describe, eager, launch,
-                                               require_gpu_module)
+from pipeline_core_nvidia_h100.kit_api import (BUILD_OPTIONS, PLUGIN_MODULE, RECIPE_CACHE_SIZE,
+                                               Bounded, Built, HostCall, Launch, Op, Recipe,
+                                               describe, eager, load_kernel, require_gpu_module,
+                                               sm_count, tensor_map)
 
+from pipeline_core_schedules_attention.schedule import NAME
+from pipeline_core_schedules_attention.signature import KERNEL_NAME, SIGNATURE
 from pipeline_core_schedules_attention.tile_order import TileOrder, choose
 from pipeline_core_schedules_attention.tiles import LoopBounds, plan_bounds
 
@@ -75,17 +81,11 @@ CALL_OVERLAPS = {64: {"intra_overlap": "true", "pingpong": "false"},
 HEAD_DIMS = tuple(CALL_OVERLAPS)
 #: the ring depth of a tile that names none
 CALL_STAGES = 2
-#: nvcc's options for the call's kernels (the disk cache's key holds them)
-BUILD_OPTIONS = ("-std=c++17",)
 LOG2E = 1.4426950408889634
 #: the causal tile order every call takes instead of its own choice (tile_order.choose), None
 #: unless a benchmark's ablation sets it; read when a call's arguments are packed, so arguments
 #: packed before it was set keep their order
 ORDER: TileOrder | None = None
-#: launch recipes kept per process (one per argument description; the oldest go first)
-RECIPE_CACHE_SIZE = 1024
-#: packed kernel arguments kept per process (one per recipe, kernel and addresses)
-ARGS_CACHE_SIZE = 4096
 #: ``causal=``: what each accepted value means, as the schedule's ``-p align`` (None: no mask).
 #: One argument, not a second keyword, so no combination means nothing (an alignment without
 #: the mask); the names are LoopBounds.align's (torch's CausalVariant UPPER_LEFT / LOWER_RIGHT).
@@ -198,110 +198,53 @@ def call_stages(head_dim: int, causal: bool, short: bool = False) -> int:
 
 
 @attrs.frozen(kw_only=True, eq=False)
-class _Built:
-    kernel: Any
-    smem: int
-    threads: int
+class AttentionKernel(Built):
+    """A built attention kernel: its tile, and the plan's loop bounds (the causal order's tile
+    costs, tile_order.choose)."""
+
     block_m: int
     block_n: int
     #: the plan's loop bounds (the causal order's tile costs, tile_order.choose)
     bounds: LoopBounds | None = None
 
 
-_KERNELS: dict[tuple[int, str, bool, str, bool, int], _Built] = {}
-_MAPS: dict[tuple[int, int, int, int, str], Any] = {}
-_SMS: dict[int, int] = {}
-_REGISTERED: dict[str, Any] = {}
-
-
-def _host() -> Any:
-    from pipeline_core.plugin_api import PluginHost, default_host
-
-    from pipeline_core_schedules_attention.schedule import NAME
-
-    host = default_host()
-    if NAME in host.schedules:
-        return host
-    return PluginHost(extra_modules=[PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"])
-
-
 def _source(head_dim: int, dtype: str, causal: bool, align: str,
             short: bool = False) -> tuple[CompiledSchedule, str]:
     """The call's schedule compiled (and proven) for one kernel, and its CUDA."""
-    from pipeline_core.plugin_api import compile_named
-
     from pipeline_core_schedules_attention.emit_attention import emit_attention
-    from pipeline_core_schedules_attention.schedule import NAME
 
-    compiled = compile_named(NAME, target="h100",
-                             params=call_params(head_dim, causal, align, short),
-                             target_args={"stages": str(call_stages(head_dim, causal, short))},
-                             host=_host())
+    compiled = CALL.compile(call_params(head_dim, causal, align, short),
+                            call_stages(head_dim, causal, short))
     return compiled, emit_attention(compiled, dtype=dtype)
 
 
 def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool,
-           device: int) -> _Built:
+           device: int) -> AttentionKernel:
     return _load(*_source(head_dim, dtype, causal, align, short), device)
 
 
-def _load(compiled: CompiledSchedule, source: str, device: int) -> _Built:
+def _load(compiled: CompiledSchedule, source: str, device: int) -> AttentionKernel:
     """``source`` (emitted from ``compiled``) built, or read from the disk cache, and loaded on
     ``device``: the call's kernels, and the GPU checks' variants and mutants
-    (benchmarks/attention_checks.py) put in ``_KERNELS`` to run through the call."""
-    from pipeline_core_nvidia_h100.kit_api import (ARCH, KernelBuilder, cubin_path,
-                                                   declared_geometry)
+    (benchmarks/attention_checks.py) put in ``CALL.kernels`` to run through the call."""
+    from pipeline_core_nvidia_h100.kit_api import declared_geometry
 
-    from pipeline_core_schedules_attention.emit_attention import KERNEL_NAME
     from pipeline_core_schedules_attention.schedule import KERNEL_FAMILY, AttentionGeometry
 
     g = declared_geometry(compiled, KERNEL_FAMILY, AttentionGeometry, "attention")
-    cp = require_gpu_module("cupy")
-    with cp.cuda.Device(device):
-        path = cubin_path(source, KERNEL_NAME, BUILD_OPTIONS, ARCH)
-        if path is not None:
-            kernel = cp.RawModule(path=str(path)).get_function(KERNEL_NAME)
-        else:
-            kernel = KernelBuilder().compile(source, KERNEL_NAME)
-        KernelBuilder.set_max_dynamic_shared(kernel, g.smem_bytes)
-    return _Built(kernel=kernel, smem=g.smem_bytes, threads=g.threads, block_m=g.block_m,
-                  block_n=g.block_n, bounds=plan_bounds(compiled))
+    kernel = load_kernel(source, KERNEL_NAME, device=device, smem=g.smem_bytes,
+                         options=BUILD_OPTIONS)
+    return AttentionKernel(kernel=kernel, smem=g.smem_bytes, threads=g.threads,
+                           block_m=g.block_m, block_n=g.block_n, bounds=plan_bounds(compiled))
 
 
-def _map(t: Any, rows: int, d: int, box_rows: int, dtype: str) -> Any:
-    from pipeline_core_nvidia_h100.kit_api import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
-
-    # torch's data_ptr(): the address tma.device_address reads, without a bf16 view per call
-    key = (t.data_ptr(), rows, d, box_rows, dtype)
-    found = _MAPS.get(key)
-    if found is None:
-        if len(_MAPS) > 256:
-            _MAPS.clear()
-        found = _MAPS[key] = encode_tiled_2d(
-            key[0], rows, d, box_rows, 64,
-            dtype=DTYPE_BFLOAT16 if dtype == "bf16" else DTYPE_FLOAT16)
-    return found
+def _kernel_key(c: AttentionCall, device: int) -> tuple[int, str, bool, str, bool, int]:
+    """The key of call ``c``'s kernel in ``CALL.kernels``."""
+    return (c.head_dim, c.dtype, c.causal, c.align, c.short, device)
 
 
-@attrs.frozen(kw_only=True, cache_hash=True)
-class _Recipe:
-    """What one argument description (:func:`_key`) launches, checked and planned once: the
-    call's plan, the device and torch's stream it runs on.  The kernel is looked up in
-    ``_KERNELS`` at each launch (one dictionary lookup), so the benchmarks' ablations and
-    mutants, which swap ``_KERNELS``'s entries, run through the cached recipe."""
-
-    call: AttentionCall
-    device: int
-    stream: int
-
-    @property
-    def kernel_key(self) -> tuple[int, str, bool, str, bool, int]:
-        c = self.call
-        return (c.head_dim, c.dtype, c.causal, c.align, c.short, self.device)
-
-
-def _key(q: Any, k: Any, v: Any, causal: object, scale: object,
-         stream: int) -> tuple[Any, ...]:
+def _attention_key(q: Any, k: Any, v: Any, causal: object, scale: object,
+                   stream: int) -> tuple[Any, ...]:
     """Everything :func:`plan_attention` and the launch read of one call: each tensor's
     description (launch_cache.describe: shape, so the head dim, lengths and GQA group; strides,
     so contiguity; dtype; device, so whether on CUDA and on one device; TMA's 16-byte
@@ -311,122 +254,97 @@ def _key(q: Any, k: Any, v: Any, causal: object, scale: object,
             stream)
 
 
-_RECIPES: Bounded[_Recipe] = Bounded(RECIPE_CACHE_SIZE)
-#: per (recipe, kernel, Q's, K's and V's addresses): the grid, the arguments before the
-#: output's address and after it, and numpy's uint64 (the output's address is packed per call:
-#: a new output each call must not miss the cache)
-_ARGS: Bounded[tuple[int, tuple[Any, ...], tuple[Any, ...], Any]] = Bounded(ARGS_CACHE_SIZE)
 #: per (recipe, kernel): the causal tile order (:func:`_order`), kept apart from the packed
 #: arguments so a call with new addresses does not choose it again
 _ORDERS: Bounded[TileOrder] = Bounded(RECIPE_CACHE_SIZE)
 
 
-def _call(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> Any:
+def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> Any:
     """The output of one call, launched on torch's current stream (docs/guide/attention.md,
     "The launch path"): the arguments are checked and planned on the first call of each
-    argument description, later calls go straight to the launch."""
+    argument description, later calls go straight to the launch (the recipe's kernel is
+    looked up in ``CALL.kernels`` at each launch, so the benchmarks' ablations and mutants,
+    which swap its entries, run through the cached recipe)."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     if not q.is_cuda:  # no stream to key by: the checks refuse it in one line
         plan_attention(q, k, v, causal=causal, scale=scale)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     stream = torch.cuda.current_stream(device).cuda_stream
-    key = _key(q, k, v, causal, scale, stream)
+    key = _attention_key(q, k, v, causal, scale, stream)
     try:
-        r = _RECIPES.get(key)
+        r = CALL.recipes.get(key)
     except TypeError:  # an unhashable causal or scale, which the checks refuse
         r = None
     if r is None:
-        r = _RECIPES.put(key, _Recipe(call=plan_attention(q, k, v, causal=causal, scale=scale),
-                                      device=device, stream=stream))
+        c = plan_attention(q, k, v, causal=causal, scale=scale)
+        r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream,
+                                         kernels=(_kernel_key(c, device),)))
     out = torch.empty_like(q)
-    _launch(r, q, k, v, out)
+    # the kernel in the key: a benchmark's swapped kernel gets arguments packed for it
+    CALL.launch(r, (r, CALL.kernels.kernel(r.kernels[0]), q.data_ptr(), k.data_ptr(),
+                    v.data_ptr()), (q, k, v), out)
     return out
 
 
-def _kernel(r: _Recipe) -> _Built:
-    """The recipe's kernel, built (or read from the disk cache) on its first use."""
-    built = _KERNELS.get(r.kernel_key)
-    if built is None:
-        c = r.call
-        built = _KERNELS[r.kernel_key] = _build(c.head_dim, c.dtype, c.causal, c.align, c.short,
-                                                r.device)
-    return built
-
-
-def _launch(r: _Recipe, q: Any, k: Any, v: Any, out: Any) -> None:
-    """Launch recipe ``r``'s kernel: the grid and the packed arguments (tensor maps, sizes)
-    are made once per (recipe, kernel, Q's, K's and V's addresses) and kept."""
-    built = _kernel(r)
-    key = (r, built, q.data_ptr(), k.data_ptr(), v.data_ptr())
-    found = _ARGS.get(key)
-    if found is None:
-        found = _ARGS.put(key, _pack(r, built, q, k, v))
-    grid, maps, sizes, pointer = found
-    launch(built.kernel, r.device, r.stream, (grid,), (built.threads,),
-           (*maps, pointer(out.data_ptr()), *sizes), built.smem)
-
-
-def _pack(r: _Recipe, built: _Built, q: Any, k: Any,
-          v: Any) -> tuple[int, tuple[Any, ...], tuple[Any, ...], Any]:
+def _attention_arguments(r: Recipe[AttentionCall], kernels: tuple[AttentionKernel, ...],
+                         tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
     """The persistent grid (one CTA per query tile, at most one per SM) and the kernel's
-    arguments but the output's address: Q's, K's and V's tensor maps; the sizes, the folded
-    scale, the GQA group and (causal) the tile order that balances the CTAs' work
-    (tile_order.choose over the plan's trips); and how the output's address is packed."""
-    import torch
-
-
+    arguments (signature.SIGNATURE) but the output's address, which is packed per call: Q's,
+    K's and V's tensor maps; the sizes, the folded scale, the GQA group and (causal) the tile
+    order that balances the CTAs' work (tile_order.choose over the plan's trips)."""
     np = require_gpu_module("numpy")
-    c = r.call
-    sms = _SMS.get(r.device)
-    if sms is None:
-        sms = _SMS[r.device] = torch.cuda.get_device_properties(r.device).multi_processor_count
+    (built,), (q, k, v) = kernels, tensors
+    c = r.plan
     mt = -(-c.sq // built.block_m)
-    grid = min(c.bh * mt, sms)
+    grid = min(c.bh * mt, sm_count(r.device))
     order = ORDER if ORDER is not None else _order(r, built, mt, grid, np)
-    maps = (_map(q, c.bh * c.sq, c.head_dim, built.block_m, c.dtype),
-            _map(k, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype),
-            _map(v, c.bh // c.group * c.sk, c.head_dim, built.block_n, c.dtype))
-    sizes = (np.int32(c.bh), np.int32(c.sq), np.int32(c.sk), np.float32(c.scale_log2),
-             np.int32(c.group), np.int32(order.hg), np.int32(order.snake))
-    return grid, maps, sizes, np.uint64
+    kv_rows = c.bh // c.group * c.sk
+    values = {"tmQ": tensor_map(q.data_ptr(), c.bh * c.sq, c.head_dim, built.block_m, 64,
+                                c.dtype),
+              "tmK": tensor_map(k.data_ptr(), kv_rows, c.head_dim, built.block_n, 64, c.dtype),
+              "tmV": tensor_map(v.data_ptr(), kv_rows, c.head_dim, built.block_n, 64, c.dtype),
+              "BH": c.bh, "Sq": c.sq, "Sk": c.sk, "scale_log2": c.scale_log2, "group": c.group,
+              "hg": order.hg, "snake": order.snake}
+    return (Launch.of(built, (grid,), *SIGNATURE.pack_around("O", values, np)),)
 
 
-def _order(r: _Recipe, built: _Built, mt: int, grid: int, np: Any) -> TileOrder:
+def _order(r: Recipe[AttentionCall], built: AttentionKernel, mt: int, grid: int,
+           np: Any) -> TileOrder:
     """The causal tile order of recipe ``r`` on ``built`` (tile_order.choose over the plan's
     trips), chosen once per (recipe, kernel) and kept; not causal, the default, which the
     kernel does not read."""
-    if not r.call.causal or built.bounds is None:
+    if not r.plan.causal or built.bounds is None:
         return TileOrder()
     found = _ORDERS.get((r, built))
     if found is None:
-        c, bounds = r.call, built.bounds
+        c, bounds = r.plan, built.bounds
         trips = [bounds.trips(i, c.sq, c.sk) for i in range(mt)]
         found = _ORDERS.put((r, built), choose(trips, bh=c.bh, grid=grid, np=np))
     return found
 
 
-def _ops() -> Any:
-    """The custom op ``pipeline_core::attention``, registered on first use."""
-    if _REGISTERED:
-        return _REGISTERED["ns"]
-    import torch
-
+def _attention_ops() -> tuple[Op, ...]:
+    """The custom op ``pipeline_core::attention`` with its fake (registered by ``CALL.ops()``
+    on first use)."""
     # the op's causal is "none" or an alignment (a schema has no bool-or-str)
     def op(q: Any, k: Any, v: Any, causal: str, scale: float | None) -> Any:
-        return _call(q, k, v, False if causal == "none" else causal, scale)
+        return _run(q, k, v, False if causal == "none" else causal, scale)
 
     def fake(q: Any, k: Any, v: Any, causal: str, scale: float | None) -> Any:
         # the argument checks, where torch.compile traces the call (attention() skips them)
         plan_attention(q, k, v, causal=False if causal == "none" else causal, scale=scale)
         return q.new_empty(q.shape)
 
-    at = torch.library.custom_op("pipeline_core::attention", op, mutates_args=(),
-                                 schema="(Tensor q, Tensor k, Tensor v, str causal, "
-                                        "float? scale) -> Tensor")
-    at.register_fake(fake)
-    _REGISTERED["ns"] = torch.ops.pipeline_core
-    return _REGISTERED["ns"]
+    return (Op(name="pipeline_core::attention", impl=op, fake=fake,
+               schema="(Tensor q, Tensor k, Tensor v, str causal, float? scale) -> Tensor"),)
+
+
+#: the call layer of the attention family (the kit's HostCall): its kernels (key:
+#: :func:`_kernel_key`), recipes, packed arguments and op
+CALL: HostCall[AttentionCall, AttentionKernel] = HostCall(
+    schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"),
+    build=lambda key: _build(*key), pack=_attention_arguments, ops=_attention_ops)
 
 
 def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
@@ -439,11 +357,11 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
     the output."""
     import torch
 
-    ops = _ops()  # registered before any torch.compile traces this call
+    ops = CALL.ops()  # registered before any torch.compile traces this call
     # plain CUDA tensors outside tracing skip the op's dispatch (launch_cache.eager); the
     # checks then run once per argument description (docs/guide/attention.md, "The launch path")
     if eager(torch, q, k, v):
-        return _call(q, k, v, causal, scale)
+        return _run(q, k, v, causal, scale)
     # the checks before the op, in one line each; under torch.compile the op's fake runs them
     # (dynamo stopped at plan_attention with "Unsupported function call", torch 2.11)
     if not torch.compiler.is_compiling():

@@ -42,11 +42,11 @@ from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode,
 
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
+from pipeline_core_schedules_attention.signature import KERNEL_NAME, SIGNATURE
 from pipeline_core_schedules_attention.tile_order import order_exprs
 from pipeline_core_schedules_attention.tiles import LoopBounds, plan_bounds
 
 EMITTER_NAME = "cuda-attention"
-KERNEL_NAME = "pc_flash_attention_fwd"
 #: ``-O dtype``: the element type of Q, K, V and O
 DTYPE = Param("dtype", str, "bf16", "element type of q, k, v and the output",
               choices=("bf16", "fp16"))
@@ -173,7 +173,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         header=header_source(), wgmma_header=wgmma_header_source(),
         call_header=gemm_call_header_source(),
         wgmma_fns=wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.head_dim, dtype),
-        name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
+        name=KERNEL_NAME, params=SIGNATURE.render(), schedule=compiled.schedule_name, target=compiled.target_name,
         threads=g.threads, smem=g.smem_bytes, dtype=dtype, BM=g.block_m, HD=g.head_dim,
         body=body.replace("PACK_", _PACK[dtype])
         .replace("OFFSET_", _OFFSET[causal.align] if causal is not None else "")
@@ -246,9 +246,7 @@ __device__ __forceinline__ pcwg::u32 pack_f16x2(float lo, float hi) {{
 }}
 {wgmma_fns}
 extern "C" __global__ void __launch_bounds__({threads}, 1)
-{name}(const __grid_constant__ pcwg::TensorMap tmQ, const __grid_constant__ pcwg::TensorMap tmK,
-       const __grid_constant__ pcwg::TensorMap tmV, unsigned short* __restrict__ O,
-       int BH, int Sq, int Sk, float scale_log2, int group, int hg, int snake) {{
+{name}({params}) {{
 {body}
 }}
 """

@@ -13,6 +13,7 @@ import attrs
 import pytest
 
 from pipeline_core_nvidia_h100 import launch_cache
+from pipeline_core_nvidia_h100.kit import call as kit_call
 
 from pipeline_core_schedules_attention import call, tile_order
 from pipeline_core_schedules_attention.call import AttentionArgumentError
@@ -108,19 +109,21 @@ def host(monkeypatch):
     def build(head_dim, dtype, causal, align, short, device):
         seen.builds += 1
         seen.built.append((head_dim, causal, align, short))
-        return call._Built(kernel=("kernel", head_dim, causal, align, short), smem=1, threads=384,
-                           block_m=128, block_n=128,
-                           bounds=LoopBounds(causal=causal, block_m=128, block_n=128, align=align))
+        return call.AttentionKernel(kernel=("kernel", head_dim, causal, align, short), smem=1,
+                                    threads=384, block_m=128, block_n=128,
+                                    bounds=LoopBounds(causal=causal, block_m=128, block_n=128,
+                                                      align=align))
 
     monkeypatch.setattr(call, "plan_attention", counted_plan)
     monkeypatch.setattr(call, "_build", build)
-    monkeypatch.setattr(call, "_map", lambda t, rows, d, box, dtype: ("map", t.data_ptr(), rows))
-    monkeypatch.setattr(call, "launch", lambda *a: seen.launches.append(a))
-    monkeypatch.setattr(call, "_ops", lambda: types.SimpleNamespace(
+    monkeypatch.setattr(call, "tensor_map",
+                        lambda ptr, rows, d, box_rows, box_cols, dtype: ("map", ptr, rows))
+    monkeypatch.setattr(call.CALL, "launcher", lambda *a: seen.launches.append(a))
+    monkeypatch.setattr(call.CALL, "ops", lambda: types.SimpleNamespace(
         attention=lambda *a: seen.ops.append(a)))
-    for cache in (call._RECIPES, call._ARGS, call._ORDERS):
+    for cache in (call.CALL.recipes, call.CALL.args, call._ORDERS):
         monkeypatch.setattr(cache, "_items", {})
-    monkeypatch.setattr(call, "_KERNELS", {})
+    monkeypatch.setattr(call.CALL.kernels, "_built", {})
     return seen
 
 
@@ -200,16 +203,16 @@ def test_a_cached_call_never_skips_a_check_that_refuses(host, case):
     with pytest.raises(AttentionArgumentError) as info:
         call.attention(*bad_args, **bad_kw)
     assert str(info.value).startswith(needle) and "\n" not in str(info.value)
-    # and through the op's own implementation (the non-eager path's op runs _call)
+    # and through the op's own implementation (the non-eager path's op runs _run)
     with pytest.raises(AttentionArgumentError, match="^attention: "):
-        call._call(*bad_args, bad_kw.get("causal", False), bad_kw.get("scale"))
+        call._run(*bad_args, bad_kw.get("causal", False), bad_kw.get("scale"))
 
 
 def test_the_key_tells_apart_every_field_the_checks_and_the_launch_read():
     q, k, v = qkv()
 
     def key(q=q, k=k, v=v, causal=False, scale=None, stream=7):
-        return call._key(q, k, v, causal, scale, stream)
+        return call._attention_key(q, k, v, causal, scale, stream)
 
     # another address, as aligned: the same description
     assert key(q=Tensor(q.shape, ptr=q.ptr + 4096)) == key()
@@ -248,7 +251,7 @@ def test_the_fast_path_is_not_taken_under_tracing_or_dispatch(host, monkeypatch,
         q = Subclass(q.shape)
     else:
         k = Tensor(k.shape, requires_grad=True)
-    monkeypatch.setattr(call, "_call", lambda *a: pytest.fail("took the eager path"))
+    monkeypatch.setattr(call, "_run", lambda *a: pytest.fail("took the eager path"))
     call.attention(q, k, v, causal=True, scale=0.5)
     assert len(host.ops) == 1 and host.ops[0][3:] == ("top_left", 0.5)
     # outside tracing the checks still run before the op (one line each); under tracing the
@@ -257,17 +260,17 @@ def test_the_fast_path_is_not_taken_under_tracing_or_dispatch(host, monkeypatch,
 
 
 def test_a_swapped_kernel_is_launched_by_a_cached_recipe(host):
-    """The benchmarks swap ``_KERNELS``'s entries (ablations, mutants): a cached recipe
+    """The benchmarks swap ``CALL.kernels``'s entries (ablations, mutants): a cached recipe
     launches what is there now."""
     q, k, v = qkv()
     call.attention(q, k, v)
-    (key,) = call._KERNELS
-    other = call._Built(kernel="mutant", smem=2, threads=256, block_m=64, block_n=64)
-    call._KERNELS[key] = other
+    (key,) = call.CALL.kernels
+    other = call.AttentionKernel(kernel="mutant", smem=2, threads=256, block_m=64, block_n=64)
+    call.CALL.kernels[key] = other
     call.attention(q, k, v)
     kernel, _, _, grid, block, args, smem = host.launches[-1]
     assert (kernel, grid, block, smem, host.plans) == ("mutant", (24,), (256,), 2, 1)
-    call._KERNELS.clear()  # cleared: built again
+    call.CALL.kernels.clear()  # cleared: built again
     call.attention(q, k, v)
     assert host.builds == 2
 
@@ -284,7 +287,7 @@ def test_short_and_long_keys_get_kernels_of_their_own(host):
     assert host.built == [(64, False, "top_left", True), (64, False, "top_left", False)]
     short, long = ("kernel", 64, False, "top_left", True), ("kernel", 64, False, "top_left", False)
     assert [launch[0] for launch in host.launches] == [short, long, short, long]
-    assert len(call._KERNELS) == 2 and {key[4] for key in call._KERNELS} == {True, False}
+    assert len(call.CALL.kernels) == 2 and {key[4] for key in call.CALL.kernels} == {True, False}
     call.attention(*qkv(sk=edge + 1), causal="bottom_right")
     assert host.built[-1] == (64, True, "bottom_right", False)
 
@@ -298,11 +301,11 @@ def test_a_head_dim_without_a_short_tile_shares_one_kernel_across_lengths(host, 
     call.attention(*qkv(sk=77, d=128))
     call.attention(*qkv(sk=4 * call.SHORT_KEYS, d=128))
     assert host.built == [(128, False, "top_left", False)]
-    assert len(host.launches) == 2 and len(call._KERNELS) == 1
+    assert len(host.launches) == 2 and len(call.CALL.kernels) == 1
     call.attention(*qkv(sk=77, d=128), causal=True)
     call.attention(*qkv(sk=4 * call.SHORT_KEYS, d=128), causal=True)
     assert host.built[1:] == [(128, True, "top_left", True), (128, True, "top_left", False)]
-    assert len(call._KERNELS) == 3
+    assert len(call.CALL.kernels) == 3
 
 
 def _sizes(launch):
@@ -345,7 +348,7 @@ def test_a_causal_call_packs_the_tile_order_chosen_for_its_shape(host, sq, sk, h
 def test_the_packed_order_is_chosen_for_the_devices_sm_count(host, monkeypatch):
     """On a device of 114 SMs (the H100 PCIe) the grid is 114 CTAs and the order the one
     chosen for it, which is not the one for 132."""
-    monkeypatch.setitem(call._SMS, 0, 114)
+    monkeypatch.setitem(kit_call._SMS, 0, 114)
     q, k, v = qkv(sq=4096, sk=4096, d=128, hq=32, hkv=32)
     call.attention(q, k, v, causal=True)
     want = _expected_order(64, 4096, 4096, sms=114)
@@ -381,24 +384,24 @@ def test_the_packed_order_follows_the_call_order_override(host, monkeypatch):
     monkeypatch.setattr(call, "ORDER", forced)
     call.attention(q, k, v, causal=True)  # the arguments packed for these addresses are kept
     assert _sizes(host.launches[-1])[-2:] == (chosen.hg, int(chosen.snake))
-    call._ARGS.clear()
+    call.CALL.args.clear()
     call.attention(q, k, v, causal=True)
     call.attention(q, k, v)
     assert [_sizes(launch)[-2:] for launch in host.launches[-2:]] == [(16, 1), (16, 1)]
     monkeypatch.setattr(call, "ORDER", None)
-    call._ARGS.clear()
+    call.CALL.args.clear()
     call.attention(q, k, v, causal=True)
     assert _sizes(host.launches[-1])[-2:] == (chosen.hg, int(chosen.snake))
 
 
 def test_a_kernel_without_the_plans_bounds_packs_the_default_order(host):
-    """A _Built without bounds (as a benchmark may put in _KERNELS) runs causal in the default
-    order (groups of 8, no snake) rather than failing."""
+    """A kernel without the plan's bounds (as a benchmark may put in CALL.kernels) runs causal
+    in the default order (groups of 8, no snake) rather than failing."""
     q, k, v = qkv(sq=4096, sk=4096, d=128, hq=32, hkv=32)
     call.attention(q, k, v, causal=True)
-    (key,) = call._KERNELS
-    call._KERNELS[key] = call._Built(kernel="bare", smem=1, threads=384, block_m=128,
-                                     block_n=128)
+    (key,) = call.CALL.kernels
+    call.CALL.kernels[key] = call.AttentionKernel(kernel="bare", smem=1, threads=384,
+                                                  block_m=128, block_n=128)
     call.attention(q, k, v, causal=True)
     assert host.launches[-1][0] == "bare" and _sizes(host.launches[-1])[-2:] == (8, 0)
 

@@ -1,0 +1,56 @@
+"""The warp-specialized GEMM's kernel signatures: what ``emit_wgmma`` writes as the kernel's
+parameter list and what ``matmul_call`` packs, from one list each (kit.signature says why).
+
+The default kernel (``GemmVariant`` not general; the benchmarks' ``WsLauncher``) takes A's and
+B's tensor maps, C and the tile-multiple sizes.  The general kernel (the call's) adds the bias,
+the padded sizes the loops run over and the true ones the stores are clipped to; each variant
+adds its own: split-K's workspace and counters, the scales, the batch stride, the TMA store's
+C map.
+"""
+from __future__ import annotations
+
+import functools
+
+from pipeline_core_nvidia_h100.kit.signature import TENSOR_MAP_TYPE, KernelSignature, params
+from pipeline_core_nvidia_h100.warpspecialized import GemmVariant
+
+KERNEL_NAME = "pc_ws_gemm"
+_AB = ((TENSOR_MAP_TYPE, "tmA", "tensor_map"), (TENSOR_MAP_TYPE, "tmB", "tensor_map"))
+
+#: The default kernel's (C[M,N] = A . B^T, tile multiples only).
+DEFAULT_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=params(
+    _AB,
+    (("unsigned short* __restrict__", "C", "pointer"), ("int", "M", "int32"),
+     ("int", "N", "int32"), ("int", "K", "int32"))))
+#: The general kernel's: ``M``, ``N``, ``K`` rounded up to whole tiles, ``m``, ``n`` C's own,
+#: ``ldc`` C's row stride.
+GENERAL_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=params(
+    _AB,
+    (("void* __restrict__", "C", "pointer"), ("const void* __restrict__", "bias", "pointer"),
+     ("int", "M", "int32"), ("int", "N", "int32"), ("int", "K", "int32"), ("int", "m", "int32"),
+     ("int", "n", "int32")),
+    (("long long", "ldc", "int64"),)))
+#: split-K's: the fp32 workspace (``gridDim.y`` slices of TILES x BM x BN partial sums) and
+#: one arrival counter per output tile, zero between launches
+SPLIT_PARAMS = params((("float* __restrict__", "ws", "pointer"),
+                       ("unsigned* __restrict__", "counters", "pointer")), new_line=True)
+#: the scaled kernel's (``-p scale``) fp32 scales: one each (``tensor``), or scale_a [m] and
+#: scale_b [n] (``row``); read on the device, so the host never syncs on them
+SCALE_PARAMS = params((("const float* __restrict__", "scale_a", "pointer"),
+                       ("const float* __restrict__", "scale_b", "pointer")), new_line=True)
+#: the batched kernel's (``-p batch``) bytes between one batch's output and the next
+BATCH_PARAMS = params((("long long", "c_batch", "int64"),), new_line=True)
+#: the TMA-store kernel's C tensor map (box SCOLS x 64, 128-byte swizzle)
+STORE_PARAMS = params(((TENSOR_MAP_TYPE, "tmC", "tensor_map"),), new_line=True)
+
+
+@functools.cache
+def gemm_signature(v: GemmVariant) -> KernelSignature:
+    """The kernel signature of variant ``v``: the default kernel's, or the general one's with
+    each of ``v``'s extra parameters in order."""
+    if not v.general:
+        return DEFAULT_SIGNATURE
+    return (GENERAL_SIGNATURE + (SPLIT_PARAMS if v.split_k else ())
+            + (SCALE_PARAMS if v.scale != "none" else ())
+            + (BATCH_PARAMS if v.batch != "none" else ())
+            + (STORE_PARAMS if v.store == "tma" else ()))

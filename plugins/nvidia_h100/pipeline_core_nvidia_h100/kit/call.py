@@ -1,0 +1,304 @@
+"""``HostCall``: the one PyTorch call layer every kernel family on the kit shares (issue 34).
+
+Why one: ``matmul`` and ``attention`` each wrote their own plugin host, build cache (one locked,
+one not), recipe cache, packed-argument cache, SM count, tensor-map cache (bounded two ways)
+and custom-op registration.  A family now brings only what is its own: its checks and plan
+(the recipe's ``plan``), how a kernel is built (``build``: compile its schedule, emit, load),
+and how a recipe's arguments are packed (``pack``, through its ``KernelSignature``).
+
+The launch path (docs/guide/matmul.md, "Speed"; docs/guide/attention.md, "The launch path"):
+a call describes its arguments (``launch_cache.describe``), finds its :class:`Recipe` in
+``recipes`` (checked, planned and its kernels built on the first call of a description), and
+:meth:`HostCall.launch` finds the packed arguments in ``args`` (packed on the first call of the
+recipe's addresses) and launches each :class:`Launch` on torch's current stream: two dictionary
+lookups and the launch.  A recipe names its kernels by key in ``kernels``, a
+:class:`KernelTable`, and they are looked up when its arguments are packed; a family that lets
+a benchmark put another kernel in a key's place (an ablation, a mutant) names the kernel in
+the packed arguments' key too, so a cached recipe launches what is there now.
+
+An op of several kernels (a preprocess, a main and a postprocess kernel behind one call, as
+FlashAttention's backward) is a recipe naming each kernel and a ``pack`` returning one
+:class:`Launch` each: they go out in order on the one stream.  Custom ops (:class:`Op`) are
+registered on first use with their fake implementation and, when the family gives a backward,
+their autograd formula.  Nothing here imports torch or CuPy at import time.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Iterator, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import attrs
+
+from pipeline_core_nvidia_h100.launch_cache import Bounded, launch
+from pipeline_core_nvidia_h100.runtime import _require
+
+if TYPE_CHECKING:
+    from pipeline_core.plugin_api import CompiledSchedule
+
+#: launch recipes kept per family (one per argument description; the oldest go first)
+RECIPE_CACHE_SIZE = 1024
+#: packed kernel arguments kept per family (one per recipe and addresses)
+ARGS_CACHE_SIZE = 4096
+#: host-side tensor maps kept per process (128 bytes each; the oldest go first)
+MAP_CACHE_SIZE = 4096
+#: nvcc's options for the families' kernels (the disk cache's key holds them)
+BUILD_OPTIONS = ("-std=c++17",)
+
+P = TypeVar("P")
+B = TypeVar("B", bound="Built")
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Built:
+    """A kernel loaded on one device, with the block and dynamic shared memory it launches
+    with.  A family adds what its packer reads (subclass it); compared by identity."""
+
+    kernel: Any
+    smem: int
+    threads: int
+
+
+class KernelTable(MutableMapping[Hashable, B]):
+    """Each kernel built once per process: ``kernel(key)`` builds a missing one with the
+    family's ``build`` under ``lock`` (two threads asking for one kernel build it once).  A
+    mapping otherwise, so a benchmark can put a variant or a mutant in a key's place, or clear
+    it to build again."""
+
+    def __init__(self, build: Callable[[Any], B], lock: threading.Lock) -> None:
+        self._build, self.lock = build, lock
+        self._built: dict[Hashable, B] = {}
+
+    def kernel(self, key: Hashable) -> B:
+        found = self._built.get(key)
+        if found is None:
+            with self.lock:
+                found = self._built.get(key)
+                if found is None:
+                    found = self._built[key] = self._build(key)
+        return found
+
+    def __getitem__(self, key: Hashable) -> B:
+        return self._built[key]
+
+    def __setitem__(self, key: Hashable, built: B) -> None:
+        self._built[key] = built
+
+    def __delitem__(self, key: Hashable) -> None:
+        del self._built[key]
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(list(self._built))
+
+    def __len__(self) -> int:
+        return len(self._built)
+
+    def clear(self) -> None:
+        self._built.clear()
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Recipe(Generic[P]):
+    """What one argument description launches, checked and planned once: the family's plan,
+    the device and torch's stream, and the keys of its kernels in ``HostCall.kernels`` in
+    launch order.  Compared by identity (a recipe is made once per description and kept)."""
+
+    plan: P
+    device: int
+    stream: int
+    kernels: tuple[Hashable, ...]
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class Launch:
+    """One kernel's launch, packed: the kernel, grid, block, dynamic shared memory and the
+    arguments; with ``late``, the arguments are ``args``, then the call's late value (an
+    output allocated per call) packed by ``late``, then ``tail``."""
+
+    kernel: Any
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    smem: int
+    args: tuple[Any, ...]
+    late: Callable[[Any], Any] | None = None
+    tail: tuple[Any, ...] = ()
+
+    @classmethod
+    def of(cls, built: Built, grid: tuple[int, ...], args: tuple[Any, ...],
+           late: Callable[[Any], Any] | None = None, tail: tuple[Any, ...] = ()) -> Launch:
+        return cls(kernel=built.kernel, grid=grid, block=(built.threads,), smem=built.smem,
+                   args=args, late=late, tail=tail)
+
+
+@attrs.frozen(kw_only=True)
+class Op:
+    """A torch custom op: its qualified name (``namespace::name``), schema, implementation,
+    fake (shapes only; where torch.compile traces, the checks), the arguments it writes and,
+    for a differentiable op, its backward and the ``setup_context`` that saves what the
+    backward reads (torch.library's ``register_autograd``)."""
+
+    name: str
+    schema: str
+    impl: Callable[..., Any]
+    fake: Callable[..., Any]
+    mutates: tuple[str, ...] = ()
+    backward: Callable[..., Any] | None = None
+    setup_context: Callable[..., Any] | None = None
+
+
+#: every op registered in this process, by qualified name (torch allows each name once)
+_REGISTERED: dict[str, Any] = {}
+
+
+class HostCall(Generic[P, B]):
+    """One family's call layer: the plugin host its schedule compiles on, its kernels, recipe
+    and packed-argument caches, its launch and its custom ops.
+
+    ``schedule``: the schedule the family's kernels compile; ``plugins``: the plugin modules
+    that register it (loaded by name from a checkout without entry points); ``build(key)``: the
+    kernel of a key (:meth:`compile`, emit, :func:`load_kernel`); ``pack(recipe, kernels,
+    tensors)``: one :class:`Launch` per kernel of the recipe; ``ops``: the family's custom
+    ops, registered on the first :meth:`ops`."""
+
+    def __init__(self, *, schedule: str, plugins: Sequence[str], build: Callable[[Any], B],
+                 pack: Callable[[Recipe[P], tuple[B, ...], tuple[Any, ...]],
+                                tuple[Launch, ...]],
+                 ops: Callable[[], Sequence[Op]] = tuple) -> None:
+        self.schedule, self.plugins = schedule, tuple(plugins)
+        self.lock = threading.Lock()
+        self.recipes: Bounded[Recipe[P]] = Bounded(RECIPE_CACHE_SIZE)
+        self.args: Bounded[tuple[Launch, ...]] = Bounded(ARGS_CACHE_SIZE)
+        self.kernels: KernelTable[B] = KernelTable(build, self.lock)
+        #: the launch (launch_cache.launch; a test's stand-in records instead)
+        self.launcher: Callable[..., None] = launch
+        self._pack, self._ops = pack, ops
+        self._namespace: Any = None
+
+    def host(self) -> Any:
+        """The installed plugins, or, from a checkout on PYTHONPATH (no entry points), the
+        family's plugins loaded by module."""
+        from pipeline_core.plugin_api import PluginHost, default_host
+
+        host = default_host()
+        if self.schedule in host.schedules:
+            return host
+        return PluginHost(extra_modules=list(self.plugins))
+
+    def compile(self, params: dict[str, str], stages: int) -> CompiledSchedule:
+        """The family's schedule compiled (and proven) on the H100 with ``-p params`` and
+        ``-T stages``."""
+        from pipeline_core.plugin_api import compile_named
+
+        return compile_named(self.schedule, target="h100", params=params,
+                             target_args={"stages": str(stages)}, host=self.host())
+
+    def launch(self, r: Recipe[P], key: Hashable, tensors: tuple[Any, ...],
+               late: Any = None) -> None:
+        """Launch recipe ``r``'s kernels on ``tensors`` (and ``late``'s address, packed per
+        call) on its stream.  ``key``: the recipe and every address the packed arguments hold
+        (and the kernels, where they may be swapped), which the family names; the arguments
+        are packed once per key and kept."""
+        found = self.args.get(key)
+        if found is None:
+            kernels = tuple(self.kernels.kernel(k) for k in r.kernels)
+            found = self.args.put(key, self._pack(r, kernels, tensors))
+        for p in found:
+            self.launcher(p.kernel, r.device, r.stream, p.grid, p.block,
+                          p.args if p.late is None
+                          else (*p.args, p.late(late.data_ptr()), *p.tail), p.smem)
+
+    def ops(self) -> Any:
+        """``torch.ops``'s namespace of the family's ops, registered on first use (torch
+        imported only then)."""
+        if self._namespace is None:
+            # a plain import (not _require's importlib): what torch.compile can trace, where a
+            # family's first call is traced
+            import torch  # type: ignore[import-not-found, unused-ignore]
+
+            ops = tuple(self._ops())
+            for op in ops:
+                register_op(op)
+            self._namespace = getattr(torch.ops, _namespace(ops))
+        return self._namespace
+
+
+def _namespace(ops: Sequence[Op]) -> str:
+    spaces = {op.name.split("::")[0] for op in ops}
+    if len(spaces) != 1:
+        raise ValueError(f"a family's ops share one namespace; these name {sorted(spaces)}: "
+                         "give them one")
+    return spaces.pop()
+
+
+def register_op(op: Op) -> Any:
+    """``op`` registered as a torch custom op with its fake and, if it has one, its backward;
+    once per process (a second op of the same name is refused)."""
+    found = _REGISTERED.get(op.name)
+    if found is not None:
+        if found[0] != op:
+            raise ValueError(f"custom op {op.name}: registered already, by another family's "
+                             "call; give this one another name")
+        return found[1]
+    import torch  # type: ignore[import-not-found, unused-ignore]  # traceable (see ops)
+
+    registered = torch.library.custom_op(op.name, op.impl, mutates_args=op.mutates,
+                                         schema=op.schema)
+    registered.register_fake(op.fake)
+    if op.backward is not None:
+        registered.register_autograd(op.backward, setup_context=op.setup_context)
+    _REGISTERED[op.name] = (op, registered)
+    return registered
+
+
+def load_kernel(source: str, name: str, *, device: int, smem: int,
+                options: tuple[str, ...] = BUILD_OPTIONS,
+                announce: Callable[[str], None] | None = None) -> Any:
+    """Kernel ``name`` of ``source`` loaded on ``device``, its cubin read from the disk cache
+    or built with nvcc (``announce`` told first), or compiled with NVRTC without nvcc; its
+    dynamic shared memory limit raised to ``smem``."""
+    from pipeline_core_nvidia_h100.kernel_cache import cubin_path
+    from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder
+
+    cp = _require("cupy")
+    with cp.cuda.Device(device):
+        path = cubin_path(source, name, options, ARCH, announce)
+        if path is not None:
+            kernel = cp.RawModule(path=str(path)).get_function(name)
+        else:
+            kernel = KernelBuilder(options).compile(source, name)
+        KernelBuilder.set_max_dynamic_shared(kernel, smem)
+    return kernel
+
+
+_SMS: dict[int, int] = {}
+
+
+def sm_count(device: int) -> int:
+    """The device's SM count (a persistent grid's size), asked of torch once per device."""
+    found = _SMS.get(device)
+    if found is None:
+        found = _SMS[device] = _require("torch").cuda.get_device_properties(
+            device).multi_processor_count
+    return found
+
+
+_MAPS: Bounded[Any] = Bounded(MAP_CACHE_SIZE)
+
+
+def tensor_map(ptr: int, rows: int, cols: int, box_rows: int, box_cols: int, dtype: str, *,
+               stride: int | None = None, batch: int = 1, batch_stride: int = 0) -> Any:
+    """The TMA tensor map of a [rows, cols] array of ``dtype`` (``bf16``, ``fp16``, ``fp32``
+    or ``e4m3``) at ``ptr`` (tma.encode_tiled_2d), encoded once and kept: encoding is a driver
+    call on the host."""
+    key = (ptr, rows, cols, box_rows, box_cols, dtype, stride, batch, batch_stride)
+    found = _MAPS.get(key)
+    if found is None:
+        from pipeline_core_nvidia_h100.tma import (DTYPE_BFLOAT16, DTYPE_FLOAT16, DTYPE_FLOAT32,
+                                                   DTYPE_UINT8, encode_tiled_2d)
+
+        kind = {"bf16": DTYPE_BFLOAT16, "fp16": DTYPE_FLOAT16, "fp32": DTYPE_FLOAT32,
+                "e4m3": DTYPE_UINT8}[dtype]
+        found = _MAPS.put(key, encode_tiled_2d(ptr, rows, cols, box_rows, box_cols,
+                                               stride=stride, dtype=kind, batch=batch,
+                                               batch_stride=batch_stride))
+    return found

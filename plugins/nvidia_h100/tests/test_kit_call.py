@@ -1,0 +1,229 @@
+"""The kit's call layer (``kit.call.HostCall``, issue 34) on the CPU: torch and the launch are
+stand-ins, so what is tested is the host logic every family shares: a kernel built once under
+the lock, arguments packed once per key, an op of several kernels launched in order, custom ops
+registered once with their fake and their backward, one bounded tensor-map cache; and the one
+home of the call layer (no family defines its own copy of it)."""
+from __future__ import annotations
+
+import ast
+import sys
+import threading
+import types
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pipeline_core_nvidia_h100")
+
+from pipeline_core_nvidia_h100.kit import call as kit  # noqa: E402
+from pipeline_core_nvidia_h100.kit.call import (Built, HostCall, KernelTable, Launch,  # noqa: E402
+                                                Op, Recipe)
+
+PLUGINS = Path(__file__).resolve().parents[2]
+
+
+class Tensor:
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def test_a_kernel_is_built_once_by_threads_asking_for_it_together():
+    gate, builds = threading.Event(), []
+
+    def build(key):
+        gate.wait()
+        builds.append(key)
+        return Built(kernel=key, smem=1, threads=128)
+
+    table: KernelTable[Built] = KernelTable(build, threading.Lock())
+    got: list[Built] = []
+    threads = [threading.Thread(target=lambda: got.append(table.kernel("k"))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join()
+    assert builds == ["k"] and len({id(b) for b in got}) == 1
+    mutant = Built(kernel="mutant", smem=1, threads=128)
+    table["k"] = mutant  # a benchmark's swap
+    assert table.kernel("k") is mutant and dict(table) == {"k": mutant}
+    table.clear()
+    assert table.kernel("k").kernel == "k" and builds == ["k", "k"]
+
+
+def three_kernel_call(seen):
+    """A family whose op is three kernels (a preprocess, the main kernel, a postprocess), the
+    main one reading the output's address per call."""
+    def build(key):
+        seen.builds.append(key)
+        return Built(kernel=f"{key}-kernel", smem=len(key), threads=128)
+
+    def pack(r, kernels, tensors):
+        seen.packs += 1
+        pre, main, post = kernels
+        (x,) = tensors
+        return (Launch.of(pre, (1,), (x.data_ptr(),)),
+                Launch.of(main, (r.plan,), (x.data_ptr(),), late=lambda p: ("out", p),
+                          tail=(r.plan,)),
+                Launch.of(post, (2,), ()))
+
+    host = HostCall(schedule="three", plugins=(), build=build, pack=pack)
+    host.launcher = lambda *a: seen.launches.append(a)
+    return host
+
+
+def test_an_op_of_three_kernels_launches_them_in_order_packed_once_per_key():
+    seen = types.SimpleNamespace(builds=[], packs=0, launches=[])
+    host = three_kernel_call(seen)
+    r = Recipe(plan=4, device=0, stream=7, kernels=("pre", "main", "post"))
+    x = Tensor(4096)
+    for out in (Tensor(1), Tensor(2)):
+        host.launch(r, (r, x.data_ptr()), (x,), out)
+    assert seen.builds == ["pre", "main", "post"] and seen.packs == 1
+    assert seen.launches[:3] == [
+        ("pre-kernel", 0, 7, (1,), (128,), (4096,), 3),
+        ("main-kernel", 0, 7, (4,), (128,), (4096, ("out", 1), 4), 4),
+        ("post-kernel", 0, 7, (2,), (128,), (), 4)]
+    assert seen.launches[4][5] == (4096, ("out", 2), 4)  # the late value packed per call
+    host.launch(r, (r, 8192), (Tensor(8192),), Tensor(3))  # other addresses: packed again
+    assert seen.packs == 2 and seen.launches[-2][5][0] == 8192
+
+
+class FakeLibrary:
+    """torch.library's custom_op, recording what is registered."""
+
+    def __init__(self) -> None:
+        self.ops: dict[str, types.SimpleNamespace] = {}
+
+    def custom_op(self, name, fn, *, mutates_args, schema):
+        op = types.SimpleNamespace(fn=fn, mutates=mutates_args, schema=schema, fake=None,
+                                   backward=None, setup_context=None)
+        op.register_fake = lambda fake: setattr(op, "fake", fake)
+
+        def register_autograd(backward, *, setup_context=None):
+            op.backward, op.setup_context = backward, setup_context
+        op.register_autograd = register_autograd
+        self.ops[name] = op
+        return op
+
+
+@pytest.fixture
+def torch(monkeypatch):
+    torch = types.ModuleType("torch")
+    torch.library = FakeLibrary()
+    torch.ops = types.SimpleNamespace(kit_test=types.SimpleNamespace(name="kit_test"),
+                                      other=types.SimpleNamespace(name="other"))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(kit, "_REGISTERED", {})
+    return torch
+
+
+def _op(name="kit_test::square", **kw):
+    return Op(name=name, schema="(Tensor x) -> Tensor", impl=lambda x: x, fake=lambda x: x, **kw)
+
+
+def test_ops_are_registered_once_with_their_fake_and_their_backward(torch):
+    def backward(ctx, grad):
+        return grad
+
+    def setup_context(ctx, inputs, output):
+        ctx.saved = inputs
+
+    square = _op(backward=backward, setup_context=setup_context)
+    plain = _op("kit_test::plain_out", mutates=("out",))
+    host = HostCall(schedule="s", plugins=(), build=lambda key: None, pack=lambda *a: (),
+                    ops=lambda: (square, plain))
+    assert host.ops().name == "kit_test" and host.ops() is host.ops()
+    reg = torch.library.ops
+    assert reg["kit_test::square"].fake is square.fake
+    assert (reg["kit_test::square"].backward, reg["kit_test::square"].setup_context) == (
+        backward, setup_context)
+    assert reg["kit_test::plain_out"].backward is None
+    assert reg["kit_test::plain_out"].mutates == ("out",)
+    # a second family's call with the same op is one registration; another op of the name, no
+    again = HostCall(schedule="s", plugins=(), build=lambda key: None, pack=lambda *a: (),
+                     ops=lambda: (square,))
+    assert again.ops().name == "kit_test" and len(reg) == 2
+    with pytest.raises(ValueError, match="^custom op kit_test::square: registered already"):
+        kit.register_op(_op())
+
+
+def test_a_familys_ops_share_one_namespace(torch):
+    host = HostCall(schedule="s", plugins=(), build=lambda key: None, pack=lambda *a: (),
+                    ops=lambda: (_op(), _op("other::cube")))
+    with pytest.raises(ValueError, match=r"one namespace; these name \['kit_test', 'other'\]"):
+        host.ops()
+
+
+def test_one_bounded_tensor_map_cache_encodes_each_map_once(monkeypatch):
+    from pipeline_core_nvidia_h100 import tma
+
+    encoded = []
+    monkeypatch.setattr(tma, "encode_tiled_2d", lambda *a, **kw: encoded.append(a) or len(encoded))
+    monkeypatch.setattr(kit, "_MAPS", kit.Bounded(2))
+    first = kit.tensor_map(4096, 128, 64, 64, 64, "bf16")
+    assert kit.tensor_map(4096, 128, 64, 64, 64, "bf16") == first and len(encoded) == 1
+    kit.tensor_map(4096, 128, 64, 64, 64, "fp16")
+    kit.tensor_map(8192, 128, 64, 64, 64, "bf16")  # a third: the oldest goes
+    kit.tensor_map(4096, 128, 64, 64, 64, "bf16")
+    assert len(encoded) == 4
+
+
+def test_the_sm_count_is_asked_of_torch_once_per_device(monkeypatch):
+    asked = []
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(get_device_properties=lambda d: asked.append(d) or
+                                       types.SimpleNamespace(multi_processor_count=132 - d))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setattr(kit, "_SMS", {})
+    assert [kit.sm_count(d) for d in (0, 1, 0, 1)] == [132, 131, 132, 131] and asked == [0, 1]
+
+
+#: the call layer's names: each family defined its own copy of these before issue 34
+CALL_LAYER = ("_host", "_Built", "Built", "_Kernels", "_KERNELS", "KernelTable", "_Recipe",
+              "Recipe", "_key", "_RECIPES", "_ARGS", "_call", "_launch", "_pack", "_SMS",
+              "sm_count", "_ops", "_REGISTERED", "_MAPS", "_map", "tensor_map", "HostCall",
+              "Launch", "Op", "register_op", "load_kernel", "RECIPE_CACHE_SIZE",
+              "ARGS_CACHE_SIZE", "MAP_CACHE_SIZE", "BUILD_OPTIONS")
+KIT_CALL = "nvidia_h100/pipeline_core_nvidia_h100/kit/call.py"
+#: what each family's call module defines of the kit's hooks: its HostCall, the build of one
+#: kernel, its op's body, its ring depth
+FAMILY_HOOKS = {"CALL", "_build", "_run", "CALL_STAGES"}
+
+
+def top_level_definitions() -> dict[str, set[str]]:
+    """{name: the plugin modules (paths under plugins/) that define it at top level}."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(PLUGINS.glob("*/pipeline_core_*/**/*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            else:
+                continue
+            for name in names:
+                found.setdefault(name, set()).add(path.relative_to(PLUGINS).as_posix())
+    return found
+
+
+def test_the_call_layer_has_one_home():
+    """The plugin host, build cache, recipe and argument caches, launch, SM count, tensor-map
+    cache and custom-op registration are defined in the kit's call.py and nowhere else; the
+    two families' call modules share no other name than the kit's hooks."""
+    defs = top_level_definitions()
+    elsewhere = {name: sorted(defs[name] - {KIT_CALL}) for name in CALL_LAYER
+                 if defs.get(name, set()) - {KIT_CALL}}
+    assert elsewhere == {}
+    assert {n for n in CALL_LAYER if KIT_CALL in defs.get(n, ())} >= {
+        "HostCall", "KernelTable", "Built", "Recipe", "_REGISTERED", "_SMS", "_MAPS"}
+    families = [{n for n, paths in defs.items() if paths & modules}
+                for modules in ({"nvidia_h100/pipeline_core_nvidia_h100/matmul_call.py",
+                                 "nvidia_h100/pipeline_core_nvidia_h100/gemm_call.py"},
+                                {"schedules_attention/pipeline_core_schedules_attention/call.py"})]
+    assert families[0] & families[1] == FAMILY_HOOKS
