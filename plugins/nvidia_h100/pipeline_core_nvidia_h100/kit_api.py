@@ -11,6 +11,9 @@ through it only, and only names in its ``__all__``, as it holds plugins to
 
 * the target: its name, machine and sync model (``TARGET_NAME``, ``H100_SXM``,
   ``H100_AGENT_MACHINE``, ``H100_WGMMA_SYNC``, ``TAG_NAMES``, ``CP_ASYNC_L2_LATENCY``);
+* a family's schedule on the target (``kit/schedule.py``: ``family_profile``, the target with
+  the family's costs; ``AgentsSchedule``, the schedule protocol's methods every family writes
+  alike);
 * the warp-specialized frame (``kit/frame.py``: ``agents_kernel_body`` writes a kernel from the
   family's device code ``AgentsFamily``, its agents' programs ``AgentCode`` and its tile
   scheduler's device loop ``DeviceTileLoop`` of ``TileLoop`` s), a step's stage and parity on
@@ -52,9 +55,11 @@ from pipeline_core_nvidia_h100.launch_cache import Bounded, describe, eager, lau
 from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
 from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder
 from pipeline_core_nvidia_h100.runtime import _require as require_gpu_module
-from pipeline_core_nvidia_h100.kit.frame import AgentCode, AgentsFamily, agents_kernel_body
+from pipeline_core_nvidia_h100.kit.frame import (AgentCode, AgentsFamily, agent_code,
+                                                  agents_kernel_body)
 from pipeline_core_nvidia_h100.kit.rings import RingState, loop_tile, require_ring_depths
-from pipeline_core_nvidia_h100.kit.tiles import DeviceTileLoop, TileLoop
+from pipeline_core_nvidia_h100.kit.schedule import AgentsSchedule, family_profile
+from pipeline_core_nvidia_h100.kit.tiles import DeviceTileLoop, TileLoop, linear_tile_loop
 from pipeline_core_nvidia_h100.kit.wgmma import wgmma_rs, wgmma_ss
 from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
                                                 consumer_sync_line, declared_geometry, render,
@@ -69,9 +74,10 @@ PLUGIN_MODULE = "pipeline_core_nvidia_h100.plugin"
 __all__ = [
     # the target
     "TARGET_NAME", "H100_SXM", "H100_AGENT_MACHINE", "H100_WGMMA_SYNC", "TAG_NAMES",
-    "CP_ASYNC_L2_LATENCY", "PLUGIN_MODULE",
+    "CP_ASYNC_L2_LATENCY", "PLUGIN_MODULE", "AgentsSchedule", "family_profile",
     # the frame, its tile loop, its lines, the wgmma wrappers and the device headers
-    "AgentsFamily", "AgentCode", "agents_kernel_body", "DeviceTileLoop", "TileLoop",
+    "AgentsFamily", "AgentCode", "agent_code", "agents_kernel_body", "DeviceTileLoop",
+    "TileLoop", "linear_tile_loop",
     "wgmma_ss", "wgmma_rs", "agent_stretches", "consumer_branches", "consumer_sync_line", "declared_geometry", "render",
     "RingState", "loop_tile", "require_ring_depths", "ring_step_line", "role_mark",
     "section_mark", "header_source",

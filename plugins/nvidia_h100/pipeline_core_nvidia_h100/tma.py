@@ -25,6 +25,9 @@ DTYPE_UINT8 = 0
 DTYPE_FLOAT32 = 7
 #: bytes of an element of each data type above
 DTYPE_BYTES = {DTYPE_BFLOAT16: 2, DTYPE_FLOAT16: 2, DTYPE_FLOAT32: 4, DTYPE_UINT8: 1}
+#: CU_TENSOR_MAP_SWIZZLE_NONE / _128B: how a box's rows lie in shared memory (128B: 16-byte
+#: chunk j of row r at j ^ (r % 8), what wgmma's descriptors read; none: as in global memory)
+SWIZZLE_NONE = 0
 SWIZZLE_128B = 3
 L2_PROMOTION_256B = 3
 TENSOR_MAP_BYTES = 128
@@ -43,10 +46,11 @@ def _libcuda() -> Any:
 
 def encode_tiled_2d(address: int, rows: int, cols: int, box_rows: int, box_cols: int, *,
                     stride: int | None = None, dtype: int = DTYPE_BFLOAT16,
-                    batch: int = 1, batch_stride: int = 0) -> Any:
+                    batch: int = 1, batch_stride: int = 0, swizzle: int = SWIZZLE_128B) -> Any:
     """The tensor map of a row-major [rows, cols] array of ``dtype`` (``stride`` elements
     between rows, default ``cols``) read or written in box_rows x box_cols boxes (cols
-    innermost, 128-byte swizzle), as a NumPy structured scalar of 128 bytes.  Boxes reaching
+    innermost, 128-byte swizzle unless ``swizzle`` says otherwise), as a NumPy structured
+    scalar of 128 bytes.  Boxes reaching
     past the array are zero-filled (loads) or clipped (stores).  ``batch`` > 1: a 3-D map of
     that many such arrays, ``batch_stride`` elements apart, read one batch deep (a batched
     matmul's operand)."""
@@ -62,7 +66,7 @@ def encode_tiled_2d(address: int, rows: int, cols: int, box_rows: int, box_cols:
     fn = _libcuda().cuTensorMapEncodeTiled
     fn.restype = ctypes.c_int
     rc = fn(ctypes.byref(out), dtype, rank, ctypes.c_void_p(address), dims, strides, box,
-            step, 0, SWIZZLE_128B, L2_PROMOTION_256B, 0)
+            step, 0, swizzle, L2_PROMOTION_256B, 0)
     if rc != 0:
         raise TensorMapError(f"cuTensorMapEncodeTiled returned CUresult {rc} for a "
                              f"[{rows}, {cols}] array (stride {strides[0]} bytes) in "

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
-from pipeline_core_nvidia_h100.launch_cache import Bounded, launch
+from pipeline_core_nvidia_h100.launch_cache import Bounded, eager, launch
 from pipeline_core_nvidia_h100.runtime import _require
 
 if TYPE_CHECKING:
@@ -192,6 +192,24 @@ class HostCall(Generic[P, B]):
         return compile_named(self.schedule, target="h100", params=params,
                              target_args={"stages": str(stages)}, host=self.host())
 
+    def recipe(self, first: Any, key: tuple[Any, ...], plan: Callable[[int], P],
+               kernels: Callable[[P, int], tuple[Hashable, ...]]) -> Recipe[P]:
+        """The recipe of a call whose arguments ``key`` describes (``launch_cache.describe``),
+        on ``first``'s device and torch's current stream there: kept, or checked and planned
+        (``plan(device)``) on the first call of the description, its kernels named by
+        ``kernels(plan, device)``."""
+        import torch  # type: ignore[import-not-found, unused-ignore]
+
+        index = first.device.index
+        device = index if index is not None else torch.cuda.current_device()
+        stream = torch.cuda.current_stream(device).cuda_stream
+        found = self.recipes.get((*key, stream))
+        if found is None:
+            p = plan(device)
+            found = self.recipes.put((*key, stream), Recipe(
+                plan=p, device=device, stream=stream, kernels=kernels(p, device)))
+        return found
+
     def launch(self, r: Recipe[P], key: Hashable, tensors: tuple[Any, ...],
                late: Any = None) -> None:
         """Launch recipe ``r``'s kernels on ``tensors`` (and ``late``'s address, packed per
@@ -206,6 +224,23 @@ class HostCall(Generic[P, B]):
             self.launcher(p.kernel, r.device, r.stream, p.grid, p.block,
                           p.args if p.late is None
                           else (*p.args, p.late(late.data_ptr()), *p.tail), p.smem)
+
+    def call(self, op: str, run: Callable[..., Any], check: Callable[..., Any],
+             tensors: Sequence[Any], *args: Any) -> Any:
+        """One call of the family's custom op ``op`` (its name in the family's namespace) on
+        ``tensors`` and ``args``: plain CUDA
+        tensors outside tracing go straight to ``run`` (``launch_cache.eager``: no dispatch);
+        anything else through the op (registered first, so torch.compile traces it), after
+        ``check`` refused bad arguments in one line (where torch.compile traces, the op's fake
+        runs the checks instead: dynamo stops at them)."""
+        import torch  # type: ignore[import-not-found, unused-ignore]  # traceable (see ops)
+
+        ops = self.ops()
+        if eager(torch, *tensors):
+            return run(*tensors, *args)
+        if not torch.compiler.is_compiling():
+            check(*tensors, *args)
+        return getattr(ops, op)(*tensors, *args)
 
     def ops(self) -> Any:
         """``torch.ops``'s namespace of the family's ops, registered on first use (torch
@@ -286,19 +321,22 @@ _MAPS: Bounded[Any] = Bounded(MAP_CACHE_SIZE)
 
 
 def tensor_map(ptr: int, rows: int, cols: int, box_rows: int, box_cols: int, dtype: str, *,
-               stride: int | None = None, batch: int = 1, batch_stride: int = 0) -> Any:
+               stride: int | None = None, batch: int = 1, batch_stride: int = 0,
+               swizzle: bool = True) -> Any:
     """The TMA tensor map of a [rows, cols] array of ``dtype`` (``bf16``, ``fp16``, ``fp32``
-    or ``e4m3``) at ``ptr`` (tma.encode_tiled_2d), encoded once and kept: encoding is a driver
-    call on the host."""
-    key = (ptr, rows, cols, box_rows, box_cols, dtype, stride, batch, batch_stride)
+    or ``e4m3``) at ``ptr`` (tma.encode_tiled_2d; ``swizzle``: 128-byte swizzled boxes, else as
+    in global memory), encoded once and kept: encoding is a driver call on the host."""
+    key = (ptr, rows, cols, box_rows, box_cols, dtype, stride, batch, batch_stride, swizzle)
     found = _MAPS.get(key)
     if found is None:
         from pipeline_core_nvidia_h100.tma import (DTYPE_BFLOAT16, DTYPE_FLOAT16, DTYPE_FLOAT32,
-                                                   DTYPE_UINT8, encode_tiled_2d)
+                                                   DTYPE_UINT8, SWIZZLE_128B, SWIZZLE_NONE,
+                                                   encode_tiled_2d)
 
         kind = {"bf16": DTYPE_BFLOAT16, "fp16": DTYPE_FLOAT16, "fp32": DTYPE_FLOAT32,
                 "e4m3": DTYPE_UINT8}[dtype]
         found = _MAPS.put(key, encode_tiled_2d(ptr, rows, cols, box_rows, box_cols,
                                                stride=stride, dtype=kind, batch=batch,
-                                               batch_stride=batch_stride))
+                                               batch_stride=batch_stride,
+                                               swizzle=SWIZZLE_128B if swizzle else SWIZZLE_NONE))
     return found

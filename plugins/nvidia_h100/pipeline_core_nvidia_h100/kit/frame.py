@@ -12,15 +12,17 @@ its agents' compiled programs as lines (:class:`AgentCode`); the frame owns the 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
-from pipeline_core.plugin_api import Cluster, ProgramError, Ring
+from pipeline_core.plugin_api import AgentProgram, Cluster, ProgramError, Ring, Step, StepKind
 
+from pipeline_core_nvidia_h100.kit.rings import RingState
 from pipeline_core_nvidia_h100.kit.tiles import DeviceTileLoop, TileLoop
-from pipeline_core_nvidia_h100.skeleton import (consumer_branches, merged_consumer_lines,
-                                                role_mark, section_mark)
+from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
+                                                consumer_sync_line, merged_consumer_lines, render,
+                                                ring_step_line, role_mark, section_mark)
 
 #: the kernel constant every family names its K-loop rings' depth by
 STAGES = "STAGES"
@@ -63,6 +65,26 @@ class AgentCode:
 
     lines: tuple[str, ...]
     once: tuple[str, ...] = ()
+
+
+def agent_code(program: AgentProgram, op_line: Callable[[Step, str], str], *,
+                single_issuer: bool, emitter: str, watchdog: int = 0) -> AgentCode:
+    """An agent's program as the frame takes it, for a family whose rings are all
+    :data:`STAGES` deep: every synchronization step written by the kit (a ring's wait, expected
+    bytes and arrival at its :class:`~.rings.RingState`; a named barrier; the wgmma group's
+    fence, commit and wait), each op step by the family's ``op_line(step, stage)``."""
+    def line(s: Step) -> str:
+        state = RingState.of(s, STAGES)
+        ring = ring_step_line(s, state.stage, state.parity(s.phase_offset), single_issuer,
+                              watchdog)
+        sync = ring if ring is not None else consumer_sync_line(s)
+        if sync is not None:
+            return sync
+        if s.kind != StepKind.OP:
+            raise ProgramError(f"emitter {emitter}: agent {program.name}: no CUDA for step "
+                               f"{s.kind.value}")
+        return op_line(s, state.stage)
+    return AgentCode(lines=tuple(render(agent_stretches(program, line, program.name))))
 
 
 def _ring_depth(r: Ring, family: AgentsFamily, emitter: str) -> str:

@@ -78,3 +78,14 @@ def grouped_tile_loop(cluster: int = 1, split: int = 0) -> DeviceTileLoop:
                   f"for (; tile < TILES; tile += {split} * (int)gridDim.x, rb += {split} * KT) {{"),
             tile=grouped, nested=False)
     return DeviceTileLoop(counts=counts, producer=every, consumers=consumers)
+
+
+def linear_tile_loop(counts: tuple[str, ...]) -> DeviceTileLoop:
+    """The plainest tile scheduler: this CTA runs output tiles ``blockIdx.x``, ``+ gridDim.x``,
+    ... in index order, every role alike, each visiting ``KT`` K tiles; ``counts`` set
+    ``TILES`` and ``KT`` (a family whose output tiles are a GEMV's rows, a row reduction's)."""
+    loop = TileLoop(head=("int rb = 0;  // K tiles this CTA's ring has served before this output "
+                          "tile",
+                          "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, "
+                          "rb += KT) {"))
+    return DeviceTileLoop(counts=counts, producer=loop, consumers=loop)

@@ -1,0 +1,134 @@
+"""``gemv(a, x)``: ``y = a @ x`` on torch tensors through the kit's call layer (``HostCall``).
+The family brings its checks (:func:`plan_gemv`), its tile choice, how a kernel is built and how
+its arguments are packed (by the emitter's ``SIGNATURE``); the kit the build cache, the recipes,
+the packed arguments, the launch on torch's stream, the custom op with its fake and backward.
+What TMA cannot read (rows not 16-byte strided or aligned, a strided x) is copied, not refused.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, Built, HostCall, Launch, Op, Recipe,
+                                               declared_geometry, describe, load_kernel,
+                                               require_gpu_module, sm_count, tensor_map)
+
+from pipeline_core_family_gemv.emit import KERNEL_NAME, SIGNATURE, emit_gemv
+from pipeline_core_family_gemv.schedule import KERNEL_FAMILY, NAME, GemvGeometry, GemvTrips
+
+DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
+BLOCK_K = 256
+#: the ring depth per tile height: the target's deepest (5), or as many as fit (128 rows)
+STAGES = {32: 5, 64: 5, 128: 3}
+
+
+class GemvArgumentError(ValueError):
+    """An argument ``gemv`` cannot run on (the message names it and the fix)."""
+
+
+@attrs.frozen(kw_only=True)
+class GemvCall:
+    """One call's plan: sizes, dtype, tile height, and the copies TMA needs (``pad``: the row
+    length of A's copy, 0 for none; set from the addresses, which a fake tensor has not)."""
+
+    m: int
+    k: int
+    dtype: str
+    block_m: int
+    pad: int = 0
+    copy_x: bool = False
+
+
+def plan_gemv(a: Any, x: Any, sms: int = 132) -> GemvCall:
+    """The call's plan, or one :class:`GemvArgumentError` naming the argument at fault."""
+    for name, t, dims in (("a", a, 2), ("x", x, 1)):
+        if t.dim() != dims:
+            raise GemvArgumentError(f"gemv: {name}: shape {tuple(t.shape)}; pass a {dims}-D "
+                                    "tensor (a [M, K], x [K])")
+        if str(t.dtype) not in DTYPES or t.dtype != a.dtype:
+            raise GemvArgumentError(f"gemv: {name}: dtype {t.dtype}; pass torch.bfloat16 or "
+                                    "torch.float16, the same for a and x")
+        if not t.is_cuda or t.device != a.device:
+            raise GemvArgumentError(f"gemv: {name}: on {t.device}; put a and x on one GPU")
+    m, k = a.shape
+    if x.shape[0] != k:
+        raise GemvArgumentError(f"gemv: x: {x.shape[0]} elements for a's {k} columns; pass "
+                                f"x of shape [{k}]")
+    # the tallest tile that still gives every SM an output tile
+    block_m = next(b for b in (128, 64, 32) if -(-m // b) >= sms or b == 32)
+    return GemvCall(m=m, k=k, dtype=DTYPES[str(a.dtype)], block_m=block_m)
+
+
+def _copies(c: GemvCall, a: Any, x: Any) -> GemvCall:
+    readable = (a.stride(1) == 1 and (a.stride(0) * a.element_size()) % 16 == 0
+                and a.data_ptr() % 16 == 0 and (c.m < 2 or a.stride(0) >= c.k))
+    return attrs.evolve(c, pad=0 if readable else -(-c.k // 8) * 8,
+                        copy_x=x.stride(0) != 1 or x.data_ptr() % 16 != 0)
+
+
+def _build(key: tuple[int, str, int]) -> Built:
+    block_m, dtype, device = key
+    compiled = CALL.compile({"block_m": str(block_m), "block_k": str(BLOCK_K)}, STAGES[block_m])
+    g = declared_geometry(compiled, KERNEL_FAMILY, GemvGeometry, "gemv")
+    kernel = load_kernel(emit_gemv(compiled, dtype=dtype), KERNEL_NAME, device=device,
+                         smem=g.smem_bytes)
+    return Built(kernel=kernel, smem=g.smem_bytes, threads=g.threads)
+
+
+def _pack(r: Recipe[GemvCall], kernels: tuple[Built, ...],
+          tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
+    """The persistent grid (the trip rule's output tiles, at most one CTA per SM) and the
+    arguments but y's address (packed per call)."""
+    (built,), (a, x), c = kernels, tensors, r.plan
+    tiles = len(GemvTrips(block_m=c.block_m, block_k=BLOCK_K).trip_counts((c.m, c.k)))
+    values = {"tmA": tensor_map(a.data_ptr(), c.m, c.k, c.block_m, 64, c.dtype,
+                                stride=a.stride(0)),
+              "tmX": tensor_map(x.data_ptr(), 1, c.k, 1, BLOCK_K, c.dtype, swizzle=False),
+              "M": c.m, "K": c.k}
+    args = SIGNATURE.pack_around("Y", values, require_gpu_module("numpy"))
+    return (Launch.of(built, (min(tiles, sm_count(r.device)),), *args),)
+
+
+def _run(a: Any, x: Any) -> Any:
+    r = CALL.recipe(a, (describe(a), describe(x)),
+                    lambda device: _copies(plan_gemv(a, x, sm_count(device)), a, x),
+                    lambda c, device: ((c.block_m, c.dtype, device),))
+    c = r.plan
+    y = a.new_empty(c.m)
+    if c.k == 0 or c.m == 0:
+        return y.zero_()
+    if c.pad:  # rows TMA can read; the pad past K is never read
+        a = a.new_empty(c.m, c.pad)[:, :c.k].copy_(a)
+    x = x.new_empty(c.k).copy_(x) if c.copy_x else x
+    CALL.launch(r, (r, a.data_ptr(), x.data_ptr()), (a, x), y)
+    return y
+
+
+def _ops() -> tuple[Op, ...]:
+    """``pipeline_core::gemv``: its fake runs the checks where torch.compile traces; its
+    backward is dA = dy x^T, dx = A^T dy."""
+    def fake(a: Any, x: Any) -> Any:
+        plan_gemv(a, x)
+        return a.new_empty(a.shape[0])
+
+    def setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.save_for_backward(*inputs)
+
+    def backward(ctx: Any, dy: Any) -> tuple[Any, Any]:
+        a, x = ctx.saved_tensors
+        return dy[:, None] * x[None, :], a.t().mv(dy)
+
+    return (Op(name="pipeline_core::gemv", schema="(Tensor a, Tensor x) -> Tensor", impl=_run,
+               fake=fake, backward=backward, setup_context=setup),)
+
+
+CALL: HostCall[GemvCall, Built] = HostCall(
+    schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_family_gemv.plugin"), build=_build,
+    pack=_pack, ops=_ops)
+
+
+def gemv(a: Any, x: Any) -> Any:
+    """``a @ x`` for a [M, K] and x [K] (bf16 or fp16, any strides), fp32 accumulation, y [M]
+    in their dtype; on torch's current stream, differentiable, traceable by torch.compile."""
+    return CALL.call("gemv", _run, plan_gemv, (a, x))

@@ -1,0 +1,139 @@
+"""Schedule ``gemv``: one K tile of ``y = A @ x`` on the H100, the Hopper kit's worked family
+(docs/guide/kernel-family.md).  The body is one K tile (``block_k`` columns) of one output tile
+(``block_m`` rows of y): agent ``producer`` (one elected thread) copies A's tile and x's chunk
+with TMA; agent ``consumer`` (one warp group) reads them from shared memory into each thread's
+fp32 dot products.  The schedule writes no synchronization: the core derives the ring, the
+waits, the expected bytes and the releases, and proves them over every trip count.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext, CostModel,
+                                      DepEdge, Op, OpCost, OpRole, Param, ProgramError,
+                                      ResourceKind, ScheduleRecord, TripSample, annotate, logical)
+
+from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TARGET_NAME,
+                                               AgentsSchedule, family_profile)
+
+NAME = KERNEL_FAMILY = "gemv"
+
+
+class GemvTag(enum.IntEnum):
+    """The family's kernel tags (numbered per family: docs/guide/target-plugin.md)."""
+
+    TMA_A = 30  #: cp.async.bulk.tensor: A's block_m x block_k tile
+    TMA_X = 31  #: cp.async.bulk.tensor: x's block_k chunk
+    DOT = 32    #: each consumer thread's dot products over the K tile (fp32 FMA)
+
+
+@attrs.frozen(kw_only=True)
+class GemvTrips:
+    """The family's trip rule (``plugin_api.TripRule``) for problem (M, K): output tiles of
+    ``block_m`` rows, each visiting every K tile.  Uniform: the proof needs no runs of tiles of
+    different counts, and no tile is masked (TMA zero-fills A and x past K)."""
+
+    block_m: int
+    block_k: int
+    uniform = True
+
+    def trip_counts(self, problem: tuple[int, int]) -> tuple[int, ...]:
+        return (-(-problem[1] // self.block_k),) * -(-problem[0] // self.block_m)
+
+    def masked_trips(self, problem: tuple[int, int]) -> tuple[int, ...]:
+        return self.trip_counts(problem)
+
+    def sample(self, k_tiles: int) -> TripSample | None:
+        return None  # every tile visits k_tiles: the steady state is the report
+
+    def document(self) -> dict[str, int]:
+        return {"block_m": self.block_m, "block_k": self.block_k}
+
+
+@attrs.frozen(kw_only=True)
+class GemvGeometry:
+    """The tile and ring depth; ``parts`` = 128 / block_m threads share a row."""
+
+    block_m: int
+    block_k: int
+    stages: int
+    threads = 256  # the producer's warp group and the consumer's
+
+    @property
+    def a_bytes(self) -> int:
+        return self.block_m * self.block_k * 2
+
+    @property
+    def smem_bytes(self) -> int:
+        """Per stage A's tile and x's chunk (1 KB), their mbarriers, 1 KB of alignment."""
+        return self.stages * (self.a_bytes + 1024 + 16) + 1024
+
+    def validate(self) -> None:
+        parts = 128 // self.block_m
+        if self.block_k % (64 * parts):
+            raise ProgramError(f"schedule {NAME}: -p block_k={self.block_k}: {parts} threads a "
+                               f"row read whole boxes of 64 columns; pass a multiple of "
+                               f"{64 * parts}")
+        if self.smem_bytes > H100_SXM.smem_per_cta_optin:
+            raise ProgramError(f"schedule {NAME}: -T stages={self.stages}: {self.smem_bytes} "
+                               f"bytes of shared memory, over {H100_SXM.smem_per_cta_optin}; "
+                               "lower -T stages or -p block_m")
+
+
+A, X, DOT = 0, 1, 2
+
+
+class Gemv(AgentsSchedule):
+    """One K tile: TMA A and x (producer), the dot products (consumer)."""
+
+    name = family = NAME
+
+    def build_body(self) -> list[Op]:
+        # the dot: one FMA per element per thread, a floor under its shared-memory reads
+        dot = self.geometry.block_m * self.geometry.block_k // 128
+        ops = [logical(GemvTag.TMA_A, channel=0), logical(GemvTag.TMA_X, channel=1),
+               logical(GemvTag.DOT)]
+        return [o.evolve(latency=dot) if o.tag == GemvTag.DOT else o
+                for o in annotate(ops, self.target.cost_model)]
+
+    def derive_edges(self, body: list[Op]) -> list[DepEdge]:
+        """The dot reads both copies; the copies ``stages`` K tiles later overwrite them."""
+        s = self.geometry.stages
+        return [DepEdge.flow(A, DOT), DepEdge.flow(X, DOT), DepEdge.anti(DOT, A, s),
+                DepEdge.anti(DOT, X, s)]
+
+    def agents(self) -> AgentSpec:
+        g = self.geometry
+        return AgentSpec(
+            roles=[AgentRole(name="producer", ops=(A, X), warps=4, issuers=1, registers=40),
+                   AgentRole(name="consumer", ops=(DOT,), warps=4, issuers=128, registers=232)],
+            op_bytes={A: g.a_bytes, X: g.block_k * 2},
+            # the dot's reads end before it does (its FMAs consume them): release right after
+            release_lag=0, trip_rule=GemvTrips(block_m=g.block_m, block_k=g.block_k))
+
+
+def make_gemv(ctx: BuildContext) -> Gemv:
+    base = ctx.make_target()
+    load, valu = ResourceKind.GLOBAL_MEM, ResourceKind.VALU
+    costs = CostModel({  # the dot's latency is set per geometry (build_body)
+        GemvTag.TMA_A: OpCost(load, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="TMA_A"),
+        GemvTag.TMA_X: OpCost(load, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="TMA_X"),
+        GemvTag.DOT: OpCost(valu, 64, OpRole.VALU_COMPUTE, name="DOT")})
+    target = family_profile(costs, base)
+    p: dict[str, Any] = dict(ctx.params)
+    geometry = GemvGeometry(block_m=p["block_m"], block_k=p["block_k"],
+                            stages=target.pipeline.depth)
+    geometry.validate()
+    return Gemv(target, geometry)
+
+
+RECORD = ScheduleRecord(
+    NAME, "y = A @ x, one K tile per iteration: a TMA producer (A's tile, x's chunk) feeding one "
+    "consumer warp group's fp32 dot products; the Hopper kit's worked family", make_gemv,
+    params=(Param("block_m", int, 64, "rows of y per output tile", choices=(32, 64, 128)),
+            Param("block_k", int, 256, "columns per K tile (x's TMA box: at most 256)",
+                  bound=Bound(low=64, high=256))),
+    default_target=TARGET_NAME, targets=(TARGET_NAME,))
