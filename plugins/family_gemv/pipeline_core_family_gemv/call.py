@@ -11,11 +11,11 @@ from typing import Any
 import attrs
 
 from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, Built, HostCall, Launch, Op, Recipe,
-                                               declared_geometry, describe, load_kernel,
-                                               require_gpu_module, sm_count, tensor_map)
+                                               describe, require_gpu_module, sm_count,
+                                               tensor_map)
 
 from pipeline_core_family_gemv.emit import KERNEL_NAME, SIGNATURE, emit_gemv
-from pipeline_core_family_gemv.schedule import KERNEL_FAMILY, NAME, GemvGeometry, GemvTrips
+from pipeline_core_family_gemv.schedule import NAME, GemvTrips
 
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
 BLOCK_K = 256
@@ -29,8 +29,7 @@ class GemvArgumentError(ValueError):
 
 @attrs.frozen(kw_only=True)
 class GemvCall:
-    """One call's plan: sizes, dtype, tile height, and the copies TMA needs (``pad``: the row
-    length of A's copy, 0 for none; set from the addresses, which a fake tensor has not)."""
+    """One call's plan; ``pad`` (A's copy's row length) and ``copy_x``: the copies TMA needs."""
 
     m: int
     k: int
@@ -70,10 +69,7 @@ def _copies(c: GemvCall, a: Any, x: Any) -> GemvCall:
 def _build(key: tuple[int, str, int]) -> Built:
     block_m, dtype, device = key
     compiled = CALL.compile({"block_m": str(block_m), "block_k": str(BLOCK_K)}, STAGES[block_m])
-    g = declared_geometry(compiled, KERNEL_FAMILY, GemvGeometry, "gemv")
-    kernel = load_kernel(emit_gemv(compiled, dtype=dtype), KERNEL_NAME, device=device,
-                         smem=g.smem_bytes)
-    return Built(kernel=kernel, smem=g.smem_bytes, threads=g.threads)
+    return CALL.load(compiled, emit_gemv(compiled, dtype=dtype), KERNEL_NAME, device)
 
 
 def _pack(r: Recipe[GemvCall], kernels: tuple[Built, ...],
@@ -124,7 +120,7 @@ def _ops() -> tuple[Op, ...]:
 
 
 CALL: HostCall[GemvCall, Built] = HostCall(
-    schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_family_gemv.plugin"), build=_build,
+    schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_family_gemv"), build=_build,
     pack=_pack, ops=_ops)
 
 

@@ -11,7 +11,8 @@ from pipeline_core.plugin_api import CompiledSchedule, EmitterRecord, Param, Ste
 from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, TENSOR_MAP_TYPE, WATCHDOG,
                                                AgentsFamily, KernelSignature, agent_code,
                                                agents_kernel_body, declared_geometry,
-                                               header_source, kernel_params, linear_tile_loop,
+                                               gemm_call_header_source, header_source,
+                                               kernel_params, linear_tile_loop,
                                                loop_tile, require_ring_depths,
                                                wgmma_header_source)
 
@@ -74,7 +75,7 @@ def emit_gemv(compiled: CompiledSchedule, *, watchdog: int | None = None,
         f"{compiled.schedule_name} on target {compiled.target_name}: y = A @ x, {dtype}, fp32 "
         f"accumulate.\n// Launch: block {g.threads}, dynamic shared memory {g.smem_bytes} bytes, "
         "any grid (CTA i runs output tiles i, i + gridDim.x, ...).",
-        header_source(), wgmma_header_source(), device,
+        header_source(), wgmma_header_source(), gemm_call_header_source(), device,
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
         f"{KERNEL_NAME}({SIGNATURE.render()}) {{", body, "}", ""])
 

@@ -1,10 +1,7 @@
-"""Schedule ``gemv``: one K tile of ``y = A @ x`` on the H100, the Hopper kit's worked family
-(docs/guide/kernel-family.md).  The body is one K tile (``block_k`` columns) of one output tile
-(``block_m`` rows of y): agent ``producer`` (one elected thread) copies A's tile and x's chunk
-with TMA; agent ``consumer`` (one warp group) reads them from shared memory into each thread's
-fp32 dot products.  The schedule writes no synchronization: the core derives the ring, the
-waits, the expected bytes and the releases, and proves them over every trip count.
-"""
+"""Schedule ``gemv``: one K tile (``block_k`` columns) of one output tile (``block_m`` rows) of
+``y = A @ x`` on the H100, the Hopper kit's worked family (docs/guide/kernel-family.md): agent
+``producer`` copies A's tile and x's chunk with TMA, agent ``consumer`` (a warp group) reads
+them into fp32 dot products.  The core derives and proves every wait and release."""
 from __future__ import annotations
 
 import enum
@@ -47,7 +44,7 @@ class GemvTrips:
         return self.trip_counts(problem)
 
     def sample(self, k_tiles: int) -> TripSample | None:
-        return None  # every tile visits k_tiles: the steady state is the report
+        return None  # every tile visits k_tiles: the steady state says it all
 
     def document(self) -> dict[str, int]:
         return {"block_m": self.block_m, "block_k": self.block_k}

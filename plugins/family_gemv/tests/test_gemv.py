@@ -20,7 +20,7 @@ from pipeline_core_family_gemv.emit import SIGNATURE, emit_gemv
 from pipeline_core_family_gemv.schedule import GemvTrips
 
 HOST = PluginHost(extra_modules=["pipeline_core_nvidia_h100.plugin",
-                                 "pipeline_core_family_gemv.plugin"])
+                                 "pipeline_core_family_gemv"])
 
 
 def compiled(block_m: int):

@@ -192,6 +192,17 @@ class HostCall(Generic[P, B]):
         return compile_named(self.schedule, target="h100", params=params,
                              target_args={"stages": str(stages)}, host=self.host())
 
+    def load(self, compiled: CompiledSchedule, source: str, name: str, device: int) -> Built:
+        """Kernel ``name`` of ``source`` (emitted from ``compiled``) loaded on ``device`` with
+        the block and shared memory its declared geometry launches with (``threads``,
+        ``smem_bytes``): a family whose packer reads nothing more needs no build of its own."""
+        g = compiled.plan.launch.geometry if compiled.plan.launch is not None else None
+        if g is None or not hasattr(g, "smem_bytes") or not hasattr(g, "threads"):
+            raise ValueError(f"schedule {compiled.schedule_name}: its kernel launch declares no "
+                             "geometry with threads and smem_bytes; give its kernel_launch() one")
+        return Built(kernel=load_kernel(source, name, device=device, smem=g.smem_bytes),
+                     smem=g.smem_bytes, threads=g.threads)
+
     def recipe(self, first: Any, key: tuple[Any, ...], plan: Callable[[int], P],
                kernels: Callable[[P, int], tuple[Hashable, ...]]) -> Recipe[P]:
         """The recipe of a call whose arguments ``key`` describes (``launch_cache.describe``),
