@@ -80,7 +80,9 @@ def _pack(r: Recipe[GemvCall], kernels: tuple[Built, ...],
     tiles = len(GemvTrips(block_m=c.block_m, block_k=BLOCK_K).trip_counts((c.m, c.k)))
     values = {"tmA": tensor_map(a.data_ptr(), c.m, c.k, c.block_m, 64, c.dtype,
                                 stride=a.stride(0)),
-              "tmX": tensor_map(x.data_ptr(), 1, c.k, 1, BLOCK_K, c.dtype, swizzle=False),
+              # one row: its stride is never stepped, but TMA wants it 16-byte aligned
+              "tmX": tensor_map(x.data_ptr(), 1, c.k, 1, BLOCK_K, c.dtype,
+                                stride=-(-c.k // 8) * 8, swizzle=False),
               "M": c.m, "K": c.k}
     args = SIGNATURE.pack_around("Y", values, require_gpu_module("numpy"))
     return (Launch.of(built, (min(tiles, sm_count(r.device)),), *args),)
