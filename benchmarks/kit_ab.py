@@ -68,7 +68,7 @@ def sources() -> list[tuple[str, str]]:
     from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma
     from pipeline_core_nvidia_h100.gemm_signature import KERNEL_NAME as GEMM
     from pipeline_core_schedules_attention import call as at
-    from pipeline_core_family_gemv.call import BLOCK_K, CALL, STAGES
+    from pipeline_core_family_gemv.call import CALL, STAGES
     from pipeline_core_family_gemv.emit import KERNEL_NAME as GEMV, emit_gemv
     import abold_pipeline_core_schedules_attention.call as old_at
 
@@ -88,7 +88,7 @@ def sources() -> list[tuple[str, str]]:
                     old_at.KERNEL_NAME if hasattr(old_at, "KERNEL_NAME") else
                     "pc_flash_attention_fwd"))
     for bm, stages in STAGES.items():
-        c = CALL.compile({"block_m": str(bm), "block_k": str(BLOCK_K)}, stages)
+        c = CALL.compile({"block_m": str(bm)}, stages)
         out += [(emit_gemv(c, dtype=dt), GEMV) for dt in ("bf16", "fp16")]
     return out
 

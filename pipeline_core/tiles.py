@@ -125,6 +125,27 @@ class TripRule(Protocol[Problem]):
         """The rule as the schedule document records it (JSON values)."""
 
 
+class UniformTrips:
+    """What every uniform rule says alike, for a family's rule to inherit (the GEMM's raster,
+    the gemv's row tiles): every output tile visits the same count, none masked (the loads are
+    zero-filled past the problem), nothing to sample beyond the steady state, and the rule's
+    fields as its document.  The family writes :meth:`trip_counts` alone."""
+
+    uniform = True
+
+    def trip_counts(self, problem: Any) -> tuple[int, ...]:
+        raise NotImplementedError(f"{type(self).__name__}: a uniform rule gives trip_counts")
+
+    def masked_trips(self, problem: Any) -> tuple[int, ...]:
+        return self.trip_counts(problem)
+
+    def sample(self, k_tiles: int) -> TripSample | None:
+        return None
+
+    def document(self) -> Mapping[str, object]:
+        return attrs.asdict(self) if attrs.has(type(self)) else {}  # type: ignore[arg-type]
+
+
 def varies(rule: TripRule[Any] | None) -> TypeGuard[TripRule[Any]]:
     """A rule whose output tiles may differ in count (not None and not uniform): what the
     prover, the mutations, the cluster check, the plan edits and the document ask."""

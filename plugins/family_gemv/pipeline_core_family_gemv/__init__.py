@@ -5,19 +5,17 @@ from __future__ import annotations
 from pipeline_core.plugin_api import hookimpl
 
 from pipeline_core_family_gemv.call import GemvArgumentError, gemv
+from pipeline_core_family_gemv.emit import EMITTERS
+from pipeline_core_family_gemv.schedule import RECORD
 
 __all__ = ["GemvArgumentError", "gemv"]
 
 
 @hookimpl
 def pipeline_core_register_schedules():
-    from pipeline_core_family_gemv.schedule import RECORD
-
     return [RECORD]
 
 
 @hookimpl
 def pipeline_core_register_emitters():
-    from pipeline_core_family_gemv.emit import EMITTERS
-
     return list(EMITTERS)

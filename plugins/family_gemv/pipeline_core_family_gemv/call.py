@@ -1,9 +1,6 @@
-"""``gemv(a, x)``: ``y = a @ x`` on torch tensors through the kit's call layer (``HostCall``).
-The family brings its checks (:func:`plan_gemv`), its tile choice, how a kernel is built and how
-its arguments are packed (by the emitter's ``SIGNATURE``); the kit the build cache, the recipes,
-the packed arguments, the launch on torch's stream, the custom op with its fake and backward.
-What TMA cannot read (rows not 16-byte strided or aligned, a strided x) is copied, not refused.
-"""
+"""``gemv(a, x)``: ``y = a @ x`` on torch tensors.  The family brings its checks, tile choice,
+build and packing (by the emitter's ``SIGNATURE``); the kit's ``HostCall`` the caches, launch,
+custom op, fake and backward.  What TMA cannot read is copied (``tma_copy``), not refused."""
 from __future__ import annotations
 
 from typing import Any
@@ -12,13 +9,12 @@ import attrs
 
 from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, Built, HostCall, Launch, Op, Recipe,
                                                describe, require_gpu_module, sm_count,
-                                               tensor_map)
+                                               tensor_map, tma_copy, tma_readable)
 
 from pipeline_core_family_gemv.emit import KERNEL_NAME, SIGNATURE, emit_gemv
-from pipeline_core_family_gemv.schedule import NAME, GemvTrips
+from pipeline_core_family_gemv.schedule import BLOCK_K, NAME, GemvTrips
 
 DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}
-BLOCK_K = 256
 #: the ring depth per tile height: the target's deepest (5), or as many as fit (128 rows)
 STAGES = {32: 5, 64: 5, 128: 3}
 
@@ -29,13 +25,13 @@ class GemvArgumentError(ValueError):
 
 @attrs.frozen(kw_only=True)
 class GemvCall:
-    """One call's plan; ``pad`` (A's copy's row length) and ``copy_x``: the copies TMA needs."""
+    """One call's plan; ``copy_a``, ``copy_x``: the operands TMA cannot read where they lie."""
 
     m: int
     k: int
     dtype: str
     block_m: int
-    pad: int = 0
+    copy_a: bool = False
     copy_x: bool = False
 
 
@@ -60,15 +56,12 @@ def plan_gemv(a: Any, x: Any, sms: int = 132) -> GemvCall:
 
 
 def _copies(c: GemvCall, a: Any, x: Any) -> GemvCall:
-    readable = (a.stride(1) == 1 and (a.stride(0) * a.element_size()) % 16 == 0
-                and a.data_ptr() % 16 == 0 and (c.m < 2 or a.stride(0) >= c.k))
-    return attrs.evolve(c, pad=0 if readable else -(-c.k // 8) * 8,
-                        copy_x=x.stride(0) != 1 or x.data_ptr() % 16 != 0)
+    return attrs.evolve(c, copy_a=not tma_readable(a), copy_x=not tma_readable(x[None]))
 
 
 def _build(key: tuple[int, str, int]) -> Built:
     block_m, dtype, device = key
-    compiled = CALL.compile({"block_m": str(block_m), "block_k": str(BLOCK_K)}, STAGES[block_m])
+    compiled = CALL.compile({"block_m": str(block_m)}, STAGES[block_m])
     return CALL.load(compiled, emit_gemv(compiled, dtype=dtype), KERNEL_NAME, device)
 
 
@@ -96,9 +89,8 @@ def _run(a: Any, x: Any) -> Any:
     y = a.new_empty(c.m)
     if c.k == 0 or c.m == 0:
         return y.zero_()
-    if c.pad:  # rows TMA can read; the pad past K is never read
-        a = a.new_empty(c.m, c.pad)[:, :c.k].copy_(a)
-    x = x.new_empty(c.k).copy_(x) if c.copy_x else x
+    a = tma_copy(a) if c.copy_a else a
+    x = tma_copy(x[None])[0] if c.copy_x else x
     CALL.launch(r, (r, a.data_ptr(), x.data_ptr()), (a, x), y)
     return y
 
@@ -110,15 +102,13 @@ def _ops() -> tuple[Op, ...]:
         plan_gemv(a, x)
         return a.new_empty(a.shape[0])
 
-    def setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        ctx.save_for_backward(*inputs)
-
     def backward(ctx: Any, dy: Any) -> tuple[Any, Any]:
         a, x = ctx.saved_tensors
         return dy[:, None] * x[None, :], a.t().mv(dy)
 
     return (Op(name="pipeline_core::gemv", schema="(Tensor a, Tensor x) -> Tensor", impl=_run,
-               fake=fake, backward=backward, setup_context=setup),)
+               fake=fake, backward=backward,
+               setup_context=lambda ctx, inputs, output: ctx.save_for_backward(*inputs)),)
 
 
 CALL: HostCall[GemvCall, Built] = HostCall(

@@ -44,9 +44,7 @@ def _family(g: GemvGeometry, dtype: str) -> AgentsFamily:
         finish="            pcgv::store_row<PARTS, BF16>(acc, Y, tile * BM + r, M, p);")
 
 
-def _op_line(s: Step, stage: str) -> str:
-    """The family's op steps: A's tile as one 128-byte-swizzled box per 64 columns, x's chunk
-    as one box, the dot."""
+def _op_line(s: Step, stage: str) -> str:  # A: a 128-byte-swizzled box per 64 columns
     if s.tag == GemvTag.TMA_A:
         return (f"for (int b = 0; b < BK / 64; ++b) tma_load_2d(stage_a({stage}) + b * BM * 128, "
                 f"&tmA, full_bar({stage}), {loop_tile(s)} * BK + b * 64, tile * BM);")

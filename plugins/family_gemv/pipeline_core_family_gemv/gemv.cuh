@@ -1,5 +1,4 @@
-// The gemv family's device math: what a consumer thread does with a ring stage, and how a
-// tile's sums leave.  The kit's frame calls these; they hold no synchronization but the warp's.
+// The gemv family's device math, called by the kit's frame; no synchronization but the warp's.
 // Pasted after the kit's headers (pcwg::u32, pcgc's element conversions).
 #pragma once
 

@@ -9,14 +9,17 @@ from typing import Any
 
 import attrs
 
-from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext, CostModel,
+from pipeline_core.plugin_api import (AgentRole, AgentSpec, BuildContext, CostModel,
                                       DepEdge, Op, OpCost, OpRole, Param, ProgramError,
-                                      ResourceKind, ScheduleRecord, TripSample, annotate, logical)
+                                      ResourceKind, ScheduleRecord, UniformTrips, annotate,
+                                      logical)
 
 from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TARGET_NAME,
                                                AgentsSchedule, family_profile)
 
 NAME = KERNEL_FAMILY = "gemv"
+#: columns per K tile: x's chunk is one TMA box (at most 256), A's tile 4 boxes of 64 columns
+BLOCK_K = 256
 
 
 class GemvTag(enum.IntEnum):
@@ -28,52 +31,33 @@ class GemvTag(enum.IntEnum):
 
 
 @attrs.frozen(kw_only=True)
-class GemvTrips:
-    """The family's trip rule (``plugin_api.TripRule``) for problem (M, K): output tiles of
-    ``block_m`` rows, each visiting every K tile.  Uniform: the proof needs no runs of tiles of
-    different counts, and no tile is masked (TMA zero-fills A and x past K)."""
+class GemvTrips(UniformTrips):
+    """The family's trip rule for problem (M, K): output tiles of ``block_m`` rows, each
+    visiting every K tile (uniform: the proof runs no tiles of different counts; none masked:
+    TMA zero-fills A and x past K)."""
 
     block_m: int
     block_k: int
-    uniform = True
 
     def trip_counts(self, problem: tuple[int, int]) -> tuple[int, ...]:
         return (-(-problem[1] // self.block_k),) * -(-problem[0] // self.block_m)
 
-    def masked_trips(self, problem: tuple[int, int]) -> tuple[int, ...]:
-        return self.trip_counts(problem)
-
-    def sample(self, k_tiles: int) -> TripSample | None:
-        return None  # every tile visits k_tiles: the steady state says it all
-
-    def document(self) -> dict[str, int]:
-        return {"block_m": self.block_m, "block_k": self.block_k}
-
 
 @attrs.frozen(kw_only=True)
 class GemvGeometry:
-    """The tile and ring depth; ``parts`` = 128 / block_m threads share a row."""
+    """The tile and ring depth (128 / block_m consumer threads share a row)."""
 
     block_m: int
-    block_k: int
     stages: int
+    block_k = BLOCK_K
     threads = 256  # the producer's warp group and the consumer's
-
-    @property
-    def a_bytes(self) -> int:
-        return self.block_m * self.block_k * 2
 
     @property
     def smem_bytes(self) -> int:
         """Per stage A's tile and x's chunk (1 KB), their mbarriers, 1 KB of alignment."""
-        return self.stages * (self.a_bytes + 1024 + 16) + 1024
+        return self.stages * (self.block_m * self.block_k * 2 + 1024 + 16) + 1024
 
     def validate(self) -> None:
-        parts = 128 // self.block_m
-        if self.block_k % (64 * parts):
-            raise ProgramError(f"schedule {NAME}: -p block_k={self.block_k}: {parts} threads a "
-                               f"row read whole boxes of 64 columns; pass a multiple of "
-                               f"{64 * parts}")
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"schedule {NAME}: -T stages={self.stages}: {self.smem_bytes} "
                                f"bytes of shared memory, over {H100_SXM.smem_per_cta_optin}; "
@@ -107,7 +91,7 @@ class Gemv(AgentsSchedule):
         return AgentSpec(
             roles=[AgentRole(name="producer", ops=(A, X), warps=4, issuers=1, registers=40),
                    AgentRole(name="consumer", ops=(DOT,), warps=4, issuers=128, registers=232)],
-            op_bytes={A: g.a_bytes, X: g.block_k * 2},
+            op_bytes={A: g.block_m * g.block_k * 2, X: g.block_k * 2},
             # the dot's reads end before it does (its FMAs consume them): release right after
             release_lag=0, trip_rule=GemvTrips(block_m=g.block_m, block_k=g.block_k))
 
@@ -121,8 +105,7 @@ def make_gemv(ctx: BuildContext) -> Gemv:
         GemvTag.DOT: OpCost(valu, 64, OpRole.VALU_COMPUTE, name="DOT")})
     target = family_profile(costs, base)
     p: dict[str, Any] = dict(ctx.params)
-    geometry = GemvGeometry(block_m=p["block_m"], block_k=p["block_k"],
-                            stages=target.pipeline.depth)
+    geometry = GemvGeometry(block_m=p["block_m"], stages=target.pipeline.depth)
     geometry.validate()
     return Gemv(target, geometry)
 
@@ -130,7 +113,5 @@ def make_gemv(ctx: BuildContext) -> Gemv:
 RECORD = ScheduleRecord(
     NAME, "y = A @ x, one K tile per iteration: a TMA producer (A's tile, x's chunk) feeding one "
     "consumer warp group's fp32 dot products; the Hopper kit's worked family", make_gemv,
-    params=(Param("block_m", int, 64, "rows of y per output tile", choices=(32, 64, 128)),
-            Param("block_k", int, 256, "columns per K tile (x's TMA box: at most 256)",
-                  bound=Bound(low=64, high=256))),
+    params=(Param("block_m", int, 64, "rows of y per output tile", choices=(32, 64, 128)),),
     default_target=TARGET_NAME, targets=(TARGET_NAME,))

@@ -15,7 +15,7 @@ from pipeline_core.plugins import PluginHost
 from pipeline_core_nvidia_h100.kit_api import SkeletonMismatch, check_skeleton
 from pipeline_core_nvidia_h100.toolchain import compile_cubin
 
-from pipeline_core_family_gemv.call import BLOCK_K, STAGES, GemvArgumentError, _copies, plan_gemv
+from pipeline_core_family_gemv.call import STAGES, GemvArgumentError, _copies, plan_gemv
 from pipeline_core_family_gemv.emit import SIGNATURE, emit_gemv
 from pipeline_core_family_gemv.schedule import GemvTrips
 
@@ -25,8 +25,7 @@ HOST = PluginHost(extra_modules=["pipeline_core_nvidia_h100.plugin",
 
 def compiled(block_m: int):
     return compile_named("gemv", target="h100", host=HOST, target_args={
-        "stages": str(STAGES[block_m])}, params={"block_m": str(block_m),
-                                                  "block_k": str(BLOCK_K)})
+        "stages": str(STAGES[block_m])}, params={"block_m": str(block_m)})
 
 
 @pytest.mark.parametrize("block_m", sorted(STAGES))
@@ -97,6 +96,10 @@ class Tensor:
     def data_ptr(self):
         return self._ptr
 
+    def __getitem__(self, index):  # x[None]: a row of one
+        assert index is None
+        return Tensor((1, *self.shape), self.dtype, (self.shape[0], *self._strides), self._ptr)
+
 
 @pytest.mark.parametrize("a, x, needle", [
     (Tensor((4, 8)), Tensor((9,)), "x: 9 elements for a's 8 columns; pass x of shape [8]"),
@@ -111,16 +114,17 @@ def test_bad_arguments_are_refused_in_one_line_naming_them(a, x, needle):
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("a, x, pad, copy_x", [
-    (Tensor((4, 8)), Tensor((8,)), 0, False),
-    (Tensor((4, 7), strides=(7, 1)), Tensor((7,)), 8, False),       # rows of 14 bytes
-    (Tensor((4, 8), strides=(1, 4)), Tensor((8,)), 8, False),       # a transposed view
-    (Tensor((4, 8), ptr=(1 << 20) + 2), Tensor((8,)), 8, False),    # a misaligned address
-    (Tensor((4, 8)), Tensor((8,), strides=(2,)), 0, True),          # a strided x
+@pytest.mark.parametrize("a, x, copy_a, copy_x", [
+    (Tensor((4, 8)), Tensor((8,)), False, False),
+    (Tensor((4, 7), strides=(7, 1)), Tensor((7,)), True, False),    # rows of 14 bytes
+    (Tensor((4, 8), strides=(1, 4)), Tensor((8,)), True, False),    # a transposed view
+    (Tensor((4, 8), ptr=(1 << 20) + 2), Tensor((8,)), True, False),  # a misaligned address
+    (Tensor((4, 8)), Tensor((8,), strides=(2,)), False, True),      # a strided x
+    (Tensor((4, 8)), Tensor((8,), ptr=(1 << 20) + 4), False, True),  # a misaligned x
 ])
-def test_what_tma_cannot_read_is_copied_never_refused(a, x, pad, copy_x):
+def test_what_tma_cannot_read_is_copied_never_refused(a, x, copy_a, copy_x):
     c = _copies(plan_gemv(a, x), a, x)
-    assert (c.pad, c.copy_x) == (pad, copy_x)
+    assert (c.copy_a, c.copy_x) == (copy_a, copy_x)
 
 
 def test_the_tile_height_gives_every_sm_a_tile_where_the_rows_allow():

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import attrs
 
-from pipeline_core.plugin_api import TripSample
+from pipeline_core.plugin_api import UniformTrips
 
 
 @attrs.frozen(kw_only=True)
-class RasterTrips:
+class RasterTrips(UniformTrips):
     """Output tiles of ``block_m x block_n`` (in the emitter's grouped raster order, which
     uniform counts make immaterial here), each visiting every K tile of ``block_k``."""
 
@@ -23,19 +23,6 @@ class RasterTrips:
     block_n: int
     block_k: int
 
-    @property
-    def uniform(self) -> bool:
-        return True
-
     def trip_counts(self, problem: tuple[int, int, int]) -> tuple[int, ...]:
         m, n, k = problem
         return (-(-k // self.block_k),) * (-(-m // self.block_m) * -(-n // self.block_n))
-
-    def masked_trips(self, problem: tuple[int, int, int]) -> tuple[int, ...]:
-        return self.trip_counts(problem)  # none masked: the tails are zero-filled
-
-    def sample(self, k_tiles: int) -> TripSample | None:
-        return None  # every output tile visits k_tiles: the steady state is the report
-
-    def document(self) -> dict[str, int]:
-        return {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k}

@@ -47,7 +47,8 @@ from pipeline_core_nvidia_h100.gemm_tiles import RasterTrips
 from pipeline_core_nvidia_h100.kernel_cache import cubin_path
 from pipeline_core_nvidia_h100.kit.call import (BUILD_OPTIONS, RECIPE_CACHE_SIZE, Built, HostCall,
                                                 KernelTable, Launch, Op, Recipe, load_kernel,
-                                                register_op, sm_count, tensor_map)
+                                                register_op, sm_count, tensor_map, tma_copy,
+                                                tma_readable)
 from pipeline_core_nvidia_h100.kit.signature import (TENSOR_MAP_TYPE, KernelParam,
                                                      KernelSignature, SignatureError)
 from pipeline_core_nvidia_h100.kit.signature import params as kernel_params
@@ -91,7 +92,7 @@ __all__ = [
     "KernelSignature", "KernelParam", "kernel_params", "SignatureError", "TENSOR_MAP_TYPE",
     # the call layer
     "HostCall", "KernelTable", "Built", "Recipe", "Launch", "Op", "load_kernel", "tensor_map",
-    "sm_count", "register_op", "BUILD_OPTIONS", "RECIPE_CACHE_SIZE",
+    "sm_count", "register_op", "tma_readable", "tma_copy", "BUILD_OPTIONS", "RECIPE_CACHE_SIZE",
     # what a family's tests check
     "check_skeleton", "SkeletonMismatch",
 ]

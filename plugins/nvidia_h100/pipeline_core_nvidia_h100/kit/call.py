@@ -328,6 +328,24 @@ def sm_count(device: int) -> int:
     return found
 
 
+def tma_readable(t: Any) -> bool:
+    """Whether TMA can read the rows of 2-D tensor ``t`` where they lie: unit-strided
+    elements, rows 16 bytes apart by a multiple (one row: any) and not overlapping, the base
+    16-byte aligned.  What fails is copied (:func:`tma_copy`), never refused: torch takes it."""
+    rows, cols = t.shape
+    return (t.stride(1) == 1 and t.data_ptr() % 16 == 0
+            and (rows < 2 or ((t.stride(0) * t.element_size()) % 16 == 0
+                              and t.stride(0) >= cols)))
+
+
+def tma_copy(t: Any) -> Any:
+    """2-D ``t`` copied into rows TMA can read: each padded to 16 bytes (the pad never read:
+    the tensor map is of ``t``'s columns)."""
+    rows, cols = t.shape
+    per = 16 // t.element_size()
+    return t.new_empty(rows, -(-cols // per) * per)[:, :cols].copy_(t)
+
+
 _MAPS: Bounded[Any] = Bounded(MAP_CACHE_SIZE)
 
 
