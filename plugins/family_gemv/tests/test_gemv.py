@@ -68,7 +68,7 @@ def test_the_trip_rule_sizes_the_grid_and_leaves_no_tile_masked():
     assert compiled(64).plan.trip_rule == rule
 
 
-@pytest.mark.needs_nvcc  # skipped or failed without nvcc: plugins/nvidia_h100/tests/conftest.py
+@pytest.mark.needs_nvcc  # skipped or failed without nvcc: plugins/conftest.py
 @pytest.mark.parametrize("block_m", sorted(STAGES))
 def test_the_calls_kernels_build_without_spills(block_m, tmp_path):
     proc, _ = compile_cubin(emit_gemv(compiled(block_m)), tmp_path, f"gemv{block_m}")

@@ -1,5 +1,6 @@
-"""The needs_nvcc rule (conftest.py): without nvcc a SASS test skips saying why and how to make
-it fail, and ``PIPELINE_CORE_REQUIRE_NVCC=1`` makes it fail (issue 25: they skipped silently)."""
+"""The needs_nvcc rule (plugins/conftest.py): without nvcc a SASS test skips saying why and how
+to make it fail, and ``PIPELINE_CORE_REQUIRE_NVCC=1`` makes it fail (issue 25: they skipped
+silently)."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,6 @@
-"""The rule for the tests that need nvcc (marker ``needs_nvcc``): without nvcc on PATH they
+"""The rule for every plugin's tests that need nvcc (marker ``needs_nvcc``: the H100 plugin's and
+each Hopper kernel family's SASS and build tests; one home, so the families load no copy of
+it): without nvcc on PATH they
 skip with a reason that says so and how to make it a failure, and a line at the end of the run
 counts them; with ``PIPELINE_CORE_REQUIRE_NVCC=1`` they fail instead, so a CI machine whose
 toolchain is promised cannot pass them silently (README, "Run the tests").
