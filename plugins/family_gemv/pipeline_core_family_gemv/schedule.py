@@ -103,7 +103,7 @@ def make_gemv(ctx: BuildContext) -> Gemv:
         GemvTag.TMA_A: OpCost(load, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="TMA_A"),
         GemvTag.TMA_X: OpCost(load, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="TMA_X"),
         GemvTag.DOT: OpCost(valu, 64, OpRole.VALU_COMPUTE, name="DOT")})
-    target = family_profile(costs, base)
+    target = family_profile(costs, base.pipeline, base.clock_ghz)
     p: dict[str, Any] = dict(ctx.params)
     geometry = GemvGeometry(block_m=p["block_m"], stages=target.pipeline.depth)
     geometry.validate()

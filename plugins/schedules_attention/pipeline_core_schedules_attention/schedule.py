@@ -29,13 +29,12 @@ from typing import Any
 import attrs
 
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext, CostModel,
-                                      DepEdge, KernelLaunch, Op, OpCost, OpRole,
-                                      OrderSpec, Param, PipelineConfig, ProgramError, ResourceKind,
-                                      RingSpec,
+                                      DepEdge, Op, OpCost, OpRole, OrderSpec, Param,
+                                      PipelineConfig, ProgramError, ResourceKind, RingSpec,
                                       ScheduleRecord, TargetProfile, Turn, annotate, logical)
 
-from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_AGENT_MACHINE, H100_SXM,
-                                               H100_WGMMA_SYNC, TAG_NAMES, TARGET_NAME)
+from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TARGET_NAME,
+                                               AgentsSchedule, family_profile)
 
 from pipeline_core_schedules_attention.tiles import LoopBounds
 
@@ -93,8 +92,7 @@ def attention_profile(pipeline: PipelineConfig, clock_ghz: float | None) -> Targ
     family's costs, the wgmma sync model (mbarrier rings, wgmma groups, named barriers) and the
     H100 agents machine.  The family's contract lives with its only schedule, as the GEMM's
     does in ``warpspecialized.py``, so the H100 plugin needs no record for it."""
-    return TargetProfile(attention_cost_model(), pipeline, sync=H100_WGMMA_SYNC,
-                         clock_ghz=clock_ghz, agent_machine=H100_AGENT_MACHINE)
+    return family_profile(attention_cost_model(), pipeline, clock_ghz)
 
 
 @attrs.frozen(kw_only=True)
@@ -212,20 +210,13 @@ def consumer_op(c: int, which: int) -> int:
     return 3 + 4 * c + which
 
 
-class FlashAttentionForward:
-    """One KV block: TMA Q (once), K, V (producer); S, softmax, rescale, PV per consumer."""
+class FlashAttentionForward(AgentsSchedule):
+    """One KV block: TMA Q (once), K, V (producer); S, softmax, rescale, PV per consumer
+    (kernel family ``attention``, sized by the geometry built and validated once)."""
 
     name = NAME
-
-    def __init__(self, target: TargetProfile, geometry: AttentionGeometry) -> None:
-        self.target = target
-        self.geometry = geometry
-
-    def config(self) -> PipelineConfig:
-        return self.target.pipeline
-
-    def lowering(self) -> str:
-        return "agents"
+    family = KERNEL_FAMILY
+    geometry: AttentionGeometry
 
     def build_body(self) -> list[Op]:
         g = self.geometry
@@ -296,12 +287,6 @@ class FlashAttentionForward:
         return LoopBounds(causal=g.causal, block_m=g.block_m, block_n=g.block_n, align=g.align,
                           masked_ops=tuple(consumer_op(c, SOFTMAX) for c in range(g.consumers)))
 
-    def tag_names(self) -> dict[int, str]:
-        return {**self.target.cost_model.tag_names(), **TAG_NAMES}
-
-    def kernel_launch(self) -> KernelLaunch:
-        """Kernel family ``attention`` sized by the geometry built and validated once."""
-        return KernelLaunch(kernel_family=KERNEL_FAMILY, geometry=self.geometry)
 
 
 PARAMS = (

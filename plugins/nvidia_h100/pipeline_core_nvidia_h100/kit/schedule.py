@@ -12,11 +12,12 @@ from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE
 from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
 
 
-def family_profile(costs: CostModel, base: TargetProfile) -> TargetProfile:
-    """The h100 target ``base`` (its ring depth ``-T stages``, its clock) with a family's own
-    op costs, the wgmma sync model (mbarrier rings, wgmma groups, named barriers) and the
-    agents machine the timing model runs."""
-    return TargetProfile(costs, base.pipeline, sync=H100_WGMMA_SYNC, clock_ghz=base.clock_ghz,
+def family_profile(costs: CostModel, pipeline: PipelineConfig,
+                   clock_ghz: float | None) -> TargetProfile:
+    """The h100 target (its ring depth ``-T stages`` in ``pipeline``, its clock) with a
+    family's own op costs, the wgmma sync model (mbarrier rings, wgmma groups, named barriers)
+    and the agents machine the timing model runs."""
+    return TargetProfile(costs, pipeline, sync=H100_WGMMA_SYNC, clock_ghz=clock_ghz,
                          agent_machine=H100_AGENT_MACHINE)
 
 
