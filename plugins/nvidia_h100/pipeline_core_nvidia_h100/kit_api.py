@@ -34,6 +34,10 @@ through it only, and only names in its ``__all__``, as it holds plugins to
   ``KernelTable``, recipes, packed arguments, launch, custom ops), its records ``Built``,
   ``Recipe``, ``Launch``, ``Op``, and ``load_kernel``, ``tensor_map``, ``sm_count``,
   ``register_op``, ``BUILD_OPTIONS``, ``RECIPE_CACHE_SIZE``;
+* autotuning (kit.autotune): ``Autotuner`` (a family's candidates ranked on the timing model,
+  the best few timed, the winner cached under the family's key and source hash), each
+  candidate's ``Workload`` on a problem over its ``TimingModel`` (``timing_model``), the cache's
+  ``TuneKey``, the switch ``autotune_enabled`` and ``AutotuneError``;
 * what the tests of a family use: ``check_skeleton`` (what runs is what was proven).
 """
 from __future__ import annotations
@@ -45,6 +49,9 @@ from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_sour
 from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
 from pipeline_core_nvidia_h100.gemm_tiles import RasterTrips
 from pipeline_core_nvidia_h100.kernel_cache import cubin_path
+from pipeline_core_nvidia_h100.kit.autotune import (AutotuneError, Autotuner, TimingModel,
+                                                    TuneKey, Workload, timing_model)
+from pipeline_core_nvidia_h100.kit.autotune import enabled as autotune_enabled
 from pipeline_core_nvidia_h100.kit.call import (BUILD_OPTIONS, RECIPE_CACHE_SIZE, Built, HostCall,
                                                 KernelTable, Launch, Op, Recipe, load_kernel,
                                                 register_op, sm_count, tensor_map, tma_copy,
@@ -93,6 +100,9 @@ __all__ = [
     # the call layer
     "HostCall", "KernelTable", "Built", "Recipe", "Launch", "Op", "load_kernel", "tensor_map",
     "sm_count", "register_op", "tma_readable", "tma_copy", "BUILD_OPTIONS", "RECIPE_CACHE_SIZE",
+    # autotuning
+    "Autotuner", "Workload", "TimingModel", "timing_model", "TuneKey", "autotune_enabled",
+    "AutotuneError",
     # what a family's tests check
     "check_skeleton", "SkeletonMismatch",
 ]

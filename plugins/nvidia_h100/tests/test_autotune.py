@@ -13,8 +13,9 @@ pytest.importorskip("pipeline_core_nvidia_h100")
 
 from pipeline_core.plugin_api import ProgramError  # noqa: E402
 from pipeline_core_nvidia_h100 import autotune, kernel_cache  # noqa: E402
-from pipeline_core_nvidia_h100.autotune import (DEFAULT, AutotuneError, Candidate,  # noqa: E402
-                                                bucket, candidates, rank, tune)
+from pipeline_core_nvidia_h100.autotune import (DEFAULT, TUNER, AutotuneError,  # noqa: E402
+                                                Candidate, bucket, candidates, rank, tune)
+from pipeline_core_nvidia_h100.kit import autotune as kit_autotune  # noqa: E402
 from pipeline_core_nvidia_h100.warpspecialized import GemmVariant  # noqa: E402
 
 V = GemmVariant(tails=True)
@@ -74,12 +75,10 @@ def test_the_untuned_variant_is_among_the_models_best_on_a_large_square():
 
 
 def test_long_k_is_extrapolated_along_the_steady_state():
-    c = DEFAULT
-    step = autotune.model_cycles(c, autotune.EXACT_K_TILES) - autotune.model_cycles(
-        c, autotune.EXACT_K_TILES - 1)
-    far = autotune.model_cycles(c, autotune.EXACT_K_TILES + 10)
-    assert far == pytest.approx(autotune.model_cycles(c, autotune.EXACT_K_TILES) + 10 * step,
-                                rel=0.02)
+    c, exact = DEFAULT, kit_autotune.EXACT_TRIPS
+    step = autotune.model_cycles(c, exact) - autotune.model_cycles(c, exact - 1)
+    far = autotune.model_cycles(c, exact + 10)
+    assert far == pytest.approx(autotune.model_cycles(c, exact) + 10 * step, rel=0.02)
 
 
 @pytest.mark.parametrize("shape", [(8192, 8192, 8192), (4096, 8192, 2048), (4096, 4096, 4096)])
@@ -131,10 +130,11 @@ def test_the_cache_round_trips_and_is_keyed_by_device_dtype_layout_toolkit_and_b
     path = tmp_path / "autotune.json"
     run_tune(path, FakeTimer())
     data = json.loads(path.read_text())
-    assert data["format"] == autotune.FORMAT
+    assert (data["format"], data["family"]) == (kit_autotune.FORMAT, "gemm-wgmma")
     (key,) = data["tunings"]
-    assert key.split("|")[:5] == ["NVIDIA H100", "bf16", "k,k", "4096x4096x4096", "cuda_12.4"]
-    assert autotune.load(path) == {key: Candidate(**data["tunings"][key]["winner"])}
+    assert key.split("|")[:6] == ["gemm-wgmma", "NVIDIA H100", "bf16", "k,k", "4096x4096x4096",
+                                  "cuda_12.4"]
+    assert TUNER.load(path) == {key: Candidate(**data["tunings"][key]["winner"])}
     for change in ({"device": "NVIDIA H200"}, {"toolkit": "cuda_12.8"},
                    {"shape": (8192, 4096, 4096)}, {"variant": attrs.evolve(V, dtype="fp16")},
                    {"variant": attrs.evolve(V, b_major="mn")}):
@@ -147,11 +147,14 @@ def test_the_cache_round_trips_and_is_keyed_by_device_dtype_layout_toolkit_and_b
 
 def test_a_corrupt_cache_file_is_one_warning_line_and_ignored(tmp_path):
     path = tmp_path / "autotune.json"
-    for junk in ("{not json", '{"format": 99, "tunings": {}}', '{"format": 1, "tunings": '
-                 '{"k": {"winner": {"bm": 1, "colour": 2}}}}', "[]"):
+    for junk in ("{not json", '{"format": 99, "tunings": {}}', '{"format": 2, "family": '
+                 '"gemm-wgmma", "tunings": {"k": {"winner": {"bm": 1, "colour": 2}}}}', "[]",
+                 # today's GEMM record in the last format, and another family's file
+                 '{"format": 1, "tunings": {}}',
+                 '{"format": 2, "family": "gemv", "tunings": {}}'):
         path.write_text(junk)
         err = io.StringIO()
-        assert autotune.load(path, err) == {}
+        assert TUNER.load(path, err) == {}
         (line,) = err.getvalue().splitlines()
         assert line.startswith(f"pipeline-core matmul: warning: tuning cache {path} is malformed")
     path.write_text("{not json")
@@ -160,22 +163,23 @@ def test_a_corrupt_cache_file_is_one_warning_line_and_ignored(tmp_path):
     warning, announced = said.splitlines()  # the warning once, then the cold tuning's line
     assert timer.timed and warning.startswith("pipeline-core matmul: warning: tuning cache")
     assert announced.startswith("pipeline-core matmul: tuning ")
-    assert autotune.load(path) != {}  # rewritten whole
+    assert TUNER.load(path) != {}  # rewritten whole
 
 
 def _record(**winner):
     fields = {**attrs.asdict(DEFAULT), **winner}
-    return json.dumps({"format": autotune.FORMAT, "tunings": {"k": {"winner": fields}}},
-                      allow_nan=True)
+    return json.dumps({"format": kit_autotune.FORMAT, "family": "gemm-wgmma",
+                       "tunings": {"k": {"winner": fields}}}, allow_nan=True)
 
 
 @pytest.mark.parametrize("junk", [
-    b'{"format": 1, "tunings": {"\xff\xfe": {}}}',  # not UTF-8
+    b'{"format": 2, "tunings": {"\xff\xfe": {}}}',  # not UTF-8
     b"[" * 100_000,  # nested past the parser's recursion
     _record(bm=float("nan")).encode(), _record(bn=float("inf")).encode(),
     _record(bm=-128).encode(), _record(bm=128.0).encode(), _record(bm=100).encode(),
     _record(stages=True).encode(), _record(split_k=1).encode(), _record(consumers="2").encode(),
-    json.dumps({"format": 1, "tunings": {"k": {"winner": {"bm": 64}}}}).encode(),  # fields left out
+    json.dumps({"format": 2, "family": "gemm-wgmma",
+                "tunings": {"k": {"winner": {"bm": 64}}}}).encode(),  # fields left out
 ], ids=["bytes", "deep", "nan", "inf", "negative", "float", "unsearched", "bool", "int-flag",
         "text", "partial"])
 def test_a_corrupt_cache_never_raises_nor_is_trusted(tmp_path, junk):
@@ -184,24 +188,24 @@ def test_a_corrupt_cache_never_raises_nor_is_trusted(tmp_path, junk):
     path = tmp_path / "autotune.json"
     path.write_bytes(junk)
     err = io.StringIO()
-    assert autotune.load(path, err) == {}
+    assert TUNER.load(path, err) == {}
     (line,) = err.getvalue().splitlines()
     assert line.startswith(f"pipeline-core matmul: warning: tuning cache {path} is malformed")
     timer = FakeTimer()
     won, _ = run_tune(path, timer)
     assert timer.timed and won in timer.timed  # tuned afresh, and the file rewritten whole
-    assert list(autotune.load(path).values()) == [won]
+    assert list(TUNER.load(path).values()) == [won]
 
 
 def test_a_sound_record_is_still_trusted(tmp_path):
     path = tmp_path / "autotune.json"
     path.write_text(_record(bm=64, split_k=True))
-    assert autotune.load(path) == {"k": attrs.evolve(DEFAULT, bm=64, split_k=True)}
+    assert TUNER.load(path) == {"k": attrs.evolve(DEFAULT, bm=64, split_k=True)}
 
 
 def test_the_cache_file_follows_the_cache_folder(monkeypatch, tmp_path):
     monkeypatch.setenv(kernel_cache.ENV, str(tmp_path / "here"))
-    assert autotune.cache_path() == tmp_path / "here" / autotune.CACHE_FILE
+    assert TUNER.cache_path() == tmp_path / "here" / "autotune-gemm-wgmma.json"
 
 
 def test_the_switch_argument_wins_over_the_environment_and_a_bad_value_is_named():
@@ -213,35 +217,28 @@ def test_the_switch_argument_wins_over_the_environment_and_a_bad_value_is_named(
         autotune.enabled(None, {autotune.ENV: "yes"})
 
 
-def test_the_source_hash_changes_with_the_emitter(monkeypatch, tmp_path):
-    before = autotune.source_hash()
-    assert autotune.tune_key("d", V, 1, 1, 1, "t").source == before
-    autotune.source_hash.cache_clear()
-    monkeypatch.setattr(autotune, "SOURCES", autotune.SOURCES[:-1])
-    try:
-        assert autotune.source_hash() != before
-    finally:
-        autotune.source_hash.cache_clear()
-
-
-def test_the_source_hash_changes_with_a_device_header(tmp_path):
+def _copy_sources(tmp_path):
     import shutil
     from pathlib import Path
 
     here = Path(autotune.__file__).parent
     for name in autotune.SOURCES:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)  # kit/signature.py
         shutil.copy(here / name, tmp_path / name)
     shutil.copytree(here / "cuda", tmp_path / "cuda")
     shutil.copytree(here / "kit", tmp_path / "kit", ignore=shutil.ignore_patterns("__pycache__"))
-    assert autotune.source_hash(tmp_path) == autotune.source_hash()
-    header = sorted((tmp_path / "cuda").glob("*.cuh"))[0]
-    header.write_text(header.read_text() + "// changed\n")
-    autotune.source_hash.cache_clear()
-    try:
-        assert autotune.source_hash(tmp_path) != autotune.source_hash()
-    finally:
-        autotune.source_hash.cache_clear()
+    return tmp_path
+
+
+@pytest.mark.parametrize("changed", ["emit_wgmma.py", "kit/frame.py", "cuda/*.cuh"])
+def test_the_source_hash_changes_with_the_emitter_the_kit_and_a_device_header(tmp_path,
+                                                                               changed):
+    root = _copy_sources(tmp_path)
+    assert autotune.source_hash(root) == autotune.source_hash() == TUNER.source_hash()
+    assert autotune.tune_key("d", V, 1, 1, 1, "t").source == autotune.source_hash()
+    (path,) = sorted(root.glob(changed))[:1]
+    path.write_text(path.read_text() + "// changed\n")
+    kit_autotune.source_hash.cache_clear()
+    assert autotune.source_hash(root) != autotune.source_hash()
 
 
 def test_cached_answers_a_warm_bucket_and_none_when_cold(tmp_path):
@@ -285,7 +282,6 @@ def test_a_candidate_the_compile_refuses_is_never_ranked(monkeypatch):
         return real(name, **kw)
 
     autotune._compiled.cache_clear()
-    autotune.model_cycles.cache_clear()
     monkeypatch.setattr(plugin_api, "compile_named", compile_named)
     try:
         assert refused in candidates(1, 64, 64, V, SMS)
@@ -294,7 +290,6 @@ def test_a_candidate_the_compile_refuses_is_never_ranked(monkeypatch):
         assert autotune.model_cycles(refused, 4) is None
     finally:
         autotune._compiled.cache_clear()
-        autotune.model_cycles.cache_clear()
 
 
 def test_the_call_launches_the_untuned_variant_unless_switched_on(monkeypatch):

@@ -445,7 +445,7 @@ def test_the_tuning_cache_in_a_file_folder_is_the_same_error(monkeypatch, tmp_pa
     monkeypatch.setenv(kernel_cache.ENV, str(tmp_path / "afile"))
     key = autotune.tune_key("d", GemmVariant(), 1, 1, 1, "t")
     with pytest.raises(kernel_cache.CacheDirError, match="^PIPELINE_CORE_CACHE_DIR=.* names a file"):
-        autotune.store(autotune.cache_path(), key, autotune.DEFAULT)
+        autotune.TUNER.store(autotune.TUNER.cache_path(), key, autotune.DEFAULT)
 
 
 def test_importing_the_plugin_and_naming_the_call_load_no_gpu_package():

@@ -8,7 +8,10 @@
 * :mod:`.signature`: a kernel's parameters, rendered as its C parameter list and packed as its
   host arguments from one list;
 * :mod:`.call`: the PyTorch call layer (plugin host, build cache, tensor maps, recipes, packed
-  arguments, launch, custom ops with fake, autograd, ops of several kernels).
+  arguments, launch, custom ops with fake, autograd, ops of several kernels);
+* :mod:`.autotune`: a family's candidates ranked on the agents timing model, the best few
+  timed, the winner cached under the family's key (its sources, the kit and the headers
+  hashed).
 
 A family package imports them through ``kit_api`` only (tests/test_plugin_api_surface.py).
 """
