@@ -7,7 +7,7 @@ ranking, hashing and caching are the same work for each.  A family gives an
 :class:`Workload` on a problem (its compiled, so proven, schedule as a :class:`TimingModel`,
 the K tiles each output tile visits and the CTAs they are dealt to), its problem's key fields
 (the shape bucket) and its source files.  The kit ranks the candidates on the agents timing
-model (``plugin_api.simulate_agents``, docs/guide/agents.md "Timing model") without running
+model (``plugin_api.simulate_agents``; docs/guide/agents.md, "Timing model") without running
 anything, times only the model's best few (:data:`TOP_K`) with a timer the caller gives (CUDA
 events in production, a fake in tests), and keeps the winner in the family's own JSON file
 under the kernel cache's folder (``PIPELINE_CORE_CACHE_DIR``), keyed by family, device,
