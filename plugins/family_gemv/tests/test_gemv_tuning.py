@@ -24,7 +24,6 @@ from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, Autotuner, TimingM
                                                timing_model)
 
 import pipeline_core_family_gemv
-from pipeline_core_family_gemv.call import BLOCK_K
 from pipeline_core_family_gemv.schedule import NAME, GemvGeometry
 
 HOST = PluginHost(extra_modules=[PLUGIN_MODULE, "pipeline_core_family_gemv"])
@@ -38,7 +37,7 @@ class GemvCandidate:
     stages: int = 5
 
     def params(self) -> dict[str, str]:
-        return {"block_m": str(self.block_m), "block_k": str(BLOCK_K)}
+        return {"block_m": str(self.block_m)}
 
 
 @attrs.frozen(kw_only=True)
@@ -54,7 +53,7 @@ def candidates(p: GemvProblem) -> list[GemvCandidate]:
     for block_m in SEARCHED["block_m"]:
         for stages in SEARCHED["stages"]:
             try:
-                GemvGeometry(block_m=block_m, block_k=BLOCK_K, stages=stages).validate()
+                GemvGeometry(block_m=block_m, stages=stages).validate()
             except ProgramError:
                 continue
             found.append(GemvCandidate(block_m=block_m, stages=stages))
