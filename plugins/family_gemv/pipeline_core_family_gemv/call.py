@@ -65,7 +65,7 @@ def _build(key: tuple[int, str, int]) -> Built:
     return CALL.load(compiled, emit_gemv(compiled, dtype=dtype), KERNEL_NAME, device)
 
 
-def _pack(r: Recipe[GemvCall], kernels: tuple[Built, ...],
+def _gemv_arguments(r: Recipe[GemvCall], kernels: tuple[Built, ...],
           tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
     """The persistent grid (the trip rule's output tiles, at most one CTA per SM) and the
     arguments but y's address (packed per call)."""
@@ -95,7 +95,7 @@ def _run(a: Any, x: Any) -> Any:
     return y
 
 
-def _ops() -> tuple[Op, ...]:
+def _gemv_ops() -> tuple[Op, ...]:
     """``pipeline_core::gemv``: its fake runs the checks where torch.compile traces; its
     backward is dA = dy x^T, dx = A^T dy."""
     def fake(a: Any, x: Any) -> Any:
@@ -113,7 +113,7 @@ def _ops() -> tuple[Op, ...]:
 
 CALL: HostCall[GemvCall, Built] = HostCall(
     schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_family_gemv"), build=_build,
-    pack=_pack, ops=_ops)
+    pack=_gemv_arguments, ops=_gemv_ops)
 
 
 def gemv(a: Any, x: Any) -> Any:
