@@ -6,27 +6,34 @@ persistent tile loop, whose head and per-tile lines this module gives as a ``Dev
 every agent's prologue, K loop and epilogue go out step for step (``agent_stretches``), each
 ring step's mbarrier code and each named barrier come from the kit (``ring_step_line``,
 ``consumer_sync_line``), so the kernel carries exactly the waits, arrivals and wgmma group waits
-the core derived and proved.  This module owns only the family's device code: the TMA copies of
-Q (once per output tile), K_j and V_j; S = Q.K_j^T (wgmma SS); the online softmax in registers
-(row max, exp2 of the log2e-folded scale, row sum, P packed to 16 bits); the rescale of O; O +=
-P.V_j (wgmma RS, P from registers); the final O / rowsum and the clipped store.  Keys past the
-sequence's end get -inf before the softmax; queries past it are computed and not stored.  An
-output tile with no KV block (KT == 0) runs only the once steps (the frame's guard,
-``DeviceTileLoop.empty_tiles``; docs/guide/agents.md, "Loads issued once").  Causal masks are
-written for both alignments of the plan's bounds; bottom-right adds the guard for rows that see
-no key (``_NO_KEY_GUARD``).  K and V are read at KV head ``bh / group`` (grouped-query attention,
-the kernel's ``group`` argument; docs/guide/attention.md, "Grouped-query attention").
+the core derived and proved.  The family's device math is ``attention.cuh`` (package data, pasted
+after the kit's headers): device functions in namespace ``pcat`` for S = Q.K_j^T (wgmma SS), the
+online softmax in registers (row max, exp2 of the log2e-folded scale, row sum, P packed to 16
+bits), the rescale of O, O += P.V_j (wgmma RS, P from registers) and the final O / rowsum with
+its clipped store; the header says why each is written as it is.  This module writes the TMA
+copies of Q (once per output tile), K_j and V_j, the constants and stage views, one call of the
+header per compute op step, and each variant's choices as the calls' template arguments
+(:class:`_Variant`): the element type, where P is packed, the masked blocks' mask (keys past the
+sequence's end; causal, also past the row's last key, at the plan's alignment) and, for
+bottom-right causal, the guard of rows that see no key.  Queries past the end are computed and
+not stored.  An output tile with no KV block (KT == 0) runs only the once steps (the frame's
+guard, ``DeviceTileLoop.empty_tiles``; docs/guide/agents.md, "Loads issued once").  K and V are
+read at KV head ``bh / group`` (grouped-query attention, the kernel's ``group`` argument;
+docs/guide/attention.md, "Grouped-query attention").
 
 Variants emitted: ``intra_overlap`` and ``pingpong``, each on or off.  Under ``intra_overlap``
 the plan issues PV_{t-1} after S_t and runs the softmax of t while PV_{t-1} still reads P_{t-1}
 from registers (``AgentSpec.lags``; docs/guide/attention.md), so P needs a second buffer: the
 softmax leaves P_t in fp32 in S's own registers and the rescale step, which runs after the plan's
-``wait_group 0``, packs it into the 16-bit A operand.  S's registers are free until S_{t+1} is
-issued, and the packed P is written only when no PV reads it, so no register an in-flight wgmma
-reads is ever written (ptxas would serialize the wgmmas otherwise).
-One consumer warp group owns 64 query rows (``block_m / consumers == 64``).
+``wait_group 0``, packs it into the 16-bit A operand (``pcat::PackP::later``), so no register an
+in-flight wgmma reads is ever written (ptxas would serialize the wgmmas otherwise).
+One consumer warp group owns 64 query rows (``block_m / consumers == 64``, ``pcat::ROWS``).
 """
 from __future__ import annotations
+
+from importlib import resources
+
+import attrs
 
 from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord, Param,
                                       ProgramError, Ring, Step, StepKind)
@@ -50,7 +57,8 @@ EMITTER_NAME = "cuda-attention"
 #: ``-O dtype``: the element type of Q, K, V and O
 DTYPE = Param("dtype", str, "bf16", "element type of q, k, v and the output",
               choices=("bf16", "fp16"))
-_PACK = {"bf16": "pch100::pack_bf16x2", "fp16": "pack_f16x2"}
+#: the element type's policy in ``attention.cuh`` (how P and O are packed)
+_ELEM = {"bf16": "pcat::Bf16", "fp16": "pcat::Fp16"}
 
 
 def geometry_refusal(g: AttentionGeometry) -> str:
@@ -78,8 +86,35 @@ def _fail(why: str) -> ProgramError:
     return ProgramError(f"emitter {EMITTER_NAME}: {why}")
 
 
+@attrs.frozen(kw_only=True)
+class _Variant:
+    """A kernel's choices among ``attention.cuh``'s device functions, as their template
+    arguments: the element type, where P is packed (``intra_overlap``), the masked blocks' mask
+    and the guard of rows with no key (causal and its alignment), the per-N wgmma wrappers."""
+
+    elem: str  # pcat::Bf16 or pcat::Fp16
+    pack: str  # pcat::PackP::now, or ::later under intra_overlap
+    mask: str  # pcat::KeyTail{Sk}, or (causal) pcat::Causal{Sk, the plan's offset}
+    guard: bool  # bottom-right causal: a row may see no key
+    qk: str  # the SS wrapper of S = Q.K^T (wgmma_m64n{BN}k16)
+    pv: str  # the RS wrapper of O += P.V (wgmma_rs_m64n{HD}k16)
+
+    def op_line(self, tag: int, stage: str, tile: str) -> str:
+        """One call of the header per compute op step (a ring stage's S, PV; a KV block's
+        softmax; the rescale)."""
+        if tag == AttentionTag.WGMMA_S:
+            return f"pcat::qk<BM, BN, HD, {self.qk}>(sacc, q_smem, stage_k({stage}), consumer);"
+        if tag == AttentionTag.SOFTMAX:
+            return (f"pcat::softmax<BN, {self.elem}, {self.pack}, {str(self.guard).lower()}>"
+                    f"(sacc, pk, rows, {self.mask}, {tile}, FM, scale_log2);")
+        if tag == AttentionTag.RESCALE:
+            return f"pcat::rescale<HD, BN, {self.elem}, {self.pack}>(oacc, sacc, pk, rows);"
+        assert tag == AttentionTag.WGMMA_PV
+        return f"pcat::pv<BN, HD, {self.pv}>(oacc, pk, stage_v({stage}));"
+
+
 def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
-               body_tags: list[int], watchdog: int) -> str:
+               body_tags: list[int], watchdog: int, variant: _Variant) -> str:
     if s.kind in (StepKind.PHASE_WAIT, StepKind.EXPECT_TX, StepKind.ARRIVE):
         ring = RingState.of(s, rings[s.channel].stages)
         line = ring_step_line(s, ring.stage, ring.parity(s.phase_offset), single_issuer,
@@ -101,15 +136,14 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
             return (f"for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_{x}({kstage}) + c * BN "
                     f"* 128, &tm{x.upper()}, {x}_full_bar({kstage}), c * 64, (bh / group) * Sk + "
                     f"{loop_tile(s)} * BN);")
-        if tag == AttentionTag.WGMMA_S:
-            return f"wgmma_s({kstage});"
-        if tag == AttentionTag.SOFTMAX:
-            return f"softmax({loop_tile(s)});"
-        if tag == AttentionTag.RESCALE:
-            return "rescale();"
-        if tag == AttentionTag.WGMMA_PV:
-            return f"wgmma_pv({kstage});"
+        if tag in _COMPUTE:
+            return variant.op_line(tag, kstage, loop_tile(s))
     raise _fail(f"agent {owner}: no CUDA for step {s.kind.value} (tag {s.tag})")
+
+
+#: the consumers' op steps, each one call of the header (:meth:`_Variant.op_line`)
+_COMPUTE = (AttentionTag.WGMMA_S, AttentionTag.SOFTMAX, AttentionTag.RESCALE,
+            AttentionTag.WGMMA_PV)
 
 
 def _once_only(p: AgentProgram) -> list[Step]:
@@ -139,11 +173,17 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     tags = [o.tag for o in compiled.body]
     producer, *consumers = plan.programs
     wd = watchdog or 0
+    variant = _Variant(
+        elem=_ELEM[dtype], pack=f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
+        mask=f"pcat::Causal{{Sk, {_OFFSET[causal.align]}}}" if causal is not None
+        else "pcat::KeyTail{Sk}",
+        guard=causal is not None and causal.align == "bottom_right",
+        qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.head_dim}k16")
 
     def code(p: AgentProgram, single: bool, label: str) -> AgentCode:
         """An agent's program, and its once steps alone (an output tile with no KV block)."""
         def line(s: Step) -> str:
-            return _step_line(s, rings, single, p.name, tags, wd)
+            return _step_line(s, rings, single, p.name, tags, wd, variant)
         return AgentCode(lines=tuple(render(agent_stretches(p, line, label))),
                          once=tuple(line(s) for s in _once_only(p)))
 
@@ -154,32 +194,56 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
                 f"{_CAUSAL_BLOCKS if g.causal else _blocks(rule)};",),
         producer=TileLoop(head=loop, tile=(order, *bounds[:1])),
         consumers=TileLoop(head=loop, tile=(order, *bounds)), empty_tiles=True)
-    family = AgentsFamily(
-        constants=_CONSTANTS.format(BM=g.block_m, BN=g.block_n, HD=g.head_dim, STAGES=g.stages,
-                                    QSTAGES=g.q_stages, PREGS=g.producer_registers,
-                                    CREGS=g.consumer_registers),
-        ring_bytes="Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES", stage_views=_STAGE_VIEWS,
-        consumer_state="        float oacc[HD / 2], sacc[BN / 2];\n        u32 pk[BN / 4];",
-        compute=_consumer_tile(g.intra_overlap, g.causal,
-                               causal is not None and causal.align == "bottom_right"),
-        finish=_FINISH, once_stages="Q_STAGES")
     body = agents_kernel_body(
         rings=plan.rings, producer=code(producer, True, producer.name),
         # one label for every consumer, so consumers that differ in no step share one program
         consumers=[code(c, False, "consumer") for c in consumers], producer_name=producer.name,
-        producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS", family=family,
-        tiles=tiles, emitter=EMITTER_NAME)
-    return _SOURCE.format(
-        header=header_source(), wgmma_header=wgmma_header_source(),
-        call_header=gemm_call_header_source(),
-        wgmma_fns=wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.head_dim, dtype),
-        name=KERNEL_NAME, params=SIGNATURE.render(), schedule=compiled.schedule_name, target=compiled.target_name,
-        threads=g.threads, smem=g.smem_bytes, dtype=dtype, BM=g.block_m, HD=g.head_dim,
-        body=body.replace("PACK_", _PACK[dtype])
-        .replace("OFFSET_", _OFFSET[causal.align] if causal is not None else "")
-        .replace("wgmma_ss_nBN_", f"wgmma_m64n{g.block_n}k16")
-        .replace("wgmma_rs_nHD_", f"wgmma_rs_m64n{g.head_dim}k16")
-        .replace("pcgc_desc_mn", "pcgc::smem_desc_sw128_mn<BN * 128>"))
+        producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS",
+        family=_family(g, variant.elem), tiles=tiles, emitter=EMITTER_NAME)
+    device = resources.files(__package__).joinpath("attention.cuh").read_text(encoding="utf-8")
+    return "\n".join([
+        f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
+        f"{compiled.schedule_name} on target {compiled.target_name}.",
+        f"// O = softmax(Q.K^T * scale) . V per (batch, head), {dtype} in and out, fp32 "
+        "accumulate.",
+        f"// Q, K, V: TMA tensor maps over [B*H*S, {g.head_dim}] (box 64 x rows, 128-byte "
+        "swizzle), K and V over",
+        "// B*Hkv heads: query head bh reads KV head bh / group (grouped-query attention, "
+        "group = H / Hkv);",
+        f"// O: [B*H*Sq, {g.head_dim}].  Launch: block {g.threads} (warp group 0: producer; "
+        "1..: consumers), dynamic",
+        f"// shared memory {g.smem_bytes} bytes, any grid up to BH * ceil(Sq / {g.block_m}) "
+        "CTAs (each runs output tiles",
+        "// blockIdx.x, + gridDim.x, ...; causal, in the order hg and snake pick: "
+        "tile_order.py).",
+        header_source(), wgmma_header_source(), gemm_call_header_source(),
+        wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.head_dim, dtype), device,
+        f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
+        f"{KERNEL_NAME}({SIGNATURE.render()}) {{", body, "}", ""])
+
+
+def _family(g: AttentionGeometry, elem: str) -> AgentsFamily:
+    """The kernel's constants (the frame's STAGES, the once ring's Q_STAGES, the roles'
+    registers); Q's ring (output tile o's Q in stage o % Q_STAGES), then the K and V rings, from
+    the frame's ``ring`` (the mbarriers follow them); a consumer's O, S and packed P; per output
+    tile its rows started (O cleared) and its Q, then after its steps O / rowsum stored."""
+    return AgentsFamily(
+        constants=f"    constexpr int BM = {g.block_m}, BN = {g.block_n}, HD = {g.head_dim}, "
+                  f"STAGES = {g.stages}, Q_STAGES = {g.q_stages};\n"
+                  f"    constexpr int PRODUCER_REGS = {g.producer_registers}, "
+                  f"CONSUMER_REGS = {g.consumer_registers};\n"
+                  "    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2;",
+        ring_bytes="Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES",
+        stage_views="    auto stage_q = [&](int s) { return ring + s * Q_BYTES; };\n"
+                    "    auto stage_k = [&](int s) { return ring + Q_STAGES * Q_BYTES + s * "
+                    "KV_BYTES; };\n"
+                    "    auto stage_v = [&](int s) { return ring + Q_STAGES * Q_BYTES + (STAGES "
+                    "+ s) * KV_BYTES; };",
+        consumer_state="        float oacc[HD / 2], sacc[BN / 2];\n        u32 pk[BN / 4];",
+        compute="            pcat::Rows rows = pcat::start<HD>(oacc, tile_m * BM, consumer);\n"
+                "            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q",
+        finish=f"            pcat::finish<HD, {elem}>(oacc, rows, O, bh, Sq);",
+        once_stages="Q_STAGES")
 
 
 def _blocks(b: LoopBounds) -> str:
@@ -219,204 +283,6 @@ def _tile_bounds(b: LoopBounds) -> tuple[str, ...]:
     return (f"KT = {trips};  // the plan's LoopBounds.trips",
             f"FM = {first};  // the plan's LoopBounds.first_masked")
 
-
-_SOURCE = r"""// Emitted by pipeline-core (emitter cuda-attention) from schedule {schedule} on target {target}.
-// O = softmax(Q.K^T * scale) . V per (batch, head), {dtype} in and out, fp32 accumulate.
-// Q, K, V: TMA tensor maps over [B*H*S, {HD}] (box 64 x rows, 128-byte swizzle), K and V over
-// B*Hkv heads: query head bh reads KV head bh / group (grouped-query attention, group = H / Hkv);
-// O: [B*H*Sq, {HD}].  Launch: block {threads} (warp group 0: producer; 1..: consumers), dynamic
-// shared memory {smem} bytes, any grid up to BH * ceil(Sq / {BM}) CTAs (each runs output tiles
-// blockIdx.x, + gridDim.x, ...; causal, in the order hg and snake pick: tile_order.py).
-{header}
-{wgmma_header}
-{call_header}
-// 2^x on the MUFU alone (FA3's softmax): exp2f's accurate path adds a compare and two multiplies
-// around each MUFU.EX2 on the FP32 pipe the softmax shares with the rescale.  ftz: an input that
-// underflows gives 0, which a probability past the row max's range is anyway.
-__device__ __forceinline__ float ex2_approx(float x) {{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}}
-// Two fp32 values as one f16x2 word (as pch100::pack_bf16x2); `lo` goes to the lower address.
-__device__ __forceinline__ pcwg::u32 pack_f16x2(float lo, float hi) {{
-    pcwg::u32 r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}}
-{wgmma_fns}
-extern "C" __global__ void __launch_bounds__({threads}, 1)
-{name}({params}) {{
-{body}
-}}
-"""
-
-#: the kernel's constants (the frame's STAGES, the once ring's Q_STAGES, the roles' registers)
-_CONSTANTS = r"""    constexpr int BM = {BM}, BN = {BN}, HD = {HD}, STAGES = {STAGES}, Q_STAGES = {QSTAGES};
-    constexpr int ROWS = 64;
-    constexpr int PRODUCER_REGS = {PREGS}, CONSUMER_REGS = {CREGS};
-    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2;"""
-#: Q's ring (output tile o's Q in stage o % Q_STAGES), then the K and V rings, from the frame's
-#: ``ring`` (the mbarriers follow them: AgentsFamily.ring_bytes)
-_STAGE_VIEWS = r"""    auto stage_q = [&](int s) { return ring + s * Q_BYTES; };
-    auto stage_k = [&](int s) { return ring + Q_STAGES * Q_BYTES + s * KV_BYTES; };
-    auto stage_v = [&](int s) { return ring + Q_STAGES * Q_BYTES + (STAGES + s) * KV_BYTES; };"""
-
-#: per output tile, before the consumer's steps: O and the row statistics cleared, the helpers
-#: its op steps call.
-_CONSUMER_TILE = r"""            float m0 = -INFINITY, m1 = -INFINITY;  // row max (log2 units) of rows g, g + 8
-            float l0 = 0.f, l1 = 0.f, c0 = 0.f, c1 = 0.f;  // row sums, the last correction
-#pragma unroll
-            for (int i = 0; i < HD / 2; ++i) oacc[i] = 0.f;
-            const int w = wtid / 32, g = lane / 4, q = lane % 4;
-            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q
-            auto wgmma_s = [&](int s) {
-#pragma unroll
-                for (int kk = 0; kk < HD / 16; ++kk)
-                    wgmma_ss_nBN_(sacc,
-                        smem_desc_sw128(q_smem + (kk / 4) * BM * 128 + consumer * ROWS * 128
-                                        + (kk % 4) * 32),
-                        smem_desc_sw128(stage_k(s) + (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
-            };
-            auto softmax = [&](int j) {
-#pragma unroll
-                for (int i = 0; i < BN / 2; ++i) fence_operand(sacc[i]);
-                float x0 = -INFINITY, x1 = -INFINITY;  // the block's row max of the raw scores
-SCALE_MAX_                x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
-                x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
-                x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
-                x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
-                x0 = fmaxf(m0, x0 * scale_log2);  // the running max, in log2 units (scale > 0)
-                x1 = fmaxf(m1, x1 * scale_log2);
-GUARD_                c0 = ex2_approx(m0 - MX0_);
-                c1 = ex2_approx(m1 - MX1_);
-                m0 = x0;
-                m1 = x1;
-                float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-                for (int c = 0; c < BN / 8; ++c) {  // p = 2^(s * scale_log2 - max): one FFMA, one MUFU
-                    const float p0 = ex2_approx(fmaf(sacc[4 * c], scale_log2, -MX0_));
-                    const float p1 = ex2_approx(fmaf(sacc[4 * c + 1], scale_log2, -MX0_));
-                    const float p2 = ex2_approx(fmaf(sacc[4 * c + 2], scale_log2, -MX1_));
-                    const float p3 = ex2_approx(fmaf(sacc[4 * c + 3], scale_log2, -MX1_));
-                    s0 += p0 + p1;
-                    s1 += p2 + p3;
-                    KEEP_P_
-                }
-                l0 = l0 * c0 + s0;
-                l1 = l1 * c1 + s1;
-            };
-            auto rescale = [&]() {
-#pragma unroll
-                for (int i = 0; i < HD / 2; ++i) fence_operand(oacc[i]);
-#pragma unroll
-                for (int c = 0; c < HD / 8; ++c) {
-                    oacc[4 * c] *= c0; oacc[4 * c + 1] *= c0;
-                    oacc[4 * c + 2] *= c1; oacc[4 * c + 3] *= c1;
-                }PACK_P_
-            };
-            auto wgmma_pv = [&](int s) {
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; ++kk)
-                    wgmma_rs_nHD_(oacc, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2],
-                                  pk[4 * kk + 3],
-                        pcgc_desc_mn(stage_v(s) + kk * 2048));
-            };"""
-
-#: the softmax packs P_t at once (no PV in flight reads the packed P) ...
-_PACK_NOW = ("pk[2 * c] = PACK_(p0, p1);\n"
-             "                    pk[2 * c + 1] = PACK_(p2, p3);")
-#: ... or, under intra_overlap, keeps it in fp32 in S's registers (PV_{t-1} still reads pk) ...
-_KEEP_FP32 = ("sacc[4 * c] = p0; sacc[4 * c + 1] = p1;\n"
-              "                    sacc[4 * c + 2] = p2; sacc[4 * c + 3] = p3;")
-#: ... and the rescale, after the plan's wait_group 0, packs it for PV_t
-#: scale and row max of a KV block: every key kept, or keys past the end -inf (not causal) ...
-_SCALE_MAX = r"""#pragma unroll
-                for (int c = 0; c < BN / 8; ++c) {
-KEY_#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        IN_
-                        sacc[4 * c + e] = IN0_ ? sacc[4 * c + e] : -INFINITY;
-                        sacc[4 * c + 2 + e] = IN1_ ? sacc[4 * c + 2 + e] : -INFINITY;
-                        x0 = fmaxf(x0, sacc[4 * c + e]);
-                        x1 = fmaxf(x1, sacc[4 * c + 2 + e]);
-                    }
-                }
-"""
-_TAIL_MASK = ("const bool in = key + e < Sk;  // keys past the end: -inf", "in", "in")
-#: ... or (causal) the plan's mask on the masked blocks only: a key past the row's last one
-#: (row + offset) or past the end is -inf (plan.LoopBounds, docs/guide/attention.md "Causal
-#: bounds and tails"); the blocks before the first masked one keep every key
-_NO_MASK = ("// an unmasked KV block (before the plan's first_masked): every key kept",
-            "true", "true")
-_CAUSAL_MASK = ("const bool in0 = key + e < Sk && key + e <= lim0, "
-                "in1 = key + e < Sk && key + e <= lim1;", "in0", "in1")
-
-
-def _scale_max(mask: tuple[str, str, str]) -> str:
-    key = "" if mask is _NO_MASK else "                    const int key = j * BN + c * 8 + 2 * q;\n"
-    return (_SCALE_MAX.replace("KEY_", key).replace("IN_", mask[0]).replace("IN0_", mask[1])
-            .replace("IN1_", mask[2]))
-
-
-def _masked_scale_max(causal: bool) -> str:
-    """The softmax's branch: the mask's path only from the tile's first masked block (FM, the
-    plan's ``LoopBounds.first_masked``): the diagonal's and the key tail's (causal) or the key
-    tail's alone; the blocks before it keep every key with no compare."""
-    lim = ("                    const int lim0 = tile_m * BM + consumer * ROWS + w * 16 "
-           "+ g + OFFSET_, lim1 = lim0 + 8;\n") if causal else ""
-    return ("                if (j >= FM) {  // a masked KV block\n" + lim
-            + _scale_max(_CAUSAL_MASK if causal else _TAIL_MASK)
-            + "                } else {\n" + _scale_max(_NO_MASK) + "                }\n")
-
-_PACK_LATER = r"""
-#pragma unroll
-                for (int c = 0; c < BN / 8; ++c) {
-                    pk[2 * c] = PACK_(sacc[4 * c], sacc[4 * c + 1]);
-                    pk[2 * c + 1] = PACK_(sacc[4 * c + 2], sacc[4 * c + 3]);
-                }"""
-
-
-#: bottom-right causal (LoopBounds.align): the rows before Sq - Sk see no key, so their row max
-#: stays -inf and exp2(-inf - -inf) would be NaN; such a row's exponentials are taken against 0
-#: instead, so its P, row sum and O stay 0 and the finish stores 0 (FlashAttention's output for
-#: a row with no key; docs/guide/attention.md "Bottom-right causal").  Top-left and unmasked
-#: rows always see key 0, so their kernels carry no guard.
-_NO_KEY_GUARD = ("                const float z0 = x0 == -INFINITY ? 0.f : x0, "
-                 "z1 = x1 == -INFINITY ? 0.f : x1;  // a row with no key yet: 0, not NaN\n")
-
-
-def _consumer_tile(intra_overlap: bool, causal: bool, guard: bool = False) -> str:
-    """The consumer's per-tile helpers; where P is packed depends on ``intra_overlap`` (see the
-    module docstring), where keys are masked on ``causal``, and ``guard`` (bottom-right causal)
-    adds :data:`_NO_KEY_GUARD`."""
-    return (_CONSUMER_TILE.replace("GUARD_", _NO_KEY_GUARD if guard else "")
-            .replace("MX0_", "z0" if guard else "x0").replace("MX1_", "z1" if guard else "x1")
-            .replace("KEEP_P_", _KEEP_FP32 if intra_overlap else _PACK_NOW)
-            .replace("PACK_P_", _PACK_LATER if intra_overlap else "")
-            .replace("SCALE_MAX_", _masked_scale_max(causal)))
-
-
-#: per output tile, after the consumer's steps: O / rowsum out, rows past Sq not stored
-_FINISH = r"""#pragma unroll
-            for (int i = 0; i < HD / 2; ++i) fence_operand(oacc[i]);
-            l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-            l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-            l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-            l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-            const float r0 = l0 > 0.f ? 1.f / l0 : 0.f, r1 = l1 > 0.f ? 1.f / l1 : 0.f;
-            const int row = tile_m * BM + consumer * ROWS + w * 16 + g;
-            unsigned short* out = O + ((size_t)bh * Sq) * HD;
-#pragma unroll
-            for (int c = 0; c < HD / 8; ++c) {
-                const int col = c * 8 + 2 * q;
-                if (row < Sq)
-                    *reinterpret_cast<u32*>(out + (size_t)row * HD + col) =
-                        PACK_(oacc[4 * c] * r0, oacc[4 * c + 1] * r0);
-                if (row + 8 < Sq)
-                    *reinterpret_cast<u32*>(out + (size_t)(row + 8) * HD + col) =
-                        PACK_(oacc[4 * c + 2] * r1, oacc[4 * c + 3] * r1);
-            }"""
 
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {NAME}: TMA producer (Q once, K and V "

@@ -59,7 +59,10 @@ def test_emitted_kernel_carries_the_plans_steps(pingpong, head_dim, dtype):
     assert "if (lane == 0) mbar_arrive(v_empty_bar(((rb + t) % 2)));" in src
     assert "if (lane == 0) mbar_arrive(q_empty_bar((o % 1)));" in src
     assert "wgmma_m64n128k16(" in src and f"wgmma_rs_m64n{head_dim}k16(" in src
-    assert {"bf16": "pch100::pack_bf16x2(p0, p1)", "fp16": "pack_f16x2(p0, p1)"}[dtype] in src
+    elem = {"bf16": "pcat::Bf16", "fp16": "pcat::Fp16"}[dtype]  # how P and O are packed
+    assert (f"pcat::softmax<BN, {elem}, pcat::PackP::now, false>(sacc, pk, rows, "
+            "pcat::KeyTail{Sk}, t, FM, scale_log2);") in src
+    assert f"pcat::finish<HD, {elem}>(oacc, rows, O, bh, Sq);" in src
     named = re.findall(r"bar\.(sync|arrive) (\d+), 256", src)
     if pingpong:  # consumer 0 and 1 take turns: each syncs on one id and arrives on the other
         assert "if (consumer == 0) {" in src and "} else if (consumer == 1) {" in src
@@ -81,8 +84,10 @@ def test_a_tile_without_kv_blocks_runs_the_once_steps_alone():
 
 def test_keys_past_the_end_are_masked_and_rows_past_it_not_stored():
     src = emit_attention(compiled())
-    assert "const bool in = key + e < Sk;" in src and "-INFINITY" in src
-    assert "if (row < Sq)" in src and "if (row + 8 < Sq)" in src
+    softmax = [x for x in _body(src).split("\n") if "pcat::softmax<" in x]
+    assert softmax and all("pcat::KeyTail{Sk}, t, FM," in x for x in softmax)
+    assert "bool keeps(int key, int) const { return key < sk; }" in _device(src)
+    assert "if (row < sq)" in _device(src) and "if (row + 8 < sq)" in _device(src)
 
 
 def test_watchdog_bounds_every_wait():
@@ -99,34 +104,40 @@ def _consumer0_loop(src: str) -> str:
 def test_the_intra_overlap_issues_pv_a_tile_late_and_waits_for_s_alone():
     src = emit_attention(compiled(intra_overlap=True, pingpong=False))
     loop = _consumer0_loop(src)
-    order = ["wgmma_s(((rb + t) % STAGES));", "wgmma_pv(((rb + t - 1) % STAGES));",
-             "wgmma_wait<1>();", "softmax(t);", "wgmma_wait<0>();",
-             "mbar_arrive(v_empty_bar(((rb + t - 1) % 2)));", "rescale();"]
+    order = ["pcat::qk<BM, BN, HD, wgmma_m64n128k16>(sacc, q_smem, stage_k(((rb + t) % STAGES)), "
+             "consumer);", "pcat::pv<BN, HD, wgmma_rs_m64n128k16>(oacc, pk, stage_v(((rb + t - 1)"
+             " % STAGES)));", "wgmma_wait<1>();", "(sacc, pk, rows, pcat::KeyTail{Sk}, t, FM, "
+             "scale_log2);", "wgmma_wait<0>();", "mbar_arrive(v_empty_bar(((rb + t - 1) % 2)));",
+             "pcat::rescale<"]
     at = [loop.index(x) for x in order]
     assert at == sorted(at), loop
     # the first block has no PV_{-1}: S_0, its softmax and rescale before the loop; the last PV
     # after it
     prologue = src.split("// consumer prologue iteration 0")[1].split("// consumer kernel")[0]
-    assert "wgmma_pv" not in prologue and "softmax(t);" in prologue and "rescale();" in prologue
+    assert "pcat::pv<" not in prologue and "pcat::softmax<" in prologue
+    assert "pcat::rescale<" in prologue
     epilogue = src.split("// consumer epilogue iteration 0")[1].split("if (lane == 0) mbar_arrive"
                                                                        "(q_empty_bar")[0]
-    assert "wgmma_pv(((rb + t - 1) % STAGES));" in epilogue and "softmax" not in epilogue
+    assert "stage_v(((rb + t - 1) % STAGES)));" in epilogue and "softmax" not in epilogue
 
 
 def test_under_the_overlap_p_is_packed_only_after_pv_retired():
     """PV_{t-1} reads the packed P while the softmax of t runs: the softmax keeps P_t in fp32 in
     S's registers and the rescale (after wait_group 0) packs it; without the overlap the softmax
-    packs at once."""
-    def helper(src: str, name: str) -> str:
-        return src.split(f"auto {name} = [&]")[1].split("};")[0]
-
-    over = emit_attention(compiled(intra_overlap=True))
-    assert "pk[" not in helper(over, "softmax") and "sacc[4 * c] = p0;" in helper(over, "softmax")
-    assert "pk[2 * c] = pch100::pack_bf16x2(sacc[4 * c], sacc[4 * c + 1]);" in helper(
-        over, "rescale")
-    plain = emit_attention(compiled(intra_overlap=False))
-    assert "pk[2 * c] = pch100::pack_bf16x2(p0, p1);" in helper(plain, "softmax")
-    assert "pk[" not in helper(plain, "rescale")
+    packs at once: the choice is the template argument ``pcat::PackP`` of both calls, and the
+    header packs where it says."""
+    for intra, where in ((True, "later"), (False, "now")):
+        calls = [x.strip() for x in _body(emit_attention(compiled(intra_overlap=intra)))
+                 .split("\n") if "pcat::softmax<" in x or "pcat::rescale<" in x]
+        assert calls and all(f"pcat::PackP::{where}" in x for x in calls), calls
+    header = _device(emit_attention(compiled()))
+    softmax = header.split("void softmax(")[1].split("\n}\n")[0]
+    rescale = header.split("void rescale(")[1].split("\n}\n")[0]
+    now, later = softmax.split("if constexpr (P == PackP::now) {")[1].split("} else {")
+    assert "pk[2 * c] = Elem::pack(p0, p1);" in now and "pk[" not in later.split("}")[0]
+    assert "s[4 * c] = p0;" in later
+    assert "if constexpr (P == PackP::later) {" in rescale
+    assert "pk[2 * c] = Elem::pack(s[4 * c], s[4 * c + 1]);" in rescale
 
 
 @pytest.mark.parametrize("params,needle", [
@@ -414,8 +425,14 @@ def test_the_kernel_takes_the_tile_order_and_declares_it_in_every_agent(causal):
         assert "(snake && " in decl and "hg" in decl
 
 
-def _helper(src: str, name: str) -> str:
-    return src.split(f"auto {name} = [&]")[1].split("};")[0]
+def _body(src: str) -> str:
+    """The kernel an emitted source defines (after the headers and device functions)."""
+    return src.split('extern "C" __global__')[1]
+
+
+def _device(src: str) -> str:
+    """The family's device functions as pasted in an emitted source (attention.cuh)."""
+    return "namespace pcat {" + src.split("namespace pcat {")[1].split("}  // namespace pcat")[0]
 
 
 @pytest.mark.parametrize("intra", [True, False])
@@ -429,16 +446,19 @@ def test_causal_kernel_bounds_each_tile_and_masks_only_its_masked_blocks(intra):
     assert src.count("KT = max(0, min(KV_BLOCKS,") == 2  # producer, consumers
     assert src.count("FM = max(0, ") == 1
     assert "int KT = KV_BLOCKS, FM = KV_BLOCKS;" in src
-    masked, unmasked = _helper(src, "softmax").split("if (j >= FM) {")[1].split("} else {")
-    assert "key + e < Sk && key + e <= lim0" in masked and "lim1 = lim0 + 8" in masked
-    assert "Sk" not in unmasked and "key +" not in unmasked and "lim" not in unmasked
-    assert "sacc[4 * c + e] = true ? sacc[4 * c + e] : -INFINITY;" in unmasked
+    softmax = [x for x in _body(src).split("\n") if "pcat::softmax<" in x]
+    assert softmax and all("pcat::Causal{Sk, 0}, t, FM, scale_log2);" in x for x in softmax)
+    header = _device(src)
+    assert "return key < sk && key <= last;" in header and "return row + offset;" in header
+    masked, unmasked = header.split("    if (j >= first_masked)\n")[1].split("    else\n")
+    assert "masked_row_max<BN>(s, x0, x1, mask, j, r.row());" in masked
+    assert "row_max<BN>(s, x0, x1);" in unmasked.split("\n")[0]
+    assert "mask" not in header.split("void row_max(")[1].split("\n}\n")[0]
     plain = emit_attention(compiled(causal=False, intra_overlap=intra))
-    assert "lim0" not in plain and "KT = max(0, min(KV_BLOCKS," not in plain
+    assert "pcat::Causal" not in plain and "KT = max(0, min(KV_BLOCKS," not in plain
     assert "KT = KV_BLOCKS, FM = max(0, KT - (Sk % 128 != 0));" in plain
-    masked, unmasked = _helper(plain, "softmax").split("if (j >= FM) {")[1].split("} else {")
-    assert "const bool in = key + e < Sk;" in masked
-    assert "Sk" not in unmasked and "key +" not in unmasked
+    softmax = [x for x in _body(plain).split("\n") if "pcat::softmax<" in x]
+    assert softmax and all("pcat::KeyTail{Sk}, t, FM, scale_log2);" in x for x in softmax)
 
 
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
@@ -501,7 +521,7 @@ def test_the_package_exports_the_call_and_importing_it_loads_no_gpu_package():
     assert out.strip() == "[]"
 
 
-GUARD = "const float z0 = x0 == -INFINITY ? 0.f : x0, z1 = x1 == -INFINITY ? 0.f : x1;"
+GUARD = "const float z0 = GUARD && x0 == -INFINITY ? 0.f : x0;"
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
@@ -517,13 +537,21 @@ def test_bottom_right_causal_offsets_the_diagonal_and_guards_rows_with_no_key(he
     src = emit_attention(c)
     assert "+ (Sk - Sq) + 1 + 128 - 1) / 128" in src  # KT
     assert "(tile_m * 128 + (Sk - Sq) + 1) / 128" in src  # FM
-    assert "+ w * 16 + g + (Sk - Sq), lim1 = lim0 + 8;" in src  # the row's last key
-    assert GUARD in src
-    assert "c0 = ex2_approx(m0 - z0);" in src and "fmaf(sacc[4 * c], scale_log2, -z0)" in src
-    assert "-x0)" not in src and "-x1)" not in src and "m0 - x0" not in src  # none against the raw max
+    softmax = [x for x in _body(src).split("\n") if "pcat::softmax<" in x]
+    # the row's last key is row + Sk - Sq; the guard is the softmax's template argument
+    assert softmax and all("pcat::PackP::later, true>(sacc, pk, rows, pcat::Causal{Sk, (Sk - Sq)}"
+                           in x for x in softmax), softmax
+    header = _device(src)
+    assert GUARD in header
+    assert "r.c0 = ex2_approx(r.m0 - z0);" in header
+    assert "fmaf(s[4 * c], scale_log2, -z0)" in header
+    assert "-x0)" not in header and "-x1)" not in header  # none against the raw max
     top = emit_attention(compile_named(NAME, params=call_params(head_dim, True),
                                        target_args={"stages": str(call_stages(head_dim, True))}))
-    assert "z0" not in top and "c0 = ex2_approx(m0 - x0);" in top and "(Sk - Sq)" not in top
+    softmax = [x for x in _body(top).split("\n") if "pcat::softmax<" in x]
+    assert softmax and all("pcat::PackP::later, false>(sacc, pk, rows, pcat::Causal{Sk, 0}"
+                           in x for x in softmax), softmax
+    assert "(Sk - Sq)" not in _body(top)
 
 
 
@@ -643,7 +671,7 @@ def test_a_double_buffered_q_is_loaded_and_read_in_the_output_tiles_stage():
     assert "stage_q(o % 1)" not in src and "o % Q_STAGES" not in producer
     consumer = src.split("// ---- agents consumer")[1]
     assert "const u32 q_smem = stage_q(o % Q_STAGES);" in consumer
-    assert "smem_desc_sw128(q_smem + " in _helper(src, "wgmma_s")
+    assert "pcat::qk<BM, BN, HD, wgmma_m64n128k16>(sacc, q_smem, stage_k(" in consumer
     assert consumer.count("mbar_wait(q_full_bar((o % 2)), ((o / 2 + (0)) & 1));") == 2
     assert consumer.count("if (lane == 0) mbar_arrive(q_empty_bar((o % 2)));") == 2
 
@@ -741,3 +769,31 @@ def test_the_calls_short_kernels_build_without_spills_and_issue_the_plans_wgmmas
     assert len(re.findall(r"HGMMA\.", sass)) == len(ss) + len(rs)
     # the intra-warpgroup overlap's wait for S alone (wait_group 1) and the full waits
     assert set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)) == {"0x0", "0x1"}
+
+
+@pytest.mark.parametrize("params,dtype", [
+    ({}, "bf16"), ({"intra_overlap": "true"}, "fp16"), ({"causal": "true"}, "bf16"),
+    ({"causal": "true", "align": "bottom_right", "intra_overlap": "true"}, "fp16")])
+def test_the_kernel_calls_the_headers_device_functions_and_writes_no_math_of_its_own(params,
+                                                                                      dtype):
+    """Issue 34: the family's device math is ``attention.cuh`` (package data), device functions
+    the frame's op steps call with each variant's choices as template arguments; the emitter
+    patches no text (no ``.replace`` macro) and the kernel's body holds no softmax, shuffle or
+    mask of its own."""
+    from importlib import resources
+    from pathlib import Path
+
+    import pipeline_core_schedules_attention.emit_attention as module
+
+    assert ".replace(" not in Path(module.__file__).read_text(encoding="utf-8")
+    header = resources.files("pipeline_core_schedules_attention").joinpath(
+        "attention.cuh").read_text(encoding="utf-8")
+    src = emit_attention(compiled(**params), dtype=dtype)
+    assert header in src
+    body = _body(src)
+    for fn in ("start", "qk", "softmax", "rescale", "pv", "finish"):
+        assert f"pcat::{fn}<" in body, fn
+        assert re.search(rf"__device__ __forceinline__ \w+ {fn}\(", header), fn
+    for math in ("ex2_approx(", "__shfl_xor_sync", "fmaxf(", "fence_operand(", "INFINITY",
+                 "pack"):
+        assert math not in body, math

@@ -1,0 +1,248 @@
+// The attention family's device math: what a consumer warp group does with Q, a K block and a
+// V block (S = Q.K^T, the online softmax, the rescale of O, O += P.V) and how an output tile's
+// rows leave.  The kit's frame calls these, one call per op step of the compiled plan
+// (emit_attention.py writes the calls and picks each variant's template arguments); they hold
+// no synchronization but the warp's shuffles: every wait, arrival and wgmma group fence is the
+// plan's, written by the kit.  Pasted after the kit's headers (pcwg, pcgc's descriptors and
+// element conversions) and the per-N wgmma wrappers (kit/wgmma.py), which the S and PV steps
+// take as template arguments: a wrapper is written per N (its asm lists N / 2 registers).
+//
+// A consumer owns ROWS query rows; thread (warp w, lane) holds rows w * 16 + lane / 4 (its
+// "row 0") and that row + 8 (its "row 1") of S and O, at columns 8 c + 2 (lane % 4) + {0, 1}
+// (wgmma's m64 accumulator fragment: registers 4 c, 4 c + 1 in row 0, 4 c + 2, 4 c + 3 in row 1).
+#pragma once
+
+namespace pcat {
+
+using pcwg::u32;
+using pcwg::u64;
+
+// The query rows of one consumer warp group: wgmma's M (the emitter refuses other geometries).
+constexpr int ROWS = 64;
+
+// 2^x on the MUFU alone (FA3's softmax): exp2f's accurate path adds a compare and two multiplies
+// around each MUFU.EX2 on the FP32 pipe the softmax shares with the rescale.  ftz: an input that
+// underflows gives 0, which a probability past the row max's range is anyway.
+__device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// The element type of Q, K, V and O (-O dtype): two fp32 values as one 16-bit pair, `lo` at the
+// lower address (P for the PV wgmma's A fragment, O for the store).
+struct Bf16 {
+    static __device__ __forceinline__ u32 pack(float lo, float hi) {
+        return pch100::pack_bf16x2(lo, hi);
+    }
+};
+struct Fp16 {
+    static __device__ __forceinline__ u32 pack(float lo, float hi) {
+        return pcgc::pack_f16x2(lo, hi);
+    }
+};
+
+// Where P is packed to 16 bits.  `now`: in the softmax (no PV in flight reads the packed P).
+// `later` (the plan's intra_overlap: PV_{t-1} still reads P_{t-1} while the softmax of t runs):
+// the softmax leaves P_t in fp32 in S's own registers and the rescale, which runs after the
+// plan's wait_group 0, packs it, so no register an in-flight wgmma reads is written (ptxas
+// serializes the wgmmas otherwise: C7520).
+enum class PackP { now, later };
+
+// The mask of a masked KV block (the softmax's Mask): which keys a row keeps, the others -inf.
+// `last(row)` is the row's last key (what `keeps` compares against).
+// Not causal: the keys past the sequence's end (the key tail's block).
+struct KeyTail {
+    int sk;
+    __device__ __forceinline__ int last(int) const { return 0; }
+    __device__ __forceinline__ bool keeps(int key, int) const { return key < sk; }
+};
+// Causal: also the keys past the row's last one, row + offset (the plan's LoopBounds.offset:
+// 0 top-left, Sk - Sq bottom-right; docs/guide/attention.md, "Causal bounds and tails").
+struct Causal {
+    int sk, offset;
+    __device__ __forceinline__ int last(int row) const { return row + offset; }
+    __device__ __forceinline__ bool keeps(int key, int last) const {
+        return key < sk && key <= last;
+    }
+};
+
+// A thread's two rows across an output tile: the running max (log2 units), the row sums, the
+// last correction 2^(old max - new max); the output tile's first query row and the consumer's
+// index, from which row() gives the thread's row 0 where the mask and the store need it (a row
+// index kept across the KV loop instead costs the non-causal kernels a division more).
+struct Rows {
+    float m0, m1, l0, l1, c0, c1;
+    int tile_row, consumer;
+    __device__ __forceinline__ int row() const {
+        const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
+        return tile_row + consumer * ROWS + wtid / 32 * 16 + lane / 4;
+    }
+};
+
+// An output tile's start: O cleared, the statistics empty, for consumer `consumer` of the tile
+// whose first query row is `tile_row`.
+template <int HD>
+__device__ __forceinline__ Rows start(float (&o)[HD / 2], int tile_row, int consumer) {
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) o[i] = 0.f;
+    return Rows{-INFINITY, -INFINITY, 0.f, 0.f, 0.f, 0.f, tile_row, consumer};
+}
+
+// S = Q.K^T (wgmma SS, MMA = the kit's wgmma_m64n{BN}k16): the consumer's ROWS rows of Q (a
+// stage of BM rows in HD / 64 boxes of 64 columns, 128-byte swizzled) against a K block (BN
+// rows, boxes alike), 16 columns of the head per k step; the first step overwrites S.
+template <int BM, int BN, int HD, void (*MMA)(float (&)[BN / 2], u64, u64, int)>
+__device__ __forceinline__ void qk(float (&s)[BN / 2], u32 q, u32 k, int consumer) {
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk)
+        MMA(s, pcwg::smem_desc_sw128(q + (kk / 4) * BM * 128 + consumer * ROWS * 128
+                                     + (kk % 4) * 32),
+            pcwg::smem_desc_sw128(k + (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
+}
+
+// The raw scores' row maxes of a KV block, every key kept (a block before the first masked one:
+// no compare) ...
+template <int BN>
+__device__ __forceinline__ void row_max(const float (&s)[BN / 2], float& x0, float& x1) {
+#pragma unroll
+    for (int c = 0; c < BN / 8; ++c) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            x0 = fmaxf(x0, s[4 * c + e]);
+            x1 = fmaxf(x1, s[4 * c + 2 + e]);
+        }
+    }
+}
+
+// ... or of KV block j after the keys `mask` drops are set to -inf.
+template <int BN, class Mask>
+__device__ __forceinline__ void masked_row_max(float (&s)[BN / 2], float& x0, float& x1,
+                                               const Mask& mask, int j, int row) {
+    const int lane = threadIdx.x % 32, q = lane % 4;
+    const int lim0 = mask.last(row), lim1 = lim0 + 8;
+#pragma unroll
+    for (int c = 0; c < BN / 8; ++c) {
+        const int key = j * BN + c * 8 + 2 * q;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const bool in0 = mask.keeps(key + e, lim0), in1 = mask.keeps(key + e, lim1);
+            s[4 * c + e] = in0 ? s[4 * c + e] : -INFINITY;
+            s[4 * c + 2 + e] = in1 ? s[4 * c + 2 + e] : -INFINITY;
+            x0 = fmaxf(x0, s[4 * c + e]);
+            x1 = fmaxf(x1, s[4 * c + 2 + e]);
+        }
+    }
+}
+
+// The online softmax of KV block j (FA3's): the mask on the blocks from the plan's first masked
+// one (`first_masked`, LoopBounds.first_masked) on, the row max over the quad's four lanes, in
+// log2 units (scale_log2 = scale * log2 e > 0), the correction of the old max, P = 2^(S *
+// scale_log2 - max) with one FFMA and one MUFU each, the row sums; P packed or kept per `P`.
+// GUARD (bottom-right causal): the rows before Sq - Sk see no key, so their max stays -inf and
+// 2^(-inf - -inf) would be NaN; their exponentials are taken against 0 instead, so P, the row
+// sum and O stay 0 and the finish stores 0 (FlashAttention's output for a row with no key;
+// docs/guide/attention.md, "Bottom-right causal").  Top-left and unmasked rows see key 0.
+template <int BN, class Elem, PackP P, bool GUARD, class Mask>
+__device__ __forceinline__ void softmax(float (&s)[BN / 2], u32 (&pk)[BN / 4], Rows& r,
+                                        const Mask& mask, int j, int first_masked,
+                                        float scale_log2) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) pcwg::fence_operand(s[i]);
+    float x0 = -INFINITY, x1 = -INFINITY;  // the block's row max of the raw scores
+    if (j >= first_masked)
+        masked_row_max<BN>(s, x0, x1, mask, j, r.row());
+    else
+        row_max<BN>(s, x0, x1);
+    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 1));
+    x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
+    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
+    x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
+    x0 = fmaxf(r.m0, x0 * scale_log2);  // the running max, in log2 units
+    x1 = fmaxf(r.m1, x1 * scale_log2);
+    const float z0 = GUARD && x0 == -INFINITY ? 0.f : x0;  // a row with no key yet: 0, not NaN
+    const float z1 = GUARD && x1 == -INFINITY ? 0.f : x1;
+    r.c0 = ex2_approx(r.m0 - z0);
+    r.c1 = ex2_approx(r.m1 - z1);
+    r.m0 = x0;
+    r.m1 = x1;
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int c = 0; c < BN / 8; ++c) {
+        const float p0 = ex2_approx(fmaf(s[4 * c], scale_log2, -z0));
+        const float p1 = ex2_approx(fmaf(s[4 * c + 1], scale_log2, -z0));
+        const float p2 = ex2_approx(fmaf(s[4 * c + 2], scale_log2, -z1));
+        const float p3 = ex2_approx(fmaf(s[4 * c + 3], scale_log2, -z1));
+        s0 += p0 + p1;
+        s1 += p2 + p3;
+        if constexpr (P == PackP::now) {
+            pk[2 * c] = Elem::pack(p0, p1);
+            pk[2 * c + 1] = Elem::pack(p2, p3);
+        } else {
+            s[4 * c] = p0; s[4 * c + 1] = p1;
+            s[4 * c + 2] = p2; s[4 * c + 3] = p3;
+        }
+    }
+    r.l0 = r.l0 * r.c0 + s0;
+    r.l1 = r.l1 * r.c1 + s1;
+}
+
+// O *= the softmax's correction, row by row; under PackP::later, then P_t (fp32 in S's
+// registers) packed for PV_t.
+template <int HD, int BN, class Elem, PackP P>
+__device__ __forceinline__ void rescale(float (&o)[HD / 2], const float (&s)[BN / 2],
+                                        u32 (&pk)[BN / 4], const Rows& r) {
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) pcwg::fence_operand(o[i]);
+#pragma unroll
+    for (int c = 0; c < HD / 8; ++c) {
+        o[4 * c] *= r.c0; o[4 * c + 1] *= r.c0;
+        o[4 * c + 2] *= r.c1; o[4 * c + 3] *= r.c1;
+    }
+    if constexpr (P == PackP::later) {
+#pragma unroll
+        for (int c = 0; c < BN / 8; ++c) {
+            pk[2 * c] = Elem::pack(s[4 * c], s[4 * c + 1]);
+            pk[2 * c + 1] = Elem::pack(s[4 * c + 2], s[4 * c + 3]);
+        }
+    }
+}
+
+// O += P.V (wgmma RS, MMA = the kit's wgmma_rs_m64n{HD}k16): P from registers, 16 keys per k
+// step (four registers of the packed P), V's block MN-major (HD / 64 boxes of BN rows, a k
+// step 16 rows = 2048 bytes further).
+template <int BN, int HD, void (*MMA)(float (&)[HD / 2], u32, u32, u32, u32, u64)>
+__device__ __forceinline__ void pv(float (&o)[HD / 2], const u32 (&pk)[BN / 4], u32 v) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+        MMA(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3],
+            pcgc::smem_desc_sw128_mn<BN * 128>(v + kk * 2048));
+}
+
+// An output tile's end: O / row sum (the quad's sums added; a row with no key, sum 0, stores 0)
+// into O[bh] ([Sq, HD] rows of Elem), rows past Sq not stored.
+template <int HD, class Elem>
+__device__ __forceinline__ void finish(float (&o)[HD / 2], Rows& r, unsigned short* O, int bh,
+                                       int sq) {
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) pcwg::fence_operand(o[i]);
+    r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, 1);
+    r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, 2);
+    r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, 1);
+    r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, 2);
+    const float r0 = r.l0 > 0.f ? 1.f / r.l0 : 0.f, r1 = r.l1 > 0.f ? 1.f / r.l1 : 0.f;
+    const int row = r.row(), lane = threadIdx.x % 32, q = lane % 4;
+    unsigned short* out = O + ((size_t)bh * sq) * HD;
+#pragma unroll
+    for (int c = 0; c < HD / 8; ++c) {
+        const int col = c * 8 + 2 * q;
+        if (row < sq)
+            *reinterpret_cast<u32*>(out + (size_t)row * HD + col) =
+                Elem::pack(o[4 * c] * r0, o[4 * c + 1] * r0);
+        if (row + 8 < sq)
+            *reinterpret_cast<u32*>(out + (size_t)(row + 8) * HD + col) =
+                Elem::pack(o[4 * c + 2] * r1, o[4 * c + 3] * r1);
+    }
+}
+
+}  // namespace pcat
