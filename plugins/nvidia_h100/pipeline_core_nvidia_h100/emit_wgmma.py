@@ -23,7 +23,8 @@ from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, Bound, Compil
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_header_source,
-                                            gemm_scale_batch_header_source, header_source,
+                                            gemm_scale_batch_header_source,
+                                            gemm_wgmma_header_source, header_source,
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.kit.frame import AgentCode, AgentsFamily, agents_kernel_body
 from pipeline_core_nvidia_h100.kit.rings import RingState, loop_tile, require_ring_depths
@@ -35,7 +36,7 @@ from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branch
 from pipeline_core_nvidia_h100.gemm_signature import (DEFAULT_SIGNATURE, KERNEL_NAME,
                                                       gemm_signature)
 from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, KERNEL_FAMILY,
-                                                       MN_CHUNK, OUT_BYTES, SCHEDULE_NAME,
+                                                       MN_CHUNK, SCHEDULE_NAME,
                                                        STORE_BUFFERS, WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
 from pipeline_core_nvidia_h100.wgmma_sync import NAMED_BARRIERS
@@ -185,22 +186,40 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
                                 len(plan.split.agents) if plan.split is not None else 0),
         tile_split=split, consumer_after=_after_tiles(consumers) if split else (),
         cluster=plan.cluster, relay=[line for r in relays for line in lines(r, True, r.name)])
-    if variant:
-        return _GENERAL_SOURCE.format(
-            header=header_source(), wgmma_header=wgmma_header_source(),
-            call_header=gemm_call_header_source() + (
-                "\n" + gemm_scale_batch_header_source()
-                if (v.scale, v.batch) != ("none", "none") else "")
-            + (cluster_header_source() if plan.cluster is not None else ""),
-            cluster_dims=(f" __cluster_dims__({plan.cluster.ctas}, 1, 1)"
-                          if plan.cluster is not None else ""),
-            wgmma_fn=wgmma_ss(g.bn, v.dtype, int(v.a_major == "mn"), int(v.b_major == "mn")),
-            name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
-            body=body, variant=describe_variant(v), params=gemm_signature(v).render(),
-            **constants)
-    return _SOURCE.format(header=header_source(), wgmma_header=wgmma_header_source(),
-        wgmma_fn=wgmma_ss(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
-        target=compiled.target_name, body=body, params=DEFAULT_SIGNATURE.render(), **constants)
+    return _kernel_source(compiled, g, body)
+
+
+def _kernel_source(compiled: CompiledSchedule, g: WsGeometry, body: str) -> str:
+    """The kernel's source around the frame's ``body``: what it computes and how it launches,
+    the device headers (the general kernel's device math among them), its wgmma wrapper, the
+    kernel with its signature's parameter list (gemv's emitter assembles its source alike)."""
+    v, cluster = g.variant, compiled.plan.cluster
+    launch = (f"// Launch: block {g.threads} (warp group 0: producer; 1..: consumers), dynamic "
+              f"shared memory {g.smem_bytes}\n// bytes, any grid up to (M/{g.bm})*(N/{g.bn}) "
+              "CTAs: CTA i runs output tiles i, i + gridDim.x, ... with\n// its ring's stages and "
+              "phases running on across them.")
+    head = [f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
+            f"{compiled.schedule_name} on target {compiled.target_name}."]
+    if not v.general:  # the default kernel (the benchmarks' WsLauncher): tile multiples only
+        return "\n".join([
+            *head, "// C[M,N] = A[M,K] . B[N,K]^T: bf16 in (raw u16), fp32 accumulate, bf16 out; "
+            f"both K-contiguous.\n// A and B: TMA tensor maps (2D, box {g.bk} x rows, 128-byte "
+            "swizzle).  Tile multiples only.", launch, header_source(), wgmma_header_source(),
+            wgmma_ss(g.bn), f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
+            f"{KERNEL_NAME}({DEFAULT_SIGNATURE.render()}) {{", body, "}", ""])
+    return "\n".join([
+        *head, f"// The general kernel: C[m,n] = epilogue(A[m,K] . B[K,n]), {describe_variant(v)}; "
+        "fp32 accumulate.\n// A and B: TMA tensor maps (2D, 128-byte swizzle; K-major: box "
+        f"{g.bk} x rows; MN-major: 64 x {g.bk}\n// per 64 rows).  M, N, K: the sizes rounded up "
+        f"to whole {g.bm} x {g.bn} x {g.bk} tiles; m, n: C's own\n// (stores clipped, row "
+        "stride ldc); the tensor maps carry the true extents (TMA zero-fills past them).",
+        launch, header_source(), wgmma_header_source(), gemm_call_header_source(),
+        gemm_scale_batch_header_source(), gemm_wgmma_header_source(),
+        *([cluster_header_source()] if cluster is not None else []),
+        wgmma_ss(g.bn, v.dtype, int(v.a_major == "mn"), int(v.b_major == "mn")),
+        f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)'
+        + (f" __cluster_dims__({cluster.ctas}, 1, 1)" if cluster is not None else ""),
+        f"{KERNEL_NAME}({gemm_signature(v).render()}) {{", body, "}", ""])
 
 
 def _constants(g: WsGeometry) -> dict[str, int | str]:
@@ -213,26 +232,11 @@ def _constants(g: WsGeometry) -> dict[str, int | str]:
             "ELEM": g.elem_bytes, "WGMMA_K": g.wgmma_k,
             "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK),
             "SCOLS": g.variant.store_cols, "SBUF": STORE_BUFFERS,
-            "OUT_BYTES": OUT_BYTES[g.variant.out_dtype],
+            "A_MN": str(g.variant.a_major == "mn").lower(),
+            "B_MN": str(g.variant.b_major == "mn").lower(),
             # the consumer's first row in the tile: its share, or (ping-pong) the whole tile
             "ROW0": "0" if g.variant.pingpong else "consumer * CONSUMER_ROWS"}
 
-
-_SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {schedule} on target {target}.
-// C[M,N] = A[M,K] . B[N,K]^T: bf16 in (raw u16), fp32 accumulate, bf16 out; both K-contiguous.
-// A and B come as TMA tensor maps (2D, bf16, box {BK} x rows, 128-byte swizzle).
-// Launch: block {THREADS} (warp group 0: producer; 1..: consumers), dynamic shared memory {SMEM}
-// bytes, any grid up to (M/{BM})*(N/{BN}) CTAs: each CTA runs output tiles blockIdx.x,
-// blockIdx.x + gridDim.x, ... with its ring's stages and phases running on across them (a grid
-// of one CTA per SM is the persistent kernel).  Tile multiples only.
-{header}
-{wgmma_header}
-{wgmma_fn}
-extern "C" __global__ void __launch_bounds__({THREADS}, 1)
-{name}({params}) {{
-{body}
-}}
-"""
 
 #: The gemm-wgmma family's device code (:class:`~pipeline_core_nvidia_h100.skeleton.
 #: AgentsFamily`), formatted with :func:`_constants`: the tile math the skeleton leaves out.
@@ -288,26 +292,6 @@ FAMILY = {
         }}""",
 }
 
-#: The general kernel's source (``GemmVariant.general``): ``M``, ``N``, ``K`` are the sizes
-#: rounded up to whole tiles (the tile loop and the K loop run over them), ``m``, ``n`` the
-#: matrix's own (the stores are clipped to them); the tensor maps carry the true extents, so TMA
-#: zero-fills every load past them.
-_GENERAL_SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {schedule} on target {target}.
-// The general kernel: C[m,n] = epilogue(A[m,K] . B[K,n]), {variant}; fp32 accumulate.
-// A and B come as TMA tensor maps (2D, 128-byte swizzle; K-major: box {BK} x rows; MN-major:
-// box 64 x {BK}, one per 64 rows).  M, N, K: the sizes rounded up to whole {BM} x {BN} x {BK}
-// tiles; m, n: C's own (stores clipped, row stride ldc).  Launch: block {THREADS}, dynamic
-// shared memory {SMEM} bytes, grid up to (M/{BM})*(N/{BN}) CTAs.
-{header}
-{wgmma_header}
-{call_header}
-{wgmma_fn}
-extern "C" __global__ void __launch_bounds__({THREADS}, 1){cluster_dims}
-{name}({params}) {{
-{body}
-}}
-"""
-
 #: The named barrier the split-K finish syncs the consumer warp groups on: the target's last id
 #: (0 is __syncthreads; the agents lowering hands out the free ids from 1 up, docs/guide/agents.md,
 #: "Named barriers", and this schedule's plan takes none).
@@ -335,12 +319,8 @@ _SPLIT_OPEN = r"""
 """
 _SPLIT_CLOSE = "            " + section_mark("end") + "\n        }}\n"
 _SPLIT_STEPS = {
-    StepKind.SLICE_STORE: r"""#pragma unroll
-            for (int mb = 0; mb < MBLOCKS; ++mb)
-#pragma unroll
-                for (int i = 0; i < ACC; ++i)
-                    __stcg(part + blockIdx.y * slice + (mb * ACC + i) * {CONSUMER_THREADS}, acc[mb][i]);
-""",
+    StepKind.SLICE_STORE: ("            pcgc::slice_store<MBLOCKS, ACC, {CONSUMER_THREADS}>(acc, "
+                           "part + blockIdx.y * slice);\n"),
     StepKind.RELEASE_FENCE: "            __threadfence();\n",
     StepKind.COUNT_ARRIVE: r"""            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
             if (me == 0) split_last = atomicAdd(counters + tile, 1u) == gridDim.y - 1;
@@ -349,18 +329,8 @@ _SPLIT_STEPS = {
     StepKind.COUNT_ACQUIRE: r"""            if (!split_last) continue;  // another split's CTA finishes this tile
             __threadfence();
 """,
-    StepKind.SLICE_READ: r"""#pragma unroll
-            for (int mb = 0; mb < MBLOCKS; ++mb)
-#pragma unroll
-                for (int c = 0; c < ACC; c += SPLIT_CHUNK)
-#pragma unroll 1
-                    for (int y = 0; y < (int)gridDim.y; ++y)  // every slice, this CTA's own too
-#pragma unroll
-                        for (int i = c; i < c + SPLIT_CHUNK; ++i) {{
-                            const float v = __ldcg(part + y * slice + (mb * ACC + i) * {CONSUMER_THREADS});
-                            acc[mb][i] = y == 0 ? v : acc[mb][i] + v;
-                        }}
-""",
+    StepKind.SLICE_READ: ("            pcgc::slice_read<MBLOCKS, ACC, {CONSUMER_THREADS}, SPLIT_CHUNK>("
+                          "acc, part, slice, gridDim.y);\n"),
     # every consumer's reads are done before the counter's next use may begin
     StepKind.COUNT_RESET: r"""            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
             if (me == 0) counters[tile] = 0u;
@@ -393,45 +363,45 @@ _BIAS = {"none": "pcgc::BiasNone", "bf16": "pcgc::BiasBf16", "fp16": "pcgc::Bias
          "fp32": "pcgc::BiasF32"}
 _ACT = {"none": "pcgc::ActNone", "relu": "pcgc::ActRelu", "gelu": "pcgc::ActGelu",
         "silu": "pcgc::ActSilu"}
-_SCALE = {"tensor": "pcgc::ScaleTensor", "row": "pcgc::ScaleRow"}
-#: The scaled epilogue (``-p scale``, docs/guide/matmul.md "scaled_mm"): each accumulator times
-#: its row's scale_a and its column's scale_b (per tensor: element 0 of each), before the bias,
-#: as torch._scaled_mm; rows and columns past m, n read no scale.
-_SCALE_ROWS = r"""
-            const float sa0 = Scale::a(scale_a, row, m), sa8 = Scale::a(scale_a, row + 8, m);"""
-_SCALE_COLS = r"""
-                const float sb0 = Scale::b(scale_b, col, n), sb1 = Scale::b(scale_b, col + 1, n);"""
+#: ``-p scale`` (docs/guide/matmul.md "scaled_mm"): each accumulator times its row's scale_a and
+#: its column's scale_b (per tensor: element 0 of each) before the bias, as torch._scaled_mm
+_SCALE = {"none": "pcgc::ScaleNone", "tensor": "pcgc::ScaleTensor", "row": "pcgc::ScaleRow"}
 #: The batched kernel's output: batch ``blockIdx.z``'s [m, n] starts c_batch bytes further.
 _BATCH_OUTPUT = ("\n    C = static_cast<char*>(C) + (size_t)blockIdx.z * c_batch;  "
                  "// this batch's output")
 
 
+def _epilogue(v: GemmVariant) -> tuple[str, str]:
+    """The variant's fused epilogue (``gemm_wgmma_h100.cuh``'s ``pcgc::Epilogue``): its type,
+    the traits picked by name, among the constants, and the consumer's object of it, over the
+    scales the kernel takes or none (the kernel's signature says which)."""
+    params = {p.name for p in gemm_signature(v).params}
+    scales = ", ".join(name if name in params else "nullptr" for name in ("scale_a", "scale_b"))
+    return (f"\n    using Epi = pcgc::Epilogue<{_OUT[v.out_dtype]}, {_BIAS[v.bias]}, "
+            f"{_ACT[v.activation]}, {_SCALE[v.scale]}>;  // the variant's fused epilogue",
+            f"        const Epi epi(bias, {scales}, m, n, wtid, lane);")
+
+
 def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> dict[str, str]:
-    """The general kernel's device code where it differs from :data:`FAMILY`: the descriptors
-    of each operand's major mode, split-K's finish from the ``consumers``' steps, and the fused
-    epilogue (bias, activation, output type, clipped stores).  Formatted with
+    """The general kernel's device code where it differs from :data:`FAMILY`: each operand's
+    descriptor by its major mode (``pcgc::operand_desc``), split-K's finish from the
+    ``consumers``' steps, and the fused epilogue (``pcgc::Epilogue``: bias, activation, output
+    type, scales; stored directly or through the TMA store's staging buffers).  Formatted with
     :func:`_constants` like FAMILY."""
-    a_desc = ("smem_desc_sw128(stage_a(s) + ({ROW0} + mb * {WGMMA_M}) * 128 "
-              "+ kk * 32)" if v.a_major == "k" else
-              "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_a(s) + ({ROW0} "
-              "+ mb * {WGMMA_M}) / 64 * CHUNK_BYTES + kk * 2048)")
-    b_desc = ("smem_desc_sw128(stage_b(s) + kk * 32)" if v.b_major == "k" else
-              "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_b(s) + kk * 2048)")
-    finish = r"""#pragma unroll
-        for (int mb = 0; mb < MBLOCKS; ++mb)
-#pragma unroll
-            for (int i = 0; i < ACC; ++i) fence_operand(acc[mb][i]);
-""" + (split_finish(consumers) if v.split_k else "")
-    store = ("\n    constexpr int SCOLS = {SCOLS}, SBUF = {SBUF}, OUT_BYTES = {OUT_BYTES};"
+    epi_type, epi = _epilogue(v)
+    store = ("\n    constexpr int SCOLS = {SCOLS}, SBUF = {SBUF};"
              "  // TMA-store sub-tiles: 64 rows x SCOLS, SBUF buffers per consumer"
              "\n    constexpr u32 SBUF_BYTES = 64 * 128;" if v.store == "tma" else "")
     family = {
         "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = {CHUNK_BYTES};"
                      "  // one MN-major box: 64 rows x BK"
-                     + (_BATCH_OUTPUT if v.batch != "none" else "") + store,
-        "compute": _compute(a_desc, b_desc),
-        "finish": finish + (_tma_store_finish(v, consumers) if v.store == "tma"
-                            else _direct_finish(v)),
+                     "\n    constexpr bool A_MN = {A_MN}, B_MN = {B_MN};  // the operands' major"
+                     + epi_type + (_BATCH_OUTPUT if v.batch != "none" else "") + store,
+        "compute": _compute("pcgc::operand_desc<A_MN, CHUNK_BYTES>(stage_a(s), {ROW0} + mb * "
+                            "{WGMMA_M}, kk)", "pcgc::operand_desc<B_MN, CHUNK_BYTES>(stage_b(s), "
+                            "0, kk)"),
+        "finish": _FENCE + (split_finish(consumers) if v.split_k else "") + "\n" + epi + "\n"
+                  + (_tma_store_finish(consumers) if v.store == "tma" else _DIRECT_FINISH),
     }
     if v.store == "tma":  # the staging buffers: after the barriers' 1 KB (WsGeometry.smem_bytes)
         family["stage_views"] = (FAMILY["stage_views"] + "\n    const u32 staging = bars + 1024u;"
@@ -440,87 +410,16 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
     return family
 
 
-#: The fused epilogue's arithmetic, the one home both stores use (docs/guide/matmul.md,
-#: "The TMA-store epilogue"): the per-column bias of the thread's two columns ``col``,
-#: ``col + 1`` (0 past n), and each of an m64nN fragment quad's values (rows r, r + 8 by columns
-#: col, col + 1) with the bias added and the activation applied; the output type casts when it
-#: is stored.
-_EPILOGUE_BIAS = r"""const float b0 = col < n ? Bias::at(bias, col) : 0.f;
-                const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;"""
-
-
-#: the scale factor of each value of the quad (rows r, r + 8 by columns col, col + 1)
-_SCALE_FACTORS = ("sa0 * sb0", "sa0 * sb1", "sa8 * sb0", "sa8 * sb1")
-
-
-def _epilogue_value(i: int, v: GemmVariant) -> str:
-    """Value ``i`` (0..3) of the thread's fragment quad ``acc[mb][4 * j + i]``, epilogue applied
-    (scaled first when the variant scales, ``-p scale``)."""
-    acc = f"acc[mb][4 * j{f' + {i}' if i else ''}]"
-    if v.scale != "none":
-        acc = f"{acc} * ({_SCALE_FACTORS[i]})"
-    return f"Act::f({acc} + b{i % 2})"
-
-
-def _epilogue_values(v: GemmVariant, row: int, sep: str) -> str:
-    """The quad's two values of row ``row`` (0: r, 1: r + 8), joined by ``sep``."""
-    return _epilogue_value(2 * row, v) + sep + _epilogue_value(2 * row + 1, v)
-
-
-def _epilogue_cols(v: GemmVariant) -> str:
-    """The per-column factors of the thread's two columns: the bias, and scale_b's when the
-    variant scales."""
-    return _EPILOGUE_BIAS + (_SCALE_COLS if v.scale != "none" else "")
-
-
-def _epilogue_types(v: GemmVariant) -> str:
-    return ("""        using Out = """ + _OUT[v.out_dtype] + """;
-        using Bias = """ + _BIAS[v.bias] + """;
-        using Act = """ + _ACT[v.activation] + """;
-""" + ("        using Scale = " + _SCALE[v.scale] + ";\n" if v.scale != "none" else ""))
-
-
-def _direct_finish(v: GemmVariant) -> str:
-    """The direct store: every thread writes its fragment to C (-p store=direct)."""
-    return (r"""
-        // The fused epilogue on every accumulator (the m64nN fragment layout): + bias[col],
-        // activation, cast; two columns per store where aligned, clipped to m x n.
-""" + _epilogue_types(v) + r"""        const bool vec = (ldc % 2 == 0) && (reinterpret_cast<size_t>(C) % """
-        + str(2 * OUT_BYTES[v.out_dtype]) + r""" == 0);
-        const int w = wtid / 32, g = lane / 4, q = lane % 4;
+#: the accumulators' last wgmma writes complete before the finish reads them
+_FENCE = r"""#pragma unroll
+        for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
-        for (int mb = 0; mb < MBLOCKS; ++mb) {{
-            const int row = tile_m * BM + {ROW0} + mb * {WGMMA_M} + w * 16 + g;""" + (
-            _SCALE_ROWS if v.scale != "none" else "") + r"""
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {{
-                const int col = tile_n * BN + j * 8 + 2 * q;
-                """ + _epilogue_cols(v) + r"""
-                pcgc::store_pair<Out>(C, ldc, row, col, m, n, vec,
-                    """ + _epilogue_values(v, 0, ", ") + r""");
-                pcgc::store_pair<Out>(C, ldc, row + 8, col, m, n, vec,
-                    """ + _epilogue_values(v, 1, ", ") + r""");
-            }}
-        }}""")
-
-
-def _stage_write(v: GemmVariant) -> str:
-    """The STAGE_WRITE step: the thread's part of sub-tile (mb, s), epilogue applied, into the
-    staging buffer (the fragment's rows w * 16 + g and + 8; 128-byte swizzled)."""
-    rows = (r"""{{{{  // the rows' scales
-                const int row = tile_m * BM + {{ROW0}} + mb * {{WGMMA_M}} + w * 16 + g;"""
-            + _SCALE_ROWS.replace("\n", "\n    ") + "\n                ") if v.scale != "none" else ""
-    return rows + r"""#pragma unroll
-                for (int jj = 0; jj < SCOLS / 8; ++jj) {{{{  // the fragment, epilogue applied
-                    const int j = s * (SCOLS / 8) + jj;
-                    const int col = tile_n * BN + j * 8 + 2 * q;
-                    const int at = (jj * 8 + 2 * q) * OUT_BYTES;
-                    """ + _epilogue_cols(v).replace("\n", "\n    ") + r"""
-                    Out::stage(pcgc::staged(buf, w * 16 + g, at),
-                               """ + _epilogue_values(v, 0, ", ") + r""");
-                    Out::stage(pcgc::staged(buf, w * 16 + g + 8, at),
-                               """ + _epilogue_values(v, 1, ", ") + r""");
-                }}}}""" + ("\n                }}}}" if v.scale != "none" else "")
+            for (int i = 0; i < ACC; ++i) fence_operand(acc[mb][i]);
+"""
+#: The direct store (-p store=direct): every thread writes its fragments to C, the epilogue
+#: applied, two columns per store where aligned, clipped to m x n.
+_DIRECT_FINISH = ("        epi.store<MBLOCKS, ACC, {WGMMA_M}>(acc, C, ldc, tile_m * BM + {ROW0}, "
+                  "tile_n * BN);  // the fused epilogue, stored directly")
 
 
 #: The TMA-store epilogue's steps (the consumers' ``store`` steps, docs/guide/agents.md, "Bulk
@@ -535,6 +434,9 @@ _STORE_STEPS = {
                            "tile_m * BM + {{ROW0}} + mb * {{WGMMA_M}});"),
     StepKind.STORE_COMMIT: "if (wtid == 0) pcgc::bulk_commit();",
     StepKind.STORE_DRAIN: "if (wtid == 0) pcgc::bulk_wait<0>();",
+    # the thread's part of sub-tile (mb, s), the epilogue applied, into the staging buffer
+    StepKind.STAGE_WRITE: ("epi.stage<SCOLS>(acc[mb], buf, s, tile_m * BM + {{ROW0}} + mb * "
+                           "{{WGMMA_M}}, tile_n * BN);"),
 }
 
 
@@ -551,13 +453,13 @@ def _store_program(consumers: Sequence[AgentProgram], section: str) -> tuple:
                            "(AgentSpec.store); got " + "; ".join(
                                f"{c.name}: {[k.value for k, _ in shape(c)]}" for c in consumers))
     for s in steps:
-        if s.kind not in _STORE_STEPS and s.kind != StepKind.STAGE_WRITE:
+        if s.kind not in _STORE_STEPS:
             raise ProgramError(f"emitter {EMITTER_NAME}: no CUDA for {section} step "
                                f"{s.kind.value}")
     return steps
 
 
-def _tma_store_finish(v: GemmVariant, consumers: Sequence[AgentProgram]) -> str:
+def _tma_store_finish(consumers: Sequence[AgentProgram]) -> str:
     """The TMA-store epilogue (-p store=tma): per 64-row x SCOLS sub-tile, the consumers'
     ``store`` steps in the plan's order; the sub-tile's staging buffer is its running count
     modulo SBUF (a tile's sub-tiles are a multiple of SBUF, so the count restarts with it)."""
@@ -565,14 +467,12 @@ def _tma_store_finish(v: GemmVariant, consumers: Sequence[AgentProgram]) -> str:
     bars = [next(s.barrier for s in c.store if s.kind == StepKind.NAMED_SYNC)
             for c in consumers]
     pick = " : ".join(f"consumer == {i} ? {b}" for i, b in enumerate(bars[:-1]))
-    code = {**_STORE_STEPS, StepKind.STAGE_WRITE: _stage_write(v)}
-    body = "\n".join("                " + code[s.kind].format(value=s.value) for s in steps)
-    return (r"""
-        // The fused epilogue through shared memory (docs/guide/matmul.md,
+    body = "\n".join("                " + _STORE_STEPS[s.kind].format(value=s.value)
+                     for s in steps)
+    return (r"""        // The fused epilogue through shared memory (docs/guide/matmul.md,
         // "The TMA-store epilogue"): each 64-row x SCOLS sub-tile, + bias[col], activation,
         // cast, goes to a 128-byte swizzled staging buffer of this consumer's; its thread 0
         // stores it by TMA (clipped to m x n) while the consumer goes on.
-""" + _epilogue_types(v) + r"""        const int w = wtid / 32, g = lane / 4, q = lane % 4;
         const int store_bar = """ + (f"{pick} : {bars[-1]}" if pick else str(bars[-1]))
         + r""";  // the consumer's named barrier (the plan's)
         """ + section_mark("store") + r"""

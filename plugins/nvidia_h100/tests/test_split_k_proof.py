@@ -90,7 +90,7 @@ def test_the_emitter_writes_the_plans_steps_in_their_order():
         attrs.evolve(p, finish=steps) if p.finish else p for p in c.plan.programs]))
     assert m.description.endswith("before step 4 SLICE_READ")
     out = emit_wgmma(edited)
-    assert out.index("counters[tile] = 0u;") < out.index("__ldcg(")
+    assert out.index("counters[tile] = 0u;") < out.index("pcgc::slice_read<")
 
 
 def test_a_split_k_plan_without_the_reduction_steps_is_refused_by_the_emitter():
