@@ -16,7 +16,7 @@ if/else.  Tile multiples only (``WsGeometry.check_shape``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, Bound, CompiledSchedule,
                                       EmitterRecord, Param, ProgramError, Step, StepKind)
@@ -55,38 +55,19 @@ def _stage(s: Step) -> str:
     return RingState.of(s, "STAGES").stage
 
 
-def _copy_line(operand: str, s: Step, major: str, split_k: bool = False,
-               batched: bool = False, multicast: bool = False) -> str:
-    """The TMA copy of ``operand``'s tile (A: rows tile_m * BM, B: tile_n * BN) into the stage:
-    one box of BK x rows when K-major, else one 64 x BK box per 64 rows (MN-major, a
-    128-byte swizzled row holds 64 elements).  ``split_k``: the CTA's K tiles start at
-    ``blockIdx.y * KT`` (its split of K; ``KT`` is one split's tile count).  ``batched``: the
-    operand's map is 3-D, its third coordinate the batch ``blockIdx.z``.  ``multicast``: this
-    CTA's 1 / CLUSTER of the rows (its rank's), into the same stage of every CTA of the
-    cluster (docs/guide/matmul.md, "Clusters"; the tensor map's box is that share; the
-    schedule refuses it with a batch)."""
-    stage = _stage(s)
-    rows, tile = ("BM", "tile_m") if operand == "a" else ("BN", "tile_n")
-    view, tm = f"stage_{operand}({stage})", f"&tm{operand.upper()}"
-    k_tile = f"(blockIdx.y * KT + {loop_tile(s)})" if split_k else loop_tile(s)
-    if multicast:
-        mask = "(1u << CLUSTER) - 1u"
-        if major == "k":
-            return (f"tma_load_2d_multicast({view} + crank * ({rows} / CLUSTER) * 128, {tm}, "
-                    f"full_bar({stage}), {k_tile} * BK, {tile} * {rows} + crank * ({rows} / "
-                    f"CLUSTER), {mask});")
-        return (f"for (int i = crank * ({rows} / 64 / CLUSTER); i < (crank + 1) * ({rows} / 64 / "
-                f"CLUSTER); ++i) tma_load_2d_multicast({view} + i * CHUNK_BYTES, {tm}, "
-                f"full_bar({stage}), {tile} * {rows} + i * 64, {k_tile} * BK, {mask});")
-    load, z = ("pcgc::tma_load_3d", ", blockIdx.z") if batched else ("tma_load_2d", "")
-    if major == "k":
-        return f"{load}({view}, {tm}, full_bar({stage}), {k_tile} * BK, {tile} * {rows}{z});"
-    return (f"for (int i = 0; i < {rows} / 64; ++i) {load}({view} + i * CHUNK_BYTES, {tm}, "
-            f"full_bar({stage}), {tile} * {rows} + i * 64, {k_tile} * BK{z});")
+def _general_loads(cluster: bool) -> dict[str, str]:
+    """The general kernel's TMA copies of A's and B's tiles (the producer's op steps), each one
+    call of its ``pcgc::Operand`` (``gemm_wgmma_h100.cuh``: the major mode, split-K's first K
+    tile, the batch, B's multicast share are its template arguments); formatted with the
+    step's ``stage`` and loop tile ``t``.  A ``cluster``'s B load takes the CTA's rank."""
+    return {WgmmaTag.TMA_A: "LoadA::load(stage_a({stage}), &tmA, full_bar({stage}), {t}, KT, "
+                            "tile_m * BM);",
+            WgmmaTag.TMA_B: "LoadB::load(stage_b({stage}), &tmB, full_bar({stage}), {t}, KT, "
+                            "tile_n * BN" + (", crank);" if cluster else ");")}
 
 
 def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
-               variant: GemmVariant | None = None) -> str:
+               loads: Mapping[str, str] | None = None) -> str:
     state = RingState.of(s, "STAGES")
     stage, parity = state.stage, state.parity(s.phase_offset)
     if s.kind == StepKind.PHASE_WAIT and s.scope == "cluster":  # a peer completes the phase
@@ -103,11 +84,8 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
     if sync is not None:
         return _first_tiles_guard(s) + sync
     if s.kind == StepKind.OP:
-        if variant is not None and s.tag in (WgmmaTag.TMA_A, WgmmaTag.TMA_B):
-            return (_copy_line("a", s, variant.a_major, variant.split_k, "a" in variant.batch)
-                    if s.tag == WgmmaTag.TMA_A
-                    else _copy_line("b", s, variant.b_major, variant.split_k,
-                                    "b" in variant.batch, multicast=variant.cluster > 1))
+        if loads is not None and s.tag in loads:
+            return loads[s.tag].format(stage=stage, t=loop_tile(s))
         if s.tag == WgmmaTag.TMA_A:
             return (f"tma_load_2d(stage_a({stage}), &tmA, full_bar({stage}), {loop_tile(s)} * BK, "
                     "tile_m * BM);")
@@ -164,17 +142,17 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
     producer, *consumers = [p for p in plan.programs if p.name != CLUSTER_RELAY]
     require_ring_depths(plan.rings, g.stages, g.stages, EMITTER_NAME)  # the GEMM has no once ring
     v = g.variant
-    variant = v if v.general else None
+    loads = _general_loads(plan.cluster is not None) if v.general else None
     if producer.role.issuers != 1 or not consumers:
         raise ProgramError(f"emitter {EMITTER_NAME}: expects a single-issuer producer agent "
                            f"followed by consumer agents, got {[p.name for p in plan.programs]}")
 
     def lines(p: AgentProgram, single_issuer: bool, label: str) -> list[str]:
         return render(agent_stretches(
-            p, lambda s: _step_line(s, single_issuer, p.name, watchdog or 0, variant), label))
+            p, lambda s: _step_line(s, single_issuer, p.name, watchdog or 0, loads), label))
 
     constants = _constants(g)
-    parts = {**FAMILY, **general_family(v, consumers)} if variant else FAMILY
+    parts = {**FAMILY, **general_family(v, consumers)} if v.general else FAMILY
     family = AgentsFamily(**{part: text.format(**constants) for part, text in parts.items()})
     split = plan.split is not None  # a tile split (ping-pong): each consumer its own tiles
     body = agents_kernel_body(
@@ -214,8 +192,7 @@ def _kernel_source(compiled: CompiledSchedule, g: WsGeometry, body: str) -> str:
         f"to whole {g.bm} x {g.bn} x {g.bk} tiles; m, n: C's own\n// (stores clipped, row "
         "stride ldc); the tensor maps carry the true extents (TMA zero-fills past them).",
         launch, header_source(), wgmma_header_source(), gemm_call_header_source(),
-        gemm_scale_batch_header_source(), gemm_wgmma_header_source(),
-        *([cluster_header_source()] if cluster is not None else []),
+        gemm_scale_batch_header_source(), cluster_header_source(), gemm_wgmma_header_source(),
         wgmma_ss(g.bn, v.dtype, int(v.a_major == "mn"), int(v.b_major == "mn")),
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)'
         + (f" __cluster_dims__({cluster.ctas}, 1, 1)" if cluster is not None else ""),
@@ -234,6 +211,9 @@ def _constants(g: WsGeometry) -> dict[str, int | str]:
             "SCOLS": g.variant.store_cols, "SBUF": STORE_BUFFERS,
             "A_MN": str(g.variant.a_major == "mn").lower(),
             "B_MN": str(g.variant.b_major == "mn").lower(),
+            "SPLIT": str(g.variant.split_k).lower(), "CLUSTER": g.variant.cluster,
+            "BATCH_A": str("a" in g.variant.batch).lower(),
+            "BATCH_B": str("b" in g.variant.batch).lower(),
             # the consumer's first row in the tile: its share, or (ping-pong) the whole tile
             "ROW0": "0" if g.variant.pingpong else "consumer * CONSUMER_ROWS"}
 
@@ -396,6 +376,9 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
         "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = {CHUNK_BYTES};"
                      "  // one MN-major box: 64 rows x BK"
                      "\n    constexpr bool A_MN = {A_MN}, B_MN = {B_MN};  // the operands' major"
+                     "\n    using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, {SPLIT}, {BATCH_A}, 1>;"
+                     "\n    using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, {SPLIT}, {BATCH_B}, "
+                     "{CLUSTER}>;  // the operands' TMA loads"
                      + epi_type + (_BATCH_OUTPUT if v.batch != "none" else "") + store,
         "compute": _compute("pcgc::operand_desc<A_MN, CHUNK_BYTES>(stage_a(s), {ROW0} + mb * "
                             "{WGMMA_M}, kk)", "pcgc::operand_desc<B_MN, CHUNK_BYTES>(stage_b(s), "

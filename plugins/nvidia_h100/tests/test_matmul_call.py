@@ -274,9 +274,11 @@ def test_the_general_kernel_carries_each_option():
     # the epilogue: the variant's traits as pcgc::Epilogue's arguments (gemm_wgmma_h100.cuh)
     assert ("using Epi = pcgc::Epilogue<pcgc::OutF32, pcgc::BiasF16, pcgc::ActGelu, "
             "pcgc::ScaleNone>;") in src
-    assert "for (int i = 0; i < BM / 64; ++i) tma_load_2d(" in src  # A in 64-row boxes
-    assert "tma_load_2d(stage_b(((rb + t) % STAGES)), &tmB, full_bar(((rb + t) % STAGES)), " \
-           "t * BK, tile_n * BN);" in src
+    # the loads: each operand's pcgc::Operand (A in 64-row boxes, MN-major; B K-major)
+    assert "using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, false, false, 1>;" in src
+    assert "using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, false, false, 1>;" in src
+    assert ("LoadB::load(stage_b(((rb + t) % STAGES)), &tmB, full_bar(((rb + t) % STAGES)), t, "
+            "KT, tile_n * BN);") in src
     assert "int M, int N, int K, int m, int n,\n       long long ldc)" in src
     assert "const Epi epi(bias, nullptr, nullptr, m, n, wtid, lane);" in src
     assert ("epi.store<MBLOCKS, ACC, 64>(acc, C, ldc, tile_m * BM + consumer * CONSUMER_ROWS, "
@@ -292,9 +294,9 @@ def test_the_split_k_kernel_reads_its_split_and_reduces_once():
     src = _source(VARIANTS["bf16 row-row split-K"])
     assert "long long ldc,\n       float* __restrict__ ws, unsigned* __restrict__ counters)" in src
     # each CTA's K tiles start at its split's first one
-    assert ("tma_load_2d(stage_a(((rb + t) % STAGES)), &tmA, full_bar(((rb + t) % STAGES)), "
-            "(blockIdx.y * KT + t) * BK, tile_m * BM);") in src
-    assert "full_bar(((rb + t) % STAGES)), tile_n * BN + i * 64, (blockIdx.y * KT + t) * BK);" in src
+    assert "using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, true, false, 1>;" in src
+    assert "using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, true, false, 1>;" in src
+    assert "if constexpr (SPLIT) k = (blockIdx.y * kt + t) * BK;" in gemm_wgmma_header_source()
     # partial sums out, one arrival per CTA, the last CTA reduces, resets, runs the epilogue
     finish = src[src.index("// split-K: partial sums out"):src.index("const Epi epi(")]
     assert "pcgc::slice_store<MBLOCKS, ACC, 256>(acc, part + blockIdx.y * slice);" in finish

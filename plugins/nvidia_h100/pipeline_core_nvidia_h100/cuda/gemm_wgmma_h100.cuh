@@ -1,13 +1,52 @@
 // pipeline-core h100: the general wgmma GEMM's device math (the kernel matmul() launches), as
-// device functions the emitted frame calls: the operand descriptors of either major mode, the
-// fused epilogue on a consumer's m64nN fragments (its direct store and its TMA-store staging
-// writes), split-K's partial-sum slices.  The variant is a choice of template arguments (the
-// traits of gemm_call_h100.cuh and gemm_scale_batch_h100.cuh), not of text.  Every
-// synchronization stays in the emitted kernel, where sync_skeleton reads it.  Paste after
-// gemm_scale_batch_h100.cuh.  No #include: builds under nvcc and NVRTC alike.
+// device functions the emitted frame calls: the operands' TMA loads and their descriptors of
+// either major mode, the fused epilogue on a consumer's m64nN fragments (its direct store and
+// its TMA-store staging writes), split-K's partial-sum slices.  The variant is a choice of
+// template arguments (the traits of gemm_call_h100.cuh and gemm_scale_batch_h100.cuh), not of
+// text.  Every synchronization stays in the emitted kernel, where sync_skeleton reads it.  Paste
+// after gemm_scale_batch_h100.cuh and cluster_h100.cuh.  No #include: builds under nvcc and
+// NVRTC alike.
 #pragma once
 
 namespace pcgc {
+
+// One operand's tile of a ring stage by TMA, the producer's op step (docs/guide/matmul.md): the
+// ROWS rows from `row` of K tile t into `dst`, its bytes completing on `bar`.  K-major: one box
+// of BK x ROWS; MN-major: one 64 x BK box per 64 rows (CHUNK bytes each: a 128-byte swizzled
+// row holds 64 elements).  SPLIT (split-K): the CTA's K tiles start at blockIdx.y * kt (its
+// split's; kt: one split's tile count).  BATCHED: the map is 3D, its third coordinate the batch
+// blockIdx.z.  CLUSTER > 1: this CTA's 1 / CLUSTER of the rows (its rank crank's), into the
+// same stage of every CTA of the cluster (the map's box is that share).
+template <bool MN, int ROWS, int BK, u32 CHUNK, bool SPLIT, bool BATCHED, int CLUSTER>
+struct Operand {
+    static __device__ __forceinline__ void load(u32 dst, const pcwg::TensorMap* map, u32 bar,
+                                                int t, int kt, int row, u32 crank = 0) {
+        int k = t * BK;
+        if constexpr (SPLIT) k = (blockIdx.y * kt + t) * BK;
+        if constexpr (CLUSTER > 1) {
+            constexpr unsigned short mask = (1u << CLUSTER) - 1u;
+            if constexpr (MN) {
+                for (int i = crank * (ROWS / 64 / CLUSTER); i < (crank + 1) * (ROWS / 64 / CLUSTER);
+                     ++i)
+                    pcwg::tma_load_2d_multicast(dst + i * CHUNK, map, bar, row + i * 64, k, mask);
+            } else {
+                pcwg::tma_load_2d_multicast(dst + crank * (ROWS / CLUSTER) * 128, map, bar, k,
+                                            row + crank * (ROWS / CLUSTER), mask);
+            }
+        } else if constexpr (MN) {
+            for (int i = 0; i < ROWS / 64; ++i) {
+                if constexpr (BATCHED)
+                    tma_load_3d(dst + i * CHUNK, map, bar, row + i * 64, k, blockIdx.z);
+                else
+                    pcwg::tma_load_2d(dst + i * CHUNK, map, bar, row + i * 64, k);
+            }
+        } else if constexpr (BATCHED) {
+            tma_load_3d(dst, map, bar, k, row, blockIdx.z);
+        } else {
+            pcwg::tma_load_2d(dst, map, bar, k, row);
+        }
+    }
+};
 
 // The shared-memory descriptor of an operand's rows row .. row + 63 (A: the M block; B: 0) at k
 // step kk of a ring stage: K-major, 128-byte rows of one M (N) index; MN-major, 64-element
