@@ -16,6 +16,7 @@ if/else.  Tile multiples only (``WsGeometry.check_shape``).
 from __future__ import annotations
 
 import math
+from string import Template
 from collections.abc import Mapping, Sequence
 
 from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, Bound, CompiledSchedule,
@@ -153,7 +154,7 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
 
     constants = _constants(g)
     parts = {**FAMILY, **general_family(v, consumers)} if v.general else FAMILY
-    family = AgentsFamily(**{part: text.format(**constants) for part, text in parts.items()})
+    family = AgentsFamily(**{part: fill(text, constants) for part, text in parts.items()})
     split = plan.split is not None  # a tile split (ping-pong): each consumer its own tiles
     body = agents_kernel_body(
         rings=plan.rings, producer=AgentCode(lines=tuple(lines(producer, True, producer.name))),
@@ -199,6 +200,12 @@ def _kernel_source(compiled: CompiledSchedule, g: WsGeometry, body: str) -> str:
         f"{KERNEL_NAME}({gemm_signature(v).render()}) {{", body, "}", ""])
 
 
+def fill(text: str, constants: Mapping[str, int | str]) -> str:
+    """The family's CUDA ``text`` with each ``${NAME}`` the kernel's constant (:func:`_constants`):
+    ``string.Template``, so the C text keeps its own braces single."""
+    return Template(text).substitute(constants)
+
+
 def _constants(g: WsGeometry) -> dict[str, int | str]:
     return {"BM": g.bm, "BN": g.bn, "BK": g.bk, "STAGES": g.stages, "GROUP_M": g.group_m,
             "THREADS": g.threads, "SMEM": g.smem_bytes, "CONSUMER_ROWS": g.consumer_rows,
@@ -219,7 +226,7 @@ def _constants(g: WsGeometry) -> dict[str, int | str]:
 
 
 #: The gemm-wgmma family's device code (:class:`~pipeline_core_nvidia_h100.skeleton.
-#: AgentsFamily`), formatted with :func:`_constants`: the tile math the skeleton leaves out.
+#: AgentsFamily`), filled by :func:`fill`: the tile math the skeleton leaves out.
 def _compute(a_desc: str, b_desc: str) -> str:
     """The consumers' mainloop body: zero the accumulators, then one wgmma per k step and M
     block of a stage, reading A and B through the given shared-memory descriptors (the
@@ -228,28 +235,28 @@ def _compute(a_desc: str, b_desc: str) -> str:
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[mb][i] = 0.f;
-        auto wgmma_tile = [&](int s) {{
+        auto wgmma_tile = [&](int s) {
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; ++kk)
 #pragma unroll
                 for (int mb = 0; mb < MBLOCKS; ++mb)
-                    wgmma_m64n{BN}k{WGMMA_K}(acc[mb],
+                    wgmma_m64n${BN}k${WGMMA_K}(acc[mb],
                         """ + a_desc + """,
                         """ + b_desc + """);
-        }};"""
+        };"""
 
 
 FAMILY = {
-    "constants": r"""    constexpr int BM = {BM}, BN = {BN}, BK = {BK}, STAGES = {STAGES}, GROUP_M = {GROUP_M};
-    constexpr int CONSUMER_ROWS = {CONSUMER_ROWS}, MBLOCKS = {MBLOCKS}, KSTEPS = {KSTEPS};
-    constexpr int ACC = {ACC};
-    constexpr u32 A_BYTES = BM * BK * {ELEM}, B_BYTES = BN * BK * {ELEM}, STAGE_BYTES = A_BYTES + B_BYTES;""",
+    "constants": r"""    constexpr int BM = ${BM}, BN = ${BN}, BK = ${BK}, STAGES = ${STAGES}, GROUP_M = ${GROUP_M};
+    constexpr int CONSUMER_ROWS = ${CONSUMER_ROWS}, MBLOCKS = ${MBLOCKS}, KSTEPS = ${KSTEPS};
+    constexpr int ACC = ${ACC};
+    constexpr u32 A_BYTES = BM * BK * ${ELEM}, B_BYTES = BN * BK * ${ELEM}, STAGE_BYTES = A_BYTES + B_BYTES;""",
     "ring_bytes": "STAGES * STAGE_BYTES",
-    "stage_views": r"""    auto stage_a = [&](int s) {{ return ring + s * STAGE_BYTES; }};
-    auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};""",
+    "stage_views": r"""    auto stage_a = [&](int s) { return ring + s * STAGE_BYTES; };
+    auto stage_b = [&](int s) { return ring + s * STAGE_BYTES + A_BYTES; };""",
     "consumer_state": r"""        float acc[MBLOCKS][ACC];""",
     "compute": _compute(
-        "smem_desc_sw128(stage_a(s) + ({ROW0} + mb * {WGMMA_M}) * 128 + kk * 32)",
+        "smem_desc_sw128(stage_a(s) + (${ROW0} + mb * ${WGMMA_M}) * 128 + kk * 32)",
         "smem_desc_sw128(stage_b(s) + kk * 32)"),
     "finish": r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
@@ -259,17 +266,17 @@ FAMILY = {
         // Every accumulator goes out, bf16x2 per pair of columns (the m64nN fragment layout).
         const int w = wtid / 32, g = lane / 4, q = lane % 4;
 #pragma unroll
-        for (int mb = 0; mb < MBLOCKS; ++mb) {{
-            const int row = tile_m * BM + {ROW0} + mb * {WGMMA_M} + w * 16 + g;
+        for (int mb = 0; mb < MBLOCKS; ++mb) {
+            const int row = tile_m * BM + ${ROW0} + mb * ${WGMMA_M} + w * 16 + g;
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {{
+            for (int j = 0; j < BN / 8; ++j) {
                 const int col = tile_n * BN + j * 8 + 2 * q;
                 *reinterpret_cast<u32*>(C + (size_t)row * N + col) =
                     pch100::pack_bf16x2(acc[mb][4 * j], acc[mb][4 * j + 1]);
                 *reinterpret_cast<u32*>(C + (size_t)(row + 8) * N + col) =
                     pch100::pack_bf16x2(acc[mb][4 * j + 2], acc[mb][4 * j + 3]);
-            }}
-        }}""",
+            }
+        }""",
 }
 
 #: The named barrier the split-K finish syncs the consumer warp groups on: the target's last id
@@ -289,30 +296,30 @@ SPLIT_CHUNK = 32
 #: (the same sum whichever CTA is last: the result is deterministic; one slice's loads all in
 #: flight at once), resets the counter for its next use and runs the epilogue once.
 _SPLIT_OPEN = r"""
-        {{  // split-K: partial sums out, the tile's last CTA reduces them
+        {  // split-K: partial sums out, the tile's last CTA reduces them
             __shared__ int split_last;
             const int me = consumer * 128 + wtid;
             const size_t slice = (size_t)TILES * (BM * BN);
-            constexpr int SPLIT_CHUNK = {SPLIT_CHUNK};  // loads in flight per slice read
+            constexpr int SPLIT_CHUNK = ${SPLIT_CHUNK};  // loads in flight per slice read
             float* part = ws + (size_t)tile * (BM * BN) + me;
             """ + section_mark("finish") + """
 """
-_SPLIT_CLOSE = "            " + section_mark("end") + "\n        }}\n"
+_SPLIT_CLOSE = "            " + section_mark("end") + "\n        }\n"
 _SPLIT_STEPS = {
-    StepKind.SLICE_STORE: ("            pcgc::slice_store<MBLOCKS, ACC, {CONSUMER_THREADS}>(acc, "
+    StepKind.SLICE_STORE: ("            pcgc::slice_store<MBLOCKS, ACC, ${CONSUMER_THREADS}>(acc, "
                            "part + blockIdx.y * slice);\n"),
     StepKind.RELEASE_FENCE: "            __threadfence();\n",
-    StepKind.COUNT_ARRIVE: r"""            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
+    StepKind.COUNT_ARRIVE: r"""            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
             if (me == 0) split_last = atomicAdd(counters + tile, 1u) == gridDim.y - 1;
-            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
+            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
 """,
     StepKind.COUNT_ACQUIRE: r"""            if (!split_last) continue;  // another split's CTA finishes this tile
             __threadfence();
 """,
-    StepKind.SLICE_READ: ("            pcgc::slice_read<MBLOCKS, ACC, {CONSUMER_THREADS}, SPLIT_CHUNK>("
-                          "acc, part, slice, gridDim.y);\n"),
+    StepKind.SLICE_READ: ("            pcgc::slice_read<MBLOCKS, ACC, ${CONSUMER_THREADS}, "
+                          "SPLIT_CHUNK>(acc, part, slice, gridDim.y);\n"),
     # every consumer's reads are done before the counter's next use may begin
-    StepKind.COUNT_RESET: r"""            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
+    StepKind.COUNT_RESET: r"""            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
             if (me == 0) counters[tile] = 0u;
 """,
 }
@@ -366,22 +373,22 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
     """The general kernel's device code where it differs from :data:`FAMILY`: each operand's
     descriptor by its major mode (``pcgc::operand_desc``), split-K's finish from the
     ``consumers``' steps, and the fused epilogue (``pcgc::Epilogue``: bias, activation, output
-    type, scales; stored directly or through the TMA store's staging buffers).  Formatted with
-    :func:`_constants` like FAMILY."""
+    type, scales; stored directly or through the TMA store's staging buffers).  Filled by
+    :func:`fill` like FAMILY."""
     epi_type, epi = _epilogue(v)
-    store = ("\n    constexpr int SCOLS = {SCOLS}, SBUF = {SBUF};"
+    store = ("\n    constexpr int SCOLS = ${SCOLS}, SBUF = ${SBUF};"
              "  // TMA-store sub-tiles: 64 rows x SCOLS, SBUF buffers per consumer"
              "\n    constexpr u32 SBUF_BYTES = 64 * 128;" if v.store == "tma" else "")
     family = {
-        "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = {CHUNK_BYTES};"
+        "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = ${CHUNK_BYTES};"
                      "  // one MN-major box: 64 rows x BK"
-                     "\n    constexpr bool A_MN = {A_MN}, B_MN = {B_MN};  // the operands' major"
-                     "\n    using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, {SPLIT}, {BATCH_A}, 1>;"
-                     "\n    using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, {SPLIT}, {BATCH_B}, "
-                     "{CLUSTER}>;  // the operands' TMA loads"
+                     "\n    constexpr bool A_MN = ${A_MN}, B_MN = ${B_MN};  // the operands' major"
+                     "\n    using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, ${SPLIT}, "
+                     "${BATCH_A}, 1>;\n    using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, "
+                     "${SPLIT}, ${BATCH_B}, ${CLUSTER}>;  // the operands' TMA loads"
                      + epi_type + (_BATCH_OUTPUT if v.batch != "none" else "") + store,
-        "compute": _compute("pcgc::operand_desc<A_MN, CHUNK_BYTES>(stage_a(s), {ROW0} + mb * "
-                            "{WGMMA_M}, kk)", "pcgc::operand_desc<B_MN, CHUNK_BYTES>(stage_b(s), "
+        "compute": _compute("pcgc::operand_desc<A_MN, CHUNK_BYTES>(stage_a(s), ${ROW0} + mb * "
+                            "${WGMMA_M}, kk)", "pcgc::operand_desc<B_MN, CHUNK_BYTES>(stage_b(s), "
                             "0, kk)"),
         "finish": _FENCE + (split_finish(consumers) if v.split_k else "") + "\n" + epi + "\n"
                   + (_tma_store_finish(consumers) if v.store == "tma" else _DIRECT_FINISH),
@@ -401,7 +408,7 @@ _FENCE = r"""#pragma unroll
 """
 #: The direct store (-p store=direct): every thread writes its fragments to C, the epilogue
 #: applied, two columns per store where aligned, clipped to m x n.
-_DIRECT_FINISH = ("        epi.store<MBLOCKS, ACC, {WGMMA_M}>(acc, C, ldc, tile_m * BM + {ROW0}, "
+_DIRECT_FINISH = ("        epi.store<MBLOCKS, ACC, ${WGMMA_M}>(acc, C, ldc, tile_m * BM + ${ROW0}, "
                   "tile_n * BN);  // the fused epilogue, stored directly")
 
 
@@ -410,17 +417,23 @@ _DIRECT_FINISH = ("        epi.store<MBLOCKS, ACC, {WGMMA_M}>(acc, C, ldc, tile_
 #: block, ``s``: its SCOLS-column slice; ``buf``: the sub-tile's staging buffer); the issuer is
 #: the consumer's thread 0, the named barrier the consumer's own (``store_bar``).
 _STORE_STEPS = {
-    StepKind.STORE_WAIT: "if (wtid == 0) pcgc::bulk_wait_read<{value}>();",
-    StepKind.NAMED_SYNC: 'asm volatile("bar.sync %0, {value};\\n" :: "r"(store_bar) : "memory");',
+    StepKind.STORE_WAIT: "if (wtid == 0) pcgc::bulk_wait_read<${value}>();",
+    StepKind.NAMED_SYNC: 'asm volatile("bar.sync %0, ${value};\\n" :: "r"(store_bar) : "memory");',
     StepKind.PROXY_FENCE: "pcgc::fence_proxy_async_shared();",
     StepKind.STORE_ISSUE: ("if (wtid == 0) pcgc::tma_store_2d(&tmC, buf, tile_n * BN + s * SCOLS, "
-                           "tile_m * BM + {{ROW0}} + mb * {{WGMMA_M}});"),
+                           "tile_m * BM + ${ROW0} + mb * ${WGMMA_M});"),
     StepKind.STORE_COMMIT: "if (wtid == 0) pcgc::bulk_commit();",
     StepKind.STORE_DRAIN: "if (wtid == 0) pcgc::bulk_wait<0>();",
     # the thread's part of sub-tile (mb, s), the epilogue applied, into the staging buffer
-    StepKind.STAGE_WRITE: ("epi.stage<SCOLS>(acc[mb], buf, s, tile_m * BM + {{ROW0}} + mb * "
-                           "{{WGMMA_M}}, tile_n * BN);"),
+    StepKind.STAGE_WRITE: ("epi.stage<SCOLS>(acc[mb], buf, s, tile_m * BM + ${ROW0} + mb * "
+                           "${WGMMA_M}, tile_n * BN);"),
 }
+
+
+def _store_line(s: Step) -> str:
+    """A bulk-store step's CUDA with its value (a wait's groups left, a barrier's threads); the
+    kernel's constants stay for :func:`fill`."""
+    return Template(_STORE_STEPS[s.kind]).safe_substitute(value=s.value)
 
 
 def _store_program(consumers: Sequence[AgentProgram], section: str) -> tuple:
@@ -450,8 +463,7 @@ def _tma_store_finish(consumers: Sequence[AgentProgram]) -> str:
     bars = [next(s.barrier for s in c.store if s.kind == StepKind.NAMED_SYNC)
             for c in consumers]
     pick = " : ".join(f"consumer == {i} ? {b}" for i, b in enumerate(bars[:-1]))
-    body = "\n".join("                " + _STORE_STEPS[s.kind].format(value=s.value)
-                     for s in steps)
+    body = "\n".join("                " + _store_line(s) for s in steps)
     return (r"""        // The fused epilogue through shared memory (docs/guide/matmul.md,
         // "The TMA-store epilogue"): each 64-row x SCOLS sub-tile, + bias[col], activation,
         // cast, goes to a 128-byte swizzled staging buffer of this consumer's; its thread 0
@@ -460,22 +472,21 @@ def _tma_store_finish(consumers: Sequence[AgentProgram]) -> str:
         + r""";  // the consumer's named barrier (the plan's)
         """ + section_mark("store") + r"""
 #pragma unroll
-        for (int mb = 0; mb < MBLOCKS; ++mb) {{
+        for (int mb = 0; mb < MBLOCKS; ++mb) {
 #pragma unroll
-            for (int s = 0; s < BN / SCOLS; ++s) {{
+            for (int s = 0; s < BN / SCOLS; ++s) {
                 const u32 buf = staging + (consumer * SBUF + (mb * (BN / SCOLS) + s) % SBUF)
                                 * SBUF_BYTES;
 """ + body + r"""
-            }}
-        }}
+            }
+        }
         """ + section_mark("end"))
 
 
 def _store_drain(consumers: Sequence[AgentProgram]) -> str:
     """The consumers' ``drain`` after their last output tile (every store complete)."""
     return "\n".join("        " + line for line in [
-        section_mark("drain"), *(_STORE_STEPS[s.kind].format(value=s.value)
-                                 for s in _store_program(consumers, "drain")),
+        section_mark("drain"), *(_store_line(s) for s in _store_program(consumers, "drain")),
         section_mark("end")])
 
 
