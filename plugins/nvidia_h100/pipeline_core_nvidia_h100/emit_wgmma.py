@@ -56,7 +56,7 @@ def _stage(s: Step) -> str:
     return RingState.of(s, "STAGES").stage
 
 
-def _general_loads(cluster: bool) -> dict[str, str]:
+def _general_loads(cluster: bool) -> dict[int, str]:
     """The general kernel's TMA copies of A's and B's tiles (the producer's op steps), each one
     call of its ``pcgc::Operand`` (``gemm_wgmma_h100.cuh``: the major mode, split-K's first K
     tile, the batch, B's multicast share are its template arguments); formatted with the
@@ -68,7 +68,7 @@ def _general_loads(cluster: bool) -> dict[str, str]:
 
 
 def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
-               loads: Mapping[str, str] | None = None) -> str:
+               loads: Mapping[int, str] | None = None) -> str:
     state = RingState.of(s, "STAGES")
     stage, parity = state.stage, state.parity(s.phase_offset)
     if s.kind == StepKind.PHASE_WAIT and s.scope == "cluster":  # a peer completes the phase
