@@ -98,9 +98,8 @@ __device__ __forceinline__ void st_shared_f32x2(u32 addr, float v0, float v1) {
 }
 
 // One output element, or two neighbouring columns in one store when `pair` (both in bounds and
-// the address aligned to the pair); `bytes`: one element's size.
+// the address aligned to the pair).
 struct OutBf16 {
-    static constexpr int bytes = 2;
     static __device__ __forceinline__ void stage(u32 a, float v0, float v1) {
         st_shared_u32(a, pch100::pack_bf16x2(v0, v1));
     }
@@ -112,7 +111,6 @@ struct OutBf16 {
     }
 };
 struct OutF16 {
-    static constexpr int bytes = 2;
     static __device__ __forceinline__ void stage(u32 a, float v0, float v1) {
         st_shared_u32(a, pack_f16x2(v0, v1));
     }
@@ -127,7 +125,6 @@ struct alignas(8) F2 {
     float x, y;
 };
 struct OutF32 {
-    static constexpr int bytes = 4;
     static __device__ __forceinline__ void stage(u32 a, float v0, float v1) {
         st_shared_f32x2(a, v0, v1);
     }

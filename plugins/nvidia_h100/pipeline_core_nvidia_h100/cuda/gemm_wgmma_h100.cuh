@@ -57,6 +57,16 @@ __device__ __forceinline__ u64 operand_desc(u32 stage, int row, int kk) {
               : pcwg::smem_desc_sw128(stage + row * 128 + kk * 32);
 }
 
+// An output element's bytes (the TMA store's staging offsets, the direct store's pair alignment).
+template <class Out>
+struct OutBytes {
+    static constexpr int value = 2;  // OutBf16, OutF16
+};
+template <>
+struct OutBytes<OutF32> {
+    static constexpr int value = 4;
+};
+
 // The fused epilogue (docs/guide/matmul.md): each accumulator scaled (Scale), + bias[col]
 // (Bias, 0 past n), activated (Act), cast and stored (Out).  A thread of warp w holds, per 8
 // columns j, the fragment quad acc[4j .. 4j+3]: rows w*16 + g and + 8 by columns 2q, 2q + 1.
@@ -90,7 +100,8 @@ struct Epilogue {
     template <int MBLOCKS, int ACC, int WGMMA_M>
     __device__ __forceinline__ void store(const float (&acc)[MBLOCKS][ACC], void* c,
                                           long long ldc, int row0, int col0) const {
-        const bool vec = (ldc % 2 == 0) && (reinterpret_cast<size_t>(c) % (2 * Out::bytes) == 0);
+        constexpr int pair = 2 * OutBytes<Out>::value;
+        const bool vec = (ldc % 2 == 0) && (reinterpret_cast<size_t>(c) % pair == 0);
 #pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb) {
             const int row = row0 + mb * WGMMA_M + w * 16 + g;
@@ -117,7 +128,7 @@ struct Epilogue {
         for (int jj = 0; jj < SCOLS / 8; ++jj) {
             const int j = s * (SCOLS / 8) + jj;
             const int col = col0 + j * 8 + 2 * q;
-            const int at = (jj * 8 + 2 * q) * Out::bytes;
+            const int at = (jj * 8 + 2 * q) * OutBytes<Out>::value;
             float v[4];
             quad(v, frag, j, col, sa0, sa8);
             Out::stage(staged(buf, w * 16 + g, at), v[0], v[1]);
