@@ -16,14 +16,16 @@ if/else.  Tile multiples only (``WsGeometry.check_shape``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from string import Template
+from collections.abc import Mapping, Sequence
 
 from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, Bound, CompiledSchedule,
                                       EmitterRecord, Param, ProgramError, Step, StepKind)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_header_source,
-                                            gemm_scale_batch_header_source, header_source,
+                                            gemm_scale_batch_header_source,
+                                            gemm_wgmma_header_source, header_source,
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.kit.frame import AgentCode, AgentsFamily, agents_kernel_body
 from pipeline_core_nvidia_h100.kit.rings import RingState, loop_tile, require_ring_depths
@@ -35,7 +37,7 @@ from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branch
 from pipeline_core_nvidia_h100.gemm_signature import (DEFAULT_SIGNATURE, KERNEL_NAME,
                                                       gemm_signature)
 from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, KERNEL_FAMILY,
-                                                       MN_CHUNK, OUT_BYTES, SCHEDULE_NAME,
+                                                       MN_CHUNK, SCHEDULE_NAME,
                                                        STORE_BUFFERS, WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
 from pipeline_core_nvidia_h100.wgmma_sync import NAMED_BARRIERS
@@ -54,38 +56,19 @@ def _stage(s: Step) -> str:
     return RingState.of(s, "STAGES").stage
 
 
-def _copy_line(operand: str, s: Step, major: str, split_k: bool = False,
-               batched: bool = False, multicast: bool = False) -> str:
-    """The TMA copy of ``operand``'s tile (A: rows tile_m * BM, B: tile_n * BN) into the stage:
-    one box of BK x rows when K-major, else one 64 x BK box per 64 rows (MN-major, a
-    128-byte swizzled row holds 64 elements).  ``split_k``: the CTA's K tiles start at
-    ``blockIdx.y * KT`` (its split of K; ``KT`` is one split's tile count).  ``batched``: the
-    operand's map is 3-D, its third coordinate the batch ``blockIdx.z``.  ``multicast``: this
-    CTA's 1 / CLUSTER of the rows (its rank's), into the same stage of every CTA of the
-    cluster (docs/guide/matmul.md, "Clusters"; the tensor map's box is that share; the
-    schedule refuses it with a batch)."""
-    stage = _stage(s)
-    rows, tile = ("BM", "tile_m") if operand == "a" else ("BN", "tile_n")
-    view, tm = f"stage_{operand}({stage})", f"&tm{operand.upper()}"
-    k_tile = f"(blockIdx.y * KT + {loop_tile(s)})" if split_k else loop_tile(s)
-    if multicast:
-        mask = "(1u << CLUSTER) - 1u"
-        if major == "k":
-            return (f"tma_load_2d_multicast({view} + crank * ({rows} / CLUSTER) * 128, {tm}, "
-                    f"full_bar({stage}), {k_tile} * BK, {tile} * {rows} + crank * ({rows} / "
-                    f"CLUSTER), {mask});")
-        return (f"for (int i = crank * ({rows} / 64 / CLUSTER); i < (crank + 1) * ({rows} / 64 / "
-                f"CLUSTER); ++i) tma_load_2d_multicast({view} + i * CHUNK_BYTES, {tm}, "
-                f"full_bar({stage}), {tile} * {rows} + i * 64, {k_tile} * BK, {mask});")
-    load, z = ("pcgc::tma_load_3d", ", blockIdx.z") if batched else ("tma_load_2d", "")
-    if major == "k":
-        return f"{load}({view}, {tm}, full_bar({stage}), {k_tile} * BK, {tile} * {rows}{z});"
-    return (f"for (int i = 0; i < {rows} / 64; ++i) {load}({view} + i * CHUNK_BYTES, {tm}, "
-            f"full_bar({stage}), {tile} * {rows} + i * 64, {k_tile} * BK{z});")
+def _general_loads(cluster: bool) -> dict[int, str]:
+    """The general kernel's TMA copies of A's and B's tiles (the producer's op steps), each one
+    call of its ``pcgc::Operand`` (``gemm_wgmma_h100.cuh``: the major mode, split-K's first K
+    tile, the batch, B's multicast share are its template arguments); formatted with the
+    step's ``stage`` and loop tile ``t``.  A ``cluster``'s B load takes the CTA's rank."""
+    return {WgmmaTag.TMA_A: "LoadA::load(stage_a({stage}), &tmA, full_bar({stage}), {t}, KT, "
+                            "tile_m * BM);",
+            WgmmaTag.TMA_B: "LoadB::load(stage_b({stage}), &tmB, full_bar({stage}), {t}, KT, "
+                            "tile_n * BN" + (", crank);" if cluster else ");")}
 
 
 def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
-               variant: GemmVariant | None = None) -> str:
+               loads: Mapping[int, str] | None = None) -> str:
     state = RingState.of(s, "STAGES")
     stage, parity = state.stage, state.parity(s.phase_offset)
     if s.kind == StepKind.PHASE_WAIT and s.scope == "cluster":  # a peer completes the phase
@@ -102,11 +85,8 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
     if sync is not None:
         return _first_tiles_guard(s) + sync
     if s.kind == StepKind.OP:
-        if variant is not None and s.tag in (WgmmaTag.TMA_A, WgmmaTag.TMA_B):
-            return (_copy_line("a", s, variant.a_major, variant.split_k, "a" in variant.batch)
-                    if s.tag == WgmmaTag.TMA_A
-                    else _copy_line("b", s, variant.b_major, variant.split_k,
-                                    "b" in variant.batch, multicast=variant.cluster > 1))
+        if loads is not None and s.tag in loads:
+            return loads[s.tag].format(stage=stage, t=loop_tile(s))
         if s.tag == WgmmaTag.TMA_A:
             return (f"tma_load_2d(stage_a({stage}), &tmA, full_bar({stage}), {loop_tile(s)} * BK, "
                     "tile_m * BM);")
@@ -163,18 +143,18 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
     producer, *consumers = [p for p in plan.programs if p.name != CLUSTER_RELAY]
     require_ring_depths(plan.rings, g.stages, g.stages, EMITTER_NAME)  # the GEMM has no once ring
     v = g.variant
-    variant = v if v.general else None
+    loads = _general_loads(plan.cluster is not None) if v.general else None
     if producer.role.issuers != 1 or not consumers:
         raise ProgramError(f"emitter {EMITTER_NAME}: expects a single-issuer producer agent "
                            f"followed by consumer agents, got {[p.name for p in plan.programs]}")
 
     def lines(p: AgentProgram, single_issuer: bool, label: str) -> list[str]:
         return render(agent_stretches(
-            p, lambda s: _step_line(s, single_issuer, p.name, watchdog or 0, variant), label))
+            p, lambda s: _step_line(s, single_issuer, p.name, watchdog or 0, loads), label))
 
     constants = _constants(g)
-    parts = {**FAMILY, **general_family(v, consumers)} if variant else FAMILY
-    family = AgentsFamily(**{part: text.format(**constants) for part, text in parts.items()})
+    parts = {**FAMILY, **general_family(v, consumers)} if v.general else FAMILY
+    family = AgentsFamily(**{part: fill(text, constants) for part, text in parts.items()})
     split = plan.split is not None  # a tile split (ping-pong): each consumer its own tiles
     body = agents_kernel_body(
         rings=plan.rings, producer=AgentCode(lines=tuple(lines(producer, True, producer.name))),
@@ -185,22 +165,45 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
                                 len(plan.split.agents) if plan.split is not None else 0),
         tile_split=split, consumer_after=_after_tiles(consumers) if split else (),
         cluster=plan.cluster, relay=[line for r in relays for line in lines(r, True, r.name)])
-    if variant:
-        return _GENERAL_SOURCE.format(
-            header=header_source(), wgmma_header=wgmma_header_source(),
-            call_header=gemm_call_header_source() + (
-                "\n" + gemm_scale_batch_header_source()
-                if (v.scale, v.batch) != ("none", "none") else "")
-            + (cluster_header_source() if plan.cluster is not None else ""),
-            cluster_dims=(f" __cluster_dims__({plan.cluster.ctas}, 1, 1)"
-                          if plan.cluster is not None else ""),
-            wgmma_fn=wgmma_ss(g.bn, v.dtype, int(v.a_major == "mn"), int(v.b_major == "mn")),
-            name=KERNEL_NAME, schedule=compiled.schedule_name, target=compiled.target_name,
-            body=body, variant=describe_variant(v), params=gemm_signature(v).render(),
-            **constants)
-    return _SOURCE.format(header=header_source(), wgmma_header=wgmma_header_source(),
-        wgmma_fn=wgmma_ss(g.bn), name=KERNEL_NAME, schedule=compiled.schedule_name,
-        target=compiled.target_name, body=body, params=DEFAULT_SIGNATURE.render(), **constants)
+    return _kernel_source(compiled, g, body)
+
+
+def _kernel_source(compiled: CompiledSchedule, g: WsGeometry, body: str) -> str:
+    """The kernel's source around the frame's ``body``: what it computes and how it launches,
+    the device headers (the general kernel's device math among them), its wgmma wrapper, the
+    kernel with its signature's parameter list (gemv's emitter assembles its source alike)."""
+    v, cluster = g.variant, compiled.plan.cluster
+    launch = (f"// Launch: block {g.threads} (warp group 0: producer; 1..: consumers), dynamic "
+              f"shared memory {g.smem_bytes}\n// bytes, any grid up to (M/{g.bm})*(N/{g.bn}) "
+              "CTAs: CTA i runs output tiles i, i + gridDim.x, ... with\n// its ring's stages and "
+              "phases running on across them.")
+    head = [f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
+            f"{compiled.schedule_name} on target {compiled.target_name}."]
+    if not v.general:  # the default kernel (the benchmarks' WsLauncher): tile multiples only
+        return "\n".join([
+            *head, "// C[M,N] = A[M,K] . B[N,K]^T: bf16 in (raw u16), fp32 accumulate, bf16 out; "
+            f"both K-contiguous.\n// A and B: TMA tensor maps (2D, box {g.bk} x rows, 128-byte "
+            "swizzle).  Tile multiples only.", launch, header_source(), wgmma_header_source(),
+            wgmma_ss(g.bn), f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
+            f"{KERNEL_NAME}({DEFAULT_SIGNATURE.render()}) {{", body, "}", ""])
+    return "\n".join([
+        *head, f"// The general kernel: C[m,n] = epilogue(A[m,K] . B[K,n]), {describe_variant(v)}; "
+        "fp32 accumulate.\n// A and B: TMA tensor maps (2D, 128-byte swizzle; K-major: box "
+        f"{g.bk} x rows; MN-major: 64 x {g.bk}\n// per 64 rows).  M, N, K: the sizes rounded up "
+        f"to whole {g.bm} x {g.bn} x {g.bk} tiles; m, n: C's own\n// (stores clipped, row "
+        "stride ldc); the tensor maps carry the true extents (TMA zero-fills past them).",
+        launch, header_source(), wgmma_header_source(), gemm_call_header_source(),
+        gemm_scale_batch_header_source(), cluster_header_source(), gemm_wgmma_header_source(),
+        wgmma_ss(g.bn, v.dtype, int(v.a_major == "mn"), int(v.b_major == "mn")),
+        f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)'
+        + (f" __cluster_dims__({cluster.ctas}, 1, 1)" if cluster is not None else ""),
+        f"{KERNEL_NAME}({gemm_signature(v).render()}) {{", body, "}", ""])
+
+
+def fill(text: str, constants: Mapping[str, int | str]) -> str:
+    """The family's CUDA ``text`` with each ``${NAME}`` the kernel's constant (:func:`_constants`):
+    ``string.Template``, so the C text keeps its own braces single."""
+    return Template(text).substitute(constants)
 
 
 def _constants(g: WsGeometry) -> dict[str, int | str]:
@@ -213,29 +216,17 @@ def _constants(g: WsGeometry) -> dict[str, int | str]:
             "ELEM": g.elem_bytes, "WGMMA_K": g.wgmma_k,
             "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK),
             "SCOLS": g.variant.store_cols, "SBUF": STORE_BUFFERS,
-            "OUT_BYTES": OUT_BYTES[g.variant.out_dtype],
+            "A_MN": str(g.variant.a_major == "mn").lower(),
+            "B_MN": str(g.variant.b_major == "mn").lower(),
+            "SPLIT": str(g.variant.split_k).lower(), "CLUSTER": g.variant.cluster,
+            "BATCH_A": str("a" in g.variant.batch).lower(),
+            "BATCH_B": str("b" in g.variant.batch).lower(),
             # the consumer's first row in the tile: its share, or (ping-pong) the whole tile
             "ROW0": "0" if g.variant.pingpong else "consumer * CONSUMER_ROWS"}
 
 
-_SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {schedule} on target {target}.
-// C[M,N] = A[M,K] . B[N,K]^T: bf16 in (raw u16), fp32 accumulate, bf16 out; both K-contiguous.
-// A and B come as TMA tensor maps (2D, bf16, box {BK} x rows, 128-byte swizzle).
-// Launch: block {THREADS} (warp group 0: producer; 1..: consumers), dynamic shared memory {SMEM}
-// bytes, any grid up to (M/{BM})*(N/{BN}) CTAs: each CTA runs output tiles blockIdx.x,
-// blockIdx.x + gridDim.x, ... with its ring's stages and phases running on across them (a grid
-// of one CTA per SM is the persistent kernel).  Tile multiples only.
-{header}
-{wgmma_header}
-{wgmma_fn}
-extern "C" __global__ void __launch_bounds__({THREADS}, 1)
-{name}({params}) {{
-{body}
-}}
-"""
-
 #: The gemm-wgmma family's device code (:class:`~pipeline_core_nvidia_h100.skeleton.
-#: AgentsFamily`), formatted with :func:`_constants`: the tile math the skeleton leaves out.
+#: AgentsFamily`), filled by :func:`fill`: the tile math the skeleton leaves out.
 def _compute(a_desc: str, b_desc: str) -> str:
     """The consumers' mainloop body: zero the accumulators, then one wgmma per k step and M
     block of a stage, reading A and B through the given shared-memory descriptors (the
@@ -244,28 +235,28 @@ def _compute(a_desc: str, b_desc: str) -> str:
         for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
             for (int i = 0; i < ACC; ++i) acc[mb][i] = 0.f;
-        auto wgmma_tile = [&](int s) {{
+        auto wgmma_tile = [&](int s) {
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; ++kk)
 #pragma unroll
                 for (int mb = 0; mb < MBLOCKS; ++mb)
-                    wgmma_m64n{BN}k{WGMMA_K}(acc[mb],
+                    wgmma_m64n${BN}k${WGMMA_K}(acc[mb],
                         """ + a_desc + """,
                         """ + b_desc + """);
-        }};"""
+        };"""
 
 
 FAMILY = {
-    "constants": r"""    constexpr int BM = {BM}, BN = {BN}, BK = {BK}, STAGES = {STAGES}, GROUP_M = {GROUP_M};
-    constexpr int CONSUMER_ROWS = {CONSUMER_ROWS}, MBLOCKS = {MBLOCKS}, KSTEPS = {KSTEPS};
-    constexpr int ACC = {ACC};
-    constexpr u32 A_BYTES = BM * BK * {ELEM}, B_BYTES = BN * BK * {ELEM}, STAGE_BYTES = A_BYTES + B_BYTES;""",
+    "constants": r"""    constexpr int BM = ${BM}, BN = ${BN}, BK = ${BK}, STAGES = ${STAGES}, GROUP_M = ${GROUP_M};
+    constexpr int CONSUMER_ROWS = ${CONSUMER_ROWS}, MBLOCKS = ${MBLOCKS}, KSTEPS = ${KSTEPS};
+    constexpr int ACC = ${ACC};
+    constexpr u32 A_BYTES = BM * BK * ${ELEM}, B_BYTES = BN * BK * ${ELEM}, STAGE_BYTES = A_BYTES + B_BYTES;""",
     "ring_bytes": "STAGES * STAGE_BYTES",
-    "stage_views": r"""    auto stage_a = [&](int s) {{ return ring + s * STAGE_BYTES; }};
-    auto stage_b = [&](int s) {{ return ring + s * STAGE_BYTES + A_BYTES; }};""",
+    "stage_views": r"""    auto stage_a = [&](int s) { return ring + s * STAGE_BYTES; };
+    auto stage_b = [&](int s) { return ring + s * STAGE_BYTES + A_BYTES; };""",
     "consumer_state": r"""        float acc[MBLOCKS][ACC];""",
     "compute": _compute(
-        "smem_desc_sw128(stage_a(s) + ({ROW0} + mb * {WGMMA_M}) * 128 + kk * 32)",
+        "smem_desc_sw128(stage_a(s) + (${ROW0} + mb * ${WGMMA_M}) * 128 + kk * 32)",
         "smem_desc_sw128(stage_b(s) + kk * 32)"),
     "finish": r"""#pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb)
@@ -275,38 +266,18 @@ FAMILY = {
         // Every accumulator goes out, bf16x2 per pair of columns (the m64nN fragment layout).
         const int w = wtid / 32, g = lane / 4, q = lane % 4;
 #pragma unroll
-        for (int mb = 0; mb < MBLOCKS; ++mb) {{
-            const int row = tile_m * BM + {ROW0} + mb * {WGMMA_M} + w * 16 + g;
+        for (int mb = 0; mb < MBLOCKS; ++mb) {
+            const int row = tile_m * BM + ${ROW0} + mb * ${WGMMA_M} + w * 16 + g;
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {{
+            for (int j = 0; j < BN / 8; ++j) {
                 const int col = tile_n * BN + j * 8 + 2 * q;
                 *reinterpret_cast<u32*>(C + (size_t)row * N + col) =
                     pch100::pack_bf16x2(acc[mb][4 * j], acc[mb][4 * j + 1]);
                 *reinterpret_cast<u32*>(C + (size_t)(row + 8) * N + col) =
                     pch100::pack_bf16x2(acc[mb][4 * j + 2], acc[mb][4 * j + 3]);
-            }}
-        }}""",
+            }
+        }""",
 }
-
-#: The general kernel's source (``GemmVariant.general``): ``M``, ``N``, ``K`` are the sizes
-#: rounded up to whole tiles (the tile loop and the K loop run over them), ``m``, ``n`` the
-#: matrix's own (the stores are clipped to them); the tensor maps carry the true extents, so TMA
-#: zero-fills every load past them.
-_GENERAL_SOURCE = r"""// Emitted by pipeline-core (emitter cuda-wgmma) from schedule {schedule} on target {target}.
-// The general kernel: C[m,n] = epilogue(A[m,K] . B[K,n]), {variant}; fp32 accumulate.
-// A and B come as TMA tensor maps (2D, 128-byte swizzle; K-major: box {BK} x rows; MN-major:
-// box 64 x {BK}, one per 64 rows).  M, N, K: the sizes rounded up to whole {BM} x {BN} x {BK}
-// tiles; m, n: C's own (stores clipped, row stride ldc).  Launch: block {THREADS}, dynamic
-// shared memory {SMEM} bytes, grid up to (M/{BM})*(N/{BN}) CTAs.
-{header}
-{wgmma_header}
-{call_header}
-{wgmma_fn}
-extern "C" __global__ void __launch_bounds__({THREADS}, 1){cluster_dims}
-{name}({params}) {{
-{body}
-}}
-"""
 
 #: The named barrier the split-K finish syncs the consumer warp groups on: the target's last id
 #: (0 is __syncthreads; the agents lowering hands out the free ids from 1 up, docs/guide/agents.md,
@@ -325,44 +296,30 @@ SPLIT_CHUNK = 32
 #: (the same sum whichever CTA is last: the result is deterministic; one slice's loads all in
 #: flight at once), resets the counter for its next use and runs the epilogue once.
 _SPLIT_OPEN = r"""
-        {{  // split-K: partial sums out, the tile's last CTA reduces them
+        {  // split-K: partial sums out, the tile's last CTA reduces them
             __shared__ int split_last;
             const int me = consumer * 128 + wtid;
             const size_t slice = (size_t)TILES * (BM * BN);
-            constexpr int SPLIT_CHUNK = {SPLIT_CHUNK};  // loads in flight per slice read
+            constexpr int SPLIT_CHUNK = ${SPLIT_CHUNK};  // loads in flight per slice read
             float* part = ws + (size_t)tile * (BM * BN) + me;
             """ + section_mark("finish") + """
 """
-_SPLIT_CLOSE = "            " + section_mark("end") + "\n        }}\n"
+_SPLIT_CLOSE = "            " + section_mark("end") + "\n        }\n"
 _SPLIT_STEPS = {
-    StepKind.SLICE_STORE: r"""#pragma unroll
-            for (int mb = 0; mb < MBLOCKS; ++mb)
-#pragma unroll
-                for (int i = 0; i < ACC; ++i)
-                    __stcg(part + blockIdx.y * slice + (mb * ACC + i) * {CONSUMER_THREADS}, acc[mb][i]);
-""",
+    StepKind.SLICE_STORE: ("            pcgc::slice_store<MBLOCKS, ACC, ${CONSUMER_THREADS}>(acc, "
+                           "part + blockIdx.y * slice);\n"),
     StepKind.RELEASE_FENCE: "            __threadfence();\n",
-    StepKind.COUNT_ARRIVE: r"""            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
+    StepKind.COUNT_ARRIVE: r"""            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
             if (me == 0) split_last = atomicAdd(counters + tile, 1u) == gridDim.y - 1;
-            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
+            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
 """,
     StepKind.COUNT_ACQUIRE: r"""            if (!split_last) continue;  // another split's CTA finishes this tile
             __threadfence();
 """,
-    StepKind.SLICE_READ: r"""#pragma unroll
-            for (int mb = 0; mb < MBLOCKS; ++mb)
-#pragma unroll
-                for (int c = 0; c < ACC; c += SPLIT_CHUNK)
-#pragma unroll 1
-                    for (int y = 0; y < (int)gridDim.y; ++y)  // every slice, this CTA's own too
-#pragma unroll
-                        for (int i = c; i < c + SPLIT_CHUNK; ++i) {{
-                            const float v = __ldcg(part + y * slice + (mb * ACC + i) * {CONSUMER_THREADS});
-                            acc[mb][i] = y == 0 ? v : acc[mb][i] + v;
-                        }}
-""",
+    StepKind.SLICE_READ: ("            pcgc::slice_read<MBLOCKS, ACC, ${CONSUMER_THREADS}, "
+                          "SPLIT_CHUNK>(acc, part, slice, gridDim.y);\n"),
     # every consumer's reads are done before the counter's next use may begin
-    StepKind.COUNT_RESET: r"""            asm volatile("bar.sync {SPLIT_BAR}, {CONSUMER_THREADS};\n" ::: "memory");
+    StepKind.COUNT_RESET: r"""            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
             if (me == 0) counters[tile] = 0u;
 """,
 }
@@ -393,45 +350,48 @@ _BIAS = {"none": "pcgc::BiasNone", "bf16": "pcgc::BiasBf16", "fp16": "pcgc::Bias
          "fp32": "pcgc::BiasF32"}
 _ACT = {"none": "pcgc::ActNone", "relu": "pcgc::ActRelu", "gelu": "pcgc::ActGelu",
         "silu": "pcgc::ActSilu"}
-_SCALE = {"tensor": "pcgc::ScaleTensor", "row": "pcgc::ScaleRow"}
-#: The scaled epilogue (``-p scale``, docs/guide/matmul.md "scaled_mm"): each accumulator times
-#: its row's scale_a and its column's scale_b (per tensor: element 0 of each), before the bias,
-#: as torch._scaled_mm; rows and columns past m, n read no scale.
-_SCALE_ROWS = r"""
-            const float sa0 = Scale::a(scale_a, row, m), sa8 = Scale::a(scale_a, row + 8, m);"""
-_SCALE_COLS = r"""
-                const float sb0 = Scale::b(scale_b, col, n), sb1 = Scale::b(scale_b, col + 1, n);"""
+#: ``-p scale`` (docs/guide/matmul.md "scaled_mm"): each accumulator times its row's scale_a and
+#: its column's scale_b (per tensor: element 0 of each) before the bias, as torch._scaled_mm
+_SCALE = {"none": "pcgc::ScaleNone", "tensor": "pcgc::ScaleTensor", "row": "pcgc::ScaleRow"}
 #: The batched kernel's output: batch ``blockIdx.z``'s [m, n] starts c_batch bytes further.
 _BATCH_OUTPUT = ("\n    C = static_cast<char*>(C) + (size_t)blockIdx.z * c_batch;  "
                  "// this batch's output")
 
 
+def _epilogue(v: GemmVariant) -> tuple[str, str]:
+    """The variant's fused epilogue (``gemm_wgmma_h100.cuh``'s ``pcgc::Epilogue``): its type,
+    the traits picked by name, among the constants, and the consumer's object of it, over the
+    scales the kernel takes or none (the kernel's signature says which)."""
+    params = {p.name for p in gemm_signature(v).params}
+    scales = ", ".join(name if name in params else "nullptr" for name in ("scale_a", "scale_b"))
+    return (f"\n    using Epi = pcgc::Epilogue<{_OUT[v.out_dtype]}, {_BIAS[v.bias]}, "
+            f"{_ACT[v.activation]}, {_SCALE[v.scale]}>;  // the variant's fused epilogue",
+            f"        const Epi epi(bias, {scales}, m, n, wtid, lane);")
+
+
 def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> dict[str, str]:
-    """The general kernel's device code where it differs from :data:`FAMILY`: the descriptors
-    of each operand's major mode, split-K's finish from the ``consumers``' steps, and the fused
-    epilogue (bias, activation, output type, clipped stores).  Formatted with
-    :func:`_constants` like FAMILY."""
-    a_desc = ("smem_desc_sw128(stage_a(s) + ({ROW0} + mb * {WGMMA_M}) * 128 "
-              "+ kk * 32)" if v.a_major == "k" else
-              "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_a(s) + ({ROW0} "
-              "+ mb * {WGMMA_M}) / 64 * CHUNK_BYTES + kk * 2048)")
-    b_desc = ("smem_desc_sw128(stage_b(s) + kk * 32)" if v.b_major == "k" else
-              "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_b(s) + kk * 2048)")
-    finish = r"""#pragma unroll
-        for (int mb = 0; mb < MBLOCKS; ++mb)
-#pragma unroll
-            for (int i = 0; i < ACC; ++i) fence_operand(acc[mb][i]);
-""" + (split_finish(consumers) if v.split_k else "")
-    store = ("\n    constexpr int SCOLS = {SCOLS}, SBUF = {SBUF}, OUT_BYTES = {OUT_BYTES};"
+    """The general kernel's device code where it differs from :data:`FAMILY`: each operand's
+    descriptor by its major mode (``pcgc::operand_desc``), split-K's finish from the
+    ``consumers``' steps, and the fused epilogue (``pcgc::Epilogue``: bias, activation, output
+    type, scales; stored directly or through the TMA store's staging buffers).  Filled by
+    :func:`fill` like FAMILY."""
+    epi_type, epi = _epilogue(v)
+    store = ("\n    constexpr int SCOLS = ${SCOLS}, SBUF = ${SBUF};"
              "  // TMA-store sub-tiles: 64 rows x SCOLS, SBUF buffers per consumer"
              "\n    constexpr u32 SBUF_BYTES = 64 * 128;" if v.store == "tma" else "")
     family = {
-        "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = {CHUNK_BYTES};"
+        "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = ${CHUNK_BYTES};"
                      "  // one MN-major box: 64 rows x BK"
-                     + (_BATCH_OUTPUT if v.batch != "none" else "") + store,
-        "compute": _compute(a_desc, b_desc),
-        "finish": finish + (_tma_store_finish(v, consumers) if v.store == "tma"
-                            else _direct_finish(v)),
+                     "\n    constexpr bool A_MN = ${A_MN}, B_MN = ${B_MN};  // the operands' major"
+                     "\n    using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, ${SPLIT}, "
+                     "${BATCH_A}, 1>;\n    using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, "
+                     "${SPLIT}, ${BATCH_B}, ${CLUSTER}>;  // the operands' TMA loads"
+                     + epi_type + (_BATCH_OUTPUT if v.batch != "none" else "") + store,
+        "compute": _compute("pcgc::operand_desc<A_MN, CHUNK_BYTES>(stage_a(s), ${ROW0} + mb * "
+                            "${WGMMA_M}, kk)", "pcgc::operand_desc<B_MN, CHUNK_BYTES>(stage_b(s), "
+                            "0, kk)"),
+        "finish": _FENCE + (split_finish(consumers) if v.split_k else "") + "\n" + epi + "\n"
+                  + (_tma_store_finish(consumers) if v.store == "tma" else _DIRECT_FINISH),
     }
     if v.store == "tma":  # the staging buffers: after the barriers' 1 KB (WsGeometry.smem_bytes)
         family["stage_views"] = (FAMILY["stage_views"] + "\n    const u32 staging = bars + 1024u;"
@@ -440,87 +400,16 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
     return family
 
 
-#: The fused epilogue's arithmetic, the one home both stores use (docs/guide/matmul.md,
-#: "The TMA-store epilogue"): the per-column bias of the thread's two columns ``col``,
-#: ``col + 1`` (0 past n), and each of an m64nN fragment quad's values (rows r, r + 8 by columns
-#: col, col + 1) with the bias added and the activation applied; the output type casts when it
-#: is stored.
-_EPILOGUE_BIAS = r"""const float b0 = col < n ? Bias::at(bias, col) : 0.f;
-                const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;"""
-
-
-#: the scale factor of each value of the quad (rows r, r + 8 by columns col, col + 1)
-_SCALE_FACTORS = ("sa0 * sb0", "sa0 * sb1", "sa8 * sb0", "sa8 * sb1")
-
-
-def _epilogue_value(i: int, v: GemmVariant) -> str:
-    """Value ``i`` (0..3) of the thread's fragment quad ``acc[mb][4 * j + i]``, epilogue applied
-    (scaled first when the variant scales, ``-p scale``)."""
-    acc = f"acc[mb][4 * j{f' + {i}' if i else ''}]"
-    if v.scale != "none":
-        acc = f"{acc} * ({_SCALE_FACTORS[i]})"
-    return f"Act::f({acc} + b{i % 2})"
-
-
-def _epilogue_values(v: GemmVariant, row: int, sep: str) -> str:
-    """The quad's two values of row ``row`` (0: r, 1: r + 8), joined by ``sep``."""
-    return _epilogue_value(2 * row, v) + sep + _epilogue_value(2 * row + 1, v)
-
-
-def _epilogue_cols(v: GemmVariant) -> str:
-    """The per-column factors of the thread's two columns: the bias, and scale_b's when the
-    variant scales."""
-    return _EPILOGUE_BIAS + (_SCALE_COLS if v.scale != "none" else "")
-
-
-def _epilogue_types(v: GemmVariant) -> str:
-    return ("""        using Out = """ + _OUT[v.out_dtype] + """;
-        using Bias = """ + _BIAS[v.bias] + """;
-        using Act = """ + _ACT[v.activation] + """;
-""" + ("        using Scale = " + _SCALE[v.scale] + ";\n" if v.scale != "none" else ""))
-
-
-def _direct_finish(v: GemmVariant) -> str:
-    """The direct store: every thread writes its fragment to C (-p store=direct)."""
-    return (r"""
-        // The fused epilogue on every accumulator (the m64nN fragment layout): + bias[col],
-        // activation, cast; two columns per store where aligned, clipped to m x n.
-""" + _epilogue_types(v) + r"""        const bool vec = (ldc % 2 == 0) && (reinterpret_cast<size_t>(C) % """
-        + str(2 * OUT_BYTES[v.out_dtype]) + r""" == 0);
-        const int w = wtid / 32, g = lane / 4, q = lane % 4;
+#: the accumulators' last wgmma writes complete before the finish reads them
+_FENCE = r"""#pragma unroll
+        for (int mb = 0; mb < MBLOCKS; ++mb)
 #pragma unroll
-        for (int mb = 0; mb < MBLOCKS; ++mb) {{
-            const int row = tile_m * BM + {ROW0} + mb * {WGMMA_M} + w * 16 + g;""" + (
-            _SCALE_ROWS if v.scale != "none" else "") + r"""
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {{
-                const int col = tile_n * BN + j * 8 + 2 * q;
-                """ + _epilogue_cols(v) + r"""
-                pcgc::store_pair<Out>(C, ldc, row, col, m, n, vec,
-                    """ + _epilogue_values(v, 0, ", ") + r""");
-                pcgc::store_pair<Out>(C, ldc, row + 8, col, m, n, vec,
-                    """ + _epilogue_values(v, 1, ", ") + r""");
-            }}
-        }}""")
-
-
-def _stage_write(v: GemmVariant) -> str:
-    """The STAGE_WRITE step: the thread's part of sub-tile (mb, s), epilogue applied, into the
-    staging buffer (the fragment's rows w * 16 + g and + 8; 128-byte swizzled)."""
-    rows = (r"""{{{{  // the rows' scales
-                const int row = tile_m * BM + {{ROW0}} + mb * {{WGMMA_M}} + w * 16 + g;"""
-            + _SCALE_ROWS.replace("\n", "\n    ") + "\n                ") if v.scale != "none" else ""
-    return rows + r"""#pragma unroll
-                for (int jj = 0; jj < SCOLS / 8; ++jj) {{{{  // the fragment, epilogue applied
-                    const int j = s * (SCOLS / 8) + jj;
-                    const int col = tile_n * BN + j * 8 + 2 * q;
-                    const int at = (jj * 8 + 2 * q) * OUT_BYTES;
-                    """ + _epilogue_cols(v).replace("\n", "\n    ") + r"""
-                    Out::stage(pcgc::staged(buf, w * 16 + g, at),
-                               """ + _epilogue_values(v, 0, ", ") + r""");
-                    Out::stage(pcgc::staged(buf, w * 16 + g + 8, at),
-                               """ + _epilogue_values(v, 1, ", ") + r""");
-                }}}}""" + ("\n                }}}}" if v.scale != "none" else "")
+            for (int i = 0; i < ACC; ++i) fence_operand(acc[mb][i]);
+"""
+#: The direct store (-p store=direct): every thread writes its fragments to C, the epilogue
+#: applied, two columns per store where aligned, clipped to m x n.
+_DIRECT_FINISH = ("        epi.store<MBLOCKS, ACC, ${WGMMA_M}>(acc, C, ldc, tile_m * BM + ${ROW0}, "
+                  "tile_n * BN);  // the fused epilogue, stored directly")
 
 
 #: The TMA-store epilogue's steps (the consumers' ``store`` steps, docs/guide/agents.md, "Bulk
@@ -528,14 +417,23 @@ def _stage_write(v: GemmVariant) -> str:
 #: block, ``s``: its SCOLS-column slice; ``buf``: the sub-tile's staging buffer); the issuer is
 #: the consumer's thread 0, the named barrier the consumer's own (``store_bar``).
 _STORE_STEPS = {
-    StepKind.STORE_WAIT: "if (wtid == 0) pcgc::bulk_wait_read<{value}>();",
-    StepKind.NAMED_SYNC: 'asm volatile("bar.sync %0, {value};\\n" :: "r"(store_bar) : "memory");',
+    StepKind.STORE_WAIT: "if (wtid == 0) pcgc::bulk_wait_read<${value}>();",
+    StepKind.NAMED_SYNC: 'asm volatile("bar.sync %0, ${value};\\n" :: "r"(store_bar) : "memory");',
     StepKind.PROXY_FENCE: "pcgc::fence_proxy_async_shared();",
     StepKind.STORE_ISSUE: ("if (wtid == 0) pcgc::tma_store_2d(&tmC, buf, tile_n * BN + s * SCOLS, "
-                           "tile_m * BM + {{ROW0}} + mb * {{WGMMA_M}});"),
+                           "tile_m * BM + ${ROW0} + mb * ${WGMMA_M});"),
     StepKind.STORE_COMMIT: "if (wtid == 0) pcgc::bulk_commit();",
     StepKind.STORE_DRAIN: "if (wtid == 0) pcgc::bulk_wait<0>();",
+    # the thread's part of sub-tile (mb, s), the epilogue applied, into the staging buffer
+    StepKind.STAGE_WRITE: ("epi.stage<SCOLS>(acc[mb], buf, s, tile_m * BM + ${ROW0} + mb * "
+                           "${WGMMA_M}, tile_n * BN);"),
 }
+
+
+def _store_line(s: Step) -> str:
+    """A bulk-store step's CUDA with its value (a wait's groups left, a barrier's threads); the
+    kernel's constants stay for :func:`fill`."""
+    return Template(_STORE_STEPS[s.kind]).safe_substitute(value=s.value)
 
 
 def _store_program(consumers: Sequence[AgentProgram], section: str) -> tuple:
@@ -551,13 +449,13 @@ def _store_program(consumers: Sequence[AgentProgram], section: str) -> tuple:
                            "(AgentSpec.store); got " + "; ".join(
                                f"{c.name}: {[k.value for k, _ in shape(c)]}" for c in consumers))
     for s in steps:
-        if s.kind not in _STORE_STEPS and s.kind != StepKind.STAGE_WRITE:
+        if s.kind not in _STORE_STEPS:
             raise ProgramError(f"emitter {EMITTER_NAME}: no CUDA for {section} step "
                                f"{s.kind.value}")
     return steps
 
 
-def _tma_store_finish(v: GemmVariant, consumers: Sequence[AgentProgram]) -> str:
+def _tma_store_finish(consumers: Sequence[AgentProgram]) -> str:
     """The TMA-store epilogue (-p store=tma): per 64-row x SCOLS sub-tile, the consumers'
     ``store`` steps in the plan's order; the sub-tile's staging buffer is its running count
     modulo SBUF (a tile's sub-tiles are a multiple of SBUF, so the count restarts with it)."""
@@ -565,34 +463,30 @@ def _tma_store_finish(v: GemmVariant, consumers: Sequence[AgentProgram]) -> str:
     bars = [next(s.barrier for s in c.store if s.kind == StepKind.NAMED_SYNC)
             for c in consumers]
     pick = " : ".join(f"consumer == {i} ? {b}" for i, b in enumerate(bars[:-1]))
-    code = {**_STORE_STEPS, StepKind.STAGE_WRITE: _stage_write(v)}
-    body = "\n".join("                " + code[s.kind].format(value=s.value) for s in steps)
-    return (r"""
-        // The fused epilogue through shared memory (docs/guide/matmul.md,
+    body = "\n".join("                " + _store_line(s) for s in steps)
+    return (r"""        // The fused epilogue through shared memory (docs/guide/matmul.md,
         // "The TMA-store epilogue"): each 64-row x SCOLS sub-tile, + bias[col], activation,
         // cast, goes to a 128-byte swizzled staging buffer of this consumer's; its thread 0
         // stores it by TMA (clipped to m x n) while the consumer goes on.
-""" + _epilogue_types(v) + r"""        const int w = wtid / 32, g = lane / 4, q = lane % 4;
         const int store_bar = """ + (f"{pick} : {bars[-1]}" if pick else str(bars[-1]))
         + r""";  // the consumer's named barrier (the plan's)
         """ + section_mark("store") + r"""
 #pragma unroll
-        for (int mb = 0; mb < MBLOCKS; ++mb) {{
+        for (int mb = 0; mb < MBLOCKS; ++mb) {
 #pragma unroll
-            for (int s = 0; s < BN / SCOLS; ++s) {{
+            for (int s = 0; s < BN / SCOLS; ++s) {
                 const u32 buf = staging + (consumer * SBUF + (mb * (BN / SCOLS) + s) % SBUF)
                                 * SBUF_BYTES;
 """ + body + r"""
-            }}
-        }}
+            }
+        }
         """ + section_mark("end"))
 
 
 def _store_drain(consumers: Sequence[AgentProgram]) -> str:
     """The consumers' ``drain`` after their last output tile (every store complete)."""
     return "\n".join("        " + line for line in [
-        section_mark("drain"), *(_STORE_STEPS[s.kind].format(value=s.value)
-                                 for s in _store_program(consumers, "drain")),
+        section_mark("drain"), *(_store_line(s) for s in _store_program(consumers, "drain")),
         section_mark("end")])
 
 

@@ -105,9 +105,10 @@ def test_the_emitter_writes_multicast_peer_arrivals_and_cluster_barriers():
     c = _compile()
     src = emit_wgmma(c)
     assert '__launch_bounds__(384, 1) __cluster_dims__(2, 1, 1)\n' in src
-    assert ("tma_load_2d_multicast(stage_b(((rb + t) % STAGES)) + crank * (BN / CLUSTER) * 128, "
-            "&tmB, full_bar(((rb + t) % STAGES)), t * BK, tile_n * BN + crank * (BN / CLUSTER), "
-            "(1u << CLUSTER) - 1u);") in src
+    # B's load: this CTA's share, multicast (pcgc::Operand's CLUSTER, gemm_wgmma_h100.cuh)
+    assert "using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, false, false, 2>;" in src
+    assert ("LoadB::load(stage_b(((rb + t) % STAGES)), &tmB, full_bar(((rb + t) % STAGES)), t, "
+            "KT, tile_n * BN, crank);") in src
     # the producer acquires its empty stage at cluster scope: the peer's relay completes it
     assert ("mbar_wait_cluster(empty_bar(((rb + t) % STAGES)), (((rb + t) / STAGES + (-1)) & 1));"
             in src)
@@ -133,8 +134,10 @@ def test_the_emitter_writes_multicast_peer_arrivals_and_cluster_barriers():
     # cluster=1 carries none of it
     plain = emit_wgmma(compile_named("warpspecialized-gemm", target="h100", host=default_host(),
                                      params={"tails": "true"}, target_args={"stages": "4"}))
+    kernel = plain.split('extern "C"')[1]  # the headers are every general kernel's
     for word in ("__cluster_dims__", "crank", "multicast", "cluster_sync", "mbar_arrive_peer"):
-        assert word not in plain
+        assert word not in kernel
+    assert "CHUNK_BYTES, false, false, 1>;  // the operands' TMA loads" in kernel
 
 
 def test_the_call_pairs_ctas_where_the_tile_grid_allows():

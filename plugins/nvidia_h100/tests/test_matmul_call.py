@@ -14,6 +14,7 @@ pytest.importorskip("pipeline_core_nvidia_h100")
 
 from pipeline_core.api import compile_named  # noqa: E402
 from pipeline_core_nvidia_h100 import kernel_cache  # noqa: E402
+from pipeline_core_nvidia_h100.cuda import gemm_wgmma_header_source  # noqa: E402
 from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma  # noqa: E402
 from pipeline_core_nvidia_h100.gemm_call import (SPLIT_MIN_K_TILES,  # noqa: E402
                                                  MatmulArgumentError, MatmulTypeError,
@@ -270,40 +271,50 @@ def test_the_default_variant_keeps_the_benchmark_kernel():
 def test_the_general_kernel_carries_each_option():
     src = _source(VARIANTS["fp16 col-col gelu fp32"])
     assert ".f32.f16.f16" in src and "p, 1, 1, 1, 0;" in src  # A transposed (MN-major)
-    assert "using Out = pcgc::OutF32;" in src and "using Bias = pcgc::BiasF16;" in src
-    assert "using Act = pcgc::ActGelu;" in src
-    assert "for (int i = 0; i < BM / 64; ++i) tma_load_2d(" in src  # A in 64-row boxes
-    assert "tma_load_2d(stage_b(((rb + t) % STAGES)), &tmB, full_bar(((rb + t) % STAGES)), " \
-           "t * BK, tile_n * BN);" in src
+    # the epilogue: the variant's traits as pcgc::Epilogue's arguments (gemm_wgmma_h100.cuh)
+    assert ("using Epi = pcgc::Epilogue<pcgc::OutF32, pcgc::BiasF16, pcgc::ActGelu, "
+            "pcgc::ScaleNone>;") in src
+    # the loads: each operand's pcgc::Operand (A in 64-row boxes, MN-major; B K-major)
+    assert "using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, false, false, 1>;" in src
+    assert "using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, false, false, 1>;" in src
+    assert ("LoadB::load(stage_b(((rb + t) % STAGES)), &tmB, full_bar(((rb + t) % STAGES)), t, "
+            "KT, tile_n * BN);") in src
     assert "int M, int N, int K, int m, int n,\n       long long ldc)" in src
-    assert "pcgc::store_pair<Out>(C, ldc, row, col, m, n, vec," in src
+    assert "const Epi epi(bias, nullptr, nullptr, m, n, wtid, lane);" in src
+    assert ("epi.store<MBLOCKS, ACC, 64>(acc, C, ldc, tile_m * BM + consumer * CONSUMER_ROWS, "
+            "tile_n * BN);") in src
+    assert "constexpr bool A_MN = true, B_MN = false;" in src
     row_row = _source(VARIANTS["bf16 row-row"])
-    assert "p, 1, 1, 0, 1;" in row_row and "using Act = pcgc::ActNone;" in row_row
-    assert "pcgc::smem_desc_sw128_mn<CHUNK_BYTES>(stage_b(s) + kk * 2048)" in row_row
+    assert "p, 1, 1, 0, 1;" in row_row and "pcgc::ActNone, pcgc::ScaleNone>;" in row_row
+    assert "constexpr bool A_MN = false, B_MN = true;" in row_row
+    assert "pcgc::operand_desc<B_MN, CHUNK_BYTES>(stage_b(s), 0, kk)" in row_row
 
 
 def test_the_split_k_kernel_reads_its_split_and_reduces_once():
     src = _source(VARIANTS["bf16 row-row split-K"])
     assert "long long ldc,\n       float* __restrict__ ws, unsigned* __restrict__ counters)" in src
     # each CTA's K tiles start at its split's first one
-    assert ("tma_load_2d(stage_a(((rb + t) % STAGES)), &tmA, full_bar(((rb + t) % STAGES)), "
-            "(blockIdx.y * KT + t) * BK, tile_m * BM);") in src
-    assert "full_bar(((rb + t) % STAGES)), tile_n * BN + i * 64, (blockIdx.y * KT + t) * BK);" in src
+    assert "using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, true, false, 1>;" in src
+    assert "using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, true, false, 1>;" in src
+    assert "if constexpr (SPLIT) k = (blockIdx.y * kt + t) * BK;" in gemm_wgmma_header_source()
     # partial sums out, one arrival per CTA, the last CTA reduces, resets, runs the epilogue
-    finish = src[src.index("// split-K: partial sums out"):src.index("using Out =")]
-    assert "__stcg(part + blockIdx.y * slice" in finish
+    finish = src[src.index("// split-K: partial sums out"):src.index("const Epi epi(")]
+    assert "pcgc::slice_store<MBLOCKS, ACC, 256>(acc, part + blockIdx.y * slice);" in finish
     # around the arrive, and before the reset (every consumer's reads done; docs/guide/agents.md,
     # "Cross-CTA reductions")
     assert finish.count(r'asm volatile("bar.sync 15, 256;\n" ::: "memory");') == 3
     assert "split_last = atomicAdd(counters + tile, 1u) == gridDim.y - 1;" in finish
     assert "if (!split_last) continue;" in finish and "counters[tile] = 0u;" in finish
-    assert finish.index("continue;") < finish.index("__ldcg(") < finish.index("counters[tile] = 0u")
-    # the slices are added in split order from slice 0, whichever CTA is last
-    assert "acc[mb][i] = y == 0 ? v : acc[mb][i] + v;" in finish
+    assert (finish.index("continue;") < finish.index("pcgc::slice_read<MBLOCKS, ACC, 256, "
+                                                     "SPLIT_CHUNK>(acc, part, slice, gridDim.y);")
+            < finish.index("counters[tile] = 0u"))
+    # the slices are added in split order from slice 0, whichever CTA is last (the header's)
+    assert "acc[mb][i] = y == 0 ? v : acc[mb][i] + v;" in gemm_wgmma_header_source()
     # unsplit kernels carry none of it
     for label in ("bf16 row-row", "fp16 col-col gelu fp32"):
         plain = _source(VARIANTS[label])
-        assert "blockIdx.y" not in plain and "counters" not in plain and "__stcg" not in plain
+        plain = plain[plain.index('extern "C"'):]  # the kernel, past the headers
+        assert "blockIdx.y" not in plain and "counters" not in plain and "slice_" not in plain
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")

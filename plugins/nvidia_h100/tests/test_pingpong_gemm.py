@@ -83,7 +83,8 @@ def test_each_consumer_runs_its_own_tiles_with_the_ring_counted_over_all():
     assert re.search(r"tile - 1 \* \(int\)gridDim.x < TILES\) asm volatile\(\"bar.sync 2, 256",
                      src)
     # each consumer's rows start at the tile's first: it owns the whole tile
-    assert "consumer * CONSUMER_ROWS" not in src and "tile_m * BM + 0 + mb * 64" in src
+    assert "consumer * CONSUMER_ROWS" not in src
+    assert "epi.store<MBLOCKS, ACC, 64>(acc, C, ldc, tile_m * BM + 0, tile_n * BN);" in src
     # one mainloop for both consumers, branching on the consumer index around its barriers
     # only, the index warp-uniform: ptxas keeps the wgmma groups unserialized (C7520)
     assert src.count("wgmma_tile(((rb + t) % STAGES));") == 2  # prologue and kernel, once each

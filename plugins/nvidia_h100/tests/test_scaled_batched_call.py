@@ -219,31 +219,39 @@ def test_the_e4m3_kernel_is_k32_wgmma_on_128_byte_k_tiles():
     assert "wgmma_m64n256k32(acc[mb]," in src
     assert "constexpr u32 A_BYTES = BM * BK * 1, B_BYTES = BN * BK * 1" in src
     # the scales, before the bias, per row and per column
-    assert "using Scale = pcgc::ScaleRow;" in src
-    assert "Act::f(acc[mb][4 * j] * (sa0 * sb0) + b0)" in src
-    assert "Act::f(acc[mb][4 * j + 3] * (sa8 * sb1) + b1)" in src
+    assert "pcgc::ActNone, pcgc::ScaleRow>;" in src
+    assert "const Epi epi(bias, scale_a, scale_b, m, n, wtid, lane);" in src
+    # pcgc::Epilogue's quad: each value scaled, then the bias (gemm_wgmma_h100.cuh)
+    assert "v[0] = Act::f(Scale::apply(frag[4 * j], sa0 * sb0) + b0);" in src
+    assert "const float sa0 = Scale::a(scale_a, row, m), sa8 = Scale::a(scale_a, row + 8, m);" \
+        in src
     assert "const float* __restrict__ scale_a, const float* __restrict__ scale_b) {" in src
     split = emit_wgmma(_compiled(VARIANTS["e4m3 tensor-scaled fp32 split-K"]))
-    assert "using Scale = pcgc::ScaleTensor;" in split
+    assert "pcgc::ScaleTensor>;" in split
     assert ("unsigned* __restrict__ counters,\n       const float* __restrict__ scale_a, "
             "const float* __restrict__ scale_b) {") in split
 
 
 def test_the_batched_kernel_reads_3d_maps_and_offsets_its_output():
     src = emit_wgmma(_compiled(VARIANTS["bf16 batched ab"]))
-    assert ("pcgc::tma_load_3d(stage_a(((rb + t) % STAGES)), &tmA, full_bar(((rb + t) % "
-            "STAGES)), t * BK, tile_m * BM, blockIdx.z);") in src
-    assert "full_bar(((rb + t) % STAGES)), tile_n * BN + i * 64, t * BK, blockIdx.z);" in src
+    # both operands' loads 3D (pcgc::Operand's BATCHED, gemm_wgmma_h100.cuh)
+    assert "using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, false, true, 1>;" in src
+    assert "using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, false, true, 1>;" in src
     assert "long long ldc,\n       long long c_batch) {" in src
     assert "C = static_cast<char*>(C) + (size_t)blockIdx.z * c_batch;" in src
     only_b = emit_wgmma(_compiled(VARIANTS["fp16 batched b"]))
-    assert "tma_load_2d(stage_a(" in only_b and "pcgc::tma_load_3d(stage_b(" in only_b
+    assert "using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, false, false, 1>;" in only_b
+    assert "using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, false, true, 1>;" in only_b
 
 
 def test_unscaled_unbatched_kernels_carry_none_of_it():
     src = emit_wgmma(_compiled(GemmVariant(b_major="mn", tails=True)))
-    for text in ("Scale", "scale_a", "tma_load_3d", "c_batch", "blockIdx.z", "k32"):
-        assert text not in src
+    kernel = src[src.index('extern "C"'):]  # past the headers, which hold every variant's traits
+    assert "const Epi epi(bias, nullptr, nullptr, m, n, wtid, lane);" in kernel
+    for text in ("ScaleTensor", "ScaleRow", "scale_a", "c_batch", "blockIdx.z"):
+        assert text not in kernel
+    assert "CHUNK_BYTES, false, false, 1>;" in kernel  # loads neither split nor batched
+    assert "k32" not in src
 
 
 @pytest.mark.parametrize("params, param, fix", [

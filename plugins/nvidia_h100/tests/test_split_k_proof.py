@@ -19,7 +19,7 @@ from pipeline_core.plugins import default_host  # noqa: E402
 from pipeline_core.proof import UnsafeScheduleError  # noqa: E402
 from pipeline_core.testing import run_cli  # noqa: E402
 
-from pipeline_core_nvidia_h100.emit_wgmma import _SPLIT_STEPS, _constants, emit_wgmma  # noqa: E402
+from pipeline_core_nvidia_h100.emit_wgmma import _SPLIT_STEPS, _constants, emit_wgmma, fill  # noqa: E402
 from pipeline_core_nvidia_h100.skeleton import declared_geometry  # noqa: E402
 from pipeline_core_nvidia_h100.warpspecialized import KERNEL_FAMILY, WsGeometry  # noqa: E402
 
@@ -71,7 +71,7 @@ def test_every_edit_of_the_hand_off_is_refused(consumers, bm):
 
 def _blocks(c) -> list[str]:
     g = declared_geometry(c, KERNEL_FAMILY, WsGeometry, "test")
-    return [_SPLIT_STEPS[s.kind].format(**_constants(g)) for s in c.plan.programs[1].finish]
+    return [fill(_SPLIT_STEPS[s.kind], _constants(g)) for s in c.plan.programs[1].finish]
 
 
 def test_the_emitter_writes_the_plans_steps_in_their_order():
@@ -90,7 +90,7 @@ def test_the_emitter_writes_the_plans_steps_in_their_order():
         attrs.evolve(p, finish=steps) if p.finish else p for p in c.plan.programs]))
     assert m.description.endswith("before step 4 SLICE_READ")
     out = emit_wgmma(edited)
-    assert out.index("counters[tile] = 0u;") < out.index("__ldcg(")
+    assert out.index("counters[tile] = 0u;") < out.index("pcgc::slice_read<")
 
 
 def test_a_split_k_plan_without_the_reduction_steps_is_refused_by_the_emitter():

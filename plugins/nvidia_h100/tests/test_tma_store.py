@@ -23,6 +23,7 @@ from pipeline_core.plugins import default_host  # noqa: E402
 from pipeline_core.proof import UnsafeScheduleError  # noqa: E402
 from pipeline_core.testing import run_cli  # noqa: E402
 
+from pipeline_core_nvidia_h100.cuda import gemm_wgmma_header_source  # noqa: E402
 from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma  # noqa: E402
 from pipeline_core_nvidia_h100.gemm_call import (TensorInfo, TileShape, Tuning,  # noqa: E402
                                                  plan_call)
@@ -153,7 +154,7 @@ def test_the_emitter_writes_the_plans_store_steps_in_their_order():
     c = _tma({})
     src = emit_wgmma(c)
     fin = _finish(src)
-    marks = ["pcgc::bulk_wait_read<1>();", '"bar.sync %0, 128;', "Out::stage(",
+    marks = ["pcgc::bulk_wait_read<1>();", '"bar.sync %0, 128;', "epi.stage<SCOLS>(acc[mb], buf, s,",
              "pcgc::fence_proxy_async_shared();", "pcgc::tma_store_2d(&tmC",
              "pcgc::bulk_commit();", "pcgc::bulk_wait<0>();"]
     at = [fin.index(x) for x in marks]
@@ -162,7 +163,7 @@ def test_the_emitter_writes_the_plans_store_steps_in_their_order():
     assert "const int store_bar = consumer == 0 ? 1 : 2;" in fin
     assert fin.index("}  // next output tile") < fin.index("pcgc::bulk_wait<0>();")
     assert "const __grid_constant__ pcwg::TensorMap tmC" in src
-    assert "pcgc::store_pair" not in src  # no direct store left
+    assert "epi.store<" not in src  # no direct store left
     # an edited plan (store before the sync, emitted with --allow-unsafe) is emitted as edited
     m = next(m for m in agent_mutations(c.plan, ("store_before_sync",)))
     bad = c
@@ -179,10 +180,17 @@ def test_both_stores_share_the_epilogue_arithmetic():
                            params={"bias": "fp16", "activation": "silu", "tails": "true"},
                            target_args={"stages": "4"})
     tma = _tma({"bias": "fp16", "activation": "silu", "tails": "true"})
-    for src in (emit_wgmma(direct), emit_wgmma(tma)):
-        assert "const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;" in src
-        assert "Act::f(acc[mb][4 * j + 3] + b1)" in src
-        assert "using Act = pcgc::ActSilu;" in src
+    # one pcgc::Epilogue of the same traits; its direct store and its staging write apply one
+    # quad function (gemm_wgmma_h100.cuh)
+    for src, store in ((emit_wgmma(direct), "epi.store<"), (emit_wgmma(tma), "epi.stage<")):
+        assert ("using Epi = pcgc::Epilogue<pcgc::OutBf16, pcgc::BiasF16, pcgc::ActSilu, "
+                "pcgc::ScaleNone>;") in src
+        assert "const Epi epi(bias, nullptr, nullptr, m, n, wtid, lane);" in src
+        assert store in src[src.index('extern "C"'):]
+    header = gemm_wgmma_header_source()
+    assert "const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;" in header
+    assert "v[3] = Act::f(Scale::apply(frag[4 * j + 3], sa8 * sb1) + b1);" in header
+    assert header.count("quad(v, ") == 2  # the direct store's and the staging write's
 
 
 def test_a_store_plan_without_its_steps_is_refused_by_the_emitter():

@@ -40,8 +40,8 @@ def gemm_call_header_source() -> str:
     return resources.files(__name__).joinpath(GEMM_CALL_HEADER_NAME).read_text(encoding="utf-8")
 
 
-#: The scaled and batched variants' helpers (the scale factors, the 3D tile copy); pasted after
-#: GEMM_CALL_HEADER_NAME, only into kernels with ``-p scale`` or ``-p batch`` set.
+#: The scaled and batched variants' helpers (the scale factors, ScaleNone among them, the 3D tile
+#: copy); pasted after GEMM_CALL_HEADER_NAME into every general GEMM kernel.
 GEMM_SCALE_BATCH_HEADER_NAME = "gemm_scale_batch_h100.cuh"
 
 
@@ -60,3 +60,14 @@ CLUSTER_HEADER_NAME = "cluster_h100.cuh"
 def cluster_header_source() -> str:
     """The text of ``cluster_h100.cuh`` (paste it after :func:`gemm_call_header_source`)."""
     return resources.files(__name__).joinpath(CLUSTER_HEADER_NAME).read_text(encoding="utf-8")
+
+
+#: The general GEMM's device math (operand descriptors, the fused epilogue, split-K's slices) as
+#: device functions the emitted frame calls; pasted after GEMM_SCALE_BATCH_HEADER_NAME.
+GEMM_WGMMA_HEADER_NAME = "gemm_wgmma_h100.cuh"
+
+
+def gemm_wgmma_header_source() -> str:
+    """The text of ``gemm_wgmma_h100.cuh`` (paste it after
+    :func:`gemm_scale_batch_header_source`)."""
+    return resources.files(__name__).joinpath(GEMM_WGMMA_HEADER_NAME).read_text(encoding="utf-8")

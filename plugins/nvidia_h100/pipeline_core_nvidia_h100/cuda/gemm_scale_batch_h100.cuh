@@ -1,7 +1,7 @@
 // pipeline-core h100 building blocks of the general wgmma GEMM's scaled (-p scale, scaled_mm) and
 // batched (-p batch) variants: the epilogue's scale factors and the 3D tile copy.  Paste after
-// gemm_call_h100.cuh, only into those variants (the others' text stays as it was).  No #include:
-// builds under nvcc and NVRTC alike.  docs/guide/matmul.md says what each choice means.
+// gemm_call_h100.cuh, into every general kernel (an unscaled one's epilogue takes ScaleNone).
+// No #include: builds under nvcc and NVRTC alike.  docs/guide/matmul.md says what each choice means.
 #pragma once
 
 namespace pcgc {
@@ -18,11 +18,18 @@ __device__ __forceinline__ void tma_load_3d(u32 dst, const pcwg::TensorMap* map,
 }
 
 // The scaled epilogue's factors: the accumulator of row `row` and column `col` is multiplied by
-// a(scale_a, row) * b(scale_b, col) before the bias, as torch._scaled_mm.  Per tensor: one fp32
-// each; row-wise: scale_a [m], scale_b [n] (rows and columns past them read none).
+// a(scale_a, row) * b(scale_b, col) before the bias, as torch._scaled_mm (`apply`).  Per tensor:
+// one fp32 each; row-wise: scale_a [m], scale_b [n] (rows and columns past them read none);
+// none: no factor (and no load).
+struct ScaleNone {
+    static __device__ __forceinline__ float a(const float*, int, int) { return 1.f; }
+    static __device__ __forceinline__ float b(const float*, int, int) { return 1.f; }
+    static __device__ __forceinline__ float apply(float x, float) { return x; }
+};
 struct ScaleTensor {
     static __device__ __forceinline__ float a(const float* s, int, int) { return s[0]; }
     static __device__ __forceinline__ float b(const float* s, int, int) { return s[0]; }
+    static __device__ __forceinline__ float apply(float x, float f) { return x * f; }
 };
 struct ScaleRow {
     static __device__ __forceinline__ float a(const float* s, int row, int m) {
@@ -31,6 +38,7 @@ struct ScaleRow {
     static __device__ __forceinline__ float b(const float* s, int col, int n) {
         return col < n ? s[col] : 0.f;
     }
+    static __device__ __forceinline__ float apply(float x, float f) { return x * f; }
 };
 
 }  // namespace pcgc
