@@ -109,6 +109,22 @@ def rel_err(torch, out, ref) -> float:
     return float(diff.norm() / ref.norm().clamp_min(1e-30))
 
 
+def graphed(torch, fn):
+    """``fn`` called 10 times, captured once in a CUDA graph (after a warm-up on a side
+    stream, as torch's graph guide does): a callable that replays it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(10):
+            fn()
+    return graph.replay
+
+
 def ab(torch, rounds: int) -> None:
     from pipeline_core_nvidia_h100.matmul_call import matmul as new_mm
     from pipeline_core_schedules_attention.call import attention as new_at
@@ -128,9 +144,16 @@ def ab(torch, rounds: int) -> None:
         fns = {"old": lambda: old_mm_mod.matmul(a, b), "new": lambda: new_mm(a, b)}
         per = interleaved(torch, fns, rounds)
         r = ratios(per, "new", "old")
+        # the same calls replayed from CUDA graphs (10 a graph): the GPU's time alone, so a
+        # difference in the eager rows that is not here is the host's launch path
+        graphs = {name: graphed(torch, fn) for name, fn in fns.items()}
+        gper = interleaved(torch, graphs, rounds)
+        g = ratios(gper, "new", "old")
         emit({"kind": "ab", "family": "matmul", "shape": [m, n, k], "rel_err": outs,
               "ms": {n_: statistics.median(v) for n_, v in per.items()},
-              "new_over_old": r, "median": statistics.median(r)})
+              "new_over_old": r, "median": statistics.median(r),
+              "graph_ms_per_call": {n_: statistics.median(v) / 10 for n_, v in gper.items()},
+              "graph_new_over_old": g, "graph_median": statistics.median(g)})
     for d, s, causal in ATTENTION:
         bsz, h = 16384 // s, 2048 // d
         q, kk, v = (torch.randn(bsz, h, s, d, device="cuda", dtype=torch.bfloat16)

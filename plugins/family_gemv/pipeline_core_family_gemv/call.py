@@ -56,7 +56,8 @@ def plan_gemv(a: Any, x: Any, sms: int = 132) -> GemvCall:
 
 
 def _copies(c: GemvCall, a: Any, x: Any) -> GemvCall:
-    return attrs.evolve(c, copy_a=not tma_readable(a), copy_x=not tma_readable(x[None]))
+    return attrs.evolve(c, copy_a=not tma_readable(a),  # x: one row, its map's stride ours
+                        copy_x=x.stride(0) != 1 or x.data_ptr() % 16 != 0)
 
 
 def _build(key: tuple[int, str, int]) -> Built:

@@ -1,6 +1,5 @@
 // The gemv family's device math, called by the kit's frame; no synchronization but the warp's.
 // Pasted after the kit's headers (pcwg::u32, pcgc's element conversions).
-#pragma once
 
 namespace pcgv {
 

@@ -96,10 +96,6 @@ class Tensor:
     def data_ptr(self):
         return self._ptr
 
-    def __getitem__(self, index):  # x[None]: a row of one
-        assert index is None
-        return Tensor((1, *self.shape), self.dtype, (self.shape[0], *self._strides), self._ptr)
-
 
 @pytest.mark.parametrize("a, x, needle", [
     (Tensor((4, 8)), Tensor((9,)), "x: 9 elements for a's 8 columns; pass x of shape [8]"),
@@ -131,3 +127,8 @@ def test_the_tile_height_gives_every_sm_a_tile_where_the_rows_allow():
     rows = {m: plan_gemv(Tensor((m, 64)), Tensor((64,)), sms=132).block_m
             for m in (128 * 132, 128 * 131, 64 * 132, 100)}
     assert rows == {128 * 132: 128, 128 * 131: 64, 64 * 132: 64, 100: 32}
+
+
+def test_one_row_of_a_stride_the_driver_refuses_is_copied_too():
+    a, x = Tensor((1, 7), strides=(7, 1)), Tensor((7,))  # a [1, 7] row: 14-byte stride
+    assert _copies(plan_gemv(a, x), a, x).copy_a

@@ -329,13 +329,13 @@ def sm_count(device: int) -> int:
 
 
 def tma_readable(t: Any) -> bool:
-    """Whether TMA can read the rows of 2-D tensor ``t`` where they lie: unit-strided
-    elements, rows 16 bytes apart by a multiple (one row: any) and not overlapping, the base
-    16-byte aligned.  What fails is copied (:func:`tma_copy`), never refused: torch takes it."""
+    """Whether TMA can read the rows of 2-D tensor ``t`` where they lie, through a tensor map
+    of its own strides: unit-strided elements, a row stride of a multiple of 16 bytes (the
+    driver refuses any other, one row's too) that does not overlap rows, the base 16-byte
+    aligned.  What fails is copied (:func:`tma_copy`), never refused: torch takes it."""
     rows, cols = t.shape
     return (t.stride(1) == 1 and t.data_ptr() % 16 == 0
-            and (rows < 2 or ((t.stride(0) * t.element_size()) % 16 == 0
-                              and t.stride(0) >= cols)))
+            and (t.stride(0) * t.element_size()) % 16 == 0 and (rows < 2 or t.stride(0) >= cols))
 
 
 def tma_copy(t: Any) -> Any:
