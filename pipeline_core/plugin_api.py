@@ -59,6 +59,7 @@ from pipeline_core.errors import (ConfigError, PipelineError, PluginError, Progr
                                   SchedulingError, TargetFactError, TransformError)
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.hookspecs import hookimpl
+from pipeline_core.markers import record_hooks
 from pipeline_core.launch import KernelLaunch
 from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, PARAM_INT, Bound
 from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole, Phase,
@@ -80,7 +81,7 @@ from pipeline_core.transforms import (double_buffer_reorder, optimize_within_bar
                                       single_buffer_reorder)
 
 __all__ = [
-    "hookimpl", "TargetRecord", "ScheduleRecord", "StrategyRecord", "KernelTransform",
+    "hookimpl", "record_hooks", "TargetRecord", "ScheduleRecord", "StrategyRecord", "KernelTransform",
     "EmitterRecord", "Param", "Bound", "COUNTER_TICKS", "GLOBAL_LOAD_TICKS", "PARAM_INT",
     "BuildContext", "REFUSED", "apply_overrides", "COPY_RING", "ScheduleBase",
     "installed_version",

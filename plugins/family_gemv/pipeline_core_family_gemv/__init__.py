@@ -2,7 +2,7 @@
 (docs/guide/kernel-family.md); this module is also its plugin (entry point ``family_gemv``)."""
 from __future__ import annotations
 
-from pipeline_core.plugin_api import hookimpl
+from pipeline_core.plugin_api import record_hooks
 
 from pipeline_core_family_gemv.call import GemvArgumentError, gemv
 from pipeline_core_family_gemv.emit import EMITTERS
@@ -11,11 +11,5 @@ from pipeline_core_family_gemv.schedule import RECORD
 __all__ = ["GemvArgumentError", "gemv"]
 
 
-@hookimpl
-def pipeline_core_register_schedules():
-    return [RECORD]
-
-
-@hookimpl
-def pipeline_core_register_emitters():
-    return list(EMITTERS)
+pipeline_core_register_schedules, pipeline_core_register_emitters = record_hooks(
+    lambda: [RECORD], lambda: EMITTERS)

@@ -1,19 +1,17 @@
 """pipeline-core hook implementations of the attention plugin (entry point
-``schedules_attention``)."""
+``schedules_attention``): its schedule, and its emitter imported when the host asks."""
 from __future__ import annotations
 
-from pipeline_core.plugin_api import hookimpl
+from pipeline_core.plugin_api import record_hooks
 
 from pipeline_core_schedules_attention.schedule import RECORD
 
 
-@hookimpl
-def pipeline_core_register_schedules():
-    return [RECORD]
-
-
-@hookimpl
-def pipeline_core_register_emitters():
+def _emitters() -> tuple:
     from pipeline_core_schedules_attention.emit_attention import EMITTERS
 
-    return list(EMITTERS)
+    return EMITTERS
+
+
+pipeline_core_register_schedules, pipeline_core_register_emitters = record_hooks(
+    lambda: [RECORD], _emitters)
