@@ -30,7 +30,7 @@ import attrs
 
 from pipeline_core_nvidia_h100.kit_api import (BUILD_OPTIONS, PLUGIN_MODULE, RECIPE_CACHE_SIZE,
                                                Bounded, Built, HostCall, Launch, Op, Recipe,
-                                               describe, eager, load_kernel, require_gpu_module,
+                                               describe, load_kernel, require_gpu_module,
                                                sm_count, tensor_map)
 
 from pipeline_core_schedules_attention.schedule import NAME
@@ -355,16 +355,12 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
     True or "top_left" (torch's is_causal), or "bottom_right" (FlashAttention's diagonal: a
     query row that sees no key gives 0).  Runs on torch's current stream and allocates only
     the output."""
-    import torch
-
-    ops = CALL.ops()  # registered before any torch.compile traces this call
-    # plain CUDA tensors outside tracing skip the op's dispatch (launch_cache.eager); the
-    # checks then run once per argument description (docs/guide/attention.md, "The launch path")
-    if eager(torch, q, k, v):
-        return _run(q, k, v, causal, scale)
-    # the checks before the op, in one line each; under torch.compile the op's fake runs them
-    # (dynamo stopped at plan_attention with "Unsupported function call", torch 2.11)
-    if not torch.compiler.is_compiling():
-        plan_attention(q, k, v, causal=causal, scale=scale)
-    return ops.attention(q, k, v, causal_align(causal) or "none",
-                         None if scale is None else float(scale))
+    # plain CUDA tensors outside tracing skip the op's dispatch (the kit's HostCall.call); the
+    # checks then run once per argument description (docs/guide/attention.md, "The launch
+    # path"); the op's causal is "none" or an alignment, its scale a float or None
+    return CALL.call("attention", _run,
+                     lambda q, k, v, causal, scale: plan_attention(q, k, v, causal=causal,
+                                                                   scale=scale),
+                     (q, k, v), causal, scale,
+                     op_args=lambda: (causal_align(causal) or "none",
+                                      None if scale is None else float(scale)))

@@ -237,13 +237,15 @@ class HostCall(Generic[P, B]):
                           else (*p.args, p.late(late.data_ptr()), *p.tail), p.smem)
 
     def call(self, op: str, run: Callable[..., Any], check: Callable[..., Any],
-             tensors: Sequence[Any], *args: Any) -> Any:
+             tensors: Sequence[Any], *args: Any,
+             op_args: Callable[[], tuple[Any, ...]] | None = None) -> Any:
         """One call of the family's custom op ``op`` (its name in the family's namespace) on
-        ``tensors`` and ``args``: plain CUDA
-        tensors outside tracing go straight to ``run`` (``launch_cache.eager``: no dispatch);
-        anything else through the op (registered first, so torch.compile traces it), after
-        ``check`` refused bad arguments in one line (where torch.compile traces, the op's fake
-        runs the checks instead: dynamo stops at them)."""
+        ``tensors`` and ``args``: plain CUDA tensors outside tracing go straight to ``run``
+        (``launch_cache.eager``: no dispatch); anything else through the op (registered first,
+        so torch.compile traces it), after ``check`` refused bad arguments in one line (where
+        torch.compile traces, the op's fake runs the checks instead: dynamo stops at them).
+        ``op_args``: the op's arguments after the tensors where its schema spells ``args``
+        otherwise (a schema has no bool-or-str), made after the checks."""
         import torch  # type: ignore[import-not-found, unused-ignore]  # traceable (see ops)
 
         ops = self.ops()
@@ -251,7 +253,7 @@ class HostCall(Generic[P, B]):
             return run(*tensors, *args)
         if not torch.compiler.is_compiling():
             check(*tensors, *args)
-        return getattr(ops, op)(*tensors, *args)
+        return getattr(ops, op)(*tensors, *(args if op_args is None else op_args()))
 
     def ops(self) -> Any:
         """``torch.ops``'s namespace of the family's ops, registered on first use (torch
