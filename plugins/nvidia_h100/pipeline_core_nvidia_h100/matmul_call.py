@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from pipeline_core_nvidia_h100 import autotune
+from pipeline_core_nvidia_h100 import autotune, decompose
 from pipeline_core_nvidia_h100.autotune import Candidate
 from pipeline_core_nvidia_h100.gemm_call import (CallPlan, MatmulArgumentError,
                                                  MatmulTypeError, OperandMap, TensorInfo,
@@ -270,9 +270,8 @@ def _run(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out:
         if plan.k == 0:  # an empty sum: the epilogue of zeros, no kernel
             _epilogue_of_zeros(torch, out, bias, activation)
             return out
-        c = autotune.DEFAULT
-        if scales is None and plan.batch == 1:  # scaled and batched kernels are not tuned yet
-            c = _tuned(a, b, bias, activation, out_dtype, out, plan, device, stream)
+        c = _candidate(a, b, bias, activation, out_dtype, out, plan, device, stream,
+                       sm_count(device), scales is not None)
         if c != autotune.DEFAULT:
             plan = _plan(a, b, bias, activation, out_dtype, out, sm_count(device), TUNING, c)
         r = CALL.recipes.put(key, _recipe(a, b, bias, activation, out_dtype, out, plan, device,
@@ -288,15 +287,23 @@ def _run(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out:
 TUNE_LAUNCHES = 10
 
 
+def _candidate(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
+               plan: CallPlan, device: int, stream: int, sms: int, scaled: bool) -> Candidate:
+    """The candidate a call launches: the tuned one (:func:`_tuned`) under
+    ``$PIPELINE_CORE_AUTOTUNE=1``, else the shape's decomposition (decompose.choose); scaled
+    and batched kernels are not tuned yet and always take the decomposition."""
+    if not scaled and plan.batch == 1 and autotune.enabled(None):
+        return _tuned(a, b, bias, activation, out_dtype, out, plan, device, stream)
+    return decompose.choose(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch)
+
+
 def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
            plan: CallPlan, device: int, stream: int) -> Candidate:
-    """The candidate this shape launches (docs/guide/matmul.md, "Autotuning"): autotune.DEFAULT
-    unless ``$PIPELINE_CORE_AUTOTUNE=1``; then the tuning cache's winner for the shape's bucket,
+    """The candidate a tuned call (``$PIPELINE_CORE_AUTOTUNE=1``; docs/guide/matmul.md,
+    "Autotuning") launches for this shape: the tuning cache's winner for the shape's bucket,
     or a cold tuning that times the model's best few here, on the call's own tensors (``out``
     is written and then overwritten by the call).  Never while a CUDA graph is captured: timing
-    syncs, so a capture launches the untuned variant unless the bucket is cached."""
-    if not autotune.enabled(None):
-        return autotune.DEFAULT
+    syncs, so a capture launches the untuned decomposition unless the bucket is cached."""
     torch = _require("torch")
     from pipeline_core_nvidia_h100.kernel_cache import toolkit_version
 
@@ -304,7 +311,8 @@ def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, ou
     name = torch.cuda.get_device_name(device)
     if torch.cuda.is_current_stream_capturing():
         return autotune.cached(plan.m, plan.n, plan.k, plan.variant, device=name,
-                               toolkit=toolkit_version()) or autotune.DEFAULT
+                               toolkit=toolkit_version()) \
+            or decompose.choose(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch)
 
     def timer(c: Candidate) -> float:
         r = _recipe(a, b, bias, activation, out_dtype, out,

@@ -292,15 +292,23 @@ def test_a_candidate_the_compile_refuses_is_never_ranked(monkeypatch):
         autotune._compiled.cache_clear()
 
 
-def test_the_call_launches_the_untuned_variant_unless_switched_on(monkeypatch):
-    from pipeline_core_nvidia_h100 import matmul_call
+def test_the_call_launches_the_decomposition_unless_tuning_is_switched_on(monkeypatch):
+    from pipeline_core_nvidia_h100 import decompose, matmul_call
+    from pipeline_core_nvidia_h100.gemm_call import TensorInfo, plan_call
 
+    plan = plan_call(TensorInfo(shape=(512, 4096), strides=(4096, 1), dtype="bf16", ptr=0),
+                     TensorInfo(shape=(4096, 28672), strides=(1, 4096), dtype="bf16", ptr=0),
+                     sms=SMS)
     monkeypatch.delenv(autotune.ENV, raising=False)
     # off: decided before any GPU package is touched (none is installed here)
-    assert matmul_call._tuned(None, None, None, None, None, None, None, 0, 0) == DEFAULT
+    off = matmul_call._candidate(None, None, None, None, None, None, plan, 0, 0, SMS, False)
+    assert off == decompose.choose(512, 28672, 4096, plan.variant, SMS) != DEFAULT
     monkeypatch.setenv(autotune.ENV, "on")
     with pytest.raises(AutotuneError, match=r"^PIPELINE_CORE_AUTOTUNE='on': set it to 1"):
-        matmul_call._tuned(None, None, None, None, None, None, None, 0, 0)
+        matmul_call._candidate(None, None, None, None, None, None, plan, 0, 0, SMS, False)
+    # scaled kernels are not tuned: the decomposition, whatever the switch says
+    assert matmul_call._candidate(None, None, None, None, None, None, plan, 0, 0, SMS,
+                                  True) == off
 
 
 def test_no_candidate_exceeds_the_registers_ptxas_allocates_under_the_launch_bound():

@@ -1,0 +1,86 @@
+"""The untuned ``matmul()`` call's decomposition: which tile, consumers and split each shape runs.
+
+Why: one tile cannot suit every shape.  The 128x256 tile that is at cuBLAS on large shapes
+leaves the last wave of a persistent grid mostly idle where the output tiles do not divide
+into the SMs (512x28672x4096: 448 tiles on 132 SMs run as 4 waves, 3.39 of them busy: 0.87x
+cuBLAS), and where M is one tile or less the GEMM is bound by reading B, not by the tensor
+cores, so what counts is how many CTAs stream B and how often each re-reads A.  The call
+chooses per shape, with no timing (it may run inside a CUDA graph capture, and a first call
+must not sync), by two rules (docs/guide/matmul.md, "Decomposition"):
+
+* **M of one tile or less** (:func:`small_m`): 64-row tiles for M <= 64 (a 128-row tile would
+  compute half zeros), one consumer warp group, five ring stages (more bytes in flight per SM,
+  the bound being bandwidth), 64 columns at M > 64 (enough CTAs to stream B with A read once
+  per 64 columns) and 128 below it, and K split across CTAs where the tiles leave over half the
+  SMs idle (``gemm_call.split_count``).
+* **Otherwise the wave model** (:func:`wave_pick`): each candidate of :data:`WAVE_TILES` costs
+  ``ceil(tiles / SMs)`` rounds of one tile's work at that tile's sustained rate, relative to
+  the 128x256 tile's (:data:`WAVE_TILES`' rates, from the panel measured on an H200 with
+  ``benchmarks/gemm_decompose.py``: benchmarks/results/gemm_decompose_h200.jsonl).  The
+  cheapest wins, ties going to the earlier (larger) tile; K is split as before where the chosen
+  tiles leave over half the SMs idle.
+
+A tuned call (``$PIPELINE_CORE_AUTOTUNE=1``, autotune.py) times candidates instead and ignores
+this.  No GPU package is imported here.
+"""
+from __future__ import annotations
+
+import math
+
+from pipeline_core_nvidia_h100.autotune import Candidate, direct_store, takes
+from pipeline_core_nvidia_h100.gemm_call import split_count
+from pipeline_core_nvidia_h100.warpspecialized import GemmVariant, k_tile
+
+__all__ = ["WAVE_TILES", "choose", "small_m", "wave_pick", "wave_cost"]
+
+#: The wave model's candidates, largest tile first, each with its sustained throughput
+#: relative to 128x256 with two consumers (the call's tile on large shapes): the median of
+#: its per-round ratios to that tile over the large shapes of the panel, rounded down.
+WAVE_TILES: tuple[tuple[Candidate, float], ...] = (
+    (Candidate(bm=128, bn=256, stages=4, consumers=2), 1.0),
+    (Candidate(bm=256, bn=128, stages=4, consumers=2), 0.96),
+    (Candidate(bm=192, bn=128, stages=4, consumers=3), 0.93),
+    (Candidate(bm=128, bn=128, stages=4, consumers=2), 0.94),
+    (Candidate(bm=64, bn=256, stages=4, consumers=1), 0.93),
+)
+#: M of at most one 128-row tile: the bandwidth-bound rule (:func:`small_m`)
+SMALL_M = 128
+
+
+def wave_cost(c: Candidate, rate: float, m: int, n: int, batch: int, sms: int) -> float:
+    """Candidate ``c``'s modelled time on [m, n] output tiles (``batch`` times), in units of
+    one 128x256 tile's work at its rate: the rounds of a persistent grid of ``sms`` CTAs times
+    one tile's area over its relative ``rate``."""
+    tiles = math.ceil(m / c.bm) * math.ceil(n / c.bn) * batch
+    return math.ceil(tiles / sms) * c.bm * c.bn / rate
+
+
+def wave_pick(m: int, n: int, batch: int, sms: int) -> Candidate:
+    """The :data:`WAVE_TILES` candidate of least :func:`wave_cost` (the first on a tie)."""
+    costs = [(wave_cost(c, rate, m, n, batch, sms), i) for i, (c, rate) in enumerate(WAVE_TILES)]
+    return WAVE_TILES[min(costs)[1]][0]
+
+
+def small_m(m: int) -> Candidate:
+    """The bandwidth-bound shapes' tile: M of at most :data:`SMALL_M` rows."""
+    if m <= 64:
+        return Candidate(bm=64, bn=128, stages=5, consumers=1)
+    return Candidate(bm=128, bn=64, stages=5, consumers=1)
+
+
+def choose(m: int, n: int, k: int, variant: GemmVariant, sms: int,
+           batch: int = 1) -> Candidate:
+    """The candidate the untuned call launches for an [m, n, k] product (``batch`` of them on
+    one grid z), with split-K on where its tiles leave over half the ``sms`` idle and the
+    variant may split (a batched kernel does not); ``sms`` 0 (not known): the 128x256 tile."""
+    if sms <= 0:
+        return Candidate()
+    c = small_m(m) if m <= SMALL_M else wave_pick(m, n, batch, sms)
+    if not (takes(c, variant) or takes(c, direct_store(variant))):
+        return Candidate()  # a layout or epilogue the chosen tile cannot take
+    tiles = math.ceil(m / c.bm) * math.ceil(n / c.bn)
+    k_tiles = max(1, math.ceil(k / k_tile(variant.dtype)))
+    if batch == 1 and variant.batch == "none" and split_count(tiles, k_tiles, sms) > 1:
+        c = Candidate(bm=c.bm, bn=c.bn, stages=c.stages, consumers=c.consumers,
+                      group_m=c.group_m, split_k=True)
+    return c
