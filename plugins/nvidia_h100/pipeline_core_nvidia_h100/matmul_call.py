@@ -68,17 +68,25 @@ class GemmKernel(Built):
     tile: int
 
 
+def kernel_source(v: GemmVariant, c: Candidate) -> tuple[Any, str]:
+    """Variant ``v``'s schedule for candidate ``c`` compiled (and proven), and its CUDA (the
+    benchmarks' prebuild builds the same text into the disk cache)."""
+    from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma
+
+    compiled = CALL.compile(schedule_params(v, c),
+                            CALL_STAGES if c == autotune.DEFAULT else c.stages)
+    return compiled, emit_wgmma(compiled)
+
+
 def _build(key: tuple[GemmVariant, Candidate, int]) -> GemmKernel:
     """Variant ``v``'s kernel for candidate ``c`` on ``device``: compiled (and proven),
     emitted and loaded (kit.call.load_kernel)."""
-    from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma
     from pipeline_core_nvidia_h100.skeleton import declared_geometry
 
     v, c, device = key
-    compiled = CALL.compile(schedule_params(v, c),
-                            CALL_STAGES if c == autotune.DEFAULT else c.stages)
+    compiled, source = kernel_source(v, c)
     g = declared_geometry(compiled, KERNEL_FAMILY, WsGeometry, "matmul")
-    kernel = load_kernel(emit_wgmma(compiled), KERNEL_NAME, device=device, smem=g.smem_bytes,
+    kernel = load_kernel(source, KERNEL_NAME, device=device, smem=g.smem_bytes,
                          announce=_announce(v))
     return GemmKernel(kernel=kernel, smem=g.smem_bytes, threads=g.threads,
                       min_k_tiles=max(1, compiled.plan.min_tiles), tile=g.bm * g.bn)
@@ -152,22 +160,33 @@ def _plan(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any,
           out: Any, sms: int = 0, tuning: Tuning = Tuning(),
           c: Candidate = autotune.DEFAULT, scales: tuple[Any, Any] | None = None) -> CallPlan:
     """The call's plan: ``matmul``'s (gemm_call.plan_call), or with ``scales`` (scale_a,
-    scale_b) ``scaled_mm``'s (gemm_scaled.plan_scaled)."""
+    scale_b) ``scaled_mm``'s (gemm_scaled.plan_scaled): :func:`plan_infos` of the tensors'
+    descriptions."""
+    def info(t: Any, name: str) -> TensorInfo | None:
+        return None if t is None else _info(t, name)
+    return plan_infos(_info(a, "a"), _info(b, "b"), info(bias, "bias"), activation,
+                      _dtype_name(out_dtype), info(out, "out"), sms, tuning, c,
+                      None if scales is None else (_info(scales[0], "scale_a"),
+                                                   _info(scales[1], "scale_b")))
+
+
+def plan_infos(a: TensorInfo, b: TensorInfo, bias: TensorInfo | None, activation: str | None,
+               out_dtype: str | None, out: TensorInfo | None, sms: int = 0,
+               tuning: Tuning = Tuning(), c: Candidate = autotune.DEFAULT,
+               scales: tuple[TensorInfo, TensorInfo] | None = None) -> CallPlan:
+    """:func:`_plan` on tensor descriptions, with no GPU package (the benchmarks' prebuild
+    plans with it what a GPU run will launch): candidate ``c``'s tile, its split only where it
+    asks for one, and the direct store where its shared memory cannot take the TMA store's."""
     tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk)
     if c != autotune.DEFAULT and not c.split_k:
         tuning = attrs.evolve(tuning, split_k=False)
 
     def plan(t: Tuning) -> CallPlan:
         if scales is not None:
-            return plan_scaled(_info(a, "a"), _info(b, "b"), _info(scales[0], "scale_a"),
-                               _info(scales[1], "scale_b"),
-                               bias=None if bias is None else _info(bias, "bias"),
-                               out_dtype=_dtype_name(out_dtype), tile=tile, sms=sms, tuning=t)
-        return plan_call(_info(a, "a"), _info(b, "b"),
-                         bias=None if bias is None else _info(bias, "bias"),
-                         activation=activation, out_dtype=_dtype_name(out_dtype),
-                         out=None if out is None else _info(out, "out"), tile=tile, sms=sms,
-                         tuning=t)
+            return plan_scaled(a, b, scales[0], scales[1], bias=bias, out_dtype=out_dtype,
+                               tile=tile, sms=sms, tuning=t)
+        return plan_call(a, b, bias=bias, activation=activation, out_dtype=out_dtype, out=out,
+                         tile=tile, sms=sms, tuning=t)
     found = plan(tuning)
     # a tuned candidate whose shared memory cannot take the TMA store's staging stores directly
     if found.variant.store == "tma" and c != autotune.DEFAULT \
