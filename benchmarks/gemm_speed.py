@@ -45,9 +45,15 @@ TOL = 2e-2
 LINES: list[dict] = []
 
 
+OUT: list[Path] = []
+
+
 def emit(rec: dict) -> None:
     LINES.append(rec)
     print(json.dumps(rec), flush=True)
+    for path in OUT:  # line by line: a run stopped halfway keeps what it measured
+        with path.open("a") as f:
+            f.write(json.dumps(rec) + "\n")
 
 
 def graphed(torch, fn):
@@ -102,11 +108,16 @@ def bf16_row(torch, peers, m, n, k, aligned, rounds):
             g = graphed(torch, checked[name])
             if check(torch, name + "-graph", g, out, ref, [m, n, k]):
                 checked[name + "-graph"] = g
-    plan = mm._plan(a, b, None, None, None, out, mm.sm_count(0), mm.TUNING)
-    c = mm._candidate(a, b, None, None, None, out, plan, 0, 0, mm.sm_count(0), False)
+    try:
+        plan = mm._plan(a, b, None, None, None, out, mm.sm_count(0), mm.TUNING)
+        c = mm._candidate(a, b, None, None, None, out, plan, 0, 0, mm.sm_count(0), False)
+        plan = mm._plan(a, b, None, None, None, out, mm.sm_count(0), mm.TUNING, c)
+        decomposition = c.describe() + (f", {plan.splits} splits" if plan.splits > 1 else "")
+    except Exception as e:  # noqa: BLE001  (reported by the check above)
+        decomposition = f"refused: {str(e)[:60]}"
     per = interleaved(torch, checked, rounds)
     rec = {"kind": "bf16", "shape": [m, n, k], "aligned": aligned, "rounds": rounds,
-           "decomposition": c.describe()}
+           "decomposition": decomposition}
     flop = 2.0 * m * n * k
     for name, t in per.items():
         rec[name] = {"ms": round(statistics.median(t), 5),
@@ -221,6 +232,9 @@ def main() -> int:
     import torch
 
     torch.manual_seed(35)
+    if args.out:
+        OUT.append(Path(args.out))
+        OUT[0].write_text("")
     peers = load_anchors(args.anchors).gemm_peers() if Path(args.anchors).exists() else {}
     emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__,
           "peers": sorted(peers)})
@@ -235,13 +249,14 @@ def main() -> int:
         for m, n, k in FP8:
             for rowwise in (False, True):
                 fp8.append(fp8_row(torch, m, n, k, rowwise, args.rounds))
-    if args.out:
-        Path(args.out).write_text("".join(json.dumps(x) + "\n" for x in LINES))
     print("\nshape              decomposition                                     ours/cublas"
           "  graph/graph  ours/triton")
     med = []
     for r in rows:
         oc = statistics.median(r["ours/cublas"]) if "ours/cublas" in r else float("nan")
+        if "ours" not in r:
+            print(f"{'x'.join(map(str, r['shape'])):18} {r['decomposition'][:48]}")
+            continue
         gg = (statistics.median(r["ours-graph/cublas-graph"])
               if "ours-graph/cublas-graph" in r else float("nan"))
         ot = (statistics.median(r["ours/triton-tma-persist"])

@@ -292,7 +292,8 @@ def _run(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out:
         c = _candidate(a, b, bias, activation, out_dtype, out, plan, device, stream,
                        sm_count(device), scales is not None)
         if c != autotune.DEFAULT:
-            plan = _plan(a, b, bias, activation, out_dtype, out, sm_count(device), TUNING, c)
+            plan = _plan(a, b, bias, activation, out_dtype, out, sm_count(device), TUNING, c,
+                         scales)
         r = CALL.recipes.put(key, _recipe(a, b, bias, activation, out_dtype, out, plan, device,
                                           stream, c, scales))
     elif out is None:
