@@ -292,3 +292,41 @@ def test_the_call_copies_what_the_plan_stages_and_nothing_else():
     # out: a contiguous temporary the kernel writes, never filled from out
     assert (out2.shape, out2.strides, out2.source) == ((4, 100, 9), (900, 9, 1), None)
     assert _staged(_Torch, (), a, b, None, None) == (a, b, None, None)
+
+
+# --- the GPU check's cases (benchmarks/matmul_call.py) plan, every layout drawn -------------------
+
+def test_the_gpu_checks_cases_cover_every_layout_and_all_plan():
+    """benchmarks/matmul_call.py's random cases (the lead's H200 run) are planned here from their
+    shapes alone: none is refused, each kind of layout, out=, batched form and epilogue is
+    drawn, and each argument is staged in some case."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[3] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location("matmul_call_bench",
+                                                      bench / "matmul_call.py")
+        mc = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mc)
+    finally:
+        sys.path.remove(str(bench))
+    cases = mc.draw_layout_cases(320)
+    assert len(cases) == 320
+    drawn = {(c.a, c.b, c.out, c.batched, c.epilogue) for c in cases}
+    for i, values in enumerate((mc.LAYOUTS, mc.LAYOUTS, mc.OUTS, ("", *mc.BATCHED),
+                                range(len(mc.EPILOGUES)))):
+        assert {d[i] for d in drawn} == set(values)
+    sizes = {x for c in cases for x in (c.m, c.n, c.k)}
+    assert {999, 2050, 4095, 4097} <= sizes
+    staged = set()
+    for c in cases:
+        a, b, bias, out = mc.case_infos(c)
+        out_name, _, act = mc.EPILOGUES[c.epilogue]
+        plan = plan_call(a, b, bias=bias, activation=act, out=out, sms=132,
+                         out_dtype=None if out is not None else out_name)
+        assert plan.out_shape == mc.product_shape(c)
+        staged |= {s.operand for s in plan.staged}
+    assert staged == {"a", "b", "bias", "out"}
