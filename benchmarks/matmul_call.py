@@ -171,12 +171,7 @@ def case_infos(case):
     from pipeline_core_nvidia_h100.gemm_call import TensorInfo
     c = as_case(case)
     out_name, bias_kind, _ = EPILOGUES[c.epilogue]
-    lead_a = lead_b = ()
-    if c.batch:
-        lead_a = {"ab": (c.batch,), "a": (c.batch,), "b": (), "a1": (1,),
-                  "b-expand": (c.batch,)}[c.batched]
-        lead_b = {"ab": (c.batch,), "a": (), "b": (c.batch,), "a1": (c.batch,),
-                  "b-expand": ()}[c.batched]
+    lead_a, lead_b = leads(c)
     a = _operand_info(c.m, c.k, c.dtype, c.a, lead_a)
     b = _operand_info(c.k, c.n, c.dtype, c.b, lead_b)
     if c.batched == "b-expand":
@@ -227,6 +222,17 @@ def dry_run(n_cases, n_split):
     emit({"kind": "dry-run", "cases": len(cases), "staged": dict(sorted(staged.items())),
           "variants": len(variants), "drawn": dict(sorted(kinds.items()))})
     return 0
+
+
+def leads(c):
+    """The batch dimensions a case's a and b are made with (BATCHED; b-expand's b is 2-D,
+    expanded afterwards)."""
+    if not c.batch:
+        return (), ()
+    return ({"ab": (c.batch,), "a": (c.batch,), "b": (), "a1": (1,),
+             "b-expand": (c.batch,)}[c.batched],
+            {"ab": (c.batch,), "a": (), "b": (c.batch,), "a1": (c.batch,),
+             "b-expand": ()}[c.batched])
 
 
 def product_shape(case):
@@ -291,12 +297,7 @@ def case_tensors(torch, case, device="cuda"):
     c = as_case(case)
     _, bias_kind, _ = EPILOGUES[c.epilogue]
     dtype = torch_dtype(torch, c.dtype)
-    lead_a = lead_b = ()
-    if c.batch:
-        lead_a = {"ab": (c.batch,), "a": (c.batch,), "b": (), "a1": (1,),
-                  "b-expand": (c.batch,)}[c.batched]
-        lead_b = {"ab": (c.batch,), "a": (), "b": (c.batch,), "a1": (c.batch,),
-                  "b-expand": ()}[c.batched]
+    lead_a, lead_b = leads(c)
     a = operand(torch, c.m, c.k, dtype, c.a, device, lead_a)
     b = operand(torch, c.k, c.n, dtype, c.b, device, lead_b)
     if c.batched == "b-expand":
