@@ -8,8 +8,9 @@
    inputs dequantized to fp32, multiplied, scaled, biased), each also run through
    ``torch._scaled_mm`` against the same reference (its own error beside ours); BATCHED random
    batched cases (both 3-D, 3-D @ 2-D folded or not, 2-D @ 3-D; row- or column-major
-   operands) against ``torch.matmul`` in fp32.  Then CUDA-graph replay and ``torch.compile``
-   of scaled_mm.
+   operands) against ``torch.matmul`` in fp32; fp8 and batched operands in layouts TMA cannot
+   read where they lie, which the call stages (``fp8_staged``).  Then CUDA-graph replay and
+   ``torch.compile`` of scaled_mm.
 2. Timing: 8192 x 8192 x 4096 fp8 against ``torch._scaled_mm`` (per-tensor and row-wise
    scales), one batched shape against ``torch.bmm``: CUDA-event medians after warm-up,
    interleaved rounds with the order rotated, per-round ratios.
@@ -270,6 +271,49 @@ def batched_correctness(torch, cases):
     return failures
 
 
+def fp8_staged(torch):
+    """fp8 operands in layouts torch._scaled_mm takes but TMA cannot read where they lie, which
+    scaled_mm stages into K-major copies (docs/guide/matmul.md, "Layouts TMA cannot read"):
+    a slice of wider rows, an a with neither dimension contiguous, a b whose columns are not 16
+    bytes apart, an a one byte past an aligned address; and batched bf16 operands with odd rows.
+    Each against the fp32 reference with a NaN-poisoned out."""
+    from pipeline_core_nvidia_h100 import matmul, matmul_call, scaled_mm
+    failures = 0
+    for m, n, k, how in ((100, 72, 64, "a-slice"), (257, 300, 128, "a-neither"),
+                         (1000, 129, 4000, "b-columns"), (7, 4096, 4096, "a-offset")):
+        x = (torch.randn(m, 2 * k + 16, device="cuda") * 2).to(torch.float8_e4m3fn)
+        a = {"a-slice": x[:, 3:3 + k], "a-neither": x[:, :2 * k:2],
+             "a-offset": x.flatten()[1:1 + m * k].view(m, k)}.get(how, x[:, :k].contiguous())
+        w = (torch.randn(n, k + 5, device="cuda") * 2).to(torch.float8_e4m3fn)
+        b = w[:, :k].t() if how == "b-columns" else w[:, :k].contiguous().t()
+        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+        ref = (a.float() @ b.float()) * sa * sb
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        matmul_call._run(a, b, None, None, torch.bfloat16, out, (sa, sb))
+        pub = scaled_mm(a, b, sa, sb)
+        torch.cuda.synchronize()
+        err = rel(torch, out, ref)
+        ok = int(torch.isnan(out.float()).sum()) == 0 and err < TOL["bf16"] and \
+            bool(torch.equal(pub, out))
+        failures += not ok
+        emit({"kind": "fp8-staged", "M": m, "N": n, "K": k, "layout": how, "strides":
+              [list(a.stride()), list(b.stride())], "rel_err": err, "ok": ok})
+    for bsz, m, n, k in ((4, 300, 200, 500), (3, 7, 9, 999)):
+        a = torch.randn(bsz, m, k, device="cuda").to(torch.bfloat16)
+        b = torch.randn(k, n, device="cuda").to(torch.bfloat16).expand(bsz, k, n)
+        ref = torch.matmul(a.float(), b.float())
+        out = torch.full((bsz, n, m), float("nan"), device="cuda",
+                         dtype=torch.bfloat16).transpose(1, 2)
+        matmul(a, b, out=out)
+        torch.cuda.synchronize()
+        err = rel(torch, out, ref)
+        ok = int(torch.isnan(out.float()).sum()) == 0 and err < TOL["bf16"]
+        failures += not ok
+        emit({"kind": "batched-staged", "B": bsz, "M": m, "N": n, "K": k, "rel_err": err,
+              "ok": ok})
+    return failures
+
+
 def graph_and_compile(torch):
     from pipeline_core_nvidia_h100 import scaled_mm
     a = torch.randn(300, 256, device="cuda").to(torch.float8_e4m3fn)
@@ -516,6 +560,7 @@ def main(argv=None) -> int:
     prebuild(torch, sorted(variants, key=repr))
     failures = fp8_correctness(torch, fp8)
     failures += batched_correctness(torch, batched)
+    failures += fp8_staged(torch)
     graph_and_compile(torch)
     summary = [] if args.skip_timing else timing(torch)
     if args.out:

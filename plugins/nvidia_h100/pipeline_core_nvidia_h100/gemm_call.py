@@ -5,21 +5,22 @@ element type, address) and asks :func:`plan_call` what to launch: which major mo
 each operand takes, the general kernel's :class:`GemmVariant` and the grid; a batched call's
 batch folds into M or becomes grid z with 3-D maps (:func:`_batches`).  Every refusal is one
 line naming the argument and what would work (:class:`MatmulArgumentError`,
-:class:`MatmulTypeError`), raised before anything reaches the GPU.  docs/guide/matmul.md is the
-user's page for these rules.
+:class:`MatmulTypeError`), raised before anything reaches the GPU.  Layout is never refused: an
+operand TMA cannot read, or an ``out`` the kernel cannot write, is staged through an aligned
+copy the plan records (``gemm_staging``; docs/guide/matmul.md, "Layouts TMA cannot read").
+docs/guide/matmul.md is the user's page for these rules.
 """
 from __future__ import annotations
 
 import attrs
 
+from pipeline_core_nvidia_h100.gemm_staging import (TMA_ALIGN, Staging, aligned, major, padded,
+                                                    stage_bias, stage_operand, stage_out)
 from pipeline_core_nvidia_h100.warpspecialized import (ACTIVATIONS, BIASES, DTYPE_BYTES,
                                                        MN_CHUNK, OUT_BYTES, OUT_DTYPES,
                                                        STORE_BUFFERS, STORE_ROWS, GemmVariant,
                                                        k_tile)
 
-#: TMA reads global memory in 16-byte units: every stride but the innermost and the base address
-#: must be multiples of 16 bytes.
-TMA_ALIGN = 16
 #: bytes per element of every type an argument may have: the schedule's input and output tables
 ELEM = {**DTYPE_BYTES, **OUT_BYTES}
 #: torch's spelling of each element type, for the messages
@@ -150,6 +151,9 @@ class CallPlan:
     out_shape: tuple[int, ...] = ()
     #: the TMA-store epilogue's tensor map of C (``variant.store == "tma"``), else None
     c: OperandMap | None = None
+    #: the arguments the call copies around the launch, in order a, b, bias, out (layouts TMA
+    #: cannot read, an out the kernel cannot write: gemm_staging); the maps are the copies'
+    staged: tuple[Staging, ...] = ()
 
 
 def _fail(name: str, why: str) -> MatmulArgumentError:
@@ -158,16 +162,6 @@ def _fail(name: str, why: str) -> MatmulArgumentError:
 
 def _cdiv(x: int, y: int) -> int:
     return -(-x // y)
-
-
-def _aligned(stride: int, elem: int) -> bool:
-    return stride > 0 and stride * elem % TMA_ALIGN == 0
-
-
-def _padded(extent: int, elem: int) -> int:
-    """A legal row stride for an array with one row (TMA never steps it, but encodes it)."""
-    step = TMA_ALIGN // elem
-    return max(step, _cdiv(extent, step) * step)
 
 
 def _shape(t: TensorInfo) -> str:
@@ -179,36 +173,30 @@ def operand_map(name: str, t: TensorInfo, rows_dim: int, tile_rows: int, bk: int
     """The tensor map of operand ``name`` (``a`` [M, K]: rows_dim 0; ``b`` [K, N]: rows_dim 1).
 
     K-major (K contiguous) when TMA can describe it, else MN-major (M or N contiguous, read
-    through wgmma's transpose mode); a size-1 dimension's stride never matters.  Neither: one
-    line naming the operand, its strides and a copy that would work.  ``read`` False (an
-    empty product, M, N or K of 0): no kernel runs, and the strides are not judged.
+    through wgmma's transpose mode); a size-1 dimension's stride never matters
+    (gemm_staging.major).  An operand in neither was staged by :func:`plan_call` into a copy in
+    one.  ``read`` False (an empty product, M, N or K of 0): no kernel runs, and the strides
+    are not judged.
     """
     elem = ELEM[t.dtype]
     k_dim = 1 - rows_dim
     rows, k = t.shape[rows_dim], t.shape[k_dim]
     s_rows, s_k = t.strides[rows_dim], t.strides[k_dim]
+    found = major(t.shape, t.strides, rows_dim, elem) if read else "k"
+    if found is None:
+        raise RuntimeError(f"internal error: {name} {_shape(t)} with strides "
+                           f"{tuple(t.strides)} reached its tensor map unstaged")
     if not read:  # an empty product: no kernel runs, nothing is read
-        return OperandMap(major="k", inner=k, outer=rows, stride=_padded(k, elem),
+        return OperandMap(major="k", inner=k, outer=rows, stride=padded(k, elem),
                           box_inner=bk, box_outer=tile_rows)
-    if s_k == 1 or k == 1:  # K-major: rows of K elements
-        if rows == 1 or _aligned(s_rows, elem):
-            return OperandMap(major="k", inner=k, outer=rows,
-                              stride=_padded(k, elem) if rows == 1 else s_rows,
-                              box_inner=bk, box_outer=tile_rows)
-    if s_rows == 1 or rows == 1:  # MN-major: rows of M (N) elements, one per k
-        if k == 1 or _aligned(s_k, elem):
-            return OperandMap(major="mn", inner=rows, outer=k,
-                              stride=_padded(rows, elem) if k == 1 else s_k,
-                              box_inner=MN_CHUNK, box_outer=bk)
-    step = TMA_ALIGN // elem
-    shape = list(t.shape)
-    padded = [*shape]
-    padded[1] = _cdiv(shape[1], step) * step
-    raise _fail(name, f"shape {_shape(t)} with strides {tuple(t.strides)} cannot be read by TMA: "
-                      f"one dimension must be contiguous (stride 1) and the other's stride a "
-                      f"positive multiple of {step} elements ({TMA_ALIGN} bytes); copy it into "
-                      f"padded rows: {name}.new_empty({padded[0]}, {padded[1]})"
-                      f"[:, :{shape[1]}].copy_({name})")
+    if found == "k":  # K-major: rows of K elements
+        return OperandMap(major="k", inner=k, outer=rows,
+                          stride=padded(k, elem) if rows == 1 else s_rows,
+                          box_inner=bk, box_outer=tile_rows)
+    # MN-major: rows of M (N) elements, one per k
+    return OperandMap(major="mn", inner=rows, outer=k,
+                      stride=padded(rows, elem) if k == 1 else s_k,
+                      box_inner=MN_CHUNK, box_outer=bk)
 
 
 def store_map(m: int, n: int, ldc: int, out_dtype: str, tile: TileShape) -> OperandMap | None:
@@ -221,16 +209,16 @@ def store_map(m: int, n: int, ldc: int, out_dtype: str, tile: TileShape) -> Oper
     cols = 128 // elem
     if tile.bn % (cols * STORE_BUFFERS):
         return None
-    if m > 1 and not _aligned(ldc, elem):
+    if m > 1 and not aligned(ldc, elem):
         return None
-    return OperandMap(major="k", inner=n, outer=m, stride=ldc if m > 1 else _padded(n, elem),
+    return OperandMap(major="k", inner=n, outer=m, stride=ldc if m > 1 else padded(n, elem),
                       box_inner=cols, box_outer=STORE_ROWS)
 
 
 def _check_tensor(name: str, t: TensorInfo, dims: int, allowed: tuple[str, ...],
                   batched: bool = False) -> None:
-    """``t``'s element type and rank (``batched``: a 3-D [B, rows, cols] is taken too) and a
-    16-byte aligned address, each refused in one line naming ``name``."""
+    """``t``'s element type and rank (``batched``: a 3-D [B, rows, cols] is taken too), each
+    refused in one line naming ``name`` (an unaligned address is staged, never refused)."""
     if t.dtype not in allowed:
         fix = ("use pipeline_core_nvidia_h100.scaled_mm for fp8"
                if "float8" in t.dtype or t.dtype == "e4m3" else f"pass {name}.to(torch.bfloat16)")
@@ -245,10 +233,6 @@ def _check_tensor(name: str, t: TensorInfo, dims: int, allowed: tuple[str, ...],
         raise _fail(name, f"{len(t.shape)}-D tensor of shape {_shape(t)}; takes a "
                           f"{dims}-D {what} tensor" + (": flatten the leading batch dimensions "
                                                        "into one" if len(t.shape) > 3 else ""))
-    if t.ptr is not None and t.ptr % TMA_ALIGN and dims == 2:
-        raise _fail(name, f"its data starts at an address that is not {TMA_ALIGN}-byte aligned "
-                          f"(a view at an odd offset), which TMA cannot read; pass "
-                          f"{name}.clone()")
 
 
 def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
@@ -271,6 +255,8 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
         raise _fail("b", f"on {b.device}, a on {a.device}; pass b.to('{a.device}')")
     tile = attrs.evolve(tile, bk=k_tile(a.dtype))
     given_out = out
+    read = 0 not in (*a.shape, *b.shape)  # else no kernel runs: nothing is read or staged
+    a, b, bias, out, staged = _stage(a, b, bias, out, k_major=scale != "none", read=read)
     batches = _batches(a, b, out)
     a, b, out = batches.a, batches.b, batches.out
     (m, k), (kb, n) = a.shape, b.shape
@@ -289,9 +275,6 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
         if bias.shape[0] != n:
             raise _fail("bias", f"length {bias.shape[0]}, but b has N={n} columns: bias must "
                                 f"be [{n}]")
-        if n > 1 and bias.strides[0] != 1:
-            raise _fail("bias", f"stride {bias.strides[0]}; it must be contiguous: pass "
-                                "bias.contiguous()")
         if bias.device != a.device:
             raise _fail("bias", f"on {bias.device}, a on {a.device}; pass bias.to('{a.device}')")
         bias_kind = bias.dtype
@@ -309,11 +292,6 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
         if out.device != a.device:
             raise _fail("out", f"on {out.device}, a on {a.device}")
         ldc = out.strides[0] if m > 1 else n
-        if (n > 1 and out.strides[1] != 1) or ldc < n:
-            raise _fail("out", f"strides {tuple(out.strides)}: out must be row-major (column "
-                               f"stride 1, row stride >= {n}); pass a torch.empty({m}, {n}) "
-                               f"and copy")
-    read = 0 not in (m, n, k, batches.count)
     a_map = _batched_map(operand_map("a", a, 0, tile.bm, tile.bk, read), "a", a.dtype, batches,
                          read)
     b_map = _batched_map(operand_map("b", b, 1, tile.bn, tile.bk, read), "b", b.dtype, batches,
@@ -331,10 +309,12 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     cluster = cluster_size(tiles_m, splits, tuning) if kernel_batch == 1 and scale == "none" \
         else 1
     # a batched kernel (grid z) offsets C by its batch: a 2-D map of C would clip a batch's
-    # tail rows into the next batch, so it stores directly (a folded batch is one 2-D C)
+    # tail rows into the next batch, so it stores directly (a folded batch is one 2-D C); so
+    # does an out whose address TMA cannot write (the direct store takes any)
+    c_aligned = out is None or out.ptr is None or out.ptr % TMA_ALIGN == 0
     c_map = (store_map(m, n, ldc, out_dtype, tile)
              if tuning.tma_store and splits == 1 and kernel_batch == 1 and cluster == 1 and read
-             else None)
+             and c_aligned else None)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
                           out_dtype=out_dtype, bias=bias_kind,
                           activation=activation or "none", tails=True, split_k=splits > 1,
@@ -356,7 +336,43 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     return CallPlan(m=m, n=n, k=k, m_pad=tiles_m * tile.bm, n_pad=tiles_n * tile.bn,
                     k_pad=k_tiles * tile.bk, variant=variant, a=a_map, b=b_map, ldc=ldc,
                     grid=grid, splits=splits, batch=kernel_batch, c_batch=c_batch,
-                    out_shape=batches.product(m, n), c=c_map)
+                    out_shape=batches.product(m, n), c=c_map, staged=staged)
+
+
+def _stage(a: TensorInfo, b: TensorInfo, bias: TensorInfo | None, out: TensorInfo | None, *,
+           k_major: bool, read: bool) -> tuple[TensorInfo, TensorInfo, TensorInfo | None,
+                                               TensorInfo | None, tuple[Staging, ...]]:
+    """The arguments as the kernel sees them, and the copies that takes (gemm_staging;
+    docs/guide/matmul.md, "Layouts TMA cannot read"): each argument the tensor maps or the
+    direct store cannot take is described as its aligned copy (address unknown: the
+    allocator's, aligned).  ``k_major``: fp8, whose copies keep K contiguous.  An ``out`` with
+    a stride of 0 is refused, as torch refuses it: the kernel would write one place twice."""
+    if not read:
+        return a, b, bias, out, ()
+    a_b, b_b = _batch_roles(a, b)
+    found = [stage_operand("a", a, 0, ELEM[a.dtype], a_b, k_major),
+             stage_operand("b", b, 1, ELEM[b.dtype], b_b, k_major)]
+    if bias is not None and len(bias.shape) == 1:
+        found.append(stage_bias(bias))
+    if out is not None and len(out.shape) in (2, 3):
+        if any(s == 0 and d > 1 for d, s in zip(out.shape, out.strides)):
+            raise _fail("out", f"strides {tuple(out.strides)}: a stride of 0 writes several "
+                               f"elements to one place, which torch refuses too; pass a "
+                               f"torch.empty({', '.join(map(str, out.shape))})")
+        found.append(stage_out(out))
+    staged = tuple(s for s in found if s is not None)
+    copies = {s.operand: s for s in staged}
+
+    def copy(t: TensorInfo, name: str) -> TensorInfo:
+        s = copies.get(name)
+        if s is None:
+            return t
+        # a 2-D copy of a 3-D operand's one matrix: its batch (1, or broadcast) stays as it was
+        strides = s.strides if len(s.shape) == len(t.shape) else (t.strides[0], *s.strides)
+        return attrs.evolve(t, strides=strides, ptr=None)
+
+    return (copy(a, "a"), copy(b, "b"), None if bias is None else copy(bias, "bias"),
+            None if out is None else copy(out, "out"), staged)
 
 
 @attrs.frozen(kw_only=True)
@@ -388,6 +404,20 @@ def _two_d(t: TensorInfo) -> TensorInfo:
     return attrs.evolve(t, shape=t.shape[-2:], strides=t.strides[-2:])
 
 
+def _batch_roles(a: TensorInfo, b: TensorInfo) -> tuple[bool, bool]:
+    """Whether the kernel reads ``a`` / ``b`` batched (a 3-D map, or A's batch folded into M):
+    a 3-D operand whose batch is the call's, over 1.  A batch of stride 0 (``expand``) is the
+    same matrix each time: broadcast, as a 2-D operand, where the other operand carries a batch
+    (where neither does, it is read batched, staged into a copy per batch)."""
+    ba = a.shape[0] if len(a.shape) == 3 else None
+    bb = b.shape[0] if len(b.shape) == 3 else None
+    count = max((x for x in (ba, bb) if x is not None), default=1)
+    a_b = ba is not None and ba == count and count > 1
+    b_b = bb is not None and bb == count and count > 1
+    real_a, real_b = a_b and a.strides[0] != 0, b_b and b.strides[0] != 0
+    return (real_a, real_b) if real_a or real_b else (a_b, b_b)
+
+
 def _batches(a: TensorInfo, b: TensorInfo, out: TensorInfo | None) -> _Batches:
     """torch.matmul's batch rule for 3-D operands: [B, M, K] @ [B, K, N], one side may be 2-D
     (or have a batch of 1) and is broadcast.  A 3-D A with a 2-D B whose batches lie a whole
@@ -404,8 +434,7 @@ def _batches(a: TensorInfo, b: TensorInfo, out: TensorInfo | None) -> _Batches:
     if count > MAX_BATCH:
         raise _fail("a" if ba == count else "b", f"batch {count} is over the grid's "
                                                  f"{MAX_BATCH}; split the call")
-    a_b = ba is not None and ba == count and count > 1
-    b_b = bb is not None and bb == count and count > 1
+    a_b, b_b = _batch_roles(a, b)
     a2, b2 = _two_d(a), _two_d(b)
     m, n = a2.shape[0], b2.shape[1]
     ldo, bso = n, m * n
@@ -433,14 +462,13 @@ def _batches(a: TensorInfo, b: TensorInfo, out: TensorInfo | None) -> _Batches:
 
 def _batched_map(m: OperandMap, name: str, dtype: str, batches: _Batches,
                  read: bool) -> OperandMap:
-    """Operand ``name``'s map with its batch (3-D) when it carries one: the batch stride must
-    be a positive multiple of 16 bytes, as TMA's every stride but the innermost."""
+    """Operand ``name``'s map with its batch (3-D) when it carries one: the batch stride is a
+    positive multiple of 16 bytes, as TMA's every stride but the innermost (:func:`_stage`
+    staged an operand whose was not)."""
     stride = dict(batches.strides).get(name)
     if stride is None:
         return m
-    elem = ELEM[dtype]
-    if read and not _aligned(stride, elem):
-        raise _fail(name, f"batch stride {stride} is not a positive multiple of "
-                          f"{TMA_ALIGN // elem} elements ({TMA_ALIGN} bytes), which TMA needs "
-                          f"between batches; pass {name}.contiguous()")
+    if read and not aligned(stride, ELEM[dtype]):
+        raise RuntimeError(f"internal error: {name}'s batch stride {stride} reached its tensor "
+                           "map unstaged")
     return attrs.evolve(m, batch=batches.count, batch_stride=stride)

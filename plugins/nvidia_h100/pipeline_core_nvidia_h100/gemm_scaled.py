@@ -4,16 +4,20 @@
 ``torch._scaled_mm``'s semantics: ``a [M, K]`` row-major and ``b [K, N]`` column-major, both
 ``torch.float8_e4m3fn``; fp32 scales per tensor (one element each) or row-wise (``scale_a
 [M, 1]``, ``scale_b [1, N]``); ``out = (a @ b) * scale_a * scale_b (+ bias)`` cast to
-``out_dtype``.  fp8 wgmma reads both operands K-major (PTX ISA, "wgmma.mma_async"), so these
-are the only layouts, and TMA steps a row of K bytes only in 16-byte units: K a multiple of 16.
+``out_dtype``.  fp8 wgmma reads both operands K-major (PTX ISA, "wgmma.mma_async").  What
+torch._scaled_mm takes is taken and what it refuses is refused: K a multiple of 16, ``a`` not
+column-major, ``b`` K-contiguous.  A layout TMA cannot read (rows not 16 bytes apart, an ``a``
+with neither dimension contiguous, which torch copies too, an unaligned address) is staged into
+a K-major copy (gemm_staging).  N is free (torch takes multiples of 16 only).
 :func:`plan_scaled` checks what is fp8's own and hands the rest to ``gemm_call.plan_call`` with
-``scale`` set (one home for shapes, bias, output and tiles).  docs/guide/matmul.md, "scaled_mm".
+``scale`` set (one home for shapes, bias, output, staging and tiles).  docs/guide/matmul.md,
+"scaled_mm".
 """
 from __future__ import annotations
 
 import math
 
-from pipeline_core_nvidia_h100.gemm_call import (TMA_ALIGN, TORCH_NAME, CallPlan,
+from pipeline_core_nvidia_h100.gemm_call import (TORCH_NAME, CallPlan,
                                                  MatmulTypeError, TensorInfo, TileShape, Tuning,
                                                  _fail, plan_call)
 from pipeline_core_nvidia_h100.warpspecialized import OUT_DTYPES
@@ -21,27 +25,24 @@ from pipeline_core_nvidia_h100.warpspecialized import OUT_DTYPES
 #: scaled_mm's default output type; its output types are the schedule's OUT_DTYPES
 #: (torch._scaled_mm's fp8 outputs are not taken).
 DEFAULT_OUT = "bf16"
+#: torch._scaled_mm takes K a multiple of 16 only (its own check on a's shape), so this does too
+K_MULTIPLE = 16
 
 
 def _k_major(name: str, t: TensorInfo, rows_dim: int) -> None:
-    """Operand ``name`` (``a``: rows_dim 0, ``b``: rows_dim 1) must have K contiguous and its
-    rows 16 bytes apart (a size-1 dimension's stride never matters)."""
+    """Operand ``name`` (``a``: rows_dim 0, ``b``: rows_dim 1) in a layout torch._scaled_mm
+    takes: ``a`` anything but column-major (torch copies one with neither dimension contiguous
+    into rows, as the staging does), ``b`` with K contiguous (a size-1 dimension's stride
+    never matters)."""
     k_dim = 1 - rows_dim
     rows, k = t.shape[rows_dim], t.shape[k_dim]
     s_rows, s_k = t.strides[rows_dim], t.strides[k_dim]
-    layout = "row-major [M, K]" if name == "a" else "column-major [K, N] (b.t() contiguous)"
-    fix = f"{name}.contiguous()" if name == "a" else "b.t().contiguous().t()"
-    if k > 1 and s_k != 1:
+    column_major = s_rows == 1 and s_k >= max(1, rows)
+    if k > 1 and s_k != 1 and (name == "b" or column_major):
+        layout = "row-major [M, K]" if name == "a" else "column-major [K, N] (b.t() contiguous)"
+        fix = f"{name}.contiguous()" if name == "a" else "b.t().contiguous().t()"
         raise _fail(name, f"strides {tuple(t.strides)}: fp8 wgmma reads both operands K-major, "
                           f"so {name} must be {layout}, as torch._scaled_mm takes it; pass {fix}")
-    if rows > 1 and (s_rows <= 0 or s_rows % TMA_ALIGN):
-        pad = -(-k // TMA_ALIGN) * TMA_ALIGN
-        if s_rows == k:
-            raise _fail(name, f"K={k} is not a multiple of {TMA_ALIGN}: TMA steps fp8 rows in "
-                              f"{TMA_ALIGN}-byte units; pad K with zeros to {pad} on both "
-                              f"operands (torch.nn.functional.pad)")
-        raise _fail(name, f"strides {tuple(t.strides)}: the stride between K rows must be a "
-                          f"positive multiple of {TMA_ALIGN} bytes for TMA; pass {fix}")
 
 
 def scale_kind(a: TensorInfo, b: TensorInfo, scale_a: TensorInfo, scale_b: TensorInfo) -> str:
@@ -89,6 +90,11 @@ def plan_scaled(a: TensorInfo, b: TensorInfo, scale_a: TensorInfo, scale_b: Tens
     if out_dtype is not None and out_dtype not in OUT_DTYPES:
         raise MatmulTypeError(f"out_dtype: {out_dtype} is not one of torch.bfloat16, "
                               "torch.float16, torch.float32")
+    k = a.shape[1]
+    if k % K_MULTIPLE:  # torch._scaled_mm's own rule, whatever the layout
+        raise _fail("a", f"K={k} is not a multiple of {K_MULTIPLE}, which torch._scaled_mm "
+                         f"refuses too; pad K with zeros to {-(-k // K_MULTIPLE) * K_MULTIPLE} "
+                         f"on both operands (torch.nn.functional.pad)")
     if 0 not in (*a.shape, b.shape[1]):
         _k_major("a", a, 0)
         _k_major("b", b, 1)

@@ -2,14 +2,17 @@
 warp-specialized GEMM as a PyTorch call (docs/guide/matmul.md).
 
 torch's semantics: ``a [M, K] @ b [K, N]`` for any M, N, K, bf16 or fp16 in (fp32 accumulate),
-bf16 / fp16 / fp32 out, each operand row- or column-major wherever TMA can read it, with a fused
-per-column bias and relu / gelu (tanh) / silu.  The kernel is the schedule
-``warpspecialized-gemm`` compiled (and proven) with the call's variant as ``-p`` parameters and
-written by the ``cuda-wgmma`` emitter; each variant is compiled and built once per process, its
-cubin kept on disk (``kernel_cache``).  It launches on torch's current stream, allocates nothing
-but the output, and never syncs, so it can be captured in a CUDA graph; it is registered as the
-torch custom ops ``pipeline_core::matmul`` / ``matmul_out`` with fake implementations, so
-``torch.compile`` traces it.  torch and CuPy are imported when the call runs, never at import.
+bf16 / fp16 / fp32 out, any strides, with a fused per-column bias and relu / gelu (tanh) /
+silu.  Each operand is read where it lies, row- or column-major, wherever TMA can read it; one
+it cannot, and an ``out`` the kernel cannot write, goes through an aligned copy made on the
+call's stream (``gemm_staging``; docs/guide/matmul.md, "Layouts TMA cannot read").  The kernel
+is the schedule ``warpspecialized-gemm`` compiled (and proven) with the call's variant as
+``-p`` parameters and written by the ``cuda-wgmma`` emitter; each variant is compiled and built
+once per process, its cubin kept on disk (``kernel_cache``).  It launches on torch's current
+stream, allocates nothing but the output and those copies (torch's caching allocator), and
+never syncs, so it can be captured in a CUDA graph; it is registered as the torch custom ops
+``pipeline_core::matmul`` / ``matmul_out`` with fake implementations, so ``torch.compile``
+traces it.  torch and CuPy are imported when the call runs, never at import.
 ``scaled_mm`` (fp8 e4m3, torch._scaled_mm's semantics, planned by ``gemm_scaled``) and batched
 3-D operands share all of it (``pipeline_core::scaled_mm``).
 """
@@ -28,6 +31,7 @@ from pipeline_core_nvidia_h100.gemm_call import (CallPlan, MatmulArgumentError,
                                                  TileShape, Tuning, plan_call)
 from pipeline_core_nvidia_h100.gemm_scaled import plan_scaled
 from pipeline_core_nvidia_h100.gemm_signature import KERNEL_NAME, gemm_signature
+from pipeline_core_nvidia_h100.gemm_staging import Staging
 from pipeline_core_nvidia_h100.kit.call import (Built, HostCall, Launch, Op, Recipe, load_kernel,
                                                 sm_count, tensor_map)
 from pipeline_core_nvidia_h100.launch_cache import describe
@@ -299,8 +303,33 @@ def _run(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out:
     elif out is None:
         out = torch.empty(r.plan.out_shape,
                           dtype=_TORCH_OUT[r.plan.variant.out_dtype](torch), device=a.device)
-    launch_recipe(r, a, b, bias, out, scales)
+    if not r.plan.staged:
+        launch_recipe(r, a, b, bias, out, scales)
+        return out
+    a, b, bias, written = _staged(torch, r.plan.staged, a, b, bias, out)
+    launch_recipe(r, a, b, bias, written, scales)
+    if written is not out:
+        out.copy_(written)
     return out
+
+
+def _staged(torch: Any, staged: tuple[Staging, ...], a: Any, b: Any, bias: Any,
+            out: Any) -> tuple[Any, Any, Any, Any]:
+    """The tensors the kernel takes for (a, b, bias, out): each the plan stages
+    (gemm_staging; docs/guide/matmul.md, "Layouts TMA cannot read") is an aligned copy,
+    allocated per call by torch's caching allocator and copied on torch's current stream (so
+    a CUDA graph captures it); ``out``'s is an unfilled temporary the caller copies back."""
+    found = {s.operand: s for s in staged}
+
+    def copy(x: Any, name: str) -> Any:
+        s = found.get(name)
+        if x is None or s is None:
+            return x
+        y = torch.empty_strided(s.shape, s.strides, dtype=x.dtype, device=x.device)
+        if name == "out":
+            return y
+        return y.copy_(x[0] if len(s.shape) < x.dim() else x)  # a broadcast batch: one matrix
+    return copy(a, "a"), copy(b, "b"), copy(bias, "bias"), copy(out, "out")
 
 
 #: Launches a tuning times per candidate (after one untimed launch that builds and warms it).
@@ -313,7 +342,9 @@ def _candidate(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any
     ``$PIPELINE_CORE_AUTOTUNE=1``, else the shape's decomposition (decompose.choose); scaled
     and batched kernels are not tuned yet and always take the decomposition."""
     if not scaled and plan.batch == 1 and autotune.enabled(None):
-        return _tuned(a, b, bias, activation, out_dtype, out, plan, device, stream)
+        # tuning times the kernel on the copies the plan stages
+        ta, tb, tbias, tout = _staged(_require("torch"), plan.staged, a, b, bias, out)
+        return _tuned(ta, tb, tbias, activation, out_dtype, tout, plan, device, stream)
     return decompose.choose(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch)
 
 
@@ -429,9 +460,10 @@ def matmul(a: Any, b: Any, *, bias: Any = None, activation: str | None = None,
 
     ``bias``: [N], added per column (bf16, fp16 or fp32); ``activation``: ``"relu"``,
     ``"gelu"`` (tanh approximation) or ``"silu"``, after the bias; ``out_dtype``: bf16, fp16 or
-    fp32 (default a's); ``out``: a row-major [M, N] tensor to write, returned.  Bad arguments
-    raise :class:`MatmulArgumentError` (a ValueError) or :class:`MatmulTypeError` (a
-    TypeError) with one line naming the argument.
+    fp32 (default a's); ``out``: an [M, N] tensor to write (any strides but 0), returned.  Any
+    layout is taken: what TMA cannot read is copied first (docs/guide/matmul.md, "Layouts TMA
+    cannot read").  Bad arguments raise :class:`MatmulArgumentError` (a ValueError) or
+    :class:`MatmulTypeError` (a TypeError) with one line naming the argument.
     """
     a, cupy_in = _as_torch(a, "a")
     b, _ = _as_torch(b, "b")
@@ -465,8 +497,8 @@ def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any = No
     ``torch._scaled_mm``: a [M, K] row-major and b [K, N] column-major, both
     ``torch.float8_e4m3fn``; fp32 scales per tensor (one element each) or row-wise (scale_a
     [M, 1], scale_b [1, N]); bias [N] (bf16, fp16 or fp32); out bf16, fp16 or fp32.  K a
-    multiple of 16 (TMA steps fp8 rows in 16 bytes).  Bad arguments raise
-    :class:`MatmulArgumentError` / :class:`MatmulTypeError`, one line naming the argument.
+    multiple of 16, as torch._scaled_mm; rows TMA cannot step are copied first.  Bad arguments
+    raise :class:`MatmulArgumentError` / :class:`MatmulTypeError`, one line naming the argument.
     docs/guide/matmul.md, "scaled_mm".
     """
     a, cupy_in = _as_torch(a, "a")
