@@ -150,6 +150,10 @@ class CallPlan:
     out_shape: tuple[int, ...] = ()
     #: the TMA-store epilogue's tensor map of C (``variant.store == "tma"``), else None
     c: OperandMap | None = None
+    #: a grouped GEMM's groups (grouped_mm's ``offs`` length; gemm_grouped.plan_grouped) and,
+    #: scaled, the elements between one group's row-wise scales and the next
+    groups: int = 0
+    scale_group: int = 0
 
 
 def _fail(name: str, why: str) -> MatmulArgumentError:
