@@ -355,3 +355,35 @@ int main() {
         at += 1 + count
         assert len(got) == len(set(got)) == len(want) and set(got) == want, (case, cases[case])
         assert [g for g, *_ in got] == sorted(g for g, *_ in got)  # the cursor only moves on
+
+
+# --- the GPU benchmark's cases, drawn and planned here ---------------------------------------------
+
+def test_the_benchmark_draws_its_cases_and_plans_every_one():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "grouped_mm_call.py"
+    spec = importlib.util.spec_from_file_location("grouped_mm_call", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_timing", _bench_timing(path.parent))
+    spec.loader.exec_module(bench)
+    cases, fp8 = bench.draw_cases(120), bench.draw_fp8(24)
+    assert cases == bench.draw_cases(120)  # a fixed seed: the same cases every run
+    sizes = [s for c in cases for s in c[2]]
+    assert {c[1] for c in cases} >= {1, 128} and 0 in sizes and any(0 < s < 128 for s in sizes)
+    variants = bench.dry_run(cases, fp8)  # every case passes the call's checks
+    assert {v.batch for v in variants} >= {"grouped", "grouped_n", "ab"}
+    assert any(v.scale == "row" for v in variants)
+
+
+def _bench_timing(folder):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_timing", folder / "bench_timing.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
