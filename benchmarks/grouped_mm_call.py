@@ -27,15 +27,11 @@ import json
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
-    if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
-        sys.path.insert(0, str(extra))
-
-from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
+# the fp8 benchmark beside this script puts the checkout's plugins on the path and holds the
+# timing loop's import, the relative error and the parallel prebuild this script shares
+from matmul_fp8_call import interleaved, prebuild, ratios, rel  # noqa: E402
 
 GROUPS = (1, 2, 3, 4, 7, 8, 16, 32, 64, 128)
 #: K and N: the MoE layers' (hidden, FFN) and small sizes, every one a multiple of 8 (TMA's
@@ -154,11 +150,6 @@ def reference(torch, a, b, offs_list, kind):
         ref[:, begin:end] = a[g].float() @ b[:, begin:end].float()
         begin = end
     return ref
-
-
-def rel(torch, x, ref):
-    d = ref.norm()
-    return float((x.float() - ref).norm() / (d if d > 0 else 1))
 
 
 def launch_into(torch, a, b, offs, out, out_dtype, scales=None):
@@ -463,41 +454,18 @@ def dry_run(cases, fp8):
     return variants
 
 
-def prebuild(torch, variants):
-    """Every variant's cubin built in parallel (nvcc; carried ones come from the disk cache)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pipeline_core.api import compile_named
-    from pipeline_core_nvidia_h100.autotune import DEFAULT
-    from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME, emit_wgmma
-    from pipeline_core_nvidia_h100.kernel_cache import cubin_path
-    from pipeline_core_nvidia_h100.matmul_call import CALL, CALL_STAGES, schedule_params
-    from pipeline_core_nvidia_h100.warpspecialized import SCHEDULE_NAME
-    t0 = time.time()
-    host = CALL.host()
-    sources = [emit_wgmma(compile_named(SCHEDULE_NAME, target="h100", params=schedule_params(v),
-                                        target_args={"stages": str(CALL_STAGES)}, host=host))
-               for v in variants]
-    with ThreadPoolExecutor(14) as pool:
-        list(pool.map(lambda s: cubin_path(s, KERNEL_NAME, ("-std=c++17",), "sm_90a"), sources))
-    if torch is not None:
-        for v in variants:
-            CALL.kernels.kernel((v, DEFAULT, torch.cuda.current_device()))
-    emit({"kind": "prebuild", "variants": len(variants), "seconds": round(time.time() - t0, 1)})
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", type=int, default=120)
-    ap.add_argument("--fp8-cases", type=int, default=24)
-    ap.add_argument("--out", default=None, help="folder for results.jsonl")
-    ap.add_argument("--skip-timing", action="store_true")
-    ap.add_argument("--no-fp8", action="store_true", help="bf16 only (no scaled_grouped_mm)")
     ap.add_argument("--dry-run", action="store_true",
                     help="draw and plan the cases (every check), no GPU, no torch")
+    ap.add_argument("--cases", type=int, default=120)
+    ap.add_argument("--no-fp8", action="store_true", help="bf16 only (no scaled_grouped_mm)")
+    ap.add_argument("--fp8-cases", type=int, default=24)
+    ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--prebuild-only", action="store_true",
                     help="build every variant's cubin into the disk cache (no GPU needed)")
+    ap.add_argument("--out", default=None, help="folder for results.jsonl")
     args = ap.parse_args(argv)
     cases = draw_cases(args.cases)
     fp8 = [] if args.no_fp8 else draw_fp8(args.fp8_cases)
@@ -518,16 +486,20 @@ def main(argv=None) -> int:
     graph_and_compile(torch)
     summary = [] if args.skip_timing else timing(torch, fp8=not args.no_fp8)
     if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        Path(args.out, "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in LINES))
-    for r in summary:
-        ratio = next(x for x in r if x.startswith("ours/"))
-        names = [x for x in r if isinstance(r[x], dict)]
-        print(f"{r['config']:13} {r['proj']:4} {r['what']:13} "
-              + "  ".join(f"{x} {r[x]['tflops']} TF" for x in names)
-              + f"  {ratio} median {statistics.median(r[ratio]):.3f} rounds {r[ratio]}")
+        folder = Path(args.out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in LINES))
+    print("\n".join(map(_table_row, summary)))
     print(f"correctness failures: {failures} of {len(cases) + len(fp8)}")
     return 1 if failures else 0
+
+
+def _table_row(r: dict) -> str:
+    """One timing record as a line of the closing table: TFLOPS each, the per-round ratios."""
+    ratio = next(x for x in r if x.startswith("ours/"))
+    speeds = "  ".join(f"{x} {r[x]['tflops']} TF" for x in r if isinstance(r[x], dict))
+    return (f"{r['config']:13} {r['proj']:4} {r['what']:13} {speeds}  {ratio} median "
+            f"{statistics.median(r[ratio]):.3f} rounds {r[ratio]}")
 
 
 if __name__ == "__main__":

@@ -215,6 +215,18 @@ def operand_map(name: str, t: TensorInfo, rows_dim: int, tile_rows: int, bk: int
                       f"[:, :{shape[1]}].copy_({name})")
 
 
+def check_vector(name: str, t: TensorInfo, length: int, why: str, a: TensorInfo) -> None:
+    """A 1-D argument the kernel reads contiguous (bias, grouped_mm's offs): ``length``
+    elements (``why``: what sets it), stride 1, on ``a``'s device; else one line naming it."""
+    if t.shape[0] != length:
+        raise _fail(name, f"length {t.shape[0]}, but {why}: {name} must be [{length}]")
+    if length > 1 and t.strides[0] != 1:
+        raise _fail(name, f"stride {t.strides[0]}; it must be contiguous: pass "
+                          f"{name}.contiguous()")
+    if t.device != a.device:
+        raise _fail(name, f"on {t.device}, a on {a.device}; pass {name}.to('{a.device}')")
+
+
 def store_map(m: int, n: int, ldc: int, out_dtype: str, tile: TileShape) -> OperandMap | None:
     """C's tensor map for the TMA-store epilogue (docs/guide/matmul.md, "The TMA-store
     epilogue"): the [m, n] array of row stride ``ldc`` in boxes of 64 rows by one 128-byte row
@@ -290,14 +302,7 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     bias_kind = "none"
     if bias is not None:
         _check_tensor("bias", bias, 1, BIASES[1:])
-        if bias.shape[0] != n:
-            raise _fail("bias", f"length {bias.shape[0]}, but b has N={n} columns: bias must "
-                                f"be [{n}]")
-        if n > 1 and bias.strides[0] != 1:
-            raise _fail("bias", f"stride {bias.strides[0]}; it must be contiguous: pass "
-                                "bias.contiguous()")
-        if bias.device != a.device:
-            raise _fail("bias", f"on {bias.device}, a on {a.device}; pass bias.to('{a.device}')")
+        check_vector("bias", bias, n, f"b has N={n} columns", a)
         bias_kind = bias.dtype
     ldc = n
     if out is not None:

@@ -24,8 +24,8 @@ import attrs
 from pipeline_core_nvidia_h100.gemm_call import (ELEM, MATMUL_DTYPES, TMA_ALIGN, TORCH_NAME,
                                                  CallPlan, MatmulTypeError, OperandMap,
                                                  TensorInfo, TileShape, Tuning, _aligned, _cdiv,
-                                                 _check_tensor, _fail, _shape, operand_map,
-                                                 plan_call)
+                                                 _check_tensor, _fail, _shape, check_vector,
+                                                 operand_map, plan_call)
 from pipeline_core_nvidia_h100.gemm_scaled import _k_major
 from pipeline_core_nvidia_h100.warpspecialized import (MAX_GROUPS, OUT_DTYPES, GemmVariant,
                                                        k_tile)
@@ -61,14 +61,7 @@ def _check_offs(offs: TensorInfo, groups: int, who: str, a: TensorInfo) -> None:
     if len(offs.shape) != 1:
         raise _fail("offs", f"{len(offs.shape)}-D tensor of shape {_shape(offs)}; takes the "
                             "groups' cumulative ends, a 1-D [G]")
-    if offs.shape[0] != groups:
-        raise _fail("offs", f"length {offs.shape[0]}, but {who} has {groups} groups "
-                            f"({who}.shape[0]): offs must be [{groups}]")
-    if groups > 1 and offs.strides[0] != 1:
-        raise _fail("offs", f"stride {offs.strides[0]}; the kernel reads it contiguous: pass "
-                            "offs.contiguous()")
-    if offs.device != a.device:
-        raise _fail("offs", f"on {offs.device}, a on {a.device}; pass offs.to('{a.device}')")
+    check_vector("offs", offs, groups, f"{who} has {groups} groups ({who}.shape[0])", a)
     if groups > MAX_GROUPS:
         raise _fail("offs", f"{groups} groups, over the {MAX_GROUPS} one launch takes (each "
                             "CTA's table of them); split the groups over several calls")

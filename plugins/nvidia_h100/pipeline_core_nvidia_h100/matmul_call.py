@@ -545,6 +545,21 @@ def _run_grouped(a: Any, b: Any, offs: Any, out_dtype: Any,
     return out
 
 
+def _torch_args(call: str, args: dict[str, Any],
+                required: tuple[str, ...]) -> tuple[list[Any], bool]:
+    """``call``'s arguments as torch tensors (CuPy arrays through DLPack, :func:`_as_torch`) and
+    whether ``a`` was CuPy; a ``required`` one that is None is refused in one line."""
+    out, cupy_in = [], False
+    for name, x in args.items():
+        found, was_cupy = _as_torch(x, name)
+        if found is None and name in required:
+            raise MatmulTypeError(f"{name}: None; {call} takes torch tensors or CuPy arrays on "
+                                  "a CUDA device")
+        cupy_in |= was_cupy and name == "a"
+        out.append(found)
+    return out, cupy_in
+
+
 def grouped_mm(a: Any, b: Any, *, offs: Any = None, bias: Any = None,
                out_dtype: Any = None) -> Any:
     """A grouped matmul, ``torch.nn.functional.grouped_mm``'s semantics (docs/guide/matmul.md,
@@ -557,13 +572,8 @@ def grouped_mm(a: Any, b: Any, *, offs: Any = None, bias: Any = None,
     grouped_mm``).  Rows past ``offs[-1]`` are left unwritten, as torch's.  ``bias`` is refused,
     as torch refuses it.  Bad arguments raise :class:`MatmulArgumentError` /
     :class:`MatmulTypeError`, one line naming the argument."""
-    a, cupy_in = _as_torch(a, "a")
-    b, _ = _as_torch(b, "b")
-    offs, _ = _as_torch(offs, "offs")
-    bias, _ = _as_torch(bias, "bias")
-    if a is None or b is None:
-        raise MatmulTypeError(f"{'a' if a is None else 'b'}: None; grouped_mm takes torch "
-                              "tensors or CuPy arrays on a CUDA device")
+    (a, b, offs, bias), cupy_in = _torch_args("grouped_mm", dict(a=a, b=b, offs=offs, bias=bias),
+                                              ("a", "b"))
     if bias is not None:  # refused with the other checks' order (the op takes no bias)
         _plan_grouped(a, b, offs, bias, out_dtype)
     result = CALL.call("grouped_mm", _run_grouped, _check_grouped, (a, b, offs), out_dtype)
@@ -582,16 +592,9 @@ def scaled_grouped_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, *, offs: Any =
     ``scale_a [G, M]``, ``scale_b [N_total]``; ``offs`` as grouped_mm's; out bf16 (default),
     fp16 or fp32.  Each group's product is scaled per row and column, as scaled_mm's
     (docs/guide/matmul.md, "Grouped GEMM")."""
-    a, cupy_in = _as_torch(a, "a")
-    b, _ = _as_torch(b, "b")
-    scale_a, _ = _as_torch(scale_a, "scale_a")
-    scale_b, _ = _as_torch(scale_b, "scale_b")
-    offs, _ = _as_torch(offs, "offs")
-    bias, _ = _as_torch(bias, "bias")
-    for name, x in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
-        if x is None:
-            raise MatmulTypeError(f"{name}: None; scaled_grouped_mm takes torch tensors or CuPy "
-                                  "arrays on a CUDA device")
+    (a, b, scale_a, scale_b, offs, bias), cupy_in = _torch_args(
+        "scaled_grouped_mm", dict(a=a, b=b, scale_a=scale_a, scale_b=scale_b, offs=offs,
+                                  bias=bias), ("a", "b", "scale_a", "scale_b"))
     if bias is not None:
         _plan_grouped(a, b, offs, bias, out_dtype, scales=(scale_a, scale_b))
     result = CALL.call("scaled_grouped_mm", _run_scaled_grouped, _check_scaled_grouped,

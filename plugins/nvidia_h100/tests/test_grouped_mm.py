@@ -4,6 +4,7 @@ tile scheduler run on the host over random groups.  The GPU half is
 benchmarks/grouped_mm_call.py (docs/guide/matmul.md, "Grouped GEMM")."""
 from __future__ import annotations
 
+import math
 import random
 import re
 import shutil
@@ -31,15 +32,11 @@ NVCC = shutil.which("nvcc")
 GXX = shutil.which("g++")
 
 
-def t(shape, strides=None, dtype="bf16", ptr=4096, device="cuda:0"):
-    """A tensor description, row-major (contiguous) unless ``strides`` are given."""
-    if strides is None:
-        strides, step = [], 1
-        for d in reversed(shape):
-            strides.insert(0, step)
-            step *= d
-    return TensorInfo(shape=tuple(shape), strides=tuple(strides), dtype=dtype, ptr=ptr,
-                      device=device)
+def t(shape, strides=None, dtype="bf16", device="cuda:0"):
+    """A tensor description at an aligned address, contiguous unless ``strides`` are given."""
+    dense = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+    return TensorInfo(shape=tuple(shape), strides=tuple(strides or dense), dtype=dtype,
+                      ptr=4096, device=device)
 
 
 def offs(g, device="cuda:0"):
@@ -238,12 +235,10 @@ def test_the_jagged_loop_is_the_same_in_every_role():
 def test_the_grouped_kernels_build_without_spills(label, tmp_path):
     v = VARIANTS[label]
     proc, cubin = compile_cubin(emit_wgmma(_compiled(v)), tmp_path, "grouped")
-    assert proc.returncode == 0, proc.stderr
-    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
-    assert "C7520" not in proc.stderr  # no wgmma serialized
-    sass = sass_of(cubin)
-    if sass is None:
-        pytest.skip("no nvdisasm / cuobjdump for the SASS part")
+    report = proc.stderr if proc.returncode == 0 else pytest.fail(proc.stderr)
+    # no spill, no wgmma serialized (C7520), no local memory in the machine code
+    assert "0 bytes spill stores, 0 bytes spill loads" in report and "C7520" not in report
+    sass = sass_of(cubin) or pytest.skip("no nvdisasm / cuobjdump for the SASS part")
     assert not re.search(r"\b(LDL|STL)\b", sass)
     mma = r"\bQGMMA\.64x256x32\.F32\.E4M3\.E4M3\b" if v.dtype == "e4m3" else \
         r"\bHGMMA\.64x256x16\.F32\b"
@@ -359,16 +354,15 @@ int main() {
 
 # --- the GPU benchmark's cases, drawn and planned here ---------------------------------------------
 
-def test_the_benchmark_draws_its_cases_and_plans_every_one():
+def test_the_benchmark_draws_its_cases_and_plans_every_one(monkeypatch):
     import importlib.util
-    import sys
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[3] / "benchmarks" / "grouped_mm_call.py"
+    monkeypatch.syspath_prepend(str(path.parent))  # its neighbours, as when run as a script
     spec = importlib.util.spec_from_file_location("grouped_mm_call", path)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_timing", _bench_timing(path.parent))
     spec.loader.exec_module(bench)
     cases, fp8 = bench.draw_cases(120), bench.draw_fp8(24)
     assert cases == bench.draw_cases(120)  # a fixed seed: the same cases every run
@@ -377,13 +371,3 @@ def test_the_benchmark_draws_its_cases_and_plans_every_one():
     variants = bench.dry_run(cases, fp8)  # every case passes the call's checks
     assert {v.batch for v in variants} >= {"grouped", "grouped_n", "ab"}
     assert any(v.scale == "row" for v in variants)
-
-
-def _bench_timing(folder):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_timing", folder / "bench_timing.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
