@@ -24,20 +24,22 @@ from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, Bound, Compil
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_header_source,
+                                            gemm_grouped_header_source,
                                             gemm_scale_batch_header_source,
                                             gemm_wgmma_header_source, header_source,
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.kit.frame import AgentCode, AgentsFamily, agents_kernel_body
 from pipeline_core_nvidia_h100.kit.rings import RingState, loop_tile, require_ring_depths
-from pipeline_core_nvidia_h100.kit.tiles import grouped_tile_loop
+from pipeline_core_nvidia_h100.kit.tiles import grouped_tile_loop, jagged_tile_loop
 from pipeline_core_nvidia_h100.kit.wgmma import wgmma_ss
 from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
                                                 consumer_sync_line, declared_geometry, render,
                                                 ring_step_line, section_mark)
 from pipeline_core_nvidia_h100.gemm_signature import (DEFAULT_SIGNATURE, KERNEL_NAME,
                                                       gemm_signature)
-from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, KERNEL_FAMILY,
-                                                       MN_CHUNK, SCHEDULE_NAME,
+from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, GROUPED,
+                                                       KERNEL_FAMILY, MAX_GROUPS, MN_CHUNK,
+                                                       SCHEDULE_NAME,
                                                        STORE_BUFFERS, WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
 from pipeline_core_nvidia_h100.wgmma_sync import NAMED_BARRIERS
@@ -56,11 +58,18 @@ def _stage(s: Step) -> str:
     return RingState.of(s, "STAGES").stage
 
 
-def _general_loads(cluster: bool) -> dict[int, str]:
+def _general_loads(cluster: bool, grouped: bool = False) -> dict[int, str]:
     """The general kernel's TMA copies of A's and B's tiles (the producer's op steps), each one
     call of its ``pcgc::Operand`` (``gemm_wgmma_h100.cuh``: the major mode, split-K's first K
     tile, the batch, B's multicast share are its template arguments); formatted with the
-    step's ``stage`` and loop tile ``t``.  A ``cluster``'s B load takes the CTA's rank."""
+    step's ``stage`` and loop tile ``t``.  A ``cluster``'s B load takes the CTA's rank; a
+    ``grouped`` kernel's loads (``pcgc::GroupOperand``) read the tile's rows and columns from
+    its corner, its batched operand at the tile's group (``kit.tiles.jagged_tile_loop``)."""
+    if grouped:
+        return {WgmmaTag.TMA_A: "LoadA::load(stage_a({stage}), &tmA, full_bar({stage}), {t}, "
+                                "row0, group);",
+                WgmmaTag.TMA_B: "LoadB::load(stage_b({stage}), &tmB, full_bar({stage}), {t}, "
+                                "col0, group);"}
     return {WgmmaTag.TMA_A: "LoadA::load(stage_a({stage}), &tmA, full_bar({stage}), {t}, KT, "
                             "tile_m * BM);",
             WgmmaTag.TMA_B: "LoadB::load(stage_b({stage}), &tmB, full_bar({stage}), {t}, KT, "
@@ -143,7 +152,8 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
     producer, *consumers = [p for p in plan.programs if p.name != CLUSTER_RELAY]
     require_ring_depths(plan.rings, g.stages, g.stages, EMITTER_NAME)  # the GEMM has no once ring
     v = g.variant
-    loads = _general_loads(plan.cluster is not None) if v.general else None
+    grouped = v.batch in GROUPED
+    loads = _general_loads(plan.cluster is not None, grouped) if v.general else None
     if producer.role.issuers != 1 or not consumers:
         raise ProgramError(f"emitter {EMITTER_NAME}: expects a single-issuer producer agent "
                            f"followed by consumer agents, got {[p.name for p in plan.programs]}")
@@ -161,8 +171,9 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
         consumers=[AgentCode(lines=tuple(lines(c, False, "consumer"))) for c in consumers],
         producer_name=producer.name, producer_registers=g.producer_registers,
         consumer_registers=g.consumer_registers, family=family, emitter=EMITTER_NAME,
-        tiles=grouped_tile_loop(plan.cluster.ctas if plan.cluster is not None else 1,
-                                len(plan.split.agents) if plan.split is not None else 0),
+        tiles=(jagged_tile_loop(MAX_GROUPS, v.batch == "grouped_n") if grouped else
+               grouped_tile_loop(plan.cluster.ctas if plan.cluster is not None else 1,
+                                 len(plan.split.agents) if plan.split is not None else 0)),
         tile_split=split, consumer_after=_after_tiles(consumers) if split else (),
         cluster=plan.cluster, relay=[line for r in relays for line in lines(r, True, r.name)])
     return _kernel_source(compiled, g, body)
@@ -194,6 +205,7 @@ def _kernel_source(compiled: CompiledSchedule, g: WsGeometry, body: str) -> str:
         "stride ldc); the tensor maps carry the true extents (TMA zero-fills past them).",
         launch, header_source(), wgmma_header_source(), gemm_call_header_source(),
         gemm_scale_batch_header_source(), cluster_header_source(), gemm_wgmma_header_source(),
+        *([gemm_grouped_header_source()] if v.batch in GROUPED else []),
         wgmma_ss(g.bn, v.dtype, int(v.a_major == "mn"), int(v.b_major == "mn")),
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)'
         + (f" __cluster_dims__({cluster.ctas}, 1, 1)" if cluster is not None else ""),
@@ -219,8 +231,8 @@ def _constants(g: WsGeometry) -> dict[str, int | str]:
             "A_MN": str(g.variant.a_major == "mn").lower(),
             "B_MN": str(g.variant.b_major == "mn").lower(),
             "SPLIT": str(g.variant.split_k).lower(), "CLUSTER": g.variant.cluster,
-            "BATCH_A": str("a" in g.variant.batch).lower(),
-            "BATCH_B": str("b" in g.variant.batch).lower(),
+            "BATCH_A": str(g.variant.batch in ("a", "ab", "grouped_n")).lower(),
+            "BATCH_B": str(g.variant.batch in ("b", "ab", "grouped")).lower(),
             # the consumer's first row in the tile: its share, or (ping-pong) the whole tile
             "ROW0": "0" if g.variant.pingpong else "consumer * CONSUMER_ROWS"}
 
@@ -363,10 +375,15 @@ def _epilogue(v: GemmVariant) -> tuple[str, str]:
     the traits picked by name, among the constants, and the consumer's object of it, over the
     scales the kernel takes or none (the kernel's signature says which)."""
     params = {p.name for p in gemm_signature(v).params}
-    scales = ", ".join(name if name in params else "nullptr" for name in ("scale_a", "scale_b"))
+    scales = [name if name in params else "nullptr" for name in ("scale_a", "scale_b")]
+    bounds = "m, n"
+    if v.batch in GROUPED:  # the stores stop at the tile's group; its own scales (one per group)
+        bounds = "m_end, n_end"
+        if v.scale != "none":
+            scales[v.batch == "grouped"] += " + (size_t)group * scale_group"
     return (f"\n    using Epi = pcgc::Epilogue<{_OUT[v.out_dtype]}, {_BIAS[v.bias]}, "
             f"{_ACT[v.activation]}, {_SCALE[v.scale]}>;  // the variant's fused epilogue",
-            f"        const Epi epi(bias, {scales}, m, n, wtid, lane);")
+            f"        const Epi epi(bias, {', '.join(scales)}, {bounds}, wtid, lane);")
 
 
 def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> dict[str, str]:
@@ -379,19 +396,27 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
     store = ("\n    constexpr int SCOLS = ${SCOLS}, SBUF = ${SBUF};"
              "  // TMA-store sub-tiles: 64 rows x SCOLS, SBUF buffers per consumer"
              "\n    constexpr u32 SBUF_BYTES = 64 * 128;" if v.store == "tma" else "")
+    grouped = v.batch in GROUPED
+    operands = (("GroupOperand<A_MN, BM, BK, CHUNK_BYTES, ${BATCH_A}>", "GroupOperand<B_MN, BN, "
+                 "BK, CHUNK_BYTES, ${BATCH_B}>;  // the operands' TMA loads at the tile's group")
+                if grouped else
+                ("Operand<A_MN, BM, BK, CHUNK_BYTES, ${SPLIT}, ${BATCH_A}, 1>", "Operand<B_MN, "
+                 "BN, BK, CHUNK_BYTES, ${SPLIT}, ${BATCH_B}, ${CLUSTER}>;  // the operands' TMA "
+                 "loads"))
     family = {
         "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = ${CHUNK_BYTES};"
                      "  // one MN-major box: 64 rows x BK"
                      "\n    constexpr bool A_MN = ${A_MN}, B_MN = ${B_MN};  // the operands' major"
-                     "\n    using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, ${SPLIT}, "
-                     "${BATCH_A}, 1>;\n    using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, "
-                     "${SPLIT}, ${BATCH_B}, ${CLUSTER}>;  // the operands' TMA loads"
-                     + epi_type + (_BATCH_OUTPUT if v.batch != "none" else "") + store,
+                     f"\n    using LoadA = pcgc::{operands[0]};\n    using LoadB = "
+                     f"pcgc::{operands[1]}"
+                     + epi_type + (_BATCH_OUTPUT if v.batch not in ("none", *GROUPED) else "")
+                     + store,
         "compute": _compute("pcgc::operand_desc<A_MN, CHUNK_BYTES>(stage_a(s), ${ROW0} + mb * "
                             "${WGMMA_M}, kk)", "pcgc::operand_desc<B_MN, CHUNK_BYTES>(stage_b(s), "
                             "0, kk)"),
         "finish": _FENCE + (split_finish(consumers) if v.split_k else "") + "\n" + epi + "\n"
-                  + (_tma_store_finish(consumers) if v.store == "tma" else _DIRECT_FINISH),
+                  + (_tma_store_finish(consumers) if v.store == "tma" else
+                     _GROUPED_FINISH if grouped else _DIRECT_FINISH),
     }
     if v.store == "tma":  # the staging buffers: after the barriers' 1 KB (WsGeometry.smem_bytes)
         family["stage_views"] = (FAMILY["stage_views"] + "\n    const u32 staging = bars + 1024u;"
@@ -410,6 +435,10 @@ _FENCE = r"""#pragma unroll
 #: applied, two columns per store where aligned, clipped to m x n.
 _DIRECT_FINISH = ("        epi.store<MBLOCKS, ACC, ${WGMMA_M}>(acc, C, ldc, tile_m * BM + ${ROW0}, "
                   "tile_n * BN);  // the fused epilogue, stored directly")
+#: A grouped kernel's (-p batch=grouped / grouped_n): from the tile's corner, clipped to its group
+#: (the epilogue's bounds are the group's end, ``_epilogue``)
+_GROUPED_FINISH = ("        epi.store<MBLOCKS, ACC, ${WGMMA_M}>(acc, C, ldc, row0 + ${ROW0}, col0);"
+                   "  // the fused epilogue, stored directly, clipped to the tile's group")
 
 
 #: The TMA-store epilogue's steps (the consumers' ``store`` steps, docs/guide/agents.md, "Bulk

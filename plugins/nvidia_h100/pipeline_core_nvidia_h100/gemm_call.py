@@ -154,6 +154,10 @@ class CallPlan:
     #: the arguments the call copies around the launch, in order a, b, bias, out (layouts TMA
     #: cannot read, an out the kernel cannot write: gemm_staging); the maps are the copies'
     staged: tuple[Staging, ...] = ()
+    #: a grouped GEMM's groups (grouped_mm's ``offs`` length; gemm_grouped.plan_grouped) and,
+    #: scaled, the elements between one group's row-wise scales and the next
+    groups: int = 0
+    scale_group: int = 0
 
 
 def _fail(name: str, why: str) -> MatmulArgumentError:
@@ -197,6 +201,18 @@ def operand_map(name: str, t: TensorInfo, rows_dim: int, tile_rows: int, bk: int
     return OperandMap(major="mn", inner=rows, outer=k,
                       stride=padded(rows, elem) if k == 1 else s_k,
                       box_inner=MN_CHUNK, box_outer=bk)
+
+
+def check_vector(name: str, t: TensorInfo, length: int, why: str, a: TensorInfo) -> None:
+    """A 1-D argument the kernel reads contiguous (bias, grouped_mm's offs): ``length``
+    elements (``why``: what sets it), stride 1, on ``a``'s device; else one line naming it."""
+    if t.shape[0] != length:
+        raise _fail(name, f"length {t.shape[0]}, but {why}: {name} must be [{length}]")
+    if length > 1 and t.strides[0] != 1:
+        raise _fail(name, f"stride {t.strides[0]}; it must be contiguous: pass "
+                          f"{name}.contiguous()")
+    if t.device != a.device:
+        raise _fail(name, f"on {t.device}, a on {a.device}; pass {name}.to('{a.device}')")
 
 
 def store_map(m: int, n: int, ldc: int, out_dtype: str, tile: TileShape) -> OperandMap | None:
@@ -272,11 +288,7 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     bias_kind = "none"
     if bias is not None:
         _check_tensor("bias", bias, 1, BIASES[1:])
-        if bias.shape[0] != n:
-            raise _fail("bias", f"length {bias.shape[0]}, but b has N={n} columns: bias must "
-                                f"be [{n}]")
-        if bias.device != a.device:
-            raise _fail("bias", f"on {bias.device}, a on {a.device}; pass bias.to('{a.device}')")
+        check_vector("bias", bias, n, f"b has N={n} columns", a)
         bias_kind = bias.dtype
     ldc = n
     if out is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 
 from pipeline_core_nvidia_h100.kit.signature import TENSOR_MAP_TYPE, KernelSignature, params
-from pipeline_core_nvidia_h100.warpspecialized import GemmVariant
+from pipeline_core_nvidia_h100.warpspecialized import GROUPED, GemmVariant
 
 KERNEL_NAME = "pc_ws_gemm"
 _AB = ((TENSOR_MAP_TYPE, "tmA", "tensor_map"), (TENSOR_MAP_TYPE, "tmB", "tensor_map"))
@@ -40,6 +40,13 @@ SCALE_PARAMS = params((("const float* __restrict__", "scale_a", "pointer"),
                        ("const float* __restrict__", "scale_b", "pointer")), new_line=True)
 #: the batched kernel's (``-p batch``) bytes between one batch's output and the next
 BATCH_PARAMS = params((("long long", "c_batch", "int64"),), new_line=True)
+#: the grouped kernel's (``-p batch=grouped`` / ``grouped_n``): the groups' ends along the jagged
+#: dimension (torch's int32 ``offs``, read on the device) and their count
+GROUP_PARAMS = params((("const int* __restrict__", "offs", "pointer"),
+                       ("int", "groups", "int32")), new_line=True)
+#: a scaled grouped kernel's elements between one group's scales and the next (scale_b [G, N]
+#: along M, scale_a [G, M] along N; torch._scaled_grouped_mm's row-wise scales)
+GROUP_SCALE_PARAMS = params((("long long", "scale_group", "int64"),))
 #: the TMA-store kernel's C tensor map (box SCOLS x 64, 128-byte swizzle)
 STORE_PARAMS = params(((TENSOR_MAP_TYPE, "tmC", "tensor_map"),), new_line=True)
 
@@ -52,5 +59,7 @@ def gemm_signature(v: GemmVariant) -> KernelSignature:
         return DEFAULT_SIGNATURE
     return (GENERAL_SIGNATURE + (SPLIT_PARAMS if v.split_k else ())
             + (SCALE_PARAMS if v.scale != "none" else ())
-            + (BATCH_PARAMS if v.batch != "none" else ())
+            + (BATCH_PARAMS if v.batch not in ("none", *GROUPED) else ())
+            + (GROUP_PARAMS if v.batch in GROUPED else ())
+            + (GROUP_SCALE_PARAMS if v.batch in GROUPED and v.scale != "none" else ())
             + (STORE_PARAMS if v.store == "tma" else ()))

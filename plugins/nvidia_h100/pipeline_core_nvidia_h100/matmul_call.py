@@ -29,6 +29,7 @@ from pipeline_core_nvidia_h100.autotune import Candidate
 from pipeline_core_nvidia_h100.gemm_call import (CallPlan, MatmulArgumentError,
                                                  MatmulTypeError, OperandMap, TensorInfo,
                                                  TileShape, Tuning, plan_call)
+from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped
 from pipeline_core_nvidia_h100.gemm_scaled import plan_scaled
 from pipeline_core_nvidia_h100.gemm_signature import KERNEL_NAME, gemm_signature
 from pipeline_core_nvidia_h100.gemm_staging import Staging
@@ -37,10 +38,11 @@ from pipeline_core_nvidia_h100.kit.call import (Built, HostCall, Launch, Op, Rec
 from pipeline_core_nvidia_h100.launch_cache import describe
 from pipeline_core_nvidia_h100.launch_cache import eager as _eager
 from pipeline_core_nvidia_h100.runtime import _require
-from pipeline_core_nvidia_h100.warpspecialized import (KERNEL_FAMILY, SCHEDULE_NAME, GemmVariant,
-                                                       WsGeometry, describe_variant, k_tile)
+from pipeline_core_nvidia_h100.warpspecialized import (GROUPED, KERNEL_FAMILY, SCHEDULE_NAME,
+                                                       GemmVariant, WsGeometry, describe_variant,
+                                                       k_tile)
 
-__all__ = ["matmul", "scaled_mm", "MatmulArgumentError", "MatmulTypeError", "CALL_TILE",
+__all__ = ["matmul", "scaled_mm", "grouped_mm", "scaled_grouped_mm", "MatmulArgumentError", "MatmulTypeError", "CALL_TILE",
            "CALL_STAGES", "schedule_params"]
 
 #: The tile and ring depth the call's kernels are compiled with (the benchmark's ws-s4).
@@ -245,7 +247,8 @@ def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
                     tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
     """The kernel's launch (gemm_signature): the tensor maps, the addresses, the sizes, the
     workspace (split-K), the scales (scaled_mm), the output's batch stride in bytes (a
-    batched kernel), C's tensor map (the TMA store); the grid (tiles, splits, batches)."""
+    batched kernel), the groups' ends (a grouped kernel: the last tensor), C's tensor map (the
+    TMA store); the grid (tiles, splits, batches)."""
     np = _require("numpy")
     (built,), (a, b, bias, out, *scales) = kernels, tensors
     plan = r.plan
@@ -260,11 +263,16 @@ def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
         if found is None:
             raise RuntimeError("internal error: a split-K recipe without its stream's workspace")
         values.update(ws=found[0].data_ptr(), counters=found[1].data_ptr())
+    if v.batch in GROUPED:  # grouped_mm's offs, after the scales
+        *scales, offs = scales
+        values.update(offs=offs.data_ptr(), groups=plan.groups)
+        if v.scale != "none":
+            values["scale_group"] = plan.scale_group
     if v.scale != "none":
         if not scales:
             raise RuntimeError("internal error: a scaled recipe launched without its scales")
         values.update(scale_a=scales[0].data_ptr(), scale_b=scales[1].data_ptr())
-    if v.batch != "none":
+    if v.batch not in ("none", *GROUPED):
         values["c_batch"] = plan.c_batch * out.element_size()
     if plan.c is not None:  # the TMA-store epilogue's C (docs/guide/matmul.md)
         values["tmC"] = _operand_map(out.data_ptr(), plan.c, v.out_dtype)
@@ -394,8 +402,8 @@ def _epilogue_of_zeros(torch: Any, out: Any, bias: Any, activation: str | None) 
 
 
 def _matmul_ops() -> tuple[Op, ...]:
-    """The custom ops ``pipeline_core::matmul``, ``matmul_out`` and ``scaled_mm`` with their
-    fakes (registered by ``CALL.ops()`` on first use, torch imported only then)."""
+    """The custom ops ``pipeline_core::matmul``, ``matmul_out``, ``scaled_mm``, ``grouped_mm``
+    and ``scaled_grouped_mm`` with their fakes (registered by ``CALL.ops()`` on first use, torch imported only then)."""
     import torch  # type: ignore[import-not-found, unused-ignore]  # traceable (see matmul)
 
     def op(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any) -> Any:
@@ -420,7 +428,28 @@ def _matmul_ops() -> tuple[Op, ...]:
     def fake_out(a: Any, b: Any, bias: Any, activation: str | None, out: Any) -> None:
         _plan(a, b, bias, activation, None, out)
 
-    return (Op(name="pipeline_core::matmul", impl=op, fake=fake,
+    def op_grouped(a: Any, b: Any, offs: Any, out_dtype: Any) -> Any:
+        return _run_grouped(a, b, offs, out_dtype)
+
+    def fake_grouped(a: Any, b: Any, offs: Any, out_dtype: Any) -> Any:
+        return _grouped_out(torch, a, _plan_grouped(a, b, offs, None, out_dtype))
+
+    def op_scaled_grouped(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any,
+                          out_dtype: Any) -> Any:
+        return _run_grouped(a, b, offs, out_dtype, (scale_a, scale_b))
+
+    def fake_scaled_grouped(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any,
+                            out_dtype: Any) -> Any:
+        return _grouped_out(torch, a, _plan_grouped(a, b, offs, None, out_dtype,
+                                                    scales=(scale_a, scale_b)))
+
+    return (Op(name="pipeline_core::grouped_mm", impl=op_grouped, fake=fake_grouped,
+               schema="(Tensor a, Tensor b, Tensor? offs, ScalarType? out_dtype) -> Tensor"),
+            Op(name="pipeline_core::scaled_grouped_mm", impl=op_scaled_grouped,
+               fake=fake_scaled_grouped,
+               schema="(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? offs, "
+                      "ScalarType? out_dtype) -> Tensor"),
+            Op(name="pipeline_core::matmul", impl=op, fake=fake,
                schema="(Tensor a, Tensor b, Tensor? bias, str? activation, "
                       "ScalarType? out_dtype) -> Tensor"),
             Op(name="pipeline_core::matmul_out", impl=op_out, fake=fake_out, mutates=("out",),
@@ -520,3 +549,124 @@ def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any = No
     if cupy_in:
         return _require("cupy").from_dlpack(result)
     return result
+
+
+# --- grouped_mm: a mixture of experts' GEMMs in one launch (gemm_grouped) -----------------------
+
+def _plan_grouped(a: Any, b: Any, offs: Any, bias: Any, out_dtype: Any, sms: int = 0,
+                  scales: tuple[Any, Any] | None = None) -> CallPlan:
+    """grouped_mm's plan (gemm_grouped.plan_grouped), or with ``scales`` scaled_grouped_mm's."""
+    return plan_grouped(_info(a, "a"), _info(b, "b"), None if offs is None else _info(offs, "offs"),
+                        bias=None if bias is None else _info(bias, "bias"),
+                        out_dtype=_dtype_name(out_dtype), tile=CALL_TILE, sms=sms, tuning=TUNING,
+                        scales=None if scales is None else (_info(scales[0], "scale_a"),
+                                                            _info(scales[1], "scale_b")))
+
+
+def _grouped_out(torch: Any, a: Any, plan: CallPlan) -> Any:
+    """A grouped plan's output, as torch's: rows padded to 16 bytes (``plan.ldc``); a batched
+    plan's (3-D x 3-D) contiguous."""
+    dtype = _TORCH_OUT[plan.variant.out_dtype](torch)
+    if plan.variant.batch not in GROUPED:
+        return a.new_empty(plan.out_shape, dtype=dtype)
+    return a.new_empty_strided(plan.out_shape, (plan.ldc, 1), dtype=dtype)
+
+
+def _run_grouped(a: Any, b: Any, offs: Any, out_dtype: Any,
+                 scales: tuple[Any, Any] | None = None) -> Any:
+    """grouped_mm (with ``scales``: scaled_grouped_mm) on torch's current stream: checked,
+    planned and built on the first call of each argument description, then one launch; the
+    groups' ends stay on the device (nothing syncs).  3-D x 3-D is a batched matmul."""
+    torch = _require("torch")
+    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    stream = torch.cuda.current_stream(device).cuda_stream
+    key = ("grouped", describe(a), describe(b), describe(offs), out_dtype, stream, TUNING,
+           None if scales is None else (describe(scales[0]), describe(scales[1])))
+    r = CALL.recipes.get(key)
+    if r is None:
+        plan = _plan_grouped(a, b, offs, None, out_dtype, sm_count(device), scales)
+        if plan.variant.batch not in GROUPED:  # 3-D x 3-D: matmul's batched kernel
+            CALL.recipes.put(key, Recipe(plan=plan, device=device, stream=stream, kernels=()))
+            return _run(a, b, None, None, out_dtype, None)
+        out = _grouped_out(torch, a, plan)
+        if 0 in plan.out_shape or plan.groups == 0:
+            return out
+        if plan.k == 0:  # empty sums: zeros, no kernel
+            return out.zero_()
+        r = CALL.recipes.put(key, _recipe(a, b, None, None, out_dtype, None, plan, device,
+                                          stream, scales=scales))
+    elif r.plan.variant.batch not in GROUPED:
+        return _run(a, b, None, None, out_dtype, None)
+    else:
+        out = _grouped_out(torch, a, r.plan)
+    more = () if scales is None else scales
+    CALL.launch(r, (r, a.data_ptr(), b.data_ptr(), out.data_ptr(), offs.data_ptr(),
+                    *(x.data_ptr() for x in more)), (a, b, None, out, *more, offs))
+    return out
+
+
+def _torch_args(call: str, args: dict[str, Any],
+                required: tuple[str, ...]) -> tuple[list[Any], bool]:
+    """``call``'s arguments as torch tensors (CuPy arrays through DLPack, :func:`_as_torch`) and
+    whether ``a`` was CuPy; a ``required`` one that is None is refused in one line."""
+    out, cupy_in = [], False
+    for name, x in args.items():
+        found, was_cupy = _as_torch(x, name)
+        if found is None and name in required:
+            raise MatmulTypeError(f"{name}: None; {call} takes torch tensors or CuPy arrays on "
+                                  "a CUDA device")
+        cupy_in |= was_cupy and name == "a"
+        out.append(found)
+    return out, cupy_in
+
+
+def grouped_mm(a: Any, b: Any, *, offs: Any = None, bias: Any = None,
+               out_dtype: Any = None) -> Any:
+    """A grouped matmul, ``torch.nn.functional.grouped_mm``'s semantics (docs/guide/matmul.md,
+    "Grouped GEMM"): ``a [T, K]`` (rows sorted by group) @ ``b [G, K, N]`` with ``offs`` (int32
+    [G], the groups' cumulative row ends, on the device) gives ``[T, N]``, group g's rows times
+    ``b[g]`` (a mixture of experts' forward); ``a [G, M, K]`` @ ``b [K, N_total]`` with offs
+    along N gives ``[M, N_total]``; 3-D @ 3-D without offs is a batched matmul.  bf16 or fp16
+    in, fp32 accumulate; ``out_dtype`` bf16, fp16 or fp32 (default a's).  One launch, no host
+    sync: capturable in a CUDA graph, traceable by torch.compile (``pipeline_core::
+    grouped_mm``).  Rows past ``offs[-1]`` are left unwritten, as torch's.  ``bias`` is refused,
+    as torch refuses it.  Bad arguments raise :class:`MatmulArgumentError` /
+    :class:`MatmulTypeError`, one line naming the argument."""
+    (a, b, offs, bias), cupy_in = _torch_args("grouped_mm", dict(a=a, b=b, offs=offs, bias=bias),
+                                              ("a", "b"))
+    if bias is not None:  # refused with the other checks' order (the op takes no bias)
+        _plan_grouped(a, b, offs, bias, out_dtype)
+    result = CALL.call("grouped_mm", _run_grouped, _check_grouped, (a, b, offs), out_dtype)
+    return _require("cupy").from_dlpack(result) if cupy_in else result
+
+
+def _check_grouped(a: Any, b: Any, offs: Any, out_dtype: Any) -> None:
+    _plan_grouped(a, b, offs, None, out_dtype)
+
+
+def scaled_grouped_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, *, offs: Any = None,
+                      bias: Any = None, out_dtype: Any = None) -> Any:
+    """``grouped_mm`` of fp8 e4m3 operands with row-wise fp32 scales, torch._scaled_grouped_mm's
+    semantics: 2-D ``a [T, K]`` row-major, 3-D ``b [G, K, N]`` column-major (K contiguous),
+    ``scale_a [T]``, ``scale_b [G, N]``; or 3-D ``a [G, M, K]``, 2-D ``b [K, N_total]``,
+    ``scale_a [G, M]``, ``scale_b [N_total]``; ``offs`` as grouped_mm's; out bf16 (default),
+    fp16 or fp32.  Each group's product is scaled per row and column, as scaled_mm's
+    (docs/guide/matmul.md, "Grouped GEMM")."""
+    (a, b, scale_a, scale_b, offs, bias), cupy_in = _torch_args(
+        "scaled_grouped_mm", dict(a=a, b=b, scale_a=scale_a, scale_b=scale_b, offs=offs,
+                                  bias=bias), ("a", "b", "scale_a", "scale_b"))
+    if bias is not None:
+        _plan_grouped(a, b, offs, bias, out_dtype, scales=(scale_a, scale_b))
+    result = CALL.call("scaled_grouped_mm", _run_scaled_grouped, _check_scaled_grouped,
+                       (a, b, scale_a, scale_b, offs), out_dtype)
+    return _require("cupy").from_dlpack(result) if cupy_in else result
+
+
+def _run_scaled_grouped(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any,
+                        out_dtype: Any) -> Any:
+    return _run_grouped(a, b, offs, out_dtype, (scale_a, scale_b))
+
+
+def _check_scaled_grouped(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any,
+                          out_dtype: Any) -> None:
+    _plan_grouped(a, b, offs, None, out_dtype, scales=(scale_a, scale_b))

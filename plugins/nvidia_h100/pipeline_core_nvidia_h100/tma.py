@@ -53,9 +53,10 @@ def encode_tiled_2d(address: int, rows: int, cols: int, box_rows: int, box_cols:
     scalar of 128 bytes.  Boxes reaching
     past the array are zero-filled (loads) or clipped (stores).  ``batch`` > 1: a 3-D map of
     that many such arrays, ``batch_stride`` elements apart, read one batch deep (a batched
-    matmul's operand)."""
+    matmul's operand); a ``batch`` of 1 with a ``batch_stride`` is a 3-D map too (a grouped
+    GEMM's operand of one group, which its kernel reads as every group, at a batch)."""
     np = _require("numpy")
-    rank = 3 if batch > 1 else 2
+    rank = 3 if batch > 1 or batch_stride else 2
     out = (ctypes.c_uint64 * 16)()
     elem = DTYPE_BYTES[dtype]
     dims = (ctypes.c_uint64 * rank)(cols, rows, *((batch,) if rank == 3 else ()))

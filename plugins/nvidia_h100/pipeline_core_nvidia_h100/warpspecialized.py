@@ -84,8 +84,23 @@ DTYPE_WGMMA_K = {"bf16": 16, "fp16": 16, "e4m3": 32}
 #: (torch._scaled_mm's per-tensor and row-wise scales), before the bias.
 SCALES = ("none", "tensor", "row")
 #: Which operands carry a batch dimension (``-p batch``, a batched matmul): each such operand is
-#: read through a 3-D tensor map at batch ``blockIdx.z``; the output always has one.
-BATCHES = ("none", "a", "b", "ab")
+#: read through a 3-D tensor map at batch ``blockIdx.z``; the output always has one.  The grouped
+#: kinds (:data:`GROUPED`) are grouped_mm's instead.
+BATCHES = ("none", "a", "b", "ab", "grouped", "grouped_n")
+#: ``-p batch`` of a grouped GEMM (grouped_mm, a mixture of experts' GEMMs in one launch; docs/
+#: guide/matmul.md, "Grouped GEMM"): the groups' ends ``offs`` split a jagged dimension, read on
+#: the device by the tile scheduler (``kit.tiles.jagged_tile_loop``).  ``grouped``: A's rows
+#: (A [sum M_g, K], B one [K, N] per group through a 3-D map at the tile's group, C [sum M_g, N]);
+#: ``grouped_n``: B's columns (B [K, sum N_g], A one [M, K] per group, C [M, sum N_g]).  The
+#: stores are clipped to the tile's group, so they are direct (a TMA box would write into the
+#: next group's rows).
+GROUPED = ("grouped", "grouped_n")
+#: The most groups a grouped kernel takes: every CTA keeps the groups' table (each group's first
+#: output tile and end, ``gemm_grouped_h100.cuh``) in static shared memory.
+MAX_GROUPS = 1024
+#: the table's bytes: MAX_GROUPS + 1 tile prefixes and MAX_GROUPS ends, int32, in whole KB (the
+#: dynamic shared memory after it starts 1024-byte aligned)
+GROUP_TABLE_BYTES = -(-(2 * MAX_GROUPS + 1) * 4 // 1024) * 1024
 MAJORS = ("k", "mn")
 OUT_DTYPES = ("bf16", "fp16", "fp32")
 BIASES = ("none", "bf16", "fp16", "fp32")
@@ -166,7 +181,9 @@ def describe_variant(v: GemmVariant) -> str:
             f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}"
             + (", split-K" if v.split_k else "")
             + (f", scale {v.scale}" if v.scale != "none" else "")
-            + (f", batched {v.batch}" if v.batch != "none" else "")
+            + (f", batched {v.batch}" if v.batch not in ("none", *GROUPED) else "")
+            + (f", grouped along {'N' if v.batch == 'grouped_n' else 'M'} (offs)"
+               if v.batch in GROUPED else "")
             + (", TMA store" if v.store == "tma" else "")
             + (", ping-pong" if v.pingpong else "")
             + (f", cluster {v.cluster} (B multicast)" if v.cluster > 1 else ""))
@@ -265,6 +282,11 @@ class WsGeometry:
             which = "a_major" if v.a_major == "mn" else "b_major"
             raise bad(which, "fp8 wgmma reads both operands K-major (no transpose mode for "
                              "e4m3): -p a_major=k -p b_major=k")
+        if v.batch in GROUPED and (v.split_k or v.store == "tma"):
+            raise bad("split_k" if v.split_k else "store",
+                      f"{'true' if v.split_k else 'tma'} with -p batch={v.batch}: a grouped "
+                      "kernel's tiles are its groups' (no K split), stored directly and clipped "
+                      "to their group: -p split_k=false -p store=direct")
         if v.batch != "none" and v.split_k:
             raise bad("split_k", "a batched kernel (-p batch) runs the batch on grid z and "
                                  "does not split K: -p split_k=false")
@@ -352,6 +374,11 @@ class WsGeometry:
                                    f"tile must hold a multiple of {STORE_BUFFERS} of them (-p "
                                    f"BN a multiple of {cols * STORE_BUFFERS}, or pass -p "
                                    "store=direct)")
+        if v.batch in GROUPED and self.smem_bytes + GROUP_TABLE_BYTES > H100_SXM.smem_per_cta_optin:
+            raise ProgramError(f"{who}: -T stages: {self.stages} stages need {self.smem_bytes} "
+                               f"bytes of shared memory and the groups' table {GROUP_TABLE_BYTES}"
+                               f" more, over the {H100_SXM.smem_per_cta_optin} a CTA may use; "
+                               f"pass -T stages={self.stages - 1}")
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"{who}: -T stages: {self.stages} stages of {self.stage_bytes} "
                                f"bytes (the BM x BK and BN x BK tiles) need {self.smem_bytes} bytes of shared memory, over the "
@@ -406,7 +433,9 @@ PARAMS = (
                                 "tensor (scale_a[0] * scale_b[0]) or row (scale_a[row] * "
                                 "scale_b[col]), as torch._scaled_mm", choices=SCALES),
     Param("batch", str, "none", "batched matmul: the operands with a batch dimension "
-                                "(3-D tensor maps, grid z the batch)", choices=BATCHES),
+                                "(3-D tensor maps, grid z the batch); grouped / grouped_n: "
+                                "grouped_mm's groups along M / N, read from offs on the device",
+          choices=BATCHES),
     Param("store", str, "direct", "the epilogue's store: direct (each thread to global "
                                   "memory) or tma (sub-tiles through shared-memory staging "
                                   "buffers by TMA stores that overlap the next tile)",

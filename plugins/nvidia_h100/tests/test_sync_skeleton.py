@@ -25,7 +25,8 @@ CLUSTER = {"cluster": "2", "tails": "true"}
 ONE = {"consumers": "1", "BM": "64", "consumer_registers": "240"}
 #: label -> -p parameters, -T stages (None: the target's) and -O watchdog: every variant the
 #: emitter tests of this plugin emit (test_emit_wgmma_sass, test_pingpong_gemm, test_tma_store,
-#: test_split_k_proof, test_cluster_h100, test_scaled_batched_call, test_autotune)
+#: test_split_k_proof, test_cluster_h100, test_scaled_batched_call, test_autotune,
+#: test_grouped_mm)
 VARIANTS: dict[str, tuple[dict[str, str], str | None, int | None]] = {
     "default": ({}, None, None),
     "default s3": ({}, "3", None),
@@ -60,6 +61,10 @@ VARIANTS: dict[str, tuple[dict[str, str], str | None, int | None]] = {
                                                        split_k=True),
         "bf16 batched ab": GemmVariant(tails=True, b_major="mn", batch="ab"),
         "fp16 batched b": GemmVariant(dtype="fp16", tails=True, batch="b", out_dtype="fp32"),
+        # grouped_mm's kernels (test_grouped_mm): the device tile scheduler over the groups
+        "bf16 grouped": GemmVariant(tails=True, batch="grouped"),
+        "e4m3 grouped_n row-scaled": GemmVariant(dtype="e4m3", tails=True, scale="row",
+                                                 batch="grouped_n"),
     }.items()},
     # an autotuned candidate's geometry (test_autotune)
     "call tuned 64x128 s3 1 consumer": (

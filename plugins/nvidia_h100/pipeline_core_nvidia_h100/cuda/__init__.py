@@ -71,3 +71,15 @@ def gemm_wgmma_header_source() -> str:
     """The text of ``gemm_wgmma_h100.cuh`` (paste it after
     :func:`gemm_scale_batch_header_source`)."""
     return resources.files(__name__).joinpath(GEMM_WGMMA_HEADER_NAME).read_text(encoding="utf-8")
+
+
+#: The grouped GEMM's device tile scheduler (the groups' table from ``offs``, a tile's group and
+#: place, the operands' loads at the tile's group); pasted after GEMM_WGMMA_HEADER_NAME, only into
+#: a grouped kernel (``-p batch=grouped`` / ``grouped_n``).
+GEMM_GROUPED_HEADER_NAME = "gemm_grouped_h100.cuh"
+
+
+def gemm_grouped_header_source() -> str:
+    """The text of ``gemm_grouped_h100.cuh`` (paste it after :func:`gemm_wgmma_header_source`)."""
+    return resources.files(__name__).joinpath(GEMM_GROUPED_HEADER_NAME).read_text(
+        encoding="utf-8")

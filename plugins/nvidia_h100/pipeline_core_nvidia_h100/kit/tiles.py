@@ -89,3 +89,32 @@ def linear_tile_loop(counts: tuple[str, ...]) -> DeviceTileLoop:
                           "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, "
                           "rb += KT) {"))
     return DeviceTileLoop(counts=counts, producer=loop, consumers=loop)
+
+
+def jagged_tile_loop(max_groups: int, along_n: bool = False) -> DeviceTileLoop:
+    """grouped_mm's tile scheduler (the grouped GEMM, ``-p batch=grouped``; not the raster's
+    ``GROUP_M`` groups of M tiles): the groups' sizes are on the device only (``offs``, their
+    cumulative ends along the jagged dimension: M, or N when ``along_n``), so every CTA's warp 0
+    writes the groups' table (each group's first output tile and end, at most ``max_groups``
+    groups, in static shared memory) before the start barrier, and every role maps its linear
+    tile index ``blockIdx.x``, ``+ gridDim.x``, ... to (group, M tile, N tile) through it the
+    same way (``pcgc::group_tile``, the grouped raster within a group), its rings running on
+    across tiles (``rb``).  The tile count ``TILES`` is the table's last entry, read after the
+    barrier: the loop ends when the index passes it.  Each tile's body has its group
+    (``group``), its first row and column (``row0``, ``col0``: A's or B's row of the loads, C's
+    corner) and where its stores stop (``m_end``, ``n_end``: the group's end, or the matrix's)."""
+    block, extent, across = ("BN", "n", "M / BM") if along_n else ("BM", "m", "N / BN")
+    counts = (f"__shared__ int group_first[{max_groups} + 1], group_ends[{max_groups}];  "
+              "// the groups' table",
+              f"pcgc::group_table<{block}>(group_first, group_ends, offs, groups, {extent}, "
+              f"{across});  // warp 0, before the start barrier",
+              "const int KT = K / BK;")
+    loop = TileLoop(
+        head=("int rb = 0;  // K tiles this CTA's ring has served before this output tile",
+              "int group = 0;  // the tile's group: a cursor, as the CTA's tile indices only grow",
+              "const int TILES = group_first[groups];  // every group's output tiles",
+              "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT) {"),
+        tile=("int row0, col0, m_end, n_end;  // the tile's corner; where its stores stop",
+              f"pcgc::group_tile<{str(along_n).lower()}, BM, BN>(tile, group_first, group_ends, "
+              f"{across}, GROUP_M, m, n, group, row0, col0, m_end, n_end);"))
+    return DeviceTileLoop(counts=counts, producer=loop, consumers=attrs.evolve(loop, nested=False))

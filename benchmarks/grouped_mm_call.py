@@ -1,0 +1,506 @@
+"""``grouped_mm`` / ``scaled_grouped_mm`` on the GPU: correctness, then timing against torch.
+
+  python3 benchmarks/grouped_mm_call.py [--cases 120] [--fp8-cases 24] [--out DIR]
+  python3 benchmarks/grouped_mm_call.py --dry-run      # the cases drawn and planned, no GPU
+
+1. Correctness (METHOD.md), fresh random inputs each case, NaN-poisoned outputs, an fp32
+   reference per group: CASES random grouped GEMMs (G from 1 to 128; uneven token counts with
+   empty groups and groups smaller than a tile; K, N from the MoE configurations and small
+   sizes, multiples of 8; bf16 / fp16 in, the input's type or fp32 out; B K- or N-contiguous;
+   2-D x 3-D, 3-D x 2-D with offs along N, 3-D x 3-D), each also run through
+   ``torch._grouped_mm`` where it takes it (its error beside ours); rows past offs[-1] must stay
+   unwritten.  FP8_CASES fp8 row-scaled ones against the dequantized reference.  Then a CUDA
+   graph captured once and replayed with other group sizes written into ``offs`` (the kernel
+   reads them on the device), and ``torch.compile(fullgraph=True)`` through the op.
+2. Timing: Mixtral-like (8 experts, hidden 4096, FFN 14336, 16k tokens), DeepSeek-like (64 and
+   256 experts, hidden 7168, FFN 2048, 32k tokens), Qwen3-30B-like (128 experts, hidden 2048,
+   FFN 768, 64k tokens), up and down projections, tokens from a fixed-seed skewed multinomial
+   over the experts; against ``torch._grouped_mm`` (bf16) and ``torch._scaled_grouped_mm``
+   (fp8 row-wise): CUDA-event medians after warm-up, interleaved rounds with the order rotated,
+   per-round ratios, TFLOPS.
+Every result is one JSON line on stdout (and in --out/results.jsonl); a table closes the output.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+
+# the fp8 benchmark beside this script puts the checkout's plugins on the path and holds the
+# timing loop's import, the relative error and the parallel prebuild this script shares
+from matmul_fp8_call import interleaved, prebuild, ratios, rel  # noqa: E402
+
+GROUPS = (1, 2, 3, 4, 7, 8, 16, 32, 64, 128)
+#: K and N: the MoE layers' (hidden, FFN) and small sizes, every one a multiple of 8 (TMA's
+#: 16-byte rows, which torch._grouped_mm asks of its operands too)
+KN = (8, 24, 64, 72, 128, 200, 256, 768, 1000, 2048, 4096)
+#: one group's tokens: empty, under a tile (128 rows), about one, several
+ROWS = (0, 0, 1, 5, 63, 100, 127, 128, 129, 250, 600)
+KINDS = ("2d3d",) * 6 + ("3d2d", "3d3d")
+TOL = {"bf16": 1.5e-2, "fp16": 4e-3, "fp32": 2e-3}
+#: (name, experts, hidden, FFN, tokens)
+CONFIGS = (("mixtral", 8, 4096, 14336, 16384), ("deepseek-64", 64, 7168, 2048, 32768),
+           ("deepseek-256", 256, 7168, 2048, 32768), ("qwen3-30b", 128, 2048, 768, 65536))
+
+LINES: list[dict] = []
+
+
+def emit(record: dict) -> None:
+    LINES.append(record)
+    print(json.dumps(record), flush=True)
+
+
+def draw_cases(n, seed=3501):
+    """Random cases (kind, G, group sizes, K, N, dtype, out dtype, B K-contiguous), no torch:
+    first the edge cases (one group, every group empty, one token, all past one tile)."""
+    rng = random.Random(seed)
+    cases = [("2d3d", 1, (300,), 64, 72, "bf16", "bf16", True),
+             ("2d3d", 4, (0, 0, 0, 0), 64, 72, "bf16", "bf16", True),
+             ("2d3d", 128, tuple(rng.choice((0, 1, 2)) for _ in range(128)), 256, 256, "bf16",
+              "bf16", True),
+             ("2d3d", 3, (0, 1, 0), 128, 8, "fp16", "fp32", False),
+             ("3d2d", 5, (7, 0, 256, 1, 300), 64, 96, "bf16", "bf16", True)]
+    while len(cases) < n:
+        kind = rng.choice(KINDS)
+        g = rng.choice(GROUPS)
+        sizes = tuple(rng.choice(ROWS) for _ in range(g))
+        dt = rng.choice(("bf16", "fp16"))
+        # b [K, sum N_g] N-contiguous needs 16-byte rows (torch's rule too): else K-contiguous
+        kmajor = rng.random() < 0.7 or (kind == "3d2d" and sum(sizes) % 8 != 0)
+        cases.append((kind, g, sizes, rng.choice(KN), rng.choice(KN), dt,
+                       rng.choice((dt, dt, "fp32")), kmajor))
+    return cases
+
+
+def draw_fp8(n, seed=3502):
+    rng = random.Random(seed)
+    cases = [("2d3d", 8, (100, 0, 1, 300, 128, 129, 5, 0), 256, 512)]
+    while len(cases) < n:
+        g = rng.choice(GROUPS[:8])
+        k = rng.choice((128, 256, 768, 2048))  # fp8 K: multiples of 16
+        cases.append((rng.choice(("2d3d", "2d3d", "3d2d")), g,
+                      tuple(rng.choice(ROWS) for _ in range(g)), k, rng.choice((16, 128, 768))))
+    return cases
+
+
+def skewed_counts(experts, tokens, seed):
+    """Tokens per expert from a fixed-seed multinomial over skewed expert weights (a router's
+    uneven load: some experts several times the mean, some near none)."""
+    rng = random.Random(seed)
+    weights = [rng.gammavariate(2.0, 1.0) for _ in range(experts)]
+    counts = [0] * experts
+    for e in rng.choices(range(experts), weights, k=tokens):
+        counts[e] += 1
+    return counts
+
+
+def _ends(sizes):
+    out, total = [], 0
+    for s in sizes:
+        total += s
+        out.append(total)
+    return out
+
+
+# --- the cases' tensors ---------------------------------------------------------------------------
+
+def tdt(torch, name):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+            "e4m3": torch.float8_e4m3fn}[name]
+
+
+def case_tensors(torch, case, device="cuda"):
+    """a, b, offs (None for 3-D x 3-D) of a case; b K-contiguous (a model's weights [G, N, K]
+    transposed) or N-contiguous."""
+    kind, g, sizes, k, n, dt, _, b_kmajor = case
+    dtype = tdt(torch, dt)
+
+    def mat(batch, rows, cols, kmajor):  # [.., rows=K, cols] with K contiguous or not
+        shape = (*batch, cols, rows) if kmajor else (*batch, rows, cols)
+        return torch.randn(shape, device=device).to(dtype).transpose(-2, -1) if kmajor else \
+            torch.randn(shape, device=device).to(dtype)
+
+    total = sum(sizes)
+    offs = torch.tensor(_ends(sizes), dtype=torch.int32, device=device)
+    if kind == "2d3d":
+        return torch.randn(total, k, device=device).to(dtype), mat((g,), k, n, b_kmajor), offs
+    if kind == "3d2d":
+        return torch.randn(g, n, k, device=device).to(dtype), mat((), k, total, b_kmajor), offs
+    return (torch.randn(g, max(total // max(g, 1), 1), k, device=device).to(dtype),
+            mat((g,), k, n, b_kmajor), None)
+
+
+def reference(torch, a, b, offs_list, kind):
+    """The fp32 product, group by group (rows past the last group: NaN, never compared)."""
+    if kind == "3d3d":
+        return torch.bmm(a.float(), b.float())
+    if kind == "2d3d":
+        ref = torch.full((a.shape[0], b.shape[-1]), float("nan"), device=a.device)
+        begin = 0
+        for g, end in enumerate(offs_list):
+            ref[begin:end] = a[begin:end].float() @ b[g].float()
+            begin = end
+        return ref
+    ref = torch.full((a.shape[1], b.shape[1]), float("nan"), device=a.device)
+    begin = 0
+    for g, end in enumerate(offs_list):
+        ref[:, begin:end] = a[g].float() @ b[:, begin:end].float()
+        begin = end
+    return ref
+
+
+def launch_into(torch, a, b, offs, out, out_dtype, scales=None):
+    """The call's own plan, recipe and launch, into ``out`` (NaN-poisoned by the caller): what
+    grouped_mm runs, without its allocation."""
+    from pipeline_core_nvidia_h100 import matmul_call as mc
+    device = torch.cuda.current_device()
+    stream = torch.cuda.current_stream().cuda_stream
+    plan = mc._plan_grouped(a, b, offs, None, out_dtype, mc.sm_count(device), scales)
+    r = mc._recipe(a, b, None, None, out_dtype, None, plan, device, stream, scales=scales)
+    more = () if scales is None else scales
+    mc.CALL.launch(r, (r, a.data_ptr(), b.data_ptr(), out.data_ptr(), offs.data_ptr(),
+                       *(x.data_ptr() for x in more)), (a, b, None, out, *more, offs))
+    return plan
+
+
+# --- correctness ----------------------------------------------------------------------------------
+
+def correctness(torch, cases):
+    from pipeline_core_nvidia_h100 import grouped_mm
+    failures, table = 0, {}
+    for i, case in enumerate(cases):
+        kind, g, sizes, k, n, dt, out_name, b_kmajor = case
+        a, b, offs = case_tensors(torch, case)
+        od = tdt(torch, out_name)
+        ends = _ends(sizes)
+        ref = reference(torch, a, b, ends, kind)
+        pub = grouped_mm(a, b, offs=offs, out_dtype=od)
+        if kind == "3d3d":
+            out, unwritten, past = pub, 0, 0
+            err = rel(torch, pub, ref)
+            same = True
+        else:
+            out = torch.empty_strided(tuple(pub.shape), pub.stride(), device="cuda",
+                                      dtype=od).fill_(float("nan"))  # the call's layout
+            if 0 not in out.shape and k > 0 and g > 0:
+                launch_into(torch, a, b, offs, out, od)
+            elif k == 0:
+                out.zero_()
+            torch.cuda.synchronize()
+            mask = ~torch.isnan(ref)
+            unwritten = int((torch.isnan(out.float()) & mask).sum())
+            past = int((~torch.isnan(out.float()) & ~mask).sum())  # written past the groups
+            err = rel(torch, torch.where(mask, out.float(), 0), torch.where(mask, ref, 0))
+            same = bool(torch.equal(torch.where(mask, pub.float(), 0),
+                                    torch.where(mask, out.float(), 0)))
+        theirs = "not run"
+        if True:  # torch's own error on the same reference, where it takes the case
+            try:
+                t = torch._grouped_mm(a, b, offs=offs, out_dtype=od)
+                mask = ~torch.isnan(ref)
+                theirs = rel(torch, torch.where(mask, t.float(), 0), torch.where(mask, ref, 0))
+            except Exception as exc:  # noqa: BLE001  (a combination torch does not take)
+                theirs = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        ok = unwritten == 0 and past == 0 and err < TOL[out_name] and same
+        failures += not ok
+        emit({"kind": "case", "i": i, "shape": kind, "G": g, "tokens": sum(sizes),
+              "empty_groups": sizes.count(0), "small_groups": sum(0 < s < 128 for s in sizes),
+              "K": k, "N": n, "dtype": dt, "out": out_name, "b": "k" if b_kmajor else "n",
+              "rel_err": err, "torch_grouped_mm_rel_err": theirs, "unwritten": unwritten,
+              "written_past_groups": past, "public_equal": same, "ok": ok})
+        row = table.setdefault(f"{kind} {dt}->{out_name}", {"cases": 0, "ok": 0, "max": 0.0})
+        row["cases"] += 1
+        row["ok"] += ok
+        row["max"] = max(row["max"], err)
+    for key, row in sorted(table.items()):
+        emit({"kind": "table", "what": key, "cases": row["cases"], "ok": row["ok"],
+              "max_rel_err": row["max"]})
+    return failures
+
+
+def fp8_tensors(torch, case, device="cuda"):
+    kind, g, sizes, k, n = case
+    total = sum(sizes)
+    f8 = torch.float8_e4m3fn
+    offs = torch.tensor(_ends(sizes), dtype=torch.int32, device=device)
+    if kind == "2d3d":
+        a = (torch.randn(total, k, device=device) * 2).to(f8)
+        b = (torch.randn(g, n, k, device=device) * 2).to(f8).transpose(-2, -1)
+        sa, sb = torch.rand(total, device=device) + 0.5, torch.rand(g, n, device=device) + 0.5
+    else:
+        a = (torch.randn(g, n, k, device=device) * 2).to(f8)
+        b = (torch.randn(total, k, device=device) * 2).to(f8).t()
+        sa, sb = torch.rand(g, n, device=device) + 0.5, torch.rand(total, device=device) + 0.5
+    return a, b, sa, sb, offs
+
+
+def fp8_correctness(torch, cases):
+    from pipeline_core_nvidia_h100 import scaled_grouped_mm
+    failures = 0
+    for i, case in enumerate(cases):
+        kind, g, sizes, k, n = case
+        a, b, sa, sb, offs = fp8_tensors(torch, case)
+        ends = _ends(sizes)
+        if kind == "2d3d":
+            ref = reference(torch, a.float() * sa[:, None], b.float() * sb[:, None, :], ends,
+                            kind)
+        else:
+            ref = reference(torch, a.float() * sa[:, :, None], b.float() * sb[None, :], ends,
+                            kind)
+        pub = scaled_grouped_mm(a, b, sa, sb, offs=offs)
+        out = torch.empty_strided(tuple(pub.shape), pub.stride(), device="cuda",
+                                  dtype=torch.bfloat16).fill_(float("nan"))
+        if 0 not in out.shape:
+            launch_into(torch, a, b, offs, out, torch.bfloat16, (sa, sb))
+        torch.cuda.synchronize()
+        mask = ~torch.isnan(ref)
+        unwritten = int((torch.isnan(out.float()) & mask).sum())
+        err = rel(torch, torch.where(mask, out.float(), 0), torch.where(mask, ref, 0))
+        try:
+            t = torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16)
+            theirs = rel(torch, torch.where(mask, t.float(), 0), torch.where(mask, ref, 0))
+        except Exception as exc:  # noqa: BLE001
+            theirs = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        ok = unwritten == 0 and err < TOL["bf16"]
+        failures += not ok
+        emit({"kind": "fp8-case", "i": i, "shape": kind, "G": g, "tokens": sum(sizes), "K": k,
+              "N": n, "rel_err": err, "torch_scaled_grouped_mm_rel_err": theirs,
+              "unwritten": unwritten, "ok": ok})
+    return failures
+
+
+def graph_and_compile(torch):
+    """A CUDA graph captured once, replayed with other group sizes in ``offs`` (same tokens);
+    torch.compile(fullgraph=True) through the op."""
+    from pipeline_core_nvidia_h100 import grouped_mm
+    g, k, n = 8, 256, 512
+    first, second = [100, 0, 3, 400, 128, 1, 250, 142], [0, 512, 0, 0, 1, 7, 300, 204]
+    a = torch.randn(sum(first), k, device="cuda").to(torch.bfloat16)
+    b = torch.randn(g, n, k, device="cuda").to(torch.bfloat16).transpose(-2, -1)
+    offs = torch.tensor(_ends(first), dtype=torch.int32, device="cuda")
+    grouped_mm(a, b, offs=offs)  # warm (build) outside the capture
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        grouped_mm(a, b, offs=offs)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            y = grouped_mm(a, b, offs=offs)
+    torch.cuda.current_stream().wait_stream(side)
+    for sizes in (first, second):
+        offs.copy_(torch.tensor(_ends(sizes), dtype=torch.int32, device="cuda"))
+        a.copy_(torch.randn(sum(first), k, device="cuda").to(torch.bfloat16))
+        graph.replay()
+        torch.cuda.synchronize()
+        err = rel(torch, y.float(), reference(torch, a, b, _ends(sizes), "2d3d"))
+        emit({"kind": "graph-replay", "sizes": sizes, "rel_err": err, "ok": err < TOL["bf16"]})
+    f = torch.compile(lambda x, w, o: grouped_mm(x, w, offs=o, out_dtype=torch.float32) * 2,
+                      fullgraph=True)
+    z = f(a, b, offs)
+    err = rel(torch, z, 2 * reference(torch, a, b, _ends(second), "2d3d"))
+    emit({"kind": "torch-compile", "fullgraph": True, "rel_err": err, "ok": err < TOL["fp32"]})
+
+
+# --- timing ---------------------------------------------------------------------------------------
+
+def timing(torch, rounds=7, reps=20, fp8=True):
+    from pipeline_core_nvidia_h100 import grouped_mm, matmul_call, scaled_grouped_mm
+    summary = []
+    for name, experts, hidden, ffn, tokens in CONFIGS:
+        counts = skewed_counts(experts, tokens, seed=35)
+        offs = torch.tensor(_ends(counts), dtype=torch.int32, device="cuda")
+        for proj, k, n in (("up", hidden, ffn), ("down", ffn, hidden)):
+            a = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
+            w = torch.randn(experts, n, k, device="cuda").to(torch.bfloat16)
+            b = w.transpose(-2, -1)  # [G, K, N], K contiguous: a model's weights
+            impls = {"ours": lambda: grouped_mm(a, b, offs=offs),
+                     "torch._grouped_mm": lambda: torch._grouped_mm(a, b, offs=offs)}
+            kinds = [("bf16", impls)]
+            if fp8:
+                a8 = (a.float() * 0.5).to(torch.float8_e4m3fn)
+                b8 = (w.float() * 0.5).to(torch.float8_e4m3fn).transpose(-2, -1)
+                sa = torch.rand(tokens, device="cuda") + 0.5
+                sb = torch.rand(experts, n, device="cuda") + 0.5
+                kinds.append(("fp8 row-wise", {
+                    "ours": lambda: scaled_grouped_mm(a8, b8, sa, sb, offs=offs),
+                    "torch._scaled_grouped_mm": lambda: torch._scaled_grouped_mm(
+                        a8, b8, sa, sb, offs=offs, out_dtype=torch.bfloat16)}))
+            for what, fns in kinds:
+                peer = next(x for x in fns if x != "ours")
+                outs = {x: fn() for x, fn in fns.items()}
+                torch.cuda.synchronize()
+                agree = rel(torch, outs["ours"].float(), outs[peer].float())
+                del outs
+                per = interleaved(torch, fns, rounds, reps)
+                flop = 2.0 * tokens * k * n
+                plan = matmul_call._plan_grouped(a8 if what != "bf16" else a,
+                                                 b8 if what != "bf16" else b, offs, None, None,
+                                                 matmul_call.sm_count(0),
+                                                 (sa, sb) if what != "bf16" else None)
+                rec = {"kind": "timing", "config": name, "proj": proj, "what": what,
+                       "experts": experts, "tokens": tokens, "K": k, "N": n,
+                       "min_max_tokens": [min(counts), max(counts)], "rounds": rounds,
+                       "grid": plan.grid, "rel_diff_to_peer": agree}
+                for x in fns:
+                    med = statistics.median(per[x])
+                    rec[x] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
+                rec[f"ours/{peer}"] = ratios(per, "ours", peer)
+                emit(rec)
+                summary.append(rec)
+            del a, w, b
+    return summary
+
+
+# --- planning without torch: the dry run and the prebuild -----------------------------------------
+
+def _info(shape, strides, dtype):
+    from pipeline_core_nvidia_h100.gemm_call import TensorInfo
+    return TensorInfo(shape=tuple(shape), strides=tuple(strides), dtype=dtype)
+
+
+def _contiguous(shape):
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.insert(0, step)
+        step *= max(d, 1)
+    return tuple(strides)
+
+
+def plan_without_torch(case, sms=132):
+    """A case's plan from its shapes alone (the tensors case_tensors makes)."""
+    from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped
+    kind, g, sizes, k, n, dt, out_name, b_kmajor = case
+    total = sum(sizes)
+
+    def mat(batch, rows, cols, kmajor):
+        if kmajor:  # [.., cols, rows] contiguous, transposed
+            s = _contiguous((*batch, cols, rows))
+            return _info((*batch, rows, cols), (*s[:-2], s[-1], s[-2]), dt)
+        return _info((*batch, rows, cols), _contiguous((*batch, rows, cols)), dt)
+
+    offs = _info((g,), (1,), "int32")
+    if kind == "2d3d":
+        a, b = _info((total, k), _contiguous((total, k)), dt), mat((g,), k, n, b_kmajor)
+    elif kind == "3d2d":
+        a, b = _info((g, n, k), _contiguous((g, n, k)), dt), mat((), k, total, b_kmajor)
+    else:
+        m = max(total // max(g, 1), 1)
+        a, b, offs = _info((g, m, k), _contiguous((g, m, k)), dt), mat((g,), k, n, b_kmajor), None
+    return plan_grouped(a, b, offs, out_dtype=out_name, sms=sms)
+
+
+def fp8_plan_without_torch(case, sms=132):
+    from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped
+    kind, g, sizes, k, n = case
+    total = sum(sizes)
+    offs = _info((g,), (1,), "int32")
+    if kind == "2d3d":
+        a = _info((total, k), _contiguous((total, k)), "e4m3")
+        b = _info((g, k, n), (n * k, 1, k), "e4m3")
+        scales = (_info((total,), (1,), "fp32"), _info((g, n), (n, 1), "fp32"))
+    else:
+        a = _info((g, n, k), _contiguous((g, n, k)), "e4m3")
+        b = _info((k, total), (1, k), "e4m3")
+        scales = (_info((g, n), (n, 1), "fp32"), _info((total,), (1,), "fp32"))
+    return plan_grouped(a, b, offs, sms=sms, scales=scales)
+
+
+def timing_plans(sms=132):
+    from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped
+    found = []
+    for _, experts, hidden, ffn, tokens in CONFIGS:
+        for k, n in ((hidden, ffn), (ffn, hidden)):
+            offs = _info((experts,), (1,), "int32")
+            for dt in ("bf16", "e4m3"):
+                scales = None if dt == "bf16" else (_info((tokens,), (1,), "fp32"),
+                                                    _info((experts, n), (n, 1), "fp32"))
+                found.append(plan_grouped(_info((tokens, k), (k, 1), dt),
+                                          _info((experts, k, n), (n * k, 1, k), dt), offs,
+                                          sms=sms, scales=scales))
+    return found
+
+
+def dry_run(cases, fp8):
+    """The drawn cases, planned (every check, no GPU): what the GPU run will launch."""
+    from pipeline_core_nvidia_h100.warpspecialized import describe_variant
+    variants: dict = {}
+    for case in cases:
+        p = plan_without_torch(case)
+        variants.setdefault(p.variant, 0)
+        variants[p.variant] += 1
+    for case in fp8:
+        p = fp8_plan_without_torch(case)
+        variants.setdefault(p.variant, 0)
+        variants[p.variant] += 1
+    for p in timing_plans():
+        variants.setdefault(p.variant, 0)
+    groups = [c[1] for c in cases]
+    sizes = [s for c in cases for s in c[2]]
+    emit({"kind": "dry-run", "cases": len(cases), "fp8_cases": len(fp8),
+          "shapes": {k: sum(c[0] == k for c in cases) for k in sorted(set(KINDS))},
+          "G_min_max": [min(groups), max(groups)], "groups": len(sizes),
+          "empty_groups": sizes.count(0), "groups_under_a_tile": sum(0 < s < 128 for s in sizes),
+          "variants": len(variants)})
+    for v, count in sorted(variants.items(), key=lambda x: repr(x[0])):
+        emit({"kind": "variant", "cases": count, "variant": describe_variant(v)})
+    for name, experts, hidden, ffn, tokens in CONFIGS:
+        counts = skewed_counts(experts, tokens, seed=35)
+        emit({"kind": "config", "config": name, "experts": experts, "tokens": tokens,
+              "min_max_mean_tokens": [min(counts), max(counts), tokens // experts],
+              "empty": counts.count(0)})
+    return variants
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dry-run", action="store_true",
+                    help="draw and plan the cases (every check), no GPU, no torch")
+    ap.add_argument("--cases", type=int, default=120)
+    ap.add_argument("--no-fp8", action="store_true", help="bf16 only (no scaled_grouped_mm)")
+    ap.add_argument("--fp8-cases", type=int, default=24)
+    ap.add_argument("--skip-timing", action="store_true")
+    ap.add_argument("--prebuild-only", action="store_true",
+                    help="build every variant's cubin into the disk cache (no GPU needed)")
+    ap.add_argument("--out", default=None, help="folder for results.jsonl")
+    args = ap.parse_args(argv)
+    cases = draw_cases(args.cases)
+    fp8 = [] if args.no_fp8 else draw_fp8(args.fp8_cases)
+    if args.dry_run or args.prebuild_only:
+        variants = dry_run(cases, fp8)
+        if args.prebuild_only:
+            prebuild(None, sorted(variants, key=repr))
+        return 0
+    import torch
+    emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    variants = {plan_without_torch(c, sms).variant for c in cases}
+    variants |= {fp8_plan_without_torch(c, sms).variant for c in fp8}
+    variants |= {p.variant for p in timing_plans(sms)}
+    prebuild(torch, sorted(variants, key=repr))
+    failures = correctness(torch, cases)
+    failures += fp8_correctness(torch, fp8)
+    graph_and_compile(torch)
+    summary = [] if args.skip_timing else timing(torch, fp8=not args.no_fp8)
+    if args.out:
+        folder = Path(args.out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in LINES))
+    print("\n".join(map(_table_row, summary)))
+    print(f"correctness failures: {failures} of {len(cases) + len(fp8)}")
+    return 1 if failures else 0
+
+
+def _table_row(r: dict) -> str:
+    """One timing record as a line of the closing table: TFLOPS each, the per-round ratios."""
+    ratio = next(x for x in r if x.startswith("ours/"))
+    speeds = "  ".join(f"{x} {r[x]['tflops']} TF" for x in r if isinstance(r[x], dict))
+    return (f"{r['config']:13} {r['proj']:4} {r['what']:13} {speeds}  {ratio} median "
+            f"{statistics.median(r[ratio]):.3f} rounds {r[ratio]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

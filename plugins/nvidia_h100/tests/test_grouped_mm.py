@@ -1,0 +1,373 @@
+"""grouped_mm() / scaled_grouped_mm() without a GPU: torch._grouped_mm's argument checks, the
+plan (shapes, maps, variant, grid), the grouped kernels' proof, source and SASS, and the device
+tile scheduler run on the host over random groups.  The GPU half is
+benchmarks/grouped_mm_call.py (docs/guide/matmul.md, "Grouped GEMM")."""
+from __future__ import annotations
+
+import math
+import random
+import re
+import shutil
+import subprocess
+
+import pytest
+
+pytest.importorskip("pipeline_core_nvidia_h100")
+
+from pipeline_core.api import compile_named  # noqa: E402
+from pipeline_core.errors import ProgramError  # noqa: E402
+from pipeline_core.testing import run_cli  # noqa: E402
+from pipeline_core_nvidia_h100.cuda import (gemm_grouped_header_source,  # noqa: E402
+                                            header_source)
+from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma  # noqa: E402
+from pipeline_core_nvidia_h100.gemm_call import (MatmulArgumentError,  # noqa: E402
+                                                 MatmulTypeError, TensorInfo)
+from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped  # noqa: E402
+from pipeline_core_nvidia_h100.kit.tiles import jagged_tile_loop  # noqa: E402
+from pipeline_core_nvidia_h100.matmul_call import CALL_STAGES, schedule_params  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, sass_of  # noqa: E402
+from pipeline_core_nvidia_h100.warpspecialized import MAX_GROUPS, GemmVariant  # noqa: E402
+
+NVCC = shutil.which("nvcc")
+GXX = shutil.which("g++")
+
+
+def t(shape, strides=None, dtype="bf16", device="cuda:0"):
+    """A tensor description at an aligned address, contiguous unless ``strides`` are given."""
+    dense = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+    return TensorInfo(shape=tuple(shape), strides=tuple(strides or dense), dtype=dtype,
+                      ptr=4096, device=device)
+
+
+def offs(g, device="cuda:0"):
+    return t((g,), dtype="int32", device=device)
+
+
+def experts(g, k, n, dtype="bf16"):
+    """b [G, K, N] as a model holds it: weights [G, N, K] transposed (K contiguous)."""
+    return t((g, k, n), (n * k, 1, k), dtype=dtype)
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+def test_2d_by_3d_is_one_grouped_launch_over_the_tokens():
+    p = plan_grouped(t((16384, 4096)), experts(8, 4096, 14336), offs(8), sms=132)
+    assert p.variant == GemmVariant(tails=True, batch="grouped")  # bf16, both K-major, direct
+    assert (p.m, p.n, p.k, p.groups, p.out_shape, p.ldc) == (16384, 14336, 4096, 8,
+                                                             (16384, 14336), 14336)
+    assert (p.a.outer, p.a.batch) == (16384, 1)  # one 2-D map of the tokens
+    assert (p.b.major, p.b.outer, p.b.batch, p.b.batch_stride) == ("k", 14336, 8, 14336 * 4096)
+    assert (p.grid, p.splits, p.batch) == (132, 1, 1)
+    # a row-major b [G, K, N] reads N-contiguous (wgmma's transpose mode), fp32 out
+    q = plan_grouped(t((100, 64)), t((3, 64, 72)), offs(3), out_dtype="fp32")
+    assert (q.variant.b_major, q.variant.out_dtype, q.b.batch_stride) == ("mn", "fp32", 64 * 72)
+    # no SM count (a fake tensor's plan): a CTA per possible tile, each group's tail on top
+    assert q.grid == 1 * (100 // 128 + 3)
+
+
+def test_3d_by_2d_groups_the_columns():
+    p = plan_grouped(t((4, 300, 64)), t((64, 1000), (1, 64)), offs(4), sms=132)
+    assert p.variant == GemmVariant(tails=True, batch="grouped_n")
+    assert (p.m, p.n, p.out_shape, p.ldc, p.groups) == (300, 1000, (300, 1000), 1000, 4)
+    assert (p.a.batch, p.a.batch_stride, p.b.batch) == (4, 300 * 64, 1)
+
+
+def test_the_output_rows_are_padded_as_torch_pads_them():
+    # N = 7 bf16: rows of 8 elements (16 bytes), as torch's create_grouped_gemm_output_tensor
+    p = plan_grouped(t((50, 64)), experts(2, 64, 7), offs(2))
+    assert (p.out_shape, p.ldc) == ((50, 7), 8)
+    assert plan_grouped(t((50, 64)), experts(2, 64, 7), offs(2), out_dtype="fp32").ldc == 8
+
+
+def test_one_group_is_still_read_through_a_3d_map():
+    p = plan_grouped(t((10, 64)), t((1, 64, 256), (5, 256, 1)), offs(1))
+    assert (p.b.batch, p.b.batch_stride) == (1, 64 * 256)  # the size-1 stride is never stepped
+
+
+def test_3d_by_3d_without_offs_is_the_batched_matmul():
+    p = plan_grouped(t((4, 100, 64)), t((4, 64, 72)), None, sms=132)
+    assert (p.variant.batch, p.batch, p.out_shape, p.groups) == ("ab", 4, (4, 100, 72), 0)
+
+
+def test_an_empty_product_plans_no_read():
+    p = plan_grouped(t((0, 64)), experts(4, 64, 72), offs(4))
+    assert p.out_shape == (0, 72)
+    assert plan_grouped(t((10, 0)), t((4, 0, 72)), offs(4)).k == 0
+
+
+def test_scaled_grouped_takes_row_wise_scales_per_group():
+    a8, b8 = t((500, 256), dtype="e4m3"), experts(4, 256, 512, "e4m3")
+    sa, sb = t((500,), dtype="fp32"), t((4, 512), (520, 1), dtype="fp32")
+    p = plan_grouped(a8, b8, offs(4), scales=(sa, sb), sms=132)
+    assert p.variant == GemmVariant(dtype="e4m3", tails=True, scale="row", batch="grouped")
+    assert (p.scale_group, p.k_pad, p.a.box_inner) == (520, 256, 128)
+    # along N: scale_a is the grouped one
+    q = plan_grouped(t((4, 300, 128), dtype="e4m3"), t((128, 900), (1, 128), dtype="e4m3"),
+                     offs(4), scales=(t((4, 300), dtype="fp32"), t((900,), dtype="fp32")))
+    assert (q.variant.batch, q.scale_group, q.variant.out_dtype) == ("grouped_n", 300, "bf16")
+
+
+A, B, O = t((100, 64)), experts(4, 64, 72), offs(4)
+F8 = (t((100, 64), dtype="e4m3"), experts(4, 64, 72, "e4m3"))
+SCALES = (t((100,), dtype="fp32"), t((4, 72), dtype="fp32"))
+
+REFUSALS = {
+    "fp32 a": (dict(a=t((100, 64), dtype="fp32")), MatmulTypeError, "a", "a.to(torch.bfloat16)"),
+    "mixed types": (dict(b=experts(4, 64, 72, "fp16")), MatmulTypeError, "b",
+                    "b.to(torch.bfloat16)"),
+    "4-D b": (dict(b=t((2, 4, 64, 72))), MatmulArgumentError, "b", "flatten"),
+    "K mismatch": (dict(b=experts(4, 80, 72)), MatmulArgumentError, "b", "a's K=64"),
+    "bias": (dict(bias=t((72,))), MatmulArgumentError, "bias", "add it to the result"),
+    "no offs": (dict(offs=None), MatmulArgumentError, "offs", "pass offs"),
+    "offs with 3-D x 3-D": (dict(a=t((4, 100, 64))), MatmulArgumentError, "offs",
+                            "pass offs=None"),
+    "offs int64": (dict(offs=t((4,), dtype="int64")), MatmulTypeError, "offs",
+                   "offs.to(torch.int32)"),
+    "offs 2-D": (dict(offs=t((4, 1), dtype="int32")), MatmulArgumentError, "offs", "1-D [G]"),
+    "offs length": (dict(offs=offs(5)), MatmulArgumentError, "offs", "must be [4]"),
+    "offs strided": (dict(offs=t((4,), (2,), dtype="int32")), MatmulArgumentError, "offs",
+                     "offs.contiguous()"),
+    "offs elsewhere": (dict(offs=offs(4, device="cuda:1")), MatmulArgumentError, "offs",
+                       "offs.to('cuda:0')"),
+    "too many groups": (dict(b=experts(MAX_GROUPS + 1, 64, 72), offs=offs(MAX_GROUPS + 1)),
+                        MatmulArgumentError, "offs", "split the groups"),
+    "b unaligned rows": (dict(b=t((4, 64, 72), (64 * 73, 73, 1))), MatmulArgumentError, "b",
+                         "cannot be read by TMA"),
+    "b batch stride unaligned": (dict(b=t((4, 64, 72), (64 * 72 + 1, 1, 64))),
+                                 MatmulArgumentError, "b", "b.contiguous()"),
+    "3-D batches differ": (dict(a=t((3, 100, 64)), offs=None), MatmulArgumentError, "b",
+                           "pass b of shape [3, 64, 72]"),
+    "2-D x 2-D": (dict(b=t((64, 72))), MatmulArgumentError, "b", "torch._grouped_mm"),
+    "fp8 out": (dict(out_dtype="e4m3"), MatmulTypeError, "out_dtype", "torch.float32"),
+    # scaled_grouped_mm's own
+    "scaled bf16": (dict(scales=SCALES), MatmulTypeError, "a", "torch.float8_e4m3fn"),
+    "scale_b 1-D": (dict(a=F8[0], b=F8[1], scales=(SCALES[0], t((72,), dtype="fp32"))),
+                    MatmulArgumentError, "scale_b", "[4, 72]"),
+    "scale_a fp16": (dict(a=F8[0], b=F8[1], scales=(t((100,), dtype="fp16"), SCALES[1])),
+                     MatmulTypeError, "scale_a", "scale_a.float()"),
+    "fp8 b row-major": (dict(a=F8[0], b=t((4, 64, 72), dtype="e4m3"), scales=SCALES),
+                        MatmulArgumentError, "b", "b.t().contiguous().t()"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_each_bad_argument_is_one_line_naming_it(case):
+    change, kind, name, fix = REFUSALS[case]
+    args = {"a": A, "b": B, "offs": O, **change}
+    with pytest.raises(kind) as info:
+        plan_grouped(args.pop("a"), args.pop("b"), args.pop("offs"), **args)
+    text = str(info.value)
+    assert "\n" not in text and text.startswith(f"{name}: "), text
+    assert fix in text, text
+
+
+# --- the schedule: proven, the kernel as the plan says, built without spills --------------------
+
+VARIANTS = {
+    "bf16 grouped": GemmVariant(tails=True, batch="grouped"),
+    "fp16 grouped b mn fp32 out": GemmVariant(dtype="fp16", b_major="mn", out_dtype="fp32",
+                                              tails=True, batch="grouped"),
+    "bf16 grouped_n a mn": GemmVariant(a_major="mn", tails=True, batch="grouped_n"),
+    "e4m3 grouped row-scaled": GemmVariant(dtype="e4m3", tails=True, scale="row",
+                                           batch="grouped"),
+}
+
+
+def _compiled(v: GemmVariant):
+    return compile_named("warpspecialized-gemm", target="h100", params=schedule_params(v),
+                         target_args={"stages": str(CALL_STAGES)})
+
+
+@pytest.mark.parametrize("label", sorted(VARIANTS))
+def test_each_grouped_variant_is_proven_safe_by_check(label):
+    params = [x for k, val in schedule_params(VARIANTS[label]).items() for x in ("-p", f"{k}={val}")]
+    res = run_cli(["check", "warpspecialized-gemm", "--target", "h100", "-T",
+                   f"stages={CALL_STAGES}", *params])
+    assert res.exit_code == 0, res.stderr
+    assert "warpspecialized-gemm: SAFE" in res.stdout
+
+
+@pytest.mark.parametrize("params, param, fix", [
+    ({"batch": "grouped", "split_k": "true"}, "split_k", "-p split_k=false"),
+    ({"batch": "grouped_n", "store": "tma"}, "store", "-p store=direct"),
+    ({"batch": "grouped", "cluster": "2"}, "cluster", "-p cluster=1"),
+])
+def test_the_schedule_refuses_what_a_grouped_kernel_cannot_do(params, param, fix):
+    with pytest.raises(ProgramError, match=rf"-p {param}: .*{re.escape(fix)}"):
+        compile_named("warpspecialized-gemm", target="h100", params=params)
+
+
+def test_the_grouped_kernel_schedules_its_tiles_from_offs_on_the_device():
+    src = emit_wgmma(_compiled(VARIANTS["bf16 grouped"]))
+    kernel = src[src.index('extern "C"'):]
+    assert "const int* __restrict__ offs, int groups) {" in kernel
+    # the table before the start barrier, read after it; the same mapping in every role
+    table = kernel.index("pcgc::group_table<BM>(group_first, group_ends, offs, groups, m, N / BN)")
+    assert table < kernel.index("__syncthreads();") < kernel.index("group_first[groups]")
+    assert kernel.count("pcgc::group_tile<false, BM, BN>(tile, group_first, group_ends, N / BN, "
+                        "GROUP_M, m, n, group, row0, col0, m_end, n_end);") == 2
+    # A at the tile's first row (2-D), B at its group (3-D); stores clipped to the group
+    assert "using LoadA = pcgc::GroupOperand<A_MN, BM, BK, CHUNK_BYTES, false>;" in kernel
+    assert "using LoadB = pcgc::GroupOperand<B_MN, BN, BK, CHUNK_BYTES, true>;" in kernel
+    assert "&tmA, full_bar(((rb + t) % STAGES)), t, row0, group);" in kernel
+    assert "const Epi epi(bias, nullptr, nullptr, m_end, n_end, wtid, lane);" in kernel
+    assert "epi.store<MBLOCKS, ACC, 64>(acc, C, ldc, row0 + consumer * CONSUMER_ROWS, col0);" \
+        in kernel
+    for text in ("blockIdx.z", "c_batch", "tile_m * BM", "tma_store"):
+        assert text not in kernel, text
+    scaled = emit_wgmma(_compiled(VARIANTS["e4m3 grouped row-scaled"]))
+    assert "const Epi epi(bias, scale_a, scale_b + (size_t)group * scale_group, m_end, n_end" \
+        in scaled
+    along_n = emit_wgmma(_compiled(VARIANTS["bf16 grouped_n a mn"]))
+    assert "pcgc::group_table<BN>(group_first, group_ends, offs, groups, n, M / BM)" in along_n
+    assert "using LoadA = pcgc::GroupOperand<A_MN, BM, BK, CHUNK_BYTES, true>;" in along_n
+
+
+def test_the_jagged_loop_is_the_same_in_every_role():
+    loop = jagged_tile_loop(MAX_GROUPS)
+    assert loop.producer.head == loop.consumers.head and loop.producer.tile == loop.consumers.tile
+    assert loop.producer.nested and not loop.consumers.nested
+    assert f"group_first[{MAX_GROUPS} + 1]" in loop.counts[0]
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("label", sorted(VARIANTS))
+def test_the_grouped_kernels_build_without_spills(label, tmp_path):
+    v = VARIANTS[label]
+    proc, cubin = compile_cubin(emit_wgmma(_compiled(v)), tmp_path, "grouped")
+    report = proc.stderr if proc.returncode == 0 else pytest.fail(proc.stderr)
+    # no spill, no wgmma serialized (C7520), no local memory in the machine code
+    assert "0 bytes spill stores, 0 bytes spill loads" in report and "C7520" not in report
+    sass = sass_of(cubin) or pytest.skip("no nvdisasm / cuobjdump for the SASS part")
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    mma = r"\bQGMMA\.64x256x32\.F32\.E4M3\.E4M3\b" if v.dtype == "e4m3" else \
+        r"\bHGMMA\.64x256x16\.F32\b"
+    assert re.search(mma, sass)
+    # the grouped operand's boxes are 3-D (an MN-major tile: one per 64 rows), the other's 2-D
+    mn = (v.b_major if v.batch == "grouped" else v.a_major) == "mn"
+    rows = 256 if v.batch == "grouped" else 128
+    assert len(re.findall(r"\bUTMALDG\.3D\b", sass)) == (rows // 64 if mn else 1)
+    assert len(re.findall(r"\bUTMALDG\.2D\b", sass)) >= 1
+
+
+# --- the device tile scheduler, run on the host: every tile of every group exactly once ---------
+
+_SHIM = r"""
+#include <algorithm>
+#include <barrier>
+#include <cstdio>
+#include <thread>
+#include <vector>
+using std::max; using std::min;
+#define __device__
+#define __forceinline__ inline
+using u32 = unsigned;
+struct Dim { int x; };
+thread_local Dim threadIdx;
+static std::barrier<>* warp;
+static int slots[32];
+int __shfl_up_sync(unsigned, int v, int d) {  // a warp's shuffle: 32 threads meet twice
+    slots[threadIdx.x] = v;
+    warp->arrive_and_wait();
+    const int got = threadIdx.x >= d ? slots[threadIdx.x - d] : v;
+    warp->arrive_and_wait();
+    return got;
+}
+namespace pch100 {
+"""
+
+
+def _device_function(text: str, start: str) -> str:
+    """The device function of ``text`` that begins with ``start``, up to its closing brace."""
+    at = text.index(start)
+    return text[at:text.index("\n}\n", at) + 3]
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not on PATH")
+def test_the_groups_table_and_mapping_visit_every_tile_once(tmp_path):
+    grouped = gemm_grouped_header_source()
+    scheduler = grouped[grouped.index("template <int BLOCK>"):grouped.index("// An operand's")]
+    raster = _device_function(header_source(), "__device__ __forceinline__ void grouped_tile(")
+    main = r"""
+int main() {
+    int groups, extent, across, along_n, m, n;
+    while (scanf("%d %d %d %d %d %d", &groups, &extent, &across, &along_n, &m, &n) == 6) {
+        std::vector<int> offs(groups), first(groups + 1), ends(groups + 1);
+        for (int& o : offs) scanf("%d", &o);
+        std::barrier<> b(32);
+        warp = &b;
+        std::vector<std::thread> lanes;
+        for (int i = 0; i < 32; ++i) lanes.emplace_back([&, i] {
+            threadIdx.x = i;
+            if (along_n) pcgc::group_table<64>(first.data(), ends.data(), offs.data(), groups, extent, across);
+            else pcgc::group_table<128>(first.data(), ends.data(), offs.data(), groups, extent, across);
+        });
+        for (auto& l : lanes) l.join();
+        printf("%d\n", first[groups]);
+        int group = 0, row, col, m_end, n_end;
+        for (int tile = 0; tile < first[groups]; ++tile) {
+            if (along_n) pcgc::group_tile<true, 128, 64>(tile, first.data(), ends.data(), across, 3, m, n, group, row, col, m_end, n_end);
+            else pcgc::group_tile<false, 128, 64>(tile, first.data(), ends.data(), across, 3, m, n, group, row, col, m_end, n_end);
+            printf("%d %d %d %d %d\n", group, row, col, m_end, n_end);
+        }
+    }
+}
+"""
+    src = tmp_path / "sched.cpp"
+    src.write_text(_SHIM + raster + "}\nnamespace pcgc {\n" + scheduler + "}\n" + main)
+    exe = tmp_path / "sched"
+    subprocess.run([GXX, "-std=c++20", "-O1", "-pthread", "-o", str(exe), str(src)], check=True)
+    rng = random.Random(35)
+    cases, expected = [], []
+    for case in range(40):
+        along_n = case % 2
+        groups = rng.choice([0, 1, 2, 5, 31, 32, 33, 64, 100, 257])
+        m, n = rng.randint(1, 700), rng.randint(1, 700)
+        extent, block = (n, 64) if along_n else (m, 128)
+        sizes = [rng.choice([0, 0, 1, 3, 64, 127, 128, 129, 300]) for _ in range(groups)]
+        ends, total = [], 0
+        for s in sizes:
+            total += s
+            ends.append(total)
+        if groups and rng.random() < 0.3:
+            ends[-1] += 50  # past the tensor: clamped to it
+        across = -(-(m if along_n else n) // (128 if along_n else 64))
+        cases.append(f"{groups} {extent} {across} {along_n} {m} {n}\n" + " ".join(map(str, ends)))
+        want, begin = set(), 0
+        for g, e in enumerate(ends):
+            end = min(e, extent)
+            for j in range(begin, end, block):
+                for i in range(across):
+                    want.add((g, i * 128, j, m, end) if along_n else (g, j, i * 64, end, n))
+            begin = max(begin, end)
+        expected.append(want)
+    out = subprocess.run([str(exe)], input="\n".join(cases) + "\n", capture_output=True,
+                         text=True, check=True).stdout.split("\n")
+    at = 0
+    for case, want in enumerate(expected):
+        count = int(out[at])
+        got = [tuple(map(int, line.split())) for line in out[at + 1:at + 1 + count]]
+        at += 1 + count
+        assert len(got) == len(set(got)) == len(want) and set(got) == want, (case, cases[case])
+        assert [g for g, *_ in got] == sorted(g for g, *_ in got)  # the cursor only moves on
+
+
+# --- the GPU benchmark's cases, drawn and planned here ---------------------------------------------
+
+def test_the_benchmark_draws_its_cases_and_plans_every_one(monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "grouped_mm_call.py"
+    monkeypatch.syspath_prepend(str(path.parent))  # its neighbours, as when run as a script
+    spec = importlib.util.spec_from_file_location("grouped_mm_call", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases, fp8 = bench.draw_cases(120), bench.draw_fp8(24)
+    assert cases == bench.draw_cases(120)  # a fixed seed: the same cases every run
+    sizes = [s for c in cases for s in c[2]]
+    assert {c[1] for c in cases} >= {1, 128} and 0 in sizes and any(0 < s < 128 for s in sizes)
+    variants = bench.dry_run(cases, fp8)  # every case passes the call's checks
+    assert {v.batch for v in variants} >= {"grouped", "grouped_n", "ab"}
+    assert any(v.scale == "row" for v in variants)
