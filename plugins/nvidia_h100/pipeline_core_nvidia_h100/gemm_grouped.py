@@ -23,10 +23,11 @@ import attrs
 
 from pipeline_core_nvidia_h100.gemm_call import (ELEM, MATMUL_DTYPES, TMA_ALIGN, TORCH_NAME,
                                                  CallPlan, MatmulTypeError, OperandMap,
-                                                 TensorInfo, TileShape, Tuning, _aligned, _cdiv,
+                                                 TensorInfo, TileShape, Tuning, _cdiv,
                                                  _check_tensor, _fail, _shape, check_vector,
                                                  operand_map, plan_call)
 from pipeline_core_nvidia_h100.gemm_scaled import _k_major
+from pipeline_core_nvidia_h100.gemm_staging import aligned, major
 from pipeline_core_nvidia_h100.warpspecialized import (MAX_GROUPS, OUT_DTYPES, GemmVariant,
                                                        k_tile)
 
@@ -46,7 +47,7 @@ def _grouped_map(name: str, t: TensorInfo, m: OperandMap, read: bool) -> Operand
     groups, stride = t.shape[0], t.strides[0]
     if groups == 1 or not read:  # one group's batch stride is never stepped: any aligned one
         stride = m.stride * max(m.outer, 1)
-    elif not _aligned(stride, ELEM[t.dtype]):
+    elif not aligned(stride, ELEM[t.dtype]):
         raise _fail(name, f"batch stride {stride} is not a positive multiple of "
                           f"{TMA_ALIGN // ELEM[t.dtype]} elements ({TMA_ALIGN} bytes), which TMA "
                           f"needs between groups; pass {name}.contiguous()")
@@ -152,6 +153,13 @@ def plan_grouped(a: TensorInfo, b: TensorInfo, offs: TensorInfo | None, *,
     out_dtype = out_dtype or a.dtype
     tile = attrs.evolve(tile, bk=k_tile(a.dtype))
     read = 0 not in (m, n, k, groups)
+    for name, mat, rows_dim in (("a", a_mat, 0), ("b", b_mat, 1)):
+        if read and major(mat.shape, mat.strides, rows_dim, ELEM[mat.dtype]) is None:
+            raise _fail(name, f"strides {tuple(mat.strides)} of each group's {_shape(mat)} "
+                              f"matrix: grouped GEMMs read one dimension contiguous and the "
+                              f"other {TMA_ALIGN}-byte aligned, as torch._grouped_mm does; "
+                              f"pass {name}.contiguous() with that dimension padded to a "
+                              f"multiple of {TMA_ALIGN // ELEM[mat.dtype]}")
     a_map = operand_map("a", a_mat, 0, tile.bm, tile.bk, read)
     b_map = operand_map("b", b_mat, 1, tile.bn, tile.bk, read)
     if along_n:
