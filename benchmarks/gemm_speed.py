@@ -172,48 +172,27 @@ def fp8_row(torch, m, n, k, rowwise, rounds):
 
 
 def prebuild() -> None:
-    """Here, with no GPU: every kernel the run launches, built into the disk cache (the plan
-    and decomposition from the tensors' descriptions, as the call makes them on 132 SMs)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pipeline_core_nvidia_h100 import decompose
-    from pipeline_core_nvidia_h100 import matmul_call as mm
+    """Here, with no GPU: every kernel the run launches, built into the disk cache
+    (gemm_build: the plan and decomposition from the tensors' descriptions, on 132 SMs)."""
+    from gemm_build import kernel_key
+    from gemm_build import prebuild as build
     from pipeline_core_nvidia_h100.gemm_call import TensorInfo
-    from pipeline_core_nvidia_h100.gemm_signature import KERNEL_NAME
-    from pipeline_core_nvidia_h100.kernel_cache import cubin_path
-    from pipeline_core_nvidia_h100.runtime import ARCH
-
-    sms, keys = 132, set()
 
     def info(shape, strides, dtype):
         return TensorInfo(shape=shape, strides=strides, dtype=dtype, ptr=0)
 
-    todo = [(m, n, k, aligned, "bf16") for m, n, k, aligned in SHAPES]
-    todo += [(m, n, k, True, "e4m3") for m, n, k in FP8]
-    for m, n, k, aligned, dt in todo:
-        a = info((m, k), (k, 1), dt)
-        b = info((k, n), (1, k) if aligned else (n, 1), dt)
-        out = None if dt == "e4m3" else info((m, n), (n, 1), "bf16")
-        for scale in ((None,) if dt == "bf16" else ((1,), (m, 1))):
-            scales = None if scale is None else (
-                info(scale, (1,) * len(scale), "fp32"),
-                info((1,) if scale == (1,) else (1, n), (1,) * len(scale), "fp32"))
-            try:
-                base = mm.plan_infos(a, b, None, None, "bf16" if scales else None, out, sms,
-                                     mm.TUNING, scales=scales)
-            except Exception as e:  # noqa: BLE001  (a refusal: nothing to build)
-                print(json.dumps({"prebuild-skip": [m, n, k], "why": str(e)[:200]}))
-                continue
-            c = decompose.choose(base.m, base.n, base.k, base.variant, sms, base.batch)
-            plan = mm.plan_infos(a, b, None, None, "bf16" if scales else None, out, sms,
-                                 mm.TUNING, c, scales)
-            keys.add((plan.variant, c))
-    sources = [mm.kernel_source(v, c)[1] for v, c in sorted(keys, key=repr)]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        built = list(pool.map(lambda src: cubin_path(src, KERNEL_NAME, ("-std=c++17",), ARCH),
-                              sources))
-    print(json.dumps({"kind": "prebuild", "kernels": len(sources),
-                      "built": sum(p is not None for p in built)}))
+    keys = set()
+    for m, n, k, aligned in SHAPES:
+        keys.add(kernel_key(info((m, k), (k, 1), "bf16"),
+                            info((k, n), (1, k) if aligned else (n, 1), "bf16"),
+                            out=info((m, n), (n, 1), "bf16")))
+    for m, n, k in FP8:
+        a, b = info((m, k), (k, 1), "e4m3"), info((k, n), (1, k), "e4m3")
+        keys.add(kernel_key(a, b, out_dtype="bf16", scales=(info((), (), "fp32"),
+                                                            info((), (), "fp32"))))
+        keys.add(kernel_key(a, b, out_dtype="bf16", scales=(info((m, 1), (1, 1), "fp32"),
+                                                            info((1, n), (n, 1), "fp32"))))
+    build(None, keys, emit)
 
 
 def main() -> int:

@@ -197,7 +197,7 @@ def case_infos(case):
     return a, b, bias, out
 
 
-def dry_run(n_cases, n_split):
+def dry_run(n_cases, n_split, build=False):
     """The cases drawn and planned from their shapes alone (no torch, no GPU): every one must
     plan (no refusal); what is staged, and how many kernels the run builds."""
     from collections import Counter
@@ -221,6 +221,8 @@ def dry_run(n_cases, n_split):
         variants.add(attrs.evolve(v, store="direct") if c.out == "offset" else v)
     emit({"kind": "dry-run", "cases": len(cases), "staged": dict(sorted(staged.items())),
           "variants": len(variants), "drawn": dict(sorted(kinds.items()))})
+    if build:  # here, before a device run: the cubins into the disk cache
+        prebuild(None, {kernel_of(c) for c in cases})
     return 0
 
 
@@ -345,26 +347,24 @@ def variant_of(torch, case):
     return v
 
 
-def prebuild(torch, variants):
-    """Every variant's cubin built in parallel (nvcc), then loaded: the cases time no build."""
-    from concurrent.futures import ThreadPoolExecutor
+def prebuild(torch, keys):
+    """Every kernel's cubin built in parallel, then loaded (gemm_build.prebuild): ``keys`` are
+    (variant, candidate) pairs (:func:`kernel_of`) or bare variants (the default tile)."""
+    from gemm_build import prebuild as build
+    build(torch, keys, emit)
 
-    from pipeline_core.api import compile_named
-    from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME, emit_wgmma
-    from pipeline_core_nvidia_h100.kernel_cache import cubin_path
-    from pipeline_core_nvidia_h100.autotune import DEFAULT
-    from pipeline_core_nvidia_h100.matmul_call import CALL, CALL_STAGES, schedule_params
-    from pipeline_core_nvidia_h100.warpspecialized import SCHEDULE_NAME
-    t0 = time.time()
-    host = CALL.host()
-    sources = [emit_wgmma(compile_named(SCHEDULE_NAME, target="h100", params=schedule_params(v),
-                                        target_args={"stages": str(CALL_STAGES)}, host=host))
-               for v in variants]
-    with ThreadPoolExecutor(14) as pool:
-        list(pool.map(lambda s: cubin_path(s, KERNEL_NAME, ("-std=c++17",), "sm_90a"), sources))
-    for v in variants:
-        CALL.kernels.kernel((v, DEFAULT, torch.cuda.current_device()))
-    emit({"kind": "prebuild", "variants": len(variants), "seconds": round(time.time() - t0, 1)})
+
+def kernel_of(case):
+    """The (variant, candidate) a case launches, from its tensors' descriptions (no torch:
+    gemm_build.kernel_key): the shape's decomposition, and an out= at an odd address stores
+    directly."""
+    from gemm_build import kernel_key
+    c = as_case(case)
+    a, b, bias, out = case_infos(c)
+    out_name, _, act = EPILOGUES[c.epilogue]
+    return kernel_key(a, b, bias=bias, activation=act,
+                      out_dtype=None if out is not None else out_name, out=out,
+                      store="direct" if c.out == "offset" else None)
 
 
 def correctness(torch, cases):
@@ -676,9 +676,12 @@ def main(argv=None) -> int:
                     help="only a few small cases with tails (run under compute-sanitizer)")
     ap.add_argument("--dry-run", action="store_true",
                     help="draw and plan the cases from their shapes alone (no torch, no GPU)")
+    ap.add_argument("--prebuild", action="store_true",
+                    help="with --dry-run: build every kernel the cases launch into the disk "
+                         "cache (here, before a device run)")
     args = ap.parse_args(argv)
     if args.dry_run:
-        return dry_run(args.cases, args.split_cases)
+        return dry_run(args.cases, args.split_cases, args.prebuild)
     import torch
     if args.sanitize:
         sanitize_run(torch)
@@ -689,7 +692,7 @@ def main(argv=None) -> int:
     shapes = TIMED if args.shapes is None else tuple(
         tuple(int(x) for x in s.split("x")) for s in args.shapes.split(","))
     timed = [] if args.skip_timing else [(m, n, k, "bf16", False, True, 0) for m, n, k in shapes]
-    prebuild(torch, sorted({variant_of(torch, c) for c in cases + timed}, key=repr))
+    prebuild(torch, {kernel_of(c) for c in cases + timed})
     failures = correctness(torch, cases) + formerly_refused(torch)
     split_determinism(torch)
     graph_and_compile(torch)

@@ -156,48 +156,33 @@ def _mat_info(batch, rows, cols, dtype, col_major, interleave=False):
 
 
 def variants_without_torch(fp8, batched, sms=132):
-    """The variants the cases launch, planned from shapes alone (the local prebuild)."""
-    from pipeline_core_nvidia_h100.gemm_call import TensorInfo, plan_call
-    from pipeline_core_nvidia_h100.gemm_scaled import plan_scaled
+    """The (variant, candidate) pairs the cases launch, planned from shapes alone with the
+    shapes' decomposition (gemm_build.kernel_key; the local prebuild)."""
+    from gemm_build import kernel_key
+    from pipeline_core_nvidia_h100.gemm_call import TensorInfo
     found = set()
     for m, n, k, kind, e in fp8:
         out, bias = FP8_EPILOGUES[e]
         info = lambda shape, strides, dt="fp32": TensorInfo(shape=shape, strides=strides, dtype=dt)
         sa = info((), ()) if kind == "tensor" else info((m, 1), (1, 1))
         sb = info((), ()) if kind == "tensor" else info((1, n), (n, 1))
-        found.add(plan_scaled(info((m, k), (k, 1), "e4m3"), info((k, n), (1, k), "e4m3"), sa, sb,
-                              bias=None if bias is None else info((n,), (1,), bias),
-                              out_dtype=out, sms=sms).variant)
+        found.add(kernel_key(info((m, k), (k, 1), "e4m3"), info((k, n), (1, k), "e4m3"),
+                             scales=(sa, sb), bias=None if bias is None else info((n,), (1,), bias),
+                             out_dtype=out, sms=sms))
     for bsz, m, n, k, kind, dt, a_col, b_col in batched:
         a3, b3 = kind in ("ab", "a-fold", "a-strided"), kind in ("ab", "b")
         a = _mat_info(bsz if a3 else None, m, k, dt, a_col and kind != "a-fold",
                       kind == "a-strided")
         b = _mat_info(bsz if b3 else None, k, n, dt, b_col)
-        found.add(plan_call(a, b, sms=sms).variant)
+        found.add(kernel_key(a, b, sms=sms))
     return found
 
 
-def prebuild(torch, variants):
-    """Every variant's cubin built in parallel (nvcc; carried ones come from the disk cache)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pipeline_core.api import compile_named
-    from pipeline_core_nvidia_h100.emit_wgmma import KERNEL_NAME, emit_wgmma
-    from pipeline_core_nvidia_h100.kernel_cache import cubin_path
-    from pipeline_core_nvidia_h100.autotune import DEFAULT
-    from pipeline_core_nvidia_h100.matmul_call import CALL, CALL_STAGES, schedule_params
-    from pipeline_core_nvidia_h100.warpspecialized import SCHEDULE_NAME
-    t0 = time.time()
-    host = CALL.host()
-    sources = [emit_wgmma(compile_named(SCHEDULE_NAME, target="h100", params=schedule_params(v),
-                                        target_args={"stages": str(CALL_STAGES)}, host=host))
-               for v in variants]
-    with ThreadPoolExecutor(14) as pool:
-        list(pool.map(lambda s: cubin_path(s, KERNEL_NAME, ("-std=c++17",), "sm_90a"), sources))
-    if torch is not None:
-        for v in variants:
-            CALL.kernels.kernel((v, DEFAULT, torch.cuda.current_device()))
-    emit({"kind": "prebuild", "variants": len(variants), "seconds": round(time.time() - t0, 1)})
+def prebuild(torch, keys):
+    """Every kernel's cubin built in parallel, then loaded (gemm_build.prebuild; carried ones
+    come from the disk cache): (variant, candidate) pairs or bare variants (the default tile)."""
+    from gemm_build import prebuild as build
+    build(torch, keys, emit)
 
 
 def rel(torch, x, ref):
@@ -547,17 +532,17 @@ def main(argv=None) -> int:
     fp8 = draw_fp8(args.fp8_cases)
     batched = draw_batched(args.batched_cases)
     if args.prebuild_only:
-        prebuild(None, sorted(variants_without_torch(fp8, batched), key=repr))
+        prebuild(None, variants_without_torch(fp8, batched))
         return 0
     import torch
     variants = {fp8_plan(torch, c).variant for c in fp8}
     variants |= {batched_plan(torch, c).variant for c in batched}
+    keys = variants_without_torch(fp8, batched,
+                                  torch.cuda.get_device_properties(0).multi_processor_count)
     emit({"kind": "variants", "count": len(variants), "planned_without_torch_equal":
-          variants == variants_without_torch(fp8, batched,
-                                             torch.cuda.get_device_properties(0)
-                                             .multi_processor_count)})
+          {v for v, _ in keys} >= variants})
     emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
-    prebuild(torch, sorted(variants, key=repr))
+    prebuild(torch, keys)
     failures = fp8_correctness(torch, fp8)
     failures += batched_correctness(torch, batched)
     failures += fp8_staged(torch)

@@ -132,7 +132,7 @@ REFUSALS = {
     "too many groups": (dict(b=experts(MAX_GROUPS + 1, 64, 72), offs=offs(MAX_GROUPS + 1)),
                         MatmulArgumentError, "offs", "split the groups"),
     "b unaligned rows": (dict(b=t((4, 64, 72), (64 * 73, 73, 1))), MatmulArgumentError, "b",
-                         "cannot be read by TMA"),
+                         "16-byte aligned, as torch._grouped_mm"),
     "b batch stride unaligned": (dict(b=t((4, 64, 72), (64 * 72 + 1, 1, 64))),
                                  MatmulArgumentError, "b", "b.contiguous()"),
     "3-D batches differ": (dict(a=t((3, 100, 64)), offs=None), MatmulArgumentError, "b",
