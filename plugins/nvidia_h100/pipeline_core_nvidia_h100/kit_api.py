@@ -60,7 +60,7 @@ from pipeline_core_nvidia_h100.kit.call import (BUILD_OPTIONS, RECIPE_CACHE_SIZE
 from pipeline_core_nvidia_h100.kit.signature import (TENSOR_MAP_TYPE, KernelParam,
                                                      KernelSignature, SignatureError)
 from pipeline_core_nvidia_h100.kit.signature import params as kernel_params
-from pipeline_core_nvidia_h100.launch_cache import Bounded, describe, eager, launch
+from pipeline_core_nvidia_h100.launch_cache import Bounded, current_stream, describe, eager, launch
 from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
 from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder
 from pipeline_core_nvidia_h100.runtime import _require as require_gpu_module
@@ -88,7 +88,8 @@ __all__ = [
     # the frame, its tile loop, its lines, the wgmma wrappers and the device headers
     "AgentsFamily", "AgentCode", "agent_code", "agents_kernel_body", "DeviceTileLoop",
     "TileLoop", "linear_tile_loop", "jagged_tile_loop",
-    "wgmma_ss", "wgmma_rs", "agent_stretches", "consumer_branches", "consumer_sync_line", "declared_geometry", "render",
+    "wgmma_ss", "wgmma_rs", "agent_stretches", "consumer_branches", "consumer_sync_line",
+    "declared_geometry", "render",
     "RingState", "loop_tile", "require_ring_depths", "ring_step_line", "role_mark",
     "section_mark", "header_source",
     "wgmma_header_source", "gemm_call_header_source", "WATCHDOG",
@@ -96,7 +97,7 @@ __all__ = [
     "RasterTrips",
     # the host side
     "KernelBuilder", "ARCH", "cubin_path", "encode_tiled_2d", "DTYPE_BFLOAT16", "DTYPE_FLOAT16",
-    "launch", "eager", "describe", "Bounded", "require_gpu_module",
+    "launch", "eager", "describe", "Bounded", "require_gpu_module", "current_stream",
     # a kernel's signature
     "KernelSignature", "KernelParam", "kernel_params", "SignatureError", "TENSOR_MAP_TYPE",
     # the call layer

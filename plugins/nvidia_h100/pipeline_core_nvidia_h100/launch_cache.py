@@ -79,10 +79,26 @@ def external_stream(handle: int) -> Any:
     return found
 
 
+def current_stream(torch: Any, device: int) -> int:
+    """torch's current stream on ``device``, as the raw handle a launch takes: read without
+    making a ``torch.cuda.Stream`` object (an eager call's host time is what small GEMMs wait
+    on), through torch's own accessor where it has one."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(device))
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
 def launch(kernel: Any, device: int, stream: int, grid: tuple[int, ...],
            block: tuple[int, ...], args: tuple[Any, ...], shared_mem: int) -> None:
     """Launch ``kernel`` with packed ``args`` on ``device``'s stream ``stream`` (torch's
-    current one): no allocation, no sync, so a CUDA graph can capture it."""
+    current one): no allocation, no sync, so a CUDA graph can capture it.  The stream is
+    passed to the launch, not made current, and the device switched only when it is not the
+    current one (each context manager costs microseconds an eager small GEMM waits on)."""
     cp = _require("cupy")
-    with cp.cuda.Device(device), external_stream(stream):
-        kernel(grid, block, args, shared_mem=shared_mem)
+    on = external_stream(stream)
+    if cp.cuda.runtime.getDevice() == device:
+        kernel(grid, block, args, shared_mem=shared_mem, stream=on)
+        return
+    with cp.cuda.Device(device):
+        kernel(grid, block, args, shared_mem=shared_mem, stream=on)

@@ -35,7 +35,7 @@ from pipeline_core_nvidia_h100.gemm_signature import KERNEL_NAME, gemm_signature
 from pipeline_core_nvidia_h100.gemm_staging import Staging
 from pipeline_core_nvidia_h100.kit.call import (Built, HostCall, Launch, Op, Recipe, load_kernel,
                                                 sm_count, tensor_map)
-from pipeline_core_nvidia_h100.launch_cache import describe
+from pipeline_core_nvidia_h100.launch_cache import current_stream, describe
 from pipeline_core_nvidia_h100.launch_cache import eager as _eager
 from pipeline_core_nvidia_h100.runtime import _require
 from pipeline_core_nvidia_h100.warpspecialized import (GROUPED, KERNEL_FAMILY, SCHEDULE_NAME,
@@ -287,7 +287,7 @@ def _run(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out:
     calls go straight to the launch.  ``scales``: scaled_mm's (scale_a, scale_b)."""
     torch = _require("torch")
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    stream = torch.cuda.current_stream(device).cuda_stream
+    stream = current_stream(torch, device)
     key = _matmul_key(a, b, bias, activation, out_dtype, out, stream, scales)
     r = CALL.recipes.get(key)
     if r is None:
@@ -579,7 +579,7 @@ def _run_grouped(a: Any, b: Any, offs: Any, out_dtype: Any,
     groups' ends stay on the device (nothing syncs).  3-D x 3-D is a batched matmul."""
     torch = _require("torch")
     device = a.device.index if a.device.index is not None else torch.cuda.current_device()
-    stream = torch.cuda.current_stream(device).cuda_stream
+    stream = current_stream(torch, device)
     key = ("grouped", describe(a), describe(b), describe(offs), out_dtype, stream, TUNING,
            None if scales is None else (describe(scales[0]), describe(scales[1])))
     r = CALL.recipes.get(key)

@@ -24,11 +24,20 @@ class MissingGPUPackage(RuntimeError):
     """A GPU package this call needs is not installed."""
 
 
+_MODULES: dict[str, Any] = {}
+
+
 def _require(module: str) -> Any:
+    """GPU package ``module``, imported on first use (never at import: the CLI needs none) and
+    kept, so an eager call's per-launch lookups cost a dictionary read."""
+    found = _MODULES.get(module)
+    if found is not None:
+        return found
     import importlib
 
     try:
-        return importlib.import_module(module)
+        found = _MODULES[module] = importlib.import_module(module)
+        return found
     except ImportError as exc:
         raise MissingGPUPackage(
             f"{module} is needed to build or launch CUDA kernels; install the extra: "

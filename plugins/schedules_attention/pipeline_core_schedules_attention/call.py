@@ -30,7 +30,8 @@ import attrs
 
 from pipeline_core_nvidia_h100.kit_api import (BUILD_OPTIONS, PLUGIN_MODULE, RECIPE_CACHE_SIZE,
                                                Bounded, Built, HostCall, Launch, Op, Recipe,
-                                               describe, load_kernel, require_gpu_module,
+                                               current_stream, describe, load_kernel,
+                                               require_gpu_module,
                                                sm_count, tensor_map)
 
 from pipeline_core_schedules_attention.schedule import NAME
@@ -270,7 +271,7 @@ def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> Any
     if not q.is_cuda:  # no stream to key by: the checks refuse it in one line
         plan_attention(q, k, v, causal=causal, scale=scale)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    stream = torch.cuda.current_stream(device).cuda_stream
+    stream = current_stream(torch, device)
     key = _attention_key(q, k, v, causal, scale, stream)
     try:
         r = CALL.recipes.get(key)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
-from pipeline_core_nvidia_h100.launch_cache import Bounded, eager, launch
+from pipeline_core_nvidia_h100.launch_cache import Bounded, current_stream, eager, launch
 from pipeline_core_nvidia_h100.runtime import _require
 
 if TYPE_CHECKING:
@@ -213,7 +213,7 @@ class HostCall(Generic[P, B]):
 
         index = first.device.index
         device = index if index is not None else torch.cuda.current_device()
-        stream = torch.cuda.current_stream(device).cuda_stream
+        stream = current_stream(torch, device)
         found = self.recipes.get((*key, stream))
         if found is None:
             p = plan(device)
