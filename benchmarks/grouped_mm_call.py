@@ -75,6 +75,14 @@ def draw_cases(n, seed=3501):
     return cases
 
 
+#: compute-sanitizer's cases: tails in M, N, K, an empty group, a group under a tile, both
+#: directions of the groups
+SANITIZE = (("2d3d", 3, (130, 0, 7), 72, 200, "bf16", "bf16", True),
+            ("2d3d", 2, (1, 257), 64, 24, "fp16", "fp32", False),
+            ("3d2d", 3, (8, 0, 136), 64, 96, "bf16", "bf16", True))
+SANITIZE_FP8 = (("2d3d", 3, (100, 0, 129), 128, 128),)
+
+
 def draw_fp8(n, seed=3502):
     rng = random.Random(seed)
     cases = [("2d3d", 8, (100, 0, 1, 300, 128, 129, 5, 0), 256, 512)]
@@ -466,7 +474,15 @@ def main(argv=None) -> int:
     ap.add_argument("--prebuild-only", action="store_true",
                     help="build every variant's cubin into the disk cache (no GPU needed)")
     ap.add_argument("--out", default=None, help="folder for results.jsonl")
+    ap.add_argument("--sanitize", action="store_true",
+                    help="only a few small cases with tails and empty groups (run under "
+                         "compute-sanitizer racecheck / synccheck)")
     args = ap.parse_args(argv)
+    if args.sanitize:
+        import torch
+        failures = correctness(torch, SANITIZE) + fp8_correctness(torch, SANITIZE_FP8)
+        print(f"sanitize cases: {failures} failures")
+        return 1 if failures else 0
     cases = draw_cases(args.cases)
     fp8 = [] if args.no_fp8 else draw_fp8(args.fp8_cases)
     if args.dry_run or args.prebuild_only:

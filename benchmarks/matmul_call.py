@@ -562,7 +562,8 @@ def sanitize_run(torch):
     for case in ((200, 300, 130, "bf16", False, False, 1), (130, 260, 70, "fp16", True, True, 2),
                  (65, 520, 200, "bf16", True, False, 3), (100, 300, 2100, "bf16", False, True, 1),
                  Case(130, 257, 71, "bf16", "row", "slice", 1, "col"),
-                 Case(100, 9, 999, "fp16", "neither", "row", 2, "new", 3, "b-expand")):
+                 Case(100, 9, 999, "fp16", "neither", "row", 2, "new", 3, "b-expand"),
+                 (17, 1000, 2100, "bf16", False, True, 1)):  # small M: 64-row tiles, split K
         c = as_case(case)
         a, b, bias = case_tensors(torch, c)
         out_name, _, act = EPILOGUES[c.epilogue]
