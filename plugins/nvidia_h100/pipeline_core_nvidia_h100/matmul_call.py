@@ -51,7 +51,8 @@ CALL_STAGES = 4
 #: The launch techniques calls use (docs/guide/matmul.md, "Speed"); the benchmark's ablation
 #: turns each off in turn (``attrs.evolve``; the launch cache is keyed by it).
 TUNING = Tuning()
-_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "e4m3"}
+_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "e4m3",
+          "int32": "int32"}  # int32: grouped_mm's offs
 
 
 def schedule_params(v: GemmVariant, c: Candidate = autotune.DEFAULT) -> dict[str, str]:
