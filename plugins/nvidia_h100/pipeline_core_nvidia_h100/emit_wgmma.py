@@ -24,6 +24,7 @@ from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, Bound, Compil
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_header_source,
+                                            gemm_cpasync_header_source,
                                             gemm_scale_batch_header_source,
                                             gemm_wgmma_header_source, header_source,
                                             wgmma_header_source)
@@ -54,6 +55,16 @@ WATCHDOG = Param("watchdog", int, None, "polls of one mbarrier wait before the k
 
 def _stage(s: Step) -> str:
     return RingState.of(s, "STAGES").stage
+
+
+#: The cp.async producer's loads (``-p load=cp_async``): each of its 128 threads copies its
+#: chunks of A's and B's tile (``pcgc::CpAsyncOperand``, gemm_cpasync_h100.cuh); the stage's
+#: full barrier is the step after (its ``cp_async_arrive``), not an argument.
+_CP_ASYNC_LOADS = {
+    WgmmaTag.CP_A: "LoadA::load(stage_a({stage}), a_ptr, a_ld, m, k_bytes, {t}, KT, "
+                   "tile_m * BM, wtid);",
+    WgmmaTag.CP_B: "LoadB::load(stage_b({stage}), b_ptr, b_ld, n, k_bytes, {t}, KT, "
+                   "tile_n * BN, wtid);"}
 
 
 def _general_loads(cluster: bool) -> dict[int, str]:
@@ -144,9 +155,14 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
     require_ring_depths(plan.rings, g.stages, g.stages, EMITTER_NAME)  # the GEMM has no once ring
     v = g.variant
     loads = _general_loads(plan.cluster is not None) if v.general else None
-    if producer.role.issuers != 1 or not consumers:
-        raise ProgramError(f"emitter {EMITTER_NAME}: expects a single-issuer producer agent "
-                           f"followed by consumer agents, got {[p.name for p in plan.programs]}")
+    cp_async = v.load == "cp_async"
+    if cp_async:
+        loads = _CP_ASYNC_LOADS
+    if producer.role.issuers != (128 if cp_async else 1) or not consumers:
+        raise ProgramError(f"emitter {EMITTER_NAME}: expects a producer agent issued by "
+                           f"{'its 128 threads (-p load=cp_async)' if cp_async else 'one thread'}"
+                           f" followed by consumer agents, got "
+                           f"{[(p.name, p.role.issuers) for p in plan.programs]}")
 
     def lines(p: AgentProgram, single_issuer: bool, label: str) -> list[str]:
         return render(agent_stretches(
@@ -157,14 +173,16 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
     family = AgentsFamily(**{part: fill(text, constants) for part, text in parts.items()})
     split = plan.split is not None  # a tile split (ping-pong): each consumer its own tiles
     body = agents_kernel_body(
-        rings=plan.rings, producer=AgentCode(lines=tuple(lines(producer, True, producer.name))),
+        rings=plan.rings,
+        producer=AgentCode(lines=tuple(lines(producer, not cp_async, producer.name))),
         consumers=[AgentCode(lines=tuple(lines(c, False, "consumer"))) for c in consumers],
         producer_name=producer.name, producer_registers=g.producer_registers,
         consumer_registers=g.consumer_registers, family=family, emitter=EMITTER_NAME,
         tiles=grouped_tile_loop(plan.cluster.ctas if plan.cluster is not None else 1,
                                 len(plan.split.agents) if plan.split is not None else 0),
         tile_split=split, consumer_after=_after_tiles(consumers) if split else (),
-        cluster=plan.cluster, relay=[line for r in relays for line in lines(r, True, r.name)])
+        cluster=plan.cluster, relay=[line for r in relays for line in lines(r, True, r.name)],
+        producer_threads=producer.role.issuers)
     return _kernel_source(compiled, g, body)
 
 
@@ -194,6 +212,7 @@ def _kernel_source(compiled: CompiledSchedule, g: WsGeometry, body: str) -> str:
         "stride ldc); the tensor maps carry the true extents (TMA zero-fills past them).",
         launch, header_source(), wgmma_header_source(), gemm_call_header_source(),
         gemm_scale_batch_header_source(), cluster_header_source(), gemm_wgmma_header_source(),
+        *([gemm_cpasync_header_source()] if v.load == "cp_async" else []),
         wgmma_ss(g.bn, v.dtype, int(v.a_major == "mn"), int(v.b_major == "mn")),
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)'
         + (f" __cluster_dims__({cluster.ctas}, 1, 1)" if cluster is not None else ""),
@@ -358,6 +377,15 @@ _BATCH_OUTPUT = ("\n    C = static_cast<char*>(C) + (size_t)blockIdx.z * c_batch
                  "// this batch's output")
 
 
+#: the operands' TMA loads (``gemm_wgmma_h100.cuh``'s ``pcgc::Operand``)
+_TMA_CONSTANTS = ("\n    using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, ${SPLIT}, "
+                  "${BATCH_A}, 1>;\n    using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, "
+                  "${SPLIT}, ${BATCH_B}, ${CLUSTER}>;  // the operands' TMA loads")
+#: the cp.async producer's loads in their place (``gemm_cpasync_h100.cuh``)
+_CP_ASYNC_CONSTANTS = ("\n    using LoadA = pcgc::CpAsyncOperand<BM, ${SPLIT}>;  // the cp.async "
+                       "loads\n    using LoadB = pcgc::CpAsyncOperand<BN, ${SPLIT}>;")
+
+
 def _epilogue(v: GemmVariant) -> tuple[str, str]:
     """The variant's fused epilogue (``gemm_wgmma_h100.cuh``'s ``pcgc::Epilogue``): its type,
     the traits picked by name, among the constants, and the consumer's object of it, over the
@@ -383,9 +411,7 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
         "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = ${CHUNK_BYTES};"
                      "  // one MN-major box: 64 rows x BK"
                      "\n    constexpr bool A_MN = ${A_MN}, B_MN = ${B_MN};  // the operands' major"
-                     "\n    using LoadA = pcgc::Operand<A_MN, BM, BK, CHUNK_BYTES, ${SPLIT}, "
-                     "${BATCH_A}, 1>;\n    using LoadB = pcgc::Operand<B_MN, BN, BK, CHUNK_BYTES, "
-                     "${SPLIT}, ${BATCH_B}, ${CLUSTER}>;  // the operands' TMA loads"
+                     + (_CP_ASYNC_CONSTANTS if v.load == "cp_async" else _TMA_CONSTANTS)
                      + epi_type + (_BATCH_OUTPUT if v.batch != "none" else "") + store,
         "compute": _compute("pcgc::operand_desc<A_MN, CHUNK_BYTES>(stage_a(s), ${ROW0} + mb * "
                             "${WGMMA_M}, kk)", "pcgc::operand_desc<B_MN, CHUNK_BYTES>(stage_b(s), "

@@ -40,6 +40,12 @@ SCALE_PARAMS = params((("const float* __restrict__", "scale_a", "pointer"),
                        ("const float* __restrict__", "scale_b", "pointer")), new_line=True)
 #: the batched kernel's (``-p batch``) bytes between one batch's output and the next
 BATCH_PARAMS = params((("long long", "c_batch", "int64"),), new_line=True)
+#: the cp.async producer's (``-p load=cp_async``): A's and B's first rows, their row strides
+#: and K in bytes (the tensor maps stay in the list, unread, so the call packs them alike)
+CP_ASYNC_PARAMS = params((("const char* __restrict__", "a_ptr", "pointer"),
+                          ("const char* __restrict__", "b_ptr", "pointer"),
+                          ("long long", "a_ld", "int64"), ("long long", "b_ld", "int64"),
+                          ("long long", "k_bytes", "int64")), new_line=True)
 #: the TMA-store kernel's C tensor map (box SCOLS x 64, 128-byte swizzle)
 STORE_PARAMS = params(((TENSOR_MAP_TYPE, "tmC", "tensor_map"),), new_line=True)
 
@@ -53,4 +59,5 @@ def gemm_signature(v: GemmVariant) -> KernelSignature:
     return (GENERAL_SIGNATURE + (SPLIT_PARAMS if v.split_k else ())
             + (SCALE_PARAMS if v.scale != "none" else ())
             + (BATCH_PARAMS if v.batch != "none" else ())
-            + (STORE_PARAMS if v.store == "tma" else ()))
+            + (STORE_PARAMS if v.store == "tma" else ())
+            + (CP_ASYNC_PARAMS if v.load == "cp_async" else ()))
