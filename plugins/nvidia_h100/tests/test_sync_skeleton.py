@@ -60,6 +60,8 @@ VARIANTS: dict[str, tuple[dict[str, str], str | None, int | None]] = {
                                                        split_k=True),
         "bf16 batched ab": GemmVariant(tails=True, b_major="mn", batch="ab"),
         "fp16 batched b": GemmVariant(dtype="fp16", tails=True, batch="b", out_dtype="fp32"),
+        "bf16 cp.async": GemmVariant(tails=True, load="cp_async"),
+        "bf16 cp.async split-K": GemmVariant(tails=True, load="cp_async", split_k=True),
     }.items()},
     # an autotuned candidate's geometry (test_autotune)
     "call tuned 64x128 s3 1 consumer": (
@@ -102,7 +104,7 @@ def test_the_variants_cover_each_sync_family():
             for i in range(n):
                 seen |= {w.sync.what for w in kernel_skeleton(src, role, i)}
     assert seen == {"mbarrier.wait", "mbarrier.wait.cluster", "mbarrier.expect_tx",
-                    "mbarrier.arrive", "mbarrier.arrive.peer", "bar.sync", "bar.arrive",
+                    "mbarrier.arrive", "mbarrier.arrive.peer", "mbarrier.arrive.async", "bar.sync", "bar.arrive",
                     "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group", "fence.proxy.async",
                     "fence.gpu", "bulk.wait_group.read", "bulk.wait_group", "bulk.commit_group",
                     "bulk.store", "counter.arrive", "counter.acquire", "counter.reset", "op"}
