@@ -602,10 +602,10 @@ class _Run:
             # the thread's previous such arrival (which tracked the copies before it)
             event = ("arrival", a, inst.n)
             self.g.add_edge(inst.node, event)
-            for key in self.untracked.pop(a, []):
-                land = self.done.get(key)
-                if land is not None:
-                    self.g.add_edge(land, event)
+            for copy in self.untracked.pop(a, []):
+                landed = self.done.get(copy)
+                if landed is not None:
+                    self.g.add_edge(landed, event)
             if a in self.last_arrival:
                 self.g.add_edge(self.last_arrival[a], event)
             self.last_arrival[a] = self.arrival_event[(a, inst.n)] = event
@@ -1267,10 +1267,11 @@ class _Run:
             return False, (f"{self.agent_name(reader.agent)} waits on no phase of "
                            f"{ring.name}[{stage}] that holds it")
         if ordered and not self._proxy_fenced(done, writer, reader):
-            return False, (f"it is written by the {self.effect(writer.step.op).proxy} proxy "
-                           f"and read by the {self.effect(reader.step.op).proxy} proxy, and no "
-                           f"proxy fence of {self.agent_name(reader.agent)}'s lies between "
-                           "the wait that makes it visible and the read")
+            w, r = self.effect(writer.step.op), self.effect(reader.step.op)
+            return False, (f"it is written by the {w.proxy if w else '?'} proxy and read by "
+                           f"the {r.proxy if r else '?'} proxy, and no proxy fence of "
+                           f"{self.agent_name(reader.agent)}'s lies between the wait that "
+                           "makes it visible and the read")
         return ordered, "" if ordered else unordered
 
     def _proxy_fenced(self, done: Node, writer: _Inst, reader: _Inst) -> bool:

@@ -60,7 +60,7 @@ def _stage(s: Step) -> str:
 #: The cp.async producer's loads (``-p load=cp_async``): each of its 128 threads copies its
 #: chunks of A's and B's tile (``pcgc::CpAsyncOperand``, gemm_cpasync_h100.cuh); the stage's
 #: full barrier is the step after (its ``cp_async_arrive``), not an argument.
-_CP_ASYNC_LOADS = {
+_CP_ASYNC_LOADS: dict[int, str] = {
     WgmmaTag.CP_A: "LoadA::load(stage_a({stage}), a_ptr, a_ld, m, k_bytes, {t}, KT, "
                    "tile_m * BM, wtid);",
     WgmmaTag.CP_B: "LoadB::load(stage_b({stage}), b_ptr, b_ld, n, k_bytes, {t}, KT, "

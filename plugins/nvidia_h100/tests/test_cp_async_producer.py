@@ -9,7 +9,6 @@ K-major rows off the 128-byte line."""
 from __future__ import annotations
 
 import re
-import subprocess
 
 import attrs
 import pytest
@@ -27,7 +26,7 @@ from pipeline_core_nvidia_h100.gemm_call import (TensorInfo, Tuning, cp_async_wa
                                                  plan_call)
 from pipeline_core_nvidia_h100.matmul_call import CALL_STAGES, schedule_params  # noqa: E402
 from pipeline_core_nvidia_h100.sync_skeleton import SkeletonMismatch, check_skeleton  # noqa: E402
-from pipeline_core_nvidia_h100.toolchain import nvcc, sass_command  # noqa: E402
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, sass_of  # noqa: E402
 from pipeline_core_nvidia_h100.warpspecialized import GemmVariant  # noqa: E402
 
 CP = dict(tails=True, load="cp_async")
@@ -201,21 +200,13 @@ def test_an_mn_major_operand_stays_on_tma():
 @pytest.mark.needs_nvcc
 @pytest.mark.parametrize("label", ["bf16", "bf16 split-K", "e4m3 row-scaled", "bf16 128x128"])
 def test_the_sass_copies_by_cp_async_arrives_fences_and_spills_nothing(label, tmp_path):
-    c = _compiled(label)
-    src = tmp_path / "cp.cu"
-    src.write_text(emit_wgmma(c))
-    cubin = tmp_path / "cp.cubin"
-    proc = subprocess.run([nvcc() or "nvcc", "-cubin", "-gencode=arch=compute_90a,code=sm_90a",
-                           "-std=c++17", "-Xptxas=-v", "-o", str(cubin), str(src)],
-                          capture_output=True, text=True)
+    proc, cubin = compile_cubin(emit_wgmma(_compiled(label)), tmp_path, "cp")
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     assert "C7508" not in proc.stderr  # ptxas did not ignore setmaxnreg
-    tool = sass_command()
-    if tool is None:
+    sass = sass_of(cubin)
+    if sass is None:
         pytest.skip("no nvdisasm / cuobjdump for the SASS part")
-    sass = subprocess.run([*tool, str(cubin)], capture_output=True, text=True,
-                          check=True).stdout
     assert re.search(r"\bLDGSTS\.E\.BYPASS\.128\.ZFILL\b", sass)  # 16-byte, zero-filled
     assert re.search(r"\bARRIVES\.LDGSTSBAR\.64\.ARVCNT\b", sass)  # the .noinc arrival
     assert re.search(r"\bFENCE\.VIEW\.ASYNC\.S\b", sass)          # the consumers' proxy fence
