@@ -48,6 +48,9 @@ class StepKind(str, enum.Enum):
     PHASE_WAIT = "phase_wait"      #: wait until a ring stage's phase completed (try_wait.parity)
     ARRIVE = "arrive"              #: one arrival on a ring stage (release, publishes completed work)
     EXPECT_TX = "expect_tx"        #: the arrival that also announces the bytes the phase waits for
+    #: each issuing thread's arrival on a ring stage, made by the hardware once every copy that
+    #: thread issued before it landed (a copy that completes by arrival, ``Effect.completes``)
+    ASYNC_ARRIVE = "async_arrive"
     FENCE = "fence"                #: order register accesses before the next async group
     COMMIT = "commit"              #: close the open group of a counter channel
     COUNTER_WAIT = "counter_wait"  #: wait until at most ``value`` groups of a channel are pending
@@ -76,7 +79,9 @@ class StepKind(str, enum.Enum):
     #: (the issuer) wait until at most ``value`` bulk-store groups still read their buffers
     STORE_WAIT = "store_wait"
     STAGE_WRITE = "stage_write"      #: every thread writes its results into the staging buffer
-    #: order this thread's generic-proxy writes before async-proxy reads of the buffer
+    #: order this thread's generic-proxy writes before async-proxy reads of the buffer; in a K
+    #: loop (``channel`` a full ring): order the generic-proxy copies a reader's wait on that
+    #: ring made visible before its async-proxy reads of them
     PROXY_FENCE = "proxy_fence"
     STORE_ISSUE = "store_issue"      #: (the issuer) the bulk store of the staging buffer
     STORE_COMMIT = "store_commit"    #: (the issuer) close the open bulk-store group

@@ -45,6 +45,11 @@ def _channel_of(op: Op, sync: SyncModel) -> str | None:
     return None if effect is None else effect.counter
 
 
+def _effect_field(op: Op, sync: SyncModel, field: str, default: str) -> str:
+    effect = sync.bind().effect(op.role, op.channel)
+    return default if effect is None else getattr(effect, field)
+
+
 def _agent_of(spec: AgentSpec, body: Sequence[Op], owner: str) -> dict[int, AgentRole]:
     where: dict[int, AgentRole] = {}
     names = [r.name for r in spec.roles]
@@ -75,6 +80,11 @@ class _RingPair:
     full: Ring
     empty: Ring | None
     lag: int
+    #: the copies complete by the writer's threads' arrivals, not their bytes
+    #: (``Effect.completes``): the writer arrives after its last copy, announcing nothing
+    by_arrival: bool = False
+    #: the memory proxy the copies write through ("": the model tells none apart)
+    proxy: str = ""
 
     @property
     def once(self) -> bool:
@@ -209,11 +219,22 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
         readers = sorted({agent_of[c].name for i in ring_ops for c in readers_of.get(i, ())})
         anti_readers = sorted({agent_of[e.producer].name for e in cross
                                if e.kind == DepKind.ANTI and e.consumer in mine})
+        completes = {_effect_field(body[i], sync, "completes", "bytes") for i in ring_ops}
+        if len(completes) > 1:
+            raise ProgramError(f"{owner}: {where or 'the ring: '}copies {list(ring_ops)} "
+                               "complete some by their bytes and some by arrivals "
+                               "(Effect.completes); give each kind a ring of its own "
+                               "(AgentSpec.rings)")
+        by_arrival = completes == {"arrival"}
         tx = sum(spec.op_bytes.get(i, 0) for i in ring_ops)
-        if tx <= 0:
+        if tx <= 0 and not by_arrival:
             raise ProgramError(f"{owner}: agent {writer}'s copies announce no bytes "
                                f"(AgentSpec.op_bytes)")
-        full = Ring(name=prefix + FULL, kind=FULL, stages=depth, arrivals=1, tx_bytes=tx,
+        # copies completed by arrival: each issuing thread of the writer arrives once, after
+        # its copies (cp.async.mbarrier.arrive.noinc), and no bytes are announced
+        full = Ring(name=prefix + FULL, kind=FULL, stages=depth,
+                    arrivals=roles[writer].issuers if by_arrival else 1,
+                    tx_bytes=0 if by_arrival else tx,
                     signallers=(writer,), waiters=tuple(readers), ops=ring_ops, once=once)
         empty = None
         if anti_readers:
@@ -221,7 +242,9 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
                          arrivals=release_arrivals(anti_readers, roles, split),
                          signallers=tuple(anti_readers), waiters=(writer,), ops=ring_ops,
                          release_lag=lag, once=once)
-        pairs.append(_RingPair(writer=writer, ops=ring_ops, full=full, empty=empty, lag=lag))
+        proxies = {_effect_field(body[i], sync, "proxy", "") for i in ring_ops}
+        pairs.append(_RingPair(writer=writer, ops=ring_ops, full=full, empty=empty, lag=lag,
+                               by_arrival=by_arrival, proxy=min(proxies)))
     for e in cross:  # an ANTI edge onto a writer op of no ring
         if e.kind == DepKind.ANTI and e.consumer not in writer_of:
             raise ProgramError(f"{owner}: ANTI edge {e.producer}->{e.consumer} crosses agents "
@@ -248,8 +271,11 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
                         and e.consumer in ops and channel[e.producer] is not None \
                         and kind.get(channel[e.producer] or "") == ChannelKind.COUNTER:
                     chained.setdefault(e.consumer, set()).add(e.producer)
+            fence = {p.full.name for p in reads if p.proxy and any(
+                _effect_field(body[r], sync, "proxy", "") not in ("", p.proxy)
+                for w in p.ops for r in readers_of.get(w, ()) if r in ops)}
             kernel = _reader_kernel(ops, body, channel, kind, reads, readers_of, chained, tags,
-                                    owner, role.name, lags)
+                                    owner, role.name, lags, fence)
         else:
             kernel = [Step(kind=StepKind.OP, op=i, tag=body[i].tag) for i in ops]
         kernels[role.name] = kernel
@@ -300,7 +326,13 @@ def sync_tags(sync: SyncModel) -> dict[str, int]:
         if c.commit_tag is not None:
             out[f"commit:{c.name}"] = c.commit_tag
     out.update(sync.agent_tags)
-    missing = [k for k in ("phase_wait", "arrive", "expect_tx", "fence") if k not in out]
+    # a model whose copies complete by arrival needs "async_arrive"; one whose reads cross a
+    # proxy, "proxy_fence"
+    effects = sync.effects
+    wanted = ["phase_wait", "arrive", "expect_tx", "fence"]
+    wanted += ["async_arrive"] if any(e.completes == "arrival" for e in effects) else []
+    wanted += ["proxy_fence"] if len({e.proxy for e in effects} - {""}) > 1 else []
+    missing = [k for k in wanted if k not in out]
     if missing:
         raise ProgramError(f"sync model {sync.name}: the agents lowering needs tags for "
                            f"{', '.join(missing)} (SyncModel.agent_tags)")
@@ -310,7 +342,9 @@ def sync_tags(sync: SyncModel) -> dict[str, int]:
 def _writer_kernel(ops: list[int], body: Sequence[Op], pairs: Sequence[_RingPair],
                    tags: dict[str, int]) -> list[Step]:
     """The writer's ops in body order; before a ring's first copy, its acquire (the phase the
-    releases of tile t - stages complete) and the arrival announcing the ring's bytes."""
+    releases of tile t - stages complete) and the arrival announcing the ring's bytes; for a
+    ring whose copies complete by arrival, no announcement, and after its last copy the
+    threads' arrivals that the copies' landing triggers (``StepKind.ASYNC_ARRIVE``)."""
     steps = []
     started: set[str] = set()
     for i in ops:
@@ -320,10 +354,15 @@ def _writer_kernel(ops: list[int], body: Sequence[Op], pairs: Sequence[_RingPair
             if pair.empty is not None:
                 steps.append(Step(kind=StepKind.PHASE_WAIT, channel=pair.empty.name,
                                   phase_offset=-1, tag=tags["phase_wait"], once=pair.once))
-            steps.append(Step(kind=StepKind.EXPECT_TX, channel=pair.full.name,
-                              value=pair.full.tx_bytes, tag=tags["expect_tx"], once=pair.once))
+            if not pair.by_arrival:
+                steps.append(Step(kind=StepKind.EXPECT_TX, channel=pair.full.name,
+                                  value=pair.full.tx_bytes, tag=tags["expect_tx"],
+                                  once=pair.once))
         steps.append(Step(kind=StepKind.OP, op=i, tag=body[i].tag,
                           once=pair is not None and pair.once))
+        if pair is not None and pair.by_arrival and i == max(x for x in ops if x in pair.ops):
+            steps.append(Step(kind=StepKind.ASYNC_ARRIVE, channel=pair.full.name,
+                              tag=tags["async_arrive"], once=pair.once))
     return steps
 
 
@@ -331,12 +370,15 @@ def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | 
                    kind: dict[str, ChannelKind], pairs: Sequence[_RingPair],
                    readers_of: dict[int, set[int]], chained: dict[int, set[int]],
                    tags: dict[str, int], owner: str, agent: str,
-                   lags: dict[int, int] | None = None) -> list[Step]:
+                   lags: dict[int, int] | None = None,
+                   fence: set[str] | frozenset[str] = frozenset()) -> list[Step]:
     """Each ring waited on before the first op that reads its copies; one group per tile on the
     agent's counter channel, cut where an op reads the result of an async op of the same tile
     (``chained``: attention's softmax reading S): the group is committed and a counter wait
     retires it first; each released ring's counter wait and release its lag late
-    (docs/guide/agents.md, "Chained groups")."""
+    (docs/guide/agents.md, "Chained groups").  A ring of ``fence`` (its copies written by
+    another memory proxy than this agent reads them with) gets the agent's proxy fence right
+    after its wait."""
     counters = [c for c in dict.fromkeys(channel[i] for i in ops)
                 if c is not None and kind.get(c) == ChannelKind.COUNTER]
     if len(counters) > 1:
@@ -392,6 +434,9 @@ def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | 
                 waited.add(p.full.name)
                 steps.append(Step(kind=StepKind.PHASE_WAIT, channel=p.full.name, lag=lag,
                                   tag=tags["phase_wait"], once=p.once))
+                if p.full.name in fence:
+                    steps.append(Step(kind=StepKind.PROXY_FENCE, channel=p.full.name, lag=lag,
+                                      tag=tags["proxy_fence"]))
         if channel[i] == counter and counter is not None:
             if not group:  # each group's first op: order the registers it reads or writes
                 steps.append(Step(kind=StepKind.FENCE, channel=counter, lag=lag,

@@ -250,6 +250,14 @@ class _Run:
         #: named barrier id -> its syncs and arrives; generation node -> what fills it
         self.named: dict[int, list[_Inst]] = defaultdict(list)
         self.gens: dict[Node, _Generation] = {}
+        #: copies completed by arrival (``Effect.completes``): agent -> its copies no async
+        #: arrival of its threads tracks yet; (agent, n) -> the arrival event of that step; an
+        #: agent's latest arrival event (each tracks every copy issued before it)
+        self.untracked: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+        self.arrival_event: dict[tuple[int, int], Node] = {}
+        self.last_arrival: dict[int, Node] = {}
+        #: agent -> its proxy fences in the K loop (each orders what its thread sees before)
+        self.proxy_fences: dict[int, list[_Inst]] = defaultdict(list)
 
     def S(self, ring: str) -> int:
         """The depth of ring ``ring`` (each ring has its own)."""
@@ -275,7 +283,7 @@ class _Run:
             k = u // self.S(s.channel) + s.phase_offset
             return (f"{who} {tag} {s.channel}[{u % self.S(s.channel)}] phase {k} "
                     f"(parity {k & 1}) {when}")
-        if s.kind in (StepKind.ARRIVE, StepKind.EXPECT_TX):
+        if s.kind in (StepKind.ARRIVE, StepKind.EXPECT_TX, StepKind.ASYNC_ARRIVE):
             return f"{who} {tag} {s.channel}[{u % self.S(s.channel)}] {when}"
         nb = self.sync.named_barriers
         if s.kind in (StepKind.NAMED_SYNC, StepKind.NAMED_ARRIVE) and nb is not None:
@@ -560,6 +568,9 @@ class _Run:
                 self.g.add_edge(inst.node, land)
                 self.done[key] = land
                 self.reads_end[key] = land if eff.resolves == "both" else None
+                if eff.completes == "arrival":  # the thread's next async arrival tracks it
+                    self.untracked[a].append(key)
+                    return
                 for ring_name, nbytes in self.landings(s.op):
                     self.copies[(ring_name, u % self.S(ring_name))].append((inst, nbytes))
             else:
@@ -585,6 +596,23 @@ class _Run:
             units = self.plan.programs[a].role.release_arrivals if s.kind == StepKind.ARRIVE else 1
             tx = s.value if s.kind == StepKind.EXPECT_TX else 0
             self.signals[(s.channel, u % self.S(s.channel))].append((inst, units, tx))
+        elif s.kind == StepKind.ASYNC_ARRIVE:
+            # each issuing thread's arrival, made once every copy it issued before this step
+            # landed (cp.async.mbarrier.arrive.noinc): after those copies' landings and after
+            # the thread's previous such arrival (which tracked the copies before it)
+            event = ("arrival", a, inst.n)
+            self.g.add_edge(inst.node, event)
+            for copy in self.untracked.pop(a, []):
+                landed = self.done.get(copy)
+                if landed is not None:
+                    self.g.add_edge(landed, event)
+            if a in self.last_arrival:
+                self.g.add_edge(self.last_arrival[a], event)
+            self.last_arrival[a] = self.arrival_event[(a, inst.n)] = event
+            units = self.plan.programs[a].role.issuers
+            self.signals[(s.channel, u % self.S(s.channel))].append((inst, units, 0))
+        elif s.kind == StepKind.PROXY_FENCE:
+            self.proxy_fences[a].append(inst)
         elif s.kind == StepKind.PHASE_WAIT:
             depth = self.S(s.channel)
             self.waits.append((inst, s.channel, u % depth, u // depth + s.phase_offset))
@@ -631,9 +659,11 @@ class _Run:
                     ph = self.phases.setdefault((ring_name, stage, k), _new_phase())
                     ph["units"] += 1
                     ph["from"].append(inst)
-                    # a CTA-scope arrival on a peer's barrier counts, but orders nothing there
+                    # a CTA-scope arrival on a peer's barrier counts, but orders nothing there;
+                    # an async arrival arrives when its event happens, not when it is issued
                     if releases:
-                        self.g.add_edge(inst.node, ("phase", ring_name, stage, k))
+                        self.g.add_edge(self.arrival_event.get((inst.agent, inst.n), inst.node),
+                                        ("phase", ring_name, stage, k))
                     else:
                         self.g.add_node(("phase", ring_name, stage, k))
                     self.phase_of_unit[(inst.agent, inst.n)].append(k)
@@ -979,7 +1009,8 @@ class _Run:
                 silent = [a for a, p in enumerate(self.plan.programs)
                           if p.name in ring.signallers]
                 for a in silent:
-                    kind = StepKind.ARRIVE if ring.kind == "empty" else StepKind.EXPECT_TX
+                    kind = (StepKind.ARRIVE if ring.kind == "empty" else StepKind.EXPECT_TX
+                            if ring.tx_bytes else StepKind.ASYNC_ARRIVE)
                     site, anchor = self.missing_site(
                         a, lambda x: x.kind == kind and x.channel == ring.name, local,
                         f"{kind.value.upper()} {ring.name}[{stage}]", o)
@@ -1235,7 +1266,24 @@ class _Run:
                    for w, k in self.waits_by.get((reader.agent, ring.name, stage), [])):
             return False, (f"{self.agent_name(reader.agent)} waits on no phase of "
                            f"{ring.name}[{stage}] that holds it")
+        if ordered and not self._proxy_fenced(done, writer, reader):
+            w, r = self.effect(writer.step.op), self.effect(reader.step.op)
+            return False, (f"it is written by the {w.proxy if w else '?'} proxy and read by "
+                           f"the {r.proxy if r else '?'} proxy, and no proxy fence of "
+                           f"{self.agent_name(reader.agent)}'s lies between the wait that "
+                           "makes it visible and the read")
         return ordered, "" if ordered else unordered
+
+    def _proxy_fenced(self, done: Node, writer: _Inst, reader: _Inst) -> bool:
+        """A write by one memory proxy read by another (``Effect.proxy``) is seen only through
+        a proxy fence of the reader's, after the write is visible to it and before the read
+        (PTX ISA, "Proxies"); writes and reads of one proxy (or a model without proxies) need
+        none."""
+        w, r = self.effect(writer.step.op), self.effect(reader.step.op)
+        if w is None or r is None or not w.proxy or not r.proxy or w.proxy == r.proxy:
+            return True
+        return any(f.n < reader.n and self.hb(done, f.node)
+                   for f in self.proxy_fences.get(reader.agent, []))
 
     def _accumulators(self) -> None:
         """Each output tile's groups retire before its accumulators are read (after its loop),

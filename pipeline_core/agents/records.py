@@ -41,6 +41,7 @@ FIELDS = {
     StepKind.PHASE_WAIT: _LOOP | {"channel", "once", "phase_offset", "scope"},
     StepKind.ARRIVE: _LOOP | {"channel", "once", "peer", "scope"},
     StepKind.EXPECT_TX: _LOOP | {"channel", "once", "value"},
+    StepKind.ASYNC_ARRIVE: _LOOP | {"channel", "once"},
     StepKind.FENCE: _LOOP | {"channel"},
     StepKind.COMMIT: _LOOP | {"channel"},
     StepKind.COUNTER_WAIT: _LOOP | {"channel", "value", "op", "once"},
@@ -54,13 +55,18 @@ FIELDS = {
                                 StepKind.COUNT_ACQUIRE, StepKind.SLICE_READ,
                                 StepKind.COUNT_RESET)},
 }
+#: the K-loop sections, where a proxy fence orders a ring's copies before the reads its wait
+#: made visible (``channel``: that full ring), not a bulk store's staging writes
+LOOP_SECTIONS = ("prologue", "kernel", "epilogue")
+LOOP_FENCE_FIELDS = _LOOP | {"channel"}
 #: every field's default (a field no kind lists, a lockstep plan's ``instr``, ``prefetch`` and
 #: ``synthetic``, must keep it), and the fields only a cluster's steps may set
 _DEFAULTS = {f.name: f.default for f in attrs.fields(Step)}
 CLUSTER_FIELDS = frozenset({"peer", "scope"})
 
 #: steps that name a ring, a counter channel, a named barrier (what each must exist as)
-RING_KINDS = frozenset({StepKind.PHASE_WAIT, StepKind.ARRIVE, StepKind.EXPECT_TX})
+RING_KINDS = frozenset({StepKind.PHASE_WAIT, StepKind.ARRIVE, StepKind.EXPECT_TX,
+                        StepKind.ASYNC_ARRIVE})
 COUNTER_KINDS = frozenset({StepKind.COMMIT, StepKind.COUNTER_WAIT, StepKind.FENCE})
 NAMED_KINDS = frozenset({StepKind.NAMED_SYNC, StepKind.NAMED_ARRIVE})
 
@@ -81,6 +87,8 @@ def _stray_field(step: Step, cluster: bool, section: str) -> str:
     default ("" none): a step of a once-per-tile section (``finish``, ``store``, ``drain``) has
     no loop position, so a named sync there reads its barrier and count only."""
     fields = FIELDS.get(step.kind, set())
+    if step.kind == StepKind.PROXY_FENCE and section in LOOP_SECTIONS:
+        fields = LOOP_FENCE_FIELDS
     if section in SECTION_KINDS:
         fields = fields & {"channel", "barrier", "value"}
     for name, default in _DEFAULTS.items():
@@ -113,7 +121,12 @@ def _fault(plan: Plan, agent: str, section: str, step: Step, body: Sequence[Op],
     if allowed is not None and kind not in allowed:
         return (f"a {section} section holds only {', '.join(sorted(k.value for k in allowed))} "
                 "steps; move it to its section or drop it")
-    if allowed is None and kind in STORE_KINDS | REDUCTION_KINDS:
+    loop_fence = kind == StepKind.PROXY_FENCE and section in LOOP_SECTIONS
+    if loop_fence and step.channel not in {r.name for r in plan.rings if r.kind == "full"}:
+        return (f"a proxy fence in the K loop orders a full ring's copies before the reads "
+                f"its wait made visible; ring {step.channel!r} is none of the plan's full "
+                "rings")
+    if allowed is None and kind in STORE_KINDS | REDUCTION_KINDS and not loop_fence:
         return (f"a {kind.value} step belongs in the "
                 f"{'finish' if kind in REDUCTION_KINDS else 'store or drain'} section")
     if section in ("store", "drain") and agent not in records["Plan.store"]:
@@ -130,11 +143,13 @@ def _fault(plan: Plan, agent: str, section: str, step: Step, body: Sequence[Op],
         return (f"{stray}={getattr(step, stray)!r} means nothing to a {kind.value} step{where} "
                 f"and no proof reads it; set it back to {_DEFAULTS[stray]!r}")
     owners = _owners(plan, section, kind)
-    if kind in NAMED_KINDS | STORE_KINDS | REDUCTION_KINDS and step.channel not in owners:
+    if kind in NAMED_KINDS | STORE_KINDS | REDUCTION_KINDS and step.channel not in owners \
+            and not loop_fence:
         return (f"its channel {step.channel!r} names none of "
                 f"{', '.join(sorted(owners)) or 'no record'}, what a {kind.value} step "
                 f"{'in ' + section + ' ' if allowed is not None else ''}belongs to")
-    want = step_tag(step, sync, sync_tags(sync), body)
+    want = (sync_tags(sync).get("proxy_fence") if loop_fence
+            else step_tag(step, sync, sync_tags(sync), body))
     if want is not None and step.tag != want:
         return (f"its tag {step.tag} is not {want}, the tag a {kind.value} step"
                 f"{f' of op {step.op}' if step.op >= 0 else ''} lowers to: the emitter would "
@@ -162,7 +177,8 @@ def step_tag(step: Step, sync: SyncModel, tags: Mapping[str, int],
     nb, store, red = sync.named_barriers, sync.bulk_store, sync.reduction
     if k == StepKind.OP:
         return body[step.op].tag
-    if k in (StepKind.PHASE_WAIT, StepKind.ARRIVE, StepKind.EXPECT_TX, StepKind.FENCE):
+    if k in (StepKind.PHASE_WAIT, StepKind.ARRIVE, StepKind.EXPECT_TX, StepKind.FENCE,
+             StepKind.ASYNC_ARRIVE):
         return tags.get(k.value)
     if k in (StepKind.COMMIT, StepKind.COUNTER_WAIT):
         return tags.get(f"{'commit' if k == StepKind.COMMIT else 'wait'}:{step.channel}")

@@ -187,10 +187,14 @@ def run(plan: Plan, body: Sequence[Op], machine: AgentMachine,
             start = max(now, done + machine.wake_cycles)
             waited = step.channel if start > now else ""
             now = start + machine.step_cycles
-        elif step.kind in (StepKind.ARRIVE, StepKind.EXPECT_TX):
+        elif step.kind in (StepKind.ARRIVE, StepKind.EXPECT_TX, StepKind.ASYNC_ARRIVE):
             stage, phase = where(step, t, step.channel)
             now += machine.step_cycles
-            weight = plan.programs[a].role.release_arrivals if step.kind == StepKind.ARRIVE else 1
+            # an async arrival (each issuing thread's) completes the phase with its copies'
+            # landings, which the phase's completion time already takes (``landed``)
+            role = plan.programs[a].role
+            weight = (role.release_arrivals if step.kind == StepKind.ARRIVE
+                      else role.issuers if step.kind == StepKind.ASYNC_ARRIVE else 1)
             arrivals.setdefault((step.channel, stage, phase), []).extend([now] * weight)
         elif step.kind == StepKind.OP:
             op = body[step.op]
@@ -327,6 +331,7 @@ def epilogue(plan: Plan, machine: AgentMachine, costs: EpilogueCosts, ends: Sequ
 
 _KIND = {StepKind.OP: "op", StepKind.PHASE_WAIT: "wait", StepKind.COUNTER_WAIT: "wait",
          StepKind.COMMIT: "commit", StepKind.ARRIVE: "op", StepKind.EXPECT_TX: "op",
+         StepKind.ASYNC_ARRIVE: "op", StepKind.PROXY_FENCE: "hint",
          StepKind.FENCE: "hint", StepKind.NAMED_SYNC: "wait", StepKind.NAMED_ARRIVE: "op"}
 _PHASE = {"prologue": Phase.PROLOGUE, "kernel": Phase.KERNEL, "epilogue": Phase.EPILOGUE}
 

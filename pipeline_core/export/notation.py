@@ -148,7 +148,7 @@ def isa_form(step: "Step", plan: "Plan", body: "Sequence[Op]", names: Mapping[in
         form = (cl.forms.get("remote_arrive", head) if cl is not None and step.scope
                 in cl.release_scopes else f"{head} ({step.scope or 'cta'} scope)")
         return f"{form} {step.channel}[{wrap}%{s}] of CTA rank+{step.peer}"
-    if step.kind == StepKind.ARRIVE:
+    if step.kind in (StepKind.ARRIVE, StepKind.ASYNC_ARRIVE):
         return f"{head} {step.channel}[{wrap}%{s}]"
     if step.kind == StepKind.EXPECT_TX:
         return f"{head} {step.channel}[{wrap}%{s}]" + ("" if base else f" {step.value} bytes")

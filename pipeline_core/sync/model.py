@@ -101,6 +101,19 @@ class Effect:
     #: "both" (its reads of shared memory ended too: wgmma, TMA store), which is what lets a
     #: counter wait free a stage for the next writer (docs/guide/agents.md, "Sync model")
     resolves: str = "write_done"
+    #: how a copy on a phase channel completes there: "bytes" (its bytes count down the
+    #: phase's announced transaction count: a TMA copy's complete_tx) or "arrival" (its bytes
+    #: count nothing; the issuing thread's later ``async_arrive`` step arrives on the ring once
+    #: every copy that thread issued before it landed: cp.async.mbarrier.arrive.noinc), so
+    #: the ring counts one arrival per issuing thread and no bytes (docs/guide/agents.md,
+    #: "Copies completed by arrival")
+    completes: str = attrs.field(default="bytes",
+                                 validator=attrs.validators.in_(("bytes", "arrival")))
+    #: the memory proxy the op accesses shared memory through ("": the model does not tell
+    #: proxies apart); a FLOW edge from a write of one proxy to a read of another needs the
+    #: reader's proxy fence between its wait and its read (PTX ISA, "Proxies": cp.async writes
+    #: by the generic proxy, wgmma reads by the async proxy)
+    proxy: str = ""
 
 
 @attrs.frozen(kw_only=True)

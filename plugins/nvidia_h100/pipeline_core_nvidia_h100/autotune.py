@@ -211,7 +211,8 @@ def _pow2(x: int) -> int:
 
 def _problem_key(p: GemmProblem) -> tuple[str, ...]:
     return (p.variant.dtype, f"{p.variant.a_major},{p.variant.b_major}",
-            "x".join(str(d) for d in bucket(p.m, p.n, p.k)))
+            "x".join(str(d) for d in bucket(p.m, p.n, p.k))
+            ) + (("cp_async",) if p.variant.load == "cp_async" else ())
 
 
 def _describe(p: GemmProblem) -> str:

@@ -25,6 +25,7 @@ from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, Bound, Compil
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_header_source,
                                             gemm_grouped_header_source,
+                                            gemm_cpasync_header_source,
                                             gemm_scale_batch_header_source,
                                             gemm_wgmma_header_source, header_source,
                                             wgmma_header_source)
@@ -56,6 +57,16 @@ WATCHDOG = Param("watchdog", int, None, "polls of one mbarrier wait before the k
 
 def _stage(s: Step) -> str:
     return RingState.of(s, "STAGES").stage
+
+
+#: The cp.async producer's loads (``-p load=cp_async``): each of its 128 threads copies its
+#: chunks of A's and B's tile (``pcgc::CpAsyncOperand``, gemm_cpasync_h100.cuh); the stage's
+#: full barrier is the step after (its ``cp_async_arrive``), not an argument.
+_CP_ASYNC_LOADS: dict[int, str] = {
+    WgmmaTag.CP_A: "LoadA::load(stage_a({stage}), a_ptr, a_ld, m, k_bytes, {t}, KT, "
+                   "tile_m * BM, wtid);",
+    WgmmaTag.CP_B: "LoadB::load(stage_b({stage}), b_ptr, b_ld, n, k_bytes, {t}, KT, "
+                   "tile_n * BN, wtid);"}
 
 
 def _general_loads(cluster: bool, grouped: bool = False) -> dict[int, str]:
@@ -154,9 +165,14 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
     v = g.variant
     grouped = v.batch in GROUPED
     loads = _general_loads(plan.cluster is not None, grouped) if v.general else None
-    if producer.role.issuers != 1 or not consumers:
-        raise ProgramError(f"emitter {EMITTER_NAME}: expects a single-issuer producer agent "
-                           f"followed by consumer agents, got {[p.name for p in plan.programs]}")
+    cp_async = v.load == "cp_async"
+    if cp_async:
+        loads = _CP_ASYNC_LOADS
+    if producer.role.issuers != (128 if cp_async else 1) or not consumers:
+        raise ProgramError(f"emitter {EMITTER_NAME}: expects a producer agent issued by "
+                           f"{'its 128 threads (-p load=cp_async)' if cp_async else 'one thread'}"
+                           f" followed by consumer agents, got "
+                           f"{[(p.name, p.role.issuers) for p in plan.programs]}")
 
     def lines(p: AgentProgram, single_issuer: bool, label: str) -> list[str]:
         return render(agent_stretches(
@@ -167,7 +183,8 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
     family = AgentsFamily(**{part: fill(text, constants) for part, text in parts.items()})
     split = plan.split is not None  # a tile split (ping-pong): each consumer its own tiles
     body = agents_kernel_body(
-        rings=plan.rings, producer=AgentCode(lines=tuple(lines(producer, True, producer.name))),
+        rings=plan.rings,
+        producer=AgentCode(lines=tuple(lines(producer, not cp_async, producer.name))),
         consumers=[AgentCode(lines=tuple(lines(c, False, "consumer"))) for c in consumers],
         producer_name=producer.name, producer_registers=g.producer_registers,
         consumer_registers=g.consumer_registers, family=family, emitter=EMITTER_NAME,
@@ -175,7 +192,8 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
                grouped_tile_loop(plan.cluster.ctas if plan.cluster is not None else 1,
                                  len(plan.split.agents) if plan.split is not None else 0)),
         tile_split=split, consumer_after=_after_tiles(consumers) if split else (),
-        cluster=plan.cluster, relay=[line for r in relays for line in lines(r, True, r.name)])
+        cluster=plan.cluster, relay=[line for r in relays for line in lines(r, True, r.name)],
+        producer_threads=producer.role.issuers)
     return _kernel_source(compiled, g, body)
 
 
@@ -206,6 +224,7 @@ def _kernel_source(compiled: CompiledSchedule, g: WsGeometry, body: str) -> str:
         launch, header_source(), wgmma_header_source(), gemm_call_header_source(),
         gemm_scale_batch_header_source(), cluster_header_source(), gemm_wgmma_header_source(),
         *([gemm_grouped_header_source()] if v.batch in GROUPED else []),
+        *([gemm_cpasync_header_source()] if v.load == "cp_async" else []),
         wgmma_ss(g.bn, v.dtype, int(v.a_major == "mn"), int(v.b_major == "mn")),
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)'
         + (f" __cluster_dims__({cluster.ctas}, 1, 1)" if cluster is not None else ""),
@@ -370,6 +389,11 @@ _BATCH_OUTPUT = ("\n    C = static_cast<char*>(C) + (size_t)blockIdx.z * c_batch
                  "// this batch's output")
 
 
+#: the cp.async producer's loads in their place (``gemm_cpasync_h100.cuh``)
+_CP_ASYNC_CONSTANTS = ("\n    using LoadA = pcgc::CpAsyncOperand<BM, ${SPLIT}>;  // the cp.async "
+                       "loads\n    using LoadB = pcgc::CpAsyncOperand<BN, ${SPLIT}>;")
+
+
 def _epilogue(v: GemmVariant) -> tuple[str, str]:
     """The variant's fused epilogue (``gemm_wgmma_h100.cuh``'s ``pcgc::Epilogue``): its type,
     the traits picked by name, among the constants, and the consumer's object of it, over the
@@ -407,8 +431,9 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
         "constants": FAMILY["constants"] + "\n    constexpr u32 CHUNK_BYTES = ${CHUNK_BYTES};"
                      "  // one MN-major box: 64 rows x BK"
                      "\n    constexpr bool A_MN = ${A_MN}, B_MN = ${B_MN};  // the operands' major"
-                     f"\n    using LoadA = pcgc::{operands[0]};\n    using LoadB = "
-                     f"pcgc::{operands[1]}"
+                     + (_CP_ASYNC_CONSTANTS if v.load == "cp_async" else
+                        f"\n    using LoadA = pcgc::{operands[0]};\n    using LoadB = "
+                        f"pcgc::{operands[1]}")
                      + epi_type + (_BATCH_OUTPUT if v.batch not in ("none", *GROUPED) else "")
                      + store,
         "compute": _compute("pcgc::operand_desc<A_MN, CHUNK_BYTES>(stage_a(s), ${ROW0} + mb * "

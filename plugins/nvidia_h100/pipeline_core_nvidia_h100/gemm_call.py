@@ -99,6 +99,23 @@ class Tuning:
     #: that multicast halves of their shared B tile, where the plan has at least two M tiles
     #: and no split (:func:`cluster_size`)
     cluster: int = 1
+    #: the cp.async producer (docs/guide/matmul.md, "The cp.async producer") for a K-major
+    #: operand whose row stride TMA reads slowly (:func:`cp_async_wanted`); off: TMA always
+    cp_async: bool = True
+
+
+#: A K-major row that starts on a 128-byte line is read by TMA at full speed; one that starts
+#: 16 bytes off it straddles two lines in every box row (2000x5000x3000 bf16, stride 6000 bytes:
+#: 0.59 of cuBLAS by TMA, 0.94 with the rows padded to 3072)
+LINE_BYTES = 128
+
+
+def cp_async_wanted(maps: tuple[OperandMap, ...], elem: int) -> bool:
+    """Whether the producer loads by cp.async: every operand K-major, and one of them with
+    several rows whose stride (16-byte aligned, so TMA could read it) is off the 128-byte line;
+    an operand of aligned rows stays on TMA unless its partner moves (both load one way)."""
+    return all(m.major == "k" for m in maps) and any(
+        m.outer > 1 and m.stride * elem % LINE_BYTES for m in maps)
 
 
 def cluster_size(tiles_m: int, splits: int, tuning: Tuning) -> int:
@@ -318,8 +335,10 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     out_dtype = out_dtype or a.dtype
     # a cluster pairs plain kernels only (the schedule refuses it with a batch, fp8 or the TMA
     # store until they are combined): a clustered call stores directly
-    cluster = cluster_size(tiles_m, splits, tuning) if kernel_batch == 1 and scale == "none" \
-        else 1
+    cp_async = (tuning.cp_async and kernel_batch == 1 and read
+                and cp_async_wanted((a_map, b_map), ELEM[a.dtype]))
+    cluster = cluster_size(tiles_m, splits, tuning) \
+        if kernel_batch == 1 and scale == "none" and not cp_async else 1
     # a batched kernel (grid z) offsets C by its batch: a 2-D map of C would clip a batch's
     # tail rows into the next batch, so it stores directly (a folded batch is one 2-D C); so
     # does an out whose address TMA cannot write (the direct store takes any)
@@ -331,7 +350,8 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
                           out_dtype=out_dtype, bias=bias_kind,
                           activation=activation or "none", tails=True, split_k=splits > 1,
                           scale=scale, batch=batches.kind,
-                          store="tma" if c_map is not None else "direct", cluster=cluster)
+                          store="tma" if c_map is not None else "direct", cluster=cluster,
+                          load="cp_async" if cp_async else "tma")
     # a batched grid is one persistent grid per batch (grid z): the CTAs of batch 0 take the
     # SMs first, so the tiles in flight share their batch's operands in L2 (sharing the SMs
     # among all batches at once ran 0.67 of torch.bmm at 16 x 2048^3, this 0.79:

@@ -47,6 +47,12 @@ GROUP_PARAMS = params((("const int* __restrict__", "offs", "pointer"),
 #: a scaled grouped kernel's elements between one group's scales and the next (scale_b [G, N]
 #: along M, scale_a [G, M] along N; torch._scaled_grouped_mm's row-wise scales)
 GROUP_SCALE_PARAMS = params((("long long", "scale_group", "int64"),))
+#: the cp.async producer's (``-p load=cp_async``): A's and B's first rows, their row strides
+#: and K in bytes (the tensor maps stay in the list, unread, so the call packs them alike)
+CP_ASYNC_PARAMS = params((("const char* __restrict__", "a_ptr", "pointer"),
+                          ("const char* __restrict__", "b_ptr", "pointer"),
+                          ("long long", "a_ld", "int64"), ("long long", "b_ld", "int64"),
+                          ("long long", "k_bytes", "int64")), new_line=True)
 #: the TMA-store kernel's C tensor map (box SCOLS x 64, 128-byte swizzle)
 STORE_PARAMS = params(((TENSOR_MAP_TYPE, "tmC", "tensor_map"),), new_line=True)
 
@@ -62,4 +68,5 @@ def gemm_signature(v: GemmVariant) -> KernelSignature:
             + (BATCH_PARAMS if v.batch not in ("none", *GROUPED) else ())
             + (GROUP_PARAMS if v.batch in GROUPED else ())
             + (GROUP_SCALE_PARAMS if v.batch in GROUPED and v.scale != "none" else ())
-            + (STORE_PARAMS if v.store == "tma" else ()))
+            + (STORE_PARAMS if v.store == "tma" else ())
+            + (CP_ASYNC_PARAMS if v.load == "cp_async" else ()))

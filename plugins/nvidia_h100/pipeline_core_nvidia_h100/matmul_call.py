@@ -275,6 +275,10 @@ def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
         values.update(scale_a=scales[0].data_ptr(), scale_b=scales[1].data_ptr())
     if v.batch not in ("none", *GROUPED):
         values["c_batch"] = plan.c_batch * out.element_size()
+    if v.load == "cp_async":  # the cp.async producer's operands (docs/guide/matmul.md)
+        elem = a.element_size()
+        values.update(a_ptr=a.data_ptr(), b_ptr=b.data_ptr(), a_ld=plan.a.stride * elem,
+                      b_ld=plan.b.stride * elem, k_bytes=plan.k * elem)
     if plan.c is not None:  # the TMA-store epilogue's C (docs/guide/matmul.md)
         values["tmC"] = _operand_map(out.data_ptr(), plan.c, v.out_dtype)
     return (Launch.of(built, (plan.grid, plan.splits, plan.batch),

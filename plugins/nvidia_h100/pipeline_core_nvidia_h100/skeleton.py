@@ -141,6 +141,8 @@ def ring_step_line(s: Step, stage: str, parity: str, single_issuer: bool,
         return f"mbar_expect_tx({bar}, {s.value}u);"
     if s.kind == StepKind.ARRIVE:
         return f"mbar_arrive({bar});" if single_issuer else f"if (lane == 0) mbar_arrive({bar});"
+    if s.kind == StepKind.ASYNC_ARRIVE:  # every issuing thread's, once its copies landed
+        return f"pcgc::cp_async_arrive({bar});"
     return None
 
 
@@ -164,6 +166,8 @@ def wgmma_group_line(s: Step) -> str | None:
         return "wgmma_commit();"
     if s.kind == StepKind.COUNTER_WAIT:
         return f"wgmma_wait<{s.value}>();"
+    if s.kind == StepKind.PROXY_FENCE:  # generic-proxy copies (cp.async) before wgmma reads
+        return "pcgc::fence_proxy_async_shared();"
     return None
 
 

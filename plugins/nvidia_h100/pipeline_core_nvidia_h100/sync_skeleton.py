@@ -16,7 +16,10 @@ unchanged).  The skeleton's vocabulary (:class:`Sync`, ``what``):
   ``mbarrier.expect_tx`` (ring, position, bytes), ``mbarrier.arrive`` (ring, position,
   arriving: ``thread`` for a single-issuer program, ``warp`` for one arrival per warp, the
   counts the ring's arrivals were proven with), ``mbarrier.arrive.peer`` (ring, position, peer
-  CTA, scope, arriving); the position is the step's lag behind the loop's K tile, or ``once``
+  CTA, scope, arriving), ``mbarrier.arrive.async`` (ring, position, arriving: ``thread``
+  when the producer's program runs on its thread 0, ``every thread`` when every thread of its
+  warp group runs it, each one arrival the ring's count was proven with: the cp.async
+  producer's ``cp.async.mbarrier.arrive.noinc``); the position is the step's lag behind the loop's K tile, or ``once``
   for a step whose position is the output tile;
 * ``bar.sync`` / ``bar.arrive`` (named barrier id, thread count, and the output-tile lag of a
   turn that skips the CTA's first tiles, ``Step.output_lag``, when it has one);
@@ -154,6 +157,9 @@ def step_syncs(s: Step, consumers: int, single_issuer: bool) -> tuple[Sync, ...]
                          args=(s.channel, pos, s.peer, "cluster" if s.scope == "cluster"
                                else "cta", who)),)
         return (Sync(what="mbarrier.arrive", args=(s.channel, pos, who)),)
+    if k == StepKind.ASYNC_ARRIVE:
+        return (Sync(what="mbarrier.arrive.async",
+                     args=(s.channel, pos, "thread" if single_issuer else "every thread")),)
     split = Sync(what="bar.sync", args=(SPLIT_BARRIER, 128 * consumers))
     table: dict[StepKind, tuple[Sync, ...]] = {
         StepKind.OP: (Sync(what="op"),),
@@ -220,6 +226,7 @@ _WORDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((w, re.compile(p)) for w
     ("mbarrier.arrive.peer", rf"mbar_arrive_peer(?P<cta>_cta)?\((?P<ring>\w+)_bar\(\({_POS}"
                              r".*\(crank \+ (?P<peer>\d+)\)"),
     ("mbarrier.arrive", rf"mbar_arrive\((?P<ring>\w+)_bar\(\({_POS}"),
+    ("mbarrier.arrive.async", rf"\bcp_async_arrive\((?P<ring>\w+)_bar\(\({_POS}"),
     ("bar.sync", r"\"bar\.sync (?P<id>\d+|%0), (?P<n>\d+);"),
     ("bar.arrive", r"\"bar\.arrive (?P<id>\d+|%0), (?P<n>\d+);"),
     ("wgmma.fence", r"\bwgmma_fence\(\);"),
@@ -245,9 +252,12 @@ _STORE_BAR = re.compile(r"const int store_bar = (?P<expr>[^;]+);")
 _TURN = re.compile(r"tile >= \(int\)blockIdx\.x \+ (\d+) \* \(int\)gridDim\.x")
 #: one arrival per warp: the arrive is lane 0's
 _PER_WARP = "if (lane == 0) "
+#: the producer's program on its warp group's thread 0 alone (``kit.frame``); without it, on
+#: every thread of the warp group
+_THREAD_ZERO = "if (wtid == 0) {"
 
 
-def _word(what: str, m: re.Match[str], store_bar: int | None) -> Sync:
+def _word(what: str, m: re.Match[str], store_bar: int | None, alone: bool = True) -> Sync:
     g = m.groupdict()
     before = m.string[:m.start()]
     who = "warp" if before.endswith(_PER_WARP) else "thread"
@@ -261,6 +271,8 @@ def _word(what: str, m: re.Match[str], store_bar: int | None) -> Sync:
                                      "cta" if g["cta"] else "cluster", who))
     if what == "mbarrier.arrive":
         return Sync(what=what, args=(g["ring"], pos, who))
+    if what == "mbarrier.arrive.async":
+        return Sync(what=what, args=(g["ring"], pos, "thread" if alone else "every thread"))
     if what in ("bar.sync", "bar.arrive"):
         bar: Arg = store_bar if g["id"] == "%0" and store_bar is not None else g["id"]
         turn = _TURN.search(before)
@@ -320,8 +332,10 @@ def kernel_skeleton(source: str, role: str, consumer: int = 0) -> list[Found]:
     found: list[Found] = []
     section: str | None = None
     store_bar: int | None = None
+    alone = False  # the region's program runs on thread 0 of its warp group alone
     for no, text in region:
         stripped = text.strip()
+        alone = alone or (section is None and stripped == _THREAD_ZERO)
         if stripped.startswith(SECTION_MARK + " "):
             name = stripped[len(SECTION_MARK) + 1:]
             section = None if name == "end" else name
@@ -329,7 +343,7 @@ def kernel_skeleton(source: str, role: str, consumer: int = 0) -> list[Found]:
         bar = _STORE_BAR.search(stripped)
         if bar:
             store_bar = _store_bar(bar["expr"], consumer)
-        words = sorted(((m.start(), _word(w, m, store_bar)) for w, p in _WORDS
+        words = sorted(((m.start(), _word(w, m, store_bar, alone)) for w, p in _WORDS
                         for m in p.finditer(stripped)), key=lambda x: x[0])
         found += [Found(section=section or OUTSIDE, sync=word, line=no, text=text)
                   for _, word in words]

@@ -31,7 +31,8 @@ from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
 from pipeline_core_nvidia_h100.gemm_tiles import RasterTrips
 from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
-from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
+from pipeline_core_nvidia_h100.wgmma_sync import (CP_ASYNC_SYNC, CP_ASYNC_TAG_NAMES,
+                                                   H100_WGMMA_SYNC, TAG_NAMES)
 
 SCHEDULE_NAME = "warpspecialized-gemm"
 #: The kernel family its body is (``EmitterRecord.kernel_families``): a TMA producer feeding
@@ -54,6 +55,10 @@ class WgmmaTag(enum.IntEnum):
     TMA_A = 10   #: cp.async.bulk.tensor 2D: A tile into a ring stage
     TMA_B = 11   #: cp.async.bulk.tensor 2D: B tile into a ring stage
     WGMMA = 12   #: one consumer's wgmma group for one K tile (subtile = consumer index)
+    #: ``-p load=cp_async``: the producer's 128 threads' 16-byte cp.async copies of the A / B
+    #: tile into a ring stage, 128-byte swizzled as TMA writes it (``gemm_cpasync_h100.cuh``)
+    CP_A = 13
+    CP_B = 14
 
 
 #: Dense bf16 flop per cycle of one SM's tensor cores at the datasheet peak (989 TFLOPS over 132
@@ -70,6 +75,8 @@ def wgmma_cost_model() -> CostModel:
         WgmmaTag.TMA_A: OpCost(g, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="TMA_A"),
         WgmmaTag.TMA_B: OpCost(g, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="TMA_B"),
         WgmmaTag.WGMMA: OpCost(mma, WGMMA_GROUP_LATENCY, OpRole.COMPUTE, name="WGMMA"),
+        WgmmaTag.CP_A: OpCost(g, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="CP_A"),
+        WgmmaTag.CP_B: OpCost(g, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="CP_B"),
     })
 
 
@@ -103,6 +110,12 @@ MAX_GROUPS = 1024
 GROUP_TABLE_BYTES = -(-(2 * MAX_GROUPS + 1) * 4 // 1024) * 1024
 MAJORS = ("k", "mn")
 OUT_DTYPES = ("bf16", "fp16", "fp32")
+#: How the producer loads the operands: ``tma`` (one thread's bulk tensor copies, bytes counted
+#: on the full barrier) or ``cp_async`` (its 128 threads' 16-byte cp.async copies, each
+#: thread's arrival counted on the full barrier once its copies landed): for K-major operands
+#: whose row stride is 16-byte but not 128-byte aligned, where every TMA box row straddles two
+#: 128-byte lines (docs/guide/matmul.md, "The cp.async producer")
+LOADS = ("tma", "cp_async")
 BIASES = ("none", "bf16", "fp16", "fp32")
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
 #: ``direct``: each thread stores its fragment to global memory; ``tma``: through shared-memory
@@ -164,6 +177,9 @@ class GemmVariant:
     #: it into both CTAs, and each stage is released by the consumers of both
     cluster: int = 1
 
+    #: the producer's loads (:data:`LOADS`): ``cp_async`` for both operands, K-major only
+    load: str = "tma"
+
     @property
     def store_cols(self) -> int:
         """Columns of one TMA-store sub-tile: one 128-byte swizzled row of the output type."""
@@ -186,7 +202,8 @@ def describe_variant(v: GemmVariant) -> str:
                if v.batch in GROUPED else "")
             + (", TMA store" if v.store == "tma" else "")
             + (", ping-pong" if v.pingpong else "")
-            + (f", cluster {v.cluster} (B multicast)" if v.cluster > 1 else ""))
+            + (f", cluster {v.cluster} (B multicast)" if v.cluster > 1 else "")
+            + (", cp.async loads" if v.load == "cp_async" else ""))
 
 
 def k_tile(dtype: str) -> int:
@@ -302,6 +319,13 @@ class WsGeometry:
             if self.consumers < 2:
                 raise bad("pingpong", f"takes 2 consumers or more (-p consumers=2), got "
                                       f"{self.consumers}")
+        if v.load == "cp_async":
+            if "mn" in (v.a_major, v.b_major) or v.batch != "none" or v.cluster > 1:
+                other = ("a_major=mn" if v.a_major == "mn" else "b_major=mn"
+                         if v.b_major == "mn" else f"batch={v.batch}" if v.batch != "none"
+                         else f"cluster={v.cluster}")
+                raise bad("load", f"cp_async loads K-major operands of one CTA, without a "
+                                  f"batch (-p {other}): pass -p load=tma")
         if self.bm % (1 if v.pingpong else self.consumers) or self.consumer_rows % WGMMA_M:
             raise bad("BM", f"{self.bm} rows over {self.consumers} consumers is not a multiple "
                             f"of {WGMMA_M} rows per consumer")
@@ -444,6 +468,9 @@ PARAMS = (
                                    "tile, the consumers take output tiles in turn, their "
                                    "mainloops ordered by named barriers (with -p BN=128; "
                                    "implies tails)"),
+    Param("load", str, "tma", "the producer's loads: tma (one thread's tensor copies) or "
+                              "cp_async (its 128 threads' 16-byte copies, for K-major rows "
+                              "not 128-byte aligned; implies tails)", choices=LOADS),
     Param("cluster", int, 1, "CTAs per cluster: 2 pairs CTAs on adjacent M tiles that "
                              "multicast halves of their shared B tile (implies tails)",
           bound=Bound(low=1, high=2)),
@@ -459,9 +486,13 @@ def ws_geometry_of(params: dict[str, Any], stages: int) -> WsGeometry:
                                              for f in attrs.fields(GemmVariant)}))
 
 
-def wgmma_profile(pipeline: PipelineConfig, clock_ghz: float | None) -> TargetProfile:
-    """The h100 target's wgmma family: the same ring depth, the TMA/wgmma costs and sync model."""
-    return TargetProfile(wgmma_cost_model(), pipeline, sync=H100_WGMMA_SYNC, clock_ghz=clock_ghz,
+def wgmma_profile(pipeline: PipelineConfig, clock_ghz: float | None,
+                  load: str = "tma") -> TargetProfile:
+    """The h100 target's wgmma family: the same ring depth, the TMA/wgmma costs and sync model
+    (``load`` ``cp_async``: the sync model whose copies complete by the producer threads'
+    arrivals, ``wgmma_sync.CP_ASYNC_SYNC``)."""
+    sync = CP_ASYNC_SYNC if load == "cp_async" else H100_WGMMA_SYNC
+    return TargetProfile(wgmma_cost_model(), pipeline, sync=sync, clock_ghz=clock_ghz,
                          agent_machine=H100_AGENT_MACHINE)
 
 
@@ -482,7 +513,9 @@ class WarpSpecializedGemm:
         return "agents"
 
     def build_body(self) -> list[Op]:
-        ops = [logical(WgmmaTag.TMA_A, channel=0), logical(WgmmaTag.TMA_B, channel=1)]
+        cp = self.geometry.variant.load == "cp_async"
+        ops = [logical(WgmmaTag.CP_A if cp else WgmmaTag.TMA_A, channel=0),
+               logical(WgmmaTag.CP_B if cp else WgmmaTag.TMA_B, channel=1)]
         ops += [logical(WgmmaTag.WGMMA, subtile=c) for c in range(self.geometry.consumers)]
         g = self.geometry
         # fp8 e4m3 runs twice the 16-bit types' flop per cycle (1979 dense TFLOPS)
@@ -492,7 +525,8 @@ class WarpSpecializedGemm:
 
     def derive_edges(self, body: list[Op]) -> list[DepEdge]:
         """Each consumer reads both copies of its tile; the copies S tiles later overwrite them."""
-        loads = [i for i, o in enumerate(body) if o.tag in (WgmmaTag.TMA_A, WgmmaTag.TMA_B)]
+        loads = [i for i, o in enumerate(body) if o.tag in (WgmmaTag.TMA_A, WgmmaTag.TMA_B,
+                                                            WgmmaTag.CP_A, WgmmaTag.CP_B)]
         mmas = [i for i, o in enumerate(body) if o.tag == WgmmaTag.WGMMA]
         stages = self.geometry.stages
         return ([DepEdge.flow(p, c) for c in mmas for p in loads]
@@ -500,7 +534,9 @@ class WarpSpecializedGemm:
 
     def agents(self) -> AgentSpec:
         g = self.geometry
-        roles = [AgentRole(name="producer", ops=(0, 1), warps=4, issuers=1,
+        # cp.async: every thread of the producer warp group issues copies and arrives
+        roles = [AgentRole(name="producer", ops=(0, 1), warps=4,
+                           issuers=128 if g.variant.load == "cp_async" else 1,
                            registers=g.producer_registers)]
         roles += [AgentRole(name=f"consumer{c}", ops=(2 + c,), warps=4, issuers=128,
                             registers=g.consumer_registers) for c in range(g.consumers)]
@@ -535,7 +571,8 @@ class WarpSpecializedGemm:
                          split=TileSplit(agents=consumers), orders=[order], trip_rule=trips)
 
     def tag_names(self) -> dict[int, str]:
-        return {**self.target.cost_model.tag_names(), **TAG_NAMES}
+        sync = CP_ASYNC_TAG_NAMES if self.geometry.variant.load == "cp_async" else TAG_NAMES
+        return {**self.target.cost_model.tag_names(), **sync}
 
     def kernel_launch(self) -> KernelLaunch:
         """Kernel family ``gemm-wgmma`` sized by the geometry built and validated once."""
@@ -544,8 +581,8 @@ class WarpSpecializedGemm:
 
 def _build(ctx: Any) -> WarpSpecializedGemm:
     base = ctx.make_target()
-    target = wgmma_profile(base.pipeline, base.clock_ghz)
     params = dict(ctx.params)
+    target = wgmma_profile(base.pipeline, base.clock_ghz, params["load"])
     geometry = ws_geometry_of(params, target.pipeline.depth)
     geometry.validate()
     lag = params["release_lag"]

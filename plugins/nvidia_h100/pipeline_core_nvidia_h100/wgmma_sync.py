@@ -42,6 +42,8 @@ in short:
 """
 from __future__ import annotations
 
+import attrs
+
 from pipeline_core.plugin_api import (BarrierKind, BulkStoreChannel, Channel, ChannelKind,
                                       ClusterSync, CrossCtaReduction, Effect, FrameworkTag,
                                       NamedBarriers, OpRole, SyncModel)
@@ -62,6 +64,9 @@ NAMED_ARRIVE = 167
 SLICE_STORE, RELEASE_FENCE, COUNT_ARRIVE, COUNT_ACQUIRE, SLICE_READ, COUNT_RESET = range(168, 174)
 #: the TMA store's steps (``BulkStoreChannel.tags``)
 STORE_WAIT, STAGE_WRITE, PROXY_FENCE, STORE_ISSUE, STORE_COMMIT, STORE_DRAIN = range(174, 180)
+#: the cp.async producer's arrival (cp.async.mbarrier.arrive.noinc: the thread's earlier copies
+#: landed) and the consumers' proxy fence before they read its copies (:data:`CP_ASYNC_SYNC`)
+CP_ASYNC_ARRIVE = 180
 #: ``wgmma.wait_group N``: the PTX ISA gives N as an integer constant; SASS encodes
 #: ``WARPGROUP.DEPBAR.LE gsb0, N`` and the schedule never needs more than its ring depth.
 MAX_WGMMA_WAIT = 7
@@ -168,3 +173,30 @@ TAG_NAMES = {MBAR_WAIT: "MBAR_WAIT", MBAR_ARRIVE: "MBAR_ARRIVE", MBAR_EXPECT_TX:
              NAMED_SYNC: "NAMED_SYNC", NAMED_ARRIVE: "NAMED_ARRIVE",
              **{tag: step.upper() for step, tag in SPLIT_K_REDUCTION.tags.items()},
              **{tag: step.upper() for step, tag in TMA_STORE.tags.items()}}
+
+#: The producer loading by cp.async instead of TMA (``GemmVariant.load = "cp_async"``; PTX ISA,
+#: "cp.async", "cp.async.mbarrier.arrive", "Proxies", "wgmma: Async Proxy"): each of the
+#: producer's 128 threads issues 16-byte ``cp.async.cg.shared.global`` copies into the stage and
+#: then ``cp.async.mbarrier.arrive.noinc``, an arrival the hardware makes once every cp.async that
+#: thread issued before it completed; ``.noinc`` leaves the pending count alone, so the full
+#: barrier is initialised with the 128 arrivals and no bytes are announced.  The copies write by
+#: the generic proxy and wgmma reads by the async proxy, so each consumer thread runs
+#: ``fence.proxy.async.shared::cta`` after its wait on the stage and before its wgmma group.
+#: The rest is :data:`H100_WGMMA_SYNC`'s.
+CP_ASYNC_EFFECTS = (
+    Effect(role=OpRole.GLOBAL_LOAD, counter=MBARRIER, completes="arrival", proxy="generic"),
+    Effect(role=OpRole.COMPUTE, counter=WGMMA, resolves="both", proxy="async"),
+)
+CP_ASYNC_SYNC = attrs.evolve(
+    H100_WGMMA_SYNC, name="nvidia-h100-wgmma-cp-async", effects=CP_ASYNC_EFFECTS,
+    isa_forms={**ISA_FORMS, CP_ASYNC_ARRIVE: "cp.async.mbarrier.arrive.noinc.shared::cta.b64"},
+    agent_tags={**H100_WGMMA_SYNC.agent_tags, "async_arrive": CP_ASYNC_ARRIVE,
+                "proxy_fence": PROXY_FENCE},
+    notes=("a waiter may lag an mbarrier by at most one phase (try_wait.parity tests only the "
+           "current and the preceding phase)",
+           "a wgmma group's shared-memory reads end when wait_group retires it",
+           "a cp.async arrival (.noinc) completes one of the stage's 128 arrivals once the "
+           "arriving thread's earlier copies landed; the full barrier counts no bytes",
+           "cp.async writes by the generic proxy, wgmma reads by the async proxy: each reader "
+           "fences (fence.proxy.async.shared::cta) after its wait"))
+CP_ASYNC_TAG_NAMES = {**TAG_NAMES, CP_ASYNC_ARRIVE: "ASYNC_ARRIVE"}

@@ -65,6 +65,8 @@ VARIANTS: dict[str, tuple[dict[str, str], str | None, int | None]] = {
         "bf16 grouped": GemmVariant(tails=True, batch="grouped"),
         "e4m3 grouped_n row-scaled": GemmVariant(dtype="e4m3", tails=True, scale="row",
                                                  batch="grouped_n"),
+        "bf16 cp.async": GemmVariant(tails=True, load="cp_async"),
+        "bf16 cp.async split-K": GemmVariant(tails=True, load="cp_async", split_k=True),
     }.items()},
     # an autotuned candidate's geometry (test_autotune)
     "call tuned 64x128 s3 1 consumer": (
@@ -107,7 +109,7 @@ def test_the_variants_cover_each_sync_family():
             for i in range(n):
                 seen |= {w.sync.what for w in kernel_skeleton(src, role, i)}
     assert seen == {"mbarrier.wait", "mbarrier.wait.cluster", "mbarrier.expect_tx",
-                    "mbarrier.arrive", "mbarrier.arrive.peer", "bar.sync", "bar.arrive",
+                    "mbarrier.arrive", "mbarrier.arrive.peer", "mbarrier.arrive.async", "bar.sync", "bar.arrive",
                     "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group", "fence.proxy.async",
                     "fence.gpu", "bulk.wait_group.read", "bulk.wait_group", "bulk.commit_group",
                     "bulk.store", "counter.arrive", "counter.acquire", "counter.reset", "op"}

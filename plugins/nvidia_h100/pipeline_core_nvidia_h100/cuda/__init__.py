@@ -83,3 +83,14 @@ def gemm_grouped_header_source() -> str:
     """The text of ``gemm_grouped_h100.cuh`` (paste it after :func:`gemm_wgmma_header_source`)."""
     return resources.files(__name__).joinpath(GEMM_GROUPED_HEADER_NAME).read_text(
         encoding="utf-8")
+
+
+#: The cp.async producer's copies and arrival (``GemmVariant.load = "cp_async"``); pasted after
+#: GEMM_WGMMA_HEADER_NAME, only into a kernel whose producer loads by cp.async.
+GEMM_CPASYNC_HEADER_NAME = "gemm_cpasync_h100.cuh"
+
+
+def gemm_cpasync_header_source() -> str:
+    """The text of ``gemm_cpasync_h100.cuh`` (paste it after :func:`gemm_wgmma_header_source`)."""
+    return resources.files(__name__).joinpath(GEMM_CPASYNC_HEADER_NAME).read_text(
+        encoding="utf-8")

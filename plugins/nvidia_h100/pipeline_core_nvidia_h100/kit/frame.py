@@ -147,7 +147,8 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
                        producer_registers: int | str, consumer_registers: int | str,
                        family: AgentsFamily, tiles: DeviceTileLoop, emitter: str,
                        tile_split: bool = False, consumer_after: Sequence[str] = (),
-                       cluster: Cluster | None = None, relay: Sequence[str] = ()) -> str:
+                       cluster: Cluster | None = None, relay: Sequence[str] = (),
+                       producer_threads: int = 1) -> str:
     """The body of a warp-specialized kernel: warp group 0 the producer (one elected thread runs
     its program), warp groups 1.. the consumers (one program; the consumer index is a run-time
     value, so ``setmaxnreg`` sees each role as one branch of a single if/else), ``setmaxnreg``
@@ -164,7 +165,9 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
     every wgmma there (C7520).  ``consumer_after``: the consumers' lines after their tile loop.
     ``cluster``: the plan's cluster (docs/guide/agents.md, "Clusters"): its start barrier after
     the initialisation and its end barrier before the exit; ``relay``: the program of its relay
-    agent, which warp 1 of warp group 0 runs (one thread) in the producer's tile loop."""
+    agent, which warp 1 of warp group 0 runs (one thread) in the producer's tile loop.
+    ``producer_threads``: 1, the producer's program runs on thread 0 of its warp group; 128,
+    on every thread of it (a producer whose every thread issues copies, ``AgentRole.issuers``)."""
     depths = [_ring_depth(r, family, emitter) for r in rings]
     ind = _IND
 
@@ -205,7 +208,8 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
              ind * 2 + f"// ---- agent {producer_name} (its compiled program, one line per step) ----",
              ind * 2 + role_mark("producer"),
              ind * 2 + f"setmaxnreg_dec<{producer_registers}>();",
-             ind * 2 + "if (wtid == 0) {",
+             ind * 2 + ("if (wtid == 0) {" if producer_threads == 1 else
+                        "{  // every thread of the warp group issues the producer's program"),
              *p_head, *p_body,
              ind * 3 + "}",
              ind * 2 + "}",
