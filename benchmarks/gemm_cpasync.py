@@ -138,11 +138,41 @@ def time_shape(torch, shape, rounds):
             "cp_async_vs_tma": ratios(per, "cp_async", "tma")}), flush=True)
 
 
+def prebuild() -> None:
+    """Here, with no GPU: every kernel the checks and timings force (both producers, both
+    tiles), built into the disk cache (gemm_build.prebuild)."""
+    import attrs
+    from gemm_build import prebuild as build
+    from pipeline_core_nvidia_h100 import matmul_call as mc
+    from pipeline_core_nvidia_h100.autotune import DEFAULT, Candidate
+    from pipeline_core_nvidia_h100.gemm_call import TensorInfo
+
+    keys = set()
+    shapes = [(m, n, k, lda, ldb, DEFAULT) for m, n, k, lda, ldb, _ in CHECKS]
+    shapes += [(m, n, k, ld, ld, c) for m, n, k, ld in SHAPES
+               for c in (DEFAULT, Candidate(bm=128, bn=128, stages=5))]
+    for m, n, k, lda, ldb, c in shapes:
+        a = TensorInfo(shape=(m, k), strides=(lda, 1), dtype="bf16", ptr=0)
+        b = TensorInfo(shape=(k, n), strides=(1, ldb), dtype="bf16", ptr=0)
+        for on in (True, False):
+            try:
+                plan = mc.plan_infos(a, b, None, None, None, None, 132,
+                                     attrs.evolve(mc.TUNING, cp_async=on), c)
+            except Exception:  # noqa: BLE001  (a refusal: nothing to build)
+                continue
+            keys.add((plan.variant, c))
+    build(None, keys)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--checks-only", action="store_true")
+    ap.add_argument("--prebuild", action="store_true", help="here, no GPU: build the cubins")
     args = ap.parse_args()
+    if args.prebuild:
+        prebuild()
+        return
     import torch
 
     ok = [check(torch, case) for case in CHECKS]
