@@ -100,8 +100,11 @@ class Tuning:
     #: and no split (:func:`cluster_size`)
     cluster: int = 1
     #: the cp.async producer (docs/guide/matmul.md, "The cp.async producer") for a K-major
-    #: operand whose row stride TMA reads slowly (:func:`cp_async_wanted`); off: TMA always
-    cp_async: bool = True
+    #: operand whose row stride TMA reads slowly (:func:`cp_async_wanted`).  Off by default:
+    #: measured on an H200 it ran slower than TMA on every such shape (2000x5000x3000 at row
+    #: stride 3000: 263 TFLOPS against TMA's 433; 4000^3: 288 against 704;
+    #: benchmarks/results/gemm_cpasync_h200.jsonl), so it is kept proven and switchable, not used
+    cp_async: bool = False
 
 
 #: A K-major row that starts on a 128-byte line is read by TMA at full speed; one that starts

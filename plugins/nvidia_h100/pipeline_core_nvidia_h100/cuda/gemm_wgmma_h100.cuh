@@ -96,12 +96,14 @@ struct Epilogue {
     }
 
     // The direct store: every fragment to C (row stride ldc) from the tile's corner (row0, col0),
-    // two columns per store where aligned, clipped to m x n.
+    // two columns per store where aligned, clipped to m x n.  A pair's column has col0's parity:
+    // a corner at an odd column (a grouped GEMM's group starting there) stores one at a time.
     template <int MBLOCKS, int ACC, int WGMMA_M>
     __device__ __forceinline__ void store(const float (&acc)[MBLOCKS][ACC], void* c,
                                           long long ldc, int row0, int col0) const {
         constexpr int pair = 2 * OutBytes<Out>::value;
-        const bool vec = (ldc % 2 == 0) && (reinterpret_cast<size_t>(c) % pair == 0);
+        const bool vec = (ldc % 2 == 0) && (col0 % 2 == 0) &&
+                         (reinterpret_cast<size_t>(c) % pair == 0);
 #pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb) {
             const int row = row0 + mb * WGMMA_M + w * 16 + g;
