@@ -18,7 +18,10 @@ must not sync), by two rules (docs/guide/matmul.md, "Decomposition"):
   the 128x256 tile's (:data:`WAVE_TILES`' rates, from the panel measured on an H200 with
   ``benchmarks/gemm_decompose.py``: benchmarks/results/gemm_decompose_h200.jsonl).  The
   cheapest wins, ties going to the earlier (larger) tile; K is split as before where the chosen
-  tiles leave over half the SMs idle.
+  tiles leave over half the SMs idle.  Where an operand's rows are off the 128-byte line
+  (a K of 3000 bf16: 6000-byte rows), TMA's box rows straddle two lines and the smaller tiles
+  lose most (2000x5000x3000 on an H200: 128x256 0.61x cuBLAS, 128x128 0.50x), so only the
+  tiles with a 256-element side compete there.
 
 A tuned call (``$PIPELINE_CORE_AUTOTUNE=1``, autotune.py) times candidates instead and ignores
 this.  No GPU package is imported here.
@@ -28,10 +31,10 @@ from __future__ import annotations
 import math
 
 from pipeline_core_nvidia_h100.autotune import Candidate, direct_store, takes
-from pipeline_core_nvidia_h100.gemm_call import split_count
-from pipeline_core_nvidia_h100.warpspecialized import GemmVariant, k_tile
+from pipeline_core_nvidia_h100.gemm_call import CallPlan, rows_off_line, split_count
+from pipeline_core_nvidia_h100.warpspecialized import DTYPE_BYTES, GemmVariant, k_tile
 
-__all__ = ["WAVE_TILES", "choose", "small_m", "wave_pick", "wave_cost"]
+__all__ = ["WAVE_TILES", "choose", "for_plan", "small_m", "wave_pick", "wave_cost"]
 
 #: The wave model's candidates, largest tile first, each with its sustained throughput
 #: relative to 128x256 with two consumers (the call's tile on large shapes): the median of
@@ -55,9 +58,13 @@ def wave_cost(c: Candidate, rate: float, m: int, n: int, batch: int, sms: int) -
     return math.ceil(tiles / sms) * c.bm * c.bn / rate
 
 
-def wave_pick(m: int, n: int, batch: int, sms: int) -> Candidate:
-    """The :data:`WAVE_TILES` candidate of least :func:`wave_cost` (the first on a tie)."""
-    costs = [(wave_cost(c, rate, m, n, batch, sms), i) for i, (c, rate) in enumerate(WAVE_TILES)]
+def wave_pick(m: int, n: int, batch: int, sms: int, off_line: bool = False) -> Candidate:
+    """The :data:`WAVE_TILES` candidate of least :func:`wave_cost` (the first on a tie);
+    ``off_line`` (an operand's rows off the 128-byte line: gemm_call.rows_off_line), only the
+    tiles with a 256-element side, which straddle lines least per FLOP."""
+    tiles = [(i, c, rate) for i, (c, rate) in enumerate(WAVE_TILES)
+             if not off_line or 256 in (c.bm, c.bn)]
+    costs = [(wave_cost(c, rate, m, n, batch, sms), i) for i, c, rate in tiles]
     return WAVE_TILES[min(costs)[1]][0]
 
 
@@ -68,14 +75,22 @@ def small_m(m: int) -> Candidate:
     return Candidate(bm=128, bn=64, stages=5, consumers=1)
 
 
+def for_plan(plan: CallPlan, sms: int) -> Candidate:
+    """:func:`choose` for a call's plan (planned with the default tile): its shape, variant,
+    batch and whether its operands' rows are off the 128-byte line."""
+    return choose(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch,
+                  rows_off_line((plan.a, plan.b), DTYPE_BYTES[plan.variant.dtype]))
+
+
 def choose(m: int, n: int, k: int, variant: GemmVariant, sms: int,
-           batch: int = 1) -> Candidate:
+           batch: int = 1, off_line: bool = False) -> Candidate:
     """The candidate the untuned call launches for an [m, n, k] product (``batch`` of them on
     one grid z), with split-K on where its tiles leave over half the ``sms`` idle and the
-    variant may split (a batched kernel does not); ``sms`` 0 (not known): the 128x256 tile."""
+    variant may split (a batched kernel does not); ``sms`` 0 (not known): the 128x256 tile.
+    ``off_line``: an operand's rows are off the 128-byte line (:func:`wave_pick`)."""
     if sms <= 0:
         return Candidate()
-    c = small_m(m) if m <= SMALL_M else wave_pick(m, n, batch, sms)
+    c = small_m(m) if m <= SMALL_M else wave_pick(m, n, batch, sms, off_line)
     if not (takes(c, variant) or takes(c, direct_store(variant))):
         return Candidate()  # a layout or epilogue the chosen tile cannot take
     tiles = math.ceil(m / c.bm) * math.ceil(n / c.bn)

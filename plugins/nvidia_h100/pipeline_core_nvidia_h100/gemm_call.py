@@ -113,12 +113,18 @@ class Tuning:
 LINE_BYTES = 128
 
 
+def rows_off_line(maps: tuple[OperandMap, ...], elem: int) -> bool:
+    """Whether an operand has several rows (of either major mode) whose stride, 16-byte aligned
+    so TMA reads it, is off the 128-byte line: its box rows straddle two lines, and the smaller
+    the tile, the more that costs (decompose.choose)."""
+    return any(m.outer > 1 and m.stride * elem % LINE_BYTES for m in maps)
+
+
 def cp_async_wanted(maps: tuple[OperandMap, ...], elem: int) -> bool:
     """Whether the producer loads by cp.async: every operand K-major, and one of them with
     several rows whose stride (16-byte aligned, so TMA could read it) is off the 128-byte line;
     an operand of aligned rows stays on TMA unless its partner moves (both load one way)."""
-    return all(m.major == "k" for m in maps) and any(
-        m.outer > 1 and m.stride * elem % LINE_BYTES for m in maps)
+    return all(m.major == "k" for m in maps) and rows_off_line(maps, elem)
 
 
 def cluster_size(tiles_m: int, splits: int, tuning: Tuning) -> int:
