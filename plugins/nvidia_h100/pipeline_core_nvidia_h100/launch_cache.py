@@ -89,16 +89,52 @@ def current_stream(torch: Any, device: int) -> int:
     return int(torch.cuda.current_stream(device).cuda_stream)
 
 
+class PackedArgs(tuple):  # type: ignore[type-arg, unused-ignore]
+    """A launch's arguments packed once and kept by the call layer (``kit.call.Launch``): the
+    launch builds the driver's parameter array for them once (``params``, set on first launch)
+    and later launches hand it to ``cuLaunchKernel`` directly, without CuPy converting each
+    argument again (an eager small GEMM waits on the host)."""
+
+    params: Any
+
+
+def _driver_params(args: PackedArgs) -> Any:
+    """The ``void*[]`` cuLaunchKernel reads (each argument's bytes in a kept 0-d array), kept
+    on ``args``; None when an argument is not a NumPy value (then CuPy converts them)."""
+    import ctypes
+
+    np = _require("numpy")
+    if not all(isinstance(a, (np.generic, np.ndarray)) for a in args):
+        return None
+    kept = [np.array(a) for a in args]
+    pointers = (ctypes.c_void_p * max(1, len(kept)))(*[k.ctypes.data for k in kept])
+    return kept, pointers
+
+
 def launch(kernel: Any, device: int, stream: int, grid: tuple[int, ...],
            block: tuple[int, ...], args: tuple[Any, ...], shared_mem: int) -> None:
     """Launch ``kernel`` with packed ``args`` on ``device``'s stream ``stream`` (torch's
     current one): no allocation, no sync, so a CUDA graph can capture it.  The stream is
     passed to the launch, not made current, and the device switched only when it is not the
-    current one (each context manager costs microseconds an eager small GEMM waits on)."""
+    current one (each context manager costs microseconds an eager small GEMM waits on);
+    :class:`PackedArgs` go to the driver as their kept parameter array."""
     cp = _require("cupy")
-    on = external_stream(stream)
-    if cp.cuda.runtime.getDevice() == device:
-        kernel(grid, block, args, shared_mem=shared_mem, stream=on)
+    if cp.cuda.runtime.getDevice() != device:
+        with cp.cuda.Device(device):
+            launch(kernel, device, stream, grid, block, args, shared_mem)
         return
-    with cp.cuda.Device(device):
-        kernel(grid, block, args, shared_mem=shared_mem, stream=on)
+    params = None
+    handle = getattr(kernel, "ptr", None)
+    if isinstance(args, PackedArgs) and handle is not None:
+        params = getattr(args, "params", None)
+        if params is None:
+            params = args.params = _driver_params(args) or False
+    if params:
+        import ctypes
+
+        g = (*grid, 1, 1)[:3]
+        b = (*block, 1, 1)[:3]
+        cp.cuda.driver.launchKernel(handle, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem,
+                                    stream, ctypes.addressof(params[1]), 0)
+        return
+    kernel(grid, block, args, shared_mem=shared_mem, stream=external_stream(stream))

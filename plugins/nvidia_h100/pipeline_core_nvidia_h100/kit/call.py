@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
-from pipeline_core_nvidia_h100.launch_cache import Bounded, current_stream, eager, launch
+from pipeline_core_nvidia_h100.launch_cache import (Bounded, PackedArgs, current_stream, eager,
+                                                    launch)
 from pipeline_core_nvidia_h100.runtime import _require
 
 if TYPE_CHECKING:
@@ -126,8 +127,10 @@ class Launch:
     @classmethod
     def of(cls, built: Built, grid: tuple[int, ...], args: tuple[Any, ...],
            late: Callable[[Any], Any] | None = None, tail: tuple[Any, ...] = ()) -> Launch:
+        """``args`` with no late value are kept whole (launch_cache.PackedArgs: the launch
+        hands the driver their parameter array, built once)."""
         return cls(kernel=built.kernel, grid=grid, block=(built.threads,), smem=built.smem,
-                   args=args, late=late, tail=tail)
+                   args=PackedArgs(args) if late is None else args, late=late, tail=tail)
 
 
 @attrs.frozen(kw_only=True)
