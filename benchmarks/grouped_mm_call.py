@@ -205,7 +205,10 @@ def correctness(torch, cases):
             same = bool(torch.equal(torch.where(mask, pub.float(), 0),
                                     torch.where(mask, out.float(), 0)))
         theirs = "not run"
-        if True:  # torch's own error on the same reference, where it takes the case
+        # torch's own error on the same reference, where it takes the case: groups along N
+        # whose widths are not 16 bytes fail a device-side assert in torch._grouped_mm, which
+        # ends the process's CUDA context (seen on the H200), so those are not run
+        if kind != "3d2d" or all(size * a.element_size() % 16 == 0 for size in sizes):
             try:
                 t = torch._grouped_mm(a, b, offs=offs, out_dtype=od)
                 mask = ~torch.isnan(ref)
@@ -267,11 +270,13 @@ def fp8_correctness(torch, cases):
         mask = ~torch.isnan(ref)
         unwritten = int((torch.isnan(out.float()) & mask).sum())
         err = rel(torch, torch.where(mask, out.float(), 0), torch.where(mask, ref, 0))
-        try:
-            t = torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16)
-            theirs = rel(torch, torch.where(mask, t.float(), 0), torch.where(mask, ref, 0))
-        except Exception as exc:  # noqa: BLE001
-            theirs = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        theirs = "not run"  # (16-byte group widths along N only: see correctness)
+        if kind != "3d2d" or all(size * 2 % 16 == 0 for size in sizes):
+            try:
+                t = torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16)
+                theirs = rel(torch, torch.where(mask, t.float(), 0), torch.where(mask, ref, 0))
+            except Exception as exc:  # noqa: BLE001
+                theirs = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         ok = unwritten == 0 and err < TOL["bf16"]
         failures += not ok
         emit({"kind": "fp8-case", "i": i, "shape": kind, "G": g, "tokens": sum(sizes), "K": k,

@@ -395,7 +395,11 @@ def correctness(torch, cases):
         torch.cuda.synchronize()
         ref = reference(torch, a, b, bias, act)
         unwritten = int(torch.isnan(got.float()).sum())
-        err = float((got.float() - ref).norm() / ref.norm().clamp_min(1e-30))
+        # relative to the reference's norm, floored at a 1e-3 a element: a single output that
+        # the activation sends to ~0 (silu of a large negative sum, -1e-20 in fp16 is 0) has no
+        # relative error worth the name (case 363, M = N = 1, rounds to 0 on some draws)
+        floor = 1e-3 * max(1, ref.numel()) ** 0.5
+        err = float((got.float() - ref).norm() / ref.norm().clamp_min(floor))
         ok = unwritten == 0 and err <= TOL[od] and tuple(got.shape) == shape
         failures += not ok
         splits += split > 1

@@ -20,8 +20,8 @@ must not sync), by two rules (docs/guide/matmul.md, "Decomposition"):
   cheapest wins, ties going to the earlier (larger) tile; K is split as before where the chosen
   tiles leave over half the SMs idle.  Where an operand's rows are off the 128-byte line
   (a K of 3000 bf16: 6000-byte rows), TMA's box rows straddle two lines and the smaller tiles
-  lose most (2000x5000x3000 on an H200: 128x256 0.61x cuBLAS, 128x128 0.50x), so only the
-  tiles with a 256-element side compete there.
+  lose most (2000x5000x3000 on an H200: 128x256 0.61x cuBLAS, 128x128 0.50x, 64x256 0.40x),
+  so only the largest tiles compete there.
 
 A tuned call (``$PIPELINE_CORE_AUTOTUNE=1``, autotune.py) times candidates instead and ignores
 this.  No GPU package is imported here.
@@ -61,9 +61,10 @@ def wave_cost(c: Candidate, rate: float, m: int, n: int, batch: int, sms: int) -
 def wave_pick(m: int, n: int, batch: int, sms: int, off_line: bool = False) -> Candidate:
     """The :data:`WAVE_TILES` candidate of least :func:`wave_cost` (the first on a tie);
     ``off_line`` (an operand's rows off the 128-byte line: gemm_call.rows_off_line), only the
-    tiles with a 256-element side, which straddle lines least per FLOP."""
+    largest tiles (128x256, 256x128), which straddle lines least per FLOP."""
+    largest = max(c.bm * c.bn for c, _ in WAVE_TILES)
     tiles = [(i, c, rate) for i, (c, rate) in enumerate(WAVE_TILES)
-             if not off_line or 256 in (c.bm, c.bn)]
+             if not off_line or c.bm * c.bn == largest]
     costs = [(wave_cost(c, rate, m, n, batch, sms), i) for i, c, rate in tiles]
     return WAVE_TILES[min(costs)[1]][0]
 
