@@ -12,10 +12,13 @@ docs/guide/matmul.md is the user's page for these rules.
 """
 from __future__ import annotations
 
+import math
+
 import attrs
 
-from pipeline_core_nvidia_h100.gemm_staging import (TMA_ALIGN, Staging, aligned, major, padded,
-                                                    stage_bias, stage_operand, stage_out)
+from pipeline_core_nvidia_h100.gemm_staging import (TMA_ALIGN, Staging, aligned, copy_pays, major,
+                                                    off_grid, padded, stage_bias, stage_operand,
+                                                    stage_out)
 from pipeline_core_nvidia_h100.warpspecialized import (ACTIVATIONS, BIASES, DTYPE_BYTES,
                                                        MN_CHUNK, OUT_BYTES, OUT_DTYPES,
                                                        STORE_BUFFERS, STORE_ROWS, GemmVariant,
@@ -391,8 +394,9 @@ def _stage(a: TensorInfo, b: TensorInfo, bias: TensorInfo | None, out: TensorInf
     if not read:
         return a, b, bias, out, ()
     a_b, b_b = _batch_roles(a, b)
-    found = [stage_operand("a", a, 0, ELEM[a.dtype], a_b, k_major),
-             stage_operand("b", b, 1, ELEM[b.dtype], b_b, k_major)]
+    realign = _realign(a, b)
+    found = [stage_operand("a", a, 0, ELEM[a.dtype], a_b, k_major, "a" in realign),
+             stage_operand("b", b, 1, ELEM[b.dtype], b_b, k_major, "b" in realign)]
     if bias is not None and len(bias.shape) == 1:
         found.append(stage_bias(bias))
     if out is not None and len(out.shape) in (2, 3):
@@ -414,6 +418,22 @@ def _stage(a: TensorInfo, b: TensorInfo, bias: TensorInfo | None, out: TensorInf
 
     return (copy(a, "a"), copy(b, "b"), None if bias is None else copy(bias, "bias"),
             None if out is None else copy(out, "out"), staged)
+
+
+def _realign(a: TensorInfo, b: TensorInfo) -> tuple[str, ...]:
+    """The operands TMA could read where they lie whose rows are off the 64-byte grid
+    (gemm_staging.off_grid) and worth copying into aligned rows: the copy costs less than the
+    GEMM loses to rows that straddle lines (gemm_staging.copy_pays; docs/guide/matmul.md,
+    "Layouts TMA cannot read")."""
+    elem = ELEM[a.dtype]
+    names = tuple(name for name, t, rows_dim in (("a", a, 0), ("b", b, 1))
+                  if off_grid(t, rows_dim, elem))
+    if not names:
+        return ()
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    batch = max(a.shape[0] if len(a.shape) == 3 else 1, b.shape[0] if len(b.shape) == 3 else 1)
+    copied = sum(math.prod(t.shape) for name, t in (("a", a), ("b", b)) if name in names)
+    return names if copy_pays(m, n, k, batch, elem, copied) else ()
 
 
 @attrs.frozen(kw_only=True)

@@ -56,11 +56,50 @@ def aligned(stride: int, elem: int) -> bool:
     return stride > 0 and stride * elem % TMA_ALIGN == 0
 
 
-def padded(extent: int, elem: int) -> int:
-    """``extent`` elements rounded up to 16 bytes (at least 16): the row stride of a staged copy,
-    and of an array with one row (TMA never steps it, but encodes it)."""
-    step = TMA_ALIGN // elem
+def padded(extent: int, elem: int, align: int = TMA_ALIGN) -> int:
+    """``extent`` elements rounded up to ``align`` bytes (at least that): a legal row stride
+    for an array with one row (TMA never steps it, but encodes it), or a staged copy's."""
+    step = align // elem
     return max(step, -(-extent // step) * step)
+
+
+#: A staged copy's rows start on 128-byte lines, not merely 16 bytes apart: TMA reads a box
+#: row that straddles two lines at a fraction of the speed, and a copy costs the same either way.
+STAGED_ROW_ALIGN = 128
+#: Rows whose stride is a multiple of 64 bytes straddle lines on every other row at most, which
+#: measured near full speed (4000^3 bf16, 8000-byte rows: 0.97x cuBLAS); rows off this grid
+#: straddle on most rows.
+ROW_GRID = 64
+#: The cost rule for rows off the grid (:func:`copy_pays`), measured on an H200
+#: (benchmarks/results/gemm_speed_h200.jsonl, gemm_cpasync_h200.jsonl): the best tile on such
+#: rows ran 1.42x the time of the best on the same shape in aligned rows (2000x5000x3000: 433
+#: against 617 TFLOPS), a device-to-device copy moves 4.3e12 bytes a second (read and written
+#: counted), the GEMM runs 650e12 FLOP a second, and each copy is one more launch.
+STRADDLE_SLOWDOWN = 1.42
+COPY_BYTES_PER_S = 4.3e12
+GEMM_FLOPS_PER_S = 650e12
+LAUNCH_S = 5e-6
+
+
+def off_grid(t: Described, rows_dim: int, elem: int) -> bool:
+    """Whether operand ``t``'s (a [.., M, K]: rows_dim 0; b [.., K, N]: rows_dim 1) stepped
+    stride, the one between TMA's box rows, is off the :data:`ROW_GRID`."""
+    shape, strides = t.shape[-2:], t.strides[-2:]
+    found = major(shape, strides, rows_dim, elem)
+    if found is None:
+        return False  # staged anyway
+    k_dim = 1 - rows_dim
+    outer, stride = ((shape[rows_dim], strides[rows_dim]) if found == "k"
+                     else (shape[k_dim], strides[k_dim]))
+    return outer > 1 and stride * elem % ROW_GRID != 0
+
+
+def copy_pays(m: int, n: int, k: int, batch: int, elem: int, copied: int) -> bool:
+    """Whether copying ``copied`` elements (of ``elem`` bytes) into aligned rows costs less than
+    the GEMM of ``batch`` [m, k] @ [k, n] loses reading them where they lie."""
+    copy_s = 2 * copied * elem / COPY_BYTES_PER_S + LAUNCH_S
+    gemm_s = 2 * m * n * k * batch / GEMM_FLOPS_PER_S
+    return copy_s < (STRADDLE_SLOWDOWN - 1) * gemm_s
 
 
 def major(shape: tuple[int, ...], strides: tuple[int, ...], rows_dim: int,
@@ -80,15 +119,17 @@ def major(shape: tuple[int, ...], strides: tuple[int, ...], rows_dim: int,
 
 
 def stage_operand(name: str, t: Described, rows_dim: int, elem: int, batched: bool,
-                  k_major: bool = False) -> Staging | None:
+                  k_major: bool = False, realign: bool = False) -> Staging | None:
     """Operand ``name``'s staged copy, or None where TMA reads it where it lies: its matrix
     (the last two dimensions) in a :func:`major` mode, its address aligned and, ``batched``
-    (the kernel reads its batch through a 3-D map), its batch stride aligned.  The copy keeps
-    the dimension TMA would read contiguous (the K dimension where ``k_major``: fp8), else the
-    one longer than 1 of a vector, else a unit-stride one, else the last."""
+    (the kernel reads its batch through a 3-D map), its batch stride aligned; ``realign``:
+    copied even so (its rows off the grid, and :func:`copy_pays`).  The copy keeps the
+    dimension TMA would read contiguous (the K dimension where ``k_major``: fp8), else the
+    one longer than 1 of a vector, else a unit-stride one, else the last; its rows start on
+    :data:`STAGED_ROW_ALIGN` lines."""
     shape, strides = t.shape[-2:], t.strides[-2:]
     found = major(shape, strides, rows_dim, elem)
-    if found is not None and (t.ptr is None or t.ptr % TMA_ALIGN == 0) \
+    if found is not None and not realign and (t.ptr is None or t.ptr % TMA_ALIGN == 0) \
             and (not batched or aligned(t.strides[0], elem)):
         return None
     k_dim = 1 - rows_dim
@@ -102,7 +143,7 @@ def stage_operand(name: str, t: Described, rows_dim: int, elem: int, batched: bo
         inner = 0 if strides[1] != 1 else 1
     else:
         inner = 1
-    step = padded(shape[inner], elem)
+    step = padded(shape[inner], elem, STAGED_ROW_ALIGN)
     two = (step, 1) if inner == 1 else (1, step)
     if batched:
         return Staging(operand=name, shape=tuple(t.shape),

@@ -31,37 +31,41 @@ def staged(plan):
     return {s.operand: (s.shape, s.strides) for s in plan.staged}
 
 
-# --- each layout TMA cannot read is staged, the copy keeping the contiguous dimension ------------
+# --- each layout TMA cannot read is staged, the copy keeping the contiguous dimension, its rows
+# on 128-byte lines (gemm_staging.STAGED_ROW_ALIGN) ------------------------------------------------
 
 STAGED = {
     # odd K: a's 7-element rows (14 bytes); b [7, 72] is N-major with 144-byte rows: read
-    "odd K": (t((100, 7)), t((7, 72)), {"a": ((100, 7), (8, 1))}, ("k", "mn")),
-    # the issue's matmul(a[1000, 3000], w[3000, 2050]): only w, rows padded to 2056
-    "odd N": (t((1000, 3000)), t((3000, 2050)), {"b": ((3000, 2050), (2056, 1))}, ("k", "mn")),
-    "odd K and N": (t((100, 7)), t((7, 9)), {"a": ((100, 7), (8, 1)), "b": ((7, 9), (16, 1))},
+    "odd K": (t((100, 7)), t((7, 72)), {"a": ((100, 7), (64, 1))}, ("k", "mn")),
+    # the issue's matmul(a[1000, 3000], w[3000, 2050]): w, its rows padded to 128 bytes; and
+    # a, whose 6000-byte rows TMA reads where they lie but off the 64-byte grid, where the copy
+    # costs less than reading them so (gemm_staging.copy_pays)
+    "odd N": (t((1000, 3000)), t((3000, 2050)),
+              {"a": ((1000, 3000), (3008, 1)), "b": ((3000, 2050), (2112, 1))}, ("k", "mn")),
+    "odd K and N": (t((100, 7)), t((7, 9)), {"a": ((100, 7), (64, 1)), "b": ((7, 9), (64, 1))},
                     ("k", "mn")),
     # a transposed view of odd rows: M contiguous, kept so (MN-major), its stride padded
-    "transposed view": (t((101, 64), (1, 101)), t((64, 72)), {"a": ((101, 64), (1, 104))},
+    "transposed view": (t((101, 64), (1, 101)), t((64, 72)), {"a": ((101, 64), (1, 128))},
                         ("mn", "mn")),
     # neither dimension contiguous: copied row-major, as .contiguous()
     "neither contiguous": (t((100, 64), (128, 2)), t((64, 72), (1, 70 * 64)),
                            {"a": ((100, 64), (64, 1))}, ("k", "k")),
     "b neither contiguous": (t((100, 64)), t((64, 72), (144, 2)),
-                             {"b": ((64, 72), (72, 1))}, ("k", "mn")),
+                             {"b": ((64, 72), (128, 1))}, ("k", "mn")),
     # a slice of wider rows: unit inner stride, a row stride of 1001 elements
     "sliced view": (t((100, 64), (1001, 1)), t((64, 72)), {"a": ((100, 64), (64, 1))},
                     ("k", "mn")),
     # rows that overlap (a stride under the row's length) are not read where they lie
     "overlapping rows": (t((100, 64), (32, 1)), t((64, 72)), {"a": ((100, 64), (64, 1))},
                          ("k", "mn")),
-    "an expanded row": (t((100, 64)), t((64, 72), (0, 1)), {"b": ((64, 72), (72, 1))},
+    "an expanded row": (t((100, 64)), t((64, 72), (0, 1)), {"b": ((64, 72), (128, 1))},
                         ("k", "mn")),
     "misaligned address": (t((100, 64), ptr=4098), t((64, 72)), {"a": ((100, 64), (64, 1))},
                            ("k", "mn")),
     "misaligned MN-major": (t((100, 64)), t((64, 72), (1, 64), ptr=4100),
                             {"b": ((64, 72), (1, 64))}, ("k", "k")),
     "a column vector at an odd address": (t((100, 1), ptr=4098), t((1, 72)),
-                                          {"a": ((100, 1), (1, 104))}, ("mn", "mn")),
+                                          {"a": ((100, 1), (1, 128))}, ("mn", "mn")),
 }
 
 
@@ -74,7 +78,8 @@ def test_the_plan_stages_exactly_the_operands_tma_cannot_read(case):
     for name, op_map in (("a", plan.a), ("b", plan.b)):
         if name in want:  # the map is the copy's: its padded stride, the true inner extent
             shape, strides = want[name]
-            assert op_map.stride == max(strides)
+            if min(shape) > 1:  # a vector's map never steps its stride (it encodes a legal one)
+                assert op_map.stride == max(strides)
             inner = shape[strides.index(1)]
             assert op_map.inner == inner  # TMA zero-fills past it: the padding is never read
     # the result is torch.matmul's, whatever was staged (the fake's shape)
@@ -83,11 +88,11 @@ def test_the_plan_stages_exactly_the_operands_tma_cannot_read(case):
 
 def test_the_issue_shapes_plan_with_a_copy_of_the_unaligned_side_only():
     """4097x4095x4096: only B [4096, 4095] is staged; batched [4, 300, 500] @ [500, 200]: A's
-    500-element rows are padded, and the copy still folds into one [1200, K] GEMM."""
+    500-element rows are padded to 128 bytes, and the copy still folds into one [1200, K] GEMM."""
     plan = plan_call(t((4097, 4096)), t((4096, 4095)), sms=132)
     assert staged(plan) == {"b": ((4096, 4095), (4096, 1))}
     batched = plan_call(t((4, 300, 500)), t((500, 200)), sms=132)
-    assert staged(batched) == {"a": ((4, 300, 500), (300 * 504, 504, 1))}
+    assert staged(batched) == {"a": ((4, 300, 500), (300 * 512, 512, 1))}
     assert (batched.m, batched.variant.batch, batched.out_shape) == (1200, "none", (4, 300, 200))
 
 
@@ -96,17 +101,17 @@ def test_the_issue_shapes_plan_with_a_copy_of_the_unaligned_side_only():
     (t((4, 100, 64), (6404, 64, 1)), t((4, 64, 72)), {"a": ((4, 100, 64), (6400, 64, 1))}, "ab"),
     # an MN-major batched operand with odd rows: M kept contiguous
     (t((4, 101, 64), (6464, 1, 101)), t((4, 64, 72)),
-     {"a": ((4, 101, 64), (64 * 104, 1, 104))}, "ab"),
+     {"a": ((4, 101, 64), (64 * 128, 1, 128))}, "ab"),
     # a broadcast batch of stride 0 (expand) over a batched a: read once, as a 2-D operand
     (t((4, 100, 64)), t((4, 64, 72), (0, 72, 1)), {}, "none"),
     (t((4, 100, 64), (0, 64, 1)), t((4, 64, 72)), {}, "b"),
     # ... and an unaligned one: its one matrix copied, still broadcast
-    (t((4, 100, 64)), t((4, 64, 9), (0, 9, 1)), {"b": ((64, 9), (16, 1))}, "none"),
+    (t((4, 100, 64)), t((4, 64, 9), (0, 9, 1)), {"b": ((64, 9), (64, 1))}, "none"),
     # a batch of 1 with odd rows: its one matrix
-    (t((1, 100, 7)), t((4, 7, 72)), {"a": ((100, 7), (8, 1))}, "b"),
+    (t((1, 100, 7)), t((4, 7, 72)), {"a": ((100, 7), (64, 1))}, "b"),
     # every batch of stride 0: nothing carries a batch, so one side is materialized
     (t((4, 100, 64), (0, 64, 1)), t((4, 64, 72), (0, 72, 1)),
-     {"a": ((4, 100, 64), (6400, 64, 1)), "b": ((4, 64, 72), (4608, 72, 1))}, "ab"),
+     {"a": ((4, 100, 64), (6400, 64, 1)), "b": ((4, 64, 72), (8192, 128, 1))}, "ab"),
 ])
 def test_batched_operands_are_staged_by_their_batch_stride_too(a, b, want, kind):
     plan = plan_call(a, b, sms=132)
@@ -211,14 +216,14 @@ ONE = t((1,), dtype="fp32")
 
 @pytest.mark.parametrize("a, b, want", [
     # a slice of wider rows (1000 bytes apart): a K-major copy
-    (f8((100, 64), (1000, 1)), f8((64, 72), (1, 64)), {"a": ((100, 64), (64, 1))}),
+    (f8((100, 64), (1000, 1)), f8((64, 72), (1, 64)), {"a": ((100, 64), (128, 1))}),
     # neither dimension contiguous (torch copies it into rows too)
-    (f8((100, 64), (256, 2)), f8((64, 72), (1, 64)), {"a": ((100, 64), (64, 1))}),
-    # b column-major with columns 72 bytes apart: K kept contiguous, columns 64 bytes apart
-    (f8((100, 64)), f8((64, 72), (1, 72)), {"b": ((64, 72), (1, 64))}),
-    (f8((100, 48), (56, 1)), f8((48, 72), (1, 50)), {"a": ((100, 48), (48, 1)),
-                                                      "b": ((48, 72), (1, 48))}),
-    (f8((100, 64), ptr=4097), f8((64, 72), (1, 64)), {"a": ((100, 64), (64, 1))}),
+    (f8((100, 64), (256, 2)), f8((64, 72), (1, 64)), {"a": ((100, 64), (128, 1))}),
+    # b column-major with columns 72 bytes apart: K kept contiguous, columns 128 bytes apart
+    (f8((100, 64)), f8((64, 72), (1, 72)), {"b": ((64, 72), (1, 128))}),
+    (f8((100, 48), (56, 1)), f8((48, 72), (1, 50)), {"a": ((100, 48), (128, 1)),
+                                                      "b": ((48, 72), (1, 128))}),
+    (f8((100, 64), ptr=4097), f8((64, 72), (1, 64)), {"a": ((100, 64), (128, 1))}),
     (f8((100, 64)), f8((64, 72), (1, 64)), {}),
 ])
 def test_scaled_stages_fp8_operands_k_major(a, b, want):
@@ -287,7 +292,7 @@ def test_the_call_copies_what_the_plan_stages_and_nothing_else():
     a2, b2, bias2, out2 = _staged(_Torch, plan.staged, a, b, bias, out)
     assert a2 is a  # read where it lies
     # b's broadcast batch: its one matrix copied into padded rows
-    assert (b2.shape, b2.strides, b2.source.name) == ((64, 9), (16, 1), "b[0]")
+    assert (b2.shape, b2.strides, b2.source.name) == ((64, 9), (64, 1), "b[0]")
     assert (bias2.strides, bias2.source) == ((1,), bias)
     # out: a contiguous temporary the kernel writes, never filled from out
     assert (out2.shape, out2.strides, out2.source) == ((4, 100, 9), (900, 9, 1), None)
@@ -330,3 +335,13 @@ def test_the_gpu_checks_cases_cover_every_layout_and_all_plan():
         assert plan.out_shape == mc.product_shape(c)
         staged |= {s.operand for s in plan.staged}
     assert staged == {"a", "b", "bias", "out"}
+
+
+def test_rows_off_the_64_byte_grid_are_copied_only_where_the_copy_pays():
+    """2000x5000x3000 read where it lies (6000-byte rows, every one straddling lines): both
+    operands copied into aligned rows; 4000^3 (8000-byte rows, on the 64-byte grid): read where
+    they lie; a GEMM too short to repay the copy (M = 300): read where they lie."""
+    big = plan_call(t((2000, 3000)), t((3000, 5000), (1, 3000)), sms=132)
+    assert {s.operand: s.strides for s in big.staged} == {"a": (3008, 1), "b": (1, 3008)}
+    assert plan_call(t((4000, 4000)), t((4000, 4000), (1, 4000)), sms=132).staged == ()
+    assert plan_call(t((300, 3000)), t((3000, 5000), (1, 3000)), sms=132).staged == ()
