@@ -40,3 +40,17 @@ def interleaved(torch: Any, impls: Mapping[str, Callable[[], Any]], rounds: int,
 def ratios(per: Mapping[str, list[float]], ours: str, peer: str) -> list[float]:
     """Per-round speed of ``ours`` against ``peer`` (above 1: ours is faster)."""
     return [round(p / o, 3) for o, p in zip(per[ours], per[peer])]
+
+
+def graphed(torch: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
+    """The replay of a CUDA graph of one call of ``fn``, warmed on a side stream first (a
+    call's per-stream state, split-K's workspace, is made there): the GPU's time alone."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=side):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    return g.replay

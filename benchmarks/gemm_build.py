@@ -23,6 +23,15 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
         sys.path.insert(0, str(extra))
 
 
+def contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A contiguous tensor's strides in elements (a dimension of 0 counted as 1, as torch)."""
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.insert(0, step)
+        step *= max(d, 1)
+    return tuple(strides)
+
+
 def kernel_key(a: Any, b: Any, *, bias: Any = None, activation: str | None = None,
                out_dtype: str | None = None, out: Any = None, scales: Any = None,
                sms: int = 132, store: str | None = None) -> tuple[Any, Any]:

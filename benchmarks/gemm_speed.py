@@ -31,7 +31,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
 os.environ.setdefault("PIPELINE_CORE_CACHE_DIR", str(ROOT / "benchmarks" / "_kitcache"))
 
 from bench_peers import anchors as load_anchors  # noqa: E402
-from bench_timing import interleaved, ratios  # noqa: E402
+from bench_timing import graphed, interleaved, ratios  # noqa: E402
 
 #: (M, N, K, aligned): issue 35's list; aligned False: torch's default layout, unaligned rows
 SHAPES = ((8192, 8192, 8192, True), (4096, 4096, 4096, True), (4096, 8192, 2048, True),
@@ -54,19 +54,6 @@ def emit(rec: dict) -> None:
     for path in OUT:  # line by line: a run stopped halfway keeps what it measured
         with path.open("a") as f:
             f.write(json.dumps(rec) + "\n")
-
-
-def graphed(torch, fn):
-    """A CUDA graph of one call of ``fn`` (warmed on a side stream first), its replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=side):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    return g.replay
 
 
 def check(torch, name, fn, out, ref, shape) -> bool:

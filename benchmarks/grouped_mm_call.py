@@ -167,7 +167,8 @@ def launch_into(torch, a, b, offs, out, out_dtype, scales=None):
     device = torch.cuda.current_device()
     stream = torch.cuda.current_stream().cuda_stream
     plan = mc._plan_grouped(a, b, offs, None, out_dtype, mc.sm_count(device), scales)
-    r = mc._recipe(a, b, None, None, out_dtype, None, plan, device, stream, scales=scales)
+    r = mc._recipe(a, b, None, None, out_dtype, None, plan, device, stream,
+                   mc._grouped_candidate(a, b), scales)
     more = () if scales is None else scales
     mc.CALL.launch(r, (r, a.data_ptr(), b.data_ptr(), out.data_ptr(), offs.data_ptr(),
                        *(x.data_ptr() for x in more)), (a, b, None, out, *more, offs))
@@ -375,11 +376,8 @@ def _info(shape, strides, dtype):
 
 
 def _contiguous(shape):
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.insert(0, step)
-        step *= max(d, 1)
-    return tuple(strides)
+    from gemm_build import contiguous
+    return contiguous(shape)
 
 
 def plan_without_torch(case, sms=132):
@@ -402,7 +400,21 @@ def plan_without_torch(case, sms=132):
     else:
         m = max(total // max(g, 1), 1)
         a, b, offs = _info((g, m, k), _contiguous((g, m, k)), dt), mat((g,), k, n, b_kmajor), None
-    return plan_grouped(a, b, offs, out_dtype=out_name, sms=sms)
+    c = _candidate(a, b)
+    return plan_grouped(a, b, offs, out_dtype=out_name, sms=sms, tile=_tile(c)), c
+
+
+def _candidate(a, b):
+    """The tile the call picks for these descriptions (matmul_call._grouped_candidate's rule,
+    decompose.grouped, on shapes alone)."""
+    from pipeline_core_nvidia_h100 import decompose
+    along_m = len(a.shape) == 2 and len(b.shape) == 3
+    return decompose.grouped(a.shape[0], b.shape[0] if along_m else 0, a.dtype, not along_m)
+
+
+def _tile(c):
+    from pipeline_core_nvidia_h100.gemm_call import TileShape
+    return TileShape(bm=c.bm, bn=c.bn)
 
 
 def fp8_plan_without_torch(case, sms=132):
@@ -418,7 +430,7 @@ def fp8_plan_without_torch(case, sms=132):
         a = _info((g, n, k), _contiguous((g, n, k)), "e4m3")
         b = _info((k, total), (1, k), "e4m3")
         scales = (_info((g, n), (n, 1), "fp32"), _info((total,), (1,), "fp32"))
-    return plan_grouped(a, b, offs, sms=sms, scales=scales)
+    return plan_grouped(a, b, offs, sms=sms, scales=scales), _candidate(a, b)
 
 
 def timing_plans(sms=132):
@@ -430,26 +442,28 @@ def timing_plans(sms=132):
             for dt in ("bf16", "e4m3"):
                 scales = None if dt == "bf16" else (_info((tokens,), (1,), "fp32"),
                                                     _info((experts, n), (n, 1), "fp32"))
-                found.append(plan_grouped(_info((tokens, k), (k, 1), dt),
-                                          _info((experts, k, n), (n * k, 1, k), dt), offs,
-                                          sms=sms, scales=scales))
+                a = _info((tokens, k), (k, 1), dt)
+                b = _info((experts, k, n), (n * k, 1, k), dt)
+                c = _candidate(a, b)
+                found.append((plan_grouped(a, b, offs, sms=sms, scales=scales, tile=_tile(c)),
+                              c))
     return found
 
 
 def dry_run(cases, fp8):
     """The drawn cases, planned (every check, no GPU): what the GPU run will launch."""
     from pipeline_core_nvidia_h100.warpspecialized import describe_variant
-    variants: dict = {}
+    variants: dict = {}  # (variant, candidate): the kernels the run builds, and their cases
     for case in cases:
-        p = plan_without_torch(case)
-        variants.setdefault(p.variant, 0)
-        variants[p.variant] += 1
+        p, c = plan_without_torch(case)
+        variants.setdefault((p.variant, c), 0)
+        variants[(p.variant, c)] += 1
     for case in fp8:
-        p = fp8_plan_without_torch(case)
-        variants.setdefault(p.variant, 0)
-        variants[p.variant] += 1
-    for p in timing_plans():
-        variants.setdefault(p.variant, 0)
+        p, c = fp8_plan_without_torch(case)
+        variants.setdefault((p.variant, c), 0)
+        variants[(p.variant, c)] += 1
+    for p, c in timing_plans():
+        variants.setdefault((p.variant, c), 0)
     groups = [c[1] for c in cases]
     sizes = [s for c in cases for s in c[2]]
     emit({"kind": "dry-run", "cases": len(cases), "fp8_cases": len(fp8),
@@ -457,8 +471,9 @@ def dry_run(cases, fp8):
           "G_min_max": [min(groups), max(groups)], "groups": len(sizes),
           "empty_groups": sizes.count(0), "groups_under_a_tile": sum(0 < s < 128 for s in sizes),
           "variants": len(variants)})
-    for v, count in sorted(variants.items(), key=lambda x: repr(x[0])):
-        emit({"kind": "variant", "cases": count, "variant": describe_variant(v)})
+    for (v, c), count in sorted(variants.items(), key=lambda x: repr(x[0])):
+        emit({"kind": "variant", "cases": count, "variant": describe_variant(v),
+              "tile": c.describe()})
     for name, experts, hidden, ffn, tokens in CONFIGS:
         counts = skewed_counts(experts, tokens, seed=35)
         emit({"kind": "config", "config": name, "experts": experts, "tokens": tokens,
@@ -493,15 +508,15 @@ def main(argv=None) -> int:
     if args.dry_run or args.prebuild_only:
         variants = dry_run(cases, fp8)
         if args.prebuild_only:
-            prebuild(None, sorted(variants, key=repr))
+            prebuild(None, set(variants))
         return 0
     import torch
     emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    variants = {plan_without_torch(c, sms).variant for c in cases}
-    variants |= {fp8_plan_without_torch(c, sms).variant for c in fp8}
-    variants |= {p.variant for p in timing_plans(sms)}
-    prebuild(torch, sorted(variants, key=repr))
+    keys = {(p.variant, c) for p, c in map(lambda x: plan_without_torch(x, sms), cases)}
+    keys |= {(p.variant, c) for p, c in map(lambda x: fp8_plan_without_torch(x, sms), fp8)}
+    keys |= {(p.variant, c) for p, c in timing_plans(sms)}
+    prebuild(torch, keys)
     failures = correctness(torch, cases)
     failures += fp8_correctness(torch, fp8)
     graph_and_compile(torch)

@@ -40,7 +40,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
-from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
+from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
 from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
 SIZES = (1, 7, 8, 17, 100, 127, 128, 999, 1000, 2050, 4000, 4095, 4096, 4097)
 #: operand layouts (:func:`operand`): row / col contiguous (odd rows: unaligned), row-pad /
@@ -138,11 +138,8 @@ def out_tensor(torch, layout, shape, dtype, device="cuda"):
 
 
 def _contiguous(shape):
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.insert(0, step)
-        step *= max(d, 1)
-    return tuple(strides)
+    from gemm_build import contiguous
+    return contiguous(shape)
 
 
 def _operand_info(rows, cols, dtype, layout, lead=()):
@@ -624,17 +621,8 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
         def ours():
             matmul(a, bt.T, out=c)
 
-        # the ours-graph replay: warm on its stream first (split-K's workspace is per stream)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            ours()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=side):
-                ours()
-        torch.cuda.current_stream().wait_stream(side)
         impls = {"ours": ours,
-                 "ours-graph": graph.replay,
+                 "ours-graph": graphed(torch, ours),
                  "ours-op": lambda: ops.matmul_out(a, bt.T, None, None, c),
                  "ours-nopersist": tuned(attrs.evolve(default, persistent=False), ours),
                  "ours-notma": tuned(attrs.evolve(default, tma_store=False), ours),

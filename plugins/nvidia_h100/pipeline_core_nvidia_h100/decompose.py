@@ -34,7 +34,7 @@ from pipeline_core_nvidia_h100.autotune import Candidate, direct_store, takes
 from pipeline_core_nvidia_h100.gemm_call import CallPlan, rows_off_line, split_count
 from pipeline_core_nvidia_h100.warpspecialized import DTYPE_BYTES, GemmVariant, k_tile
 
-__all__ = ["WAVE_TILES", "choose", "for_plan", "small_m", "wave_pick", "wave_cost"]
+__all__ = ["WAVE_TILES", "choose", "for_plan", "grouped", "small_m", "wave_pick", "wave_cost"]
 
 #: The wave model's candidates, largest tile first, each with its sustained throughput
 #: relative to 128x256 with two consumers (the call's tile on large shapes): the median of
@@ -100,3 +100,23 @@ def choose(m: int, n: int, k: int, variant: GemmVariant, sms: int,
         c = Candidate(bm=c.bm, bn=c.bn, stages=c.stages, consumers=c.consumers,
                       group_m=c.group_m, split_k=True)
     return c
+
+
+#: A grouped GEMM's groups of at most this many rows on average run 64-row tiles: a 128-row
+#: tile computes a partial tile of zeros at every group's end, which costs most where groups
+#: are short (on an H200, DeepSeek-like 256 experts over 32k tokens, 128 rows a group:
+#: 1.38x / 1.30x torch._grouped_mm up / down with 64x256 against 1.18x / 1.06x with 128x256;
+#: 512 rows a group was mixed, 1.13 / 0.97 against 1.12 / 0.99:
+#: benchmarks/results/grouped_tiles_h200.jsonl)
+GROUP_ROWS_64 = 256
+
+
+def grouped(rows: int, groups: int, dtype: str, along_n: bool) -> Candidate:
+    """The tile of a grouped GEMM over ``groups`` groups of ``rows`` rows in all (the host
+    knows both without reading ``offs``): 64x256 on one consumer where a 16-bit grouped GEMM
+    along M averages at most :data:`GROUP_ROWS_64` rows a group, else 128x256 (groups along N,
+    and fp8, were not measured against it)."""
+    if not along_n and dtype in ("bf16", "fp16") and groups > 0 \
+            and rows <= GROUP_ROWS_64 * groups:
+        return Candidate(bm=64, bn=256, stages=4, consumers=1)
+    return Candidate()

@@ -558,12 +558,23 @@ def scaled_mm(a: Any, b: Any, scale_a: Any, scale_b: Any, *, out_dtype: Any = No
 
 # --- grouped_mm: a mixture of experts' GEMMs in one launch (gemm_grouped) -----------------------
 
+def _grouped_candidate(a: Any, b: Any) -> Candidate:
+    """The tile a grouped call runs (decompose.grouped): by its rows and groups, known on the
+    host from the shapes (2-D a [T, K] by a 3-D b [G, K, N]: groups along M)."""
+    along_m = a.dim() == 2 and b.dim() == 3
+    return decompose.grouped(a.shape[0], b.shape[0] if along_m else 0,
+                             _dtype_name(a.dtype) or "", not along_m)
+
+
 def _plan_grouped(a: Any, b: Any, offs: Any, bias: Any, out_dtype: Any, sms: int = 0,
                   scales: tuple[Any, Any] | None = None) -> CallPlan:
-    """grouped_mm's plan (gemm_grouped.plan_grouped), or with ``scales`` scaled_grouped_mm's."""
+    """grouped_mm's plan (gemm_grouped.plan_grouped), or with ``scales`` scaled_grouped_mm's,
+    with the tile of :func:`_grouped_candidate`."""
+    c = _grouped_candidate(a, b)
+    tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk)
     return plan_grouped(_info(a, "a"), _info(b, "b"), None if offs is None else _info(offs, "offs"),
                         bias=None if bias is None else _info(bias, "bias"),
-                        out_dtype=_dtype_name(out_dtype), tile=CALL_TILE, sms=sms, tuning=TUNING,
+                        out_dtype=_dtype_name(out_dtype), tile=tile, sms=sms, tuning=TUNING,
                         scales=None if scales is None else (_info(scales[0], "scale_a"),
                                                             _info(scales[1], "scale_b")))
 
@@ -599,7 +610,7 @@ def _run_grouped(a: Any, b: Any, offs: Any, out_dtype: Any,
         if plan.k == 0:  # empty sums: zeros, no kernel
             return out.zero_()
         r = CALL.recipes.put(key, _recipe(a, b, None, None, out_dtype, None, plan, device,
-                                          stream, scales=scales))
+                                          stream, _grouped_candidate(a, b), scales))
     elif r.plan.variant.batch not in GROUPED:
         return _run(a, b, None, None, out_dtype, None)
     else:

@@ -119,3 +119,14 @@ def test_a_plan_whose_rows_straddle_lines_where_they_lie_keeps_the_largest_tiles
     off, on = decompose.for_plan(plan(3000), SMS), decompose.for_plan(plan(3072), SMS)
     assert off.bm * off.bn == 128 * 256
     assert off != on
+
+
+def test_a_grouped_gemm_of_short_groups_runs_64_row_tiles():
+    """DeepSeek-like: 256 experts over 32k tokens (128 rows a group) take 64x256; Mixtral-like
+    (8 experts over 16k tokens) and groups along N keep 128x256; fp8 is not switched."""
+    assert (decompose.grouped(32768, 256, "bf16", False).bm,
+            decompose.grouped(32768, 256, "bf16", False).consumers) == (64, 1)
+    assert decompose.grouped(16384, 8, "bf16", False) == Candidate()
+    assert decompose.grouped(32768, 256, "bf16", True) == Candidate()
+    assert decompose.grouped(32768, 256, "e4m3", False) == Candidate()
+    assert decompose.grouped(0, 0, "bf16", False) == Candidate()

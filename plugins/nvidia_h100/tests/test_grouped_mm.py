@@ -368,6 +368,8 @@ def test_the_benchmark_draws_its_cases_and_plans_every_one(monkeypatch):
     assert cases == bench.draw_cases(120)  # a fixed seed: the same cases every run
     sizes = [s for c in cases for s in c[2]]
     assert {c[1] for c in cases} >= {1, 128} and 0 in sizes and any(0 < s < 128 for s in sizes)
-    variants = bench.dry_run(cases, fp8)  # every case passes the call's checks
-    assert {v.batch for v in variants} >= {"grouped", "grouped_n", "ab"}
-    assert any(v.scale == "row" for v in variants)
+    kernels = bench.dry_run(cases, fp8)  # every case passes the call's checks
+    assert {v.batch for v, _ in kernels} >= {"grouped", "grouped_n", "ab"}
+    assert any(v.scale == "row" for v, _ in kernels)
+    # short groups run 64-row tiles (decompose.grouped), the rest 128x256
+    assert {c.bm for _, c in kernels} == {64, 128}
