@@ -32,6 +32,7 @@ from pathlib import Path
 # the fp8 benchmark beside this script puts the checkout's plugins on the path and holds the
 # timing loop's import, the relative error and the parallel prebuild this script shares
 from matmul_fp8_call import interleaved, prebuild, ratios, rel  # noqa: E402
+from gemm_build import contiguous  # noqa: E402  (beside this script)
 
 GROUPS = (1, 2, 3, 4, 7, 8, 16, 32, 64, 128)
 #: K and N: the MoE layers' (hidden, FFN) and small sizes, every one a multiple of 8 (TMA's
@@ -376,7 +377,6 @@ def _info(shape, strides, dtype):
 
 
 def _contiguous(shape):
-    from gemm_build import contiguous
     return contiguous(shape)
 
 

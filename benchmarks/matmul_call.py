@@ -41,6 +41,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
         sys.path.insert(0, str(extra))
 
 from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
+from gemm_build import contiguous  # noqa: E402  (beside this script)
 from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
 SIZES = (1, 7, 8, 17, 100, 127, 128, 999, 1000, 2050, 4000, 4095, 4096, 4097)
 #: operand layouts (:func:`operand`): row / col contiguous (odd rows: unaligned), row-pad /
@@ -138,7 +139,6 @@ def out_tensor(torch, layout, shape, dtype, device="cuda"):
 
 
 def _contiguous(shape):
-    from gemm_build import contiguous
     return contiguous(shape)
 
 

@@ -9,6 +9,7 @@ the same text costs nothing (CuPy also keeps its own on-disk cache).
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,20 +25,17 @@ class MissingGPUPackage(RuntimeError):
     """A GPU package this call needs is not installed."""
 
 
-_MODULES: dict[str, Any] = {}
-
-
 def _require(module: str) -> Any:
-    """GPU package ``module``, imported on first use (never at import: the CLI needs none) and
-    kept, so an eager call's per-launch lookups cost a dictionary read."""
-    found = _MODULES.get(module)
+    """GPU package ``module``, imported on first use (never at import: the CLI needs none);
+    once imported, read from ``sys.modules`` (an eager call's per-launch lookups cost a
+    dictionary read, not importlib's machinery)."""
+    found = sys.modules.get(module)
     if found is not None:
         return found
     import importlib
 
     try:
-        found = _MODULES[module] = importlib.import_module(module)
-        return found
+        return importlib.import_module(module)
     except ImportError as exc:
         raise MissingGPUPackage(
             f"{module} is needed to build or launch CUDA kernels; install the extra: "
