@@ -16,9 +16,9 @@ import math
 
 import attrs
 
-from pipeline_core_nvidia_h100.gemm_staging import (TMA_ALIGN, Staging, aligned, copy_pays, major,
-                                                    off_grid, padded, stage_bias, stage_operand,
-                                                    stage_out)
+from pipeline_core_nvidia_h100.gemm_staging import (LINE_BYTES, TMA_ALIGN, Staging, aligned,
+                                                    copy_pays, major, off_grid, padded,
+                                                    stage_bias, stage_operand, stage_out)
 from pipeline_core_nvidia_h100.warpspecialized import (ACTIVATIONS, BIASES, DTYPE_BYTES,
                                                        MN_CHUNK, OUT_BYTES, OUT_DTYPES,
                                                        STORE_BUFFERS, STORE_ROWS, GemmVariant,
@@ -108,12 +108,6 @@ class Tuning:
     #: stride 3000: 263 TFLOPS against TMA's 433; 4000^3: 288 against 704;
     #: benchmarks/results/gemm_cpasync_h200.jsonl), so it is kept proven and switchable, not used
     cp_async: bool = False
-
-
-#: A K-major row that starts on a 128-byte line is read by TMA at full speed; one that starts
-#: 16 bytes off it straddles two lines in every box row (2000x5000x3000 bf16, stride 6000 bytes:
-#: 0.59 of cuBLAS by TMA, 0.94 with the rows padded to 3072)
-LINE_BYTES = 128
 
 
 def rows_off_line(maps: tuple[OperandMap, ...], elem: int) -> bool:

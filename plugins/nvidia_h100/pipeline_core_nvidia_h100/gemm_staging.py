@@ -63,9 +63,12 @@ def padded(extent: int, elem: int, align: int = TMA_ALIGN) -> int:
     return max(step, -(-extent // step) * step)
 
 
-#: A staged copy's rows start on 128-byte lines, not merely 16 bytes apart: TMA reads a box
-#: row that straddles two lines at a fraction of the speed, and a copy costs the same either way.
-STAGED_ROW_ALIGN = 128
+#: A K-major row that starts on a 128-byte line is read by TMA at full speed; one that starts
+#: 16 bytes off it straddles two lines in every box row (2000x5000x3000 bf16, stride 6000 bytes:
+#: 0.59 of cuBLAS by TMA, 0.94 with the rows padded to 3072).  A staged copy's rows start on
+#: such lines, not merely 16 bytes apart (a copy costs the same either way); the decomposition
+#: reads it too (gemm_call.rows_off_line).
+LINE_BYTES = 128
 #: Rows whose stride is a multiple of 64 bytes straddle lines on every other row at most, which
 #: measured near full speed (4000^3 bf16, 8000-byte rows: 0.97x cuBLAS); rows off this grid
 #: straddle on most rows.
@@ -128,7 +131,7 @@ def stage_operand(name: str, t: Described, rows_dim: int, elem: int, batched: bo
     copied even so (its rows off the grid, and :func:`copy_pays`).  The copy keeps the
     dimension TMA would read contiguous (the K dimension where ``k_major``: fp8), else the
     one longer than 1 of a vector, else a unit-stride one, else the last; its rows start on
-    :data:`STAGED_ROW_ALIGN` lines."""
+    :data:`LINE_BYTES` lines."""
     shape, strides = t.shape[-2:], t.strides[-2:]
     found = major(shape, strides, rows_dim, elem)
     if found is not None and not realign and (t.ptr is None or t.ptr % TMA_ALIGN == 0) \
@@ -145,7 +148,7 @@ def stage_operand(name: str, t: Described, rows_dim: int, elem: int, batched: bo
         inner = 0 if strides[1] != 1 else 1
     else:
         inner = 1
-    step = padded(shape[inner], elem, STAGED_ROW_ALIGN)
+    step = padded(shape[inner], elem, LINE_BYTES)
     two = (step, 1) if inner == 1 else (1, step)
     if batched:
         return Staging(operand=name, shape=tuple(t.shape),

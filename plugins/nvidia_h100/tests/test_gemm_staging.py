@@ -32,7 +32,7 @@ def staged(plan):
 
 
 # --- each layout TMA cannot read is staged, the copy keeping the contiguous dimension, its rows
-# on 128-byte lines (gemm_staging.STAGED_ROW_ALIGN) ------------------------------------------------
+# on 128-byte lines (gemm_staging.LINE_BYTES) ------------------------------------------------------
 
 STAGED = {
     # odd K: a's 7-element rows (14 bytes); b [7, 72] is N-major with 144-byte rows: read
