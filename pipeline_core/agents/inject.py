@@ -351,12 +351,13 @@ def _writer_kernel(ops: list[int], body: Sequence[Op], pairs: Sequence[_RingPair
     threads' arrivals that the copies' landing triggers (``StepKind.ASYNC_ARRIVE``).  Before
     the first of its ``described`` copies (their tensor maps written on the device,
     ``Effect.descriptor``), the writer's acquire of those maps (``StepKind.DESCRIPTOR_ACQUIRE``),
-    in every K tile: the maps are the output tile's, and a K tile's copies never outrun it."""
+    once per output tile, before its K loop: the maps are the output tile's."""
     steps = []
     started: set[str] = set()
     for i in ops:
         if described and i == min(described):
-            steps.append(Step(kind=StepKind.DESCRIPTOR_ACQUIRE, tag=tags["descriptor_acquire"]))
+            steps.append(Step(kind=StepKind.DESCRIPTOR_ACQUIRE, once=True,
+                              tag=tags["descriptor_acquire"]))
         pair = next((p for p in pairs if i in p.ops), None)
         if pair is not None and pair.full.name not in started:
             started.add(pair.full.name)

@@ -42,7 +42,7 @@ FIELDS = {
     StepKind.ARRIVE: _LOOP | {"channel", "once", "peer", "scope"},
     StepKind.EXPECT_TX: _LOOP | {"channel", "once", "value"},
     StepKind.ASYNC_ARRIVE: _LOOP | {"channel", "once"},
-    StepKind.DESCRIPTOR_ACQUIRE: _LOOP,
+    StepKind.DESCRIPTOR_ACQUIRE: _LOOP | {"once"},
     StepKind.FENCE: _LOOP | {"channel"},
     StepKind.COMMIT: _LOOP | {"channel"},
     StepKind.COUNTER_WAIT: _LOOP | {"channel", "value", "op", "once"},

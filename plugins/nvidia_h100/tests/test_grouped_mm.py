@@ -137,7 +137,8 @@ REFUSALS = {
                                  MatmulArgumentError, "b", "b.contiguous()"),
     "3-D batches differ": (dict(a=t((3, 100, 64)), offs=None), MatmulArgumentError, "b",
                            "pass b of shape [3, 64, 72]"),
-    "2-D x 2-D": (dict(b=t((64, 72))), MatmulArgumentError, "b", "torch._grouped_mm"),
+    "2-D x 2-D K mismatch": (dict(b=t((80, 72))), MatmulArgumentError, "b",
+                             "b.shape[0] must be a's K=64"),
     "fp8 out": (dict(out_dtype="e4m3"), MatmulTypeError, "out_dtype", "torch.float32"),
     # scaled_grouped_mm's own
     "scaled bf16": (dict(scales=SCALES), MatmulTypeError, "a", "torch.float8_e4m3fn"),
