@@ -216,3 +216,33 @@ def test_the_prepass_builds(tmp_path):
     proc, _ = compile_cubin(group_maps_source(), tmp_path, "group_maps")
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores" in proc.stderr
+
+
+# --- the GPU benchmark's along-K cases, drawn and planned here -----------------------------------
+
+def test_the_benchmark_draws_its_along_k_cases_and_plans_every_one(monkeypatch):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "grouped_mm_call.py"
+    monkeypatch.syspath_prepend(str(path.parent))  # its neighbours, as when run as a script
+    spec = importlib.util.spec_from_file_location("grouped_mm_call", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = bench.draw_k_cases(24)
+    assert cases == bench.draw_k_cases(24)  # a fixed seed
+    sizes = [s for c in cases for s in c[1]]
+    # empty groups, groups under a K tile, every offset a multiple of 8 elements (torch's rule)
+    assert 0 in sizes and any(0 < s < 64 for s in sizes) and all(s % 8 == 0 for s in sizes)
+    assert any(all(s == 0 for s in c[1]) for c in cases)
+    plans = [bench.k_plan_without_torch(c) for c in cases]  # every case passes the checks
+    assert all(p.variant.batch == "grouped_k" and p.out_shape == (c[0], c[2], c[3])
+               for p, c in zip(plans, cases))
+    counts = bench.k_timing_counts()
+    assert sum(counts) == 16384 and len(counts) == 8 and all(c % 8 == 0 for c in counts)
+    timed = bench.k_timing_plan()
+    assert (timed.variant.a_major, timed.variant.b_major, timed.out_shape) == (
+        "mn", "mn", (8, 4096, 14336))
+    kernels = bench.dry_run([], [], cases)
+    assert {v.batch for v, _ in kernels} >= {"grouped_k"}
