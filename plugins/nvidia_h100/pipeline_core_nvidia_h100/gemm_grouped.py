@@ -58,6 +58,23 @@ def _grouped_map(name: str, t: TensorInfo, m: OperandMap, read: bool) -> Operand
     return attrs.evolve(m, batch=groups, batch_stride=stride)
 
 
+def _matrix_maps(a: TensorInfo, b: TensorInfo, tile: TileShape, read: bool,
+                 whose: str) -> tuple[TileShape, OperandMap, OperandMap]:
+    """The K tile of a's type and the maps of matrices ``a`` [M, K] and ``b`` [K, N], each
+    (``read``: a kernel runs) with one dimension contiguous and the other 16-byte aligned, as
+    torch._grouped_mm reads them (``whose``: "each group's " for a 3-D operand's matrices)."""
+    tile = attrs.evolve(tile, bk=k_tile(a.dtype))
+    for name, mat, rows_dim in (("a", a, 0), ("b", b, 1)):
+        if read and major(mat.shape, mat.strides, rows_dim, ELEM[mat.dtype]) is None:
+            raise _fail(name, f"strides {tuple(mat.strides)} of {whose}{_shape(mat)} "
+                              f"matrix: grouped GEMMs read one dimension contiguous and the "
+                              f"other {TMA_ALIGN}-byte aligned, as torch._grouped_mm does; "
+                              f"pass {name}.contiguous() with that dimension padded to a "
+                              f"multiple of {TMA_ALIGN // ELEM[mat.dtype]}")
+    return (tile, operand_map("a", a, 0, tile.bm, tile.bk, read),
+            operand_map("b", b, 1, tile.bn, tile.bk, read))
+
+
 def _check_offs(offs: TensorInfo, groups: int, who: str, a: TensorInfo,
                 table: bool = True) -> None:
     """``offs``: int32 [G] (G the 3-D operand ``who``'s groups), contiguous, beside ``a``;
@@ -158,17 +175,8 @@ def plan_grouped(a: TensorInfo, b: TensorInfo, offs: TensorInfo | None, *,
         scale, scale_group = "row", _check_scales(scales, a, b, along_n)
         out_dtype = out_dtype or SCALED_OUT
     out_dtype = out_dtype or a.dtype
-    tile = attrs.evolve(tile, bk=k_tile(a.dtype))
     read = 0 not in (m, n, k, groups)
-    for name, mat, rows_dim in (("a", a_mat, 0), ("b", b_mat, 1)):
-        if read and major(mat.shape, mat.strides, rows_dim, ELEM[mat.dtype]) is None:
-            raise _fail(name, f"strides {tuple(mat.strides)} of each group's {_shape(mat)} "
-                              f"matrix: grouped GEMMs read one dimension contiguous and the "
-                              f"other {TMA_ALIGN}-byte aligned, as torch._grouped_mm does; "
-                              f"pass {name}.contiguous() with that dimension padded to a "
-                              f"multiple of {TMA_ALIGN // ELEM[mat.dtype]}")
-    a_map = operand_map("a", a_mat, 0, tile.bm, tile.bk, read)
-    b_map = operand_map("b", b_mat, 1, tile.bn, tile.bk, read)
+    tile, a_map, b_map = _matrix_maps(a_mat, b_mat, tile, read, "each group's ")
     if along_n:
         a_map = _grouped_map("a", a, a_map, read)
     else:
@@ -211,15 +219,8 @@ def _plan_along_k(a: TensorInfo, b: TensorInfo, offs: TensorInfo, *, out_dtype: 
     _check_offs(offs, groups, "offs", a, table=False)
     (m, k), n = a.shape, b.shape[1]
     out_dtype = out_dtype or a.dtype
-    tile = attrs.evolve(tile, bk=k_tile(a.dtype))
     read = 0 not in (m, n, k, groups)
-    for name, mat, rows_dim in (("a", a, 0), ("b", b, 1)):
-        if read and major(mat.shape, mat.strides, rows_dim, ELEM[mat.dtype]) is None:
-            raise _fail(name, f"strides {tuple(mat.strides)} of {_shape(mat)}: grouped GEMMs "
-                              f"read one dimension contiguous and the other {TMA_ALIGN}-byte "
-                              f"aligned, as torch._grouped_mm does; pass {name}.contiguous()")
-    a_map = operand_map("a", a, 0, tile.bm, tile.bk, read)
-    b_map = operand_map("b", b, 1, tile.bn, tile.bk, read)
+    tile, a_map, b_map = _matrix_maps(a, b, tile, read, "")
     tiles_m, tiles_n = _cdiv(m, tile.bm), _cdiv(n, tile.bn)
     most = groups * tiles_m * tiles_n
     grid = min(most, sms) if tuning.persistent and sms > 0 else most
