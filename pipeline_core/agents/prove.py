@@ -1533,7 +1533,11 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                                 "waiters"] if cluster is not None else []),
                              f"sync model {sync.name}", *ASSUMPTIONS,
                              *reduction_assumptions(plan, sync),
-                             *store_assumptions(plan, sync)],
+                             *store_assumptions(plan, sync),
+                             *(["the tensor maps copies read through are written and released "
+                                "(fence.proxy.tensormap release) by a kernel before this one; "
+                                "each copy's issuer acquires them in its output tile"]
+                               if any(e.descriptor for e in sync.effects) else [])],
              "notes": list(sync.notes)}
     if sequences:
         model["trip_sequences"] = [list(q) for q in sequences]
