@@ -88,6 +88,9 @@ SANITIZE = (("2d3d", 3, (130, 0, 7), 72, 200, "bf16", "bf16", True),
             ("2d3d", 2, (1, 257), 64, 24, "fp16", "fp32", False),
             ("3d2d", 3, (8, 0, 136), 64, 96, "bf16", "bf16", True))
 SANITIZE_FP8 = (("2d3d", 3, (100, 0, 129), 128, 128),)
+#: groups along K: a sub-tile group, an empty one, one over two K tiles; tails in M and N
+SANITIZE_K = ((3, (8, 0, 136), 72, 200, "bf16", "bf16", True, True),
+              (2, (64, 16), 136, 24, "fp16", "fp32", False, False))
 
 
 def draw_fp8(n, seed=3502):
@@ -682,7 +685,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.sanitize:
         import torch
-        failures = correctness(torch, SANITIZE) + fp8_correctness(torch, SANITIZE_FP8)
+        failures = (correctness(torch, SANITIZE) + fp8_correctness(torch, SANITIZE_FP8)
+                    + along_k_correctness(torch, SANITIZE_K))
         print(f"sanitize cases: {failures} failures")
         return 1 if failures else 0
     k_cases = draw_k_cases(args.k_cases)
