@@ -436,6 +436,8 @@ def along_k_timing(torch, rounds=5, reps=10):
     outs = {name: fn() for name, fn in fns.items()}
     torch.cuda.synchronize()
     agree = rel(torch, outs["ours"].float(), outs["torch._grouped_mm"].float())
+    if not agree < TOL["bf16"]:
+        raise SystemExit(f"ALONG-K FAIL: Mixtral dW differs from torch._grouped_mm by {agree}")
     del outs
     per = interleaved(torch, fns, rounds, reps)
     flop = 2.0 * tokens * hidden * ffn
