@@ -48,7 +48,7 @@ def k_field(m: OperandMap, dtype: str) -> tuple[int, int]:
     return (0, elem) if m.major == "k" else (1, m.stride * elem)
 
 
-_MAPS: dict[tuple[int, int, int], Any] = {}
+_MEMORY: dict[tuple[int, int, int], Any] = {}
 _LOCK = threading.Lock()
 
 
@@ -57,7 +57,7 @@ def maps_memory(device: int, stream: int, groups: int) -> Any:
     one stream run in order, so they share it; torch's allocations are 512-byte aligned, the
     maps need 128).  Refused while a CUDA graph is being captured and none exists yet."""
     key = (device, stream, groups)
-    found = _MAPS.get(key)
+    found = _MEMORY.get(key)
     if found is None:
         torch = _require("torch")
         if torch.cuda.is_current_stream_capturing():
@@ -65,9 +65,9 @@ def maps_memory(device: int, stream: int, groups: int) -> Any:
                                "capturing a CUDA graph (its tensor maps' memory is allocated "
                                "on the first call)")
         with _LOCK:
-            found = _MAPS.get(key)
+            found = _MEMORY.get(key)
             if found is None:
-                found = _MAPS[key] = torch.empty(2 * groups * MAP_BYTES, dtype=torch.uint8,
+                found = _MEMORY[key] = torch.empty(2 * groups * MAP_BYTES, dtype=torch.uint8,
                                                  device=torch.device("cuda", device))
     return found
 
