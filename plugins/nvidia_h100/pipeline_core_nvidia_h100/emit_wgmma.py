@@ -77,9 +77,9 @@ _CP_ASYNC_LOADS: dict[int, str] = {
 #: start
 _GROUP_K_LOADS: dict[int, str] = {
     WgmmaTag.TMA_A: "LoadA::load(stage_a({stage}), maps + 2 * group, full_bar({stage}), {t}, "
-                    "tile_m * BM, 0);",
+                    "KT, tile_m * BM);",
     WgmmaTag.TMA_B: "LoadB::load(stage_b({stage}), maps + 2 * group + 1, full_bar({stage}), {t}, "
-                    "tile_n * BN, 0);"}
+                    "KT, tile_n * BN);"}
 
 
 def _general_loads(cluster: bool, grouped: bool = False) -> dict[int, str]:
