@@ -2,6 +2,7 @@
 
   python3 benchmarks/grouped_mm_call.py [--cases 120] [--fp8-cases 24] [--out DIR]
   python3 benchmarks/grouped_mm_call.py --dry-run      # the cases drawn and planned, no GPU
+  python3 benchmarks/grouped_mm_call.py --along-k      # only 2-D x 2-D (about a minute)
 
 1. Correctness (METHOD.md), fresh random inputs each case, NaN-poisoned outputs, an fp32
    reference per group: CASES random grouped GEMMs (G from 1 to 128; uneven token counts with
@@ -18,6 +19,12 @@
    over the experts; against ``torch._grouped_mm`` (bf16) and ``torch._scaled_grouped_mm``
    (fp8 row-wise): CUDA-event medians after warm-up, interleaved rounds with the order rotated,
    per-round ratios, TFLOPS.
+3. Groups along K (2-D x 2-D, the weight gradient ``dW[g] = X[k0:k1]^T dY[k0:k1]``):
+   K_CASES cases with uneven, empty and sub-tile K groups (every offset a multiple of 8
+   elements, as torch requires), each group's [M, N] against an fp32 reference (an empty group:
+   zeros, every element written), beside torch._grouped_mm; one timing row, Mixtral-like
+   (M = hidden 4096, N = FFN 14336, 8 experts over 16k tokens).  ``--along-k`` runs only these
+   and ends with one PASS / FAIL line.
 Every result is one JSON line on stdout (and in --out/results.jsonl); a table closes the output.
 """
 from __future__ import annotations
@@ -82,6 +89,9 @@ SANITIZE = (("2d3d", 3, (130, 0, 7), 72, 200, "bf16", "bf16", True),
             ("2d3d", 2, (1, 257), 64, 24, "fp16", "fp32", False),
             ("3d2d", 3, (8, 0, 136), 64, 96, "bf16", "bf16", True))
 SANITIZE_FP8 = (("2d3d", 3, (100, 0, 129), 128, 128),)
+#: groups along K: a sub-tile group, an empty one, one over two K tiles; tails in M and N
+SANITIZE_K = ((3, (8, 0, 136), 72, 200, "bf16", "bf16", True, True),
+              (2, (64, 16), 136, 24, "fp16", "fp32", False, False))
 
 
 def draw_fp8(n, seed=3502):
@@ -319,6 +329,175 @@ def graph_and_compile(torch):
     emit({"kind": "torch-compile", "fullgraph": True, "rel_err": err, "ok": err < TOL["fp32"]})
 
 
+# --- groups along K (2-D x 2-D): the weight gradient -------------------------------------------
+
+#: M and N of the along-K cases: multiples of 8 (16-byte rows of X^T and dY), with tails
+K_MN = (8, 24, 64, 72, 128, 136, 200, 256, 1000)
+#: one group's K (tokens): empty, under a K tile (64), about one, several; multiples of 8
+K_SIZES = (0, 0, 8, 16, 56, 64, 72, 128, 136, 200, 512)
+
+
+def draw_k_cases(n=24, seed=3503):
+    """Along-K cases (G, group K sizes, M, N, dtype, out dtype, X^T or a row-major a, dY or a
+    K-contiguous b): first the edges (every group empty, one group under a K tile, a trailing K
+    no group takes, groups starting off the K tile)."""
+    rng = random.Random(seed)
+    cases = [(4, (0, 0, 0, 0), 64, 72, "bf16", "bf16", True, True),
+             (1, (8,), 128, 256, "bf16", "bf16", True, True),
+             (3, (56, 0, 72), 200, 136, "bf16", "fp32", False, False),
+             (5, (64, 8, 0, 136, 16), 72, 24, "fp16", "fp16", True, False)]
+    while len(cases) < n:
+        g = rng.choice((1, 2, 3, 4, 7, 8, 16))
+        dt = rng.choice(("bf16", "fp16"))
+        cases.append((g, tuple(rng.choice(K_SIZES) for _ in range(g)), rng.choice(K_MN),
+                      rng.choice(K_MN), dt, rng.choice((dt, dt, "fp32")), rng.random() < 0.7,
+                      rng.random() < 0.7))
+    return cases
+
+
+def k_case_tensors(torch, case, trailing=8, device="cuda"):
+    """a [M, K_total] (X^T of X [K_total, M], or row-major), b [K_total, N] (dY, or dY^T
+    transposed), offs; ``trailing`` K rows past the last group that no group reads."""
+    g, sizes, m, n, dt, _, a_mn, b_mn = case
+    dtype, total = tdt(torch, dt), sum(sizes) + trailing
+    a = (torch.randn(total, m, device=device).to(dtype).t() if a_mn else
+         torch.randn(m, total, device=device).to(dtype))
+    b = (torch.randn(total, n, device=device).to(dtype) if b_mn else
+         torch.randn(n, total, device=device).to(dtype).t())
+    return a, b, torch.tensor(_ends(sizes), dtype=torch.int32, device=device)
+
+
+def k_reference(torch, a, b, ends):
+    ref, begin = [], 0
+    for end in ends:
+        ref.append(a[:, begin:end].float() @ b[begin:end].float())
+        begin = end
+    return torch.stack(ref) if ref else torch.empty(0, a.shape[0], b.shape[1], device=a.device)
+
+
+def along_k_correctness(torch, cases):
+    """Ours on every case first (the verdict rests on these), each line emitted at once."""
+    from pipeline_core_nvidia_h100 import grouped_mm
+    failures = 0
+    for i, case in enumerate(cases):
+        g, sizes, m, n, dt, out_name, a_mn, b_mn = case
+        a, b, offs = k_case_tensors(torch, case)
+        od = tdt(torch, out_name)
+        ref = k_reference(torch, a, b, _ends(sizes))
+        pub = grouped_mm(a, b, offs=offs, out_dtype=od)
+        out = torch.empty_strided(tuple(pub.shape), pub.stride(), device="cuda",
+                                  dtype=od).fill_(float("nan"))
+        launch_into(torch, a, b, offs, out, od)
+        torch.cuda.synchronize()
+        unwritten = int(torch.isnan(out.float()).sum())
+        err = rel(torch, torch.nan_to_num(out.float(), nan=1e4), ref)
+        same = bool(torch.equal(pub, out))
+        ok = unwritten == 0 and err < TOL[out_name] and same and tuple(pub.shape) == (g, m, n)
+        failures += not ok
+        emit({"kind": "k-case", "i": i, "G": g, "k_sizes": list(sizes), "M": m, "N": n,
+              "dtype": dt, "out": out_name, "a": "X^T" if a_mn else "row-major",
+              "b": "dY" if b_mn else "K-contiguous", "rel_err": err, "unwritten": unwritten,
+              "public_equal": same, "ok": ok})
+    return failures
+
+
+def along_k_torch(torch, cases):
+    """torch._grouped_mm's error on the same cases, last (a device-side assert of torch's would
+    end the process's CUDA context: ours are all in by then)."""
+    for i, case in enumerate(cases):
+        g, sizes, m, n, dt, out_name, _, _ = case
+        a, b, offs = k_case_tensors(torch, case)
+        ref = k_reference(torch, a, b, _ends(sizes))
+        try:
+            t = torch._grouped_mm(a, b, offs=offs, out_dtype=tdt(torch, out_name))
+            theirs: object = rel(torch, t.float(), ref)
+        except Exception as exc:  # noqa: BLE001  (a combination torch does not take)
+            theirs = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        emit({"kind": "k-case-torch", "i": i, "torch_grouped_mm_rel_err": theirs})
+
+
+def k_timing_counts(experts=8, tokens=16384):
+    """The Mixtral-like weight gradient's tokens per expert: the skewed router load, each a
+    multiple of 8 (torch's 16-byte offsets), summing to ``tokens``."""
+    counts = [c // 8 * 8 for c in skewed_counts(experts, tokens, seed=35)]
+    counts[counts.index(max(counts))] += tokens - sum(counts)
+    return counts
+
+
+def along_k_timing(torch, rounds=5, reps=10):
+    """dW = X^T dY per expert, Mixtral-like: M = hidden 4096, N = FFN 14336, 16k tokens."""
+    from pipeline_core_nvidia_h100 import grouped_mm, matmul_call
+    hidden, ffn, counts = 4096, 14336, k_timing_counts()
+    tokens = sum(counts)
+    offs = torch.tensor(_ends(counts), dtype=torch.int32, device="cuda")
+    x = torch.randn(tokens, hidden, device="cuda").to(torch.bfloat16)
+    dy = torch.randn(tokens, ffn, device="cuda").to(torch.bfloat16)
+    fns = {"ours": lambda: grouped_mm(x.t(), dy, offs=offs),
+           "torch._grouped_mm": lambda: torch._grouped_mm(x.t(), dy, offs=offs)}
+    outs = {name: fn() for name, fn in fns.items()}
+    torch.cuda.synchronize()
+    agree = rel(torch, outs["ours"].float(), outs["torch._grouped_mm"].float())
+    if not agree < TOL["bf16"]:
+        raise SystemExit(f"ALONG-K FAIL: Mixtral dW differs from torch._grouped_mm by {agree}")
+    del outs
+    per = interleaved(torch, fns, rounds, reps)
+    flop = 2.0 * tokens * hidden * ffn
+    plan = matmul_call._plan_grouped(x.t(), dy, offs, None, None, matmul_call.sm_count(0))
+    rec = {"kind": "timing", "config": "mixtral", "proj": "dW", "what": "bf16 along K",
+           "experts": len(counts), "tokens": tokens, "K": tokens, "M": hidden, "N": ffn,
+           "min_max_tokens": [min(counts), max(counts)], "rounds": rounds, "grid": plan.grid,
+           "rel_diff_to_peer": agree}
+    for name in fns:
+        med = statistics.median(per[name])
+        rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
+    rec["ours/torch._grouped_mm"] = ratios(per, "ours", "torch._grouped_mm")
+    emit(rec)
+    return rec
+
+
+def k_plan_without_torch(case, sms=132):
+    """An along-K case's plan from its shapes alone (the tensors k_case_tensors makes)."""
+    from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped
+    g, sizes, m, n, dt, out_name, a_mn, b_mn = case
+    total = sum(sizes) + 8
+    a = _info((m, total), (1, m) if a_mn else (total, 1), dt)
+    b = _info((total, n), (n, 1) if b_mn else (1, total), dt)
+    return plan_grouped(a, b, _info((g,), (1,), "int32"), out_dtype=out_name, sms=sms)
+
+
+def k_timing_plan(sms=132):
+    from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped
+    tokens = sum(k_timing_counts())
+    return plan_grouped(_info((4096, tokens), (1, 4096), "bf16"),
+                        _info((tokens, 14336), (14336, 1), "bf16"), _info((8,), (1,), "int32"),
+                        sms=sms)
+
+
+def k_keys(cases, sms=132):
+    """The (variant, candidate) pairs the along-K cases and timing row build (the default
+    tile: matmul_call._grouped_candidate gives 2-D x 2-D no other)."""
+    from pipeline_core_nvidia_h100.autotune import Candidate
+    return {(p.variant, Candidate()) for p in [*(k_plan_without_torch(c, sms) for c in cases),
+                                                k_timing_plan(sms)]}
+
+
+def along_k(torch, cases, timed=True):
+    """The along-K section alone, failing loudly: its kernels built, its cases, its timing."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    prebuild(torch, k_keys(cases, sms))
+    failures = along_k_correctness(torch, cases)
+    verdict = "PASS" if failures == 0 else "FAIL"
+    print(f"ALONG-K {verdict}: {len(cases) - failures} of {len(cases)} cases correct",
+          flush=True)
+    if timed:
+        rec = along_k_timing(torch)
+        print(f"ALONG-K timing: Mixtral dW ours {rec['ours']['tflops']} TF, torch._grouped_mm "
+              f"{rec['torch._grouped_mm']['tflops']} TF, per-round ratios "
+              f"{rec['ours/torch._grouped_mm']}", flush=True)
+    along_k_torch(torch, cases)
+    return failures
+
+
 # --- timing ---------------------------------------------------------------------------------------
 
 def timing(torch, rounds=7, reps=20, fp8=True):
@@ -450,8 +629,9 @@ def timing_plans(sms=132):
     return found
 
 
-def dry_run(cases, fp8):
+def dry_run(cases, fp8, k_cases=()):
     """The drawn cases, planned (every check, no GPU): what the GPU run will launch."""
+    from pipeline_core_nvidia_h100.autotune import Candidate
     from pipeline_core_nvidia_h100.warpspecialized import describe_variant
     variants: dict = {}  # (variant, candidate): the kernels the run builds, and their cases
     for case in cases:
@@ -464,13 +644,17 @@ def dry_run(cases, fp8):
         variants[(p.variant, c)] += 1
     for p, c in timing_plans():
         variants.setdefault((p.variant, c), 0)
+    for case in k_cases:
+        key = (k_plan_without_torch(case).variant, Candidate())
+        variants[key] = variants.get(key, 0) + 1
+    variants.setdefault((k_timing_plan().variant, Candidate()), 0)
     groups = [c[1] for c in cases]
     sizes = [s for c in cases for s in c[2]]
     emit({"kind": "dry-run", "cases": len(cases), "fp8_cases": len(fp8),
           "shapes": {k: sum(c[0] == k for c in cases) for k in sorted(set(KINDS))},
-          "G_min_max": [min(groups), max(groups)], "groups": len(sizes),
+          "G_min_max": [min(groups), max(groups)] if groups else None, "groups": len(sizes),
           "empty_groups": sizes.count(0), "groups_under_a_tile": sum(0 < s < 128 for s in sizes),
-          "variants": len(variants)})
+          "k_cases": len(k_cases), "variants": len(variants)})
     for (v, c), count in sorted(variants.items(), key=lambda x: repr(x[0])):
         emit({"kind": "variant", "cases": count, "variant": describe_variant(v),
               "tile": c.describe()})
@@ -490,6 +674,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", type=int, default=120)
     ap.add_argument("--no-fp8", action="store_true", help="bf16 only (no scaled_grouped_mm)")
     ap.add_argument("--fp8-cases", type=int, default=24)
+    ap.add_argument("--k-cases", type=int, default=24, help="2-D x 2-D cases (groups along K)")
+    ap.add_argument("--along-k", action="store_true",
+                    help="only the 2-D x 2-D cases and their timing row (about a minute)")
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--prebuild-only", action="store_true",
                     help="build every variant's cubin into the disk cache (no GPU needed)")
@@ -500,13 +687,20 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.sanitize:
         import torch
-        failures = correctness(torch, SANITIZE) + fp8_correctness(torch, SANITIZE_FP8)
+        failures = (correctness(torch, SANITIZE) + fp8_correctness(torch, SANITIZE_FP8)
+                    + along_k_correctness(torch, SANITIZE_K))
         print(f"sanitize cases: {failures} failures")
         return 1 if failures else 0
-    cases = draw_cases(args.cases)
-    fp8 = [] if args.no_fp8 else draw_fp8(args.fp8_cases)
+    k_cases = draw_k_cases(args.k_cases)
+    if args.along_k and not args.dry_run:
+        import torch
+        emit({"kind": "device", "name": torch.cuda.get_device_name(),
+              "torch": torch.__version__})
+        return 1 if along_k(torch, k_cases, timed=not args.skip_timing) else 0
+    cases = [] if args.along_k else draw_cases(args.cases)
+    fp8 = [] if args.no_fp8 or args.along_k else draw_fp8(args.fp8_cases)
     if args.dry_run or args.prebuild_only:
-        variants = dry_run(cases, fp8)
+        variants = dry_run(cases, fp8, k_cases)
         if args.prebuild_only:
             prebuild(None, set(variants))
         return 0
@@ -516,17 +710,22 @@ def main(argv=None) -> int:
     keys = {(p.variant, c) for p, c in map(lambda x: plan_without_torch(x, sms), cases)}
     keys |= {(p.variant, c) for p, c in map(lambda x: fp8_plan_without_torch(x, sms), fp8)}
     keys |= {(p.variant, c) for p, c in timing_plans(sms)}
+    keys |= k_keys(k_cases, sms)
     prebuild(torch, keys)
     failures = correctness(torch, cases)
     failures += fp8_correctness(torch, fp8)
+    failures += along_k_correctness(torch, k_cases)
     graph_and_compile(torch)
+    along_k_torch(torch, k_cases)
     summary = [] if args.skip_timing else timing(torch, fp8=not args.no_fp8)
+    if not args.skip_timing:
+        summary.append(along_k_timing(torch))
     if args.out:
         folder = Path(args.out)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in LINES))
     print("\n".join(map(_table_row, summary)))
-    print(f"correctness failures: {failures} of {len(cases) + len(fp8)}")
+    print(f"correctness failures: {failures} of {len(cases) + len(fp8) + len(k_cases)}")
     return 1 if failures else 0
 
 

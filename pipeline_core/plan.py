@@ -83,6 +83,10 @@ class StepKind(str, enum.Enum):
     #: loop (``channel`` a full ring): order the generic-proxy copies a reader's wait on that
     #: ring made visible before its async-proxy reads of them
     PROXY_FENCE = "proxy_fence"
+    #: the issuer's acquire of the tensor maps its next copies read, written on the device by
+    #: an earlier kernel (``Effect.descriptor``): fence.proxy.tensormap::generic.acquire, so
+    #: the copy reads the new map, not a stale one its descriptor cache kept
+    DESCRIPTOR_ACQUIRE = "descriptor_acquire"
     STORE_ISSUE = "store_issue"      #: (the issuer) the bulk store of the staging buffer
     STORE_COMMIT = "store_commit"    #: (the issuer) close the open bulk-store group
     #: (the issuer) before the kernel ends: every bulk-store group complete, writes included

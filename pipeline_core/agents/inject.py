@@ -257,7 +257,10 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
         ops = [i for i in range(len(body)) if agent_of[i].name == role.name]
         reads = [p for p in pairs if role.name in p.full.waiters]
         if role.name in writers:
-            kernel = _writer_kernel(ops, body, [p for p in pairs if p.writer == role.name], tags)
+            described = {i for i in ops
+                         if _effect_field(body[i], sync, "descriptor", "") == "device"}
+            kernel = _writer_kernel(ops, body, [p for p in pairs if p.writer == role.name], tags,
+                                    described)
         elif reads:
             if lags:  # a skewed agent issues its ops in the order its role lists them
                 ops = list(role.ops)
@@ -332,6 +335,7 @@ def sync_tags(sync: SyncModel) -> dict[str, int]:
     wanted = ["phase_wait", "arrive", "expect_tx", "fence"]
     wanted += ["async_arrive"] if any(e.completes == "arrival" for e in effects) else []
     wanted += ["proxy_fence"] if len({e.proxy for e in effects} - {""}) > 1 else []
+    wanted += ["descriptor_acquire"] if any(e.descriptor for e in effects) else []
     missing = [k for k in wanted if k not in out]
     if missing:
         raise ProgramError(f"sync model {sync.name}: the agents lowering needs tags for "
@@ -340,14 +344,20 @@ def sync_tags(sync: SyncModel) -> dict[str, int]:
 
 
 def _writer_kernel(ops: list[int], body: Sequence[Op], pairs: Sequence[_RingPair],
-                   tags: dict[str, int]) -> list[Step]:
+                   tags: dict[str, int], described: set[int] | None = None) -> list[Step]:
     """The writer's ops in body order; before a ring's first copy, its acquire (the phase the
     releases of tile t - stages complete) and the arrival announcing the ring's bytes; for a
     ring whose copies complete by arrival, no announcement, and after its last copy the
-    threads' arrivals that the copies' landing triggers (``StepKind.ASYNC_ARRIVE``)."""
+    threads' arrivals that the copies' landing triggers (``StepKind.ASYNC_ARRIVE``).  Before
+    the first of its ``described`` copies (their tensor maps written on the device,
+    ``Effect.descriptor``), the writer's acquire of those maps (``StepKind.DESCRIPTOR_ACQUIRE``),
+    once per output tile, before its K loop: the maps are the output tile's."""
     steps = []
     started: set[str] = set()
     for i in ops:
+        if described and i == min(described):
+            steps.append(Step(kind=StepKind.DESCRIPTOR_ACQUIRE, once=True,
+                              tag=tags["descriptor_acquire"]))
         pair = next((p for p in pairs if i in p.ops), None)
         if pair is not None and pair.full.name not in started:
             started.add(pair.full.name)

@@ -258,6 +258,8 @@ class _Run:
         self.last_arrival: dict[int, Node] = {}
         #: agent -> its proxy fences in the K loop (each orders what its thread sees before)
         self.proxy_fences: dict[int, list[_Inst]] = defaultdict(list)
+        #: agent -> its acquires of device-written tensor maps (``Effect.descriptor``)
+        self.descriptor_acquires: dict[int, list[_Inst]] = defaultdict(list)
 
     def S(self, ring: str) -> int:
         """The depth of ring ``ring`` (each ring has its own)."""
@@ -613,6 +615,8 @@ class _Run:
             self.signals[(s.channel, u % self.S(s.channel))].append((inst, units, 0))
         elif s.kind == StepKind.PROXY_FENCE:
             self.proxy_fences[a].append(inst)
+        elif s.kind == StepKind.DESCRIPTOR_ACQUIRE:
+            self.descriptor_acquires[a].append(inst)
         elif s.kind == StepKind.PHASE_WAIT:
             depth = self.S(s.channel)
             self.waits.append((inst, s.channel, u % depth, u // depth + s.phase_offset))
@@ -765,6 +769,7 @@ class _Run:
         self._phase_rules()
         self._war()
         self._raw()
+        self._descriptors()
         self._accumulators()
         self._register_fences()
         self._products()
@@ -1236,6 +1241,23 @@ class _Run:
                                     f"may read before {self.step_text(writer)} is visible to "
                                     f"it: {why}", other=writer)
 
+    def _descriptors(self) -> None:
+        """A copy through a tensor map written on the device (``Effect.descriptor``) reads it
+        only after its issuer's acquire of the maps (``descriptor_acquire``: fence.proxy.
+        tensormap::generic.acquire) in the same output tile: the maps are the tile's (its
+        group's), and without the acquire the tensormap proxy may serve a stale map, the one
+        the same address held at an earlier launch (PTX ISA, "fence.proxy.tensormap")."""
+        for (a, op, _), inst in sorted(self.op_at.items()):
+            eff = self.effect(op)
+            if eff is None or eff.descriptor != "device" or inst.node in self.dead:
+                continue
+            if not any(f.n < inst.n and f.output == inst.output
+                       for f in self.descriptor_acquires.get(a, [])):
+                self.report(HazardKind.SMEM_RAW, inst,
+                            f"reads through a tensor map written on the device, and no "
+                            f"descriptor acquire of {self.agent_name(a)}'s in its output tile "
+                            "comes before it: the copy may use a stale map")
+
     def _visible(self, pkey: tuple[int, int, int], writer: _Inst,
                  reader: _Inst) -> tuple[bool, str]:
         done = self.done.get(pkey)
@@ -1511,7 +1533,11 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                                 "waiters"] if cluster is not None else []),
                              f"sync model {sync.name}", *ASSUMPTIONS,
                              *reduction_assumptions(plan, sync),
-                             *store_assumptions(plan, sync)],
+                             *store_assumptions(plan, sync),
+                             *(["the tensor maps copies read through are written and released "
+                                "(fence.proxy.tensormap release) by a kernel before this one; "
+                                "each copy's issuer acquires them in its output tile"]
+                               if any(e.descriptor for e in sync.effects) else [])],
              "notes": list(sync.notes)}
     if sequences:
         model["trip_sequences"] = [list(q) for q in sequences]

@@ -42,6 +42,7 @@ FIELDS = {
     StepKind.ARRIVE: _LOOP | {"channel", "once", "peer", "scope"},
     StepKind.EXPECT_TX: _LOOP | {"channel", "once", "value"},
     StepKind.ASYNC_ARRIVE: _LOOP | {"channel", "once"},
+    StepKind.DESCRIPTOR_ACQUIRE: _LOOP | {"once"},
     StepKind.FENCE: _LOOP | {"channel"},
     StepKind.COMMIT: _LOOP | {"channel"},
     StepKind.COUNTER_WAIT: _LOOP | {"channel", "value", "op", "once"},
@@ -178,7 +179,7 @@ def step_tag(step: Step, sync: SyncModel, tags: Mapping[str, int],
     if k == StepKind.OP:
         return body[step.op].tag
     if k in (StepKind.PHASE_WAIT, StepKind.ARRIVE, StepKind.EXPECT_TX, StepKind.FENCE,
-             StepKind.ASYNC_ARRIVE):
+             StepKind.ASYNC_ARRIVE, StepKind.DESCRIPTOR_ACQUIRE):
         return tags.get(k.value)
     if k in (StepKind.COMMIT, StepKind.COUNTER_WAIT):
         return tags.get(f"{'commit' if k == StepKind.COMMIT else 'wait'}:{step.channel}")

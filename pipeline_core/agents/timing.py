@@ -332,6 +332,7 @@ def epilogue(plan: Plan, machine: AgentMachine, costs: EpilogueCosts, ends: Sequ
 _KIND = {StepKind.OP: "op", StepKind.PHASE_WAIT: "wait", StepKind.COUNTER_WAIT: "wait",
          StepKind.COMMIT: "commit", StepKind.ARRIVE: "op", StepKind.EXPECT_TX: "op",
          StepKind.ASYNC_ARRIVE: "op", StepKind.PROXY_FENCE: "hint",
+         StepKind.DESCRIPTOR_ACQUIRE: "hint",
          StepKind.FENCE: "hint", StepKind.NAMED_SYNC: "wait", StepKind.NAMED_ARRIVE: "op"}
 _PHASE = {"prologue": Phase.PROLOGUE, "kernel": Phase.KERNEL, "epilogue": Phase.EPILOGUE}
 

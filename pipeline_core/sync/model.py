@@ -114,6 +114,12 @@ class Effect:
     #: reader's proxy fence between its wait and its read (PTX ISA, "Proxies": cp.async writes
     #: by the generic proxy, wgmma reads by the async proxy)
     proxy: str = ""
+    #: where the tensor map a copy reads through is written: "" (the host, a kernel argument)
+    #: or "device" (an earlier kernel wrote it into global memory, e.g. one map per group of a
+    #: grouped GEMM); a "device" copy needs its issuer's ``descriptor_acquire`` step in the
+    #: same output tile before it (PTX ISA, "fence.proxy.tensormap": the tensormap proxy may
+    #: hold a stale copy of the map otherwise)
+    descriptor: str = attrs.field(default="", validator=attrs.validators.in_(("", "device")))
 
 
 @attrs.frozen(kw_only=True)

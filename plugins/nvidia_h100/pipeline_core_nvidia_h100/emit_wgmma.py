@@ -24,6 +24,7 @@ from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, Bound, Compil
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_header_source,
+                                            gemm_group_k_header_source,
                                             gemm_grouped_header_source,
                                             gemm_cpasync_header_source,
                                             gemm_scale_batch_header_source,
@@ -31,7 +32,8 @@ from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_hea
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.kit.frame import AgentCode, AgentsFamily, agents_kernel_body
 from pipeline_core_nvidia_h100.kit.rings import RingState, loop_tile, require_ring_depths
-from pipeline_core_nvidia_h100.kit.tiles import grouped_tile_loop, jagged_tile_loop
+from pipeline_core_nvidia_h100.kit.tiles import (grouped_tile_loop, jagged_tile_loop,
+                                                  k_group_tile_loop)
 from pipeline_core_nvidia_h100.kit.wgmma import wgmma_ss
 from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
                                                 consumer_sync_line, declared_geometry, render,
@@ -39,6 +41,7 @@ from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branch
 from pipeline_core_nvidia_h100.gemm_signature import (DEFAULT_SIGNATURE, KERNEL_NAME,
                                                       gemm_signature)
 from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES, GROUPED,
+                                                       GROUPED_K,
                                                        KERNEL_FAMILY, MAX_GROUPS, MN_CHUNK,
                                                        SCHEDULE_NAME,
                                                        STORE_BUFFERS, WGMMA_M, GemmVariant,
@@ -67,6 +70,16 @@ _CP_ASYNC_LOADS: dict[int, str] = {
                    "tile_m * BM, wtid);",
     WgmmaTag.CP_B: "LoadB::load(stage_b({stage}), b_ptr, b_ld, n, k_bytes, {t}, KT, "
                    "tile_n * BN, wtid);"}
+
+
+#: grouped_mm's 2-D x 2-D (``-p batch=grouped_k``): the copies read through the tile's group's
+#: own tensor maps (``maps``: A's, then B's, per group, written on the device), K from the group's
+#: start
+_GROUP_K_LOADS: dict[int, str] = {
+    WgmmaTag.TMA_A: "LoadA::load(stage_a({stage}), maps + 2 * group, full_bar({stage}), {t}, "
+                    "KT, tile_m * BM);",
+    WgmmaTag.TMA_B: "LoadB::load(stage_b({stage}), maps + 2 * group + 1, full_bar({stage}), {t}, "
+                    "KT, tile_n * BN);"}
 
 
 def _general_loads(cluster: bool, grouped: bool = False) -> dict[int, str]:
@@ -104,6 +117,8 @@ def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
     sync = consumer_sync_line(s)  # named barriers, the wgmma group's fence / commit / wait
     if sync is not None:
         return _first_tiles_guard(s) + sync
+    if s.kind == StepKind.DESCRIPTOR_ACQUIRE:  # the tile's group's maps (gemm_group_k_h100.cuh)
+        return "pcgk::acquire_maps(maps + 2 * group);"
     if s.kind == StepKind.OP:
         if loads is not None and s.tag in loads:
             return loads[s.tag].format(stage=stage, t=loop_tile(s))
@@ -168,6 +183,8 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
     cp_async = v.load == "cp_async"
     if cp_async:
         loads = _CP_ASYNC_LOADS
+    if v.batch == GROUPED_K:
+        loads = _GROUP_K_LOADS
     if producer.role.issuers != (128 if cp_async else 1) or not consumers:
         raise ProgramError(f"emitter {EMITTER_NAME}: expects a producer agent issued by "
                            f"{'its 128 threads (-p load=cp_async)' if cp_async else 'one thread'}"
@@ -189,6 +206,7 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
         producer_name=producer.name, producer_registers=g.producer_registers,
         consumer_registers=g.consumer_registers, family=family, emitter=EMITTER_NAME,
         tiles=(jagged_tile_loop(MAX_GROUPS, v.batch == "grouped_n") if grouped else
+               k_group_tile_loop() if v.batch == GROUPED_K else
                grouped_tile_loop(plan.cluster.ctas if plan.cluster is not None else 1,
                                  len(plan.split.agents) if plan.split is not None else 0)),
         tile_split=split, consumer_after=_after_tiles(consumers) if split else (),
@@ -224,6 +242,7 @@ def _kernel_source(compiled: CompiledSchedule, g: WsGeometry, body: str) -> str:
         launch, header_source(), wgmma_header_source(), gemm_call_header_source(),
         gemm_scale_batch_header_source(), cluster_header_source(), gemm_wgmma_header_source(),
         *([gemm_grouped_header_source()] if v.batch in GROUPED else []),
+        *([gemm_group_k_header_source()] if v.batch == GROUPED_K else []),
         *([gemm_cpasync_header_source()] if v.load == "cp_async" else []),
         wgmma_ss(g.bn, v.dtype, int(v.a_major == "mn"), int(v.b_major == "mn")),
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)'
@@ -424,6 +443,9 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
     operands = (("GroupOperand<A_MN, BM, BK, CHUNK_BYTES, ${BATCH_A}>", "GroupOperand<B_MN, BN, "
                  "BK, CHUNK_BYTES, ${BATCH_B}>;  // the operands' TMA loads at the tile's group")
                 if grouped else
+                ("Operand<A_MN, BM, BK, CHUNK_BYTES, false, false, 1>", "Operand<B_MN, BN, BK, "
+                 "CHUNK_BYTES, false, false, 1>;  // the operands' TMA loads, through the group's "
+                 "maps") if v.batch == GROUPED_K else
                 ("Operand<A_MN, BM, BK, CHUNK_BYTES, ${SPLIT}, ${BATCH_A}, 1>", "Operand<B_MN, "
                  "BN, BK, CHUNK_BYTES, ${SPLIT}, ${BATCH_B}, ${CLUSTER}>;  // the operands' TMA "
                  "loads"))
@@ -434,14 +456,16 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
                      + (_CP_ASYNC_CONSTANTS if v.load == "cp_async" else
                         f"\n    using LoadA = pcgc::{operands[0]};\n    using LoadB = "
                         f"pcgc::{operands[1]}")
-                     + epi_type + (_BATCH_OUTPUT if v.batch not in ("none", *GROUPED) else "")
+                     + epi_type
+                     + (_BATCH_OUTPUT if v.batch not in ("none", *GROUPED, GROUPED_K) else "")
                      + store,
         "compute": _compute("pcgc::operand_desc<A_MN, CHUNK_BYTES>(stage_a(s), ${ROW0} + mb * "
                             "${WGMMA_M}, kk)", "pcgc::operand_desc<B_MN, CHUNK_BYTES>(stage_b(s), "
                             "0, kk)"),
         "finish": _FENCE + (split_finish(consumers) if v.split_k else "") + "\n" + epi + "\n"
                   + (_tma_store_finish(consumers) if v.store == "tma" else
-                     _GROUPED_FINISH if grouped else _DIRECT_FINISH),
+                     _GROUPED_FINISH if grouped else
+                     _GROUP_K_FINISH if v.batch == GROUPED_K else _DIRECT_FINISH),
     }
     if v.store == "tma":  # the staging buffers: after the barriers' 1 KB (WsGeometry.smem_bytes)
         family["stage_views"] = (FAMILY["stage_views"] + "\n    const u32 staging = bars + 1024u;"
@@ -464,6 +488,12 @@ _DIRECT_FINISH = ("        epi.store<MBLOCKS, ACC, ${WGMMA_M}>(acc, C, ldc, tile
 #: (the epilogue's bounds are the group's end, ``_epilogue``)
 _GROUPED_FINISH = ("        epi.store<MBLOCKS, ACC, ${WGMMA_M}>(acc, C, ldc, row0 + ${ROW0}, col0);"
                    "  // the fused epilogue, stored directly, clipped to the tile's group")
+
+#: grouped_mm's 2-D x 2-D (-p batch=grouped_k): the tile's group's [M, N] output, c_batch bytes
+#: per group further (an empty group's tiles store the zeroed accumulators)
+_GROUP_K_FINISH = ("        epi.store<MBLOCKS, ACC, ${WGMMA_M}>(acc, static_cast<char*>(C) + "
+                   "(size_t)group * c_batch, ldc, tile_m * BM + ${ROW0}, tile_n * BN);  // the "
+                   "group's output, stored directly")
 
 
 #: The TMA-store epilogue's steps (the consumers' ``store`` steps, docs/guide/agents.md, "Bulk

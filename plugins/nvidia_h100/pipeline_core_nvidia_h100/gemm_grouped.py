@@ -9,6 +9,10 @@ and a CUDA graph can capture the call):
   rows ``offs[g-1] .. offs[g]`` times ``b[g]`` (the MoE forward): ``-p batch=grouped``;
 * 3-D x 2-D: ``a [G, M, K]`` @ ``b [K, N_total]`` -> ``[M, N_total]``; group g's columns:
   ``-p batch=grouped_n``;
+* 2-D x 2-D: ``a [M, K_total]`` @ ``b [K_total, N]`` -> ``[G, M, N]``; group g's K range
+  ``offs[g-1] .. offs[g]``: ``a[:, k0:k1] @ b[k0:k1, :]`` (the MoE weight gradient), an empty
+  range a group of zeros: ``-p batch=grouped_k`` (each group's K tail read through a tensor
+  map of its own, written on the device: docs/guide/matmul.md, "Groups along K");
 * 3-D x 3-D, no offs: a batched matmul (``gemm_call.plan_call``'s batch on grid z).
 
 Rows (columns) past ``offs[-1]`` are not written, as torch's.  Each operand is row- or
@@ -28,8 +32,8 @@ from pipeline_core_nvidia_h100.gemm_call import (ELEM, MATMUL_DTYPES, TMA_ALIGN,
                                                  operand_map, plan_call)
 from pipeline_core_nvidia_h100.gemm_scaled import _k_major
 from pipeline_core_nvidia_h100.gemm_staging import aligned, major
-from pipeline_core_nvidia_h100.warpspecialized import (MAX_GROUPS, OUT_DTYPES, GemmVariant,
-                                                       k_tile)
+from pipeline_core_nvidia_h100.warpspecialized import (GROUPED_K, MAX_GROUPS, OUT_DTYPES,
+                                                       GemmVariant, k_tile)
 
 #: scaled_grouped_mm's default output type (torch._scaled_grouped_mm's only one)
 SCALED_OUT = "bf16"
@@ -54,8 +58,27 @@ def _grouped_map(name: str, t: TensorInfo, m: OperandMap, read: bool) -> Operand
     return attrs.evolve(m, batch=groups, batch_stride=stride)
 
 
-def _check_offs(offs: TensorInfo, groups: int, who: str, a: TensorInfo) -> None:
-    """``offs``: int32 [G] (G the 3-D operand ``who``'s groups), contiguous, beside ``a``."""
+def _matrix_maps(a: TensorInfo, b: TensorInfo, tile: TileShape, read: bool,
+                 whose: str) -> tuple[TileShape, OperandMap, OperandMap]:
+    """The K tile of a's type and the maps of matrices ``a`` [M, K] and ``b`` [K, N], each
+    (``read``: a kernel runs) with one dimension contiguous and the other 16-byte aligned, as
+    torch._grouped_mm reads them (``whose``: "each group's " for a 3-D operand's matrices)."""
+    tile = attrs.evolve(tile, bk=k_tile(a.dtype))
+    for name, mat, rows_dim in (("a", a, 0), ("b", b, 1)):
+        if read and major(mat.shape, mat.strides, rows_dim, ELEM[mat.dtype]) is None:
+            raise _fail(name, f"strides {tuple(mat.strides)} of {whose}{_shape(mat)} "
+                              f"matrix: grouped GEMMs read one dimension contiguous and the "
+                              f"other {TMA_ALIGN}-byte aligned, as torch._grouped_mm does; "
+                              f"pass {name}.contiguous() with that dimension padded to a "
+                              f"multiple of {TMA_ALIGN // ELEM[mat.dtype]}")
+    return (tile, operand_map("a", a, 0, tile.bm, tile.bk, read),
+            operand_map("b", b, 1, tile.bn, tile.bk, read))
+
+
+def _check_offs(offs: TensorInfo, groups: int, who: str, a: TensorInfo,
+                table: bool = True) -> None:
+    """``offs``: int32 [G] (G the 3-D operand ``who``'s groups), contiguous, beside ``a``;
+    ``table``: the kernel keeps the groups' table in shared memory (at most MAX_GROUPS)."""
     if offs.dtype != "int32":
         raise MatmulTypeError(f"offs: element type {TORCH_NAME.get(offs.dtype, offs.dtype)} is "
                               "not torch.int32; pass offs.to(torch.int32)")
@@ -63,7 +86,7 @@ def _check_offs(offs: TensorInfo, groups: int, who: str, a: TensorInfo) -> None:
         raise _fail("offs", f"{len(offs.shape)}-D tensor of shape {_shape(offs)}; takes the "
                             "groups' cumulative ends, a 1-D [G]")
     check_vector("offs", offs, groups, f"{who} has {groups} groups ({who}.shape[0])", a)
-    if groups > MAX_GROUPS:
+    if table and groups > MAX_GROUPS:
         raise _fail("offs", f"{groups} groups, over the {MAX_GROUPS} one launch takes (each "
                             "CTA's table of them); split the groups over several calls")
 
@@ -125,8 +148,9 @@ def plan_grouped(a: TensorInfo, b: TensorInfo, offs: TensorInfo | None, *,
         raise _fail("offs", "given with 3-D a and b, a batched matmul with no jagged "
                             "dimension: pass offs=None")
     if a_2d and b_2d:
-        raise _fail("b", "2-D with a 2-D a (groups along K, the weight gradient) is not "
-                         "supported yet: run torch._grouped_mm(a, b, offs=offs) for it")
+        assert offs is not None  # for mypy: a 2-D operand needs offs (checked above)
+        return _plan_along_k(a, b, offs, out_dtype=out_dtype, tile=tile, sms=sms,
+                             tuning=tuning, scaled=scales is not None)
     if not a_2d and not b_2d:
         if a.shape[0] != b.shape[0]:
             raise _fail("b", f"{b.shape[0]} groups, a has {a.shape[0]}: grouped_mm broadcasts "
@@ -151,17 +175,8 @@ def plan_grouped(a: TensorInfo, b: TensorInfo, offs: TensorInfo | None, *,
         scale, scale_group = "row", _check_scales(scales, a, b, along_n)
         out_dtype = out_dtype or SCALED_OUT
     out_dtype = out_dtype or a.dtype
-    tile = attrs.evolve(tile, bk=k_tile(a.dtype))
     read = 0 not in (m, n, k, groups)
-    for name, mat, rows_dim in (("a", a_mat, 0), ("b", b_mat, 1)):
-        if read and major(mat.shape, mat.strides, rows_dim, ELEM[mat.dtype]) is None:
-            raise _fail(name, f"strides {tuple(mat.strides)} of each group's {_shape(mat)} "
-                              f"matrix: grouped GEMMs read one dimension contiguous and the "
-                              f"other {TMA_ALIGN}-byte aligned, as torch._grouped_mm does; "
-                              f"pass {name}.contiguous() with that dimension padded to a "
-                              f"multiple of {TMA_ALIGN // ELEM[mat.dtype]}")
-    a_map = operand_map("a", a_mat, 0, tile.bm, tile.bk, read)
-    b_map = operand_map("b", b_mat, 1, tile.bn, tile.bk, read)
+    tile, a_map, b_map = _matrix_maps(a_mat, b_mat, tile, read, "each group's ")
     if along_n:
         a_map = _grouped_map("a", a, a_map, read)
     else:
@@ -182,3 +197,38 @@ def plan_grouped(a: TensorInfo, b: TensorInfo, offs: TensorInfo | None, *,
     return CallPlan(m=m, n=n, k=k, m_pad=tiles_m * tile.bm, n_pad=tiles_n * tile.bn,
                     k_pad=k_tiles * tile.bk, variant=variant, a=a_map, b=b_map, ldc=ldc,
                     grid=grid, out_shape=(m, n), groups=groups, scale_group=scale_group)
+
+
+def _plan_along_k(a: TensorInfo, b: TensorInfo, offs: TensorInfo, *, out_dtype: str | None,
+                  tile: TileShape, sms: int, tuning: Tuning, scaled: bool) -> CallPlan:
+    """2-D x 2-D (groups along K, the weight gradient): ``a [M, K_total]``, ``b [K_total, N]``,
+    ``offs [G]`` -> ``[G, M, N]`` (rows padded to 16 bytes, as torch's).  Every group has the
+    same ``tiles_m x tiles_n`` output tiles; its K tiles are its own (``offs`` on the device).
+    The tensor maps planned here are the templates the kernel's pre-pass copies per group,
+    its K start and extent replaced (``pcgc::group_maps``), so a group's last K tile reads
+    zeros past its end, not the next group's K.  A K-major operand's group starts 16-byte
+    aligned (``offs`` multiples of 16 bytes, as torch requires; the pre-pass traps else)."""
+    if a.shape[1] != b.shape[0]:
+        raise _fail("b", f"shape {_shape(b)} does not match a {_shape(a)}: with a 2-D a and a "
+                         f"2-D b the groups split K, and b.shape[0] must be a's K="
+                         f"{a.shape[1]}")
+    if scaled:
+        raise _fail("b", "2-D with a 2-D a (groups along K) under scaled_grouped_mm is not "
+                         "supported yet: run torch._scaled_grouped_mm for it")
+    groups = offs.shape[0] if len(offs.shape) == 1 else 0
+    _check_offs(offs, groups, "offs", a, table=False)
+    (m, k), n = a.shape, b.shape[1]
+    out_dtype = out_dtype or a.dtype
+    read = 0 not in (m, n, k, groups)
+    tile, a_map, b_map = _matrix_maps(a, b, tile, read, "")
+    tiles_m, tiles_n = _cdiv(m, tile.bm), _cdiv(n, tile.bn)
+    most = groups * tiles_m * tiles_n
+    grid = min(most, sms) if tuning.persistent and sms > 0 else most
+    step = TMA_ALIGN // ELEM[out_dtype]
+    ldc = _cdiv(n, step) * step  # torch's output: rows padded to 16 bytes
+    variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
+                          out_dtype=out_dtype, tails=True, batch=GROUPED_K)
+    k_tiles = max(_cdiv(k, tile.bk), tile.min_k_tiles)
+    return CallPlan(m=m, n=n, k=k, m_pad=tiles_m * tile.bm, n_pad=tiles_n * tile.bn,
+                    k_pad=k_tiles * tile.bk, variant=variant, a=a_map, b=b_map, ldc=ldc,
+                    grid=grid, out_shape=(groups, m, n), groups=groups, c_batch=m * ldc)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 
 from pipeline_core_nvidia_h100.kit.signature import TENSOR_MAP_TYPE, KernelSignature, params
-from pipeline_core_nvidia_h100.warpspecialized import GROUPED, GemmVariant
+from pipeline_core_nvidia_h100.warpspecialized import GROUPED, GROUPED_K, GemmVariant
 
 KERNEL_NAME = "pc_ws_gemm"
 _AB = ((TENSOR_MAP_TYPE, "tmA", "tensor_map"), (TENSOR_MAP_TYPE, "tmB", "tensor_map"))
@@ -44,6 +44,13 @@ BATCH_PARAMS = params((("long long", "c_batch", "int64"),), new_line=True)
 #: dimension (torch's int32 ``offs``, read on the device) and their count
 GROUP_PARAMS = params((("const int* __restrict__", "offs", "pointer"),
                        ("int", "groups", "int32")), new_line=True)
+#: grouped_mm's 2-D x 2-D kernel's (``-p batch=grouped_k``): the groups' ends along K (``offs``),
+#: their count, the groups' tensor maps (A's and B's per group, written by the pre-pass), K's true
+#: extent (the ends are clamped to it) and the bytes from one group's output [M, N] to the next
+GROUP_K_PARAMS = params((("const int* __restrict__", "offs", "pointer"),
+                         ("int", "groups", "int32"),
+                         ("const pcwg::TensorMap* __restrict__", "maps", "pointer"),
+                         ("int", "k", "int32"), ("long long", "c_batch", "int64")), new_line=True)
 #: a scaled grouped kernel's elements between one group's scales and the next (scale_b [G, N]
 #: along M, scale_a [G, M] along N; torch._scaled_grouped_mm's row-wise scales)
 GROUP_SCALE_PARAMS = params((("long long", "scale_group", "int64"),))
@@ -65,8 +72,9 @@ def gemm_signature(v: GemmVariant) -> KernelSignature:
         return DEFAULT_SIGNATURE
     return (GENERAL_SIGNATURE + (SPLIT_PARAMS if v.split_k else ())
             + (SCALE_PARAMS if v.scale != "none" else ())
-            + (BATCH_PARAMS if v.batch not in ("none", *GROUPED) else ())
+            + (BATCH_PARAMS if v.batch not in ("none", *GROUPED, GROUPED_K) else ())
             + (GROUP_PARAMS if v.batch in GROUPED else ())
+            + (GROUP_K_PARAMS if v.batch == GROUPED_K else ())
             + (GROUP_SCALE_PARAMS if v.batch in GROUPED and v.scale != "none" else ())
             + (STORE_PARAMS if v.store == "tma" else ())
             + (CP_ASYNC_PARAMS if v.load == "cp_async" else ()))

@@ -17,7 +17,8 @@ through it only, and only names in its ``__all__``, as it holds plugins to
 * the warp-specialized frame (``kit/frame.py``: ``agents_kernel_body`` writes a kernel from the
   family's device code ``AgentsFamily``, its agents' programs ``AgentCode`` and its tile
   scheduler's device loop ``DeviceTileLoop`` of ``TileLoop`` s: ``linear_tile_loop``, or
-  ``jagged_tile_loop`` over groups whose sizes only the device knows), a step's stage and parity on
+  ``jagged_tile_loop`` over groups whose sizes only the device knows, ``k_group_tile_loop`` over
+  groups of equal tiles whose K tiles only the device knows), a step's stage and parity on
   its ring (``kit/rings.py``: ``RingState``, ``loop_tile``, the ring-depth rule), the wgmma
   wrappers (``kit/wgmma.py``: ``wgmma_ss``, ``wgmma_rs``), the programs' lines (``skeleton``:
   stretches, role and section marks, ring and consumer sync lines, the declared geometry) and
@@ -69,7 +70,7 @@ from pipeline_core_nvidia_h100.kit.frame import (AgentCode, AgentsFamily, agent_
 from pipeline_core_nvidia_h100.kit.rings import RingState, loop_tile, require_ring_depths
 from pipeline_core_nvidia_h100.kit.schedule import AgentsSchedule, family_profile
 from pipeline_core_nvidia_h100.kit.tiles import (DeviceTileLoop, TileLoop, jagged_tile_loop,
-                                                  linear_tile_loop)
+                                                  k_group_tile_loop, linear_tile_loop)
 from pipeline_core_nvidia_h100.kit.wgmma import wgmma_rs, wgmma_ss
 from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
                                                 consumer_sync_line, declared_geometry, render,
@@ -87,7 +88,7 @@ __all__ = [
     "CP_ASYNC_L2_LATENCY", "PLUGIN_MODULE", "AgentsSchedule", "family_profile",
     # the frame, its tile loop, its lines, the wgmma wrappers and the device headers
     "AgentsFamily", "AgentCode", "agent_code", "agents_kernel_body", "DeviceTileLoop",
-    "TileLoop", "linear_tile_loop", "jagged_tile_loop",
+    "TileLoop", "linear_tile_loop", "jagged_tile_loop", "k_group_tile_loop",
     "wgmma_ss", "wgmma_rs", "agent_stretches", "consumer_branches", "consumer_sync_line",
     "declared_geometry", "render",
     "RingState", "loop_tile", "require_ring_depths", "ring_step_line", "role_mark",

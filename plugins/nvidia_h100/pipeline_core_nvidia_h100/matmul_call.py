@@ -38,7 +38,9 @@ from pipeline_core_nvidia_h100.kit.call import (Built, HostCall, Launch, Op, Rec
 from pipeline_core_nvidia_h100.launch_cache import current_stream, describe
 from pipeline_core_nvidia_h100.launch_cache import eager as _eager
 from pipeline_core_nvidia_h100.runtime import _require
-from pipeline_core_nvidia_h100.warpspecialized import (GROUPED, KERNEL_FAMILY, SCHEDULE_NAME,
+from pipeline_core_nvidia_h100 import group_maps
+from pipeline_core_nvidia_h100.warpspecialized import (GROUPED, GROUPED_K, KERNEL_FAMILY,
+                                                       SCHEDULE_NAME,
                                                        GemmVariant, WsGeometry, describe_variant,
                                                        k_tile)
 
@@ -85,12 +87,16 @@ def kernel_source(v: GemmVariant, c: Candidate) -> tuple[Any, str]:
     return compiled, emit_wgmma(compiled)
 
 
-def _build(key: tuple[GemmVariant, Candidate, int]) -> GemmKernel:
+def _build(key: tuple[GemmVariant, Candidate, int] | tuple[str, int]) -> GemmKernel:
     """Variant ``v``'s kernel for candidate ``c`` on ``device``: compiled (and proven),
-    emitted and loaded (kit.call.load_kernel)."""
+    emitted and loaded (kit.call.load_kernel); key ``(group_maps.GROUP_MAPS, device)``: the
+    pre-pass of grouped_mm's 2-D x 2-D."""
     from pipeline_core_nvidia_h100.skeleton import declared_geometry
 
-    v, c, device = key
+    if key[0] == group_maps.GROUP_MAPS:
+        return GemmKernel(kernel=group_maps.build(int(key[1])), smem=0,
+                          threads=group_maps.THREADS, min_k_tiles=1, tile=0)
+    v, c, device = key  # type: ignore[misc]  # the variant's key (the pre-pass's is above)
     compiled, source = kernel_source(v, c)
     g = declared_geometry(compiled, KERNEL_FAMILY, WsGeometry, "matmul")
     kernel = load_kernel(source, KERNEL_NAME, device=device, smem=g.smem_bytes,
@@ -227,7 +233,9 @@ def _recipe(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, o
     bk = k_tile(plan.variant.dtype)
     if built.min_k_tiles * bk > plan.k_pad:
         plan = attrs.evolve(plan, k_pad=built.min_k_tiles * bk)
-    return Recipe(plan=plan, device=device, stream=stream, kernels=(key,))
+    # groups along K: the pre-pass writing the groups' tensor maps first (group_maps)
+    more = ((group_maps.GROUP_MAPS, device),) if plan.variant.batch == GROUPED_K else ()
+    return Recipe(plan=plan, device=device, stream=stream, kernels=(*more, key))
 
 
 def launch_recipe(r: Recipe[CallPlan], a: Any, b: Any, bias: Any, out: Any,
@@ -251,7 +259,7 @@ def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
     batched kernel), the groups' ends (a grouped kernel: the last tensor), C's tensor map (the
     TMA store); the grid (tiles, splits, batches)."""
     np = _require("numpy")
-    (built,), (a, b, bias, out, *scales) = kernels, tensors
+    (*prepass, built), (a, b, bias, out, *scales) = kernels, tensors
     plan = r.plan
     v = plan.variant
     values = {"tmA": _operand_map(a.data_ptr(), plan.a, v.dtype),
@@ -264,6 +272,15 @@ def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
         if found is None:
             raise RuntimeError("internal error: a split-K recipe without its stream's workspace")
         values.update(ws=found[0].data_ptr(), counters=found[1].data_ptr())
+    first: tuple[Launch, ...] = ()
+    if v.batch == GROUPED_K:  # 2-D x 2-D: the groups' maps, written by the pre-pass first
+        (offs,), maps = scales, group_maps.maps_memory(r.device, r.stream, plan.groups)
+        values.update(offs=offs.data_ptr(), groups=plan.groups, maps=maps.data_ptr(), k=plan.k,
+                      c_batch=plan.c_batch * out.element_size())
+        first = (group_maps.prepass(prepass[0], plan, values["tmA"], values["tmB"],
+                                    maps.data_ptr(), offs.data_ptr(), a.data_ptr(),
+                                    b.data_ptr()),)
+        scales = []
     if v.batch in GROUPED:  # grouped_mm's offs, after the scales
         *scales, offs = scales
         values.update(offs=offs.data_ptr(), groups=plan.groups)
@@ -273,7 +290,7 @@ def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
         if not scales:
             raise RuntimeError("internal error: a scaled recipe launched without its scales")
         values.update(scale_a=scales[0].data_ptr(), scale_b=scales[1].data_ptr())
-    if v.batch not in ("none", *GROUPED):
+    if v.batch not in ("none", *GROUPED, GROUPED_K):
         values["c_batch"] = plan.c_batch * out.element_size()
     if v.load == "cp_async":  # the cp.async producer's operands (docs/guide/matmul.md)
         elem = a.element_size()
@@ -281,8 +298,8 @@ def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
                       b_ld=plan.b.stride * elem, k_bytes=plan.k * elem)
     if plan.c is not None:  # the TMA-store epilogue's C (docs/guide/matmul.md)
         values["tmC"] = _operand_map(out.data_ptr(), plan.c, v.out_dtype)
-    return (Launch.of(built, (plan.grid, plan.splits, plan.batch),
-                      gemm_signature(v).pack(values, np)),)
+    return (*first, Launch.of(built, (plan.grid, plan.splits, plan.batch),
+                              gemm_signature(v).pack(values, np)))
 
 
 def _run(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
@@ -583,6 +600,8 @@ def _grouped_out(torch: Any, a: Any, plan: CallPlan) -> Any:
     """A grouped plan's output, as torch's: rows padded to 16 bytes (``plan.ldc``); a batched
     plan's (3-D x 3-D) contiguous."""
     dtype = _TORCH_OUT[plan.variant.out_dtype](torch)
+    if plan.variant.batch == GROUPED_K:  # [G, M, N], each group's rows padded
+        return a.new_empty_strided(plan.out_shape, (plan.m * plan.ldc, plan.ldc, 1), dtype=dtype)
     if plan.variant.batch not in GROUPED:
         return a.new_empty(plan.out_shape, dtype=dtype)
     return a.new_empty_strided(plan.out_shape, (plan.ldc, 1), dtype=dtype)
@@ -601,7 +620,7 @@ def _run_grouped(a: Any, b: Any, offs: Any, out_dtype: Any,
     r = CALL.recipes.get(key)
     if r is None:
         plan = _plan_grouped(a, b, offs, None, out_dtype, sm_count(device), scales)
-        if plan.variant.batch not in GROUPED:  # 3-D x 3-D: matmul's batched kernel
+        if plan.variant.batch not in (*GROUPED, GROUPED_K):  # 3-D x 3-D: matmul's batched one
             CALL.recipes.put(key, Recipe(plan=plan, device=device, stream=stream, kernels=()))
             return _run(a, b, None, None, out_dtype, None)
         out = _grouped_out(torch, a, plan)
@@ -611,7 +630,7 @@ def _run_grouped(a: Any, b: Any, offs: Any, out_dtype: Any,
             return out.zero_()
         r = CALL.recipes.put(key, _recipe(a, b, None, None, out_dtype, None, plan, device,
                                           stream, _grouped_candidate(a, b), scales))
-    elif r.plan.variant.batch not in GROUPED:
+    elif r.plan.variant.batch not in (*GROUPED, GROUPED_K):
         return _run(a, b, None, None, out_dtype, None)
     else:
         out = _grouped_out(torch, a, r.plan)

@@ -29,9 +29,10 @@ from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, ClusterSpec, 
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
-from pipeline_core_nvidia_h100.gemm_tiles import RasterTrips
+from pipeline_core_nvidia_h100.gemm_tiles import GroupKTrips, RasterTrips
 from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
 from pipeline_core_nvidia_h100.wgmma_sync import (CP_ASYNC_SYNC, CP_ASYNC_TAG_NAMES,
+                                                   DEVICE_MAPS_SYNC, DEVICE_MAPS_TAG_NAMES,
                                                    H100_WGMMA_SYNC, TAG_NAMES)
 
 SCHEDULE_NAME = "warpspecialized-gemm"
@@ -93,7 +94,7 @@ SCALES = ("none", "tensor", "row")
 #: Which operands carry a batch dimension (``-p batch``, a batched matmul): each such operand is
 #: read through a 3-D tensor map at batch ``blockIdx.z``; the output always has one.  The grouped
 #: kinds (:data:`GROUPED`) are grouped_mm's instead.
-BATCHES = ("none", "a", "b", "ab", "grouped", "grouped_n")
+BATCHES = ("none", "a", "b", "ab", "grouped", "grouped_n", "grouped_k")
 #: ``-p batch`` of a grouped GEMM (grouped_mm, a mixture of experts' GEMMs in one launch; docs/
 #: guide/matmul.md, "Grouped GEMM"): the groups' ends ``offs`` split a jagged dimension, read on
 #: the device by the tile scheduler (``kit.tiles.jagged_tile_loop``).  ``grouped``: A's rows
@@ -102,6 +103,12 @@ BATCHES = ("none", "a", "b", "ab", "grouped", "grouped_n")
 #: stores are clipped to the tile's group, so they are direct (a TMA box would write into the
 #: next group's rows).
 GROUPED = ("grouped", "grouped_n")
+#: ``-p batch`` of grouped_mm's 2-D x 2-D (the weight gradient; docs/guide/matmul.md, "Groups
+#: along K"): ``offs`` split K, group g's output ``[M, N]`` is ``A[:, k0:k1] . B[k0:k1, :]``; every
+#: group has the same output tiles, each its own K tiles, read through the group's tensor maps
+#: (written on the device by a pre-pass, ``DEVICE_MAPS_SYNC``), so the last K tile of a group
+#: reads zeros past its end; C is ``[G, M, N]``, each group's ``c_batch`` bytes further
+GROUPED_K = "grouped_k"
 #: The most groups a grouped kernel takes: every CTA keeps the groups' table (each group's first
 #: output tile and end, ``gemm_grouped_h100.cuh``) in static shared memory.
 MAX_GROUPS = 1024
@@ -197,9 +204,10 @@ def describe_variant(v: GemmVariant) -> str:
             f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}"
             + (", split-K" if v.split_k else "")
             + (f", scale {v.scale}" if v.scale != "none" else "")
-            + (f", batched {v.batch}" if v.batch not in ("none", *GROUPED) else "")
+            + (f", batched {v.batch}" if v.batch not in ("none", *GROUPED, GROUPED_K) else "")
             + (f", grouped along {'N' if v.batch == 'grouped_n' else 'M'} (offs)"
                if v.batch in GROUPED else "")
+            + (", grouped along K (offs, per-group tensor maps)" if v.batch == GROUPED_K else "")
             + (", TMA store" if v.store == "tma" else "")
             + (", ping-pong" if v.pingpong else "")
             + (f", cluster {v.cluster} (B multicast)" if v.cluster > 1 else "")
@@ -299,7 +307,7 @@ class WsGeometry:
             which = "a_major" if v.a_major == "mn" else "b_major"
             raise bad(which, "fp8 wgmma reads both operands K-major (no transpose mode for "
                              "e4m3): -p a_major=k -p b_major=k")
-        if v.batch in GROUPED and (v.split_k or v.store == "tma"):
+        if v.batch in (*GROUPED, GROUPED_K) and (v.split_k or v.store == "tma"):
             raise bad("split_k" if v.split_k else "store",
                       f"{'true' if v.split_k else 'tma'} with -p batch={v.batch}: a grouped "
                       "kernel's tiles are its groups' (no K split), stored directly and clipped "
@@ -487,11 +495,12 @@ def ws_geometry_of(params: dict[str, Any], stages: int) -> WsGeometry:
 
 
 def wgmma_profile(pipeline: PipelineConfig, clock_ghz: float | None,
-                  load: str = "tma") -> TargetProfile:
+                  load: str = "tma", batch: str = "none") -> TargetProfile:
     """The h100 target's wgmma family: the same ring depth, the TMA/wgmma costs and sync model
     (``load`` ``cp_async``: the sync model whose copies complete by the producer threads'
     arrivals, ``wgmma_sync.CP_ASYNC_SYNC``)."""
-    sync = CP_ASYNC_SYNC if load == "cp_async" else H100_WGMMA_SYNC
+    sync = (CP_ASYNC_SYNC if load == "cp_async" else DEVICE_MAPS_SYNC if batch == GROUPED_K
+            else H100_WGMMA_SYNC)
     return TargetProfile(wgmma_cost_model(), pipeline, sync=sync, clock_ghz=clock_ghz,
                          agent_machine=H100_AGENT_MACHINE)
 
@@ -556,7 +565,9 @@ class WarpSpecializedGemm:
         cluster = (ClusterSpec(ctas=g.variant.cluster, multicast=(1,))
                    if g.variant.cluster > 1 else None)
         # every output tile visits every K tile: uniform, so the proof runs one count at a time
-        trips = RasterTrips(block_m=g.bm, block_n=g.bn, block_k=g.bk)
+        trips: RasterTrips | GroupKTrips = (
+            GroupKTrips(block_m=g.bm, block_n=g.bn, block_k=g.bk) if g.variant.batch == GROUPED_K
+            else RasterTrips(block_m=g.bm, block_n=g.bn, block_k=g.bk))
         if not g.variant.pingpong:
             return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
                              release_lag=self.release_lag, reduction=reduction, store=store,
@@ -571,7 +582,8 @@ class WarpSpecializedGemm:
                          split=TileSplit(agents=consumers), orders=[order], trip_rule=trips)
 
     def tag_names(self) -> dict[int, str]:
-        sync = CP_ASYNC_TAG_NAMES if self.geometry.variant.load == "cp_async" else TAG_NAMES
+        sync = (CP_ASYNC_TAG_NAMES if self.geometry.variant.load == "cp_async" else
+                DEVICE_MAPS_TAG_NAMES if self.geometry.variant.batch == GROUPED_K else TAG_NAMES)
         return {**self.target.cost_model.tag_names(), **sync}
 
     def kernel_launch(self) -> KernelLaunch:
@@ -582,7 +594,7 @@ class WarpSpecializedGemm:
 def _build(ctx: Any) -> WarpSpecializedGemm:
     base = ctx.make_target()
     params = dict(ctx.params)
-    target = wgmma_profile(base.pipeline, base.clock_ghz, params["load"])
+    target = wgmma_profile(base.pipeline, base.clock_ghz, params["load"], params["batch"])
     geometry = ws_geometry_of(params, target.pipeline.depth)
     geometry.validate()
     lag = params["release_lag"]

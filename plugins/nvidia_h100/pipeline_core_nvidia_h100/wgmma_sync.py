@@ -67,6 +67,8 @@ STORE_WAIT, STAGE_WRITE, PROXY_FENCE, STORE_ISSUE, STORE_COMMIT, STORE_DRAIN = r
 #: the cp.async producer's arrival (cp.async.mbarrier.arrive.noinc: the thread's earlier copies
 #: landed) and the consumers' proxy fence before they read its copies (:data:`CP_ASYNC_SYNC`)
 CP_ASYNC_ARRIVE = 180
+#: the producer's acquire of the tensor maps a grouped kernel along K reads (:data:`DEVICE_MAPS_SYNC`)
+DESCRIPTOR_ACQUIRE = 181
 #: ``wgmma.wait_group N``: the PTX ISA gives N as an integer constant; SASS encodes
 #: ``WARPGROUP.DEPBAR.LE gsb0, N`` and the schedule never needs more than its ring depth.
 MAX_WGMMA_WAIT = 7
@@ -200,3 +202,27 @@ CP_ASYNC_SYNC = attrs.evolve(
            "cp.async writes by the generic proxy, wgmma reads by the async proxy: each reader "
            "fences (fence.proxy.async.shared::cta) after its wait"))
 CP_ASYNC_TAG_NAMES = {**TAG_NAMES, CP_ASYNC_ARRIVE: "ASYNC_ARRIVE"}
+
+
+#: The grouped GEMM along K (``-p batch=grouped_k``; docs/guide/matmul.md, "Groups along K"; PTX
+#: ISA, "tensormap.replace", "fence.proxy.tensormap", "Proxies"): a pre-pass kernel writes one
+#: tensor map per group and operand into global memory (a copy of the host-encoded map, its
+#: global address and K extent replaced by ``tensormap.replace``, then ``fence.proxy.tensormap::
+#: generic.release.gpu``), so each group's last K tile is zero-filled by TMA at the group's end.
+#: The producer's copies read those maps through the tensormap proxy, which may still hold a map
+#: the same address had at an earlier launch: it runs ``fence.proxy.tensormap::generic.acquire.
+#: gpu`` on the tile's maps before its copies (the ``descriptor_acquire`` step the agents
+#: lowering places and the proof requires).  The rest is :data:`H100_WGMMA_SYNC`'s.
+DEVICE_MAPS_EFFECTS = (
+    Effect(role=OpRole.GLOBAL_LOAD, counter=MBARRIER, descriptor="device"),
+    Effect(role=OpRole.COMPUTE, counter=WGMMA, resolves="both"),
+)
+DEVICE_MAPS_SYNC = attrs.evolve(
+    H100_WGMMA_SYNC, name="nvidia-h100-wgmma-device-maps", effects=DEVICE_MAPS_EFFECTS,
+    isa_forms={**ISA_FORMS, DESCRIPTOR_ACQUIRE: "fence.proxy.tensormap::generic.acquire.gpu "
+                                                "[map], 128 (each of the tile's maps)"},
+    agent_tags={**H100_WGMMA_SYNC.agent_tags, "descriptor_acquire": DESCRIPTOR_ACQUIRE},
+    notes=(*H100_WGMMA_SYNC.notes,
+           "the copies read tensor maps a pre-pass kernel wrote (release); the producer "
+           "acquires them (fence.proxy.tensormap::generic.acquire.gpu) before its copies"))
+DEVICE_MAPS_TAG_NAMES = {**TAG_NAMES, DESCRIPTOR_ACQUIRE: "DESCRIPTOR_ACQUIRE"}

@@ -94,3 +94,27 @@ def gemm_cpasync_header_source() -> str:
     """The text of ``gemm_cpasync_h100.cuh`` (paste it after :func:`gemm_wgmma_header_source`)."""
     return resources.files(__name__).joinpath(GEMM_CPASYNC_HEADER_NAME).read_text(
         encoding="utf-8")
+
+
+#: grouped_mm's 2-D x 2-D (``-p batch=grouped_k``): each group's K range, its output tile, the
+#: producer's acquire of the group's tensor maps and the pre-pass's writing of them; pasted after
+#: GEMM_WGMMA_HEADER_NAME into a grouped_k kernel, and into the pre-pass's own source.
+GEMM_GROUP_K_HEADER_NAME = "gemm_group_k_h100.cuh"
+#: the pre-pass kernel ``pc_ws_group_maps`` (one tensor map per group and operand)
+GROUP_MAPS_KERNEL_NAME = "gemm_group_maps_h100.cuh"
+GROUP_MAPS_KERNEL = "pc_ws_group_maps"
+
+
+def gemm_group_k_header_source() -> str:
+    """The text of ``gemm_group_k_h100.cuh`` (paste it after :func:`gemm_wgmma_header_source`)."""
+    return resources.files(__name__).joinpath(GEMM_GROUP_K_HEADER_NAME).read_text(
+        encoding="utf-8")
+
+
+def group_maps_source() -> str:
+    """The pre-pass kernel's whole source: the base and wgmma headers (its types), the grouped_k
+    header (the K ranges and the map writer) and the kernel, small enough to build in seconds."""
+    kernel = resources.files(__name__).joinpath(GROUP_MAPS_KERNEL_NAME).read_text(
+        encoding="utf-8")
+    return "\n".join([header_source(), wgmma_header_source(), gemm_group_k_header_source(),
+                      kernel])

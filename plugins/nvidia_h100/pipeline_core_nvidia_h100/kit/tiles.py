@@ -118,3 +118,22 @@ def jagged_tile_loop(max_groups: int, along_n: bool = False) -> DeviceTileLoop:
               f"pcgc::group_tile<{str(along_n).lower()}, BM, BN>(tile, group_first, group_ends, "
               f"{across}, GROUP_M, m, n, group, row0, col0, m_end, n_end);"))
     return DeviceTileLoop(counts=counts, producer=loop, consumers=attrs.evolve(loop, nested=False))
+
+
+def k_group_tile_loop() -> DeviceTileLoop:
+    """grouped_mm's 2-D x 2-D tile scheduler (``-p batch=grouped_k``: the groups split K): every
+    group has the same ``(M / BM) x (N / BN)`` output tiles, group by group, so ``TILES`` is known
+    from the sizes; each tile's K tiles ``KT`` are its group's own (``pcgk::tile_of`` reads
+    ``offs``), possibly none (an empty group: the tile runs no step and stores zeros), and the
+    rings run on by each tile's own ``KT`` (``rb``), producer and consumers alike.  Each tile's
+    body has its ``group``, ``tile_m``, ``tile_n``."""
+    loop = TileLoop(
+        head=("int rb = 0;  // K tiles this CTA's ring has served before this output tile",
+              "for (int tile = blockIdx.x; tile < TILES; tile += gridDim.x, rb += KT) {"),
+        tile=("int group, tile_m, tile_n;  // the tile's group and place in it; KT its K tiles",
+              "pcgk::tile_of(tile, offs, k, M / BM, N / BN, GROUP_M, BK, group, tile_m, tile_n, "
+              "KT);"))
+    counts = ("const int TILES = groups * ((M / BM) * (N / BN));  // every group's output tiles",
+              "int KT = 0;  // the current output tile's K tiles (its group's)")
+    return DeviceTileLoop(counts=counts, producer=loop, consumers=attrs.evolve(loop, nested=False),
+                          empty_tiles=True)
