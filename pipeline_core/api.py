@@ -40,8 +40,10 @@ def build_named(schedule: str, *, target: str | None = None, params: Mapping[str
     # every -p / -T / -c value is checked here, before the schedule's factory runs, whether
     # or not the schedule goes on to read it
     given = dict(params or {})
-    values = parse_params(f"schedule {schedule}", record.params, given, flag="-p")
-    parse_target_args(target_record, dict(target_args or {}))
+    values = parse_params(f"schedule {schedule}", record.params, given, flag="-p",
+                          elsewhere={p.name: f"-T parameter of target {target_name}"
+                                     for p in target_record.params})
+    parse_target_args(target_record, dict(target_args or {}), schedule=record)
     check_config_overrides(dict(config_overrides or {}), host)
     ctx = BuildContext(schedule=record, params=values, explicit_params=frozenset(given),
                        target=target_record, target_args=dict(target_args or {}),

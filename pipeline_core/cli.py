@@ -204,6 +204,8 @@ def build_parser(host: Any = None) -> argparse.ArgumentParser:
                        ("strategies", "registered scheduling strategies"),
                        ("emitters", "registered emitters (compiled schedule -> kernel source)")):
         q = add_parser(name, help=f"list {what}")
+        q.add_argument("names", nargs="*", metavar="NAME",
+                       help=f"list only these (default: all {what.split(' (')[0]})")
         add_format_option(q, deprecated_json=True)
         add_output_option(q)
 
@@ -374,6 +376,12 @@ def cmd_compile(args, host) -> int:
                 raise CliError(f"{flag} shapes the text view, but --format json writes the "
                                f"whole document: drop {flag} or --format json")
     compiled = _warn_unwritten(_compile_from_args(args, host), host)
+    if not compiled.plan.lockstep:  # the agents listing has no phases for them to shape
+        for flag in ("--kernel-only", "--compact"):
+            if getattr(args, flag[2:].replace("-", "_"), False):
+                raise CliError(f"{flag} shapes the prologue / kernel / epilogue listing, but "
+                               f"schedule {compiled.schedule_name} is lowered to one program "
+                               f"per agent (no phases to cut): drop {flag}")
     if args.format == "json":
         from pipeline_core.export.json import to_document
         from pipeline_core.json_output import dumps
@@ -436,13 +444,27 @@ def _plugin_source(p) -> str:
     return f"{p.distribution} {p.version}".strip()
 
 
+def _chosen(args, known, kind: str):
+    """Whether a listing shows a name: every name, or only the NAMEs the command line gave
+    (``pipeline-core schedules NAME``), each of which must exist (named in one line if not)."""
+    from pipeline_core.errors import UnknownNameError
+
+    wanted = list(getattr(args, "names", None) or ())
+    for name in wanted:
+        if name not in known:
+            raise UnknownNameError(kind, name, sorted(known),
+                                   given_as=f"pipeline-core {args.command} NAME")
+    return lambda name: not wanted or name in wanted
+
+
 def _listing(args, host) -> tuple[list[dict], list[str]]:
     """The rows of a listing command (its JSON) and its text lines."""
     from pipeline_core.schedule import fitting_targets
 
     lines: list[str] = []
     if args.command == "plugins":
-        for p in host.plugins:
+        shown = _chosen(args, [p.name for p in host.plugins], "plugin")
+        for p in filter(lambda p: shown(p.name), host.plugins):
             lines.append(f"{p.name}  ({_plugin_source(p)})  {p.status}")
             for label, names in (("targets", p.targets), ("schedules", p.schedules),
                                  ("strategies", p.strategies), ("lowerings", p.lowerings),
@@ -451,7 +473,7 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
                     lines.append(f"    {label}: {', '.join(names)}")
             if p.location:
                 lines.append(f"    location: {p.location}")
-        return [p.as_dict() for p in host.plugins], lines
+        return [p.as_dict() for p in host.plugins if shown(p.name)], lines
     if args.command == "emitters":
         from pipeline_core.emit_choice import schedules_written
 
@@ -459,7 +481,8 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
                  "schedules": schedules_written(r, host), "targets": list(r.targets),
                  "kernel_families": list(r.kernel_families), "provider": r.provider,
                  "options": _params_doc(r.options or ())}
-                for _, r in sorted(host.emitters.items())]
+                for name, r in sorted(host.emitters.items())
+                if _chosen(args, host.emitters, "emitter")(name)]
         for r in rows:  # the -O options as -p's are listed (the record declares their bounds)
             lines.append(f"{r['name']}: {r['description']}  [{r['provider']}; schedules "
                          f"{', '.join(r['schedules']) or 'none installed'}; targets "
@@ -473,12 +496,14 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
         return rows, lines
     if args.command == "strategies":
         rows = [{"name": r.name, "description": r.description, "provider": r.provider}
-                for _, r in sorted(host.strategies.items())]
+                for name, r in sorted(host.strategies.items())
+                if _chosen(args, host.strategies, "scheduling strategy")(name)]
         lines = [f"{r['name']:<12} {r['description']}  [{r['provider']}]" for r in rows]
         return rows, lines
     table = host.targets if args.command == "targets" else host.schedules
+    shown = _chosen(args, table, args.command[:-1])
     rows = []
-    for name in sorted(table):
+    for name in filter(shown, sorted(table)):
         r = table[name]
         row = {"name": r.name, "description": r.description, "provider": r.provider,
                "params": _params_doc(r.params)}
@@ -657,7 +682,11 @@ def cmd_emit(args, host) -> int:
                            + " or ".join(f"--emitter {name}" for name in serving))
         record = host.emitters[serving[0]]
     options = record.parse_options(_pairs(args.emit_options, "-O"))
-    _write(record.emit(compiled, **options), args.output)
+    source = record.emit(compiled, **options)
+    _write(source, args.output)
+    if args.output not in (None, "-"):  # the source went to a file: say what was written
+        print(f"wrote {args.output}: {source.count(chr(10))} lines from emitter {record.name} "
+              f"({_kernel_of(compiled)} on target {target})", file=sys.stderr)
     return EXIT_OK
 
 

@@ -373,17 +373,24 @@ class KernelTransform:
 
 
 def parse_params(owner: str, params: Sequence[Param], given: Mapping[str, str], *,
-                 flag: str = "") -> dict[str, Any]:
+                 flag: str = "", elsewhere: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Defaults overlaid with parsed ``given`` strings; unknown keys raise with a suggestion.
 
     ``flag`` (``-p`` / ``-T``) is the option the strings came from, named in errors.
+    ``elsewhere`` maps keys another option takes to that option's ``FLAG of OWNER`` (the
+    schedule's ``-p`` beside the target's ``-T``): a key typed after the wrong flag is named
+    with the flag that takes it, since a close spelling would not find it.
     """
     by_name = {p.name: p for p in params}
     out = {p.name: p.default for p in params}
     for key, text in given.items():
         if key not in by_name:
             kind = f"{flag} parameter of {owner}" if flag else f"parameter of {owner}"
-            raise UnknownNameError(kind, key, sorted(by_name), plural=f"parameters of {owner}")
+            other = (elsewhere or {}).get(key)
+            hint = (f"{key} is a {other}: pass {other.split(' ', 1)[0]} {key}={text}."
+                    if other else "")
+            raise UnknownNameError(kind, key, sorted(by_name), hint,
+                                   plural=f"parameters of {owner}")
         out[key] = by_name[key].parse(owner, text, flag=flag)
     return out
 
@@ -426,6 +433,11 @@ class BuildContext:
         return name in self.explicit_params
 
 
-def parse_target_args(target: TargetRecord, target_args: Mapping[str, str]) -> dict[str, Any]:
-    """The target's parameters with the user's ``-T`` strings parsed and checked."""
-    return parse_params(f"target {target.name}", target.params, target_args, flag="-T")
+def parse_target_args(target: TargetRecord, target_args: Mapping[str, str], *,
+                      schedule: ScheduleRecord | None = None) -> dict[str, Any]:
+    """The target's parameters with the user's ``-T`` strings parsed and checked (a key that
+    is ``schedule``'s ``-p`` parameter is named as such)."""
+    elsewhere = ({p.name: f"-p parameter of schedule {schedule.name}" for p in schedule.params}
+                 if schedule is not None else None)
+    return parse_params(f"target {target.name}", target.params, target_args, flag="-T",
+                        elsewhere=elsewhere)

@@ -4,8 +4,6 @@ from the plan; the family gives its parameters, its constants and stage layout, 
 step, and the device math they call (``gemv.cuh``)."""
 from __future__ import annotations
 
-from importlib import resources
-
 from pipeline_core.plugin_api import CompiledSchedule, EmitterRecord, Param, Step
 
 from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, TENSOR_MAP_TYPE, WATCHDOG,
@@ -13,7 +11,7 @@ from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, TENSOR_MAP_TYPE, WAT
                                                agents_kernel_body, declared_geometry,
                                                gemm_call_header_source, header_source,
                                                kernel_params, linear_tile_loop,
-                                               loop_tile, require_ring_depths,
+                                               loop_tile, pasted, require_ring_depths,
                                                wgmma_header_source)
 
 from pipeline_core_family_gemv.schedule import KERNEL_FAMILY, NAME, GemvGeometry, GemvTag
@@ -67,7 +65,7 @@ def emit_gemv(compiled: CompiledSchedule, *, watchdog: int | None = None,
         producer_name=plan.programs[0].name, family=_family(g, dtype), tiles=TILES,
         producer_registers=plan.programs[0].role.registers,
         consumer_registers=plan.programs[1].role.registers, emitter=EMITTER_NAME)
-    device = resources.files(__package__).joinpath("gemv.cuh").read_text(encoding="utf-8")
+    device = pasted(__package__, "gemv.cuh")
     return "\n".join([
         f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
         f"{compiled.schedule_name} on target {compiled.target_name}: y = A @ x, {dtype}, fp32 "

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
-from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source,
+from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source, pasted,
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
 from pipeline_core_nvidia_h100.gemm_tiles import RasterTrips
@@ -92,7 +92,7 @@ __all__ = [
     "wgmma_ss", "wgmma_rs", "agent_stretches", "consumer_branches", "consumer_sync_line",
     "declared_geometry", "render",
     "RingState", "loop_tile", "require_ring_depths", "ring_step_line", "role_mark",
-    "section_mark", "header_source",
+    "section_mark", "header_source", "pasted",
     "wgmma_header_source", "gemm_call_header_source", "WATCHDOG",
     # the GEMM's trip rule
     "RasterTrips",

@@ -31,8 +31,6 @@ One consumer warp group owns 64 query rows (``block_m / consumers == 64``, ``pca
 """
 from __future__ import annotations
 
-from importlib import resources
-
 import attrs
 
 from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord, Param,
@@ -43,7 +41,7 @@ from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode,
                                                agent_stretches, agents_kernel_body,
                                                consumer_sync_line, declared_geometry,
                                                gemm_call_header_source, header_source,
-                                               loop_tile, render, require_ring_depths,
+                                               loop_tile, pasted, render, require_ring_depths,
                                                ring_step_line, wgmma_header_source, wgmma_rs,
                                                wgmma_ss)
 
@@ -200,7 +198,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         consumers=[code(c, False, "consumer") for c in consumers], producer_name=producer.name,
         producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS",
         family=_family(g, variant.elem), tiles=tiles, emitter=EMITTER_NAME)
-    device = resources.files(__package__).joinpath("attention.cuh").read_text(encoding="utf-8")
+    device = pasted(__package__, "attention.cuh")
     return "\n".join([
         f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
         f"{compiled.schedule_name} on target {compiled.target_name}.",

@@ -13,16 +13,27 @@ HEADER_NAME = "pipeline_h100.cuh"
 WGMMA_HEADER_NAME = "wgmma_h100.cuh"
 #: Largest ``cp.async.wait_group`` value the SASS encodes (``DEPBAR.LE SB0`` has 6 bits).
 MAX_WAIT_GROUP = 63
+#: An include guard: kept in the shipped header (``nvcc -I`` may include it) and dropped from
+#: a pasted copy, where it guards nothing and nvcc warns "#pragma once in main file".
+_GUARD = "#pragma once\n"
+
+
+def pasted(package: str, name: str) -> str:
+    """The text of the device header ``name`` shipped as package data of ``package``, ready to
+    paste into one kernel source (the one reader every family's emitter uses: its include
+    guard dropped, since the paste makes it part of a single translation unit)."""
+    return resources.files(package).joinpath(name).read_text(encoding="utf-8").replace(
+        _GUARD, "", 1)
 
 
 def header_source() -> str:
     """The text of ``pipeline_h100.cuh`` (paste it at the top of a kernel's source)."""
-    return resources.files(__name__).joinpath(HEADER_NAME).read_text(encoding="utf-8")
+    return pasted(__name__, HEADER_NAME)
 
 
 def wgmma_header_source() -> str:
     """The text of ``wgmma_h100.cuh`` (paste it after :func:`header_source`)."""
-    return resources.files(__name__).joinpath(WGMMA_HEADER_NAME).read_text(encoding="utf-8")
+    return pasted(__name__, WGMMA_HEADER_NAME)
 
 
 def header_path() -> str:
@@ -37,7 +48,7 @@ GEMM_CALL_HEADER_NAME = "gemm_call_h100.cuh"
 
 def gemm_call_header_source() -> str:
     """The text of ``gemm_call_h100.cuh`` (paste it after :func:`wgmma_header_source`)."""
-    return resources.files(__name__).joinpath(GEMM_CALL_HEADER_NAME).read_text(encoding="utf-8")
+    return pasted(__name__, GEMM_CALL_HEADER_NAME)
 
 
 #: The scaled and batched variants' helpers (the scale factors, ScaleNone among them, the 3D tile
@@ -48,8 +59,7 @@ GEMM_SCALE_BATCH_HEADER_NAME = "gemm_scale_batch_h100.cuh"
 def gemm_scale_batch_header_source() -> str:
     """The text of ``gemm_scale_batch_h100.cuh`` (paste it after
     :func:`gemm_call_header_source`)."""
-    return resources.files(__name__).joinpath(GEMM_SCALE_BATCH_HEADER_NAME).read_text(
-        encoding="utf-8")
+    return pasted(__name__, GEMM_SCALE_BATCH_HEADER_NAME)
 
 
 #: A 2-CTA cluster's helpers (rank, cluster barrier, peer arrival, multicast TMA); pasted after
@@ -59,7 +69,7 @@ CLUSTER_HEADER_NAME = "cluster_h100.cuh"
 
 def cluster_header_source() -> str:
     """The text of ``cluster_h100.cuh`` (paste it after :func:`gemm_call_header_source`)."""
-    return resources.files(__name__).joinpath(CLUSTER_HEADER_NAME).read_text(encoding="utf-8")
+    return pasted(__name__, CLUSTER_HEADER_NAME)
 
 
 #: The general GEMM's device math (operand descriptors, the fused epilogue, split-K's slices) as
@@ -70,7 +80,7 @@ GEMM_WGMMA_HEADER_NAME = "gemm_wgmma_h100.cuh"
 def gemm_wgmma_header_source() -> str:
     """The text of ``gemm_wgmma_h100.cuh`` (paste it after
     :func:`gemm_scale_batch_header_source`)."""
-    return resources.files(__name__).joinpath(GEMM_WGMMA_HEADER_NAME).read_text(encoding="utf-8")
+    return pasted(__name__, GEMM_WGMMA_HEADER_NAME)
 
 
 #: The grouped GEMM's device tile scheduler (the groups' table from ``offs``, a tile's group and
@@ -81,8 +91,7 @@ GEMM_GROUPED_HEADER_NAME = "gemm_grouped_h100.cuh"
 
 def gemm_grouped_header_source() -> str:
     """The text of ``gemm_grouped_h100.cuh`` (paste it after :func:`gemm_wgmma_header_source`)."""
-    return resources.files(__name__).joinpath(GEMM_GROUPED_HEADER_NAME).read_text(
-        encoding="utf-8")
+    return pasted(__name__, GEMM_GROUPED_HEADER_NAME)
 
 
 #: The cp.async producer's copies and arrival (``GemmVariant.load = "cp_async"``); pasted after
@@ -92,8 +101,7 @@ GEMM_CPASYNC_HEADER_NAME = "gemm_cpasync_h100.cuh"
 
 def gemm_cpasync_header_source() -> str:
     """The text of ``gemm_cpasync_h100.cuh`` (paste it after :func:`gemm_wgmma_header_source`)."""
-    return resources.files(__name__).joinpath(GEMM_CPASYNC_HEADER_NAME).read_text(
-        encoding="utf-8")
+    return pasted(__name__, GEMM_CPASYNC_HEADER_NAME)
 
 
 #: grouped_mm's 2-D x 2-D (``-p batch=grouped_k``): each group's K range, its output tile, the
@@ -107,14 +115,12 @@ GROUP_MAPS_KERNEL = "pc_ws_group_maps"
 
 def gemm_group_k_header_source() -> str:
     """The text of ``gemm_group_k_h100.cuh`` (paste it after :func:`gemm_wgmma_header_source`)."""
-    return resources.files(__name__).joinpath(GEMM_GROUP_K_HEADER_NAME).read_text(
-        encoding="utf-8")
+    return pasted(__name__, GEMM_GROUP_K_HEADER_NAME)
 
 
 def group_maps_source() -> str:
     """The pre-pass kernel's whole source: the base and wgmma headers (its types), the grouped_k
     header (the K ranges and the map writer) and the kernel, small enough to build in seconds."""
-    kernel = resources.files(__name__).joinpath(GROUP_MAPS_KERNEL_NAME).read_text(
-        encoding="utf-8")
+    kernel = pasted(__name__, GROUP_MAPS_KERNEL_NAME)
     return "\n".join([header_source(), wgmma_header_source(), gemm_group_k_header_source(),
                       kernel])

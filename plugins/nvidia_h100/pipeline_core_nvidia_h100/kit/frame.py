@@ -224,7 +224,7 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
              ind * 2 + f"setmaxnreg_inc<{consumer_registers}>();",
              ind * 2 + ("const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);  "
                         "// warp-uniform (C7520)" if tile_split
-                        else "const int consumer = wg - 1;"),
+                        else "[[maybe_unused]] const int consumer = wg - 1;"),
              family.consumer_state,
              *c_head, *c_body,
              family.finish,
