@@ -720,16 +720,13 @@ def cmd_new_plugin(args, host) -> int:
     return run(args, host)
 
 
-def cmd_version(host) -> int:
+def cmd_version(host=None) -> int:
+    """The core's and each plugin distribution's version, from package metadata (no plugin is
+    imported for it: pipeline_core/distributions.py; ``pipeline-core plugins`` gives status)."""
     from pipeline_core import __version__
+    from pipeline_core.distributions import version_lines
 
-    print(f"pipeline-core {__version__}")
-    seen = set()
-    for p in host.plugins:
-        if p.name == "core" or p.distribution in seen:
-            continue
-        seen.add(p.distribution)
-        print(f"  {p.distribution} {p.version} ({p.status})")
+    print("\n".join(version_lines(__version__)))
     return EXIT_OK
 
 
@@ -759,6 +756,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: list[str], sigints: Callable[[], int] | None) -> int:
     early = _early_host_options(argv)
+    if argv == ["--version"]:  # answered from metadata, before any plugin is imported
+        try:
+            status = cmd_version()
+            sys.stdout.flush()
+            return status
+        except BaseException as exc:  # a closed or full stdout: one line, as every command
+            return _report_failure(exc, early)
     try:
         host = make_host(early, sigints)
     except KeyboardInterrupt as exc:

@@ -22,6 +22,7 @@ import pluggy
 
 from pipeline_core import DISTRIBUTION as CORE
 from pipeline_core import hookspecs
+from pipeline_core.distributions import installed_entry_points
 from pipeline_core.commands import CommandRecord
 from pipeline_core.emitters import EmitterRecord
 from pipeline_core.lowering import LoweringRecord
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 _Record = TypeVar("_Record", TargetRecord, ScheduleRecord)
 
-GROUP = "pipeline_core"
 ENV_DISABLE = "PIPELINE_CORE_DISABLE_PLUGINS"
 ENV_NO_AUTOLOAD = "PIPELINE_CORE_NO_AUTOLOAD"
 ENV_STRICT = "PIPELINE_CORE_STRICT_PLUGINS"
@@ -115,20 +115,6 @@ def _truthy_env(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _entry_points() -> list[tuple[str, str, str, EntryPoint]]:
-    if sys.version_info >= (3, 10):
-        from importlib.metadata import entry_points
-    else:  # pragma: no cover
-        from importlib_metadata import entry_points
-    found = []
-    for ep in entry_points(group=GROUP):
-        dist = getattr(ep, "dist", None)
-        dist_name = dist.metadata["Name"] if dist is not None else "?"
-        version = dist.version if dist is not None else "?"
-        found.append((ep.name, dist_name, version, ep))
-    return sorted(found, key=lambda t: (t[0], t[1]))
-
-
 def _format_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
 
@@ -178,9 +164,13 @@ class PluginHost:
         self._register(core, builtin_plugin)
         if autoload is None:
             autoload = not _truthy_env(ENV_NO_AUTOLOAD)
-        installed = _entry_points()
+        installed = installed_entry_points()
         extra_modules = list(extra_modules) + split_env(ENV_PLUGINS)
         self._check_disabled(disabled, installed, extra_modules)
+        if (autoload and installed) or extra_modules:
+            # every plugin imports the core's door: import it before any plugin's import is
+            # timed, so a slow-import warning measures the plugin's own time, net of the core's
+            importlib.import_module("pipeline_core.plugin_api")
         if autoload:
             for name, dist, version, ep in installed:
                 self._load_entry_point(name, dist, version, ep)

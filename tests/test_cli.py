@@ -27,6 +27,19 @@ def test_version_names_core_and_plugin_distributions():
         assert dist in r.stdout
 
 
+def test_version_imports_no_plugin_and_lists_each_distribution_once():
+    """``--version`` reads package metadata only (issue 39: a fast answer that a broken plugin
+    cannot break): no plugin module is imported for it."""
+    code = ("import sys\nfrom pipeline_core.cli import main\nmain(['--version'])\n"
+            "print(sorted(m for m in sys.modules if m.startswith('pipeline_core_')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    *listing, imported = out.stdout.strip().splitlines()
+    assert imported == "[]"
+    dists = [line.split()[0] for line in listing[1:]]
+    assert "pipeline-core-nvidia-h100" in dists and len(dists) == len(set(dists))
+
+
 def test_compile_json_is_one_document_with_the_contract_keys():
     r = run("compile", "pingpong", "--format", "json")
     assert r.returncode == 0, r.stderr

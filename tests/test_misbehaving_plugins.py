@@ -246,6 +246,25 @@ def test_slow_import_is_reported_once_by_the_injected_clock(plugin_dir):
     assert not [w for w in fast.warnings if "to import" in w]
 
 
+def test_a_plugins_import_is_timed_net_of_the_cores(tmp_path):
+    """The core's door is imported before any plugin's import is timed, so a slow-import warning
+    blames a plugin for its own time, not for the core every plugin imports (issue 39).  A fresh
+    interpreter: in this one the door is long imported."""
+    import subprocess
+
+    (tmp_path / "net_probe.py").write_text(
+        "import sys\n"
+        "CORE_FIRST = 'pipeline_core.plugin_api' in sys.modules\n")
+    code = ("from pipeline_core.plugins import PluginHost\n"
+            "PluginHost(autoload=False, extra_modules=['net_probe'])\n"
+            "import net_probe\n"
+            "print(net_probe.CORE_FIRST)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
 def test_keyboard_interrupt_still_stops_the_tool():
     guard = PluginGuard(lambda line: None)
     culprit = Culprit(plugin="p", distribution="d")
