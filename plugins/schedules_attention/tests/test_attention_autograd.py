@@ -226,3 +226,27 @@ def test_the_prepost_kernels_build_with_nvcc_without_spills(head_dim, dtype, tmp
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stderr.count("0 bytes spill stores, 0 bytes spill loads") == 2, proc.stderr
+
+
+def test_the_backward_benchmarks_plan_covers_the_issues_cases():
+    """benchmarks/attention_bwd.py --dry-run (no torch): at least 60 correctness cases over
+    every S, causal mode, head dim and dtype, grouped-query and Sq != Sk among them, and the
+    12 timed configurations (D 64 / 128, S 1k / 4k / 16k, causal or not, 16k tokens)."""
+    import json
+
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "attention_bwd.py"
+    proc = subprocess.run([sys.executable, str(script), "--dry-run"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [json.loads(x) for x in proc.stdout.splitlines()]
+    cases = [r["case"] for r in lines if r.get("phase") == "correct"]
+    assert len(cases) >= 60
+    assert {s for c in cases for s in c[3:5]} == {1, 17, 128, 1000, 4096}
+    assert {str(c[7]) for c in cases} == {"False", "top_left", "bottom_right"}
+    assert {c[5] for c in cases} == {64, 128} and {c[6] for c in cases} == {"bf16", "fp16"}
+    assert any(c[1] != c[2] for c in cases) and any(c[3] != c[4] for c in cases)
+    timed = {(r["D"], r["S"], r["causal"]) for r in lines if r.get("phase") == "time"}
+    assert timed == {(d, s, c) for d in (64, 128) for s in (1024, 4096, 16384)
+                     for c in (False, True)}
+    assert all(r["B"] * r["S"] == 16384 and r["H"] * r["D"] == 2048
+               for r in lines if r.get("phase") == "time")
