@@ -7,7 +7,7 @@ call layer (``HostCall.ops``, ``kit.call.register_op``: the fake, and the backwa
   [B, H, Sq] fp32, natural log of the scaled scores' sum, +inf for a row that sees no key).
   ``attention()`` returns ``o``; ``lse`` is marked non-differentiable.  ``deterministic`` is
   the backward's, carried here so the saved context holds it.
-* ``pipeline_core::attention_bwd(q, k, v, o, lse, do, causal, scale, deterministic) ->
+* ``pipeline_core::attention_bwd(q, k, v, o, lse, dout, causal, scale, deterministic) ->
   (dq, dk, dv)``: three kernels on torch's current stream, FlashAttention-3's cut
   (docs/guide/attention.md, "Backward and training"): the preprocess (``bwd_prepost``: delta =
   rowsum(dO * O), the fp32 dQ accumulator zeroed), the main kernel
@@ -18,8 +18,9 @@ Why custom ops with a registered backward rather than an ``autograd.Function`` a
 launch: torch.compile (``fullgraph=True``) traces an op by its fake and its backward by the
 registered formula, so forward and backward land in one graph without a break, and CUDA
 graphs capture the launches as they are (every launch is on the current stream, every
-allocation through torch's allocator).  The backward op takes dO of any strides (autograd
-hands expanded or transposed gradients) and makes it contiguous for the kernels' TMA reads.
+allocation through torch's allocator).  The backward op takes dO of any strides and offset
+(autograd hands expanded, transposed or sliced gradients) and copies it once where the
+kernels' TMA and 16-byte loads could not read it (:func:`readable`).
 """
 from __future__ import annotations
 
@@ -95,11 +96,22 @@ def check_backward(o: Any, do: Any) -> None:
                                      f"the output's {o.dtype}; cast it")
 
 
+def readable(do: Any) -> Any:
+    """dO as the kernels read it: contiguous and 16-byte aligned (the main kernel's TMA, the
+    preprocess's 16-byte loads); copied once where it is not (autograd hands expanded,
+    transposed or offset gradients), else as it is."""
+    if do.is_contiguous() and do.data_ptr() % 16 == 0:
+        return do
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    return do.clone(memory_format=torch.contiguous_format)
+
+
 def _backward_impl(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: str,
                    scale: float, deterministic: bool) -> tuple[Any, Any, Any]:
     main = main_kernel()  # refused before anything is allocated
     check_backward(o, do)
-    do = do.contiguous()
+    do = readable(do)
     delta, dq_accum = bwd_prepost.preprocess(o, do)
     dk, dv = main(q, k, v, do, lse, delta, dq_accum, causal=_CAUSAL[causal], scale=scale,
                   deterministic=deterministic)
@@ -120,5 +132,5 @@ def attention_ops() -> tuple[Op, ...]:
                       "bool deterministic) -> (Tensor, Tensor)",
                backward=_backward, setup_context=_setup_context),
             Op(name="pipeline_core::attention_bwd", impl=_backward_impl, fake=_backward_fake,
-               schema="(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor do, "
+               schema="(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor dout, "
                       "str causal, float scale, bool deterministic) -> (Tensor, Tensor, Tensor)"))

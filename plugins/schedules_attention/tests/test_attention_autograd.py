@@ -32,11 +32,23 @@ host = launch_tests.host  # the fixture: fake torch, build, tensor maps and laun
 
 
 class Strided(Tensor):
-    """A tensor of other strides (autograd's dO may be expanded or transposed): contiguous()
-    gives a copy."""
+    """A tensor of other strides (autograd's dO may be expanded or transposed): a clone is a
+    contiguous copy."""
 
-    def contiguous(self):
+    def clone(self, memory_format=None):
+        assert memory_format == "contiguous_format"
         return Tensor(self.shape, self.dtype, self.device)
+
+
+def test_do_is_copied_only_where_the_kernels_cannot_read_it(torch):
+    """dO of other strides, or contiguous at an address off TMA's 16 bytes (a view at an
+    offset), is copied once; a contiguous aligned dO is read as it is."""
+    shape = (2, 4, 100, 64)
+    aligned = Tensor(shape, ptr=1 << 30)
+    assert autograd.readable(aligned) is aligned
+    for do in (Strided(shape, strides=(1, 1, 1, 1)), Strided(shape, ptr=(1 << 30) + 2)):
+        got = autograd.readable(do)
+        assert got is not do and got.is_contiguous() and got.data_ptr() % 16 == 0
 
 
 @pytest.fixture
