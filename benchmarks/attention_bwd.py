@@ -1,7 +1,7 @@
 """``attention()``'s backward on the GPU (issue 36): correctness first, determinism, sanitizers,
 then timing against the same-process peers (docs/guide/attention.md, "Backward and training").
 
-  python3 benchmarks/attention_bwd.py [--phase all|correct|determinism|time] [--out DIR]
+  python3 benchmarks/attention_bwd.py [--phase all|correct|graph|determinism|time] [--out DIR]
   python3 benchmarks/attention_bwd.py --determinism        # 20 runs, deterministic=True
   python3 benchmarks/attention_bwd.py --sanitize           # racecheck + synccheck, small shapes
   python3 benchmarks/attention_bwd.py --prebuild-only      # here, no GPU: every cubin on disk
@@ -17,9 +17,11 @@ then timing against the same-process peers (docs/guide/attention.md, "Backward a
    record as ``peer``); where no backend gives a finite gradient, the fixed bound
    :data:`FIXED_BOUND` (named ``"bound": "fixed"``).  The forward's saved LSE is checked too
    (+inf exactly on the rows that see no key), and dQ's no-key rows must be exactly 0.
-2. **determinism**: on every timed configuration, 20 backward runs with deterministic=True,
+2. **graph**: forward+backward captured in a CUDA graph and replayed on new inputs, and
+   torch.compile(fullgraph=True) of a loss through attention(), against the eager gradients.
+3. **determinism**: on every timed configuration, 20 backward runs with deterministic=True,
    bitwise equal to the first (and, for the record, how many the default gives equal).
-3. **time**: one process, 16k tokens, hidden 2048 (B = 16384 / S, H = 2048 / D), D 64 and 128,
+4. **time**: one process, 16k tokens, hidden 2048 (B = 16384 / S, H = 2048 / D), D 64 and 128,
    S 1k / 4k / 16k, causal or not: forward+backward and backward alone for ours (default and
    deterministic), sdpa-cudnn, sdpa-flash and, if importable, FlashAttention-4
    (``flash_attn.cute``), interleaved rounds with the order rotated (bench_timing), CUDA-event
@@ -209,6 +211,75 @@ def determinism(torch) -> None:
         ok += bool(rec.get("ok"))
         emit(rec)
     emit({"kind": "determinism-summary", "configs": len(TIMED), "ok": ok})
+
+
+#: the graph checks' case: (B, Hq, Hkv, Sq, Sk, D, causal): tails, grouped-query, no-key rows
+GRAPH_CASE = (1, 4, 2, 300, 200, 128, "bottom_right")
+
+
+def graph(torch) -> None:
+    """CUDA-graph capture of forward+backward, replayed on new inputs, and torch.compile
+    (fullgraph=True) of a loss through attention(), its backward through the registered
+    formula; each against the eager gradients (bitwise with deterministic=True where the main
+    kernel gives it; else the largest relative difference)."""
+    from pipeline_core_schedules_attention import attention
+
+    b, hq, hkv, sq, sk, d, causal = GRAPH_CASE
+
+    def fresh():
+        return [torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16)
+                for h, n in ((hq, sq), (hkv, sk), (hkv, sk), (hq, sq))]
+
+    def diff(a, b) -> float:
+        return max(float((x.float() - y.float()).norm() / y.float().norm().clamp_min(1e-30))
+                   for x, y in zip(a, b))
+
+    q, k, v = (t.requires_grad_() for t in fresh()[:3])
+    do = torch.randn_like(q)
+    for det in (True, False):
+        rec = {"kind": "cuda-graph", "deterministic": det, "case": list(GRAPH_CASE)}
+        try:
+            def step(det=det):
+                return torch.autograd.grad(attention(q, k, v, causal=causal, deterministic=det),
+                                           (q, k, v), do)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    step()
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                static = step()
+            same, diffs = [], []
+            for _ in range(3):
+                with torch.no_grad():
+                    for dst, src in zip((q, k, v, do), fresh()):
+                        dst.copy_(src)
+                g.replay()
+                eager = step()
+                torch.cuda.synchronize()
+                same.append(all(torch.equal(a, b) for a, b in zip(static, eager)))
+                diffs.append(diff(static, eager))
+            rec.update(replays=3, identical_to_eager=same, max_rel_diff=max(diffs),
+                       ok=all(same) if det else max(diffs) < 1e-2)
+        except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
+            rec.update(ok=False, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+        emit(rec)
+
+    def loss(q, k, v, do):
+        o = attention(q, k, v, causal=causal, scale=0.1)
+        return (o.float() * do.float()).sum()
+
+    rec = {"kind": "torch-compile", "fullgraph": True, "case": list(GRAPH_CASE)}
+    try:
+        want = torch.autograd.grad(loss(q, k, v, do), (q, k, v))
+        got = torch.autograd.grad(torch.compile(loss, fullgraph=True)(q, k, v, do), (q, k, v))
+        torch.cuda.synchronize()
+        rec.update(max_rel_diff=diff(got, want), ok=diff(got, want) < 1e-2)
+    except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
+        rec.update(ok=False, error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+    emit(rec)
 
 
 def _peers(torch, q, k, v, do, causal):
@@ -403,7 +474,8 @@ def dry_run(cases: int, seed: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", default="all",
-                    choices=("all", "correct", "determinism", "time", "sanitize-run"))
+                    choices=("all", "correct", "graph", "determinism", "time",
+                             "sanitize-run"))
     ap.add_argument("--determinism", action="store_true", help="--phase determinism")
     ap.add_argument("--sanitize", action="store_true",
                     help="compute-sanitizer racecheck and synccheck over the op's kernels")
@@ -435,6 +507,8 @@ def main() -> None:
         emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
         if phase in ("all", "correct"):
             correct(torch, args.cases, args.seed)
+        if phase in ("all", "graph"):
+            graph(torch)
         if phase in ("all", "determinism"):
             determinism(torch)
         if phase in ("all", "time"):
