@@ -48,7 +48,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
 
 from attention_checks import (CAUSAL, SANITIZE_SHAPES, _job, _sanitizer,  # noqa: E402
                               configs, peer)
-from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
+from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
 
 TOKENS, HIDDEN = 16384, 2048
 #: the timed configurations: (head dim, S, causal)
@@ -242,21 +242,15 @@ def graph(torch) -> None:
             def step(det=det):
                 return torch.autograd.grad(attention(q, k, v, causal=causal, deterministic=det),
                                            (q, k, v), do)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    step()
-            torch.cuda.current_stream().wait_stream(side)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                static = step()
+            captured: dict = {}  # the graph's outputs, which each replay rewrites
+            replay = graphed(torch, lambda: captured.update(grads=step()))
+            static = captured["grads"]
             same, diffs = [], []
             for _ in range(3):
                 with torch.no_grad():
                     for dst, src in zip((q, k, v, do), fresh()):
                         dst.copy_(src)
-                g.replay()
+                replay()
                 eager = step()
                 torch.cuda.synchronize()
                 same.append(all(torch.equal(a, b) for a, b in zip(static, eager)))
