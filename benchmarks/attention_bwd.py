@@ -387,13 +387,17 @@ def sanitize_run(torch) -> None:
                               "nan": any(bool(torch.isnan(g).any()) for g in grads)}), flush=True)
 
 
-def sanitize(out: Path | None, timeout: float) -> None:
+def sanitize(out: Path | None, timeout: float, kernels: str) -> None:
+    """racecheck and synccheck, one process each, over :func:`sanitize_run`; ``kernels``: the
+    kernel-name substring checked (every kernel of ours is named ``pc_...``; torch's own
+    kernels are left out), or "" for every kernel."""
     import re
 
     me = [sys.executable, str(Path(__file__).resolve()), "--phase", "sanitize-run"]
+    only = ["--kernel-name", f"kns={kernels}"] if kernels else []
     for tool in ("racecheck", "synccheck"):
-        rc, text, secs = _job(("sanitize", tool), [_sanitizer(), "--tool", tool, *me], timeout,
-                              out)
+        rc, text, secs = _job(("sanitize", tool), [_sanitizer(), "--tool", tool, *only, *me],
+                              timeout, out)
         runs = re.findall(r'^\{"kind": "sanitized-run".*$', text, re.M)
         emit({"kind": "sanitizer", "tool": tool, "rc": rc, "kernel_runs": len(runs),
               "summary": sorted(set(re.findall(r"(RACECHECK SUMMARY: .*|ERROR SUMMARY: .*)",
@@ -473,6 +477,8 @@ def main() -> None:
     ap.add_argument("--determinism", action="store_true", help="--phase determinism")
     ap.add_argument("--sanitize", action="store_true",
                     help="compute-sanitizer racecheck and synccheck over the op's kernels")
+    ap.add_argument("--sanitize-kernels", default="pc_",
+                    help="with --sanitize: the kernel-name substring checked ('' for all)")
     ap.add_argument("--prebuild-only", action="store_true", help="no GPU: build every cubin")
     ap.add_argument("--dry-run", action="store_true", help="no torch: print the plan")
     ap.add_argument("--cases", type=int, default=72)
@@ -491,7 +497,7 @@ def main() -> None:
         if args.prebuild_only:
             return prebuild(args.jobs)
         if args.sanitize:
-            return sanitize(out, args.timeout)
+            return sanitize(out, args.timeout, args.sanitize_kernels)
         import torch
 
         torch.manual_seed(args.seed)

@@ -285,7 +285,7 @@ def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None,
         r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream,
                                          kernels=(_kernel_key(c, device),)))
     out = torch.empty_like(q)
-    saved = (torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if lse else None)
+    saved = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if lse else None
     # the kernel in the key: a benchmark's swapped kernel gets arguments packed for it
     CALL.launch(r, (r, CALL.kernels.kernel(r.kernels[0]), q.data_ptr(), k.data_ptr(),
                     v.data_ptr()), (q, k, v), (out, saved))
@@ -296,8 +296,7 @@ def _attention_arguments(r: Recipe[AttentionCall], kernels: tuple[AttentionKerne
                          tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
     """The persistent grid (one CTA per query tile, at most one per SM) and the kernel's
     arguments (signature.SIGNATURE) but the output's and the LSE's addresses, which are packed
-    per call: Q's,
-    K's and V's tensor maps; the sizes, the folded scale, the GQA group and (causal) the tile
+    per call: Q's, K's and V's tensor maps; the sizes, the folded scale, the GQA group and (causal) the tile
     order that balances the CTAs' work (tile_order.choose over the plan's trips)."""
     np = require_gpu_module("numpy")
     (built,), (q, k, v) = kernels, tensors
@@ -342,7 +341,6 @@ def _family_ops() -> tuple[Op, ...]:
 CALL: HostCall[AttentionCall, AttentionKernel] = HostCall(
     schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"),
     build=lambda key: _build(*key), pack=_attention_arguments, ops=_family_ops)
-
 
 
 def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,

@@ -230,9 +230,8 @@ class HostCall(Generic[P, B]):
         call; a tuple of them, each packed per call, where the kernels take several late values:
         ``KernelSignature.pack_around`` of several names; ``None`` in it packs a null pointer,
         an output the call does not want) on its stream.  ``key``: the recipe and every
-        address the packed arguments hold
-        (and the kernels, where they may be swapped), which the family names; the arguments
-        are packed once per key and kept."""
+        address the packed arguments hold (and the kernels, where they may be swapped), which
+        the family names; the arguments are packed once per key and kept."""
         found = self.args.get(key)
         if found is None:
             kernels = tuple(self.kernels.kernel(k) for k in r.kernels)
