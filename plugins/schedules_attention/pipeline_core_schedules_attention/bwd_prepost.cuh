@@ -7,7 +7,7 @@
 // the warp's shuffles.
 #pragma once
 
-namespace pcab {
+namespace pcap {
 
 using pch100::u32;
 
@@ -86,4 +86,4 @@ __device__ __forceinline__ void postprocess(const float* __restrict__ dq_accum,
     *reinterpret_cast<uint4*>(dQ + row * HD + part * 8) = out;
 }
 
-}  // namespace pcab
+}  // namespace pcap

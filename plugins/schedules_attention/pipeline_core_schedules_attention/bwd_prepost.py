@@ -32,10 +32,10 @@ from pipeline_core_schedules_attention.schedule import NAME
 
 PRE_NAME = "pc_attention_bwd_pre"
 POST_NAME = "pc_attention_bwd_post"
-#: threads per block of both kernels (``pcab::THREADS``)
+#: threads per block of both kernels (``pcap::THREADS``)
 THREADS = 256
 #: the dtypes the kernels are written for, as the forward's call names them
-ELEMS = {"bf16": "pcab::Bf16", "fp16": "pcab::Fp16"}
+ELEMS = {"bf16": "pcap::Bf16", "fp16": "pcap::Fp16"}
 #: bwd_call.DQ_ROWS's stand-in while the main kernel's module is absent (the backward then
 #: refuses before anything is allocated): read through :func:`dq_rows` only
 DQ_ROWS_UNTIL_MERGE = 128
@@ -90,12 +90,12 @@ def source(head_dim: int, dtype: str) -> str:
         f"// The attention backward's preprocess and postprocess (head dim {head_dim}, {dtype}): "
         "bwd_prepost.py.",
         header_source(), wgmma_header_source(), gemm_call_header_source(), device,
-        'extern "C" __global__ void __launch_bounds__(pcab::THREADS)',
+        'extern "C" __global__ void __launch_bounds__(pcap::THREADS)',
         f"{PRE_NAME}({PRE_SIGNATURE.render()}) {{",
-        f"    pcab::preprocess<{head_dim}, {elem}>(O, dO, delta, dq_accum, rows, zero4);", "}",
-        'extern "C" __global__ void __launch_bounds__(pcab::THREADS)',
+        f"    pcap::preprocess<{head_dim}, {elem}>(O, dO, delta, dq_accum, rows, zero4);", "}",
+        'extern "C" __global__ void __launch_bounds__(pcap::THREADS)',
         f"{POST_NAME}({POST_SIGNATURE.render()}) {{",
-        f"    pcab::postprocess<{head_dim}, {elem}>(dq_accum, dQ, rows, sq, sq_rows);", "}", ""])
+        f"    pcap::postprocess<{head_dim}, {elem}>(dq_accum, dQ, rows, sq, sq_rows);", "}", ""])
 
 
 def _build(key: tuple[str, int, str, int]) -> Built:
