@@ -291,9 +291,8 @@ def _peers(torch, q, k, v, do, causal):
 
     fwds = {"sdpa-cudnn": (sdpa(SDPBackend.CUDNN_ATTENTION), (q, k, v), do),
             "sdpa-flash": (sdpa(SDPBackend.FLASH_ATTENTION), (q, k, v), do)}
-    try:
-        from flash_attn.cute import flash_attn_func  # FlashAttention-4, [B, S, H, D]
-
+    flash_attn_func = _fa4()
+    if flash_attn_func is not None:  # FlashAttention-4, [B, S, H, D]
         qb, kb, vb = (t.detach().transpose(1, 2).contiguous().requires_grad_()
                       for t in (q, k, v))
 
@@ -301,11 +300,25 @@ def _peers(torch, q, k, v, do, causal):
             out = flash_attn_func(qb, kb, vb, causal=causal)
             return out[0] if isinstance(out, tuple) else out
         fwds["fa4"] = (fa4, (qb, kb, vb), do.transpose(1, 2).contiguous())
-    except Exception as exc:  # noqa: BLE001 - not importable here: one line
-        emit({"kind": "peer-missing", "name": "fa4", "why": str(exc).splitlines()[0][:200]})
     for name, (fwd, leaves, g) in fwds.items():
         found[name] = _timed_pair(torch, name, fwd, leaves, g)
     return {n: f for n, f in found.items() if f is not None}
+
+
+_FA4: list = []
+
+
+def _fa4():
+    """FlashAttention-4's ``flash_attn_func`` (``flash_attn.cute``), or None where it does not
+    import (said once, in one line)."""
+    if not _FA4:
+        try:
+            from flash_attn.cute import flash_attn_func
+            _FA4.append(flash_attn_func)
+        except Exception as exc:  # noqa: BLE001 - not importable here: one line
+            emit({"kind": "peer-missing", "name": "fa4", "why": str(exc).splitlines()[0][:200]})
+            _FA4.append(None)
+    return _FA4[0]
 
 
 def _timed_pair(torch, name, fwd, leaves, g):
