@@ -399,7 +399,7 @@ def graph(torch, out: Path | None) -> None:
         return attention(x, y, z, causal="bottom_right", scale=0.1) * 2.0
 
     def op(x, y, z):  # the custom op alone, without the Python wrapper
-        return torch.ops.pipeline_core.attention(x, y, z, "bottom_right", 0.1) * 2.0
+        return torch.ops.pipeline_core.attention(x, y, z, "bottom_right", 0.1, False)[0] * 2.0
 
     for name, fn in (("torch-compile", f), ("torch-compile-op", op)):
         try:

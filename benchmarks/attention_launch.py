@@ -104,7 +104,7 @@ def main(argv=None) -> int:
                    for _ in range(3))
         flop = 4 * b * h * s * s * d // (2 if causal else 1)
         fns = {"ours": lambda: attention(q, k, v, causal=causal),
-               "ours-op": lambda: op(q, k, v, "top_left" if causal else "none", None),
+               "ours-op": lambda: op(q, k, v, "top_left" if causal else "none", None, False),
                **{n: (lambda f=f: f(q, k, v, causal)) for n, f in peers.items()}}
         names = list(fns)
         times: dict[str, list[float]] = {n: [] for n in names}

@@ -92,6 +92,27 @@ def test_an_op_of_three_kernels_launches_them_in_order_packed_once_per_key():
     assert seen.packs == 2 and seen.launches[-2][5][0] == 8192
 
 
+def test_several_late_values_are_packed_per_call_and_none_is_a_null_pointer():
+    """A kernel with two outputs packs both addresses per call (a tuple of late tensors); an
+    output the call does not want (None) is the null pointer."""
+    seen = types.SimpleNamespace(launches=[])
+
+    def pack(r, kernels, tensors):
+        (main,) = kernels
+        return (Launch.of(main, (1,), (tensors[0].data_ptr(),),
+                          late=lambda o, lse: (("o", o), ("lse", lse)), tail=(9,)),)
+
+    host = HostCall(schedule="two", plugins=(), pack=pack,
+                    build=lambda key: Built(kernel=key, smem=0, threads=32))
+    host.launcher = lambda *a: seen.launches.append(a)
+    r = Recipe(plan=0, device=0, stream=7, kernels=("main",))
+    x = Tensor(4096)
+    host.launch(r, r, (x,), (Tensor(1), Tensor(2)))
+    host.launch(r, r, (x,), (Tensor(3), None))
+    assert [a[5] for a in seen.launches] == [(4096, ("o", 1), ("lse", 2), 9),
+                                             (4096, ("o", 3), ("lse", 0), 9)]
+
+
 class FakeLibrary:
     """torch.library's custom_op, recording what is registered."""
 

@@ -153,9 +153,11 @@ def test_the_attention_calls_packed_arguments_are_the_emitted_kernels_parameters
     built = call.AttentionKernel(kernel="k", smem=1, threads=384, block_m=128, block_n=128)
     (launch,) = call._attention_arguments(r, (built,), (Buffer(1), Buffer(2), Buffer(3)))
     assert launch.late is not None
-    packed = (*launch.args, launch.late(4096), *launch.tail)  # the output's address per call
+    # the output's and the log-sum-exp's addresses per call
+    packed = (*launch.args, *launch.late(4096, 8192), *launch.tail)
     assert held_to(declared, packed) == []
-    assert int(packed[[n for _, n in declared].index("O")]) == 4096
+    names = [n for _, n in declared]
+    assert (int(packed[names.index("O")]), int(packed[names.index("LSE")])) == (4096, 8192)
 
 
 SIG = KernelSignature(kernel="k", params=params(
@@ -186,6 +188,21 @@ def test_the_packer_refuses_a_missing_or_unexpected_value_in_one_line(values, sa
         SIG.pack(values, np)
     assert str(info.value) == (f"kernel k: arguments {said}; pass exactly its parameters "
                                "(tmA, out, n, ld, scale)")
+
+
+def test_several_late_parameters_pack_per_call_in_their_order():
+    """A kernel with two outputs (attention's O and LSE) packs both per call: the packer
+    takes one value each and gives them packed, in the list's order; late parameters that are
+    not neighbours in the list are refused in one line."""
+    head, late, tail = SIG.pack_around(("out", "n"), {"scale": 0.5, "ld": 7, "tmA": MAP}, np)
+    assert head == (MAP,) and len(tail) == 2 and (int(tail[0]), float(tail[1])) == (7, 0.5)
+    out, n = late(64, 3)
+    assert (type(out), int(out), type(n), int(n)) == (np.uint64, 64, np.int32, 3)
+    with pytest.raises(SignatureError, match="^kernel k: late parameters out, ld are not "
+                                             "consecutive in its list; name consecutive ones$"):
+        SIG.pack_around(("out", "ld"), {"scale": 0.5, "n": 3, "tmA": MAP}, np)
+    with pytest.raises(SignatureError, match="^kernel k: no parameter O; its parameters: "):
+        SIG.pack_around(("out", "O"), {}, np)
 
 
 def test_a_late_parameter_the_kernel_lacks_and_an_unknown_packer_are_refused():

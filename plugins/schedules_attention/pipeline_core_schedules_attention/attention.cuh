@@ -220,10 +220,13 @@ __device__ __forceinline__ void pv(float (&o)[HD / 2], const u32 (&pk)[BN / 4], 
 }
 
 // An output tile's end: O / row sum (the quad's sums added; a row with no key, sum 0, stores 0)
-// into O[bh] ([Sq, HD] rows of Elem), rows past Sq not stored.
+// into O[bh] ([Sq, HD] rows of Elem), rows past Sq not stored; and, where the call asks for it
+// (LSE not null: a gradient is needed), each row's natural log-sum-exp of the scaled scores,
+// ln 2 * (max + log2 sum) in the statistics' log2 units, into LSE[bh] ([Sq] fp32, one store by
+// the quad's first lane): +inf for a row with no key, so the backward's P = exp(S - LSE) is 0.
 template <int HD, class Elem>
-__device__ __forceinline__ void finish(float (&o)[HD / 2], Rows& r, unsigned short* O, int bh,
-                                       int sq) {
+__device__ __forceinline__ void finish(float (&o)[HD / 2], Rows& r, unsigned short* O,
+                                       float* LSE, int bh, int sq) {
 #pragma unroll
     for (int i = 0; i < HD / 2; ++i) pcwg::fence_operand(o[i]);
     r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, 1);
@@ -242,6 +245,12 @@ __device__ __forceinline__ void finish(float (&o)[HD / 2], Rows& r, unsigned sho
         if (row + 8 < sq)
             *reinterpret_cast<u32*>(out + (size_t)(row + 8) * HD + col) =
                 Elem::pack(o[4 * c + 2] * r1, o[4 * c + 3] * r1);
+    }
+    if (LSE != nullptr && q == 0) {
+        constexpr float LN2 = 0.6931471805599453f;
+        float* lse = LSE + (size_t)bh * sq;
+        if (row < sq) lse[row] = r.l0 > 0.f ? LN2 * (r.m0 + log2f(r.l0)) : INFINITY;
+        if (row + 8 < sq) lse[row + 8] = r.l1 > 0.f ? LN2 * (r.m1 + log2f(r.l1)) : INFINITY;
     }
 }
 

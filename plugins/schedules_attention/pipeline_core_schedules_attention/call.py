@@ -260,12 +260,15 @@ def _attention_key(q: Any, k: Any, v: Any, causal: object, scale: object,
 _ORDERS: Bounded[TileOrder] = Bounded(RECIPE_CACHE_SIZE)
 
 
-def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> Any:
+def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None,
+         lse: bool = False) -> Any:
     """The output of one call, launched on torch's current stream (docs/guide/attention.md,
     "The launch path"): the arguments are checked and planned on the first call of each
     argument description, later calls go straight to the launch (the recipe's kernel is
     looked up in ``CALL.kernels`` at each launch, so the benchmarks' ablations and mutants,
-    which swap its entries, run through the cached recipe)."""
+    which swap its entries, run through the cached recipe).  With ``lse`` (a gradient is
+    needed: the op's forward), ``(output, lse)``: each row's log-sum-exp too, [B, H, Sq] fp32;
+    without, the kernel is passed a null LSE and stores none."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     if not q.is_cuda:  # no stream to key by: the checks refuse it in one line
@@ -282,17 +285,18 @@ def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> Any
         r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream,
                                          kernels=(_kernel_key(c, device),)))
     out = torch.empty_like(q)
+    saved = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if lse else None
     # the kernel in the key: a benchmark's swapped kernel gets arguments packed for it
     CALL.launch(r, (r, CALL.kernels.kernel(r.kernels[0]), q.data_ptr(), k.data_ptr(),
-                    v.data_ptr()), (q, k, v), out)
-    return out
+                    v.data_ptr()), (q, k, v), (out, saved))
+    return (out, saved) if lse else out
 
 
 def _attention_arguments(r: Recipe[AttentionCall], kernels: tuple[AttentionKernel, ...],
                          tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
     """The persistent grid (one CTA per query tile, at most one per SM) and the kernel's
-    arguments (signature.SIGNATURE) but the output's address, which is packed per call: Q's,
-    K's and V's tensor maps; the sizes, the folded scale, the GQA group and (causal) the tile
+    arguments (signature.SIGNATURE) but the output's and the LSE's addresses, which are packed
+    per call: Q's, K's and V's tensor maps; the sizes, the folded scale, the GQA group and (causal) the tile
     order that balances the CTAs' work (tile_order.choose over the plan's trips)."""
     np = require_gpu_module("numpy")
     (built,), (q, k, v) = kernels, tensors
@@ -307,7 +311,7 @@ def _attention_arguments(r: Recipe[AttentionCall], kernels: tuple[AttentionKerne
               "tmV": tensor_map(v.data_ptr(), kv_rows, c.head_dim, built.block_n, 64, c.dtype),
               "BH": c.bh, "Sq": c.sq, "Sk": c.sk, "scale_log2": c.scale_log2, "group": c.group,
               "hg": order.hg, "snake": order.snake}
-    return (Launch.of(built, (grid,), *SIGNATURE.pack_around("O", values, np)),)
+    return (Launch.of(built, (grid,), *SIGNATURE.pack_around(("O", "LSE"), values, np)),)
 
 
 def _order(r: Recipe[AttentionCall], built: AttentionKernel, mt: int, grid: int,
@@ -325,43 +329,46 @@ def _order(r: Recipe[AttentionCall], built: AttentionKernel, mt: int, grid: int,
     return found
 
 
-def _attention_ops() -> tuple[Op, ...]:
-    """The custom op ``pipeline_core::attention`` with its fake (registered by ``CALL.ops()``
-    on first use)."""
-    # the op's causal is "none" or an alignment (a schema has no bool-or-str)
-    def op(q: Any, k: Any, v: Any, causal: str, scale: float | None) -> Any:
-        return _run(q, k, v, False if causal == "none" else causal, scale)
+def _family_ops() -> tuple[Op, ...]:
+    """The family's custom ops, differentiable (autograd.py)."""
+    from pipeline_core_schedules_attention.autograd import attention_ops
 
-    def fake(q: Any, k: Any, v: Any, causal: str, scale: float | None) -> Any:
-        # the argument checks, where torch.compile traces the call (attention() skips them)
-        plan_attention(q, k, v, causal=False if causal == "none" else causal, scale=scale)
-        return q.new_empty(q.shape)
-
-    return (Op(name="pipeline_core::attention", impl=op, fake=fake,
-               schema="(Tensor q, Tensor k, Tensor v, str causal, float? scale) -> Tensor"),)
+    return attention_ops()
 
 
 #: the call layer of the attention family (the kit's HostCall): its kernels (key:
 #: :func:`_kernel_key`), recipes, packed arguments and op
 CALL: HostCall[AttentionCall, AttentionKernel] = HostCall(
     schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"),
-    build=lambda key: _build(*key), pack=_attention_arguments, ops=_attention_ops)
+    build=lambda key: _build(*key), pack=_attention_arguments, ops=_family_ops)
 
 
 def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
-              scale: float | None = None) -> Any:
+              scale: float | None = None, deterministic: bool = False) -> Any:
     """softmax(q . k^T * scale) . v for torch tensors [B, H, S, D] (bf16 or fp16, D 64 or
     128, any S >= 1, query and key lengths may differ; k and v may have fewer heads, a divisor
     of q's: grouped-query attention); ``scale`` defaults to 1/sqrt(D).  ``causal``: False,
     True or "top_left" (torch's is_causal), or "bottom_right" (FlashAttention's diagonal: a
-    query row that sees no key gives 0).  Runs on torch's current stream and allocates only
-    the output."""
-    # plain CUDA tensors outside tracing skip the op's dispatch (the kit's HostCall.call); the
-    # checks then run once per argument description (docs/guide/attention.md, "The launch
-    # path"); the op's causal is "none" or an alignment, its scale a float or None
-    return CALL.call("attention", _run,
+    query row that sees no key gives 0).  Differentiable (torch autograd, torch.compile):
+    ``deterministic`` makes the backward's dQ bitwise the same run to run (autograd.py).  Runs
+    on torch's current stream and allocates only the output (and, where a gradient is needed,
+    each row's log-sum-exp, which the backward reads)."""
+    if not isinstance(deterministic, bool):
+        raise AttentionArgumentError(f"attention: deterministic: {deterministic!r}; pass True "
+                                     "or False")
+    # plain CUDA tensors needing no gradient, outside tracing, skip the op's dispatch (the
+    # kit's HostCall.call); the checks then run once per argument description
+    # (docs/guide/attention.md, "The launch path"); the op's causal is "none" or an alignment,
+    # its scale a float or None; it returns (output, lse)
+    return CALL.call("attention", _run_eager,
                      lambda q, k, v, causal, scale: plan_attention(q, k, v, causal=causal,
                                                                    scale=scale),
                      (q, k, v), causal, scale,
                      op_args=lambda: (causal_align(causal) or "none",
-                                      None if scale is None else float(scale)))
+                                      None if scale is None else float(scale),
+                                      deterministic))[0]
+
+
+def _run_eager(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> tuple[Any]:
+    """The eager path's output, as the op's (output, lse)[0] is taken."""
+    return (_run(q, k, v, causal, scale),)

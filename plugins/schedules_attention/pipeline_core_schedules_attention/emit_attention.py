@@ -208,8 +208,9 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "swizzle), K and V over",
         "// B*Hkv heads: query head bh reads KV head bh / group (grouped-query attention, "
         "group = H / Hkv);",
-        f"// O: [B*H*Sq, {g.head_dim}].  Launch: block {g.threads} (warp group 0: producer; "
-        "1..: consumers), dynamic",
+        f"// O: [B*H*Sq, {g.head_dim}]; LSE: [B*H*Sq] fp32, each row's log-sum-exp (null: not "
+        "stored).",
+        f"// Launch: block {g.threads} (warp group 0: producer; 1..: consumers), dynamic",
         f"// shared memory {g.smem_bytes} bytes, any grid up to BH * ceil(Sq / {g.block_m}) "
         "CTAs (each runs output tiles",
         "// blockIdx.x, + gridDim.x, ...; causal, in the order hg and snake pick: "
@@ -240,7 +241,7 @@ def _family(g: AttentionGeometry, elem: str) -> AgentsFamily:
         consumer_state="        float oacc[HD / 2], sacc[BN / 2];\n        u32 pk[BN / 4];",
         compute="            pcat::Rows rows = pcat::start<HD>(oacc, tile_m * BM, consumer);\n"
                 "            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q",
-        finish=f"            pcat::finish<HD, {elem}>(oacc, rows, O, bh, Sq);",
+        finish=f"            pcat::finish<HD, {elem}>(oacc, rows, O, LSE, bh, Sq);",
         once_stages="Q_STAGES")
 
 

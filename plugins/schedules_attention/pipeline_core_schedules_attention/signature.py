@@ -1,8 +1,9 @@
 """The flash-attention forward kernel's signature: what ``emit_attention`` writes as the
 kernel's parameter list and what ``call`` packs, from one list (the kit's ``KernelSignature``
 says why).  Q, K, V: tensor maps; O: the output's address, packed per call (a new output each
-call); then the sizes, the softmax scale folded with log2(e), the query heads per KV head and
-the causal tile order (``hg``, ``snake``: tile_order.py)."""
+call); LSE: each row's log-sum-exp in fp32, packed per call too (null where no gradient is
+needed: not stored); then the sizes, the softmax scale folded with log2(e), the query heads
+per KV head and the causal tile order (``hg``, ``snake``: tile_order.py)."""
 from __future__ import annotations
 
 from pipeline_core_nvidia_h100.kit_api import TENSOR_MAP_TYPE as _MAP
@@ -12,7 +13,8 @@ KERNEL_NAME = "pc_flash_attention_fwd"
 
 SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
     ((_MAP, "tmQ", "tensor_map"), (_MAP, "tmK", "tensor_map")),
-    ((_MAP, "tmV", "tensor_map"), ("unsigned short* __restrict__", "O", "pointer")),
+    ((_MAP, "tmV", "tensor_map"), ("unsigned short* __restrict__", "O", "pointer"),
+     ("float* __restrict__", "LSE", "pointer")),
     (("int", "BH", "int32"), ("int", "Sq", "int32"), ("int", "Sk", "int32"),
      ("float", "scale_log2", "float32"), ("int", "group", "int32"), ("int", "hg", "int32"),
      ("int", "snake", "int32"))))

@@ -120,7 +120,7 @@ def host(monkeypatch):
                         lambda ptr, rows, d, box_rows, box_cols, dtype: ("map", ptr, rows))
     monkeypatch.setattr(call.CALL, "launcher", lambda *a: seen.launches.append(a))
     monkeypatch.setattr(call.CALL, "ops", lambda: types.SimpleNamespace(
-        attention=lambda *a: seen.ops.append(a)))
+        attention=lambda *a: seen.ops.append(a) or ("out", "lse")))
     for cache in (call.CALL.recipes, call.CALL.args, call._ORDERS):
         monkeypatch.setattr(cache, "_items", {})
     monkeypatch.setattr(call.CALL.kernels, "_built", {})
@@ -138,13 +138,15 @@ def test_a_repeated_call_checks_plans_and_packs_once(host):
     assert (host.plans, host.builds, len(host.launches)) == (1, 1, 2)
     (kernel, device, stream, grid, block, args, smem), again = host.launches
     assert (device, stream, grid, block, smem) == (0, 7, (12,), (384,), 1)  # 2*6 tiles of 100
-    # Q's map, K's, V's, the output, B*H, Sq, Sk, the folded scale, the group, the tile order
-    # (hg, snake: not causal, the default, which the kernel does not read)
-    assert len(args) == 11
+    # Q's map, K's, V's, the output, the log-sum-exp (null: no gradient is needed, none is
+    # stored), B*H, Sq, Sk, the folded scale, the group, the tile order (hg, snake: not
+    # causal, the default, which the kernel does not read)
+    assert len(args) == 12
     assert args[:3] == (("map", q.ptr, 1200), ("map", k.ptr, 924), ("map", v.ptr, 924))
-    assert int(args[3]) == first.ptr and [int(a) for a in args[4:7]] == [12, 100, 77]
-    assert math.isclose(float(args[7]), call.LOG2E / 8, rel_tol=1e-6) and int(args[8]) == 1
-    assert [int(a) for a in args[9:]] == [8, 0]
+    assert int(args[3]) == first.ptr and int(args[4]) == 0
+    assert [int(a) for a in args[5:8]] == [12, 100, 77]
+    assert math.isclose(float(args[8]), call.LOG2E / 8, rel_tol=1e-6) and int(args[9]) == 1
+    assert [int(a) for a in args[10:]] == [8, 0]
     # the second call's new output is launched, with the same packed maps (no repacking)
     assert int(again[5][3]) != first.ptr and all(a is b for a, b in zip(args[:3], again[5][:3]))
     # new tensors of the same description: no check, no plan; their own maps
@@ -234,7 +236,7 @@ def test_accepted_variants_get_their_own_plan(host):
     # (77 keys: the short-sequence tile)
     assert kernels[1][2:] == (True, "top_left", True) and kernels[2][2:] == (True, "bottom_right",
                                                                              True)
-    assert math.isclose(float(host.launches[3][5][7]), 0.5 * call.LOG2E, rel_tol=1e-6)
+    assert math.isclose(float(host.launches[3][5][8]), 0.5 * call.LOG2E, rel_tol=1e-6)
     host.state.stream = 8  # another stream: its own recipe, launched there
     call.attention(q, k, v)
     assert host.plans == 5 and host.launches[-1][2] == 8
@@ -253,7 +255,7 @@ def test_the_fast_path_is_not_taken_under_tracing_or_dispatch(host, monkeypatch,
         k = Tensor(k.shape, requires_grad=True)
     monkeypatch.setattr(call, "_run", lambda *a: pytest.fail("took the eager path"))
     call.attention(q, k, v, causal=True, scale=0.5)
-    assert len(host.ops) == 1 and host.ops[0][3:] == ("top_left", 0.5)
+    assert len(host.ops) == 1 and host.ops[0][3:] == ("top_left", 0.5, False)
     # outside tracing the checks still run before the op (one line each); under tracing the
     # op's fake runs them
     assert host.plans == (0 if why == "compiling" else 1)
@@ -309,10 +311,10 @@ def test_a_head_dim_without_a_short_tile_shares_one_kernel_across_lengths(host, 
 
 
 def _sizes(launch):
-    """The sizes a launch packed after the output's address, as ints (the scale dropped):
-    B*H, Sq, Sk, the group, hg, snake."""
+    """The sizes a launch packed after the output's and the log-sum-exp's addresses, as ints
+    (the scale dropped): B*H, Sq, Sk, the group, hg, snake."""
     args = launch[5]
-    return tuple(int(a) for i, a in enumerate(args[4:], 4) if i != 7)
+    return tuple(int(a) for i, a in enumerate(args[5:], 5) if i != 8)
 
 
 def _expected_order(bh, sq, sk, align="top_left", sms=132, block_m=128, block_n=128):

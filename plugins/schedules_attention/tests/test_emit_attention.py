@@ -62,7 +62,9 @@ def test_emitted_kernel_carries_the_plans_steps(pingpong, head_dim, dtype):
     elem = {"bf16": "pcat::Bf16", "fp16": "pcat::Fp16"}[dtype]  # how P and O are packed
     assert (f"pcat::softmax<BN, {elem}, pcat::PackP::now, false>(sacc, pk, rows, "
             "pcat::KeyTail{Sk}, t, FM, scale_log2);") in src
-    assert f"pcat::finish<HD, {elem}>(oacc, rows, O, bh, Sq);" in src
+    # O stored, and each row's log-sum-exp where the call passes an LSE (the backward's)
+    assert f"pcat::finish<HD, {elem}>(oacc, rows, O, LSE, bh, Sq);" in src
+    assert "unsigned short* __restrict__ O, float* __restrict__ LSE," in src
     named = re.findall(r"bar\.(sync|arrive) (\d+), 256", src)
     if pingpong:  # consumer 0 and 1 take turns: each syncs on one id and arrives on the other
         assert "if (consumer == 0) {" in src and "} else if (consumer == 1) {" in src

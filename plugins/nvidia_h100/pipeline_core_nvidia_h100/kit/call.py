@@ -227,9 +227,11 @@ class HostCall(Generic[P, B]):
     def launch(self, r: Recipe[P], key: Hashable, tensors: tuple[Any, ...],
                late: Any = None) -> None:
         """Launch recipe ``r``'s kernels on ``tensors`` (and ``late``'s address, packed per
-        call) on its stream.  ``key``: the recipe and every address the packed arguments hold
-        (and the kernels, where they may be swapped), which the family names; the arguments
-        are packed once per key and kept."""
+        call; a tuple of them, each packed per call, where the kernels take several late values:
+        ``KernelSignature.pack_around`` of several names; ``None`` in it packs a null pointer,
+        an output the call does not want) on its stream.  ``key``: the recipe and every
+        address the packed arguments hold (and the kernels, where they may be swapped), which
+        the family names; the arguments are packed once per key and kept."""
         found = self.args.get(key)
         if found is None:
             kernels = tuple(self.kernels.kernel(k) for k in r.kernels)
@@ -237,6 +239,8 @@ class HostCall(Generic[P, B]):
         for p in found:
             self.launcher(p.kernel, r.device, r.stream, p.grid, p.block,
                           p.args if p.late is None
+                          else (*p.args, *p.late(*map(_address, late)), *p.tail)
+                          if type(late) is tuple
                           else (*p.args, p.late(late.data_ptr()), *p.tail), p.smem)
 
     def call(self, op: str, run: Callable[..., Any], check: Callable[..., Any],
@@ -271,6 +275,11 @@ class HostCall(Generic[P, B]):
                 register_op(op)
             self._namespace = getattr(torch.ops, _namespace(ops))
         return self._namespace
+
+
+def _address(t: Any) -> int:
+    """A late tensor's address, 0 (a null pointer) for None."""
+    return 0 if t is None else int(t.data_ptr())
 
 
 def _namespace(ops: Sequence[Op]) -> str:

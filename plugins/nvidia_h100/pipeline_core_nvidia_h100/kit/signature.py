@@ -86,18 +86,31 @@ class KernelSignature:
         self._check(values, ())
         return tuple(_packer(p, np)(values[p.name]) for p in self.params)
 
-    def pack_around(self, late: str, values: Mapping[str, Any],
-                    np: Any) -> tuple[tuple[Any, ...], Callable[[Any], Any], tuple[Any, ...]]:
+    def pack_around(self, late: str | tuple[str, ...], values: Mapping[str, Any],
+                    np: Any) -> tuple[tuple[Any, ...], Callable[..., Any], tuple[Any, ...]]:
         """The arguments but parameter ``late``'s, packed from ``values`` (which must not hold
         it): those before it, its packer, those after.  A value that changes every call (an
-        output allocated per call) is packed then, between the two kept halves."""
-        if late not in self.names:
-            raise SignatureError(f"kernel {self.kernel}: no parameter {late}; its parameters: "
-                                 f"{', '.join(self.names)}")
-        self._check(values, (late,))
-        at = self.names.index(late)
-        packed = [_packer(p, np)(values[p.name]) for p in self.params if p.name != late]
-        return tuple(packed[:at]), _packer(self.params[at], np), tuple(packed[at:])
+        output allocated per call) is packed then, between the two kept halves.  ``late`` may
+        name several consecutive parameters (a call with several outputs): the packer then
+        takes one value each and gives their packed values as a tuple."""
+        names = (late,) if isinstance(late, str) else tuple(late)
+        missing = [n for n in names if n not in self.names]
+        if missing or not names:
+            raise SignatureError(f"kernel {self.kernel}: no parameter {', '.join(missing)}; "
+                                 f"its parameters: {', '.join(self.names)}")
+        at = self.names.index(names[0])
+        if self.names[at:at + len(names)] != names:
+            raise SignatureError(f"kernel {self.kernel}: late parameters {', '.join(names)} are "
+                                 "not consecutive in its list; name consecutive ones")
+        self._check(values, names)
+        packed = [_packer(p, np)(values[p.name]) for p in self.params if p.name not in names]
+        packers = [_packer(p, np) for p in self.params[at:at + len(names)]]
+        if isinstance(late, str):
+            return tuple(packed[:at]), packers[0], tuple(packed[at:])
+
+        def pack_late(*late_values: Any) -> tuple[Any, ...]:
+            return tuple(f(v) for f, v in zip(packers, late_values, strict=True))
+        return tuple(packed[:at]), pack_late, tuple(packed[at:])
 
     def _check(self, values: Mapping[str, Any], late: tuple[str, ...]) -> None:
         wanted = [n for n in self.names if n not in late]

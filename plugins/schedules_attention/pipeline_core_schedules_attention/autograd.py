@@ -1,0 +1,136 @@
+"""``attention()`` differentiable: the family's two torch custom ops, registered by the kit's
+call layer (``HostCall.ops``, ``kit.call.register_op``: the fake, and the backward through
+``torch.library.register_autograd``) on the first call that needs them.
+
+* ``pipeline_core::attention(q, k, v, causal, scale, deterministic) -> (o, lse)``: the
+  forward kernel (``call._run``) with each row's log-sum-exp saved (the contract's ``lse``:
+  [B, H, Sq] fp32, natural log of the scaled scores' sum, +inf for a row that sees no key).
+  ``attention()`` returns ``o``; ``lse`` is marked non-differentiable.  ``deterministic`` is
+  the backward's, carried here so the saved context holds it.
+* ``pipeline_core::attention_bwd(q, k, v, o, lse, dout, causal, scale, deterministic) ->
+  (dq, dk, dv)``: three kernels on torch's current stream, FlashAttention-3's cut
+  (docs/guide/attention.md, "Backward and training"): the preprocess (``bwd_prepost``: delta =
+  rowsum(dO * O), the fp32 dQ accumulator zeroed), the main kernel
+  (``bwd_call.attention_bwd_main``: dK, dV, and dQ added into the accumulator), the
+  postprocess (the accumulator cast to q's dtype).
+
+Why custom ops with a registered backward rather than an ``autograd.Function`` around the
+launch: torch.compile (``fullgraph=True``) traces an op by its fake and its backward by the
+registered formula, so forward and backward land in one graph without a break, and CUDA
+graphs capture the launches as they are (every launch is on the current stream, every
+allocation through torch's allocator).  The backward op takes dO of any strides and offset
+(autograd hands expanded, transposed or sliced gradients) and copies it once where the
+kernels' TMA and 16-byte loads could not read it (:func:`readable`).
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from pipeline_core_nvidia_h100.kit_api import Op
+
+from pipeline_core_schedules_attention import bwd_prepost, call
+
+#: the op's causal (a schema has no bool-or-str) as the calls take it
+_CAUSAL: dict[str, bool | str] = {"none": False, "top_left": True,
+                                  "bottom_right": "bottom_right"}
+_BWD_CALL = "pipeline_core_schedules_attention.bwd_call"
+
+
+class AttentionBackwardError(ValueError):
+    """A backward that cannot run (the message names what is at fault and the fix)."""
+
+
+def main_kernel() -> Callable[..., Any]:
+    """The main backward kernel's host function (``bwd_call.attention_bwd_main``, the other
+    half of the backward), or one refusal line where it is not installed."""
+    try:
+        module = importlib.import_module(_BWD_CALL)
+    except ModuleNotFoundError:
+        raise AttentionBackwardError(
+            f"attention backward: the main kernel ({_BWD_CALL}.attention_bwd_main) is not "
+            "installed; install a pipeline-core-schedules-attention that has it") from None
+    fn: Callable[..., Any] = module.attention_bwd_main
+    return fn
+
+
+def _forward(q: Any, k: Any, v: Any, causal: str, scale: float | None,
+             deterministic: bool) -> tuple[Any, Any]:
+    out, lse = call._run(q, k, v, _CAUSAL[causal], scale, lse=True)
+    return out, lse
+
+
+def _forward_fake(q: Any, k: Any, v: Any, causal: str, scale: float | None,
+                  deterministic: bool) -> tuple[Any, Any]:
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    # the argument checks, where torch.compile traces the call (attention() skips them)
+    call.plan_attention(q, k, v, causal=_CAUSAL[causal], scale=scale)
+    return q.new_empty(q.shape), q.new_empty(tuple(q.shape[:3]), dtype=torch.float32)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, Any]) -> None:
+    q, k, v, causal, scale, deterministic = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.deterministic = causal, deterministic
+    ctx.scale = float(q.shape[-1]) ** -0.5 if scale is None else scale
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx: Any, do: Any, dlse: Any) -> tuple[Any, ...]:
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = call.CALL.ops().attention_bwd(q, k, v, o, lse, do, ctx.causal, ctx.scale,
+                                               ctx.deterministic)
+    return dq, dk, dv, None, None, None
+
+
+def check_backward(o: Any, do: Any) -> None:
+    """dO's refusals, one line each: its shape and dtype are the output's (any strides)."""
+    if tuple(do.shape) != tuple(o.shape):
+        raise AttentionBackwardError(f"attention backward: dO: shape {tuple(do.shape)} differs "
+                                     f"from the output's {tuple(o.shape)}; pass o's gradient")
+    if do.dtype != o.dtype:
+        raise AttentionBackwardError(f"attention backward: dO: dtype {do.dtype} differs from "
+                                     f"the output's {o.dtype}; cast it")
+
+
+def readable(do: Any) -> Any:
+    """dO as the kernels read it: contiguous and 16-byte aligned (the main kernel's TMA, the
+    preprocess's 16-byte loads); copied once where it is not (autograd hands expanded,
+    transposed or offset gradients), else as it is."""
+    if do.is_contiguous() and do.data_ptr() % 16 == 0:
+        return do
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    return do.clone(memory_format=torch.contiguous_format)
+
+
+def _backward_impl(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: str,
+                   scale: float, deterministic: bool) -> tuple[Any, Any, Any]:
+    main = main_kernel()  # refused before anything is allocated
+    check_backward(o, do)
+    do = readable(do)
+    delta, dq_accum = bwd_prepost.preprocess(o, do)
+    dk, dv = main(q, k, v, do, lse, delta, dq_accum, causal=_CAUSAL[causal], scale=scale,
+                  deterministic=deterministic)
+    return bwd_prepost.postprocess(dq_accum, q), dk, dv
+
+
+def _backward_fake(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: str,
+                   scale: float, deterministic: bool) -> tuple[Any, Any, Any]:
+    check_backward(o, do)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def attention_ops() -> tuple[Op, ...]:
+    """The forward op with its backward registered, and the backward op (``call.CALL``
+    registers them on first use)."""
+    return (Op(name="pipeline_core::attention", impl=_forward, fake=_forward_fake,
+               schema="(Tensor q, Tensor k, Tensor v, str causal, float? scale, "
+                      "bool deterministic) -> (Tensor, Tensor)",
+               backward=_backward, setup_context=_setup_context),
+            Op(name="pipeline_core::attention_bwd", impl=_backward_impl, fake=_backward_fake,
+               schema="(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor dout, "
+                      "str causal, float scale, bool deterministic) -> (Tensor, Tensor, Tensor)"))

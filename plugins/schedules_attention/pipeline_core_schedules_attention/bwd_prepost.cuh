@@ -1,0 +1,89 @@
+// The attention backward's two small kernels around its main one (FlashAttention-3's cut:
+// docs/guide/attention.md, "Backward and training"): the preprocess, delta = rowsum(dO * O) in
+// fp32 and the main kernel's fp32 dQ accumulator zeroed, and the postprocess, that accumulator
+// (which holds dQ itself: the main kernel applied the scale) cast to Q's element type.  Pasted
+// after the kit's headers (pch100's and pcgc's element conversions).  Memory-bound: each thread
+// moves 16 bytes of 16-bit elements per access (8 of a row), no shared memory, no barrier but
+// the warp's shuffles.
+#pragma once
+
+namespace pcap {
+
+using pch100::u32;
+
+// The element type of O, dO and dQ: a 16-bit pair as two fp32 values, and two fp32 values as a
+// pair (`lo` at the lower address).
+struct Bf16 {
+    static __device__ __forceinline__ float lo(u32 x) { return pcgc::bf16_to_f32(x & 0xffffu); }
+    static __device__ __forceinline__ float hi(u32 x) { return pcgc::bf16_to_f32(x >> 16); }
+    static __device__ __forceinline__ u32 pack(float lo, float hi) {
+        return pch100::pack_bf16x2(lo, hi);
+    }
+};
+struct Fp16 {
+    static __device__ __forceinline__ float lo(u32 x) { return pcgc::f16_to_f32(x & 0xffffu); }
+    static __device__ __forceinline__ float hi(u32 x) { return pcgc::f16_to_f32(x >> 16); }
+    static __device__ __forceinline__ u32 pack(float lo, float hi) {
+        return pcgc::pack_f16x2(lo, hi);
+    }
+};
+
+// Threads per block of both kernels.
+constexpr int THREADS = 256;
+
+// Preprocess.  Row r of the [rows, HD] matrices O and dO (rows = B * H * Sq, contiguous) is read
+// by HD / 8 consecutive lanes, 8 elements each; their fp32 products are summed over the lanes
+// (shuffles within the row's lanes) and the row's first lane stores delta[r].  Then the whole
+// grid zeroes dq_accum's `zero4` float4s (grid-stride), which the main kernel adds dQ into.
+template <int HD, class Elem>
+__device__ __forceinline__ void preprocess(const unsigned short* __restrict__ O,
+                                           const unsigned short* __restrict__ dO,
+                                           float* __restrict__ delta,
+                                           float* __restrict__ dq_accum, long long rows,
+                                           long long zero4) {
+    constexpr int LANES = HD / 8;  // lanes per row: a power of two up to 32 (HD 64: 8; 128: 16)
+    static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "head dim");
+    const long long t = (long long)blockIdx.x * THREADS + threadIdx.x;
+    const long long row = t / LANES;
+    const int part = threadIdx.x % LANES;
+    float acc = 0.f;
+    if (row < rows) {
+        const uint4 o = *reinterpret_cast<const uint4*>(O + row * HD + part * 8);
+        const uint4 g = *reinterpret_cast<const uint4*>(dO + row * HD + part * 8);
+        const u32 ow[4] = {o.x, o.y, o.z, o.w}, gw[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            acc += Elem::lo(ow[i]) * Elem::lo(gw[i]) + Elem::hi(ow[i]) * Elem::hi(gw[i]);
+    }
+#pragma unroll
+    for (int step = LANES / 2; step > 0; step /= 2)
+        acc += __shfl_xor_sync(0xffffffffu, acc, step);
+    if (row < rows && part == 0) delta[row] = acc;
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (long long i = t; i < zero4; i += (long long)gridDim.x * THREADS)
+        reinterpret_cast<float4*>(dq_accum)[i] = zero;
+}
+
+// Postprocess.  dQ[bh, i, :] = dq_accum[bh, i, :] for i < Sq (dq_accum has `sq_rows` >= Sq rows
+// per (batch, head): the main kernel's row blocks), 8 elements per thread, rounded to nearest.
+template <int HD, class Elem>
+__device__ __forceinline__ void postprocess(const float* __restrict__ dq_accum,
+                                            unsigned short* __restrict__ dQ, long long rows,
+                                            int sq, int sq_rows) {
+    const long long t = (long long)blockIdx.x * THREADS + threadIdx.x;
+    if (t >= rows * (HD / 8)) return;
+    const long long row = t / (HD / 8);
+    const int part = t % (HD / 8);
+    const long long bh = row / sq, i = row % sq;
+    const float4* src =
+        reinterpret_cast<const float4*>(dq_accum + (bh * sq_rows + i) * HD + part * 8);
+    const float4 a = src[0], b = src[1];
+    uint4 out;
+    out.x = Elem::pack(a.x, a.y);
+    out.y = Elem::pack(a.z, a.w);
+    out.z = Elem::pack(b.x, b.y);
+    out.w = Elem::pack(b.z, b.w);
+    *reinterpret_cast<uint4*>(dQ + row * HD + part * 8) = out;
+}
+
+}  // namespace pcap

@@ -1,0 +1,173 @@
+"""The attention backward's preprocess and postprocess kernels (``bwd_prepost.cuh``) on the kit:
+their parameters from one ``KernelSignature`` each, their source written here, their build,
+recipes, packed arguments and launch on torch's current stream by the kit's ``HostCall``
+(:data:`PREPOST`), the way the forward's kernel is (``call.py``).
+
+Why two kernels of their own (FlashAttention-3's cut; docs/guide/attention.md, "Backward and
+training"): the main kernel (``bwd_call.attention_bwd_main``, the schedule
+``flash-attention-bwd``) owns a KV block and visits every query block, so each query row's
+``delta = rowsum(dO * O)`` is needed by many CTAs: computed once before it, it is one fp32 read
+per row there.  And dQ is summed across KV blocks in an fp32 accumulator in global memory,
+which must start at zero and end in Q's dtype: the preprocess zeroes it (one launch fewer than
+a separate fill), the postprocess casts it.  Both are memory-bound and not pipelined (no
+schedule: nothing to prove but their bounds, which the tests and the sanitizer run check).
+Every address is packed per call (``pack_around`` of all four), so the packed arguments are
+kept per recipe, not per address: autograd hands a new dO each step.
+"""
+from __future__ import annotations
+
+import importlib
+from importlib import resources
+from typing import Any
+
+import attrs
+
+from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, Built, HostCall, KernelSignature,
+                                               Launch, Recipe, current_stream, describe,
+                                               gemm_call_header_source, header_source,
+                                               kernel_params, load_kernel, require_gpu_module,
+                                               wgmma_header_source)
+
+from pipeline_core_schedules_attention.schedule import NAME
+
+PRE_NAME = "pc_attention_bwd_pre"
+POST_NAME = "pc_attention_bwd_post"
+#: threads per block of both kernels (``pcap::THREADS``)
+THREADS = 256
+#: the dtypes the kernels are written for, as the forward's call names them
+ELEMS = {"bf16": "pcap::Bf16", "fp16": "pcap::Fp16"}
+#: bwd_call.DQ_ROWS's stand-in while the main kernel's module is absent (the backward then
+#: refuses before anything is allocated): read through :func:`dq_rows` only
+DQ_ROWS_UNTIL_MERGE = 128
+_BWD_CALL = "pipeline_core_schedules_attention.bwd_call"
+
+_PTR = "const unsigned short* __restrict__"
+PRE_SIGNATURE = KernelSignature(kernel=PRE_NAME, params=kernel_params(
+    ((_PTR, "O", "pointer"), (_PTR, "dO", "pointer")),
+    (("float* __restrict__", "delta", "pointer"), ("float* __restrict__", "dq_accum", "pointer")),
+    (("long long", "rows", "int64"), ("long long", "zero4", "int64"))))
+POST_SIGNATURE = KernelSignature(kernel=POST_NAME, params=kernel_params(
+    (("const float* __restrict__", "dq_accum", "pointer"),
+     ("unsigned short* __restrict__", "dQ", "pointer")),
+    (("long long", "rows", "int64"), ("int", "sq", "int32"), ("int", "sq_rows", "int32"))))
+
+
+def dq_rows() -> int:
+    """The row block the main kernel's dQ accumulator is padded to (``bwd_call.DQ_ROWS``, the
+    contract: the kernel may write whole row blocks past Sq).  The one place it is read."""
+    try:
+        module = importlib.import_module(_BWD_CALL)
+    except ModuleNotFoundError:
+        return DQ_ROWS_UNTIL_MERGE
+    return int(module.DQ_ROWS)
+
+
+def padded_rows(sq: int) -> int:
+    """Sq rounded up to :func:`dq_rows`: the accumulator's rows per (batch, head)."""
+    n = dq_rows()
+    return -(-sq // n) * n
+
+
+@attrs.frozen(kw_only=True)
+class PrepostCall:
+    """What one preprocess or postprocess launch runs: the rows (B * H * Sq), Sq, the
+    accumulator's rows per (batch, head), the head dim and the dtype."""
+
+    rows: int
+    sq: int
+    sq_rows: int
+    head_dim: int
+    dtype: str
+
+
+def source(head_dim: int, dtype: str) -> str:
+    """The CUDA of both kernels for one head dim and dtype: the kit's headers (their element
+    conversions), ``bwd_prepost.cuh``, and the two entry points."""
+    device = resources.files(__package__).joinpath("bwd_prepost.cuh").read_text(
+        encoding="utf-8")
+    elem = ELEMS[dtype]
+    return "\n".join([
+        f"// The attention backward's preprocess and postprocess (head dim {head_dim}, {dtype}): "
+        "bwd_prepost.py.",
+        header_source(), wgmma_header_source(), gemm_call_header_source(), device,
+        'extern "C" __global__ void __launch_bounds__(pcap::THREADS)',
+        f"{PRE_NAME}({PRE_SIGNATURE.render()}) {{",
+        f"    pcap::preprocess<{head_dim}, {elem}>(O, dO, delta, dq_accum, rows, zero4);", "}",
+        'extern "C" __global__ void __launch_bounds__(pcap::THREADS)',
+        f"{POST_NAME}({POST_SIGNATURE.render()}) {{",
+        f"    pcap::postprocess<{head_dim}, {elem}>(dq_accum, dQ, rows, sq, sq_rows);", "}", ""])
+
+
+def _build(key: tuple[str, int, str, int]) -> Built:
+    name, head_dim, dtype, device = key
+    return Built(kernel=load_kernel(source(head_dim, dtype), name, device=device, smem=0),
+                 smem=0, threads=THREADS)
+
+
+def _prepost_arguments(r: Recipe[PrepostCall], kernels: tuple[Built, ...],
+          tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
+    """One launch, every address late (packed per call): the preprocess's grid covers every
+    row's lanes (the zeroing strides over it), the postprocess's every 8 elements of dQ."""
+    np = require_gpu_module("numpy")
+    (built,), c = kernels, r.plan
+    lanes = c.rows * (c.head_dim // 8)
+    grid = (max(1, -(-lanes // THREADS)),)
+    if r.kernels[0] == (PRE_NAME, c.head_dim, c.dtype, r.device):
+        zero4 = c.rows // c.sq * c.sq_rows * c.head_dim // 4
+        return (Launch.of(built, grid, *PRE_SIGNATURE.pack_around(
+            ("O", "dO", "delta", "dq_accum"), {"rows": c.rows, "zero4": zero4}, np)),)
+    return (Launch.of(built, grid, *POST_SIGNATURE.pack_around(
+        ("dq_accum", "dQ"), {"rows": c.rows, "sq": c.sq, "sq_rows": c.sq_rows}, np)),)
+
+
+#: the two kernels' call layer (the kit's HostCall; key ``(kernel name, head dim, dtype,
+#: device)``), a recipe per (kernel, argument description, stream)
+PREPOST: HostCall[PrepostCall, Built] = HostCall(
+    schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"),
+    build=_build, pack=_prepost_arguments)
+
+
+def _recipe(name: str, like: Any, stream: int, device: int) -> Recipe[PrepostCall]:
+    """The recipe of kernel ``name`` on tensors described by ``like`` ([B, H, Sq, D], Q's
+    dtype), made once per description and stream."""
+    key = (name, describe(like), stream)
+    found = PREPOST.recipes.get(key)
+    if found is None:
+        b, h, sq, d = like.shape
+        dtype = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}[str(like.dtype)]
+        c = PrepostCall(rows=b * h * sq, sq=sq, sq_rows=padded_rows(sq), head_dim=d, dtype=dtype)
+        found = PREPOST.recipes.put(key, Recipe(plan=c, device=device, stream=stream,
+                                                kernels=((name, d, dtype, device),)))
+    return found
+
+
+def _where(torch: Any, t: Any) -> tuple[int, int]:
+    device = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    return device, current_stream(torch, device)
+
+
+def preprocess(o: Any, do: Any) -> tuple[Any, Any]:
+    """``(delta, dq_accum)`` for the forward's output ``o`` and its gradient ``do`` (both
+    [B, H, Sq, D], contiguous, one dtype): delta [B, H, Sq] fp32, dq_accum [B, H,
+    :func:`padded_rows` (Sq), D] fp32 zeroed; one launch on torch's current stream."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    device, stream = _where(torch, o)
+    r = _recipe(PRE_NAME, o, stream, device)
+    b, h, sq, d = o.shape
+    delta = torch.empty((b, h, sq), dtype=torch.float32, device=o.device)
+    dq_accum = torch.empty((b, h, r.plan.sq_rows, d), dtype=torch.float32, device=o.device)
+    PREPOST.launch(r, r, (), (o, do, delta, dq_accum))
+    return delta, dq_accum
+
+
+def postprocess(dq_accum: Any, q: Any) -> Any:
+    """dQ in ``q``'s dtype and shape from the accumulator (its first Sq rows per (batch,
+    head)); one launch on torch's current stream."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    device, stream = _where(torch, q)
+    r = _recipe(POST_NAME, q, stream, device)
+    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    PREPOST.launch(r, r, (), (dq_accum, dq))
+    return dq
