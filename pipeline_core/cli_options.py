@@ -2,7 +2,7 @@
 
 Why apart from :mod:`pipeline_core.cli`: the commands that live with their layer
 (``check``, ``analyze``) add these options too, and the CLI imports those commands; with the
-shared spellings here, neither imports the other's module (README.md, "Architecture").
+shared spellings here, neither imports the other's module (docs/guide/architecture.md, "Architecture").
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ EXIT_BROKEN_PIPE = 141  #: 128 + SIGPIPE, as shells report a writer whose reader
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are one line, as every other refusal of the CLI (README.md,
-    "Exit status"): the flag and what it allows, then where the full usage is, instead of a
+    """argparse whose errors are one line, as every other refusal of the CLI
+    (docs/guide/cli.md, "Exit status"): the flag and what it allows, then where the full usage is, instead of a
     5-7-line usage block above the message.  Subcommand parsers inherit the class."""
 
     def error(self, message: str) -> NoReturn:

@@ -3,7 +3,7 @@
 Why a module of their own: the compiler builds them, but the document, the proof, the timing
 model, the views and the emitters all read them.  Kept here, on a low floor that imports only
 records, every reader can name their real types without importing the compiler (the import
-cycle that once made four of the fields ``Any``; README.md, "Architecture").
+cycle that once made four of the fields ``Any``; docs/guide/architecture.md, "Architecture").
 """
 from __future__ import annotations
 

@@ -115,6 +115,6 @@ def fewest_agents(sync: "SyncModel | None") -> int:
     """2 when a channel of ``sync`` is counted per thread with results visible to the issuer
     only (cp.async): the threads of even one warp read each other's copies, which only a
     barrier publishes, so a one-warp model would call every such barrier redundant
-    (README.md, "Warps"); else 1."""
+    (docs/guide/checker.md, "Compile proves what it emits"); else 1."""
     channels = sync.channels if sync is not None else ()
     return 2 if any(c.owner == "thread" and c.results_visible_to == "issuer" for c in channels) else 1

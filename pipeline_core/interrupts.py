@@ -3,7 +3,7 @@
 Python turns SIGINT into ``KeyboardInterrupt``, but any code may also ``raise
 KeyboardInterrupt``.  The plugin guard (:mod:`pipeline_core.plugin_guard`) must stop the
 tool for the first (exit 130) and report the second as the plugin's failure, naming it
-(README, "A broken plugin never breaks the host").  The two are told apart by counting the
+(docs/guide/plugins.md, "A broken plugin never breaks the host").  The two are told apart by counting the
 SIGINTs the process receives: while :func:`counting_sigints` is active, a handler counts
 each one before raising ``KeyboardInterrupt`` as Python's own handler does, so an interrupt
 that arrives while the count is unchanged was raised by code, not by the user.

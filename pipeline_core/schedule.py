@@ -411,7 +411,7 @@ class BuildContext:
     target_args: Mapping[str, str] = attrs.field(factory=dict)
     config_overrides: Mapping[str, str] = attrs.field(factory=dict)
     #: the caller asked for exactly the reference's output (``--allow-unsafe``): repairs a
-    #: schedule makes against the reference default to off (README, "Compile proves what it
+    #: schedule makes against the reference default to off (docs/guide/checker.md, "Compile proves what it
     #: emits")
     reference: bool = False
 

@@ -146,7 +146,7 @@ class Case:
 
 
 #: --allow-unsafe: these throwaway targets declare no sync model, so a plain compile refuses
-#: them as unprovable (README, "Compile proves what it emits"); the suite is about plugins
+#: them as unprovable (docs/guide/checker.md, "Compile proves what it emits"); the suite is about plugins
 COMPILE = ("compile", "NAME", "--format", "json", "--allow-unsafe")
 LIST = ("plugins", "--json")
 STANDARD = "pipeline_core_register_targets, pipeline_core_register_schedules = plugin('NAME'{})\n"

@@ -1,4 +1,4 @@
-"""The core's import graph stays layered (README.md, "Architecture"): every import counts,
+"""The core's import graph stays layered (docs/guide/architecture.md, "Architecture"): every import counts,
 module- or function-level, ``TYPE_CHECKING`` blocks included, since a type-only import is still
 a dependency a reader must follow.
 

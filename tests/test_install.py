@@ -97,7 +97,7 @@ def test_a_pip_installed_plugin_is_discovered_and_compiles(envs):
     listing = run(exe, "plugins")
     assert listing.returncode == 0, listing.stderr
     assert "tmp  (tmp-plugin 1.2.3)  ok" in listing.stdout
-    # --allow-unsafe: the throwaway target declares no sync model (README, "Compile proves ...")
+    # --allow-unsafe: the throwaway target declares no sync model (docs/guide/checker.md, "Compile proves what it emits")
     result = run(exe, "compile", "two-ops", "--format", "json", "--allow-unsafe")
     assert result.returncode == 0, result.stderr
     assert '"schedule": "two-ops"' in result.stdout

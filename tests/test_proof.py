@@ -1,4 +1,4 @@
-"""Compile proves what it emits (pipeline_core/proof.py, README "Compile proves what it emits")."""
+"""Compile proves what it emits (pipeline_core/proof.py, docs/guide/checker.md, "Compile proves what it emits")."""
 from __future__ import annotations
 
 import json

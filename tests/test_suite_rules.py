@@ -1,4 +1,4 @@
-"""Rules the test suite itself keeps (README, "tox env" table): it never times the machine and it
+"""Rules the test suite itself keeps (docs/guide/contributing.md, "The tox environments"): it never times the machine and it
 needs nothing outside the repository."""
 from __future__ import annotations
 

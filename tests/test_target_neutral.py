@@ -1,4 +1,4 @@
-"""The core owns no GPU family's facts: they come from the target's plugin (README, "Architecture")."""
+"""The core owns no GPU family's facts: they come from the target's plugin (docs/guide/architecture.md, "Architecture")."""
 from __future__ import annotations
 
 import re

@@ -155,7 +155,7 @@ def run(args, compiled: Any) -> int:
 
 def _export_dot(args, compiled: Any, to_file: bool) -> int:
     """The dependency graph and, to a file, one line of its size: a DOT file is the body's
-    graph, so nothing is modelled (no timing run, no --iterations; README, "Seeing a
+    graph, so nothing is modelled (no timing run, no --iterations; docs/guide/concepts.md, "Seeing a
     schedule")."""
     from pipeline_core.export import dot
 

@@ -4,7 +4,7 @@ A wait ``wait(ch, n)`` returns when at most ``n`` ticks of ``ch`` issued by the
 same agent are still pending; on an in-order channel everything older than the
 ``n`` youngest ticks is then complete.  So a wait ``W`` that must cover an
 asynchronous producer ``P`` may leave at most *the number of ticks issued after
-P and before W* pending (README.md, "Architecture": the derivation).  On a group
+P and before W* pending (docs/guide/architecture.md, "Architecture": the derivation).  On a group
 channel an op's tick is the commit that closes its group; on an out-of-order
 channel only ``n = 0`` covers a given tick.
 

@@ -3,7 +3,7 @@
 The core never assumes a GPU family's counters.  A target declares a
 :class:`SyncModel` on its :class:`~pipeline_core.config.TargetProfile`; the
 hazard checker, the timing model and the exports read channel names, wait tags,
-barrier tags and hint tags from it (README.md, "Architecture").
+barrier tags and hint tags from it (docs/guide/architecture.md, "Architecture").
 
 Records are frozen and keyword-only.  Tick counts may depend on the compiled
 configuration (AMD counts several ``vmcnt`` ticks per global load, set per

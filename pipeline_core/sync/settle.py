@@ -17,7 +17,7 @@ here before the proof stage:
 
 Why the checker's fix for step 2: the derivation only places values on waits
 that exist; where a wait or a barrier is missing it reports the need, and the
-checker's fix for that need is the same rule (README.md, "Architecture").
+checker's fix for that need is the same rule (docs/guide/architecture.md, "Architecture").
 """
 from __future__ import annotations
 

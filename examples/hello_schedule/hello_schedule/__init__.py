@@ -1,1 +1,1 @@
-"""An example third-party plugin for pipeline-core (see README, "Write your own schedule")."""
+"""An example third-party plugin for pipeline-core (see docs/guide/schedule-plugin.md, "Write your own schedule")."""

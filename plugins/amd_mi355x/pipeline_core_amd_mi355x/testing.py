@@ -47,7 +47,7 @@ def load_golden(case: str, directory: Path | None = None) -> dict:
 
 
 #: what a golden's command line needs to reproduce the reference exactly: ``--allow-unsafe``
-#: emits the reference's output even where it races (README, "Compile proves what it emits");
+#: emits the reference's output even where it races (docs/guide/checker.md, "Compile proves what it emits");
 #: the 4-wave goldens need it, the others are proven safe as they are
 REFERENCE_FLAGS = ("--allow-unsafe",)
 

@@ -17,7 +17,6 @@ kept per recipe, not per address: autograd hands a new dO each step.
 from __future__ import annotations
 
 import importlib
-from importlib import resources
 from typing import Any
 
 import attrs
@@ -25,7 +24,8 @@ import attrs
 from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, Built, HostCall, KernelSignature,
                                                Launch, Recipe, current_stream, describe,
                                                gemm_call_header_source, header_source,
-                                               kernel_params, load_kernel, require_gpu_module,
+                                               kernel_params, load_kernel, pasted,
+                                               require_gpu_module,
                                                wgmma_header_source)
 
 from pipeline_core_schedules_attention.schedule import NAME
@@ -83,8 +83,7 @@ class PrepostCall:
 def source(head_dim: int, dtype: str) -> str:
     """The CUDA of both kernels for one head dim and dtype: the kit's headers (their element
     conversions), ``bwd_prepost.cuh``, and the two entry points."""
-    device = resources.files(__package__).joinpath("bwd_prepost.cuh").read_text(
-        encoding="utf-8")
+    device = pasted(__package__, "bwd_prepost.cuh")
     elem = ELEMS[dtype]
     return "\n".join([
         f"// The attention backward's preprocess and postprocess (head dim {head_dim}, {dtype}): "
