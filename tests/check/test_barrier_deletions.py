@@ -229,7 +229,8 @@ def test_every_flagged_deletion_names_a_fix_it_can_apply(compiled):
     ((), (("stages", "2"),)), ((), (("stages", "4"),)),
     ((("warps_m", "1"), ("warps_n", "1"), ("BK", "32"), ("BM", "64"), ("BN", "64")), ()),
     ((("warps_m", "4"), ("warps_n", "2")), ()),
-    ((("warps_m", "4"), ("warps_n", "8"), ("BM", "256"), ("BN", "256")), ()),  # 32: a full CTA
+    pytest.param((("warps_m", "4"), ("warps_n", "8"), ("BM", "256"), ("BN", "256")), (),
+                 marks=pytest.mark.slow),  # 32 warps, a full CTA: the sweep's longest proofs
 ])
 def test_every_multistage_barrier_is_needed_at_every_shape(params, target_args):
     """The ring's barriers publish each stage to the other warps: with the real warp count
