@@ -50,8 +50,13 @@ def node_id(index: int) -> str:
 
 
 def build_graph(body: Sequence[Op], edges: Sequence[DepEdge], names: Mapping[int, str] | None = None,
-                name: str = "body") -> nx.MultiDiGraph:
-    """Ops as nodes (index, op, role, channel, stage, subtile), DepEdges as styled edges."""
+                name: str = "body", *, partitions: bool = True) -> nx.MultiDiGraph:
+    """Ops as nodes (index, op, role, channel, stage, subtile), DepEdges as styled edges.
+
+    ``partitions``: the body's ``stage`` fields are the double-buffer partitions of the
+    reference's lowering, drawn as one box each.  A body lowered through the target's sync
+    model (the ring and agents lowerings) uses ``stage`` as the schedule's own index (the
+    multistage GEMM's MMA row block), so boxing it as "stage N" would misread it."""
     names = names or {}
     g = nx.MultiDiGraph(name=name)
     g.graph["graph"] = {"label": f"{name}: {len(body)} ops, {len(edges)} edges "
@@ -67,7 +72,7 @@ def build_graph(body: Sequence[Op], edges: Sequence[DepEdge], names: Mapping[int
         ch = "-" if o.channel < 0 else ("AB"[o.channel] if o.channel < 2 else str(o.channel))
         label = f"{i}: {describe_op(o, names)}"
         g.add_node(node_id(i), label=label, shape=shape, fillcolor=fill, index=i,
-                   group=f"stage{o.stage}", tooltip=f"{o.role.name} ch {ch} stage {o.stage} sub {o.subtile}",
+                   group=f"stage{o.stage}" if partitions else "body", tooltip=f"{o.role.name} ch {ch} stage {o.stage} sub {o.subtile}",
                    op=describe_op(o, names), role=o.role.name, channel=o.channel, stage=o.stage,
                    subtile=o.subtile, k_offset=o.k_offset.name, latency=o.latency)
     for k, e in enumerate(edges):
@@ -80,7 +85,7 @@ def build_graph(body: Sequence[Op], edges: Sequence[DepEdge], names: Mapping[int
             attrs["constraint"] = "false"  # loop-carried edges should not stretch the ranks
         g.add_edge(node_id(e.producer), node_id(e.consumer), key=k, **attrs)
     stages = sorted({o.stage for o in body})
-    if len(stages) > 1:  # one box per stage (a partition's ops), its ops in program order
+    if partitions and len(stages) > 1:  # one box per partition, its ops in program order
         g.graph[CLUSTERS] = [(f"cluster_stage{s}", f"stage {s}",
                               [node_id(i) for i, o in enumerate(body) if o.stage == s])
                              for s in stages]
@@ -95,8 +100,11 @@ def graph_from(source: Any) -> nx.MultiDiGraph:
         body = ops_from_doc(source["body"])
         edges = edges_from_doc(source["edges"])
         names = {o["tag"]: o["tag_name"] for o in source["body"] if o["tag"] <= MAX_KERNEL_TAG}
-        return build_graph(body, edges, names, str(source.get("case") or source.get("schedule", "body")))
-    return build_graph(source.body, source.edges, source.tag_names, source.schedule_name)
+        # a document lowered through the target's sync model names its lowering (document.py)
+        return build_graph(body, edges, names, str(source.get("case") or source.get("schedule", "body")),
+                           partitions="lowering" not in source)
+    return build_graph(source.body, source.edges, source.tag_names, source.schedule_name,
+                       partitions=source.plan.template_counters)
 
 
 def pydot_available() -> bool:

@@ -188,3 +188,20 @@ def test_run_writes_dot(tmp_path, capsys, case):
     assert cli_export.run(parser.parse_args(["--format", "dot"]), compile_case(case)) == 0
     out, err = capsys.readouterr()
     assert parse_dot(out).number_of_edges() == EXPECTED[case][1] and err == ""
+
+
+def test_a_body_lowered_through_the_sync_model_is_not_boxed_by_its_stage_field():
+    """Issue 39: a ring body's ``stage`` is the schedule's own index (the multistage GEMM's MMA
+    row block), not a double-buffer partition: boxing it as "stage N" misread it; its document
+    (which names its lowering) gets no box either."""
+    pytest.importorskip("pipeline_core_nvidia_h100")
+    from pipeline_core.api import compile_named
+    from pipeline_core.document import to_document
+
+    compiled = compile_named("multistage-gemm", target="h100")
+    assert len({o.stage for o in compiled.body}) > 1  # the field varies: a box per value before
+    for source in (compiled, to_document(compiled)):
+        g = dot.graph_from(source)
+        assert not g.graph.get(dot.CLUSTERS)
+        assert {data["group"] for _, data in g.nodes(data=True)} == {"body"}
+        assert "subgraph" not in dot.to_dot(g, writer="builtin")
