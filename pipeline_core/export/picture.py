@@ -129,7 +129,7 @@ def _draw(tl: Timeline, width: int) -> tuple[Any, dict[str, str]]:
             _draw_group(bars, tl, key, top, min_w)
         else:
             _draw_unit(bars, tl, key, title, top, min_w, w)
-    _draw_marks(ax, tl, n)
+    _draw_marks(ax, tl, n, w)
     s = tl.summary()
     _draw_steady_window(ax, tl, s)
     fig.suptitle(f"{tl.name}: {len(tl.groups)} warp group(s), {tl.iterations} kernel iterations; "
@@ -168,9 +168,9 @@ def _draw_steady_window(ax, tl: Timeline, s: Any) -> None:
     if span is None:
         return
     ax.axvspan(span[0], span[1], color="#ffe680", alpha=0.18, zorder=0, linewidth=0)
-    ax.text((span[0] + span[1]) / 2, _total_rows(tl) - 0.04,
-            f"steady state: iterations {s.window[0]}..{s.window[1] - 1}",
-            ha="center", va="bottom", fontsize=8, color="#7a6000")
+    # said under the axis, not inside the band, where it overprinted the lowest lane's bars
+    ax.set_xlabel(f"cycles (shaded: the steady state, iterations {s.window[0]}.."
+                  f"{s.window[1] - 1})", fontsize=9)
 
 
 def stall_styles(tl: Timeline) -> dict[str, tuple[str, str]]:
@@ -308,26 +308,48 @@ def unit_labels(tl: Timeline, resource: ResourceKind, top: int, width_px: int,
 
 
 @functools.lru_cache(maxsize=1024)  # a 12-iteration picture measures ~20 texts 800 times
-def label_width_px(text: str) -> float:
-    """Width of ``text`` at the label font size, in pixels, as matplotlib lays it out."""
+def label_width_px(text: str, points: float = LABEL_POINTS) -> float:
+    """Width of ``text`` at ``points`` (the bar labels' size by default), in pixels, as
+    matplotlib lays it out."""
     from matplotlib.font_manager import FontProperties
     from matplotlib.textpath import text_to_path
 
     width_pt = text_to_path.get_text_width_height_descent(
-        text, FontProperties(size=LABEL_POINTS), ismath=False)[0]
+        text, FontProperties(size=points), ismath=False)[0]
     return width_pt * DPI / 72
 
 
-def _draw_marks(ax, tl: Timeline, n: int) -> None:
+#: font size of the iteration marks above the plot ("it 3", "epilogue")
+MARK_POINTS = 7
+
+
+def mark_labels(tl: Timeline, width_px: int) -> list[tuple[int, str]]:
+    """(cycle, text) of the iteration marks written above the plot: each kernel iteration's
+    and the epilogue's start, left to right, leaving out a mark that would overprint the one
+    before it (short iterations, a narrow picture); every start still gets its dotted line."""
+    scale = px_per_cycle(tl, width_px)
+    kept: list[tuple[int, str]] = []
+    end_px = float("-inf")
+    for span in tl.groups[0].spans:
+        if span.phase not in (Phase.KERNEL, Phase.EPILOGUE):
+            continue
+        text = f"it {span.iteration}" if span.phase == Phase.KERNEL else "epilogue"
+        x_px = span.start * scale
+        if x_px >= end_px:
+            kept.append((span.start, text))
+            end_px = x_px + label_width_px(text, MARK_POINTS) + 4
+    return kept
+
+
+def _draw_marks(ax, tl: Timeline, n: int, width_px: int) -> None:
     groups = len(tl.groups)
     for b in tl.barriers:
         ax.vlines(b.release, 0, groups, color="#444444", linewidth=0.4, alpha=0.6)
-    g0 = tl.groups[0]
-    for span in g0.spans:
+    for span in tl.groups[0].spans:
         if span.phase == Phase.KERNEL or span.phase == Phase.EPILOGUE:
             ax.vlines(span.start, 0, n, color="black", linewidth=0.8, linestyles="dotted")
-            label = f"it {span.iteration}" if span.phase == Phase.KERNEL else "epilogue"
-            ax.text(span.start, -0.05, label, fontsize=7, ha="left", va="bottom")
+    for x, text in mark_labels(tl, width_px):
+        ax.text(x, -0.05, text, fontsize=MARK_POINTS, ha="left", va="bottom")
 
 
 def write(tl: Timeline, path: str | Path, *, fmt: str | None = None, width: int = 1600) -> Path:

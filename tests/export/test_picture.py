@@ -175,3 +175,24 @@ def test_every_svg_bar_has_a_tooltip_naming_its_op_group_and_cycles(tmp_path):
     stalls = [s for g in tl.groups for s in g.steps if s.stall is not None]
     assert sum("stalled before issue" in tip for tip in tips) == len(stalls) > 0
     assert len(set(g.get("id") for g in groups)) == len(groups)
+
+
+@pytest.mark.parametrize("width", [400, 1600])
+def test_iteration_marks_never_overprint_and_the_steady_label_is_off_the_bars(width):
+    """Issue 39: at a narrow width the "it N" marks overprinted each other, and the steady
+    state's label sat inside the plot over the lowest lane's bars."""
+    pytest.importorskip("matplotlib")
+    tl = simulate(golden_data.load("pingpong_bf16"), 12)
+    marks = picture.mark_labels(tl, width)
+    scale = picture.px_per_cycle(tl, width)
+    starts = [x for x, _ in marks]
+    assert starts == sorted(starts) and marks[0][1] == "it 0"
+    for (x0, t0), (x1, _) in zip(marks, marks[1:]):
+        assert x0 * scale + picture.label_width_px(t0, picture.MARK_POINTS) <= x1 * scale
+    if width == 1600:  # wide enough: every iteration and the epilogue are named
+        assert [t for _, t in marks] == [f"it {i}" for i in range(12)] + ["epilogue"]
+    else:
+        assert len(marks) < 13
+    ax = picture.draw(tl, width).axes[0]
+    assert not [t for t in ax.texts if t.get_text().startswith("steady state")]
+    assert "steady state, iterations" in ax.get_xlabel()
