@@ -51,12 +51,14 @@ class UnsafeScheduleError(PipelineError):
         self.finding = finding
         self.verdict = verdict
         self.knobs = knobs
-        text = finding
-        if knobs:
+        text = f"{finding}; {ALLOW_TEXT}"
+        head, colon, rest = finding.partition(": ")
+        if knobs and colon:  # the way out first: the hazards that follow can run to 1,000 chars
             these = "these knobs are" if len(knobs) > 1 else "this knob is"
-            text += (f"; the configuration sets {', '.join(knobs)}, and {these} known to make "
-                     "the reference's output race (accepted only with --allow-unsafe)")
-        super().__init__(f"{text}; {ALLOW_TEXT}")
+            text = (f"{head}: the configuration sets {', '.join(knobs)}, and {these} known to "
+                    f"make the reference's output race: drop {' and '.join(knobs)}, or "
+                    f"{ALLOW_TEXT}; {rest}")
+        super().__init__(text)
 
     def naming_knobs(self, knobs: tuple[str, ...]) -> "UnsafeScheduleError":
         """The same refusal, naming the racing knobs the caller set."""

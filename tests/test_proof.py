@@ -22,8 +22,9 @@ def test_every_compiling_command_refuses_an_unsafe_schedule_with_exit_1(command,
     assert result.exit_code == 1, result.stderr
     assert result.stdout == ""
     err = result.stderr.strip()
-    assert err.startswith("error: compile refused schedule pingpong: UNSAFE under 2 warp groups x 4 "
-                          "warps"), err
+    assert err.startswith("error: compile refused schedule pingpong: the configuration sets -c "
+                          "minimal_barriers=true"), err
+    assert "; UNSAFE under 2 warp groups x 4 warps" in err
     assert "fix: " in err and "-c minimal_barriers=true" in err and "--allow-unsafe" in err
     assert "Traceback" not in err and len(err.splitlines()) == 1
 
@@ -102,3 +103,13 @@ def test_declared_warp_counts():
         compiled = compile_named(name)
         assert (compiled.execution.groups, compiled.execution.warps_per_group) == (groups, warps)
         assert prove(compiled).verdict.warps_per_group == warps
+
+
+def test_a_racing_knobs_refusal_says_the_way_out_before_the_hazards(cli):
+    """Issue 39: the refusal ran to 1,000 characters with its way out last; the knob to drop
+    (or --allow-unsafe) now comes before the hazard it caused."""
+    result = cli("compile", "pingpong", "-c", "minimal_barriers=true")
+    assert result.exit_code == 1
+    line, = result.stderr.strip().splitlines()
+    way_out = line.index("drop -c minimal_barriers=true, or pass --allow-unsafe")
+    assert way_out < line.index("UNSAFE under") and way_out < 200
