@@ -6,7 +6,8 @@ as a static script the shell sources without starting Python on each Tab (argcom
 shtab is the optional extra ``completion`` and is imported only by this command, never by the
 CLI at start-up.  The script also offers the names installed when it was written: schedules
 after a compiling command, ``--target`` names, ``--emitter`` names, and files after ``-o`` and
-``--input`` (docs/guide/cli.md, "Shell completion").
+``--input``, and the ``KEY=`` of ``-p``, ``-T``, ``-c`` and ``-O`` (docs/guide/cli.md, "Shell
+completion").
 """
 from __future__ import annotations
 
@@ -37,8 +38,21 @@ def _offer_names(parser: argparse.ArgumentParser, host: Any) -> None:
     action's choices; this parser only writes the script, so parsing is untouched)."""
     import shtab
 
+    import attrs
+
+    from pipeline_core.config import ScheduleConfig
+
+    def keys(records: Any, field: str) -> list[str]:  # "KEY=" of every record's parameters
+        return sorted({f"{p.name}=" for r in records for p in (getattr(r, field) or ())})
+
     names = {"schedule": sorted(host.schedules), "target": sorted(host.targets),
-             "emitter": sorted(host.emitters)}
+             "emitter": sorted(host.emitters),
+             # -p / -T / -O complete to the keys any installed schedule, target or emitter
+             # takes (the script is static: one list per flag), -c to every knob
+             "params": keys(host.schedules.values(), "params"),
+             "target_args": keys(host.targets.values(), "params"),
+             "emit_options": keys(host.emitters.values(), "options"),
+             "overrides": sorted(f"{f.name}=" for f in attrs.fields(ScheduleConfig))}
     for command in _subparsers(parser):
         for action in command._actions:
             if action.dest in names and names[action.dest]:

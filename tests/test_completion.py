@@ -39,6 +39,10 @@ def bash_script():
     (["pipeline-core", "check", "pingpong", "--target", "h100"], ["h100", "h100-pingpong"]),
     (["pipeline-core", "compile", "pingpong", "--ka"], []),
     (["pipeline-core", "compile", "pingpong", "--kern"], ["--kernel-only"]),
+    # issue 39: the keys of -p / -T / -c, as KEY= (any installed schedule's, target's, knob)
+    (["pipeline-core", "compile", "pingpong", "-p", "MMA_"], ["MMA_K=", "MMA_M=", "MMA_N="]),
+    (["pipeline-core", "compile", "hello", "-T", "stag"], ["stages="]),
+    (["pipeline-core", "compile", "pingpong", "-c", "minimal_b"], ["minimal_barriers="]),
 ])
 def test_bash_completes_commands_names_and_options(bash_script, tmp_path, words, offered):
     from pipeline_core.plugins import default_host
