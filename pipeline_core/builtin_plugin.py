@@ -30,7 +30,7 @@ def pipeline_core_register_lowerings() -> list[LoweringRecord]:
         LoweringRecord(agents.AGENTS, "one program per warp role, meeting on mbarrier rings "
                        "(docs/guide/agents.md)", lower=agents.lower,
                        knobless="the agents' programs, rings and waits are derived from their "
-                                "roles (docs/guide/agents.md)"),
+                                "roles (docs/guide/agents.md)", compute_channels=True),
         LoweringRecord(blocks.BLOCKS, "the reference's block program (its single-buffer "
                        "recipes at depth 1)", lower=blocks.lower, finish=blocks.finish),
         LoweringRecord(ring.RING, "an N-stage ring whose waits the target's sync model sets",

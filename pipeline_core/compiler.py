@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from pipeline_core.compiled import CompiledSchedule  # its home; importable from here too
 from pipeline_core.config import BLOCK_SCHEDULE_KNOBS, ScheduleConfig, TargetProfile
 from pipeline_core.errors import ConfigError
-from pipeline_core.ops import MAX_KERNEL_TAG, Op
+from pipeline_core.ops import MAX_KERNEL_TAG, Op, OpRole
 from pipeline_core.schedule import Schedule, ScheduleBase
 
 if TYPE_CHECKING:
@@ -67,7 +67,8 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
     if not isinstance(target, TargetProfile):
         target = None
     record = lowering_of(schedule, host)
-    check_body_fits_target(schedule, body, target, target_name)
+    check_body_fits_target(schedule, body, target, target_name,
+                           compute_channels=record.compute_channels)
     edges = tuple(host.derive_edges(schedule, body, config))
     graph.validate(body, edges)
     sched = _schedule_config(schedule, record)
@@ -134,13 +135,31 @@ def _schedule_config(schedule: ScheduleBase, record: LoweringRecord) -> Schedule
 
 
 def check_body_fits_target(schedule: ScheduleBase, body: tuple[Op, ...],
-                           target: TargetProfile | None, target_name: str) -> None:
+                           target: TargetProfile | None, target_name: str, *,
+                           compute_channels: bool = False) -> None:
     """Refuse, before any work, a body the target cannot cost: every kernel tag of the body
     must be in the target's cost model (a tag the model lacks would be costed as nothing, and
     a foreign model reinterprets tags: a body compiled for another schedule's target).  What a
     lowering needs beyond that it checks itself (the block program's global-load ticks,
     pipeline_core/lowering/blocks.py)."""
     where = target_name or "(the schedule's own)"
+    for i, o in enumerate(body):  # a compute's channel= would otherwise mean nothing
+        if o.role == OpRole.COMPUTE and o.channel >= 0 and not compute_channels:
+            reads = o.operand_channels if o.reads is not None else (o.channel,)
+            raise ConfigError(f"schedule {schedule.name}", f"build_body()[{i}].channel",
+                              o.channel, "-1 on a compute op: channel= names a load's operand "
+                              "channel, and a compute names the channels it reads with reads= "
+                              f"(logical(..., reads={reads!r}))")
+        if o.reads is not None and o.role != OpRole.COMPUTE:
+            raise ConfigError(f"schedule {schedule.name}", f"build_body()[{i}].reads",
+                              o.reads, f"None on a {o.role.name} op: reads= names the operand "
+                              "channels a compute op reads; a load names its one channel "
+                              "with channel=")
+        if o.reads is not None and compute_channels:
+            raise ConfigError(f"schedule {schedule.name}", f"build_body()[{i}].reads",
+                              o.reads, "None under a lowering that binds a compute by its "
+                              "channel= (the agents lowering: what a compute reads are the "
+                              "body's edges); drop reads=")
     if target is not None:
         known = target.cost_model.costs
         missing = sorted({o.tag for o in body if o.tag <= MAX_KERNEL_TAG and o.tag not in known})

@@ -52,6 +52,9 @@ def op_doc(o: Op, names: Mapping[int, str]) -> dict[str, Any]:
         "resource_name": o.resource.name, "latency": o.latency, "role": int(o.role),
         "role_name": o.role.name, "channel": o.channel, "vgpr_def": o.vgpr_def,
         "vgpr_kill": o.vgpr_kill,
+        # a compute's operand channels, written only where named (the reference's documents,
+        # whose computes read an A and a B, keep their 13 fields)
+        **({"reads": list(o.reads)} if o.reads is not None else {}),
     }
 
 
@@ -180,8 +183,9 @@ def dumps(c: "CompiledSchedule") -> str:
 # --- decoding -------------------------------------------------------------------
 
 def op_from_doc(d: Mapping[str, Any]) -> Op:
-    """One op dict as an :class:`Op`."""
-    return Op(**{k: d[k] for k in OP_FIELDS if k in d or k not in COUNTER_OP_KEYS})
+    """One op dict as an :class:`Op` (``reads`` where the dict names it)."""
+    return Op(**{k: d[k] for k in OP_FIELDS if k in d or k not in COUNTER_OP_KEYS},
+              **({"reads": d["reads"]} if d.get("reads") is not None else {}))
 
 
 def slot_from_doc(d: Mapping[str, Any] | None) -> Op | None:

@@ -200,6 +200,8 @@ def apply_edge_rules(body: Sequence[Op], config, rules: Sequence[EdgeRule]) -> l
                 if rule.cross_half and half[p] == half[c]:
                     continue
                 if rule.use_config_match:
+                    if po.channel not in co.operand_channels:  # a fragment it never reads
+                        continue
                     if half[c] != (0 if po.stage == 0 else 1):
                         continue
                     if config.compute_match_key(co, po.channel) != po.subtile:

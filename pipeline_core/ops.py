@@ -118,12 +118,36 @@ def _role(value: Any) -> OpRole:
     return _enum_value(OpRole, value)
 
 
+def _reads(value: Any) -> tuple[int, ...] | None:
+    """A compute op's operand channels: None (the default pair), or distinct channels >= 0."""
+    if value is None:
+        return None
+    try:
+        reads = tuple(value)
+    except TypeError:
+        raise ConfigError("Op", "reads", value, "a tuple of operand channels, e.g. (0,)") from None
+    if (not reads or len(set(reads)) != len(reads)
+            or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in reads)):
+        raise ConfigError("Op", "reads", value, "distinct operand channels >= 0, at least one, "
+                                                "e.g. (0,) for a one-operand reduction")
+    return reads
+
+
+#: the fragments a compute op reads when it names none: an A and a B (an MMA)
+DEFAULT_READS = (0, 1)
+
+
 @attrs.frozen
 class Op:
-    """One op of a loop body or schedule (the reference's 13-field OpDesc).
+    """One op of a loop body or schedule (the reference's 13-field OpDesc, and ``reads``).
 
     For MMAs ``stage`` is the M row and ``subtile`` the N column; for
     SCHED_GROUP_BARRIER ``subtile`` is the mask and ``wait_value`` the count.
+    ``reads`` names the operand channels a compute op reads fragments of (None: an A and a
+    B, :data:`DEFAULT_READS`): ``(0,)`` for a one-operand step (a row reduction, an
+    elementwise or softmax-like step), three channels for a fused multiply-add chain.  The
+    fragment of channel c it reads is the one loaded with c's match field (``stage`` for the
+    first channel, ``subtile`` for the others: ``PipelineConfig.compute_match_key``).
     """
 
     tag: int = attrs.field(converter=lambda t: int(t) if isinstance(t, enum.IntEnum) else t,
@@ -141,6 +165,13 @@ class Op:
     channel: int = attrs.field(default=-1, validator=_int_field(-1, 2**31))
     vgpr_def: int = attrs.field(default=0, validator=_int_field(0, 2**31))
     vgpr_kill: int = attrs.field(default=0, validator=_int_field(0, 2**31))
+    reads: tuple[int, ...] | None = attrs.field(default=None, converter=_reads)
+
+    @property
+    def operand_channels(self) -> tuple[int, ...]:
+        """The operand channels a compute op reads fragments of (its ``reads``, or an A and a
+        B); every reader of a compute's operands (edges, waits, the checker) asks this."""
+        return self.reads if self.reads is not None else DEFAULT_READS
 
     @property
     def is_present(self) -> bool:
@@ -167,9 +198,12 @@ def op(tag: int, resource: ResourceKind, latency: int, role: OpRole, *, channel:
 
 
 def logical(tag: int, *, channel: int = -1, stage: int = 0, subtile: int = 0,
-            k_offset: KOffset = KOffset.NONE) -> Op:
-    """Buffer metadata only; resource, latency and role come later from a cost model."""
-    return Op(tag=tag, channel=channel, stage=stage, subtile=subtile, k_offset=k_offset)
+            k_offset: KOffset = KOffset.NONE, reads: tuple[int, ...] | None = None) -> Op:
+    """Buffer metadata only; resource, latency and role come later from a cost model.
+    ``reads``: the operand channels a compute op reads (:attr:`Op.reads`; a load names its one
+    channel with ``channel``)."""
+    return Op(tag=tag, channel=channel, stage=stage, subtile=subtile, k_offset=k_offset,
+              reads=reads)
 
 
 #: The role of each block-template op (``FrameworkTag``): the barrier and the waits

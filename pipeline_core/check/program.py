@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from pipeline_core.check.counters import CounterModel
-from pipeline_core.errors import PipelineError
+from pipeline_core.errors import ConfigError, PipelineError
 from pipeline_core.execution import ExecutionModel
 from pipeline_core.ops import MAX_KERNEL_TAG, FrameworkTag, KOffset, OpRole
 
@@ -181,6 +181,18 @@ def _tag_name(op: Mapping[str, Any]) -> str:
 def _field(op: Mapping[str, Any], which: int) -> int:
     """MMA field named by a config match field: 0 = stage (row), 1 = subtile (column)."""
     return op["stage"] if which == 0 else op["subtile"]
+
+
+def _reads(op: Mapping[str, Any], path: str) -> tuple[int, ...]:
+    """A compute op's operand channels: its ``reads`` (ops.Op.reads), or an A and a B."""
+    from pipeline_core.ops import DEFAULT_READS, Op
+
+    if op.get("reads") is None:
+        return DEFAULT_READS
+    try:
+        return Op(tag=0, reads=op["reads"]).operand_channels
+    except ConfigError as exc:
+        raise DocumentError(f"{path}.reads", str(exc)) from None
 
 
 def check_shape(document: Any) -> tuple[dict[str, list], int, Mapping[str, Any], int]:
@@ -447,8 +459,10 @@ def decode(document: Mapping[str, Any], model: CounterModel, *, groups: int | No
         if role == int(OpRole.COMPUTE):
             if single:
                 return Instr(Kind.MMA, operands=((0, op["subtile"]),), acc=(0, 0), **base)
-            a, b = _field(op, ch0_match), _field(op, ch1_match)
-            return Instr(Kind.MMA, operands=((0, a), (1, b)), acc=(op["stage"], op["subtile"]), **base)
+            reads = _reads(op, path)
+            return Instr(Kind.MMA, operands=tuple(
+                (ch, _field(op, ch0_match if ch == 0 else ch1_match)) for ch in reads),
+                acc=(op["stage"], op["subtile"]), **base)
         if role in (int(OpRole.FENCE), int(OpRole.VALU_COMPUTE), int(OpRole.NONE)):
             return Instr(Kind.NOP, **base)
         raise DocumentError(path, f"cannot interpret tag {tag} with role {role}")

@@ -92,13 +92,17 @@ class LoweringRecord:
     says why the lowering reads no ``ScheduleConfig`` knob ("" when it reads them): ``-c`` on
     its schedules is refused with it rather than silently ignored.  ``finish``, when given,
     runs on the assembled compile before its proof (the block program's wait repair loop,
-    pipeline_core/sync/settle.py) and may attach the proof it computed.
+    pipeline_core/sync/settle.py) and may attach the proof it computed.  ``compute_channels``:
+    the lowering binds a compute op's ``channel`` (the agents lowering: the ring whose sync
+    effect the compute has); where it does not, compile refuses a compute's ``channel=``
+    rather than ignore it (the operands a compute reads are its ``reads``).
     """
 
     name: str = attrs.field(validator=_name)
     description: str
     lower: Callable[[LoweringInput], Plan] = attrs.field(validator=attrs.validators.is_callable())
     knobless: str = ""
+    compute_channels: bool = attrs.field(default=False, kw_only=True)
     finish: Callable[[LoweringInput, CompiledSchedule], CompiledSchedule] | None = None
     provider: str = ""
 

@@ -199,7 +199,7 @@ def _register_reads(agent: _Agent, config: PipelineConfig) -> list[tuple[int, in
         if op.role == OpRole.FRAGMENT_LOAD:
             last[(op.channel, op.subtile)] = p
         elif op.role == OpRole.COMPUTE:
-            for ch in (0, 1):
+            for ch in op.operand_channels:
                 writer = last.get((ch, config.compute_match_key(op, ch)))
                 if writer is not None:
                     out.append((writer, p))
