@@ -178,7 +178,7 @@ def compile_named(schedule: str, *, target: str | None = None,
         reference=allow_unsafe if reference is None else reference)
     try:
         return compile_schedule(obj, host=host, target_name=target_name, params=values,
-                                allow_unsafe=allow_unsafe)
+                                allow_unsafe=allow_unsafe, name=schedule)
     except UnsafeScheduleError as exc:
         knobs = racing_overrides(dict(config_overrides or {}))
         if not knobs:

@@ -39,8 +39,13 @@ def _tag_names(schedule: ScheduleBase, target: TargetProfile | None,
 
 def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, target_name: str = "",
                      params: Mapping[str, Any] | None = None,
-                     allow_unsafe: bool = False) -> CompiledSchedule:
+                     allow_unsafe: bool = False, name: str = "") -> CompiledSchedule:
     """Compile ``schedule`` (an object following :class:`pipeline_core.schedule.Schedule`).
+
+    ``name``: the name the schedule is registered under, which the compiled result and its
+    document carry (default: the object's ``name``), so ``check --input`` finds the record the
+    user compiled even where a factory returns an object of another name (a schedule
+    re-registered for a new target: issue 39).
 
     ``host`` resolves plugin overrides and the lowering the schedule names; by default the
     installed plugins are used.  The last stage proves the plan race-free
@@ -83,7 +88,7 @@ def compile_schedule(schedule: Schedule, *, host: PluginHost | None = None, targ
                         schedule_config=sched, target=target, target_name=target_name,
                         tag_names=tag_names, host=host, sync=sync, prove=prove_with_host)
     compiled = CompiledSchedule(
-        schedule_name=schedule.name, target_name=target_name, config=config,
+        schedule_name=name or schedule.name, target_name=target_name, config=config,
         schedule_config=sched, body=body, edges=edges, tag_names=tag_names,
         params=dict(params or {}), target_profile=target, plan=record.lower(ctx))
     if record.finish is not None:

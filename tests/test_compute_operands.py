@@ -126,3 +126,27 @@ def test_the_document_carries_reads_only_where_named():
     assert op_from_doc(op_doc(named, {})).reads == (0, 2)
     assert "reads" not in op_doc(default, {}) and op_from_doc(op_doc(default, {})).reads is None
     assert default.operand_channels == (0, 1) and named.operand_channels == (0, 2)
+
+
+def test_a_schedule_registered_under_another_name_is_compiled_and_checked_under_it(tmp_path,
+                                                                                  monkeypatch):
+    """Issue 39: a factory returning an object named otherwise (a schedule re-registered for
+    a new target) compiled under the object's name, so ``check --input`` looked up the other
+    record and refused the target the user compiled for."""
+    from pipeline_core.testing import run_cli
+
+    (tmp_path / "renamed_hello.py").write_text(
+        "from hello_schedule.plugin import _build\n"
+        "from pipeline_core.plugin_api import ScheduleRecord, hookimpl\n"
+        "@hookimpl\n"
+        "def pipeline_core_register_schedules():\n"
+        "    return [ScheduleRecord('hello-again', 'hello under a name of its own', _build,\n"
+        "                           default_target='toy-gpu')]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    compiled = run_cli(["--plugin", "renamed_hello", "compile", "hello-again", "--format", "json"])
+    assert compiled.exit_code == 0, compiled.stderr
+    assert json.loads(compiled.stdout)["schedule"] == "hello-again"
+    path = tmp_path / "doc.json"
+    path.write_text(compiled.stdout)
+    checked = run_cli(["--plugin", "renamed_hello", "check", "--input", str(path)])
+    assert checked.exit_code == 0 and "SAFE" in checked.stdout, checked.stderr
