@@ -1,9 +1,11 @@
 """pipeline-core hook implementations of the attention plugin (entry point
-``schedules_attention``): its schedule, and its emitter imported when the host asks."""
+``schedules_attention``): its schedules (the forward, the backward), and its emitter imported
+when the host asks."""
 from __future__ import annotations
 
 from pipeline_core.plugin_api import record_hooks
 
+from pipeline_core_schedules_attention.bwd_schedule import RECORD as BWD_RECORD
 from pipeline_core_schedules_attention.schedule import RECORD
 
 
@@ -14,4 +16,4 @@ def _emitters() -> tuple:
 
 
 pipeline_core_register_schedules, pipeline_core_register_emitters = record_hooks(
-    lambda: [RECORD], _emitters)
+    lambda: [RECORD, BWD_RECORD], _emitters)
