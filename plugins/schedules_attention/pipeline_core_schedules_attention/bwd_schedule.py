@@ -12,9 +12,11 @@ is one query block i:
 * per consumer warp group c (its own ``block_n / consumers`` keys K_c, V_c): S^T = K_c Q^T and
   dP^T = V_c dO^T (wgmma, both operands in shared memory), the gradient step (registers:
   P = exp2(S * scale * log2e - LSE * log2e), dS = P * (dP - delta), dS written to shared memory
-  for the two GEMMs that read it), dV_c += P^T dO (P from registers), dK_c += dS^T Q, the dQ
-  partial dQ_c = dS_c K_c (dS from shared memory), and its staging into the consumer's dQ
-  buffer (``st.shared``);
+  for the two GEMMs that read it), dV_c += P^T dO (P from registers), dK_c += dS^T Q (dS from
+  shared memory), the dQ partial dQ_c = dS_c K_c (dS from shared memory) and its staging into
+  the consumer's dQ buffer (``st.shared``), 64 columns of the head at a time (``dq_parts``: a
+  consumer holds dK, dV and one 64 x 64 part of dQ, which is what fits hd128 in 240
+  registers);
 * agent ``dq_writer`` (one warp beside the producer): each consumer's dQ buffer reduce-added
   into the fp32 dQ accumulator in global memory (``cp.reduce.async.bulk ... add.f32``).
 
@@ -169,11 +171,18 @@ class BackwardGeometry:
     @property
     def consumer_registers_needed(self) -> int:
         """fp32 tiles per thread (a warp group's 128 threads hold rows x cols / 128 each): S^T
-        and dP^T beside dV and dK, or, later, dQ beside dV and dK; plus the overhead."""
+        and dP^T beside dV and dK, or, later, one part of dQ beside dV and dK; plus the
+        overhead."""
         sp = 2 * self.keys * self.block_m // 128
         acc = 2 * self.keys * self.head_dim // 128
-        dq = self.block_m * self.head_dim // 128
+        dq = self.block_m * 64 // 128
         return acc + max(sp, dq) + CONSUMER_OVERHEAD_REGISTERS
+
+    @property
+    def dq_parts(self) -> int:
+        """dQ's wgmmas and stagings per query block: one per 64 columns of the head, so a
+        consumer holds 64 x 64 of dQ at a time beside its dK and dV (hd128's registers)."""
+        return self.head_dim // 64
 
     @property
     def flop(self) -> int:
@@ -219,20 +228,38 @@ class BackwardGeometry:
                                "lower -T stages or -p block_m")
 
 
-#: the producer's copies, then per consumer c its seven ops at FIRST + 7c, then the writer's
-#: reduce of each consumer's buffer
+#: the producer's copies, then per consumer c its ops from FIRST + c * per_consumer(g): S, dP,
+#: the gradient, dV, dK, then per dQ part p (64 columns of the head each) its dQ and staging;
+#: then the writer's reduce of each consumer's buffer
 Q, LSE, DO, DELTA, K, V = range(6)
 FIRST = 6
-S, DP, GRAD, DV, DK, DQ, STAGE = range(7)
-PER_CONSUMER = 7
+S, DP, GRAD, DV, DK = range(5)
 
 
-def consumer_op(c: int, which: int) -> int:
-    return FIRST + PER_CONSUMER * c + which
+def per_consumer(g: BackwardGeometry) -> int:
+    return 5 + 2 * g.dq_parts
+
+
+def consumer_op(g: BackwardGeometry, c: int, which: int) -> int:
+    return FIRST + per_consumer(g) * c + which
+
+
+def dq_op(g: BackwardGeometry, c: int, part: int) -> int:
+    """Consumer c's dQ wgmma of head columns ``64 part ..`` (its staging is the next op)."""
+    return consumer_op(g, c, 5 + 2 * part)
+
+
+def stage_op(g: BackwardGeometry, c: int, part: int) -> int:
+    return dq_op(g, c, part) + 1
+
+
+def dq_part(g: BackwardGeometry, op: int) -> int:
+    """The dQ part of a dQ or staging op (the emitter's column offset)."""
+    return (op - FIRST) % per_consumer(g) - 5 >> 1
 
 
 def reduce_op(g: BackwardGeometry, c: int) -> int:
-    return FIRST + PER_CONSUMER * g.consumers + c
+    return FIRST + per_consumer(g) * g.consumers + c
 
 
 class FlashAttentionBackward(AgentsSchedule):
@@ -255,16 +282,18 @@ class FlashAttentionBackward(AgentsSchedule):
         for c in range(g.consumers):
             ops += [logical(t.WGMMA_S, subtile=c), logical(t.WGMMA_DP, subtile=c),
                     logical(t.GRAD, subtile=c), logical(t.WGMMA_DV, subtile=c),
-                    logical(t.WGMMA_DK, subtile=c), logical(t.WGMMA_DQ, subtile=c),
-                    logical(t.DQ_STAGE, subtile=c, channel=STAGE_OPERAND)]
+                    logical(t.WGMMA_DK, subtile=c)]
+            for _ in range(g.dq_parts):
+                ops += [logical(t.WGMMA_DQ, subtile=c),
+                        logical(t.DQ_STAGE, subtile=c, channel=STAGE_OPERAND)]
         ops += [logical(t.DQ_REDUCE, subtile=c, channel=BULK_REDUCE_OPERAND)
                 for c in range(g.consumers)]
         gemm = max(1, g.flop // PEAK_MMA_FLOP_PER_CYCLE)
         tile = g.keys * g.block_m
         latency = {t.WGMMA_S: gemm, t.WGMMA_DP: gemm, t.WGMMA_DV: gemm, t.WGMMA_DK: gemm,
-                   t.WGMMA_DQ: gemm,
+                   t.WGMMA_DQ: max(1, gemm // g.dq_parts),
                    t.GRAD: max(1, int(tile * GRAD_CYCLES_PER_ELEMENT)),
-                   t.DQ_STAGE: max(1, int(g.block_m * g.head_dim * STAGE_CYCLES_PER_ELEMENT))}
+                   t.DQ_STAGE: max(1, int(g.block_m * 64 * STAGE_CYCLES_PER_ELEMENT))}
         return [o.evolve(latency=latency[BackwardTag(o.tag)]) if o.tag in latency else o
                 for o in annotate(ops, self.target.cost_model)]
 
@@ -279,26 +308,28 @@ class FlashAttentionBackward(AgentsSchedule):
         g = self.geometry
         out: list[DepEdge] = []
         for c in range(g.consumers):
-            s, dp, gr, dv, dk, dq, st = (consumer_op(c, w)
-                                         for w in (S, DP, GRAD, DV, DK, DQ, STAGE))
+            s, dp, gr, dv, dk = (consumer_op(g, c, w) for w in (S, DP, GRAD, DV, DK))
             red = reduce_op(g, c)
             out += [DepEdge.flow(Q, s), DepEdge.flow(K, s), DepEdge.flow(DO, dp),
                     DepEdge.flow(V, dp), DepEdge.flow(s, gr), DepEdge.flow(dp, gr),
                     DepEdge.flow(LSE, gr), DepEdge.flow(DELTA, gr), DepEdge.flow(gr, dv),
                     DepEdge.flow(DO, dv), DepEdge.flow(gr, dk), DepEdge.flow(Q, dk),
-                    DepEdge.flow(gr, dq), DepEdge.flow(K, dq), DepEdge.flow(dq, st),
-                    DepEdge.flow(st, red),
                     # the rings' stages, reused ``stages`` query blocks later
                     DepEdge.anti(s, Q, g.stages), DepEdge.anti(dk, Q, g.stages),
                     DepEdge.anti(gr, LSE, g.stages), DepEdge.anti(dp, DO, g.stages),
                     DepEdge.anti(dv, DO, g.stages), DepEdge.anti(gr, DELTA, g.stages),
                     # K and V, overwritten by the next output tile's
-                    DepEdge.anti(s, K, 1), DepEdge.anti(dq, K, 1), DepEdge.anti(dp, V, 1),
+                    DepEdge.anti(s, K, 1), DepEdge.anti(dp, V, 1),
                     # registers and dS, overwritten by the next query block
                     DepEdge.anti(gr, s, 1), DepEdge.anti(gr, dp, 1), DepEdge.anti(dv, gr, 1),
-                    DepEdge.anti(dk, gr, 1), DepEdge.anti(dq, gr, 1), DepEdge.anti(st, dq, 1),
-                    # the dQ buffer, written again by the next query block's staging
-                    DepEdge.anti(red, st, 1)]
+                    DepEdge.anti(dk, gr, 1)]
+            for p in range(g.dq_parts):
+                dq, st = dq_op(g, c, p), stage_op(g, c, p)
+                out += [DepEdge.flow(gr, dq), DepEdge.flow(K, dq), DepEdge.flow(dq, st),
+                        DepEdge.flow(st, red), DepEdge.anti(dq, K, 1), DepEdge.anti(dq, gr, 1),
+                        DepEdge.anti(st, dq, 1),
+                        # the dQ buffer, written again by the next query block's staging
+                        DepEdge.anti(red, st, 1)]
         return out
 
     def agents(self) -> AgentSpec:
@@ -307,14 +338,16 @@ class FlashAttentionBackward(AgentsSchedule):
                            registers=g.producer_registers)]
         for c in range(g.consumers):
             roles.append(AgentRole(name=f"consumer{c}",
-                                   ops=tuple(consumer_op(c, w) for w in range(PER_CONSUMER)),
+                                   ops=tuple(consumer_op(g, c, w)
+                                             for w in range(per_consumer(g))),
                                    warps=4, issuers=128, registers=g.consumer_registers))
         reduces = tuple(reduce_op(g, c) for c in range(g.consumers))
         roles.append(AgentRole(name="dq_writer", ops=reduces, warps=1, issuers=1,
                                registers=g.producer_registers))
         # the dQ hand-off: each consumer stages after the writer's previous turn (its buffer
         # read), the writer reduces after every staging of the query block
-        turns = (*(Turn(agent=f"consumer{c}", ops=(consumer_op(c, STAGE),))
+        turns = (*(Turn(agent=f"consumer{c}", ops=tuple(stage_op(g, c, p)
+                                                        for p in range(g.dq_parts)))
                    for c in range(g.consumers)), Turn(agent="dq_writer", ops=reduces))
         # Q (with LSE) and dO (with delta) are released as soon as the reads of them retired
         rings = (RingSpec(name="q", ops=(Q, LSE), release_lag=0),
@@ -333,12 +366,13 @@ class FlashAttentionBackward(AgentsSchedule):
         g = self.geometry
         return BackwardTrips(causal=g.causal, block_m=g.block_m, block_n=g.block_n,
                              align=g.align,
-                             masked_ops=tuple(consumer_op(c, GRAD) for c in range(g.consumers)))
+                             masked_ops=tuple(consumer_op(g, c, GRAD)
+                                              for c in range(g.consumers)))
 
 
 PARAMS = (
     Param("head_dim", int, 128, "head dimension D (64, 128)", choices=(64, 128)),
-    Param("block_m", int, 0, "query rows per K tile (0: FA3's, 128 at D 64 and 64 at D 128)",
+    Param("block_m", int, 0, "query rows per K tile (0: the default, 64)",
           bound=Bound(low=0, high=256)),
     Param("block_n", int, 128, "keys per output tile, split over the consumers",
           bound=Bound(low=64, high=256)),
@@ -355,8 +389,9 @@ PARAMS = (
                                                          "group", bound=Bound(low=24, high=256)),
 )
 
-#: FA3's query rows per K tile by head dim (hopper/flash_bwd_launch_template.h)
-DEFAULT_BLOCK_M = {64: 128, 128: 64}
+#: query rows per K tile by head dim: 64 (FA3 takes 128 at D 64, where ptxas spills this
+#: kernel's gradient step: S^T, dP^T, dK and dV of 128 queries fill 240 registers)
+DEFAULT_BLOCK_M = {64: 64, 128: 64}
 #: the q and do rings' depth unless ``-T stages`` says otherwise
 DEFAULT_STAGES = 2
 

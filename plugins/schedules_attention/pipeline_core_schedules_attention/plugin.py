@@ -11,8 +11,9 @@ from pipeline_core_schedules_attention.schedule import RECORD
 
 def _emitters() -> tuple:
     from pipeline_core_schedules_attention.emit_attention import EMITTERS
+    from pipeline_core_schedules_attention.emit_attention_bwd import EMITTERS as BWD_EMITTERS
 
-    return EMITTERS
+    return EMITTERS + BWD_EMITTERS
 
 
 pipeline_core_register_schedules, pipeline_core_register_emitters = record_hooks(

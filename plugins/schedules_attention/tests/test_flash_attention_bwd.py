@@ -49,7 +49,7 @@ def test_every_variant_compiles_safe(params):
     assert c.proof.safe
     g = c.plan.trip_rule
     assert isinstance(g, BackwardTrips) and g.causal is params["causal"]
-    assert g.block_m == (128 if params["head_dim"] == 64 else 64) and g.block_n == 128
+    assert (g.block_m, g.block_n) == (64, 128)
 
 
 def test_three_ring_stages_prove_safe_where_they_fit():
@@ -59,12 +59,13 @@ def test_three_ring_stages_prove_safe_where_they_fit():
 def test_the_hand_off_is_derived_fence_after_staging_read_wait_before_the_hand_back():
     c = build()
     for name in ("consumer0", "consumer1"):
-        kinds = [(s.kind, s.tag) for s in prog(c, name).kernel]
-        stage = next(n for n, s in enumerate(prog(c, name).kernel)
-                     if s.kind == StepKind.OP and c.body[s.op].tag == T.DQ_STAGE)
-        assert kinds[stage - 1][0] == StepKind.NAMED_SYNC
-        assert [k for k, _ in kinds[stage + 1:stage + 3]] == [StepKind.PROXY_FENCE,
-                                                               StepKind.NAMED_ARRIVE]
+        kinds = [s.kind for s in prog(c, name).kernel]
+        stages = [n for n, s in enumerate(prog(c, name).kernel)
+                  if s.kind == StepKind.OP and c.body[s.op].tag == T.DQ_STAGE]
+        assert len(stages) == 2  # hd128: dQ in two parts of 64 columns
+        assert kinds[stages[0] - 1] == StepKind.NAMED_SYNC
+        assert kinds[stages[-1] + 1:stages[-1] + 3] == [StepKind.PROXY_FENCE,
+                                                        StepKind.NAMED_ARRIVE]
     w = [s.kind for s in prog(c, "dq_writer").kernel]
     assert w == [StepKind.NAMED_SYNC, StepKind.OP, StepKind.OP, StepKind.COMMIT,
                  StepKind.COUNTER_WAIT, StepKind.NAMED_ARRIVE]
@@ -142,7 +143,7 @@ def test_the_trip_rule_visits_from_the_diagonal_and_masks_the_straddling_blocks(
 @pytest.mark.parametrize("params, text", [
     (dict(block_m=96), "-p block_m: must be a multiple of 64"),
     (dict(align="bottom_right"), "-p align: bottom_right places the causal diagonal"),
-    (dict(head_dim=64, block_m=192), "-p block_m: head_dim 64 with block_m 192"),
+    (dict(head_dim=128, block_m=256), "-p block_m: head_dim 128 with block_m 256"),
 ])
 def test_bad_parameters_are_one_line_naming_the_p(params, text):
     with pytest.raises(ProgramError, match=text):

@@ -148,7 +148,8 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
                        family: AgentsFamily, tiles: DeviceTileLoop, emitter: str,
                        tile_split: bool = False, consumer_after: Sequence[str] = (),
                        cluster: Cluster | None = None, relay: Sequence[str] = (),
-                       producer_threads: int = 1) -> str:
+                       producer_threads: int = 1, relay_name: str = "relay",
+                       relay_warp: bool = False) -> str:
     """The body of a warp-specialized kernel: warp group 0 the producer (one elected thread runs
     its program), warp groups 1.. the consumers (one program; the consumer index is a run-time
     value, so ``setmaxnreg`` sees each role as one branch of a single if/else), ``setmaxnreg``
@@ -167,7 +168,10 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
     the initialisation and its end barrier before the exit; ``relay``: the program of its relay
     agent, which warp 1 of warp group 0 runs (one thread) in the producer's tile loop.
     ``producer_threads``: 1, the producer's program runs on thread 0 of its warp group; 128,
-    on every thread of it (a producer whose every thread issues copies, ``AgentRole.issuers``)."""
+    on every thread of it (a producer whose every thread issues copies, ``AgentRole.issuers``).
+    ``relay_name``: the agent warp 1 runs (the cluster's relay, or the attention backward's
+    ``dq_writer``); ``relay_warp``: its program runs on the whole warp (it joins named
+    barriers, which count whole warps), else on its first thread."""
     depths = [_ring_depth(r, family, emitter) for r in rings]
     ind = _IND
 
@@ -213,8 +217,10 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
              *p_head, *p_body,
              ind * 3 + "}",
              ind * 2 + "}",
-             *([ind * 2 + "if (wtid == 32) {  // ---- agent relay: the peers' releases ----",
-                ind * 3 + role_mark("relay"),
+             *([ind * 2 + ("if (wtid / 32 == 1) {" if relay_warp else "if (wtid == 32) {")
+                + f"  // ---- agent {relay_name}"
+                + (": the peers' releases ----" if relay_name == "relay" else " ----"),
+                ind * 3 + role_mark(relay_name),
                 *r_head, *r_body,
                 ind * 3 + "}",
                 ind * 2 + "}"] if relay else []),
