@@ -184,15 +184,6 @@ __device__ __forceinline__ void reduce_add(float* dst, u32 src, u32 bytes) {
                  :: "l"(dst), "r"(src), "r"(bytes) : "memory");
 }
 
-// The bulk async-group's commit and read wait (the plan's COMMIT / COUNTER_WAIT on `bulk`).
-__device__ __forceinline__ void bulk_commit() {
-    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read %0;\n" :: "n"(N) : "memory");
-}
-
 // An output tile's start: dK and dV cleared.
 template <int HD>
 __device__ __forceinline__ void start(float (&dk)[HD / 2], float (&dv)[HD / 2]) {

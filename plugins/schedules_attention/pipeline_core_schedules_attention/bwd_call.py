@@ -14,7 +14,6 @@ adds are built (issue 36).
 """
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -26,8 +25,8 @@ from pipeline_core_nvidia_h100.kit_api import (ARCH, BUILD_OPTIONS, PLUGIN_MODUL
 
 from pipeline_core_schedules_attention.bwd_schedule import NAME
 from pipeline_core_schedules_attention.bwd_signature import KERNEL_NAME, SIGNATURE
-from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E,
-                                                    AttentionArgumentError, causal_align)
+from pipeline_core_schedules_attention.call import (HEAD_DIMS, LOG2E, AttentionArgumentError,
+                                                    plan_attention)
 
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
@@ -62,58 +61,36 @@ def _fail(name: str, why: str) -> AttentionArgumentError:
 
 
 def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: Any, *,
-             causal: bool | str, scale: float, deterministic: bool = False) -> BwdCall:
-    """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault."""
+             causal: bool | str, scale: float | None, deterministic: bool = False) -> BwdCall:
+    """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault:
+    q, k, v and causal as the forward checks them (``call.plan_attention``, one statement of
+    those rules), then dO, the saved rows and the dQ accumulator against them."""
     if deterministic:
         raise _fail("deterministic", "True is not built yet (the ordered dQ adds, issue 36); "
                                      "pass deterministic=False")
-    for name, t in (("q", q), ("k", k), ("v", v), ("do", do)):
-        if len(t.shape) != 4:
-            raise _fail(name, f"shape {tuple(t.shape)}; pass [B, H, S, D]")
-        if not t.is_cuda:
-            raise _fail(name, "a CPU tensor; move it to the GPU with .cuda()")
-        if str(t.dtype) not in DTYPES:
-            raise _fail(name, f"dtype {t.dtype}; pass torch.bfloat16 or torch.float16")
-        if t.dtype != q.dtype:
-            raise _fail(name, f"dtype {t.dtype} differs from q's {q.dtype}; cast it")
-        if t.device != q.device:
-            raise _fail(name, f"on {t.device}, q on {q.device}; put them on one device")
-        if not t.is_contiguous():
-            raise _fail(name, "not contiguous in [B, H, S, D]; pass .contiguous()")
+    try:
+        fwd = plan_attention(q, k, v, causal=causal, scale=scale)
+    except AttentionArgumentError as e:  # the forward's rules, named as this function's
+        raise AttentionArgumentError(str(e).replace("attention:", f"{FN}:", 1)) from None
     b, h, sq, d = q.shape
-    if d not in HEAD_DIMS:
-        raise _fail("q", f"head dim {d}; supported: {', '.join(map(str, HEAD_DIMS))}")
-    if tuple(do.shape) != tuple(q.shape):
-        raise _fail("do", f"shape {tuple(do.shape)} differs from q's {tuple(q.shape)}")
-    if tuple(k.shape) != tuple(v.shape):
-        raise _fail("v", f"shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
-    if (k.shape[0], k.shape[3]) != (b, d):
-        raise _fail("k", f"shape {tuple(k.shape)}: batch and head dim must be q's ({b}, {d})")
-    hkv, sk = k.shape[1], k.shape[2]
-    if hkv < 1 or h % hkv:
-        raise _fail("k", f"{hkv} heads for q's {h}: pass k and v with a divisor of {h} heads")
-    if sq < 1 or sk < 1:
-        raise _fail("q" if sq < 1 else "k", "sequence length 0; pass S >= 1")
+    if tuple(do.shape) != tuple(q.shape) or do.dtype != q.dtype:
+        raise _fail("do", f"{do.dtype} {tuple(do.shape)} differs from q's {q.dtype} "
+                          f"{tuple(q.shape)}; pass the output's gradient")
     sqp = -(-sq // DQ_ROWS) * DQ_ROWS
-    for name, t, shape in (("lse", lse, (b, h, sq)), ("delta", delta, (b, h, sq)),
-                           ("dq_accum", dq_accum, (b, h, sqp, d))):
-        if tuple(t.shape) != shape or str(t.dtype) != "torch.float32":
-            raise _fail(name, f"{t.dtype} {tuple(t.shape)}; pass float32 {shape}"
+    for name, t, shape, dtype in (("do", do, tuple(q.shape), str(q.dtype)),
+                                  ("lse", lse, (b, h, sq), "torch.float32"),
+                                  ("delta", delta, (b, h, sq), "torch.float32"),
+                                  ("dq_accum", dq_accum, (b, h, sqp, d), "torch.float32")):
+        if tuple(t.shape) != shape or str(t.dtype) != dtype:
+            raise _fail(name, f"{t.dtype} {tuple(t.shape)}; pass {dtype} {shape}"
                               + (f" (rows rounded up to bwd_call.DQ_ROWS = {DQ_ROWS})"
                                  if name == "dq_accum" else ""))
         if t.device != q.device or not t.is_contiguous() or t.data_ptr() % 16:
             raise _fail(name, "not a contiguous, 16-byte aligned tensor on q's device; pass "
                               ".contiguous() on q's device")
-    try:
-        align = causal_align(causal)
-    except AttentionArgumentError as e:  # the forward's values, named as this function's
-        raise AttentionArgumentError(str(e).replace("attention:", f"{FN}:", 1)) from None
-    if not (isinstance(scale, (int, float)) and not isinstance(scale, bool)
-            and math.isfinite(scale) and scale > 0):
-        raise _fail("scale", f"{scale!r}; pass the forward's positive finite scale")
-    return BwdCall(bhk=b * hkv, group=h // hkv, sq=sq, sk=sk, sqp=sqp, head_dim=d,
-                   dtype=DTYPES[str(q.dtype)], scale=float(scale), causal=align is not None,
-                   align=align or "top_left")
+    return BwdCall(bhk=fwd.bh // fwd.group, group=fwd.group, sq=sq, sk=fwd.sk, sqp=sqp,
+                   head_dim=d, dtype=fwd.dtype, scale=fwd.scale_log2 / LOG2E,
+                   causal=fwd.causal, align=fwd.align)
 
 
 def call_params(head_dim: int, causal: bool, align: str = "top_left") -> dict[str, str]:
@@ -204,8 +181,8 @@ CALL: HostCall[BwdCall, BwdKernel] = HostCall(
 
 
 def attention_bwd_main(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: Any, *,
-                       causal: bool | str, scale: float, deterministic: bool = False
-                       ) -> tuple[Any, Any]:
+                       causal: bool | str, scale: float | None,
+                       deterministic: bool = False) -> tuple[Any, Any]:
     """q, do: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D] (Hq % Hkv == 0), bf16 or fp16, contiguous;
     lse, delta: float32 [B, Hq, Sq]; dq_accum: float32 [B, Hq, round_up(Sq, DQ_ROWS), D],
     zeroed by the caller.  Adds dQ (scale applied) into dq_accum in place, on torch's current

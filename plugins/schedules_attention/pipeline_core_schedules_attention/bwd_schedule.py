@@ -49,12 +49,13 @@ from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext,
 from pipeline_core_nvidia_h100.kit_api import (BULK_REDUCE_OPERAND, BULK_TAG_NAMES,
                                                CP_ASYNC_L2_LATENCY, H100_BULK_REDUCE_SYNC,
                                                H100_SXM, STAGE_OPERAND, TARGET_NAME,
-                                               AgentsSchedule, family_profile)
+                                               AgentsSchedule, family_profile,
+                                               register_split_refusal)
 
 from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
-from pipeline_core_schedules_attention.schedule import (CONSUMER_REGISTERS, ELEM_BYTES,
-                                                        PEAK_MMA_FLOP_PER_CYCLE,
-                                                        PRODUCER_REGISTERS, WGMMA_M)
+from pipeline_core_schedules_attention.schedule import (ALIGN, ELEM_BYTES,
+                                                        PEAK_MMA_FLOP_PER_CYCLE, REGISTERS,
+                                                        WGMMA_M, WarpGroupTiles)
 
 NAME = "flash-attention-bwd"
 OWNER = f"schedule {NAME}"
@@ -114,18 +115,9 @@ def backward_profile(pipeline: PipelineConfig, clock_ghz: float | None) -> Targe
 
 
 @attrs.frozen(kw_only=True)
-class BackwardGeometry:
-    """The tile sizes and register split the backward is built and checked for."""
-
-    head_dim: int
-    block_m: int
-    block_n: int
-    stages: int
-    consumers: int
-    causal: bool
-    align: str = "top_left"
-    producer_registers: int = PRODUCER_REGISTERS
-    consumer_registers: int = CONSUMER_REGISTERS
+class BackwardGeometry(WarpGroupTiles):
+    """The tile sizes and register split the backward is built and checked for (the producer
+    warp group holds the TMA warp and the dQ writer)."""
 
     @property
     def keys(self) -> int:
@@ -133,22 +125,9 @@ class BackwardGeometry:
         return self.block_n // self.consumers
 
     @property
-    def threads(self) -> int:
-        """The producer warp group (the TMA warp and the dQ writer) and one per consumer."""
-        return 128 * (1 + self.consumers)
-
-    @property
-    def q_bytes(self) -> int:
-        return self.block_m * self.head_dim * ELEM_BYTES
-
-    @property
     def row_bytes(self) -> int:
         """One query block's LSE (or delta): fp32 per row."""
         return self.block_m * F32_BYTES
-
-    @property
-    def kv_bytes(self) -> int:
-        return self.block_n * self.head_dim * ELEM_BYTES
 
     @property
     def ds_bytes(self) -> int:
@@ -208,17 +187,10 @@ class BackwardGeometry:
                                  f"{self.keys} keys per consumer needs about {need} registers "
                                  f"per consumer thread over -p consumer_registers="
                                  f"{self.consumer_registers}; lower -p block_m")
-        for param, regs in (("producer_registers", self.producer_registers),
-                            ("consumer_registers", self.consumer_registers)):
-            if regs % 8 or not 24 <= regs <= 256:
-                raise bad(param, f"setmaxnreg takes a multiple of 8 in 24..256, got {regs}")
-        total = 128 * (self.producer_registers + self.consumers * self.consumer_registers)
-        if total > H100_SXM.registers_per_sm:
-            raise bad("consumer_registers", f"128 x (producer_registers "
-                                            f"{self.producer_registers} + consumers "
-                                            f"{self.consumers} x {self.consumer_registers}) = "
-                                            f"{total} registers exceed the SM's "
-                                            f"{H100_SXM.registers_per_sm}")
+        split = register_split_refusal(self.producer_registers, self.consumers,
+                                       self.consumer_registers)
+        if split is not None:
+            raise bad(*split)
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"{OWNER}: -T stages: {self.stages} stages of Q and dO "
                                f"({self.q_bytes} bytes each), K and V ({self.kv_bytes} each), "
@@ -379,14 +351,7 @@ PARAMS = (
     Param("consumers", int, 2, "consumer warp groups", bound=Bound(low=1, high=2)),
     Param("causal", bool, False, "causal mask: query blocks above the diagonal skipped, the "
                                  "diagonal ones masked (the loop bounds; the body is the same)"),
-    Param("align", str, "top_left", "where the causal diagonal sits when the query and key "
-                                    "lengths differ: top_left (torch's is_causal) or "
-                                    "bottom_right (FlashAttention's)",
-          choices=("top_left", "bottom_right")),
-    Param("producer_registers", int, PRODUCER_REGISTERS, "setmaxnreg of the producer warp group",
-          bound=Bound(low=24, high=256)),
-    Param("consumer_registers", int, CONSUMER_REGISTERS, "setmaxnreg of each consumer warp "
-                                                         "group", bound=Bound(low=24, high=256)),
+    ALIGN, *REGISTERS,
 )
 
 #: query rows per K tile by head dim: 64 (FA3 takes 128 at D 64, where ptxas spills this

@@ -26,9 +26,7 @@ import attrs
 
 from pipeline_core.plugin_api import TripSample
 
-
-def _ints(items: Iterable[int]) -> tuple[int, ...]:
-    return tuple(items)
+from pipeline_core_schedules_attention.tiles import CausalTiles
 
 
 #: (seq_q, seq_k) of the problems coverage_faults checks, in block units plus tails (scaled by
@@ -38,26 +36,15 @@ _SHAPES = ((1, 1, 0, 0), (2, 2, 0, 0), (3, 1, 5, 0), (1, 3, 0, 7), (2, 3, 1, 1),
 
 
 @attrs.frozen(kw_only=True)
-class BackwardTrips:
+class BackwardTrips(CausalTiles):
     """How many query blocks each KV block visits and which of them are masked: one home for
     the rule the emitter, the proof and the host call follow.  ``problem`` is ``(seq_q, seq_k,
     group)``: the query heads of one KV head (grouped-query attention) run one after another
     inside the output tile, so dK and dV sum over them in registers."""
 
-    causal: bool = False
-    block_m: int
-    block_n: int
-    #: the body ops that apply the mask on a masked K tile (each consumer's gradient step)
-    masked_ops: tuple[int, ...] = attrs.field(converter=_ints, default=())
-    align: str = attrs.field(default="top_left",
-                             validator=attrs.validators.in_(("top_left", "bottom_right")))
     #: query blocks the diagonal start is moved by: 0 in every kernel; a mutation test's edit
     #: (a start one block late skips rows that see the block), which the proof refuses
     start_shift: int = 0
-
-    def offset(self, seq_q: int, seq_k: int) -> int:
-        """The last key row 0 sees (the diagonal's shift)."""
-        return seq_k - seq_q if self.align == "bottom_right" else 0
 
     def query_blocks(self, seq_q: int) -> int:
         return -(-seq_q // self.block_m)

@@ -29,7 +29,8 @@ from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode,
                                                agent_stretches, agents_kernel_body,
                                                consumer_sync_line, declared_geometry,
                                                gemm_call_header_source, header_source,
-                                               loop_tile, render, require_ring_depths,
+                                               loop_tile, once_steps, render,
+                                               require_ring_depths,
                                                ring_step_line, wgmma_header_source, wgmma_rs,
                                                wgmma_ss)
 
@@ -101,45 +102,38 @@ def tile_exprs(rule: BackwardTrips) -> tuple[str, ...]:
             "(Sq % BM != 0 && m == MB - 1) || (Sk % BN != 0 && nb == NB - 1); };")
 
 
-def _op_line(tag: int, s: Step, stage: str, elem: str, g: BackwardGeometry, sub: int,
-             part: int) -> str:
-    u = loop_tile(s)
-    t = BackwardTag
-    if tag in (t.TMA_Q, t.TMA_DO):
-        x, ring = ("q", "q") if tag == t.TMA_Q else ("do", "do")
-        m = "tmQ" if tag == t.TMA_Q else "tmDO"
-        return (f"for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_{x}({stage}) + c * BM * 128, "
-                f"&{m}, {ring}_full_bar({stage}), c * 64, qhead({u}) * Sq + qblock({u}) * BM);")
-    if tag in (t.TMA_LSE, t.TMA_DELTA):
-        x, ring, m = (("lse", "q", "tmLSE") if tag == t.TMA_LSE else ("delta", "do", "tmDelta"))
-        return (f"tma_load_2d(stage_{x}({stage}), &{m}, {ring}_full_bar({stage}), "
-                f"qhead({u}) * Sq + qblock({u}) * BM, 0);")
-    if tag in (t.TMA_K, t.TMA_V):
-        x = "k" if tag == t.TMA_K else "v"
-        return (f"for (int c = 0; c < HD / 64; ++c) tma_load_2d({x}_smem + c * BN * 128, "
-                f"&tm{x.upper()}, {x}_full_bar({stage}), c * 64, bhk * Sk + nb * BN);")
-    if tag == t.WGMMA_S:
-        return f"pcab::st<BM, BN, HD, wgmma_m64n{g.block_m}k16>(sacc, k_smem, stage_q({stage}), consumer);"
-    if tag == t.WGMMA_DP:
-        return f"pcab::st<BM, BN, HD, wgmma_m64n{g.block_m}k16>(dpacc, v_smem, stage_do({stage}), consumer);"
-    if tag == t.GRAD:
-        return (f"pcab::grad<BM, {elem}>(sacc, dpacc, pp, stage_lse({stage}), "
-                f"stage_delta({stage}), ds_smem(consumer), masked({u}), mask, qblock({u}) * BM, "
-                "nb * BN + consumer * pcab::KEYS, scale, scale_log2, DS_BAR + consumer);")
-    if tag == t.WGMMA_DV:
-        return f"pcab::rs<BM, HD, wgmma_rs_m64n{g.head_dim}k16>(dvacc, pp, stage_do({stage}));"
-    if tag == t.WGMMA_DK:
-        return (f"pcab::dk<BM, HD, {_DK_PREFIX}_m64n{g.head_dim}k16>(dkacc, ds_smem(consumer), "
-                f"stage_q({stage}));")
-    if tag == t.WGMMA_DQ:
-        return (f"pcab::dq<BM, BN, {_DQ_PREFIX}_m64n64k16>(dqacc, ds_smem(consumer), "
-                f"k_smem + {part} * BN * 128, consumer);  // head columns {64 * part}..")
-    if tag == t.DQ_STAGE:
-        return f"pcab::stage<BM, HD>(dqacc, dq_buf(consumer) + {part} * 64 * 4);"
-    if tag == t.DQ_REDUCE:
-        return (f"if (lane == 0) pcab::reduce_add(dQacc + ((size_t)qhead({u}) * SQP + qblock({u}) "
-                f"* BM) * HD, dq_buf({sub}), DQ_BYTES);")
-    raise _fail(f"no CUDA for op tag {tag}")
+_T = BackwardTag
+#: each op's CUDA, one call per op step, over its ring stage ``{s}``, K tile ``{u}``, the
+#: consumer it reduces ``{c}`` (the writer), dQ part ``{p}``, the element type ``{elem}``, the
+#: query block ``{bm}`` and head dim ``{hd}``
+_OPS = {
+    _T.TMA_Q: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_q({s}) + c * BM * 128, &tmQ, "
+              "q_full_bar({s}), c * 64, qhead({u}) * Sq + qblock({u}) * BM);",
+    _T.TMA_DO: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_do({s}) + c * BM * 128, "
+               "&tmDO, do_full_bar({s}), c * 64, qhead({u}) * Sq + qblock({u}) * BM);",
+    _T.TMA_LSE: "tma_load_2d(stage_lse({s}), &tmLSE, q_full_bar({s}), "
+                "qhead({u}) * Sq + qblock({u}) * BM, 0);",
+    _T.TMA_DELTA: "tma_load_2d(stage_delta({s}), &tmDelta, do_full_bar({s}), "
+                  "qhead({u}) * Sq + qblock({u}) * BM, 0);",
+    _T.TMA_K: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(k_smem + c * BN * 128, &tmK, "
+              "k_full_bar({s}), c * 64, bhk * Sk + nb * BN);",
+    _T.TMA_V: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(v_smem + c * BN * 128, &tmV, "
+              "v_full_bar({s}), c * 64, bhk * Sk + nb * BN);",
+    _T.WGMMA_S: "pcab::st<BM, BN, HD, wgmma_m64n{bm}k16>(sacc, k_smem, stage_q({s}), consumer);",
+    _T.WGMMA_DP: "pcab::st<BM, BN, HD, wgmma_m64n{bm}k16>(dpacc, v_smem, stage_do({s}), "
+                 "consumer);",
+    _T.GRAD: "pcab::grad<BM, {elem}>(sacc, dpacc, pp, stage_lse({s}), stage_delta({s}), "
+             "ds_smem(consumer), masked({u}), mask, qblock({u}) * BM, "
+             "nb * BN + consumer * pcab::KEYS, scale, scale_log2, DS_BAR + consumer);",
+    _T.WGMMA_DV: "pcab::rs<BM, HD, wgmma_rs_m64n{hd}k16>(dvacc, pp, stage_do({s}));",
+    _T.WGMMA_DK: "pcab::dk<BM, HD, " + _DK_PREFIX + "_m64n{hd}k16>(dkacc, ds_smem(consumer), "
+                 "stage_q({s}));",
+    _T.WGMMA_DQ: "pcab::dq<BM, BN, " + _DQ_PREFIX + "_m64n64k16>(dqacc, ds_smem(consumer), "
+                 "k_smem + {p} * BN * 128, consumer);  // head columns {p} * 64..",
+    _T.DQ_STAGE: "pcab::stage<BM, HD>(dqacc, dq_buf(consumer) + {p} * 64 * 4);",
+    _T.DQ_REDUCE: "if (lane == 0) pcab::reduce_add(dQacc + ((size_t)qhead({u}) * SQP + "
+                  "qblock({u}) * BM) * HD, dq_buf({c}), DQ_BYTES);",
+}
 
 
 def _step_line(s: Step, rings: dict[str, Ring], single: bool, owner: str, body: list,
@@ -151,37 +145,44 @@ def _step_line(s: Step, rings: dict[str, Ring], single: bool, owner: str, body: 
         return line
     if s.channel == "bulk":  # the dQ writer's bulk async-group, its issuing lane's own
         if s.kind == StepKind.COMMIT:
-            return "if (lane == 0) pcab::bulk_commit();"
+            return "if (lane == 0) pcgc::bulk_commit();"
         if s.kind == StepKind.COUNTER_WAIT:
-            return f"if (lane == 0) pcab::bulk_wait_read<{s.value}>(); __syncwarp();"
+            return f"if (lane == 0) pcgc::bulk_wait_read<{s.value}>(); __syncwarp();"
     sync = consumer_sync_line(s)
     if sync is not None:
         return sync
     if s.kind == StepKind.OP:
         once = rings["k_full"].once
         stage = RingState.of(s, "K_STAGES" if s.once and once else "STAGES").stage
-        return _op_line(body[s.op].tag, s, stage, elem, g, body[s.op].subtile,
-                        dq_part(g, s.op))
+        op = body[s.op]
+        if op.tag not in _OPS:
+            raise _fail(f"no CUDA for op tag {op.tag}")
+        return _OPS[BackwardTag(op.tag)].format(s=stage, u=loop_tile(s), c=op.subtile,
+                                                p=dq_part(g, s.op), elem=elem, bm=g.block_m,
+                                                hd=g.head_dim)
     raise _fail(f"agent {owner}: no CUDA for step {s.kind.value} (tag {s.tag})")
 
 
-def _once_only(p: AgentProgram) -> list[Step]:
-    return [s for it in (*p.prologue, p.kernel, *p.epilogue) for s in it if s.once]
+def _checked(compiled: CompiledSchedule) -> tuple[BackwardGeometry, BackwardTrips]:
+    """The plan's geometry and trip rule, each refused in one line where this emitter cannot
+    write it (a geometry, rings proven at other depths, a rule of another geometry)."""
+    g = declared_geometry(compiled, KERNEL_FAMILY, BackwardGeometry, EMITTER_NAME)
+    refusal = geometry_refusal(g)
+    if refusal:
+        raise _fail(refusal)
+    require_ring_depths(compiled.plan.rings, g.stages, 1, EMITTER_NAME)
+    rule = compiled.plan.trip_rule
+    if not isinstance(rule, BackwardTrips) or rule.causal != g.causal:
+        raise _fail("the plan records no backward trip rule of its geometry; recompile the "
+                    "schedule")
+    return g, rule
 
 
 def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = None,
                        dtype: str = "bf16") -> str:
     """CUDA C++ for a compiled schedule of kernel family ``attention_bwd`` (see the module)."""
-    g = declared_geometry(compiled, KERNEL_FAMILY, BackwardGeometry, EMITTER_NAME)
-    why = geometry_refusal(g)
-    if why:
-        raise _fail(why)
+    g, rule = _checked(compiled)
     plan = compiled.plan
-    require_ring_depths(plan.rings, g.stages, 1, EMITTER_NAME)
-    rule = plan.trip_rule
-    if not isinstance(rule, BackwardTrips) or rule.causal != g.causal:
-        raise _fail("the plan records no backward trip rule of its geometry; recompile the "
-                    "schedule")
     rings = {r.name: r for r in plan.rings}
     progs = {p.name: p for p in plan.programs}
     body = list(compiled.body)
@@ -194,7 +195,7 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         def line(s: Step) -> str:
             return _step_line(s, rings, single, p.name, body, wd, elem, g)
         return AgentCode(lines=tuple(render(agent_stretches(p, line, label))),
-                         once=tuple(line(s) for s in _once_only(p)))
+                         once=tuple(line(s) for s in once_steps(p)))
 
     loop = ("int rb = 0, o = 0;", "for (int tile = blockIdx.x; tile < TILES; "
             "tile += gridDim.x, rb += KT, ++o) {")

@@ -4,14 +4,12 @@ the trip rule's C agrees with the rule, and every variant builds for sm_90a with
 no serialized wgmma (docs/guide/attention.md, "The backward")."""
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
 from pipeline_core.api import compile_named
 from pipeline_core.errors import ProgramError
 
-from pipeline_core_nvidia_h100.toolchain import GENCODE, nvcc
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc
 
 from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
 from pipeline_core_schedules_attention.emit_attention_bwd import emit_attention_bwd, tile_exprs
@@ -26,8 +24,8 @@ def compiled(**params):
 def test_the_kernel_carries_the_hand_off_and_the_writer_runs_on_warp_one():
     src = emit_attention_bwd(compiled())
     assert "if (wtid / 32 == 1) {  // ---- agent dq_writer ----" in src
-    assert "if (lane == 0) pcab::bulk_wait_read<0>(); __syncwarp();" in src
-    assert "if (lane == 0) pcab::bulk_commit();" in src
+    assert "if (lane == 0) pcgc::bulk_wait_read<0>(); __syncwarp();" in src
+    assert "if (lane == 0) pcgc::bulk_commit();" in src
     assert src.count("pcab::reduce_add(") == 2  # one per consumer's buffer
     assert src.count("pcgc::fence_proxy_async_shared();") >= 2  # each consumer's hand-over
     assert 'asm volatile("bar.sync 3, 160;\\n" ::: "memory");' in src  # the writer's turn
@@ -70,11 +68,7 @@ def test_every_variant_builds_without_spills_or_serialized_wgmma(head_dim, causa
     params = dict(head_dim=head_dim, causal=causal)
     if causal:
         params["align"] = align
-    src = emit_attention_bwd(compiled(**params), dtype=dtype)
-    cu, cubin = tmp_path / "bwd.cu", tmp_path / "bwd.cubin"
-    cu.write_text(src)
-    proc = subprocess.run([nvcc() or "nvcc", "-cubin", GENCODE, "-std=c++17", "-Xptxas=-v",
-                           "-o", str(cubin), str(cu)], capture_output=True, text=True)
+    proc, _ = compile_cubin(emit_attention_bwd(compiled(**params), dtype=dtype), tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     assert "C7508" not in proc.stderr  # ptxas kept setmaxnreg

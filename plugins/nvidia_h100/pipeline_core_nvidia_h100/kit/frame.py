@@ -123,6 +123,13 @@ def ring_inits(rings: Sequence[Ring], depths: Sequence[str]) -> list[str]:
     return out
 
 
+def once_steps(program: AgentProgram) -> list[Step]:
+    """An agent's steps on an output tile with no K tile: its once steps alone, in program
+    order (:attr:`AgentCode.once`)."""
+    return [s for it in (*program.prologue, program.kernel, *program.epilogue) for s in it
+            if s.once]
+
+
 def once_guard(code: AgentCode) -> list[str]:
     """An agent's program on a tile loop with empty output tiles: on a tile with no K tile
     (``KT == 0``) its once steps alone (a ``once`` section, which ``sync_skeleton`` checks), else
