@@ -73,3 +73,14 @@ def test_every_variant_builds_without_spills_or_serialized_wgmma(head_dim, causa
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     assert "C7508" not in proc.stderr  # ptxas kept setmaxnreg
     assert "serialized" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_every_field_the_emitter_reads_is_proven():
+    """What runs is what was proven (issue 33): each plan field the emitter reads is one the
+    prover checks (``pipeline_core.testing.unproven_fields``)."""
+    from pipeline_core.plugins import default_host
+    from pipeline_core.testing import unproven_fields
+
+    c = compile_named(NAME, target="h100", host=default_host(), params={"causal": "true"})
+    assert unproven_fields(c, emit_attention_bwd, per_field=4) == []
