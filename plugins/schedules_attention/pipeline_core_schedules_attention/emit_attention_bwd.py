@@ -14,8 +14,9 @@ module's; the device math is ``attention_bwd.cuh`` (package data, pasted after t
 The output tile is (KV head ``bhk``, KV block ``nb``), tile ``bhk + BHK * nb``, so the KV blocks
 that visit the most query blocks (causal) start first; its K tiles ``u`` are query block
 ``first + u % mper`` of query head ``bhk * group + u / mper``, with ``first`` and the masked
-blocks from the plan's :class:`~.bwd_tiles.BackwardTrips` written as C expressions.  The dQ
-writer is warp 1 of the producer warp group, its whole warp joining the ``dq`` barriers.
+blocks from the plan's :class:`~.bwd_tiles.BackwardTrips` written as C expressions.  Consumer
+c's dQ writer is warp 1 + c of the producer warp group (the frame's side agents), its whole
+warp joining ordering ``dq{c}``'s barriers.
 """
 from __future__ import annotations
 
@@ -207,15 +208,18 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
                 f"{str(rule.causal).lower()}}};"),
         producer=TileLoop(head=loop, tile=lines), consumers=TileLoop(head=loop, tile=lines),
         empty_tiles=g.causal)
-    writer = code(progs["dq_writer"], False, "dq_writer")
-    writer_lines = (["if (KT > 0) {"] + ["    " + x for x in writer.lines] + ["}"]
-                    if g.causal else list(writer.lines))
+    def writer(c: int) -> tuple[str, list[str]]:
+        """Consumer c's dQ writer (an empty output tile: it has no once step, nothing runs)."""
+        lines = list(code(progs[f"dq_writer{c}"], False, f"dq_writer{c}").lines)
+        return f"dq_writer{c}", (["if (KT > 0) {"] + ["    " + x for x in lines] + ["}"]
+                                 if g.causal else lines)
+
     frame = agents_kernel_body(
         rings=plan.rings, producer=code(progs["producer"], True, "producer"),
         consumers=[code(progs[f"consumer{c}"], False, "consumer") for c in range(g.consumers)],
         producer_name="producer", producer_registers="PRODUCER_REGS",
         consumer_registers="CONSUMER_REGS", family=_family(g, elem, ds_bar), tiles=tiles,
-        emitter=EMITTER_NAME, relay=writer_lines, relay_name="dq_writer", relay_warp=True)
+        emitter=EMITTER_NAME, side_agents=[writer(c) for c in range(g.consumers)])
     files = resources.files(__package__)
     device = "\n".join(files.joinpath(f).read_text(encoding="utf-8")
                        for f in ("attention.cuh", "attention_bwd.cuh"))
@@ -232,7 +236,7 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         f"{g.head_dim}] (box 64 x rows, 128-byte swizzle);",
         "// LSE, delta: over every row of [B*Hq*Sq] fp32; dQacc [B*Hq, SQP, HD] fp32; dKV: dK, "
         "then dV, [B*Hkv*Sk, HD] each.",
-        f"// Launch: block {g.threads} (warp group 0: producer, warp 1 the dQ writer; 1..: "
+        f"// Launch: block {g.threads} (warp group 0: producer, warps 1.. the dQ writers; 1..: "
         f"consumers), dynamic shared memory {g.smem_bytes} bytes, any grid.",
         header_source(), wgmma_header_source(), gemm_call_header_source(), wrappers, device,
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
@@ -273,7 +277,7 @@ def _family(g: BackwardGeometry, elem: str, ds_bar: int) -> AgentsFamily:
 
 EMITTERS = (EmitterRecord(
     EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {NAME}: TMA producer (K, V once; Q with "
-    "LSE and dO with delta on rings), wgmma consumers (S, dP, dS, dV, dK, dQ), a dQ writer "
-    "reduce-adding each consumer's dQ block into global memory; every agent's steps one for one",
+    "LSE and dO with delta on rings), wgmma consumers (S, dP, dS, dV, dK, dQ), a dQ writer per "
+    "consumer reduce-adding its dQ block into global memory; every agent's steps one for one",
     (TARGET_NAME,), emit_attention_bwd, kernel_families=(KERNEL_FAMILY,),
     options=(WATCHDOG, DTYPE), refuses=refuses),)

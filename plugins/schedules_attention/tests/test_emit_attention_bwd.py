@@ -21,14 +21,16 @@ def compiled(**params):
     return compile_named(NAME, params={k: str(v).lower() for k, v in params.items()})
 
 
-def test_the_kernel_carries_the_hand_off_and_the_writer_runs_on_warp_one():
+def test_the_kernel_carries_the_hand_off_and_each_writer_runs_on_a_warp_of_its_own():
     src = emit_attention_bwd(compiled())
-    assert "if (wtid / 32 == 1) {  // ---- agent dq_writer ----" in src
+    assert "if (wtid / 32 == 1) {  // ---- agent dq_writer0 ----" in src
+    assert "if (wtid / 32 == 2) {  // ---- agent dq_writer1 ----" in src
     assert "if (lane == 0) pcgc::bulk_wait_read<0>(); __syncwarp();" in src
     assert "if (lane == 0) pcgc::bulk_commit();" in src
     assert src.count("pcab::reduce_add(") == 2  # one per consumer's buffer
     assert src.count("pcgc::fence_proxy_async_shared();") >= 2  # each consumer's hand-over
-    assert 'asm volatile("bar.sync 3, 160;\\n" ::: "memory");' in src  # the writer's turn
+    for turn in (2, 4):  # each writer's turn: its consumer's 128 threads and its warp's 32
+        assert f'asm volatile("bar.sync {turn}, 160;\\n" ::: "memory");' in src
     # hd128: dQ in two parts of 64 columns, each staged
     assert src.count("pcab::stage<BM, HD>(dqacc, dq_buf(consumer) + 1 * 64 * 4);") >= 2
 

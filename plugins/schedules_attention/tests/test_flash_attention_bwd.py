@@ -66,32 +66,35 @@ def test_the_hand_off_is_derived_fence_after_staging_read_wait_before_the_hand_b
         assert kinds[stages[0] - 1] == StepKind.NAMED_SYNC
         assert kinds[stages[-1] + 1:stages[-1] + 3] == [StepKind.PROXY_FENCE,
                                                         StepKind.NAMED_ARRIVE]
-    w = [s.kind for s in prog(c, "dq_writer").kernel]
-    assert w == [StepKind.NAMED_SYNC, StepKind.OP, StepKind.OP, StepKind.COMMIT,
-                 StepKind.COUNTER_WAIT, StepKind.NAMED_ARRIVE]
-    wait = prog(c, "dq_writer").kernel[4]
-    assert wait.channel == "bulk" and wait.value == 0
-    # the writer's groups touch no registers: no wgmma.fence opens them
-    assert StepKind.FENCE not in w
+    for name in ("dq_writer0", "dq_writer1"):
+        w = [s.kind for s in prog(c, name).kernel]
+        assert w == [StepKind.NAMED_SYNC, StepKind.OP, StepKind.COMMIT, StepKind.COUNTER_WAIT,
+                     StepKind.NAMED_ARRIVE]
+        wait = prog(c, name).kernel[3]
+        assert wait.channel == "bulk" and wait.value == 0
+        # the writer's groups touch no registers: no wgmma.fence opens them
+        assert StepKind.FENCE not in w
 
 
 def _without(steps, kind):
     return [s for s in steps if s.kind != kind]
 
 
-def test_a_dropped_reduce_wait_is_refused():
+@pytest.mark.parametrize("writer", ["dq_writer0", "dq_writer1"])
+def test_a_dropped_reduce_wait_is_refused(writer):
     c = build(causal=True)
-    bad = edited(c, "dq_writer", _without(prog(c, "dq_writer").kernel, StepKind.COUNTER_WAIT))
+    bad = edited(c, writer, _without(prog(c, writer).kernel, StepKind.COUNTER_WAIT))
     assert H.SMEM_WAR in hazards(bad)
 
 
-def test_the_buffer_handed_back_before_the_reduce_read_it_is_refused():
+@pytest.mark.parametrize("writer", ["dq_writer0", "dq_writer1"])
+def test_the_buffer_handed_back_before_the_reduce_read_it_is_refused(writer):
     c = build()
-    k = list(prog(c, "dq_writer").kernel)
-    k[4], k[5] = k[5], k[4]  # the hand-back arrive before the read wait
-    assert H.SMEM_WAR in hazards(edited(c, "dq_writer", k))
+    k = list(prog(c, writer).kernel)
+    k[3], k[4] = k[4], k[3]  # the hand-back arrive before the read wait
+    assert H.SMEM_WAR in hazards(edited(c, writer, k))
     loosened = [m for m in agent_mutations(c.plan, ("loosen_counter_wait",))
-                if m.agent == "dq_writer" and m.section == "kernel"]
+                if m.agent == writer and m.section == "kernel"]
     assert len(loosened) == 1
     with pytest.raises(UnsafeScheduleError, match="SMEM_WAR"):
         mutate_compiled(c, loosened[0])
