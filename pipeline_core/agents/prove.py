@@ -1510,11 +1510,11 @@ def longer_runs(plan: Plan) -> list[tuple[int, ...]]:
 
 
 def _coverage(plan: Plan) -> list[Violation]:
-    """The trip rule's own proof, where it has one (``coverage_faults()``: the attention
-    backward's causal rule checks that every output element's terms are visited, and masked
-    where the mask drops them): the programs may be safe for any trip counts, and still skip
-    a K tile the product needs (docs/guide/agents.md, "Output tiles of different lengths").
-    Each fault is a ``MISSING_PRODUCT`` of the rule."""
+    """The trip rule's own proof, where it has one (``coverage_faults()``: a family's rule
+    checks that every output element's terms are visited, and masked where its mask drops
+    them): the programs may be safe for any trip counts, and still skip a K tile the product
+    needs (docs/guide/agents.md, "Output tiles of different lengths").  Each fault is a
+    ``MISSING_PRODUCT`` of the rule."""
     faults = getattr(plan.trip_rule, "coverage_faults", None)
     if not callable(faults):
         return []
