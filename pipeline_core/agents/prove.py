@@ -84,6 +84,17 @@ ASSUMPTIONS = (
     "every agent that waits on a phase sees the copies that completed it (acquire)",
     "the copies and the async reads are in one (async) proxy: no proxy fence",
 )
+#: in place of the last assumption, for a sync model whose effects name memory proxies
+PROXY_ASSUMPTION = ("a write of one memory proxy read by another is seen through a proxy fence "
+                    "between them (checked: SMEM_RAW without one)")
+
+
+def assumptions(sync: SyncModel) -> tuple[str, ...]:
+    """The checker's assumptions under ``sync``: the last one states the proxies it checks
+    when the model tells proxies apart (``Effect.proxy``)."""
+    if len({e.proxy for e in sync.effects} - {""}) > 1:
+        return (*ASSUMPTIONS[:-1], PROXY_ASSUMPTION)
+    return ASSUMPTIONS
 
 #: output tiles one CTA runs back to back in a proof: one, and two whose hand-over (the
 #: rings' stages and phases running on, ``rb`` in the emitted kernel) is proven too; a third
@@ -1572,7 +1583,7 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                                 "CTA's ring; only arrivals at scope "
                                 f"{', '.join(cluster.release_scopes)} release to a peer's "
                                 "waiters"] if cluster is not None else []),
-                             f"sync model {sync.name}", *ASSUMPTIONS,
+                             f"sync model {sync.name}", *assumptions(sync),
                              *reduction_assumptions(plan, sync),
                              *store_assumptions(plan, sync),
                              *(["the tensor maps copies read through are written and released "
