@@ -261,7 +261,9 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
                          if _effect_field(body[i], sync, "descriptor", "") == "device"}
             kernel = _writer_kernel(ops, body, [p for p in pairs if p.writer == role.name], tags,
                                     described)
-        elif reads:
+        elif reads or any(kind.get(channel[i] or "") == ChannelKind.COUNTER for i in ops):
+            # a reader of rings, or an agent whose async ops read a buffer other turns of an
+            # ordering hand it (the backward's dQ writer): its groups are committed and drained
             if lags:  # a skewed agent issues its ops in the order its role lists them
                 ops = list(role.ops)
             chained: dict[int, set[int]] = {}  # op -> this agent's async ops it reads at once
@@ -278,11 +280,13 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
                 _effect_field(body[r], sync, "proxy", "") not in ("", p.proxy)
                 for w in p.ops for r in readers_of.get(w, ()) if r in ops)}
             kernel = _reader_kernel(ops, body, channel, kind, reads, readers_of, chained, tags,
-                                    owner, role.name, lags, fence)
+                                    owner, role.name, lags, fence,
+                                    {c.name for c in sync.channels if not c.registers})
         else:
             kernel = [Step(kind=StepKind.OP, op=i, tag=body[i].tag) for i in ops]
         kernels[role.name] = kernel
     orders = lower_orders(spec, sync, roles, writers, kernels, owner=owner, target=target)
+    hand_overs(spec, body, edges, sync, agent_of, kernels, tags)
     rings = [r for p in pairs for r in (p.full, p.empty) if r is not None]
     # a cluster's multicast rings: every CTA's readers release them (agents/cluster.py)
     rings, kernels, cluster, relays = lower_cluster(spec, sync, rings, kernels, sorted(writer_of),
@@ -381,7 +385,8 @@ def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | 
                    readers_of: dict[int, set[int]], chained: dict[int, set[int]],
                    tags: dict[str, int], owner: str, agent: str,
                    lags: dict[int, int] | None = None,
-                   fence: set[str] | frozenset[str] = frozenset()) -> list[Step]:
+                   fence: set[str] | frozenset[str] = frozenset(),
+                   unfenced: set[str] | frozenset[str] = frozenset()) -> list[Step]:
     """Each ring waited on before the first op that reads its copies; one group per tile on the
     agent's counter channel, cut where an op reads the result of an async op of the same tile
     (``chained``: attention's softmax reading S): the group is committed and a counter wait
@@ -448,7 +453,8 @@ def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | 
                     steps.append(Step(kind=StepKind.PROXY_FENCE, channel=p.full.name, lag=lag,
                                       tag=tags["proxy_fence"]))
         if channel[i] == counter and counter is not None:
-            if not group:  # each group's first op: order the registers it reads or writes
+            if not group and counter not in unfenced:
+                # each group's first op: order the registers it reads or writes
                 steps.append(Step(kind=StepKind.FENCE, channel=counter, lag=lag,
                                   tag=tags["fence"]))
             group.append(i)
@@ -485,6 +491,57 @@ def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | 
                    once=True)
               for p in pairs if p.once and p.empty is not None and agent in p.empty.signallers]
     return steps
+
+
+def hand_overs(spec: AgentSpec, body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel,
+               agent_of: dict[int, AgentRole], kernels: dict[str, list[Step]],
+               tags: dict[str, int]) -> None:
+    """The steps a buffer two turns of one ordering hand each other needs beyond the named
+    barriers, put before the handing turn's NAMED_ARRIVE in ``kernels`` (in place;
+    docs/guide/agents.md, "Hand-overs between turns"):
+
+    * a FLOW edge whose write is by another memory proxy than the read (``Effect.proxy``: a
+      consumer's ``st.shared`` of its dQ block, read by the dQ writer's bulk reduce) gets the
+      writer's PROXY_FENCE: its generic writes ordered before the async proxy's reads;
+    * an ANTI edge whose read is an async op on a counter channel (the bulk reduce reads the
+      buffer until its group retires) gets that agent's COUNTER_WAIT retiring the op's group,
+      so the turn hands the buffer back only once its reads ended."""
+    turn_of = {(o.name, i): t.agent for o in spec.orders if o.scope == "k_tile"
+               for t in o.turns for i in t.ops}
+    orders = {name for name, _ in turn_of}
+    fences: dict[str, set[str]] = {}
+    waits: dict[str, list[tuple[str, int]]] = {}
+    for e in edges:
+        for name in sorted(orders):
+            a, b = turn_of.get((name, e.producer)), turn_of.get((name, e.consumer))
+            if a is None or b is None or a == b:
+                continue
+            if e.kind == DepKind.FLOW:
+                w = _effect_field(body[e.producer], sync, "proxy", "")
+                r = _effect_field(body[e.consumer], sync, "proxy", "")
+                if w and r and w != r:
+                    fences.setdefault(a, set()).add(name)
+            else:
+                ch = _channel_of(body[e.producer], sync)
+                kinds = {c.name: c.kind for c in sync.channels}
+                if ch is not None and kinds.get(ch) == ChannelKind.COUNTER \
+                        and (name, e.producer) not in waits.get(a, []):
+                    waits.setdefault(a, []).append((name, e.producer))
+    for agent in sorted(set(fences) | set(waits)):
+        steps = kernels[agent]
+        out: list[Step] = []
+        for s in steps:
+            if s.kind == StepKind.NAMED_ARRIVE and not s.once:
+                for name, op in waits.get(agent, []):
+                    if name == s.channel:
+                        ch = _channel_of(body[op], sync) or ""
+                        out.append(Step(kind=StepKind.COUNTER_WAIT, channel=ch, op=op,
+                                        lag=s.lag, value=UNDERIVED, tag=tags[f"wait:{ch}"]))
+                if s.channel in fences.get(agent, set()):
+                    out.append(Step(kind=StepKind.PROXY_FENCE, channel=s.channel, lag=s.lag,
+                                    tag=tags["proxy_fence"]))
+            out.append(s)
+        kernels[agent] = out
 
 
 def _split(role: AgentRole, kernel: list[Step], tags: dict[str, int]) -> AgentProgram:

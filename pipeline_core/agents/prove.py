@@ -84,6 +84,17 @@ ASSUMPTIONS = (
     "every agent that waits on a phase sees the copies that completed it (acquire)",
     "the copies and the async reads are in one (async) proxy: no proxy fence",
 )
+#: in place of the last assumption, for a sync model whose effects name memory proxies
+PROXY_ASSUMPTION = ("a write of one memory proxy read by another is seen through a proxy fence "
+                    "between them (checked: SMEM_RAW without one)")
+
+
+def assumptions(sync: SyncModel) -> tuple[str, ...]:
+    """The checker's assumptions under ``sync``: the last one states the proxies it checks
+    when the model tells proxies apart (``Effect.proxy``)."""
+    if len({e.proxy for e in sync.effects} - {""}) > 1:
+        return (*ASSUMPTIONS[:-1], PROXY_ASSUMPTION)
+    return ASSUMPTIONS
 
 #: output tiles one CTA runs back to back in a proof: one, and two whose hand-over (the
 #: rings' stages and phases running on, ``rb`` in the emitted kernel) is proven too; a third
@@ -1269,6 +1280,13 @@ class _Run:
             return ordered, "" if ordered else unordered
         shared = self._ordering_of(writer.agent, reader.agent)
         if shared:  # two turns of one ordering: its named barriers publish the write
+            if ordered and not self._turn_fenced(done, writer, reader):
+                w, r = self.effect(writer.step.op), self.effect(reader.step.op)
+                return False, (f"it is written by the {w.proxy if w else '?'} proxy and read "
+                               f"by the {r.proxy if r else '?'} proxy, and no proxy fence of "
+                               f"{self.agent_name(writer.agent)}'s after the write (or of "
+                               f"{self.agent_name(reader.agent)}'s before the read) is "
+                               f"ordered before the read by ordering {shared}")
             return ordered, "" if ordered else (f"no named barrier of ordering {shared} orders "
                                                 "its completion before the read")
         # across agents, a missing wait on the copy's own ring is named first: the likelier cause
@@ -1307,6 +1325,19 @@ class _Run:
         return any(f.n < reader.n and self.hb(done, f.node)
                    for f in self.proxy_fences.get(reader.agent, []))
 
+    def _turn_fenced(self, done: Node, writer: _Inst, reader: _Inst) -> bool:
+        """A buffer one turn writes by one proxy and another turn reads by another: a proxy
+        fence of the writer's threads after the write that the ordering puts before the read
+        (the CUTLASS form: ``fence.proxy.async`` by the threads that wrote, then the barrier),
+        or one of the reader's between the write's completion and the read (PTX ISA,
+        "Proxies")."""
+        w, r = self.effect(writer.step.op), self.effect(reader.step.op)
+        if w is None or r is None or not w.proxy or not r.proxy or w.proxy == r.proxy:
+            return True
+        return any(f.n > writer.n and self.hb(f.node, reader.node)
+                   for f in self.proxy_fences.get(writer.agent, [])) \
+            or self._proxy_fenced(done, writer, reader)
+
     def _accumulators(self) -> None:
         """Each output tile's groups retire before its accumulators are read (after its loop),
         and a fence precedes its first group."""
@@ -1328,6 +1359,8 @@ class _Run:
                                         f"end {self.agent_name(a)}'s epilogue with {name}(0)",
                                         channel, 0))
                 own = [i for i in self.insts[a] if i.output == o]
+                if channel in self.kinds and not self.kinds[channel].registers:
+                    continue  # its groups touch no registers: no fence (a bulk copy's)
                 first = next((i for i in own if i.step.kind == StepKind.OP
                               and (a, i.step.op, i.tile) in self.group_of
                               and self.group_of[(a, i.step.op, i.tile)][1] == channel), None)
@@ -1348,7 +1381,9 @@ class _Run:
         related: set[tuple[int, int]] = set()
         for e in self.edges:
             related |= {(e.producer, e.consumer), (e.consumer, e.producer)}
-        fenced = {ch for (_, ch) in self.groups}  # the channels whose groups take a fence
+        # the channels whose groups take a fence (those whose groups touch registers)
+        fenced = {ch for (_, ch) in self.groups
+                  if ch not in self.kinds or self.kinds[ch].registers}
         for a, insts in enumerate(self.insts):
             since: dict[str, list[_Inst]] = {ch: [] for ch in fenced}
             for inst in insts:
@@ -1485,6 +1520,21 @@ def longer_runs(plan: Plan) -> list[tuple[int, ...]]:
     return runs + [q + q for q in trip_sequences(plan)]
 
 
+def _coverage(plan: Plan) -> list[Violation]:
+    """The trip rule's own proof, where it has one (``coverage_faults()``: a family's rule
+    checks that every output element's terms are visited, and masked where its mask drops
+    them): the programs may be safe for any trip counts, and still skip a K tile the product
+    needs (docs/guide/agents.md, "Output tiles of different lengths").  Each fault is a
+    ``MISSING_PRODUCT`` of the rule."""
+    faults = getattr(plan.trip_rule, "coverage_faults", None)
+    if not callable(faults):
+        return []
+    site = Site(phase="trip_rule", index=-1, iteration=0, group=0, op="the trip rule")
+    return [Violation(HazardKind.MISSING_PRODUCT, site, str(f),
+                      order=(PRIORITY[HazardKind.MISSING_PRODUCT], 0, n))
+            for n, f in enumerate(faults())]
+
+
 def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel,
                *, name: str = "", names: Mapping[int, str] | None = None,
                longer: bool = False) -> Verdict:
@@ -1510,6 +1560,8 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
         for v in run.check():
             found.setdefault(finding_key(v), v)
     if not any(v.kind == HazardKind.UNPROVEN for v in found.values()):
+        for v in _coverage(plan):  # the family's trip rule covers its iteration space
+            found.setdefault(finding_key(v), v)
         for v in prove_reduction(plan, sync, names, PRIORITY):  # the CTAs of one output tile
             found.setdefault(finding_key(v), v)
         for v in prove_store(plan, sync, names, PRIORITY):  # the staged bulk store's buffers
@@ -1531,7 +1583,7 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                                 "CTA's ring; only arrivals at scope "
                                 f"{', '.join(cluster.release_scopes)} release to a peer's "
                                 "waiters"] if cluster is not None else []),
-                             f"sync model {sync.name}", *ASSUMPTIONS,
+                             f"sync model {sync.name}", *assumptions(sync),
                              *reduction_assumptions(plan, sync),
                              *store_assumptions(plan, sync),
                              *(["the tensor maps copies read through are written and released "

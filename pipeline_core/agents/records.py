@@ -123,10 +123,11 @@ def _fault(plan: Plan, agent: str, section: str, step: Step, body: Sequence[Op],
         return (f"a {section} section holds only {', '.join(sorted(k.value for k in allowed))} "
                 "steps; move it to its section or drop it")
     loop_fence = kind == StepKind.PROXY_FENCE and section in LOOP_SECTIONS
-    if loop_fence and step.channel not in {r.name for r in plan.rings if r.kind == "full"}:
+    if loop_fence and step.channel not in {r.name for r in plan.rings if r.kind == "full"} \
+            | {o.name for o in plan.orders}:
         return (f"a proxy fence in the K loop orders a full ring's copies before the reads "
-                f"its wait made visible; ring {step.channel!r} is none of the plan's full "
-                "rings")
+                f"its wait made visible, or a turn's writes before the ordering hands them on; "
+                f"{step.channel!r} is none of the plan's full rings or orderings")
     if allowed is None and kind in STORE_KINDS | REDUCTION_KINDS and not loop_fence:
         return (f"a {kind.value} step belongs in the "
                 f"{'finish' if kind in REDUCTION_KINDS else 'store or drain'} section")

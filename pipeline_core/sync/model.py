@@ -80,6 +80,11 @@ class Channel:
     max_wait: int | None = None  #: largest encodable wait value (None: not declared)
     commit_tag: int | None = None  #: group channels: the tag that closes a group
     op_cost_field: str | None = None
+    #: its group ops read or write the issuing threads' registers (wgmma's accumulators and
+    #: register A operand), so a fence orders the threads' register accesses before each group
+    #: (PTX ISA, wgmma.fence); False for groups that touch shared and global memory only (a
+    #: bulk copy's), which take no fence (docs/guide/agents.md, "Hand-overs between turns")
+    registers: bool = True
 
 
 @attrs.frozen(kw_only=True)

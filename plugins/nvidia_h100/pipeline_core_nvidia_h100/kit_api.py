@@ -9,13 +9,18 @@ breaking a family it does not know about.  This module names the kit's public pi
 through it only, and only names in its ``__all__``, as it holds plugins to
 ``pipeline_core.plugin_api``.  The pieces, by what a family needs them for:
 
-* the target: its name, machine and sync model (``TARGET_NAME``, ``H100_SXM``,
-  ``H100_AGENT_MACHINE``, ``H100_WGMMA_SYNC``, ``TAG_NAMES``, ``CP_ASYNC_L2_LATENCY``);
+* the target: its name, machine and sync model (``TARGET_NAME``, ``H100_SXM``, the
+  warp groups' register split it can run, ``register_split_refusal``,
+  ``H100_AGENT_MACHINE``, ``H100_WGMMA_SYNC``, ``TAG_NAMES``, ``CP_ASYNC_L2_LATENCY``; the
+  wgmma model with a buffer reduced into global memory every K tile by the bulk async proxy,
+  ``H100_BULK_REDUCE_SYNC``, its ``BULK_TAG_NAMES`` and the operand channels of its staging
+  write and its reduce, ``STAGE_OPERAND``, ``BULK_REDUCE_OPERAND``);
 * a family's schedule on the target (``kit/schedule.py``: ``family_profile``, the target with
   the family's costs; ``AgentsSchedule``, the schedule protocol's methods every family writes
   alike);
 * the warp-specialized frame (``kit/frame.py``: ``agents_kernel_body`` writes a kernel from the
-  family's device code ``AgentsFamily``, its agents' programs ``AgentCode`` and its tile
+  family's device code ``AgentsFamily``, its agents' programs ``AgentCode`` (an agent's steps
+  on an output tile with no K tile: ``once_steps``) and its tile
   scheduler's device loop ``DeviceTileLoop`` of ``TileLoop`` s: ``linear_tile_loop``, or
   ``jagged_tile_loop`` over groups whose sizes only the device knows, ``k_group_tile_loop`` over
   groups of equal tiles whose K tiles only the device knows), a step's stage and parity on
@@ -62,11 +67,12 @@ from pipeline_core_nvidia_h100.kit.signature import (TENSOR_MAP_TYPE, KernelPara
                                                      KernelSignature, SignatureError)
 from pipeline_core_nvidia_h100.kit.signature import params as kernel_params
 from pipeline_core_nvidia_h100.launch_cache import Bounded, current_stream, describe, eager, launch
-from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
+from pipeline_core_nvidia_h100.machine import (H100_AGENT_MACHINE, H100_SXM,
+                                                register_split_refusal)
 from pipeline_core_nvidia_h100.runtime import ARCH, KernelBuilder
 from pipeline_core_nvidia_h100.runtime import _require as require_gpu_module
 from pipeline_core_nvidia_h100.kit.frame import (AgentCode, AgentsFamily, agent_code,
-                                                  agents_kernel_body)
+                                                  agents_kernel_body, once_steps)
 from pipeline_core_nvidia_h100.kit.rings import RingState, loop_tile, require_ring_depths
 from pipeline_core_nvidia_h100.kit.schedule import AgentsSchedule, family_profile
 from pipeline_core_nvidia_h100.kit.tiles import (DeviceTileLoop, TileLoop, jagged_tile_loop,
@@ -77,7 +83,9 @@ from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branch
                                                 ring_step_line, role_mark, section_mark)
 from pipeline_core_nvidia_h100.sync_skeleton import SkeletonMismatch, check_skeleton
 from pipeline_core_nvidia_h100.tma import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
-from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
+from pipeline_core_nvidia_h100.wgmma_sync import (BULK_REDUCE_OPERAND, BULK_TAG_NAMES,
+                                                   H100_BULK_REDUCE_SYNC, H100_WGMMA_SYNC,
+                                                   STAGE_OPERAND, TAG_NAMES)
 
 #: the plugin module a family's own plugin host loads beside itself (its target and emitters)
 PLUGIN_MODULE = "pipeline_core_nvidia_h100.plugin"
@@ -85,9 +93,12 @@ PLUGIN_MODULE = "pipeline_core_nvidia_h100.plugin"
 __all__ = [
     # the target
     "TARGET_NAME", "H100_SXM", "H100_AGENT_MACHINE", "H100_WGMMA_SYNC", "TAG_NAMES",
+    "register_split_refusal",
     "CP_ASYNC_L2_LATENCY", "PLUGIN_MODULE", "AgentsSchedule", "family_profile",
+    "H100_BULK_REDUCE_SYNC", "BULK_TAG_NAMES", "STAGE_OPERAND", "BULK_REDUCE_OPERAND",
     # the frame, its tile loop, its lines, the wgmma wrappers and the device headers
-    "AgentsFamily", "AgentCode", "agent_code", "agents_kernel_body", "DeviceTileLoop",
+    "AgentsFamily", "AgentCode", "agent_code", "agents_kernel_body", "once_steps",
+    "DeviceTileLoop",
     "TileLoop", "linear_tile_loop", "jagged_tile_loop", "k_group_tile_loop",
     "wgmma_ss", "wgmma_rs", "agent_stretches", "consumer_branches", "consumer_sync_line",
     "declared_geometry", "render",

@@ -57,6 +57,25 @@ H100_SXM = Machine(
     smem_static_limit=49152, l2_bytes=52428800, barriers_per_cta=16)
 
 
+def register_split_refusal(producer_registers: int, consumers: int,
+                           consumer_registers: int) -> tuple[str, str] | None:
+    """Why a warp-specialized kernel's ``setmaxnreg`` split cannot run on the H100, as (the
+    ``-p`` parameter at fault, why), or None: each role's count a multiple of 8 in 24..256
+    (PTX ISA, "setmaxnreg"), and one producer warp group's and ``consumers`` consumer warp
+    groups' registers within the SM's register file.  One statement for every family (the
+    GEMM, attention's forward and backward)."""
+    for param, regs in (("producer_registers", producer_registers),
+                        ("consumer_registers", consumer_registers)):
+        if regs % 8 or not 24 <= regs <= 256:
+            return param, f"setmaxnreg takes a multiple of 8 in 24..256, got {regs}"
+    total = 128 * (producer_registers + consumers * consumer_registers)
+    if total > H100_SXM.registers_per_sm:
+        return "consumer_registers", (f"128 x (producer_registers {producer_registers} + "
+                                      f"consumers {consumers} x {consumer_registers}) = {total} "
+                                      f"registers exceed the SM's {H100_SXM.registers_per_sm}")
+    return None
+
+
 def _agent_machine() -> "AgentMachine":
     from pipeline_core.plugin_api import AgentMachine, EpilogueCosts
 

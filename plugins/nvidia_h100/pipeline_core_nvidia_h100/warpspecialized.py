@@ -30,7 +30,8 @@ from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, ClusterSpec, 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
 from pipeline_core_nvidia_h100.gemm_tiles import GroupKTrips, RasterTrips
-from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE, H100_SXM
+from pipeline_core_nvidia_h100.machine import (H100_AGENT_MACHINE, H100_SXM,
+                                                register_split_refusal)
 from pipeline_core_nvidia_h100.wgmma_sync import (CP_ASYNC_SYNC, CP_ASYNC_TAG_NAMES,
                                                    DEVICE_MAPS_SYNC, DEVICE_MAPS_TAG_NAMES,
                                                    H100_WGMMA_SYNC, TAG_NAMES)
@@ -373,16 +374,10 @@ class WsGeometry:
         if self.accumulators > 192:
             raise bad("BM", f"{self.accumulators} fp32 accumulators per consumer thread leave too "
                             "few of 255 registers; add consumers or shrink BN")
-        for param, regs in (("producer_registers", self.producer_registers),
-                            ("consumer_registers", self.consumer_registers)):
-            if regs % 8 or not 24 <= regs <= 256:
-                raise bad(param, f"setmaxnreg takes a multiple of 8 in 24..256, got {regs}")
-        total = 128 * (self.producer_registers + self.consumers * self.consumer_registers)
-        if total > H100_SXM.registers_per_sm:
-            raise bad("consumer_registers", f"128 x (producer_registers {self.producer_registers} "
-                                            f"+ consumers {self.consumers} x "
-                                            f"{self.consumer_registers}) = {total} registers "
-                                            f"exceed the SM's {H100_SXM.registers_per_sm}")
+        split = register_split_refusal(self.producer_registers, self.consumers,
+                                       self.consumer_registers)
+        if split is not None:
+            raise bad(*split)
         launch = H100_SXM.registers_per_sm // self.threads // 8 * 8
         if self.accumulators + ADDRESS_REGISTERS > launch:
             # ptxas allocates the whole kernel within the launch bound's share, whatever

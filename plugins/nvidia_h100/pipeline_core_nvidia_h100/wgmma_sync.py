@@ -69,6 +69,9 @@ STORE_WAIT, STAGE_WRITE, PROXY_FENCE, STORE_ISSUE, STORE_COMMIT, STORE_DRAIN = r
 CP_ASYNC_ARRIVE = 180
 #: the producer's acquire of the tensor maps a grouped kernel along K reads (:data:`DEVICE_MAPS_SYNC`)
 DESCRIPTOR_ACQUIRE = 181
+#: the bulk async-group channel of a buffer reduced into global memory every K tile
+#: (:data:`H100_BULK_REDUCE_SYNC`): its read-completion wait and its commit
+BULK_WAIT_READ, BULK_COMMIT = 182, 183
 #: ``wgmma.wait_group N``: the PTX ISA gives N as an integer constant; SASS encodes
 #: ``WARPGROUP.DEPBAR.LE gsb0, N`` and the schedule never needs more than its ring depth.
 MAX_WGMMA_WAIT = 7
@@ -226,3 +229,42 @@ DEVICE_MAPS_SYNC = attrs.evolve(
            "the copies read tensor maps a pre-pass kernel wrote (release); the producer "
            "acquires them (fence.proxy.tensormap::generic.acquire.gpu) before its copies"))
 DEVICE_MAPS_TAG_NAMES = {**TAG_NAMES, DESCRIPTOR_ACQUIRE: "DESCRIPTOR_ACQUIRE"}
+
+
+#: A buffer a consumer hands, every K tile, to an agent that reduces it into global memory
+#: (docs/guide/agents.md, "Hand-overs between turns"; PTX ISA, "cp.reduce.async.bulk",
+#: "cp.async.bulk.commit_group", "cp.async.bulk.wait_group", "Proxies"): the attention
+#: backward's dQ block.  The consumer's threads write it with ``st.shared`` (generic proxy, an
+#: op on operand channel :data:`STAGE_OPERAND`), run ``fence.proxy.async.shared::cta`` and
+#: arrive on a named barrier; the writer's elected thread issues
+#: ``cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32`` (async proxy, an op on
+#: operand channel :data:`BULK_REDUCE_OPERAND`) in a bulk async-group of its own, closes it with
+#: ``cp.async.bulk.commit_group``, and ``cp.async.bulk.wait_group.read N`` returns once at most N
+#: of its groups still read their buffers (``resolves="both"``: the read's end frees the
+#: buffer), after which it hands the buffer back on the ordering's next barrier.  The groups
+#: touch no registers, so no ``wgmma.fence`` opens them (``Channel.registers``).
+STAGE_OPERAND, BULK_REDUCE_OPERAND = 8, 9
+BULK = "bulk"
+BULK_CHANNEL = Channel(
+    name=BULK, label="bulk async-groups", wait_tag=BULK_WAIT_READ, wait_name="WAIT_BULK_READ",
+    unit="group", in_order=True, owner="thread", results_visible_to="issuer",
+    max_wait=MAX_WGMMA_WAIT, commit_tag=BULK_COMMIT, registers=False)
+BULK_REDUCE_EFFECTS = (
+    *EFFECTS,
+    Effect(role=OpRole.VALU_COMPUTE, counter=None, channel=STAGE_OPERAND, proxy="generic"),
+    Effect(role=OpRole.COMPUTE, counter=BULK, channel=BULK_REDUCE_OPERAND, resolves="both",
+           proxy="async"),
+)
+H100_BULK_REDUCE_SYNC = attrs.evolve(
+    H100_WGMMA_SYNC, name="nvidia-h100-wgmma-bulk-reduce",
+    channels=(MBARRIER_CHANNEL, WGMMA_CHANNEL, BULK_CHANNEL), effects=BULK_REDUCE_EFFECTS,
+    isa_forms={**ISA_FORMS,
+               BULK_WAIT_READ: "cp.async.bulk.wait_group.read {wait_value} (the issuer)",
+               BULK_COMMIT: "cp.async.bulk.commit_group (the issuer)"},
+    agent_tags={**H100_WGMMA_SYNC.agent_tags, "proxy_fence": PROXY_FENCE},
+    notes=(*H100_WGMMA_SYNC.notes,
+           "a staged buffer's st.shared writes are fenced (fence.proxy.async) by the threads "
+           "that wrote them before the named barrier that hands them to the bulk reduce",
+           "a bulk reduce's group frees its buffer once cp.async.bulk.wait_group.read retires "
+           "it"))
+BULK_TAG_NAMES = {**TAG_NAMES, BULK_WAIT_READ: "WAIT_BULK_READ", BULK_COMMIT: "BULK_COMMIT"}

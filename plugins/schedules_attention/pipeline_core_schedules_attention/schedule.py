@@ -34,7 +34,8 @@ from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext,
                                       ScheduleRecord, TargetProfile, Turn, annotate, logical)
 
 from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TARGET_NAME,
-                                               AgentsSchedule, family_profile)
+                                               AgentsSchedule, family_profile,
+                                               register_split_refusal)
 
 from pipeline_core_schedules_attention.tiles import LoopBounds
 
@@ -96,8 +97,10 @@ def attention_profile(pipeline: PipelineConfig, clock_ghz: float | None) -> Targ
 
 
 @attrs.frozen(kw_only=True)
-class AttentionGeometry:
-    """The tile sizes, overlaps and register split the schedule is built and checked for."""
+class WarpGroupTiles:
+    """What attention's geometries (the forward's, the backward's ``BackwardGeometry``) say
+    alike: the head dim, the tile, the ring depth, the consumer warp groups and their register
+    split, the causal diagonal's alignment; the threads and the 16-bit Q and K (or V) blocks."""
 
     head_dim: int
     block_m: int
@@ -105,12 +108,33 @@ class AttentionGeometry:
     stages: int
     consumers: int
     causal: bool
-    intra_overlap: bool
-    pingpong: bool
     producer_registers: int
     consumer_registers: int
     #: where the causal diagonal sits when the query and key lengths differ (LoopBounds.align)
     align: str = "top_left"
+
+    @property
+    def threads(self) -> int:
+        """The producer warp group and one warp group per consumer."""
+        return 128 * (1 + self.consumers)
+
+    @property
+    def q_bytes(self) -> int:
+        """One query block: block_m rows of head_dim."""
+        return self.block_m * self.head_dim * ELEM_BYTES
+
+    @property
+    def kv_bytes(self) -> int:
+        """One K (or V) block: block_n keys of head_dim."""
+        return self.block_n * self.head_dim * ELEM_BYTES
+
+
+@attrs.frozen(kw_only=True)
+class AttentionGeometry(WarpGroupTiles):
+    """The tile sizes, overlaps and register split the schedule is built and checked for."""
+
+    intra_overlap: bool
+    pingpong: bool
     #: stages of Q's ring: with 2, output tile o + 1's Q (and the K and V blocks behind it) is
     #: loaded while tile o still runs, where one buffer waits for o's last release
     #: (docs/guide/attention.md, "A double-buffered Q")
@@ -120,20 +144,6 @@ class AttentionGeometry:
     def rows(self) -> int:
         """Query rows per consumer warp group."""
         return self.block_m // self.consumers
-
-    @property
-    def threads(self) -> int:
-        """The producer warp group and one warp group per consumer."""
-        return 128 * (1 + self.consumers)
-
-    @property
-    def q_bytes(self) -> int:
-        return self.block_m * self.head_dim * ELEM_BYTES
-
-    @property
-    def kv_bytes(self) -> int:
-        """One K (or V) block: block_n keys of head_dim."""
-        return self.block_n * self.head_dim * ELEM_BYTES
 
     @property
     def smem_bytes(self) -> int:
@@ -180,17 +190,10 @@ class AttentionGeometry:
                                   f"over -p consumer_registers={self.consumer_registers}; "
                                   f"lower -p block_n or -p block_m, or set "
                                   f"-p intra_overlap=false")
-        for param, regs in (("producer_registers", self.producer_registers),
-                            ("consumer_registers", self.consumer_registers)):
-            if regs % 8 or not 24 <= regs <= 256:
-                raise bad(param, f"setmaxnreg takes a multiple of 8 in 24..256, got {regs}")
-        total = 128 * (self.producer_registers + self.consumers * self.consumer_registers)
-        if total > H100_SXM.registers_per_sm:
-            raise bad("consumer_registers", f"128 x (producer_registers "
-                                            f"{self.producer_registers} + consumers "
-                                            f"{self.consumers} x {self.consumer_registers}) = "
-                                            f"{total} registers exceed the SM's "
-                                            f"{H100_SXM.registers_per_sm}")
+        split = register_split_refusal(self.producer_registers, self.consumers,
+                                       self.consumer_registers)
+        if split is not None:
+            raise bad(*split)
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
             qs = f"{self.q_stages} x " if self.q_stages > 1 else ""
             raise ProgramError(f"{OWNER}: -T stages: Q ({qs}{self.q_bytes} bytes) "
@@ -289,6 +292,16 @@ class FlashAttentionForward(AgentsSchedule):
 
 
 
+#: the parameters attention's schedules (the forward, the backward) share
+ALIGN = Param("align", str, "top_left", "where the causal diagonal sits when the query and key "
+                                        "lengths differ: top_left (torch's is_causal) or "
+                                        "bottom_right (FlashAttention's; rows that see no key "
+                                        "give 0)", choices=("top_left", "bottom_right"))
+REGISTERS = (Param("producer_registers", int, PRODUCER_REGISTERS,
+                   "setmaxnreg of the producer warp group", bound=Bound(low=24, high=256)),
+             Param("consumer_registers", int, CONSUMER_REGISTERS,
+                   "setmaxnreg of each consumer warp group", bound=Bound(low=24, high=256)))
+
 PARAMS = (
     Param("head_dim", int, 128, "head dimension D (64, 128; 256 where its registers fit)",
           choices=(64, 128, 256)),
@@ -298,10 +311,7 @@ PARAMS = (
     Param("consumers", int, 2, "consumer warp groups", bound=Bound(low=1, high=3)),
     Param("causal", bool, False, "causal mask: KV blocks above the diagonal skipped, the "
                                  "diagonal block masked (the loop bounds; the body is the same)"),
-    Param("align", str, "top_left", "where the causal diagonal sits when the query and key "
-                                    "lengths differ: top_left (torch's is_causal) or "
-                                    "bottom_right (FlashAttention's; rows that see no key give 0)",
-          choices=("top_left", "bottom_right")),
+    ALIGN,
     Param("intra_overlap", bool, True, "issue O += P_{j-1}.V_{j-1} right after S_j, the "
                                        "softmax of S_j running under it (FA3's two-stage "
                                        "pipeline inside a warp group)"),
@@ -309,10 +319,7 @@ PARAMS = (
                                   "(FA3's inter-warp-group ping-pong)"),
     Param("q_stages", int, 1, "stages of Q's ring (2: the next output tile's Q loads while this "
                               "one runs)", bound=Bound(low=1, high=2)),
-    Param("producer_registers", int, PRODUCER_REGISTERS, "setmaxnreg of the producer warp group",
-          bound=Bound(low=24, high=256)),
-    Param("consumer_registers", int, CONSUMER_REGISTERS, "setmaxnreg of each consumer warp "
-                                                         "group", bound=Bound(low=24, high=256)),
+    *REGISTERS,
 )
 
 

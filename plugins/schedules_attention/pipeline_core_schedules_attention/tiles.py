@@ -28,7 +28,28 @@ def _ints(items: Iterable[int]) -> tuple[int, ...]:
 
 
 @attrs.frozen(kw_only=True)
-class LoopBounds:
+class CausalTiles:
+    """What attention's trip rules (the forward's :class:`LoopBounds`, the backward's
+    ``bwd_tiles.BackwardTrips``) say alike: the tile, whether the causal mask applies, where its
+    diagonal sits, and the body ops that apply it on a masked K tile."""
+
+    causal: bool = False
+    block_m: int
+    block_n: int
+    #: the body ops that apply the mask on a masked K tile (the forward's softmax steps, the
+    #: backward's gradient steps)
+    masked_ops: tuple[int, ...] = attrs.field(converter=_ints, default=())
+    #: "top_left" (torch's ``is_causal``) or "bottom_right" (FlashAttention >= 2.1)
+    align: str = attrs.field(default="top_left",
+                             validator=attrs.validators.in_(("top_left", "bottom_right")))
+
+    def offset(self, seq_q: int, seq_k: int) -> int:
+        """The last key row 0 sees (the diagonal's shift)."""
+        return seq_k - seq_q if self.align == "bottom_right" else 0
+
+
+@attrs.frozen(kw_only=True)
+class LoopBounds(CausalTiles):
     """How many K tiles each output tile visits, and which of them the schedule masks: one
     home for the rule the emitter, the proof and the timing model follow.
 
@@ -40,19 +61,6 @@ class LoopBounds:
     rows see no key at all visits 0 blocks (the empty query tile).  The blocks that straddle the
     diagonal or hold keys past ``seq_k`` are the last ones an output tile visits, and
     ``masked_ops`` (the softmax steps) apply the mask on exactly those."""
-
-    causal: bool = False
-    block_m: int
-    block_n: int
-    #: the body ops that apply the mask on a masked K tile (the softmax of each consumer)
-    masked_ops: tuple[int, ...] = attrs.field(converter=_ints, default=())
-    #: "top_left" (torch's ``is_causal``) or "bottom_right" (FlashAttention >= 2.1)
-    align: str = attrs.field(default="top_left",
-                             validator=attrs.validators.in_(("top_left", "bottom_right")))
-
-    def offset(self, seq_q: int, seq_k: int) -> int:
-        """The last key row 0 sees (the diagonal's shift)."""
-        return seq_k - seq_q if self.align == "bottom_right" else 0
 
     def blocks(self, seq_k: int) -> int:
         """KV blocks of the whole key sequence (the last one partial on a tail)."""

@@ -123,6 +123,13 @@ def ring_inits(rings: Sequence[Ring], depths: Sequence[str]) -> list[str]:
     return out
 
 
+def once_steps(program: AgentProgram) -> list[Step]:
+    """An agent's steps on an output tile with no K tile: its once steps alone, in program
+    order (:attr:`AgentCode.once`)."""
+    return [s for it in (*program.prologue, program.kernel, *program.epilogue) for s in it
+            if s.once]
+
+
 def once_guard(code: AgentCode) -> list[str]:
     """An agent's program on a tile loop with empty output tiles: on a tile with no K tile
     (``KT == 0``) its once steps alone (a ``once`` section, which ``sync_skeleton`` checks), else
@@ -130,6 +137,15 @@ def once_guard(code: AgentCode) -> list[str]:
     return (["if (KT == 0) {  // an output tile with no K tile: the once steps alone"]
             + [_IND + x for x in [section_mark("once"), *code.once, section_mark("end")]]
             + ["} else {"] + [_IND + x for x in code.lines] + ["}"])
+
+
+def _side_agent(loop: TileLoop, warp: int, name: str, program: Sequence[str],
+                ind: str) -> list[str]:
+    """A side agent's branch: warp ``warp`` of warp group 0, all its lanes, in the producer's
+    tile loop."""
+    head, body = _role_loop(loop, program, 3)
+    return [ind * 2 + f"if (wtid / 32 == {warp}) {{  // ---- agent {name} ----",
+            ind * 3 + role_mark(name), *head, *body, ind * 3 + "}", ind * 2 + "}"]
 
 
 def _role_loop(loop: TileLoop, program: Sequence[str], level: int,
@@ -148,7 +164,8 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
                        family: AgentsFamily, tiles: DeviceTileLoop, emitter: str,
                        tile_split: bool = False, consumer_after: Sequence[str] = (),
                        cluster: Cluster | None = None, relay: Sequence[str] = (),
-                       producer_threads: int = 1) -> str:
+                       producer_threads: int = 1,
+                       side_agents: Sequence[tuple[str, Sequence[str]]] = ()) -> str:
     """The body of a warp-specialized kernel: warp group 0 the producer (one elected thread runs
     its program), warp groups 1.. the consumers (one program; the consumer index is a run-time
     value, so ``setmaxnreg`` sees each role as one branch of a single if/else), ``setmaxnreg``
@@ -167,8 +184,14 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
     the initialisation and its end barrier before the exit; ``relay``: the program of its relay
     agent, which warp 1 of warp group 0 runs (one thread) in the producer's tile loop.
     ``producer_threads``: 1, the producer's program runs on thread 0 of its warp group; 128,
-    on every thread of it (a producer whose every thread issues copies, ``AgentRole.issuers``)."""
+    on every thread of it (a producer whose every thread issues copies, ``AgentRole.issuers``).
+    ``side_agents``: (name, program) of agents that each run on a whole warp of warp group 0,
+    from warp 1 on, in the producer's tile loop (they join named barriers, which count whole
+    warps: the attention backward's dQ writers); not beside a relay."""
     depths = [_ring_depth(r, family, emitter) for r in rings]
+    if relay and side_agents:
+        raise ProgramError(f"emitter {emitter}: a relay and side agents both take warp 1 of the "
+                           "producer warp group; give the kernel one or the other")
     ind = _IND
 
     def program(code: AgentCode) -> list[str]:
@@ -218,6 +241,8 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
                 *r_head, *r_body,
                 ind * 3 + "}",
                 ind * 2 + "}"] if relay else []),
+             *(x for w, (name, lines) in enumerate(side_agents, start=1)
+               for x in _side_agent(tiles.producer, w, name, lines, ind)),
              ind + "} else {",
              ind * 2 + "// ---- agents consumer0.. (one program; the consumer index picks the rows) ----",
              ind * 2 + role_mark("consumers"),

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline_core.plugin_api import CostModel, KernelLaunch, PipelineConfig, TargetProfile
+from pipeline_core.plugin_api import (CostModel, KernelLaunch, PipelineConfig, SyncModel,
+                                      TargetProfile)
 
 from pipeline_core_nvidia_h100.machine import H100_AGENT_MACHINE
 from pipeline_core_nvidia_h100.wgmma_sync import H100_WGMMA_SYNC, TAG_NAMES
 
 
 def family_profile(costs: CostModel, pipeline: PipelineConfig,
-                   clock_ghz: float | None) -> TargetProfile:
+                   clock_ghz: float | None, sync: SyncModel = H100_WGMMA_SYNC) -> TargetProfile:
     """The h100 target (its ring depth ``-T stages`` in ``pipeline``, its clock) with a
-    family's own op costs, the wgmma sync model (mbarrier rings, wgmma groups, named barriers)
-    and the agents machine the timing model runs."""
-    return TargetProfile(costs, pipeline, sync=H100_WGMMA_SYNC, clock_ghz=clock_ghz,
+    family's own op costs, the wgmma sync model (mbarrier rings, wgmma groups, named barriers;
+    or a family's extension of it, ``sync``: the attention backward's bulk reduce) and the
+    agents machine the timing model runs."""
+    return TargetProfile(costs, pipeline, sync=sync, clock_ghz=clock_ghz,
                          agent_machine=H100_AGENT_MACHINE)
 
 

@@ -20,19 +20,21 @@ def _accumulators(n: int) -> tuple[int, str, str]:
 
 
 def wgmma_ss(n: int, dtype: str = "bf16", trans_a: int = 0, trans_b: int = 0,
-             scale_d: bool = False) -> str:
+             scale_d: bool = False, prefix: str = "wgmma") -> str:
     """The device function ``wgmma_m64n{n}k{K}(d, da, db)``: D (+)= A.B, ``dtype`` -> f32, A and
     B from shared memory by descriptor (K 16 for bf16 / fp16, 32 for e4m3: 32 bytes of K either
     way).  A ``trans`` flag of 1 reads that operand MN-major (wgmma's transpose mode), 0
     K-major; e4m3 has no transpose operands (PTX ISA, "wgmma.mma_async": fp8 reads both
     operands K-major).  ``scale_d``: a fourth argument ``int scale_d`` (0: D = A.B, the first k
-    step of a tile; else D += A.B); without it D += A.B always."""
+    step of a tile; else D += A.B); without it D += A.B always.  ``prefix``: the function's name
+    before ``_m64n...`` (a kernel that takes two wrappers of one N, K-major and MN-major, names
+    one otherwise)."""
     ptx = PTX_TYPES[dtype]
     k = DTYPE_WGMMA_K[dtype]
     regs, outs, bind = _accumulators(n)
     trans = "" if dtype == "e4m3" else f", {trans_a}, {trans_b}"
     return (
-        f"__device__ __forceinline__ void wgmma_m64n{n}k{k}(float (&d)[{regs}], pcwg::u64 da, "
+        f"__device__ __forceinline__ void {prefix}_m64n{n}k{k}(float (&d)[{regs}], pcwg::u64 da, "
         f"pcwg::u64 db{', int scale_d' if scale_d else ''}) {{\n"
         f'    asm volatile("{{\\n .reg .pred p;\\n setp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
         f'                 " wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptx}.{ptx} "\n'

@@ -1,0 +1,258 @@
+"""The attention backward's main kernel (``bwd_call.attention_bwd_main``) on the GPU:
+correctness, sanitizer shapes, timing.
+
+  python3 benchmarks/attention_bwd_main_check.py [--prebuild-only] [--sanitize] [--time]
+                                                 [--rounds N] [--out FILE]
+
+1. Correctness (the default): ~24 configurations over S in {1, 17, 128, 1000}, Sq != Sk,
+   causal off / top-left / bottom-right, grouped-query heads, D 64 / 128, bf16 / fp16; fresh
+   random inputs each; LSE and delta computed in torch fp32 (LSE +inf on a row that sees no
+   key, delta = rowsum(dO * O) with O rounded to the input's type, as the forward saves it);
+   dq_accum zeroed, dK and dV's memory NaN-poisoned first (the call allocates one buffer for
+   both: a freed NaN block of its size is what the caching allocator hands back); dQ, dK, dV
+   against an fp32 autograd reference.  A configuration passes when each gradient's relative
+   error is at most 1.5x sdpa-flash's backward on the same case (where flash runs it: top-left
+   or no mask, one head per KV head) plus 1e-3, else under a fixed bound (bf16 3e-2, fp16
+   1e-2); one PASS / FAIL line each and a summary line.
+2. ``--sanitize``: a few small shapes with tails, each run once (for compute-sanitizer's
+   racecheck and synccheck: ``compute-sanitizer --tool racecheck python3 ... --sanitize``).
+3. ``--time``: the main kernel alone against torch sdpa's flash and cuDNN backward (autograd of
+   their forward, the backward alone timed) at 16k tokens, hidden 2048 (H = 2048 / D), D 64 /
+   128, S 1k / 4k / 16k, causal or not; interleaved rounds, CUDA-event medians, per-round
+   ratios; TFLOPS count 2.5x the forward's flops (half the square causal).
+``--prebuild-only``: every variant's cubin built into PIPELINE_CORE_CACHE_DIR with nvcc, no GPU
+and no torch needed (then the GPU run loads them).  Every result is also one JSON line in
+``--out`` (default: none).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedules_attention"):
+    if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
+        sys.path.insert(0, str(extra))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+#: (B, Hq, Hkv, Sq, Sk): S in {1, 17, 128, 1000}, query and key lengths that differ, GQA
+SHAPES = ((1, 2, 2, 1, 1), (1, 2, 2, 17, 17), (2, 4, 2, 128, 128), (1, 4, 1, 1000, 1000),
+          (1, 2, 2, 17, 1000), (1, 2, 2, 1000, 17), (2, 2, 1, 128, 1000), (1, 3, 3, 1000, 128))
+CAUSALS = (False, True, "bottom_right")
+#: small shapes with tails for the sanitizers: (B, Hq, Hkv, Sq, Sk, D, dtype, causal)
+SANITIZE = ((1, 2, 1, 100, 77, 64, "bf16", False), (1, 2, 1, 100, 77, 128, "bf16", True),
+            (1, 2, 2, 77, 150, 64, "fp16", "bottom_right"), (1, 1, 1, 1, 1, 128, "bf16", False))
+BOUND = {"bf16": 3e-2, "fp16": 1e-2}
+TOKENS, HIDDEN = 16384, 2048
+OUT: list[dict] = []
+
+
+def emit(record: dict) -> None:
+    OUT.append(record)
+
+
+def configs() -> list[tuple]:
+    """Each shape under each mask, the head dim and dtype rotating: ~24 configurations."""
+    out = []
+    for i, (b, hq, hkv, sq, sk) in enumerate(SHAPES):
+        for j, causal in enumerate(CAUSALS):
+            n = 3 * i + j
+            out.append((b, hq, hkv, sq, sk, (64, 128)[n % 2], ("bf16", "fp16")[n // 2 % 2],
+                        causal))
+    return out
+
+
+def keep_mask(torch, sq: int, sk: int, causal, device):
+    """Which (row, key) pairs the mask keeps (None: all)."""
+    if causal is False:
+        return None
+    offset = sk - sq if causal == "bottom_right" else 0
+    r = torch.arange(sq, device=device)[:, None]
+    c = torch.arange(sk, device=device)[None, :]
+    return c <= r + offset
+
+
+def reference(torch, q, k, v, do, scale, causal):
+    """fp32 autograd: the output, LSE (+inf on a row with no key) and dQ, dK, dV (k and v's
+    grads summed over each KV head's group)."""
+    group = q.shape[1] // k.shape[1]
+    qf, kf, vf = (t.detach().float().requires_grad_(True) for t in (q, k, v))
+    ke, ve = kf.repeat_interleave(group, dim=1), vf.repeat_interleave(group, dim=1)
+    s = (qf @ ke.transpose(-1, -2)) * scale
+    keep = keep_mask(torch, q.shape[2], k.shape[2], causal, q.device)
+    if keep is not None:
+        s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    any_key = torch.isfinite(lse)[..., None]
+    p = torch.where(any_key, torch.softmax(s, dim=-1), torch.zeros_like(s))
+    out = p @ ve
+    dq, dk, dv = torch.autograd.grad(out, (qf, kf, vf), do.float())
+    lse = torch.where(torch.isfinite(lse), lse, torch.full_like(lse, float("inf")))
+    return (out.detach(), lse.detach(), torch.nan_to_num(dq), torch.nan_to_num(dk),
+            torch.nan_to_num(dv))
+
+
+def rel(torch, got, ref) -> float:
+    diff = torch.nan_to_num(got.float(), nan=1e6) - ref
+    return float(diff.norm() / ref.norm().clamp_min(1e-30))
+
+
+def flash_errors(torch, q, k, v, do, scale, causal, refs):
+    """sdpa-flash's backward errors on the case (None where flash does not run it)."""
+    if causal == "bottom_right" or q.shape[1] != k.shape[1]:
+        return None
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            o = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, is_causal=bool(causal),
+                                                                 scale=scale)
+        grads = torch.autograd.grad(o, (qq, kk, vv), do)
+    except RuntimeError:
+        return None
+    return [rel(torch, g, r) for g, r in zip(grads, refs)]
+
+
+def run(torch, bwd, b, hq, hkv, sq, sk, d, dtype, causal, check=True) -> dict:
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    q = torch.randn(b, hq, sq, d, device="cuda", dtype=dt)
+    k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dt)
+    v = torch.randn(b, hkv, sk, d, device="cuda", dtype=dt)
+    do = torch.randn(b, hq, sq, d, device="cuda", dtype=dt)
+    scale = d ** -0.5
+    out, lse, dq_ref, dk_ref, dv_ref = reference(torch, q, k, v, do, scale, causal)
+    delta = (do.float() * out.to(dt).float()).sum(-1).contiguous()
+    sqp = -(-sq // bwd.DQ_ROWS) * bwd.DQ_ROWS
+    dq_accum = torch.zeros(b, hq, sqp, d, device="cuda", dtype=torch.float32)
+    poison = torch.full((2, *k.shape), float("nan"), device="cuda", dtype=dt)
+    del poison  # the call's dK / dV buffer reuses this freed NaN block
+    dk, dv = bwd.attention_bwd_main(q, k, v, do, lse.contiguous(), delta, dq_accum,
+                                    causal=causal, scale=scale)
+    torch.cuda.synchronize()
+    rec = {"kind": "correct", "B": b, "Hq": hq, "Hkv": hkv, "Sq": sq, "Sk": sk, "D": d,
+           "dtype": dtype, "causal": causal}
+    if not check:
+        return rec
+    errs = [rel(torch, dq_accum[:, :, :sq], dq_ref), rel(torch, dk, dk_ref),
+            rel(torch, dv, dv_ref)]
+    flash = flash_errors(torch, q, k, v, do, scale, causal, (dq_ref, dk_ref, dv_ref))
+    bounds = ([1.5 * f + 1e-3 for f in flash] if flash is not None else [BOUND[dtype]] * 3)
+    ok = all(e == e and e <= bound for e, bound in zip(errs, bounds))
+    rec.update(err=dict(zip(("dq", "dk", "dv"), errs)),
+               flash_err=None if flash is None else dict(zip(("dq", "dk", "dv"), flash)),
+               nan=bool(torch.isnan(dk).any() or torch.isnan(dv).any()
+                        or torch.isnan(dq_accum).any()), ok=bool(ok))
+    return rec
+
+
+def correctness(torch, bwd) -> int:
+    failures = 0
+    cases = configs()
+    for case in cases:
+        try:
+            rec = run(torch, bwd, *case)
+        except Exception as e:  # one line per config, the run goes on
+            rec = {"kind": "correct", "case": repr(case), "ok": False,
+                   "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+        emit(rec)
+        failures += not rec["ok"]
+        b, hq, hkv, sq, sk, d, dtype, causal = case
+        errs = rec.get("err") or {}
+        print(f"{'PASS' if rec['ok'] else 'FAIL'} B={b} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk} D={d} "
+              f"{dtype} causal={causal} "
+              + (" ".join(f"{n}={e:.2e}" for n, e in errs.items()) or rec.get("error", ""))
+              + (f" flash={ {n: round(e, 5) for n, e in rec['flash_err'].items()} }"
+                 if rec.get("flash_err") else "")
+              + (" NaN" if rec.get("nan") else ""), flush=True)
+    print(f"SUMMARY correctness: {len(cases) - failures} of {len(cases)} configurations PASS",
+          flush=True)
+    return failures
+
+
+def sanitize(torch, bwd) -> int:
+    failures = 0
+    for case in SANITIZE:
+        try:
+            rec = run(torch, bwd, *case)
+        except Exception as e:
+            rec = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        failures += not rec["ok"]
+        print(f"{'PASS' if rec['ok'] else 'FAIL'} sanitize {case} {rec.get('error', '')}",
+              flush=True)
+        emit({"kind": "sanitize", "case": repr(case), **rec})
+    print(f"SUMMARY sanitize: {len(SANITIZE) - failures} of {len(SANITIZE)} shapes PASS",
+          flush=True)
+    return failures
+
+
+def timing(torch, bwd, rounds: int) -> None:
+    from bench_timing import interleaved, ratios
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for d in (64, 128):
+        for s in (1024, 4096, 16384):
+            for causal in (False, True):
+                b, h = TOKENS // s, HIDDEN // d
+                dt = torch.bfloat16
+                q, k, v, do = (torch.randn(b, h, s, d, device="cuda", dtype=dt)
+                               for _ in range(4))
+                scale = d ** -0.5
+                lse = torch.randn(b, h, s, device="cuda").abs() + 5.0
+                delta = torch.randn(b, h, s, device="cuda")
+                dq_accum = torch.zeros(b, h, -(-s // bwd.DQ_ROWS) * bwd.DQ_ROWS, d,
+                                       device="cuda")
+                impls = {"ours": lambda: bwd.attention_bwd_main(q, k, v, do, lse, delta, dq_accum,
+                                                                causal=causal, scale=scale)}
+                for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION),
+                                      ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    qq, kk, vv = (t.clone().requires_grad_(True) for t in (q, k, v))
+                    try:
+                        with sdpa_kernel(backend):
+                            o = torch.nn.functional.scaled_dot_product_attention(
+                                qq, kk, vv, is_causal=causal, scale=scale)
+                        torch.autograd.grad(o, (qq, kk, vv), do, retain_graph=True)
+                    except RuntimeError:
+                        continue
+                    impls[name] = (lambda o=o, qq=qq, kk=kk, vv=vv:
+                                   torch.autograd.grad(o, (qq, kk, vv), do, retain_graph=True))
+                per = interleaved(torch, impls, rounds)
+                flop = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+                med = {n: sorted(t)[len(t) // 2] for n, t in per.items()}
+                rec = {"kind": "time", "D": d, "S": s, "B": b, "H": h, "causal": causal,
+                       "ms": med, "tflops": {n: round(flop / m / 1e9, 1) for n, m in med.items()},
+                       **{f"ours/{p}": ratios(per, "ours", p) for p in per if p != "ours"}}
+                emit(rec)
+                print(f"TIME D={d} S={s} causal={causal} "
+                      + " ".join(f"{n}={rec['tflops'][n]}TF" for n in med)
+                      + " " + " ".join(f"ours/{p}={rec[f'ours/{p}']}" for p in per
+                                      if p != "ours"), flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--prebuild-only", action="store_true")
+    ap.add_argument("--sanitize", action="store_true")
+    ap.add_argument("--time", action="store_true")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    from pipeline_core_schedules_attention import bwd_call as bwd
+    if a.prebuild_only:
+        paths = bwd.prebuild()
+        print(f"SUMMARY prebuild: {len(paths)} cubins in {Path(paths[0]).parent}", flush=True)
+        return 0
+    import torch  # type: ignore[import-not-found]
+    torch.manual_seed(36)
+    failures = sanitize(torch, bwd) if a.sanitize else correctness(torch, bwd)
+    if a.time:
+        timing(torch, bwd, a.rounds)
+    if a.out:
+        a.out.write_text("".join(json.dumps(r, default=str) + "\n" for r in OUT))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

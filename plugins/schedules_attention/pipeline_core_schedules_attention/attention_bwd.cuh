@@ -1,0 +1,226 @@
+// The attention backward's device math: what a consumer warp group does with a query block
+// (Q_i with LSE_i, dO_i with delta_i) and its keys of the output tile's K and V block, and how
+// the dQ writer reduces a consumer's dQ block into global memory.  The kit's frame calls these,
+// one call per op step of the compiled flash-attention-bwd plan (emit_attention_bwd.py writes
+// the calls); they hold no synchronization of the plan's: every ring wait, arrival, wgmma group
+// fence / commit / wait, named barrier of the dQ hand-off and its proxy fence and bulk wait is
+// the plan's, written by the kit and the emitter.  The one sync here is inside the gradient
+// step: the consumer's own dS, written by all its threads, is fenced to the async proxy and
+// gathered on the consumer's named barrier before its dQ wgmma reads it (one agent's write and
+// read: the plan's chained groups order the rest).  Pasted after the forward's attention.cuh
+// (pcat's element types and ex2_approx) and the per-N wgmma wrappers (kit/wgmma.py).
+//
+// A consumer owns KEYS keys (rows of K, V, dK, dV): S^T = K_c.Q^T and dP^T = V_c.dO^T put a key
+// on each accumulator row, so thread (warp w, lane) holds keys w * 16 + lane / 4 (its "key 0")
+// and that + 8 at query columns 8 c + 2 (lane % 4) + {0, 1}: exactly the A fragment of the RS
+// wgmma dV += P^T.dO once packed (as the forward's P for P.V).
+#pragma once
+
+namespace pcab {
+
+using pcwg::u32;
+using pcwg::u64;
+
+// Keys per consumer warp group: wgmma's M of S^T (the schedule refuses other splits).
+constexpr int KEYS = 64;
+constexpr float LOG2E = 1.4426950408889634f;
+
+// What a masked query block drops: keys past Sk, rows past Sq (the tensor maps fill both from
+// the next head) and, causal, keys past the row's last one (row + offset: 0 top-left, Sk - Sq
+// bottom-right; bwd_tiles.py).
+struct Mask {
+    int sq, sk, offset;
+    bool causal;
+    __device__ __forceinline__ bool keeps(int row, int key) const {
+        return row < sq && key < sk && (!causal || key <= row + offset);
+    }
+};
+
+// S^T (or dP^T) = A_c.B^T (wgmma SS, MMA = the kit's wgmma_m64n{BM}k16): the consumer's KEYS
+// rows of a [BN x HD] block (HD / 64 boxes of BN rows, 128-byte swizzled) against a query
+// block's stage (HD / 64 boxes of BM rows); 16 columns of the head per k step, the first
+// overwriting.
+template <int BM, int BN, int HD, void (*MMA)(float (&)[BM / 2], u64, u64, int)>
+__device__ __forceinline__ void st(float (&s)[BM / 2], u32 a, u32 b, int consumer) {
+    // cleared, though the first k step overwrites: the wrapper's asm reads its accumulators,
+    // which would keep the last query block's S live across the loop (ptxas then runs out of
+    // registers and serializes the wgmmas, C7512)
+#pragma unroll
+    for (int i = 0; i < BM / 2; ++i) s[i] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk)
+        MMA(s, pcwg::smem_desc_sw128(a + (kk / 4) * BN * 128 + consumer * KEYS * 128
+                                     + (kk % 4) * 32),
+            pcwg::smem_desc_sw128(b + (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);
+}
+
+// The gradient step: P = 2^(S * scale log2e - LSE log2e) (the forward's probabilities from its
+// saved log-sum-exp), dS = P (dP - delta) * scale (the scale of dK and dQ folded in once); P
+// packed as dV's RS A fragment, dS stored as dS[query][key] (one 128-byte swizzled box of BM
+// rows: dQ's A K-major, dK's A = dS^T MN-major; kept out of registers, which dK, dV and dQ's
+// accumulators fill), then fenced to the async proxy and gathered on the consumer's barrier
+// `bar` (ids after the plan's).  `masked`: the query blocks the plan's trip rule masks (the
+// diagonal's) and the tails; a dropped pair's S is -inf, so P and dS are 0.
+template <int BM, class Elem>
+__device__ __forceinline__ void grad(float (&s)[BM / 2], float (&dp)[BM / 2], u32 (&pp)[BM / 4],
+                                     u32 lse, u32 delta, u32 ds, bool masked, const Mask& mask,
+                                     int row0, int key0, float scale, float scale_log2,
+                                     int bar) {
+    const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
+    const int k0 = wtid / 32 * 16 + lane / 4;  // the thread's key 0 within the consumer's
+#pragma unroll
+    for (int i = 0; i < BM / 2; ++i) {
+        pcwg::fence_operand(s[i]);
+        pcwg::fence_operand(dp[i]);
+    }
+    u32 at[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const int row = 2 * q + (e & 1), key = k0 + 8 * (e >> 1);
+        at[e] = ds + row * 128 + (((key >> 3) ^ row) << 4) + (key & 7) * 2;
+    }
+#pragma unroll
+    for (int c = 0; c < BM / 8; ++c) {
+        const int col = c * 8 + 2 * q;
+        float l[2], d[2];
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(l[0]), "=f"(l[1])
+                     : "r"(lse + col * 4));
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(d[0]), "=f"(d[1])
+                     : "r"(delta + col * 4));
+        float p[4], g[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int r = e & 1, k = e >> 1;  // column col + r, key k0 + 8 k
+            // a select, not a branch: the P registers a wgmma reads are then written on no
+            // divergent path (ptxas serializes the wgmmas otherwise, C7520)
+            const bool keep = !masked || mask.keeps(row0 + col + r, key0 + k0 + 8 * k);
+            const float x = keep ? s[4 * c + e] : -INFINITY;
+            p[e] = pcat::ex2_approx(fmaf(x, scale_log2, -l[r] * LOG2E));
+            g[e] = p[e] * (dp[4 * c + e] - d[r]) * scale;
+        }
+        pp[2 * c] = Elem::pack(p[0], p[1]);
+        pp[2 * c + 1] = Elem::pack(p[2], p[3]);
+        const u32 pds[2] = {Elem::pack(g[0], g[1]), Elem::pack(g[2], g[3])};
+        // dS[query][key]: query col + r is the box row, key k0 + 8 k its 2-byte column; the
+        // swizzle takes the row mod 8 (2 q + r, the same for every c), so each of the four
+        // addresses is a thread's base plus c * 1024 (an immediate: no address kept per c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const u32 h = e & 1 ? pds[e >> 1] >> 16 : pds[e >> 1] & 0xFFFFu;
+            asm volatile("st.shared.b16 [%0], %1;\n" :: "r"(at[e] + c * 1024),
+                         "h"((unsigned short)h) : "memory");
+        }
+    }
+    pcgc::fence_proxy_async_shared();  // dS written by the generic proxy, read by wgmma
+    asm volatile("bar.sync %0, 128;\n" :: "r"(bar) : "memory");
+}
+
+// D += A.B with A from registers (wgmma RS, MMA = the kit's wgmma_rs_m64n{HD}k16): dV += P^T.dO,
+// 16 query rows per k step, B a query block's stage MN-major (HD / 64 boxes of
+// BM rows, a k step 16 rows = 2048 bytes further).
+template <int BM, int HD, void (*MMA)(float (&)[HD / 2], u32, u32, u32, u32, u64)>
+__device__ __forceinline__ void rs(float (&acc)[HD / 2], const u32 (&a)[BM / 4], u32 b) {
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+        MMA(acc, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3],
+            pcgc::smem_desc_sw128_mn<BM * 128>(b + kk * 2048));
+}
+
+// dK_c += dS^T.Q (wgmma SS, MMA = wgmma_mn_m64n{HD}k16 reading A and B MN-major): A the
+// consumer's dS box read transposed (its KEYS keys one 128-byte row, 16 queries a k step),
+// B the query block's Q stage as in rs.
+template <int BM, int HD, void (*MMA)(float (&)[HD / 2], u64, u64)>
+__device__ __forceinline__ void dk(float (&acc)[HD / 2], u32 ds, u32 q) {
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+        MMA(acc, pcgc::smem_desc_sw128_mn<BM * 128>(ds + kk * 2048),
+            pcgc::smem_desc_sw128_mn<BM * 128>(q + kk * 2048));
+}
+
+// One 64-column part of the consumer's dQ block, dQ_c = dS.K_c (wgmma SS, MMA =
+// wgmma_kmn_m64n64k16 reading B MN-major): dS the consumer's [BM x KEYS] box, K_c its KEYS rows
+// of the part's box of the K block (BN rows of 64 columns), 16 keys per k step; BM / 64 row
+// blocks of 64, cleared first (as st's S: not live across the loop).
+template <int BM, int BN, void (*MMA)(float (&)[32], u64, u64, int)>
+__device__ __forceinline__ void dq(float (&acc)[BM / 64][32], u32 ds, u32 k, int consumer) {
+#pragma unroll
+    for (int mi = 0; mi < BM / 64; ++mi)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) acc[mi][i] = 0.f;
+#pragma unroll
+    for (int mi = 0; mi < BM / 64; ++mi)
+#pragma unroll
+        for (int kk = 0; kk < KEYS / 16; ++kk)
+            MMA(acc[mi], pcwg::smem_desc_sw128(ds + mi * 64 * 128 + kk * 32),
+                pcgc::smem_desc_sw128_mn<BN * 128>(k + consumer * KEYS * 128 + kk * 2048),
+                kk > 0);
+}
+
+// A dQ part's registers into the consumer's buffer, [BM][HD] fp32 row-major (what the bulk
+// reduce adds to the accumulator's BM rows as one contiguous span), from `buf` (the part's
+// first column).
+template <int BM, int HD>
+__device__ __forceinline__ void stage(float (&acc)[BM / 64][32], u32 buf) {
+    const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
+#pragma unroll
+    for (int mi = 0; mi < BM / 64; ++mi) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) pcwg::fence_operand(acc[mi][i]);
+        const int row = mi * 64 + wtid / 32 * 16 + lane / 4;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+            const int col = c * 8 + 2 * q;
+            pcgc::st_shared_f32x2(buf + (row * HD + col) * 4, acc[mi][4 * c], acc[mi][4 * c + 1]);
+            pcgc::st_shared_f32x2(buf + ((row + 8) * HD + col) * 4, acc[mi][4 * c + 2],
+                                  acc[mi][4 * c + 3]);
+        }
+    }
+}
+
+// The dQ writer's reduce of one consumer's buffer into the fp32 accumulator's rows (one thread;
+// the plan's commit and read wait follow): cp.reduce.async.bulk adds every element in L2.
+__device__ __forceinline__ void reduce_add(float* dst, u32 src, u32 bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 :: "l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+
+// An output tile's start: dK and dV cleared.
+template <int HD>
+__device__ __forceinline__ void start(float (&dk)[HD / 2], float (&dv)[HD / 2]) {
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) dk[i] = dv[i] = 0.f;
+}
+
+// An output tile's end: the consumer's KEYS rows of dK and dV (from key row `key0` of KV head
+// `bhk`'s [Sk, HD] rows) stored as Elem, keys past Sk not stored.
+template <int HD, class Elem>
+__device__ __forceinline__ void finish(float (&dk)[HD / 2], float (&dv)[HD / 2],
+                                       unsigned short* dK, unsigned short* dV, int bhk,
+                                       int key0, int sk) {
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) {
+        pcwg::fence_operand(dk[i]);
+        pcwg::fence_operand(dv[i]);
+    }
+    const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
+    const int key = key0 + wtid / 32 * 16 + lane / 4;
+    const size_t base = (size_t)bhk * sk * HD;
+#pragma unroll
+    for (int c = 0; c < HD / 8; ++c) {
+        const int col = c * 8 + 2 * q;
+        if (key < sk) {
+            *reinterpret_cast<u32*>(dK + base + (size_t)key * HD + col) =
+                Elem::pack(dk[4 * c], dk[4 * c + 1]);
+            *reinterpret_cast<u32*>(dV + base + (size_t)key * HD + col) =
+                Elem::pack(dv[4 * c], dv[4 * c + 1]);
+        }
+        if (key + 8 < sk) {
+            *reinterpret_cast<u32*>(dK + base + (size_t)(key + 8) * HD + col) =
+                Elem::pack(dk[4 * c + 2], dk[4 * c + 3]);
+            *reinterpret_cast<u32*>(dV + base + (size_t)(key + 8) * HD + col) =
+                Elem::pack(dv[4 * c + 2], dv[4 * c + 3]);
+        }
+    }
+}
+
+}  // namespace pcab

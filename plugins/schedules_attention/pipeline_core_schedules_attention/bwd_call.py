@@ -1,0 +1,211 @@
+"""``attention_bwd_main``: the attention backward's main kernel (the emitted
+``flash-attention-bwd``) called on torch tensors, as the backward op calls it between its
+preprocess (delta, the zeroed dQ accumulator) and its postprocess (dQ cast to the input's type).
+
+The host side is the kit's (``HostCall``: the plugin host, the build cache, the recipes and
+packed arguments, the tensor maps, the launch on torch's current stream) and the kernel's
+signature ``bwd_signature.py``; this module keeps the family's own: the checks
+(:func:`plan_bwd`, one line naming the argument at fault), the kernel's parameters and the
+arguments it packs.  A kernel is compiled (and proven) once per (head dim, dtype, causal,
+alignment, device) on a persistent grid; a call allocates dK and dV (one buffer, returned as two
+tensors) and nothing else: grouped-query heads run inside the kernel's output tile, so dK and
+dV sum over a group with no workspace.  ``deterministic=True`` is refused until the ordered dQ
+adds are built (issue 36).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from pipeline_core_nvidia_h100.kit_api import (ARCH, BUILD_OPTIONS, PLUGIN_MODULE, Built,
+                                               HostCall, Launch, Recipe, current_stream,
+                                               cubin_path, describe, load_kernel,
+                                               require_gpu_module, sm_count, tensor_map)
+
+from pipeline_core_schedules_attention.bwd_schedule import NAME
+from pipeline_core_schedules_attention.bwd_signature import KERNEL_NAME, SIGNATURE
+from pipeline_core_schedules_attention.call import (HEAD_DIMS, LOG2E, AttentionArgumentError,
+                                                    plan_attention)
+
+if TYPE_CHECKING:
+    from pipeline_core.plugin_api import CompiledSchedule
+
+#: the dQ accumulator's rows per head are a multiple of this (the kernel reduces whole query
+#: blocks, up to DQ_ROWS rows, past Sq)
+DQ_ROWS = 128
+#: the ring depth the call compiles (``-T stages``)
+CALL_STAGES = 2
+FN = "attention_bwd_main"
+
+
+@attrs.frozen(kw_only=True)
+class BwdCall:
+    """What one call runs: batch x KV heads, the query heads per KV head, the lengths, the dQ
+    accumulator's rows per head, the head dim, dtype, scale and the causal alignment."""
+
+    bhk: int
+    group: int
+    sq: int
+    sk: int
+    sqp: int
+    head_dim: int
+    dtype: str
+    scale: float
+    causal: bool
+    align: str = "top_left"
+
+
+def _fail(name: str, why: str) -> AttentionArgumentError:
+    return AttentionArgumentError(f"{FN}: {name}: {why}")
+
+
+def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: Any, *,
+             causal: bool | str, scale: float | None, deterministic: bool = False) -> BwdCall:
+    """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault:
+    q, k, v and causal as the forward checks them (``call.plan_attention``, one statement of
+    those rules), then dO, the saved rows and the dQ accumulator against them."""
+    if deterministic:
+        raise _fail("deterministic", "True is not built yet (the ordered dQ adds, issue 36); "
+                                     "pass deterministic=False")
+    try:
+        fwd = plan_attention(q, k, v, causal=causal, scale=scale)
+    except AttentionArgumentError as e:  # the forward's rules, named as this function's
+        raise AttentionArgumentError(str(e).replace("attention:", f"{FN}:", 1)) from None
+    b, h, sq, d = q.shape
+    if tuple(do.shape) != tuple(q.shape) or do.dtype != q.dtype:
+        raise _fail("do", f"{do.dtype} {tuple(do.shape)} differs from q's {q.dtype} "
+                          f"{tuple(q.shape)}; pass the output's gradient")
+    sqp = -(-sq // DQ_ROWS) * DQ_ROWS
+    for name, t, shape, dtype in (("do", do, tuple(q.shape), str(q.dtype)),
+                                  ("lse", lse, (b, h, sq), "torch.float32"),
+                                  ("delta", delta, (b, h, sq), "torch.float32"),
+                                  ("dq_accum", dq_accum, (b, h, sqp, d), "torch.float32")):
+        if tuple(t.shape) != shape or str(t.dtype) != dtype:
+            raise _fail(name, f"{t.dtype} {tuple(t.shape)}; pass {dtype} {shape}"
+                              + (f" (rows rounded up to bwd_call.DQ_ROWS = {DQ_ROWS})"
+                                 if name == "dq_accum" else ""))
+        if t.device != q.device or not t.is_contiguous() or t.data_ptr() % 16:
+            raise _fail(name, "not a contiguous, 16-byte aligned tensor on q's device; pass "
+                              ".contiguous() on q's device")
+    return BwdCall(bhk=fwd.bh // fwd.group, group=fwd.group, sq=sq, sk=fwd.sk, sqp=sqp,
+                   head_dim=d, dtype=fwd.dtype, scale=fwd.scale_log2 / LOG2E,
+                   causal=fwd.causal, align=fwd.align)
+
+
+def call_params(head_dim: int, causal: bool, align: str = "top_left") -> dict[str, str]:
+    """The schedule parameters (``-p``) the call compiles."""
+    return {"head_dim": str(head_dim), "causal": str(causal).lower(),
+            **({"align": align} if causal else {})}
+
+
+@attrs.frozen(kw_only=True, eq=False)
+class BwdKernel(Built):
+    """A built backward kernel and its tile."""
+
+    block_m: int
+    block_n: int
+
+
+def source(head_dim: int, dtype: str, causal: bool, align: str) -> tuple[CompiledSchedule, str]:
+    """The call's schedule compiled (and proven) for one kernel, and its CUDA."""
+    from pipeline_core_schedules_attention.emit_attention_bwd import emit_attention_bwd
+
+    compiled = CALL.compile(call_params(head_dim, causal, align), CALL_STAGES)
+    return compiled, emit_attention_bwd(compiled, dtype=dtype)
+
+
+#: every kernel the call may build: (head dim, dtype, causal, alignment)
+VARIANTS = tuple((d, t, c, a) for d in HEAD_DIMS for t in ("bf16", "fp16")
+                 for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right")))
+
+
+def prebuild() -> list[str]:
+    """Every variant's cubin built into the kernel cache (``PIPELINE_CORE_CACHE_DIR``) with
+    nvcc, no GPU needed: a later process loads them."""
+    out = []
+    for variant in VARIANTS:
+        _, src = source(*variant)
+        path = cubin_path(src, KERNEL_NAME, BUILD_OPTIONS, ARCH)
+        if path is None:
+            raise RuntimeError("prebuild needs nvcc on PATH (or CUDA_HOME)")
+        out.append(str(path))
+    return out
+
+
+def _build(key: tuple[int, str, bool, str, int]) -> BwdKernel:
+    from pipeline_core_nvidia_h100.kit_api import declared_geometry
+
+    from pipeline_core_schedules_attention.bwd_schedule import KERNEL_FAMILY, BackwardGeometry
+
+    head_dim, dtype, causal, align, device = key
+    compiled, src = source(head_dim, dtype, causal, align)
+    g = declared_geometry(compiled, KERNEL_FAMILY, BackwardGeometry, FN)
+    kernel = load_kernel(src, KERNEL_NAME, device=device, smem=g.smem_bytes,
+                         options=BUILD_OPTIONS)
+    return BwdKernel(kernel=kernel, smem=g.smem_bytes, threads=g.threads, block_m=g.block_m,
+                     block_n=g.block_n)
+
+
+def _arguments(r: Recipe[BwdCall], kernels: tuple[BwdKernel, ...],
+               tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
+    """The persistent grid (one CTA per output tile, at most one per SM) and the kernel's
+    arguments (bwd_signature.SIGNATURE) but dK and dV's buffer, packed per call."""
+    np = require_gpu_module("numpy")
+    (built,), (q, k, v, do, lse, delta, dq_accum) = kernels, tensors
+    c = r.plan
+    tiles = c.bhk * -(-c.sk // built.block_n)
+    grid = min(tiles, sm_count(r.device))
+    rows_q, rows_k = c.bhk * c.group * c.sq, c.bhk * c.sk
+
+    def rows(t: Any, n: int, box: int) -> Any:
+        return tensor_map(t.data_ptr(), n, c.head_dim, box, 64, c.dtype)
+
+    def flat(t: Any) -> Any:  # one row of every query row's fp32: a stride never used
+        return tensor_map(t.data_ptr(), 1, rows_q, 1, built.block_m, "fp32",
+                          stride=-(-rows_q // 4) * 4, swizzle=False)
+
+    values = {"tmQ": rows(q, rows_q, built.block_m), "tmK": rows(k, rows_k, built.block_n),
+              "tmV": rows(v, rows_k, built.block_n), "tmDO": rows(do, rows_q, built.block_m),
+              "tmLSE": flat(lse), "tmDelta": flat(delta), "dQacc": dq_accum.data_ptr(),
+              "BHK": c.bhk, "Sq": c.sq, "Sk": c.sk, "SQP": c.sqp, "group": c.group,
+              "scale": c.scale, "scale_log2": c.scale * LOG2E}
+    return (Launch.of(built, (grid,), *SIGNATURE.pack_around("dKV", values, np)),)
+
+
+#: the call layer of the backward's main kernel (the kit's HostCall); key of a kernel:
+#: (head dim, dtype, causal, alignment, device)
+CALL: HostCall[BwdCall, BwdKernel] = HostCall(
+    schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"),
+    build=_build, pack=_arguments)
+
+
+def attention_bwd_main(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: Any, *,
+                       causal: bool | str, scale: float | None,
+                       deterministic: bool = False) -> tuple[Any, Any]:
+    """q, do: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D] (Hq % Hkv == 0), bf16 or fp16, contiguous;
+    lse, delta: float32 [B, Hq, Sq]; dq_accum: float32 [B, Hq, round_up(Sq, DQ_ROWS), D],
+    zeroed by the caller.  Adds dQ (scale applied) into dq_accum in place, on torch's current
+    stream (capturable in a CUDA graph), and returns (dk, dv), new tensors shaped and typed
+    like k and v (summed over the query heads of each KV head's group)."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    tensors = (q, k, v, do, lse, delta, dq_accum)
+    if not q.is_cuda:  # no stream to key by: the checks refuse it in one line
+        plan_bwd(*tensors, causal=causal, scale=scale, deterministic=deterministic)
+    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    stream = current_stream(torch, device)
+    key = (*(describe(t) for t in tensors), type(causal), causal, type(scale), scale,
+           bool(deterministic), stream)
+    try:
+        r = CALL.recipes.get(key)
+    except TypeError:  # an unhashable causal or scale, which the checks refuse
+        r = None
+    if r is None:
+        c = plan_bwd(*tensors, causal=causal, scale=scale, deterministic=deterministic)
+        r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
+            (c.head_dim, c.dtype, c.causal, c.align, device),)))
+    dkv = torch.empty((2, *k.shape), dtype=k.dtype, device=k.device)
+    CALL.launch(r, (r, CALL.kernels.kernel(r.kernels[0]), *(t.data_ptr() for t in tensors)),
+                tensors, dkv)
+    return dkv[0], dkv[1]

@@ -1,0 +1,384 @@
+"""Schedule ``flash-attention-bwd``: one query block of a FlashAttention-3-style backward, H100.
+
+The output tile is one KV block (``block_n`` keys of one KV head); its K tiles are the query
+blocks (``block_m`` rows) of every query head of the KV head's group (bwd_tiles.py).  The body
+is one query block i:
+
+* agent ``producer``: the TMA copies of K and V (once per output tile, ``AgentSpec.once``, as
+  the forward's Q), Q_i with LSE_i on ring ``q`` and dO_i with delta_i on ring ``do``.  LSE and
+  delta ride the rings rather than being loaded by the consumers: every consumer needs all
+  ``block_m`` of them, the TMA brings them once for both with the stage they belong to, and the
+  consumers' critical path has no global load;
+* per consumer warp group c (its own ``block_n / consumers`` keys K_c, V_c): S^T = K_c Q^T and
+  dP^T = V_c dO^T (wgmma, both operands in shared memory), the gradient step (registers:
+  P = exp2(S * scale * log2e - LSE * log2e), dS = P * (dP - delta), dS written to shared memory
+  for the two GEMMs that read it), dV_c += P^T dO (P from registers), dK_c += dS^T Q (dS from
+  shared memory), the dQ partial dQ_c = dS_c K_c (dS from shared memory) and its staging into
+  the consumer's dQ buffer (``st.shared``), 64 columns of the head at a time (``dq_parts``: a
+  consumer holds dK, dV and one 64 x 64 part of dQ, which is what fits hd128 in 240
+  registers);
+* agent ``dq_writer{c}`` per consumer (a warp beside the producer): the consumer's dQ buffer
+  reduce-added into the fp32 dQ accumulator in global memory (``cp.reduce.async.bulk ...
+  add.f32``).
+
+The schedule writes no sync.  The core derives the rings, the chained wgmma waits (the gradient
+step waits for S and dP; the staging for dQ, which retires dV and dK too), the early releases of
+``q`` and ``do``, K and V's releases after the loop, and the dQ hand-off: ordering ``dq{c}``
+(the turns consumer c's stagings, then its writer's reduce) puts each staging after the
+writer's previous turn and the reduce after the stagings, and the derived hand-over steps
+(docs/guide/agents.md, "Hand-overs between turns") put the consumer's ``fence.proxy.async``
+after its staging and the writer's ``cp.async.bulk.wait_group.read`` before it hands the
+buffer back.  The proof checks every one of them over all timings.  A writer per consumer (not
+one for both, whose one ordering would chain consumer0's staging, consumer1's and the writer's:
+the timing model's 4044 cycles per query block at hd128 causal against 3766 with two) keeps the
+consumers from waiting on each other.
+
+Each consumer reduces its own dQ partial (two bulk reduces per query block) instead of sharing
+dS across the consumers (FA3's one reduce): the consumers never wait for each other's dS, at the
+price of twice the reduce traffic to L2.  Grouped-query heads run inside the output tile: dK and
+dV sum in registers over the group with no workspace and no second reduce.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext, CostModel,
+                                      DepEdge, Op, OpCost, OpRole, OrderSpec, Param,
+                                      PipelineConfig, ProgramError, ResourceKind, RingSpec,
+                                      ScheduleRecord, TargetProfile, Turn, annotate, logical)
+
+from pipeline_core_nvidia_h100.kit_api import (BULK_REDUCE_OPERAND, BULK_TAG_NAMES,
+                                               CP_ASYNC_L2_LATENCY, H100_BULK_REDUCE_SYNC,
+                                               H100_SXM, STAGE_OPERAND, TARGET_NAME,
+                                               AgentsSchedule, family_profile,
+                                               register_split_refusal)
+
+from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
+from pipeline_core_schedules_attention.schedule import (ALIGN, ELEM_BYTES,
+                                                        PEAK_MMA_FLOP_PER_CYCLE, REGISTERS,
+                                                        WGMMA_M, WarpGroupTiles)
+
+NAME = "flash-attention-bwd"
+OWNER = f"schedule {NAME}"
+#: The kernel family the schedule declares (``kernel_launch()``); emit_attention_bwd.py writes it.
+KERNEL_FAMILY = "attention_bwd"
+#: fp32 LSE, delta and dQ
+F32_BYTES = 4
+#: Registers a consumer thread needs beyond its tiles (as the forward's estimate).
+CONSUMER_OVERHEAD_REGISTERS = 24
+
+
+class BackwardTag(enum.IntEnum):
+    """Kernel tags of the attention backward (the forward's are 20-26)."""
+
+    TMA_Q = 30      #: cp.async.bulk.tensor: Q_i into a q ring stage
+    TMA_LSE = 31    #: cp.async.bulk.tensor: LSE_i (fp32) beside it
+    TMA_DO = 32     #: cp.async.bulk.tensor: dO_i into a do ring stage
+    TMA_DELTA = 33  #: cp.async.bulk.tensor: delta_i (fp32) beside it
+    TMA_K = 34      #: cp.async.bulk.tensor: the output tile's K block, once
+    TMA_V = 35      #: cp.async.bulk.tensor: the output tile's V block, once
+    WGMMA_S = 36    #: S^T = K_c Q_i^T (SS)
+    WGMMA_DP = 37   #: dP^T = V_c dO_i^T (SS)
+    GRAD = 38       #: P from LSE, dS = P (dP - delta) (registers; dS to shared memory)
+    WGMMA_DV = 39   #: dV_c += P^T dO_i (P from registers)
+    WGMMA_DK = 40   #: dK_c += dS^T Q_i (dS from registers)
+    WGMMA_DQ = 41   #: dQ_c = dS K_c (dS from shared memory)
+    DQ_STAGE = 42   #: dQ_c's registers into the consumer's dQ buffer (st.shared)
+    DQ_REDUCE = 43  #: cp.reduce.async.bulk add.f32 of a dQ buffer into the dQ accumulator
+
+
+#: SFU exp2 and the element-wise gradient of one tile per warp group (cycles per element).
+GRAD_CYCLES_PER_ELEMENT = 1 / 8
+STAGE_CYCLES_PER_ELEMENT = 1 / 32
+#: the reduce's issue (the copy engine does the rest while the writer waits)
+REDUCE_ISSUE_CYCLES = 32
+
+
+def backward_cost_model() -> CostModel:
+    """The backward's tags with H100 figures; build_body sets the size-dependent latencies."""
+    g, mma, valu = ResourceKind.GLOBAL_MEM, ResourceKind.MMA_UNIT, ResourceKind.VALU
+    t = BackwardTag
+    loads = {tag: OpCost(g, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name=tag.name)
+             for tag in (t.TMA_Q, t.TMA_LSE, t.TMA_DO, t.TMA_DELTA, t.TMA_K, t.TMA_V)}
+    mmas = {tag: OpCost(mma, 256, OpRole.COMPUTE, name=tag.name)
+            for tag in (t.WGMMA_S, t.WGMMA_DP, t.WGMMA_DV, t.WGMMA_DK, t.WGMMA_DQ)}
+    return CostModel({**loads, **mmas,
+                      t.GRAD: OpCost(valu, 512, OpRole.VALU_COMPUTE, name="GRAD"),
+                      t.DQ_STAGE: OpCost(valu, 128, OpRole.VALU_COMPUTE, name="DQ_STAGE"),
+                      t.DQ_REDUCE: OpCost(g, REDUCE_ISSUE_CYCLES, OpRole.COMPUTE,
+                                          name="DQ_REDUCE")})
+
+
+def backward_profile(pipeline: PipelineConfig, clock_ghz: float | None) -> TargetProfile:
+    """The h100 target as the backward sees it: its costs on the wgmma sync model with the
+    bulk-reduce channel (the dQ hand-off)."""
+    return family_profile(backward_cost_model(), pipeline, clock_ghz, H100_BULK_REDUCE_SYNC)
+
+
+@attrs.frozen(kw_only=True)
+class BackwardGeometry(WarpGroupTiles):
+    """The tile sizes and register split the backward is built and checked for (the producer
+    warp group holds the TMA warp and the dQ writers)."""
+
+    @property
+    def keys(self) -> int:
+        """Keys per consumer warp group (its rows of K, V, dK and dV)."""
+        return self.block_n // self.consumers
+
+    @property
+    def row_bytes(self) -> int:
+        """One query block's LSE (or delta): fp32 per row."""
+        return self.block_m * F32_BYTES
+
+    @property
+    def ds_bytes(self) -> int:
+        """Every consumer's dS tile (block_m x its keys, 16-bit)."""
+        return self.block_m * self.block_n * ELEM_BYTES
+
+    @property
+    def dq_bytes(self) -> int:
+        """One consumer's dQ buffer (block_m x head_dim fp32)."""
+        return self.block_m * self.head_dim * F32_BYTES
+
+    @property
+    def smem_bytes(self) -> int:
+        """The q and do rings (with LSE and delta), K and V, dS, the dQ buffers, the mbarriers
+        and 1 KB to align the tiles to the swizzle atom."""
+        return (2 * self.stages * (self.q_bytes + self.row_bytes) + 2 * self.kv_bytes
+                + self.ds_bytes + self.consumers * self.dq_bytes + 1024
+                + 8 * (4 * self.stages + 4))
+
+    @property
+    def consumer_registers_needed(self) -> int:
+        """fp32 tiles per thread (a warp group's 128 threads hold rows x cols / 128 each): S^T
+        and dP^T beside dV and dK, or, later, one part of dQ beside dV and dK; plus the
+        overhead."""
+        sp = 2 * self.keys * self.block_m // 128
+        acc = 2 * self.keys * self.head_dim // 128
+        dq = self.block_m * 64 // 128
+        return acc + max(sp, dq) + CONSUMER_OVERHEAD_REGISTERS
+
+    @property
+    def dq_parts(self) -> int:
+        """dQ's wgmmas and stagings per query block: one per 64 columns of the head, so a
+        consumer holds 64 x 64 of dQ at a time beside its dK and dV (hd128's registers)."""
+        return self.head_dim // 64
+
+    @property
+    def flop(self) -> int:
+        """One consumer's GEMM of its keys by the query block over head_dim."""
+        return 2 * self.keys * self.block_m * self.head_dim
+
+    def validate(self) -> None:
+        def bad(param: str, why: str) -> ProgramError:
+            return ProgramError(f"{OWNER}: -p {param}: {why}")
+
+        if self.block_n % self.consumers or self.keys % WGMMA_M:
+            raise bad("block_n", f"{self.block_n} keys over {self.consumers} consumers is not a "
+                                 f"multiple of {WGMMA_M} keys per consumer (wgmma m64 of S^T)")
+        if self.block_m % WGMMA_M:
+            raise bad("block_m", f"must be a multiple of {WGMMA_M} (wgmma m64 of dQ), got "
+                                 f"{self.block_m}")
+        if self.align != "top_left" and not self.causal:
+            raise bad("align", f"{self.align} places the causal diagonal, and the schedule is "
+                               "not causal; add -p causal=true or drop -p align")
+        need = self.consumer_registers_needed
+        if need > self.consumer_registers:
+            raise bad("block_m", f"head_dim {self.head_dim} with block_m {self.block_m} and "
+                                 f"{self.keys} keys per consumer needs about {need} registers "
+                                 f"per consumer thread over -p consumer_registers="
+                                 f"{self.consumer_registers}; lower -p block_m")
+        split = register_split_refusal(self.producer_registers, self.consumers,
+                                       self.consumer_registers)
+        if split is not None:
+            raise bad(*split)
+        if self.smem_bytes > H100_SXM.smem_per_cta_optin:
+            raise ProgramError(f"{OWNER}: -T stages: {self.stages} stages of Q and dO "
+                               f"({self.q_bytes} bytes each), K and V ({self.kv_bytes} each), "
+                               f"dS ({self.ds_bytes}) and {self.consumers} dQ buffers "
+                               f"({self.dq_bytes} each) need {self.smem_bytes} bytes of shared "
+                               f"memory, over the {H100_SXM.smem_per_cta_optin} a CTA may use; "
+                               "lower -T stages or -p block_m")
+
+
+#: the producer's copies, then per consumer c its ops from FIRST + c * per_consumer(g): S, dP,
+#: the gradient, dV, dK, then per dQ part p (64 columns of the head each) its dQ and staging;
+#: then each consumer's writer's reduce of its buffer
+Q, LSE, DO, DELTA, K, V = range(6)
+FIRST = 6
+S, DP, GRAD, DV, DK = range(5)
+
+
+def per_consumer(g: BackwardGeometry) -> int:
+    return 5 + 2 * g.dq_parts
+
+
+def consumer_op(g: BackwardGeometry, c: int, which: int) -> int:
+    return FIRST + per_consumer(g) * c + which
+
+
+def dq_op(g: BackwardGeometry, c: int, part: int) -> int:
+    """Consumer c's dQ wgmma of head columns ``64 part ..`` (its staging is the next op)."""
+    return consumer_op(g, c, 5 + 2 * part)
+
+
+def stage_op(g: BackwardGeometry, c: int, part: int) -> int:
+    return dq_op(g, c, part) + 1
+
+
+def dq_part(g: BackwardGeometry, op: int) -> int:
+    """The dQ part of a dQ or staging op (the emitter's column offset)."""
+    return (op - FIRST) % per_consumer(g) - 5 >> 1
+
+
+def reduce_op(g: BackwardGeometry, c: int) -> int:
+    return FIRST + per_consumer(g) * g.consumers + c
+
+
+class FlashAttentionBackward(AgentsSchedule):
+    """One query block of a KV block's backward: TMA K, V (once), Q with LSE, dO with delta
+    (producer); S, dP, the gradient, dV, dK, dQ and its staging per consumer; the bulk reduce of
+    each dQ buffer (dq_writer0, dq_writer1)."""
+
+    name = NAME
+    family = KERNEL_FAMILY
+    geometry: BackwardGeometry
+
+    def tag_names(self) -> dict[int, str]:
+        return {**self.target.cost_model.tag_names(), **BULK_TAG_NAMES}
+
+    def build_body(self) -> list[Op]:
+        g, t = self.geometry, BackwardTag
+        ops = [logical(t.TMA_Q, channel=0), logical(t.TMA_LSE, channel=0),
+               logical(t.TMA_DO, channel=1), logical(t.TMA_DELTA, channel=1),
+               logical(t.TMA_K, channel=2), logical(t.TMA_V, channel=3)]
+        for c in range(g.consumers):
+            ops += [logical(t.WGMMA_S, subtile=c), logical(t.WGMMA_DP, subtile=c),
+                    logical(t.GRAD, subtile=c), logical(t.WGMMA_DV, subtile=c),
+                    logical(t.WGMMA_DK, subtile=c)]
+            for _ in range(g.dq_parts):
+                ops += [logical(t.WGMMA_DQ, subtile=c),
+                        logical(t.DQ_STAGE, subtile=c, channel=STAGE_OPERAND)]
+        ops += [logical(t.DQ_REDUCE, subtile=c, channel=BULK_REDUCE_OPERAND)
+                for c in range(g.consumers)]
+        gemm = max(1, g.flop // PEAK_MMA_FLOP_PER_CYCLE)
+        tile = g.keys * g.block_m
+        latency = {t.WGMMA_S: gemm, t.WGMMA_DP: gemm, t.WGMMA_DV: gemm, t.WGMMA_DK: gemm,
+                   t.WGMMA_DQ: max(1, gemm // g.dq_parts),
+                   t.GRAD: max(1, int(tile * GRAD_CYCLES_PER_ELEMENT)),
+                   t.DQ_STAGE: max(1, int(g.block_m * 64 * STAGE_CYCLES_PER_ELEMENT))}
+        return [o.evolve(latency=latency[BackwardTag(o.tag)]) if o.tag in latency else o
+                for o in annotate(ops, self.target.cost_model)]
+
+    def derive_edges(self, body: list[Op]) -> list[DepEdge]:
+        """Shared memory: S reads Q_i and K, dP reads dO_i and V, the gradient reads LSE_i and
+        delta_i, dV reads dO_i, dK reads Q_i, dQ reads K (and dS, its own write); the copies
+        ``stages`` query blocks later (K and V: the next output tile's) overwrite them.  The
+        dQ buffer: the staging writes it, the writer's reduce reads it, the next staging
+        overwrites it.  Registers: the gradient reads S and dP and writes P and dS, dV reads P,
+        dK reads dS, the staging reads dQ; the next query block's S, dP, gradient and dQ
+        overwrite what those read."""
+        g = self.geometry
+        out: list[DepEdge] = []
+        for c in range(g.consumers):
+            s, dp, gr, dv, dk = (consumer_op(g, c, w) for w in (S, DP, GRAD, DV, DK))
+            red = reduce_op(g, c)
+            out += [DepEdge.flow(Q, s), DepEdge.flow(K, s), DepEdge.flow(DO, dp),
+                    DepEdge.flow(V, dp), DepEdge.flow(s, gr), DepEdge.flow(dp, gr),
+                    DepEdge.flow(LSE, gr), DepEdge.flow(DELTA, gr), DepEdge.flow(gr, dv),
+                    DepEdge.flow(DO, dv), DepEdge.flow(gr, dk), DepEdge.flow(Q, dk),
+                    # the rings' stages, reused ``stages`` query blocks later
+                    DepEdge.anti(s, Q, g.stages), DepEdge.anti(dk, Q, g.stages),
+                    DepEdge.anti(gr, LSE, g.stages), DepEdge.anti(dp, DO, g.stages),
+                    DepEdge.anti(dv, DO, g.stages), DepEdge.anti(gr, DELTA, g.stages),
+                    # K and V, overwritten by the next output tile's
+                    DepEdge.anti(s, K, 1), DepEdge.anti(dp, V, 1),
+                    # registers and dS, overwritten by the next query block
+                    DepEdge.anti(gr, s, 1), DepEdge.anti(gr, dp, 1), DepEdge.anti(dv, gr, 1),
+                    DepEdge.anti(dk, gr, 1)]
+            for p in range(g.dq_parts):
+                dq, st = dq_op(g, c, p), stage_op(g, c, p)
+                out += [DepEdge.flow(gr, dq), DepEdge.flow(K, dq), DepEdge.flow(dq, st),
+                        DepEdge.flow(st, red), DepEdge.anti(dq, K, 1), DepEdge.anti(dq, gr, 1),
+                        DepEdge.anti(st, dq, 1),
+                        # the dQ buffer, written again by the next query block's staging
+                        DepEdge.anti(red, st, 1)]
+        return out
+
+    def agents(self) -> AgentSpec:
+        g = self.geometry
+        roles = [AgentRole(name="producer", ops=(Q, LSE, DO, DELTA, K, V), warps=1, issuers=1,
+                           registers=g.producer_registers)]
+        for c in range(g.consumers):
+            roles.append(AgentRole(name=f"consumer{c}",
+                                   ops=tuple(consumer_op(g, c, w)
+                                             for w in range(per_consumer(g))),
+                                   warps=4, issuers=128, registers=g.consumer_registers))
+        for c in range(g.consumers):
+            roles.append(AgentRole(name=f"dq_writer{c}", ops=(reduce_op(g, c),), warps=1,
+                                   issuers=1, registers=g.producer_registers))
+        orders = tuple(OrderSpec(name=f"dq{c}", turns=(
+            Turn(agent=f"consumer{c}", ops=tuple(stage_op(g, c, p) for p in range(g.dq_parts))),
+            Turn(agent=f"dq_writer{c}", ops=(reduce_op(g, c),)))) for c in range(g.consumers))
+        # Q (with LSE) and dO (with delta) are released as soon as the reads of them retired
+        rings = (RingSpec(name="q", ops=(Q, LSE), release_lag=0),
+                 RingSpec(name="do", ops=(DO, DELTA), release_lag=0),
+                 RingSpec(name="k", ops=(K,)), RingSpec(name="v", ops=(V,)))
+        return AgentSpec(roles=roles,
+                         op_bytes={Q: g.q_bytes, LSE: g.row_bytes, DO: g.q_bytes,
+                                   DELTA: g.row_bytes, K: g.kv_bytes, V: g.kv_bytes},
+                         rings=rings, once=(K, V),
+                         orders=orders,
+                         trip_rule=self.bounds())
+
+    def bounds(self) -> BackwardTrips:
+        """The query blocks each KV block visits (causal: from the diagonal on) and those whose
+        gradient step masks (bwd_tiles.py); the body stays one query block."""
+        g = self.geometry
+        return BackwardTrips(causal=g.causal, block_m=g.block_m, block_n=g.block_n,
+                             align=g.align,
+                             masked_ops=tuple(consumer_op(g, c, GRAD)
+                                              for c in range(g.consumers)))
+
+
+PARAMS = (
+    Param("head_dim", int, 128, "head dimension D (64, 128)", choices=(64, 128)),
+    Param("block_m", int, 0, "query rows per K tile (0: the default, 64)",
+          bound=Bound(low=0, high=256)),
+    Param("block_n", int, 128, "keys per output tile, split over the consumers",
+          bound=Bound(low=64, high=256)),
+    Param("consumers", int, 2, "consumer warp groups", bound=Bound(low=1, high=2)),
+    Param("causal", bool, False, "causal mask: query blocks above the diagonal skipped, the "
+                                 "diagonal ones masked (the loop bounds; the body is the same)"),
+    ALIGN, *REGISTERS,
+)
+
+#: query rows per K tile by head dim: 64 (FA3 takes 128 at D 64, where ptxas spills this
+#: kernel's gradient step: S^T, dP^T, dK and dV of 128 queries fill 240 registers)
+DEFAULT_BLOCK_M = {64: 64, 128: 64}
+#: the q and do rings' depth unless ``-T stages`` says otherwise
+DEFAULT_STAGES = 2
+
+
+def make_attention_bwd(ctx: BuildContext) -> FlashAttentionBackward:
+    base = ctx.make_target(stages=DEFAULT_STAGES)
+    target = backward_profile(base.pipeline, base.clock_ghz)
+    p: dict[str, Any] = dict(ctx.params)
+    geometry = BackwardGeometry(
+        head_dim=p["head_dim"], block_m=p["block_m"] or DEFAULT_BLOCK_M[p["head_dim"]],
+        block_n=p["block_n"], stages=target.pipeline.depth, consumers=p["consumers"],
+        causal=bool(p["causal"]), align=p["align"], producer_registers=p["producer_registers"],
+        consumer_registers=p["consumer_registers"])
+    geometry.validate()
+    return FlashAttentionBackward(target, geometry)
+
+
+RECORD = ScheduleRecord(
+    NAME, "FlashAttention-3-style backward, one query block per iteration of a KV block: a TMA "
+    "producer (K, V once; Q with LSE and dO with delta on rings) feeding wgmma consumer warp "
+    "groups (S, dP, dS, dV, dK, dQ), each dQ block handed through shared memory to a writer "
+    "that reduce-adds it into global memory; every sync derived and proven by the core",
+    make_attention_bwd, params=PARAMS, default_target=TARGET_NAME, targets=(TARGET_NAME,))

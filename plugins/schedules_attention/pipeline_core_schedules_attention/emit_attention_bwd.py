@@ -1,0 +1,283 @@
+"""The ``cuda-attention-bwd`` emitter: kernel family ``attention_bwd`` on ``h100`` -> one CUDA
+kernel, the attention backward's main kernel.
+
+It writes the compiled ``flash-attention-bwd`` (docs/guide/attention.md, "The backward") on the
+kit's frame (``kit_api.agents_kernel_body``: the rings' mbarriers, the roles, ``setmaxnreg``, the
+persistent tile loop): every agent's prologue, K loop and epilogue go out step for step
+(``agent_stretches``), each ring step's mbarrier code, each named barrier and each wgmma group
+step from the kit (``ring_step_line``, ``consumer_sync_line``), so the kernel carries exactly
+the waits, arrivals, fences and group waits the core derived and proved.  The dQ writer's bulk
+group steps (its commit and ``wait_group.read``, on its one issuing lane) and the ops are this
+module's; the device math is ``attention_bwd.cuh`` (package data, pasted after the forward's
+``attention.cuh``, whose element types and ``ex2_approx`` it uses).
+
+The output tile is (KV head ``bhk``, KV block ``nb``), tile ``bhk + BHK * nb``, so the KV blocks
+that visit the most query blocks (causal) start first; its K tiles ``u`` are query block
+``first + u % mper`` of query head ``bhk * group + u / mper``, with ``first`` and the masked
+blocks from the plan's :class:`~.bwd_tiles.BackwardTrips` written as C expressions.  Consumer
+c's dQ writer is warp 1 + c of the producer warp group (the frame's side agents), its whole
+warp joining ordering ``dq{c}``'s barriers.
+"""
+from __future__ import annotations
+
+from importlib import resources
+
+from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord, Param,
+                                      ProgramError, Ring, Step, StepKind)
+
+from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode, AgentsFamily,
+                                               DeviceTileLoop, RingState, TileLoop,
+                                               agent_stretches, agents_kernel_body,
+                                               consumer_sync_line, declared_geometry,
+                                               gemm_call_header_source, header_source,
+                                               loop_tile, once_steps, render,
+                                               require_ring_depths,
+                                               ring_step_line, wgmma_header_source, wgmma_rs,
+                                               wgmma_ss)
+
+from pipeline_core_schedules_attention.bwd_schedule import (KERNEL_FAMILY, NAME,
+                                                            BackwardGeometry, BackwardTag,
+                                                            dq_part)
+from pipeline_core_schedules_attention.bwd_signature import KERNEL_NAME, SIGNATURE
+from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
+
+EMITTER_NAME = "cuda-attention-bwd"
+DTYPE = Param("dtype", str, "bf16", "element type of q, k, v, do and the dk, dv outputs",
+              choices=("bf16", "fp16"))
+_ELEM = {"bf16": "pcat::Bf16", "fp16": "pcat::Fp16"}
+#: BackwardTrips.offset per alignment, in the kernel's arguments
+_OFFSET = {"top_left": "0", "bottom_right": "(Sk - Sq)"}
+#: the wrapper names of dQ's wgmma (B, the K block, read MN-major) and dK's (A, dS^T, too)
+_DQ_PREFIX, _DK_PREFIX = "wgmma_kmn", "wgmma_mn"
+
+
+def _fail(why: str) -> ProgramError:
+    return ProgramError(f"emitter {EMITTER_NAME}: {why}")
+
+
+def geometry_refusal(g: BackwardGeometry) -> str:
+    """Why this emitter cannot write geometry ``g`` ("" when it can)."""
+    if g.keys != 64:
+        return (f"writes 64 keys per consumer; -p block_n={g.block_n} over {g.consumers} "
+                f"consumers gives {g.keys}: set -p block_n={64 * g.consumers}")
+    if g.head_dim % 64:
+        return f"-p head_dim={g.head_dim} must be a multiple of 64 (one 128-byte swizzled row)"
+    return ""
+
+
+def refuses(compiled: CompiledSchedule) -> str:
+    return geometry_refusal(declared_geometry(compiled, KERNEL_FAMILY, BackwardGeometry,
+                                              EMITTER_NAME))
+
+
+def tile_exprs(rule: BackwardTrips) -> tuple[str, ...]:
+    """The per-output-tile lines: the output tile's KV head and block, the first query block
+    it visits and how many from it are masked (:meth:`BackwardTrips.first_block`,
+    :meth:`~BackwardTrips.masked_blocks` as C of ``nb, Sq, Sk, BM, BN, MB``), its K tiles
+    ``KT`` and the masked test of a K tile (those and the tails)."""
+    if rule.start_shift:
+        raise _fail(f"the plan's trip rule moves the diagonal start by {rule.start_shift}; "
+                    "recompile the schedule")
+    off = _OFFSET[rule.align]
+    if rule.causal:
+        first = f"min(MB, max(0, nb * {rule.block_n} - {off}) / {rule.block_m})"
+        limit = f"(min((nb + 1) * {rule.block_n}, Sk) - 1 - {off})"
+        # ceil(limit / BM) for a positive limit, else 0 (C's / truncates; max(0, ...) keeps
+        # every quotient non-negative, where it agrees with Python's //)
+        nmask = (f"max(0, min(MB, max(0, {limit} + {rule.block_m} - 1) / {rule.block_m}) "
+                 "- first)")
+    else:
+        first, nmask = "0", "0"
+    # read through a warp shuffle: ptxas then knows they are warp-uniform, and the K loop
+    # they bound is no divergent path for the wgmmas in it (C7520; the frame's consumer index)
+    return ("const int bhk = tile % BHK, nb = tile / BHK;",
+            f"const int first = __shfl_sync(0xffffffffu, {first}, 0);  "
+            "// the plan's BackwardTrips.first_block",
+            f"const int nmask = __shfl_sync(0xffffffffu, {nmask}, 0);  "
+            "// the plan's BackwardTrips.masked_blocks",
+            "const int mper = MB - first;",
+            "KT = group * mper;",
+            "auto qhead = [&](int u) { return bhk * group + u / mper; };",
+            "auto qblock = [&](int u) { return first + u % mper; };",
+            "auto masked = [&](int u) { const int m = qblock(u); return m < first + nmask || "
+            "(Sq % BM != 0 && m == MB - 1) || (Sk % BN != 0 && nb == NB - 1); };")
+
+
+_T = BackwardTag
+#: each op's CUDA, one call per op step, over its ring stage ``{s}``, K tile ``{u}``, the
+#: consumer it reduces ``{c}`` (the writer), dQ part ``{p}``, the element type ``{elem}``, the
+#: query block ``{bm}`` and head dim ``{hd}``
+_OPS = {
+    _T.TMA_Q: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_q({s}) + c * BM * 128, &tmQ, "
+              "q_full_bar({s}), c * 64, qhead({u}) * Sq + qblock({u}) * BM);",
+    _T.TMA_DO: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_do({s}) + c * BM * 128, "
+               "&tmDO, do_full_bar({s}), c * 64, qhead({u}) * Sq + qblock({u}) * BM);",
+    _T.TMA_LSE: "tma_load_2d(stage_lse({s}), &tmLSE, q_full_bar({s}), "
+                "qhead({u}) * Sq + qblock({u}) * BM, 0);",
+    _T.TMA_DELTA: "tma_load_2d(stage_delta({s}), &tmDelta, do_full_bar({s}), "
+                  "qhead({u}) * Sq + qblock({u}) * BM, 0);",
+    _T.TMA_K: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(k_smem + c * BN * 128, &tmK, "
+              "k_full_bar({s}), c * 64, bhk * Sk + nb * BN);",
+    _T.TMA_V: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(v_smem + c * BN * 128, &tmV, "
+              "v_full_bar({s}), c * 64, bhk * Sk + nb * BN);",
+    _T.WGMMA_S: "pcab::st<BM, BN, HD, wgmma_m64n{bm}k16>(sacc, k_smem, stage_q({s}), consumer);",
+    _T.WGMMA_DP: "pcab::st<BM, BN, HD, wgmma_m64n{bm}k16>(dpacc, v_smem, stage_do({s}), "
+                 "consumer);",
+    _T.GRAD: "pcab::grad<BM, {elem}>(sacc, dpacc, pp, stage_lse({s}), stage_delta({s}), "
+             "ds_smem(consumer), masked({u}), mask, qblock({u}) * BM, "
+             "nb * BN + consumer * pcab::KEYS, scale, scale_log2, DS_BAR + consumer);",
+    _T.WGMMA_DV: "pcab::rs<BM, HD, wgmma_rs_m64n{hd}k16>(dvacc, pp, stage_do({s}));",
+    _T.WGMMA_DK: "pcab::dk<BM, HD, " + _DK_PREFIX + "_m64n{hd}k16>(dkacc, ds_smem(consumer), "
+                 "stage_q({s}));",
+    _T.WGMMA_DQ: "pcab::dq<BM, BN, " + _DQ_PREFIX + "_m64n64k16>(dqacc, ds_smem(consumer), "
+                 "k_smem + {p} * BN * 128, consumer);  // head columns {p} * 64..",
+    _T.DQ_STAGE: "pcab::stage<BM, HD>(dqacc, dq_buf(consumer) + {p} * 64 * 4);",
+    _T.DQ_REDUCE: "if (lane == 0) pcab::reduce_add(dQacc + ((size_t)qhead({u}) * SQP + "
+                  "qblock({u}) * BM) * HD, dq_buf({c}), DQ_BYTES);",
+}
+
+
+def _step_line(s: Step, rings: dict[str, Ring], single: bool, owner: str, body: list,
+               watchdog: int, elem: str, g: BackwardGeometry) -> str:
+    if s.kind in (StepKind.PHASE_WAIT, StepKind.EXPECT_TX, StepKind.ARRIVE):
+        ring = RingState.of(s, "K_STAGES" if rings[s.channel].once else "STAGES")
+        line = ring_step_line(s, ring.stage, ring.parity(s.phase_offset), single, watchdog)
+        assert line is not None
+        return line
+    if s.channel == "bulk":  # the dQ writer's bulk async-group, its issuing lane's own
+        if s.kind == StepKind.COMMIT:
+            return "if (lane == 0) pcgc::bulk_commit();"
+        if s.kind == StepKind.COUNTER_WAIT:
+            return f"if (lane == 0) pcgc::bulk_wait_read<{s.value}>(); __syncwarp();"
+    sync = consumer_sync_line(s)
+    if sync is not None:
+        return sync
+    if s.kind == StepKind.OP:
+        once = rings["k_full"].once
+        stage = RingState.of(s, "K_STAGES" if s.once and once else "STAGES").stage
+        op = body[s.op]
+        if op.tag not in _OPS:
+            raise _fail(f"no CUDA for op tag {op.tag}")
+        return _OPS[BackwardTag(op.tag)].format(s=stage, u=loop_tile(s), c=op.subtile,
+                                                p=dq_part(g, s.op), elem=elem, bm=g.block_m,
+                                                hd=g.head_dim)
+    raise _fail(f"agent {owner}: no CUDA for step {s.kind.value} (tag {s.tag})")
+
+
+def _checked(compiled: CompiledSchedule) -> tuple[BackwardGeometry, BackwardTrips]:
+    """The plan's geometry and trip rule, each refused in one line where this emitter cannot
+    write it (a geometry, rings proven at other depths, a rule of another geometry)."""
+    g = declared_geometry(compiled, KERNEL_FAMILY, BackwardGeometry, EMITTER_NAME)
+    refusal = geometry_refusal(g)
+    if refusal:
+        raise _fail(refusal)
+    require_ring_depths(compiled.plan.rings, g.stages, 1, EMITTER_NAME)
+    rule = compiled.plan.trip_rule
+    if not isinstance(rule, BackwardTrips) or rule.causal != g.causal:
+        raise _fail("the plan records no backward trip rule of its geometry; recompile the "
+                    "schedule")
+    return g, rule
+
+
+def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = None,
+                       dtype: str = "bf16") -> str:
+    """CUDA C++ for a compiled schedule of kernel family ``attention_bwd`` (see the module)."""
+    g, rule = _checked(compiled)
+    plan = compiled.plan
+    rings = {r.name: r for r in plan.rings}
+    progs = {p.name: p for p in plan.programs}
+    body = list(compiled.body)
+    elem = _ELEM[dtype]
+    wd = watchdog or 0
+    # the consumers' dS barriers: the ids after the plan's orderings'
+    ds_bar = 1 + max((b for o in plan.orders for b in o.barriers), default=0)
+
+    def code(p: AgentProgram, single: bool, label: str) -> AgentCode:
+        def line(s: Step) -> str:
+            return _step_line(s, rings, single, p.name, body, wd, elem, g)
+        return AgentCode(lines=tuple(render(agent_stretches(p, line, label))),
+                         once=tuple(line(s) for s in once_steps(p)))
+
+    loop = ("int rb = 0, o = 0;", "for (int tile = blockIdx.x; tile < TILES; "
+            "tile += gridDim.x, rb += KT, ++o) {")
+    lines = tile_exprs(rule)
+    tiles = DeviceTileLoop(
+        counts=("const int NB = (Sk + BN - 1) / BN, MB = (Sq + BM - 1) / BM, TILES = BHK * NB;",
+                "int KT = 0;",
+                f"const pcab::Mask mask{{Sq, Sk, {_OFFSET[rule.align]}, "
+                f"{str(rule.causal).lower()}}};"),
+        producer=TileLoop(head=loop, tile=lines), consumers=TileLoop(head=loop, tile=lines),
+        empty_tiles=g.causal)
+    def writer(c: int) -> tuple[str, list[str]]:
+        """Consumer c's dQ writer (an empty output tile: it has no once step, nothing runs)."""
+        lines = list(code(progs[f"dq_writer{c}"], False, f"dq_writer{c}").lines)
+        return f"dq_writer{c}", (["if (KT > 0) {"] + ["    " + x for x in lines] + ["}"]
+                                 if g.causal else lines)
+
+    frame = agents_kernel_body(
+        rings=plan.rings, producer=code(progs["producer"], True, "producer"),
+        consumers=[code(progs[f"consumer{c}"], False, "consumer") for c in range(g.consumers)],
+        producer_name="producer", producer_registers="PRODUCER_REGS",
+        consumer_registers="CONSUMER_REGS", family=_family(g, elem, ds_bar), tiles=tiles,
+        emitter=EMITTER_NAME, side_agents=[writer(c) for c in range(g.consumers)])
+    files = resources.files(__package__)
+    device = "\n".join(files.joinpath(f).read_text(encoding="utf-8")
+                       for f in ("attention.cuh", "attention_bwd.cuh"))
+    wrappers = (wgmma_ss(g.block_m, dtype, scale_d=True)
+                + wgmma_ss(64, dtype, trans_b=1, scale_d=True, prefix=_DQ_PREFIX)
+                + wgmma_ss(g.head_dim, dtype, trans_a=1, trans_b=1, prefix=_DK_PREFIX)
+                + wgmma_rs(g.head_dim, dtype))
+    return "\n".join([
+        f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
+        f"{compiled.schedule_name} on target {compiled.target_name}.",
+        f"// The attention backward's main kernel: dK, dV ({dtype}) and dQ added into its fp32 "
+        "accumulator, per KV block.",
+        f"// Q, dO: tensor maps over [B*Hq*Sq, {g.head_dim}], K, V over [B*Hkv*Sk, "
+        f"{g.head_dim}] (box 64 x rows, 128-byte swizzle);",
+        "// LSE, delta: over every row of [B*Hq*Sq] fp32; dQacc [B*Hq, SQP, HD] fp32; dKV: dK, "
+        "then dV, [B*Hkv*Sk, HD] each.",
+        f"// Launch: block {g.threads} (warp group 0: producer, warps 1.. the dQ writers; 1..: "
+        f"consumers), dynamic shared memory {g.smem_bytes} bytes, any grid.",
+        header_source(), wgmma_header_source(), gemm_call_header_source(), wrappers, device,
+        f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
+        f"{KERNEL_NAME}({SIGNATURE.render()}) {{", frame, "}", ""])
+
+
+def _family(g: BackwardGeometry, elem: str, ds_bar: int) -> AgentsFamily:
+    """The constants, the shared memory (the q and do rings, K, V, each consumer's dS box and
+    dQ buffer, LSE and delta beside their rings' stages), a consumer's accumulators, per output
+    tile dK and dV cleared and then stored."""
+    return AgentsFamily(
+        constants=f"    constexpr int BM = {g.block_m}, BN = {g.block_n}, HD = {g.head_dim}, "
+                  f"STAGES = {g.stages}, K_STAGES = 1, CONSUMERS = {g.consumers};\n"
+                  f"    constexpr int PRODUCER_REGS = {g.producer_registers}, "
+                  f"CONSUMER_REGS = {g.consumer_registers}, DS_BAR = {ds_bar};\n"
+                  "    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2, "
+                  "DS_BYTES = BM * 128, DQ_BYTES = BM * HD * 4, ROW_BYTES = BM * 4;\n"
+                  "    unsigned short* const dK = dKV;  // dK, then dV, in one buffer\n"
+                  "    unsigned short* const dV = dKV + (size_t)BHK * Sk * HD;",
+        ring_bytes="2 * STAGES * Q_BYTES + 2 * KV_BYTES + CONSUMERS * (DS_BYTES + DQ_BYTES) "
+                   "+ 2 * STAGES * ROW_BYTES",
+        stage_views="    auto stage_q = [&](int s) { return ring + s * Q_BYTES; };\n"
+                    "    auto stage_do = [&](int s) { return ring + (STAGES + s) * Q_BYTES; };\n"
+                    "    const u32 k_smem = ring + 2 * STAGES * Q_BYTES, v_smem = k_smem + "
+                    "KV_BYTES;\n"
+                    "    auto ds_smem = [&](int c) { return v_smem + KV_BYTES + c * DS_BYTES; };\n"
+                    "    auto dq_buf = [&](int c) { return ds_smem(CONSUMERS) + c * DQ_BYTES; };\n"
+                    "    auto stage_lse = [&](int s) { return dq_buf(CONSUMERS) + s * ROW_BYTES; };\n"
+                    "    auto stage_delta = [&](int s) { return stage_lse(STAGES) + s * ROW_BYTES; };",
+        consumer_state="        float dkacc[HD / 2], dvacc[HD / 2], sacc[BM / 2], dpacc[BM / 2];\n"
+                       "        float dqacc[BM / 64][32];\n"
+                       "        u32 pp[BM / 4];",
+        compute="            pcab::start<HD>(dkacc, dvacc);",
+        finish=f"            pcab::finish<HD, {elem}>(dkacc, dvacc, dK, dV, bhk, "
+               "nb * BN + consumer * pcab::KEYS, Sk);",
+        once_stages="K_STAGES")
+
+
+EMITTERS = (EmitterRecord(
+    EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {NAME}: TMA producer (K, V once; Q with "
+    "LSE and dO with delta on rings), wgmma consumers (S, dP, dS, dV, dK, dQ), a dQ writer per "
+    "consumer reduce-adding its dQ block into global memory; every agent's steps one for one",
+    (TARGET_NAME,), emit_attention_bwd, kernel_families=(KERNEL_FAMILY,),
+    options=(WATCHDOG, DTYPE), refuses=refuses),)

@@ -1,0 +1,78 @@
+"""attention_bwd_main's checks (no GPU: tensors stood in by their shape, dtype, device and
+layout): the contract's shapes plan, each bad argument is one line naming it, and
+deterministic=True is refused until it is built; the prebuild list covers every variant."""
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from pipeline_core_schedules_attention import bwd_call
+from pipeline_core_schedules_attention.bwd_call import DQ_ROWS, plan_bwd
+from pipeline_core_schedules_attention.call import AttentionArgumentError
+
+
+@attrs.frozen
+class T:
+    """What the checks read of a tensor."""
+
+    shape: tuple[int, ...]
+    dtype: str = "torch.bfloat16"
+    is_cuda: bool = True
+    device: str = "cuda:0"
+    contiguous: bool = True
+    ptr: int = 1 << 20
+
+    def is_contiguous(self) -> bool:
+        return self.contiguous
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def args(b=2, hq=4, hkv=2, sq=100, sk=300, d=128, **edit):
+    sqp = -(-sq // DQ_ROWS) * DQ_ROWS
+    out = dict(q=T((b, hq, sq, d)), k=T((b, hkv, sk, d)), v=T((b, hkv, sk, d)),
+               do=T((b, hq, sq, d)), lse=T((b, hq, sq), "torch.float32"),
+               delta=T((b, hq, sq), "torch.float32"),
+               dq_accum=T((b, hq, sqp, d), "torch.float32"))
+    out.update(edit)
+    return out
+
+
+def plan(causal=False, scale=0.125, deterministic=False, **edit):
+    a = args(**edit)
+    return plan_bwd(a["q"], a["k"], a["v"], a["do"], a["lse"], a["delta"], a["dq_accum"],
+                    causal=causal, scale=scale, deterministic=deterministic)
+
+
+def test_the_contracts_shapes_plan_with_the_group_and_padded_rows():
+    c = plan(causal="bottom_right")
+    assert (c.bhk, c.group, c.sq, c.sk, c.sqp, c.head_dim) == (4, 2, 100, 300, 128, 128)
+    assert c.causal and c.align == "bottom_right" and c.dtype == "bf16"
+    assert not plan().causal and plan(causal=True).align == "top_left"
+
+
+@pytest.mark.parametrize("edit, text", [
+    (dict(deterministic=True), "deterministic: True is not built yet"),
+    (dict(scale=0.0), "scale: 0.0"),
+    (dict(causal="diagonal"), "causal: 'diagonal'"),
+    (dict(q=T((2, 4, 100, 96))), "q: head dim 96"),
+    (dict(k=T((2, 3, 300, 128)), v=T((2, 3, 300, 128))), "k: 3 heads for q's 4"),
+    (dict(do=T((2, 4, 101, 128))), "do: torch.bfloat16 \\(2, 4, 101, 128\\) differs"),
+    (dict(v=T((2, 2, 300, 128), "torch.float16")), "v: dtype torch.float16 differs"),
+    (dict(lse=T((2, 4, 100), "torch.bfloat16")), "lse: torch.bfloat16"),
+    (dict(dq_accum=T((2, 4, 100, 128), "torch.float32")), "dq_accum: .*bwd_call.DQ_ROWS"),
+    (dict(delta=T((2, 4, 100), "torch.float32", contiguous=False)), "delta: not a contiguous"),
+    (dict(q=T((2, 4, 100, 128), is_cuda=False)), "q: a CPU tensor"),
+])
+def test_a_bad_argument_is_one_line_naming_it(edit, text):
+    with pytest.raises(AttentionArgumentError, match=f"attention_bwd_main: {text}"):
+        plan(**edit)
+
+
+def test_the_prebuild_covers_every_variant_the_call_builds():
+    assert len(bwd_call.VARIANTS) == 12
+    assert {(v[0], v[2], v[3]) for v in bwd_call.VARIANTS} == {
+        (d, c, a) for d in (64, 128)
+        for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))}
+    assert bwd_call.call_params(64, False) == {"head_dim": "64", "causal": "false"}

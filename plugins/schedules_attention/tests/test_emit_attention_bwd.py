@@ -1,0 +1,88 @@
+"""cuda-attention-bwd: the backward's main kernel written on the kit's frame carries the plan's
+sync (the dQ hand-off's barriers, the writer's bulk group steps, the consumers' proxy fence),
+the trip rule's C agrees with the rule, and every variant builds for sm_90a with no spill and
+no serialized wgmma (docs/guide/attention.md, "The backward")."""
+from __future__ import annotations
+
+import pytest
+
+from pipeline_core.api import compile_named
+from pipeline_core.errors import ProgramError
+
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc
+
+from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
+from pipeline_core_schedules_attention.emit_attention_bwd import emit_attention_bwd, tile_exprs
+
+NAME = "flash-attention-bwd"
+
+
+def compiled(**params):
+    return compile_named(NAME, params={k: str(v).lower() for k, v in params.items()})
+
+
+def test_the_kernel_carries_the_hand_off_and_each_writer_runs_on_a_warp_of_its_own():
+    src = emit_attention_bwd(compiled())
+    assert "if (wtid / 32 == 1) {  // ---- agent dq_writer0 ----" in src
+    assert "if (wtid / 32 == 2) {  // ---- agent dq_writer1 ----" in src
+    assert "if (lane == 0) pcgc::bulk_wait_read<0>(); __syncwarp();" in src
+    assert "if (lane == 0) pcgc::bulk_commit();" in src
+    assert src.count("pcab::reduce_add(") == 2  # one per consumer's buffer
+    assert src.count("pcgc::fence_proxy_async_shared();") >= 2  # each consumer's hand-over
+    for turn in (2, 4):  # each writer's turn: its consumer's 128 threads and its warp's 32
+        assert f'asm volatile("bar.sync {turn}, 160;\\n" ::: "memory");' in src
+    # hd128: dQ in two parts of 64 columns, each staged
+    assert src.count("pcab::stage<BM, HD>(dqacc, dq_buf(consumer) + 1 * 64 * 4);") >= 2
+
+
+def _c(lines, name: str) -> str:
+    """The C expression a tile line gives ``name`` (inside its warp shuffle), as Python: every
+    quotient is of non-negative numbers, where C's / and Python's // agree."""
+    line = next(x for x in lines if f"const int {name} = " in x)
+    return line.split("__shfl_sync(0xffffffffu, ", 1)[1].rsplit(", 0);", 1)[0].replace("/", "//")
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+def test_the_trip_rules_c_agrees_with_the_rule(align):
+    rule = BackwardTrips(causal=True, block_m=64, block_n=128, align=align)
+    lines = tile_exprs(rule)
+    first, nmask = _c(lines, "first"), _c(lines, "nmask")
+    for sq, sk in ((1000, 1000), (100, 1000), (1000, 100), (17, 300), (300, 17), (1, 1)):
+        for nb in range(-(-sk // 128)):
+            env = {"nb": nb, "Sq": sq, "Sk": sk, "MB": -(-sq // 64), "min": min, "max": max}
+            env["first"] = eval(first, env)  # noqa: S307 - the emitter's own C expression
+            assert env["first"] == rule.first_block(nb, sq, sk)
+            assert eval(nmask, env) == rule.masked_blocks(nb, sq, sk)  # noqa: S307
+
+
+def test_a_moved_diagonal_start_is_not_emitted():
+    with pytest.raises(ProgramError, match="moves the diagonal start"):
+        tile_exprs(BackwardTrips(causal=True, block_m=64, block_n=128, start_shift=1))
+
+
+@pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"),
+                                          (True, "bottom_right")])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_every_variant_builds_without_spills_or_serialized_wgmma(head_dim, causal, align, dtype,
+                                                                  tmp_path):
+    params = dict(head_dim=head_dim, causal=causal)
+    if causal:
+        params["align"] = align
+    proc, _ = compile_cubin(emit_attention_bwd(compiled(**params), dtype=dtype), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    assert "C7508" not in proc.stderr  # ptxas kept setmaxnreg
+    assert "serialized" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_every_field_the_emitter_reads_is_proven():
+    """What runs is what was proven (issue 33): each plan field the emitter reads is one the
+    prover checks (``pipeline_core.testing.unproven_fields``)."""
+    from pipeline_core.plugins import default_host
+    from pipeline_core.testing import unproven_fields
+
+    c = compile_named(NAME, target="h100", host=default_host(), params={"causal": "true"})
+    assert unproven_fields(c, emit_attention_bwd, per_field=4) == []

@@ -1,0 +1,153 @@
+"""flash-attention-bwd: every variant proven safe, the dQ hand-off derived (the consumers'
+proxy fence, the writer's bulk read wait before it hands the buffers back), and the edits that
+break it refused: a dropped or loosened reduce wait, the buffer handed back before the reduce
+read it, a dropped proxy fence, a dropped Q / dO release, a wrong diagonal start
+(docs/guide/attention.md, "The backward")."""
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from pipeline_core.api import compile_named
+from pipeline_core.check.mutate import agent_mutations, mutate_compiled
+from pipeline_core.check.verdict import HazardKind as H
+from pipeline_core.errors import ProgramError
+from pipeline_core.plan import StepKind
+from pipeline_core.proof import UnsafeScheduleError, require_safe
+
+from pipeline_core_schedules_attention.bwd_schedule import BackwardTag as T
+from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
+
+NAME = "flash-attention-bwd"
+VARIANTS = [dict(head_dim=d, causal=c, align=a) for d in (64, 128)
+            for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))]
+
+
+def build(stages: int | None = None, **params):
+    return compile_named(NAME, params={k: str(v).lower() for k, v in params.items()},
+                         target_args={"stages": str(stages)} if stages else {})
+
+
+def prog(c, name):
+    return next(p for p in c.plan.programs if p.name == name)
+
+
+def edited(c, agent, kernel):
+    """``c`` with ``agent``'s kernel steps replaced, proven again (hazards kept)."""
+    plan = attrs.evolve(c.plan, programs=[attrs.evolve(p, kernel=kernel) if p.name == agent
+                                          else p for p in c.plan.programs])
+    return require_safe(attrs.evolve(c, plan=plan, proof=None), allow_unsafe=True)
+
+
+def hazards(c):
+    return {v.kind for v in c.proof.verdict.violations}
+
+
+@pytest.mark.parametrize("params", VARIANTS, ids=lambda p: "-".join(map(str, p.values())))
+def test_every_variant_compiles_safe(params):
+    c = build(**params)
+    assert c.proof.safe
+    g = c.plan.trip_rule
+    assert isinstance(g, BackwardTrips) and g.causal is params["causal"]
+    assert (g.block_m, g.block_n) == (64, 128)
+
+
+def test_three_ring_stages_prove_safe_where_they_fit():
+    assert build(3, head_dim=64, block_m=64, causal=True).proof.safe
+
+
+def test_the_hand_off_is_derived_fence_after_staging_read_wait_before_the_hand_back():
+    c = build()
+    for name in ("consumer0", "consumer1"):
+        kinds = [s.kind for s in prog(c, name).kernel]
+        stages = [n for n, s in enumerate(prog(c, name).kernel)
+                  if s.kind == StepKind.OP and c.body[s.op].tag == T.DQ_STAGE]
+        assert len(stages) == 2  # hd128: dQ in two parts of 64 columns
+        assert kinds[stages[0] - 1] == StepKind.NAMED_SYNC
+        assert kinds[stages[-1] + 1:stages[-1] + 3] == [StepKind.PROXY_FENCE,
+                                                        StepKind.NAMED_ARRIVE]
+    for name in ("dq_writer0", "dq_writer1"):
+        w = [s.kind for s in prog(c, name).kernel]
+        assert w == [StepKind.NAMED_SYNC, StepKind.OP, StepKind.COMMIT, StepKind.COUNTER_WAIT,
+                     StepKind.NAMED_ARRIVE]
+        wait = prog(c, name).kernel[3]
+        assert wait.channel == "bulk" and wait.value == 0
+        # the writer's groups touch no registers: no wgmma.fence opens them
+        assert StepKind.FENCE not in w
+
+
+def _without(steps, kind):
+    return [s for s in steps if s.kind != kind]
+
+
+@pytest.mark.parametrize("writer", ["dq_writer0", "dq_writer1"])
+def test_a_dropped_reduce_wait_is_refused(writer):
+    c = build(causal=True)
+    bad = edited(c, writer, _without(prog(c, writer).kernel, StepKind.COUNTER_WAIT))
+    assert H.SMEM_WAR in hazards(bad)
+
+
+@pytest.mark.parametrize("writer", ["dq_writer0", "dq_writer1"])
+def test_the_buffer_handed_back_before_the_reduce_read_it_is_refused(writer):
+    c = build()
+    k = list(prog(c, writer).kernel)
+    k[3], k[4] = k[4], k[3]  # the hand-back arrive before the read wait
+    assert H.SMEM_WAR in hazards(edited(c, writer, k))
+    loosened = [m for m in agent_mutations(c.plan, ("loosen_counter_wait",))
+                if m.agent == writer and m.section == "kernel"]
+    assert len(loosened) == 1
+    with pytest.raises(UnsafeScheduleError, match="SMEM_WAR"):
+        mutate_compiled(c, loosened[0])
+
+
+@pytest.mark.parametrize("consumer", ["consumer0", "consumer1"])
+def test_a_dropped_proxy_fence_or_staging_before_the_turn_is_refused(consumer):
+    c = build()
+    k = prog(c, consumer).kernel
+    assert H.SMEM_RAW in hazards(edited(c, consumer, _without(k, StepKind.PROXY_FENCE)))
+    at = next(n for n, s in enumerate(k) if s.kind == StepKind.NAMED_SYNC)
+    moved = [*k[:at], k[at + 1], k[at], *k[at + 2:]]  # the staging before its turn's wait
+    assert hazards(edited(c, consumer, moved)) & {H.SMEM_WAR, H.SMEM_RAW}
+
+
+@pytest.mark.parametrize("ring", ["q_empty", "do_empty", "k_empty", "v_empty"])
+def test_a_dropped_release_is_refused(ring):
+    c = build(causal=True)
+    picked = [m for m in agent_mutations(c.plan, ("drop_arrive",)) if m.ring == ring]
+    assert picked
+    for m in picked:
+        with pytest.raises(UnsafeScheduleError, match="DEADLOCK"):
+            mutate_compiled(c, m)
+
+
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+def test_a_wrong_diagonal_start_is_refused_by_the_proof(align):
+    c = build(causal=True, align=align)
+    rule = attrs.evolve(c.plan.trip_rule, start_shift=1)
+    bad = require_safe(attrs.evolve(c, plan=attrs.evolve(c.plan, trip_rule=rule), proof=None),
+                       allow_unsafe=True)
+    assert hazards(bad) == {H.MISSING_PRODUCT}
+    assert "skips query block" in bad.proof.verdict.violations[0].message
+
+
+def test_the_trip_rule_visits_from_the_diagonal_and_masks_the_straddling_blocks():
+    r = BackwardTrips(causal=True, block_m=64, block_n=128)
+    # KV block 2 (keys 256..383) of a 1000-square: rows from 256 on, blocks 4.. 15
+    assert r.first_block(2, 1000, 1000) == 4 and r.trips(2, 1000, 1000) == 12
+    assert r.masked_blocks(2, 1000, 1000) == 2  # rows 256..383 miss some of its keys
+    assert r.trips(2, 1000, 1000, group=4) == 48
+    b = attrs.evolve(r, align="bottom_right")
+    # 100 queries on 1000 keys: row r sees keys up to r + 900: KV block 7 from row 0
+    assert b.first_block(7, 100, 1000) == 0 and b.first_block(0, 1000, 100) == 14
+    assert BackwardTrips(block_m=64, block_n=128).trip_counts((100, 300, 2)) == (4, 4, 4)
+    assert r.coverage_faults() == () and b.coverage_faults() == ()
+
+
+@pytest.mark.parametrize("params, text", [
+    (dict(block_m=96), "-p block_m: must be a multiple of 64"),
+    (dict(align="bottom_right"), "-p align: bottom_right places the causal diagonal"),
+    (dict(head_dim=128, block_m=256), "-p block_m: head_dim 128 with block_m 256"),
+])
+def test_bad_parameters_are_one_line_naming_the_p(params, text):
+    with pytest.raises(ProgramError, match=text):
+        build(**params)
