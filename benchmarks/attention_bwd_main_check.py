@@ -124,12 +124,17 @@ def run(torch, bwd, b, hq, hkv, sq, sk, d, dtype, causal, check=True) -> dict:
     do = torch.randn(b, hq, sq, d, device="cuda", dtype=dt)
     scale = d ** -0.5
     out, lse, dq_ref, dk_ref, dv_ref = reference(torch, q, k, v, do, scale, causal)
-    delta = (do.float() * out.to(dt).float()).sum(-1).contiguous()
+    delta = (do.float() * out.to(dt).float()).sum(-1)
     sqp = -(-sq // bwd.DQ_ROWS) * bwd.DQ_ROWS
     dq_accum = torch.zeros(b, hq, sqp, d, device="cuda", dtype=torch.float32)
+    # each head's rows padded to sqp, as the preprocess writes them (pad rows: +inf and 0)
+    lse_pad = torch.full((b, hq, sqp), float("inf"), device="cuda", dtype=torch.float32)
+    lse_pad[..., :sq] = lse
+    delta_pad = torch.zeros((b, hq, sqp), device="cuda", dtype=torch.float32)
+    delta_pad[..., :sq] = delta
     poison = torch.full((2, *k.shape), float("nan"), device="cuda", dtype=dt)
     del poison  # the call's dK / dV buffer reuses this freed NaN block
-    dk, dv = bwd.attention_bwd_main(q, k, v, do, lse.contiguous(), delta, dq_accum,
+    dk, dv = bwd.attention_bwd_main(q, k, v, do, lse_pad, delta_pad, dq_accum,
                                     causal=causal, scale=scale)
     torch.cuda.synchronize()
     rec = {"kind": "correct", "B": b, "Hq": hq, "Hkv": hkv, "Sq": sq, "Sk": sk, "D": d,

@@ -112,8 +112,8 @@ def _backward_impl(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: st
     main = main_kernel()  # refused before anything is allocated
     check_backward(o, do)
     do = readable(do)
-    delta, dq_accum = bwd_prepost.preprocess(o, do)
-    dk, dv = main(q, k, v, do, lse, delta, dq_accum, causal=_CAUSAL[causal], scale=scale,
+    lse_pad, delta, dq_accum = bwd_prepost.preprocess(o, do, lse)
+    dk, dv = main(q, k, v, do, lse_pad, delta, dq_accum, causal=_CAUSAL[causal], scale=scale,
                   deterministic=deterministic)
     return bwd_prepost.postprocess(dq_accum, q), dk, dv
 

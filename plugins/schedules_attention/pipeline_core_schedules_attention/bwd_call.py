@@ -78,13 +78,13 @@ def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: An
                           f"{tuple(q.shape)}; pass the output's gradient")
     sqp = -(-sq // DQ_ROWS) * DQ_ROWS
     for name, t, shape, dtype in (("do", do, tuple(q.shape), str(q.dtype)),
-                                  ("lse", lse, (b, h, sq), "torch.float32"),
-                                  ("delta", delta, (b, h, sq), "torch.float32"),
+                                  ("lse", lse, (b, h, sqp), "torch.float32"),
+                                  ("delta", delta, (b, h, sqp), "torch.float32"),
                                   ("dq_accum", dq_accum, (b, h, sqp, d), "torch.float32")):
         if tuple(t.shape) != shape or str(t.dtype) != dtype:
             raise _fail(name, f"{t.dtype} {tuple(t.shape)}; pass {dtype} {shape}"
                               + (f" (rows rounded up to bwd_call.DQ_ROWS = {DQ_ROWS})"
-                                 if name == "dq_accum" else ""))
+                                 if name != "do" else ""))
         if t.device != q.device or not t.is_contiguous() or t.data_ptr() % 16:
             raise _fail(name, "not a contiguous, 16-byte aligned tensor on q's device; pass "
                               ".contiguous() on q's device")
@@ -157,13 +157,14 @@ def _arguments(r: Recipe[BwdCall], kernels: tuple[BwdKernel, ...],
     tiles = c.bhk * -(-c.sk // built.block_n)
     grid = min(tiles, sm_count(r.device))
     rows_q, rows_k = c.bhk * c.group * c.sq, c.bhk * c.sk
+    rows_padded = c.bhk * c.group * c.sqp  # LSE's and delta's rows, padded per head
 
     def rows(t: Any, n: int, box: int) -> Any:
         return tensor_map(t.data_ptr(), n, c.head_dim, box, 64, c.dtype)
 
-    def flat(t: Any) -> Any:  # one row of every query row's fp32: a stride never used
-        return tensor_map(t.data_ptr(), 1, rows_q, 1, built.block_m, "fp32",
-                          stride=-(-rows_q // 4) * 4, swizzle=False)
+    def flat(t: Any) -> Any:  # one row of every padded query row's fp32: a stride never used
+        return tensor_map(t.data_ptr(), 1, rows_padded, 1, built.block_m, "fp32",
+                          stride=rows_padded, swizzle=False)
 
     values = {"tmQ": rows(q, rows_q, built.block_m), "tmK": rows(k, rows_k, built.block_n),
               "tmV": rows(v, rows_k, built.block_n), "tmDO": rows(do, rows_q, built.block_m),
@@ -184,8 +185,10 @@ def attention_bwd_main(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq
                        causal: bool | str, scale: float | None,
                        deterministic: bool = False) -> tuple[Any, Any]:
     """q, do: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D] (Hq % Hkv == 0), bf16 or fp16, contiguous;
-    lse, delta: float32 [B, Hq, Sq]; dq_accum: float32 [B, Hq, round_up(Sq, DQ_ROWS), D],
-    zeroed by the caller.  Adds dQ (scale applied) into dq_accum in place, on torch's current
+    lse, delta: float32 [B, Hq, round_up(Sq, DQ_ROWS)] (each head's rows padded, as the
+    preprocess writes them: the kernel loads them by TMA, whose boxes start on 16 bytes; a pad
+    row's LSE +inf and delta 0); dq_accum: float32 [B, Hq, round_up(Sq, DQ_ROWS), D], zeroed by
+    the caller.  Adds dQ (scale applied) into dq_accum in place, on torch's current
     stream (capturable in a CUDA graph), and returns (dk, dv), new tensors shaped and typed
     like k and v (summed over the query heads of each KV head's group)."""
     import torch  # type: ignore[import-not-found, unused-ignore]

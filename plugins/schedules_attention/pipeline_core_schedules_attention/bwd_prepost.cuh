@@ -33,14 +33,19 @@ constexpr int THREADS = 256;
 
 // Preprocess.  Row r of the [rows, HD] matrices O and dO (rows = B * H * Sq, contiguous) is read
 // by HD / 8 consecutive lanes, 8 elements each; their fp32 products are summed over the lanes
-// (shuffles within the row's lanes) and the row's first lane stores delta[r].  Then the whole
-// grid zeroes dq_accum's `zero4` float4s (grid-stride), which the main kernel adds dQ into.
+// (shuffles within the row's lanes) and the row's first lane stores delta at the row's padded
+// place (bh * sq_rows + i: each head's rows padded to sq_rows, so the main kernel's TMA boxes
+// start on 16 bytes) and copies the forward's LSE there too.  Then the whole grid zeroes
+// dq_accum's `zero4` float4s (grid-stride), which the main kernel adds dQ into, and writes the
+// pad rows: LSE +inf (P = 0 there) and delta 0.
 template <int HD, class Elem>
 __device__ __forceinline__ void preprocess(const unsigned short* __restrict__ O,
                                            const unsigned short* __restrict__ dO,
+                                           const float* __restrict__ lse,
+                                           float* __restrict__ lse_pad,
                                            float* __restrict__ delta,
                                            float* __restrict__ dq_accum, long long rows,
-                                           long long zero4) {
+                                           int sq, int sq_rows, long long zero4) {
     constexpr int LANES = HD / 8;  // lanes per row: a power of two up to 32 (HD 64: 8; 128: 16)
     static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "head dim");
     const long long t = (long long)blockIdx.x * THREADS + threadIdx.x;
@@ -58,10 +63,21 @@ __device__ __forceinline__ void preprocess(const unsigned short* __restrict__ O,
 #pragma unroll
     for (int step = LANES / 2; step > 0; step /= 2)
         acc += __shfl_xor_sync(0xffffffffu, acc, step);
-    if (row < rows && part == 0) delta[row] = acc;
+    if (row < rows && part == 0) {
+        const long long at = row / sq * sq_rows + row % sq;
+        delta[at] = acc;
+        lse_pad[at] = lse[row];
+    }
+    const long long stride = (long long)gridDim.x * THREADS;
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (long long i = t; i < zero4; i += (long long)gridDim.x * THREADS)
+    for (long long i = t; i < zero4; i += stride)
         reinterpret_cast<float4*>(dq_accum)[i] = zero;
+    const int pad = sq_rows - sq;
+    for (long long i = t; i < rows / sq * pad; i += stride) {
+        const long long at = i / pad * sq_rows + sq + i % pad;
+        delta[at] = 0.f;
+        lse_pad[at] = __int_as_float(0x7f800000);  // +inf
+    }
 }
 
 // Postprocess.  dQ[bh, i, :] = dq_accum[bh, i, :] for i < Sq (dq_accum has `sq_rows` >= Sq rows

@@ -43,9 +43,12 @@ _BWD_CALL = "pipeline_core_schedules_attention.bwd_call"
 
 _PTR = "const unsigned short* __restrict__"
 PRE_SIGNATURE = KernelSignature(kernel=PRE_NAME, params=kernel_params(
-    ((_PTR, "O", "pointer"), (_PTR, "dO", "pointer")),
-    (("float* __restrict__", "delta", "pointer"), ("float* __restrict__", "dq_accum", "pointer")),
-    (("long long", "rows", "int64"), ("long long", "zero4", "int64"))))
+    ((_PTR, "O", "pointer"), (_PTR, "dO", "pointer"),
+     ("const float* __restrict__", "lse", "pointer")),
+    (("float* __restrict__", "lse_pad", "pointer"), ("float* __restrict__", "delta", "pointer"),
+     ("float* __restrict__", "dq_accum", "pointer")),
+    (("long long", "rows", "int64"), ("int", "sq", "int32"), ("int", "sq_rows", "int32"),
+     ("long long", "zero4", "int64"))))
 POST_SIGNATURE = KernelSignature(kernel=POST_NAME, params=kernel_params(
     (("const float* __restrict__", "dq_accum", "pointer"),
      ("unsigned short* __restrict__", "dQ", "pointer")),
@@ -91,7 +94,8 @@ def source(head_dim: int, dtype: str) -> str:
         header_source(), wgmma_header_source(), gemm_call_header_source(), device,
         'extern "C" __global__ void __launch_bounds__(pcap::THREADS)',
         f"{PRE_NAME}({PRE_SIGNATURE.render()}) {{",
-        f"    pcap::preprocess<{head_dim}, {elem}>(O, dO, delta, dq_accum, rows, zero4);", "}",
+        f"    pcap::preprocess<{head_dim}, {elem}>(O, dO, lse, lse_pad, delta, dq_accum, rows, sq, "
+        "sq_rows, zero4);", "}",
         'extern "C" __global__ void __launch_bounds__(pcap::THREADS)',
         f"{POST_NAME}({POST_SIGNATURE.render()}) {{",
         f"    pcap::postprocess<{head_dim}, {elem}>(dq_accum, dQ, rows, sq, sq_rows);", "}", ""])
@@ -114,7 +118,8 @@ def _prepost_arguments(r: Recipe[PrepostCall], kernels: tuple[Built, ...],
     if r.kernels[0] == (PRE_NAME, c.head_dim, c.dtype, r.device):
         zero4 = c.rows // c.sq * c.sq_rows * c.head_dim // 4
         return (Launch.of(built, grid, *PRE_SIGNATURE.pack_around(
-            ("O", "dO", "delta", "dq_accum"), {"rows": c.rows, "zero4": zero4}, np)),)
+            ("O", "dO", "lse", "lse_pad", "delta", "dq_accum"),
+            {"rows": c.rows, "sq": c.sq, "sq_rows": c.sq_rows, "zero4": zero4}, np)),)
     return (Launch.of(built, grid, *POST_SIGNATURE.pack_around(
         ("dq_accum", "dQ"), {"rows": c.rows, "sq": c.sq, "sq_rows": c.sq_rows}, np)),)
 
@@ -145,19 +150,23 @@ def _where(torch: Any, t: Any) -> tuple[int, int]:
     return device, current_stream(torch, device)
 
 
-def preprocess(o: Any, do: Any) -> tuple[Any, Any]:
-    """``(delta, dq_accum)`` for the forward's output ``o`` and its gradient ``do`` (both
-    [B, H, Sq, D], contiguous, one dtype): delta [B, H, Sq] fp32, dq_accum [B, H,
-    :func:`padded_rows` (Sq), D] fp32 zeroed; one launch on torch's current stream."""
+def preprocess(o: Any, do: Any, lse: Any) -> tuple[Any, Any, Any]:
+    """``(lse_pad, delta, dq_accum)`` for the forward's output ``o``, its gradient ``do`` (both
+    [B, H, Sq, D], contiguous, one dtype) and its saved ``lse`` ([B, H, Sq] fp32): lse_pad and
+    delta [B, H, :func:`padded_rows` (Sq)] fp32 (each head's rows padded, as the main kernel's
+    TMA loads them; pad rows +inf and 0), dq_accum [B, H, padded rows, D] fp32 zeroed; one
+    launch on torch's current stream."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     device, stream = _where(torch, o)
     r = _recipe(PRE_NAME, o, stream, device)
     b, h, sq, d = o.shape
-    delta = torch.empty((b, h, sq), dtype=torch.float32, device=o.device)
-    dq_accum = torch.empty((b, h, r.plan.sq_rows, d), dtype=torch.float32, device=o.device)
-    PREPOST.launch(r, r, (), (o, do, delta, dq_accum))
-    return delta, dq_accum
+    rows = r.plan.sq_rows
+    lse_pad = torch.empty((b, h, rows), dtype=torch.float32, device=o.device)
+    delta = torch.empty((b, h, rows), dtype=torch.float32, device=o.device)
+    dq_accum = torch.empty((b, h, rows, d), dtype=torch.float32, device=o.device)
+    PREPOST.launch(r, r, (), (o, do, lse, lse_pad, delta, dq_accum))
+    return lse_pad, delta, dq_accum
 
 
 def postprocess(dq_accum: Any, q: Any) -> Any:

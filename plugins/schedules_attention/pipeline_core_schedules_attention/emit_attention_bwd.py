@@ -20,8 +20,6 @@ warp joining ordering ``dq{c}``'s barriers.
 """
 from __future__ import annotations
 
-from importlib import resources
-
 from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord, Param,
                                       ProgramError, Ring, Step, StepKind)
 
@@ -30,7 +28,7 @@ from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode,
                                                agent_stretches, agents_kernel_body,
                                                consumer_sync_line, declared_geometry,
                                                gemm_call_header_source, header_source,
-                                               loop_tile, once_steps, render,
+                                               loop_tile, once_steps, pasted, render,
                                                require_ring_depths,
                                                ring_step_line, wgmma_header_source, wgmma_rs,
                                                wgmma_ss)
@@ -70,11 +68,14 @@ def refuses(compiled: CompiledSchedule) -> str:
                                               EMITTER_NAME))
 
 
-def tile_exprs(rule: BackwardTrips) -> tuple[str, ...]:
+def tile_exprs(rule: BackwardTrips, *, whole_warps: bool = True) -> tuple[str, ...]:
     """The per-output-tile lines: the output tile's KV head and block, the first query block
     it visits and how many from it are masked (:meth:`BackwardTrips.first_block`,
     :meth:`~BackwardTrips.masked_blocks` as C of ``nb, Sq, Sk, BM, BN, MB``), its K tiles
-    ``KT`` and the masked test of a K tile (those and the tails)."""
+    ``KT`` and the masked test of a K tile (those and the tails).  ``whole_warps``: every lane
+    of the warp runs these lines (the consumers, the dQ writers), so they may be read through a
+    full-warp shuffle; the producer runs them on one thread, where a ``shfl.sync`` naming the
+    whole warp is an illegal instruction (measured: the H200 faulted at the first launch)."""
     if rule.start_shift:
         raise _fail(f"the plan's trip rule moves the diagonal start by {rule.start_shift}; "
                     "recompile the schedule")
@@ -90,11 +91,12 @@ def tile_exprs(rule: BackwardTrips) -> tuple[str, ...]:
         first, nmask = "0", "0"
     # read through a warp shuffle: ptxas then knows they are warp-uniform, and the K loop
     # they bound is no divergent path for the wgmmas in it (C7520; the frame's consumer index)
+    def uniform(expr: str) -> str:
+        return f"__shfl_sync(0xffffffffu, {expr}, 0)" if whole_warps else expr
+
     return ("const int bhk = tile % BHK, nb = tile / BHK;",
-            f"const int first = __shfl_sync(0xffffffffu, {first}, 0);  "
-            "// the plan's BackwardTrips.first_block",
-            f"const int nmask = __shfl_sync(0xffffffffu, {nmask}, 0);  "
-            "// the plan's BackwardTrips.masked_blocks",
+            f"const int first = {uniform(first)};  // the plan's BackwardTrips.first_block",
+            f"const int nmask = {uniform(nmask)};  // the plan's BackwardTrips.masked_blocks",
             "const int mper = MB - first;",
             "KT = group * mper;",
             "auto qhead = [&](int u) { return bhk * group + u / mper; };",
@@ -112,10 +114,13 @@ _OPS = {
               "q_full_bar({s}), c * 64, qhead({u}) * Sq + qblock({u}) * BM);",
     _T.TMA_DO: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_do({s}) + c * BM * 128, "
                "&tmDO, do_full_bar({s}), c * 64, qhead({u}) * Sq + qblock({u}) * BM);",
+    # LSE and delta rows are padded per head to SQP (a multiple of the query block): a TMA
+    # box's inner coordinate must start on 16 bytes, which qhead * Sq does not (measured: an
+    # illegal instruction on the H200 at Sq = 77)
     _T.TMA_LSE: "tma_load_2d(stage_lse({s}), &tmLSE, q_full_bar({s}), "
-                "qhead({u}) * Sq + qblock({u}) * BM, 0);",
+                "qhead({u}) * SQP + qblock({u}) * BM, 0);",
     _T.TMA_DELTA: "tma_load_2d(stage_delta({s}), &tmDelta, do_full_bar({s}), "
-                  "qhead({u}) * Sq + qblock({u}) * BM, 0);",
+                  "qhead({u}) * SQP + qblock({u}) * BM, 0);",
     _T.TMA_K: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(k_smem + c * BN * 128, &tmK, "
               "k_full_bar({s}), c * 64, bhk * Sk + nb * BN);",
     _T.TMA_V: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(v_smem + c * BN * 128, &tmV, "
@@ -206,7 +211,8 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
                 "int KT = 0;",
                 f"const pcab::Mask mask{{Sq, Sk, {_OFFSET[rule.align]}, "
                 f"{str(rule.causal).lower()}}};"),
-        producer=TileLoop(head=loop, tile=lines), consumers=TileLoop(head=loop, tile=lines),
+        producer=TileLoop(head=loop, tile=tile_exprs(rule, whole_warps=False)),
+        consumers=TileLoop(head=loop, tile=lines),
         empty_tiles=g.causal)
     def writer(c: int) -> tuple[str, list[str]]:
         """Consumer c's dQ writer (an empty output tile: it has no once step, nothing runs)."""
@@ -220,9 +226,7 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         producer_name="producer", producer_registers="PRODUCER_REGS",
         consumer_registers="CONSUMER_REGS", family=_family(g, elem, ds_bar), tiles=tiles,
         emitter=EMITTER_NAME, side_agents=[writer(c) for c in range(g.consumers)])
-    files = resources.files(__package__)
-    device = "\n".join(files.joinpath(f).read_text(encoding="utf-8")
-                       for f in ("attention.cuh", "attention_bwd.cuh"))
+    device = "\n".join(pasted(__package__, f) for f in ("attention.cuh", "attention_bwd.cuh"))
     wrappers = (wgmma_ss(g.block_m, dtype, scale_d=True)
                 + wgmma_ss(64, dtype, trans_b=1, scale_d=True, prefix=_DQ_PREFIX)
                 + wgmma_ss(g.head_dim, dtype, trans_a=1, trans_b=1, prefix=_DK_PREFIX)
@@ -234,8 +238,8 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         "accumulator, per KV block.",
         f"// Q, dO: tensor maps over [B*Hq*Sq, {g.head_dim}], K, V over [B*Hkv*Sk, "
         f"{g.head_dim}] (box 64 x rows, 128-byte swizzle);",
-        "// LSE, delta: over every row of [B*Hq*Sq] fp32; dQacc [B*Hq, SQP, HD] fp32; dKV: dK, "
-        "then dV, [B*Hkv*Sk, HD] each.",
+        "// LSE, delta: over every row of [B*Hq, SQP] fp32 (each head's rows padded); dQacc "
+        "[B*Hq, SQP, HD] fp32; dKV: dK, then dV, [B*Hkv*Sk, HD] each.",
         f"// Launch: block {g.threads} (warp group 0: producer, warps 1.. the dQ writers; 1..: "
         f"consumers), dynamic shared memory {g.smem_bytes} bytes, any grid.",
         header_source(), wgmma_header_source(), gemm_call_header_source(), wrappers, device,

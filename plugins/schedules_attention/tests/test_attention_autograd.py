@@ -117,9 +117,10 @@ def main_stand_in(seen):
 @pytest.mark.parametrize("sq, rows", [(100, 128), (128, 128), (1, 64), (129, 192)])
 def test_the_backward_launches_preprocess_main_postprocess_on_the_accumulator(
         torch, host, monkeypatch, sq, rows):
-    """The accumulator is padded to bwd_call.DQ_ROWS (read in one place: bwd_prepost.dq_rows);
-    the preprocess fills delta and zeroes all of it, the main kernel gets dO contiguous and
-    the call's causal, the postprocess casts Sq rows of it into a new dq like q."""
+    """The accumulator, LSE and delta are padded per head to bwd_call.DQ_ROWS (read in one
+    place: bwd_prepost.dq_rows); the preprocess fills delta, copies LSE into its padded rows
+    and zeroes the accumulator, the main kernel gets dO contiguous, the padded LSE and the
+    call's causal, the postprocess casts Sq rows of it into a new dq like q."""
     block = 64 if rows in (64, 192) else 128
     monkeypatch.setitem(sys.modules, bwd_prepost._BWD_CALL,
                         types.SimpleNamespace(DQ_ROWS=block))
@@ -131,18 +132,19 @@ def test_the_backward_launches_preprocess_main_postprocess_on_the_accumulator(
     dq, dk, dv = autograd._backward_impl(q, k, v, o, lse, do, "top_left", 0.25, True)
     (got,) = seen
     assert got["do"] is not do and got["do"].is_contiguous()
-    assert (got["causal"], got["scale"], got["deterministic"], got["lse"]) == (
-        True, 0.25, True, lse)
-    delta, acc = got["delta"], got["dq_accum"]
-    assert (delta.shape, delta.dtype) == ((2, 4, sq), "torch.float32")
+    assert (got["causal"], got["scale"], got["deterministic"]) == (True, 0.25, True)
+    delta, acc, lse_pad = got["delta"], got["dq_accum"], got["lse"]
+    assert lse_pad is not lse  # the main kernel's TMA boxes start on 16 bytes: padded rows
+    assert (delta.shape, delta.dtype) == ((2, 4, rows), "torch.float32")
+    assert (lse_pad.shape, lse_pad.dtype) == ((2, 4, rows), "torch.float32")
     assert (acc.shape, acc.dtype) == ((2, 4, rows, 128), "torch.float32")
     assert (dq.shape, dq.dtype, dk.shape, dv.shape) == (q.shape, q.dtype, k.shape, v.shape)
     pre, post = host.launches[-2:]
     assert (pre[0], post[0]) == (bwd_prepost.PRE_NAME, bwd_prepost.POST_NAME)
     lanes = 2 * 4 * sq * 16  # 16 lanes of 8 elements per row of 128
     assert pre[3] == post[3] == (-(-lanes // 256),) and pre[4] == post[4] == (256,)
-    assert [int(a) for a in pre[5]] == [o.ptr, got["do"].ptr, delta.ptr, acc.ptr, 2 * 4 * sq,
-                                        2 * 4 * rows * 128 // 4]
+    assert [int(a) for a in pre[5]] == [o.ptr, got["do"].ptr, lse.ptr, lse_pad.ptr, delta.ptr,
+                                        acc.ptr, 2 * 4 * sq, sq, rows, 2 * 4 * rows * 128 // 4]
     assert [int(a) for a in post[5]] == [acc.ptr, dq.ptr, 2 * 4 * sq, sq, rows]
 
 

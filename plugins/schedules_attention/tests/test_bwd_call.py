@@ -32,8 +32,8 @@ class T:
 def args(b=2, hq=4, hkv=2, sq=100, sk=300, d=128, **edit):
     sqp = -(-sq // DQ_ROWS) * DQ_ROWS
     out = dict(q=T((b, hq, sq, d)), k=T((b, hkv, sk, d)), v=T((b, hkv, sk, d)),
-               do=T((b, hq, sq, d)), lse=T((b, hq, sq), "torch.float32"),
-               delta=T((b, hq, sq), "torch.float32"),
+               do=T((b, hq, sq, d)), lse=T((b, hq, sqp), "torch.float32"),
+               delta=T((b, hq, sqp), "torch.float32"),
                dq_accum=T((b, hq, sqp, d), "torch.float32"))
     out.update(edit)
     return out
@@ -62,7 +62,10 @@ def test_the_contracts_shapes_plan_with_the_group_and_padded_rows():
     (dict(v=T((2, 2, 300, 128), "torch.float16")), "v: dtype torch.float16 differs"),
     (dict(lse=T((2, 4, 100), "torch.bfloat16")), "lse: torch.bfloat16"),
     (dict(dq_accum=T((2, 4, 100, 128), "torch.float32")), "dq_accum: .*bwd_call.DQ_ROWS"),
-    (dict(delta=T((2, 4, 100), "torch.float32", contiguous=False)), "delta: not a contiguous"),
+    # LSE and delta padded per head like the accumulator (the kernel's TMA boxes start on 16
+    # bytes, which an unpadded head's rows at Sq = 100 do not)
+    (dict(lse=T((2, 4, 100), "torch.float32")), "lse: .*\\(2, 4, 128\\) .*bwd_call.DQ_ROWS"),
+    (dict(delta=T((2, 4, 128), "torch.float32", contiguous=False)), "delta: not a contiguous"),
     (dict(q=T((2, 4, 100, 128), is_cuda=False)), "q: a CPU tensor"),
 ])
 def test_a_bad_argument_is_one_line_naming_it(edit, text):
