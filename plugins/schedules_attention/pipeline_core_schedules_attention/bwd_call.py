@@ -7,8 +7,8 @@ packed arguments, the tensor maps, the launch on torch's current stream) and the
 signature ``bwd_signature.py``; this module keeps the family's own: the checks
 (:func:`plan_bwd`, one line naming the argument at fault), the kernel's parameters and the
 arguments it packs.  A kernel is compiled (and proven) once per (head dim, dtype, causal,
-alignment, device) on a persistent grid; a call allocates dK and dV (one buffer, returned as two
-tensors) and nothing else: grouped-query heads run inside the kernel's output tile, so dK and
+alignment, device) on a persistent grid; a call allocates dK and dV (two tensors: the backward
+op's outputs may not alias each other) and nothing else: grouped-query heads run inside the kernel's output tile, so dK and
 dV sum over a group with no workspace.  ``deterministic=True`` is refused until the ordered dQ
 adds are built (issue 36).
 """
@@ -150,7 +150,7 @@ def _build(key: tuple[int, str, bool, str, int]) -> BwdKernel:
 def _arguments(r: Recipe[BwdCall], kernels: tuple[BwdKernel, ...],
                tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
     """The persistent grid (one CTA per output tile, at most one per SM) and the kernel's
-    arguments (bwd_signature.SIGNATURE) but dK and dV's buffer, packed per call."""
+    arguments (bwd_signature.SIGNATURE) but dK's and dV's addresses, packed per call."""
     np = require_gpu_module("numpy")
     (built,), (q, k, v, do, lse, delta, dq_accum) = kernels, tensors
     c = r.plan
@@ -171,7 +171,7 @@ def _arguments(r: Recipe[BwdCall], kernels: tuple[BwdKernel, ...],
               "tmLSE": flat(lse), "tmDelta": flat(delta), "dQacc": dq_accum.data_ptr(),
               "BHK": c.bhk, "Sq": c.sq, "Sk": c.sk, "SQP": c.sqp, "group": c.group,
               "scale": c.scale, "scale_log2": c.scale * LOG2E}
-    return (Launch.of(built, (grid,), *SIGNATURE.pack_around("dKV", values, np)),)
+    return (Launch.of(built, (grid,), *SIGNATURE.pack_around(("dK", "dV"), values, np)),)
 
 
 #: the call layer of the backward's main kernel (the kit's HostCall); key of a kernel:
@@ -208,7 +208,9 @@ def attention_bwd_main(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq
         c = plan_bwd(*tensors, causal=causal, scale=scale, deterministic=deterministic)
         r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
             (c.head_dim, c.dtype, c.causal, c.align, device),)))
-    dkv = torch.empty((2, *k.shape), dtype=k.dtype, device=k.device)
+    # two allocations, not two views of one: the backward op's outputs may not alias each other
+    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
+    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
     CALL.launch(r, (r, CALL.kernels.kernel(r.kernels[0]), *(t.data_ptr() for t in tensors)),
-                tensors, dkv)
-    return dkv[0], dkv[1]
+                tensors, (dk, dv))
+    return dk, dv

@@ -2,8 +2,8 @@
 kernel's parameter list and what ``bwd_call`` packs, from one list (the kit's
 ``KernelSignature`` says why).  Q, dO, K, V: tensor maps over every head's rows (the tails the
 kernel masks); LSE and delta: maps over every query row's fp32; dQ's fp32 accumulator by
-address; dK and dV by one buffer's address, dK then dV (packed per call, the call's one
-allocation); then the sizes, the dQ accumulator's rows per head, the query heads per KV head
+address; dK and dV by their addresses (packed per call: the call's two allocations, two
+tensors because the backward op's outputs may not alias each other); then the sizes, the dQ accumulator's rows per head, the query heads per KV head
 and the scale (and it folded with log2 e)."""
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
     ((_MAP, "tmV", "tensor_map"), (_MAP, "tmDO", "tensor_map")),
     ((_MAP, "tmLSE", "tensor_map"), (_MAP, "tmDelta", "tensor_map")),
     (("float* __restrict__", "dQacc", "pointer"),
-     ("unsigned short* __restrict__", "dKV", "pointer")),
+     ("unsigned short* __restrict__", "dK", "pointer"),
+     ("unsigned short* __restrict__", "dV", "pointer")),
     (("int", "BHK", "int32"), ("int", "Sq", "int32"), ("int", "Sk", "int32"),
      ("int", "SQP", "int32"), ("int", "group", "int32"), ("float", "scale", "float32"),
      ("float", "scale_log2", "float32"))))

@@ -239,7 +239,7 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         f"// Q, dO: tensor maps over [B*Hq*Sq, {g.head_dim}], K, V over [B*Hkv*Sk, "
         f"{g.head_dim}] (box 64 x rows, 128-byte swizzle);",
         "// LSE, delta: over every row of [B*Hq, SQP] fp32 (each head's rows padded); dQacc "
-        "[B*Hq, SQP, HD] fp32; dKV: dK, then dV, [B*Hkv*Sk, HD] each.",
+        "[B*Hq, SQP, HD] fp32; dK, dV: [B*Hkv*Sk, HD] each.",
         f"// Launch: block {g.threads} (warp group 0: producer, warps 1.. the dQ writers; 1..: "
         f"consumers), dynamic shared memory {g.smem_bytes} bytes, any grid.",
         header_source(), wgmma_header_source(), gemm_call_header_source(), wrappers, device,
@@ -257,9 +257,7 @@ def _family(g: BackwardGeometry, elem: str, ds_bar: int) -> AgentsFamily:
                   f"    constexpr int PRODUCER_REGS = {g.producer_registers}, "
                   f"CONSUMER_REGS = {g.consumer_registers}, DS_BAR = {ds_bar};\n"
                   "    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2, "
-                  "DS_BYTES = BM * 128, DQ_BYTES = BM * HD * 4, ROW_BYTES = BM * 4;\n"
-                  "    unsigned short* const dK = dKV;  // dK, then dV, in one buffer\n"
-                  "    unsigned short* const dV = dKV + (size_t)BHK * Sk * HD;",
+                  "DS_BYTES = BM * 128, DQ_BYTES = BM * HD * 4, ROW_BYTES = BM * 4;",
         ring_bytes="2 * STAGES * Q_BYTES + 2 * KV_BYTES + CONSUMERS * (DS_BYTES + DQ_BYTES) "
                    "+ 2 * STAGES * ROW_BYTES",
         stage_views="    auto stage_q = [&](int s) { return ring + s * Q_BYTES; };\n"
