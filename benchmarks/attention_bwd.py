@@ -11,8 +11,11 @@ then timing against the same-process peers (docs/guide/attention.md, "Backward a
    4096}, Sq != Sk in most, causal off / top-left / bottom-right, grouped-query, D 64 / 128,
    bf16 / fp16), fresh random inputs and dO, the gradients' memory NaN-poisoned first, dQ, dK
    and dV against an fp32 autograd reference (a row that sees no key: P = 0), each as
-   ||g - ref|| / ||ref||.  A case passes when each of ours is at most 1.5x the error of the
-   peer's backward on the same inputs: sdpa-flash, or where flash refuses the case (bottom-right
+   ||g - ref|| / ||ref|| (||ref|| no smaller than a thousandth of the case's largest gradient
+   RMS: a gradient that is exactly zero, dQ and dK over one key, is judged by its absolute
+   error, :func:`rel_err`).  A case passes when each of ours is at most 1.5x the error of the
+   peer's backward on the same inputs, and never asked below 1e-3 (:data:`MIN_BOUND`: sdpa-math
+   in fp32 is exact on a zero gradient, where a bf16 kernel's reductions round): sdpa-flash, or where flash refuses the case (bottom-right
    with Sq != Sk), the next SDPA backend that takes it (cuDNN, efficient, math; named in the
    record as ``peer``); where no backend gives a finite gradient, the fixed bound
    :data:`FIXED_BOUND` (named ``"bound": "fixed"``).  The forward's saved LSE is checked too
@@ -99,18 +102,28 @@ def reference(torch, q, k, v, do, scale, causal):
     return lse, torch.autograd.grad(o, (qf, kf, vf), do.float()), keyed
 
 
-#: the RMS under which a reference gradient counts as zero: a softmax over one key has dQ = dK
-#: = 0 exactly, where a relative error divides rounding noise by nothing (1e24 measured)
-ZERO_RMS = 1e-3
+#: a reference gradient whose RMS is under this share of the case's scale (its largest
+#: gradient's RMS) counts as zero: a softmax over one key has dQ = dK = 0 exactly, where a
+#: relative error divides rounding noise by nothing (1e24 measured)
+ZERO_SHARE = 1e-3
+#: the tightest bound a case gets: where the peer's error is (near) zero (sdpa-math in fp32 on
+#: a gradient that is exactly zero), 1.5x of it would ask a bf16 kernel for no rounding at all
+MIN_BOUND = 1e-3
 
 
-def rel_err(torch, got, ref) -> float:
-    """||got - ref|| / ||ref||, with ||ref|| no smaller than ZERO_RMS * sqrt(numel): a reference
-    that is (nearly) zero is judged by the absolute RMS error over ZERO_RMS.  NaN and inf in
-    ``got`` count as 1e6 (a poisoned output never written fails)."""
+def rel_err(torch, got, ref, scale: float = 1.0) -> float:
+    """||got - ref|| / ||ref||, with ||ref|| no smaller than ZERO_SHARE * ``scale`` (the case's
+    gradient RMS) * sqrt(numel): a reference that is (nearly) zero is judged by its absolute RMS
+    error against a thousandth of the case's gradients.  NaN and inf in ``got`` count as 1e6 (a
+    poisoned output never written fails)."""
     diff = torch.nan_to_num(got.float(), nan=1e6, posinf=1e6, neginf=1e6) - ref
-    floor = ZERO_RMS * math.sqrt(max(ref.numel(), 1))
-    return float(diff.norm() / ref.norm().clamp_min(floor))
+    floor = ZERO_SHARE * scale * math.sqrt(max(ref.numel(), 1))
+    return float(diff.norm() / ref.norm().clamp_min(max(floor, 1e-30)))
+
+
+def gradient_scale(torch, refs) -> float:
+    """The case's scale for :func:`rel_err`: the largest RMS of its reference gradients."""
+    return max(float(r.float().pow(2).mean().sqrt()) for r in refs)
 
 
 def poison(torch, *like) -> None:
@@ -141,18 +154,19 @@ def grad_case(torch, ops, attention, case) -> dict:
         rec["no_key_rows"] = int((~keyed).sum())
         rec["no_key_lse_inf"] = bool(torch.isposinf(lse[:, :, ~keyed]).all())
         rec["no_key_dq_max_abs"] = float(ours[0][:, :, ~keyed].float().abs().max())
-    errs = [rel_err(torch, g, r) for g, r in zip(ours, ref)]
+    scale = gradient_scale(torch, ref)
+    errs = [rel_err(torch, g, r, scale) for g, r in zip(ours, ref)]
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     pname, po = peer(torch, *leaves, causal)
     perrs = None
     if po is not None:
         try:
             pg = torch.autograd.grad(po, leaves, do)
-            perrs = [rel_err(torch, g, r) for g, r in zip(pg, ref)]
+            perrs = [rel_err(torch, g, r, scale) for g, r in zip(pg, ref)]
         except Exception as exc:  # noqa: BLE001 - its backward refuses: the fixed bound
             rec["peer_backward_error"] = str(exc).splitlines()[0][:200]
     finite = perrs is not None and all(math.isfinite(e) and e < 1e5 for e in perrs)
-    bounds = ([1.5 * e + 1e-6 for e in perrs] if finite
+    bounds = ([max(1.5 * e, MIN_BOUND) for e in perrs] if finite
               else [FIXED_BOUND[dtype]] * 3)
     rec.update({"err": dict(zip(("dq", "dk", "dv"), errs)), "peer": pname if finite else None,
                 "peer_err": dict(zip(("dq", "dk", "dv"), perrs)) if perrs else None,
