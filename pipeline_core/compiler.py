@@ -148,6 +148,17 @@ def check_body_fits_target(schedule: ScheduleBase, body: tuple[Op, ...],
     lowering needs beyond that it checks itself (the block program's global-load ticks,
     pipeline_core/lowering/blocks.py)."""
     where = target_name or "(the schedule's own)"
+    if target is not None:
+        known = target.cost_model.costs
+        missing = sorted({o.tag for o in body if o.tag <= MAX_KERNEL_TAG and o.tag not in known})
+        if missing:
+            names = schedule.tag_names()
+            shown = ", ".join(f"{t} ({names[t]})" if t in names else str(t) for t in missing)
+            raise ConfigError(f"schedule {schedule.name}", "", where,
+                              f"the cost model of target {where!r} lacks kernel tag"
+                              f"{'s' if len(missing) > 1 else ''} {shown} that the schedule "
+                              "uses; choose a target made for this schedule (`pipeline-core "
+                              "schedules` shows its default target)", flag="--target")
     for i, o in enumerate(body):  # a compute's channel= would otherwise mean nothing
         if o.role == OpRole.COMPUTE and o.channel >= 0 and not compute_channels:
             reads = o.operand_channels if o.reads is not None else (o.channel,)
@@ -165,14 +176,3 @@ def check_body_fits_target(schedule: ScheduleBase, body: tuple[Op, ...],
                               o.reads, "None under a lowering that binds a compute by its "
                               "channel= (the agents lowering: what a compute reads are the "
                               "body's edges); drop reads=")
-    if target is not None:
-        known = target.cost_model.costs
-        missing = sorted({o.tag for o in body if o.tag <= MAX_KERNEL_TAG and o.tag not in known})
-        if missing:
-            names = schedule.tag_names()
-            shown = ", ".join(f"{t} ({names[t]})" if t in names else str(t) for t in missing)
-            raise ConfigError(f"schedule {schedule.name}", "", where,
-                              f"the cost model of target {where!r} lacks kernel tag"
-                              f"{'s' if len(missing) > 1 else ''} {shown} that the schedule "
-                              "uses; choose a target made for this schedule (`pipeline-core "
-                              "schedules` shows its default target)", flag="--target")
