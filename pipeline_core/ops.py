@@ -144,7 +144,7 @@ class Op:
     For MMAs ``stage`` is the M row and ``subtile`` the N column; for
     SCHED_GROUP_BARRIER ``subtile`` is the mask and ``wait_value`` the count.
     ``reads`` names the operand channels a compute op reads fragments of (None: an A and a
-    B, :data:`DEFAULT_READS`): ``(0,)`` for a one-operand step (a row reduction, an
+    B, ``DEFAULT_READS``): ``(0,)`` for a one-operand step (a row reduction, an
     elementwise or softmax-like step), three channels for a fused multiply-add chain.  The
     fragment of channel c it reads is the one loaded with c's match field (``stage`` for the
     first channel, ``subtile`` for the others: ``PipelineConfig.compute_match_key``).
