@@ -101,7 +101,12 @@ class TripSample:
 
 class TripRule(Protocol[Problem]):
     """A family's iteration rule (the module says what the core asks of it, and shows a rule
-    written in twenty lines).  ``Problem`` is whatever sizes the family's launch."""
+    written in twenty lines).  ``Problem`` is whatever sizes the family's launch.
+
+    One method is optional, so the many rules that have nothing to prove write nothing for it:
+    ``coverage_faults() -> Iterable[str]``, the rule's own proof that every output element's
+    terms are visited (and masked where its mask drops them), each fault a sentence; the agents
+    prover reports each as a ``MISSING_PRODUCT`` of the rule (``agents.prove._coverage``)."""
 
     @property
     def uniform(self) -> bool:

@@ -150,3 +150,31 @@ def test_a_schedule_registered_under_another_name_is_compiled_and_checked_under_
     path.write_text(compiled.stdout)
     checked = run_cli(["--plugin", "renamed_hello", "check", "--input", str(path)])
     assert checked.exit_code == 0 and "SAFE" in checked.stdout, checked.stderr
+
+
+def test_each_lowering_refuses_the_field_it_would_ignore():
+    """Under the ring and block lowerings a compute's channel= means nothing (refused, naming
+    reads=); under the agents lowering, which binds a compute by its channel, reads= would be
+    ignored (refused).  The lowerings say which through LoweringRecord.compute_channels."""
+    from pipeline_core.compiler import check_body_fits_target
+    from pipeline_core.plugins import default_host
+
+    class Named:
+        name = "x"
+
+        @staticmethod
+        def tag_names():
+            return {}
+
+    lowerings = default_host().lowerings
+    binds = {name: lowerings[name].compute_channels for name in ("agents", "blocks", "ring")}
+    assert binds == {"agents": True, "blocks": False, "ring": False}
+    compute = logical(5, channel=1).evolve(role=OpRole.COMPUTE)
+    named = logical(5, reads=(0,)).evolve(role=OpRole.COMPUTE)
+    for name, binds_channel in binds.items():
+        bad, good = (named, compute) if binds_channel else (compute, named)
+        with pytest.raises(ConfigError, match=r"build_body\(\)\[0\]\.(reads|channel)"):
+            check_body_fits_target(Named(), (bad,), None, "",
+                                   compute_channels=lowerings[name].compute_channels)
+        check_body_fits_target(Named(), (good,), None, "",
+                               compute_channels=lowerings[name].compute_channels)

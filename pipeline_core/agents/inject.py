@@ -338,8 +338,8 @@ def sync_tags(sync: SyncModel) -> dict[str, int]:
     effects = sync.effects
     wanted = ["phase_wait", "arrive", "expect_tx", "fence"]
     wanted += ["async_arrive"] if any(e.completes == "arrival" for e in effects) else []
-    wanted += ["proxy_fence"] if len({e.proxy for e in effects} - {""}) > 1 else []
-    wanted += ["descriptor_acquire"] if any(e.descriptor for e in effects) else []
+    wanted += ["proxy_fence"] if sync.tells_proxies_apart else []
+    wanted += ["descriptor_acquire"] if sync.device_written_maps else []
     missing = [k for k in wanted if k not in out]
     if missing:
         raise ProgramError(f"sync model {sync.name}: the agents lowering needs tags for "

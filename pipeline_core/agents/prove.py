@@ -92,7 +92,7 @@ PROXY_ASSUMPTION = ("a write of one memory proxy read by another is seen through
 def assumptions(sync: SyncModel) -> tuple[str, ...]:
     """The checker's assumptions under ``sync``: the last one states the proxies it checks
     when the model tells proxies apart (``Effect.proxy``)."""
-    if len({e.proxy for e in sync.effects} - {""}) > 1:
+    if sync.tells_proxies_apart:
         return (*ASSUMPTIONS[:-1], PROXY_ASSUMPTION)
     return ASSUMPTIONS
 
@@ -1589,7 +1589,7 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                              *(["the tensor maps copies read through are written and released "
                                 "(fence.proxy.tensormap release) by a kernel before this one; "
                                 "each copy's issuer acquires them in its output tile"]
-                               if any(e.descriptor for e in sync.effects) else [])],
+                               if sync.device_written_maps else [])],
              "notes": list(sync.notes)}
     if sequences:
         model["trip_sequences"] = [list(q) for q in sequences]

@@ -434,6 +434,18 @@ class SyncModel:
         return self.barriers[0]
 
     @property
+    def tells_proxies_apart(self) -> bool:
+        """Its effects name more than one memory proxy (``Effect.proxy``): a read across them
+        needs a proxy fence, which the lowering places and the proof checks."""
+        return len({e.proxy for e in self.effects} - {""}) > 1
+
+    @property
+    def device_written_maps(self) -> bool:
+        """A copy of it reads tensor maps a kernel wrote on the device (``Effect.descriptor``):
+        its issuer acquires them, which the lowering places and the proof checks."""
+        return any(e.descriptor for e in self.effects)
+
+    @property
     def wait_tags(self) -> tuple[int, ...]:
         return tuple(c.wait_tag for c in self.channels)
 

@@ -457,7 +457,7 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
                         f"\n    using LoadA = pcgc::{operands[0]};\n    using LoadB = "
                         f"pcgc::{operands[1]}")
                      + epi_type
-                     + (_BATCH_OUTPUT if v.batch not in ("none", *GROUPED, GROUPED_K) else "")
+                     + (_BATCH_OUTPUT if v.strided_batch else "")
                      + store,
         "compute": _compute("pcgc::operand_desc<A_MN, CHUNK_BYTES>(stage_a(s), ${ROW0} + mb * "
                             "${WGMMA_M}, kk)", "pcgc::operand_desc<B_MN, CHUNK_BYTES>(stage_b(s), "

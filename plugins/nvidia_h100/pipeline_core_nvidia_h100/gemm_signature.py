@@ -72,7 +72,7 @@ def gemm_signature(v: GemmVariant) -> KernelSignature:
         return DEFAULT_SIGNATURE
     return (GENERAL_SIGNATURE + (SPLIT_PARAMS if v.split_k else ())
             + (SCALE_PARAMS if v.scale != "none" else ())
-            + (BATCH_PARAMS if v.batch not in ("none", *GROUPED, GROUPED_K) else ())
+            + (BATCH_PARAMS if v.strided_batch else ())
             + (GROUP_PARAMS if v.batch in GROUPED else ())
             + (GROUP_K_PARAMS if v.batch == GROUPED_K else ())
             + (GROUP_SCALE_PARAMS if v.batch in GROUPED and v.scale != "none" else ())

@@ -290,7 +290,7 @@ def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
         if not scales:
             raise RuntimeError("internal error: a scaled recipe launched without its scales")
         values.update(scale_a=scales[0].data_ptr(), scale_b=scales[1].data_ptr())
-    if v.batch not in ("none", *GROUPED, GROUPED_K):
+    if v.strided_batch:
         values["c_batch"] = plan.c_batch * out.element_size()
     if v.load == "cp_async":  # the cp.async producer's operands (docs/guide/matmul.md)
         elem = a.element_size()
@@ -620,7 +620,7 @@ def _run_grouped(a: Any, b: Any, offs: Any, out_dtype: Any,
     r = CALL.recipes.get(key)
     if r is None:
         plan = _plan_grouped(a, b, offs, None, out_dtype, sm_count(device), scales)
-        if plan.variant.batch not in (*GROUPED, GROUPED_K):  # 3-D x 3-D: matmul's batched one
+        if not plan.variant.grouped:  # 3-D x 3-D: matmul's batched one
             CALL.recipes.put(key, Recipe(plan=plan, device=device, stream=stream, kernels=()))
             return _run(a, b, None, None, out_dtype, None)
         out = _grouped_out(torch, a, plan)
@@ -630,7 +630,7 @@ def _run_grouped(a: Any, b: Any, offs: Any, out_dtype: Any,
             return out.zero_()
         r = CALL.recipes.put(key, _recipe(a, b, None, None, out_dtype, None, plan, device,
                                           stream, _grouped_candidate(a, b), scales))
-    elif r.plan.variant.batch not in (*GROUPED, GROUPED_K):
+    elif not r.plan.variant.grouped:
         return _run(a, b, None, None, out_dtype, None)
     else:
         out = _grouped_out(torch, a, r.plan)

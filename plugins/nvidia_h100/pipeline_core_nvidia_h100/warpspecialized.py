@@ -198,6 +198,18 @@ class GemmVariant:
         """Whether this takes the general kernel (any value off the defaults)."""
         return self != GemmVariant()
 
+    @property
+    def grouped(self) -> bool:
+        """A grouped GEMM's kernel (:data:`GROUPED`, :data:`GROUPED_K`): its groups come from
+        ``offs`` on the device, not from a strided batch."""
+        return self.batch in (*GROUPED, GROUPED_K)
+
+    @property
+    def strided_batch(self) -> bool:
+        """A batch of equal problems at fixed strides (``-p batch=a|b|ab``): the kernel takes
+        the batch's strides and count (``gemm_signature.BATCH_PARAMS``)."""
+        return self.batch != "none" and not self.grouped
+
 
 def describe_variant(v: GemmVariant) -> str:
     """The variant in words (the general kernel's header comment, the call's build notice)."""
@@ -205,7 +217,7 @@ def describe_variant(v: GemmVariant) -> str:
             f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}"
             + (", split-K" if v.split_k else "")
             + (f", scale {v.scale}" if v.scale != "none" else "")
-            + (f", batched {v.batch}" if v.batch not in ("none", *GROUPED, GROUPED_K) else "")
+            + (f", batched {v.batch}" if v.strided_batch else "")
             + (f", grouped along {'N' if v.batch == 'grouped_n' else 'M'} (offs)"
                if v.batch in GROUPED else "")
             + (", grouped along K (offs, per-group tensor maps)" if v.batch == GROUPED_K else "")
@@ -308,7 +320,7 @@ class WsGeometry:
             which = "a_major" if v.a_major == "mn" else "b_major"
             raise bad(which, "fp8 wgmma reads both operands K-major (no transpose mode for "
                              "e4m3): -p a_major=k -p b_major=k")
-        if v.batch in (*GROUPED, GROUPED_K) and (v.split_k or v.store == "tma"):
+        if v.grouped and (v.split_k or v.store == "tma"):
             raise bad("split_k" if v.split_k else "store",
                       f"{'true' if v.split_k else 'tma'} with -p batch={v.batch}: a grouped "
                       "kernel's tiles are its groups' (no K split), stored directly and clipped "

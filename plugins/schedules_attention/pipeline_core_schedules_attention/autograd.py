@@ -24,35 +24,20 @@ kernels' TMA and 16-byte loads could not read it (:func:`readable`).
 """
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 from pipeline_core_nvidia_h100.kit_api import Op
 
 from pipeline_core_schedules_attention import bwd_prepost, call
+from pipeline_core_schedules_attention.bwd_call import attention_bwd_main
 
 #: the op's causal (a schema has no bool-or-str) as the calls take it
 _CAUSAL: dict[str, bool | str] = {"none": False, "top_left": True,
                                   "bottom_right": "bottom_right"}
-_BWD_CALL = "pipeline_core_schedules_attention.bwd_call"
 
 
 class AttentionBackwardError(ValueError):
     """A backward that cannot run (the message names what is at fault and the fix)."""
-
-
-def main_kernel() -> Callable[..., Any]:
-    """The main backward kernel's host function (``bwd_call.attention_bwd_main``, the other
-    half of the backward), or one refusal line where it is not installed."""
-    try:
-        module = importlib.import_module(_BWD_CALL)
-    except ModuleNotFoundError:
-        raise AttentionBackwardError(
-            f"attention backward: the main kernel ({_BWD_CALL}.attention_bwd_main) is not "
-            "installed; install a pipeline-core-schedules-attention that has it") from None
-    fn: Callable[..., Any] = module.attention_bwd_main
-    return fn
 
 
 def _forward(q: Any, k: Any, v: Any, causal: str, scale: float | None,
@@ -75,7 +60,7 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, Any]) -
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.causal, ctx.deterministic = causal, deterministic
-    ctx.scale = float(q.shape[-1]) ** -0.5 if scale is None else scale
+    ctx.scale = call.softmax_scale(q.shape[-1], scale)  # the forward's, bit for bit
     ctx.mark_non_differentiable(lse)
 
 
@@ -109,12 +94,11 @@ def readable(do: Any) -> Any:
 
 def _backward_impl(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: str,
                    scale: float, deterministic: bool) -> tuple[Any, Any, Any]:
-    main = main_kernel()  # refused before anything is allocated
     check_backward(o, do)
     do = readable(do)
     lse_pad, delta, dq_accum = bwd_prepost.preprocess(o, do, lse)
-    dk, dv = main(q, k, v, do, lse_pad, delta, dq_accum, causal=_CAUSAL[causal], scale=scale,
-                  deterministic=deterministic)
+    dk, dv = attention_bwd_main(q, k, v, do, lse_pad, delta, dq_accum, causal=_CAUSAL[causal],
+                                scale=scale, deterministic=deterministic)
     return bwd_prepost.postprocess(dq_accum, q), dk, dv
 
 

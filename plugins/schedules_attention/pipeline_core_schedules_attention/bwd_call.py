@@ -23,7 +23,7 @@ from pipeline_core_nvidia_h100.kit_api import (ARCH, BUILD_OPTIONS, PLUGIN_MODUL
                                                cubin_path, describe, load_kernel,
                                                require_gpu_module, sm_count, tensor_map)
 
-from pipeline_core_schedules_attention.bwd_schedule import NAME
+from pipeline_core_schedules_attention.bwd_schedule import DEFAULT_STAGES, NAME
 from pipeline_core_schedules_attention.bwd_signature import KERNEL_NAME, SIGNATURE
 from pipeline_core_schedules_attention.call import (HEAD_DIMS, LOG2E, AttentionArgumentError,
                                                     plan_attention)
@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 #: the dQ accumulator's rows per head are a multiple of this (the kernel reduces whole query
 #: blocks, up to DQ_ROWS rows, past Sq)
 DQ_ROWS = 128
-#: the ring depth the call compiles (``-T stages``)
-CALL_STAGES = 2
+#: the ring depth the call compiles (``-T stages``): the schedule's default
+CALL_STAGES = DEFAULT_STAGES
 FN = "attention_bwd_main"
 
 
@@ -54,6 +54,12 @@ class BwdCall:
     scale: float
     causal: bool
     align: str = "top_left"
+
+
+def padded_rows(sq: int) -> int:
+    """Sq rounded up to :data:`DQ_ROWS`: the rows per (batch, head) of the dQ accumulator and of
+    the padded LSE and delta (the preprocess writes them so; the kernel reads them so)."""
+    return -(-sq // DQ_ROWS) * DQ_ROWS
 
 
 def _fail(name: str, why: str) -> AttentionArgumentError:
@@ -76,7 +82,7 @@ def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: An
     if tuple(do.shape) != tuple(q.shape) or do.dtype != q.dtype:
         raise _fail("do", f"{do.dtype} {tuple(do.shape)} differs from q's {q.dtype} "
                           f"{tuple(q.shape)}; pass the output's gradient")
-    sqp = -(-sq // DQ_ROWS) * DQ_ROWS
+    sqp = padded_rows(sq)
     for name, t, shape, dtype in (("do", do, tuple(q.shape), str(q.dtype)),
                                   ("lse", lse, (b, h, sqp), "torch.float32"),
                                   ("delta", delta, (b, h, sqp), "torch.float32"),

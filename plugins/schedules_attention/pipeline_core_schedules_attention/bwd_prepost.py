@@ -16,7 +16,6 @@ kept per recipe, not per address: autograd hands a new dO each step.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import attrs
@@ -28,6 +27,7 @@ from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, Built, HostCall, K
                                                require_gpu_module,
                                                wgmma_header_source)
 
+from pipeline_core_schedules_attention.bwd_call import padded_rows
 from pipeline_core_schedules_attention.schedule import NAME
 
 PRE_NAME = "pc_attention_bwd_pre"
@@ -36,11 +36,6 @@ POST_NAME = "pc_attention_bwd_post"
 THREADS = 256
 #: the dtypes the kernels are written for, as the forward's call names them
 ELEMS = {"bf16": "pcap::Bf16", "fp16": "pcap::Fp16"}
-#: bwd_call.DQ_ROWS's stand-in while the main kernel's module is absent (the backward then
-#: refuses before anything is allocated): read through :func:`dq_rows` only
-DQ_ROWS_UNTIL_MERGE = 128
-_BWD_CALL = "pipeline_core_schedules_attention.bwd_call"
-
 _PTR = "const unsigned short* __restrict__"
 PRE_SIGNATURE = KernelSignature(kernel=PRE_NAME, params=kernel_params(
     ((_PTR, "O", "pointer"), (_PTR, "dO", "pointer"),
@@ -53,22 +48,6 @@ POST_SIGNATURE = KernelSignature(kernel=POST_NAME, params=kernel_params(
     (("const float* __restrict__", "dq_accum", "pointer"),
      ("unsigned short* __restrict__", "dQ", "pointer")),
     (("long long", "rows", "int64"), ("int", "sq", "int32"), ("int", "sq_rows", "int32"))))
-
-
-def dq_rows() -> int:
-    """The row block the main kernel's dQ accumulator is padded to (``bwd_call.DQ_ROWS``, the
-    contract: the kernel may write whole row blocks past Sq).  The one place it is read."""
-    try:
-        module = importlib.import_module(_BWD_CALL)
-    except ModuleNotFoundError:
-        return DQ_ROWS_UNTIL_MERGE
-    return int(module.DQ_ROWS)
-
-
-def padded_rows(sq: int) -> int:
-    """Sq rounded up to :func:`dq_rows`: the accumulator's rows per (batch, head)."""
-    n = dq_rows()
-    return -(-sq // n) * n
 
 
 @attrs.frozen(kw_only=True)

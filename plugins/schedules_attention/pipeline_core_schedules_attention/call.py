@@ -132,6 +132,12 @@ def causal_align(causal: object) -> str | None:
     return CAUSAL_ALIGN[key]
 
 
+def softmax_scale(head_dim: int, scale: float | None) -> float:
+    """The scores' scale the forward applies and the backward must use alike: ``scale``, or
+    1/sqrt(D) (torch's default) when None."""
+    return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
+
+
 def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                    scale: float | None = None) -> AttentionCall:
     """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault."""
@@ -171,7 +177,7 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
         # the kernel takes the row max of the raw scores and folds the scale into the exponent's
         # FFMA (FA3's softmax), which holds for a positive scale only (docs/guide/attention.md)
         raise fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
-    s = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    s = softmax_scale(d, scale)
     return AttentionCall(bh=b * h, sq=sq, sk=k.shape[2], head_dim=d,
                          dtype=DTYPES[str(q.dtype)], scale_log2=s * LOG2E,
                          causal=align is not None, align=align or "top_left", group=h // hkv)

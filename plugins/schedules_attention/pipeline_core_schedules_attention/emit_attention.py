@@ -56,7 +56,7 @@ EMITTER_NAME = "cuda-attention"
 DTYPE = Param("dtype", str, "bf16", "element type of q, k, v and the output",
               choices=("bf16", "fp16"))
 #: the element type's policy in ``attention.cuh`` (how P and O are packed)
-_ELEM = {"bf16": "pcat::Bf16", "fp16": "pcat::Fp16"}
+ELEM = {"bf16": "pcat::Bf16", "fp16": "pcat::Fp16"}
 
 
 def geometry_refusal(g: AttentionGeometry) -> str:
@@ -172,8 +172,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     producer, *consumers = plan.programs
     wd = watchdog or 0
     variant = _Variant(
-        elem=_ELEM[dtype], pack=f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
-        mask=f"pcat::Causal{{Sk, {_OFFSET[causal.align]}}}" if causal is not None
+        elem=ELEM[dtype], pack=f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
+        mask=f"pcat::Causal{{Sk, {OFFSET[causal.align]}}}" if causal is not None
         else "pcat::KeyTail{Sk}",
         guard=causal is not None and causal.align == "bottom_right",
         qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.head_dim}k16")
@@ -255,7 +255,8 @@ def _blocks(b: LoopBounds) -> str:
 #: ... or (causal) KT and FM set per output tile from the plan's bounds
 _CAUSAL_BLOCKS = "KV_BLOCKS = (Sk + BN - 1) / BN;\n    int KT = KV_BLOCKS, FM = KV_BLOCKS"
 #: LoopBounds.offset per alignment, in the kernel's arguments
-_OFFSET = {"top_left": "0", "bottom_right": "(Sk - Sq)"}
+#: the causal diagonal's offset per alignment, in the kernel's arguments (both directions)
+OFFSET = {"top_left": "0", "bottom_right": "(Sk - Sq)"}
 
 
 def tile_bounds_exprs(b: LoopBounds) -> tuple[str, str]:
@@ -266,9 +267,9 @@ def tile_bounds_exprs(b: LoopBounds) -> tuple[str, str]:
     ``//`` floors; the two differ only on negative quotients, which ``max(0, ...)`` clamps."""
     if not b.causal:  # every block, the one holding the key tail masked
         return "KV_BLOCKS", f"max(0, KT - (Sk % {b.block_n} != 0))"
-    if b.align not in _OFFSET:
+    if b.align not in OFFSET:
         raise _fail(f"no CUDA for causal alignment {b.align!r}")
-    off = _OFFSET[b.align]
+    off = OFFSET[b.align]
     trips = (f"max(0, min(KV_BLOCKS, (min((tile_m + 1) * {b.block_m}, Sq) - 1 + {off} + 1 "
              f"+ {b.block_n} - 1) / {b.block_n}))")
     first = (f"max(0, min(min(KT - (Sk % {b.block_n} != 0), "

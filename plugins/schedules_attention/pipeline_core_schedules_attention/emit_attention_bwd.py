@@ -38,13 +38,11 @@ from pipeline_core_schedules_attention.bwd_schedule import (KERNEL_FAMILY, NAME,
                                                             dq_part)
 from pipeline_core_schedules_attention.bwd_signature import KERNEL_NAME, SIGNATURE
 from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
+from pipeline_core_schedules_attention.emit_attention import ELEM, OFFSET
 
 EMITTER_NAME = "cuda-attention-bwd"
 DTYPE = Param("dtype", str, "bf16", "element type of q, k, v, do and the dk, dv outputs",
               choices=("bf16", "fp16"))
-_ELEM = {"bf16": "pcat::Bf16", "fp16": "pcat::Fp16"}
-#: BackwardTrips.offset per alignment, in the kernel's arguments
-_OFFSET = {"top_left": "0", "bottom_right": "(Sk - Sq)"}
 #: the wrapper names of dQ's wgmma (B, the K block, read MN-major) and dK's (A, dS^T, too)
 _DQ_PREFIX, _DK_PREFIX = "wgmma_kmn", "wgmma_mn"
 
@@ -79,7 +77,7 @@ def tile_exprs(rule: BackwardTrips, *, whole_warps: bool = True) -> tuple[str, .
     if rule.start_shift:
         raise _fail(f"the plan's trip rule moves the diagonal start by {rule.start_shift}; "
                     "recompile the schedule")
-    off = _OFFSET[rule.align]
+    off = OFFSET[rule.align]
     if rule.causal:
         first = f"min(MB, max(0, nb * {rule.block_n} - {off}) / {rule.block_m})"
         limit = f"(min((nb + 1) * {rule.block_n}, Sk) - 1 - {off})"
@@ -192,7 +190,7 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
     rings = {r.name: r for r in plan.rings}
     progs = {p.name: p for p in plan.programs}
     body = list(compiled.body)
-    elem = _ELEM[dtype]
+    elem = ELEM[dtype]
     wd = watchdog or 0
     # the consumers' dS barriers: the ids after the plan's orderings'
     ds_bar = 1 + max((b for o in plan.orders for b in o.barriers), default=0)
@@ -209,7 +207,7 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
     tiles = DeviceTileLoop(
         counts=("const int NB = (Sk + BN - 1) / BN, MB = (Sq + BM - 1) / BM, TILES = BHK * NB;",
                 "int KT = 0;",
-                f"const pcab::Mask mask{{Sq, Sk, {_OFFSET[rule.align]}, "
+                f"const pcab::Mask mask{{Sq, Sk, {OFFSET[rule.align]}, "
                 f"{str(rule.causal).lower()}}};"),
         producer=TileLoop(head=loop, tile=tile_exprs(rule, whole_warps=False)),
         consumers=TileLoop(head=loop, tile=lines),

@@ -18,7 +18,7 @@ from pipeline_core_nvidia_h100.kit import call as kit_call
 from pipeline_core_nvidia_h100.kit.call import Built
 from pipeline_core_nvidia_h100.toolchain import GENCODE, nvcc
 
-from pipeline_core_schedules_attention import autograd, bwd_prepost, call
+from pipeline_core_schedules_attention import autograd, bwd_call, bwd_prepost, call
 from pipeline_core_schedules_attention.autograd import AttentionBackwardError
 from pipeline_core_schedules_attention.call import AttentionArgumentError
 
@@ -117,15 +117,14 @@ def main_stand_in(seen):
 @pytest.mark.parametrize("sq, rows", [(100, 128), (128, 128), (1, 64), (129, 192)])
 def test_the_backward_launches_preprocess_main_postprocess_on_the_accumulator(
         torch, host, monkeypatch, sq, rows):
-    """The accumulator, LSE and delta are padded per head to bwd_call.DQ_ROWS (read in one
-    place: bwd_prepost.dq_rows); the preprocess fills delta, copies LSE into its padded rows
+    """The accumulator, LSE and delta are padded per head to bwd_call.DQ_ROWS (one home:
+    bwd_call.padded_rows); the preprocess fills delta, copies LSE into its padded rows
     and zeroes the accumulator, the main kernel gets dO contiguous, the padded LSE and the
     call's causal, the postprocess casts Sq rows of it into a new dq like q."""
     block = 64 if rows in (64, 192) else 128
-    monkeypatch.setitem(sys.modules, bwd_prepost._BWD_CALL,
-                        types.SimpleNamespace(DQ_ROWS=block))
+    monkeypatch.setattr(bwd_call, "DQ_ROWS", block)
     seen: list[dict] = []
-    monkeypatch.setattr(autograd, "main_kernel", lambda: main_stand_in(seen))
+    monkeypatch.setattr(autograd, "attention_bwd_main", main_stand_in(seen))
     q, k, v = qkv(sq=sq, sk=77, d=128, hq=4, hkv=2)
     o, lse = Tensor(q.shape), Tensor(q.shape[:3], "torch.float32")
     do = Strided(q.shape, strides=(1, 1, 1, 1))
@@ -149,7 +148,7 @@ def test_the_backward_launches_preprocess_main_postprocess_on_the_accumulator(
 
 
 def test_a_new_do_each_step_reuses_the_packed_arguments(torch, host, monkeypatch):
-    monkeypatch.setattr(autograd, "main_kernel", lambda: main_stand_in([]))
+    monkeypatch.setattr(autograd, "attention_bwd_main", main_stand_in([]))
     q, k, v = qkv()
     for _ in range(3):
         autograd._backward_impl(q, k, v, Tensor(q.shape), Tensor(q.shape[:3]),
@@ -161,12 +160,6 @@ def test_a_new_do_each_step_reuses_the_packed_arguments(torch, host, monkeypatch
 def test_the_backward_refuses_in_one_line(torch, monkeypatch):
     q, k, v = qkv()
     o = Tensor(q.shape)
-    monkeypatch.setattr(autograd, "_BWD_CALL", "pipeline_core_schedules_attention.no_such")
-    with pytest.raises(AttentionBackwardError) as info:
-        autograd._backward_impl(q, k, v, o, o, o, "none", 0.125, False)
-    assert str(info.value).startswith("attention backward: the main kernel (pipeline_core_"
-                                      "schedules_attention.no_such.attention_bwd_main) is not "
-                                      "installed; install")
     for do, needle in ((Tensor((2, 6, 99, 64)), "attention backward: dO: shape (2, 6, 99, 64) "
                                                "differs from the output's (2, 6, 100, 64)"),
                        (Tensor(q.shape, "torch.float16"), "attention backward: dO: dtype "
@@ -214,15 +207,6 @@ def test_the_ops_are_registered_with_the_backward_on_the_forward(monkeypatch):
     assert (bwd.fn, bwd.fake, bwd.backward) == (autograd._backward_impl, autograd._backward_fake,
                                                 None)
     assert bwd.schema.endswith("float scale, bool deterministic) -> (Tensor, Tensor, Tensor)")
-
-
-def test_dq_rows_is_the_main_kernels_and_read_in_one_place(monkeypatch):
-    monkeypatch.setitem(sys.modules, bwd_prepost._BWD_CALL, types.SimpleNamespace(DQ_ROWS=80))
-    assert (bwd_prepost.dq_rows(), bwd_prepost.padded_rows(1), bwd_prepost.padded_rows(161)) == (
-        80, 80, 240)
-    monkeypatch.delitem(sys.modules, bwd_prepost._BWD_CALL)
-    monkeypatch.setattr(bwd_prepost, "_BWD_CALL", "pipeline_core_schedules_attention.no_such")
-    assert bwd_prepost.dq_rows() == bwd_prepost.DQ_ROWS_UNTIL_MERGE
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])
