@@ -182,9 +182,8 @@ class BackwardGeometry(WarpGroupTiles):
         if self.block_m % WGMMA_M:
             raise bad("block_m", f"must be a multiple of {WGMMA_M} (wgmma m64 of dQ), got "
                                  f"{self.block_m}")
-        if self.align != "top_left" and not self.causal:
-            raise bad("align", f"{self.align} places the causal diagonal, and the schedule is "
-                               "not causal; add -p causal=true or drop -p align")
+        if self.align_refusal is not None:
+            raise bad("align", self.align_refusal)
         need = self.consumer_registers_needed
         if need > self.consumer_registers:
             raise bad("block_m", f"head_dim {self.head_dim} with block_m {self.block_m} and "

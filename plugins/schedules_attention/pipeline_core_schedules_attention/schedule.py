@@ -119,6 +119,15 @@ class WarpGroupTiles:
         return 128 * (1 + self.consumers)
 
     @property
+    def align_refusal(self) -> str | None:
+        """Why ``-p align`` is refused (a diagonal's place on a schedule with no diagonal), or
+        None: both directions' ``validate`` say it alike."""
+        if self.align != "top_left" and not self.causal:
+            return (f"{self.align} places the causal diagonal, and the schedule is not causal; "
+                    "add -p causal=true or drop -p align")
+        return None
+
+    @property
     def q_bytes(self) -> int:
         """One query block: block_m rows of head_dim."""
         return self.block_m * self.head_dim * ELEM_BYTES
@@ -176,9 +185,8 @@ class AttentionGeometry(WarpGroupTiles):
                                  f"not a multiple of {WGMMA_M} rows per consumer (wgmma m64)")
         if self.block_n % 16:
             raise bad("block_n", f"must be a multiple of 16 (wgmma N), got {self.block_n}")
-        if self.align != "top_left" and not self.causal:
-            raise bad("align", f"{self.align} places the causal diagonal, and the schedule is "
-                               f"not causal; add -p causal=true or drop -p align")
+        if self.align_refusal is not None:
+            raise bad("align", self.align_refusal)
         if self.pingpong and self.consumers < 2:
             raise bad("pingpong", "needs two consumer warp groups or more to take turns; set "
                                   "-p consumers=2 or -p pingpong=false")
