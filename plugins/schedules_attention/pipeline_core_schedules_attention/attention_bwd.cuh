@@ -73,12 +73,14 @@ __device__ __forceinline__ void grad(float (&s)[BM / 2], float (&dp)[BM / 2], u3
         pcwg::fence_operand(s[i]);
         pcwg::fence_operand(dp[i]);
     }
-    u32 at[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        const int row = 2 * q + (e & 1), key = k0 + 8 * (e >> 1);
-        at[e] = ds + row * 128 + (((key >> 3) ^ row) << 4) + (key & 7) * 2;
-    }
+    // dS[query][key] by stmatrix .trans, one block of 8 query columns c at a time: its two
+    // 8 x 8 matrices are this warp's (c, keys 0-7) and (c, keys 8-15), each the fragment of a
+    // thread's packed pair (key k0 + 8 kh, queries col, col + 1), stored transposed, so matrix
+    // kh's row j is query 8 c + j holding 8 keys: one 16-byte chunk of the swizzled box, whose
+    // address thread 8 kh + j gives (2 stores where 4 b16 ones were; pairing two c's into one
+    // .x4 store spills a register at D 128 causal)
+    const int mk = (lane / 8) % 2, mj = lane % 8;
+    const u32 at = ds + mj * 128 + ((((wtid / 32) * 2 + mk) ^ mj) << 4);
 #pragma unroll
     for (int c = 0; c < BM / 8; ++c) {
         const int col = c * 8 + 2 * q;
@@ -100,16 +102,9 @@ __device__ __forceinline__ void grad(float (&s)[BM / 2], float (&dp)[BM / 2], u3
         }
         pp[2 * c] = Elem::pack(p[0], p[1]);
         pp[2 * c + 1] = Elem::pack(p[2], p[3]);
-        const u32 pds[2] = {Elem::pack(g[0], g[1]), Elem::pack(g[2], g[3])};
-        // dS[query][key]: query col + r is the box row, key k0 + 8 k its 2-byte column; the
-        // swizzle takes the row mod 8 (2 q + r, the same for every c), so each of the four
-        // addresses is a thread's base plus c * 1024 (an immediate: no address kept per c)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const u32 h = e & 1 ? pds[e >> 1] >> 16 : pds[e >> 1] & 0xFFFFu;
-            asm volatile("st.shared.b16 [%0], %1;\n" :: "r"(at[e] + c * 1024),
-                         "h"((unsigned short)h) : "memory");
-        }
+        asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n"
+                     :: "r"(at + c * 1024), "r"(Elem::pack(g[0], g[1])),
+                        "r"(Elem::pack(g[2], g[3])) : "memory");
     }
     pcgc::fence_proxy_async_shared();  // dS written by the generic proxy, read by wgmma
     asm volatile("bar.sync %0, 128;\n" :: "r"(bar) : "memory");
@@ -156,24 +151,24 @@ __device__ __forceinline__ void dq(float (&acc)[BM / 64][32], u32 ds, u32 k, int
                 kk > 0);
 }
 
-// A dQ part's registers into the consumer's buffer, [BM][HD] fp32 row-major (what the bulk
-// reduce adds to the accumulator's BM rows as one contiguous span), from `buf` (the part's
-// first column).
+// A dQ part's registers into the consumer's buffer of BM rows (`buf`), in the accumulator's
+// layout (dq_layout.cuh: the part's 64-column tiles, a warp's 8-byte stores of a column pair
+// 256 consecutive bytes, no bank conflict).
 template <int BM, int HD>
-__device__ __forceinline__ void stage(float (&acc)[BM / 64][32], u32 buf) {
-    const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
+__device__ __forceinline__ void stage(float (&acc)[BM / 64][32], u32 buf, int part) {
+    const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
 #pragma unroll
     for (int mi = 0; mi < BM / 64; ++mi) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) pcwg::fence_operand(acc[mi][i]);
-        const int row = mi * 64 + wtid / 32 * 16 + lane / 4;
+        const u32 tile = buf + (u32)pcdq::tile_start<HD>(mi, part) * 4;
 #pragma unroll
-        for (int c = 0; c < 8; ++c) {
-            const int col = c * 8 + 2 * q;
-            pcgc::st_shared_f32x2(buf + (row * HD + col) * 4, acc[mi][4 * c], acc[mi][4 * c + 1]);
-            pcgc::st_shared_f32x2(buf + ((row + 8) * HD + col) * 4, acc[mi][4 * c + 2],
-                                  acc[mi][4 * c + 3]);
-        }
+        for (int c = 0; c < 8; ++c)
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+                pcgc::st_shared_f32x2(
+                    tile + pcdq::fragment_offset(wtid / 32, lane, c, half) * 4,
+                    acc[mi][4 * c + 2 * half], acc[mi][4 * c + 2 * half + 1]);
     }
 }
 

@@ -81,7 +81,8 @@ __device__ __forceinline__ void preprocess(const unsigned short* __restrict__ O,
 }
 
 // Postprocess.  dQ[bh, i, :] = dq_accum[bh, i, :] for i < Sq (dq_accum has `sq_rows` >= Sq rows
-// per (batch, head): the main kernel's row blocks), 8 elements per thread, rounded to nearest.
+// per (batch, head): the main kernel's row blocks, in dq_layout.cuh's order), 8 elements per
+// thread (four column pairs, each 8 bytes of the accumulator), rounded to nearest.
 template <int HD, class Elem>
 __device__ __forceinline__ void postprocess(const float* __restrict__ dq_accum,
                                             unsigned short* __restrict__ dQ, long long rows,
@@ -91,15 +92,15 @@ __device__ __forceinline__ void postprocess(const float* __restrict__ dq_accum,
     const long long row = t / (HD / 8);
     const int part = t % (HD / 8);
     const long long bh = row / sq, i = row % sq;
-    const float4* src =
-        reinterpret_cast<const float4*>(dq_accum + (bh * sq_rows + i) * HD + part * 8);
-    const float4 a = src[0], b = src[1];
-    uint4 out;
-    out.x = Elem::pack(a.x, a.y);
-    out.y = Elem::pack(a.z, a.w);
-    out.z = Elem::pack(b.x, b.y);
-    out.w = Elem::pack(b.z, b.w);
-    *reinterpret_cast<uint4*>(dQ + row * HD + part * 8) = out;
+    const float* head = dq_accum + bh * sq_rows * HD;
+    u32 w[4];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        const float2 a =
+            *reinterpret_cast<const float2*>(head + pcdq::offset<HD>(i, part * 8 + 2 * p));
+        w[p] = Elem::pack(a.x, a.y);
+    }
+    *reinterpret_cast<uint4*>(dQ + row * HD + part * 8) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 }  // namespace pcap

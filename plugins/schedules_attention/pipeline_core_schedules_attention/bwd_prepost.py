@@ -65,7 +65,7 @@ class PrepostCall:
 def source(head_dim: int, dtype: str) -> str:
     """The CUDA of both kernels for one head dim and dtype: the kit's headers (their element
     conversions), ``bwd_prepost.cuh``, and the two entry points."""
-    device = pasted(__package__, "bwd_prepost.cuh")
+    device = "\n".join(pasted(__package__, f) for f in ("dq_layout.cuh", "bwd_prepost.cuh"))
     elem = ELEMS[dtype]
     return "\n".join([
         f"// The attention backward's preprocess and postprocess (head dim {head_dim}, {dtype}): "

@@ -134,7 +134,7 @@ _OPS = {
                  "stage_q({s}));",
     _T.WGMMA_DQ: "pcab::dq<BM, BN, " + _DQ_PREFIX + "_m64n64k16>(dqacc, ds_smem(consumer), "
                  "k_smem + {p} * BN * 128, consumer);  // head columns {p} * 64..",
-    _T.DQ_STAGE: "pcab::stage<BM, HD>(dqacc, dq_buf(consumer) + {p} * 64 * 4);",
+    _T.DQ_STAGE: "pcab::stage<BM, HD>(dqacc, dq_buf(consumer), {p});",
     _T.DQ_REDUCE: "if (lane == 0) pcab::reduce_add(dQacc + ((size_t)qhead({u}) * SQP + "
                   "qblock({u}) * BM) * HD, dq_buf({c}), DQ_BYTES);",
 }
@@ -224,7 +224,8 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         producer_name="producer", producer_registers="PRODUCER_REGS",
         consumer_registers="CONSUMER_REGS", family=_family(g, elem, ds_bar), tiles=tiles,
         emitter=EMITTER_NAME, side_agents=[writer(c) for c in range(g.consumers)])
-    device = "\n".join(pasted(__package__, f) for f in ("attention.cuh", "attention_bwd.cuh"))
+    device = "\n".join(pasted(__package__, f)
+                       for f in ("attention.cuh", "dq_layout.cuh", "attention_bwd.cuh"))
     wrappers = (wgmma_ss(g.block_m, dtype, scale_d=True)
                 + wgmma_ss(64, dtype, trans_b=1, scale_d=True, prefix=_DQ_PREFIX)
                 + wgmma_ss(g.head_dim, dtype, trans_a=1, trans_b=1, prefix=_DK_PREFIX)
@@ -237,7 +238,7 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         f"// Q, dO: tensor maps over [B*Hq*Sq, {g.head_dim}], K, V over [B*Hkv*Sk, "
         f"{g.head_dim}] (box 64 x rows, 128-byte swizzle);",
         "// LSE, delta: over every row of [B*Hq, SQP] fp32 (each head's rows padded); dQacc "
-        "[B*Hq, SQP, HD] fp32; dK, dV: [B*Hkv*Sk, HD] each.",
+        "[B*Hq, SQP, HD] fp32 in dq_layout.cuh's order; dK, dV: [B*Hkv*Sk, HD] each.",
         f"// Launch: block {g.threads} (warp group 0: producer, warps 1.. the dQ writers; 1..: "
         f"consumers), dynamic shared memory {g.smem_bytes} bytes, any grid.",
         header_source(), wgmma_header_source(), gemm_call_header_source(), wrappers, device,
