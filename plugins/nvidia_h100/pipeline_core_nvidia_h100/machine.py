@@ -57,22 +57,37 @@ H100_SXM = Machine(
     smem_static_limit=49152, l2_bytes=52428800, barriers_per_cta=16)
 
 
+def launch_registers(threads: int) -> int:
+    """The registers each of ``threads`` threads starts with under ``__launch_bounds__(threads,
+    1)``: the SM's file shared out, 8 at a time (ptxas allocates the whole kernel within it,
+    whatever setmaxnreg raises at run time)."""
+    return min(H100_SXM.registers_per_thread + 1,
+               H100_SXM.registers_per_sm // threads // 8 * 8)
+
+
 def register_split_refusal(producer_registers: int, consumers: int,
                            consumer_registers: int) -> tuple[str, str] | None:
     """Why a warp-specialized kernel's ``setmaxnreg`` split cannot run on the H100, as (the
     ``-p`` parameter at fault, why), or None: each role's count a multiple of 8 in 24..256
     (PTX ISA, "setmaxnreg"), and one producer warp group's and ``consumers`` consumer warp
-    groups' registers within the SM's register file.  One statement for every family (the
-    GEMM, attention's forward and backward)."""
+    groups' registers within the CTA's pool: what its launch allocated (:func:`launch_registers`
+    per thread), not the SM's whole file.  A split over the pool is no error ptxas reports: the
+    consumers' ``setmaxnreg.inc`` waits for registers nobody frees (measured on the H200: 128 x
+    (32 + 2 x 240) = 65,536 of a 384-thread launch's 64,512 hung the attention backward).  One
+    statement for every family (the GEMM, attention's forward and backward)."""
     for param, regs in (("producer_registers", producer_registers),
                         ("consumer_registers", consumer_registers)):
         if regs % 8 or not 24 <= regs <= 256:
             return param, f"setmaxnreg takes a multiple of 8 in 24..256, got {regs}"
+    threads = 128 * (1 + consumers)
+    pool = threads * launch_registers(threads)
     total = 128 * (producer_registers + consumers * consumer_registers)
-    if total > H100_SXM.registers_per_sm:
+    if total > pool:
         return "consumer_registers", (f"128 x (producer_registers {producer_registers} + "
                                       f"consumers {consumers} x {consumer_registers}) = {total} "
-                                      f"registers exceed the SM's {H100_SXM.registers_per_sm}")
+                                      f"registers exceed the {pool} a {threads}-thread launch "
+                                      f"allocates ({launch_registers(threads)} each); lower "
+                                      f"-p consumer_registers or -p producer_registers")
     return None
 
 

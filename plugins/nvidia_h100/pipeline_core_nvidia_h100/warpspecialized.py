@@ -31,7 +31,7 @@ from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
 from pipeline_core_nvidia_h100.gemm_tiles import GroupKTrips, RasterTrips
 from pipeline_core_nvidia_h100.machine import (H100_AGENT_MACHINE, H100_SXM,
-                                                register_split_refusal)
+                                                launch_registers, register_split_refusal)
 from pipeline_core_nvidia_h100.wgmma_sync import (CP_ASYNC_SYNC, CP_ASYNC_TAG_NAMES,
                                                    DEVICE_MAPS_SYNC, DEVICE_MAPS_TAG_NAMES,
                                                    H100_WGMMA_SYNC, TAG_NAMES)
@@ -390,7 +390,7 @@ class WsGeometry:
                                        self.consumer_registers)
         if split is not None:
             raise bad(*split)
-        launch = H100_SXM.registers_per_sm // self.threads // 8 * 8
+        launch = launch_registers(self.threads)
         if self.accumulators + ADDRESS_REGISTERS > launch:
             # ptxas allocates the whole kernel within the launch bound's share, whatever
             # setmaxnreg raises at run time (ptxas C7602 "Insufficient registers")

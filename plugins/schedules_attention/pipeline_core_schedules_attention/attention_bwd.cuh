@@ -161,13 +161,13 @@ __device__ __forceinline__ void stage(float (&acc)[BM / 64][32], u32 buf, int pa
     for (int mi = 0; mi < BM / 64; ++mi) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) pcwg::fence_operand(acc[mi][i]);
-        const u32 tile = buf + (u32)pcdq::tile_start<HD>(mi, part) * 4;
 #pragma unroll
         for (int c = 0; c < 8; ++c)
 #pragma unroll
             for (int half = 0; half < 2; ++half)
                 pcgc::st_shared_f32x2(
-                    tile + pcdq::fragment_offset(wtid / 32, lane, c, half) * 4,
+                    buf + (u32)(pcdq::block_start<HD>(mi)
+                                + pcdq::fragment_offset<HD>(wtid / 32, lane, c, half, part)) * 4,
                     acc[mi][4 * c + 2 * half], acc[mi][4 * c + 2 * half + 1]);
     }
 }
@@ -199,21 +199,21 @@ __device__ __forceinline__ void finish(float (&dk)[HD / 2], float (&dv)[HD / 2],
     }
     const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
     const int key = key0 + wtid / 32 * 16 + lane / 4;
-    const size_t base = (size_t)bhk * sk * HD;
+    // the row's two u32 pointers, kept for the whole store (per-column 64-bit arithmetic on top
+    // of dK's and dV's 128 live accumulators made ptxas spill a tile counter at D 128)
+    const size_t row = (size_t)bhk * sk + key;
+    u32* const k_row = reinterpret_cast<u32*>(dK + row * HD) + q;
+    u32* const v_row = reinterpret_cast<u32*>(dV + row * HD) + q;
+    const bool in0 = key < sk, in8 = key + 8 < sk;
 #pragma unroll
-    for (int c = 0; c < HD / 8; ++c) {
-        const int col = c * 8 + 2 * q;
-        if (key < sk) {
-            *reinterpret_cast<u32*>(dK + base + (size_t)key * HD + col) =
-                Elem::pack(dk[4 * c], dk[4 * c + 1]);
-            *reinterpret_cast<u32*>(dV + base + (size_t)key * HD + col) =
-                Elem::pack(dv[4 * c], dv[4 * c + 1]);
+    for (int c = 0; c < HD / 8; ++c) {  // columns 8 c + 2 q, + 1: u32 4 c + q of the row
+        if (in0) {
+            k_row[c * 4] = Elem::pack(dk[4 * c], dk[4 * c + 1]);
+            v_row[c * 4] = Elem::pack(dv[4 * c], dv[4 * c + 1]);
         }
-        if (key + 8 < sk) {
-            *reinterpret_cast<u32*>(dK + base + (size_t)(key + 8) * HD + col) =
-                Elem::pack(dk[4 * c + 2], dk[4 * c + 3]);
-            *reinterpret_cast<u32*>(dV + base + (size_t)(key + 8) * HD + col) =
-                Elem::pack(dv[4 * c + 2], dv[4 * c + 3]);
+        if (in8) {  // 8 keys on: 8 rows of HD / 2 u32 further
+            k_row[4 * HD + c * 4] = Elem::pack(dk[4 * c + 2], dk[4 * c + 3]);
+            v_row[4 * HD + c * 4] = Elem::pack(dv[4 * c + 2], dv[4 * c + 3]);
         }
     }
 }

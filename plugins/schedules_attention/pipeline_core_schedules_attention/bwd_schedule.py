@@ -58,9 +58,8 @@ from pipeline_core_nvidia_h100.kit_api import (BULK_REDUCE_OPERAND, BULK_TAG_NAM
 
 from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
 from pipeline_core_schedules_attention.schedule import (ALIGN, ELEM_BYTES,
-                                                        PEAK_MMA_FLOP_PER_CYCLE,
-                                                        WGMMA_M, WarpGroupTiles,
-                                                        register_params)
+                                                        PEAK_MMA_FLOP_PER_CYCLE, REGISTERS,
+                                                        WGMMA_M, WarpGroupTiles)
 
 NAME = "flash-attention-bwd"
 OWNER = f"schedule {NAME}"
@@ -70,11 +69,6 @@ KERNEL_FAMILY = "attention_bwd"
 F32_BYTES = 4
 #: Registers a consumer thread needs beyond its tiles (as the forward's estimate).
 CONSUMER_OVERHEAD_REGISTERS = 24
-#: the producer warp group's setmaxnreg: 32, not the forward's 24, since the group also runs the
-#: dQ writers (at 24 ptxas spilled one value of theirs at D 128 causal once the consumers' dQ
-#: staging changed to the accumulator's own layout); 128 x (32 + 2 x 240) fills the register
-#: file exactly
-PRODUCER_REGISTERS = 32
 
 
 class BackwardTag(enum.IntEnum):
@@ -358,7 +352,7 @@ PARAMS = (
     Param("consumers", int, 2, "consumer warp groups", bound=Bound(low=1, high=2)),
     Param("causal", bool, False, "causal mask: query blocks above the diagonal skipped, the "
                                  "diagonal ones masked (the loop bounds; the body is the same)"),
-    ALIGN, *register_params(PRODUCER_REGISTERS),
+    ALIGN, *REGISTERS,
 )
 
 #: query rows per K tile by head dim: 64 (FA3 takes 128 at D 64, where ptxas spills this

@@ -305,18 +305,10 @@ ALIGN = Param("align", str, "top_left", "where the causal diagonal sits when the
                                         "lengths differ: top_left (torch's is_causal) or "
                                         "bottom_right (FlashAttention's; rows that see no key "
                                         "give 0)", choices=("top_left", "bottom_right"))
-
-
-def register_params(producer: int = PRODUCER_REGISTERS) -> tuple[Param, Param]:
-    """The setmaxnreg split's two parameters, the producer's default ``producer`` (the
-    backward's producer warp group also runs the dQ writers: it takes more)."""
-    return (Param("producer_registers", int, producer,
-                  "setmaxnreg of the producer warp group", bound=Bound(low=24, high=256)),
-            Param("consumer_registers", int, CONSUMER_REGISTERS,
-                  "setmaxnreg of each consumer warp group", bound=Bound(low=24, high=256)))
-
-
-REGISTERS = register_params()
+REGISTERS = (Param("producer_registers", int, PRODUCER_REGISTERS,
+                   "setmaxnreg of the producer warp group", bound=Bound(low=24, high=256)),
+             Param("consumer_registers", int, CONSUMER_REGISTERS,
+                   "setmaxnreg of each consumer warp group", bound=Bound(low=24, high=256)))
 
 PARAMS = (
     Param("head_dim", int, 128, "head dimension D (64, 128; 256 where its registers fit)",

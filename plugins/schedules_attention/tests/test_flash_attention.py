@@ -156,7 +156,11 @@ def test_a_dropped_named_barrier_step_is_refused_under_pingpong(category):
     ({"block_n": 72}, "block_n", "multiple of 16"),
     ({"align": "bottom_right"}, "align", "the schedule is not causal; add -p causal=true"),
     ({"consumer_registers": 248, "consumers": 3, "block_m": 192}, "consumer_registers",
-     "exceed the SM's 65536"),
+     "exceed the 65536 a 512-thread launch allocates"),
+    # within the SM's 65,536 but over what a 384-thread launch allocates: the consumers'
+    # setmaxnreg.inc would wait forever (it hung the backward on the H200)
+    ({"producer_registers": 32}, "consumer_registers",
+     "65536 registers exceed the 64512 a 384-thread launch allocates (168 each)"),
 ])
 def test_bad_parameters_are_one_line_naming_the_p(params, field, text):
     with pytest.raises(ProgramError) as exc:
