@@ -42,8 +42,8 @@ def lower_turns(spec: AgentSpec, sync: SyncModel, programs: Sequence[AgentProgra
     where = f"AgentSpec.turns {decl.name}"
     missing = [k for k in TURN_STEPS if k not in sync.agent_tags]
     if missing:
-        at = f"target {target}'s " if target else ""
-        raise ProgramError(f"{owner}: {where}: {at}sync model {sync.name} gives no tag for "
+        on = f"target {target}'s " if target else ""
+        raise ProgramError(f"{owner}: {where}: {on}sync model {sync.name} gives no tag for "
                            f"{', '.join(missing)} (SyncModel.agent_tags): it cannot order adds; "
                            "drop the turns or compile for a target that declares them")
     if not decl.ops or len(set(decl.ops)) != len(decl.ops):

@@ -174,3 +174,55 @@ def test_a_turn_step_outside_plan_turns_is_refused(det):
     assert H.UNPROVEN in hazards(c)
     extra = list(kernel(det, "producer")) + [Step(kind=K.TURN_FENCE, channel="dq", tag=186)]
     assert H.UNPROVEN in hazards(edited(det, "producer", extra))
+
+
+def test_the_call_packs_zeroed_turn_counters_beside_dk_and_dv(monkeypatch):
+    """attention_bwd_main(deterministic=True) on test_call_launch's stand-ins: the ordered
+    kernel is built, and each call zeroes one int32 counter per (batch, query head, query
+    block) on the current stream, packed between dQacc and dK (the default packs none)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from pipeline_core_schedules_attention import bwd_call
+
+    spec = importlib.util.spec_from_file_location(
+        "attention_call_launch_tests", Path(__file__).with_name("test_call_launch.py"))
+    assert spec is not None and spec.loader is not None
+    launch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launch)
+    torch = launch.fake_torch(type("S", (launch.State,), {}))
+    zeroed = []
+
+    def zeros(n, dtype, device):
+        zeroed.append((n, dtype))
+        return launch.Tensor((n,), dtype, device)
+    torch.zeros, torch.int32, torch.contiguous_format = zeros, "torch.int32", "contiguous"
+    torch.empty_like = lambda t, memory_format=None: launch.Tensor(t.shape, t.dtype, t.device)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    launches, built = [], []
+    monkeypatch.setattr(bwd_call.CALL, "launcher", lambda *a: launches.append(a))
+    monkeypatch.setattr(bwd_call.CALL.kernels, "_build", lambda key: built.append(key) or
+                        bwd_call.BwdKernel(kernel=key, smem=1, threads=384, block_m=64,
+                                           block_n=128))
+    monkeypatch.setattr(bwd_call.CALL.kernels, "_built", {})
+    for cache in (bwd_call.CALL.recipes, bwd_call.CALL.args):
+        monkeypatch.setattr(cache, "_items", {})
+    monkeypatch.setattr(bwd_call, "tensor_map", lambda ptr, *a, **kw: ("map", ptr))
+    b, hq, hkv, sq, sk, d = 2, 4, 2, 100, 300, 128
+    sqp = bwd_call.padded_rows(sq)
+    T = launch.Tensor
+    tensors = (T((b, hq, sq, d)), T((b, hkv, sk, d)), T((b, hkv, sk, d)), T((b, hq, sq, d)),
+               T((b, hq, sqp), "torch.float32"), T((b, hq, sqp), "torch.float32"),
+               T((b, hq, sqp, d), "torch.float32"))
+    for det in (True, False):
+        dk, dv = bwd_call.attention_bwd_main(*tensors, causal=True, scale=0.125,
+                                             deterministic=det)
+        args = [a if isinstance(a, tuple) else int(a) for a in launches[-1][5]]
+        at = args.index(tensors[6].ptr)  # dQacc
+        if det:
+            assert zeroed == [(b * hq * 2, "torch.int32")]  # 100 rows: two query blocks of 64
+            assert args[at + 2:at + 4] == [dk.ptr, dv.ptr] and args[at + 1] not in (dk.ptr, 0)
+        else:
+            assert args[at + 1:at + 3] == [dk.ptr, dv.ptr] and len(zeroed) == 1
+    assert [key[4] for key in built] == [True, False]  # the ordered kernel, then the default
