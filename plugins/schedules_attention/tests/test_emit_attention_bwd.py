@@ -116,11 +116,13 @@ def test_every_deterministic_variant_builds_without_spills(head_dim, causal, ali
 
 
 @pytest.mark.slow
-def test_every_field_the_emitter_reads_is_proven():
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_every_field_the_emitter_reads_is_proven(deterministic):
     """What runs is what was proven (issue 33): each plan field the emitter reads is one the
-    prover checks (``pipeline_core.testing.unproven_fields``)."""
+    prover checks (``pipeline_core.testing.unproven_fields``), the turns' too."""
     from pipeline_core.plugins import default_host
     from pipeline_core.testing import unproven_fields
 
-    c = compile_named(NAME, target="h100", host=default_host(), params={"causal": "true"})
+    c = compile_named(NAME, target="h100", host=default_host(), params={
+        "causal": "true", **({"deterministic": "true"} if deterministic else {})})
     assert unproven_fields(c, emit_attention_bwd, per_field=4) == []
