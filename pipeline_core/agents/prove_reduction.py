@@ -254,14 +254,18 @@ def turn_assumptions(plan: Plan) -> list[str]:
 
 
 def _turn_steps(kernel: Sequence[Step], op: int, name: str) -> dict[str, list[int]]:
-    """Where the add and its turn steps sit in ``kernel``."""
+    """Where the add and its turn steps sit in ``kernel`` (those of the add's K tile: a step
+    of another lag serves another tile's add)."""
     at: dict[str, list[int]] = {"op": [], "commit": [], "wait": [], "drain": [], "fence": [],
                                 "release": []}
     kinds = {StepKind.TURN_WAIT: "wait", StepKind.TURN_FENCE: "fence",
              StepKind.TURN_RELEASE: "release"}
+    lag = next((s.lag for s in kernel if s.kind == StepKind.OP and s.op == op), 0)
     for i, s in enumerate(kernel):
         if s.kind == StepKind.OP and s.op == op:
             at["op"].append(i)
+        elif s.lag != lag:
+            continue
         elif s.kind == StepKind.COMMIT:
             at["commit"].append(i)
         elif s.kind == StepKind.TURN_DRAIN:

@@ -226,3 +226,9 @@ def test_the_call_packs_zeroed_turn_counters_beside_dk_and_dv(monkeypatch):
         else:
             assert args[at + 1:at + 3] == [dk.ptr, dv.ptr] and len(zeroed) == 1
     assert [key[4] for key in built] == [True, False]  # the ordered kernel, then the default
+
+
+def test_a_turn_wait_of_another_k_tile_is_no_turn_wait(det):
+    steps = [attrs.evolve(s, lag=1) if s.kind == K.TURN_WAIT else s
+             for s in kernel(det, "dq_writer0")]
+    assert H.ADD_ORDER in hazards(edited(det, "dq_writer0", steps))
