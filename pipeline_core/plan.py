@@ -341,7 +341,8 @@ class TurnSpec:
     for its turn on that part's counter and releases the next, so the adds land in one fixed
     order, whatever the timing.  ``ops``: the adds one CTA makes per K tile, in their turn
     order (each its own agent's, issued in the K loop and committed on a counter channel); the
-    trip rule's ``turn_rank`` orders the CTAs (``turn_faults`` proves it)."""
+    trip rule ranks the CTAs adding to each part (its ``turn_orders()``, which the proof
+    checks: pipeline_core/tiles.py)."""
 
     name: str = "turns"
     ops: tuple[int, ...] = attrs.field(converter=_ints, default=())
@@ -351,7 +352,7 @@ class TurnSpec:
 class Turns:
     """A :class:`TurnSpec` as lowered: ``agents[i]`` makes add ``ops[i]``, the CTA's slot i of
     every turn; its kernel holds the ``turn_*`` steps around it.  An add's turn is ``slots *
-    rank + slot + first``, rank the trip rule's ``turn_rank`` of its output tile and K tile."""
+    rank + slot + first``, rank its output tile's among the part's adders (the trip rule's)."""
 
     name: str
     agents: tuple[str, ...] = attrs.field(converter=_names)
