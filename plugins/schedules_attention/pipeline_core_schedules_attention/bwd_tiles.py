@@ -92,6 +92,10 @@ class BackwardTrips(CausalTiles):
         for m in range(first, self.query_blocks(seq_q)):
             yield m, m < first + masked
 
+    #: :meth:`turn_rank` as the kernel's C (``nb``: the output tile's KV block); its
+    #: :attr:`turn_shift` is no kernel's (the emitter refuses it)
+    TURN_RANK_C = "nb"
+
     def turn_rank(self, kv_block: int) -> int:
         """KV block ``kv_block``'s rank among the KV blocks that add to a query block's dQ
         (its turn is ``consumers * rank + consumer``).  The visitors of a query block are KV

@@ -160,11 +160,11 @@ _TURNS = {
 
 def _turn_line(s: Step, turns: Turns | None, owner: str) -> str:
     """A turn step of the writer ``owner``: its slot among the CTA's adds after the KV block's
-    rank (``nb``: BackwardTrips.turn_rank) times the adds per KV block."""
+    rank (BackwardTrips.turn_rank) times the adds per KV block."""
     if turns is None or owner not in turns.agents:
         raise _fail(f"agent {owner}: a {s.kind.value} step outside Plan.turns' agents")
     return _TURNS[s.kind].format(u=loop_tile(s), value=s.value,
-                                 turn=f"{turns.slots} * nb + {s.value}")
+                                 turn=f"{turns.slots} * {BackwardTrips.TURN_RANK_C} + {s.value}")
 
 
 def _step_line(s: Step, rings: dict[str, Ring], single: bool, owner: str, body: list,
