@@ -29,8 +29,8 @@ the next launch), with each reducing agent's ``finish`` steps:
 
 Turn-ordered adds (:mod:`pipeline_core.agents.turns`; docs/guide/agents.md, "Turn-ordered
 adds"): each CTA's adds to a part of the accumulator (the attention backward's query block of
-dQ) take turns ``slots * rank + slot + first`` on the part's counter, ``rank`` the trip rule's
-``turn_rank`` of the output tile among those adding to the part.  :func:`prove_turns` checks
+dQ) take turns ``slots * rank + slot + first`` on the part's counter, ``rank`` the output tile's
+among those adding to the part (the trip rule's).  :func:`prove_turns` checks
 
 * each add's steps: a ``turn_wait`` before it, else the add may land before an earlier
   turn's, **ADD_ORDER**; after its commit a ``turn_drain`` that covers its group (every
@@ -43,7 +43,7 @@ dQ) take turns ``slots * rank + slot + first`` on the part's counter, ``rank`` t
 * the turns (the trip rule's ``turn_orders()``: for each part of small problems of every
   shape, the ranks of the output tiles that add to it, in launch order): they are ``0, 1, ..``
   in launch order, every one taken once.  Two adds with one turn, **ADD_ORDER**; a turn no add
-  takes (the first one not 0: the causal diagonal's first visitor ranked wrong) or one taken
+  takes (the first one not 0: a masked rule's first adder ranked wrong) or one taken
   before an earlier-launched tile's, **DEADLOCK**.
 
 No cycle of waits exists then: an add waits only for adds of a smaller turn, made by tiles
