@@ -7,7 +7,7 @@ then timing against the same-process peers (docs/guide/attention.md, "Backward a
   python3 benchmarks/attention_bwd.py --prebuild-only      # here, no GPU: every cubin on disk
   python3 benchmarks/attention_bwd.py --dry-run            # the plan, no torch
 
-1. **correct**: ``--cases`` configurations (attention_checks.configs: S in {1, 17, 128, 1000,
+1. **correct**: for the default and deterministic=True each, ``--cases`` configurations (attention_checks.configs: S in {1, 17, 128, 1000,
    4096}, Sq != Sk in most, causal off / top-left / bottom-right, grouped-query, D 64 / 128,
    bf16 / fp16), fresh random inputs and dO, the gradients' memory NaN-poisoned first, dQ, dK
    and dV against an fp32 autograd reference (a row that sees no key: P = 0), each as
@@ -23,12 +23,17 @@ then timing against the same-process peers (docs/guide/attention.md, "Backward a
 2. **graph**: forward+backward captured in a CUDA graph and replayed on new inputs, and
    torch.compile(fullgraph=True) of a loss through attention(), against the eager gradients.
 3. **determinism**: on every timed configuration, 20 backward runs with deterministic=True,
-   bitwise equal to the first (and, for the record, how many the default gives equal).
+   dQ, dK and dV each bitwise equal to the first run's (and, for the record, how many the
+   default gives equal).
 4. **time**: one process, 16k tokens, hidden 2048 (B = 16384 / S, H = 2048 / D), D 64 and 128,
    S 1k / 4k / 16k, causal or not: forward+backward and backward alone for ours (default and
    deterministic), sdpa-cudnn, sdpa-flash and, if importable, FlashAttention-4
    (``flash_attn.cute``), interleaved rounds with the order rotated (bench_timing), CUDA-event
-   medians, per-round ratios; TFLOPS with the backward counted 2.5x the forward's.
+   medians, per-round ratios (deterministic's against the default's too: its cost, summed up
+   in the summary line); TFLOPS with the backward counted 2.5x the forward's.
+
+``--sanitize`` runs both the default and the deterministic backward under each tool;
+``--prebuild-only`` builds both main kernels of every variant (``bwd_call.prebuild``).
 
 A case or configuration that fails prints one line and the run goes on; a summary line ends
 each phase.  Every result is one JSON line on stdout (and in --out/attention_bwd.jsonl).
@@ -134,7 +139,7 @@ def poison(torch, *like) -> None:
     del blocks
 
 
-def grad_case(torch, ops, attention, case) -> dict:
+def grad_case(torch, ops, attention, case, deterministic: bool = False) -> dict:
     b, hq, hkv, sq, sk, d, dtype, causal = case
     dt = _dtype(torch, dtype)
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dt, requires_grad=True)
@@ -142,10 +147,10 @@ def grad_case(torch, ops, attention, case) -> dict:
     do = torch.randn(b, hq, sq, d, device="cuda", dtype=dt)
     lse_ref, ref, keyed = reference(torch, q, k, v, do, d ** -0.5, causal)
     rec = {"kind": "correct", "B": b, "Hq": hq, "Hkv": hkv, "Sq": sq, "Sk": sk, "D": d,
-           "dtype": dtype, "causal": causal}
+           "dtype": dtype, "causal": causal, "deterministic": deterministic}
     _, lse = ops.attention(q.detach(), k.detach(), v.detach(), _causal_op(causal), None, False)
     poison(torch, q, k, v)
-    o = attention(q, k, v, causal=causal)
+    o = attention(q, k, v, causal=causal, deterministic=deterministic)
     ours = torch.autograd.grad(o, (q, k, v), do)
     torch.cuda.synchronize()
     rows = (lambda x: x) if keyed is None else (lambda x: x[:, :, keyed])
@@ -185,14 +190,16 @@ def correct(torch, cases: int, seed: int) -> None:
     ops = CALL.ops()
     done = []
     for case in configs(random.Random(seed), cases):
-        try:
-            rec = grad_case(torch, ops, attention, case)
-        except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
-            rec = {"kind": "correct", "case": list(case), "ok": False,
-                   "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
-        emit(rec)
-        done.append(rec)
+        for det in (False, True):  # the same case list for both
+            try:
+                rec = grad_case(torch, ops, attention, case, det)
+            except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
+                rec = {"kind": "correct", "case": list(case), "deterministic": det, "ok": False,
+                       "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+            emit(rec)
+            done.append(rec)
     emit({"kind": "correct-summary", "cases": len(done), "failed": sum(not r["ok"] for r in done),
+          "deterministic_failed": sum(not r["ok"] for r in done if r["deterministic"]),
           "errors": sum("error" in r for r in done),
           "differ": sum(r.get("Sq") != r.get("Sk") for r in done),
           "gqa": sum(r.get("Hq") != r.get("Hkv") for r in done),
@@ -400,6 +407,12 @@ def timing(torch, rounds: int) -> None:
         if rs:
             summary[f"bwd_geomean_vs_{p}"] = math.exp(sum(map(math.log, rs)) / len(rs))
             summary[f"bwd_min_vs_{p}"] = min(rs)
+    for mode in ("fwd+bwd", "bwd"):  # deterministic's speed as a fraction of the default's
+        rs = [statistics.median(r["ratio_vs_ours"]) for r in done
+              if r["name"] == "ours-det" and r["mode"] == mode and "ratio_vs_ours" in r]
+        if rs:
+            summary[f"{mode}_det_geomean_vs_default"] = math.exp(sum(map(math.log, rs)) / len(rs))
+            summary[f"{mode}_det_min_vs_default"] = min(rs)
     emit(summary)
 
 
@@ -407,19 +420,21 @@ def timing(torch, rounds: int) -> None:
 
 def sanitize_run(torch) -> None:
     """Forward and backward through attention() at attention_checks' sanitizer shapes (tails,
-    causal, bottom-right grouped-query with no-key rows), D 64 and 128: every kernel of the op
-    (forward, preprocess, main, postprocess) runs under the sanitizer."""
+    causal, bottom-right grouped-query with no-key rows), D 64 and 128, default and
+    deterministic: every kernel of the op (forward, preprocess, main in both variants,
+    postprocess) runs under the sanitizer."""
     from pipeline_core_schedules_attention import attention
 
-    for d in (64, 128):
+    for d, det in ((d, det) for d in (64, 128) for det in (False, True)):
         for b, hq, hkv, sq, sk, causal in SANITIZE_SHAPES:
             case = (b, hq, hkv, sq, sk, d, "bf16", causal)
             q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16,
                                    requires_grad=True) for h, n in ((hq, sq), (hkv, sk), (hkv, sk)))
             do = torch.randn(b, hq, sq, d, device="cuda", dtype=torch.bfloat16)
-            grads = torch.autograd.grad(attention(q, k, v, causal=causal), (q, k, v), do)
+            grads = torch.autograd.grad(attention(q, k, v, causal=causal, deterministic=det),
+                                        (q, k, v), do)
             torch.cuda.synchronize()
-            print(json.dumps({"kind": "sanitized-run", "case": list(case),
+            print(json.dumps({"kind": "sanitized-run", "case": list(case), "deterministic": det,
                               "nan": any(bool(torch.isnan(g).any()) for g in grads)}), flush=True)
 
 
@@ -471,28 +486,27 @@ def _build_prepost(key: tuple) -> bool:
                for name in (bwd_prepost.PRE_NAME, bwd_prepost.POST_NAME))
 
 
+def _build_main(variant: tuple) -> bool:
+    from pipeline_core_schedules_attention import bwd_call
+
+    return bool(bwd_call.prebuild((variant,)))
+
+
 def prebuild(jobs: int) -> None:
     """Every cubin the runs load, into ``PIPELINE_CORE_CACHE_DIR`` (no GPU needed): the
-    forward's, the preprocess and postprocess, and the main kernel's where its module gives a
-    ``prebuild()``."""
-    import importlib
+    forward's, the preprocess and postprocess, and the main kernel's, default and
+    deterministic (``bwd_call.VARIANTS``, ``DETERMINISTIC_VARIANTS``)."""
+    from pipeline_core_schedules_attention import bwd_call
 
     fwd = forward_kernels()
     prepost = [(d, dt) for d in (64, 128) for dt in ("bf16", "fp16")]
+    mains = bwd_call.VARIANTS + bwd_call.DETERMINISTIC_VARIANTS
     with ProcessPoolExecutor(jobs) as pool:
-        built = sum(pool.map(_build_forward, fwd)) + sum(pool.map(_build_prepost, prepost))
-    emit({"kind": "prebuild", "forward": len(fwd), "prepost": len(prepost), "built": built})
-    try:
-        main = importlib.import_module("pipeline_core_schedules_attention.bwd_call")
-    except ModuleNotFoundError:
-        emit({"kind": "prebuild-main", "skipped": "bwd_call is not installed"})
-        return
-    if callable(getattr(main, "prebuild", None)):
-        main.prebuild()
-        emit({"kind": "prebuild-main", "done": True})
-    else:
-        emit({"kind": "prebuild-main", "skipped": "bwd_call has no prebuild(): its kernels "
-                                                  "build on their first call on the GPU"})
+        built = (sum(pool.map(_build_forward, fwd)) + sum(pool.map(_build_prepost, prepost))
+                 + sum(pool.map(_build_main, mains)))
+    emit({"kind": "prebuild", "forward": len(fwd), "prepost": len(prepost), "main": len(mains),
+          "deterministic": len(bwd_call.DETERMINISTIC_VARIANTS), "built": built,
+          "of": len(fwd) + len(prepost) + len(mains)})
 
 
 def dry_run(cases: int, seed: int) -> None:

@@ -91,6 +91,19 @@ class StepKind(str, enum.Enum):
     STORE_COMMIT = "store_commit"    #: (the issuer) close the open bulk-store group
     #: (the issuer) before the kernel ends: every bulk-store group complete, writes included
     STORE_DRAIN = "store_drain"
+    # a turn-ordered add's steps (AgentProgram.kernel; docs/guide/agents.md, "Turn-ordered
+    # adds"): the adds several CTAs make to one accumulator in global memory, made in one fixed
+    # order, so its floating-point sums are the same bits every run
+    #: wait until the accumulator's turn counter equals this add's turn (``value``: the add's
+    #: slot among the CTA's adds), then acquire: every earlier turn's add is visible from here on
+    TURN_WAIT = "turn_wait"
+    #: wait until the add's group fully completed, its writes performed (not only its reads of
+    #: its source: ``value`` groups left pending, ``channel`` the add's counter channel)
+    TURN_DRAIN = "turn_drain"
+    #: order the completed add (async proxy) before the release (generic proxy)
+    TURN_FENCE = "turn_fence"
+    #: release the next turn: add 1 to the turn counter (release)
+    TURN_RELEASE = "turn_release"
 
 
 def _steps(items: Iterable["Step"]) -> tuple["Step", ...]:
@@ -322,6 +335,39 @@ class Reduction:
 
 
 @attrs.frozen(kw_only=True)
+class TurnSpec:
+    """Adds to an accumulator in global memory that several CTAs make, declared ordered
+    (docs/guide/agents.md, "Turn-ordered adds"): every add to one part of the accumulator waits
+    for its turn on that part's counter and releases the next, so the adds land in one fixed
+    order, whatever the timing.  ``ops``: the adds one CTA makes per K tile, in their turn
+    order (each its own agent's, issued in the K loop and committed on a counter channel); the
+    trip rule ranks the CTAs adding to each part (its ``turn_orders()``, which the proof
+    checks: pipeline_core/tiles.py)."""
+
+    name: str = "turns"
+    ops: tuple[int, ...] = attrs.field(converter=_ints, default=())
+
+
+@attrs.frozen(kw_only=True)
+class Turns:
+    """A :class:`TurnSpec` as lowered: ``agents[i]`` makes add ``ops[i]``, the CTA's slot i of
+    every turn; its kernel holds the ``turn_*`` steps around it.  An add's turn is ``slots *
+    rank + slot + first``, rank its output tile's among the part's adders (the trip rule's)."""
+
+    name: str
+    agents: tuple[str, ...] = attrs.field(converter=_names)
+    ops: tuple[int, ...] = attrs.field(converter=_ints)
+    #: the turn of every part's first add: 0 in every kernel (the counters start at 0); a
+    #: mutation test's edit (a turn no add releases: the first add waits for ever)
+    first: int = 0
+
+    @property
+    def slots(self) -> int:
+        """Adds per CTA per K tile: the turns one output tile takes of each part it adds to."""
+        return len(self.ops)
+
+
+@attrs.frozen(kw_only=True)
 class StoreSpec:
     """A staged bulk store a schedule declares (docs/guide/agents.md, "Bulk stores"): each of
     ``agents`` writes its results, one sub-tile at a time, into ``buffers`` shared-memory staging
@@ -403,6 +449,8 @@ class AgentSpec:
     reduction: ReductionSpec | None = None
     #: the readers' results stored through staging buffers by the async proxy (a TMA store)
     store: StoreSpec | None = None
+    #: adds to a global accumulator made in a fixed order across CTAs (None: in any order)
+    turns: TurnSpec | None = None
     #: the family's trip rule (pipeline_core.tiles): the K tiles each output tile of a problem
     #: visits; None, or a uniform rule: every output tile visits the same count
     trip_rule: TripRule[Any] | None = None
@@ -621,6 +669,8 @@ class Plan:
     reduction: Reduction | None = None
     #: the bulk store whose steps the agents' ``store`` and ``drain`` hold (None: none)
     store: BulkStore | None = None
+    #: the turn-ordered adds whose steps the agents' kernels hold (None: none)
+    turns: Turns | None = None
     #: reader agents that take the CTA's output tiles round-robin (None: every agent runs
     #: every output tile); the one home of the rule the emitter and the proof follow
     split: TileSplit | None = None

@@ -29,11 +29,13 @@ Grouped by what a plugin does:
   a warp-specialized schedule's agents (:class:`AgentSpec`, :class:`AgentRole`, its rings
   :class:`RingSpec`, the orderings between consumer groups :class:`OrderSpec` of
   :class:`Turn`, output tiles taken in turn :class:`TileSplit`, a cross-CTA reduction
-  :class:`ReductionSpec`, a staged bulk store :class:`StoreSpec`);
+  :class:`ReductionSpec`, a staged bulk store :class:`StoreSpec`, adds ordered across CTAs
+  :class:`TurnSpec`);
 * customise ordering: :class:`SchedulingRequest` (what a strategy receives);
 * customise the block program: :func:`emit_minimal_barrier_block` for explicit blocks;
 * emit code: an emitter receives a :class:`CompiledSchedule`, whose plan holds the agents'
-  programs (:class:`AgentProgram`, :class:`Ring`, :class:`Step`, :class:`StepKind`);
+  programs (:class:`AgentProgram`, :class:`Ring`, :class:`Step`, :class:`StepKind`, the
+  turn-ordered adds :class:`Turns`);
   :class:`AgentMachine` is a target's machine for the agents timing model, which
   :func:`simulate_agents` runs a plan on (a plugin's autotuner ranks its variants by it);
 * report errors: the :mod:`pipeline_core.errors` classes below;
@@ -66,7 +68,7 @@ from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole
                                ResourceKind, framework_op, logical)
 from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, Cluster, ClusterSpec,
                                 OrderSpec, ReductionSpec, Ring, RingSpec, Step, StepKind,
-                                StoreSpec, TileSplit, Turn)
+                                StoreSpec, TileSplit, Turn, Turns, TurnSpec)
 from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
@@ -93,9 +95,9 @@ __all__ = [
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
     "AgentSpec", "TripRule", "TripSample", "UniformTrips", "AgentRole", "RingSpec", "OrderSpec", "Turn", "TileSplit", "ReductionSpec",
-    "StoreSpec", "ClusterSpec", "Cluster", "CLUSTER_RELAY",
+    "StoreSpec", "TurnSpec", "ClusterSpec", "Cluster", "CLUSTER_RELAY",
     "SchedulingRequest",
-    "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "AgentMachine", "EpilogueCosts",
+    "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "Turns", "AgentMachine", "EpilogueCosts",
     "simulate_agents",
     "emit_minimal_barrier_block", "double_buffer_reorder", "optimize_within_barriers",
     "single_buffer_reorder",

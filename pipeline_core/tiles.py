@@ -103,10 +103,15 @@ class TripRule(Protocol[Problem]):
     """A family's iteration rule (the module says what the core asks of it, and shows a rule
     written in twenty lines).  ``Problem`` is whatever sizes the family's launch.
 
-    One method is optional, so the many rules that have nothing to prove write nothing for it:
-    ``coverage_faults() -> Iterable[str]``, the rule's own proof that every output element's
-    terms are visited (and masked where its mask drops them), each fault a sentence; the agents
-    prover reports each as a ``MISSING_PRODUCT`` of the rule (``agents.prove._coverage``)."""
+    Two methods are optional, so the many rules that have nothing to prove write nothing for
+    them: ``coverage_faults() -> Iterable[str]``, the rule's own proof that every output
+    element's terms are visited (and masked where its mask drops them), each fault a sentence;
+    the agents prover reports each as a ``MISSING_PRODUCT`` of the rule
+    (``agents.prove._coverage``).  And, for a schedule with turn-ordered adds
+    (``AgentSpec.turns``), ``turn_orders() -> Iterable[tuple[str, tuple[int, ...]]]``: for each
+    part of the accumulator of small problems of every shape (named), the turn ranks of the
+    output tiles adding to it in launch order, which ``agents.prove_reduction.prove_turns``
+    checks give turns 0, 1, ... (no turn shared, none skipped)."""
 
     @property
     def uniform(self) -> bool:

@@ -28,6 +28,7 @@ from pipeline_core.agents.cluster import lower_cluster
 from pipeline_core.agents.order import lower_orders
 from pipeline_core.agents.bulk_store import lower_store
 from pipeline_core.agents.reduction import lower_reduction
+from pipeline_core.agents.turns import lower_turns
 from pipeline_core.agents.split import check_split, release_arrivals
 from pipeline_core.edges import DepEdge
 from pipeline_core.errors import ProgramError
@@ -294,8 +295,9 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
     programs = [_split(role, kernels[role.name], tags) for role in (*spec.roles, *relays)]
     programs, reduction = lower_reduction(spec, sync, programs, rings, owner=owner, target=target)
     programs, store = lower_store(spec, sync, programs, rings, orders, owner=owner, target=target)
+    programs, turns = lower_turns(spec, sync, programs, owner=owner, target=target)
     plan = Plan(stages=stages, programs=programs, rings=rings, reduction=reduction, store=store,
-                split=split,
+                turns=turns, split=split,
                 min_tiles=max(len(p.prologue) for p in programs) or 1,
                 op_bytes={i: spec.op_bytes.get(i, 0) for i in sorted(writer_of)},
                 orders=orders, sync=sync, trip_rule=spec.trip_rule, cluster=cluster,

@@ -58,7 +58,8 @@ import attrs
 import networkx as nx
 
 from pipeline_core.agents.cluster import Expansion, expand
-from pipeline_core.agents.prove_reduction import prove_reduction, reduction_assumptions
+from pipeline_core.agents.prove_reduction import (prove_reduction, prove_turns,
+                                                  reduction_assumptions, turn_assumptions)
 from pipeline_core.agents.prove_store import prove_store, store_assumptions
 from pipeline_core.agents.records import unrecorded
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Verdict, Violation
@@ -76,7 +77,7 @@ PRIORITY = {HazardKind.DEADLOCK: 0, HazardKind.PHASE_PARITY: 1, HazardKind.SMEM_
             HazardKind.SMEM_RAW: 3, HazardKind.ACC_RAW: 4, HazardKind.MISSING_PRODUCT: 5,
             HazardKind.DUPLICATE_PRODUCT: 6, HazardKind.PHASE_OVERRUN: 7,
             HazardKind.PHASE_LAG: 8, HazardKind.WAIT_RANGE: 9, HazardKind.ORDER: 10,
-            HazardKind.UNPROVEN: -1}
+            HazardKind.ADD_ORDER: 11, HazardKind.UNPROVEN: -1}
 
 #: what every agents verdict assumes (docs/guide/agents.md, "What the checker assumes")
 ASSUMPTIONS = (
@@ -1566,6 +1567,8 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
             found.setdefault(finding_key(v), v)
         for v in prove_store(plan, sync, names, PRIORITY):  # the staged bulk store's buffers
             found.setdefault(finding_key(v), v)
+        for v in prove_turns(plan, names, PRIORITY):  # the CTAs adding to one accumulator
+            found.setdefault(finding_key(v), v)
     violations = tuple(sorted(found.values(), key=lambda v: v.order))
     agents = ", ".join(p.name for p in plan.programs)
     model = {"name": sync.name, "agents": [p.name for p in plan.programs],
@@ -1584,7 +1587,7 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                                 f"{', '.join(cluster.release_scopes)} release to a peer's "
                                 "waiters"] if cluster is not None else []),
                              f"sync model {sync.name}", *assumptions(sync),
-                             *reduction_assumptions(plan, sync),
+                             *reduction_assumptions(plan, sync), *turn_assumptions(plan),
                              *store_assumptions(plan, sync),
                              *(["the tensor maps copies read through are written and released "
                                 "(fence.proxy.tensormap release) by a kernel before this one; "

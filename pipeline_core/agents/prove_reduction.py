@@ -1,4 +1,6 @@
-"""The proof of a cross-CTA reduction: every split, every arrival order, two generations.
+"""The proofs of what CTAs hand each other through global memory: a cross-CTA reduction over
+every split, every arrival order and two generations; turn-ordered adds over every add's steps
+and every part's turns.
 
 The agents checker (:mod:`pipeline_core.agents.prove`) proves one CTA's programs; a reduction
 (:mod:`pipeline_core.agents.reduction`) hands results between the CTAs of one output tile
@@ -24,6 +26,31 @@ the next launch), with each reducing agent's ``finish`` steps:
   is a tile with no arrival at all;
 * the epilogue runs once per tile: without the acquire every split runs it,
   **DUPLICATE_PRODUCT**; a tile whose slices are never stored or read, **MISSING_PRODUCT**.
+
+Turn-ordered adds (:mod:`pipeline_core.agents.turns`; docs/guide/agents.md, "Turn-ordered
+adds"): each CTA's adds to a part of the accumulator (the attention backward's query block of
+dQ) take turns ``slots * rank + slot + first`` on the part's counter, ``rank`` the output tile's
+among those adding to the part (the trip rule's).  :func:`prove_turns` checks
+
+* each add's steps: a ``turn_wait`` before it, else the add may land before an earlier
+  turn's, **ADD_ORDER**; after its commit a ``turn_drain`` that covers its group (every
+  write performed: the read wait that frees its buffer is not enough, the next turn's add
+  could reach memory first), then a ``turn_fence``, then one ``turn_release``, else
+  **ADD_ORDER**; no release at all (or two), the next turn is never reached (or skipped),
+  **DEADLOCK**;
+* the slots: the CTA's adds wait for slots ``0 .. slots-1``, one each: two with one slot,
+  **ADD_ORDER**; a slot no add takes, **DEADLOCK**;
+* the turns (the trip rule's ``turn_orders()``: for each part of small problems of every
+  shape, the ranks of the output tiles that add to it, in launch order): they are ``0, 1, ..``
+  in launch order, every one taken once.  Two adds with one turn, **ADD_ORDER**; a turn no add
+  takes (the first one not 0: a masked rule's first adder ranked wrong) or one taken
+  before an earlier-launched tile's, **DEADLOCK**.
+
+No cycle of waits exists then: an add waits only for adds of a smaller turn, made by tiles
+launched before its own (or by its own CTA's earlier slot), so the pending add of the smallest
+turn of the smallest-launched tile always proceeds (its CTA is resident: a persistent grid of
+at most one CTA per SM takes its tiles in launch order; the CTA's own steps are proven
+deadlock-free with the wait as an external one that returns).
 """
 from __future__ import annotations
 
@@ -31,7 +58,7 @@ from collections.abc import Mapping, Sequence
 
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Violation
 from pipeline_core.ops import tag_name
-from pipeline_core.plan import Plan, Step, StepKind
+from pipeline_core.plan import Plan, Step, StepKind, Turns
 from pipeline_core.sync.model import SyncModel
 
 #: the split counts a proof runs: two CTAs (one other slice), and three (an arrival between
@@ -214,3 +241,138 @@ def prove_reduction(plan: Plan, sync: SyncModel, names: Mapping[int, str],
                                f"move the {RESET.value.upper()} after the {READ.value.upper()}",
                                other=(agent, reset, f" of CTA {last}"))
     return list(found.values())
+
+
+def turn_assumptions(plan: Plan) -> list[str]:
+    """The lines a verdict adds for a plan with turn-ordered adds."""
+    t = plan.turns
+    if t is None:
+        return []
+    return [f"turn-ordered adds {t.name} of agents {', '.join(t.agents)}: {t.slots} per CTA and "
+            "K tile, turns from the trip rule's turn_rank over its turn_orders(); every CTA "
+            "resident, taking its output tiles in launch order (a persistent grid)"]
+
+
+def _turn_steps(kernel: Sequence[Step], op: int, name: str) -> dict[str, list[int]]:
+    """Where the add and its turn steps sit in ``kernel`` (those of the add's K tile: a step
+    of another lag serves another tile's add)."""
+    at: dict[str, list[int]] = {"op": [], "commit": [], "wait": [], "drain": [], "fence": [],
+                                "release": []}
+    kinds = {StepKind.TURN_WAIT: "wait", StepKind.TURN_FENCE: "fence",
+             StepKind.TURN_RELEASE: "release"}
+    lag = next((s.lag for s in kernel if s.kind == StepKind.OP and s.op == op), 0)
+    for i, s in enumerate(kernel):
+        if s.kind == StepKind.OP and s.op == op:
+            at["op"].append(i)
+        elif s.lag != lag:
+            continue
+        elif s.kind == StepKind.COMMIT:
+            at["commit"].append(i)
+        elif s.kind == StepKind.TURN_DRAIN:
+            at["drain"].append(i)
+        elif s.kind in kinds and s.channel == name:
+            at[kinds[s.kind]].append(i)
+    return at
+
+
+def prove_turns(plan: Plan, names: Mapping[int, str],
+                priority: Mapping[HazardKind, int]) -> list[Violation]:
+    """The findings on ``plan``'s turn-ordered adds (none when it has none); the module says
+    what is checked."""
+    t = plan.turns
+    if t is None:
+        return []
+    found: dict[tuple, Violation] = {}
+    index = {p.name: a for a, p in enumerate(plan.programs)}
+
+    def report(kind: HazardKind, agent: str, i: int, message: str, fix: str) -> None:
+        key = (kind, agent, i)
+        if key in found or agent not in index:
+            return
+        steps = plan.program(agent).kernel
+        s = steps[i] if 0 <= i < len(steps) else None
+        what = (tag_name(s.tag, names) if s is not None and s.tag >= 0
+                else s.kind.value.upper() if s is not None else "the rule")
+        site = Site("kernel", i, 0, index[agent], op=f"{agent} {what} {t.name}", agent=agent)
+        found[key] = Violation(kind, site, message, None,
+                               Fix(action="review", phase="kernel", index=i, text=fix),
+                               order=(priority[kind], 0, 0, 0, index[agent], i))
+
+    slots: list[int] = []
+    for agent, op in zip(t.agents, t.ops, strict=True):
+        steps = plan.program(agent).kernel
+        at = _turn_steps(steps, op, t.name)
+        if not at["op"]:
+            continue  # a missing add is the agents checker's MISSING_PRODUCT
+        add = at["op"][0]
+        waits = [i for i in at["wait"] if i < add]
+        if not waits:
+            report(HazardKind.ADD_ORDER, agent, add,
+                   f"the add waits for no turn on {t.name}'s counter: it may land before an "
+                   "earlier turn's add to the same part, so the sum's bits vary run to run",
+                   f"put a {StepKind.TURN_WAIT.value.upper()} right before the add")
+        else:
+            slots.append(steps[waits[-1]].value)
+        commit = next((i for i in at["commit"] if i > add), None)
+        releases = [i for i in at["release"] if i > add]
+        if not releases:
+            report(HazardKind.DEADLOCK, agent, add,
+                   f"no {StepKind.TURN_RELEASE.value.upper()} after the add: the part's next "
+                   "turn is never released and its add waits for ever",
+                   f"end the add with a {StepKind.TURN_RELEASE.value.upper()}")
+            continue
+        if len(at["release"]) > 1 or len(at["wait"]) > 1:
+            report(HazardKind.DEADLOCK, agent, releases[-1],
+                   "the add takes its turn or releases it more than once per K tile: the "
+                   "counter skips a turn another add waits for",
+                   "keep one turn wait and one release per add")
+        release = releases[0]
+        drains = [i for i in at["drain"] if commit is not None and commit < i < release
+                  and steps[i].channel == steps[commit].channel
+                  and steps[i].value <= sum(commit < c < i for c in at["commit"])]
+        if not drains:
+            report(HazardKind.ADD_ORDER, agent, release,
+                   "the release does not follow a wait for the add's completion (its writes "
+                   "performed; a read wait only frees its source): the next turn's add may "
+                   "reach the accumulator first",
+                   f"put a {StepKind.TURN_DRAIN.value.upper()} 0 of the add's channel between "
+                   "its commit and the release")
+        elif not any(drains[0] < i < release for i in at["fence"]):
+            report(HazardKind.ADD_ORDER, agent, release,
+                   "no fence between the add's completion and the release: the release "
+                   "(generic proxy) is not ordered after the add's writes (async proxy)",
+                   f"put a {StepKind.TURN_FENCE.value.upper()} before the release")
+    if len(slots) == t.slots and sorted(slots) != list(range(t.slots)):
+        agent = t.agents[0]
+        dup = len(set(slots)) < len(slots)
+        report(HazardKind.ADD_ORDER if dup else HazardKind.DEADLOCK, agent, 0,
+               f"the CTA's adds wait for slots {slots}: "
+               + ("two share a slot, so they add in either order" if dup
+                  else f"slot {min(set(range(t.slots)) - set(slots))} no add takes, so the "
+                       "turns after it are never reached"),
+               f"give the adds slots 0..{t.slots - 1}, one each, in the order AgentSpec.turns "
+               "lists them")
+    for kind, fault in turn_faults(plan.trip_rule, t, sorted(slots) or list(range(t.slots))):
+        report(kind, t.agents[0], 0, fault, "rank each output tile among the part's adders "
+               "in launch order, from 0 (the trip rule's turn_rank)")
+    return list(found.values())
+
+
+def turn_faults(rule: object, t: Turns, slots: Sequence[int]) -> list[tuple[HazardKind, str]]:
+    """The turns the trip rule gives every part of its sample problems, checked: ``0, 1, ..``
+    in launch order, each taken once (the first fault of each kind)."""
+    orders = getattr(rule, "turn_orders", None)
+    if not callable(orders):
+        return [(HazardKind.ADD_ORDER, "the trip rule names no turn order (turn_orders(), "
+                 "turn_rank): which output tiles add to a part, and in which turn, is unproven")]
+    out: dict[HazardKind, str] = {}
+    for part, ranks in orders():
+        turns = [t.slots * r + s + t.first for r in ranks for s in slots]
+        if len(set(turns)) < len(turns):
+            out.setdefault(HazardKind.ADD_ORDER, f"{part}: two adds take one turn (turns "
+                           f"{turns}): they land in either order")
+        elif turns != list(range(len(turns))):
+            out.setdefault(HazardKind.DEADLOCK, f"{part}: its adds take turns {turns}, not 0.."
+                           f"{len(turns) - 1} in launch order: a turn no add releases is waited "
+                           "for, or an add waits for a tile launched after its own")
+    return list(out.items())

@@ -30,6 +30,9 @@ from pipeline_core.sync.model import BULK_STORE_STEPS, REDUCTION_STEPS, SyncMode
 
 STORE_KINDS = frozenset(StepKind(k) for k in BULK_STORE_STEPS)
 REDUCTION_KINDS = frozenset(StepKind(k) for k in REDUCTION_STEPS)
+#: a turn-ordered add's steps (agents/turns.py): in the K loop of the agent making the add
+TURN_KINDS = frozenset({StepKind.TURN_WAIT, StepKind.TURN_DRAIN, StepKind.TURN_FENCE,
+                        StepKind.TURN_RELEASE})
 #: what each once-per-tile section may hold: the steps its own proof reads
 SECTION_KINDS = {"store": STORE_KINDS | {StepKind.NAMED_SYNC},
                  "drain": STORE_KINDS, "finish": REDUCTION_KINDS}
@@ -49,6 +52,10 @@ FIELDS = {
     StepKind.NAMED_SYNC: _LOOP | {"channel", "barrier", "value", "once", "output_lag", "exit"},
     StepKind.NAMED_ARRIVE: _LOOP | {"channel", "barrier", "value", "once", "output_lag", "exit"},
     StepKind.STORE_WAIT: {"channel", "value"},
+    StepKind.TURN_WAIT: _LOOP | {"channel", "value"},
+    StepKind.TURN_DRAIN: _LOOP | {"channel", "value"},
+    StepKind.TURN_FENCE: _LOOP | {"channel"},
+    StepKind.TURN_RELEASE: _LOOP | {"channel"},
     **{k: {"channel"} for k in (StepKind.STAGE_WRITE, StepKind.PROXY_FENCE,
                                 StepKind.STORE_ISSUE, StepKind.STORE_COMMIT,
                                 StepKind.STORE_DRAIN, StepKind.SLICE_STORE,
@@ -136,6 +143,9 @@ def _fault(plan: Plan, agent: str, section: str, step: Step, body: Sequence[Op],
                 "the agent's store steps")
     if section == "finish" and agent not in records["Plan.reduction"]:
         return "restore Plan.reduction with this agent in its agents, or drop its finish steps"
+    if kind in TURN_KINDS and (section not in LOOP_SECTIONS or agent not in records["Plan.turns"]):
+        return ("a turn step orders the adds of an agent of Plan.turns in its K loop: restore "
+                "Plan.turns with this agent, or drop its turn steps")
     if step.output_lag and agent not in records["Plan.split"]:
         return ("an output_lag step orders the output tiles of a tile split: restore "
                 "Plan.split with this agent, or set output_lag 0")
@@ -180,7 +190,7 @@ def step_tag(step: Step, sync: SyncModel, tags: Mapping[str, int],
     if k == StepKind.OP:
         return body[step.op].tag
     if k in (StepKind.PHASE_WAIT, StepKind.ARRIVE, StepKind.EXPECT_TX, StepKind.FENCE,
-             StepKind.ASYNC_ARRIVE, StepKind.DESCRIPTOR_ACQUIRE):
+             StepKind.ASYNC_ARRIVE, StepKind.DESCRIPTOR_ACQUIRE) or k in TURN_KINDS:
         return tags.get(k.value)
     if k in (StepKind.COMMIT, StepKind.COUNTER_WAIT):
         return tags.get(f"{'commit' if k == StepKind.COMMIT else 'wait'}:{step.channel}")
@@ -219,7 +229,8 @@ def unrecorded(plan: Plan, body: Sequence[Op], sync: SyncModel,
 
     records = {"Plan.store": plan.store.agents if plan.store is not None else (),
                "Plan.reduction": plan.reduction.agents if plan.reduction is not None else (),
-               "Plan.split": plan.split.agents if plan.split is not None else ()}
+               "Plan.split": plan.split.agents if plan.split is not None else (),
+               "Plan.turns": plan.turns.agents if plan.turns is not None else ()}
     for record, agents in records.items():
         for name in agents:
             if name not in names:

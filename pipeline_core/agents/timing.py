@@ -333,7 +333,9 @@ _KIND = {StepKind.OP: "op", StepKind.PHASE_WAIT: "wait", StepKind.COUNTER_WAIT: 
          StepKind.COMMIT: "commit", StepKind.ARRIVE: "op", StepKind.EXPECT_TX: "op",
          StepKind.ASYNC_ARRIVE: "op", StepKind.PROXY_FENCE: "hint",
          StepKind.DESCRIPTOR_ACQUIRE: "hint",
-         StepKind.FENCE: "hint", StepKind.NAMED_SYNC: "wait", StepKind.NAMED_ARRIVE: "op"}
+         StepKind.FENCE: "hint", StepKind.NAMED_SYNC: "wait", StepKind.NAMED_ARRIVE: "op",
+         StepKind.TURN_WAIT: "wait", StepKind.TURN_DRAIN: "wait", StepKind.TURN_FENCE: "hint",
+         StepKind.TURN_RELEASE: "op"}
 _PHASE = {"prologue": Phase.PROLOGUE, "kernel": Phase.KERNEL, "epilogue": Phase.EPILOGUE}
 
 

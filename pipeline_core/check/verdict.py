@@ -28,6 +28,10 @@ class HazardKind(enum.Enum):
     DEADLOCK = "DEADLOCK"  #: a wait whose phase never completes, or a cycle of waits
     WAIT_RANGE = "WAIT_RANGE"  #: a counter wait below 0 or above its channel's encodable maximum
     ORDER = "ORDER"  #: a declared ordering between consumer groups is not enforced (named barriers)
+    #: two adds to one accumulator that several CTAs make may land in either order (a turn
+    #: wait, a completion wait, a fence missing, or two adds given one turn): the sums are
+    #: not the same bits every run
+    ADD_ORDER = "ADD_ORDER"
     #: a step the kernel runs that no proof reads: its record (``Plan.store``, ``.reduction``,
     #: ``.split``) missing or not listing its agent, or the step in a section of another kind
     UNPROVEN = "UNPROVEN"

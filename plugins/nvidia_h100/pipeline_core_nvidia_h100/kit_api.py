@@ -14,7 +14,8 @@ through it only, and only names in its ``__all__``, as it holds plugins to
   ``H100_AGENT_MACHINE``, ``H100_WGMMA_SYNC``, ``TAG_NAMES``, ``CP_ASYNC_L2_LATENCY``; the
   wgmma model with a buffer reduced into global memory every K tile by the bulk async proxy,
   ``H100_BULK_REDUCE_SYNC``, its ``BULK_TAG_NAMES`` and the operand channels of its staging
-  write and its reduce, ``STAGE_OPERAND``, ``BULK_REDUCE_OPERAND``);
+  write and its reduce, ``STAGE_OPERAND``, ``BULK_REDUCE_OPERAND``; and with those reduces
+  ordered across CTAs, ``H100_ORDERED_REDUCE_SYNC``);
 * a family's schedule on the target (``kit/schedule.py``: ``family_profile``, the target with
   the family's costs; ``AgentsSchedule``, the schedule protocol's methods every family writes
   alike);
@@ -84,7 +85,8 @@ from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branch
 from pipeline_core_nvidia_h100.sync_skeleton import SkeletonMismatch, check_skeleton
 from pipeline_core_nvidia_h100.tma import DTYPE_BFLOAT16, DTYPE_FLOAT16, encode_tiled_2d
 from pipeline_core_nvidia_h100.wgmma_sync import (BULK_REDUCE_OPERAND, BULK_TAG_NAMES,
-                                                   H100_BULK_REDUCE_SYNC, H100_WGMMA_SYNC,
+                                                   H100_BULK_REDUCE_SYNC,
+                                                   H100_ORDERED_REDUCE_SYNC, H100_WGMMA_SYNC,
                                                    STAGE_OPERAND, TAG_NAMES)
 
 #: the plugin module a family's own plugin host loads beside itself (its target and emitters)
@@ -96,6 +98,7 @@ __all__ = [
     "register_split_refusal",
     "CP_ASYNC_L2_LATENCY", "PLUGIN_MODULE", "AgentsSchedule", "family_profile",
     "H100_BULK_REDUCE_SYNC", "BULK_TAG_NAMES", "STAGE_OPERAND", "BULK_REDUCE_OPERAND",
+    "H100_ORDERED_REDUCE_SYNC",
     # the frame, its tile loop, its lines, the wgmma wrappers and the device headers
     "AgentsFamily", "AgentCode", "agent_code", "agents_kernel_body", "once_steps",
     "DeviceTileLoop",

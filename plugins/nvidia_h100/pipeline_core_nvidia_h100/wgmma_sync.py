@@ -72,6 +72,8 @@ DESCRIPTOR_ACQUIRE = 181
 #: the bulk async-group channel of a buffer reduced into global memory every K tile
 #: (:data:`H100_BULK_REDUCE_SYNC`): its read-completion wait and its commit
 BULK_WAIT_READ, BULK_COMMIT = 182, 183
+#: the turn-ordered adds' steps (:data:`H100_ORDERED_REDUCE_SYNC`)
+TURN_WAIT, TURN_DRAIN, TURN_FENCE, TURN_RELEASE = 184, 185, 186, 187
 #: ``wgmma.wait_group N``: the PTX ISA gives N as an integer constant; SASS encodes
 #: ``WARPGROUP.DEPBAR.LE gsb0, N`` and the schedule never needs more than its ring depth.
 MAX_WGMMA_WAIT = 7
@@ -268,3 +270,26 @@ H100_BULK_REDUCE_SYNC = attrs.evolve(
            "a bulk reduce's group frees its buffer once cp.async.bulk.wait_group.read retires "
            "it"))
 BULK_TAG_NAMES = {**TAG_NAMES, BULK_WAIT_READ: "WAIT_BULK_READ", BULK_COMMIT: "BULK_COMMIT"}
+
+#: :data:`H100_BULK_REDUCE_SYNC` with its reduces ordered across CTAs (docs/guide/agents.md,
+#: "Turn-ordered adds"; PTX ISA, "Memory Consistency Model", "cp.async.bulk.wait_group",
+#: "membar/fence"): the writer's elected thread spins on ``ld.acquire.gpu`` of the part's
+#: counter until it equals the add's turn and fences the async proxy after it (its reduce reads
+#: the earlier turns' sums); after the reduce, ``cp.async.bulk.wait_group 0`` (the group
+#: complete, its writes performed: the ``.read`` form only says the source was read),
+#: ``fence.proxy.async.global`` (the async proxy's writes ordered before the generic release)
+#: and ``red.release.gpu.global.add.s32`` hands the turn on.
+H100_ORDERED_REDUCE_SYNC = attrs.evolve(
+    H100_BULK_REDUCE_SYNC, name="nvidia-h100-wgmma-ordered-reduce",
+    isa_forms={**H100_BULK_REDUCE_SYNC.isa_forms,
+               TURN_WAIT: "ld.acquire.gpu.global.s32 (spin until the turn); "
+                          "fence.proxy.async.global (the issuer)",
+               TURN_DRAIN: "cp.async.bulk.wait_group {wait_value} (the issuer)",
+               TURN_FENCE: "fence.proxy.async.global (the issuer)",
+               TURN_RELEASE: "red.release.gpu.global.add.s32 1 (the issuer)"},
+    agent_tags={**H100_BULK_REDUCE_SYNC.agent_tags, "turn_wait": TURN_WAIT,
+                "turn_drain": TURN_DRAIN, "turn_fence": TURN_FENCE,
+                "turn_release": TURN_RELEASE},
+    notes=(*H100_BULK_REDUCE_SYNC.notes,
+           "ordered reduces: each waits (acquire) for its turn on its part's counter and hands "
+           "the next on (release) once cp.async.bulk.wait_group 0 completed it"))

@@ -9,8 +9,13 @@ signature ``bwd_signature.py``; this module keeps the family's own: the checks
 arguments it packs.  A kernel is compiled (and proven) once per (head dim, dtype, causal,
 alignment, device) on a persistent grid; a call allocates dK and dV (two tensors: the backward
 op's outputs may not alias each other) and nothing else: grouped-query heads run inside the kernel's output tile, so dK and
-dV sum over a group with no workspace.  ``deterministic=True`` is refused until the ordered dQ
-adds are built (issue 36).
+dV sum over a group with no workspace.  ``deterministic=True`` runs the kernel compiled with
+``-p deterministic=true`` (dQ's adds ordered, proven by compile: bwd_schedule.py) on turn
+counters it allocates per call, zeroed on the current stream (one int32 per (batch, query head,
+query block): a memset, no host sync, so a CUDA graph captures it).  Zeroed per call rather
+than reset by each part's last adder: the preprocess kernel, which zeroes the dQ accumulator,
+stays the default's bit for bit, and the last adder of a query block is a fact of the launch
+(the causal diagonal) the kernel would compute again for nothing.
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ from pipeline_core_nvidia_h100.kit_api import (ARCH, BUILD_OPTIONS, PLUGIN_MODUL
                                                require_gpu_module, sm_count, tensor_map)
 
 from pipeline_core_schedules_attention.bwd_schedule import DEFAULT_STAGES, NAME
-from pipeline_core_schedules_attention.bwd_signature import KERNEL_NAME, SIGNATURE
+from pipeline_core_schedules_attention.bwd_signature import (KERNEL_NAME, ORDERED_SIGNATURE,
+                                                             SIGNATURE)
 from pipeline_core_schedules_attention.call import (HEAD_DIMS, LOG2E, AttentionArgumentError,
                                                     plan_attention)
 
@@ -54,6 +60,7 @@ class BwdCall:
     scale: float
     causal: bool
     align: str = "top_left"
+    deterministic: bool = False
 
 
 def padded_rows(sq: int) -> int:
@@ -71,9 +78,8 @@ def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: An
     """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault:
     q, k, v and causal as the forward checks them (``call.plan_attention``, one statement of
     those rules), then dO, the saved rows and the dQ accumulator against them."""
-    if deterministic:
-        raise _fail("deterministic", "True is not built yet (the ordered dQ adds, issue 36); "
-                                     "pass deterministic=False")
+    if not isinstance(deterministic, bool):
+        raise _fail("deterministic", f"{deterministic!r}; pass True or False")
     try:
         fwd = plan_attention(q, k, v, causal=causal, scale=scale)
     except AttentionArgumentError as e:  # the forward's rules, named as this function's
@@ -96,13 +102,15 @@ def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: An
                               ".contiguous() on q's device")
     return BwdCall(bhk=fwd.bh // fwd.group, group=fwd.group, sq=sq, sk=fwd.sk, sqp=sqp,
                    head_dim=d, dtype=fwd.dtype, scale=fwd.scale_log2 / LOG2E,
-                   causal=fwd.causal, align=fwd.align)
+                   causal=fwd.causal, align=fwd.align, deterministic=deterministic)
 
 
-def call_params(head_dim: int, causal: bool, align: str = "top_left") -> dict[str, str]:
+def call_params(head_dim: int, causal: bool, align: str = "top_left",
+                deterministic: bool = False) -> dict[str, str]:
     """The schedule parameters (``-p``) the call compiles."""
     return {"head_dim": str(head_dim), "causal": str(causal).lower(),
-            **({"align": align} if causal else {})}
+            **({"align": align} if causal else {}),
+            **({"deterministic": "true"} if deterministic else {})}
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -113,24 +121,27 @@ class BwdKernel(Built):
     block_n: int
 
 
-def source(head_dim: int, dtype: str, causal: bool, align: str) -> tuple[CompiledSchedule, str]:
+def source(head_dim: int, dtype: str, causal: bool, align: str,
+           deterministic: bool = False) -> tuple[CompiledSchedule, str]:
     """The call's schedule compiled (and proven) for one kernel, and its CUDA."""
     from pipeline_core_schedules_attention.emit_attention_bwd import emit_attention_bwd
 
-    compiled = CALL.compile(call_params(head_dim, causal, align), CALL_STAGES)
+    compiled = CALL.compile(call_params(head_dim, causal, align, deterministic), CALL_STAGES)
     return compiled, emit_attention_bwd(compiled, dtype=dtype)
 
 
-#: every kernel the call may build: (head dim, dtype, causal, alignment)
+#: every default kernel the call may build: (head dim, dtype, causal, alignment)
 VARIANTS = tuple((d, t, c, a) for d in HEAD_DIMS for t in ("bf16", "fp16")
                  for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right")))
+#: every deterministic kernel: (head dim, dtype, causal, alignment, True)
+DETERMINISTIC_VARIANTS = tuple((*v, True) for v in VARIANTS)
 
 
-def prebuild() -> list[str]:
+def prebuild(variants: tuple[tuple, ...] = VARIANTS + DETERMINISTIC_VARIANTS) -> list[str]:
     """Every variant's cubin built into the kernel cache (``PIPELINE_CORE_CACHE_DIR``) with
     nvcc, no GPU needed: a later process loads them."""
     out = []
-    for variant in VARIANTS:
+    for variant in variants:
         _, src = source(*variant)
         path = cubin_path(src, KERNEL_NAME, BUILD_OPTIONS, ARCH)
         if path is None:
@@ -139,13 +150,13 @@ def prebuild() -> list[str]:
     return out
 
 
-def _build(key: tuple[int, str, bool, str, int]) -> BwdKernel:
+def _build(key: tuple[int, str, bool, str, bool, int]) -> BwdKernel:
     from pipeline_core_nvidia_h100.kit_api import declared_geometry
 
     from pipeline_core_schedules_attention.bwd_schedule import KERNEL_FAMILY, BackwardGeometry
 
-    head_dim, dtype, causal, align, device = key
-    compiled, src = source(head_dim, dtype, causal, align)
+    head_dim, dtype, causal, align, deterministic, device = key
+    compiled, src = source(head_dim, dtype, causal, align, deterministic)
     g = declared_geometry(compiled, KERNEL_FAMILY, BackwardGeometry, FN)
     kernel = load_kernel(src, KERNEL_NAME, device=device, smem=g.smem_bytes,
                          options=BUILD_OPTIONS)
@@ -177,11 +188,14 @@ def _arguments(r: Recipe[BwdCall], kernels: tuple[BwdKernel, ...],
               "tmLSE": flat(lse), "tmDelta": flat(delta), "dQacc": dq_accum.data_ptr(),
               "BHK": c.bhk, "Sq": c.sq, "Sk": c.sk, "SQP": c.sqp, "group": c.group,
               "scale": c.scale, "scale_log2": c.scale * LOG2E}
+    if c.deterministic:  # the turn counters, allocated per call, packed beside dK and dV
+        return (Launch.of(built, (grid,), *ORDERED_SIGNATURE.pack_around(("dQsem", "dK", "dV"),
+                                                                          values, np)),)
     return (Launch.of(built, (grid,), *SIGNATURE.pack_around(("dK", "dV"), values, np)),)
 
 
 #: the call layer of the backward's main kernel (the kit's HostCall); key of a kernel:
-#: (head dim, dtype, causal, alignment, device)
+#: (head dim, dtype, causal, alignment, deterministic, device)
 CALL: HostCall[BwdCall, BwdKernel] = HostCall(
     schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"),
     build=_build, pack=_arguments)
@@ -196,7 +210,8 @@ def attention_bwd_main(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq
     row's LSE +inf and delta 0); dq_accum: float32 [B, Hq, round_up(Sq, DQ_ROWS), D], zeroed by
     the caller.  Adds dQ (scale applied) into dq_accum in place, on torch's current
     stream (capturable in a CUDA graph), and returns (dk, dv), new tensors shaped and typed
-    like k and v (summed over the query heads of each KV head's group)."""
+    like k and v (summed over the query heads of each KV head's group).  ``deterministic``:
+    dQ's adds in one fixed order (the module says how), the same bits every run."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     tensors = (q, k, v, do, lse, delta, dq_accum)
@@ -213,10 +228,15 @@ def attention_bwd_main(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq
     if r is None:
         c = plan_bwd(*tensors, causal=causal, scale=scale, deterministic=deterministic)
         r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
-            (c.head_dim, c.dtype, c.causal, c.align, device),)))
+            (c.head_dim, c.dtype, c.causal, c.align, c.deterministic, device),)))
     # two allocations, not two views of one: the backward op's outputs may not alias each other
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
-    CALL.launch(r, (r, CALL.kernels.kernel(r.kernels[0]), *(t.data_ptr() for t in tensors)),
-                tensors, (dk, dv))
+    kernel = CALL.kernels.kernel(r.kernels[0])
+    late: tuple[Any, ...] = (dk, dv)
+    if r.plan.deterministic:  # a memset on the current stream: captured with the launch
+        c = r.plan
+        late = (torch.zeros(c.bhk * c.group * -(-c.sq // kernel.block_m), dtype=torch.int32,
+                            device=q.device), dk, dv)
+    CALL.launch(r, (r, kernel, *(t.data_ptr() for t in tensors)), tensors, late)
     return dk, dv

@@ -37,6 +37,12 @@ Each consumer reduces its own dQ partial (two bulk reduces per query block) inst
 dS across the consumers (FA3's one reduce): the consumers never wait for each other's dS, at the
 price of twice the reduce traffic to L2.  Grouped-query heads run inside the output tile: dK and
 dV sum in registers over the group with no workspace and no second reduce.
+
+``-p deterministic=true`` declares the reduces ordered (``AgentSpec.turns``): the core puts
+each writer's reduce between a turn wait and, once the reduce completed, a turn release on the
+query block's counter (docs/guide/agents.md, "Turn-ordered adds"), KV block by KV block and
+consumer 0 before consumer 1 (``BackwardTrips.turn_rank``), and proves it; dQ's fp32 sums are
+then the same bits every run.  The default variant is built without them, as before.
 """
 from __future__ import annotations
 
@@ -48,18 +54,21 @@ import attrs
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext, CostModel,
                                       DepEdge, Op, OpCost, OpRole, OrderSpec, Param,
                                       PipelineConfig, ProgramError, ResourceKind, RingSpec,
-                                      ScheduleRecord, TargetProfile, Turn, annotate, logical)
+                                      ScheduleRecord, TargetProfile, Turn, TurnSpec, annotate,
+                                      logical)
 
 from pipeline_core_nvidia_h100.kit_api import (BULK_REDUCE_OPERAND, BULK_TAG_NAMES,
                                                CP_ASYNC_L2_LATENCY, H100_BULK_REDUCE_SYNC,
-                                               H100_SXM, STAGE_OPERAND, TARGET_NAME,
+                                               H100_ORDERED_REDUCE_SYNC, H100_SXM,
+                                               STAGE_OPERAND, TARGET_NAME,
                                                AgentsSchedule, family_profile,
                                                register_split_refusal)
 
 from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
-from pipeline_core_schedules_attention.schedule import (ALIGN, ELEM_BYTES,
-                                                        PEAK_MMA_FLOP_PER_CYCLE, REGISTERS,
-                                                        WGMMA_M, WarpGroupTiles)
+from pipeline_core_schedules_attention.schedule import (ALIGN, CONSUMER_REGISTERS, ELEM_BYTES,
+                                                        PEAK_MMA_FLOP_PER_CYCLE,
+                                                        PRODUCER_REGISTERS, WGMMA_M,
+                                                        WarpGroupTiles, register_params)
 
 NAME = "flash-attention-bwd"
 OWNER = f"schedule {NAME}"
@@ -112,10 +121,13 @@ def backward_cost_model() -> CostModel:
                                           name="DQ_REDUCE")})
 
 
-def backward_profile(pipeline: PipelineConfig, clock_ghz: float | None) -> TargetProfile:
+def backward_profile(pipeline: PipelineConfig, clock_ghz: float | None,
+                     deterministic: bool = False) -> TargetProfile:
     """The h100 target as the backward sees it: its costs on the wgmma sync model with the
-    bulk-reduce channel (the dQ hand-off)."""
-    return family_profile(backward_cost_model(), pipeline, clock_ghz, H100_BULK_REDUCE_SYNC)
+    bulk-reduce channel (the dQ hand-off), its reduces ordered across CTAs where
+    ``deterministic``."""
+    sync = H100_ORDERED_REDUCE_SYNC if deterministic else H100_BULK_REDUCE_SYNC
+    return family_profile(backward_cost_model(), pipeline, clock_ghz, sync)
 
 
 @attrs.frozen(kw_only=True)
@@ -246,6 +258,11 @@ class FlashAttentionBackward(AgentsSchedule):
     family = KERNEL_FAMILY
     geometry: BackwardGeometry
 
+    def __init__(self, target: TargetProfile, geometry: BackwardGeometry,
+                 deterministic: bool = False) -> None:
+        super().__init__(target, geometry)
+        self.deterministic = deterministic
+
     def tag_names(self) -> dict[int, str]:
         return {**self.target.cost_model.tag_names(), **BULK_TAG_NAMES}
 
@@ -331,6 +348,9 @@ class FlashAttentionBackward(AgentsSchedule):
                                    DELTA: g.row_bytes, K: g.kv_bytes, V: g.kv_bytes},
                          rings=rings, once=(K, V),
                          orders=orders,
+                         turns=(TurnSpec(name="dq", ops=tuple(reduce_op(g, c)
+                                                              for c in range(g.consumers)))
+                                if self.deterministic else None),
                          trip_rule=self.bounds())
 
     def bounds(self) -> BackwardTrips:
@@ -352,27 +372,37 @@ PARAMS = (
     Param("consumers", int, 2, "consumer warp groups", bound=Bound(low=1, high=2)),
     Param("causal", bool, False, "causal mask: query blocks above the diagonal skipped, the "
                                  "diagonal ones masked (the loop bounds; the body is the same)"),
-    ALIGN, *REGISTERS,
+    ALIGN, *register_params(0, 0, " (0: DEFAULT_REGISTERS's)"),
+    Param("deterministic", bool, False, "dQ's adds made in one fixed order (KV block, then "
+                                        "consumer): the same bits every run"),
 )
 
 #: query rows per K tile by head dim: 64 (FA3 takes 128 at D 64, where ptxas spills this
 #: kernel's gradient step: S^T, dP^T, dK and dV of 128 queries fill 240 registers)
 DEFAULT_BLOCK_M = {64: 64, 128: 64}
+#: the setmaxnreg split (producer, consumer) by (head dim, deterministic) where it is not the
+#: forward's 24 / 240: the deterministic writers' turns (in the producer warp group) made ptxas
+#: spill at 24 at D 64 causal, where the consumers need fewer than 240 (at D 128 they need all
+#: 240, and the writers fit 24)
+DEFAULT_REGISTERS = {(64, True): (40, 232)}
 #: the q and do rings' depth unless ``-T stages`` says otherwise
 DEFAULT_STAGES = 2
 
 
 def make_attention_bwd(ctx: BuildContext) -> FlashAttentionBackward:
     base = ctx.make_target(stages=DEFAULT_STAGES)
-    target = backward_profile(base.pipeline, base.clock_ghz)
     p: dict[str, Any] = dict(ctx.params)
+    target = backward_profile(base.pipeline, base.clock_ghz, bool(p["deterministic"]))
+    registers = DEFAULT_REGISTERS.get((p["head_dim"], bool(p["deterministic"])),
+                                      (PRODUCER_REGISTERS, CONSUMER_REGISTERS))
     geometry = BackwardGeometry(
         head_dim=p["head_dim"], block_m=p["block_m"] or DEFAULT_BLOCK_M[p["head_dim"]],
         block_n=p["block_n"], stages=target.pipeline.depth, consumers=p["consumers"],
-        causal=bool(p["causal"]), align=p["align"], producer_registers=p["producer_registers"],
-        consumer_registers=p["consumer_registers"])
+        causal=bool(p["causal"]), align=p["align"],
+        producer_registers=p["producer_registers"] or registers[0],
+        consumer_registers=p["consumer_registers"] or registers[1])
     geometry.validate()
-    return FlashAttentionBackward(target, geometry)
+    return FlashAttentionBackward(target, geometry, bool(p["deterministic"]))
 
 
 RECORD = ScheduleRecord(

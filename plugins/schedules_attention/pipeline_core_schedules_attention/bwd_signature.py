@@ -4,7 +4,9 @@ kernel's parameter list and what ``bwd_call`` packs, from one list (the kit's
 kernel masks); LSE and delta: maps over every query row's fp32; dQ's fp32 accumulator by
 address; dK and dV by their addresses (packed per call: the call's two allocations, two
 tensors because the backward op's outputs may not alias each other); then the sizes, the dQ accumulator's rows per head, the query heads per KV head
-and the scale (and it folded with log2 e)."""
+and the scale (and it folded with log2 e).  The deterministic kernel (``ORDERED_SIGNATURE``)
+takes the dQ adds' turn counters after the accumulator, one int32 per (batch, query head,
+query block), zeroed per call (packed per call beside dK and dV)."""
 from __future__ import annotations
 
 from pipeline_core_nvidia_h100.kit_api import TENSOR_MAP_TYPE as _MAP
@@ -12,13 +14,21 @@ from pipeline_core_nvidia_h100.kit_api import KernelSignature, kernel_params
 
 KERNEL_NAME = "pc_flash_attention_bwd"
 
-SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
-    ((_MAP, "tmQ", "tensor_map"), (_MAP, "tmK", "tensor_map")),
-    ((_MAP, "tmV", "tensor_map"), (_MAP, "tmDO", "tensor_map")),
-    ((_MAP, "tmLSE", "tensor_map"), (_MAP, "tmDelta", "tensor_map")),
-    (("float* __restrict__", "dQacc", "pointer"),
-     ("unsigned short* __restrict__", "dK", "pointer"),
-     ("unsigned short* __restrict__", "dV", "pointer")),
-    (("int", "BHK", "int32"), ("int", "Sq", "int32"), ("int", "Sk", "int32"),
-     ("int", "SQP", "int32"), ("int", "group", "int32"), ("float", "scale", "float32"),
-     ("float", "scale_log2", "float32"))))
+
+
+def _signature(ordered: bool) -> KernelSignature:
+    turns = (("int* __restrict__", "dQsem", "pointer"),) if ordered else ()
+    return KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
+        ((_MAP, "tmQ", "tensor_map"), (_MAP, "tmK", "tensor_map")),
+        ((_MAP, "tmV", "tensor_map"), (_MAP, "tmDO", "tensor_map")),
+        ((_MAP, "tmLSE", "tensor_map"), (_MAP, "tmDelta", "tensor_map")),
+        (("float* __restrict__", "dQacc", "pointer"), *turns,
+         ("unsigned short* __restrict__", "dK", "pointer"),
+         ("unsigned short* __restrict__", "dV", "pointer")),
+        (("int", "BHK", "int32"), ("int", "Sq", "int32"), ("int", "Sk", "int32"),
+         ("int", "SQP", "int32"), ("int", "group", "int32"), ("float", "scale", "float32"),
+         ("float", "scale_log2", "float32"))))
+
+
+SIGNATURE = _signature(False)
+ORDERED_SIGNATURE = _signature(True)

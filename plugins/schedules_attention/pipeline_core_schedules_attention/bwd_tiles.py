@@ -16,6 +16,10 @@ sets their P and dS to 0.
 plan's (``pipeline_core.agents.prove``): on small problems of every shape it checks every
 (query row, key) pair the mask keeps is visited, and every visited pair it drops is masked.  A
 diagonal start one block late (:attr:`BackwardTrips.start_shift`, the mutation) is refused.
+
+The deterministic kernel orders the dQ adds to each (batch, query head, query block) by the
+KV block's :meth:`BackwardTrips.turn_rank` (:meth:`~BackwardTrips.turn_orders` hands the core
+every query block's adders in launch order, which it proves take turns 0, 1, ..).
 """
 from __future__ import annotations
 
@@ -45,6 +49,9 @@ class BackwardTrips(CausalTiles):
     #: query blocks the diagonal start is moved by: 0 in every kernel; a mutation test's edit
     #: (a start one block late skips rows that see the block), which the proof refuses
     start_shift: int = 0
+    #: KV blocks the turn rank is moved by: 0 in every kernel; a mutation test's edit (the
+    #: first adder waits for a turn no add releases), which the proof refuses
+    turn_shift: int = 0
 
     def query_blocks(self, seq_q: int) -> int:
         return -(-seq_q // self.block_m)
@@ -84,6 +91,32 @@ class BackwardTrips(CausalTiles):
         masked = self.masked_blocks(kv_block, seq_q, seq_k)
         for m in range(first, self.query_blocks(seq_q)):
             yield m, m < first + masked
+
+    #: :meth:`turn_rank` as the kernel's C (``nb``: the output tile's KV block); its
+    #: :attr:`turn_shift` is no kernel's (the emitter refuses it)
+    TURN_RANK_C = "nb"
+
+    def turn_rank(self, kv_block: int) -> int:
+        """KV block ``kv_block``'s rank among the KV blocks that add to a query block's dQ
+        (its turn is ``consumers * rank + consumer``).  The visitors of a query block are KV
+        blocks 0 .. some last one: :meth:`first_block` grows with the KV block, so every
+        block before a visitor visits too, causal or not, from top-left or bottom-right; the
+        rank is the block's index (C: ``nb``), the same for every query head of its group (each
+        head's dQ rows its own part, added to by its KV head's blocks only)."""
+        return kv_block + self.turn_shift
+
+    def turn_orders(self) -> Iterable[tuple[str, tuple[int, ...]]]:
+        """For each query block of the small problems :meth:`problems` lists, the turn ranks of
+        the KV blocks adding to its dQ, in launch order (tile ``bhk + BHK * nb``: ascending
+        KV block); the core proves they give turns 0, 1, .. (agents/prove_reduction.py)."""
+        for seq_q, seq_k in self.problems():
+            adders: dict[int, list[int]] = {}
+            for j in range(self.kv_blocks(seq_k)):
+                for m, _ in self.visited(j, seq_q, seq_k):
+                    adders.setdefault(m, []).append(self.turn_rank(j))
+            for m in sorted(adders):
+                yield (f"query block {m} of seq_q {seq_q}, seq_k {seq_k} ({self.align})",
+                       tuple(adders[m]))
 
     # --- the TripRule the core asks (pipeline_core.tiles) ---------------------------------
 

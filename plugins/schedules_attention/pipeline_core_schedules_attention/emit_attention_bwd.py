@@ -17,11 +17,17 @@ that visit the most query blocks (causal) start first; its K tiles ``u`` are que
 blocks from the plan's :class:`~.bwd_tiles.BackwardTrips` written as C expressions.  Consumer
 c's dQ writer is warp 1 + c of the producer warp group (the frame's side agents), its whole
 warp joining ordering ``dq{c}``'s barriers.
+
+A plan with turn-ordered reduces (``-p deterministic=true``, ``Plan.turns``) takes the turn
+counters ``dQsem`` (``bwd_signature.ORDERED_SIGNATURE``) and pastes ``attention_bwd_turns.cuh``:
+the writer's turn steps wait for turn ``consumers * nb + slot`` on its query block's counter
+(:meth:`~.bwd_tiles.BackwardTrips.turn_rank`: the KV block's index), drain, fence and release
+it.  A plan without them is written exactly as before.
 """
 from __future__ import annotations
 
 from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord, Param,
-                                      ProgramError, Ring, Step, StepKind)
+                                      ProgramError, Ring, Step, StepKind, Turns)
 
 from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode, AgentsFamily,
                                                DeviceTileLoop, RingState, TileLoop,
@@ -36,7 +42,8 @@ from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode,
 from pipeline_core_schedules_attention.bwd_schedule import (KERNEL_FAMILY, NAME,
                                                             BackwardGeometry, BackwardTag,
                                                             dq_part)
-from pipeline_core_schedules_attention.bwd_signature import KERNEL_NAME, SIGNATURE
+from pipeline_core_schedules_attention.bwd_signature import (KERNEL_NAME, ORDERED_SIGNATURE,
+                                                             SIGNATURE)
 from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
 from pipeline_core_schedules_attention.emit_attention import ELEM, OFFSET
 
@@ -140,8 +147,30 @@ _OPS = {
 }
 
 
+#: the writer's turn steps (its issuing lane's; ``{turn}`` the add's turn, ``{value}`` the
+#: groups a drain leaves pending), on its query block's counter
+_COUNTER = "dQsem + (size_t)qhead({u}) * MB + qblock({u})"
+_TURNS = {
+    StepKind.TURN_WAIT: "if (lane == 0) pcab::turn_wait(" + _COUNTER + ", {turn}); __syncwarp();",
+    StepKind.TURN_DRAIN: "if (lane == 0) pcgc::bulk_wait<{value}>();",
+    StepKind.TURN_FENCE: "if (lane == 0) pcab::turn_fence();",
+    StepKind.TURN_RELEASE: "if (lane == 0) pcab::turn_release(" + _COUNTER + ");",
+}
+
+
+def _turn_line(s: Step, turns: Turns | None, owner: str) -> str:
+    """A turn step of the writer ``owner``: its slot among the CTA's adds after the KV block's
+    rank (BackwardTrips.turn_rank) times the adds per KV block."""
+    if turns is None or owner not in turns.agents:
+        raise _fail(f"agent {owner}: a {s.kind.value} step outside Plan.turns' agents")
+    return _TURNS[s.kind].format(u=loop_tile(s), value=s.value,
+                                 turn=f"{turns.slots} * {BackwardTrips.TURN_RANK_C} + {s.value}")
+
+
 def _step_line(s: Step, rings: dict[str, Ring], single: bool, owner: str, body: list,
-               watchdog: int, elem: str, g: BackwardGeometry) -> str:
+               watchdog: int, elem: str, g: BackwardGeometry, turns: Turns | None = None) -> str:
+    if s.kind in _TURNS:
+        return _turn_line(s, turns, owner)
     if s.kind in (StepKind.PHASE_WAIT, StepKind.EXPECT_TX, StepKind.ARRIVE):
         ring = RingState.of(s, "K_STAGES" if rings[s.channel].once else "STAGES")
         line = ring_step_line(s, ring.stage, ring.parity(s.phase_offset), single, watchdog)
@@ -179,6 +208,11 @@ def _checked(compiled: CompiledSchedule) -> tuple[BackwardGeometry, BackwardTrip
     if not isinstance(rule, BackwardTrips) or rule.causal != g.causal:
         raise _fail("the plan records no backward trip rule of its geometry; recompile the "
                     "schedule")
+    turns = compiled.plan.turns
+    if turns is not None and (turns.first or rule.turn_shift):
+        raise _fail(f"the plan's turns start at {turns.first} and its trip rule moves the turn "
+                    f"rank by {rule.turn_shift}: this emitter writes turn consumers * nb + slot; "
+                    "recompile the schedule")
     return g, rule
 
 
@@ -195,9 +229,11 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
     # the consumers' dS barriers: the ids after the plan's orderings'
     ds_bar = 1 + max((b for o in plan.orders for b in o.barriers), default=0)
 
+    turns = plan.turns
+
     def code(p: AgentProgram, single: bool, label: str) -> AgentCode:
         def line(s: Step) -> str:
-            return _step_line(s, rings, single, p.name, body, wd, elem, g)
+            return _step_line(s, rings, single, p.name, body, wd, elem, g, turns)
         return AgentCode(lines=tuple(render(agent_stretches(p, line, label))),
                          once=tuple(line(s) for s in once_steps(p)))
 
@@ -224,8 +260,10 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         producer_name="producer", producer_registers="PRODUCER_REGS",
         consumer_registers="CONSUMER_REGS", family=_family(g, elem, ds_bar), tiles=tiles,
         emitter=EMITTER_NAME, side_agents=[writer(c) for c in range(g.consumers)])
-    device = "\n".join(pasted(__package__, f)
-                       for f in ("attention.cuh", "dq_layout.cuh", "attention_bwd.cuh"))
+    device = "\n".join(pasted(__package__, f) for f in (
+        "attention.cuh", "dq_layout.cuh", "attention_bwd.cuh",
+        *(("attention_bwd_turns.cuh",) if turns else ())))
+    signature = ORDERED_SIGNATURE if turns else SIGNATURE
     wrappers = (wgmma_ss(g.block_m, dtype, scale_d=True)
                 + wgmma_ss(64, dtype, trans_b=1, scale_d=True, prefix=_DQ_PREFIX)
                 + wgmma_ss(g.head_dim, dtype, trans_a=1, trans_b=1, prefix=_DK_PREFIX)
@@ -239,11 +277,13 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         f"{g.head_dim}] (box 64 x rows, 128-byte swizzle);",
         "// LSE, delta: over every row of [B*Hq, SQP] fp32 (each head's rows padded); dQacc "
         "[B*Hq, SQP, HD] fp32 in dq_layout.cuh's order; dK, dV: [B*Hkv*Sk, HD] each.",
+        *(["// dQsem: [B*Hq, MB] int32 zeroed, each query block's turn counter: its dQ adds "
+           "made in KV-block order, consumer 0 first."] if turns else []),
         f"// Launch: block {g.threads} (warp group 0: producer, warps 1.. the dQ writers; 1..: "
         f"consumers), dynamic shared memory {g.smem_bytes} bytes, any grid.",
         header_source(), wgmma_header_source(), gemm_call_header_source(), wrappers, device,
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
-        f"{KERNEL_NAME}({SIGNATURE.render()}) {{", frame, "}", ""])
+        f"{KERNEL_NAME}({signature.render()}) {{", frame, "}", ""])
 
 
 def _family(g: BackwardGeometry, elem: str, ds_bar: int) -> AgentsFamily:

@@ -305,10 +305,19 @@ ALIGN = Param("align", str, "top_left", "where the causal diagonal sits when the
                                         "lengths differ: top_left (torch's is_causal) or "
                                         "bottom_right (FlashAttention's; rows that see no key "
                                         "give 0)", choices=("top_left", "bottom_right"))
-REGISTERS = (Param("producer_registers", int, PRODUCER_REGISTERS,
-                   "setmaxnreg of the producer warp group", bound=Bound(low=24, high=256)),
-             Param("consumer_registers", int, CONSUMER_REGISTERS,
-                   "setmaxnreg of each consumer warp group", bound=Bound(low=24, high=256)))
+
+
+def register_params(producer: int, consumer: int, why: str = "") -> tuple[Param, Param]:
+    """The setmaxnreg split's two parameters with their defaults (0 where a schedule picks one
+    per variant: ``why`` says how)."""
+    low = 0 if 0 in (producer, consumer) else 24
+    return (Param("producer_registers", int, producer,
+                  "setmaxnreg of the producer warp group" + why, bound=Bound(low=low, high=256)),
+            Param("consumer_registers", int, consumer,
+                  "setmaxnreg of each consumer warp group" + why, bound=Bound(low=low, high=256)))
+
+
+REGISTERS = register_params(PRODUCER_REGISTERS, CONSUMER_REGISTERS)
 
 PARAMS = (
     Param("head_dim", int, 128, "head dimension D (64, 128; 256 where its registers fit)",

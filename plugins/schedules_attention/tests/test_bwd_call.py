@@ -1,6 +1,6 @@
 """attention_bwd_main's checks (no GPU: tensors stood in by their shape, dtype, device and
-layout): the contract's shapes plan, each bad argument is one line naming it, and
-deterministic=True is refused until it is built; the prebuild list covers every variant."""
+layout): the contract's shapes plan, each bad argument is one line naming it, deterministic
+plans the ordered kernel; the prebuild list covers every variant, deterministic ones too."""
 from __future__ import annotations
 
 import attrs
@@ -52,8 +52,14 @@ def test_the_contracts_shapes_plan_with_the_group_and_padded_rows():
     assert not plan().causal and plan(causal=True).align == "top_left"
 
 
+def test_deterministic_plans_the_ordered_kernel_the_default_does_not():
+    assert plan(deterministic=True).deterministic and not plan().deterministic
+    assert bwd_call.call_params(128, True, "bottom_right", True) == {
+        "head_dim": "128", "causal": "true", "align": "bottom_right", "deterministic": "true"}
+
+
 @pytest.mark.parametrize("edit, text", [
-    (dict(deterministic=True), "deterministic: True is not built yet"),
+    (dict(deterministic=1), "deterministic: 1; pass True or False"),
     (dict(scale=0.0), "scale: 0.0"),
     (dict(causal="diagonal"), "causal: 'diagonal'"),
     (dict(q=T((2, 4, 100, 96))), "q: head dim 96"),
@@ -79,3 +85,4 @@ def test_the_prebuild_covers_every_variant_the_call_builds():
         (d, c, a) for d in (64, 128)
         for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))}
     assert bwd_call.call_params(64, False) == {"head_dim": "64", "causal": "false"}
+    assert bwd_call.DETERMINISTIC_VARIANTS == tuple((*v, True) for v in bwd_call.VARIANTS)

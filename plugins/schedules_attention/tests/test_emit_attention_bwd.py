@@ -1,7 +1,8 @@
 """cuda-attention-bwd: the backward's main kernel written on the kit's frame carries the plan's
 sync (the dQ hand-off's barriers, the writer's bulk group steps, the consumers' proxy fence),
-the trip rule's C agrees with the rule, and every variant builds for sm_90a with no spill and
-no serialized wgmma (docs/guide/attention.md, "The backward")."""
+the trip rule's C agrees with the rule, the deterministic kernel carries its turns (and only
+it), and every variant builds for sm_90a with no spill and no serialized wgmma
+(docs/guide/attention.md, "The backward")."""
 from __future__ import annotations
 
 import pytest
@@ -33,6 +34,29 @@ def test_the_kernel_carries_the_hand_off_and_each_writer_runs_on_a_warp_of_its_o
         assert f'asm volatile("bar.sync {turn}, 160;\\n" ::: "memory");' in src
     # hd128: dQ in two parts of 64 columns, each staged
     assert src.count("pcab::stage<BM, HD>(dqacc, dq_buf(consumer), 1);") >= 2
+
+
+def test_the_deterministic_kernel_carries_its_turns_and_the_default_none():
+    src = emit_attention_bwd(compiled(deterministic=True, causal=True))
+    counter = "dQsem + (size_t)qhead(t) * MB + qblock(t)"
+    for slot in (0, 1):  # consumer 0 before consumer 1, KV block by KV block
+        assert (f"if (lane == 0) pcab::turn_wait({counter}, 2 * nb + {slot}); __syncwarp();"
+                in src)
+    assert src.count(f"if (lane == 0) pcab::turn_release({counter});") == 2
+    assert src.count("if (lane == 0) pcgc::bulk_wait<0>();") == 2  # not the .read form
+    assert src.count("if (lane == 0) pcab::turn_fence();") == 2
+    assert "int* __restrict__ dQsem" in src and "red.release.gpu.global.add.s32" in src
+    plain = emit_attention_bwd(compiled(causal=True))
+    assert "dQsem" not in plain and "turn_" not in plain
+
+
+def test_a_shifted_turn_is_not_emitted():
+    import attrs
+
+    c = compiled(deterministic=True)
+    plan = attrs.evolve(c.plan, turns=attrs.evolve(c.plan.turns, first=1))
+    with pytest.raises(ProgramError, match="turns start at 1"):
+        emit_attention_bwd(attrs.evolve(c, plan=plan))
 
 
 def _c(lines, name: str) -> str:
@@ -77,12 +101,28 @@ def test_every_variant_builds_without_spills_or_serialized_wgmma(head_dim, causa
     assert "serialized" not in proc.stderr
 
 
+@pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"),
+                                          (True, "bottom_right")])
+def test_every_deterministic_variant_builds_without_spills(head_dim, causal, align, tmp_path):
+    params = dict(head_dim=head_dim, causal=causal, deterministic=True)
+    if causal:
+        params["align"] = align
+    proc, _ = compile_cubin(emit_attention_bwd(compiled(**params)), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    assert "C7508" not in proc.stderr and "serialized" not in proc.stderr
+
+
 @pytest.mark.slow
-def test_every_field_the_emitter_reads_is_proven():
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_every_field_the_emitter_reads_is_proven(deterministic):
     """What runs is what was proven (issue 33): each plan field the emitter reads is one the
-    prover checks (``pipeline_core.testing.unproven_fields``)."""
+    prover checks (``pipeline_core.testing.unproven_fields``), the turns' too."""
     from pipeline_core.plugins import default_host
     from pipeline_core.testing import unproven_fields
 
-    c = compile_named(NAME, target="h100", host=default_host(), params={"causal": "true"})
+    c = compile_named(NAME, target="h100", host=default_host(), params={
+        "causal": "true", **({"deterministic": "true"} if deterministic else {})})
     assert unproven_fields(c, emit_attention_bwd, per_field=4) == []
