@@ -30,6 +30,7 @@ from pipeline_core_nvidia_h100.kit_api import Op
 
 from pipeline_core_schedules_attention import bwd_prepost, call
 from pipeline_core_schedules_attention.bwd_call import attention_bwd_main
+from pipeline_core_schedules_attention.layout import empty_like_layout
 
 #: the op's causal (a schema has no bool-or-str) as the calls take it
 _CAUSAL: dict[str, bool | str] = {"none": False, "top_left": True,
@@ -52,7 +53,8 @@ def _forward_fake(q: Any, k: Any, v: Any, causal: str, scale: float | None,
 
     # the argument checks, where torch.compile traces the call (attention() skips them)
     call.plan_attention(q, k, v, causal=_CAUSAL[causal], scale=scale)
-    return q.new_empty(q.shape), q.new_empty(tuple(q.shape[:3]), dtype=torch.float32)
+    return (empty_like_layout(torch, q),  # q's layout, as the kernel's output (layout.py)
+            q.new_empty(tuple(q.shape[:3]), dtype=torch.float32))
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, Any]) -> None:
