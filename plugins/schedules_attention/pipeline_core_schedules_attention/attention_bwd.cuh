@@ -191,12 +191,13 @@ __device__ __forceinline__ void start(float (&dk)[HD / 2], float (&dv)[HD / 2]) 
     for (int i = 0; i < HD / 2; ++i) dk[i] = dv[i] = 0.f;
 }
 
-// An output tile's end: the consumer's KEYS rows of dK and dV (from key row `key0` of KV head
-// `bhk`'s [Sk, HD] rows) stored as Elem, keys past Sk not stored.
+// An output tile's end: the consumer's KEYS rows of dK and dV (from key row `key0` of the KV
+// head's [Sk, HD] rows at `dK` and `dV`, rows `dk_rows` and `dv_rows` elements apart: their own
+// strides, k's and v's layouts) stored as Elem, keys past Sk not stored.
 template <int HD, class Elem>
 __device__ __forceinline__ void finish(float (&dk)[HD / 2], float (&dv)[HD / 2],
-                                       unsigned short* dK, unsigned short* dV, int bhk,
-                                       int key0, int sk) {
+                                       unsigned short* dK, long long dk_rows, unsigned short* dV,
+                                       long long dv_rows, int key0, int sk) {
 #pragma unroll
     for (int i = 0; i < HD / 2; ++i) {
         pcwg::fence_operand(dk[i]);
@@ -204,20 +205,19 @@ __device__ __forceinline__ void finish(float (&dk)[HD / 2], float (&dv)[HD / 2],
     }
     const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
     const int key = key0 + wtid / 32 * 16 + lane / 4;
-    const size_t base = (size_t)bhk * sk * HD;
 #pragma unroll
     for (int c = 0; c < HD / 8; ++c) {
         const int col = c * 8 + 2 * q;
         if (key < sk) {
-            *reinterpret_cast<u32*>(dK + base + (size_t)key * HD + col) =
+            *reinterpret_cast<u32*>(dK + key * dk_rows + col) =
                 Elem::pack(dk[4 * c], dk[4 * c + 1]);
-            *reinterpret_cast<u32*>(dV + base + (size_t)key * HD + col) =
+            *reinterpret_cast<u32*>(dV + key * dv_rows + col) =
                 Elem::pack(dv[4 * c], dv[4 * c + 1]);
         }
         if (key + 8 < sk) {
-            *reinterpret_cast<u32*>(dK + base + (size_t)(key + 8) * HD + col) =
+            *reinterpret_cast<u32*>(dK + (key + 8) * dk_rows + col) =
                 Elem::pack(dk[4 * c + 2], dk[4 * c + 3]);
-            *reinterpret_cast<u32*>(dV + base + (size_t)(key + 8) * HD + col) =
+            *reinterpret_cast<u32*>(dV + (key + 8) * dv_rows + col) =
                 Elem::pack(dv[4 * c + 2], dv[4 * c + 3]);
         }
     }

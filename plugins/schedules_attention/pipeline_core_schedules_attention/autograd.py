@@ -19,8 +19,10 @@ launch: torch.compile (``fullgraph=True``) traces an op by its fake and its back
 registered formula, so forward and backward land in one graph without a break, and CUDA
 graphs capture the launches as they are (every launch is on the current stream, every
 allocation through torch's allocator).  The backward op takes dO of any strides and offset
-(autograd hands expanded, transposed or sliced gradients) and copies it once where the
-kernels' TMA and 16-byte loads could not read it (:func:`readable`).
+(autograd hands expanded, transposed or sliced gradients), as the forward takes q, k and v:
+read in place where the kernels' TMA and 16-byte loads can, else copied once
+(``layout.readable``, the one rule for every operand); dq, dk and dv come back in q's, k's and
+v's layouts.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from pipeline_core_nvidia_h100.kit_api import Op
 
 from pipeline_core_schedules_attention import bwd_prepost, call
 from pipeline_core_schedules_attention.bwd_call import attention_bwd_main
-from pipeline_core_schedules_attention.layout import empty_like_layout
+from pipeline_core_schedules_attention.layout import empty_like_layout, readable
 
 #: the op's causal (a schema has no bool-or-str) as the calls take it
 _CAUSAL: dict[str, bool | str] = {"none": False, "top_left": True,
@@ -83,17 +85,6 @@ def check_backward(o: Any, do: Any) -> None:
                                      f"the output's {o.dtype}; cast it")
 
 
-def readable(do: Any) -> Any:
-    """dO as the kernels read it: contiguous and 16-byte aligned (the main kernel's TMA, the
-    preprocess's 16-byte loads); copied once where it is not (autograd hands expanded,
-    transposed or offset gradients), else as it is."""
-    if do.is_contiguous() and do.data_ptr() % 16 == 0:
-        return do
-    import torch  # type: ignore[import-not-found, unused-ignore]
-
-    return do.clone(memory_format=torch.contiguous_format)
-
-
 def _backward_impl(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: str,
                    scale: float, deterministic: bool) -> tuple[Any, Any, Any]:
     check_backward(o, do)
@@ -107,7 +98,10 @@ def _backward_impl(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: st
 def _backward_fake(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: str,
                    scale: float, deterministic: bool) -> tuple[Any, Any, Any]:
     check_backward(o, do)
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    # the kernels' layouts: each gradient its input's (layout.py)
+    return empty_like_layout(torch, q), empty_like_layout(torch, k), empty_like_layout(torch, v)
 
 
 def attention_ops() -> tuple[Op, ...]:
