@@ -222,22 +222,9 @@ def strided(torch) -> None:
     from pipeline_core_schedules_attention.call import CALL
 
     ops = CALL.ops()
-    seqs = ((77, 77), (1000, 77), (77, 1000), (1000, 1000))
-    done = []
-    for kind in layouts.LAYOUTS:
-        for d in (64, 128):
-            for dtype in ("bf16", "fp16"):
-                for causal in CAUSAL:
-                    i = len(done)
-                    case = (2, 4, 2 if i % 2 else 4, *seqs[i % len(seqs)], d, dtype, causal)
-                    try:
-                        rec = grad_case(torch, ops, attention, case, kind)
-                    except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
-                        rec = {"kind": "correct", "layout": kind, "case": list(case),
-                               "ok": False,
-                               "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
-                    emit(rec)
-                    done.append(rec)
+    done = layouts.run_all(layouts.strided_cases(),
+                           lambda c: grad_case(torch, ops, attention, c[1:], c[0]), emit,
+                           "correct")
     emit({"kind": "strided-summary", "cases": len(done), "failed": sum(not r["ok"] for r in done),
           "layout_failed": sum(not r.get("layout_ok", True) for r in done),
           "max_err": max((max(r["err"].values()) for r in done if "err" in r), default=None)})

@@ -44,6 +44,37 @@ def tensor(torch: Any, b: int, h: int, s: int, d: int, dtype: Any, kind: str,
     return base
 
 
+def strided_cases() -> list[tuple]:
+    """(layout, B, Hq, Hkv, Sq, Sk, D, dtype, causal): every layout x head dim x dtype x
+    causal mode (off, top-left, bottom-right), the lengths (tails of both block sizes, Sq !=
+    Sk in half) and grouped-query heads (in half) rotating through them."""
+    seqs = ((77, 77), (1000, 77), (77, 1000), (1000, 1000))
+    out: list[tuple] = []
+    for kind in LAYOUTS:
+        for d in (64, 128):
+            for dtype in ("bf16", "fp16"):
+                for causal in (False, "top_left", "bottom_right"):
+                    i = len(out)
+                    out.append((kind, 2, 4, 2 if i % 2 else 4, *seqs[i % len(seqs)], d, dtype,
+                                causal))
+    return out
+
+
+def run_all(cases: list[tuple], run: Any, emit: Any, kind: str) -> list[dict]:
+    """Each case's record (``run(case)``), or one line naming the error it raised (the run
+    goes on), each emitted as it comes."""
+    done = []
+    for case in cases:
+        try:
+            rec = run(case)
+        except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
+            rec = {"kind": kind, "case": list(case), "ok": False,
+                   "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+        emit(rec)
+        done.append(rec)
+    return done
+
+
 def order(t: Any) -> tuple[int, ...]:
     """``t``'s dimensions from the outermost stride in, the last one last (ties: in order)."""
     st = t.stride()

@@ -66,11 +66,11 @@ def test_a_tiles_variant_sets_its_order_and_parameters_and_drops_both():
 
 
 def test_the_strided_checks_cover_every_layout_head_dim_dtype_and_causal_mode():
-    """attention_call's --phase strides (issue 37): each layout at both head dims, both
-    dtypes and the three causal modes, with tails, Sq != Sk and grouped-query heads."""
-    ac = _load("attention_call")
+    """attention_call's and attention_bwd's --phase strides (issue 37): each layout at both
+    head dims, both dtypes and the three causal modes, with tails, Sq != Sk and grouped-query
+    heads; a case that raises is one line and the run goes on."""
     layouts = _load("attention_layouts")
-    cases = ac.strided_cases()
+    cases = layouts.strided_cases()
     assert {(c[0], c[6], c[7], c[8]) for c in cases} == {
         (k, d, t, m) for k in layouts.LAYOUTS for d in (64, 128) for t in ("bf16", "fp16")
         for m in (False, "top_left", "bottom_right")}
@@ -79,6 +79,16 @@ def test_the_strided_checks_cover_every_layout_head_dim_dtype_and_causal_mode():
         assert any(c[4] != c[5] for c in mine) and any(c[2] != c[3] for c in mine)
         assert {c[4] for c in mine} == {77, 1000}  # tails of both block sizes
     assert layouts.operand_layouts("mixed") == ("bshd", "contiguous", "heads", "copy")
+    seen = []
+
+    def run(case):
+        if case[0] == "copy":
+            raise RuntimeError("a failure\nsecond line")
+        return {"ok": True}
+    done = layouts.run_all(cases, run, seen.append, "strided")
+    assert len(done) == len(seen) == len(cases) == 60 and done[0] == {"ok": True}
+    bad = [r for r in done if not r["ok"]]
+    assert bad and all(r["error"] == "RuntimeError: a failure" for r in bad)
 
 
 class _Strided:
