@@ -186,7 +186,8 @@ def grad_case(torch, ops, attention, case, kind: str = "contiguous") -> dict:
                 "nan": any(bool(torch.isnan(g).any()) for g in ours)})
     rec["layout_ok"] = all(layouts.same_layout(g, t) for g, t in zip(ours, (q, k, v)))
     rec["ok"] = (not rec["nan"] and rec["layout_ok"]
-                 and all(e <= bd for e, bd in zip(errs, bounds)) and rec["lse_err"] < 1e-2 and rec.get("no_key_lse_inf", True)
+                 and all(e <= bd for e, bd in zip(errs, bounds)) and rec["lse_err"] < 1e-2
+                 and rec.get("no_key_lse_inf", True)
                  and rec.get("no_key_dq_max_abs", 0.0) == 0.0)
     return rec
 
