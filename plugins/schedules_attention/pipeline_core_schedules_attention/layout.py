@@ -37,8 +37,13 @@ def strides(t: Any) -> tuple[int, ...]:
 
 
 def in_place(t: Any) -> bool:
-    """Whether the kernels read ``t`` where it lies (else :func:`readable` copies it once)."""
-    return bool(tma_readable(t))
+    """Whether the kernels read ``t`` where it lies (else :func:`readable` copies it once).
+    A tensor with no storage (torch.compile's FakeTensor, whose address raises: the op's fake
+    runs the checks and the plan, and launches nothing) counts as copied."""
+    try:
+        return bool(tma_readable(t))
+    except RuntimeError:
+        return False
 
 
 def readable(t: Any) -> Any:

@@ -105,3 +105,17 @@ def test_every_copied_operand_is_read_dense_and_aligned():
         assert got is not t and layout.in_place(got) and got.copied_from is t
     t = bshd(B, SK, HKV, D)
     assert layout.readable(t) is t
+
+
+class Fake(Tensor):
+    """torch.compile's FakeTensor: no storage, its address raises."""
+
+    def data_ptr(self):
+        raise RuntimeError("Cannot access data pointer of Tensor (e.g. FakeTensor)")
+
+
+def test_a_tensor_without_storage_is_planned_as_the_ops_fake_plans_it():
+    """The op's fake runs plan_attention under tracing: the plan is made, nothing raised."""
+    q = Fake((B, HQ, SQ, D))
+    c = call.plan_attention(q, dense(HKV, SK), dense(HKV, SK))
+    assert c.copied == ("q",) and c.out_order == (0, 1, 2, 3)
