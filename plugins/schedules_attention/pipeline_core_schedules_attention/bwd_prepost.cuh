@@ -43,10 +43,10 @@ struct Rows {
 };
 
 // Preprocess.  Row r of the [rows, HD] matrices O and dO (rows = B * H * Sq, at their own
-// strides `o_at` and `do_at`) is read by HD / 8 consecutive lanes, 8 elements each; their fp32 products are summed over the lanes
-// (shuffles within the row's lanes) and the row's first lane stores delta at the row's padded
-// place (bh * sq_rows + i: each head's rows padded to sq_rows, so the main kernel's TMA boxes
-// start on 16 bytes) and copies the forward's LSE there too.  Then the whole grid zeroes
+// strides `o_at` and `do_at`) is read by HD / 8 consecutive lanes, 8 elements each; their fp32
+// products are summed over the lanes (shuffles within the row's lanes) and the row's first
+// lane stores delta at the row's padded place (bh * sq_rows + i: each head's rows padded to
+// sq_rows, so the main kernel's TMA boxes start on 16 bytes) and copies the forward's LSE there too.  Then the whole grid zeroes
 // dq_accum's `zero4` float4s (grid-stride), which the main kernel adds dQ into, and writes the
 // pad rows: LSE +inf (P = 0 there) and delta 0.
 template <int HD, class Elem>

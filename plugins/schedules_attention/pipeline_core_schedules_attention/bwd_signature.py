@@ -1,8 +1,8 @@
 """The attention backward's main kernel signature: what ``emit_attention_bwd`` writes as the
 kernel's parameter list and what ``bwd_call`` packs, from one list (the kit's
 ``KernelSignature`` says why).  Q, dO, K, V: rank-4 tensor maps of their own strides
-(layout.bhsd_map; a box past S reads zeros, the tails the kernel masks); LSE and delta: maps over every query row's fp32; dQ's fp32 accumulator by
-address; dK and dV by their addresses (packed per call: the call's two allocations, two
+(layout.bhsd_map; a box past S reads zeros, the tails the kernel masks); LSE and delta: maps
+over every query row's fp32; dQ's fp32 accumulator by address; dK and dV by their addresses (packed per call: the call's two allocations, two
 tensors because the backward op's outputs may not alias each other; written through their
 strides, k's and v's layouts); then the sizes, the dQ accumulator's rows per head, the query
 heads per KV head, the scale (and it folded with log2 e), the KV heads (``HKV``: KV head

@@ -269,8 +269,8 @@ def _attention_key(q: Any, k: Any, v: Any, causal: object, scale: object,
                    stream: int) -> tuple[Any, ...]:
     """Everything :func:`plan_attention` and the launch read of one call: each tensor's
     description (launch_cache.describe: shape, so the head dim, lengths and GQA group; strides,
-    so what is copied and the output's layout; dtype; device, so whether on CUDA and on one device; TMA's 16-byte
-    alignment), ``causal`` and ``scale`` with their types (``1 == True`` and hashes alike, but
+    so what is copied and the output's layout; dtype; device, so whether on CUDA and on one
+    device; TMA's 16-byte alignment), ``causal`` and ``scale`` with their types (``1 == True`` and hashes alike, but
     ``causal=1`` is refused), and the stream."""
     return (describe(q), describe(k), describe(v), type(causal), causal, type(scale), scale,
             stream)

@@ -2,8 +2,8 @@
 kernel's parameter list and what ``call`` packs, from one list (the kit's ``KernelSignature``
 says why).  Q, K, V: tensor maps; O: the output's address, packed per call (a new output each
 call; written through its strides); LSE: each row's log-sum-exp in fp32, packed per call too
-(null where no gradient is needed: not stored); then the sizes, the softmax scale folded with log2(e), the query heads
-per KV head, the causal tile order (``hg``, ``snake``: tile_order.py), the query heads (``H``:
+(null where no gradient is needed: not stored); then the sizes, the softmax scale folded with
+log2(e), the query heads per KV head, the causal tile order (``hg``, ``snake``: tile_order.py), the query heads (``H``:
 query head ``bh`` is head ``bh % H`` of batch ``bh / H``, its TMA coordinates) and O's strides
 in elements (batch, head, row: O takes q's layout; layout.py)."""
 from __future__ import annotations
