@@ -88,7 +88,8 @@ def check_backward(o: Any, do: Any) -> None:
 def _backward_impl(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: str,
                    scale: float, deterministic: bool) -> tuple[Any, Any, Any]:
     check_backward(o, do)
-    do = readable(do)
+    # the one rule (layout.py): o is the forward's (read in place); dO any autograd hands
+    o, do = readable(o), readable(do)
     lse_pad, delta, dq_accum = bwd_prepost.preprocess(o, do, lse)
     dk, dv = attention_bwd_main(q, k, v, do, lse_pad, delta, dq_accum, causal=_CAUSAL[causal],
                                 scale=scale, deterministic=deterministic)
