@@ -32,12 +32,8 @@ host = launch_tests.host  # the fixture: fake torch, build, tensor maps and laun
 
 
 class Strided(Tensor):
-    """A tensor of other strides (autograd's dO may be expanded or transposed): a clone is a
-    contiguous copy."""
-
-    def clone(self, memory_format=None):
-        assert memory_format == "contiguous_format"
-        return Tensor(self.shape, self.dtype, self.device)
+    """A tensor of other strides (autograd's dO may be expanded or transposed): layout.py's
+    rule copies it (tma_copy: a new dense tensor)."""
 
 
 def test_do_is_copied_only_where_the_kernels_cannot_read_it(torch):
