@@ -1,7 +1,8 @@
 """``attention()``'s backward on the GPU (issue 36): correctness first, determinism, sanitizers,
 then timing against the same-process peers (docs/guide/attention.md, "Backward and training").
 
-  python3 benchmarks/attention_bwd.py [--phase all|correct|graph|determinism|time] [--out DIR]
+  python3 benchmarks/attention_bwd.py [--phase all|correct|graph|determinism|time|strides]
+                                      [--out DIR]
   python3 benchmarks/attention_bwd.py --determinism        # 20 runs, deterministic=True
   python3 benchmarks/attention_bwd.py --sanitize           # racecheck + synccheck, small shapes
   python3 benchmarks/attention_bwd.py --prebuild-only      # here, no GPU: every cubin on disk
@@ -35,6 +36,12 @@ then timing against the same-process peers (docs/guide/attention.md, "Backward a
 ``--sanitize`` runs both the default and the deterministic backward under each tool;
 ``--prebuild-only`` builds both main kernels of every variant (``bwd_call.prebuild``).
 
+5. **strides** (issue 37): the correct phase's check on q, k, v and dO of every layout of
+   attention_layouts.LAYOUTS (contiguous, a [B, S, H, D] buffer's transposed view, every
+   other head, a stride TMA cannot take: the copy path, a mix), x D 64 / 128 x bf16 / fp16 x
+   causal off / top-left / bottom-right, tails (S 77, 1000) and grouped-query heads rotating;
+   each gradient also in its input's layout (attention_layouts.same_layout).
+
 A case or configuration that fails prints one line and the run goes on; a summary line ends
 each phase.  Every result is one JSON line on stdout (and in --out/attention_bwd.jsonl).
 """
@@ -57,6 +64,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
 from attention_checks import (CAUSAL, SANITIZE_SHAPES, _job, _sanitizer,  # noqa: E402
                               configs, peer)
 from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
+import attention_layouts as layouts  # noqa: E402  (beside this script)
 
 TOKENS, HIDDEN = 16384, 2048
 #: the timed configurations: (head dim, S, causal)
@@ -139,15 +147,20 @@ def poison(torch, *like) -> None:
     del blocks
 
 
-def grad_case(torch, ops, attention, case, deterministic: bool = False) -> dict:
+def grad_case(torch, ops, attention, case, deterministic: bool = False,
+              kind: str = "contiguous") -> dict:
+    """One case on q, k, v and dO in layout ``kind`` (attention_layouts; the correct phase's
+    are contiguous): the gradients against the reference and in their inputs' layouts."""
     b, hq, hkv, sq, sk, d, dtype, causal = case
     dt = _dtype(torch, dtype)
-    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dt, requires_grad=True)
-               for h, n in ((hq, sq), (hkv, sk), (hkv, sk)))
-    do = torch.randn(b, hq, sq, d, device="cuda", dtype=dt)
+    lq, lk, lv, ldo = layouts.operand_layouts(kind)
+    q, k, v = (layouts.tensor(torch, b, h, n, d, dt, lay, requires_grad=True)
+               for h, n, lay in ((hq, sq, lq), (hkv, sk, lk), (hkv, sk, lv)))
+    do = layouts.tensor(torch, b, hq, sq, d, dt, ldo)
     lse_ref, ref, keyed = reference(torch, q, k, v, do, d ** -0.5, causal)
     rec = {"kind": "correct", "B": b, "Hq": hq, "Hkv": hkv, "Sq": sq, "Sk": sk, "D": d,
-           "dtype": dtype, "causal": causal, "deterministic": deterministic}
+           "dtype": dtype, "causal": causal, "deterministic": deterministic,
+           **({"layout": kind} if kind != "contiguous" else {})}
     _, lse = ops.attention(q.detach(), k.detach(), v.detach(), _causal_op(causal), None, False)
     poison(torch, q, k, v)
     o = attention(q, k, v, causal=causal, deterministic=deterministic)
@@ -177,8 +190,10 @@ def grad_case(torch, ops, attention, case, deterministic: bool = False) -> dict:
                 "peer_err": dict(zip(("dq", "dk", "dv"), perrs)) if perrs else None,
                 "bound": "1.5x peer" if finite else "fixed",
                 "nan": any(bool(torch.isnan(g).any()) for g in ours)})
-    rec["ok"] = (not rec["nan"] and all(e <= bd for e, bd in zip(errs, bounds))
-                 and rec["lse_err"] < 1e-2 and rec.get("no_key_lse_inf", True)
+    rec["layout_ok"] = all(layouts.same_layout(g, t) for g, t in zip(ours, (q, k, v)))
+    rec["ok"] = (not rec["nan"] and rec["layout_ok"]
+                 and all(e <= bd for e, bd in zip(errs, bounds)) and rec["lse_err"] < 1e-2
+                 and rec.get("no_key_lse_inf", True)
                  and rec.get("no_key_dq_max_abs", 0.0) == 0.0)
     return rec
 
@@ -206,6 +221,21 @@ def correct(torch, cases: int, seed: int) -> None:
           "bottom_right": sum(r.get("causal") == "bottom_right" for r in done),
           "fixed_bound": sum(r.get("bound") == "fixed" for r in done),
           "peers": sorted({str(r.get("peer")) for r in done if "peer" in r}),
+          "max_err": max((max(r["err"].values()) for r in done if "err" in r), default=None)})
+
+
+def strided(torch) -> None:
+    """The correct phase's check over every layout (attention_layouts.LAYOUTS) x head dim x
+    dtype x causal mode, the lengths (tails) and grouped-query heads rotating."""
+    from pipeline_core_schedules_attention import attention
+    from pipeline_core_schedules_attention.call import CALL
+
+    ops = CALL.ops()
+    done = layouts.run_all(layouts.strided_cases(),
+                           lambda c: grad_case(torch, ops, attention, c[1:], kind=c[0]), emit,
+                           "correct")
+    emit({"kind": "strided-summary", "cases": len(done), "failed": sum(not r["ok"] for r in done),
+          "layout_failed": sum(not r.get("layout_ok", True) for r in done),
           "max_err": max((max(r["err"].values()) for r in done if "err" in r), default=None)})
 
 
@@ -523,7 +553,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", default="all",
                     choices=("all", "correct", "graph", "determinism", "time",
-                             "sanitize-run"))
+                             "sanitize-run", "strides"))
     ap.add_argument("--determinism", action="store_true", help="--phase determinism")
     ap.add_argument("--sanitize", action="store_true",
                     help="compute-sanitizer racecheck and synccheck over the op's kernels")
@@ -557,6 +587,8 @@ def main() -> None:
         emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
         if phase in ("all", "correct"):
             correct(torch, args.cases, args.seed)
+        if phase in ("all", "strides"):
+            strided(torch)
         if phase in ("all", "graph"):
             graph(torch)
         if phase in ("all", "determinism"):

@@ -1,7 +1,7 @@
 """``pipeline_core_schedules_attention.attention`` on the GPU: correctness, sanitizers, timing.
 
-  python3 benchmarks/attention_call.py [--phase all|correct|small|time] [--anchors FILE] [--out DIR]
-                                       [--causal]
+  python3 benchmarks/attention_call.py [--phase all|correct|small|time|strides|strides-time]
+                                       [--anchors FILE] [--out DIR] [--causal]
 
 1. Correctness (METHOD.md): cases over (B, H, Sq, Sk, D, dtype), S in {1, 7, 127, 128, 1000,
    4096} with query and key lengths that differ, fresh random inputs each, the output's memory
@@ -17,6 +17,15 @@
 ``--causal``: every case and timing with ``causal=True`` (torch's ``is_causal``: key k of query
 row r kept when k <= r, aligned top-left also when Sq != Sk); the reference masks the scores,
 the peers run ``is_causal=True``, and TFLOPS count the kept half of the square.
+4. ``--phase strides`` (issue 37): every layout of attention_layouts.LAYOUTS (contiguous, a
+   [B, S, H, D] buffer's transposed view, every other head, a stride TMA cannot take: the copy
+   path, a mix) x D 64 / 128 x bf16 / fp16 x causal off / top-left / bottom-right, with tails
+   (S 77 and 1000, Sq != Sk in half) and grouped-query heads in half: the NaN-poisoned output
+   against the fp32 reference (attention_checks.reference: GQA, both alignments; a row with no
+   key exactly 0) within 1.5x the first SDPA backend's error on the same strided inputs, and
+   the output's layout q's (attention_layouts.same_layout).  ``--phase strides-time``: for
+   each of ``--configs``, a [B, S, H, D] view called in place against contiguous inputs (should
+   be equal) and against ``.contiguous()`` of each then the call (what the refusal asked for).
 ``--variants all`` (or names of VARIANTS): the correctness cases for each variant timed, not only
 the call's own; ``--one VARIANT:DxS``: two launches of one variant, for ``ncu --launch-skip 1``.
 Each timing line also holds ``batched_ms`` (20 calls between two events) and
@@ -40,6 +49,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
         sys.path.insert(0, str(extra))
 
 from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
+import attention_layouts as layouts  # noqa: E402  (beside this script)
 from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
 
 SEQS = (1, 7, 127, 128, 1000, 4096)
@@ -119,6 +129,62 @@ def correctness(torch, call, peers, rng, causal=False, random_cases=14, variant=
             for b, h, sq, sk in cases:
                 rec = run_case(torch, call, peers, b, h, sq, sk, d, dtype, causal)
                 emit({**rec, "variant": variant} if variant else rec)
+
+
+def strided_case(torch, call, case) -> dict:
+    """One layout's case: the output against the fp32 reference, the first SDPA backend that
+    takes the same strided inputs as the bound, the output's layout q's."""
+    from attention_checks import judge, reference
+
+    kind, b, hq, hkv, sq, sk, d, dtype, causal = case
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    lq, lk, lv, _ = layouts.operand_layouts(kind)
+    q = layouts.tensor(torch, b, hq, sq, d, dt, lq)
+    k = layouts.tensor(torch, b, hkv, sk, d, dt, lk)
+    v = layouts.tensor(torch, b, hkv, sk, d, dt, lv)
+    ref, empty = reference(torch, q, k, v, d ** -0.5, causal)
+    poison = torch.full((q.numel(),), float("nan"), device="cuda", dtype=dt)
+    del poison  # the call's output (q's numel, in q's layout) reuses this freed NaN block
+    out = call.attention(q, k, v, causal=causal)
+    torch.cuda.synchronize()
+    rec = {"kind": "strided", "layout": kind, "B": b, "Hq": hq, "Hkv": hkv, "Sq": sq, "Sk": sk,
+           "D": d, "dtype": dtype, "causal": causal, "q_stride": list(q.stride()),
+           "out_stride": list(out.stride()), "layout_ok": layouts.same_layout(out, q),
+           **judge(torch, out, q, k, v, ref, empty, causal, slack=1e-3)}
+    rec["ok"] = bool(rec["ok"] and rec["layout_ok"] and not rec["nan"])
+    return rec
+
+
+def strided(torch, call) -> None:
+    done = layouts.run_all(layouts.strided_cases(), lambda c: strided_case(torch, call, c), emit,
+                           "strided")
+    emit({"kind": "strided-summary", "cases": len(done), "failed": sum(not r["ok"] for r in done),
+          "layouts": sorted({r.get("layout", "?") for r in done}),
+          "max_err": max((r["err"] for r in done if "err" in r), default=None)})
+
+
+def strided_timing(torch, call, rounds: int, configs, causal=False) -> None:
+    """A [B, S, H, D] buffer's transposed view called in place, against contiguous inputs of
+    the same values (the kernel's own speed: should be equal) and against ``.contiguous()`` of
+    each then the call (the copy the refusal asked for before issue 37)."""
+    for d, s in configs:
+        b, h = 16384 // s, 2048 // d
+        bq, bk, bv = (layouts.tensor(torch, b, h, s, d, torch.bfloat16, "bshd")
+                      for _ in range(3))
+        cq, ck, cv = (t.contiguous() for t in (bq, bk, bv))
+        fns = {"bshd-in-place": lambda: call.attention(bq, bk, bv, causal=causal),
+               "contiguous": lambda: call.attention(cq, ck, cv, causal=causal),
+               "bshd-contiguous-then-call": lambda: call.attention(
+                   bq.contiguous(), bk.contiguous(), bv.contiguous(), causal=causal)}
+        for fn in fns.values():
+            fn()
+        torch.cuda.synchronize()
+        per = interleaved(torch, fns, rounds, 10)
+        for n in fns:
+            emit({"kind": "strided-time", "name": n, "D": d, "S": s, "B": b, "H": h,
+                  "causal": causal, "ms": statistics.median(per[n]),
+                  "ratio_vs_contiguous": ratios(per, n, "contiguous"),
+                  "device": torch.cuda.get_device_name()})
 
 
 @contextlib.contextmanager
@@ -217,7 +283,8 @@ def timing(torch, call, peers, rounds: int, configs, causal=False) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", default="all", choices=("all", "correct", "small", "time"))
+    ap.add_argument("--phase", default="all",
+                    choices=("all", "correct", "small", "time", "strides", "strides-time"))
     ap.add_argument("--anchors", default=str(ROOT.parent / "shared" / "tools" / "gemm_anchors.py"))
     ap.add_argument("--out", default="")
     ap.add_argument("--rounds", type=int, default=5)
@@ -251,6 +318,11 @@ def main() -> None:
                 call.attention(q, k, v, causal=args.causal)
             torch.cuda.synchronize()
         return
+    if args.phase == "strides":
+        strided(torch, call)
+    if args.phase == "strides-time":
+        configs = [tuple(int(x) for x in c.split("x")) for c in args.configs.split(",")]
+        strided_timing(torch, call, args.rounds, configs, args.causal)
     if args.phase == "small":
         emit(run_case(torch, call, {}, 1, 2, 100, 77, 64, "bf16", args.causal))
     if args.phase in ("all", "correct"):

@@ -63,3 +63,61 @@ def test_a_tiles_variant_sets_its_order_and_parameters_and_drops_both():
         assert call.ORDER is None
         assert call.CALL_PARAMS == {"consumers": "3", **tiles.VARIANTS["bn128-q2"]}
     assert call.CALL_PARAMS == {"consumers": "3"}
+
+
+def test_the_strided_checks_cover_every_layout_head_dim_dtype_and_causal_mode():
+    """attention_call's and attention_bwd's --phase strides (issue 37): each layout at both
+    head dims, both dtypes and the three causal modes, with tails, Sq != Sk and grouped-query
+    heads; a case that raises is one line and the run goes on."""
+    layouts = _load("attention_layouts")
+    cases = layouts.strided_cases()
+    assert {(c[0], c[6], c[7], c[8]) for c in cases} == {
+        (k, d, t, m) for k in layouts.LAYOUTS for d in (64, 128) for t in ("bf16", "fp16")
+        for m in (False, "top_left", "bottom_right")}
+    for kind in layouts.LAYOUTS:
+        mine = [c for c in cases if c[0] == kind]
+        assert any(c[4] != c[5] for c in mine) and any(c[2] != c[3] for c in mine)
+        assert {c[4] for c in mine} == {77, 1000}  # tails of both block sizes
+    assert layouts.operand_layouts("mixed") == ("bshd", "contiguous", "heads", "copy")
+    seen = []
+
+    def run(case):
+        if case[0] == "copy":
+            raise RuntimeError("a failure\nsecond line")
+        return {"ok": True}
+    done = layouts.run_all(cases, run, seen.append, "strided")
+    assert len(done) == len(seen) == len(cases) == 60 and done[0] == {"ok": True}
+    bad = [r for r in done if not r["ok"]]
+    assert bad and all(r["error"] == "RuntimeError: a failure" for r in bad)
+
+
+class _Strided:
+    def __init__(self, shape, strides):
+        self.shape, self._strides = tuple(shape), tuple(strides)
+
+    def stride(self):
+        return self._strides
+
+    def dim(self):
+        return len(self.shape)
+
+    def permute(self, *dims):
+        return _Strided([self.shape[d] for d in dims], [self._strides[d] for d in dims])
+
+    def is_contiguous(self):
+        step = 1
+        for n, s in zip(reversed(self.shape), reversed(self._strides)):
+            if n > 1 and s != step:
+                return False
+            step *= n
+        return True
+
+
+def test_an_output_in_its_inputs_layout_is_dense_in_its_dimension_order():
+    layouts = _load("attention_layouts")
+    b, h, s, d = 2, 4, 77, 64
+    bshd = _Strided((b, h, s, d), (s * h * d, d, h * d, 1))
+    contiguous = _Strided((b, h, s, d), (h * s * d, s * d, d, 1))
+    heads = _Strided((b, h, s, d), (2 * h * s * d, 2 * s * d, d, 1))
+    assert layouts.same_layout(bshd, bshd) and not layouts.same_layout(contiguous, bshd)
+    assert layouts.same_layout(contiguous, heads) and not layouts.same_layout(heads, heads)

@@ -55,23 +55,40 @@ def encode_tiled_2d(address: int, rows: int, cols: int, box_rows: int, box_cols:
     that many such arrays, ``batch_stride`` elements apart, read one batch deep (a batched
     matmul's operand); a ``batch`` of 1 with a ``batch_stride`` is a 3-D map too (a grouped
     GEMM's operand of one group, which its kernel reads as every group, at a batch)."""
-    np = _require("numpy")
-    rank = 3 if batch > 1 or batch_stride else 2
-    out = (ctypes.c_uint64 * 16)()
+    rank3 = batch > 1 or batch_stride
     elem = DTYPE_BYTES[dtype]
-    dims = (ctypes.c_uint64 * rank)(cols, rows, *((batch,) if rank == 3 else ()))
-    strides = (ctypes.c_uint64 * (rank - 1))(
-        (cols if stride is None else stride) * elem, *((batch_stride * elem,) if rank == 3 else ()))
-    box = (ctypes.c_uint32 * rank)(box_cols, box_rows, *((1,) if rank == 3 else ()))
+    return encode_tiled(address, (cols, rows, *((batch,) if rank3 else ())),
+                        ((cols if stride is None else stride) * elem,
+                         *((batch_stride * elem,) if rank3 else ())),
+                        (box_cols, box_rows, *((1,) if rank3 else ())), dtype=dtype,
+                        swizzle=swizzle)
+
+
+def encode_tiled(address: int, dims: tuple[int, ...], strides: tuple[int, ...],
+                 box: tuple[int, ...], *, dtype: int = DTYPE_BFLOAT16,
+                 swizzle: int = SWIZZLE_128B) -> Any:
+    """The tensor map of a ``len(dims)``-D array (1 to 5 dimensions) of ``dtype``, innermost
+    first as the driver takes them: ``dims`` the sizes, ``strides`` the bytes between
+    consecutive indices of every dimension but the innermost (whose elements are adjacent;
+    each a multiple of 16, in any order: a transposed view's are not increasing), ``box`` the
+    elements a copy moves per dimension.  Boxes reaching past a dimension's size are
+    zero-filled (loads) or clipped (stores).  One home of the driver call (the 2-D maps above
+    are this one's)."""
+    np = _require("numpy")
+    rank = len(dims)
+    out = (ctypes.c_uint64 * 16)()
+    c_dims = (ctypes.c_uint64 * rank)(*dims)
+    c_strides = (ctypes.c_uint64 * max(1, rank - 1))(*strides)
+    c_box = (ctypes.c_uint32 * rank)(*box)
     step = (ctypes.c_uint32 * rank)(*(1,) * rank)
     fn = _libcuda().cuTensorMapEncodeTiled
     fn.restype = ctypes.c_int
-    rc = fn(ctypes.byref(out), dtype, rank, ctypes.c_void_p(address), dims, strides, box,
+    rc = fn(ctypes.byref(out), dtype, rank, ctypes.c_void_p(address), c_dims, c_strides, c_box,
             step, 0, swizzle, L2_PROMOTION_256B, 0)
     if rc != 0:
-        raise TensorMapError(f"cuTensorMapEncodeTiled returned CUresult {rc} for a "
-                             f"[{rows}, {cols}] array (stride {strides[0]} bytes) in "
-                             f"{box_rows}x{box_cols} boxes")
+        raise TensorMapError(f"cuTensorMapEncodeTiled returned CUresult {rc} for an array of "
+                             f"dims {tuple(dims)} (innermost first), strides {tuple(strides)} "
+                             f"bytes, in boxes of {tuple(box)}")
     record = np.dtype([("opaque", np.uint64, (16,))], align=True)
     return np.frombuffer(bytes(out), dtype=record, count=1)[0]
 

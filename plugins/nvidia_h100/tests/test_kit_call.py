@@ -193,6 +193,67 @@ def test_one_bounded_tensor_map_cache_encodes_each_map_once(monkeypatch):
     assert len(encoded) == 4
 
 
+class _View:
+    """What tma_readable reads of a torch tensor: sizes, strides (elements), element size,
+    address."""
+
+    def __init__(self, shape, strides, ptr=1 << 20, elem=2):
+        self.shape, self._strides, self.ptr, self.elem = shape, strides, ptr, elem
+
+    def stride(self, i):
+        return self._strides[i]
+
+    def element_size(self):
+        return self.elem
+
+    def data_ptr(self):
+        return self.ptr
+
+
+B, H, S, D = 2, 8, 77, 64
+
+
+@pytest.mark.parametrize("shape, strides, ptr, readable", [
+    ((B, H, S, D), (H * S * D, S * D, D, 1), 1 << 20, True),  # contiguous
+    ((B, H, S, D), (S * H * D, D, H * D, 1), 1 << 20, True),  # [B, S, H, D] seen as [B, H, S, D]
+    ((B, H // 2, S, D), (H * S * D, 2 * S * D, D, 1), 1 << 20, True),  # every other head
+    ((1, H, S, D), (7, S * D, D, 1), 1 << 20, False),  # a stride off 16 bytes, one index's too
+    ((B, H, S, D), (H * S * (D + 1), S * (D + 1), D + 1, 1), 1 << 20, False),  # rows of 130 B
+    ((B, H, S, D), (H * S * D * 2, S * D * 2, D * 2, 2), 1 << 20, False),  # last stride 2
+    ((B, H, S, D), (H * S * D, S * D, D, 1), (1 << 20) + 2, False),  # base off 16 bytes
+    ((B, H, S, D), (S * D, 0, D, 1), 1 << 20, False),  # a broadcast head (expand)
+    ((B, H, S, D), (H * S * D, S * D, 8, 1), 1 << 20, False),  # rows overlapping
+    ((128, 64), (64, 1), 1 << 20, True),  # 2-D: the GEMM's operands, as before
+    ((128, 64), (32, 1), 1 << 20, False),
+    ((1, 64), (72, 1), 1 << 20, True),
+])
+def test_tma_readable_takes_any_rank_and_any_order_of_strides(shape, strides, ptr, readable):
+    """TMA reads a tensor in place when its last dimension is unit-strided, its other strides
+    are multiples of 16 bytes, no two indices share an address and its base is 16-byte
+    aligned; the strides need not increase (a transposed view)."""
+    assert kit.tma_readable(_View(shape, strides, ptr)) is readable
+
+
+def test_a_strided_map_is_the_tensors_own_dims_and_byte_strides_innermost_first(monkeypatch):
+    """strided_tensor_map hands the driver torch's sizes and strides reversed (innermost
+    first), the strides in bytes without the innermost one, the box reversed; a dimension of
+    one index takes the dense stride (the driver reads only its index 0); encoded once."""
+    from pipeline_core_nvidia_h100 import tma
+
+    encoded = []
+    monkeypatch.setattr(tma, "encode_tiled", lambda *a, **kw: encoded.append((a, kw))
+                        or len(encoded))
+    monkeypatch.setattr(kit, "_MAPS", kit.Bounded(8))
+    shape, strides = (B, H, S, D), (S * H * D, D, H * D, 1)
+    first = kit.strided_tensor_map(4096, shape, strides, (1, 1, 128, 64), "bf16")
+    assert kit.strided_tensor_map(4096, shape, strides, (1, 1, 128, 64), "bf16") == first
+    (args, kw), = encoded
+    assert args == (4096, (D, S, H, B), (H * D * 2, D * 2, S * H * D * 2), (64, 128, 1, 1))
+    assert kw == {"dtype": tma.DTYPE_BFLOAT16, "swizzle": tma.SWIZZLE_128B}
+    kit.strided_tensor_map(4096, (1, H, S, D), (3, S * D, D, 1), (1, 1, 128, 64), "fp16")
+    assert encoded[1][0][2] == (D * 2, S * D * 2, H * S * D * 2)
+
+
 def test_the_sm_count_is_asked_of_torch_once_per_device(monkeypatch):
     asked = []
     torch = types.ModuleType("torch")

@@ -147,7 +147,7 @@ def test_the_attention_calls_packed_arguments_are_the_emitted_kernels_parameters
     plan = call.AttentionCall(bh=12, sq=1000, sk=777, head_dim=head_dim, dtype="bf16",
                               scale_log2=0.18, causal=align is not None,
                               align=align or "top_left", group=2)
-    monkeypatch.setattr(call, "tensor_map", lambda *a, **kw: MAP)
+    monkeypatch.setattr(call, "bhsd_map", lambda *a, **kw: MAP)  # maps of the own strides
     monkeypatch.setattr(call, "sm_count", lambda device: 132)
     r = Recipe(plan=plan, device=0, stream=7, kernels=("k",))
     built = call.AttentionKernel(kernel="k", smem=1, threads=384, block_m=128, block_n=128)

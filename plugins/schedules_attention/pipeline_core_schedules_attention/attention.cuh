@@ -17,6 +17,18 @@ namespace pcat {
 using pcwg::u32;
 using pcwg::u64;
 
+// A 4D tile of `map` at (c0 innermost, c1, c2, c3) into shared memory; its bytes complete on
+// `bar`.  The attention kernels' Q, K, V (and dO) maps are rank 4 over (D, S, H, B) with the
+// tensors' own strides (layout.py), read at (d, s, h, b): a box past S reads zeros.
+__device__ __forceinline__ void tma_load_4d(u32 dst, const pcwg::TensorMap* map, u32 bar, int c0,
+                                            int c1, int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6}], [%2];\n"
+        :: "r"(dst), "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2),
+           "r"(c3) : "memory");
+}
+
 // The query rows of one consumer warp group: wgmma's M (the emitter refuses other geometries).
 constexpr int ROWS = 64;
 
@@ -220,13 +232,14 @@ __device__ __forceinline__ void pv(float (&o)[HD / 2], const u32 (&pk)[BN / 4], 
 }
 
 // An output tile's end: O / row sum (the quad's sums added; a row with no key, sum 0, stores 0)
-// into O[bh] ([Sq, HD] rows of Elem), rows past Sq not stored; and, where the call asks for it
+// into `out`, the head's [Sq, HD] rows of Elem `row_stride` elements apart (the output's own
+// strides: it takes q's layout), rows past Sq not stored; and, where the call asks for it
 // (LSE not null: a gradient is needed), each row's natural log-sum-exp of the scaled scores,
 // ln 2 * (max + log2 sum) in the statistics' log2 units, into LSE[bh] ([Sq] fp32, one store by
 // the quad's first lane): +inf for a row with no key, so the backward's P = exp(S - LSE) is 0.
 template <int HD, class Elem>
-__device__ __forceinline__ void finish(float (&o)[HD / 2], Rows& r, unsigned short* O,
-                                       float* LSE, int bh, int sq) {
+__device__ __forceinline__ void finish(float (&o)[HD / 2], Rows& r, unsigned short* out,
+                                       long long row_stride, float* LSE, int bh, int sq) {
 #pragma unroll
     for (int i = 0; i < HD / 2; ++i) pcwg::fence_operand(o[i]);
     r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, 1);
@@ -235,15 +248,14 @@ __device__ __forceinline__ void finish(float (&o)[HD / 2], Rows& r, unsigned sho
     r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, 2);
     const float r0 = r.l0 > 0.f ? 1.f / r.l0 : 0.f, r1 = r.l1 > 0.f ? 1.f / r.l1 : 0.f;
     const int row = r.row(), lane = threadIdx.x % 32, q = lane % 4;
-    unsigned short* out = O + ((size_t)bh * sq) * HD;
 #pragma unroll
     for (int c = 0; c < HD / 8; ++c) {
         const int col = c * 8 + 2 * q;
         if (row < sq)
-            *reinterpret_cast<u32*>(out + (size_t)row * HD + col) =
+            *reinterpret_cast<u32*>(out + row * row_stride + col) =
                 Elem::pack(o[4 * c] * r0, o[4 * c + 1] * r0);
         if (row + 8 < sq)
-            *reinterpret_cast<u32*>(out + (size_t)(row + 8) * HD + col) =
+            *reinterpret_cast<u32*>(out + (row + 8) * row_stride + col) =
                 Elem::pack(o[4 * c + 2] * r1, o[4 * c + 3] * r1);
     }
     if (LSE != nullptr && q == 0) {

@@ -186,12 +186,13 @@ __device__ __forceinline__ void start(float (&dk)[HD / 2], float (&dv)[HD / 2]) 
     for (int i = 0; i < HD / 2; ++i) dk[i] = dv[i] = 0.f;
 }
 
-// An output tile's end: the consumer's KEYS rows of dK and dV (from key row `key0` of KV head
-// `bhk`'s [Sk, HD] rows) stored as Elem, keys past Sk not stored.
+// An output tile's end: the consumer's KEYS rows of dK and dV (from key row `key0` of the KV
+// head's [Sk, HD] rows at `dK` and `dV`, rows `dk_rows` and `dv_rows` elements apart: their own
+// strides, k's and v's layouts) stored as Elem, keys past Sk not stored.
 template <int HD, class Elem>
 __device__ __forceinline__ void finish(float (&dk)[HD / 2], float (&dv)[HD / 2],
-                                       unsigned short* dK, unsigned short* dV, int bhk,
-                                       int key0, int sk) {
+                                       unsigned short* dK, long long dk_rows, unsigned short* dV,
+                                       long long dv_rows, int key0, int sk) {
 #pragma unroll
     for (int i = 0; i < HD / 2; ++i) {
         pcwg::fence_operand(dk[i]);
@@ -199,21 +200,22 @@ __device__ __forceinline__ void finish(float (&dk)[HD / 2], float (&dv)[HD / 2],
     }
     const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
     const int key = key0 + wtid / 32 * 16 + lane / 4;
-    // the row's two u32 pointers, kept for the whole store (per-column 64-bit arithmetic on top
-    // of dK's and dV's 128 live accumulators made ptxas spill a tile counter at D 128)
-    const size_t row = (size_t)bhk * sk + key;
-    u32* const k_row = reinterpret_cast<u32*>(dK + row * HD) + q;
-    u32* const v_row = reinterpret_cast<u32*>(dV + row * HD) + q;
+    // two row pointers per key row, kept for the whole store (per-column 64-bit arithmetic
+    // beside dK's and dV's 128 live accumulators made ptxas spill a tile counter at D 128)
+    u32* const k0 = reinterpret_cast<u32*>(dK + key * dk_rows) + q;
+    u32* const v0 = reinterpret_cast<u32*>(dV + key * dv_rows) + q;
+    u32* const k8 = reinterpret_cast<u32*>(dK + (key + 8) * dk_rows) + q;
+    u32* const v8 = reinterpret_cast<u32*>(dV + (key + 8) * dv_rows) + q;
     const bool in0 = key < sk, in8 = key + 8 < sk;
 #pragma unroll
     for (int c = 0; c < HD / 8; ++c) {  // columns 8 c + 2 q, + 1: u32 4 c + q of the row
         if (in0) {
-            k_row[c * 4] = Elem::pack(dk[4 * c], dk[4 * c + 1]);
-            v_row[c * 4] = Elem::pack(dv[4 * c], dv[4 * c + 1]);
+            k0[c * 4] = Elem::pack(dk[4 * c], dk[4 * c + 1]);
+            v0[c * 4] = Elem::pack(dv[4 * c], dv[4 * c + 1]);
         }
-        if (in8) {  // 8 keys on: 8 rows of HD / 2 u32 further
-            k_row[4 * HD + c * 4] = Elem::pack(dk[4 * c + 2], dk[4 * c + 3]);
-            v_row[4 * HD + c * 4] = Elem::pack(dv[4 * c + 2], dv[4 * c + 3]);
+        if (in8) {
+            k8[c * 4] = Elem::pack(dk[4 * c + 2], dk[4 * c + 3]);
+            v8[c * 4] = Elem::pack(dv[4 * c + 2], dv[4 * c + 3]);
         }
     }
 }

@@ -19,8 +19,10 @@ launch: torch.compile (``fullgraph=True``) traces an op by its fake and its back
 registered formula, so forward and backward land in one graph without a break, and CUDA
 graphs capture the launches as they are (every launch is on the current stream, every
 allocation through torch's allocator).  The backward op takes dO of any strides and offset
-(autograd hands expanded, transposed or sliced gradients) and copies it once where the
-kernels' TMA and 16-byte loads could not read it (:func:`readable`).
+(autograd hands expanded, transposed or sliced gradients), as the forward takes q, k and v:
+read in place where the kernels' TMA and 16-byte loads can, else copied once
+(``layout.readable``, the one rule for every operand); dq, dk and dv come back in q's, k's and
+v's layouts.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from pipeline_core_nvidia_h100.kit_api import Op
 
 from pipeline_core_schedules_attention import bwd_prepost, call
 from pipeline_core_schedules_attention.bwd_call import attention_bwd_main
+from pipeline_core_schedules_attention.layout import empty_like_layout, readable
 
 #: the op's causal (a schema has no bool-or-str) as the calls take it
 _CAUSAL: dict[str, bool | str] = {"none": False, "top_left": True,
@@ -52,7 +55,8 @@ def _forward_fake(q: Any, k: Any, v: Any, causal: str, scale: float | None,
 
     # the argument checks, where torch.compile traces the call (attention() skips them)
     call.plan_attention(q, k, v, causal=_CAUSAL[causal], scale=scale)
-    return q.new_empty(q.shape), q.new_empty(tuple(q.shape[:3]), dtype=torch.float32)
+    return (empty_like_layout(torch, q),  # q's layout, as the kernel's output (layout.py)
+            q.new_empty(tuple(q.shape[:3]), dtype=torch.float32))
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Any, Any]) -> None:
@@ -81,21 +85,11 @@ def check_backward(o: Any, do: Any) -> None:
                                      f"the output's {o.dtype}; cast it")
 
 
-def readable(do: Any) -> Any:
-    """dO as the kernels read it: contiguous and 16-byte aligned (the main kernel's TMA, the
-    preprocess's 16-byte loads); copied once where it is not (autograd hands expanded,
-    transposed or offset gradients), else as it is."""
-    if do.is_contiguous() and do.data_ptr() % 16 == 0:
-        return do
-    import torch  # type: ignore[import-not-found, unused-ignore]
-
-    return do.clone(memory_format=torch.contiguous_format)
-
-
 def _backward_impl(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: str,
                    scale: float, deterministic: bool) -> tuple[Any, Any, Any]:
     check_backward(o, do)
-    do = readable(do)
+    # the one rule (layout.py): o is the forward's (read in place); dO any autograd hands
+    o, do = readable(o), readable(do)
     lse_pad, delta, dq_accum = bwd_prepost.preprocess(o, do, lse)
     dk, dv = attention_bwd_main(q, k, v, do, lse_pad, delta, dq_accum, causal=_CAUSAL[causal],
                                 scale=scale, deterministic=deterministic)
@@ -105,7 +99,10 @@ def _backward_impl(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: st
 def _backward_fake(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: str,
                    scale: float, deterministic: bool) -> tuple[Any, Any, Any]:
     check_backward(o, do)
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    # the kernels' layouts: each gradient its input's (layout.py)
+    return empty_like_layout(torch, q), empty_like_layout(torch, k), empty_like_layout(torch, v)
 
 
 def attention_ops() -> tuple[Op, ...]:

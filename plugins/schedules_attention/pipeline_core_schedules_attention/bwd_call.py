@@ -28,6 +28,9 @@ from pipeline_core_nvidia_h100.kit_api import (ARCH, BUILD_OPTIONS, PLUGIN_MODUL
                                                cubin_path, describe, load_kernel,
                                                require_gpu_module, sm_count, tensor_map)
 
+from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
+                                                      in_place, order_of, readable)
+
 from pipeline_core_schedules_attention.bwd_schedule import DEFAULT_STAGES, NAME
 from pipeline_core_schedules_attention.bwd_signature import (KERNEL_NAME, ORDERED_SIGNATURE,
                                                              SIGNATURE)
@@ -48,7 +51,10 @@ FN = "attention_bwd_main"
 @attrs.frozen(kw_only=True)
 class BwdCall:
     """What one call runs: batch x KV heads, the query heads per KV head, the lengths, the dQ
-    accumulator's rows per head, the head dim, dtype, scale and the causal alignment."""
+    accumulator's rows per head, the head dim, dtype, scale, the causal alignment, the KV
+    heads, the operands copied once because TMA cannot read them where they lie (``copied``:
+    names among q, k, v, do; layout.py's rule) and dK's and dV's layouts, k's and v's
+    (dimensions outermost first)."""
 
     bhk: int
     group: int
@@ -61,6 +67,15 @@ class BwdCall:
     causal: bool
     align: str = "top_left"
     deterministic: bool = False
+    kv_heads: int = 1
+    copied: tuple[str, ...] = ()
+    dk_order: tuple[int, ...] = (0, 1, 2, 3)
+    dv_order: tuple[int, ...] = (0, 1, 2, 3)
+
+    def grad_strides(self, order: tuple[int, ...]) -> tuple[int, ...]:
+        """The strides in elements of dK or dV ([B, Hkv, Sk, D], dense in ``order``)."""
+        return dense_strides((self.bhk // self.kv_heads, self.kv_heads, self.sk,
+                              self.head_dim), order)
 
 
 def padded_rows(sq: int) -> int:
@@ -89,20 +104,24 @@ def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: An
         raise _fail("do", f"{do.dtype} {tuple(do.shape)} differs from q's {q.dtype} "
                           f"{tuple(q.shape)}; pass the output's gradient")
     sqp = padded_rows(sq)
-    for name, t, shape, dtype in (("do", do, tuple(q.shape), str(q.dtype)),
-                                  ("lse", lse, (b, h, sqp), "torch.float32"),
+    if do.device != q.device:
+        raise _fail("do", f"on {do.device}, q on {q.device}; put them on one device")
+    for name, t, shape, dtype in (("lse", lse, (b, h, sqp), "torch.float32"),
                                   ("delta", delta, (b, h, sqp), "torch.float32"),
                                   ("dq_accum", dq_accum, (b, h, sqp, d), "torch.float32")):
         if tuple(t.shape) != shape or str(t.dtype) != dtype:
             raise _fail(name, f"{t.dtype} {tuple(t.shape)}; pass {dtype} {shape}"
-                              + (f" (rows rounded up to bwd_call.DQ_ROWS = {DQ_ROWS})"
-                                 if name != "do" else ""))
+                              + f" (rows rounded up to bwd_call.DQ_ROWS = {DQ_ROWS})")
         if t.device != q.device or not t.is_contiguous() or t.data_ptr() % 16:
             raise _fail(name, "not a contiguous, 16-byte aligned tensor on q's device; pass "
                               ".contiguous() on q's device")
+    # q, k, v and dO of any strides: read in place where TMA can, else copied once (layout.py)
     return BwdCall(bhk=fwd.bh // fwd.group, group=fwd.group, sq=sq, sk=fwd.sk, sqp=sqp,
                    head_dim=d, dtype=fwd.dtype, scale=fwd.scale_log2 / LOG2E,
-                   causal=fwd.causal, align=fwd.align, deterministic=deterministic)
+                   causal=fwd.causal, align=fwd.align, deterministic=deterministic,
+                   kv_heads=k.shape[1],
+                   copied=(*fwd.copied, *(("do",) if not in_place(do) else ())),
+                   dk_order=order_of(k), dv_order=order_of(v))
 
 
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
@@ -167,27 +186,31 @@ def _build(key: tuple[int, str, bool, str, bool, int]) -> BwdKernel:
 def _arguments(r: Recipe[BwdCall], kernels: tuple[BwdKernel, ...],
                tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
     """The persistent grid (one CTA per output tile, at most one per SM) and the kernel's
-    arguments (bwd_signature.SIGNATURE) but dK's and dV's addresses, packed per call."""
+    arguments (bwd_signature.SIGNATURE) but dK's and dV's addresses, packed per call: Q's,
+    K's, V's and dO's tensor maps through their own strides (layout.bhsd_map), LSE's and
+    delta's, the sizes, the scale, the KV heads and dK's and dV's strides."""
     np = require_gpu_module("numpy")
     (built,), (q, k, v, do, lse, delta, dq_accum) = kernels, tensors
     c = r.plan
     tiles = c.bhk * -(-c.sk // built.block_n)
     grid = min(tiles, sm_count(r.device))
-    rows_q, rows_k = c.bhk * c.group * c.sq, c.bhk * c.sk
     rows_padded = c.bhk * c.group * c.sqp  # LSE's and delta's rows, padded per head
-
-    def rows(t: Any, n: int, box: int) -> Any:
-        return tensor_map(t.data_ptr(), n, c.head_dim, box, 64, c.dtype)
 
     def flat(t: Any) -> Any:  # one row of every padded query row's fp32: a stride never used
         return tensor_map(t.data_ptr(), 1, rows_padded, 1, built.block_m, "fp32",
                           stride=rows_padded, swizzle=False)
 
-    values = {"tmQ": rows(q, rows_q, built.block_m), "tmK": rows(k, rows_k, built.block_n),
-              "tmV": rows(v, rows_k, built.block_n), "tmDO": rows(do, rows_q, built.block_m),
+    dk_sb, dk_sh, dk_ss, _ = c.grad_strides(c.dk_order)
+    dv_sb, dv_sh, dv_ss, _ = c.grad_strides(c.dv_order)
+    values = {"tmQ": bhsd_map(q, built.block_m, c.dtype),
+              "tmK": bhsd_map(k, built.block_n, c.dtype),
+              "tmV": bhsd_map(v, built.block_n, c.dtype),
+              "tmDO": bhsd_map(do, built.block_m, c.dtype),
               "tmLSE": flat(lse), "tmDelta": flat(delta), "dQacc": dq_accum.data_ptr(),
               "BHK": c.bhk, "Sq": c.sq, "Sk": c.sk, "SQP": c.sqp, "group": c.group,
-              "scale": c.scale, "scale_log2": c.scale * LOG2E}
+              "scale": c.scale, "scale_log2": c.scale * LOG2E, "HKV": c.kv_heads,
+              "dk_sb": dk_sb, "dk_sh": dk_sh, "dk_ss": dk_ss, "dv_sb": dv_sb, "dv_sh": dv_sh,
+              "dv_ss": dv_ss}
     if c.deterministic:  # the turn counters, allocated per call, packed beside dK and dV
         return (Launch.of(built, (grid,), *ORDERED_SIGNATURE.pack_around(("dQsem", "dK", "dV"),
                                                                           values, np)),)
@@ -204,14 +227,16 @@ CALL: HostCall[BwdCall, BwdKernel] = HostCall(
 def attention_bwd_main(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: Any, *,
                        causal: bool | str, scale: float | None,
                        deterministic: bool = False) -> tuple[Any, Any]:
-    """q, do: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D] (Hq % Hkv == 0), bf16 or fp16, contiguous;
+    """q, do: [B, Hq, Sq, D]; k, v: [B, Hkv, Sk, D] (Hq % Hkv == 0), bf16 or fp16, any strides
+    (read in place where TMA can, else copied once: layout.py);
     lse, delta: float32 [B, Hq, round_up(Sq, DQ_ROWS)] (each head's rows padded, as the
     preprocess writes them: the kernel loads them by TMA, whose boxes start on 16 bytes; a pad
     row's LSE +inf and delta 0); dq_accum: float32 [B, Hq, round_up(Sq, DQ_ROWS), D], zeroed by
     the caller.  Adds dQ (scale applied) into dq_accum in place, on torch's current
-    stream (capturable in a CUDA graph), and returns (dk, dv), new tensors shaped and typed
-    like k and v (summed over the query heads of each KV head's group).  ``deterministic``:
-    dQ's adds in one fixed order (the module says how), the same bits every run."""
+    stream (capturable in a CUDA graph), and returns (dk, dv), new tensors shaped, typed and
+    laid out like k and v (summed over the query heads of each KV head's group).
+    ``deterministic``: dQ's adds in one fixed order (the module says how), the same bits every
+    run."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     tensors = (q, k, v, do, lse, delta, dq_accum)
@@ -230,12 +255,15 @@ def attention_bwd_main(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq
         r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
             (c.head_dim, c.dtype, c.causal, c.align, c.deterministic, device),)))
     # two allocations, not two views of one: the backward op's outputs may not alias each other
-    dk = torch.empty_like(k, memory_format=torch.contiguous_format)
-    dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    c = r.plan
+    dk = empty_in_order(torch, k.shape, c.dk_order, k)  # k's layout, as torch's gradients
+    dv = empty_in_order(torch, v.shape, c.dv_order, v)
+    if c.copied:  # the operands TMA cannot read where they lie, copied once (layout.py)
+        tensors = tuple(readable(t) if n in c.copied else t
+                        for n, t in zip(("q", "k", "v", "do"), tensors[:4])) + tensors[4:]
     kernel = CALL.kernels.kernel(r.kernels[0])
     late: tuple[Any, ...] = (dk, dv)
-    if r.plan.deterministic:  # a memset on the current stream: captured with the launch
-        c = r.plan
+    if c.deterministic:  # a memset on the current stream: captured with the launch
         late = (torch.zeros(c.bhk * c.group * -(-c.sq // kernel.block_m), dtype=torch.int32,
                             device=q.device), dk, dv)
     CALL.launch(r, (r, kernel, *(t.data_ptr() for t in tensors)), tensors, late)

@@ -31,11 +31,22 @@ struct Fp16 {
 // Threads per block of both kernels.
 constexpr int THREADS = 256;
 
-// Preprocess.  Row r of the [rows, HD] matrices O and dO (rows = B * H * Sq, contiguous) is read
-// by HD / 8 consecutive lanes, 8 elements each; their fp32 products are summed over the lanes
-// (shuffles within the row's lanes) and the row's first lane stores delta at the row's padded
-// place (bh * sq_rows + i: each head's rows padded to sq_rows, so the main kernel's TMA boxes
-// start on 16 bytes) and copies the forward's LSE there too.  Then the whole grid zeroes
+// Where row `row` of a [B, H, S, HD] tensor's B * H * S rows starts: the tensor's own strides in
+// elements (batch, head, position; its head dim unit-strided, every stride a multiple of 8
+// elements and the base 16-byte aligned, so 16-byte accesses: layout.py's rule), `heads` = H.
+struct Rows {
+    long long sb, sh, ss;
+    __device__ __forceinline__ long long at(long long row, int s, int heads) const {
+        const long long bh = row / s;
+        return bh / heads * sb + bh % heads * sh + row % s * ss;
+    }
+};
+
+// Preprocess.  Row r of the [rows, HD] matrices O and dO (rows = B * H * Sq, at their own
+// strides `o_at` and `do_at`) is read by HD / 8 consecutive lanes, 8 elements each; their fp32
+// products are summed over the lanes (shuffles within the row's lanes) and the row's first
+// lane stores delta at the row's padded place (bh * sq_rows + i: each head's rows padded to
+// sq_rows, so the main kernel's TMA boxes start on 16 bytes) and copies the forward's LSE there too.  Then the whole grid zeroes
 // dq_accum's `zero4` float4s (grid-stride), which the main kernel adds dQ into, and writes the
 // pad rows: LSE +inf (P = 0 there) and delta 0.
 template <int HD, class Elem>
@@ -45,7 +56,8 @@ __device__ __forceinline__ void preprocess(const unsigned short* __restrict__ O,
                                            float* __restrict__ lse_pad,
                                            float* __restrict__ delta,
                                            float* __restrict__ dq_accum, long long rows,
-                                           int sq, int sq_rows, long long zero4) {
+                                           int sq, int sq_rows, long long zero4, int heads,
+                                           Rows o_at, Rows do_at) {
     constexpr int LANES = HD / 8;  // lanes per row: a power of two up to 32 (HD 64: 8; 128: 16)
     static_assert(LANES >= 1 && LANES <= 32 && (LANES & (LANES - 1)) == 0, "head dim");
     const long long t = (long long)blockIdx.x * THREADS + threadIdx.x;
@@ -53,8 +65,9 @@ __device__ __forceinline__ void preprocess(const unsigned short* __restrict__ O,
     const int part = threadIdx.x % LANES;
     float acc = 0.f;
     if (row < rows) {
-        const uint4 o = *reinterpret_cast<const uint4*>(O + row * HD + part * 8);
-        const uint4 g = *reinterpret_cast<const uint4*>(dO + row * HD + part * 8);
+        const uint4 o = *reinterpret_cast<const uint4*>(O + o_at.at(row, sq, heads) + part * 8);
+        const uint4 g =
+            *reinterpret_cast<const uint4*>(dO + do_at.at(row, sq, heads) + part * 8);
         const u32 ow[4] = {o.x, o.y, o.z, o.w}, gw[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i)
@@ -82,11 +95,12 @@ __device__ __forceinline__ void preprocess(const unsigned short* __restrict__ O,
 
 // Postprocess.  dQ[bh, i, :] = dq_accum[bh, i, :] for i < Sq (dq_accum has `sq_rows` >= Sq rows
 // per (batch, head): the main kernel's row blocks, in dq_layout.cuh's order), 8 elements per
-// thread (four column pairs, each 8 bytes of the accumulator), rounded to nearest.
+// thread (four column pairs, each 8 bytes of the accumulator), rounded to nearest; dQ at its
+// own strides `dq_at` (q's layout).
 template <int HD, class Elem>
 __device__ __forceinline__ void postprocess(const float* __restrict__ dq_accum,
                                             unsigned short* __restrict__ dQ, long long rows,
-                                            int sq, int sq_rows) {
+                                            int sq, int sq_rows, int heads, Rows dq_at) {
     const long long t = (long long)blockIdx.x * THREADS + threadIdx.x;
     if (t >= rows * (HD / 8)) return;
     const long long row = t / (HD / 8);
@@ -100,7 +114,8 @@ __device__ __forceinline__ void postprocess(const float* __restrict__ dq_accum,
             *reinterpret_cast<const float2*>(head + pcdq::offset<HD>(i, part * 8 + 2 * p));
         w[p] = Elem::pack(a.x, a.y);
     }
-    *reinterpret_cast<uint4*>(dQ + row * HD + part * 8) = make_uint4(w[0], w[1], w[2], w[3]);
+    *reinterpret_cast<uint4*>(dQ + dq_at.at(row, sq, heads) + part * 8) =
+        make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 }  // namespace pcap

@@ -28,6 +28,7 @@ from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, Built, HostCall, K
                                                wgmma_header_source)
 
 from pipeline_core_schedules_attention.bwd_call import padded_rows
+from pipeline_core_schedules_attention.layout import empty_like_layout, strides
 from pipeline_core_schedules_attention.schedule import NAME
 
 PRE_NAME = "pc_attention_bwd_pre"
@@ -43,23 +44,33 @@ PRE_SIGNATURE = KernelSignature(kernel=PRE_NAME, params=kernel_params(
     (("float* __restrict__", "lse_pad", "pointer"), ("float* __restrict__", "delta", "pointer"),
      ("float* __restrict__", "dq_accum", "pointer")),
     (("long long", "rows", "int64"), ("int", "sq", "int32"), ("int", "sq_rows", "int32"),
-     ("long long", "zero4", "int64"))))
+     ("long long", "zero4", "int64"), ("int", "heads", "int32")),
+    (("long long", "o_sb", "int64"), ("long long", "o_sh", "int64"),
+     ("long long", "o_ss", "int64"), ("long long", "do_sb", "int64"),
+     ("long long", "do_sh", "int64"), ("long long", "do_ss", "int64"))))
 POST_SIGNATURE = KernelSignature(kernel=POST_NAME, params=kernel_params(
     (("const float* __restrict__", "dq_accum", "pointer"),
      ("unsigned short* __restrict__", "dQ", "pointer")),
-    (("long long", "rows", "int64"), ("int", "sq", "int32"), ("int", "sq_rows", "int32"))))
+    (("long long", "rows", "int64"), ("int", "sq", "int32"), ("int", "sq_rows", "int32"),
+     ("int", "heads", "int32")),
+    (("long long", "dq_sb", "int64"), ("long long", "dq_sh", "int64"),
+     ("long long", "dq_ss", "int64"))))
 
 
 @attrs.frozen(kw_only=True)
 class PrepostCall:
     """What one preprocess or postprocess launch runs: the rows (B * H * Sq), Sq, the
-    accumulator's rows per (batch, head), the head dim and the dtype."""
+    accumulator's rows per (batch, head), the head dim, the dtype, the heads and the strides
+    (batch, head, position; elements) of the tensors it reads or writes at theirs: O's and
+    dO's (preprocess), dQ's (postprocess: q's layout)."""
 
     rows: int
     sq: int
     sq_rows: int
     head_dim: int
     dtype: str
+    heads: int = 1
+    strides: tuple[tuple[int, ...], ...] = ()
 
 
 def source(head_dim: int, dtype: str) -> str:
@@ -74,10 +85,12 @@ def source(head_dim: int, dtype: str) -> str:
         'extern "C" __global__ void __launch_bounds__(pcap::THREADS)',
         f"{PRE_NAME}({PRE_SIGNATURE.render()}) {{",
         f"    pcap::preprocess<{head_dim}, {elem}>(O, dO, lse, lse_pad, delta, dq_accum, rows, sq, "
-        "sq_rows, zero4);", "}",
+        "sq_rows, zero4, heads, pcap::Rows{o_sb, o_sh, o_ss}, pcap::Rows{do_sb, do_sh, do_ss});",
+        "}",
         'extern "C" __global__ void __launch_bounds__(pcap::THREADS)',
         f"{POST_NAME}({POST_SIGNATURE.render()}) {{",
-        f"    pcap::postprocess<{head_dim}, {elem}>(dq_accum, dQ, rows, sq, sq_rows);", "}", ""])
+        f"    pcap::postprocess<{head_dim}, {elem}>(dq_accum, dQ, rows, sq, sq_rows, heads, "
+        "pcap::Rows{dq_sb, dq_sh, dq_ss});", "}", ""])
 
 
 def _build(key: tuple[str, int, str, int]) -> Built:
@@ -94,13 +107,17 @@ def _prepost_arguments(r: Recipe[PrepostCall], kernels: tuple[Built, ...],
     (built,), c = kernels, r.plan
     lanes = c.rows * (c.head_dim // 8)
     grid = (max(1, -(-lanes // THREADS)),)
+    sizes = {"rows": c.rows, "sq": c.sq, "sq_rows": c.sq_rows, "heads": c.heads}
     if r.kernels[0] == (PRE_NAME, c.head_dim, c.dtype, r.device):
         zero4 = c.rows // c.sq * c.sq_rows * c.head_dim // 4
+        (o_sb, o_sh, o_ss), (do_sb, do_sh, do_ss) = c.strides
         return (Launch.of(built, grid, *PRE_SIGNATURE.pack_around(
             ("O", "dO", "lse", "lse_pad", "delta", "dq_accum"),
-            {"rows": c.rows, "sq": c.sq, "sq_rows": c.sq_rows, "zero4": zero4}, np)),)
+            {**sizes, "zero4": zero4, "o_sb": o_sb, "o_sh": o_sh, "o_ss": o_ss, "do_sb": do_sb,
+             "do_sh": do_sh, "do_ss": do_ss}, np)),)
+    (dq_sb, dq_sh, dq_ss), = c.strides
     return (Launch.of(built, grid, *POST_SIGNATURE.pack_around(
-        ("dq_accum", "dQ"), {"rows": c.rows, "sq": c.sq, "sq_rows": c.sq_rows}, np)),)
+        ("dq_accum", "dQ"), {**sizes, "dq_sb": dq_sb, "dq_sh": dq_sh, "dq_ss": dq_ss}, np)),)
 
 
 #: the two kernels' call layer (the kit's HostCall; key ``(kernel name, head dim, dtype,
@@ -110,15 +127,19 @@ PREPOST: HostCall[PrepostCall, Built] = HostCall(
     build=_build, pack=_prepost_arguments)
 
 
-def _recipe(name: str, like: Any, stream: int, device: int) -> Recipe[PrepostCall]:
-    """The recipe of kernel ``name`` on tensors described by ``like`` ([B, H, Sq, D], Q's
-    dtype), made once per description and stream."""
-    key = (name, describe(like), stream)
+def _recipe(name: str, strided: tuple[Any, ...], stream: int,
+            device: int) -> Recipe[PrepostCall]:
+    """The recipe of kernel ``name`` on the [B, H, Sq, D] tensors ``strided`` (Q's dtype; the
+    kernel reads or writes them at their own strides), made once per description and
+    stream."""
+    key = (name, *(describe(t) for t in strided), stream)
     found = PREPOST.recipes.get(key)
     if found is None:
+        like = strided[0]
         b, h, sq, d = like.shape
         dtype = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}[str(like.dtype)]
-        c = PrepostCall(rows=b * h * sq, sq=sq, sq_rows=padded_rows(sq), head_dim=d, dtype=dtype)
+        c = PrepostCall(rows=b * h * sq, sq=sq, sq_rows=padded_rows(sq), head_dim=d, dtype=dtype,
+                        heads=h, strides=tuple(strides(t)[:3] for t in strided))
         found = PREPOST.recipes.put(key, Recipe(plan=c, device=device, stream=stream,
                                                 kernels=((name, d, dtype, device),)))
     return found
@@ -131,14 +152,15 @@ def _where(torch: Any, t: Any) -> tuple[int, int]:
 
 def preprocess(o: Any, do: Any, lse: Any) -> tuple[Any, Any, Any]:
     """``(lse_pad, delta, dq_accum)`` for the forward's output ``o``, its gradient ``do`` (both
-    [B, H, Sq, D], contiguous, one dtype) and its saved ``lse`` ([B, H, Sq] fp32): lse_pad and
+    [B, H, Sq, D], one dtype, any strides layout.py's rule reads in place: the kernel reads
+    them at theirs) and its saved ``lse`` ([B, H, Sq] fp32): lse_pad and
     delta [B, H, :func:`padded_rows` (Sq)] fp32 (each head's rows padded, as the main kernel's
     TMA loads them; pad rows +inf and 0), dq_accum [B, H, padded rows, D] fp32 zeroed; one
     launch on torch's current stream."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     device, stream = _where(torch, o)
-    r = _recipe(PRE_NAME, o, stream, device)
+    r = _recipe(PRE_NAME, (o, do), stream, device)
     b, h, sq, d = o.shape
     rows = r.plan.sq_rows
     lse_pad = torch.empty((b, h, rows), dtype=torch.float32, device=o.device)
@@ -149,12 +171,12 @@ def preprocess(o: Any, do: Any, lse: Any) -> tuple[Any, Any, Any]:
 
 
 def postprocess(dq_accum: Any, q: Any) -> Any:
-    """dQ in ``q``'s dtype and shape from the accumulator (its first Sq rows per (batch,
-    head)); one launch on torch's current stream."""
+    """dQ in ``q``'s dtype, shape and layout (layout.py) from the accumulator (its first Sq
+    rows per (batch, head)); one launch on torch's current stream."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     device, stream = _where(torch, q)
-    r = _recipe(POST_NAME, q, stream, device)
-    dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+    dq = empty_like_layout(torch, q)
+    r = _recipe(POST_NAME, (dq,), stream, device)
     PREPOST.launch(r, r, (), (dq_accum, dq))
     return dq

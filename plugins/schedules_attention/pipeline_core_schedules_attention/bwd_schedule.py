@@ -380,11 +380,11 @@ PARAMS = (
 #: query rows per K tile by head dim: 64 (FA3 takes 128 at D 64, where ptxas spills this
 #: kernel's gradient step: S^T, dP^T, dK and dV of 128 queries fill 240 registers)
 DEFAULT_BLOCK_M = {64: 64, 128: 64}
-#: the setmaxnreg split (producer, consumer) by (head dim, deterministic) where it is not the
-#: forward's 24 / 240: the deterministic writers' turns (in the producer warp group) made ptxas
-#: spill at 24 at D 64 causal, where the consumers need fewer than 240 (at D 128 they need all
-#: 240, and the writers fit 24)
-DEFAULT_REGISTERS = {(64, True): (40, 232)}
+#: the setmaxnreg split (producer, consumer) by head dim where it is not the forward's 24 / 240:
+#: at D 64 the consumers need fewer than 240, and the producer warp group (the TMA producer and
+#: the dQ writers, with the deterministic turns and the strided coordinates) spilled at 24 at
+#: causal; at D 128 the consumers need all 240 and the producer group fits 24
+DEFAULT_REGISTERS = {64: (40, 232)}
 #: the q and do rings' depth unless ``-T stages`` says otherwise
 DEFAULT_STAGES = 2
 
@@ -393,8 +393,7 @@ def make_attention_bwd(ctx: BuildContext) -> FlashAttentionBackward:
     base = ctx.make_target(stages=DEFAULT_STAGES)
     p: dict[str, Any] = dict(ctx.params)
     target = backward_profile(base.pipeline, base.clock_ghz, bool(p["deterministic"]))
-    registers = DEFAULT_REGISTERS.get((p["head_dim"], bool(p["deterministic"])),
-                                      (PRODUCER_REGISTERS, CONSUMER_REGISTERS))
+    registers = DEFAULT_REGISTERS.get(p["head_dim"], (PRODUCER_REGISTERS, CONSUMER_REGISTERS))
     geometry = BackwardGeometry(
         head_dim=p["head_dim"], block_m=p["block_m"] or DEFAULT_BLOCK_M[p["head_dim"]],
         block_n=p["block_n"], stages=target.pipeline.depth, consumers=p["consumers"],

@@ -31,9 +31,10 @@ import attrs
 from pipeline_core_nvidia_h100.kit_api import (BUILD_OPTIONS, PLUGIN_MODULE, RECIPE_CACHE_SIZE,
                                                Bounded, Built, HostCall, Launch, Op, Recipe,
                                                current_stream, describe, load_kernel,
-                                               require_gpu_module,
-                                               sm_count, tensor_map)
+                                               require_gpu_module, sm_count)
 
+from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
+                                                      in_place, order_of, readable)
 from pipeline_core_schedules_attention.schedule import NAME
 from pipeline_core_schedules_attention.signature import KERNEL_NAME, SIGNATURE
 from pipeline_core_schedules_attention.tile_order import TileOrder, choose
@@ -102,7 +103,10 @@ class AttentionArgumentError(ValueError):
 class AttentionCall:
     """What one call runs: the batch x heads, the query and key lengths, the head dim, the
     dtype, the softmax scale folded with log2(e) (the kernel's exp2), the causal diagonal's
-    alignment and the query heads per KV head (``group``, grouped-query attention)."""
+    alignment, the query heads per KV head (``group``, grouped-query attention), the query
+    heads, the operands copied once because TMA cannot read them where they lie (``copied``:
+    names among q, k, v; layout.py's rule) and the output's layout, q's (``out_order``: its
+    dimensions outermost first)."""
 
     bh: int
     sq: int
@@ -113,6 +117,15 @@ class AttentionCall:
     causal: bool
     align: str = "top_left"
     group: int = 1
+    heads: int = 1
+    copied: tuple[str, ...] = ()
+    out_order: tuple[int, ...] = (0, 1, 2, 3)
+
+    @property
+    def out_strides(self) -> tuple[int, ...]:
+        """The output's strides in elements ([B, H, Sq, D], dense in :attr:`out_order`)."""
+        return dense_strides((self.bh // self.heads, self.heads, self.sq, self.head_dim),
+                             self.out_order)
 
     @property
     def short(self) -> bool:
@@ -151,8 +164,6 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
             raise fail(name, "a CPU tensor; move it to the GPU with .cuda()")
         if str(t.dtype) not in DTYPES:
             raise fail(name, f"dtype {t.dtype}; pass torch.bfloat16 or torch.float16")
-        if not t.is_contiguous():
-            raise fail(name, "not contiguous in [B, H, S, D]; pass .contiguous()")
     b, h, sq, d = q.shape
     if d not in HEAD_DIMS:
         raise fail("q", f"head dim {d}; supported: {', '.join(map(str, HEAD_DIMS))}")
@@ -178,9 +189,13 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
         # FFMA (FA3's softmax), which holds for a positive scale only (docs/guide/attention.md)
         raise fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
     s = softmax_scale(d, scale)
+    # any strides: read in place where TMA can, else copied once (layout.py), never refused
     return AttentionCall(bh=b * h, sq=sq, sk=k.shape[2], head_dim=d,
                          dtype=DTYPES[str(q.dtype)], scale_log2=s * LOG2E,
-                         causal=align is not None, align=align or "top_left", group=h // hkv)
+                         causal=align is not None, align=align or "top_left", group=h // hkv,
+                         heads=h, copied=tuple(name for name, t in (("q", q), ("k", k), ("v", v))
+                                               if not in_place(t)),
+                         out_order=order_of(q))
 
 
 def _tile(head_dim: int, causal: bool, short: bool) -> dict[str, str]:
@@ -254,8 +269,8 @@ def _attention_key(q: Any, k: Any, v: Any, causal: object, scale: object,
                    stream: int) -> tuple[Any, ...]:
     """Everything :func:`plan_attention` and the launch read of one call: each tensor's
     description (launch_cache.describe: shape, so the head dim, lengths and GQA group; strides,
-    so contiguity; dtype; device, so whether on CUDA and on one device; TMA's 16-byte
-    alignment), ``causal`` and ``scale`` with their types (``1 == True`` and hashes alike, but
+    so what is copied and the output's layout; dtype; device, so whether on CUDA and on one
+    device; TMA's 16-byte alignment), ``causal`` and ``scale`` with their types (``1 == True`` and hashes alike, but
     ``causal=1`` is refused), and the stream."""
     return (describe(q), describe(k), describe(v), type(causal), causal, type(scale), scale,
             stream)
@@ -290,8 +305,11 @@ def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None,
         c = plan_attention(q, k, v, causal=causal, scale=scale)
         r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream,
                                          kernels=(_kernel_key(c, device),)))
-    out = torch.empty_like(q)
+    c = r.plan
+    out = empty_in_order(torch, q.shape, c.out_order, q)  # q's layout, as SDPA's output
     saved = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if lse else None
+    if c.copied:  # the operands TMA cannot read where they lie, copied once (layout.py)
+        q, k, v = (readable(t) if n in c.copied else t for n, t in (("q", q), ("k", k), ("v", v)))
     # the kernel in the key: a benchmark's swapped kernel gets arguments packed for it
     CALL.launch(r, (r, CALL.kernels.kernel(r.kernels[0]), q.data_ptr(), k.data_ptr(),
                     v.data_ptr()), (q, k, v), (out, saved))
@@ -302,21 +320,22 @@ def _attention_arguments(r: Recipe[AttentionCall], kernels: tuple[AttentionKerne
                          tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
     """The persistent grid (one CTA per query tile, at most one per SM) and the kernel's
     arguments (signature.SIGNATURE) but the output's and the LSE's addresses, which are packed
-    per call: Q's, K's and V's tensor maps; the sizes, the folded scale, the GQA group and (causal) the tile
-    order that balances the CTAs' work (tile_order.choose over the plan's trips)."""
+    per call: Q's, K's and V's tensor maps through their own strides (layout.bhsd_map); the
+    sizes, the folded scale, the GQA group, (causal) the tile order that balances the CTAs'
+    work (tile_order.choose over the plan's trips), the query heads and the output's strides."""
     np = require_gpu_module("numpy")
     (built,), (q, k, v) = kernels, tensors
     c = r.plan
     mt = -(-c.sq // built.block_m)
     grid = min(c.bh * mt, sm_count(r.device))
     order = ORDER if ORDER is not None else _order(r, built, mt, grid, np)
-    kv_rows = c.bh // c.group * c.sk
-    values = {"tmQ": tensor_map(q.data_ptr(), c.bh * c.sq, c.head_dim, built.block_m, 64,
-                                c.dtype),
-              "tmK": tensor_map(k.data_ptr(), kv_rows, c.head_dim, built.block_n, 64, c.dtype),
-              "tmV": tensor_map(v.data_ptr(), kv_rows, c.head_dim, built.block_n, 64, c.dtype),
+    o_sb, o_sh, o_ss, _ = c.out_strides
+    values = {"tmQ": bhsd_map(q, built.block_m, c.dtype),
+              "tmK": bhsd_map(k, built.block_n, c.dtype),
+              "tmV": bhsd_map(v, built.block_n, c.dtype),
               "BH": c.bh, "Sq": c.sq, "Sk": c.sk, "scale_log2": c.scale_log2, "group": c.group,
-              "hg": order.hg, "snake": order.snake}
+              "hg": order.hg, "snake": order.snake, "H": c.heads, "o_sb": o_sb, "o_sh": o_sh,
+              "o_ss": o_ss}
     return (Launch.of(built, (grid,), *SIGNATURE.pack_around(("O", "LSE"), values, np)),)
 
 
@@ -353,7 +372,9 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
               scale: float | None = None, deterministic: bool = False) -> Any:
     """softmax(q . k^T * scale) . v for torch tensors [B, H, S, D] (bf16 or fp16, D 64 or
     128, any S >= 1, query and key lengths may differ; k and v may have fewer heads, a divisor
-    of q's: grouped-query attention); ``scale`` defaults to 1/sqrt(D).  ``causal``: False,
+    of q's: grouped-query attention; any strides: a [B, S, H, D] buffer's transposed view is
+    read in place, strides TMA cannot take are copied once, layout.py; the output takes q's
+    layout); ``scale`` defaults to 1/sqrt(D).  ``causal``: False,
     True or "top_left" (torch's is_causal), or "bottom_right" (FlashAttention's diagonal: a
     query row that sees no key gives 0).  Differentiable (torch autograd, torch.compile):
     ``deterministic`` makes the backward's dQ bitwise the same run to run (autograd.py).  Runs

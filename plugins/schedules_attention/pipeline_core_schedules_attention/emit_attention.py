@@ -17,9 +17,10 @@ header per compute op step, and each variant's choices as the calls' template ar
 sequence's end; causal, also past the row's last key, at the plan's alignment) and, for
 bottom-right causal, the guard of rows that see no key.  Queries past the end are computed and
 not stored.  An output tile with no KV block (KT == 0) runs only the once steps (the frame's
-guard, ``DeviceTileLoop.empty_tiles``; docs/guide/agents.md, "Loads issued once").  K and V are
-read at KV head ``bh / group`` (grouped-query attention, the kernel's ``group`` argument;
-docs/guide/attention.md, "Grouped-query attention").
+guard, ``DeviceTileLoop.empty_tiles``; docs/guide/agents.md, "Loads issued once").  Q, K and V are
+read through rank-4 tensor maps of their own strides at (d, s, h, b) (``layout.py``), K and V
+at KV head ``h / group`` (grouped-query attention, the kernel's ``group`` argument;
+docs/guide/attention.md, "Grouped-query attention"); O is written through its strides.
 
 Variants emitted: ``intra_overlap`` and ``pingpong``, each on or off.  Under ``intra_overlap``
 the plan issues PV_{t-1} after S_t and runs the softmax of t while PV_{t-1} still reads P_{t-1}
@@ -127,18 +128,23 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
         kstage = RingState.of(s, "STAGES").stage
         if tag == AttentionTag.TMA_Q:
             qs = rings["q_full"].stages
-            return (f"for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_q(o % {qs}) + c * BM * "
-                    f"128, &tmQ, q_full_bar(o % {qs}), c * 64, bh * Sq + tile_m * BM);")
+            return (f"for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_q(o % {qs}) + c "
+                    f"* BM * 128, &tmQ, q_full_bar(o % {qs}), c * 64, tile_m * BM, {HEAD}, "
+                    f"{BATCH});")
         if tag in (AttentionTag.TMA_K, AttentionTag.TMA_V):
             x = "k" if tag == AttentionTag.TMA_K else "v"
-            return (f"for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_{x}({kstage}) + c * BN "
-                    f"* 128, &tm{x.upper()}, {x}_full_bar({kstage}), c * 64, (bh / group) * Sk + "
-                    f"{loop_tile(s)} * BN);")
+            return (f"for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_{x}({kstage}) + c "
+                    f"* BN * 128, &tm{x.upper()}, {x}_full_bar({kstage}), c * 64, "
+                    f"{loop_tile(s)} * BN, {HEAD} / group, {BATCH});")
         if tag in _COMPUTE:
             return variant.op_line(tag, kstage, loop_tile(s))
     raise _fail(f"agent {owner}: no CUDA for step {s.kind.value} (tag {s.tag})")
 
 
+#: query head bh's head and batch (its TMA coordinates: layout.bhsd_map's (d, s, h, b); K and
+#: V at KV head HEAD / group) and its output rows (the output's own strides, q's layout)
+HEAD, BATCH = "bh % H", "bh / H"
+OUT_ROWS = f"O + ({BATCH}) * o_sb + ({HEAD}) * o_sh, o_ss"
 #: the consumers' op steps, each one call of the header (:meth:`_Variant.op_line`)
 _COMPUTE = (AttentionTag.WGMMA_S, AttentionTag.SOFTMAX, AttentionTag.RESCALE,
             AttentionTag.WGMMA_PV)
@@ -204,12 +210,13 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         f"{compiled.schedule_name} on target {compiled.target_name}.",
         f"// O = softmax(Q.K^T * scale) . V per (batch, head), {dtype} in and out, fp32 "
         "accumulate.",
-        f"// Q, K, V: TMA tensor maps over [B*H*S, {g.head_dim}] (box 64 x rows, 128-byte "
-        "swizzle), K and V over",
-        "// B*Hkv heads: query head bh reads KV head bh / group (grouped-query attention, "
-        "group = H / Hkv);",
-        f"// O: [B*H*Sq, {g.head_dim}]; LSE: [B*H*Sq] fp32, each row's log-sum-exp (null: not "
-        "stored).",
+        f"// Q, K, V: rank-4 TMA tensor maps over (D = {g.head_dim}, S, H, B), the tensors' "
+        "own strides (box 64 x rows,",
+        "// 128-byte swizzle; a box past S reads zeros); query head h of batch b reads KV head "
+        "h / group (GQA);",
+        "// O: [B, H, Sq, D] at strides (o_sb, o_sh, o_ss, 1) (q's layout); LSE: [B*H*Sq] fp32, "
+        "each row's",
+        "// log-sum-exp (null: not stored).",
         f"// Launch: block {g.threads} (warp group 0: producer; 1..: consumers), dynamic",
         f"// shared memory {g.smem_bytes} bytes, any grid up to BH * ceil(Sq / {g.block_m}) "
         "CTAs (each runs output tiles",
@@ -241,7 +248,7 @@ def _family(g: AttentionGeometry, elem: str) -> AgentsFamily:
         consumer_state="        float oacc[HD / 2], sacc[BN / 2];\n        u32 pk[BN / 4];",
         compute="            pcat::Rows rows = pcat::start<HD>(oacc, tile_m * BM, consumer);\n"
                 "            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q",
-        finish=f"            pcat::finish<HD, {elem}>(oacc, rows, O, LSE, bh, Sq);",
+        finish=f"            pcat::finish<HD, {elem}>(oacc, rows, {OUT_ROWS}, LSE, bh, Sq);",
         once_stages="Q_STAGES")
 
 

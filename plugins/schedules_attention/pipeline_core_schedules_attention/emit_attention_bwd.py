@@ -115,10 +115,14 @@ _T = BackwardTag
 #: consumer it reduces ``{c}`` (the writer), dQ part ``{p}``, the element type ``{elem}``, the
 #: query block ``{bm}`` and head dim ``{hd}``
 _OPS = {
-    _T.TMA_Q: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_q({s}) + c * BM * 128, &tmQ, "
-              "q_full_bar({s}), c * 64, qhead({u}) * Sq + qblock({u}) * BM);",
-    _T.TMA_DO: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(stage_do({s}) + c * BM * 128, "
-               "&tmDO, do_full_bar({s}), c * 64, qhead({u}) * Sq + qblock({u}) * BM);",
+    # Q, dO, K, V: rank-4 maps of the tensors' own strides at (d, s, h, b) (layout.bhsd_map):
+    # query head qhead of B*Hq is head qhead % (HKV * group) of batch qhead / (HKV * group)
+    _T.TMA_Q: "for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_q({s}) + c * BM * 128, "
+              "&tmQ, q_full_bar({s}), c * 64, qblock({u}) * BM, qhead({u}) % (HKV * group), "
+              "qhead({u}) / (HKV * group));",
+    _T.TMA_DO: "for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_do({s}) + c * BM * "
+               "128, &tmDO, do_full_bar({s}), c * 64, qblock({u}) * BM, qhead({u}) % (HKV * "
+               "group), qhead({u}) / (HKV * group));",
     # LSE and delta rows are padded per head to SQP (a multiple of the query block): a TMA
     # box's inner coordinate must start on 16 bytes, which qhead * Sq does not (measured: an
     # illegal instruction on the H200 at Sq = 77)
@@ -126,10 +130,10 @@ _OPS = {
                 "qhead({u}) * SQP + qblock({u}) * BM, 0);",
     _T.TMA_DELTA: "tma_load_2d(stage_delta({s}), &tmDelta, do_full_bar({s}), "
                   "qhead({u}) * SQP + qblock({u}) * BM, 0);",
-    _T.TMA_K: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(k_smem + c * BN * 128, &tmK, "
-              "k_full_bar({s}), c * 64, bhk * Sk + nb * BN);",
-    _T.TMA_V: "for (int c = 0; c < HD / 64; ++c) tma_load_2d(v_smem + c * BN * 128, &tmV, "
-              "v_full_bar({s}), c * 64, bhk * Sk + nb * BN);",
+    _T.TMA_K: "for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(k_smem + c * BN * 128, &tmK, "
+              "k_full_bar({s}), c * 64, nb * BN, bhk % HKV, bhk / HKV);",
+    _T.TMA_V: "for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(v_smem + c * BN * 128, &tmV, "
+              "v_full_bar({s}), c * 64, nb * BN, bhk % HKV, bhk / HKV);",
     _T.WGMMA_S: "pcab::st<BM, BN, HD, wgmma_m64n{bm}k16>(sacc, k_smem, stage_q({s}), consumer);",
     _T.WGMMA_DP: "pcab::st<BM, BN, HD, wgmma_m64n{bm}k16>(dpacc, v_smem, stage_do({s}), "
                  "consumer);",
@@ -273,10 +277,11 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         f"{compiled.schedule_name} on target {compiled.target_name}.",
         f"// The attention backward's main kernel: dK, dV ({dtype}) and dQ added into its fp32 "
         "accumulator, per KV block.",
-        f"// Q, dO: tensor maps over [B*Hq*Sq, {g.head_dim}], K, V over [B*Hkv*Sk, "
-        f"{g.head_dim}] (box 64 x rows, 128-byte swizzle);",
+        f"// Q, dO, K, V: rank-4 tensor maps over (D = {g.head_dim}, S, H, B), the tensors' own "
+        "strides (box 64 x rows, 128-byte swizzle);",
         "// LSE, delta: over every row of [B*Hq, SQP] fp32 (each head's rows padded); dQacc "
-        "[B*Hq, SQP, HD] fp32 in dq_layout.cuh's order; dK, dV: [B*Hkv*Sk, HD] each.",
+        "[B*Hq, SQP, HD] fp32 in dq_layout.cuh's order; dK, dV: [B, Hkv, Sk, HD] at their "
+        "strides.",
         *(["// dQsem: [B*Hq, MB] int32 zeroed, each query block's turn counter: its dQ adds "
            "made in KV-block order, consumer 0 first."] if turns else []),
         f"// Launch: block {g.threads} (warp group 0: producer, warps 1.. the dQ writers; 1..: "
@@ -311,8 +316,9 @@ def _family(g: BackwardGeometry, elem: str, ds_bar: int) -> AgentsFamily:
                        "        float dqacc[BM / 64][32];\n"
                        "        u32 pp[BM / 4];",
         compute="            pcab::start<HD>(dkacc, dvacc);",
-        finish=f"            pcab::finish<HD, {elem}>(dkacc, dvacc, dK, dV, bhk, "
-               "nb * BN + consumer * pcab::KEYS, Sk);",
+        finish=f"            pcab::finish<HD, {elem}>(dkacc, dvacc, dK + (bhk / HKV) * dk_sb + "
+               "(bhk % HKV) * dk_sh, dk_ss, dV + (bhk / HKV) * dv_sb + (bhk % HKV) * dv_sh, "
+               "dv_ss, nb * BN + consumer * pcab::KEYS, Sk);",
         once_stages="K_STAGES")
 
 

@@ -1,9 +1,11 @@
 """The flash-attention forward kernel's signature: what ``emit_attention`` writes as the
 kernel's parameter list and what ``call`` packs, from one list (the kit's ``KernelSignature``
 says why).  Q, K, V: tensor maps; O: the output's address, packed per call (a new output each
-call); LSE: each row's log-sum-exp in fp32, packed per call too (null where no gradient is
-needed: not stored); then the sizes, the softmax scale folded with log2(e), the query heads
-per KV head and the causal tile order (``hg``, ``snake``: tile_order.py)."""
+call; written through its strides); LSE: each row's log-sum-exp in fp32, packed per call too
+(null where no gradient is needed: not stored); then the sizes, the softmax scale folded with
+log2(e), the query heads per KV head, the causal tile order (``hg``, ``snake``: tile_order.py), the query heads (``H``:
+query head ``bh`` is head ``bh % H`` of batch ``bh / H``, its TMA coordinates) and O's strides
+in elements (batch, head, row: O takes q's layout; layout.py)."""
 from __future__ import annotations
 
 from pipeline_core_nvidia_h100.kit_api import TENSOR_MAP_TYPE as _MAP
@@ -17,4 +19,6 @@ SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
      ("float* __restrict__", "LSE", "pointer")),
     (("int", "BH", "int32"), ("int", "Sq", "int32"), ("int", "Sk", "int32"),
      ("float", "scale_log2", "float32"), ("int", "group", "int32"), ("int", "hg", "int32"),
-     ("int", "snake", "int32"))))
+     ("int", "snake", "int32"), ("int", "H", "int32")),
+    (("long long", "o_sb", "int64"), ("long long", "o_sh", "int64"),
+     ("long long", "o_ss", "int64"))))

@@ -32,12 +32,8 @@ host = launch_tests.host  # the fixture: fake torch, build, tensor maps and laun
 
 
 class Strided(Tensor):
-    """A tensor of other strides (autograd's dO may be expanded or transposed): a clone is a
-    contiguous copy."""
-
-    def clone(self, memory_format=None):
-        assert memory_format == "contiguous_format"
-        return Tensor(self.shape, self.dtype, self.device)
+    """A tensor of other strides (autograd's dO may be expanded or transposed): layout.py's
+    rule copies it (tma_copy: a new dense tensor)."""
 
 
 def test_do_is_copied_only_where_the_kernels_cannot_read_it(torch):
@@ -58,11 +54,8 @@ def torch(host, monkeypatch):
     torch = sys.modules["torch"]
     torch.float32 = "torch.float32"
     torch.contiguous_format = "contiguous_format"
-    torch.empty = lambda shape, dtype, device: Tensor(tuple(shape), dtype, device)
     torch.empty_like = lambda t, memory_format=None: Tensor(t.shape, t.dtype, t.device)
     monkeypatch.setattr(Tensor, "contiguous", lambda self: self, raising=False)
-    monkeypatch.setattr(Tensor, "new_empty", lambda self, shape, dtype=None: Tensor(
-        tuple(shape), dtype or self.dtype, self.device), raising=False)
     monkeypatch.setattr(bwd_prepost.PREPOST, "launcher", lambda *a: host.launches.append(a))
     monkeypatch.setattr(bwd_prepost.PREPOST.kernels, "_build",
                         lambda key: Built(kernel=key[0], smem=0, threads=256))
@@ -142,9 +135,29 @@ def test_the_backward_launches_preprocess_main_postprocess_on_the_accumulator(
     assert (pre[0], post[0]) == (bwd_prepost.PRE_NAME, bwd_prepost.POST_NAME)
     lanes = 2 * 4 * sq * 16  # 16 lanes of 8 elements per row of 128
     assert pre[3] == post[3] == (-(-lanes // 256),) and pre[4] == post[4] == (256,)
+    dense = [4 * sq * 128, sq * 128, 128]  # O's, dO's (its copy) and dq's strides (q's)
     assert [int(a) for a in pre[5]] == [o.ptr, got["do"].ptr, lse.ptr, lse_pad.ptr, delta.ptr,
-                                        acc.ptr, 2 * 4 * sq, sq, rows, 2 * 4 * rows * 128 // 4]
-    assert [int(a) for a in post[5]] == [acc.ptr, dq.ptr, 2 * 4 * sq, sq, rows]
+                                        acc.ptr, 2 * 4 * sq, sq, rows, 2 * 4 * rows * 128 // 4,
+                                        4, *dense, *dense]
+    assert [int(a) for a in post[5]] == [acc.ptr, dq.ptr, 2 * 4 * sq, sq, rows, 4, *dense]
+
+
+def test_strided_gradients_are_read_in_place_and_dq_takes_qs_layout(torch, host, monkeypatch):
+    """A [B, S, H, D] view of dO is read where it lies (the preprocess at its strides, the
+    main kernel through its maps); dq comes back in q's layout, written at its strides."""
+    seen: list[dict] = []
+    monkeypatch.setattr(autograd, "attention_bwd_main", main_stand_in(seen))
+    b, h, sq, d = 2, 4, 100, 128
+    q = launch_tests.bshd(b, sq, h, d)
+    k, v = Tensor((b, 2, 77, d)), Tensor((b, 2, 77, d))
+    o, lse = launch_tests.bshd(b, sq, h, d), Tensor((b, h, sq), "torch.float32")
+    do = launch_tests.bshd(b, sq, h, d)
+    dq, _, _ = autograd._backward_impl(q, k, v, o, lse, do, "none", 0.25, False)
+    assert seen[0]["do"] is do
+    bshd = [sq * h * d, d, h * d]
+    pre, post = host.launches[-2:]
+    assert [int(a) for a in pre[5][10:]] == [h, *bshd, *bshd]
+    assert dq.strides == q.strides and [int(a) for a in post[5][5:]] == [h, *bshd]
 
 
 def test_a_new_do_each_step_reuses_the_packed_arguments(torch, host, monkeypatch):

@@ -3,6 +3,8 @@ layout): the contract's shapes plan, each bad argument is one line naming it, de
 plans the ordered kernel; the prebuild list covers every variant, deterministic ones too."""
 from __future__ import annotations
 
+import math
+
 import attrs
 import pytest
 
@@ -21,9 +23,18 @@ class T:
     device: str = "cuda:0"
     contiguous: bool = True
     ptr: int = 1 << 20
+    strides: tuple[int, ...] | None = None
 
     def is_contiguous(self) -> bool:
         return self.contiguous
+
+    def stride(self, i: int) -> int:
+        if self.strides is not None:
+            return self.strides[i]
+        return math.prod(self.shape[i + 1:]) if self.contiguous else 3
+
+    def element_size(self) -> int:
+        return 4 if self.dtype == "torch.float32" else 2
 
     def data_ptr(self) -> int:
         return self.ptr
@@ -50,6 +61,23 @@ def test_the_contracts_shapes_plan_with_the_group_and_padded_rows():
     assert (c.bhk, c.group, c.sq, c.sk, c.sqp, c.head_dim) == (4, 2, 100, 300, 128, 128)
     assert c.causal and c.align == "bottom_right" and c.dtype == "bf16"
     assert not plan().causal and plan(causal=True).align == "top_left"
+    assert (c.kv_heads, c.copied, c.dk_order, c.dv_order) == (2, (), (0, 1, 2, 3), (0, 1, 2, 3))
+
+
+def bshd(b, s, h, d):
+    """A [B, H, S, D] view of a [B, S, H, D] buffer."""
+    return T((b, h, s, d), strides=(s * h * d, d, h * d, 1))
+
+
+def test_any_strides_plan_in_place_or_copied_once_and_the_gradients_take_their_layouts():
+    """q, k, v and dO of any strides: a [B, S, H, D] view read in place (dK, dV in its
+    layout), a stride TMA cannot take copied once (layout.py's rule, dO's too)."""
+    c = plan(q=bshd(2, 100, 4, 128), k=bshd(2, 300, 2, 128), do=bshd(2, 100, 4, 128))
+    assert (c.copied, c.dk_order, c.dv_order) == ((), (0, 2, 1, 3), (0, 1, 2, 3))
+    assert c.grad_strides(c.dk_order) == (300 * 2 * 128, 128, 2 * 128, 1)
+    odd = T((2, 2, 300, 128), strides=(2 * 300 * 130, 300 * 130, 130, 1))
+    c = plan(v=odd, do=T((2, 4, 100, 128), ptr=(1 << 20) + 2))
+    assert c.copied == ("v", "do") and c.dv_order == (0, 1, 2, 3)
 
 
 def test_deterministic_plans_the_ordered_kernel_the_default_does_not():

@@ -209,6 +209,7 @@ def test_the_call_packs_zeroed_turn_counters_beside_dk_and_dv(monkeypatch):
     for cache in (bwd_call.CALL.recipes, bwd_call.CALL.args):
         monkeypatch.setattr(cache, "_items", {})
     monkeypatch.setattr(bwd_call, "tensor_map", lambda ptr, *a, **kw: ("map", ptr))
+    monkeypatch.setattr(bwd_call, "bhsd_map", lambda t, rows, dtype: ("map", t.data_ptr()))
     b, hq, hkv, sq, sk, d = 2, 4, 2, 100, 300, 128
     sqp = bwd_call.padded_rows(sq)
     T = launch.Tensor

@@ -60,14 +60,38 @@ class Tensor:
     def is_cuda(self):
         return self.device.type == "cuda"
 
-    def stride(self):
-        return self.strides
+    def stride(self, i=None):
+        return self.strides if i is None else self.strides[i]
+
+    def element_size(self):
+        return 4 if self.dtype == "torch.float32" else 2
 
     def is_contiguous(self):
         return self.strides == strides_of(self.shape)
 
     def data_ptr(self):
         return self.ptr
+
+    def new_empty(self, *shape, dtype=None):
+        """A new dense tensor (torch's new_empty takes the sizes or one tuple of them)."""
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple) else shape
+        return Tensor(tuple(shape), dtype or self.dtype, self.device)
+
+    def __getitem__(self, index):  # tma_copy's [..., :D] of a D needing no pad: itself
+        return self
+
+    def copy_(self, source):
+        self.copied_from = source
+        return self
+
+    def permute(self, *dims):
+        return Tensor(tuple(self.shape[d] for d in dims), self.dtype, self.device,
+                      strides=tuple(self.strides[d] for d in dims), ptr=self.ptr)
+
+
+def bshd(b, s, h, d, **kw):
+    """A [B, H, S, D] view of a [B, S, H, D] buffer (x.view(B, S, H, D).transpose(1, 2))."""
+    return Tensor((b, h, s, d), strides=(s * h * d, d, h * d, 1), **kw)
 
 
 class Subclass(Tensor):
@@ -90,6 +114,7 @@ def fake_torch(state: type[State]) -> types.ModuleType:
         current_stream=lambda device: types.SimpleNamespace(cuda_stream=state.stream),
         get_device_properties=lambda device: types.SimpleNamespace(multi_processor_count=132))
     torch.empty_like = lambda t: Tensor(t.shape, t.dtype, t.device)
+    torch.empty = lambda shape, dtype=None, device=None: Tensor(tuple(shape), dtype, device)
     return torch
 
 
@@ -116,8 +141,8 @@ def host(monkeypatch):
 
     monkeypatch.setattr(call, "plan_attention", counted_plan)
     monkeypatch.setattr(call, "_build", build)
-    monkeypatch.setattr(call, "tensor_map",
-                        lambda ptr, rows, d, box_rows, box_cols, dtype: ("map", ptr, rows))
+    monkeypatch.setattr(call, "bhsd_map", lambda t, rows, dtype: ("map", t.data_ptr(), rows,
+                                                                  t.stride()))
     monkeypatch.setattr(call.CALL, "launcher", lambda *a: seen.launches.append(a))
     monkeypatch.setattr(call.CALL, "ops", lambda: types.SimpleNamespace(
         attention=lambda *a: seen.ops.append(a) or ("out", "lse")))
@@ -138,22 +163,24 @@ def test_a_repeated_call_checks_plans_and_packs_once(host):
     assert (host.plans, host.builds, len(host.launches)) == (1, 1, 2)
     (kernel, device, stream, grid, block, args, smem), again = host.launches
     assert (device, stream, grid, block, smem) == (0, 7, (12,), (384,), 1)  # 2*6 tiles of 100
-    # Q's map, K's, V's, the output, the log-sum-exp (null: no gradient is needed, none is
-    # stored), B*H, Sq, Sk, the folded scale, the group, the tile order (hg, snake: not
-    # causal, the default, which the kernel does not read)
-    assert len(args) == 12
-    assert args[:3] == (("map", q.ptr, 1200), ("map", k.ptr, 924), ("map", v.ptr, 924))
+    # Q's map, K's, V's (boxes of block_m and block_n rows, their own strides), the output,
+    # the log-sum-exp (null: no gradient is needed, none is stored), B*H, Sq, Sk, the folded
+    # scale, the group, the tile order (hg, snake: not causal, the default, which the kernel
+    # does not read), the query heads, the output's strides (q's: contiguous)
+    assert len(args) == 16
+    assert args[:3] == (("map", q.ptr, 128, q.strides), ("map", k.ptr, 128, k.strides),
+                        ("map", v.ptr, 128, v.strides))
     assert int(args[3]) == first.ptr and int(args[4]) == 0
     assert [int(a) for a in args[5:8]] == [12, 100, 77]
     assert math.isclose(float(args[8]), call.LOG2E / 8, rel_tol=1e-6) and int(args[9]) == 1
-    assert [int(a) for a in args[10:]] == [8, 0]
+    assert [int(a) for a in args[10:]] == [8, 0, 6, 6 * 100 * 64, 100 * 64, 64]
     # the second call's new output is launched, with the same packed maps (no repacking)
     assert int(again[5][3]) != first.ptr and all(a is b for a, b in zip(args[:3], again[5][:3]))
     # new tensors of the same description: no check, no plan; their own maps
     q2, k2, v2 = qkv()
     call.attention(q2, k2, v2)
-    assert host.plans == 1 and host.launches[-1][5][:3] == (
-        ("map", q2.ptr, 1200), ("map", k2.ptr, 924), ("map", v2.ptr, 924))
+    assert host.plans == 1 and [m[1] for m in host.launches[-1][5][:3]] == [q2.ptr, k2.ptr,
+                                                                            v2.ptr]
     assert not host.ops  # plain CUDA tensors never went through the op's dispatch
 
 
@@ -168,8 +195,6 @@ def _refused(case):
         "device": ((q, k, Tensor(v.shape, device=Device("cuda", 1))), {}, "attention: v: on cuda:1"),
         "on the CPU": ((Tensor(q.shape, device=Device("cpu", None)), k, v), {},
                        "attention: q: a CPU tensor"),
-        "contiguity": ((q, Tensor(k.shape, strides=(6 * 77 * 64, 64, 1, 77)), v), {},
-                       "attention: k: not contiguous"),
         "head dim": (qkv(d=96), {}, "attention: q: head dim 96"),
         "rank": ((Tensor((12, 100, 64)), k, v), {}, "attention: q: shape (12, 100, 64)"),
         "k and v": ((q, k, Tensor((2, 6, 78, 64))), {}, "attention: v: shape"),
@@ -191,7 +216,7 @@ def _refused(case):
     return good, (args, kw), needle
 
 
-CASES = ["dtype", "dtype pair", "device", "on the CPU", "contiguity", "head dim", "rank",
+CASES = ["dtype", "dtype pair", "device", "on the CPU", "head dim", "rank",
          "k and v", "gqa group", "empty query", "scale nan", "scale zero", "scale negative",
          "scale unhashable", "causal unknown", "causal unhashable", "causal one", "scale decimal"]
 
@@ -312,9 +337,10 @@ def test_a_head_dim_without_a_short_tile_shares_one_kernel_across_lengths(host, 
 
 def _sizes(launch):
     """The sizes a launch packed after the output's and the log-sum-exp's addresses, as ints
-    (the scale dropped): B*H, Sq, Sk, the group, hg, snake."""
+    (the scale dropped): B*H, Sq, Sk, the group, hg, snake (not the heads and the output's
+    strides after them)."""
     args = launch[5]
-    return tuple(int(a) for i, a in enumerate(args[5:], 5) if i != 8)
+    return tuple(int(a) for i, a in enumerate(args[5:12], 5) if i != 8)
 
 
 def _expected_order(bh, sq, sk, align="top_left", sms=132, block_m=128, block_n=128):

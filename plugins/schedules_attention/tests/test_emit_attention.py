@@ -62,8 +62,10 @@ def test_emitted_kernel_carries_the_plans_steps(pingpong, head_dim, dtype):
     elem = {"bf16": "pcat::Bf16", "fp16": "pcat::Fp16"}[dtype]  # how P and O are packed
     assert (f"pcat::softmax<BN, {elem}, pcat::PackP::now, false>(sacc, pk, rows, "
             "pcat::KeyTail{Sk}, t, FM, scale_log2);") in src
-    # O stored, and each row's log-sum-exp where the call passes an LSE (the backward's)
-    assert f"pcat::finish<HD, {elem}>(oacc, rows, O, LSE, bh, Sq);" in src
+    # O stored at its own strides (q's layout), and each row's log-sum-exp where the call
+    # passes an LSE (the backward's)
+    assert (f"pcat::finish<HD, {elem}>(oacc, rows, O + (bh / H) * o_sb + (bh % H) * o_sh, "
+            "o_ss, LSE, bh, Sq);") in src
     assert "unsigned short* __restrict__ O, float* __restrict__ LSE," in src
     named = re.findall(r"bar\.(sync|arrive) (\d+), 256", src)
     if pingpong:  # consumer 0 and 1 take turns: each syncs on one id and arrives on the other
@@ -240,6 +242,16 @@ class FakeTensor:
     def is_contiguous(self):
         return self._contiguous
 
+    def stride(self, i):  # contiguous, or rows of 130 bytes (TMA cannot take them: copied)
+        return math.prod(self.shape[i + 1:]) if self._contiguous else (
+            math.prod(self.shape[i + 1:-1]) * 65 if i < len(self.shape) - 1 else 1)
+
+    def element_size(self):
+        return 2
+
+    def data_ptr(self):
+        return 1 << 20
+
 
 def qkv(sq=100, sk=77, d=64, **over):
     q = FakeTensor((2, 3, sq, d), **over.get("q", {}))
@@ -276,7 +288,6 @@ def test_the_call_plans_lengths_and_the_folded_scale():
     (qkv(q={"dtype": "torch.float32"}), {}, "attention: q: dtype torch.float32"),
     (qkv(k={"dtype": "torch.float16"}), {}, "attention: k: dtype torch.float16 differs"),
     (qkv(v={"cuda": False}), {}, "attention: v: a CPU tensor"),
-    (qkv(k={"contiguous": False}), {}, "attention: k: not contiguous"),
     (qkv(k={"device": "cuda:1"}), {}, "attention: k: on cuda:1"),
     ((FakeTensor((3, 100, 64)),) + qkv()[1:], {}, "attention: q: shape (3, 100, 64)"),
     (qkv(), {"scale": float("nan")}, "attention: scale: nan"),
@@ -308,23 +319,25 @@ def test_mismatched_kv_and_heads_that_do_not_group_are_refused():
 @pytest.mark.parametrize("hq,hkv", [(6, 6), (6, 3), (6, 2), (6, 1), (8, 2)])
 def test_grouped_query_heads_read_torchs_kv_head(hq, hkv):
     """Grouped-query attention (torch's SDPA enable_gqa): query head h of batch b reads KV
-    head h // (hq / hkv).  The call plans the group, and the kernel's K and V TMA row (its
-    head part, evaluated from the emitted source over the flat [B * H] index) lands on that
-    head's rows of the [B * Hkv * Sk, D] map; the plan and the proof do not change."""
+    head h // (hq / hkv).  The call plans the group, and the kernel's K and V TMA coordinates
+    (head and batch, evaluated from the emitted source over the flat [B * H] index) land on
+    that head of the rank-4 maps (layout.bhsd_map); the plan and the proof do not change."""
     b, sk = 2, 77
     kv = FakeTensor((b, hkv, sk, 64))
     c = plan_attention(FakeTensor((b, hq, 100, 64)), kv, kv)
     assert (c.bh, c.group) == (b * hq, hq // hkv)
     src = emit_attention(compiled(pingpong=False))
-    rows = set(re.findall(r"tma_load_2d\(stage_[kv]\([^;]*c \* 64, ([^;]*) \+ t \* BN\);", src))
-    assert len(rows) == 1  # K and V, in the prologue and the loop, take one head row
-    (row,) = rows
-    assert "group" in row and "bh * Sq" in src  # Q keeps its own head
+    coords = set(re.findall(r"tma_load_4d\(stage_[kv]\([^;]*c \* 64, t \* BN, ([^,]*), "
+                            r"([^;]*)\);", src))
+    assert len(coords) == 1  # K and V, in the prologue and the loop, take one head
+    (head, batch_of), = coords
+    assert "group" in head and "tile_m * BM, bh % H, bh / H);" in src  # Q keeps its own head
     for batch in range(b):
         for h in range(hq):
-            got = eval(row.replace("/", "//"),  # noqa: S307 - our own expression
-                       {"bh": batch * hq + h, "group": c.group, "Sk": sk})
-            assert got == (batch * hkv + h // (hq // hkv)) * sk, (batch, h)
+            at = {"bh": batch * hq + h, "group": c.group, "H": hq}
+            got = tuple(eval(e.replace("/", "//"), at)  # noqa: S307 - our own expression
+                        for e in (head, batch_of))
+            assert got == (h // (hq // hkv), batch), (batch, h)
 
 
 @pytest.mark.parametrize("causal,align", [(False, None), (True, "top_left"),
@@ -408,12 +421,14 @@ def test_the_kernels_tile_bounds_are_the_plans(causal, align, bm, bn):
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_the_kernel_takes_the_tile_order_and_declares_it_in_every_agent(causal):
-    """The kernel's signature ends with the tile order's ``int hg, int snake`` (after the GQA
-    group, as the call packs them), and the producer and the consumers declare the same tile
-    order (tile_order.order_exprs: its C and tile_at are held to one map in test_tile_order.py);
-    causal, through the snake's position ``p``; not causal, head-major from the tile."""
+    """The kernel's signature holds the tile order's ``int hg, int snake`` (after the GQA
+    group, as the call packs them; the heads and O's strides after them), and the producer
+    and the consumers declare the same tile order (tile_order.order_exprs: its C and tile_at
+    are held to one map in test_tile_order.py); causal, through the snake's position ``p``;
+    not causal, head-major from the tile."""
     src = emit_attention(compiled(causal=causal))
-    assert "int BH, int Sq, int Sk, float scale_log2, int group, int hg, int snake) {" in src
+    assert re.search(r"int BH, int Sq, int Sk, float scale_log2, int group, int hg, int snake, "
+                     r"int H,\s+long long o_sb, long long o_sh, long long o_ss\) \{", src)
     decl = "const int " + ", ".join(order_exprs(causal)) + ";"
     producer = src.split("// ---- agent producer")[1].split("// ---- agents consumer")[0]
     consumer = src.split("// ---- agents consumer")[1]
@@ -662,8 +677,8 @@ def test_a_double_buffered_q_is_loaded_and_read_in_the_output_tiles_stage():
     and releases it.  Both the tile with KV blocks and the one without (KT == 0) do."""
     src = emit_attention(compiled(head_dim=64, q_stages=2, pingpong=False))
     assert "STAGES = 2, Q_STAGES = 2;" in src
-    load = ("tma_load_2d(stage_q(o % 2) + c * BM * 128, &tmQ, q_full_bar(o % 2), c * 64, "
-            "bh * Sq + tile_m * BM);")
+    load = ("tma_load_4d(stage_q(o % 2) + c * BM * 128, &tmQ, q_full_bar(o % 2), c * 64, "
+            "tile_m * BM, bh % H, bh / H);")
     release_wait = "mbar_wait(q_empty_bar((o % 2)), ((o / 2 + (-1)) & 1));"
     assert src.count(load) == src.count(release_wait) == 2
     producer = src.split("// ---- agent producer")[1].split("// ---- agents consumer")[0]

@@ -126,3 +126,31 @@ def test_every_field_the_emitter_reads_is_proven(deterministic):
     c = compile_named(NAME, target="h100", host=default_host(), params={
         "causal": "true", **({"deterministic": "true"} if deterministic else {})})
     assert unproven_fields(c, emit_attention_bwd, per_field=4) == []
+
+
+@pytest.mark.parametrize("hq,hkv", [(4, 4), (4, 2), (8, 1)])
+def test_each_load_reads_its_heads_of_the_tensors_own_strides(hq, hkv):
+    """Q and dO are read at (head, batch) of query head qhead over B * Hq, K and V at KV head
+    bhk over B * Hkv, through rank-4 maps of the tensors' own strides (layout.bhsd_map), and
+    dK and dV are stored at the KV head's rows of their own strides: evaluated from the emitted
+    source for every head, against torch's [B, H, S, D] indices."""
+    import re
+
+    src = emit_attention_bwd(compiled())
+    group, b = hq // hkv, 2
+    loads = dict(re.findall(r"tma_load_4d\((stage_q|stage_do|k_smem|v_smem)[^;]*, c \* 64, "
+                            r"[^,]*\* B[MN], ([^;]*)\);", src))
+    assert set(loads) == {"stage_q", "stage_do", "k_smem", "v_smem"}
+    c_expr = r"[^,]+"
+    for name in ("stage_q", "stage_do"):
+        head, batch = re.fullmatch(rf"({c_expr}), ({c_expr})", loads[name]).groups()
+        for qhead in range(b * hq):
+            # qhead(K tile) is the query head, whatever the K tile's name in the source
+            at = {"HKV": hkv, "group": group, "qhead": lambda u, qh=qhead: qh, "t": 0, "u": 0}
+            got = tuple(eval(e.replace("/", "//"), at)  # noqa: S307 - our own expression
+                        for e in (head, batch))
+            assert got == (qhead % hq, qhead // hq)
+    for name in ("k_smem", "v_smem"):
+        assert loads[name] == "bhk % HKV, bhk / HKV"
+    assert ("pcab::finish<HD, pcat::Bf16>(dkacc, dvacc, dK + (bhk / HKV) * dk_sb + (bhk % HKV) "
+            "* dk_sh, dk_ss, dV + (bhk / HKV) * dv_sb + (bhk % HKV) * dv_sh, dv_ss,") in src

@@ -343,24 +343,45 @@ def sm_count(device: int) -> int:
 
 
 def tma_readable(t: Any) -> bool:
-    """Whether TMA can read the rows of 2-D tensor ``t`` where they lie, through a tensor map
-    of its own strides: unit-strided elements, a row stride of a multiple of 16 bytes (the
-    driver refuses any other, one row's too) that does not overlap rows, the base 16-byte
-    aligned.  What fails is copied (:func:`tma_copy`), never refused: torch takes it."""
-    rows, cols = t.shape
-    return (t.stride(1) == 1 and t.data_ptr() % 16 == 0
-            and (t.stride(0) * t.element_size()) % 16 == 0 and (rows < 2 or t.stride(0) >= cols))
+    """Whether TMA can read tensor ``t`` (any rank) where it lies, through a tensor map of its
+    own strides: unit-strided elements in the last dimension, every other dimension's stride a
+    multiple of 16 bytes (the driver refuses any other, a dimension of one index's too), no
+    two indices at one address (a broadcast's stride 0 or overlapping rows: the dimensions of
+    more than one index, by stride, each past the last one's extent), the base 16-byte
+    aligned.  A transposed or sliced view passes (its strides need not increase).  What fails
+    is copied (:func:`tma_copy`), never refused: torch takes it."""
+    shape, elem = tuple(t.shape), t.element_size()
+    strides = tuple(t.stride(i) for i in range(len(shape)))
+    if strides[-1] != 1 or t.data_ptr() % 16 or any(s * elem % 16 for s in strides[:-1]):
+        return False
+    spans = sorted((s, n) for n, s in zip(shape[:-1], strides[:-1]) if n > 1)
+    extent = shape[-1]  # elements the dimensions inside the next one cover, the last's first
+    for s, n in spans:
+        if s < extent:
+            return False
+        extent = s * n
+    return True
 
 
 def tma_copy(t: Any) -> Any:
-    """2-D ``t`` copied into rows TMA can read: each padded to 16 bytes (the pad never read:
-    the tensor map is of ``t``'s columns)."""
-    rows, cols = t.shape
+    """``t`` (any rank) copied into a dense layout TMA can read: its last dimension padded to
+    16 bytes (the pad never read: a tensor map is of ``t``'s sizes), the others in order."""
+    *outer, cols = t.shape
     per = 16 // t.element_size()
-    return t.new_empty(rows, -(-cols // per) * per)[:, :cols].copy_(t)
+    return t.new_empty(*outer, -(-cols // per) * per)[..., :cols].copy_(t)
 
 
 _MAPS: Bounded[Any] = Bounded(MAP_CACHE_SIZE)
+
+
+def _map_dtype(dtype: str) -> int:
+    """The driver's element type of the calls' ``dtype`` name (``bf16``, ``fp16``, ``fp32``;
+    fp8 ``e4m3`` travels as bytes: TMA copies, never converts)."""
+    from pipeline_core_nvidia_h100.tma import (DTYPE_BFLOAT16, DTYPE_FLOAT16, DTYPE_FLOAT32,
+                                               DTYPE_UINT8)
+
+    return {"bf16": DTYPE_BFLOAT16, "fp16": DTYPE_FLOAT16, "fp32": DTYPE_FLOAT32,
+            "e4m3": DTYPE_UINT8}[dtype]
 
 
 def tensor_map(ptr: int, rows: int, cols: int, box_rows: int, box_cols: int, dtype: str, *,
@@ -372,14 +393,37 @@ def tensor_map(ptr: int, rows: int, cols: int, box_rows: int, box_cols: int, dty
     key = (ptr, rows, cols, box_rows, box_cols, dtype, stride, batch, batch_stride, swizzle)
     found = _MAPS.get(key)
     if found is None:
-        from pipeline_core_nvidia_h100.tma import (DTYPE_BFLOAT16, DTYPE_FLOAT16, DTYPE_FLOAT32,
-                                                   DTYPE_UINT8, SWIZZLE_128B, SWIZZLE_NONE,
-                                                   encode_tiled_2d)
+        from pipeline_core_nvidia_h100.tma import SWIZZLE_128B, SWIZZLE_NONE, encode_tiled_2d
 
-        kind = {"bf16": DTYPE_BFLOAT16, "fp16": DTYPE_FLOAT16, "fp32": DTYPE_FLOAT32,
-                "e4m3": DTYPE_UINT8}[dtype]
         found = _MAPS.put(key, encode_tiled_2d(ptr, rows, cols, box_rows, box_cols,
-                                               stride=stride, dtype=kind, batch=batch,
+                                               stride=stride, dtype=_map_dtype(dtype), batch=batch,
                                                batch_stride=batch_stride,
                                                swizzle=SWIZZLE_128B if swizzle else SWIZZLE_NONE))
+    return found
+
+
+def strided_tensor_map(ptr: int, shape: Sequence[int], strides: Sequence[int],
+                       box: Sequence[int], dtype: str, *, swizzle: bool = True) -> Any:
+    """The TMA tensor map of an array of ``dtype`` at ``ptr`` with torch's ``shape`` and
+    ``strides`` (elements, outermost first, the last dimension unit-strided: a tensor
+    :func:`tma_readable` passes), read in boxes of ``box`` elements per dimension (outermost
+    first), encoded once and kept (tma.encode_tiled).  A dimension of one index takes the
+    stride of a dense layout, which the driver accepts whatever the tensor's says (only index
+    0 is read).  Any order of strides: a [B, S, H, D] tensor seen as [B, H, S, D] (attention's
+    q as models hold it) is read in place, its boxes (1, 1, rows, 64) at (b, h, s, d)."""
+    from pipeline_core_nvidia_h100.tma import (DTYPE_BYTES, SWIZZLE_128B, SWIZZLE_NONE,
+                                               encode_tiled)
+
+    kind = _map_dtype(dtype)
+    elem = DTYPE_BYTES[kind]
+    dense = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        dense[i] = dense[i + 1] * shape[i + 1]
+    taken = [s if n > 1 else d for n, s, d in zip(shape, strides, dense)]
+    key = ("strided", ptr, tuple(shape), tuple(taken), tuple(box), dtype, swizzle)
+    found = _MAPS.get(key)
+    if found is None:
+        found = _MAPS.put(key, encode_tiled(
+            ptr, tuple(reversed(shape)), tuple(s * elem for s in reversed(taken[:-1])),
+            tuple(reversed(box)), dtype=kind, swizzle=SWIZZLE_128B if swizzle else SWIZZLE_NONE))
     return found
