@@ -478,7 +478,10 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
         from pipeline_core.emit_choice import schedules_written
 
         rows = [{"name": r.name, "description": r.description,
-                 "schedules": schedules_written(r, host), "targets": list(r.targets),
+                 "schedules": schedules_written(r, host),
+                 # the installed targets it serves, by name or by capability (empty: any)
+                 "targets": (sorted(t for t, record in host.targets.items() if r.serves(record))
+                             if r.targets or r.requires is not None else []),
                  "requires": r.requires.as_dict() if r.requires is not None else None,
                  "kernel_families": list(r.kernel_families), "provider": r.provider,
                  "options": _params_doc(r.options or ())}
@@ -487,7 +490,7 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
         for r in rows:  # the -O options as -p's are listed (the record declares their bounds)
             lines.append(f"{r['name']}: {r['description']}  [{r['provider']}; schedules "
                          f"{', '.join(r['schedules']) or 'none installed'}; targets "
-                         f"{host.emitters[r['name']].serves_words()}; kernel families "
+                         f"{', '.join(r['targets']) or 'any'}; kernel families "
                          f"{', '.join(r['kernel_families']) or 'any'}]")
             lines.extend(_param_line({**prm, "name": f"-O {prm['name']}"})
                          for prm in r["options"])
