@@ -4,13 +4,12 @@ output shown (run in-process, in a scratch directory), the file it emits starts 
 each author's mistake it describes fails as it says."""
 from __future__ import annotations
 
-import importlib.util
 import shlex
 from pathlib import Path
 
 import pytest
 
-from guide_pages import DOCS, ROOT, commands, shown_files
+from guide_pages import DOCS, ROOT, commands, load_source, shown_files
 
 PAGE = DOCS / "guide" / "retarget.md"
 PLUGIN = "plugins/target_a100/pipeline_core_target_a100/plugin.py"
@@ -71,14 +70,7 @@ def _page_plugin(tmp_path, monkeypatch, old: str = "", new: str = ""):
     if old:
         assert source.count(old) == 1, old
         source = source.replace(old, new)
-    path = tmp_path / "a100_page.py"
-    path.write_text(source)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    spec = importlib.util.spec_from_file_location("a100_page", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_source(tmp_path, monkeypatch, "a100_page", source)
 
 
 def _refusal(module) -> str:
