@@ -59,7 +59,7 @@ class Capabilities:
 
     def missing(self, offer: "Capabilities | None") -> list[str]:
         """What this contract needs that ``offer`` lacks, each as "KIND NAME" (sorted within a
-        kind, kinds in :data:`KINDS` order); empty when it is covered.  No offer lacks all."""
+        kind, kinds in ``KINDS`` order); empty when it is covered (``offer`` None offers nothing)."""
         offered = offer or Capabilities()
         return [f"{singular} {name}" for field, singular in KINDS
                 for name in sorted(getattr(self, field) - getattr(offered, field))]
