@@ -9,12 +9,15 @@ by a ``warps_m`` x ``warps_n`` warp grid.  The body describes one K tile:
   ``(WTM/16) x (WTN/8)`` mma.sync m16n8k16, reading the two fragments of k-step kk).
 
 The schedule writes no wait and no barrier: it asks for the core's ring lowering (N stages), which
-places one ``WAIT_CP_ASYNC`` + barrier per K tile and derives each wait's count from the h100 sync
-model; the proof stage of every compile then checks the result.  The ring depth is the target's
+places one ``WAIT_CP_ASYNC`` + barrier per K tile and derives each wait's count from the target's
+sync model; the proof stage of every compile then checks the result.  The ring depth is the target's
 ``-T stages``.  The geometry lives in :class:`Geometry`, the one home the ``cuda`` emitter reads.
 
-The schedule is NVIDIA-only: its body's tags are the h100 cost model's, and the AMD target has no
-ring-lowering cost model for them (the plugin's README.md says why).
+It runs on every copy-ring target (the family's tags 0-4) that offers a cp.async ring, ldmatrix
+and mma.sync (``contracts.MMA_SYNC_CP_ASYNC``): ``h100``, and a target plugin's for sm_80 and later
+(``a100``, docs/guide/retarget.md), each timed with its own cost model.  The AMD targets offer
+none of it and are refused naming what they lack.  :meth:`Geometry.validate` still checks the
+H100's CTA limits (threads, 227 KB of shared memory); a target with less bounds its ``-T stages``.
 """
 from __future__ import annotations
 
