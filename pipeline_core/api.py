@@ -74,8 +74,9 @@ def refuse_unread_knobs(name: str, schedule: ScheduleBase, overrides: Mapping[st
 
 def require_fit(record: ScheduleRecord, target: TargetRecord, host: PluginHost, *,
                 document: str = "") -> None:
-    """Refuse a target the schedule is not made for (``ScheduleRecord.targets`` / ``families``),
-    naming both and the installed targets that fit: its factory might build something on it,
+    """Refuse a target the schedule is not made for (``ScheduleRecord.targets`` / ``families`` /
+    ``requires``), naming both (for a contract, the capabilities the target lacks) and the
+    installed targets that fit: its factory might build something on it,
     but proven under a sync model or machine the kernel does not run on
     (docs/guide/schedule-plugin.md, "Targets a schedule is made for").  Every command that
     builds a schedule by name passes here (:func:`build_named`), and ``check --input`` for the
@@ -86,9 +87,13 @@ def require_fit(record: ScheduleRecord, target: TargetRecord, host: PluginHost, 
     family = f" (family {target.family})" if target.family else ""
     who = f"schedule {record.name}" if document else "it"  # the --target message names it first
     made = f"{who} is made for {record.made_for()}, not {target.name}{family}"
+    lacking = record.lacks(target)
+    contract = bool(lacking)
+    if contract:  # the contract is what is missing: name it, and the targets that offer it
+        made = f"{who} needs {', '.join(lacking)}, which target {target.name} does not offer"
     if fitting:
         choice = record.default_target if record.default_target in fitting else fitting[0]
-        fix = (f"targets that fit: {', '.join(fitting)}; "
+        fix = (f"targets that {'offer it' if contract else 'fit'}: {', '.join(fitting)}; "
                f"{'compile it again with' if document else 'pass'} --target {choice}")
     else:
         fix = f"no installed target fits; install a plugin providing {record.made_for()}"

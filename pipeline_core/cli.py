@@ -478,7 +478,11 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
         from pipeline_core.emit_choice import schedules_written
 
         rows = [{"name": r.name, "description": r.description,
-                 "schedules": schedules_written(r, host), "targets": list(r.targets),
+                 "schedules": schedules_written(r, host),
+                 # the installed targets it serves, by name or by capability (empty: any)
+                 "targets": (sorted(t for t, record in host.targets.items() if r.serves(record))
+                             if r.targets or r.requires is not None else []),
+                 "requires": r.requires.as_dict() if r.requires is not None else None,
                  "kernel_families": list(r.kernel_families), "provider": r.provider,
                  "options": _params_doc(r.options or ())}
                 for name, r in sorted(host.emitters.items())
@@ -512,7 +516,8 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
             row["default_target"] = r.default_target
             # what the schedule declares, and the installed targets that fit it
             # (docs/guide/schedule-plugin.md, "Targets a schedule is made for")
-            row["made_for"] = {"targets": list(r.targets), "families": list(r.families)}
+            row["made_for"] = {"targets": list(r.targets), "families": list(r.families),
+                               "requires": r.requires.as_dict() if r.requires else None}
             row["targets"] = fitting_targets(r, host.targets)
             if r.default_target:
                 extra = f", default target {r.default_target}"
@@ -520,7 +525,9 @@ def _listing(args, host) -> tuple[list[dict], list[str]]:
                       if r.declares_targets else "; fits any target")
         else:
             row["family"] = r.family
+            row["offers"] = r.offers.as_dict() if r.offers is not None else None
             extra = f", family {r.family}" if r.family else ""
+            extra += f", offers {r.offers.words()}" if r.offers is not None else ""
         rows.append(row)
         lines.append(f"{row['name']}: {row['description']}  [{row['provider']}{extra}]")
         lines.extend(_param_line(prm) for prm in row["params"])
@@ -660,12 +667,13 @@ def cmd_emit(args, host) -> int:
 
     compiled = _compile_from_args(args, host)
     target = compiled.target_name
+    target_record = host.get_target(target)
     if args.emitter:
         record = host.get_emitter(args.emitter)
-        if not record.serves(target):
+        if not record.serves(target_record):
             raise ConfigError("emit", "--emitter", args.emitter,
                               f"an emitter for target {target} (it serves "
-                              f"{', '.join(record.targets)})")
+                              f"{record.serves_words()})")
         if not record.writes(compiled.launch):
             raise ConfigError("emit", "--emitter", args.emitter,
                               f"an emitter for {_kernel_of(compiled)} (it writes kernel "
@@ -673,7 +681,7 @@ def cmd_emit(args, host) -> int:
                               f"{', '.join(record.kernel_families)})")
     else:
         serving = sorted(n for n, r in host.emitters.items()
-                         if r.serves(target) and r.writes(compiled.launch))
+                         if r.serves(target_record) and r.writes(compiled.launch))
         if not serving:
             raise CliError(_no_emitter(compiled, host))
         if len(serving) != 1:
@@ -696,9 +704,8 @@ def _no_emitter(compiled, host) -> str:
     from pipeline_core.emit_choice import targets_with_emitter
 
     record = host.get_schedule(compiled.schedule_name)
-    fits = targets_with_emitter(
-        host.emitters.values(), compiled.launch,
-        lambda name: name in host.targets and record.fits(host.targets[name]))
+    fits = targets_with_emitter(host.emitters.values(), compiled.launch,
+                                [t for t in host.targets.values() if record.fits(t)])
     head = f"no emitter serves {_kernel_of(compiled)} on target {compiled.target_name}"
     if fits:
         return f"{head}; try {' or '.join(f'--target {name}' for name in fits)}"

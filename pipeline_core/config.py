@@ -484,6 +484,9 @@ class TargetProfile:
     #: one SM for the agents timing model (pipeline_core.agents.timing.AgentMachine); None: a
     #: warp-specialized schedule on this target has no timing figure
     agent_machine: Any = attrs.field(default=None, kw_only=True)
+    #: the architecture the target's kernels are built for ("sm_80", "sm_90a"): an emitter that
+    #: serves a capability (``EmitterRecord.requires``) writes its kernel for it; "": none
+    arch: str = attrs.field(default="", kw_only=True, validator=attrs.validators.instance_of(str))
 
     @sync.validator
     def _sync(self, attribute, value):

@@ -19,6 +19,16 @@ class OpCost:
     vgpr_def: int = 0
     vgpr_kill: int = 0
     name: str = ""  #: the tag's name in this model's namespace (used in listings)
+    #: cycles between two issues of this instruction on one SM when every warp issues it (the
+    #: unit's throughput; a schedule that costs a whole CTA's instructions per op, such as
+    #: multistage-gemm, multiplies it by their count); None: not declared
+    interval: float | None = attrs.field(default=None, kw_only=True)
+
+    @interval.validator
+    def _check_interval(self, attribute, value):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not value > 0):
+            raise ConfigError("OpCost", "interval", value, "None or a positive number of cycles")
 
     @latency.validator
     def _check_latency(self, attribute, value):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from pipeline_core.emitters import EmitterRecord
 from pipeline_core.launch import KernelLaunch
+from pipeline_core.schedule import TargetRecord
 
 if TYPE_CHECKING:
     from pipeline_core.compiled import CompiledSchedule
@@ -20,13 +21,15 @@ if TYPE_CHECKING:
 
 
 def targets_with_emitter(emitters: Iterable[EmitterRecord], launch: KernelLaunch | None,
-                         fits: Callable[[str], bool]) -> list[str]:
-    """The target names some emitter of ``emitters`` serves for the kernel ``launch`` declares,
-    among those ``fits`` accepts (the targets the schedule is made for), sorted: what
-    ``pipeline-core emit`` suggests when no emitter serves the target it compiled for.  An
+                         fitting: Iterable[TargetRecord]) -> list[str]:
+    """The names of the ``fitting`` targets (those the schedule is made for) that some emitter
+    of ``emitters`` serves for the kernel ``launch`` declares, by name or by capability, sorted:
+    what ``pipeline-core emit`` suggests when no emitter serves the target it compiled for.  An
     emitter that serves any target adds none (it would have served that one)."""
-    return sorted({target for record in emitters if record.writes(launch)
-                   for target in record.targets if fits(target)})
+    records = [record for record in emitters if record.writes(launch)
+               and (record.targets or record.requires is not None)]
+    return sorted({target.name for target in fitting
+                   if any(record.serves(target) for record in records)})
 
 
 def schedules_written(record: EmitterRecord, host: PluginHost) -> list[str]:
@@ -42,7 +45,7 @@ def schedules_written(record: EmitterRecord, host: PluginHost) -> list[str]:
     written = []
     for name, schedule in sorted(host.schedules.items()):
         for target in fitting_targets(schedule, host.targets):
-            if not record.serves(target):
+            if not record.serves(host.targets[target]):
                 continue
             try:
                 built, _, _ = build_named(name, target=target, host=host)
@@ -60,8 +63,9 @@ def unwritten(compiled: CompiledSchedule, host: PluginHost) -> str:
     all refuse it (each one's :attr:`EmitterRecord.refuses` reason, named), else "" (one of
     them writes it, or there is none to ask: a schedule need not have an emitter).  So a
     geometry the compile proves but ``emit`` would refuse is said at compile."""
+    target = host.targets.get(compiled.target_name)
     found = [record for _, record in sorted(host.emitters.items())
-             if record.serves(compiled.target_name) and record.writes(compiled.launch)]
+             if target is not None and record.serves(target) and record.writes(compiled.launch)]
     reasons = []
     for record in found:
         why = record.refuses(compiled) if record.refuses is not None else ""

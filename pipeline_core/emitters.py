@@ -11,9 +11,10 @@ from typing import Any
 
 import attrs
 
+from pipeline_core.capabilities import Capabilities, check_capabilities
 from pipeline_core.errors import ConfigError
 from pipeline_core.launch import KernelLaunch
-from pipeline_core.schedule import Param, parse_params
+from pipeline_core.schedule import Param, TargetRecord, parse_params
 
 
 def _check_name(instance: Any, attribute: Any, value: str) -> None:
@@ -46,7 +47,9 @@ class EmitterRecord:
     """``emit(compiled, **options) -> str`` writes the source of one kernel.
 
     An emitter is keyed by (target, kernel family), not by schedule name: ``targets`` names the
-    targets it serves (empty: any), ``kernel_families`` the kernel families it writes (empty:
+    targets it serves (empty: any), or ``requires`` the capabilities it serves (every target
+    whose ``TargetRecord.offers`` cover them, whichever plugin registers it; it then writes for
+    the target's ``TargetProfile.arch``, pipeline_core/capabilities.py), ``kernel_families`` the kernel families it writes (empty:
     any), each the ``kernel_family`` a schedule declares once in its ``kernel_launch()``
     (:class:`~pipeline_core.launch.KernelLaunch`), so ``pipeline-core emit`` picks the one
     emitter that serves both without ``--emitter``.  ``options`` declares the ``-O KEY=VALUE`` options it takes, each a
@@ -71,6 +74,8 @@ class EmitterRecord:
                                                     validator=_check_options, kw_only=True)
     refuses: Callable[[Any], str] | None = attrs.field(default=None, kw_only=True,
                                                        validator=_check_refuses)
+    requires: Capabilities | None = attrs.field(default=None, kw_only=True,
+                                                validator=check_capabilities)
 
     def parse_options(self, given: Mapping[str, str]) -> dict[str, Any]:
         """The keyword arguments of ``emit`` for the user's ``-O`` strings (see the class)."""
@@ -78,8 +83,19 @@ class EmitterRecord:
             return dict(given)
         return parse_params(f"emitter {self.name}", self.options, given, flag="-O")
 
-    def serves(self, target: str) -> bool:
-        return not self.targets or target in self.targets
+    def serves(self, target: TargetRecord) -> bool:
+        """Whether it writes kernels for ``target``: offering what ``requires`` names (when
+        declared) and named in ``targets`` (when any is named: they narrow the contract)."""
+        if self.requires is not None and not self.requires.covered_by(target.offers):
+            return False
+        return not self.targets or target.name in self.targets
+
+    def serves_words(self) -> str:
+        """The targets it serves, in words (listings and ``emit --emitter`` refusals)."""
+        names = ", ".join(self.targets)
+        if self.requires is None:
+            return names or "any"
+        return f"{names or 'targets'} offering {self.requires.words()}"
 
     def writes(self, launch: KernelLaunch | None) -> bool:
         """Whether it writes the kernel a compiled schedule declared (``CompiledSchedule.launch``;

@@ -87,8 +87,9 @@ def pipeline_core_register_schedules() -> Sequence[ScheduleRecord] | None:
     :returns: a list of :class:`pipeline_core.schedule.ScheduleRecord`; each
         record's ``factory(ctx)`` receives a :class:`pipeline_core.schedule.BuildContext`
         and returns a schedule object (see :class:`pipeline_core.schedule.Schedule`).
-        ``targets`` / ``families`` declare the targets it is made for; ``--target`` naming
-        any other is refused (docs/guide/schedule-plugin.md, "Targets a schedule is made for").
+        ``requires`` (a capability contract), ``targets`` / ``families`` declare the targets
+        it is made for; ``--target`` naming any other is refused (docs/guide/schedule-plugin.md,
+        "Targets a schedule is made for").
 
     Example::
 
@@ -252,7 +253,8 @@ def pipeline_core_register_emitters() -> Sequence[EmitterRecord] | None:
     plugin's failure, never a traceback.
 
     :returns: a list of :class:`pipeline_core.emitters.EmitterRecord`: ``name``,
-        ``description``, ``targets`` (the target names it serves; empty for any), ``emit`` and
+        ``description``, ``targets`` (the target names it serves; empty for any, or those whose
+        ``TargetRecord.offers`` cover its ``requires``), ``emit`` and
         ``kernel_families`` (the kernel families it writes, each the ``kernel_family`` of a
         schedule's ``kernel_launch()``; empty for any).  ``pipeline-core emit`` without
         ``--emitter`` picks the one emitter serving the target and the schedule's family.

@@ -14,7 +14,9 @@ Grouped by what a plugin does:
   :class:`BuildContext`;
   :data:`REFUSED` for a schedule's ``forced_knobs()``, :func:`apply_overrides` to read a
   ``-c`` value as the compiler will; :data:`COPY_RING`, a target family a schedule may
-  declare); :func:`installed_version` for a plugin's ``__version__``;
+  declare, :data:`PING_PONG` another); :class:`Capabilities`, what a schedule or an emitter
+  needs (``requires``) and a target offers (``offers``); :func:`installed_version` for a
+  plugin's ``__version__``;
 * describe a target: :class:`TargetProfile` with a :class:`CostModel` (:class:`OpCost` per
   tag), a :class:`PipelineConfig` (:class:`WarpStagger` ...) and a :class:`SyncModel`
   (:class:`Channel`, :class:`Effect`, :class:`BarrierKind`, :class:`BlockBinding` for a target
@@ -50,6 +52,7 @@ from pipeline_core.agents.cluster import RELAY as CLUSTER_RELAY
 from pipeline_core.agents.timing import AgentMachine, EpilogueCosts
 from pipeline_core.agents.timing import simulate as simulate_agents
 from pipeline_core.api import compile_named
+from pipeline_core.capabilities import Capabilities
 from pipeline_core.compiled import CompiledSchedule
 from pipeline_core.config import (BlockSizing, FragOrder, LoopCarried, PipelineConfig,
                                   ScheduleConfig, TargetProfile, WarpStagger, apply_overrides)
@@ -70,7 +73,7 @@ from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, Cluster, Clu
                                 OrderSpec, ReductionSpec, Ring, RingSpec, Step, StepKind,
                                 StoreSpec, TileSplit, Turn, Turns, TurnSpec)
 from pipeline_core.program.block import emit_minimal_barrier_block
-from pipeline_core.schedule import (COPY_RING, REFUSED, BuildContext, KernelTransform, Param,
+from pipeline_core.schedule import (COPY_RING, PING_PONG, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
 from pipeline_core.scheduling.registry import SchedulingRequest
 from pipeline_core.plugins import PluginHost, default_host
@@ -85,7 +88,8 @@ from pipeline_core.transforms import (double_buffer_reorder, optimize_within_bar
 __all__ = [
     "hookimpl", "record_hooks", "TargetRecord", "ScheduleRecord", "StrategyRecord", "KernelTransform",
     "EmitterRecord", "Param", "Bound", "COUNTER_TICKS", "GLOBAL_LOAD_TICKS", "PARAM_INT",
-    "BuildContext", "REFUSED", "apply_overrides", "COPY_RING", "ScheduleBase",
+    "BuildContext", "REFUSED", "apply_overrides", "COPY_RING", "PING_PONG", "Capabilities",
+    "ScheduleBase",
     "installed_version",
     "TargetProfile", "CostModel", "OpCost", "annotate", "PipelineConfig", "ScheduleConfig",
     "BlockSizing", "FragOrder", "LoopCarried", "WarpStagger",

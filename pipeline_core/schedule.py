@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol, Se
 
 import attrs
 
+from pipeline_core.capabilities import Capabilities, check_capabilities
 from pipeline_core.config import (PipelineConfig, ScheduleConfig, TargetProfile, apply_overrides,
                                   parse_bool)
 from pipeline_core.errors import ConfigError, UnknownNameError
@@ -183,6 +184,11 @@ _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 #: shape (examples/hello_schedule) declares the family and fits every such target
 #: (docs/guide/schedule-plugin.md, "Targets a schedule is made for").
 COPY_RING = "copy-ring"
+#: A target family: the reference's 8-warp ping-pong double buffer (the block program): kernel
+#: tags 0-5 costed as LOAD_A, LOAD_B (global loads), COMPUTE, MMA_LOAD_A, MMA_LOAD_B (fragment
+#: loads) and MMA, a 2x2 MMA quadrant grid in 2 partitions over 2 shared-memory stages, two
+#: staggered warp groups, and a sync model with a ``BlockBinding``.  ``pingpong`` declares it.
+PING_PONG = "ping-pong"
 
 
 def _check_name(inst: Any, attribute: attrs.Attribute[str], value: Any) -> None:
@@ -284,15 +290,22 @@ class TargetRecord:
     #: any target of that shape declare in ``ScheduleRecord.families`` (docs/guide/schedule-plugin.md,
     #: "Targets a schedule is made for")
     family: str = attrs.field(default="", kw_only=True, validator=_check_optional_name)
+    #: what the target offers (sync channels, instructions, copy kinds): every schedule whose
+    #: ``requires`` it covers fits it (pipeline_core/capabilities.py); None: nothing declared
+    offers: Capabilities | None = attrs.field(default=None, kw_only=True,
+                                              validator=check_capabilities)
 
 
 @attrs.frozen
 class ScheduleRecord:
     """A registered schedule: ``factory(ctx: BuildContext)`` returns a Schedule.
 
-    ``targets`` and ``families`` say which targets it is made for: every command refuses
-    any other (docs/guide/schedule-plugin.md, "Targets a schedule is made for"), since a
-    factory that builds on a foreign target yields a kernel proven under the wrong model.
+    ``requires``, ``families`` and ``targets`` say which targets it is made for: every command
+    refuses any other (docs/guide/schedule-plugin.md, "Targets a schedule is made for"), since a
+    factory that builds on a foreign target yields a kernel proven under the wrong model.  A
+    target fits when its ``offers`` cover ``requires`` (the capability contract) and, where
+    ``targets`` or ``families`` are declared, it is named there or of a family listed (a
+    schedule that still names its targets keeps working: the names narrow the contract).
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -309,6 +322,11 @@ class ScheduleRecord:
     #: fits, whichever plugin registers it
     families: tuple[str, ...] = attrs.field(default=(), kw_only=True, converter=_names,
                                             validator=_NAMES_VALIDATOR)
+    #: the capability contract (pipeline_core/capabilities.py): every target whose ``offers``
+    #: cover it fits, whichever plugin registers it (``targets`` / ``families``, when given,
+    #: narrow it to those named)
+    requires: Capabilities | None = attrs.field(default=None, kw_only=True,
+                                                validator=check_capabilities)
 
     def __attrs_post_init__(self) -> None:
         if (self.default_target and self.targets and not self.families
@@ -319,24 +337,38 @@ class ScheduleRecord:
     @property
     def declares_targets(self) -> bool:
         """Whether the schedule says which targets it is made for (else it takes any)."""
-        return bool(self.targets or self.families)
+        return bool(self.targets or self.families or self.requires is not None)
 
     def fits(self, target: TargetRecord) -> bool:
-        """Whether ``target`` is one the schedule is made for: named in ``targets``, or of a
-        family in ``families``; a schedule that declares neither takes every target."""
-        if not self.declares_targets:
+        """Whether ``target`` is one the schedule is made for: its ``offers`` cover
+        ``requires`` (when declared), and it is named in ``targets`` or of a family in
+        ``families`` (when either is declared: with a contract they narrow it); a schedule that
+        declares none of the three takes every target."""
+        if self.requires is not None and not self.requires.covered_by(target.offers):
+            return False
+        if not (self.targets or self.families):
             return True
-        return target.name in self.targets or (bool(target.family) and target.family in self.families)
+        return target.name in self.targets or (bool(target.family)
+                                               and target.family in self.families)
+
+    def lacks(self, target: TargetRecord) -> list[str]:
+        """The capabilities of ``requires`` that ``target`` does not offer ("instruction
+        wgmma", ...); empty when it offers them all or the schedule declares no contract."""
+        return self.requires.missing(target.offers) if self.requires is not None else []
 
     def made_for(self) -> str:
         """The declaration in words, for refusals and listings ("targets h100, toy-gpu and
-        family copy-ring"); "any target" when the schedule declares none."""
+        family copy-ring", "target family copy-ring offering instruction mma.sync"); "any
+        target" when the schedule declares none."""
         parts = []
         if self.targets:
             parts.append(f"target{'s' if len(self.targets) > 1 else ''} {', '.join(self.targets)}")
         if self.families:
             parts.append(f"target famil{'ies' if len(self.families) > 1 else 'y'} "
                          f"{', '.join(self.families)}")
+        offering = f"offering {self.requires.words()}" if self.requires is not None else ""
+        if offering:
+            return f"{' and '.join(parts)} {offering}" if parts else f"targets {offering}"
         return " and ".join(parts) or "any target"
 
 

@@ -2,8 +2,11 @@
 (MyST's ``myst_heading_anchors`` slugs), the files and commands a page shows, its links."""
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -143,3 +146,16 @@ def assert_page_ran_as_shown(results: list[tuple[str, str, int, str, str]]) -> i
         if cmd.startswith("python -m pytest"):
             assert "3 passed" in out, out
     return checked
+
+
+def load_source(tmp_path: Path, monkeypatch: Any, name: str, source: str) -> ModuleType:
+    """A module a page shows (or a changed copy), written under ``tmp_path`` and imported as
+    ``name`` (not installed)."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -9,7 +9,7 @@ from pathlib import Path
 PACKAGES = ("pipeline_core", "pipeline_core_amd_mi355x", "pipeline_core_schedules_pingpong",
             "pipeline_core_schedules_4wave", "pipeline_core_schedules_matmul_grid",
             "pipeline_core_nvidia_h100", "pipeline_core_schedules_attention",
-            "pipeline_core_family_gemv", "hello_schedule")
+            "pipeline_core_family_gemv", "pipeline_core_target_a100", "hello_schedule")
 
 
 def main() -> int:

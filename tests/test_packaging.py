@@ -24,6 +24,7 @@ DISTRIBUTIONS = {
     "plugins/schedules_matmul_grid": ("pipeline_core_schedules_matmul_grid",
                                       ("gpu-pipeline-core~=0.1", "pipeline-core-amd-mi355x~=0.1")),
     "plugins/nvidia_h100": ("pipeline_core_nvidia_h100", ("gpu-pipeline-core~=0.1",)),
+    "plugins/target_a100": ("pipeline_core_target_a100", ("gpu-pipeline-core~=0.1",)),
     "examples/hello_schedule": ("hello_schedule", ("gpu-pipeline-core~=0.1",)),
 }
 

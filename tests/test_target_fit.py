@@ -1,10 +1,11 @@
 """Schedules and targets that do not belong together are refused (issue 23, bullet 5).
 
-A schedule declares the targets it is made for (``ScheduleRecord.targets``) or the target
-families it fits (``ScheduleRecord.families``, ``TargetRecord.family``); every command that
+A schedule declares the targets it is made for (``ScheduleRecord.targets``), the target
+families it fits (``ScheduleRecord.families``, ``TargetRecord.family``) or the capabilities it
+needs (``ScheduleRecord.requires``, ``TargetRecord.offers``, issue 39); every command that
 builds a schedule by name refuses any other target with exit 2, naming the schedule, the
-target and the installed targets that fit (docs/guide/schedule-plugin.md, "Targets a
-schedule is made for").
+target, what it lacks (for a contract) and the installed targets that fit
+(docs/guide/schedule-plugin.md, "Targets a schedule is made for").
 """
 from __future__ import annotations
 
@@ -15,22 +16,24 @@ import pytest
 from pipeline_core.api import compile_named
 from pipeline_core.errors import ConfigError
 from pipeline_core.plugins import default_host
-from pipeline_core.schedule import COPY_RING, ScheduleRecord, TargetRecord, fitting_targets
+from pipeline_core.schedule import (COPY_RING, PING_PONG, ScheduleRecord, TargetRecord,
+                                    fitting_targets)
 
 HOST = default_host()
 BUNDLED = ("4wave", "default-matmul", "hello", "matmul-grid", "multistage-gemm", "pingpong",
            "warpspecialized-gemm")
-TARGETS = ("h100", "h100-pingpong", "mi355x", "mi355x-single-buffer", "toy-gpu")
+TARGETS = ("a100", "a100-pingpong", "h100", "h100-pingpong", "mi355x", "mi355x-single-buffer",
+           "toy-gpu")
 
 #: what each bundled schedule is made for, written out (not read from the records), so a
 #: record that loses or widens its declaration fails here
 FITS = {
     "4wave": ["mi355x"],
     "default-matmul": ["mi355x-single-buffer"],
-    "hello": ["h100", "toy-gpu"],  # family copy-ring
+    "hello": ["a100", "h100", "toy-gpu"],  # family copy-ring
     "matmul-grid": ["mi355x"],
-    "multistage-gemm": ["h100"],
-    "pingpong": ["h100-pingpong", "mi355x"],
+    "multistage-gemm": ["a100", "h100"],  # copy-ring offering cp.async, ldmatrix, mma.sync
+    "pingpong": ["a100-pingpong", "h100-pingpong", "mi355x"],  # named, or family ping-pong
     "warpspecialized-gemm": ["h100"],
 }
 
@@ -75,9 +78,14 @@ def test_a_schedule_on_a_target_it_is_not_made_for_exits_2_naming_both(cli, sche
     assert "\n" not in line
     fits = FITS[schedule]
     choice = HOST.schedules[schedule].default_target
-    assert line.startswith(f"error: --target {target} is invalid for schedule {schedule}: it is "
-                           "made for ")
-    assert line.endswith(f"targets that fit: {', '.join(fits)}; pass --target {choice}")
+    # a target that lacks a schedule's contract is told what it lacks (issue 39), the others
+    # which targets or families the schedule is made for
+    lacks = HOST.schedules[schedule].lacks(HOST.targets[target])
+    assert line.startswith(f"error: --target {target} is invalid for schedule {schedule}: it "
+                           + (f"needs {', '.join(lacks)}, which target {target} does not offer"
+                              if lacks else "is made for "))
+    assert line.endswith(f"targets that {'offer it' if lacks else 'fit'}: {', '.join(fits)}; "
+                         f"pass --target {choice}")
 
 
 @pytest.mark.parametrize("command", ["check", "analyze", "export", "emit"])
@@ -86,7 +94,8 @@ def test_every_command_that_builds_a_schedule_refuses_the_pair(cli, command):
     run = cli(command, "warpspecialized-gemm", "--target", "toy-gpu")
     assert run.exit_code == 2 and run.stdout == ""
     assert "--target toy-gpu is invalid for schedule warpspecialized-gemm" in run.stderr
-    assert "targets that fit: h100" in run.stderr
+    assert "needs sync channel mbarrier" in run.stderr  # what toy-gpu lacks (issue 39)
+    assert "targets that offer it: h100" in run.stderr
 
 
 @pytest.mark.parametrize("schedule", BUNDLED)
@@ -97,7 +106,8 @@ def test_every_other_target_is_refused_before_the_factory_runs(schedule):
         with pytest.raises(ConfigError) as err:
             compile_named(schedule, target=target, host=HOST)
         assert err.value.flag == "--target" and err.value.value == target
-        assert f"not {target}" in str(err.value)
+        assert (f"not {target}" in str(err.value)
+                or f"which target {target} does not offer" in str(err.value))
 
 
 @pytest.mark.parametrize("schedule, target", [(s, t) for s in BUNDLED for t in FITS[s]],
@@ -112,12 +122,16 @@ def test_every_bundled_schedule_compiles_safe_on_each_target_it_declares(schedul
 
 def test_schedules_listing_shows_the_targets_each_schedule_fits(cli):
     text = cli("schedules").stdout
-    assert "[pipeline-core-hello-schedule, default target toy-gpu; fits h100, toy-gpu]" in text
-    assert "default target mi355x; fits h100-pingpong, mi355x]" in text
+    assert ("[pipeline-core-hello-schedule, default target toy-gpu; fits a100, h100, toy-gpu]"
+            in text)
+    assert "default target mi355x; fits a100-pingpong, h100-pingpong, mi355x]" in text
     rows = {r["name"]: r for r in json.loads(cli("schedules", "--format", "json").stdout)["schedules"]}
     assert {n: rows[n]["targets"] for n in BUNDLED} == FITS
-    assert rows["hello"]["made_for"] == {"targets": [], "families": [COPY_RING]}
-    assert rows["pingpong"]["made_for"] == {"targets": ["mi355x", "h100-pingpong"], "families": []}
+    assert rows["hello"]["made_for"] == {"targets": [], "families": [COPY_RING], "requires": None}
+    assert rows["pingpong"]["made_for"] == {"targets": ["mi355x", "h100-pingpong"],
+                                            "families": [PING_PONG], "requires": None}
+    assert rows["multistage-gemm"]["made_for"]["requires"] == {
+        "channels": ["cp_async"], "instructions": ["ldmatrix", "mma.sync"], "copies": ["cp.async"]}
     targets = {r["name"]: r for r in json.loads(cli("targets", "--format", "json").stdout)["targets"]}
     assert targets["toy-gpu"]["family"] == COPY_RING and targets["mi355x"]["family"] == ""
     assert "[pipeline-core-hello-schedule, family copy-ring]" in cli("targets").stdout
@@ -179,9 +193,11 @@ def test_check_input_refuses_a_document_naming_a_pair_that_does_not_belong(cli, 
     path.write_text(json.dumps(doc))
     run = cli("check", "--input", str(path))
     assert run.exit_code == 2 and "Traceback" not in run.stderr
-    assert ("schedule document.target = 'toy-gpu' is invalid: schedule multistage-gemm is made "
-            "for target h100, not toy-gpu (family copy-ring); targets that fit: h100; compile it "
-            "again with --target h100") in run.stderr
+    # toy-gpu is of multistage-gemm's family but lacks its contract: named (issue 39)
+    assert ("schedule document.target = 'toy-gpu' is invalid: schedule multistage-gemm needs "
+            "sync channel cp_async, instruction ldmatrix, instruction mma.sync, copy kind "
+            "cp.async, which target toy-gpu does not offer; targets that offer it: a100, h100; "
+            "compile it again with --target h100") in run.stderr
 
 
 def test_check_input_with_target_rechecks_under_that_target_on_purpose(cli, tmp_path):

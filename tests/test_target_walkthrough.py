@@ -4,13 +4,12 @@ shows is the one the tool gives, and (slow) every command it shows runs in a fre
 environment, from `pipeline-core new-plugin` on, with the output the page shows."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-from guide_pages import (DOCS, ROOT, assert_page_ran_as_shown, commands, run_page, shown_files,
-                         steps, text_blocks)
+from guide_pages import (DOCS, ROOT, assert_page_ran_as_shown, commands, load_source, run_page,
+                         shown_files, steps, text_blocks)
 
 PAGE = DOCS / "guide" / "target-plugin.md"
 #: the page's one placeholder: the reader's checkout of pipeline-core (here: this one)
@@ -49,14 +48,7 @@ def test_every_record_the_target_is_made_of_is_rendered_in_the_guide():
 
 
 def _load(tmp_path: Path, monkeypatch, name: str, source: str):
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_source(tmp_path, monkeypatch, name, source)
 
 
 def _changed(old: str, new: str) -> str:

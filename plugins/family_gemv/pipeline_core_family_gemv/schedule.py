@@ -15,7 +15,7 @@ from pipeline_core.plugin_api import (AgentRole, AgentSpec, BuildContext, CostMo
                                       logical)
 
 from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TARGET_NAME,
-                                               AgentsSchedule, family_profile)
+                                               WGMMA_TMA, AgentsSchedule, family_profile)
 
 NAME = KERNEL_FAMILY = "gemv"
 #: columns per K tile: x's chunk is one TMA box (at most 256), A's tile 4 boxes of 64 columns
@@ -114,4 +114,5 @@ RECORD = ScheduleRecord(
     NAME, "y = A @ x, one K tile per iteration: a TMA producer (A's tile, x's chunk) feeding one "
     "consumer warp group's fp32 dot products; the Hopper kit's worked family", make_gemv,
     params=(Param("block_m", int, 64, "rows of y per output tile", choices=(32, 64, 128)),),
-    default_target=TARGET_NAME, targets=(TARGET_NAME,))
+    # the name keeps the H100's machine; the contract names what any other target lacks
+    default_target=TARGET_NAME, targets=(TARGET_NAME,), requires=WGMMA_TMA)

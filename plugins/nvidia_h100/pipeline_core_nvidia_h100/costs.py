@@ -71,16 +71,19 @@ MMA_SYNC_GEMM_EFFICIENCY = 0.644
 
 
 def h100_cost_model() -> CostModel:
-    """Costs of the mma.sync family's tags (global loads assumed to hit L2, as in a tiled GEMM)."""
+    """Costs of the mma.sync family's tags (global loads assumed to hit L2, as in a tiled GEMM);
+    ``interval`` is what multistage-gemm costs a whole CTA's instructions of a tag by."""
     g, smem, mma = ResourceKind.GLOBAL_MEM, ResourceKind.LDS, ResourceKind.MMA_UNIT
     return CostModel({
         H100Tag.LOAD_A: OpCost(g, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="LOAD_A"),
         H100Tag.LOAD_B: OpCost(g, CP_ASYNC_L2_LATENCY, OpRole.GLOBAL_LOAD, name="LOAD_B"),
-        # ldmatrix.x4 fills 4 registers per thread
+        # ldmatrix.x4 fills 4 registers per thread; the SM issues one every ldmatrix_x4_per_sm
         H100Tag.FRAG_A: OpCost(smem, LDMATRIX_X4_LATENCY, OpRole.FRAGMENT_LOAD, vgpr_def=4,
-                               name="FRAG_A"),
+                               name="FRAG_A", interval=ISSUE_RATES.ldmatrix_x4_per_sm),
         H100Tag.FRAG_B: OpCost(smem, LDMATRIX_X4_LATENCY, OpRole.FRAGMENT_LOAD, vgpr_def=4,
-                               name="FRAG_B"),
-        # m16n8k16 writes 4 fp32 accumulator registers per thread
-        H100Tag.MMA: OpCost(mma, MMA_LATENCY, OpRole.COMPUTE, vgpr_def=4, name="MMA"),
+                               name="FRAG_B", interval=ISSUE_RATES.ldmatrix_x4_per_sm),
+        # m16n8k16 writes 4 fp32 accumulator registers per thread; a pipelined GEMM issues one
+        # every mma_per_sm / MMA_SYNC_GEMM_EFFICIENCY cycles
+        H100Tag.MMA: OpCost(mma, MMA_LATENCY, OpRole.COMPUTE, vgpr_def=4, name="MMA",
+                            interval=ISSUE_RATES.mma_per_sm / MMA_SYNC_GEMM_EFFICIENCY),
     })

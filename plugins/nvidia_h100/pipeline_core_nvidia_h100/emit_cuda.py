@@ -1,5 +1,7 @@
-"""The ``cuda`` emitter: kernel family ``gemm-mma-sync`` on ``h100`` -> one standalone CUDA C++ kernel.
+"""The ``cuda`` emitter: kernel family ``gemm-mma-sync`` -> one standalone CUDA C++ kernel.
 
+It serves every target that offers a cp.async ring, ldmatrix and mma.sync (``h100``, and any
+target plugin's, sm_80 and later: ``retarget.py`` reads the target's sync tags and architecture).
 It writes any schedule that declares the family (``multistage-gemm`` today) and sizes the kernel
 by the :class:`~pipeline_core_nvidia_h100.multistage.Geometry` the schedule declared
 (``kernel_launch()``); the shared skeleton (``skeleton.py``) writes the program part.  The
@@ -20,14 +22,15 @@ from collections.abc import Callable, Sequence
 from pipeline_core.plugin_api import (CompiledSchedule, EmitterRecord, Entry, FrameworkTag,
                                       ProgramError)
 
-from pipeline_core_nvidia_h100 import TARGET_NAME
+from pipeline_core_nvidia_h100.contracts import MMA_SYNC_CP_ASYNC
 from pipeline_core_nvidia_h100.costs import H100Tag
 from pipeline_core_nvidia_h100.cuda import header_source
 from pipeline_core_nvidia_h100.multistage import KERNEL_FAMILY, SCHEDULE_NAME, Geometry
 from pipeline_core_nvidia_h100.skeleton import (Stretch, StreamFamily, declared_geometry, entry_code,
                                                 render, stream_kernel_body)
+from pipeline_core_nvidia_h100.retarget import arch_note, renamed, sync_renames
 from pipeline_core_nvidia_h100.sync import (BAR_SYNC_ALIGNED, BARRIER_SYNC_NONALIGNED,
-                                            COMMIT_CP_ASYNC, HINTS, WAIT_CP_ASYNC)
+                                            COMMIT_CP_ASYNC, HINTS, TAG_NAMES, WAIT_CP_ASYNC)
 
 EMITTER_NAME = "cuda"
 
@@ -97,9 +100,15 @@ def emit_cuda(compiled: CompiledSchedule) -> str:
     """CUDA C++ for a compiled schedule of kernel family ``gemm-mma-sync`` (see the module); it
     takes no ``-O`` options (its record declares none, so the core refuses any)."""
     g = declared_geometry(compiled, KERNEL_FAMILY, Geometry, EMITTER_NAME)
-    names = {int(k): v for k, v in compiled.tag_names.items()}
+    profile = compiled.target_profile
+    # the target's sync tags in this plugin's terms (the same tags on an h100 target)
+    renames = (sync_renames(profile.sync, EMITTER_NAME)
+               if profile is not None and profile.sync is not None else {})
+    prologue, kernel, epilogue = (renamed(phase, renames) for phase in
+                                  (compiled.prologue, compiled.kernel, compiled.epilogue))
+    names = {**TAG_NAMES, **{int(k): v for k, v in compiled.tag_names.items()}}
     sync = {WAIT_CP_ASYNC, BAR_SYNC_ALIGNED, BARRIER_SYNC_NONALIGNED}
-    steps = split_steps(compiled.kernel, sync)
+    steps = split_steps(kernel, sync)
     if len(steps) != g.stages:
         raise ProgramError(f"emitter {EMITTER_NAME}: the kernel phase has {len(steps)} steps, not "
                            f"one per ring stage ({g.stages})")
@@ -113,20 +122,21 @@ def emit_cuda(compiled: CompiledSchedule) -> str:
     # the kernel period is one pass of the ring: a loop over whole periods whose step j runs
     # only while K tiles are left, then the epilogue with its stages rotated by the remainder
     body = render([
-        Stretch(steps=tuple(compiled.prologue), code=code, indent=ind, tail=(
+        Stretch(steps=prologue, code=code, indent=ind, tail=(
             ind + "const int steady = KT - (STAGES - 1);  // K tiles the kernel loop computes",
             ind + "for (int base = 0; base < steady; base += STAGES) {")),
         *(Stretch(steps=tuple(step), code=code, indent=ind * 3, tail=(ind * 2 + "}",),
                   head=(ind * 2 + f"if (base + {j} < steady) {{  // step {j}: K tile base + {j}",))
           for j, step in enumerate(steps)),
-        Stretch(steps=tuple(compiled.epilogue), code=rotated, indent=ind, head=(
+        Stretch(steps=epilogue, code=rotated, indent=ind, head=(
             ind + "}",
             ind + "const int rot = steady % STAGES;  // the epilogue's first tile is in stage rot"))])
     values = dict(cta_setup=CTA_SETUP, load_cursor=LOAD_CURSOR, **_constants(g))
     family = StreamFamily(**{part: text.format(**values) for part, text in FAMILY.items()})
     return _SOURCE.format(header=header_source(), name=KERNEL_NAME,
                           body=stream_kernel_body(family, body, PROGRAM_NOTE),
-                          schedule=compiled.schedule_name, target=compiled.target_name, **values)
+                          schedule=compiled.schedule_name, target=compiled.target_name,
+                          arch_note=arch_note(compiled), **values)
 
 
 def _constants(g: Geometry) -> dict[str, int]:
@@ -136,7 +146,7 @@ def _constants(g: Geometry) -> dict[str, int]:
 
 
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda) from schedule {schedule} on target {target}.
-// C[M,N] = A[M,K] . B[N,K]^T: bf16 in (raw u16), fp32 accumulate, bf16 out; both K-contiguous.
+{arch_note}// C[M,N] = A[M,K] . B[N,K]^T: bf16 in (raw u16), fp32 accumulate, bf16 out; both K-contiguous.
 // Launch: grid (M/{BM})*(N/{BN}), block {THREADS}, dynamic shared memory {SMEM} bytes.
 // Tile multiples only: M % {BM} == N % {BN} == K % {BK} == 0 and K/{BK} >= {STAGES} - 1.
 {header}
@@ -234,6 +244,6 @@ FAMILY = {
 PROGRAM_NOTE = "the compiled entries, one line each"
 
 EMITTERS = (EmitterRecord(
-    EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME}: cp.async ring, ldmatrix, "
-    "mma.sync, entries one for one", (TARGET_NAME,), emit_cuda,
-    kernel_families=(KERNEL_FAMILY,), options=()),)
+    EMITTER_NAME, f"standalone CUDA C++ for {SCHEDULE_NAME}, for the target's architecture "
+    "(sm_80 and later): cp.async ring, ldmatrix, mma.sync, entries one for one", (), emit_cuda,
+    kernel_families=(KERNEL_FAMILY,), options=(), requires=MMA_SYNC_CP_ASYNC),)

@@ -1,4 +1,4 @@
-"""The ``cuda-pingpong`` emitter: kernel family ``gemm-pingpong`` on ``h100-pingpong`` -> CUDA C++.
+"""The ``cuda-pingpong`` emitter: kernel family ``gemm-pingpong`` on a ping-pong target -> CUDA C++.
 
 It writes any schedule that declares the family (``pingpong`` today) as one standalone kernel;
 the shared skeleton (``skeleton.py``) writes the program part.
@@ -39,11 +39,13 @@ from pipeline_core_nvidia_h100.cuda import header_source
 from pipeline_core_nvidia_h100.emit_cuda import CTA_SETUP, LOAD_CURSOR
 from pipeline_core_nvidia_h100.machine import H100_SXM
 from pipeline_core_nvidia_h100.multistage import MMA_M, MMA_N, SWIZZLED_BK, CtaTile
+from pipeline_core_nvidia_h100.contracts import MMA_SYNC_CP_ASYNC
 from pipeline_core_nvidia_h100.pingpong import TARGET_NAME, WARPS_PER_GROUP, PingPongTag
+from pipeline_core_nvidia_h100.retarget import arch_note, renamed, sync_renames
 from pipeline_core_nvidia_h100.skeleton import (Stretch, StreamFamily, entry_code, render,
                                                 stream_kernel_body)
 from pipeline_core_nvidia_h100.sync import (BAR_SYNC_ALIGNED, BARRIER_SYNC_NONALIGNED, HINTS,
-                                            WAIT_CP_ASYNC)
+                                            TAG_NAMES, WAIT_CP_ASYNC)
 
 EMITTER_NAME = "cuda-pingpong"
 SCHEDULE_NAME = "pingpong"
@@ -178,12 +180,11 @@ def emit_pingpong(compiled: CompiledSchedule, **options: int) -> str:
     """CUDA C++ for a compiled schedule of kernel family ``gemm-pingpong`` on ``h100-pingpong``
     (see the module)."""
     launch = compiled.launch
-    if (launch is None or launch.kernel_family != KERNEL_FAMILY
-            or compiled.target_name != TARGET_NAME):
+    if launch is None or launch.kernel_family != KERNEL_FAMILY:
         got = f"kernel family {launch.kernel_family}" if launch else "no kernel family"
-        raise ProgramError(f"emitter {EMITTER_NAME}: writes kernel family {KERNEL_FAMILY} on "
-                           f"target {TARGET_NAME} only, got schedule {compiled.schedule_name} "
-                           f"({got}) on {compiled.target_name}")
+        raise ProgramError(f"emitter {EMITTER_NAME}: writes kernel family {KERNEL_FAMILY} "
+                           f"only, got schedule {compiled.schedule_name} ({got}) on "
+                           f"{compiled.target_name}")
     config = compiled.config
     if (config.ch0_match_field, config.ch1_match_field) != (0, 1):
         raise ProgramError(f"emitter {EMITTER_NAME}: needs ch0_match_field 0 and "
@@ -195,10 +196,13 @@ def emit_pingpong(compiled: CompiledSchedule, **options: int) -> str:
         raise ProgramError(f"emitter {EMITTER_NAME}: schedule {compiled.schedule_name} carries "
                            f"no sync model of target {TARGET_NAME}; compile it with --target "
                            f"{TARGET_NAME}")
-    names = {**sync.tag_names(), **{int(k): v for k, v in compiled.tag_names.items()}}
+    names = {**TAG_NAMES, **sync.tag_names(), **{int(k): v for k, v in compiled.tag_names.items()}}
     code = entry_code(DISPATCH, names, EMITTER_NAME)
-    barrier = BARRIER_CODE[sync.barrier.tag]  # the stagger's barriers: the target's kind
-    prologue = tuple(compiled.prologue)
+    # the target's sync tags in this plugin's terms (the same tags on h100-pingpong)
+    renames = sync_renames(sync, EMITTER_NAME)
+    # the stagger's barriers: the target's kind
+    barrier = BARRIER_CODE[renames.get(sync.barrier.tag, sync.barrier.tag)]
+    prologue = renamed(compiled.prologue, renames)
     ind = "    "
     # the stagger (pipeline_core/execution.py): warp group 1 runs the same steps one barrier
     # late, and warp group 0 makes up the count after the epilogue
@@ -217,9 +221,10 @@ def emit_pingpong(compiled: CompiledSchedule, **options: int) -> str:
         tail = "// no stagger: no extra barriers"
     body = render([
         *opening,
-        Stretch(steps=tuple(compiled.kernel), code=code, indent=ind,
+        Stretch(steps=renamed(compiled.kernel, renames), code=code, indent=ind,
                 tail=("}", "{", ind + "const int k_base = K;")),
-        Stretch(steps=tuple(compiled.epilogue), code=code, indent=ind, tail=("}", tail))])
+        Stretch(steps=renamed(compiled.epilogue, renames), code=code, indent=ind,
+                tail=("}", tail))])
     mi, ni = g.mma_tiles
     values = dict(cta_setup=CTA_SETUP, load_cursor=LOAD_CURSOR, BM=g.bm, BN=g.bn, BK=g.bk,
                   GROUP_M=g.group_m, THREADS=g.threads, SMEM=g.smem_bytes, MI=mi, NI=ni)
@@ -227,11 +232,12 @@ def emit_pingpong(compiled: CompiledSchedule, **options: int) -> str:
     return _SOURCE.format(header=header_source(), name=KERNEL_NAME,
         body=stream_kernel_body(family, [ind + l for l in body], PROGRAM_NOTE),
         schedule=compiled.schedule_name, target=compiled.target_name,
-        barrier_name=sync.barrier.name, stagger=compiled.warp_stagger_index, **values)
+        barrier_name=sync.barrier.name, stagger=compiled.warp_stagger_index,
+        arch_note=arch_note(compiled), **values)
 
 
 _SOURCE = r"""// Emitted by pipeline-core (emitter cuda-pingpong) from schedule {schedule} on target {target}.
-// C[M,N] = A[M,K] . B[N,K]^T: bf16 in (raw u16), fp32 accumulate, bf16 out; both K-contiguous.
+{arch_note}// C[M,N] = A[M,K] . B[N,K]^T: bf16 in (raw u16), fp32 accumulate, bf16 out; both K-contiguous.
 // Launch: grid (M/{BM})*(N/{BN}), block {THREADS} (2 warp groups of 4 warps), dynamic shared
 // memory {SMEM} bytes.  Tile multiples only: M % {BM} == N % {BN} == K % (2*{BK}) == 0.
 // Barriers: {barrier_name} 0; the warp groups run staggered (warp_stagger_index {stagger}).
@@ -347,7 +353,9 @@ FAMILY = {
 PROGRAM_NOTE = "the compiled entries, one line each (stagger split, 2*BK loop)"
 
 EMITTERS = (EmitterRecord(
-    EMITTER_NAME, f"standalone CUDA C++ (sm_90a) for {SCHEDULE_NAME} on {TARGET_NAME}: 2 "
+    EMITTER_NAME, f"standalone CUDA C++ for {SCHEDULE_NAME} on a ping-pong target offering "
+    "mma.sync (h100-pingpong; the target's architecture, sm_80 and later): 2 "
     "staggered warp groups, cp.async double buffer, ldmatrix, mma.sync, non-aligned "
     "barrier.sync, entries one for one (-O BM/BN/BK: the tile, default 128x128x64)",
-    (TARGET_NAME,), emit_pingpong, kernel_families=(KERNEL_FAMILY,), options=OPTIONS),)
+    (), emit_pingpong, kernel_families=(KERNEL_FAMILY,), options=OPTIONS,
+    requires=MMA_SYNC_CP_ASYNC),)

@@ -12,6 +12,8 @@ through it only, and only names in its ``__all__``, as it holds plugins to
 * the target: its name, machine and sync model (``TARGET_NAME``, ``H100_SXM``, the
   warp groups' register split it can run, ``register_split_refusal``,
   ``H100_AGENT_MACHINE``, ``H100_WGMMA_SYNC``, ``TAG_NAMES``, ``CP_ASYNC_L2_LATENCY``; the
+  capability contract a family on the frame needs, TMA + mbarrier rings + wgmma, for its
+  ``ScheduleRecord.requires``: ``WGMMA_TMA``; the
   wgmma model with a buffer reduced into global memory every K tile by the bulk async proxy,
   ``H100_BULK_REDUCE_SYNC``, its ``BULK_TAG_NAMES`` and the operand channels of its staging
   write and its reduce, ``STAGE_OPERAND``, ``BULK_REDUCE_OPERAND``; and with those reduces
@@ -52,6 +54,7 @@ through it only, and only names in its ``__all__``, as it holds plugins to
 from __future__ import annotations
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
+from pipeline_core_nvidia_h100.contracts import WGMMA_TMA
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
 from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source, pasted,
                                             wgmma_header_source)
@@ -96,7 +99,7 @@ PLUGIN_MODULE = "pipeline_core_nvidia_h100.plugin"
 __all__ = [
     # the target
     "TARGET_NAME", "H100_SXM", "H100_AGENT_MACHINE", "H100_WGMMA_SYNC", "TAG_NAMES",
-    "register_split_refusal",
+    "register_split_refusal", "WGMMA_TMA",
     "CP_ASYNC_L2_LATENCY", "PLUGIN_MODULE", "AgentsSchedule", "family_profile",
     "H100_BULK_REDUCE_SYNC", "BULK_TAG_NAMES", "STAGE_OPERAND", "BULK_REDUCE_OPERAND",
     "H100_ORDERED_REDUCE_SYNC",

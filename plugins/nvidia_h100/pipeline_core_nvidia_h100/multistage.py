@@ -9,12 +9,15 @@ by a ``warps_m`` x ``warps_n`` warp grid.  The body describes one K tile:
   ``(WTM/16) x (WTN/8)`` mma.sync m16n8k16, reading the two fragments of k-step kk).
 
 The schedule writes no wait and no barrier: it asks for the core's ring lowering (N stages), which
-places one ``WAIT_CP_ASYNC`` + barrier per K tile and derives each wait's count from the h100 sync
-model; the proof stage of every compile then checks the result.  The ring depth is the target's
+places one ``WAIT_CP_ASYNC`` + barrier per K tile and derives each wait's count from the target's
+sync model; the proof stage of every compile then checks the result.  The ring depth is the target's
 ``-T stages``.  The geometry lives in :class:`Geometry`, the one home the ``cuda`` emitter reads.
 
-The schedule is NVIDIA-only: its body's tags are the h100 cost model's, and the AMD target has no
-ring-lowering cost model for them (the plugin's README.md says why).
+It runs on every copy-ring target (the family's tags 0-4) that offers a cp.async ring, ldmatrix
+and mma.sync (``contracts.MMA_SYNC_CP_ASYNC``): ``h100``, and a target plugin's for sm_80 and later
+(``a100``, docs/guide/retarget.md), each timed with its own cost model.  The AMD targets offer
+none of it and are refused naming what they lack.  :meth:`Geometry.validate` still checks the
+H100's CTA limits (threads, 227 KB of shared memory); a target with less bounds its ``-T stages``.
 """
 from __future__ import annotations
 
@@ -22,12 +25,13 @@ from typing import Any
 
 import attrs
 
-from pipeline_core.plugin_api import (Bound, KernelLaunch, Op, Param, PipelineConfig, ProgramError,
-                                      ScheduleConfig, ScheduleRecord, TargetProfile, annotate,
-                                      logical)
+from pipeline_core.plugin_api import (COPY_RING, Bound, CostModel, KernelLaunch, Op, Param,
+                                      PipelineConfig, ProgramError, ScheduleConfig, ScheduleRecord,
+                                      TargetProfile, annotate, logical)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
-from pipeline_core_nvidia_h100.costs import ISSUE_RATES, MMA_SYNC_GEMM_EFFICIENCY, H100Tag
+from pipeline_core_nvidia_h100.contracts import MMA_SYNC_CP_ASYNC
+from pipeline_core_nvidia_h100.costs import H100Tag
 from pipeline_core_nvidia_h100.machine import H100_SXM
 from pipeline_core_nvidia_h100.sync import TAG_NAMES
 
@@ -198,20 +202,23 @@ PARAMS = (
 )
 
 
-def _cta_cost(op: Op, g: Geometry) -> Op:
-    """An op's cost as the SM sees it: the whole CTA's instructions of that op at the SM's measured
-    issue rate (every warp of the CTA issues one; the SM's tensor cores and shared-memory port are
-    shared by them), the mma at the share of that rate a pipelined GEMM reaches (calibrated,
-    benchmarks/h100/GEMM_NOTES.md).  The per-instruction latency stays the floor."""
-    warps = g.warps
+def _cta_cost(op: Op, g: Geometry, costs: CostModel) -> Op:
+    """An op's cost as the SM sees it: the whole CTA's instructions of that op at the SM's issue
+    interval of the target's cost model (``OpCost.interval``: every warp of the CTA issues one,
+    and the SM's tensor cores and shared-memory port are shared by them; the H100's is measured,
+    and its mma's calibrated to the share of the peak a pipelined GEMM reaches,
+    benchmarks/h100/GEMM_NOTES.md).  The per-instruction latency stays the floor; a tag whose
+    cost declares no interval keeps its latency."""
+    interval = costs.get(op.tag).interval
+    if interval is None:
+        return op
     if op.tag == H100Tag.MMA:
-        sm = g.mma_per_k_step * warps * ISSUE_RATES.mma_per_sm / MMA_SYNC_GEMM_EFFICIENCY
+        count = g.mma_per_k_step
     elif op.tag in (H100Tag.FRAG_A, H100Tag.FRAG_B):
-        per_warp = g.ldmatrix_per_k_step[0 if op.tag == H100Tag.FRAG_A else 1]
-        sm = per_warp * warps * ISSUE_RATES.ldmatrix_x4_per_sm
+        count = g.ldmatrix_per_k_step[0 if op.tag == H100Tag.FRAG_A else 1]
     else:
         return op
-    return op.evolve(latency=max(op.latency, round(sm)))
+    return op.evolve(latency=max(op.latency, round(count * g.warps * interval)))
 
 
 def geometry_of(params: dict[str, Any], stages: int) -> Geometry:
@@ -247,7 +254,8 @@ class MultistageGemm:
             ops += [logical(H100Tag.FRAG_A, channel=0, subtile=kk),
                     logical(H100Tag.FRAG_B, channel=1, subtile=kk),
                     logical(H100Tag.MMA, stage=kk, subtile=kk)]
-        return [_cta_cost(o, self.geometry) for o in annotate(ops, self.target.cost_model)]
+        costs = self.target.cost_model
+        return [_cta_cost(o, self.geometry, costs) for o in annotate(ops, costs)]
 
     def schedule_config(self) -> ScheduleConfig:
         return self._sched
@@ -271,4 +279,6 @@ SCHEDULES = (ScheduleRecord(
     SCHEDULE_NAME, "C = A.B^T, bf16 in / fp32 accumulate: one K tile per iteration through an "
     "S-stage cp.async ring (-T stages), CTA tile BM x BN x BK on a warp grid; waits and "
     "barriers derived by the core", _build, params=PARAMS, default_target=TARGET_NAME,
-    targets=(TARGET_NAME,)),)  # its warp grid, costs and CUDA emitter are the H100's
+    # any copy-ring target (the family's tags 0-4) offering a cp.async ring, ldmatrix and
+    # mma.sync: its cost model times it, the cuda emitter writes it for the target's arch
+    families=(COPY_RING,), requires=MMA_SYNC_CP_ASYNC),)

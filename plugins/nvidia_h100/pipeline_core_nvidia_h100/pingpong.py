@@ -25,11 +25,12 @@ import enum
 
 import attrs
 
-from pipeline_core.plugin_api import (BlockBinding, BlockSizing, Channel, ConfigError, CostModel,
-                                      Effect, FragOrder, FrameworkTag, LoopCarried, OpCost, OpRole,
-                                      Param, PipelineConfig, ResourceKind, SyncModel, TargetProfile,
-                                      TargetRecord, WarpStagger)
+from pipeline_core.plugin_api import (PING_PONG, BlockBinding, BlockSizing, Channel, ConfigError,
+                                      CostModel, Effect, FragOrder, FrameworkTag, LoopCarried,
+                                      OpCost, OpRole, Param, PipelineConfig, ResourceKind,
+                                      SyncModel, TargetProfile, TargetRecord, WarpStagger)
 
+from pipeline_core_nvidia_h100.contracts import H100_ARCH, H100_OFFERS
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY, LDMATRIX_X4_LATENCY, MMA_LATENCY
 from pipeline_core_nvidia_h100.cuda import MAX_WAIT_GROUP
 from pipeline_core_nvidia_h100.machine import H100_SXM
@@ -130,7 +131,8 @@ def with_barrier(sync: SyncModel, barrier: str) -> SyncModel:
 def pingpong_target(barrier: str = NONALIGNED) -> TargetProfile:
     """The ping-pong profile: the reference's double-buffer shape on H100 sync and costs."""
     return TargetProfile(pingpong_cost_model(), pingpong_pipeline(), sync=pingpong_sync(barrier),
-                         clock_ghz=H100_SXM.clock_ghz, warps_per_group=WARPS_PER_GROUP)
+                         clock_ghz=H100_SXM.clock_ghz, warps_per_group=WARPS_PER_GROUP,
+                         arch=H100_ARCH)
 
 
 TARGETS: tuple[TargetRecord, ...] = (
@@ -139,7 +141,7 @@ TARGETS: tuple[TargetRecord, ...] = (
         description="NVIDIA H100 (sm_90a), mma.sync family, for the ping-pong schedule: double "
                     "buffer, 2 staggered warp groups of 4 warps, one cp.async group per LOAD op, "
                     "non-aligned barrier.sync",
-        factory=pingpong_target,
+        factory=pingpong_target, family=PING_PONG, offers=H100_OFFERS,
         params=(Param("barrier", str, NONALIGNED, "CTA barrier kind: barrier.sync (non-aligned, "
                       "what staggered warp groups need) or bar.sync (aligned: refused under the "
                       "stagger)", choices=BARRIER_FORMS),),

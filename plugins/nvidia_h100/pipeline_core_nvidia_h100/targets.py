@@ -5,6 +5,7 @@ from pipeline_core.plugin_api import (COPY_RING, Bound, Param, PipelineConfig, T
                                       TargetRecord, WarpStagger)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
+from pipeline_core_nvidia_h100.contracts import H100_ARCH, H100_OFFERS
 from pipeline_core_nvidia_h100.costs import MMA_LATENCY, h100_cost_model
 from pipeline_core_nvidia_h100.machine import H100_SXM
 from pipeline_core_nvidia_h100.sync import H100_SYNC
@@ -21,7 +22,8 @@ def h100_target(stages: int = DEFAULT_STAGES) -> TargetProfile:
         m_mmas=1, n_mmas=1, num_partitions=1, mma_latency=MMA_LATENCY,
         vm_per_load_a=1, vm_per_load_b=1, lgkm_per_load_a=0, lgkm_per_load_b=0,
         warp_stagger=WarpStagger.none())
-    return TargetProfile(h100_cost_model(), pipeline, sync=H100_SYNC, clock_ghz=H100_SXM.clock_ghz)
+    return TargetProfile(h100_cost_model(), pipeline, sync=H100_SYNC, clock_ghz=H100_SXM.clock_ghz,
+                         arch=H100_ARCH)
 
 
 TARGETS: tuple[TargetRecord, ...] = (
@@ -30,7 +32,7 @@ TARGETS: tuple[TargetRecord, ...] = (
         description="NVIDIA H100 (sm_90a), mma.sync family: cp.async commit groups, ldmatrix, "
                     "bar.sync / barrier.sync",
         factory=h100_target,
-        family=COPY_RING,
+        family=COPY_RING, offers=H100_OFFERS,
         params=(Param("stages", int, DEFAULT_STAGES, "shared-memory stages of the cp.async ring",
                       bound=STAGES),),
     ),

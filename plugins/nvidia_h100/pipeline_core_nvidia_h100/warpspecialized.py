@@ -28,6 +28,7 @@ from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, ClusterSpec, 
                                       annotate, logical)
 
 from pipeline_core_nvidia_h100 import TARGET_NAME
+from pipeline_core_nvidia_h100.contracts import WGMMA_TMA
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
 from pipeline_core_nvidia_h100.gemm_tiles import GroupKTrips, RasterTrips
 from pipeline_core_nvidia_h100.machine import (H100_AGENT_MACHINE, H100_SXM,
@@ -618,4 +619,5 @@ SCHEDULES = (ScheduleRecord(
     "the agents' programs, rings and waits are derived and proven by the core", _build,
     params=PARAMS, default_target=TARGET_NAME,
     # the wgmma sync model and H100 machine replace the target's own: only h100 runs this kernel
-    targets=(TARGET_NAME,)),)
+    # (the name narrows the contract, which a target without TMA and wgmma is refused by)
+    targets=(TARGET_NAME,), requires=WGMMA_TMA),)

@@ -113,9 +113,11 @@ def test_emitters_lists_the_kernel_families_each_writes(pipeline_cli):
     res = pipeline_cli(["emitters"])
     assert res.exit_code == 0, res.stderr
     lines = {l.split(":")[0]: l for l in res.stdout.splitlines() if not l.startswith(" ")}
-    assert lines["cuda"].endswith("; targets h100; kernel families gemm-mma-sync]")
+    # cuda and cuda-pingpong serve a capability (issue 39): every installed target offering it
+    served = "a100, a100-pingpong, h100, h100-pingpong"
+    assert lines["cuda"].endswith(f"; targets {served}; kernel families gemm-mma-sync]")
     assert lines["cuda-wgmma"].endswith("; targets h100; kernel families gemm-wgmma]")
-    assert lines["cuda-pingpong"].endswith("; targets h100-pingpong; kernel families gemm-pingpong]")
+    assert lines["cuda-pingpong"].endswith(f"; targets {served}; kernel families gemm-pingpong]")
 
 
 def test_an_emitter_of_another_family_is_refused_naming_both(pipeline_cli):
@@ -137,7 +139,8 @@ def test_emit_without_an_emitter_for_the_target_names_the_target_that_has_one(pi
     res = pipeline_cli(["emit", "pingpong"])
     assert (res.exit_code, res.stdout) == (2, "")
     assert res.stderr == ("error: no emitter serves kernel family gemm-pingpong of schedule "
-                          "pingpong on target mi355x; try --target h100-pingpong\n")
+                          "pingpong on target mi355x; try --target a100-pingpong or --target "
+                          "h100-pingpong\n")
     fixed = pipeline_cli(["emit", "pingpong", "--target", "h100-pingpong"])
     assert fixed.exit_code == 0 and "emitter cuda-pingpong" in fixed.stdout.splitlines()[0]
 
@@ -152,7 +155,8 @@ def test_emitters_lists_the_schedules_each_writes(pipeline_cli):
         "cuda": ["multistage-gemm"], "cuda-pingpong": ["pingpong"],
         "cuda-wgmma": ["warpspecialized-gemm"]}
     text = pipeline_cli(["emitters"]).stdout
-    assert "[pipeline-core-nvidia-h100; schedules pingpong; targets h100-pingpong;" in text
+    assert ("[pipeline-core-nvidia-h100; schedules pingpong; targets a100, a100-pingpong, h100, "
+            "h100-pingpong;") in text
     # an option without a default says so, rather than a default outside its own range
     assert "    -O watchdog (int; an integer in [1, " in text
 

@@ -30,7 +30,8 @@ def test_targets_command_lists_h100_from_this_distribution(pipeline_cli):
     res = pipeline_cli(["targets"])
     assert res.exit_code == 0
     line = next(l for l in res.stdout.splitlines() if l.startswith("h100:"))
-    assert "[pipeline-core-nvidia-h100, family copy-ring]" in line
+    # what h100 offers follows its family (issue 39's capability contracts)
+    assert "[pipeline-core-nvidia-h100, family copy-ring, offers sync channels cp_async" in line
     assert "stages (int, default 3" in res.stdout
 
 

@@ -18,9 +18,10 @@ from typing import Any, Mapping
 
 import attrs
 
-from pipeline_core.plugin_api import (COUNTER_TICKS, REFUSED, BuildContext, ConfigError, CostModel,
-                                      KernelLaunch, Op, Param, PipelineConfig, ScheduleConfig,
-                                      ScheduleRecord, TargetProfile)
+from pipeline_core.plugin_api import (COUNTER_TICKS, PING_PONG, REFUSED, BuildContext,
+                                      ConfigError, CostModel, KernelLaunch, Op, Param,
+                                      PipelineConfig, ScheduleConfig, ScheduleRecord,
+                                      TargetProfile)
 
 from pipeline_core_amd_mi355x.configs import require_2x2_double_buffer
 from pipeline_core_amd_mi355x.geometry import (DTYPES, PINGPONG_LAYOUT, TILE_SIZE, LaunchDefaults,
@@ -186,6 +187,7 @@ RECORD = ScheduleRecord(
     factory=make_pingpong,
     params=PARAMS,
     default_target="mi355x",
-    # h100-pingpong (pipeline-core-nvidia-h100) is this schedule's shape on H100 sync and costs
-    targets=("mi355x", "h100-pingpong"),
+    # h100-pingpong (pipeline-core-nvidia-h100) is this schedule's shape on H100 sync and costs;
+    # any target of the ping-pong family (its tags and double buffer) fits too
+    targets=("mi355x", "h100-pingpong"), families=(PING_PONG,),
 )
