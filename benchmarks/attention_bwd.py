@@ -62,7 +62,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
         sys.path.insert(0, str(extra))
 
 from attention_checks import (CAUSAL, SANITIZE_SHAPES, _job, _sanitizer,  # noqa: E402
-                              configs, peer)
+                              configs, peer, sdpa_readable)
 from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
 import attention_layouts as layouts  # noqa: E402  (beside this script)
 
@@ -179,7 +179,7 @@ def grad_case(torch, ops, attention, case, deterministic: bool = False,
     perrs = None
     if po is not None:
         try:
-            pg = torch.autograd.grad(po, leaves, do)
+            pg = torch.autograd.grad(po, leaves, sdpa_readable(do))
             perrs = [rel_err(torch, g, r, scale) for g, r in zip(pg, ref)]
         except Exception as exc:  # noqa: BLE001 - its backward refuses: the fixed bound
             rec["peer_backward_error"] = str(exc).splitlines()[0][:200]

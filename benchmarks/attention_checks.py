@@ -259,13 +259,26 @@ def reference(torch, q, k, v, scale, causal):
     return p @ vf, (None if keep is None else ~keep.any(dim=-1))
 
 
+def sdpa_readable(t):
+    """``t`` as a peer is given it: itself, or a dense copy (the same values) where a stride
+    is off 16 bytes.  torch's SDPA kernels take such a view and fault on the H200 ("CUDA
+    error: misaligned address", which poisons the process); the peer's error, the bound, is
+    a property of the values, not of where they lie."""
+    elem = t.element_size()
+    if t.stride(-1) == 1 and all(s * elem % 16 == 0 for s in t.stride()[:-1]):
+        return t
+    return t.contiguous()
+
+
 def peer(torch, q, k, v, causal):
     """(name, output) of the first SDPA backend that takes the case: flash, cuDNN, efficient,
-    math (bottom-right through torch's causal_lower_right bias; grouped-query via enable_gqa)."""
+    math (bottom-right through torch's causal_lower_right bias; grouped-query via enable_gqa),
+    on :func:`sdpa_readable` operands."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
 
+    q, k, v = sdpa_readable(q), sdpa_readable(k), sdpa_readable(v)
     kw = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
     for name, be in (("sdpa-flash", SDPBackend.FLASH_ATTENTION),
                      ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
