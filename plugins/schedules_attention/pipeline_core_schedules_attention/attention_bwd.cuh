@@ -172,6 +172,33 @@ __device__ __forceinline__ void stage(float (&acc)[BM / 64][32], u32 buf, int pa
     }
 }
 
+// A later consumer's dQ part added into the buffer an earlier one staged (shared_dq: one
+// buffer, one bulk reduce per query block): each thread reads back exactly the values its own
+// fragment holds (the same layout, dq_layout.cuh), adds, and writes them; the plan's ordering
+// puts this after the earlier consumer's staging and before the writer's reduce.
+template <int BM, int HD>
+__device__ __forceinline__ void stage_add(float (&acc)[BM / 64][32], u32 buf, int part) {
+    const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int mi = 0; mi < BM / 64; ++mi) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) pcwg::fence_operand(acc[mi][i]);
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const u32 at = buf + (u32)(pcdq::block_start<HD>(mi)
+                                           + pcdq::fragment_offset<HD>(wtid / 32, lane, c, half,
+                                                                       part)) * 4;
+                float x, y;
+                asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(x), "=f"(y) : "r"(at)
+                             : "memory");
+                pcgc::st_shared_f32x2(at, x + acc[mi][4 * c + 2 * half],
+                                      y + acc[mi][4 * c + 2 * half + 1]);
+            }
+    }
+}
+
 // The dQ writer's reduce of one consumer's buffer into the fp32 accumulator's rows (one thread;
 // the plan's commit and read wait follow): cp.reduce.async.bulk adds every element in L2.
 __device__ __forceinline__ void reduce_add(float* dst, u32 src, u32 bytes) {

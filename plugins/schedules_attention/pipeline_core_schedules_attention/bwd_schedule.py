@@ -17,31 +17,32 @@ is one query block i:
   the consumer's dQ buffer (``st.shared``), 64 columns of the head at a time (``dq_parts``: a
   consumer holds dK, dV and one 64 x 64 part of dQ, which is what fits hd128 in 240
   registers);
-* agent ``dq_writer{c}`` per consumer (a warp beside the producer): the consumer's dQ buffer
-  reduce-added into the fp32 dQ accumulator in global memory (``cp.reduce.async.bulk ...
-  add.f32``).
+* agent ``dq_writer0`` (a warp beside the producer): the CTA's one dQ buffer, where consumer 0
+  staged its partial and consumer 1 added its own (``DQ_ADD``), reduce-added into the fp32 dQ
+  accumulator in global memory (``cp.reduce.async.bulk ... add.f32``).
 
 The schedule writes no sync.  The core derives the rings, the chained wgmma waits (the gradient
 step waits for S and dP; the staging for dQ, which retires dV and dK too), the early releases of
-``q`` and ``do``, K and V's releases after the loop, and the dQ hand-off: ordering ``dq{c}``
-(the turns consumer c's stagings, then its writer's reduce) puts each staging after the
-writer's previous turn and the reduce after the stagings, and the derived hand-over steps
-(docs/guide/agents.md, "Hand-overs between turns") put the consumer's ``fence.proxy.async``
-after its staging and the writer's ``cp.async.bulk.wait_group.read`` before it hands the
-buffer back.  The proof checks every one of them over all timings.  A writer per consumer (not
-one for both, whose one ordering would chain consumer0's staging, consumer1's and the writer's:
-the timing model's 4044 cycles per query block at hd128 causal against 3766 with two) keeps the
-consumers from waiting on each other.
+``q`` and ``do``, K and V's releases after the loop, and the dQ hand-off: ordering ``dq0`` (the
+turns consumer 0's stagings, consumer 1's adds, then the writer's reduce) puts each turn after
+the previous one's, and the derived hand-over steps (docs/guide/agents.md, "Hand-overs between
+turns") put each consumer's ``fence.proxy.async`` after its turn and the writer's
+``cp.async.bulk.wait_group.read`` before it hands the buffer back.  The proof checks every one
+of them over all timings.
 
-Each consumer reduces its own dQ partial (two bulk reduces per query block) instead of sharing
-dS across the consumers (FA3's one reduce): the consumers never wait for each other's dS, at the
-price of twice the reduce traffic to L2.  Grouped-query heads run inside the output tile: dK and
-dV sum in registers over the group with no workspace and no second reduce.
+One buffer and one bulk reduce per query block (``shared_dq``, the default), not one per
+consumer: the timing model prefers a writer per consumer (3766 cycles per query block at hd128
+causal against 4044: the consumers never wait on each other), but on the H200 the two reduces'
+read-modify-writes held L2 at 81% of its throughput (Nsight Compute, D 128, S 4k), and one
+reduce ran 1.00-1.16x faster on most timed configurations (docs/guide/attention.md).
+``-p shared_dq=false`` builds the per-consumer cut, proven alike.  Grouped-query heads run inside
+the output tile: dK and dV sum in registers over the group with no workspace and no second
+reduce.
 
 ``-p deterministic=true`` declares the reduces ordered (``AgentSpec.turns``): the core puts
 each writer's reduce between a turn wait and, once the reduce completed, a turn release on the
-query block's counter (docs/guide/agents.md, "Turn-ordered adds"), KV block by KV block and
-consumer 0 before consumer 1 (``BackwardTrips.turn_rank``), and proves it; dQ's fp32 sums are
+query block's counter (docs/guide/agents.md, "Turn-ordered adds"), KV block by KV block (and,
+with ``-p shared_dq=false``, consumer 0's writer before consumer 1's; ``BackwardTrips.turn_rank``), and proves it; dQ's fp32 sums are
 then the same bits every run.  The default variant is built without them, as before.
 """
 from __future__ import annotations
@@ -97,6 +98,7 @@ class BackwardTag(enum.IntEnum):
     WGMMA_DQ = 41   #: dQ_c = dS K_c (dS from shared memory)
     DQ_STAGE = 42   #: dQ_c's registers into the consumer's dQ buffer (st.shared)
     DQ_REDUCE = 43  #: cp.reduce.async.bulk add.f32 of a dQ buffer into the dQ accumulator
+    DQ_ADD = 44     #: a later consumer's dQ_c added into the staged buffer (ld/st.shared)
 
 
 #: SFU exp2 and the element-wise gradient of one tile per warp group (cycles per element).
@@ -117,6 +119,7 @@ def backward_cost_model() -> CostModel:
     return CostModel({**loads, **mmas,
                       t.GRAD: OpCost(valu, 512, OpRole.VALU_COMPUTE, name="GRAD"),
                       t.DQ_STAGE: OpCost(valu, 128, OpRole.VALU_COMPUTE, name="DQ_STAGE"),
+                      t.DQ_ADD: OpCost(valu, 256, OpRole.VALU_COMPUTE, name="DQ_ADD"),
                       t.DQ_REDUCE: OpCost(g, REDUCE_ISSUE_CYCLES, OpRole.COMPUTE,
                                           name="DQ_REDUCE")})
 
@@ -135,6 +138,20 @@ class BackwardGeometry(WarpGroupTiles):
     """The tile sizes and register split the backward is built and checked for (the producer
     warp group holds the TMA warp and the dQ writers)."""
 
+    #: one dQ buffer for the CTA (consumer 0 stages its partial, each later consumer adds its
+    #: own into it, one writer reduces the sum: one bulk reduce per query block) instead of a
+    #: buffer, a writer and a reduce per consumer
+    shared_dq: bool = True
+
+    @property
+    def dq_buffers(self) -> int:
+        """The dQ buffers, each with its writer and its bulk reduce per query block."""
+        return 1 if self.shared_dq else self.consumers
+
+    def writer_of(self, consumer: int) -> int:
+        """The writer (and buffer) consumer ``consumer``'s dQ partial goes to."""
+        return 0 if self.shared_dq else consumer
+
     @property
     def keys(self) -> int:
         """Keys per consumer warp group (its rows of K, V, dK and dV)."""
@@ -152,7 +169,7 @@ class BackwardGeometry(WarpGroupTiles):
 
     @property
     def dq_bytes(self) -> int:
-        """One consumer's dQ buffer (block_m x head_dim fp32)."""
+        """One dQ buffer (block_m x head_dim fp32)."""
         return self.block_m * self.head_dim * F32_BYTES
 
     @property
@@ -160,7 +177,7 @@ class BackwardGeometry(WarpGroupTiles):
         """The q and do rings (with LSE and delta), K and V, dS, the dQ buffers, the mbarriers
         and 1 KB to align the tiles to the swizzle atom."""
         return (2 * self.stages * (self.q_bytes + self.row_bytes) + 2 * self.kv_bytes
-                + self.ds_bytes + self.consumers * self.dq_bytes + 1024
+                + self.ds_bytes + self.dq_buffers * self.dq_bytes + 1024
                 + 8 * (4 * self.stages + 4))
 
     @property
@@ -209,7 +226,7 @@ class BackwardGeometry(WarpGroupTiles):
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"{OWNER}: -T stages: {self.stages} stages of Q and dO "
                                f"({self.q_bytes} bytes each), K and V ({self.kv_bytes} each), "
-                               f"dS ({self.ds_bytes}) and {self.consumers} dQ buffers "
+                               f"dS ({self.ds_bytes}) and {self.dq_buffers} dQ buffers "
                                f"({self.dq_bytes} each) need {self.smem_bytes} bytes of shared "
                                f"memory, over the {H100_SXM.smem_per_cta_optin} a CTA may use; "
                                "lower -T stages or -p block_m")
@@ -245,14 +262,15 @@ def dq_part(g: BackwardGeometry, op: int) -> int:
     return (op - FIRST) % per_consumer(g) - 5 >> 1
 
 
-def reduce_op(g: BackwardGeometry, c: int) -> int:
-    return FIRST + per_consumer(g) * g.consumers + c
+def reduce_op(g: BackwardGeometry, w: int) -> int:
+    """Writer w's bulk reduce of its dQ buffer."""
+    return FIRST + per_consumer(g) * g.consumers + w
 
 
 class FlashAttentionBackward(AgentsSchedule):
     """One query block of a KV block's backward: TMA K, V (once), Q with LSE, dO with delta
     (producer); S, dP, the gradient, dV, dK, dQ and its staging per consumer; the bulk reduce of
-    each dQ buffer (dq_writer0, dq_writer1)."""
+    each dQ buffer (dq_writer0; and dq_writer1 with shared_dq false)."""
 
     name = NAME
     family = KERNEL_FAMILY
@@ -275,17 +293,19 @@ class FlashAttentionBackward(AgentsSchedule):
             ops += [logical(t.WGMMA_S, subtile=c), logical(t.WGMMA_DP, subtile=c),
                     logical(t.GRAD, subtile=c), logical(t.WGMMA_DV, subtile=c),
                     logical(t.WGMMA_DK, subtile=c)]
+            stage = t.DQ_ADD if g.writer_of(c) != c else t.DQ_STAGE
             for _ in range(g.dq_parts):
                 ops += [logical(t.WGMMA_DQ, subtile=c),
-                        logical(t.DQ_STAGE, subtile=c, channel=STAGE_OPERAND)]
-        ops += [logical(t.DQ_REDUCE, subtile=c, channel=BULK_REDUCE_OPERAND)
-                for c in range(g.consumers)]
+                        logical(stage, subtile=c, channel=STAGE_OPERAND)]
+        ops += [logical(t.DQ_REDUCE, subtile=w, channel=BULK_REDUCE_OPERAND)
+                for w in range(g.dq_buffers)]
         gemm = max(1, g.flop // PEAK_MMA_FLOP_PER_CYCLE)
         tile = g.keys * g.block_m
         latency = {t.WGMMA_S: gemm, t.WGMMA_DP: gemm, t.WGMMA_DV: gemm, t.WGMMA_DK: gemm,
                    t.WGMMA_DQ: max(1, gemm // g.dq_parts),
                    t.GRAD: max(1, int(tile * GRAD_CYCLES_PER_ELEMENT)),
-                   t.DQ_STAGE: max(1, int(g.block_m * 64 * STAGE_CYCLES_PER_ELEMENT))}
+                   t.DQ_STAGE: max(1, int(g.block_m * 64 * STAGE_CYCLES_PER_ELEMENT)),
+                   t.DQ_ADD: max(1, int(2 * g.block_m * 64 * STAGE_CYCLES_PER_ELEMENT))}
         return [o.evolve(latency=latency[BackwardTag(o.tag)]) if o.tag in latency else o
                 for o in annotate(ops, self.target.cost_model)]
 
@@ -301,7 +321,7 @@ class FlashAttentionBackward(AgentsSchedule):
         out: list[DepEdge] = []
         for c in range(g.consumers):
             s, dp, gr, dv, dk = (consumer_op(g, c, w) for w in (S, DP, GRAD, DV, DK))
-            red = reduce_op(g, c)
+            red = reduce_op(g, g.writer_of(c))
             out += [DepEdge.flow(Q, s), DepEdge.flow(K, s), DepEdge.flow(DO, dp),
                     DepEdge.flow(V, dp), DepEdge.flow(s, gr), DepEdge.flow(dp, gr),
                     DepEdge.flow(LSE, gr), DepEdge.flow(DELTA, gr), DepEdge.flow(gr, dv),
@@ -322,6 +342,8 @@ class FlashAttentionBackward(AgentsSchedule):
                         DepEdge.anti(st, dq, 1),
                         # the dQ buffer, written again by the next query block's staging
                         DepEdge.anti(red, st, 1)]
+                if g.writer_of(c) != c:  # the add reads the previous consumer's partial
+                    out.append(DepEdge.flow(stage_op(g, c - 1, p), st))
         return out
 
     def agents(self) -> AgentSpec:
@@ -333,12 +355,15 @@ class FlashAttentionBackward(AgentsSchedule):
                                    ops=tuple(consumer_op(g, c, w)
                                              for w in range(per_consumer(g))),
                                    warps=4, issuers=128, registers=g.consumer_registers))
-        for c in range(g.consumers):
-            roles.append(AgentRole(name=f"dq_writer{c}", ops=(reduce_op(g, c),), warps=1,
+        for w in range(g.dq_buffers):
+            roles.append(AgentRole(name=f"dq_writer{w}", ops=(reduce_op(g, w),), warps=1,
                                    issuers=1, registers=g.producer_registers))
-        orders = tuple(OrderSpec(name=f"dq{c}", turns=(
-            Turn(agent=f"consumer{c}", ops=tuple(stage_op(g, c, p) for p in range(g.dq_parts))),
-            Turn(agent=f"dq_writer{c}", ops=(reduce_op(g, c),)))) for c in range(g.consumers))
+        # ordering dq{w}: the stagings (and adds) of the consumers writer w serves, in consumer
+        # order, then its reduce
+        orders = tuple(OrderSpec(name=f"dq{w}", turns=(
+            *(Turn(agent=f"consumer{c}", ops=tuple(stage_op(g, c, p) for p in range(g.dq_parts)))
+              for c in range(g.consumers) if g.writer_of(c) == w),
+            Turn(agent=f"dq_writer{w}", ops=(reduce_op(g, w),)))) for w in range(g.dq_buffers))
         # Q (with LSE) and dO (with delta) are released as soon as the reads of them retired
         rings = (RingSpec(name="q", ops=(Q, LSE), release_lag=0),
                  RingSpec(name="do", ops=(DO, DELTA), release_lag=0),
@@ -348,8 +373,8 @@ class FlashAttentionBackward(AgentsSchedule):
                                    DELTA: g.row_bytes, K: g.kv_bytes, V: g.kv_bytes},
                          rings=rings, once=(K, V),
                          orders=orders,
-                         turns=(TurnSpec(name="dq", ops=tuple(reduce_op(g, c)
-                                                              for c in range(g.consumers)))
+                         turns=(TurnSpec(name="dq", ops=tuple(reduce_op(g, w)
+                                                              for w in range(g.dq_buffers)))
                                 if self.deterministic else None),
                          trip_rule=self.bounds())
 
@@ -373,6 +398,9 @@ PARAMS = (
     Param("causal", bool, False, "causal mask: query blocks above the diagonal skipped, the "
                                  "diagonal ones masked (the loop bounds; the body is the same)"),
     ALIGN, *register_params(0, 0, " (0: DEFAULT_REGISTERS's)"),
+    Param("shared_dq", bool, True, "one dQ buffer, writer and bulk reduce per query block (the "
+                                   "consumers' partials summed in shared memory, consumer by "
+                                   "consumer); false: one of each per consumer"),
     Param("deterministic", bool, False, "dQ's adds made in one fixed order (KV block, then "
                                         "consumer): the same bits every run"),
 )
@@ -399,7 +427,8 @@ def make_attention_bwd(ctx: BuildContext) -> FlashAttentionBackward:
         block_n=p["block_n"], stages=target.pipeline.depth, consumers=p["consumers"],
         causal=bool(p["causal"]), align=p["align"],
         producer_registers=p["producer_registers"] or registers[0],
-        consumer_registers=p["consumer_registers"] or registers[1])
+        consumer_registers=p["consumer_registers"] or registers[1],
+        shared_dq=bool(p["shared_dq"]))
     geometry.validate()
     return FlashAttentionBackward(target, geometry, bool(p["deterministic"]))
 

@@ -14,13 +14,14 @@ module's; the device math is ``attention_bwd.cuh`` (package data, pasted after t
 The output tile is (KV head ``bhk``, KV block ``nb``), tile ``bhk + BHK * nb``, so the KV blocks
 that visit the most query blocks (causal) start first; its K tiles ``u`` are query block
 ``first + u % mper`` of query head ``bhk * group + u / mper``, with ``first`` and the masked
-blocks from the plan's :class:`~.bwd_tiles.BackwardTrips` written as C expressions.  Consumer
-c's dQ writer is warp 1 + c of the producer warp group (the frame's side agents), its whole
-warp joining ordering ``dq{c}``'s barriers.
+blocks from the plan's :class:`~.bwd_tiles.BackwardTrips` written as C expressions.  Writer
+w (``dq_writer{w}``: one, or one per consumer with ``-p shared_dq=false``) is warp 1 + w of the
+producer warp group (the frame's side agents), its whole warp joining ordering ``dq{w}``'s
+barriers.
 
 A plan with turn-ordered reduces (``-p deterministic=true``, ``Plan.turns``) takes the turn
 counters ``dQsem`` (``bwd_signature.ORDERED_SIGNATURE``) and pastes ``attention_bwd_turns.cuh``:
-the writer's turn steps wait for turn ``consumers * nb + slot`` on its query block's counter
+the writer's turn steps wait for turn ``writers * nb + slot`` on its query block's counter
 (:meth:`~.bwd_tiles.BackwardTrips.turn_rank`: the KV block's index), drain, fence and release
 it.  A plan without them is written exactly as before.
 """
@@ -146,6 +147,7 @@ _OPS = {
     _T.WGMMA_DQ: "pcab::dq<BM, BN, " + _DQ_PREFIX + "_m64n64k16>(dqacc, ds_smem(consumer), "
                  "k_smem + {p} * BN * 128, consumer);  // head columns {p} * 64..",
     _T.DQ_STAGE: "pcab::stage<BM, HD>(dqacc, dq_buf(consumer), {p});",
+    _T.DQ_ADD: "pcab::stage_add<BM, HD>(dqacc, dq_buf(0), {p});",
     _T.DQ_REDUCE: "if (lane == 0) pcab::reduce_add(dQacc + ((size_t)qhead({u}) * SQP + "
                   "qblock({u}) * BM) * HD, dq_buf({c}), DQ_BYTES);",
 }
@@ -215,7 +217,7 @@ def _checked(compiled: CompiledSchedule) -> tuple[BackwardGeometry, BackwardTrip
     turns = compiled.plan.turns
     if turns is not None and (turns.first or rule.turn_shift):
         raise _fail(f"the plan's turns start at {turns.first} and its trip rule moves the turn "
-                    f"rank by {rule.turn_shift}: this emitter writes turn consumers * nb + slot; "
+                    f"rank by {rule.turn_shift}: this emitter writes turn writers * nb + slot; "
                     "recompile the schedule")
     return g, rule
 
@@ -263,7 +265,7 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         consumers=[code(progs[f"consumer{c}"], False, "consumer") for c in range(g.consumers)],
         producer_name="producer", producer_registers="PRODUCER_REGS",
         consumer_registers="CONSUMER_REGS", family=_family(g, elem, ds_bar), tiles=tiles,
-        emitter=EMITTER_NAME, side_agents=[writer(c) for c in range(g.consumers)])
+        emitter=EMITTER_NAME, side_agents=[writer(w) for w in range(g.dq_buffers)])
     device = "\n".join(pasted(__package__, f) for f in (
         "attention.cuh", "dq_layout.cuh", "attention_bwd.cuh",
         *(("attention_bwd_turns.cuh",) if turns else ())))
@@ -297,12 +299,14 @@ def _family(g: BackwardGeometry, elem: str, ds_bar: int) -> AgentsFamily:
     tile dK and dV cleared and then stored."""
     return AgentsFamily(
         constants=f"    constexpr int BM = {g.block_m}, BN = {g.block_n}, HD = {g.head_dim}, "
-                  f"STAGES = {g.stages}, K_STAGES = 1, CONSUMERS = {g.consumers};\n"
+                  f"STAGES = {g.stages}, K_STAGES = 1, CONSUMERS = {g.consumers}, "
+                  f"DQ_BUFFERS = {g.dq_buffers};\n"
                   f"    constexpr int PRODUCER_REGS = {g.producer_registers}, "
                   f"CONSUMER_REGS = {g.consumer_registers}, DS_BAR = {ds_bar};\n"
                   "    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2, "
                   "DS_BYTES = BM * 128, DQ_BYTES = BM * HD * 4, ROW_BYTES = BM * 4;",
-        ring_bytes="2 * STAGES * Q_BYTES + 2 * KV_BYTES + CONSUMERS * (DS_BYTES + DQ_BYTES) "
+        ring_bytes="2 * STAGES * Q_BYTES + 2 * KV_BYTES + CONSUMERS * DS_BYTES "
+                   "+ DQ_BUFFERS * DQ_BYTES "
                    "+ 2 * STAGES * ROW_BYTES",
         stage_views="    auto stage_q = [&](int s) { return ring + s * Q_BYTES; };\n"
                     "    auto stage_do = [&](int s) { return ring + (STAGES + s) * Q_BYTES; };\n"
@@ -310,7 +314,7 @@ def _family(g: BackwardGeometry, elem: str, ds_bar: int) -> AgentsFamily:
                     "KV_BYTES;\n"
                     "    auto ds_smem = [&](int c) { return v_smem + KV_BYTES + c * DS_BYTES; };\n"
                     "    auto dq_buf = [&](int c) { return ds_smem(CONSUMERS) + c * DQ_BYTES; };\n"
-                    "    auto stage_lse = [&](int s) { return dq_buf(CONSUMERS) + s * ROW_BYTES; };\n"
+                    "    auto stage_lse = [&](int s) { return dq_buf(DQ_BUFFERS) + s * ROW_BYTES; };\n"
                     "    auto stage_delta = [&](int s) { return stage_lse(STAGES) + s * ROW_BYTES; };",
         consumer_state="        float dkacc[HD / 2], dvacc[HD / 2], sacc[BM / 2], dpacc[BM / 2];\n"
                        "        float dqacc[BM / 64][32];\n"

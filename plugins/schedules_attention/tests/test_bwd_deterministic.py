@@ -23,8 +23,12 @@ K = StepKind
 
 
 def build(**params):
+    """The deterministic backward; with two writers (``shared_dq=false``) unless ``params``
+    say otherwise: two slots per KV block, the richer turn order (the shared variant's one
+    writer takes slot 0 only: test_the_shared_variant_orders_its_one_writer)."""
     return compile_named(NAME, params={k: str(v).lower() for k, v in
-                                       {"deterministic": True, **params}.items()})
+                                       {"deterministic": True, "shared_dq": False,
+                                        **params}.items()})
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +67,23 @@ def test_every_deterministic_variant_compiles_safe_with_its_turns(params):
     assert turns is not None and turns.agents == ("dq_writer0", "dq_writer1")
     assert [c.body[op].tag for op in turns.ops] == [T.DQ_REDUCE, T.DQ_REDUCE]
     assert any("turn-ordered adds dq" in a for a in c.proof.verdict.model["assumptions"])
+
+
+@pytest.mark.parametrize("params", VARIANTS, ids=lambda p: "-".join(map(str, p.values())))
+def test_the_shared_variant_orders_its_one_writer(params):
+    """The call's variant (one dQ buffer: the consumers' partials summed in shared memory, one
+    writer): one slot per KV block, and its turn wait still refused when dropped."""
+    c = build(shared_dq=True, **params)
+    assert c.proof.safe, messages(c)
+    assert c.plan.turns.agents == ("dq_writer0",)
+    assert [c.body[op].tag for op in c.plan.turns.ops] == [T.DQ_REDUCE]
+    steps = kernel(c, "dq_writer0")
+    assert [s.kind for s in steps] == [
+        K.NAMED_SYNC, K.TURN_WAIT, K.OP, K.COMMIT, K.COUNTER_WAIT, K.NAMED_ARRIVE,
+        K.TURN_DRAIN, K.TURN_FENCE, K.TURN_RELEASE]
+    assert steps[1].value == 0
+    bad = edited(c, "dq_writer0", [s for s in steps if s.kind != K.TURN_WAIT])
+    assert H.ADD_ORDER in hazards(bad)
 
 
 def test_the_default_variant_has_no_turns():

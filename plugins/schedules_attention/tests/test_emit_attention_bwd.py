@@ -22,8 +22,21 @@ def compiled(**params):
     return compile_named(NAME, params={k: str(v).lower() for k, v in params.items()})
 
 
-def test_the_kernel_carries_the_hand_off_and_each_writer_runs_on_a_warp_of_its_own():
+def test_the_shared_kernel_stages_adds_and_reduces_once_per_query_block():
     src = emit_attention_bwd(compiled())
+    assert "if (wtid / 32 == 1) {  // ---- agent dq_writer0 ----" in src
+    assert "dq_writer1" not in src
+    assert src.count("pcab::reduce_add(") == 1  # one buffer, one reduce
+    assert src.count("pcab::stage_add<BM, HD>(dqacc, dq_buf(0), 1);") >= 1  # consumer 1's
+    assert "DQ_BUFFERS = 1;" in src
+    # consumer 0 hands the buffer to consumer 1 (both groups' 256 threads), consumer 1 to the
+    # writer (128 + 32)
+    assert 'asm volatile("bar.arrive 2, 256;\\n" ::: "memory");' in src
+    assert 'asm volatile("bar.sync 2, 256;\\n" ::: "memory");' in src
+
+
+def test_the_kernel_carries_the_hand_off_and_each_writer_runs_on_a_warp_of_its_own():
+    src = emit_attention_bwd(compiled(shared_dq=False))
     assert "if (wtid / 32 == 1) {  // ---- agent dq_writer0 ----" in src
     assert "if (wtid / 32 == 2) {  // ---- agent dq_writer1 ----" in src
     assert "if (lane == 0) pcgc::bulk_wait_read<0>(); __syncwarp();" in src
@@ -37,7 +50,10 @@ def test_the_kernel_carries_the_hand_off_and_each_writer_runs_on_a_warp_of_its_o
 
 
 def test_the_deterministic_kernel_carries_its_turns_and_the_default_none():
-    src = emit_attention_bwd(compiled(deterministic=True, causal=True))
+    shared = emit_attention_bwd(compiled(deterministic=True, causal=True))
+    assert ("if (lane == 0) pcab::turn_wait(dQsem + (size_t)qhead(t) * MB + qblock(t), "
+            "1 * nb + 0); __syncwarp();" in shared)  # one writer: one turn per KV block
+    src = emit_attention_bwd(compiled(deterministic=True, causal=True, shared_dq=False))
     counter = "dQsem + (size_t)qhead(t) * MB + qblock(t)"
     for slot in (0, 1):  # consumer 0 before consumer 1, KV block by KV block
         assert (f"if (lane == 0) pcab::turn_wait({counter}, 2 * nb + {slot}); __syncwarp();"

@@ -57,7 +57,7 @@ def test_three_ring_stages_prove_safe_where_they_fit():
 
 
 def test_the_hand_off_is_derived_fence_after_staging_read_wait_before_the_hand_back():
-    c = build()
+    c = build(shared_dq=False)  # a buffer and a writer per consumer
     for name in ("consumer0", "consumer1"):
         kinds = [s.kind for s in prog(c, name).kernel]
         stages = [n for n, s in enumerate(prog(c, name).kernel)
@@ -76,20 +76,55 @@ def test_the_hand_off_is_derived_fence_after_staging_read_wait_before_the_hand_b
         assert StepKind.FENCE not in w
 
 
+def test_the_shared_buffer_chains_staging_add_and_reduce():
+    """One dQ buffer (the default): consumer 0 stages, consumer 1 adds after consumer 0's turn
+    (a named sync before its first add), each fences and hands on, one writer reduces."""
+    c = build()
+    assert [p.name for p in c.plan.programs if p.name.startswith("dq_writer")] == ["dq_writer0"]
+    for name, tag in (("consumer0", T.DQ_STAGE), ("consumer1", T.DQ_ADD)):
+        k = prog(c, name).kernel
+        kinds = [s.kind for s in k]
+        ops = [n for n, s in enumerate(k) if s.kind == StepKind.OP and c.body[s.op].tag == tag]
+        assert len(ops) == 2  # hd128: dQ in two parts of 64 columns
+        assert kinds[ops[0] - 1] == StepKind.NAMED_SYNC
+        assert kinds[ops[-1] + 1:ops[-1] + 3] == [StepKind.PROXY_FENCE, StepKind.NAMED_ARRIVE]
+    # consumer 1's add waits on the barrier consumer 0 arrives on after its staging
+    c0, c1 = prog(c, "consumer0").kernel, prog(c, "consumer1").kernel
+    arrive = next(s for s in c0 if s.kind == StepKind.NAMED_ARRIVE)
+    assert any(s.kind == StepKind.NAMED_SYNC and s.barrier == arrive.barrier for s in c1)
+    w = [s.kind for s in prog(c, "dq_writer0").kernel]
+    assert w == [StepKind.NAMED_SYNC, StepKind.OP, StepKind.COMMIT, StepKind.COUNTER_WAIT,
+                 StepKind.NAMED_ARRIVE]
+
+
+def test_an_add_before_the_staging_it_adds_to_is_refused():
+    """Consumer 1's wait for consumer 0's staging dropped: its add may read the buffer before
+    the partial lands (or while the last reduce still reads it)."""
+    c = build()
+    k = prog(c, "consumer1").kernel
+    at = next(n for n, s in enumerate(k) if s.kind == StepKind.OP
+              and c.body[s.op].tag == T.DQ_ADD) - 1
+    assert k[at].kind == StepKind.NAMED_SYNC
+    bad = edited(c, "consumer1", [*k[:at], *k[at + 1:]])
+    assert hazards(bad) & {H.SMEM_RAW, H.SMEM_WAR}
+
+
 def _without(steps, kind):
     return [s for s in steps if s.kind != kind]
 
 
-@pytest.mark.parametrize("writer", ["dq_writer0", "dq_writer1"])
-def test_a_dropped_reduce_wait_is_refused(writer):
-    c = build(causal=True)
+@pytest.mark.parametrize("writer, shared", [("dq_writer0", True), ("dq_writer0", False),
+                                            ("dq_writer1", False)])
+def test_a_dropped_reduce_wait_is_refused(writer, shared):
+    c = build(causal=True, shared_dq=shared)
     bad = edited(c, writer, _without(prog(c, writer).kernel, StepKind.COUNTER_WAIT))
     assert H.SMEM_WAR in hazards(bad)
 
 
-@pytest.mark.parametrize("writer", ["dq_writer0", "dq_writer1"])
-def test_the_buffer_handed_back_before_the_reduce_read_it_is_refused(writer):
-    c = build()
+@pytest.mark.parametrize("writer, shared", [("dq_writer0", True), ("dq_writer0", False),
+                                            ("dq_writer1", False)])
+def test_the_buffer_handed_back_before_the_reduce_read_it_is_refused(writer, shared):
+    c = build(shared_dq=shared)
     k = list(prog(c, writer).kernel)
     k[3], k[4] = k[4], k[3]  # the hand-back arrive before the read wait
     assert H.SMEM_WAR in hazards(edited(c, writer, k))
