@@ -6,6 +6,7 @@ schedule that needs wgmma or TMA is refused in one line naming what the A100 lac
 """
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 
@@ -85,7 +86,12 @@ def test_hello_fits_a100_by_its_family():
     assert compiled.proof is not None and compiled.proof.safe
 
 
-@pytest.mark.parametrize("schedule", ["warpspecialized-gemm", "gemv"])
+#: the installed schedules made for wgmma fed by TMA (their records' ``requires=WGMMA_TMA``)
+WGMMA_TMA_SCHEDULES = ["warpspecialized-gemm", "gemv", "flash-attention-fwd", "flash-attention-bwd"]
+ATTENTION = ["flash-attention-bwd", "flash-attention-fwd"]
+
+
+@pytest.mark.parametrize("schedule", WGMMA_TMA_SCHEDULES)
 def test_a_wgmma_tma_schedule_is_refused_in_one_line_naming_what_a100_lacks(pipeline_cli,
                                                                             schedule):
     if schedule not in HOST.schedules:
@@ -97,6 +103,26 @@ def test_a_wgmma_tma_schedule_is_refused_in_one_line_naming_what_a100_lacks(pipe
         f"error: --target a100 is invalid for schedule {schedule}: it needs sync channel "
         "mbarrier, sync channel wgmma, instruction wgmma, copy kind cp.async.bulk.tensor, which "
         "target a100 does not offer; targets that offer it: h100; pass --target h100\n")
+
+
+def test_the_attention_schedules_still_list_and_fit_h100(pipeline_cli):
+    """Their contract refuses the A100 by capability; the H100, which offers it, keeps them."""
+    if any(name not in HOST.schedules for name in ATTENTION):
+        pytest.skip("the attention schedules are not installed")
+    assert all(HOST.schedules[name].fits(HOST.targets["h100"]) for name in ATTENTION)
+    plain = pipeline_cli(["schedules", *ATTENTION])
+    assert plain.exit_code == 0, plain.stderr
+    heads = [line for line in plain.stdout.splitlines() if not line.startswith(" ")]
+    assert [h.split(":")[0] for h in heads] == ATTENTION
+    assert all(h.endswith("[pipeline-core-schedules-attention, default target h100; fits h100]")
+               for h in heads), heads
+    listing = pipeline_cli(["schedules", *ATTENTION, "--format", "json"])
+    assert listing.exit_code == 0, listing.stderr
+    for entry in json.loads(listing.stdout)["schedules"]:
+        assert entry["targets"] == ["h100"], entry["name"]
+        assert entry["made_for"]["requires"] == {
+            "channels": ["mbarrier", "wgmma"], "instructions": ["wgmma"],
+            "copies": ["cp.async.bulk.tensor"]}, entry["name"]
 
 
 def test_a_target_of_another_family_is_refused_by_family(pipeline_cli):
