@@ -487,11 +487,23 @@ class TargetProfile:
     #: the architecture the target's kernels are built for ("sm_80", "sm_90a"): an emitter that
     #: serves a capability (``EmitterRecord.requires``) writes its kernel for it; "": none
     arch: str = attrs.field(default="", kw_only=True, validator=attrs.validators.instance_of(str))
+    #: bytes of shared memory one CTA may use on the machine (its opt-in limit: the H100's
+    #: 227 KB, the A100's 163 KB): a schedule that sizes its buffers by the target (a ring of
+    #: ``-T stages``) checks them against it, so a target with less refuses what the machine
+    #: cannot launch.  None: not declared (the schedule keeps the limit of the machine it was
+    #: written for)
+    smem_per_cta: int | None = attrs.field(default=None, kw_only=True)
 
     @sync.validator
     def _sync(self, attribute, value):
         if value is not None and not isinstance(value, SyncModel):
             raise ConfigError("TargetProfile", "sync", type(value).__name__, "a SyncModel or None")
+
+    @smem_per_cta.validator
+    def _smem_per_cta(self, attribute, value):
+        if value is not None and (type(value) is not int or value <= 0):
+            raise ConfigError("TargetProfile", "smem_per_cta", value,
+                              "None or a positive number of bytes (the opt-in limit of one CTA)")
 
 
 # --- string overrides (-c / -T style) -----------------------------------------

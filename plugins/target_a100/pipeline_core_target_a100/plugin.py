@@ -141,7 +141,7 @@ def a100(stages: int = 3) -> TargetProfile:
         vm_per_load_a=1, vm_per_load_b=1, lgkm_per_load_a=0, lgkm_per_load_b=0,
         warp_stagger=WarpStagger.none())
     return TargetProfile(RING_COSTS, pipeline, sync=RING_SYNC, clock_ghz=A100.clock_ghz,
-                         arch=ARCH)
+                         arch=ARCH, smem_per_cta=A100.smem_per_cta_optin)
 
 
 def a100_pingpong() -> TargetProfile:
@@ -155,7 +155,7 @@ def a100_pingpong() -> TargetProfile:
         ch0_match_field=0, ch1_match_field=1,  # A subtile = MMA row, B subtile = MMA column
         warp_stagger=WarpStagger.auto(), cross_stage_rotation=False)
     return TargetProfile(PINGPONG_COSTS, pipeline, sync=PINGPONG_SYNC, clock_ghz=A100.clock_ghz,
-                         warps_per_group=4, arch=ARCH)
+                         warps_per_group=4, arch=ARCH, smem_per_cta=A100.smem_per_cta_optin)
 
 
 TARGETS = (

@@ -137,6 +137,25 @@ def test_stages_are_bounded_by_the_a100s_shared_memory(pipeline_cli):
     assert 3 * (128 + 256) * 64 * 2 <= A100.smem_per_cta_optin < 4 * (128 + 256) * 64 * 2
 
 
+#: a tile whose 3-stage ring (196,608 bytes) fits the H100's 232,448 bytes a CTA may use and
+#: not the A100's 166,912: the stage count is within both targets' -T stages bounds
+BIG_TILE = ["-p", "BM=256", "-p", "BN=256", "-p", "warps_m=4", "-p", "warps_n=4", "-T", "stages=3"]
+
+
+def test_the_ring_is_checked_against_the_compiling_targets_shared_memory(pipeline_cli):
+    ring = 3 * (256 + 256) * 64 * 2
+    assert A100.smem_per_cta_optin < ring <= 227 * 1024
+    h100 = pipeline_cli(["compile", "multistage-gemm", "--target", "h100", *BIG_TILE,
+                         "--kernel-only", "--compact"])
+    assert h100.exit_code == 0, h100.stderr
+    a100 = pipeline_cli(["compile", "multistage-gemm", "--target", "a100", *BIG_TILE])
+    assert (a100.exit_code, a100.stdout, a100.stderr.count("\n")) == (2, "", 1), a100.stderr
+    assert a100.stderr == (
+        f"error: schedule multistage-gemm: -T stages: 3 stages of 65536 bytes (the BM x BK and "
+        f"BN x BK tiles) need {ring} bytes of shared memory, over the {A100.smem_per_cta_optin} "
+        "a CTA may use on target a100; lower -T stages or shrink -p BM / BN / BK\n")
+
+
 @pytest.mark.needs_nvcc
 @pytest.mark.parametrize("flags", [["-arch=compute_80", "-ptx"],
                                    ["-gencode", "arch=compute_80,code=compute_80", "-c"]],
