@@ -354,6 +354,26 @@ class PipelineConfig:
         if not isinstance(value, WarpStagger):
             raise ConfigError("PipelineConfig", "warp_stagger", value, "a WarpStagger record")
 
+    @classmethod
+    def ping_pong_double_buffer(cls, *, mma_latency: int, vm_per_load_a: int = 1,
+                                vm_per_load_b: int = 1, max_globals: int = 1) -> "PipelineConfig":
+        """The loop of the ping-pong family (``schedule.PING_PONG``), the one home of its shape:
+        2 shared-memory stages, 2 partitions of a 2x2 MMA quadrant grid run by two staggered
+        warp groups (stagger derived from the body), B fragments first, no loop-carried op,
+        each A fragment matched to its MMA row and each B fragment to its column.  A target of
+        the family (h100-pingpong, a100-pingpong, mi355x) says only what its machine sets: its
+        MMA latency, the global-channel ticks one LOAD op counts (one cp.async group: 1; the
+        MI355X's buffer_loads: 4) and the global loads one MMA block may carry."""
+        return cls(
+            depth=2, prefetch=1, drain_passes=2, prologue_fill=1, loop_carried=LoopCarried.none(),
+            block_sizing=BlockSizing(4, 2, max_globals), frag_order=FragOrder.b_first(),
+            m_mmas=2, n_mmas=2, num_partitions=2, mma_serial=True, mma_latency=mma_latency,
+            vm_per_load_a=vm_per_load_a, vm_per_load_b=vm_per_load_b,
+            lgkm_per_load_a=0, lgkm_per_load_b=0,
+            ch0_match_field=0,  # A fragment subtile <-> MMA row (the op's stage field)
+            ch1_match_field=1,  # B fragment subtile <-> MMA column (the op's subtile field)
+            warp_stagger=WarpStagger.auto(), cross_stage_rotation=False)
+
     # --- derived helpers (formula-only, as the reference) --------------------
     @property
     def is_double_buffer(self) -> bool:

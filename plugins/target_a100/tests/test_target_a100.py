@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from pipeline_core.plugin_api import compile_named, default_host
+from pipeline_core.plugin_api import PipelineConfig, compile_named, default_host
 
 from pipeline_core_target_a100 import plugin
 from pipeline_core_target_a100.machine import A100, MMA_M16N8K16_INTERVAL
@@ -79,6 +79,16 @@ def test_pingpong_on_a100_pingpong(pipeline_cli):
     assert res.exit_code == 0, res.stderr
     assert "// Architecture sm_80 (target a100-pingpong)" in res.stdout
     assert "barrier_sync<0>();" in res.stdout  # the staggered groups' non-aligned barrier
+
+
+def test_both_pingpong_targets_take_the_familys_one_double_buffer():
+    """a100-pingpong and h100-pingpong write no ping-pong loop of their own: each is
+    ``PipelineConfig.ping_pong_double_buffer`` with the machine's MMA latency."""
+    for name, latency in ((plugin.PINGPONG_TARGET, plugin.MMA_LATENCY), ("h100-pingpong", None)):
+        pipeline = HOST.targets[name].factory().pipeline
+        latency = pipeline.mma_latency if latency is None else latency
+        assert pipeline == PipelineConfig.ping_pong_double_buffer(mma_latency=latency), name
+    assert HOST.targets["h100-pingpong"].factory().pipeline.mma_latency != plugin.MMA_LATENCY
 
 
 def test_hello_fits_a100_by_its_family():
