@@ -121,7 +121,7 @@ def pingpong_target(barrier: str = NONALIGNED) -> TargetProfile:
     """The ping-pong profile: the reference's double-buffer shape on H100 sync and costs."""
     return TargetProfile(pingpong_cost_model(), pingpong_pipeline(), sync=pingpong_sync(barrier),
                          clock_ghz=H100_SXM.clock_ghz, warps_per_group=WARPS_PER_GROUP,
-                         arch=H100_ARCH)
+                         arch=H100_ARCH, smem_per_cta=H100_SXM.smem_per_cta_optin)
 
 
 TARGETS: tuple[TargetRecord, ...] = (
