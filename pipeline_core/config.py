@@ -354,6 +354,26 @@ class PipelineConfig:
         if not isinstance(value, WarpStagger):
             raise ConfigError("PipelineConfig", "warp_stagger", value, "a WarpStagger record")
 
+    @classmethod
+    def ping_pong_double_buffer(cls, *, mma_latency: int, vm_per_load_a: int = 1,
+                                vm_per_load_b: int = 1, max_globals: int = 1) -> "PipelineConfig":
+        """The loop of the ping-pong family (``schedule.PING_PONG``), the one home of its shape:
+        2 shared-memory stages, 2 partitions of a 2x2 MMA quadrant grid run by two staggered
+        warp groups (stagger derived from the body), B fragments first, no loop-carried op,
+        each A fragment matched to its MMA row and each B fragment to its column.  A target of
+        the family (h100-pingpong, a100-pingpong, mi355x) says only what its machine sets: its
+        MMA latency, the global-channel ticks one LOAD op counts (one cp.async group: 1; the
+        MI355X's buffer_loads: 4) and the global loads one MMA block may carry."""
+        return cls(
+            depth=2, prefetch=1, drain_passes=2, prologue_fill=1, loop_carried=LoopCarried.none(),
+            block_sizing=BlockSizing(4, 2, max_globals), frag_order=FragOrder.b_first(),
+            m_mmas=2, n_mmas=2, num_partitions=2, mma_serial=True, mma_latency=mma_latency,
+            vm_per_load_a=vm_per_load_a, vm_per_load_b=vm_per_load_b,
+            lgkm_per_load_a=0, lgkm_per_load_b=0,
+            ch0_match_field=0,  # A fragment subtile <-> MMA row (the op's stage field)
+            ch1_match_field=1,  # B fragment subtile <-> MMA column (the op's subtile field)
+            warp_stagger=WarpStagger.auto(), cross_stage_rotation=False)
+
     # --- derived helpers (formula-only, as the reference) --------------------
     @property
     def is_double_buffer(self) -> bool:
@@ -487,11 +507,23 @@ class TargetProfile:
     #: the architecture the target's kernels are built for ("sm_80", "sm_90a"): an emitter that
     #: serves a capability (``EmitterRecord.requires``) writes its kernel for it; "": none
     arch: str = attrs.field(default="", kw_only=True, validator=attrs.validators.instance_of(str))
+    #: bytes of shared memory one CTA may use on the machine (its opt-in limit: the H100's
+    #: 227 KB, the A100's 163 KB): a schedule that sizes its buffers by the target (a ring of
+    #: ``-T stages``) checks them against it, so a target with less refuses what the machine
+    #: cannot launch.  None: not declared (the schedule keeps the limit of the machine it was
+    #: written for)
+    smem_per_cta: int | None = attrs.field(default=None, kw_only=True)
 
     @sync.validator
     def _sync(self, attribute, value):
         if value is not None and not isinstance(value, SyncModel):
             raise ConfigError("TargetProfile", "sync", type(value).__name__, "a SyncModel or None")
+
+    @smem_per_cta.validator
+    def _smem_per_cta(self, attribute, value):
+        if value is not None and (type(value) is not int or value <= 0):
+            raise ConfigError("TargetProfile", "smem_per_cta", value,
+                              "None or a positive number of bytes (the opt-in limit of one CTA)")
 
 
 # --- string overrides (-c / -T style) -----------------------------------------

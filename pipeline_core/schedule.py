@@ -187,7 +187,8 @@ COPY_RING = "copy-ring"
 #: A target family: the reference's 8-warp ping-pong double buffer (the block program): kernel
 #: tags 0-5 costed as LOAD_A, LOAD_B (global loads), COMPUTE, MMA_LOAD_A, MMA_LOAD_B (fragment
 #: loads) and MMA, a 2x2 MMA quadrant grid in 2 partitions over 2 shared-memory stages, two
-#: staggered warp groups, and a sync model with a ``BlockBinding``.  ``pingpong`` declares it.
+#: staggered warp groups (``PipelineConfig.ping_pong_double_buffer``, the loop every target
+#: of the family starts from), and a sync model with a ``BlockBinding``.  ``pingpong`` declares it.
 PING_PONG = "ping-pong"
 
 

@@ -27,6 +27,21 @@ def test_derived_helpers_are_formula_only():
     assert single.total_edges() == 38 and single.total_blocks == 4
 
 
+def test_the_ping_pong_double_buffer_is_the_references_loop_with_the_targets_figures():
+    """One home of the ping-pong family's shape: the defaults (the reference's MI355X double
+    buffer) but for what a target's machine sets."""
+    ref = PipelineConfig()
+    assert PipelineConfig.ping_pong_double_buffer(
+        mma_latency=16, vm_per_load_a=4, vm_per_load_b=4, max_globals=0) == ref
+    cp_async = PipelineConfig.ping_pong_double_buffer(mma_latency=32)
+    assert cp_async == ref.evolve(mma_latency=32, vm_per_load_a=1, vm_per_load_b=1,
+                                  max_globals=1)
+    assert (cp_async.depth, cp_async.num_partitions, cp_async.m_mmas, cp_async.n_mmas,
+            cp_async.total_blocks) == (2, 2, 2, 2, 8)
+    with pytest.raises(TypeError):  # the figures are named: no positional latency
+        PipelineConfig.ping_pong_double_buffer(32)  # type: ignore[misc]
+
+
 def test_channel_mapping_uses_b_for_every_other_channel():
     c = PipelineConfig(vm_per_load_a=8, vm_per_load_b=2)
     assert [c.vm_per_channel(ch) for ch in (0, 1, -1, 2)] == [8, 2, 2, 2]

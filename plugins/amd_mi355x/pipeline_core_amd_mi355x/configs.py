@@ -11,25 +11,16 @@ from pipeline_core_amd_mi355x.sync import CLOCK_GHZ, MI355X_SINGLE_BUFFER_SYNC, 
 #: The reference's mi355x_target() defaults.
 DEFAULT_VM_PER_LOAD = 4
 DEFAULT_MAX_GLOBALS = 1
+#: MMA cycles both configs declare (informational: the cost model times the MMA ops)
+MMA_LATENCY = 16
 
 
 def mi355x_double_buffer(vm_a: int = DEFAULT_VM_PER_LOAD, vm_b: int = DEFAULT_VM_PER_LOAD,
                          max_globals: int = DEFAULT_MAX_GLOBALS) -> PipelineConfig:
-    """Two LDS stages, two partitions (warp groups / K-tiles) of a 2x2 MMA quadrant grid."""
-    return PipelineConfig(
-        depth=2, prefetch=1, drain_passes=2, prologue_fill=1,
-        loop_carried=LoopCarried.none(),
-        block_sizing=BlockSizing(4, 2, max_globals),
-        frag_order=FragOrder.b_first(),
-        m_mmas=2, n_mmas=2, num_partitions=2,
-        mma_serial=True, mma_latency=16,
-        vm_per_load_a=vm_a, vm_per_load_b=vm_b,
-        lgkm_per_load_a=0, lgkm_per_load_b=0,
-        ch0_match_field=0,  # A fragment subtile <-> MMA row
-        ch1_match_field=1,  # B fragment subtile <-> MMA column
-        warp_stagger=WarpStagger.auto(),
-        cross_stage_rotation=False,
-    )
+    """Two LDS stages, two partitions (warp groups / K-tiles) of a 2x2 MMA quadrant grid: the
+    ping-pong family's double buffer with the MI355X's MMA latency and buffer_load ticks."""
+    return PipelineConfig.ping_pong_double_buffer(mma_latency=MMA_LATENCY, vm_per_load_a=vm_a,
+                                                  vm_per_load_b=vm_b, max_globals=max_globals)
 
 
 def mi355x_single_buffer() -> PipelineConfig:
@@ -40,7 +31,7 @@ def mi355x_single_buffer() -> PipelineConfig:
         block_sizing=BlockSizing(4, 2, 0),
         frag_order=FragOrder.b_first(),
         m_mmas=2, n_mmas=2, num_partitions=1,
-        mma_serial=True, mma_latency=16,
+        mma_serial=True, mma_latency=MMA_LATENCY,
         vm_per_load_a=DEFAULT_VM_PER_LOAD, vm_per_load_b=DEFAULT_VM_PER_LOAD,
         ch0_match_field=0, ch1_match_field=1,
         warp_stagger=WarpStagger.none(),

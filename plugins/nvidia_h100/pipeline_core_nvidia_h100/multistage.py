@@ -16,8 +16,9 @@ sync model; the proof stage of every compile then checks the result.  The ring d
 It runs on every copy-ring target (the family's tags 0-4) that offers a cp.async ring, ldmatrix
 and mma.sync (``contracts.MMA_SYNC_CP_ASYNC``): ``h100``, and a target plugin's for sm_80 and later
 (``a100``, docs/guide/retarget.md), each timed with its own cost model.  The AMD targets offer
-none of it and are refused naming what they lack.  :meth:`Geometry.validate` still checks the
-H100's CTA limits (threads, 227 KB of shared memory); a target with less bounds its ``-T stages``.
+none of it and are refused naming what they lack.  The ring's shared memory is checked against
+the compiling target's CTA limit (``TargetProfile.smem_per_cta``: the H100's 227 KB, the A100's
+163 KB; a target that declares none keeps the H100's), the threads against the H100's 1024.
 """
 from __future__ import annotations
 
@@ -49,6 +50,25 @@ MAX_ACCUMULATORS = 128
 #: ``-p BK`` choices (listed by ``pipeline-core schedules``) and what :meth:`Geometry.validate`
 #: checks for tiles built elsewhere (the emitters' ``-O BK``).
 SWIZZLED_BK: tuple[int, ...] = (32, 64)
+
+
+@attrs.frozen(kw_only=True)
+class SmemLimit:
+    """The shared memory one CTA may use on the compiling target, and where that figure is from
+    (for the refusal): the target's ``TargetProfile.smem_per_cta``, or the H100's where the
+    target declares none (the machine this plugin's kernels were written for)."""
+
+    bytes: int
+    where: str  #: "on target a100", or "on the h100 (target X declares no smem_per_cta)"
+
+    @classmethod
+    def of(cls, profile: TargetProfile | None, target: str) -> "SmemLimit":
+        declared = profile.smem_per_cta if profile is not None else None
+        if declared is not None:
+            return cls(bytes=declared, where=f"on target {target}")
+        where = ("on the h100" if target == TARGET_NAME else
+                 f"on the h100 (target {target} declares no TargetProfile.smem_per_cta)")
+        return cls(bytes=H100_SXM.smem_per_cta_optin, where=where)
 
 
 @attrs.frozen(kw_only=True)
@@ -145,8 +165,10 @@ class Geometry(CtaTile):
         """cp.async one thread issues per LOAD_A and per LOAD_B op."""
         return self.bm // self.rows_per_pass, self.bn // self.rows_per_pass
 
-    def validate(self, who: str = f"schedule {SCHEDULE_NAME}") -> None:
-        """Refuse a geometry the kernel cannot tile, naming the parameter at fault."""
+    def validate(self, who: str = f"schedule {SCHEDULE_NAME}", *,
+                 smem: "SmemLimit | None" = None) -> None:
+        """Refuse a geometry the kernel cannot tile, naming the parameter at fault; ``smem``
+        the CTA's shared memory on the compiling target (None: the H100's)."""
         def bad(param: str, why: str) -> ProgramError:
             return ProgramError(f"{who}: -p {param}: {why}")
 
@@ -171,10 +193,12 @@ class Geometry(CtaTile):
             raise bad("BM", f"warp tile {self.warp_tile[0]}x{self.warp_tile[1]} needs "
                             f"{mi * ni * 4} fp32 accumulators per thread (at most "
                             f"{MAX_ACCUMULATORS}): raise warps_m / warps_n or shrink BM / BN")
-        if self.smem_bytes > H100_SXM.smem_per_cta_optin:
+        limit = smem or SmemLimit.of(None, TARGET_NAME)
+        if self.smem_bytes > limit.bytes:
             raise ProgramError(f"{who}: -T stages: {self.stages} stages of {self.stage_bytes} bytes "
-                               f"(the BM x BK and BN x BK tiles) need {self.smem_bytes} bytes of shared memory, over the "
-                               f"{H100_SXM.smem_per_cta_optin} a CTA may use")
+                               f"(the BM x BK and BN x BK tiles) need {self.smem_bytes} bytes of "
+                               f"shared memory, over the {limit.bytes} a CTA may use "
+                               f"{limit.where}; lower -T stages or shrink -p BM / BN / BK")
 
     def check_shape(self, m: int, n: int, k: int) -> None:
         """Tile multiples only: refuse a problem shape the kernel would read past, naming it."""
@@ -271,7 +295,7 @@ class MultistageGemm:
 def _build(ctx: Any) -> MultistageGemm:
     target = ctx.make_target()
     geometry = geometry_of(dict(ctx.params), target.pipeline.depth)
-    geometry.validate()
+    geometry.validate(smem=SmemLimit.of(target, ctx.target.name))
     return MultistageGemm(target, geometry, ctx.schedule_config(ScheduleConfig()))
 
 

@@ -25,10 +25,9 @@ import enum
 
 import attrs
 
-from pipeline_core.plugin_api import (PING_PONG, BlockBinding, BlockSizing, Channel, ConfigError,
-                                      CostModel, Effect, FragOrder, FrameworkTag, LoopCarried,
-                                      OpCost, OpRole, Param, PipelineConfig, ResourceKind,
-                                      SyncModel, TargetProfile, TargetRecord, WarpStagger)
+from pipeline_core.plugin_api import (PING_PONG, BlockBinding, Channel, ConfigError, CostModel,
+                                      Effect, FrameworkTag, OpCost, OpRole, Param, PipelineConfig,
+                                      ResourceKind, SyncModel, TargetProfile, TargetRecord)
 
 from pipeline_core_nvidia_h100.contracts import H100_ARCH, H100_OFFERS
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY, LDMATRIX_X4_LATENCY, MMA_LATENCY
@@ -73,19 +72,9 @@ def pingpong_cost_model() -> CostModel:
 
 
 def pingpong_pipeline() -> PipelineConfig:
-    """Double buffer, 2 partitions of a 2x2 quadrant grid, one cp.async group per LOAD op."""
-    return PipelineConfig(
-        depth=2, prefetch=1, drain_passes=2, prologue_fill=1,
-        loop_carried=LoopCarried.none(),
-        block_sizing=BlockSizing(4, 2, 1),
-        frag_order=FragOrder.b_first(),
-        m_mmas=2, n_mmas=2, num_partitions=2,
-        mma_serial=True, mma_latency=MMA_LATENCY,
-        vm_per_load_a=1, vm_per_load_b=1, lgkm_per_load_a=0, lgkm_per_load_b=0,
-        ch0_match_field=0,  # A fragment subtile <-> MMA row (the op's stage field)
-        ch1_match_field=1,  # B fragment subtile <-> MMA column (the op's subtile field)
-        warp_stagger=WarpStagger.auto(),
-        cross_stage_rotation=False)
+    """The ping-pong family's double buffer with the H100's MMA latency, one cp.async group
+    per LOAD op (``PipelineConfig.ping_pong_double_buffer``'s defaults)."""
+    return PipelineConfig.ping_pong_double_buffer(mma_latency=MMA_LATENCY)
 
 
 #: One group per LOAD op: the emitter closes each LOAD op's copies with its own commit, so the
@@ -132,7 +121,7 @@ def pingpong_target(barrier: str = NONALIGNED) -> TargetProfile:
     """The ping-pong profile: the reference's double-buffer shape on H100 sync and costs."""
     return TargetProfile(pingpong_cost_model(), pingpong_pipeline(), sync=pingpong_sync(barrier),
                          clock_ghz=H100_SXM.clock_ghz, warps_per_group=WARPS_PER_GROUP,
-                         arch=H100_ARCH)
+                         arch=H100_ARCH, smem_per_cta=H100_SXM.smem_per_cta_optin)
 
 
 TARGETS: tuple[TargetRecord, ...] = (

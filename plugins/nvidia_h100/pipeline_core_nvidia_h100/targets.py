@@ -23,7 +23,7 @@ def h100_target(stages: int = DEFAULT_STAGES) -> TargetProfile:
         vm_per_load_a=1, vm_per_load_b=1, lgkm_per_load_a=0, lgkm_per_load_b=0,
         warp_stagger=WarpStagger.none())
     return TargetProfile(h100_cost_model(), pipeline, sync=H100_SYNC, clock_ghz=H100_SXM.clock_ghz,
-                         arch=H100_ARCH)
+                         arch=H100_ARCH, smem_per_cta=H100_SXM.smem_per_cta_optin)
 
 
 TARGETS: tuple[TargetRecord, ...] = (

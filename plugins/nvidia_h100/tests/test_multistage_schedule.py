@@ -1,6 +1,7 @@
 """Schedule multistage-gemm: its body, the waits the core derives for each ring depth, its refusals."""
 from __future__ import annotations
 
+import attrs
 import pytest
 
 pytest.importorskip("pipeline_core_nvidia_h100")
@@ -59,6 +60,26 @@ def test_body_is_one_k_tile_with_one_fragment_pair_and_mma_block_per_k_step():
 def test_geometry_the_kernel_cannot_tile_is_refused_naming_the_parameter(params, stages, needle):
     with pytest.raises(PipelineError, match=needle.replace("(", r"\(").replace("x", "x")):
         _compile(stages, **params)
+
+
+def test_the_ring_is_checked_against_the_target_s_own_shared_memory():
+    """The h100 declares its 227 KB (``TargetProfile.smem_per_cta``); a target that declares
+    none is held to the H100's, and the refusal says so."""
+    from pipeline_core_nvidia_h100.machine import H100_SXM
+    from pipeline_core_nvidia_h100.multistage import Geometry, SmemLimit
+    from pipeline_core_nvidia_h100.targets import h100_target
+
+    assert h100_target().smem_per_cta == H100_SXM.smem_per_cta_optin
+    five = Geometry(bm=128, bn=256, bk=64, warps_m=2, warps_n=4, stages=5, group_m=8)
+    undeclared = SmemLimit.of(attrs.evolve(h100_target(), smem_per_cta=None), "rtx4090")
+    assert undeclared.bytes == H100_SXM.smem_per_cta_optin
+    with pytest.raises(PipelineError, match=r"over the 232448 a CTA may use on the h100 \(target "
+                                            r"rtx4090 declares no TargetProfile.smem_per_cta\)"):
+        five.validate(smem=undeclared)
+    five.validate(smem=SmemLimit(bytes=five.smem_bytes, where="on target roomy"))
+    with pytest.raises(PipelineError, match="over the 245759 a CTA may use on target tight; "
+                                            "lower -T stages"):
+        five.validate(smem=SmemLimit(bytes=five.smem_bytes - 1, where="on target tight"))
 
 
 def test_cli_lists_the_schedule_and_refuses_in_one_line(pipeline_cli):

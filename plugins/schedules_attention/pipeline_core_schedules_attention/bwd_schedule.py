@@ -61,7 +61,7 @@ from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext,
 from pipeline_core_nvidia_h100.kit_api import (BULK_REDUCE_OPERAND, BULK_TAG_NAMES,
                                                CP_ASYNC_L2_LATENCY, H100_BULK_REDUCE_SYNC,
                                                H100_ORDERED_REDUCE_SYNC, H100_SXM,
-                                               STAGE_OPERAND, TARGET_NAME,
+                                               STAGE_OPERAND, TARGET_NAME, WGMMA_TMA,
                                                AgentsSchedule, family_profile,
                                                register_split_refusal)
 
@@ -438,4 +438,6 @@ RECORD = ScheduleRecord(
     "producer (K, V once; Q with LSE and dO with delta on rings) feeding wgmma consumer warp "
     "groups (S, dP, dS, dV, dK, dQ), each dQ block handed through shared memory to a writer "
     "that reduce-adds it into global memory; every sync derived and proven by the core",
-    make_attention_bwd, params=PARAMS, default_target=TARGET_NAME, targets=(TARGET_NAME,))
+    make_attention_bwd, params=PARAMS,
+    # the name keeps the H100's machine; the contract names what any other target lacks
+    default_target=TARGET_NAME, targets=(TARGET_NAME,), requires=WGMMA_TMA)

@@ -34,7 +34,7 @@ from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext,
                                       ScheduleRecord, TargetProfile, Turn, annotate, logical)
 
 from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TARGET_NAME,
-                                               AgentsSchedule, family_profile,
+                                               WGMMA_TMA, AgentsSchedule, family_profile,
                                                register_split_refusal)
 
 from pipeline_core_schedules_attention.tiles import LoopBounds
@@ -358,4 +358,6 @@ RECORD = ScheduleRecord(
     NAME, "FlashAttention-3-style forward, one KV block per iteration: a TMA producer (Q once, "
     "K and V rings) feeding wgmma consumer warp groups (S = Q.K^T, online softmax, O += P.V); "
     "intra-warp-group overlap and ping-pong derived and proven by the core", make_attention,
-    params=PARAMS, default_target=TARGET_NAME, targets=(TARGET_NAME,))
+    params=PARAMS,
+    # the name keeps the H100's machine; the contract names what any other target lacks
+    default_target=TARGET_NAME, targets=(TARGET_NAME,), requires=WGMMA_TMA)

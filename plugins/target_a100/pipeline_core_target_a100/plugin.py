@@ -12,11 +12,11 @@ This plugin imports only ``pipeline_core.plugin_api``: it writes no schedule and
 """
 from __future__ import annotations
 
-from pipeline_core.plugin_api import (COPY_RING, PING_PONG, BarrierKind, BlockBinding, BlockSizing,
-                                      Bound, Capabilities, Channel, CostModel, Effect, FragOrder,
-                                      FrameworkTag, LoopCarried, OpCost, OpRole, Param,
-                                      PipelineConfig, ResourceKind, SyncModel, TargetProfile,
-                                      TargetRecord, WarpStagger, hookimpl)
+from pipeline_core.plugin_api import (COPY_RING, PING_PONG, BarrierKind, BlockBinding, Bound,
+                                      Capabilities, Channel, CostModel, Effect, FrameworkTag,
+                                      OpCost, OpRole, Param, PipelineConfig, ResourceKind,
+                                      SyncModel, TargetProfile, TargetRecord, WarpStagger,
+                                      hookimpl)
 
 from pipeline_core_target_a100.machine import A100, MMA_M16N8K16_INTERVAL
 
@@ -141,21 +141,15 @@ def a100(stages: int = 3) -> TargetProfile:
         vm_per_load_a=1, vm_per_load_b=1, lgkm_per_load_a=0, lgkm_per_load_b=0,
         warp_stagger=WarpStagger.none())
     return TargetProfile(RING_COSTS, pipeline, sync=RING_SYNC, clock_ghz=A100.clock_ghz,
-                         arch=ARCH)
+                         arch=ARCH, smem_per_cta=A100.smem_per_cta_optin)
 
 
 def a100_pingpong() -> TargetProfile:
     """The ping-pong family's double buffer: 2 partitions of a 2x2 quadrant grid, two warp
     groups of 4 warps staggered by one barrier, one cp.async group per LOAD op."""
-    pipeline = PipelineConfig(
-        depth=2, prefetch=1, drain_passes=2, prologue_fill=1, loop_carried=LoopCarried.none(),
-        block_sizing=BlockSizing(4, 2, 1), frag_order=FragOrder.b_first(),
-        m_mmas=2, n_mmas=2, num_partitions=2, mma_serial=True, mma_latency=MMA_LATENCY,
-        vm_per_load_a=1, vm_per_load_b=1, lgkm_per_load_a=0, lgkm_per_load_b=0,
-        ch0_match_field=0, ch1_match_field=1,  # A subtile = MMA row, B subtile = MMA column
-        warp_stagger=WarpStagger.auto(), cross_stage_rotation=False)
+    pipeline = PipelineConfig.ping_pong_double_buffer(mma_latency=MMA_LATENCY)
     return TargetProfile(PINGPONG_COSTS, pipeline, sync=PINGPONG_SYNC, clock_ghz=A100.clock_ghz,
-                         warps_per_group=4, arch=ARCH)
+                         warps_per_group=4, arch=ARCH, smem_per_cta=A100.smem_per_cta_optin)
 
 
 TARGETS = (

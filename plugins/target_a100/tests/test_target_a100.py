@@ -6,12 +6,13 @@ schedule that needs wgmma or TMA is refused in one line naming what the A100 lac
 """
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 
 import pytest
 
-from pipeline_core.plugin_api import compile_named, default_host
+from pipeline_core.plugin_api import PipelineConfig, compile_named, default_host
 
 from pipeline_core_target_a100 import plugin
 from pipeline_core_target_a100.machine import A100, MMA_M16N8K16_INTERVAL
@@ -80,12 +81,27 @@ def test_pingpong_on_a100_pingpong(pipeline_cli):
     assert "barrier_sync<0>();" in res.stdout  # the staggered groups' non-aligned barrier
 
 
+def test_both_pingpong_targets_take_the_familys_one_double_buffer():
+    """a100-pingpong and h100-pingpong write no ping-pong loop of their own: each is
+    ``PipelineConfig.ping_pong_double_buffer`` with the machine's MMA latency."""
+    for name, latency in ((plugin.PINGPONG_TARGET, plugin.MMA_LATENCY), ("h100-pingpong", None)):
+        pipeline = HOST.targets[name].factory().pipeline
+        latency = pipeline.mma_latency if latency is None else latency
+        assert pipeline == PipelineConfig.ping_pong_double_buffer(mma_latency=latency), name
+    assert HOST.targets["h100-pingpong"].factory().pipeline.mma_latency != plugin.MMA_LATENCY
+
+
 def test_hello_fits_a100_by_its_family():
     compiled = compile_named("hello", target=plugin.TARGET, host=HOST)
     assert compiled.proof is not None and compiled.proof.safe
 
 
-@pytest.mark.parametrize("schedule", ["warpspecialized-gemm", "gemv"])
+#: the installed schedules made for wgmma fed by TMA (their records' ``requires=WGMMA_TMA``)
+WGMMA_TMA_SCHEDULES = ["warpspecialized-gemm", "gemv", "flash-attention-fwd", "flash-attention-bwd"]
+ATTENTION = ["flash-attention-bwd", "flash-attention-fwd"]
+
+
+@pytest.mark.parametrize("schedule", WGMMA_TMA_SCHEDULES)
 def test_a_wgmma_tma_schedule_is_refused_in_one_line_naming_what_a100_lacks(pipeline_cli,
                                                                             schedule):
     if schedule not in HOST.schedules:
@@ -99,6 +115,26 @@ def test_a_wgmma_tma_schedule_is_refused_in_one_line_naming_what_a100_lacks(pipe
         "target a100 does not offer; targets that offer it: h100; pass --target h100\n")
 
 
+def test_the_attention_schedules_still_list_and_fit_h100(pipeline_cli):
+    """Their contract refuses the A100 by capability; the H100, which offers it, keeps them."""
+    if any(name not in HOST.schedules for name in ATTENTION):
+        pytest.skip("the attention schedules are not installed")
+    assert all(HOST.schedules[name].fits(HOST.targets["h100"]) for name in ATTENTION)
+    plain = pipeline_cli(["schedules", *ATTENTION])
+    assert plain.exit_code == 0, plain.stderr
+    heads = [line for line in plain.stdout.splitlines() if not line.startswith(" ")]
+    assert [h.split(":")[0] for h in heads] == ATTENTION
+    assert all(h.endswith("[pipeline-core-schedules-attention, default target h100; fits h100]")
+               for h in heads), heads
+    listing = pipeline_cli(["schedules", *ATTENTION, "--format", "json"])
+    assert listing.exit_code == 0, listing.stderr
+    for entry in json.loads(listing.stdout)["schedules"]:
+        assert entry["targets"] == ["h100"], entry["name"]
+        assert entry["made_for"]["requires"] == {
+            "channels": ["mbarrier", "wgmma"], "instructions": ["wgmma"],
+            "copies": ["cp.async.bulk.tensor"]}, entry["name"]
+
+
 def test_a_target_of_another_family_is_refused_by_family(pipeline_cli):
     res = pipeline_cli(["compile", "pingpong", "--target", "a100"])
     assert res.exit_code == 2
@@ -109,6 +145,25 @@ def test_stages_are_bounded_by_the_a100s_shared_memory(pipeline_cli):
     res = pipeline_cli(["compile", "multistage-gemm", "--target", "a100", "-T", "stages=4"])
     assert res.exit_code == 2 and "an integer in [2, 3]" in res.stderr
     assert 3 * (128 + 256) * 64 * 2 <= A100.smem_per_cta_optin < 4 * (128 + 256) * 64 * 2
+
+
+#: a tile whose 3-stage ring (196,608 bytes) fits the H100's 232,448 bytes a CTA may use and
+#: not the A100's 166,912: the stage count is within both targets' -T stages bounds
+BIG_TILE = ["-p", "BM=256", "-p", "BN=256", "-p", "warps_m=4", "-p", "warps_n=4", "-T", "stages=3"]
+
+
+def test_the_ring_is_checked_against_the_compiling_targets_shared_memory(pipeline_cli):
+    ring = 3 * (256 + 256) * 64 * 2
+    assert A100.smem_per_cta_optin < ring <= 227 * 1024
+    h100 = pipeline_cli(["compile", "multistage-gemm", "--target", "h100", *BIG_TILE,
+                         "--kernel-only", "--compact"])
+    assert h100.exit_code == 0, h100.stderr
+    a100 = pipeline_cli(["compile", "multistage-gemm", "--target", "a100", *BIG_TILE])
+    assert (a100.exit_code, a100.stdout, a100.stderr.count("\n")) == (2, "", 1), a100.stderr
+    assert a100.stderr == (
+        f"error: schedule multistage-gemm: -T stages: 3 stages of 65536 bytes (the BM x BK and "
+        f"BN x BK tiles) need {ring} bytes of shared memory, over the {A100.smem_per_cta_optin} "
+        "a CTA may use on target a100; lower -T stages or shrink -p BM / BN / BK\n")
 
 
 @pytest.mark.needs_nvcc
