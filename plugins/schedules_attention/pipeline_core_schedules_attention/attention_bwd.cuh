@@ -151,33 +151,14 @@ __device__ __forceinline__ void dq(float (&acc)[BM / 64][32], u32 ds, u32 k, int
                 kk > 0);
 }
 
-// A dQ part's registers into the consumer's buffer of BM rows (`buf`), in the accumulator's
-// layout (dq_layout.cuh: the part's 64-column tiles, a warp's 8-byte stores of a column pair
-// 256 consecutive bytes, no bank conflict).
-template <int BM, int HD>
+// A dQ part's registers into the dQ buffer of BM rows (`buf`), in the accumulator's layout
+// (dq_layout.cuh: the part's 64-column tiles, a warp's 8-byte stores of a column pair 256
+// consecutive bytes, no bank conflict).  ADD (shared_dq: one buffer, one bulk reduce per query
+// block): a later consumer's part added into what an earlier one staged, each thread reading
+// back exactly the values its own fragment holds (the same layout); the plan's ordering puts it
+// after the earlier consumer's staging and before the writer's reduce.
+template <int BM, int HD, bool ADD>
 __device__ __forceinline__ void stage(float (&acc)[BM / 64][32], u32 buf, int part) {
-    const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
-#pragma unroll
-    for (int mi = 0; mi < BM / 64; ++mi) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) pcwg::fence_operand(acc[mi][i]);
-#pragma unroll
-        for (int c = 0; c < 8; ++c)
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-                pcgc::st_shared_f32x2(
-                    buf + (u32)(pcdq::block_start<HD>(mi)
-                                + pcdq::fragment_offset<HD>(wtid / 32, lane, c, half, part)) * 4,
-                    acc[mi][4 * c + 2 * half], acc[mi][4 * c + 2 * half + 1]);
-    }
-}
-
-// A later consumer's dQ part added into the buffer an earlier one staged (shared_dq: one
-// buffer, one bulk reduce per query block): each thread reads back exactly the values its own
-// fragment holds (the same layout, dq_layout.cuh), adds, and writes them; the plan's ordering
-// puts this after the earlier consumer's staging and before the writer's reduce.
-template <int BM, int HD>
-__device__ __forceinline__ void stage_add(float (&acc)[BM / 64][32], u32 buf, int part) {
     const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
 #pragma unroll
     for (int mi = 0; mi < BM / 64; ++mi) {
@@ -190,11 +171,15 @@ __device__ __forceinline__ void stage_add(float (&acc)[BM / 64][32], u32 buf, in
                 const u32 at = buf + (u32)(pcdq::block_start<HD>(mi)
                                            + pcdq::fragment_offset<HD>(wtid / 32, lane, c, half,
                                                                        part)) * 4;
-                float x, y;
-                asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(x), "=f"(y) : "r"(at)
-                             : "memory");
-                pcgc::st_shared_f32x2(at, x + acc[mi][4 * c + 2 * half],
-                                      y + acc[mi][4 * c + 2 * half + 1]);
+                float v0 = acc[mi][4 * c + 2 * half], v1 = acc[mi][4 * c + 2 * half + 1];
+                if constexpr (ADD) {
+                    float x, y;
+                    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(x), "=f"(y)
+                                 : "r"(at) : "memory");
+                    v0 = x + v0;
+                    v1 = y + v1;
+                }
+                pcgc::st_shared_f32x2(at, v0, v1);
             }
     }
 }

@@ -146,8 +146,8 @@ _OPS = {
                  "stage_q({s}));",
     _T.WGMMA_DQ: "pcab::dq<BM, BN, " + _DQ_PREFIX + "_m64n64k16>(dqacc, ds_smem(consumer), "
                  "k_smem + {p} * BN * 128, consumer);  // head columns {p} * 64..",
-    _T.DQ_STAGE: "pcab::stage<BM, HD>(dqacc, dq_buf(consumer), {p});",
-    _T.DQ_ADD: "pcab::stage_add<BM, HD>(dqacc, dq_buf(0), {p});",
+    _T.DQ_STAGE: "pcab::stage<BM, HD, false>(dqacc, dq_buf(consumer), {p});",
+    _T.DQ_ADD: "pcab::stage<BM, HD, true>(dqacc, dq_buf(0), {p});",
     _T.DQ_REDUCE: "if (lane == 0) pcab::reduce_add(dQacc + ((size_t)qhead({u}) * SQP + "
                   "qblock({u}) * BM) * HD, dq_buf({c}), DQ_BYTES);",
 }
