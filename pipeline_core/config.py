@@ -361,9 +361,9 @@ class PipelineConfig:
         2 shared-memory stages, 2 partitions of a 2x2 MMA quadrant grid run by two staggered
         warp groups (stagger derived from the body), B fragments first, no loop-carried op,
         each A fragment matched to its MMA row and each B fragment to its column.  A target of
-        the family (h100-pingpong, a100-pingpong, mi355x) says only what its machine sets: its
-        MMA latency, the global-channel ticks one LOAD op counts (one cp.async group: 1; the
-        MI355X's buffer_loads: 4) and the global loads one MMA block may carry."""
+        the family says only what its machine sets: its MMA latency, the global-channel ticks
+        one LOAD op counts (one cp.async group: 1; a target whose load op issues several
+        transfers: their count) and the global loads one MMA block may carry."""
         return cls(
             depth=2, prefetch=1, drain_passes=2, prologue_fill=1, loop_carried=LoopCarried.none(),
             block_sizing=BlockSizing(4, 2, max_globals), frag_order=FragOrder.b_first(),

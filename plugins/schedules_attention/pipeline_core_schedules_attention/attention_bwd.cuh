@@ -25,8 +25,8 @@ using pcwg::u64;
 constexpr int KEYS = 64;
 constexpr float LOG2E = 1.4426950408889634f;
 
-// What a masked query block drops: keys past Sk, rows past Sq (the tensor maps fill both from
-// the next head) and, causal, keys past the row's last one (row + offset: 0 top-left, Sk - Sq
+// What a masked query block drops: keys past Sk, rows past Sq (the tensor maps read both as
+// zeros) and, causal, keys past the row's last one (row + offset: 0 top-left, Sk - Sq
 // bottom-right; bwd_tiles.py).
 struct Mask {
     int sq, sk, offset;
@@ -184,7 +184,7 @@ __device__ __forceinline__ void stage(float (&acc)[BM / 64][32], u32 buf, int pa
     }
 }
 
-// The dQ writer's reduce of one consumer's buffer into the fp32 accumulator's rows (one thread;
+// The dQ writer's reduce of a dQ buffer into the fp32 accumulator's rows (one thread;
 // the plan's commit and read wait follow): cp.reduce.async.bulk adds every element in L2.
 __device__ __forceinline__ void reduce_add(float* dst, u32 src, u32 bytes) {
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"

@@ -1,5 +1,5 @@
 // The deterministic attention backward's turns: the dQ writer's adds to a query block's dQ
-// accumulator made in one fixed order (KV block ascending, consumer 0 before 1), on one int32
+// accumulator made in one fixed order (KV block ascending; with two writers, writer 0 before 1), on one int32
 // counter per (batch, query head, query block), zeroed before the kernel.  The plan's turn
 // steps call these on the writer's issuing lane (emit_attention_bwd.py writes the calls; the
 // turns and why no wait cycle exists: pipeline_core/agents/prove_reduction.py).  Pasted after

@@ -13,9 +13,10 @@ is one query block i:
   dP^T = V_c dO^T (wgmma, both operands in shared memory), the gradient step (registers:
   P = exp2(S * scale * log2e - LSE * log2e), dS = P * (dP - delta), dS written to shared memory
   for the two GEMMs that read it), dV_c += P^T dO (P from registers), dK_c += dS^T Q (dS from
-  shared memory), the dQ partial dQ_c = dS_c K_c (dS from shared memory) and its staging into
-  the consumer's dQ buffer (``st.shared``), 64 columns of the head at a time (``dq_parts``: a
-  consumer holds dK, dV and one 64 x 64 part of dQ, which is what fits hd128 in 240
+  shared memory), the dQ partial dQ_c = dS_c K_c (dS from shared memory), staged (consumer 0)
+  or added (later consumers, ``DQ_ADD``) into the dQ buffer (``st.shared``), 64 columns of the
+  head at a time (``dq_parts``: a consumer holds dK, dV and one 64 x 64 part of dQ, which is
+  what fits hd128 in 240
   registers);
 * agent ``dq_writer0`` (a warp beside the producer): the CTA's one dQ buffer, where consumer 0
   staged its partial and consumer 1 added its own (``DQ_ADD``), reduce-added into the fp32 dQ
@@ -42,8 +43,9 @@ reduce.
 ``-p deterministic=true`` declares the reduces ordered (``AgentSpec.turns``): the core puts
 each writer's reduce between a turn wait and, once the reduce completed, a turn release on the
 query block's counter (docs/guide/agents.md, "Turn-ordered adds"), KV block by KV block (and,
-with ``-p shared_dq=false``, consumer 0's writer before consumer 1's; ``BackwardTrips.turn_rank``), and proves it; dQ's fp32 sums are
-then the same bits every run.  The default variant is built without them, as before.
+with ``-p shared_dq=false``, consumer 0's writer before consumer 1's;
+``BackwardTrips.turn_rank``), and proves it; dQ's fp32 sums are then the same bits every run.
+The non-deterministic variant is built without them.
 """
 from __future__ import annotations
 
@@ -104,8 +106,14 @@ class BackwardTag(enum.IntEnum):
 #: SFU exp2 and the element-wise gradient of one tile per warp group (cycles per element).
 GRAD_CYCLES_PER_ELEMENT = 1 / 8
 STAGE_CYCLES_PER_ELEMENT = 1 / 32
+#: an add's cost against a staging's: it reads the buffer back before it writes
+ADD_PER_STAGE = 2
 #: the reduce's issue (the copy engine does the rest while the writer waits)
 REDUCE_ISSUE_CYCLES = 32
+
+
+#: a staging's cost in the cost model (build_body sets its size-dependent latency)
+STAGE_ISSUE = 128
 
 
 def backward_cost_model() -> CostModel:
@@ -118,8 +126,9 @@ def backward_cost_model() -> CostModel:
             for tag in (t.WGMMA_S, t.WGMMA_DP, t.WGMMA_DV, t.WGMMA_DK, t.WGMMA_DQ)}
     return CostModel({**loads, **mmas,
                       t.GRAD: OpCost(valu, 512, OpRole.VALU_COMPUTE, name="GRAD"),
-                      t.DQ_STAGE: OpCost(valu, 128, OpRole.VALU_COMPUTE, name="DQ_STAGE"),
-                      t.DQ_ADD: OpCost(valu, 256, OpRole.VALU_COMPUTE, name="DQ_ADD"),
+                      t.DQ_STAGE: OpCost(valu, STAGE_ISSUE, OpRole.VALU_COMPUTE, name="DQ_STAGE"),
+                      t.DQ_ADD: OpCost(valu, ADD_PER_STAGE * STAGE_ISSUE, OpRole.VALU_COMPUTE,
+                                       name="DQ_ADD"),
                       t.DQ_REDUCE: OpCost(g, REDUCE_ISSUE_CYCLES, OpRole.COMPUTE,
                                           name="DQ_REDUCE")})
 
@@ -234,7 +243,7 @@ class BackwardGeometry(WarpGroupTiles):
 
 #: the producer's copies, then per consumer c its ops from FIRST + c * per_consumer(g): S, dP,
 #: the gradient, dV, dK, then per dQ part p (64 columns of the head each) its dQ and staging;
-#: then each consumer's writer's reduce of its buffer
+#: then each writer's reduce of its buffer (``dq_buffers`` of them)
 Q, LSE, DO, DELTA, K, V = range(6)
 FIRST = 6
 S, DP, GRAD, DV, DK = range(5)
@@ -305,7 +314,8 @@ class FlashAttentionBackward(AgentsSchedule):
                    t.WGMMA_DQ: max(1, gemm // g.dq_parts),
                    t.GRAD: max(1, int(tile * GRAD_CYCLES_PER_ELEMENT)),
                    t.DQ_STAGE: max(1, int(g.block_m * 64 * STAGE_CYCLES_PER_ELEMENT)),
-                   t.DQ_ADD: max(1, int(2 * g.block_m * 64 * STAGE_CYCLES_PER_ELEMENT))}
+                   t.DQ_ADD: max(1, int(ADD_PER_STAGE * g.block_m * 64
+                                        * STAGE_CYCLES_PER_ELEMENT))}
         return [o.evolve(latency=latency[BackwardTag(o.tag)]) if o.tag in latency else o
                 for o in annotate(ops, self.target.cost_model)]
 

@@ -7,10 +7,9 @@ head.  Row ``r`` sees keys ``0 .. r + offset`` (causal; ``offset`` 0 top-left, `
 seq_q`` bottom-right), so KV block ``j`` is seen from row ``j * block_n - offset`` on: the
 blocks above the diagonal are skipped, and a KV block no row sees visits none (its dK and dV
 are 0).  The first few visited blocks straddle the diagonal and are masked.  The tails are
-masked too, by the kernel (they are facts of the problem, not of the rule): the tensor maps
-run over every head's rows back to back, so rows past ``seq_q`` (the last query block of each
-head) and keys past ``seq_k`` (the last KV block) load the next head's, and the gradient step
-sets their P and dS to 0.
+masked too, by the kernel (they are facts of the problem, not of the rule): rows past ``seq_q``
+(the last query block of each head) and keys past ``seq_k`` (the last KV block) load as zeros
+(the rank-4 tensor maps' out-of-bounds fill), and the gradient step sets their P and dS to 0.
 
 :meth:`BackwardTrips.coverage_faults` is the rule's own proof, which the core runs with the
 plan's (``pipeline_core.agents.prove``): on small problems of every shape it checks every
@@ -98,9 +97,9 @@ class BackwardTrips(CausalTiles):
 
     def turn_rank(self, kv_block: int) -> int:
         """KV block ``kv_block``'s rank among the KV blocks that add to a query block's dQ
-        (its turn is ``consumers * rank + consumer``).  The visitors of a query block are KV
-        blocks 0 .. some last one: :meth:`first_block` grows with the KV block, so every
-        block before a visitor visits too, causal or not, from top-left or bottom-right; the
+        (its turn is ``slots * rank + slot``, a slot per dQ writer).  The visitors of a query
+        block are KV blocks 0 .. some last one: :meth:`first_block` grows with the KV block, so
+        every block before a visitor visits too, causal or not, from top-left or bottom-right; the
         rank is the block's index (C: ``nb``), the same for every query head of its group (each
         head's dQ rows its own part, added to by its KV head's blocks only)."""
         return kv_block + self.turn_shift

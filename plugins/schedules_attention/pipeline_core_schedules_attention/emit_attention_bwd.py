@@ -285,7 +285,7 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         "[B*Hq, SQP, HD] fp32 in dq_layout.cuh's order; dK, dV: [B, Hkv, Sk, HD] at their "
         "strides.",
         *(["// dQsem: [B*Hq, MB] int32 zeroed, each query block's turn counter: its dQ adds "
-           "made in KV-block order, consumer 0 first."] if turns else []),
+           "made in KV-block order."] if turns else []),
         f"// Launch: block {g.threads} (warp group 0: producer, warps 1.. the dQ writers; 1..: "
         f"consumers), dynamic shared memory {g.smem_bytes} bytes, any grid.",
         header_source(), wgmma_header_source(), gemm_call_header_source(), wrappers, device,
@@ -314,7 +314,8 @@ def _family(g: BackwardGeometry, elem: str, ds_bar: int) -> AgentsFamily:
                     "KV_BYTES;\n"
                     "    auto ds_smem = [&](int c) { return v_smem + KV_BYTES + c * DS_BYTES; };\n"
                     "    auto dq_buf = [&](int c) { return ds_smem(CONSUMERS) + c * DQ_BYTES; };\n"
-                    "    auto stage_lse = [&](int s) { return dq_buf(DQ_BUFFERS) + s * ROW_BYTES; };\n"
+                    "    auto stage_lse = [&](int s) { return dq_buf(DQ_BUFFERS) + s * ROW_BYTES; "
+                    "};\n"
                     "    auto stage_delta = [&](int s) { return stage_lse(STAGES) + s * ROW_BYTES; };",
         consumer_state="        float dkacc[HD / 2], dvacc[HD / 2], sacc[BM / 2], dpacc[BM / 2];\n"
                        "        float dqacc[BM / 64][32];\n"
