@@ -43,7 +43,7 @@ through it only, and only names in its ``__all__``, as it holds plugins to
 * the PyTorch call layer (kit.call): ``HostCall`` (plugin host, locked build cache
   ``KernelTable``, recipes, packed arguments, launch, custom ops), its records ``Built``,
   ``Recipe``, ``Launch``, ``Op``, and ``load_kernel``, ``tensor_map`` (and
-  ``strided_tensor_map``: any rank, a tensor's own strides), ``sm_count``,
+  ``strided_tensor_map``: any rank, a tensor's own strides; ``dense_strides``), ``sm_count``,
   ``register_op``, ``BUILD_OPTIONS``, ``RECIPE_CACHE_SIZE``;
 * autotuning (kit.autotune): ``Autotuner`` (a family's candidates ranked on the timing model,
   the best few timed, the winner cached under the family's key and source hash), each
@@ -65,8 +65,9 @@ from pipeline_core_nvidia_h100.kit.autotune import (AutotuneError, Autotuner, Ti
                                                     TuneKey, Workload, timing_model)
 from pipeline_core_nvidia_h100.kit.autotune import enabled as autotune_enabled
 from pipeline_core_nvidia_h100.kit.call import (BUILD_OPTIONS, RECIPE_CACHE_SIZE, Built, HostCall,
-                                                KernelTable, Launch, Op, Recipe, load_kernel,
-                                                register_op, sm_count, strided_tensor_map,
+                                                KernelTable, Launch, Op, Recipe, dense_strides,
+                                                load_kernel, register_op, sm_count,
+                                                strided_tensor_map,
                                                 tensor_map, tma_copy, tma_readable)
 from pipeline_core_nvidia_h100.kit.signature import (TENSOR_MAP_TYPE, KernelParam,
                                                      KernelSignature, SignatureError)
@@ -121,7 +122,7 @@ __all__ = [
     "KernelSignature", "KernelParam", "kernel_params", "SignatureError", "TENSOR_MAP_TYPE",
     # the call layer
     "HostCall", "KernelTable", "Built", "Recipe", "Launch", "Op", "load_kernel", "tensor_map",
-    "strided_tensor_map", "sm_count", "register_op", "tma_readable", "tma_copy",
+    "strided_tensor_map", "dense_strides", "sm_count", "register_op", "tma_readable", "tma_copy",
     "BUILD_OPTIONS", "RECIPE_CACHE_SIZE",
     # autotuning
     "Autotuner", "Workload", "TimingModel", "timing_model", "TuneKey", "autotune_enabled",

@@ -20,7 +20,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline_core_nvidia_h100.kit_api import strided_tensor_map, tma_copy, tma_readable
+from pipeline_core_nvidia_h100.kit_api import (dense_strides, strided_tensor_map, tma_copy,
+                                               tma_readable)
+
+__all__ = ["BOX_COLS", "bhsd_map", "dense_strides", "empty_in_order", "empty_like_layout",
+           "in_place", "order_of", "readable", "sizes", "strides"]
 
 #: the elements of the head dim one TMA box holds (64 x 2 bytes: one 128-byte swizzled row)
 BOX_COLS = 64
@@ -68,17 +72,6 @@ def order_of(t: Any) -> tuple[int, ...]:
     st = strides(t)
     last = len(st) - 1
     return (*sorted(range(last), key=lambda i: (-st[i], i)), last)
-
-
-def dense_strides(shape: Sequence[int], order: Sequence[int]) -> tuple[int, ...]:
-    """The strides (elements, in ``shape``'s dimensions) of a dense tensor of ``shape`` laid
-    out in ``order`` (outermost first)."""
-    out = [0] * len(shape)
-    step = 1
-    for i in reversed(order):
-        out[i] = step
-        step *= int(shape[i])
-    return tuple(out)
 
 
 def empty_in_order(torch: Any, shape: Sequence[int], order: Sequence[int], like: Any,

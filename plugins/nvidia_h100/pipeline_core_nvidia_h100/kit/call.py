@@ -402,6 +402,19 @@ def tensor_map(ptr: int, rows: int, cols: int, box_rows: int, box_cols: int, dty
     return found
 
 
+def dense_strides(shape: Sequence[int], order: Sequence[int] | None = None) -> tuple[int, ...]:
+    """The strides (elements, in ``shape``'s dimensions) of a dense tensor of ``shape`` laid
+    out in ``order`` (outermost first; None: row-major): what a tensor map takes for a
+    dimension of one index, and the layout a family allocates an output in."""
+    order = range(len(shape)) if order is None else order
+    out = [0] * len(shape)
+    step = 1
+    for i in reversed(tuple(order)):
+        out[i] = step
+        step *= int(shape[i])
+    return tuple(out)
+
+
 def strided_tensor_map(ptr: int, shape: Sequence[int], strides: Sequence[int],
                        box: Sequence[int], dtype: str, *, swizzle: bool = True) -> Any:
     """The TMA tensor map of an array of ``dtype`` at ``ptr`` with torch's ``shape`` and
@@ -416,10 +429,7 @@ def strided_tensor_map(ptr: int, shape: Sequence[int], strides: Sequence[int],
 
     kind = _map_dtype(dtype)
     elem = DTYPE_BYTES[kind]
-    dense = [1] * len(shape)
-    for i in range(len(shape) - 2, -1, -1):
-        dense[i] = dense[i + 1] * shape[i + 1]
-    taken = [s if n > 1 else d for n, s, d in zip(shape, strides, dense)]
+    taken = [s if n > 1 else d for n, s, d in zip(shape, strides, dense_strides(shape))]
     key = ("strided", ptr, tuple(shape), tuple(taken), tuple(box), dtype, swizzle)
     found = _MAPS.get(key)
     if found is None:
