@@ -110,20 +110,10 @@ __device__ __forceinline__ void grad(float (&s)[BM / 2], float (&dp)[BM / 2], u3
     asm volatile("bar.sync %0, 128;\n" :: "r"(bar) : "memory");
 }
 
-// D += A.B with A from registers (wgmma RS, MMA = the kit's wgmma_rs_m64n{HD}k16): dV += P^T.dO,
-// 16 query rows per k step, B a query block's stage MN-major (HD / 64 boxes of
-// BM rows, a k step 16 rows = 2048 bytes further).
-template <int BM, int HD, void (*MMA)(float (&)[HD / 2], u32, u32, u32, u32, u64)>
-__device__ __forceinline__ void rs(float (&acc)[HD / 2], const u32 (&a)[BM / 4], u32 b) {
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk)
-        MMA(acc, a[4 * kk], a[4 * kk + 1], a[4 * kk + 2], a[4 * kk + 3],
-            pcgc::smem_desc_sw128_mn<BM * 128>(b + kk * 2048));
-}
-
 // dK_c += dS^T.Q (wgmma SS, MMA = wgmma_mn_m64n{HD}k16 reading A and B MN-major): A the
 // consumer's dS box read transposed (its KEYS keys one 128-byte row, 16 queries a k step),
-// B the query block's Q stage as in rs.
+// B the query block's Q stage MN-major (HD / 64 boxes of BM rows, a k step 16 rows = 2048
+// bytes further), as dV += P^T.dO reads dO's (pcat::pv, the forward's P.V).
 template <int BM, int HD, void (*MMA)(float (&)[HD / 2], u64, u64)>
 __device__ __forceinline__ void dk(float (&acc)[HD / 2], u32 ds, u32 q) {
 #pragma unroll

@@ -141,7 +141,8 @@ _OPS = {
     _T.GRAD: "pcab::grad<BM, {elem}>(sacc, dpacc, pp, stage_lse({s}), stage_delta({s}), "
              "ds_smem(consumer), masked({u}), mask, qblock({u}) * BM, "
              "nb * BN + consumer * pcab::KEYS, scale, scale_log2, DS_BAR + consumer);",
-    _T.WGMMA_DV: "pcab::rs<BM, HD, wgmma_rs_m64n{hd}k16>(dvacc, pp, stage_do({s}));",
+    # dV += P^T.dO is the forward's O += P.V: A from registers, B a block of BM rows MN-major
+    _T.WGMMA_DV: "pcat::pv<BM, HD, wgmma_rs_m64n{hd}k16>(dvacc, pp, stage_do({s}));",
     _T.WGMMA_DK: "pcab::dk<BM, HD, " + _DK_PREFIX + "_m64n{hd}k16>(dkacc, ds_smem(consumer), "
                  "stage_q({s}));",
     _T.WGMMA_DQ: "pcab::dq<BM, BN, " + _DQ_PREFIX + "_m64n64k16>(dqacc, ds_smem(consumer), "
