@@ -51,6 +51,17 @@ class BackwardTrips(CausalTiles):
     #: KV blocks the turn rank is moved by: 0 in every kernel; a mutation test's edit (the
     #: first adder waits for a turn no add releases), which the proof refuses
     turn_shift: int = 0
+    #: the persistent grid's order of output tiles (:meth:`position`): a head's KV blocks back
+    #: to back (True), or every head's KV block j before any head's j + 1 (False).  Back to back,
+    #: the CTAs in flight share a few heads, whose Q, dO and dQ accumulator rows then stay in L2
+    #: (1.02-1.09x on the H200 without the mask); but causal, a head's KV blocks differ in work
+    #: (the first visits every query block, the last the fewest), and round-robin positions then
+    #: hand one CTA the heavy blocks of every head and another the light ones (0.73-0.83x), and
+    #: the deterministic adds, each KV block waiting for the one before on every query block,
+    #: queue along a head's blocks in flight together (0.87-0.98x): those keep heads innermost,
+    #: which starts every head's heaviest blocks first (benchmarks/attention_bwd_main_check.py
+    #: --variants, docs/guide/attention.md)
+    kv_inner: bool = False
 
     def query_blocks(self, seq_q: int) -> int:
         return -(-seq_q // self.block_m)
@@ -104,13 +115,28 @@ class BackwardTrips(CausalTiles):
         head's dQ rows its own part, added to by its KV head's blocks only)."""
         return kv_block + self.turn_shift
 
+    def position(self, kv_head: int, kv_block: int, kv_heads: int, kv_blocks: int) -> int:
+        """The launch position of output tile (``kv_head``, ``kv_block``) among ``kv_heads`` x
+        ``kv_blocks`` (the persistent CTAs take positions in ascending order): :attr:`kv_inner`'s
+        order, and the kernel's (emit_attention_bwd.tile_exprs writes its inverse)."""
+        if self.kv_inner:
+            return kv_block + kv_blocks * kv_head
+        return kv_head + kv_heads * kv_block
+
+    #: the inverse of :meth:`position` as C declarators of ``tile`` (``BHK`` KV heads, ``NB``
+    #: KV blocks), by :attr:`kv_inner`
+    TILE_C = {True: "const int nb = tile % NB, bhk = tile / NB;",
+              False: "const int bhk = tile % BHK, nb = tile / BHK;"}
+
     def turn_orders(self) -> Iterable[tuple[str, tuple[int, ...]]]:
-        """For each query block of the small problems :meth:`problems` lists, the turn ranks of
-        the KV blocks adding to its dQ, in launch order (tile ``bhk + BHK * nb``: ascending
-        KV block); the core proves they give turns 0, 1, .. (agents/prove_reduction.py)."""
+        """For each query block of the small problems :meth:`problems` lists (one head of two,
+        the second's tiles launched among the first's as :meth:`position` puts them), the turn
+        ranks of the KV blocks adding to its dQ, in launch order; the core proves they give
+        turns 0, 1, .. (agents/prove_reduction.py)."""
         for seq_q, seq_k in self.problems():
             adders: dict[int, list[int]] = {}
-            for j in range(self.kv_blocks(seq_k)):
+            blocks = self.kv_blocks(seq_k)
+            for j in sorted(range(blocks), key=lambda j: self.position(0, j, 2, blocks)):
                 for m, _ in self.visited(j, seq_q, seq_k):
                     adders.setdefault(m, []).append(self.turn_rank(j))
             for m in sorted(adders):
@@ -147,7 +173,8 @@ class BackwardTrips(CausalTiles):
 
     def document(self) -> dict[str, Any]:
         return {"causal": self.causal, "block_m": self.block_m, "block_n": self.block_n,
-                "align": self.align, "masked_ops": list(self.masked_ops), "loop": "query blocks"}
+                "align": self.align, "masked_ops": list(self.masked_ops), "loop": "query blocks",
+                "order": "kv blocks innermost" if self.kv_inner else "heads innermost"}
 
     # --- the rule's own proof -------------------------------------------------------------
 

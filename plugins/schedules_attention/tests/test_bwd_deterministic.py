@@ -254,3 +254,45 @@ def test_a_turn_wait_of_another_k_tile_is_no_turn_wait(det):
     steps = [attrs.evolve(s, lag=1) if s.kind == K.TURN_WAIT else s
              for s in kernel(det, "dq_writer0")]
     assert H.ADD_ORDER in hazards(edited(det, "dq_writer0", steps))
+
+
+@attrs.frozen(kw_only=True)
+class _Reversed(BackwardTrips):
+    """A launch order that runs a head's KV blocks last to first: each block's add would wait
+    for turns only later-launched blocks release."""
+
+    def position(self, kv_head: int, kv_block: int, kv_heads: int, kv_blocks: int) -> int:
+        return super().position(kv_head, kv_blocks - 1 - kv_block, kv_heads, kv_blocks)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_launch_order_against_the_turns_deadlocks(causal):
+    c = build(causal=causal)
+    fields = {f.name: getattr(c.plan.trip_rule, f.name) for f in attrs.fields(BackwardTrips)}
+    assert hazards(proven(c, c.plan)) == set()
+    assert H.DEADLOCK in hazards(proven(c, attrs.evolve(c.plan, trip_rule=_Reversed(**fields))))
+
+
+@pytest.mark.parametrize("params, kv_inner", [
+    (dict(), True), (dict(causal=True), False), (dict(deterministic=True), False),
+    (dict(causal=True, align="bottom_right", head_dim=64), False)])
+def test_the_launch_order_keeps_heads_in_l2_only_where_work_and_turns_allow(params, kv_inner):
+    """KV blocks innermost without the mask and the turns (a head's Q, dO and dQ rows stay in
+    L2); heads innermost causal (the KV blocks' work differs) and deterministic (each block
+    waits for the one before): the plan's rule says which, and the kernel decodes its tile so."""
+    from pipeline_core_schedules_attention.emit_attention_bwd import tile_exprs
+
+    c = compile_named(NAME, params={k: str(v).lower() for k, v in params.items()})
+    rule = c.plan.trip_rule
+    assert rule.kv_inner is kv_inner and rule.document()["order"].startswith(
+        "kv" if kv_inner else "heads")
+    decl = tile_exprs(rule)[0]
+    heads, blocks = 3, 5
+    for p in range(heads * blocks):  # the C declarator inverts position() at every tile
+        env = {"tile": p, "NB": blocks, "BHK": heads}
+        bhk_c, nb_c = decl.removeprefix("const int ").rstrip(";").split(", ")
+        vals = {}
+        for part in (bhk_c, nb_c):
+            name, expr = part.split(" = ")
+            vals[name] = eval(expr.replace("/", "//"), {}, env)
+        assert rule.position(vals["bhk"], vals["nb"], heads, blocks) == p
