@@ -223,24 +223,25 @@ class Variant:
         self.stages = int(pairs.pop("stages", bwd.CALL_STAGES))
         #: det=1: the call's deterministic kernel (timed with deterministic=True)
         self.deterministic = pairs.pop("det", "0") == "1"
-        #: order=heads_inner: the output tiles' earlier order (heads innermost), for an A/B
-        self.patch = ORDERS[pairs.pop("order", "kv_inner")]
+        #: order=heads_inner: the output tiles' earlier order (heads innermost: hg = every KV
+        #: head, no snake), for an A/B against the call's choice (bwd_call._order)
+        self.order = pairs.pop("order", "call")
         self.params = pairs
         self.call = HostCall(schedule=bwd.NAME, plugins=bwd.CALL.plugins, build=bwd._build,
                              pack=bwd._arguments)
 
     def use(self) -> None:
-        bwd, extra, patch = self.bwd, self.params, self.patch
+        bwd, extra = self.bwd, self.params
         bwd.CALL, bwd.CALL_STAGES = self.call, self.stages
         bwd.call_params = lambda *a, **k: {**CALL_PARAMS(*a, **k), **extra}
-        bwd.source = lambda *a, **k: (lambda c, src: (c, patch(src)))(*SOURCE(*a, **k))
+        if self.order == "heads_inner":
+            from pipeline_core_schedules_attention.tile_order import TileOrder
+            bwd._order = lambda r, built, grid, np: TileOrder(hg=r.plan.bhk)
+        else:
+            bwd._order = ORDER
 
 
-CALL_PARAMS = SOURCE = None  # the module's own call_params and source, before any variant
-#: source patches a variant may name: the emitted order, and the earlier one (heads innermost)
-ORDERS = {"kv_inner": lambda src: src,
-          "heads_inner": lambda src: src.replace("const int nb = tile % NB, bhk = tile / NB;",
-                                                 "const int bhk = tile % BHK, nb = tile / BHK;")}
+CALL_PARAMS = ORDER = None  # the module's own call_params and _order, before any variant
 
 
 def timing(torch, bwd, rounds: int, variants=(), head_dims=(64, 128)) -> None:
@@ -306,8 +307,8 @@ def main() -> int:
     ap.add_argument("--head-dims", default="64,128")
     a = ap.parse_args()
     from pipeline_core_schedules_attention import bwd_call as bwd
-    global CALL_PARAMS, SOURCE
-    CALL_PARAMS, SOURCE = bwd.call_params, bwd.source
+    global CALL_PARAMS, ORDER
+    CALL_PARAMS, ORDER = bwd.call_params, bwd._order
     head_dims = tuple(int(x) for x in a.head_dims.split(","))
     variants = [Variant(bwd, spec) for spec in a.variants.split(";") if spec]
     if variants:

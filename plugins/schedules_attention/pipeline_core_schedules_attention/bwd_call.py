@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pipeline_core_nvidia_h100.kit_api import (ARCH, BUILD_OPTIONS, PLUGIN_MODULE, Built,
+from pipeline_core_nvidia_h100.kit_api import (ARCH, BUILD_OPTIONS, PLUGIN_MODULE,
+                                               RECIPE_CACHE_SIZE, Bounded, Built,
                                                HostCall, Launch, Recipe, current_stream,
                                                cubin_path, describe, load_kernel,
                                                require_gpu_module, sm_count, tensor_map)
@@ -32,10 +33,12 @@ from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, e
                                                       in_place, order_of, readable)
 
 from pipeline_core_schedules_attention.bwd_schedule import DEFAULT_STAGES, NAME
+from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
 from pipeline_core_schedules_attention.bwd_signature import (KERNEL_NAME, ORDERED_SIGNATURE,
                                                              SIGNATURE)
 from pipeline_core_schedules_attention.call import (HEAD_DIMS, LOG2E, AttentionArgumentError,
                                                     plan_attention)
+from pipeline_core_schedules_attention.tile_order import TileOrder, choose
 
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
@@ -138,6 +141,8 @@ class BwdKernel(Built):
 
     block_m: int
     block_n: int
+    #: the plan's trip rule (the tile order's costs: a KV block's query blocks)
+    bounds: BackwardTrips | None = None
 
 
 def source(head_dim: int, dtype: str, causal: bool, align: str,
@@ -179,8 +184,33 @@ def _build(key: tuple[int, str, bool, str, bool, int]) -> BwdKernel:
     g = declared_geometry(compiled, KERNEL_FAMILY, BackwardGeometry, FN)
     kernel = load_kernel(src, KERNEL_NAME, device=device, smem=g.smem_bytes,
                          options=BUILD_OPTIONS)
+    rule = compiled.plan.trip_rule
     return BwdKernel(kernel=kernel, smem=g.smem_bytes, threads=g.threads, block_m=g.block_m,
-                     block_n=g.block_n)
+                     block_n=g.block_n, bounds=rule if isinstance(rule, BackwardTrips) else None)
+
+
+#: the tile order chosen per (recipe, kernel), kept apart from the packed arguments so a call
+#: with new addresses does not choose it again
+_ORDERS: Bounded[TileOrder] = Bounded(RECIPE_CACHE_SIZE)
+
+
+def _order(r: Recipe[BwdCall], built: BwdKernel, grid: int, np: Any) -> TileOrder:
+    """The order of the output tiles (the kernel's ``hg`` and ``snake``; bwd_tiles.BackwardTrips
+    .grouped says why): a head's KV blocks back to back without the mask; causal, the groups
+    of heads and snake whose busiest CTA has the least work (tile_order.choose over each KV
+    block's query blocks, heaviest first); the deterministic kernel reads neither."""
+    c = r.plan
+    if c.deterministic or built.bounds is None:
+        return TileOrder(hg=c.bhk)
+    if not c.causal:
+        return TileOrder(hg=1)
+    found = _ORDERS.get((r, built))
+    if found is None:
+        nb = built.bounds.kv_blocks(c.sk)
+        # choose() costs block NB - 1 - rank at rank's place: the forward's heaviest-last index
+        trips = [built.bounds.trips(nb - 1 - i, c.sq, c.sk, c.group) for i in range(nb)]
+        found = _ORDERS.put((r, built), choose(trips, bh=c.bhk, grid=grid, np=np))
+    return found
 
 
 def _arguments(r: Recipe[BwdCall], kernels: tuple[BwdKernel, ...],
@@ -200,6 +230,7 @@ def _arguments(r: Recipe[BwdCall], kernels: tuple[BwdKernel, ...],
         return tensor_map(t.data_ptr(), 1, rows_padded, 1, built.block_m, "fp32",
                           stride=rows_padded, swizzle=False)
 
+    order = _order(r, built, grid, np)
     dk_sb, dk_sh, dk_ss, _ = c.grad_strides(c.dk_order)
     dv_sb, dv_sh, dv_ss, _ = c.grad_strides(c.dv_order)
     values = {"tmQ": bhsd_map(q, built.block_m, c.dtype),
@@ -209,6 +240,7 @@ def _arguments(r: Recipe[BwdCall], kernels: tuple[BwdKernel, ...],
               "tmLSE": flat(lse), "tmDelta": flat(delta), "dQacc": dq_accum.data_ptr(),
               "BHK": c.bhk, "Sq": c.sq, "Sk": c.sk, "SQP": c.sqp, "group": c.group,
               "scale": c.scale, "scale_log2": c.scale * LOG2E, "HKV": c.kv_heads,
+              "hg": order.hg, "snake": int(order.snake),
               "dk_sb": dk_sb, "dk_sh": dk_sh, "dk_ss": dk_ss, "dv_sb": dv_sb, "dv_sh": dv_sh,
               "dv_ss": dv_ss}
     if c.deterministic:  # the turn counters, allocated per call, packed beside dK and dV

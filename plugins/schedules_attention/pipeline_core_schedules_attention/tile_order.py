@@ -46,19 +46,24 @@ class TileOrder:
     snake: bool = False
 
 
-def order_exprs(causal: bool) -> tuple[str, ...]:
+def order_exprs(causal: bool, *, head: str = "bh", block: str = "tile_m", heads: str = "BH",
+                blocks: str = "MT") -> tuple[str, ...]:
     """C declarators ``p = ...``, ``bh = ...``, ``tile_m = ...`` of persistent tile index
     ``tile`` (of the kernel's ``tile, MT, BH, TILES``, ``gridDim.x`` and, causal, its ``hg``
-    and ``snake`` arguments), the same for the producer and the consumers."""
+    and ``snake`` arguments), the same for the producer and the consumers.  The backward
+    names its own (``head`` and ``block`` declared over ``heads`` x ``blocks``): its block
+    ``blocks - 1 - tile_m`` is then the heaviest-first rank, a KV block's (tile costs reversed
+    for :func:`choose`)."""
     if not causal:
-        return "bh = tile / MT", "tile_m = tile % MT"
+        return f"{head} = tile / {blocks}", f"{block} = tile % {blocks}"
     g = "(int)gridDim.x"
     rnd, lane = f"(tile / {g})", f"(tile % {g})"
     p = (f"p = (snake && ({rnd} & 1) && ({rnd} + 1) * {g} <= TILES) ? "
          f"{rnd} * {g} + {g} - 1 - {lane} : tile")
-    first = "(p / (MT * hg)) * hg"  # the group's first head
-    heads, r = f"min(hg, BH - {first})", "(p % (MT * hg))"  # the last group may be short
-    return p, f"bh = {first} + {r} % {heads}", f"tile_m = MT - 1 - {r} / {heads}"
+    first = f"(p / ({blocks} * hg)) * hg"  # the group's first head
+    # the last group may be short
+    n, r = f"min(hg, {heads} - {first})", f"(p % ({blocks} * hg))"
+    return p, f"{head} = {first} + {r} % {n}", f"{block} = {blocks} - 1 - {r} / {n}"
 
 
 def _causal_map(t: Any, *, bh: int, mt: int, grid: int, order: TileOrder, where: Any,

@@ -273,26 +273,29 @@ def test_a_launch_order_against_the_turns_deadlocks(causal):
     assert H.DEADLOCK in hazards(proven(c, attrs.evolve(c.plan, trip_rule=_Reversed(**fields))))
 
 
-@pytest.mark.parametrize("params, kv_inner", [
-    (dict(), True), (dict(causal=True), False), (dict(deterministic=True), False),
-    (dict(causal=True, align="bottom_right", head_dim=64), False)])
-def test_the_launch_order_keeps_heads_in_l2_only_where_work_and_turns_allow(params, kv_inner):
-    """KV blocks innermost without the mask and the turns (a head's Q, dO and dQ rows stay in
-    L2); heads innermost causal (the KV blocks' work differs) and deterministic (each block
-    waits for the one before): the plan's rule says which, and the kernel decodes its tile so."""
+@pytest.mark.parametrize("params, grouped", [
+    (dict(), True), (dict(causal=True), True), (dict(deterministic=True), False),
+    (dict(deterministic=True, causal=True, align="bottom_right", head_dim=64), False)])
+def test_the_launch_order_is_the_calls_but_where_the_turns_are_proven(params, grouped):
+    """The default kernels take the call's order (hg, snake: a head's KV blocks back to back
+    without the mask, balanced groups causal); the deterministic kernel's order is its rule's,
+    heads innermost, the one the turns' proof reads: its C declarator inverts position()."""
     from pipeline_core_schedules_attention.emit_attention_bwd import tile_exprs
 
     c = compile_named(NAME, params={k: str(v).lower() for k, v in params.items()})
     rule = c.plan.trip_rule
-    assert rule.kv_inner is kv_inner and rule.document()["order"].startswith(
-        "kv" if kv_inner else "heads")
+    assert rule.grouped is grouped
     decl = tile_exprs(rule)[0]
+    if grouped:
+        assert "hg" in decl and "snake" in decl
+        with pytest.raises(ValueError, match="the call's"):
+            rule.position(0, 0, 1, 1)
+        return
     heads, blocks = 3, 5
-    for p in range(heads * blocks):  # the C declarator inverts position() at every tile
+    for p in range(heads * blocks):
         env = {"tile": p, "NB": blocks, "BHK": heads}
-        bhk_c, nb_c = decl.removeprefix("const int ").rstrip(";").split(", ")
         vals = {}
-        for part in (bhk_c, nb_c):
+        for part in decl.removeprefix("const int ").rstrip(";").split(", "):
             name, expr = part.split(" = ")
-            vals[name] = eval(expr.replace("/", "//"), {}, env)
+            vals[name] = eval(expr.replace("/", "//"), {}, env)  # noqa: S307 - our own C
         assert rule.position(vals["bhk"], vals["nb"], heads, blocks) == p
