@@ -127,12 +127,26 @@ def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: An
                    dk_order=order_of(k), dv_order=order_of(v))
 
 
+#: (head dim, causal) whose default kernel hands dQ over per consumer (``-p shared_dq=false``:
+#: a buffer, writer and bulk reduce each) rather than through the schedule's one shared buffer.
+#: Measured on the H200 once the launch order kept a head's rows in L2 (bwd_call._order; one
+#: process, main kernel, five rounds; per consumer over shared): D 128 1.13 / 1.13 / 1.08 at
+#: S 1k / 4k / 16k, D 64 1.02-1.03, D 64 causal 1.00-1.02; D 128 causal 0.94 / 1.02 / 0.99
+#: keeps the shared buffer.  With heads innermost, L2 held neither and one reduce won.  The
+#: shared buffer couples the consumers (consumer 0's next staging waits for consumer 1's add and
+#: the reduce's read: 9.4% of the stall samples at D 128 S 4k).  The deterministic kernel keeps
+#: the schedule's default (one turn slot per KV block).
+PER_CONSUMER_DQ = frozenset({(128, False), (64, False), (64, True)})
+
+
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
                 deterministic: bool = False) -> dict[str, str]:
     """The schedule parameters (``-p``) the call compiles."""
     return {"head_dim": str(head_dim), "causal": str(causal).lower(),
             **({"align": align} if causal else {}),
-            **({"deterministic": "true"} if deterministic else {})}
+            **({"deterministic": "true"} if deterministic else {}),
+            **({"shared_dq": "false"} if not deterministic
+               and (head_dim, bool(causal)) in PER_CONSUMER_DQ else {})}
 
 
 @attrs.frozen(kw_only=True, eq=False)
