@@ -1,0 +1,170 @@
+"""The packed variable-length forward's trip rule and tile scheduler (docs/guide/attention.md,
+"Packed variable-length batches").
+
+A varlen batch is sequences back to back in ``[total_tokens, heads, D]`` tensors, sequence
+``s`` holding query rows ``cu_seqlens_q[s] ..< cu_seqlens_q[s + 1]`` and keys
+``cu_seqlens_k[s] ..< cu_seqlens_k[s + 1]``.  An output tile is (sequence, head, query block);
+its K tiles are the KV blocks of its own sequence, so its trip count follows from that
+sequence's lengths (:class:`VarlenBounds`: the fixed-length :class:`~.tiles.LoopBounds` per
+sequence, causal or not, either alignment).  A sequence of no query row has no tile; one of no
+key (or a bottom-right query block that sees none) has tiles of 0 trips, which run only Q's
+once steps and store zeros.
+
+What differs from the fixed-length rule is what lies past a sequence's end: the next
+sequence's rows, not TMA's zeros.  So a KV block holding keys past the end must be masked
+(the key tail's mask already is, and it compares key indices with the sequence's length, never
+the loaded values), a block wholly past the end must not be visited, and query rows past the
+end are computed and not stored (the clipped store).  :meth:`VarlenBounds.coverage_faults` is
+the rule's own proof, which the core runs with the plan's (``pipeline_core.agents.prove``): over
+batches of lengths 0, 1, uneven and around the block sizes back to back, every (row, key) pair
+of a sequence the mask keeps is visited, every visited pair it drops (the next sequence's keys
+among them) is masked, and no visited KV block is one no row of the tile sees.  A per-sequence
+KV count one off (:attr:`VarlenBounds.kv_shift`, the mutation) is refused.
+
+The tile scheduler (:func:`scheduled`, the kernel's C from ``emit_attention``): the persistent
+grid walks the positions of the grid padded to ``max_seqlen_q`` (``BH = batch x heads`` flat
+heads, ``MT = ceil(max_seqlen_q / block_m)`` query blocks each) in the fixed-length kernel's
+order (``tile_order``: head-major, or causal heaviest-first within groups of heads), and skips
+the positions past their sequence's query blocks before they become tiles (no once steps, no
+ring position).  The grid bound comes from the host's ``max_seqlen_q`` (as FlashAttention's
+varlen call takes it), so the lengths stay on the device: no host sync, CUDA-graph capturable.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from pipeline_core.plugin_api import TripSample
+
+from pipeline_core_schedules_attention.tile_order import TileOrder, tile_at
+from pipeline_core_schedules_attention.tiles import LoopBounds
+
+#: a varlen problem: each sequence's (query rows, keys), in batch order
+Lengths = tuple[tuple[int, int], ...]
+
+#: the batches coverage_faults checks, in units of (block_m, block_n) plus tails: sequences of
+#: length 0 and 1, uneven ones back to back, more queries than keys and fewer, tails of one
+_BATCHES: tuple[tuple[tuple[int, int, int, int], ...], ...] = (
+    ((0, 0, 0, 0), (0, 0, 1, 1), (0, 0, 17, 17), (1, 2, 1, 5)),
+    ((0, 3, 1, 0), (2, 0, 3, 1), (0, 0, 0, 7), (0, 0, 5, 0), (0, 0, 1, 1)),
+    ((1, 1, 0, 0), (0, 1, -1, 1), (3, 2, 0, 0), (2, 3, 17, 3), (0, 0, 0, 0)),
+)
+
+
+def _pairs(items: Iterable[tuple[int, int]]) -> Lengths:
+    return tuple((int(q), int(k)) for q, k in items)
+
+
+@attrs.frozen(kw_only=True)
+class VarlenBounds(LoopBounds):
+    """:class:`~.tiles.LoopBounds` per sequence of a packed batch: ``problem`` is each
+    sequence's ``(seq_q, seq_k)`` (:data:`Lengths`); its output tiles are every sequence's query
+    blocks in batch order, each visiting its own sequence's KV blocks (one head's: every head
+    runs the same counts)."""
+
+    #: KV blocks every tile's count is moved by: 0 in every kernel; a mutation test's edit (a
+    #: per-sequence KV count one off: a block of keys lost, or the next sequence's read), which
+    #: the rule's proof refuses and the emitter will not write
+    kv_shift: int = 0
+
+    def trips(self, query_block: int, seq_q: int, seq_k: int) -> int:
+        """The K tiles query block ``query_block`` of a sequence of these lengths visits."""
+        return max(0, super().trips(query_block, seq_q, seq_k) + self.kv_shift)
+
+    def query_blocks(self, seq_q: int) -> int:
+        """A sequence's output tiles per head (0 for a sequence of no query row)."""
+        return -(-seq_q // self.block_m)
+
+    # --- the TripRule the core asks (pipeline_core.tiles) ---------------------------------
+
+    def trip_counts(self, problem: Any) -> tuple[int, ...]:
+        """:meth:`trips` of every query block of every sequence of ``problem``, in batch
+        order."""
+        return tuple(self.trips(i, sq, sk) for sq, sk in _pairs(problem)
+                     for i in range(self.query_blocks(sq)))
+
+    def masked_trips(self, problem: Any) -> tuple[int, ...]:
+        """:meth:`first_masked` of every query block of every sequence of ``problem``."""
+        return tuple(self.first_masked(i, sq, sk) for sq, sk in _pairs(problem)
+                     for i in range(self.query_blocks(sq)))
+
+    def sample(self, k_tiles: int) -> TripSample | None:
+        """One head of a mixed batch whose longest sequence's tiles visit ``k_tiles`` KV blocks
+        (lengths L, L / 2 + 17, 1, 0 and L / 4), against the same tiles each visiting every
+        KV block of the longest (the batch padded to it)."""
+        longest = k_tiles * self.block_n
+        batch = tuple((n, n) for n in (longest, longest // 2 + 17, 1, 0, longest // 4))
+        return TripSample(trips=self.trip_counts(batch), full=self.blocks(longest),
+                          key="varlen", title="varlen batch", numbers={"longest": longest},
+                          problem=f"one head, sequences of {', '.join(str(q) for q, _ in batch)} "
+                                  "tokens back to back", unit="KV blocks",
+                          names=("kv_blocks", "padded_blocks"), reference="padded to the longest")
+
+    def document(self) -> dict[str, Any]:
+        return {**super().document(), "varlen": True}
+
+    # --- the rule's own proof -------------------------------------------------------------
+
+    def problems(self) -> list[Lengths]:
+        """The batches :meth:`coverage_faults` checks (:data:`_BATCHES` scaled by the
+        tile)."""
+        return [tuple((max(0, mq * self.block_m + tq), max(0, nk * self.block_n + tk))
+                      for mq, nk, tq, tk in batch) for batch in _BATCHES]
+
+    def coverage_faults(self) -> tuple[str, ...]:
+        """Per batch of :meth:`problems`, per sequence and query block: every (row, key) pair
+        of the sequence the mask keeps lies in a visited KV block, every pair a visited block's
+        box holds that the mask drops (past the row's last key, or past the sequence's end: the
+        next sequence's keys) lies in a masked block, and every visited block holds a pair
+        some row keeps; one line per fault."""
+        faults: list[str] = []
+        for batch in self.problems():
+            for s, (sq, sk) in enumerate(batch):
+                off = self.offset(sq, sk)
+                for i in range(self.query_blocks(sq)):
+                    faults += self._tile_faults(batch, s, i, sq, sk, off)
+                if faults:
+                    return tuple(faults)
+        return tuple(faults)
+
+    def _tile_faults(self, batch: Lengths, s: int, i: int, sq: int, sk: int,
+                     off: int) -> list[str]:
+        where = f"query block {i} of sequence {s} ({sq} rows, {sk} keys) of batch {list(batch)}"
+        rows = range(i * self.block_m, min((i + 1) * self.block_m, sq))
+        trips = self.trips(i, sq, sk)
+        out: list[str] = []
+        for j in range(max(trips, self.blocks(sk))):
+            box = range(j * self.block_n, (j + 1) * self.block_n)  # past sk: the next sequence
+            keep = [k < sk and (not self.causal or k <= r + off) for r in rows for k in box]
+            if j >= trips:
+                if any(keep):
+                    out.append(f"{where} skips KV block {j}, whose keys its rows see: their "
+                               "terms are lost")
+            elif not any(keep):
+                out.append(f"{where} visits KV block {j}, which none of its rows sees (keys "
+                           "past the sequence's end: the next sequence's)")
+            elif not all(keep) and not self.masked(i, j, sq, sk):
+                out.append(f"{where} visits KV block {j} unmasked, whose box holds keys its "
+                           "rows must not see (past the diagonal or the sequence's end)")
+        return out
+
+
+def scheduled(lengths_q: Sequence[int], *, heads: int, block_m: int, grid: int, causal: bool,
+              order: TileOrder = TileOrder(), max_seqlen_q: int | None = None
+              ) -> list[list[tuple[int, int, int]]]:
+    """The tiles each of ``grid`` persistent CTAs runs, (sequence, head, query block) in its
+    order: the positions ``cta``, ``+ grid``, ... of the grid padded to ``max_seqlen_q`` (the
+    longest when None) in the fixed-length order (``tile_order.tile_at`` over ``batch x heads``
+    flat heads), those past their sequence's query blocks skipped: the kernel's loop in
+    Python."""
+    longest = max(lengths_q, default=0) if max_seqlen_q is None else max_seqlen_q
+    mt, bh = -(-longest // block_m), len(lengths_q) * heads
+    out: list[list[tuple[int, int, int]]] = [[] for _ in range(grid)]
+    for t in range(bh * mt):
+        flat, m = tile_at(t, causal=causal, bh=bh, mt=mt, grid=grid, order=order)
+        s = flat // heads
+        if m * block_m < lengths_q[s]:
+            out[t % grid].append((s, flat % heads, m))
+    return out
