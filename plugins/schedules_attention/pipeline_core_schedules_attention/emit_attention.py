@@ -188,7 +188,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     order = "const int " + ", ".join(order_exprs(g.causal)) + ";"
     if rule is None:
         raise _fail("the plan records no loop bounds; recompile the schedule")
-    if g.varlen != isinstance(rule, VarlenBounds) or getattr(rule, "kv_shift", 0):
+    if g.varlen != isinstance(rule, VarlenBounds) or (isinstance(rule, VarlenBounds)
+                                                      and rule.kv_shift != 0):
         raise _fail("the plan's trip rule is not -p varlen's as the geometry declares, or "
                     "carries a mutation's kv_shift; recompile the schedule")
     rings = {r.name: r for r in plan.rings}
