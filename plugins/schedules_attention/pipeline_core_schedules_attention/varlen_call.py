@@ -95,9 +95,10 @@ def _length(name: str, n: object) -> int:
 
 def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                 max_seqlen_q: int, max_seqlen_k: int, *, causal: bool | str = False,
-                scale: float | None = None) -> VarlenCall:
+                scale: float | None = None, grad_enabled: bool = True) -> VarlenCall:
     """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault
-    (host-side facts only: no read of the lengths, which live on the device)."""
+    (host-side facts only: no read of the lengths, which live on the device).
+    ``grad_enabled``: torch's grad mode (a tensor needing a gradient is refused under it)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if len(t.shape) != 3:
             raise _fail(name, f"shape {tuple(t.shape)}; pass packed [total_tokens, heads, D]")
@@ -105,7 +106,7 @@ def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
             raise _fail(name, "a CPU tensor; move it to the GPU with .cuda()")
         if str(t.dtype) not in DTYPES:
             raise _fail(name, f"dtype {t.dtype}; pass torch.bfloat16 or torch.float16")
-        if getattr(t, "requires_grad", False):
+        if grad_enabled and getattr(t, "requires_grad", False):
             raise _fail(name, "needs a gradient, and the varlen backward is not built yet; run "
                               "under torch.no_grad(), or pad the batch to [B, H, S, D] and call "
                               "attention() for gradients")
@@ -250,12 +251,12 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
 
     if not isinstance(return_lse, bool):
         raise _fail("return_lse", f"{return_lse!r}; pass True or False")
-    if not q.is_cuda:  # no stream to key by: the checks refuse it in one line
+    grad = torch.is_grad_enabled()
+    if not q.is_cuda or (grad and any(getattr(t, "requires_grad", False) for t in (q, k, v))):
+        # no stream to key by, or a gradient asked for (whatever the recipe): refused in one
+        # line by the checks
         plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                    causal=causal, scale=scale)
-    if torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v)):
-        plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                    causal=causal, scale=scale)  # refuses it in one line
+                    causal=causal, scale=scale, grad_enabled=grad)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     stream = current_stream(torch, device)
     key = (describe(q), describe(k), describe(v), describe(cu_seqlens_q),
@@ -267,7 +268,7 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
         r = None
     if r is None:
         c = plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                        causal=causal, scale=scale)
+                        causal=causal, scale=scale, grad_enabled=grad)
         r = VARLEN.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
             (c.head_dim, c.dtype, c.causal, c.align, c.short, device),)))
     c = r.plan
