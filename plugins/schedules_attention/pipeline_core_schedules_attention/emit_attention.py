@@ -219,7 +219,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         producer=TileLoop(head=loop, tile=(order, *bounds[:1])),
         consumers=TileLoop(head=loop, tile=(order, *bounds)), empty_tiles=True)
     if g.varlen:  # the sequences' spans on the device, per tile (emit_varlen.py)
-        tiles = varlen_tile_loop(order, *tile_bounds_exprs(rule))
+        tiles = varlen_tile_loop(g.causal, *tile_bounds_exprs(rule))
     body = agents_kernel_body(
         rings=plan.rings, producer=code(producer, True, producer.name),
         # one label for every consumer, so consumers that differ in no step share one program

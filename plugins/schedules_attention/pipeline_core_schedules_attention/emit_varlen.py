@@ -2,11 +2,10 @@
 fixed-length one, for ``emit_attention``: its tile scheduler's device loop, its output's
 finish and its header lines (docs/guide/attention.md, "Packed variable-length batches").
 
-* **The tile scheduler** (varlen_tiles.py says why): the positions of the grid padded to
-  max_seqlen_q (``TILES = BH * MT``) in the fixed-length order (``tile_order.order_exprs``),
-  a position past its sequence's query blocks skipped by ``next_tile`` before it becomes a
-  tile, so it takes no ring position and no once step; the producer and the consumers skip
-  alike (the same reads of ``cu_q``).  Each tile reads its sequence's spans (``span``:
+* **The tile scheduler** (varlen_tiles.py says why): the batch's tiles, sequence by sequence,
+  round-robin over the persistent CTAs; each role finds a tile's sequence with a cursor that
+  only moves on (``locate``: the same reads of ``cu_q`` in the producer and the consumers, so
+  their rings stay in step).  Each tile reads its sequence's spans (``span``:
   ``cu_seqlens`` clamped to the packed tensors' rows, so any values stay in bounds) and sets its
   ``Sq``, ``Sk``, ``KT`` and ``FM`` from the plan's rule (the fixed-length rule's C per
   sequence, ``tile_bounds_exprs``).
@@ -21,6 +20,8 @@ from __future__ import annotations
 
 from pipeline_core_nvidia_h100.kit_api import DeviceTileLoop, TileLoop
 
+from pipeline_core_schedules_attention.tile_order import varlen_order_exprs
+
 #: sequence s's first row of ``cu`` clamped to the tensor's ``total`` rows (into ``first``) and
 #: its length (0 where the ends are out of order): a C lambda the tiles and the skip read
 SPAN = ("auto span = [&](const int* __restrict__ cu, int s, int total, int& first) {",
@@ -29,36 +30,39 @@ SPAN = ("auto span = [&](const int* __restrict__ cu, int s, int total, int& firs
         "};")
 
 
-def varlen_tile_loop(order: str, trips: str, first: str) -> DeviceTileLoop:
-    """The varlen kernel's tile loop: ``order`` declares ``bh`` and ``tile_m`` of position
-    ``tile``; ``trips`` and ``first`` are the rule's C (the kernel's ``KT`` and ``FM``) of the
-    tile's ``Sq``, ``Sk``, ``KV_BLOCKS`` and ``tile_m``."""
-    counts = ("const int TILES = BH * MT;  // the grid padded to max_seqlen_q (BH = batch x "
-              "heads)",
-              "int KT = 0, FM = 0;  // the tile's KV blocks and first masked one (its "
+def varlen_tile_loop(causal: bool, trips: str, first: str) -> DeviceTileLoop:
+    """The varlen kernel's tile loop: this CTA runs tiles ``blockIdx.x``, ``+ gridDim.x``, ...
+    of the batch's tiles, sequence by sequence (``H * ceil(Sq / BM)`` each, none for a sequence
+    of no query row), found by ``locate`` from a cursor that only moves on (each role its own,
+    reading ``cu_q`` alike), ending past the last sequence; within a sequence the order of
+    ``tile_order.varlen_order_exprs``.  ``trips`` and ``first`` are the rule's C (the kernel's
+    ``KT`` and ``FM``) of the tile's ``Sq``, ``Sk``, ``KV_BLOCKS`` and ``tile_m``."""
+    counts = ("int KT = 0, FM = 0;  // the tile's KV blocks and first masked one (its "
               "sequence's)",
               *SPAN,
-              "// this CTA's next tile from position `tile` on, positions past their sequence's "
-              "query blocks skipped",
-              "auto next_tile = [&](int tile) {",
-              "    for (; tile < TILES; tile += gridDim.x) {",
-              f"        {order}",
-              "        int first;",
-              "        if (tile_m * BM < span(cu_q, bh / H, TQ, first)) break;",
+              "// whether tile `tile` lies in the batch, moving the cursor (sequence `seq`, whose "
+              "first tile is `first`) on to it",
+              "auto locate = [&](int tile, int& seq, int& first) {",
+              "    for (; seq < B; ++seq) {",
+              "        int q0;",
+              "        const int tiles = H * ((span(cu_q, seq, TQ, q0) + BM - 1) / BM);",
+              "        if (tile < first + tiles) return true;",
+              "        first += tiles;",
               "    }",
-              "    return tile;",
+              "    return false;",
               "};")
-    loop = ("int rb = 0, o = 0;", "for (int tile = next_tile(blockIdx.x); tile < TILES; "
-            "tile = next_tile(tile + gridDim.x), rb += KT, ++o) {")
-    spans = ("int q0, k0;  // the tile's sequence's first query row and key in the packed "
-             "tensors",
-             "const int Sq = span(cu_q, bh / H, TQ, q0), Sk = span(cu_k, bh / H, TK, k0), "
-             "KV_BLOCKS = (Sk + BN - 1) / BN;",
+    loop = ("int rb = 0, o = 0, seq = 0, first = 0;  // the ring's K tiles and output tiles; "
+            "the cursor",
+            "for (int tile = blockIdx.x; locate(tile, seq, first); tile += gridDim.x, rb += KT, "
+            "++o) {")
+    spans = ("int q0, k0;  // the sequence's first query row and key in the packed tensors",
+             "const int Sq = span(cu_q, seq, TQ, q0), Sk = span(cu_k, seq, TK, k0), "
+             "KV_BLOCKS = (Sk + BN - 1) / BN, MTS = (Sq + BM - 1) / BM, r = tile - first;",
+             "const int " + ", ".join(varlen_order_exprs(causal)) + ";",
              f"KT = {trips};  // the plan's VarlenBounds.trips (its sequence's)")
     fm = f"FM = {first};  // the plan's VarlenBounds.first_masked"
-    return DeviceTileLoop(counts=counts, producer=TileLoop(head=loop, tile=(order, *spans)),
-                          consumers=TileLoop(head=loop, tile=(order, *spans, fm)),
-                          empty_tiles=True)
+    return DeviceTileLoop(counts=counts, producer=TileLoop(head=loop, tile=spans),
+                          consumers=TileLoop(head=loop, tile=(*spans, fm)), empty_tiles=True)
 
 
 def varlen_finish(elem: str) -> str:
@@ -83,7 +87,6 @@ def varlen_header(head_dim: int, threads: int, smem: int, block_m: int) -> list[
         "o_sh, 1) (q's layout);",
         "// LSE: [H, total_q] fp32, each row's log-sum-exp (null: not stored).",
         f"// Launch: block {threads} (warp group 0: producer; 1..: consumers), dynamic",
-        f"// shared memory {smem} bytes, any grid up to BH * MT CTAs (MT = ceil(max_seqlen_q / "
-        f"{block_m})); each runs the",
-        "// positions blockIdx.x, + gridDim.x, ... of the padded grid that hold a tile "
-        "(varlen_tiles.py)."]
+        f"// shared memory {smem} bytes, any grid (each CTA runs tiles blockIdx.x, + gridDim.x, "
+        "... of the batch's",
+        f"// H * ceil(Sq / {block_m}) per sequence, sequence by sequence; varlen_tiles.py)."]

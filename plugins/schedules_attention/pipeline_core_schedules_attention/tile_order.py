@@ -105,3 +105,23 @@ def choose(trips: Sequence[int], *, bh: int, grid: int, np: Any) -> TileOrder:
     best = min(load for load, _ in found)
     near = [o for load, o in found if load <= best * (1 + TIE)]
     return TileOrder() if TileOrder() in near else min(near, key=lambda o: (o.hg, o.snake))
+
+
+def varlen_order_exprs(causal: bool) -> tuple[str, ...]:
+    """The packed varlen kernel's order within a sequence (varlen_tiles.py): C declarators
+    ``bh = ...``, ``tile_m = ...`` of tile ``r`` of sequence ``seq`` (its ``MTS`` query blocks
+    per head, ``H`` heads), the batch's tiles running sequence by sequence, so one sequence's
+    heads are in flight together.  Not causal, head-major (a head's query blocks back to back,
+    its K and V read once); causal, heaviest first, the sequence's heads side by side (the
+    fixed-length causal order with a group of every head of the sequence)."""
+    if not causal:
+        return "bh = seq * H + r / MTS", "tile_m = r % MTS"
+    return "bh = seq * H + r % H", "tile_m = MTS - 1 - r / H"
+
+
+def varlen_tile_at(r: int, *, heads: int, mts: int, causal: bool) -> tuple[int, int]:
+    """(head, query block) of tile ``r`` of a sequence of ``mts`` query blocks per head:
+    :func:`varlen_order_exprs` in Python."""
+    if not causal:
+        return r // mts, r % mts
+    return r % heads, mts - 1 - r // heads

@@ -6,16 +6,17 @@ q is ``[total_q, Hq, D]``, k and v ``[total_k, Hkv, D]`` (Hkv dividing Hq: group
 attention), sequence s their rows ``cu_seqlens_q[s] ..< cu_seqlens_q[s + 1]`` and
 ``cu_seqlens_k[s] ..< cu_seqlens_k[s + 1]`` (int32 on q's device, batch + 1 each).  The
 lengths stay on the device: the kernel's tile scheduler reads them (varlen_tiles.py), so a call
-never syncs and a CUDA graph captures it; the grid is bounded by ``max_seqlen_q``, which the
-caller gives, as FlashAttention's.  The kernel is the fixed-length call's tile for the same
-head dim, causality and key length (``call.call_params`` with ``-p varlen``), built and cached
-on disk the same way; this module keeps only the varlen checks, plan and packing.
+never syncs and a CUDA graph captures it.  ``max_seqlen_q`` only bounds the grid (a smaller
+value than the longest sequence costs CTAs, never rows) and ``max_seqlen_k`` picks the tile (the
+fixed-length call's short tile where every sequence's keys are few).  The kernel is the
+fixed-length call's tile for the same head dim, causality and key length (``call.call_params``
+with ``-p varlen``), built and cached on disk the same way; this module keeps only the varlen
+checks, plan and packing.
 
-What is not checked (each would need the lengths on the host, a sync): that ``cu_seqlens``
-increase and that no sequence is longer than ``max_seqlen_q`` / ``max_seqlen_k``.  Out-of-order
-ends give empty sequences and any value stays inside the tensors (the kernel clamps the spans);
-a sequence longer than ``max_seqlen_q`` has its query blocks past it not computed.  Rows of q
-outside every sequence are not written (as FlashAttention's ``torch.empty`` output).
+What is not checked (it would need the lengths on the host, a sync): that ``cu_seqlens``
+start at 0 and increase.  Out-of-order ends give empty sequences, and any value stays inside
+the tensors (the kernel clamps each span to them).  Rows of q outside every sequence are not
+written (as FlashAttention's ``torch.empty`` output).
 
 No backward yet: a call whose q, k or v needs a gradient is refused in one line saying how to
 get one (pad and call ``attention()``).
@@ -39,7 +40,6 @@ from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, e
                                                       in_place, order_of, readable)
 from pipeline_core_schedules_attention.schedule import NAME
 from pipeline_core_schedules_attention.signature import KERNEL_NAME, VARLEN_SIGNATURE
-from pipeline_core_schedules_attention.tile_order import TileOrder
 
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
@@ -208,23 +208,22 @@ def _packed_view(t: Any) -> Any:
 
 def _arguments(r: Recipe[VarlenCall], kernels: tuple[AttentionKernel, ...],
                tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
-    """The persistent grid (at most one CTA per SM, at most one per position of the grid
-    padded to max_seqlen_q) and the kernel's arguments (signature.VARLEN_SIGNATURE) but the
-    output's and the LSE's addresses, packed per call."""
+    """The persistent grid and the kernel's arguments (signature.VARLEN_SIGNATURE) but the
+    output's and the LSE's addresses, packed per call.  The grid: one CTA per SM, fewer where
+    the batch cannot have as many tiles (``batch x heads x ceil(max_seqlen_q / block_m)``
+    bounds them: the only use of ``max_seqlen_q``; a CTA past the batch's tiles ends at once)."""
     np = require_gpu_module("numpy")
     (built,), (q, k, v, cu_q, cu_k) = kernels, tensors
     c = r.plan
-    mt = -(-c.max_q // built.block_m)
-    grid = max(1, min(c.batch * c.heads * mt, sm_count(r.device)))
+    bound = c.batch * c.heads * -(-c.max_q // built.block_m)
     _, o_sh, o_ss = c.out_strides
-    order = TileOrder()
     values = {"tmQ": bhsd_map(_packed_view(q), built.block_m, c.dtype),
               "tmK": bhsd_map(_packed_view(k), built.block_n, c.dtype),
               "tmV": bhsd_map(_packed_view(v), built.block_n, c.dtype),
-              "cu_q": cu_q.data_ptr(), "cu_k": cu_k.data_ptr(),
-              "BH": c.batch * c.heads, "MT": mt, "TQ": c.total_q, "TK": c.total_k,
-              "scale_log2": c.scale_log2, "group": c.group, "hg": order.hg,
-              "snake": order.snake, "H": c.heads, "o_sh": o_sh, "o_ss": o_ss}
+              "cu_q": cu_q.data_ptr(), "cu_k": cu_k.data_ptr(), "B": c.batch,
+              "TQ": c.total_q, "TK": c.total_k, "scale_log2": c.scale_log2, "group": c.group,
+              "H": c.heads, "o_sh": o_sh, "o_ss": o_ss}
+    grid = max(1, min(bound, sm_count(r.device)))
     return (Launch.of(built, (grid,), *VARLEN_SIGNATURE.pack_around(("O", "LSE"), values, np)),)
 
 
@@ -242,7 +241,8 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
     k and v ``[total_k, Hkv, D]`` (bf16 or fp16, D 64 or 128, Hkv dividing Hq), sequence s
     rows ``cu_seqlens_q[s]..cu_seqlens_q[s+1]`` of q and ``cu_seqlens_k[s]..`` of k and v
     (int32 on q's device, batch + 1, from 0, non-decreasing), ``max_seqlen_q`` and
-    ``max_seqlen_k`` the longest (FlashAttention's varlen call).  Returns ``[total_q, Hq, D]``
+    ``max_seqlen_k`` the longest (FlashAttention's varlen call; here they bound the grid and
+    pick the tile only).  Returns ``[total_q, Hq, D]``
     in q's layout; with ``return_lse`` also each row's log-sum-exp, ``[Hq, total_q]`` fp32 (+inf
     for a row that sees no key, whose output is 0).  ``causal``: as ``attention()``'s, per
     sequence (bottom-right aligns each sequence's diagonal to its own lengths).  Runs on torch's
@@ -279,7 +279,7 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
         out.zero_()
         if lse is not None:
             lse.fill_(math.inf)
-    elif c.max_q > 0 and c.total_q > 0:
+    elif c.total_q > 0:
         if c.copied:  # the operands TMA cannot read where they lie, copied once (layout.py)
             q, k, v = (readable(t) if n in c.copied else t
                        for n, t in (("q", q), ("k", k), ("v", v)))
