@@ -216,7 +216,7 @@ def _arguments(r: Recipe[VarlenCall], kernels: tuple[AttentionKernel, ...],
     (built,), (q, k, v, cu_q, cu_k) = kernels, tensors
     c = r.plan
     bound = c.batch * c.heads * -(-c.max_q // built.block_m)
-    _, o_sh, o_ss = c.out_strides
+    o_ss, o_sh, _ = c.out_strides  # [total_q, H, D]: the row (token) stride first
     values = {"tmQ": bhsd_map(_packed_view(q), built.block_m, c.dtype),
               "tmK": bhsd_map(_packed_view(k), built.block_n, c.dtype),
               "tmV": bhsd_map(_packed_view(v), built.block_n, c.dtype),
