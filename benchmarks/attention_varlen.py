@@ -55,12 +55,15 @@ LSE_TOL = 1e-2
 TOKENS, HIDDEN = 16384, 2048
 #: the sanitizers' batch: tails of every kind back to back, a sequence of no row and one of no key
 SANITIZE_BATCH = ((77, 100), (0, 5), (1, 1), (200, 130), (130, 0), (17, 300))
-LINES: list[dict] = []
+#: where every record also goes (--out's attention_varlen.jsonl), when given
+SINK: list[Path] = []
 
 
 def emit(record: dict) -> None:
-    LINES.append(record)
     print(json.dumps(record), flush=True)
+    for path in SINK:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
 
 
 def configs(rng: random.Random, n: int) -> list[tuple]:
@@ -316,56 +319,54 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase", default="all",
                     choices=("all", "correct", "graph", "time", "sanitize-run"))
-    ap.add_argument("--sanitize", action="store_true", help="racecheck and synccheck")
-    ap.add_argument("--prebuild-only", action="store_true", help="no GPU: build every cubin")
-    ap.add_argument("--dry-run", action="store_true", help="no torch: print the cases")
-    ap.add_argument("--cases", type=int, default=36)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--jobs", type=int, default=4)
-    ap.add_argument("--timeout", type=float, default=600.0, help="per sanitizer, seconds")
-    ap.add_argument("--out", default="")
+    for flag, why in (("--sanitize", "racecheck and synccheck"),
+                      ("--prebuild-only", "no GPU: build every cubin"),
+                      ("--dry-run", "no torch: print the cases")):
+        ap.add_argument(flag, action="store_true", help=why)
+    for flag, kind, default in (("--cases", int, 36), ("--rounds", int, 5), ("--seed", int, 0),
+                                ("--jobs", int, 4), ("--timeout", float, 600.0),
+                                ("--out", str, "")):
+        ap.add_argument(flag, type=kind, default=default)
     args = ap.parse_args()
     out = Path(args.out) if args.out else None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    try:
-        if args.dry_run:
-            for case in configs(random.Random(args.seed), args.cases):
-                emit({"kind": "dry-run", "case": repr(case)})
-            return
-        if args.prebuild_only:
-            return prebuild(args.jobs)
-        if args.sanitize:
-            sanitize(out, args.timeout)
-            return
-        import torch
+        SINK.append(out / "attention_varlen.jsonl")
+    if args.dry_run:
+        for case in configs(random.Random(args.seed), args.cases):
+            emit({"kind": "dry-run", "case": repr(case)})
+    elif args.prebuild_only:
+        prebuild(args.jobs)
+    elif args.sanitize:
+        sanitize(out, args.timeout)
+    else:
+        run(args)
 
-        torch.manual_seed(args.seed)
-        if args.phase == "sanitize-run":
-            return sanitize_run(torch)
-        emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
-        ok = graph_ok = True
-        times: dict = {}
-        if args.phase in ("all", "correct"):
-            ok = correct(torch, args.cases, args.seed)
-        if args.phase in ("all", "graph"):
-            graph_ok = graph(torch)
-        if args.phase in ("all", "time"):
-            times = timing(torch, args.rounds, args.seed)
-        equal = [r for (kind, *_), r in times.items() if kind == "equal"]
-        mixed = [r for (kind, *_), r in times.items() if kind == "mixed"]
-        emit({"kind": "summary", "result": "PASS" if ok and graph_ok else "FAIL",
-              "correct": ok, "graph": graph_ok,
-              "equal_min_ratio": min(equal, default=None),
-              "equal_target_met": bool(equal) and min(equal) >= 0.95,
-              "mixed_min_ratio": min(mixed, default=None),
-              "mixed_target_met": bool(mixed) and min(mixed) > 1.0})
-    finally:
-        if out is not None:
-            with open(out / "attention_varlen.jsonl", "a") as f:
-                f.writelines(json.dumps(r) + "\n" for r in LINES)
 
+def run(args: argparse.Namespace) -> None:
+    """The GPU phases, then the summary line."""
+    import torch
+
+    torch.manual_seed(args.seed)
+    if args.phase == "sanitize-run":
+        return sanitize_run(torch)
+    emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
+    ok = graph_ok = True
+    times: dict = {}
+    if args.phase in ("all", "correct"):
+        ok = correct(torch, args.cases, args.seed)
+    if args.phase in ("all", "graph"):
+        graph_ok = graph(torch)
+    if args.phase in ("all", "time"):
+        times = timing(torch, args.rounds, args.seed)
+    equal = [r for (kind, *_), r in times.items() if kind == "equal"]
+    mixed = [r for (kind, *_), r in times.items() if kind == "mixed"]
+    emit({"kind": "summary", "result": "PASS" if ok and graph_ok else "FAIL",
+          "correct": ok, "graph": graph_ok,
+          "equal_min_ratio": min(equal, default=None),
+          "equal_target_met": bool(equal) and min(equal) >= 0.95,
+          "mixed_min_ratio": min(mixed, default=None),
+          "mixed_target_met": bool(mixed) and min(mixed) > 1.0})
 
 if __name__ == "__main__":
     main()

@@ -28,18 +28,19 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pipeline_core_nvidia_h100.kit_api import (ARCH, BUILD_OPTIONS, PLUGIN_MODULE, HostCall,
-                                               Launch, Recipe, cubin_path, current_stream,
-                                               describe, require_gpu_module, sm_count)
+from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, HostCall, Launch, Recipe,
+                                               current_stream, describe, require_gpu_module,
+                                               sm_count)
 
 from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E, SHORT_KEYS,
                                                     SHORT_TILES, AttentionArgumentError,
                                                     AttentionKernel, _load, call_params,
-                                                    call_stages, causal_align, softmax_scale)
+                                                    call_stages, causal_align, check_group,
+                                                    check_operands, softmax_scale)
 from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
                                                       in_place, order_of, readable)
 from pipeline_core_schedules_attention.schedule import NAME
-from pipeline_core_schedules_attention.signature import KERNEL_NAME, VARLEN_SIGNATURE
+from pipeline_core_schedules_attention.signature import VARLEN_SIGNATURE
 
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
@@ -99,33 +100,17 @@ def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault
     (host-side facts only: no read of the lengths, which live on the device).
     ``grad_enabled``: torch's grad mode (a tensor needing a gradient is refused under it)."""
+    check_operands(_fail, q, k, v, "packed [total_tokens, heads, D]")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if len(t.shape) != 3:
-            raise _fail(name, f"shape {tuple(t.shape)}; pass packed [total_tokens, heads, D]")
-        if not t.is_cuda:
-            raise _fail(name, "a CPU tensor; move it to the GPU with .cuda()")
-        if str(t.dtype) not in DTYPES:
-            raise _fail(name, f"dtype {t.dtype}; pass torch.bfloat16 or torch.float16")
         if grad_enabled and getattr(t, "requires_grad", False):
             raise _fail(name, "needs a gradient, and the varlen backward is not built yet; run "
                               "under torch.no_grad(), or pad the batch to [B, H, S, D] and call "
                               "attention() for gradients")
     tq, h, d = q.shape
-    if d not in HEAD_DIMS:
-        raise _fail("q", f"head dim {d}; supported: {', '.join(map(str, HEAD_DIMS))}")
-    for name, t in (("k", k), ("v", v)):
-        if t.dtype != q.dtype:
-            raise _fail(name, f"dtype {t.dtype} differs from q's {q.dtype}; cast it")
-        if t.device != q.device:
-            raise _fail(name, f"on {t.device}, q on {q.device}; put them on one device")
-    if tuple(k.shape) != tuple(v.shape):
-        raise _fail("v", f"shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
     if k.shape[2] != d:
         raise _fail("k", f"head dim {k.shape[2]}, q's {d}; pass one head dim")
     hkv = k.shape[1]
-    if hkv < 1 or h % hkv:
-        raise _fail("k", f"{hkv} heads for q's {h}: grouped-query attention needs q's heads a "
-                         f"multiple of k's and v's; pass k and v with a divisor of {h} heads")
+    check_group(_fail, h, hkv)
     batch = None
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if str(getattr(cu, "dtype", None)) != "torch.int32":
@@ -176,23 +161,11 @@ def varlen_source(head_dim: int, dtype: str, causal: bool, align: str,
     return compiled, emit_attention(compiled, dtype=dtype)
 
 
-#: every kernel the varlen call may build: (head dim, dtype, causal, alignment, short)
+#: every kernel the varlen call may build: (head dim, dtype, causal, alignment, short; the
+#: GPU check builds each into the disk cache first, benchmarks/attention_varlen.py)
 VARIANTS = tuple((d, t, c, a, s) for d in HEAD_DIMS for t in ("bf16", "fp16")
                  for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))
                  for s in (False, True))
-
-
-def prebuild(variants: tuple[tuple[int, str, bool, str, bool], ...] = VARIANTS) -> list[str]:
-    """Every variant's cubin built into the kernel cache (``PIPELINE_CORE_CACHE_DIR``) with
-    nvcc, no GPU needed: a later process loads them."""
-    out = []
-    for variant in variants:
-        _, src = varlen_source(*variant)
-        path = cubin_path(src, KERNEL_NAME, BUILD_OPTIONS, ARCH)
-        if path is None:
-            raise RuntimeError("prebuild needs nvcc on PATH (or CUDA_HOME)")
-        out.append(str(path))
-    return out
 
 
 def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import random
 import re
-import subprocess
 
 import attrs
 import pytest
@@ -19,7 +18,7 @@ from pipeline_core.check.verdict import HazardKind as H
 from pipeline_core.proof import UnsafeScheduleError, require_safe
 
 from pipeline_core_nvidia_h100.sync_skeleton import check_skeleton
-from pipeline_core_nvidia_h100.toolchain import GENCODE, nvcc
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc
 
 from pipeline_core_schedules_attention.call import (HEAD_DIMS, AttentionArgumentError,
                                                     call_stages)
@@ -254,10 +253,7 @@ def test_the_varlen_kernel_reads_each_sequence_from_its_first_row(causal, align)
 def test_the_varlen_kernels_build_without_spills(head_dim, causal, align, short, tmp_path):
     c = compile_named(NAME, params=varlen_params(head_dim, causal, align, short),
                       target_args={"stages": str(call_stages(head_dim, causal, short))})
-    cu, cubin = tmp_path / "v.cu", tmp_path / "v.cubin"
-    cu.write_text(emit_attention(c))
-    proc = subprocess.run([nvcc() or "nvcc", "-cubin", GENCODE, "-std=c++17", "-Xptxas=-v",
-                           "-o", str(cubin), str(cu)], capture_output=True, text=True)
+    proc, _ = compile_cubin(emit_attention(c), tmp_path, "varlen")
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     assert "serialized" not in proc.stderr and "warning" not in proc.stderr.lower()
