@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, HostCall, Launch, Recipe,
-                                               current_stream, describe, require_gpu_module,
-                                               sm_count)
+from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, RECIPE_CACHE_SIZE, Bounded,
+                                               HostCall, Launch, Recipe, current_stream,
+                                               describe, require_gpu_module, sm_count)
 
 from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E, SHORT_KEYS,
                                                     SHORT_TILES, AttentionArgumentError,
@@ -41,6 +41,7 @@ from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, e
                                                       in_place, order_of, readable)
 from pipeline_core_schedules_attention.schedule import NAME
 from pipeline_core_schedules_attention.signature import VARLEN_SIGNATURE
+from pipeline_core_schedules_attention.tile_order import TileOrder, varlen_choose
 
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
@@ -179,24 +180,38 @@ def _packed_view(t: Any) -> Any:
     return t.unsqueeze(0).transpose(1, 2)
 
 
+#: per (recipe, kernel): the causal order's head groups (:func:`_arguments`)
+_ORDERS: Bounded[TileOrder] = Bounded(RECIPE_CACHE_SIZE)
+
+
 def _arguments(r: Recipe[VarlenCall], kernels: tuple[AttentionKernel, ...],
                tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
     """The persistent grid and the kernel's arguments (signature.VARLEN_SIGNATURE) but the
     output's and the LSE's addresses, packed per call.  The grid: one CTA per SM, fewer where
     the batch cannot have as many tiles (``batch x heads x ceil(max_seqlen_q / block_m)``
-    bounds them: the only use of ``max_seqlen_q``; a CTA past the batch's tiles ends at once)."""
+    bounds them; a CTA past the batch's tiles ends at once).  Causal, the order's head groups
+    (``hg``) that balance a batch of sequences all ``max_seqlen_q`` long
+    (tile_order.varlen_choose): the fixed-length call's choice on a batch of equal lengths."""
     np = require_gpu_module("numpy")
     (built,), (q, k, v, cu_q, cu_k) = kernels, tensors
     c = r.plan
     bound = c.batch * c.heads * -(-c.max_q // built.block_m)
     o_ss, o_sh, _ = c.out_strides  # [total_q, H, D]: the row (token) stride first
+    grid = max(1, min(bound, sm_count(r.device)))
+    order = _ORDERS.get((r, built))
+    if order is None:  # once per (recipe, kernel): new addresses do not choose again
+        order = TileOrder()
+        if c.causal and built.bounds is not None and c.max_q > 0:  # max_seqlen_q's trips
+            trips = [built.bounds.trips(i, c.max_q, c.max_k)
+                     for i in range(-(-c.max_q // built.block_m))]
+            order = varlen_choose(trips, heads=c.heads, batch=c.batch, grid=grid, np=np)
+        order = _ORDERS.put((r, built), order)
     values = {"tmQ": bhsd_map(_packed_view(q), built.block_m, c.dtype),
               "tmK": bhsd_map(_packed_view(k), built.block_n, c.dtype),
               "tmV": bhsd_map(_packed_view(v), built.block_n, c.dtype),
               "cu_q": cu_q.data_ptr(), "cu_k": cu_k.data_ptr(), "B": c.batch,
               "TQ": c.total_q, "TK": c.total_k, "scale_log2": c.scale_log2, "group": c.group,
-              "H": c.heads, "o_sh": o_sh, "o_ss": o_ss}
-    grid = max(1, min(bound, sm_count(r.device)))
+              "hg": order.hg, "H": c.heads, "o_sh": o_sh, "o_ss": o_ss}
     return (Launch.of(built, (grid,), *VARLEN_SIGNATURE.pack_around(("O", "LSE"), values, np)),)
 
 

@@ -23,18 +23,22 @@ KV count one off (:attr:`VarlenBounds.kv_shift`, the mutation) is refused.
 
 The tile scheduler (:func:`scheduled`; the kernel's C from ``emit_varlen``): the batch's tiles
 sequence by sequence (``heads x ceil(seq_q / block_m)`` each, none for a sequence of no query
-row), within a sequence in ``tile_order.varlen_order_exprs``'s order (head-major; causal,
-heaviest first with the sequence's heads side by side), dealt round-robin to the persistent
-CTAs: tile ``blockIdx.x``, ``+ gridDim.x``, ...  Each role finds a tile's sequence with a cursor
-over ``cu_seqlens_q`` that only moves on, so the lengths stay on the device (no host sync,
-CUDA-graph capturable) and ``max_seqlen_q`` only bounds the grid.  Why not the fixed-length
-grid padded to ``max_seqlen_q`` with the positions past a sequence skipped (the first cut):
-the skipped positions deal the real tiles unevenly, and on mixed batches of 100-4096 tokens
-(16k in all, the benchmark's) the busiest CTA had 1.09-1.43x the mean work, 1.01-1.07x dealt
-round-robin (:func:`busiest`, the cost model of ``tile_order``; 1.05-1.15x causal).  Sorting
-the sequences longest first (FA3's varlen scheduler, with a pass over the lengths before the
-grid) changed that by under 0.05 either way in the same simulation, so the kernel keeps batch
-order and needs no such pass.
+row), within a sequence in ``tile_order.varlen_order_exprs``'s order (head-major; causal, the
+fixed-length causal order within the sequence: groups of ``hg`` heads, query blocks heaviest
+first), dealt round-robin to the persistent CTAs: tile ``blockIdx.x``, ``+ gridDim.x``, ...
+Each role finds a tile's sequence with a cursor over ``cu_seqlens_q`` that only moves on, so
+the lengths stay on the device (no host sync, CUDA-graph capturable) and ``max_seqlen_q`` only
+bounds the grid and sizes the causal groups (``tile_order.varlen_choose``: the groups that
+balance a batch of sequences all that long, which on equal lengths is the fixed-length call's
+choice).  Why not the fixed-length grid padded to ``max_seqlen_q`` with the positions past a
+sequence skipped (the first cut): the skipped positions deal the real tiles unevenly; on mixed
+batches of 100-4096 tokens (16k in all, the benchmark's), not causal, the busiest CTA had
+1.09-1.43x the mean work, 1.01-1.07x dealt round-robin (:func:`busiest`, the cost model of
+``tile_order``).  Causal, the groups chosen from ``max_seqlen_q`` leave 1.11-1.31x on those
+batches (every head of a sequence in one group: 1.10-1.15x; on 4 x 4096 that group gives
+1.15x where the chosen one gives the fixed call's 1.06x).  Sorting the sequences longest first
+(FA3's varlen scheduler, with a pass over the lengths before the grid) changed the round-robin
+figures by under 0.05 either way in the same simulation, so the kernel keeps batch order.
 """
 from __future__ import annotations
 
@@ -160,22 +164,22 @@ class VarlenBounds(LoopBounds):
 
 
 def scheduled(lengths_q: Sequence[int], *, heads: int, block_m: int, grid: int,
-              causal: bool) -> list[list[tuple[int, int, int]]]:
+              causal: bool, hg: int = 8) -> list[list[tuple[int, int, int]]]:
     """The tiles each of ``grid`` persistent CTAs runs, (sequence, head, query block) in its
     order: the batch's tiles sequence by sequence, each sequence's in
-    ``tile_order.varlen_tile_at``'s order, CTA ``c`` taking tiles ``c``, ``c + grid``, ...:
-    the kernel's loop in Python."""
-    tiles = [(s, *varlen_tile_at(r, heads=heads, mts=-(-n // block_m), causal=causal))
+    ``tile_order.varlen_tile_at``'s order (causal: groups of ``hg`` heads), CTA ``c`` taking
+    tiles ``c``, ``c + grid``, ...: the kernel's loop in Python."""
+    tiles = [(s, *varlen_tile_at(r, heads=heads, mts=-(-n // block_m), causal=causal, hg=hg))
              for s, n in enumerate(lengths_q) for r in range(heads * -(-n // block_m))]
     return [tiles[c::grid] for c in range(grid)]
 
 
 def busiest(lengths: Sequence[tuple[int, int]], rule: LoopBounds, *, heads: int,
-            grid: int) -> float:
+            grid: int, hg: int = 8) -> float:
     """The busiest CTA's work over the mean (each tile its KV blocks plus
     ``tile_order.TILE_OVERHEAD_BLOCKS``) when ``grid`` CTAs run the batch's tiles
     (:func:`scheduled`)."""
     load = [sum(rule.trips(m, *lengths[s]) + TILE_OVERHEAD_BLOCKS for s, _, m in cta)
             for cta in scheduled([q for q, _ in lengths], heads=heads, block_m=rule.block_m,
-                                 grid=grid, causal=rule.causal)]
+                                 grid=grid, causal=rule.causal, hg=hg)]
     return max(load) / (sum(load) / grid)
