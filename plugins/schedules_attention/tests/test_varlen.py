@@ -8,6 +8,9 @@ from __future__ import annotations
 import math
 import random
 import re
+import shutil
+import subprocess
+from itertools import accumulate
 
 import attrs
 import numpy as np
@@ -24,6 +27,7 @@ from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc
 from pipeline_core_schedules_attention.call import (HEAD_DIMS, AttentionArgumentError,
                                                     call_stages)
 from pipeline_core_schedules_attention.emit_attention import emit_attention, tile_bounds_exprs
+from pipeline_core_schedules_attention.emit_varlen import varlen_tile_loop
 from pipeline_core_schedules_attention.tile_order import busiest as fixed_busiest
 from pipeline_core_schedules_attention.tile_order import (choose, varlen_choose,
                                                           varlen_order_exprs, varlen_tile_at)
@@ -277,6 +281,64 @@ def test_the_varlen_kernels_build_without_spills(head_dim, causal, align, short,
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     assert "serialized" not in proc.stderr and "warning" not in proc.stderr.lower()
+
+
+_CPP = shutil.which("g++") or shutil.which("c++")
+
+
+def _run_tile_loop(tmp_path, lengths, *, heads, hg, grid, causal, align, bm=128, bn=128):
+    """The varlen kernel's tile loop as emitted (emit_varlen.varlen_tile_loop's counts, the
+    consumers' loop head and tile lines, the rule's C), built for the host with ``__ldg`` a
+    plain read and run for every CTA of ``grid``: (cta, seq, head, tile_m, Sq, Sk, q0, k0, KT,
+    FM) of each tile in each CTA's order."""
+    rule = VarlenBounds(causal=causal, block_m=bm, block_n=bn, align=align)
+    loop = varlen_tile_loop(causal, *tile_bounds_exprs(rule))
+    cu = [list(accumulate([0, *(n[i] for n in lengths)])) for i in (0, 1)]
+    src = "\n".join([
+        "#include <cstdio>", "#include <algorithm>", "using std::min; using std::max;",
+        "#define __ldg(p) (*(p))", "#define __restrict__", "struct Dim { unsigned x; };",
+        "int main() {",
+        f"const int cu_q_[] = {{{', '.join(map(str, cu[0]))}}}, "
+        f"cu_k_[] = {{{', '.join(map(str, cu[1]))}}};",
+        "const int *cu_q = cu_q_, *cu_k = cu_k_;",
+        f"const int B = {len(lengths)}, TQ = {cu[0][-1]}, TK = {cu[1][-1]}, H = {heads}, "
+        f"hg = {hg};",
+        f"constexpr int BM = {bm}, BN = {bn};", f"const Dim gridDim = {{{grid}u}};",
+        *loop.counts,
+        "for (unsigned cta = 0; cta < gridDim.x; ++cta) {", "const Dim blockIdx = {cta};",
+        *loop.consumers.head, *loop.consumers.tile,
+        'std::printf("%u %d %d %d %d %d %d %d %d %d\\n", cta, seq, bh % H, tile_m, Sq, Sk, q0, '
+        "k0, KT, FM);",
+        "}", "}", "}"])
+    (tmp_path / "loop.cpp").write_text(src)
+    build = subprocess.run([_CPP or "c++", "-std=c++17", "-o", str(tmp_path / "loop"),
+                            str(tmp_path / "loop.cpp")], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    out = subprocess.run([str(tmp_path / "loop")], capture_output=True, text=True, check=True)
+    return [tuple(map(int, line.split())) for line in out.stdout.splitlines()], rule, cu
+
+
+@pytest.mark.skipif(_CPP is None, reason="needs a host C++ compiler")
+@pytest.mark.parametrize("causal,align,hg", [(False, "top_left", 8), (True, "top_left", 2),
+                                             (True, "bottom_right", 8)])
+def test_the_emitted_tile_loop_runs_the_schedulers_tiles_with_the_rules_bounds(
+        tmp_path, causal, align, hg):
+    """The kernel's own C of the tile loop, run on the host: each CTA runs exactly
+    varlen_tiles.scheduled's tiles in its order, each from its sequence's first rows with the
+    rule's KT and FM of that sequence's lengths (the mixed batches of lengths 0, 1, 17, 128,
+    1000, 4096)."""
+    for lengths in BATCHES:
+        got, rule, cu = _run_tile_loop(tmp_path, lengths, heads=3, hg=hg, grid=7,
+                                       causal=causal, align=align)
+        want = []
+        for cta, tiles in enumerate(scheduled([q for q, _ in lengths], heads=3, block_m=128,
+                                              grid=7, causal=causal, hg=hg)):
+            for s, h, m in tiles:
+                sq, sk = lengths[s]
+                kt = rule.trips(m, sq, sk)
+                want.append((cta, s, h, m, sq, sk, cu[0][s], cu[1][s], kt,
+                             rule.first_masked(m, sq, sk)))
+        assert got == want
 
 
 class Fake:
