@@ -29,6 +29,9 @@ softmax leaves P_t in fp32 in S's own registers and the rescale step, which runs
 ``wait_group 0``, packs it into the 16-bit A operand (``pcat::PackP::later``), so no register an
 in-flight wgmma reads is ever written (ptxas would serialize the wgmmas otherwise).
 One consumer warp group owns 64 query rows (``block_m / consumers == 64``, ``pcat::ROWS``).
+
+``-p varlen`` (packed variable-length batches): the same programs and device code on the tile
+loop, loads, finish and signature of ``emit_varlen.py``, which says what differs.
 """
 from __future__ import annotations
 
@@ -46,14 +49,14 @@ from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode,
                                                ring_step_line, wgmma_header_source, wgmma_rs,
                                                wgmma_ss)
 
+from pipeline_core_schedules_attention.emit_varlen import (varlen_finish, varlen_header,
+                                                           varlen_tile_loop)
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
 from pipeline_core_schedules_attention.signature import (KERNEL_NAME, SIGNATURE,
                                                          VARLEN_SIGNATURE)
 from pipeline_core_schedules_attention.tile_order import order_exprs
 from pipeline_core_schedules_attention.tiles import LoopBounds, plan_bounds
-from pipeline_core_schedules_attention.emit_varlen import (varlen_finish, varlen_header,
-                                                           varlen_tile_loop)
 from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds
 
 EMITTER_NAME = "cuda-attention"
@@ -227,20 +230,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS",
         family=_family(g, variant.elem), tiles=tiles, emitter=EMITTER_NAME)
     device = pasted(__package__, "attention.cuh")
-    head = [
-        f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
-        f"{compiled.schedule_name} on target {compiled.target_name}.",
-        f"// O = softmax(Q.K^T * scale) . V per ({'sequence' if g.varlen else 'batch'}, "
-        f"head), {dtype} in and out, fp32 accumulate."]
-    if g.varlen:
-        return "\n".join([
-            *head, *varlen_header(g.head_dim, g.threads, g.smem_bytes, g.block_m),
-            header_source(), wgmma_header_source(), gemm_call_header_source(),
-            wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.head_dim, dtype), device,
-            f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
-            f"{KERNEL_NAME}({VARLEN_SIGNATURE.render()}) {{", body, "}", ""])
-    return "\n".join([
-        *head,
+    about = varlen_header(g.head_dim, g.threads, g.smem_bytes, g.block_m) if g.varlen else [
         f"// Q, K, V: rank-4 TMA tensor maps over (D = {g.head_dim}, S, H, B), the tensors' "
         "own strides (box 64 x rows,",
         "// 128-byte swizzle; a box past S reads zeros); query head h of batch b reads KV head "
@@ -252,11 +242,17 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         f"// shared memory {g.smem_bytes} bytes, any grid up to BH * ceil(Sq / {g.block_m}) "
         "CTAs (each runs output tiles",
         "// blockIdx.x, + gridDim.x, ...; causal, in the order hg and snake pick: "
-        "tile_order.py).",
+        "tile_order.py)."]
+    return "\n".join([
+        f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
+        f"{compiled.schedule_name} on target {compiled.target_name}.",
+        f"// O = softmax(Q.K^T * scale) . V per ({'sequence' if g.varlen else 'batch'}, "
+        f"head), {dtype} in and out, fp32 accumulate.", *about,
         header_source(), wgmma_header_source(), gemm_call_header_source(),
         wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.head_dim, dtype), device,
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
-        f"{KERNEL_NAME}({SIGNATURE.render()}) {{", body, "}", ""])
+        f"{KERNEL_NAME}({(VARLEN_SIGNATURE if g.varlen else SIGNATURE).render()}) {{", body,
+        "}", ""])
 
 
 def _family(g: AttentionGeometry, elem: str) -> AgentsFamily:
