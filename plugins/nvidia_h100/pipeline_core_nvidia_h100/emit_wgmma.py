@@ -44,7 +44,7 @@ from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES
                                                        GROUPED_K,
                                                        KERNEL_FAMILY, MAX_GROUPS, MN_CHUNK,
                                                        SCHEDULE_NAME,
-                                                       STORE_BUFFERS, WGMMA_M, GemmVariant,
+                                                       WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
 from pipeline_core_nvidia_h100.wgmma_sync import NAMED_BARRIERS
 
@@ -271,7 +271,7 @@ def _constants(g: WsGeometry) -> dict[str, int | str]:
             "CONSUMER_THREADS": 128 * g.consumers, "SPLIT_BAR": SPLIT_BARRIER,
             "ELEM": g.elem_bytes, "WGMMA_K": g.wgmma_k,
             "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK),
-            "SCOLS": g.variant.store_cols, "SBUF": STORE_BUFFERS,
+            "SCOLS": g.variant.store_cols, "SBUF": g.store_buffers,
             "A_MN": str(g.variant.a_major == "mn").lower(),
             "B_MN": str(g.variant.b_major == "mn").lower(),
             "SPLIT": str(g.variant.split_k).lower(), "CLUSTER": g.variant.cluster,

@@ -289,11 +289,26 @@ class WsGeometry:
         return self.a_bytes + self.b_bytes
 
     @property
+    def store_buffers(self) -> int:
+        """The TMA store's staging buffers per consumer: :data:`STORE_BUFFERS` (a sub-tile's
+        staging overlaps the last one's store), or one where a grouped kernel's groups' table
+        leaves two no room (128x256 at 4 stages: each sub-tile then waits for the last one's
+        store to have read its buffer)."""
+        if self.variant.batch in GROUPED and self.variant.store == "tma" and (
+                self.stages * self.stage_bytes + 2048 + self._staging(STORE_BUFFERS)
+                + GROUP_TABLE_BYTES > H100_SXM.smem_per_cta_optin):
+            return 1
+        return STORE_BUFFERS
+
+    def _staging(self, buffers: int) -> int:
+        return self.consumers * buffers * STORE_ROWS * SWIZZLE_BYTES
+
+    @property
     def staging_bytes(self) -> int:
         """The TMA-store epilogue's staging buffers, all consumers' (0 for the direct store)."""
         if self.variant.store != "tma":
             return 0
-        return self.consumers * STORE_BUFFERS * STORE_ROWS * SWIZZLE_BYTES
+        return self._staging(self.store_buffers)
 
     @property
     def smem_bytes(self) -> int:
@@ -407,12 +422,13 @@ class WsGeometry:
                 raise bad("store", "tma with -p split_k=true: the split-K tile is stored by its "
                                    "last CTA's direct epilogue; pass -p store=direct")
             cols = self.variant.store_cols
-            if self.bn % cols or self.wgmma_m_blocks * self.bn // cols % STORE_BUFFERS:
+            buffers = self.store_buffers
+            if self.bn % cols or self.wgmma_m_blocks * self.bn // cols % buffers:
                 raise bad("store", f"tma stores sub-tiles of 64 rows x {cols} "
-                                   f"{self.variant.out_dtype} columns through {STORE_BUFFERS} "
+                                   f"{self.variant.out_dtype} columns through {buffers} "
                                    f"buffers: a consumer's {self.consumer_rows} x {self.bn} "
-                                   f"tile must hold a multiple of {STORE_BUFFERS} of them (-p "
-                                   f"BN a multiple of {cols * STORE_BUFFERS}, or pass -p "
+                                   f"tile must hold a multiple of {buffers} of them (-p "
+                                   f"BN a multiple of {cols * buffers}, or pass -p "
                                    "store=direct)")
         if v.batch in GROUPED and self.smem_bytes + GROUP_TABLE_BYTES > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"{who}: -T stages: {self.stages} stages need {self.smem_bytes} "
@@ -568,7 +584,7 @@ class WarpSpecializedGemm:
         # the TMA-store epilogue (docs/guide/agents.md, "Bulk stores"): per consumer, sub-tiles
         # of STORE_ROWS rows x one 128-byte swizzled row each
         # (a grouped kernel's tile that crosses its group's end skips it: stored directly)
-        store = (StoreSpec(buffers=STORE_BUFFERS,
+        store = (StoreSpec(buffers=g.store_buffers,
                            subtiles=g.consumer_rows // STORE_ROWS * (g.bn // g.variant.store_cols),
                            subtile_bytes=STORE_ROWS * SWIZZLE_BYTES,
                            optional=g.variant.batch in GROUPED)
