@@ -64,7 +64,10 @@ def experts(g, k, n, dtype="bf16"):
 
 def test_2d_by_3d_is_one_grouped_launch_over_the_tokens():
     p = plan_grouped(t((16384, 4096)), experts(8, 4096, 14336), offs(8), sms=132)
-    assert p.variant == GemmVariant(tails=True, batch="grouped")  # bf16, both K-major, direct
+    # bf16, both K-major, stored by TMA where a tile lies inside its group (matmul_call keeps it
+    # only where the tile's shared memory takes the staging: plan_grouped_infos)
+    assert p.variant == GemmVariant(tails=True, batch="grouped", store="tma")
+    assert p.c is not None and (p.c.inner, p.c.outer, p.c.batch) == (14336, 16384, 1)
     assert (p.m, p.n, p.k, p.groups, p.out_shape, p.ldc) == (16384, 14336, 4096, 8,
                                                              (16384, 14336), 14336)
     assert (p.a.outer, p.a.batch) == (16384, 1)  # one 2-D map of the tokens
@@ -79,7 +82,7 @@ def test_2d_by_3d_is_one_grouped_launch_over_the_tokens():
 
 def test_3d_by_2d_groups_the_columns():
     p = plan_grouped(t((4, 300, 64)), t((64, 1000), (1, 64)), offs(4), sms=132)
-    assert p.variant == GemmVariant(tails=True, batch="grouped_n")
+    assert p.variant == GemmVariant(tails=True, batch="grouped_n", store="tma")
     assert (p.m, p.n, p.out_shape, p.ldc, p.groups) == (300, 1000, (300, 1000), 1000, 4)
     assert (p.a.batch, p.a.batch_stride, p.b.batch) == (4, 300 * 64, 1)
 
@@ -111,7 +114,8 @@ def test_scaled_grouped_takes_row_wise_scales_per_group():
     a8, b8 = t((500, 256), dtype="e4m3"), experts(4, 256, 512, "e4m3")
     sa, sb = t((500,), dtype="fp32"), t((4, 512), (520, 1), dtype="fp32")
     p = plan_grouped(a8, b8, offs(4), scales=(sa, sb), sms=132)
-    assert p.variant == GemmVariant(dtype="e4m3", tails=True, scale="row", batch="grouped")
+    assert p.variant == GemmVariant(dtype="e4m3", tails=True, scale="row", batch="grouped",
+                                    store="tma")
     assert (p.scale_group, p.k_pad, p.a.box_inner) == (520, 256, 128)
     # along N: scale_a is the grouped one
     q = plan_grouped(t((4, 300, 128), dtype="e4m3"), t((128, 900), (1, 128), dtype="e4m3"),
@@ -420,7 +424,8 @@ def test_the_weight_gradient_is_one_launch_of_every_groups_tiles():
     # dW = X^T dY over 8 experts of 16k tokens: a = X^T (M contiguous), b = dY (N contiguous)
     x, dy = (16384, 4096), (16384, 14336)
     p = plan_grouped(t((4096, 16384), (1, 4096)), t(dy), offs(8), sms=132)
-    assert p.variant == GemmVariant(tails=True, batch="grouped_k", a_major="mn", b_major="mn")
+    assert p.variant == GemmVariant(tails=True, batch="grouped_k", a_major="mn", b_major="mn",
+                                    store="tma")
     assert (p.m, p.n, p.k, p.groups, p.out_shape) == (4096, 14336, 16384, 8, (8, 4096, 14336))
     assert (p.ldc, p.c_batch, p.grid) == (14336, 4096 * 14336, 132)
     # the maps are the templates of the whole operands: the pre-pass moves them per group
@@ -724,3 +729,23 @@ def test_along_k_the_call_stores_every_group_through_one_3d_map():
     assert (p.c.inner, p.c.outer, p.c.stride, p.c.batch, p.c.batch_stride) == (
         14336, 4096, 14336, 8, 4096 * 14336)
     assert p.c.batch_stride == p.c_batch
+
+
+def test_the_benchmark_plans_every_case_with_each_store_and_times_each(monkeypatch):
+    bench = _bench(monkeypatch)
+    cases, fp8, k_cases = bench.draw_cases(120), bench.draw_fp8(24), bench.draw_k_cases(24)
+
+    def grouped(store):
+        monkeypatch.setattr(bench, "STORE", store)
+        return {(v.batch, v.store, c.stages, c.geometry(v).store_buffers)
+                for v, c in bench.dry_run(cases, fp8, k_cases) if v.grouped}
+    tma, s3, direct = grouped("tma"), grouped("tma-s3"), grouped("direct")
+    # --store tma: 128x256 along M / N at 4 stages through one buffer; tma-s3: 3 stages, two
+    assert ("grouped", "tma", 4, 1) in tma and ("grouped_n", "tma", 4, 1) in tma
+    assert ("grouped", "tma", 3, 2) in s3 and not any(b == 1 for *_, b in s3)
+    assert ("grouped_k", "tma", 4, 2) in tma & s3
+    assert {("grouped", "direct", 4, 2), ("grouped_k", "direct", 4, 2)} <= direct
+    timed = {(v.dtype, v.batch, v.store, c.stages) for v, c in bench.store_timing_keys()}
+    assert timed >= {("bf16", "grouped", "tma", 4), ("bf16", "grouped", "tma", 3),
+                     ("bf16", "grouped", "direct", 4), ("e4m3", "grouped", "tma", 3),
+                     ("bf16", "grouped_k", "tma", 4), ("bf16", "grouped_k", "direct", 4)}
