@@ -564,51 +564,64 @@ def along_k(torch, cases, timed=True):
 
 # --- timing ---------------------------------------------------------------------------------------
 
-def timing(torch, rounds=7, reps=20, fp8=True):
-    from pipeline_core_nvidia_h100 import grouped_mm, matmul_call, scaled_grouped_mm
-    summary = []
-    for name, experts, hidden, ffn, tokens in CONFIGS:
+def projections(torch, configs):
+    """Each MoE projection of ``configs``, the tensors made one projection at a time: (config,
+    experts, tokens, counts, offs, proj, K, N, a [tokens, K], w [experts, N, K]) bf16, the
+    tokens from the skewed router load; ``w.transpose(-2, -1)`` is b as a model holds it."""
+    for name, experts, hidden, ffn, tokens in configs:
         counts = skewed_counts(experts, tokens, seed=35)
         offs = torch.tensor(_ends(counts), dtype=torch.int32, device="cuda")
         for proj, k, n in (("up", hidden, ffn), ("down", ffn, hidden)):
-            a = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
-            w = torch.randn(experts, n, k, device="cuda").to(torch.bfloat16)
-            b = w.transpose(-2, -1)  # [G, K, N], K contiguous: a model's weights
-            impls = {"ours": lambda: grouped_mm(a, b, offs=offs),
-                     "torch._grouped_mm": lambda: torch._grouped_mm(a, b, offs=offs)}
-            kinds = [("bf16", impls)]
-            if fp8:
-                a8 = (a.float() * 0.5).to(torch.float8_e4m3fn)
-                b8 = (w.float() * 0.5).to(torch.float8_e4m3fn).transpose(-2, -1)
-                sa = torch.rand(tokens, device="cuda") + 0.5
-                sb = torch.rand(experts, n, device="cuda") + 0.5
-                kinds.append(("fp8 row-wise", {
-                    "ours": lambda: scaled_grouped_mm(a8, b8, sa, sb, offs=offs),
-                    "torch._scaled_grouped_mm": lambda: torch._scaled_grouped_mm(
-                        a8, b8, sa, sb, offs=offs, out_dtype=torch.bfloat16)}))
-            for what, fns in kinds:
-                peer = next(x for x in fns if x != "ours")
-                outs = {x: fn() for x, fn in fns.items()}
-                torch.cuda.synchronize()
-                agree = rel(torch, outs["ours"].float(), outs[peer].float())
-                del outs
-                per = interleaved(torch, fns, rounds, reps)
-                flop = 2.0 * tokens * k * n
-                plan = matmul_call._plan_grouped(a8 if what != "bf16" else a,
-                                                 b8 if what != "bf16" else b, offs, None, None,
-                                                 matmul_call.sm_count(0),
-                                                 (sa, sb) if what != "bf16" else None)
-                rec = {"kind": "timing", "config": name, "proj": proj, "what": what,
-                       "experts": experts, "tokens": tokens, "K": k, "N": n,
-                       "min_max_tokens": [min(counts), max(counts)], "rounds": rounds,
-                       "grid": plan.grid, "rel_diff_to_peer": agree}
-                for x in fns:
-                    med = statistics.median(per[x])
-                    rec[x] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
-                rec[f"ours/{peer}"] = ratios(per, "ours", peer)
-                emit(rec)
-                summary.append(rec)
-            del a, w, b
+            yield (name, experts, tokens, counts, offs, proj, k, n,
+                   torch.randn(tokens, k, device="cuda").to(torch.bfloat16),
+                   torch.randn(experts, n, k, device="cuda").to(torch.bfloat16))
+
+
+def fp8_operands(torch, a, w):
+    """a's and w's fp8 e4m3 operands (b K-major) and their row-wise scales."""
+    a8 = (a.float() * 0.5).to(torch.float8_e4m3fn)
+    b8 = (w.float() * 0.5).to(torch.float8_e4m3fn).transpose(-2, -1)
+    return (a8, b8, torch.rand(a.shape[0], device="cuda") + 0.5,
+            torch.rand(w.shape[0], w.shape[1], device="cuda") + 0.5)
+
+
+def timing(torch, rounds=7, reps=20, fp8=True):
+    from pipeline_core_nvidia_h100 import grouped_mm, matmul_call, scaled_grouped_mm
+    summary = []
+    for name, experts, tokens, counts, offs, proj, k, n, a, w in projections(torch, CONFIGS):
+        b = w.transpose(-2, -1)  # [G, K, N], K contiguous: a model's weights
+        impls = {"ours": lambda: grouped_mm(a, b, offs=offs),
+                 "torch._grouped_mm": lambda: torch._grouped_mm(a, b, offs=offs)}
+        kinds = [("bf16", impls)]
+        if fp8:
+            a8, b8, sa, sb = fp8_operands(torch, a, w)
+            kinds.append(("fp8 row-wise", {
+                "ours": lambda: scaled_grouped_mm(a8, b8, sa, sb, offs=offs),
+                "torch._scaled_grouped_mm": lambda: torch._scaled_grouped_mm(
+                    a8, b8, sa, sb, offs=offs, out_dtype=torch.bfloat16)}))
+        for what, fns in kinds:
+            peer = next(x for x in fns if x != "ours")
+            outs = {x: fn() for x, fn in fns.items()}
+            torch.cuda.synchronize()
+            agree = rel(torch, outs["ours"].float(), outs[peer].float())
+            del outs
+            per = interleaved(torch, fns, rounds, reps)
+            flop = 2.0 * tokens * k * n
+            plan = matmul_call._plan_grouped(a8 if what != "bf16" else a,
+                                             b8 if what != "bf16" else b, offs, None, None,
+                                             matmul_call.sm_count(0),
+                                             (sa, sb) if what != "bf16" else None)
+            rec = {"kind": "timing", "config": name, "proj": proj, "what": what,
+                   "experts": experts, "tokens": tokens, "K": k, "N": n,
+                   "min_max_tokens": [min(counts), max(counts)], "rounds": rounds,
+                   "grid": plan.grid, "rel_diff_to_peer": agree}
+            for x in fns:
+                med = statistics.median(per[x])
+                rec[x] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
+            rec[f"ours/{peer}"] = ratios(per, "ours", peer)
+            emit(rec)
+            summary.append(rec)
+        del a, w, b
     return summary
 
 
@@ -657,28 +670,20 @@ def store_timing(torch, rounds=7, reps=20):
     MoE projection of :data:`STORE_CONFIGS`, bf16 and fp8 row-wise, and Mixtral's dW along K,
     all in interleaved rounds; the kernels are built (prebuild) before the first row."""
     summary = []
-    for name, experts, hidden, ffn, tokens in STORE_CONFIGS:
-        counts = skewed_counts(experts, tokens, seed=35)
-        offs = torch.tensor(_ends(counts), dtype=torch.int32, device="cuda")
-        for proj, k, n in (("up", hidden, ffn), ("down", ffn, hidden)):
-            a = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
-            w = torch.randn(experts, n, k, device="cuda").to(torch.bfloat16)
-            b = w.transpose(-2, -1)
-            a8 = (a.float() * 0.5).to(torch.float8_e4m3fn)
-            b8 = (w.float() * 0.5).to(torch.float8_e4m3fn).transpose(-2, -1)
-            sa = torch.rand(tokens, device="cuda") + 0.5
-            sb = torch.rand(experts, n, device="cuda") + 0.5
-            rows = (("bf16", a, b, None, "torch._grouped_mm",
-                     lambda: torch._grouped_mm(a, b, offs=offs)),
-                    ("fp8 row-wise", a8, b8, (sa, sb), "torch._scaled_grouped_mm",
-                     lambda: torch._scaled_grouped_mm(a8, b8, sa, sb, offs=offs,
-                                                      out_dtype=torch.bfloat16)))
-            for what, x, y, scales, peer, theirs in rows:
-                fns = {**_store_fns(torch, x, y, offs, scales), peer: theirs}
-                summary.append(_store_row(torch, fns, rounds, reps, 2.0 * tokens * k * n, {
-                    "kind": "store-timing", "config": name, "proj": proj, "what": what,
-                    "experts": experts, "tokens": tokens, "K": k, "N": n, "rounds": rounds}))
-            del a, w, b, a8, b8
+    for name, experts, tokens, _, offs, proj, k, n, a, w in projections(torch, STORE_CONFIGS):
+        b = w.transpose(-2, -1)
+        a8, b8, sa, sb = fp8_operands(torch, a, w)
+        rows = (("bf16", a, b, None, "torch._grouped_mm",
+                 lambda: torch._grouped_mm(a, b, offs=offs)),
+                ("fp8 row-wise", a8, b8, (sa, sb), "torch._scaled_grouped_mm",
+                 lambda: torch._scaled_grouped_mm(a8, b8, sa, sb, offs=offs,
+                                                  out_dtype=torch.bfloat16)))
+        for what, x, y, scales, peer, theirs in rows:
+            fns = {**_store_fns(torch, x, y, offs, scales), peer: theirs}
+            summary.append(_store_row(torch, fns, rounds, reps, 2.0 * tokens * k * n, {
+                "kind": "store-timing", "config": name, "proj": proj, "what": what,
+                "experts": experts, "tokens": tokens, "K": k, "N": n, "rounds": rounds}))
+        del a, w, b, a8, b8
     hidden, ffn, counts = 4096, 14336, k_timing_counts()
     tokens = sum(counts)
     offs = torch.tensor(_ends(counts), dtype=torch.int32, device="cuda")

@@ -749,3 +749,21 @@ def test_the_benchmark_plans_every_case_with_each_store_and_times_each(monkeypat
     assert timed >= {("bf16", "grouped", "tma", 4), ("bf16", "grouped", "tma", 3),
                      ("bf16", "grouped", "direct", 4), ("e4m3", "grouped", "tma", 3),
                      ("bf16", "grouped_k", "tma", 4), ("bf16", "grouped_k", "direct", 4)}
+
+
+def test_the_document_says_the_grouped_store_is_optional_and_validates(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    import json
+
+    from pipeline_core.json_output import load_schema
+
+    out = tmp_path / "gst.json"
+    res = run_cli(["compile", "warpspecialized-gemm", "-p", "batch=grouped", "-p", "store=tma",
+                   "-p", "BM=64", "-p", "consumers=1", "--format", "json", "-o", str(out)])
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, load_schema("schedule"))
+    assert doc["agents"]["store"]["optional"] is True
+    text = run_cli(["compile", "warpspecialized-gemm", "-p", "batch=grouped", "-p", "store=tma",
+                    "-p", "BM=64", "-p", "consumers=1"])
+    assert "an output tile may skip its 4 staged sub-tiles" in text.stdout
