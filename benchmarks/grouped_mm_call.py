@@ -4,7 +4,7 @@
   python3 benchmarks/grouped_mm_call.py --dry-run      # the cases drawn and planned, no GPU
   python3 benchmarks/grouped_mm_call.py --along-k      # only 2-D x 2-D (about a minute)
   python3 benchmarks/grouped_mm_call.py --store tma --skip-timing   # every case by TMA store
-  python3 benchmarks/grouped_mm_call.py --store-timing # store=tma / direct / torch, interleaved
+  python3 benchmarks/grouped_mm_call.py --store-timing # tma / tma-s3 / direct / torch
 
 1. Correctness (METHOD.md), fresh random inputs each case, NaN-poisoned outputs, an fp32
    reference per group: CASES random grouped GEMMs (G from 1 to 128; uneven token counts with
@@ -28,12 +28,13 @@
    (M = hidden 4096, N = FFN 14336, 8 experts over 16k tokens).  ``--along-k`` runs only these
    and ends with one PASS / FAIL line.
 4. The epilogue's store (``--store``, docs/guide/matmul.md, "Grouped GEMM"): ``call`` launches
-   what grouped_mm picks (the TMA store where the tile's shared memory takes its staging beside
-   the groups' table), ``tma`` the TMA store everywhere (at 3 ring stages where 4 leave it no
-   room: 128x256 along M / N), ``direct`` the direct store; every correctness case and
-   ``--sanitize`` launch that store.  ``--store-timing`` times store=tma against store=direct
-   and torch's grouped kernels on the MoE configurations (Mixtral, DeepSeek-64, Qwen3-30B up and
-   down, bf16 and fp8 row-wise; Mixtral's dW along K), interleaved rounds, one process.
+   what grouped_mm picks (the TMA store where two staging buffers fit beside the groups' table,
+   else direct), ``tma`` the TMA store at the call's tile and stages (one buffer per consumer
+   where two do not fit: 128x256 along M / N at 4 stages), ``tma-s3`` the same with 3 ring
+   stages there (two buffers), ``direct`` the direct store; every correctness case and
+   ``--sanitize`` launch that store.  ``--store-timing`` times tma, tma-s3 and direct against
+   torch's grouped kernels on every MoE configuration above, up and down, bf16 and fp8
+   row-wise, and Mixtral's dW along K, in interleaved rounds, one process.
 Every result is one JSON line on stdout (and in --out/results.jsonl); a table closes the output.
 """
 from __future__ import annotations
@@ -667,10 +668,11 @@ def _store_row(torch, fns, rounds, reps, flop, rec):
 
 def store_timing(torch, rounds=7, reps=20):
     """The stores (:data:`TIMED_STORES`) against torch's grouped kernels (--store-timing): each
-    MoE projection of :data:`STORE_CONFIGS`, bf16 and fp8 row-wise, and Mixtral's dW along K,
+    MoE projection of :data:`CONFIGS` (DeepSeek-256's 64-row tiles take two buffers at 4
+    stages: there tma-s3 is tma, and the call's default), bf16 and fp8 row-wise, and Mixtral's dW along K,
     all in interleaved rounds; the kernels are built (prebuild) before the first row."""
     summary = []
-    for name, experts, tokens, _, offs, proj, k, n, a, w in projections(torch, STORE_CONFIGS):
+    for name, experts, tokens, _, offs, proj, k, n, a, w in projections(torch, CONFIGS):
         b = w.transpose(-2, -1)
         a8, b8, sa, sb = fp8_operands(torch, a, w)
         rows = (("bf16", a, b, None, "torch._grouped_mm",
@@ -779,16 +781,11 @@ def timing_plans(sms=132, store="call", configs=CONFIGS):
     return found
 
 
-#: the configurations --store-timing times (DeepSeek-256 aside: 64-row tiles, whose staging
-#: fits at 4 stages, so the call already takes the TMA store there)
-STORE_CONFIGS = tuple(c for c in CONFIGS if c[0] != "deepseek-256")
-
-
 def store_timing_keys(sms=132):
     """The (variant, candidate) pairs --store-timing builds: each projection and the along-K
-    row, by TMA store and directly."""
+    row with each of :data:`TIMED_STORES`."""
     return {(p.variant, c) for store in TIMED_STORES
-            for p, c in [*timing_plans(sms, store, STORE_CONFIGS), k_timing_choice(sms, store)]}
+            for p, c in [*timing_plans(sms, store, CONFIGS), k_timing_choice(sms, store)]}
 
 
 def dry_run(cases, fp8, k_cases=()):
@@ -856,9 +853,10 @@ def main(argv=None) -> int:
                          "compute-sanitizer racecheck / synccheck)")
     ap.add_argument("--store", choices=STORES, default="call",
                     help="the epilogue's store every correctness case launches: the call's "
-                         "choice, tma everywhere (3 stages where 4 leave no room), or direct")
+                         "choice, tma everywhere (one buffer where two do not fit), tma-s3 "
+                         "(3 stages there, two buffers), or direct")
     ap.add_argument("--store-timing", action="store_true",
-                    help="only store=tma vs store=direct vs torch on the MoE configurations "
+                    help="only tma / tma-s3 / direct vs torch on the MoE configurations "
                          "(with --prebuild-only: build those kernels)")
     args = ap.parse_args(argv)
     global STORE
