@@ -825,6 +825,14 @@ def dry_run(cases, fp8, k_cases=()):
     return variants
 
 
+def write_out(out):
+    """Every result line so far into ``out``/results.jsonl (``--out``; None: nowhere)."""
+    if out:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in LINES))
+
+
 def sanitize_keys(sms=132):
     """The (variant, candidate) pairs the --sanitize cases build with :data:`STORE`."""
     return ({(p.variant, c) for p, c in map(lambda x: plan_without_torch(x, sms), SANITIZE)}
@@ -871,6 +879,7 @@ def main(argv=None) -> int:
         prebuild(torch, store_timing_keys(torch.cuda.get_device_properties(0)
                                           .multi_processor_count))
         store_timing(torch)
+        write_out(args.out)
         return 0
     if args.sanitize:
         if args.prebuild_only:
@@ -911,10 +920,7 @@ def main(argv=None) -> int:
     summary = [] if args.skip_timing else timing(torch, fp8=not args.no_fp8)
     if not args.skip_timing:
         summary.append(along_k_timing(torch))
-    if args.out:
-        folder = Path(args.out)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in LINES))
+    write_out(args.out)
     print("\n".join(map(_table_row, summary)))
     print(f"correctness failures: {failures} of {len(cases) + len(fp8) + len(k_cases)}")
     return 1 if failures else 0
