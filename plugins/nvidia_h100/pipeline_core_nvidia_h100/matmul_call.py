@@ -596,10 +596,13 @@ def _plan_grouped(a: Any, b: Any, offs: Any, bias: Any, out_dtype: Any, sms: int
 
 #: Whether a grouped call along M / N takes the TMA store where its staging fits one buffer per
 #: consumer only beside the groups' table (128x256 at 4 stages: ``WsGeometry.store_buffers``),
-#: each sub-tile then waiting for the last one's store to have read its buffer.  Off until the
-#: H200 measures it against the direct store (benchmarks/grouped_mm_call.py --store-timing); the
-#: TMA store with two buffers, along K and on 64-row tiles, is the call's default.
-ONE_BUFFER_STORE = False
+#: each sub-tile then waiting for the last one's store to have read its buffer.  On: the H200
+#: (benchmarks/grouped_mm_call.py --store-timing, one process, 7 rounds; median per-round
+#: ratio over the direct store) ran it 1.06-1.35x on the MoE rows it serves (Mixtral,
+#: DeepSeek-64, Qwen3-30B, up and down, bf16 and fp8 row-wise), and ahead of 3 stages with two
+#: buffers (``tma-s3``) on all but Qwen3 down fp8 (0.99); the TMA store with two buffers, along
+#: K and on 64-row tiles, is the call's default too.
+ONE_BUFFER_STORE = True
 
 
 def plan_grouped_infos(a: TensorInfo, b: TensorInfo, offs: TensorInfo | None,
