@@ -631,6 +631,10 @@ def _build(ctx: Any) -> WarpSpecializedGemm:
         raise ProgramError(f"schedule {SCHEDULE_NAME}: -p release_lag: {lag} must be below the "
                            f"ring depth (-T stages={geometry.stages}): a consumer holding "
                            f"{lag} stages leaves the producer none to fill")
+    if geometry.variant.stream_k and lag > 1:
+        raise ProgramError(f"schedule {SCHEDULE_NAME}: -p release_lag: {lag} with -p "
+                           "stream_k=true: a stream-K unit may visit a single K tile, and a "
+                           f"consumer keeping {lag} stages needs {lag}; pass -p release_lag=1")
     return WarpSpecializedGemm(target, geometry, lag)
 
 
