@@ -178,3 +178,33 @@ def test_stream_k_with_split_k_is_refused_in_one_line():
     res = run_cli(["check", "warpspecialized-gemm", "-p", "stream_k=true", "-p", "split_k=true"])
     assert res.exit_code != 0
     assert "-p stream_k: true and -p split_k=true don't combine" in res.stderr
+
+
+def _info(rows: int, cols: int, dtype: str = "bf16"):
+    from pipeline_core_nvidia_h100.gemm_call import TensorInfo
+    return TensorInfo(shape=(rows, cols), strides=(cols, 1), dtype=dtype, ptr=0)
+
+
+def test_the_call_plans_stream_k_where_the_decomposition_asks_for_it():
+    """2000x5000x3000 (rows off the 128-byte line: 128x256 tiles, 320 of them on 132 SMs):
+    the decomposition asks for stream-K, the plan shares the last 56 tiles, stores directly,
+    and the kernel takes the workspace, the counters and the shared tiles' count."""
+    from pipeline_core_nvidia_h100 import decompose
+    from pipeline_core_nvidia_h100.gemm_call import Tuning, plan_call
+    from pipeline_core_nvidia_h100.gemm_signature import gemm_signature
+    from pipeline_core_nvidia_h100.matmul_call import plan_infos
+
+    a, b = _info(2000, 3000), _info(3000, 5000)
+    c = decompose.for_plan(plan_call(a, b, sms=132), 132)
+    assert c.stream_k and (c.bm, c.bn) == (128, 256)
+    plan = plan_infos(a, b, None, "gelu", None, None, 132, c=c)
+    assert (plan.sk_tiles, plan.grid, plan.splits) == (56, 132, 1)
+    assert plan.variant.stream_k and plan.variant.store == "direct"
+    assert gemm_signature(plan.variant).names[-3:] == ("ws", "counters", "sk_tiles")
+    # not asked, or switched off: the data-parallel plan with the TMA store
+    for p in (plan_call(a, b, sms=132), plan_infos(a, b, None, "gelu", None, None, 132,
+                                                   tuning=Tuning(stream_k=False), c=c)):
+        assert p.sk_tiles == 0 and not p.variant.stream_k and p.variant.store == "tma"
+    # waves that divide evenly share nothing, even when asked
+    even = plan_call(_info(4224, 4096), _info(4096, 1024), sms=132, stream_k=True)  # 33 x 4
+    assert even.sk_tiles == 0 and not even.variant.stream_k
