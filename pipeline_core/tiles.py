@@ -99,6 +99,14 @@ class TripSample:
         return (self.full,) * len(self.trips)
 
 
+def _ranges(items: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    return tuple((int(b), int(e)) for b, e in items)
+
+
+def _orders(items: Iterable[Iterable[int]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(o) for o in items)
+
+
 @attrs.frozen(kw_only=True)
 class Fixup:
     """One output tile of a trip rule's sample problem as its cross-CTA reduction hands it over
@@ -113,9 +121,9 @@ class Fixup:
 
     where: str  #: the problem and tile in words (a finding names it)
     k_tiles: int
-    parts: tuple[tuple[int, int], ...] = attrs.field(converter=tuple)
+    parts: tuple[tuple[int, int], ...] = attrs.field(converter=_ranges)
     arrivals: int
-    orders: tuple[tuple[int, ...], ...] = attrs.field(converter=tuple)
+    orders: tuple[tuple[int, ...], ...] = attrs.field(converter=_orders)
 
 
 class TripRule(Protocol[Problem]):

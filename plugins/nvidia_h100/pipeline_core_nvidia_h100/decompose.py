@@ -120,24 +120,26 @@ def small_m(m: int) -> Candidate:
     return Candidate(bm=128, bn=64, stages=5, consumers=1)
 
 
-def for_plan(plan: CallPlan, sms: int) -> Candidate:
+def for_plan(plan: CallPlan, sms: int, stream_k: bool = True) -> Candidate:
     """:func:`choose` for a call's plan (planned with the default tile): its shape, variant,
-    batch and whether its operands' rows are off the 128-byte line."""
+    batch and whether its operands' rows are off the 128-byte line (``stream_k``: as
+    choose's)."""
     return choose(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch,
-                  rows_off_line((plan.a, plan.b), DTYPE_BYTES[plan.variant.dtype]))
+                  rows_off_line((plan.a, plan.b), DTYPE_BYTES[plan.variant.dtype]), stream_k)
 
 
 def choose(m: int, n: int, k: int, variant: GemmVariant, sms: int,
-           batch: int = 1, off_line: bool = False) -> Candidate:
+           batch: int = 1, off_line: bool = False, stream_k: bool = True) -> Candidate:
     """The candidate the untuned call launches for an [m, n, k] product (``batch`` of them on
     one grid z), with split-K on where its tiles leave over half the ``sms`` idle and the
     variant may split (a batched kernel does not), stream-K where the wave model takes it
     (:func:`wave_pick`) and the variant may share tiles; ``sms`` 0 (not known): the 128x256
-    tile.  ``off_line``: an operand's rows are off the 128-byte line (:func:`wave_pick`)."""
+    tile.  ``off_line``: an operand's rows are off the 128-byte line (:func:`wave_pick`);
+    ``stream_k`` False (``Tuning.stream_k`` off): the wave model without stream-K."""
     if sms <= 0:
         return Candidate()
     k_tiles = max(1, math.ceil(k / k_tile(variant.dtype)))
-    shares = batch == 1 and variant.batch == "none"
+    shares = stream_k and batch == 1 and variant.batch == "none"
     c = (small_m(m) if m <= SMALL_M else
          wave_pick(m, n, batch, sms, off_line, k_tiles if shares else 0))
     if not (takes(c, variant) or takes(c, direct_store(variant))):
