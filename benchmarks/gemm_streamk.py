@@ -33,7 +33,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
-from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
+from bench_timing import interleaved, ratios, warm_and_check  # noqa: E402  (beside this script)
 
 
 class Case(NamedTuple):
@@ -280,13 +280,8 @@ def timing(torch: Any, anchors: str, rounds: int = 5, reps: int = 20) -> list[di
                  for name, (p, cand) in plans.items()}
         impls["cublas"] = lambda: cublas(a, bt, c)
         ref = a.float() @ bt.float().T
-        for name, fn in impls.items():  # warm-up and a check of each
-            c.fill_(float("nan"))
-            fn()
-            torch.cuda.synchronize()
-            err = float((c.float() - ref).norm() / ref.norm())
-            if not err < TOL["bf16"]:
-                emit({"kind": "timing-check", "shape": [m, n, k], "impl": name, "rel_err": err})
+        for name, err in warm_and_check(torch, impls, c, ref, TOL["bf16"]):  # (and builds)
+            emit({"kind": "timing-check", "shape": [m, n, k], "impl": name, "rel_err": err})
         del ref
         per = interleaved(torch, impls, rounds, reps)
         flop = 2.0 * m * n * k

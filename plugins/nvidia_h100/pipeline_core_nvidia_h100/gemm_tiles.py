@@ -31,13 +31,9 @@ class RasterTrips(UniformTrips):
 
 
 @attrs.frozen(kw_only=True)
-class GroupKTrips:
-    """grouped_mm's 2-D x 2-D (``-p batch=grouped_k``; the groups split K): problem
-    ``(M, N, ks)``, ``ks`` each group's K extent; every group has the same ``block_m x block_n``
-    output tiles, group by group, and each of group g's visits ``ceil(ks[g] / block_k)`` K tiles
-    (0 for an empty group: its tiles store zeros).  Not uniform, so the proof also runs output
-    tiles of different counts back to back (empty, short, longer than the ring).  No K tile is
-    masked: a group's tail is zero-filled by TMA through the group's own tensor map."""
+class _VaryingTrips:
+    """What the GEMM's rules whose output tiles differ in count share: the tile's blocks, and
+    not uniform (the proof also runs output tiles of different counts back to back)."""
 
     block_m: int
     block_n: int
@@ -46,6 +42,16 @@ class GroupKTrips:
     @property
     def uniform(self) -> bool:
         return False
+
+
+@attrs.frozen(kw_only=True)
+class GroupKTrips(_VaryingTrips):
+    """grouped_mm's 2-D x 2-D (``-p batch=grouped_k``; the groups split K): problem
+    ``(M, N, ks)``, ``ks`` each group's K extent; every group has the same ``block_m x block_n``
+    output tiles, group by group, and each of group g's visits ``ceil(ks[g] / block_k)`` K tiles
+    (0 for an empty group: its tiles store zeros).  Not uniform, so the proof also runs output
+    tiles of different counts back to back (empty, short, longer than the ring).  No K tile is
+    masked: a group's tail is zero-filled by TMA through the group's own tensor map."""
 
     def trip_counts(self, problem: tuple[int, int, tuple[int, ...]]) -> tuple[int, ...]:
         m, n, ks = problem
@@ -89,7 +95,7 @@ def stream_k_tiles(tiles: int, k_tiles: int, ctas: int) -> int:
 
 
 @attrs.frozen(kw_only=True)
-class StreamKTrips:
+class StreamKTrips(_VaryingTrips):
     """The GEMM's stream-K trip rule (``-p stream_k=true``; docs/guide/matmul.md, "Stream-K"),
     problem :data:`StreamKProblem`: the persistent grid's ``G`` CTAs share the last ``S``
     output tiles of the raster by K tiles, then run the other ``D = tiles - S`` whole (CTA c:
@@ -102,14 +108,6 @@ class StreamKTrips:
     ``2c`` (the CTA's first tile) or ``2c + 1`` (its last) and the tile's last arriver adds the
     slices in K order (:meth:`fixup_order`) before its epilogue.  Not uniform: units of
     different K-tile counts run back to back."""
-
-    block_m: int
-    block_n: int
-    block_k: int
-
-    @property
-    def uniform(self) -> bool:
-        return False
 
     @staticmethod
     def cta_range(p: StreamKProblem, cta: int) -> tuple[int, int]:

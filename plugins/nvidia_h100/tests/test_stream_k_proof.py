@@ -111,27 +111,21 @@ def test_a_fixup_order_broken_is_refused(sk, cls, kind, words):
     assert kind in hazards(c) and words in messages(c)
 
 
-class _Overlap(StreamKTrips):
-    """Each CTA's range starts one K tile early: it overlaps the previous CTA's."""
-
-    @staticmethod
-    def cta_range(p, cta):
-        begin, end = StreamKTrips.cta_range(p, cta)
-        return max(0, begin - 1), end
-
-
-class _Gap(StreamKTrips):
-    """Each CTA's range stops one K tile short: a K tile between two CTAs is nobody's."""
-
-    @staticmethod
-    def cta_range(p, cta):
-        begin, end = StreamKTrips.cta_range(p, cta)
-        return begin, max(begin, end - 1)
+def _ranges_moved(begin_by: int, end_by: int) -> type:
+    """The rule with each CTA's range moved: its begin by ``begin_by`` K tiles (-1: it
+    overlaps the previous CTA's), its end by ``end_by`` (-1: a K tile between two CTAs is
+    nobody's)."""
+    class Moved(StreamKTrips):
+        @staticmethod
+        def cta_range(p, cta):
+            begin, end = StreamKTrips.cta_range(p, cta)
+            return max(0, begin + begin_by), max(begin, end + end_by)
+    return Moved
 
 
 @pytest.mark.parametrize("cls, kind, words", [
-    (_Overlap, H.DUPLICATE_PRODUCT, "in two CTAs' ranges"),
-    (_Gap, H.MISSING_PRODUCT, "in no CTA's range")])
+    (_ranges_moved(-1, 0), H.DUPLICATE_PRODUCT, "in two CTAs' ranges"),
+    (_ranges_moved(0, -1), H.MISSING_PRODUCT, "in no CTA's range")])
 def test_a_range_overlapping_or_leaving_a_gap_is_refused(sk, cls, kind, words):
     c = proven(sk, _rule(sk, cls))
     assert kind in hazards(c) and words in messages(c)
