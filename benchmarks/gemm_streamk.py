@@ -83,13 +83,16 @@ CASES = (
     Case(2000, 2000, 2000, "bf16", "mn", None, None, "gelu", sms=40),
     Case(1000, 4096, 4096, "e4m3", "k", "bf16", None, None, sms=11, scale="row"),
     Case(2000, 5000, 3072, "e4m3", "k", "bf16", "bf16", None, sms=132, scale="tensor"),
-    Case(513, 1027, 640, "e4m3", "k", "fp32", "fp32", None, sms=7, scale="row"),
+    Case(513, 1027, 640, "e4m3", "k", "fp16", "fp32", None, sms=7, scale="row"),
     Case(999, 999, 999, "bf16", "mn", "bf16", "bf16", "silu", sms=9),
     Case(1500, 700, 2500, "fp16", "k", None, None, None, sms=10),
     Case(256, 8192, 1024, "bf16", "k", "fp32", "bf16", "gelu", sms=20),
 )
 #: the timed shapes (issue 35's that do not fill the machine), all bf16 with B stored [N, K]
 TIMED = ((2000, 5000, 3000), (512, 28672, 4096), (4000, 4000, 4000), (3000, 14336, 4096))
+#: shapes ``matmul`` itself runs with stream-K (its decomposition's pick on 132 SMs): a
+#: [M, K] @ b [K, N] row-major, bf16 bias, the activation
+PUBLIC = ((2000, 5000, 3000, "gelu"), (512, 28672, 4096, None))
 #: small cases with tails for compute-sanitizer (few CTAs: every tile of the last wave shared)
 SANITIZE = (Case(257, 300, 190, "bf16", "mn", None, "bf16", "relu", sms=4),
             Case(130, 520, 333, "fp16", "k", "fp32", None, "gelu", sms=4),
@@ -162,7 +165,13 @@ def prebuild(torch: Any, sanitize: bool = False) -> None:
     from gemm_build import prebuild as build
     keys = {(p.variant, c) for p, c in map(_forced, SANITIZE if sanitize else CASES)}
     if not sanitize:
+        from gemm_build import kernel_key
+        from pipeline_core_nvidia_h100.gemm_call import TensorInfo
         keys |= {(p.variant, c) for m, n, k in TIMED for p, c in _timed_plans(m, n, k).values()}
+        keys |= {kernel_key(TensorInfo(shape=(m, k), strides=(k, 1), dtype="bf16", ptr=4096),
+                            TensorInfo(shape=(k, n), strides=(n, 1), dtype="bf16", ptr=4096),
+                            bias=TensorInfo(shape=(n,), strides=(1,), dtype="bf16"),
+                            activation=act) for m, n, k, act in PUBLIC}
     build(torch, keys, emit)
 
 
@@ -258,6 +267,31 @@ def correctness(torch: Any, cases: tuple[Case, ...]) -> tuple[int, int, int]:
     return failures, shared, unequal
 
 
+def public_calls(torch: Any) -> int:
+    """``matmul`` itself on shapes whose decomposition takes stream-K (the device's SMs): the
+    call plans it, allocates its workspace and matches the reference; the failures."""
+    from pipeline_core_nvidia_h100 import matmul
+    failures = 0
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for m, n, k, act in PUBLIC:
+        a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+        b = torch.randn(k, n, device="cuda").to(torch.bfloat16)
+        bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+        plans = _timed_plans(m, n, k, sms)
+        got = matmul(a, b, bias=bias, activation=act)
+        again = matmul(a, b, bias=bias, activation=act)
+        torch.cuda.synchronize()
+        c = Case(m, n, k, act=act, bias="bf16")
+        ref = _reference(torch, c, a, b, bias, None)
+        err = float((got.float() - ref).norm() / ref.norm())
+        ok = err <= TOL["bf16"] and bool(torch.equal(got, again))
+        failures += not ok
+        emit({"kind": "public-call", "shape": [m, n, k], "pick": plans["pick"][1].describe(),
+              "rel_err": round(err, 6), "bitwise_repeat": bool(torch.equal(got, again)),
+              "ok": ok})
+    return failures
+
+
 def _cublas(torch: Any, anchors: str) -> Any:
     """cuBLAS: the anchors' peer (C = A . B^T, B stored [N, K]) or torch.matmul."""
     if Path(anchors).is_file():
@@ -320,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     prebuild(torch, args.sanitize)
     cases = SANITIZE if args.sanitize else CASES
     failures, shared, unequal = correctness(torch, cases)
+    if not args.sanitize:
+        failures += public_calls(torch)
     summary = [] if args.sanitize or args.skip_timing else timing(torch, args.anchors)
     if args.out:
         Path(args.out).write_text("".join(json.dumps(x) + "\n" for x in LINES))

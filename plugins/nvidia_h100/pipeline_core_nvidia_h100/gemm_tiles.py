@@ -9,6 +9,7 @@ output tile's K tiles: the rule counts the tile's.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import attrs
@@ -130,11 +131,6 @@ class StreamKTrips(_VaryingTrips):
         out += [(t, 0, kt) for t in range(cta, tiles - sk, ctas)]
         return out
 
-    def parts(self, p: StreamKProblem, tile: int) -> list[tuple[int, int, int]]:
-        """The CTAs covering ``tile``, each ``(cta, first K tile, end)`` in CTA order."""
-        return [(c, k0, k0 + n) for c in range(p[2]) for t, k0, n in self.units(p, c)
-                if t == tile]
-
     def fixup_order(self, p: StreamKProblem, tile: int, last: int) -> list[int]:
         """The CTAs whose slices the fixup of stream-K tile ``tile`` adds, in order, when CTA
         ``last`` arrives last: the device's loop, ``first .. last CTA`` of the tile's K range,
@@ -151,18 +147,8 @@ class StreamKTrips(_VaryingTrips):
 
     def fixups(self) -> Iterable[Fixup]:
         """Every tile of :data:`STREAM_K_SAMPLES` as the kernel hands it over (the core proves
-        the ranges, counts and orders: ``agents.prove_fixup``)."""
-        for p in STREAM_K_SAMPLES:
-            for tile in range(p[0]):
-                parts = self.parts(p, tile)
-                ctas = [c for c, _, _ in parts]
-                orders = [[ctas.index(c) if c in ctas else len(ctas)
-                           for c in self.fixup_order(p, tile, last)] for last in ctas]
-                yield Fixup(where=f"tile {tile} of {p[0]} ({p[1]} K tiles, {p[2]} CTAs, "
-                                  f"{p[3]} stream-K)",
-                            k_tiles=p[1], parts=[(k0, k1) for _, k0, k1 in parts],
-                            arrivals=self.arrivals(p, tile),
-                            orders=orders if len(parts) > 1 else ())
+        the ranges, counts and orders: ``agents.prove_fixup``); computed once per rule."""
+        return _fixups(self)
 
     def trip_counts(self, problem: StreamKProblem) -> tuple[int, ...]:
         """Each work unit's K tiles, CTA by CTA."""
@@ -182,3 +168,25 @@ class StreamKTrips(_VaryingTrips):
     def document(self) -> dict[str, object]:
         return {"block_m": self.block_m, "block_n": self.block_n, "block_k": self.block_k,
                 "decomposition": "stream-K: the last partial wave shared by K tiles"}
+
+
+@functools.cache
+def _fixups(rule: StreamKTrips) -> tuple[Fixup, ...]:
+    """:meth:`StreamKTrips.fixups`: each sample's units grouped by tile, each tile's CTAs (in
+    CTA order) with their ranges, its count and, per CTA arriving last, the fixup's order."""
+    out = []
+    for p in STREAM_K_SAMPLES:
+        parts: dict[int, list[tuple[int, int, int]]] = {}
+        for c in range(p[2]):
+            for tile, k0, n in rule.units(p, c):
+                parts.setdefault(tile, []).append((c, k0, k0 + n))
+        for tile in range(p[0]):
+            ctas = [c for c, _, _ in parts.get(tile, [])]
+            orders = [[ctas.index(c) if c in ctas else len(ctas)
+                       for c in rule.fixup_order(p, tile, last)] for last in ctas]
+            out.append(Fixup(where=f"tile {tile} of {p[0]} ({p[1]} K tiles, {p[2]} CTAs, "
+                                   f"{p[3]} stream-K)",
+                             k_tiles=p[1], parts=[(k0, k1) for _, k0, k1 in parts.get(tile, [])],
+                             arrivals=rule.arrivals(p, tile),
+                             orders=orders if len(ctas) > 1 else ()))
+    return tuple(out)
