@@ -202,3 +202,14 @@ def test_the_call_plans_stream_k_where_the_decomposition_asks_for_it():
     # waves that divide evenly share nothing, even when asked
     even = plan_call(_info(4224, 4096), _info(4096, 1024), sms=132, stream_k=True)  # 33 x 4
     assert even.sk_tiles == 0 and not even.variant.stream_k
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["-p", "release_lag=2"], "-p release_lag: 2 with -p stream_k=true: a stream-K unit may "
+                              "visit a single K tile"),
+    (["-p", "store=tma"], "-p stream_k: true and -p store=tma don't combine"),
+    (["-p", "cluster=2"], "-p stream_k: true and -p cluster=2 don't combine")])
+def test_what_stream_k_cannot_take_is_refused_in_one_line(extra, words):
+    res = run_cli(["check", "warpspecialized-gemm", "-p", "stream_k=true", *extra])
+    assert res.exit_code != 0 and words in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
