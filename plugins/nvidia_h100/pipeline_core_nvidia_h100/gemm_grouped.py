@@ -195,8 +195,10 @@ def plan_grouped(a: TensorInfo, b: TensorInfo, offs: TensorInfo | None, *,
     step = TMA_ALIGN // ELEM[out_dtype]
     ldc = _cdiv(n, step) * step  # torch's output: rows padded to 16 bytes
     # the TMA store through C's 2-D map where a consumer's rows of a tile lie inside its group,
-    # the direct store where they cross its end (chosen per tile on the device)
-    c_map = store_map(m, n, ldc, out_dtype, tile) if tuning.tma_store and read else None
+    # the direct store where they cross its end (chosen per tile on the device); groups along N
+    # store directly (their TMA store failed its first GPU run: warpspecialized's refusal)
+    c_map = (store_map(m, n, ldc, out_dtype, tile) if tuning.tma_store and read and not along_n
+             else None)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
                           out_dtype=out_dtype, tails=True, scale=scale,
                           batch="grouped_n" if along_n else "grouped",

@@ -82,7 +82,8 @@ def test_2d_by_3d_is_one_grouped_launch_over_the_tokens():
 
 def test_3d_by_2d_groups_the_columns():
     p = plan_grouped(t((4, 300, 64)), t((64, 1000), (1, 64)), offs(4), sms=132)
-    assert p.variant == GemmVariant(tails=True, batch="grouped_n", store="tma")
+    # directly: groups along N do not take the TMA store (warpspecialized refuses it)
+    assert p.variant == GemmVariant(tails=True, batch="grouped_n")
     assert (p.m, p.n, p.out_shape, p.ldc, p.groups) == (300, 1000, (300, 1000), 1000, 4)
     assert (p.a.batch, p.a.batch_stride, p.b.batch) == (4, 300 * 64, 1)
 
@@ -581,9 +582,9 @@ STORE_VARIANTS = {
     "bf16 grouped 64x256": (GemmVariant(tails=True, batch="grouped", store="tma"), ONE),
     "bf16 grouped one buffer": (GemmVariant(tails=True, batch="grouped", store="tma"),
                                 Candidate()),
-    "e4m3 grouped_n row-scaled s3": (GemmVariant(dtype="e4m3", tails=True, scale="row",
-                                                 batch="grouped_n", store="tma"),
-                                     Candidate(stages=3)),
+    "e4m3 grouped row-scaled s3": (GemmVariant(dtype="e4m3", tails=True, scale="row",
+                                               batch="grouped", store="tma"),
+                                   Candidate(stages=3)),
     "fp16 grouped b mn fp32 out 64x256": (GemmVariant(dtype="fp16", b_major="mn",
                                                       out_dtype="fp32", tails=True,
                                                       batch="grouped", store="tma"), ONE),
@@ -662,8 +663,10 @@ def test_the_grouped_tma_store_chooses_per_tile_between_tma_and_the_clipped_dire
         < kernel.index("// pc:section drain")
     assert "SBUF = 2;" in kernel and "pcgc::bulk_wait_read<1>();" in kernel
     assert ", STORE_PARAMS" not in kernel and "const __grid_constant__" in kernel.split("tmC")[0]
-    along_n = emit_wgmma(_store_compiled("e4m3 grouped_n row-scaled s3"))
-    assert "if (col0 + BN <= n_end || n_end == n) {" in along_n
+    with pytest.raises(ProgramError, match="tma with -p batch=grouped_n: groups along N store "
+                                           "directly"):
+        compile_named("warpspecialized-gemm", target="h100", params=schedule_params(
+            GemmVariant(dtype="e4m3", tails=True, scale="row", batch="grouped_n", store="tma")))
     one = emit_wgmma(_store_compiled("bf16 grouped one buffer"))
     assert "SBUF = 1;" in one and "pcgc::bulk_wait_read<0>();" in one
 
@@ -685,7 +688,7 @@ def test_the_emitter_refuses_a_per_tile_choice_the_plan_did_not_prove():
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("label", ["bf16 grouped one buffer", "e4m3 grouped_n row-scaled s3",
+@pytest.mark.parametrize("label", ["bf16 grouped one buffer", "e4m3 grouped row-scaled s3",
                                    "along k"])
 def test_the_grouped_store_kernels_build_without_spills_and_store_by_tma(label, tmp_path):
     proc, cubin = compile_cubin(emit_wgmma(_store_compiled(label)), tmp_path, "gstore")
@@ -742,7 +745,8 @@ def test_the_benchmark_plans_every_case_with_each_store_and_times_each(monkeypat
                 for v, c in bench.dry_run(cases, fp8, k_cases) if v.grouped}
     tma, s3, direct = grouped("tma"), grouped("tma-s3"), grouped("direct")
     # --store tma: 128x256 along M / N at 4 stages through one buffer; tma-s3: 3 stages, two
-    assert ("grouped", "tma", 4, 1) in tma and ("grouped_n", "tma", 4, 1) in tma
+    assert ("grouped", "tma", 4, 1) in tma and not any(
+        b == "grouped_n" and st == "tma" for b, st, *_ in tma)
     assert ("grouped", "tma", 3, 2) in s3 and not any(b == 1 for *_, b in s3)
     assert ("grouped_k", "tma", 4, 2) in tma & s3
     assert {("grouped", "direct", 4, 2), ("grouped_k", "direct", 4, 2)} <= direct
