@@ -47,23 +47,29 @@ class TileOrder:
 
 
 def order_exprs(causal: bool, *, head: str = "bh", block: str = "tile_m", heads: str = "BH",
-                blocks: str = "MT") -> tuple[str, ...]:
+                blocks: str = "MT", tile: str = "tile", snake: bool = True,
+                base: str = "") -> tuple[str, ...]:
     """C declarators ``p = ...``, ``bh = ...``, ``tile_m = ...`` of persistent tile index
     ``tile`` (of the kernel's ``tile, MT, BH, TILES``, ``gridDim.x`` and, causal, its ``hg``
-    and ``snake`` arguments), the same for the producer and the consumers.  The backward
-    names its own (``head`` and ``block`` declared over ``heads`` x ``blocks``): its block
-    ``blocks - 1 - tile_m`` is then the heaviest-first rank, a KV block's (tile costs reversed
-    for :func:`choose`)."""
+    and ``snake`` arguments), the same for the producer and the consumers.  The one map of
+    every attention kernel's order, named for each: the backward declares ``head`` and ``block``
+    over ``heads`` x ``blocks`` (its block ``blocks - 1 - tile_m`` is then the heaviest-first
+    rank, a KV block's: tile costs reversed for :func:`choose`); the packed varlen kernel orders
+    the tiles ``tile`` of one sequence, with no snake (``snake`` False: no ``p``) and its
+    heads after the sequence's first (``base``)."""
+    at = f"{base} + " if base else ""
     if not causal:
-        return f"{head} = tile / {blocks}", f"{block} = tile % {blocks}"
+        return f"{head} = {at}{tile} / {blocks}", f"{block} = {tile} % {blocks}"
     g = "(int)gridDim.x"
-    rnd, lane = f"(tile / {g})", f"(tile % {g})"
+    rnd, lane = f"({tile} / {g})", f"({tile} % {g})"
     p = (f"p = (snake && ({rnd} & 1) && ({rnd} + 1) * {g} <= TILES) ? "
-         f"{rnd} * {g} + {g} - 1 - {lane} : tile")
-    first = f"(p / ({blocks} * hg)) * hg"  # the group's first head
+         f"{rnd} * {g} + {g} - 1 - {lane} : {tile}")
+    index = "p" if snake else tile
+    first = f"({index} / ({blocks} * hg)) * hg"  # the group's first head
     # the last group may be short
-    n, r = f"min(hg, {heads} - {first})", f"(p % ({blocks} * hg))"
-    return p, f"{head} = {first} + {r} % {n}", f"{block} = {blocks} - 1 - {r} / {n}"
+    n, r = f"min(hg, {heads} - {first})", f"({index} % ({blocks} * hg))"
+    return (*((p,) if snake else ()), f"{head} = {at}{first} + {r} % {n}",
+            f"{block} = {blocks} - 1 - {r} / {n}")
 
 
 def _causal_map(t: Any, *, bh: int, mt: int, grid: int, order: TileOrder, where: Any,
@@ -117,25 +123,21 @@ def varlen_order_exprs(causal: bool) -> tuple[str, ...]:
     ``bh = ...``, ``tile_m = ...`` of tile ``r`` of sequence ``seq`` (its ``MTS`` query blocks
     per head, ``H`` heads; the kernel's ``hg``), the batch's tiles running sequence by sequence.
     Not causal, head-major (a head's query blocks back to back, its K and V read once); causal,
-    the fixed-length causal order within the sequence: groups of ``hg`` heads side by side, each
-    group's query blocks heaviest first (:func:`varlen_choose` picks ``hg``)."""
-    if not causal:
-        return "bh = seq * H + r / MTS", "tile_m = r % MTS"
-    first = "(r / (MTS * hg)) * hg"  # the group's first head
-    heads, rr = f"min(hg, H - {first})", "(r % (MTS * hg))"  # the last group may be short
-    return f"bh = seq * H + {first} + {rr} % {heads}", f"tile_m = MTS - 1 - {rr} / {heads}"
+    the fixed-length causal order within the sequence (:func:`order_exprs` with no snake):
+    groups of ``hg`` heads side by side, each group's query blocks heaviest first
+    (:func:`varlen_choose` picks ``hg``)."""
+    return order_exprs(causal, heads="H", blocks="MTS", tile="r", snake=False, base="seq * H")
 
 
 def varlen_tile_at(r: Any, *, heads: int, mts: int, causal: bool, hg: int = 8,
                    minimum: Any = min) -> tuple[Any, Any]:
     """(head, query block) of tile ``r`` (an int, or a numpy array of them with ``minimum``
     numpy's) of a sequence of ``mts`` query blocks per head: :func:`varlen_order_exprs` in
-    Python."""
+    Python (:func:`tile_at`'s map with no snake)."""
     if not causal:
         return r // mts, r % mts
-    first = (r // (mts * hg)) * hg
-    size, rr = minimum(hg, heads - first), r % (mts * hg)
-    return first + rr % size, mts - 1 - rr // size
+    return _causal_map(r, bh=heads, mt=mts, grid=1, order=TileOrder(hg=hg, snake=False),
+                       where=None, minimum=minimum)
 
 
 def varlen_choose(trips: Sequence[int], *, heads: int, batch: int, grid: int,
