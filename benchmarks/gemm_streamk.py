@@ -181,12 +181,16 @@ def _tensors(torch: Any, c: Case) -> tuple[Any, Any, Any, Any]:
     half = torch.float16 if c.dtype == "fp16" else torch.bfloat16
 
     def make(info: Any) -> Any:
+        # cast the padded store whole, then take the view: a cast of the view would be a
+        # compact copy (torch's preserve_format keeps the strides of dense tensors only), whose
+        # row stride k (n) is not the plan's padded one, and the kernel would read its rows
+        # at the wrong stride, past its end (the first H200 run's 11 failures)
         rows, cols = info.shape
         if info.strides[0] == 1:  # [K, N] K-major: the transpose of [N, K] padded
-            store = torch.randn(cols, info.strides[1], device="cuda")[:, :rows]
-            return _cast(torch, store, c.dtype, half).T
-        store = torch.randn(rows, info.strides[0], device="cuda")[:, :cols]
-        return _cast(torch, store, c.dtype, half)
+            store = torch.randn(cols, info.strides[1], device="cuda")
+            return _cast(torch, store, c.dtype, half)[:, :rows].T
+        store = torch.randn(rows, info.strides[0], device="cuda")
+        return _cast(torch, store, c.dtype, half)[:, :cols]
     bias = None
     if bias_i is not None:
         bias = torch.randn(c.n, device="cuda").to({"bf16": torch.bfloat16, "fp16": torch.float16,
@@ -195,7 +199,12 @@ def _tensors(torch: Any, c: Case) -> tuple[Any, Any, Any, Any]:
     if scales_i is not None:
         scales = (torch.rand(scales_i[0].shape, device="cuda") + 0.5,
                   torch.rand(scales_i[1].shape, device="cuda") + 0.5)
-    return make(a_i), make(b_i), bias, scales
+    a, b = make(a_i), make(b_i)
+    for name, t, info in (("a", a, a_i), ("b", b, b_i)):
+        if tuple(t.stride()) != info.strides:
+            raise RuntimeError(f"case {c}: operand {name} has strides {tuple(t.stride())}, its "
+                               f"plan reads {info.strides}: lay it out as _infos describes")
+    return a, b, bias, scales
 
 
 def _cast(torch: Any, x: Any, dtype: str, half: Any) -> Any:
