@@ -21,7 +21,11 @@ correctness, sanitizer shapes, timing.
    128, S 1k / 4k / 16k, causal or not; interleaved rounds, CUDA-event medians, per-round
    ratios; TFLOPS count 2.5x the forward's flops (half the square causal).
 ``--prebuild-only``: every variant's cubin built into PIPELINE_CORE_CACHE_DIR with nvcc, no GPU
-and no torch needed (then the GPU run loads them).  Every result is also one JSON line in
+and no torch needed (then the GPU run loads them).
+``--variants 'base;stages=3;block_m=128,stages=3' --head-dims 64``: schedule variants of the
+main kernel (``-p`` parameters, ``stages`` the rings' ``-T stages``) beside the call's own, each
+checked on the configurations of those head dims, then timed against each other and the peers
+in the same interleaved rounds (the tuning harness: which variant the call should compile).  Every result is also one JSON line in
 ``--out`` (default: none).
 """
 from __future__ import annotations
@@ -120,7 +124,8 @@ def flash_errors(torch, q, k, v, do, scale, causal, refs):
     return [rel(torch, g, r, gradient_scale(torch, refs)) for g, r in zip(grads, refs)]
 
 
-def run(torch, bwd, b, hq, hkv, sq, sk, d, dtype, causal, check=True) -> dict:
+def run(torch, bwd, b, hq, hkv, sq, sk, d, dtype, causal, check=True,
+        deterministic=False) -> dict:
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     q = torch.randn(b, hq, sq, d, device="cuda", dtype=dt)
     k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dt)
@@ -139,7 +144,7 @@ def run(torch, bwd, b, hq, hkv, sq, sk, d, dtype, causal, check=True) -> dict:
     poison = [torch.full(k.shape, float("nan"), device="cuda", dtype=dt) for _ in range(2)]
     del poison  # the call's dK and dV reuse these freed NaN blocks
     dk, dv = bwd.attention_bwd_main(q, k, v, do, lse_pad, delta_pad, dq_accum,
-                                    causal=causal, scale=scale)
+                                    causal=causal, scale=scale, deterministic=deterministic)
     torch.cuda.synchronize()
     rec = {"kind": "correct", "B": b, "Hq": hq, "Hkv": hkv, "Sq": sq, "Sk": sk, "D": d,
            "dtype": dtype, "causal": causal}
@@ -204,11 +209,46 @@ def sanitize(torch, bwd) -> int:
     return failures
 
 
-def timing(torch, bwd, rounds: int) -> None:
+class Variant:
+    """A schedule variant of the main kernel: its own call layer (kernels and recipes), built
+    from the call's parameters with ``params`` over them and ``stages`` rings.  ``use()``
+    points the module's call at it: the build reads ``call_params`` and ``CALL_STAGES`` when it
+    compiles, the launch reads ``CALL``."""
+
+    def __init__(self, bwd, spec: str) -> None:
+        from pipeline_core_nvidia_h100.kit_api import HostCall
+
+        self.bwd, self.name = bwd, spec
+        pairs = dict(kv.split("=") for kv in spec.split(",") if kv and kv != "base")
+        self.stages = int(pairs.pop("stages", bwd.CALL_STAGES))
+        #: det=1: the call's deterministic kernel (timed with deterministic=True)
+        self.deterministic = pairs.pop("det", "0") == "1"
+        #: order=heads_inner: the output tiles' earlier order (heads innermost: hg = every KV
+        #: head, no snake), for an A/B against the call's choice (bwd_call._order)
+        self.order = pairs.pop("order", "call")
+        self.params = pairs
+        self.call = HostCall(schedule=bwd.NAME, plugins=bwd.CALL.plugins, build=bwd._build,
+                             pack=bwd._arguments)
+
+    def use(self) -> None:
+        bwd, extra = self.bwd, self.params
+        bwd.CALL, bwd.CALL_STAGES = self.call, self.stages
+        bwd.call_params = lambda *a, **k: {**CALL_PARAMS(*a, **k), **extra}
+        if self.order == "heads_inner":
+            from pipeline_core_schedules_attention.tile_order import TileOrder
+            bwd._order = lambda r, built, grid, np: TileOrder(hg=r.plan.bhk)
+        else:
+            bwd._order = ORDER
+
+
+CALL_PARAMS = ORDER = None  # the module's own call_params and _order, before any variant
+
+
+def timing(torch, bwd, rounds: int, variants=(), head_dims=(64, 128)) -> None:
     from bench_timing import interleaved, ratios
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    for d in (64, 128):
+    for d in head_dims:
         for s in (1024, 4096, 16384):
             for causal in (False, True):
                 b, h = TOKENS // s, HIDDEN // d
@@ -222,6 +262,11 @@ def timing(torch, bwd, rounds: int) -> None:
                                        device="cuda")
                 impls = {"ours": lambda: bwd.attention_bwd_main(q, k, v, do, lse, delta, dq_accum,
                                                                 causal=causal, scale=scale)}
+                if variants:
+                    impls = {f"ours:{vr.name}": (lambda vr=vr: (vr.use(), bwd.attention_bwd_main(
+                        q, k, v, do, lse, delta, dq_accum, causal=causal, scale=scale,
+                        deterministic=vr.deterministic)))
+                        for vr in variants}
                 for name, backend in (("sdpa-flash", SDPBackend.FLASH_ATTENTION),
                                       ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION)):
                     qq, kk, vv = (t.clone().requires_grad_(True) for t in (q, k, v))
@@ -234,17 +279,19 @@ def timing(torch, bwd, rounds: int) -> None:
                         continue
                     impls[name] = (lambda o=o, qq=qq, kk=kk, vv=vv:
                                    torch.autograd.grad(o, (qq, kk, vv), do, retain_graph=True))
+                first = next(iter(impls))
                 per = interleaved(torch, impls, rounds)
                 flop = 2.5 * 4 * b * h * s * s * d * (0.5 if causal else 1.0)
                 med = {n: sorted(t)[len(t) // 2] for n, t in per.items()}
                 rec = {"kind": "time", "D": d, "S": s, "B": b, "H": h, "causal": causal,
                        "ms": med, "tflops": {n: round(flop / m / 1e9, 1) for n, m in med.items()},
-                       **{f"ours/{p}": ratios(per, "ours", p) for p in per if p != "ours"}}
+                       **{f"{o}/{p}": ratios(per, o, p) for o in per if o.startswith("ours")
+                          for p in per if p != o and (p == first or not p.startswith("ours"))}}
                 emit(rec)
                 print(f"TIME D={d} S={s} causal={causal} "
                       + " ".join(f"{n}={rec['tflops'][n]}TF" for n in med)
-                      + " " + " ".join(f"ours/{p}={rec[f'ours/{p}']}" for p in per
-                                      if p != "ours"), flush=True)
+                      + " " + " ".join(f"{n}={rec[n]}" for n in rec if "/" in n
+                                       and n.startswith("ours")), flush=True)
 
 
 def main() -> int:
@@ -254,8 +301,18 @@ def main() -> int:
     ap.add_argument("--time", action="store_true")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--variants", default="",
+                    help="';'-separated schedule variants, each 'base' or k=v,k=v (-p "
+                         "parameters; stages: the rings' depth)")
+    ap.add_argument("--head-dims", default="64,128")
     a = ap.parse_args()
     from pipeline_core_schedules_attention import bwd_call as bwd
+    global CALL_PARAMS, ORDER
+    CALL_PARAMS, ORDER = bwd.call_params, bwd._order
+    head_dims = tuple(int(x) for x in a.head_dims.split(","))
+    variants = [Variant(bwd, spec) for spec in a.variants.split(";") if spec]
+    if variants:
+        return run_variants(bwd, variants, head_dims, a)
     if a.prebuild_only:
         paths = bwd.prebuild()
         print(f"SUMMARY prebuild: {len(paths)} cubins in {Path(paths[0]).parent}", flush=True)
@@ -265,6 +322,40 @@ def main() -> int:
     failures = sanitize(torch, bwd) if a.sanitize else correctness(torch, bwd)
     if a.time:
         timing(torch, bwd, a.rounds)
+    if a.out:
+        a.out.write_text("".join(json.dumps(r, default=str) + "\n" for r in OUT))
+    return 1 if failures else 0
+
+
+def run_variants(bwd, variants, head_dims, a) -> int:
+    """Each variant prebuilt, or checked on the configurations of ``head_dims`` and then all
+    timed in the same rounds."""
+    if a.prebuild_only:
+        for vr in variants:
+            vr.use()
+            paths = bwd.prebuild(tuple(v for v in (bwd.DETERMINISTIC_VARIANTS if vr.deterministic
+                                                   else bwd.VARIANTS) if v[0] in head_dims))
+            print(f"SUMMARY prebuild {vr.name}: {len(paths)} cubins", flush=True)
+        return 0
+    import torch  # type: ignore[import-not-found]
+    torch.manual_seed(36)
+    failures = 0
+    for vr in variants:
+        vr.use()
+        for case in configs():
+            if case[5] not in head_dims:
+                continue
+            try:
+                rec = run(torch, bwd, *case, deterministic=vr.deterministic)
+            except Exception as e:
+                rec = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
+            failures += not rec["ok"]
+            emit({"variant": vr.name, "case": repr(case), **rec})
+            if not rec["ok"]:
+                print(f"FAIL {vr.name} {case} {rec.get('err') or rec.get('error')}", flush=True)
+        print(f"SUMMARY variant {vr.name}: {failures} failures so far", flush=True)
+    if a.time and not failures:
+        timing(torch, bwd, a.rounds, variants, head_dims)
     if a.out:
         a.out.write_text("".join(json.dumps(r, default=str) + "\n" for r in OUT))
     return 1 if failures else 0

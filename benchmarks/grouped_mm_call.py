@@ -3,6 +3,8 @@
   python3 benchmarks/grouped_mm_call.py [--cases 120] [--fp8-cases 24] [--out DIR]
   python3 benchmarks/grouped_mm_call.py --dry-run      # the cases drawn and planned, no GPU
   python3 benchmarks/grouped_mm_call.py --along-k      # only 2-D x 2-D (about a minute)
+  python3 benchmarks/grouped_mm_call.py --store tma --skip-timing   # every case by TMA store
+  python3 benchmarks/grouped_mm_call.py --store-timing # tma / tma-s3 / direct / torch
 
 1. Correctness (METHOD.md), fresh random inputs each case, NaN-poisoned outputs, an fp32
    reference per group: CASES random grouped GEMMs (G from 1 to 128; uneven token counts with
@@ -25,6 +27,14 @@
    zeros, every element written), beside torch._grouped_mm; one timing row, Mixtral-like
    (M = hidden 4096, N = FFN 14336, 8 experts over 16k tokens).  ``--along-k`` runs only these
    and ends with one PASS / FAIL line.
+4. The epilogue's store (``--store``, docs/guide/matmul.md, "Grouped GEMM"): ``call`` launches
+   what grouped_mm picks (the TMA store where two staging buffers fit beside the groups' table,
+   else direct), ``tma`` the TMA store at the call's tile and stages (one buffer per consumer
+   where two do not fit: 128x256 along M / N at 4 stages), ``tma-s3`` the same with 3 ring
+   stages there (two buffers), ``direct`` the direct store; every correctness case and
+   ``--sanitize`` launch that store.  ``--store-timing`` times tma, tma-s3 and direct against
+   torch's grouped kernels on every MoE configuration above, up and down, bf16 and fp8
+   row-wise, and Mixtral's dW along K, in interleaved rounds, one process.
 Every result is one JSON line on stdout (and in --out/results.jsonl); a table closes the output.
 """
 from __future__ import annotations
@@ -54,6 +64,9 @@ CONFIGS = (("mixtral", 8, 4096, 14336, 16384), ("deepseek-64", 64, 7168, 2048, 3
            ("deepseek-256", 256, 7168, 2048, 32768), ("qwen3-30b", 128, 2048, 768, 65536))
 
 LINES: list[dict] = []
+#: the epilogue's store every correctness launch takes (``--store``; :func:`store_choice`)
+STORES = ("call", "tma", "tma-s3", "direct")
+STORE = "call"
 
 
 def emit(record: dict) -> None:
@@ -87,7 +100,9 @@ def draw_cases(n, seed=3501):
 #: directions of the groups
 SANITIZE = (("2d3d", 3, (130, 0, 7), 72, 200, "bf16", "bf16", True),
             ("2d3d", 2, (1, 257), 64, 24, "fp16", "fp32", False),
-            ("3d2d", 3, (8, 0, 136), 64, 96, "bf16", "bf16", True))
+            ("3d2d", 3, (8, 0, 136), 64, 96, "bf16", "bf16", True),
+            # 128-row tiles (over 256 rows a group): tiles inside a group, tiles crossing its end
+            ("2d3d", 3, (700, 0, 150), 64, 264, "bf16", "bf16", True))
 SANITIZE_FP8 = (("2d3d", 3, (100, 0, 129), 128, 128),)
 #: groups along K: a sub-tile group, an empty one, one over two K tiles; tails in M and N
 SANITIZE_K = ((3, (8, 0, 136), 72, 200, "bf16", "bf16", True, True),
@@ -171,19 +186,64 @@ def reference(torch, a, b, offs_list, kind):
     return ref
 
 
-def launch_into(torch, a, b, offs, out, out_dtype, scales=None):
-    """The call's own plan, recipe and launch, into ``out`` (NaN-poisoned by the caller): what
-    grouped_mm runs, without its allocation."""
+def store_choice(a, b, offs, out_dtype, scales, sms, store):
+    """(plan, candidate) of a launch with the epilogue's ``store`` (:data:`STORES`), on tensor
+    descriptions: ``call`` grouped_mm's own (matmul_call.plan_grouped_infos); ``direct`` its
+    tile storing directly; ``tma`` the TMA store at the call's tile and stages (one staging
+    buffer per consumer where two leave no room beside the groups' table: 128x256 along M / N
+    at 4 stages); ``tma-s3`` the same but 3 ring stages where 4 take one buffer, so two fit."""
+    import attrs
+    from pipeline_core_nvidia_h100 import matmul_call as mc
+    from pipeline_core_nvidia_h100.warpspecialized import STORE_BUFFERS
+    c = _candidate(a, b)
+    tuning = attrs.evolve(mc.TUNING, tma_store=False) if store == "direct" else mc.TUNING
+    plan = mc.plan_grouped_infos(a, b, offs, None, out_dtype, sms, scales, c, tuning,
+                                 one_buffer=store != "call")
+    if store == "tma-s3" and plan.variant.store == "tma" \
+            and c.geometry(plan.variant).store_buffers < STORE_BUFFERS:
+        c = attrs.evolve(c, stages=3)
+        plan = mc.plan_grouped_infos(a, b, offs, None, out_dtype, sms, scales, c, tuning)
+    return plan, c
+
+
+def _recipe_for(torch, a, b, offs, out_dtype, scales, store):
+    """The recipe of a launch with ``store`` on these tensors (:func:`store_choice`)."""
     from pipeline_core_nvidia_h100 import matmul_call as mc
     device = torch.cuda.current_device()
     stream = torch.cuda.current_stream().cuda_stream
-    plan = mc._plan_grouped(a, b, offs, None, out_dtype, mc.sm_count(device), scales)
-    r = mc._recipe(a, b, None, None, out_dtype, None, plan, device, stream,
-                   mc._grouped_candidate(a, b), scales)
+    infos = None if scales is None else (mc._info(scales[0], "scale_a"),
+                                         mc._info(scales[1], "scale_b"))
+    plan, c = store_choice(mc._info(a, "a"), mc._info(b, "b"),
+                           None if offs is None else mc._info(offs, "offs"),
+                           mc._dtype_name(out_dtype), infos, mc.sm_count(device), store)
+    return mc._recipe(a, b, None, None, out_dtype, None, plan, device, stream, c, scales)
+
+
+def _launch(r, a, b, offs, out, scales):
+    from pipeline_core_nvidia_h100 import matmul_call as mc
     more = () if scales is None else scales
     mc.CALL.launch(r, (r, a.data_ptr(), b.data_ptr(), out.data_ptr(), offs.data_ptr(),
                        *(x.data_ptr() for x in more)), (a, b, None, out, *more, offs))
-    return plan
+
+
+def launch_into(torch, a, b, offs, out, out_dtype, scales=None, store=None):
+    """The plan, recipe and launch with ``store`` (None: :data:`STORE`) into ``out``
+    (NaN-poisoned by the caller): what grouped_mm runs, without its allocation."""
+    r = _recipe_for(torch, a, b, offs, out_dtype, scales, store or STORE)
+    _launch(r, a, b, offs, out, scales)
+    return r.plan
+
+
+def launcher(torch, a, b, offs, out_dtype, scales, store):
+    """A call of grouped_mm's launch with ``store``, its output allocated as the call's."""
+    from pipeline_core_nvidia_h100 import matmul_call as mc
+    r = _recipe_for(torch, a, b, offs, out_dtype, scales, store)
+
+    def run():
+        out = mc._grouped_out(torch, a, r.plan)
+        _launch(r, a, b, offs, out, scales)
+        return out
+    return run
 
 
 # --- correctness ----------------------------------------------------------------------------------
@@ -457,28 +517,33 @@ def along_k_timing(torch, rounds=5, reps=10):
 
 def k_plan_without_torch(case, sms=132):
     """An along-K case's plan from its shapes alone (the tensors k_case_tensors makes)."""
-    from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped
+    return k_choice(case, sms)[0]
+
+
+def k_choice(case, sms=132, store=None):
+    """An along-K case's (plan, candidate) with ``store`` (None: :data:`STORE`)."""
     g, sizes, m, n, dt, out_name, a_mn, b_mn = case
     total = sum(sizes) + 8
     a = _info((m, total), (1, m) if a_mn else (total, 1), dt)
     b = _info((total, n), (n, 1) if b_mn else (1, total), dt)
-    return plan_grouped(a, b, _info((g,), (1,), "int32"), out_dtype=out_name, sms=sms)
+    return store_choice(a, b, _info((g,), (1,), "int32"), out_name, None, sms, store or STORE)
 
 
-def k_timing_plan(sms=132):
-    from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped
+def k_timing_plan(sms=132, store=None):
+    return k_timing_choice(sms, store)[0]
+
+
+def k_timing_choice(sms=132, store=None):
     tokens = sum(k_timing_counts())
-    return plan_grouped(_info((4096, tokens), (1, 4096), "bf16"),
+    return store_choice(_info((4096, tokens), (1, 4096), "bf16"),
                         _info((tokens, 14336), (14336, 1), "bf16"), _info((8,), (1,), "int32"),
-                        sms=sms)
+                        None, None, sms, store or STORE)
 
 
 def k_keys(cases, sms=132):
-    """The (variant, candidate) pairs the along-K cases and timing row build (the default
-    tile: matmul_call._grouped_candidate gives 2-D x 2-D no other)."""
-    from pipeline_core_nvidia_h100.autotune import Candidate
-    return {(p.variant, Candidate()) for p in [*(k_plan_without_torch(c, sms) for c in cases),
-                                                k_timing_plan(sms)]}
+    """The (variant, candidate) pairs the along-K cases and timing row build."""
+    return {(p.variant, c) for p, c in [*(k_choice(x, sms) for x in cases),
+                                         k_timing_choice(sms)]}
 
 
 def along_k(torch, cases, timed=True):
@@ -500,52 +565,149 @@ def along_k(torch, cases, timed=True):
 
 # --- timing ---------------------------------------------------------------------------------------
 
-def timing(torch, rounds=7, reps=20, fp8=True):
-    from pipeline_core_nvidia_h100 import grouped_mm, matmul_call, scaled_grouped_mm
-    summary = []
-    for name, experts, hidden, ffn, tokens in CONFIGS:
+def projections(torch, configs):
+    """Each MoE projection of ``configs``, the tensors made one projection at a time: (config,
+    experts, tokens, counts, offs, proj, K, N, a [tokens, K], w [experts, N, K]) bf16, the
+    tokens from the skewed router load; ``w.transpose(-2, -1)`` is b as a model holds it."""
+    for name, experts, hidden, ffn, tokens in configs:
         counts = skewed_counts(experts, tokens, seed=35)
         offs = torch.tensor(_ends(counts), dtype=torch.int32, device="cuda")
         for proj, k, n in (("up", hidden, ffn), ("down", ffn, hidden)):
-            a = torch.randn(tokens, k, device="cuda").to(torch.bfloat16)
-            w = torch.randn(experts, n, k, device="cuda").to(torch.bfloat16)
-            b = w.transpose(-2, -1)  # [G, K, N], K contiguous: a model's weights
-            impls = {"ours": lambda: grouped_mm(a, b, offs=offs),
-                     "torch._grouped_mm": lambda: torch._grouped_mm(a, b, offs=offs)}
-            kinds = [("bf16", impls)]
-            if fp8:
-                a8 = (a.float() * 0.5).to(torch.float8_e4m3fn)
-                b8 = (w.float() * 0.5).to(torch.float8_e4m3fn).transpose(-2, -1)
-                sa = torch.rand(tokens, device="cuda") + 0.5
-                sb = torch.rand(experts, n, device="cuda") + 0.5
-                kinds.append(("fp8 row-wise", {
-                    "ours": lambda: scaled_grouped_mm(a8, b8, sa, sb, offs=offs),
-                    "torch._scaled_grouped_mm": lambda: torch._scaled_grouped_mm(
-                        a8, b8, sa, sb, offs=offs, out_dtype=torch.bfloat16)}))
-            for what, fns in kinds:
-                peer = next(x for x in fns if x != "ours")
-                outs = {x: fn() for x, fn in fns.items()}
-                torch.cuda.synchronize()
-                agree = rel(torch, outs["ours"].float(), outs[peer].float())
-                del outs
-                per = interleaved(torch, fns, rounds, reps)
-                flop = 2.0 * tokens * k * n
-                plan = matmul_call._plan_grouped(a8 if what != "bf16" else a,
-                                                 b8 if what != "bf16" else b, offs, None, None,
-                                                 matmul_call.sm_count(0),
-                                                 (sa, sb) if what != "bf16" else None)
-                rec = {"kind": "timing", "config": name, "proj": proj, "what": what,
-                       "experts": experts, "tokens": tokens, "K": k, "N": n,
-                       "min_max_tokens": [min(counts), max(counts)], "rounds": rounds,
-                       "grid": plan.grid, "rel_diff_to_peer": agree}
-                for x in fns:
-                    med = statistics.median(per[x])
-                    rec[x] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
-                rec[f"ours/{peer}"] = ratios(per, "ours", peer)
-                emit(rec)
-                summary.append(rec)
-            del a, w, b
+            yield (name, experts, tokens, counts, offs, proj, k, n,
+                   torch.randn(tokens, k, device="cuda").to(torch.bfloat16),
+                   torch.randn(experts, n, k, device="cuda").to(torch.bfloat16))
+
+
+def fp8_operands(torch, a, w):
+    """a's and w's fp8 e4m3 operands (b K-major) and their row-wise scales."""
+    a8 = (a.float() * 0.5).to(torch.float8_e4m3fn)
+    b8 = (w.float() * 0.5).to(torch.float8_e4m3fn).transpose(-2, -1)
+    return (a8, b8, torch.rand(a.shape[0], device="cuda") + 0.5,
+            torch.rand(w.shape[0], w.shape[1], device="cuda") + 0.5)
+
+
+def timing(torch, rounds=7, reps=20, fp8=True):
+    from pipeline_core_nvidia_h100 import grouped_mm, matmul_call, scaled_grouped_mm
+    summary = []
+    for name, experts, tokens, counts, offs, proj, k, n, a, w in projections(torch, CONFIGS):
+        b = w.transpose(-2, -1)  # [G, K, N], K contiguous: a model's weights
+        impls = {"ours": lambda: grouped_mm(a, b, offs=offs),
+                 "torch._grouped_mm": lambda: torch._grouped_mm(a, b, offs=offs)}
+        kinds = [("bf16", impls)]
+        if fp8:
+            a8, b8, sa, sb = fp8_operands(torch, a, w)
+            kinds.append(("fp8 row-wise", {
+                "ours": lambda: scaled_grouped_mm(a8, b8, sa, sb, offs=offs),
+                "torch._scaled_grouped_mm": lambda: torch._scaled_grouped_mm(
+                    a8, b8, sa, sb, offs=offs, out_dtype=torch.bfloat16)}))
+        for what, fns in kinds:
+            peer = next(x for x in fns if x != "ours")
+            outs = {x: fn() for x, fn in fns.items()}
+            torch.cuda.synchronize()
+            agree = rel(torch, outs["ours"].float(), outs[peer].float())
+            del outs
+            per = interleaved(torch, fns, rounds, reps)
+            flop = 2.0 * tokens * k * n
+            plan = matmul_call._plan_grouped(a8 if what != "bf16" else a,
+                                             b8 if what != "bf16" else b, offs, None, None,
+                                             matmul_call.sm_count(0),
+                                             (sa, sb) if what != "bf16" else None)
+            rec = {"kind": "timing", "config": name, "proj": proj, "what": what,
+                   "experts": experts, "tokens": tokens, "K": k, "N": n,
+                   "min_max_tokens": [min(counts), max(counts)], "rounds": rounds,
+                   "grid": plan.grid, "rel_diff_to_peer": agree}
+            for x in fns:
+                med = statistics.median(per[x])
+                rec[x] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
+            rec[f"ours/{peer}"] = ratios(per, "ours", peer)
+            emit(rec)
+            summary.append(rec)
+        del a, w, b
     return summary
+
+
+#: the stores --store-timing compares (tma-s3 only where it differs from tma)
+TIMED_STORES = ("tma", "tma-s3", "direct")
+
+
+def _store_fns(torch, a, b, offs, scales):
+    """A launch of each of :data:`TIMED_STORES` on these tensors, each kernel once (tma-s3 is
+    left out where it launches what tma does: two buffers fit at 4 stages already)."""
+    fns, seen = {}, set()
+    for store in TIMED_STORES:
+        key = repr(_recipe_for(torch, a, b, offs, None, scales, store).kernels)
+        if key not in seen:
+            seen.add(key)
+            fns[store] = launcher(torch, a, b, offs, None, scales, store)
+    return fns
+
+
+def _store_row(torch, fns, rounds, reps, flop, rec):
+    """Time ``fns`` (the stores, then the torch peer) interleaved, after checking that every
+    store writes the same bits and agrees with the peer; the record with TFLOPS and per-round
+    ratios of each store to the peer and to the direct store."""
+    peer = list(fns)[-1]
+    outs = {x: fn() for x, fn in fns.items()}
+    torch.cuda.synchronize()
+    rec["stores_equal"] = all(torch.equal(outs[x], outs["direct"]) for x in fns if x != peer)
+    rec["rel_diff_to_peer"] = rel(torch, outs["direct"].float(), outs[peer].float())
+    del outs
+    per = interleaved(torch, fns, rounds, reps)
+    for x in fns:
+        med = statistics.median(per[x])
+        rec[x] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
+    for x in fns:
+        if x != peer:
+            rec[f"{x}/{peer}"] = ratios(per, x, peer)
+            if x != "direct":
+                rec[f"{x}/direct"] = ratios(per, x, "direct")
+    rec["peer"] = peer
+    emit(rec)
+    return rec
+
+
+def store_timing(torch, rounds=7, reps=20):
+    """The stores (:data:`TIMED_STORES`) against torch's grouped kernels (--store-timing): each
+    MoE projection of :data:`CONFIGS` (DeepSeek-256's 64-row tiles take two buffers at 4
+    stages: there tma-s3 is tma, and the call's default), bf16 and fp8 row-wise, and Mixtral's dW along K,
+    all in interleaved rounds; the kernels are built (prebuild) before the first row."""
+    summary = []
+    for name, experts, tokens, _, offs, proj, k, n, a, w in projections(torch, CONFIGS):
+        b = w.transpose(-2, -1)
+        a8, b8, sa, sb = fp8_operands(torch, a, w)
+        rows = (("bf16", a, b, None, "torch._grouped_mm",
+                 lambda: torch._grouped_mm(a, b, offs=offs)),
+                ("fp8 row-wise", a8, b8, (sa, sb), "torch._scaled_grouped_mm",
+                 lambda: torch._scaled_grouped_mm(a8, b8, sa, sb, offs=offs,
+                                                  out_dtype=torch.bfloat16)))
+        for what, x, y, scales, peer, theirs in rows:
+            fns = {**_store_fns(torch, x, y, offs, scales), peer: theirs}
+            summary.append(_store_row(torch, fns, rounds, reps, 2.0 * tokens * k * n, {
+                "kind": "store-timing", "config": name, "proj": proj, "what": what,
+                "experts": experts, "tokens": tokens, "K": k, "N": n, "rounds": rounds}))
+        del a, w, b, a8, b8
+    hidden, ffn, counts = 4096, 14336, k_timing_counts()
+    tokens = sum(counts)
+    offs = torch.tensor(_ends(counts), dtype=torch.int32, device="cuda")
+    x = torch.randn(tokens, hidden, device="cuda").to(torch.bfloat16)
+    dy = torch.randn(tokens, ffn, device="cuda").to(torch.bfloat16)
+    fns = {**_store_fns(torch, x.t(), dy, offs, None),
+           "torch._grouped_mm": lambda: torch._grouped_mm(x.t(), dy, offs=offs)}
+    summary.append(_store_row(torch, fns, rounds, reps, 2.0 * tokens * hidden * ffn, {
+        "kind": "store-timing", "config": "mixtral", "proj": "dW", "what": "bf16 along K",
+        "experts": len(counts), "tokens": tokens, "K": tokens, "M": hidden, "N": ffn,
+        "rounds": rounds}))
+    for r in summary:
+        print(_store_table_row(r), flush=True)
+    return summary
+
+
+def _store_table_row(r):
+    """One --store-timing record as a line: TFLOPS each, the median per-round ratios."""
+    speeds = "  ".join(f"{x} {r[x]['tflops']}" for x in r if isinstance(r[x], dict))
+    ratio = "  ".join(f"{x} {statistics.median(r[x]):.3f}" for x in r if "/" in x)
+    return (f"{r['config']:12} {r['proj']:4} {r['what']:13} TF: {speeds} | medians: {ratio} | "
+            f"stores equal {r['stores_equal']}")
 
 
 # --- planning without torch: the dry run and the prebuild -----------------------------------------
@@ -560,8 +722,7 @@ def _contiguous(shape):
 
 
 def plan_without_torch(case, sms=132):
-    """A case's plan from its shapes alone (the tensors case_tensors makes)."""
-    from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped
+    """A case's (plan, candidate) from its shapes alone (the tensors case_tensors makes)."""
     kind, g, sizes, k, n, dt, out_name, b_kmajor = case
     total = sum(sizes)
 
@@ -579,8 +740,7 @@ def plan_without_torch(case, sms=132):
     else:
         m = max(total // max(g, 1), 1)
         a, b, offs = _info((g, m, k), _contiguous((g, m, k)), dt), mat((g,), k, n, b_kmajor), None
-    c = _candidate(a, b)
-    return plan_grouped(a, b, offs, out_dtype=out_name, sms=sms, tile=_tile(c)), c
+    return store_choice(a, b, offs, out_name, None, sms, STORE)
 
 
 def _candidate(a, b):
@@ -591,13 +751,7 @@ def _candidate(a, b):
     return decompose.grouped(a.shape[0], b.shape[0] if along_m else 0, a.dtype, not along_m)
 
 
-def _tile(c):
-    from pipeline_core_nvidia_h100.gemm_call import TileShape
-    return TileShape(bm=c.bm, bn=c.bn)
-
-
 def fp8_plan_without_torch(case, sms=132):
-    from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped
     kind, g, sizes, k, n = case
     total = sum(sizes)
     offs = _info((g,), (1,), "int32")
@@ -609,13 +763,13 @@ def fp8_plan_without_torch(case, sms=132):
         a = _info((g, n, k), _contiguous((g, n, k)), "e4m3")
         b = _info((k, total), (1, k), "e4m3")
         scales = (_info((g, n), (n, 1), "fp32"), _info((total,), (1,), "fp32"))
-    return plan_grouped(a, b, offs, sms=sms, scales=scales), _candidate(a, b)
+    return store_choice(a, b, offs, None, scales, sms, STORE)
 
 
-def timing_plans(sms=132):
-    from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped
+def timing_plans(sms=132, store="call", configs=CONFIGS):
+    """(plan, candidate) of each timed MoE projection, bf16 and fp8, with ``store``."""
     found = []
-    for _, experts, hidden, ffn, tokens in CONFIGS:
+    for _, experts, hidden, ffn, tokens in configs:
         for k, n in ((hidden, ffn), (ffn, hidden)):
             offs = _info((experts,), (1,), "int32")
             for dt in ("bf16", "e4m3"):
@@ -623,15 +777,19 @@ def timing_plans(sms=132):
                                                     _info((experts, n), (n, 1), "fp32"))
                 a = _info((tokens, k), (k, 1), dt)
                 b = _info((experts, k, n), (n * k, 1, k), dt)
-                c = _candidate(a, b)
-                found.append((plan_grouped(a, b, offs, sms=sms, scales=scales, tile=_tile(c)),
-                              c))
+                found.append(store_choice(a, b, offs, None, scales, sms, store))
     return found
+
+
+def store_timing_keys(sms=132):
+    """The (variant, candidate) pairs --store-timing builds: each projection and the along-K
+    row with each of :data:`TIMED_STORES`."""
+    return {(p.variant, c) for store in TIMED_STORES
+            for p, c in [*timing_plans(sms, store, CONFIGS), k_timing_choice(sms, store)]}
 
 
 def dry_run(cases, fp8, k_cases=()):
     """The drawn cases, planned (every check, no GPU): what the GPU run will launch."""
-    from pipeline_core_nvidia_h100.autotune import Candidate
     from pipeline_core_nvidia_h100.warpspecialized import describe_variant
     variants: dict = {}  # (variant, candidate): the kernels the run builds, and their cases
     for case in cases:
@@ -645,9 +803,10 @@ def dry_run(cases, fp8, k_cases=()):
     for p, c in timing_plans():
         variants.setdefault((p.variant, c), 0)
     for case in k_cases:
-        key = (k_plan_without_torch(case).variant, Candidate())
-        variants[key] = variants.get(key, 0) + 1
-    variants.setdefault((k_timing_plan().variant, Candidate()), 0)
+        p, c = k_choice(case)
+        variants[(p.variant, c)] = variants.get((p.variant, c), 0) + 1
+    p, c = k_timing_choice()
+    variants.setdefault((p.variant, c), 0)
     groups = [c[1] for c in cases]
     sizes = [s for c in cases for s in c[2]]
     emit({"kind": "dry-run", "cases": len(cases), "fp8_cases": len(fp8),
@@ -664,6 +823,22 @@ def dry_run(cases, fp8, k_cases=()):
               "min_max_mean_tokens": [min(counts), max(counts), tokens // experts],
               "empty": counts.count(0)})
     return variants
+
+
+def write_out(out):
+    """Every result line so far into ``out``/results.jsonl (``--out``; None: nowhere)."""
+    if out:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in LINES))
+
+
+def sanitize_keys(sms=132):
+    """The (variant, candidate) pairs the --sanitize cases build with :data:`STORE`."""
+    return ({(p.variant, c) for p, c in map(lambda x: plan_without_torch(x, sms), SANITIZE)}
+            | {(p.variant, c) for p, c in map(lambda x: fp8_plan_without_torch(x, sms),
+                                               SANITIZE_FP8)}
+            | {(p.variant, c) for p, c in (k_choice(x, sms) for x in SANITIZE_K)})
 
 
 def main(argv=None) -> int:
@@ -684,8 +859,32 @@ def main(argv=None) -> int:
     ap.add_argument("--sanitize", action="store_true",
                     help="only a few small cases with tails and empty groups (run under "
                          "compute-sanitizer racecheck / synccheck)")
+    ap.add_argument("--store", choices=STORES, default="call",
+                    help="the epilogue's store every correctness case launches: the call's "
+                         "choice, tma everywhere (one buffer where two do not fit), tma-s3 "
+                         "(3 stages there, two buffers), or direct")
+    ap.add_argument("--store-timing", action="store_true",
+                    help="only tma / tma-s3 / direct vs torch on the MoE configurations "
+                         "(with --prebuild-only: build those kernels)")
     args = ap.parse_args(argv)
+    global STORE
+    STORE = args.store
+    if args.store_timing:
+        if args.prebuild_only:
+            prebuild(None, store_timing_keys())
+            return 0
+        import torch
+        emit({"kind": "device", "name": torch.cuda.get_device_name(),
+              "torch": torch.__version__})
+        prebuild(torch, store_timing_keys(torch.cuda.get_device_properties(0)
+                                          .multi_processor_count))
+        store_timing(torch)
+        write_out(args.out)
+        return 0
     if args.sanitize:
+        if args.prebuild_only:
+            prebuild(None, sanitize_keys())
+            return 0
         import torch
         failures = (correctness(torch, SANITIZE) + fp8_correctness(torch, SANITIZE_FP8)
                     + along_k_correctness(torch, SANITIZE_K))
@@ -709,7 +908,8 @@ def main(argv=None) -> int:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     keys = {(p.variant, c) for p, c in map(lambda x: plan_without_torch(x, sms), cases)}
     keys |= {(p.variant, c) for p, c in map(lambda x: fp8_plan_without_torch(x, sms), fp8)}
-    keys |= {(p.variant, c) for p, c in timing_plans(sms)}
+    if not args.skip_timing:
+        keys |= {(p.variant, c) for p, c in timing_plans(sms)}
     keys |= k_keys(k_cases, sms)
     prebuild(torch, keys)
     failures = correctness(torch, cases)
@@ -720,10 +920,7 @@ def main(argv=None) -> int:
     summary = [] if args.skip_timing else timing(torch, fp8=not args.no_fp8)
     if not args.skip_timing:
         summary.append(along_k_timing(torch))
-    if args.out:
-        folder = Path(args.out)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in LINES))
+    write_out(args.out)
     print("\n".join(map(_table_row, summary)))
     print(f"correctness failures: {failures} of {len(cases) + len(fp8) + len(k_cases)}")
     return 1 if failures else 0

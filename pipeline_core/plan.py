@@ -382,6 +382,11 @@ class StoreSpec:
     #: model charges the staging writes and the async store (0 bytes: not modelled)
     subtiles: int = 1
     subtile_bytes: int = 0
+    #: whether each agent may, per output tile, store the whole tile another way (a clipped
+    #: direct store of a tile that crosses what TMA may write) and skip its ``subtiles`` staged
+    #: sub-tiles, chosen at run time: the proof then covers every pattern of staged and skipped
+    #: tiles, a sub-tile's buffer counting the skipped ones (docs/guide/agents.md, "Bulk stores")
+    optional: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -397,6 +402,7 @@ class BulkStore:
     barriers: tuple[int, ...] = attrs.field(converter=_ints)
     subtiles: int = 1      #: ``StoreSpec.subtiles``
     subtile_bytes: int = 0  #: ``StoreSpec.subtile_bytes``
+    optional: bool = False  #: ``StoreSpec.optional``
 
 
 @attrs.frozen(kw_only=True)

@@ -24,8 +24,9 @@ CATEGORIES = ("drop_store_wait", "loosen_store_wait", "drop_proxy_fence", "store
               "drop_store_drain")
 
 
-def _plan(readers: int = 2, buffers: int = 2, agents: tuple[str, ...] = (), sync=STORE_SYNC):
-    s = attrs.evolve(spec(readers), store=StoreSpec(buffers=buffers, agents=agents))
+def _plan(readers: int = 2, buffers: int = 2, agents: tuple[str, ...] = (), sync=STORE_SYNC,
+          **store):
+    s = attrs.evolve(spec(readers), store=StoreSpec(buffers=buffers, agents=agents, **store))
     return lower_agents(body(readers), edges(readers), sync, stages=4, spec=s,
                         owner="schedule t", target="t")
 
@@ -65,6 +66,34 @@ def test_every_edit_of_the_store_is_refused(buffers):
                 else HazardKind.SMEM_WAR)
         assert want in kinds, (m.description, kinds)
     assert seen == set(CATEGORIES)
+
+
+@pytest.mark.parametrize("buffers, subtiles", [(1, 1), (2, 2), (2, 4), (3, 3)])
+def test_an_optional_store_is_proven_over_every_pattern_of_skipped_tiles(buffers, subtiles):
+    """A tile that stores another way skips its sub-tiles; with a whole number of buffers per
+    tile each sub-tile's buffer is free after the same wait, skipped tiles or not."""
+    plan = _plan(buffers=buffers, subtiles=subtiles, optional=True)
+    assert plan.store is not None and plan.store.optional
+    v = _prove(plan)
+    assert v.safe, [x.message for x in v.violations]
+    assert any("may skip its" in a for a in v.model["assumptions"])
+
+
+def test_an_optional_store_whose_tiles_split_the_buffers_is_smem_war():
+    """Two buffers, one sub-tile a tile: a skipped tile between two staged ones puts both in
+    buffer 0 with no store between them, so the wait for one group (N = 1) leaves the older
+    store reading the buffer the newer one writes.  Staged always, the same store is safe."""
+    assert _prove(_plan(buffers=2, subtiles=1)).safe
+    v = _prove(_plan(buffers=2, subtiles=1, optional=True))
+    war = [x for x in v.violations if x.kind == HazardKind.SMEM_WAR]
+    assert war and "while the store of sub-tile 0 still reads it" in war[0].message
+
+
+@pytest.mark.parametrize("buffers", [1, 2])
+def test_every_edit_of_an_optional_store_is_refused(buffers):
+    plan = _plan(buffers=buffers, subtiles=2 * buffers, optional=True)
+    for m in agent_mutations(plan, CATEGORIES):
+        assert not _prove(m.apply(plan)).safe, m.description
 
 
 def test_a_wait_beyond_the_encodable_one_is_wait_range():

@@ -95,4 +95,4 @@ def lower_store(spec: AgentSpec, sync: SyncModel, programs: Sequence[AgentProgra
         out.append(p)
     return out, BulkStore(name=st.name, agents=agents, buffers=st.buffers,
                           barriers=tuple(ids[a] for a in agents), subtiles=st.subtiles,
-                          subtile_bytes=st.subtile_bytes)
+                          subtile_bytes=st.subtile_bytes, optional=st.optional)

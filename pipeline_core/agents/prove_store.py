@@ -20,14 +20,22 @@ commits has every group below C - N done reading.
 * every store must be complete before the kernel ends (its global writes visible, its buffer no
   longer read when the CTA's shared memory is released): a ``store_drain`` after the last
   commit, else **SMEM_WAR**; a store never committed is never waited for: the same.
+
+An *optional* store (``BulkStore.optional``: per output tile an agent may store the tile another
+way, a clipped direct store, and skip its ``subtiles`` staged sub-tiles, chosen at run time) is
+proven over every pattern of staged and skipped output tiles across :func:`skip_tiles` tiles: a
+sub-tile's buffer is its place counting the skipped ones (what the emitter's buffer index, the
+sub-tile's place in its tile, is when the tiles' sub-tiles are a multiple of the buffers), and
+the store that last used its buffer may lie further back than ``buffers`` sub-tiles.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from itertools import product
 
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Violation
 from pipeline_core.ops import tag_name
-from pipeline_core.plan import AgentProgram, Plan, Step, StepKind
+from pipeline_core.plan import AgentProgram, BulkStore, Plan, Step, StepKind
 from pipeline_core.sync.model import SyncModel
 
 #: sub-tiles unrolled per buffer: every buffer used twice, and once more, so a reuse two
@@ -44,16 +52,41 @@ def store_assumptions(plan: Plan, sync: SyncModel) -> list[str]:
     st, model = plan.store, sync.bulk_store
     if st is None or model is None:
         return []
-    return [f"bulk store {st.name!r} of agents {', '.join(st.agents)}: {st.buffers} staging "
-            f"buffers each, {UNROLL * st.buffers} sub-tiles across output tiles, then the drain",
-            f"the store's groups are the issuer's: {model.issuer}"]
+    lines = [f"bulk store {st.name!r} of agents {', '.join(st.agents)}: {st.buffers} staging "
+             f"buffers each, {UNROLL * st.buffers} sub-tiles across output tiles, then the drain",
+             f"the store's groups are the issuer's: {model.issuer}"]
+    if st.optional:
+        lines.append(f"an output tile may skip its {st.subtiles} staged sub-tiles (stored "
+                     f"another way): every pattern of staged and skipped tiles over "
+                     f"{skip_tiles(st)} tiles, a sub-tile's buffer counting the skipped ones")
+    return lines
 
 
-def _runs(prog: AgentProgram, sub_tiles: int) -> list[tuple[int, int, Step]]:
-    """(sub-tile, position, step) of the unrolled program: ``sub_tiles`` sub-tiles, then the
-    drain as sub-tile ``sub_tiles``."""
-    out = [(j, pos, s) for j in range(sub_tiles) for pos, s in enumerate(prog.store)]
+def _runs(prog: AgentProgram, staged: Sequence[int], sub_tiles: int
+          ) -> list[tuple[int, int, Step]]:
+    """(sub-tile, position, step) of the unrolled program: the ``staged`` of ``sub_tiles``
+    sub-tiles, then the drain as sub-tile ``sub_tiles``."""
+    out = [(j, pos, s) for j in staged for pos, s in enumerate(prog.store)]
     return out + [(sub_tiles, pos, s) for pos, s in enumerate(prog.drain)]
+
+
+def skip_tiles(st: BulkStore) -> int:
+    """Output tiles an optional store's patterns span: enough for :data:`UNROLL` buffers' worth
+    of sub-tiles and one tile more (a skipped tile between two staged ones), at most 8."""
+    return min(-(-UNROLL * st.buffers // st.subtiles) + 1, 8)
+
+
+def _patterns(st: BulkStore) -> list[tuple[int, list[int]]]:
+    """(sub-tiles, the staged ones) of each unrolled run the proof checks: every sub-tile staged
+    (the only run of a store that is not optional), then every pattern of staged and skipped
+    output tiles."""
+    n = UNROLL * st.buffers
+    if not st.optional:
+        return [(n, list(range(n)))]
+    tiles = skip_tiles(st)
+    n = tiles * st.subtiles
+    return [(n, [j for j in range(n) if bits >> (j // st.subtiles) & 1])
+            for bits in range(2 ** tiles - 1, 0, -1)]
 
 
 def prove_store(plan: Plan, sync: SyncModel, names: Mapping[int, str],
@@ -67,10 +100,9 @@ def prove_store(plan: Plan, sync: SyncModel, names: Mapping[int, str],
     index = {p.name: a for a, p in enumerate(plan.programs)}
     warp = sync.named_barriers.warp_size if sync.named_barriers is not None else 32
 
-    for agent, barrier in zip(st.agents, st.barriers):
+    for (agent, barrier), (n, staged) in product(zip(st.agents, st.barriers), _patterns(st)):
         prog = plan.program(agent)
-        n = UNROLL * st.buffers
-        run = _runs(prog, n)
+        run = _runs(prog, staged, n)
 
         def text(g: int) -> str:
             j, _, s = run[g]
@@ -152,7 +184,7 @@ def prove_store(plan: Plan, sync: SyncModel, names: Mapping[int, str],
                 report(HazardKind.WAIT_RANGE, g, f"store wait {s.value} is outside 0.."
                        f"{model.max_wait}, what the target encodes",
                        f"wait for {min(max(s.value, 0), model.max_wait)} groups or fewer")
-        for j in range(n):
+        for j in staged:
             issues, writes = at(StepKind.STORE_ISSUE, j), at(StepKind.STAGE_WRITE, j)
             if not issues or not writes:
                 report(HazardKind.MISSING_PRODUCT, (issues or writes or [0])[0],
@@ -180,7 +212,9 @@ def prove_store(plan: Plan, sync: SyncModel, names: Mapping[int, str],
                            "PROXY_FENCE after their STAGE_WRITE is ordered before the "
                            "STORE_ISSUE", "put a PROXY_FENCE after the STAGE_WRITE, before "
                            "the sync that precedes the STORE_ISSUE", other=w)
-            prev = j - st.buffers
+            # the store that last used this buffer: buffers back, or further past skipped tiles
+            prev = max((x for x in staged if x < j and x % st.buffers == j % st.buffers),
+                       default=-1)
             if prev < 0:
                 continue
             prev_issue = at(StepKind.STORE_ISSUE, prev)

@@ -97,6 +97,8 @@ def agents_doc(plan: Plan, body: Sequence[Op], names: Mapping[int, str],
     if plan.store is not None:  # likewise only a plan with a bulk store
         doc["store"] = {"name": plan.store.name, "agents": list(plan.store.agents),
                         "buffers": plan.store.buffers, "barriers": list(plan.store.barriers)}
+        if plan.store.optional:  # a tile may skip its staged store (StoreSpec.optional)
+            doc["store"]["optional"] = True
     if varies(plan.trip_rule):  # output tiles of different K-tile counts: the family's rule
         doc["bounds"] = dict(plan.trip_rule.document())
     return doc

@@ -268,6 +268,9 @@ def _agents_listing(compiled: CompiledSchedule, plan: "Plan") -> str:
         out.append(f"  {st.name}: {', '.join(st.agents)} store their results through "
                    f"{st.buffers} staging buffers each (named barriers "
                    f"{', '.join(map(str, st.barriers))}); steps in their STORE and DRAIN")
+        if st.optional:
+            out.append(f"  an output tile may skip its {st.subtiles} staged sub-tiles (stored "
+                       "another way, chosen at run time)")
     proof = compiled.proof
     if proof is not None:
         v = proof.verdict

@@ -45,7 +45,7 @@ from pipeline_core_nvidia_h100.warpspecialized import (DTYPE_WGMMA_K, ELEM_BYTES
                                                        GROUPED_K,
                                                        KERNEL_FAMILY, MAX_GROUPS, MN_CHUNK,
                                                        SCHEDULE_NAME,
-                                                       STORE_BUFFERS, WGMMA_M, GemmVariant,
+                                                       WGMMA_M, GemmVariant,
                                                        WgmmaTag, WsGeometry, describe_variant)
 from pipeline_core_nvidia_h100.wgmma_sync import NAMED_BARRIERS
 
@@ -197,6 +197,12 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
                            f" followed by consumer agents, got "
                            f"{[(p.name, p.role.issuers) for p in plan.programs]}")
 
+    if v.batch in GROUPED and v.store == "tma" and not (plan.store and plan.store.optional):
+        raise ProgramError(f"emitter {EMITTER_NAME}: -p batch={v.batch} -p store=tma chooses "
+                           "per tile between the TMA store and the direct one, but the plan's "
+                           "store was proven staged on every tile: declare StoreSpec(optional="
+                           "True)")
+
     def lines(p: AgentProgram, single_issuer: bool, label: str) -> list[str]:
         return render(agent_stretches(
             p, lambda s: _step_line(s, single_issuer, p.name, watchdog or 0, loads), label))
@@ -273,7 +279,7 @@ def _constants(g: WsGeometry) -> dict[str, int | str]:
             "CONSUMER_THREADS": 128 * g.consumers, "SPLIT_BAR": SPLIT_BARRIER,
             "ELEM": g.elem_bytes, "WGMMA_K": g.wgmma_k,
             "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK),
-            "SCOLS": g.variant.store_cols, "SBUF": STORE_BUFFERS,
+            "SCOLS": g.variant.store_cols, "SBUF": g.store_buffers,
             "A_MN": str(g.variant.a_major == "mn").lower(),
             "B_MN": str(g.variant.b_major == "mn").lower(),
             "SPLIT": str(g.variant.split_k).lower(), "CLUSTER": g.variant.cluster,
@@ -508,7 +514,7 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
         "finish": _FENCE + (split_finish(consumers) if v.split_k else
                             split_finish(consumers, stream_k=True) if v.stream_k else "")
                   + "\n" + epi + "\n"
-                  + (_tma_store_finish(consumers) if v.store == "tma" else
+                  + (_tma_store_finish(consumers, v) if v.store == "tma" else
                      _GROUPED_FINISH if grouped else
                      _GROUP_K_FINISH if v.batch == GROUPED_K else _DIRECT_FINISH),
     }
@@ -549,20 +555,35 @@ _STORE_STEPS = {
     StepKind.STORE_WAIT: "if (wtid == 0) pcgc::bulk_wait_read<${value}>();",
     StepKind.NAMED_SYNC: 'asm volatile("bar.sync %0, ${value};\\n" :: "r"(store_bar) : "memory");',
     StepKind.PROXY_FENCE: "pcgc::fence_proxy_async_shared();",
-    StepKind.STORE_ISSUE: ("if (wtid == 0) pcgc::tma_store_2d(&tmC, buf, tile_n * BN + s * SCOLS, "
-                           "tile_m * BM + ${ROW0} + mb * ${WGMMA_M});"),
+    StepKind.STORE_ISSUE: ("if (wtid == 0) ${store}(&tmC, buf, ${col} + s * SCOLS, "
+                           "${row} + ${ROW0} + mb * ${WGMMA_M}${batch});"),
     StepKind.STORE_COMMIT: "if (wtid == 0) pcgc::bulk_commit();",
     StepKind.STORE_DRAIN: "if (wtid == 0) pcgc::bulk_wait<0>();",
     # the thread's part of sub-tile (mb, s), the epilogue applied, into the staging buffer
-    StepKind.STAGE_WRITE: ("epi.stage<SCOLS>(acc[mb], buf, s, tile_m * BM + ${ROW0} + mb * "
-                           "${WGMMA_M}, tile_n * BN);"),
+    StepKind.STAGE_WRITE: ("epi.stage<SCOLS>(acc[mb], buf, s, ${row} + ${ROW0} + mb * "
+                           "${WGMMA_M}, ${col});"),
 }
+#: Where the TMA store's sub-tiles go, by the kernel's tile loop: the tile's first row and
+#: column of C, the store and its coordinates past them.  The raster's (and split-K's): C's 2-D
+#: map at the tile's place; a grouped kernel's (``kit.tiles.jagged_tile_loop``): at its corner;
+#: groups along K: C [G, M, N] through a 3-D map, its group the outer coordinate (TMA clips each
+#: group's M and N tails itself, so every tile is stored so).
+_STORE_AT = {"raster": dict(row="tile_m * BM", col="tile_n * BN", store="pcgc::tma_store_2d",
+                            batch=""),
+             "grouped": dict(row="row0", col="col0", store="pcgc::tma_store_2d", batch=""),
+             GROUPED_K: dict(row="tile_m * BM", col="tile_n * BN", store="pcgk::tma_store_3d",
+                             batch=", group")}
 
 
-def _store_line(s: Step) -> str:
-    """A bulk-store step's CUDA with its value (a wait's groups left, a barrier's threads); the
-    kernel's constants stay for :func:`fill`."""
-    return Template(_STORE_STEPS[s.kind]).safe_substitute(value=s.value)
+def _store_at(v: GemmVariant) -> dict[str, str]:
+    return _STORE_AT["grouped" if v.batch in GROUPED else
+                     GROUPED_K if v.batch == GROUPED_K else "raster"]
+
+
+def _store_line(s: Step, at: Mapping[str, str] = _STORE_AT["raster"]) -> str:
+    """A bulk-store step's CUDA with its value (a wait's groups left, a barrier's threads) and
+    its place (``at``: :data:`_STORE_AT`); the kernel's constants stay for :func:`fill`."""
+    return Template(_STORE_STEPS[s.kind]).safe_substitute(value=s.value, **at)
 
 
 def _store_program(consumers: Sequence[AgentProgram], section: str) -> tuple:
@@ -584,16 +605,35 @@ def _store_program(consumers: Sequence[AgentProgram], section: str) -> tuple:
     return steps
 
 
-def _tma_store_finish(consumers: Sequence[AgentProgram]) -> str:
+#: A grouped kernel's choice per tile (-p batch=grouped / grouped_n with -p store=tma): whether
+#: the consumer's rows of the tile lie inside the tile's group (or end at C's own edge, where the
+#: TMA store clips), so a TMA box writes nothing another group owns
+_WHOLE = {"grouped": "row0 + ${ROW0} + CONSUMER_ROWS <= m_end || m_end == m",
+          "grouped_n": "col0 + BN <= n_end || n_end == n"}
+_WHOLE_OPEN = r"""// A consumer whose rows of the tile cross its group's end stores them directly, clipped
+        // (a TMA box would write the next group's); its sub-tiles skip the staging (the plan's
+        // optional store: StoreSpec.optional)
+        if (${whole}) {"""
+_WHOLE_CLOSE = r"""
+        } else {
+    """ + _GROUPED_FINISH + """
+        }"""
+
+
+def _tma_store_finish(consumers: Sequence[AgentProgram], v: GemmVariant = GemmVariant()) -> str:
     """The TMA-store epilogue (-p store=tma): per 64-row x SCOLS sub-tile, the consumers'
     ``store`` steps in the plan's order; the sub-tile's staging buffer is its running count
-    modulo SBUF (a tile's sub-tiles are a multiple of SBUF, so the count restarts with it)."""
+    modulo SBUF (a tile's sub-tiles are a multiple of SBUF, so the count restarts with it).  A
+    grouped kernel's consumer takes it only where its rows of the tile lie inside the group
+    (:data:`_WHOLE`), and stores directly otherwise: the plan's store must say a tile may skip
+    it (``BulkStore.optional``), or the choice is not what was proven."""
     steps = _store_program(consumers, "store")
     bars = [next(s.barrier for s in c.store if s.kind == StepKind.NAMED_SYNC)
             for c in consumers]
     pick = " : ".join(f"consumer == {i} ? {b}" for i, b in enumerate(bars[:-1]))
-    body = "\n".join("                " + _store_line(s) for s in steps)
-    return (r"""        // The fused epilogue through shared memory (docs/guide/matmul.md,
+    at = _store_at(v)
+    body = "\n".join("                " + _store_line(s, at) for s in steps)
+    text = (r"""        // The fused epilogue through shared memory (docs/guide/matmul.md,
         // "The TMA-store epilogue"): each 64-row x SCOLS sub-tile, + bias[col], activation,
         // cast, goes to a 128-byte swizzled staging buffer of this consumer's; its thread 0
         // stores it by TMA (clipped to m x n) while the consumer goes on.
@@ -610,6 +650,11 @@ def _tma_store_finish(consumers: Sequence[AgentProgram]) -> str:
             }
         }
         """ + section_mark("end"))
+    if v.batch not in GROUPED:
+        return text
+    head, loop = text.split(section_mark("store"), 1)
+    return (head + Template(_WHOLE_OPEN).safe_substitute(whole=_WHOLE[v.batch]) + "\n        "
+            + section_mark("store") + loop + _WHOLE_CLOSE)
 
 
 def _store_drain(consumers: Sequence[AgentProgram]) -> str:

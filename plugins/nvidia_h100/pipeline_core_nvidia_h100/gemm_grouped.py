@@ -15,7 +15,11 @@ and a CUDA graph can capture the call):
   map of its own, written on the device: docs/guide/matmul.md, "Groups along K");
 * 3-D x 3-D, no offs: a batched matmul (``gemm_call.plan_call``'s batch on grid z).
 
-Rows (columns) past ``offs[-1]`` are not written, as torch's.  Each operand is row- or
+The epilogue stores through shared memory by TMA (``Tuning.tma_store``, where the candidate's
+shared memory takes the staging: ``matmul_call``): along K every tile through a 3-D map of C,
+along M / N a consumer's rows of a tile inside its group through C's 2-D map, those crossing its
+end directly (docs/guide/matmul.md, "Grouped GEMM").  Rows (columns) past ``offs[-1]`` are not
+written, as torch's.  Each operand is row- or
 column-major with 16-byte aligned strides, as torch takes it (``gemm_call.operand_map``); the
 output's rows are padded to 16 bytes, as torch's.  ``scaled_grouped_mm`` (fp8 e4m3, row-wise
 scales, torch._scaled_grouped_mm's) plans here too, with ``scales``.  Every refusal is one line
@@ -29,7 +33,7 @@ from pipeline_core_nvidia_h100.gemm_call import (ELEM, MATMUL_DTYPES, TMA_ALIGN,
                                                  CallPlan, MatmulTypeError, OperandMap,
                                                  TensorInfo, TileShape, Tuning, _cdiv,
                                                  _check_tensor, _fail, _shape, check_vector,
-                                                 operand_map, plan_call)
+                                                 operand_map, plan_call, store_map)
 from pipeline_core_nvidia_h100.gemm_scaled import _k_major
 from pipeline_core_nvidia_h100.gemm_staging import aligned, major
 from pipeline_core_nvidia_h100.warpspecialized import (GROUPED_K, MAX_GROUPS, OUT_DTYPES,
@@ -190,13 +194,18 @@ def plan_grouped(a: TensorInfo, b: TensorInfo, offs: TensorInfo | None, *,
     grid = min(most, sms) if tuning.persistent and sms > 0 else most
     step = TMA_ALIGN // ELEM[out_dtype]
     ldc = _cdiv(n, step) * step  # torch's output: rows padded to 16 bytes
+    # the TMA store through C's 2-D map where a consumer's rows of a tile lie inside its group,
+    # the direct store where they cross its end (chosen per tile on the device)
+    c_map = store_map(m, n, ldc, out_dtype, tile) if tuning.tma_store and read else None
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
                           out_dtype=out_dtype, tails=True, scale=scale,
-                          batch="grouped_n" if along_n else "grouped")
+                          batch="grouped_n" if along_n else "grouped",
+                          store="tma" if c_map is not None else "direct")
     k_tiles = max(_cdiv(k, tile.bk), tile.min_k_tiles)
     return CallPlan(m=m, n=n, k=k, m_pad=tiles_m * tile.bm, n_pad=tiles_n * tile.bn,
                     k_pad=k_tiles * tile.bk, variant=variant, a=a_map, b=b_map, ldc=ldc,
-                    grid=grid, out_shape=(m, n), groups=groups, scale_group=scale_group)
+                    grid=grid, out_shape=(m, n), groups=groups, scale_group=scale_group,
+                    c=c_map)
 
 
 def _plan_along_k(a: TensorInfo, b: TensorInfo, offs: TensorInfo, *, out_dtype: str | None,
@@ -226,9 +235,15 @@ def _plan_along_k(a: TensorInfo, b: TensorInfo, offs: TensorInfo, *, out_dtype: 
     grid = min(most, sms) if tuning.persistent and sms > 0 else most
     step = TMA_ALIGN // ELEM[out_dtype]
     ldc = _cdiv(n, step) * step  # torch's output: rows padded to 16 bytes
+    # the TMA store of every tile through a 3-D map of C [G, M, N] (it clips each group's tails)
+    c_map = store_map(m, n, ldc, out_dtype, tile) if tuning.tma_store and read else None
+    if c_map is not None:
+        c_map = attrs.evolve(c_map, batch=groups, batch_stride=m * ldc)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
-                          out_dtype=out_dtype, tails=True, batch=GROUPED_K)
+                          out_dtype=out_dtype, tails=True, batch=GROUPED_K,
+                          store="tma" if c_map is not None else "direct")
     k_tiles = max(_cdiv(k, tile.bk), tile.min_k_tiles)
     return CallPlan(m=m, n=n, k=k, m_pad=tiles_m * tile.bm, n_pad=tiles_n * tile.bn,
                     k_pad=k_tiles * tile.bk, variant=variant, a=a_map, b=b_map, ldc=ldc,
-                    grid=grid, out_shape=(groups, m, n), groups=groups, c_batch=m * ldc)
+                    grid=grid, out_shape=(groups, m, n), groups=groups, c_batch=m * ldc,
+                    c=c_map)

@@ -40,7 +40,7 @@ from pipeline_core_nvidia_h100.launch_cache import eager as _eager
 from pipeline_core_nvidia_h100.runtime import _require
 from pipeline_core_nvidia_h100 import group_maps
 from pipeline_core_nvidia_h100.warpspecialized import (GROUPED, GROUPED_K, KERNEL_FAMILY,
-                                                       SCHEDULE_NAME,
+                                                       SCHEDULE_NAME, STORE_BUFFERS,
                                                        GemmVariant, WsGeometry, describe_variant,
                                                        k_tile)
 
@@ -595,14 +595,45 @@ def _grouped_candidate(a: Any, b: Any) -> Candidate:
 def _plan_grouped(a: Any, b: Any, offs: Any, bias: Any, out_dtype: Any, sms: int = 0,
                   scales: tuple[Any, Any] | None = None) -> CallPlan:
     """grouped_mm's plan (gemm_grouped.plan_grouped), or with ``scales`` scaled_grouped_mm's,
-    with the tile of :func:`_grouped_candidate`."""
-    c = _grouped_candidate(a, b)
+    with the tile of :func:`_grouped_candidate` (:func:`plan_grouped_infos`)."""
+    return plan_grouped_infos(
+        _info(a, "a"), _info(b, "b"), None if offs is None else _info(offs, "offs"),
+        None if bias is None else _info(bias, "bias"), _dtype_name(out_dtype), sms,
+        None if scales is None else (_info(scales[0], "scale_a"), _info(scales[1], "scale_b")),
+        _grouped_candidate(a, b))
+
+
+#: Whether a grouped call along M / N takes the TMA store where its staging fits one buffer per
+#: consumer only beside the groups' table (128x256 at 4 stages: ``WsGeometry.store_buffers``),
+#: each sub-tile then waiting for the last one's store to have read its buffer.  On: the H200
+#: (benchmarks/grouped_mm_call.py --store-timing, one process, 7 rounds; median per-round
+#: ratio over the direct store) ran it 1.06-1.35x on the MoE rows it serves (Mixtral,
+#: DeepSeek-64, Qwen3-30B, up and down, bf16 and fp8 row-wise), and ahead of 3 stages with two
+#: buffers (``tma-s3``) on all but Qwen3 down fp8 (0.99); the TMA store with two buffers, along
+#: K and on 64-row tiles, is the call's default too.
+ONE_BUFFER_STORE = True
+
+
+def plan_grouped_infos(a: TensorInfo, b: TensorInfo, offs: TensorInfo | None,
+                       bias: TensorInfo | None, out_dtype: str | None, sms: int,
+                       scales: tuple[TensorInfo, TensorInfo] | None, c: Candidate,
+                       tuning: Tuning = TUNING, one_buffer: bool = ONE_BUFFER_STORE
+                       ) -> CallPlan:
+    """A grouped plan on tensor descriptions, with no GPU package (the benchmark plans its
+    variants with it): candidate ``c``'s tile, and the direct store where its shared memory
+    cannot take the TMA store's staging beside the groups' table, or (unless ``one_buffer``)
+    takes only one buffer per consumer of it."""
     tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk)
-    return plan_grouped(_info(a, "a"), _info(b, "b"), None if offs is None else _info(offs, "offs"),
-                        bias=None if bias is None else _info(bias, "bias"),
-                        out_dtype=_dtype_name(out_dtype), tile=tile, sms=sms, tuning=TUNING,
-                        scales=None if scales is None else (_info(scales[0], "scale_a"),
-                                                            _info(scales[1], "scale_b")))
+
+    def plan(t: Tuning) -> CallPlan:
+        return plan_grouped(a, b, offs, bias=bias, out_dtype=out_dtype, tile=tile, sms=sms,
+                            tuning=t, scales=scales)
+    found = plan(tuning)
+    v = found.variant
+    if v.store == "tma" and not (autotune.takes(c, v) and (
+            one_buffer or c.geometry(v).store_buffers == STORE_BUFFERS)):
+        found = plan(attrs.evolve(tuning, tma_store=False))
+    return found
 
 
 def _grouped_out(torch: Any, a: Any, plan: CallPlan) -> Any:

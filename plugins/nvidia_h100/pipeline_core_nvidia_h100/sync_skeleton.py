@@ -239,7 +239,7 @@ _WORDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((w, re.compile(p)) for w
     ("bulk.wait_group.read", r"\bbulk_wait_read<(?P<n>\d+)>\(\);"),
     ("bulk.wait_group", r"\bbulk_wait<(?P<n>\d+)>\(\);"),
     ("bulk.commit_group", r"\bbulk_commit\(\);"),
-    ("bulk.store", r"\btma_store_2d\("),
+    ("bulk.store", r"\btma_store_[23]d\("),
     ("counter.arrive", r"\batomicAdd\(counters"),
     ("counter.acquire", r"if \(!split_last\) continue;"),
     ("counter.reset", r"\bcounters\[(?:sk_)?tile\] = 0u;"),  # (stream-K: its own tiles')

@@ -102,8 +102,10 @@ BATCHES = ("none", "a", "b", "ab", "grouped", "grouped_n", "grouped_k")
 #: the device by the tile scheduler (``kit.tiles.jagged_tile_loop``).  ``grouped``: A's rows
 #: (A [sum M_g, K], B one [K, N] per group through a 3-D map at the tile's group, C [sum M_g, N]);
 #: ``grouped_n``: B's columns (B [K, sum N_g], A one [M, K] per group, C [M, sum N_g]).  The
-#: stores are clipped to the tile's group, so they are direct (a TMA box would write into the
-#: next group's rows).
+#: stores are clipped to the tile's group: with ``-p store=tma`` a consumer whose rows of the
+#: tile lie inside its group stores them by TMA, one that crosses the group's end (a TMA box
+#: would write into the next group's rows) directly, chosen per tile at run time (the plan's
+#: optional store, ``StoreSpec.optional``).
 GROUPED = ("grouped", "grouped_n")
 #: ``-p batch`` of grouped_mm's 2-D x 2-D (the weight gradient; docs/guide/matmul.md, "Groups
 #: along K"): ``offs`` split K, group g's output ``[M, N]`` is ``A[:, k0:k1] . B[k0:k1, :]``; every
@@ -293,11 +295,26 @@ class WsGeometry:
         return self.a_bytes + self.b_bytes
 
     @property
+    def store_buffers(self) -> int:
+        """The TMA store's staging buffers per consumer: :data:`STORE_BUFFERS` (a sub-tile's
+        staging overlaps the last one's store), or one where a grouped kernel's groups' table
+        leaves two no room (128x256 at 4 stages: each sub-tile then waits for the last one's
+        store to have read its buffer)."""
+        if self.variant.batch in GROUPED and self.variant.store == "tma" and (
+                self.stages * self.stage_bytes + 2048 + self._staging(STORE_BUFFERS)
+                + GROUP_TABLE_BYTES > H100_SXM.smem_per_cta_optin):
+            return 1
+        return STORE_BUFFERS
+
+    def _staging(self, buffers: int) -> int:
+        return self.consumers * buffers * STORE_ROWS * SWIZZLE_BYTES
+
+    @property
     def staging_bytes(self) -> int:
         """The TMA-store epilogue's staging buffers, all consumers' (0 for the direct store)."""
         if self.variant.store != "tma":
             return 0
-        return self.consumers * STORE_BUFFERS * STORE_ROWS * SWIZZLE_BYTES
+        return self._staging(self.store_buffers)
 
     @property
     def smem_bytes(self) -> int:
@@ -327,11 +344,9 @@ class WsGeometry:
             which = "a_major" if v.a_major == "mn" else "b_major"
             raise bad(which, "fp8 wgmma reads both operands K-major (no transpose mode for "
                              "e4m3): -p a_major=k -p b_major=k")
-        if v.grouped and (v.split_k or v.store == "tma"):
-            raise bad("split_k" if v.split_k else "store",
-                      f"{'true' if v.split_k else 'tma'} with -p batch={v.batch}: a grouped "
-                      "kernel's tiles are its groups' (no K split), stored directly and clipped "
-                      "to their group: -p split_k=false -p store=direct")
+        if v.grouped and v.split_k:
+            raise bad("split_k", f"true with -p batch={v.batch}: a grouped kernel's tiles are "
+                                 "its groups' (no K split): -p split_k=false")
         if v.batch != "none" and v.split_k:
             raise bad("split_k", "a batched kernel (-p batch) runs the batch on grid z and "
                                  "does not split K: -p split_k=false")
@@ -343,7 +358,7 @@ class WsGeometry:
             raise bad("stream_k", f"true and -p {other} don't combine: a stream-K tile's CTAs "
                                   "reduce through the workspace and its last CTA stores it "
                                   "directly; drop one of them")
-        if v.batch != "none" and v.store == "tma":
+        if v.strided_batch and v.store == "tma":
             raise bad("store", "tma with -p batch: C's tensor map is one [m, n] matrix, and a "
                                "batched kernel offsets C per batch (grid z): -p store=direct")
         if v.pingpong:
@@ -421,18 +436,22 @@ class WsGeometry:
                 raise bad("store", "tma with -p split_k=true: the split-K tile is stored by its "
                                    "last CTA's direct epilogue; pass -p store=direct")
             cols = self.variant.store_cols
-            if self.bn % cols or self.wgmma_m_blocks * self.bn // cols % STORE_BUFFERS:
+            buffers = self.store_buffers
+            if self.bn % cols or self.wgmma_m_blocks * self.bn // cols % buffers:
                 raise bad("store", f"tma stores sub-tiles of 64 rows x {cols} "
-                                   f"{self.variant.out_dtype} columns through {STORE_BUFFERS} "
+                                   f"{self.variant.out_dtype} columns through {buffers} "
                                    f"buffers: a consumer's {self.consumer_rows} x {self.bn} "
-                                   f"tile must hold a multiple of {STORE_BUFFERS} of them (-p "
-                                   f"BN a multiple of {cols * STORE_BUFFERS}, or pass -p "
+                                   f"tile must hold a multiple of {buffers} of them (-p "
+                                   f"BN a multiple of {cols * buffers}, or pass -p "
                                    "store=direct)")
         if v.batch in GROUPED and self.smem_bytes + GROUP_TABLE_BYTES > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"{who}: -T stages: {self.stages} stages need {self.smem_bytes} "
                                f"bytes of shared memory and the groups' table {GROUP_TABLE_BYTES}"
-                               f" more, over the {H100_SXM.smem_per_cta_optin} a CTA may use; "
-                               f"pass -T stages={self.stages - 1}")
+                               f" more, over the {H100_SXM.smem_per_cta_optin} a CTA may use"
+                               + (f" (with {self.staging_bytes} bytes of TMA-store staging)"
+                                  if self.staging_bytes else "")
+                               + f"; pass -T stages={self.stages - 1}"
+                               + (" or -p store=direct" if self.staging_bytes else ""))
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"{who}: -T stages: {self.stages} stages of {self.stage_bytes} "
                                f"bytes (the BM x BK and BN x BK tiles) need {self.smem_bytes} bytes of shared memory, over the "
@@ -583,9 +602,11 @@ class WarpSpecializedGemm:
                      if g.variant.split_k or g.variant.stream_k else None)
         # the TMA-store epilogue (docs/guide/agents.md, "Bulk stores"): per consumer, sub-tiles
         # of STORE_ROWS rows x one 128-byte swizzled row each
-        store = (StoreSpec(buffers=STORE_BUFFERS,
+        # (a grouped kernel's tile that crosses its group's end skips it: stored directly)
+        store = (StoreSpec(buffers=g.store_buffers,
                            subtiles=g.consumer_rows // STORE_ROWS * (g.bn // g.variant.store_cols),
-                           subtile_bytes=STORE_ROWS * SWIZZLE_BYTES)
+                           subtile_bytes=STORE_ROWS * SWIZZLE_BYTES,
+                           optional=g.variant.batch in GROUPED)
                  if g.variant.store == "tma" else None)
         # a cluster: each CTA multicasts its half of the B tile (op 1) into every CTA of the
         # pair (docs/guide/agents.md, "Clusters")

@@ -18,6 +18,7 @@ pytest.importorskip("pipeline_core_nvidia_h100")
 
 from pipeline_core.agents.prove import prove_plan  # noqa: E402
 from pipeline_core.api import compile_named  # noqa: E402
+from pipeline_core.check.mutate import agent_mutations, mutate_compiled  # noqa: E402
 from pipeline_core.check.verdict import HazardKind  # noqa: E402
 from pipeline_core.errors import ProgramError  # noqa: E402
 from pipeline_core.plan import StepKind  # noqa: E402
@@ -26,12 +27,15 @@ from pipeline_core_nvidia_h100.cuda import (gemm_grouped_header_source,  # noqa:
                                             group_maps_source, header_source)
 from pipeline_core_nvidia_h100.emit_wgmma import emit_wgmma  # noqa: E402
 from pipeline_core_nvidia_h100.gemm_call import (MatmulArgumentError,  # noqa: E402
-                                                 MatmulTypeError, TensorInfo)
+                                                 MatmulTypeError, TensorInfo, Tuning)
 from pipeline_core_nvidia_h100.gemm_grouped import plan_grouped  # noqa: E402
 from pipeline_core_nvidia_h100.gemm_tiles import GroupKTrips  # noqa: E402
 from pipeline_core_nvidia_h100.group_maps import SIGNATURE, k_field  # noqa: E402
 from pipeline_core_nvidia_h100.kit.tiles import jagged_tile_loop  # noqa: E402
-from pipeline_core_nvidia_h100.matmul_call import CALL_STAGES, schedule_params  # noqa: E402
+from pipeline_core_nvidia_h100.autotune import Candidate  # noqa: E402
+from pipeline_core_nvidia_h100.matmul_call import (CALL_STAGES, plan_grouped_infos,  # noqa: E402
+                                                   schedule_params)
+from pipeline_core.proof import UnsafeScheduleError  # noqa: E402
 from pipeline_core_nvidia_h100.sync_skeleton import SkeletonMismatch, check_skeleton  # noqa: E402
 from pipeline_core_nvidia_h100.toolchain import compile_cubin, sass_of  # noqa: E402
 from pipeline_core_nvidia_h100.warpspecialized import MAX_GROUPS, GemmVariant  # noqa: E402
@@ -60,7 +64,10 @@ def experts(g, k, n, dtype="bf16"):
 
 def test_2d_by_3d_is_one_grouped_launch_over_the_tokens():
     p = plan_grouped(t((16384, 4096)), experts(8, 4096, 14336), offs(8), sms=132)
-    assert p.variant == GemmVariant(tails=True, batch="grouped")  # bf16, both K-major, direct
+    # bf16, both K-major, stored by TMA where a tile lies inside its group (matmul_call keeps it
+    # only where the tile's shared memory takes the staging: plan_grouped_infos)
+    assert p.variant == GemmVariant(tails=True, batch="grouped", store="tma")
+    assert p.c is not None and (p.c.inner, p.c.outer, p.c.batch) == (14336, 16384, 1)
     assert (p.m, p.n, p.k, p.groups, p.out_shape, p.ldc) == (16384, 14336, 4096, 8,
                                                              (16384, 14336), 14336)
     assert (p.a.outer, p.a.batch) == (16384, 1)  # one 2-D map of the tokens
@@ -75,7 +82,7 @@ def test_2d_by_3d_is_one_grouped_launch_over_the_tokens():
 
 def test_3d_by_2d_groups_the_columns():
     p = plan_grouped(t((4, 300, 64)), t((64, 1000), (1, 64)), offs(4), sms=132)
-    assert p.variant == GemmVariant(tails=True, batch="grouped_n")
+    assert p.variant == GemmVariant(tails=True, batch="grouped_n", store="tma")
     assert (p.m, p.n, p.out_shape, p.ldc, p.groups) == (300, 1000, (300, 1000), 1000, 4)
     assert (p.a.batch, p.a.batch_stride, p.b.batch) == (4, 300 * 64, 1)
 
@@ -107,7 +114,8 @@ def test_scaled_grouped_takes_row_wise_scales_per_group():
     a8, b8 = t((500, 256), dtype="e4m3"), experts(4, 256, 512, "e4m3")
     sa, sb = t((500,), dtype="fp32"), t((4, 512), (520, 1), dtype="fp32")
     p = plan_grouped(a8, b8, offs(4), scales=(sa, sb), sms=132)
-    assert p.variant == GemmVariant(dtype="e4m3", tails=True, scale="row", batch="grouped")
+    assert p.variant == GemmVariant(dtype="e4m3", tails=True, scale="row", batch="grouped",
+                                    store="tma")
     assert (p.scale_group, p.k_pad, p.a.box_inner) == (520, 256, 128)
     # along N: scale_a is the grouped one
     q = plan_grouped(t((4, 300, 128), dtype="e4m3"), t((128, 900), (1, 128), dtype="e4m3"),
@@ -217,7 +225,7 @@ def test_each_grouped_variant_is_proven_safe_by_check(label):
 
 @pytest.mark.parametrize("params, param, fix", [
     ({"batch": "grouped", "split_k": "true"}, "split_k", "-p split_k=false"),
-    ({"batch": "grouped_n", "store": "tma"}, "store", "-p store=direct"),
+    ({"batch": "a", "store": "tma"}, "store", "-p store=direct"),
     ({"batch": "grouped", "cluster": "2"}, "cluster", "-p cluster=1"),
 ])
 def test_the_schedule_refuses_what_a_grouped_kernel_cannot_do(params, param, fix):
@@ -416,7 +424,8 @@ def test_the_weight_gradient_is_one_launch_of_every_groups_tiles():
     # dW = X^T dY over 8 experts of 16k tokens: a = X^T (M contiguous), b = dY (N contiguous)
     x, dy = (16384, 4096), (16384, 14336)
     p = plan_grouped(t((4096, 16384), (1, 4096)), t(dy), offs(8), sms=132)
-    assert p.variant == GemmVariant(tails=True, batch="grouped_k", a_major="mn", b_major="mn")
+    assert p.variant == GemmVariant(tails=True, batch="grouped_k", a_major="mn", b_major="mn",
+                                    store="tma")
     assert (p.m, p.n, p.k, p.groups, p.out_shape) == (4096, 14336, 16384, 8, (8, 4096, 14336))
     assert (p.ldc, p.c_batch, p.grid) == (14336, 4096 * 14336, 132)
     # the maps are the templates of the whole operands: the pre-pass moves them per group
@@ -559,3 +568,203 @@ def test_the_benchmark_draws_its_along_k_cases_and_plans_every_one(monkeypatch):
         "mn", "mn", (8, 4096, 14336))
     kernels = bench.dry_run([], [], cases)
     assert {v.batch for v, _ in kernels} >= {"grouped_k"}
+
+
+# --- the TMA-store epilogue of the grouped kernels (-p store=tma; docs/guide/matmul.md, "Grouped
+# GEMM"): along K every tile by TMA through a 3-D map of C; along M / N a consumer's rows of a
+# tile inside its group by TMA, those crossing its end directly, chosen per tile ---------------
+
+ONE = Candidate(bm=64, bn=256, consumers=1)
+#: label -> variant, candidate: two buffers (64-row tiles; 3 stages), one buffer (128x256 at 4
+#: stages, beside the groups' table), along K (no table: two buffers at 4 stages)
+STORE_VARIANTS = {
+    "bf16 grouped 64x256": (GemmVariant(tails=True, batch="grouped", store="tma"), ONE),
+    "bf16 grouped one buffer": (GemmVariant(tails=True, batch="grouped", store="tma"),
+                                Candidate()),
+    "e4m3 grouped_n row-scaled s3": (GemmVariant(dtype="e4m3", tails=True, scale="row",
+                                                 batch="grouped_n", store="tma"),
+                                     Candidate(stages=3)),
+    "fp16 grouped b mn fp32 out 64x256": (GemmVariant(dtype="fp16", b_major="mn",
+                                                      out_dtype="fp32", tails=True,
+                                                      batch="grouped", store="tma"), ONE),
+    "along k": (GemmVariant(tails=True, batch="grouped_k", store="tma"), Candidate()),
+    "along k mn fp32 out": (GemmVariant(tails=True, batch="grouped_k", a_major="mn",
+                                        b_major="mn", out_dtype="fp32", store="tma"),
+                            Candidate()),
+}
+
+
+def _store_compiled(label: str):
+    v, c = STORE_VARIANTS[label]
+    params = schedule_params(v) if c == Candidate() else schedule_params(v, c)
+    return compile_named("warpspecialized-gemm", target="h100", params=params,
+                         target_args={"stages": str(c.stages)})
+
+
+@pytest.mark.parametrize("label", sorted(STORE_VARIANTS))
+def test_each_grouped_store_variant_is_proven_and_emitted_as_its_plan(label):
+    c = _store_compiled(label)
+    v, cand = STORE_VARIANTS[label]
+    assert c.proof.verdict.safe, c.proof.verdict.violations
+    st = c.plan.store
+    # along M / N a tile may skip its staged store (stored directly): the proof covers it
+    assert st is not None and st.optional == (v.batch != "grouped_k")
+    assert st.buffers == cand.geometry(v).store_buffers
+    assert any(("may skip its" in a) == st.optional for a in c.proof.verdict.model["assumptions"])
+    check_skeleton(c, emit_wgmma(c), label=label)
+
+
+def test_128x256_at_4_stages_stages_through_one_buffer_beside_the_groups_table():
+    v = STORE_VARIANTS["bf16 grouped one buffer"][0]
+    assert Candidate().geometry(v).store_buffers == 1
+    assert Candidate(stages=3).geometry(v).store_buffers == 2
+    assert ONE.geometry(v).store_buffers == 2
+    # along K there is no table: the non-grouped kernel's two buffers at 4 stages
+    assert Candidate().geometry(STORE_VARIANTS["along k"][0]).store_buffers == 2
+
+
+@pytest.mark.parametrize("label", ["bf16 grouped 64x256", "bf16 grouped one buffer", "along k"])
+def test_a_staging_buffer_reused_before_the_stores_read_wait_is_refused(label):
+    c = _store_compiled(label)
+    cats = ("drop_store_wait", "loosen_store_wait")
+    picked = {m.category: m for m in agent_mutations(c.plan, cats) if m.agent == "consumer0"}
+    assert set(picked) == set(cats)
+    for m in picked.values():
+        with pytest.raises(UnsafeScheduleError, match=HazardKind.SMEM_WAR.value):
+            mutate_compiled(c, m)
+
+
+def test_the_optional_stores_proof_sees_a_skipped_tile_between_two_staged_ones():
+    """The plan's store as lowered, one sub-tile per tile: safe staged every tile, but a tile
+    stored directly between two staged ones puts both in one buffer with one group's wait
+    between them: the optional store's proof refuses it, the all-staged one cannot see it."""
+    c = _store_compiled("bf16 grouped 64x256")
+    one = attrs.evolve(c.plan, store=attrs.evolve(c.plan.store, subtiles=1))
+
+    def prove(plan):
+        return prove_plan(plan, c.body, c.edges, c.plan.sync, names=c.tag_names)
+    assert prove(attrs.evolve(one, store=attrs.evolve(one.store, optional=False))).safe
+    assert HazardKind.SMEM_WAR in {x.kind for x in prove(one).violations}
+
+
+def test_the_grouped_tma_store_chooses_per_tile_between_tma_and_the_clipped_direct_store():
+    c = _store_compiled("bf16 grouped 64x256")
+    src = emit_wgmma(c)
+    kernel = src[src.index('extern "C"'):]
+    guard = "if (row0 + consumer * CONSUMER_ROWS + CONSUMER_ROWS <= m_end || m_end == m) {"
+    # the staged store (its steps and the TMA store at the tile's corner) inside the guard, the
+    # direct store clipped to the group in its else branch, the drain after the tile loop
+    at = kernel.index(guard)
+    assert at < kernel.index("// pc:section store") < kernel.index(
+        "pcgc::tma_store_2d(&tmC, buf, col0 + s * SCOLS, row0 + consumer * CONSUMER_ROWS + "
+        "mb * 64);") < kernel.index("} else {", at) < kernel.index(
+        "epi.store<MBLOCKS, ACC, 64>(acc, C, ldc, row0 + consumer * CONSUMER_ROWS, col0);") \
+        < kernel.index("// pc:section drain")
+    assert "SBUF = 2;" in kernel and "pcgc::bulk_wait_read<1>();" in kernel
+    assert ", STORE_PARAMS" not in kernel and "const __grid_constant__" in kernel.split("tmC")[0]
+    along_n = emit_wgmma(_store_compiled("e4m3 grouped_n row-scaled s3"))
+    assert "if (col0 + BN <= n_end || n_end == n) {" in along_n
+    one = emit_wgmma(_store_compiled("bf16 grouped one buffer"))
+    assert "SBUF = 1;" in one and "pcgc::bulk_wait_read<0>();" in one
+
+
+def test_along_k_every_tile_is_stored_through_a_3d_map_at_its_group():
+    src = emit_wgmma(_store_compiled("along k"))
+    kernel = src[src.index('extern "C"'):]
+    assert ("pcgk::tma_store_3d(&tmC, buf, tile_n * BN + s * SCOLS, tile_m * BM + consumer * "
+            "CONSUMER_ROWS + mb * 64, group);") in kernel
+    assert "m_end" not in kernel and "epi.store<" not in kernel  # no choice: every tile by TMA
+
+
+def test_the_emitter_refuses_a_per_tile_choice_the_plan_did_not_prove():
+    c = _store_compiled("bf16 grouped 64x256")
+    staged = attrs.evolve(c, plan=attrs.evolve(c.plan, store=attrs.evolve(c.plan.store,
+                                                                             optional=False)))
+    with pytest.raises(ProgramError, match=r"StoreSpec\(optional=True\)"):
+        emit_wgmma(staged)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("label", ["bf16 grouped one buffer", "e4m3 grouped_n row-scaled s3",
+                                   "along k"])
+def test_the_grouped_store_kernels_build_without_spills_and_store_by_tma(label, tmp_path):
+    proc, cubin = compile_cubin(emit_wgmma(_store_compiled(label)), tmp_path, "gstore")
+    report = proc.stderr if proc.returncode == 0 else pytest.fail(proc.stderr)
+    assert "0 bytes spill stores, 0 bytes spill loads" in report and "C7520" not in report
+    sass = sass_of(cubin) or pytest.skip("no nvdisasm / cuobjdump for the SASS part")
+    assert not re.search(r"\b(LDL|STL)\b", sass)
+    rank = "3D" if STORE_VARIANTS[label][0].batch == "grouped_k" else "2D"
+    assert re.search(rf"\bUTMASTG\.{rank}\b", sass)
+
+
+# --- the call's store ---------------------------------------------------------------------------
+
+def _cand(a, b):
+    from pipeline_core_nvidia_h100 import decompose
+    along_m = len(a.shape) == 2 and len(b.shape) == 3
+    return decompose.grouped(a.shape[0], b.shape[0] if along_m else 0, a.dtype, not along_m)
+
+
+def test_the_call_stores_by_tma_with_one_buffer_where_two_do_not_fit_and_can_opt_out():
+    short = (t((4096, 1024)), experts(64, 1024, 512), offs(64))  # 64 rows a group: 64x256
+    long = (t((16384, 4096)), experts(8, 4096, 1024), offs(8))  # 128x256 at 4 stages
+    p = plan_grouped_infos(*short, None, None, 132, None, _cand(*short[:2]))
+    assert p.variant.store == "tma" and p.c is not None and p.c.batch == 1
+    assert (p.c.inner, p.c.outer, p.c.stride, p.c.box_inner, p.c.box_outer) == (
+        512, 4096, 512, 64, 64)
+    # one buffer only: the call's default since the H200 measured it (ONE_BUFFER_STORE)
+    assert plan_grouped_infos(*long, None, None, 132, None, _cand(*long[:2])).variant.store \
+        == "tma"
+    two = plan_grouped_infos(*long, None, None, 132, None, _cand(*long[:2]), one_buffer=False)
+    assert two.variant.store == "direct"
+    off = plan_grouped_infos(*short, None, None, 132, None, _cand(*short[:2]),
+                             Tuning(tma_store=False))
+    assert off.variant.store == "direct" and off.c is None
+
+
+def test_along_k_the_call_stores_every_group_through_one_3d_map():
+    a, b = t((4096, 16384), (1, 4096)), t((16384, 14336))
+    p = plan_grouped_infos(a, b, offs(8), None, None, 132, None, Candidate())
+    assert p.variant.store == "tma" and p.c is not None
+    # C [G, M, N]: each group's [M, N] its rows padded, one group's output apart
+    assert (p.c.inner, p.c.outer, p.c.stride, p.c.batch, p.c.batch_stride) == (
+        14336, 4096, 14336, 8, 4096 * 14336)
+    assert p.c.batch_stride == p.c_batch
+
+
+def test_the_benchmark_plans_every_case_with_each_store_and_times_each(monkeypatch):
+    bench = _bench(monkeypatch)
+    cases, fp8, k_cases = bench.draw_cases(120), bench.draw_fp8(24), bench.draw_k_cases(24)
+
+    def grouped(store):
+        monkeypatch.setattr(bench, "STORE", store)
+        return {(v.batch, v.store, c.stages, c.geometry(v).store_buffers)
+                for v, c in bench.dry_run(cases, fp8, k_cases) if v.grouped}
+    tma, s3, direct = grouped("tma"), grouped("tma-s3"), grouped("direct")
+    # --store tma: 128x256 along M / N at 4 stages through one buffer; tma-s3: 3 stages, two
+    assert ("grouped", "tma", 4, 1) in tma and ("grouped_n", "tma", 4, 1) in tma
+    assert ("grouped", "tma", 3, 2) in s3 and not any(b == 1 for *_, b in s3)
+    assert ("grouped_k", "tma", 4, 2) in tma & s3
+    assert {("grouped", "direct", 4, 2), ("grouped_k", "direct", 4, 2)} <= direct
+    timed = {(v.dtype, v.batch, v.store, c.stages) for v, c in bench.store_timing_keys()}
+    assert timed >= {("bf16", "grouped", "tma", 4), ("bf16", "grouped", "tma", 3),
+                     ("bf16", "grouped", "direct", 4), ("e4m3", "grouped", "tma", 3),
+                     ("bf16", "grouped_k", "tma", 4), ("bf16", "grouped_k", "direct", 4)}
+
+
+def test_the_document_says_the_grouped_store_is_optional_and_validates(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    import json
+
+    from pipeline_core.json_output import load_schema
+
+    out = tmp_path / "gst.json"
+    res = run_cli(["compile", "warpspecialized-gemm", "-p", "batch=grouped", "-p", "store=tma",
+                   "-p", "BM=64", "-p", "consumers=1", "--format", "json", "-o", str(out)])
+    assert res.exit_code == 0, res.stderr
+    doc = json.loads(out.read_text())
+    jsonschema.validate(doc, load_schema("schedule"))
+    assert doc["agents"]["store"]["optional"] is True
+    text = run_cli(["compile", "warpspecialized-gemm", "-p", "batch=grouped", "-p", "store=tma",
+                    "-p", "BM=64", "-p", "consumers=1"])
+    assert "an output tile may skip its 4 staged sub-tiles" in text.stdout

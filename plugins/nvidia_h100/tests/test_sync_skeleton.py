@@ -67,6 +67,10 @@ VARIANTS: dict[str, tuple[dict[str, str], str | None, int | None]] = {
         "bf16 grouped": GemmVariant(tails=True, batch="grouped"),
         "e4m3 grouped_n row-scaled": GemmVariant(dtype="e4m3", tails=True, scale="row",
                                                  batch="grouped_n"),
+        # their TMA store: per tile by TMA or directly (one staging buffer at 4 stages), and
+        # along K through a 3-D map
+        "bf16 grouped store=tma": GemmVariant(tails=True, batch="grouped", store="tma"),
+        "bf16 grouped_k store=tma": GemmVariant(tails=True, batch="grouped_k", store="tma"),
         "bf16 cp.async": GemmVariant(tails=True, load="cp_async"),
         "bf16 cp.async split-K": GemmVariant(tails=True, load="cp_async", split_k=True),
         "bf16 stream-K gelu": GemmVariant(tails=True, stream_k=True, bias="bf16",
@@ -118,6 +122,7 @@ def test_the_variants_cover_each_sync_family():
     assert seen == {"mbarrier.wait", "mbarrier.wait.cluster", "mbarrier.expect_tx",
                     "mbarrier.arrive", "mbarrier.arrive.peer", "mbarrier.arrive.async", "bar.sync", "bar.arrive",
                     "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group", "fence.proxy.async",
+                    "fence.proxy.tensormap.acquire",
                     "fence.gpu", "bulk.wait_group.read", "bulk.wait_group", "bulk.commit_group",
                     "bulk.store", "counter.arrive", "counter.acquire", "counter.reset", "op"}
 

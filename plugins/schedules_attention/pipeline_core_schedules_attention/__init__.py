@@ -8,9 +8,11 @@ from pipeline_core_schedules_attention.schedule import (AttentionGeometry, Atten
                                                         FlashAttentionForward,
                                                         attention_cost_model, attention_profile,
                                                         make_attention)
+from pipeline_core_schedules_attention.varlen_call import attention_varlen
 
 #: pyproject.toml is the one source
 __version__ = installed_version("pipeline-core-schedules-attention")
 __all__ = ["AttentionArgumentError", "AttentionGeometry", "AttentionTag",
            "FlashAttentionForward", "attention", "attention_cost_model", "attention_profile",
+           "attention_varlen",
            "make_attention"]

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pipeline_core_nvidia_h100.kit_api import (ARCH, BUILD_OPTIONS, PLUGIN_MODULE, Built,
+from pipeline_core_nvidia_h100.kit_api import (ARCH, BUILD_OPTIONS, PLUGIN_MODULE,
+                                               RECIPE_CACHE_SIZE, Bounded, Built,
                                                HostCall, Launch, Recipe, current_stream,
                                                cubin_path, describe, load_kernel,
                                                require_gpu_module, sm_count, tensor_map)
@@ -32,10 +33,12 @@ from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, e
                                                       in_place, order_of, readable)
 
 from pipeline_core_schedules_attention.bwd_schedule import DEFAULT_STAGES, NAME
+from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
 from pipeline_core_schedules_attention.bwd_signature import (KERNEL_NAME, ORDERED_SIGNATURE,
                                                              SIGNATURE)
 from pipeline_core_schedules_attention.call import (HEAD_DIMS, LOG2E, AttentionArgumentError,
                                                     plan_attention)
+from pipeline_core_schedules_attention.tile_order import TileOrder, choose
 
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
@@ -124,12 +127,26 @@ def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: An
                    dk_order=order_of(k), dv_order=order_of(v))
 
 
+#: (head dim, causal) whose default kernel hands dQ over per consumer (``-p shared_dq=false``:
+#: a buffer, writer and bulk reduce each) rather than through the schedule's one shared buffer.
+#: Measured on the H200 once the launch order kept a head's rows in L2 (bwd_call._order; one
+#: process, main kernel, five rounds; per consumer over shared): D 128 1.13 / 1.13 / 1.08 at
+#: S 1k / 4k / 16k, D 64 1.02-1.03, D 64 causal 1.00-1.02; D 128 causal 0.94 / 1.02 / 0.99
+#: keeps the shared buffer.  With heads innermost, L2 held neither and one reduce won.  The
+#: shared buffer couples the consumers (consumer 0's next staging waits for consumer 1's add and
+#: the reduce's read: 9.4% of the stall samples at D 128 S 4k).  The deterministic kernel keeps
+#: the schedule's default (one turn slot per KV block).
+PER_CONSUMER_DQ = frozenset({(128, False), (64, False), (64, True)})
+
+
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
                 deterministic: bool = False) -> dict[str, str]:
     """The schedule parameters (``-p``) the call compiles."""
     return {"head_dim": str(head_dim), "causal": str(causal).lower(),
             **({"align": align} if causal else {}),
-            **({"deterministic": "true"} if deterministic else {})}
+            **({"deterministic": "true"} if deterministic else {}),
+            **({"shared_dq": "false"} if not deterministic
+               and (head_dim, bool(causal)) in PER_CONSUMER_DQ else {})}
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -138,6 +155,8 @@ class BwdKernel(Built):
 
     block_m: int
     block_n: int
+    #: the plan's trip rule (the tile order's costs: a KV block's query blocks)
+    bounds: BackwardTrips | None = None
 
 
 def source(head_dim: int, dtype: str, causal: bool, align: str,
@@ -179,8 +198,33 @@ def _build(key: tuple[int, str, bool, str, bool, int]) -> BwdKernel:
     g = declared_geometry(compiled, KERNEL_FAMILY, BackwardGeometry, FN)
     kernel = load_kernel(src, KERNEL_NAME, device=device, smem=g.smem_bytes,
                          options=BUILD_OPTIONS)
+    rule = compiled.plan.trip_rule
     return BwdKernel(kernel=kernel, smem=g.smem_bytes, threads=g.threads, block_m=g.block_m,
-                     block_n=g.block_n)
+                     block_n=g.block_n, bounds=rule if isinstance(rule, BackwardTrips) else None)
+
+
+#: the tile order chosen per (recipe, kernel), kept apart from the packed arguments so a call
+#: with new addresses does not choose it again
+_ORDERS: Bounded[TileOrder] = Bounded(RECIPE_CACHE_SIZE)
+
+
+def _order(r: Recipe[BwdCall], built: BwdKernel, grid: int, np: Any) -> TileOrder:
+    """The order of the output tiles (the kernel's ``hg`` and ``snake``; bwd_tiles.BackwardTrips
+    .grouped says why): a head's KV blocks back to back without the mask; causal, the groups
+    of heads and snake whose busiest CTA has the least work (tile_order.choose over each KV
+    block's query blocks, heaviest first); the deterministic kernel reads neither."""
+    c = r.plan
+    if c.deterministic or built.bounds is None:
+        return TileOrder(hg=c.bhk)
+    if not c.causal:
+        return TileOrder(hg=1)
+    found = _ORDERS.get((r, built))
+    if found is None:
+        nb = built.bounds.kv_blocks(c.sk)
+        # choose() costs block NB - 1 - rank at rank's place: the forward's heaviest-last index
+        trips = [built.bounds.trips(nb - 1 - i, c.sq, c.sk, c.group) for i in range(nb)]
+        found = _ORDERS.put((r, built), choose(trips, bh=c.bhk, grid=grid, np=np))
+    return found
 
 
 def _arguments(r: Recipe[BwdCall], kernels: tuple[BwdKernel, ...],
@@ -200,6 +244,7 @@ def _arguments(r: Recipe[BwdCall], kernels: tuple[BwdKernel, ...],
         return tensor_map(t.data_ptr(), 1, rows_padded, 1, built.block_m, "fp32",
                           stride=rows_padded, swizzle=False)
 
+    order = _order(r, built, grid, np)
     dk_sb, dk_sh, dk_ss, _ = c.grad_strides(c.dk_order)
     dv_sb, dv_sh, dv_ss, _ = c.grad_strides(c.dv_order)
     values = {"tmQ": bhsd_map(q, built.block_m, c.dtype),
@@ -209,6 +254,7 @@ def _arguments(r: Recipe[BwdCall], kernels: tuple[BwdKernel, ...],
               "tmLSE": flat(lse), "tmDelta": flat(delta), "dQacc": dq_accum.data_ptr(),
               "BHK": c.bhk, "Sq": c.sq, "Sk": c.sk, "SQP": c.sqp, "group": c.group,
               "scale": c.scale, "scale_log2": c.scale * LOG2E, "HKV": c.kv_heads,
+              "hg": order.hg, "snake": int(order.snake),
               "dk_sb": dk_sb, "dk_sh": dk_sh, "dk_ss": dk_ss, "dv_sb": dv_sb, "dv_sh": dv_sh,
               "dv_ss": dv_ss}
     if c.deterministic:  # the turn counters, allocated per call, packed beside dK and dV

@@ -393,7 +393,7 @@ class FlashAttentionBackward(AgentsSchedule):
         gradient step masks (bwd_tiles.py); the body stays one query block."""
         g = self.geometry
         return BackwardTrips(causal=g.causal, block_m=g.block_m, block_n=g.block_n,
-                             align=g.align,
+                             align=g.align, grouped=not self.deterministic,
                              masked_ops=tuple(consumer_op(g, c, GRAD)
                                               for c in range(g.consumers)))
 

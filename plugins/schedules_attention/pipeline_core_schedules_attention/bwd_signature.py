@@ -7,7 +7,9 @@ over every query row's fp32; dQ's fp32 accumulator by address; dK and dV by thei
 may not alias each other; written through their strides, k's and v's layouts); then the
 sizes, the dQ accumulator's rows per head, the query heads per KV head, the scale (and it
 folded with log2 e), the KV heads (``HKV``: KV head ``bhk`` is head ``bhk % HKV`` of batch
-``bhk / HKV``, its TMA coordinates) and dK's and dV's strides in elements (batch, head, row).
+``bhk / HKV``, its TMA coordinates), the tile order (``hg``, ``snake``: tile_order.py; the
+deterministic kernel's order is its rule's and it reads neither) and dK's and dV's strides in
+elements (batch, head, row).
 The deterministic kernel (``ORDERED_SIGNATURE``) takes the dQ adds' turn counters after the
 accumulator, one int32 per (batch, query head, query block), zeroed per call (packed per call
 beside dK and dV)."""
@@ -31,7 +33,8 @@ def _signature(ordered: bool) -> KernelSignature:
          ("unsigned short* __restrict__", "dV", "pointer")),
         (("int", "BHK", "int32"), ("int", "Sq", "int32"), ("int", "Sk", "int32"),
          ("int", "SQP", "int32"), ("int", "group", "int32"), ("float", "scale", "float32"),
-         ("float", "scale_log2", "float32"), ("int", "HKV", "int32")),
+         ("float", "scale_log2", "float32"), ("int", "HKV", "int32"), ("int", "hg", "int32"),
+         ("int", "snake", "int32")),
         (("long long", "dk_sb", "int64"), ("long long", "dk_sh", "int64"),
          ("long long", "dk_ss", "int64"), ("long long", "dv_sb", "int64"),
          ("long long", "dv_sh", "int64"), ("long long", "dv_ss", "int64"))))

@@ -51,6 +51,20 @@ class BackwardTrips(CausalTiles):
     #: KV blocks the turn rank is moved by: 0 in every kernel; a mutation test's edit (the
     #: first adder waits for a turn no add releases), which the proof refuses
     turn_shift: int = 0
+    #: the persistent grid's order of output tiles.  False (the deterministic kernel, whose
+    #: proof reads the order: :meth:`position`): heads innermost, every head's KV block j
+    #: before any head's j + 1.  True: the call's order, the kernel's ``hg`` and ``snake``
+    #: arguments (tile_order.py, the forward's map with a KV block's work reversed): groups of
+    #: ``hg`` heads side by side, each group's KV blocks heaviest first.  Without the mask the
+    #: call takes ``hg`` = 1, a head's KV blocks back to back, so the CTAs in flight share few
+    #: heads, whose Q, dO and dQ accumulator rows stay in L2 (1.01-1.09x heads innermost on the
+    #: H200); causal, :func:`~.tile_order.choose` balances the CTAs' work (round-robin over one
+    #: head's blocks gives one CTA the heavy blocks of every head: 0.73-0.83x).  The
+    #: deterministic adds keep heads innermost: each KV block waits for the one before on every
+    #: query block, and a head's blocks in flight together queue along that chain (0.74-0.85x
+    #: without the mask) (benchmarks/attention_bwd_main_check.py --variants,
+    #: docs/guide/attention.md)
+    grouped: bool = False
 
     def query_blocks(self, seq_q: int) -> int:
         return -(-seq_q // self.block_m)
@@ -104,13 +118,29 @@ class BackwardTrips(CausalTiles):
         head's dQ rows its own part, added to by its KV head's blocks only)."""
         return kv_block + self.turn_shift
 
+    def position(self, kv_head: int, kv_block: int, kv_heads: int, kv_blocks: int) -> int:
+        """The launch position of output tile (``kv_head``, ``kv_block``) among ``kv_heads`` x
+        ``kv_blocks`` (the persistent CTAs take positions in ascending order) where the order
+        is the rule's (not :attr:`grouped`: heads innermost; :data:`TILE_C` its inverse, the
+        kernel's).  A grouped order is the call's, which no proof reads: ValueError."""
+        if self.grouped:
+            raise ValueError("a grouped launch order is the call's (hg, snake): the rule "
+                             "knows no position; build with grouped=False to prove turns")
+        return kv_head + kv_heads * kv_block
+
+    #: the inverse of :meth:`position` as the kernel's C declarators of ``tile`` (``BHK`` KV
+    #: heads, ``NB`` KV blocks)
+    TILE_C = "const int bhk = tile % BHK, nb = tile / BHK;"
+
     def turn_orders(self) -> Iterable[tuple[str, tuple[int, ...]]]:
-        """For each query block of the small problems :meth:`problems` lists, the turn ranks of
-        the KV blocks adding to its dQ, in launch order (tile ``bhk + BHK * nb``: ascending
-        KV block); the core proves they give turns 0, 1, .. (agents/prove_reduction.py)."""
+        """For each query block of the small problems :meth:`problems` lists (one head of two,
+        the second's tiles launched among the first's as :meth:`position` puts them), the turn
+        ranks of the KV blocks adding to its dQ, in launch order; the core proves they give
+        turns 0, 1, .. (agents/prove_reduction.py)."""
         for seq_q, seq_k in self.problems():
             adders: dict[int, list[int]] = {}
-            for j in range(self.kv_blocks(seq_k)):
+            blocks = self.kv_blocks(seq_k)
+            for j in sorted(range(blocks), key=lambda j: self.position(0, j, 2, blocks)):
                 for m, _ in self.visited(j, seq_q, seq_k):
                     adders.setdefault(m, []).append(self.turn_rank(j))
             for m in sorted(adders):
@@ -147,7 +177,8 @@ class BackwardTrips(CausalTiles):
 
     def document(self) -> dict[str, Any]:
         return {"causal": self.causal, "block_m": self.block_m, "block_n": self.block_n,
-                "align": self.align, "masked_ops": list(self.masked_ops), "loop": "query blocks"}
+                "align": self.align, "masked_ops": list(self.masked_ops), "loop": "query blocks",
+                "order": "the call's (hg, snake)" if self.grouped else "heads innermost"}
 
     # --- the rule's own proof -------------------------------------------------------------
 

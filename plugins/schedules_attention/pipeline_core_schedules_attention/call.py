@@ -151,20 +151,19 @@ def softmax_scale(head_dim: int, scale: float | None) -> float:
     return 1.0 / math.sqrt(head_dim) if scale is None else float(scale)
 
 
-def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
-                   scale: float | None = None) -> AttentionCall:
-    """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault."""
-    def fail(name: str, why: str) -> AttentionArgumentError:
-        return AttentionArgumentError(f"attention: {name}: {why}")
-
+def check_operands(fail: Any, q: Any, k: Any, v: Any, layout: str) -> None:
+    """What every attention call checks of q, k and v alike (``attention()``'s [B, H, S, D],
+    ``attention_varlen``'s packed [total, heads, D]: ``layout``, whose rank it asks): each of
+    that rank, on the GPU, bf16 or fp16; q's head dim (the last) one the call compiles; k and v
+    of q's dtype and device and of one shape.  ``fail(name, why)`` makes the one-line error."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if len(t.shape) != 4:
-            raise fail(name, f"shape {tuple(t.shape)}; pass [B, H, S, D]")
+        if len(t.shape) != layout.count(",") + 1:
+            raise fail(name, f"shape {tuple(t.shape)}; pass {layout}")
         if not t.is_cuda:
             raise fail(name, "a CPU tensor; move it to the GPU with .cuda()")
         if str(t.dtype) not in DTYPES:
             raise fail(name, f"dtype {t.dtype}; pass torch.bfloat16 or torch.float16")
-    b, h, sq, d = q.shape
+    d = q.shape[-1]
     if d not in HEAD_DIMS:
         raise fail("q", f"head dim {d}; supported: {', '.join(map(str, HEAD_DIMS))}")
     for name, t in (("k", k), ("v", v)):
@@ -174,12 +173,28 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
             raise fail(name, f"on {t.device}, q on {q.device}; put them on one device")
     if tuple(k.shape) != tuple(v.shape):
         raise fail("v", f"shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
+
+
+def check_group(fail: Any, heads: int, kv_heads: int) -> None:
+    """Grouped-query attention's rule: k's and v's heads divide q's."""
+    if kv_heads < 1 or heads % kv_heads:
+        raise fail("k", f"{kv_heads} heads for q's {heads}: grouped-query attention needs q's "
+                        f"heads a multiple of k's and v's; pass k and v with a divisor of "
+                        f"{heads} heads")
+
+
+def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
+                   scale: float | None = None) -> AttentionCall:
+    """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault."""
+    def fail(name: str, why: str) -> AttentionArgumentError:
+        return AttentionArgumentError(f"attention: {name}: {why}")
+
+    check_operands(fail, q, k, v, "[B, H, S, D]")
+    b, h, sq, d = q.shape
     if (k.shape[0], k.shape[3]) != (b, d):
         raise fail("k", f"shape {tuple(k.shape)}: batch and head dim must be q's ({b}, {d})")
     hkv = k.shape[1]
-    if hkv < 1 or h % hkv:
-        raise fail("k", f"{hkv} heads for q's {h}: grouped-query attention needs q's heads a "
-                        f"multiple of k's and v's; pass k and v with a divisor of {h} heads")
+    check_group(fail, h, hkv)
     align = causal_align(causal)
     if sq < 1 or k.shape[2] < 1:
         raise fail("q" if sq < 1 else "k", "sequence length 0; pass S >= 1")

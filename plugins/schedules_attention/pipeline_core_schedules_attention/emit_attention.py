@@ -29,6 +29,9 @@ softmax leaves P_t in fp32 in S's own registers and the rescale step, which runs
 ``wait_group 0``, packs it into the 16-bit A operand (``pcat::PackP::later``), so no register an
 in-flight wgmma reads is ever written (ptxas would serialize the wgmmas otherwise).
 One consumer warp group owns 64 query rows (``block_m / consumers == 64``, ``pcat::ROWS``).
+
+``-p varlen`` (packed variable-length batches): the same programs and device code on the tile
+loop, loads, finish and signature of ``emit_varlen.py``, which says what differs.
 """
 from __future__ import annotations
 
@@ -46,11 +49,15 @@ from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode,
                                                ring_step_line, wgmma_header_source, wgmma_rs,
                                                wgmma_ss)
 
+from pipeline_core_schedules_attention.emit_varlen import (varlen_finish, varlen_header,
+                                                           varlen_tile_loop)
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
-from pipeline_core_schedules_attention.signature import KERNEL_NAME, SIGNATURE
+from pipeline_core_schedules_attention.signature import (KERNEL_NAME, SIGNATURE,
+                                                         VARLEN_SIGNATURE)
 from pipeline_core_schedules_attention.tile_order import order_exprs
 from pipeline_core_schedules_attention.tiles import LoopBounds, plan_bounds
+from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds
 
 EMITTER_NAME = "cuda-attention"
 #: ``-O dtype``: the element type of Q, K, V and O
@@ -85,6 +92,11 @@ def _fail(why: str) -> ProgramError:
     return ProgramError(f"emitter {EMITTER_NAME}: {why}")
 
 
+#: query head bh's head and batch (its TMA coordinates: layout.bhsd_map's (d, s, h, b); K and
+#: V at KV head HEAD / group) and its output rows (the output's own strides, q's layout)
+HEAD, BATCH = "bh % H", "bh / H"
+
+
 @attrs.frozen(kw_only=True)
 class _Variant:
     """A kernel's choices among ``attention.cuh``'s device functions, as their template
@@ -97,6 +109,12 @@ class _Variant:
     guard: bool  # bottom-right causal: a row may see no key
     qk: str  # the SS wrapper of S = Q.K^T (wgmma_m64n{BN}k16)
     pv: str  # the RS wrapper of O += P.V (wgmma_rs_m64n{HD}k16)
+    #: the TMA copies' row of Q's block, the start of K's and V's rows and the batch
+    #: coordinate: the fixed-length kernel's, or (varlen) offset by the tile's sequence's
+    #: first row in the packed tensors (``q0``, ``k0``) on their maps' batch of one
+    q_row: str = "tile_m * BM"
+    kv_from: str = ""
+    batch: str = BATCH
 
     def op_line(self, tag: int, stage: str, tile: str) -> str:
         """One call of the header per compute op step (a ring stage's S, PV; a KV block's
@@ -129,22 +147,22 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
         if tag == AttentionTag.TMA_Q:
             qs = rings["q_full"].stages
             return (f"for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_q(o % {qs}) + c "
-                    f"* BM * 128, &tmQ, q_full_bar(o % {qs}), c * 64, tile_m * BM, {HEAD}, "
-                    f"{BATCH});")
+                    f"* BM * 128, &tmQ, q_full_bar(o % {qs}), c * 64, {variant.q_row}, {HEAD}, "
+                    f"{variant.batch});")
         if tag in (AttentionTag.TMA_K, AttentionTag.TMA_V):
             x = "k" if tag == AttentionTag.TMA_K else "v"
             return (f"for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_{x}({kstage}) + c "
                     f"* BN * 128, &tm{x.upper()}, {x}_full_bar({kstage}), c * 64, "
-                    f"{loop_tile(s)} * BN, {HEAD} / group, {BATCH});")
+                    f"{variant.kv_from}{loop_tile(s)} * BN, {HEAD} / group, {variant.batch});")
         if tag in _COMPUTE:
             return variant.op_line(tag, kstage, loop_tile(s))
     raise _fail(f"agent {owner}: no CUDA for step {s.kind.value} (tag {s.tag})")
 
 
-#: query head bh's head and batch (its TMA coordinates: layout.bhsd_map's (d, s, h, b); K and
-#: V at KV head HEAD / group) and its output rows (the output's own strides, q's layout)
-HEAD, BATCH = "bh % H", "bh / H"
 OUT_ROWS = f"O + ({BATCH}) * o_sb + ({HEAD}) * o_sh, o_ss"
+#: the varlen kernel's TMA rows and batch (_Variant): from its sequence's first row, on the
+#: [1, H, total, D] views' batch 0
+_VARLEN_COORDS = {"q_row": "q0 + tile_m * BM", "kv_from": "k0 + ", "batch": "0"}
 #: the consumers' op steps, each one call of the header (:meth:`_Variant.op_line`)
 _COMPUTE = (AttentionTag.WGMMA_S, AttentionTag.SOFTMAX, AttentionTag.RESCALE,
             AttentionTag.WGMMA_PV)
@@ -173,6 +191,10 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     order = "const int " + ", ".join(order_exprs(g.causal)) + ";"
     if rule is None:
         raise _fail("the plan records no loop bounds; recompile the schedule")
+    if g.varlen != isinstance(rule, VarlenBounds) or (isinstance(rule, VarlenBounds)
+                                                      and rule.kv_shift != 0):
+        raise _fail("the plan's trip rule is not -p varlen's as the geometry declares, or "
+                    "carries a mutation's kv_shift; recompile the schedule")
     rings = {r.name: r for r in plan.rings}
     tags = [o.tag for o in compiled.body]
     producer, *consumers = plan.programs
@@ -182,7 +204,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         mask=f"pcat::Causal{{Sk, {OFFSET[causal.align]}}}" if causal is not None
         else "pcat::KeyTail{Sk}",
         guard=causal is not None and causal.align == "bottom_right",
-        qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.head_dim}k16")
+        qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.head_dim}k16",
+        **(_VARLEN_COORDS if g.varlen else {}))
 
     def code(p: AgentProgram, single: bool, label: str) -> AgentCode:
         """An agent's program, and its once steps alone (an output tile with no KV block)."""
@@ -198,6 +221,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
                 f"{_CAUSAL_BLOCKS if g.causal else _blocks(rule)};",),
         producer=TileLoop(head=loop, tile=(order, *bounds[:1])),
         consumers=TileLoop(head=loop, tile=(order, *bounds)), empty_tiles=True)
+    if g.varlen:  # the sequences' spans on the device, per tile (emit_varlen.py)
+        tiles = varlen_tile_loop(g.causal, *tile_bounds_exprs(rule))
     body = agents_kernel_body(
         rings=plan.rings, producer=code(producer, True, producer.name),
         # one label for every consumer, so consumers that differ in no step share one program
@@ -205,11 +230,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS",
         family=_family(g, variant.elem), tiles=tiles, emitter=EMITTER_NAME)
     device = pasted(__package__, "attention.cuh")
-    return "\n".join([
-        f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
-        f"{compiled.schedule_name} on target {compiled.target_name}.",
-        f"// O = softmax(Q.K^T * scale) . V per (batch, head), {dtype} in and out, fp32 "
-        "accumulate.",
+    about = varlen_header(g.head_dim, g.threads, g.smem_bytes, g.block_m) if g.varlen else [
         f"// Q, K, V: rank-4 TMA tensor maps over (D = {g.head_dim}, S, H, B), the tensors' "
         "own strides (box 64 x rows,",
         "// 128-byte swizzle; a box past S reads zeros); query head h of batch b reads KV head "
@@ -221,11 +242,17 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         f"// shared memory {g.smem_bytes} bytes, any grid up to BH * ceil(Sq / {g.block_m}) "
         "CTAs (each runs output tiles",
         "// blockIdx.x, + gridDim.x, ...; causal, in the order hg and snake pick: "
-        "tile_order.py).",
+        "tile_order.py)."]
+    return "\n".join([
+        f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
+        f"{compiled.schedule_name} on target {compiled.target_name}.",
+        f"// O = softmax(Q.K^T * scale) . V per ({'sequence' if g.varlen else 'batch'}, "
+        f"head), {dtype} in and out, fp32 accumulate.", *about,
         header_source(), wgmma_header_source(), gemm_call_header_source(),
         wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.head_dim, dtype), device,
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
-        f"{KERNEL_NAME}({SIGNATURE.render()}) {{", body, "}", ""])
+        f"{KERNEL_NAME}({(VARLEN_SIGNATURE if g.varlen else SIGNATURE).render()}) {{", body,
+        "}", ""])
 
 
 def _family(g: AttentionGeometry, elem: str) -> AgentsFamily:
@@ -248,7 +275,8 @@ def _family(g: AttentionGeometry, elem: str) -> AgentsFamily:
         consumer_state="        float oacc[HD / 2], sacc[BN / 2];\n        u32 pk[BN / 4];",
         compute="            pcat::Rows rows = pcat::start<HD>(oacc, tile_m * BM, consumer);\n"
                 "            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q",
-        finish=f"            pcat::finish<HD, {elem}>(oacc, rows, {OUT_ROWS}, LSE, bh, Sq);",
+        finish=varlen_finish(elem) if g.varlen else
+        f"            pcat::finish<HD, {elem}>(oacc, rows, {OUT_ROWS}, LSE, bh, Sq);",
         once_stages="Q_STAGES")
 
 

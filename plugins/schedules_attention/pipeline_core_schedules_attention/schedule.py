@@ -38,6 +38,7 @@ from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TA
                                                register_split_refusal)
 
 from pipeline_core_schedules_attention.tiles import LoopBounds
+from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds
 
 NAME = "flash-attention-fwd"
 OWNER = f"schedule {NAME}"
@@ -148,6 +149,10 @@ class AttentionGeometry(WarpGroupTiles):
     #: loaded while tile o still runs, where one buffer waits for o's last release
     #: (docs/guide/attention.md, "A double-buffered Q")
     q_stages: int = 1
+    #: packed variable-length batches: each output tile a (sequence, head, query block), its KV
+    #: blocks its own sequence's (varlen_tiles.VarlenBounds; docs/guide/attention.md, "Packed
+    #: variable-length batches")
+    varlen: bool = False
 
     @property
     def rows(self) -> int:
@@ -293,9 +298,11 @@ class FlashAttentionForward(AgentsSchedule):
     def bounds(self) -> LoopBounds:
         """The causal loop bounds and the masked KV blocks (the diagonal's and the key tail's),
         applied by each consumer's softmax; the body stays one KV block
-        (docs/guide/attention.md, "Causal bounds and tails")."""
+        (docs/guide/attention.md, "Causal bounds and tails"); ``-p varlen``: the same per
+        sequence of a packed batch."""
         g = self.geometry
-        return LoopBounds(causal=g.causal, block_m=g.block_m, block_n=g.block_n, align=g.align,
+        rule = VarlenBounds if g.varlen else LoopBounds
+        return rule(causal=g.causal, block_m=g.block_m, block_n=g.block_n, align=g.align,
                           masked_ops=tuple(consumer_op(c, SOFTMAX) for c in range(g.consumers)))
 
 
@@ -336,6 +343,8 @@ PARAMS = (
                                   "(FA3's inter-warp-group ping-pong)"),
     Param("q_stages", int, 1, "stages of Q's ring (2: the next output tile's Q loads while this "
                               "one runs)", bound=Bound(low=1, high=2)),
+    Param("varlen", bool, False, "packed variable-length batches: each output tile one "
+                                 "sequence's query block, visiting that sequence's KV blocks"),
     *REGISTERS,
 )
 
@@ -349,7 +358,7 @@ def make_attention(ctx: BuildContext) -> FlashAttentionForward:
         stages=target.pipeline.depth, consumers=p["consumers"], causal=bool(p["causal"]),
         intra_overlap=bool(p["intra_overlap"]), pingpong=bool(p["pingpong"]),
         producer_registers=p["producer_registers"], consumer_registers=p["consumer_registers"],
-        align=p["align"], q_stages=p["q_stages"])
+        align=p["align"], q_stages=p["q_stages"], varlen=bool(p["varlen"]))
     geometry.validate()
     return FlashAttentionForward(target, geometry)
 

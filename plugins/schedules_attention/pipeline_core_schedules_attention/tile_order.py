@@ -46,19 +46,24 @@ class TileOrder:
     snake: bool = False
 
 
-def order_exprs(causal: bool) -> tuple[str, ...]:
+def order_exprs(causal: bool, *, head: str = "bh", block: str = "tile_m", heads: str = "BH",
+                blocks: str = "MT") -> tuple[str, ...]:
     """C declarators ``p = ...``, ``bh = ...``, ``tile_m = ...`` of persistent tile index
     ``tile`` (of the kernel's ``tile, MT, BH, TILES``, ``gridDim.x`` and, causal, its ``hg``
-    and ``snake`` arguments), the same for the producer and the consumers."""
+    and ``snake`` arguments), the same for the producer and the consumers.  The backward
+    names its own (``head`` and ``block`` declared over ``heads`` x ``blocks``): its block
+    ``blocks - 1 - tile_m`` is then the heaviest-first rank, a KV block's (tile costs reversed
+    for :func:`choose`)."""
     if not causal:
-        return "bh = tile / MT", "tile_m = tile % MT"
+        return f"{head} = tile / {blocks}", f"{block} = tile % {blocks}"
     g = "(int)gridDim.x"
     rnd, lane = f"(tile / {g})", f"(tile % {g})"
     p = (f"p = (snake && ({rnd} & 1) && ({rnd} + 1) * {g} <= TILES) ? "
          f"{rnd} * {g} + {g} - 1 - {lane} : tile")
-    first = "(p / (MT * hg)) * hg"  # the group's first head
-    heads, r = f"min(hg, BH - {first})", "(p % (MT * hg))"  # the last group may be short
-    return p, f"bh = {first} + {r} % {heads}", f"tile_m = MT - 1 - {r} / {heads}"
+    first = f"(p / ({blocks} * hg)) * hg"  # the group's first head
+    # the last group may be short
+    n, r = f"min(hg, {heads} - {first})", f"(p % ({blocks} * hg))"
+    return p, f"{head} = {first} + {r} % {n}", f"{block} = {blocks} - 1 - {r} / {n}"
 
 
 def _causal_map(t: Any, *, bh: int, mt: int, grid: int, order: TileOrder, where: Any,
@@ -105,3 +110,52 @@ def choose(trips: Sequence[int], *, bh: int, grid: int, np: Any) -> TileOrder:
     best = min(load for load, _ in found)
     near = [o for load, o in found if load <= best * (1 + TIE)]
     return TileOrder() if TileOrder() in near else min(near, key=lambda o: (o.hg, o.snake))
+
+
+def varlen_order_exprs(causal: bool) -> tuple[str, ...]:
+    """The packed varlen kernel's order within a sequence (varlen_tiles.py): C declarators
+    ``bh = ...``, ``tile_m = ...`` of tile ``r`` of sequence ``seq`` (its ``MTS`` query blocks
+    per head, ``H`` heads; the kernel's ``hg``), the batch's tiles running sequence by sequence.
+    Not causal, head-major (a head's query blocks back to back, its K and V read once); causal,
+    the fixed-length causal order within the sequence: groups of ``hg`` heads side by side, each
+    group's query blocks heaviest first (:func:`varlen_choose` picks ``hg``)."""
+    if not causal:
+        return "bh = seq * H + r / MTS", "tile_m = r % MTS"
+    first = "(r / (MTS * hg)) * hg"  # the group's first head
+    heads, rr = f"min(hg, H - {first})", "(r % (MTS * hg))"  # the last group may be short
+    return f"bh = seq * H + {first} + {rr} % {heads}", f"tile_m = MTS - 1 - {rr} / {heads}"
+
+
+def varlen_tile_at(r: Any, *, heads: int, mts: int, causal: bool, hg: int = 8,
+                   minimum: Any = min) -> tuple[Any, Any]:
+    """(head, query block) of tile ``r`` (an int, or a numpy array of them with ``minimum``
+    numpy's) of a sequence of ``mts`` query blocks per head: :func:`varlen_order_exprs` in
+    Python."""
+    if not causal:
+        return r // mts, r % mts
+    first = (r // (mts * hg)) * hg
+    size, rr = minimum(hg, heads - first), r % (mts * hg)
+    return first + rr % size, mts - 1 - rr // size
+
+
+def varlen_choose(trips: Sequence[int], *, heads: int, batch: int, grid: int,
+                  np: Any) -> TileOrder:
+    """The causal varlen kernel's ``hg``: the group whose busiest CTA has the least work when
+    ``batch`` sequences of one head's ``trips`` per query block (the longest the host knows of:
+    ``max_seqlen_q``'s) run round-robin on ``grid`` CTAs; ties as :func:`choose` breaks them.
+    On a batch of equal lengths this is the fixed-length call's choice where that has no snake
+    (D 128 causal, 4 x 4096: groups of 2, busiest CTA 1.06x the mean, against 1.15x with
+    every head of a sequence in one group)."""
+    mts = len(trips)
+    r = np.arange(heads * mts)
+    found = []
+    for g in GROUPS:
+        _, block = varlen_tile_at(r, heads=heads, mts=mts, causal=True, hg=g,
+                                  minimum=np.minimum)
+        cost = np.tile(np.asarray(trips, dtype=np.float64)[block] + TILE_OVERHEAD_BLOCKS, batch)
+        load = np.bincount(np.arange(len(cost)) % grid, weights=cost,
+                           minlength=min(grid, len(cost)))
+        found.append((float(load.max()), TileOrder(hg=g)))
+    best = min(load for load, _ in found)
+    near = [o for load, o in found if load <= best * (1 + TIE)]
+    return TileOrder() if TileOrder() in near else min(near, key=lambda o: o.hg)

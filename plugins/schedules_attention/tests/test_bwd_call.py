@@ -112,5 +112,20 @@ def test_the_prebuild_covers_every_variant_the_call_builds():
     assert {(v[0], v[2], v[3]) for v in bwd_call.VARIANTS} == {
         (d, c, a) for d in (64, 128)
         for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))}
-    assert bwd_call.call_params(64, False) == {"head_dim": "64", "causal": "false"}
+    assert bwd_call.call_params(64, False) == {"head_dim": "64", "causal": "false",
+                                               "shared_dq": "false"}
     assert bwd_call.DETERMINISTIC_VARIANTS == tuple((*v, True) for v in bwd_call.VARIANTS)
+
+
+@pytest.mark.parametrize("head_dim, causal, deterministic, shared", [
+    (128, False, False, False), (64, False, False, False), (64, True, False, False),
+    (128, True, False, True), (128, False, True, True), (64, True, True, True)])
+def test_the_call_hands_dq_over_as_measured_and_every_kernel_is_proven(head_dim, causal,
+                                                                     deterministic, shared):
+    """Per consumer where it ran faster on the H200, the shared buffer at D 128 causal and
+    in the deterministic kernel; each compiles SAFE with its writers."""
+    params = bwd_call.call_params(head_dim, causal, deterministic=deterministic)
+    c = bwd_call.CALL.compile(params, bwd_call.CALL_STAGES)
+    writers = [p.name for p in c.plan.programs if p.name.startswith("dq_writer")]
+    assert writers == (["dq_writer0"] if shared else ["dq_writer0", "dq_writer1"])
+    assert c.proof.verdict.safe

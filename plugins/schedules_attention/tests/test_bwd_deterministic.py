@@ -254,3 +254,48 @@ def test_a_turn_wait_of_another_k_tile_is_no_turn_wait(det):
     steps = [attrs.evolve(s, lag=1) if s.kind == K.TURN_WAIT else s
              for s in kernel(det, "dq_writer0")]
     assert H.ADD_ORDER in hazards(edited(det, "dq_writer0", steps))
+
+
+@attrs.frozen(kw_only=True)
+class _Reversed(BackwardTrips):
+    """A launch order that runs a head's KV blocks last to first: each block's add would wait
+    for turns only later-launched blocks release."""
+
+    def position(self, kv_head: int, kv_block: int, kv_heads: int, kv_blocks: int) -> int:
+        return super().position(kv_head, kv_blocks - 1 - kv_block, kv_heads, kv_blocks)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_launch_order_against_the_turns_deadlocks(causal):
+    c = build(causal=causal)
+    fields = {f.name: getattr(c.plan.trip_rule, f.name) for f in attrs.fields(BackwardTrips)}
+    assert hazards(proven(c, c.plan)) == set()
+    assert H.DEADLOCK in hazards(proven(c, attrs.evolve(c.plan, trip_rule=_Reversed(**fields))))
+
+
+@pytest.mark.parametrize("params, grouped", [
+    (dict(), True), (dict(causal=True), True), (dict(deterministic=True), False),
+    (dict(deterministic=True, causal=True, align="bottom_right", head_dim=64), False)])
+def test_the_launch_order_is_the_calls_but_where_the_turns_are_proven(params, grouped):
+    """The default kernels take the call's order (hg, snake: a head's KV blocks back to back
+    without the mask, balanced groups causal); the deterministic kernel's order is its rule's,
+    heads innermost, the one the turns' proof reads: its C declarator inverts position()."""
+    from pipeline_core_schedules_attention.emit_attention_bwd import tile_exprs
+
+    c = compile_named(NAME, params={k: str(v).lower() for k, v in params.items()})
+    rule = c.plan.trip_rule
+    assert rule.grouped is grouped
+    decl = tile_exprs(rule)[0]
+    if grouped:
+        assert "hg" in decl and "snake" in decl
+        with pytest.raises(ValueError, match="the call's"):
+            rule.position(0, 0, 1, 1)
+        return
+    heads, blocks = 3, 5
+    for p in range(heads * blocks):
+        env = {"tile": p, "NB": blocks, "BHK": heads}
+        vals = {}
+        for part in decl.removeprefix("const int ").rstrip(";").split(", "):
+            name, expr = part.split(" = ")
+            vals[name] = eval(expr.replace("/", "//"), {}, env)  # noqa: S307 - our own C
+        assert rule.position(vals["bhk"], vals["nb"], heads, blocks) == p

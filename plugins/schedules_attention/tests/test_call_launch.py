@@ -88,6 +88,16 @@ class Tensor:
         return Tensor(tuple(self.shape[d] for d in dims), self.dtype, self.device,
                       strides=tuple(self.strides[d] for d in dims), ptr=self.ptr)
 
+    def unsqueeze(self, dim):  # dim 0 only: the varlen call's batch of one
+        assert dim == 0
+        return Tensor((1, *self.shape), self.dtype, self.device,
+                      strides=(self.shape[0] * self.strides[0], *self.strides), ptr=self.ptr)
+
+    def transpose(self, a, b):
+        dims = list(range(len(self.shape)))
+        dims[a], dims[b] = dims[b], dims[a]
+        return self.permute(*dims)
+
 
 def bshd(b, s, h, d, **kw):
     """A [B, H, S, D] view of a [B, S, H, D] buffer (x.view(B, S, H, D).transpose(1, 2))."""
@@ -115,6 +125,8 @@ def fake_torch(state: type[State]) -> types.ModuleType:
         get_device_properties=lambda device: types.SimpleNamespace(multi_processor_count=132))
     torch.empty_like = lambda t: Tensor(t.shape, t.dtype, t.device)
     torch.empty = lambda shape, dtype=None, device=None: Tensor(tuple(shape), dtype, device)
+    torch.is_grad_enabled = lambda: True
+    torch.float32 = "torch.float32"
     return torch
 
 
@@ -441,3 +453,45 @@ def test_the_bounded_cache_drops_the_oldest():
     assert (cache.get(0), cache.get(1), cache.get(2), len(cache)) == (None, 1, 2, 2)
     cache.put(1, 10)  # an existing key is replaced, nothing dropped
     assert (cache.get(1), cache.get(2)) == (10, 2)
+
+
+def test_the_varlen_call_packs_its_sequences_once_and_never_reads_them(host, monkeypatch):
+    """attention_varlen's host path: checked and planned once per description, the lengths'
+    tensors passed by address only (the kernel reads them: no sync), the maps over [1, H, total,
+    D] views of the packed tensors' own strides, the grid bounded by max_seqlen_q, LSE [H, total_q]
+    only when asked; a gradient refused in one line even on a cached description."""
+    from pipeline_core_schedules_attention import varlen_call
+
+    plans, builds = [], []
+    plan = varlen_call.plan_varlen
+    monkeypatch.setattr(varlen_call, "plan_varlen",
+                        lambda *a, **kw: plans.append(1) or plan(*a, **kw))
+    monkeypatch.setattr(varlen_call, "_build", lambda *key: builds.append(key) or
+                        call.AttentionKernel(kernel=("varlen", *key), smem=1, threads=384,
+                                             block_m=128, block_n=128))
+    monkeypatch.setattr(varlen_call, "bhsd_map", lambda t, rows, dtype: ("map", t.data_ptr(), rows,
+                                                                         t.shape, t.stride()))
+    monkeypatch.setattr(varlen_call.VARLEN, "launcher", lambda *a: host.launches.append(a))
+    for cache in (varlen_call.VARLEN.recipes, varlen_call.VARLEN.args):
+        monkeypatch.setattr(cache, "_items", {})
+    monkeypatch.setattr(varlen_call.VARLEN.kernels, "_built", {})
+    q, k, v = Tensor((300, 4, 64)), Tensor((400, 2, 64)), Tensor((400, 2, 64))
+    cq, ck = Tensor((4,), "torch.int32"), Tensor((4,), "torch.int32")
+    out = varlen_call.attention_varlen(q, k, v, cq, ck, 200, 250, causal="bottom_right")
+    again, lse = varlen_call.attention_varlen(q, k, v, cq, ck, 200, 250, causal="bottom_right",
+                                              return_lse=True)
+    assert len(plans) == 1 and builds == [(64, "bf16", True, "bottom_right", True, 0)]
+    (kernel, device, stream, grid, block, args, smem), second = host.launches
+    assert grid == (3 * 4 * 2,) and kernel == ("varlen", *builds[0])  # B x H x ceil(200 / 128)
+    assert args[0] == ("map", q.ptr, 128, (1, 4, 300, 64), (300 * 256, 64, 256, 1))
+    assert int(args[3]) == out.ptr and int(args[4]) == 0 and int(second[5][4]) == lse.ptr
+    assert lse.shape == (4, 300) and out.shape == q.shape
+    assert [int(a) for a in args[5:10]] == [cq.ptr, ck.ptr, 3, 300, 400]  # B, TQ, TK
+    assert math.isclose(float(args[10]), call.LOG2E / 8, rel_tol=1e-6)
+    # group, the causal order's head groups (the kernel has no bounds here: the default), H,
+    # O's head and row strides
+    assert [int(a) for a in args[11:]] == [2, 8, 4, 64, 256]
+    with pytest.raises(AttentionArgumentError) as info:
+        varlen_call.attention_varlen(Tensor((300, 4, 64), requires_grad=True), k, v, cq, ck,
+                                     200, 250)
+    assert str(info.value).startswith("attention_varlen: q: needs a gradient")

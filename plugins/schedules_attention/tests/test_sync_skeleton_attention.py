@@ -36,6 +36,10 @@ VARIANTS: dict[str, tuple[dict[str, str], int, dict[str, object]]] = {
     **{f"call D={d} causal={causal} short={short}": (call_params(d, causal, short=short),
                                                      call_stages(d, causal, short), {})
        for d in HEAD_DIMS for causal in (False, True) for short in (False, True)},
+    "varlen": ({"varlen": "true"}, 2, {}),
+    "varlen causal bottom-right q_stages=2": ({"varlen": "true", "causal": "true",
+                                                "align": "bottom_right", "head_dim": "64",
+                                                "q_stages": "2"}, 3, {}),
 }
 
 

@@ -264,3 +264,44 @@ def test_the_not_causal_declarators_read_no_order():
     """Not causal: head-major from the tile alone (no p, hg or snake)."""
     text = " ".join(order_exprs(False))
     assert not re.search(r"\b(p|hg|snake|gridDim)\b", text)
+
+
+def _bwd_order():
+    """The backward kernel's grouped order (emit_attention_bwd.tile_exprs, evaluated as C
+    would): tile -> (KV head, KV block)."""
+    from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
+    from pipeline_core_schedules_attention.emit_attention_bwd import tile_exprs
+
+    first, last = tile_exprs(BackwardTrips(causal=True, block_m=64, block_n=128,
+                                           grouped=True))[:2]
+    # "p = ..., bhk = ..., rank = ..." split on the declarators' own ", name = " joints
+    body = first.removeprefix("const int ").rstrip(";")
+    decls = re.split(r", (?=(?:bhk|rank) = )", body)
+    assert last == "const int nb = NB - 1 - rank;"
+    code = [(name, compile(expr, name, "eval")) for name, expr in map(_c_to_python, decls)]
+    assert [name for name, _ in code] == ["p", "bhk", "rank"]
+
+    def at(tile: int, *, bhk: int, nb: int, grid: int, order: TileOrder) -> tuple[int, int]:
+        env = {"tile": tile, "NB": nb, "BHK": bhk, "TILES": bhk * nb, "grid": grid,
+               "hg": order.hg, "snake": int(order.snake), "min": min}
+        for name, expr in code:
+            env[name] = eval(expr, env)  # noqa: S307 - our own expression
+        return env["bhk"], nb - 1 - env["rank"]
+    return at
+
+
+@pytest.mark.parametrize("bh,nb,grid", SHAPES)
+def test_the_backwards_order_is_the_forwards_map_with_kv_blocks_heaviest_first(bh, nb, grid):
+    """The backward's grouped order runs every (KV head, KV block) once, is tile_at's map with
+    the block reversed (a KV block's work falls as its index grows, a query block's rises), and
+    with hg 1 (the call's order without the mask) runs a head's KV blocks back to back."""
+    at = _bwd_order()
+    every = sorted((h, j) for h in range(bh) for j in range(nb))
+    for order in ORDERS:
+        kernel = [at(t, bhk=bh, nb=nb, grid=grid, order=order) for t in range(bh * nb)]
+        assert sorted(kernel) == every, order
+        host = [tile_at(t, causal=True, bh=bh, mt=nb, grid=grid, order=order)
+                for t in range(bh * nb)]
+        assert kernel == [(h, nb - 1 - m) for h, m in host], order
+    assert [at(t, bhk=bh, nb=nb, grid=grid, order=TileOrder(hg=1)) for t in range(bh * nb)] == [
+        (t // nb, t % nb) for t in range(bh * nb)]

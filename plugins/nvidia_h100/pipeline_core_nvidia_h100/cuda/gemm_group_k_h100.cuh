@@ -64,4 +64,15 @@ __device__ __forceinline__ void write_map(pcwg::TensorMap* dst, const pcwg::Tens
     asm volatile("fence.proxy.tensormap::generic.release.gpu;\n" ::: "memory");
 }
 
+// The TMA-store epilogue's store of groups along K (-p store=tma; pcgc::tma_store_2d's 3-D form):
+// the box at (c0 innermost, c1, group) of C [G, M, N] from a staging buffer, clipped to the
+// group's [M, N] (the map's extents), so every tile of every group is stored so.
+__device__ __forceinline__ void tma_store_3d(const pcwg::TensorMap* map, pch100::u32 src, int c0,
+                                             int c1, int group) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+        :: "l"(reinterpret_cast<pch100::u64>(map)), "r"(src), "r"(c0), "r"(c1), "r"(group)
+        : "memory");
+}
+
 }  // namespace pcgk

@@ -1,0 +1,374 @@
+"""``attention_varlen()`` on the GPU (issue 37, packed variable-length batches): correctness,
+CUDA graphs, sanitizers and timing (docs/guide/attention.md, "Packed variable-length batches").
+
+  PYTHONPATH=$PWD:$PWD/plugins/nvidia_h100:$PWD/plugins/schedules_attention \\
+  PIPELINE_CORE_CACHE_DIR=$PWD/benchmarks/_kitcache python3 benchmarks/attention_varlen.py
+  ... attention_varlen.py --prebuild-only   # no GPU: every cubin into PIPELINE_CORE_CACHE_DIR
+  ... attention_varlen.py --sanitize        # racecheck + synccheck at small shapes with tails
+  ... attention_varlen.py --dry-run         # the configurations, no torch
+
+1. **correct**: ``--cases`` (36) packed batches of lengths from {0, 1, 17, 128, 1000, 4096}
+   mixed (query and key lengths differing in two of three), D 64 / 128, causal off / top-left /
+   bottom-right, grouped-query heads in half, bf16 / fp16; fresh inputs, the output's and the
+   LSE's memory NaN-poisoned first.  Per sequence against an fp32 reference: the rows that see
+   a key within 1.5x the error of SDPA's output on the same sequence (its first backend that
+   takes the case, attention_checks.peer; never asked below :data:`MIN_BOUND`; where none
+   gives a finite output, :data:`FIXED_BOUND`); the rows that see none exactly 0 with LSE
+   +inf; the other rows' LSE within :data:`LSE_TOL` of the reference's.
+2. **graph**: the call captured in a CUDA graph and replayed on new inputs (same addresses),
+   bit for bit the eager call's output.
+3. **time** (one process, interleaved rounds with the order rotated, CUDA-graph replays: the
+   GPU's time): 16k tokens, hidden 2048 (H = 2048 / D), D 64 / 128, causal or not, bf16.
+   *equal*: 4 sequences of 4096 packed, against ``attention()`` on the [B, H, S, D] view of the
+   same buffer (the padded fixed-length call: no padding needed; target: varlen at least 0.95x).
+   *mixed*: lengths drawn from 100-4096 up to 16k tokens, against ``attention()`` on the batch
+   padded to the longest (target: varlen ahead).  Per-round ratios padded / varlen.
+
+The last line is one PASS/FAIL summary (correctness, graph; the timing targets as met or
+missed).  Every result is one JSON line on stdout (and in --out/attention_varlen.jsonl).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from itertools import accumulate
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedules_attention"):
+    if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
+        sys.path.insert(0, str(extra))
+
+from attention_checks import _job, _sanitizer, peer  # noqa: E402  (beside this script)
+from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
+
+LENGTHS = (0, 1, 17, 128, 1000, 4096)
+CAUSAL = (False, True, "bottom_right")
+MIN_BOUND = 1e-3
+FIXED_BOUND = {"bf16": 2e-2, "fp16": 2.5e-3}
+LSE_TOL = 1e-2
+TOKENS, HIDDEN = 16384, 2048
+#: the sanitizers' batch: tails of every kind back to back, a sequence of no row and one of no key
+SANITIZE_BATCH = ((77, 100), (0, 5), (1, 1), (200, 130), (130, 0), (17, 300))
+#: where every record also goes (--out's attention_varlen.jsonl), when given
+SINK: list[Path] = []
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+    for path in SINK:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def configs(rng: random.Random, n: int) -> list[tuple]:
+    """``n`` cases (lengths per sequence, hq, hkv, D, dtype, causal): every (D, causal,
+    dtype) in turn, a batch of 3 to 6 sequences of LENGTHS (each length once per round of
+    cases at least), keys differing from queries in two cases of three."""
+    out = []
+    for i in range(n):
+        d = (64, 128)[i % 2]
+        causal = CAUSAL[(i // 2) % 3]
+        dtype = ("bf16", "fp16")[(i // 6) % 2]
+        seqs = rng.randint(3, 6)
+        qs = [LENGTHS[(i + j) % len(LENGTHS)] if j < 2 else rng.choice(LENGTHS)
+              for j in range(seqs)]
+        ks = qs if i % 3 == 0 else [rng.choice(LENGTHS) for _ in qs]
+        hq, hkv = ((4, 4), (4, 2), (8, 1), (2, 2))[i % 4]
+        out.append((tuple(zip(qs, ks)), hq, hkv, d, dtype, causal))
+    return out
+
+
+def _dtype(torch, name: str):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def packed(torch, lengths, hq, hkv, d, dtype):
+    """Fresh q, k, v and the cumulative lengths (int32 on the GPU) of a packed batch."""
+    tq, tk = sum(q for q, _ in lengths), sum(k for _, k in lengths)
+    q, k, v = (torch.randn(t, h, d, device="cuda", dtype=_dtype(torch, dtype))
+               for t, h in ((tq, hq), (tk, hkv), (tk, hkv)))
+    cu = [torch.tensor([0, *accumulate(n)], dtype=torch.int32, device="cuda")
+          for n in ([q for q, _ in lengths], [k for _, k in lengths])]
+    return q, k, v, cu[0], cu[1]
+
+
+def reference(torch, q, k, v, scale, causal):
+    """fp32 (output, lse, keyed rows) of one sequence given as [H, S, D]; a row that sees no
+    key has output 0 and LSE +inf."""
+    group = q.shape[0] // k.shape[0]
+    kf, vf = (t.float().repeat_interleave(group, 0) for t in (k, v))
+    s = (q.float() @ kf.transpose(-1, -2)) * scale
+    sq, sk = s.shape[-2:]
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=s.device)
+    if causal:
+        off = sk - sq if causal == "bottom_right" else 0
+        keep = (torch.arange(sk, device=s.device)[None, :]
+                <= torch.arange(sq, device=s.device)[:, None] + off)
+    keyed = keep.any(dim=-1)
+    s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.softmax(s.masked_fill(~keyed[:, None], 0.0), dim=-1) * keep
+    return p @ vf, lse.masked_fill(~keyed[None, :], float("inf")), keyed
+
+
+def rel(torch, got, ref) -> float:
+    diff = torch.nan_to_num(got.float(), nan=1e6, posinf=1e6, neginf=1e6) - ref
+    return float(diff.norm() / ref.norm().clamp_min(1e-30)) if ref.numel() else 0.0
+
+
+def poison(torch, *like) -> None:
+    """NaN blocks of each output's size, freed: the call's allocations reuse them."""
+    blocks = [torch.full((t.numel() + 4096,), float("nan"), device="cuda", dtype=t.dtype)
+              for t in like]
+    del blocks
+
+
+def case_check(torch, attention_varlen, case) -> dict:
+    lengths, hq, hkv, d, dtype, causal = case
+    q, k, v, cq, ck = packed(torch, lengths, hq, hkv, d, dtype)
+    scale = 1 / math.sqrt(d)
+    poison(torch, q, torch.empty(hq * q.shape[0], device="cuda"))
+    out, lse = attention_varlen(q, k, v, cq, ck, max(n for n, _ in lengths),
+                                max(n for _, n in lengths), causal=causal, return_lse=True)
+    torch.cuda.synchronize()
+    worst, fails, at_q, at_k = 0.0, [], 0, 0
+    for s, (sq, sk) in enumerate(lengths):
+        qs, ks, vs = (t.transpose(0, 1) for t in (q[at_q:at_q + sq], k[at_k:at_k + sk],
+                                                  v[at_k:at_k + sk]))
+        got, got_lse = out[at_q:at_q + sq].transpose(0, 1), lse[:, at_q:at_q + sq]
+        at_q, at_k = at_q + sq, at_k + sk
+        if sq == 0:
+            continue
+        ref, ref_lse, keyed = reference(torch, qs, ks, vs, scale, causal)
+        if bool((~keyed).any()):  # rows that see no key: exactly 0, LSE +inf
+            if (bool(got[:, ~keyed].ne(0).any())
+                    or not bool(torch.isposinf(got_lse[:, ~keyed]).all())):
+                fails.append(f"seq {s}: a row with no key is not 0 / LSE +inf")
+        if not bool(keyed.any()):
+            continue
+        err = rel(torch, got[:, keyed], ref[:, keyed])
+        lse_err = float((got_lse[:, keyed] - ref_lse[:, keyed]).abs().max())
+        name, po = peer(torch, qs[None], ks[None], vs[None], causal) if sk else (None, None)
+        perr = (rel(torch, po[0][:, keyed], ref[:, keyed]) if po is not None
+                and bool(torch.isfinite(po[0][:, keyed]).all()) else None)
+        bound = max(1.5 * perr, MIN_BOUND) if perr is not None else FIXED_BOUND[dtype]
+        worst = max(worst, err / bound)
+        if err > bound or not lse_err <= LSE_TOL:
+            fails.append(f"seq {s} ({sq}x{sk}): error {err:.2e} (bound {bound:.2e}, "
+                         f"{name or 'fixed'}), lse {lse_err:.2e}")
+    return {"kind": "case", "lengths": [list(x) for x in lengths], "hq": hq, "hkv": hkv,
+            "D": d, "dtype": dtype, "causal": causal, "ok": not fails,
+            "worst_ratio_to_bound": round(worst, 3), "fails": fails}
+
+
+def correct(torch, cases: int, seed: int) -> bool:
+    from pipeline_core_schedules_attention import attention_varlen
+
+    ok = 0
+    for case in configs(random.Random(seed), cases):
+        try:
+            rec = case_check(torch, attention_varlen, case)
+        except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
+            rec = {"kind": "case", "case": repr(case), "ok": False,
+                   "fails": [f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"]}
+        emit(rec)
+        ok += rec["ok"]
+    emit({"kind": "correct-summary", "cases": cases, "passed": ok})
+    return ok == cases
+
+
+def graph(torch) -> bool:
+    """Captured and replayed on new inputs at the same addresses: bit for bit eager."""
+    from pipeline_core_schedules_attention import attention_varlen
+
+    lengths = ((1000, 1000), (0, 17), (17, 4096), (128, 1))
+    q, k, v, cq, ck = packed(torch, lengths, 4, 2, 128, "bf16")
+
+    def fn():
+        return attention_varlen(q, k, v, cq, ck, 1000, 4096, causal="bottom_right")
+    fn()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=side):
+            out = fn()
+    torch.cuda.current_stream().wait_stream(side)
+    same = True
+    for _ in range(3):
+        for t in (q, k, v):
+            t.copy_(torch.randn_like(t))
+        g.replay()
+        torch.cuda.synchronize()
+        same &= bool(torch.equal(out, fn()))
+    emit({"kind": "graph", "bitwise_equal": same})
+    return same
+
+
+def _mixed(rng: random.Random) -> list[int]:
+    out: list[int] = []
+    while sum(out) < TOKENS - 100:
+        out.append(min(rng.randint(100, 4096), TOKENS - sum(out)))
+    return out
+
+
+def timing(torch, rounds: int, seed: int) -> dict:
+    from pipeline_core_schedules_attention import attention, attention_varlen
+
+    rng, results = random.Random(seed), {}
+    for d in (64, 128):
+        for causal in (False, True):
+            h = HIDDEN // d
+            for kind, lengths in (("equal", [4096] * 4), ("mixed", _mixed(rng))):
+                try:
+                    n, longest = len(lengths), max(lengths)
+                    q, k, v, cq, _ = packed(torch, [(x, x) for x in lengths], h, h, d, "bf16")
+                    if kind == "equal":  # the same buffer as [B, H, S, D]: no padding needed
+                        pq, pk, pv = (t.view(n, longest, h, d).transpose(1, 2) for t in (q, k, v))
+                    else:  # padded to the longest (a copy made once, outside the timing)
+                        pq, pk, pv = (torch.zeros(n, longest, h, d, device="cuda",
+                                                  dtype=torch.bfloat16).transpose(1, 2)
+                                      for _ in range(3))
+                    fns = {"varlen": graphed(torch, lambda: attention_varlen(
+                               q, k, v, cq, cq, longest, longest, causal=causal)),
+                           "padded": graphed(torch, lambda: attention(pq, pk, pv,
+                                                                      causal=causal))}
+                    per = interleaved(torch, fns, rounds, 20)
+                    r = ratios(per, "varlen", "padded")
+                    rec = {"kind": "time", "case": kind, "D": d, "causal": causal, "H": h,
+                           "lengths": lengths, "varlen_ms": statistics.median(per["varlen"]),
+                           "padded_ms": statistics.median(per["padded"]),
+                           "ratio_padded_over_varlen": r, "median_ratio": statistics.median(r),
+                           "device": torch.cuda.get_device_name()}
+                    emit(rec)
+                    results[(kind, d, causal)] = rec["median_ratio"]
+                except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
+                    emit({"kind": "time-error", "case": kind, "D": d, "causal": causal,
+                          "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
+                torch.cuda.empty_cache()
+    return results
+
+
+def sanitize_run(torch) -> None:
+    """The call at SANITIZE_BATCH, D 64 / 128, every causal, grouped-query: each varlen
+    kernel the call builds for these (long and short key tiles) under the sanitizer."""
+    from pipeline_core_schedules_attention import attention_varlen
+
+    for d in (64, 128):
+        for causal in CAUSAL:
+            for mk in (300, 4096):  # the short tile, then the long one (max_seqlen_k)
+                q, k, v, cq, ck = packed(torch, SANITIZE_BATCH, 4, 2, d, "bf16")
+                out = attention_varlen(q, k, v, cq, ck, 200, mk, causal=causal)
+                torch.cuda.synchronize()
+                print(json.dumps({"kind": "sanitized-run", "D": d, "causal": causal,
+                                  "max_k": mk, "nan": bool(torch.isnan(out).any())}), flush=True)
+
+
+def sanitize(out: Path | None, timeout: float) -> bool:
+    import re
+
+    me = [sys.executable, str(Path(__file__).resolve()), "--phase", "sanitize-run"]
+    clean = True
+    for tool in ("racecheck", "synccheck"):
+        rc, text, secs = _job(("sanitize", tool), [_sanitizer(), "--tool", tool,
+                                                   "--kernel-name", "kns=pc_", *me],
+                              timeout, out)
+        runs = re.findall(r'^\{"kind": "sanitized-run".*$', text, re.M)
+        summary = sorted(set(re.findall(r"(RACECHECK SUMMARY: .*|ERROR SUMMARY: .*)", text)))
+        nan = any(json.loads(r)["nan"] for r in runs)
+        ok = rc == 0 and len(runs) == 12 and not nan and bool(summary) and all(
+            "0 hazards" in s or "0 errors" in s for s in summary)
+        clean &= ok
+        emit({"kind": "sanitizer", "tool": tool, "rc": rc, "kernel_runs": len(runs),
+              "summary": summary, "nan": nan, "ok": ok, "seconds": round(secs)})
+    emit({"kind": "summary", "result": "PASS" if clean else "FAIL", "sanitizers_clean": clean})
+    return clean
+
+
+def _build(key: tuple) -> bool:
+    from pipeline_core_nvidia_h100.kit_api import ARCH, BUILD_OPTIONS, cubin_path
+
+    from pipeline_core_schedules_attention.call import _source
+    from pipeline_core_schedules_attention.signature import KERNEL_NAME
+    from pipeline_core_schedules_attention.varlen_call import varlen_source
+
+    kind, *variant = key
+    src = (varlen_source if kind == "varlen" else _source)(*variant)[1]
+    return cubin_path(src, KERNEL_NAME, BUILD_OPTIONS, ARCH) is not None
+
+
+def prebuild(jobs: int) -> None:
+    """Every cubin the runs load into PIPELINE_CORE_CACHE_DIR (no GPU): each varlen kernel
+    (varlen_call.VARIANTS) and the fixed-length bf16 kernels the timing compares with."""
+    from pipeline_core_schedules_attention.varlen_call import VARIANTS
+
+    keys = [("varlen", *v) for v in VARIANTS] + [
+        ("fixed", d, "bf16", c, "top_left", s) for d in (64, 128) for c in (False, True)
+        for s in (False, True)]
+    with ProcessPoolExecutor(jobs) as pool:
+        built = sum(pool.map(_build, keys))
+    emit({"kind": "prebuild", "varlen": len(VARIANTS), "fixed": len(keys) - len(VARIANTS),
+          "built": built, "of": len(keys)})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phase", default="all",
+                    choices=("all", "correct", "graph", "time", "sanitize-run"))
+    for flag, why in (("--sanitize", "racecheck and synccheck"),
+                      ("--prebuild-only", "no GPU: build every cubin"),
+                      ("--dry-run", "no torch: print the cases")):
+        ap.add_argument(flag, action="store_true", help=why)
+    for flag, kind, default in (("--cases", int, 36), ("--rounds", int, 5), ("--seed", int, 0),
+                                ("--jobs", int, 4), ("--timeout", float, 600.0),
+                                ("--out", str, "")):
+        ap.add_argument(flag, type=kind, default=default)
+    args = ap.parse_args()
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        SINK.append(out / "attention_varlen.jsonl")
+    if args.dry_run:
+        for case in configs(random.Random(args.seed), args.cases):
+            emit({"kind": "dry-run", "case": repr(case)})
+    elif args.prebuild_only:
+        prebuild(args.jobs)
+    elif args.sanitize:
+        sanitize(out, args.timeout)
+    else:
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    """The GPU phases, then the summary line."""
+    import torch
+
+    torch.manual_seed(args.seed)
+    if args.phase == "sanitize-run":
+        return sanitize_run(torch)
+    emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
+    ok = graph_ok = True
+    times: dict = {}
+    if args.phase in ("all", "correct"):
+        ok = correct(torch, args.cases, args.seed)
+    if args.phase in ("all", "graph"):
+        graph_ok = graph(torch)
+    if args.phase in ("all", "time"):
+        times = timing(torch, args.rounds, args.seed)
+    equal = [r for (kind, *_), r in times.items() if kind == "equal"]
+    mixed = [r for (kind, *_), r in times.items() if kind == "mixed"]
+    emit({"kind": "summary", "result": "PASS" if ok and graph_ok else "FAIL",
+          "correct": ok, "graph": graph_ok,
+          "equal_min_ratio": min(equal, default=None),
+          "equal_target_met": bool(equal) and min(equal) >= 0.95,
+          "mixed_min_ratio": min(mixed, default=None),
+          "mixed_target_met": bool(mixed) and min(mixed) > 1.0})
+
+if __name__ == "__main__":
+    main()

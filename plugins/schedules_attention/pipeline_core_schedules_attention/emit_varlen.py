@@ -1,0 +1,92 @@
+"""What the packed variable-length forward's kernel (``-p varlen``) writes differently from the
+fixed-length one, for ``emit_attention``: its tile scheduler's device loop, its output's
+finish and its header lines (docs/guide/attention.md, "Packed variable-length batches").
+
+* **The tile scheduler** (varlen_tiles.py says why): the batch's tiles, sequence by sequence,
+  round-robin over the persistent CTAs; each role finds a tile's sequence with a cursor that
+  only moves on (``locate``: the same reads of ``cu_q`` in the producer and the consumers, so
+  their rings stay in step).  Each tile reads its sequence's spans (``span``:
+  ``cu_seqlens`` clamped to the packed tensors' rows, so any values stay in bounds) and sets its
+  ``Sq``, ``Sk``, ``KT`` and ``FM`` from the plan's rule (the fixed-length rule's C per
+  sequence, ``tile_bounds_exprs``).
+* **The loads** (``emit_attention._Variant``): Q at row ``q0 + tile_m * BM``, K and V at
+  ``k0 + j * BN`` of [1, H, total, D] views (batch coordinate 0).  A box past the sequence's end
+  reads the next sequence's rows: its keys are masked (the key tail's mask compares indices
+  with ``Sk``), its query rows computed and not stored.
+* **The finish**: O's rows from the sequence's first (``q0``) at its head, clipped to ``Sq``;
+  LSE ``[H, total_q]`` (FlashAttention's varlen layout) from ``LSE + head * TQ + q0``.
+"""
+from __future__ import annotations
+
+from pipeline_core_nvidia_h100.kit_api import DeviceTileLoop, TileLoop
+
+from pipeline_core_schedules_attention.tile_order import varlen_order_exprs
+
+#: sequence s's first row of ``cu`` clamped to the tensor's ``total`` rows (into ``first``) and
+#: its length (0 where the ends are out of order): a C lambda the tiles and the skip read
+SPAN = ("auto span = [&](const int* __restrict__ cu, int s, int total, int& first) {",
+        "    first = min(max(__ldg(cu + s), 0), total);",
+        "    return min(max(__ldg(cu + s + 1), first), total) - first;",
+        "};")
+
+
+def varlen_tile_loop(causal: bool, trips: str, first: str) -> DeviceTileLoop:
+    """The varlen kernel's tile loop: this CTA runs tiles ``blockIdx.x``, ``+ gridDim.x``, ...
+    of the batch's tiles, sequence by sequence (``H * ceil(Sq / BM)`` each, none for a sequence
+    of no query row), found by ``locate`` from a cursor that only moves on (each role its own,
+    reading ``cu_q`` alike), ending past the last sequence; within a sequence the order of
+    ``tile_order.varlen_order_exprs``.  ``trips`` and ``first`` are the rule's C (the kernel's
+    ``KT`` and ``FM``) of the tile's ``Sq``, ``Sk``, ``KV_BLOCKS`` and ``tile_m``."""
+    counts = ("int KT = 0, FM = 0;  // the tile's KV blocks and first masked one (its "
+              "sequence's)",
+              *SPAN,
+              "// whether tile `tile` lies in the batch, moving the cursor (sequence `seq`, whose "
+              "first tile is `first`) on to it",
+              "auto locate = [&](int tile, int& seq, int& first) {",
+              "    for (; seq < B; ++seq) {",
+              "        int q0;",
+              "        const int tiles = H * ((span(cu_q, seq, TQ, q0) + BM - 1) / BM);",
+              "        if (tile < first + tiles) return true;",
+              "        first += tiles;",
+              "    }",
+              "    return false;",
+              "};")
+    loop = ("int rb = 0, o = 0, seq = 0, first = 0;  // the ring's K tiles and output tiles; "
+            "the cursor",
+            "for (int tile = blockIdx.x; locate(tile, seq, first); tile += gridDim.x, rb += KT, "
+            "++o) {")
+    spans = ("int q0, k0;  // the sequence's first query row and key in the packed tensors",
+             "const int Sq = span(cu_q, seq, TQ, q0), Sk = span(cu_k, seq, TK, k0), "
+             "KV_BLOCKS = (Sk + BN - 1) / BN, MTS = (Sq + BM - 1) / BM, r = tile - first;",
+             "const int " + ", ".join(varlen_order_exprs(causal)) + ";",
+             f"KT = {trips};  // the plan's VarlenBounds.trips (its sequence's)")
+    fm = f"FM = {first};  // the plan's VarlenBounds.first_masked"
+    return DeviceTileLoop(counts=counts, producer=TileLoop(head=loop, tile=spans),
+                          consumers=TileLoop(head=loop, tile=(*spans, fm)), empty_tiles=True)
+
+
+def varlen_finish(elem: str) -> str:
+    """The consumers' finish: O / rowsum into the tile's sequence's rows at its head (q's
+    layout: O's head and row strides), LSE into ``[H, total_q]``."""
+    return ("            pcat::finish<HD, " + elem + ">(oacc, rows, O + (long long)q0 * o_ss "
+            "+ (long long)(bh % H) * o_sh, o_ss,\n"
+            "                LSE == nullptr ? nullptr : LSE + (long long)(bh % H) * TQ + q0, "
+            "0, Sq);")
+
+
+def varlen_header(head_dim: int, threads: int, smem: int, block_m: int) -> list[str]:
+    """The source's comment lines on the arguments and the launch."""
+    return [
+        f"// Q, K, V: packed [total, H, D = {head_dim}], read through rank-4 TMA tensor maps of "
+        "[1, H, total, D] views",
+        "// (their own strides, box 64 x rows, 128-byte swizzle); sequence s is rows "
+        "cu_q[s]..cu_q[s+1] of Q and cu_k[s]..cu_k[s+1]",
+        "// of K and V (int32 on the device); a box past a sequence reads the next one's "
+        "rows: keys masked, rows not stored;",
+        "// query head h reads KV head h / group (GQA); O: [total_q, H, D] at strides (o_ss, "
+        "o_sh, 1) (q's layout);",
+        "// LSE: [H, total_q] fp32, each row's log-sum-exp (null: not stored).",
+        f"// Launch: block {threads} (warp group 0: producer; 1..: consumers), dynamic",
+        f"// shared memory {smem} bytes, any grid (each CTA runs tiles blockIdx.x, + gridDim.x, "
+        "... of the batch's",
+        f"// H * ceil(Sq / {block_m}) per sequence, sequence by sequence; varlen_tiles.py)."]

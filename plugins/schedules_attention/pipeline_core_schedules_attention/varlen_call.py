@@ -1,0 +1,278 @@
+"""``attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)``:
+the packed variable-length forward (``-p varlen``) on torch tensors, as FlashAttention's varlen
+call takes them (docs/guide/attention.md, "Packed variable-length batches").
+
+q is ``[total_q, Hq, D]``, k and v ``[total_k, Hkv, D]`` (Hkv dividing Hq: grouped-query
+attention), sequence s their rows ``cu_seqlens_q[s] ..< cu_seqlens_q[s + 1]`` and
+``cu_seqlens_k[s] ..< cu_seqlens_k[s + 1]`` (int32 on q's device, batch + 1 each).  The
+lengths stay on the device: the kernel's tile scheduler reads them (varlen_tiles.py), so a call
+never syncs and a CUDA graph captures it.  ``max_seqlen_q`` only bounds the grid (a smaller
+value than the longest sequence costs CTAs, never rows) and ``max_seqlen_k`` picks the tile (the
+fixed-length call's short tile where every sequence's keys are few).  The kernel is the
+fixed-length call's tile for the same head dim, causality and key length (``call.call_params``
+with ``-p varlen``), built and cached on disk the same way; this module keeps only the varlen
+checks, plan and packing.
+
+What is not checked (it would need the lengths on the host, a sync): that ``cu_seqlens``
+start at 0 and increase.  Out-of-order ends give empty sequences, and any value stays inside
+the tensors (the kernel clamps each span to them).  Rows of q outside every sequence are not
+written (as FlashAttention's ``torch.empty`` output).
+
+No backward yet: a call whose q, k or v needs a gradient is refused in one line saying how to
+get one (pad and call ``attention()``).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, RECIPE_CACHE_SIZE, Bounded,
+                                               HostCall, Launch, Recipe, current_stream,
+                                               describe, require_gpu_module, sm_count)
+
+from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E, SHORT_KEYS,
+                                                    SHORT_TILES, AttentionArgumentError,
+                                                    AttentionKernel, _load, call_params,
+                                                    call_stages, causal_align, check_group,
+                                                    check_operands, softmax_scale)
+from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
+                                                      in_place, order_of, readable)
+from pipeline_core_schedules_attention.schedule import NAME
+from pipeline_core_schedules_attention.signature import VARLEN_SIGNATURE
+from pipeline_core_schedules_attention.tile_order import TileOrder, varlen_choose
+
+if TYPE_CHECKING:
+    from pipeline_core.plugin_api import CompiledSchedule
+
+
+@attrs.frozen(kw_only=True)
+class VarlenCall:
+    """What one varlen call runs: the packed rows of q and k, the sequences, the query and KV
+    heads, the longest query and key lengths the caller gives, the head dim, the dtype, the
+    folded scale, the causal diagonal, the operands copied once (layout.py's rule) and the
+    output's layout, q's."""
+
+    total_q: int
+    total_k: int
+    batch: int
+    heads: int
+    kv_heads: int
+    max_q: int
+    max_k: int
+    head_dim: int
+    dtype: str
+    scale_log2: float
+    causal: bool
+    align: str = "top_left"
+    copied: tuple[str, ...] = ()
+    out_order: tuple[int, ...] = (0, 1, 2)
+
+    @property
+    def group(self) -> int:
+        return self.heads // self.kv_heads
+
+    @property
+    def short(self) -> bool:
+        """The fixed-length call's short tile where every sequence's keys are few
+        (``max_seqlen_k`` at most ``call.SHORT_KEYS``)."""
+        return self.max_k <= SHORT_KEYS and (self.head_dim, self.causal) in SHORT_TILES
+
+    @property
+    def out_strides(self) -> tuple[int, ...]:
+        """The output's strides in elements ([total_q, H, D], dense in :attr:`out_order`)."""
+        return dense_strides((self.total_q, self.heads, self.head_dim), self.out_order)
+
+
+def _fail(name: str, why: str) -> AttentionArgumentError:
+    return AttentionArgumentError(f"attention_varlen: {name}: {why}")
+
+
+def _length(name: str, n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise _fail(name, f"{n!r}; pass the longest sequence's length, an int >= 0")
+    return n
+
+
+def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
+                max_seqlen_q: int, max_seqlen_k: int, *, causal: bool | str = False,
+                scale: float | None = None, grad_enabled: bool = True) -> VarlenCall:
+    """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault
+    (host-side facts only: no read of the lengths, which live on the device).
+    ``grad_enabled``: torch's grad mode (a tensor needing a gradient is refused under it)."""
+    check_operands(_fail, q, k, v, "packed [total_tokens, heads, D]")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if grad_enabled and getattr(t, "requires_grad", False):
+            raise _fail(name, "needs a gradient, and the varlen backward is not built yet; run "
+                              "under torch.no_grad(), or pad the batch to [B, H, S, D] and call "
+                              "attention() for gradients")
+    tq, h, d = q.shape
+    if k.shape[2] != d:
+        raise _fail("k", f"head dim {k.shape[2]}, q's {d}; pass one head dim")
+    hkv = k.shape[1]
+    check_group(_fail, h, hkv)
+    batch = None
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if str(getattr(cu, "dtype", None)) != "torch.int32":
+            raise _fail(name, f"dtype {getattr(cu, 'dtype', type(cu).__name__)}; pass a "
+                              "torch.int32 tensor of batch + 1 cumulative lengths")
+        if len(cu.shape) != 1 or cu.shape[0] < 2:
+            raise _fail(name, f"shape {tuple(cu.shape)}; pass [batch + 1] (batch >= 1), "
+                              "starting at 0")
+        if cu.device != q.device:
+            raise _fail(name, f"on {cu.device}, q on {q.device}; the kernel reads it there: "
+                              "pass it on q's device")
+        if cu.stride(0) != 1:
+            raise _fail(name, "not contiguous; pass .contiguous()")
+        if batch is not None and cu.shape[0] != batch + 1:
+            raise _fail(name, f"{cu.shape[0] - 1} sequences, cu_seqlens_q {batch}; pass one "
+                              "entry per sequence in both (batch + 1)")
+        batch = cu.shape[0] - 1
+    assert batch is not None
+    mq, mk = _length("max_seqlen_q", max_seqlen_q), _length("max_seqlen_k", max_seqlen_k)
+    align = causal_align(causal)
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)
+                                  and scale > 0):
+        raise _fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
+    return VarlenCall(total_q=tq, total_k=k.shape[0], batch=batch, heads=h, kv_heads=hkv,
+                      max_q=min(mq, tq), max_k=min(mk, k.shape[0]), head_dim=d,
+                      dtype=DTYPES[str(q.dtype)],
+                      scale_log2=softmax_scale(d, scale) * LOG2E, causal=align is not None,
+                      align=align or "top_left",
+                      copied=tuple(n for n, t in (("q", q), ("k", k), ("v", v))
+                                   if not in_place(t)),
+                      out_order=order_of(q))
+
+
+def varlen_params(head_dim: int, causal: bool, align: str = "top_left",
+                  short: bool = False) -> dict[str, str]:
+    """The ``-p`` parameters the varlen call compiles: the fixed-length call's, with
+    ``-p varlen``."""
+    return {**call_params(head_dim, causal, align, short), "varlen": "true"}
+
+
+def varlen_source(head_dim: int, dtype: str, causal: bool, align: str,
+                  short: bool = False) -> tuple[CompiledSchedule, str]:
+    """The varlen schedule compiled (and proven) for one kernel, and its CUDA."""
+    from pipeline_core_schedules_attention.emit_attention import emit_attention
+
+    compiled = VARLEN.compile(varlen_params(head_dim, causal, align, short),
+                              call_stages(head_dim, causal, short))
+    return compiled, emit_attention(compiled, dtype=dtype)
+
+
+#: every kernel the varlen call may build: (head dim, dtype, causal, alignment, short; the
+#: GPU check builds each into the disk cache first, benchmarks/attention_varlen.py)
+VARIANTS = tuple((d, t, c, a, s) for d in HEAD_DIMS for t in ("bf16", "fp16")
+                 for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))
+                 for s in (False, True))
+
+
+def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool,
+           device: int) -> AttentionKernel:
+    return _load(*varlen_source(head_dim, dtype, causal, align, short), device)
+
+
+def _packed_view(t: Any) -> Any:
+    """[total, H, D] seen as [1, H, total, D]: the rank-4 map of layout.bhsd_map over the
+    packed tensor's own strides (a batch of one index: the kernels' one load function)."""
+    return t.unsqueeze(0).transpose(1, 2)
+
+
+#: per (recipe, kernel): the causal order's head groups (:func:`_arguments`)
+_ORDERS: Bounded[TileOrder] = Bounded(RECIPE_CACHE_SIZE)
+
+
+def _arguments(r: Recipe[VarlenCall], kernels: tuple[AttentionKernel, ...],
+               tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
+    """The persistent grid and the kernel's arguments (signature.VARLEN_SIGNATURE) but the
+    output's and the LSE's addresses, packed per call.  The grid: one CTA per SM, fewer where
+    the batch cannot have as many tiles (``batch x heads x ceil(max_seqlen_q / block_m)``
+    bounds them; a CTA past the batch's tiles ends at once).  Causal, the order's head groups
+    (``hg``) that balance a batch of sequences all ``max_seqlen_q`` long
+    (tile_order.varlen_choose): the fixed-length call's choice on a batch of equal lengths."""
+    np = require_gpu_module("numpy")
+    (built,), (q, k, v, cu_q, cu_k) = kernels, tensors
+    c = r.plan
+    bound = c.batch * c.heads * -(-c.max_q // built.block_m)
+    o_ss, o_sh, _ = c.out_strides  # [total_q, H, D]: the row (token) stride first
+    grid = max(1, min(bound, sm_count(r.device)))
+    order = _ORDERS.get((r, built))
+    if order is None:  # once per (recipe, kernel): new addresses do not choose again
+        order = TileOrder()
+        if c.causal and built.bounds is not None and c.max_q > 0:  # max_seqlen_q's trips
+            trips = [built.bounds.trips(i, c.max_q, c.max_k)
+                     for i in range(-(-c.max_q // built.block_m))]
+            order = varlen_choose(trips, heads=c.heads, batch=c.batch, grid=grid, np=np)
+        order = _ORDERS.put((r, built), order)
+    values = {"tmQ": bhsd_map(_packed_view(q), built.block_m, c.dtype),
+              "tmK": bhsd_map(_packed_view(k), built.block_n, c.dtype),
+              "tmV": bhsd_map(_packed_view(v), built.block_n, c.dtype),
+              "cu_q": cu_q.data_ptr(), "cu_k": cu_k.data_ptr(), "B": c.batch,
+              "TQ": c.total_q, "TK": c.total_k, "scale_log2": c.scale_log2, "group": c.group,
+              "hg": order.hg, "H": c.heads, "o_sh": o_sh, "o_ss": o_ss}
+    return (Launch.of(built, (grid,), *VARLEN_SIGNATURE.pack_around(("O", "LSE"), values, np)),)
+
+
+#: the varlen call layer (the kit's HostCall): its kernels (key: (head dim, dtype, causal,
+#: alignment, short, device)), recipes and packed arguments; no op yet (no backward)
+VARLEN: HostCall[VarlenCall, AttentionKernel] = HostCall(
+    schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"),
+    build=lambda key: _build(*key), pack=_arguments)
+
+
+def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
+                     max_seqlen_q: int, max_seqlen_k: int, *, causal: bool | str = False,
+                     scale: float | None = None, return_lse: bool = False) -> Any:
+    """softmax(q . k^T * scale) . v per sequence of a packed batch: q ``[total_q, Hq, D]``,
+    k and v ``[total_k, Hkv, D]`` (bf16 or fp16, D 64 or 128, Hkv dividing Hq), sequence s
+    rows ``cu_seqlens_q[s]..cu_seqlens_q[s+1]`` of q and ``cu_seqlens_k[s]..`` of k and v
+    (int32 on q's device, batch + 1, from 0, non-decreasing), ``max_seqlen_q`` and
+    ``max_seqlen_k`` the longest (FlashAttention's varlen call; here they bound the grid and
+    pick the tile only).  Returns ``[total_q, Hq, D]``
+    in q's layout; with ``return_lse`` also each row's log-sum-exp, ``[Hq, total_q]`` fp32 (+inf
+    for a row that sees no key, whose output is 0).  ``causal``: as ``attention()``'s, per
+    sequence (bottom-right aligns each sequence's diagonal to its own lengths).  Runs on torch's
+    current stream, never syncs (CUDA-graph capturable), allocates only its outputs."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    if not isinstance(return_lse, bool):
+        raise _fail("return_lse", f"{return_lse!r}; pass True or False")
+    grad = torch.is_grad_enabled()
+    if not q.is_cuda or (grad and any(getattr(t, "requires_grad", False) for t in (q, k, v))):
+        # no stream to key by, or a gradient asked for (whatever the recipe): refused in one
+        # line by the checks
+        plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    causal=causal, scale=scale, grad_enabled=grad)
+    device = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    stream = current_stream(torch, device)
+    key = (describe(q), describe(k), describe(v), describe(cu_seqlens_q),
+           describe(cu_seqlens_k), type(max_seqlen_q), max_seqlen_q, type(max_seqlen_k),
+           max_seqlen_k, type(causal), causal, type(scale), scale, stream)
+    try:
+        r = VARLEN.recipes.get(key)
+    except TypeError:  # an unhashable argument, which the checks refuse
+        r = None
+    if r is None:
+        c = plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                        causal=causal, scale=scale, grad_enabled=grad)
+        r = VARLEN.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
+            (c.head_dim, c.dtype, c.causal, c.align, c.short, device),)))
+    c = r.plan
+    out = empty_in_order(torch, q.shape, c.out_order, q)  # q's layout
+    lse = (torch.empty((c.heads, c.total_q), dtype=torch.float32, device=q.device)
+           if return_lse else None)
+    if c.total_k == 0 and c.total_q > 0:  # no key in any sequence (and no map of 0 rows)
+        out.zero_()
+        if lse is not None:
+            lse.fill_(math.inf)
+    elif c.total_q > 0:
+        if c.copied:  # the operands TMA cannot read where they lie, copied once (layout.py)
+            q, k, v = (readable(t) if n in c.copied else t
+                       for n, t in (("q", q), ("k", k), ("v", v)))
+        VARLEN.launch(r, (r, VARLEN.kernels.kernel(r.kernels[0]), q.data_ptr(), k.data_ptr(),
+                          v.data_ptr(), cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()),
+                      (q, k, v, cu_seqlens_q, cu_seqlens_k), (out, lse))
+    return (out, lse) if return_lse else out
+

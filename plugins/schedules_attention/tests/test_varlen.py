@@ -1,0 +1,420 @@
+"""The packed variable-length forward (``-p varlen``, ``attention_varlen``; docs/guide/attention.md,
+"Packed variable-length batches"): its trip rule per sequence against every (row, key) pair of
+mixed batches, its own proof and the proof of its plan (mutations refused), the tile scheduler
+over the padded grid, the kernel's C bounds, the emitted kernel (and the fixed-length ones
+untouched), no spills, and the call's one-line refusals (no GPU, no torch needed)."""
+from __future__ import annotations
+
+import math
+import random
+import re
+import shutil
+import subprocess
+from itertools import accumulate
+
+import attrs
+import numpy as np
+import pytest
+
+from pipeline_core.api import compile_named
+from pipeline_core.check.mutate import agent_mutations, mutate_compiled
+from pipeline_core.check.verdict import HazardKind as H
+from pipeline_core.proof import UnsafeScheduleError, require_safe
+
+from pipeline_core_nvidia_h100.sync_skeleton import check_skeleton
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc
+
+from pipeline_core_schedules_attention.call import (HEAD_DIMS, AttentionArgumentError,
+                                                    call_stages)
+from pipeline_core_schedules_attention.emit_attention import emit_attention, tile_bounds_exprs
+from pipeline_core_schedules_attention.emit_varlen import varlen_tile_loop
+from pipeline_core_schedules_attention.tile_order import busiest as fixed_busiest
+from pipeline_core_schedules_attention.tile_order import (choose, varlen_choose,
+                                                          varlen_order_exprs, varlen_tile_at)
+from pipeline_core_schedules_attention.tiles import LoopBounds
+from pipeline_core_schedules_attention.varlen_call import (VarlenCall, plan_varlen,
+                                                           varlen_params)
+from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds, busiest, scheduled
+
+NAME = "flash-attention-fwd"
+LENGTHS = (0, 1, 17, 128, 1000, 4096)
+#: mixed batches of the issue's lengths, back to back (queries, keys per sequence)
+BATCHES = [tuple((n, n) for n in LENGTHS), tuple((n, m) for n, m in zip(LENGTHS, LENGTHS[::-1])),
+           ((17, 1000), (0, 17), (4096, 128), (1, 0), (1000, 1), (128, 4096), (1, 1)),
+           ((1000, 1000), (1, 4096), (0, 0), (17, 17), (4096, 1000), (128, 0))]
+ALIGNS = [(False, "top_left"), (True, "top_left"), (True, "bottom_right")]
+
+
+def build(causal=False, align="top_left", **params):
+    p = {"varlen": "true", "causal": str(causal).lower(), **params}
+    if causal:
+        p["align"] = align
+    return compile_named(NAME, params=p, target_args={"stages": "2"})
+
+
+def _visible(rule: LoopBounds, i: int, sq: int, sk: int) -> tuple[set[int], set[int]]:
+    """(KV blocks holding a key some row of query block i keeps, those whose box, keys past
+    the sequence's end included, holds a pair the mask drops) by every (row, key) pair."""
+    off = sk - sq if rule.align == "bottom_right" else 0
+    rows = range(i * rule.block_m, min((i + 1) * rule.block_m, sq))
+    seen, masked = set(), set()
+    for j in range(-(-sk // rule.block_n)):
+        keep = [k < sk and (not rule.causal or k <= r + off)
+                for r in rows for k in range(j * rule.block_n, (j + 1) * rule.block_n)]
+        if any(keep):
+            seen.add(j)
+            if not all(keep):
+                masked.add(j)
+    return seen, masked
+
+
+@pytest.mark.parametrize("causal,align", ALIGNS)
+@pytest.mark.parametrize("bm,bn", [(128, 128), (128, 176), (192, 128)])
+@pytest.mark.parametrize("batch", range(len(BATCHES)))
+def test_each_sequences_tiles_visit_its_own_kv_blocks(causal, align, bm, bn, batch):
+    """Over batches of lengths {0, 1, 17, 128, 1000, 4096} mixed: a sequence of no query row
+    has no tile, each other has ceil(Sq / block_m); each tile visits exactly the KV blocks of
+    its sequence some row sees and masks exactly those whose box holds a pair the mask drops
+    (the diagonal's, and past the end: the next sequence's keys); the rule's counts are the
+    sequences' in batch order, and its own proof finds nothing."""
+    rule = VarlenBounds(causal=causal, block_m=bm, block_n=bn, align=align)
+    lengths = BATCHES[batch]
+    counts, firsts, at = rule.trip_counts(lengths), rule.masked_trips(lengths), 0
+    assert len(counts) == len(firsts) == sum(-(-sq // bm) for sq, _ in lengths)
+    for sq, sk in lengths:
+        for i in range(-(-sq // bm)):
+            seen, masked = _visible(rule, i, sq, sk)
+            assert set(range(counts[at])) == seen, (sq, sk, i)
+            assert set(range(firsts[at], counts[at])) == masked, (sq, sk, i)
+            at += 1
+    assert rule.coverage_faults() == ()
+
+
+def test_the_rule_is_the_fixed_one_per_sequence_and_documents_itself():
+    rule = VarlenBounds(causal=True, block_m=128, block_n=128, align="bottom_right")
+    fixed = LoopBounds(causal=True, block_m=128, block_n=128, align="bottom_right")
+    assert rule.trip_counts(((300, 100), (0, 5), (1, 1))) == (*fixed.trip_counts((300, 100)), 1)
+    assert rule.trip_counts(((300, 100),)) == (0, 1, 1)  # rows before Sq - Sk = 200 see none
+    assert not rule.uniform and rule.document()["varlen"] is True
+    s = rule.sample(8)
+    assert s is not None and s.key == "varlen" and s.full == 8 and s.numbers == {"longest": 1024}
+    # lengths 1024, 529, 1, 0 and 256: 8 + 5 + 1 + 2 tiles, fewer KV blocks than padded
+    assert len(s.trips) == 16 and sum(s.trips) < 8 * 16
+    assert {0, 1} <= {sq for sq, _ in rule.problems()[0]}  # the proof's batches hold 0 and 1
+
+
+@pytest.mark.parametrize("causal,align", ALIGNS)
+@pytest.mark.parametrize("shift", [1, -1])
+def test_a_per_sequence_kv_count_one_off_is_refused_by_the_proof(causal, align, shift):
+    c = build(causal, align)
+    rule = attrs.evolve(c.plan.trip_rule, kv_shift=shift)
+    bad = require_safe(attrs.evolve(c, plan=attrs.evolve(c.plan, trip_rule=rule), proof=None),
+                       allow_unsafe=True)
+    assert {v.kind for v in bad.proof.verdict.violations} == {H.MISSING_PRODUCT}
+    message = bad.proof.verdict.violations[0].message
+    assert ("skips KV block" if shift < 0 else "visits KV block") in message
+    with pytest.raises(Exception, match="kv_shift"):
+        emit_attention(bad)
+
+
+@pytest.mark.parametrize("causal,align", ALIGNS)
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_the_varlen_plans_are_proven_over_tiles_of_different_counts(causal, align, head_dim):
+    c = compile_named(NAME, params=varlen_params(head_dim, causal, align),
+                      target_args={"stages": str(call_stages(head_dim, causal))})
+    assert c.proof.safe and isinstance(c.plan.trip_rule, VarlenBounds)
+    seqs = c.proof.verdict.model["trip_sequences"]
+    assert [3, 0, 2] in seqs and [0, 0, 1] in seqs
+
+
+@pytest.mark.parametrize("agent", ["producer", "consumer0", "consumer1"])
+def test_an_agent_whose_trips_disagree_is_refused_on_the_varlen_plan(agent):
+    """The fixed-length rule's mutations still fire: an agent that runs a KV block on a tile
+    with none (clamp_trips), or one more or fewer on every tile (skew_trips)."""
+    c = build(causal=True)
+    picked = [m for m in agent_mutations(c.plan, ("clamp_trips", "skew_trips"))
+              if m.agent == agent]
+    assert len(picked) == 3
+    for m in picked:
+        with pytest.raises(UnsafeScheduleError, match="DEADLOCK"):
+            mutate_compiled(c, m)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("grid", [1, 7, 132])
+@pytest.mark.parametrize("batch", range(len(BATCHES)))
+def test_the_scheduler_runs_every_sequences_tiles_once(causal, grid, batch):
+    """Every (sequence, head, query block) once, none of a sequence of no row, whatever the
+    grid, sequence by sequence; causal, each sequence's query blocks heaviest first."""
+    lengths = [sq for sq, _ in BATCHES[batch]]
+    want = {(s, h, m) for s, n in enumerate(lengths) for h in range(3) for m in range(-(-n // 128))}
+    got = scheduled(lengths, heads=3, block_m=128, grid=grid, causal=causal)
+    flat = [t for cta in got for t in cta]
+    assert len(flat) == len(set(flat)) and set(flat) == want
+    for cta in got:  # a CTA's tiles in launch order: sequences in batch order
+        assert [s for s, _, _ in cta] == sorted(s for s, _, _ in cta)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("hg", [1, 2, 8])
+@pytest.mark.parametrize("heads,mts", [(1, 1), (3, 5), (16, 32), (4, 1), (12, 3)])
+def test_the_order_in_c_is_pythons(causal, hg, heads, mts):
+    """tile_order.varlen_order_exprs (the kernel's C) and varlen_tile_at agree on every tile
+    of a sequence, each (head, query block) once; causal, each group of hg heads' query
+    blocks heaviest first (the last group short where hg does not divide the heads)."""
+    exprs = [e.split(" = ", 1) for e in varlen_order_exprs(causal)]
+    seen = []
+    for r in range(heads * mts):
+        env = {"r": r, "seq": 2, "H": heads, "MTS": mts, "hg": hg, "min": min}
+        for name, expr in exprs:
+            env[name] = eval(_c(expr), env)  # noqa: S307 - our own expression
+        at = varlen_tile_at(r, heads=heads, mts=mts, causal=causal, hg=hg)
+        assert (env["bh"] - 2 * heads, env["tile_m"]) == at
+        seen.append(at)
+    assert sorted(seen) == [(h, m) for h in range(heads) for m in range(mts)]
+    if causal:
+        for g in range(0, heads, hg):
+            group = [m for h, m in seen if g <= h < g + hg]
+            assert group == sorted(group, reverse=True)
+
+
+@pytest.mark.parametrize("heads,hg", [(16, 2), (32, 8)])
+def test_the_causal_groups_are_the_fixed_calls_on_equal_lengths(heads, hg):
+    """On 4 sequences of 4096 (D 128: 16 heads, D 64: 32) the varlen call's head groups are
+    the fixed-length call's (tile_order.choose), and so is the busiest CTA's work."""
+    rule = LoopBounds(causal=True, block_m=128, block_n=128)
+    trips = rule.trip_counts((4096, 4096))
+    chosen = varlen_choose(trips, heads=heads, batch=4, grid=132, np=np)
+    fixed = choose(trips, bh=4 * heads, grid=132, np=np)
+    assert chosen.hg == fixed.hg == hg and not fixed.snake
+    mean = 4 * heads * (sum(trips) + len(trips)) / 132
+    assert math.isclose(busiest([(4096, 4096)] * 4, rule, heads=heads, grid=132, hg=hg),
+                        fixed_busiest(trips, bh=4 * heads, grid=132, order=fixed, np=np) / mean)
+
+
+def _mixed(seed: int) -> list[tuple[int, int]]:
+    rng, out = random.Random(seed), []
+    while sum(out) < 16384 - 100:
+        out.append(min(rng.randint(100, 4096), 16384 - sum(out)))
+    return [(n, n) for n in out]
+
+
+@pytest.mark.parametrize("bm,bn,heads", [(128, 176, 16), (192, 128, 32)])
+def test_round_robin_over_the_batchs_tiles_balances_the_ctas(bm, bn, heads):
+    """The benchmark's mixed batches (100-4096 tokens, 16k in all) on 132 CTAs, not causal:
+    the busiest CTA's work within 1.10x the mean, where the padded grid's skipped positions gave
+    up to 1.43x (varlen_tiles.py)."""
+    rule = LoopBounds(block_m=bm, block_n=bn)
+    for seed in range(6):
+        assert busiest(_mixed(seed), rule, heads=heads, grid=132) <= 1.10
+
+
+def _c(expr: str) -> str:
+    return expr.replace("/", "//")
+
+
+@pytest.mark.parametrize("causal,align", ALIGNS)
+def test_the_kernels_per_sequence_bounds_are_the_rules(causal, align):
+    """The C the varlen kernel sets KT and FM with (the fixed-length rule's, of the tile's own
+    Sq and Sk), evaluated for every sequence of the mixed batches, gives VarlenBounds'."""
+    rule = VarlenBounds(causal=causal, block_m=128, block_n=128, align=align)
+    trips, first = map(_c, tile_bounds_exprs(rule))
+    for lengths in BATCHES:
+        for sq, sk in lengths:
+            env = {"Sq": sq, "Sk": sk, "KV_BLOCKS": rule.blocks(sk), "min": min, "max": max}
+            for i in range(-(-sq // 128)):
+                kt = eval(trips, {**env, "tile_m": i})  # noqa: S307 - our own expression
+                assert kt == rule.trips(i, sq, sk)
+                assert eval(first, {**env, "tile_m": i, "KT": kt}) == rule.first_masked(i, sq, sk)
+
+
+def _span(cu: list[int], s: int, total: int) -> tuple[int, int]:
+    """The kernel's ``span`` in Python: (first row, length), clamped."""
+    first = min(max(cu[s], 0), total)
+    return first, min(max(cu[s + 1], first), total) - first
+
+
+def test_the_spans_stay_inside_the_tensors_whatever_cu_seqlens_hold():
+    """Out-of-order or out-of-range ends give empty or clipped sequences, never rows outside
+    [0, total): the host checks no value (a sync), the kernel clamps."""
+    cu, total = [0, 5, 3, 9, 40, -2], 20
+    spans = [_span(cu, s, total) for s in range(len(cu) - 1)]
+    assert spans == [(0, 5), (5, 0), (3, 6), (9, 11), (20, 0)]
+    assert all(0 <= a and a + n <= total for a, n in spans)
+
+
+@pytest.mark.parametrize("causal,align", ALIGNS)
+def test_the_varlen_kernel_reads_each_sequence_from_its_first_row(causal, align):
+    c = build(causal, align, pingpong="false")
+    src = emit_attention(c)
+    check_skeleton(c, src, once=True, label="varlen")
+    assert re.search(r"const int\* __restrict__ cu_q, const int\* __restrict__ cu_k,\s+int B, "
+                     r"int TQ, int TK, float scale_log2, int group, int hg, int H,\s+long long "
+                     r"o_sh, "
+                     r"long long o_ss\) \{", src)
+    assert src.count("for (int tile = blockIdx.x; locate(tile, seq, first); tile += gridDim.x, "
+                     "rb += KT, ++o) {") == 2
+    assert src.count("const int " + ", ".join(varlen_order_exprs(causal)) + ";") == 2
+    assert src.count("span(cu_q, seq, TQ, q0), Sk = span(cu_k, seq, TK, k0)") == 2
+    loads = re.findall(r"tma_load_4d\(stage_(\w)\([^;]*?c \* 64, ([^;]*)\);", src)
+    assert {(x, a) for x, a in loads} == {("q", "q0 + tile_m * BM, bh % H, 0"),
+                                          ("k", "k0 + t * BN, bh % H / group, 0"),
+                                          ("v", "k0 + t * BN, bh % H / group, 0")}
+    assert "(long long)q0 * o_ss + (long long)(bh % H) * o_sh, o_ss," in src
+    assert "LSE + (long long)(bh % H) * TQ + q0, 0, Sq);" in src
+    mask = (f"pcat::Causal{{Sk, {'(Sk - Sq)' if align == 'bottom_right' else '0'}}}"
+            if causal else "pcat::KeyTail{Sk}")
+    assert f"{mask}, t, FM, scale_log2);" in src
+    plain = emit_attention(compile_named(NAME, params={"causal": str(causal).lower()},
+                                         target_args={"stages": "2"}))
+    assert "locate" not in plain and "cu_q" not in plain
+
+
+@pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("short", [False, True])
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "bottom_right")])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_the_varlen_kernels_build_without_spills(head_dim, causal, align, short, tmp_path):
+    c = compile_named(NAME, params=varlen_params(head_dim, causal, align, short),
+                      target_args={"stages": str(call_stages(head_dim, causal, short))})
+    proc, _ = compile_cubin(emit_attention(c), tmp_path, "varlen")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    assert "serialized" not in proc.stderr and "warning" not in proc.stderr.lower()
+
+
+_CPP = shutil.which("g++") or shutil.which("c++")
+
+
+def _run_tile_loop(tmp_path, lengths, *, heads, hg, grid, causal, align, bm=128, bn=128):
+    """The varlen kernel's tile loop as emitted (emit_varlen.varlen_tile_loop's counts, the
+    consumers' loop head and tile lines, the rule's C), built for the host with ``__ldg`` a
+    plain read and run for every CTA of ``grid``: (cta, seq, head, tile_m, Sq, Sk, q0, k0, KT,
+    FM) of each tile in each CTA's order."""
+    rule = VarlenBounds(causal=causal, block_m=bm, block_n=bn, align=align)
+    loop = varlen_tile_loop(causal, *tile_bounds_exprs(rule))
+    cu = [list(accumulate([0, *(n[i] for n in lengths)])) for i in (0, 1)]
+    src = "\n".join([
+        "#include <cstdio>", "#include <algorithm>", "using std::min; using std::max;",
+        "#define __ldg(p) (*(p))", "#define __restrict__", "struct Dim { unsigned x; };",
+        "int main() {",
+        f"const int cu_q_[] = {{{', '.join(map(str, cu[0]))}}}, "
+        f"cu_k_[] = {{{', '.join(map(str, cu[1]))}}};",
+        "const int *cu_q = cu_q_, *cu_k = cu_k_;",
+        f"const int B = {len(lengths)}, TQ = {cu[0][-1]}, TK = {cu[1][-1]}, H = {heads}, "
+        f"hg = {hg};",
+        f"constexpr int BM = {bm}, BN = {bn};", f"const Dim gridDim = {{{grid}u}};",
+        *loop.counts,
+        "for (unsigned cta = 0; cta < gridDim.x; ++cta) {", "const Dim blockIdx = {cta};",
+        *loop.consumers.head, *loop.consumers.tile,
+        'std::printf("%u %d %d %d %d %d %d %d %d %d\\n", cta, seq, bh % H, tile_m, Sq, Sk, q0, '
+        "k0, KT, FM);",
+        "}", "}", "}"])
+    (tmp_path / "loop.cpp").write_text(src)
+    build = subprocess.run([_CPP or "c++", "-std=c++17", "-o", str(tmp_path / "loop"),
+                            str(tmp_path / "loop.cpp")], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    out = subprocess.run([str(tmp_path / "loop")], capture_output=True, text=True, check=True)
+    return [tuple(map(int, line.split())) for line in out.stdout.splitlines()], rule, cu
+
+
+@pytest.mark.skipif(_CPP is None, reason="needs a host C++ compiler")
+@pytest.mark.parametrize("causal,align,hg", [(False, "top_left", 8), (True, "top_left", 2),
+                                             (True, "bottom_right", 8)])
+def test_the_emitted_tile_loop_runs_the_schedulers_tiles_with_the_rules_bounds(
+        tmp_path, causal, align, hg):
+    """The kernel's own C of the tile loop, run on the host: each CTA runs exactly
+    varlen_tiles.scheduled's tiles in its order, each from its sequence's first rows with the
+    rule's KT and FM of that sequence's lengths (the mixed batches of lengths 0, 1, 17, 128,
+    1000, 4096)."""
+    for lengths in BATCHES:
+        got, rule, cu = _run_tile_loop(tmp_path, lengths, heads=3, hg=hg, grid=7,
+                                       causal=causal, align=align)
+        want = []
+        for cta, tiles in enumerate(scheduled([q for q, _ in lengths], heads=3, block_m=128,
+                                              grid=7, causal=causal, hg=hg)):
+            for s, h, m in tiles:
+                sq, sk = lengths[s]
+                kt = rule.trips(m, sq, sk)
+                want.append((cta, s, h, m, sq, sk, cu[0][s], cu[1][s], kt,
+                             rule.first_masked(m, sq, sk)))
+        assert got == want
+
+
+class Fake:
+    """Just what plan_varlen reads of a torch tensor."""
+
+    def __init__(self, shape, dtype="torch.bfloat16", cuda=True, device="cuda:0", grad=False,
+                 strided=False):
+        self.shape, self.dtype, self.is_cuda, self.device = tuple(shape), dtype, cuda, device
+        self.requires_grad, self._strided = grad, strided
+
+    def stride(self, i):
+        dense = math.prod(self.shape[i + 1:])
+        return dense * 2 if self._strided else dense
+
+    def element_size(self):
+        return 2
+
+    def data_ptr(self):
+        return 1 << 20
+
+
+def args(tq=300, tk=400, hq=4, hkv=2, d=64, batch=3, **over):
+    q = Fake((tq, hq, d), **over.get("q", {}))
+    k = Fake((tk, hkv, d), **over.get("k", {}))
+    v = Fake((tk, hkv, d), **over.get("v", {}))
+    cq = Fake((batch + 1,), **{"dtype": "torch.int32", **over.get("cq", {})})
+    ck = Fake((batch + 1,), **{"dtype": "torch.int32", **over.get("ck", {})})
+    return q, k, v, cq, ck, over.get("mq", 200), over.get("mk", 250)
+
+
+def test_the_plan_takes_host_facts_only():
+    c = plan_varlen(*args(), causal="bottom_right")
+    assert c == VarlenCall(total_q=300, total_k=400, batch=3, heads=4, kv_heads=2, max_q=200,
+                           max_k=250, head_dim=64, dtype="bf16", scale_log2=c.scale_log2,
+                           causal=True, align="bottom_right", out_order=(0, 1, 2))
+    assert c.group == 2 and c.short and math.isclose(c.scale_log2, 1.4426950408889634 / 8)
+    assert plan_varlen(*args(mq=10**6)).max_q == 300  # no sequence is longer than the tensor
+    assert c.out_strides == (4 * 64, 64, 1)
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"cq": {"dtype": "torch.int64"}}, "attention_varlen: cu_seqlens_q: dtype torch.int64; "
+                                       "pass a torch.int32"),
+    ({"ck": {"device": "cpu"}}, "attention_varlen: cu_seqlens_k: on cpu, q on cuda:0"),
+    ({"ck": {"strided": True}}, "attention_varlen: cu_seqlens_k: not contiguous"),
+    ({"q": {"grad": True}}, "attention_varlen: q: needs a gradient, and the varlen backward is "
+                            "not built yet"),
+    ({"q": {"dtype": "torch.float32"}}, "attention_varlen: q: dtype torch.float32"),
+    ({"v": {"cuda": False}}, "attention_varlen: v: a CPU tensor"),
+    ({"mq": -1}, "attention_varlen: max_seqlen_q: -1; pass the longest"),
+    ({"mk": True}, "attention_varlen: max_seqlen_k: True; pass the longest"),
+])
+def test_bad_arguments_get_one_line_naming_them(over, needle):
+    with pytest.raises(AttentionArgumentError) as info:
+        plan_varlen(*args(**over))
+    assert str(info.value).startswith(needle) and "\n" not in str(info.value)
+
+
+def test_wrong_lengths_shapes_and_heads_get_one_line():
+    q, k, v, cq, ck, mq, mk = args()
+    cases = [((q, k, v, cq, Fake((3,), dtype="torch.int32"), mq, mk),
+              "attention_varlen: cu_seqlens_k: 2 sequences, cu_seqlens_q 3"),
+             ((q, k, v, Fake((1,), dtype="torch.int32"), ck, mq, mk),
+              "attention_varlen: cu_seqlens_q: shape (1,); pass [batch + 1]"),
+             ((Fake((2, 300, 4, 64)), k, v, cq, ck, mq, mk),
+              "attention_varlen: q: shape (2, 300, 4, 64); pass packed [total_tokens, heads, D]"),
+             ((q, Fake((400, 3, 64)), Fake((400, 3, 64)), cq, ck, mq, mk),
+              "attention_varlen: k: 3 heads for q's 4"),
+             ((q, k, Fake((401, 2, 64)), cq, ck, mq, mk), "attention_varlen: v: shape"),
+             ((Fake((300, 4, 96)), k, v, cq, ck, mq, mk), "attention_varlen: q: head dim 96")]
+    for a, needle in cases:
+        with pytest.raises(AttentionArgumentError) as info:
+            plan_varlen(*a)
+        assert str(info.value).startswith(needle) and "\n" not in str(info.value)
+    with pytest.raises(AttentionArgumentError, match="attention: causal: 'diagonal'"):
+        plan_varlen(*args(), causal="diagonal")
+    with pytest.raises(AttentionArgumentError, match="attention_varlen: scale: 0"):
+        plan_varlen(*args(), scale=0)
+
