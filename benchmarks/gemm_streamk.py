@@ -10,10 +10,10 @@
    or the device's), fresh random inputs, NaN-poisoned outputs, against an fp32 reference; each
    case run twice on the same inputs must give the same bits (the fixup adds in K order).
 2. Timing (interleaved rounds, CUDA-event medians, per-round ratios) on :data:`TIMED`: the
-   stream-K plan (``sk``: the call's pick where it takes stream-K, else 128x256 with it forced),
-   the call's pick (``pick``: what ``matmul`` launches now), the data-parallel pick the call made
-   before stream-K (``dp``: the wave model with stream-K off) and cuBLAS (the anchors' peer, or
-   ``torch.matmul`` without them).
+   stream-K plan (``sk``: the wave model's pick with stream-K allowed where it takes it, else
+   128x256 with it forced), the call's pick (``pick``: what ``matmul`` launches now; stream-K is
+   off by default, ``Tuning.stream_k``), the data-parallel pick (``dp``: the wave model with
+   stream-K off) and cuBLAS (the anchors' peer, or ``torch.matmul`` without them).
 3. ``--sanitize``: a few small cases with tails for compute-sanitizer racecheck / synccheck.
 
 Every result is one JSON line; the last line is ``PASS`` or ``FAIL`` with the counts.  Runs with
@@ -22,11 +22,12 @@ Every result is one JSON line; the last line is ``PASS`` or ``FAIL`` with the co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
@@ -138,7 +139,25 @@ def _forced(c: Case) -> tuple[Any, Any]:
     od = c.out if c.out is not None else ("bf16" if c.dtype == "e4m3" else None)
     base = mm.plan_infos(a, b, bias, c.act, od, None, c.sms, mm.TUNING, scales=scales)
     cand = attrs.evolve(decompose.for_plan(base, c.sms), stream_k=True, split_k=False)
-    return mm.plan_infos(a, b, bias, c.act, od, None, c.sms, mm.TUNING, cand, scales), cand
+    return mm.plan_infos(a, b, bias, c.act, od, None, c.sms, _on(mm.TUNING), cand, scales), cand
+
+
+def _on(tuning: Any) -> Any:
+    """``tuning`` with stream-K allowed (the call's default, ``Tuning.stream_k``, is off)."""
+    import attrs
+    return attrs.evolve(tuning, stream_k=True)
+
+
+@contextlib.contextmanager
+def _call_takes_stream_k() -> Iterator[None]:
+    """``matmul`` itself with stream-K allowed (its ``TUNING``), restored after the block."""
+    from pipeline_core_nvidia_h100 import matmul_call as mm
+    saved = mm.TUNING
+    mm.TUNING = _on(saved)
+    try:
+        yield
+    finally:
+        mm.TUNING = saved
 
 
 def _timed_plans(m: int, n: int, k: int, sms: int = 132) -> dict[str, tuple[Any, Any]]:
@@ -153,11 +172,13 @@ def _timed_plans(m: int, n: int, k: int, sms: int = 132) -> dict[str, tuple[Any,
     b = TensorInfo(shape=(k, n), strides=(1, k), dtype="bf16", ptr=4096)
     out = TensorInfo(shape=(m, n), strides=(n, 1), dtype="bf16", ptr=4096)
     base = mm.plan_infos(a, b, None, None, None, out, sms, mm.TUNING)
-    pick = decompose.for_plan(base, sms)
+    pick = decompose.for_plan(base, sms, mm.TUNING.stream_k)
     dp = decompose.for_plan(base, sms, stream_k=False)
-    sk = pick if pick.stream_k else attrs.evolve(Candidate(), stream_k=True)
-    return {name: (mm.plan_infos(a, b, None, None, None, out, sms, mm.TUNING, c), c)
-            for name, c in (("sk", sk), ("pick", pick), ("dp", dp))}
+    asked = decompose.for_plan(base, sms)  # the wave model's pick with stream-K allowed
+    sk = asked if asked.stream_k else attrs.evolve(Candidate(), stream_k=True)
+    return {name: (mm.plan_infos(a, b, None, None, None, out, sms, t, c), c)
+            for name, c, t in (("sk", sk, _on(mm.TUNING)), ("pick", pick, mm.TUNING),
+                               ("dp", dp, mm.TUNING))}
 
 
 def prebuild(torch: Any, sanitize: bool = False) -> None:
@@ -168,10 +189,13 @@ def prebuild(torch: Any, sanitize: bool = False) -> None:
         from gemm_build import kernel_key
         from pipeline_core_nvidia_h100.gemm_call import TensorInfo
         keys |= {(p.variant, c) for m, n, k in TIMED for p, c in _timed_plans(m, n, k).values()}
-        keys |= {kernel_key(TensorInfo(shape=(m, k), strides=(k, 1), dtype="bf16", ptr=4096),
-                            TensorInfo(shape=(k, n), strides=(n, 1), dtype="bf16", ptr=4096),
-                            bias=TensorInfo(shape=(n,), strides=(1,), dtype="bf16"),
-                            activation=act) for m, n, k, act in PUBLIC}
+        with _call_takes_stream_k():
+            keys |= {kernel_key(TensorInfo(shape=(m, k), strides=(k, 1), dtype="bf16",
+                                           ptr=4096),
+                                TensorInfo(shape=(k, n), strides=(n, 1), dtype="bf16",
+                                           ptr=4096),
+                                bias=TensorInfo(shape=(n,), strides=(1,), dtype="bf16"),
+                                activation=act) for m, n, k, act in PUBLIC}
     build(torch, keys, emit)
 
 
@@ -277,8 +301,14 @@ def correctness(torch: Any, cases: tuple[Case, ...]) -> tuple[int, int, int]:
 
 
 def public_calls(torch: Any) -> int:
-    """``matmul`` itself on shapes whose decomposition takes stream-K (the device's SMs): the
-    call plans it, allocates its workspace and matches the reference; the failures."""
+    """``matmul`` itself, stream-K allowed (its ``TUNING``; off by default), on shapes whose
+    decomposition then takes it (the device's SMs): the call plans it, allocates its
+    workspace and matches the reference; the failures."""
+    with _call_takes_stream_k():
+        return _public_calls(torch)
+
+
+def _public_calls(torch: Any) -> int:
     from pipeline_core_nvidia_h100 import matmul
     failures = 0
     sms = torch.cuda.get_device_properties(0).multi_processor_count

@@ -30,7 +30,8 @@ must not sync), by two rules (docs/guide/matmul.md, "Decomposition"):
   data-parallel rounds, which bounds the waves to about ten (2000x5000x3000's 2.42 waves of
   128x256, 512x28672x4096's 3.39 and 3000x14336x4096's 10.2 take it; 4000^3's 3.88 fill the
   last wave over half; a dozen waves never take it: the last wave is a small part of the time,
-  and the model's fixup cost is not measured to that precision).
+  and the model's fixup cost is not measured to that precision).  The call passes
+  ``Tuning.stream_k``, off by default: measured, stream-K lost on all three (gemm_call.Tuning).
 
 A tuned call (``$PIPELINE_CORE_AUTOTUNE=1``, autotune.py) times candidates instead and ignores
 this.  No GPU package is imported here.
@@ -60,8 +61,10 @@ WAVE_TILES: tuple[tuple[Candidate, float], ...] = (
 )
 #: Stream-K's cost beyond its share of the work, in rounds of one tile: each shared tile's
 #: pieces stored to the fp32 workspace and read back by its last CTA (L2 round trips), and each
-#: CTA's short units (a ring fill each).  A model constant, not measured yet (benchmarks/
-#: gemm_streamk.py times stream-K against the data-parallel pick on the shapes it would take).
+#: CTA's short units (a ring fill each).  A model constant, too low as measured (benchmarks/
+#: gemm_streamk.py on an H200: 0.76-0.87x the data-parallel pick where this took stream-K; it
+#: also charges nothing for the direct store the stream-K kernel takes), hence the call's
+#: Tuning.stream_k off by default.
 STREAM_K_FIXUP_WAVES = 0.25
 #: The fewest K tiles each CTA's share of the shared tiles may hold: below it the ring's fill
 #: and the fixup cost more than the balance saves.

@@ -110,8 +110,12 @@ class Tuning:
     #: benchmarks/results/gemm_cpasync_h200.jsonl), so it is kept proven and switchable, not used
     cp_async: bool = False
     #: stream-K (docs/guide/matmul.md, "Stream-K"): where the decomposition asks for it
-    #: (``decompose.choose``), the last partial wave's tiles shared by every CTA by K tiles
-    stream_k: bool = True
+    #: (``decompose.choose``), the last partial wave's tiles shared by every CTA by K tiles.
+    #: Off by default: on an H200 it ran 0.76-0.87x the data-parallel pick on every timed shape
+    #: (2000x5000x3000 325 TFLOPS against 427, 4000^3 532 against 657): it stores every tile
+    #: directly (no TMA store) and round-trips each shared tile's pieces through the fp32
+    #: workspace, so it is kept proven and switchable (``-p stream_k=true``), not used
+    stream_k: bool = False
 
 
 def rows_off_line(maps: tuple[OperandMap, ...], elem: int) -> bool:

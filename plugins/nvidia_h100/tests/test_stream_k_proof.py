@@ -180,9 +180,10 @@ def _info(rows: int, cols: int, dtype: str = "bf16"):
 
 
 def test_the_call_plans_stream_k_where_the_decomposition_asks_for_it():
-    """2000x5000x3000 (rows off the 128-byte line: 128x256 tiles, 320 of them on 132 SMs):
-    the decomposition asks for stream-K, the plan shares the last 56 tiles, stores directly,
-    and the kernel takes the workspace, the counters and the shared tiles' count."""
+    """2000x5000x3000 (rows off the 128-byte line: 128x256 tiles, 320 of them on 132 SMs),
+    stream-K allowed (``Tuning.stream_k``): the decomposition asks for it, the plan shares the
+    last 56 tiles, stores directly, and the kernel takes the workspace, the counters and the
+    shared tiles' count."""
     from pipeline_core_nvidia_h100 import decompose
     from pipeline_core_nvidia_h100.gemm_call import Tuning, plan_call
     from pipeline_core_nvidia_h100.gemm_signature import gemm_signature
@@ -191,17 +192,37 @@ def test_the_call_plans_stream_k_where_the_decomposition_asks_for_it():
     a, b = _info(2000, 3000), _info(3000, 5000)
     c = decompose.for_plan(plan_call(a, b, sms=132), 132)
     assert c.stream_k and (c.bm, c.bn) == (128, 256)
-    plan = plan_infos(a, b, None, "gelu", None, None, 132, c=c)
+    plan = plan_infos(a, b, None, "gelu", None, None, 132, Tuning(stream_k=True), c=c)
     assert (plan.sk_tiles, plan.grid, plan.splits) == (56, 132, 1)
     assert plan.variant.stream_k and plan.variant.store == "direct"
     assert gemm_signature(plan.variant).names[-3:] == ("ws", "counters", "sk_tiles")
-    # not asked, or switched off: the data-parallel plan with the TMA store
-    for p in (plan_call(a, b, sms=132), plan_infos(a, b, None, "gelu", None, None, 132,
-                                                   tuning=Tuning(stream_k=False), c=c)):
+    # not asked, or off (the default): the data-parallel plan with the TMA store
+    for p in (plan_call(a, b, sms=132), plan_infos(a, b, None, "gelu", None, None, 132, c=c),
+              plan_call(a, b, sms=132, stream_k=True)):
         assert p.sk_tiles == 0 and not p.variant.stream_k and p.variant.store == "tma"
     # waves that divide evenly share nothing, even when asked
-    even = plan_call(_info(4224, 4096), _info(4096, 1024), sms=132, stream_k=True)  # 33 x 4
+    even = plan_call(_info(4224, 4096), _info(4096, 1024), sms=132, stream_k=True,
+                     tuning=Tuning(stream_k=True))  # 33 x 4
     assert even.sk_tiles == 0 and not even.variant.stream_k
+
+
+@pytest.mark.parametrize("shape", [(2000, 5000, 3000), (512, 28672, 4096), (4000, 4000, 4000),
+                                   (3000, 14336, 4096)])
+def test_the_call_never_picks_stream_k_by_default(shape):
+    """Stream-K ran 0.76-0.87x the data-parallel pick on the H200 on these four shapes
+    (benchmarks/gemm_streamk.py): the untuned call's candidate and plan are data-parallel,
+    though the wave model alone (stream-K allowed) takes it on three of them."""
+    from pipeline_core_nvidia_h100 import decompose
+    from pipeline_core_nvidia_h100 import matmul_call as mm
+    from pipeline_core_nvidia_h100.gemm_call import Tuning
+
+    m, n, k = shape
+    a, b = _info(m, k), _info(k, n)
+    base = mm.plan_infos(a, b, None, None, None, None, 132, mm.TUNING)
+    c = decompose.for_plan(base, 132, mm.TUNING.stream_k)
+    plan = mm.plan_infos(a, b, None, None, None, None, 132, mm.TUNING, c)
+    assert not mm.TUNING.stream_k and mm.TUNING == Tuning()
+    assert not c.stream_k and plan.sk_tiles == 0 and not plan.variant.stream_k
 
 
 @pytest.mark.parametrize("extra, words", [
