@@ -54,3 +54,18 @@ def graphed(torch: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
             fn()
     torch.cuda.current_stream().wait_stream(side)
     return g.replay
+
+
+def warm_and_check(torch: Any, impls: Mapping[str, Callable[[], Any]], out: Any, ref: Any,
+                   tol: float) -> list[tuple[str, float]]:
+    """Each implementation run once into NaN-poisoned ``out`` (its warm-up: builds,
+    autotuning) and checked against ``ref``: the (name, relative error) of each above ``tol``."""
+    bad = []
+    for name, fn in impls.items():
+        out.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+        err = float((out.float() - ref).norm() / ref.norm())
+        if not err < tol:
+            bad.append((name, err))
+    return bad

@@ -40,7 +40,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
-from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
+from bench_timing import graphed, interleaved, ratios, warm_and_check  # noqa: E402  (beside this script)
 from gemm_build import contiguous  # noqa: E402  (beside this script)
 from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
 SIZES = (1, 7, 8, 17, 100, 127, 128, 999, 1000, 2050, 4000, 4095, 4096, 4097)
@@ -631,13 +631,8 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
         if plan.splits > 1:
             impls["ours-nosplit"] = tuned(attrs.evolve(default, split_k=False), ours)
         ref = a.float() @ bt.float().T
-        for name, fn in impls.items():  # warm-up (autotuning, builds) and a check
-            c.fill_(float("nan"))
-            fn()
-            torch.cuda.synchronize()
-            err = float((c.float() - ref).norm() / ref.norm())
-            if not err < TOL["bf16"]:
-                emit({"kind": "timing-check", "shape": [m, n, k], "impl": name, "rel_err": err})
+        for name, err in warm_and_check(torch, impls, c, ref, TOL["bf16"]):  # (and builds)
+            emit({"kind": "timing-check", "shape": [m, n, k], "impl": name, "rel_err": err})
         del ref
         names = list(impls)
         per = interleaved(torch, impls, rounds, reps)

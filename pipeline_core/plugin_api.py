@@ -81,7 +81,7 @@ from pipeline_core.sync import (BarrierKind, BlockBinding, BulkStoreChannel, Cha
                                 ChannelKind, ClusterSync, CrossCtaReduction, Effect, NamedBarriers,
                                 SyncModel)
 from pipeline_core.testing import fresh_host, run_cli
-from pipeline_core.tiles import TripRule, TripSample, UniformTrips
+from pipeline_core.tiles import Fixup, TripRule, TripSample, UniformTrips
 from pipeline_core.transforms import (double_buffer_reorder, optimize_within_barriers,
                                       single_buffer_reorder)
 
@@ -98,7 +98,7 @@ __all__ = [
     "ExecutionModel",
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
-    "AgentSpec", "TripRule", "TripSample", "UniformTrips", "AgentRole", "RingSpec", "OrderSpec", "Turn", "TileSplit", "ReductionSpec",
+    "AgentSpec", "Fixup", "TripRule", "TripSample", "UniformTrips", "AgentRole", "RingSpec", "OrderSpec", "Turn", "TileSplit", "ReductionSpec",
     "StoreSpec", "TurnSpec", "ClusterSpec", "Cluster", "CLUSTER_RELAY",
     "SchedulingRequest",
     "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "Turns", "AgentMachine", "EpilogueCosts",

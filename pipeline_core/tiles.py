@@ -99,6 +99,33 @@ class TripSample:
         return (self.full,) * len(self.trips)
 
 
+def _ranges(items: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    return tuple((int(b), int(e)) for b, e in items)
+
+
+def _orders(items: Iterable[Iterable[int]]) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(o) for o in items)
+
+
+@attrs.frozen(kw_only=True)
+class Fixup:
+    """One output tile of a trip rule's sample problem as its cross-CTA reduction hands it over
+    (docs/guide/agents.md, "Cross-CTA reductions"): the CTAs that share the tile's ``k_tiles``
+    K tiles, each its range ``parts[i] = (begin, end)`` (in the order of their workspace
+    slices), the count ``arrivals`` the tile's counter must reach for its last arriver (what the
+    kernel compares its arrival with), and ``orders[i]``: the slices (indices into ``parts``)
+    the fixup adds, in the order it adds them, when CTA ``parts[i]`` arrives last.  A tile of
+    one part is a data-parallel tile: it runs its epilogue with no hand-off.  Why the rule says
+    this and not the core: which CTA covers which K tiles is the family's scheduler's, and the
+    proof must see the very ranges and order the kernel computes (``agents.prove_fixup``)."""
+
+    where: str  #: the problem and tile in words (a finding names it)
+    k_tiles: int
+    parts: tuple[tuple[int, int], ...] = attrs.field(converter=_ranges)
+    arrivals: int
+    orders: tuple[tuple[int, ...], ...] = attrs.field(converter=_orders)
+
+
 class TripRule(Protocol[Problem]):
     """A family's iteration rule (the module says what the core asks of it, and shows a rule
     written in twenty lines).  ``Problem`` is whatever sizes the family's launch.
@@ -111,7 +138,12 @@ class TripRule(Protocol[Problem]):
     (``AgentSpec.turns``), ``turn_orders() -> Iterable[tuple[str, tuple[int, ...]]]``: for each
     part of the accumulator of small problems of every shape (named), the turn ranks of the
     output tiles adding to it in launch order, which ``agents.prove_reduction.prove_turns``
-    checks give turns 0, 1, ... (no turn shared, none skipped)."""
+    checks give turns 0, 1, ... (no turn shared, none skipped).  And, for a schedule with a
+    cross-CTA reduction (``AgentSpec.reduction``) whose CTAs share an output tile's K tiles
+    unevenly (stream-K), ``fixups() -> Iterable[Fixup]``: each output tile of sample problems,
+    the K ranges its CTAs cover, the count its counter reaches and the slices its fixup adds
+    (:class:`Fixup`), which ``agents.prove_fixup`` checks; without it the reduction is proven
+    over even splits of 2 and 3 CTAs (split-K's)."""
 
     @property
     def uniform(self) -> bool:

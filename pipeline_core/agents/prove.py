@@ -58,6 +58,7 @@ import attrs
 import networkx as nx
 
 from pipeline_core.agents.cluster import Expansion, expand
+from pipeline_core.agents.prove_fixup import fixup_assumptions, prove_fixups
 from pipeline_core.agents.prove_reduction import (prove_reduction, prove_turns,
                                                   reduction_assumptions, turn_assumptions)
 from pipeline_core.agents.prove_store import prove_store, store_assumptions
@@ -1565,6 +1566,8 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
             found.setdefault(finding_key(v), v)
         for v in prove_reduction(plan, sync, names, PRIORITY):  # the CTAs of one output tile
             found.setdefault(finding_key(v), v)
+        for v in prove_fixups(plan, PRIORITY):  # the trip rule's K ranges and fixup order
+            found.setdefault(finding_key(v), v)
         for v in prove_store(plan, sync, names, PRIORITY):  # the staged bulk store's buffers
             found.setdefault(finding_key(v), v)
         for v in prove_turns(plan, names, PRIORITY):  # the CTAs adding to one accumulator
@@ -1587,7 +1590,8 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                                 f"{', '.join(cluster.release_scopes)} release to a peer's "
                                 "waiters"] if cluster is not None else []),
                              f"sync model {sync.name}", *assumptions(sync),
-                             *reduction_assumptions(plan, sync), *turn_assumptions(plan),
+                             *reduction_assumptions(plan, sync), *fixup_assumptions(plan),
+                             *turn_assumptions(plan),
                              *store_assumptions(plan, sync),
                              *(["the tensor maps copies read through are written and released "
                                 "(fence.proxy.tensormap release) by a kernel before this one; "

@@ -5,7 +5,9 @@ and every part's turns.
 The agents checker (:mod:`pipeline_core.agents.prove`) proves one CTA's programs; a reduction
 (:mod:`pipeline_core.agents.reduction`) hands results between the CTAs of one output tile
 through global memory, so it is proven here over the CTAs (docs/guide/agents.md, "Cross-CTA
-reductions").  For each split count of :data:`SPLITS`, each CTA that may arrive last and two
+reductions").  For each split count of :data:`SPLITS` (or the trip rule's: stream-K's tiles
+shared by uneven K ranges, whose ranges and fixup order :mod:`pipeline_core.agents.prove_fixup`
+proves), each CTA that may arrive last and two
 generations of the counter and its workspace (the counter's next use: a later tile on it, or
 the next launch), with each reducing agent's ``finish`` steps:
 
@@ -56,6 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pipeline_core.agents.prove_fixup import rule_fixups, split_counts
 from pipeline_core.check.verdict import Fix, HazardKind, Site, Violation
 from pipeline_core.ops import tag_name
 from pipeline_core.plan import Plan, Step, StepKind, Turns
@@ -81,13 +84,19 @@ def _before(steps: Sequence[Step], kind: StepKind, lo: int, hi: int) -> bool:
     return any(s.kind == kind for s in steps[lo + 1:hi])
 
 
+def _splits(plan: Plan) -> tuple[int, ...]:
+    """The CTA counts the proof runs: the trip rule's (its ``fixups()``: stream-K's tiles
+    shared by 2, 3, .. CTAs), else :data:`SPLITS`."""
+    return split_counts(rule_fixups(plan) or [], SPLITS)
+
+
 def reduction_assumptions(plan: Plan, sync: SyncModel) -> list[str]:
     """The lines a verdict adds for a plan with a reduction (its model's assumptions)."""
     red, model = plan.reduction, sync.reduction
     if red is None or model is None:
         return []
     return [f"cross-CTA reduction {red.name} of agents {', '.join(red.agents)}: "
-            f"{' and '.join(map(str, SPLITS))} splits, every CTA arriving last, "
+            f"{' and '.join(map(str, _splits(plan)))} splits, every CTA arriving last, "
             f"{GENERATIONS} generations of its counter and workspace",
             f"the arrive and the reset join the CTA's reducing agents: {model.cta_join}",
             f"a counter's next use begins after its reset: {model.next_use}"]
@@ -154,7 +163,7 @@ def prove_reduction(plan: Plan, sync: SyncModel, names: Mapping[int, str],
                    "results never reach the workspace",
                    f"store before the {ACQUIRE.value.upper()}")
         # every split count, every CTA that may arrive last, two generations
-        for splits in SPLITS:
+        for splits in _splits(plan):
             for last in range(splits):
                 readers = [last] if last_only(read) else list(range(splits))
                 for x in readers:

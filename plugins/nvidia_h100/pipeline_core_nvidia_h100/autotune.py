@@ -56,6 +56,8 @@ class Candidate:
     consumers: int = 2
     group_m: int = 8
     split_k: bool = False
+    #: stream-K where the shape leaves a last partial wave (decompose.choose sets it)
+    stream_k: bool = False
 
     def geometry(self, variant: GemmVariant = GemmVariant()) -> WsGeometry:
         return WsGeometry(bm=self.bm, bn=self.bn, bk=k_tile(variant.dtype),
@@ -74,7 +76,8 @@ class Candidate:
 
     def describe(self) -> str:
         return (f"{self.bm}x{self.bn} tile, {self.stages} stages, {self.consumers} consumers, "
-                f"group_m {self.group_m}" + (", split-K" if self.split_k else ""))
+                f"group_m {self.group_m}" + (", split-K" if self.split_k else "")
+                + (", stream-K" if self.stream_k else ""))
 
 
 #: The space searched: every combination that :meth:`WsGeometry.validate` accepts.
@@ -125,7 +128,7 @@ def launched_store(c: Candidate, variant: GemmVariant) -> str:
     """The epilogue's store candidate ``c`` launches for ``variant``: the variant's, unless K is
     split (the reduced tile is stored directly) or the TMA store does not fit ``c``
     (matmul_call._plan falls back to the direct store then)."""
-    if variant.store == "tma" and not c.split_k and takes(c, variant):
+    if variant.store == "tma" and not c.split_k and not c.stream_k and takes(c, variant):
         return "tma"
     return "direct"
 
@@ -184,7 +187,9 @@ def score(c: Candidate, m: int, n: int, k: int, sms: int,
 DEFAULT = Candidate()
 #: Each field of a stored winner and the values the search gives it (:func:`candidates`).
 SEARCHED = {"bm": TILE_M, "bn": TILE_N, "stages": STAGES, "consumers": CONSUMERS,
-            "group_m": GROUP_M, "split_k": (False, True)}
+            "group_m": GROUP_M, "split_k": (False, True),
+            # stream-K is the decomposition's (decompose.stream_k_cost), not searched yet
+            "stream_k": (False,)}
 
 
 @attrs.frozen(kw_only=True)

@@ -22,6 +22,16 @@ must not sync), by two rules (docs/guide/matmul.md, "Decomposition"):
   (a K of 3000 bf16: 6000-byte rows), TMA's box rows straddle two lines and the smaller tiles
   lose most (2000x5000x3000 on an H200: 128x256 0.61x cuBLAS, 128x128 0.50x, 64x256 0.40x),
   so only the largest tiles compete there.
+* **Stream-K where the last wave is under half full** (:func:`stream_k_cost`): each candidate
+  also costs ``tiles / SMs + STREAM_K_FIXUP_WAVES`` rounds under the stream-K hybrid (the last
+  wave's tiles shared by every SM by K tiles, docs/guide/matmul.md, "Stream-K"), where its
+  last wave is under half full, each SM's share of the shared tiles is at least
+  :data:`STREAM_K_MIN_SHARE` K tiles, and that saves at least :data:`STREAM_K_MIN_GAIN` of the
+  data-parallel rounds, which bounds the waves to about ten (2000x5000x3000's 2.42 waves of
+  128x256, 512x28672x4096's 3.39 and 3000x14336x4096's 10.2 take it; 4000^3's 3.88 fill the
+  last wave over half; a dozen waves never take it: the last wave is a small part of the time,
+  and the model's fixup cost is not measured to that precision).  The call passes
+  ``Tuning.stream_k``, off by default: measured, stream-K lost on all three (gemm_call.Tuning).
 
 A tuned call (``$PIPELINE_CORE_AUTOTUNE=1``, autotune.py) times candidates instead and ignores
 this.  No GPU package is imported here.
@@ -30,11 +40,14 @@ from __future__ import annotations
 
 import math
 
+import attrs
+
 from pipeline_core_nvidia_h100.autotune import Candidate, direct_store, takes
 from pipeline_core_nvidia_h100.gemm_call import CallPlan, rows_off_line, split_count
 from pipeline_core_nvidia_h100.warpspecialized import DTYPE_BYTES, GemmVariant, k_tile
 
-__all__ = ["WAVE_TILES", "choose", "for_plan", "grouped", "small_m", "wave_pick", "wave_cost"]
+__all__ = ["WAVE_TILES", "choose", "for_plan", "grouped", "small_m", "stream_k_cost",
+           "wave_pick", "wave_cost"]
 
 #: The wave model's candidates, largest tile first, each with its sustained throughput
 #: relative to 128x256 with two consumers (the call's tile on large shapes): the median of
@@ -46,6 +59,18 @@ WAVE_TILES: tuple[tuple[Candidate, float], ...] = (
     (Candidate(bm=128, bn=128, stages=4, consumers=2), 0.94),
     (Candidate(bm=64, bn=256, stages=4, consumers=1), 0.93),
 )
+#: Stream-K's cost beyond its share of the work, in rounds of one tile: each shared tile's
+#: pieces stored to the fp32 workspace and read back by its last CTA (L2 round trips), and each
+#: CTA's short units (a ring fill each).  A model constant, too low as measured (benchmarks/
+#: gemm_streamk.py on an H200: 0.76-0.87x the data-parallel pick where this took stream-K; it
+#: also charges nothing for the direct store the stream-K kernel takes), hence the call's
+#: Tuning.stream_k off by default.
+STREAM_K_FIXUP_WAVES = 0.25
+#: The fewest K tiles each CTA's share of the shared tiles may hold: below it the ring's fill
+#: and the fixup cost more than the balance saves.
+STREAM_K_MIN_SHARE = 4
+#: The least modelled saving (data-parallel rounds over stream-K's) that takes stream-K.
+STREAM_K_MIN_GAIN = 1.05
 #: M of at most one 128-row tile: the bandwidth-bound rule (:func:`small_m`)
 SMALL_M = 128
 
@@ -58,15 +83,37 @@ def wave_cost(c: Candidate, rate: float, m: int, n: int, batch: int, sms: int) -
     return math.ceil(tiles / sms) * c.bm * c.bn / rate
 
 
-def wave_pick(m: int, n: int, batch: int, sms: int, off_line: bool = False) -> Candidate:
+def stream_k_cost(c: Candidate, rate: float, m: int, n: int, k_tiles: int, sms: int
+                  ) -> float | None:
+    """Candidate ``c``'s modelled time under the stream-K hybrid, in :func:`wave_cost`'s units,
+    or None where the module's rule does not take it (a last wave at least half full, a share
+    under :data:`STREAM_K_MIN_SHARE` K tiles, a saving under :data:`STREAM_K_MIN_GAIN`)."""
+    tiles = math.ceil(m / c.bm) * math.ceil(n / c.bn)
+    rest = tiles % sms if sms > 0 else 0
+    if tiles <= sms or not 0 < 2 * rest < sms or rest * k_tiles < STREAM_K_MIN_SHARE * sms:
+        return None
+    rounds = tiles / sms + STREAM_K_FIXUP_WAVES
+    if math.ceil(tiles / sms) < STREAM_K_MIN_GAIN * rounds:
+        return None
+    return rounds * c.bm * c.bn / rate
+
+
+def wave_pick(m: int, n: int, batch: int, sms: int, off_line: bool = False,
+              k_tiles: int = 0) -> Candidate:
     """The :data:`WAVE_TILES` candidate of least :func:`wave_cost` (the first on a tie);
     ``off_line`` (an operand's rows off the 128-byte line: gemm_call.rows_off_line), only the
-    largest tiles (128x256, 256x128), which straddle lines least per FLOP."""
+    largest tiles (128x256, 256x128), which straddle lines least per FLOP.  ``k_tiles`` > 0 and
+    one batch: each candidate also runs stream-K where :func:`stream_k_cost` takes it, which
+    then competes as one more candidate (after its data-parallel self on a tie)."""
     largest = max(c.bm * c.bn for c, _ in WAVE_TILES)
     tiles = [(i, c, rate) for i, (c, rate) in enumerate(WAVE_TILES)
              if not off_line or c.bm * c.bn == largest]
-    costs = [(wave_cost(c, rate, m, n, batch, sms), i) for i, c, rate in tiles]
-    return WAVE_TILES[min(costs)[1]][0]
+    costs = [(wave_cost(c, rate, m, n, batch, sms), i, False) for i, c, rate in tiles]
+    if k_tiles > 0 and batch == 1:
+        costs += [(cost, i, True) for i, c, rate in tiles
+                  for cost in [stream_k_cost(c, rate, m, n, k_tiles, sms)] if cost is not None]
+    _, i, stream_k = min(costs)
+    return attrs.evolve(WAVE_TILES[i][0], stream_k=stream_k)
 
 
 def small_m(m: int) -> Candidate:
@@ -76,26 +123,31 @@ def small_m(m: int) -> Candidate:
     return Candidate(bm=128, bn=64, stages=5, consumers=1)
 
 
-def for_plan(plan: CallPlan, sms: int) -> Candidate:
+def for_plan(plan: CallPlan, sms: int, stream_k: bool = True) -> Candidate:
     """:func:`choose` for a call's plan (planned with the default tile): its shape, variant,
-    batch and whether its operands' rows are off the 128-byte line."""
+    batch and whether its operands' rows are off the 128-byte line (``stream_k``: as
+    choose's)."""
     return choose(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch,
-                  rows_off_line((plan.a, plan.b), DTYPE_BYTES[plan.variant.dtype]))
+                  rows_off_line((plan.a, plan.b), DTYPE_BYTES[plan.variant.dtype]), stream_k)
 
 
 def choose(m: int, n: int, k: int, variant: GemmVariant, sms: int,
-           batch: int = 1, off_line: bool = False) -> Candidate:
+           batch: int = 1, off_line: bool = False, stream_k: bool = True) -> Candidate:
     """The candidate the untuned call launches for an [m, n, k] product (``batch`` of them on
     one grid z), with split-K on where its tiles leave over half the ``sms`` idle and the
-    variant may split (a batched kernel does not); ``sms`` 0 (not known): the 128x256 tile.
-    ``off_line``: an operand's rows are off the 128-byte line (:func:`wave_pick`)."""
+    variant may split (a batched kernel does not), stream-K where the wave model takes it
+    (:func:`wave_pick`) and the variant may share tiles; ``sms`` 0 (not known): the 128x256
+    tile.  ``off_line``: an operand's rows are off the 128-byte line (:func:`wave_pick`);
+    ``stream_k`` False (``Tuning.stream_k`` off): the wave model without stream-K."""
     if sms <= 0:
         return Candidate()
-    c = small_m(m) if m <= SMALL_M else wave_pick(m, n, batch, sms, off_line)
+    k_tiles = max(1, math.ceil(k / k_tile(variant.dtype)))
+    shares = stream_k and batch == 1 and variant.batch == "none"
+    c = (small_m(m) if m <= SMALL_M else
+         wave_pick(m, n, batch, sms, off_line, k_tiles if shares else 0))
     if not (takes(c, variant) or takes(c, direct_store(variant))):
         return Candidate()  # a layout or epilogue the chosen tile cannot take
     tiles = math.ceil(m / c.bm) * math.ceil(n / c.bn)
-    k_tiles = max(1, math.ceil(k / k_tile(variant.dtype)))
     if batch == 1 and variant.batch == "none" and split_count(tiles, k_tiles, sms) > 1:
         c = Candidate(bm=c.bm, bn=c.bn, stages=c.stages, consumers=c.consumers,
                       group_m=c.group_m, split_k=True)

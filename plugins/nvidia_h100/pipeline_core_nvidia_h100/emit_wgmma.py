@@ -28,12 +28,13 @@ from pipeline_core_nvidia_h100.cuda import (cluster_header_source, gemm_call_hea
                                             gemm_grouped_header_source,
                                             gemm_cpasync_header_source,
                                             gemm_scale_batch_header_source,
+                                            gemm_stream_k_header_source,
                                             gemm_wgmma_header_source, header_source,
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.kit.frame import AgentCode, AgentsFamily, agents_kernel_body
 from pipeline_core_nvidia_h100.kit.rings import RingState, loop_tile, require_ring_depths
 from pipeline_core_nvidia_h100.kit.tiles import (grouped_tile_loop, jagged_tile_loop,
-                                                  k_group_tile_loop)
+                                                  k_group_tile_loop, stream_k_tile_loop)
 from pipeline_core_nvidia_h100.kit.wgmma import wgmma_ss
 from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
                                                 consumer_sync_line, declared_geometry, render,
@@ -82,22 +83,25 @@ _GROUP_K_LOADS: dict[int, str] = {
                     "KT, tile_n * BN);"}
 
 
-def _general_loads(cluster: bool, grouped: bool = False) -> dict[int, str]:
+def _general_loads(cluster: bool, grouped: bool = False, stream_k: bool = False
+                   ) -> dict[int, str]:
     """The general kernel's TMA copies of A's and B's tiles (the producer's op steps), each one
     call of its ``pcgc::Operand`` (``gemm_wgmma_h100.cuh``: the major mode, split-K's first K
     tile, the batch, B's multicast share are its template arguments); formatted with the
     step's ``stage`` and loop tile ``t``.  A ``cluster``'s B load takes the CTA's rank; a
     ``grouped`` kernel's loads (``pcgc::GroupOperand``) read the tile's rows and columns from
-    its corner, its batched operand at the tile's group (``kit.tiles.jagged_tile_loop``)."""
+    its corner, its batched operand at the tile's group (``kit.tiles.jagged_tile_loop``); a
+    ``stream_k`` unit's K tiles start at its first, ``k0`` (``kit.tiles.stream_k_tile_loop``)."""
     if grouped:
         return {WgmmaTag.TMA_A: "LoadA::load(stage_a({stage}), &tmA, full_bar({stage}), {t}, "
                                 "row0, group);",
                 WgmmaTag.TMA_B: "LoadB::load(stage_b({stage}), &tmB, full_bar({stage}), {t}, "
                                 "col0, group);"}
-    return {WgmmaTag.TMA_A: "LoadA::load(stage_a({stage}), &tmA, full_bar({stage}), {t}, KT, "
-                            "tile_m * BM);",
-            WgmmaTag.TMA_B: "LoadB::load(stage_b({stage}), &tmB, full_bar({stage}), {t}, KT, "
-                            "tile_n * BN" + (", crank);" if cluster else ");")}
+    t = "k0 + {t}" if stream_k else "{t}"
+    return {WgmmaTag.TMA_A: "LoadA::load(stage_a({stage}), &tmA, full_bar({stage}), " + t
+                            + ", KT, tile_m * BM);",
+            WgmmaTag.TMA_B: "LoadB::load(stage_b({stage}), &tmB, full_bar({stage}), " + t
+                            + ", KT, tile_n * BN" + (", crank);" if cluster else ");")}
 
 
 def _step_line(s: Step, single_issuer: bool, owner: str, watchdog: int = 0,
@@ -179,10 +183,12 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
     require_ring_depths(plan.rings, g.stages, g.stages, EMITTER_NAME)  # the GEMM has no once ring
     v = g.variant
     grouped = v.batch in GROUPED
-    loads = _general_loads(plan.cluster is not None, grouped) if v.general else None
+    loads = (_general_loads(plan.cluster is not None, grouped, v.stream_k) if v.general
+             else None)
     cp_async = v.load == "cp_async"
-    if cp_async:
-        loads = _CP_ASYNC_LOADS
+    if cp_async:  # (a stream-K unit's K tiles from its first, k0)
+        loads = ({tag: line.replace("{t}", "k0 + {t}") for tag, line in _CP_ASYNC_LOADS.items()}
+                 if v.stream_k else _CP_ASYNC_LOADS)
     if v.batch == GROUPED_K:
         loads = _GROUP_K_LOADS
     if producer.role.issuers != (128 if cp_async else 1) or not consumers:
@@ -213,6 +219,7 @@ def emit_wgmma(compiled: CompiledSchedule, *, watchdog: int | None = None) -> st
         consumer_registers=g.consumer_registers, family=family, emitter=EMITTER_NAME,
         tiles=(jagged_tile_loop(MAX_GROUPS, v.batch == "grouped_n") if grouped else
                k_group_tile_loop() if v.batch == GROUPED_K else
+               stream_k_tile_loop() if v.stream_k else
                grouped_tile_loop(plan.cluster.ctas if plan.cluster is not None else 1,
                                  len(plan.split.agents) if plan.split is not None else 0)),
         tile_split=split, consumer_after=_after_tiles(consumers) if split else (),
@@ -250,6 +257,7 @@ def _kernel_source(compiled: CompiledSchedule, g: WsGeometry, body: str) -> str:
         *([gemm_grouped_header_source()] if v.batch in GROUPED else []),
         *([gemm_group_k_header_source()] if v.batch == GROUPED_K else []),
         *([gemm_cpasync_header_source()] if v.load == "cp_async" else []),
+        *([gemm_stream_k_header_source()] if v.stream_k else []),
         wgmma_ss(g.bn, v.dtype, int(v.a_major == "mn"), int(v.b_major == "mn")),
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)'
         + (f" __cluster_dims__({cluster.ctas}, 1, 1)" if cluster is not None else ""),
@@ -381,10 +389,11 @@ _SPLIT_STEPS = {
 }
 
 
-def split_finish(consumers: Sequence[AgentProgram]) -> str:
+def split_finish(consumers: Sequence[AgentProgram], stream_k: bool = False) -> str:
     """The split-K kernel's finish: each of the consumers' ``finish`` steps as its block, in
     the order the plan has them (a plan whose consumers reduce differently, or not at all, has
-    no such kernel)."""
+    no such kernel); ``stream_k``: the stream-K kernel's (:data:`_STREAM_K_STEPS` where they
+    differ), run only on a unit whose tile other CTAs share."""
     steps = consumers[0].finish
     if any(c.finish != steps for c in consumers) or not steps:
         raise ProgramError(f"emitter {EMITTER_NAME}: -p split_k=true needs the consumers' "
@@ -397,8 +406,42 @@ def split_finish(consumers: Sequence[AgentProgram]) -> str:
         if s.kind not in _SPLIT_STEPS:
             raise ProgramError(f"emitter {EMITTER_NAME}: no CUDA for finish step "
                                f"{s.kind.value}")
-        code.append(_SPLIT_STEPS[s.kind])
+        code.append(_STREAM_K_STEPS.get(s.kind, _SPLIT_STEPS[s.kind]) if stream_k
+                    else _SPLIT_STEPS[s.kind])
+    if stream_k:
+        return _STREAM_K_OPEN + "".join(code) + _SPLIT_CLOSE
     return _SPLIT_OPEN + "".join(code) + _SPLIT_CLOSE
+
+
+#: stream-K's finish (docs/guide/matmul.md, "Stream-K"), where it differs from split-K's: only
+#: a unit whose tile other CTAs share (``w.parts`` > 1) hands over; its piece goes to its
+#: CTA's workspace slot (``w.slot``: ``me`` the thread's place, each store one coalesced row),
+#: the count its arrival is compared with is the tile's CTAs, the last arriver adds the pieces
+#: in K order (``pcsk::fixup_read``), and the counters are the stream-K tiles' (at most the
+#: grid's, zero between launches).
+_STREAM_K_OPEN = r"""
+        if (w.parts > 1) {  // stream-K: a shared tile's piece out, its last CTA adds them all
+            __shared__ int split_last;
+            const int me = consumer * 128 + wtid;
+            constexpr size_t slice = (size_t)BM * BN;  // one workspace slot
+            constexpr int SPLIT_CHUNK = ${SPLIT_CHUNK};  // loads in flight per slice read
+            const int sk_tile = tile - (TILES - sk.sk);  // among the stream-K tiles
+            float* part = ws + me;
+            """ + section_mark("finish") + """
+"""
+_STREAM_K_STEPS = {
+    StepKind.SLICE_STORE: ("            pcgc::slice_store<MBLOCKS, ACC, ${CONSUMER_THREADS}>(acc, "
+                           "part + w.slot * slice);\n"),
+    StepKind.COUNT_ARRIVE: r"""            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
+            if (me == 0) split_last = atomicAdd(counters + sk_tile, 1u) == (unsigned)w.parts - 1u;
+            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
+""",
+    StepKind.SLICE_READ: ("            pcsk::fixup_read<MBLOCKS, ACC, ${CONSUMER_THREADS}, "
+                          "SPLIT_CHUNK>(acc, part, slice, sk, sk_tile);\n"),
+    StepKind.COUNT_RESET: r"""            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
+            if (me == 0) counters[sk_tile] = 0u;
+""",
+}
 
 
 _OUT = {"bf16": "pcgc::OutBf16", "fp16": "pcgc::OutF16", "fp32": "pcgc::OutF32"}
@@ -468,7 +511,9 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
         "compute": _compute("pcgc::operand_desc<A_MN, CHUNK_BYTES>(stage_a(s), ${ROW0} + mb * "
                             "${WGMMA_M}, kk)", "pcgc::operand_desc<B_MN, CHUNK_BYTES>(stage_b(s), "
                             "0, kk)"),
-        "finish": _FENCE + (split_finish(consumers) if v.split_k else "") + "\n" + epi + "\n"
+        "finish": _FENCE + (split_finish(consumers) if v.split_k else
+                            split_finish(consumers, stream_k=True) if v.stream_k else "")
+                  + "\n" + epi + "\n"
                   + (_tma_store_finish(consumers, v) if v.store == "tma" else
                      _GROUPED_FINISH if grouped else
                      _GROUP_K_FINISH if v.batch == GROUPED_K else _DIRECT_FINISH),

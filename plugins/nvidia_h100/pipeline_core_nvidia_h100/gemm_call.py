@@ -16,6 +16,7 @@ import math
 
 import attrs
 
+from pipeline_core_nvidia_h100.gemm_tiles import stream_k_tiles
 from pipeline_core_nvidia_h100.gemm_staging import (LINE_BYTES, TMA_ALIGN, Staging, aligned,
                                                     copy_pays, major, off_grid, padded,
                                                     stage_bias, stage_operand, stage_out)
@@ -108,6 +109,13 @@ class Tuning:
     #: stride 3000: 263 TFLOPS against TMA's 433; 4000^3: 288 against 704;
     #: benchmarks/results/gemm_cpasync_h200.jsonl), so it is kept proven and switchable, not used
     cp_async: bool = False
+    #: stream-K (docs/guide/matmul.md, "Stream-K"): where the decomposition asks for it
+    #: (``decompose.choose``), the last partial wave's tiles shared by every CTA by K tiles.
+    #: Off by default: on an H200 it ran 0.76-0.87x the data-parallel pick on every timed shape
+    #: (2000x5000x3000 325 TFLOPS against 427, 4000^3 532 against 657): it stores every tile
+    #: directly (no TMA store) and round-trips each shared tile's pieces through the fp32
+    #: workspace, so it is kept proven and switchable (``-p stream_k=true``), not used
+    stream_k: bool = False
 
 
 def rows_off_line(maps: tuple[OperandMap, ...], elem: int) -> bool:
@@ -181,6 +189,8 @@ class CallPlan:
     #: scaled, the elements between one group's row-wise scales and the next
     groups: int = 0
     scale_group: int = 0
+    #: stream-K's shared tiles (``gemm_tiles.stream_k_tiles``; the kernel's ``sk_tiles``)
+    sk_tiles: int = 0
 
 
 def _fail(name: str, why: str) -> MatmulArgumentError:
@@ -277,13 +287,17 @@ def _check_tensor(name: str, t: TensorInfo, dims: int, allowed: tuple[str, ...],
 def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
               activation: str | None = None, out_dtype: str | None = None,
               out: TensorInfo | None = None, tile: TileShape = TileShape(), sms: int = 0,
-              tuning: Tuning = Tuning(), scale: str = "none") -> CallPlan:
+              tuning: Tuning = Tuning(), scale: str = "none", stream_k: bool = False
+              ) -> CallPlan:
     """Check ``matmul(a, b, bias=, activation=, out_dtype=, out=)``'s arguments and plan the
     launch (torch's semantics: ``a [M, K] @ b [K, N]``, or batched ``[B, M, K] @ [B, K, N]``
     with a 2-D side broadcast over the batch; bias per column, then activation).
     ``sms``: the device's SM count, which the persistent grid and the split are sized by (0:
     not known, one CTA per output tile, no split).  ``scale`` (``tensor`` / ``row``): the
-    fp8 kernel of ``scaled_mm``, whose own checks (gemm_scaled.plan_scaled) come first."""
+    fp8 kernel of ``scaled_mm``, whose own checks (gemm_scaled.plan_scaled) come first.
+    ``stream_k``: the decomposition asks for stream-K (``decompose.choose``): planned where
+    the tiles leave a last partial wave to share (``gemm_tiles.stream_k_tiles``), the grid
+    unsplit and unbatched, and ``tuning.stream_k`` allows it."""
     allowed = MATMUL_DTYPES if scale == "none" else ("e4m3",)
     _check_tensor("a", a, 2, allowed, batched=scale == "none")
     _check_tensor("b", b, 2, allowed, batched=scale == "none")
@@ -338,23 +352,27 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     splits = split_count(tiles, k_tiles, sms) if tuning.split_k and kernel_batch == 1 else 1
     if splits > 1:  # one split's K tiles; the last split's past K are zero-filled loads
         k_tiles = max(_cdiv(k_tiles, splits), tile.min_k_tiles)
+    grid = min(tiles, sms) if tuning.persistent and sms > 0 else tiles
+    sk_tiles = (stream_k_tiles(tiles, k_tiles, grid)
+                if stream_k and tuning.stream_k and splits == 1 and kernel_batch == 1 else 0)
     out_dtype = out_dtype or a.dtype
     # a cluster pairs plain kernels only (the schedule refuses it with a batch, fp8 or the TMA
     # store until they are combined): a clustered call stores directly
     cp_async = (tuning.cp_async and kernel_batch == 1 and read
                 and cp_async_wanted((a_map, b_map), ELEM[a.dtype]))
     cluster = cluster_size(tiles_m, splits, tuning) \
-        if kernel_batch == 1 and scale == "none" and not cp_async else 1
+        if kernel_batch == 1 and scale == "none" and not cp_async and not sk_tiles else 1
     # a batched kernel (grid z) offsets C by its batch: a 2-D map of C would clip a batch's
     # tail rows into the next batch, so it stores directly (a folded batch is one 2-D C); so
     # does an out whose address TMA cannot write (the direct store takes any)
     c_aligned = out is None or out.ptr is None or out.ptr % TMA_ALIGN == 0
     c_map = (store_map(m, n, ldc, out_dtype, tile)
              if tuning.tma_store and splits == 1 and kernel_batch == 1 and cluster == 1 and read
-             and c_aligned else None)
+             and c_aligned and not sk_tiles else None)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
                           out_dtype=out_dtype, bias=bias_kind,
                           activation=activation or "none", tails=True, split_k=splits > 1,
+                          stream_k=sk_tiles > 0,
                           scale=scale, batch=batches.kind,
                           store="tma" if c_map is not None else "direct", cluster=cluster,
                           load="cp_async" if cp_async else "tma")
@@ -362,7 +380,6 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     # SMs first, so the tiles in flight share their batch's operands in L2 (sharing the SMs
     # among all batches at once ran 0.67 of torch.bmm at 16 x 2048^3, this 0.79:
     # benchmarks/results/matmul_fp8_h100.jsonl, run 2)
-    grid = min(tiles, sms) if tuning.persistent and sms > 0 else tiles
     if cluster > 1:  # whole clusters of tile pairs; each CTA loads its share of the B tile
         pairs = _cdiv(tiles_m, cluster) * tiles_n
         grid = cluster * (min(pairs, sms // cluster) if tuning.persistent and sms > 0 else pairs)
@@ -374,7 +391,7 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     return CallPlan(m=m, n=n, k=k, m_pad=tiles_m * tile.bm, n_pad=tiles_n * tile.bn,
                     k_pad=k_tiles * tile.bk, variant=variant, a=a_map, b=b_map, ldc=ldc,
                     grid=grid, splits=splits, batch=kernel_batch, c_batch=c_batch,
-                    out_shape=batches.product(m, n), c=c_map, staged=staged)
+                    out_shape=batches.product(m, n), c=c_map, staged=staged, sk_tiles=sk_tiles)
 
 
 def _stage(a: TensorInfo, b: TensorInfo, bias: TensorInfo | None, out: TensorInfo | None, *,

@@ -72,9 +72,10 @@ def scale_kind(a: TensorInfo, b: TensorInfo, scale_a: TensorInfo, scale_b: Tenso
 def plan_scaled(a: TensorInfo, b: TensorInfo, scale_a: TensorInfo, scale_b: TensorInfo, *,
                 bias: TensorInfo | None = None, out_dtype: str | None = None,
                 tile: TileShape = TileShape(), sms: int = 0,
-                tuning: Tuning = Tuning()) -> CallPlan:
+                tuning: Tuning = Tuning(), stream_k: bool = False) -> CallPlan:
     """Check ``scaled_mm(a, b, scale_a, scale_b, out_dtype=, bias=)``'s arguments and plan the
-    launch (the e4m3 kernel with ``-p scale`` the scales' kind)."""
+    launch (the e4m3 kernel with ``-p scale`` the scales' kind; ``stream_k`` as
+    gemm_call.plan_call's)."""
     for name, t in (("a", a), ("b", b)):
         if t.dtype != "e4m3":
             raise MatmulTypeError(f"{name}: element type {TORCH_NAME.get(t.dtype, t.dtype)} "
@@ -100,4 +101,4 @@ def plan_scaled(a: TensorInfo, b: TensorInfo, scale_a: TensorInfo, scale_b: Tens
         _k_major("b", b, 1)
     kind = scale_kind(a, b, scale_a, scale_b)
     return plan_call(a, b, bias=bias, out_dtype=out_dtype or DEFAULT_OUT, tile=tile, sms=sms,
-                     tuning=tuning, scale=kind)
+                     tuning=tuning, scale=kind, stream_k=stream_k)

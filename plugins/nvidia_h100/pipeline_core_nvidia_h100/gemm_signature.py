@@ -34,6 +34,9 @@ GENERAL_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=params(
 #: one arrival counter per output tile, zero between launches
 SPLIT_PARAMS = params((("float* __restrict__", "ws", "pointer"),
                        ("unsigned* __restrict__", "counters", "pointer")), new_line=True)
+#: stream-K's: split-K's workspace (2 x the grid's BM x BN slots: each CTA's first and last
+#: stream-K tile) and counters (one per stream-K tile), and the stream-K tiles' count
+STREAM_K_PARAMS = SPLIT_PARAMS + params((("int", "sk_tiles", "int32"),))
 #: the scaled kernel's (``-p scale``) fp32 scales: one each (``tensor``), or scale_a [m] and
 #: scale_b [n] (``row``); read on the device, so the host never syncs on them
 SCALE_PARAMS = params((("const float* __restrict__", "scale_a", "pointer"),
@@ -71,6 +74,7 @@ def gemm_signature(v: GemmVariant) -> KernelSignature:
     if not v.general:
         return DEFAULT_SIGNATURE
     return (GENERAL_SIGNATURE + (SPLIT_PARAMS if v.split_k else ())
+            + (STREAM_K_PARAMS if v.stream_k else ())
             + (SCALE_PARAMS if v.scale != "none" else ())
             + (BATCH_PARAMS if v.strided_batch else ())
             + (GROUP_PARAMS if v.batch in GROUPED else ())

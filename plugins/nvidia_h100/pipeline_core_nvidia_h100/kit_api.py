@@ -26,14 +26,16 @@ through it only, and only names in its ``__all__``, as it holds plugins to
   on an output tile with no K tile: ``once_steps``) and its tile
   scheduler's device loop ``DeviceTileLoop`` of ``TileLoop`` s: ``linear_tile_loop``, or
   ``jagged_tile_loop`` over groups whose sizes only the device knows, ``k_group_tile_loop`` over
-  groups of equal tiles whose K tiles only the device knows), a step's stage and parity on
+  groups of equal tiles whose K tiles only the device knows, ``stream_k_tile_loop`` over a
+  CTA's stream-K work units), a step's stage and parity on
   its ring (``kit/rings.py``: ``RingState``, ``loop_tile``, the ring-depth rule), the wgmma
   wrappers (``kit/wgmma.py``: ``wgmma_ss``, ``wgmma_rs``), the programs' lines (``skeleton``:
   stretches, role and section marks, ring and consumer sync lines, the declared geometry) and
   the device headers (``header_source``, ``wgmma_header_source``,
   ``gemm_call_header_source``), the watchdog's default polls (``WATCHDOG``);
-* the GEMM's trip rule (``RasterTrips``: every output tile of the raster visits every K tile, a
-  uniform ``plugin_api.TripRule``), for a family whose output tiles are a GEMM's;
+* the GEMM's trip rules (``RasterTrips``: every output tile of the raster visits every K tile, a
+  uniform ``plugin_api.TripRule``; ``StreamKTrips``: the last partial wave's tiles shared by K
+  tiles, with the fixups the core proves), for a family whose output tiles are a GEMM's;
 * the host side: building and caching kernels (``KernelBuilder``, ``ARCH``, ``cubin_path``),
   tensor maps (``encode_tiled_2d``, ``DTYPE_*``), launches (``launch``, ``eager``,
   ``describe``, ``Bounded``) and the optional GPU packages (``require_gpu_module``);
@@ -59,7 +61,7 @@ from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
 from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source, pasted,
                                             wgmma_header_source)
 from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
-from pipeline_core_nvidia_h100.gemm_tiles import RasterTrips
+from pipeline_core_nvidia_h100.gemm_tiles import RasterTrips, StreamKTrips
 from pipeline_core_nvidia_h100.kernel_cache import cubin_path
 from pipeline_core_nvidia_h100.kit.autotune import (AutotuneError, Autotuner, TimingModel,
                                                     TuneKey, Workload, timing_model)
@@ -82,7 +84,8 @@ from pipeline_core_nvidia_h100.kit.frame import (AgentCode, AgentsFamily, agent_
 from pipeline_core_nvidia_h100.kit.rings import RingState, loop_tile, require_ring_depths
 from pipeline_core_nvidia_h100.kit.schedule import AgentsSchedule, family_profile
 from pipeline_core_nvidia_h100.kit.tiles import (DeviceTileLoop, TileLoop, jagged_tile_loop,
-                                                  k_group_tile_loop, linear_tile_loop)
+                                                  k_group_tile_loop, linear_tile_loop,
+                                                  stream_k_tile_loop)
 from pipeline_core_nvidia_h100.kit.wgmma import wgmma_rs, wgmma_ss
 from pipeline_core_nvidia_h100.skeleton import (agent_stretches, consumer_branches,
                                                 consumer_sync_line, declared_geometry, render,
@@ -108,13 +111,14 @@ __all__ = [
     "AgentsFamily", "AgentCode", "agent_code", "agents_kernel_body", "once_steps",
     "DeviceTileLoop",
     "TileLoop", "linear_tile_loop", "jagged_tile_loop", "k_group_tile_loop",
+    "stream_k_tile_loop",
     "wgmma_ss", "wgmma_rs", "agent_stretches", "consumer_branches", "consumer_sync_line",
     "declared_geometry", "render",
     "RingState", "loop_tile", "require_ring_depths", "ring_step_line", "role_mark",
     "section_mark", "header_source", "pasted",
     "wgmma_header_source", "gemm_call_header_source", "WATCHDOG",
     # the GEMM's trip rule
-    "RasterTrips",
+    "RasterTrips", "StreamKTrips",
     # the host side
     "KernelBuilder", "ARCH", "cubin_path", "encode_tiled_2d", "DTYPE_BFLOAT16", "DTYPE_FLOAT16",
     "launch", "eager", "describe", "Bounded", "require_gpu_module", "current_stream",

@@ -105,7 +105,7 @@ def _build(key: tuple[GemmVariant, Candidate, int] | tuple[str, int]) -> GemmKer
                       min_k_tiles=max(1, compiled.plan.min_tiles), tile=g.bm * g.bn)
 
 
-_WORKSPACES: dict[tuple[int, int, int], tuple[Any, Any]] = {}
+_WORKSPACES: dict[tuple[int, int, int, int], tuple[Any, Any]] = {}
 
 
 def _workspace(device: int, stream: int, sms: int,
@@ -113,9 +113,9 @@ def _workspace(device: int, stream: int, sms: int,
     """Split-K's fp32 workspace and per-tile counters on (device, stream) for ``tile``
     (BM x BN) elements a slice, allocated once (a split grid has at most ``sms`` CTAs, so
     ``sms`` slices always suffice; the counters start at zero and each launch leaves them
-    so).  None while a CUDA graph is being captured and none exists yet: the call allocates
+    so); stream-K's takes ``2 x sms`` slices (each CTA's first and last shared tile's).  None while a CUDA graph is being captured and none exists yet: the call allocates
     nothing then, and runs unsplit."""
-    key = (device, stream, tile)
+    key = (device, stream, tile, sms)  # (stream-K's: twice the slices)
     found = _WORKSPACES.get(key)
     if found is None:
         torch = _require("torch")
@@ -197,9 +197,9 @@ def plan_infos(a: TensorInfo, b: TensorInfo, bias: TensorInfo | None, activation
     def plan(t: Tuning) -> CallPlan:
         if scales is not None:
             return plan_scaled(a, b, scales[0], scales[1], bias=bias, out_dtype=out_dtype,
-                               tile=tile, sms=sms, tuning=t)
+                               tile=tile, sms=sms, tuning=t, stream_k=c.stream_k)
         return plan_call(a, b, bias=bias, activation=activation, out_dtype=out_dtype, out=out,
-                         tile=tile, sms=sms, tuning=t)
+                         tile=tile, sms=sms, tuning=t, stream_k=c.stream_k)
     found = plan(tuning)
     # a tuned candidate whose shared memory cannot take the TMA store's staging stores directly
     if found.variant.store == "tma" and c != autotune.DEFAULT \
@@ -228,6 +228,9 @@ def _recipe(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, o
     if plan.splits > 1 and _workspace(device, stream, sm_count(device), c.bm * c.bn) is None:
         plan = _plan(a, b, bias, activation, out_dtype, out, sm_count(device),
                      attrs.evolve(TUNING, split_k=False), c, scales)
+    if plan.sk_tiles and _workspace(device, stream, 2 * sm_count(device), c.bm * c.bn) is None:
+        plan = _plan(a, b, bias, activation, out_dtype, out, sm_count(device),
+                     attrs.evolve(TUNING, stream_k=False), c, scales)
     key = (plan.variant, c, device)
     built = CALL.kernels.kernel(key)
     bk = k_tile(plan.variant.dtype)
@@ -272,6 +275,12 @@ def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
         if found is None:
             raise RuntimeError("internal error: a split-K recipe without its stream's workspace")
         values.update(ws=found[0].data_ptr(), counters=found[1].data_ptr())
+    if v.stream_k:  # each CTA's two slots, each stream-K tile's counter (docs/guide/matmul.md)
+        found = _workspace(r.device, r.stream, 2 * sm_count(r.device), built.tile)
+        if found is None:
+            raise RuntimeError("internal error: a stream-K recipe without its stream's workspace")
+        values.update(ws=found[0].data_ptr(), counters=found[1].data_ptr(),
+                      sk_tiles=plan.sk_tiles)
     first: tuple[Launch, ...] = ()
     if v.batch == GROUPED_K:  # 2-D x 2-D: the groups' maps, written by the pre-pass first
         (offs,), maps = scales, group_maps.maps_memory(r.device, r.stream, plan.groups)
@@ -375,7 +384,7 @@ def _candidate(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any
         # tuning times the kernel on the copies the plan stages
         ta, tb, tbias, tout = _staged(_require("torch"), plan.staged, a, b, bias, out)
         return _tuned(ta, tb, tbias, activation, out_dtype, tout, plan, device, stream)
-    return decompose.for_plan(plan, sms)
+    return decompose.for_plan(plan, sms, TUNING.stream_k)
 
 
 def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
@@ -393,7 +402,7 @@ def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, ou
     if torch.cuda.is_current_stream_capturing():
         return autotune.cached(plan.m, plan.n, plan.k, plan.variant, device=name,
                                toolkit=toolkit_version()) \
-            or decompose.for_plan(plan, sms)
+            or decompose.for_plan(plan, sms, TUNING.stream_k)
 
     def timer(c: Candidate) -> float:
         r = _recipe(a, b, bias, activation, out_dtype, out,

@@ -30,7 +30,7 @@ from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, ClusterSpec, 
 from pipeline_core_nvidia_h100 import TARGET_NAME
 from pipeline_core_nvidia_h100.contracts import WGMMA_TMA
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
-from pipeline_core_nvidia_h100.gemm_tiles import GroupKTrips, RasterTrips
+from pipeline_core_nvidia_h100.gemm_tiles import GroupKTrips, RasterTrips, StreamKTrips
 from pipeline_core_nvidia_h100.machine import (H100_AGENT_MACHINE, H100_SXM,
                                                 launch_registers, register_split_refusal)
 from pipeline_core_nvidia_h100.wgmma_sync import (CP_ASYNC_SYNC, CP_ASYNC_TAG_NAMES,
@@ -169,6 +169,11 @@ class GemmVariant:
     #: tiles; each CTA writes its partial sums to an fp32 workspace and the CTA that finishes an
     #: output tile last adds the slices in split order and runs the epilogue once
     split_k: bool = False
+    #: stream-K, the hybrid (docs/guide/matmul.md, "Stream-K"): the persistent grid runs the
+    #: whole tiles of the full waves and shares the last, partial wave's tiles by K tiles
+    #: (``gemm_tiles.StreamKTrips``); a tile's pieces go to the fp32 workspace and its last CTA
+    #: adds them in K order and runs the epilogue once
+    stream_k: bool = False
     #: ``tensor`` / ``row``: the accumulators scaled per tensor or per row and column
     #: (:data:`SCALES`)
     scale: str = "none"
@@ -219,6 +224,7 @@ def describe_variant(v: GemmVariant) -> str:
     return (f"{v.dtype} in, A {v.a_major.upper()}-major, B {v.b_major.upper()}-major, "
             f"{v.out_dtype} out, bias {v.bias}, activation {v.activation}"
             + (", split-K" if v.split_k else "")
+            + (", stream-K" if v.stream_k else "")
             + (f", scale {v.scale}" if v.scale != "none" else "")
             + (f", batched {v.batch}" if v.strided_batch else "")
             + (f", grouped along {'N' if v.batch == 'grouped_n' else 'M'} (offs)"
@@ -350,6 +356,14 @@ class WsGeometry:
         if v.batch != "none" and v.split_k:
             raise bad("split_k", "a batched kernel (-p batch) runs the batch on grid z and "
                                  "does not split K: -p split_k=false")
+        if v.stream_k and (v.split_k or v.batch != "none" or v.store == "tma" or v.pingpong
+                           or v.cluster > 1):
+            other = ("split_k=true" if v.split_k else f"batch={v.batch}" if v.batch != "none"
+                     else "store=tma" if v.store == "tma" else "pingpong=true" if v.pingpong
+                     else f"cluster={v.cluster}")
+            raise bad("stream_k", f"true and -p {other} don't combine: a stream-K tile's CTAs "
+                                  "reduce through the workspace and its last CTA stores it "
+                                  "directly; drop one of them")
         if v.strided_batch and v.store == "tma":
             raise bad("store", "tma with -p batch: C's tensor map is one [m, n] matrix, and a "
                                "batched kernel offsets C per batch (grid z): -p store=direct")
@@ -494,6 +508,10 @@ PARAMS = (
     Param("split_k", bool, False, "split the K tiles over the grid's second dimension: "
                                   "partial sums in an fp32 workspace, reduced in split order "
                                   "by the tile's last CTA, epilogue once (implies tails)"),
+    Param("stream_k", bool, False, "stream-K hybrid: whole tiles for the full waves, the "
+                                   "last partial wave's tiles shared by every CTA by K tiles, "
+                                   "their pieces reduced in K order by each tile's last CTA, "
+                                   "epilogue once (implies tails)"),
     Param("scale", str, "none", "fused scaling of the accumulators before the bias: "
                                 "tensor (scale_a[0] * scale_b[0]) or row (scale_a[row] * "
                                 "scale_b[col]), as torch._scaled_mm", choices=SCALES),
@@ -585,8 +603,9 @@ class WarpSpecializedGemm:
         # split-K: the consumers' sums are reduced across the CTAs of the output tile
         # (docs/guide/agents.md, "Cross-CTA reductions")
         # (the timing model charges a consumer's fp32 slice: docs/guide/agents.md, "Timing model")
-        reduction = (ReductionSpec(slice_bytes=g.consumer_rows * g.bn * 4)
-                     if g.variant.split_k else None)
+        reduction = (ReductionSpec(name="stream_k" if g.variant.stream_k else "split_k",
+                                   slice_bytes=g.consumer_rows * g.bn * 4)
+                     if g.variant.split_k or g.variant.stream_k else None)
         # the TMA-store epilogue (docs/guide/agents.md, "Bulk stores"): per consumer, sub-tiles
         # of STORE_ROWS rows x one 128-byte swizzled row each
         # (a grouped kernel's tile that crosses its group's end skips it: stored directly)
@@ -600,8 +619,10 @@ class WarpSpecializedGemm:
         cluster = (ClusterSpec(ctas=g.variant.cluster, multicast=(1,))
                    if g.variant.cluster > 1 else None)
         # every output tile visits every K tile: uniform, so the proof runs one count at a time
-        trips: RasterTrips | GroupKTrips = (
+        # (stream-K: units of uneven K ranges, whose fixup the core proves from the rule)
+        trips: RasterTrips | GroupKTrips | StreamKTrips = (
             GroupKTrips(block_m=g.bm, block_n=g.bn, block_k=g.bk) if g.variant.batch == GROUPED_K
+            else StreamKTrips(block_m=g.bm, block_n=g.bn, block_k=g.bk) if g.variant.stream_k
             else RasterTrips(block_m=g.bm, block_n=g.bn, block_k=g.bk))
         if not g.variant.pingpong:
             return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
@@ -637,6 +658,10 @@ def _build(ctx: Any) -> WarpSpecializedGemm:
         raise ProgramError(f"schedule {SCHEDULE_NAME}: -p release_lag: {lag} must be below the "
                            f"ring depth (-T stages={geometry.stages}): a consumer holding "
                            f"{lag} stages leaves the producer none to fill")
+    if geometry.variant.stream_k and lag > 1:
+        raise ProgramError(f"schedule {SCHEDULE_NAME}: -p release_lag: {lag} with -p "
+                           "stream_k=true: a stream-K unit may visit a single K tile, and a "
+                           f"consumer keeping {lag} stages needs {lag}; pass -p release_lag=1")
     return WarpSpecializedGemm(target, geometry, lag)
 
 

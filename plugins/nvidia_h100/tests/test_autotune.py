@@ -302,7 +302,8 @@ def test_the_call_launches_the_decomposition_unless_tuning_is_switched_on(monkey
     monkeypatch.delenv(autotune.ENV, raising=False)
     # off: decided before any GPU package is touched (none is installed here)
     off = matmul_call._candidate(None, None, None, None, None, None, plan, 0, 0, SMS, False)
-    assert off == decompose.choose(512, 28672, 4096, plan.variant, SMS) != DEFAULT
+    assert off == decompose.choose(512, 28672, 4096, plan.variant, SMS,
+                                   stream_k=matmul_call.TUNING.stream_k) != DEFAULT
     monkeypatch.setenv(autotune.ENV, "on")
     with pytest.raises(AutotuneError, match=r"^PIPELINE_CORE_AUTOTUNE='on': set it to 1"):
         matmul_call._candidate(None, None, None, None, None, None, plan, 0, 0, SMS, False)

@@ -40,8 +40,29 @@ def test_a_badly_quantizing_shape_gets_a_tile_that_fills_the_last_wave(shape):
     m, n, k = shape
     c = decompose.choose(m, n, k, V, SMS)
     assert c != Candidate()
-    # the chosen tiles waste fewer SM-rounds than 128x256's
-    assert _busy(c, m, n) > _busy(Candidate(), m, n) + 0.05
+    # the chosen tiles waste fewer SM-rounds than 128x256's, or share the last wave (stream-K)
+    assert c.stream_k or _busy(c, m, n) > _busy(Candidate(), m, n) + 0.05
+    # without stream-K, the wave model's smaller tile
+    dp = decompose.wave_pick(m, n, 1, SMS)
+    assert not dp.stream_k and _busy(dp, m, n) > _busy(Candidate(), m, n) + 0.05
+
+
+@pytest.mark.parametrize("shape, want", [
+    ((2000, 5000, 3000), True),    # 320 tiles of 128x256: 2.42 waves (off the line: 128x256)
+    ((512, 28672, 4096), True),    # 448: 3.39 waves
+    ((4000, 4000, 4000), False),   # 512: 3.88 waves, the last over half full
+    ((8192, 8192, 8192), False),   # 2048: 15.5 waves, the last over half full
+    ((16384, 16384, 1024), False),  # 8192 tiles: 62.06 waves, too many for the fixup to pay
+    ((1024, 4096, 4096), False)])   # 128 tiles: under one wave (split-K's domain)
+def test_stream_k_is_taken_where_the_last_wave_is_under_half_full_and_the_waves_few(shape,
+                                                                                    want):
+    c = decompose.choose(*shape, V, SMS, off_line=shape[2] == 3000)
+    assert c.stream_k == want
+    if want:
+        tiles = math.ceil(shape[0] / c.bm) * math.ceil(shape[1] / c.bn)
+        assert 0 < 2 * (tiles % SMS) < SMS
+    batched = GemmVariant(tails=True, batch="ab")
+    assert not decompose.choose(*shape, batched, SMS, batch=4).stream_k
 
 
 @pytest.mark.parametrize("m", [1, 7, 16, 64])

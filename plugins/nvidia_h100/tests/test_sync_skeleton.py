@@ -46,6 +46,8 @@ VARIANTS: dict[str, tuple[dict[str, str], str | None, int | None]] = {
                              "activation": "gelu", "tails": "true"}, "4", None),
     "split-K": ({"split_k": "true"}, None, None),
     "split-K tails": ({"split_k": "true", "tails": "true"}, None, None),
+    "stream-K": ({"stream_k": "true"}, "4", None),
+    "stream-K 1 consumer": ({"stream_k": "true", **ONE}, "3", None),
     "cluster": (CLUSTER, "4", None),
     "cluster watchdog": (CLUSTER, "4", 1000),
     "cluster 1 consumer": ({**CLUSTER, **ONE}, "4", None),
@@ -71,6 +73,11 @@ VARIANTS: dict[str, tuple[dict[str, str], str | None, int | None]] = {
         "bf16 grouped_k store=tma": GemmVariant(tails=True, batch="grouped_k", store="tma"),
         "bf16 cp.async": GemmVariant(tails=True, load="cp_async"),
         "bf16 cp.async split-K": GemmVariant(tails=True, load="cp_async", split_k=True),
+        "bf16 stream-K gelu": GemmVariant(tails=True, stream_k=True, bias="bf16",
+                                          activation="gelu"),
+        "e4m3 stream-K row-scaled": GemmVariant(dtype="e4m3", tails=True, stream_k=True,
+                                                scale="row"),
+        "bf16 cp.async stream-K": GemmVariant(tails=True, load="cp_async", stream_k=True),
     }.items()},
     # an autotuned candidate's geometry (test_autotune)
     "call tuned 64x128 s3 1 consumer": (

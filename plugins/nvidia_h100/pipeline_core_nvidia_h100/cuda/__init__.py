@@ -124,3 +124,13 @@ def group_maps_source() -> str:
     kernel = pasted(__name__, GROUP_MAPS_KERNEL_NAME)
     return "\n".join([header_source(), wgmma_header_source(), gemm_group_k_header_source(),
                       kernel])
+
+
+#: Stream-K's device tile scheduler and fixup reads (``GemmVariant.stream_k``); pasted after
+#: GEMM_WGMMA_HEADER_NAME, only into a stream-K kernel.
+GEMM_STREAM_K_HEADER_NAME = "gemm_stream_k_h100.cuh"
+
+
+def gemm_stream_k_header_source() -> str:
+    """The text of ``gemm_stream_k_h100.cuh`` (paste it after :func:`gemm_wgmma_header_source`)."""
+    return pasted(__name__, GEMM_STREAM_K_HEADER_NAME)

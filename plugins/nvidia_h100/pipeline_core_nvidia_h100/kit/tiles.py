@@ -137,3 +137,25 @@ def k_group_tile_loop() -> DeviceTileLoop:
               "int KT = 0;  // the current output tile's K tiles (its group's)")
     return DeviceTileLoop(counts=counts, producer=loop, consumers=attrs.evolve(loop, nested=False),
                           empty_tiles=True)
+
+
+def stream_k_tile_loop() -> DeviceTileLoop:
+    """The GEMM's stream-K tile scheduler (``-p stream_k=true``; docs/guide/matmul.md,
+    "Stream-K"): this CTA runs its work units ``pcsk::StreamK::unit(blockIdx.x, u)`` in order
+    (its pieces of the stream-K tiles, the last ``sk_tiles`` of the raster, then its whole tiles
+    ``blockIdx.x``, ``+ gridDim.x``, ...), producer and consumers alike, its rings running on by
+    each unit's own ``KT`` (``rb``).  Each unit's body has its ``tile`` (in the grouped raster:
+    ``tile_m``, ``tile_n``), its first K tile ``k0``, ``KT`` and the unit ``w`` (its tile's CTAs
+    and workspace slot, which the fixup reads: ``gemm_tiles.StreamKTrips`` is its host twin)."""
+    loop = TileLoop(
+        head=("int rb = 0;  // K tiles this CTA's ring has served before this unit",
+              "for (int u = 0, units = sk.units(blockIdx.x); u < units; ++u, rb += KT) {"),
+        tile=("const pcsk::Unit w = sk.unit(blockIdx.x, u);  // the unit's tile and K range",
+              "const int tile = w.tile;",
+              "KT = w.kt, k0 = w.k0;",
+              "int tile_m, tile_n;",
+              "pch100::grouped_tile(tile, M / BM, N / BN, GROUP_M, tile_m, tile_n);"))
+    counts = ("const int TILES = (M / BM) * (N / BN);",
+              "const pcsk::StreamK sk(TILES, K / BK, (int)gridDim.x, sk_tiles);  // the split",
+              "int KT = 0, k0 = 0;  // the current unit's K tiles and first K tile")
+    return DeviceTileLoop(counts=counts, producer=loop, consumers=attrs.evolve(loop, nested=False))
