@@ -26,14 +26,14 @@ def window_bounds_exprs(b: LoopBounds) -> tuple[str, str, str, str]:
     kernel's ``tile_m, Sq, Sk, KV_BLOCKS`` and ``KF`` (the tile's first block), from the plan's
     windowed bounds (``LoopBounds.kv_first``, ``trips``; ``first_masked`` and ``left_masked``
     as absolute blocks).  Every ``/`` divides non-negative numbers, so C's truncation is
-    Python's floor."""
+    Python's floor (the tests evaluate them as Python with ``//``)."""
     off, bm, bn = OFFSET[b.align], b.block_m, b.block_n
     first_row, last_row = f"tile_m * {bm}", f"min((tile_m + 1) * {bm}, Sq) - 1"
     left, right = b.window_left, b.right
     lo = "0" if left < 0 else f"max(0, {first_row} + {off} - {left})"
     hi = "(Sk - 1)" if right is None else f"min(Sk - 1, {last_row} + {off} + {right})"
     kf = f"{lo} / {bn}"
-    kt = f"({lo} <= {hi} ? {hi} / {bn} - KF + 1 : 0)"
+    kt = f"({lo} <= {hi}) * ({hi} / {bn} - KF + 1)"  # 0 where no row sees a key
     fm = f"KV_BLOCKS - (Sk % {bn} != 0)"  # the key tail's block
     if right is not None:
         fm = f"min({fm}, max(0, {first_row} + {off} + {right} + 1) / {bn})"
