@@ -322,7 +322,8 @@ def _attention_key(q: Any, k: Any, v: Any, causal: object, scale: object,
     description (launch_cache.describe: shape, so the head dim, lengths and GQA group; strides,
     so what is copied and the output's layout; dtype; device, so whether on CUDA and on one
     device; TMA's 16-byte alignment), ``causal`` and ``scale`` with their types (``1 == True`` and hashes alike, but
-    ``causal=1`` is refused), and the stream."""
+    ``causal=1`` is refused), and the stream; a window and a softcap with their types, only
+    where given (every other call's key as before)."""
     extra = ((type(window), window if not isinstance(window, list) else tuple(window),
               type(softcap), softcap) if window is not None or softcap is not None else ())
     return (describe(q), describe(k), describe(v), type(causal), causal, type(scale), scale,

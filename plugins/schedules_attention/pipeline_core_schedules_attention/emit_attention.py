@@ -235,9 +235,9 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
 
     loop = ("int rb = 0, o = 0;", "for (int tile = blockIdx.x; tile < TILES; "
             "tile += gridDim.x, rb += KT, ++o) {")
+    blocks = WINDOW_BLOCKS if g.windowed else _CAUSAL_BLOCKS if g.causal else _blocks(rule)
     tiles = DeviceTileLoop(
-        counts=(f"const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, "
-                f"{WINDOW_BLOCKS if g.windowed else _CAUSAL_BLOCKS if g.causal else _blocks(rule)};",),
+        counts=(f"const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, {blocks};",),
         producer=TileLoop(head=loop, tile=(order, *bounds[:2 if g.windowed else 1])),
         consumers=TileLoop(head=loop, tile=(order, *bounds)), empty_tiles=True)
     if g.varlen:  # the sequences' spans on the device, per tile (emit_varlen.py)

@@ -207,10 +207,11 @@ class LoopBounds(CausalTiles):
 
     # --- the rule's own proof -------------------------------------------------------------
 
-    def problems(self) -> list[tuple[int, int]]:
+    def proof_problems(self) -> list[tuple[int, int]]:
         """Small (seq_q, seq_k) :meth:`coverage_faults` checks: :data:`SHAPES` scaled by the
-        tile (and one of no full block), and again with the window's span added to both lengths (so the window's edges
-        fall inside, around and past the blocks, and some rows see no key)."""
+        tile (and one of no full block), and again with the window's span (and half of it)
+        added to both lengths, so the window's edges fall inside, around and past the blocks,
+        and some rows see no key."""
         span = max(0, self.window_left) + max(0, self.window_right) if self.windowed else 0
         out: list[tuple[int, int]] = []
         for extra in sorted({0, span, span // 2 + 1} if span else {0}):
@@ -221,20 +222,20 @@ class LoopBounds(CausalTiles):
         return out
 
     def coverage_faults(self) -> tuple[str, ...]:
-        """Per problem of :meth:`problems` and query block: every (row, key) pair the mask
+        """Per problem of :meth:`proof_problems` and query block: every (row, key) pair the mask
         keeps lies in a visited KV block, every visited block holds a key some row sees, and a
         visited block some stored row does not see whole (a key past its reach on either side,
         or past the sequence) is masked; one line per fault (each row's keys are one interval,
         :meth:`row_keys`, so the check is per row and block, not per pair)."""
         faults: list[str] = []
-        for sq, sk in self.problems():
+        for sq, sk in self.proof_problems():
             for i in range(-(-sq // self.block_m)):
-                faults += self._tile_faults(i, sq, sk)
+                faults += self._block_faults(i, sq, sk)
             if faults:
                 return tuple(faults)
         return ()
 
-    def _tile_faults(self, i: int, sq: int, sk: int) -> list[str]:
+    def _block_faults(self, i: int, sq: int, sk: int) -> list[str]:
         where = (f"query block {i} of seq_q {sq}, seq_k {sk} ({self.align}, window "
                  f"{self.window_left}, {self.window_right})")
         first_row, last_row = self._rows(i, sq)

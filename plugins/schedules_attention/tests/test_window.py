@@ -94,7 +94,7 @@ def test_a_window_that_leaves_rows_empty_visits_nothing_for_them():
                    window_right=0)
     assert b.trip_counts((300, 100)) == (0, 1, 1)
     assert b.row_keys(0, 300, 100)[0] > b.row_keys(0, 300, 100)[1]
-    assert any(sq > sk for sq, sk in b.problems())
+    assert any(sq > sk for sq, sk in b.proof_problems())
 
 
 def test_the_window_bounds_the_blocks_on_both_sides_and_the_sample_says_so():
