@@ -27,9 +27,7 @@ reported, not judged).  Every result is one JSON line on stdout (and in --out).
 """
 from __future__ import annotations
 
-import argparse
 import json
-import re
 import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -41,7 +39,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
-from attention_checks import _job, _sanitizer  # noqa: E402  (beside this script)
+from bench_checks import check_args, emit, sanitized  # noqa: E402  (beside this script)
 from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
 
 WINDOWS = ((0, 0), (16, 0), (128, 128), (1000, -1), (-1, 0))
@@ -66,14 +64,6 @@ SANITIZE = [(1, 2, 1, 100, 77, d, "bf16", causal, w, cap) for d in (64, 128)
                                    (True, (40, -1), None), (False, (5, 7), 50.0))]
 #: the timed calls: (D, S, left reach), causal
 TIMED = [(128, s, left) for s in (4096, 16384) for left in (256, 1024)]
-SINK: list[Path] = []
-
-
-def emit(record: dict) -> None:
-    print(json.dumps(record), flush=True)
-    for path in SINK:
-        with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
 
 
 def keep_mask(torch: Any, sq: int, sk: int, causal: object, window: Any, device: str) -> Any:
@@ -198,23 +188,6 @@ def sanitize_run(torch: Any) -> None:
         emit({"kind": "sanitized-run", "case": r["case"], "nan": r["nan"], "ok": r["ok"]})
 
 
-def sanitize(out: Path | None, timeout: float) -> bool:
-    me = [sys.executable, str(Path(__file__).resolve()), "--phase", "sanitize-run"]
-    clean = True
-    for tool in ("racecheck", "synccheck"):
-        rc, text, secs = _job(("sanitize", tool), [_sanitizer(), "--tool", tool,
-                                                   "--kernel-name", "kns=pc_", *me],
-                              timeout, out)
-        runs = re.findall(r'^\{"kind": "sanitized-run".*$', text, re.M)
-        summary = sorted(set(re.findall(r"(RACECHECK SUMMARY: .*|ERROR SUMMARY: .*)", text)))
-        ok = (rc == 0 and len(runs) == len(SANITIZE) and all(json.loads(r)["ok"] for r in runs)
-              and bool(summary) and all(re.search(r": 0 (hazard|error)", s) for s in summary))
-        clean &= ok
-        emit({"kind": "sanitizer", "tool": tool, "rc": rc, "kernel_runs": len(runs),
-              "summary": summary, "ok": ok, "seconds": round(secs)})
-    return clean
-
-
 class _Shape:
     """Just what plan_attention reads of a tensor (the prebuild plans without torch)."""
 
@@ -269,20 +242,9 @@ def prebuild(jobs: int) -> bool:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", default="all", choices=("all", "correct", "time", "sanitize-run"))
-    for flag, why in (("--sanitize", "racecheck and synccheck"),
-                      ("--prebuild-only", "no GPU: build every cubin"),
-                      ("--dry-run", "no torch: print the cases")):
-        ap.add_argument(flag, action="store_true", help=why)
-    for flag, kind, default in (("--rounds", int, 5), ("--seed", int, 0), ("--jobs", int, 2),
-                                ("--timeout", float, 600.0), ("--out", str, "")):
-        ap.add_argument(flag, type=kind, default=default)
-    args = ap.parse_args()
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        SINK.append(out / "attention_window.jsonl")
+    args = check_args(("all", "correct", "time", "sanitize-run"), "attention_window.jsonl",
+                      (("--rounds", int, 5), ("--seed", int, 0), ("--jobs", int, 2),
+                       ("--timeout", float, 600.0)))
     if args.dry_run:
         for case in CASES:
             emit({"kind": "dry-run", "case": repr(case)})
@@ -293,7 +255,7 @@ def main() -> None:
         emit({"kind": "summary", "result": "PASS" if ok else "FAIL", "prebuild": ok})
         return
     if args.sanitize:
-        clean = sanitize(out, args.timeout)
+        clean = sanitized(Path(__file__), len(SANITIZE), args.out, args.timeout)
         emit({"kind": "summary", "result": "PASS" if clean else "FAIL",
               "sanitizers_clean": clean})
         return

@@ -257,3 +257,4 @@ def test_every_windowed_kernel_guards_rows_with_no_key_yet():
         c = compile_named(NAME, params=window_params(128, causal, window),
                           target_args={"stages": "2"})
         assert "PackP::later, true>(sacc" in emit_attention(c)
+
