@@ -211,14 +211,14 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                    scale: float | None = None, window: object = None,
                    softcap: object = None) -> AttentionCall:
     """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault."""
-    fail = _fail
+    fail = _fail  # the checks shared with attention_varlen take the error's maker
     check_operands(fail, q, k, v, "[B, H, S, D]")
     b, h, sq, d = q.shape
     if (k.shape[0], k.shape[3]) != (b, d):
         raise fail("k", f"shape {tuple(k.shape)}: batch and head dim must be q's ({b}, {d})")
     hkv = k.shape[1]
     check_group(fail, h, hkv)
-    align = causal_align(causal)
+    mask = causal_align(causal)
     if sq < 1 or k.shape[2] < 1:
         raise fail("q" if sq < 1 else "k", "sequence length 0; pass S >= 1")
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)
@@ -227,13 +227,13 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
         # FFMA (FA3's softmax), which holds for a positive scale only (docs/guide/attention.md)
         raise fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
     s = softmax_scale(d, scale)
-    reach, align = kernel_window(window, align, fail)
+    reach, align = kernel_window(window, mask, fail)
     cap = check_softcap(softcap, fail)
     # any strides: read in place where TMA can, else copied once (layout.py), never refused
     return AttentionCall(bh=b * h, sq=sq, sk=k.shape[2], head_dim=d,
                          dtype=DTYPES[str(q.dtype)],
-                         scale_log2=(cap if cap else s) * LOG2E, causal=causal_align(causal)
-                         is not None, align=align, group=h // hkv,
+                         scale_log2=(cap if cap else s) * LOG2E, causal=mask is not None,
+                         align=align, group=h // hkv,
                          heads=h, copied=tuple(name for name, t in (("q", q), ("k", k), ("v", v))
                                                if not in_place(t)),
                          out_order=order_of(q), window=reach, softcap=cap,

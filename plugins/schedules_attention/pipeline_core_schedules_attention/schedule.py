@@ -154,7 +154,8 @@ class AttentionGeometry(WarpGroupTiles):
     #: variable-length batches")
     varlen: bool = False
     #: the sliding window's reach left and right of the diagonal in keys, -1 unbounded
-    #: (LoopBounds.window_left, window_right; docs/guide/attention.md, "Sliding windows")
+    #: (LoopBounds.window_left, window_right; docs/guide/attention.md, "Sliding windows and
+    #: softcap")
     window_left: int = -1
     window_right: int = -1
     #: the logit softcap: S' = softcap * tanh(S * scale / softcap) before the softmax, the
