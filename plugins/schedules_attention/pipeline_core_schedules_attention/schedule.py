@@ -39,6 +39,7 @@ from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TA
 
 from pipeline_core_schedules_attention.tiles import LoopBounds
 from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds
+from pipeline_core_schedules_attention.window_args import MAX_REACH
 
 NAME = "flash-attention-fwd"
 OWNER = f"schedule {NAME}"
@@ -373,10 +374,10 @@ PARAMS = (
     Param("varlen", bool, False, "packed variable-length batches: each output tile one "
                                  "sequence's query block, visiting that sequence's KV blocks"),
     Param("window_left", int, -1, "sliding window: keys a row sees left of its diagonal "
-                                  "(-1: unbounded)", bound=Bound(low=-1, high=1 << 30)),
+                                  "(-1: unbounded)", bound=Bound(low=-1, high=MAX_REACH)),
     Param("window_right", int, -1, "sliding window: keys a row sees right of its diagonal "
                                    "(-1: unbounded; causal is 0)",
-          bound=Bound(low=-1, high=1 << 30)),
+          bound=Bound(low=-1, high=MAX_REACH)),
     Param("softcap", bool, False, "logit softcap: softcap * tanh(S / softcap) before the "
                                   "softmax (the value a kernel argument)"),
     *REGISTERS,

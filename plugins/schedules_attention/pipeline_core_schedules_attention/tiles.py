@@ -8,7 +8,11 @@ uniform, so the proof runs query tiles of different counts back to back, 0 among
 problem to time (:meth:`LoopBounds.sample`: the square whose last query tile visits
 ``k_tiles`` KV blocks) and its document; the emitter writes its trips and first masked block
 as C expressions (``emit_attention.tile_bounds_exprs``), and the host call ranks tile orders
-by its trips (``call._order``, ``tile_order.choose``).
+by its trips (``call._order``, ``tile_order.choose``).  A sliding window (``window_left``,
+``window_right``) bounds each query block's KV blocks on both sides (``kv_first``, and
+``left_masked`` beside ``first_masked``; emit_window.py writes them), and
+:meth:`LoopBounds.coverage_faults` is the rule's own proof, which the core runs with the plan's
+(docs/guide/attention.md, "Sliding windows and softcap").
 """
 from __future__ import annotations
 
@@ -32,6 +36,9 @@ def _ints(items: Iterable[int]) -> tuple[int, ...]:
 #: square, more queries, more keys, tails of one row and of one key
 SHAPES = ((1, 1, 0, 0), (2, 2, 0, 0), (3, 1, 5, 0), (1, 3, 0, 7), (2, 3, 1, 1), (3, 2, 17, 3),
           (0, 1, 1, 0), (1, 0, 0, 1), (4, 2, 0, 0), (2, 4, 0, 0))
+#: the most keys of a window's span the forward rule's proof adds to its problems (a wider
+#: window is wider than every problem: unbounded there); the check then takes under a second
+PROOF_SPAN = 4096
 
 
 @attrs.frozen(kw_only=True)
@@ -209,10 +216,11 @@ class LoopBounds(CausalTiles):
 
     def proof_problems(self) -> list[tuple[int, int]]:
         """Small (seq_q, seq_k) :meth:`coverage_faults` checks: :data:`SHAPES` scaled by the
-        tile (and one of no full block), and again with the window's span (and half of it)
-        added to both lengths, so the window's edges fall inside, around and past the blocks,
-        and some rows see no key."""
+        tile (and one of no full block), and again with the window's span (and half of it; at
+        most :data:`PROOF_SPAN`) added to both lengths, so the window's edges fall inside,
+        around and past the blocks, and some rows see no key."""
         span = max(0, self.window_left) + max(0, self.window_right) if self.windowed else 0
+        span = min(span, PROOF_SPAN)  # past it, the problems see a window wider than them
         out: list[tuple[int, int]] = []
         for extra in sorted({0, span, span // 2 + 1} if span else {0}):
             for mq, nk, tq, tk in (*SHAPES, (0, 0, 17, 5)):

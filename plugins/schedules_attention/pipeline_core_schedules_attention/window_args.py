@@ -16,6 +16,9 @@ from typing import Any
 
 #: no window: both reaches unbounded
 NO_WINDOW = (-1, -1)
+#: the widest reach a kernel compiles (2^28 keys: the kernel's int arithmetic on a row, its
+#: offset and both reaches stays below 2^31); -1 is unbounded
+MAX_REACH = 1 << 28
 
 
 def kernel_window(window: object, align: str | None, fail: Any) -> tuple[tuple[int, int], str]:
@@ -33,6 +36,9 @@ def kernel_window(window: object, align: str | None, fail: Any) -> tuple[tuple[i
     if left < -1 or right < -1:
         raise fail("window", f"{tuple(window)!r}: a reach below -1; pass reaches >= 0, or -1 "
                              "for unbounded on that side")
+    if max(left, right) > MAX_REACH:
+        raise fail("window", f"{tuple(window)!r}: a reach over {MAX_REACH}; pass -1 for "
+                             "unbounded on that side")
     if align is not None:  # the causal mask: a right reach of 0
         return (left, -1), align
     return ((left, right), "bottom_right") if (left, right) != NO_WINDOW else (NO_WINDOW,

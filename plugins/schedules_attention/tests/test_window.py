@@ -217,6 +217,7 @@ def test_the_call_compiles_one_kernel_per_window_with_the_causal_tiles_and_folds
 @pytest.mark.parametrize("kw,needle", [
     ({"window": (-2, 0)}, "attention: window: (-2, 0): a reach below -1"),
     ({"window": (4,)}, "attention: window: (4,); pass (left, right)"),
+    ({"window": (1 << 29, 0)}, "attention: window: (536870912, 0): a reach over 268435456"),
     ({"window": (1.5, 0)}, "attention: window: (1.5, 0); pass (left, right)"),
     ({"window": "left"}, "attention: window: 'left'; pass (left, right)"),
     ({"window": (True, 0)}, "attention: window: (True, 0); pass (left, right)"),
