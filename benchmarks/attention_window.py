@@ -27,7 +27,6 @@ reported, not judged).  Every result is one JSON line on stdout (and in --out).
 """
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
