@@ -44,7 +44,8 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
-from attention_checks import _job, _sanitizer, peer  # noqa: E402  (beside this script)
+from attention_checks import peer  # noqa: E402  (beside this script)
+from bench_checks import check_args, emit, sanitized  # noqa: E402  (beside this script)
 from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
 
 LENGTHS = (0, 1, 17, 128, 1000, 4096)
@@ -55,15 +56,6 @@ LSE_TOL = 1e-2
 TOKENS, HIDDEN = 16384, 2048
 #: the sanitizers' batch: tails of every kind back to back, a sequence of no row and one of no key
 SANITIZE_BATCH = ((77, 100), (0, 5), (1, 1), (200, 130), (130, 0), (17, 300))
-#: where every record also goes (--out's attention_varlen.jsonl), when given
-SINK: list[Path] = []
-
-
-def emit(record: dict) -> None:
-    print(json.dumps(record), flush=True)
-    for path in SINK:
-        with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
 
 
 def configs(rng: random.Random, n: int) -> list[tuple]:
@@ -271,22 +263,7 @@ def sanitize_run(torch) -> None:
 
 
 def sanitize(out: Path | None, timeout: float) -> bool:
-    import re
-
-    me = [sys.executable, str(Path(__file__).resolve()), "--phase", "sanitize-run"]
-    clean = True
-    for tool in ("racecheck", "synccheck"):
-        rc, text, secs = _job(("sanitize", tool), [_sanitizer(), "--tool", tool,
-                                                   "--kernel-name", "kns=pc_", *me],
-                              timeout, out)
-        runs = re.findall(r'^\{"kind": "sanitized-run".*$', text, re.M)
-        summary = sorted(set(re.findall(r"(RACECHECK SUMMARY: .*|ERROR SUMMARY: .*)", text)))
-        nan = any(json.loads(r)["nan"] for r in runs)
-        ok = rc == 0 and len(runs) == 12 and not nan and bool(summary) and all(
-            "0 hazards" in s or "0 errors" in s for s in summary)
-        clean &= ok
-        emit({"kind": "sanitizer", "tool": tool, "rc": rc, "kernel_runs": len(runs),
-              "summary": summary, "nan": nan, "ok": ok, "seconds": round(secs)})
+    clean = sanitized(Path(__file__), 12, out, timeout)
     emit({"kind": "summary", "result": "PASS" if clean else "FAIL", "sanitizers_clean": clean})
     return clean
 
@@ -318,22 +295,11 @@ def prebuild(jobs: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", default="all",
-                    choices=("all", "correct", "graph", "time", "sanitize-run"))
-    for flag, why in (("--sanitize", "racecheck and synccheck"),
-                      ("--prebuild-only", "no GPU: build every cubin"),
-                      ("--dry-run", "no torch: print the cases")):
-        ap.add_argument(flag, action="store_true", help=why)
-    for flag, kind, default in (("--cases", int, 36), ("--rounds", int, 5), ("--seed", int, 0),
-                                ("--jobs", int, 4), ("--timeout", float, 600.0),
-                                ("--out", str, "")):
-        ap.add_argument(flag, type=kind, default=default)
-    args = ap.parse_args()
-    out = Path(args.out) if args.out else None
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        SINK.append(out / "attention_varlen.jsonl")
+    args = check_args(("all", "correct", "graph", "time", "sanitize-run"),
+                      "attention_varlen.jsonl",
+                      (("--cases", int, 36), ("--rounds", int, 5), ("--seed", int, 0),
+                       ("--jobs", int, 4), ("--timeout", float, 600.0)))
+    out = args.out
     if args.dry_run:
         for case in configs(random.Random(args.seed), args.cases):
             emit({"kind": "dry-run", "case": repr(case)})

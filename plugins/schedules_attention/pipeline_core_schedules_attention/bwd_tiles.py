@@ -29,13 +29,7 @@ import attrs
 
 from pipeline_core.plugin_api import TripSample
 
-from pipeline_core_schedules_attention.tiles import CausalTiles
-
-
-#: (seq_q, seq_k) of the problems coverage_faults checks, in block units plus tails (scaled by
-#: the rule's block sizes): square, more queries, more keys, tails of one row and of one key
-_SHAPES = ((1, 1, 0, 0), (2, 2, 0, 0), (3, 1, 5, 0), (1, 3, 0, 7), (2, 3, 1, 1), (3, 2, 17, 3),
-           (0, 1, 1, 0), (1, 0, 0, 1), (4, 2, 0, 0), (2, 4, 0, 0))
+from pipeline_core_schedules_attention.tiles import SHAPES as _SHAPES, CausalTiles
 
 
 @attrs.frozen(kw_only=True)

@@ -36,9 +36,12 @@ from pipeline_core_nvidia_h100.kit_api import (BUILD_OPTIONS, PLUGIN_MODULE, REC
 from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
                                                       in_place, order_of, readable)
 from pipeline_core_schedules_attention.schedule import NAME
-from pipeline_core_schedules_attention.signature import KERNEL_NAME, SIGNATURE
+from pipeline_core_schedules_attention.signature import (KERNEL_NAME, SIGNATURE,
+                                                         SOFTCAP_SIGNATURE)
 from pipeline_core_schedules_attention.tile_order import TileOrder, choose
 from pipeline_core_schedules_attention.tiles import LoopBounds, plan_bounds
+from pipeline_core_schedules_attention.window_args import (NO_WINDOW, check_softcap,
+                                                           kernel_window, refuse_gradient)
 
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
@@ -120,6 +123,22 @@ class AttentionCall:
     heads: int = 1
     copied: tuple[str, ...] = ()
     out_order: tuple[int, ...] = (0, 1, 2, 3)
+    #: the window's (left, right) reaches the kernel compiles (window_args.kernel_window)
+    window: tuple[int, int] = NO_WINDOW
+    #: the logit softcap (0.0: none); with one, :attr:`scale_log2` is softcap * log2 e and
+    #: the kernel's ``softcap_scale`` the scale over the cap
+    softcap: float = 0.0
+    softcap_scale: float = 0.0
+
+    @property
+    def windowed(self) -> bool:
+        return self.window != NO_WINDOW
+
+    @property
+    def tiles_vary(self) -> bool:
+        """Whether the query tiles' KV blocks differ (causal or windowed): the tile order is
+        chosen and the causal tiles taken."""
+        return self.causal or self.windowed
 
     @property
     def out_strides(self) -> tuple[int, ...]:
@@ -132,7 +151,7 @@ class AttentionCall:
         """Whether the call takes :data:`SHORT_TILES`: few keys (at most :data:`SHORT_KEYS`)
         at a head dim and causality that has a short tile (elsewhere both lengths share one
         kernel)."""
-        return self.sk <= SHORT_KEYS and (self.head_dim, self.causal) in SHORT_TILES
+        return self.sk <= SHORT_KEYS and (self.head_dim, self.tiles_vary) in SHORT_TILES
 
 
 def causal_align(causal: object) -> str | None:
@@ -183,19 +202,23 @@ def check_group(fail: Any, heads: int, kv_heads: int) -> None:
                         f"{heads} heads")
 
 
-def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
-                   scale: float | None = None) -> AttentionCall:
-    """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault."""
-    def fail(name: str, why: str) -> AttentionArgumentError:
-        return AttentionArgumentError(f"attention: {name}: {why}")
+def _fail(name: str, why: str) -> AttentionArgumentError:
+    """The one-line error naming ``attention()``'s argument ``name``."""
+    return AttentionArgumentError(f"attention: {name}: {why}")
 
+
+def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
+                   scale: float | None = None, window: object = None,
+                   softcap: object = None) -> AttentionCall:
+    """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault."""
+    fail = _fail  # the checks shared with attention_varlen take the error's maker
     check_operands(fail, q, k, v, "[B, H, S, D]")
     b, h, sq, d = q.shape
     if (k.shape[0], k.shape[3]) != (b, d):
         raise fail("k", f"shape {tuple(k.shape)}: batch and head dim must be q's ({b}, {d})")
     hkv = k.shape[1]
     check_group(fail, h, hkv)
-    align = causal_align(causal)
+    mask = causal_align(causal)
     if sq < 1 or k.shape[2] < 1:
         raise fail("q" if sq < 1 else "k", "sequence length 0; pass S >= 1")
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)
@@ -204,13 +227,17 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
         # FFMA (FA3's softmax), which holds for a positive scale only (docs/guide/attention.md)
         raise fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
     s = softmax_scale(d, scale)
+    reach, align = kernel_window(window, mask, fail)
+    cap = check_softcap(softcap, fail)
     # any strides: read in place where TMA can, else copied once (layout.py), never refused
     return AttentionCall(bh=b * h, sq=sq, sk=k.shape[2], head_dim=d,
-                         dtype=DTYPES[str(q.dtype)], scale_log2=s * LOG2E,
-                         causal=align is not None, align=align or "top_left", group=h // hkv,
+                         dtype=DTYPES[str(q.dtype)],
+                         scale_log2=(cap if cap else s) * LOG2E, causal=mask is not None,
+                         align=align, group=h // hkv,
                          heads=h, copied=tuple(name for name, t in (("q", q), ("k", k), ("v", v))
                                                if not in_place(t)),
-                         out_order=order_of(q))
+                         out_order=order_of(q), window=reach, softcap=cap,
+                         softcap_scale=s / cap if cap else 0.0)
 
 
 def _tile(head_dim: int, causal: bool, short: bool) -> dict[str, str]:
@@ -220,13 +247,19 @@ def _tile(head_dim: int, causal: bool, short: bool) -> dict[str, str]:
 
 
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
-                short: bool = False) -> dict[str, str]:
+                short: bool = False, window: tuple[int, int] = NO_WINDOW,
+                softcap: bool = False) -> dict[str, str]:
     """The schedule parameters (``-p``) the call compiles for one head dim, causal or not,
-    where the causal diagonal sits (``-p align``, given only when causal), and whether the
-    keys are few (:data:`SHORT_KEYS`)."""
-    params = {k: v for k, v in _tile(head_dim, causal, short).items() if k != "stages"}
+    where the causal diagonal sits (``-p align``, given only when causal or windowed), and
+    whether the keys are few (:data:`SHORT_KEYS`); a window's reaches and the softcap only
+    where taken (a windowed call takes the causal tiles: its tiles' KV blocks vary alike)."""
+    vary = causal or window != NO_WINDOW
+    params = {k: v for k, v in _tile(head_dim, vary, short).items() if k != "stages"}
+    reaches = ({"window_left": str(window[0]), "window_right": str(window[1])}
+               if window != NO_WINDOW else {})
     return {**params, "head_dim": str(head_dim), "causal": str(causal).lower(),
-            **({"align": align} if causal else {})}
+            **({"align": align} if vary else {}), **reaches,
+            **({"softcap": "true"} if softcap else {})}
 
 
 def call_stages(head_dim: int, causal: bool, short: bool = False) -> int:
@@ -245,19 +278,20 @@ class AttentionKernel(Built):
     bounds: LoopBounds | None = None
 
 
-def _source(head_dim: int, dtype: str, causal: bool, align: str,
-            short: bool = False) -> tuple[CompiledSchedule, str]:
+def _source(head_dim: int, dtype: str, causal: bool, align: str, short: bool = False,
+            window: tuple[int, int] = NO_WINDOW,
+            softcap: bool = False) -> tuple[CompiledSchedule, str]:
     """The call's schedule compiled (and proven) for one kernel, and its CUDA."""
     from pipeline_core_schedules_attention.emit_attention import emit_attention
 
-    compiled = CALL.compile(call_params(head_dim, causal, align, short),
-                            call_stages(head_dim, causal, short))
+    compiled = CALL.compile(call_params(head_dim, causal, align, short, window, softcap),
+                            call_stages(head_dim, causal or window != NO_WINDOW, short))
     return compiled, emit_attention(compiled, dtype=dtype)
 
 
-def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool,
-           device: int) -> AttentionKernel:
-    return _load(*_source(head_dim, dtype, causal, align, short), device)
+def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool, device: int,
+           window: tuple[int, int] = NO_WINDOW, softcap: bool = False) -> AttentionKernel:
+    return _load(*_source(head_dim, dtype, causal, align, short, window, softcap), device)
 
 
 def _load(compiled: CompiledSchedule, source: str, device: int) -> AttentionKernel:
@@ -275,20 +309,25 @@ def _load(compiled: CompiledSchedule, source: str, device: int) -> AttentionKern
                            block_m=g.block_m, block_n=g.block_n, bounds=plan_bounds(compiled))
 
 
-def _kernel_key(c: AttentionCall, device: int) -> tuple[int, str, bool, str, bool, int]:
-    """The key of call ``c``'s kernel in ``CALL.kernels``."""
-    return (c.head_dim, c.dtype, c.causal, c.align, c.short, device)
+def _kernel_key(c: AttentionCall, device: int) -> tuple[Any, ...]:
+    """The key of call ``c``'s kernel in ``CALL.kernels`` (a window's reaches and the softcap
+    after the six of every kernel, only where taken: one kernel per window)."""
+    extra = (c.window, bool(c.softcap)) if c.windowed or c.softcap else ()
+    return (c.head_dim, c.dtype, c.causal, c.align, c.short, device, *extra)
 
 
 def _attention_key(q: Any, k: Any, v: Any, causal: object, scale: object,
-                   stream: int) -> tuple[Any, ...]:
+                   stream: int, window: object = None, softcap: object = None) -> tuple[Any, ...]:
     """Everything :func:`plan_attention` and the launch read of one call: each tensor's
     description (launch_cache.describe: shape, so the head dim, lengths and GQA group; strides,
     so what is copied and the output's layout; dtype; device, so whether on CUDA and on one
     device; TMA's 16-byte alignment), ``causal`` and ``scale`` with their types (``1 == True`` and hashes alike, but
-    ``causal=1`` is refused), and the stream."""
+    ``causal=1`` is refused), and the stream; a window and a softcap with their types, only
+    where given (every other call's key as before)."""
+    extra = ((type(window), window if not isinstance(window, list) else tuple(window),
+              type(softcap), softcap) if window is not None or softcap is not None else ())
     return (describe(q), describe(k), describe(v), type(causal), causal, type(scale), scale,
-            stream)
+            stream, *extra)
 
 
 #: per (recipe, kernel): the causal tile order (:func:`_order`), kept apart from the packed
@@ -297,7 +336,7 @@ _ORDERS: Bounded[TileOrder] = Bounded(RECIPE_CACHE_SIZE)
 
 
 def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None,
-         lse: bool = False) -> Any:
+         lse: bool = False, window: object = None, softcap: object = None) -> Any:
     """The output of one call, launched on torch's current stream (docs/guide/attention.md,
     "The launch path"): the arguments are checked and planned on the first call of each
     argument description, later calls go straight to the launch (the recipe's kernel is
@@ -308,16 +347,17 @@ def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None,
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     if not q.is_cuda:  # no stream to key by: the checks refuse it in one line
-        plan_attention(q, k, v, causal=causal, scale=scale)
+        plan_attention(q, k, v, causal=causal, scale=scale, window=window, softcap=softcap)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     stream = current_stream(torch, device)
-    key = _attention_key(q, k, v, causal, scale, stream)
+    key = _attention_key(q, k, v, causal, scale, stream, window, softcap)
     try:
         r = CALL.recipes.get(key)
     except TypeError:  # an unhashable causal or scale, which the checks refuse
         r = None
     if r is None:
-        c = plan_attention(q, k, v, causal=causal, scale=scale)
+        c = plan_attention(q, k, v, causal=causal, scale=scale, window=window,
+                           softcap=softcap)
         r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream,
                                          kernels=(_kernel_key(c, device),)))
     c = r.plan
@@ -350,8 +390,9 @@ def _attention_arguments(r: Recipe[AttentionCall], kernels: tuple[AttentionKerne
               "tmV": bhsd_map(v, built.block_n, c.dtype),
               "BH": c.bh, "Sq": c.sq, "Sk": c.sk, "scale_log2": c.scale_log2, "group": c.group,
               "hg": order.hg, "snake": order.snake, "H": c.heads, "o_sb": o_sb, "o_sh": o_sh,
-              "o_ss": o_ss}
-    return (Launch.of(built, (grid,), *SIGNATURE.pack_around(("O", "LSE"), values, np)),)
+              "o_ss": o_ss, **({"softcap_scale": c.softcap_scale} if c.softcap else {})}
+    signature = SOFTCAP_SIGNATURE if c.softcap else SIGNATURE
+    return (Launch.of(built, (grid,), *signature.pack_around(("O", "LSE"), values, np)),)
 
 
 def _order(r: Recipe[AttentionCall], built: AttentionKernel, mt: int, grid: int,
@@ -359,7 +400,7 @@ def _order(r: Recipe[AttentionCall], built: AttentionKernel, mt: int, grid: int,
     """The causal tile order of recipe ``r`` on ``built`` (tile_order.choose over the plan's
     trips), chosen once per (recipe, kernel) and kept; not causal, the default, which the
     kernel does not read."""
-    if not r.plan.causal or built.bounds is None:
+    if not r.plan.tiles_vary or built.bounds is None:
         return TileOrder()
     found = _ORDERS.get((r, built))
     if found is None:
@@ -384,7 +425,8 @@ CALL: HostCall[AttentionCall, AttentionKernel] = HostCall(
 
 
 def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
-              scale: float | None = None, deterministic: bool = False) -> Any:
+              scale: float | None = None, deterministic: bool = False,
+              window: tuple[int, int] | None = None, softcap: float | None = None) -> Any:
     """softmax(q . k^T * scale) . v for torch tensors [B, H, S, D] (bf16 or fp16, D 64 or
     128, any S >= 1, query and key lengths may differ; k and v may have fewer heads, a divisor
     of q's: grouped-query attention; any strides: a [B, S, H, D] buffer's transposed view is
@@ -394,10 +436,18 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
     query row that sees no key gives 0).  Differentiable (torch autograd, torch.compile):
     ``deterministic`` makes the backward's dQ bitwise the same run to run (autograd.py).  Runs
     on torch's current stream and allocates only the output (and, where a gradient is needed,
-    each row's log-sum-exp, which the backward reads)."""
+    each row's log-sum-exp, which the backward reads).  ``window=(left, right)``: a sliding
+    window, FlashAttention's (-1 unbounded; with ``causal`` the right reach is 0; without it,
+    aligned bottom-right); ``softcap``: softcap * tanh(scores / softcap) before the softmax
+    (window_args.py).  Neither has a backward yet: a call needing a gradient is refused."""
     if not isinstance(deterministic, bool):
         raise AttentionArgumentError(f"attention: deterministic: {deterministic!r}; pass True "
                                      "or False")
+    if window is not None or softcap is not None:  # the forward alone, eager (window_args)
+        import torch  # type: ignore[import-not-found, unused-ignore]
+
+        refuse_gradient(torch, (q, k, v), window, softcap, _fail)
+        return _run(q, k, v, causal, scale, window=window, softcap=softcap)
     # plain CUDA tensors needing no gradient, outside tracing, skip the op's dispatch (the
     # kit's HostCall.call); the checks then run once per argument description
     # (docs/guide/attention.md, "The launch path"); the op's causal is "none" or an alignment,

@@ -41,7 +41,8 @@ from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRec
                                       ProgramError, Ring, Step, StepKind)
 
 from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode, AgentsFamily,
-                                               DeviceTileLoop, RingState, TileLoop,
+                                               DeviceTileLoop, KernelSignature, RingState,
+                                               TileLoop,
                                                agent_stretches, agents_kernel_body,
                                                consumer_sync_line, declared_geometry,
                                                gemm_call_header_source, header_source,
@@ -53,8 +54,10 @@ from pipeline_core_schedules_attention.emit_varlen import (varlen_finish, varlen
                                                            varlen_tile_loop)
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
+from pipeline_core_schedules_attention.emit_window import (OFFSET, WINDOW_BLOCKS,
+                                                          window_mask, window_tile_lines)
 from pipeline_core_schedules_attention.signature import (KERNEL_NAME, SIGNATURE,
-                                                         VARLEN_SIGNATURE)
+                                                         SOFTCAP_SIGNATURE, VARLEN_SIGNATURE)
 from pipeline_core_schedules_attention.tile_order import order_exprs
 from pipeline_core_schedules_attention.tiles import LoopBounds, plan_bounds
 from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds
@@ -115,6 +118,11 @@ class _Variant:
     q_row: str = "tile_m * BM"
     kv_from: str = ""
     batch: str = BATCH
+    #: windowed (emit_window.py): the softmax's KV block is ``KF + t``, its first masked one
+    #: ``FM`` but before ``LM`` (the window's left edge)
+    window: bool = False
+    #: the logit softcap (attention_window.cuh's ``cap`` before the softmax)
+    softcap: bool = False
 
     def op_line(self, tag: int, stage: str, tile: str) -> str:
         """One call of the header per compute op step (a ring stage's S, PV; a KV block's
@@ -122,8 +130,12 @@ class _Variant:
         if tag == AttentionTag.WGMMA_S:
             return f"pcat::qk<BM, BN, HD, {self.qk}>(sacc, q_smem, stage_k({stage}), consumer);"
         if tag == AttentionTag.SOFTMAX:
-            return (f"pcat::softmax<BN, {self.elem}, {self.pack}, {str(self.guard).lower()}>"
-                    f"(sacc, pk, rows, {self.mask}, {tile}, FM, scale_log2);")
+            block, first = ((f"KF + {tile}", f"KF + {tile} < LM ? 0 : FM") if self.window
+                            else (tile, "FM"))
+            cap = "pcat::cap<BN>(sacc, softcap_scale); " if self.softcap else ""
+            return (f"{cap}pcat::softmax<BN, {self.elem}, {self.pack}, "
+                    f"{str(self.guard).lower()}>(sacc, pk, rows, {self.mask}, {block}, {first}, "
+                    "scale_log2);")
         if tag == AttentionTag.RESCALE:
             return f"pcat::rescale<HD, BN, {self.elem}, {self.pack}>(oacc, sacc, pk, rows);"
         assert tag == AttentionTag.WGMMA_PV
@@ -187,10 +199,15 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     if g.causal and (causal is None or not causal.causal):
         raise _fail("-p causal=true, but the plan records no causal bounds; recompile the "
                     "schedule")
-    bounds = _tile_bounds(causal) if causal is not None else ()
-    order = "const int " + ", ".join(order_exprs(g.causal)) + ";"
     if rule is None:
         raise _fail("the plan records no loop bounds; recompile the schedule")
+    if g.windowed != rule.windowed or rule.start_shift:
+        raise _fail("the plan's trip rule is not the window the geometry declares, or carries "
+                    "a mutation's start_shift; recompile the schedule")
+    bounds = (window_tile_lines(rule) if g.windowed
+              else _tile_bounds(causal) if causal is not None else ())
+    # a window's tiles differ in cost as causal ones do: the causal order, hg and snake
+    order = "const int " + ", ".join(order_exprs(g.causal or g.windowed)) + ";"
     if g.varlen != isinstance(rule, VarlenBounds) or (isinstance(rule, VarlenBounds)
                                                       and rule.kv_shift != 0):
         raise _fail("the plan's trip rule is not -p varlen's as the geometry declares, or "
@@ -201,11 +218,13 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     wd = watchdog or 0
     variant = _Variant(
         elem=ELEM[dtype], pack=f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
-        mask=f"pcat::Causal{{Sk, {OFFSET[causal.align]}}}" if causal is not None
+        mask=window_mask(rule) if g.windowed
+        else f"pcat::Causal{{Sk, {OFFSET[causal.align]}}}" if causal is not None
         else "pcat::KeyTail{Sk}",
-        guard=causal is not None and causal.align == "bottom_right",
+        guard=g.windowed or (causal is not None and causal.align == "bottom_right"),
         qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.head_dim}k16",
-        **(_VARLEN_COORDS if g.varlen else {}))
+        window=g.windowed, softcap=g.softcap,
+        **(_VARLEN_COORDS if g.varlen else {"kv_from": "KF * BN + "} if g.windowed else {}))
 
     def code(p: AgentProgram, single: bool, label: str) -> AgentCode:
         """An agent's program, and its once steps alone (an output tile with no KV block)."""
@@ -216,10 +235,10 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
 
     loop = ("int rb = 0, o = 0;", "for (int tile = blockIdx.x; tile < TILES; "
             "tile += gridDim.x, rb += KT, ++o) {")
+    blocks = WINDOW_BLOCKS if g.windowed else _CAUSAL_BLOCKS if g.causal else _blocks(rule)
     tiles = DeviceTileLoop(
-        counts=(f"const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, "
-                f"{_CAUSAL_BLOCKS if g.causal else _blocks(rule)};",),
-        producer=TileLoop(head=loop, tile=(order, *bounds[:1])),
+        counts=(f"const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, {blocks};",),
+        producer=TileLoop(head=loop, tile=(order, *bounds[:2 if g.windowed else 1])),
         consumers=TileLoop(head=loop, tile=(order, *bounds)), empty_tiles=True)
     if g.varlen:  # the sequences' spans on the device, per tile (emit_varlen.py)
         tiles = varlen_tile_loop(g.causal, *tile_bounds_exprs(rule))
@@ -230,6 +249,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS",
         family=_family(g, variant.elem), tiles=tiles, emitter=EMITTER_NAME)
     device = pasted(__package__, "attention.cuh")
+    if g.windowed or g.softcap:  # the window's mask, the softcap (only where they are taken)
+        device += pasted(__package__, "attention_window.cuh")
     about = varlen_header(g.head_dim, g.threads, g.smem_bytes, g.block_m) if g.varlen else [
         f"// Q, K, V: rank-4 TMA tensor maps over (D = {g.head_dim}, S, H, B), the tensors' "
         "own strides (box 64 x rows,",
@@ -251,8 +272,14 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         header_source(), wgmma_header_source(), gemm_call_header_source(),
         wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.head_dim, dtype), device,
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
-        f"{KERNEL_NAME}({(VARLEN_SIGNATURE if g.varlen else SIGNATURE).render()}) {{", body,
+        f"{KERNEL_NAME}({_signature(g).render()}) {{", body,
         "}", ""])
+
+
+def _signature(g: AttentionGeometry) -> KernelSignature:
+    """The kernel's parameters: the varlen kernel's, the softcap's (its ``softcap_scale``
+    after the fixed-length kernel's), or the fixed-length kernel's."""
+    return VARLEN_SIGNATURE if g.varlen else SOFTCAP_SIGNATURE if g.softcap else SIGNATURE
 
 
 def _family(g: AttentionGeometry, elem: str) -> AgentsFamily:
@@ -289,9 +316,6 @@ def _blocks(b: LoopBounds) -> str:
 
 #: ... or (causal) KT and FM set per output tile from the plan's bounds
 _CAUSAL_BLOCKS = "KV_BLOCKS = (Sk + BN - 1) / BN;\n    int KT = KV_BLOCKS, FM = KV_BLOCKS"
-#: LoopBounds.offset per alignment, in the kernel's arguments
-#: the causal diagonal's offset per alignment, in the kernel's arguments (both directions)
-OFFSET = {"top_left": "0", "bottom_right": "(Sk - Sq)"}
 
 
 def tile_bounds_exprs(b: LoopBounds) -> tuple[str, str]:

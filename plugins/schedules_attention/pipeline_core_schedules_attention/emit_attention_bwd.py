@@ -53,7 +53,8 @@ from pipeline_core_schedules_attention.bwd_signature import (KERNEL_NAME, ORDERE
                                                              SIGNATURE)
 from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
 from pipeline_core_schedules_attention.tile_order import order_exprs
-from pipeline_core_schedules_attention.emit_attention import ELEM, OFFSET
+from pipeline_core_schedules_attention.emit_attention import ELEM
+from pipeline_core_schedules_attention.emit_window import OFFSET
 
 EMITTER_NAME = "cuda-attention-bwd"
 DTYPE = Param("dtype", str, "bf16", "element type of q, k, v, do and the dk, dv outputs",

@@ -39,6 +39,7 @@ from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TA
 
 from pipeline_core_schedules_attention.tiles import LoopBounds
 from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds
+from pipeline_core_schedules_attention.window_args import MAX_REACH
 
 NAME = "flash-attention-fwd"
 OWNER = f"schedule {NAME}"
@@ -153,6 +154,19 @@ class AttentionGeometry(WarpGroupTiles):
     #: blocks its own sequence's (varlen_tiles.VarlenBounds; docs/guide/attention.md, "Packed
     #: variable-length batches")
     varlen: bool = False
+    #: the sliding window's reach left and right of the diagonal in keys, -1 unbounded
+    #: (LoopBounds.window_left, window_right; docs/guide/attention.md, "Sliding windows and
+    #: softcap")
+    window_left: int = -1
+    window_right: int = -1
+    #: the logit softcap: S' = softcap * tanh(S * scale / softcap) before the softmax, the
+    #: value the kernel's ``softcap_scale`` argument (attention_window.cuh)
+    softcap: bool = False
+
+    @property
+    def windowed(self) -> bool:
+        """Whether a sliding window bounds the keys (LoopBounds.windowed)."""
+        return self.window_left >= 0 or (self.window_right >= 0 and not self.causal)
 
     @property
     def rows(self) -> int:
@@ -190,8 +204,18 @@ class AttentionGeometry(WarpGroupTiles):
                                  f"not a multiple of {WGMMA_M} rows per consumer (wgmma m64)")
         if self.block_n % 16:
             raise bad("block_n", f"must be a multiple of 16 (wgmma N), got {self.block_n}")
-        if self.align_refusal is not None:
+        if self.align_refusal is not None and not self.windowed:
             raise bad("align", self.align_refusal)
+        for side, reach in (("window_left", self.window_left),
+                            ("window_right", self.window_right)):
+            if reach < -1:
+                raise bad(side, f"{reach}; pass a reach in keys >= 0, or -1 for unbounded")
+        if self.causal and self.window_right != -1:
+            raise bad("window_right", "the causal mask is a right reach of 0; leave "
+                                      "-p window_right at -1 with -p causal=true")
+        if self.varlen and (self.windowed or self.softcap):
+            raise bad("varlen", "windows and softcap are not built for packed batches yet; "
+                                "drop -p window_left, -p window_right and -p softcap")
         if self.pingpong and self.consumers < 2:
             raise bad("pingpong", "needs two consumer warp groups or more to take turns; set "
                                   "-p consumers=2 or -p pingpong=false")
@@ -296,14 +320,18 @@ class FlashAttentionForward(AgentsSchedule):
                          trip_rule=self.bounds())
 
     def bounds(self) -> LoopBounds:
-        """The causal loop bounds and the masked KV blocks (the diagonal's and the key tail's),
+        """The causal or windowed loop bounds and the masked KV blocks (the diagonal's, the
+        window's edges and the key tail's),
         applied by each consumer's softmax; the body stays one KV block
         (docs/guide/attention.md, "Causal bounds and tails"); ``-p varlen``: the same per
         sequence of a packed batch."""
         g = self.geometry
         rule = VarlenBounds if g.varlen else LoopBounds
+        window = ({"window_left": g.window_left, "window_right": g.window_right}
+                  if g.windowed else {})
         return rule(causal=g.causal, block_m=g.block_m, block_n=g.block_n, align=g.align,
-                          masked_ops=tuple(consumer_op(c, SOFTMAX) for c in range(g.consumers)))
+                    masked_ops=tuple(consumer_op(c, SOFTMAX) for c in range(g.consumers)),
+                    **window)
 
 
 
@@ -345,6 +373,13 @@ PARAMS = (
                               "one runs)", bound=Bound(low=1, high=2)),
     Param("varlen", bool, False, "packed variable-length batches: each output tile one "
                                  "sequence's query block, visiting that sequence's KV blocks"),
+    Param("window_left", int, -1, "sliding window: keys a row sees left of its diagonal "
+                                  "(-1: unbounded)", bound=Bound(low=-1, high=MAX_REACH)),
+    Param("window_right", int, -1, "sliding window: keys a row sees right of its diagonal "
+                                   "(-1: unbounded; causal is 0)",
+          bound=Bound(low=-1, high=MAX_REACH)),
+    Param("softcap", bool, False, "logit softcap: softcap * tanh(S / softcap) before the "
+                                  "softmax (the value a kernel argument)"),
     *REGISTERS,
 )
 
@@ -358,7 +393,9 @@ def make_attention(ctx: BuildContext) -> FlashAttentionForward:
         stages=target.pipeline.depth, consumers=p["consumers"], causal=bool(p["causal"]),
         intra_overlap=bool(p["intra_overlap"]), pingpong=bool(p["pingpong"]),
         producer_registers=p["producer_registers"], consumer_registers=p["consumer_registers"],
-        align=p["align"], q_stages=p["q_stages"], varlen=bool(p["varlen"]))
+        align=p["align"], q_stages=p["q_stages"], varlen=bool(p["varlen"]),
+        window_left=p["window_left"], window_right=p["window_right"],
+        softcap=bool(p["softcap"]))
     geometry.validate()
     return FlashAttentionForward(target, geometry)
 

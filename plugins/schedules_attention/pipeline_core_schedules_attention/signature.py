@@ -23,6 +23,10 @@ SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
     (("long long", "o_sb", "int64"), ("long long", "o_sh", "int64"),
      ("long long", "o_ss", "int64"))))
 
+#: the logit softcap's kernel (``-p softcap``; attention_window.cuh): the fixed-length
+#: forward's, then the scores' scale over the cap (its ``scale_log2`` is then softcap * log2 e)
+SOFTCAP_SIGNATURE = SIGNATURE + kernel_params((("float", "softcap_scale", "float32"),))
+
 #: the packed variable-length forward's (``-p varlen``; varlen_tiles.py): Q, K, V's maps over
 #: [1, H, total, D] views of the packed tensors, O and LSE as above (LSE [H, total_q]), each
 #: sequence's first row in Q and in K (``cu_q``, ``cu_k``: ``B`` + 1 int32 on the device, read

@@ -127,11 +127,14 @@ def test_the_varlen_plans_are_proven_over_tiles_of_different_counts(causal, alig
     assert [3, 0, 2] in seqs and [0, 0, 1] in seqs
 
 
+@pytest.mark.parametrize("plan", ["varlen", "window"])
 @pytest.mark.parametrize("agent", ["producer", "consumer0", "consumer1"])
-def test_an_agent_whose_trips_disagree_is_refused_on_the_varlen_plan(agent):
+def test_an_agent_whose_trips_disagree_is_refused_on_the_varlen_plan(agent, plan):
     """The fixed-length rule's mutations still fire: an agent that runs a KV block on a tile
-    with none (clamp_trips), or one more or fewer on every tile (skew_trips)."""
-    c = build(causal=True)
+    with none (clamp_trips), or one more or fewer on every tile (skew_trips); on the varlen
+    plan and on a sliding window's (test_window.py)."""
+    c = build(causal=True) if plan == "varlen" else compile_named(
+        NAME, params={"causal": "true", "window_left": "256"}, target_args={"stages": "2"})
     picked = [m for m in agent_mutations(c.plan, ("clamp_trips", "skew_trips"))
               if m.agent == agent]
     assert len(picked) == 3

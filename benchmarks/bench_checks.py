@@ -1,0 +1,68 @@
+"""What the attention GPU checks (attention_varlen.py, attention_window.py) share: their
+records (:func:`emit`: one JSON line on stdout, and in each file of :data:`SINK`), and
+compute-sanitizer's racecheck and synccheck over a check's own small runs (:func:`sanitized`:
+the script is run again under each tool with ``--phase sanitize-run``, which prints one
+``{"kind": "sanitized-run", ...}`` line per call)."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from attention_checks import _job, _sanitizer  # beside this script
+
+#: where every record also goes (a check's --out), when given
+SINK: list[Path] = []
+
+
+def emit(record: dict[str, Any]) -> None:
+    print(json.dumps(record), flush=True)
+    for path in SINK:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def sanitized(script: Path, runs_expected: int, out: Path | None, timeout: float) -> bool:
+    """Whether both tools ran ``script``'s sanitize runs clean: exit 0, every run there
+    (``runs_expected``), none with NaN or not ok, the tool's summary 0 hazards / errors; one
+    record per tool."""
+    me = [sys.executable, str(script.resolve()), "--phase", "sanitize-run"]
+    clean = True
+    for tool in ("racecheck", "synccheck"):
+        rc, text, secs = _job(("sanitize", tool), [_sanitizer(), "--tool", tool,
+                                                   "--kernel-name", "kns=pc_", *me],
+                              timeout, out)
+        runs = [json.loads(r) for r in re.findall(r'^\{"kind": "sanitized-run".*$', text, re.M)]
+        summary = sorted(set(re.findall(r"(RACECHECK SUMMARY: .*|ERROR SUMMARY: .*)", text)))
+        nan = any(r["nan"] for r in runs)
+        ok = (rc == 0 and len(runs) == runs_expected and not nan
+              and all(r.get("ok", True) for r in runs) and bool(summary)
+              and all("0 hazards" in s or "0 errors" in s for s in summary))
+        clean &= ok
+        emit({"kind": "sanitizer", "tool": tool, "rc": rc, "kernel_runs": len(runs),
+              "summary": summary, "nan": nan, "ok": ok, "seconds": round(secs)})
+    return clean
+
+
+def check_args(phases: tuple[str, ...], sink: str,
+               numbers: tuple[tuple[str, type, Any], ...]) -> argparse.Namespace:
+    """A check's command line: ``--phase`` (``phases``, the first the default), ``--sanitize``,
+    ``--prebuild-only`` and ``--dry-run``, ``numbers`` (flag, type, default) and ``--out``, whose
+    directory is made and its file ``sink`` put in :data:`SINK`."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phase", default=phases[0], choices=phases)
+    for flag, why in (("--sanitize", "racecheck and synccheck"),
+                      ("--prebuild-only", "no GPU: build every cubin"),
+                      ("--dry-run", "no torch: print the cases")):
+        ap.add_argument(flag, action="store_true", help=why)
+    for flag, kind, default in (*numbers, ("--out", str, "")):
+        ap.add_argument(flag, type=kind, default=default)
+    args = ap.parse_args()
+    args.out = Path(args.out) if args.out else None
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        SINK.append(args.out / sink)
+    return args
