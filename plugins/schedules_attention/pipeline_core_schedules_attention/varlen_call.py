@@ -224,7 +224,8 @@ VARLEN: HostCall[VarlenCall, AttentionKernel] = HostCall(
 
 def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                      max_seqlen_q: int, max_seqlen_k: int, *, causal: bool | str = False,
-                     scale: float | None = None, return_lse: bool = False) -> Any:
+                     scale: float | None = None, return_lse: bool = False,
+                     window: Any = None, softcap: Any = None) -> Any:
     """softmax(q . k^T * scale) . v per sequence of a packed batch: q ``[total_q, Hq, D]``,
     k and v ``[total_k, Hkv, D]`` (bf16 or fp16, D 64 or 128, Hkv dividing Hq), sequence s
     rows ``cu_seqlens_q[s]..cu_seqlens_q[s+1]`` of q and ``cu_seqlens_k[s]..`` of k and v
@@ -235,6 +236,12 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
     for a row that sees no key, whose output is 0).  ``causal``: as ``attention()``'s, per
     sequence (bottom-right aligns each sequence's diagonal to its own lengths).  Runs on torch's
     current stream, never syncs (CUDA-graph capturable), allocates only its outputs."""
+    # taken so a model's call that passes them gets this one line, not Python's TypeError
+    for name, value in (("window", window), ("softcap", softcap)):
+        if value is not None:
+            raise _fail(name, f"{value!r}: the packed forward has no {name} yet (attention() "
+                              f"takes {name}=); pad the batch and call attention(..., "
+                              f"{name}=...), or pass {name}=None")
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     if not isinstance(return_lse, bool):

@@ -421,3 +421,13 @@ def test_wrong_lengths_shapes_and_heads_get_one_line():
     with pytest.raises(AttentionArgumentError, match="attention_varlen: scale: 0"):
         plan_varlen(*args(), scale=0)
 
+
+
+@pytest.mark.parametrize("kw", [dict(window=(128, 0)), dict(softcap=30.0)])
+def test_a_window_or_softcap_is_refused_in_one_line_naming_it(kw):
+    from pipeline_core_schedules_attention.varlen_call import attention_varlen
+
+    (name, value), = kw.items()
+    with pytest.raises(AttentionArgumentError, match=rf"attention_varlen: {name}: .* pad the "
+                                                     rf"batch and call attention\(\.\.\., {name}="):
+        attention_varlen(None, None, None, None, None, 1, 1, **kw)
