@@ -202,7 +202,7 @@ def check_group(fail: Any, heads: int, kv_heads: int) -> None:
                         f"{heads} heads")
 
 
-def _fail(name: str, why: str) -> AttentionArgumentError:
+def _attention_error(name: str, why: str) -> AttentionArgumentError:
     """The one-line error naming ``attention()``'s argument ``name``."""
     return AttentionArgumentError(f"attention: {name}: {why}")
 
@@ -211,7 +211,7 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                    scale: float | None = None, window: object = None,
                    softcap: object = None) -> AttentionCall:
     """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault."""
-    fail = _fail  # the checks shared with attention_varlen take the error's maker
+    fail = _attention_error  # the checks shared with attention_varlen take the error's maker
     check_operands(fail, q, k, v, "[B, H, S, D]")
     b, h, sq, d = q.shape
     if (k.shape[0], k.shape[3]) != (b, d):
@@ -446,7 +446,7 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
     if window is not None or softcap is not None:  # the forward alone, eager (window_args)
         import torch  # type: ignore[import-not-found, unused-ignore]
 
-        refuse_gradient(torch, (q, k, v), window, softcap, _fail)
+        refuse_gradient(torch, (q, k, v), window, softcap, _attention_error)
         return _run(q, k, v, causal, scale, window=window, softcap=softcap)
     # plain CUDA tensors needing no gradient, outside tracing, skip the op's dispatch (the
     # kit's HostCall.call); the checks then run once per argument description
