@@ -103,19 +103,32 @@ def busiest(trips: Sequence[int], *, bh: int, grid: int, order: TileOrder, np: A
     _, block = _causal_map(t, bh=bh, mt=mt, grid=grid, order=order, where=np.where,
                            minimum=np.minimum)
     cost = np.asarray(trips, dtype=np.float64)[block] + TILE_OVERHEAD_BLOCKS
-    return float(np.bincount(t % grid, weights=cost, minlength=min(grid, len(t))).max())
+    return _most_loaded(cost, grid, np)
 
 
-def choose(trips: Sequence[int], *, bh: int, grid: int, np: Any) -> TileOrder:
-    """The causal order whose busiest CTA has the least work (:func:`busiest`).  Among those
-    within :data:`TIE` of it, the default order (groups of 8, no snake: the order measured
-    before this choice existed) where it is one of them, else the fewest heads in flight (the
-    smallest group, then no snake)."""
-    found = [(busiest(trips, bh=bh, grid=grid, order=o, np=np), o)
-             for o in (TileOrder(hg=g, snake=s) for g in GROUPS for s in (False, True))]
+def _most_loaded(cost: Any, grid: int, np: Any) -> float:
+    """The most work one of ``grid`` round-robin CTAs gets, tile ``i`` (cost ``cost[i]``) going
+    to CTA ``i % grid``."""
+    return float(np.bincount(np.arange(len(cost)) % grid, weights=cost,
+                             minlength=min(grid, len(cost))).max())
+
+
+def _least_loaded(found: Sequence[tuple[float, TileOrder]]) -> TileOrder:
+    """Of (busiest CTA's work, order) pairs, the order with the least; among those within
+    :data:`TIE` of it, the default order (groups of 8, no snake: the order measured before this
+    choice existed) where it is one of them, else the fewest heads in flight (the smallest
+    group, then no snake)."""
     best = min(load for load, _ in found)
     near = [o for load, o in found if load <= best * (1 + TIE)]
     return TileOrder() if TileOrder() in near else min(near, key=lambda o: (o.hg, o.snake))
+
+
+def choose(trips: Sequence[int], *, bh: int, grid: int, np: Any) -> TileOrder:
+    """The causal order whose busiest CTA has the least work (:func:`busiest`), ties broken
+    by :func:`_least_loaded`."""
+    return _least_loaded([(busiest(trips, bh=bh, grid=grid, order=o, np=np), o)
+                          for o in (TileOrder(hg=g, snake=s) for g in GROUPS
+                                    for s in (False, True))])
 
 
 def varlen_order_exprs(causal: bool) -> tuple[str, ...]:
@@ -155,9 +168,5 @@ def varlen_choose(trips: Sequence[int], *, heads: int, batch: int, grid: int,
         _, block = varlen_tile_at(r, heads=heads, mts=mts, causal=True, hg=g,
                                   minimum=np.minimum)
         cost = np.tile(np.asarray(trips, dtype=np.float64)[block] + TILE_OVERHEAD_BLOCKS, batch)
-        load = np.bincount(np.arange(len(cost)) % grid, weights=cost,
-                           minlength=min(grid, len(cost)))
-        found.append((float(load.max()), TileOrder(hg=g)))
-    best = min(load for load, _ in found)
-    near = [o for load, o in found if load <= best * (1 + TIE)]
-    return TileOrder() if TileOrder() in near else min(near, key=lambda o: o.hg)
+        found.append((_most_loaded(cost, grid, np), TileOrder(hg=g)))
+    return _least_loaded(found)
