@@ -60,7 +60,7 @@ from pipeline_core_nvidia_h100.contracts import WGMMA_TMA
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
 from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source, pasted,
                                             wgmma_header_source)
-from pipeline_core_nvidia_h100.emit_wgmma import WATCHDOG
+from pipeline_core_nvidia_h100.emit_wgmma import SPLIT_BARRIER, WATCHDOG
 from pipeline_core_nvidia_h100.gemm_tiles import RasterTrips, StreamKTrips
 from pipeline_core_nvidia_h100.kernel_cache import cubin_path
 from pipeline_core_nvidia_h100.kit.autotune import (AutotuneError, Autotuner, TimingModel,
@@ -69,7 +69,7 @@ from pipeline_core_nvidia_h100.kit.autotune import enabled as autotune_enabled
 from pipeline_core_nvidia_h100.kit.call import (BUILD_OPTIONS, RECIPE_CACHE_SIZE, Built, HostCall,
                                                 KernelTable, Launch, Op, Recipe, dense_strides,
                                                 load_kernel, register_op, sm_count,
-                                                strided_tensor_map,
+                                                split_workspace, strided_tensor_map,
                                                 tensor_map, tma_copy, tma_readable)
 from pipeline_core_nvidia_h100.kit.signature import (TENSOR_MAP_TYPE, KernelParam,
                                                      KernelSignature, SignatureError)
@@ -116,7 +116,7 @@ __all__ = [
     "declared_geometry", "render",
     "RingState", "loop_tile", "require_ring_depths", "ring_step_line", "role_mark",
     "section_mark", "header_source", "pasted",
-    "wgmma_header_source", "gemm_call_header_source", "WATCHDOG",
+    "wgmma_header_source", "gemm_call_header_source", "WATCHDOG", "SPLIT_BARRIER",
     # the GEMM's trip rule
     "RasterTrips", "StreamKTrips",
     # the host side
@@ -127,6 +127,7 @@ __all__ = [
     # the call layer
     "HostCall", "KernelTable", "Built", "Recipe", "Launch", "Op", "load_kernel", "tensor_map",
     "strided_tensor_map", "dense_strides", "sm_count", "register_op", "tma_readable", "tma_copy",
+    "split_workspace",
     "BUILD_OPTIONS", "RECIPE_CACHE_SIZE",
     # autotuning
     "Autotuner", "Workload", "TimingModel", "timing_model", "TuneKey", "autotune_enabled",

@@ -34,6 +34,7 @@ from pipeline_core_nvidia_h100.gemm_scaled import plan_scaled
 from pipeline_core_nvidia_h100.gemm_signature import KERNEL_NAME, gemm_signature
 from pipeline_core_nvidia_h100.gemm_staging import Staging
 from pipeline_core_nvidia_h100.kit.call import (Built, HostCall, Launch, Op, Recipe, load_kernel,
+                                                split_workspace,
                                                 sm_count, tensor_map)
 from pipeline_core_nvidia_h100.launch_cache import current_stream, describe
 from pipeline_core_nvidia_h100.launch_cache import eager as _eager
@@ -105,30 +106,14 @@ def _build(key: tuple[GemmVariant, Candidate, int] | tuple[str, int]) -> GemmKer
                       min_k_tiles=max(1, compiled.plan.min_tiles), tile=g.bm * g.bn)
 
 
-_WORKSPACES: dict[tuple[int, int, int, int], tuple[Any, Any]] = {}
-
-
 def _workspace(device: int, stream: int, sms: int,
                tile: int = CALL_TILE.bm * CALL_TILE.bn) -> tuple[Any, Any] | None:
     """Split-K's fp32 workspace and per-tile counters on (device, stream) for ``tile``
-    (BM x BN) elements a slice, allocated once (a split grid has at most ``sms`` CTAs, so
-    ``sms`` slices always suffice; the counters start at zero and each launch leaves them
-    so); stream-K's takes ``2 x sms`` slices (each CTA's first and last shared tile's).  None while a CUDA graph is being captured and none exists yet: the call allocates
-    nothing then, and runs unsplit."""
-    key = (device, stream, tile, sms)  # (stream-K's: twice the slices)
-    found = _WORKSPACES.get(key)
-    if found is None:
-        torch = _require("torch")
-        if torch.cuda.is_current_stream_capturing():
-            return None
-        with CALL.lock:
-            found = _WORKSPACES.get(key)
-            if found is None:
-                dev = torch.device("cuda", device)
-                found = (torch.empty(sms * tile, dtype=torch.float32, device=dev),
-                         torch.zeros(sms, dtype=torch.int32, device=dev))
-                _WORKSPACES[key] = found
-    return found
+    (BM x BN) elements a slice (the kit's ``split_workspace``: a split grid has at most ``sms``
+    CTAs, so ``sms`` slices always suffice; stream-K's takes ``2 x sms`` slices, each CTA's
+    first and last shared tile's).  None while a CUDA graph is being captured and none exists
+    yet: the call allocates nothing then, and runs unsplit."""
+    return split_workspace(device, stream, sms, tile)
 
 
 def _operand_map(ptr: int, m: OperandMap, dtype: str) -> Any:

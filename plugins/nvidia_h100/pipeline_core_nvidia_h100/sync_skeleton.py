@@ -242,7 +242,8 @@ _WORDS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((w, re.compile(p)) for w
     ("bulk.store", r"\btma_store_[23]d\("),
     ("counter.arrive", r"\batomicAdd\(counters"),
     ("counter.acquire", r"if \(!split_last\) continue;"),
-    ("counter.reset", r"\bcounters\[(?:sk_)?tile\] = 0u;"),  # (stream-K: its own tiles')
+    # (stream-K: its own tiles'; decode: its splits' output tile's)
+    ("counter.reset", r"\bcounters\[(?:sk_|out_)?tile\] = 0u;"),
 ))
 #: lines of a step section that are its frame, not a step: braces, the loop head, ``t``'s binding
 _FRAME = re.compile(r"^(\{.*|\}.*|for \(int t = .*|const int t = .*|#pragma.*|//.*|)$")

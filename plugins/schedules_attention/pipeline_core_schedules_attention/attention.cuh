@@ -62,7 +62,8 @@ struct Fp16 {
 enum class PackP { now, later };
 
 // The mask of a masked KV block (the softmax's Mask): which keys a row keeps, the others -inf.
-// `last(row)` is the row's last key (what `keeps` compares against).
+// `last(row)` is the row's last key (what `keeps` compares against), asked for each of a
+// thread's two rows (decode's rows are not one key apart: attention_decode.cuh).
 // Not causal: the keys past the sequence's end (the key tail's block).
 struct KeyTail {
     int sk;
@@ -132,7 +133,7 @@ template <int BN, class Mask>
 __device__ __forceinline__ void masked_row_max(float (&s)[BN / 2], float& x0, float& x1,
                                                const Mask& mask, int j, int row) {
     const int lane = threadIdx.x % 32, q = lane % 4;
-    const int lim0 = mask.last(row), lim1 = lim0 + 8;
+    const int lim0 = mask.last(row), lim1 = mask.last(row + 8);
 #pragma unroll
     for (int c = 0; c < BN / 8; ++c) {
         const int key = j * BN + c * 8 + 2 * q;

@@ -50,14 +50,20 @@ from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode,
                                                ring_step_line, wgmma_header_source, wgmma_rs,
                                                wgmma_ss)
 
+from pipeline_core_schedules_attention.decode_tiles import DecodeBounds
+from pipeline_core_schedules_attention.emit_decode import (DECODE_COMPUTE, decode_finish,
+                                                           decode_header, decode_load_line,
+                                                           decode_mask, decode_pv_line,
+                                                           decode_tile_loop)
 from pipeline_core_schedules_attention.emit_varlen import (varlen_finish, varlen_header,
                                                            varlen_tile_loop)
 from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGMMA_M,
                                                         AttentionGeometry, AttentionTag)
 from pipeline_core_schedules_attention.emit_window import (OFFSET, WINDOW_BLOCKS,
                                                           window_mask, window_tile_lines)
-from pipeline_core_schedules_attention.signature import (KERNEL_NAME, SIGNATURE,
-                                                         SOFTCAP_SIGNATURE, VARLEN_SIGNATURE)
+from pipeline_core_schedules_attention.signature import (DECODE_SIGNATURE, KERNEL_NAME,
+                                                         SIGNATURE, SOFTCAP_SIGNATURE,
+                                                         VARLEN_SIGNATURE)
 from pipeline_core_schedules_attention.tile_order import order_exprs
 from pipeline_core_schedules_attention.tiles import LoopBounds, plan_bounds
 from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds
@@ -123,6 +129,9 @@ class _Variant:
     window: bool = False
     #: the logit softcap (attention_window.cuh's ``cap`` before the softmax)
     softcap: bool = False
+    #: decode (emit_decode.py): its loads, the softmax of KV block ``KF + t`` against the
+    #: global ``FM``, and PV clearing V's rows past the end on the tail block
+    decode: bool = False
 
     def op_line(self, tag: int, stage: str, tile: str) -> str:
         """One call of the header per compute op step (a ring stage's S, PV; a KV block's
@@ -131,7 +140,7 @@ class _Variant:
             return f"pcat::qk<BM, BN, HD, {self.qk}>(sacc, q_smem, stage_k({stage}), consumer);"
         if tag == AttentionTag.SOFTMAX:
             block, first = ((f"KF + {tile}", f"KF + {tile} < LM ? 0 : FM") if self.window
-                            else (tile, "FM"))
+                            else (f"KF + {tile}", "FM") if self.decode else (tile, "FM"))
             cap = "pcat::cap<BN>(sacc, softcap_scale); " if self.softcap else ""
             return (f"{cap}pcat::softmax<BN, {self.elem}, {self.pack}, "
                     f"{str(self.guard).lower()}>(sacc, pk, rows, {self.mask}, {block}, {first}, "
@@ -139,6 +148,8 @@ class _Variant:
         if tag == AttentionTag.RESCALE:
             return f"pcat::rescale<HD, BN, {self.elem}, {self.pack}>(oacc, sacc, pk, rows);"
         assert tag == AttentionTag.WGMMA_PV
+        if self.decode:
+            return decode_pv_line(self.pv, stage, tile)
         return f"pcat::pv<BN, HD, {self.pv}>(oacc, pk, stage_v({stage}));"
 
 
@@ -156,6 +167,9 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
     if s.kind == StepKind.OP:
         tag = body_tags[s.op]
         kstage = RingState.of(s, "STAGES").stage
+        if variant.decode and tag in (AttentionTag.TMA_Q, AttentionTag.TMA_K,
+                                      AttentionTag.TMA_V):
+            return decode_load_line(tag, kstage, rings["q_full"].stages)
         if tag == AttentionTag.TMA_Q:
             qs = rings["q_full"].stages
             return (f"for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_q(o % {qs}) + c "
@@ -193,6 +207,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     if why:
         raise _fail(why)
     require_ring_depths(compiled.plan.rings, g.stages, g.q_stages, EMITTER_NAME)
+    if g.decode:
+        return _emit_decode(compiled, g, watchdog or 0, dtype)
     plan = compiled.plan
     rule = plan_bounds(compiled)
     causal = rule if g.causal else None
@@ -212,10 +228,6 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
                                                       and rule.kv_shift != 0):
         raise _fail("the plan's trip rule is not -p varlen's as the geometry declares, or "
                     "carries a mutation's kv_shift; recompile the schedule")
-    rings = {r.name: r for r in plan.rings}
-    tags = [o.tag for o in compiled.body]
-    producer, *consumers = plan.programs
-    wd = watchdog or 0
     variant = _Variant(
         elem=ELEM[dtype], pack=f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
         mask=window_mask(rule) if g.windowed
@@ -225,14 +237,6 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.head_dim}k16",
         window=g.windowed, softcap=g.softcap,
         **(_VARLEN_COORDS if g.varlen else {"kv_from": "KF * BN + "} if g.windowed else {}))
-
-    def code(p: AgentProgram, single: bool, label: str) -> AgentCode:
-        """An agent's program, and its once steps alone (an output tile with no KV block)."""
-        def line(s: Step) -> str:
-            return _step_line(s, rings, single, p.name, tags, wd, variant)
-        return AgentCode(lines=tuple(render(agent_stretches(p, line, label))),
-                         once=tuple(line(s) for s in _once_only(p)))
-
     loop = ("int rb = 0, o = 0;", "for (int tile = blockIdx.x; tile < TILES; "
             "tile += gridDim.x, rb += KT, ++o) {")
     blocks = WINDOW_BLOCKS if g.windowed else _CAUSAL_BLOCKS if g.causal else _blocks(rule)
@@ -242,12 +246,6 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         consumers=TileLoop(head=loop, tile=(order, *bounds)), empty_tiles=True)
     if g.varlen:  # the sequences' spans on the device, per tile (emit_varlen.py)
         tiles = varlen_tile_loop(g.causal, *tile_bounds_exprs(rule))
-    body = agents_kernel_body(
-        rings=plan.rings, producer=code(producer, True, producer.name),
-        # one label for every consumer, so consumers that differ in no step share one program
-        consumers=[code(c, False, "consumer") for c in consumers], producer_name=producer.name,
-        producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS",
-        family=_family(g, variant.elem), tiles=tiles, emitter=EMITTER_NAME)
     device = pasted(__package__, "attention.cuh")
     if g.windowed or g.softcap:  # the window's mask, the softcap (only where they are taken)
         device += pasted(__package__, "attention_window.cuh")
@@ -264,10 +262,60 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "CTAs (each runs output tiles",
         "// blockIdx.x, + gridDim.x, ...; causal, in the order hg and snake pick: "
         "tile_order.py)."]
+    family = _family(g, variant.elem, finish=varlen_finish(variant.elem) if g.varlen else
+                     f"            pcat::finish<HD, {variant.elem}>(oacc, rows, {OUT_ROWS}, LSE, "
+                     "bh, Sq);")
+    return _source(compiled, g, dtype, variant, tiles, family, device, about, watchdog or 0)
+
+
+def _emit_decode(compiled: CompiledSchedule, g: AttentionGeometry, watchdog: int,
+                 dtype: str) -> str:
+    """The decode kernel (``-p decode``; emit_decode.py says what it writes differently)."""
+    rule = compiled.plan.trip_rule
+    if not isinstance(rule, DecodeBounds) or rule.split != g.split_kv or (
+            rule.split_shift, rule.page_lag, rule.arrivals_shift, rule.skip_split) != (0, 0, 0, -1):
+        raise _fail("the plan's trip rule is not -p decode's as the geometry declares, or "
+                    "carries a mutation; recompile the schedule")
+    variant = _Variant(elem=ELEM[dtype], pack=f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
+                       mask=decode_mask(g.causal), guard=g.causal,
+                       qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.head_dim}k16",
+                       decode=True)
+    family = _family(g, variant.elem, compute=DECODE_COMPUTE,
+                     finish=decode_finish(compiled.plan.programs[1:], variant.elem,
+                                          EMITTER_NAME))
+    device = pasted(__package__, "attention.cuh") + pasted(__package__, "attention_decode.cuh")
+    return _source(compiled, g, dtype, variant, decode_tile_loop(g.causal), family, device,
+                   decode_header(g.head_dim, g.threads, g.smem_bytes), watchdog)
+
+
+def _source(compiled: CompiledSchedule, g: AttentionGeometry, dtype: str, variant: _Variant,
+            tiles: DeviceTileLoop, family: AgentsFamily, device: str, about: list[str],
+            watchdog: int) -> str:
+    """The kernel's source: every agent's program step for step on the kit's frame, the
+    family's constants, tile loop and device code, the header's comment lines."""
+    plan = compiled.plan
+    rings = {r.name: r for r in plan.rings}
+    tags = [o.tag for o in compiled.body]
+    producer, *consumers = plan.programs
+
+    def code(p: AgentProgram, single: bool, label: str) -> AgentCode:
+        """An agent's program, and its once steps alone (an output tile with no KV block)."""
+        def line(s: Step) -> str:
+            return _step_line(s, rings, single, p.name, tags, watchdog, variant)
+        return AgentCode(lines=tuple(render(agent_stretches(p, line, label))),
+                         once=tuple(line(s) for s in _once_only(p)))
+
+    body = agents_kernel_body(
+        rings=plan.rings, producer=code(producer, True, producer.name),
+        # one label for every consumer, so consumers that differ in no step share one program
+        consumers=[code(c, False, "consumer") for c in consumers], producer_name=producer.name,
+        producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS",
+        family=family, tiles=tiles, emitter=EMITTER_NAME)
+    what = "sequence" if g.varlen else "decode tile" if g.decode else "batch"
     return "\n".join([
         f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
         f"{compiled.schedule_name} on target {compiled.target_name}.",
-        f"// O = softmax(Q.K^T * scale) . V per ({'sequence' if g.varlen else 'batch'}, "
+        f"// O = softmax(Q.K^T * scale) . V per ({what}, "
         f"head), {dtype} in and out, fp32 accumulate.", *about,
         header_source(), wgmma_header_source(), gemm_call_header_source(),
         wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.head_dim, dtype), device,
@@ -279,10 +327,18 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
 def _signature(g: AttentionGeometry) -> KernelSignature:
     """The kernel's parameters: the varlen kernel's, the softcap's (its ``softcap_scale``
     after the fixed-length kernel's), or the fixed-length kernel's."""
+    if g.decode:
+        return DECODE_SIGNATURE
     return VARLEN_SIGNATURE if g.varlen else SOFTCAP_SIGNATURE if g.softcap else SIGNATURE
 
 
-def _family(g: AttentionGeometry, elem: str) -> AgentsFamily:
+#: the consumer's start of an output tile: O cleared, its Q
+_COMPUTE_START = ("            pcat::Rows rows = pcat::start<HD>(oacc, tile_m * BM, consumer);\n"
+                  "            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q")
+
+
+def _family(g: AttentionGeometry, elem: str, *, finish: str,
+            compute: str = _COMPUTE_START) -> AgentsFamily:
     """The kernel's constants (the frame's STAGES, the once ring's Q_STAGES, the roles'
     registers); Q's ring (output tile o's Q in stage o % Q_STAGES), then the K and V rings, from
     the frame's ``ring`` (the mbarriers follow them); a consumer's O, S and packed P; per output
@@ -300,11 +356,7 @@ def _family(g: AttentionGeometry, elem: str) -> AgentsFamily:
                     "    auto stage_v = [&](int s) { return ring + Q_STAGES * Q_BYTES + (STAGES "
                     "+ s) * KV_BYTES; };",
         consumer_state="        float oacc[HD / 2], sacc[BN / 2];\n        u32 pk[BN / 4];",
-        compute="            pcat::Rows rows = pcat::start<HD>(oacc, tile_m * BM, consumer);\n"
-                "            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q",
-        finish=varlen_finish(elem) if g.varlen else
-        f"            pcat::finish<HD, {elem}>(oacc, rows, {OUT_ROWS}, LSE, bh, Sq);",
-        once_stages="Q_STAGES")
+        compute=compute, finish=finish, once_stages="Q_STAGES")
 
 
 def _blocks(b: LoopBounds) -> str:

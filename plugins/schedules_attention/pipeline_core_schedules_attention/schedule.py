@@ -30,13 +30,15 @@ import attrs
 
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext, CostModel,
                                       DepEdge, Op, OpCost, OpRole, OrderSpec, Param,
-                                      PipelineConfig, ProgramError, ResourceKind, RingSpec,
-                                      ScheduleRecord, TargetProfile, Turn, annotate, logical)
+                                      PipelineConfig, ProgramError, ReductionSpec, ResourceKind,
+                                      RingSpec, ScheduleRecord, TargetProfile, Turn, annotate,
+                                      logical)
 
 from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TARGET_NAME,
                                                WGMMA_TMA, AgentsSchedule, family_profile,
                                                register_split_refusal)
 
+from pipeline_core_schedules_attention.decode_tiles import DECODE_ROWS, DecodeBounds
 from pipeline_core_schedules_attention.tiles import LoopBounds
 from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds
 from pipeline_core_schedules_attention.window_args import MAX_REACH
@@ -55,6 +57,10 @@ PEAK_MMA_FLOP_PER_CYCLE = 4096
 CONSUMER_OVERHEAD_REGISTERS = 24
 #: The FA3 paper's register split: a 24-register producer, 240 per consumer (2 consumers).
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240
+#: decode's producer reads a group of page-table entries ahead of their copies
+#: (attention_decode.cuh's decode_kv_load): it spills under 120 registers (ptxas), and one
+#: consumer leaves the SM's registers to spare (128 x (120 + 240) of 65536)
+DECODE_PRODUCER_REGISTERS = 120
 
 
 class AttentionTag(enum.IntEnum):
@@ -162,6 +168,14 @@ class AttentionGeometry(WarpGroupTiles):
     #: the logit softcap: S' = softcap * tanh(S * scale / softcap) before the softmax, the
     #: value the kernel's ``softcap_scale`` argument (attention_window.cuh)
     softcap: bool = False
+    #: decoding over a KV cache: an output tile is (sequence, KV head, head chunk, token
+    #: block), the GQA group's heads and the tokens packed into one consumer's 64 rows, its KV
+    #: blocks gathered from the cache's pages (decode_tiles.DecodeBounds; docs/guide/
+    #: attention.md, "Decoding over a KV cache")
+    decode: bool = False
+    #: decode's split-KV: several CTAs share an output tile's KV blocks, the last to finish
+    #: combines their partial outputs (the cross-CTA reduction ``split_kv``)
+    split_kv: bool = False
 
     @property
     def windowed(self) -> bool:
@@ -216,6 +230,11 @@ class AttentionGeometry(WarpGroupTiles):
         if self.varlen and (self.windowed or self.softcap):
             raise bad("varlen", "windows and softcap are not built for packed batches yet; "
                                 "drop -p window_left, -p window_right and -p softcap")
+        if self.decode:
+            self._validate_decode(bad)
+        elif self.split_kv:
+            raise bad("split_kv", "splits a decode step's KV blocks; add -p decode=true or drop "
+                                  "-p split_kv")
         if self.pingpong and self.consumers < 2:
             raise bad("pingpong", "needs two consumer warp groups or more to take turns; set "
                                   "-p consumers=2 or -p pingpong=false")
@@ -239,6 +258,27 @@ class AttentionGeometry(WarpGroupTiles):
                                f"{self.smem_bytes} bytes of shared memory, over the "
                                f"{H100_SXM.smem_per_cta_optin} a CTA may use; lower -T stages "
                                f"or -p block_n{' or -p q_stages' if self.q_stages > 1 else ''}")
+
+    def _validate_decode(self, bad: Any) -> None:
+        """Decode's tile: one consumer of :data:`DECODE_ROWS` rows (heads and tokens packed),
+        no other variant of the forward's tile loop, the diagonal bottom-right (its own)."""
+        if self.block_m != DECODE_ROWS or self.consumers != 1:
+            raise bad("block_m", f"decode packs a GQA group's heads and tokens into one "
+                                 f"consumer's {DECODE_ROWS} rows; set -p block_m={DECODE_ROWS} "
+                                 "-p consumers=1 -p pingpong=false")
+        for name, on in (("varlen", self.varlen), ("window_left", self.windowed),
+                         ("softcap", self.softcap)):
+            if on:
+                raise bad(name, "is not built for -p decode; drop it")
+        if self.producer_registers < DECODE_PRODUCER_REGISTERS:
+            raise bad("producer_registers", f"{self.producer_registers}: decode's producer "
+                                            "reads page-table entries ahead of its copies and "
+                                            "spills below "
+                                            f"{DECODE_PRODUCER_REGISTERS}; set -p "
+                                            f"producer_registers={DECODE_PRODUCER_REGISTERS}")
+        if self.align != "top_left":
+            raise bad("align", "decode aligns the causal diagonal bottom-right, always (the "
+                               "last query token is the newest key); drop -p align")
 
 
 #: op indices: the producer's copies, then per consumer c the four ops at 3 + 4c
@@ -315,23 +355,29 @@ class FlashAttentionForward(AgentsSchedule):
         rings = (RingSpec(name="q", ops=(Q,), stages=g.q_stages),
                  RingSpec(name="k", ops=(K,), release_lag=0),
                  RingSpec(name="v", ops=(V,), release_lag=0))
+        # split-KV: each consumer's partial output (fp32 rows) and its log-sum-exp handed over
+        reduction = (ReductionSpec(name="split_kv", slice_bytes=g.rows * (g.head_dim + 1) * 4)
+                     if g.split_kv else None)
         return AgentSpec(roles=roles, op_bytes={Q: g.q_bytes, K: g.kv_bytes, V: g.kv_bytes},
                          rings=rings, once=(Q,), orders=orders, lags=lags,
-                         trip_rule=self.bounds())
+                         trip_rule=self.bounds(), reduction=reduction)
 
-    def bounds(self) -> LoopBounds:
+    def bounds(self) -> LoopBounds | DecodeBounds:
         """The causal or windowed loop bounds and the masked KV blocks (the diagonal's, the
         window's edges and the key tail's),
         applied by each consumer's softmax; the body stays one KV block
         (docs/guide/attention.md, "Causal bounds and tails"); ``-p varlen``: the same per
         sequence of a packed batch."""
         g = self.geometry
+        masked = tuple(consumer_op(c, SOFTMAX) for c in range(g.consumers))
+        if g.decode:
+            return DecodeBounds(causal=g.causal, block_n=g.block_n, split=g.split_kv,
+                                masked_ops=masked)
         rule = VarlenBounds if g.varlen else LoopBounds
         window = ({"window_left": g.window_left, "window_right": g.window_right}
                   if g.windowed else {})
         return rule(causal=g.causal, block_m=g.block_m, block_n=g.block_n, align=g.align,
-                    masked_ops=tuple(consumer_op(c, SOFTMAX) for c in range(g.consumers)),
-                    **window)
+                    masked_ops=masked, **window)
 
 
 
@@ -380,6 +426,11 @@ PARAMS = (
           bound=Bound(low=-1, high=MAX_REACH)),
     Param("softcap", bool, False, "logit softcap: softcap * tanh(S / softcap) before the "
                                   "softmax (the value a kernel argument)"),
+    Param("decode", bool, False, "decoding over a KV cache: a GQA group's heads and a few "
+                                 "tokens in one 64-row tile, KV blocks gathered from pages "
+                                 "(needs -p block_m=64 -p consumers=1 -p pingpong=false)"),
+    Param("split_kv", bool, False, "decode's split-KV: CTAs share a tile's KV blocks, the last "
+                                   "to finish combines their partials (a cross-CTA reduction)"),
     *REGISTERS,
 )
 
@@ -395,7 +446,7 @@ def make_attention(ctx: BuildContext) -> FlashAttentionForward:
         producer_registers=p["producer_registers"], consumer_registers=p["consumer_registers"],
         align=p["align"], q_stages=p["q_stages"], varlen=bool(p["varlen"]),
         window_left=p["window_left"], window_right=p["window_right"],
-        softcap=bool(p["softcap"]))
+        softcap=bool(p["softcap"]), decode=bool(p["decode"]), split_kv=bool(p["split_kv"]))
     geometry.validate()
     return FlashAttentionForward(target, geometry)
 

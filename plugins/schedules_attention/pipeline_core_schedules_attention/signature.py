@@ -43,3 +43,29 @@ VARLEN_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
      ("float", "scale_log2", "float32"), ("int", "group", "int32"), ("int", "hg", "int32"),
      ("int", "H", "int32")),
     (("long long", "o_sh", "int64"), ("long long", "o_ss", "int64"))))
+
+#: the decode kernel's (``-p decode``; decode_tiles.py): Q's map over [B, Sq, Hq, D] read at
+#: (d, head, token, b), the caches' maps over [pages, page_size, Hkv, D] (a contiguous cache:
+#: [B, capacity, Hkv, D], one page a sequence) read at (d, kv head, row, page); O [B, Sq, Hq, D]
+#: through its strides and LSE [B, Hq, Sq] (null: not stored); each sequence's cache length
+#: (``seqlens``, int32 on the device), the block table (null: contiguous) and its row stride;
+#: split-KV's workspace and per-tile counters (null unsplit); the sizes: batch, KV and query
+#: heads, tokens, the GQA group, the heads a tile packs (``HB``, its log2) and its tokens
+#: (``TB``), head chunks and token blocks per KV head, the splits, the cache's capacity in keys
+#: (a length is clamped to it), the page size and the rows one copy brings (``R``); the
+#: scale folded with log2(e); O's strides (batch, token, head)
+DECODE_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
+    ((_MAP, "tmQ", "tensor_map"), (_MAP, "tmK", "tensor_map")),
+    ((_MAP, "tmV", "tensor_map"), ("unsigned short* __restrict__", "O", "pointer"),
+     ("float* __restrict__", "LSE", "pointer")),
+    (("const int* __restrict__", "seqlens", "pointer"),
+     ("const int* __restrict__", "table", "pointer"), ("float* __restrict__", "ws", "pointer"),
+     ("unsigned* __restrict__", "counters", "pointer")),
+    (("int", "B", "int32"), ("int", "Hkv", "int32"), ("int", "Hq", "int32"),
+     ("int", "Sq", "int32"), ("int", "G", "int32"), ("int", "HB", "int32"),
+     ("int", "HB_SHIFT", "int32"), ("int", "TB", "int32"), ("int", "HC", "int32"),
+     ("int", "QT", "int32"), ("int", "SPLITS", "int32")),
+    (("int", "CAP", "int32"), ("int", "page", "int32"), ("int", "R", "int32"),
+     ("float", "scale_log2", "float32"), ("long long", "table_stride", "int64")),
+    (("long long", "o_sb", "int64"), ("long long", "o_ss", "int64"),
+     ("long long", "o_sh", "int64"))))

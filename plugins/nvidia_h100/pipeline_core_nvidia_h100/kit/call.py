@@ -153,6 +153,34 @@ class Op:
 _REGISTERED: dict[str, Any] = {}
 
 
+_WORKSPACES: dict[tuple[int, int, int, int], tuple[Any, Any]] = {}
+_WORKSPACE_LOCK = threading.Lock()
+
+
+def split_workspace(device: int, stream: int, slices: int,
+                    slice_elems: int) -> tuple[Any, Any] | None:
+    """A cross-CTA reduction's fp32 workspace (``slices`` slices of ``slice_elems``) and its
+    ``slices`` int32 counters on (device, stream), allocated once and kept: the counters start
+    at zero and every launch of a proven reduction leaves them so (its last arriver resets
+    its tile's), so launches on one stream reuse them in order; a stream of its own gets its
+    own.  None while a CUDA graph is being captured and none exists yet: the caller allocates
+    nothing then and runs unsplit (the split-K GEMM, split-KV decoding)."""
+    key = (device, stream, slice_elems, slices)
+    found = _WORKSPACES.get(key)
+    if found is None:
+        torch = _require("torch")
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        with _WORKSPACE_LOCK:
+            found = _WORKSPACES.get(key)
+            if found is None:
+                dev = torch.device("cuda", device)
+                found = (torch.empty(slices * slice_elems, dtype=torch.float32, device=dev),
+                         torch.zeros(slices, dtype=torch.int32, device=dev))
+                _WORKSPACES[key] = found
+    return found
+
+
 class HostCall(Generic[P, B]):
     """One family's call layer: the plugin host its schedule compiles on, its kernels, recipe
     and packed-argument caches, its launch and its custom ops.

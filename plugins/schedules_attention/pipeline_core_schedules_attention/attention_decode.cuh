@@ -1,0 +1,221 @@
+// Decoding's device code (-p decode; decode_tiles.py says what the kernel computes): the page
+// gather of a KV block, the mask of rows that pack a GQA group's heads with a few tokens, the
+// clearing of V's rows past the sequence's end, the store of rows to their (token, head), and
+// split-KV's partials and their combine.  Pasted after attention.cuh, only into the decode
+// kernels.
+//
+// A tile's row r (0..63) is token t0 + (r >> HB_SHIFT) of query head h0 + (r & (HB - 1)): HB
+// heads of one GQA group per token, token-major, as the Q map's box (64 columns, HB heads, TB
+// tokens) lands them.
+#pragma once
+
+namespace pcat {
+
+// Causal decode: row r sees keys up to sk - sq + its token (the diagonal bottom-right); `offset`
+// is sk - sq + t0.  Not causal, the kernels take KeyTail.
+struct DecodeMask {
+    int sk, offset, hb_shift;
+    __device__ __forceinline__ int last(int row) const { return offset + (row >> hb_shift); }
+    __device__ __forceinline__ bool keeps(int key, int last) const {
+        return key < sk && key <= last;
+    }
+};
+
+// KV block `block` of sequence b at KV head h into a ring stage: BN / R copies of R rows per
+// 64-column box, each from the page its table entry names (row key % page of entry key / page;
+// a contiguous cache, `table` null: the sequence's own rows, one copy).  A copy wholly past the
+// end reads no entry and takes page -1, outside the map: TMA writes zeros and counts the
+// bytes, so the stage's transaction count is the block's whatever the length.  The entries
+// are read GROUP at a time before their copies, so the copies wait for one load's latency per
+// group, not one each (GROUP entries in registers: the producer's budget).
+template <int BN, int HD, int GROUP = 8>
+__device__ __forceinline__ void decode_kv_load(u32 dst, const pcwg::TensorMap* map, u32 bar,
+                                               int h, int b, int block, int sk,
+                                               const int* __restrict__ table,
+                                               long long table_stride, int page, int rows) {
+    const int chunks = BN / rows;
+    for (int c0 = 0; c0 < chunks; c0 += GROUP) {
+        int pg[GROUP];
+#pragma unroll
+        for (int i = 0; i < GROUP; ++i) {
+            const int key = block * BN + (c0 + i) * rows;
+            pg[i] = -1;
+            if (c0 + i < chunks && key < sk)
+                pg[i] = table == nullptr ? b
+                        : __ldg(table + (long long)b * table_stride + key / page);
+        }
+#pragma unroll
+        for (int i = 0; i < GROUP; ++i) {
+            const int key = block * BN + (c0 + i) * rows;
+            if (c0 + i < chunks) {
+                const int at = pg[i] < 0 ? 0 : table == nullptr ? key : key % page;
+#pragma unroll
+                for (int d = 0; d < HD / 64; ++d)
+                    tma_load_4d(dst + d * BN * 128 + (c0 + i) * rows * 128, map, bar, d * 64, h,
+                                at, pg[i]);
+            }
+        }
+    }
+}
+
+// O += P.V for KV block `block`.  On the block holding the sequence's end, its V rows past the
+// end are the page's own bits (any, NaN among them: 0 x NaN is NaN), so they are cleared first:
+// whole 128-byte rows (whatever the swizzle), every thread its fixed 16-byte units, each store
+// predicated in PTX, then made visible to the async proxy the wgmma reads by, and the warp
+// group meets (named barrier BAR, the consumer's 128 threads) before any thread's wgmma reads
+// the stage.  Every block runs the fence and the barrier, and no branch or loop: control flow
+// between the plan's wgmma.fence and the wgmma makes ptxas re-fence the accumulators (C7519).
+// The plan holds the stage for this consumer alone from its full wait to its release, so the
+// writes race no copy and no other reader.
+template <int BN, int HD, int BAR, void (*MMA)(float (&)[HD / 2], u32, u32, u32, u32, u64)>
+__device__ __forceinline__ void decode_pv(float (&o)[HD / 2], const u32 (&pk)[BN / 4], u32 v,
+                                          int block, int sk) {
+    const int from = max(0, min(BN, sk - block * BN)) * 8;  // the first 16-byte unit past the end
+    const int wtid = threadIdx.x % 128;
+#pragma unroll
+    for (int d = 0; d < HD / 64; ++d)
+#pragma unroll
+        for (int k = 0; k < BN * 8 / 128; ++k)  // 16-byte units, 8 a row
+            asm volatile("{\n.reg .pred p;\nsetp.ge.s32 p, %1, %2;\n"
+                         "@p st.shared.v4.u32 [%0], {%3, %3, %3, %3};\n}\n"
+                         :: "r"(v + d * BN * 128 + (k * 128 + wtid) * 16), "r"(k * 128 + wtid),
+                            "r"(from), "r"(0u) : "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    asm volatile("bar.sync %0, 128;\n" :: "n"(BAR) : "memory");
+    pv<BN, HD, MMA>(o, pk, v);
+}
+
+// Where a tile's rows go: the thread's row 0 and row 1 (r and r + 8), each stored when its
+// token is below sq and its head within the group.
+struct DecodeRows {
+    int t0, hb_shift, heads, sq;  // heads: the group's heads this chunk holds (<= HB)
+    __device__ __forceinline__ bool stored(int r) const {
+        return t0 + (r >> hb_shift) < sq && (r & ((1 << hb_shift) - 1)) < heads;
+    }
+    __device__ __forceinline__ int token(int r) const { return t0 + (r >> hb_shift); }
+    __device__ __forceinline__ int head(int r) const { return r & ((1 << hb_shift) - 1); }
+};
+
+// The thread's two rows' final values (already divided by the row sums) and log-sum-exps to
+// O[b, token, h0 + head, :] (O's own strides: q's layout) and, where asked, LSE[b, h, token]
+// ([B, Hq, Sq] fp32).
+template <int HD, class Elem>
+__device__ __forceinline__ void decode_store(const float (&o)[HD / 2], const float (&scale)[2],
+                                             const float (&lse)[2], const DecodeRows& dr,
+                                             unsigned short* out, long long o_ss, long long o_sh,
+                                             float* LSE, int hq, int sq) {
+    const int lane = threadIdx.x % 32, q = lane % 4;
+    const int r0 = (threadIdx.x % 128) / 32 * 16 + lane / 4;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int r = r0 + 8 * half;
+        if (!dr.stored(r)) continue;
+        unsigned short* row = out + dr.token(r) * o_ss + dr.head(r) * o_sh;
+#pragma unroll
+        for (int c = 0; c < HD / 8; ++c)
+            *reinterpret_cast<u32*>(row + c * 8 + 2 * q) =
+                Elem::pack(o[4 * c + 2 * half] * scale[half], o[4 * c + 2 * half + 1] * scale[half]);
+        if (LSE != nullptr && q == 0)
+            LSE[(long long)dr.head(r) * sq + dr.token(r)] = lse[half];
+    }
+}
+
+// The quad's row sums added; each row's 1 / sum (0 for a row with no key) and natural
+// log-sum-exp (+inf for a row with no key, as the forward's finish).
+__device__ __forceinline__ void decode_stats(Rows& r, float (&inv)[2], float (&lse)[2]) {
+    constexpr float LN2 = 0.6931471805599453f;
+    r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, 1);
+    r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, 2);
+    r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, 1);
+    r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, 2);
+    inv[0] = r.l0 > 0.f ? 1.f / r.l0 : 0.f;
+    inv[1] = r.l1 > 0.f ? 1.f / r.l1 : 0.f;
+    lse[0] = r.l0 > 0.f ? LN2 * (r.m0 + log2f(r.l0)) : INFINITY;
+    lse[1] = r.l1 > 0.f ? LN2 * (r.m1 + log2f(r.l1)) : INFINITY;
+}
+
+// An unsplit tile's end: O / row sum into its rows.
+template <int HD, class Elem>
+__device__ __forceinline__ void decode_finish(float (&o)[HD / 2], Rows& r, const DecodeRows& dr,
+                                              unsigned short* out, long long o_ss, long long o_sh,
+                                              float* LSE, int hq, int sq) {
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) pcwg::fence_operand(o[i]);
+    float inv[2], lse[2];
+    decode_stats(r, inv, lse);
+    decode_store<HD, Elem>(o, inv, lse, dr, out, o_ss, o_sh, LSE, hq, sq);
+}
+
+// Split-KV's workspace slot of one (output tile, split): 64 rows of HD fp32 (the split's O, its
+// row sums divided out) and the 64 rows' log-sum-exps after them (-inf: the split saw no key).
+template <int HD>
+constexpr int DECODE_SLOT = 64 * (HD + 1);
+
+// This split's partial out to its slot: only the rows that are stored (the combine reads
+// those alone), each thread its own fragment's columns.
+template <int HD>
+__device__ __forceinline__ void decode_slice_store(float (&o)[HD / 2], Rows& r,
+                                                   const DecodeRows& dr, float* slot) {
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) pcwg::fence_operand(o[i]);
+    float inv[2], lse[2];
+    decode_stats(r, inv, lse);
+    const int lane = threadIdx.x % 32, q = lane % 4;
+    const int r0 = (threadIdx.x % 128) / 32 * 16 + lane / 4;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = r0 + 8 * half;
+        if (!dr.stored(row)) continue;
+#pragma unroll
+        for (int c = 0; c < HD / 8; ++c)
+            __stcg(reinterpret_cast<float2*>(slot + row * HD + c * 8 + 2 * q),
+                   make_float2(o[4 * c + 2 * half] * inv[half],
+                               o[4 * c + 2 * half + 1] * inv[half]));
+        if (q == 0) __stcg(slot + 64 * HD + row, inv[half] > 0.f ? lse[half] : -INFINITY);
+    }
+}
+
+// The last split's combine: every split's slot read back in split order 0, 1, ... (the same
+// bits whichever split arrived last), O = sum_s e^(lse_s - M) O_s / sum_s e^(lse_s - M) with M
+// the largest lse, and the log-sum-exp M + ln(sum); a row no split saw (M = -inf) stores 0 and
+// +inf.  Then stored as the unsplit tile's.
+template <int HD, class Elem>
+__device__ __forceinline__ void decode_combine(const float* slots, int splits,
+                                               const DecodeRows& dr, unsigned short* out,
+                                               long long o_ss, long long o_sh, float* LSE,
+                                               int hq, int sq) {
+    const int lane = threadIdx.x % 32, q = lane % 4;
+    const int r0 = (threadIdx.x % 128) / 32 * 16 + lane / 4;
+    float o[HD / 2], scale[2], lse[2];
+#pragma unroll
+    for (int i = 0; i < HD / 2; ++i) o[i] = 0.f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = r0 + 8 * half;
+        scale[half] = 0.f;
+        lse[half] = INFINITY;
+        if (!dr.stored(row)) continue;
+        float m = -INFINITY;
+        for (int s = 0; s < splits; ++s)
+            m = fmaxf(m, __ldcg(slots + (long long)s * DECODE_SLOT<HD> + 64 * HD + row));
+        if (m == -INFINITY) continue;
+        float sum = 0.f;
+        for (int s = 0; s < splits; ++s) {
+            const float* slot = slots + (long long)s * DECODE_SLOT<HD>;
+            const float w = __expf(__ldcg(slot + 64 * HD + row) - m);
+            sum += w;
+#pragma unroll
+            for (int c = 0; c < HD / 8; ++c) {
+                const float2 x = __ldcg(reinterpret_cast<const float2*>(slot + row * HD + c * 8
+                                                                         + 2 * q));
+                o[4 * c + 2 * half] += w * x.x;
+                o[4 * c + 2 * half + 1] += w * x.y;
+            }
+        }
+        scale[half] = 1.f / sum;
+        lse[half] = m + __logf(sum);
+    }
+    decode_store<HD, Elem>(o, scale, lse, dr, out, o_ss, o_sh, LSE, hq, sq);
+}
+
+}  // namespace pcat
