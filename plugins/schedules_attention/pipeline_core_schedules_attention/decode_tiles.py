@@ -68,12 +68,16 @@ def chunk_rows(page_size: int, block_n: int) -> int:
     return block_n if page_size == 0 else math.gcd(page_size, block_n)
 
 
+def _ints(items: Iterable[int]) -> tuple[int, ...]:
+    return tuple(items)
+
+
 @attrs.frozen(kw_only=True)
 class DecodeProblem:
     """One decode launch as the rule sees it: each sequence's cache length, the query tokens
     per sequence, the tokens per tile (``TB``), the splits and the page size (0: contiguous)."""
 
-    lengths: tuple[int, ...] = attrs.field(converter=tuple)
+    lengths: tuple[int, ...] = attrs.field(converter=_ints)
     sq: int
     tokens: int
     splits: int = 1
@@ -104,7 +108,7 @@ class DecodeBounds:
     block_n: int
     split: bool = False
     #: the body ops that apply the mask on a masked K tile (the softmax steps)
-    masked_ops: tuple[int, ...] = attrs.field(converter=tuple, default=())
+    masked_ops: tuple[int, ...] = attrs.field(converter=_ints, default=())
     # --- mutations: 0 / -1 in every kernel; a test's edit, which the proof refuses ---------
     #: KV blocks every split's first block is moved by
     split_shift: int = 0

@@ -235,7 +235,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         else "pcat::KeyTail{Sk}",
         guard=g.windowed or (causal is not None and causal.align == "bottom_right"),
         qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.head_dim}k16",
-        window=g.windowed, softcap=g.softcap,
+        window=g.windowed, softcap=g.softcap, decode=False,
         **(_VARLEN_COORDS if g.varlen else {"kv_from": "KF * BN + "} if g.windowed else {}))
     loop = ("int rb = 0, o = 0;", "for (int tile = blockIdx.x; tile < TILES; "
             "tile += gridDim.x, rb += KT, ++o) {")

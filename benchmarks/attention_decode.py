@@ -1,0 +1,375 @@
+"""``attention_decode()`` on the GPU (issue 38, decoding over a KV cache): correctness, a decode
+loop in a CUDA graph, sanitizers and bandwidth (docs/guide/attention.md, "Decoding over a KV
+cache").
+
+  PYTHONPATH=$PWD:$PWD/plugins/nvidia_h100:$PWD/plugins/schedules_attention \\
+  PIPELINE_CORE_CACHE_DIR=$PWD/benchmarks/_kitcache python3 benchmarks/attention_decode.py
+  ... attention_decode.py --prebuild-only   # no GPU: every cubin into PIPELINE_CORE_CACHE_DIR
+  ... attention_decode.py --sanitize        # racecheck + synccheck at small shapes
+  ... attention_decode.py --dry-run         # the configurations, no torch
+
+1. **correct**: ``--cases`` (72) decode steps: contiguous caches and pages of 16 and 64 (the
+   pages in a random order, the table's spare entries garbage), lengths from {0, 1, 7, 128,
+   page + 1, 4096, 100000} mixed in a batch of 2 to 4, Sq 1, 2, 4, 16 and 128, GQA ratios 1, 4,
+   7, 8 and 16, causal and not (Sq > 1), D 64 / 128, bf16 / fp16, unsplit and split (the call
+   picks; a long cache at a small batch splits).  Every cache row past a sequence's length and
+   every unused page is NaN (a kernel that lets one into a sum fails), the output and LSE
+   memory NaN-poisoned.  Per sequence against an fp32 reference: within 1.5x SDPA's error on
+   the same sequence (attention_varlen's bound rules), LSE within :data:`LSE_TOL`.
+2. **loop**: a decode loop of 8 steps (append the new token's K and V, then attend) captured
+   in one CUDA graph and replayed against the eager loop, bit for bit.
+3. **time** (one process, interleaved rounds, CUDA-graph replays): Sq 1, D 128, bf16: batch 1,
+   8, 64 over KV lengths 1k-128k, Hq/Hkv 32/8 and 64/8; ours contiguous and paged (16, 64)
+   against SDPA's cuDNN and flash backends on the contiguous cache (grouped-query heads), and
+   the bandwidth: bytes of K and V read / time, against a same-run device-to-device copy.
+   Per-round ratios ours / peer (above 1: ours faster).
+
+The last line is one PASS/FAIL summary.  Every result is one JSON line on stdout (and in
+--out/attention_decode.jsonl).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedules_attention"):
+    if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
+        sys.path.insert(0, str(extra))
+
+from attention_checks import peer  # noqa: E402  (beside this script)
+from attention_varlen import poison, reference, rel  # noqa: E402  (beside this script)
+from bench_checks import check_args, emit, sanitized  # noqa: E402  (beside this script)
+from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
+
+PAGES = (0, 16, 64)  # 0: contiguous
+HEADS = ((8, 8), (32, 8), (28, 4), (64, 8), (16, 1))
+TOKENS = (1, 2, 4, 16, 128)
+MIN_BOUND = 1e-3
+FIXED_BOUND = {"bf16": 2e-2, "fp16": 2.5e-3}
+LSE_TOL = 1e-2
+
+
+def lengths_for(page: int) -> tuple[int, ...]:
+    return (0, 1, 7, 128, (page or 64) + 1, 4096, 100000)
+
+
+def configs(rng: random.Random, n: int) -> list[tuple]:
+    """``n`` cases (page, lengths, sq, hq, hkv, D, dtype, causal)."""
+    out = []
+    for i in range(n):
+        page = PAGES[i % 3]
+        sq = TOKENS[(i // 3) % len(TOKENS)]
+        hq, hkv = HEADS[(i // 2) % len(HEADS)]
+        d = (128, 64)[(i // 5) % 2]
+        dtype = ("bf16", "fp16")[(i // 7) % 2]
+        causal = sq > 1 and i % 4 != 1
+        pool = [x for x in lengths_for(page) if sq < 128 or x <= 4096]
+        lens = [pool[(i + j) % len(pool)] if j == 0 else rng.choice(pool)
+                for j in range(rng.randint(2, 4))]
+        if i % 6 == 0:  # a batch that splits: one long sequence alone
+            lens = [rng.choice((4096, 100000)) if sq < 128 else 4096]
+        out.append((page, tuple(lens), sq, hq, hkv, d, dtype, causal))
+    return out
+
+
+def _dtype(torch, name: str):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def cache(torch, page: int, lens, hkv: int, d: int, dtype, rng: random.Random, extra: int = 0):
+    """(k_cache, v_cache, block_table, seqlens, keys): the caches NaN wherever no sequence's
+    key lies (rows past a length, unused pages), ``keys[b]`` sequence b's fresh K and V
+    ([len, Hkv, D] each); paged, the pages in a random order and the table's spare entries
+    garbage.  ``extra`` rows of room past the longest (a decode loop appends there)."""
+    cap = max(lens) + extra
+    dt = _dtype(torch, dtype)
+    keys = [(torch.randn(n, hkv, d, device="cuda", dtype=dt),
+             torch.randn(n, hkv, d, device="cuda", dtype=dt)) for n in lens]
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    if page == 0:
+        kc = torch.full((len(lens), max(cap, 1), hkv, d), float("nan"), device="cuda", dtype=dt)
+        vc = kc.clone()
+        for b, (k, v) in enumerate(keys):
+            kc[b, :len(k)], vc[b, :len(v)] = k, v
+        return kc, vc, None, seqlens, keys
+    per = [-(-(n + extra) // page) for n in lens]
+    width = max(per) + 2
+    order = list(range(sum(per) + 3))  # three spare pages nobody's
+    rng.shuffle(order)
+    table = torch.full((len(lens), width), 2 ** 30, dtype=torch.int32)  # garbage past the end
+    used = order[:sum(per)]
+    at = 0
+    for b, n in enumerate(per):
+        table[b, :n] = torch.tensor(used[at:at + n], dtype=torch.int32)
+        at += n
+    kc = torch.full((len(order), page, hkv, d), float("nan"), device="cuda", dtype=dt)
+    vc = kc.clone()
+    if used:  # every sequence's keys padded with NaN to its pages, then scattered to them
+        idx = torch.tensor(used, device="cuda")
+        for c, j in ((kc, 0), (vc, 1)):
+            rows = torch.cat([torch.cat([kv[j], torch.full((per[b] * page - len(kv[j]), hkv, d),
+                                                            float("nan"), device="cuda",
+                                                            dtype=dt)])
+                              for b, kv in enumerate(keys)])
+            c[idx] = rows.view(-1, page, hkv, d)
+    return kc, vc, table.cuda(), seqlens, keys
+
+
+def case_check(torch, attention_decode, case, rng: random.Random) -> dict:
+    page, lens, sq, hq, hkv, d, dtype, causal = case
+    kc, vc, table, seqlens, keys = cache(torch, page, lens, hkv, d, dtype, rng)
+    q = torch.randn(len(lens), sq, hq, d, device="cuda", dtype=_dtype(torch, dtype))
+    scale = 1 / math.sqrt(d)
+    poison(torch, q, torch.empty(len(lens) * hq * sq, device="cuda"))
+    out, lse = attention_decode(q, kc, vc, cache_seqlens=seqlens, block_table=table,
+                                causal=causal, return_lse=True)
+    torch.cuda.synchronize()
+    worst, fails = 0.0, []
+    how = "bottom_right" if causal else False
+    for b, (k, v) in enumerate(keys):
+        qs, ks, vs = q[b].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)
+        got, got_lse = out[b].transpose(0, 1), lse[b]
+        ref, ref_lse, keyed = reference(torch, qs, ks, vs, scale, how)
+        if bool((~keyed).any()):
+            if (bool(got[:, ~keyed].ne(0).any())
+                    or not bool(torch.isposinf(got_lse[:, ~keyed]).all())):
+                fails.append(f"seq {b}: a row with no key is not 0 / LSE +inf")
+        if not bool(keyed.any()):
+            continue
+        err = rel(torch, got[:, keyed], ref[:, keyed])
+        lse_err = float((got_lse[:, keyed] - ref_lse[:, keyed]).abs().max())
+        name, po = peer(torch, qs[None], ks[None], vs[None], how) if len(k) else (None, None)
+        perr = (rel(torch, po[0][:, keyed], ref[:, keyed]) if po is not None
+                and bool(torch.isfinite(po[0][:, keyed]).all()) else None)
+        bound = max(1.5 * perr, MIN_BOUND) if perr is not None else FIXED_BOUND[dtype]
+        worst = max(worst, err / bound)
+        if err > bound or not lse_err <= LSE_TOL:
+            fails.append(f"seq {b} ({sq}x{len(k)}): error {err:.2e} (bound {bound:.2e}, "
+                         f"{name or 'fixed'}), lse {lse_err:.2e}")
+    from pipeline_core_schedules_attention.decode_call import DECODE
+
+    splits = max((r.plan[1] for r in DECODE.recipes._items.values()), default=1)
+    return {"kind": "case", "page": page, "lengths": list(lens), "sq": sq, "hq": hq,
+            "hkv": hkv, "D": d, "dtype": dtype, "causal": causal, "ok": not fails,
+            "splits_seen": splits, "worst_ratio_to_bound": round(worst, 3), "fails": fails}
+
+
+def correct(torch, cases: int, seed: int) -> bool:
+    from pipeline_core_schedules_attention.decode_call import attention_decode
+
+    rng, ok = random.Random(seed), 0
+    for case in configs(random.Random(seed), cases):
+        try:
+            rec = case_check(torch, attention_decode, case, rng)
+        except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
+            rec = {"kind": "case", "case": repr(case), "ok": False,
+                   "fails": [f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"]}
+        emit(rec)
+        ok += rec["ok"]
+        torch.cuda.empty_cache()
+    emit({"kind": "correct-summary", "cases": cases, "passed": ok})
+    return ok == cases
+
+
+def loop(torch) -> bool:
+    """A decode loop (append, attend; 8 steps) captured in one graph, replayed from the same
+    start as the eager loop: bit for bit, contiguous and paged."""
+    from pipeline_core_schedules_attention.decode_call import append_kv_cache, attention_decode
+
+    same = True
+    for page in (0, 16):
+        rng = random.Random(1)
+        lens = [300, 5000, 17]
+        kc, vc, table, seqlens, _ = cache(torch, page, lens, 8, 128, "bf16", rng, extra=16)
+        steps = [[torch.randn(3, 1, n, 128, device="cuda", dtype=torch.bfloat16)
+                  for n in (32, 8, 8)] for _ in range(8)]
+        start = (kc.clone(), vc.clone(), seqlens.clone())
+
+        def run():
+            outs = []
+            for q, k, v in steps:
+                append_kv_cache(kc, vc, k, v, cache_seqlens=seqlens, block_table=table)
+                seqlens.add_(1)
+                outs.append(attention_decode(q, kc, vc, cache_seqlens=seqlens,
+                                             block_table=table))
+            return torch.stack(outs)
+
+        def reset():
+            kc.copy_(start[0]), vc.copy_(start[1]), seqlens.copy_(start[2])
+
+        eager = run()
+        reset()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            run()
+            reset()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=side):
+                captured = run()
+        torch.cuda.current_stream().wait_stream(side)
+        reset()
+        g.replay()
+        torch.cuda.synchronize()
+        eq = bool(torch.equal(captured, eager)) and bool(torch.isfinite(eager).all())
+        emit({"kind": "loop", "page": page, "bitwise_equal": eq})
+        same &= eq
+    return same
+
+
+#: the timed steps: (batch, KV length, Hq, Hkv)
+SHAPES = ((1, 8192, 32, 8), (1, 32768, 32, 8), (1, 131072, 32, 8), (1, 131072, 64, 8),
+          (8, 1024, 32, 8), (8, 8192, 32, 8), (8, 32768, 32, 8), (8, 32768, 64, 8),
+          (64, 1024, 32, 8), (64, 8192, 32, 8))
+
+
+def timing(torch, rounds: int, seed: int) -> list[dict]:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from pipeline_core_schedules_attention.decode_call import attention_decode
+
+    rng, out = random.Random(seed), []
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    for b, n, hq, hkv in SHAPES:
+        try:
+            d = 128
+            q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+            kv_bytes = 2 * b * n * hkv * d * 2
+            caches = {p: cache(torch, p, [n] * b, hkv, d, "bf16", rng)[:4] for p in PAGES}
+            fns = {}
+            for p, (kc, vc, table, lens) in caches.items():
+                fns[f"ours-{'contig' if p == 0 else f'page{p}'}"] = graphed(
+                    torch, lambda kc=kc, vc=vc, table=table, lens=lens: attention_decode(
+                        q, kc, vc, cache_seqlens=lens, block_table=table))
+            kc, vc = caches[0][0], caches[0][1]
+            qt, kt, vt = q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2)
+            for name, be in (("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
+                             ("sdpa-flash", SDPBackend.FLASH_ATTENTION)):
+                def sdpa(be=be):
+                    with sdpa_kernel([be]):
+                        return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+                try:
+                    sdpa()
+                    torch.cuda.synchronize()
+                    fns[name] = graphed(torch, sdpa)
+                except Exception as exc:  # noqa: BLE001 - the backend refuses it
+                    emit({"kind": "peer-refused", "peer": name, "shape": [b, n, hq, hkv],
+                          "error": str(exc).splitlines()[0][:200]})
+            copy_bytes = min(kv_bytes, src.numel())
+            fns["copy"] = lambda: dst[:copy_bytes].copy_(src[:copy_bytes])
+            per = interleaved(torch, fns, rounds, 20)
+            rec = {"kind": "time", "batch": b, "kv_len": n, "hq": hq, "hkv": hkv, "D": d,
+                   "kv_bytes": kv_bytes,
+                   "ms": {k: round(statistics.median(v), 4) for k, v in per.items()},
+                   "tb_per_s": {k: round(kv_bytes / statistics.median(v) / 1e9, 3)
+                                for k, v in per.items() if k != "copy"},
+                   "copy_tb_per_s": round(2 * copy_bytes / statistics.median(per["copy"])
+                                          / 1e9, 3),
+                   "device": torch.cuda.get_device_name()}
+            for ours in [k for k in per if k.startswith("ours")]:
+                for peer_name in [k for k in per if k.startswith("sdpa")]:
+                    rec[f"{ours}/{peer_name}"] = ratios(per, ours, peer_name)
+            if "ours-contig" in per:
+                for ours in ("ours-page16", "ours-page64"):
+                    rec[f"{ours}/ours-contig"] = ratios(per, ours, "ours-contig")
+            emit(rec)
+            out.append(rec)
+            del caches, fns
+        except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
+            emit({"kind": "time-error", "shape": [b, n, hq, hkv],
+                  "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
+        torch.cuda.empty_cache()
+    return out
+
+
+def sanitize_run(torch) -> None:
+    """Small decode steps under the sanitizer: a page boundary inside a block, lengths 0, 1,
+    page + 1 and several blocks with a tail, unsplit and split, causal and not."""
+    from pipeline_core_schedules_attention.decode_call import attention_decode
+
+    rng = random.Random(0)
+    for page in (0, 16):
+        for sq, causal in ((1, False), (4, True)):
+            for lens in ([0, 1, 17, 300], [700]):  # the second splits
+                kc, vc, table, seqlens, _ = cache(torch, page, lens, 2, 128, "bf16", rng)
+                q = torch.randn(len(lens), sq, 8, 128, device="cuda", dtype=torch.bfloat16)
+                out = attention_decode(q, kc, vc, cache_seqlens=seqlens, block_table=table,
+                                       causal=causal)
+                torch.cuda.synchronize()
+                print(json.dumps({"kind": "sanitized-run", "page": page, "sq": sq,
+                                  "lens": lens, "nan": bool(torch.isnan(out).any())}),
+                      flush=True)
+
+
+def sanitize(out: Path | None, timeout: float) -> bool:
+    clean = sanitized(Path(__file__), 8, out, timeout)
+    emit({"kind": "summary", "result": "PASS" if clean else "FAIL", "sanitizers_clean": clean})
+    return clean
+
+
+def _build(key: tuple) -> bool:
+    from pipeline_core_nvidia_h100.kit_api import ARCH, BUILD_OPTIONS, cubin_path
+
+    from pipeline_core_schedules_attention.decode_call import decode_source
+    from pipeline_core_schedules_attention.signature import KERNEL_NAME
+
+    return cubin_path(decode_source(*key)[1], KERNEL_NAME, BUILD_OPTIONS, ARCH) is not None
+
+
+def prebuild(jobs: int) -> None:
+    """Every decode kernel (decode_call.VARIANTS) into PIPELINE_CORE_CACHE_DIR (no GPU)."""
+    from pipeline_core_schedules_attention.decode_call import VARIANTS
+
+    with ProcessPoolExecutor(jobs) as pool:
+        built = sum(pool.map(_build, VARIANTS))
+    emit({"kind": "prebuild", "built": built, "of": len(VARIANTS)})
+
+
+def main() -> None:
+    args = check_args(("all", "correct", "loop", "time", "sanitize-run"),
+                      "attention_decode.jsonl",
+                      (("--cases", int, 72), ("--rounds", int, 5), ("--seed", int, 0),
+                       ("--jobs", int, 2), ("--timeout", float, 600.0)))
+    if args.dry_run:
+        for case in configs(random.Random(args.seed), args.cases):
+            emit({"kind": "dry-run", "case": repr(case)})
+    elif args.prebuild_only:
+        prebuild(args.jobs)
+    elif args.sanitize:
+        sanitize(args.out, args.timeout)
+    else:
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    """The GPU phases, then the summary line."""
+    import torch
+
+    torch.manual_seed(args.seed)
+    if args.phase == "sanitize-run":
+        return sanitize_run(torch)
+    emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
+    ok = loop_ok = True
+    times: list[dict] = []
+    with torch.inference_mode():
+        if args.phase in ("all", "correct"):
+            ok = correct(torch, args.cases, args.seed)
+        if args.phase in ("all", "loop"):
+            loop_ok = loop(torch)
+        if args.phase in ("all", "time"):
+            times = timing(torch, args.rounds, args.seed)
+    emit({"kind": "summary", "result": "PASS" if ok and loop_ok else "FAIL", "correct": ok,
+          "loop": loop_ok, "timed": len(times)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,331 @@
+"""``attention_decode(q, k_cache, v_cache, *, cache_seqlens, block_table=None, causal=True,
+...)``: decoding over a KV cache (``-p decode``; decode_tiles.py says what the kernel computes;
+docs/guide/attention.md, "Decoding over a KV cache").
+
+q is ``[B, Sq, Hq, D]`` (a few new tokens per sequence, any strides with a unit last one); the
+cache is contiguous ``[B, capacity, Hkv, D]`` or paged ``[pages, page_size, Hkv, D]`` with
+``block_table [B, max_pages]`` (int32: the pages of sequence b in order), as FlashAttention's
+``flash_attn_with_kvcache`` takes them; ``cache_seqlens`` (int32 ``[B]`` on the device, or one
+int for every sequence) is each sequence's length in the cache, the query tokens among its
+last keys.  Causal (the default) with ``Sq > 1``: token t sees keys up to ``len - Sq + t``.
+
+The lengths stay on the device: the kernel reads them, so a call never syncs and a CUDA graph
+captures it (a decode loop replays it).  What the host decides from the shapes alone: the tile
+(a GQA group's heads and the tokens packed into 64 rows, :func:`decode_tiles.tile_shape`) and
+the split count (:func:`decode_tiles.choose_splits`, the wave model over the cache's capacity:
+the lengths are unknown there, so a batch of short sequences in a long cache may split more
+than it needs; each split then finds fewer blocks, or none, and costs its overhead only).
+Split-KV's partials go to the kit's ``split_workspace`` of the stream, made once outside a
+capture (a capture that finds none runs unsplit).
+
+Refused, each in one line: a page size not a multiple of 8 rows (a 128-byte swizzled TMA box
+holds whole 8-row atoms), a cache TMA cannot read in place is copied once (as ``attention()``'s
+operands), a gradient (no backward: decoding is inference).
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, HostCall, Launch, Recipe,
+                                               current_stream, describe, require_gpu_module,
+                                               sm_count, split_workspace, strided_tensor_map)
+
+from pipeline_core_schedules_attention.call import (DTYPES, LOG2E, AttentionArgumentError,
+                                                    AttentionKernel, _load, check_group,
+                                                    check_operands, softmax_scale)
+from pipeline_core_schedules_attention.decode_tiles import (DECODE_ROWS, MAX_SLOTS_PER_SM,
+                                                            choose_splits, chunk_rows,
+                                                            tile_shape)
+from pipeline_core_schedules_attention.layout import (BOX_COLS, empty_in_order, in_place,
+                                                      order_of, readable, sizes, strides)
+from pipeline_core_schedules_attention.schedule import DECODE_PRODUCER_REGISTERS, NAME
+from pipeline_core_schedules_attention.signature import DECODE_SIGNATURE
+
+if TYPE_CHECKING:
+    from pipeline_core.plugin_api import CompiledSchedule
+
+#: keys per KV block, and the ring's depth per head dim (Q's 16 KB beside 3 K and V stages of
+#: 64 KB at D 128: 208 KB; at D 64, 5 stages of 32 KB)
+BLOCK_N = 128
+STAGES = {64: 5, 128: 3}
+HEAD_DIMS = tuple(STAGES)
+
+
+@attrs.frozen(kw_only=True)
+class DecodeCall:
+    """What one decode call runs: the batch, tokens, query and KV heads, head dim, dtype, the
+    folded scale, causal (only with more than one token), the cache (pages and rows a page; a
+    contiguous cache is one page a sequence of ``capacity`` rows), the table's width, the
+    operands copied once and the output's layout (q's)."""
+
+    batch: int
+    tokens: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: str
+    scale_log2: float
+    causal: bool
+    paged: bool
+    pages: int
+    page_size: int
+    table_pages: int
+    copied: tuple[str, ...] = ()
+    out_order: tuple[int, ...] = (0, 1, 2, 3)
+
+    @property
+    def group(self) -> int:
+        return self.heads // self.kv_heads
+
+    @property
+    def capacity(self) -> int:
+        """The most keys a sequence may hold: its table's pages (paged) or the cache's rows."""
+        return self.table_pages * self.page_size if self.paged else self.page_size
+
+    @property
+    def tiles(self) -> int:
+        """Output tiles: (sequence, KV head, head chunk, token block)."""
+        hb, tb, hc = tile_shape(self.group)
+        return self.batch * self.kv_heads * hc * -(-self.tokens // tb)
+
+
+def _fail(name: str, why: str) -> AttentionArgumentError:
+    return AttentionArgumentError(f"attention_decode: {name}: {why}")
+
+
+def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_table: Any, *,
+                causal: bool = True, scale: float | None = None,
+                grad_enabled: bool = True) -> DecodeCall:
+    """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault
+    (host-side facts only: the lengths and the table's pages live on the device)."""
+    check_operands(_fail, q, k_cache, v_cache, "[B, S, H, D]")
+    b, sq, h, d = sizes(q)
+    if d not in HEAD_DIMS:
+        raise _fail("q", f"head dim {d}; decoding supports {', '.join(map(str, HEAD_DIMS))}")
+    if grad_enabled and any(getattr(t, "requires_grad", False) for t in (q, k_cache, v_cache)):
+        raise _fail("q", "needs a gradient, and decoding has no backward (it is inference); "
+                         "run under torch.no_grad() or torch.inference_mode()")
+    pages, page_size, hkv, dk = sizes(k_cache)
+    if dk != d:
+        raise _fail("k_cache", f"head dim {dk}, q's {d}; pass one head dim")
+    check_group(_fail, h, hkv)
+    if not isinstance(causal, bool):
+        raise _fail("causal", f"{causal!r}; pass True (the diagonal bottom-right: the last "
+                              "query token is the newest key) or False")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)
+                                  and scale > 0):
+        raise _fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
+    _check_lengths(cache_seqlens, b, q)
+    if block_table is None:
+        if pages != b:
+            raise _fail("k_cache", f"{pages} sequences for q's {b}; pass a contiguous cache "
+                                   "[B, capacity, Hkv, D], or pages with block_table=")
+        table_pages = 1
+    else:
+        table_pages = _check_table(block_table, b, q)
+        if page_size % 8:
+            raise _fail("k_cache", f"pages of {page_size} rows; the kernel copies whole 8-row "
+                                   "atoms of a 128-byte swizzled box: allocate pages of a "
+                                   "multiple of 8 rows (16 and 64 are common)")
+    return DecodeCall(batch=b, tokens=sq, heads=h, kv_heads=hkv, head_dim=d,
+                      dtype=DTYPES[str(q.dtype)], scale_log2=softmax_scale(d, scale) * LOG2E,
+                      causal=causal and sq > 1, paged=block_table is not None, pages=pages,
+                      page_size=page_size, table_pages=table_pages,
+                      copied=tuple(n for n, t in (("q", q), ("k_cache", k_cache),
+                                                  ("v_cache", v_cache)) if not in_place(t)),
+                      out_order=order_of(q))
+
+
+def _check_lengths(lengths: Any, batch: int, q: Any) -> None:
+    if isinstance(lengths, bool) or (isinstance(lengths, int) and lengths < 0):
+        raise _fail("cache_seqlens", f"{lengths!r}; pass an int >= 0 or an int32 tensor [B]")
+    if isinstance(lengths, int):
+        return
+    if str(getattr(lengths, "dtype", None)) != "torch.int32":
+        raise _fail("cache_seqlens", f"dtype {getattr(lengths, 'dtype', type(lengths).__name__)}"
+                                     "; pass a torch.int32 tensor [B] (or one int)")
+    if tuple(lengths.shape) != (batch,):
+        raise _fail("cache_seqlens", f"shape {tuple(lengths.shape)}; pass [{batch}], one "
+                                     "length a sequence")
+    if lengths.device != q.device:
+        raise _fail("cache_seqlens", f"on {lengths.device}, q on {q.device}; the kernel reads "
+                                     "it there: pass it on q's device")
+
+
+def _check_table(table: Any, batch: int, q: Any) -> int:
+    if str(getattr(table, "dtype", None)) != "torch.int32":
+        raise _fail("block_table", f"dtype {getattr(table, 'dtype', type(table).__name__)}; "
+                                   "pass a torch.int32 tensor [B, max_pages]")
+    if len(table.shape) != 2 or table.shape[0] != batch:
+        raise _fail("block_table", f"shape {tuple(table.shape)}; pass [{batch}, max_pages]")
+    if table.device != q.device:
+        raise _fail("block_table", f"on {table.device}, q on {q.device}; pass it on q's device")
+    if table.shape[1] and table.stride(1) != 1:
+        raise _fail("block_table", "its pages are not contiguous in a row; pass .contiguous()")
+    return int(table.shape[1])
+
+
+def decode_params(head_dim: int, causal: bool, split: bool) -> dict[str, str]:
+    """The ``-p`` parameters of a decode kernel."""
+    return {"decode": "true", "split_kv": str(split).lower(), "causal": str(causal).lower(),
+            "head_dim": str(head_dim), "block_m": str(DECODE_ROWS), "block_n": str(BLOCK_N),
+            "consumers": "1", "pingpong": "false", "intra_overlap": "true",
+            "producer_registers": str(DECODE_PRODUCER_REGISTERS)}
+
+
+def decode_source(head_dim: int, dtype: str, causal: bool,
+                  split: bool) -> tuple[CompiledSchedule, str]:
+    """A decode kernel's schedule compiled (and proven), and its CUDA."""
+    from pipeline_core_schedules_attention.emit_attention import emit_attention
+
+    compiled = DECODE.compile(decode_params(head_dim, causal, split), STAGES[head_dim])
+    return compiled, emit_attention(compiled, dtype=dtype)
+
+
+#: every kernel the decode call may build: (head dim, dtype, causal, split)
+VARIANTS = tuple((d, t, c, s) for d in HEAD_DIMS for t in ("bf16", "fp16")
+                 for c in (False, True) for s in (False, True))
+
+
+def _build(head_dim: int, dtype: str, causal: bool, split: bool,
+           device: int) -> AttentionKernel:
+    return _load(*decode_source(head_dim, dtype, causal, split), device)
+
+
+def _splits(c: DecodeCall, device: int, stream: int) -> int:
+    """The call's split count (the wave model over the capacity's KV blocks), 1 where the
+    stream's workspace cannot be made now (a capture that finds none)."""
+    sms = sm_count(device)
+    s = choose_splits(c.tiles, -(-c.capacity // BLOCK_N), sms)
+    if s > 1 and split_workspace(device, stream, MAX_SLOTS_PER_SM * sms,
+                                 DECODE_ROWS * (c.head_dim + 1)) is None:
+        return 1
+    return s
+
+
+def _arguments(r: Recipe[tuple[DecodeCall, int]], kernels: tuple[AttentionKernel, ...],
+               tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
+    """The persistent grid and the kernel's arguments (signature.DECODE_SIGNATURE) but the
+    output's and the LSE's addresses, packed per call."""
+    np = require_gpu_module("numpy")
+    (built,), (q, k, v, lengths, table) = kernels, tensors
+    c, splits = r.plan
+    hb, tb, hc = tile_shape(c.group)
+    sms = sm_count(r.device)
+    found = (split_workspace(r.device, r.stream, MAX_SLOTS_PER_SM * sms,
+                             DECODE_ROWS * (c.head_dim + 1)) if splits > 1 else None)
+    if splits > 1 and found is None:
+        raise RuntimeError("internal error: a split-KV recipe without its stream's workspace")
+    rows = chunk_rows(c.page_size if c.paged else 0, BLOCK_N)
+    o_sb, o_ss, o_sh, _ = _out_strides(c)
+    values = {
+        "tmQ": strided_tensor_map(q.data_ptr(), sizes(q), strides(q), (1, tb, hb, BOX_COLS),
+                                  c.dtype),
+        "tmK": strided_tensor_map(k.data_ptr(), sizes(k), strides(k), (1, rows, 1, BOX_COLS),
+                                  c.dtype),
+        "tmV": strided_tensor_map(v.data_ptr(), sizes(v), strides(v), (1, rows, 1, BOX_COLS),
+                                  c.dtype),
+        "seqlens": lengths.data_ptr(), "table": 0 if table is None else table.data_ptr(),
+        "ws": 0 if found is None else found[0].data_ptr(),
+        "counters": 0 if found is None else found[1].data_ptr(),
+        "B": c.batch, "Hkv": c.kv_heads, "Hq": c.heads, "Sq": c.tokens, "G": c.group,
+        "HB": hb, "HB_SHIFT": hb.bit_length() - 1, "TB": tb, "HC": hc,
+        "QT": -(-c.tokens // tb), "SPLITS": splits, "CAP": c.capacity,
+        "page": c.page_size, "R": rows, "scale_log2": c.scale_log2,
+        "table_stride": 0 if table is None else int(table.stride(0)),
+        "o_sb": o_sb, "o_ss": o_ss, "o_sh": o_sh}
+    grid = max(1, min(c.tiles * splits, sms))
+    return (Launch.of(built, (grid,), *DECODE_SIGNATURE.pack_around(("O", "LSE"), values, np)),)
+
+
+def _out_strides(c: DecodeCall) -> tuple[int, ...]:
+    from pipeline_core_schedules_attention.layout import dense_strides
+
+    return dense_strides((c.batch, c.tokens, c.heads, c.head_dim), c.out_order)
+
+
+#: the decode call layer (the kit's HostCall): its kernels (key: (head dim, dtype, causal,
+#: split, device)), recipes and packed arguments; no op (no backward)
+DECODE: HostCall[tuple[DecodeCall, int], AttentionKernel] = HostCall(
+    schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"),
+    build=lambda key: _build(*key), pack=_arguments)
+
+
+def attention_decode(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
+                     block_table: Any = None, causal: bool = True,
+                     scale: float | None = None, return_lse: bool = False) -> Any:
+    """softmax(q . k^T * scale) . v over each sequence's cached keys: q ``[B, Sq, Hq, D]``, the
+    cache ``[B, capacity, Hkv, D]`` or paged ``[pages, page_size, Hkv, D]`` with
+    ``block_table [B, max_pages]`` (int32), ``cache_seqlens`` each sequence's length (int32
+    ``[B]`` on q's device, or one int); bf16 or fp16, D 64 or 128, Hkv dividing Hq.  Returns
+    ``[B, Sq, Hq, D]`` in q's layout; with ``return_lse`` also each row's log-sum-exp
+    ``[B, Hq, Sq]`` fp32 (+inf for a row that sees no key, whose output is 0).  ``causal``
+    with ``Sq > 1``: token t sees keys up to ``len - Sq + t``.  Runs on torch's current stream,
+    never syncs (CUDA-graph capturable), allocates its outputs only (and, on a stream's first
+    split call outside a capture, its workspace once)."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    if not isinstance(return_lse, bool):
+        raise _fail("return_lse", f"{return_lse!r}; pass True or False")
+    grad = torch.is_grad_enabled()
+    if not q.is_cuda:  # no device to key by: refused in one line by the checks
+        plan_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal,
+                    scale=scale, grad_enabled=grad)
+    lengths = cache_seqlens
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        lengths = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    key = (describe(q), describe(k_cache), describe(v_cache), describe(lengths),
+           describe(block_table), type(causal), causal, type(scale), scale,
+           grad and any(getattr(t, "requires_grad", False) for t in (q, k_cache, v_cache)))
+
+    def plan(device: int) -> tuple[DecodeCall, int]:
+        c = plan_decode(q, k_cache, v_cache, lengths, block_table, causal=causal, scale=scale,
+                        grad_enabled=grad)
+        return c, _splits(c, device, current_stream(torch, device))
+
+    try:
+        r = DECODE.recipe(q, key, plan, lambda p, device: (
+            (p[0].head_dim, p[0].dtype, p[0].causal, p[1] > 1, device),))
+    except TypeError:  # an unhashable argument, which the checks refuse
+        plan_decode(q, k_cache, v_cache, lengths, block_table, causal=causal, scale=scale,
+                    grad_enabled=grad)
+        raise
+    c, _ = r.plan
+    out = empty_in_order(torch, q.shape, c.out_order, q)  # q's layout
+    lse = (torch.empty((c.batch, c.heads, c.tokens), dtype=torch.float32, device=q.device)
+           if return_lse else None)
+    if c.tokens and c.batch:
+        if c.copied:  # operands TMA cannot read where they lie, copied once (layout.py)
+            q, k_cache, v_cache = (readable(t) if n in c.copied else t for n, t in
+                                   (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)))
+        DECODE.launch(r, (r, DECODE.kernels.kernel(r.kernels[0]), q.data_ptr(),
+                          k_cache.data_ptr(), v_cache.data_ptr(), lengths.data_ptr(),
+                          None if block_table is None else block_table.data_ptr()),
+                      (q, k_cache, v_cache, lengths, block_table), (out, lse))
+    return (out, lse) if return_lse else out
+
+
+def append_kv_cache(k_cache: Any, v_cache: Any, k_new: Any, v_new: Any, *, cache_seqlens: Any,
+                    block_table: Any = None) -> None:
+    """Write ``k_new`` and ``v_new`` (``[B, n, Hkv, D]``) into the cache at each sequence's
+    positions ``cache_seqlens[b] ..< cache_seqlens[b] + n`` (through ``block_table`` when
+    paged), with torch's indexing on the device: no sync, so a decode loop captured in a CUDA
+    graph replays it.  The caller then adds ``n`` to ``cache_seqlens`` (before or after the
+    attention call, as its model counts the new tokens) and owns the pages: each sequence's
+    table must already name a page for every new position."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    b, n = int(k_new.shape[0]), int(k_new.shape[1])
+    pos = cache_seqlens.long()[:, None] + torch.arange(n, device=k_new.device)[None, :]
+    if block_table is None:
+        rows = torch.arange(b, device=k_new.device)[:, None].expand(b, n)
+        k_cache[rows, pos] = k_new
+        v_cache[rows, pos] = v_new
+    else:
+        size = int(k_cache.shape[1])
+        page = block_table.long().gather(1, pos // size)
+        k_cache[page, pos % size] = k_new
+        v_cache[page, pos % size] = v_new

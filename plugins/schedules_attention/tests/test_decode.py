@@ -1,0 +1,252 @@
+"""Decoding over a KV cache (issue 38; docs/guide/attention.md, "Decoding over a KV cache"):
+the trip rule and its proof, split-KV's hand-off proven by the core, the kernel's C bounds and
+sync skeleton, its build, the split choice and the call's one-line refusals."""
+from __future__ import annotations
+
+import math
+
+import attrs
+import pytest
+
+from pipeline_core.api import compile_named
+from pipeline_core.agents.prove_fixup import fixup_faults
+from pipeline_core.check.verdict import HazardKind as H
+from pipeline_core.proof import UnsafeScheduleError
+
+from pipeline_core_nvidia_h100.sync_skeleton import SkeletonMismatch, check_skeleton
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc
+
+from pipeline_core_schedules_attention import schedule as sched
+from pipeline_core_schedules_attention.call import AttentionArgumentError
+from pipeline_core_schedules_attention.decode_call import (HEAD_DIMS, STAGES, DecodeCall,
+                                                           decode_params, plan_decode)
+from pipeline_core_schedules_attention.decode_tiles import (DECODE_ROWS, MAX_SLOTS_PER_SM,
+                                                            DecodeBounds, DecodeProblem,
+                                                            choose_splits, chunk_rows,
+                                                            tile_shape)
+from pipeline_core_schedules_attention.emit_attention import emit_attention
+from pipeline_core_schedules_attention.emit_decode import decode_bounds_exprs
+
+NAME = "flash-attention-fwd"
+
+
+def build(head_dim=128, causal=False, split=False, **extra):
+    return compile_named(NAME, params={**decode_params(head_dim, causal, split), **extra},
+                         target_args={"stages": str(STAGES[head_dim])})
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_rule_covers_every_key_once_masks_and_gathers_from_the_right_pages(causal, split):
+    rule = DecodeBounds(causal=causal, block_n=128, split=split)
+    assert rule.coverage_faults() == ()
+    assert [f for fix in rule.fixups() for f in fix_faults(fix)] == []
+    # the problems reach what the issue names: a page boundary inside a block, length 0, 1,
+    # one page + 1, pages larger than a block and not a power of two, several splits
+    problems = rule.problems()
+    assert {p.page_size for p in problems} == {0, 16, 48, 256}
+    assert {0, 1, 17, 129} <= {n for p in problems for n in p.lengths}
+    assert {p.splits for p in problems} == ({2, 3, 5} if split else {1})
+
+
+def fix_faults(fix):
+    return fixup_faults(fix)
+
+
+@pytest.mark.parametrize("mutation,needle", [
+    ({"split_shift": 1}, "no row sees"),
+    ({"page_lag": 1}, "table entry"),
+])
+def test_a_split_start_or_a_page_read_after_its_use_is_refused_by_the_rules_proof(mutation,
+                                                                                   needle):
+    rule = attrs.evolve(DecodeBounds(causal=True, block_n=128, split=True), **mutation)
+    faults = rule.coverage_faults()
+    assert faults and needle in faults[0]
+
+
+@pytest.mark.parametrize("mutation,kind", [
+    ({"arrivals_shift": -1}, H.SMEM_RAW),  # a partial read before its split published it
+    ({"skip_split": 1}, H.MISSING_PRODUCT),  # the combine leaves a split out
+    ({"split_shift": 1}, H.MISSING_PRODUCT),
+])
+def test_the_combines_mutations_are_refused_by_the_fixup_proof(mutation, kind):
+    rule = attrs.evolve(DecodeBounds(causal=False, block_n=128, split=True), **mutation)
+    kinds = {k for fix in rule.fixups() for k, _ in fixup_faults(fix)}
+    assert kind in kinds
+
+
+def test_a_mutated_rule_makes_the_compiled_plan_unsafe(monkeypatch):
+    """The core runs the rule's proofs with the plan's: the same mutations through compile."""
+    for mutation in ({"page_lag": 1}, {"skip_split": 1}):
+        real = sched.FlashAttentionForward.bounds
+
+        def bounds(self, real=real, mutation=mutation):
+            return attrs.evolve(real(self), **mutation)
+
+        monkeypatch.setattr(sched.FlashAttentionForward, "bounds", bounds)
+        with pytest.raises(UnsafeScheduleError, match="MISSING_PRODUCT at trip_rule"):
+            build(split=True)
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_every_kernel_the_call_builds_is_proven_and_runs_the_plans_sync(head_dim, causal, split):
+    c = build(head_dim, causal, split)
+    assert c.proof.verdict.safe
+    assert bool(c.plan.reduction) == split
+    src = emit_attention(c)
+    check_skeleton(c, src, once=True, label="decode")
+    assert ("atomicAdd(counters + out_tile" in src) == split
+    if split:  # a dropped release fence is a changed skeleton
+        broken = src.replace("            __threadfence();\n", "", 1)
+        with pytest.raises(SkeletonMismatch):
+            check_skeleton(c, broken, once=True)
+
+
+def _c(expr: str) -> str:
+    return expr.replace("/", "//")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_kernels_bounds_are_the_rules(causal):
+    """The tile lines' C (KV blocks visited, first masked, each split's share) evaluated on
+    every problem of the rule's proof equals the rule (C's / truncates; the clamps make it
+    Python's //: operands are never negative where it matters, which this checks too)."""
+    rule = DecodeBounds(causal=causal, block_n=128, split=True)
+    visited, first = decode_bounds_exprs(causal)
+    for p in rule.problems():
+        for length in p.lengths:
+            for qt in range(-(-p.sq // p.tokens)):
+                env = {"t0": qt * p.tokens, "TB": p.tokens, "Sq": p.sq, "Sk": length,
+                       "BN": 128, "KV_BLOCKS": -(-length // 128), "max": max, "min": min}
+                nb = eval(_c(visited), env)  # noqa: S307 - our own expression
+                fm = eval(_c(first), {**env, "NB": nb})  # noqa: S307
+                assert nb == rule.visited(qt, p.tokens, p.sq, length)
+                assert fm == rule.first_masked(qt, p.tokens, p.sq, length)
+                per = (nb + p.splits - 1) // p.splits
+                shares = rule.splits_of(qt, p.tokens, p.sq, length, p.splits)
+                assert [(s * per, max(0, min(per, nb - s * per))) for s in range(p.splits)] \
+                    == [(sp.first, sp.trips) for sp in shares]
+
+
+def test_the_tile_packs_a_groups_heads_with_tokens_into_64_rows():
+    assert tile_shape(1) == (1, 64, 1)
+    assert tile_shape(4) == (4, 16, 1)
+    assert tile_shape(7) == (8, 8, 1)  # the next group's head rides in the spare row
+    assert tile_shape(64) == (64, 1, 1)
+    assert tile_shape(71) == (64, 1, 2)  # Falcon-7B's multi-query: two head chunks
+    for g in range(1, 130):
+        hb, tb, hc = tile_shape(g)
+        assert hb * tb == DECODE_ROWS and hb * hc >= g and hb & (hb - 1) == 0
+    assert chunk_rows(0, 128) == 128 and chunk_rows(16, 128) == 16
+    assert chunk_rows(48, 128) == 16 and chunk_rows(256, 128) == 128
+
+
+@pytest.mark.parametrize("tiles,blocks", [(8, 1024), (8, 64), (32, 256), (64, 64), (512, 64),
+                                          (1, 2), (200, 1000)])
+def test_the_split_count_fills_the_gpu_within_the_workspace(tiles, blocks):
+    s = choose_splits(tiles, blocks, 132)
+    assert 1 <= s <= blocks and (s == 1 or tiles * s <= MAX_SLOTS_PER_SM * 132)
+    if tiles < 132 // 2 and blocks >= 64:  # a small batch over a long cache splits to fill
+        assert tiles * s >= 0.9 * 132
+    if tiles >= 132:  # a full wave already: no split
+        assert s == 1
+
+
+def test_the_decode_geometry_refuses_what_it_cannot_run_in_one_line():
+    base = decode_params(128, False, False)
+    for over, needle in (({"block_m": "128"}, "-p block_m: decode packs"),
+                         ({"producer_registers": "24"}, "-p producer_registers: 24"),
+                         ({"align": "bottom_right", "causal": "true"}, "-p align: decode"),
+                         ({"decode": "false", "split_kv": "true"}, "-p split_kv:")):
+        with pytest.raises(Exception) as info:
+            compile_named(NAME, params={**base, **over}, target_args={"stages": "3"})
+        assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_the_decode_kernels_build_without_spills(head_dim, causal, split, tmp_path):
+    proc, _ = compile_cubin(emit_attention(build(head_dim, causal, split)), tmp_path, "decode")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    # no control flow between the plan's wgmma.fence and PV's wgmma (decode_pv says why)
+    assert "C7519" not in proc.stderr and "serialized" not in proc.stderr
+
+
+class Fake:
+    """Just what plan_decode reads of a torch tensor."""
+
+    def __init__(self, shape, dtype="torch.bfloat16", cuda=True, device="cuda:0", grad=False):
+        self.shape, self.dtype, self.is_cuda, self.device = tuple(shape), dtype, cuda, device
+        self.requires_grad = grad
+
+    def stride(self, i):
+        return math.prod(self.shape[i + 1:])
+
+    def element_size(self):
+        return 2
+
+    def data_ptr(self):
+        return 1 << 20
+
+
+def args(b=3, sq=1, hq=32, hkv=8, d=128, pages=None, page=16, cap=4096, **over):
+    q = Fake((b, sq, hq, d), **over.get("q", {}))
+    shape = (b, cap, hkv, d) if pages is None else (pages, page, hkv, d)
+    k, v = Fake(shape, **over.get("k", {})), Fake(shape, **over.get("v", {}))
+    lens = over.get("lens", Fake((b,), dtype="torch.int32"))
+    table = None if pages is None else over.get("table", Fake((b, 40), dtype="torch.int32"))
+    return q, k, v, lens, table
+
+
+def test_the_plan_takes_host_facts_only():
+    c = plan_decode(*args(sq=4))
+    assert c == DecodeCall(batch=3, tokens=4, heads=32, kv_heads=8, head_dim=128, dtype="bf16",
+                           scale_log2=c.scale_log2, causal=True, paged=False, pages=3,
+                           page_size=4096, table_pages=1, out_order=(0, 1, 2, 3))
+    assert c.capacity == 4096 and c.group == 4 and c.tiles == 3 * 8 * 1
+    assert math.isclose(c.scale_log2, 1.4426950408889634 / math.sqrt(128))
+    paged = plan_decode(*args(pages=500, page=16))
+    assert paged.paged and paged.capacity == 40 * 16
+    assert not plan_decode(*args(sq=1)).causal  # one token: every key, causal or not
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"q": {"grad": True}}, "attention_decode: q: needs a gradient, and decoding has no "
+                            "backward"),
+    ({"lens": Fake((3,), dtype="torch.int64")}, "attention_decode: cache_seqlens: dtype "
+                                                "torch.int64"),
+    ({"lens": Fake((4,), dtype="torch.int32")}, "attention_decode: cache_seqlens: shape (4,)"),
+    ({"lens": -1}, "attention_decode: cache_seqlens: -1"),
+    ({"k": {"dtype": "torch.float16"}}, "attention_decode: k: dtype torch.float16 differs"),
+])
+def test_bad_arguments_get_one_line_naming_them(over, needle):
+    with pytest.raises(AttentionArgumentError) as info:
+        plan_decode(*args(**over))
+    assert str(info.value).startswith(needle) and "\n" not in str(info.value)
+
+
+def test_bad_caches_and_tables_get_one_line():
+    cases = [(args(pages=500, page=12), "attention_decode: k_cache: pages of 12 rows"),
+             (args(pages=500, table=Fake((3, 40), dtype="torch.int64")),
+              "attention_decode: block_table: dtype torch.int64"),
+             (args(pages=500, table=Fake((2, 40), dtype="torch.int32")),
+              "attention_decode: block_table: shape (2, 40)"),
+             ((Fake((3, 1, 32, 128)), Fake((5, 64, 8, 128)), Fake((5, 64, 8, 128)),
+               Fake((3,), dtype="torch.int32"), None),
+              "attention_decode: k_cache: 5 sequences for q's 3"),
+             ((Fake((3, 1, 30, 128)), Fake((3, 64, 8, 128)), Fake((3, 64, 8, 128)),
+               Fake((3,), dtype="torch.int32"), None), "attention_decode: k: 8 heads for q's 30"),
+             ((Fake((3, 1, 32, 96)), Fake((3, 64, 8, 96)), Fake((3, 64, 8, 96)),
+               Fake((3,), dtype="torch.int32"), None), "attention_decode: q: head dim 96")]
+    for a, needle in cases:
+        with pytest.raises(AttentionArgumentError) as info:
+            plan_decode(*a)
+        assert str(info.value).startswith(needle) and "\n" not in str(info.value)
+    with pytest.raises(AttentionArgumentError, match="attention_decode: causal: 'x'"):
+        plan_decode(*args(), causal="x")
