@@ -325,25 +325,49 @@ def _build(key: tuple) -> bool:
     return cubin_path(decode_source(*key)[1], KERNEL_NAME, BUILD_OPTIONS, ARCH) is not None
 
 
-def prebuild(jobs: int) -> None:
+def prebuild(jobs: int, spec: str = "") -> None:
     """Every decode kernel (decode_call.VARIANTS) into PIPELINE_CORE_CACHE_DIR (no GPU)."""
     from pipeline_core_schedules_attention.decode_call import VARIANTS
 
-    with ProcessPoolExecutor(jobs) as pool:
-        built = sum(pool.map(_build, VARIANTS))
-    emit({"kind": "prebuild", "built": built, "of": len(VARIANTS)})
+    keys = [v for v in VARIANTS if not spec or v[:3] == (128, "bf16", False)]
+    with ProcessPoolExecutor(jobs, initializer=variant, initargs=(spec,)) as pool:
+        built = sum(pool.map(_build, keys))
+    emit({"kind": "prebuild", "built": built, "of": len(keys)})
+
+
+def variant(spec: str) -> None:
+    """A schedule variant of the call's kernels for a timing experiment (``--variant``:
+    ``bn=64,stages=6,intra=false``): the call's tile constants patched in this process."""
+    from pipeline_core_schedules_attention import decode_call
+
+    if not spec:
+        return
+    opts = dict(kv.split("=") for kv in spec.split(","))
+    if "bn" in opts:
+        decode_call.BLOCK_N = int(opts["bn"])
+    if "stages" in opts:
+        decode_call.STAGES = {d: int(opts["stages"]) for d in decode_call.STAGES}
+    if "intra" in opts:
+        plain = decode_call.decode_params
+        decode_call.decode_params = lambda *a: {**plain(*a), "intra_overlap": opts["intra"]}
+    emit({"kind": "variant", "spec": spec})
 
 
 def main() -> None:
     args = check_args(("all", "correct", "loop", "time", "sanitize-run"),
                       "attention_decode.jsonl",
                       (("--cases", int, 72), ("--rounds", int, 5), ("--seed", int, 0),
-                       ("--jobs", int, 2), ("--timeout", float, 600.0)))
+                       ("--jobs", int, 2), ("--timeout", float, 600.0), ("--variant", str, ""),
+                       ("--shapes", str, "")))
+    variant(args.variant)
+    if args.shapes:  # a subset of SHAPES by index (a variant's quick timing)
+        global SHAPES
+        SHAPES = tuple(SHAPES[int(i)] for i in args.shapes.split(","))
     if args.dry_run:
         for case in configs(random.Random(args.seed), args.cases):
             emit({"kind": "dry-run", "case": repr(case)})
     elif args.prebuild_only:
-        prebuild(args.jobs)
+        prebuild(args.jobs, args.variant)
     elif args.sanitize:
         sanitize(args.out, args.timeout)
     else:

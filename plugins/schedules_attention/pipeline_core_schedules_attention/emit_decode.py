@@ -62,7 +62,9 @@ def decode_tile_loop(causal: bool) -> DeviceTileLoop:
              "per = (NB + SPLITS - 1) / SPLITS;  // the plan's DecodeBounds.visited",
              "KF = split * per; KT = max(0, min(per, NB - KF));  // DecodeBounds.splits_of")
     fm = f"FM = {first};  // the plan's DecodeBounds.first_masked"
-    return DeviceTileLoop(counts=counts, producer=TileLoop(head=loop, tile=spans),
+    # the producer's page entries, read ahead: none held at a tile's start
+    pages = "pcat::Pages<BN> pages; pages.block = -1;"
+    return DeviceTileLoop(counts=counts, producer=TileLoop(head=loop, tile=(*spans, pages)),
                           consumers=TileLoop(head=loop, tile=(*spans, fm)), empty_tiles=True)
 
 
@@ -74,8 +76,10 @@ def decode_load_line(tag: int, stage: str, q_stages: int) -> str:
                 f"c * BM * 128, &tmQ, q_full_bar(o % {q_stages}), c * 64, kvh * G + hc * HB, "
                 "t0, b);")
     x = "k" if tag == AttentionTag.TMA_K else "v"
+    ahead = "true" if tag == AttentionTag.TMA_V else "false"  # V's copy: the block's last
     return (f"pcat::decode_kv_load<BN, HD>(stage_{x}({stage}), &tm{x.upper()}, "
-            f"{x}_full_bar({stage}), kvh, b, KF + t, Sk, table, table_stride, page, R);")
+            f"{x}_full_bar({stage}), kvh, b, KF + t, Sk, pages, {ahead}, table, table_stride, "
+            "page, R);")
 
 
 def decode_mask(causal: bool) -> str:
