@@ -327,9 +327,12 @@ def _build(key: tuple) -> bool:
 
 def prebuild(jobs: int, spec: str = "") -> None:
     """Every decode kernel (decode_call.VARIANTS) into PIPELINE_CORE_CACHE_DIR (no GPU)."""
-    from pipeline_core_schedules_attention.decode_call import VARIANTS
+    from pipeline_core_schedules_attention.decode_call import BLOCK_N, VARIANTS
+    from pipeline_core_schedules_attention.decode_tiles import chunk_rows
 
-    keys = [v for v in VARIANTS if not spec or v[:3] == (128, "bf16", False)]
+    chunks = {BLOCK_N // chunk_rows(p, BLOCK_N) for p in PAGES}  # the pages checked here
+    keys = [v for v in VARIANTS if v[4] in chunks
+            and (not spec or v[:3] == (128, "bf16", False))]
     with ProcessPoolExecutor(jobs, initializer=variant, initargs=(spec,)) as pool:
         built = sum(pool.map(_build, keys))
     emit({"kind": "prebuild", "built": built, "of": len(keys)})

@@ -23,58 +23,57 @@ struct DecodeMask {
 
 // The page of each copy of one KV block (its table entries, read ahead): `block` the block
 // they are for, `pg[c]` the page of copy c (-1: wholly past the end, no entry read).
-template <int BN>
+template <int CHUNKS>
 struct Pages {
     int block;
-    int pg[BN / 8];  // pages of 8 rows or more (the call's rule): at most BN / 8 copies
+    int pg[CHUNKS];
 };
 
-// Read block `block`'s entries into `p` (the loads only issued: their registers are waited for
-// where a copy first uses them).  A contiguous cache (`table` null) reads nothing: the page is
-// the sequence.
-template <int BN>
-__device__ __forceinline__ void decode_pages(Pages<BN>& p, int b, int block, int sk,
+// Read block `block`'s CHUNKS entries into `p` (the loads only issued: their registers are
+// waited for where a copy first uses them).  A contiguous cache (`table` null) reads nothing:
+// the page is the sequence.
+template <int BN, int CHUNKS>
+__device__ __forceinline__ void decode_pages(Pages<CHUNKS>& p, int b, int block, int sk,
                                              const int* __restrict__ table,
-                                             long long table_stride, int page, int rows) {
+                                             long long table_stride, int page) {
+    constexpr int R = BN / CHUNKS;
     p.block = block;
 #pragma unroll
-    for (int c = 0; c < BN / 8; ++c) {
-        const int key = block * BN + c * rows;
-        p.pg[c] = -1;
-        if (c < BN / rows && key < sk)
-            p.pg[c] = table == nullptr ? b
-                      : __ldg(table + (long long)b * table_stride + key / page);
+    for (int c = 0; c < CHUNKS; ++c) {
+        const int key = block * BN + c * R;
+        p.pg[c] = key >= sk ? -1 : table == nullptr ? b
+                  : __ldg(table + (long long)b * table_stride + key / page);
     }
 }
 
-// KV block `block` of sequence b at KV head h into a ring stage: BN / R copies of R rows per
-// 64-column box, each from the page its table entry names (row key % page of entry key / page;
-// a contiguous cache: the sequence's own rows, one copy).  A copy wholly past the end takes
-// page -1, outside the map: TMA writes zeros and counts the bytes, so the stage's transaction
-// count is the block's whatever the length.  The entries come from `p` when it holds this
-// block's (read ahead), else they are read now; with `ahead` (V's copy, the block's last) the
-// next block's are read after the copies, so their latency passes while the producer waits for
-// the next free stage instead of before its copies.  Whatever order the copies come in, each
-// uses its own block's entries (the check of p.block), so reading ahead is never wrong, only
-// early.
-template <int BN, int HD>
+// KV block `block` of sequence b at KV head h into a ring stage: CHUNKS copies of R = BN /
+// CHUNKS rows per 64-column box (the kernel's page chunks, compiled in: a fixed, unrolled
+// count keeps the single issuing thread's instructions per block few), each from the page its
+// table entry names (row key % page of entry key / page; a contiguous cache: the sequence's
+// own rows, one copy).  A copy wholly past the end takes page -1, outside the map: TMA writes
+// zeros and counts the bytes, so the stage's transaction count is the block's whatever the
+// length.  The entries come from `p` when it holds this block's (read ahead), else they are
+// read now; with `ahead` (V's copy, the block's last) the next block's are read after the
+// copies, so their latency passes while the producer waits for the next free stage.  Whatever
+// order the copies come in, each uses its own block's entries (the check of p.block), so
+// reading ahead is never wrong, only early.
+template <int BN, int HD, int CHUNKS>
 __device__ __forceinline__ void decode_kv_load(u32 dst, const pcwg::TensorMap* map, u32 bar,
-                                               int h, int b, int block, int sk, Pages<BN>& p,
-                                               bool ahead, const int* __restrict__ table,
-                                               long long table_stride, int page, int rows) {
-    if (p.block != block) decode_pages<BN>(p, b, block, sk, table, table_stride, page, rows);
+                                               int h, int b, int block, int sk,
+                                               Pages<CHUNKS>& p, bool ahead,
+                                               const int* __restrict__ table,
+                                               long long table_stride, int page) {
+    constexpr int R = BN / CHUNKS;
+    if (p.block != block) decode_pages<BN, CHUNKS>(p, b, block, sk, table, table_stride, page);
 #pragma unroll
-    for (int c = 0; c < BN / 8; ++c) {
-        if (c < BN / rows) {
-            const int key = block * BN + c * rows;
-            const int at = p.pg[c] < 0 ? 0 : table == nullptr ? key : key % page;
+    for (int c = 0; c < CHUNKS; ++c) {
+        const int key = block * BN + c * R;
+        const int at = p.pg[c] < 0 ? 0 : table == nullptr ? key : key % page;
 #pragma unroll
-            for (int d = 0; d < HD / 64; ++d)
-                tma_load_4d(dst + d * BN * 128 + c * rows * 128, map, bar, d * 64, h, at,
-                            p.pg[c]);
-        }
+        for (int d = 0; d < HD / 64; ++d)
+            tma_load_4d(dst + d * BN * 128 + c * R * 128, map, bar, d * 64, h, at, p.pg[c]);
     }
-    if (ahead) decode_pages<BN>(p, b, block + 1, sk, table, table_stride, page, rows);
+    if (ahead) decode_pages<BN, CHUNKS>(p, b, block + 1, sk, table, table_stride, page);
 }
 
 // O += P.V for KV block `block`.  On the block holding the sequence's end, its V rows past the

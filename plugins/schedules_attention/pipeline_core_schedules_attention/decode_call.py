@@ -86,6 +86,11 @@ class DecodeCall:
         return self.table_pages * self.page_size if self.paged else self.page_size
 
     @property
+    def chunks(self) -> int:
+        """The kernel's copies per KV block (``-p page_chunks``): each one page's share."""
+        return BLOCK_N // chunk_rows(self.page_size if self.paged else 0, BLOCK_N)
+
+    @property
     def tiles(self) -> int:
         """Output tiles: (sequence, KV head, head chunk, token block)."""
         hb, tb, hc = tile_shape(self.group)
@@ -168,31 +173,36 @@ def _check_table(table: Any, batch: int, q: Any) -> int:
     return int(table.shape[1])
 
 
-def decode_params(head_dim: int, causal: bool, split: bool) -> dict[str, str]:
+def decode_params(head_dim: int, causal: bool, split: bool,
+                  chunks: int = 1) -> dict[str, str]:
     """The ``-p`` parameters of a decode kernel."""
     return {"decode": "true", "split_kv": str(split).lower(), "causal": str(causal).lower(),
+            "page_chunks": str(chunks),
             "head_dim": str(head_dim), "block_m": str(DECODE_ROWS), "block_n": str(BLOCK_N),
             "consumers": "1", "pingpong": "false", "intra_overlap": "true",
             "producer_registers": str(DECODE_PRODUCER_REGISTERS)}
 
 
-def decode_source(head_dim: int, dtype: str, causal: bool,
-                  split: bool) -> tuple[CompiledSchedule, str]:
+def decode_source(head_dim: int, dtype: str, causal: bool, split: bool,
+                  chunks: int = 1) -> tuple[CompiledSchedule, str]:
     """A decode kernel's schedule compiled (and proven), and its CUDA."""
     from pipeline_core_schedules_attention.emit_attention import emit_attention
 
-    compiled = DECODE.compile(decode_params(head_dim, causal, split), STAGES[head_dim])
+    compiled = DECODE.compile(decode_params(head_dim, causal, split, chunks), STAGES[head_dim])
     return compiled, emit_attention(compiled, dtype=dtype)
 
 
-#: every kernel the decode call may build: (head dim, dtype, causal, split)
-VARIANTS = tuple((d, t, c, s) for d in HEAD_DIMS for t in ("bf16", "fp16")
-                 for c in (False, True) for s in (False, True))
+#: the kernel's copies per KV block the call builds (a contiguous cache and pages of 128 rows
+#: or more: 1; pages of 64: 2; of 32: 4; of 16: 8; of 8: 16)
+PAGE_CHUNKS = (1, 2, 4, 8, 16)
+#: every kernel the decode call may build: (head dim, dtype, causal, split, page chunks)
+VARIANTS = tuple((d, t, c, s, n) for d in HEAD_DIMS for t in ("bf16", "fp16")
+                 for c in (False, True) for s in (False, True) for n in PAGE_CHUNKS)
 
 
-def _build(head_dim: int, dtype: str, causal: bool, split: bool,
+def _build(head_dim: int, dtype: str, causal: bool, split: bool, chunks: int,
            device: int) -> AttentionKernel:
-    return _load(*decode_source(head_dim, dtype, causal, split), device)
+    return _load(*decode_source(head_dim, dtype, causal, split, chunks), device)
 
 
 def _splits(c: DecodeCall, device: int, stream: int) -> int:
@@ -219,7 +229,7 @@ def _arguments(r: Recipe[tuple[DecodeCall, int]], kernels: tuple[AttentionKernel
                              DECODE_ROWS * (c.head_dim + 1)) if splits > 1 else None)
     if splits > 1 and found is None:
         raise RuntimeError("internal error: a split-KV recipe without its stream's workspace")
-    rows = chunk_rows(c.page_size if c.paged else 0, BLOCK_N)
+    rows = BLOCK_N // c.chunks
     o_sb, o_ss, o_sh, _ = _out_strides(c)
     values = {
         "tmQ": strided_tensor_map(q.data_ptr(), sizes(q), strides(q), (1, tb, hb, BOX_COLS),
@@ -234,7 +244,7 @@ def _arguments(r: Recipe[tuple[DecodeCall, int]], kernels: tuple[AttentionKernel
         "B": c.batch, "Hkv": c.kv_heads, "Hq": c.heads, "Sq": c.tokens, "G": c.group,
         "HB": hb, "HB_SHIFT": hb.bit_length() - 1, "TB": tb, "HC": hc,
         "QT": -(-c.tokens // tb), "SPLITS": splits, "CAP": c.capacity,
-        "page": c.page_size, "R": rows, "scale_log2": c.scale_log2,
+        "page": c.page_size, "scale_log2": c.scale_log2,
         "table_stride": 0 if table is None else int(table.stride(0)),
         "o_sb": o_sb, "o_ss": o_ss, "o_sh": o_sh}
     grid = max(1, min(c.tiles * splits, sms))
@@ -288,7 +298,7 @@ def attention_decode(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
 
     try:
         r = DECODE.recipe(q, key, plan, lambda p, device: (
-            (p[0].head_dim, p[0].dtype, p[0].causal, p[1] > 1, device),))
+            (p[0].head_dim, p[0].dtype, p[0].causal, p[1] > 1, p[0].chunks, device),))
     except TypeError:  # an unhashable argument, which the checks refuse
         plan_decode(q, k_cache, v_cache, lengths, block_table, causal=causal, scale=scale,
                     grad_enabled=grad)

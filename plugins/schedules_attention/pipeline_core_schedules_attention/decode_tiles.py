@@ -62,9 +62,10 @@ def tile_shape(group: int) -> tuple[int, int, int]:
 
 
 def chunk_rows(page_size: int, block_n: int) -> int:
-    """The rows one copy brings (one page's share of a KV block): the whole block on a
-    contiguous cache (``page_size`` 0), else ``gcd(page_size, block_n)``, so no chunk crosses a
-    page."""
+    """The rows one copy brings (one page's share of a KV block) for a cache of pages of
+    ``page_size`` rows: the whole block on a contiguous cache (``page_size`` 0), else
+    ``gcd(page_size, block_n)``, so no chunk crosses a page; the kernel's ``page_chunks`` is
+    ``block_n`` over it."""
     return block_n if page_size == 0 else math.gcd(page_size, block_n)
 
 
@@ -107,6 +108,8 @@ class DecodeBounds:
     causal: bool
     block_n: int
     split: bool = False
+    #: copies per KV block (the kernel's ``-p page_chunks``), each ``block_n / chunks`` rows
+    chunks: int = 1
     #: the body ops that apply the mask on a masked K tile (the softmax steps)
     masked_ops: tuple[int, ...] = attrs.field(converter=_ints, default=())
     # --- mutations: 0 / -1 in every kernel; a test's edit, which the proof refuses ---------
@@ -150,14 +153,14 @@ class DecodeBounds:
                            trips=max(0, min(per, nb - s * per)), first_masked=fm)
                      for s in range(splits))
 
-    def chunks(self, block: int, length: int, page_size: int) -> Iterator[tuple[int, int, int]]:
+    def copies(self, block: int, length: int, page_size: int) -> Iterator[tuple[int, int, int]]:
         """The copies of KV block ``block`` in order: ``(first key, table entry, row in the
         page)``; entry -1 for a chunk wholly past the end (no read, page -1: zeros).  A
         contiguous cache (``page_size`` 0) has one copy at entry 0 (the sequence's own rows).
         ``page_lag`` (a mutation) gives each copy the entry read ``page_lag`` chunks before."""
-        r = chunk_rows(page_size, self.block_n)
+        r = self.block_n // self.chunks
         reads = []
-        for c in range(self.block_n // r):
+        for c in range(self.chunks):
             key = block * self.block_n + c * r
             if page_size == 0:
                 reads.append((key, 0 if key < length else -1, key))
@@ -208,7 +211,7 @@ class DecodeBounds:
 
     def document(self) -> dict[str, Any]:
         return {"decode": True, "causal": self.causal, "block_n": self.block_n,
-                "split": self.split, "masked_ops": list(self.masked_ops)}
+                "split": self.split, "chunks": self.chunks, "masked_ops": list(self.masked_ops)}
 
     # --- the rule's own proof -------------------------------------------------------------
 
@@ -217,9 +220,12 @@ class DecodeBounds:
         block and around it, one page + 1, several blocks with tails; 1, 3, 16 and 17 tokens
         over tiles of 1, 2, 8 and 64 tokens; contiguous, pages smaller than a block, larger,
         and not a power of two; splits 1 (unsplit kernel) or 2, 3, 5 (split)."""
-        n = self.block_n
+        n, r = self.block_n, self.block_n // self.chunks
         out = []
-        for page in (0, 16, 48, 2 * n):
+        # the page sizes this kernel's chunks serve (the call's rule, chunk_rows): contiguous
+        # and pages of whole blocks for one copy a block, else pages of r rows and of 3r (not
+        # a power of two)
+        for page in ((0, n, 2 * n) if self.chunks == 1 else (r, 3 * r)):
             lengths = tuple(sorted({0, 1, 7, n - 1, n, n + 1, (page or n) + 1, 3 * n + 5,
                                     5 * n}))
             for sq in (1, 3, 16, 17):
@@ -274,10 +280,10 @@ class DecodeBounds:
         return out
 
     def _chunk_faults(self, where: str, j: int, length: int, page: int) -> list[str]:
-        r = chunk_rows(page, self.block_n)
+        r = self.block_n // self.chunks
         pages = -(-length // page) if page else 1
         out = []
-        for key, entry, row in self.chunks(j, length, page):
+        for key, entry, row in self.copies(j, length, page):
             live = range(key, min(key + r, length))  # the chunk's keys inside the sequence
             if not live:
                 if entry != -1:

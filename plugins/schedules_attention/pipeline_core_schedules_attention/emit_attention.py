@@ -348,7 +348,9 @@ def _family(g: AttentionGeometry, elem: str, *, finish: str,
                   f"STAGES = {g.stages}, Q_STAGES = {g.q_stages};\n"
                   f"    constexpr int PRODUCER_REGS = {g.producer_registers}, "
                   f"CONSUMER_REGS = {g.consumer_registers};\n"
-                  "    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2;",
+                  "    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2;"
+                  # decode's copies per KV block (emit_decode.py), only where it is one
+                  + (f"\n    constexpr int CHUNKS = {g.page_chunks};" if g.decode else ""),
         ring_bytes="Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES",
         stage_views="    auto stage_q = [&](int s) { return ring + s * Q_BYTES; };\n"
                     "    auto stage_k = [&](int s) { return ring + Q_STAGES * Q_BYTES + s * "

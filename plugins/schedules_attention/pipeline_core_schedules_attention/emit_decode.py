@@ -63,7 +63,7 @@ def decode_tile_loop(causal: bool) -> DeviceTileLoop:
              "KF = split * per; KT = max(0, min(per, NB - KF));  // DecodeBounds.splits_of")
     fm = f"FM = {first};  // the plan's DecodeBounds.first_masked"
     # the producer's page entries, read ahead: none held at a tile's start
-    pages = "pcat::Pages<BN> pages; pages.block = -1;"
+    pages = "pcat::Pages<CHUNKS> pages; pages.block = -1;"
     return DeviceTileLoop(counts=counts, producer=TileLoop(head=loop, tile=(*spans, pages)),
                           consumers=TileLoop(head=loop, tile=(*spans, fm)), empty_tiles=True)
 
@@ -77,9 +77,9 @@ def decode_load_line(tag: int, stage: str, q_stages: int) -> str:
                 "t0, b);")
     x = "k" if tag == AttentionTag.TMA_K else "v"
     ahead = "true" if tag == AttentionTag.TMA_V else "false"  # V's copy: the block's last
-    return (f"pcat::decode_kv_load<BN, HD>(stage_{x}({stage}), &tm{x.upper()}, "
+    return (f"pcat::decode_kv_load<BN, HD, CHUNKS>(stage_{x}({stage}), &tm{x.upper()}, "
             f"{x}_full_bar({stage}), kvh, b, KF + t, Sk, pages, {ahead}, table, table_stride, "
-            "page, R);")
+            "page);")
 
 
 def decode_mask(causal: bool) -> str:
@@ -151,7 +151,7 @@ def decode_header(head_dim: int, threads: int, smem: int) -> list[str]:
         "// of 64 columns x HB heads x TB tokens (the tile's 64 rows, token-major); K, V: "
         "[pages, page_size, Hkv, D]",
         "// (contiguous: [B, capacity, Hkv, D], one page a sequence) read at (d, kv head, row, "
-        "page) in R-row boxes,",
+        "page) in boxes of BN / CHUNKS rows,",
         "// the page from block_table[b] (null: b); seqlens: each sequence's cache length "
         "(int32); O: [B, Sq, Hq, D] at",
         "// strides (o_sb, o_ss, o_sh, 1); LSE: [B, Hq, Sq] fp32 (null: not stored); ws, "

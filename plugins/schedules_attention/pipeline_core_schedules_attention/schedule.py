@@ -176,6 +176,9 @@ class AttentionGeometry(WarpGroupTiles):
     #: decode's split-KV: several CTAs share an output tile's KV blocks, the last to finish
     #: combines their partial outputs (the cross-CTA reduction ``split_kv``)
     split_kv: bool = False
+    #: decode's copies per KV block (each one page's share of it, block_n / page_chunks rows):
+    #: compiled in, so the producer's single thread issues a fixed, unrolled count
+    page_chunks: int = 1
 
     @property
     def windowed(self) -> bool:
@@ -232,9 +235,8 @@ class AttentionGeometry(WarpGroupTiles):
                                 "drop -p window_left, -p window_right and -p softcap")
         if self.decode:
             self._validate_decode(bad)
-        elif self.split_kv:
-            raise bad("split_kv", "splits a decode step's KV blocks; add -p decode=true or drop "
-                                  "-p split_kv")
+        elif self.split_kv or self.page_chunks != 1:
+            raise bad("split_kv" if self.split_kv else "page_chunks", "is decode's; add -p decode=true or drop it")
         if self.pingpong and self.consumers < 2:
             raise bad("pingpong", "needs two consumer warp groups or more to take turns; set "
                                   "-p consumers=2 or -p pingpong=false")
@@ -270,6 +272,10 @@ class AttentionGeometry(WarpGroupTiles):
                          ("softcap", self.softcap)):
             if on:
                 raise bad(name, "is not built for -p decode; drop it")
+        if self.block_n % (8 * self.page_chunks):
+            raise bad("page_chunks", f"{self.page_chunks} copies of a {self.block_n}-key block "
+                                     "are not whole 8-row atoms of a 128-byte swizzled box; "
+                                     f"pass a divisor of {self.block_n // 8}")
         if self.producer_registers < DECODE_PRODUCER_REGISTERS:
             raise bad("producer_registers", f"{self.producer_registers}: decode's producer "
                                             "reads page-table entries ahead of its copies and "
@@ -372,7 +378,7 @@ class FlashAttentionForward(AgentsSchedule):
         masked = tuple(consumer_op(c, SOFTMAX) for c in range(g.consumers))
         if g.decode:
             return DecodeBounds(causal=g.causal, block_n=g.block_n, split=g.split_kv,
-                                masked_ops=masked)
+                                chunks=g.page_chunks, masked_ops=masked)
         rule = VarlenBounds if g.varlen else LoopBounds
         window = ({"window_left": g.window_left, "window_right": g.window_right}
                   if g.windowed else {})
@@ -431,6 +437,9 @@ PARAMS = (
                                  "(needs -p block_m=64 -p consumers=1 -p pingpong=false)"),
     Param("split_kv", bool, False, "decode's split-KV: CTAs share a tile's KV blocks, the last "
                                    "to finish combines their partials (a cross-CTA reduction)"),
+    Param("page_chunks", int, 1, "decode's copies per KV block, each one page's share (pages "
+                                 "smaller than a block: block_n / page_size)",
+          choices=(1, 2, 4, 8, 16)),
     *REGISTERS,
 )
 
@@ -446,7 +455,8 @@ def make_attention(ctx: BuildContext) -> FlashAttentionForward:
         producer_registers=p["producer_registers"], consumer_registers=p["consumer_registers"],
         align=p["align"], q_stages=p["q_stages"], varlen=bool(p["varlen"]),
         window_left=p["window_left"], window_right=p["window_right"],
-        softcap=bool(p["softcap"]), decode=bool(p["decode"]), split_kv=bool(p["split_kv"]))
+        softcap=bool(p["softcap"]), decode=bool(p["decode"]), split_kv=bool(p["split_kv"]),
+        page_chunks=p["page_chunks"])
     geometry.validate()
     return FlashAttentionForward(target, geometry)
 

@@ -52,7 +52,8 @@ VARLEN_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
 #: split-KV's workspace and per-tile counters (null unsplit); the sizes: batch, KV and query
 #: heads, tokens, the GQA group, the heads a tile packs (``HB``, its log2) and its tokens
 #: (``TB``), head chunks and token blocks per KV head, the splits, the cache's capacity in keys
-#: (a length is clamped to it), the page size and the rows one copy brings (``R``); the
+#: (a length is clamped to it) and the page size (a copy brings BN / CHUNKS rows: the kernel's
+#: ``-p page_chunks``, compiled in); the
 #: scale folded with log2(e); O's strides (batch, token, head)
 DECODE_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
     ((_MAP, "tmQ", "tensor_map"), (_MAP, "tmK", "tensor_map")),
@@ -65,7 +66,7 @@ DECODE_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
      ("int", "Sq", "int32"), ("int", "G", "int32"), ("int", "HB", "int32"),
      ("int", "HB_SHIFT", "int32"), ("int", "TB", "int32"), ("int", "HC", "int32"),
      ("int", "QT", "int32"), ("int", "SPLITS", "int32")),
-    (("int", "CAP", "int32"), ("int", "page", "int32"), ("int", "R", "int32"),
+    (("int", "CAP", "int32"), ("int", "page", "int32"),
      ("float", "scale_log2", "float32"), ("long long", "table_stride", "int64")),
     (("long long", "o_sb", "int64"), ("long long", "o_ss", "int64"),
      ("long long", "o_sh", "int64"))))

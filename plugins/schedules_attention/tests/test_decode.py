@@ -30,27 +30,38 @@ from pipeline_core_schedules_attention.emit_decode import decode_bounds_exprs
 NAME = "flash-attention-fwd"
 
 
-def build(head_dim=128, causal=False, split=False, **extra):
-    return compile_named(NAME, params={**decode_params(head_dim, causal, split), **extra},
+def build(head_dim=128, causal=False, split=False, chunks=1, **extra):
+    return compile_named(NAME, params={**decode_params(head_dim, causal, split, chunks),
+                                       **extra},
                          target_args={"stages": str(STAGES[head_dim])})
 
 
+@pytest.mark.parametrize("chunks", [1, 2, 8, 16])
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_the_rule_covers_every_key_once_masks_and_gathers_from_the_right_pages(causal, split):
-    rule = DecodeBounds(causal=causal, block_n=128, split=split)
+def test_the_rule_covers_every_key_once_masks_and_gathers_from_the_right_pages(causal, split,
+                                                                              chunks):
+    rule = DecodeBounds(causal=causal, block_n=128, split=split, chunks=chunks)
     assert rule.coverage_faults() == ()
-    assert [f for fix in rule.fixups() for f in fix_faults(fix)] == []
+    assert [f for fix in rule.fixups() for f in fixup_faults(fix)] == []
     # the problems reach what the issue names: a page boundary inside a block, length 0, 1,
-    # one page + 1, pages larger than a block and not a power of two, several splits
+    # one page + 1, pages of whole blocks and larger, not a power of two, several splits
     problems = rule.problems()
-    assert {p.page_size for p in problems} == {0, 16, 48, 256}
-    assert {0, 1, 17, 129} <= {n for p in problems for n in p.lengths}
+    rows = 128 // chunks
+    assert {p.page_size for p in problems} == ({0, 128, 256} if chunks == 1
+                                               else {rows, 3 * rows})
+    assert {0, 1, 129, rows + 1 if chunks > 1 else 129} <= {n for p in problems
+                                                          for n in p.lengths}
     assert {p.splits for p in problems} == ({2, 3, 5} if split else {1})
 
 
-def fix_faults(fix):
-    return fixup_faults(fix)
+def test_a_page_size_the_kernels_copies_do_not_divide_is_refused():
+    """Pages of 16 under a kernel of 2 copies a block (64 rows each) would cross pages: the
+    call never pairs them (``DecodeCall.chunks``), and the rule's proof says why."""
+    rule = DecodeBounds(causal=False, block_n=128, chunks=2)
+    problem = DecodeProblem(lengths=(300,), sq=1, tokens=16, page_size=16)
+    faults = rule._tile_faults(problem, 0, 300, 0)
+    assert faults and "crosses the end of page" in faults[0]
 
 
 @pytest.mark.parametrize("mutation,needle", [
@@ -59,7 +70,8 @@ def fix_faults(fix):
 ])
 def test_a_split_start_or_a_page_read_after_its_use_is_refused_by_the_rules_proof(mutation,
                                                                                    needle):
-    rule = attrs.evolve(DecodeBounds(causal=True, block_n=128, split=True), **mutation)
+    rule = attrs.evolve(DecodeBounds(causal=True, block_n=128, split=True, chunks=8),
+                        **mutation)
     faults = rule.coverage_faults()
     assert faults and needle in faults[0]
 
@@ -85,15 +97,17 @@ def test_a_mutated_rule_makes_the_compiled_plan_unsafe(monkeypatch):
 
         monkeypatch.setattr(sched.FlashAttentionForward, "bounds", bounds)
         with pytest.raises(UnsafeScheduleError, match="MISSING_PRODUCT at trip_rule"):
-            build(split=True)
+            build(split=True, chunks=8)
         monkeypatch.undo()
 
 
+@pytest.mark.parametrize("chunks", [1, 8])
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
-def test_every_kernel_the_call_builds_is_proven_and_runs_the_plans_sync(head_dim, causal, split):
-    c = build(head_dim, causal, split)
+def test_every_kernel_the_call_builds_is_proven_and_runs_the_plans_sync(head_dim, causal, split,
+                                                                        chunks):
+    c = build(head_dim, causal, split, chunks)
     assert c.proof.verdict.safe
     assert bool(c.plan.reduction) == split
     src = emit_attention(c)
@@ -160,18 +174,21 @@ def test_the_decode_geometry_refuses_what_it_cannot_run_in_one_line():
     for over, needle in (({"block_m": "128"}, "-p block_m: decode packs"),
                          ({"producer_registers": "24"}, "-p producer_registers: 24"),
                          ({"align": "bottom_right", "causal": "true"}, "-p align: decode"),
-                         ({"decode": "false", "split_kv": "true"}, "-p split_kv:")):
+                         ({"decode": "false", "split_kv": "true"}, "-p split_kv:"),
+                         ({"page_chunks": "32"}, "-p page_chunks"),
+                         ({"decode": "false", "page_chunks": "2"}, "-p page_chunks:")):
         with pytest.raises(Exception) as info:
             compile_named(NAME, params={**base, **over}, target_args={"stages": "3"})
         assert needle in str(info.value) and "\n" not in str(info.value)
 
 
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
-@pytest.mark.parametrize("split", [False, True])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
-def test_the_decode_kernels_build_without_spills(head_dim, causal, split, tmp_path):
-    proc, _ = compile_cubin(emit_attention(build(head_dim, causal, split)), tmp_path, "decode")
+@pytest.mark.parametrize("head_dim,causal,split,chunks", [
+    (128, False, False, 1), (128, True, True, 8), (64, False, True, 2), (64, True, False, 16),
+    (128, False, True, 16)])
+def test_the_decode_kernels_build_without_spills(head_dim, causal, split, chunks, tmp_path):
+    proc, _ = compile_cubin(emit_attention(build(head_dim, causal, split, chunks)), tmp_path,
+                            "decode")
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     # no control flow between the plan's wgmma.fence and PV's wgmma (decode_pv says why)
@@ -212,7 +229,10 @@ def test_the_plan_takes_host_facts_only():
     assert c.capacity == 4096 and c.group == 4 and c.tiles == 3 * 8 * 1
     assert math.isclose(c.scale_log2, 1.4426950408889634 / math.sqrt(128))
     paged = plan_decode(*args(pages=500, page=16))
-    assert paged.paged and paged.capacity == 40 * 16
+    assert paged.paged and paged.capacity == 40 * 16 and paged.chunks == 8
+    assert c.chunks == 1 and plan_decode(*args(pages=500, page=64)).chunks == 2
+    assert plan_decode(*args(pages=500, page=48)).chunks == 8  # gcd: 16 rows a copy
+    assert plan_decode(*args(pages=50, page=512)).chunks == 1
     assert not plan_decode(*args(sq=1)).causal  # one token: every key, causal or not
 
 
