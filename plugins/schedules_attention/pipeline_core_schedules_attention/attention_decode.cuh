@@ -21,42 +21,59 @@ struct DecodeMask {
     }
 };
 
-// The page of each copy of one KV block (its table entries, read ahead): `block` the block
-// they are for, `pg[c]` the page of copy c (-1: wholly past the end, no entry read).
+// The page and row of each copy of one KV block (its table entries, read ahead): `block` the
+// block they are for, `pg[c]` copy c's page (-1: wholly past the end, no entry read, a page
+// outside the map) and `at[c]` its first row in that page.
 template <int CHUNKS>
 struct Pages {
     int block;
     int pg[CHUNKS];
+    int at[CHUNKS];
 };
 
 // Read block `block`'s CHUNKS entries into `p` (the loads only issued: their registers are
-// waited for where a copy first uses them).  A contiguous cache (`table` null) reads nothing:
-// the page is the sequence.
+// waited for where a copy first uses them).  One division per block: the copies step through
+// the pages R rows at a time (R <= page, so a step crosses at most one page's end).  A
+// contiguous cache (`table` null) reads nothing: the page is the sequence.
 template <int BN, int CHUNKS>
 __device__ __forceinline__ void decode_pages(Pages<CHUNKS>& p, int b, int block, int sk,
                                              const int* __restrict__ table,
                                              long long table_stride, int page) {
     constexpr int R = BN / CHUNKS;
+    const int key0 = block * BN;
     p.block = block;
+    if (table == nullptr) {
+#pragma unroll
+        for (int c = 0; c < CHUNKS; ++c) {
+            p.pg[c] = key0 + c * R < sk ? b : -1;
+            p.at[c] = key0 + c * R;
+        }
+        return;
+    }
+    const int* __restrict__ row = table + (long long)b * table_stride;
+    int entry = key0 / page, off = key0 - entry * page;
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
-        const int key = block * BN + c * R;
-        p.pg[c] = key >= sk ? -1 : table == nullptr ? b
-                  : __ldg(table + (long long)b * table_stride + key / page);
+        p.pg[c] = key0 + c * R < sk ? __ldg(row + entry) : -1;
+        p.at[c] = off;
+        off += R;
+        if (off >= page) {
+            off -= page;
+            ++entry;
+        }
     }
 }
 
 // KV block `block` of sequence b at KV head h into a ring stage: CHUNKS copies of R = BN /
 // CHUNKS rows per 64-column box (the kernel's page chunks, compiled in: a fixed, unrolled
 // count keeps the single issuing thread's instructions per block few), each from the page its
-// table entry names (row key % page of entry key / page; a contiguous cache: the sequence's
-// own rows, one copy).  A copy wholly past the end takes page -1, outside the map: TMA writes
-// zeros and counts the bytes, so the stage's transaction count is the block's whatever the
-// length.  The entries come from `p` when it holds this block's (read ahead), else they are
-// read now; with `ahead` (V's copy, the block's last) the next block's are read after the
-// copies, so their latency passes while the producer waits for the next free stage.  Whatever
-// order the copies come in, each uses its own block's entries (the check of p.block), so
-// reading ahead is never wrong, only early.
+// table entry names (a contiguous cache: the sequence's own rows).  A copy wholly past the end
+// takes page -1, outside the map: TMA writes zeros and counts the bytes, so the stage's
+// transaction count is the block's whatever the length.  The entries come from `p` when it
+// holds this block's (read ahead), else they are read now; with `ahead` (V's copy, the block's
+// last) the next block's are read after the copies, so their latency passes while the producer
+// waits for the next free stage.  Whatever order the copies come in, each uses its own block's
+// entries (the check of p.block), so reading ahead is never wrong, only early.
 template <int BN, int HD, int CHUNKS>
 __device__ __forceinline__ void decode_kv_load(u32 dst, const pcwg::TensorMap* map, u32 bar,
                                                int h, int b, int block, int sk,
@@ -67,11 +84,10 @@ __device__ __forceinline__ void decode_kv_load(u32 dst, const pcwg::TensorMap* m
     if (p.block != block) decode_pages<BN, CHUNKS>(p, b, block, sk, table, table_stride, page);
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
-        const int key = block * BN + c * R;
-        const int at = p.pg[c] < 0 ? 0 : table == nullptr ? key : key % page;
 #pragma unroll
         for (int d = 0; d < HD / 64; ++d)
-            tma_load_4d(dst + d * BN * 128 + c * R * 128, map, bar, d * 64, h, at, p.pg[c]);
+            tma_load_4d(dst + d * BN * 128 + c * R * 128, map, bar, d * 64, h, p.at[c],
+                        p.pg[c]);
     }
     if (ahead) decode_pages<BN, CHUNKS>(p, b, block + 1, sk, table, table_stride, page);
 }
