@@ -78,8 +78,8 @@ def geometry_refusal(g: AttentionGeometry) -> str:
         return (f"writes {WGMMA_M} query rows per consumer; -p block_m={g.block_m} over "
                 f"{g.consumers} consumer{'s' if g.consumers != 1 else ''} gives {g.rows}: set "
                 f"-p block_m={WGMMA_M * g.consumers}")
-    if g.head_dim % 64:
-        return f"-p head_dim={g.head_dim} must be a multiple of 64 (one 128-byte swizzled row)"
+    if g.head_dim % 16:  # QK's k step (a box's columns past D read as zeros: box_cols)
+        return f"-p head_dim={g.head_dim} must be a multiple of 16 (QK's k step)"
     if g.block_n % 16:  # the PV wgmma's k steps (the schedule refuses it before; one home)
         return f"-p block_n={g.block_n} must be a multiple of 16 (PV's k step)"
     return ""
@@ -123,12 +123,17 @@ class _Variant:
     window: bool = False
     #: the logit softcap (attention_window.cuh's ``cap`` before the softmax)
     softcap: bool = False
+    #: the head dim QK reads and the finish stores, where it is not the kernel's ``HD`` (the
+    #: boxes' columns, PV's N: D=96 runs S over 96 columns, O over 128 whose last 32 are V's
+    #: zeros, and stores 96); "" where they are one
+    cols: str = ""
 
     def op_line(self, tag: int, stage: str, tile: str) -> str:
         """One call of the header per compute op step (a ring stage's S, PV; a KV block's
         softmax; the rescale)."""
         if tag == AttentionTag.WGMMA_S:
-            return f"pcat::qk<BM, BN, HD, {self.qk}>(sacc, q_smem, stage_k({stage}), consumer);"
+            return (f"pcat::qk<BM, BN, {self.cols or 'HD'}, {self.qk}>(sacc, q_smem, "
+                    f"stage_k({stage}), consumer);")
         if tag == AttentionTag.SOFTMAX:
             block, first = ((f"KF + {tile}", f"KF + {tile} < LM ? 0 : FM") if self.window
                             else (tile, "FM"))
@@ -222,8 +227,9 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         else f"pcat::Causal{{Sk, {OFFSET[causal.align]}}}" if causal is not None
         else "pcat::KeyTail{Sk}",
         guard=g.windowed or (causal is not None and causal.align == "bottom_right"),
-        qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.head_dim}k16",
+        qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.box_cols}k16",
         window=g.windowed, softcap=g.softcap,
+        cols=str(g.head_dim) if g.head_dim != g.box_cols else "",
         **(_VARLEN_COORDS if g.varlen else {"kv_from": "KF * BN + "} if g.windowed else {}))
 
     def code(p: AgentProgram, single: bool, label: str) -> AgentCode:
@@ -247,7 +253,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         # one label for every consumer, so consumers that differ in no step share one program
         consumers=[code(c, False, "consumer") for c in consumers], producer_name=producer.name,
         producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS",
-        family=_family(g, variant.elem), tiles=tiles, emitter=EMITTER_NAME)
+        family=_family(g, variant.elem, variant.cols), tiles=tiles, emitter=EMITTER_NAME)
     device = pasted(__package__, "attention.cuh")
     if g.windowed or g.softcap:  # the window's mask, the softcap (only where they are taken)
         device += pasted(__package__, "attention_window.cuh")
@@ -270,7 +276,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         f"// O = softmax(Q.K^T * scale) . V per ({'sequence' if g.varlen else 'batch'}, "
         f"head), {dtype} in and out, fp32 accumulate.", *about,
         header_source(), wgmma_header_source(), gemm_call_header_source(),
-        wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.head_dim, dtype), device,
+        wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.box_cols, dtype), device,
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
         f"{KERNEL_NAME}({_signature(g).render()}) {{", body,
         "}", ""])
@@ -282,13 +288,16 @@ def _signature(g: AttentionGeometry) -> KernelSignature:
     return VARLEN_SIGNATURE if g.varlen else SOFTCAP_SIGNATURE if g.softcap else SIGNATURE
 
 
-def _family(g: AttentionGeometry, elem: str) -> AgentsFamily:
+def _family(g: AttentionGeometry, elem: str, cols: str = "") -> AgentsFamily:
     """The kernel's constants (the frame's STAGES, the once ring's Q_STAGES, the roles'
-    registers); Q's ring (output tile o's Q in stage o % Q_STAGES), then the K and V rings, from
+    registers; ``HD`` the boxes' columns, ``AttentionGeometry.box_cols``); Q's ring (output
+    tile o's Q in stage o % Q_STAGES), then the K and V rings, from
     the frame's ``ring`` (the mbarriers follow them); a consumer's O, S and packed P; per output
-    tile its rows started (O cleared) and its Q, then after its steps O / rowsum stored."""
+    tile its rows started (O cleared) and its Q, then after its steps O / rowsum stored (its
+    first ``cols`` columns where given: the head dim under the boxes')."""
+    store = f"HD, {elem}, {cols}" if cols else f"HD, {elem}"
     return AgentsFamily(
-        constants=f"    constexpr int BM = {g.block_m}, BN = {g.block_n}, HD = {g.head_dim}, "
+        constants=f"    constexpr int BM = {g.block_m}, BN = {g.block_n}, HD = {g.box_cols}, "
                   f"STAGES = {g.stages}, Q_STAGES = {g.q_stages};\n"
                   f"    constexpr int PRODUCER_REGS = {g.producer_registers}, "
                   f"CONSUMER_REGS = {g.consumer_registers};\n"
@@ -302,8 +311,8 @@ def _family(g: AttentionGeometry, elem: str) -> AgentsFamily:
         consumer_state="        float oacc[HD / 2], sacc[BN / 2];\n        u32 pk[BN / 4];",
         compute="            pcat::Rows rows = pcat::start<HD>(oacc, tile_m * BM, consumer);\n"
                 "            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q",
-        finish=varlen_finish(elem) if g.varlen else
-        f"            pcat::finish<HD, {elem}>(oacc, rows, {OUT_ROWS}, LSE, bh, Sq);",
+        finish=varlen_finish(store) if g.varlen else
+        f"            pcat::finish<{store}>(oacc, rows, {OUT_ROWS}, LSE, bh, Sq);",
         once_stages="Q_STAGES")
 
 
