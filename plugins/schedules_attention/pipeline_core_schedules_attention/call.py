@@ -75,6 +75,11 @@ CALL_TILES = {(64, False): {"block_m": "192", "consumers": "3", "consumer_regist
               (192, True): {**_TWO, "block_n": "112"},
               (256, False): {**_TWO, "block_n": "80"},
               (256, True): {**_TWO, "block_n": "80"}}
+#: the tile's changes per head dim where the kernel holds more than the plain call's state (the
+#: softcap's scale, varlen's sequence spans and cursor): at D=256 KV blocks of 64 keys (FA3's
+#: local tile there, hopper/tile_size.h), where those of 80 spill 16-52 bytes (softcap; varlen
+#: causal)
+LEAN_TILES = {256: {"block_n": "64"}}
 #: key lengths up to which a call takes :data:`SHORT_TILES` (measured at Sk = 1024, where they
 #: win, and 4096, where the long tiles do; docs/guide/attention.md, "Short sequences: a
 #: double-buffered Q")
@@ -270,26 +275,30 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                          softcap_scale=s / cap if cap else 0.0)
 
 
-def _tile(head_dim: int, causal: bool, short: bool) -> dict[str, str]:
-    """The tile, overlaps and ring depth the call compiles (CALL_PARAMS winning)."""
+def _tile(head_dim: int, causal: bool, short: bool, lean: bool = False) -> dict[str, str]:
+    """The tile, overlaps and ring depth the call compiles (CALL_PARAMS winning; ``lean``: a
+    kernel of more state, :data:`LEAN_TILES`)."""
     tile = (SHORT_TILES.get((head_dim, causal)) if short else None) or CALL_TILES[head_dim, causal]
-    return {**tile, **CALL_OVERLAPS[head_dim], **CALL_PARAMS}
+    return {**tile, **(LEAN_TILES.get(head_dim, {}) if lean else {}), **CALL_OVERLAPS[head_dim],
+            **CALL_PARAMS}
 
 
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
                 short: bool = False, window: tuple[int, int] = NO_WINDOW,
-                softcap: bool = False) -> dict[str, str]:
+                softcap: bool = False, varlen: bool = False) -> dict[str, str]:
     """The schedule parameters (``-p``) the call compiles for one head dim, causal or not,
     where the causal diagonal sits (``-p align``, given only when causal or windowed), and
-    whether the keys are few (:data:`SHORT_KEYS`); a window's reaches and the softcap only
-    where taken (a windowed call takes the causal tiles: its tiles' KV blocks vary alike)."""
+    whether the keys are few (:data:`SHORT_KEYS`); a window's reaches, the softcap and
+    ``-p varlen`` (varlen_call.py) only where taken (a windowed call takes the causal tiles: its
+    tiles' KV blocks vary alike; the softcap and varlen :data:`LEAN_TILES`)."""
     vary = causal or window != NO_WINDOW
-    params = {k: v for k, v in _tile(head_dim, vary, short).items() if k != "stages"}
+    params = {k: v for k, v in _tile(head_dim, vary, short, softcap or varlen).items()
+              if k != "stages"}
     reaches = ({"window_left": str(window[0]), "window_right": str(window[1])}
                if window != NO_WINDOW else {})
     return {**params, "head_dim": str(head_dim), "causal": str(causal).lower(),
             **({"align": align} if vary else {}), **reaches,
-            **({"softcap": "true"} if softcap else {})}
+            **({"softcap": "true"} if softcap else {}), **({"varlen": "true"} if varlen else {})}
 
 
 def call_stages(head_dim: int, causal: bool, short: bool = False) -> int:

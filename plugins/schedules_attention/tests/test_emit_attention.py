@@ -913,3 +913,21 @@ def test_a_call_needing_a_gradient_at_a_head_dim_with_no_backward_is_one_line(he
         call.attention(q, k, v)
     assert "no backward" not in str(other.value)
     assert call.no_backward(64) is call.no_backward(128) is None
+
+
+@pytest.mark.needs_nvcc  # skipped or failed without nvcc: conftest.py
+@pytest.mark.parametrize("head_dim", NEW_HEAD_DIMS)
+def test_the_new_head_dims_windowed_and_capped_kernels_build_without_spills(head_dim, tmp_path):
+    """A window and the softcap at D=96, 192 and 256 compile SAFE and build with no spill; at
+    D=256 the softcap's kernel takes LEAN_TILES' KV blocks of 64 (80 spills there), the plain
+    and windowed ones FA3's 80."""
+    for causal, align, window, cap in ((True, "bottom_right", (16, -1), True),
+                                       (False, "bottom_right", (128, 128), False)):
+        c, src = call._source(head_dim, "fp16", causal, align, False, window, cap)
+        assert c.proof.safe
+        assert c.launch.geometry.block_n == (64 if head_dim == 256 and cap else
+                                             int(CALL_TILES[head_dim, True]["block_n"]))
+        proc, _ = compile_cubin(src, tmp_path, f"w{head_dim}{int(cap)}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr, (window, cap)
+        assert "serialized" not in proc.stderr
