@@ -348,23 +348,33 @@ def judge(torch, o, q, k, v, ref, empty, causal, slack: float = 0.0) -> dict:
     return rec
 
 
+def check_case(torch, case: tuple, slack: float = 0.0) -> dict:
+    """One case (B, Hq, Hkv, Sq, Sk, D, dtype, causal): fresh inputs, the call's output
+    NaN-poisoned, :func:`judge`'s record (``slack``: its)."""
+    from pipeline_core_schedules_attention.call import attention
+
+    b, hq, hkv, sq, sk, d, dtype, causal = case
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    q = torch.randn(b, hq, sq, d, device="cuda", dtype=dt)
+    k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dt)
+    v = torch.randn(b, hkv, sk, d, device="cuda", dtype=dt)
+    ref, empty = reference(torch, q, k, v, d ** -0.5, causal)
+    poison = torch.full_like(q, float("nan"))
+    del poison  # the call's output reuses this freed NaN block
+    o = attention(q, k, v, causal=causal)
+    torch.cuda.synchronize()
+    return {"kind": "correct", "B": b, "Hq": hq, "Hkv": hkv, "Sq": sq, "Sk": sk, "D": d,
+            "dtype": dtype, "causal": causal,
+            **judge(torch, o, q, k, v, ref, empty, causal, slack)}
+
+
 def correct(torch, n: int, seed: int, out: Path | None) -> None:
     from pipeline_core_schedules_attention.call import attention
 
     rng = random.Random(seed)
     done = []
-    for b, hq, hkv, sq, sk, d, dtype, causal in configs(rng, n):
-        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-        q = torch.randn(b, hq, sq, d, device="cuda", dtype=dt)
-        k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dt)
-        v = torch.randn(b, hkv, sk, d, device="cuda", dtype=dt)
-        ref, empty = reference(torch, q, k, v, d ** -0.5, causal)
-        poison = torch.full_like(q, float("nan"))
-        del poison  # the call's output reuses this freed NaN block
-        o = attention(q, k, v, causal=causal)
-        torch.cuda.synchronize()
-        rec = {"kind": "correct", "B": b, "Hq": hq, "Hkv": hkv, "Sq": sq, "Sk": sk, "D": d,
-               "dtype": dtype, "causal": causal, **judge(torch, o, q, k, v, ref, empty, causal)}
+    for case in configs(rng, n):
+        rec = check_case(torch, case)
         emit(rec, out)
         done.append(rec)
     emit({"kind": "correct-summary", "cases": len(done),

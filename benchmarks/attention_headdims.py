@@ -20,14 +20,14 @@ docs/guide/attention.md, "Head dims").
 3. **--sanitize**: racecheck and synccheck over :data:`SANITIZE` (the new head dims' kernels
    at tails, rows with no key, grouped-query heads).
 
-The last line is one summary, PASS or FAIL (correctness and the sanitizers; the timings are
-reported, not judged).  Every result is one JSON line on stdout (and in --out).
+Each result is one JSON line (stdout, and --out); the last, a summary, says PASS or FAIL for
+the correctness cases and the sanitizers, the timings being reported only
+(bench_checks.run_check).
 """
 from __future__ import annotations
 
 import statistics
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +36,9 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
-from attention_checks import judge, reference  # noqa: E402  (beside this script)
+from attention_checks import check_case  # noqa: E402  (beside this script)
 from attention_window import _build, _Shape  # noqa: E402  (beside this script)
-from bench_checks import check_args, emit, sanitized  # noqa: E402  (beside this script)
+from bench_checks import emit, run_check  # noqa: E402  (beside this script)
 from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
 from pipeline_core_schedules_attention.schedule import HEAD_DIMS  # noqa: E402
 
@@ -61,20 +61,7 @@ TIMED = [(d, s) for d in (96, 128, 192, 256) for s in (4096, 16384)]
 
 
 def run_case(torch: Any, case: tuple) -> dict:
-    from pipeline_core_schedules_attention.call import attention
-
-    b, hq, hkv, sq, sk, d, dtype, causal = case
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    q = torch.randn(b, hq, sq, d, device="cuda", dtype=dt)
-    k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dt)
-    v = torch.randn(b, hkv, sk, d, device="cuda", dtype=dt)
-    ref, empty = reference(torch, q, k, v, d ** -0.5, causal)
-    poison = torch.full_like(q, float("nan"))
-    del poison  # the call's output reuses this freed NaN block
-    out = attention(q, k, v, causal=causal)
-    torch.cuda.synchronize()
-    return {"kind": "correct", "case": repr(case), "D": d,
-            **judge(torch, out, q, k, v, ref, empty, causal, slack=1e-3)}
+    return {**check_case(torch, case, slack=1e-3), "case": repr(case)}
 
 
 def correct(torch: Any) -> bool:
@@ -150,45 +137,9 @@ def kernel_keys() -> list[tuple]:
     return sorted(keys)
 
 
-def prebuild(jobs: int) -> bool:
-    keys = kernel_keys()
-    with ProcessPoolExecutor(jobs) as pool:
-        built = sum(pool.map(_build, keys))
-    emit({"kind": "prebuild", "kernels": len(keys), "built": built})
-    return built == len(keys)
-
-
 def main() -> None:
-    args = check_args(("all", "correct", "time", "sanitize-run"), "attention_headdims.jsonl",
-                      (("--rounds", int, 5), ("--seed", int, 0), ("--jobs", int, 2),
-                       ("--timeout", float, 600.0)))
-    if args.dry_run:
-        for case in CASES:
-            emit({"kind": "dry-run", "case": repr(case)})
-        emit({"kind": "dry-run-kernels", "cases": len(CASES), "kernels": len(kernel_keys())})
-        return
-    if args.prebuild_only:
-        ok = prebuild(args.jobs)
-        emit({"kind": "summary", "result": "PASS" if ok else "FAIL", "prebuild": ok})
-        return
-    if args.sanitize:
-        clean = sanitized(Path(__file__), len(SANITIZE), args.out, args.timeout)
-        emit({"kind": "summary", "result": "PASS" if clean else "FAIL",
-              "sanitizers_clean": clean})
-        return
-    import torch
-
-    torch.manual_seed(args.seed)
-    if args.phase == "sanitize-run":
-        return sanitize_run(torch)
-    emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
-    ok = True
-    if args.phase in ("all", "correct"):
-        ok = correct(torch)
-    if args.phase in ("all", "time"):
-        timing(torch, args.rounds)
-    emit({"kind": "summary", "result": "PASS" if ok else "FAIL", "correct": ok,
-          "cases": len(CASES)})
+    run_check(Path(__file__), "attention_headdims.jsonl", CASES, len(SANITIZE), kernel_keys, _build,
+              correct, timing, sanitize_run)
 
 
 if __name__ == "__main__":

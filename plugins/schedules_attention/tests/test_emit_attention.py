@@ -763,16 +763,25 @@ def test_the_kernels_q_k_v_stages_and_mbarriers_are_disjoint_and_fit_its_shared_
 @pytest.mark.parametrize("head_dim,causal", sorted(SHORT_TILES))
 def test_the_calls_short_kernels_build_without_spills_and_issue_the_plans_wgmmas(head_dim, causal,
                                                                                  tmp_path):
-    """The call's short-sequence kernels (D=64: Q double-buffered, a ring of 3; D=128 causal:
-    a ring of 3, one Q; D=128 not causal: Q double-buffered, a ring of 2) build for sm_90a with no spill and no serialized wgmma; the SASS issues
-    D/16 HGMMAs of S (64 x block_n, from shared memory) and block_n/16 of PV (64 x D, P from
-    registers) for each S and PV step of the consumer's program (identical consumers share one
-    emitted program)."""
+    """The call's short-sequence kernels (D=64: Q double-buffered, a ring of 3; D=128 and 96
+    causal: a ring of 3, one Q; not causal: Q double-buffered, a ring of 2) build for sm_90a
+    with no spill and issue the plan's wgmmas (:func:`_sass_of_the_plans_wgmmas`)."""
     c, src = call._source(head_dim, "bf16", causal, "top_left", True)
     g = c.launch.geometry
     want = {64: (2, 3, 2), 128: (1, 3, 2) if causal else (2, 2, 2)}[-(-head_dim // 64) * 64]
     assert (g.q_stages, g.stages, g.consumers) == want
-    proc, cubin = compile_cubin(src, tmp_path, "short")
+    sass = _sass_of_the_plans_wgmmas(c, src, tmp_path)
+    # the intra-warpgroup overlap's wait for S alone (wait_group 1) and the full waits
+    assert set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)) == {"0x0", "0x1"}
+
+
+def _sass_of_the_plans_wgmmas(c, src: str, tmp_path) -> str:
+    """``src`` (emitted from ``c``) built for sm_90a with no spill and no serialized wgmma, and
+    its SASS, which issues head_dim/16 HGMMAs of S (64 x block_n, from shared memory) and
+    block_n/16 of PV (64 x the boxes' columns, P from registers: D=96's 128, V's last 32 zeros)
+    for each S and PV step of the consumer's program (identical consumers share one program)."""
+    g = c.launch.geometry
+    proc, cubin = compile_cubin(src, tmp_path, f"d{g.head_dim}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     assert "serialized" not in proc.stderr and "C7508" not in proc.stderr
@@ -786,13 +795,11 @@ def test_the_calls_short_kernels_build_without_spills_and_issue_the_plans_wgmmas
     s_steps, pv_steps = tags.count(T.WGMMA_S), tags.count(T.WGMMA_PV)
     assert s_steps and pv_steps
     ss = re.findall(rf"HGMMA\.64x{g.block_n}x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\]", sass)
-    # PV's N: the boxes' columns (D=96: 128, V's last 32 zeros); S's k steps: the head dim's
     rs = re.findall(rf"HGMMA\.64x{g.box_cols}x16\.F32(?:\.BF16)? R\d+, R\d+, gdesc\[UR\d+\]"
                     r"\.tnspB", sass)
-    assert len(ss) == s_steps * head_dim // 16 and len(rs) == pv_steps * g.block_n // 16
+    assert len(ss) == s_steps * g.head_dim // 16 and len(rs) == pv_steps * g.block_n // 16
     assert len(re.findall(r"HGMMA\.", sass)) == len(ss) + len(rs)
-    # the intra-warpgroup overlap's wait for S alone (wait_group 1) and the full waits
-    assert set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)) == {"0x0", "0x1"}
+    return sass
 
 
 @pytest.mark.parametrize("params,dtype", [
@@ -868,24 +875,7 @@ def test_the_new_head_dims_build_without_spills_and_run_the_head_dims_k_steps(he
     g = c.launch.geometry
     assert ("pcat::finish<HD, pcat::" in src
             and (f", {head_dim}>(oacc, rows," in src) == (g.box_cols != head_dim))
-    proc, cubin = compile_cubin(src, tmp_path, f"d{head_dim}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
-    assert "serialized" not in proc.stderr and "C7508" not in proc.stderr
-    sass = sass_of(cubin)
-    if sass is None:
-        pytest.skip("no SASS disassembler (nvdisasm or cuobjdump)")
-    assert not re.search(r"\b(LDL|STL)\b", sass)
-    prog = c.plan.program("consumer0")
-    tags = [c.body[s.op].tag for it in (*prog.prologue, prog.kernel, *prog.epilogue) for s in it
-            if s.kind == StepKind.OP]
-    s_steps, pv_steps = tags.count(T.WGMMA_S), tags.count(T.WGMMA_PV)
-    ss = re.findall(rf"HGMMA\.64x{g.block_n}x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\]", sass)
-    rs = re.findall(rf"HGMMA\.64x{g.box_cols}x16\.F32(?:\.BF16)? R\d+, R\d+, gdesc\[UR\d+\]"
-                    r"\.tnspB", sass)
-    assert s_steps and len(ss) == s_steps * head_dim // 16
-    assert pv_steps and len(rs) == pv_steps * g.block_n // 16
-    assert len(re.findall(r"HGMMA\.", sass)) == len(ss) + len(rs)
+    _sass_of_the_plans_wgmmas(c, src, tmp_path)
 
 
 @pytest.mark.parametrize("head_dim", NEW_HEAD_DIMS)
