@@ -490,10 +490,11 @@ def sanitize(out: Path | None, timeout: float, kernels: str) -> None:
 
 def forward_kernels() -> list[tuple]:
     """The forward kernels the runs launch: (head dim, dtype, causal, align, short)."""
-    from pipeline_core_schedules_attention.call import CAUSAL_ALIGN, HEAD_DIMS
+    from pipeline_core_schedules_attention.bwd_schedule import BWD_HEAD_DIMS
+    from pipeline_core_schedules_attention.call import CAUSAL_ALIGN
 
     return [(d, dt, CAUSAL_ALIGN[c] is not None, CAUSAL_ALIGN[c] or "top_left", short)
-            for d in HEAD_DIMS for dt in ("bf16", "fp16") for c in CAUSAL
+            for d in BWD_HEAD_DIMS for dt in ("bf16", "fp16") for c in CAUSAL
             for short in (False, True)]
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
-from bench_checks import check_args, emit, sanitized  # noqa: E402  (beside this script)
+from bench_checks import emit, run_check  # noqa: E402  (beside this script)
 from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
 
 WINDOWS = ((0, 0), (16, 0), (128, 128), (1000, -1), (-1, 0))
@@ -232,45 +231,9 @@ def _build(key: tuple) -> bool:
     return cubin_path(_source(*key)[1], KERNEL_NAME, BUILD_OPTIONS, ARCH) is not None
 
 
-def prebuild(jobs: int) -> bool:
-    keys = kernel_keys()
-    with ProcessPoolExecutor(jobs) as pool:
-        built = sum(pool.map(_build, keys))
-    emit({"kind": "prebuild", "kernels": len(keys), "built": built})
-    return built == len(keys)
-
-
 def main() -> None:
-    args = check_args(("all", "correct", "time", "sanitize-run"), "attention_window.jsonl",
-                      (("--rounds", int, 5), ("--seed", int, 0), ("--jobs", int, 2),
-                       ("--timeout", float, 600.0)))
-    if args.dry_run:
-        for case in CASES:
-            emit({"kind": "dry-run", "case": repr(case)})
-        emit({"kind": "dry-run-kernels", "kernels": len(kernel_keys())})
-        return
-    if args.prebuild_only:
-        ok = prebuild(args.jobs)
-        emit({"kind": "summary", "result": "PASS" if ok else "FAIL", "prebuild": ok})
-        return
-    if args.sanitize:
-        clean = sanitized(Path(__file__), len(SANITIZE), args.out, args.timeout)
-        emit({"kind": "summary", "result": "PASS" if clean else "FAIL",
-              "sanitizers_clean": clean})
-        return
-    import torch
-
-    torch.manual_seed(args.seed)
-    if args.phase == "sanitize-run":
-        return sanitize_run(torch)
-    emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
-    ok = True
-    if args.phase in ("all", "correct"):
-        ok = correct(torch)
-    if args.phase in ("all", "time"):
-        timing(torch, args.rounds)
-    emit({"kind": "summary", "result": "PASS" if ok else "FAIL", "correct": ok,
-          "cases": len(CASES)})
+    run_check(Path(__file__), "attention_window.jsonl", CASES, len(SANITIZE), kernel_keys, _build,
+              correct, timing, sanitize_run)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""What the attention GPU checks (attention_varlen.py, attention_window.py) share: their
+"""What the attention GPU checks (attention_varlen.py, attention_window.py,
+attention_headdims.py) share: their
 records (:func:`emit`: one JSON line on stdout, and in each file of :data:`SINK`), and
 compute-sanitizer's racecheck and synccheck over a check's own small runs (:func:`sanitized`:
 the script is run again under each tool with ``--phase sanitize-run``, which prints one
@@ -9,6 +10,8 @@ import argparse
 import json
 import re
 import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -66,3 +69,53 @@ def check_args(phases: tuple[str, ...], sink: str,
         args.out.mkdir(parents=True, exist_ok=True)
         SINK.append(args.out / sink)
     return args
+
+
+def prebuild(keys: list[tuple], build: Callable[[tuple], bool], jobs: int) -> bool:
+    """Whether ``build`` put every kernel of ``keys`` into the disk cache (``jobs`` at once);
+    one record."""
+    with ProcessPoolExecutor(jobs) as pool:
+        built = sum(pool.map(build, keys))
+    emit({"kind": "prebuild", "kernels": len(keys), "built": built})
+    return built == len(keys)
+
+
+def run_check(script: Path, sink: str, cases: Sequence[tuple], sanitize_runs: int,
+              keys: Callable[[], list[tuple]], build: Callable[[tuple], bool],
+              correct: Callable[[Any], bool], timing: Callable[[Any, int], None],
+              sanitize_run: Callable[[Any], None]) -> None:
+    """A forward check's command line and flow (attention_window.py, attention_headdims.py):
+    ``--dry-run`` prints ``cases`` and the kernels' count (no torch), ``--prebuild-only``
+    builds ``keys()`` with ``build`` (no GPU), ``--sanitize`` runs :func:`sanitized` over the
+    script's ``sanitize_runs`` runs, ``--phase sanitize-run`` those runs, else ``correct`` and
+    ``timing`` (``--phase``); the last line one summary, PASS or FAIL."""
+    args = check_args(("all", "correct", "time", "sanitize-run"), sink,
+                      (("--rounds", int, 5), ("--seed", int, 0), ("--jobs", int, 2),
+                       ("--timeout", float, 600.0)))
+    if args.dry_run:
+        for case in cases:
+            emit({"kind": "dry-run", "case": repr(case)})
+        emit({"kind": "dry-run-kernels", "cases": len(cases), "kernels": len(keys())})
+        return
+    if args.prebuild_only:
+        ok = prebuild(keys(), build, args.jobs)
+        emit({"kind": "summary", "result": "PASS" if ok else "FAIL", "prebuild": ok})
+        return
+    if args.sanitize:
+        clean = sanitized(script, sanitize_runs, args.out, args.timeout)
+        emit({"kind": "summary", "result": "PASS" if clean else "FAIL",
+              "sanitizers_clean": clean})
+        return
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    torch.manual_seed(args.seed)
+    if args.phase == "sanitize-run":
+        return sanitize_run(torch)
+    emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
+    ok = True
+    if args.phase in ("all", "correct"):
+        ok = correct(torch)
+    if args.phase in ("all", "time"):
+        timing(torch, args.rounds)
+    emit({"kind": "summary", "result": "PASS" if ok else "FAIL", "correct": ok,
+          "cases": len(cases)})

@@ -103,8 +103,9 @@ __device__ __forceinline__ Rows start(float (&o)[HD / 2], int tile_row, int cons
 }
 
 // S = Q.K^T (wgmma SS, MMA = the kit's wgmma_m64n{BN}k16): the consumer's ROWS rows of Q (a
-// stage of BM rows in HD / 64 boxes of 64 columns, 128-byte swizzled) against a K block (BN
-// rows, boxes alike), 16 columns of the head per k step; the first step overwrites S.
+// stage of BM rows in boxes of 64 columns, 128-byte swizzled) against a K block (BN rows, boxes
+// alike), 16 columns of the head per k step, HD / 16 steps (HD the head dim: D=96 stops in its
+// second box's first half); the first step overwrites S.
 template <int BM, int BN, int HD, void (*MMA)(float (&)[BN / 2], u64, u64, int)>
 __device__ __forceinline__ void qk(float (&s)[BN / 2], u32 q, u32 k, int consumer) {
 #pragma unroll
@@ -238,7 +239,9 @@ __device__ __forceinline__ void pv(float (&o)[HD / 2], const u32 (&pk)[BN / 4], 
 // (LSE not null: a gradient is needed), each row's natural log-sum-exp of the scaled scores,
 // ln 2 * (max + log2 sum) in the statistics' log2 units, into LSE[bh] ([Sq] fp32, one store by
 // the quad's first lane): +inf for a row with no key, so the backward's P = exp(S - LSE) is 0.
-template <int HD, class Elem>
+// COLS: the head dim stored, where O's HD columns are whole TMA boxes past it (D=96: the last
+// 32 are V's zero-filled columns, not stored).
+template <int HD, class Elem, int COLS = HD>
 __device__ __forceinline__ void finish(float (&o)[HD / 2], Rows& r, unsigned short* out,
                                        long long row_stride, float* LSE, int bh, int sq) {
 #pragma unroll
@@ -250,7 +253,7 @@ __device__ __forceinline__ void finish(float (&o)[HD / 2], Rows& r, unsigned sho
     const float r0 = r.l0 > 0.f ? 1.f / r.l0 : 0.f, r1 = r.l1 > 0.f ? 1.f / r.l1 : 0.f;
     const int row = r.row(), lane = threadIdx.x % 32, q = lane % 4;
 #pragma unroll
-    for (int c = 0; c < HD / 8; ++c) {
+    for (int c = 0; c < COLS / 8; ++c) {
         const int col = c * 8 + 2 * q;
         if (row < sq)
             *reinterpret_cast<u32*>(out + row * row_stride + col) =

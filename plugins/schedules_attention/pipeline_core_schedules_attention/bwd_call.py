@@ -32,11 +32,11 @@ from pipeline_core_nvidia_h100.kit_api import (ARCH, BUILD_OPTIONS, PLUGIN_MODUL
 from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
                                                       in_place, order_of, readable)
 
-from pipeline_core_schedules_attention.bwd_schedule import DEFAULT_STAGES, NAME
+from pipeline_core_schedules_attention.bwd_schedule import BWD_HEAD_DIMS, DEFAULT_STAGES, NAME
 from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
 from pipeline_core_schedules_attention.bwd_signature import (KERNEL_NAME, ORDERED_SIGNATURE,
                                                              SIGNATURE)
-from pipeline_core_schedules_attention.call import (HEAD_DIMS, LOG2E, AttentionArgumentError,
+from pipeline_core_schedules_attention.call import (LOG2E, AttentionArgumentError, no_backward,
                                                     plan_attention)
 from pipeline_core_schedules_attention.tile_order import TileOrder, choose
 
@@ -103,6 +103,9 @@ def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: An
     except AttentionArgumentError as e:  # the forward's rules, named as this function's
         raise AttentionArgumentError(str(e).replace("attention:", f"{FN}:", 1)) from None
     b, h, sq, d = q.shape
+    why = no_backward(d)
+    if why is not None:
+        raise _fail("q", why)
     if tuple(do.shape) != tuple(q.shape) or do.dtype != q.dtype:
         raise _fail("do", f"{do.dtype} {tuple(do.shape)} differs from q's {q.dtype} "
                           f"{tuple(q.shape)}; pass the output's gradient")
@@ -169,7 +172,7 @@ def source(head_dim: int, dtype: str, causal: bool, align: str,
 
 
 #: every default kernel the call may build: (head dim, dtype, causal, alignment)
-VARIANTS = tuple((d, t, c, a) for d in HEAD_DIMS for t in ("bf16", "fp16")
+VARIANTS = tuple((d, t, c, a) for d in BWD_HEAD_DIMS for t in ("bf16", "fp16")
                  for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right")))
 #: every deterministic kernel: (head dim, dtype, causal, alignment, True)
 DETERMINISTIC_VARIANTS = tuple((*v, True) for v in VARIANTS)

@@ -74,6 +74,9 @@ from pipeline_core_schedules_attention.schedule import (ALIGN, CONSUMER_REGISTER
                                                         WarpGroupTiles, register_params)
 
 NAME = "flash-attention-bwd"
+#: The head dims the backward is written and tiled for (the forward's: schedule.HEAD_DIMS; a
+#: call that needs a gradient at another is refused before its forward runs, call.no_backward)
+BWD_HEAD_DIMS = (64, 128)
 OWNER = f"schedule {NAME}"
 #: The kernel family the schedule declares (``kernel_launch()``); emit_attention_bwd.py writes it.
 KERNEL_FAMILY = "attention_bwd"
@@ -399,7 +402,7 @@ class FlashAttentionBackward(AgentsSchedule):
 
 
 PARAMS = (
-    Param("head_dim", int, 128, "head dimension D (64, 128)", choices=(64, 128)),
+    Param("head_dim", int, 128, "head dimension D (64, 128)", choices=BWD_HEAD_DIMS),
     Param("block_m", int, 0, "query rows per K tile (0: the default, 64)",
           bound=Bound(low=0, high=256)),
     Param("block_n", int, 128, "keys per output tile, split over the consumers",

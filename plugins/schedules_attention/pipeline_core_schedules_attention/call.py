@@ -35,7 +35,8 @@ from pipeline_core_nvidia_h100.kit_api import (BUILD_OPTIONS, PLUGIN_MODULE, REC
 
 from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
                                                       in_place, order_of, readable)
-from pipeline_core_schedules_attention.schedule import NAME
+from pipeline_core_schedules_attention.bwd_schedule import BWD_HEAD_DIMS
+from pipeline_core_schedules_attention.schedule import HEAD_DIMS, NAME
 from pipeline_core_schedules_attention.signature import (KERNEL_NAME, SIGNATURE,
                                                          SOFTCAP_SIGNATURE)
 from pipeline_core_schedules_attention.tile_order import TileOrder, choose
@@ -56,12 +57,29 @@ CALL_PARAMS: dict[str, str] = {}
 #: 128 x 24 fit the SM's 65536); causal, 2 consumers of 64 rows on KV blocks of 128 (the
 #: diagonal then masks one KV block per query block).  An entry's ``stages`` is the ring depth
 #: (``-T stages``, :data:`CALL_STAGES` where absent); the others are ``-p`` parameters.
+#: D=96 takes D=128's tiles: its shared-memory rows and O are D=128's (two TMA boxes, the
+#: second half V's zeros: schedule.AttentionGeometry.box_cols), S runs over its 96 columns.
+#: D=192 and D=256 take FA3's (hopper/tile_size.h), causal or not: 2 consumers of 64 rows on
+#: KV blocks of 112 and 80 keys, the most whose 2 stages of K and V fit beside Q in a CTA's
+#: 227 KB (D=192: 48 KB + 4 x 42 KB; D=256: 64 KB + 4 x 40 KB), both overlaps' registers under
+#: 240 (O 96 / 128, S 56 / 40 and P 28 / 20 per thread).
 _TWO = {"block_m": "128", "consumers": "2", "block_n": "128"}
 CALL_TILES = {(64, False): {"block_m": "192", "consumers": "3", "consumer_registers": "160",
                             "block_n": "128"},
               (64, True): _TWO,
+              (96, False): {**_TWO, "block_n": "176"},
+              (96, True): _TWO,
               (128, False): {**_TWO, "block_n": "176"},
-              (128, True): _TWO}
+              (128, True): _TWO,
+              (192, False): {**_TWO, "block_n": "112"},
+              (192, True): {**_TWO, "block_n": "112"},
+              (256, False): {**_TWO, "block_n": "80"},
+              (256, True): {**_TWO, "block_n": "80"}}
+#: the tile's changes per head dim where the kernel holds more than the plain call's state (the
+#: softcap's scale, varlen's sequence spans and cursor): at D=256 KV blocks of 64 keys (FA3's
+#: local tile there, hopper/tile_size.h), where those of 80 spill 16-52 bytes (softcap; varlen
+#: causal)
+LEAN_TILES = {256: {"block_n": "64"}}
 #: key lengths up to which a call takes :data:`SHORT_TILES` (measured at Sk = 1024, where they
 #: win, and 4096, where the long tiles do; docs/guide/attention.md, "Short sequences: a
 #: double-buffered Q")
@@ -71,19 +89,22 @@ SHORT_KEYS = 2048
 #: tile's Q, and the K and V blocks behind it, load while this tile runs) and a ring of 3 on
 #: 2 consumers at D=64 (benchmarks/results/attention_short_h100.jsonl); at D=128 causal a ring
 #: of 3 alone (a second Q beside it does not fit; 1.018x at S=1024); at D=128 not causal KV
-#: blocks of 128 with Q double-buffered (a second Q does not fit beside blocks of 176; 1.044x)
+#: blocks of 128 with Q double-buffered (a second Q does not fit beside blocks of 176; 1.044x);
+#: D=96 D=128's (its shared memory); D=192 and D=256 none (a second Q or a third stage does not
+#: fit beside their K and V)
 SHORT_TILES = {(64, False): {**_TWO, "q_stages": "2", "stages": "3"},
                (64, True): {**_TWO, "q_stages": "2", "stages": "3"},
+               (96, False): {**_TWO, "q_stages": "2"},
+               (96, True): {**_TWO, "stages": "3"},
                (128, False): {**_TWO, "q_stages": "2"},
                (128, True): {**_TWO, "stages": "3"}}
 #: the overlaps per head dim, the fastest on the H100 (bf16, benchmarks/results/
 #: attention_speed2_h100.jsonl): the intra-warpgroup overlap alone, at both head dims, causal
-#: or not (D=128 S=4096: 681 TFLOPS vs 584 without either; ping-pong costs: 641 with it).
+#: or not (D=128 S=4096: 681 TFLOPS vs 584 without either; ping-pong costs: 641 with it);
+#: at D=96, 192 and 256 alike (FA3's IntraWGOverlap at every head dim), at every head dim the
+#: call compiles (schedule.HEAD_DIMS).
 #: An entry of CALL_PARAMS wins over these and CALL_TILES (the benchmark's ablations).
-CALL_OVERLAPS = {64: {"intra_overlap": "true", "pingpong": "false"},
-                 128: {"intra_overlap": "true", "pingpong": "false"}}
-#: the head dims the call compiles
-HEAD_DIMS = tuple(CALL_OVERLAPS)
+CALL_OVERLAPS = {d: {"intra_overlap": "true", "pingpong": "false"} for d in HEAD_DIMS}
 #: the ring depth of a tile that names none
 CALL_STAGES = 2
 LOG2E = 1.4426950408889634
@@ -194,6 +215,20 @@ def check_operands(fail: Any, q: Any, k: Any, v: Any, layout: str) -> None:
         raise fail("v", f"shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
 
 
+def no_backward(head_dim: int) -> str | None:
+    """Why a gradient at ``head_dim`` cannot be had (None where the backward is built for it,
+    bwd_schedule.BWD_HEAD_DIMS), and the way round: one line for the forward's refusal
+    (:func:`attention`, before its forward runs) and the backward's (bwd_call.plan_bwd)."""
+    if head_dim in BWD_HEAD_DIMS:
+        return None
+    pad = (f"pad q, k and v to D=128 with zeros, pass scale={head_dim} ** -0.5 and keep the "
+           f"output's first {head_dim} columns" if head_dim < 128
+           else "train with torch's scaled_dot_product_attention")
+    return (f"head dim {head_dim} has no backward yet (built for "
+            f"{', '.join(map(str, BWD_HEAD_DIMS))}); run the forward under torch.no_grad(), "
+            f"or for gradients {pad}")
+
+
 def check_group(fail: Any, heads: int, kv_heads: int) -> None:
     """Grouped-query attention's rule: k's and v's heads divide q's."""
     if kv_heads < 1 or heads % kv_heads:
@@ -240,26 +275,30 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                          softcap_scale=s / cap if cap else 0.0)
 
 
-def _tile(head_dim: int, causal: bool, short: bool) -> dict[str, str]:
-    """The tile, overlaps and ring depth the call compiles (CALL_PARAMS winning)."""
+def _tile(head_dim: int, causal: bool, short: bool, lean: bool = False) -> dict[str, str]:
+    """The tile, overlaps and ring depth the call compiles (CALL_PARAMS winning; ``lean``: a
+    kernel of more state, :data:`LEAN_TILES`)."""
     tile = (SHORT_TILES.get((head_dim, causal)) if short else None) or CALL_TILES[head_dim, causal]
-    return {**tile, **CALL_OVERLAPS[head_dim], **CALL_PARAMS}
+    return {**tile, **(LEAN_TILES.get(head_dim, {}) if lean else {}), **CALL_OVERLAPS[head_dim],
+            **CALL_PARAMS}
 
 
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
                 short: bool = False, window: tuple[int, int] = NO_WINDOW,
-                softcap: bool = False) -> dict[str, str]:
+                softcap: bool = False, varlen: bool = False) -> dict[str, str]:
     """The schedule parameters (``-p``) the call compiles for one head dim, causal or not,
     where the causal diagonal sits (``-p align``, given only when causal or windowed), and
-    whether the keys are few (:data:`SHORT_KEYS`); a window's reaches and the softcap only
-    where taken (a windowed call takes the causal tiles: its tiles' KV blocks vary alike)."""
+    whether the keys are few (:data:`SHORT_KEYS`); a window's reaches, the softcap and
+    ``-p varlen`` (varlen_call.py) only where taken (a windowed call takes the causal tiles: its
+    tiles' KV blocks vary alike; the softcap and varlen :data:`LEAN_TILES`)."""
     vary = causal or window != NO_WINDOW
-    params = {k: v for k, v in _tile(head_dim, vary, short).items() if k != "stages"}
+    params = {k: v for k, v in _tile(head_dim, vary, short, softcap or varlen).items()
+              if k != "stages"}
     reaches = ({"window_left": str(window[0]), "window_right": str(window[1])}
                if window != NO_WINDOW else {})
     return {**params, "head_dim": str(head_dim), "causal": str(causal).lower(),
             **({"align": align} if vary else {}), **reaches,
-            **({"softcap": "true"} if softcap else {})}
+            **({"softcap": "true"} if softcap else {}), **({"varlen": "true"} if varlen else {})}
 
 
 def call_stages(head_dim: int, causal: bool, short: bool = False) -> int:
@@ -427,8 +466,9 @@ CALL: HostCall[AttentionCall, AttentionKernel] = HostCall(
 def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
               scale: float | None = None, deterministic: bool = False,
               window: tuple[int, int] | None = None, softcap: float | None = None) -> Any:
-    """softmax(q . k^T * scale) . v for torch tensors [B, H, S, D] (bf16 or fp16, D 64 or
-    128, any S >= 1, query and key lengths may differ; k and v may have fewer heads, a divisor
+    """softmax(q . k^T * scale) . v for torch tensors [B, H, S, D] (bf16 or fp16, D 64, 96,
+    128, 192 or 256: the backward at 64 and 128, a call needing a gradient at another is refused
+    in one line, no_backward; any S >= 1, query and key lengths may differ; k and v may have fewer heads, a divisor
     of q's: grouped-query attention; any strides: a [B, S, H, D] buffer's transposed view is
     read in place, strides TMA cannot take are copied once, layout.py; the output takes q's
     layout); ``scale`` defaults to 1/sqrt(D).  ``causal``: False,
@@ -443,6 +483,9 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
     if not isinstance(deterministic, bool):
         raise AttentionArgumentError(f"attention: deterministic: {deterministic!r}; pass True "
                                      "or False")
+    d = q.shape[-1] if len(getattr(q, "shape", ())) == 4 else 0
+    if d in HEAD_DIMS and d not in BWD_HEAD_DIMS:  # refused now, not at backward()
+        _refuse_gradient(q, k, v, d)
     if window is not None or softcap is not None:  # the forward alone, eager (window_args)
         import torch  # type: ignore[import-not-found, unused-ignore]
 
@@ -459,6 +502,17 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                      op_args=lambda: (causal_align(causal) or "none",
                                       None if scale is None else float(scale),
                                       deterministic))[0]
+
+
+def _refuse_gradient(q: Any, k: Any, v: Any, head_dim: int) -> None:
+    """One error line where a call needs a gradient at a head dim with no backward
+    (:func:`no_backward`)."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    why = no_backward(head_dim)
+    if why is not None and torch.is_grad_enabled() and any(
+            getattr(t, "requires_grad", False) for t in (q, k, v)):
+        raise _attention_error("q", why)
 
 
 def _run_eager(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> tuple[Any]:

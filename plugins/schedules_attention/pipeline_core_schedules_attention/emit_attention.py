@@ -84,8 +84,8 @@ def geometry_refusal(g: AttentionGeometry) -> str:
         return (f"writes {WGMMA_M} query rows per consumer; -p block_m={g.block_m} over "
                 f"{g.consumers} consumer{'s' if g.consumers != 1 else ''} gives {g.rows}: set "
                 f"-p block_m={WGMMA_M * g.consumers}")
-    if g.head_dim % 64:
-        return f"-p head_dim={g.head_dim} must be a multiple of 64 (one 128-byte swizzled row)"
+    if g.head_dim % 16:  # QK's k step (a box's columns past D read as zeros: box_cols)
+        return f"-p head_dim={g.head_dim} must be a multiple of 16 (QK's k step)"
     if g.block_n % 16:  # the PV wgmma's k steps (the schedule refuses it before; one home)
         return f"-p block_n={g.block_n} must be a multiple of 16 (PV's k step)"
     return ""
@@ -132,12 +132,17 @@ class _Variant:
     #: decode (emit_decode.py): its loads, the softmax of KV block ``KF + t`` against the
     #: global ``FM``, and PV clearing V's rows past the end on the tail block
     decode: bool = False
+    #: the head dim QK reads and the finish stores, where it is not the kernel's ``HD`` (the
+    #: boxes' columns, PV's N: D=96 runs S over 96 columns, O over 128 whose last 32 are V's
+    #: zeros, and stores 96); "" where they are one
+    cols: str = ""
 
     def op_line(self, tag: int, stage: str, tile: str) -> str:
         """One call of the header per compute op step (a ring stage's S, PV; a KV block's
         softmax; the rescale)."""
         if tag == AttentionTag.WGMMA_S:
-            return f"pcat::qk<BM, BN, HD, {self.qk}>(sacc, q_smem, stage_k({stage}), consumer);"
+            return (f"pcat::qk<BM, BN, {self.cols or 'HD'}, {self.qk}>(sacc, q_smem, "
+                    f"stage_k({stage}), consumer);")
         if tag == AttentionTag.SOFTMAX:
             block, first = ((f"KF + {tile}", f"KF + {tile} < LM ? 0 : FM") if self.window
                             else (f"KF + {tile}", "FM") if self.decode else (tile, "FM"))
@@ -234,8 +239,9 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         else f"pcat::Causal{{Sk, {OFFSET[causal.align]}}}" if causal is not None
         else "pcat::KeyTail{Sk}",
         guard=g.windowed or (causal is not None and causal.align == "bottom_right"),
-        qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.head_dim}k16",
+        qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.box_cols}k16",
         window=g.windowed, softcap=g.softcap, decode=False,
+        cols=str(g.head_dim) if g.head_dim != g.box_cols else "",
         **(_VARLEN_COORDS if g.varlen else {"kv_from": "KF * BN + "} if g.windowed else {}))
     loop = ("int rb = 0, o = 0;", "for (int tile = blockIdx.x; tile < TILES; "
             "tile += gridDim.x, rb += KT, ++o) {")
@@ -262,9 +268,10 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "CTAs (each runs output tiles",
         "// blockIdx.x, + gridDim.x, ...; causal, in the order hg and snake pick: "
         "tile_order.py)."]
-    family = _family(g, variant.elem, finish=varlen_finish(variant.elem) if g.varlen else
-                     f"            pcat::finish<HD, {variant.elem}>(oacc, rows, {OUT_ROWS}, LSE, "
-                     "bh, Sq);")
+    # the finish's store: its first ``cols`` columns where given (the head dim under the boxes')
+    store = f"HD, {variant.elem}" + (f", {variant.cols}" if variant.cols else "")
+    family = _family(g, finish=varlen_finish(store) if g.varlen else
+                     f"            pcat::finish<{store}>(oacc, rows, {OUT_ROWS}, LSE, bh, Sq);")
     return _source(compiled, g, dtype, variant, tiles, family, device, about, watchdog or 0)
 
 
@@ -280,7 +287,7 @@ def _emit_decode(compiled: CompiledSchedule, g: AttentionGeometry, watchdog: int
                        mask=decode_mask(g.causal), guard=g.causal,
                        qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.head_dim}k16",
                        decode=True)
-    family = _family(g, variant.elem, compute=DECODE_COMPUTE,
+    family = _family(g, compute=DECODE_COMPUTE,
                      finish=decode_finish(compiled.plan.programs[1:], variant.elem,
                                           EMITTER_NAME))
     device = pasted(__package__, "attention.cuh") + pasted(__package__, "attention_decode.cuh")
@@ -318,7 +325,7 @@ def _source(compiled: CompiledSchedule, g: AttentionGeometry, dtype: str, varian
         f"// O = softmax(Q.K^T * scale) . V per ({what}, "
         f"head), {dtype} in and out, fp32 accumulate.", *about,
         header_source(), wgmma_header_source(), gemm_call_header_source(),
-        wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.head_dim, dtype), device,
+        wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.box_cols, dtype), device,
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
         f"{KERNEL_NAME}({_signature(g).render()}) {{", body,
         "}", ""])
@@ -337,14 +344,16 @@ _COMPUTE_START = ("            pcat::Rows rows = pcat::start<HD>(oacc, tile_m * 
                   "            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q")
 
 
-def _family(g: AttentionGeometry, elem: str, *, finish: str,
+def _family(g: AttentionGeometry, *, finish: str,
             compute: str = _COMPUTE_START) -> AgentsFamily:
     """The kernel's constants (the frame's STAGES, the once ring's Q_STAGES, the roles'
-    registers); Q's ring (output tile o's Q in stage o % Q_STAGES), then the K and V rings, from
+    registers; ``HD`` the boxes' columns, ``AttentionGeometry.box_cols``); Q's ring (output
+    tile o's Q in stage o % Q_STAGES), then the K and V rings, from
     the frame's ``ring`` (the mbarriers follow them); a consumer's O, S and packed P; per output
-    tile its rows started (O cleared) and its Q, then after its steps O / rowsum stored."""
+    tile ``compute`` (its rows started, O cleared, and its Q), then after its steps
+    ``finish``."""
     return AgentsFamily(
-        constants=f"    constexpr int BM = {g.block_m}, BN = {g.block_n}, HD = {g.head_dim}, "
+        constants=f"    constexpr int BM = {g.block_m}, BN = {g.block_n}, HD = {g.box_cols}, "
                   f"STAGES = {g.stages}, Q_STAGES = {g.q_stages};\n"
                   f"    constexpr int PRODUCER_REGS = {g.producer_registers}, "
                   f"CONSUMER_REGS = {g.consumer_registers};\n"

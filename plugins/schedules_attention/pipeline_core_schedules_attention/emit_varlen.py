@@ -65,10 +65,11 @@ def varlen_tile_loop(causal: bool, trips: str, first: str) -> DeviceTileLoop:
                           consumers=TileLoop(head=loop, tile=(*spans, fm)), empty_tiles=True)
 
 
-def varlen_finish(elem: str) -> str:
-    """The consumers' finish: O / rowsum into the tile's sequence's rows at its head (q's
-    layout: O's head and row strides), LSE into ``[H, total_q]``."""
-    return ("            pcat::finish<HD, " + elem + ">(oacc, rows, O + (long long)q0 * o_ss "
+def varlen_finish(store: str) -> str:
+    """The consumers' finish (``store``: ``pcat::finish``'s template arguments): O / rowsum
+    into the tile's sequence's rows at its head (q's layout: O's head and row strides), LSE
+    into ``[H, total_q]``."""
+    return ("            pcat::finish<" + store + ">(oacc, rows, O + (long long)q0 * o_ss "
             "+ (long long)(bh % H) * o_sh, o_ss,\n"
             "                LSE == nullptr ? nullptr : LSE + (long long)(bh % H) * TQ + q0, "
             "0, Sq);")

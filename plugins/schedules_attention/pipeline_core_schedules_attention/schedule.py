@@ -39,6 +39,7 @@ from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TA
                                                register_split_refusal)
 
 from pipeline_core_schedules_attention.decode_tiles import DECODE_ROWS, DecodeBounds
+from pipeline_core_schedules_attention.layout import BOX_COLS
 from pipeline_core_schedules_attention.tiles import LoopBounds
 from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds
 from pipeline_core_schedules_attention.window_args import MAX_REACH
@@ -48,6 +49,9 @@ OWNER = f"schedule {NAME}"
 #: The kernel family the schedule declares (``kernel_launch()``); emit_attention.py writes it.
 KERNEL_FAMILY = "attention"
 ELEM_BYTES = 2
+#: The head dims the forward's kernels are written for: whole boxes, and D=96 (a box and a half:
+#: the second box's columns past D read as zeros; :attr:`WarpGroupTiles.box_cols`).
+HEAD_DIMS = (64, 96, 128, 192, 256)
 #: wgmma m64: each consumer warp group owns 64 query rows per instruction row block.
 WGMMA_M = 64
 #: Dense bf16 flop per cycle of one SM's tensor cores at the datasheet peak (as the GEMM's).
@@ -136,14 +140,22 @@ class WarpGroupTiles:
         return None
 
     @property
+    def box_cols(self) -> int:
+        """The head dim's columns in shared memory: whole TMA boxes of :data:`BOX_COLS` (one
+        128-byte swizzled row each), so head_dim rounded up; the columns past head_dim are read
+        past the tensor's D, which TMA fills with zeros (D=96: two boxes, the second half zero;
+        docs/guide/attention.md, "Head dims")."""
+        return -(-self.head_dim // BOX_COLS) * BOX_COLS
+
+    @property
     def q_bytes(self) -> int:
-        """One query block: block_m rows of head_dim."""
-        return self.block_m * self.head_dim * ELEM_BYTES
+        """One query block: block_m rows of :attr:`box_cols`."""
+        return self.block_m * self.box_cols * ELEM_BYTES
 
     @property
     def kv_bytes(self) -> int:
-        """One K (or V) block: block_n keys of head_dim."""
-        return self.block_n * self.head_dim * ELEM_BYTES
+        """One K (or V) block: block_n keys of :attr:`box_cols`."""
+        return self.block_n * self.box_cols * ELEM_BYTES
 
 
 @attrs.frozen(kw_only=True)
@@ -199,11 +211,12 @@ class AttentionGeometry(WarpGroupTiles):
 
     @property
     def consumer_registers_needed(self) -> int:
-        """fp32 O and S per thread (a warp group's 128 threads hold rows x cols / 128 each),
-        and under ``intra_overlap`` P_{j-1} packed to 16 bits (half of S) beside S_j, since PV_{j-1}
+        """fp32 O and S per thread (a warp group's 128 threads hold rows x cols / 128 each; O
+        over :attr:`box_cols`, the PV wgmma's N), and under ``intra_overlap`` P_{j-1} packed to
+        16 bits (half of S) beside S_j, since PV_{j-1}
         still reads it while the softmax of j runs (P converted in place from its S without the
         overlap), plus :data:`CONSUMER_OVERHEAD_REGISTERS`."""
-        o = self.rows * self.head_dim // 128
+        o = self.rows * self.box_cols // 128
         s = self.rows * self.block_n // 128
         return o + s + (s // 2 if self.intra_overlap else 0) + CONSUMER_OVERHEAD_REGISTERS
 
@@ -264,6 +277,9 @@ class AttentionGeometry(WarpGroupTiles):
     def _validate_decode(self, bad: Any) -> None:
         """Decode's tile: one consumer of :data:`DECODE_ROWS` rows (heads and tokens packed),
         no other variant of the forward's tile loop, the diagonal bottom-right (its own)."""
+        if self.head_dim % BOX_COLS:
+            raise bad("head_dim", f"{self.head_dim}: decode reads whole {BOX_COLS}-column boxes; "
+                                  "pass -p head_dim=64 or 128")
         if self.block_m != DECODE_ROWS or self.consumers != 1:
             raise bad("block_m", f"decode packs a GQA group's heads and tokens into one "
                                  f"consumer's {DECODE_ROWS} rows; set -p block_m={DECODE_ROWS} "
@@ -407,8 +423,9 @@ def register_params(producer: int, consumer: int, why: str = "") -> tuple[Param,
 REGISTERS = register_params(PRODUCER_REGISTERS, CONSUMER_REGISTERS)
 
 PARAMS = (
-    Param("head_dim", int, 128, "head dimension D (64, 128; 256 where its registers fit)",
-          choices=(64, 128, 256)),
+    Param("head_dim", int, 128, "head dimension D (96: two TMA boxes, the second half zeros; "
+                                "192 and 256 where their tiles' registers and shared memory fit)",
+          choices=HEAD_DIMS),
     Param("block_m", int, 128, "query rows per output tile, split over the consumers",
           bound=Bound(low=64, high=256)),
     Param("block_n", int, 128, "keys per KV block (the K tile)", bound=Bound(low=16, high=256)),

@@ -149,7 +149,7 @@ def varlen_params(head_dim: int, causal: bool, align: str = "top_left",
                   short: bool = False) -> dict[str, str]:
     """The ``-p`` parameters the varlen call compiles: the fixed-length call's, with
     ``-p varlen``."""
-    return {**call_params(head_dim, causal, align, short), "varlen": "true"}
+    return call_params(head_dim, causal, align, short, varlen=True)
 
 
 def varlen_source(head_dim: int, dtype: str, causal: bool, align: str,

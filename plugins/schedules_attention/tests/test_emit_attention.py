@@ -270,7 +270,12 @@ def test_the_calls_variant_per_head_dim_is_emitted(head_dim, short):
                       target_args={"stages": str(call_stages(head_dim, False, short))})
     assert c.proof.safe
     src = emit_attention(c)
-    assert f"HD = {head_dim}," in src
+    # HD: the TMA boxes' columns (D=96: two, the second half zeros); S over the head dim's
+    # columns and the store of as many where they differ
+    box = -(-head_dim // 64) * 64
+    assert f"HD = {box}," in src and f"wgmma_rs_m64n{box}k16(" in src
+    assert (f"pcat::qk<BM, BN, {head_dim}," in src) == (box != head_dim)
+    assert (f"pcat::finish<HD, pcat::Bf16, {head_dim}>(" in src) == (box != head_dim)
     assert ("wgmma_wait<1>();" in src) == (CALL_OVERLAPS[head_dim]["intra_overlap"] == "true")
 
 
@@ -284,7 +289,7 @@ def test_the_call_plans_lengths_and_the_folded_scale():
 
 
 @pytest.mark.parametrize("args,kw,needle", [
-    (qkv(d=96), {}, "attention: q: head dim 96; supported: 64, 128"),
+    (qkv(d=80), {}, "attention: q: head dim 80; supported: 64, 96, 128, 192, 256"),
     (qkv(q={"dtype": "torch.float32"}), {}, "attention: q: dtype torch.float32"),
     (qkv(k={"dtype": "torch.float16"}), {}, "attention: k: dtype torch.float16 differs"),
     (qkv(v={"cuda": False}), {}, "attention: v: a CPU tensor"),
@@ -552,8 +557,9 @@ def test_bottom_right_causal_offsets_the_diagonal_and_guards_rows_with_no_key(he
                       target_args={"stages": str(call_stages(head_dim, True))})
     assert c.proof.safe and c.plan.trip_rule.align == "bottom_right"
     src = emit_attention(c)
-    assert "+ (Sk - Sq) + 1 + 128 - 1) / 128" in src  # KT
-    assert "(tile_m * 128 + (Sk - Sq) + 1) / 128" in src  # FM
+    bn = call_params(head_dim, True)["block_n"]  # 112 at D=192, 80 at D=256
+    assert f"+ (Sk - Sq) + 1 + {bn} - 1) / {bn}" in src  # KT
+    assert f"(tile_m * 128 + (Sk - Sq) + 1) / {bn}" in src  # FM
     softmax = [x for x in _body(src).split("\n") if "pcat::softmax<" in x]
     # the row's last key is row + Sk - Sq; the guard is the softmax's template argument
     assert softmax and all("pcat::PackP::later, true>(sacc, pk, rows, pcat::Causal{Sk, (Sk - Sq)}"
@@ -757,16 +763,25 @@ def test_the_kernels_q_k_v_stages_and_mbarriers_are_disjoint_and_fit_its_shared_
 @pytest.mark.parametrize("head_dim,causal", sorted(SHORT_TILES))
 def test_the_calls_short_kernels_build_without_spills_and_issue_the_plans_wgmmas(head_dim, causal,
                                                                                  tmp_path):
-    """The call's short-sequence kernels (D=64: Q double-buffered, a ring of 3; D=128 causal:
-    a ring of 3, one Q; D=128 not causal: Q double-buffered, a ring of 2) build for sm_90a with no spill and no serialized wgmma; the SASS issues
-    D/16 HGMMAs of S (64 x block_n, from shared memory) and block_n/16 of PV (64 x D, P from
-    registers) for each S and PV step of the consumer's program (identical consumers share one
-    emitted program)."""
+    """The call's short-sequence kernels (D=64: Q double-buffered, a ring of 3; D=128 and 96
+    causal: a ring of 3, one Q; not causal: Q double-buffered, a ring of 2) build for sm_90a
+    with no spill and issue the plan's wgmmas (:func:`_sass_of_the_plans_wgmmas`)."""
     c, src = call._source(head_dim, "bf16", causal, "top_left", True)
     g = c.launch.geometry
-    want = {64: (2, 3, 2), 128: (1, 3, 2) if causal else (2, 2, 2)}[head_dim]
+    want = {64: (2, 3, 2), 128: (1, 3, 2) if causal else (2, 2, 2)}[-(-head_dim // 64) * 64]
     assert (g.q_stages, g.stages, g.consumers) == want
-    proc, cubin = compile_cubin(src, tmp_path, "short")
+    sass = _sass_of_the_plans_wgmmas(c, src, tmp_path)
+    # the intra-warpgroup overlap's wait for S alone (wait_group 1) and the full waits
+    assert set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)) == {"0x0", "0x1"}
+
+
+def _sass_of_the_plans_wgmmas(c, src: str, tmp_path) -> str:
+    """``src`` (emitted from ``c``) built for sm_90a with no spill and no serialized wgmma, and
+    its SASS, which issues head_dim/16 HGMMAs of S (64 x block_n, from shared memory) and
+    block_n/16 of PV (64 x the boxes' columns, P from registers: D=96's 128, V's last 32 zeros)
+    for each S and PV step of the consumer's program (identical consumers share one program)."""
+    g = c.launch.geometry
+    proc, cubin = compile_cubin(src, tmp_path, f"d{g.head_dim}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     assert "serialized" not in proc.stderr and "C7508" not in proc.stderr
@@ -780,12 +795,11 @@ def test_the_calls_short_kernels_build_without_spills_and_issue_the_plans_wgmmas
     s_steps, pv_steps = tags.count(T.WGMMA_S), tags.count(T.WGMMA_PV)
     assert s_steps and pv_steps
     ss = re.findall(rf"HGMMA\.64x{g.block_n}x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\]", sass)
-    rs = re.findall(rf"HGMMA\.64x{head_dim}x16\.F32(?:\.BF16)? R\d+, R\d+, gdesc\[UR\d+\]\.tnspB",
-                    sass)
-    assert len(ss) == s_steps * head_dim // 16 and len(rs) == pv_steps * g.block_n // 16
+    rs = re.findall(rf"HGMMA\.64x{g.box_cols}x16\.F32(?:\.BF16)? R\d+, R\d+, gdesc\[UR\d+\]"
+                    r"\.tnspB", sass)
+    assert len(ss) == s_steps * g.head_dim // 16 and len(rs) == pv_steps * g.block_n // 16
     assert len(re.findall(r"HGMMA\.", sass)) == len(ss) + len(rs)
-    # the intra-warpgroup overlap's wait for S alone (wait_group 1) and the full waits
-    assert set(re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", sass)) == {"0x0", "0x1"}
+    return sass
 
 
 @pytest.mark.parametrize("params,dtype", [
@@ -814,3 +828,96 @@ def test_the_kernel_calls_the_headers_device_functions_and_writes_no_math_of_its
     for math in ("ex2_approx(", "__shfl_xor_sync", "fmaxf(", "fence_operand(", "INFINITY",
                  "pack"):
         assert math not in body, math
+
+
+#: the head dims past 64 and 128 (issue 37): D=96 a box and a half, D=192 and D=256 whole boxes
+NEW_HEAD_DIMS = (96, 192, 256)
+
+
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"),
+                                          (True, "bottom_right")])
+@pytest.mark.parametrize("head_dim", NEW_HEAD_DIMS)
+def test_each_new_head_dims_call_tiles_are_proven_within_their_budgets(head_dim, causal, align):
+    """Every tile the call compiles at D=96, 192 and 256 (CALL_TILES, and D=96's SHORT_TILES,
+    causal or not, either alignment) is proven SAFE, fits the CTA's shared memory and the
+    consumers' 240 registers by the schedule's estimate, and reads the head dim in whole
+    64-column TMA boxes: D=96 takes D=128's tiles on two boxes (the second half zeros), D=192
+    and D=256 FA3's KV blocks of 112 and 80 keys on 3 and 4."""
+    from pipeline_core_nvidia_h100.kit_api import H100_SXM
+
+    for short in ((False, True) if (head_dim, causal) in SHORT_TILES else (False,)):
+        params = call_params(head_dim, causal, align, short)
+        c = compile_named(NAME, params=params,
+                          target_args={"stages": str(call_stages(head_dim, causal, short))})
+        assert c.proof.safe, (head_dim, causal, short)
+        g = c.launch.geometry
+        assert (g.block_m, g.block_n, g.consumers) == (
+            128, {96: 128 if causal or short else 176, 192: 112, 256: 80}[head_dim], 2)
+        assert g.intra_overlap and not g.pingpong
+        assert g.box_cols == {96: 128, 192: 192, 256: 256}[head_dim]
+        assert g.q_bytes == g.block_m * g.box_cols * 2
+        assert g.smem_bytes <= H100_SXM.smem_per_cta_optin
+        assert g.consumer_registers_needed <= g.consumer_registers == 240
+        assert c.plan.trip_rule.align == align and c.plan.trip_rule.causal is causal
+
+
+@pytest.mark.needs_nvcc  # skipped or failed without nvcc: conftest.py
+@pytest.mark.parametrize("head_dim,causal,dtype", [(96, False, "bf16"), (96, True, "fp16"),
+                                                   (192, False, "fp16"), (192, True, "bf16"),
+                                                   (256, False, "bf16"), (256, True, "fp16")])
+def test_the_new_head_dims_build_without_spills_and_run_the_head_dims_k_steps(head_dim, causal,
+                                                                              dtype, tmp_path):
+    """The call's long kernels at D=96, 192 and 256 build for sm_90a with no spill and no
+    serialized wgmma; the SASS runs S over the head dim (D/16 k steps of 64 x block_n each,
+    6 at D=96, not D=128's 8) and PV over the boxes' columns (block_n/16 of 64 x box_cols),
+    per S and PV step of the consumer's program; D=96 stores 96 columns of O."""
+    c, src = call._source(head_dim, dtype, causal, "bottom_right" if causal else "top_left")
+    g = c.launch.geometry
+    assert ("pcat::finish<HD, pcat::" in src
+            and (f", {head_dim}>(oacc, rows," in src) == (g.box_cols != head_dim))
+    _sass_of_the_plans_wgmmas(c, src, tmp_path)
+
+
+@pytest.mark.parametrize("head_dim", NEW_HEAD_DIMS)
+def test_a_call_needing_a_gradient_at_a_head_dim_with_no_backward_is_one_line(head_dim,
+                                                                               monkeypatch):
+    """D=96, 192 and 256 have a forward and no backward (bwd_schedule.BWD_HEAD_DIMS): a call
+    whose q, k or v needs a gradient is refused before its forward runs, in one line naming
+    the head dim and the way round (no_grad; D=96: padded to 128); without a gradient the
+    check passes on to the call's own."""
+    import types
+
+    grad = {"on": True}
+    fake = types.SimpleNamespace(is_grad_enabled=lambda: grad["on"])
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    q, k, v = qkv(d=head_dim)
+    k.requires_grad = True
+    with pytest.raises(AttentionArgumentError) as info:
+        call.attention(q, k, v)
+    msg = str(info.value)
+    assert msg.startswith(f"attention: q: head dim {head_dim} has no backward yet (built for "
+                          "64, 128); run the forward under torch.no_grad()") and "\n" not in msg
+    assert ("pad q, k and v to D=128" in msg) == (head_dim < 128)
+    grad["on"] = False  # no gradient: past the refusal (to the kit's call, which needs torch)
+    with pytest.raises(Exception) as other:
+        call.attention(q, k, v)
+    assert "no backward" not in str(other.value)
+    assert call.no_backward(64) is call.no_backward(128) is None
+
+
+@pytest.mark.needs_nvcc  # skipped or failed without nvcc: conftest.py
+@pytest.mark.parametrize("head_dim", NEW_HEAD_DIMS)
+def test_the_new_head_dims_windowed_and_capped_kernels_build_without_spills(head_dim, tmp_path):
+    """A window and the softcap at D=96, 192 and 256 compile SAFE and build with no spill; at
+    D=256 the softcap's kernel takes LEAN_TILES' KV blocks of 64 (80 spills there), the plain
+    and windowed ones FA3's 80."""
+    for causal, align, window, cap in ((True, "bottom_right", (16, -1), True),
+                                       (False, "bottom_right", (128, 128), False)):
+        c, src = call._source(head_dim, "fp16", causal, align, False, window, cap)
+        assert c.proof.safe
+        assert c.launch.geometry.block_n == (64 if head_dim == 256 and cap else
+                                             int(CALL_TILES[head_dim, True]["block_n"]))
+        proc, _ = compile_cubin(src, tmp_path, f"w{head_dim}{int(cap)}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr, (window, cap)
+        assert "serialized" not in proc.stderr

@@ -174,7 +174,7 @@ def test_head_dim_256_compiles_where_it_fits_and_shared_memory_names_stages():
     with pytest.raises(ProgramError, match="-T stages"):
         build(4, head_dim=256, block_n=128, intra_overlap=False)
     with pytest.raises(ConfigError):
-        build(head_dim=96)
+        build(head_dim=80)
 
 
 def test_the_cli_text_json_and_analyze():

@@ -411,7 +411,7 @@ def test_wrong_lengths_shapes_and_heads_get_one_line():
              ((q, Fake((400, 3, 64)), Fake((400, 3, 64)), cq, ck, mq, mk),
               "attention_varlen: k: 3 heads for q's 4"),
              ((q, k, Fake((401, 2, 64)), cq, ck, mq, mk), "attention_varlen: v: shape"),
-             ((Fake((300, 4, 96)), k, v, cq, ck, mq, mk), "attention_varlen: q: head dim 96")]
+             ((Fake((300, 4, 80)), k, v, cq, ck, mq, mk), "attention_varlen: q: head dim 80")]
     for a, needle in cases:
         with pytest.raises(AttentionArgumentError) as info:
             plan_varlen(*a)
