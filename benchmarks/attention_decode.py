@@ -221,6 +221,18 @@ def loop(torch) -> bool:
         eq = bool(torch.equal(captured, eager)) and bool(torch.isfinite(eager).all())
         emit({"kind": "loop", "page": page, "bitwise_equal": eq})
         same &= eq
+        # the op under torch.compile (fullgraph: no break), bit for bit the eager call
+        q = steps[0][0]
+
+        def step(q, lens):
+            return attention_decode(q, kc, vc, cache_seqlens=lens, block_table=table,
+                                    return_lse=True)
+        want = step(q, seqlens)
+        got = torch.compile(step, fullgraph=True)(q, seqlens)
+        torch.cuda.synchronize()
+        eq = all(bool(torch.equal(a, b)) for a, b in zip(got, want))
+        emit({"kind": "compile", "page": page, "bitwise_equal": eq})
+        same &= eq
     return same
 
 
@@ -350,6 +362,16 @@ def variant(spec: str) -> None:
         decode_call.BLOCK_N = int(opts["bn"])
     if "stages" in opts:
         decode_call.STAGES = {d: int(opts["stages"]) for d in decode_call.STAGES}
+    if "contig_chunks" in opts:  # a contiguous cache copied in several row chunks a block
+        chunks = decode_call.DecodeCall.chunks
+
+        def contig(self, chunks=chunks):
+            return chunks.fget(self) if self.paged else int(opts["contig_chunks"])
+        decode_call.DecodeCall.chunks = property(contig)
+    if "split_scale" in opts:  # the wave model's split count scaled
+        choose = decode_call.choose_splits
+        decode_call.choose_splits = lambda t, b, s: max(1, min(b, round(
+            choose(t, b, s) * float(opts["split_scale"]))))
     if "intra" in opts:
         plain = decode_call.decode_params
         decode_call.decode_params = lambda *a: {**plain(*a), "intra_overlap": opts["intra"]}

@@ -200,7 +200,12 @@ def graph(torch) -> bool:
         torch.cuda.synchronize()
         same &= bool(torch.equal(out, fn()))
     emit({"kind": "graph", "bitwise_equal": same})
-    return same
+    # the op under torch.compile (fullgraph: no break), bit for bit the eager call
+    compiled = torch.compile(fn, fullgraph=True)()
+    torch.cuda.synchronize()
+    eq = bool(torch.equal(compiled, fn()))
+    emit({"kind": "compile", "bitwise_equal": eq})
+    return same and eq
 
 
 def _mixed(rng: random.Random) -> list[int]:

@@ -35,8 +35,7 @@ from pipeline_core_schedules_attention.bwd_call import attention_bwd_main
 from pipeline_core_schedules_attention.layout import empty_like_layout, readable
 
 #: the op's causal (a schema has no bool-or-str) as the calls take it
-_CAUSAL: dict[str, bool | str] = {"none": False, "top_left": True,
-                                  "bottom_right": "bottom_right"}
+_CAUSAL = call.OP_CAUSAL
 
 
 class AttentionBackwardError(ValueError):

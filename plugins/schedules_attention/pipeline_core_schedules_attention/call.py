@@ -119,6 +119,12 @@ CAUSAL_ALIGN: dict[object, str | None] = {False: None, True: "top_left",
                                           "top_left": "top_left", "bottom_right": "bottom_right"}
 
 
+#: a custom op's causal (a schema has no bool-or-str: "none" or an alignment) as the calls take
+#: it (the differentiable op's, autograd.py; the packed forward's, varlen_call.py)
+OP_CAUSAL: dict[str, bool | str] = {"none": False, "top_left": True,
+                                    "bottom_right": "bottom_right"}
+
+
 class AttentionArgumentError(ValueError):
     """An argument ``attention`` cannot run on (the message names it and the fix)."""
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, HostCall, Launch, Recipe,
+from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, HostCall, Launch, Op, Recipe,
                                                current_stream, describe, require_gpu_module,
                                                sm_count, split_workspace, strided_tensor_map)
 
@@ -258,10 +258,10 @@ def _out_strides(c: DecodeCall) -> tuple[int, ...]:
 
 
 #: the decode call layer (the kit's HostCall): its kernels (key: (head dim, dtype, causal,
-#: split, device)), recipes and packed arguments; no op (no backward)
+#: split, page chunks, device)), recipes, packed arguments and op
 DECODE: HostCall[tuple[DecodeCall, int], AttentionKernel] = HostCall(
     schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"),
-    build=lambda key: _build(*key), pack=_arguments)
+    build=lambda key: _build(*key), pack=_arguments, ops=lambda: _decode_ops())
 
 
 def attention_decode(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
@@ -275,47 +275,79 @@ def attention_decode(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
     ``[B, Hq, Sq]`` fp32 (+inf for a row that sees no key, whose output is 0).  ``causal``
     with ``Sq > 1``: token t sees keys up to ``len - Sq + t``.  Runs on torch's current stream,
     never syncs (CUDA-graph capturable), allocates its outputs only (and, on a stream's first
-    split call outside a capture, its workspace once)."""
+    split call outside a capture, its workspace once).  A torch custom op
+    (``pipeline_core::attention_decode``), so torch.compile traces it."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     if not isinstance(return_lse, bool):
         raise _fail("return_lse", f"{return_lse!r}; pass True or False")
-    grad = torch.is_grad_enabled()
-    if not q.is_cuda:  # no device to key by: refused in one line by the checks
-        plan_decode(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal,
-                    scale=scale, grad_enabled=grad)
     lengths = cache_seqlens
-    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool) \
+            and hasattr(q, "device"):
         lengths = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    out, lse = DECODE.call("attention_decode", _run, _check,
+                           (q, k_cache, v_cache, lengths, block_table), causal, scale)
+    return (out, lse) if return_lse else out
+
+
+def _check(q: Any, k_cache: Any, v_cache: Any, lengths: Any, table: Any, causal: bool,
+           scale: float | None) -> DecodeCall:
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    return plan_decode(q, k_cache, v_cache, lengths, table, causal=causal, scale=scale,
+                       grad_enabled=torch.is_grad_enabled())
+
+
+def _run(q: Any, k_cache: Any, v_cache: Any, lengths: Any, table: Any, causal: bool,
+         scale: float | None) -> tuple[Any, Any]:
+    """The call on checked-once CUDA tensors: its recipe (kept per argument description), the
+    output in q's layout and the LSE, the launch."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    if not q.is_cuda:  # no device to key by: refused in one line by the checks
+        _check(q, k_cache, v_cache, lengths, table, causal, scale)
     key = (describe(q), describe(k_cache), describe(v_cache), describe(lengths),
-           describe(block_table), type(causal), causal, type(scale), scale,
-           grad and any(getattr(t, "requires_grad", False) for t in (q, k_cache, v_cache)))
+           describe(table), type(causal), causal, type(scale), scale)
 
     def plan(device: int) -> tuple[DecodeCall, int]:
-        c = plan_decode(q, k_cache, v_cache, lengths, block_table, causal=causal, scale=scale,
-                        grad_enabled=grad)
+        c = _check(q, k_cache, v_cache, lengths, table, causal, scale)
         return c, _splits(c, device, current_stream(torch, device))
 
     try:
         r = DECODE.recipe(q, key, plan, lambda p, device: (
             (p[0].head_dim, p[0].dtype, p[0].causal, p[1] > 1, p[0].chunks, device),))
     except TypeError:  # an unhashable argument, which the checks refuse
-        plan_decode(q, k_cache, v_cache, lengths, block_table, causal=causal, scale=scale,
-                    grad_enabled=grad)
+        _check(q, k_cache, v_cache, lengths, table, causal, scale)
         raise
     c, _ = r.plan
     out = empty_in_order(torch, q.shape, c.out_order, q)  # q's layout
-    lse = (torch.empty((c.batch, c.heads, c.tokens), dtype=torch.float32, device=q.device)
-           if return_lse else None)
+    lse = torch.empty((c.batch, c.heads, c.tokens), dtype=torch.float32, device=q.device)
     if c.tokens and c.batch:
         if c.copied:  # operands TMA cannot read where they lie, copied once (layout.py)
             q, k_cache, v_cache = (readable(t) if n in c.copied else t for n, t in
                                    (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)))
         DECODE.launch(r, (r, DECODE.kernels.kernel(r.kernels[0]), q.data_ptr(),
                           k_cache.data_ptr(), v_cache.data_ptr(), lengths.data_ptr(),
-                          None if block_table is None else block_table.data_ptr()),
-                      (q, k_cache, v_cache, lengths, block_table), (out, lse))
-    return (out, lse) if return_lse else out
+                          None if table is None else table.data_ptr()),
+                      (q, k_cache, v_cache, lengths, table), (out, lse))
+    return out, lse
+
+
+def _fake(q: Any, k_cache: Any, v_cache: Any, lengths: Any, table: Any, causal: bool,
+          scale: float | None) -> tuple[Any, Any]:
+    """The op's shapes (where torch.compile traces, the checks first)."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    c = _check(q, k_cache, v_cache, lengths, table, causal, scale)
+    return (empty_in_order(torch, q.shape, c.out_order, q),
+            q.new_empty((c.batch, c.heads, c.tokens), dtype=torch.float32))
+
+
+def _decode_ops() -> tuple[Op, ...]:
+    """Decoding's custom op (no backward: inference)."""
+    return (Op(name="pipeline_core::attention_decode", impl=_run, fake=_fake,
+               schema="(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, "
+                      "Tensor? block_table, bool causal, float? scale) -> (Tensor, Tensor)"),)
 
 
 def append_kv_cache(k_cache: Any, v_cache: Any, k_new: Any, v_new: Any, *, cache_seqlens: Any,

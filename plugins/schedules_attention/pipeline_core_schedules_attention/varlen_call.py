@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, RECIPE_CACHE_SIZE, Bounded,
-                                               HostCall, Launch, Recipe, current_stream,
+                                               HostCall, Launch, Op, Recipe, current_stream,
                                                describe, require_gpu_module, sm_count)
 
-from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E, SHORT_KEYS,
+from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E, OP_CAUSAL,
+                                                    SHORT_KEYS,
                                                     SHORT_TILES, AttentionArgumentError,
                                                     AttentionKernel, _load, call_params,
                                                     call_stages, causal_align, check_group,
@@ -216,10 +217,10 @@ def _arguments(r: Recipe[VarlenCall], kernels: tuple[AttentionKernel, ...],
 
 
 #: the varlen call layer (the kit's HostCall): its kernels (key: (head dim, dtype, causal,
-#: alignment, short, device)), recipes and packed arguments; no op yet (no backward)
+#: alignment, short, device)), recipes, packed arguments and op
 VARLEN: HostCall[VarlenCall, AttentionKernel] = HostCall(
     schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"),
-    build=lambda key: _build(*key), pack=_arguments)
+    build=lambda key: _build(*key), pack=_arguments, ops=lambda: _varlen_ops())
 
 
 def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
@@ -235,51 +236,87 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
     in q's layout; with ``return_lse`` also each row's log-sum-exp, ``[Hq, total_q]`` fp32 (+inf
     for a row that sees no key, whose output is 0).  ``causal``: as ``attention()``'s, per
     sequence (bottom-right aligns each sequence's diagonal to its own lengths).  Runs on torch's
-    current stream, never syncs (CUDA-graph capturable), allocates only its outputs."""
+    current stream, never syncs (CUDA-graph capturable), allocates only its outputs.  A torch
+    custom op (``pipeline_core::attention_varlen``), so torch.compile traces it."""
     # taken so a model's call that passes them gets this one line, not Python's TypeError
     for name, value in (("window", window), ("softcap", softcap)):
         if value is not None:
             raise _fail(name, f"{value!r}: the packed forward has no {name} yet (attention() "
                               f"takes {name}=); pad the batch and call attention(..., "
                               f"{name}=...), or pass {name}=None")
-    import torch  # type: ignore[import-not-found, unused-ignore]
-
     if not isinstance(return_lse, bool):
         raise _fail("return_lse", f"{return_lse!r}; pass True or False")
-    grad = torch.is_grad_enabled()
-    if not q.is_cuda or (grad and any(getattr(t, "requires_grad", False) for t in (q, k, v))):
-        # no stream to key by, or a gradient asked for (whatever the recipe): refused in one
-        # line by the checks
-        plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                    causal=causal, scale=scale, grad_enabled=grad)
+    out, lse = VARLEN.call("attention_varlen", _run, _check,
+                           (q, k, v, cu_seqlens_q, cu_seqlens_k), max_seqlen_q, max_seqlen_k,
+                           causal, scale,
+                           op_args=lambda: (max_seqlen_q, max_seqlen_k,
+                                            causal_align(causal) or "none", scale))
+    return (out, lse) if return_lse else out
+
+
+def _check(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
+           causal: bool | str, scale: float | None) -> VarlenCall:
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    return plan_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, scale=scale,
+                       grad_enabled=torch.is_grad_enabled())
+
+
+def _run(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
+         causal: bool | str, scale: float | None) -> tuple[Any, Any]:
+    """The call on checked-once CUDA tensors: its recipe (kept per argument description), the
+    output in q's layout and the LSE, the launch."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    if not q.is_cuda:  # no stream to key by: refused in one line by the checks
+        _check(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     stream = current_stream(torch, device)
-    key = (describe(q), describe(k), describe(v), describe(cu_seqlens_q),
-           describe(cu_seqlens_k), type(max_seqlen_q), max_seqlen_q, type(max_seqlen_k),
-           max_seqlen_k, type(causal), causal, type(scale), scale, stream)
+    key = (describe(q), describe(k), describe(v), describe(cu_q), describe(cu_k),
+           type(max_q), max_q, type(max_k), max_k, type(causal), causal, type(scale), scale,
+           stream)
     try:
         r = VARLEN.recipes.get(key)
     except TypeError:  # an unhashable argument, which the checks refuse
         r = None
     if r is None:
-        c = plan_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                        causal=causal, scale=scale, grad_enabled=grad)
+        c = _check(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale)
         r = VARLEN.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
             (c.head_dim, c.dtype, c.causal, c.align, c.short, device),)))
     c = r.plan
     out = empty_in_order(torch, q.shape, c.out_order, q)  # q's layout
-    lse = (torch.empty((c.heads, c.total_q), dtype=torch.float32, device=q.device)
-           if return_lse else None)
+    lse = torch.empty((c.heads, c.total_q), dtype=torch.float32, device=q.device)
     if c.total_k == 0 and c.total_q > 0:  # no key in any sequence (and no map of 0 rows)
         out.zero_()
-        if lse is not None:
-            lse.fill_(math.inf)
+        lse.fill_(math.inf)
     elif c.total_q > 0:
         if c.copied:  # the operands TMA cannot read where they lie, copied once (layout.py)
             q, k, v = (readable(t) if n in c.copied else t
                        for n, t in (("q", q), ("k", k), ("v", v)))
         VARLEN.launch(r, (r, VARLEN.kernels.kernel(r.kernels[0]), q.data_ptr(), k.data_ptr(),
-                          v.data_ptr(), cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()),
-                      (q, k, v, cu_seqlens_q, cu_seqlens_k), (out, lse))
-    return (out, lse) if return_lse else out
+                          v.data_ptr(), cu_q.data_ptr(), cu_k.data_ptr()),
+                      (q, k, v, cu_q, cu_k), (out, lse))
+    return out, lse
 
+
+def _op(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int, causal: str,
+        scale: float | None) -> tuple[Any, Any]:
+    return _run(q, k, v, cu_q, cu_k, max_q, max_k, OP_CAUSAL[causal], scale)
+
+
+def _fake(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int, causal: str,
+          scale: float | None) -> tuple[Any, Any]:
+    """The op's shapes (where torch.compile traces, the checks first)."""
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    c = _check(q, k, v, cu_q, cu_k, max_q, max_k, OP_CAUSAL[causal], scale)
+    return (empty_in_order(torch, q.shape, c.out_order, q),
+            q.new_empty((c.heads, c.total_q), dtype=torch.float32))
+
+
+def _varlen_ops() -> tuple[Op, ...]:
+    """The packed forward's custom op (no backward yet: refused in the checks)."""
+    return (Op(name="pipeline_core::attention_varlen", impl=_op, fake=_fake,
+               schema="(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
+                      "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, str causal, "
+                      "float? scale) -> (Tensor, Tensor)"),)
