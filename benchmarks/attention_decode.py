@@ -11,7 +11,7 @@ cache").
 1. **correct**: ``--cases`` (72) decode steps: contiguous caches and pages of 16 and 64 (the
    pages in a random order, the table's spare entries garbage), lengths from {0, 1, 7, 128,
    page + 1, 4096, 100000} mixed in a batch of 2 to 4, Sq 1, 2, 4, 16 and 128, GQA ratios 1, 4,
-   7, 8 and 16, causal and not (Sq > 1), D 64 / 128, bf16 / fp16, unsplit and split (the call
+   7, 8 and 16, causal and not (Sq > 1), D 64 / 128 / 256, bf16 / fp16, unsplit and split (the call
    picks; a long cache at a small batch splits).  Every cache row past a sequence's length and
    every unused page is NaN (a kernel that lets one into a sum fails), the output and LSE
    memory NaN-poisoned.  Per sequence against an fp32 reference: within 1.5x SDPA's error on
@@ -67,7 +67,7 @@ def configs(rng: random.Random, n: int) -> list[tuple]:
         page = PAGES[i % 3]
         sq = TOKENS[(i // 3) % len(TOKENS)]
         hq, hkv = HEADS[(i // 2) % len(HEADS)]
-        d = (128, 64)[(i // 5) % 2]
+        d = (128, 64, 256)[(i // 5) % 3]
         dtype = ("bf16", "fp16")[(i // 7) % 2]
         causal = sq > 1 and i % 4 != 1
         pool = [x for x in lengths_for(page) if sq < 128 or x <= 4096]
@@ -339,12 +339,13 @@ def _build(key: tuple) -> bool:
 
 def prebuild(jobs: int, spec: str = "") -> None:
     """Every decode kernel (decode_call.VARIANTS) into PIPELINE_CORE_CACHE_DIR (no GPU)."""
-    from pipeline_core_schedules_attention.decode_call import BLOCK_N, VARIANTS
+    from pipeline_core_schedules_attention.decode_call import BLOCKS, VARIANTS
     from pipeline_core_schedules_attention.decode_tiles import chunk_rows
 
-    chunks = {BLOCK_N // chunk_rows(p, BLOCK_N) for p in PAGES}  # the pages checked here
-    keys = [v for v in VARIANTS if v[4] in chunks
-            and (not spec or v[:3] == (128, "bf16", False))]
+    def checked(v: tuple) -> bool:  # the pages checked here, at the variant's block
+        bn = BLOCKS[v[0]][0]
+        return v[4] in {bn // chunk_rows(p, bn) for p in PAGES}
+    keys = [v for v in VARIANTS if checked(v) and (not spec or v[:3] == (128, "bf16", False))]
     with ProcessPoolExecutor(jobs, initializer=variant, initargs=(spec,)) as pool:
         built = sum(pool.map(_build, keys))
     emit({"kind": "prebuild", "built": built, "of": len(keys)})
@@ -358,10 +359,10 @@ def variant(spec: str) -> None:
     if not spec:
         return
     opts = dict(kv.split("=") for kv in spec.split(","))
-    if "bn" in opts:
-        decode_call.BLOCK_N = int(opts["bn"])
-    if "stages" in opts:
-        decode_call.STAGES = {d: int(opts["stages"]) for d in decode_call.STAGES}
+    if "bn" in opts or "stages" in opts:  # D 128's block and ring depth
+        bn, stages = decode_call.BLOCKS[128]
+        decode_call.BLOCKS = {**decode_call.BLOCKS, 128: (int(opts.get("bn", bn)),
+                                                          int(opts.get("stages", stages)))}
     if "contig_chunks" in opts:  # a contiguous cache copied in several row chunks a block
         chunks = decode_call.DecodeCall.chunks
 

@@ -47,11 +47,11 @@ from pipeline_core_schedules_attention.signature import DECODE_SIGNATURE
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
 
-#: keys per KV block, and the ring's depth per head dim (Q's 16 KB beside 3 K and V stages of
-#: 64 KB at D 128: 208 KB; at D 64, 5 stages of 32 KB)
-BLOCK_N = 128
-STAGES = {64: 5, 128: 3}
-HEAD_DIMS = tuple(STAGES)
+#: keys per KV block and the ring's depth per head dim: Q's 16 KB beside 3 K and V stages of
+#: 64 KB at D 128 (208 KB); at D 64, 5 stages of 32 KB; at D 256, blocks of 64 keys (O's 128
+#: fp32 registers a thread leave no room for S of 128 keys), Q's 32 KB and 3 stages of 64 KB
+BLOCKS = {64: (128, 5), 128: (128, 3), 256: (64, 3)}
+HEAD_DIMS = tuple(BLOCKS)
 
 
 @attrs.frozen(kw_only=True)
@@ -88,7 +88,12 @@ class DecodeCall:
     @property
     def chunks(self) -> int:
         """The kernel's copies per KV block (``-p page_chunks``): each one page's share."""
-        return BLOCK_N // chunk_rows(self.page_size if self.paged else 0, BLOCK_N)
+        return self.block_n // chunk_rows(self.page_size if self.paged else 0, self.block_n)
+
+    @property
+    def block_n(self) -> int:
+        """Keys per KV block (:data:`BLOCKS`)."""
+        return BLOCKS[self.head_dim][0]
 
     @property
     def tiles(self) -> int:
@@ -178,7 +183,8 @@ def decode_params(head_dim: int, causal: bool, split: bool,
     """The ``-p`` parameters of a decode kernel."""
     return {"decode": "true", "split_kv": str(split).lower(), "causal": str(causal).lower(),
             "page_chunks": str(chunks),
-            "head_dim": str(head_dim), "block_m": str(DECODE_ROWS), "block_n": str(BLOCK_N),
+            "head_dim": str(head_dim), "block_m": str(DECODE_ROWS),
+            "block_n": str(BLOCKS[head_dim][0]),
             "consumers": "1", "pingpong": "false", "intra_overlap": "true",
             "producer_registers": str(DECODE_PRODUCER_REGISTERS)}
 
@@ -188,16 +194,19 @@ def decode_source(head_dim: int, dtype: str, causal: bool, split: bool,
     """A decode kernel's schedule compiled (and proven), and its CUDA."""
     from pipeline_core_schedules_attention.emit_attention import emit_attention
 
-    compiled = DECODE.compile(decode_params(head_dim, causal, split, chunks), STAGES[head_dim])
+    compiled = DECODE.compile(decode_params(head_dim, causal, split, chunks),
+                              BLOCKS[head_dim][1])
     return compiled, emit_attention(compiled, dtype=dtype)
 
 
-#: the kernel's copies per KV block the call builds (a contiguous cache and pages of 128 rows
-#: or more: 1; pages of 64: 2; of 32: 4; of 16: 8; of 8: 16)
+#: the kernel's copies per KV block the call builds (blocks of 128 keys: a contiguous cache and
+#: pages of 128 rows or more: 1; pages of 64: 2; of 32: 4; of 16: 8; of 8: 16; blocks of 64 keys:
+#: half as many)
 PAGE_CHUNKS = (1, 2, 4, 8, 16)
 #: every kernel the decode call may build: (head dim, dtype, causal, split, page chunks)
 VARIANTS = tuple((d, t, c, s, n) for d in HEAD_DIMS for t in ("bf16", "fp16")
-                 for c in (False, True) for s in (False, True) for n in PAGE_CHUNKS)
+                 for c in (False, True) for s in (False, True) for n in PAGE_CHUNKS
+                 if BLOCKS[d][0] % (8 * n) == 0)
 
 
 def _build(head_dim: int, dtype: str, causal: bool, split: bool, chunks: int,
@@ -209,7 +218,7 @@ def _splits(c: DecodeCall, device: int, stream: int) -> int:
     """The call's split count (the wave model over the capacity's KV blocks), 1 where the
     stream's workspace cannot be made now (a capture that finds none)."""
     sms = sm_count(device)
-    s = choose_splits(c.tiles, -(-c.capacity // BLOCK_N), sms)
+    s = choose_splits(c.tiles, -(-c.capacity // c.block_n), sms)
     if s > 1 and split_workspace(device, stream, MAX_SLOTS_PER_SM * sms,
                                  DECODE_ROWS * (c.head_dim + 1)) is None:
         return 1
@@ -229,7 +238,7 @@ def _arguments(r: Recipe[tuple[DecodeCall, int]], kernels: tuple[AttentionKernel
                              DECODE_ROWS * (c.head_dim + 1)) if splits > 1 else None)
     if splits > 1 and found is None:
         raise RuntimeError("internal error: a split-KV recipe without its stream's workspace")
-    rows = BLOCK_N // c.chunks
+    rows = c.block_n // c.chunks
     o_sb, o_ss, o_sh, _ = _out_strides(c)
     values = {
         "tmQ": strided_tensor_map(q.data_ptr(), sizes(q), strides(q), (1, tb, hb, BOX_COLS),
@@ -270,7 +279,7 @@ def attention_decode(q: Any, k_cache: Any, v_cache: Any, *, cache_seqlens: Any,
     """softmax(q . k^T * scale) . v over each sequence's cached keys: q ``[B, Sq, Hq, D]``, the
     cache ``[B, capacity, Hkv, D]`` or paged ``[pages, page_size, Hkv, D]`` with
     ``block_table [B, max_pages]`` (int32), ``cache_seqlens`` each sequence's length (int32
-    ``[B]`` on q's device, or one int); bf16 or fp16, D 64 or 128, Hkv dividing Hq.  Returns
+    ``[B]`` on q's device, or one int); bf16 or fp16, D 64, 128 or 256, Hkv dividing Hq.  Returns
     ``[B, Sq, Hq, D]`` in q's layout; with ``return_lse`` also each row's log-sum-exp
     ``[B, Hq, Sq]`` fp32 (+inf for a row that sees no key, whose output is 0).  ``causal``
     with ``Sq > 1``: token t sees keys up to ``len - Sq + t``.  Runs on torch's current stream,

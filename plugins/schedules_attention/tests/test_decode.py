@@ -18,7 +18,7 @@ from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc
 
 from pipeline_core_schedules_attention import schedule as sched
 from pipeline_core_schedules_attention.call import AttentionArgumentError
-from pipeline_core_schedules_attention.decode_call import (HEAD_DIMS, STAGES, DecodeCall,
+from pipeline_core_schedules_attention.decode_call import (BLOCKS, HEAD_DIMS, DecodeCall,
                                                            decode_params, plan_decode)
 from pipeline_core_schedules_attention.decode_tiles import (DECODE_ROWS, MAX_SLOTS_PER_SM,
                                                             DecodeBounds, DecodeProblem,
@@ -33,25 +33,25 @@ NAME = "flash-attention-fwd"
 def build(head_dim=128, causal=False, split=False, chunks=1, **extra):
     return compile_named(NAME, params={**decode_params(head_dim, causal, split, chunks),
                                        **extra},
-                         target_args={"stages": str(STAGES[head_dim])})
+                         target_args={"stages": str(BLOCKS[head_dim][1])})
 
 
-@pytest.mark.parametrize("chunks", [1, 2, 8, 16])
+@pytest.mark.parametrize("block_n,chunks", [(128, 1), (128, 2), (128, 8), (128, 16), (64, 1),
+                                            (64, 4)])
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 def test_the_rule_covers_every_key_once_masks_and_gathers_from_the_right_pages(causal, split,
-                                                                              chunks):
-    rule = DecodeBounds(causal=causal, block_n=128, split=split, chunks=chunks)
+                                                                              block_n, chunks):
+    rule = DecodeBounds(causal=causal, block_n=block_n, split=split, chunks=chunks)
     assert rule.coverage_faults() == ()
     assert [f for fix in rule.fixups() for f in fixup_faults(fix)] == []
     # the problems reach what the issue names: a page boundary inside a block, length 0, 1,
     # one page + 1, pages of whole blocks and larger, not a power of two, several splits
     problems = rule.problems()
-    rows = 128 // chunks
-    assert {p.page_size for p in problems} == ({0, 128, 256} if chunks == 1
+    rows = block_n // chunks
+    assert {p.page_size for p in problems} == ({0, block_n, 2 * block_n} if chunks == 1
                                                else {rows, 3 * rows})
-    assert {0, 1, 129, rows + 1 if chunks > 1 else 129} <= {n for p in problems
-                                                          for n in p.lengths}
+    assert {0, 1, block_n + 1, rows + 1} <= {n for p in problems for n in p.lengths}
     assert {p.splits for p in problems} == ({2, 3, 5} if split else {1})
 
 
@@ -185,7 +185,7 @@ def test_the_decode_geometry_refuses_what_it_cannot_run_in_one_line():
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
 @pytest.mark.parametrize("head_dim,causal,split,chunks", [
     (128, False, False, 1), (128, True, True, 8), (64, False, True, 2), (64, True, False, 16),
-    (128, False, True, 16)])
+    (128, False, True, 16), (256, True, True, 1), (256, False, False, 8)])
 def test_the_decode_kernels_build_without_spills(head_dim, causal, split, chunks, tmp_path):
     proc, _ = compile_cubin(emit_attention(build(head_dim, causal, split, chunks)), tmp_path,
                             "decode")
@@ -263,7 +263,9 @@ def test_bad_caches_and_tables_get_one_line():
              ((Fake((3, 1, 30, 128)), Fake((3, 64, 8, 128)), Fake((3, 64, 8, 128)),
                Fake((3,), dtype="torch.int32"), None), "attention_decode: k: 8 heads for q's 30"),
              ((Fake((3, 1, 32, 96)), Fake((3, 64, 8, 96)), Fake((3, 64, 8, 96)),
-               Fake((3,), dtype="torch.int32"), None), "attention_decode: q: head dim 96")]
+               Fake((3,), dtype="torch.int32"), None), "attention_decode: q: head dim 96"),
+             ((Fake((3, 1, 32, 192)), Fake((3, 64, 8, 192)), Fake((3, 64, 8, 192)),
+               Fake((3,), dtype="torch.int32"), None), "attention_decode: q: head dim 192")]
     for a, needle in cases:
         with pytest.raises(AttentionArgumentError) as info:
             plan_decode(*a)
