@@ -35,7 +35,6 @@ import math
 import random
 import statistics
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +44,8 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
 
 from attention_checks import peer  # noqa: E402  (beside this script)
 from attention_varlen import poison, reference, rel  # noqa: E402  (beside this script)
-from bench_checks import check_args, emit, sanitized  # noqa: E402  (beside this script)
+from bench_checks import (check_args, dispatch, each_case,  # noqa: E402  (beside this script)
+                          emit, prebuild as build_all)
 from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
 
 PAGES = (0, 16, 64)  # 0: contiguous
@@ -164,18 +164,14 @@ def case_check(torch, attention_decode, case, rng: random.Random) -> dict:
 def correct(torch, cases: int, seed: int) -> bool:
     from pipeline_core_schedules_attention.decode_call import attention_decode
 
-    rng, ok = random.Random(seed), 0
-    for case in configs(random.Random(seed), cases):
+    rng = random.Random(seed)
+
+    def check(case: tuple) -> dict:
         try:
-            rec = case_check(torch, attention_decode, case, rng)
-        except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
-            rec = {"kind": "case", "case": repr(case), "ok": False,
-                   "fails": [f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"]}
-        emit(rec)
-        ok += rec["ok"]
-        torch.cuda.empty_cache()
-    emit({"kind": "correct-summary", "cases": cases, "passed": ok})
-    return ok == cases
+            return case_check(torch, attention_decode, case, rng)
+        finally:
+            torch.cuda.empty_cache()  # the long caches go before the next case's
+    return each_case(configs(random.Random(seed), cases), check)
 
 
 def loop(torch) -> bool:
@@ -322,12 +318,6 @@ def sanitize_run(torch) -> None:
                       flush=True)
 
 
-def sanitize(out: Path | None, timeout: float) -> bool:
-    clean = sanitized(Path(__file__), 8, out, timeout)
-    emit({"kind": "summary", "result": "PASS" if clean else "FAIL", "sanitizers_clean": clean})
-    return clean
-
-
 def _build(key: tuple) -> bool:
     from pipeline_core_nvidia_h100.kit_api import ARCH, BUILD_OPTIONS, cubin_path
 
@@ -346,9 +336,7 @@ def prebuild(jobs: int, spec: str = "") -> None:
         bn = BLOCKS[v[0]][0]
         return v[4] in {bn // chunk_rows(p, bn) for p in PAGES}
     keys = [v for v in VARIANTS if checked(v) and (not spec or v[:3] == (128, "bf16", False))]
-    with ProcessPoolExecutor(jobs, initializer=variant, initargs=(spec,)) as pool:
-        built = sum(pool.map(_build, keys))
-    emit({"kind": "prebuild", "built": built, "of": len(keys)})
+    build_all(keys, _build, jobs, initializer=variant, initargs=(spec,))
 
 
 def variant(spec: str) -> None:
@@ -389,36 +377,19 @@ def main() -> None:
     if args.shapes:  # a subset of SHAPES by index (a variant's quick timing)
         global SHAPES
         SHAPES = tuple(SHAPES[int(i)] for i in args.shapes.split(","))
-    if args.dry_run:
-        for case in configs(random.Random(args.seed), args.cases):
-            emit({"kind": "dry-run", "case": repr(case)})
-    elif args.prebuild_only:
-        prebuild(args.jobs, args.variant)
-    elif args.sanitize:
-        sanitize(args.out, args.timeout)
-    else:
-        run(args)
+    dispatch(args, Path(__file__), configs(random.Random(args.seed), args.cases), 8,
+             lambda: prebuild(args.jobs, args.variant), sanitize_run, lambda torch: gpu(torch, args))
 
 
-def run(args: argparse.Namespace) -> None:
-    """The GPU phases, then the summary line."""
-    import torch
-
-    torch.manual_seed(args.seed)
-    if args.phase == "sanitize-run":
-        return sanitize_run(torch)
-    emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
-    ok = loop_ok = True
-    times: list[dict] = []
+def gpu(torch, args: argparse.Namespace) -> dict:
+    """The GPU phases (``--phase``): whether each check passed, and the timed count."""
+    checks = {"correct": lambda: correct(torch, args.cases, args.seed),
+              "loop": lambda: loop(torch)}
     with torch.inference_mode():
-        if args.phase in ("all", "correct"):
-            ok = correct(torch, args.cases, args.seed)
-        if args.phase in ("all", "loop"):
-            loop_ok = loop(torch)
-        if args.phase in ("all", "time"):
-            times = timing(torch, args.rounds, args.seed)
-    emit({"kind": "summary", "result": "PASS" if ok and loop_ok else "FAIL", "correct": ok,
-          "loop": loop_ok, "timed": len(times)})
+        passed = {name: check() for name, check in checks.items()
+                  if args.phase in ("all", name)}
+        timed = timing(torch, args.rounds, args.seed) if args.phase in ("all", "time") else []
+    return {**passed, "timed": len(timed)}
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ import math
 import random
 import statistics
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from itertools import accumulate
 from pathlib import Path
 
@@ -45,7 +44,8 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
         sys.path.insert(0, str(extra))
 
 from attention_checks import peer  # noqa: E402  (beside this script)
-from bench_checks import check_args, emit, sanitized  # noqa: E402  (beside this script)
+from bench_checks import (check_args, dispatch, each_case,  # noqa: E402  (beside this script)
+                          emit, prebuild as build_all)
 from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
 
 LENGTHS = (0, 1, 17, 128, 1000, 4096)
@@ -162,17 +162,8 @@ def case_check(torch, attention_varlen, case) -> dict:
 def correct(torch, cases: int, seed: int) -> bool:
     from pipeline_core_schedules_attention import attention_varlen
 
-    ok = 0
-    for case in configs(random.Random(seed), cases):
-        try:
-            rec = case_check(torch, attention_varlen, case)
-        except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
-            rec = {"kind": "case", "case": repr(case), "ok": False,
-                   "fails": [f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"]}
-        emit(rec)
-        ok += rec["ok"]
-    emit({"kind": "correct-summary", "cases": cases, "passed": ok})
-    return ok == cases
+    return each_case(configs(random.Random(seed), cases),
+                     lambda case: case_check(torch, attention_varlen, case))
 
 
 def graph(torch) -> bool:
@@ -267,12 +258,6 @@ def sanitize_run(torch) -> None:
                                   "max_k": mk, "nan": bool(torch.isnan(out).any())}), flush=True)
 
 
-def sanitize(out: Path | None, timeout: float) -> bool:
-    clean = sanitized(Path(__file__), 12, out, timeout)
-    emit({"kind": "summary", "result": "PASS" if clean else "FAIL", "sanitizers_clean": clean})
-    return clean
-
-
 def _build(key: tuple) -> bool:
     from pipeline_core_nvidia_h100.kit_api import ARCH, BUILD_OPTIONS, cubin_path
 
@@ -293,10 +278,7 @@ def prebuild(jobs: int) -> None:
     keys = [("varlen", *v) for v in VARIANTS] + [
         ("fixed", d, "bf16", c, "top_left", s) for d in (64, 128) for c in (False, True)
         for s in (False, True)]
-    with ProcessPoolExecutor(jobs) as pool:
-        built = sum(pool.map(_build, keys))
-    emit({"kind": "prebuild", "varlen": len(VARIANTS), "fixed": len(keys) - len(VARIANTS),
-          "built": built, "of": len(keys)})
+    build_all(keys, _build, jobs)
 
 
 def main() -> None:
@@ -304,42 +286,26 @@ def main() -> None:
                       "attention_varlen.jsonl",
                       (("--cases", int, 36), ("--rounds", int, 5), ("--seed", int, 0),
                        ("--jobs", int, 4), ("--timeout", float, 600.0)))
-    out = args.out
-    if args.dry_run:
-        for case in configs(random.Random(args.seed), args.cases):
-            emit({"kind": "dry-run", "case": repr(case)})
-    elif args.prebuild_only:
-        prebuild(args.jobs)
-    elif args.sanitize:
-        sanitize(out, args.timeout)
-    else:
-        run(args)
+    dispatch(args, Path(__file__), configs(random.Random(args.seed), args.cases), 12,
+             lambda: prebuild(args.jobs), sanitize_run, lambda torch: gpu(torch, args))
 
 
-def run(args: argparse.Namespace) -> None:
-    """The GPU phases, then the summary line."""
-    import torch
-
-    torch.manual_seed(args.seed)
-    if args.phase == "sanitize-run":
-        return sanitize_run(torch)
-    emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
-    ok = graph_ok = True
-    times: dict = {}
+def gpu(torch, args: argparse.Namespace) -> dict:
+    """The GPU phases (``--phase``): whether the cases and the graph passed, and the timing
+    targets as met or missed."""
+    out: dict = {}
     if args.phase in ("all", "correct"):
-        ok = correct(torch, args.cases, args.seed)
+        out["correct"] = correct(torch, args.cases, args.seed)
     if args.phase in ("all", "graph"):
-        graph_ok = graph(torch)
-    if args.phase in ("all", "time"):
-        times = timing(torch, args.rounds, args.seed)
+        out["graph"] = graph(torch)
+    times = timing(torch, args.rounds, args.seed) if args.phase in ("all", "time") else {}
     equal = [r for (kind, *_), r in times.items() if kind == "equal"]
     mixed = [r for (kind, *_), r in times.items() if kind == "mixed"]
-    emit({"kind": "summary", "result": "PASS" if ok and graph_ok else "FAIL",
-          "correct": ok, "graph": graph_ok,
-          "equal_min_ratio": min(equal, default=None),
-          "equal_target_met": bool(equal) and min(equal) >= 0.95,
-          "mixed_min_ratio": min(mixed, default=None),
-          "mixed_target_met": bool(mixed) and min(mixed) > 1.0})
+    return {**out, "equal_min_ratio": min(equal, default=None),
+            "equal_target_met": "yes" if equal and min(equal) >= 0.95 else "no",
+            "mixed_min_ratio": min(mixed, default=None),
+            "mixed_target_met": "yes" if mixed and min(mixed) > 1.0 else "no"}
+
 
 if __name__ == "__main__":
     main()

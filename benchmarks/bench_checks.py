@@ -71,13 +71,63 @@ def check_args(phases: tuple[str, ...], sink: str,
     return args
 
 
-def prebuild(keys: list[tuple], build: Callable[[tuple], bool], jobs: int) -> bool:
+def each_case(cases: Sequence[tuple], check: Callable[[tuple], dict]) -> bool:
+    """Each case's record (``check(case)``, its ``ok``; an exception is one failing record with
+    its first line, and the run goes on), then a summary; whether every case passed."""
+    ok = 0
+    for case in cases:
+        try:
+            rec = check(case)
+        except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
+            rec = {"kind": "case", "case": repr(case), "ok": False,
+                   "fails": [f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"]}
+        emit(rec)
+        ok += rec["ok"]
+    emit({"kind": "correct-summary", "cases": len(cases), "passed": ok})
+    return ok == len(cases)
+
+
+def prebuild(keys: list[tuple], build: Callable[[tuple], bool], jobs: int,
+             initializer: Callable[..., None] | None = None,
+             initargs: tuple[Any, ...] = ()) -> bool:
     """Whether ``build`` put every kernel of ``keys`` into the disk cache (``jobs`` at once);
     one record."""
-    with ProcessPoolExecutor(jobs) as pool:
+    with ProcessPoolExecutor(jobs, initializer=initializer, initargs=initargs) as pool:
         built = sum(pool.map(build, keys))
     emit({"kind": "prebuild", "kernels": len(keys), "built": built})
     return built == len(keys)
+
+
+def dispatch(args: argparse.Namespace, script: Path, cases: Sequence[tuple], sanitize_runs: int,
+             prebuild: Callable[[], Any], sanitize_run: Callable[[Any], None],
+             gpu: Callable[[Any], dict[str, Any]]) -> None:
+    """A check's flow after its command line (:func:`check_args`): ``--dry-run`` prints
+    ``cases``, ``--prebuild-only`` runs ``prebuild`` (no GPU), ``--sanitize`` runs both tools
+    over the script's ``sanitize_runs`` runs (:func:`sanitized`), ``--phase sanitize-run``
+    those runs (``sanitize_run(torch)``), else one device record, ``gpu(torch)``'s phases and
+    the summary line from what it returns (its bools decide PASS or FAIL)."""
+    if args.dry_run:
+        for case in cases:
+            emit({"kind": "dry-run", "case": repr(case)})
+        return
+    if args.prebuild_only:
+        prebuild()
+        return
+    if args.sanitize:
+        clean = sanitized(script, sanitize_runs, args.out, args.timeout)
+        emit({"kind": "summary", "result": "PASS" if clean else "FAIL",
+              "sanitizers_clean": clean})
+        return
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    torch.manual_seed(args.seed)
+    if args.phase == "sanitize-run":
+        sanitize_run(torch)
+        return
+    emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
+    results = gpu(torch)
+    ok = all(v for v in results.values() if isinstance(v, bool))
+    emit({"kind": "summary", "result": "PASS" if ok else "FAIL", **results})
 
 
 def run_check(script: Path, sink: str, cases: Sequence[tuple], sanitize_runs: int,
@@ -93,29 +143,17 @@ def run_check(script: Path, sink: str, cases: Sequence[tuple], sanitize_runs: in
                       (("--rounds", int, 5), ("--seed", int, 0), ("--jobs", int, 2),
                        ("--timeout", float, 600.0)))
     if args.dry_run:
-        for case in cases:
-            emit({"kind": "dry-run", "case": repr(case)})
         emit({"kind": "dry-run-kernels", "cases": len(cases), "kernels": len(keys())})
-        return
-    if args.prebuild_only:
+
+    def built() -> None:
         ok = prebuild(keys(), build, args.jobs)
         emit({"kind": "summary", "result": "PASS" if ok else "FAIL", "prebuild": ok})
-        return
-    if args.sanitize:
-        clean = sanitized(script, sanitize_runs, args.out, args.timeout)
-        emit({"kind": "summary", "result": "PASS" if clean else "FAIL",
-              "sanitizers_clean": clean})
-        return
-    import torch  # type: ignore[import-not-found, unused-ignore]
 
-    torch.manual_seed(args.seed)
-    if args.phase == "sanitize-run":
-        return sanitize_run(torch)
-    emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__})
-    ok = True
-    if args.phase in ("all", "correct"):
-        ok = correct(torch)
-    if args.phase in ("all", "time"):
-        timing(torch, args.rounds)
-    emit({"kind": "summary", "result": "PASS" if ok else "FAIL", "correct": ok,
-          "cases": len(cases)})
+    def gpu(torch: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if args.phase in ("all", "correct"):
+            out["correct"] = correct(torch)
+        if args.phase in ("all", "time"):
+            timing(torch, args.rounds)
+        return {**out, "cases": len(cases)}
+    dispatch(args, script, cases, sanitize_runs, built, sanitize_run, gpu)
