@@ -459,7 +459,9 @@ def test_the_varlen_call_packs_its_sequences_once_and_never_reads_them(host, mon
     """attention_varlen's host path: checked and planned once per description, the lengths'
     tensors passed by address only (the kernel reads them: no sync), the maps over [1, H, total,
     D] views of the packed tensors' own strides, the grid bounded by max_seqlen_q, LSE [H, total_q]
-    only when asked; a gradient refused in one line even on a cached description."""
+    always stored (the op returns it; the call hands it back when asked); plain CUDA tensors
+    never go through the op's dispatch; a gradient refused in one line even on a cached
+    description."""
     from pipeline_core_schedules_attention import varlen_call
 
     plans, builds = [], []
@@ -472,6 +474,8 @@ def test_the_varlen_call_packs_its_sequences_once_and_never_reads_them(host, mon
     monkeypatch.setattr(varlen_call, "bhsd_map", lambda t, rows, dtype: ("map", t.data_ptr(), rows,
                                                                          t.shape, t.stride()))
     monkeypatch.setattr(varlen_call.VARLEN, "launcher", lambda *a: host.launches.append(a))
+    monkeypatch.setattr(varlen_call.VARLEN, "ops", lambda: types.SimpleNamespace(
+        attention_varlen=lambda *a: host.ops.append(a) or ("out", "lse")))
     for cache in (varlen_call.VARLEN.recipes, varlen_call.VARLEN.args):
         monkeypatch.setattr(cache, "_items", {})
     monkeypatch.setattr(varlen_call.VARLEN.kernels, "_built", {})
@@ -484,7 +488,8 @@ def test_the_varlen_call_packs_its_sequences_once_and_never_reads_them(host, mon
     (kernel, device, stream, grid, block, args, smem), second = host.launches
     assert grid == (3 * 4 * 2,) and kernel == ("varlen", *builds[0])  # B x H x ceil(200 / 128)
     assert args[0] == ("map", q.ptr, 128, (1, 4, 300, 64), (300 * 256, 64, 256, 1))
-    assert int(args[3]) == out.ptr and int(args[4]) == 0 and int(second[5][4]) == lse.ptr
+    assert int(args[3]) == out.ptr and int(args[4]) != 0 and int(second[5][4]) == lse.ptr
+    assert not host.ops
     assert lse.shape == (4, 300) and out.shape == q.shape
     assert [int(a) for a in args[5:10]] == [cq.ptr, ck.ptr, 3, 300, 400]  # B, TQ, TK
     assert math.isclose(float(args[10]), call.LOG2E / 8, rel_tol=1e-6)
