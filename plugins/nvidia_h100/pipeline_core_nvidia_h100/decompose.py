@@ -43,10 +43,12 @@ import math
 import attrs
 
 from pipeline_core_nvidia_h100.autotune import Candidate, direct_store, takes
+from pipeline_core_nvidia_h100.wave_cost import SMALL_M
+from pipeline_core_nvidia_h100.wave_cost import pick as model_pick
 from pipeline_core_nvidia_h100.gemm_call import CallPlan, rows_off_line, split_count
 from pipeline_core_nvidia_h100.warpspecialized import DTYPE_BYTES, GemmVariant, k_tile
 
-__all__ = ["WAVE_TILES", "choose", "for_plan", "grouped", "small_m", "stream_k_cost",
+__all__ = ["WAVE_TILES", "choose", "for_plan", "grouped", "ranked", "small_m", "stream_k_cost",
            "wave_pick", "wave_cost"]
 
 #: The wave model's candidates, largest tile first, each with its sustained throughput
@@ -71,8 +73,6 @@ STREAM_K_FIXUP_WAVES = 0.25
 STREAM_K_MIN_SHARE = 4
 #: The least modelled saving (data-parallel rounds over stream-K's) that takes stream-K.
 STREAM_K_MIN_GAIN = 1.05
-#: M of at most one 128-row tile: the bandwidth-bound rule (:func:`small_m`)
-SMALL_M = 128
 
 
 def wave_cost(c: Candidate, rate: float, m: int, n: int, batch: int, sms: int) -> float:
@@ -123,12 +123,29 @@ def small_m(m: int) -> Candidate:
     return Candidate(bm=128, bn=64, stages=5, consumers=1)
 
 
-def for_plan(plan: CallPlan, sms: int, stream_k: bool = True) -> Candidate:
+def for_plan(plan: CallPlan, sms: int, stream_k: bool = True, model: bool = False
+             ) -> Candidate:
     """:func:`choose` for a call's plan (planned with the default tile): its shape, variant,
     batch and whether its operands' rows are off the 128-byte line (``stream_k``: as
-    choose's)."""
-    return choose(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch,
-                  rows_off_line((plan.a, plan.b), DTYPE_BYTES[plan.variant.dtype]), stream_k)
+    choose's); ``model`` (``Tuning.wave_model``): :func:`ranked` instead."""
+    off_line = rows_off_line((plan.a, plan.b), DTYPE_BYTES[plan.variant.dtype])
+    if model:
+        return ranked(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch, off_line)
+    return choose(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch, off_line, stream_k)
+
+
+def ranked(m: int, n: int, k: int, variant: GemmVariant, sms: int, batch: int = 1,
+           off_line: bool = False) -> Candidate:
+    """The wave model's pick (``wave_cost.pick``: tile and split priced together) for an
+    [m, n, k] product of ``variant`` (a batched variant never splits); ``sms`` 0 (not known),
+    or a tile the variant's layout or epilogue cannot take: the 128x256 tile."""
+    if sms <= 0:
+        return Candidate()
+    c = model_pick(m, n, k, variant.dtype, sms, batch, off_line,
+                   may_split=batch == 1 and variant.batch == "none")
+    if not (takes(c, variant) or takes(c, direct_store(variant))):
+        return Candidate()
+    return c
 
 
 def choose(m: int, n: int, k: int, variant: GemmVariant, sms: int,
