@@ -33,8 +33,10 @@ must not sync), by two rules (docs/guide/matmul.md, "Decomposition"):
   and the model's fixup cost is not measured to that precision).  The call passes
   ``Tuning.stream_k``, off by default: measured, stream-K lost on all three (gemm_call.Tuning).
 
-A tuned call (``$PIPELINE_CORE_AUTOTUNE=1``, autotune.py) times candidates instead and ignores
-this.  No GPU package is imported here.
+The call's default is the ranking (:func:`ranked`, ``Tuning.wave_model``: wave_cost.py prices
+tile and split together, with K and the element type); ``Tuning(wave_model=False)`` keeps the
+rules above (:func:`choose`) for the ablation.  A tuned call (``$PIPELINE_CORE_AUTOTUNE=1``,
+autotune.py) times candidates instead and ignores both.  No GPU package is imported here.
 """
 from __future__ import annotations
 
@@ -43,8 +45,7 @@ import math
 import attrs
 
 from pipeline_core_nvidia_h100.autotune import Candidate, direct_store, takes
-from pipeline_core_nvidia_h100.wave_cost import SMALL_M
-from pipeline_core_nvidia_h100.wave_cost import pick as model_pick
+from pipeline_core_nvidia_h100.wave_cost import SMALL_M, rank
 from pipeline_core_nvidia_h100.gemm_call import CallPlan, rows_off_line, split_count
 from pipeline_core_nvidia_h100.warpspecialized import DTYPE_BYTES, GemmVariant, k_tile
 
@@ -136,16 +137,17 @@ def for_plan(plan: CallPlan, sms: int, stream_k: bool = True, model: bool = Fals
 
 def ranked(m: int, n: int, k: int, variant: GemmVariant, sms: int, batch: int = 1,
            off_line: bool = False) -> Candidate:
-    """The wave model's pick (``wave_cost.pick``: tile and split priced together) for an
-    [m, n, k] product of ``variant`` (a batched variant never splits); ``sms`` 0 (not known),
-    or a tile the variant's layout or epilogue cannot take: the 128x256 tile."""
+    """The wave model's cheapest candidate (``wave_cost.rank``: tile and split priced
+    together) for an [m, n, k] product of ``variant`` (a batched variant never splits) that
+    the variant's layout and epilogue can take (with its store, or the direct one); ``sms`` 0
+    (not known), or none taken: the 128x256 tile."""
     if sms <= 0:
         return Candidate()
-    c = model_pick(m, n, k, variant.dtype, sms, batch, off_line,
-                   may_split=batch == 1 and variant.batch == "none")
-    if not (takes(c, variant) or takes(c, direct_store(variant))):
-        return Candidate()
-    return c
+    found = rank(m, n, k, variant.dtype, sms, batch, off_line,
+                 may_split=batch == 1 and variant.batch == "none")
+    return next((r.candidate for r in found
+                 if takes(r.candidate, variant) or takes(r.candidate, direct_store(variant))),
+                Candidate())
 
 
 def choose(m: int, n: int, k: int, variant: GemmVariant, sms: int,

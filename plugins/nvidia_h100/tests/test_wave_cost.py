@@ -7,6 +7,9 @@ ablation's "old choice" is not the previous rule; a pick the variant cannot buil
 """
 from __future__ import annotations
 
+import itertools
+import math
+
 import pytest
 
 pytest.importorskip("pipeline_core_nvidia_h100")
@@ -145,3 +148,38 @@ def test_the_call_uses_the_switch() -> None:
     on = decompose.for_plan(base, SMS, stream_k=False, model=Tuning().wave_model)
     off = decompose.for_plan(base, SMS, stream_k=False, model=False)
     assert (on.bm, on.bn, off.bm, off.bn) == (192, 128, 64, 256)
+
+
+SIZES = (1, 17, 100, 128, 129, 1000, 2000, 3000, 5000, 8192)
+
+
+@pytest.mark.parametrize("dtype,a_major,b_major,batch",
+                         [("bf16", "k", "k", "none"), ("fp16", "mn", "k", "none"),
+                          ("bf16", "k", "mn", "b"), ("e4m3", "k", "k", "none")])
+def test_every_ranked_pick_builds_and_splits_as_the_plan(dtype: str, a_major: str,
+                                                         b_major: str, batch: str) -> None:
+    """Over a grid of shapes and variants the ranked pick validates for the variant (or its
+    direct store), is the same on a second call, and splits only where the plan's own count
+    (split_count) does and the kernel may split (not batched)."""
+    v = GemmVariant(dtype=dtype, a_major=a_major, b_major=b_major, tails=True, batch=batch,
+                    out_dtype="bf16", scale="tensor" if dtype == "e4m3" else "none")
+    count = 1 if batch == "none" else 4
+    for m, n, k in itertools.product(SIZES, SIZES, (64, 4096)):
+        c = decompose.ranked(m, n, k, v, SMS, batch=count)
+        assert takes(c, v) or takes(c, direct_store(v)), (m, n, k, c)
+        assert c == decompose.ranked(m, n, k, v, SMS, batch=count)
+        if c.split_k:
+            assert batch == "none"
+            tiles = math.ceil(m / c.bm) * math.ceil(n / c.bn)
+            assert split_count(tiles, math.ceil(k / (128 if dtype == "e4m3" else 64)), SMS) > 1
+
+
+def test_a_pick_the_variant_cannot_take_falls_to_the_next(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """Where the cheapest candidate does not build for the variant, the next one in the
+    ranking runs (not the default tile)."""
+    v = GemmVariant(dtype="e4m3", scale="tensor", tails=True, store="tma")
+    ranked = wave_cost.rank(3000, 14336, 4096, "e4m3", SMS)
+    top = ranked[0].candidate
+    monkeypatch.setattr(decompose, "takes", lambda c, variant: c != top)
+    assert decompose.ranked(3000, 14336, 4096, v, SMS) == ranked[1].candidate != Candidate()
