@@ -6,8 +6,9 @@
 
 ``--choice``: the wave model's pick (``Tuning.wave_model``, on) against the previous rule
 (the switch off) and cuBLAS / ``torch._scaled_mm``, one process: every shape is checked first
-(NaN-poisoned output, fp32 reference, each implementation), then all are timed in interleaved
-rounds, per-round ratios new/cublas, old/cublas, new/old.  Where an operand's rows are off the
+(NaN-poisoned output, fp32 reference, each implementation eager and new / old / cublas replayed
+from a CUDA graph), then all are timed in interleaved rounds, per-round ratios new/cublas,
+old/cublas, new/old, eager and graph.  Where an operand's rows are off the
 128-byte line (2000x5000x3000: 6000-byte rows) it also times ``new-aligned-rows``: the same
 values in rows padded to 128 bytes, the kernel alone, which says what the straddling rows cost.
 ``--prebuild-only``: here, no GPU, every cubin that run loads, into ``PIPELINE_CORE_CACHE_DIR``.
@@ -306,16 +307,62 @@ def choice_prebuild() -> None:
     build(None, keys, emit)
 
 
+def _poisoned(torch, fn, out):
+    """``fn`` (which returns a fresh product, as scaled_mm does) checked through ``out``: a
+    block of the product's size is filled with NaN and freed first (the caching allocator hands
+    it to the product), the product copied into ``out`` and poisoned after, so a kernel that
+    writes nothing cannot pass on an earlier implementation's result."""
+    def run():
+        torch.full(tuple(out.shape), float("nan"), dtype=out.dtype, device=out.device)
+        y = fn()
+        out.copy_(y)
+        y.fill_(float("nan"))
+    return run
+
+
+def _graph_checked(torch, name, fn, ref, label):
+    """``fn`` captured in a CUDA graph (bench_timing.graphed) and its replay checked: the
+    captured product (``out`` or the graph's own) poisoned, replayed, compared with ``ref``;
+    the replay, or None where it failed (reported)."""
+    box = {}
+    try:
+        replay = graphed(torch, lambda: box.__setitem__("y", fn()))
+        box["y"].fill_(float("nan"))
+        replay()
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001  (a refusal is a result to report)
+        emit({"kind": "check-failed", "shape": label, "impl": name, "error": str(e)[:300]})
+        return None
+    err = float((box["y"].float() - ref).norm() / ref.norm().clamp_min(1e-12))
+    if not err < TOL:
+        emit({"kind": "check-failed", "shape": label, "impl": name, "rel_err": err})
+        return None
+    return replay
+
+
+#: ``--choice``'s ratios: (ours, peer) per record, each per round
+CHOICE_RATIOS = (("new", "cublas"), ("old", "cublas"), ("new", "old"),
+                 ("new-graph", "cublas-graph"), ("old-graph", "cublas-graph"),
+                 ("new-graph", "old-graph"), ("new-aligned-rows", "new"),
+                 ("new-aligned-rows", "cublas"))
+
+
 def choice(torch, rounds: int) -> None:
-    """``--choice``: check every case first, then time them all (see the module's doc)."""
+    """``--choice``: check every case first (eager, then each of new / old / cublas replayed
+    from a CUDA graph: the GPU's time without the host's), then time them all."""
     cases = []
     for label, impls, out, ref, flop, picks in _choice_cases(torch):
-        def checked(fn, out=out, fp8=label.startswith("fp8")):
-            return (lambda: out.copy_(fn())) if fp8 else fn
+        fp8 = label.startswith("fp8")
         ok = {name: fn for name, fn in impls.items()
-              if check(torch, name, checked(fn), out, ref, label)}
+              if check(torch, name, _poisoned(torch, fn, out) if fp8 else fn, out, ref, label)}
+        for name in ("new", "old", "cublas"):
+            if name in ok:
+                replay = _graph_checked(torch, name + "-graph", ok[name], ref, label)
+                if replay is not None:
+                    ok[name + "-graph"] = replay
         emit({"kind": "choice-check", "case": label, "passed": sorted(ok),
-              "failed": sorted(set(impls) - set(ok))})
+              "failed": sorted({*impls, *(f"{x}-graph" for x in ("new", "old", "cublas"))}
+                               - set(ok))})
         cases.append((label, ok, flop, picks))
     summary = []
     for label, ok, flop, picks in cases:
@@ -324,20 +371,20 @@ def choice(torch, rounds: int) -> None:
         for name, t in per.items():
             rec[name] = {"ms": round(statistics.median(t), 5),
                          "tflops": round(flop / statistics.median(t) / 1e9, 1)}
-        for ours, peer in (("new", "cublas"), ("old", "cublas"), ("new", "old"),
-                           ("new-aligned-rows", "new"), ("new-aligned-rows", "cublas")):
+        for ours, peer in CHOICE_RATIOS:
             if ours in per and peer in per:
                 rec[f"{ours}/{peer}"] = ratios(per, ours, peer)
         emit(rec)
         summary.append(rec)
         torch.cuda.empty_cache()
-    print("\ncase                      new/cublas old/cublas new/old  picks (new | old)")
+    keys = ("new/cublas", "old/cublas", "new/old", "new-graph/cublas-graph",
+            "old-graph/cublas-graph")
+    print("\ncase                  new/cub old/cub new/old  graph: new/cub old/cub   picks (new | old)")
     for r in summary:
-        med = [statistics.median(r[x]) if x in r else float("nan")
-               for x in ("new/cublas", "old/cublas", "new/old")]
-        print(f"{r['case']:25} {med[0]:10.3f} {med[1]:10.3f} {med[2]:7.3f}  "
-              f"{r['picks']['new'][:24]} | {r['picks']['old'][:24]}")
-    for key in ("new/cublas", "old/cublas"):
+        med = [statistics.median(r[x]) if x in r else float("nan") for x in keys]
+        print(f"{r['case']:21} {med[0]:7.3f} {med[1]:7.3f} {med[2]:7.3f}  {med[3]:14.3f} "
+              f"{med[4]:7.3f}   {r['picks']['new'][:20]} | {r['picks']['old'][:20]}")
+    for key in keys:
         good = [statistics.median(r[key]) for r in summary if key in r]
         if good:
             print(f"geomean {key}: {statistics.geometric_mean(good):.3f}; min {min(good):.3f}")
