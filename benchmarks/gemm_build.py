@@ -44,7 +44,7 @@ def kernel_key(a: Any, b: Any, *, bias: Any = None, activation: str | None = Non
     from pipeline_core_nvidia_h100 import matmul_call as mm
 
     base = mm.plan_infos(a, b, bias, activation, out_dtype, out, sms, mm.TUNING, scales=scales)
-    c = decompose.for_plan(base, sms, mm.TUNING.stream_k)
+    c = decompose.for_plan(base, sms, mm.TUNING.stream_k, mm.TUNING.wave_model)
     plan = mm.plan_infos(a, b, bias, activation, out_dtype, out, sms, mm.TUNING, c, scales)
     v = plan.variant if store is None else attrs.evolve(plan.variant, store=store)
     return v, c

@@ -2,6 +2,16 @@
 
   python3 benchmarks/gemm_speed.py --prebuild          # here, no GPU: the cubins
   python3 benchmarks/gemm_speed.py [--rounds 5] [--anchors PATH] [--shapes MxNxK,...]
+  python3 benchmarks/gemm_speed.py --choice [--prebuild-only] [--rounds 7] [--out PATH]
+
+``--choice``: the wave model's pick (``Tuning.wave_model``, on) against the previous rule
+(the switch off) and cuBLAS / ``torch._scaled_mm``, one process: every shape is checked first
+(NaN-poisoned output, fp32 reference, each implementation eager and new / old / cublas replayed
+from a CUDA graph), then all are timed in interleaved rounds, per-round ratios new/cublas,
+old/cublas, new/old, eager and graph.  Where an operand's rows are off the
+128-byte line (2000x5000x3000: 6000-byte rows) it also times ``new-aligned-rows``: the same
+values in rows padded to 128 bytes, the kernel alone, which says what the straddling rows cost.
+``--prebuild-only``: here, no GPU, every cubin that run loads, into ``PIPELINE_CORE_CACHE_DIR``.
 
 Every shape of the issue's list (the large aligned ones, those that quantize badly, small M and
 decode, and two whose natural layout TMA cannot read: 4097x4095x4096 and 1000x1000x999), bf16,
@@ -41,6 +51,8 @@ SHAPES = ((8192, 8192, 8192, True), (4096, 4096, 4096, True), (4096, 8192, 2048,
           (4000, 4000, 4000, True), (8192, 28672, 4096, True), (16, 8192, 8192, True),
           (1, 4096, 4096, True), (4097, 4095, 4096, False), (1000, 1000, 999, False))
 FP8 = ((1000, 4096, 4096), (3000, 14336, 4096), (8192, 8192, 8192))
+#: ``--choice``'s fp8 shapes (the issue's, tensor-wise scales)
+CHOICE_FP8 = ((1000, 4096, 4096), (3000, 14336, 4096))
 TOL = 2e-2
 LINES: list[dict] = []
 
@@ -185,6 +197,199 @@ def prebuild() -> None:
     build(None, keys, emit)
 
 
+def _tunings():
+    """``--choice``'s two tunings: the call's (wave model on) and the same with it off."""
+    import attrs
+
+    from pipeline_core_nvidia_h100 import matmul_call as mm
+    return {"new": mm.TUNING, "old": attrs.evolve(mm.TUNING, wave_model=False)}
+
+
+def _under(tuning, fn):
+    """``fn`` run with the call's ``TUNING`` set to ``tuning`` (the launch cache is keyed by
+    it, so each tuning keeps its own recipe)."""
+    from pipeline_core_nvidia_h100 import matmul_call as mm
+
+    def run():
+        prev, mm.TUNING = mm.TUNING, tuning
+        try:
+            return fn()
+        finally:
+            mm.TUNING = prev
+    return run
+
+
+def _padded_rows(torch, x):
+    """``x`` (2-D, unit inner stride) as a view of rows padded to 128 bytes: same values, each
+    row's start on a 128-byte line (the aligned-rows probe)."""
+    rows, cols = x.shape
+    step = -(-cols * x.element_size() // 128) * 128 // x.element_size()
+    store = torch.empty(rows, step, dtype=x.dtype, device=x.device)
+    store[:, :cols].copy_(x)
+    return store[:, :cols]
+
+
+def _choice_cases(torch):
+    """(label, {impl: fn}, out, ref, flop, picks) per shape: bf16 SHAPES (each writing
+    ``out``), then fp8 CHOICE_FP8 (each returning its product)."""
+    from pipeline_core_nvidia_h100 import matmul, scaled_mm
+
+    tunings = _tunings()
+    for m, n, k, aligned in SHAPES:
+        a = torch.randn(m, k, device="cuda").bfloat16()
+        b = (torch.randn(n, k, device="cuda").bfloat16().T if aligned else
+             torch.randn(k, n, device="cuda").bfloat16())
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        impls = {name: _under(t, lambda a=a, b=b, out=out: matmul(a, b, out=out))
+                 for name, t in tunings.items()}
+        impls["cublas"] = lambda a=a, b=b, out=out: torch.matmul(a, b, out=out)
+        if aligned and (k * 2) % 128:
+            pa, pb = _padded_rows(torch, a), _padded_rows(torch, b.T).T
+            impls["new-aligned-rows"] = _under(tunings["new"],
+                                               lambda pa=pa, pb=pb, out=out:
+                                               matmul(pa, pb, out=out))
+        yield (f"bf16 {m}x{n}x{k}", impls, out, a.float() @ b.float(), 2.0 * m * n * k,
+               _picks(tunings, ((m, n, k, aligned),), ()))
+    for m, n, k in CHOICE_FP8:
+        a = (torch.randn(m, k, device="cuda") / 2).to(torch.float8_e4m3fn)
+        b = (torch.randn(n, k, device="cuda") / 2).to(torch.float8_e4m3fn).T
+        sa, sb = torch.tensor(0.7, device="cuda"), torch.tensor(1.3, device="cuda")
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        impls = {name: _under(t, lambda a=a, b=b, sa=sa, sb=sb: scaled_mm(
+            a, b, sa, sb, out_dtype=torch.bfloat16)) for name, t in tunings.items()}
+        impls["cublas"] = lambda a=a, b=b, sa=sa, sb=sb: torch._scaled_mm(
+            a, b, sa, sb, out_dtype=torch.bfloat16)
+        yield (f"fp8 {m}x{n}x{k}", impls, out, (a.float() @ b.float()) * 0.7 * 1.3,
+               2.0 * m * n * k, _picks(tunings, (), ((m, n, k),)))
+
+
+def _picks(tunings, shapes, fp8):
+    """What the call launches for the one case under each tuning (tile, consumers, split)."""
+    return {name: _choice_keys(t, shapes, fp8)[0][1].describe() for name, t in tunings.items()}
+
+
+def _choice_keys(tuning, shapes, fp8):
+    """The (variant, candidate) each ``--choice`` case launches under ``tuning``."""
+    from gemm_build import kernel_key
+    from pipeline_core_nvidia_h100 import matmul_call as mm
+    from pipeline_core_nvidia_h100.gemm_call import TensorInfo
+
+    def info(shape, strides, dtype):
+        return TensorInfo(shape=shape, strides=strides, dtype=dtype, ptr=0)
+
+    keys = []
+    prev, mm.TUNING = mm.TUNING, tuning
+    try:
+        for m, n, k, aligned in shapes:
+            a, o = info((m, k), (k, 1), "bf16"), info((m, n), (n, 1), "bf16")
+            keys.append(kernel_key(a, info((k, n), (1, k) if aligned else (n, 1), "bf16"),
+                                   out=o))
+            if aligned and (k * 2) % 128:  # the aligned-rows probe: rows padded to 128 bytes
+                step = -(-k * 2 // 128) * 64
+                keys.append(kernel_key(info((m, k), (step, 1), "bf16"),
+                                       info((k, n), (1, step), "bf16"), out=o))
+        for m, n, k in fp8:
+            keys.append(kernel_key(info((m, k), (k, 1), "e4m3"), info((k, n), (1, k), "e4m3"),
+                                   out_dtype="bf16", scales=(info((), (), "fp32"),
+                                                             info((), (), "fp32"))))
+    finally:
+        mm.TUNING = prev
+    return keys
+
+
+def choice_prebuild() -> None:
+    """``--choice --prebuild-only``: every cubin the ``--choice`` run loads, both tunings."""
+    from gemm_build import prebuild as build
+
+    keys = set()
+    for t in _tunings().values():
+        keys.update(_choice_keys(t, SHAPES, CHOICE_FP8))
+    build(None, keys, emit)
+
+
+def _poisoned(torch, fn, out):
+    """``fn`` (which returns a fresh product, as scaled_mm does) checked through ``out``: a
+    block of the product's size is filled with NaN and freed first (the caching allocator hands
+    it to the product), the product copied into ``out`` and poisoned after, so a kernel that
+    writes nothing cannot pass on an earlier implementation's result."""
+    def run():
+        torch.full(tuple(out.shape), float("nan"), dtype=out.dtype, device=out.device)
+        y = fn()
+        out.copy_(y)
+        y.fill_(float("nan"))
+    return run
+
+
+def _graph_checked(torch, name, fn, ref, label):
+    """``fn`` captured in a CUDA graph (bench_timing.graphed) and its replay checked: the
+    captured product (``out`` or the graph's own) poisoned, replayed, compared with ``ref``;
+    the replay, or None where it failed (reported)."""
+    box = {}
+    try:
+        replay = graphed(torch, lambda: box.__setitem__("y", fn()))
+        box["y"].fill_(float("nan"))
+        replay()
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001  (a refusal is a result to report)
+        emit({"kind": "check-failed", "shape": label, "impl": name, "error": str(e)[:300]})
+        return None
+    err = float((box["y"].float() - ref).norm() / ref.norm().clamp_min(1e-12))
+    if not err < TOL:
+        emit({"kind": "check-failed", "shape": label, "impl": name, "rel_err": err})
+        return None
+    return replay
+
+
+#: ``--choice``'s ratios: (ours, peer) per record, each per round
+CHOICE_RATIOS = (("new", "cublas"), ("old", "cublas"), ("new", "old"),
+                 ("new-graph", "cublas-graph"), ("old-graph", "cublas-graph"),
+                 ("new-graph", "old-graph"), ("new-aligned-rows", "new"),
+                 ("new-aligned-rows", "cublas"))
+
+
+def choice(torch, rounds: int) -> None:
+    """``--choice``: check every case first (eager, then each of new / old / cublas replayed
+    from a CUDA graph: the GPU's time without the host's), then time them all."""
+    cases = []
+    for label, impls, out, ref, flop, picks in _choice_cases(torch):
+        fp8 = label.startswith("fp8")
+        ok = {name: fn for name, fn in impls.items()
+              if check(torch, name, _poisoned(torch, fn, out) if fp8 else fn, out, ref, label)}
+        for name in ("new", "old", "cublas"):
+            if name in ok:
+                replay = _graph_checked(torch, name + "-graph", ok[name], ref, label)
+                if replay is not None:
+                    ok[name + "-graph"] = replay
+        emit({"kind": "choice-check", "case": label, "passed": sorted(ok),
+              "failed": sorted({*impls, *(f"{x}-graph" for x in ("new", "old", "cublas"))}
+                               - set(ok))})
+        cases.append((label, ok, flop, picks))
+    summary = []
+    for label, ok, flop, picks in cases:
+        per = interleaved(torch, ok, rounds)
+        rec = {"kind": "choice", "case": label, "rounds": rounds, "picks": picks}
+        for name, t in per.items():
+            rec[name] = {"ms": round(statistics.median(t), 5),
+                         "tflops": round(flop / statistics.median(t) / 1e9, 1)}
+        for ours, peer in CHOICE_RATIOS:
+            if ours in per and peer in per:
+                rec[f"{ours}/{peer}"] = ratios(per, ours, peer)
+        emit(rec)
+        summary.append(rec)
+        torch.cuda.empty_cache()
+    keys = ("new/cublas", "old/cublas", "new/old", "new-graph/cublas-graph",
+            "old-graph/cublas-graph")
+    print("\ncase                  new/cub old/cub new/old  graph: new/cub old/cub   picks (new | old)")
+    for r in summary:
+        med = [statistics.median(r[x]) if x in r else float("nan") for x in keys]
+        print(f"{r['case']:21} {med[0]:7.3f} {med[1]:7.3f} {med[2]:7.3f}  {med[3]:14.3f} "
+              f"{med[4]:7.3f}   {r['picks']['new'][:20]} | {r['picks']['old'][:20]}")
+    for key in keys:
+        good = [statistics.median(r[key]) for r in summary if key in r]
+        if good:
+            print(f"geomean {key}: {statistics.geometric_mean(good):.3f}; min {min(good):.3f}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -194,9 +399,15 @@ def main() -> int:
     ap.add_argument("--no-fp8", action="store_true")
     ap.add_argument("--out", default=None, help="a results .jsonl to write")
     ap.add_argument("--prebuild", action="store_true", help="here, no GPU: build the cubins")
+    ap.add_argument("--choice", action="store_true",
+                    help="the wave model's pick against the previous rule and cuBLAS")
+    ap.add_argument("--prebuild-only", action="store_true",
+                    help="with --choice, here, no GPU: build the cubins it loads")
     args = ap.parse_args()
-    if args.prebuild:
-        prebuild()
+    if args.prebuild_only and not args.choice:
+        ap.error("--prebuild-only: goes with --choice; the plain run's is --prebuild")
+    if args.prebuild or args.prebuild_only:
+        choice_prebuild() if args.choice else prebuild()
         return 0
     import torch
 
@@ -207,6 +418,9 @@ def main() -> int:
     peers = load_anchors(args.anchors).gemm_peers() if Path(args.anchors).exists() else {}
     emit({"kind": "device", "name": torch.cuda.get_device_name(), "torch": torch.__version__,
           "peers": sorted(peers)})
+    if args.choice:
+        choice(torch, args.rounds)
+        return 0
     shapes = SHAPES if args.shapes is None else tuple(
         (*(int(x) for x in s.split("x")), True) for s in args.shapes.split(","))
     rows = []

@@ -33,8 +33,10 @@ must not sync), by two rules (docs/guide/matmul.md, "Decomposition"):
   and the model's fixup cost is not measured to that precision).  The call passes
   ``Tuning.stream_k``, off by default: measured, stream-K lost on all three (gemm_call.Tuning).
 
-A tuned call (``$PIPELINE_CORE_AUTOTUNE=1``, autotune.py) times candidates instead and ignores
-this.  No GPU package is imported here.
+The call's default is the ranking (:func:`ranked`, ``Tuning.wave_model``: wave_cost.py prices
+tile and split together, with K and the element type); ``Tuning(wave_model=False)`` keeps the
+rules above (:func:`choose`) for the ablation.  A tuned call (``$PIPELINE_CORE_AUTOTUNE=1``,
+autotune.py) times candidates instead and ignores both.  No GPU package is imported here.
 """
 from __future__ import annotations
 
@@ -43,10 +45,11 @@ import math
 import attrs
 
 from pipeline_core_nvidia_h100.autotune import Candidate, direct_store, takes
+from pipeline_core_nvidia_h100.wave_cost import SMALL_M, rank
 from pipeline_core_nvidia_h100.gemm_call import CallPlan, rows_off_line, split_count
 from pipeline_core_nvidia_h100.warpspecialized import DTYPE_BYTES, GemmVariant, k_tile
 
-__all__ = ["WAVE_TILES", "choose", "for_plan", "grouped", "small_m", "stream_k_cost",
+__all__ = ["WAVE_TILES", "choose", "for_plan", "grouped", "ranked", "small_m", "stream_k_cost",
            "wave_pick", "wave_cost"]
 
 #: The wave model's candidates, largest tile first, each with its sustained throughput
@@ -71,8 +74,6 @@ STREAM_K_FIXUP_WAVES = 0.25
 STREAM_K_MIN_SHARE = 4
 #: The least modelled saving (data-parallel rounds over stream-K's) that takes stream-K.
 STREAM_K_MIN_GAIN = 1.05
-#: M of at most one 128-row tile: the bandwidth-bound rule (:func:`small_m`)
-SMALL_M = 128
 
 
 def wave_cost(c: Candidate, rate: float, m: int, n: int, batch: int, sms: int) -> float:
@@ -123,12 +124,30 @@ def small_m(m: int) -> Candidate:
     return Candidate(bm=128, bn=64, stages=5, consumers=1)
 
 
-def for_plan(plan: CallPlan, sms: int, stream_k: bool = True) -> Candidate:
+def for_plan(plan: CallPlan, sms: int, stream_k: bool = True, model: bool = False
+             ) -> Candidate:
     """:func:`choose` for a call's plan (planned with the default tile): its shape, variant,
     batch and whether its operands' rows are off the 128-byte line (``stream_k``: as
-    choose's)."""
-    return choose(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch,
-                  rows_off_line((plan.a, plan.b), DTYPE_BYTES[plan.variant.dtype]), stream_k)
+    choose's); ``model`` (``Tuning.wave_model``): :func:`ranked` instead."""
+    off_line = rows_off_line((plan.a, plan.b), DTYPE_BYTES[plan.variant.dtype])
+    if model:
+        return ranked(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch, off_line)
+    return choose(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch, off_line, stream_k)
+
+
+def ranked(m: int, n: int, k: int, variant: GemmVariant, sms: int, batch: int = 1,
+           off_line: bool = False) -> Candidate:
+    """The wave model's cheapest candidate (``wave_cost.rank``: tile and split priced
+    together) for an [m, n, k] product of ``variant`` (a batched variant never splits) that
+    the variant's layout and epilogue can take (with its store, or the direct one); ``sms`` 0
+    (not known), or none taken: the 128x256 tile."""
+    if sms <= 0:
+        return Candidate()
+    found = rank(m, n, k, variant.dtype, sms, batch, off_line,
+                 may_split=batch == 1 and variant.batch == "none")
+    return next((r.candidate for r in found
+                 if takes(r.candidate, variant) or takes(r.candidate, direct_store(variant))),
+                Candidate())
 
 
 def choose(m: int, n: int, k: int, variant: GemmVariant, sms: int,

@@ -116,6 +116,11 @@ class Tuning:
     #: directly (no TMA store) and round-trips each shared tile's pieces through the fp32
     #: workspace, so it is kept proven and switchable (``-p stream_k=true``), not used
     stream_k: bool = False
+    #: the wave model's ranking (``wave_cost.rank``; docs/guide/matmul.md, "Decomposition"):
+    #: tile and split priced together per (M, N, K, dtype, SMs), K and the element type
+    #: included.  Off: the previous rule (``decompose.choose``: tile by waves, then split), for
+    #: the ablation that times one against the other (benchmarks/gemm_speed.py --choice)
+    wave_model: bool = True
 
 
 def rows_off_line(maps: tuple[OperandMap, ...], elem: int) -> bool:

@@ -369,7 +369,7 @@ def _candidate(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any
         # tuning times the kernel on the copies the plan stages
         ta, tb, tbias, tout = _staged(_require("torch"), plan.staged, a, b, bias, out)
         return _tuned(ta, tb, tbias, activation, out_dtype, tout, plan, device, stream)
-    return decompose.for_plan(plan, sms, TUNING.stream_k)
+    return decompose.for_plan(plan, sms, TUNING.stream_k, TUNING.wave_model)
 
 
 def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
@@ -387,7 +387,7 @@ def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, ou
     if torch.cuda.is_current_stream_capturing():
         return autotune.cached(plan.m, plan.n, plan.k, plan.variant, device=name,
                                toolkit=toolkit_version()) \
-            or decompose.for_plan(plan, sms, TUNING.stream_k)
+            or decompose.for_plan(plan, sms, TUNING.stream_k, TUNING.wave_model)
 
     def timer(c: Candidate) -> float:
         r = _recipe(a, b, bias, activation, out_dtype, out,

@@ -1,0 +1,146 @@
+"""The wave model's ranking of the kernels the call can build for one shape (``Tuning.wave_model``).
+
+Why: the untuned call must pick its tile and split with no timing (a first call must not sync,
+and it may run inside a CUDA graph capture), and the right pick depends on how the output tiles
+fall into waves of the machine's SMs, on K (a split's fixed costs are paid per K slice) and on
+the element type (fp8's tiles rank otherwise than bf16's).  :func:`rank` costs every
+(tile, split) the call can launch for ``(M, N, K, dtype, SMs)`` and sorts them, cheapest first;
+:func:`pick` is the first.  Both are pure functions of their arguments (no clock, no GPU): the
+tests pin the pick of every benchmarked shape.
+
+The cost of a candidate, in seconds (docs/guide/matmul.md, "Decomposition"):
+
+* **work units**: ``tiles x splits`` (``tiles = ceil(M/BM) ceil(N/BN)``, padded tiles computed
+  whole); a persistent grid of ``SMs`` CTAs runs them in ``rounds = ceil(units / SMs)``, the last
+  round ``fill`` full (:attr:`Costed.waves`, :attr:`Costed.fill`).
+* **one unit's time**: its K tiles plus :data:`FILL_K_TILES` (the ring's fill and the epilogue
+  a tile pays beside its main loop) at the tile's sustained rate (:data:`RATES`, relative to
+  128x256 on the same element type, measured on an H200), plus, split, the fp32 partial tile
+  written to and read back from the workspace (:data:`REDUCE_BYTES_PER_S`).
+* **a floor**: the operands' and the output's bytes at :data:`DRAM_BYTES_PER_S`; the shape's
+  cost is the larger of ``rounds x unit`` and the floor.
+
+M of at most :data:`SMALL_M` rows competes only the bandwidth-bound tiles (one
+consumer, five stages), and rows off the 128-byte line only the largest tiles (decompose.py says
+why); a split is ``gemm_call.split_count``'s (what the plan launches for ``split_k``), priced,
+not forced.  Ties keep the earlier candidate (:data:`RATES`' order, then unsplit first).
+"""
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from pipeline_core_nvidia_h100.autotune import Candidate
+from pipeline_core_nvidia_h100.gemm_call import split_count
+from pipeline_core_nvidia_h100.warpspecialized import DTYPE_BYTES, k_tile
+
+__all__ = ["Costed", "RATES", "SMALL_TILES", "rank", "pick"]
+
+#: Each large tile's sustained throughput relative to 128x256 on two consumers, per input type,
+#: in the order ties are broken.  16-bit: decompose.WAVE_TILES' panel medians (benchmarks/
+#: results/gemm_decompose_h200.jsonl, the large shapes).  e4m3: the same panel's fp8 rows at
+#: 3000x14336x4096, each divided by its own wave fill and M padding (192x128 1255 TFLOPS over
+#: 0.97 x 0.977; 128x256 1194 over 0.927 x 0.977; ...), relative to 128x256's; 192x128 rounded
+#: down from 1.0 (one shape measured it) so that the large shapes keep 128x256.
+RATES: dict[str, tuple[tuple[Candidate, float], ...]] = {
+    "16bit": ((Candidate(bm=128, bn=256, stages=4, consumers=2), 1.0),
+              (Candidate(bm=256, bn=128, stages=4, consumers=2), 0.96),
+              (Candidate(bm=192, bn=128, stages=4, consumers=3), 0.93),
+              (Candidate(bm=128, bn=128, stages=4, consumers=2), 0.94),
+              (Candidate(bm=64, bn=256, stages=4, consumers=1), 0.93)),
+    "e4m3": ((Candidate(bm=128, bn=256, stages=4, consumers=2), 1.0),
+             (Candidate(bm=192, bn=128, stages=4, consumers=3), 0.98),
+             (Candidate(bm=256, bn=128, stages=4, consumers=2), 0.99),
+             (Candidate(bm=128, bn=128, stages=4, consumers=2), 0.97),
+             (Candidate(bm=64, bn=256, stages=4, consumers=1), 0.93)),
+}
+#: M of at most 128 rows: the bandwidth-bound tiles (decompose.small_m's), 64-row first; the
+#: rate is 128x64's on large shapes (0.57-0.66 of 128x256 in the panel).
+SMALL_TILES: tuple[tuple[Candidate, float], ...] = (
+    (Candidate(bm=64, bn=128, stages=5, consumers=1), 0.6),
+    (Candidate(bm=128, bn=64, stages=5, consumers=1), 0.6),
+)
+#: 128x256's sustained rate on one SM of an H200 (132 SMs): about 690 TFLOPS 16-bit and 1320
+#: fp8 on the large shapes (benchmarks/results/gemm_speed_h200.jsonl).
+SM_FLOPS_PER_S = {"16bit": 690e12 / 132, "e4m3": 1320e12 / 132}
+#: K tiles' worth of time a unit pays beside its main loop: the ring's fill before its first
+#: wgmma and the part of its epilogue the next tile does not hide.
+FILL_K_TILES = 2
+#: One SM's rate of moving split-K's fp32 partial tiles through L2 (write, then read back).
+REDUCE_BYTES_PER_S = 100e9
+#: The H200's HBM3e at the rate a streaming GEMM reaches (4.8e12 peak).
+DRAM_BYTES_PER_S = 4.0e12
+#: M of at most one 128-row tile: the bandwidth-bound tiles only (decompose.small_m's rule)
+SMALL_M = 128
+#: The largest tile's area: rows off the 128-byte line keep only tiles of this area.
+LARGEST = 128 * 256
+
+
+@attrs.frozen(kw_only=True)
+class Costed:
+    """One candidate the call can launch, with its split count and what the model charged:
+    ``seconds`` (the rank's key), ``waves`` (units over SMs) and ``fill`` (the last round's
+    share of busy SMs, 1.0 for whole waves)."""
+
+    candidate: Candidate
+    splits: int
+    seconds: float
+    waves: float
+    fill: float
+
+
+def _kind(dtype: str) -> str:
+    return "e4m3" if dtype == "e4m3" else "16bit"
+
+
+def cost(c: Candidate, rate: float, splits: int, m: int, n: int, k: int, dtype: str,
+         sms: int, batch: int = 1) -> Costed:
+    """Candidate ``c`` (relative ``rate``) run with ``splits`` K slices on ``batch`` [m, n, k]
+    products over ``sms`` SMs, costed as the module says."""
+    bk = k_tile(dtype)
+    k_tiles = max(1, math.ceil(k / bk))
+    slice_tiles = math.ceil(k_tiles / splits)
+    units = math.ceil(m / c.bm) * math.ceil(n / c.bn) * batch * splits
+    rounds = math.ceil(units / sms)
+    flops = 2.0 * c.bm * c.bn * bk * (slice_tiles + FILL_K_TILES)
+    unit = flops / (SM_FLOPS_PER_S[_kind(dtype)] * rate)
+    if splits > 1:
+        unit += 2 * 4 * c.bm * c.bn / REDUCE_BYTES_PER_S
+    elem = DTYPE_BYTES[dtype]
+    floor = batch * (elem * k * (m + n) + 2 * m * n) / DRAM_BYTES_PER_S
+    rest = units - (rounds - 1) * sms
+    return Costed(candidate=attrs.evolve(c, split_k=splits > 1), splits=splits,
+                  seconds=max(rounds * unit, floor), waves=units / sms, fill=rest / sms)
+
+
+def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
+         off_line: bool = False, may_split: bool = True) -> tuple[Costed, ...]:
+    """Every (tile, split) the call can launch for ``batch`` [m, n, k] products of ``dtype``
+    on ``sms`` SMs, cheapest first (ties: the tables' order, unsplit first).  Only one product
+    (``batch`` 1) of a kernel that ``may_split`` splits K (a batched kernel does not);
+    ``off_line``: only the largest tiles compete."""
+    if sms <= 0:
+        raise ValueError(f"sms: {sms}; the wave model needs the device's SM count (> 0)")
+    table = SMALL_TILES if m <= SMALL_M else RATES[_kind(dtype)]
+    if m <= 64:
+        table = table[:1]
+    elif m <= SMALL_M:
+        table = table[1:]
+    elif off_line:
+        table = tuple((c, r) for c, r in table if c.bm * c.bn == LARGEST)
+    k_tiles = max(1, math.ceil(k / k_tile(dtype)))
+    found = []
+    for order, (c, rate) in enumerate(table):
+        tiles = math.ceil(m / c.bm) * math.ceil(n / c.bn)
+        splits = {1, split_count(tiles, k_tiles, sms) if may_split and batch == 1 else 1}
+        for s in sorted(splits):
+            found.append((cost(c, rate, s, m, n, k, dtype, sms, batch), order, s))
+    found.sort(key=lambda x: (x[0].seconds, x[1], x[2]))
+    return tuple(x[0] for x in found)
+
+
+def pick(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
+         off_line: bool = False, may_split: bool = True) -> Candidate:
+    """:func:`rank`'s first candidate (``split_k`` set where it splits)."""
+    return rank(m, n, k, dtype, sms, batch, off_line, may_split)[0].candidate
