@@ -348,9 +348,9 @@ def variant(spec: str) -> None:
         return
     opts = dict(kv.split("=") for kv in spec.split(","))
     if "bn" in opts or "stages" in opts:  # D 128's block and ring depth
-        bn, stages = decode_call.BLOCKS[128]
+        bn, stages, qs = decode_call.BLOCKS[128]
         decode_call.BLOCKS = {**decode_call.BLOCKS, 128: (int(opts.get("bn", bn)),
-                                                          int(opts.get("stages", stages)))}
+                                                          int(opts.get("stages", stages)), qs)}
     if "contig_chunks" in opts:  # a contiguous cache copied in several row chunks a block
         chunks = decode_call.DecodeCall.chunks
 
@@ -361,9 +361,11 @@ def variant(spec: str) -> None:
         choose = decode_call.choose_splits
         decode_call.choose_splits = lambda t, b, s: max(1, min(b, round(
             choose(t, b, s) * float(opts["split_scale"]))))
-    if "intra" in opts:
-        plain = decode_call.decode_params
-        decode_call.decode_params = lambda *a: {**plain(*a), "intra_overlap": opts["intra"]}
+    for key, param in (("intra", "intra_overlap"), ("qs", "q_stages")):
+        if key in opts:
+            plain = decode_call.decode_params
+            decode_call.decode_params = (lambda *a, plain=plain, param=param, value=opts[key]:
+                                         {**plain(*a), param: value})
     emit({"kind": "variant", "spec": spec})
 
 

@@ -47,10 +47,13 @@ from pipeline_core_schedules_attention.signature import DECODE_SIGNATURE
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
 
-#: keys per KV block and the ring's depth per head dim: Q's 16 KB beside 3 K and V stages of
-#: 64 KB at D 128 (208 KB); at D 64, 5 stages of 32 KB; at D 256, blocks of 64 keys (O's 128
-#: fp32 registers a thread leave no room for S of 128 keys), Q's 32 KB and 3 stages of 64 KB
-BLOCKS = {64: (128, 5), 128: (128, 3), 256: (64, 3)}
+#: keys per KV block, the K and V rings' depth and Q's per head dim: at D 128 two Q stages of
+#: 16 KB beside 3 K and V stages of 64 KB (224 KB); at D 64, 5 stages of 32 KB; at D 256,
+#: blocks of 64 keys (O's 128 fp32 registers a thread leave no room for S of 128 keys), one Q
+#: of 32 KB and 3 stages of 64 KB.  Two Q stages load the next output tile's Q while this one
+#: runs: on the H200, 1.00-1.10x one stage where CTAs run several short tiles (8 and 64
+#: sequences of 1k keys), the same elsewhere
+BLOCKS = {64: (128, 5, 2), 128: (128, 3, 2), 256: (64, 3, 1)}
 HEAD_DIMS = tuple(BLOCKS)
 
 
@@ -184,7 +187,7 @@ def decode_params(head_dim: int, causal: bool, split: bool,
     return {"decode": "true", "split_kv": str(split).lower(), "causal": str(causal).lower(),
             "page_chunks": str(chunks),
             "head_dim": str(head_dim), "block_m": str(DECODE_ROWS),
-            "block_n": str(BLOCKS[head_dim][0]),
+            "block_n": str(BLOCKS[head_dim][0]), "q_stages": str(BLOCKS[head_dim][2]),
             "consumers": "1", "pingpong": "false", "intra_overlap": "true",
             "producer_registers": str(DECODE_PRODUCER_REGISTERS)}
 
