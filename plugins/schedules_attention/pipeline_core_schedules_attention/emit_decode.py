@@ -62,9 +62,11 @@ def decode_tile_loop(causal: bool) -> DeviceTileLoop:
              "per = (NB + SPLITS - 1) / SPLITS;  // the plan's DecodeBounds.visited",
              "KF = split * per; KT = max(0, min(per, NB - KF));  // DecodeBounds.splits_of")
     fm = f"FM = {first};  // the plan's DecodeBounds.first_masked"
-    # the producer's page entries, read ahead: none held at a tile's start
-    pages = "pcat::Pages<CHUNKS> pages; pages.block = -1;"
-    return DeviceTileLoop(counts=counts, producer=TileLoop(head=loop, tile=(*spans, pages)),
+    # the producer's page entries of the tile's first block, read as the tile starts (their
+    # loads in flight while it waits to load Q)
+    pages = ("pcat::Pages<CHUNKS> pages;  // the entries read ahead (attention_decode.cuh)",
+             "pcat::decode_pages<BN, CHUNKS>(pages, b, KF, Sk, table, table_stride, page);")
+    return DeviceTileLoop(counts=counts, producer=TileLoop(head=loop, tile=(*spans, *pages)),
                           consumers=TileLoop(head=loop, tile=(*spans, fm)), empty_tiles=True)
 
 
