@@ -369,23 +369,37 @@ _SPLIT_OPEN = r"""
             """ + section_mark("finish") + """
 """
 _SPLIT_CLOSE = "            " + section_mark("end") + "\n        }\n"
+
+
+def counter_steps(*, me: str, counter: str, last: str, barrier: str | int,
+                  threads: str | int) -> dict[StepKind, str]:
+    """The cross-CTA reduction's counter steps as a kernel writes them, one home for every
+    kernel that hands partial tiles over (split-K, stream-K, split-KV decoding): the release
+    fence; the arrival (the reducing threads meet on named barrier ``barrier`` of ``threads``,
+    thread ``me == 0`` adds 1 to counter ``counter`` and learns whether it was the arrival
+    ``last`` counts from 0, they meet again so all read ``split_last``); the acquire (every other
+    CTA goes on to its next tile); the reset after the reads (they meet first, so every read is
+    done before the counter's next use).  ``me`` and ``counter`` are C expressions of the
+    kernel's; ``barrier`` and ``threads`` numbers or template fields."""
+    meet = f'            asm volatile("bar.sync {barrier}, {threads};\\n" ::: "memory");\n'
+    return {
+        StepKind.RELEASE_FENCE: "            __threadfence();\n",
+        StepKind.COUNT_ARRIVE: (meet + f"            if ({me} == 0) split_last = atomicAdd("
+                                f"counters + {counter}, 1u) == {last};\n" + meet),
+        StepKind.COUNT_ACQUIRE: ("            if (!split_last) continue;  // another split's CTA "
+                                 "finishes this tile\n            __threadfence();\n"),
+        # every consumer's reads are done before the counter's next use may begin
+        StepKind.COUNT_RESET: meet + f"            if ({me} == 0) counters[{counter}] = 0u;\n",
+    }
+
+
 _SPLIT_STEPS = {
     StepKind.SLICE_STORE: ("            pcgc::slice_store<MBLOCKS, ACC, ${CONSUMER_THREADS}>(acc, "
                            "part + blockIdx.y * slice);\n"),
-    StepKind.RELEASE_FENCE: "            __threadfence();\n",
-    StepKind.COUNT_ARRIVE: r"""            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
-            if (me == 0) split_last = atomicAdd(counters + tile, 1u) == gridDim.y - 1;
-            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
-""",
-    StepKind.COUNT_ACQUIRE: r"""            if (!split_last) continue;  // another split's CTA finishes this tile
-            __threadfence();
-""",
     StepKind.SLICE_READ: ("            pcgc::slice_read<MBLOCKS, ACC, ${CONSUMER_THREADS}, "
                           "SPLIT_CHUNK>(acc, part, slice, gridDim.y);\n"),
-    # every consumer's reads are done before the counter's next use may begin
-    StepKind.COUNT_RESET: r"""            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
-            if (me == 0) counters[tile] = 0u;
-""",
+    **counter_steps(me="me", counter="tile", last="gridDim.y - 1", barrier="${SPLIT_BAR}",
+                    threads="${CONSUMER_THREADS}"),
 }
 
 
@@ -432,15 +446,10 @@ _STREAM_K_OPEN = r"""
 _STREAM_K_STEPS = {
     StepKind.SLICE_STORE: ("            pcgc::slice_store<MBLOCKS, ACC, ${CONSUMER_THREADS}>(acc, "
                            "part + w.slot * slice);\n"),
-    StepKind.COUNT_ARRIVE: r"""            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
-            if (me == 0) split_last = atomicAdd(counters + sk_tile, 1u) == (unsigned)w.parts - 1u;
-            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
-""",
     StepKind.SLICE_READ: ("            pcsk::fixup_read<MBLOCKS, ACC, ${CONSUMER_THREADS}, "
                           "SPLIT_CHUNK>(acc, part, slice, sk, sk_tile);\n"),
-    StepKind.COUNT_RESET: r"""            asm volatile("bar.sync ${SPLIT_BAR}, ${CONSUMER_THREADS};\n" ::: "memory");
-            if (me == 0) counters[sk_tile] = 0u;
-""",
+    **counter_steps(me="me", counter="sk_tile", last="(unsigned)w.parts - 1u",
+                    barrier="${SPLIT_BAR}", threads="${CONSUMER_THREADS}"),
 }
 
 

@@ -60,7 +60,7 @@ from pipeline_core_nvidia_h100.contracts import WGMMA_TMA
 from pipeline_core_nvidia_h100.costs import CP_ASYNC_L2_LATENCY
 from pipeline_core_nvidia_h100.cuda import (gemm_call_header_source, header_source, pasted,
                                             wgmma_header_source)
-from pipeline_core_nvidia_h100.emit_wgmma import SPLIT_BARRIER, WATCHDOG
+from pipeline_core_nvidia_h100.emit_wgmma import SPLIT_BARRIER, WATCHDOG, counter_steps
 from pipeline_core_nvidia_h100.gemm_tiles import RasterTrips, StreamKTrips
 from pipeline_core_nvidia_h100.kernel_cache import cubin_path
 from pipeline_core_nvidia_h100.kit.autotune import (AutotuneError, Autotuner, TimingModel,
@@ -117,6 +117,7 @@ __all__ = [
     "RingState", "loop_tile", "require_ring_depths", "ring_step_line", "role_mark",
     "section_mark", "header_source", "pasted",
     "wgmma_header_source", "gemm_call_header_source", "WATCHDOG", "SPLIT_BARRIER",
+    "counter_steps",
     # the GEMM's trip rule
     "RasterTrips", "StreamKTrips",
     # the host side

@@ -119,6 +119,16 @@ __device__ __forceinline__ void decode_pv(float (&o)[HD / 2], const u32 (&pk)[BN
     pv<BN, HD, MMA>(o, pk, v);
 }
 
+// The thread's place in wgmma's m64 fragment: its row 0 (row 1 is 8 below) and its quad lane
+// (its columns 8 c + 2 q, + 1), as attention.cuh's Rows reads them.
+struct Frag {
+    int r0, q;
+};
+__device__ __forceinline__ Frag frag() {
+    const int lane = threadIdx.x % 32;
+    return Frag{(int)(threadIdx.x % 128) / 32 * 16 + lane / 4, lane % 4};
+}
+
 // Where a tile's rows go: the thread's row 0 and row 1 (r and r + 8), each stored when its
 // token is below sq and its head within the group.
 struct DecodeRows {
@@ -137,19 +147,18 @@ template <int HD, class Elem>
 __device__ __forceinline__ void decode_store(const float (&o)[HD / 2], const float (&scale)[2],
                                              const float (&lse)[2], const DecodeRows& dr,
                                              unsigned short* out, long long o_ss, long long o_sh,
-                                             float* LSE, int hq, int sq) {
-    const int lane = threadIdx.x % 32, q = lane % 4;
-    const int r0 = (threadIdx.x % 128) / 32 * 16 + lane / 4;
+                                             float* LSE, int sq) {
+    const Frag f = frag();
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-        const int r = r0 + 8 * half;
+        const int r = f.r0 + 8 * half;
         if (!dr.stored(r)) continue;
         unsigned short* row = out + dr.token(r) * o_ss + dr.head(r) * o_sh;
 #pragma unroll
         for (int c = 0; c < HD / 8; ++c)
-            *reinterpret_cast<u32*>(row + c * 8 + 2 * q) =
+            *reinterpret_cast<u32*>(row + c * 8 + 2 * f.q) =
                 Elem::pack(o[4 * c + 2 * half] * scale[half], o[4 * c + 2 * half + 1] * scale[half]);
-        if (LSE != nullptr && q == 0)
+        if (LSE != nullptr && f.q == 0)
             LSE[(long long)dr.head(r) * sq + dr.token(r)] = lse[half];
     }
 }
@@ -172,12 +181,12 @@ __device__ __forceinline__ void decode_stats(Rows& r, float (&inv)[2], float (&l
 template <int HD, class Elem>
 __device__ __forceinline__ void decode_finish(float (&o)[HD / 2], Rows& r, const DecodeRows& dr,
                                               unsigned short* out, long long o_ss, long long o_sh,
-                                              float* LSE, int hq, int sq) {
+                                              float* LSE, int sq) {
 #pragma unroll
     for (int i = 0; i < HD / 2; ++i) pcwg::fence_operand(o[i]);
     float inv[2], lse[2];
     decode_stats(r, inv, lse);
-    decode_store<HD, Elem>(o, inv, lse, dr, out, o_ss, o_sh, LSE, hq, sq);
+    decode_store<HD, Elem>(o, inv, lse, dr, out, o_ss, o_sh, LSE, sq);
 }
 
 // Split-KV's workspace slot of one (output tile, split): 64 rows of HD fp32 (the split's O, its
@@ -194,18 +203,17 @@ __device__ __forceinline__ void decode_slice_store(float (&o)[HD / 2], Rows& r,
     for (int i = 0; i < HD / 2; ++i) pcwg::fence_operand(o[i]);
     float inv[2], lse[2];
     decode_stats(r, inv, lse);
-    const int lane = threadIdx.x % 32, q = lane % 4;
-    const int r0 = (threadIdx.x % 128) / 32 * 16 + lane / 4;
+    const Frag f = frag();
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-        const int row = r0 + 8 * half;
+        const int row = f.r0 + 8 * half;
         if (!dr.stored(row)) continue;
 #pragma unroll
         for (int c = 0; c < HD / 8; ++c)
-            __stcg(reinterpret_cast<float2*>(slot + row * HD + c * 8 + 2 * q),
+            __stcg(reinterpret_cast<float2*>(slot + row * HD + c * 8 + 2 * f.q),
                    make_float2(o[4 * c + 2 * half] * inv[half],
                                o[4 * c + 2 * half + 1] * inv[half]));
-        if (q == 0) __stcg(slot + 64 * HD + row, inv[half] > 0.f ? lse[half] : -INFINITY);
+        if (f.q == 0) __stcg(slot + 64 * HD + row, inv[half] > 0.f ? lse[half] : -INFINITY);
     }
 }
 
@@ -217,15 +225,14 @@ template <int HD, class Elem>
 __device__ __forceinline__ void decode_combine(const float* slots, int splits,
                                                const DecodeRows& dr, unsigned short* out,
                                                long long o_ss, long long o_sh, float* LSE,
-                                               int hq, int sq) {
-    const int lane = threadIdx.x % 32, q = lane % 4;
-    const int r0 = (threadIdx.x % 128) / 32 * 16 + lane / 4;
+                                               int sq) {
+    const Frag f = frag();
     float o[HD / 2], scale[2], lse[2];
 #pragma unroll
     for (int i = 0; i < HD / 2; ++i) o[i] = 0.f;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-        const int row = r0 + 8 * half;
+        const int row = f.r0 + 8 * half;
         scale[half] = 0.f;
         lse[half] = INFINITY;
         if (!dr.stored(row)) continue;
@@ -241,7 +248,7 @@ __device__ __forceinline__ void decode_combine(const float* slots, int splits,
 #pragma unroll
             for (int c = 0; c < HD / 8; ++c) {
                 const float2 x = __ldcg(reinterpret_cast<const float2*>(slot + row * HD + c * 8
-                                                                         + 2 * q));
+                                                                         + 2 * f.q));
                 o[4 * c + 2 * half] += w * x.x;
                 o[4 * c + 2 * half + 1] += w * x.y;
             }
@@ -249,7 +256,7 @@ __device__ __forceinline__ void decode_combine(const float* slots, int splits,
         scale[half] = 1.f / sum;
         lse[half] = m + __logf(sum);
     }
-    decode_store<HD, Elem>(o, scale, lse, dr, out, o_ss, o_sh, LSE, hq, sq);
+    decode_store<HD, Elem>(o, scale, lse, dr, out, o_ss, o_sh, LSE, sq);
 }
 
 }  // namespace pcat

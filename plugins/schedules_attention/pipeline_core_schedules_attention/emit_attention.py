@@ -234,12 +234,11 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         raise _fail("the plan's trip rule is not -p varlen's as the geometry declares, or "
                     "carries a mutation's kv_shift; recompile the schedule")
     variant = _Variant(
-        elem=ELEM[dtype], pack=f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
+        **_kernel_choices(g, dtype),
         mask=window_mask(rule) if g.windowed
         else f"pcat::Causal{{Sk, {OFFSET[causal.align]}}}" if causal is not None
         else "pcat::KeyTail{Sk}",
         guard=g.windowed or (causal is not None and causal.align == "bottom_right"),
-        qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.box_cols}k16",
         window=g.windowed, softcap=g.softcap, decode=False,
         cols=str(g.head_dim) if g.head_dim != g.box_cols else "",
         **(_VARLEN_COORDS if g.varlen else {"kv_from": "KF * BN + "} if g.windowed else {}))
@@ -275,6 +274,13 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     return _source(compiled, g, dtype, variant, tiles, family, device, about, watchdog or 0)
 
 
+def _kernel_choices(g: AttentionGeometry, dtype: str) -> dict[str, str]:
+    """What every variant's kernel picks alike: the element type, where P is packed
+    (``intra_overlap``) and the per-N wgmma wrappers of S and PV (PV's N the boxes' columns)."""
+    return {"elem": ELEM[dtype], "pack": f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
+            "qk": f"wgmma_m64n{g.block_n}k16", "pv": f"wgmma_rs_m64n{g.box_cols}k16"}
+
+
 def _emit_decode(compiled: CompiledSchedule, g: AttentionGeometry, watchdog: int,
                  dtype: str) -> str:
     """The decode kernel (``-p decode``; emit_decode.py says what it writes differently)."""
@@ -283,10 +289,8 @@ def _emit_decode(compiled: CompiledSchedule, g: AttentionGeometry, watchdog: int
             rule.split_shift, rule.page_lag, rule.arrivals_shift, rule.skip_split) != (0, 0, 0, -1):
         raise _fail("the plan's trip rule is not -p decode's as the geometry declares, or "
                     "carries a mutation; recompile the schedule")
-    variant = _Variant(elem=ELEM[dtype], pack=f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
-                       mask=decode_mask(g.causal), guard=g.causal,
-                       qk=f"wgmma_m64n{g.block_n}k16", pv=f"wgmma_rs_m64n{g.head_dim}k16",
-                       decode=True)
+    variant = _Variant(**_kernel_choices(g, dtype), mask=decode_mask(g.causal), guard=g.causal,
+                       window=False, softcap=False, decode=True)
     family = _family(g, compute=DECODE_COMPUTE,
                      finish=decode_finish(compiled.plan.programs[1:], variant.elem,
                                           EMITTER_NAME))

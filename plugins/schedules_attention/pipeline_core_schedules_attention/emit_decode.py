@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pipeline_core.plugin_api import AgentProgram, ProgramError, StepKind
 
 from pipeline_core_nvidia_h100.kit_api import (SPLIT_BARRIER, DeviceTileLoop, TileLoop,
-                                               section_mark)
+                                               counter_steps, section_mark)
 
 from pipeline_core_schedules_attention.schedule import AttentionTag
 
@@ -106,7 +106,7 @@ DECODE_COMPUTE = (
     "* Sq;")
 
 _UNSPLIT = ("            pcat::decode_finish<HD, {elem}>(oacc, rows, dr, out, o_ss, o_sh, lse, "
-            "Hq, Sq);")
+            "Sq);")
 
 _SPLIT_OPEN = ("        {  // split-KV: the partial out, the output tile's last split combines\n"
                "            __shared__ int split_last;\n"
@@ -114,19 +114,14 @@ _SPLIT_OPEN = ("        {  // split-KV: the partial out, the output tile's last 
                "pcat::DECODE_SLOT<HD>;\n"
                "            " + section_mark("finish") + "\n")
 _SPLIT_CLOSE = "            " + section_mark("end") + "\n        }"
-_BAR = f'            asm volatile("bar.sync {SPLIT_BARRIER}, 128;\\n" ::: "memory");\n'
 _SPLIT_STEPS = {
     StepKind.SLICE_STORE: ("            pcat::decode_slice_store<HD>(oacc, rows, dr, slots + "
                            "split * pcat::DECODE_SLOT<HD>);\n"),
-    StepKind.RELEASE_FENCE: "            __threadfence();\n",
-    StepKind.COUNT_ARRIVE: (_BAR + "            if (wtid == 0) split_last = atomicAdd(counters "
-                            "+ out_tile, 1u) == (unsigned)SPLITS - 1u;\n" + _BAR),
-    StepKind.COUNT_ACQUIRE: ("            if (!split_last) continue;  // another split finishes "
-                             "this tile\n            __threadfence();\n"),
     StepKind.SLICE_READ: ("            pcat::decode_combine<HD, {elem}>(slots, SPLITS, dr, out, "
-                          "o_ss, o_sh, lse, Hq, Sq);\n"),
-    # the combine's reads are done before the counter's next use may begin
-    StepKind.COUNT_RESET: _BAR + "            if (wtid == 0) counters[out_tile] = 0u;\n",
+                          "o_ss, o_sh, lse, Sq);\n"),
+    # the kit's counter steps (split-K's), on the output tile's counter, one consumer's threads
+    **counter_steps(me="wtid", counter="out_tile", last="(unsigned)SPLITS - 1u",
+                    barrier=SPLIT_BARRIER, threads=128),
 }
 
 
