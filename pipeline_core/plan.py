@@ -267,9 +267,13 @@ class OrderSpec:
     #: "k_tile": the turns alternate every K tile (above); "output_tile": they alternate every
     #: output tile, each turn the whole mainloop of an output tile of the split agent that owns
     #: it (``TileSplit``: turn i is ``split.agents[i]``), as CUTLASS's ping-pong orders
-    #: its two consumers' mainloops (docs/guide/agents.md, "Tile splits")
+    #: its two consumers' mainloops (docs/guide/agents.md, "Tile splits"); "join": no turn
+    #: waits for another's, every agent meets the others once per K tile right after its
+    #: turn's ops, so what any of them wrote before the meeting is visible to all of them after
+    #: it (FlashAttention-3's backward exchanging dS between its consumers: docs/guide/agents.md,
+    #: "Joins")
     scope: str = attrs.field(default="k_tile",
-                             validator=attrs.validators.in_(("k_tile", "output_tile")))
+                             validator=attrs.validators.in_(("k_tile", "output_tile", "join")))
 
 
 @attrs.frozen(kw_only=True)
@@ -298,7 +302,8 @@ class TileSplit:
 class Ordering:
     """An :class:`OrderSpec` as lowered: turn i waits on named barrier ``barriers[i]`` (joined
     by ``counts[i]`` threads: turn i's and the turn before it's) before its ops, and arrives on
-    the next turn's barrier after them."""
+    the next turn's barrier after them; a join has one barrier, ``barriers[0]``, that every
+    turn's agent syncs on after its ops (``counts[0]``: all their threads)."""
 
     name: str
     turns: tuple[Turn, ...] = attrs.field(converter=_turns)

@@ -25,7 +25,7 @@ import attrs
 
 from pipeline_core.plan import AgentProgram, AgentRole, AgentSpec, Plan, Ring, Step, StepKind
 from pipeline_core.agents.cluster import lower_cluster
-from pipeline_core.agents.order import lower_orders
+from pipeline_core.agents.order import join_fences, lower_orders
 from pipeline_core.agents.bulk_store import lower_store
 from pipeline_core.agents.reduction import lower_reduction
 from pipeline_core.agents.turns import lower_turns
@@ -164,10 +164,15 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
         return ch is not None and kind.get(ch) == ChannelKind.PHASE
 
     # an edge between two turns' ops of one ordering is the ordering's to keep (its named
-    # barriers, agents/order.py), not a ring's; the checker proves it
-    turn_of = {i: o.name for o in spec.orders for t in o.turns for i in t.ops}
+    # barriers, agents/order.py), not a ring's, and so is any edge between two agents of one
+    # join; the checker proves them
+    turn_of = {i: o.name for o in spec.orders if o.scope != "join" for t in o.turns
+               for i in t.ops}
+    joined = [{t.agent for t in o.turns} for o in spec.orders if o.scope == "join"]
     cross = [e for e in edges if agent_of[e.producer].name != agent_of[e.consumer].name
-             and not (e.producer in turn_of and turn_of[e.producer] == turn_of.get(e.consumer))]
+             and not (e.producer in turn_of and turn_of[e.producer] == turn_of.get(e.consumer))
+             and not any({agent_of[e.producer].name, agent_of[e.consumer].name} <= j
+                         for j in joined)]
     for e in cross:
         if e.kind == DepKind.FLOW and not phase_bound(e.producer):
             raise ProgramError(f"{owner}: edge {e.producer}->{e.consumer} crosses agents from an "
@@ -286,7 +291,10 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
         else:
             kernel = [Step(kind=StepKind.OP, op=i, tag=body[i].tag) for i in ops]
         kernels[role.name] = kernel
-    orders = lower_orders(spec, sync, roles, writers, kernels, owner=owner, target=target)
+    fenced = join_fences(spec, edges, lambda i: _effect_field(body[i], sync, "proxy", ""),
+                         {i: r.name for i, r in agent_of.items()})
+    orders = lower_orders(spec, sync, roles, writers, kernels, owner=owner, target=target,
+                          fenced=fenced, fence_tag=tags.get("proxy_fence", 0))
     hand_overs(spec, body, edges, sync, agent_of, kernels, tags)
     rings = [r for p in pairs for r in (p.full, p.empty) if r is not None]
     # a cluster's multicast rings: every CTA's readers release them (agents/cluster.py)

@@ -19,6 +19,13 @@ turn's program (docs/guide/agents.md, "Named barriers"):
 A step's tile (``t - lag``) is its generation: the checker counts each barrier's generations
 by it (pipeline_core/agents/prove.py).
 
+A join (scope ``join``) has no turn order: every turn's agent syncs (NAMED_SYNC) on one barrier,
+joined by all their threads, right after its turn's ops (after the commit closing their group),
+once per K tile; where a write before it is read by another agent through another memory proxy
+(dS stored by ``st.shared``, read by a wgmma), the writer's PROXY_FENCE goes right before its
+sync (docs/guide/agents.md, "Joins").  An agent may take part in joins beside one ordering of
+turns: each has its own barrier.
+
 An ordering of scope ``output_tile`` alternates the agents of a tile split over output tiles
 (docs/guide/agents.md, "Tile splits"): each turn waits (a once step, ``output_lag`` 1: the
 previous output tile's generation) before its loop and arrives on the next turn's barrier as its
@@ -26,8 +33,10 @@ loop exits, after the tile's last commit; its generations count the CTA's output
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
+from pipeline_core.edges import DepEdge
+from pipeline_core.ops import DepKind
 from pipeline_core.plan import AgentRole, AgentSpec, Ordering, Step, StepKind
 from pipeline_core.errors import ProgramError
 from pipeline_core.sync.model import SyncModel
@@ -35,9 +44,13 @@ from pipeline_core.sync.model import SyncModel
 
 def lower_orders(spec: AgentSpec, sync: SyncModel, roles: Mapping[str, AgentRole],
                  writers: Sequence[str], kernels: dict[str, list[Step]], *, owner: str,
-                 target: str = "") -> tuple[Ordering, ...]:
+                 target: str = "", fenced: Mapping[str, set[str]] | None = None,
+                 fence_tag: int = 0) -> tuple[Ordering, ...]:
     """Check ``spec.orders``, give each turn a barrier id and count, and insert the named
-    barrier steps into ``kernels`` (agent name -> its iteration-invariant steps) in place."""
+    barrier steps into ``kernels`` (agent name -> its iteration-invariant steps) in place.
+    ``fenced``: join name -> the agents whose writes before it another agent reads through
+    another memory proxy (:func:`join_fences`), which fence before they sync (a PROXY_FENCE
+    step of tag ``fence_tag``)."""
     if not spec.orders:
         return ()
     nb = sync.named_barriers
@@ -52,7 +65,7 @@ def lower_orders(spec: AgentSpec, sync: SyncModel, roles: Mapping[str, AgentRole
         raise ProgramError(f"{owner}: AgentSpec.orders names {', '.join(names)}: each ordering "
                            "needs its own identifier name (e.g. OrderSpec(name=\"pingpong\", ...))")
     free = list(nb.free)
-    wanted = sum(len(o.turns) for o in spec.orders)
+    wanted = sum(1 if o.scope == "join" else len(o.turns) for o in spec.orders)
     if wanted > len(free):
         raise ProgramError(f"{owner}: AgentSpec.orders need {wanted} named barrier ids and "
                            f"target {target or sync.name} has {len(free)} free (ids 0..{nb.ids - 1}, "
@@ -72,19 +85,32 @@ def lower_orders(spec: AgentSpec, sync: SyncModel, roles: Mapping[str, AgentRole
             if turn.agent in writers:
                 raise ProgramError(f"{owner}: ordering {order.name} names the writer agent "
                                    f"{turn.agent}; named barriers order consumer groups only")
-            if turn.agent in ordered:
+            if turn.agent in ordered and (order.scope != "join" or ordered[turn.agent] == order.name):
                 raise ProgramError(f"{owner}: agent {turn.agent} has a turn in ordering "
                                    f"{ordered[turn.agent]} and again in {order.name}; an agent "
-                                   "takes one turn in one ordering")
-            ordered[turn.agent] = order.name
+                                   "takes one turn in one ordering of turns (and one part in "
+                                   "each join)")
+            if order.scope != "join":
+                ordered[turn.agent] = order.name
             mine = set(roles[turn.agent].ops)
             if not turn.ops or not set(turn.ops) <= mine:
                 raise ProgramError(f"{owner}: ordering {order.name}: turn of {turn.agent} names "
                                    f"ops {list(turn.ops)}; list one or more of its own ops "
                                    f"{sorted(mine)}")
+        warps = [roles[a].warps for a in agents]
+        if order.scope == "join":
+            bid, count = free.pop(0), sum(warps) * nb.warp_size
+            for turn in order.turns:
+                meet = Step(kind=StepKind.NAMED_SYNC, channel=order.name, barrier=bid,
+                            value=count, tag=nb.sync_tag)
+                fence = ([Step(kind=StepKind.PROXY_FENCE, channel=order.name, tag=fence_tag)]
+                         if turn.agent in (fenced or {}).get(order.name, set()) else [])
+                kernels[turn.agent] = _after(kernels[turn.agent], set(turn.ops), [*fence, meet])
+            out.append(Ordering(name=order.name, turns=order.turns, barriers=(bid,),
+                                counts=(count,), scope=order.scope))
+            continue
         ids = tuple(free[:len(agents)])
         free = free[len(agents):]
-        warps = [roles[a].warps for a in agents]
         counts = tuple((warps[i] + warps[i - 1]) * nb.warp_size for i in range(len(agents)))
         split = sorted(set(spec.split.agents) & set(agents)) if spec.split is not None else []
         if order.scope == "k_tile" and split:
@@ -126,6 +152,36 @@ def _check_output_scope(spec: AgentSpec, name: str, agents: Sequence[str], owner
         raise ProgramError(f"{owner}: ordering {name} has scope output_tile, whose turns are the "
                            f"agents of the tile split in its order; its turns name {list(agents)} "
                            f"and {have} (set AgentSpec.split=TileSplit(agents={tuple(agents)!r}))")
+
+
+def join_fences(spec: AgentSpec, edges: Sequence[DepEdge], proxy_of: Callable[[int], str],
+                agent_of: Mapping[int, str]) -> dict[str, set[str]]:
+    """Join name -> the agents that must fence before they sync: a turn op of theirs (a write
+    the join publishes) that another agent of the join reads by another memory proxy (FLOW
+    edge; PTX ISA, "Proxies": the writing threads' ``fence.proxy.async``, then the barrier, as
+    CUTLASS orders a generic write before a wgmma's read)."""
+    out: dict[str, set[str]] = {}
+    for order in spec.orders:
+        if order.scope != "join":
+            continue
+        parts = {t.agent for t in order.turns}
+        published = {i for t in order.turns for i in t.ops}
+        for e in edges:
+            a, b = agent_of[e.producer], agent_of[e.consumer]
+            w, r = proxy_of(e.producer), proxy_of(e.consumer)
+            if e.kind == DepKind.FLOW and e.producer in published and a != b \
+                    and {a, b} <= parts and w and r and w != r:
+                out.setdefault(order.name, set()).add(a)
+    return out
+
+
+def _after(steps: list[Step], ops: set[int], add: Sequence[Step]) -> list[Step]:
+    """``steps`` with ``add`` right behind the last op in ``ops`` (and behind the commit that
+    closes its group)."""
+    tail = max(n for n, s in enumerate(steps) if s.kind == StepKind.OP and s.op in ops)
+    if tail + 1 < len(steps) and steps[tail + 1].kind == StepKind.COMMIT:
+        tail += 1
+    return [*steps[:tail + 1], *add, *steps[tail + 1:]]
 
 
 def _bracket(steps: list[Step], ops: set[int], before: Step, after: Step) -> list[Step]:

@@ -929,6 +929,9 @@ class _Run:
                 self._output_order(order.name, [index[t.agent] for t in order.turns],
                                    {i for t in order.turns for i in t.ops})
                 continue
+            if order.scope == "join":
+                self._join(order.name, [(index[t.agent], set(t.ops)) for t in order.turns])
+                continue
             # the turns run on across output tiles as across K tiles (the persistent kernel)
             seq = [(n, u) for u in range(sum(self.trips)) for n in range(turns)]
             for (i, u), (j, v) in zip(seq, seq[1:]):
@@ -948,6 +951,35 @@ class _Run:
                                                 f"restore {self.agent_name(first.agent)}'s "
                                                 f"named barrier wait of ordering {order.name}"))
                 break
+
+    def _join(self, name: str, parts: Sequence[tuple[int, set[int]]]) -> None:
+        """A join: each part's ops of a K tile are issued before every other part's next step
+        after them (its first step past its own ops of that tile), so what one part wrote is
+        there for the others from their meeting on (docs/guide/agents.md, "Joins")."""
+        last_of: dict[tuple[int, int], _Inst] = {}  # (agent, K tile) -> its last part op
+        for a, ops in parts:
+            for (agent, op, u), i in self.op_at.items():
+                if agent == a and op in ops and ((a, u) not in last_of or last_of[(a, u)].n < i.n):
+                    last_of[(a, u)] = i
+        for u in range(sum(self.trips)):
+            ends = [last_of[(a, u)] for a, _ in parts if (a, u) in last_of]
+            for last in ends:
+                for other in ends:
+                    if other.agent == last.agent or other.n + 1 >= len(self.insts[other.agent]):
+                        continue
+                    after = next((i for i in self.insts[other.agent][other.n + 1:]
+                                  if i.step.kind == StepKind.OP), None)
+                    if after is None or after.node in self.dead or \
+                            self.hb(last.node, after.node):
+                        continue
+                    self.report(HazardKind.ORDER, after,
+                                f"may be issued before {self.step_text(last)}: join {name} "
+                                f"({', '.join(self.agent_name(a) for a, _ in parts)} meet each "
+                                "K tile) is not enforced", other=last,
+                                fix=Fix("review", after.placed.section, after.placed.position,
+                                        f"restore {self.agent_name(after.agent)}'s named "
+                                        f"barrier sync of join {name}"))
+                    return
 
     def _output_order(self, name: str, agents: Sequence[int], ops: set[int]) -> None:
         """An ordering over output tiles: the turn ops of output tile o + 1 (run by its owner in
@@ -1223,8 +1255,9 @@ class _Run:
         """The ordering agents ``a`` and ``b`` take turns in ("" when none): its named barriers
         order and publish memory between them (docs/guide/agents.md, "Named barriers")."""
         names = {self.agent_name(a), self.agent_name(b)}
-        return next((o.name for o in self.plan.orders
-                     if names <= {t.agent for t in o.turns}), "")
+        shared = [o for o in self.plan.orders if names <= {t.agent for t in o.turns}]
+        # a join's barrier is what publishes between two agents that also take turns
+        return next((o.name for o in sorted(shared, key=lambda o: o.scope != "join")), "")
 
     def _release_of(self, agent: int, reader: _Inst, ring: str | None) -> _Inst | None:
         """``agent``'s release on ``ring`` (any empty ring when None) of the stage ``reader``

@@ -152,7 +152,8 @@ def run(plan: Plan, body: Sequence[Op], machine: AgentMachine,
     landed: dict[tuple[str, int, int], list[tuple[float, int]]] = {}
     # named barriers (docs/guide/agents.md, "Named barriers"): id -> the agents that join it;
     # (id, tile) -> agent -> when it arrived; a sync passes once every member arrived
-    members = {bid: {o.turns[i].agent, o.turns[i - 1].agent}
+    members = {bid: ({t.agent for t in o.turns} if o.scope == "join"
+                     else {o.turns[i].agent, o.turns[i - 1].agent})
                for o in plan.orders for i, bid in enumerate(o.barriers)}
     named: dict[tuple[int, int], dict[str, float]] = {}
     state = {"copy_free": 0.0, "mma_free": 0.0, "mma_busy": 0.0}

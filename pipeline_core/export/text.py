@@ -250,6 +250,11 @@ def _agents_listing(compiled: CompiledSchedule, plan: "Plan") -> str:
             turns = ", then ".join(f"{t.agent} (ops {', '.join(map(str, t.ops))})"
                                    for t in o.turns)
             bars = ", ".join(f"{b} ({n} threads)" for b, n in zip(o.barriers, o.counts))
+            if o.scope == "join":
+                parts = ", ".join(f"{t.agent} after ops {', '.join(map(str, t.ops))}"
+                                  for t in o.turns)
+                out.append(f"  {o.name}: each K tile a join of {parts}; named barrier {bars}")
+                continue
             each = "each output tile" if o.scope == "output_tile" else "each K tile"
             out.append(f"  {o.name}: {each} {turns}; named barriers {bars}")
     if plan.split is not None:  # docs/guide/agents.md, "Tile splits"

@@ -252,7 +252,10 @@ BULK_CHANNEL = Channel(
     unit="group", in_order=True, owner="thread", results_visible_to="issuer",
     max_wait=MAX_WGMMA_WAIT, commit_tag=BULK_COMMIT, registers=False)
 BULK_REDUCE_EFFECTS = (
-    *EFFECTS,
+    EFFECTS[0],
+    # wgmma reads shared memory by the async proxy: a consumer's st.shared write another
+    # consumer's wgmma reads (the backward's dS with its dQ cut by columns) is fenced first
+    Effect(role=OpRole.COMPUTE, counter=WGMMA, resolves="both", proxy="async"),
     Effect(role=OpRole.VALU_COMPUTE, counter=None, channel=STAGE_OPERAND, proxy="generic"),
     Effect(role=OpRole.COMPUTE, counter=BULK, channel=BULK_REDUCE_OPERAND, resolves="both",
            proxy="async"),

@@ -59,8 +59,11 @@ __device__ __forceinline__ void st(float (&s)[BM / 2], u32 a, u32 b, int consume
 // packed as dV's RS A fragment, dS stored as dS[query][key] (one 128-byte swizzled box of BM
 // rows: dQ's A K-major, dK's A = dS^T MN-major; kept out of registers, which dK, dV and dQ's
 // accumulators fill), then fenced to the async proxy and gathered on the consumer's barrier
-// `bar` (ids after the plan's).  `masked`: the query blocks the plan's trip rule masks (the
-// diagonal's) and the tails; a dropped pair's S is -inf, so P and dS are 0.
+// `bar` (ids after the plan's): the consumer's own dK wgmma reads it next.  (With dQ cut by
+// columns the plan's join of the consumers after their dK publishes every consumer's dS to
+// every dQ wgmma; it fences again, as the proof asks of a write another agent reads.)
+// `masked`: the query blocks the plan's trip rule masks (the diagonal's) and the tails; a
+// dropped pair's S is -inf, so P and dS are 0.
 template <int BM, class Elem>
 __device__ __forceinline__ void grad(float (&s)[BM / 2], float (&dp)[BM / 2], u32 (&pp)[BM / 4],
                                      u32 lse, u32 delta, u32 ds, bool masked, const Mask& mask,
@@ -139,6 +142,25 @@ __device__ __forceinline__ void dq(float (&acc)[BM / 64][32], u32 ds, u32 k, int
             MMA(acc[mi], pcwg::smem_desc_sw128(ds + mi * 64 * 128 + kk * 32),
                 pcgc::smem_desc_sw128_mn<BN * 128>(k + consumer * KEYS * 128 + kk * 2048),
                 kk > 0);
+}
+
+// dQ cut by columns (FlashAttention-3's): the consumer's 64 head columns of dQ over every key
+// of the tile, dQ = dS.K[:, part] (wgmma SS, as dq): dS every consumer's [BM x KEYS] box in
+// turn from `ds` (DS_BYTES apart; the plan's join published them), K the part's box of the K
+// block (BN rows of 64 columns), 16 keys per k step.
+template <int BM, int BN, u32 DS_BYTES, void (*MMA)(float (&)[32], u64, u64, int)>
+__device__ __forceinline__ void dq_columns(float (&acc)[BM / 64][32], u32 ds, u32 k) {
+#pragma unroll
+    for (int mi = 0; mi < BM / 64; ++mi)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) acc[mi][i] = 0.f;
+#pragma unroll
+    for (int mi = 0; mi < BM / 64; ++mi)
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+            MMA(acc[mi], pcwg::smem_desc_sw128(ds + (kk / (KEYS / 16)) * DS_BYTES + mi * 64 * 128
+                                               + (kk % (KEYS / 16)) * 32),
+                pcgc::smem_desc_sw128_mn<BN * 128>(k + kk * 2048), kk > 0);
 }
 
 // A dQ part's registers into the dQ buffer of BM rows (`buf`), in the accumulator's layout

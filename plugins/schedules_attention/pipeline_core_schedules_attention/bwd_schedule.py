@@ -154,6 +154,31 @@ class BackwardGeometry(WarpGroupTiles):
     #: own into it, one writer reduces the sum: one bulk reduce per query block) instead of a
     #: buffer, a writer and a reduce per consumer
     shared_dq: bool = True
+    #: how the consumers share dQ = dS K: "keys" (each its own keys' partial over every head
+    #: column, the later ones adding theirs into the buffer: DQ_ADD) or "columns"
+    #: (FlashAttention-3's cut: each its own 64 head columns over every key of the tile, reading
+    #: every consumer's dS once the consumers' join ``ds`` published it; no add, each consumer
+    #: stages its own columns, and dS is double-buffered so a consumer's next gradient step
+    #: never waits for the others' dQ reads of this one's)
+    dq_cut: str = "keys"
+
+    @property
+    def by_columns(self) -> bool:
+        return self.dq_cut == "columns"
+
+    @property
+    def ds_stages(self) -> int:
+        """dS buffers: two with the columns cut (a consumer writes the next query block's
+        while the others may still read this one's), else one."""
+        return 2 if self.by_columns else 1
+
+    def part(self, consumer: int, p: int) -> int:
+        """The 64 head columns (``dq_parts``' p) consumer ``consumer``'s dQ op computes."""
+        return consumer if self.by_columns else p
+
+    def adds(self, consumer: int) -> bool:
+        """Whether ``consumer`` adds its partial into what an earlier consumer staged."""
+        return not self.by_columns and self.writer_of(consumer) != consumer
 
     @property
     def dq_buffers(self) -> int:
@@ -176,8 +201,8 @@ class BackwardGeometry(WarpGroupTiles):
 
     @property
     def ds_bytes(self) -> int:
-        """Every consumer's dS tile (block_m x its keys, 16-bit)."""
-        return self.block_m * self.block_n * ELEM_BYTES
+        """Every consumer's dS tile (block_m x its keys, 16-bit), in each dS buffer."""
+        return self.ds_stages * self.block_m * self.block_n * ELEM_BYTES
 
     @property
     def dq_bytes(self) -> int:
@@ -204,9 +229,10 @@ class BackwardGeometry(WarpGroupTiles):
 
     @property
     def dq_parts(self) -> int:
-        """dQ's wgmmas and stagings per query block: one per 64 columns of the head, so a
-        consumer holds 64 x 64 of dQ at a time beside its dK and dV (hd128's registers)."""
-        return self.head_dim // 64
+        """A consumer's dQ wgmmas and stagings per query block: one per 64 columns of the head,
+        so a consumer holds 64 x 64 of dQ at a time beside its dK and dV (hd128's registers);
+        one with the columns cut (its own 64 columns)."""
+        return 1 if self.by_columns else self.head_dim // 64
 
     @property
     def flop(self) -> int:
@@ -225,6 +251,11 @@ class BackwardGeometry(WarpGroupTiles):
                                  f"{self.block_m}")
         if self.align_refusal is not None:
             raise bad("align", self.align_refusal)
+        if self.by_columns and (self.head_dim != 64 * self.consumers or not self.shared_dq):
+            raise bad("dq_cut", f"columns gives each of the {self.consumers} consumers 64 head "
+                                f"columns and one shared dQ buffer; head_dim {self.head_dim} "
+                                f"with shared_dq {str(self.shared_dq).lower()} needs "
+                                "-p dq_cut=keys")
         need = self.consumer_registers_needed
         if need > self.consumer_registers:
             raise bad("block_m", f"head_dim {self.head_dim} with block_m {self.block_m} and "
@@ -302,10 +333,12 @@ class FlashAttentionBackward(AgentsSchedule):
                logical(t.TMA_DO, channel=1), logical(t.TMA_DELTA, channel=1),
                logical(t.TMA_K, channel=2), logical(t.TMA_V, channel=3)]
         for c in range(g.consumers):
-            ops += [logical(t.WGMMA_S, subtile=c), logical(t.WGMMA_DP, subtile=c),
-                    logical(t.GRAD, subtile=c), logical(t.WGMMA_DV, subtile=c),
-                    logical(t.WGMMA_DK, subtile=c)]
-            stage = t.DQ_ADD if g.writer_of(c) != c else t.DQ_STAGE
+            # columns: dS, stored by st.shared (the generic proxy), is read by other agents
+            grad = (logical(t.GRAD, subtile=c, channel=STAGE_OPERAND) if g.by_columns
+                    else logical(t.GRAD, subtile=c))
+            ops += [logical(t.WGMMA_S, subtile=c), logical(t.WGMMA_DP, subtile=c), grad,
+                    logical(t.WGMMA_DV, subtile=c), logical(t.WGMMA_DK, subtile=c)]
+            stage = t.DQ_ADD if g.adds(c) else t.DQ_STAGE
             for _ in range(g.dq_parts):
                 ops += [logical(t.WGMMA_DQ, subtile=c),
                         logical(stage, subtile=c, channel=STAGE_OPERAND)]
@@ -348,14 +381,20 @@ class FlashAttentionBackward(AgentsSchedule):
                     # registers and dS, overwritten by the next query block
                     DepEdge.anti(gr, s, 1), DepEdge.anti(gr, dp, 1), DepEdge.anti(dv, gr, 1),
                     DepEdge.anti(dk, gr, 1)]
+            # dS: the consumer's own, or (columns) every consumer's, rewritten by their
+            # gradient steps ds_stages query blocks later
+            grads = ([consumer_op(g, o, GRAD) for o in range(g.consumers)] if g.by_columns
+                     else [gr])
             for p in range(g.dq_parts):
                 dq, st = dq_op(g, c, p), stage_op(g, c, p)
-                out += [DepEdge.flow(gr, dq), DepEdge.flow(K, dq), DepEdge.flow(dq, st),
-                        DepEdge.flow(st, red), DepEdge.anti(dq, K, 1), DepEdge.anti(dq, gr, 1),
+                out += [*(DepEdge.flow(w, dq) for w in grads),
+                        *(DepEdge.anti(dq, w, g.ds_stages) for w in grads),
+                        DepEdge.flow(K, dq), DepEdge.flow(dq, st),
+                        DepEdge.flow(st, red), DepEdge.anti(dq, K, 1),
                         DepEdge.anti(st, dq, 1),
                         # the dQ buffer, written again by the next query block's staging
                         DepEdge.anti(red, st, 1)]
-                if g.writer_of(c) != c:  # the add reads the previous consumer's partial
+                if g.adds(c):  # the add reads the previous consumer's partial
                     out.append(DepEdge.flow(stage_op(g, c - 1, p), st))
         return out
 
@@ -377,6 +416,13 @@ class FlashAttentionBackward(AgentsSchedule):
             *(Turn(agent=f"consumer{c}", ops=tuple(stage_op(g, c, p) for p in range(g.dq_parts)))
               for c in range(g.consumers) if g.writer_of(c) == w),
             Turn(agent=f"dq_writer{w}", ops=(reduce_op(g, w),)))) for w in range(g.dq_buffers))
+        if g.by_columns:
+            # every consumer's dS, published to all before their dQ wgmmas: the consumers meet
+            # after their gradient step and their dV and dK wgmmas are issued (which only need
+            # their own dS), so a consumer's tensor-core work runs on while it waits
+            orders += (OrderSpec(name="ds", scope="join", turns=tuple(
+                Turn(agent=f"consumer{c}", ops=tuple(consumer_op(g, c, w) for w in (GRAD, DV, DK)))
+                for c in range(g.consumers))),)
         # Q (with LSE) and dO (with delta) are released as soon as the reads of them retired
         rings = (RingSpec(name="q", ops=(Q, LSE), release_lag=0),
                  RingSpec(name="do", ops=(DO, DELTA), release_lag=0),
@@ -416,6 +462,10 @@ PARAMS = (
                                    "consumer); false: one of each per consumer"),
     Param("deterministic", bool, False, "dQ's adds made in one fixed order (KV block, then "
                                         "consumer): the same bits every run"),
+    Param("dq_cut", str, "keys", "how the consumers share dQ = dS K: keys (each its keys' "
+                                 "partial, added in shared memory) or columns (each its 64 "
+                                 "head columns over every key, after a join of the consumers "
+                                 "publishes every dS; D 128)", choices=("keys", "columns")),
 )
 
 #: query rows per K tile by head dim: 64 (FA3 takes 128 at D 64, where ptxas spills this
@@ -441,7 +491,7 @@ def make_attention_bwd(ctx: BuildContext) -> FlashAttentionBackward:
         causal=bool(p["causal"]), align=p["align"],
         producer_registers=p["producer_registers"] or registers[0],
         consumer_registers=p["consumer_registers"] or registers[1],
-        shared_dq=bool(p["shared_dq"]))
+        shared_dq=bool(p["shared_dq"]), dq_cut=p["dq_cut"])
     geometry.validate()
     return FlashAttentionBackward(target, geometry, bool(p["deterministic"]))
 
