@@ -308,7 +308,8 @@ def test_the_ordering_names_the_buffer_it_failed_to_protect():
 def test_an_edge_between_consumers_without_an_ordering_is_one_line():
     with pytest.raises(ProgramError, match=r"edge 4->5 crosses agents from an op with no phase "
                                            r"channel; .* unless both ops are in turns of one "
-                                           r"ordering \(AgentSpec.orders\)"):
+                                           r"ordering or both agents meet in a join "
+                                           r"\(AgentSpec.orders\)"):
         lower_agents(fx.shared_body(), fx.shared_edges(4), fx.SYNC_NAMED, stages=4,
                      spec=fx.shared_spec(ordered=False))
 

@@ -25,7 +25,7 @@ import attrs
 
 from pipeline_core.plan import AgentProgram, AgentRole, AgentSpec, Plan, Ring, Step, StepKind
 from pipeline_core.agents.cluster import lower_cluster
-from pipeline_core.agents.order import join_fences, lower_orders
+from pipeline_core.agents.order import join_fences, join_reads, lower_orders
 from pipeline_core.agents.bulk_store import lower_store
 from pipeline_core.agents.reduction import lower_reduction
 from pipeline_core.agents.turns import lower_turns
@@ -178,7 +178,7 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
             raise ProgramError(f"{owner}: edge {e.producer}->{e.consumer} crosses agents from an "
                                f"op with no phase channel; only phase-tracked writes may feed "
                                f"another agent, unless both ops are in turns of one ordering "
-                               f"(AgentSpec.orders)")
+                               f"or both agents meet in a join (AgentSpec.orders)")
     writers = sorted({agent_of[e.producer].name for e in cross if e.kind == DepKind.FLOW})
     if not writers:
         raise ProgramError(f"{owner}: the agents lowering needs a writer agent whose copies "
@@ -291,8 +291,13 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
         else:
             kernel = [Step(kind=StepKind.OP, op=i, tag=body[i].tag) for i in ops]
         kernels[role.name] = kernel
-    fenced = join_fences(spec, edges, lambda i: _effect_field(body[i], sync, "proxy", ""),
-                         {i: r.name for i, r in agent_of.items()})
+    names = {i: r.name for i, r in agent_of.items()}
+    fenced = join_fences(spec, edges, lambda i: _effect_field(body[i], sync, "proxy", ""), names)
+    # a join's async reads retired at the end of the reader's K tile (agents/order.py)
+    for agent, reads in join_reads(spec, edges, lambda i: kind.get(channel[i] or "")
+                                   == ChannelKind.COUNTER, names).items():
+        kernels[agent] += [Step(kind=StepKind.COUNTER_WAIT, channel=channel[i] or "", op=i,
+                                value=UNDERIVED, tag=tags[f"wait:{channel[i]}"]) for i in reads]
     orders = lower_orders(spec, sync, roles, writers, kernels, owner=owner, target=target,
                           fenced=fenced, fence_tag=tags.get("proxy_fence", 0))
     hand_overs(spec, body, edges, sync, agent_of, kernels, tags)

@@ -20,11 +20,14 @@ A step's tile (``t - lag``) is its generation: the checker counts each barrier's
 by it (pipeline_core/agents/prove.py).
 
 A join (scope ``join``) has no turn order: every turn's agent syncs (NAMED_SYNC) on one barrier,
-joined by all their threads, right after its turn's ops (after the commit closing their group),
-once per K tile; where a write before it is read by another agent through another memory proxy
-(dS stored by ``st.shared``, read by a wgmma), the writer's PROXY_FENCE goes right before its
-sync (docs/guide/agents.md, "Joins").  An agent may take part in joins beside one ordering of
-turns: each has its own barrier.
+joined by all their threads, right after its turn's ops (after the commit closing their group;
+a turn of no op meets first in its K tile), once per K tile; where a write before it is read by
+another agent through another memory proxy (dS stored by ``st.shared``, read by a wgmma), the
+writer's PROXY_FENCE goes right before its sync, and where an agent's async read of what the
+others wrote (a bulk reduce of their staged dQ) is overwritten later, its COUNTER_WAIT retiring
+the read ends its K tile, so its next meeting comes after the read (docs/guide/agents.md,
+"Joins").  An agent may take part in joins beside one ordering of turns: each has its own
+barrier.
 
 An ordering of scope ``output_tile`` alternates the agents of a tile split over output tiles
 (docs/guide/agents.md, "Tile splits"): each turn waits (a once step, ``output_lag`` 1: the
@@ -78,22 +81,27 @@ def lower_orders(spec: AgentSpec, sync: SyncModel, roles: Mapping[str, AgentRole
             raise ProgramError(f"{owner}: ordering {order.name} has {len(agents)} turn; an "
                                "ordering needs two consumer groups or more (Turn(agent=..., "
                                "ops=...))")
-        for turn in order.turns:
+        for n, turn in enumerate(order.turns):
             if turn.agent not in roles:
                 raise ProgramError(f"{owner}: ordering {order.name} names agent {turn.agent!r}; "
                                    f"agents: {', '.join(roles)}")
             if turn.agent in writers:
                 raise ProgramError(f"{owner}: ordering {order.name} names the writer agent "
                                    f"{turn.agent}; named barriers order consumer groups only")
-            if turn.agent in ordered and (order.scope != "join" or ordered[turn.agent] == order.name):
+            # an agent takes one turn in one ordering of turns, and one part in each join
+            seen = ordered if order.scope != "join" else {
+                t.agent: order.name for t in order.turns[:n]}
+            if turn.agent in seen:
                 raise ProgramError(f"{owner}: agent {turn.agent} has a turn in ordering "
-                                   f"{ordered[turn.agent]} and again in {order.name}; an agent "
-                                   "takes one turn in one ordering of turns (and one part in "
-                                   "each join)")
+                                   f"{seen[turn.agent]} and again in {order.name}; an agent "
+                                   "takes one turn in one ordering of turns, and one part in "
+                                   "each join")
             if order.scope != "join":
                 ordered[turn.agent] = order.name
             mine = set(roles[turn.agent].ops)
-            if not turn.ops or not set(turn.ops) <= mine:
+            # a join's part may list no op: it meets first in its K tile (a reader of what the
+            # others publish, such as a writer agent's bulk reduce of their staged buffers)
+            if (not turn.ops and order.scope != "join") or not set(turn.ops) <= mine:
                 raise ProgramError(f"{owner}: ordering {order.name}: turn of {turn.agent} names "
                                    f"ops {list(turn.ops)}; list one or more of its own ops "
                                    f"{sorted(mine)}")
@@ -105,7 +113,8 @@ def lower_orders(spec: AgentSpec, sync: SyncModel, roles: Mapping[str, AgentRole
                             value=count, tag=nb.sync_tag)
                 fence = ([Step(kind=StepKind.PROXY_FENCE, channel=order.name, tag=fence_tag)]
                          if turn.agent in (fenced or {}).get(order.name, set()) else [])
-                kernels[turn.agent] = _after(kernels[turn.agent], set(turn.ops), [*fence, meet])
+                kernels[turn.agent] = (_after(kernels[turn.agent], set(turn.ops), [*fence, meet])
+                                       if turn.ops else [meet, *kernels[turn.agent]])
             out.append(Ordering(name=order.name, turns=order.turns, barriers=(bid,),
                                 counts=(count,), scope=order.scope))
             continue
@@ -152,6 +161,25 @@ def _check_output_scope(spec: AgentSpec, name: str, agents: Sequence[str], owner
         raise ProgramError(f"{owner}: ordering {name} has scope output_tile, whose turns are the "
                            f"agents of the tile split in its order; its turns name {list(agents)} "
                            f"and {have} (set AgentSpec.split=TileSplit(agents={tuple(agents)!r}))")
+
+
+def join_reads(spec: AgentSpec, edges: Sequence[DepEdge], is_async: Callable[[int], bool],
+               agent_of: Mapping[int, str]) -> dict[str, list[int]]:
+    """Agent -> its async ops that read what another agent of a join of theirs writes later
+    (an ANTI edge across the join): each gets a COUNTER_WAIT at the end of the agent's K tile,
+    which orders the read's end before the agent's next meeting (the derivation drops it where
+    an earlier wait already retired the read)."""
+    out: dict[str, list[int]] = {}
+    for order in spec.orders:
+        if order.scope != "join":
+            continue
+        parts = {t.agent for t in order.turns}
+        for e in edges:
+            a, b = agent_of[e.producer], agent_of[e.consumer]
+            if e.kind == DepKind.ANTI and a != b and {a, b} <= parts and is_async(e.producer) \
+                    and e.producer not in out.get(a, []):
+                out.setdefault(a, []).append(e.producer)
+    return out
 
 
 def join_fences(spec: AgentSpec, edges: Sequence[DepEdge], proxy_of: Callable[[int], str],
