@@ -139,7 +139,15 @@ def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: An
 #: shared buffer couples the consumers (consumer 0's next staging waits for consumer 1's add and
 #: the reduce's read: 9.4% of the stall samples at D 128 S 4k).  The deterministic kernel keeps
 #: the schedule's default (one turn slot per KV block).
-PER_CONSUMER_DQ = frozenset({(128, False), (64, False), (64, True)})
+PER_CONSUMER_DQ = frozenset({(64, False), (64, True)})
+#: head dims whose kernel cuts dQ by head columns (``-p dq_cut=columns``, FlashAttention-3's cut:
+#: each consumer its 64 columns over every key, the consumers' dS and dQ exchanged through
+#: joins; docs/guide/attention.md, "dQ cut by columns").  Measured on the H200 (main kernel, one
+#: process, five rounds, per-round medians over the keys cut the call built before: per
+#: consumer without the mask, shared causal): D 128 0.99 / 1.04 / 1.03 at S 1k / 4k / 16k,
+#: causal 1.09 / 1.10 / 1.08 (benchmarks/results/attention_bwd_columns_s15_h200.jsonl).  At
+#: D 64 two consumers would hold 32 columns each, which the swizzled K box does not give.
+COLUMNS_DQ = frozenset({128})
 
 
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
@@ -149,7 +157,8 @@ def call_params(head_dim: int, causal: bool, align: str = "top_left",
             **({"align": align} if causal else {}),
             **({"deterministic": "true"} if deterministic else {}),
             **({"shared_dq": "false"} if not deterministic
-               and (head_dim, bool(causal)) in PER_CONSUMER_DQ else {})}
+               and (head_dim, bool(causal)) in PER_CONSUMER_DQ else {}),
+            **({"dq_cut": "columns"} if head_dim in COLUMNS_DQ else {})}
 
 
 @attrs.frozen(kw_only=True, eq=False)

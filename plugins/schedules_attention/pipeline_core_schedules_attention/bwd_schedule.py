@@ -158,19 +158,14 @@ class BackwardGeometry(WarpGroupTiles):
     #: column, the later ones adding theirs into the buffer: DQ_ADD) or "columns"
     #: (FlashAttention-3's cut: each its own 64 head columns over every key of the tile, reading
     #: every consumer's dS once the consumers' join ``ds`` published it; no add, each consumer
-    #: stages its own columns, and dS is double-buffered so a consumer's next gradient step
-    #: never waits for the others' dQ reads of this one's)
+    #: stages its own columns).  One dS buffer is enough: a consumer's next gradient step
+    #: comes after the dQ join, which every consumer reaches only once its dQ wgmma (the read
+    #: of the others' dS) retired; the proof checks it
     dq_cut: str = "keys"
 
     @property
     def by_columns(self) -> bool:
         return self.dq_cut == "columns"
-
-    @property
-    def ds_stages(self) -> int:
-        """dS buffers: two with the columns cut (a consumer writes the next query block's
-        while the others may still read this one's), else one."""
-        return 2 if self.by_columns else 1
 
     def part(self, consumer: int, p: int) -> int:
         """The 64 head columns (``dq_parts``' p) consumer ``consumer``'s dQ op computes."""
@@ -184,6 +179,13 @@ class BackwardGeometry(WarpGroupTiles):
     def dq_buffers(self) -> int:
         """The dQ buffers, each with its writer and its bulk reduce per query block."""
         return 1 if self.shared_dq else self.consumers
+
+    @property
+    def dq_stages(self) -> int:
+        """Copies of each dQ buffer: two with the columns cut, whose consumers and writer meet
+        (join ``dq``) instead of taking turns, so the consumers stage query block i + 1 into
+        the other copy while the writer's reduce still reads block i's; else one."""
+        return 2 if self.by_columns else 1
 
     def writer_of(self, consumer: int) -> int:
         """The writer (and buffer) consumer ``consumer``'s dQ partial goes to."""
@@ -201,8 +203,8 @@ class BackwardGeometry(WarpGroupTiles):
 
     @property
     def ds_bytes(self) -> int:
-        """Every consumer's dS tile (block_m x its keys, 16-bit), in each dS buffer."""
-        return self.ds_stages * self.block_m * self.block_n * ELEM_BYTES
+        """Every consumer's dS tile (block_m x its keys, 16-bit)."""
+        return self.block_m * self.block_n * ELEM_BYTES
 
     @property
     def dq_bytes(self) -> int:
@@ -214,7 +216,7 @@ class BackwardGeometry(WarpGroupTiles):
         """The q and do rings (with LSE and delta), K and V, dS, the dQ buffers, the mbarriers
         and 1 KB to align the tiles to the swizzle atom."""
         return (2 * self.stages * (self.q_bytes + self.row_bytes) + 2 * self.kv_bytes
-                + self.ds_bytes + self.dq_buffers * self.dq_bytes + 1024
+                + self.ds_bytes + self.dq_stages * self.dq_buffers * self.dq_bytes + 1024
                 + 8 * (4 * self.stages + 4))
 
     @property
@@ -381,19 +383,19 @@ class FlashAttentionBackward(AgentsSchedule):
                     # registers and dS, overwritten by the next query block
                     DepEdge.anti(gr, s, 1), DepEdge.anti(gr, dp, 1), DepEdge.anti(dv, gr, 1),
                     DepEdge.anti(dk, gr, 1)]
-            # dS: the consumer's own, or (columns) every consumer's, rewritten by their
-            # gradient steps ds_stages query blocks later
+            # dS: the consumer's own, or (columns) every consumer's, rewritten by their next
+            # gradient steps
             grads = ([consumer_op(g, o, GRAD) for o in range(g.consumers)] if g.by_columns
                      else [gr])
             for p in range(g.dq_parts):
                 dq, st = dq_op(g, c, p), stage_op(g, c, p)
                 out += [*(DepEdge.flow(w, dq) for w in grads),
-                        *(DepEdge.anti(dq, w, g.ds_stages) for w in grads),
+                        *(DepEdge.anti(dq, w, 1) for w in grads),
                         DepEdge.flow(K, dq), DepEdge.flow(dq, st),
                         DepEdge.flow(st, red), DepEdge.anti(dq, K, 1),
                         DepEdge.anti(st, dq, 1),
-                        # the dQ buffer, written again by the next query block's staging
-                        DepEdge.anti(red, st, 1)]
+                        # the dQ buffer, written again by the staging dq_stages query blocks on
+                        DepEdge.anti(red, st, g.dq_stages)]
                 if g.adds(c):  # the add reads the previous consumer's partial
                     out.append(DepEdge.flow(stage_op(g, c - 1, p), st))
         return out
@@ -411,11 +413,15 @@ class FlashAttentionBackward(AgentsSchedule):
             roles.append(AgentRole(name=f"dq_writer{w}", ops=(reduce_op(g, w),), warps=1,
                                    issuers=1, registers=g.producer_registers))
         # ordering dq{w}: the stagings (and adds) of the consumers writer w serves, in consumer
-        # order, then its reduce
-        orders = tuple(OrderSpec(name=f"dq{w}", turns=(
+        # order, then its reduce; with the columns cut, a join of them instead: each consumer
+        # meets the others after staging its columns, the writer first in its K tile, before
+        # its reduce of them (no consumer waits for another's staging)
+        scope = "join" if g.by_columns else "k_tile"
+        orders = tuple(OrderSpec(name=f"dq{w}", scope=scope, turns=(
             *(Turn(agent=f"consumer{c}", ops=tuple(stage_op(g, c, p) for p in range(g.dq_parts)))
               for c in range(g.consumers) if g.writer_of(c) == w),
-            Turn(agent=f"dq_writer{w}", ops=(reduce_op(g, w),)))) for w in range(g.dq_buffers))
+            Turn(agent=f"dq_writer{w}",
+                 ops=() if g.by_columns else (reduce_op(g, w),)))) for w in range(g.dq_buffers))
         if g.by_columns:
             # every consumer's dS, published to all before their dQ wgmmas: the consumers meet
             # after their gradient step and their dV and dK wgmmas are issued (which only need
@@ -476,6 +482,9 @@ DEFAULT_BLOCK_M = {64: 64, 128: 64}
 #: the dQ writers, with the deterministic turns and the strided coordinates) spilled at 24 at
 #: causal; at D 128 the consumers need all 240 and the producer group fits 24
 DEFAULT_REGISTERS = {64: (40, 232)}
+#: the split with dQ cut by columns: ptxas spilled one value of the producer warp group at 24
+#: (D 128 causal: the dQ writer's join and double buffer), and the consumers fit 232 with none
+COLUMNS_REGISTERS = (40, 232)
 #: the q and do rings' depth unless ``-T stages`` says otherwise
 DEFAULT_STAGES = 2
 
@@ -484,7 +493,8 @@ def make_attention_bwd(ctx: BuildContext) -> FlashAttentionBackward:
     base = ctx.make_target(stages=DEFAULT_STAGES)
     p: dict[str, Any] = dict(ctx.params)
     target = backward_profile(base.pipeline, base.clock_ghz, bool(p["deterministic"]))
-    registers = DEFAULT_REGISTERS.get(p["head_dim"], (PRODUCER_REGISTERS, CONSUMER_REGISTERS))
+    registers = (COLUMNS_REGISTERS if p["dq_cut"] == "columns" else
+                 DEFAULT_REGISTERS.get(p["head_dim"], (PRODUCER_REGISTERS, CONSUMER_REGISTERS)))
     geometry = BackwardGeometry(
         head_dim=p["head_dim"], block_m=p["block_m"] or DEFAULT_BLOCK_M[p["head_dim"]],
         block_n=p["block_n"], stages=target.pipeline.depth, consumers=p["consumers"],

@@ -152,18 +152,18 @@ _OPS = {
     _T.WGMMA_DP: "pcab::st<BM, BN, HD, wgmma_m64n{bm}k16>(dpacc, v_smem, stage_do({s}), "
                  "consumer);",
     _T.GRAD: "pcab::grad<BM, {elem}>(sacc, dpacc, pp, stage_lse({s}), stage_delta({s}), "
-             "ds_at(rb + {u}, consumer), masked({u}), mask, qblock({u}) * BM, "
+             "ds_smem(consumer), masked({u}), mask, qblock({u}) * BM, "
              "nb * BN + consumer * pcab::KEYS, scale, scale_log2, DS_BAR + consumer);",
     # dV += P^T.dO is the forward's O += P.V: A from registers, B a block of BM rows MN-major
     _T.WGMMA_DV: "pcat::pv<BM, HD, wgmma_rs_m64n{hd}k16>(dvacc, pp, stage_do({s}));",
     _T.WGMMA_DK: "pcab::dk<BM, HD, " + _DK_PREFIX + "_m64n{hd}k16>(dkacc, "
-                 "ds_at(rb + {u}, consumer), stage_q({s}));",
-    _T.WGMMA_DQ: "pcab::dq<BM, BN, " + _DQ_PREFIX + "_m64n64k16>(dqacc, ds_at(rb + {u}, "
-                 "consumer), k_smem + {p} * BN * 128, consumer);  // head columns {p} * 64..",
-    _T.DQ_STAGE: "pcab::stage<BM, HD, false>(dqacc, dq_buf({w}), {p});",
-    _T.DQ_ADD: "pcab::stage<BM, HD, true>(dqacc, dq_buf(0), {p});",
+                 "ds_smem(consumer), stage_q({s}));",
+    _T.WGMMA_DQ: "pcab::dq<BM, BN, " + _DQ_PREFIX + "_m64n64k16>(dqacc, ds_smem(consumer), "
+                 "k_smem + {p} * BN * 128, consumer);  // head columns {p} * 64..",
+    _T.DQ_STAGE: "pcab::stage<BM, HD, false>(dqacc, dq_at(rb + {u}, {w}), {p});",
+    _T.DQ_ADD: "pcab::stage<BM, HD, true>(dqacc, dq_at(rb + {u}, 0), {p});",
     _T.DQ_REDUCE: "if (lane == 0) pcab::reduce_add(dQacc + ((size_t)qhead({u}) * SQP + "
-                  "qblock({u}) * BM) * HD, dq_buf({c}), DQ_BYTES);",
+                  "qblock({u}) * BM) * HD, dq_at(rb + {u}, {c}), DQ_BYTES);",
 }
 
 
@@ -172,7 +172,7 @@ _OPS = {
 _COLUMNS_OPS = {
     **_OPS,
     _T.WGMMA_DQ: "pcab::dq_columns<BM, BN, DS_BYTES, " + _DQ_PREFIX + "_m64n64k16>(dqacc, "
-                 "ds_at(rb + {u}, 0), k_smem + {p} * BN * 128);  // head columns {p} * 64..",
+                 "ds_smem(0), k_smem + {p} * BN * 128);  // head columns {p} * 64..",
 }
 
 
@@ -325,26 +325,24 @@ def _family(g: BackwardGeometry, elem: str, ds_bar: int) -> AgentsFamily:
     return AgentsFamily(
         constants=f"    constexpr int BM = {g.block_m}, BN = {g.block_n}, HD = {g.head_dim}, "
                   f"STAGES = {g.stages}, K_STAGES = 1, CONSUMERS = {g.consumers}, "
-                  f"DQ_BUFFERS = {g.dq_buffers}, DS_STAGES = {g.ds_stages};\n"
+                  f"DQ_BUFFERS = {g.dq_buffers}, DQ_STAGES = {g.dq_stages};\n"
                   f"    constexpr int PRODUCER_REGS = {g.producer_registers}, "
                   f"CONSUMER_REGS = {g.consumer_registers}, DS_BAR = {ds_bar};\n"
                   "    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2, "
                   "DS_BYTES = BM * 128, DQ_BYTES = BM * HD * 4, ROW_BYTES = BM * 4;",
-        ring_bytes="2 * STAGES * Q_BYTES + 2 * KV_BYTES + DS_STAGES * CONSUMERS * DS_BYTES "
-                   "+ DQ_BUFFERS * DQ_BYTES "
+        ring_bytes="2 * STAGES * Q_BYTES + 2 * KV_BYTES + CONSUMERS * DS_BYTES "
+                   "+ DQ_STAGES * DQ_BUFFERS * DQ_BYTES "
                    "+ 2 * STAGES * ROW_BYTES",
         stage_views="    auto stage_q = [&](int s) { return ring + s * Q_BYTES; };\n"
                     "    auto stage_do = [&](int s) { return ring + (STAGES + s) * Q_BYTES; };\n"
                     "    const u32 k_smem = ring + 2 * STAGES * Q_BYTES, v_smem = k_smem + "
                     "KV_BYTES;\n"
-                    "    // consumer c's dS box of K tile x (DS_STAGES buffers of every "
-                    "consumer's, by the tile's position)\n"
-                    "    auto ds_at = [&](int x, int c) { return v_smem + KV_BYTES + "
-                    "((x % DS_STAGES) * CONSUMERS + c) * DS_BYTES; };\n"
-                    "    auto dq_buf = [&](int c) { return v_smem + KV_BYTES + "
-                    "DS_STAGES * CONSUMERS * DS_BYTES + c * DQ_BYTES; };\n"
-                    "    auto stage_lse = [&](int s) { return dq_buf(DQ_BUFFERS) + s * ROW_BYTES; "
-                    "};\n"
+                    "    auto ds_smem = [&](int c) { return v_smem + KV_BYTES + c * DS_BYTES; };\n"
+                    "    // writer w's dQ buffer of K tile x (DQ_STAGES copies of every writer's)\n"
+                    "    auto dq_at = [&](int x, int w) { return ds_smem(CONSUMERS) + "
+                    "((x % DQ_STAGES) * DQ_BUFFERS + w) * DQ_BYTES; };\n"
+                    "    auto stage_lse = [&](int s) { return ds_smem(CONSUMERS) + DQ_STAGES * "
+                    "DQ_BUFFERS * DQ_BYTES + s * ROW_BYTES; };\n"
                     "    auto stage_delta = [&](int s) { return stage_lse(STAGES) + s * ROW_BYTES; };",
         consumer_state="        float dkacc[HD / 2], dvacc[HD / 2], sacc[BM / 2], dpacc[BM / 2];\n"
                        "        float dqacc[BM / 64][32];\n"

@@ -83,7 +83,8 @@ def test_any_strides_plan_in_place_or_copied_once_and_the_gradients_take_their_l
 def test_deterministic_plans_the_ordered_kernel_the_default_does_not():
     assert plan(deterministic=True).deterministic and not plan().deterministic
     assert bwd_call.call_params(128, True, "bottom_right", True) == {
-        "head_dim": "128", "causal": "true", "align": "bottom_right", "deterministic": "true"}
+        "head_dim": "128", "causal": "true", "align": "bottom_right", "deterministic": "true",
+        "dq_cut": "columns"}
 
 
 @pytest.mark.parametrize("edit, text", [
@@ -123,15 +124,19 @@ def test_the_prebuild_covers_every_variant_the_call_builds():
     assert bwd_call.DETERMINISTIC_VARIANTS == tuple((*v, True) for v in bwd_call.VARIANTS)
 
 
-@pytest.mark.parametrize("head_dim, causal, deterministic, shared", [
-    (128, False, False, False), (64, False, False, False), (64, True, False, False),
-    (128, True, False, True), (128, False, True, True), (64, True, True, True)])
+@pytest.mark.parametrize("head_dim, causal, deterministic, shared, joins", [
+    (128, False, False, True, True), (64, False, False, False, False),
+    (64, True, False, False, False), (128, True, False, True, True),
+    (128, False, True, True, True), (64, True, True, True, False)])
 def test_the_call_hands_dq_over_as_measured_and_every_kernel_is_proven(head_dim, causal,
-                                                                     deterministic, shared):
-    """Per consumer where it ran faster on the H200, the shared buffer at D 128 causal and
-    in the deterministic kernel; each compiles SAFE with its writers."""
+                                                                     deterministic, shared,
+                                                                     joins):
+    """Per consumer where it ran faster on the H200 (D 64 but in the deterministic kernel);
+    at D 128 dQ cut by columns, its consumers and writer meeting in joins; each compiles SAFE
+    with its writers."""
     params = bwd_call.call_params(head_dim, causal, deterministic=deterministic)
     c = bwd_call.CALL.compile(params, bwd_call.CALL_STAGES)
     writers = [p.name for p in c.plan.programs if p.name.startswith("dq_writer")]
     assert writers == (["dq_writer0"] if shared else ["dq_writer0", "dq_writer1"])
+    assert {o.scope for o in c.plan.orders} == ({"join"} if joins else {"k_tile"})
     assert c.proof.verdict.safe

@@ -27,7 +27,7 @@ def test_the_shared_kernel_stages_adds_and_reduces_once_per_query_block():
     assert "if (wtid / 32 == 1) {  // ---- agent dq_writer0 ----" in src
     assert "dq_writer1" not in src
     assert src.count("pcab::reduce_add(") == 1  # one buffer, one reduce
-    assert src.count("pcab::stage<BM, HD, true>(dqacc, dq_buf(0), 1);") >= 1  # consumer 1's
+    assert src.count("pcab::stage<BM, HD, true>(dqacc, dq_at(rb + t, 0), 1);") >= 1  # consumer 1's
     assert "DQ_BUFFERS = 1," in src
     # consumer 0 hands the buffer to consumer 1 (both groups' 256 threads), consumer 1 to the
     # writer (128 + 32)
@@ -47,7 +47,7 @@ def test_the_kernel_carries_the_hand_off_and_each_writer_runs_on_a_warp_of_its_o
         assert f'asm volatile("bar.sync {turn}, 160;\\n" ::: "memory");' in src
     # hd128: dQ in two parts of 64 columns, each staged
     for c in (0, 1):  # each consumer into its own buffer
-        assert f"pcab::stage<BM, HD, false>(dqacc, dq_buf({c}), 1);" in src
+        assert f"pcab::stage<BM, HD, false>(dqacc, dq_at(rb + t, {c}), 1);" in src
 
 
 def test_the_deterministic_kernel_carries_its_turns_and_the_default_none():
@@ -116,6 +116,32 @@ def test_every_variant_builds_without_spills_or_serialized_wgmma(head_dim, causa
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     assert "C7508" not in proc.stderr  # ptxas kept setmaxnreg
     assert "serialized" not in proc.stderr
+
+
+def test_the_columns_kernel_reads_every_consumers_ds_and_stages_its_own_columns():
+    src = emit_attention_bwd(compiled(dq_cut="columns", causal=True))
+    for part in (0, 1):  # consumer c: head columns c * 64.. over every key, into the buffer
+        assert (f"pcab::dq_columns<BM, BN, DS_BYTES, wgmma_kmn_m64n64k16>(dqacc, ds_smem(0), "
+                f"k_smem + {part} * BN * 128);") in src
+        assert f"pcab::stage<BM, HD, false>(dqacc, dq_at(rb + t, 0), {part});" in src
+    assert "pcab::stage<BM, HD, true>" not in src  # no add
+    assert "DQ_STAGES = 2;" in src  # the staging of K tile t + 1 beside the reduce of t
+    # dQ's join: the writer and each consumer's branch; dS's: each consumer's branch
+    assert src.count("bar.sync 1, 288;") >= 3 and src.count("bar.sync 2, 256;") >= 2
+
+
+@pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"),
+                                          (True, "bottom_right")])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_every_columns_variant_builds_without_spills(causal, align, deterministic, tmp_path):
+    params = dict(dq_cut="columns", causal=causal, deterministic=deterministic)
+    if causal:
+        params["align"] = align
+    proc, _ = compile_cubin(emit_attention_bwd(compiled(**params)), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    assert "C7508" not in proc.stderr and "serialized" not in proc.stderr
 
 
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc")

@@ -186,3 +186,67 @@ def test_the_trip_rule_visits_from_the_diagonal_and_masks_the_straddling_blocks(
 def test_bad_parameters_are_one_line_naming_the_p(params, text):
     with pytest.raises(ProgramError, match=text):
         build(**params)
+
+
+# --- dQ cut by columns (FlashAttention-3's cut; docs/guide/attention.md, "dQ cut by columns") --
+@pytest.mark.parametrize("causal, align, deterministic", [
+    (False, "top_left", False), (True, "top_left", False), (True, "bottom_right", False),
+    (False, "top_left", True), (True, "bottom_right", True)])
+def test_every_columns_variant_compiles_safe_with_its_two_joins(causal, align, deterministic):
+    c = build(dq_cut="columns", causal=causal, align=align, deterministic=deterministic)
+    assert c.proof.safe
+    joins = {o.name: o for o in c.plan.orders}
+    assert {o.scope for o in joins.values()} == {"join"}
+    # dS: the two consumers (256 threads); dQ: both consumers and the writer's warp
+    assert joins["ds"].counts == (256,) and joins["dq0"].counts == (288,)
+    for name in ("consumer0", "consumer1"):
+        k = prog(c, name).kernel
+        tags = [c.body[s.op].tag if s.kind == StepKind.OP else s.kind for s in k]
+        # dS fenced and published after dK (its own read of dS), before dQ reads every consumer's
+        at = tags.index(T.WGMMA_DQ)
+        assert tags[at - 3:at] == [T.WGMMA_DK, StepKind.PROXY_FENCE, StepKind.NAMED_SYNC]
+        # the staged columns fenced and handed over in the same meeting as the other's
+        assert tags[-3:] == [T.DQ_STAGE, StepKind.PROXY_FENCE, StepKind.NAMED_SYNC]
+        assert T.DQ_ADD not in tags
+    w = [s.kind for s in prog(c, "dq_writer0").kernel]
+    assert w[0] == StepKind.NAMED_SYNC  # the writer meets the consumers first, then reduces
+
+
+def test_the_columns_cut_needs_two_dq_buffers_and_one_ds_buffer():
+    """One dQ buffer: the next staging may overwrite what the writer's reduce still reads (each
+    consumer meets the writer only after staging).  One dS buffer is proven enough: a
+    consumer's next gradient step comes after the dQ meeting, which the other reaches only once
+    its dQ wgmma, the read of this consumer's dS, retired."""
+    c = build(dq_cut="columns", causal=True)
+    assert c.plan.trip_rule.causal
+    reduce_then_stage = (T.DQ_REDUCE, T.DQ_STAGE)
+    distances = {e.distance for e in c.edges if e.kind.name == "ANTI"
+                 and (c.body[e.producer].tag, c.body[e.consumer].tag) == reduce_then_stage}
+    assert distances == {2}
+    edges = [attrs.evolve(e, distance=1) if e.kind.name == "ANTI"
+             and (c.body[e.producer].tag, c.body[e.consumer].tag) == reduce_then_stage else e
+             for e in c.edges]
+    bad = require_safe(attrs.evolve(c, edges=edges, proof=None), allow_unsafe=True)
+    assert H.SMEM_WAR in hazards(bad)
+    crossed = [e for e in c.edges if e.kind.name == "ANTI" and c.body[e.producer].tag ==
+               T.WGMMA_DQ and c.body[e.consumer].tag == T.GRAD
+               and c.body[e.producer].subtile != c.body[e.consumer].subtile]
+    assert crossed and {e.distance for e in crossed} == {1}
+
+
+@pytest.mark.parametrize("join, agent", [("ds", "consumer1"), ("dq0", "dq_writer0")])
+def test_a_dropped_meeting_or_fence_of_the_columns_cut_is_refused(join, agent):
+    c = build(dq_cut="columns")
+    k = prog(c, agent).kernel
+    dropped = [s for s in k if not (s.kind == StepKind.NAMED_SYNC and s.channel == join)]
+    assert H.DEADLOCK in hazards(edited(c, agent, dropped))
+    if agent.startswith("consumer"):
+        bare = [s for s in k if not (s.kind == StepKind.PROXY_FENCE and s.channel == join)]
+        assert H.SMEM_RAW in hazards(edited(c, agent, bare))
+
+
+def test_the_columns_cut_is_refused_where_its_columns_do_not_split_in_one_line():
+    with pytest.raises(ProgramError, match="-p dq_cut: columns gives each of the 2 consumers "
+                                           "64 head columns .* needs -p dq_cut=keys") as err:
+        build(dq_cut="columns", head_dim=64)
+    assert "\n" not in str(err.value)
