@@ -146,11 +146,15 @@ def ring_step_line(s: Step, stage: str, parity: str, single_issuer: bool,
     return None
 
 
-def named_step_line(s: Step) -> str | None:
+def named_step_line(s: Step, aligned: bool = True) -> str | None:
     """The PTX of a named-barrier step (``bar.sync id, count`` / ``bar.arrive id, count``, the
-    plugin's README.md, "Sync model, wgmma family"), None for a step of another kind."""
+    plugin's README.md, "Sync model, wgmma family"), None for a step of another kind.
+    ``aligned`` False: a sync that threads reach from different instructions (a join whose
+    parts run different code: ``barrier.sync``, which PTX allows there, where ``bar.sync`` is
+    ``barrier.sync.aligned``, one instruction for every thread that reaches it)."""
     if s.kind == StepKind.NAMED_SYNC:
-        return f'asm volatile("bar.sync {s.barrier}, {s.value};\\n" ::: "memory");'
+        op = "bar.sync" if aligned else "barrier.sync"
+        return f'asm volatile("{op} {s.barrier}, {s.value};\\n" ::: "memory");'
     if s.kind == StepKind.NAMED_ARRIVE:
         return f'asm volatile("bar.arrive {s.barrier}, {s.value};\\n" ::: "memory");'
     return None
@@ -171,11 +175,11 @@ def wgmma_group_line(s: Step) -> str | None:
     return None
 
 
-def consumer_sync_line(s: Step) -> str | None:
+def consumer_sync_line(s: Step, aligned: bool = True) -> str | None:
     """A consumer's synchronisation step that is no ring's: a named barrier
-    (:func:`named_step_line`) or the wgmma async group's (:func:`wgmma_group_line`); None for
-    any other step (a ring's, the family's ops)."""
-    named = named_step_line(s)
+    (:func:`named_step_line`, ``aligned`` as there) or the wgmma async group's
+    (:func:`wgmma_group_line`); None for any other step (a ring's, the family's ops)."""
+    named = named_step_line(s, aligned)
     return named if named is not None else wgmma_group_line(s)
 
 

@@ -197,7 +197,8 @@ def _turn_line(s: Step, turns: Turns | None, owner: str) -> str:
 
 
 def _step_line(s: Step, rings: dict[str, Ring], single: bool, owner: str, body: list,
-               watchdog: int, elem: str, g: BackwardGeometry, turns: Turns | None = None) -> str:
+               watchdog: int, elem: str, g: BackwardGeometry, turns: Turns | None = None,
+               joins: frozenset[str] = frozenset()) -> str:
     if s.kind in _TURNS:
         return _turn_line(s, turns, owner)
     if s.kind in (StepKind.PHASE_WAIT, StepKind.EXPECT_TX, StepKind.ARRIVE):
@@ -210,7 +211,10 @@ def _step_line(s: Step, rings: dict[str, Ring], single: bool, owner: str, body: 
             return "if (lane == 0) pcgc::bulk_commit();"
         if s.kind == StepKind.COUNTER_WAIT:
             return f"if (lane == 0) pcgc::bulk_wait_read<{s.value}>(); __syncwarp();"
-    sync = consumer_sync_line(s)
+    # a join's parts sync from different code (each consumer's branch, the dQ writer):
+    # barrier.sync, where bar.sync (barrier.sync.aligned) must be one instruction for every
+    # thread that reaches it (compute-sanitizer's synccheck flagged the consumers' two)
+    sync = consumer_sync_line(s, aligned=s.channel not in joins)
     if sync is not None:
         return sync
     if s.kind == StepKind.OP:
@@ -220,6 +224,8 @@ def _step_line(s: Step, rings: dict[str, Ring], single: bool, owner: str, body: 
         ops = _COLUMNS_OPS if g.by_columns else _OPS
         if op.tag not in ops:
             raise _fail(f"no CUDA for op tag {op.tag}")
+        # the part a literal: a run-time consumer index in dQ's and the staging's addresses
+        # (one program for both consumers) made ptxas spill 80 bytes at D 128
         return ops[BackwardTag(op.tag)].format(s=stage, u=loop_tile(s), c=op.subtile,
                                                w=g.writer_of(op.subtile),
                                                p=g.part(op.subtile, dq_part(g, s.op)),
@@ -261,10 +267,11 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
     ds_bar = 1 + max((b for o in plan.orders for b in o.barriers), default=0)
 
     turns = plan.turns
+    joins = frozenset(o.name for o in plan.orders if o.scope == "join")
 
     def code(p: AgentProgram, single: bool, label: str) -> AgentCode:
         def line(s: Step) -> str:
-            return _step_line(s, rings, single, p.name, body, wd, elem, g, turns)
+            return _step_line(s, rings, single, p.name, body, wd, elem, g, turns, joins)
         return AgentCode(lines=tuple(render(agent_stretches(p, line, label))),
                          once=tuple(line(s) for s in once_steps(p)))
 

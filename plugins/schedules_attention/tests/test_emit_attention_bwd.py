@@ -120,14 +120,17 @@ def test_every_variant_builds_without_spills_or_serialized_wgmma(head_dim, causa
 
 def test_the_columns_kernel_reads_every_consumers_ds_and_stages_its_own_columns():
     src = emit_attention_bwd(compiled(dq_cut="columns", causal=True))
-    for part in (0, 1):  # consumer c: head columns c * 64.. over every key, into the buffer
+    # consumer c: head columns c * 64.. over every key, into the buffer
+    for part in (0, 1):
         assert (f"pcab::dq_columns<BM, BN, DS_BYTES, wgmma_kmn_m64n64k16>(dqacc, ds_smem(0), "
                 f"k_smem + {part} * BN * 128);") in src
         assert f"pcab::stage<BM, HD, false>(dqacc, dq_at(rb + t, 0), {part});" in src
     assert "pcab::stage<BM, HD, true>" not in src  # no add
     assert "DQ_STAGES = 2;" in src  # the staging of K tile t + 1 beside the reduce of t
-    # dQ's join: the writer and each consumer's branch; dS's: each consumer's branch
-    assert src.count("bar.sync 1, 288;") >= 3 and src.count("bar.sync 2, 256;") >= 2
+    # the joins' syncs: barrier.sync, not the aligned bar.sync: each consumer's branch and the
+    # dQ writer meet from their own code
+    assert src.count("barrier.sync 1, 288;") >= 3 and src.count("barrier.sync 2, 256;") >= 2
+    assert "bar.sync 1, 288" not in src and "bar.sync 2, 256" not in src
 
 
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
