@@ -294,10 +294,11 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
     names = {i: r.name for i, r in agent_of.items()}
     fenced = join_fences(spec, edges, lambda i: _effect_field(body[i], sync, "proxy", ""), names)
     # a join's async reads retired at the end of the reader's K tile (agents/order.py)
-    for agent, reads in join_reads(spec, edges, lambda i: kind.get(channel[i] or "")
-                                   == ChannelKind.COUNTER, names).items():
-        kernels[agent] += [Step(kind=StepKind.COUNTER_WAIT, channel=channel[i] or "", op=i,
-                                value=UNDERIVED, tag=tags[f"wait:{channel[i]}"]) for i in reads]
+    for agent, async_reads in join_reads(spec, edges, lambda i: kind.get(channel[i] or "")
+                                         == ChannelKind.COUNTER, names).items():
+        kernels[agent] += [Step(kind=StepKind.COUNTER_WAIT, channel=channel[r] or "", op=r,
+                                value=UNDERIVED, tag=tags[f"wait:{channel[r]}"])
+                           for r in async_reads]
     orders = lower_orders(spec, sync, roles, writers, kernels, owner=owner, target=target,
                           fenced=fenced, fence_tag=tags.get("proxy_fence", 0))
     hand_overs(spec, body, edges, sync, agent_of, kernels, tags)

@@ -125,16 +125,23 @@ __device__ __forceinline__ void dk(float (&acc)[HD / 2], u32 ds, u32 q) {
             pcgc::smem_desc_sw128_mn<BM * 128>(q + kk * 2048));
 }
 
+// A dQ part's accumulators cleared before its wgmmas (the first k step overwrites, but the
+// wrapper's asm reads them: uncleared, the last query block's dQ stays live across the loop).
+template <int BM>
+__device__ __forceinline__ void clear_dq(float (&acc)[BM / 64][32]) {
+#pragma unroll
+    for (int mi = 0; mi < BM / 64; ++mi)
+#pragma unroll
+        for (int i = 0; i < 32; ++i) acc[mi][i] = 0.f;
+}
+
 // One 64-column part of the consumer's dQ block, dQ_c = dS.K_c (wgmma SS, MMA =
 // wgmma_kmn_m64n64k16 reading B MN-major): dS the consumer's [BM x KEYS] box, K_c its KEYS rows
 // of the part's box of the K block (BN rows of 64 columns), 16 keys per k step; BM / 64 row
 // blocks of 64, cleared first (as st's S: not live across the loop).
 template <int BM, int BN, void (*MMA)(float (&)[32], u64, u64, int)>
 __device__ __forceinline__ void dq(float (&acc)[BM / 64][32], u32 ds, u32 k, int consumer) {
-#pragma unroll
-    for (int mi = 0; mi < BM / 64; ++mi)
-#pragma unroll
-        for (int i = 0; i < 32; ++i) acc[mi][i] = 0.f;
+    clear_dq<BM>(acc);
 #pragma unroll
     for (int mi = 0; mi < BM / 64; ++mi)
 #pragma unroll
@@ -150,10 +157,7 @@ __device__ __forceinline__ void dq(float (&acc)[BM / 64][32], u32 ds, u32 k, int
 // block (BN rows of 64 columns), 16 keys per k step.
 template <int BM, int BN, u32 DS_BYTES, void (*MMA)(float (&)[32], u64, u64, int)>
 __device__ __forceinline__ void dq_columns(float (&acc)[BM / 64][32], u32 ds, u32 k) {
-#pragma unroll
-    for (int mi = 0; mi < BM / 64; ++mi)
-#pragma unroll
-        for (int i = 0; i < 32; ++i) acc[mi][i] = 0.f;
+    clear_dq<BM>(acc);
 #pragma unroll
     for (int mi = 0; mi < BM / 64; ++mi)
 #pragma unroll

@@ -134,25 +134,14 @@ def test_the_columns_kernel_reads_every_consumers_ds_and_stages_its_own_columns(
 
 
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("head_dim, dq_cut, deterministic", [
+    (64, "keys", True), (128, "keys", True), (128, "columns", False), (128, "columns", True)])
 @pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"),
                                           (True, "bottom_right")])
-@pytest.mark.parametrize("deterministic", [False, True])
-def test_every_columns_variant_builds_without_spills(causal, align, deterministic, tmp_path):
-    params = dict(dq_cut="columns", causal=causal, deterministic=deterministic)
-    if causal:
-        params["align"] = align
-    proc, _ = compile_cubin(emit_attention_bwd(compiled(**params)), tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
-    assert "C7508" not in proc.stderr and "serialized" not in proc.stderr
-
-
-@pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
-@pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"),
-                                          (True, "bottom_right")])
-def test_every_deterministic_variant_builds_without_spills(head_dim, causal, align, tmp_path):
-    params = dict(head_dim=head_dim, causal=causal, deterministic=True)
+def test_every_deterministic_and_columns_variant_builds_without_spills(head_dim, dq_cut,
+                                                                      deterministic, causal,
+                                                                      align, tmp_path):
+    params = dict(head_dim=head_dim, causal=causal, deterministic=deterministic, dq_cut=dq_cut)
     if causal:
         params["align"] = align
     proc, _ = compile_cubin(emit_attention_bwd(compiled(**params)), tmp_path)
