@@ -22,7 +22,11 @@ cache").
    8, 64 over KV lengths 1k-128k, Hq/Hkv 32/8 and 64/8; ours contiguous and paged (16, 64)
    against SDPA's cuDNN and flash backends on the contiguous cache (grouped-query heads), and
    the bandwidth: bytes of K and V read / time, against a same-run device-to-device copy.
-   Per-round ratios ours / peer (above 1: ours faster).
+   Per-round ratios ours / peer (above 1: ours faster).  ``--layout both`` adds the same
+   values stored head-major (``[B, Hkv, capacity, D]`` contiguous, viewed as ``[B, capacity,
+   Hkv, D]``: one KV head's rows one run) for ours and SDPA alike (names ``-hm``);
+   ``--pages``, ``--peers`` and ``--shapes`` time a subset, ``--variant`` a patched schedule
+   (:func:`variant`; one per process, so compare its per-round ratios to a peer).
 
 The last line is one PASS/FAIL summary.  Every result is one JSON line on stdout (and in
 --out/attention_decode.jsonl).
@@ -238,7 +242,18 @@ SHAPES = ((1, 8192, 32, 8), (1, 32768, 32, 8), (1, 131072, 32, 8), (1, 131072, 6
           (64, 1024, 32, 8), (64, 8192, 32, 8))
 
 
-def timing(torch, rounds: int, seed: int) -> list[dict]:
+def head_major(torch, c):
+    """The same values stored head-major: a ``[B, capacity, Hkv, D]`` view of a contiguous
+    ``[B, Hkv, capacity, D]`` tensor, whose KV head's rows are one contiguous run."""
+    return c.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def timing(torch, rounds: int, seed: int, layouts: tuple[str, ...] = ("row",),
+           pages: tuple[int, ...] = PAGES,
+           peers: tuple[str, ...] = ("cudnn", "flash")) -> list[dict]:
+    """``layouts``: the contiguous cache row-major (``row``, ``[B, capacity, Hkv, D]``
+    contiguous, as a decode loop appends to) and/or head-major (``head``: the same values in a
+    contiguous ``[B, Hkv, capacity, D]``), ours and SDPA each on both (names ``-hm``)."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -252,26 +267,41 @@ def timing(torch, rounds: int, seed: int) -> list[dict]:
             d = 128
             q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
             kv_bytes = 2 * b * n * hkv * d * 2
-            caches = {p: cache(torch, p, [n] * b, hkv, d, "bf16", rng)[:4] for p in PAGES}
+            caches = {p: cache(torch, p, [n] * b, hkv, d, "bf16", rng)[:4]
+                      for p in sorted({0, *pages})}
+            kc, vc, _, lens0 = caches[0]
+            contig = {("row", ""): (kc, vc)}
+            if "head" in layouts:
+                contig[("head", "-hm")] = (head_major(torch, kc), head_major(torch, vc))
+            if "row" not in layouts:
+                del contig[("row", "")]
             fns = {}
             for p, (kc, vc, table, lens) in caches.items():
-                fns[f"ours-{'contig' if p == 0 else f'page{p}'}"] = graphed(
-                    torch, lambda kc=kc, vc=vc, table=table, lens=lens: attention_decode(
-                        q, kc, vc, cache_seqlens=lens, block_table=table))
-            kc, vc = caches[0][0], caches[0][1]
-            qt, kt, vt = q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2)
-            for name, be in (("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
-                             ("sdpa-flash", SDPBackend.FLASH_ATTENTION)):
-                def sdpa(be=be):
-                    with sdpa_kernel([be]):
-                        return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
-                try:
-                    sdpa()
-                    torch.cuda.synchronize()
-                    fns[name] = graphed(torch, sdpa)
-                except Exception as exc:  # noqa: BLE001 - the backend refuses it
-                    emit({"kind": "peer-refused", "peer": name, "shape": [b, n, hq, hkv],
-                          "error": str(exc).splitlines()[0][:200]})
+                if p:
+                    fns[f"ours-page{p}"] = graphed(
+                        torch, lambda kc=kc, vc=vc, table=table, lens=lens: attention_decode(
+                            q, kc, vc, cache_seqlens=lens, block_table=table))
+            for (_, tag), (kc, vc) in contig.items():
+                fns[f"ours-contig{tag}"] = graphed(
+                    torch, lambda kc=kc, vc=vc: attention_decode(q, kc, vc,
+                                                                 cache_seqlens=lens0))
+            backends = {"cudnn": SDPBackend.CUDNN_ATTENTION,
+                        "flash": SDPBackend.FLASH_ATTENTION}
+            for (_, tag), (kc, vc) in contig.items():
+                qt, kt, vt = q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2)
+                for peer_name in peers:
+                    name = f"sdpa-{peer_name}{tag}"
+
+                    def sdpa(be=backends[peer_name], qt=qt, kt=kt, vt=vt):
+                        with sdpa_kernel([be]):
+                            return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+                    try:
+                        sdpa()
+                        torch.cuda.synchronize()
+                        fns[name] = graphed(torch, sdpa)
+                    except Exception as exc:  # noqa: BLE001 - the backend refuses it
+                        emit({"kind": "peer-refused", "peer": name, "shape": [b, n, hq, hkv],
+                              "error": str(exc).splitlines()[0][:200]})
             copy_bytes = min(kv_bytes, src.numel())
             fns["copy"] = lambda: dst[:copy_bytes].copy_(src[:copy_bytes])
             per = interleaved(torch, fns, rounds, 20)
@@ -287,11 +317,11 @@ def timing(torch, rounds: int, seed: int) -> list[dict]:
                 for peer_name in [k for k in per if k.startswith("sdpa")]:
                     rec[f"{ours}/{peer_name}"] = ratios(per, ours, peer_name)
             if "ours-contig" in per:
-                for ours in ("ours-page16", "ours-page64"):
+                for ours in [k for k in per if k.startswith("ours-page")]:
                     rec[f"{ours}/ours-contig"] = ratios(per, ours, "ours-contig")
             emit(rec)
             out.append(rec)
-            del caches, fns
+            del caches, fns, contig
         except Exception as exc:  # noqa: BLE001 - one line, and the run goes on
             emit({"kind": "time-error", "shape": [b, n, hq, hkv],
                   "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
@@ -327,25 +357,33 @@ def _build(key: tuple) -> bool:
     return cubin_path(decode_source(*key)[1], KERNEL_NAME, BUILD_OPTIONS, ARCH) is not None
 
 
-def prebuild(jobs: int, spec: str = "") -> None:
-    """Every decode kernel (decode_call.VARIANTS) into PIPELINE_CORE_CACHE_DIR (no GPU)."""
+def prebuild(jobs: int, spec: str = "", pages: tuple[int, ...] = PAGES) -> None:
+    """Every decode kernel (decode_call.VARIANTS) into PIPELINE_CORE_CACHE_DIR (no GPU); with
+    a ``--variant``, the timed ones (D 128, bf16, not causal) of ``pages`` alone."""
     from pipeline_core_schedules_attention.decode_call import BLOCKS, VARIANTS
     from pipeline_core_schedules_attention.decode_tiles import chunk_rows
 
     def checked(v: tuple) -> bool:  # the pages checked here, at the variant's block
         bn = BLOCKS[v[0]][0]
-        return v[4] in {bn // chunk_rows(p, bn) for p in PAGES}
+        return v[4] in {bn // chunk_rows(p, bn) for p in (PAGES if not spec else pages)}
     keys = [v for v in VARIANTS if checked(v) and (not spec or v[:3] == (128, "bf16", False))]
     build_all(keys, _build, jobs, initializer=variant, initargs=(spec,))
 
 
 def variant(spec: str) -> None:
     """A schedule variant of the call's kernels for a timing experiment (``--variant``:
-    ``bn=64,stages=6,intra=false``): the call's tile constants patched in this process."""
+    ``bn=64,stages=6,intra=false``): the call's tile constants patched in this process.  Also
+    ``splits=N`` (a fixed split count where the workspace holds it), ``balanced=1`` (split s
+    takes blocks [s NB / S, (s + 1) NB / S), the emitted C edited), ``ctas=2`` (two CTAs a
+    SM: the launch bounds, a register split ``preg``/``creg`` and the grid; with a ring that
+    fits twice, e.g. ``bn=64,stages=2,qs=1``), ``order=splits`` (the split outermost in the
+    tile order, so a CTA's later (tile, split) pairs keep every KV head of a row range
+    together), and the timing probes ``no_mma=1`` and ``no_math=1`` (results wrong)."""
     from pipeline_core_schedules_attention import decode_call
 
-    if not spec:
-        return
+    if not spec or getattr(decode_call, "_variant", None) == spec:
+        return  # none, or already applied (a prebuild worker forked from this process)
+    decode_call._variant = spec  # type: ignore[attr-defined]
     opts = dict(kv.split("=") for kv in spec.split(","))
     if "bn" in opts or "stages" in opts:  # D 128's block and ring depth
         bn, stages, qs = decode_call.BLOCKS[128]
@@ -366,6 +404,53 @@ def variant(spec: str) -> None:
             plain = decode_call.decode_params
             decode_call.decode_params = (lambda *a, plain=plain, param=param, value=opts[key]:
                                          {**plain(*a), param: value})
+    if "splits" in opts:  # a fixed split count where the workspace holds it, else the model's
+        choose, fixed = decode_call.choose_splits, int(opts["splits"])
+        decode_call.choose_splits = lambda t, b, s: (
+            min(fixed, b) if t * fixed <= decode_call.MAX_SLOTS_PER_SM * s else choose(t, b, s))
+    if "ctas" in opts:  # CTAs per SM: the persistent grid and the wave model see that many
+        from pipeline_core_nvidia_h100.runtime import KernelBuilder
+
+        sms, per = decode_call.sm_count, int(opts["ctas"])
+        decode_call.sm_count = lambda device: per * sms(device)
+        plain_set = KernelBuilder.set_max_dynamic_shared
+
+        def carve(kernel, nbytes, plain=plain_set):  # the most shared memory for the L1 split
+            plain(kernel, nbytes)
+            kernel.preferred_shared_memory_carveout = 100
+        KernelBuilder.set_max_dynamic_shared = staticmethod(carve)
+    edits: list[tuple[str, str]] = []
+    if "balanced" in opts:  # split s takes blocks [s NB / S, (s + 1) NB / S)
+        edits.append(("KF = split * per; KT = max(0, min(per, NB - KF));",
+                      "KF = split * NB / SPLITS; KT = (split + 1) * NB / SPLITS - KF;"))
+    if "order" in opts:  # splits outermost: each wave of CTAs reads every KV head's rows
+        edits.append(("const int split = tile % SPLITS, out_tile = tile / SPLITS,",
+                      "const int split = tile / (TILES / SPLITS), out_tile = tile % (TILES / "
+                      "SPLITS),"))
+    if "ctas" in opts:
+        edits += [("__launch_bounds__(256, 1)", f"__launch_bounds__(256, {opts['ctas']})"),
+                  ("PRODUCER_REGS = 120, CONSUMER_REGS = 240",
+                   f"PRODUCER_REGS = {opts.get('preg', 56)}, "
+                   f"CONSUMER_REGS = {opts.get('creg', 200)}")]
+    # timing probes, wrong results: the consumer's wgmma (``no_mma``) or all its math
+    # (``no_math``) dropped, the ring's waits and releases kept: what the stream reaches alone
+    drop = ((("pcat::qk<", "pcat::decode_pv<") if "no_mma" in opts else ())
+            + (("pcat::qk<", "pcat::decode_pv<", "pcat::softmax<", "pcat::rescale<")
+               if "no_math" in opts else ()))
+    if edits or drop:
+        plain_source = decode_call.decode_source
+
+        def patched(*a, plain=plain_source):
+            compiled, src = plain(*a)
+            for old, new in edits:
+                if old not in src:
+                    raise RuntimeError(f"variant edit: {old!r} not in the source")
+                src = src.replace(old, new)
+            if drop:
+                src = "\n".join(";" if line.strip().startswith(drop) else line
+                                for line in src.splitlines())
+            return compiled, src
+        decode_call.decode_source = patched
     emit({"kind": "variant", "spec": spec})
 
 
@@ -374,13 +459,20 @@ def main() -> None:
                       "attention_decode.jsonl",
                       (("--cases", int, 72), ("--rounds", int, 5), ("--seed", int, 0),
                        ("--jobs", int, 2), ("--timeout", float, 600.0), ("--variant", str, ""),
-                       ("--shapes", str, "")))
+                       ("--shapes", str, ""), ("--layout", str, "row"),
+                       ("--pages", str, ",".join(map(str, PAGES))),
+                       ("--peers", str, "cudnn,flash")))
     variant(args.variant)
     if args.shapes:  # a subset of SHAPES by index (a variant's quick timing)
         global SHAPES
         SHAPES = tuple(SHAPES[int(i)] for i in args.shapes.split(","))
     dispatch(args, Path(__file__), configs(random.Random(args.seed), args.cases), 8,
-             lambda: prebuild(args.jobs, args.variant), sanitize_run, lambda torch: gpu(torch, args))
+             lambda: prebuild(args.jobs, args.variant, _ints(args.pages)), sanitize_run,
+             lambda torch: gpu(torch, args))
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x)
 
 
 def gpu(torch, args: argparse.Namespace) -> dict:
@@ -390,7 +482,11 @@ def gpu(torch, args: argparse.Namespace) -> dict:
     with torch.inference_mode():
         passed = {name: check() for name, check in checks.items()
                   if args.phase in ("all", name)}
-        timed = timing(torch, args.rounds, args.seed) if args.phase in ("all", "time") else []
+        timed = (timing(torch, args.rounds, args.seed,
+                        tuple(args.layout.split(",")) if args.layout != "both"
+                        else ("row", "head"), _ints(args.pages),
+                        tuple(p for p in args.peers.split(",") if p))
+                 if args.phase in ("all", "time") else [])
     return {**passed, "timed": len(timed)}
 
 

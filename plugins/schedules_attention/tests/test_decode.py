@@ -14,7 +14,7 @@ from pipeline_core.check.verdict import HazardKind as H
 from pipeline_core.proof import UnsafeScheduleError
 
 from pipeline_core_nvidia_h100.sync_skeleton import SkeletonMismatch, check_skeleton
-from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc, sass_command, sass_of
 
 from pipeline_core_schedules_attention import schedule as sched
 from pipeline_core_schedules_attention.call import AttentionArgumentError
@@ -193,6 +193,35 @@ def test_the_decode_kernels_build_without_spills(head_dim, causal, split, chunks
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
     # no control flow between the plan's wgmma.fence and PV's wgmma (decode_pv says why)
     assert "C7519" not in proc.stderr and "serialized" not in proc.stderr
+
+
+def longest_load_run(sass: str) -> int:
+    """The most 128-bit global loads issued with no FFMA or branch between them (the
+    instructions that would consume a load or wait on a condition)."""
+    best = run = 0
+    for line in sass.splitlines():
+        if "LDG.E.128" in line:
+            run += 1
+            best = max(best, run)
+        elif "FFMA" in line or "BRA" in line:
+            run = 0
+    return best
+
+
+@pytest.mark.skipif(nvcc() is None or sass_command() is None,
+                    reason="needs nvcc and a disassembler")
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_the_combine_reads_eight_splits_before_it_uses_one(head_dim, tmp_path):
+    """The split kernel's combine runs after everything else (the step's tail), so its reads of
+    the splits' rows go out 8 splits at a time, not each behind the last one's use: 8 (D 256:
+    16) 128-bit loads in a row.  The first combine read float2s two passes deep (none), and a
+    branch on a split's lse held each split's loads behind it (1)."""
+    proc, cubin = compile_cubin(emit_attention(build(head_dim, False, True, 1)), tmp_path,
+                                "combine")
+    assert proc.returncode == 0, proc.stderr
+    sass = sass_of(cubin)
+    assert sass is not None
+    assert longest_load_run(sass) >= 8 * max(1, head_dim // 128)
 
 
 class Fake:
