@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 
 import agents_fixtures as fx
-from pipeline_core.agents import RingSpec, StepKind
+from pipeline_core.agents import AgentRole, AgentSpec, RingSpec, StepKind
+from pipeline_core.edges import DepEdge
+from pipeline_core.ops import Op, OpRole
 from pipeline_core.agents.inject import lower_agents
 from pipeline_core.agents.prove import prove_plan, tile_counts
 from pipeline_core.agents.timing import AgentMachine, simulate
@@ -364,6 +366,31 @@ def test_an_op_reading_an_async_result_cuts_the_group_and_waits_for_it():
         ("arrive", -1, 0), ("arrive", -1, 0)]
     assert [x.channel for x in kernel if x.kind == StepKind.ARRIVE] == ["ring1_empty",
                                                                        "ring2_empty"]
+
+
+def test_a_group_closes_after_an_op_a_later_op_reads_alone():
+    """Two async ops in a row (S, then T, both reading the K tile's copy) and a softmax that
+    reads S alone: S's group is committed before T is issued, so the softmax waits for S with
+    wait(1) while T still runs; an op that reads both (here the last one) waits for both.  A
+    body whose later ops read every async op keeps them in one group (the test above)."""
+    body = [*fx.body(0), Op(tag=fx.MMA, subtile=0, role=OpRole.COMPUTE),
+            Op(tag=fx.MMA, subtile=0, channel=1, role=OpRole.COMPUTE),
+            Op(tag=fx.SOFTMAX, subtile=0, role=OpRole.VALU_COMPUTE),
+            Op(tag=fx.SOFTMAX, subtile=0, channel=1, role=OpRole.VALU_COMPUTE)]
+    s, t, sm, both = 2, 3, 4, 5
+    edges = [DepEdge.flow(0, s), DepEdge.flow(1, t), DepEdge.flow(s, sm), DepEdge.flow(s, both),
+             DepEdge.flow(t, both), DepEdge.anti(s, 0, 4), DepEdge.anti(t, 1, 4),
+             DepEdge.anti(sm, s, 1), DepEdge.anti(both, t, 1), DepEdge.anti(both, s, 1)]
+    spec = AgentSpec(roles=[AgentRole(name="producer", ops=(0, 1), warps=4, issuers=1),
+                            AgentRole(name="consumer0", ops=(s, t, sm, both))],
+                     op_bytes={0: 4096, 1: 4096})
+    plan = lower_agents(body, edges, fx.SYNC, stages=4, spec=spec)
+    steps = [(x.kind.value, x.op, x.value) for x in plan.program("consumer0").kernel
+             if x.kind in (StepKind.OP, StepKind.COMMIT, StepKind.COUNTER_WAIT)]
+    assert steps[:7] == [("op", s, 0), ("commit", -1, 0), ("op", t, 0), ("commit", -1, 0),
+                         ("counter_wait", s, 1), ("op", sm, 0), ("counter_wait", t, 0)]
+    v = prove_plan(plan, body, edges, fx.SYNC, names=fx.NAMES)
+    assert v.safe, v.violations[:2]
 
 
 @pytest.mark.parametrize("stages, lag", [(2, 0), (2, 1), (4, 2)])

@@ -396,6 +396,16 @@ def _writer_kernel(ops: list[int], body: Sequence[Op], pairs: Sequence[_RingPair
     return steps
 
 
+def _cut_after(i: int, rest: Sequence[int], channel: dict[int, str | None],
+               counter: str | None, chained: dict[int, set[int]], skew: dict[int, int]) -> bool:
+    """Whether async op ``i``'s group is committed right after it: the next op is async on the
+    same counter at the same lag, and a later op of the tile reads ``i``'s result but not the
+    next op's (docs/guide/agents.md, "Chained groups")."""
+    if not rest or channel[rest[0]] != counter or skew.get(rest[0], 0) != skew.get(i, 0):
+        return False
+    return any(i in chained.get(j, ()) and rest[0] not in chained.get(j, ()) for j in rest[1:])
+
+
 def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | None],
                    kind: dict[str, ChannelKind], pairs: Sequence[_RingPair],
                    readers_of: dict[int, set[int]], chained: dict[int, set[int]],
@@ -475,6 +485,14 @@ def _reader_kernel(ops: list[int], body: Sequence[Op], channel: dict[int, str | 
                                   tag=tags["fence"]))
             group.append(i)
         steps.append(Step(kind=StepKind.OP, op=i, lag=lag, tag=body[i].tag))
+        if group and group[-1] == i and _cut_after(i, ops[n + 1:], channel, counter, chained,
+                                                    skew):
+            # a later op reads i's result and not the next async op's: i's group closes here,
+            # so that op waits for i alone while the next runs (FlashAttention-3's backward:
+            # P from S while dP is still in flight)
+            steps.append(Step(kind=StepKind.COMMIT, channel=counter or "", lag=lag,
+                              tag=tags[f"commit:{counter}"]))
+            pending, group = pending + group, []
     if group:
         steps.append(Step(kind=StepKind.COMMIT, channel=counter or "", lag=skew.get(group[0], 0),
                           tag=tags[f"commit:{counter}"]))

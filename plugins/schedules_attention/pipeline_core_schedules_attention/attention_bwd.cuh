@@ -113,6 +113,65 @@ __device__ __forceinline__ void grad(float (&s)[BM / 2], float (&dp)[BM / 2], u3
     asm volatile("bar.sync %0, 128;\n" :: "r"(bar) : "memory");
 }
 
+// The gradient step in two (flash-attention-bwd -p split_grad, FlashAttention-3's order), the
+// same math as grad: prob turns S into P in place (fp32, for dS) and packs P as dV's A fragment
+// while dP's wgmma still runs; dscore, after dV's wgmma was issued, computes dS = P (dP - delta)
+// * scale from them and stores, fences and gathers it as grad does.
+template <int BM, class Elem>
+__device__ __forceinline__ void prob(float (&s)[BM / 2], u32 (&pp)[BM / 4], u32 lse,
+                                     bool masked, const Mask& mask, int row0, int key0,
+                                     float scale_log2) {
+    const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
+    const int k0 = wtid / 32 * 16 + lane / 4;
+#pragma unroll
+    for (int i = 0; i < BM / 2; ++i) pcwg::fence_operand(s[i]);
+#pragma unroll
+    for (int c = 0; c < BM / 8; ++c) {
+        const int col = c * 8 + 2 * q;
+        float l[2];
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(l[0]), "=f"(l[1])
+                     : "r"(lse + col * 4));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int r = e & 1, k = e >> 1;
+            const bool keep = !masked || mask.keeps(row0 + col + r, key0 + k0 + 8 * k);
+            const float x = keep ? s[4 * c + e] : -INFINITY;
+            s[4 * c + e] = pcat::ex2_approx(fmaf(x, scale_log2, -l[r] * LOG2E));
+        }
+        pp[2 * c] = Elem::pack(s[4 * c], s[4 * c + 1]);
+        pp[2 * c + 1] = Elem::pack(s[4 * c + 2], s[4 * c + 3]);
+    }
+}
+
+template <int BM, class Elem>
+__device__ __forceinline__ void dscore(float (&p)[BM / 2], float (&dp)[BM / 2], u32 delta,
+                                       u32 ds, float scale, int bar) {
+    const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
+#pragma unroll
+    for (int i = 0; i < BM / 2; ++i) {
+        pcwg::fence_operand(p[i]);
+        pcwg::fence_operand(dp[i]);
+    }
+    // dS[query][key] by stmatrix .trans, as grad stores it
+    const int mk = (lane / 8) % 2, mj = lane % 8;
+    const u32 at = ds + mj * 128 + ((((wtid / 32) * 2 + mk) ^ mj) << 4);
+#pragma unroll
+    for (int c = 0; c < BM / 8; ++c) {
+        const int col = c * 8 + 2 * q;
+        float d[2];
+        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(d[0]), "=f"(d[1])
+                     : "r"(delta + col * 4));
+        float g[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) g[e] = p[4 * c + e] * (dp[4 * c + e] - d[e & 1]) * scale;
+        asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n"
+                     :: "r"(at + c * 1024), "r"(Elem::pack(g[0], g[1])),
+                        "r"(Elem::pack(g[2], g[3])) : "memory");
+    }
+    pcgc::fence_proxy_async_shared();  // dS written by the generic proxy, read by wgmma
+    asm volatile("bar.sync %0, 128;\n" :: "r"(bar) : "memory");
+}
+
 // dK_c += dS^T.Q (wgmma SS, MMA = wgmma_mn_m64n{HD}k16 reading A and B MN-major): A the
 // consumer's dS box read transposed (its KEYS keys one 128-byte row, 16 queries a k step),
 // B the query block's Q stage MN-major (HD / 64 boxes of BM rows, a k step 16 rows = 2048

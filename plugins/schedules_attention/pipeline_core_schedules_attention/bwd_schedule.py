@@ -104,6 +104,7 @@ class BackwardTag(enum.IntEnum):
     DQ_STAGE = 42   #: dQ_c's registers into the consumer's dQ buffer (st.shared)
     DQ_REDUCE = 43  #: cp.reduce.async.bulk add.f32 of a dQ buffer into the dQ accumulator
     DQ_ADD = 44     #: a later consumer's dQ_c added into the staged buffer (ld/st.shared)
+    PROB = 45       #: with -p split_grad: P from S and LSE (registers), before dS = P (dP - delta)
 
 
 #: SFU exp2 and the element-wise gradient of one tile per warp group (cycles per element).
@@ -129,6 +130,7 @@ def backward_cost_model() -> CostModel:
             for tag in (t.WGMMA_S, t.WGMMA_DP, t.WGMMA_DV, t.WGMMA_DK, t.WGMMA_DQ)}
     return CostModel({**loads, **mmas,
                       t.GRAD: OpCost(valu, 512, OpRole.VALU_COMPUTE, name="GRAD"),
+                      t.PROB: OpCost(valu, 512, OpRole.VALU_COMPUTE, name="PROB"),
                       t.DQ_STAGE: OpCost(valu, STAGE_ISSUE, OpRole.VALU_COMPUTE, name="DQ_STAGE"),
                       t.DQ_ADD: OpCost(valu, ADD_PER_STAGE * STAGE_ISSUE, OpRole.VALU_COMPUTE,
                                        name="DQ_ADD"),
@@ -162,6 +164,16 @@ class BackwardGeometry(WarpGroupTiles):
     #: comes after the dQ join, which every consumer reaches only once its dQ wgmma (the read
     #: of the others' dS) retired; the proof checks it
     dq_cut: str = "keys"
+    #: the gradient step in two ops, as FlashAttention-3 orders them: P from S (PROB) as soon
+    #: as S's wgmma retired, while dP's still runs, then dV's wgmma (it reads P) issued before
+    #: dS = P (dP - delta) (GRAD), which runs beside it
+    split_grad: bool = False
+
+    @property
+    def slots(self) -> tuple[int, ...]:
+        """A consumer's ops before its dQ parts, in issue order (the module's S, DP, PROB,
+        GRAD, DV, DK)."""
+        return (S, DP, PROB, DV, GRAD, DK) if self.split_grad else (S, DP, GRAD, DV, DK)
 
     @property
     def by_columns(self) -> bool:
@@ -282,20 +294,21 @@ class BackwardGeometry(WarpGroupTiles):
 #: then each writer's reduce of its buffer (``dq_buffers`` of them)
 Q, LSE, DO, DELTA, K, V = range(6)
 FIRST = 6
-S, DP, GRAD, DV, DK = range(5)
+S, DP, GRAD, DV, DK, PROB = range(6)
 
 
 def per_consumer(g: BackwardGeometry) -> int:
-    return 5 + 2 * g.dq_parts
+    return len(g.slots) + 2 * g.dq_parts
 
 
 def consumer_op(g: BackwardGeometry, c: int, which: int) -> int:
-    return FIRST + per_consumer(g) * c + which
+    """Consumer c's op ``which`` (S, DP, PROB, GRAD, DV or DK; its place: ``g.slots``)."""
+    return FIRST + per_consumer(g) * c + g.slots.index(which)
 
 
 def dq_op(g: BackwardGeometry, c: int, part: int) -> int:
     """Consumer c's dQ wgmma of head columns ``64 part ..`` (its staging is the next op)."""
-    return consumer_op(g, c, 5 + 2 * part)
+    return FIRST + per_consumer(g) * c + len(g.slots) + 2 * part
 
 
 def stage_op(g: BackwardGeometry, c: int, part: int) -> int:
@@ -304,7 +317,7 @@ def stage_op(g: BackwardGeometry, c: int, part: int) -> int:
 
 def dq_part(g: BackwardGeometry, op: int) -> int:
     """The dQ part of a dQ or staging op (the emitter's column offset)."""
-    return (op - FIRST) % per_consumer(g) - 5 >> 1
+    return (op - FIRST) % per_consumer(g) - len(g.slots) >> 1
 
 
 def reduce_op(g: BackwardGeometry, w: int) -> int:
@@ -338,8 +351,10 @@ class FlashAttentionBackward(AgentsSchedule):
             # columns: dS, stored by st.shared (the generic proxy), is read by other agents
             grad = (logical(t.GRAD, subtile=c, channel=STAGE_OPERAND) if g.by_columns
                     else logical(t.GRAD, subtile=c))
-            ops += [logical(t.WGMMA_S, subtile=c), logical(t.WGMMA_DP, subtile=c), grad,
-                    logical(t.WGMMA_DV, subtile=c), logical(t.WGMMA_DK, subtile=c)]
+            one = {S: logical(t.WGMMA_S, subtile=c), DP: logical(t.WGMMA_DP, subtile=c),
+                   PROB: logical(t.PROB, subtile=c), GRAD: grad,
+                   DV: logical(t.WGMMA_DV, subtile=c), DK: logical(t.WGMMA_DK, subtile=c)}
+            ops += [one[w] for w in g.slots]
             stage = t.DQ_ADD if g.adds(c) else t.DQ_STAGE
             for _ in range(g.dq_parts):
                 ops += [logical(t.WGMMA_DQ, subtile=c),
@@ -350,7 +365,9 @@ class FlashAttentionBackward(AgentsSchedule):
         tile = g.keys * g.block_m
         latency = {t.WGMMA_S: gemm, t.WGMMA_DP: gemm, t.WGMMA_DV: gemm, t.WGMMA_DK: gemm,
                    t.WGMMA_DQ: max(1, gemm // g.dq_parts),
-                   t.GRAD: max(1, int(tile * GRAD_CYCLES_PER_ELEMENT)),
+                   t.GRAD: max(1, int(tile * GRAD_CYCLES_PER_ELEMENT
+                                      / (3 if g.split_grad else 1))),
+                   t.PROB: max(1, int(tile * GRAD_CYCLES_PER_ELEMENT * 2 / 3)),
                    t.DQ_STAGE: max(1, int(g.block_m * 64 * STAGE_CYCLES_PER_ELEMENT)),
                    t.DQ_ADD: max(1, int(ADD_PER_STAGE * g.block_m * 64
                                         * STAGE_CYCLES_PER_ELEMENT))}
@@ -369,20 +386,24 @@ class FlashAttentionBackward(AgentsSchedule):
         out: list[DepEdge] = []
         for c in range(g.consumers):
             s, dp, gr, dv, dk = (consumer_op(g, c, w) for w in (S, DP, GRAD, DV, DK))
+            # the op that turns S into P (dV's operand): the gradient step, or split, PROB
+            pr = consumer_op(g, c, PROB) if g.split_grad else gr
             red = reduce_op(g, g.writer_of(c))
             out += [DepEdge.flow(Q, s), DepEdge.flow(K, s), DepEdge.flow(DO, dp),
-                    DepEdge.flow(V, dp), DepEdge.flow(s, gr), DepEdge.flow(dp, gr),
-                    DepEdge.flow(LSE, gr), DepEdge.flow(DELTA, gr), DepEdge.flow(gr, dv),
+                    DepEdge.flow(V, dp), DepEdge.flow(s, pr), DepEdge.flow(dp, gr),
+                    DepEdge.flow(LSE, pr), DepEdge.flow(DELTA, gr), DepEdge.flow(pr, dv),
                     DepEdge.flow(DO, dv), DepEdge.flow(gr, dk), DepEdge.flow(Q, dk),
                     # the rings' stages, reused ``stages`` query blocks later
                     DepEdge.anti(s, Q, g.stages), DepEdge.anti(dk, Q, g.stages),
-                    DepEdge.anti(gr, LSE, g.stages), DepEdge.anti(dp, DO, g.stages),
+                    DepEdge.anti(pr, LSE, g.stages), DepEdge.anti(dp, DO, g.stages),
                     DepEdge.anti(dv, DO, g.stages), DepEdge.anti(gr, DELTA, g.stages),
                     # K and V, overwritten by the next output tile's
                     DepEdge.anti(s, K, 1), DepEdge.anti(dp, V, 1),
                     # registers and dS, overwritten by the next query block
-                    DepEdge.anti(gr, s, 1), DepEdge.anti(gr, dp, 1), DepEdge.anti(dv, gr, 1),
+                    DepEdge.anti(gr, s, 1), DepEdge.anti(gr, dp, 1), DepEdge.anti(dv, pr, 1),
                     DepEdge.anti(dk, gr, 1)]
+            if g.split_grad:  # P, in S's registers, read by the gradient step
+                out += [DepEdge.flow(pr, gr), DepEdge.anti(pr, s, 1)]
             # dS: the consumer's own, or (columns) every consumer's, rewritten by their next
             # gradient steps
             grads = ([consumer_op(g, o, GRAD) for o in range(g.consumers)] if g.by_columns
@@ -406,8 +427,8 @@ class FlashAttentionBackward(AgentsSchedule):
                            registers=g.producer_registers)]
         for c in range(g.consumers):
             roles.append(AgentRole(name=f"consumer{c}",
-                                   ops=tuple(consumer_op(g, c, w)
-                                             for w in range(per_consumer(g))),
+                                   ops=tuple(range(FIRST + per_consumer(g) * c,
+                                                   FIRST + per_consumer(g) * (c + 1))),
                                    warps=4, issuers=128, registers=g.consumer_registers))
         for w in range(g.dq_buffers):
             roles.append(AgentRole(name=f"dq_writer{w}", ops=(reduce_op(g, w),), warps=1,
@@ -449,7 +470,7 @@ class FlashAttentionBackward(AgentsSchedule):
         g = self.geometry
         return BackwardTrips(causal=g.causal, block_m=g.block_m, block_n=g.block_n,
                              align=g.align, grouped=not self.deterministic,
-                             masked_ops=tuple(consumer_op(g, c, GRAD)
+                             masked_ops=tuple(consumer_op(g, c, PROB if g.split_grad else GRAD)
                                               for c in range(g.consumers)))
 
 
@@ -468,6 +489,9 @@ PARAMS = (
                                    "consumer); false: one of each per consumer"),
     Param("deterministic", bool, False, "dQ's adds made in one fixed order (KV block, then "
                                         "consumer): the same bits every run"),
+    Param("split_grad", bool, False, "the gradient step in two ops (FlashAttention-3's order): "
+                                     "P from S while dP's wgmma runs, dV's wgmma issued before "
+                                     "dS is computed beside it"),
     Param("dq_cut", str, "keys", "how the consumers share dQ = dS K: keys (each its keys' "
                                  "partial, added in shared memory) or columns (each its 64 "
                                  "head columns over every key, after a join of the consumers "
@@ -501,7 +525,7 @@ def make_attention_bwd(ctx: BuildContext) -> FlashAttentionBackward:
         causal=bool(p["causal"]), align=p["align"],
         producer_registers=p["producer_registers"] or registers[0],
         consumer_registers=p["consumer_registers"] or registers[1],
-        shared_dq=bool(p["shared_dq"]), dq_cut=p["dq_cut"])
+        shared_dq=bool(p["shared_dq"]), dq_cut=p["dq_cut"], split_grad=bool(p["split_grad"]))
     geometry.validate()
     return FlashAttentionBackward(target, geometry, bool(p["deterministic"]))
 

@@ -154,6 +154,9 @@ _OPS = {
     _T.GRAD: "pcab::grad<BM, {elem}>(sacc, dpacc, pp, stage_lse({s}), stage_delta({s}), "
              "ds_smem(consumer), masked({u}), mask, qblock({u}) * BM, "
              "nb * BN + consumer * pcab::KEYS, scale, scale_log2, DS_BAR + consumer);",
+    # -p split_grad: P first (S's wgmma retired, dP's may run), dS after dV's wgmma was issued
+    _T.PROB: "pcab::prob<BM, {elem}>(sacc, pp, stage_lse({s}), masked({u}), mask, "
+             "qblock({u}) * BM, nb * BN + consumer * pcab::KEYS, scale_log2);",
     # dV += P^T.dO is the forward's O += P.V: A from registers, B a block of BM rows MN-major
     _T.WGMMA_DV: "pcat::pv<BM, HD, wgmma_rs_m64n{hd}k16>(dvacc, pp, stage_do({s}));",
     _T.WGMMA_DK: "pcab::dk<BM, HD, " + _DK_PREFIX + "_m64n{hd}k16>(dkacc, "
@@ -166,6 +169,10 @@ _OPS = {
                   "qblock({u}) * BM) * HD, dq_at(rb + {u}, {c}), DQ_BYTES);",
 }
 
+
+#: the gradient step's second half with -p split_grad: dS from P (in S's registers) and dP
+_SPLIT_GRAD = ("pcab::dscore<BM, {elem}>(sacc, dpacc, stage_delta({s}), ds_smem(consumer), "
+               "scale, DS_BAR + consumer);")
 
 #: dQ cut by columns (``BackwardGeometry.dq_cut``): the consumer's own 64 head columns over every
 #: consumer's dS (the plan's join ``ds`` published them)
@@ -222,6 +229,8 @@ def _step_line(s: Step, rings: dict[str, Ring], single: bool, owner: str, body: 
         stage = RingState.of(s, "K_STAGES" if s.once and once else "STAGES").stage
         op = body[s.op]
         ops = _COLUMNS_OPS if g.by_columns else _OPS
+        if g.split_grad:
+            ops = {**ops, _T.GRAD: _SPLIT_GRAD}
         if op.tag not in ops:
             raise _fail(f"no CUDA for op tag {op.tag}")
         # the part a literal: a run-time consumer index in dQ's and the staging's addresses

@@ -250,3 +250,22 @@ def test_the_columns_cut_is_refused_where_its_columns_do_not_split_in_one_line()
                                            "64 head columns .* needs -p dq_cut=keys") as err:
         build(dq_cut="columns", head_dim=64)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("dq_cut, causal", [("columns", False), ("columns", True),
+                                            ("keys", True)])
+def test_the_split_gradient_step_waits_for_s_alone_and_issues_dv_before_ds(dq_cut, causal):
+    """-p split_grad: S and dP in groups of their own; P waits for S with dP still in flight
+    (wait 1), dV's wgmma is issued before dS, whose wait for dP leaves dV in flight (wait 1)."""
+    c = build(dq_cut=dq_cut, causal=causal, split_grad=True)
+    assert c.proof.safe
+    k = prog(c, "consumer0").kernel
+    seq = [(c.body[s.op].tag if s.kind == StepKind.OP else s.kind, s.value) for s in k
+           if s.kind in (StepKind.OP, StepKind.COMMIT, StepKind.COUNTER_WAIT)]
+    at = seq.index((T.PROB, 0))
+    assert seq[at - 5:at + 5] == [
+        (T.WGMMA_S, 0), (StepKind.COMMIT, 0), (T.WGMMA_DP, 0), (StepKind.COMMIT, 0),
+        (StepKind.COUNTER_WAIT, 1), (T.PROB, 0), (T.WGMMA_DV, 0), (StepKind.COMMIT, 0),
+        (StepKind.COUNTER_WAIT, 1), (T.GRAD, 0)]
+    # the mask moves with P: the trip rule's masked ops are the PROB ops
+    assert {c.body[i].tag for i in c.plan.trip_rule.masked_ops} == {T.PROB}
