@@ -155,8 +155,8 @@ def test_a_wrong_bar_sync_thread_count_fails(monkeypatch):
     """The emitter's named-barrier writer is broken to count one warp group short."""
     real = skeleton.named_step_line
 
-    def short(s):
-        line = real(s)
+    def short(s, aligned=True):
+        line = real(s, aligned)
         return line.replace(f", {s.value};", f", {s.value - 128};") if line else line
 
     monkeypatch.setattr(skeleton, "named_step_line", short)
