@@ -210,15 +210,17 @@ __device__ __forceinline__ void dq(float (&acc)[BM / 64][32], u32 ds, u32 k, int
                 kk > 0);
 }
 
-// dQ cut by columns (FlashAttention-3's): the consumer's 64 head columns of dQ over every key
-// of the tile, dQ = dS.K[:, part] (wgmma SS, as dq): dS every consumer's [BM x KEYS] box in
-// turn from `ds` (DS_BYTES apart; the plan's join published them), K the part's box of the K
-// block (BN rows of 64 columns), 16 keys per k step.
-template <int BM, int BN, u32 DS_BYTES, void (*MMA)(float (&)[32], u64, u64, int)>
-__device__ __forceinline__ void dq_columns(float (&acc)[BM / 64][32], u32 ds, u32 k) {
-    clear_dq<BM>(acc);
+// dQ cut by columns or by rows (FlashAttention-3's cuts): 64 head columns of dQ over every key
+// of the tile, dQ = dS.K[:, part] (wgmma SS, as dq), for RB blocks of 64 query rows: dS every
+// consumer's [BM x KEYS] box in turn from `ds` (DS_BYTES apart, `ds` at the first row block;
+// the plan's join published them), K the part's box of the K block (BN rows of 64 columns), 16
+// keys per k step.  By columns a consumer takes every row block of its part; by rows, its own
+// row block of every part.
+template <int RB, int BN, u32 DS_BYTES, void (*MMA)(float (&)[32], u64, u64, int)>
+__device__ __forceinline__ void dq_all(float (&acc)[RB][32], u32 ds, u32 k) {
+    clear_dq<RB * 64>(acc);
 #pragma unroll
-    for (int mi = 0; mi < BM / 64; ++mi)
+    for (int mi = 0; mi < RB; ++mi)
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
             MMA(acc[mi], pcwg::smem_desc_sw128(ds + (kk / (KEYS / 16)) * DS_BYTES + mi * 64 * 128
@@ -226,24 +228,25 @@ __device__ __forceinline__ void dq_columns(float (&acc)[BM / 64][32], u32 ds, u3
                 pcgc::smem_desc_sw128_mn<BN * 128>(k + kk * 2048), kk > 0);
 }
 
-// A dQ part's registers into the dQ buffer of BM rows (`buf`), in the accumulator's layout
-// (dq_layout.cuh: the part's 64-column tiles, a warp's 8-byte stores of a column pair 256
-// consecutive bytes, no bank conflict).  ADD (shared_dq: one buffer, one bulk reduce per query
-// block): a later consumer's part added into what an earlier one staged, each thread reading
-// back exactly the values its own fragment holds (the same layout); the plan's ordering puts it
-// after the earlier consumer's staging and before the writer's reduce.
-template <int BM, int HD, bool ADD>
-__device__ __forceinline__ void stage(float (&acc)[BM / 64][32], u32 buf, int part) {
+// A dQ part's registers (RB blocks of 64 rows from row block `mi0`) into the dQ buffer (`buf`),
+// in the accumulator's layout (dq_layout.cuh: the part's 64-column tiles, a warp's 8-byte
+// stores of a column pair 256 consecutive bytes, no bank conflict).  ADD (shared_dq: one
+// buffer, one bulk reduce per query block): a later consumer's part added into what an earlier
+// one staged, each thread reading back exactly the values its own fragment holds (the same
+// layout); the plan's ordering puts it after the earlier consumer's staging and before the
+// writer's reduce.
+template <int RB, int HD, bool ADD>
+__device__ __forceinline__ void stage(float (&acc)[RB][32], u32 buf, int part, int mi0 = 0) {
     const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
 #pragma unroll
-    for (int mi = 0; mi < BM / 64; ++mi) {
+    for (int mi = 0; mi < RB; ++mi) {
 #pragma unroll
         for (int i = 0; i < 32; ++i) pcwg::fence_operand(acc[mi][i]);
 #pragma unroll
         for (int c = 0; c < 8; ++c)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const u32 at = buf + (u32)(pcdq::block_start<HD>(mi)
+                const u32 at = buf + (u32)(pcdq::block_start<HD>(mi0 + mi)
                                            + pcdq::fragment_offset<HD>(wtid / 32, lane, c, half,
                                                                        part)) * 4;
                 float v0 = acc[mi][4 * c + 2 * half], v1 = acc[mi][4 * c + 2 * half + 1];

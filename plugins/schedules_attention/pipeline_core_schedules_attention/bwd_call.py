@@ -139,7 +139,7 @@ def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: An
 #: shared buffer couples the consumers (consumer 0's next staging waits for consumer 1's add and
 #: the reduce's read: 9.4% of the stall samples at D 128 S 4k).  The deterministic kernel keeps
 #: the schedule's default (one turn slot per KV block).
-PER_CONSUMER_DQ = frozenset({(64, False), (64, True)})
+PER_CONSUMER_DQ = frozenset({(64, True)})
 #: head dims whose kernel cuts dQ by head columns (``-p dq_cut=columns``, FlashAttention-3's cut:
 #: each consumer its 64 columns over every key, the consumers' dS and dQ exchanged through
 #: joins; docs/guide/attention.md, "dQ cut by columns").  Measured on the H200 (main kernel, one
@@ -148,6 +148,14 @@ PER_CONSUMER_DQ = frozenset({(64, False), (64, True)})
 #: causal 1.09 / 1.10 / 1.08 (benchmarks/results/attention_bwd_columns_s15_h200.jsonl).  At
 #: D 64 two consumers would hold 32 columns each, which the swizzled K box does not give.
 COLUMNS_DQ = frozenset({128})
+#: (head dim, causal) whose kernel cuts dQ by query rows with 128-row query blocks
+#: (``-p dq_cut=rows -p block_m=128``, FlashAttention-3's D 64 tile: each consumer its 64 rows
+#: over every key; docs/guide/attention.md, "dQ cut by columns").  Measured on the H200 (main
+#: kernel, one process, five rounds, per-round medians over the per-consumer keys cut): D 64
+#: 1.08 / 1.09 / 1.10 at S 1k / 4k / 16k; causal 1.02 / 0.99 / 1.00, which keeps the keys cut
+#: (benchmarks/results/attention_bwd_rows_s15_h200.jsonl).  The deterministic kernel keeps its
+#: cut (not measured with rows).
+ROWS_DQ = frozenset({(64, False)})
 
 
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
@@ -158,7 +166,9 @@ def call_params(head_dim: int, causal: bool, align: str = "top_left",
             **({"deterministic": "true"} if deterministic else {}),
             **({"shared_dq": "false"} if not deterministic
                and (head_dim, bool(causal)) in PER_CONSUMER_DQ else {}),
-            **({"dq_cut": "columns"} if head_dim in COLUMNS_DQ else {})}
+            **({"dq_cut": "columns"} if head_dim in COLUMNS_DQ else {}),
+            **({"dq_cut": "rows", "block_m": "128"} if not deterministic
+               and (head_dim, bool(causal)) in ROWS_DQ else {})}
 
 
 @attrs.frozen(kw_only=True, eq=False)

@@ -179,13 +179,29 @@ class BackwardGeometry(WarpGroupTiles):
     def by_columns(self) -> bool:
         return self.dq_cut == "columns"
 
+    @property
+    def by_rows(self) -> bool:
+        """FlashAttention-3's cut at D 64: each consumer its own 64 query rows of dQ, every
+        column, over every key (block_m = 64 x consumers)."""
+        return self.dq_cut == "rows"
+
+    @property
+    def joined(self) -> bool:
+        """The consumers exchange dS (joins ``ds`` and ``dq0``): the columns or rows cut."""
+        return self.by_columns or self.by_rows
+
+    @property
+    def dq_row_blocks(self) -> int:
+        """Blocks of 64 query rows of dQ a consumer holds: its own one (rows), else all."""
+        return 1 if self.by_rows else self.block_m // 64
+
     def part(self, consumer: int, p: int) -> int:
         """The 64 head columns (``dq_parts``' p) consumer ``consumer``'s dQ op computes."""
         return consumer if self.by_columns else p
 
     def adds(self, consumer: int) -> bool:
         """Whether ``consumer`` adds its partial into what an earlier consumer staged."""
-        return not self.by_columns and self.writer_of(consumer) != consumer
+        return not self.joined and self.writer_of(consumer) != consumer
 
     @property
     def dq_buffers(self) -> int:
@@ -194,10 +210,10 @@ class BackwardGeometry(WarpGroupTiles):
 
     @property
     def dq_stages(self) -> int:
-        """Copies of each dQ buffer: two with the columns cut, whose consumers and writer meet
-        (join ``dq``) instead of taking turns, so the consumers stage query block i + 1 into
-        the other copy while the writer's reduce still reads block i's; else one."""
-        return 2 if self.by_columns else 1
+        """Copies of each dQ buffer: two with the columns or rows cut, whose consumers and
+        writer meet (join ``dq0``) instead of taking turns, so the consumers stage query block
+        i + 1 into the other copy while the writer's reduce still reads block i's; else one."""
+        return 2 if self.joined else 1
 
     def writer_of(self, consumer: int) -> int:
         """The writer (and buffer) consumer ``consumer``'s dQ partial goes to."""
@@ -238,7 +254,7 @@ class BackwardGeometry(WarpGroupTiles):
         overhead."""
         sp = 2 * self.keys * self.block_m // 128
         acc = 2 * self.keys * self.head_dim // 128
-        dq = self.block_m * 64 // 128
+        dq = self.dq_row_blocks * 64 * 64 // 128
         return acc + max(sp, dq) + CONSUMER_OVERHEAD_REGISTERS
 
     @property
@@ -270,6 +286,11 @@ class BackwardGeometry(WarpGroupTiles):
                                 f"columns and one shared dQ buffer; head_dim {self.head_dim} "
                                 f"with shared_dq {str(self.shared_dq).lower()} needs "
                                 "-p dq_cut=keys")
+        if self.by_rows and (self.block_m != 64 * self.consumers or not self.shared_dq):
+            raise bad("dq_cut", f"rows gives each of the {self.consumers} consumers 64 query "
+                                f"rows and one shared dQ buffer; block_m {self.block_m} with "
+                                f"shared_dq {str(self.shared_dq).lower()} needs -p "
+                                f"block_m={64 * self.consumers} or -p dq_cut=keys")
         need = self.consumer_registers_needed
         if need > self.consumer_registers:
             raise bad("block_m", f"head_dim {self.head_dim} with block_m {self.block_m} and "
@@ -349,7 +370,7 @@ class FlashAttentionBackward(AgentsSchedule):
                logical(t.TMA_K, channel=2), logical(t.TMA_V, channel=3)]
         for c in range(g.consumers):
             # columns: dS, stored by st.shared (the generic proxy), is read by other agents
-            grad = (logical(t.GRAD, subtile=c, channel=STAGE_OPERAND) if g.by_columns
+            grad = (logical(t.GRAD, subtile=c, channel=STAGE_OPERAND) if g.joined
                     else logical(t.GRAD, subtile=c))
             one = {S: logical(t.WGMMA_S, subtile=c), DP: logical(t.WGMMA_DP, subtile=c),
                    PROB: logical(t.PROB, subtile=c), GRAD: grad,
@@ -406,7 +427,7 @@ class FlashAttentionBackward(AgentsSchedule):
                 out += [DepEdge.flow(pr, gr), DepEdge.anti(pr, s, 1)]
             # dS: the consumer's own, or (columns) every consumer's, rewritten by their next
             # gradient steps
-            grads = ([consumer_op(g, o, GRAD) for o in range(g.consumers)] if g.by_columns
+            grads = ([consumer_op(g, o, GRAD) for o in range(g.consumers)] if g.joined
                      else [gr])
             for p in range(g.dq_parts):
                 dq, st = dq_op(g, c, p), stage_op(g, c, p)
@@ -437,13 +458,13 @@ class FlashAttentionBackward(AgentsSchedule):
         # order, then its reduce; with the columns cut, a join of them instead: each consumer
         # meets the others after staging its columns, the writer first in its K tile, before
         # its reduce of them (no consumer waits for another's staging)
-        scope = "join" if g.by_columns else "k_tile"
+        scope = "join" if g.joined else "k_tile"
         orders = tuple(OrderSpec(name=f"dq{w}", scope=scope, turns=(
             *(Turn(agent=f"consumer{c}", ops=tuple(stage_op(g, c, p) for p in range(g.dq_parts)))
               for c in range(g.consumers) if g.writer_of(c) == w),
             Turn(agent=f"dq_writer{w}",
-                 ops=() if g.by_columns else (reduce_op(g, w),)))) for w in range(g.dq_buffers))
-        if g.by_columns:
+                 ops=() if g.joined else (reduce_op(g, w),)))) for w in range(g.dq_buffers))
+        if g.joined:
             # every consumer's dS, published to all before their dQ wgmmas: the consumers meet
             # after their gradient step and their dV and dK wgmmas are issued (which only need
             # their own dS), so a consumer's tensor-core work runs on while it waits
@@ -493,9 +514,10 @@ PARAMS = (
                                      "P from S while dP's wgmma runs, dV's wgmma issued before "
                                      "dS is computed beside it"),
     Param("dq_cut", str, "keys", "how the consumers share dQ = dS K: keys (each its keys' "
-                                 "partial, added in shared memory) or columns (each its 64 "
+                                 "partial, added in shared memory), columns (each its 64 "
                                  "head columns over every key, after a join of the consumers "
-                                 "publishes every dS; D 128)", choices=("keys", "columns")),
+                                 "publishes every dS; D 128) or rows (each its 64 query rows; "
+                                 "block_m 128)", choices=("keys", "columns", "rows")),
 )
 
 #: query rows per K tile by head dim: 64 (FA3 takes 128 at D 64, where ptxas spills this

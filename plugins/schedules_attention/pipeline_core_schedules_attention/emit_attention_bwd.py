@@ -163,8 +163,8 @@ _OPS = {
                  "ds_smem(consumer), stage_q({s}));",
     _T.WGMMA_DQ: "pcab::dq<BM, BN, " + _DQ_PREFIX + "_m64n64k16>(dqacc, ds_smem(consumer), "
                  "k_smem + {p} * BN * 128, consumer);  // head columns {p} * 64..",
-    _T.DQ_STAGE: "pcab::stage<BM, HD, false>(dqacc, dq_at(rb + {u}, {w}), {p});",
-    _T.DQ_ADD: "pcab::stage<BM, HD, true>(dqacc, dq_at(rb + {u}, 0), {p});",
+    _T.DQ_STAGE: "pcab::stage<DQ_RB, HD, false>(dqacc, dq_at(rb + {u}, {w}), {p}{mi0});",
+    _T.DQ_ADD: "pcab::stage<DQ_RB, HD, true>(dqacc, dq_at(rb + {u}, 0), {p});",
     _T.DQ_REDUCE: "if (lane == 0) pcab::reduce_add(dQacc + ((size_t)qhead({u}) * SQP + "
                   "qblock({u}) * BM) * HD, dq_at(rb + {u}, {c}), DQ_BYTES);",
 }
@@ -174,12 +174,13 @@ _OPS = {
 _SPLIT_GRAD = ("pcab::dscore<BM, {elem}>(sacc, dpacc, stage_delta({s}), ds_smem(consumer), "
                "scale, DS_BAR + consumer);")
 
-#: dQ cut by columns (``BackwardGeometry.dq_cut``): the consumer's own 64 head columns over every
-#: consumer's dS (the plan's join ``ds`` published them)
-_COLUMNS_OPS = {
+#: dQ cut by columns or rows (``BackwardGeometry.dq_cut``): 64 head columns over every
+#: consumer's dS (the plan's join ``ds`` published them), for every row block (columns) or the
+#: consumer's own (rows, ``{mi0}`` its first)
+_JOINED_OPS = {
     **_OPS,
-    _T.WGMMA_DQ: "pcab::dq_columns<BM, BN, DS_BYTES, " + _DQ_PREFIX + "_m64n64k16>(dqacc, "
-                 "ds_smem(0), k_smem + {p} * BN * 128);  // head columns {p} * 64..",
+    _T.WGMMA_DQ: "pcab::dq_all<DQ_RB, BN, DS_BYTES, " + _DQ_PREFIX + "_m64n64k16>(dqacc, "
+                 "ds_smem(0){rows}, k_smem + {p} * BN * 128);  // head columns {p} * 64..",
 }
 
 
@@ -228,16 +229,19 @@ def _step_line(s: Step, rings: dict[str, Ring], single: bool, owner: str, body: 
         once = rings["k_full"].once
         stage = RingState.of(s, "K_STAGES" if s.once and once else "STAGES").stage
         op = body[s.op]
-        ops = _COLUMNS_OPS if g.by_columns else _OPS
+        ops = _JOINED_OPS if g.joined else _OPS
         if g.split_grad:
             ops = {**ops, _T.GRAD: _SPLIT_GRAD}
         if op.tag not in ops:
             raise _fail(f"no CUDA for op tag {op.tag}")
         # the part a literal: a run-time consumer index in dQ's and the staging's addresses
         # (one program for both consumers) made ptxas spill 80 bytes at D 128
+        rows = g.by_rows  # the consumer's own block of 64 query rows
         return ops[BackwardTag(op.tag)].format(s=stage, u=loop_tile(s), c=op.subtile,
                                                w=g.writer_of(op.subtile),
                                                p=g.part(op.subtile, dq_part(g, s.op)),
+                                               rows=f" + {op.subtile} * 64 * 128" if rows else "",
+                                               mi0=f", {op.subtile}" if rows else "",
                                                elem=elem, bm=g.block_m, hd=g.head_dim)
     raise _fail(f"agent {owner}: no CUDA for step {s.kind.value} (tag {s.tag})")
 
@@ -341,7 +345,8 @@ def _family(g: BackwardGeometry, elem: str, ds_bar: int) -> AgentsFamily:
     return AgentsFamily(
         constants=f"    constexpr int BM = {g.block_m}, BN = {g.block_n}, HD = {g.head_dim}, "
                   f"STAGES = {g.stages}, K_STAGES = 1, CONSUMERS = {g.consumers}, "
-                  f"DQ_BUFFERS = {g.dq_buffers}, DQ_STAGES = {g.dq_stages};\n"
+                  f"DQ_BUFFERS = {g.dq_buffers}, DQ_STAGES = {g.dq_stages}, "
+                  f"DQ_RB = {g.dq_row_blocks};\n"
                   f"    constexpr int PRODUCER_REGS = {g.producer_registers}, "
                   f"CONSUMER_REGS = {g.consumer_registers}, DS_BAR = {ds_bar};\n"
                   "    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2, "
@@ -361,7 +366,7 @@ def _family(g: BackwardGeometry, elem: str, ds_bar: int) -> AgentsFamily:
                     "DQ_BUFFERS * DQ_BYTES + s * ROW_BYTES; };\n"
                     "    auto stage_delta = [&](int s) { return stage_lse(STAGES) + s * ROW_BYTES; };",
         consumer_state="        float dkacc[HD / 2], dvacc[HD / 2], sacc[BM / 2], dpacc[BM / 2];\n"
-                       "        float dqacc[BM / 64][32];\n"
+                       "        float dqacc[DQ_RB][32];\n"
                        "        u32 pp[BM / 4];",
         compute="            pcab::start<HD>(dkacc, dvacc);",
         finish=f"            pcab::finish<HD, {elem}>(dkacc, dvacc, dK + (bhk / HKV) * dk_sb + "

@@ -119,21 +119,23 @@ def test_the_prebuild_covers_every_variant_the_call_builds():
     assert {(v[0], v[2], v[3]) for v in bwd_call.VARIANTS} == {
         (d, c, a) for d in (64, 128)
         for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))}
+    assert bwd_call.call_params(64, True) == {"head_dim": "64", "causal": "true",
+                                              "align": "top_left", "shared_dq": "false"}
     assert bwd_call.call_params(64, False) == {"head_dim": "64", "causal": "false",
-                                               "shared_dq": "false"}
+                                               "dq_cut": "rows", "block_m": "128"}
     assert bwd_call.DETERMINISTIC_VARIANTS == tuple((*v, True) for v in bwd_call.VARIANTS)
 
 
 @pytest.mark.parametrize("head_dim, causal, deterministic, shared, joins", [
-    (128, False, False, True, True), (64, False, False, False, False),
+    (128, False, False, True, True), (64, False, False, True, True),
     (64, True, False, False, False), (128, True, False, True, True),
     (128, False, True, True, True), (64, True, True, True, False)])
 def test_the_call_hands_dq_over_as_measured_and_every_kernel_is_proven(head_dim, causal,
                                                                      deterministic, shared,
                                                                      joins):
-    """Per consumer where it ran faster on the H200 (D 64 but in the deterministic kernel);
-    at D 128 dQ cut by columns, its consumers and writer meeting in joins; each compiles SAFE
-    with its writers."""
+    """Per consumer where it ran faster on the H200 (D 64 causal but in the deterministic
+    kernel); at D 128 dQ cut by columns, at D 64 without the mask by rows, its consumers and
+    writer meeting in joins; each compiles SAFE with its writers."""
     params = bwd_call.call_params(head_dim, causal, deterministic=deterministic)
     c = bwd_call.CALL.compile(params, bwd_call.CALL_STAGES)
     writers = [p.name for p in c.plan.programs if p.name.startswith("dq_writer")]

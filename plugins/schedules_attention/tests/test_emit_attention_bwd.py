@@ -27,7 +27,7 @@ def test_the_shared_kernel_stages_adds_and_reduces_once_per_query_block():
     assert "if (wtid / 32 == 1) {  // ---- agent dq_writer0 ----" in src
     assert "dq_writer1" not in src
     assert src.count("pcab::reduce_add(") == 1  # one buffer, one reduce
-    assert src.count("pcab::stage<BM, HD, true>(dqacc, dq_at(rb + t, 0), 1);") >= 1  # consumer 1's
+    assert src.count("pcab::stage<DQ_RB, HD, true>(dqacc, dq_at(rb + t, 0), 1);") >= 1  # consumer 1's
     assert "DQ_BUFFERS = 1," in src
     # consumer 0 hands the buffer to consumer 1 (both groups' 256 threads), consumer 1 to the
     # writer (128 + 32)
@@ -47,7 +47,7 @@ def test_the_kernel_carries_the_hand_off_and_each_writer_runs_on_a_warp_of_its_o
         assert f'asm volatile("bar.sync {turn}, 160;\\n" ::: "memory");' in src
     # hd128: dQ in two parts of 64 columns, each staged
     for c in (0, 1):  # each consumer into its own buffer
-        assert f"pcab::stage<BM, HD, false>(dqacc, dq_at(rb + t, {c}), 1);" in src
+        assert f"pcab::stage<DQ_RB, HD, false>(dqacc, dq_at(rb + t, {c}), 1);" in src
 
 
 def test_the_deterministic_kernel_carries_its_turns_and_the_default_none():
@@ -118,15 +118,24 @@ def test_every_variant_builds_without_spills_or_serialized_wgmma(head_dim, causa
     assert "serialized" not in proc.stderr
 
 
+def test_the_rows_kernel_reads_its_own_rows_of_every_consumers_ds():
+    src = emit_attention_bwd(compiled(head_dim=64, block_m=128, dq_cut="rows"))
+    assert "DQ_RB = 1;" in src and "float dqacc[DQ_RB][32];" in src  # one row block held
+    for c in (0, 1):  # consumer c: rows 64 c.. of both consumers' dS boxes, into block c
+        assert (f"pcab::dq_all<DQ_RB, BN, DS_BYTES, wgmma_kmn_m64n64k16>(dqacc, ds_smem(0) + "
+                f"{c} * 64 * 128, k_smem + 0 * BN * 128);") in src
+        assert f"pcab::stage<DQ_RB, HD, false>(dqacc, dq_at(rb + t, 0), 0, {c});" in src
+
+
 def test_the_columns_kernel_reads_every_consumers_ds_and_stages_its_own_columns():
     src = emit_attention_bwd(compiled(dq_cut="columns", causal=True))
     # consumer c: head columns c * 64.. over every key, into the buffer
     for part in (0, 1):
-        assert (f"pcab::dq_columns<BM, BN, DS_BYTES, wgmma_kmn_m64n64k16>(dqacc, ds_smem(0), "
+        assert (f"pcab::dq_all<DQ_RB, BN, DS_BYTES, wgmma_kmn_m64n64k16>(dqacc, ds_smem(0), "
                 f"k_smem + {part} * BN * 128);") in src
-        assert f"pcab::stage<BM, HD, false>(dqacc, dq_at(rb + t, 0), {part});" in src
-    assert "pcab::stage<BM, HD, true>" not in src  # no add
-    assert "DQ_STAGES = 2;" in src  # the staging of K tile t + 1 beside the reduce of t
+        assert f"pcab::stage<DQ_RB, HD, false>(dqacc, dq_at(rb + t, 0), {part});" in src
+    assert "pcab::stage<DQ_RB, HD, true>" not in src  # no add
+    assert "DQ_STAGES = 2," in src  # the staging of K tile t + 1 beside the reduce of t
     # the joins' syncs: barrier.sync, not the aligned bar.sync: each consumer's branch and the
     # dQ writer meet from their own code
     assert src.count("barrier.sync 1, 288;") >= 3 and src.count("barrier.sync 2, 256;") >= 2
@@ -135,13 +144,15 @@ def test_the_columns_kernel_reads_every_consumers_ds_and_stages_its_own_columns(
 
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
 @pytest.mark.parametrize("head_dim, dq_cut, deterministic", [
-    (64, "keys", True), (128, "keys", True), (128, "columns", False), (128, "columns", True)])
+    (64, "keys", True), (128, "keys", True), (128, "columns", False), (128, "columns", True),
+    (64, "rows", False)])
 @pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"),
                                           (True, "bottom_right")])
 def test_every_deterministic_and_columns_variant_builds_without_spills(head_dim, dq_cut,
                                                                       deterministic, causal,
                                                                       align, tmp_path):
-    params = dict(head_dim=head_dim, causal=causal, deterministic=deterministic, dq_cut=dq_cut)
+    params = dict(head_dim=head_dim, causal=causal, deterministic=deterministic, dq_cut=dq_cut,
+                  **({"block_m": 128} if dq_cut == "rows" else {}))
     if causal:
         params["align"] = align
     proc, _ = compile_cubin(emit_attention_bwd(compiled(**params)), tmp_path)

@@ -269,3 +269,25 @@ def test_the_split_gradient_step_waits_for_s_alone_and_issues_dv_before_ds(dq_cu
         (StepKind.COUNTER_WAIT, 1), (T.GRAD, 0)]
     # the mask moves with P: the trip rule's masked ops are the PROB ops
     assert {c.body[i].tag for i in c.plan.trip_rule.masked_ops} == {T.PROB}
+
+
+@pytest.mark.parametrize("causal, align, deterministic", [
+    (False, "top_left", False), (True, "bottom_right", False), (False, "top_left", True)])
+def test_every_rows_variant_compiles_safe_with_its_joins(causal, align, deterministic):
+    """-p dq_cut=rows (FlashAttention-3's D 64 tile, 128 query rows): each consumer's dQ is
+    its own 64 rows over every consumer's dS, so it meets the other (join ds) before its dQ
+    and both meet the writer (join dq0) after staging."""
+    c = build(head_dim=64, block_m=128, dq_cut="rows", causal=causal, align=align,
+              deterministic=deterministic)
+    assert c.proof.safe
+    assert {o.name: o.scope for o in c.plan.orders} == {"dq0": "join", "ds": "join"}
+    for name in ("consumer0", "consumer1"):
+        tags = [c.body[s.op].tag for s in prog(c, name).kernel if s.kind == StepKind.OP]
+        assert tags.count(T.WGMMA_DQ) == 1 and T.DQ_ADD not in tags  # one part at D 64
+
+
+def test_the_rows_cut_needs_a_row_block_per_consumer_in_one_line():
+    with pytest.raises(ProgramError, match="-p dq_cut: rows gives each of the 2 consumers 64 "
+                                           "query rows .* needs -p block_m=128") as err:
+        build(head_dim=64, dq_cut="rows")
+    assert "\n" not in str(err.value)
