@@ -153,9 +153,11 @@ COLUMNS_DQ = frozenset({128})
 #: over every key; docs/guide/attention.md, "dQ cut by columns").  Measured on the H200 (main
 #: kernel, one process, five rounds, per-round medians over the per-consumer keys cut): D 64
 #: 1.08 / 1.09 / 1.10 at S 1k / 4k / 16k; causal 1.02 / 0.99 / 1.00, which keeps the keys cut
-#: (benchmarks/results/attention_bwd_rows_s15_h200.jsonl).  The deterministic kernel keeps its
-#: cut (not measured with rows).
+#: (benchmarks/results/attention_bwd_rows_s15_h200.jsonl).  The deterministic kernel takes it
+#: at D 64 with or without the mask: over its keys cut 1.21 / 1.26 / 1.17, causal 1.17 / 1.17 /
+#: 1.05 (``attention_bwd_det_rows_s15_h200.jsonl``; one turn slot per KV block either way).
 ROWS_DQ = frozenset({(64, False)})
+ROWS_DQ_DETERMINISTIC = frozenset({(64, False), (64, True)})
 
 
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
@@ -167,8 +169,9 @@ def call_params(head_dim: int, causal: bool, align: str = "top_left",
             **({"shared_dq": "false"} if not deterministic
                and (head_dim, bool(causal)) in PER_CONSUMER_DQ else {}),
             **({"dq_cut": "columns"} if head_dim in COLUMNS_DQ else {}),
-            **({"dq_cut": "rows", "block_m": "128"} if not deterministic
-               and (head_dim, bool(causal)) in ROWS_DQ else {})}
+            **({"dq_cut": "rows", "block_m": "128"}
+               if (head_dim, bool(causal)) in (ROWS_DQ_DETERMINISTIC if deterministic
+                                                else ROWS_DQ) else {})}
 
 
 @attrs.frozen(kw_only=True, eq=False)

@@ -129,7 +129,7 @@ def test_the_prebuild_covers_every_variant_the_call_builds():
 @pytest.mark.parametrize("head_dim, causal, deterministic, shared, joins", [
     (128, False, False, True, True), (64, False, False, True, True),
     (64, True, False, False, False), (128, True, False, True, True),
-    (128, False, True, True, True), (64, True, True, True, False)])
+    (128, False, True, True, True), (64, True, True, True, True)])
 def test_the_call_hands_dq_over_as_measured_and_every_kernel_is_proven(head_dim, causal,
                                                                      deterministic, shared,
                                                                      joins):
