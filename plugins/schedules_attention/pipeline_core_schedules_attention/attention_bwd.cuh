@@ -54,6 +54,32 @@ __device__ __forceinline__ void st(float (&s)[BM / 2], u32 a, u32 b, int consume
             pcwg::smem_desc_sw128(b + (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);
 }
 
+// dS[query][key] by stmatrix .trans, one block of 8 query columns c at a time: its two 8 x 8
+// matrices are this warp's (c, keys 0-7) and (c, keys 8-15), each the fragment of a thread's
+// packed pair (key k0 + 8 kh, queries col, col + 1), stored transposed, so matrix kh's row j is
+// query 8 c + j holding 8 keys: one 16-byte chunk of the swizzled box, whose address thread
+// 8 kh + j gives (ds_address; 2 stores where 4 b16 ones were; pairing two c's into one .x4
+// store spills a register at D 128 causal).
+__device__ __forceinline__ u32 ds_address(u32 ds) {
+    const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32;
+    const int mk = (lane / 8) % 2, mj = lane % 8;
+    return ds + mj * 128 + ((((wtid / 32) * 2 + mk) ^ mj) << 4);
+}
+
+template <class Elem>
+__device__ __forceinline__ void store_ds(u32 at, int c, const float (&g)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n"
+                 :: "r"(at + c * 1024), "r"(Elem::pack(g[0], g[1])),
+                    "r"(Elem::pack(g[2], g[3])) : "memory");
+}
+
+// The consumer's dS, written by all its threads, fenced to the async proxy (wgmma reads it)
+// and gathered on its barrier `bar`.
+__device__ __forceinline__ void gather_ds(int bar) {
+    pcgc::fence_proxy_async_shared();
+    asm volatile("bar.sync %0, 128;\n" :: "r"(bar) : "memory");
+}
+
 // The gradient step: P = 2^(S * scale log2e - LSE log2e) (the forward's probabilities from its
 // saved log-sum-exp), dS = P (dP - delta) * scale (the scale of dK and dQ folded in once); P
 // packed as dV's RS A fragment, dS stored as dS[query][key] (one 128-byte swizzled box of BM
@@ -76,12 +102,7 @@ __device__ __forceinline__ void grad(float (&s)[BM / 2], float (&dp)[BM / 2], u3
         pcwg::fence_operand(s[i]);
         pcwg::fence_operand(dp[i]);
     }
-    // dS[query][key] by stmatrix .trans, one block of 8 query columns c at a time: its two
-    // 8 x 8 matrices are this warp's (c, keys 0-7) and (c, keys 8-15), each the fragment of a
-    // thread's packed pair (key k0 + 8 kh, queries col, col + 1), stored transposed, so matrix
-    // kh's row j is query 8 c + j holding 8 keys: one 16-byte chunk of the swizzled box, whose
-    // address thread 8 kh + j gives (2 stores where 4 b16 ones were; pairing two c's into one
-    // .x4 store spills a register at D 128 causal)
+    // dS[query][key] (ds_address, store_ds: the same, written inline as measured)
     const int mk = (lane / 8) % 2, mj = lane % 8;
     const u32 at = ds + mj * 128 + ((((wtid / 32) * 2 + mk) ^ mj) << 4);
 #pragma unroll
@@ -146,15 +167,13 @@ __device__ __forceinline__ void prob(float (&s)[BM / 2], u32 (&pp)[BM / 4], u32 
 template <int BM, class Elem>
 __device__ __forceinline__ void dscore(float (&p)[BM / 2], float (&dp)[BM / 2], u32 delta,
                                        u32 ds, float scale, int bar) {
-    const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
+    const int q = threadIdx.x % 4;
 #pragma unroll
     for (int i = 0; i < BM / 2; ++i) {
         pcwg::fence_operand(p[i]);
         pcwg::fence_operand(dp[i]);
     }
-    // dS[query][key] by stmatrix .trans, as grad stores it
-    const int mk = (lane / 8) % 2, mj = lane % 8;
-    const u32 at = ds + mj * 128 + ((((wtid / 32) * 2 + mk) ^ mj) << 4);
+    const u32 at = ds_address(ds);
 #pragma unroll
     for (int c = 0; c < BM / 8; ++c) {
         const int col = c * 8 + 2 * q;
@@ -164,12 +183,9 @@ __device__ __forceinline__ void dscore(float (&p)[BM / 2], float (&dp)[BM / 2], 
         float g[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) g[e] = p[4 * c + e] * (dp[4 * c + e] - d[e & 1]) * scale;
-        asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n"
-                     :: "r"(at + c * 1024), "r"(Elem::pack(g[0], g[1])),
-                        "r"(Elem::pack(g[2], g[3])) : "memory");
+        store_ds<Elem>(at, c, g);
     }
-    pcgc::fence_proxy_async_shared();  // dS written by the generic proxy, read by wgmma
-    asm volatile("bar.sync %0, 128;\n" :: "r"(bar) : "memory");
+    gather_ds(bar);
 }
 
 // dK_c += dS^T.Q (wgmma SS, MMA = wgmma_mn_m64n{HD}k16 reading A and B MN-major): A the
