@@ -529,8 +529,11 @@ DEFAULT_BLOCK_M = {64: 64, 128: 64}
 #: causal; at D 128 the consumers need all 240 and the producer group fits 24
 DEFAULT_REGISTERS = {64: (40, 232)}
 #: the split with dQ cut by columns: ptxas spilled one value of the producer warp group at 24
-#: (D 128 causal: the dQ writer's join and double buffer), and the consumers fit 232 with none
+#: (D 128 causal: the dQ writer's join and double buffer), and the consumers fit 232 with none;
+#: with -p split_grad the consumers hold P beside dP and need 240 (at 232 they spilled 236
+#: bytes; at 24 / 240 the producer group spills its one value)
 COLUMNS_REGISTERS = (40, 232)
+SPLIT_GRAD_REGISTERS = (24, 240)
 #: the q and do rings' depth unless ``-T stages`` says otherwise
 DEFAULT_STAGES = 2
 
@@ -539,7 +542,8 @@ def make_attention_bwd(ctx: BuildContext) -> FlashAttentionBackward:
     base = ctx.make_target(stages=DEFAULT_STAGES)
     p: dict[str, Any] = dict(ctx.params)
     target = backward_profile(base.pipeline, base.clock_ghz, bool(p["deterministic"]))
-    registers = (COLUMNS_REGISTERS if p["dq_cut"] == "columns" else
+    registers = (SPLIT_GRAD_REGISTERS if p["split_grad"] and p["dq_cut"] == "columns" else
+                 COLUMNS_REGISTERS if p["dq_cut"] == "columns" else
                  DEFAULT_REGISTERS.get(p["head_dim"], (PRODUCER_REGISTERS, CONSUMER_REGISTERS)))
     geometry = BackwardGeometry(
         head_dim=p["head_dim"], block_m=p["block_m"] or DEFAULT_BLOCK_M[p["head_dim"]],
