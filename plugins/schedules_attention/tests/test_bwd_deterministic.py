@@ -299,3 +299,21 @@ def test_the_launch_order_is_the_calls_but_where_the_turns_are_proven(params, gr
             name, expr = part.split(" = ")
             vals[name] = eval(expr.replace("/", "//"), {}, env)  # noqa: S307 - our own C
         assert rule.position(vals["bhk"], vals["nb"], heads, blocks) == p
+
+
+@pytest.mark.parametrize("params", [dict(head_dim=128, dq_cut="columns"),
+                                    dict(head_dim=64, dq_cut="rows", block_m=128)],
+                         ids=["columns", "rows"])
+def test_the_calls_joined_cuts_keep_their_adds_in_turn(params):
+    """The deterministic kernels the call builds (dQ by columns at D 128, by rows at D 64: one
+    writer, meeting the consumers in a join): safe with one turn slot per KV block, and a rule
+    that ranks two KV blocks alike (two adds in one turn) or shifts the ranks is refused."""
+    c = build(shared_dq=True, causal=True, **params)
+    assert c.proof.safe and c.plan.turns is not None and c.plan.turns.slots == 1
+    assert {o.scope for o in c.plan.orders} == {"join"}
+    rule = c.plan.trip_rule
+    fields = {f.name: getattr(rule, f.name) for f in attrs.fields(BackwardTrips)}
+    halved = proven(c, attrs.evolve(c.plan, trip_rule=_Halved(**fields)))
+    assert H.ADD_ORDER in hazards(halved)
+    shifted = proven(c, attrs.evolve(c.plan, trip_rule=attrs.evolve(rule, turn_shift=1)))
+    assert H.DEADLOCK in hazards(shifted)

@@ -113,10 +113,13 @@ def _without(steps, kind):
     return [s for s in steps if s.kind != kind]
 
 
-@pytest.mark.parametrize("writer, shared", [("dq_writer0", True), ("dq_writer0", False),
-                                            ("dq_writer1", False)])
-def test_a_dropped_reduce_wait_is_refused(writer, shared):
-    c = build(causal=True, shared_dq=shared)
+@pytest.mark.parametrize("writer, shared, cut", [
+    ("dq_writer0", True, "keys"), ("dq_writer0", False, "keys"), ("dq_writer1", False, "keys"),
+    ("dq_writer0", True, "columns")])
+def test_a_dropped_reduce_wait_is_refused(writer, shared, cut):
+    """With the columns cut the wait is the join's: the writer's read retired before its next
+    meeting, which the consumers' staging into that copy of the buffer follows."""
+    c = build(causal=True, shared_dq=shared, dq_cut=cut)
     bad = edited(c, writer, _without(prog(c, writer).kernel, StepKind.COUNTER_WAIT))
     assert H.SMEM_WAR in hazards(bad)
 
