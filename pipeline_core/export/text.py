@@ -251,8 +251,9 @@ def _agents_listing(compiled: CompiledSchedule, plan: "Plan") -> str:
                                    for t in o.turns)
             bars = ", ".join(f"{b} ({n} threads)" for b, n in zip(o.barriers, o.counts))
             if o.scope == "join":
-                parts = ", ".join(f"{t.agent} after ops {', '.join(map(str, t.ops))}"
-                                  for t in o.turns)
+                # a part of no op meets first in its K tile
+                parts = ", ".join(f"{t.agent} after ops {', '.join(map(str, t.ops))}" if t.ops
+                                  else f"{t.agent} first" for t in o.turns)
                 out.append(f"  {o.name}: each K tile a join of {parts}; named barrier {bars}")
                 continue
             each = "each output tile" if o.scope == "output_tile" else "each K tile"
