@@ -254,7 +254,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     device = pasted(__package__, "attention.cuh")
     if g.windowed or g.softcap:  # the window's mask, the softcap (only where they are taken)
         device += pasted(__package__, "attention_window.cuh")
-    about = varlen_header(g.head_dim, g.threads, g.smem_bytes, g.block_m) if g.varlen else [
+    about = varlen_header(g.head_dim, g.threads, g.smem_bytes, g.block_m, g.lse) if g.varlen else [
         f"// Q, K, V: rank-4 TMA tensor maps over (D = {g.head_dim}, S, H, B), the tensors' "
         "own strides (box 64 x rows,",
         "// 128-byte swizzle; a box past S reads zeros); query head h of batch b reads KV head "
@@ -269,7 +269,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "tile_order.py)."]
     # the finish's store: its first ``cols`` columns where given (the head dim under the boxes')
     store = f"HD, {variant.elem}" + (f", {variant.cols}" if variant.cols else "")
-    family = _family(g, finish=varlen_finish(store) if g.varlen else
+    family = _family(g, finish=varlen_finish(store, g.lse) if g.varlen else
                      f"            pcat::finish<{store}>(oacc, rows, {OUT_ROWS}, LSE, bh, Sq);")
     return _source(compiled, g, dtype, variant, tiles, family, device, about, watchdog or 0)
 

@@ -65,17 +65,20 @@ def varlen_tile_loop(causal: bool, trips: str, first: str) -> DeviceTileLoop:
                           consumers=TileLoop(head=loop, tile=(*spans, fm)), empty_tiles=True)
 
 
-def varlen_finish(store: str) -> str:
+def varlen_finish(store: str, lse: bool = True) -> str:
     """The consumers' finish (``store``: ``pcat::finish``'s template arguments): O / rowsum
     into the tile's sequence's rows at its head (q's layout: O's head and row strides), LSE
-    into ``[H, total_q]``."""
+    into ``[H, total_q]``; with ``lse`` False (``-p lse=false``) no LSE is stored whatever the
+    argument holds, the store compiled out (schedule.AttentionGeometry.lse says why)."""
+    at = ("LSE == nullptr ? nullptr : LSE + (long long)(bh % H) * TQ + q0" if lse
+          else "nullptr")
     return ("            pcat::finish<" + store + ">(oacc, rows, O + (long long)q0 * o_ss "
             "+ (long long)(bh % H) * o_sh, o_ss,\n"
-            "                LSE == nullptr ? nullptr : LSE + (long long)(bh % H) * TQ + q0, "
-            "0, Sq);")
+            f"                {at}, 0, Sq);")
 
 
-def varlen_header(head_dim: int, threads: int, smem: int, block_m: int) -> list[str]:
+def varlen_header(head_dim: int, threads: int, smem: int, block_m: int,
+                  lse: bool = True) -> list[str]:
     """The source's comment lines on the arguments and the launch."""
     return [
         f"// Q, K, V: packed [total, H, D = {head_dim}], read through rank-4 TMA tensor maps of "
@@ -86,7 +89,8 @@ def varlen_header(head_dim: int, threads: int, smem: int, block_m: int) -> list[
         "rows: keys masked, rows not stored;",
         "// query head h reads KV head h / group (GQA); O: [total_q, H, D] at strides (o_ss, "
         "o_sh, 1) (q's layout);",
-        "// LSE: [H, total_q] fp32, each row's log-sum-exp (null: not stored).",
+        "// LSE: [H, total_q] fp32, each row's log-sum-exp (null: not stored)." if lse else
+        "// LSE: not stored (-p lse=false; the argument is not read).",
         f"// Launch: block {threads} (warp group 0: producer; 1..: consumers), dynamic",
         f"// shared memory {smem} bytes, any grid (each CTA runs tiles blockIdx.x, + gridDim.x, "
         "... of the batch's",

@@ -147,32 +147,33 @@ def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
 
 
 def varlen_params(head_dim: int, causal: bool, align: str = "top_left",
-                  short: bool = False) -> dict[str, str]:
+                  short: bool = False, lse: bool = True) -> dict[str, str]:
     """The ``-p`` parameters the varlen call compiles: the fixed-length call's, with
-    ``-p varlen``."""
-    return call_params(head_dim, causal, align, short, varlen=True)
+    ``-p varlen`` (and ``-p lse=false`` for a call that does not return the LSE)."""
+    return {**call_params(head_dim, causal, align, short, varlen=True),
+            **({} if lse else {"lse": "false"})}
 
 
 def varlen_source(head_dim: int, dtype: str, causal: bool, align: str,
-                  short: bool = False) -> tuple[CompiledSchedule, str]:
+                  short: bool = False, lse: bool = True) -> tuple[CompiledSchedule, str]:
     """The varlen schedule compiled (and proven) for one kernel, and its CUDA."""
     from pipeline_core_schedules_attention.emit_attention import emit_attention
 
-    compiled = VARLEN.compile(varlen_params(head_dim, causal, align, short),
+    compiled = VARLEN.compile(varlen_params(head_dim, causal, align, short, lse),
                               call_stages(head_dim, causal, short))
     return compiled, emit_attention(compiled, dtype=dtype)
 
 
-#: every kernel the varlen call may build: (head dim, dtype, causal, alignment, short; the
-#: GPU check builds each into the disk cache first, benchmarks/attention_varlen.py)
-VARIANTS = tuple((d, t, c, a, s) for d in HEAD_DIMS for t in ("bf16", "fp16")
+#: every kernel the varlen call may build: (head dim, dtype, causal, alignment, short, LSE
+#: stored; the GPU check builds each into the disk cache first, benchmarks/attention_varlen.py)
+VARIANTS = tuple((d, t, c, a, s, lse) for d in HEAD_DIMS for t in ("bf16", "fp16")
                  for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))
-                 for s in (False, True))
+                 for s in (False, True) for lse in (False, True))
 
 
-def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool,
+def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool, lse: bool,
            device: int) -> AttentionKernel:
-    return _load(*varlen_source(head_dim, dtype, causal, align, short), device)
+    return _load(*varlen_source(head_dim, dtype, causal, align, short, lse), device)
 
 
 def _packed_view(t: Any) -> Any:
@@ -248,14 +249,14 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
         raise _fail("return_lse", f"{return_lse!r}; pass True or False")
     out, lse = VARLEN.call("attention_varlen", _run, _check,
                            (q, k, v, cu_seqlens_q, cu_seqlens_k), max_seqlen_q, max_seqlen_k,
-                           causal, scale,
+                           causal, scale, return_lse,
                            op_args=lambda: (max_seqlen_q, max_seqlen_k,
-                                            causal_align(causal) or "none", scale))
+                                            causal_align(causal) or "none", scale, return_lse))
     return (out, lse) if return_lse else out
 
 
 def _check(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
-           causal: bool | str, scale: float | None) -> VarlenCall:
+           causal: bool | str, scale: float | None, return_lse: bool = False) -> VarlenCall:
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     return plan_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, scale=scale,
@@ -263,9 +264,10 @@ def _check(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
 
 
 def _run(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
-         causal: bool | str, scale: float | None) -> tuple[Any, Any]:
+         causal: bool | str, scale: float | None, return_lse: bool = False) -> tuple[Any, Any]:
     """The call on checked-once CUDA tensors: its recipe (kept per argument description), the
-    output in q's layout and the LSE, the launch."""
+    output in q's layout and, with ``return_lse``, the LSE (else an empty tensor: the kernel
+    built with ``-p lse=false``, its store compiled out), the launch."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     if not q.is_cuda:  # no stream to key by: refused in one line by the checks
@@ -274,7 +276,7 @@ def _run(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
     stream = current_stream(torch, device)
     key = (describe(q), describe(k), describe(v), describe(cu_q), describe(cu_k),
            type(max_q), max_q, type(max_k), max_k, type(causal), causal, type(scale), scale,
-           stream)
+           return_lse, stream)
     try:
         r = VARLEN.recipes.get(key)
     except TypeError:  # an unhashable argument, which the checks refuse
@@ -282,10 +284,11 @@ def _run(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
     if r is None:
         c = _check(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale)
         r = VARLEN.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
-            (c.head_dim, c.dtype, c.causal, c.align, c.short, device),)))
+            (c.head_dim, c.dtype, c.causal, c.align, c.short, return_lse, device),)))
     c = r.plan
     out = empty_in_order(torch, q.shape, c.out_order, q)  # q's layout
-    lse = torch.empty((c.heads, c.total_q), dtype=torch.float32, device=q.device)
+    lse = torch.empty((c.heads, c.total_q) if return_lse else (0,), dtype=torch.float32,
+                      device=q.device)
     if c.total_k == 0 and c.total_q > 0:  # no key in any sequence (and no map of 0 rows)
         out.zero_()
         lse.fill_(math.inf)
@@ -295,23 +298,23 @@ def _run(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
                        for n, t in (("q", q), ("k", k), ("v", v)))
         VARLEN.launch(r, (r, VARLEN.kernels.kernel(r.kernels[0]), q.data_ptr(), k.data_ptr(),
                           v.data_ptr(), cu_q.data_ptr(), cu_k.data_ptr()),
-                      (q, k, v, cu_q, cu_k), (out, lse))
+                      (q, k, v, cu_q, cu_k), (out, lse if return_lse else None))
     return out, lse
 
 
 def _op(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int, causal: str,
-        scale: float | None) -> tuple[Any, Any]:
-    return _run(q, k, v, cu_q, cu_k, max_q, max_k, OP_CAUSAL[causal], scale)
+        scale: float | None, return_lse: bool) -> tuple[Any, Any]:
+    return _run(q, k, v, cu_q, cu_k, max_q, max_k, OP_CAUSAL[causal], scale, return_lse)
 
 
 def _fake(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int, causal: str,
-          scale: float | None) -> tuple[Any, Any]:
+          scale: float | None, return_lse: bool) -> tuple[Any, Any]:
     """The op's shapes (where torch.compile traces, the checks first)."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     c = _check(q, k, v, cu_q, cu_k, max_q, max_k, OP_CAUSAL[causal], scale)
     return (empty_in_order(torch, q.shape, c.out_order, q),
-            q.new_empty((c.heads, c.total_q), dtype=torch.float32))
+            q.new_empty((c.heads, c.total_q) if return_lse else (0,), dtype=torch.float32))
 
 
 def _varlen_ops() -> tuple[Op, ...]:
@@ -319,4 +322,4 @@ def _varlen_ops() -> tuple[Op, ...]:
     return (Op(name="pipeline_core::attention_varlen", impl=_op, fake=_fake,
                schema="(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
                       "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, str causal, "
-                      "float? scale) -> (Tensor, Tensor)"),)
+                      "float? scale, bool return_lse) -> (Tensor, Tensor)"),)

@@ -458,10 +458,11 @@ def test_the_bounded_cache_drops_the_oldest():
 def test_the_varlen_call_packs_its_sequences_once_and_never_reads_them(host, monkeypatch):
     """attention_varlen's host path: checked and planned once per description, the lengths'
     tensors passed by address only (the kernel reads them: no sync), the maps over [1, H, total,
-    D] views of the packed tensors' own strides, the grid bounded by max_seqlen_q, LSE [H, total_q]
-    always stored (the op returns it; the call hands it back when asked); plain CUDA tensors
-    never go through the op's dispatch; a gradient refused in one line even on a cached
-    description."""
+    D] views of the packed tensors' own strides, the grid bounded by max_seqlen_q; the LSE
+    [H, total_q] stored only when asked (``return_lse``: its own recipe and a kernel built with
+    the store, -p lse=true; otherwise a null LSE to a kernel with the store compiled out); plain
+    CUDA tensors never go through the op's dispatch; a gradient refused in one line even on a
+    cached description."""
     from pipeline_core_schedules_attention import varlen_call
 
     plans, builds = [], []
@@ -484,11 +485,14 @@ def test_the_varlen_call_packs_its_sequences_once_and_never_reads_them(host, mon
     out = varlen_call.attention_varlen(q, k, v, cq, ck, 200, 250, causal="bottom_right")
     again, lse = varlen_call.attention_varlen(q, k, v, cq, ck, 200, 250, causal="bottom_right",
                                               return_lse=True)
-    assert len(plans) == 1 and builds == [(64, "bf16", True, "bottom_right", True, 0)]
-    (kernel, device, stream, grid, block, args, smem), second = host.launches
+    varlen_call.attention_varlen(q, k, v, cq, ck, 200, 250, causal="bottom_right")
+    assert len(plans) == 2 and builds == [(64, "bf16", True, "bottom_right", True, False, 0),
+                                          (64, "bf16", True, "bottom_right", True, True, 0)]
+    (kernel, device, stream, grid, block, args, smem), second, third = host.launches
     assert grid == (3 * 4 * 2,) and kernel == ("varlen", *builds[0])  # B x H x ceil(200 / 128)
+    assert second[0] == ("varlen", *builds[1]) and third[0] == kernel
     assert args[0] == ("map", q.ptr, 128, (1, 4, 300, 64), (300 * 256, 64, 256, 1))
-    assert int(args[3]) == out.ptr and int(args[4]) != 0 and int(second[5][4]) == lse.ptr
+    assert int(args[3]) == out.ptr and int(args[4]) == 0 and int(second[5][4]) == lse.ptr
     assert not host.ops
     assert lse.shape == (4, 300) and out.shape == q.shape
     assert [int(a) for a in args[5:10]] == [cq.ptr, ck.ptr, 3, 300, 400]  # B, TQ, TK

@@ -19,6 +19,7 @@ import pytest
 from pipeline_core.api import compile_named
 from pipeline_core.check.mutate import agent_mutations, mutate_compiled
 from pipeline_core.check.verdict import HazardKind as H
+from pipeline_core.errors import ProgramError
 from pipeline_core.proof import UnsafeScheduleError, require_safe
 
 from pipeline_core_nvidia_h100.sync_skeleton import check_skeleton
@@ -273,12 +274,36 @@ def test_the_varlen_kernel_reads_each_sequence_from_its_first_row(causal, align)
     assert "locate" not in plain and "cu_q" not in plain
 
 
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "bottom_right")])
+def test_a_kernel_built_without_the_lse_stores_none_and_keeps_the_rest(causal, align):
+    """``-p lse=false`` (a call that does not return the LSE): the finish stores O alone, the
+    LSE argument never read; every other line of the kernel is the LSE kernel's, its skeleton
+    still checked."""
+    with_lse = emit_attention(build(causal, align))
+    without = emit_attention(build(causal, align, lse="false"))
+    check_skeleton(build(causal, align, lse="false"), without, once=True, label="varlen")
+    store = "LSE == nullptr ? nullptr : LSE + (long long)(bh % H) * TQ + q0, 0, Sq);"
+    assert store in with_lse and store not in without
+    assert "                nullptr, 0, Sq);" in without
+    body = [ln for ln in without.splitlines() if "LSE" not in ln and "nullptr, 0, Sq" not in ln]
+    assert body == [ln for ln in with_lse.splitlines()
+                    if "LSE" not in ln and "nullptr, 0, Sq" not in ln]
+    assert " LSE" in without.split("pc_flash_attention_fwd(", 1)[1]  # one signature for both
+
+
+def test_lse_false_is_refused_without_varlen_in_one_line():
+    with pytest.raises(ProgramError, match=r"-p lse: false is built for -p varlen only .* drop "
+                                           r"-p lse or add -p varlen=true"):
+        compile_named(NAME, params={"lse": "false"}, target_args={"stages": "2"})
+
+
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
 @pytest.mark.parametrize("short", [False, True])
 @pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "bottom_right")])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
-def test_the_varlen_kernels_build_without_spills(head_dim, causal, align, short, tmp_path):
-    c = compile_named(NAME, params=varlen_params(head_dim, causal, align, short),
+@pytest.mark.parametrize("lse", [True, False])
+def test_the_varlen_kernels_build_without_spills(head_dim, causal, align, short, lse, tmp_path):
+    c = compile_named(NAME, params=varlen_params(head_dim, causal, align, short, lse),
                       target_args={"stages": str(call_stages(head_dim, causal, short))})
     proc, _ = compile_cubin(emit_attention(c), tmp_path, "varlen")
     assert proc.returncode == 0, proc.stderr
