@@ -9,6 +9,8 @@ finish and its header lines (docs/guide/attention.md, "Packed variable-length ba
   ``cu_seqlens`` clamped to the packed tensors' rows, so any values stay in bounds) and sets its
   ``Sq``, ``Sk``, ``KT`` and ``FM`` from the plan's rule (the fixed-length rule's C per
   sequence, ``tile_bounds_exprs``).
+  The consumers then declare KT and FM warp-uniform (:data:`UNIFORM`), so the KV loop keeps
+  the ring's position in uniform registers as the fixed-length loop does.
 * **The loads** (``emit_attention._Variant``): Q at row ``q0 + tile_m * BM``, K and V at
   ``k0 + j * BN`` of [1, H, total, D] views (batch coordinate 0).  A box past the sequence's end
   reads the next sequence's rows: its keys are masked (the key tail's mask compares indices
@@ -28,6 +30,19 @@ SPAN = ("auto span = [&](const int* __restrict__ cu, int s, int total, int& firs
         "    first = min(max(__ldg(cu + s), 0), total);",
         "    return min(max(__ldg(cu + s + 1), first), total) - first;",
         "};")
+
+
+#: the consumers' KT and FM declared warp-uniform (every lane holds the same): they come from
+#: ``cu_seqlens`` loads and a division by the sequence's query blocks, which the compiler cannot
+#: prove uniform, so without this it keeps the ring's position (``rb += KT``) in vector
+#: registers and the KV loop builds every wgmma descriptor there and moves it to a uniform
+#: register (D 128 causal: 836 instructions a KV block against the fixed-length loop's 799).
+#: A warp reduction's result lives in a uniform register (``REDUX``), so after it the loop is
+#: the fixed-length kernel's but for moves (808).  Only the consumers: whole warps run it; the
+#: producer's tile lines run on one thread.
+UNIFORM = ("KT = __reduce_min_sync(0xffffffffu, KT);  // warp-uniform, said to the compiler "
+           "(UNIFORM)",
+           "FM = __reduce_min_sync(0xffffffffu, FM);")
 
 
 def varlen_tile_loop(causal: bool, trips: str, first: str) -> DeviceTileLoop:
@@ -62,7 +77,8 @@ def varlen_tile_loop(causal: bool, trips: str, first: str) -> DeviceTileLoop:
              f"KT = {trips};  // the plan's VarlenBounds.trips (its sequence's)")
     fm = f"FM = {first};  // the plan's VarlenBounds.first_masked"
     return DeviceTileLoop(counts=counts, producer=TileLoop(head=loop, tile=spans),
-                          consumers=TileLoop(head=loop, tile=(*spans, fm)), empty_tiles=True)
+                          consumers=TileLoop(head=loop, tile=(*spans, fm, *UNIFORM)),
+                          empty_tiles=True)
 
 
 def varlen_finish(store: str, lse: bool = True) -> str:
