@@ -250,7 +250,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         producer=TileLoop(head=loop, tile=(order, *bounds[:2 if g.windowed else 1])),
         consumers=TileLoop(head=loop, tile=(order, *bounds)), empty_tiles=True)
     if g.varlen:  # the sequences' spans on the device, per tile (emit_varlen.py)
-        tiles = varlen_tile_loop(g.causal, *tile_bounds_exprs(rule))
+        tiles = varlen_tile_loop(g.causal, *tile_bounds_exprs(rule), g.uniform_tiles)
     device = pasted(__package__, "attention.cuh")
     if g.windowed or g.softcap:  # the window's mask, the softcap (only where they are taken)
         device += pasted(__package__, "attention_window.cuh")

@@ -9,8 +9,9 @@ finish and its header lines (docs/guide/attention.md, "Packed variable-length ba
   ``cu_seqlens`` clamped to the packed tensors' rows, so any values stay in bounds) and sets its
   ``Sq``, ``Sk``, ``KT`` and ``FM`` from the plan's rule (the fixed-length rule's C per
   sequence, ``tile_bounds_exprs``).
-  The consumers then declare KT and FM warp-uniform (:data:`UNIFORM`), so the KV loop keeps
-  the ring's position in uniform registers as the fixed-length loop does.
+  With ``-p uniform_tiles`` the consumers then declare KT and FM warp-uniform
+  (:data:`UNIFORM`), so the KV loop keeps the ring's position in uniform registers as the
+  fixed-length loop does.
 * **The loads** (``emit_attention._Variant``): Q at row ``q0 + tile_m * BM``, K and V at
   ``k0 + j * BN`` of [1, H, total, D] views (batch coordinate 0).  A box past the sequence's end
   reads the next sequence's rows: its keys are masked (the key tail's mask compares indices
@@ -39,13 +40,17 @@ SPAN = ("auto span = [&](const int* __restrict__ cu, int s, int total, int& firs
 #: register (D 128 causal: 836 instructions a KV block against the fixed-length loop's 799).
 #: A warp reduction's result lives in a uniform register (``REDUX``), so after it the loop is
 #: the fixed-length kernel's but for moves (808).  Only the consumers: whole warps run it; the
-#: producer's tile lines run on one thread.
+#: producer's tile lines run on one thread.  ``-p uniform_tiles``: on the H200 it took D 128
+#: causal from 0.79x to 0.95x the fixed-length kernel on the same buffer, and cost D 64 causal
+#: (0.91x to 0.83x) and D 128 not causal (0.98x to 0.92x), so the call takes it at D 128 causal
+#: alone (varlen_call.UNIFORM_TILES).
 UNIFORM = ("KT = __reduce_min_sync(0xffffffffu, KT);  // warp-uniform, said to the compiler "
            "(UNIFORM)",
            "FM = __reduce_min_sync(0xffffffffu, FM);")
 
 
-def varlen_tile_loop(causal: bool, trips: str, first: str) -> DeviceTileLoop:
+def varlen_tile_loop(causal: bool, trips: str, first: str,
+                     uniform: bool = False) -> DeviceTileLoop:
     """The varlen kernel's tile loop: this CTA runs tiles ``blockIdx.x``, ``+ gridDim.x``, ...
     of the batch's tiles, sequence by sequence (``H * ceil(Sq / BM)`` each, none for a sequence
     of no query row), found by ``locate`` from a cursor that only moves on (each role its own,
@@ -77,7 +82,8 @@ def varlen_tile_loop(causal: bool, trips: str, first: str) -> DeviceTileLoop:
              f"KT = {trips};  // the plan's VarlenBounds.trips (its sequence's)")
     fm = f"FM = {first};  // the plan's VarlenBounds.first_masked"
     return DeviceTileLoop(counts=counts, producer=TileLoop(head=loop, tile=spans),
-                          consumers=TileLoop(head=loop, tile=(*spans, fm, *UNIFORM)),
+                          consumers=TileLoop(head=loop, tile=(*spans, fm,
+                                                              *(UNIFORM if uniform else ()))),
                           empty_tiles=True)
 
 

@@ -177,6 +177,10 @@ class AttentionGeometry(WarpGroupTiles):
     #: tokens, since the LSE's address stays live across the KV loop; the fixed-length kernels
     #: take a null LSE at run time, which measured the same as compiling it out)
     lse: bool = True
+    #: whether the packed kernel's consumers declare each tile's KV counts warp-uniform
+    #: (-p varlen only; emit_varlen.UNIFORM says what it changes; varlen_call picks it where it
+    #: measured faster)
+    uniform_tiles: bool = False
     #: the sliding window's reach left and right of the diagonal in keys, -1 unbounded
     #: (LoopBounds.window_left, window_right; docs/guide/attention.md, "Sliding windows and
     #: softcap")
@@ -248,6 +252,10 @@ class AttentionGeometry(WarpGroupTiles):
         if self.causal and self.window_right != -1:
             raise bad("window_right", "the causal mask is a right reach of 0; leave "
                                       "-p window_right at -1 with -p causal=true")
+        if self.uniform_tiles and not self.varlen:
+            raise bad("uniform_tiles", "is built for -p varlen only (the fixed-length kernels' "
+                                       "counts are uniform already); drop it or add "
+                                       "-p varlen=true")
         if not self.lse and not self.varlen:
             raise bad("lse", "false is built for -p varlen only (the fixed-length kernels take a "
                              "null LSE at run time); drop -p lse or add -p varlen=true")
@@ -452,6 +460,9 @@ PARAMS = (
                                  "sequence's query block, visiting that sequence's KV blocks"),
     Param("lse", bool, True, "store each row's log-sum-exp (false, with -p varlen only: the "
                              "store compiled out, for calls that do not return it)"),
+    Param("uniform_tiles", bool, False, "the packed kernel's consumers declare each tile's KV "
+                                        "counts warp-uniform (-p varlen only), so its KV loop "
+                                        "keeps the ring in uniform registers"),
     Param("window_left", int, -1, "sliding window: keys a row sees left of its diagonal "
                                   "(-1: unbounded)", bound=Bound(low=-1, high=MAX_REACH)),
     Param("window_right", int, -1, "sliding window: keys a row sees right of its diagonal "
@@ -481,6 +492,7 @@ def make_attention(ctx: BuildContext) -> FlashAttentionForward:
         intra_overlap=bool(p["intra_overlap"]), pingpong=bool(p["pingpong"]),
         producer_registers=p["producer_registers"], consumer_registers=p["consumer_registers"],
         align=p["align"], q_stages=p["q_stages"], varlen=bool(p["varlen"]), lse=bool(p["lse"]),
+        uniform_tiles=bool(p["uniform_tiles"]),
         window_left=p["window_left"], window_right=p["window_right"],
         softcap=bool(p["softcap"]), decode=bool(p["decode"]), split_kv=bool(p["split_kv"]),
         page_chunks=p["page_chunks"])

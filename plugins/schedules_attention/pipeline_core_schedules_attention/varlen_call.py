@@ -146,12 +146,20 @@ def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                       out_order=order_of(q))
 
 
+#: the (head dim, causal) pairs whose kernels declare each tile's KV counts warp-uniform
+#: (``-p uniform_tiles``; emit_varlen.UNIFORM has the H200's figures: D 128 causal gains, D 64
+#: causal and D 128 not causal lose)
+UNIFORM_TILES = {(128, True)}
+
+
 def varlen_params(head_dim: int, causal: bool, align: str = "top_left",
                   short: bool = False, lse: bool = True) -> dict[str, str]:
     """The ``-p`` parameters the varlen call compiles: the fixed-length call's, with
-    ``-p varlen`` (and ``-p lse=false`` for a call that does not return the LSE)."""
+    ``-p varlen`` (and ``-p lse=false`` for a call that does not return the LSE,
+    ``-p uniform_tiles`` where :data:`UNIFORM_TILES` holds)."""
     return {**call_params(head_dim, causal, align, short, varlen=True),
-            **({} if lse else {"lse": "false"})}
+            **({} if lse else {"lse": "false"}),
+            **({"uniform_tiles": "true"} if (head_dim, causal) in UNIFORM_TILES else {})}
 
 
 def varlen_source(head_dim: int, dtype: str, causal: bool, align: str,

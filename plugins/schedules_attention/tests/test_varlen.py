@@ -313,17 +313,18 @@ def test_the_varlen_kernels_build_without_spills(head_dim, causal, align, short,
 
 @pytest.mark.skipif(nvcc() is None or sass_command() is None,
                     reason="needs nvcc and a disassembler")
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
-def test_the_varlen_consumers_build_descriptors_in_uniform_registers(head_dim, tmp_path):
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_uniform_tiles_builds_the_consumers_descriptors_in_uniform_registers(head_dim,
+                                                                              tmp_path):
     """The consumers' KT and FM come from cu_seqlens loads, which the compiler cannot prove
-    warp-uniform; unless the kernel says so (emit_varlen.UNIFORM), the ring's position lives in
-    vector registers and every wgmma descriptor of the KV loop is built there and moved to a
-    uniform register: 100 moves (R2UR) at D 128 causal against the fixed-length kernel's 48,
-    and the loop ran 0.8x its speed.  With it, no more moves than the fixed-length kernel
-    (plus a few for the sequence's spans)."""
+    warp-uniform: without ``-p uniform_tiles`` the ring's position lives in vector registers and
+    every wgmma descriptor of the KV loop is built there and moved to a uniform register (at D
+    128 causal 100 moves, R2UR, against the fixed-length kernel's 48); with it, no more moves
+    than the fixed-length kernel plus a few for the sequence's spans."""
     moves = {}
-    for name, params in (("fixed", call_params(head_dim, True)),
-                         ("varlen", varlen_params(head_dim, True, lse=False))):
+    base = {**varlen_params(head_dim, True, lse=False), "uniform_tiles": "false"}
+    for name, params in (("fixed", call_params(head_dim, True)), ("varlen", base),
+                         ("uniform", {**base, "uniform_tiles": "true"})):
         c = compile_named(NAME, params=params,
                           target_args={"stages": str(call_stages(head_dim, True))})
         proc, cubin = compile_cubin(emit_attention(c), tmp_path, name)
@@ -331,7 +332,18 @@ def test_the_varlen_consumers_build_descriptors_in_uniform_registers(head_dim, t
         sass = sass_of(cubin)
         assert sass is not None
         moves[name] = sass.count("R2UR ")
-    assert moves["varlen"] <= moves["fixed"] + 8, moves
+    assert moves["uniform"] <= moves["fixed"] + 8 < moves["varlen"], moves
+
+
+def test_uniform_tiles_is_taken_where_it_measured_faster_and_refused_without_varlen():
+    assert varlen_params(128, True).get("uniform_tiles") == "true"
+    assert "uniform_tiles" not in varlen_params(64, True)
+    assert "uniform_tiles" not in varlen_params(128, False)
+    src = emit_attention(build(True, uniform_tiles="true"))
+    assert src.count("KT = __reduce_min_sync(0xffffffffu, KT);") == 1  # the consumers' alone
+    assert "__reduce_min_sync" not in emit_attention(build(True))
+    with pytest.raises(ProgramError, match=r"-p uniform_tiles: is built for -p varlen only"):
+        compile_named(NAME, params={"uniform_tiles": "true"}, target_args={"stages": "2"})
 
 
 _CPP = shutil.which("g++") or shutil.which("c++")
