@@ -452,13 +452,13 @@ def _run_kernel(torch, label: str, ks: dict, b: int, hq: int, hkv: int, sq: int,
     from pipeline_core_schedules_attention import call
 
     c, src = ks[label]
-    align = call.CAUSAL_ALIGN[causal]
     dev = torch.cuda.current_device()
-    slot = (d, "bf16", align is not None, align or "top_left", sk <= call.SHORT_KEYS, dev)
-    call.CALL.kernels[slot] = call._load(c, src, dev)
     q = torch.randn(b, hq, sq, d, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16)
+    # the slot the call looks up for these tensors (no gradient: the kernel key without LSE)
+    slot = call._kernel_key(call.plan_attention(q, k, v, causal=causal), dev, lse=False)
+    call.CALL.kernels[slot] = call._load(c, src, dev)
     o = call.attention(q, k, v, causal=causal)
     torch.cuda.synchronize()
     return max_err(torch, o, reference(torch, q, k, v, d ** -0.5, causal)[0])

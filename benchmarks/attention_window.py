@@ -228,7 +228,10 @@ def _build(key: tuple) -> bool:
     from pipeline_core_schedules_attention.call import _source
     from pipeline_core_schedules_attention.signature import KERNEL_NAME
 
-    return cubin_path(_source(*key)[1], KERNEL_NAME, BUILD_OPTIONS, ARCH) is not None
+    # both kernels of the key: the LSE's (a gradient) and the one without (-p lse=false: the
+    # timed calls, which need none)
+    return all(cubin_path(_source(*key, lse=lse)[1], KERNEL_NAME, BUILD_OPTIONS, ARCH) is not None
+               for lse in (True, False))
 
 
 def main() -> None:

@@ -108,6 +108,11 @@ CALL_OVERLAPS = {d: {"intra_overlap": "true", "pingpong": "false"} for d in HEAD
 #: the ring depth of a tile that names none
 CALL_STAGES = 2
 LOG2E = 1.4426950408889634
+#: the (head dim, causal) pairs whose calls with no gradient keep the LSE kernel (a null LSE)
+#: rather than one with the store compiled out (``-p lse=false``): the one pair where that
+#: measured slower on the H200 (0.985-0.99x; D 64 not causal gained 5.4-5.7%, the others
+#: 0.4-1.4%: benchmarks/attention_nolse.py, results/attention_nolse_s16_h200.jsonl)
+LSE_KEPT = {(128, True)}
 #: the causal tile order every call takes instead of its own choice (tile_order.choose), None
 #: unless a benchmark's ablation sets it; read when a call's arguments are packed, so arguments
 #: packed before it was set keep their order
@@ -291,12 +296,14 @@ def _tile(head_dim: int, causal: bool, short: bool, lean: bool = False) -> dict[
 
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
                 short: bool = False, window: tuple[int, int] = NO_WINDOW,
-                softcap: bool = False, varlen: bool = False) -> dict[str, str]:
+                softcap: bool = False, varlen: bool = False,
+                lse: bool = True) -> dict[str, str]:
     """The schedule parameters (``-p``) the call compiles for one head dim, causal or not,
     where the causal diagonal sits (``-p align``, given only when causal or windowed), and
     whether the keys are few (:data:`SHORT_KEYS`); a window's reaches, the softcap and
     ``-p varlen`` (varlen_call.py) only where taken (a windowed call takes the causal tiles: its
-    tiles' KV blocks vary alike; the softcap and varlen :data:`LEAN_TILES`)."""
+    tiles' KV blocks vary alike; the softcap and varlen :data:`LEAN_TILES`); ``-p lse=false``
+    for a call that needs no LSE (the store compiled out)."""
     vary = causal or window != NO_WINDOW
     params = {k: v for k, v in _tile(head_dim, vary, short, softcap or varlen).items()
               if k != "stages"}
@@ -304,7 +311,8 @@ def call_params(head_dim: int, causal: bool, align: str = "top_left",
                if window != NO_WINDOW else {})
     return {**params, "head_dim": str(head_dim), "causal": str(causal).lower(),
             **({"align": align} if vary else {}), **reaches,
-            **({"softcap": "true"} if softcap else {}), **({"varlen": "true"} if varlen else {})}
+            **({"softcap": "true"} if softcap else {}), **({"varlen": "true"} if varlen else {}),
+            **({} if lse else {"lse": "false"})}
 
 
 def call_stages(head_dim: int, causal: bool, short: bool = False) -> int:
@@ -324,19 +332,21 @@ class AttentionKernel(Built):
 
 
 def _source(head_dim: int, dtype: str, causal: bool, align: str, short: bool = False,
-            window: tuple[int, int] = NO_WINDOW,
-            softcap: bool = False) -> tuple[CompiledSchedule, str]:
+            window: tuple[int, int] = NO_WINDOW, softcap: bool = False,
+            lse: bool = True) -> tuple[CompiledSchedule, str]:
     """The call's schedule compiled (and proven) for one kernel, and its CUDA."""
     from pipeline_core_schedules_attention.emit_attention import emit_attention
 
-    compiled = CALL.compile(call_params(head_dim, causal, align, short, window, softcap),
+    compiled = CALL.compile(call_params(head_dim, causal, align, short, window, softcap,
+                                        lse=lse),
                             call_stages(head_dim, causal or window != NO_WINDOW, short))
     return compiled, emit_attention(compiled, dtype=dtype)
 
 
 def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool, device: int,
-           window: tuple[int, int] = NO_WINDOW, softcap: bool = False) -> AttentionKernel:
-    return _load(*_source(head_dim, dtype, causal, align, short, window, softcap), device)
+           window: tuple[int, int] = NO_WINDOW, softcap: bool = False,
+           lse: bool = True) -> AttentionKernel:
+    return _load(*_source(head_dim, dtype, causal, align, short, window, softcap, lse), device)
 
 
 def _load(compiled: CompiledSchedule, source: str, device: int) -> AttentionKernel:
@@ -354,11 +364,13 @@ def _load(compiled: CompiledSchedule, source: str, device: int) -> AttentionKern
                            block_m=g.block_m, block_n=g.block_n, bounds=plan_bounds(compiled))
 
 
-def _kernel_key(c: AttentionCall, device: int) -> tuple[Any, ...]:
+def _kernel_key(c: AttentionCall, device: int, lse: bool = True) -> tuple[Any, ...]:
     """The key of call ``c``'s kernel in ``CALL.kernels`` (a window's reaches and the softcap
-    after the six of every kernel, only where taken: one kernel per window)."""
-    extra = (c.window, bool(c.softcap)) if c.windowed or c.softcap else ()
-    return (c.head_dim, c.dtype, c.causal, c.align, c.short, device, *extra)
+    after the six of every kernel, only where taken: one kernel per window; then False where
+    the kernel stores no LSE, the call needing none), :func:`_build`'s arguments."""
+    extra = ((c.window, bool(c.softcap)) if c.windowed or c.softcap or not lse else ())
+    return (c.head_dim, c.dtype, c.causal, c.align, c.short, device, *extra,
+            *(() if lse else (False,)))
 
 
 def _attention_key(q: Any, k: Any, v: Any, causal: object, scale: object,
@@ -388,14 +400,15 @@ def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None,
     looked up in ``CALL.kernels`` at each launch, so the benchmarks' ablations and mutants,
     which swap its entries, run through the cached recipe).  With ``lse`` (a gradient is
     needed: the op's forward), ``(output, lse)``: each row's log-sum-exp too, [B, H, Sq] fp32;
-    without, the kernel is passed a null LSE and stores none."""
+    without, a null LSE, to a kernel built with the store compiled out (``-p lse=false``; but
+    where :data:`LSE_KEPT` holds)."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     if not q.is_cuda:  # no stream to key by: the checks refuse it in one line
         plan_attention(q, k, v, causal=causal, scale=scale, window=window, softcap=softcap)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     stream = current_stream(torch, device)
-    key = _attention_key(q, k, v, causal, scale, stream, window, softcap)
+    key = (*_attention_key(q, k, v, causal, scale, stream, window, softcap), lse)
     try:
         r = CALL.recipes.get(key)
     except TypeError:  # an unhashable causal or scale, which the checks refuse
@@ -403,8 +416,9 @@ def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None,
     if r is None:
         c = plan_attention(q, k, v, causal=causal, scale=scale, window=window,
                            softcap=softcap)
+        stored = lse or (c.head_dim, c.causal) in LSE_KEPT  # the kernel's LSE store
         r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream,
-                                         kernels=(_kernel_key(c, device),)))
+                                         kernels=(_kernel_key(c, device, stored),)))
     c = r.plan
     out = empty_in_order(torch, q.shape, c.out_order, q)  # q's layout, as SDPA's output
     saved = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if lse else None

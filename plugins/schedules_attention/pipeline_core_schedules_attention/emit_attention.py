@@ -270,7 +270,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     # the finish's store: its first ``cols`` columns where given (the head dim under the boxes')
     store = f"HD, {variant.elem}" + (f", {variant.cols}" if variant.cols else "")
     family = _family(g, finish=varlen_finish(store, g.lse) if g.varlen else
-                     f"            pcat::finish<{store}>(oacc, rows, {OUT_ROWS}, LSE, bh, Sq);")
+                     f"            pcat::finish<{store}>(oacc, rows, {OUT_ROWS}, "
+                     f"{'LSE' if g.lse else 'nullptr'}, bh, Sq);")
     return _source(compiled, g, dtype, variant, tiles, family, device, about, watchdog or 0)
 
 

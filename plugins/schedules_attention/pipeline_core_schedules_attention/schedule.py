@@ -172,10 +172,9 @@ class AttentionGeometry(WarpGroupTiles):
     #: blocks its own sequence's (varlen_tiles.VarlenBounds; docs/guide/attention.md, "Packed
     #: variable-length batches")
     varlen: bool = False
-    #: whether the packed kernel stores each row's log-sum-exp (-p varlen only): False compiles
-    #: the store out, for calls that do not return it (varlen_call: 3-8% on the H200 at 16k
-    #: tokens, since the LSE's address stays live across the KV loop; the fixed-length kernels
-    #: take a null LSE at run time, which measured the same as compiling it out)
+    #: whether the kernel stores each row's log-sum-exp: False compiles the store out, for calls
+    #: that need none (no gradient, no ``return_lse``; call.py and varlen_call.py build both;
+    #: docs/guide/attention.md, "The LSE only when asked")
     lse: bool = True
     #: whether the packed kernel's consumers declare each tile's KV counts warp-uniform
     #: (-p varlen only; emit_varlen.UNIFORM says what it changes; varlen_call picks it where it
@@ -256,9 +255,9 @@ class AttentionGeometry(WarpGroupTiles):
             raise bad("uniform_tiles", "is built for -p varlen only (the fixed-length kernels' "
                                        "counts are uniform already); drop it or add "
                                        "-p varlen=true")
-        if not self.lse and not self.varlen:
-            raise bad("lse", "false is built for -p varlen only (the fixed-length kernels take a "
-                             "null LSE at run time); drop -p lse or add -p varlen=true")
+        if not self.lse and self.decode:
+            raise bad("lse", "false is not built for -p decode (its splits combine through their "
+                             "LSEs); drop -p lse")
         if self.varlen and (self.windowed or self.softcap):
             raise bad("varlen", "windows and softcap are not built for packed batches yet; "
                                 "drop -p window_left, -p window_right and -p softcap")
@@ -458,8 +457,8 @@ PARAMS = (
                               "one runs)", bound=Bound(low=1, high=2)),
     Param("varlen", bool, False, "packed variable-length batches: each output tile one "
                                  "sequence's query block, visiting that sequence's KV blocks"),
-    Param("lse", bool, True, "store each row's log-sum-exp (false, with -p varlen only: the "
-                             "store compiled out, for calls that do not return it)"),
+    Param("lse", bool, True, "store each row's log-sum-exp (false: the store compiled out, "
+                             "for calls that need none)"),
     Param("uniform_tiles", bool, False, "the packed kernel's consumers declare each tile's KV "
                                         "counts warp-uniform (-p varlen only), so its KV loop "
                                         "keeps the ring in uniform registers"),

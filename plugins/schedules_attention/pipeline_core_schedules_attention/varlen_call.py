@@ -33,7 +33,7 @@ from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, RECIPE_CACHE_SIZE,
                                                describe, require_gpu_module, sm_count)
 
 from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E, OP_CAUSAL,
-                                                    SHORT_KEYS,
+                                                    LSE_KEPT, SHORT_KEYS,
                                                     SHORT_TILES, AttentionArgumentError,
                                                     AttentionKernel, _load, call_params,
                                                     call_stages, causal_align, check_group,
@@ -157,8 +157,7 @@ def varlen_params(head_dim: int, causal: bool, align: str = "top_left",
     """The ``-p`` parameters the varlen call compiles: the fixed-length call's, with
     ``-p varlen`` (and ``-p lse=false`` for a call that does not return the LSE,
     ``-p uniform_tiles`` where :data:`UNIFORM_TILES` holds)."""
-    return {**call_params(head_dim, causal, align, short, varlen=True),
-            **({} if lse else {"lse": "false"}),
+    return {**call_params(head_dim, causal, align, short, varlen=True, lse=lse),
             **({"uniform_tiles": "true"} if (head_dim, causal) in UNIFORM_TILES else {})}
 
 
@@ -274,8 +273,10 @@ def _check(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
 def _run(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
          causal: bool | str, scale: float | None, return_lse: bool = False) -> tuple[Any, Any]:
     """The call on checked-once CUDA tensors: its recipe (kept per argument description), the
-    output in q's layout and, with ``return_lse``, the LSE (else an empty tensor: the kernel
-    built with ``-p lse=false``, its store compiled out), the launch."""
+    output in q's layout and, with ``return_lse``, the LSE (else an empty tensor and a null
+    LSE, to a kernel built with ``-p lse=false``, its store compiled out, but where
+    call.LSE_KEPT holds: at D 128 causal the LSE kernel measured faster here too), the
+    launch."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     if not q.is_cuda:  # no stream to key by: refused in one line by the checks
@@ -292,7 +293,8 @@ def _run(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
     if r is None:
         c = _check(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale)
         r = VARLEN.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
-            (c.head_dim, c.dtype, c.causal, c.align, c.short, return_lse, device),)))
+            (c.head_dim, c.dtype, c.causal, c.align, c.short,
+             return_lse or (c.head_dim, c.causal) in LSE_KEPT, device),)))
     c = r.plan
     out = empty_in_order(torch, q.shape, c.out_order, q)  # q's layout
     lse = torch.empty((c.heads, c.total_q) if return_lse else (0,), dtype=torch.float32,

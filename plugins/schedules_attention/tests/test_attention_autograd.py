@@ -73,9 +73,12 @@ def test_the_forward_op_saves_each_rows_lse_as_b_h_sq_fp32(torch, host):
     assert (lse.shape, lse.dtype, lse.device) == ((2, 6, 100), "torch.float32", q.device)
     args = host.launches[-1][5]
     assert (int(args[3]), int(args[4])) == (out.ptr, lse.ptr)  # both packed per call
-    # the eager call (no gradient) passes a null LSE and allocates none
+    # the eager call (no gradient) passes a null LSE, allocates none, and runs a kernel of its
+    # own, built with the store compiled out (-p lse=false); the forward's kernel stores it
     call.attention(q, k, v, causal="bottom_right")
     assert int(host.launches[-1][5][4]) == 0
+    assert host.lse == [True, False] and host.built[0] == host.built[1]
+    assert host.launches[-2][0] == host.launches[-1][0]  # the fake kernel names its tile only
 
 
 def test_the_forward_saves_what_the_backward_reads_and_marks_lse_non_differentiable(

@@ -136,16 +136,19 @@ def host(monkeypatch):
     ran."""
     state = type("S", (State,), {})
     monkeypatch.setitem(sys.modules, "torch", fake_torch(state))
-    seen = types.SimpleNamespace(plans=0, builds=0, built=[], launches=[], ops=[], state=state)
+    seen = types.SimpleNamespace(plans=0, builds=0, built=[], lse=[], launches=[], ops=[],
+                                 state=state)
     plan = call.plan_attention
 
     def counted_plan(*a, **kw):
         seen.plans += 1
         return plan(*a, **kw)
 
-    def build(head_dim, dtype, causal, align, short, device):
+    def build(head_dim, dtype, causal, align, short, device, window=None, softcap=False,
+              lse=True):
         seen.builds += 1
         seen.built.append((head_dim, causal, align, short))
+        seen.lse.append(lse)
         return call.AttentionKernel(kernel=("kernel", head_dim, causal, align, short), smem=1,
                                     threads=384, block_m=128, block_n=128,
                                     bounds=LoopBounds(causal=causal, block_m=128, block_n=128,
@@ -166,6 +169,20 @@ def host(monkeypatch):
 
 def qkv(sq=100, sk=77, d=64, hq=6, hkv=6):
     return Tensor((2, hq, sq, d)), Tensor((2, hkv, sk, d)), Tensor((2, hkv, sk, d))
+
+
+def test_a_call_with_no_gradient_runs_the_kernel_without_the_lse_store_where_it_pays(host):
+    """No gradient: a null LSE, to the kernel built with the store compiled out (-p lse=false),
+    but at the (head dim, causal) pairs of call.LSE_KEPT, where that measured slower: there the
+    LSE kernel takes the null LSE.  Each kernel is built once."""
+    call.attention(*qkv(d=64))
+    call.attention(*qkv(d=128), causal=True)
+    call.attention(*qkv(d=128))
+    assert (128, True) in call.LSE_KEPT and (64, False) not in call.LSE_KEPT
+    assert host.lse == [False, True, False]
+    assert all(int(launch[5][4]) == 0 for launch in host.launches)
+    keys = list(call.CALL.kernels)
+    assert [len(k) for k in keys] == [9, 6, 9] and keys[0][6:] == (call.NO_WINDOW, False, False)
 
 
 def test_a_repeated_call_checks_plans_and_packs_once(host):

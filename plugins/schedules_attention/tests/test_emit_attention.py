@@ -921,3 +921,18 @@ def test_the_new_head_dims_windowed_and_capped_kernels_build_without_spills(head
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr, (window, cap)
         assert "serialized" not in proc.stderr
+
+
+@pytest.mark.parametrize("params", [{}, {"causal": "true", "align": "bottom_right"},
+                                    {"head_dim": "64", "softcap": "true"}])
+def test_a_call_that_needs_no_lse_gets_a_kernel_that_stores_none_and_keeps_the_rest(params):
+    """``-p lse=false`` (a call with no gradient): the finish passes a null LSE, which the
+    compiler then drops with the store; every other line is the LSE kernel's, which the call's
+    forward under autograd runs (call._kernel_key keeps the two apart)."""
+    with_lse = emit_attention(compiled(**params))
+    without = emit_attention(compiled(**params, lse="false"))
+    finish = [ln for ln in with_lse.splitlines() if "pcat::finish<" in ln]
+    assert len(finish) == 1 and finish[0].endswith(", LSE, bh, Sq);")
+    assert finish[0].replace(", LSE, bh, Sq);", ", nullptr, bh, Sq);") in without.splitlines()
+    assert ([ln for ln in with_lse.splitlines() if "pcat::finish<" not in ln]
+            == [ln for ln in without.splitlines() if "pcat::finish<" not in ln])

@@ -291,10 +291,12 @@ def test_a_kernel_built_without_the_lse_stores_none_and_keeps_the_rest(causal, a
     assert " LSE" in without.split("pc_flash_attention_fwd(", 1)[1]  # one signature for both
 
 
-def test_lse_false_is_refused_without_varlen_in_one_line():
-    with pytest.raises(ProgramError, match=r"-p lse: false is built for -p varlen only .* drop "
-                                           r"-p lse or add -p varlen=true"):
-        compile_named(NAME, params={"lse": "false"}, target_args={"stages": "2"})
+def test_lse_false_is_refused_with_decode_in_one_line():
+    with pytest.raises(ProgramError, match=r"-p lse: false is not built for -p decode .* drop "
+                                           r"-p lse"):
+        compile_named(NAME, params={"lse": "false", "decode": "true", "block_m": "64",
+                                    "consumers": "1", "pingpong": "false"},
+                      target_args={"stages": "2"})
 
 
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
