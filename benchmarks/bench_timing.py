@@ -44,7 +44,13 @@ def ratios(per: Mapping[str, list[float]], ours: str, peer: str) -> list[float]:
 
 def graphed(torch: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
     """The replay of a CUDA graph of one call of ``fn``, warmed on a side stream first (a
-    call's per-stream state, split-K's workspace, is made there): the GPU's time alone."""
+    call's per-stream state, split-K's workspace, is made there): the GPU's time alone.
+
+    The replay keeps ``fn`` (and so what its closure holds) alive: a graph reads the addresses
+    it captured, and a lambda whose default arguments held the only references to its inputs
+    would otherwise let them be freed and reused while the graph still reads them, which shows
+    up as an illegal address in a later replay, not as a wrong kernel (session 16 lost time to
+    exactly that)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -53,7 +59,12 @@ def graphed(torch: Any, fn: Callable[[], Any]) -> Callable[[], Any]:
         with torch.cuda.graph(g, stream=side):
             fn()
     torch.cuda.current_stream().wait_stream(side)
-    return g.replay
+
+    def replay() -> None:
+        g.replay()
+
+    replay.keeps = (g, fn)  # type: ignore[attr-defined]  # the graph and its inputs, alive
+    return replay
 
 
 def warm_and_check(torch: Any, impls: Mapping[str, Callable[[], Any]], out: Any, ref: Any,

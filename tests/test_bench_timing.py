@@ -43,3 +43,49 @@ def test_rounds_rotate_the_order_and_time_only_the_timed_calls():
     firsts = [calls[r * 3 * 7] for r in range(4)]  # 7 calls (2 warm-up + 5 timed) per turn
     assert firsts == ["a", "b", "c", "a"]
     assert bench_timing.ratios(per, "a", "c") == [4.0] * 4
+
+
+def test_a_graphed_call_keeps_its_inputs_alive_while_the_graph_can_replay():
+    """The graph reads the addresses it captured: the replay holds ``fn`` (so its closure's
+    inputs) for as long as it lives, or a caller whose lambda held the only reference to its
+    inputs sees them freed and reused under the graph (an illegal address on the GPU)."""
+    import contextlib
+    import gc
+    import weakref
+
+    class Graph:
+        def __init__(self) -> None:
+            self.replays = 0
+
+        def replay(self) -> None:
+            self.replays += 1
+
+    class Stream:
+        def wait_stream(self, other: object) -> None:
+            pass
+
+    graphs: list[Graph] = []
+
+    def graph(g: Graph, stream: object) -> contextlib.AbstractContextManager[None]:
+        graphs.append(g)
+        return contextlib.nullcontext()
+
+    torch = SimpleNamespace(cuda=SimpleNamespace(
+        Stream=Stream, current_stream=Stream, stream=lambda s: contextlib.nullcontext(),
+        CUDAGraph=Graph, graph=graph))
+
+    class Inputs:
+        pass
+
+    inputs = Inputs()
+    alive = weakref.ref(inputs)
+    runs: list[int] = []
+    replay = bench_timing.graphed(torch, lambda held=inputs: runs.append(id(held)))
+    del inputs
+    gc.collect()
+    assert alive() is not None and len(runs) == 2  # warm-up and capture
+    replay()
+    assert graphs[0].replays == 1
+    del replay
+    gc.collect()
+    assert alive() is None
