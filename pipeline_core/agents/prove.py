@@ -942,14 +942,9 @@ class _Run:
                 first = min(after, key=lambda x: x.n)
                 if self.hb(last.node, first.node):
                     continue
-                self.report(HazardKind.ORDER, first,
-                            f"may be issued before {self.step_text(last)}: ordering "
-                            f"{order.name} ({' then '.join(t.agent for t in order.turns)}, "
-                            "each K tile) is not enforced",
-                            other=last, fix=Fix("review", first.placed.section,
-                                                first.placed.position,
-                                                f"restore {self.agent_name(first.agent)}'s "
-                                                f"named barrier wait of ordering {order.name}"))
+                self._unordered(first, last, f"ordering {order.name} ("
+                                f"{' then '.join(t.agent for t in order.turns)}, each K tile)",
+                                f"named barrier wait of ordering {order.name}")
                 break
 
     def _join(self, name: str, parts: Sequence[tuple[int, set[int]]]) -> None:
@@ -972,13 +967,9 @@ class _Run:
                     if after is None or after.node in self.dead or \
                             self.hb(last.node, after.node):
                         continue
-                    self.report(HazardKind.ORDER, after,
-                                f"may be issued before {self.step_text(last)}: join {name} "
-                                f"({', '.join(self.agent_name(a) for a, _ in parts)} meet each "
-                                "K tile) is not enforced", other=last,
-                                fix=Fix("review", after.placed.section, after.placed.position,
-                                        f"restore {self.agent_name(after.agent)}'s named "
-                                        f"barrier sync of join {name}"))
+                    self._unordered(after, last, f"join {name} ("
+                                    f"{', '.join(self.agent_name(a) for a, _ in parts)} meet "
+                                    "each K tile)", f"named barrier sync of join {name}")
                     return
 
     def _output_order(self, name: str, agents: Sequence[int], ops: set[int]) -> None:
@@ -993,14 +984,19 @@ class _Run:
             last, first = before[-1], after[0]
             if self.hb(last.node, first.node):
                 continue
-            self.report(HazardKind.ORDER, first,
-                        f"may be issued before {self.step_text(last)}: ordering {name} "
-                        f"({' then '.join(self.agent_name(a) for a in agents)}, each output "
-                        "tile's mainloop in turn) is not enforced", other=last,
-                        fix=Fix("review", first.placed.section, first.placed.position,
-                                f"restore {self.agent_name(first.agent)}'s named barrier wait "
-                                f"of ordering {name}"))
+            self._unordered(first, last, f"ordering {name} ("
+                            f"{' then '.join(self.agent_name(a) for a in agents)}, each output "
+                            "tile's mainloop in turn)", f"named barrier wait of ordering {name}")
             return
+
+    def _unordered(self, early: _Inst, last: _Inst, what: str, barrier: str) -> None:
+        """One ORDER report, the same words for every ordering rule: ``early`` may be issued
+        before ``last`` because ``what`` (an ordering or a join, named with its parts) is not
+        enforced; the fix restores ``early``'s agent's ``barrier`` step."""
+        self.report(HazardKind.ORDER, early,
+                    f"may be issued before {self.step_text(last)}: {what} is not enforced",
+                    other=last, fix=Fix("review", early.placed.section, early.placed.position,
+                                        f"restore {self.agent_name(early.agent)}'s {barrier}"))
 
     def _what(self, ring_name: str) -> str:
         return "data" if self.plan.ring(ring_name).kind == "full" else "releases"
