@@ -73,6 +73,13 @@ __device__ __forceinline__ void store_ds(u32 at, int c, const float (&g)[4]) {
                     "r"(Elem::pack(g[2], g[3])) : "memory");
 }
 
+// A pair of per-row floats (the LSE's or delta's) of query columns col, col + 1 from the
+// shared row vector at `at`: the one load the gradient steps make of them.
+__device__ __forceinline__ void row_pair(u32 at, int col, float (&v)[2]) {
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[0]), "=f"(v[1])
+                 : "r"(at + col * 4));
+}
+
 // The consumer's dS, written by all its threads, fenced to the async proxy (wgmma reads it)
 // and gathered on its barrier `bar`.
 __device__ __forceinline__ void gather_ds(int bar) {
@@ -109,10 +116,8 @@ __device__ __forceinline__ void grad(float (&s)[BM / 2], float (&dp)[BM / 2], u3
     for (int c = 0; c < BM / 8; ++c) {
         const int col = c * 8 + 2 * q;
         float l[2], d[2];
-        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(l[0]), "=f"(l[1])
-                     : "r"(lse + col * 4));
-        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(d[0]), "=f"(d[1])
-                     : "r"(delta + col * 4));
+        row_pair(lse, col, l);
+        row_pair(delta, col, d);
         float p[4], g[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -150,8 +155,7 @@ __device__ __forceinline__ void prob(float (&s)[BM / 2], u32 (&pp)[BM / 4], u32 
     for (int c = 0; c < BM / 8; ++c) {
         const int col = c * 8 + 2 * q;
         float l[2];
-        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(l[0]), "=f"(l[1])
-                     : "r"(lse + col * 4));
+        row_pair(lse, col, l);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int r = e & 1, k = e >> 1;
@@ -178,8 +182,7 @@ __device__ __forceinline__ void dscore(float (&p)[BM / 2], float (&dp)[BM / 2], 
     for (int c = 0; c < BM / 8; ++c) {
         const int col = c * 8 + 2 * q;
         float d[2];
-        asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(d[0]), "=f"(d[1])
-                     : "r"(delta + col * 4));
+        row_pair(delta, col, d);
         float g[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) g[e] = p[4 * c + e] * (dp[4 * c + e] - d[e & 1]) * scale;
