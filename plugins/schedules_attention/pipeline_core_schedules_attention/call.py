@@ -113,6 +113,13 @@ LOG2E = 1.4426950408889634
 #: measured slower on the H200 (0.985-0.99x; D 64 not causal gained 5.4-5.7%, the others
 #: 0.4-1.4%: benchmarks/attention_nolse.py, results/attention_nolse_s16_h200.jsonl)
 LSE_KEPT = {(128, True)}
+
+
+def stores_lse(head_dim: int, causal: bool, needed: bool) -> bool:
+    """Whether a call's kernel is built with the LSE store: where the call needs the LSE (a
+    gradient, ``return_lse``), or where :data:`LSE_KEPT` holds (then it takes a null LSE); the
+    one rule of the fixed-length and the packed calls."""
+    return needed or (head_dim, causal) in LSE_KEPT
 #: the causal tile order every call takes instead of its own choice (tile_order.choose), None
 #: unless a benchmark's ablation sets it; read when a call's arguments are packed, so arguments
 #: packed before it was set keep their order
@@ -416,9 +423,8 @@ def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None,
     if r is None:
         c = plan_attention(q, k, v, causal=causal, scale=scale, window=window,
                            softcap=softcap)
-        stored = lse or (c.head_dim, c.causal) in LSE_KEPT  # the kernel's LSE store
-        r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream,
-                                         kernels=(_kernel_key(c, device, stored),)))
+        r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
+            _kernel_key(c, device, stores_lse(c.head_dim, c.causal, lse)),)))
     c = r.plan
     out = empty_in_order(torch, q.shape, c.out_order, q)  # q's layout, as SDPA's output
     saved = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if lse else None

@@ -33,11 +33,11 @@ from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, RECIPE_CACHE_SIZE,
                                                describe, require_gpu_module, sm_count)
 
 from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E, OP_CAUSAL,
-                                                    LSE_KEPT, SHORT_KEYS,
+                                                    SHORT_KEYS,
                                                     SHORT_TILES, AttentionArgumentError,
                                                     AttentionKernel, _load, call_params,
                                                     call_stages, causal_align, check_group,
-                                                    check_operands, softmax_scale)
+                                                    check_operands, softmax_scale, stores_lse)
 from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
                                                       in_place, order_of, readable)
 from pipeline_core_schedules_attention.schedule import NAME
@@ -172,10 +172,12 @@ def varlen_source(head_dim: int, dtype: str, causal: bool, align: str,
 
 
 #: every kernel the varlen call may build: (head dim, dtype, causal, alignment, short, LSE
-#: stored; the GPU check builds each into the disk cache first, benchmarks/attention_varlen.py)
+#: stored: call.stores_lse with and without ``return_lse``; the GPU check builds each into the
+#: disk cache first, benchmarks/attention_varlen.py)
 VARIANTS = tuple((d, t, c, a, s, lse) for d in HEAD_DIMS for t in ("bf16", "fp16")
                  for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))
-                 for s in (False, True) for lse in (False, True))
+                 for s in (False, True)
+                 for lse in sorted({stores_lse(d, c, need) for need in (False, True)}))
 
 
 def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool, lse: bool,
@@ -294,7 +296,7 @@ def _run(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
         c = _check(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale)
         r = VARLEN.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
             (c.head_dim, c.dtype, c.causal, c.align, c.short,
-             return_lse or (c.head_dim, c.causal) in LSE_KEPT, device),)))
+             stores_lse(c.head_dim, c.causal, return_lse), device),)))
     c = r.plan
     out = empty_in_order(torch, q.shape, c.out_order, q)  # q's layout
     lse = torch.empty((c.heads, c.total_q) if return_lse else (0,), dtype=torch.float32,

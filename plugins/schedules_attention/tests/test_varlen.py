@@ -494,3 +494,19 @@ def test_a_window_or_softcap_is_refused_in_one_line_naming_it(kw):
     with pytest.raises(AttentionArgumentError, match=rf"attention_varlen: {name}: .* pad the "
                                                      rf"batch and call attention\(\.\.\., {name}="):
         attention_varlen(None, None, None, None, None, 1, 1, **kw)
+
+
+def test_the_packed_call_stores_the_lse_by_the_fixed_length_calls_rule():
+    """call.stores_lse, one rule for both calls: the LSE kernel where the LSE is returned or
+    where call.LSE_KEPT holds (D 128 causal), else the kernel without the store; the GPU
+    check's prebuild list (VARIANTS) holds exactly the kernels that rule builds."""
+    from pipeline_core_schedules_attention.call import stores_lse
+    from pipeline_core_schedules_attention.varlen_call import VARIANTS
+
+    assert stores_lse(128, True, False) and stores_lse(64, False, True)
+    assert not stores_lse(64, True, False) and not stores_lse(128, False, False)
+    kinds = {(d, c): set() for d, _, c, _, _, _ in VARIANTS}
+    for d, _, c, _, _, lse in VARIANTS:
+        kinds[d, c].add(lse)
+    assert kinds == {(d, c): {True} if (d, c) == (128, True) else {False, True}
+                     for d, c in kinds}
