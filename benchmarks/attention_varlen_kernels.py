@@ -51,18 +51,20 @@ def prebuild() -> None:
     from pipeline_core_nvidia_h100.kit_api import ARCH, BUILD_OPTIONS, cubin_path
 
     from pipeline_core_schedules_attention import varlen_call
-    from pipeline_core_schedules_attention.call import _source
+    from pipeline_core_schedules_attention.call import _source, stores_lse
     from pipeline_core_schedules_attention.signature import KERNEL_NAME
 
     built = 0
     for _, _, d, c in CASES:
-        sources = [_source(d, "bf16", bool(c), "top_left")[1]]
-        for lse in (False, True):
-            sources.append(varlen_call.varlen_source(d, "bf16", bool(c), "top_left", False, lse)[1])
+        causal, plain = bool(c), stores_lse(d, bool(c), False)  # the kernels the calls build
+        sources = [_source(d, "bf16", causal, "top_left", lse=plain)[1]]
+        for lse in {plain, True}:
+            sources.append(varlen_call.varlen_source(d, "bf16", causal, "top_left", False,
+                                                     lse)[1])
         chosen, varlen_call.varlen_params = varlen_call.varlen_params, flipped_params()
         try:
-            sources.append(varlen_call.varlen_source(d, "bf16", bool(c), "top_left", False,
-                                                     False)[1])
+            sources.append(varlen_call.varlen_source(d, "bf16", causal, "top_left", False,
+                                                     plain)[1])
         finally:
             varlen_call.varlen_params = chosen
         built += sum(cubin_path(s, KERNEL_NAME, BUILD_OPTIONS, ARCH) is not None for s in sources)
