@@ -11,8 +11,12 @@ Nothing here imports torch or CuPy at import time.
 """
 from __future__ import annotations
 
+import ctypes
+import threading
 from collections.abc import Hashable
 from typing import Any, Generic, TypeVar
+
+import attrs
 
 from pipeline_core_nvidia_h100.runtime import _require
 
@@ -91,24 +95,74 @@ def current_stream(torch: Any, device: int) -> int:
 
 class PackedArgs(tuple):  # type: ignore[type-arg, unused-ignore]
     """A launch's arguments packed once and kept by the call layer (``kit.call.Launch``): the
-    launch builds the driver's parameter array for them once (``params``, set on first launch)
-    and later launches hand it to ``cuLaunchKernel`` directly, without CuPy converting each
-    argument again (an eager small GEMM waits on the host)."""
+    launch builds the driver's parameter array for them once (on first launch) and later
+    launches hand it to ``cuLaunchKernel`` directly, without CuPy converting each argument
+    again (an eager small GEMM waits on the host: CuPy's conversion measured 9 us a launch on
+    an H200, the driver call alone about 3).
 
-    params: Any
+    :meth:`around` gives the arguments of one call whose kernel takes values that change every
+    call (an output allocated per call) between kept ones: those share this tuple's parameter
+    array, the changing slots rewritten before each launch."""
+
+    def around(self, late: tuple[Any, ...], tail: tuple[Any, ...]) -> PackedArgs:
+        """This call's arguments: the kept ones, ``late`` (this call's), then ``tail``."""
+        full = PackedArgs((*self, *late, *tail))
+        full.template = self  # type: ignore[attr-defined]
+        full.late = (len(self), len(self) + len(late))  # type: ignore[attr-defined]
+        return full
 
 
-def _driver_params(args: PackedArgs) -> Any:
-    """The ``void*[]`` cuLaunchKernel reads (each argument's bytes in a kept 0-d array), kept
-    on ``args``; None when an argument is not a NumPy value (then CuPy converts them)."""
-    import ctypes
+def function_handle(kernel: Any) -> int | None:
+    """The ``CUfunction`` a launch hands the driver: CuPy's ``Function`` holds it as ``ptr``;
+    a ``RawKernel`` (what ``RawModule.get_function`` returns, and so what the kit loads) holds
+    its ``Function`` for the current device as ``kernel``.  None for anything else (a test's
+    stand-in), which CuPy then launches."""
+    handle = getattr(kernel, "ptr", None)
+    if handle is None:
+        handle = getattr(getattr(kernel, "kernel", None), "ptr", None)
+    return handle if isinstance(handle, int) and handle else None
 
-    np = _require("numpy")
-    if not all(isinstance(a, (np.generic, np.ndarray)) for a in args):
-        return None
-    kept = [np.array(a) for a in args]
-    pointers = (ctypes.c_void_p * max(1, len(kept)))(*[k.ctypes.data for k in kept])
-    return kept, pointers
+
+@attrs.frozen(kw_only=True, eq=False)
+class DriverParams:
+    """The ``void*[]`` ``cuLaunchKernel`` reads for one set of packed arguments: each
+    argument's bytes in a kept 0-d array (``kept``, in order), ``address`` the array of their
+    addresses.  A late slot is rewritten in place (:meth:`fill`) before its launch."""
+
+    kept: tuple[Any, ...]
+    pointers: Any
+    address: int
+
+    @classmethod
+    def of(cls, args: tuple[Any, ...]) -> DriverParams | None:
+        """Built from ``args``; None when one is not a NumPy value (CuPy then converts them)."""
+        np = _require("numpy")
+        if not all(isinstance(a, (np.generic, np.ndarray)) for a in args):
+            return None
+        kept = tuple(np.array(a) for a in args)
+        pointers = (ctypes.c_void_p * max(1, len(kept)))(*[k.ctypes.data for k in kept])
+        return cls(kept=kept, pointers=pointers, address=ctypes.addressof(pointers))
+
+    def fill(self, args: tuple[Any, ...], start: int, stop: int) -> None:
+        """Rewrite slots ``start`` to ``stop`` with ``args``' values there (a late call's)."""
+        for i in range(start, stop):
+            self.kept[i][()] = args[i]
+
+
+_LATE = threading.Lock()  # a late launch's fill and launch, as one step across threads
+
+
+def _driver(kernel: Any, args: PackedArgs) -> tuple[int, DriverParams] | None:
+    """``kernel``'s handle and ``args``' parameter array, found on first use and kept on the
+    tuple that owns the array (a late call's template; its kernel is the same every call);
+    None where the driver cannot take them (CuPy launches)."""
+    owner = getattr(args, "template", args)
+    found = owner.__dict__.get("driver")
+    if found is None:
+        handle = function_handle(kernel)
+        params = DriverParams.of(args) if handle is not None else None
+        found = owner.driver = (handle, params) if params is not None else False
+    return found or None
 
 
 def launch(kernel: Any, device: int, stream: int, grid: tuple[int, ...],
@@ -123,18 +177,19 @@ def launch(kernel: Any, device: int, stream: int, grid: tuple[int, ...],
         with cp.cuda.Device(device):
             launch(kernel, device, stream, grid, block, args, shared_mem)
         return
-    params = None
-    handle = getattr(kernel, "ptr", None)
-    if isinstance(args, PackedArgs) and handle is not None:
-        params = getattr(args, "params", None)
-        if params is None:
-            params = args.params = _driver_params(args) or False
-    if params:
-        import ctypes
-
-        g = (*grid, 1, 1)[:3]
-        b = (*block, 1, 1)[:3]
-        cp.cuda.driver.launchKernel(handle, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem,
-                                    stream, ctypes.addressof(params[1]), 0)
+    found = _driver(kernel, args) if isinstance(args, PackedArgs) else None
+    if found is None:
+        kernel(grid, block, args, shared_mem=shared_mem, stream=external_stream(stream))
         return
-    kernel(grid, block, args, shared_mem=shared_mem, stream=external_stream(stream))
+    handle, params = found
+    g = (*grid, 1, 1)[:3]
+    b = (*block, 1, 1)[:3]
+    late = getattr(args, "late", None)
+    if late is None:
+        cp.cuda.driver.launchKernel(handle, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem,
+                                    stream, params.address, 0)
+        return
+    with _LATE:  # the driver copies the array during the call: no other fill meanwhile
+        params.fill(args, *late)
+        cp.cuda.driver.launchKernel(handle, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem,
+                                    stream, params.address, 0)

@@ -120,17 +120,17 @@ class Launch:
     grid: tuple[int, ...]
     block: tuple[int, ...]
     smem: int
-    args: tuple[Any, ...]
+    args: PackedArgs
     late: Callable[[Any], Any] | None = None
     tail: tuple[Any, ...] = ()
 
     @classmethod
     def of(cls, built: Built, grid: tuple[int, ...], args: tuple[Any, ...],
            late: Callable[[Any], Any] | None = None, tail: tuple[Any, ...] = ()) -> Launch:
-        """``args`` with no late value are kept whole (launch_cache.PackedArgs: the launch
-        hands the driver their parameter array, built once)."""
+        """``args`` are kept packed (launch_cache.PackedArgs: the launch hands the driver
+        their parameter array, built once; a late call's shares it, its late slots rewritten)."""
         return cls(kernel=built.kernel, grid=grid, block=(built.threads,), smem=built.smem,
-                   args=PackedArgs(args) if late is None else args, late=late, tail=tail)
+                   args=PackedArgs(args), late=late, tail=tail)
 
 
 @attrs.frozen(kw_only=True)
@@ -267,9 +267,9 @@ class HostCall(Generic[P, B]):
         for p in found:
             self.launcher(p.kernel, r.device, r.stream, p.grid, p.block,
                           p.args if p.late is None
-                          else (*p.args, *p.late(*map(_address, late)), *p.tail)
+                          else p.args.around(p.late(*map(_address, late)), p.tail)
                           if type(late) is tuple
-                          else (*p.args, p.late(late.data_ptr()), *p.tail), p.smem)
+                          else p.args.around((p.late(late.data_ptr()),), p.tail), p.smem)
 
     def call(self, op: str, run: Callable[..., Any], check: Callable[..., Any],
              tensors: Sequence[Any], *args: Any,
