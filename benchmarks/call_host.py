@@ -1,5 +1,6 @@
-"""What an eager call costs the host: microseconds per ``matmul`` / ``scaled_mm`` call against
-torch's own call on the same tensors, on shapes so small the GPU never holds the host back.
+"""What an eager call costs the host: microseconds per ``matmul`` / ``scaled_mm`` / ``attention``
+call against torch's own call on the same tensors, on shapes so small the GPU rarely holds the
+host back (16x8192x8192's kernel outlasts both calls' host time: there the GPU's time shows).
 
 Why: a small GEMM in eager mode waits on the host (docs/guide/matmul.md, "Speed": 1x4096x4096
 ran 0.73 of cuBLAS eager and 0.86 in a CUDA graph, 16x8192x8192 0.68 and 0.78), so the call
@@ -73,6 +74,25 @@ def profile(fn, calls: int, top: int = 25) -> str:
     return s.getvalue()
 
 
+def attention_rows(torch, calls: int, rounds: int) -> list[dict]:
+    """``attention`` (no gradient: the no-LSE kernel) against SDPA, [B, H, S, D] bf16, small S."""
+    from pipeline_core_schedules_attention.call import attention
+    rows = []
+    for b, h, s, d, causal in ((1, 8, 128, 64, False), (1, 32, 256, 128, True)):
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        impls = {"ours": lambda: attention(q, k, v, causal=causal),
+                 "sdpa": lambda: torch.nn.functional.scaled_dot_product_attention(
+                     q, k, v, is_causal=causal)}
+        for f in impls.values():
+            f()
+        us = {name: round(host_us(torch, f, calls, rounds), 2) for name, f in impls.items()}
+        rows.append({"kind": "host", "case": f"attention {b}x{h}x{s}x{d}"
+                     f"{' causal' if causal else ''}", "us_per_call": us})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prebuild-only", action="store_true")
@@ -117,6 +137,7 @@ def main() -> None:
     rows.append({"kind": "host", "case": "fp8 64x64x64", "us_per_call": us})
     print(json.dumps(rows[-1]), flush=True)
     prof.append("== scaled_mm fp8 64x64x64\n" + profile(impls["ours"], args.calls))
+    rows += attention_rows(torch, args.calls, args.rounds)
     if args.out:
         Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
     if args.profile:
