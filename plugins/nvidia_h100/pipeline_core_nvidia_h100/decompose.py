@@ -8,10 +8,9 @@ cores, so what counts is how many CTAs stream B and how often each re-reads A.  
 chooses per shape, with no timing (it may run inside a CUDA graph capture, and a first call
 must not sync), by two rules (docs/guide/matmul.md, "Decomposition"):
 
-* **M of one tile or less** (:func:`small_m`): 64-row tiles for M <= 64 (a 128-row tile would
-  compute half zeros), one consumer warp group, five ring stages (more bytes in flight per SM,
-  the bound being bandwidth), 64 columns at M > 64 (enough CTAs to stream B with A read once
-  per 64 columns) and 128 below it, and K split across CTAs where the tiles leave over half the
+* **M of one tile or less** (:func:`small_m`): wave_cost.SMALL_TILES, 64x128 tiles on one
+  consumer warp group with eight ring stages (the bound is bandwidth: bytes in flight per SM;
+  five where eight do not fit), and K split across CTAs where the tiles leave over half the
   SMs idle (``gemm_call.split_count``).
 * **Otherwise the wave model** (:func:`wave_pick`): each candidate of :data:`WAVE_TILES` costs
   ``ceil(tiles / SMs)`` rounds of one tile's work at that tile's sustained rate, relative to
@@ -45,7 +44,7 @@ import math
 import attrs
 
 from pipeline_core_nvidia_h100.autotune import Candidate, direct_store, takes
-from pipeline_core_nvidia_h100.wave_cost import SMALL_M, rank
+from pipeline_core_nvidia_h100.wave_cost import SMALL_M, rank, small_tiles
 from pipeline_core_nvidia_h100.gemm_call import CallPlan, rows_off_line, split_count
 from pipeline_core_nvidia_h100.warpspecialized import DTYPE_BYTES, GemmVariant, k_tile
 
@@ -117,11 +116,13 @@ def wave_pick(m: int, n: int, batch: int, sms: int, off_line: bool = False,
     return attrs.evolve(WAVE_TILES[i][0], stream_k=stream_k)
 
 
-def small_m(m: int) -> Candidate:
-    """The bandwidth-bound shapes' tile: M of at most :data:`SMALL_M` rows."""
-    if m <= 64:
-        return Candidate(bm=64, bn=128, stages=5, consumers=1)
-    return Candidate(bm=128, bn=64, stages=5, consumers=1)
+def small_m(m: int, variant: GemmVariant = GemmVariant()) -> Candidate:
+    """The bandwidth-bound shapes' tile: M of at most :data:`SMALL_M` rows; the first of
+    ``wave_cost.small_tiles(m)`` that ``variant`` can take (its store, or the direct one),
+    the first of them where none can."""
+    table = [c for c, _ in small_tiles(m)]
+    return next((c for c in table if takes(c, variant) or takes(c, direct_store(variant))),
+                table[0])
 
 
 def for_plan(plan: CallPlan, sms: int, stream_k: bool = True, model: bool = False
@@ -162,7 +163,7 @@ def choose(m: int, n: int, k: int, variant: GemmVariant, sms: int,
         return Candidate()
     k_tiles = max(1, math.ceil(k / k_tile(variant.dtype)))
     shares = stream_k and batch == 1 and variant.batch == "none"
-    c = (small_m(m) if m <= SMALL_M else
+    c = (small_m(m, variant) if m <= SMALL_M else
          wave_pick(m, n, batch, sms, off_line, k_tiles if shares else 0))
     if not (takes(c, variant) or takes(c, direct_store(variant))):
         return Candidate()  # a layout or epilogue the chosen tile cannot take

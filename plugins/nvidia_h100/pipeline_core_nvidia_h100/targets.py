@@ -10,8 +10,11 @@ from pipeline_core_nvidia_h100.costs import MMA_LATENCY, h100_cost_model
 from pipeline_core_nvidia_h100.machine import H100_SXM
 from pipeline_core_nvidia_h100.sync import H100_SYNC
 
-#: Ring depths the multistage plan uses (docs NVIDIA plan: 2-5 stages of a cp.async ring).
-STAGES = Bound(low=2, high=5)
+#: Ring depths a schedule on this target may take (``-T stages``): the multistage plan's
+#: cp.async ring and the warp-specialized TMA ring.  Up to the core's PipelineConfig depth (8):
+#: the small-M GEMM streams B through eight (wave_cost.SMALL_TILES); shared memory bounds each
+#: geometry's depth on its own (WsGeometry.validate refuses a ring that does not fit).
+STAGES = Bound(low=2, high=8)
 DEFAULT_STAGES = 3
 
 

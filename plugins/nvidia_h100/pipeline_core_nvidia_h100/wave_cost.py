@@ -35,7 +35,7 @@ from pipeline_core_nvidia_h100.autotune import Candidate
 from pipeline_core_nvidia_h100.gemm_call import split_count
 from pipeline_core_nvidia_h100.warpspecialized import DTYPE_BYTES, k_tile
 
-__all__ = ["Costed", "RATES", "SMALL_TILES", "rank", "pick"]
+__all__ = ["Costed", "RATES", "SMALL_TILES", "rank", "pick", "small_tiles"]
 
 #: Each large tile's sustained throughput relative to 128x256 on two consumers, per input type,
 #: in the order ties are broken.  16-bit: decompose.WAVE_TILES' panel medians (benchmarks/
@@ -55,12 +55,26 @@ RATES: dict[str, tuple[tuple[Candidate, float], ...]] = {
              (Candidate(bm=128, bn=128, stages=4, consumers=2), 0.97),
              (Candidate(bm=64, bn=256, stages=4, consumers=1), 0.93)),
 }
-#: M of at most 128 rows: the bandwidth-bound tiles (decompose.small_m's), 64-row first; the
-#: rate is 128x64's on large shapes (0.57-0.66 of 128x256 in the panel).
+#: M of at most 128 rows: the bandwidth-bound tiles (decompose.small_m's), in the order ties
+#: go: 64x128 first, eight stages before five (five only where eight do not fit the variant's
+#: shared memory).  The rate is 128x64's on large shapes (0.57-0.66 of 128x256 in the panel).
+#: Why eight and 64x128 (benchmarks/gemm_small_m.py on an H200, CUDA-graph replays against
+#: cuBLAS's, medians of 5 rounds, benchmarks/results/gemm_small_m_s17_h200.jsonl): the GEMM reads
+#: B once, so the bytes each SM keeps in flight bound it; 128x8192x8192 ran 0.889 with 64x128
+#: at five stages, 0.998 at eight, 0.86 / 0.934 with 128x64; 1x4096x4096 0.727 -> 0.772;
+#: 16x8192x8192 0.79 -> 0.805; 64x8192x8192 0.86 either way.
 SMALL_TILES: tuple[tuple[Candidate, float], ...] = (
+    (Candidate(bm=64, bn=128, stages=8, consumers=1), 0.6),
+    (Candidate(bm=128, bn=64, stages=8, consumers=1), 0.6),
     (Candidate(bm=64, bn=128, stages=5, consumers=1), 0.6),
     (Candidate(bm=128, bn=64, stages=5, consumers=1), 0.6),
 )
+
+
+def small_tiles(m: int) -> tuple[tuple[Candidate, float], ...]:
+    """:data:`SMALL_TILES` an M of ``m`` (at most :data:`SMALL_M`) competes: 64-row tiles only
+    at M of 64 or less (a 128-row tile would compute half zeros), all of them above."""
+    return tuple((c, r) for c, r in SMALL_TILES if m > 64 or c.bm <= 64)
 #: 128x256's sustained rate on one SM of an H200 (132 SMs): about 690 TFLOPS 16-bit and 1320
 #: fp8 on the large shapes (benchmarks/results/gemm_speed_h200.jsonl).
 SM_FLOPS_PER_S = {"16bit": 690e12 / 132, "e4m3": 1320e12 / 132}
@@ -122,12 +136,8 @@ def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
     ``off_line``: only the largest tiles compete."""
     if sms <= 0:
         raise ValueError(f"sms: {sms}; the wave model needs the device's SM count (> 0)")
-    table = SMALL_TILES if m <= SMALL_M else RATES[_kind(dtype)]
-    if m <= 64:
-        table = table[:1]
-    elif m <= SMALL_M:
-        table = table[1:]
-    elif off_line:
+    table = small_tiles(m) if m <= SMALL_M else RATES[_kind(dtype)]
+    if m > SMALL_M and off_line:
         table = tuple((c, r) for c, r in table if c.bm * c.bn == LARGEST)
     k_tiles = max(1, math.ceil(k / k_tile(dtype)))
     found = []

@@ -71,6 +71,17 @@ def test_m_of_at_most_64_rows_runs_64_row_tiles_on_one_consumer(m):
     assert (c.bm, c.consumers) == (64, 1)
 
 
+def test_small_m_streams_b_through_the_deepest_ring_the_variant_fits(monkeypatch):
+    """Eight stages where they fit (the bytes in flight bound a GEMM that reads B once); a
+    variant whose shared memory takes only five gets five of the same tile, not the large
+    default tile."""
+    assert [(c.bm, c.bn, c.stages) for c in (decompose.choose(m, 8192, 8192, V, SMS)
+                                              for m in (1, 16, 100, 128))] == [(64, 128, 8)] * 4
+    monkeypatch.setattr(decompose, "takes", lambda c, v: c.stages <= 5)
+    c = decompose.choose(128, 8192, 8192, V, SMS)
+    assert (c.bm, c.bn, c.stages) == (64, 128, 5)
+
+
 def test_a_short_m_splits_k_when_its_tiles_leave_the_sms_idle():
     c = decompose.choose(1, 4096, 4096, V, SMS)
     assert c.split_k
@@ -81,7 +92,7 @@ def test_a_short_m_splits_k_when_its_tiles_leave_the_sms_idle():
 
 
 def test_many_tiles_never_split_and_a_batched_kernel_never_splits():
-    assert not decompose.choose(128, 8192, 8192, V, SMS).split_k  # 128 tiles of 128x64
+    assert not decompose.choose(128, 8192, 8192, V, SMS).split_k  # 128 tiles of 64x128
     batched = GemmVariant(tails=True, batch="ab")
     assert not decompose.choose(1, 4096, 4096, batched, SMS, batch=4).split_k
 

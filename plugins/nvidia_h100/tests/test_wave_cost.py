@@ -37,10 +37,11 @@ PICKS = {
     (512, 28672, 4096, "bf16", False): (128, 128, 2, 4, 1),
     # 10.2 waves of 128x256 (last 0.18 full) against 19.9 of 64x256
     (3000, 14336, 4096, "bf16", False): (64, 256, 1, 4, 1),
-    # small M: the bandwidth-bound tiles, K split where the tiles leave SMs idle
-    (128, 8192, 8192, "bf16", False): (128, 64, 1, 5, 1),
-    (16, 8192, 8192, "bf16", False): (64, 128, 1, 5, 2),
-    (1, 4096, 4096, "bf16", False): (64, 128, 1, 5, 4),
+    # small M: the bandwidth-bound tiles at eight stages, K split where the tiles leave SMs
+    # idle; at M 128, 64x128 ties 128x64 (128 tiles each) and goes first
+    (128, 8192, 8192, "bf16", False): (64, 128, 1, 8, 1),
+    (16, 8192, 8192, "bf16", False): (64, 128, 1, 8, 2),
+    (1, 4096, 4096, "bf16", False): (64, 128, 1, 8, 4),
     (1000, 1000, 999, "bf16", True): (128, 256, 2, 4, 2),  # 32 tiles: split in two
     # fp8: 192x128 sustains 128x256's rate there, and 13.6 waves fill better than 10.2
     (3000, 14336, 4096, "e4m3", False): (192, 128, 3, 4, 1),

@@ -1,0 +1,106 @@
+"""The small-M kernels' ring depth and tile, forced, against cuBLAS (docs/guide/matmul.md,
+"Decomposition"): which (tile, stages) streams the weight fastest where M is 1 to 128.
+
+Why: at M <= 128 the GEMM reads B once and is bound by memory; how many bytes each SM keeps in
+flight (stages x the stage's bytes) is what the ring depth buys.  The call's small-M tiles run
+5 stages (24 KB each); cuBLAS's kernels there run 8 and 16 (nvjet ..._64x8_1x2_..., _64x16_...).
+
+  python3 benchmarks/gemm_small_m.py --prebuild-only     # here, no GPU: the cubins
+  python3 benchmarks/gemm_small_m.py [--rounds 5] [--out PATH]
+
+Each (shape, candidate) is checked against an fp32 reference into a NaN-poisoned output, then
+timed as a CUDA-graph replay of one call (the GPU's time) against cuBLAS's replay, interleaved
+rounds with the order rotated; per-round ratios ours / cuBLAS (above 1: ours faster).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gemm_build import contiguous, prebuild  # noqa: E402
+
+SHAPES = ((1, 4096, 4096), (16, 8192, 8192), (64, 8192, 8192), (128, 8192, 8192))
+#: (bm, bn, stages) forced; the split follows the call's rule for the tile
+FORCED = ((64, 128, 5), (64, 128, 7), (64, 128, 8), (128, 64, 5), (128, 64, 7), (128, 64, 8))
+
+
+def _info(shape):
+    from pipeline_core_nvidia_h100.gemm_call import TensorInfo
+    return TensorInfo(shape=shape, strides=contiguous(shape), dtype="bf16", ptr=0)
+
+
+def forced(m, n, k, bm, bn, stages, sms=132):
+    """(variant, candidate) the call launches at (m, n, k) with this tile and depth forced."""
+    import attrs
+
+    from pipeline_core_nvidia_h100 import decompose
+    from pipeline_core_nvidia_h100 import matmul_call as mm
+
+    a, b = _info((m, k)), _info((k, n))
+    base = mm.plan_infos(a, b, None, None, None, None, sms, mm.TUNING)
+    c0 = decompose.for_plan(base, sms, mm.TUNING.stream_k, mm.TUNING.wave_model)
+    c = attrs.evolve(c0, bm=bm, bn=bn, stages=stages, consumers=1)
+    plan = mm.plan_infos(a, b, None, None, None, None, sms, mm.TUNING, c)
+    return plan.variant, c
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prebuild-only", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    keys = {forced(m, n, k, *f) for m, n, k in SHAPES for f in FORCED}
+    if args.prebuild_only:
+        prebuild(None, keys, print)
+        return
+    import torch
+
+    from bench_timing import graphed, interleaved
+    from pipeline_core_nvidia_h100 import decompose
+    from pipeline_core_nvidia_h100 import matmul_call as mm
+    prebuild(torch, keys, print)
+    lines = []
+    real_for_plan = decompose.for_plan
+    for m, n, k in SHAPES:
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        ref = a.float() @ b.float()
+        impls = {}
+        for f in FORCED:
+            c = forced(m, n, k, *f)[1]
+            decompose.for_plan = lambda *_, c=c: c
+            try:
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                mm.matmul(a, b, out=out)
+                torch.cuda.synchronize()
+                err = float((out.float() - ref).norm() / ref.norm())
+                name = f"{f[0]}x{f[1]}-s{f[2]}{'-split' if c.split_k else ''}"
+                lines.append({"kind": "check", "shape": f"{m}x{n}x{k}", "candidate": name,
+                              "rel_err": err, "ok": err < 1e-2})
+                print(json.dumps(lines[-1]), flush=True)
+                if err < 1e-2:
+                    o = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+                    impls[name] = graphed(torch, lambda o=o: mm.matmul(a, b, out=o))
+            finally:
+                decompose.for_plan = real_for_plan
+        oc = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        impls["cublas"] = graphed(torch, lambda: torch.matmul(a, b, out=oc))
+        per = interleaved(torch, impls, args.rounds)
+        row = {"kind": "time", "shape": f"{m}x{n}x{k}",
+               "us": {name: round(statistics.median(v) * 1000, 2) for name, v in per.items()},
+               "vs_cublas": {name: [round(c / o, 3) for o, c in zip(v, per["cublas"])]
+                             for name, v in per.items() if name != "cublas"}}
+        lines.append(row)
+        print(json.dumps(row), flush=True)
+    if args.out:
+        Path(args.out).write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+if __name__ == "__main__":
+    main()
