@@ -26,7 +26,8 @@ from gemm_build import contiguous, prebuild  # noqa: E402
 
 SHAPES = ((1, 4096, 4096), (16, 8192, 8192), (64, 8192, 8192), (128, 8192, 8192))
 #: (bm, bn, stages) forced; the split follows the call's rule for the tile
-FORCED = ((64, 128, 5), (64, 128, 7), (64, 128, 8), (128, 64, 5), (128, 64, 7), (128, 64, 8))
+FORCED = ((64, 128, 5), (64, 128, 7), (64, 128, 8), (128, 64, 5), (128, 64, 7), (128, 64, 8),
+          (64, 64, 8), (64, 256, 5))
 
 
 def _info(shape):
@@ -46,15 +47,31 @@ def forced(m, n, k, bm, bn, stages, sms=132):
     c0 = decompose.for_plan(base, sms, mm.TUNING.stream_k, mm.TUNING.wave_model)
     c = attrs.evolve(c0, bm=bm, bn=bn, stages=stages, consumers=1)
     plan = mm.plan_infos(a, b, None, None, None, None, sms, mm.TUNING, c)
+    SPLITS[(m, n, k, bm, bn, stages)] = plan.splits
     return plan.variant, c
 
 
+#: the split count each forced (shape, tile) plans (reported beside its check)
+SPLITS: dict[tuple[int, ...], int] = {}
+
+
+#: ``--sweep``: M across the small range on three weights, the two 64-row tiles at eight stages
+SWEEP_SHAPES = tuple((m, n, k) for n, k in ((8192, 8192), (4096, 4096), (14336, 4096))
+                     for m in (1, 8, 16, 24, 32, 40, 48, 56, 64, 96, 128))
+SWEEP_FORCED = ((64, 128, 8), (64, 64, 8))
+
+
 def main() -> None:
+    global SHAPES, FORCED
     ap = argparse.ArgumentParser()
     ap.add_argument("--prebuild-only", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--sweep", action="store_true",
+                    help="M from 8 to 128 on three weights, 64x128 against 64x64 (8 stages)")
     args = ap.parse_args()
+    if args.sweep:
+        SHAPES, FORCED = SWEEP_SHAPES, SWEEP_FORCED
     keys = {forced(m, n, k, *f) for m, n, k in SHAPES for f in FORCED}
     if args.prebuild_only:
         prebuild(None, keys, print)
@@ -82,7 +99,8 @@ def main() -> None:
                 err = float((out.float() - ref).norm() / ref.norm())
                 name = f"{f[0]}x{f[1]}-s{f[2]}{'-split' if c.split_k else ''}"
                 lines.append({"kind": "check", "shape": f"{m}x{n}x{k}", "candidate": name,
-                              "rel_err": err, "ok": err < 1e-2})
+                              "splits": SPLITS[(m, n, k, *f)], "rel_err": err,
+                              "ok": err < 1e-2})
                 print(json.dumps(lines[-1]), flush=True)
                 if err < 1e-2:
                     o = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)

@@ -114,11 +114,13 @@ def direct_store(variant: GemmVariant) -> GemmVariant:
 
 
 def takes(c: Candidate, variant: GemmVariant) -> bool:
-    """Whether candidate ``c`` builds ``variant`` (its geometry validates)."""
+    """Whether candidate ``c`` builds ``variant`` (its geometry validates).  A's box rows
+    (``variant.a_rows``) are left out: the plan derives them from the tile it plans with
+    (gemm_call.a_box_rows), so a variant planned with another tile says nothing of ``c``'s."""
     from pipeline_core.plugin_api import ProgramError
 
     try:
-        c.geometry(variant).validate()
+        c.geometry(attrs.evolve(variant, a_rows=0)).validate()
     except ProgramError:
         return False
     return True

@@ -8,10 +8,11 @@ cores, so what counts is how many CTAs stream B and how often each re-reads A.  
 chooses per shape, with no timing (it may run inside a CUDA graph capture, and a first call
 must not sync), by two rules (docs/guide/matmul.md, "Decomposition"):
 
-* **M of one tile or less** (:func:`small_m`): wave_cost.SMALL_TILES, 64x128 tiles on one
-  consumer warp group with eight ring stages (the bound is bandwidth: bytes in flight per SM;
-  five where eight do not fit), and K split across CTAs where the tiles leave over half the
-  SMs idle (``gemm_call.split_count``).
+* **M of one tile or less** (:func:`small_m`): the first of ``wave_cost.small_tiles(m)``
+  the variant takes, 64x128 on one consumer warp group with eight ring stages (the bound is
+  bandwidth: bytes in flight per SM; five where eight do not fit), and K split across CTAs
+  where the tiles leave over half the SMs idle (``gemm_call.split_count``).  (The ranking
+  below prices the same table and also takes 64x64 where it moves fewer bytes.)
 * **Otherwise the wave model** (:func:`wave_pick`): each candidate of :data:`WAVE_TILES` costs
   ``ceil(tiles / SMs)`` rounds of one tile's work at that tile's sustained rate, relative to
   the 128x256 tile's (:data:`WAVE_TILES`' rates, from the panel measured on an H200 with

@@ -196,6 +196,13 @@ class GemmVariant:
     #: the producer's loads (:data:`LOADS`): ``cp_async`` for both operands, K-major only
     load: str = "tma"
 
+    #: rows of A's TMA box, 0 for the tile's BM: fewer where the whole of M is one tile
+    #: shorter than it (docs/guide/matmul.md, "Decomposition": a box row past M is zero-filled
+    #: by TMA, which measured slower than reading a real row); the consumers' wgmma still reads
+    #: BM rows, the rows past the box being stale shared memory whose products land only in
+    #: accumulator rows past M, which no store writes (a row of A x B is that row's alone)
+    a_rows: int = 0
+
     @property
     def store_cols(self) -> int:
         """Columns of one TMA-store sub-tile: one 128-byte swizzled row of the output type."""
@@ -233,7 +240,8 @@ def describe_variant(v: GemmVariant) -> str:
             + (", TMA store" if v.store == "tma" else "")
             + (", ping-pong" if v.pingpong else "")
             + (f", cluster {v.cluster} (B multicast)" if v.cluster > 1 else "")
-            + (", cp.async loads" if v.load == "cp_async" else ""))
+            + (", cp.async loads" if v.load == "cp_async" else "")
+            + (f", A boxes of {v.a_rows} rows" if v.a_rows else ""))
 
 
 def k_tile(dtype: str) -> int:
@@ -284,7 +292,18 @@ class WsGeometry:
 
     @property
     def a_bytes(self) -> int:
+        """A's share of a stage in shared memory: BM rows whatever its box."""
         return self.bm * self.bk * self.elem_bytes
+
+    @property
+    def a_box_rows(self) -> int:
+        """Rows one TMA copy of A moves (``-p a_rows``, else BM)."""
+        return self.variant.a_rows or self.bm
+
+    @property
+    def a_copy_bytes(self) -> int:
+        """Bytes one TMA copy of A completes on the stage's barrier (its expect_tx share)."""
+        return self.a_box_rows * self.bk * self.elem_bytes
 
     @property
     def b_bytes(self) -> int:
@@ -396,6 +415,17 @@ class WsGeometry:
                                  f"{tile}={-(-rows // MN_CHUNK) * MN_CHUNK})")
         if self.bm > 256:
             raise bad("BM", f"at most 256 rows (one TMA box dimension), got {self.bm}")
+        if v.a_rows:
+            if v.a_rows % 8 or not 8 <= v.a_rows < self.bm:
+                raise bad("a_rows", f"{v.a_rows}: a multiple of 8 below -p BM={self.bm} (0: "
+                                    "BM, the whole tile)")
+            other = ("a_major=mn" if v.a_major == "mn" else "load=cp_async"
+                     if v.load == "cp_async" else f"cluster={v.cluster}" if v.cluster > 1
+                     else f"batch={v.batch}" if v.batch != "none" else "pingpong=true"
+                     if v.pingpong else None)
+            if other is not None:
+                raise bad("a_rows", f"{v.a_rows} clips the TMA box of a K-major A of one "
+                                    f"CTA's tile, not with -p {other}; pass -p a_rows=0")
         if self.accumulators > 192 and self.variant.pingpong:
             raise bad("pingpong", f"each consumer holds a whole {self.bm} x {self.bn} tile: "
                                   f"{self.accumulators} fp32 accumulators per thread leave too "
@@ -533,6 +563,9 @@ PARAMS = (
     Param("cluster", int, 1, "CTAs per cluster: 2 pairs CTAs on adjacent M tiles that "
                              "multicast halves of their shared B tile (implies tails)",
           bound=Bound(low=1, high=2)),
+    Param("a_rows", int, 0, "rows of A's TMA box where all of M is one shorter tile (0: BM); "
+                            "the rows past it are never loaded (implies tails)",
+          bound=Bound(low=0, high=256)),
 )
 
 
@@ -625,7 +658,7 @@ class WarpSpecializedGemm:
             else StreamKTrips(block_m=g.bm, block_n=g.bn, block_k=g.bk) if g.variant.stream_k
             else RasterTrips(block_m=g.bm, block_n=g.bn, block_k=g.bk))
         if not g.variant.pingpong:
-            return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
+            return AgentSpec(roles=roles, op_bytes={0: g.a_copy_bytes, 1: g.b_bytes},
                              release_lag=self.release_lag, reduction=reduction, store=store,
                              cluster=cluster, trip_rule=trips)
         # ping-pong: the consumers take output tiles in turn, their mainloops in tile order
@@ -633,7 +666,7 @@ class WarpSpecializedGemm:
         consumers = tuple(r.name for r in roles[1:])
         order = OrderSpec(name="mainloop", scope="output_tile",
                           turns=[Turn(agent=r.name, ops=r.ops) for r in roles[1:]])
-        return AgentSpec(roles=roles, op_bytes={0: g.a_bytes, 1: g.b_bytes},
+        return AgentSpec(roles=roles, op_bytes={0: g.a_copy_bytes, 1: g.b_bytes},
                          release_lag=self.release_lag, reduction=reduction, store=store,
                          split=TileSplit(agents=consumers), orders=[order], trip_rule=trips)
 

@@ -17,8 +17,9 @@ The cost of a candidate, in seconds (docs/guide/matmul.md, "Decomposition"):
   a tile pays beside its main loop) at the tile's sustained rate (:data:`RATES`, relative to
   128x256 on the same element type, measured on an H200), plus, split, the fp32 partial tile
   written to and read back from the workspace (:data:`REDUCE_BYTES_PER_S`).
-* **a floor**: the operands' and the output's bytes at :data:`DRAM_BYTES_PER_S`; the shape's
-  cost is the larger of ``rounds x unit`` and the floor.
+* **a floor**: every byte through memory at :data:`DRAM_BYTES_PER_S`: the operands, the
+  output and a split's fp32 partial tiles (written, then read back); the shape's cost is the
+  larger of ``rounds x unit`` and the floor.
 
 M of at most :data:`SMALL_M` rows competes only the bandwidth-bound tiles (one
 consumer, five stages), and rows off the 128-byte line only the largest tiles (decompose.py says
@@ -65,16 +66,24 @@ RATES: dict[str, tuple[tuple[Candidate, float], ...]] = {
 #: 16x8192x8192 0.79 -> 0.805; 64x8192x8192 0.86 either way.
 SMALL_TILES: tuple[tuple[Candidate, float], ...] = (
     (Candidate(bm=64, bn=128, stages=8, consumers=1), 0.6),
+    (Candidate(bm=64, bn=64, stages=8, consumers=1), 0.6),
     (Candidate(bm=128, bn=64, stages=8, consumers=1), 0.6),
     (Candidate(bm=64, bn=128, stages=5, consumers=1), 0.6),
+    (Candidate(bm=64, bn=64, stages=5, consumers=1), 0.6),
     (Candidate(bm=128, bn=64, stages=5, consumers=1), 0.6),
 )
 
 
 def small_tiles(m: int) -> tuple[tuple[Candidate, float], ...]:
-    """:data:`SMALL_TILES` an M of ``m`` (at most :data:`SMALL_M`) competes: 64-row tiles only
-    at M of 64 or less (a 128-row tile would compute half zeros), all of them above."""
-    return tuple((c, r) for c, r in SMALL_TILES if m > 64 or c.bm <= 64)
+    """:data:`SMALL_TILES` an M of ``m`` (at most :data:`SMALL_M`) competes: at M of 64 or
+    less the 64-row tiles (a 128-row tile would compute half zeros); above, all but 64x64,
+    which would read B once per 64 rows (128x8192x8192: 0.75 of cuBLAS against 64x128's
+    0.97, benchmarks/results/gemm_small_m_sweep_clip_s17_h200.jsonl).  Such M is bound by the
+    bytes it moves: the floor of :func:`cost` decides, split partials counted, and a tie goes
+    to the table's order (64x128 first)."""
+    if m <= 64:
+        return tuple((c, r) for c, r in SMALL_TILES if c.bm == 64)
+    return tuple((c, r) for c, r in SMALL_TILES if (c.bm, c.bn) != (64, 64))
 #: 128x256's sustained rate on one SM of an H200 (132 SMs): about 690 TFLOPS 16-bit and 1320
 #: fp8 on the large shapes (benchmarks/results/gemm_speed_h200.jsonl).
 SM_FLOPS_PER_S = {"16bit": 690e12 / 132, "e4m3": 1320e12 / 132}
@@ -122,7 +131,10 @@ def cost(c: Candidate, rate: float, splits: int, m: int, n: int, k: int, dtype: 
     if splits > 1:
         unit += 2 * 4 * c.bm * c.bn / REDUCE_BYTES_PER_S
     elem = DTYPE_BYTES[dtype]
-    floor = batch * (elem * k * (m + n) + 2 * m * n) / DRAM_BYTES_PER_S
+    # every byte through memory: the operands, the output and a split's fp32 partial tiles
+    # (written, then read back by the tile's last CTA)
+    partials = 2 * 4 * c.bm * c.bn * units if splits > 1 else 0
+    floor = (batch * (elem * k * (m + n) + 2 * m * n) + partials) / DRAM_BYTES_PER_S
     rest = units - (rounds - 1) * sms
     return Costed(candidate=attrs.evolve(c, split_k=splits > 1), splits=splits,
                   seconds=max(rounds * unit, floor), waves=units / sms, fill=rest / sms)

@@ -84,8 +84,10 @@ def test_the_same_arguments_planned_correctly_are_accepted():
     plan = plan_call(t((100, 7), (8, 1)), t((7, 72), (1, 8)), bias=t((72,), dtype="fp32"),
                      activation="gelu", out=t((100, 72), (80, 1), dtype="fp32"))
     assert (plan.a.major, plan.b.major, plan.ldc) == ("k", "k", 80)
+    # M 100 is one 128-row tile: A's box is clipped to M rounded up to 8 (gemm_call.a_box_rows)
     assert plan.variant == GemmVariant(a_major="k", b_major="k", out_dtype="fp32", bias="fp32",
-                                       activation="gelu", tails=True, store="tma")
+                                       activation="gelu", tails=True, store="tma", a_rows=104)
+    assert plan.a.box_outer == 104
 
 
 # --- tile planning: grid, tails, which tensor map and major mode per layout ----------------------
@@ -113,9 +115,10 @@ def test_fewer_k_tiles_than_a_prologue_are_padded_to_it():
 
 
 @pytest.mark.parametrize("a_strides, b_strides, majors, boxes", [
-    ((72, 1), (72, 1), ("k", "mn"), ((64, 128), (64, 64))),   # torch's default: both row-major
+    # M 100 in one 128-row tile: a K-major A's box is clipped to 104 rows (gemm_call.a_box_rows)
+    ((72, 1), (72, 1), ("k", "mn"), ((64, 104), (64, 64))),   # torch's default: both row-major
     ((1, 104), (1, 64), ("mn", "k"), ((64, 64), (64, 256))),  # both column-major
-    ((72, 1), (1, 64), ("k", "k"), ((64, 128), (64, 256))),   # the benchmark kernel's layout
+    ((72, 1), (1, 64), ("k", "k"), ((64, 104), (64, 256))),   # the benchmark kernel's layout
     ((1, 104), (72, 1), ("mn", "mn"), ((64, 64), (64, 64))),
 ])
 def test_each_layout_gets_its_tensor_map_and_major_mode(a_strides, b_strides, majors, boxes):

@@ -108,8 +108,9 @@ def test_matmul_sends_fp8_to_scaled_mm():
 ])
 def test_scaled_plans_the_e4m3_kernel_with_its_scale_kind(scale_a, scale_b, kind):
     p = plan_scaled(A8, B8, scale_a, scale_b, sms=132)
-    # bf16 out, K-major, the TMA-store epilogue
-    assert p.variant == GemmVariant(dtype="e4m3", tails=True, scale=kind, store="tma")
+    # bf16 out, K-major, the TMA-store epilogue; M 100 in one tile: A's box clipped to 104 rows
+    assert p.variant == GemmVariant(dtype="e4m3", tails=True, scale=kind, store="tma",
+                                    a_rows=104)
     assert (p.a.major, p.b.major) == ("k", "k")
     # a K tile is one 128-byte swizzled row: 128 fp8 elements, boxes of 128 bytes
     assert p.k_pad == 128 and p.a.box_inner == p.b.box_inner == 128

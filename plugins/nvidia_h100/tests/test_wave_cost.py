@@ -37,11 +37,13 @@ PICKS = {
     (512, 28672, 4096, "bf16", False): (128, 128, 2, 4, 1),
     # 10.2 waves of 128x256 (last 0.18 full) against 19.9 of 64x256
     (3000, 14336, 4096, "bf16", False): (64, 256, 1, 4, 1),
-    # small M: the bandwidth-bound tiles at eight stages, K split where the tiles leave SMs
-    # idle; at M 128, 64x128 ties 128x64 (128 tiles each) and goes first
+    # small M: the bandwidth-bound tiles at eight stages, priced by the bytes they move (a
+    # split's partials counted); at M 128, 64x128 ties 128x64 (128 tiles each) and goes first;
+    # at M <= 64, 64x64 fills the SMs with no split (or half 64x128's)
     (128, 8192, 8192, "bf16", False): (64, 128, 1, 8, 1),
-    (16, 8192, 8192, "bf16", False): (64, 128, 1, 8, 2),
-    (1, 4096, 4096, "bf16", False): (64, 128, 1, 8, 4),
+    (16, 8192, 8192, "bf16", False): (64, 64, 1, 8, 1),
+    (1, 4096, 4096, "bf16", False): (64, 64, 1, 8, 2),
+    (16, 14336, 4096, "bf16", False): (64, 128, 1, 8, 1),  # 112 tiles: no split either way
     (1000, 1000, 999, "bf16", True): (128, 256, 2, 4, 2),  # 32 tiles: split in two
     # fp8: 192x128 sustains 128x256's rate there, and 13.6 waves fill better than 10.2
     (3000, 14336, 4096, "e4m3", False): (192, 128, 3, 4, 1),
@@ -74,9 +76,10 @@ def test_rank_is_sorted_and_reports_waves() -> None:
 
 def test_split_is_priced_not_forced() -> None:
     """A split is the plan's own count (gemm_call.split_count) and competes with its unsplit
-    self: taken at 1x4096x4096 (32 tiles, 64 K tiles), not where the tiles fill the SMs."""
+    self: taken at 1x4096x4096 (64 tiles of 64x64, 64 K tiles), not where the tiles fill the
+    SMs."""
     ranked = wave_cost.rank(1, 4096, 4096, "bf16", SMS)
-    assert ranked[0].splits == split_count(4096 // 128, 4096 // 64, SMS) == 4
+    assert ranked[0].splits == split_count(4096 // ranked[0].candidate.bn, 4096 // 64, SMS) == 2
     assert any(r.splits == 1 for r in ranked)
     assert all(r.splits == 1 for r in wave_cost.rank(8192, 8192, 8192, "bf16", SMS))
     assert all(r.splits == 1 for r in wave_cost.rank(1, 4096, 4096, "bf16", SMS,
