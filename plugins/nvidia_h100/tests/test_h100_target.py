@@ -46,7 +46,7 @@ def test_target_profile_carries_the_h100_models():
     assert sync_for_target("h100", default_host()) is H100_SYNC
 
 
-@pytest.mark.parametrize("stages", ["1", "6"])
+@pytest.mark.parametrize("stages", ["1", "9"])  # the ring's depth: 2..8 (targets.STAGES)
 def test_stages_outside_the_ring_range_are_refused_in_one_line(pipeline_cli, stages):
     pytest.importorskip("hello_schedule")
     res = pipeline_cli(["compile", "hello", "--target", "h100", "-T", f"stages={stages}"])
