@@ -156,12 +156,13 @@ def _driver(kernel: Any, args: PackedArgs) -> tuple[int, DriverParams] | None:
     """``kernel``'s handle and ``args``' parameter array, found on first use and kept on the
     tuple that owns the array (a late call's template; its kernel is the same every call);
     None where the driver cannot take them (CuPy launches)."""
-    owner = getattr(args, "template", args)
+    owner: Any = getattr(args, "template", args)
     found = owner.__dict__.get("driver")
     if found is None:
         handle = function_handle(kernel)
         params = DriverParams.of(args) if handle is not None else None
-        found = owner.driver = (handle, params) if params is not None else False
+        found = owner.driver = (handle, params) if handle is not None and params is not None \
+            else False
     return found or None
 
 

@@ -419,13 +419,14 @@ class WsGeometry:
             if v.a_rows % 8 or not 8 <= v.a_rows < self.bm:
                 raise bad("a_rows", f"{v.a_rows}: a multiple of 8 below -p BM={self.bm} (0: "
                                     "BM, the whole tile)")
-            other = ("a_major=mn" if v.a_major == "mn" else "load=cp_async"
-                     if v.load == "cp_async" else f"cluster={v.cluster}" if v.cluster > 1
-                     else f"batch={v.batch}" if v.batch != "none" else "pingpong=true"
-                     if v.pingpong else None)
-            if other is not None:
+            clash: str | None = ("a_major=mn" if v.a_major == "mn" else "load=cp_async"
+                                 if v.load == "cp_async" else f"cluster={v.cluster}"
+                                 if v.cluster > 1 else f"batch={v.batch}"
+                                 if v.batch != "none" else "pingpong=true" if v.pingpong
+                                 else None)
+            if clash is not None:
                 raise bad("a_rows", f"{v.a_rows} clips the TMA box of a K-major A of one "
-                                    f"CTA's tile, not with -p {other}; pass -p a_rows=0")
+                                    f"CTA's tile, not with -p {clash}; pass -p a_rows=0")
         if self.accumulators > 192 and self.variant.pingpong:
             raise bad("pingpong", f"each consumer holds a whole {self.bm} x {self.bn} tile: "
                                   f"{self.accumulators} fp32 accumulators per thread leave too "
