@@ -74,8 +74,9 @@ def profile(fn, calls: int, top: int = 25) -> str:
     return s.getvalue()
 
 
-def attention_rows(torch, calls: int, rounds: int) -> list[dict]:
-    """``attention`` (no gradient: the no-LSE kernel) against SDPA, [B, H, S, D] bf16, small S."""
+def attention_rows(torch, calls: int, rounds: int, prof: list[str]) -> list[dict]:
+    """``attention`` (no gradient: the no-LSE kernel) against SDPA, [B, H, S, D] bf16, small S;
+    the first shape's call profiled into ``prof``."""
     from pipeline_core_schedules_attention.call import attention
     rows = []
     for b, h, s, d, causal in ((1, 8, 128, 64, False), (1, 32, 256, 128, True)):
@@ -90,6 +91,8 @@ def attention_rows(torch, calls: int, rounds: int) -> list[dict]:
         rows.append({"kind": "host", "case": f"attention {b}x{h}x{s}x{d}"
                      f"{' causal' if causal else ''}", "us_per_call": us})
         print(json.dumps(rows[-1]), flush=True)
+        if not causal:
+            prof.append(f"== attention {b}x{h}x{s}x{d}\n" + profile(impls["ours"], calls))
     return rows
 
 
@@ -137,7 +140,7 @@ def main() -> None:
     rows.append({"kind": "host", "case": "fp8 64x64x64", "us_per_call": us})
     print(json.dumps(rows[-1]), flush=True)
     prof.append("== scaled_mm fp8 64x64x64\n" + profile(impls["ours"], args.calls))
-    rows += attention_rows(torch, args.calls, args.rounds)
+    rows += attention_rows(torch, args.calls, args.rounds, prof)
     if args.out:
         Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
     if args.profile:
