@@ -126,15 +126,16 @@ class Tuning:
     clip_a: bool = True
 
 
-def a_box_rows(m: int, tile_rows: int, a_map: OperandMap, batch: int, cluster: int,
+def a_box_rows(m: int, tile_rows: int, a_map: OperandMap, batched: bool, cluster: int,
                cp_async: bool) -> int:
     """Rows of A's TMA box (``GemmVariant.a_rows``; 0: the tile's): M rounded up to 8 where all
-    of M is one tile shorter than ``tile_rows`` and A is a K-major operand of one problem read
-    by TMA into one CTA; else 0.  Why: TMA zero-fills a box row past M, which measured slower
-    than reading a real row (H200, 64x64 tiles at 8192x8192: 53.5 us at M 8 against 37.8 at
-    M 64, the same kernel and B; benchmarks/results/gemm_small_m_sweep_s17_h200.jsonl)."""
+    of M is one tile shorter than ``tile_rows`` and A is a K-major operand of one problem (not
+    ``batched`` on the grid) read by TMA into one CTA; else 0.  Why: TMA zero-fills a box row
+    past M, which measured slower than reading a real row (H200, 64x64 tiles at 8192x8192:
+    53.5 us at M 8 against 37.8 at M 64, the same kernel and B;
+    benchmarks/results/gemm_small_m_sweep_s17_h200.jsonl)."""
     rows = -(-m // 8) * 8
-    if rows >= tile_rows or a_map.major != "k" or batch != 1 or cluster != 1 or cp_async:
+    if rows >= tile_rows or a_map.major != "k" or batched or cluster != 1 or cp_async:
         return 0
     return rows
 
@@ -390,8 +391,8 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     c_map = (store_map(m, n, ldc, out_dtype, tile)
              if tuning.tma_store and splits == 1 and kernel_batch == 1 and cluster == 1 and read
              and c_aligned and not sk_tiles else None)
-    a_rows = (a_box_rows(m, tile.bm, a_map, kernel_batch if batches.kind == "none" else 2,
-                         cluster, cp_async) if tuning.clip_a and read else 0)
+    a_rows = (a_box_rows(m, tile.bm, a_map, batches.kind != "none", cluster, cp_async)
+              if tuning.clip_a and read else 0)
     if a_rows:
         a_map = attrs.evolve(a_map, box_outer=a_rows)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
