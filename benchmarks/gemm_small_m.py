@@ -36,23 +36,15 @@ def _info(shape):
 
 
 def forced(m, n, k, bm, bn, stages, sms=132):
-    """(variant, candidate) the call launches at (m, n, k) with this tile and depth forced."""
-    import attrs
-
-    from pipeline_core_nvidia_h100 import decompose
+    """(variant, candidate, splits) the call launches at (m, n, k) with this tile and depth
+    forced, K split where the call's rule splits that tile (gemm_call.split_count)."""
     from pipeline_core_nvidia_h100 import matmul_call as mm
+    from pipeline_core_nvidia_h100.autotune import Candidate
 
     a, b = _info((m, k)), _info((k, n))
-    base = mm.plan_infos(a, b, None, None, None, None, sms, mm.TUNING)
-    c0 = decompose.for_plan(base, sms, mm.TUNING.stream_k, mm.TUNING.wave_model)
-    c = attrs.evolve(c0, bm=bm, bn=bn, stages=stages, consumers=1)
+    c = Candidate(bm=bm, bn=bn, stages=stages, consumers=1, split_k=True)
     plan = mm.plan_infos(a, b, None, None, None, None, sms, mm.TUNING, c)
-    SPLITS[(m, n, k, bm, bn, stages)] = plan.splits
-    return plan.variant, c
-
-
-#: the split count each forced (shape, tile) plans (reported beside its check)
-SPLITS: dict[tuple[int, ...], int] = {}
+    return plan.variant, c, plan.splits
 
 
 #: ``--sweep``: M across the small range on three weights, the two 64-row tiles at eight stages
@@ -62,7 +54,6 @@ SWEEP_FORCED = ((64, 128, 8), (64, 64, 8))
 
 
 def main() -> None:
-    global SHAPES, FORCED
     ap = argparse.ArgumentParser()
     ap.add_argument("--prebuild-only", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
@@ -70,9 +61,8 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true",
                     help="M from 8 to 128 on three weights, 64x128 against 64x64 (8 stages)")
     args = ap.parse_args()
-    if args.sweep:
-        SHAPES, FORCED = SWEEP_SHAPES, SWEEP_FORCED
-    keys = {forced(m, n, k, *f) for m, n, k in SHAPES for f in FORCED}
+    shapes, tiles = (SWEEP_SHAPES, SWEEP_FORCED) if args.sweep else (SHAPES, FORCED)
+    keys = {forced(m, n, k, *f)[:2] for m, n, k in shapes for f in tiles}
     if args.prebuild_only:
         prebuild(None, keys, print)
         return
@@ -84,22 +74,22 @@ def main() -> None:
     prebuild(torch, keys, print)
     lines = []
     real_for_plan = decompose.for_plan
-    for m, n, k in SHAPES:
+    for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
         ref = a.float() @ b.float()
         impls = {}
-        for f in FORCED:
-            c = forced(m, n, k, *f)[1]
+        for f in tiles:
+            _, c, splits = forced(m, n, k, *f)
             decompose.for_plan = lambda *_, c=c: c
             try:
                 out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
                 mm.matmul(a, b, out=out)
                 torch.cuda.synchronize()
                 err = float((out.float() - ref).norm() / ref.norm())
-                name = f"{f[0]}x{f[1]}-s{f[2]}{'-split' if c.split_k else ''}"
+                name = f"{f[0]}x{f[1]}-s{f[2]}{'-split' if splits > 1 else ''}"
                 lines.append({"kind": "check", "shape": f"{m}x{n}x{k}", "candidate": name,
-                              "splits": SPLITS[(m, n, k, *f)], "rel_err": err,
+                              "splits": splits, "rel_err": err,
                               "ok": err < 1e-2})
                 print(json.dumps(lines[-1]), flush=True)
                 if err < 1e-2:

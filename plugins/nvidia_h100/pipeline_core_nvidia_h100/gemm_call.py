@@ -23,7 +23,7 @@ from pipeline_core_nvidia_h100.gemm_staging import (LINE_BYTES, TMA_ALIGN, Stagi
 from pipeline_core_nvidia_h100.warpspecialized import (ACTIVATIONS, BIASES, DTYPE_BYTES,
                                                        MN_CHUNK, OUT_BYTES, OUT_DTYPES,
                                                        STORE_BUFFERS, STORE_ROWS, GemmVariant,
-                                                       k_tile)
+                                                       a_rows_clash, k_tile)
 
 #: bytes per element of every type an argument may have: the schedule's input and output tables
 ELEM = {**DTYPE_BYTES, **OUT_BYTES}
@@ -126,18 +126,15 @@ class Tuning:
     clip_a: bool = True
 
 
-def a_box_rows(m: int, tile_rows: int, a_map: OperandMap, batched: bool, cluster: int,
-               cp_async: bool) -> int:
+def a_box_rows(m: int, tile_rows: int, variant: GemmVariant) -> int:
     """Rows of A's TMA box (``GemmVariant.a_rows``; 0: the tile's): M rounded up to 8 where all
-    of M is one tile shorter than ``tile_rows`` and A is a K-major operand of one problem (not
-    ``batched`` on the grid) read by TMA into one CTA; else 0.  Why: TMA zero-fills a box row
-    past M, which measured slower than reading a real row (H200, 64x64 tiles at 8192x8192:
-    53.5 us at M 8 against 37.8 at M 64, the same kernel and B;
+    of M is one tile shorter than ``tile_rows`` and ``variant`` takes a clipped box
+    (warpspecialized.a_rows_clash); else 0.  Why: TMA zero-fills a box row past M, which
+    measured slower than reading a real row (H200, 64x64 tiles at 8192x8192: 53.5 us at M 8
+    against 37.8 at M 64, the same kernel and B;
     benchmarks/results/gemm_small_m_sweep_s17_h200.jsonl)."""
     rows = -(-m // 8) * 8
-    if rows >= tile_rows or a_map.major != "k" or batched or cluster != 1 or cp_async:
-        return 0
-    return rows
+    return rows if rows < tile_rows and a_rows_clash(variant) is None else 0
 
 
 def rows_off_line(maps: tuple[OperandMap, ...], elem: int) -> bool:
@@ -391,17 +388,17 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     c_map = (store_map(m, n, ldc, out_dtype, tile)
              if tuning.tma_store and splits == 1 and kernel_batch == 1 and cluster == 1 and read
              and c_aligned and not sk_tiles else None)
-    a_rows = (a_box_rows(m, tile.bm, a_map, batches.kind != "none", cluster, cp_async)
-              if tuning.clip_a and read else 0)
-    if a_rows:
-        a_map = attrs.evolve(a_map, box_outer=a_rows)
     variant = GemmVariant(dtype=a.dtype, a_major=a_map.major, b_major=b_map.major,
                           out_dtype=out_dtype, bias=bias_kind,
                           activation=activation or "none", tails=True, split_k=splits > 1,
                           stream_k=sk_tiles > 0,
                           scale=scale, batch=batches.kind,
                           store="tma" if c_map is not None else "direct", cluster=cluster,
-                          load="cp_async" if cp_async else "tma", a_rows=a_rows)
+                          load="cp_async" if cp_async else "tma")
+    a_rows = a_box_rows(m, tile.bm, variant) if tuning.clip_a and read else 0
+    if a_rows:
+        variant = attrs.evolve(variant, a_rows=a_rows)
+        a_map = attrs.evolve(a_map, box_outer=a_rows)
     # a batched grid is one persistent grid per batch (grid z): the CTAs of batch 0 take the
     # SMs first, so the tiles in flight share their batch's operands in L2 (sharing the SMs
     # among all batches at once ran 0.67 of torch.bmm at 16 x 2048^3, this 0.79:

@@ -11,6 +11,7 @@ Nothing here imports torch or CuPy at import time.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from collections.abc import Hashable
@@ -149,7 +150,7 @@ class DriverParams:
             self.kept[i][()] = args[i]
 
 
-_LATE = threading.Lock()  # a late launch's fill and launch, as one step across threads
+_LATE = threading.Lock()  # a late launch's fill and launch, one step across threads
 
 
 def _driver(kernel: Any, args: PackedArgs) -> tuple[int, DriverParams] | None:
@@ -186,11 +187,10 @@ def launch(kernel: Any, device: int, stream: int, grid: tuple[int, ...],
     g = (*grid, 1, 1)[:3]
     b = (*block, 1, 1)[:3]
     late = getattr(args, "late", None)
-    if late is None:
-        cp.cuda.driver.launchKernel(handle, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem,
-                                    stream, params.address, 0)
-        return
-    with _LATE:  # the driver copies the array during the call: no other fill meanwhile
-        params.fill(args, *late)
+    # a late call's fill and launch under one lock: the driver copies the array during the
+    # call, so no other thread's fill may come between
+    with _LATE if late is not None else contextlib.nullcontext():
+        if late is not None:
+            params.fill(args, *late)
         cp.cuda.driver.launchKernel(handle, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem,
                                     stream, params.address, 0)

@@ -244,6 +244,15 @@ def describe_variant(v: GemmVariant) -> str:
             + (f", A boxes of {v.a_rows} rows" if v.a_rows else ""))
 
 
+def a_rows_clash(v: GemmVariant) -> str | None:
+    """The ``-p`` setting of ``v`` that a clipped A box (``-p a_rows``) cannot serve, None where
+    it can: the box is a K-major A's, read by TMA into one CTA's tile of one problem.  The one
+    rule the schedule's refusal and the call's plan (gemm_call.a_box_rows) read."""
+    return ("a_major=mn" if v.a_major == "mn" else "load=cp_async" if v.load == "cp_async"
+            else f"cluster={v.cluster}" if v.cluster > 1 else f"batch={v.batch}"
+            if v.batch != "none" else "pingpong=true" if v.pingpong else None)
+
+
 def k_tile(dtype: str) -> int:
     """The K tile of input type ``dtype``: one 128-byte swizzled row (64 bf16, 128 e4m3)."""
     return SWIZZLE_BYTES // DTYPE_BYTES[dtype]
@@ -419,11 +428,7 @@ class WsGeometry:
             if v.a_rows % 8 or not 8 <= v.a_rows < self.bm:
                 raise bad("a_rows", f"{v.a_rows}: a multiple of 8 below -p BM={self.bm} (0: "
                                     "BM, the whole tile)")
-            clash: str | None = ("a_major=mn" if v.a_major == "mn" else "load=cp_async"
-                                 if v.load == "cp_async" else f"cluster={v.cluster}"
-                                 if v.cluster > 1 else f"batch={v.batch}"
-                                 if v.batch != "none" else "pingpong=true" if v.pingpong
-                                 else None)
+            clash = a_rows_clash(v)
             if clash is not None:
                 raise bad("a_rows", f"{v.a_rows} clips the TMA box of a K-major A of one "
                                     f"CTA's tile, not with -p {clash}; pass -p a_rows=0")

@@ -21,10 +21,11 @@ The cost of a candidate, in seconds (docs/guide/matmul.md, "Decomposition"):
   output and a split's fp32 partial tiles (written, then read back); the shape's cost is the
   larger of ``rounds x unit`` and the floor.
 
-M of at most :data:`SMALL_M` rows competes only the bandwidth-bound tiles (one
-consumer, five stages), and rows off the 128-byte line only the largest tiles (decompose.py says
-why); a split is ``gemm_call.split_count``'s (what the plan launches for ``split_k``), priced,
-not forced.  Ties keep the earlier candidate (:data:`RATES`' order, then unsplit first).
+M of at most :data:`SMALL_M` rows competes only the bandwidth-bound tiles (:func:`small_tiles`:
+one consumer, eight stages or five), and rows off the 128-byte line only the largest tiles
+(decompose.py says why); a split is ``gemm_call.split_count``'s (what the plan launches for
+``split_k``), priced, not forced.  Ties keep the earlier candidate (the table's order, then
+unsplit first).
 """
 from __future__ import annotations
 
