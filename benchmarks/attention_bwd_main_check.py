@@ -25,8 +25,10 @@ and no torch needed (then the GPU run loads them).
 ``--variants 'base;stages=3;block_m=128,stages=3' --head-dims 64``: schedule variants of the
 main kernel (``-p`` parameters, ``stages`` the rings' ``-T stages``) beside the call's own, each
 checked on the configurations of those head dims, then timed against each other and the peers
-in the same interleaved rounds (the tuning harness: which variant the call should compile).  Every result is also one JSON line in
-``--out`` (default: none).
+in the same interleaved rounds (the tuning harness: which variant the call should compile).
+A variant's ``rewrite=offset`` / ``rewrite=offset_each`` (with ``shared_dq=false``) edits its
+emitted source instead (``REWRITES``): a probe of a cut before it is built and proven.
+Every result is also one JSON line in ``--out`` (default: none).
 """
 from __future__ import annotations
 
@@ -226,11 +228,16 @@ class Variant:
         #: order=heads_inner: the output tiles' earlier order (heads innermost: hg = every KV
         #: head, no snake), for an A/B against the call's choice (bwd_call._order)
         self.order = pairs.pop("order", "call")
+        #: rewrite=NAME: a probe's edit of the emitted source (REWRITES), not a kernel the call
+        #: builds: what a cut would pay before it is built into the schedule and proven
+        self.rewrite = REWRITES[pairs.pop("rewrite", "none")]
         self.params = pairs
         self.call = HostCall(schedule=bwd.NAME, plugins=bwd.CALL.plugins, build=bwd._build,
                              pack=bwd._arguments)
 
     def use(self) -> None:
+        global ACTIVE_REWRITE
+        ACTIVE_REWRITE = self.rewrite
         bwd, extra = self.bwd, self.params
         bwd.CALL, bwd.CALL_STAGES = self.call, self.stages
         bwd.call_params = lambda *a, **k: {**CALL_PARAMS(*a, **k), **extra}
@@ -242,6 +249,50 @@ class Variant:
 
 
 CALL_PARAMS = ORDER = None  # the module's own call_params and _order, before any variant
+
+
+def _blocks(src: str) -> tuple[str, str, str, str]:
+    """The emitted source cut around its consumers' two programs: (head, consumer 0's,
+    consumer 1's, tail)."""
+    i0 = src.index("if (consumer == 0) {")
+    i1 = src.index("} else if (consumer == 1) {")
+    i2 = src.index("pcab::finish<", i1)
+    return src[:i0], src[i0:i1], src[i1:i2], src[i2:]
+
+
+#: the named barrier the probes' offsets use (the kernel's own take 1 to 6)
+OFFSET_BAR = 8
+
+
+def _offset(src: str, every: bool) -> str:
+    """Consumer 1 starts its S and dP wgmmas only once consumer 0's have retired, once per
+    output tile (``every`` False) or every query block: the two consumers' tensor-core and
+    math phases out of step (per-consumer dQ only: the kernel has no other consumer join)."""
+    import re
+
+    head, c0, c1, tail = _blocks(src)
+    assert "barrier.sync 2, 256" not in src, "the offset probes take -p shared_dq=false"
+    wait = re.compile(r"(wgmma_commit\(\);\n\s*wgmma_wait<0>\(\);\n)(\s*)(pcab::grad<)")
+    fence = re.compile(r"(\n)(\s*)(wgmma_fence\(\);\n\s*pcab::st<)")
+    n0, n1 = len(wait.findall(c0)), len(fence.findall(c1))
+    assert n0 == n1 and n0 >= 2, (n0, n1)
+    bar = 'asm volatile("bar.{} ' + str(OFFSET_BAR) + ', 256;\\n" ::: "memory");\n'
+    c0 = wait.sub(lambda m: m[1] + m[2] + bar.format("arrive") + m[2] + m[3], c0,
+                  count=0 if every else 1)
+    c1 = fence.sub(lambda m: m[1] + m[2] + bar.format("sync") + m[2] + m[3], c1,
+                   count=0 if every else 1)
+    return head + c0 + c1 + tail
+
+
+REWRITES = {"none": lambda src: src, "offset": lambda src: _offset(src, False),
+            "offset_each": lambda src: _offset(src, True)}
+ACTIVE_REWRITE = REWRITES["none"]
+
+
+def _rewriting(emit):
+    def emit_rewritten(*args, **kwargs):
+        return ACTIVE_REWRITE(emit(*args, **kwargs))
+    return emit_rewritten
 
 
 def timing(torch, bwd, rounds: int, variants=(), head_dims=(64, 128)) -> None:
@@ -307,6 +358,8 @@ def main() -> int:
     ap.add_argument("--head-dims", default="64,128")
     a = ap.parse_args()
     from pipeline_core_schedules_attention import bwd_call as bwd
+    from pipeline_core_schedules_attention import emit_attention_bwd as emitter
+    emitter.emit_attention_bwd = _rewriting(emitter.emit_attention_bwd)
     global CALL_PARAMS, ORDER
     CALL_PARAMS, ORDER = bwd.call_params, bwd._order
     head_dims = tuple(int(x) for x in a.head_dims.split(","))
