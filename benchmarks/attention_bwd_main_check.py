@@ -26,8 +26,9 @@ and no torch needed (then the GPU run loads them).
 main kernel (``-p`` parameters, ``stages`` the rings' ``-T stages``) beside the call's own, each
 checked on the configurations of those head dims, then timed against each other and the peers
 in the same interleaved rounds (the tuning harness: which variant the call should compile).
-A variant's ``rewrite=offset`` / ``rewrite=offset_each`` (with ``shared_dq=false``) edits its
-emitted source instead (``REWRITES``): a probe of a cut before it is built and proven.
+A variant's ``rewrite=offset`` / ``offset_each`` (with ``shared_dq=false``) or ``session17``
+edits its emitted source instead (``REWRITES``): a probe of a cut before it is built and
+proven, or the kernel as the kit emitted it before session 18 (``issue_probe.py``).
 Every result is also one JSON line in ``--out`` (default: none).
 """
 from __future__ import annotations
@@ -43,6 +44,8 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from issue_probe import as_session_17  # noqa: E402  (beside this script)
 
 #: (B, Hq, Hkv, Sq, Sk): S in {1, 17, 128, 1000}, query and key lengths that differ, GQA
 SHAPES = ((1, 2, 2, 1, 1), (1, 2, 2, 17, 17), (2, 4, 2, 128, 128), (1, 4, 1, 1000, 1000),
@@ -284,7 +287,7 @@ def _offset(src: str, every: bool) -> str:
     return head + c0 + c1 + tail
 
 
-REWRITES = {"none": lambda src: src, "offset": lambda src: _offset(src, False),
+REWRITES = {"none": lambda src: src, "session17": as_session_17, "offset": lambda src: _offset(src, False),
             "offset_each": lambda src: _offset(src, True)}
 ACTIVE_REWRITE = REWRITES["none"]
 

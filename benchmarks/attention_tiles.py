@@ -61,6 +61,9 @@ VARIANTS: dict[str, dict[str, str]] = {
     "order16s": {"order": "16,1"},
     "q2": {"q_stages": "2"},
     "q2-st3": {"q_stages": "2", "stages": "3"},
+    # the call's kernels as the kit emitted them before session 18 (issue_probe.py: a rewrite
+    # of the emitted source, not parameters)
+    "session-17-source": {"rewrite": "as_session_17"},
 }
 #: the most attention scores the fp32 reference of a timed shape holds (64 heads of S = 4096;
 #: the reference keeps several [B, H, S, S] fp32 tensors at once)
@@ -83,16 +86,25 @@ def parse_config(text: str) -> tuple[int, int, bool]:
 def variant(mod, name: str):
     """Variant ``name`` in place: its parameters over the call's (``call.CALL_PARAMS``) and its
     causal tile order (``order``: "hg,snake", ``call.ORDER``), the call's own restored after."""
+    import pipeline_core_schedules_attention.emit_attention as emitter
+
     params = dict(VARIANTS[name])
     order = params.pop("order", None)
+    rewrite = params.pop("rewrite", None)
     if order is not None:
         hg, snake = (int(x) for x in order.split(","))
         mod.ORDER = TileOrder(hg=hg, snake=bool(snake))
+    emit = emitter.emit_attention
+    if rewrite is not None:
+        import issue_probe
+        edit = getattr(issue_probe, rewrite)
+        emitter.emit_attention = lambda *a, **k: edit(emit(*a, **k))
     try:
         with ac.params_over(mod, params):
             yield
     finally:
         mod.ORDER = None
+        emitter.emit_attention = emit
 
 
 def build(mod, name: str, causal: bool, q, k, v) -> dict:
@@ -118,6 +130,27 @@ def check(torch, mod, name, kernels, peers, b, h, sq, sk, d, causal) -> dict:
     return rec
 
 
+def prebuild(mod, configs, names) -> None:
+    """The kernels each variant's timing and checks launch at ``configs`` (the timed shape and
+    the short one with tails, no LSE stored: no gradient asked), built into the disk cache."""
+    from pipeline_core_nvidia_h100.kernel_cache import cubin_path
+    from pipeline_core_nvidia_h100.kit_api import BUILD_OPTIONS
+    from pipeline_core_nvidia_h100.runtime import ARCH
+
+    from pipeline_core_schedules_attention.signature import KERNEL_NAME
+    built = 0
+    for cfg in configs:
+        d, s, causal = parse_config(cfg)
+        for name in names:
+            with variant(mod, name):
+                tiled = (d, causal) in mod.SHORT_TILES
+                for short in sorted({tiled and sk <= mod.SHORT_KEYS for sk in (s, 777)}):
+                    _, src = mod._source(d, "bf16", causal, "top_left", short, lse=False)
+                    cubin_path(src, KERNEL_NAME, BUILD_OPTIONS, ARCH)
+                    built += 1
+    print(json.dumps({"kind": "prebuild", "kernels": built}), flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,10 +160,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--configs", default="64x1024,64x1024c")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--prebuild-only", action="store_true",
+                    help="each variant's kernels for --configs built into the disk cache "
+                         "(PIPELINE_CORE_CACHE_DIR) with nvcc, no GPU")
     args = ap.parse_args(argv)
-    import torch
-
     import pipeline_core_schedules_attention.call as mod
+    if args.prebuild_only:
+        prebuild(mod, args.configs.split(","), args.variants.split(","))
+        return 0
+    import torch
 
     peers = load_anchors(args.anchors).attention_peers()
     torch.manual_seed(0)

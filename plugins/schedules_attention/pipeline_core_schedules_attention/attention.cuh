@@ -108,11 +108,11 @@ __device__ __forceinline__ Rows start(float (&o)[HD / 2], int tile_row, int cons
 // second box's first half); the first step overwrites S.
 template <int BM, int BN, int HD, void (*MMA)(float (&)[BN / 2], u64, u64, int)>
 __device__ __forceinline__ void qk(float (&s)[BN / 2], u32 q, u32 k, int consumer) {
+    const u64 dq = pcwg::smem_desc_sw128(q + consumer * ROWS * 128), dk = pcwg::smem_desc_sw128(k);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk)
-        MMA(s, pcwg::smem_desc_sw128(q + (kk / 4) * BM * 128 + consumer * ROWS * 128
-                                     + (kk % 4) * 32),
-            pcwg::smem_desc_sw128(k + (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
+        MMA(s, pcwg::desc_step(dq, (kk / 4) * BM * 128 + (kk % 4) * 32),
+            pcwg::desc_step(dk, (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
 }
 
 // The raw scores' row maxes of a KV block, every key kept (a block before the first masked one:
@@ -227,10 +227,11 @@ __device__ __forceinline__ void rescale(float (&o)[HD / 2], const float (&s)[BN 
 // step 16 rows = 2048 bytes further).
 template <int BN, int HD, void (*MMA)(float (&)[HD / 2], u32, u32, u32, u32, u64)>
 __device__ __forceinline__ void pv(float (&o)[HD / 2], const u32 (&pk)[BN / 4], u32 v) {
+    const u64 dv = pcgc::smem_desc_sw128_mn<BN * 128>(v);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
         MMA(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3],
-            pcgc::smem_desc_sw128_mn<BN * 128>(v + kk * 2048));
+            pcwg::desc_step(dv, kk * 2048));
 }
 
 // An output tile's end: O / row sum (the quad's sums added; a row with no key, sum 0, stores 0)

@@ -47,11 +47,11 @@ __device__ __forceinline__ void st(float (&s)[BM / 2], u32 a, u32 b, int consume
     // registers and serializes the wgmmas, C7512)
 #pragma unroll
     for (int i = 0; i < BM / 2; ++i) s[i] = 0.f;
+    const u64 da = pcwg::smem_desc_sw128(a + consumer * KEYS * 128), db = pcwg::smem_desc_sw128(b);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk)
-        MMA(s, pcwg::smem_desc_sw128(a + (kk / 4) * BN * 128 + consumer * KEYS * 128
-                                     + (kk % 4) * 32),
-            pcwg::smem_desc_sw128(b + (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);
+        MMA(s, pcwg::desc_step(da, (kk / 4) * BN * 128 + (kk % 4) * 32),
+            pcwg::desc_step(db, (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);
 }
 
 // dS[query][key] by stmatrix .trans, one block of 8 query columns c at a time: its two 8 x 8
@@ -197,10 +197,11 @@ __device__ __forceinline__ void dscore(float (&p)[BM / 2], float (&dp)[BM / 2], 
 // bytes further), as dV += P^T.dO reads dO's (pcat::pv, the forward's P.V).
 template <int BM, int HD, void (*MMA)(float (&)[HD / 2], u64, u64)>
 __device__ __forceinline__ void dk(float (&acc)[HD / 2], u32 ds, u32 q) {
+    const u64 da = pcgc::smem_desc_sw128_mn<BM * 128>(ds);
+    const u64 db = pcgc::smem_desc_sw128_mn<BM * 128>(q);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk)
-        MMA(acc, pcgc::smem_desc_sw128_mn<BM * 128>(ds + kk * 2048),
-            pcgc::smem_desc_sw128_mn<BM * 128>(q + kk * 2048));
+        MMA(acc, pcwg::desc_step(da, kk * 2048), pcwg::desc_step(db, kk * 2048));
 }
 
 // A dQ part's accumulators cleared before its wgmmas (the first k step overwrites, but the
@@ -220,13 +221,14 @@ __device__ __forceinline__ void clear_dq(float (&acc)[BM / 64][32]) {
 template <int BM, int BN, void (*MMA)(float (&)[32], u64, u64, int)>
 __device__ __forceinline__ void dq(float (&acc)[BM / 64][32], u32 ds, u32 k, int consumer) {
     clear_dq<BM>(acc);
+    const u64 da = pcwg::smem_desc_sw128(ds);
+    const u64 db = pcgc::smem_desc_sw128_mn<BN * 128>(k + consumer * KEYS * 128);
 #pragma unroll
     for (int mi = 0; mi < BM / 64; ++mi)
 #pragma unroll
         for (int kk = 0; kk < KEYS / 16; ++kk)
-            MMA(acc[mi], pcwg::smem_desc_sw128(ds + mi * 64 * 128 + kk * 32),
-                pcgc::smem_desc_sw128_mn<BN * 128>(k + consumer * KEYS * 128 + kk * 2048),
-                kk > 0);
+            MMA(acc[mi], pcwg::desc_step(da, mi * 64 * 128 + kk * 32),
+                pcwg::desc_step(db, kk * 2048), kk > 0);
 }
 
 // dQ cut by columns or by rows (FlashAttention-3's cuts): 64 head columns of dQ over every key
@@ -238,13 +240,14 @@ __device__ __forceinline__ void dq(float (&acc)[BM / 64][32], u32 ds, u32 k, int
 template <int RB, int BN, u32 DS_BYTES, void (*MMA)(float (&)[32], u64, u64, int)>
 __device__ __forceinline__ void dq_all(float (&acc)[RB][32], u32 ds, u32 k) {
     clear_dq<RB * 64>(acc);
+    const u64 da = pcwg::smem_desc_sw128(ds), db = pcgc::smem_desc_sw128_mn<BN * 128>(k);
 #pragma unroll
     for (int mi = 0; mi < RB; ++mi)
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk)
-            MMA(acc[mi], pcwg::smem_desc_sw128(ds + (kk / (KEYS / 16)) * DS_BYTES + mi * 64 * 128
-                                               + (kk % (KEYS / 16)) * 32),
-                pcgc::smem_desc_sw128_mn<BN * 128>(k + kk * 2048), kk > 0);
+            MMA(acc[mi], pcwg::desc_step(da, (kk / (KEYS / 16)) * DS_BYTES + mi * 64 * 128
+                                                + (kk % (KEYS / 16)) * 32),
+                pcwg::desc_step(db, kk * 2048), kk > 0);
 }
 
 // A dQ part's registers (RB blocks of 64 rows from row block `mi0`) into the dQ buffer (`buf`),

@@ -68,9 +68,8 @@ from pipeline_core_nvidia_h100.kit_api import (BULK_REDUCE_OPERAND, BULK_TAG_NAM
                                                register_split_refusal)
 
 from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
-from pipeline_core_schedules_attention.schedule import (ALIGN, CONSUMER_REGISTERS, ELEM_BYTES,
-                                                        PEAK_MMA_FLOP_PER_CYCLE,
-                                                        PRODUCER_REGISTERS, WGMMA_M,
+from pipeline_core_schedules_attention.schedule import (ALIGN, ELEM_BYTES,
+                                                        PEAK_MMA_FLOP_PER_CYCLE, WGMMA_M,
                                                         WarpGroupTiles, register_params)
 
 NAME = "flash-attention-bwd"
@@ -523,16 +522,15 @@ PARAMS = (
 #: query rows per K tile by head dim: 64 (FA3 takes 128 at D 64, where ptxas spills this
 #: kernel's gradient step: S^T, dP^T, dK and dV of 128 queries fill 240 registers)
 DEFAULT_BLOCK_M = {64: 64, 128: 64}
-#: the setmaxnreg split (producer, consumer) by head dim where it is not the forward's 24 / 240:
-#: at D 64 the consumers need fewer than 240, and the producer warp group (the TMA producer and
-#: the dQ writers, with the deterministic turns and the strided coordinates) spilled at 24 at
-#: causal; at D 128 the consumers need all 240 and the producer group fits 24
-DEFAULT_REGISTERS = {64: (40, 232)}
-#: the split with dQ cut by columns: ptxas spilled one value of the producer warp group at 24
-#: (D 128 causal: the dQ writer's join and double buffer), and the consumers fit 232 with none;
-#: with -p split_grad the consumers hold P beside dP and need 240 (at 232 they spilled 236
-#: bytes; at 24 / 240 the producer group spills its one value)
-COLUMNS_REGISTERS = (40, 232)
+#: the setmaxnreg split (producer, consumer), where the forward's is 24 / 240: the producer warp
+#: group (the TMA producer and the dQ writers, with the deterministic turns, the strided
+#: coordinates and, dQ cut by columns, the writer's join and double buffer) spilled at 24 at D 64
+#: causal, at D 128 with dQ cut by columns, and (once the consumer index was read through a
+#: warp shuffle, kit/frame.py's uniform_consumer) in the deterministic D 128 causal kernel with
+#: dQ cut by keys; the consumers fit 232 with none, at D 128 too.  With -p split_grad the
+#: consumers hold P beside dP and need 240 (at 232 they spilled 236 bytes; at 24 / 240 the
+#: producer group spills its one value)
+DEFAULT_REGISTERS = (40, 232)
 SPLIT_GRAD_REGISTERS = (24, 240)
 #: the q and do rings' depth unless ``-T stages`` says otherwise
 DEFAULT_STAGES = 2
@@ -543,8 +541,7 @@ def make_attention_bwd(ctx: BuildContext) -> FlashAttentionBackward:
     p: dict[str, Any] = dict(ctx.params)
     target = backward_profile(base.pipeline, base.clock_ghz, bool(p["deterministic"]))
     registers = (SPLIT_GRAD_REGISTERS if p["split_grad"] and p["dq_cut"] == "columns" else
-                 COLUMNS_REGISTERS if p["dq_cut"] == "columns" else
-                 DEFAULT_REGISTERS.get(p["head_dim"], (PRODUCER_REGISTERS, CONSUMER_REGISTERS)))
+                 DEFAULT_REGISTERS)
     geometry = BackwardGeometry(
         head_dim=p["head_dim"], block_m=p["block_m"] or DEFAULT_BLOCK_M[p["head_dim"]],
         block_n=p["block_n"], stages=target.pipeline.depth, consumers=p["consumers"],

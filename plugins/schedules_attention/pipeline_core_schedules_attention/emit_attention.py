@@ -322,7 +322,7 @@ def _source(compiled: CompiledSchedule, g: AttentionGeometry, dtype: str, varian
         # one label for every consumer, so consumers that differ in no step share one program
         consumers=[code(c, False, "consumer") for c in consumers], producer_name=producer.name,
         producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS",
-        family=family, tiles=tiles, emitter=EMITTER_NAME)
+        family=family, tiles=tiles, emitter=EMITTER_NAME, uniform_consumer=True)
     what = "sequence" if g.varlen else "decode tile" if g.decode else "batch"
     return "\n".join([
         f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "

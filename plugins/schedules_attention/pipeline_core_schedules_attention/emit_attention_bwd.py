@@ -310,7 +310,8 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         consumers=[code(progs[f"consumer{c}"], False, "consumer") for c in range(g.consumers)],
         producer_name="producer", producer_registers="PRODUCER_REGS",
         consumer_registers="CONSUMER_REGS", family=_family(g, elem, ds_bar), tiles=tiles,
-        emitter=EMITTER_NAME, side_agents=[writer(w) for w in range(g.dq_buffers)])
+        emitter=EMITTER_NAME, side_agents=[writer(w) for w in range(g.dq_buffers)],
+        uniform_consumer=True)
     device = "\n".join(pasted(__package__, f) for f in (
         "attention.cuh", "dq_layout.cuh", "attention_bwd.cuh",
         *(("attention_bwd_turns.cuh",) if turns else ())))

@@ -10,7 +10,7 @@ import pytest
 from pipeline_core.api import compile_named
 from pipeline_core.errors import ProgramError
 
-from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc
+from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc, sass_command, sass_of
 
 from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
 from pipeline_core_schedules_attention.emit_attention_bwd import emit_attention_bwd, tile_exprs
@@ -200,3 +200,25 @@ def test_each_load_reads_its_heads_of_the_tensors_own_strides(hq, hkv):
         assert loads[name] == "bhk % HKV, bhk / HKV"
     assert ("pcab::finish<HD, pcat::Bf16>(dkacc, dvacc, dK + (bhk / HKV) * dk_sb + (bhk % HKV) "
             "* dk_sh, dk_ss, dV + (bhk / HKV) * dv_sb + (bhk % HKV) * dv_sh, dv_ss,") in src
+
+
+@pytest.mark.skipif(nvcc() is None or sass_command() is None,
+                    reason="needs nvcc and a disassembler")
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_the_calls_kernels_keep_their_wgmma_descriptors_in_uniform_registers(head_dim,
+                                                                              tmp_path):
+    """Each k loop builds its descriptors once from the warp-uniform consumer index and steps
+    them (wgmma_h100.cuh's desc_step, kit/frame.py's uniform_consumer), so the kernel moves few
+    values from vector to uniform registers: before session 18 every wgmma's two descriptors
+    were built on the vector pipe and moved (R2UR) before it, 289 moves at D 128 against its
+    128 wgmmas (docs/guide/attention.md, "How fast a consumer issues its wgmmas")."""
+    from pipeline_core_schedules_attention import bwd_call
+
+    _, src = bwd_call.source(head_dim, "bf16", False, "top_left")
+    assert "__shfl_sync(0xffffffffu, wg - 1, 0)" in src and "desc_step(" in src
+    proc, cubin = compile_cubin(src, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    sass = sass_of(cubin)
+    assert sass is not None
+    assert sass.count("R2UR ") < sass.count("HGMMA.") / 2, (sass.count("R2UR "),
+                                                            sass.count("HGMMA."))

@@ -105,6 +105,16 @@ __device__ __forceinline__ u64 smem_desc_sw128(u32 addr) {
          | (static_cast<u64>(1) << 62);
 }
 
+// The descriptor of the matrix `bytes` further into the tile `desc` describes: the start
+// address field (bits 0-13, 16-byte units) plus bytes / 16, exact for any shared::cta address
+// (all below 2^18 bytes, so the field never carries).  A k loop builds its operands'
+// descriptors once and steps them by constants: built per step, the mask and shift of each
+// address ran on the vector pipe and moved to uniform registers (R2UR) between every two
+// wgmmas, about ten instructions a 64 x 64 x 16 product (the backward's issue bound).
+__device__ __forceinline__ u64 desc_step(u64 desc, u32 bytes) {
+    return desc + static_cast<u64>(bytes >> 4);
+}
+
 // ---- registers per role --------------------------------------------------------------------------
 
 template <int REGS>

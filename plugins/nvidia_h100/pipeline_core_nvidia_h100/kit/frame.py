@@ -165,7 +165,8 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
                        tile_split: bool = False, consumer_after: Sequence[str] = (),
                        cluster: Cluster | None = None, relay: Sequence[str] = (),
                        producer_threads: int = 1,
-                       side_agents: Sequence[tuple[str, Sequence[str]]] = ()) -> str:
+                       side_agents: Sequence[tuple[str, Sequence[str]]] = (),
+                       uniform_consumer: bool = False) -> str:
     """The body of a warp-specialized kernel: warp group 0 the producer (one elected thread runs
     its program), warp groups 1.. the consumers (one program; the consumer index is a run-time
     value, so ``setmaxnreg`` sees each role as one branch of a single if/else), ``setmaxnreg``
@@ -179,7 +180,14 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
     (``skeleton.merged_consumer_lines``), and the consumer index is read through a warp shuffle,
     so ptxas knows it is the same in every thread of a warp: a tile loop whose bounds depend on
     it otherwise puts the wgmma groups on a path ptxas takes as divergent, and it serializes
-    every wgmma there (C7520).  ``consumer_after``: the consumers' lines after their tile loop.
+    every wgmma there (C7520).  ``uniform_consumer``: the consumer index read through the warp
+    shuffle without a tile split too, so ptxas keeps what it derives from it (the wgmma
+    descriptors of the consumer's rows) in uniform registers instead of building them on the
+    vector pipe and moving each (R2UR) before its wgmma: the attention kernels' (measured on an
+    H200: the backward 1.03-1.07x, the forward up to 1.10x causal; the GEMM's kernels gained
+    nothing and its 1 x 4096 x 4096 split-K kernel lost 3.5%, so it keeps the plain index;
+    docs/guide/attention.md, "How fast a consumer issues its wgmmas").
+    ``consumer_after``: the consumers' lines after their tile loop.
     ``cluster``: the plan's cluster (docs/guide/agents.md, "Clusters"): its start barrier after
     the initialisation and its end barrier before the exit; ``relay``: the program of its relay
     agent, which warp 1 of warp group 0 runs (one thread) in the producer's tile loop.
@@ -247,8 +255,9 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
              ind * 2 + "// ---- agents consumer0.. (one program; the consumer index picks the rows) ----",
              ind * 2 + role_mark("consumers"),
              ind * 2 + f"setmaxnreg_inc<{consumer_registers}>();",
-             ind * 2 + ("const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);  "
-                        "// warp-uniform (C7520)" if tile_split
+             ind * 2 + ("[[maybe_unused]] const int consumer = __shfl_sync(0xffffffffu, wg - 1, "
+                        "0);  // warp-uniform: ptxas keeps what it derives in uniform registers"
+                        if tile_split or uniform_consumer
                         else "[[maybe_unused]] const int consumer = wg - 1;"),
              family.consumer_state,
              *c_head, *c_body,

@@ -1,0 +1,113 @@
+"""A kernel's source as the kit emitted it before session 18, for an A/B of session 18's two
+changes to how fast a consumer issues its wgmmas, in one process:
+
+* the k loops' descriptors: each operand's built once and stepped by constants
+  (wgmma_h100.cuh's ``desc_step``), where every step built both from an address;
+* the consumer index read through a warp shuffle (kit/frame.py), so ptxas keeps what it derives
+  (the descriptors among it) in uniform registers, where it was ``wg - 1``.
+
+:func:`as_session_17` puts both back in an attention kernel's emitted source (forward or
+backward): ``attention_bwd_main_check.py --variants 'base;rewrite=session17'`` and
+``attention_tiles.py --variants call,session-17-source`` take it.  The GEMM's kernels keep the
+plain index (the shuffle gained nothing there); :func:`with_uniform_consumer` gives one the
+shuffle, for ``gemm_issue_ab.py``.
+"""
+from __future__ import annotations
+
+#: (today's text, the text before session 18) of each k loop: attention.cuh's qk and pv,
+#: attention_bwd.cuh's st, dk, dq and dq_all
+PER_STEP_DESCRIPTORS = (
+    ("""    const u64 da = pcwg::smem_desc_sw128(a + consumer * KEYS * 128), db = pcwg::smem_desc_sw128(b);
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk)
+        MMA(s, pcwg::desc_step(da, (kk / 4) * BN * 128 + (kk % 4) * 32),
+            pcwg::desc_step(db, (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);""",
+     """#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk)
+        MMA(s, pcwg::smem_desc_sw128(a + (kk / 4) * BN * 128 + consumer * KEYS * 128
+                                     + (kk % 4) * 32),
+            pcwg::smem_desc_sw128(b + (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);"""),
+    ("""    const u64 da = pcgc::smem_desc_sw128_mn<BM * 128>(ds);
+    const u64 db = pcgc::smem_desc_sw128_mn<BM * 128>(q);
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+        MMA(acc, pcwg::desc_step(da, kk * 2048), pcwg::desc_step(db, kk * 2048));""",
+     """#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk)
+        MMA(acc, pcgc::smem_desc_sw128_mn<BM * 128>(ds + kk * 2048),
+            pcgc::smem_desc_sw128_mn<BM * 128>(q + kk * 2048));"""),
+    ("""    const u64 da = pcwg::smem_desc_sw128(ds);
+    const u64 db = pcgc::smem_desc_sw128_mn<BN * 128>(k + consumer * KEYS * 128);
+#pragma unroll
+    for (int mi = 0; mi < BM / 64; ++mi)
+#pragma unroll
+        for (int kk = 0; kk < KEYS / 16; ++kk)
+            MMA(acc[mi], pcwg::desc_step(da, mi * 64 * 128 + kk * 32),
+                pcwg::desc_step(db, kk * 2048), kk > 0);""",
+     """#pragma unroll
+    for (int mi = 0; mi < BM / 64; ++mi)
+#pragma unroll
+        for (int kk = 0; kk < KEYS / 16; ++kk)
+            MMA(acc[mi], pcwg::smem_desc_sw128(ds + mi * 64 * 128 + kk * 32),
+                pcgc::smem_desc_sw128_mn<BN * 128>(k + consumer * KEYS * 128 + kk * 2048),
+                kk > 0);"""),
+    ("""    const u64 da = pcwg::smem_desc_sw128(ds), db = pcgc::smem_desc_sw128_mn<BN * 128>(k);
+#pragma unroll
+    for (int mi = 0; mi < RB; ++mi)
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+            MMA(acc[mi], pcwg::desc_step(da, (kk / (KEYS / 16)) * DS_BYTES + mi * 64 * 128
+                                                + (kk % (KEYS / 16)) * 32),
+                pcwg::desc_step(db, kk * 2048), kk > 0);""",
+     """#pragma unroll
+    for (int mi = 0; mi < RB; ++mi)
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+            MMA(acc[mi], pcwg::smem_desc_sw128(ds + (kk / (KEYS / 16)) * DS_BYTES + mi * 64 * 128
+                                               + (kk % (KEYS / 16)) * 32),
+                pcgc::smem_desc_sw128_mn<BN * 128>(k + kk * 2048), kk > 0);"""),
+    ("""    const u64 dq = pcwg::smem_desc_sw128(q + consumer * ROWS * 128), dk = pcwg::smem_desc_sw128(k);
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk)
+        MMA(s, pcwg::desc_step(dq, (kk / 4) * BM * 128 + (kk % 4) * 32),
+            pcwg::desc_step(dk, (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);""",
+     """#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk)
+        MMA(s, pcwg::smem_desc_sw128(q + (kk / 4) * BM * 128 + consumer * ROWS * 128
+                                     + (kk % 4) * 32),
+            pcwg::smem_desc_sw128(k + (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);"""),
+    ("""    const u64 dv = pcgc::smem_desc_sw128_mn<BN * 128>(v);
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+        MMA(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3],
+            pcwg::desc_step(dv, kk * 2048));""",
+     """#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+        MMA(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3],
+            pcgc::smem_desc_sw128_mn<BN * 128>(v + kk * 2048));"""),
+)
+
+
+#: (today's line, the line before session 18) of the consumers' index (kit/frame.py)
+CONSUMER_INDEX = ("[[maybe_unused]] const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);  "
+                  "// warp-uniform: ptxas keeps what it derives in uniform registers",
+                  "[[maybe_unused]] const int consumer = wg - 1;")
+
+
+def with_uniform_consumer(src: str) -> str:
+    """A GEMM kernel's ``src`` (the plain index) with the consumer index read through the warp
+    shuffle, as the attention kernels read it: the A/B that kept it out of the GEMM's."""
+    new, old = CONSUMER_INDEX
+    assert src.count(old) == 1, "the consumer index line is not the kit's"
+    return src.replace(old, new)
+
+
+def as_session_17(src: str) -> str:
+    """``src`` with the consumer index read plainly and every k loop of PER_STEP_DESCRIPTORS it
+    holds put back (a forward kernel holds the forward's two, a backward kernel all)."""
+    new, old = CONSUMER_INDEX
+    assert src.count(new) == 1, "the consumer index line is not the kit's"
+    src = src.replace(new, old)
+    for new, old in PER_STEP_DESCRIPTORS:
+        src = src.replace(new, old)
+    return src
