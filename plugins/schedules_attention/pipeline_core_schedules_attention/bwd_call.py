@@ -158,6 +158,14 @@ COLUMNS_DQ = frozenset({128})
 #: 1.05 (``attention_bwd_det_rows_s15_h200.jsonl``; one turn slot per KV block either way).
 ROWS_DQ = frozenset({(64, False)})
 ROWS_DQ_DETERMINISTIC = frozenset({(64, False), (64, True)})
+#: (head dim, causal) whose default kernel takes the gradient step in two (``-p split_grad``,
+#: FlashAttention-3's order: P from S while dP's wgmma still runs).  Measured on the H200 once
+#: the consumers issued their wgmmas from uniform registers (session 18; main kernel, one
+#: process, five rounds, per-round medians over the kernel without it): D 128 1.030 / 1.034 /
+#: 1.031 at S 1k / 4k / 16k, causal 1.008 / 1.011 / 0.997, which keeps the one step
+#: (benchmarks/results/attention_bwd_split_grad_s18_h200.jsonl).  Before, it ran 1.03-1.04
+#: there too but spilled a producer value at its 24 / 240 split; now it builds with none.
+SPLIT_GRAD = frozenset({(128, False)})
 
 
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
@@ -171,7 +179,9 @@ def call_params(head_dim: int, causal: bool, align: str = "top_left",
             **({"dq_cut": "columns"} if head_dim in COLUMNS_DQ else {}),
             **({"dq_cut": "rows", "block_m": "128"}
                if (head_dim, bool(causal)) in (ROWS_DQ_DETERMINISTIC if deterministic
-                                                else ROWS_DQ) else {})}
+                                                else ROWS_DQ) else {}),
+            **({"split_grad": "true"} if not deterministic
+               and (head_dim, bool(causal)) in SPLIT_GRAD else {})}
 
 
 @attrs.frozen(kw_only=True, eq=False)
