@@ -164,7 +164,9 @@ ROWS_DQ_DETERMINISTIC = frozenset({(64, False), (64, True)})
 #: process, five rounds, per-round medians over the kernel without it): D 128 1.030 / 1.034 /
 #: 1.031 at S 1k / 4k / 16k, causal 1.008 / 1.011 / 0.997, which keeps the one step
 #: (benchmarks/results/attention_bwd_split_grad_s18_h200.jsonl).  Before, it ran 1.03-1.04
-#: there too but spilled a producer value at its 24 / 240 split; now it builds with none.
+#: there too but spilled a producer value at its 24 / 240 split; now it builds with none.  The
+#: deterministic kernel keeps the one step: with it, 1.008 / 0.932 / 1.016 without the mask
+#: (benchmarks/results/attention_bwd_det_split_grad_s18_h200.jsonl).
 SPLIT_GRAD = frozenset({(128, False)})
 
 
