@@ -529,7 +529,8 @@ DEFAULT_BLOCK_M = {64: 64, 128: 64}
 #: warp shuffle, kit/frame.py's uniform_consumer) in the deterministic D 128 causal kernel with
 #: dQ cut by keys; the consumers fit 232 with none, at D 128 too.  With -p split_grad the
 #: consumers hold P beside dP and need 240 (at 232 they spilled 236 bytes; at 24 / 240 the
-#: producer group spills its one value)
+#: producer group spilled one value until the descriptors moved to uniform registers in session
+#: 18, none since)
 DEFAULT_REGISTERS = (40, 232)
 SPLIT_GRAD_REGISTERS = (24, 240)
 #: the q and do rings' depth unless ``-T stages`` says otherwise
