@@ -23,6 +23,7 @@ import ctypes, json, statistics, sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import attrs
+from bench_timing import interleaved, ratios
 from gemm_build import kernel_key, prebuild
 from pipeline_core_nvidia_h100.gemm_call import TensorInfo
 from pipeline_core_nvidia_h100 import matmul_call as mm
@@ -87,16 +88,6 @@ def max_clusters(v, c):
     return rc, n.value
 
 
-def ev(f, reps=30):
-    for _ in range(3):
-        f()
-    es = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for s, e in es:
-        s.record(); f(); e.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in es)
-
-
 for (M, N, K), idx in zip(shapes, range(0, 2 * len(shapes), 2)):
     a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
@@ -114,16 +105,12 @@ for (M, N, K), idx in zip(shapes, range(0, 2 * len(shapes), 2)):
         o.fill_(float("nan")); f(); torch.cuda.synchronize()
         errs[n] = round(float((o.float() - ref).norm() / ref.norm()), 5)
     del ref
-    per = {n: [] for n in impls}
-    for r in range(5):
-        names = list(impls)
-        for n in names[r % 3:] + names[:r % 3]:
-            per[n].append(ev(impls[n]))
+    per = interleaved(torch, impls, 5, reps=30)
     v2, c2 = keys[idx + 1]
     print(json.dumps({"shape": f"{M}x{N}x{K}", "rewrite": sys.argv[1], "errors": errs,
                       "max_active_clusters": max_clusters(v2, c2),
                       **{n: round(statistics.median(x) * 1000, 1) for n, x in per.items()},
-                      "cluster2/cluster1": [round(y / x, 3) for x, y in zip(per["cluster2"], per["cluster1"])],
-                      "cluster2/cublas": [round(y / x, 3) for x, y in zip(per["cluster2"], per["cublas"])],
-                      "cluster1/cublas": [round(y / x, 3) for x, y in zip(per["cluster1"], per["cublas"])]}),
+                      **{f"{x}/{y}": ratios(per, x, y) for x, y in (("cluster2", "cluster1"),
+                                                                     ("cluster2", "cublas"),
+                                                                     ("cluster1", "cublas"))}}),
           flush=True)

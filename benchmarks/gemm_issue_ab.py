@@ -53,7 +53,7 @@ def main() -> None:
         return
     import torch
 
-    from bench_timing import graphed, interleaved
+    from bench_timing import graphed, interleaved, ratios
     lines = []
     for m, n, k in SHAPES:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -81,10 +81,9 @@ def main() -> None:
         per = interleaved(torch, impls, args.rounds)
         row = {"kind": "time", "shape": f"{m}x{n}x{k}",
                "us": {name: round(statistics.median(v) * 1000, 2) for name, v in per.items()},
-               "shuffled/call": [round(c / x, 3) for x, c in zip(per["shuffled"], per["call"])],
-               "call/cublas": [round(c / x, 3) for x, c in zip(per["call"], per["cublas"])],
-               "shuffled/cublas": [round(c / x, 3) for x, c in zip(per["shuffled"],
-                                                                   per["cublas"])]}
+               **{f"{o}/{p}": ratios(per, o, p) for o, p in (("shuffled", "call"),
+                                                             ("call", "cublas"),
+                                                             ("shuffled", "cublas"))}}
         lines.append(row)
         print(json.dumps(row), flush=True)
     if args.out:

@@ -15,18 +15,9 @@ shuffle, for ``gemm_issue_ab.py``.
 from __future__ import annotations
 
 #: (today's text, the text before session 18) of each k loop: attention.cuh's qk and pv,
-#: attention_bwd.cuh's st, dk, dq and dq_all
+#: attention_bwd.cuh's dk, dq and dq_all (its st runs qk's loop since session 18; before, a
+#: copy of it, which the qk pair's rewrite stands for)
 PER_STEP_DESCRIPTORS = (
-    ("""    const u64 da = pcwg::smem_desc_sw128(a + consumer * KEYS * 128), db = pcwg::smem_desc_sw128(b);
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk)
-        MMA(s, pcwg::desc_step(da, (kk / 4) * BN * 128 + (kk % 4) * 32),
-            pcwg::desc_step(db, (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);""",
-     """#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk)
-        MMA(s, pcwg::smem_desc_sw128(a + (kk / 4) * BN * 128 + consumer * KEYS * 128
-                                     + (kk % 4) * 32),
-            pcwg::smem_desc_sw128(b + (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);"""),
     ("""    const u64 da = pcgc::smem_desc_sw128_mn<BM * 128>(ds);
     const u64 db = pcgc::smem_desc_sw128_mn<BM * 128>(q);
 #pragma unroll
@@ -104,7 +95,7 @@ def with_uniform_consumer(src: str) -> str:
 
 def as_session_17(src: str) -> str:
     """``src`` with the consumer index read plainly and every k loop of PER_STEP_DESCRIPTORS it
-    holds put back (a forward kernel holds the forward's two, a backward kernel all)."""
+    holds put back (every kernel pastes the forward's two; a backward also holds its three)."""
     new, old = CONSUMER_INDEX
     assert src.count(new) == 1, "the consumer index line is not the kit's"
     src = src.replace(new, old)

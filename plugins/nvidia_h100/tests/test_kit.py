@@ -167,3 +167,16 @@ def test_the_wgmma_wrappers_bind_the_fragment_and_the_flags():
     assert "{%32, %33, %34, %35}, %36, 1, 1, 1, 1;" in rs
     with pytest.raises(ValueError, match=r"^wgmma_rs: dtype 'e4m3' has no MN-major B operand"):
         wgmma_rs(64, "e4m3")
+
+
+def test_the_consumer_index_is_shuffled_where_the_family_asks_or_a_tile_split_needs_it():
+    """kit/frame.py's uniform_consumer: the attention emitters read the consumer index through a
+    warp shuffle (ptxas then keeps the descriptors derived from it in uniform registers); a
+    family that does not ask (the GEMM's, where it measured no faster) keeps the plain index."""
+    rings = [Ring(name="full", kind="full", stages=2, arrivals=1),
+             Ring(name="empty", kind="empty", stages=2, arrivals=8)]
+    shuffled = "const int consumer = __shfl_sync(0xffffffffu, wg - 1, 0);"
+    plain = "[[maybe_unused]] const int consumer = wg - 1;"
+    assert any(shuffled in line for line in _body(rings, uniform_consumer=True))
+    body = _body(rings)
+    assert any(plain in line for line in body) and not any(shuffled in line for line in body)

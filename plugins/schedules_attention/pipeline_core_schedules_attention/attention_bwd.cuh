@@ -39,19 +39,16 @@ struct Mask {
 // S^T (or dP^T) = A_c.B^T (wgmma SS, MMA = the kit's wgmma_m64n{BM}k16): the consumer's KEYS
 // rows of a [BN x HD] block (HD / 64 boxes of BN rows, 128-byte swizzled) against a query
 // block's stage (HD / 64 boxes of BM rows); 16 columns of the head per k step, the first
-// overwriting.
+// overwriting.  The forward's k loop (pcat::qk) with the two blocks' roles swapped.
 template <int BM, int BN, int HD, void (*MMA)(float (&)[BM / 2], u64, u64, int)>
 __device__ __forceinline__ void st(float (&s)[BM / 2], u32 a, u32 b, int consumer) {
+    static_assert(KEYS == pcat::ROWS, "a consumer's keys are the forward's consumer rows");
     // cleared, though the first k step overwrites: the wrapper's asm reads its accumulators,
     // which would keep the last query block's S live across the loop (ptxas then runs out of
     // registers and serializes the wgmmas, C7512)
 #pragma unroll
     for (int i = 0; i < BM / 2; ++i) s[i] = 0.f;
-    const u64 da = pcwg::smem_desc_sw128(a + consumer * KEYS * 128), db = pcwg::smem_desc_sw128(b);
-#pragma unroll
-    for (int kk = 0; kk < HD / 16; ++kk)
-        MMA(s, pcwg::desc_step(da, (kk / 4) * BN * 128 + (kk % 4) * 32),
-            pcwg::desc_step(db, (kk / 4) * BM * 128 + (kk % 4) * 32), kk > 0);
+    pcat::qk<BN, BM, HD, MMA>(s, a, b, consumer);
 }
 
 // dS[query][key] by stmatrix .trans, one block of 8 query columns c at a time: its two 8 x 8

@@ -87,6 +87,15 @@ def test_deterministic_plans_the_ordered_kernel_the_default_does_not():
         "dq_cut": "columns"}
 
 
+def test_the_split_gradient_step_is_taken_where_it_measured_faster():
+    """bwd_call.SPLIT_GRAD: the default kernel at D 128 without the mask takes -p split_grad;
+    the causal one, the deterministic one and D 64 keep the one step (each measured there)."""
+    assert bwd_call.call_params(128, False).get("split_grad") == "true"
+    for params in (bwd_call.call_params(128, True), bwd_call.call_params(64, False),
+                   bwd_call.call_params(128, False, deterministic=True)):
+        assert "split_grad" not in params, params
+
+
 @pytest.mark.parametrize("edit, text", [
     (dict(deterministic=1), "deterministic: 1; pass True or False"),
     (dict(scale=0.0), "scale: 0.0"),
