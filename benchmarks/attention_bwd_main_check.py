@@ -26,9 +26,12 @@ and no torch needed (then the GPU run loads them).
 main kernel (``-p`` parameters, ``stages`` the rings' ``-T stages``) beside the call's own, each
 checked on the configurations of those head dims, then timed against each other and the peers
 in the same interleaved rounds (the tuning harness: which variant the call should compile).
-A variant's ``rewrite=offset`` / ``offset_each`` (with ``shared_dq=false``) or ``session17``
-edits its emitted source instead (``REWRITES``): a probe of a cut before it is built and
-proven, or the kernel as the kit emitted it before session 18 (``issue_probe.py``).
+A variant's ``rewrite=offset`` / ``offset_each`` (with ``shared_dq=false``), ``session17``,
+``session18``, ``grad_two_ahead`` or ``per_score_mask`` edits its emitted source instead
+(``REWRITES``): a probe of a cut before it is built and proven, the kernel as the kit emitted
+it before session 18 or 19, the gradient step's loads two blocks ahead or its mask tested per
+pair (``issue_probe.py``).  ``dk_rs=true`` applies where the call's kernel cuts dQ by columns or
+rows.
 Every result is also one JSON line in ``--out`` (default: none).
 """
 from __future__ import annotations
@@ -45,7 +48,8 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
         sys.path.insert(0, str(extra))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from issue_probe import as_session_17  # noqa: E402  (beside this script)
+from issue_probe import (as_session_17, as_session_18, grad_two_ahead,  # noqa: E402
+                         per_score_mask)
 
 #: (B, Hq, Hkv, Sq, Sk): S in {1, 17, 128, 1000}, query and key lengths that differ, GQA
 SHAPES = ((1, 2, 2, 1, 1), (1, 2, 2, 17, 17), (2, 4, 2, 128, 128), (1, 4, 1, 1000, 1000),
@@ -243,7 +247,7 @@ class Variant:
         ACTIVE_REWRITE = self.rewrite
         bwd, extra = self.bwd, self.params
         bwd.CALL, bwd.CALL_STAGES = self.call, self.stages
-        bwd.call_params = lambda *a, **k: {**CALL_PARAMS(*a, **k), **extra}
+        bwd.call_params = lambda *a, **k: _merged(CALL_PARAMS(*a, **k), extra)
         if self.order == "heads_inner":
             from pipeline_core_schedules_attention.tile_order import TileOrder
             bwd._order = lambda r, built, grid, np: TileOrder(hg=r.plan.bhk)
@@ -252,6 +256,15 @@ class Variant:
 
 
 CALL_PARAMS = ORDER = None  # the module's own call_params and _order, before any variant
+
+
+def _merged(call: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
+    """The call's parameters under a variant's; ``dk_rs`` only where the merged kernel cuts dQ
+    by columns or rows (the schedule refuses it with the keys cut: D 64 causal)."""
+    out = {**call, **extra}
+    if out.get("dq_cut", "keys") == "keys":
+        out.pop("dk_rs", None)
+    return out
 
 
 def _blocks(src: str) -> tuple[str, str, str, str]:
@@ -287,7 +300,8 @@ def _offset(src: str, every: bool) -> str:
     return head + c0 + c1 + tail
 
 
-REWRITES = {"none": lambda src: src, "session17": as_session_17, "offset": lambda src: _offset(src, False),
+REWRITES = {"none": lambda src: src, "session17": as_session_17, "session18": as_session_18,
+            "grad_two_ahead": grad_two_ahead, "per_score_mask": per_score_mask, "offset": lambda src: _offset(src, False),
             "offset_each": lambda src: _offset(src, True)}
 ACTIVE_REWRITE = REWRITES["none"]
 

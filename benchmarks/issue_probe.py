@@ -1,5 +1,6 @@
-"""A kernel's source as the kit emitted it before session 18, for an A/B of session 18's two
-changes to how fast a consumer issues its wgmmas, in one process:
+"""A kernel's source as the kit emitted it before session 18 (or 19), for an A/B of session 18's
+two changes to how fast a consumer issues its wgmmas (and session 19's loads of the gradient
+step's row vectors, :func:`as_session_18`), in one process:
 
 * the k loops' descriptors: each operand's built once and stepped by constants
   (wgmma_h100.cuh's ``desc_step``), where every step built both from an address;
@@ -91,6 +92,76 @@ def with_uniform_consumer(src: str) -> str:
     new, old = CONSUMER_INDEX
     assert src.count(old) == 1, "the consumer index line is not the kit's"
     return src.replace(old, new)
+
+
+#: (today's text, the text before session 19) of the gradient steps' LSE and delta loads: each
+#: column block's pair loaded where the block uses it, where RowPairs loads it two blocks ahead
+ROW_PAIRS_AHEAD = (
+    ("    RowPairs<BM, 1> ls(lse), dl(delta);  // two vectors: two loads a block ahead\n", ""),
+    ("""        const float(&l)[2] = ls.block(c);
+        const float(&d)[2] = dl.block(c);""",
+     """        float l[2], d[2];
+        row_pair(lse, col, l);
+        row_pair(delta, col, d);"""),
+    ("    RowPairs<BM> ls(lse);\n", ""),
+    ("""        const float(&l)[2] = ls.block(c);
+#pragma unroll""",
+     """        float l[2];
+        row_pair(lse, col, l);
+#pragma unroll"""),
+    ("    RowPairs<BM> dl(delta);\n", "    const int q = threadIdx.x % 4;\n"),
+    ("        const float(&d)[2] = dl.block(c);\n",
+     "        float d[2];\n        row_pair(delta, c * 8 + 2 * q, d);\n"),
+)
+
+
+def as_session_18(src: str) -> str:
+    """A backward's ``src`` with its gradient steps' LSE and delta pairs loaded where each
+    column block uses them (session 18's code), for the A/B of RowPairs: every edit must apply
+    once (``grad`` holds two, ``prob`` and ``dscore`` one or two each)."""
+    for new, old in ROW_PAIRS_AHEAD:
+        assert src.count(new) == 1, f"not the gradient step of session 19: {new!r}"
+        src = src.replace(new, old)
+    return src
+
+
+#: (today's text, the text before) of the one-step gradient's mask: one test per pair, where the
+#: step branches once per query block between an unmasked and a masked form
+PER_SCORE_MASK = (
+    ("""                                          u32 delta, u32 ds, const Mask& mask, int row0, int key0,""",
+     """                                          u32 delta, u32 ds, bool masked, const Mask& mask, int row0, int key0,"""),
+    ("            const bool keep = !MASKED || mask.keeps(row0 + col + r, key0 + k0 + 8 * k);\n"
+     "            const float x = keep ? s[4 * c + e] : -INFINITY;\n"
+     "            p[e] = pcat::ex2_approx(fmaf(x, scale_log2, -l[r] * LOG2E));",
+     "            const bool keep = !masked || mask.keeps(row0 + col + r, key0 + k0 + 8 * k);\n"
+     "            const float x = keep ? s[4 * c + e] : -INFINITY;\n"
+     "            p[e] = pcat::ex2_approx(fmaf(x, scale_log2, -l[r] * LOG2E));"),
+    ("""    if (uniform_masked(masked))
+        grad_step<BM, Elem, GATHER, true>(s, dp, pp, dsp, lse, delta, ds, mask, row0, key0,
+                                          scale, scale_log2, bar);
+    else
+        grad_step<BM, Elem, GATHER, false>(s, dp, pp, dsp, lse, delta, ds, mask, row0, key0,
+                                           scale, scale_log2, bar);""",
+     """    grad_step<BM, Elem, GATHER, true>(s, dp, pp, dsp, lse, delta, ds, masked, mask, row0,
+                                      key0, scale, scale_log2, bar);"""),
+)
+
+
+def per_score_mask(src: str) -> str:
+    """A backward's ``src`` whose one-step gradient tests its mask per pair (session 18's
+    code), where it branches once per query block between an unmasked and a masked form."""
+    for new, old in PER_SCORE_MASK:
+        assert src.count(new) == 1, f"not the gradient step of session 19: {new[:60]!r}"
+        src = src.replace(new, old)
+    return src
+
+
+def grad_two_ahead(src: str) -> str:
+    """A backward's ``src`` whose one-step gradient loads its LSE and delta pairs two column
+    blocks ahead (as ``prob`` and ``dscore`` do), where it loads them one ahead."""
+    new = "    RowPairs<BM, 1> ls(lse), dl(delta);"
+    assert src.count(new) == 1, "not the gradient step of session 19"
+    return src.replace(new, "    RowPairs<BM, 2> ls(lse), dl(delta);")
 
 
 def as_session_17(src: str) -> str:

@@ -63,11 +63,9 @@ __device__ __forceinline__ u32 ds_address(u32 ds) {
     return ds + mj * 128 + ((((wtid / 32) * 2 + mk) ^ mj) << 4);
 }
 
-template <class Elem>
-__device__ __forceinline__ void store_ds(u32 at, int c, const float (&g)[4]) {
+__device__ __forceinline__ void store_ds(u32 at, int c, u32 lo, u32 hi) {
     asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n"
-                 :: "r"(at + c * 1024), "r"(Elem::pack(g[0], g[1])),
-                    "r"(Elem::pack(g[2], g[3])) : "memory");
+                 :: "r"(at + c * 1024), "r"(lo), "r"(hi) : "memory");
 }
 
 // A pair of per-row floats (the LSE's or delta's) of query columns col, col + 1 from the
@@ -76,6 +74,32 @@ __device__ __forceinline__ void row_pair(u32 at, int col, float (&v)[2]) {
     asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v[0]), "=f"(v[1])
                  : "r"(at + col * 4));
 }
+
+// A thread's pairs of one row vector (8 c + 2 (lane % 4), + 1 for its column blocks c <
+// BM / 8), each loaded AHEAD blocks before its block uses it.  Each load is volatile and so
+// stays behind the dS store (stmatrix, volatile too) of the block before it: loaded where it
+// was used, every block's arithmetic waited out a shared-memory round trip (Nsight Compute,
+// session 19: the FADDs of dP - delta and the FMULs of LSE log2e held 10% of the consumers'
+// stall samples, short scoreboard).  Every loop over the blocks is unrolled, so the pairs in
+// flight are registers; AHEAD 2 keeps the rows-cut gradient step (128 query rows) from
+// spilling, where loading all of them first spilled 360 bytes.
+template <int BM, int AHEAD = 2>
+struct RowPairs {
+    u32 at;
+    float v[BM / 8][2];
+    __device__ __forceinline__ explicit RowPairs(u32 vec) : at(vec) {
+#pragma unroll
+        for (int c = 0; c < AHEAD && c < BM / 8; ++c) load(c);
+    }
+    __device__ __forceinline__ void load(int c) {
+        row_pair(at, c * 8 + 2 * (threadIdx.x % 4), v[c]);
+    }
+    // block c's pair, block c + AHEAD's load issued first
+    __device__ __forceinline__ const float (&block(int c))[2] {
+        if (c + AHEAD < BM / 8) load(c + AHEAD);
+        return v[c];
+    }
+};
 
 // The consumer's dS, written by all its threads, fenced to the async proxy (wgmma reads it)
 // and gathered on its barrier `bar`.
@@ -86,19 +110,21 @@ __device__ __forceinline__ void gather_ds(int bar) {
 
 // The gradient step: P = 2^(S * scale log2e - LSE log2e) (the forward's probabilities from its
 // saved log-sum-exp), dS = P (dP - delta) * scale (the scale of dK and dQ folded in once); P
-// packed as dV's RS A fragment, dS stored as dS[query][key] (one 128-byte swizzled box of BM
-// rows: dQ's A K-major, dK's A = dS^T MN-major; kept out of registers, which dK, dV and dQ's
-// accumulators fill), then fenced to the async proxy and gathered on the consumer's barrier
-// `bar` (ids after the plan's): the consumer's own dK wgmma reads it next.  (With dQ cut by
-// columns the plan's join of the consumers after their dK publishes every consumer's dS to
-// every dQ wgmma; it fences again, as the proof asks of a write another agent reads.)
+// packed as dV's RS A fragment, dS packed the same way (`dsp`: dK's RS A fragment with
+// -p dk_rs; unread otherwise, so compiled out) and stored as dS[query][key] (one 128-byte
+// swizzled box of BM rows: dQ's A K-major, dK's A = dS^T MN-major without dk_rs).  GATHER
+// (without dk_rs): then fenced to the async proxy and gathered on the consumer's barrier `bar`
+// (ids after the plan's), since the consumer's own dK wgmma reads it next.  (With dQ cut by
+// columns or rows the plan's join of the consumers publishes every consumer's dS to every dQ
+// wgmma; it fences again, as the proof asks of a write another agent reads.  With dk_rs that
+// join is the only one: dK reads registers.)
 // `masked`: the query blocks the plan's trip rule masks (the diagonal's) and the tails; a
 // dropped pair's S is -inf, so P and dS are 0.
-template <int BM, class Elem>
-__device__ __forceinline__ void grad(float (&s)[BM / 2], float (&dp)[BM / 2], u32 (&pp)[BM / 4],
-                                     u32 lse, u32 delta, u32 ds, bool masked, const Mask& mask,
-                                     int row0, int key0, float scale, float scale_log2,
-                                     int bar) {
+template <int BM, class Elem, bool GATHER, bool MASKED>
+__device__ __forceinline__ void grad_step(float (&s)[BM / 2], float (&dp)[BM / 2],
+                                          u32 (&pp)[BM / 4], u32 (&dsp)[BM / 4], u32 lse,
+                                          u32 delta, u32 ds, const Mask& mask, int row0, int key0,
+                                          float scale, float scale_log2, int bar) {
     const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
     const int k0 = wtid / 32 * 16 + lane / 4;  // the thread's key 0 within the consumer's
 #pragma unroll
@@ -109,37 +135,60 @@ __device__ __forceinline__ void grad(float (&s)[BM / 2], float (&dp)[BM / 2], u3
     // dS[query][key] (ds_address, store_ds: the same, written inline as measured)
     const int mk = (lane / 8) % 2, mj = lane % 8;
     const u32 at = ds + mj * 128 + ((((wtid / 32) * 2 + mk) ^ mj) << 4);
+    RowPairs<BM, 1> ls(lse), dl(delta);  // two vectors: two loads a block ahead
 #pragma unroll
     for (int c = 0; c < BM / 8; ++c) {
         const int col = c * 8 + 2 * q;
-        float l[2], d[2];
-        row_pair(lse, col, l);
-        row_pair(delta, col, d);
+        const float(&l)[2] = ls.block(c);
+        const float(&d)[2] = dl.block(c);
         float p[4], g[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int r = e & 1, k = e >> 1;  // column col + r, key k0 + 8 k
             // a select, not a branch: the P registers a wgmma reads are then written on no
             // divergent path (ptxas serializes the wgmmas otherwise, C7520)
-            const bool keep = !masked || mask.keeps(row0 + col + r, key0 + k0 + 8 * k);
+            const bool keep = !MASKED || mask.keeps(row0 + col + r, key0 + k0 + 8 * k);
             const float x = keep ? s[4 * c + e] : -INFINITY;
             p[e] = pcat::ex2_approx(fmaf(x, scale_log2, -l[r] * LOG2E));
             g[e] = p[e] * (dp[4 * c + e] - d[r]) * scale;
         }
         pp[2 * c] = Elem::pack(p[0], p[1]);
         pp[2 * c + 1] = Elem::pack(p[2], p[3]);
+        dsp[2 * c] = Elem::pack(g[0], g[1]);
+        dsp[2 * c + 1] = Elem::pack(g[2], g[3]);
         asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n"
-                     :: "r"(at + c * 1024), "r"(Elem::pack(g[0], g[1])),
-                        "r"(Elem::pack(g[2], g[3])) : "memory");
+                     :: "r"(at + c * 1024), "r"(dsp[2 * c]), "r"(dsp[2 * c + 1]) : "memory");
     }
-    pcgc::fence_proxy_async_shared();  // dS written by the generic proxy, read by wgmma
-    asm volatile("bar.sync %0, 128;\n" :: "r"(bar) : "memory");
+    if constexpr (GATHER) gather_ds(bar);
+}
+
+// A query block's `masked` (the trip rule's and the tails': the same for every thread of the
+// consumer) read through a warp shuffle, so ptxas knows the branch between the step's two
+// forms is warp-uniform: the unmasked form (every block but the diagonal's and the tails')
+// then tests no pair.  Tested per pair, `!masked || keeps(..)` short-circuited into a branch
+// around every score (Nsight Compute, session 19: its ISETP, BSSY / BSYNC and branch
+// resolution were a quarter of the gradient step's issue).
+__device__ __forceinline__ bool uniform_masked(bool masked) {
+    return __shfl_sync(0xffffffffu, static_cast<int>(masked), 0) != 0;
+}
+
+template <int BM, class Elem, bool GATHER>
+__device__ __forceinline__ void grad(float (&s)[BM / 2], float (&dp)[BM / 2], u32 (&pp)[BM / 4],
+                                     u32 (&dsp)[BM / 4], u32 lse, u32 delta, u32 ds, bool masked,
+                                     const Mask& mask, int row0, int key0, float scale,
+                                     float scale_log2, int bar) {
+    if (uniform_masked(masked))
+        grad_step<BM, Elem, GATHER, true>(s, dp, pp, dsp, lse, delta, ds, mask, row0, key0,
+                                          scale, scale_log2, bar);
+    else
+        grad_step<BM, Elem, GATHER, false>(s, dp, pp, dsp, lse, delta, ds, mask, row0, key0,
+                                           scale, scale_log2, bar);
 }
 
 // The gradient step in two (flash-attention-bwd -p split_grad, FlashAttention-3's order), the
 // same math as grad: prob turns S into P in place (fp32, for dS) and packs P as dV's A fragment
 // while dP's wgmma still runs; dscore, after dV's wgmma was issued, computes dS = P (dP - delta)
-// * scale from them and stores, fences and gathers it as grad does.
+// * scale from them and packs, stores (and with GATHER fences and gathers) it as grad does.
 template <int BM, class Elem>
 __device__ __forceinline__ void prob(float (&s)[BM / 2], u32 (&pp)[BM / 4], u32 lse,
                                      bool masked, const Mask& mask, int row0, int key0,
@@ -148,11 +197,11 @@ __device__ __forceinline__ void prob(float (&s)[BM / 2], u32 (&pp)[BM / 4], u32 
     const int k0 = wtid / 32 * 16 + lane / 4;
 #pragma unroll
     for (int i = 0; i < BM / 2; ++i) pcwg::fence_operand(s[i]);
+    RowPairs<BM> ls(lse);
 #pragma unroll
     for (int c = 0; c < BM / 8; ++c) {
         const int col = c * 8 + 2 * q;
-        float l[2];
-        row_pair(lse, col, l);
+        const float(&l)[2] = ls.block(c);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int r = e & 1, k = e >> 1;
@@ -165,27 +214,28 @@ __device__ __forceinline__ void prob(float (&s)[BM / 2], u32 (&pp)[BM / 4], u32 
     }
 }
 
-template <int BM, class Elem>
-__device__ __forceinline__ void dscore(float (&p)[BM / 2], float (&dp)[BM / 2], u32 delta,
-                                       u32 ds, float scale, int bar) {
-    const int q = threadIdx.x % 4;
+template <int BM, class Elem, bool GATHER>
+__device__ __forceinline__ void dscore(float (&p)[BM / 2], float (&dp)[BM / 2],
+                                       u32 (&dsp)[BM / 4], u32 delta, u32 ds, float scale,
+                                       int bar) {
 #pragma unroll
     for (int i = 0; i < BM / 2; ++i) {
         pcwg::fence_operand(p[i]);
         pcwg::fence_operand(dp[i]);
     }
     const u32 at = ds_address(ds);
+    RowPairs<BM> dl(delta);
 #pragma unroll
     for (int c = 0; c < BM / 8; ++c) {
-        const int col = c * 8 + 2 * q;
-        float d[2];
-        row_pair(delta, col, d);
         float g[4];
+        const float(&d)[2] = dl.block(c);
 #pragma unroll
         for (int e = 0; e < 4; ++e) g[e] = p[4 * c + e] * (dp[4 * c + e] - d[e & 1]) * scale;
-        store_ds<Elem>(at, c, g);
+        dsp[2 * c] = Elem::pack(g[0], g[1]);
+        dsp[2 * c + 1] = Elem::pack(g[2], g[3]);
+        store_ds(at, c, dsp[2 * c], dsp[2 * c + 1]);
     }
-    gather_ds(bar);
+    if constexpr (GATHER) gather_ds(bar);
 }
 
 // dK_c += dS^T.Q (wgmma SS, MMA = wgmma_mn_m64n{HD}k16 reading A and B MN-major): A the

@@ -130,44 +130,31 @@ def plan_bwd(q: Any, k: Any, v: Any, do: Any, lse: Any, delta: Any, dq_accum: An
                    dk_order=order_of(k), dv_order=order_of(v))
 
 
-#: (head dim, causal) whose default kernel hands dQ over per consumer (``-p shared_dq=false``:
-#: a buffer, writer and bulk reduce each) rather than through the schedule's one shared buffer.
-#: Measured on the H200 once the launch order kept a head's rows in L2 (bwd_call._order; one
-#: process, main kernel, five rounds; per consumer over shared): D 128 1.13 / 1.13 / 1.08 at
-#: S 1k / 4k / 16k, D 64 1.02-1.03, D 64 causal 1.00-1.02; D 128 causal 0.94 / 1.02 / 0.99
-#: keeps the shared buffer.  With heads innermost, L2 held neither and one reduce won.  The
-#: shared buffer couples the consumers (consumer 0's next staging waits for consumer 1's add and
-#: the reduce's read: 9.4% of the stall samples at D 128 S 4k).  The deterministic kernel keeps
-#: the schedule's default (one turn slot per KV block).
-PER_CONSUMER_DQ = frozenset({(64, True)})
-#: head dims whose kernel cuts dQ by head columns (``-p dq_cut=columns``, FlashAttention-3's cut:
-#: each consumer its 64 columns over every key, the consumers' dS and dQ exchanged through
-#: joins; docs/guide/attention.md, "dQ cut by columns").  Measured on the H200 (main kernel, one
-#: process, five rounds, per-round medians over the keys cut the call built before: per
-#: consumer without the mask, shared causal): D 128 0.99 / 1.04 / 1.03 at S 1k / 4k / 16k,
-#: causal 1.09 / 1.10 / 1.08 (benchmarks/results/attention_bwd_columns_s15_h200.jsonl).  At
-#: D 64 two consumers would hold 32 columns each, which the swizzled K box does not give.
-COLUMNS_DQ = frozenset({128})
-#: (head dim, causal) whose kernel cuts dQ by query rows with 128-row query blocks
-#: (``-p dq_cut=rows -p block_m=128``, FlashAttention-3's D 64 tile: each consumer its 64 rows
-#: over every key; docs/guide/attention.md, "dQ cut by columns").  Measured on the H200 (main
-#: kernel, one process, five rounds, per-round medians over the per-consumer keys cut): D 64
-#: 1.08 / 1.09 / 1.10 at S 1k / 4k / 16k; causal 1.02 / 0.99 / 1.00, which keeps the keys cut
-#: (benchmarks/results/attention_bwd_rows_s15_h200.jsonl).  The deterministic kernel takes it
-#: at D 64 with or without the mask: over its keys cut 1.21 / 1.26 / 1.17, causal 1.17 / 1.17 /
-#: 1.05 (``attention_bwd_det_rows_s15_h200.jsonl``; one turn slot per KV block either way).
-ROWS_DQ = frozenset({(64, False)})
-ROWS_DQ_DETERMINISTIC = frozenset({(64, False), (64, True)})
-#: (head dim, causal) whose default kernel takes the gradient step in two (``-p split_grad``,
-#: FlashAttention-3's order: P from S while dP's wgmma still runs).  Measured on the H200 once
-#: the consumers issued their wgmmas from uniform registers (session 18; main kernel, one
-#: process, five rounds, per-round medians over the kernel without it): D 128 1.030 / 1.034 /
-#: 1.031 at S 1k / 4k / 16k, causal 1.008 / 1.011 / 0.997, which keeps the one step
-#: (benchmarks/results/attention_bwd_split_grad_s18_h200.jsonl).  Before, it ran 1.03-1.04
-#: there too but spilled a producer value at its 24 / 240 split; now it builds with none.  The
-#: deterministic kernel keeps the one step: with it, 1.008 / 0.932 / 1.016 without the mask
-#: (benchmarks/results/attention_bwd_det_split_grad_s18_h200.jsonl).
-SPLIT_GRAD = frozenset({(128, False)})
+#: How each head dim's kernel cuts dQ = dS K between its two consumers (``-p`` parameters),
+#: causal or not, default or deterministic: FlashAttention-3's cuts, each consumer its own 64
+#: head columns over every key at D 128 (``dq_cut=columns``; at D 64 two consumers would hold 32
+#: columns each, which the swizzled K box does not give), its own 64 query rows of 128-row query
+#: blocks at D 64 (``dq_cut=rows``); the consumers' dS and dQ exchanged through joins
+#: (docs/guide/attention.md, "dQ cut by columns").  Measured on the H200 (main kernel, one
+#: process, five rounds, per-round medians): columns over the keys cut at D 128 0.99 / 1.04 /
+#: 1.03 at S 1k / 4k / 16k, causal 1.09 / 1.10 / 1.08 (``attention_bwd_columns_s15_h200.jsonl``);
+#: rows over the per-consumer keys cut at D 64 1.08 / 1.09 / 1.10
+#: (``attention_bwd_rows_s15_h200.jsonl``).  D 64 causal kept the per-consumer keys cut
+#: (``-p shared_dq=false``; rows measured 1.02 / 0.99 / 1.00 there) until the rows cut read dS
+#: from registers and tested its mask once per query block: then rows ran 1.18 / 1.14 / 1.16
+#: over it (``attention_bwd_d64_rows_causal_s19_h200.jsonl``).
+DQ_CUT = {64: {"dq_cut": "rows", "block_m": "128"}, 128: {"dq_cut": "columns"}}
+#: Every call kernel reads dS from registers for dK (``-p dk_rs``, FlashAttention-3's order:
+#: dK's wgmma after dQ's, the dQ staging beside it; both cuts' joins publish dS to the dQ
+#: wgmmas).  Measured on the H200 (main kernel, one process, five rounds, per-round medians
+#: over the kernel without it; ``attention_bwd_dk_rs_s19_h200.jsonl``): D 128 1.040 / 1.117 /
+#: 1.034 at S 1k / 4k / 16k, causal 1.030 / 1.054 / 1.020; D 64 without the mask 1.033 / 1.063
+#: / 1.018; deterministic 1.00-1.07 (``attention_bwd_rowpairs_det_s19_h200.jsonl``).  No call
+#: kernel splits the gradient step (``-p split_grad``, which session 18's call took at D 128
+#: without the mask, 1.03 over the one step): beside dK from registers the one step ran 1.040
+#: / 1.117 / 1.034 against the split step's 1.024 / 1.101 / 1.023, and the split step spilled
+#: 4 bytes at its 24 / 240 split.
+DK_RS = {"dk_rs": "true"}
 
 
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
@@ -176,14 +163,7 @@ def call_params(head_dim: int, causal: bool, align: str = "top_left",
     return {"head_dim": str(head_dim), "causal": str(causal).lower(),
             **({"align": align} if causal else {}),
             **({"deterministic": "true"} if deterministic else {}),
-            **({"shared_dq": "false"} if not deterministic
-               and (head_dim, bool(causal)) in PER_CONSUMER_DQ else {}),
-            **({"dq_cut": "columns"} if head_dim in COLUMNS_DQ else {}),
-            **({"dq_cut": "rows", "block_m": "128"}
-               if (head_dim, bool(causal)) in (ROWS_DQ_DETERMINISTIC if deterministic
-                                                else ROWS_DQ) else {}),
-            **({"split_grad": "true"} if not deterministic
-               and (head_dim, bool(causal)) in SPLIT_GRAD else {})}
+            **DQ_CUT[head_dim], **DK_RS}
 
 
 @attrs.frozen(kw_only=True, eq=False)

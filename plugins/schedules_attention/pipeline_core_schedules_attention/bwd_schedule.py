@@ -98,7 +98,7 @@ class BackwardTag(enum.IntEnum):
     WGMMA_DP = 37   #: dP^T = V_c dO_i^T (SS)
     GRAD = 38       #: P from LSE, dS = P (dP - delta) (registers; dS to shared memory)
     WGMMA_DV = 39   #: dV_c += P^T dO_i (P from registers)
-    WGMMA_DK = 40   #: dK_c += dS^T Q_i (dS from registers)
+    WGMMA_DK = 40   #: dK_c += dS^T Q_i (dS from shared memory; with -p dk_rs from registers)
     WGMMA_DQ = 41   #: dQ_c = dS K_c (dS from shared memory)
     DQ_STAGE = 42   #: dQ_c's registers into the consumer's dQ buffer (st.shared)
     DQ_REDUCE = 43  #: cp.reduce.async.bulk add.f32 of a dQ buffer into the dQ accumulator
@@ -167,12 +167,19 @@ class BackwardGeometry(WarpGroupTiles):
     #: as S's wgmma retired, while dP's still runs, then dV's wgmma (it reads P) issued before
     #: dS = P (dP - delta) (GRAD), which runs beside it
     split_grad: bool = False
+    #: dK's wgmma reads dS from registers (packed as P is for dV: the same fragment) and is
+    #: issued after dQ's, FlashAttention-3's order at D 128: the staging of dQ then waits for
+    #: dQ's wgmma alone and runs beside dK's, and no consumer gathers its own dS on a barrier
+    #: of its own (the join ``ds`` publishes it to dQ's wgmmas).  The columns or rows cut only
+    #: (their join is what publishes dS), with one dQ part
+    dk_rs: bool = False
 
     @property
     def slots(self) -> tuple[int, ...]:
         """A consumer's ops before its dQ parts, in issue order (the module's S, DP, PROB,
-        GRAD, DV, DK)."""
-        return (S, DP, PROB, DV, GRAD, DK) if self.split_grad else (S, DP, GRAD, DV, DK)
+        GRAD, DV, DK; without DK with ``dk_rs``, which comes between dQ and its staging)."""
+        first = (S, DP, PROB, DV, GRAD) if self.split_grad else (S, DP, GRAD, DV)
+        return first if self.dk_rs else (*first, DK)
 
     @property
     def by_columns(self) -> bool:
@@ -253,7 +260,9 @@ class BackwardGeometry(WarpGroupTiles):
         overhead."""
         sp = 2 * self.keys * self.block_m // 128
         acc = 2 * self.keys * self.head_dim // 128
-        dq = self.dq_row_blocks * 64 * 64 // 128
+        # with dk_rs, dS packed to 16 bits stays beside dQ until dK's wgmma retired
+        dq = self.dq_row_blocks * 64 * 64 // 128 + (self.keys * self.block_m // 256
+                                                     if self.dk_rs else 0)
         return acc + max(sp, dq) + CONSUMER_OVERHEAD_REGISTERS
 
     @property
@@ -285,6 +294,10 @@ class BackwardGeometry(WarpGroupTiles):
                                 f"columns and one shared dQ buffer; head_dim {self.head_dim} "
                                 f"with shared_dq {str(self.shared_dq).lower()} needs "
                                 "-p dq_cut=keys")
+        if self.dk_rs and not (self.joined and self.dq_parts == 1):
+            raise bad("dk_rs", "dK from registers, after dQ, needs the join that publishes dS "
+                               "to dQ's wgmmas and one dQ part: add -p dq_cut=columns (D 128) "
+                               "or -p dq_cut=rows (D 64)")
         if self.by_rows and (self.block_m != 64 * self.consumers or not self.shared_dq):
             raise bad("dq_cut", f"rows gives each of the {self.consumers} consumers 64 query "
                                 f"rows and one shared dQ buffer; block_m {self.block_m} with "
@@ -318,11 +331,14 @@ S, DP, GRAD, DV, DK, PROB = range(6)
 
 
 def per_consumer(g: BackwardGeometry) -> int:
-    return len(g.slots) + 2 * g.dq_parts
+    return len(g.slots) + 2 * g.dq_parts + g.dk_rs
 
 
 def consumer_op(g: BackwardGeometry, c: int, which: int) -> int:
-    """Consumer c's op ``which`` (S, DP, PROB, GRAD, DV or DK; its place: ``g.slots``)."""
+    """Consumer c's op ``which`` (S, DP, PROB, GRAD, DV or DK; its place: ``g.slots``, or with
+    ``dk_rs`` DK's right after the dQ wgmma)."""
+    if which == DK and g.dk_rs:
+        return dq_op(g, c, 0) + 1
     return FIRST + per_consumer(g) * c + g.slots.index(which)
 
 
@@ -332,12 +348,12 @@ def dq_op(g: BackwardGeometry, c: int, part: int) -> int:
 
 
 def stage_op(g: BackwardGeometry, c: int, part: int) -> int:
-    return dq_op(g, c, part) + 1
+    return dq_op(g, c, part) + 1 + g.dk_rs
 
 
 def dq_part(g: BackwardGeometry, op: int) -> int:
-    """The dQ part of a dQ or staging op (the emitter's column offset)."""
-    return (op - FIRST) % per_consumer(g) - len(g.slots) >> 1
+    """The dQ part of a dQ or staging op (the emitter's column offset; ``dk_rs`` has one)."""
+    return 0 if g.dk_rs else (op - FIRST) % per_consumer(g) - len(g.slots) >> 1
 
 
 def reduce_op(g: BackwardGeometry, w: int) -> int:
@@ -378,6 +394,7 @@ class FlashAttentionBackward(AgentsSchedule):
             stage = t.DQ_ADD if g.adds(c) else t.DQ_STAGE
             for _ in range(g.dq_parts):
                 ops += [logical(t.WGMMA_DQ, subtile=c),
+                        *((one[DK],) if g.dk_rs else ()),
                         logical(stage, subtile=c, channel=STAGE_OPERAND)]
         ops += [logical(t.DQ_REDUCE, subtile=w, channel=BULK_REDUCE_OPERAND)
                 for w in range(g.dq_buffers)]
@@ -466,9 +483,11 @@ class FlashAttentionBackward(AgentsSchedule):
         if g.joined:
             # every consumer's dS, published to all before their dQ wgmmas: the consumers meet
             # after their gradient step and their dV and dK wgmmas are issued (which only need
-            # their own dS), so a consumer's tensor-core work runs on while it waits
+            # their own dS), so a consumer's tensor-core work runs on while it waits (dK's
+            # comes after dQ's with dk_rs)
+            before = (GRAD, DV) if g.dk_rs else (GRAD, DV, DK)
             orders += (OrderSpec(name="ds", scope="join", turns=tuple(
-                Turn(agent=f"consumer{c}", ops=tuple(consumer_op(g, c, w) for w in (GRAD, DV, DK)))
+                Turn(agent=f"consumer{c}", ops=tuple(consumer_op(g, c, w) for w in before))
                 for c in range(g.consumers))),)
         # Q (with LSE) and dO (with delta) are released as soon as the reads of them retired
         rings = (RingSpec(name="q", ops=(Q, LSE), release_lag=0),
@@ -512,6 +531,9 @@ PARAMS = (
     Param("split_grad", bool, False, "the gradient step in two ops (FlashAttention-3's order): "
                                      "P from S while dP's wgmma runs, dV's wgmma issued before "
                                      "dS is computed beside it"),
+    Param("dk_rs", bool, False, "dK's wgmma reads dS from registers and is issued after dQ's, "
+                                "whose staging then runs beside it (FlashAttention-3's order; "
+                                "with -p dq_cut=columns or rows)"),
     Param("dq_cut", str, "keys", "how the consumers share dQ = dS K: keys (each its keys' "
                                  "partial, added in shared memory), columns (each its 64 "
                                  "head columns over every key, after a join of the consumers "
@@ -549,7 +571,8 @@ def make_attention_bwd(ctx: BuildContext) -> FlashAttentionBackward:
         causal=bool(p["causal"]), align=p["align"],
         producer_registers=p["producer_registers"] or registers[0],
         consumer_registers=p["consumer_registers"] or registers[1],
-        shared_dq=bool(p["shared_dq"]), dq_cut=p["dq_cut"], split_grad=bool(p["split_grad"]))
+        shared_dq=bool(p["shared_dq"]), dq_cut=p["dq_cut"], split_grad=bool(p["split_grad"]),
+        dk_rs=bool(p["dk_rs"]))
     geometry.validate()
     return FlashAttentionBackward(target, geometry, bool(p["deterministic"]))
 

@@ -151,7 +151,8 @@ _OPS = {
     _T.WGMMA_S: "pcab::st<BM, BN, HD, wgmma_m64n{bm}k16>(sacc, k_smem, stage_q({s}), consumer);",
     _T.WGMMA_DP: "pcab::st<BM, BN, HD, wgmma_m64n{bm}k16>(dpacc, v_smem, stage_do({s}), "
                  "consumer);",
-    _T.GRAD: "pcab::grad<BM, {elem}>(sacc, dpacc, pp, stage_lse({s}), stage_delta({s}), "
+    _T.GRAD: "pcab::grad<BM, {elem}, {gather}>(sacc, dpacc, pp, dsp, stage_lse({s}), "
+             "stage_delta({s}), "
              "ds_smem(consumer), masked({u}), mask, qblock({u}) * BM, "
              "nb * BN + consumer * pcab::KEYS, scale, scale_log2, DS_BAR + consumer);",
     # -p split_grad: P first (S's wgmma retired, dP's may run), dS after dV's wgmma was issued
@@ -171,8 +172,12 @@ _OPS = {
 
 
 #: the gradient step's second half with -p split_grad: dS from P (in S's registers) and dP
-_SPLIT_GRAD = ("pcab::dscore<BM, {elem}>(sacc, dpacc, stage_delta({s}), ds_smem(consumer), "
-               "scale, DS_BAR + consumer);")
+_SPLIT_GRAD = ("pcab::dscore<BM, {elem}, {gather}>(sacc, dpacc, dsp, stage_delta({s}), "
+               "ds_smem(consumer), scale, DS_BAR + consumer);")
+
+#: dK += dS^T.Q with -p dk_rs: dS packed in registers (the gradient step's ``dsp``, the
+#: fragment P is for dV), so the op is dV's with Q's stage for dO's
+_DK_RS = "pcat::pv<BM, HD, wgmma_rs_m64n{hd}k16>(dkacc, dsp, stage_q({s}));"
 
 #: dQ cut by columns or rows (``BackwardGeometry.dq_cut``): 64 head columns over every
 #: consumer's dS (the plan's join ``ds`` published them), for every row block (columns) or the
@@ -232,6 +237,8 @@ def _step_line(s: Step, rings: dict[str, Ring], single: bool, owner: str, body: 
         ops = _JOINED_OPS if g.joined else _OPS
         if g.split_grad:
             ops = {**ops, _T.GRAD: _SPLIT_GRAD}
+        if g.dk_rs:
+            ops = {**ops, _T.WGMMA_DK: _DK_RS}
         if op.tag not in ops:
             raise _fail(f"no CUDA for op tag {op.tag}")
         # the part a literal: a run-time consumer index in dQ's and the staging's addresses
@@ -242,7 +249,8 @@ def _step_line(s: Step, rings: dict[str, Ring], single: bool, owner: str, body: 
                                                p=g.part(op.subtile, dq_part(g, s.op)),
                                                rows=f" + {op.subtile} * 64 * 128" if rows else "",
                                                mi0=f", {op.subtile}" if rows else "",
-                                               elem=elem, bm=g.block_m, hd=g.head_dim)
+                                               elem=elem, bm=g.block_m, hd=g.head_dim,
+                                               gather=str(not g.dk_rs).lower())
     raise _fail(f"agent {owner}: no CUDA for step {s.kind.value} (tag {s.tag})")
 
 
@@ -368,7 +376,7 @@ def _family(g: BackwardGeometry, elem: str, ds_bar: int) -> AgentsFamily:
                     "    auto stage_delta = [&](int s) { return stage_lse(STAGES) + s * ROW_BYTES; };",
         consumer_state="        float dkacc[HD / 2], dvacc[HD / 2], sacc[BM / 2], dpacc[BM / 2];\n"
                        "        float dqacc[DQ_RB][32];\n"
-                       "        u32 pp[BM / 4];",
+                       "        u32 pp[BM / 4], dsp[BM / 4];",
         compute="            pcab::start<HD>(dkacc, dvacc);",
         finish=f"            pcab::finish<HD, {elem}>(dkacc, dvacc, dK + (bhk / HKV) * dk_sb + "
                "(bhk % HKV) * dk_sh, dk_ss, dV + (bhk / HKV) * dv_sb + (bhk % HKV) * dv_sh, "

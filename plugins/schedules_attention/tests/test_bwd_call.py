@@ -8,8 +8,10 @@ import math
 import attrs
 import pytest
 
+from pipeline_core_nvidia_h100.kit_api import declared_geometry
 from pipeline_core_schedules_attention import bwd_call
 from pipeline_core_schedules_attention.bwd_call import DQ_ROWS, plan_bwd
+from pipeline_core_schedules_attention.bwd_schedule import KERNEL_FAMILY, BackwardGeometry
 from pipeline_core_schedules_attention.call import AttentionArgumentError
 
 
@@ -84,16 +86,7 @@ def test_deterministic_plans_the_ordered_kernel_the_default_does_not():
     assert plan(deterministic=True).deterministic and not plan().deterministic
     assert bwd_call.call_params(128, True, "bottom_right", True) == {
         "head_dim": "128", "causal": "true", "align": "bottom_right", "deterministic": "true",
-        "dq_cut": "columns"}
-
-
-def test_the_split_gradient_step_is_taken_where_it_measured_faster():
-    """bwd_call.SPLIT_GRAD: the default kernel at D 128 without the mask takes -p split_grad;
-    the causal one, the deterministic one and D 64 keep the one step (each measured there)."""
-    assert bwd_call.call_params(128, False).get("split_grad") == "true"
-    for params in (bwd_call.call_params(128, True), bwd_call.call_params(64, False),
-                   bwd_call.call_params(128, False, deterministic=True)):
-        assert "split_grad" not in params, params
+        "dq_cut": "columns", "dk_rs": "true"}
 
 
 @pytest.mark.parametrize("edit, text", [
@@ -129,25 +122,24 @@ def test_the_prebuild_covers_every_variant_the_call_builds():
         (d, c, a) for d in (64, 128)
         for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))}
     assert bwd_call.call_params(64, True) == {"head_dim": "64", "causal": "true",
-                                              "align": "top_left", "shared_dq": "false"}
-    assert bwd_call.call_params(64, False) == {"head_dim": "64", "causal": "false",
-                                               "dq_cut": "rows", "block_m": "128"}
+                                              "align": "top_left", "dq_cut": "rows",
+                                              "block_m": "128", "dk_rs": "true"}
     assert bwd_call.DETERMINISTIC_VARIANTS == tuple((*v, True) for v in bwd_call.VARIANTS)
 
 
-@pytest.mark.parametrize("head_dim, causal, deterministic, shared, joins", [
-    (128, False, False, True, True), (64, False, False, True, True),
-    (64, True, False, False, False), (128, True, False, True, True),
-    (128, False, True, True, True), (64, True, True, True, True)])
-def test_the_call_hands_dq_over_as_measured_and_every_kernel_is_proven(head_dim, causal,
-                                                                     deterministic, shared,
-                                                                     joins):
-    """Per consumer where it ran faster on the H200 (D 64 causal but in the deterministic
-    kernel); at D 128 dQ cut by columns, at D 64 without the mask by rows, its consumers and
-    writer meeting in joins; each compiles SAFE with its writers."""
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_the_calls_kernels_hand_dq_over_through_joins_and_are_proven(head_dim, causal,
+                                                                    deterministic):
+    """Every call kernel cuts dQ by columns (D 128) or rows (D 64): one writer, its consumers
+    and writer meeting in joins, dK's wgmma after dQ's with dS from registers; each compiles
+    SAFE."""
     params = bwd_call.call_params(head_dim, causal, deterministic=deterministic)
     c = bwd_call.CALL.compile(params, bwd_call.CALL_STAGES)
     writers = [p.name for p in c.plan.programs if p.name.startswith("dq_writer")]
-    assert writers == (["dq_writer0"] if shared else ["dq_writer0", "dq_writer1"])
-    assert {o.scope for o in c.plan.orders} == ({"join"} if joins else {"k_tile"})
+    assert writers == ["dq_writer0"]
+    assert {o.name: o.scope for o in c.plan.orders} == {"dq0": "join", "ds": "join"}
+    g = declared_geometry(c, KERNEL_FAMILY, BackwardGeometry, "test")
+    assert g.dk_rs and g.dq_cut == ("rows" if head_dim == 64 else "columns")
     assert c.proof.verdict.safe

@@ -274,6 +274,57 @@ def test_the_split_gradient_step_waits_for_s_alone_and_issues_dv_before_ds(dq_cu
     assert {c.body[i].tag for i in c.plan.trip_rule.masked_ops} == {T.PROB}
 
 
+@pytest.mark.parametrize("params", [
+    dict(dq_cut="columns"), dict(dq_cut="columns", causal=True, align="bottom_right"),
+    dict(dq_cut="columns", deterministic=True), dict(dq_cut="columns", split_grad=True),
+    dict(head_dim=64, block_m=128, dq_cut="rows", causal=True)],
+    ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()))
+def test_dk_from_registers_follows_dq_whose_staging_leaves_it_in_flight(params):
+    """-p dk_rs: dK's wgmma reads dS packed in registers, so it leaves the join ds (which
+    publishes dS to the dQ wgmmas alone) and is issued after dQ's; the staging waits for dQ with
+    dK in flight (wait 1), and Q's stage goes back once dK retired (wait 0)."""
+    c = build(dk_rs=True, **params)
+    assert c.proof.safe
+    ds = next(o for o in c.plan.orders if o.name == "ds")
+    assert all(T.WGMMA_DK not in {c.body[i].tag for i in t.ops} for t in ds.turns)
+    for name in ("consumer0", "consumer1"):
+        k = prog(c, name).kernel
+        seq = [(T(c.body[s.op].tag), None) if s.kind == StepKind.OP else
+               (s.kind, s.value if s.kind == StepKind.COUNTER_WAIT else s.channel) for s in k
+               if s.kind in (StepKind.OP, StepKind.COMMIT, StepKind.COUNTER_WAIT,
+                             StepKind.ARRIVE)]
+        at = seq.index((T.WGMMA_DQ, None))
+        assert seq[at:at + 5] == [(T.WGMMA_DQ, None), (StepKind.COMMIT, "wgmma"),
+                                  (T.WGMMA_DK, None), (StepKind.COMMIT, "wgmma"),
+                                  (StepKind.COUNTER_WAIT, 1)]
+        assert seq.index((T.DQ_STAGE, None)) > at + 4
+        q = seq.index((StepKind.ARRIVE, "q_empty"))
+        assert seq[q - 1] == (StepKind.COUNTER_WAIT, 0)
+
+
+def test_dk_from_registers_with_a_loosened_or_dropped_wait_is_refused():
+    """The staging's wait loosened to leave dQ in flight, or the wait before Q's release
+    dropped (Q's stage rewritten while dK's wgmma still reads it): each refused."""
+    c = build(dk_rs=True, dq_cut="columns")
+    k = prog(c, "consumer0").kernel
+    waits = [n for n, s in enumerate(k) if s.kind == StepKind.COUNTER_WAIT]
+    stage_wait = next(n for n in waits if k[n].value == 1)
+    release_wait = waits[-1]
+    assert k[release_wait + 1].kind == StepKind.ARRIVE and k[release_wait + 1].channel == "q_empty"
+    loose = list(k)
+    loose[stage_wait] = attrs.evolve(k[stage_wait], value=2)
+    assert H.SMEM_RAW in hazards(edited(c, "consumer0", loose))
+    dropped = [s for n, s in enumerate(k) if n != release_wait]
+    assert H.SMEM_WAR in hazards(edited(c, "consumer0", dropped))
+
+
+def test_dk_from_registers_needs_a_joined_cut_in_one_line():
+    with pytest.raises(ProgramError, match="-p dk_rs: dK from registers, after dQ, needs the "
+                                           "join .* add -p dq_cut=columns") as err:
+        build(dk_rs=True)
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("causal, align, deterministic", [
     (False, "top_left", False), (True, "bottom_right", False), (False, "top_left", True)])
 def test_every_rows_variant_compiles_safe_with_its_joins(causal, align, deterministic):
