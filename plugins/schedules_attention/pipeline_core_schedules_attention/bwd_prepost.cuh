@@ -94,28 +94,36 @@ __device__ __forceinline__ void preprocess(const unsigned short* __restrict__ O,
 }
 
 // Postprocess.  dQ[bh, i, :] = dq_accum[bh, i, :] for i < Sq (dq_accum has `sq_rows` >= Sq rows
-// per (batch, head): the main kernel's row blocks, in dq_layout.cuh's order), 8 elements per
-// thread (four column pairs, each 8 bytes of the accumulator), rounded to nearest; dQ at its
-// own strides `dq_at` (q's layout).
+// per (batch, head): the main kernel's row blocks, in dq_layout.cuh's order), rounded to
+// nearest; dQ at its own strides `dq_at` (q's layout).  A thread takes 8 columns of one row:
+// four lanes' column pairs, 32 consecutive bytes of the accumulator (two 16-byte loads) and
+// 16 of dQ (one store).  A warp takes 8 rows (a lane group's, each lane's `row8`) by 4 column
+// blocks: it reads four whole 256-byte runs and writes 64 consecutive bytes of each row.  Row by
+// row (one thread a row's 8 columns, a warp two rows), its loads were 32 sectors 1 KB apart at
+// D 128 and the kernel moved 2.1-2.5 TB/s; in the accumulator's order (contiguous reads, each
+// row's 16-byte pieces written by 16 warps) 1.85 at D 64; a copy moves 4.0
+// (benchmarks/attention_bwd_parts.py, session 19).
 template <int HD, class Elem>
 __device__ __forceinline__ void postprocess(const float* __restrict__ dq_accum,
                                             unsigned short* __restrict__ dQ, long long rows,
                                             int sq, int sq_rows, int heads, Rows dq_at) {
+    constexpr int PARTS = HD / 64, PER_BLOCK = pcdq::ROWS * HD / 8;  // 8-column pieces
+    const long long per_head = (long long)sq_rows * (HD / 8);
     const long long t = (long long)blockIdx.x * THREADS + threadIdx.x;
-    if (t >= rows * (HD / 8)) return;
-    const long long row = t / (HD / 8);
-    const int part = t % (HD / 8);
-    const long long bh = row / sq, i = row % sq;
-    const float* head = dq_accum + bh * sq_rows * HD;
-    u32 w[4];
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-        const float2 a =
-            *reinterpret_cast<const float2*>(head + pcdq::offset<HD>(i, part * 8 + 2 * p));
-        w[p] = Elem::pack(a.x, a.y);
-    }
-    *reinterpret_cast<uint4*>(dQ + dq_at.at(row, sq, heads) + part * 8) =
-        make_uint4(w[0], w[1], w[2], w[3]);
+    if (t >= rows / sq * per_head) return;
+    const long long bh = t / per_head, piece = t % per_head;
+    const int s = (int)(piece % PER_BLOCK), group = s / 64, g = s % 64;
+    const int row8 = g % 8, c = g / 8;  // 8 rows (lanes 4 row8 ..) by the 8 column blocks
+    const int part = group % PARTS, half = group / PARTS % 2, warp = group / PARTS / 2;
+    const long long i = piece / PER_BLOCK * pcdq::ROWS + warp * 16 + half * 8 + row8;
+    if (i >= sq) return;
+    const float4* at = reinterpret_cast<const float4*>(
+        dq_accum + bh * sq_rows * HD + pcdq::block_start<HD>(piece / PER_BLOCK)
+        + pcdq::fragment_offset<HD>(warp, row8 * 4, c, half, part));
+    const float4 a = at[0], b = at[1];
+    *reinterpret_cast<uint4*>(dQ + dq_at.at(bh * sq + i, sq, heads) + part * 64 + c * 8) =
+        make_uint4(Elem::pack(a.x, a.y), Elem::pack(a.z, a.w), Elem::pack(b.x, b.y),
+                   Elem::pack(b.z, b.w));
 }
 
 }  // namespace pcap

@@ -102,13 +102,15 @@ def _build(key: tuple[str, int, str, int]) -> Built:
 def _prepost_arguments(r: Recipe[PrepostCall], kernels: tuple[Built, ...],
           tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
     """One launch, every address late (packed per call): the preprocess's grid covers every
-    row's lanes (the zeroing strides over it), the postprocess's every 8 elements of dQ."""
+    row's lanes (the zeroing strides over it), the postprocess's every 8 floats of the
+    accumulator (its pad rows' threads store nothing)."""
     np = require_gpu_module("numpy")
     (built,), c = kernels, r.plan
-    lanes = c.rows * (c.head_dim // 8)
+    pre = r.kernels[0] == (PRE_NAME, c.head_dim, c.dtype, r.device)
+    lanes = (c.rows if pre else c.rows // c.sq * c.sq_rows) * (c.head_dim // 8)
     grid = (max(1, -(-lanes // THREADS)),)
     sizes = {"rows": c.rows, "sq": c.sq, "sq_rows": c.sq_rows, "heads": c.heads}
-    if r.kernels[0] == (PRE_NAME, c.head_dim, c.dtype, r.device):
+    if pre:
         zero4 = c.rows // c.sq * c.sq_rows * c.head_dim // 4
         (o_sb, o_sh, o_ss), (do_sb, do_sh, do_ss) = c.strides
         return (Launch.of(built, grid, *PRE_SIGNATURE.pack_around(

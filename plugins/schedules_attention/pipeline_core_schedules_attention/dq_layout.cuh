@@ -34,14 +34,4 @@ __device__ __forceinline__ long long block_start(long long rb) {
     return rb * ROWS * HD;
 }
 
-// The float offset of (row, col) within a head's [rows, HD] accumulator (rows a multiple of
-// ROWS).
-template <int HD>
-__device__ __forceinline__ long long offset(long long row, int col) {
-    const int r = (int)(row % ROWS), c = col % 64;
-    return block_start<HD>(row / ROWS)
-           + fragment_offset<HD>(r / 16, (r % 8) * 4 + (c % 8) / 2, c / 8, (r % 16) / 8, col / 64)
-           + c % 2;
-}
-
 }  // namespace pcdq

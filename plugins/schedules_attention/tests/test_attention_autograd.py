@@ -137,7 +137,9 @@ def test_the_backward_launches_preprocess_main_postprocess_on_the_accumulator(
     pre, post = host.launches[-2:]
     assert (pre[0], post[0]) == (bwd_prepost.PRE_NAME, bwd_prepost.POST_NAME)
     lanes = 2 * 4 * sq * 16  # 16 lanes of 8 elements per row of 128
-    assert pre[3] == post[3] == (-(-lanes // 256),) and pre[4] == post[4] == (256,)
+    floats = 2 * 4 * rows * 16  # the postprocess: 8 floats of the padded accumulator each
+    assert pre[3] == (-(-lanes // 256),) and post[3] == (-(-floats // 256),)
+    assert pre[4] == post[4] == (256,)
     dense = [4 * sq * 128, sq * 128, 128]  # O's, dO's (its copy) and dq's strides (q's)
     assert [int(a) for a in pre[5]] == [o.ptr, got["do"].ptr, lse.ptr, lse_pad.ptr, delta.ptr,
                                         acc.ptr, 2 * 4 * sq, sq, rows, 2 * 4 * rows * 128 // 4,
