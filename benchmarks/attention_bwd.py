@@ -65,6 +65,7 @@ from attention_checks import (CAUSAL, SANITIZE_SHAPES, _job, _sanitizer,  # noqa
                               configs, peer, sdpa_readable)
 from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
 import attention_layouts as layouts  # noqa: E402  (beside this script)
+import fa4_peer  # noqa: E402  (beside this script)
 
 TOKENS, HIDDEN = 16384, 2048
 #: the timed configurations: (head dim, S, causal)
@@ -353,32 +354,25 @@ def _peers(torch, q, k, v, do, causal):
             "sdpa-flash": (sdpa(SDPBackend.FLASH_ATTENTION), (q, k, v), do)}
     flash_attn_func = _fa4()
     if flash_attn_func is not None:  # FlashAttention-4, [B, S, H, D]
-        qb, kb, vb = (t.detach().transpose(1, 2).contiguous().requires_grad_()
-                      for t in (q, k, v))
-
-        def fa4():
-            out = flash_attn_func(qb, kb, vb, causal=causal)
-            return out[0] if isinstance(out, tuple) else out
-        fwds["fa4"] = (fa4, (qb, kb, vb), do.transpose(1, 2).contiguous())
+        qb, kb, vb = (fa4_peer.bshd(t.detach()).requires_grad_() for t in (q, k, v))
+        fwds["fa4"] = (lambda: fa4_peer.forward(flash_attn_func, qb, kb, vb, causal),
+                       (qb, kb, vb), fa4_peer.bshd(do))
     for name, (fwd, leaves, g) in fwds.items():
         found[name] = _timed_pair(torch, name, fwd, leaves, g)
     return {n: f for n, f in found.items() if f is not None}
 
 
-_FA4: list = []
-
-
 def _fa4():
-    """FlashAttention-4's ``flash_attn_func`` (``flash_attn.cute``), or None where it does not
-    import (said once, in one line)."""
-    if not _FA4:
-        try:
-            from flash_attn.cute import flash_attn_func
-            _FA4.append(flash_attn_func)
-        except Exception as exc:  # noqa: BLE001 - not importable here: one line
-            emit({"kind": "peer-missing", "name": "fa4", "why": str(exc).splitlines()[0][:200]})
-            _FA4.append(None)
-    return _FA4[0]
+    """FlashAttention-4's ``flash_attn_func`` (fa4_peer.py), or None where it does not import
+    (said once, in one line)."""
+    f, why = fa4_peer.flash_attn_func()
+    if f is None and not _FA4_SAID:
+        emit({"kind": "peer-missing", "name": "fa4", "why": why})
+        _FA4_SAID.append(True)
+    return f
+
+
+_FA4_SAID: list = []
 
 
 def _timed_pair(torch, name, fwd, leaves, g):

@@ -13,7 +13,8 @@ causal; B = 16384 / S, H = 2048 / D, bf16):
    the GPU: S <= 4096) and at a small one with tails (Sq 1000, Sk 777), fresh random inputs,
    the output NaN-poisoned, against an fp32 reference (benchmarks/attention_call.py's); a case
    passes when its error is at most 1.5x sdpa-flash's.
-2. Timing against ``attention_peers()`` (sdpa-flash, sdpa-cudnn) in this process: CUDA-event
+2. Timing against ``attention_peers()`` (sdpa-flash, sdpa-cudnn) and, where its wheels travelled
+   (fa4_peer.py), FlashAttention-4's forward in this process: CUDA-event
    medians after warm-up, interleaved rounds with the order rotated (bench_timing), per-round
    ratios against each peer and against the call.
 
@@ -37,6 +38,7 @@ _spec.loader.exec_module(ac)  # its sys.path set-up, reference and error
 
 from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
 from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
+import fa4_peer  # noqa: E402  (beside this script)
 from pipeline_core_schedules_attention.tile_order import TileOrder  # noqa: E402
 
 _C3 = {"block_m": "192", "consumers": "3", "consumer_registers": "160", "block_n": "128"}
@@ -199,6 +201,12 @@ def main(argv=None) -> int:
         fns = {**{n: ac.with_kernels(mod, kern, q, k, v, causal) for n, kern in built.items()},
                **{n: (lambda f=f: f(q, k, v, causal)) for n, f in peers.items()
                   if n in ("sdpa-flash", "sdpa-cudnn")}}
+        fa4, why = fa4_peer.flash_attn_func()
+        if fa4 is not None:  # FlashAttention-4's forward, on [B, S, H, D] copies of q, k, v
+            qb, kb, vb = (fa4_peer.bshd(t) for t in (q, k, v))
+            fns["fa4"] = lambda: fa4_peer.forward(fa4, qb, kb, vb, causal)
+        elif cfg == args.configs.split(",")[0]:
+            emit({"kind": "peer-missing", "name": "fa4", "why": why})
         for fn in fns.values():
             fn()
         torch.cuda.synchronize()
@@ -214,7 +222,7 @@ def main(argv=None) -> int:
                 rec["params"] = {**mod.call_params(d, causal, short=short), **VARIANTS[n],
                                  "stages": str(mod.call_stages(d, causal, short))}
                 rec["params"].update(VARIANTS[n])
-                for peer in ("sdpa-flash", "sdpa-cudnn", "call"):
+                for peer in ("sdpa-flash", "sdpa-cudnn", "fa4", "call"):
                     if peer in per and peer != n:
                         r = ratios(per, n, peer)
                         rec[f"vs_{peer}"] = {"median": statistics.median(r), "rounds": r}
