@@ -7,7 +7,7 @@ time goes (cProfile).
 
 At short sequences the step's kernels are short enough that the host, not the GPU, sets the
 pace: the forward's kernel ends before the host has enqueued the backward's three, and the GPU
-waits (docs/guide/attention.md, "The autograd path's host time").  Printed: ``enqueue_us`` (the
+waits (docs/guide/attention.md, "A training step's host time").  Printed: ``enqueue_us`` (the
 median host time of a step, nothing synchronized inside it), ``gpu_us`` (CUDA events around
 the step, synchronized after each) for ours and SDPA-cuDNN, steps interleaved with the order
 rotated; and the profile's top entries by own time.  16k tokens, hidden 2048, bf16 (B = 16384 / S, H = 2048 / D).

@@ -81,8 +81,9 @@ __device__ __forceinline__ void row_pair(u32 at, int col, float (&v)[2]) {
 // was used, every block's arithmetic waited out a shared-memory round trip (Nsight Compute,
 // session 19: the FADDs of dP - delta and the FMULs of LSE log2e held 10% of the consumers'
 // stall samples, short scoreboard).  Every loop over the blocks is unrolled, so the pairs in
-// flight are registers; AHEAD 2 keeps the rows-cut gradient step (128 query rows) from
-// spilling, where loading all of them first spilled 360 bytes.
+// flight are registers: loading all of them first spilled 360 bytes in the rows cut's gradient
+// step (128 query rows), two blocks ahead of both vectors 8 bytes in the keys cut's at D 128.
+// So the one-step gradient (two vectors) loads one block ahead, prob and dscore (one) two.
 template <int BM, int AHEAD = 2>
 struct RowPairs {
     u32 at;
@@ -132,7 +133,8 @@ __device__ __forceinline__ void grad_step(float (&s)[BM / 2], float (&dp)[BM / 2
         pcwg::fence_operand(s[i]);
         pcwg::fence_operand(dp[i]);
     }
-    // dS[query][key] (ds_address, store_ds: the same, written inline as measured)
+    // dS[query][key] (ds_address's, computed inline as measured: the call of it reorders the
+    // kernel's SASS)
     const int mk = (lane / 8) % 2, mj = lane % 8;
     const u32 at = ds + mj * 128 + ((((wtid / 32) * 2 + mk) ^ mj) << 4);
     RowPairs<BM, 1> ls(lse), dl(delta);  // two vectors: two loads a block ahead
@@ -156,8 +158,7 @@ __device__ __forceinline__ void grad_step(float (&s)[BM / 2], float (&dp)[BM / 2
         pp[2 * c + 1] = Elem::pack(p[2], p[3]);
         dsp[2 * c] = Elem::pack(g[0], g[1]);
         dsp[2 * c + 1] = Elem::pack(g[2], g[3]);
-        asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};\n"
-                     :: "r"(at + c * 1024), "r"(dsp[2 * c]), "r"(dsp[2 * c + 1]) : "memory");
+        store_ds(at, c, dsp[2 * c], dsp[2 * c + 1]);
     }
     if constexpr (GATHER) gather_ds(bar);
 }

@@ -235,3 +235,26 @@ def test_the_calls_kernels_keep_their_wgmma_descriptors_in_uniform_registers(hea
     assert sass is not None
     assert sass.count("R2UR ") < sass.count("HGMMA."), (sass.count("R2UR "),
                                                         sass.count("HGMMA."))
+
+
+@pytest.mark.skipif(nvcc() is None or sass_command() is None,
+                    reason="needs nvcc and a disassembler")
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_calls_gradient_step_branches_once_a_query_block_not_per_score(head_dim, causal,
+                                                                           tmp_path):
+    """attention_bwd.cuh's grad reads ``masked`` through a warp shuffle and branches once
+    between an unmasked and a masked form; tested per score (``!masked || keeps(..)``), the
+    short circuit put a convergence region (BSSY) around every score: 122-285 in the call's
+    kernels (issue_probe.per_score_mask) against their 128 wgmmas, 26-29 since
+    (docs/guide/attention.md, "Session 19")."""
+    from pipeline_core_schedules_attention import bwd_call
+
+    _, src = bwd_call.source(head_dim, "bf16", causal, "top_left")
+    assert "uniform_masked(masked)" in src
+    proc, cubin = compile_cubin(src, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    sass = sass_of(cubin)
+    assert sass is not None
+    assert sass.count("BSSY") < sass.count("HGMMA.") / 2, (sass.count("BSSY"),
+                                                           sass.count("HGMMA."))
