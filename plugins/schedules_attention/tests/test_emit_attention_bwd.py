@@ -247,7 +247,7 @@ def test_the_calls_gradient_step_branches_once_a_query_block_not_per_score(head_
     between an unmasked and a masked form; tested per score (``!masked || keeps(..)``), the
     short circuit put a convergence region (BSSY) around every score: 122-285 in the call's
     kernels (issue_probe.per_score_mask) against their 128 wgmmas, 26-29 since
-    (docs/guide/attention.md, "Session 19")."""
+    (docs/guide/attention.md, "Session 19: dK from registers, the mask once a query block")."""
     from pipeline_core_schedules_attention import bwd_call
 
     _, src = bwd_call.source(head_dim, "bf16", causal, "top_left")
