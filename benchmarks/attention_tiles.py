@@ -63,6 +63,10 @@ VARIANTS: dict[str, dict[str, str]] = {
     "order16s": {"order": "16,1"},
     "q2": {"q_stages": "2"},
     "q2-st3": {"q_stages": "2", "stages": "3"},
+    # the consumers' turns over S_j and PV_{j-1} (FA3's and FA4's scheduler barrier), on the
+    # call's tile and on 3 consumers of 64 rows (FA4's 192 x 128 at D=64, causal or not)
+    "pp": {"pingpong": "true"},
+    "c3-pp": {**_C3, "q_stages": "1", "stages": "2", "pingpong": "true"},
     # the call's kernels as the kit emitted them before session 18 (issue_probe.py: a rewrite
     # of the emitted source, not parameters)
     "session-17-source": {"rewrite": "as_session_17"},

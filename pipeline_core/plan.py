@@ -258,9 +258,11 @@ class Turn:
 @attrs.frozen(kw_only=True)
 class OrderSpec:
     """An ordering between consumer groups a schedule declares (docs/guide/agents.md, "Named
-    barriers"): for every K tile t, each turn's ops of tile t are issued after the previous
-    turn's ops of tile t, and the first turn's ops of tile t + 1 after the last turn's of
-    tile t (with two turns, the ping-pong: A(t), B(t), A(t+1), B(t+1), ...)."""
+    barriers"): for every loop iteration t, each turn's ops issued in iteration t are issued
+    after the previous turn's, and the first turn's ops of iteration t + 1 after the last
+    turn's of iteration t (with two turns, the ping-pong: A(t), B(t), A(t+1), B(t+1), ...).
+    A turn's op of lag L (``AgentSpec.lags``) serving K tile u is issued in iteration u + L:
+    FA3's turn of S_t and PV_{t-1}."""
 
     name: str
     turns: tuple[Turn, ...] = attrs.field(converter=_turns)

@@ -911,18 +911,25 @@ class _Run:
                     break
 
     def _orders(self) -> None:
-        """Each declared ordering: every turn's ops of a K tile are issued after the previous
-        turn's ops of that tile, and the first turn's of tile t + 1 after the last turn's of
-        tile t, also from one output tile's last K tile to the next one's first
-        (docs/guide/agents.md, "Named barriers")."""
+        """Each declared ordering: every turn's ops issued in a loop iteration are issued after
+        the previous turn's ops of that iteration, and the first turn's of iteration t + 1
+        after the last turn's of iteration t, also from one output tile's last iteration to the
+        next one's first (docs/guide/agents.md, "Named barriers").  An op of lag L serving K
+        tile u is issued in iteration u + L: a turn of S_t and a lagged PV_{t-1} brackets
+        both.  What the epilogue issues past the loop (iteration KT on) runs outside the
+        turns, and is not held to them."""
         index = {p.name: a for a, p in enumerate(self.plan.programs)}
         section: dict[tuple[str, int, int], list[_Inst]] = defaultdict(list)
         for order in self.plan.orders:
             for n, turn in enumerate(order.turns):
                 a = index[turn.agent]
                 for (agent, op, u), inst in self.op_at.items():
-                    if agent == a and op in turn.ops:
+                    if agent != a or op not in turn.ops:
+                        continue
+                    if order.scope != "k_tile" or inst.step.lag == 0:
                         section[(order.name, n, u)].append(inst)
+                    elif inst.local + inst.step.lag < self.trips[inst.output]:
+                        section[(order.name, n, u + inst.step.lag)].append(inst)
         for order in self.plan.orders:
             turns = len(order.turns)
             if order.scope == "output_tile":

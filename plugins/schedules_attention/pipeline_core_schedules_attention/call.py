@@ -55,7 +55,12 @@ CALL_PARAMS: dict[str, str] = {}
 #: attention_speed2_h100.jsonl), FA3's choices: not causal, D=128 on KV blocks of 176 keys and
 #: D=64 on 3 consumer warp groups (block_m 192, 160 registers each, so that 3 x 128 x 160 +
 #: 128 x 24 fit the SM's 65536); causal, 2 consumers of 64 rows on KV blocks of 128 (the
-#: diagonal then masks one KV block per query block).  An entry's ``stages`` is the ring depth
+#: diagonal then masks one KV block per query block).  At D=64, causal or not, the 3 consumers
+#: take turns issuing S_j and PV_{j-1} (``-p pingpong`` under the intra-warpgroup overlap: FA3's
+#: and FA4's scheduler barrier; FA4's 192 x 128 tile there): on the H200 1.06-1.12x the 3
+#: consumers without turns not causal, 1.02-1.13x the 2 consumers causal, at S 4k and 16k
+#: (benchmarks/results/attention_turns_s20_h200.jsonl); at D=128 the turns measured 0.96-1.01x
+#: and are not taken.  An entry's ``stages`` is the ring depth
 #: (``-T stages``, :data:`CALL_STAGES` where absent); the others are ``-p`` parameters.
 #: D=96 takes D=128's tiles: its shared-memory rows and O are D=128's (two TMA boxes, the
 #: second half V's zeros: schedule.AttentionGeometry.box_cols), S runs over its 96 columns.
@@ -64,9 +69,10 @@ CALL_PARAMS: dict[str, str] = {}
 #: 227 KB (D=192: 48 KB + 4 x 42 KB; D=256: 64 KB + 4 x 40 KB), both overlaps' registers under
 #: 240 (O 96 / 128, S 56 / 40 and P 28 / 20 per thread).
 _TWO = {"block_m": "128", "consumers": "2", "block_n": "128"}
-CALL_TILES = {(64, False): {"block_m": "192", "consumers": "3", "consumer_registers": "160",
-                            "block_n": "128"},
-              (64, True): _TWO,
+_THREE_IN_TURN = {"block_m": "192", "consumers": "3", "consumer_registers": "160",
+                  "block_n": "128", "pingpong": "true"}
+CALL_TILES = {(64, False): _THREE_IN_TURN,
+              (64, True): _THREE_IN_TURN,
               (96, False): {**_TWO, "block_n": "176"},
               (96, True): _TWO,
               (128, False): {**_TWO, "block_n": "176"},
@@ -100,10 +106,11 @@ SHORT_TILES = {(64, False): {**_TWO, "q_stages": "2", "stages": "3"},
                (128, True): {**_TWO, "stages": "3"}}
 #: the overlaps per head dim, the fastest on the H100 (bf16, benchmarks/results/
 #: attention_speed2_h100.jsonl): the intra-warpgroup overlap alone, at both head dims, causal
-#: or not (D=128 S=4096: 681 TFLOPS vs 584 without either; ping-pong costs: 641 with it);
-#: at D=96, 192 and 256 alike (FA3's IntraWGOverlap at every head dim), at every head dim the
-#: call compiles (schedule.HEAD_DIMS).
-#: An entry of CALL_PARAMS wins over these and CALL_TILES (the benchmark's ablations).
+#: or not (D=128 S=4096: 681 TFLOPS vs 584 without either; ping-pong, whose turns then covered
+#: S_j alone, cost: 641 with it); at D=96, 192 and 256 alike (FA3's IntraWGOverlap at every head
+#: dim), at every head dim the call compiles (schedule.HEAD_DIMS).  A tile's own ``pingpong``
+#: (CALL_TILES) wins over these, and an entry of CALL_PARAMS over both (the benchmark's
+#: ablations).
 CALL_OVERLAPS = {d: {"intra_overlap": "true", "pingpong": "false"} for d in HEAD_DIMS}
 #: the ring depth of a tile that names none
 CALL_STAGES = 2
@@ -297,7 +304,7 @@ def _tile(head_dim: int, causal: bool, short: bool, lean: bool = False) -> dict[
     """The tile, overlaps and ring depth the call compiles (CALL_PARAMS winning; ``lean``: a
     kernel of more state, :data:`LEAN_TILES`)."""
     tile = (SHORT_TILES.get((head_dim, causal)) if short else None) or CALL_TILES[head_dim, causal]
-    return {**tile, **(LEAN_TILES.get(head_dim, {}) if lean else {}), **CALL_OVERLAPS[head_dim],
+    return {**CALL_OVERLAPS[head_dim], **tile, **(LEAN_TILES.get(head_dim, {}) if lean else {}),
             **CALL_PARAMS}
 
 

@@ -18,8 +18,10 @@ O), the releases, and the named barriers of ``pingpong``; the proof checks them 
 * ``intra_overlap``: O += P_{j-1}.V_{j-1} is issued right after S_j (``AgentSpec.lags``: PV one
   K tile late), so the softmax of S_j runs while PV_{j-1} is on the tensor cores; P is then
   double-buffered in registers (PV_{j-1} still reads P_{j-1} while the softmax writes P_j);
-* ``pingpong``: the consumers take turns issuing S_j through named barriers
-  (``AgentSpec.orders``), so one warp group's GEMMs run while the other computes its softmax.
+* ``pingpong``: the consumers take turns issuing their GEMMs through named barriers
+  (``AgentSpec.orders``), so one warp group's GEMMs run while the other computes its softmax:
+  S_j alone, or under ``intra_overlap`` S_j and the lagged PV_{j-1} together (FA3's and FA4's
+  scheduler barrier: one turn brackets what one loop iteration issues).
 """
 from __future__ import annotations
 
@@ -384,9 +386,10 @@ class FlashAttentionForward(AgentsSchedule):
                                    registers=g.consumer_registers))
         lags = ({consumer_op(c, PV): 1 for c in range(g.consumers)} if g.intra_overlap else {})
         orders: tuple[OrderSpec, ...] = ()
-        if g.pingpong:
+        if g.pingpong:  # under intra_overlap a turn issues S_j and PV_{j-1} back to back
+            gemms = (S, PV) if g.intra_overlap else (S,)
             orders = (OrderSpec(name="pingpong", turns=tuple(
-                Turn(agent=f"consumer{c}", ops=(consumer_op(c, S),))
+                Turn(agent=f"consumer{c}", ops=tuple(consumer_op(c, w) for w in gemms))
                 for c in range(g.consumers))),)
         # K is released as soon as S_j retired, V once PV_j did (FA3's early releases)
         rings = (RingSpec(name="q", ops=(Q,), stages=g.q_stages),
@@ -451,8 +454,9 @@ PARAMS = (
     Param("intra_overlap", bool, True, "issue O += P_{j-1}.V_{j-1} right after S_j, the "
                                        "softmax of S_j running under it (FA3's two-stage "
                                        "pipeline inside a warp group)"),
-    Param("pingpong", bool, True, "consumers take turns issuing S_j through named barriers "
-                                  "(FA3's inter-warp-group ping-pong)"),
+    Param("pingpong", bool, True, "consumers take turns issuing S_j (and, under "
+                                  "intra_overlap, PV_{j-1}) through named barriers (FA3's "
+                                  "inter-warp-group ping-pong)"),
     Param("q_stages", int, 1, "stages of Q's ring (2: the next output tile's Q loads while this "
                               "one runs)", bound=Bound(low=1, high=2)),
     Param("varlen", bool, False, "packed variable-length batches: each output tile one "

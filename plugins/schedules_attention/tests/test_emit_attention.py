@@ -231,6 +231,40 @@ def test_sass_has_no_spills_the_hgmma_counts_and_the_named_barriers(pingpong, he
                       ("ARV", "0x1"), ("ARV", "0x2")} if pingpong else set())
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_at_d64_the_calls_consumers_take_turns_over_s_and_the_lagged_pv(causal, tmp_path):
+    """The call's D=64 tile (3 consumers of 64 rows) takes turns as FA3's and FA4's scheduler
+    barrier does: each consumer's named-barrier wait opens a stretch that issues S_j and
+    PV_{j-1} before its arrival hands the turn on; D=128's tiles take no turns."""
+    c = compile_named(NAME, params=call_params(64, causal),
+                      target_args={"stages": str(call_stages(64, causal))})
+    assert c.proof.safe
+    (order,) = c.plan.orders
+    tags = [{c.body[i].tag for i in t.ops} for t in order.turns]
+    assert len(tags) == 3 and all(t == {T.WGMMA_S, T.WGMMA_PV} for t in tags)
+    assert not compile_named(NAME, params=call_params(128, causal),
+                             target_args={"stages": str(call_stages(128, causal))}).plan.orders
+    cu, cubin = tmp_path / "fa.cu", tmp_path / "fa.cubin"
+    cu.write_text(emit_attention(c))
+    proc = subprocess.run([nvcc() or "nvcc", "-cubin", GENCODE, "-std=c++17", "-Xptxas=-v",
+                           "-o", str(cubin), str(cu)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    sass = subprocess.run([*(sass_command() or []), str(cubin)], capture_output=True, text=True,
+                          check=True).stdout
+    # each stretch from a turn's wait to its arrival: which wgmmas it issues (S from shared
+    # memory, PV with P in registers)
+    turns, inside = [], None
+    for line in sass.splitlines():
+        if re.search(r"BAR\.SYNC\.DEFER_BLOCKING 0x[123], 0x100", line):
+            inside = set()
+        elif inside is not None and re.search(r"BAR\.ARV 0x[123], 0x100", line):
+            turns.append(inside)
+            inside = None
+        elif inside is not None and "HGMMA" in line:
+            inside.add("pv" if re.search(r"HGMMA\S* R\d+, R\d+, gdesc", line) else "s")
+    assert {"s", "pv"} in turns, turns
+
+
 class FakeTensor:
     """Just what plan_attention reads of a torch tensor."""
 
@@ -558,8 +592,9 @@ def test_bottom_right_causal_offsets_the_diagonal_and_guards_rows_with_no_key(he
     assert c.proof.safe and c.plan.trip_rule.align == "bottom_right"
     src = emit_attention(c)
     bn = call_params(head_dim, True)["block_n"]  # 112 at D=192, 80 at D=256
+    bm = call_params(head_dim, True)["block_m"]  # 192 at D=64
     assert f"+ (Sk - Sq) + 1 + {bn} - 1) / {bn}" in src  # KT
-    assert f"(tile_m * 128 + (Sk - Sq) + 1) / {bn}" in src  # FM
+    assert f"(tile_m * {bm} + (Sk - Sq) + 1) / {bn}" in src  # FM
     softmax = [x for x in _body(src).split("\n") if "pcat::softmax<" in x]
     # the row's last key is row + Sk - Sq; the guard is the softmax's template argument
     assert softmax and all("pcat::PackP::later, true>(sacc, pk, rows, pcat::Causal{Sk, (Sk - Sq)}"
