@@ -31,8 +31,9 @@ SOFTCAP_SIGNATURE = SIGNATURE + kernel_params((("float", "softcap_scale", "float
 #: [1, H, total, D] views of the packed tensors, O and LSE as above (LSE [H, total_q]), each
 #: sequence's first row in Q and in K (``cu_q``, ``cu_k``: ``B`` + 1 int32 on the device, read
 #: by the tile scheduler), the packed tensors' rows (``TQ``, ``TK``: where a sequence's span is
-#: clamped), then the forward's scale and group, the causal order's head groups (``hg``:
-#: tile_order.varlen_order_exprs), the query heads, and O's head and row strides
+#: clamped), then the forward's scale and group, the causal order's head groups and snake
+#: (``hg``: tile_order.varlen_order_exprs; ``snake``: tile_order.VARLEN_POSITION), the query
+#: heads, and O's head and row strides
 VARLEN_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
     ((_MAP, "tmQ", "tensor_map"), (_MAP, "tmK", "tensor_map")),
     ((_MAP, "tmV", "tensor_map"), ("unsigned short* __restrict__", "O", "pointer"),
@@ -41,7 +42,7 @@ VARLEN_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
                                                        "pointer")),
     (("int", "B", "int32"), ("int", "TQ", "int32"), ("int", "TK", "int32"),
      ("float", "scale_log2", "float32"), ("int", "group", "int32"), ("int", "hg", "int32"),
-     ("int", "H", "int32")),
+     ("int", "snake", "int32"), ("int", "H", "int32")),
     (("long long", "o_sh", "int64"), ("long long", "o_ss", "int64"))))
 
 #: the decode kernel's (``-p decode``; decode_tiles.py): Q's map over [B, Sq, Hq, D] read at

@@ -142,6 +142,28 @@ def varlen_order_exprs(causal: bool) -> tuple[str, ...]:
     return order_exprs(causal, heads="H", blocks="MTS", tile="r", snake=False, base="seq * H")
 
 
+#: the packed varlen kernel's position in round ``k`` (its persistent index ``k * gridDim.x +
+#: blockIdx.x``; ``varlen_position``'s C: a lambda of the kernel's ``snake`` argument): with the
+#: snake every other round of ``gridDim.x`` positions runs backwards.  A round's positions stay
+#: its own, so each CTA's positions still only grow (its cursor over ``cu_seqlens_q`` only
+#: moves on), and a last round the batch fills in part hands its tiles to the CTAs at its end.
+#: Written per round, not per index: no division by ``gridDim.x`` (the varlen consumers' loop
+#: then moves as few values to uniform registers as before the snake)
+VARLEN_POSITION = ("auto position = [&](int k) {",
+                   "    return k * (int)gridDim.x + ((snake && (k & 1)) ? (int)gridDim.x - 1 - "
+                   "(int)blockIdx.x : (int)blockIdx.x);",
+                   "};")
+
+
+def varlen_position(t: Any, *, grid: int, snake: bool) -> Any:
+    """:data:`VARLEN_POSITION` in Python: the batch position persistent index ``t`` (an int or
+    a numpy array) takes."""
+    if not snake:
+        return t
+    rnd = t // grid
+    return rnd * grid + (grid - 1 - t % grid) * (rnd % 2) + (t % grid) * (1 - rnd % 2)
+
+
 def varlen_tile_at(r: Any, *, heads: int, mts: int, causal: bool, hg: int = 8,
                    minimum: Any = min) -> tuple[Any, Any]:
     """(head, query block) of tile ``r`` (an int, or a numpy array of them with ``minimum``
@@ -155,12 +177,13 @@ def varlen_tile_at(r: Any, *, heads: int, mts: int, causal: bool, hg: int = 8,
 
 def varlen_choose(trips: Sequence[int], *, heads: int, batch: int, grid: int,
                   np: Any) -> TileOrder:
-    """The causal varlen kernel's ``hg``: the group whose busiest CTA has the least work when
-    ``batch`` sequences of one head's ``trips`` per query block (the longest the host knows of:
-    ``max_seqlen_q``'s) run round-robin on ``grid`` CTAs; ties as :func:`choose` breaks them.
-    On a batch of equal lengths this is the fixed-length call's choice where that has no snake
-    (D 128 causal, 4 x 4096: groups of 2, busiest CTA 1.06x the mean, against 1.15x with
-    every head of a sequence in one group)."""
+    """The causal varlen kernel's ``hg`` and ``snake``: the order whose busiest CTA has the
+    least work when ``batch`` sequences of one head's ``trips`` per query block (the longest
+    the host knows of: ``max_seqlen_q``'s) run on ``grid`` CTAs, positions dealt round-robin
+    (:func:`varlen_position`); ties as :func:`choose` breaks them.  On a batch of equal lengths
+    it balances as the fixed-length call's choice does (D 128 causal, 4 x 4096: groups of 2,
+    busiest CTA 1.06x the mean, against 1.15x with every head of a sequence in one group; D 64
+    on 192-row tiles: groups of 8 with the snake, 1.05x, against 1.13x without it)."""
     mts = len(trips)
     r = np.arange(heads * mts)
     found = []
@@ -168,5 +191,9 @@ def varlen_choose(trips: Sequence[int], *, heads: int, batch: int, grid: int,
         _, block = varlen_tile_at(r, heads=heads, mts=mts, causal=True, hg=g,
                                   minimum=np.minimum)
         cost = np.tile(np.asarray(trips, dtype=np.float64)[block] + TILE_OVERHEAD_BLOCKS, batch)
-        found.append((_most_loaded(cost, grid, np), TileOrder(hg=g)))
+        for snake in (False, True):
+            # every index of every round, the last one's past the batch dealing nothing
+            at = varlen_position(np.arange(-(-len(cost) // grid) * grid), grid=grid, snake=snake)
+            dealt = np.where(at < len(cost), cost[np.minimum(at, len(cost) - 1)], 0.0)
+            found.append((_most_loaded(dealt, grid, np), TileOrder(hg=g, snake=snake)))
     return _least_loaded(found)

@@ -201,8 +201,8 @@ def _arguments(r: Recipe[VarlenCall], kernels: tuple[AttentionKernel, ...],
     output's and the LSE's addresses, packed per call.  The grid: one CTA per SM, fewer where
     the batch cannot have as many tiles (``batch x heads x ceil(max_seqlen_q / block_m)``
     bounds them; a CTA past the batch's tiles ends at once).  Causal, the order's head groups
-    (``hg``) that balance a batch of sequences all ``max_seqlen_q`` long
-    (tile_order.varlen_choose): the fixed-length call's choice on a batch of equal lengths."""
+    and snake (``hg``, ``snake``) that balance a batch of sequences all ``max_seqlen_q`` long
+    (tile_order.varlen_choose)."""
     np = require_gpu_module("numpy")
     (built,), (q, k, v, cu_q, cu_k) = kernels, tensors
     c = r.plan
@@ -222,7 +222,8 @@ def _arguments(r: Recipe[VarlenCall], kernels: tuple[AttentionKernel, ...],
               "tmV": bhsd_map(_packed_view(v), built.block_n, c.dtype),
               "cu_q": cu_q.data_ptr(), "cu_k": cu_k.data_ptr(), "B": c.batch,
               "TQ": c.total_q, "TK": c.total_k, "scale_log2": c.scale_log2, "group": c.group,
-              "hg": order.hg, "H": c.heads, "o_sh": o_sh, "o_ss": o_ss}
+              "hg": order.hg, "snake": order.snake, "H": c.heads, "o_sh": o_sh,
+              "o_ss": o_ss}
     return (Launch.of(built, (grid,), *VARLEN_SIGNATURE.pack_around(("O", "LSE"), values, np)),)
 
 

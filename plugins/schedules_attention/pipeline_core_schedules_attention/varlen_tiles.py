@@ -26,11 +26,12 @@ sequence by sequence (``heads x ceil(seq_q / block_m)`` each, none for a sequenc
 row), within a sequence in ``tile_order.varlen_order_exprs``'s order (head-major; causal, the
 fixed-length causal order within the sequence: groups of ``hg`` heads, query blocks heaviest
 first), dealt round-robin to the persistent CTAs: tile ``blockIdx.x``, ``+ gridDim.x``, ...
+(causal, with ``snake`` every other round of positions backwards: ``tile_order.varlen_position``)
 Each role finds a tile's sequence with a cursor over ``cu_seqlens_q`` that only moves on, so
 the lengths stay on the device (no host sync, CUDA-graph capturable) and ``max_seqlen_q`` only
-bounds the grid and sizes the causal groups (``tile_order.varlen_choose``: the groups that
-balance a batch of sequences all that long, which on equal lengths is the fixed-length call's
-choice).  Why not the fixed-length grid padded to ``max_seqlen_q`` with the positions past a
+bounds the grid and sizes the causal groups and the snake (``tile_order.varlen_choose``: the
+order that balances a batch of sequences all that long, as the fixed-length call's choice does
+on equal lengths).  Why not the fixed-length grid padded to ``max_seqlen_q`` with the positions past a
 sequence skipped (the first cut): the skipped positions deal the real tiles unevenly; on mixed
 batches of 100-4096 tokens (16k in all, the benchmark's), not causal, the busiest CTA had
 1.09-1.43x the mean work, 1.01-1.07x dealt round-robin (:func:`busiest`, the cost model of
@@ -50,7 +51,7 @@ import attrs
 from pipeline_core.plugin_api import TripSample
 
 from pipeline_core_schedules_attention.tile_order import (TILE_OVERHEAD_BLOCKS,
-                                                          varlen_tile_at)
+                                                          varlen_position, varlen_tile_at)
 from pipeline_core_schedules_attention.tiles import LoopBounds
 
 #: a varlen problem: each sequence's (query rows, keys), in batch order
@@ -164,22 +165,32 @@ class VarlenBounds(LoopBounds):
 
 
 def scheduled(lengths_q: Sequence[int], *, heads: int, block_m: int, grid: int,
-              causal: bool, hg: int = 8) -> list[list[tuple[int, int, int]]]:
+              causal: bool, hg: int = 8,
+              snake: bool = False) -> list[list[tuple[int, int, int]]]:
     """The tiles each of ``grid`` persistent CTAs runs, (sequence, head, query block) in its
     order: the batch's tiles sequence by sequence, each sequence's in
     ``tile_order.varlen_tile_at``'s order (causal: groups of ``hg`` heads), CTA ``c`` taking
-    tiles ``c``, ``c + grid``, ...: the kernel's loop in Python."""
+    the positions of indices ``c``, ``c + grid``, ... (``tile_order.varlen_position``: with
+    the snake every other round backwards) until one lies past the batch: the kernel's loop
+    in Python."""
     tiles = [(s, *varlen_tile_at(r, heads=heads, mts=-(-n // block_m), causal=causal, hg=hg))
              for s, n in enumerate(lengths_q) for r in range(heads * -(-n // block_m))]
-    return [tiles[c::grid] for c in range(grid)]
+    out = []
+    for c in range(grid):
+        mine, t = [], c
+        while (p := varlen_position(t, grid=grid, snake=snake)) < len(tiles):
+            mine.append(tiles[p])
+            t += grid
+        out.append(mine)
+    return out
 
 
 def busiest(lengths: Sequence[tuple[int, int]], rule: LoopBounds, *, heads: int,
-            grid: int, hg: int = 8) -> float:
+            grid: int, hg: int = 8, snake: bool = False) -> float:
     """The busiest CTA's work over the mean (each tile its KV blocks plus
     ``tile_order.TILE_OVERHEAD_BLOCKS``) when ``grid`` CTAs run the batch's tiles
     (:func:`scheduled`)."""
     load = [sum(rule.trips(m, *lengths[s]) + TILE_OVERHEAD_BLOCKS for s, _, m in cta)
             for cta in scheduled([q for q, _ in lengths], heads=heads, block_m=rule.block_m,
-                                 grid=grid, causal=rule.causal, hg=hg)]
+                                 grid=grid, causal=rule.causal, hg=hg, snake=snake)]
     return max(load) / (sum(load) / grid)
