@@ -514,9 +514,9 @@ def test_the_varlen_call_packs_its_sequences_once_and_never_reads_them(host, mon
     assert lse.shape == (4, 300) and out.shape == q.shape
     assert [int(a) for a in args[5:10]] == [cq.ptr, ck.ptr, 3, 300, 400]  # B, TQ, TK
     assert math.isclose(float(args[10]), call.LOG2E / 8, rel_tol=1e-6)
-    # group, the causal order's head groups (the kernel has no bounds here: the default), H,
-    # O's head and row strides
-    assert [int(a) for a in args[11:]] == [2, 8, 4, 64, 256]
+    # group, the causal order's head groups and snake (the kernel has no bounds here: the
+    # default), H, O's head and row strides
+    assert [int(a) for a in args[11:]] == [2, 8, 0, 4, 64, 256]
     with pytest.raises(AttentionArgumentError) as info:
         varlen_call.attention_varlen(Tensor((300, 4, 64), requires_grad=True), k, v, cq, ck,
                                      200, 250)
