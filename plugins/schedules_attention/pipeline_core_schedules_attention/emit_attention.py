@@ -64,7 +64,7 @@ from pipeline_core_schedules_attention.emit_window import (OFFSET, WINDOW_BLOCKS
 from pipeline_core_schedules_attention.signature import (DECODE_SIGNATURE, KERNEL_NAME,
                                                          SIGNATURE, SOFTCAP_SIGNATURE,
                                                          VARLEN_SIGNATURE)
-from pipeline_core_schedules_attention.tile_order import order_exprs
+from pipeline_core_schedules_attention.tile_order import POSITION, loop_head, order_exprs
 from pipeline_core_schedules_attention.tiles import LoopBounds, plan_bounds
 from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds
 
@@ -242,11 +242,10 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         window=g.windowed, softcap=g.softcap, decode=False,
         cols=str(g.head_dim) if g.head_dim != g.box_cols else "",
         **(_VARLEN_COORDS if g.varlen else {"kv_from": "KF * BN + "} if g.windowed else {}))
-    loop = ("int rb = 0, o = 0;", "for (int tile = blockIdx.x; tile < TILES; "
-            "tile += gridDim.x, rb += KT, ++o) {")
+    loop = ("int rb = 0, o = 0;", loop_head("tile < TILES"))
     blocks = WINDOW_BLOCKS if g.windowed else _CAUSAL_BLOCKS if g.causal else _blocks(rule)
     tiles = DeviceTileLoop(
-        counts=(f"const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, {blocks};",),
+        counts=(f"const int MT = (Sq + BM - 1) / BM, TILES = BH * MT, {blocks};", *POSITION),
         producer=TileLoop(head=loop, tile=(order, *bounds[:2 if g.windowed else 1])),
         consumers=TileLoop(head=loop, tile=(order, *bounds)), empty_tiles=True)
     if g.varlen:  # the sequences' spans on the device, per tile (emit_varlen.py)

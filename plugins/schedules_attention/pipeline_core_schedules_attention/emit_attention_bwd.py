@@ -52,7 +52,7 @@ from pipeline_core_schedules_attention.bwd_schedule import (KERNEL_FAMILY, NAME,
 from pipeline_core_schedules_attention.bwd_signature import (KERNEL_NAME, ORDERED_SIGNATURE,
                                                              SIGNATURE)
 from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
-from pipeline_core_schedules_attention.tile_order import order_exprs
+from pipeline_core_schedules_attention.tile_order import POSITION, loop_head, order_exprs
 from pipeline_core_schedules_attention.emit_attention import ELEM
 from pipeline_core_schedules_attention.emit_window import OFFSET
 
@@ -296,12 +296,11 @@ def emit_attention_bwd(compiled: CompiledSchedule, *, watchdog: int | None = Non
         return AgentCode(lines=tuple(render(agent_stretches(p, line, label))),
                          once=tuple(line(s) for s in once_steps(p)))
 
-    loop = ("int rb = 0, o = 0;", "for (int tile = blockIdx.x; tile < TILES; "
-            "tile += gridDim.x, rb += KT, ++o) {")
+    loop = ("int rb = 0, o = 0;", loop_head("tile < TILES"))
     lines = tile_exprs(rule)
     tiles = DeviceTileLoop(
         counts=("const int NB = (Sk + BN - 1) / BN, MB = (Sq + BM - 1) / BM, TILES = BHK * NB;",
-                "int KT = 0;",
+                "int KT = 0;", *POSITION,
                 f"const pcab::Mask mask{{Sq, Sk, {OFFSET[rule.align]}, "
                 f"{str(rule.causal).lower()}}};"),
         producer=TileLoop(head=loop, tile=tile_exprs(rule, whole_warps=False)),

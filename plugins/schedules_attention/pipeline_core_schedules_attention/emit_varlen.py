@@ -4,7 +4,7 @@ finish and its header lines (docs/guide/attention.md, "Packed variable-length ba
 
 * **The tile scheduler** (varlen_tiles.py says why): the batch's tiles, sequence by sequence,
   round-robin over the persistent CTAs (causal, with the ``snake`` argument every other round
-  backwards: ``tile_order.VARLEN_POSITION``); each role finds a tile's sequence with a cursor that
+  backwards: ``tile_order.POSITION``); each role finds a tile's sequence with a cursor that
   only moves on (``locate``: the same reads of ``cu_q`` in the producer and the consumers, so
   their rings stay in step).  Each tile reads its sequence's spans (``span``:
   ``cu_seqlens`` clamped to the packed tensors' rows, so any values stay in bounds) and sets its
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from pipeline_core_nvidia_h100.kit_api import DeviceTileLoop, TileLoop
 
-from pipeline_core_schedules_attention.tile_order import VARLEN_POSITION, varlen_order_exprs
+from pipeline_core_schedules_attention.tile_order import POSITION, loop_head, varlen_order_exprs
 
 #: sequence s's first row of ``cu`` clamped to the tensor's ``total`` rows (into ``first``) and
 #: its length (0 where the ends are out of order): a C lambda the tiles and the skip read
@@ -72,11 +72,10 @@ def varlen_tile_loop(causal: bool, trips: str, first: str,
               "    }",
               "    return false;",
               "};",
-              *VARLEN_POSITION)
+              *POSITION)
     loop = ("int rb = 0, o = 0, seq = 0, first = 0;  // the ring's K tiles and output tiles; "
             "the cursor",
-            "for (int k = 0, tile = position(0); locate(tile, seq, first); "
-            "tile = position(++k), rb += KT, ++o) {")
+            loop_head("locate(tile, seq, first)"))
     spans = ("int q0, k0;  // the sequence's first query row and key in the packed tensors",
              "const int Sq = span(cu_q, seq, TQ, q0), Sk = span(cu_k, seq, TK, k0), "
              "KV_BLOCKS = (Sk + BN - 1) / BN, MTS = (Sq + BM - 1) / BM, r = tile - first;",

@@ -32,7 +32,7 @@ SOFTCAP_SIGNATURE = SIGNATURE + kernel_params((("float", "softcap_scale", "float
 #: sequence's first row in Q and in K (``cu_q``, ``cu_k``: ``B`` + 1 int32 on the device, read
 #: by the tile scheduler), the packed tensors' rows (``TQ``, ``TK``: where a sequence's span is
 #: clamped), then the forward's scale and group, the causal order's head groups and snake
-#: (``hg``: tile_order.varlen_order_exprs; ``snake``: tile_order.VARLEN_POSITION), the query
+#: (``hg``: tile_order.varlen_order_exprs; ``snake``: tile_order.POSITION), the query
 #: heads, and O's head and row strides
 VARLEN_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
     ((_MAP, "tmQ", "tensor_map"), (_MAP, "tmK", "tensor_map")),

@@ -1,19 +1,21 @@
 """The persistent grid's order of output tiles, and its choice per causal call
 (docs/guide/attention.md, "The causal tile order").
 
-A persistent CTA runs tiles ``blockIdx.x, + gridDim.x, ...``: it takes one position in each
-round of ``gridDim.x`` consecutive positions.  This module owns the map from position to
-(head, query block), written once as C declarators for the kernel (:func:`order_exprs`) and
-once in Python for the host's choice and the tests (:func:`tile_at`); a test holds the two to
-the same answer on every position.
+A persistent CTA takes one position in each round of ``gridDim.x`` consecutive positions: its
+``blockIdx.x``-th, or with the snake in odd rounds its ``gridDim.x - 1 - blockIdx.x``-th
+(:data:`POSITION`, the loop of every attention kernel with an order: :func:`loop_head`).  This
+module owns that and the map from position to (head, query block), each written once as C for
+the kernel (:data:`POSITION`, :func:`order_exprs`) and once in Python for the host's choice
+and the tests (:func:`position`, :func:`tile_at`); tests hold the two to the same answer on
+every position.
 
 * Not causal, every tile costs the same: head-major, a head's tiles back to back (its K and
   V read once from memory).
 * Causal, a query block's cost is its KV blocks (``LoopBounds.trips``), 1 to ``MT``.  The
   tiles run heaviest first, as FA3 orders them, within groups of ``hg`` heads side by side
-  (few heads in flight at once, so their K and V stay in L2); with ``snake`` every other full
-  round runs its positions backwards, so the CTA that took a round's heaviest tile takes the
-  next round's lightest.  Which (``hg``, ``snake``) balances the CTAs depends on the heads,
+  (few heads in flight at once, so their K and V stay in L2); with ``snake`` every other
+  round runs its positions backwards (the last one too, where the tiles fill it in part), so
+  the CTA that took a round's heaviest tile takes the next round's lightest.  Which (``hg``, ``snake``) balances the CTAs depends on the heads,
   the query blocks and the grid: with groups of 8 heads, head dim 128 causal at S = 4096 (64
   heads of 32 query blocks on 132 CTAs) left its busiest CTA 1.27x the mean work, since a
   round of 132 positions spans half a group, query blocks 32 down to 16.  :func:`choose`
@@ -46,52 +48,76 @@ class TileOrder:
     snake: bool = False
 
 
+#: the persistent CTA's position in its round ``k`` (its index ``k * gridDim.x + blockIdx.x``):
+#: a lambda of the kernel's ``snake`` argument, which every attention kernel with an order
+#: reads (forward, packed varlen, backward; :func:`position` in Python).  With the snake every
+#: odd round of ``gridDim.x`` positions runs backwards, the last one too where the tiles fill
+#: it in part (its tiles then go to the CTAs at its end, and a CTA whose position lies past
+#: the tiles ends): a round's positions stay its own, so each CTA's positions only grow (the
+#: varlen cursor over ``cu_seqlens_q`` only moves on).  Written per round, not per index: no
+#: division by ``gridDim.x`` (the varlen consumers' loop moves as few values to uniform
+#: registers as it did without the snake)
+POSITION = ("auto position = [&](int k) {",
+            "    return k * (int)gridDim.x + ((snake && (k & 1)) ? (int)gridDim.x - 1 - "
+            "(int)blockIdx.x : (int)blockIdx.x);",
+            "};")
+
+
+def loop_head(until: str) -> str:
+    """The persistent tile loop's ``for`` over the CTA's rounds, ``tile`` its position
+    (:data:`POSITION`), while ``until`` holds (``tile < TILES``; varlen: the cursor finds the
+    tile), counting the ring's K tiles (``rb``) and the output tiles (``o``)."""
+    return (f"for (int k = 0, tile = position(0); {until}; tile = position(++k), rb += KT, "
+            "++o) {")
+
+
+def position(t: Any, *, grid: int, snake: bool) -> Any:
+    """:data:`POSITION` in Python: the position persistent index ``t = k * grid + lane`` (an
+    int or a numpy array) takes."""
+    if not snake:
+        return t
+    rnd, lane = t // grid, t % grid
+    return rnd * grid + (grid - 1 - lane) * (rnd % 2) + lane * (1 - rnd % 2)
+
+
+def dealt(tiles: int, *, grid: int, snake: bool, np: Any) -> Any:
+    """The position each persistent index of every round takes (index ``i`` is CTA
+    ``i % grid``'s), ``tiles`` or more where it lies past the tiles (that CTA ends)."""
+    return position(np.arange(-(-tiles // grid) * grid), grid=grid, snake=snake)
+
+
 def order_exprs(causal: bool, *, head: str = "bh", block: str = "tile_m", heads: str = "BH",
-                blocks: str = "MT", tile: str = "tile", snake: bool = True,
-                base: str = "") -> tuple[str, ...]:
-    """C declarators ``p = ...``, ``bh = ...``, ``tile_m = ...`` of persistent tile index
-    ``tile`` (of the kernel's ``tile, MT, BH, TILES``, ``gridDim.x`` and, causal, its ``hg``
-    and ``snake`` arguments), the same for the producer and the consumers.  The one map of
-    every attention kernel's order, named for each: the backward declares ``head`` and ``block``
-    over ``heads`` x ``blocks`` (its block ``blocks - 1 - tile_m`` is then the heaviest-first
-    rank, a KV block's: tile costs reversed for :func:`choose`); the packed varlen kernel orders
-    the tiles ``tile`` of one sequence, with no snake (``snake`` False: no ``p``) and its
-    heads after the sequence's first (``base``)."""
+                blocks: str = "MT", tile: str = "tile", base: str = "") -> tuple[str, ...]:
+    """C declarators ``bh = ...``, ``tile_m = ...`` of position ``tile`` (:data:`POSITION`; of
+    the kernel's ``MT, BH`` and, causal, its ``hg`` argument), the same for the producer and
+    the consumers.  The one map of every attention kernel's order, named for each: the
+    backward declares ``head`` and ``block`` over ``heads`` x ``blocks`` (its block
+    ``blocks - 1 - tile_m`` is then the heaviest-first rank, a KV block's: tile costs reversed
+    for :func:`choose`); the packed varlen kernel orders the tiles ``tile`` of one sequence,
+    its heads after the sequence's first (``base``)."""
     at = f"{base} + " if base else ""
     if not causal:
         return f"{head} = {at}{tile} / {blocks}", f"{block} = {tile} % {blocks}"
-    g = "(int)gridDim.x"
-    rnd, lane = f"({tile} / {g})", f"({tile} % {g})"
-    p = (f"p = (snake && ({rnd} & 1) && ({rnd} + 1) * {g} <= TILES) ? "
-         f"{rnd} * {g} + {g} - 1 - {lane} : {tile}")
-    index = "p" if snake else tile
-    first = f"({index} / ({blocks} * hg)) * hg"  # the group's first head
+    first = f"({tile} / ({blocks} * hg)) * hg"  # the group's first head
     # the last group may be short
-    n, r = f"min(hg, {heads} - {first})", f"({index} % ({blocks} * hg))"
-    return (*((p,) if snake else ()), f"{head} = {at}{first} + {r} % {n}",
-            f"{block} = {blocks} - 1 - {r} / {n}")
+    n, r = f"min(hg, {heads} - {first})", f"({tile} % ({blocks} * hg))"
+    return f"{head} = {at}{first} + {r} % {n}", f"{block} = {blocks} - 1 - {r} / {n}"
 
 
-def _causal_map(t: Any, *, bh: int, mt: int, grid: int, order: TileOrder, where: Any,
-                minimum: Any) -> tuple[Any, Any]:
-    """(head, query block) of causal tile index ``t``, an int or a numpy array of them
-    (``where`` and ``minimum``: the conditional and the minimum for that kind of value)."""
-    rnd, lane = t // grid, t % grid
-    p = t
-    if order.snake:  # every other full round backwards
-        p = where((rnd % 2 == 1) & ((rnd + 1) * grid <= bh * mt), rnd * grid + grid - 1 - lane, t)
-    first = (p // (mt * order.hg)) * order.hg  # the group's first head
-    heads, r = minimum(order.hg, bh - first), p % (mt * order.hg)  # the last group may be short
+def _causal_map(p: Any, *, bh: int, mt: int, hg: int, minimum: Any) -> tuple[Any, Any]:
+    """(head, query block) of causal position ``p``, an int or a numpy array of them
+    (``minimum``: the minimum for that kind of value)."""
+    first = (p // (mt * hg)) * hg  # the group's first head
+    heads, r = minimum(hg, bh - first), p % (mt * hg)  # the last group may be short
     return first + r % heads, mt - 1 - r // heads
 
 
-def tile_at(tile: int, *, causal: bool, bh: int, mt: int, grid: int,
+def tile_at(p: int, *, causal: bool, bh: int, mt: int,
             order: TileOrder = TileOrder()) -> tuple[int, int]:
-    """(head, query block) of persistent tile index ``tile``: :func:`order_exprs` in Python."""
+    """(head, query block) of position ``p``: :func:`order_exprs` in Python."""
     if not causal:
-        return tile // mt, tile % mt
-    return _causal_map(tile, bh=bh, mt=mt, grid=grid, order=order,
-                       where=lambda c, a, b: a if c else b, minimum=min)
+        return p // mt, p % mt
+    return _causal_map(p, bh=bh, mt=mt, hg=order.hg, minimum=min)
 
 
 def busiest(trips: Sequence[int], *, bh: int, grid: int, order: TileOrder, np: Any) -> float:
@@ -99,11 +125,17 @@ def busiest(trips: Sequence[int], *, bh: int, grid: int, order: TileOrder, np: A
     :data:`TILE_OVERHEAD_BLOCKS`) when ``grid`` persistent CTAs run ``bh`` heads in ``order``
     (``np``: numpy, which the call has at hand; every tile at once)."""
     mt = len(trips)
-    t = np.arange(bh * mt)
-    _, block = _causal_map(t, bh=bh, mt=mt, grid=grid, order=order, where=np.where,
-                           minimum=np.minimum)
-    cost = np.asarray(trips, dtype=np.float64)[block] + TILE_OVERHEAD_BLOCKS
-    return _most_loaded(cost, grid, np)
+    _, block = _causal_map(np.arange(bh * mt), bh=bh, mt=mt, hg=order.hg, minimum=np.minimum)
+    return _dealt_load(np.asarray(trips, dtype=np.float64)[block] + TILE_OVERHEAD_BLOCKS,
+                       grid, order.snake, np)
+
+
+def _dealt_load(cost: Any, grid: int, snake: bool, np: Any) -> float:
+    """The most work one of ``grid`` CTAs gets when position ``p`` costs ``cost[p]`` and the
+    positions are dealt by :func:`dealt`."""
+    at = dealt(len(cost), grid=grid, snake=snake, np=np)
+    return _most_loaded(np.where(at < len(cost), cost[np.minimum(at, len(cost) - 1)], 0.0),
+                        grid, np)
 
 
 def _most_loaded(cost: Any, grid: int, np: Any) -> float:
@@ -134,45 +166,22 @@ def choose(trips: Sequence[int], *, bh: int, grid: int, np: Any) -> TileOrder:
 def varlen_order_exprs(causal: bool) -> tuple[str, ...]:
     """The packed varlen kernel's order within a sequence (varlen_tiles.py): C declarators
     ``bh = ...``, ``tile_m = ...`` of tile ``r`` of sequence ``seq`` (its ``MTS`` query blocks
-    per head, ``H`` heads; the kernel's ``hg``), the batch's tiles running sequence by sequence.
-    Not causal, head-major (a head's query blocks back to back, its K and V read once); causal,
-    the fixed-length causal order within the sequence (:func:`order_exprs` with no snake):
-    groups of ``hg`` heads side by side, each group's query blocks heaviest first
-    (:func:`varlen_choose` picks ``hg``)."""
-    return order_exprs(causal, heads="H", blocks="MTS", tile="r", snake=False, base="seq * H")
-
-
-#: the packed varlen kernel's position in round ``k`` (its persistent index ``k * gridDim.x +
-#: blockIdx.x``; ``varlen_position``'s C: a lambda of the kernel's ``snake`` argument): with the
-#: snake every other round of ``gridDim.x`` positions runs backwards.  A round's positions stay
-#: its own, so each CTA's positions still only grow (its cursor over ``cu_seqlens_q`` only
-#: moves on), and a last round the batch fills in part hands its tiles to the CTAs at its end.
-#: Written per round, not per index: no division by ``gridDim.x`` (the varlen consumers' loop
-#: then moves as few values to uniform registers as before the snake)
-VARLEN_POSITION = ("auto position = [&](int k) {",
-                   "    return k * (int)gridDim.x + ((snake && (k & 1)) ? (int)gridDim.x - 1 - "
-                   "(int)blockIdx.x : (int)blockIdx.x);",
-                   "};")
-
-
-def varlen_position(t: Any, *, grid: int, snake: bool) -> Any:
-    """:data:`VARLEN_POSITION` in Python: the batch position persistent index ``t`` (an int or
-    a numpy array) takes."""
-    if not snake:
-        return t
-    rnd = t // grid
-    return rnd * grid + (grid - 1 - t % grid) * (rnd % 2) + (t % grid) * (1 - rnd % 2)
+    per head, ``H`` heads; the kernel's ``hg``), the batch's tiles running sequence by sequence
+    at the positions :data:`POSITION` deals.  Not causal, head-major (a head's query blocks back
+    to back, its K and V read once); causal, the fixed-length causal order within the sequence
+    (:func:`order_exprs`): groups of ``hg`` heads side by side, each group's query blocks
+    heaviest first (:func:`varlen_choose` picks ``hg`` and the snake)."""
+    return order_exprs(causal, heads="H", blocks="MTS", tile="r", base="seq * H")
 
 
 def varlen_tile_at(r: Any, *, heads: int, mts: int, causal: bool, hg: int = 8,
                    minimum: Any = min) -> tuple[Any, Any]:
     """(head, query block) of tile ``r`` (an int, or a numpy array of them with ``minimum``
     numpy's) of a sequence of ``mts`` query blocks per head: :func:`varlen_order_exprs` in
-    Python (:func:`tile_at`'s map with no snake)."""
+    Python (:func:`tile_at`'s map)."""
     if not causal:
         return r // mts, r % mts
-    return _causal_map(r, bh=heads, mt=mts, grid=1, order=TileOrder(hg=hg, snake=False),
-                       where=None, minimum=minimum)
+    return _causal_map(r, bh=heads, mt=mts, hg=hg, minimum=minimum)
 
 
 def varlen_choose(trips: Sequence[int], *, heads: int, batch: int, grid: int,
@@ -180,7 +189,7 @@ def varlen_choose(trips: Sequence[int], *, heads: int, batch: int, grid: int,
     """The causal varlen kernel's ``hg`` and ``snake``: the order whose busiest CTA has the
     least work when ``batch`` sequences of one head's ``trips`` per query block (the longest
     the host knows of: ``max_seqlen_q``'s) run on ``grid`` CTAs, positions dealt round-robin
-    (:func:`varlen_position`); ties as :func:`choose` breaks them.  On a batch of equal lengths
+    (:func:`position`); ties as :func:`choose` breaks them.  On a batch of equal lengths
     it balances as the fixed-length call's choice does (D 128 causal, 4 x 4096: groups of 2,
     busiest CTA 1.06x the mean, against 1.15x with every head of a sequence in one group; D 64
     on 192-row tiles: groups of 8 with the snake, 1.05x, against 1.13x without it)."""
@@ -192,8 +201,5 @@ def varlen_choose(trips: Sequence[int], *, heads: int, batch: int, grid: int,
                                   minimum=np.minimum)
         cost = np.tile(np.asarray(trips, dtype=np.float64)[block] + TILE_OVERHEAD_BLOCKS, batch)
         for snake in (False, True):
-            # every index of every round, the last one's past the batch dealing nothing
-            at = varlen_position(np.arange(-(-len(cost) // grid) * grid), grid=grid, snake=snake)
-            dealt = np.where(at < len(cost), cost[np.minimum(at, len(cost) - 1)], 0.0)
-            found.append((_most_loaded(dealt, grid, np), TileOrder(hg=g, snake=snake)))
+            found.append((_dealt_load(cost, grid, snake, np), TileOrder(hg=g, snake=snake)))
     return _least_loaded(found)

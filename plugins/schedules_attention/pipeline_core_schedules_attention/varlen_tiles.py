@@ -26,7 +26,7 @@ sequence by sequence (``heads x ceil(seq_q / block_m)`` each, none for a sequenc
 row), within a sequence in ``tile_order.varlen_order_exprs``'s order (head-major; causal, the
 fixed-length causal order within the sequence: groups of ``hg`` heads, query blocks heaviest
 first), dealt round-robin to the persistent CTAs: tile ``blockIdx.x``, ``+ gridDim.x``, ...
-(causal, with ``snake`` every other round of positions backwards: ``tile_order.varlen_position``)
+(causal, with ``snake`` every other round of positions backwards: ``tile_order.position``)
 Each role finds a tile's sequence with a cursor over ``cu_seqlens_q`` that only moves on, so
 the lengths stay on the device (no host sync, CUDA-graph capturable) and ``max_seqlen_q`` only
 bounds the grid and sizes the causal groups and the snake (``tile_order.varlen_choose``: the
@@ -51,7 +51,7 @@ import attrs
 from pipeline_core.plugin_api import TripSample
 
 from pipeline_core_schedules_attention.tile_order import (TILE_OVERHEAD_BLOCKS,
-                                                          varlen_position, varlen_tile_at)
+                                                          position, varlen_tile_at)
 from pipeline_core_schedules_attention.tiles import LoopBounds
 
 #: a varlen problem: each sequence's (query rows, keys), in batch order
@@ -170,7 +170,7 @@ def scheduled(lengths_q: Sequence[int], *, heads: int, block_m: int, grid: int,
     """The tiles each of ``grid`` persistent CTAs runs, (sequence, head, query block) in its
     order: the batch's tiles sequence by sequence, each sequence's in
     ``tile_order.varlen_tile_at``'s order (causal: groups of ``hg`` heads), CTA ``c`` taking
-    the positions of indices ``c``, ``c + grid``, ... (``tile_order.varlen_position``: with
+    the positions of indices ``c``, ``c + grid``, ... (``tile_order.position``: with
     the snake every other round backwards) until one lies past the batch: the kernel's loop
     in Python."""
     tiles = [(s, *varlen_tile_at(r, heads=heads, mts=-(-n // block_m), causal=causal, hg=hg))
@@ -178,7 +178,7 @@ def scheduled(lengths_q: Sequence[int], *, heads: int, block_m: int, grid: int,
     out = []
     for c in range(grid):
         mine, t = [], c
-        while (p := varlen_position(t, grid=grid, snake=snake)) < len(tiles):
+        while (p := position(t, grid=grid, snake=snake)) < len(tiles):
             mine.append(tiles[p])
             t += grid
         out.append(mine)

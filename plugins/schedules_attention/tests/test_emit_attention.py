@@ -24,7 +24,7 @@ from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_STAGES, 
                                                     AttentionArgumentError, call_params,
                                                     call_stages, plan_attention)
 from pipeline_core_schedules_attention.emit_attention import emit_attention, tile_bounds_exprs
-from pipeline_core_schedules_attention.tile_order import order_exprs
+from pipeline_core_schedules_attention.tile_order import POSITION, loop_head, order_exprs
 from pipeline_core_schedules_attention.tiles import LoopBounds
 
 NAME = "flash-attention-fwd"
@@ -463,8 +463,9 @@ def test_the_kernel_takes_the_tile_order_and_declares_it_in_every_agent(causal):
     """The kernel's signature holds the tile order's ``int hg, int snake`` (after the GQA
     group, as the call packs them; the heads and O's strides after them), and the producer
     and the consumers declare the same tile order (tile_order.order_exprs: its C and tile_at
-    are held to one map in test_tile_order.py); causal, through the snake's position ``p``;
-    not causal, head-major from the tile."""
+    are held to one map in test_tile_order.py) of the position their loop over the CTA's
+    rounds takes (tile_order.POSITION, declared once for the kernel: the snake); causal, in
+    groups of hg heads; not causal, head-major from the position."""
     src = emit_attention(compiled(causal=causal))
     assert re.search(r"int BH, int Sq, int Sk, float scale_log2, int group, int hg, int snake, "
                      r"int H,\s+long long o_sb, long long o_sh, long long o_ss\) \{", src)
@@ -472,13 +473,13 @@ def test_the_kernel_takes_the_tile_order_and_declares_it_in_every_agent(causal):
     producer = src.split("// ---- agent producer")[1].split("// ---- agents consumer")[0]
     consumer = src.split("// ---- agents consumer")[1]
     assert producer.count(decl) == consumer.count(decl) == 1
-    assert src.count("tile < TILES; tile += gridDim.x") == 2
+    assert all(src.count(line.strip()) == 1 for line in POSITION[:2])
+    head = loop_head("tile < TILES")
+    assert src.count(head) == 2
     for agent in (producer, consumer):
-        assert agent.count("const int p = ") == (1 if causal else 0)
         # the order is declared inside the agent's loop over the persistent tiles
-        assert agent.index("tile < TILES; tile += gridDim.x") < agent.index(decl)
-    if causal:
-        assert "(snake && " in decl and "hg" in decl
+        assert agent.index(head) < agent.index(decl)
+    assert ("hg" in decl) == causal and "snake" not in decl
 
 
 def _body(src: str) -> str:

@@ -1,8 +1,8 @@
 """The persistent grid's causal tile order (tile_order.py; docs/guide/attention.md): the
-kernel's C declarators and the host's Python map agree on every tile, the order runs every
-(head, query block) once, heaviest first within a group, the snake mirrors exactly the odd full
-rounds, and the host's choice of order balances the CTAs' work as a simulation of the grid
-says."""
+kernel's C (the position of a CTA's round, the declarators of a position's tile) and the
+host's Python agree on every tile, the order runs every (head, query block) once, heaviest
+first within a group, the snake mirrors exactly the odd rounds (a partial last one too), and
+the host's choice of order balances the CTAs' work as a simulation of the grid says."""
 from __future__ import annotations
 
 import re
@@ -14,8 +14,9 @@ import pytest
 from pipeline_core_nvidia_h100.toolchain import nvcc
 
 from pipeline_core_schedules_attention import tile_order
-from pipeline_core_schedules_attention.tile_order import (GROUPS, TileOrder, busiest, choose,
-                                                          order_exprs, tile_at)
+from pipeline_core_schedules_attention.tile_order import (GROUPS, POSITION, TileOrder, busiest,
+                                                          choose, order_exprs, position,
+                                                          tile_at)
 from pipeline_core_schedules_attention.tiles import LoopBounds
 
 ORDERS = [TileOrder(hg=g, snake=s) for g in GROUPS for s in (False, True)]
@@ -41,48 +42,80 @@ def _c_to_python(decl: str) -> tuple[str, str]:
 
 
 def c_order(causal: bool):
-    """The kernel's order (order_exprs, evaluated as C would): tile -> (head, query block)."""
+    """The kernel's order (order_exprs, evaluated as C would): position -> (head, query
+    block)."""
     code = [(name, compile(expr, name, "eval"))
             for name, expr in map(_c_to_python, order_exprs(causal))]
-    assert [name for name, _ in code] == (["p", "bh", "tile_m"] if causal else ["bh", "tile_m"])
+    assert [name for name, _ in code] == ["bh", "tile_m"]
 
-    def at(tile: int, *, bh: int, mt: int, grid: int, order: TileOrder) -> tuple[int, int]:
-        env = {"tile": tile, "MT": mt, "BH": bh, "TILES": bh * mt, "grid": grid,
-               "hg": order.hg, "snake": int(order.snake), "min": min}
+    def at(tile: int, *, bh: int, mt: int, order: TileOrder) -> tuple[int, int]:
+        env = {"tile": tile, "MT": mt, "BH": bh, "TILES": bh * mt, "hg": order.hg, "min": min}
         for name, expr in code:
             env[name] = eval(expr, env)  # noqa: S307 - our own expression
         return env["bh"], env["tile_m"]
     return at
 
 
-def _rounds(tiles: int, grid: int) -> list[range]:
-    return [range(s, min(s + grid, tiles)) for s in range(0, tiles, grid)]
+def c_position():
+    """The kernel's POSITION (its return expression, evaluated as C would): (round k, CTA,
+    grid, snake) -> position."""
+    (ret,) = [x.strip() for x in POSITION if x.strip().startswith("return ")]
+    expr = (ret.removeprefix("return ").rstrip(";").replace("(int)blockIdx.x", "cta")
+            .replace("(int)gridDim.x", "grid").replace("&&", " and "))
+    # its one conditional, the parenthesized tail "((cond) ? a : b)"
+    head, cond, then, other = re.fullmatch(r"(.*)\(\((.+)\) \? (.+) : (.+)\)", expr).groups()
+    code = compile(f"{head}(({then}) if ({cond}) else ({other}))", "position", "eval")
+    return lambda k, cta, grid, snake: eval(code, {"k": k, "cta": cta, "grid": grid,  # noqa: S307
+                                                   "snake": int(snake)})
+
+
+def kernel_tiles(bh: int, mt: int, grid: int, order: TileOrder, causal: bool = True):
+    """Each CTA's (head, query block) in its order, as the kernel's loop runs them: round k's
+    position while it lies among the tiles."""
+    at, pos = c_order(causal), c_position()
+    out = []
+    for cta in range(grid):
+        k, mine = 0, []
+        while (p := pos(k, cta, grid, order.snake)) < bh * mt:
+            mine.append(at(p, bh=bh, mt=mt, order=order))
+            k += 1
+        out.append(mine)
+    return out
 
 
 @pytest.mark.parametrize("bh,mt,grid", SHAPES)
 def test_the_kernels_order_and_tile_at_agree_and_run_every_tile_once(bh, mt, grid):
-    """Every order the host may pick: the C declarators and tile_at give the same (head, query
-    block) on every tile, and the tiles are a permutation of all of them."""
+    """Every order the host may pick: the C and Python give the same position of every round
+    of every CTA and the same (head, query block) of every position, and the CTAs run every
+    tile once."""
     every = sorted((h, m) for h in range(bh) for m in range(mt))
+    pos = c_position()
+    for k in range(-(-bh * mt // grid) + 1):
+        for cta in range(grid):
+            for snake in (False, True):
+                assert pos(k, cta, grid, snake) == position(k * grid + cta, grid=grid,
+                                                            snake=snake)
     for causal in (True, False):
         at = c_order(causal)
         for order in ORDERS:
-            kernel = [at(t, bh=bh, mt=mt, grid=grid, order=order) for t in range(bh * mt)]
-            host = [tile_at(t, causal=causal, bh=bh, mt=mt, grid=grid, order=order)
-                    for t in range(bh * mt)]
+            kernel = [at(p, bh=bh, mt=mt, order=order) for p in range(bh * mt)]
+            host = [tile_at(p, causal=causal, bh=bh, mt=mt, order=order)
+                    for p in range(bh * mt)]
             assert kernel == host, (causal, order)
             assert sorted(kernel) == every, (causal, order)
+            ran = kernel_tiles(bh, mt, grid, order, causal)
+            assert sorted(t for cta in ran for t in cta) == every, (causal, order)
             if not causal:  # head-major, whatever order the call packs
                 assert kernel == every
 
 
 @pytest.mark.parametrize("bh,mt,grid", SHAPES)
 def test_causal_groups_run_their_query_blocks_heaviest_first(bh, mt, grid):
-    """Without the snake: the heads go in groups of hg (the last one short), a group's tiles
-    back to back, its heads side by side, its query blocks from the last to the first."""
+    """The heads go in groups of hg (the last one short), a group's tiles back to back, its
+    heads side by side, its query blocks from the last to the first."""
     at = c_order(True)
     for hg in GROUPS:
-        seen = [at(t, bh=bh, mt=mt, grid=grid, order=TileOrder(hg=hg)) for t in range(bh * mt)]
+        seen = [at(p, bh=bh, mt=mt, order=TileOrder(hg=hg)) for p in range(bh * mt)]
         for start in range(0, bh, hg):
             heads = range(start, min(bh, start + hg))
             run = seen[start * mt:heads.stop * mt]
@@ -94,58 +127,47 @@ def test_causal_groups_run_their_query_blocks_heaviest_first(bh, mt, grid):
 
 
 @pytest.mark.parametrize("bh,mt,grid", SHAPES)
-def test_the_snake_mirrors_exactly_the_odd_full_rounds(bh, mt, grid):
-    """With the snake, round r (tiles r * grid .. r * grid + grid - 1) runs the plain order's
-    round backwards when r is odd and the round full, else the plain order's round; so a CTA
-    that took a round's heaviest tile takes the next round's lightest."""
-    at = c_order(True)
-    tiles = bh * mt
-    for hg in GROUPS:
-        plain = [at(t, bh=bh, mt=mt, grid=grid, order=TileOrder(hg=hg)) for t in range(tiles)]
-        snake = [at(t, bh=bh, mt=mt, grid=grid, order=TileOrder(hg=hg, snake=True))
-                 for t in range(tiles)]
-        for r, positions in enumerate(_rounds(tiles, grid)):
-            want = [plain[t] for t in positions]
-            mirrored = r % 2 == 1 and len(positions) == grid
-            assert [snake[t] for t in positions] == (want[::-1] if mirrored else want), (hg, r)
-
-
-def test_the_snake_changes_a_round_that_a_plain_order_would_leave():
-    """A case where mirroring matters: 64 heads of 32 query blocks on 132 CTAs; odd full
-    rounds differ from the plain order and the even ones and the partial last do not."""
-    at = c_order(True)
-    bh, mt, grid = 64, 32, 132
-    rounds = _rounds(bh * mt, grid)
-    assert len(rounds[-1]) < grid and len(rounds) % 2 == 0  # the last round is odd and partial
-    for r, positions in enumerate(rounds):
-        same = all(at(t, bh=bh, mt=mt, grid=grid, order=TileOrder(snake=True))
-                   == at(t, bh=bh, mt=mt, grid=grid, order=TileOrder()) for t in positions)
-        assert same is not (r % 2 == 1 and len(positions) == grid), r
+def test_the_snake_mirrors_exactly_the_odd_rounds(bh, mt, grid):
+    """With the snake, CTA c takes in round r the position the plain order gives CTA
+    grid - 1 - c when r is odd (a partial last round too: its tiles go to the CTAs at its
+    end), its own when r is even; so a CTA that took a round's heaviest tile takes the next
+    round's lightest."""
+    pos = c_position()
+    for r in range(-(-bh * mt // grid)):
+        for cta in range(grid):
+            mirrored = pos(r, grid - 1 - cta, grid, False) if r % 2 else pos(r, cta, grid, False)
+            assert pos(r, cta, grid, True) == mirrored, (r, cta)
 
 
 @pytest.mark.needs_nvcc  # skipped or failed without nvcc: conftest.py
-def test_the_declarators_compiled_as_cpp_give_tile_at(tmp_path):
-    """The declarators as nvcc compiles them (C's precedence, int division; a host program,
-    ``gridDim.x`` a variable): the same map as tile_at on every tile."""
+def test_the_position_and_the_declarators_compiled_as_cpp_give_the_pythons(tmp_path):
+    """POSITION and the declarators as nvcc compiles them (C's precedence, int division; a
+    host program, ``gridDim`` and ``blockIdx`` variables): each CTA's tiles in its order, as
+    position and tile_at give them."""
     cases = [(bh, mt, grid, o) for bh, mt, grid in SHAPES for o in ORDERS]
     decl = "const int " + ", ".join(order_exprs(True)) + ";"
-    decl = decl.replace("gridDim.x", "grid_x")
+    lam = "\n".join(POSITION)
     rows = "\n".join(f"    {{{bh}, {mt}, {grid}, {o.hg}, {int(o.snake)}}},"
                      for bh, mt, grid, o in cases)
     src = f"""#include <cstdio>
 #include <algorithm>
 using std::min;
+struct Dim {{ unsigned x; }};
 static const int CASES[][5] = {{
 {rows}
 }};
 int main() {{
     for (const auto& c : CASES) {{
-        const int BH = c[0], MT = c[1], grid_x = c[2], hg = c[3], snake = c[4];
+        const int BH = c[0], MT = c[1], hg = c[3], snake = c[4];
         const int TILES = BH * MT;
-        for (int tile = 0; tile < TILES; ++tile) {{
-            {decl}
-            (void)p;
-            std::printf("%d %d\\n", bh, tile_m);
+        const Dim gridDim = {{(unsigned)c[2]}};
+        for (unsigned cta = 0; cta < gridDim.x; ++cta) {{
+            const Dim blockIdx = {{cta}};
+            {lam}
+            for (int k = 0, tile = position(0); tile < TILES; tile = position(++k)) {{
+                {decl}
+                std::printf("%d %d\\n", bh, tile_m);
+            }}
         }}
     }}
     return 0;
@@ -158,21 +180,21 @@ int main() {{
     assert built.returncode == 0, built.stderr[-2000:]
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
     got = [(int(h), int(m)) for h, m in zip(out[::2], out[1::2])]
-    want = [tile_at(t, causal=True, bh=bh, mt=mt, grid=grid, order=o)
-            for bh, mt, grid, o in cases for t in range(bh * mt)]
+    want = []
+    for bh, mt, grid, o in cases:
+        for cta in range(grid):
+            t = cta
+            while (p := position(t, grid=grid, snake=o.snake)) < bh * mt:
+                want.append(tile_at(p, causal=True, bh=bh, mt=mt, order=o))
+                t += grid
     assert got == want
 
 
-def simulate(trips, *, bh: int, grid: int, order: TileOrder, at=None) -> float:
-    """The most work one CTA gets, by running the grid tile by tile: tile t goes to CTA
-    t % grid and costs its query block's trips plus the per-tile overhead."""
-    at = at or (lambda t, **kw: tile_at(t, causal=True, **kw))
-    mt = len(trips)
-    load = [0.0] * grid
-    for t in range(bh * mt):
-        _, m = at(t, bh=bh, mt=mt, grid=grid, order=order)
-        load[t % grid] += trips[m] + tile_order.TILE_OVERHEAD_BLOCKS
-    return max(load)
+def simulate(trips, *, bh: int, grid: int, order: TileOrder) -> float:
+    """The most work one CTA gets, by running the grid's loop CTA by CTA with the kernel's own
+    C: each tile costs its query block's trips plus the per-tile overhead."""
+    return max(sum(trips[m] + tile_order.TILE_OVERHEAD_BLOCKS for _, m in cta)
+               for cta in kernel_tiles(bh, len(trips), grid, order))
 
 
 def _trips(sq: int, sk: int, align: str = "top_left", bm: int = 128, bn: int = 128):
@@ -194,9 +216,8 @@ BUSY = [  # (trips, heads, grid)
 @pytest.mark.parametrize("trips,bh,grid", BUSY)
 def test_busiest_is_the_grids_busiest_cta(trips, bh, grid):
     """busiest (vectorized) against the grid run tile by tile with the kernel's own order."""
-    at = c_order(True)
     for order in ORDERS:
-        want = simulate(trips, bh=bh, grid=grid, order=order, at=at)
+        want = simulate(trips, bh=bh, grid=grid, order=order)
         assert busiest(trips, bh=bh, grid=grid, order=order, np=np) == pytest.approx(want), order
 
 
@@ -249,19 +270,22 @@ def test_choose_is_never_busier_than_the_default_and_breaks_ties_to_few_heads():
             assert got == min(near, key=lambda o: (o.hg, o.snake)), case
 
 
-def test_choose_breaks_a_tie_without_the_default_to_the_smallest_group():
-    """24 heads of 8 query blocks on 132 CTAs: groups of 1, with or without the snake, tie
-    and beat the default; the call takes groups of 1 without the snake."""
-    trips = list(range(1, 9))
-    loads = {o: simulate(trips, bh=24, grid=132, order=o) for o in ORDERS}
+@pytest.mark.parametrize("bh,mt,near,want", [
+    (17, 13, (TileOrder(hg=4), TileOrder(hg=8, snake=True)), TileOrder(hg=4)),
+    (29, 11, (TileOrder(hg=16), TileOrder(hg=16, snake=True)), TileOrder(hg=16))])
+def test_choose_breaks_a_tie_without_the_default_to_the_smallest_group(bh, mt, near, want):
+    """bh heads of mt query blocks on 132 CTAs: the orders ``near`` tie within TIE and beat the
+    default; the call takes the smallest group among them, then no snake."""
+    trips = list(range(1, mt + 1))
+    loads = {o: simulate(trips, bh=bh, grid=132, order=o) for o in ORDERS}
     best = min(loads.values())
     assert loads[TileOrder()] > best * (1 + tile_order.TIE)
-    assert loads[TileOrder(hg=1)] == loads[TileOrder(hg=1, snake=True)] == best
-    assert choose(trips, bh=24, grid=132, np=np) == TileOrder(hg=1)
+    assert {o for o in ORDERS if loads[o] <= best * (1 + tile_order.TIE)} == set(near)
+    assert choose(trips, bh=bh, grid=132, np=np) == want
 
 
 def test_the_not_causal_declarators_read_no_order():
-    """Not causal: head-major from the tile alone (no p, hg or snake)."""
+    """Not causal: head-major from the position alone (no hg, snake or grid)."""
     text = " ".join(order_exprs(False))
     assert not re.search(r"\b(p|hg|snake|gridDim)\b", text)
 
@@ -274,16 +298,16 @@ def _bwd_order():
 
     first, last = tile_exprs(BackwardTrips(causal=True, block_m=64, block_n=128,
                                            grouped=True))[:2]
-    # "p = ..., bhk = ..., rank = ..." split on the declarators' own ", name = " joints
+    # "bhk = ..., rank = ..." split on the declarators' own ", name = " joints
     body = first.removeprefix("const int ").rstrip(";")
     decls = re.split(r", (?=(?:bhk|rank) = )", body)
     assert last == "const int nb = NB - 1 - rank;"
     code = [(name, compile(expr, name, "eval")) for name, expr in map(_c_to_python, decls)]
-    assert [name for name, _ in code] == ["p", "bhk", "rank"]
+    assert [name for name, _ in code] == ["bhk", "rank"]
 
-    def at(tile: int, *, bhk: int, nb: int, grid: int, order: TileOrder) -> tuple[int, int]:
-        env = {"tile": tile, "NB": nb, "BHK": bhk, "TILES": bhk * nb, "grid": grid,
-               "hg": order.hg, "snake": int(order.snake), "min": min}
+    def at(tile: int, *, bhk: int, nb: int, order: TileOrder) -> tuple[int, int]:
+        env = {"tile": tile, "NB": nb, "BHK": bhk, "TILES": bhk * nb, "hg": order.hg,
+               "min": min}
         for name, expr in code:
             env[name] = eval(expr, env)  # noqa: S307 - our own expression
         return env["bhk"], nb - 1 - env["rank"]
@@ -298,10 +322,9 @@ def test_the_backwards_order_is_the_forwards_map_with_kv_blocks_heaviest_first(b
     at = _bwd_order()
     every = sorted((h, j) for h in range(bh) for j in range(nb))
     for order in ORDERS:
-        kernel = [at(t, bhk=bh, nb=nb, grid=grid, order=order) for t in range(bh * nb)]
+        kernel = [at(p, bhk=bh, nb=nb, order=order) for p in range(bh * nb)]
         assert sorted(kernel) == every, order
-        host = [tile_at(t, causal=True, bh=bh, mt=nb, grid=grid, order=order)
-                for t in range(bh * nb)]
+        host = [tile_at(p, causal=True, bh=bh, mt=nb, order=order) for p in range(bh * nb)]
         assert kernel == [(h, nb - 1 - m) for h, m in host], order
-    assert [at(t, bhk=bh, nb=nb, grid=grid, order=TileOrder(hg=1)) for t in range(bh * nb)] == [
-        (t // nb, t % nb) for t in range(bh * nb)]
+    assert [at(p, bhk=bh, nb=nb, order=TileOrder(hg=1)) for p in range(bh * nb)] == [
+        (p // nb, p % nb) for p in range(bh * nb)]
