@@ -5,8 +5,9 @@ read: nothing timed here (attention_bwd_profile.py is the backward's).
       python3 benchmarks/attention_fwd_profile.py [--d 128] [--s 1024] [--causal]
 
 16k tokens, hidden 2048 (H = 2048 / D), bf16, as ``attention_tiles.py`` times them: the call
-(``attention()``, no gradient: the kernel without the LSE store where the call takes it) and
-sdpa-cudnn's forward, each run twice (the first launch builds and loads).  ``--prebuild-only``:
+(``attention()``, no gradient: the kernel without the LSE store where the call takes it) on
+[B, H, S, D] views of [B, S, H, D] buffers, with ``--varlen`` the packed call on the same
+buffers, and sdpa-cudnn's forward, each run twice (the first launch builds and loads).  ``--prebuild-only``:
 the call's cubins built, no GPU.
 """
 from __future__ import annotations
@@ -28,6 +29,9 @@ def main() -> int:
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--order", default="", help="hg,snake: a causal tile order in place of the "
                                                 "call's choice (call.ORDER)")
+    ap.add_argument("--varlen", action="store_true",
+                    help="the packed varlen call on the same buffer (B sequences of S) too, as "
+                         "attention_varlen.py's equal-length case compares it with the call")
     ap.add_argument("--prebuild-only", action="store_true")
     a = ap.parse_args()
     b, h, s, d = 16384 // a.s, 2048 // a.d, a.s, a.d
@@ -45,10 +49,17 @@ def main() -> int:
     if a.order:
         hg, snake = (int(x) for x in a.order.split(","))
         call.ORDER = TileOrder(hg=hg, snake=bool(snake))
-    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    # one [B, S, H, D] buffer each, the call reading its [B, H, S, D] view (no copy)
+    packed = [torch.randn(b * s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    q, k, v = (t.view(b, s, h, d).transpose(1, 2) for t in packed)
     with torch.no_grad():
         for _ in range(2):
             attention(q, k, v, causal=a.causal)
+        if a.varlen:
+            from pipeline_core_schedules_attention import attention_varlen
+            cu = torch.arange(0, (b + 1) * s, s, dtype=torch.int32, device="cuda")
+            for _ in range(2):
+                attention_varlen(*packed, cu, cu, s, s, causal=a.causal)
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             for _ in range(2):
                 torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=a.causal)
