@@ -43,8 +43,9 @@ SPAN = ("auto span = [&](const int* __restrict__ cu, int s, int total, int& firs
 #: the fixed-length kernel's but for moves (808).  Only the consumers: whole warps run it; the
 #: producer's tile lines run on one thread.  ``-p uniform_tiles``: on the H200 it took D 128
 #: causal from 0.79x to 0.95x the fixed-length kernel on the same buffer, and cost D 64 causal
-#: (0.91x to 0.83x) and D 128 not causal (0.98x to 0.92x), so the call takes it at D 128 causal
-#: alone (varlen_call.UNIFORM_TILES).
+#: (0.91x to 0.83x) and D 128 not causal (0.98x to 0.92x), so the call took it at D 128 causal
+#: alone; since session 18's warp-uniform consumer index it costs that one too (0.954x without
+#: it against 0.87x with it, session 20), and the call takes it nowhere (varlen_call.UNIFORM_TILES).
 UNIFORM = ("KT = __reduce_min_sync(0xffffffffu, KT);  // warp-uniform, said to the compiler "
            "(UNIFORM)",
            "FM = __reduce_min_sync(0xffffffffu, FM);")

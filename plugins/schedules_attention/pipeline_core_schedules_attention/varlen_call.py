@@ -147,9 +147,13 @@ def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
 
 
 #: the (head dim, causal) pairs whose kernels declare each tile's KV counts warp-uniform
-#: (``-p uniform_tiles``; emit_varlen.UNIFORM has the H200's figures: D 128 causal gains, D 64
-#: causal and D 128 not causal lose)
-UNIFORM_TILES = {(128, True)}
+#: (``-p uniform_tiles``; emit_varlen.UNIFORM has the session-16 figures: D 128 causal gained
+#: then, D 64 causal and D 128 not causal lost).  None since session 20: with every kernel's
+#: descriptors built from a warp-uniform consumer index (session 18) and the snake, D 128
+#: causal runs 0.954x the fixed-length call without it against 0.87x with it on 4 x 4096, 0.967x
+#: against 0.937x on 1 x 16k (H200, attention_varlen_kernels.py, 7 rounds;
+#: results/attention_varlen_uniform_s20_h200.jsonl)
+UNIFORM_TILES: frozenset[tuple[int, bool]] = frozenset()
 
 
 def varlen_params(head_dim: int, causal: bool, align: str = "top_left",

@@ -33,6 +33,7 @@ from pipeline_core_schedules_attention.tile_order import busiest as fixed_busies
 from pipeline_core_schedules_attention.tile_order import (GROUPS, TIE, choose, varlen_choose,
                                                           varlen_order_exprs, varlen_tile_at)
 from pipeline_core_schedules_attention.tiles import LoopBounds
+from pipeline_core_schedules_attention import varlen_call
 from pipeline_core_schedules_attention.varlen_call import (VarlenCall, plan_varlen,
                                                            varlen_params)
 from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds, busiest, scheduled
@@ -345,9 +346,15 @@ def test_the_varlen_kernels_build_the_consumers_descriptors_in_uniform_registers
     assert max(moves["varlen"], moves["uniform"]) <= moves["fixed"] + 8, moves
 
 
-def test_uniform_tiles_is_taken_where_it_measured_faster_and_refused_without_varlen():
+def test_uniform_tiles_is_taken_where_it_measured_faster_and_refused_without_varlen(monkeypatch):
+    """The call takes -p uniform_tiles where varlen_call.UNIFORM_TILES names the head dim and
+    causality (nowhere since session 20's measurement), and the kernel then reduces KT and FM
+    in the consumers alone; the parameter is refused without -p varlen."""
+    for d in (64, 128):
+        for causal in (False, True):
+            assert "uniform_tiles" not in varlen_params(d, causal)
+    monkeypatch.setattr(varlen_call, "UNIFORM_TILES", frozenset({(128, True)}))
     assert varlen_params(128, True).get("uniform_tiles") == "true"
-    assert "uniform_tiles" not in varlen_params(64, True)
     assert "uniform_tiles" not in varlen_params(128, False)
     src = emit_attention(build(True, uniform_tiles="true"))
     assert src.count("KT = __reduce_min_sync(0xffffffffu, KT);") == 1  # the consumers' alone
