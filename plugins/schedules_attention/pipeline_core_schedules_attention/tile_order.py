@@ -15,13 +15,14 @@ every position.
   tiles run heaviest first, as FA3 orders them, within groups of ``hg`` heads side by side
   (few heads in flight at once, so their K and V stay in L2); with ``snake`` every other
   round runs its positions backwards (the last one too, where the tiles fill it in part), so
-  the CTA that took a round's heaviest tile takes the next round's lightest.  Which (``hg``, ``snake``) balances the CTAs depends on the heads,
-  the query blocks and the grid: with groups of 8 heads, head dim 128 causal at S = 4096 (64
-  heads of 32 query blocks on 132 CTAs) left its busiest CTA 1.27x the mean work, since a
-  round of 132 positions spans half a group, query blocks 32 down to 16.  :func:`choose`
-  picks, per call, the order whose busiest CTA has the least work under that cost (the plan's
-  trips plus :data:`TILE_OVERHEAD_BLOCKS`); among near ties it keeps the default (8 heads, no
-  snake), else takes the fewest heads in flight.
+  the CTA that took a round's heaviest tile takes the next round's lightest.  Which (``hg``,
+  ``snake``) balances the CTAs depends on the heads, the query blocks and the grid: with
+  groups of 8 heads, head dim 128 causal at S = 4096 (64 heads of 32 query blocks on 132
+  CTAs) left its busiest CTA 1.27x the mean work, since a round of 132 positions spans half a
+  group, query blocks 32 down to 16.  :func:`choose` picks, per call, the order whose busiest
+  CTA has the least work under that cost (the plan's trips plus :data:`TILE_OVERHEAD_BLOCKS`);
+  among near ties it keeps the default (8 heads, no snake), else takes the fewest heads in
+  flight.
 """
 from __future__ import annotations
 
@@ -112,12 +113,14 @@ def _causal_map(p: Any, *, bh: int, mt: int, hg: int, minimum: Any) -> tuple[Any
     return first + r % heads, mt - 1 - r // heads
 
 
-def tile_at(p: int, *, causal: bool, bh: int, mt: int,
-            order: TileOrder = TileOrder()) -> tuple[int, int]:
-    """(head, query block) of position ``p``: :func:`order_exprs` in Python."""
+def tile_at(p: Any, *, causal: bool, bh: int, mt: int, order: TileOrder = TileOrder(),
+            minimum: Any = min) -> tuple[Any, Any]:
+    """(head, query block) of position ``p`` (an int, or a numpy array of them with
+    ``minimum`` numpy's): :func:`order_exprs` in Python, the packed varlen kernel's
+    :func:`varlen_order_exprs` too (a sequence's ``bh`` heads and ``mt`` query blocks)."""
     if not causal:
         return p // mt, p % mt
-    return _causal_map(p, bh=bh, mt=mt, hg=order.hg, minimum=min)
+    return _causal_map(p, bh=bh, mt=mt, hg=order.hg, minimum=minimum)
 
 
 def busiest(trips: Sequence[int], *, bh: int, grid: int, order: TileOrder, np: Any) -> float:
@@ -174,16 +177,6 @@ def varlen_order_exprs(causal: bool) -> tuple[str, ...]:
     return order_exprs(causal, heads="H", blocks="MTS", tile="r", base="seq * H")
 
 
-def varlen_tile_at(r: Any, *, heads: int, mts: int, causal: bool, hg: int = 8,
-                   minimum: Any = min) -> tuple[Any, Any]:
-    """(head, query block) of tile ``r`` (an int, or a numpy array of them with ``minimum``
-    numpy's) of a sequence of ``mts`` query blocks per head: :func:`varlen_order_exprs` in
-    Python (:func:`tile_at`'s map)."""
-    if not causal:
-        return r // mts, r % mts
-    return _causal_map(r, bh=heads, mt=mts, hg=hg, minimum=minimum)
-
-
 def varlen_choose(trips: Sequence[int], *, heads: int, batch: int, grid: int,
                   np: Any) -> TileOrder:
     """The causal varlen kernel's ``hg`` and ``snake``: the order whose busiest CTA has the
@@ -197,8 +190,8 @@ def varlen_choose(trips: Sequence[int], *, heads: int, batch: int, grid: int,
     r = np.arange(heads * mts)
     found = []
     for g in GROUPS:
-        _, block = varlen_tile_at(r, heads=heads, mts=mts, causal=True, hg=g,
-                                  minimum=np.minimum)
+        _, block = tile_at(r, causal=True, bh=heads, mt=mts, order=TileOrder(hg=g),
+                           minimum=np.minimum)
         cost = np.tile(np.asarray(trips, dtype=np.float64)[block] + TILE_OVERHEAD_BLOCKS, batch)
         for snake in (False, True):
             found.append((_dealt_load(cost, grid, snake, np), TileOrder(hg=g, snake=snake)))

@@ -31,8 +31,8 @@ Each role finds a tile's sequence with a cursor over ``cu_seqlens_q`` that only 
 the lengths stay on the device (no host sync, CUDA-graph capturable) and ``max_seqlen_q`` only
 bounds the grid and sizes the causal groups and the snake (``tile_order.varlen_choose``: the
 order that balances a batch of sequences all that long, as the fixed-length call's choice does
-on equal lengths).  Why not the fixed-length grid padded to ``max_seqlen_q`` with the positions past a
-sequence skipped (the first cut): the skipped positions deal the real tiles unevenly; on mixed
+on equal lengths).  Why not the fixed-length grid padded to ``max_seqlen_q`` with the
+positions past a sequence skipped (the first cut): the skipped positions deal the real tiles unevenly; on mixed
 batches of 100-4096 tokens (16k in all, the benchmark's), not causal, the busiest CTA had
 1.09-1.43x the mean work, 1.01-1.07x dealt round-robin (:func:`busiest`, the cost model of
 ``tile_order``).  Causal, the groups chosen from ``max_seqlen_q`` leave 1.11-1.31x on those
@@ -50,8 +50,8 @@ import attrs
 
 from pipeline_core.plugin_api import TripSample
 
-from pipeline_core_schedules_attention.tile_order import (TILE_OVERHEAD_BLOCKS,
-                                                          position, varlen_tile_at)
+from pipeline_core_schedules_attention.tile_order import (TILE_OVERHEAD_BLOCKS, TileOrder,
+                                                          position, tile_at)
 from pipeline_core_schedules_attention.tiles import LoopBounds
 
 #: a varlen problem: each sequence's (query rows, keys), in batch order
@@ -169,11 +169,12 @@ def scheduled(lengths_q: Sequence[int], *, heads: int, block_m: int, grid: int,
               snake: bool = False) -> list[list[tuple[int, int, int]]]:
     """The tiles each of ``grid`` persistent CTAs runs, (sequence, head, query block) in its
     order: the batch's tiles sequence by sequence, each sequence's in
-    ``tile_order.varlen_tile_at``'s order (causal: groups of ``hg`` heads), CTA ``c`` taking
+    ``tile_order.tile_at``'s order (causal: groups of ``hg`` heads), CTA ``c`` taking
     the positions of indices ``c``, ``c + grid``, ... (``tile_order.position``: with
     the snake every other round backwards) until one lies past the batch: the kernel's loop
     in Python."""
-    tiles = [(s, *varlen_tile_at(r, heads=heads, mts=-(-n // block_m), causal=causal, hg=hg))
+    order = TileOrder(hg=hg)
+    tiles = [(s, *tile_at(r, causal=causal, bh=heads, mt=-(-n // block_m), order=order))
              for s, n in enumerate(lengths_q) for r in range(heads * -(-n // block_m))]
     out = []
     for c in range(grid):

@@ -30,8 +30,9 @@ from pipeline_core_schedules_attention.call import (HEAD_DIMS, AttentionArgument
 from pipeline_core_schedules_attention.emit_attention import emit_attention, tile_bounds_exprs
 from pipeline_core_schedules_attention.emit_varlen import varlen_tile_loop
 from pipeline_core_schedules_attention.tile_order import busiest as fixed_busiest
-from pipeline_core_schedules_attention.tile_order import (GROUPS, TIE, choose, varlen_choose,
-                                                          varlen_order_exprs, varlen_tile_at)
+from pipeline_core_schedules_attention.tile_order import (GROUPS, TIE, TileOrder, choose,
+                                                          tile_at, varlen_choose,
+                                                          varlen_order_exprs)
 from pipeline_core_schedules_attention.tiles import LoopBounds
 from pipeline_core_schedules_attention import varlen_call
 from pipeline_core_schedules_attention.varlen_call import (VarlenCall, plan_varlen,
@@ -164,7 +165,7 @@ def test_the_scheduler_runs_every_sequences_tiles_once(causal, grid, batch):
 @pytest.mark.parametrize("hg", [1, 2, 8])
 @pytest.mark.parametrize("heads,mts", [(1, 1), (3, 5), (16, 32), (4, 1), (12, 3)])
 def test_the_order_in_c_is_pythons(causal, hg, heads, mts):
-    """tile_order.varlen_order_exprs (the kernel's C) and varlen_tile_at agree on every tile
+    """tile_order.varlen_order_exprs (the kernel's C) and tile_at agree on every tile
     of a sequence, each (head, query block) once; causal, each group of hg heads' query
     blocks heaviest first (the last group short where hg does not divide the heads)."""
     exprs = [e.split(" = ", 1) for e in varlen_order_exprs(causal)]
@@ -173,7 +174,7 @@ def test_the_order_in_c_is_pythons(causal, hg, heads, mts):
         env = {"r": r, "seq": 2, "H": heads, "MTS": mts, "hg": hg, "min": min}
         for name, expr in exprs:
             env[name] = eval(_c(expr), env)  # noqa: S307 - our own expression
-        at = varlen_tile_at(r, heads=heads, mts=mts, causal=causal, hg=hg)
+        at = tile_at(r, causal=causal, bh=heads, mt=mts, order=TileOrder(hg=hg))
         assert (env["bh"] - 2 * heads, env["tile_m"]) == at
         seen.append(at)
     assert sorted(seen) == [(h, m) for h in range(heads) for m in range(mts)]
