@@ -526,21 +526,24 @@ def test_at_zero_k_tiles_a_dropped_q_release_hangs_the_next_output_tile(monkeypa
 
 
 # --- skewed ops: a software pipeline inside one agent (docs/guide/agents.md, "Skewed ops") --
+def _skewed_edges(p_buffers: int, stages: int = 3, readers: int = 2):
+    """The attention fixture's edges with the softmax's next write of P ``p_buffers`` K tiles
+    behind PV's read of it (PV is op 5 + 3c)."""
+    pvs = {5 + 3 * c for c in range(readers)}
+    return [attrs.evolve(e, distance=p_buffers)
+            if e.kind == DepKind.ANTI and e.producer in pvs and e.consumer == e.producer - 1
+            else e for e in fx.attention_edges(readers, stages)]
+
+
 def _skewed(p_buffers: int, stages: int = 3, readers: int = 2, lag: int = 1,
             turns: bool = False):
     """The attention fixture with each consumer's PV (op 5 + 3c) issued one K tile late, right
     after S: S_t, PV_{t-1}, softmax_t.  ``p_buffers``: how many K tiles the softmax's next write
     of P waits behind PV's read (2: P double-buffered).  ``turns``: the consumers take turns
     issuing S_t and PV_{t-1} together (FA3's scheduler barrier) on named barriers."""
-    import attrs
-
     from pipeline_core.agents import OrderSpec, Turn
-    from pipeline_core.ops import DepKind
 
-    pvs = {5 + 3 * c for c in range(readers)}
-    edges = [attrs.evolve(e, distance=p_buffers)
-             if e.kind == DepKind.ANTI and e.producer in pvs and e.consumer == e.producer - 1
-             else e for e in fx.attention_edges(readers, stages)]
+    edges = _skewed_edges(p_buffers, stages, readers)
     spec = fx.attention_spec(readers, lag)
     roles = [spec.roles[0]] + [attrs.evolve(r, ops=(r.ops[0], r.ops[2], r.ops[1]))
                                for r in spec.roles[1:]]
@@ -588,13 +591,8 @@ def test_over_a_single_p_buffer_the_softmax_waits_for_the_skewed_pv():
 
 
 def test_every_edit_of_a_skewed_consumer_is_refused():
-    import attrs
-
-    from pipeline_core.ops import DepKind
-
     plan, _ = _skewed(2)
-    edges = [attrs.evolve(e, distance=2) if e.kind == DepKind.ANTI and e.producer in (5, 8)
-             and e.consumer == e.producer - 1 else e for e in fx.attention_edges(2, 3)]
+    edges = _skewed_edges(2)
     found = {}
     for m in agent_mutations(plan):
         if m.agent == "consumer0" and m.section != "prologue":
@@ -626,8 +624,7 @@ def test_a_turn_brackets_the_lagged_op_its_iteration_issues():
 
 def test_every_named_barrier_edit_of_a_lagged_turn_is_refused():
     plan, _ = _skewed(2, turns=True)
-    edges = [attrs.evolve(e, distance=2) if e.kind == DepKind.ANTI and e.producer in (5, 8)
-             and e.consumer == e.producer - 1 else e for e in fx.attention_edges(2, 3)]
+    edges = _skewed_edges(2)
     mutations = list(agent_mutations(plan, ("drop_named_arrive", "drop_named_sync",
                                             "swap_named_id")))
     assert mutations
@@ -641,8 +638,7 @@ def test_a_turn_that_hands_over_before_its_lagged_op_is_refused():
     """consumer0's arrival moved up behind S_t: consumer1's S_t may then be issued before
     consumer0's PV_{t-1}, which the turn brackets, and the proof says so."""
     plan, _ = _skewed(2, turns=True)
-    edges = [attrs.evolve(e, distance=2) if e.kind == DepKind.ANTI and e.producer in (5, 8)
-             and e.consumer == e.producer - 1 else e for e in fx.attention_edges(2, 3)]
+    edges = _skewed_edges(2)
     c0 = plan.program("consumer0")
     steps = list(c0.kernel)
     arrive = next(n for n, s in enumerate(steps) if s.kind == StepKind.NAMED_ARRIVE)
