@@ -1,14 +1,14 @@
-"""A/B of the tensor maps' L2 promotion (tma.l2_promotion) on a shape whose rows lie off the
+"""A/B of the tensor maps' L2 promotion (tma.L2_PROMOTION) on a shape whose rows lie off the
 128-byte line: ``matmul`` in place and on the same values in padded rows, against cuBLAS, in
 one process (5 interleaved rounds of 30 CUDA-event timings each; per-round ratios vs cuBLAS).
 
   python3 benchmarks/gemm_l2_promotion.py PROMO CLUSTER [MxNxK] [--prebuild-only]
 
-PROMO: ``rule`` (what the call does: 256-byte promotion on the line, 128 off it) or a
+PROMO: ``rule`` (what the call does: tma.L2_PROMOTION, 128 bytes) or a
 CU_TENSOR_MAP_L2_PROMOTION value forced on every map (0 none, 1 64B, 2 128B, 3 256B);
 CLUSTER: ``Tuning.cluster`` (1 or 2).  Default shape 2000x5000x3000 (6000- and 10000-byte
 rows).  Measured on an H200 (session 17): 2000x5000x3000 144 us at 3 against 126-127 at 0, 1, 2
-and the rule; padded rows 92.5-93.9 whatever the promotion; 4000^3 (8000-byte rows) 0.999 of
+and the rule of then (128 off the line, 256 on it); padded rows 92.5-93.9 whatever the promotion; 4000^3 (8000-byte rows) 0.999 of
 cuBLAS by the rule, 0.975 at 3.
 """
 import sys, json, statistics, time
@@ -20,7 +20,7 @@ from pipeline_core_nvidia_h100.gemm_call import TensorInfo
 from pipeline_core_nvidia_h100 import tma, matmul_call as mm
 promo, cluster = sys.argv[1], int(sys.argv[2])
 if promo != 'rule':
-    tma.l2_promotion = lambda address, strides, p=int(promo): p
+    tma.L2_PROMOTION = int(promo)
 mm.TUNING = attrs.evolve(mm.TUNING, cluster=cluster)
 M, N, K = (int(x) for x in sys.argv[3].split("x")) if len(sys.argv) > 3 and "x" in sys.argv[3] else (2000, 5000, 3000)
 KP, NP = -(-K // 64) * 64, -(-N // 64) * 64

@@ -46,6 +46,10 @@ ATTENTION = ((128, 1024, False), (128, 4096, False), (128, 16384, False), (128, 
 #: gemv's timed shapes (M, K): square, an MLP's up and down projections, an LM head
 GEMVS = ((4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336), (28672, 4096),
          (128256, 4096))
+#: decode steps (batch, keys, Hq, Hkv), D 128, on a contiguous cache and pages of 64
+#: (attention_decode.py's SHAPES but the two 64/8 ones)
+DECODES = ((64, 8192, 32, 8), (8, 32768, 32, 8), (1, 131072, 32, 8), (8, 8192, 32, 8),
+           (1, 8192, 32, 8), (1, 32768, 32, 8), (64, 1024, 32, 8), (8, 1024, 32, 8))
 SMS = 132
 
 
@@ -87,6 +91,11 @@ def sources() -> list[tuple[str, str]]:
         out.append((old_at._source(d, "bf16", causal, "top_left", short)[1],
                     old_at.KERNEL_NAME if hasattr(old_at, "KERNEL_NAME") else
                     "pc_flash_attention_fwd"))
+    from pipeline_core_schedules_attention.decode_call import decode_source
+    from pipeline_core_schedules_attention.signature import KERNEL_NAME as ATT
+
+    out += [(decode_source(128, "bf16", False, split, chunks)[1], ATT)
+            for split in (False, True) for chunks in (1, 2)]
     for bm, stages in STAGES.items():
         c = CALL.compile({"block_m": str(bm)}, stages)
         out += [(emit_gemv(c, dtype=dt), GEMV) for dt in ("bf16", "fp16")]
@@ -176,6 +185,56 @@ def ab(torch, rounds: int) -> None:
               "new_over_old": r, "median": statistics.median(r)})
 
 
+def decode_ab(torch, rounds: int) -> None:
+    """attention_decode of both trees and sdpa-cudnn on a contiguous cache, and both trees on
+    pages of 64 (the same values), each checked against an fp32 reference, replayed from CUDA
+    graphs in interleaved rounds: per-round new / old and each against cuDNN."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from pipeline_core_schedules_attention.decode_call import attention_decode as new_dec
+    from abold_pipeline_core_schedules_attention.decode_call import attention_decode as old_dec
+
+    _old_host()
+    for b, n, hq, hkv in DECODES:
+        d = 128
+        q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+        k, v = (torch.randn(b, n, hkv, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        lens = torch.full((b,), n, dtype=torch.int32, device="cuda")
+        pages = n // 64
+        table = torch.randperm(b * pages, device="cuda", dtype=torch.int32).view(b, pages)
+        kp, vp = (torch.empty(b * pages, 64, hkv, d, device="cuda", dtype=torch.bfloat16)
+                  for _ in range(2))
+        kp[table.long().flatten()] = k.view(b * pages, 64, hkv, d)
+        vp[table.long().flatten()] = v.view(b * pages, 64, hkv, d)
+        qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+        def cudnn():
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+        fns = {"old": lambda: old_dec(q, k, v, cache_seqlens=lens),
+               "new": lambda: new_dec(q, k, v, cache_seqlens=lens),
+               "old-page64": lambda: old_dec(q, kp, vp, cache_seqlens=lens, block_table=table),
+               "new-page64": lambda: new_dec(q, kp, vp, cache_seqlens=lens, block_table=table),
+               "cudnn": lambda: cudnn().transpose(1, 2)}
+        ref = F.scaled_dot_product_attention(
+            qt.float(), kt.float().repeat_interleave(hq // hkv, 1),
+            vt.float().repeat_interleave(hq // hkv, 1)).transpose(1, 2)
+        errs = {name: rel_err(torch, fn(), ref) for name, fn in fns.items()}
+        del ref
+        graphs = {name: graphed(torch, fn) for name, fn in fns.items()}
+        per = interleaved(torch, graphs, rounds)
+        kv = 2 * b * n * hkv * d * 2
+        emit({"kind": "ab", "family": "decode", "shape": [b, n, hq, hkv], "rel_err": errs,
+              "tb_s": {nm: round(kv * 10 / statistics.median(x) / 1e9, 3)
+                       for nm, x in per.items()},
+              "new_over_old": ratios(per, "new", "old"),
+              "new_over_cudnn": ratios(per, "new", "cudnn"),
+              "old_over_cudnn": ratios(per, "old", "cudnn"),
+              "page64_new_over_old": ratios(per, "new-page64", "old-page64")})
+        del q, k, v, kp, vp, graphs, fns
+        torch.cuda.empty_cache()
+
+
 def gemv_checks(torch) -> None:
     from pipeline_core_family_gemv import gemv
 
@@ -246,7 +305,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--only", choices=("ab", "gemv"), default=None)
+    ap.add_argument("--only", choices=("ab", "gemv", "decode"), default=None)
     args = ap.parse_args()
     if args.prebuild:
         prebuild()
@@ -257,6 +316,9 @@ def main() -> None:
     if args.only in (None, "gemv"):
         gemv_checks(torch)
         gemv_speed(torch, args.rounds)
+    if args.only in (None, "decode"):
+        with torch.inference_mode():
+            decode_ab(torch, args.rounds)
     if args.only in (None, "ab"):
         ab(torch, args.rounds)
 

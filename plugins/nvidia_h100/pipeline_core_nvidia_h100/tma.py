@@ -32,22 +32,19 @@ SWIZZLE_128B = 3
 #: CU_TENSOR_MAP_L2_PROMOTION_L2_128B / _L2_256B: the granule an L2 miss of a TMA copy fetches
 L2_PROMOTION_128B = 2
 L2_PROMOTION_256B = 3
-#: the L2 line: a box row starting off it straddles two
-LINE_BYTES = 128
 TENSOR_MAP_BYTES = 128
 
 
-def l2_promotion(address: int, strides: tuple[int, ...]) -> int:
-    """The L2 promotion of a map over ``address`` with these byte ``strides``: 256 bytes where
-    every row starts on a 128-byte line, 128 where rows lie off it.
-
-    Why: a 128-byte box row that starts off the line straddles two lines, and 256-byte
-    promotion then fetches up to twice the granules it reads.  Measured on an H200
-    (2000x5000x3000 bf16, both operands' rows 16 bytes off the line, 128x256 tiles, 5 rounds):
-    144 us with 256-byte promotion, 126-127 with 128, 64 or none; the same values in aligned
-    rows 92.5 us with 256 and 93.2 with 128 (CUTLASS's default, 256, kept there)."""
-    aligned = address % LINE_BYTES == 0 and all(s % LINE_BYTES == 0 for s in strides)
-    return L2_PROMOTION_256B if aligned else L2_PROMOTION_128B
+#: The L2 promotion every map takes: 128 bytes, the line.  Why not CUTLASS's 256: the boxes
+#: here are 128 bytes wide (64 bf16 columns, the 128-byte swizzle's most), so a 256-byte
+#: granule fetches what another copy, if any, reads; measured, it only costs.  On an H200:
+#: a decode step's K/V stream alone (benchmarks/decode_stream_probe.cu, 64 x 8k keys, Hkv 8,
+#: D 128: 256-byte rows read as two 128-byte halves) 4.10 TB/s with 256, 4.50 with 128 or
+#: none, above the plain-load reference's 4.46; ``attention_decode`` 4.14 -> 4.43 TB/s there,
+#: the large ``gemv`` 4.15 -> 4.39; a GEMM whose rows lie off the line (2000x5000x3000) 144 us
+#: -> 126; the aligned GEMMs and the attention forward within +-1% (benchmarks/kit_ab.py,
+#: results/kit_ab_promotion_s21_h200.jsonl).
+L2_PROMOTION = L2_PROMOTION_128B
 
 
 class TensorMapError(RuntimeError):
@@ -101,7 +98,7 @@ def encode_tiled(address: int, dims: tuple[int, ...], strides: tuple[int, ...],
     fn = _libcuda().cuTensorMapEncodeTiled
     fn.restype = ctypes.c_int
     rc = fn(ctypes.byref(out), dtype, rank, ctypes.c_void_p(address), c_dims, c_strides, c_box,
-            step, 0, swizzle, l2_promotion(address, tuple(strides)), 0)
+            step, 0, swizzle, L2_PROMOTION, 0)
     if rc != 0:
         raise TensorMapError(f"cuTensorMapEncodeTiled returned CUresult {rc} for an array of "
                              f"dims {tuple(dims)} (innermost first), strides {tuple(strides)} "
