@@ -180,7 +180,8 @@ def correct(torch, cases: int, seed: int) -> bool:
 
 def loop(torch) -> bool:
     """A decode loop (append, attend; 8 steps) captured in one graph, replayed from the same
-    start as the eager loop: bit for bit, contiguous and paged."""
+    start as the eager loop: bit for bit, contiguous and paged; captured on the warm-up's
+    stream and on torch.cuda.graph's own."""
     from pipeline_core_schedules_attention.decode_call import append_kv_cache, attention_decode
 
     same = True
@@ -220,6 +221,19 @@ def loop(torch) -> bool:
         torch.cuda.synchronize()
         eq = bool(torch.equal(captured, eager)) and bool(torch.isfinite(eager).all())
         emit({"kind": "loop", "page": page, "bitwise_equal": eq})
+        same &= eq
+        # captured the usual way: torch.cuda.graph's own capture stream, which no eager call
+        # ran on (its split workspace the capture's own: split as the eager loop is)
+        usual = torch.cuda.CUDAGraph()
+        reset()
+        with torch.cuda.graph(usual):
+            got = run()
+        reset()
+        got.fill_(float("nan"))
+        usual.replay()
+        torch.cuda.synchronize()
+        eq = bool(torch.equal(got, eager))
+        emit({"kind": "loop-own-capture-stream", "page": page, "bitwise_equal": eq})
         same &= eq
         # the op under torch.compile (fullgraph: no break), bit for bit the eager call
         q = steps[0][0]

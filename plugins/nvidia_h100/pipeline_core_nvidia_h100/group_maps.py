@@ -55,20 +55,20 @@ _LOCK = threading.Lock()
 def maps_memory(device: int, stream: int, groups: int) -> Any:
     """Global memory for ``groups`` groups' two maps on (device, stream), allocated once (calls on
     one stream run in order, so they share it; torch's allocations are 512-byte aligned, the
-    maps need 128).  Refused while a CUDA graph is being captured and none exists yet."""
+    maps need 128).  While a CUDA graph is being captured on a stream that has none, the
+    capture's own, from the graph's pool and not kept (the pre-pass writes every map before
+    the GEMM reads it, so fresh memory needs nothing more; the launch is keyed by its address,
+    as the kit's split workspace)."""
     key = (device, stream, groups)
     found = _MEMORY.get(key)
     if found is None:
         torch = _require("torch")
+        made = torch.empty(2 * groups * MAP_BYTES, dtype=torch.uint8,
+                           device=torch.device("cuda", device))
         if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("grouped_mm with 2-D a and b: run it once on this stream before "
-                               "capturing a CUDA graph (its tensor maps' memory is allocated "
-                               "on the first call)")
+            return made
         with _LOCK:
-            found = _MEMORY.get(key)
-            if found is None:
-                found = _MEMORY[key] = torch.empty(2 * groups * MAP_BYTES, dtype=torch.uint8,
-                                                 device=torch.device("cuda", device))
+            found = _MEMORY.setdefault(key, made)
     return found
 
 

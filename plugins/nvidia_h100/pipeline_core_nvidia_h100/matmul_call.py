@@ -106,14 +106,21 @@ def _build(key: tuple[GemmVariant, Candidate, int] | tuple[str, int]) -> GemmKer
                       min_k_tiles=max(1, compiled.plan.min_tiles), tile=g.bm * g.bn)
 
 
-def _workspace(device: int, stream: int, sms: int,
-               tile: int = CALL_TILE.bm * CALL_TILE.bn) -> tuple[Any, Any] | None:
-    """Split-K's fp32 workspace and per-tile counters on (device, stream) for ``tile``
-    (BM x BN) elements a slice (the kit's ``split_workspace``: a split grid has at most ``sms``
-    CTAs, so ``sms`` slices always suffice; stream-K's takes ``2 x sms`` slices, each CTA's
-    first and last shared tile's).  None while a CUDA graph is being captured and none exists
-    yet: the call allocates nothing then, and runs unsplit."""
-    return split_workspace(device, stream, sms, tile)
+def _workspace(r: Recipe[CallPlan]) -> tuple[Any, ...] | None:
+    """The memory a recipe's launch uses beside its operands, on its stream (or a CUDA graph
+    capture's own, so the launch is keyed by its address): split-K's or stream-K's fp32
+    workspace and per-tile counters, its kernel's BM x BN elements a slice (the kit's
+    ``split_workspace``: a split grid has at most ``sms`` CTAs, so ``sms`` slices always
+    suffice; stream-K's takes ``2 x sms`` slices, each CTA's first and last shared tile's); the
+    grouped-K pre-pass's tensor maps (``group_maps.maps_memory``); None for any other."""
+    v = r.plan.variant
+    if v.batch == GROUPED_K:
+        return (group_maps.maps_memory(r.device, r.stream, r.plan.groups),)
+    if not (v.split_k or v.stream_k):
+        return None
+    tile = CALL.kernels.kernel(r.kernels[-1]).tile
+    return split_workspace(r.device, r.stream, (2 if v.stream_k else 1) * sm_count(r.device),
+                           tile)
 
 
 def _operand_map(ptr: int, m: OperandMap, dtype: str) -> Any:
@@ -207,15 +214,7 @@ def _recipe(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, o
             plan: CallPlan, device: int, stream: int,
             c: Candidate = autotune.DEFAULT,
             scales: tuple[Any, Any] | None = None) -> Recipe[CallPlan]:
-    """Build candidate ``c``'s kernel of a checked, non-empty ``plan`` (planned with ``c``); a
-    split plan whose workspace cannot be made now (a CUDA graph being captured on a stream
-    that has none) is planned unsplit."""
-    if plan.splits > 1 and _workspace(device, stream, sm_count(device), c.bm * c.bn) is None:
-        plan = _plan(a, b, bias, activation, out_dtype, out, sm_count(device),
-                     attrs.evolve(TUNING, split_k=False), c, scales)
-    if plan.sk_tiles and _workspace(device, stream, 2 * sm_count(device), c.bm * c.bn) is None:
-        plan = _plan(a, b, bias, activation, out_dtype, out, sm_count(device),
-                     attrs.evolve(TUNING, stream_k=False), c, scales)
+    """Build candidate ``c``'s kernel of a checked, non-empty ``plan`` (planned with ``c``)."""
     key = (plan.variant, c, device)
     built = CALL.kernels.kernel(key)
     bk = k_tile(plan.variant.dtype)
@@ -229,15 +228,14 @@ def _recipe(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, o
 def launch_recipe(r: Recipe[CallPlan], a: Any, b: Any, bias: Any, out: Any,
                   scales: tuple[Any, Any] | None = None) -> None:
     """Launch recipe ``r`` on its stream (torch's current one): ``out`` = epilogue(a @ b).
-    The kernel's arguments are packed once per (recipe, addresses) and kept (the oldest go
-    first): a call repeated on the same tensors costs one lookup and the launch."""
-    if scales is None:
-        CALL.launch(r, (r, a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(),
-                        out.data_ptr()), (a, b, bias, out))
-    else:
-        CALL.launch(r, (r, a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(),
-                        out.data_ptr(), scales[0].data_ptr(), scales[1].data_ptr()),
-                    (a, b, bias, out, *scales))
+    The kernel's arguments are packed once per (recipe, addresses, the workspace's among them)
+    and kept (the oldest go first): a call repeated on the same tensors costs one lookup and
+    the launch."""
+    ws = _workspace(r)
+    more = () if scales is None else scales
+    CALL.launch(r, (r, a.data_ptr(), b.data_ptr(), 0 if bias is None else bias.data_ptr(),
+                    out.data_ptr(), None if ws is None else ws[0].data_ptr(),
+                    *(x.data_ptr() for x in more)), (a, b, bias, out, ws, *more))
 
 
 def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
@@ -247,7 +245,7 @@ def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
     batched kernel), the groups' ends (a grouped kernel: the last tensor), C's tensor map (the
     TMA store); the grid (tiles, splits, batches)."""
     np = _require("numpy")
-    (*prepass, built), (a, b, bias, out, *scales) = kernels, tensors
+    (*prepass, built), (a, b, bias, out, found, *scales) = kernels, tensors
     plan = r.plan
     v = plan.variant
     values = {"tmA": _operand_map(a.data_ptr(), plan.a, v.dtype),
@@ -255,20 +253,15 @@ def _gemm_arguments(r: Recipe[CallPlan], kernels: tuple[GemmKernel, ...],
               "C": out.data_ptr(), "bias": 0 if bias is None else bias.data_ptr(),
               "M": plan.m_pad, "N": plan.n_pad, "K": plan.k_pad, "m": plan.m, "n": plan.n,
               "ldc": plan.ldc}
-    if v.split_k:
-        found = _workspace(r.device, r.stream, sm_count(r.device), built.tile)
-        if found is None:
-            raise RuntimeError("internal error: a split-K recipe without its stream's workspace")
+    if v.split_k or v.stream_k:  # stream-K: each CTA's two slots, each shared tile's counter
+        if found is None or len(found) != 2:
+            raise RuntimeError("internal error: a split recipe launched without its workspace")
         values.update(ws=found[0].data_ptr(), counters=found[1].data_ptr())
-    if v.stream_k:  # each CTA's two slots, each stream-K tile's counter (docs/guide/matmul.md)
-        found = _workspace(r.device, r.stream, 2 * sm_count(r.device), built.tile)
-        if found is None:
-            raise RuntimeError("internal error: a stream-K recipe without its stream's workspace")
-        values.update(ws=found[0].data_ptr(), counters=found[1].data_ptr(),
-                      sk_tiles=plan.sk_tiles)
+    if v.stream_k:
+        values["sk_tiles"] = plan.sk_tiles
     first: tuple[Launch, ...] = ()
     if v.batch == GROUPED_K:  # 2-D x 2-D: the groups' maps, written by the pre-pass first
-        (offs,), maps = scales, group_maps.maps_memory(r.device, r.stream, plan.groups)
+        (offs,), (maps,) = scales, found
         values.update(offs=offs.data_ptr(), groups=plan.groups, maps=maps.data_ptr(), k=plan.k,
                       c_batch=plan.c_batch * out.element_size())
         first = (group_maps.prepass(prepass[0], plan, values["tmA"], values["tmB"],
@@ -660,8 +653,10 @@ def _run_grouped(a: Any, b: Any, offs: Any, out_dtype: Any,
     else:
         out = _grouped_out(torch, a, r.plan)
     more = () if scales is None else scales
+    ws = _workspace(r)  # the grouped-K pre-pass's maps
     CALL.launch(r, (r, a.data_ptr(), b.data_ptr(), out.data_ptr(), offs.data_ptr(),
-                    *(x.data_ptr() for x in more)), (a, b, None, out, *more, offs))
+                    None if ws is None else ws[0].data_ptr(), *(x.data_ptr() for x in more)),
+                (a, b, None, out, ws, *more, offs))
     return out
 
 

@@ -309,3 +309,55 @@ def test_the_call_layer_has_one_home():
                                  "nvidia_h100/pipeline_core_nvidia_h100/gemm_call.py"},
                                 {"schedules_attention/pipeline_core_schedules_attention/call.py"})]
     assert families[0] & families[1] == FAMILY_HOOKS
+
+
+class _FakeTorch:
+    """torch as split_workspace sees it: whether the current stream is being captured, and
+    allocations that are each a new object (what the test follows)."""
+
+    def __init__(self) -> None:
+        self.capturing = False
+        self.made = 0
+        outer = self
+
+        class _Cuda:
+            @staticmethod
+            def is_current_stream_capturing() -> bool:
+                return outer.capturing
+        self.cuda = _Cuda()
+        self.float32, self.int32 = "float32", "int32"
+
+    def device(self, kind: str, index: int) -> tuple[str, int]:
+        return kind, index
+
+    def empty(self, n: int, **kw: object) -> tuple[str, int, int]:
+        self.made += 1
+        return "empty", n, self.made
+
+    def zeros(self, n: int, **kw: object) -> tuple[str, int, int]:
+        self.made += 1
+        return "zeros", n, self.made
+
+
+def test_a_capture_on_a_stream_without_a_workspace_gets_its_own_and_nothing_is_kept(
+        monkeypatch):
+    """The split workspace: kept per (device, stream) and reused by eager calls; a CUDA graph
+    captured on a stream that has none (torch.cuda.graph's own capture stream) gets a
+    workspace of its own each call, from the graph's pool, and keeps none (the next eager call
+    on that stream makes the stream's); a capture on a stream that has one uses it."""
+    from pipeline_core_nvidia_h100.kit import call
+
+    fake = _FakeTorch()
+    monkeypatch.setattr(call, "_require", lambda name: fake)
+    monkeypatch.setattr(call, "_WORKSPACES", {})
+    kept = call.split_workspace(0, 11, 4, 64)
+    assert call.split_workspace(0, 11, 4, 64) is kept
+    assert kept[0][:2] == ("empty", 256) and kept[1][:2] == ("zeros", 4)
+    fake.capturing = True
+    first = call.split_workspace(0, 22, 4, 64)
+    second = call.split_workspace(0, 22, 4, 64)
+    assert first != second and first[1][0] == "zeros"  # each captured call its own, zeroed
+    assert call.split_workspace(0, 11, 4, 64) is kept  # the stream's own, where it has one
+    fake.capturing = False
+    eager = call.split_workspace(0, 22, 4, 64)
+    assert eager not in (first, second) and call.split_workspace(0, 22, 4, 64) is eager

@@ -103,11 +103,10 @@ def test_the_gemm_calls_packed_arguments_are_the_emitted_kernels_parameters(labe
                         c_batch=300 * 200 if v.batch != "none" else 0)
     monkeypatch.setattr(matmul_call, "tensor_map", lambda *a, **kw: MAP)
     monkeypatch.setattr(matmul_call, "sm_count", lambda device: 132)
-    monkeypatch.setattr(matmul_call, "_workspace",
-                        lambda *a: (Buffer(1 << 30), Buffer(1 << 31)))
     r = Recipe(plan=plan, device=0, stream=7, kernels=((v, None, 0),))
     built = matmul_call.GemmKernel(kernel="k", smem=1, threads=384, min_k_tiles=1, tile=1)
-    tensors = (Buffer(4096), Buffer(8192), Buffer(12288), Buffer(16384))
+    tensors = (Buffer(4096), Buffer(8192), Buffer(12288), Buffer(16384),
+               (Buffer(1 << 30), Buffer(1 << 31)) if v.split_k or v.stream_k else None)
     if v.scale != "none":
         tensors += (Buffer(20480), Buffer(24576))
     (launch,) = matmul_call._gemm_arguments(r, (built,), tensors)
@@ -132,7 +131,8 @@ def test_a_variant_the_plan_stores_otherwise_than_its_signature_is_refused(monke
     built = matmul_call.GemmKernel(kernel="k", smem=1, threads=384, min_k_tiles=1, tile=1)
     with pytest.raises(SignatureError, match=r"^kernel pc_ws_gemm: arguments unexpected tmC; "
                                              r"pass exactly its parameters \(tmA, tmB, C,"):
-        matmul_call._gemm_arguments(r, (built,), (Buffer(1), Buffer(2), None, Buffer(3)))
+        matmul_call._gemm_arguments(r, (built,), (Buffer(1), Buffer(2), None, Buffer(3),
+                                                    None))
 
 
 @pytest.mark.parametrize("head_dim, causal", [(64, False), (128, "bottom_right")])

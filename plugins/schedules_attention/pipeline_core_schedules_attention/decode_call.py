@@ -15,8 +15,9 @@ captures it (a decode loop replays it).  What the host decides from the shapes a
 the split count (:func:`decode_tiles.choose_splits`, the wave model over the cache's capacity:
 the lengths are unknown there, so a batch of short sequences in a long cache may split more
 than it needs; each split then finds fewer blocks, or none, and costs its overhead only).
-Split-KV's partials go to the kit's ``split_workspace`` of the stream, made once outside a
-capture (a capture that finds none runs unsplit).
+Split-KV's partials go to the kit's ``split_workspace`` of the stream (made on its first call;
+under a CUDA graph's capture on a stream that has none, the capture's own, from the graph's
+pool: a decode loop captured with ``torch.cuda.graph`` splits as its eager calls do).
 
 Refused, each in one line: a page size not a multiple of 8 rows (a 128-byte swizzled TMA box
 holds whole 8-row atoms), a cache TMA cannot read in place is copied once (as ``attention()``'s
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, HostCall, Launch, Op, Recipe,
-                                               current_stream, describe, require_gpu_module,
+                                               describe, require_gpu_module,
                                                sm_count, split_workspace, strided_tensor_map)
 
 from pipeline_core_schedules_attention.call import (DTYPES, LOG2E, AttentionArgumentError,
@@ -217,30 +218,31 @@ def _build(head_dim: int, dtype: str, causal: bool, split: bool, chunks: int,
     return _load(*decode_source(head_dim, dtype, causal, split, chunks), device)
 
 
-def _splits(c: DecodeCall, device: int, stream: int) -> int:
-    """The call's split count (the wave model over the capacity's KV blocks), 1 where the
-    stream's workspace cannot be made now (a capture that finds none)."""
-    sms = sm_count(device)
-    s = choose_splits(c.tiles, -(-c.capacity // c.block_n), sms)
-    if s > 1 and split_workspace(device, stream, MAX_SLOTS_PER_SM * sms,
-                                 DECODE_ROWS * (c.head_dim + 1)) is None:
-        return 1
-    return s
+def _splits(c: DecodeCall, device: int) -> int:
+    """The call's split count: the wave model over the capacity's KV blocks."""
+    return choose_splits(c.tiles, -(-c.capacity // c.block_n), sm_count(device))
+
+
+def _workspace(r: Recipe[tuple[DecodeCall, int]]) -> tuple[Any, Any] | None:
+    """A split recipe's partials and counters (the kit's ``split_workspace`` of its stream, or
+    a capture's own), None unsplit."""
+    c, splits = r.plan
+    if splits == 1:
+        return None
+    return split_workspace(r.device, r.stream, MAX_SLOTS_PER_SM * sm_count(r.device),
+                           DECODE_ROWS * (c.head_dim + 1))
 
 
 def _arguments(r: Recipe[tuple[DecodeCall, int]], kernels: tuple[AttentionKernel, ...],
                tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
     """The persistent grid and the kernel's arguments (signature.DECODE_SIGNATURE) but the
-    output's and the LSE's addresses, packed per call."""
+    output's and the LSE's addresses, packed per call; the split workspace is the last of
+    ``tensors`` (:func:`_workspace`)."""
     np = require_gpu_module("numpy")
-    (built,), (q, k, v, lengths, table) = kernels, tensors
+    (built,), (q, k, v, lengths, table, found) = kernels, tensors
     c, splits = r.plan
     hb, tb, hc = tile_shape(c.group)
     sms = sm_count(r.device)
-    found = (split_workspace(r.device, r.stream, MAX_SLOTS_PER_SM * sms,
-                             DECODE_ROWS * (c.head_dim + 1)) if splits > 1 else None)
-    if splits > 1 and found is None:
-        raise RuntimeError("internal error: a split-KV recipe without its stream's workspace")
     rows = c.block_n // c.chunks
     o_sb, o_ss, o_sh, _ = _out_strides(c)
     values = {
@@ -323,7 +325,7 @@ def _run(q: Any, k_cache: Any, v_cache: Any, lengths: Any, table: Any, causal: b
 
     def plan(device: int) -> tuple[DecodeCall, int]:
         c = _check(q, k_cache, v_cache, lengths, table, causal, scale)
-        return c, _splits(c, device, current_stream(torch, device))
+        return c, _splits(c, device)
 
     try:
         r = DECODE.recipe(q, key, plan, lambda p, device: (
@@ -338,10 +340,12 @@ def _run(q: Any, k_cache: Any, v_cache: Any, lengths: Any, table: Any, causal: b
         if c.copied:  # operands TMA cannot read where they lie, copied once (layout.py)
             q, k_cache, v_cache = (readable(t) if n in c.copied else t for n, t in
                                    (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)))
+        ws = _workspace(r)  # keyed by its addresses: a capture's is its own
         DECODE.launch(r, (r, DECODE.kernels.kernel(r.kernels[0]), q.data_ptr(),
                           k_cache.data_ptr(), v_cache.data_ptr(), lengths.data_ptr(),
-                          None if table is None else table.data_ptr()),
-                      (q, k_cache, v_cache, lengths, table), (out, lse))
+                          None if table is None else table.data_ptr(),
+                          None if ws is None else ws[0].data_ptr()),
+                      (q, k_cache, v_cache, lengths, table, ws), (out, lse))
     return out, lse
 
 

@@ -158,26 +158,32 @@ _WORKSPACE_LOCK = threading.Lock()
 
 
 def split_workspace(device: int, stream: int, slices: int,
-                    slice_elems: int) -> tuple[Any, Any] | None:
+                    slice_elems: int) -> tuple[Any, Any]:
     """A cross-CTA reduction's fp32 workspace (``slices`` slices of ``slice_elems``) and its
-    ``slices`` int32 counters on (device, stream), allocated once and kept: the counters start
-    at zero and every launch of a proven reduction leaves them so (its last arriver resets
-    its tile's), so launches on one stream reuse them in order; a stream of its own gets its
-    own.  None while a CUDA graph is being captured and none exists yet: the caller allocates
-    nothing then and runs unsplit (the split-K GEMM, split-KV decoding)."""
+    ``slices`` int32 counters on (device, stream): the counters start at zero and every launch
+    of a proven reduction leaves them so (its last arriver resets its tile's), so launches on
+    one stream reuse them in order; a stream of its own gets its own.
+
+    Kept per stream and made on its first call; but while a CUDA graph is being captured on a
+    stream that has none (``torch.cuda.graph``'s own capture stream, which no eager call ever
+    ran on), the capture's own: allocated from the graph's private pool, its counters' zeroing
+    captured with the call, not kept (the graph owns that memory).  Why not run unsplit there,
+    as the first cut did: a serving loop captures its decode steps exactly so, and batch 1
+    over a long cache unsplit fills 8 of 132 SMs (0.49 TB/s where split it reads 4).  So a
+    call's packed arguments must be keyed by the workspace's addresses (a capture's is another
+    each time), never kept across calls as the stream's (the split-K GEMM, split-KV decoding).
+    """
     key = (device, stream, slice_elems, slices)
     found = _WORKSPACES.get(key)
     if found is None:
         torch = _require("torch")
+        dev = torch.device("cuda", device)
+        made = (torch.empty(slices * slice_elems, dtype=torch.float32, device=dev),
+                torch.zeros(slices, dtype=torch.int32, device=dev))
         if torch.cuda.is_current_stream_capturing():
-            return None
+            return made
         with _WORKSPACE_LOCK:
-            found = _WORKSPACES.get(key)
-            if found is None:
-                dev = torch.device("cuda", device)
-                found = (torch.empty(slices * slice_elems, dtype=torch.float32, device=dev),
-                         torch.zeros(slices, dtype=torch.int32, device=dev))
-                _WORKSPACES[key] = found
+            found = _WORKSPACES.setdefault(key, made)
     return found
 
 
