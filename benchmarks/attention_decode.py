@@ -65,7 +65,9 @@ def lengths_for(page: int) -> tuple[int, ...]:
 
 
 def configs(rng: random.Random, n: int) -> list[tuple]:
-    """``n`` cases (page, lengths, sq, hq, hkv, D, dtype, causal)."""
+    """``n`` cases (page, lengths, sq, hq, hkv, D, dtype, causal, head_major): every third
+    paged case of pages of 16 keeps each page's rows head-major (``cache``), so its heads are
+    not dense in a row and the kernel copies each 64-column part apart (KvLayout)."""
     out = []
     for i in range(n):
         page = PAGES[i % 3]
@@ -79,7 +81,8 @@ def configs(rng: random.Random, n: int) -> list[tuple]:
                 for j in range(rng.randint(2, 4))]
         if i % 6 == 0:  # a batch that splits: one long sequence alone
             lens = [rng.choice((4096, 100000)) if sq < 128 else 4096]
-        out.append((page, tuple(lens), sq, hq, hkv, d, dtype, causal))
+        out.append((page, tuple(lens), sq, hq, hkv, d, dtype, causal,
+                    page == 16 and i % 9 == 1))
     return out
 
 
@@ -87,11 +90,14 @@ def _dtype(torch, name: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
-def cache(torch, page: int, lens, hkv: int, d: int, dtype, rng: random.Random, extra: int = 0):
+def cache(torch, page: int, lens, hkv: int, d: int, dtype, rng: random.Random, extra: int = 0,
+          head_major: bool = False):
     """(k_cache, v_cache, block_table, seqlens, keys): the caches NaN wherever no sequence's
     key lies (rows past a length, unused pages), ``keys[b]`` sequence b's fresh K and V
     ([len, Hkv, D] each); paged, the pages in a random order and the table's spare entries
-    garbage.  ``extra`` rows of room past the longest (a decode loop appends there)."""
+    garbage.  ``extra`` rows of room past the longest (a decode loop appends there).
+    ``head_major`` (paged): the same values with each page's rows stored head-major, a
+    ``[pages, page_size, Hkv, D]`` view of ``[pages, Hkv, page_size, D]`` (FlashInfer's HND)."""
     cap = max(lens) + extra
     dt = _dtype(torch, dtype)
     keys = [(torch.randn(n, hkv, d, device="cuda", dtype=dt),
@@ -123,12 +129,15 @@ def cache(torch, page: int, lens, hkv: int, d: int, dtype, rng: random.Random, e
                                                             dtype=dt)])
                               for b, kv in enumerate(keys)])
             c[idx] = rows.view(-1, page, hkv, d)
+    if head_major:
+        kc, vc = (c.transpose(1, 2).contiguous().transpose(1, 2) for c in (kc, vc))
     return kc, vc, table.cuda(), seqlens, keys
 
 
 def case_check(torch, attention_decode, case, rng: random.Random) -> dict:
-    page, lens, sq, hq, hkv, d, dtype, causal = case
-    kc, vc, table, seqlens, keys = cache(torch, page, lens, hkv, d, dtype, rng)
+    page, lens, sq, hq, hkv, d, dtype, causal, head_major = case
+    kc, vc, table, seqlens, keys = cache(torch, page, lens, hkv, d, dtype, rng,
+                                         head_major=head_major)
     q = torch.randn(len(lens), sq, hq, d, device="cuda", dtype=_dtype(torch, dtype))
     scale = 1 / math.sqrt(d)
     poison(torch, q, torch.empty(len(lens) * hq * sq, device="cuda"))
@@ -160,7 +169,8 @@ def case_check(torch, attention_decode, case, rng: random.Random) -> dict:
     from pipeline_core_schedules_attention.decode_call import DECODE
 
     splits = max((r.plan[1] for r in DECODE.recipes._items.values()), default=1)
-    return {"kind": "case", "page": page, "lengths": list(lens), "sq": sq, "hq": hq,
+    return {"kind": "case", "page": page, "head_major": head_major, "lengths": list(lens),
+            "sq": sq, "hq": hq,
             "hkv": hkv, "D": d, "dtype": dtype, "causal": causal, "ok": not fails,
             "splits_seen": splits, "worst_ratio_to_bound": round(worst, 3), "fails": fails}
 
@@ -349,15 +359,17 @@ def sanitize_run(torch) -> None:
     from pipeline_core_schedules_attention.decode_call import attention_decode
 
     rng = random.Random(0)
-    for page in (0, 16):
+    for page, head_major in ((0, False), (16, False), (16, True)):
         for sq, causal in ((1, False), (4, True)):
             for lens in ([0, 1, 17, 300], [700]):  # the second splits
-                kc, vc, table, seqlens, _ = cache(torch, page, lens, 2, 128, "bf16", rng)
+                kc, vc, table, seqlens, _ = cache(torch, page, lens, 2, 128, "bf16", rng,
+                                                  head_major=head_major)
                 q = torch.randn(len(lens), sq, 8, 128, device="cuda", dtype=torch.bfloat16)
                 out = attention_decode(q, kc, vc, cache_seqlens=seqlens, block_table=table,
                                        causal=causal)
                 torch.cuda.synchronize()
-                print(json.dumps({"kind": "sanitized-run", "page": page, "sq": sq,
+                print(json.dumps({"kind": "sanitized-run", "page": page,
+                                  "head_major": head_major, "sq": sq,
                                   "lens": lens, "nan": bool(torch.isnan(out).any())}),
                       flush=True)
 
@@ -480,7 +492,7 @@ def main() -> None:
     if args.shapes:  # a subset of SHAPES by index (a variant's quick timing)
         global SHAPES
         SHAPES = tuple(SHAPES[int(i)] for i in args.shapes.split(","))
-    dispatch(args, Path(__file__), configs(random.Random(args.seed), args.cases), 8,
+    dispatch(args, Path(__file__), configs(random.Random(args.seed), args.cases), 12,
              lambda: prebuild(args.jobs, args.variant, _ints(args.pages)), sanitize_run,
              lambda torch: gpu(torch, args))
 

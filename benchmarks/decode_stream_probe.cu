@@ -10,6 +10,9 @@
 //           rows, 128-byte swizzle, `stages` ring stages of K and V, one issuing thread, the
 //           consumer warp group waiting on each stage and releasing it; L2 promotion `promo`.
 //   tma256: the same with 128-column (256-byte) boxes, no swizzle (one box a block a tensor).
+//   paged : the 64-column boxes of 16 rows, each from a page of 16 rows the producer looks up in a
+//           page table in global memory first (as the decode kernel's pages of 16: a map over
+//           [pages, 16, Hkv, D], the table a random permutation or the identity).
 //   bulk  : 1-D bulk copies (cp.async.bulk, no map) of each key's 256-byte row, issued by the
 //           producer warp's 32 lanes.
 //   ldg   : no shared memory: every warp of `warps` reads 16 bytes a lane with `unroll` loads in
@@ -69,7 +72,7 @@ template <int MODE, int ROWS, int STAGES>
 __global__ void __launch_bounds__(256, 1)
 stream(const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensorMap tmV,
        const char* __restrict__ K, const char* __restrict__ V, int H, int S, int splits,
-       int units, float* sink) {
+       int units, float* sink, const int* __restrict__ table) {
     extern __shared__ __align__(1024) char smem[];
     constexpr int BN = 128;
     constexpr u32 TILE = BN * 256;  // one tensor's bytes a block
@@ -114,6 +117,22 @@ stream(const __grid_constant__ CUtensorMap tmK, const __grid_constant__ CUtensor
                             tma4(dk + r * 256, &tmK, fb, 0, h, blk * BN + r, b);
                         for (int r = 0; r < BN; r += ROWS)
                             tma4(dv + r * 256, &tmV, fb, 0, h, blk * BN + r, b);
+                    }
+                } else if (MODE == 3) {  // pages of 16 rows through the table
+                    if (lane == 0) {
+                        mbar_expect_tx(fb, 2 * TILE);
+                        const int p0 = (b * S + blk * BN) / 16;
+                        int pg[BN / 16];
+#pragma unroll
+                        for (int c = 0; c < BN / 16; ++c) pg[c] = __ldg(table + p0 + c);
+#pragma unroll
+                        for (int c = 0; c < BN / 16; ++c)
+                            for (int d = 0; d < 2; ++d)
+                                tma4(dk + d * BN * 128 + c * 16 * 128, &tmK, fb, d * 64, h, 0, pg[c]);
+#pragma unroll
+                        for (int c = 0; c < BN / 16; ++c)
+                            for (int d = 0; d < 2; ++d)
+                                tma4(dv + d * BN * 128 + c * 16 * 128, &tmV, fb, d * 64, h, 0, pg[c]);
                     }
                 } else {  // 1-D bulk copies of each key's 256-byte row, 32 lanes
                     if (lane == 0) mbar_expect_tx(fb, 2 * TILE);
@@ -215,17 +234,20 @@ static float median_us(F launch) {
 template <int MODE, int ROWS, int STAGES>
 static void run_tma(const char* name, void* K, void* V, int B, int S, int H, int splits, int sms,
                     int ctas_per_sm, CUtensorMapL2promotion promo, float* sink, double bytes,
-                    const char* shape) {
+                    const char* shape, const int* table = nullptr) {
     const int box_cols = MODE == 1 ? 128 : 64;
-    CUtensorMap mk = make_map(K, B, S, H, box_cols, ROWS, MODE == 0, promo);
-    CUtensorMap mv = make_map(V, B, S, H, box_cols, ROWS, MODE == 0, promo);
+    // pages of 16 rows: the cache seen as [B * S / 16 pages, 16, H, D]
+    const int mb = MODE == 3 ? B * S / 16 : B, ms = MODE == 3 ? 16 : S;
+    CUtensorMap mk = make_map(K, mb, ms, H, box_cols, ROWS, MODE != 1, promo);
+    CUtensorMap mv = make_map(V, mb, ms, H, box_cols, ROWS, MODE != 1, promo);
     const int units = B * H * splits;
     const int smem = STAGES * 2 * 128 * 256 + 1024;
     auto k = stream<MODE, ROWS, STAGES>;
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const int grid = std::min(units, sms * ctas_per_sm);
     float us = median_us([&] {
-        k<<<grid, 256, smem>>>(mk, mv, (const char*)K, (const char*)V, H, S, splits, units, sink);
+        k<<<grid, 256, smem>>>(mk, mv, (const char*)K, (const char*)V, H, S, splits, units, sink,
+                               table);
     });
     printf("{\"shape\": \"%s\", \"variant\": \"%s\", \"promo\": %d, \"us\": %.2f, \"tb_per_s\": %.3f}\n",
            shape, name, (int)promo, us, bytes / us / 1e6);
@@ -261,26 +283,40 @@ int main() {
     void *K, *V;
     CK(cudaMalloc(&K, most)); CK(cudaMalloc(&V, most));
     CK(cudaMemset(K, 0, most)); CK(cudaMemset(V, 0, most));
+    // pages of 16 rows: the identity table, and a random permutation of each shape's own pages
+    // (a fixed seed; made per shape below: a page past the shape's map reads nothing)
+    const int pages = (int)(most / (16 * 8 * 256));
+    std::vector<int> ident(pages), perm(pages);
+    for (int i = 0; i < pages; ++i) ident[i] = i;
+    int *t_ident, *t_perm;
+    CK(cudaMalloc(&t_ident, pages * 4)); CK(cudaMalloc(&t_perm, pages * 4));
+    CK(cudaMemcpy(t_ident, ident.data(), pages * 4, cudaMemcpyHostToDevice));
     for (const Shape& s : shapes) {
         char shape[64];
         snprintf(shape, sizeof shape, "%dx%d/%d s%d", s.B, s.S, s.H, s.splits);
         const double bytes = 2.0 * s.B * s.S * s.H * 256;
+        const int own = s.B * s.S / 16;
+        for (int i = 0; i < own; ++i) perm[i] = i;
+        uint64_t x = 88172645463325252ull;
+        for (int i = own - 1; i > 0; --i) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            std::swap(perm[i], perm[x % (uint64_t)(i + 1)]);
+        }
+        CK(cudaMemcpy(t_perm, perm.data(), own * 4, cudaMemcpyHostToDevice));
         const auto P0 = CU_TENSOR_MAP_L2_PROMOTION_NONE, P128 = CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                    P256 = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
         run_tma<0, 128, 3>("tma r128 st3", K, V, s.B, s.S, s.H, s.splits, sms, 1, P256, sink, bytes, shape);
         run_tma<0, 128, 3>("tma r128 st3", K, V, s.B, s.S, s.H, s.splits, sms, 1, P128, sink, bytes, shape);
-        run_tma<0, 128, 3>("tma r128 st3", K, V, s.B, s.S, s.H, s.splits, sms, 1, P0, sink, bytes, shape);
-        run_tma<0, 64, 3>("tma r64 st3", K, V, s.B, s.S, s.H, s.splits, sms, 1, P256, sink, bytes, shape);
-        run_tma<0, 32, 3>("tma r32 st3", K, V, s.B, s.S, s.H, s.splits, sms, 1, P256, sink, bytes, shape);
+        run_tma<0, 64, 3>("tma r64 st3", K, V, s.B, s.S, s.H, s.splits, sms, 1, P128, sink, bytes, shape);
+        run_tma<0, 16, 3>("tma r16 st3", K, V, s.B, s.S, s.H, s.splits, sms, 1, P128, sink, bytes, shape);
+        run_tma<3, 16, 3>("paged16 identity st3", K, V, s.B, s.S, s.H, s.splits, sms, 1, P128, sink, bytes, shape, t_ident);
+        run_tma<3, 16, 3>("paged16 random st3", K, V, s.B, s.S, s.H, s.splits, sms, 1, P128, sink, bytes, shape, t_perm);
         run_tma<1, 128, 3>("tma256 r128 st3", K, V, s.B, s.S, s.H, s.splits, sms, 1, P256, sink, bytes, shape);
-        run_tma<1, 64, 3>("tma256 r64 st3", K, V, s.B, s.S, s.H, s.splits, sms, 1, P256, sink, bytes, shape);
         run_tma<0, 128, 2>("tma r128 st2", K, V, s.B, s.S, s.H, s.splits, sms, 1, P256, sink, bytes, shape);
         run_tma<0, 128, 1>("tma r128 st1 x2cta", K, V, s.B, s.S, s.H, s.splits, sms, 2, P256, sink, bytes, shape);
-        run_tma<2, 128, 3>("bulk st3", K, V, s.B, s.S, s.H, s.splits, sms, 1, P256, sink, bytes, shape);
         run_ldg<4>("ldg 16w u4", K, V, s.B, s.S, s.H, s.splits, sms, 512, 1, sink, bytes, shape);
         run_ldg<8>("ldg 16w u8", K, V, s.B, s.S, s.H, s.splits, sms, 512, 1, sink, bytes, shape);
         run_ldg<8>("ldg 8w u8 x2", K, V, s.B, s.S, s.H, s.splits, sms, 256, 2, sink, bytes, shape);
-        run_ldg<4>("ldg 16w u4 x4", K, V, s.B, s.S, s.H, s.splits, sms, 512, 4, sink, bytes, shape);
     }
     return 0;
 }

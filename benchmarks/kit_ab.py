@@ -94,7 +94,7 @@ def sources() -> list[tuple[str, str]]:
     from pipeline_core_schedules_attention.decode_call import decode_source
     from pipeline_core_schedules_attention.signature import KERNEL_NAME as ATT
 
-    out += [(decode_source(128, "bf16", False, split, chunks)[1], ATT)
+    out += [(decode_source(128, "bf16", False, split, chunks, chunks > 1)[1], ATT)
             for split in (False, True) for chunks in (1, 2)]
     for bm, stages in STAGES.items():
         c = CALL.compile({"block_m": str(bm)}, stages)

@@ -105,14 +105,18 @@ __device__ __forceinline__ Rows start(float (&o)[HD / 2], int tile_row, int cons
 // S = Q.K^T (wgmma SS, MMA = the kit's wgmma_m64n{BN}k16): the consumer's ROWS rows of Q (a
 // stage of BM rows in boxes of 64 columns, 128-byte swizzled) against a K block (BN rows, boxes
 // alike), 16 columns of the head per k step, HD / 16 steps (HD the head dim: D=96 stops in its
-// second box's first half); the first step overwrites S.
-template <int BM, int BN, int HD, void (*MMA)(float (&)[BN / 2], u64, u64, int)>
+// second box's first half); the first step overwrites S.  K's layout: its 64-column parts PS
+// bytes apart and, within a part, its 8-row groups GS bytes apart (the parts' rows packed:
+// BN * 128 and 1024; decoding's grouped stages interleave them, attention_decode.cuh).
+template <int BM, int BN, int HD, void (*MMA)(float (&)[BN / 2], u64, u64, int),
+          int PS = BN * 128, int GS = 1024>
 __device__ __forceinline__ void qk(float (&s)[BN / 2], u32 q, u32 k, int consumer) {
-    const u64 dq = pcwg::smem_desc_sw128(q + consumer * ROWS * 128), dk = pcwg::smem_desc_sw128(k);
+    const u64 dq = pcwg::smem_desc_sw128(q + consumer * ROWS * 128),
+              dk = pcwg::smem_desc_sw128<GS>(k);
 #pragma unroll
     for (int kk = 0; kk < HD / 16; ++kk)
         MMA(s, pcwg::desc_step(dq, (kk / 4) * BM * 128 + (kk % 4) * 32),
-            pcwg::desc_step(dk, (kk / 4) * BN * 128 + (kk % 4) * 32), kk > 0);
+            pcwg::desc_step(dk, (kk / 4) * PS + (kk % 4) * 32), kk > 0);
 }
 
 // The raw scores' row maxes of a KV block, every key kept (a block before the first masked one:
@@ -224,14 +228,16 @@ __device__ __forceinline__ void rescale(float (&o)[HD / 2], const float (&s)[BN 
 
 // O += P.V (wgmma RS, MMA = the kit's wgmma_rs_m64n{HD}k16): P from registers, 16 keys per k
 // step (four registers of the packed P), V's block MN-major (HD / 64 boxes of BN rows, a k
-// step 16 rows = 2048 bytes further).
-template <int BN, int HD, void (*MMA)(float (&)[HD / 2], u32, u32, u32, u32, u64)>
+// step 16 rows = 2048 bytes further).  V's layout as qk's K: its parts PS bytes apart, its
+// 8-row groups GS (a k step two groups further).
+template <int BN, int HD, void (*MMA)(float (&)[HD / 2], u32, u32, u32, u32, u64),
+          int PS = BN * 128, int GS = 1024>
 __device__ __forceinline__ void pv(float (&o)[HD / 2], const u32 (&pk)[BN / 4], u32 v) {
-    const u64 dv = pcgc::smem_desc_sw128_mn<BN * 128>(v);
+    const u64 dv = pcgc::smem_desc_sw128_mn<PS, GS>(v);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk)
         MMA(o, pk[4 * kk], pk[4 * kk + 1], pk[4 * kk + 2], pk[4 * kk + 3],
-            pcwg::desc_step(dv, kk * 2048));
+            pcwg::desc_step(dv, kk * 2 * GS));
 }
 
 // An output tile's end: O / row sum (the quad's sums added; a row with no key, sum 0, stores 0)

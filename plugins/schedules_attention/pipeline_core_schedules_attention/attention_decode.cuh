@@ -21,6 +21,33 @@ struct DecodeMask {
     }
 };
 
+// Where a K or V stage's rows lie (the kernel's -p kv_grouped): row r of 64-column part d at
+// (r / 8) * GS + d * PS + (r % 8) * 128.  Parts packed (not GROUPED): each part's BN rows
+// together (PS = BN * 128, GS = 1024), one copy a part a page chunk, as the forward's stages.
+// GROUPED: each 8-row group holds its rows' HD / 64 parts side by side (PS = 1024, GS = parts
+// x 1024), so one copy of a rank-5 map brings every part of a page chunk.  Why: the producer is
+// one thread, and ptxas wraps each copy in a loop that moves its operands to uniform registers
+// (about 18 instructions a copy); with pages of 16 a block is 32 copies, and the thread's issue
+// bounded the stream (pages of 16 read 0.91x the contiguous cache, 73% of DRAM's peak under
+// Nsight's base clock against 93%).  Grouped, it is 16.  wgmma reads either: the descriptors
+// take GS as the stride between 8-row groups, PS between parts (qk, pv).
+template <int BN, int HD, bool GROUPED>
+struct KvLayout {
+    static constexpr int PARTS = HD / 64;
+    static constexpr int PS = GROUPED ? 1024 : BN * 128;
+    static constexpr int GS = GROUPED ? PARTS * 1024 : 1024;
+};
+
+// A 5D tile of `map` at (c0 innermost, .., c4) into shared memory; its bytes complete on `bar`.
+__device__ __forceinline__ void tma_load_5d(u32 dst, const pcwg::TensorMap* map, u32 bar, int c0,
+                                            int c1, int c2, int c3, int c4) {
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n"
+        :: "r"(dst), "l"(reinterpret_cast<u64>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2),
+           "r"(c3), "r"(c4) : "memory");
+}
+
 // The page and row of each copy of one KV block (its table entries, read ahead): `block` the
 // block they are for, `pg[c]` copy c's page (-1: wholly past the end, no entry read, a page
 // outside the map) and `at[c]` its first row in that page.
@@ -65,16 +92,19 @@ __device__ __forceinline__ void decode_pages(Pages<CHUNKS>& p, int b, int block,
 }
 
 // KV block `block` of sequence b at KV head h into a ring stage: CHUNKS copies of R = BN /
-// CHUNKS rows per 64-column box (the kernel's page chunks, compiled in: a fixed, unrolled
-// count keeps the single issuing thread's instructions per block few), each from the page its
-// table entry names (a contiguous cache: the sequence's own rows).  A copy wholly past the end
-// takes page -1, outside the map: TMA writes zeros and counts the bytes, so the stage's
-// transaction count is the block's whatever the length.  The entries come from `p` when it
-// holds this block's (read ahead), else they are read now; with `ahead` (V's copy, the block's
-// last) the next block's are read after the copies, so their latency passes while the producer
-// waits for the next free stage.  Whatever order the copies come in, each uses its own block's
-// entries (the check of p.block), so reading ahead is never wrong, only early.
-template <int BN, int HD, int CHUNKS>
+// CHUNKS rows per 64-column box, or, GROUPED (KvLayout), one copy of every part's R rows
+// through the rank-5 map (64 columns, 8 rows, the row's Hkv x HD / 64 parts, 8-row groups,
+// pages) at (0, 0, h * parts, row / 8, page).  The chunks are the kernel's page chunks,
+// compiled in: a fixed, unrolled count keeps the single issuing thread's instructions per
+// block few.  Each copy reads the page its table entry names (a contiguous cache: the
+// sequence's own rows).  A copy wholly past the end takes page -1, outside the map: TMA writes
+// zeros and counts the bytes, so the stage's transaction count is the block's whatever the
+// length.  The entries come from `p` when it holds this block's (read ahead), else they are
+// read now; with `ahead` (V's copy, the block's last) the next block's are read after the
+// copies, so their latency passes while the producer waits for the next free stage.  Whatever
+// order the copies come in, each uses its own block's entries (the check of p.block), so
+// reading ahead is never wrong, only early.
+template <int BN, int HD, int CHUNKS, bool GROUPED>
 __device__ __forceinline__ void decode_kv_load(u32 dst, const pcwg::TensorMap* map, u32 bar,
                                                int h, int b, int block, int sk,
                                                Pages<CHUNKS>& p, bool ahead,
@@ -82,12 +112,18 @@ __device__ __forceinline__ void decode_kv_load(u32 dst, const pcwg::TensorMap* m
                                                long long table_stride, int page) {
     constexpr int R = BN / CHUNKS;
     if (p.block != block) decode_pages<BN, CHUNKS>(p, b, block, sk, table, table_stride, page);
+    using L = KvLayout<BN, HD, GROUPED>;
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
-#pragma unroll
-        for (int d = 0; d < HD / 64; ++d)
-            tma_load_4d(dst + d * BN * 128 + c * R * 128, map, bar, d * 64, h, p.at[c],
+        if constexpr (GROUPED) {
+            tma_load_5d(dst + c * (R / 8) * L::GS, map, bar, 0, 0, h * L::PARTS, p.at[c] / 8,
                         p.pg[c]);
+        } else {
+#pragma unroll
+            for (int d = 0; d < L::PARTS; ++d)
+                tma_load_4d(dst + d * L::PS + c * R * 128, map, bar, d * 64, h, p.at[c],
+                            p.pg[c]);
+        }
     }
     if (ahead) decode_pages<BN, CHUNKS>(p, b, block + 1, sk, table, table_stride, page);
 }
@@ -101,22 +137,27 @@ __device__ __forceinline__ void decode_kv_load(u32 dst, const pcwg::TensorMap* m
 // between the plan's wgmma.fence and the wgmma makes ptxas re-fence the accumulators (C7519).
 // The plan holds the stage for this consumer alone from its full wait to its release, so the
 // writes race no copy and no other reader.
-template <int BN, int HD, int BAR, void (*MMA)(float (&)[HD / 2], u32, u32, u32, u32, u64)>
+template <int BN, int HD, bool GROUPED, int BAR,
+          void (*MMA)(float (&)[HD / 2], u32, u32, u32, u32, u64)>
 __device__ __forceinline__ void decode_pv(float (&o)[HD / 2], const u32 (&pk)[BN / 4], u32 v,
                                           int block, int sk) {
+    using L = KvLayout<BN, HD, GROUPED>;
     const int from = max(0, min(BN, sk - block * BN)) * 8;  // the first 16-byte unit past the end
     const int wtid = threadIdx.x % 128;
 #pragma unroll
-    for (int d = 0; d < HD / 64; ++d)
+    for (int d = 0; d < L::PARTS; ++d)
 #pragma unroll
-        for (int k = 0; k < BN * 8 / 128; ++k)  // 16-byte units, 8 a row
+        for (int k = 0; k < BN * 8 / 128; ++k) {  // 16-byte units, 8 a row: unit u of row u / 8
+            const int u = k * 128 + wtid, row = u / 8;
+            const u32 at = GROUPED ? (row / 8) * L::GS + d * L::PS + (row % 8) * 128 + u % 8 * 16
+                                   : d * L::PS + u * 16;  // the parts' rows packed
             asm volatile("{\n.reg .pred p;\nsetp.ge.s32 p, %1, %2;\n"
                          "@p st.shared.v4.u32 [%0], {%3, %3, %3, %3};\n}\n"
-                         :: "r"(v + d * BN * 128 + (k * 128 + wtid) * 16), "r"(k * 128 + wtid),
-                            "r"(from), "r"(0u) : "memory");
+                         :: "r"(v + at), "r"(u), "r"(from), "r"(0u) : "memory");
+        }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     asm volatile("bar.sync %0, 128;\n" :: "n"(BAR) : "memory");
-    pv<BN, HD, MMA>(o, pk, v);
+    pv<BN, HD, MMA, L::PS, L::GS>(o, pk, v);
 }
 
 // The thread's place in wgmma's m64 fragment: its row 0 (row 1 is 8 below) and its quad lane

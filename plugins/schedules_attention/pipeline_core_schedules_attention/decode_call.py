@@ -79,6 +79,8 @@ class DecodeCall:
     table_pages: int
     copied: tuple[str, ...] = ()
     out_order: tuple[int, ...] = (0, 1, 2, 3)
+    #: the caches' KV heads lie dense in a row (each head D elements after the last)
+    heads_dense: bool = True
 
     @property
     def group(self) -> int:
@@ -93,6 +95,14 @@ class DecodeCall:
     def chunks(self) -> int:
         """The kernel's copies per KV block (``-p page_chunks``): each one page's share."""
         return self.block_n // chunk_rows(self.page_size if self.paged else 0, self.block_n)
+
+    @property
+    def grouped(self) -> bool:
+        """The kernel's ``-p kv_grouped`` (attention_decode.cuh, KvLayout): one copy a page
+        chunk, not one a 64-column part, where a block takes several chunks (pages under a
+        block: the single issuing thread's copies bounded the stream) and the caches' heads are
+        dense in a row (the rank-5 map folds the heads and parts into one dimension)."""
+        return self.paged and self.chunks > 1 and self.heads_dense
 
     @property
     def block_n(self) -> int:
@@ -150,7 +160,9 @@ def plan_decode(q: Any, k_cache: Any, v_cache: Any, cache_seqlens: Any, block_ta
                       page_size=page_size, table_pages=table_pages,
                       copied=tuple(n for n, t in (("q", q), ("k_cache", k_cache),
                                                   ("v_cache", v_cache)) if not in_place(t)),
-                      out_order=order_of(q))
+                      out_order=order_of(q),
+                      heads_dense=all(t.shape[2] == 1 or t.stride(2) == d or not in_place(t)
+                                      for t in (k_cache, v_cache)))
 
 
 def _check_lengths(lengths: Any, batch: int, q: Any) -> None:
@@ -183,10 +195,10 @@ def _check_table(table: Any, batch: int, q: Any) -> int:
 
 
 def decode_params(head_dim: int, causal: bool, split: bool,
-                  chunks: int = 1) -> dict[str, str]:
+                  chunks: int = 1, grouped: bool = False) -> dict[str, str]:
     """The ``-p`` parameters of a decode kernel."""
     return {"decode": "true", "split_kv": str(split).lower(), "causal": str(causal).lower(),
-            "page_chunks": str(chunks),
+            "page_chunks": str(chunks), "kv_grouped": str(grouped).lower(),
             "head_dim": str(head_dim), "block_m": str(DECODE_ROWS),
             "block_n": str(BLOCKS[head_dim][0]), "q_stages": str(BLOCKS[head_dim][2]),
             "consumers": "1", "pingpong": "false", "intra_overlap": "true",
@@ -194,11 +206,11 @@ def decode_params(head_dim: int, causal: bool, split: bool,
 
 
 def decode_source(head_dim: int, dtype: str, causal: bool, split: bool,
-                  chunks: int = 1) -> tuple[CompiledSchedule, str]:
+                  chunks: int = 1, grouped: bool = False) -> tuple[CompiledSchedule, str]:
     """A decode kernel's schedule compiled (and proven), and its CUDA."""
     from pipeline_core_schedules_attention.emit_attention import emit_attention
 
-    compiled = DECODE.compile(decode_params(head_dim, causal, split, chunks),
+    compiled = DECODE.compile(decode_params(head_dim, causal, split, chunks, grouped),
                               BLOCKS[head_dim][1])
     return compiled, emit_attention(compiled, dtype=dtype)
 
@@ -207,15 +219,18 @@ def decode_source(head_dim: int, dtype: str, causal: bool, split: bool,
 #: pages of 128 rows or more: 1; pages of 64: 2; of 32: 4; of 16: 8; of 8: 16; blocks of 64 keys:
 #: half as many)
 PAGE_CHUNKS = (1, 2, 4, 8, 16)
-#: every kernel the decode call may build: (head dim, dtype, causal, split, page chunks)
-VARIANTS = tuple((d, t, c, s, n) for d in HEAD_DIMS for t in ("bf16", "fp16")
+#: every kernel the decode call may build: (head dim, dtype, causal, split, page chunks,
+#: grouped: DecodeCall.grouped, with several chunks, and the parts layout beside it for caches
+#: whose heads are not dense)
+VARIANTS = tuple((d, t, c, s, n, g) for d in HEAD_DIMS for t in ("bf16", "fp16")
                  for c in (False, True) for s in (False, True) for n in PAGE_CHUNKS
+                 for g in ((False, True) if n > 1 else (False,))
                  if BLOCKS[d][0] % (8 * n) == 0)
 
 
-def _build(head_dim: int, dtype: str, causal: bool, split: bool, chunks: int,
+def _build(head_dim: int, dtype: str, causal: bool, split: bool, chunks: int, grouped: bool,
            device: int) -> AttentionKernel:
-    return _load(*decode_source(head_dim, dtype, causal, split, chunks), device)
+    return _load(*decode_source(head_dim, dtype, causal, split, chunks, grouped), device)
 
 
 def _splits(c: DecodeCall, device: int) -> int:
@@ -243,15 +258,11 @@ def _arguments(r: Recipe[tuple[DecodeCall, int]], kernels: tuple[AttentionKernel
     c, splits = r.plan
     hb, tb, hc = tile_shape(c.group)
     sms = sm_count(r.device)
-    rows = c.block_n // c.chunks
     o_sb, o_ss, o_sh, _ = _out_strides(c)
     values = {
         "tmQ": strided_tensor_map(q.data_ptr(), sizes(q), strides(q), (1, tb, hb, BOX_COLS),
                                   c.dtype),
-        "tmK": strided_tensor_map(k.data_ptr(), sizes(k), strides(k), (1, rows, 1, BOX_COLS),
-                                  c.dtype),
-        "tmV": strided_tensor_map(v.data_ptr(), sizes(v), strides(v), (1, rows, 1, BOX_COLS),
-                                  c.dtype),
+        "tmK": _kv_map(c, k), "tmV": _kv_map(c, v),
         "seqlens": lengths.data_ptr(), "table": 0 if table is None else table.data_ptr(),
         "ws": 0 if found is None else found[0].data_ptr(),
         "counters": 0 if found is None else found[1].data_ptr(),
@@ -265,6 +276,24 @@ def _arguments(r: Recipe[tuple[DecodeCall, int]], kernels: tuple[AttentionKernel
     return (Launch.of(built, (grid,), *DECODE_SIGNATURE.pack_around(("O", "LSE"), values, np)),)
 
 
+def _kv_map(c: DecodeCall, t: Any) -> Any:
+    """The tensor map of a cache: ``[pages, page_size, Hkv, D]`` in boxes of a page chunk's
+    rows by 64 columns; grouped (:attr:`DecodeCall.grouped`), the rank-5 view ``[pages,
+    page_size / 8, Hkv x D / 64, 8, 64]`` (8-row groups; a row's heads and 64-column parts one
+    dimension, dense) in boxes of the chunk's groups by every part, landing each 8-row group's
+    parts side by side (attention_decode.cuh, KvLayout)."""
+    rows = c.block_n // c.chunks
+    if not c.grouped:
+        return strided_tensor_map(t.data_ptr(), sizes(t), strides(t), (1, rows, 1, BOX_COLS),
+                                  c.dtype)
+    s0, s1, _, _ = strides(t)
+    parts = c.head_dim // BOX_COLS
+    return strided_tensor_map(t.data_ptr(), (c.pages, c.page_size // 8, c.kv_heads * parts, 8,
+                                             BOX_COLS),
+                              (s0, 8 * s1, BOX_COLS, s1, 1), (1, rows // 8, parts, 8, BOX_COLS),
+                              c.dtype)
+
+
 def _out_strides(c: DecodeCall) -> tuple[int, ...]:
     from pipeline_core_schedules_attention.layout import dense_strides
 
@@ -272,7 +301,7 @@ def _out_strides(c: DecodeCall) -> tuple[int, ...]:
 
 
 #: the decode call layer (the kit's HostCall): its kernels (key: (head dim, dtype, causal,
-#: split, page chunks, device)), recipes, packed arguments and op
+#: split, page chunks, grouped, device)), recipes, packed arguments and op
 DECODE: HostCall[tuple[DecodeCall, int], AttentionKernel] = HostCall(
     schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"),
     build=lambda key: _build(*key), pack=_arguments, ops=lambda: _decode_ops())
@@ -329,7 +358,8 @@ def _run(q: Any, k_cache: Any, v_cache: Any, lengths: Any, table: Any, causal: b
 
     try:
         r = DECODE.recipe(q, key, plan, lambda p, device: (
-            (p[0].head_dim, p[0].dtype, p[0].causal, p[1] > 1, p[0].chunks, device),))
+            (p[0].head_dim, p[0].dtype, p[0].causal, p[1] > 1, p[0].chunks, p[0].grouped,
+             device),))
     except TypeError:  # an unhashable argument, which the checks refuse
         _check(q, k_cache, v_cache, lengths, table, causal, scale)
         raise

@@ -141,7 +141,8 @@ class _Variant:
         """One call of the header per compute op step (a ring stage's S, PV; a KV block's
         softmax; the rescale)."""
         if tag == AttentionTag.WGMMA_S:
-            return (f"pcat::qk<BM, BN, {self.cols or 'HD'}, {self.qk}>(sacc, q_smem, "
+            layout = ", KV::PS, KV::GS" if self.decode else ""  # decode's K stage layout
+            return (f"pcat::qk<BM, BN, {self.cols or 'HD'}, {self.qk}{layout}>(sacc, q_smem, "
                     f"stage_k({stage}), consumer);")
         if tag == AttentionTag.SOFTMAX:
             block, first = ((f"KF + {tile}", f"KF + {tile} < LM ? 0 : FM") if self.window
@@ -363,7 +364,9 @@ def _family(g: AttentionGeometry, *, finish: str,
                   f"CONSUMER_REGS = {g.consumer_registers};\n"
                   "    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2;"
                   # decode's copies per KV block (emit_decode.py), only where it is one
-                  + (f"\n    constexpr int CHUNKS = {g.page_chunks};" if g.decode else ""),
+                  + (f"\n    constexpr int CHUNKS = {g.page_chunks};\n"
+                     f"    constexpr bool KV_GROUPED = {str(g.kv_grouped).lower()};\n"
+                     "    using KV = pcat::KvLayout<BN, HD, KV_GROUPED>;" if g.decode else ""),
         ring_bytes="Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES",
         stage_views="    auto stage_q = [&](int s) { return ring + s * Q_BYTES; };\n"
                     "    auto stage_k = [&](int s) { return ring + Q_STAGES * Q_BYTES + s * "

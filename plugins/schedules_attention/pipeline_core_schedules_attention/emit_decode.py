@@ -79,7 +79,8 @@ def decode_load_line(tag: int, stage: str, q_stages: int) -> str:
                 "t0, b);")
     x = "k" if tag == AttentionTag.TMA_K else "v"
     ahead = "true" if tag == AttentionTag.TMA_V else "false"  # V's copy: the block's last
-    return (f"pcat::decode_kv_load<BN, HD, CHUNKS>(stage_{x}({stage}), &tm{x.upper()}, "
+    return (f"pcat::decode_kv_load<BN, HD, CHUNKS, KV_GROUPED>(stage_{x}({stage}), "
+            f"&tm{x.upper()}, "
             f"{x}_full_bar({stage}), kvh, b, KF + t, Sk, pages, {ahead}, table, table_stride, "
             "page);")
 
@@ -91,7 +92,8 @@ def decode_mask(causal: bool) -> str:
 
 
 def decode_pv_line(pv: str, stage: str, tile: str) -> str:
-    return (f"pcat::decode_pv<BN, HD, {SPLIT_BARRIER}, {pv}>(oacc, pk, stage_v({stage}), "
+    return (f"pcat::decode_pv<BN, HD, KV_GROUPED, {SPLIT_BARRIER}, {pv}>(oacc, pk, "
+            f"stage_v({stage}), "
             f"KF + {tile}, Sk);")
 
 

@@ -201,6 +201,11 @@ class AttentionGeometry(WarpGroupTiles):
     #: decode's copies per KV block (each one page's share of it, block_n / page_chunks rows):
     #: compiled in, so the producer's single thread issues a fixed, unrolled count
     page_chunks: int = 1
+    #: decode's K/V stage layout: 8-row groups, each holding its rows' 64-column parts side by
+    #: side, so one copy a page chunk brings every part (a rank-5 map that folds the KV heads
+    #: and the parts into one dimension: the cache's heads dense in a row); else each part's
+    #: rows together, one copy a part (attention_decode.cuh, KvLayout)
+    kv_grouped: bool = False
 
     @property
     def windowed(self) -> bool:
@@ -265,8 +270,9 @@ class AttentionGeometry(WarpGroupTiles):
                                 "drop -p window_left, -p window_right and -p softcap")
         if self.decode:
             self._validate_decode(bad)
-        elif self.split_kv or self.page_chunks != 1:
-            raise bad("split_kv" if self.split_kv else "page_chunks", "is decode's; add -p decode=true or drop it")
+        elif self.split_kv or self.page_chunks != 1 or self.kv_grouped:
+            raise bad("split_kv" if self.split_kv else "page_chunks" if self.page_chunks != 1
+                      else "kv_grouped", "is decode's; add -p decode=true or drop it")
         if self.pingpong and self.consumers < 2:
             raise bad("pingpong", "needs two consumer warp groups or more to take turns; set "
                                   "-p consumers=2 or -p pingpong=false")
@@ -481,6 +487,9 @@ PARAMS = (
     Param("page_chunks", int, 1, "decode's copies per KV block, each one page's share (pages "
                                  "smaller than a block: block_n / page_size)",
           choices=(1, 2, 4, 8, 16)),
+    Param("kv_grouped", bool, False, "decode's K/V stages in 8-row groups of every 64-column "
+                                     "part: one copy a page chunk, not one a part (the "
+                                     "cache's KV heads dense in a row)"),
     *REGISTERS,
 )
 
@@ -498,7 +507,7 @@ def make_attention(ctx: BuildContext) -> FlashAttentionForward:
         uniform_tiles=bool(p["uniform_tiles"]),
         window_left=p["window_left"], window_right=p["window_right"],
         softcap=bool(p["softcap"]), decode=bool(p["decode"]), split_kv=bool(p["split_kv"]),
-        page_chunks=p["page_chunks"])
+        page_chunks=p["page_chunks"], kv_grouped=bool(p["kv_grouped"]))
     geometry.validate()
     return FlashAttentionForward(target, geometry)
 

@@ -101,13 +101,13 @@ def test_a_mutated_rule_makes_the_compiled_plan_unsafe(monkeypatch):
         monkeypatch.undo()
 
 
-@pytest.mark.parametrize("chunks", [1, 8])
+@pytest.mark.parametrize("chunks,grouped", [(1, False), (8, False), (8, True)])
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_every_kernel_the_call_builds_is_proven_and_runs_the_plans_sync(head_dim, causal, split,
-                                                                        chunks):
-    c = build(head_dim, causal, split, chunks)
+                                                                        chunks, grouped):
+    c = build(head_dim, causal, split, chunks, kv_grouped=str(grouped).lower())
     assert c.proof.verdict.safe
     assert bool(c.plan.reduction) == split
     src = emit_attention(c)
@@ -176,18 +176,22 @@ def test_the_decode_geometry_refuses_what_it_cannot_run_in_one_line():
                          ({"align": "bottom_right", "causal": "true"}, "-p align: decode"),
                          ({"decode": "false", "split_kv": "true"}, "-p split_kv:"),
                          ({"page_chunks": "32"}, "-p page_chunks"),
-                         ({"decode": "false", "page_chunks": "2"}, "-p page_chunks:")):
+                         ({"decode": "false", "page_chunks": "2"}, "-p page_chunks:"),
+                         ({"decode": "false", "kv_grouped": "true"}, "-p kv_grouped:")):
         with pytest.raises(Exception) as info:
             compile_named(NAME, params={**base, **over}, target_args={"stages": "3"})
         assert needle in str(info.value) and "\n" not in str(info.value)
 
 
 @pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
-@pytest.mark.parametrize("head_dim,causal,split,chunks", [
-    (128, False, False, 1), (128, True, True, 8), (64, False, True, 2), (64, True, False, 16),
-    (128, False, True, 16), (256, True, True, 1), (256, False, False, 8)])
-def test_the_decode_kernels_build_without_spills(head_dim, causal, split, chunks, tmp_path):
-    proc, _ = compile_cubin(emit_attention(build(head_dim, causal, split, chunks)), tmp_path,
+@pytest.mark.parametrize("head_dim,causal,split,chunks,grouped", [
+    (128, False, False, 1, False), (128, True, True, 8, True), (64, False, True, 2, True),
+    (64, True, False, 16, False), (128, False, True, 16, True), (256, True, True, 1, False),
+    (256, False, False, 8, True), (128, False, False, 8, False)])
+def test_the_decode_kernels_build_without_spills(head_dim, causal, split, chunks, grouped,
+                                                 tmp_path):
+    proc, _ = compile_cubin(emit_attention(build(head_dim, causal, split, chunks,
+                                                 kv_grouped=str(grouped).lower())), tmp_path,
                             "decode")
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
@@ -224,15 +228,38 @@ def test_the_combine_reads_eight_splits_before_it_uses_one(head_dim, tmp_path):
     assert longest_load_run(sass) >= 8 * max(1, head_dim // 128)
 
 
-class Fake:
-    """Just what plan_decode reads of a torch tensor."""
+@pytest.mark.skipif(nvcc() is None or sass_command() is None,
+                    reason="needs nvcc and a disassembler")
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_the_grouped_stages_take_one_copy_a_page_chunk_not_one_a_part(head_dim, tmp_path):
+    """Pages of 16 rows (a block's copies: block_n / 16): grouped, one rank-5 copy a chunk
+    brings every 64-column part of its rows; the parts layout issues one rank-4 copy a part
+    (Q's copies are rank 4 in both).  The single issuing thread's copies bounded the paged
+    stream (KvLayout says why)."""
+    chunks = BLOCKS[head_dim][0] // 16
+    sass = {}
+    for grouped in (False, True):
+        proc, cubin = compile_cubin(emit_attention(build(head_dim, False, False, chunks,
+                                                         kv_grouped=str(grouped).lower())),
+                                    tmp_path, f"g{grouped}")
+        assert proc.returncode == 0, proc.stderr
+        sass[grouped] = sass_of(cubin)
+    parts, grouped = sass[False], sass[True]
+    q = grouped.count("UTMALDG.4D")  # Q's
+    assert parts.count("UTMALDG.5D") == 0 and grouped.count("UTMALDG.5D") > 0
+    assert grouped.count("UTMALDG.5D") * (head_dim // 64) == parts.count("UTMALDG.4D") - q
 
-    def __init__(self, shape, dtype="torch.bfloat16", cuda=True, device="cuda:0", grad=False):
+
+class Fake:
+    """Just what plan_decode reads of a torch tensor (``strides``: its own, else dense)."""
+
+    def __init__(self, shape, dtype="torch.bfloat16", cuda=True, device="cuda:0", grad=False,
+                 strides=None):
         self.shape, self.dtype, self.is_cuda, self.device = tuple(shape), dtype, cuda, device
-        self.requires_grad = grad
+        self.requires_grad, self.strides = grad, strides
 
     def stride(self, i):
-        return math.prod(self.shape[i + 1:])
+        return self.strides[i] if self.strides else math.prod(self.shape[i + 1:])
 
     def element_size(self):
         return 2
@@ -263,6 +290,14 @@ def test_the_plan_takes_host_facts_only():
     assert plan_decode(*args(pages=500, page=48)).chunks == 8  # gcd: 16 rows a copy
     assert plan_decode(*args(pages=50, page=512)).chunks == 1
     assert not plan_decode(*args(sq=1)).causal  # one token: every key, causal or not
+    # one copy a page chunk (grouped) where a block takes several and the heads are dense in a
+    # row; a page's rows head-major ([pages, Hkv, page, D] seen as [pages, page, Hkv, D]) copy
+    # each part apart; a contiguous cache and pages of a block or more take one chunk anyway
+    assert paged.grouped and plan_decode(*args(pages=500, page=64)).grouped
+    hnd = {"strides": (8 * 16 * 128, 128, 16 * 128, 1)}
+    assert not plan_decode(*args(pages=500, page=16, k=hnd, v=hnd)).grouped
+    assert not plan_decode(*args(pages=500, page=16, v=hnd)).grouped
+    assert not c.grouped and not plan_decode(*args(pages=50, page=512)).grouped
 
 
 @pytest.mark.parametrize("over,needle", [

@@ -12,13 +12,14 @@ using pch100::u64;
 // Descriptor of an MN-major tile in 128-byte swizzled rows (wgmma's transpose mode): each row
 // holds 64 consecutive M (or N) elements of one k, 8 rows (k .. k+7) form one 1024-byte swizzle
 // atom.  Leading byte offset: from one 64-element MN chunk to the next (CHUNK bytes, one TMA box
-// of 64 x BK); stride byte offset: from one group of 8 k to the next (1024).  A k16 step starts
-// 16 rows = 2048 bytes further.
-template <u32 CHUNK>
+// of 64 x BK); stride byte offset: from one group of 8 k to the next (SBO: 1024 where the
+// groups are packed, so a k16 step starts 16 rows = 2048 bytes further; decoding's grouped V
+// stages more).
+template <u32 CHUNK, u32 SBO = 1024>
 __device__ __forceinline__ u64 smem_desc_sw128_mn(u32 addr) {
     return (static_cast<u64>((addr & 0x3FFFF) >> 4))
          | (static_cast<u64>(CHUNK >> 4) << 16)
-         | (static_cast<u64>(1024 >> 4) << 32)
+         | (static_cast<u64>(SBO >> 4) << 32)
          | (static_cast<u64>(1) << 62);
 }
 

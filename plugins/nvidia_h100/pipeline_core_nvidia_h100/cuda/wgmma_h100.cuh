@@ -96,12 +96,14 @@ __device__ __forceinline__ void fence_operand(float& r) {
 
 // Shared-memory matrix descriptor of a K-major tile stored in 128-byte swizzled rows: start
 // address >> 4, leading byte offset 16 (unused by swizzled K-major layouts), stride byte offset
-// 1024 (one 8-row swizzle atom), swizzle mode 1 = 128 B.  The tile must start 1024-aligned;
-// the k-th 16-element step of a row starts 32 * k bytes further.
+// SBO from one 8-row swizzle atom to the next (1024: the atoms packed; more where other data
+// lies between them, as decoding's grouped K stages), swizzle mode 1 = 128 B.  The tile must
+// start 1024-aligned; the k-th 16-element step of a row starts 32 * k bytes further.
+template <u32 SBO = 1024>
 __device__ __forceinline__ u64 smem_desc_sw128(u32 addr) {
     return (static_cast<u64>((addr & 0x3FFFF) >> 4))
          | (static_cast<u64>(16 >> 4) << 16)
-         | (static_cast<u64>(1024 >> 4) << 32)
+         | (static_cast<u64>(SBO >> 4) << 32)
          | (static_cast<u64>(1) << 62);
 }
 
