@@ -39,7 +39,12 @@ from bench_timing import interleaved, ratios  # noqa: E402
 #: matmul's timed shapes (benchmarks/matmul_call.py's TIMED), bf16
 GEMMS = ((8192, 8192, 8192), (6144, 6144, 6144), (4096, 4096, 4096), (4096, 8192, 2048),
          (8192, 14336, 4096), (8192, 4096, 14336), (16384, 4096, 4096), (2048, 2048, 8192),
-         (4000, 4000, 4000), (1000, 4096, 4096), (128, 4096, 4096))
+         (4000, 4000, 4000), (1000, 4096, 4096), (128, 4096, 4096),
+         # bandwidth-bound and off the 128-byte line (issue 35's list)
+         (16, 8192, 8192), (1, 4096, 4096), (2000, 5000, 3000))
+#: the backward's (head dim, sequence, causal) at 16k tokens and hidden 2048, timed forward and
+#: backward together
+BACKWARD = ((128, 1024, False), (128, 4096, False), (128, 4096, True), (64, 4096, False))
 #: attention's (head dim, sequence, causal) at 16k tokens and hidden 2048 (attention_call.py)
 ATTENTION = ((128, 1024, False), (128, 4096, False), (128, 16384, False), (128, 4096, True),
              (128, 16384, True), (64, 4096, False), (64, 16384, True), (128, 3000, False))
@@ -235,6 +240,39 @@ def decode_ab(torch, rounds: int) -> None:
         torch.cuda.empty_cache()
 
 
+def backward_ab(torch, rounds: int) -> None:
+    """attention's forward and backward of both trees (autograd through each tree's op): the
+    gradients checked against an fp32 reference's, then timed in interleaved rounds."""
+    from pipeline_core_schedules_attention.call import attention as new_at
+    import abold_pipeline_core_schedules_attention.call as old_at_mod
+
+    _old_host()
+    for d, s_, causal in BACKWARD:
+        bsz, h = 16384 // s_, 2048 // d
+        q, k, v = (torch.randn(bsz, h, s_, d, device="cuda", dtype=torch.bfloat16,
+                               requires_grad=True) for _ in range(3))
+        g = torch.randn(bsz, h, s_, d, device="cuda", dtype=torch.bfloat16)
+        qf, kf, vf = (t.detach().float().requires_grad_() for t in (q, k, v))
+        torch.nn.functional.scaled_dot_product_attention(qf, kf, vf, is_causal=causal).backward(
+            g.float())
+        errs = {}
+        for name, fn in (("old", old_at_mod.attention), ("new", new_at)):
+            q.grad = k.grad = v.grad = None
+            fn(q, k, v, causal=causal).backward(g)
+            errs[name] = max(rel_err(torch, t.grad, r.grad) for t, r in
+                             ((q, qf), (k, kf), (v, vf)))
+        del qf, kf, vf
+
+        def step(fn):
+            return lambda: fn(q, k, v, causal=causal).backward(g)
+        fns = {"old": step(old_at_mod.attention), "new": step(new_at)}
+        per = interleaved(torch, fns, rounds)
+        r = ratios(per, "new", "old")
+        emit({"kind": "ab", "family": "attention-fwd+bwd", "D": d, "S": s_, "causal": causal,
+              "grad_rel_err": errs, "ms": {n_: statistics.median(x) for n_, x in per.items()},
+              "new_over_old": r, "median": statistics.median(r)})
+
+
 def gemv_checks(torch) -> None:
     from pipeline_core_family_gemv import gemv
 
@@ -305,7 +343,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prebuild", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--only", choices=("ab", "gemv", "decode"), default=None)
+    ap.add_argument("--only", choices=("ab", "gemv", "decode", "backward"), default=None)
     args = ap.parse_args()
     if args.prebuild:
         prebuild()
@@ -321,6 +359,8 @@ def main() -> None:
             decode_ab(torch, args.rounds)
     if args.only in (None, "ab"):
         ab(torch, args.rounds)
+    if args.only in (None, "backward"):
+        backward_ab(torch, args.rounds)
 
 
 if __name__ == "__main__":
