@@ -342,22 +342,31 @@ class _FakeTorch:
 def test_a_capture_on_a_stream_without_a_workspace_gets_its_own_and_nothing_is_kept(
         monkeypatch):
     """The split workspace: kept per (device, stream) and reused by eager calls; a CUDA graph
-    captured on a stream that has none (torch.cuda.graph's own capture stream) gets a
-    workspace of its own each call, from the graph's pool, and keeps none (the next eager call
-    on that stream makes the stream's); a capture on a stream that has one uses it."""
+    captured on a stream that has none (torch.cuda.graph's own capture stream) gets one of its
+    own from the graph's pool, which the capture's later calls share (one zeroing a replay) and
+    another capture does not; none is kept for the stream (the next eager call on it makes the
+    stream's); a capture on a stream that has one uses it; a capture the driver gives no id
+    gets one a call."""
     from pipeline_core_nvidia_h100.kit import call
 
     fake = _FakeTorch()
+    ids = {22: 7}
     monkeypatch.setattr(call, "_require", lambda name: fake)
+    monkeypatch.setattr(call, "capture_id", lambda stream: ids.get(stream))
     monkeypatch.setattr(call, "_WORKSPACES", {})
+    monkeypatch.setattr(call, "_CAPTURED", {})
     kept = call.split_workspace(0, 11, 4, 64)
     assert call.split_workspace(0, 11, 4, 64) is kept
     assert kept[0][:2] == ("empty", 256) and kept[1][:2] == ("zeros", 4)
     fake.capturing = True
     first = call.split_workspace(0, 22, 4, 64)
+    assert call.split_workspace(0, 22, 4, 64) is first and first[1][0] == "zeros"
+    ids[22] = 8  # another capture on the same stream
     second = call.split_workspace(0, 22, 4, 64)
-    assert first != second and first[1][0] == "zeros"  # each captured call its own, zeroed
+    assert second != first and call.split_workspace(0, 22, 4, 64) is second
     assert call.split_workspace(0, 11, 4, 64) is kept  # the stream's own, where it has one
+    unnamed = call.split_workspace(0, 33, 4, 64), call.split_workspace(0, 33, 4, 64)
+    assert unnamed[0] != unnamed[1]  # no id: nothing to share by
     fake.capturing = False
     eager = call.split_workspace(0, 22, 4, 64)
     assert eager not in (first, second) and call.split_workspace(0, 22, 4, 64) is eager

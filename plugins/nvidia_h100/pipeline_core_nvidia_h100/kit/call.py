@@ -155,6 +155,26 @@ _REGISTERED: dict[str, Any] = {}
 
 _WORKSPACES: dict[tuple[int, int, int, int], tuple[Any, Any]] = {}
 _WORKSPACE_LOCK = threading.Lock()
+#: CUDA graph captures' own workspaces, by (device, stream, slice elements, slices, capture id);
+#: the newest few (a dropped one stays its graph's: the graph's pool keeps the memory)
+_CAPTURED: dict[tuple[int, int, int, int, int], tuple[Any, Any]] = {}
+_CAPTURED_KEPT = 16
+
+
+def capture_id(stream: int) -> int | None:
+    """The id of the CUDA graph capture under way on ``stream`` (the driver's
+    ``cuStreamGetCaptureInfo``), None where the driver does not say."""
+    import ctypes
+
+    from pipeline_core_nvidia_h100.tma import TensorMapError, _libcuda
+
+    status, cid = ctypes.c_int(), ctypes.c_uint64()
+    try:
+        rc = _libcuda().cuStreamGetCaptureInfo(ctypes.c_void_p(stream), ctypes.byref(status),
+                                               ctypes.byref(cid))
+    except (AttributeError, TensorMapError):
+        return None
+    return int(cid.value) if rc == 0 and status.value == 1 else None
 
 
 def split_workspace(device: int, stream: int, slices: int,
@@ -167,24 +187,35 @@ def split_workspace(device: int, stream: int, slices: int,
     Kept per stream and made on its first call; but while a CUDA graph is being captured on a
     stream that has none (``torch.cuda.graph``'s own capture stream, which no eager call ever
     ran on), the capture's own: allocated from the graph's private pool, its counters' zeroing
-    captured with the call, not kept (the graph owns that memory).  Why not run unsplit there,
-    as the first cut did: a serving loop captures its decode steps exactly so, and batch 1
-    over a long cache unsplit fills 8 of 132 SMs (0.49 TB/s where split it reads 4).  So a
-    call's packed arguments must be keyed by the workspace's addresses (a capture's is another
-    each time), never kept across calls as the stream's (the split-K GEMM, split-KV decoding).
+    captured with it, and shared by the capture's later calls (one fill a replay, not one a
+    call: a decode step at batch 1 is 17 us, a fill's launch about 2), kept no longer than the
+    graph needs (the graph owns that memory).  Why not run unsplit there, as the first cut
+    did: a serving loop captures its decode steps exactly so, and batch 1 over a long cache
+    unsplit fills 8 of 132 SMs (0.49 TB/s where split it reads 4).  So a call's packed
+    arguments must be keyed by the workspace's addresses (a capture's is another), never kept
+    across calls as the stream's (the split-K GEMM, split-KV decoding).
     """
     key = (device, stream, slice_elems, slices)
     found = _WORKSPACES.get(key)
-    if found is None:
-        torch = _require("torch")
-        dev = torch.device("cuda", device)
-        made = (torch.empty(slices * slice_elems, dtype=torch.float32, device=dev),
-                torch.zeros(slices, dtype=torch.int32, device=dev))
-        if torch.cuda.is_current_stream_capturing():
-            return made
-        with _WORKSPACE_LOCK:
-            found = _WORKSPACES.setdefault(key, made)
-    return found
+    if found is not None:
+        return found
+    torch = _require("torch")
+    dev = torch.device("cuda", device)
+    capturing = torch.cuda.is_current_stream_capturing()
+    cid = capture_id(stream) if capturing else None
+    if cid is not None and (*key, cid) in _CAPTURED:
+        return _CAPTURED[(*key, cid)]
+    made = (torch.empty(slices * slice_elems, dtype=torch.float32, device=dev),
+            torch.zeros(slices, dtype=torch.int32, device=dev))
+    if capturing:
+        if cid is not None:
+            with _WORKSPACE_LOCK:
+                while len(_CAPTURED) >= _CAPTURED_KEPT:
+                    _CAPTURED.pop(next(iter(_CAPTURED)))
+                _CAPTURED[(*key, cid)] = made
+        return made
+    with _WORKSPACE_LOCK:
+        return _WORKSPACES.setdefault(key, made)
 
 
 class HostCall(Generic[P, B]):
