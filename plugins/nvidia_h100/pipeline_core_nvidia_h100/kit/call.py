@@ -203,8 +203,9 @@ def split_workspace(device: int, stream: int, slices: int,
     dev = torch.device("cuda", device)
     capturing = torch.cuda.is_current_stream_capturing()
     cid = capture_id(stream) if capturing else None
-    if cid is not None and (*key, cid) in _CAPTURED:
-        return _CAPTURED[(*key, cid)]
+    ckey = (device, stream, slice_elems, slices, -1 if cid is None else cid)
+    if cid is not None and ckey in _CAPTURED:
+        return _CAPTURED[ckey]
     made = (torch.empty(slices * slice_elems, dtype=torch.float32, device=dev),
             torch.zeros(slices, dtype=torch.int32, device=dev))
     if capturing:
@@ -212,7 +213,7 @@ def split_workspace(device: int, stream: int, slices: int,
             with _WORKSPACE_LOCK:
                 while len(_CAPTURED) >= _CAPTURED_KEPT:
                     _CAPTURED.pop(next(iter(_CAPTURED)))
-                _CAPTURED[(*key, cid)] = made
+                _CAPTURED[ckey] = made
         return made
     with _WORKSPACE_LOCK:
         return _WORKSPACES.setdefault(key, made)
