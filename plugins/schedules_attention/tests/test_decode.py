@@ -336,3 +336,26 @@ def test_bad_caches_and_tables_get_one_line():
         assert str(info.value).startswith(needle) and "\n" not in str(info.value)
     with pytest.raises(AttentionArgumentError, match="attention_decode: causal: 'x'"):
         plan_decode(*args(), causal="x")
+
+
+def test_a_grouped_cache_map_folds_heads_and_parts_into_one_dimension(monkeypatch):
+    """Pages of 16 rows, 8 KV heads, D 128 (a page's rows 2 KB apart, pages 64 KB apart, as a
+    [pages, 2, page, Hkv, D] cache's K half lies): grouped, the map is [pages, 2 groups, 16
+    head-parts, 8 rows, 64 columns] with the page's own stride, a group 8 rows on, the
+    head-parts 64 elements apart, read one chunk's 2 groups of every part at a time; the parts
+    layout reads the cache as it is, 16 rows by 64 columns."""
+    from pipeline_core_schedules_attention import decode_call
+
+    seen = []
+    monkeypatch.setattr(decode_call, "strided_tensor_map",
+                        lambda ptr, shape, strides, box, dtype: seen.append(
+                            (tuple(shape), tuple(strides), tuple(box))))
+    kv = {"strides": (2 * 16 * 8 * 128, 8 * 128, 128, 1)}  # K's half of a [pages, 2, ...] cache
+    c = plan_decode(*args(pages=500, page=16, k=kv, v=kv))
+    assert c.grouped and c.chunks == 8
+    decode_call._kv_map(c, Fake((500, 16, 8, 128), **kv))
+    assert seen.pop() == ((500, 2, 16, 8, 64), (2 * 16 * 8 * 128, 8 * 8 * 128, 64, 8 * 128, 1),
+                          (1, 2, 2, 8, 64))
+    parts = attrs.evolve(c, heads_dense=False)
+    decode_call._kv_map(parts, Fake((500, 16, 8, 128), **kv))
+    assert seen.pop() == ((500, 16, 8, 128), (2 * 16 * 8 * 128, 8 * 128, 128, 1), (1, 16, 1, 64))
