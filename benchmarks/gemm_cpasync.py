@@ -62,7 +62,7 @@ def forced(torch, a, b, tuning, c):
     stream = torch.cuda.current_stream().cuda_stream
     plan = mc._plan(a, b, None, None, None, None, mc.sm_count(dev), tuning, c)
     out = torch.empty(plan.out_shape, dtype=a.dtype, device=a.device)
-    r = mc._recipe(a, b, None, None, None, out, plan, dev, stream, c)
+    r = mc._recipe(plan, dev, stream, c)
 
     def go():
         mc.launch_recipe(r, a, b, None, out)

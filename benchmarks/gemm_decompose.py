@@ -162,8 +162,7 @@ def run(rounds: int) -> None:
                 try:
                     p = mm._plan(a, b, None, None, None, None if scaled else out,
                                  mm.sm_count(dev), mm.TUNING, c, scales)
-                    r = mm._recipe(a, b, None, None, None, None if scaled else out, p, dev,
-                                   stream, c, scales)
+                    r = mm._recipe(p, dev, stream, c)
                 except Exception as e:  # noqa: BLE001  (a candidate that does not build)
                     print(json.dumps({"shape": [m, n, k], "cand": c.describe(),
                                       "error": str(e)[:200]}), flush=True)

@@ -259,8 +259,7 @@ def _launcher(torch: Any, plan: Any, cand: Any, a: Any, b: Any, bias: Any, scale
     from pipeline_core_nvidia_h100.launch_cache import current_stream
     assert not plan.staged, "the cases' operands are read in place"
     device = torch.cuda.current_device()
-    r = mm._recipe(a, b, bias, act, None, out, plan, device, current_stream(torch, device),
-                   cand, scales)
+    r = mm._recipe(plan, device, current_stream(torch, device), cand)
     return lambda: mm.launch_recipe(r, a, b, bias, out, scales)
 
 

@@ -216,7 +216,7 @@ def _recipe_for(torch, a, b, offs, out_dtype, scales, store):
     plan, c = store_choice(mc._info(a, "a"), mc._info(b, "b"),
                            None if offs is None else mc._info(offs, "offs"),
                            mc._dtype_name(out_dtype), infos, mc.sm_count(device), store)
-    return mc._recipe(a, b, None, None, out_dtype, None, plan, device, stream, c, scales)
+    return mc._recipe(plan, device, stream, c)
 
 
 def _launch(r, a, b, offs, out, scales):

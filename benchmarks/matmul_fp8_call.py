@@ -409,8 +409,7 @@ def _recipe_for(torch, a, b, out, scales=None, cand=None, scale=None, grid=None)
         plan = attrs.evolve(plan, variant=attrs.evolve(plan.variant, scale=scale))
     if grid is not None:
         plan = attrs.evolve(plan, grid=grid)
-    return matmul_call._recipe(a, b, None, None, None, out, plan, 0, stream, c,
-                               None if scale == "none" else scales)
+    return matmul_call._recipe(plan, 0, stream, c)
 
 
 def explore(torch, rounds=7, reps=20):

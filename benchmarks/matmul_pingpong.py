@@ -71,8 +71,7 @@ def recipe(torch, a, b, bias, act, od, out, stages):
     from pipeline_core_nvidia_h100 import matmul_call as m
     c = candidate(stages)
     plan = pp_plan(a, b, bias, act, od, out, stages)  # unsplit: _recipe keeps it, builds it
-    return m._recipe(a, b, bias, act, od, out, plan, 0,
-                     torch.cuda.current_stream().cuda_stream, c)
+    return m._recipe(plan, 0, torch.cuda.current_stream().cuda_stream, c)
 
 
 def case_stages(i):

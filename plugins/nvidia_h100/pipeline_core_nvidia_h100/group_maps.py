@@ -11,12 +11,11 @@ tensormap proxy.
 """
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from pipeline_core_nvidia_h100.cuda import GROUP_MAPS_KERNEL, group_maps_source
 from pipeline_core_nvidia_h100.gemm_call import ELEM, CallPlan, OperandMap
-from pipeline_core_nvidia_h100.kit.call import Built, Launch, load_kernel
+from pipeline_core_nvidia_h100.kit.call import Built, Launch, load_kernel, stream_memory
 from pipeline_core_nvidia_h100.kit.signature import TENSOR_MAP_TYPE, KernelSignature, params
 from pipeline_core_nvidia_h100.runtime import _require
 
@@ -48,28 +47,13 @@ def k_field(m: OperandMap, dtype: str) -> tuple[int, int]:
     return (0, elem) if m.major == "k" else (1, m.stride * elem)
 
 
-_MEMORY: dict[tuple[int, int, int], Any] = {}
-_LOCK = threading.Lock()
-
-
 def maps_memory(device: int, stream: int, groups: int) -> Any:
-    """Global memory for ``groups`` groups' two maps on (device, stream), allocated once (calls on
-    one stream run in order, so they share it; torch's allocations are 512-byte aligned, the
-    maps need 128).  While a CUDA graph is being captured on a stream that has none, the
-    capture's own, from the graph's pool and not kept (the pre-pass writes every map before
-    the GEMM reads it, so fresh memory needs nothing more; the launch is keyed by its address,
-    as the kit's split workspace)."""
-    key = (device, stream, groups)
-    found = _MEMORY.get(key)
-    if found is None:
-        torch = _require("torch")
-        made = torch.empty(2 * groups * MAP_BYTES, dtype=torch.uint8,
-                           device=torch.device("cuda", device))
-        if torch.cuda.is_current_stream_capturing():
-            return made
-        with _LOCK:
-            found = _MEMORY.setdefault(key, made)
-    return found
+    """Global memory for ``groups`` groups' two maps on (device, stream) (the kit's
+    ``stream_memory``: kept per stream, or a CUDA graph capture's own, so the launch is keyed by
+    its address; torch's allocations are 512-byte aligned, the maps need 128).  Fresh memory
+    needs nothing more: the pre-pass writes every map before the GEMM reads it."""
+    return stream_memory(("group maps", groups), device, stream, lambda torch, dev: torch.empty(
+        2 * groups * MAP_BYTES, dtype=torch.uint8, device=dev))
 
 
 def prepass(built: Built, plan: CallPlan, tm_a: Any, tm_b: Any, maps: int, offs: int,

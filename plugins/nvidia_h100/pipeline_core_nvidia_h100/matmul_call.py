@@ -210,10 +210,8 @@ def _matmul_key(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: An
             None if scales is None else (describe(scales[0]), describe(scales[1])))
 
 
-def _recipe(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
-            plan: CallPlan, device: int, stream: int,
-            c: Candidate = autotune.DEFAULT,
-            scales: tuple[Any, Any] | None = None) -> Recipe[CallPlan]:
+def _recipe(plan: CallPlan, device: int, stream: int,
+            c: Candidate = autotune.DEFAULT) -> Recipe[CallPlan]:
     """Build candidate ``c``'s kernel of a checked, non-empty ``plan`` (planned with ``c``)."""
     key = (plan.variant, c, device)
     built = CALL.kernels.kernel(key)
@@ -315,8 +313,7 @@ def _run(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out:
         if c != autotune.DEFAULT:
             plan = _plan(a, b, bias, activation, out_dtype, out, sm_count(device), TUNING, c,
                          scales)
-        r = CALL.recipes.put(key, _recipe(a, b, bias, activation, out_dtype, out, plan, device,
-                                          stream, c, scales))
+        r = CALL.recipes.put(key, _recipe(plan, device, stream, c))
     elif out is None:
         out = torch.empty(r.plan.out_shape,
                           dtype=_TORCH_OUT[r.plan.variant.out_dtype](torch), device=a.device)
@@ -383,8 +380,7 @@ def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, ou
             or decompose.for_plan(plan, sms, TUNING.stream_k, TUNING.wave_model)
 
     def timer(c: Candidate) -> float:
-        r = _recipe(a, b, bias, activation, out_dtype, out,
-                    _plan(a, b, bias, activation, out_dtype, out, sms, TUNING, c), device,
+        r = _recipe(_plan(a, b, bias, activation, out_dtype, out, sms, TUNING, c), device,
                     stream, c)
         launch_recipe(r, a, b, bias, out)
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -646,8 +642,7 @@ def _run_grouped(a: Any, b: Any, offs: Any, out_dtype: Any,
             return out
         if plan.k == 0:  # empty sums: zeros, no kernel
             return out.zero_()
-        r = CALL.recipes.put(key, _recipe(a, b, None, None, out_dtype, None, plan, device,
-                                          stream, _grouped_candidate(a, b), scales))
+        r = CALL.recipes.put(key, _recipe(plan, device, stream, _grouped_candidate(a, b)))
     elif not r.plan.variant.grouped:
         return _run(a, b, None, None, out_dtype, None)
     else:

@@ -43,9 +43,8 @@ TENSOR_MAP_BYTES = 128
 #: none, above the plain-load reference's 4.46; the same kernels with only the promotion
 #: changed (benchmarks/kit_ab.py, results/kit_ab_promotion_isolated_s21_h200.jsonl):
 #: ``attention_decode`` 1.00-1.07x (1.04-1.07 where K and V are 0.25 GB or more), the GEMM at
-#: 16x8192x8192 1.035x and 128x4096x4096 1.02x,
-#: the large ``gemv`` 4.15 -> 4.39 TB/s; the large GEMMs, the attention forward and backward
-#: within +-1% (graph-replay medians 0.987-1.003).  Rows off the line straddle two lines a box
+#: 16x8192x8192 1.035x and 128x4096x4096 1.02x, the large ``gemv`` 4.15 -> 4.39 TB/s; the large
+#: GEMMs, the attention forward and backward within +-1% (graph-replay medians 0.987-1.003).  Rows off the line straddle two lines a box
 #: row, where 256 fetched up to twice what the box reads (2000x5000x3000: 144 us -> 126).
 L2_PROMOTION = L2_PROMOTION_128B
 

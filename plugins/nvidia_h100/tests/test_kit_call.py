@@ -353,7 +353,7 @@ def test_a_capture_on_a_stream_without_a_workspace_gets_its_own_and_nothing_is_k
     ids = {22: 7}
     monkeypatch.setattr(call, "_require", lambda name: fake)
     monkeypatch.setattr(call, "capture_id", lambda stream: ids.get(stream))
-    monkeypatch.setattr(call, "_WORKSPACES", {})
+    monkeypatch.setattr(call, "_STREAM_MEMORY", {})
     monkeypatch.setattr(call, "_CAPTURED", {})
     kept = call.split_workspace(0, 11, 4, 64)
     assert call.split_workspace(0, 11, 4, 64) is kept

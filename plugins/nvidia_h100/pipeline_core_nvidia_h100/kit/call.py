@@ -153,12 +153,14 @@ class Op:
 _REGISTERED: dict[str, Any] = {}
 
 
-_WORKSPACES: dict[tuple[int, int, int, int], tuple[Any, Any]] = {}
-_WORKSPACE_LOCK = threading.Lock()
-#: CUDA graph captures' own workspaces, by (device, stream, slice elements, slices, capture id);
-#: the newest few (a dropped one stays its graph's: the graph's pool keeps the memory)
-_CAPTURED: dict[tuple[int, int, int, int, int], tuple[Any, Any]] = {}
+#: memory kept per (what, device, stream) for the launches on that stream (split workspaces,
+#: grouped_mm's pre-pass maps), and CUDA graph captures' own by (what, device, stream, capture
+#: id): the newest few (a dropped one stays its graph's: the graph's pool keeps the memory)
+_STREAM_MEMORY: dict[tuple[Hashable, int, int], Any] = {}
+_CAPTURED: dict[tuple[Hashable, int, int, int], Any] = {}
 _CAPTURED_KEPT = 16
+_STREAM_MEMORY_LOCK = threading.Lock()
+M = TypeVar("M")
 
 
 def capture_id(stream: int) -> int | None:
@@ -177,46 +179,53 @@ def capture_id(stream: int) -> int | None:
     return int(cid.value) if rc == 0 and status.value == 1 else None
 
 
-def split_workspace(device: int, stream: int, slices: int,
-                    slice_elems: int) -> tuple[Any, Any]:
-    """A cross-CTA reduction's fp32 workspace (``slices`` slices of ``slice_elems``) and its
-    ``slices`` int32 counters on (device, stream): the counters start at zero and every launch
-    of a proven reduction leaves them so (its last arriver resets its tile's), so launches on
-    one stream reuse them in order; a stream of its own gets its own.
+def stream_memory(what: Hashable, device: int, stream: int,
+                  make: Callable[[Any, Any], M]) -> M:
+    """Memory the launches on (device, stream) use beside their operands, ``make(torch,
+    torch_device)`` on the stream's first call and kept: calls on one stream run in order, so
+    they share it; a stream of its own gets its own.
 
-    Kept per stream and made on its first call; but while a CUDA graph is being captured on a
-    stream that has none (``torch.cuda.graph``'s own capture stream, which no eager call ever
-    ran on), the capture's own: allocated from the graph's private pool, its counters' zeroing
-    captured with it, and shared by the capture's later calls (one fill a replay, not one a
-    call: a decode step at batch 1 is 17 us, a fill's launch about 2), kept no longer than the
-    graph needs (the graph owns that memory).  Why not run unsplit there, as the first cut
-    did: a serving loop captures its decode steps exactly so, and batch 1 over a long cache
-    unsplit fills 8 of 132 SMs (0.49 TB/s where split it reads 4).  So a call's packed
-    arguments must be keyed by the workspace's addresses (a capture's is another), never kept
-    across calls as the stream's (the split-K GEMM, split-KV decoding).
-    """
-    key = (device, stream, slice_elems, slices)
-    found = _WORKSPACES.get(key)
+    While a CUDA graph is being captured on a stream that has none (``torch.cuda.graph``'s own
+    capture stream, which no eager call ever ran on), the capture's own: made from the graph's
+    private pool (what ``make`` writes, a zero fill, captured with it) and shared by the
+    capture's later calls (found by the driver's capture id; one fill a replay, not one a call:
+    a decode step at batch 1 is 17 us, a fill's launch about 2), kept no longer than the graph
+    needs (the graph owns that memory).  Why not refuse or run unsplit there, as the first cuts
+    did: a serving loop captures its steps exactly so, and batch-1 decoding unsplit fills 8 of
+    132 SMs (0.49 TB/s where split it reads 4).  So a call's packed arguments must be keyed by
+    the memory's address (a capture's is another), never kept across calls as the stream's."""
+    key = (what, device, stream)
+    found = _STREAM_MEMORY.get(key)
     if found is not None:
         return found
     torch = _require("torch")
     dev = torch.device("cuda", device)
-    capturing = torch.cuda.is_current_stream_capturing()
-    cid = capture_id(stream) if capturing else None
-    ckey = (device, stream, slice_elems, slices, -1 if cid is None else cid)
-    if cid is not None and ckey in _CAPTURED:
+    if not torch.cuda.is_current_stream_capturing():
+        made = make(torch, dev)
+        with _STREAM_MEMORY_LOCK:
+            return _STREAM_MEMORY.setdefault(key, made)
+    cid = capture_id(stream)
+    if cid is None:  # no id to share by: one a call
+        return make(torch, dev)
+    ckey = (what, device, stream, cid)
+    with _STREAM_MEMORY_LOCK:
+        if ckey not in _CAPTURED:
+            while len(_CAPTURED) >= _CAPTURED_KEPT:
+                _CAPTURED.pop(next(iter(_CAPTURED)))
+            _CAPTURED[ckey] = make(torch, dev)
         return _CAPTURED[ckey]
-    made = (torch.empty(slices * slice_elems, dtype=torch.float32, device=dev),
-            torch.zeros(slices, dtype=torch.int32, device=dev))
-    if capturing:
-        if cid is not None:
-            with _WORKSPACE_LOCK:
-                while len(_CAPTURED) >= _CAPTURED_KEPT:
-                    _CAPTURED.pop(next(iter(_CAPTURED)))
-                _CAPTURED[ckey] = made
-        return made
-    with _WORKSPACE_LOCK:
-        return _WORKSPACES.setdefault(key, made)
+
+
+def split_workspace(device: int, stream: int, slices: int,
+                    slice_elems: int) -> tuple[Any, Any]:
+    """A cross-CTA reduction's fp32 workspace (``slices`` slices of ``slice_elems``) and its
+    ``slices`` int32 counters on (device, stream) (:func:`stream_memory`: kept per stream, or a
+    CUDA graph capture's own): the counters start at zero and every launch of a proven
+    reduction leaves them so (its last arriver resets its tile's), so launches on one stream
+    reuse them in order (the split-K GEMM, split-KV decoding)."""
+    return stream_memory(("split", slices, slice_elems), device, stream, lambda torch, dev: (
+        torch.empty(slices * slice_elems, dtype=torch.float32, device=dev),
+        torch.zeros(slices, dtype=torch.int32, device=dev)))
 
 
 class HostCall(Generic[P, B]):
