@@ -404,7 +404,8 @@ def variant(spec: str) -> None:
     SM: the launch bounds, a register split ``preg``/``creg`` and the grid; with a ring that
     fits twice, e.g. ``bn=64,stages=2,qs=1``), ``order=splits`` (the split outermost in the
     tile order, so a CTA's later (tile, split) pairs keep every KV head of a row range
-    together), and the timing probes ``no_mma=1`` and ``no_math=1`` (results wrong)."""
+    together), ``rows=64`` (the 64-row tile where the call takes a narrow one), and the timing
+    probes ``no_mma=1`` and ``no_math=1`` (results wrong)."""
     from pipeline_core_schedules_attention import decode_call
 
     if not spec or getattr(decode_call, "_variant", None) == spec:
@@ -421,6 +422,8 @@ def variant(spec: str) -> None:
         def contig(self, chunks=chunks):
             return chunks.fget(self) if self.paged else int(opts["contig_chunks"])
         decode_call.DecodeCall.chunks = property(contig)
+    if "rows" in opts:  # the tile's rows forced (64: the wide tile where a narrow one fits)
+        decode_call.DecodeCall.rows = property(lambda self: int(opts["rows"]))
     if "split_scale" in opts:  # the wave model's split count scaled
         choose = decode_call.choose_splits
         decode_call.choose_splits = lambda t, b, s: max(1, min(b, round(

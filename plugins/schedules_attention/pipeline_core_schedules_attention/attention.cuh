@@ -47,11 +47,13 @@ struct Bf16 {
     static __device__ __forceinline__ u32 pack(float lo, float hi) {
         return pch100::pack_bf16x2(lo, hi);
     }
+    static __device__ __forceinline__ unsigned short one(float x) { return pcgc::f32_to_bf16(x); }
 };
 struct Fp16 {
     static __device__ __forceinline__ u32 pack(float lo, float hi) {
         return pcgc::pack_f16x2(lo, hi);
     }
+    static __device__ __forceinline__ unsigned short one(float x) { return pcgc::f32_to_f16(x); }
 };
 
 // Where P is packed to 16 bits.  `now`: in the softmax (no PV in flight reads the packed P).

@@ -128,19 +128,17 @@ __device__ __forceinline__ void decode_kv_load(u32 dst, const pcwg::TensorMap* m
     if (ahead) decode_pages<BN, CHUNKS>(p, b, block + 1, sk, table, table_stride, page);
 }
 
-// O += P.V for KV block `block`.  On the block holding the sequence's end, its V rows past the
-// end are the page's own bits (any, NaN among them: 0 x NaN is NaN), so they are cleared first:
-// whole 128-byte rows (whatever the swizzle), every thread its fixed 16-byte units, each store
-// predicated in PTX, then made visible to the async proxy the wgmma reads by, and the warp
-// group meets (named barrier BAR, the consumer's 128 threads) before any thread's wgmma reads
-// the stage.  Every block runs the fence and the barrier, and no branch or loop: control flow
-// between the plan's wgmma.fence and the wgmma makes ptxas re-fence the accumulators (C7519).
-// The plan holds the stage for this consumer alone from its full wait to its release, so the
-// writes race no copy and no other reader.
-template <int BN, int HD, bool GROUPED, int BAR,
-          void (*MMA)(float (&)[HD / 2], u32, u32, u32, u32, u64)>
-__device__ __forceinline__ void decode_pv(float (&o)[HD / 2], const u32 (&pk)[BN / 4], u32 v,
-                                          int block, int sk) {
+// On the block holding the sequence's end, its V rows past the end are the page's own bits (any,
+// NaN among them: 0 x NaN is NaN), so PV clears them first: whole 128-byte rows (whatever the
+// swizzle), every thread its fixed 16-byte units, each store predicated in PTX, then made
+// visible to the async proxy the wgmma reads by, and the warp group meets (named barrier BAR,
+// the consumer's 128 threads) before any thread's wgmma reads the stage.  Every block runs the
+// fence and the barrier, and no branch or loop: control flow between the plan's wgmma.fence and
+// the wgmma makes ptxas re-fence the accumulators (C7519).  The plan holds the stage for this
+// consumer alone from its full wait to its release, so the writes race no copy and no other
+// reader.
+template <int BN, int HD, bool GROUPED, int BAR>
+__device__ __forceinline__ void decode_clear_tail(u32 v, int block, int sk) {
     using L = KvLayout<BN, HD, GROUPED>;
     const int from = max(0, min(BN, sk - block * BN)) * 8;  // the first 16-byte unit past the end
     const int wtid = threadIdx.x % 128;
@@ -157,6 +155,15 @@ __device__ __forceinline__ void decode_pv(float (&o)[HD / 2], const u32 (&pk)[BN
         }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     asm volatile("bar.sync %0, 128;\n" :: "n"(BAR) : "memory");
+}
+
+// O += P.V for KV block `block`, V's rows past the end cleared first (decode_clear_tail).
+template <int BN, int HD, bool GROUPED, int BAR,
+          void (*MMA)(float (&)[HD / 2], u32, u32, u32, u32, u64)>
+__device__ __forceinline__ void decode_pv(float (&o)[HD / 2], const u32 (&pk)[BN / 4], u32 v,
+                                          int block, int sk) {
+    using L = KvLayout<BN, HD, GROUPED>;
+    decode_clear_tail<BN, HD, GROUPED, BAR>(v, block, sk);
     pv<BN, HD, MMA, L::PS, L::GS>(o, pk, v);
 }
 
@@ -230,10 +237,11 @@ __device__ __forceinline__ void decode_finish(float (&o)[HD / 2], Rows& r, const
     decode_store<HD, Elem>(o, inv, lse, dr, out, o_ss, o_sh, LSE, sq);
 }
 
-// Split-KV's workspace slot of one (output tile, split): 64 rows of HD fp32 (the split's O, its
-// row sums divided out) and the 64 rows' log-sum-exps after them (-inf: the split saw no key).
-template <int HD>
-constexpr int DECODE_SLOT = 64 * (HD + 1);
+// Split-KV's workspace slot of one (output tile, split): the tile's ROWS rows of HD fp32 (the
+// split's O, its row sums divided out) and their log-sum-exps after them (-inf: the split saw
+// no key).
+template <int HD, int ROWS = 64>
+constexpr int DECODE_SLOT = ROWS * (HD + 1);
 
 // This split's partial out to its slot: only the rows that are stored (the combine reads
 // those alone), each thread its own fragment's columns.
@@ -268,14 +276,14 @@ __device__ __forceinline__ void decode_slice_store(float (&o)[HD / 2], Rows& r,
 // (The first cut ran two passes over the splits, 16 threads each a row's quarter of float2s,
 // each split's loads behind the last one's use: unrolling its loops alone took 1.6 us off a
 // 17 us step at batch 1 x 8k.)
-template <int HD, class Elem>
+template <int HD, class Elem, int ROWS = 64>
 __device__ __forceinline__ void decode_combine(const float* slots, int splits,
                                                const DecodeRows& dr, unsigned short* out,
                                                long long o_ss, long long o_sh, float* LSE,
                                                int sq) {
     constexpr int CH = (HD / 4 + 31) / 32;  // a lane's float4 chunks of a row
     const int warp = (threadIdx.x % 128) / 32, lane = threadIdx.x % 32;
-    for (int row = warp; row < 64 && dr.token(row) < sq; row += 4) {
+    for (int row = warp; row < ROWS && dr.token(row) < sq; row += 4) {
         if (!dr.stored(row)) continue;
         float m = -INFINITY, sum = 0.f;
         float4 o[CH];
@@ -283,8 +291,8 @@ __device__ __forceinline__ void decode_combine(const float* slots, int splits,
         for (int k = 0; k < CH; ++k) o[k] = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 8
         for (int s = 0; s < splits; ++s) {
-            const float* slot = slots + (long long)s * DECODE_SLOT<HD>;
-            const float l = __ldcg(slot + 64 * HD + row);
+            const float* slot = slots + (long long)s * DECODE_SLOT<HD, ROWS>;
+            const float l = __ldcg(slot + ROWS * HD + row);
             float4 x[CH];
 #pragma unroll
             for (int k = 0; k < CH; ++k)
@@ -318,6 +326,266 @@ __device__ __forceinline__ void decode_combine(const float* slots, int splits,
         if (LSE != nullptr && lane == 0)
             LSE[(long long)dr.head(row) * sq + dr.token(row)] =
                 sum > 0.f ? m + __logf(sum) : INFINITY;
+    }
+}
+
+// ---- Narrow tiles (-p block_m=8): S^T = K.Q^T and O^T += V^T.P^T ------------------------------
+// At one token and a GQA group of 4 (a decode step's usual query), 4 of a 64-row tile's rows are
+// queries and 60 padding, which the wgmmas and the softmax compute all the same; with a split
+// of a few KV blocks a CTA, that math is on the step's path (batch 1 without the consumer's
+// math ran 1.03-1.17x cuDNN against 0.87-0.97, attention_decode_math_s21_h200.jsonl).  A narrow
+// tile of N = 8 query rows makes the keys wgmma's M and the queries its N: S^T = K.Q^T (a 64-key
+// half of the K stage as A, Q's N rows as B, both K-major where they lie), O^T += V^T.P^T (V's
+// stage read MN-major as A, P^T written to shared memory as B): an eighth of the MMA work and 8
+// scores a thread.  A column (query row) spans the warp group: its max meets through shared
+// memory once a block (Narrow::xch, a named barrier), its sum once a tile, at the finish.
+// Thread (warp w, lane) holds keys h * 64 + w * 16 + lane / 4 (+ 8) of S^T (head-dim rows alike
+// of O^T) at columns 2 q and 2 q + 1 (q = lane % 4): Rows' m0, m1, c0, c1 are those columns'
+// (the same in every thread), l0, l1 the thread's own keys' share of their sums until the
+// finish adds the shares.
+
+// What a narrow consumer keeps in shared memory beside the rings: P^T, the B operand of O^T's
+// wgmma (N rows of a block's keys in 64-key parts of N x 128 bytes, 128-byte swizzled), and the
+// column exchange.  Blocks alternate P^T buffers 0 and 1 and exchange areas 0 and 1, tiles'
+// finishes areas 2 and 3, so a buffer or area is written again only after a barrier that every
+// reader of its last values passed.  P^T needs the two: a warp's wait for the last PV retires
+// only its own share of the wgmma (the rings count an arrival a warp for that reason), so
+// another warp's share may still read the buffer while this warp writes the next block's.
+template <int BN, int N>
+struct Narrow {
+    alignas(1024) unsigned short p[2][BN * N];
+    float xch[4][4][N];
+};
+
+// A narrow tile's start: O^T cleared, the statistics empty.
+template <int MB, int N>
+__device__ __forceinline__ Rows start_t(float (&o)[MB][N / 2]) {
+#pragma unroll
+    for (int m = 0; m < MB; ++m)
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) o[m][i] = 0.f;
+    return Rows{-INFINITY, -INFINITY, 0.f, 0.f, 0.f, 0.f, 0, 0};
+}
+
+// S^T = K.Q^T: each 64-key half h of the K stage (8 of its 8-row groups, GS apart) as A against
+// the tile's N query rows as B (Q's stage: 64-column parts of N rows, N x 128 bytes apart), both
+// K-major, HD / 16 k steps; the first overwrites S^T.
+template <int BN, int HD, int N, void (*MMA)(float (&)[N / 2], u64, u64, int), int PS, int GS>
+__device__ __forceinline__ void qk_t(float (&s)[BN / 64][N / 2], u32 q, u32 k) {
+    const u64 dq = pcwg::smem_desc_sw128(q);
+#pragma unroll
+    for (int h = 0; h < BN / 64; ++h) {
+        const u64 dk = pcwg::smem_desc_sw128<GS>(k + h * 8 * GS);
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; ++kk)
+            MMA(s[h], pcwg::desc_step(dk, (kk / 4) * PS + (kk % 4) * 32),
+                pcwg::desc_step(dq, (kk / 4) * N * 128 + (kk % 4) * 32), kk > 0);
+    }
+}
+
+// The online softmax of KV block j on S^T (softmax's, per column): the mask from the plan's first
+// masked block on (a column's token picks its last key), the thread's column maxes over its
+// keys, the warp's (lanes of one q), the warp group's through the exchange area j % 2 and named
+// barrier BAR; P = 2^(S * scale_log2 - max) left in fp32 in S^T's registers (rescale_t writes
+// it out), the thread's share of the sums.
+template <int BN, int N, bool GUARD, int BAR, class Mask>
+__device__ __forceinline__ void softmax_t(float (&s)[BN / 64][N / 2], Rows& r, const Mask& mask,
+                                          int j, int first_masked, float scale_log2,
+                                          Narrow<BN, N>& nw) {
+    static_assert(N == 8, "a thread holds two columns of S^T (Rows' m0, m1)");
+    const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, q = lane % 4;
+#pragma unroll
+    for (int h = 0; h < BN / 64; ++h)
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) pcwg::fence_operand(s[h][i]);
+    if (j >= first_masked) {
+        const int lim0 = mask.last(2 * q), lim1 = mask.last(2 * q + 1);
+#pragma unroll
+        for (int h = 0; h < BN / 64; ++h)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int key = j * BN + h * 64 + w * 16 + lane / 4 + 8 * half;
+                s[h][2 * half] = mask.keeps(key, lim0) ? s[h][2 * half] : -INFINITY;
+                s[h][2 * half + 1] = mask.keeps(key, lim1) ? s[h][2 * half + 1] : -INFINITY;
+            }
+    }
+    float x0 = -INFINITY, x1 = -INFINITY;  // the block's column maxes of the raw scores
+#pragma unroll
+    for (int h = 0; h < BN / 64; ++h)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            x0 = fmaxf(x0, s[h][2 * half]);
+            x1 = fmaxf(x1, s[h][2 * half + 1]);
+        }
+#pragma unroll
+    for (int d = 4; d < 32; d *= 2) {
+        x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, d));
+        x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, d));
+    }
+    float (&x)[4][N] = nw.xch[j & 1];
+    if (lane < 4) *reinterpret_cast<float2*>(&x[w][2 * q]) = make_float2(x0, x1);
+    asm volatile("bar.sync %0, 128;\n" :: "n"(BAR) : "memory");
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {
+        const float2 y = *reinterpret_cast<const float2*>(&x[v][2 * q]);
+        x0 = fmaxf(x0, y.x);
+        x1 = fmaxf(x1, y.y);
+    }
+    x0 = fmaxf(r.m0, x0 * scale_log2);  // the running max, in log2 units
+    x1 = fmaxf(r.m1, x1 * scale_log2);
+    const float z0 = GUARD && x0 == -INFINITY ? 0.f : x0;  // a column with no key yet: 0, not NaN
+    const float z1 = GUARD && x1 == -INFINITY ? 0.f : x1;
+    r.c0 = ex2_approx(r.m0 - z0);
+    r.c1 = ex2_approx(r.m1 - z1);
+    r.m0 = x0;
+    r.m1 = x1;
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int h = 0; h < BN / 64; ++h)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const float p0 = ex2_approx(fmaf(s[h][2 * half], scale_log2, -z0));
+            const float p1 = ex2_approx(fmaf(s[h][2 * half + 1], scale_log2, -z1));
+            s0 += p0;
+            s1 += p1;
+            s[h][2 * half] = p0;
+            s[h][2 * half + 1] = p1;
+        }
+    r.l0 = r.l0 * r.c0 + s0;
+    r.l1 = r.l1 * r.c1 + s1;
+}
+
+// O^T *= the softmax's correction, column by column, then block j's P^T (fp32 in S^T's
+// registers) to its buffer (j % 2) for PV: column n's key k of part h at h * N * 128 + n * 128,
+// its 16-byte unit k % 64 / 8 swizzled by n (128-byte swizzle).
+template <int HD, int BN, int N, class Elem>
+__device__ __forceinline__ void rescale_t(float (&o)[HD / 64][N / 2],
+                                          const float (&s)[BN / 64][N / 2], Narrow<BN, N>& nw,
+                                          const Rows& r, int j) {
+    const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, q = lane % 4;
+#pragma unroll
+    for (int m = 0; m < HD / 64; ++m) {
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) pcwg::fence_operand(o[m][i]);
+        o[m][0] *= r.c0; o[m][1] *= r.c1;
+        o[m][2] *= r.c0; o[m][3] *= r.c1;
+    }
+    const u32 p = pch100::smem_addr(nw.p[j & 1]);
+#pragma unroll
+    for (int h = 0; h < BN / 64; ++h)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int k = w * 16 + lane / 4 + 8 * half, n = 2 * q + e;
+                const u32 at = p + h * N * 128 + n * 128 + ((k / 8) ^ n) * 16 + k % 8 * 2;
+                asm volatile("st.shared.u16 [%0], %1;\n"
+                             :: "r"(at), "h"(Elem::one(s[h][2 * half + e])) : "memory");
+            }
+}
+
+// O^T += V^T.P^T for KV block `block`: V's rows past the end cleared, P^T's and the clearing's
+// writes fenced to the async proxy and the warp group met (decode_clear_tail), then per 64-row
+// part m of the head dim V's stage as A, MN-major (wgmma's transpose), against P^T as B,
+// K-major, 16 keys a k step.
+template <int BN, int HD, int N, bool GROUPED, int BAR, void (*MMA)(float (&)[N / 2], u64, u64)>
+__device__ __forceinline__ void decode_pv_t(float (&o)[HD / 64][N / 2], const Narrow<BN, N>& nw,
+                                            u32 v, int block, int sk) {
+    using L = KvLayout<BN, HD, GROUPED>;
+    decode_clear_tail<BN, HD, GROUPED, BAR>(v, block, sk);
+    const u64 dp = pcwg::smem_desc_sw128(pch100::smem_addr(nw.p[block & 1]));
+#pragma unroll
+    for (int m = 0; m < HD / 64; ++m) {
+        const u64 dv = pcgc::smem_desc_sw128_mn<L::PS, L::GS>(v + m * L::PS);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+            MMA(o[m], pcwg::desc_step(dv, kk * 2 * L::GS),
+                pcwg::desc_step(dp, (kk / 4) * N * 128 + (kk % 4) * 32));
+    }
+}
+
+// A narrow tile's statistics at its end: each column's sum (the threads' shares added: the
+// warp's lanes of one q, then the warp group's through exchange area 2 + o % 2, o the CTA's
+// tile count), its 1 / sum (0 for a column with no key) and natural log-sum-exp (+inf then).
+template <int BN, int N, int BAR>
+__device__ __forceinline__ void decode_stats_t(Rows& r, float (&inv)[2], float (&lse)[2],
+                                               Narrow<BN, N>& nw, int o) {
+    constexpr float LN2 = 0.6931471805599453f;
+    const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, q = lane % 4;
+#pragma unroll
+    for (int d = 4; d < 32; d *= 2) {
+        r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, d);
+        r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, d);
+    }
+    float (&x)[4][N] = nw.xch[2 + (o & 1)];
+    if (lane < 4) *reinterpret_cast<float2*>(&x[w][2 * q]) = make_float2(r.l0, r.l1);
+    asm volatile("bar.sync %0, 128;\n" :: "n"(BAR) : "memory");
+    r.l0 = r.l1 = 0.f;
+#pragma unroll
+    for (int v = 0; v < 4; ++v) {  // in warp order: every thread adds the same four
+        const float2 y = *reinterpret_cast<const float2*>(&x[v][2 * q]);
+        r.l0 += y.x;
+        r.l1 += y.y;
+    }
+    inv[0] = r.l0 > 0.f ? 1.f / r.l0 : 0.f;
+    inv[1] = r.l1 > 0.f ? 1.f / r.l1 : 0.f;
+    lse[0] = r.l0 > 0.f ? LN2 * (r.m0 + log2f(r.l0)) : INFINITY;
+    lse[1] = r.l1 > 0.f ? LN2 * (r.m1 + log2f(r.l1)) : INFINITY;
+}
+
+// An unsplit narrow tile's end: O^T's columns / their sums into their (token, head) rows of O,
+// each thread its head-dim rows of its two columns, and the log-sum-exps where asked.
+template <int BN, int HD, int N, class Elem, int BAR>
+__device__ __forceinline__ void decode_finish_t(float (&o)[HD / 64][N / 2], Rows& r,
+                                                const DecodeRows& dr, unsigned short* out,
+                                                long long o_ss, long long o_sh, float* LSE,
+                                                int sq, Narrow<BN, N>& nw, int tile) {
+    const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, q = lane % 4;
+#pragma unroll
+    for (int m = 0; m < HD / 64; ++m)
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) pcwg::fence_operand(o[m][i]);
+    float inv[2], lse[2];
+    decode_stats_t<BN, N, BAR>(r, inv, lse, nw, tile);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int n = 2 * q + e;
+        if (!dr.stored(n)) continue;
+        unsigned short* const row = out + dr.token(n) * o_ss + dr.head(n) * o_sh;
+#pragma unroll
+        for (int m = 0; m < HD / 64; ++m)
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+                row[m * 64 + w * 16 + lane / 4 + 8 * half] = Elem::one(o[m][2 * half + e] * inv[e]);
+        if (LSE != nullptr && w == 0 && lane < 4)
+            LSE[(long long)dr.head(n) * sq + dr.token(n)] = lse[e];
+    }
+}
+
+// This split's narrow partial out to its slot (DECODE_SLOT<HD, N>: row n of the slot is column
+// n of O^T), the stored columns only.
+template <int BN, int HD, int N, int BAR>
+__device__ __forceinline__ void decode_slice_store_t(float (&o)[HD / 64][N / 2], Rows& r,
+                                                     const DecodeRows& dr, float* slot,
+                                                     Narrow<BN, N>& nw, int tile) {
+    const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, q = lane % 4;
+#pragma unroll
+    for (int m = 0; m < HD / 64; ++m)
+#pragma unroll
+        for (int i = 0; i < N / 2; ++i) pcwg::fence_operand(o[m][i]);
+    float inv[2], lse[2];
+    decode_stats_t<BN, N, BAR>(r, inv, lse, nw, tile);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+        const int n = 2 * q + e;
+        if (!dr.stored(n)) continue;
+#pragma unroll
+        for (int m = 0; m < HD / 64; ++m)
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+                __stcg(slot + n * HD + m * 64 + w * 16 + lane / 4 + 8 * half,
+                       o[m][2 * half + e] * inv[e]);
+        if (w == 0 && lane < 4) __stcg(slot + N * HD + n, inv[e] > 0.f ? lse[e] : -INFINITY);
     }
 }
 

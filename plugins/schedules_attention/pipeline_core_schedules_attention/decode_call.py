@@ -38,8 +38,8 @@ from pipeline_core_schedules_attention.call import (DTYPES, LOG2E, AttentionArgu
                                                     AttentionKernel, _load, check_group,
                                                     check_operands, softmax_scale)
 from pipeline_core_schedules_attention.decode_tiles import (DECODE_ROWS, MAX_SLOTS_PER_SM,
-                                                            choose_splits, chunk_rows,
-                                                            tile_shape)
+                                                            NARROW_ROWS, choose_splits,
+                                                            chunk_rows, narrow_fits, tile_shape)
 from pipeline_core_schedules_attention.layout import (BOX_COLS, empty_in_order, in_place,
                                                       order_of, readable, sizes, strides)
 from pipeline_core_schedules_attention.schedule import DECODE_PRODUCER_REGISTERS, NAME
@@ -110,9 +110,21 @@ class DecodeCall:
         return BLOCKS[self.head_dim][0]
 
     @property
+    def rows(self) -> int:
+        """The kernel's rows a tile (``-p block_m``): a narrow tile's 8 where they hold every
+        query of a KV head (one token, a group of up to 8: attention_decode.cuh, "Narrow
+        tiles"), else 64."""
+        return NARROW_ROWS if narrow_fits(self.group, self.tokens) else DECODE_ROWS
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """The tile's heads, tokens and head chunks (:func:`decode_tiles.tile_shape`)."""
+        return tile_shape(self.group, self.rows)
+
+    @property
     def tiles(self) -> int:
         """Output tiles: (sequence, KV head, head chunk, token block)."""
-        hb, tb, hc = tile_shape(self.group)
+        hb, tb, hc = self.shape
         return self.batch * self.kv_heads * hc * -(-self.tokens // tb)
 
 
@@ -194,23 +206,23 @@ def _check_table(table: Any, batch: int, q: Any) -> int:
     return int(table.shape[1])
 
 
-def decode_params(head_dim: int, causal: bool, split: bool,
-                  chunks: int = 1, grouped: bool = False) -> dict[str, str]:
+def decode_params(head_dim: int, causal: bool, split: bool, chunks: int = 1,
+                  grouped: bool = False, rows: int = DECODE_ROWS) -> dict[str, str]:
     """The ``-p`` parameters of a decode kernel."""
     return {"decode": "true", "split_kv": str(split).lower(), "causal": str(causal).lower(),
             "page_chunks": str(chunks), "kv_grouped": str(grouped).lower(),
-            "head_dim": str(head_dim), "block_m": str(DECODE_ROWS),
+            "head_dim": str(head_dim), "block_m": str(rows),
             "block_n": str(BLOCKS[head_dim][0]), "q_stages": str(BLOCKS[head_dim][2]),
             "consumers": "1", "pingpong": "false", "intra_overlap": "true",
             "producer_registers": str(DECODE_PRODUCER_REGISTERS)}
 
 
-def decode_source(head_dim: int, dtype: str, causal: bool, split: bool,
-                  chunks: int = 1, grouped: bool = False) -> tuple[CompiledSchedule, str]:
+def decode_source(head_dim: int, dtype: str, causal: bool, split: bool, chunks: int = 1,
+                  grouped: bool = False, rows: int = DECODE_ROWS) -> tuple[CompiledSchedule, str]:
     """A decode kernel's schedule compiled (and proven), and its CUDA."""
     from pipeline_core_schedules_attention.emit_attention import emit_attention
 
-    compiled = DECODE.compile(decode_params(head_dim, causal, split, chunks, grouped),
+    compiled = DECODE.compile(decode_params(head_dim, causal, split, chunks, grouped, rows),
                               BLOCKS[head_dim][1])
     return compiled, emit_attention(compiled, dtype=dtype)
 
@@ -221,16 +233,16 @@ def decode_source(head_dim: int, dtype: str, causal: bool, split: bool,
 PAGE_CHUNKS = (1, 2, 4, 8, 16)
 #: every kernel the decode call may build: (head dim, dtype, causal, split, page chunks,
 #: grouped: DecodeCall.grouped, with several chunks, and the parts layout beside it for caches
-#: whose heads are not dense)
-VARIANTS = tuple((d, t, c, s, n, g) for d in HEAD_DIMS for t in ("bf16", "fp16")
+#: whose heads are not dense; rows: DecodeCall.rows)
+VARIANTS = tuple((d, t, c, s, n, g, r) for d in HEAD_DIMS for t in ("bf16", "fp16")
                  for c in (False, True) for s in (False, True) for n in PAGE_CHUNKS
                  for g in ((False, True) if n > 1 else (False,))
-                 if BLOCKS[d][0] % (8 * n) == 0)
+                 for r in (DECODE_ROWS, NARROW_ROWS) if BLOCKS[d][0] % (8 * n) == 0)
 
 
 def _build(head_dim: int, dtype: str, causal: bool, split: bool, chunks: int, grouped: bool,
-           device: int) -> AttentionKernel:
-    return _load(*decode_source(head_dim, dtype, causal, split, chunks, grouped), device)
+           rows: int, device: int) -> AttentionKernel:
+    return _load(*decode_source(head_dim, dtype, causal, split, chunks, grouped, rows), device)
 
 
 def _splits(c: DecodeCall, device: int) -> int:
@@ -245,7 +257,7 @@ def _workspace(r: Recipe[tuple[DecodeCall, int]]) -> tuple[Any, Any] | None:
     if splits == 1:
         return None
     return split_workspace(r.device, r.stream, MAX_SLOTS_PER_SM * sm_count(r.device),
-                           DECODE_ROWS * (c.head_dim + 1))
+                           DECODE_ROWS * (c.head_dim + 1))  # a slot of the widest tile
 
 
 def _arguments(r: Recipe[tuple[DecodeCall, int]], kernels: tuple[AttentionKernel, ...],
@@ -256,7 +268,7 @@ def _arguments(r: Recipe[tuple[DecodeCall, int]], kernels: tuple[AttentionKernel
     np = require_gpu_module("numpy")
     (built,), (q, k, v, lengths, table, found) = kernels, tensors
     c, splits = r.plan
-    hb, tb, hc = tile_shape(c.group)
+    hb, tb, hc = c.shape
     sms = sm_count(r.device)
     o_sb, o_ss, o_sh, _ = _out_strides(c)
     values = {
@@ -301,7 +313,7 @@ def _out_strides(c: DecodeCall) -> tuple[int, ...]:
 
 
 #: the decode call layer (the kit's HostCall): its kernels (key: (head dim, dtype, causal,
-#: split, page chunks, grouped, device)), recipes, packed arguments and op
+#: split, page chunks, grouped, rows, device)), recipes, packed arguments and op
 DECODE: HostCall[tuple[DecodeCall, int], AttentionKernel] = HostCall(
     schedule=NAME, plugins=(PLUGIN_MODULE, "pipeline_core_schedules_attention.plugin"),
     build=lambda key: _build(*key), pack=_arguments, ops=lambda: _decode_ops())
@@ -359,7 +371,7 @@ def _run(q: Any, k_cache: Any, v_cache: Any, lengths: Any, table: Any, causal: b
     try:
         r = DECODE.recipe(q, key, plan, lambda p, device: (
             (p[0].head_dim, p[0].dtype, p[0].causal, p[1] > 1, p[0].chunks, p[0].grouped,
-             device),))
+             p[0].rows, device),))
     except TypeError:  # an unhashable argument, which the checks refuse
         _check(q, k_cache, v_cache, lengths, table, causal, scale)
         raise

@@ -49,16 +49,27 @@ from pipeline_core_schedules_attention.tiles import LoopBounds
 
 #: rows of a decode output tile: one consumer warp group's wgmma M
 DECODE_ROWS = 64
+#: rows of a narrow tile (attention_decode.cuh, "Narrow tiles"): the queries are wgmma's N, the
+#: keys its M, where a GQA group's heads and the tokens fit in 8 rows (one token, groups up to 8)
+NARROW_ROWS = 8
 
 
-def tile_shape(group: int) -> tuple[int, int, int]:
-    """``(HB, TB, HC)`` for a GQA group of ``group`` query heads: the heads per tile (the group
-    rounded up to a power of two, at most :data:`DECODE_ROWS`), the tokens per tile and the
-    head chunks per KV head.  A power of two keeps a row's token and head a shift and a mask
-    apart; a group that is not one reads the next group's heads into the spare rows (computed,
-    never stored)."""
-    hb = min(DECODE_ROWS, 1 << max(0, (group - 1).bit_length()))
-    return hb, DECODE_ROWS // hb, -(-group // hb)
+def tile_shape(group: int, rows: int = DECODE_ROWS) -> tuple[int, int, int]:
+    """``(HB, TB, HC)`` for a GQA group of ``group`` query heads in tiles of ``rows`` rows: the
+    heads per tile (the group rounded up to a power of two, at most ``rows``), the tokens per
+    tile and the head chunks per KV head.  A power of two keeps a row's token and head a shift
+    and a mask apart; a group that is not one reads the next group's heads into the spare rows
+    (computed, never stored)."""
+    hb = min(rows, 1 << max(0, (group - 1).bit_length()))
+    return hb, rows // hb, -(-group // hb)
+
+
+def narrow_fits(group: int, tokens: int) -> bool:
+    """Whether a narrow tile holds every query of a KV head: the group's heads (to a power of
+    two) times the tokens (to one) within :data:`NARROW_ROWS`, so one tile a KV head reads its
+    pages once, as the 64-row tile does."""
+    hb, tb, hc = tile_shape(group, NARROW_ROWS)
+    return hc == 1 and tb >= tokens
 
 
 def chunk_rows(page_size: int, block_n: int) -> int:

@@ -51,9 +51,11 @@ from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode,
                                                wgmma_ss)
 
 from pipeline_core_schedules_attention.decode_tiles import DecodeBounds
-from pipeline_core_schedules_attention.emit_decode import (DECODE_COMPUTE, decode_finish,
-                                                           decode_header, decode_load_line,
-                                                           decode_mask, decode_pv_line,
+from pipeline_core_schedules_attention.decode_tiles import NARROW_ROWS
+from pipeline_core_schedules_attention.emit_decode import (NARROW_STATE, decode_compute,
+                                                           decode_finish, decode_header,
+                                                           decode_load_line, decode_mask,
+                                                           decode_op_line, decode_pv_line,
                                                            decode_tile_loop)
 from pipeline_core_schedules_attention.emit_varlen import (varlen_finish, varlen_header,
                                                            varlen_tile_loop)
@@ -80,7 +82,7 @@ def geometry_refusal(g: AttentionGeometry) -> str:
     """Why this emitter cannot write geometry ``g`` ("" when it can): what :func:`emit_attention`
     refuses with, and what ``pipeline-core compile`` asks (:func:`refuses`), so a geometry the
     schedule proves but the kernel cannot take is said at compile too."""
-    if g.rows != WGMMA_M:
+    if g.rows != WGMMA_M and not (g.decode and g.rows == NARROW_ROWS):
         return (f"writes {WGMMA_M} query rows per consumer; -p block_m={g.block_m} over "
                 f"{g.consumers} consumer{'s' if g.consumers != 1 else ''} gives {g.rows}: set "
                 f"-p block_m={WGMMA_M * g.consumers}")
@@ -132,6 +134,8 @@ class _Variant:
     #: decode (emit_decode.py): its loads, the softmax of KV block ``KF + t`` against the
     #: global ``FM``, and PV clearing V's rows past the end on the tail block
     decode: bool = False
+    #: decode's narrow tile (attention_decode.cuh, "Narrow tiles": S^T = K.Q^T, O^T += V^T.P^T)
+    narrow: bool = False
     #: the head dim QK reads and the finish stores, where it is not the kernel's ``HD`` (the
     #: boxes' columns, PV's N: D=96 runs S over 96 columns, O over 128 whose last 32 are V's
     #: zeros, and stores 96); "" where they are one
@@ -140,6 +144,9 @@ class _Variant:
     def op_line(self, tag: int, stage: str, tile: str) -> str:
         """One call of the header per compute op step (a ring stage's S, PV; a KV block's
         softmax; the rescale)."""
+        if self.narrow and tag != AttentionTag.WGMMA_PV:
+            return decode_op_line(tag, stage, tile, elem=self.elem, mask=self.mask,
+                                  guard=self.guard, qk=self.qk)
         if tag == AttentionTag.WGMMA_S:
             layout = ", KV::PS, KV::GS" if self.decode else ""  # decode's K stage layout
             return (f"pcat::qk<BM, BN, {self.cols or 'HD'}, {self.qk}{layout}>(sacc, q_smem, "
@@ -155,7 +162,7 @@ class _Variant:
             return f"pcat::rescale<HD, BN, {self.elem}, {self.pack}>(oacc, sacc, pk, rows);"
         assert tag == AttentionTag.WGMMA_PV
         if self.decode:
-            return decode_pv_line(self.pv, stage, tile)
+            return decode_pv_line(self.pv, stage, tile, self.narrow)
         return f"pcat::pv<BN, HD, {self.pv}>(oacc, pk, stage_v({stage}));"
 
 
@@ -277,9 +284,21 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
 
 def _kernel_choices(g: AttentionGeometry, dtype: str) -> dict[str, str]:
     """What every variant's kernel picks alike: the element type, where P is packed
-    (``intra_overlap``) and the per-N wgmma wrappers of S and PV (PV's N the boxes' columns)."""
+    (``intra_overlap``) and the per-N wgmma wrappers of S and PV (PV's N the boxes' columns;
+    a narrow decode tile's both N its rows, PV's A transposed: :func:`_wrappers`)."""
+    narrow = g.decode and g.rows == NARROW_ROWS
     return {"elem": ELEM[dtype], "pack": f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
-            "qk": f"wgmma_m64n{g.block_n}k16", "pv": f"wgmma_rs_m64n{g.box_cols}k16"}
+            "qk": f"wgmma_m64n{g.rows if narrow else g.block_n}k16",
+            "pv": f"wgmma_ta_m64n{g.rows}k16" if narrow else f"wgmma_rs_m64n{g.box_cols}k16"}
+
+
+def _wrappers(g: AttentionGeometry, dtype: str) -> str:
+    """The wgmma wrappers :func:`_kernel_choices` names: S's SS (its first k step overwrites)
+    and PV's RS, or a narrow decode tile's two SS, PV's reading V MN-major (transposed A)."""
+    if g.decode and g.rows == NARROW_ROWS:
+        return (wgmma_ss(g.rows, dtype, scale_d=True)
+                + wgmma_ss(g.rows, dtype, trans_a=1, prefix="wgmma_ta"))
+    return wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.box_cols, dtype)
 
 
 def _emit_decode(compiled: CompiledSchedule, g: AttentionGeometry, watchdog: int,
@@ -290,11 +309,13 @@ def _emit_decode(compiled: CompiledSchedule, g: AttentionGeometry, watchdog: int
             rule.split_shift, rule.page_lag, rule.arrivals_shift, rule.skip_split) != (0, 0, 0, -1):
         raise _fail("the plan's trip rule is not -p decode's as the geometry declares, or "
                     "carries a mutation; recompile the schedule")
+    narrow = g.rows == NARROW_ROWS
     variant = _Variant(**_kernel_choices(g, dtype), mask=decode_mask(g.causal), guard=g.causal,
-                       window=False, softcap=False, decode=True)
-    family = _family(g, compute=DECODE_COMPUTE,
+                       window=False, softcap=False, decode=True, narrow=narrow)
+    family = _family(g, compute=decode_compute(narrow),
                      finish=decode_finish(compiled.plan.programs[1:], variant.elem,
-                                          EMITTER_NAME))
+                                          EMITTER_NAME, narrow),
+                     state=NARROW_STATE if narrow else _STATE)
     device = pasted(__package__, "attention.cuh") + pasted(__package__, "attention_decode.cuh")
     return _source(compiled, g, dtype, variant, decode_tile_loop(g.causal), family, device,
                    decode_header(g.head_dim, g.threads, g.smem_bytes), watchdog)
@@ -330,7 +351,7 @@ def _source(compiled: CompiledSchedule, g: AttentionGeometry, dtype: str, varian
         f"// O = softmax(Q.K^T * scale) . V per ({what}, "
         f"head), {dtype} in and out, fp32 accumulate.", *about,
         header_source(), wgmma_header_source(), gemm_call_header_source(),
-        wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.box_cols, dtype), device,
+        _wrappers(g, dtype), device,
         f'extern "C" __global__ void __launch_bounds__({g.threads}, 1)',
         f"{KERNEL_NAME}({_signature(g).render()}) {{", body,
         "}", ""])
@@ -349,8 +370,12 @@ _COMPUTE_START = ("            pcat::Rows rows = pcat::start<HD>(oacc, tile_m * 
                   "            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q")
 
 
+#: a consumer's O, S and packed P (the fragments of m64 wgmmas over the tile's 64 rows)
+_STATE = "        float oacc[HD / 2], sacc[BN / 2];\n        u32 pk[BN / 4];"
+
+
 def _family(g: AttentionGeometry, *, finish: str,
-            compute: str = _COMPUTE_START) -> AgentsFamily:
+            compute: str = _COMPUTE_START, state: str = _STATE) -> AgentsFamily:
     """The kernel's constants (the frame's STAGES, the once ring's Q_STAGES, the roles'
     registers; ``HD`` the boxes' columns, ``AttentionGeometry.box_cols``); Q's ring (output
     tile o's Q in stage o % Q_STAGES), then the K and V rings, from
@@ -373,7 +398,7 @@ def _family(g: AttentionGeometry, *, finish: str,
                     "KV_BYTES; };\n"
                     "    auto stage_v = [&](int s) { return ring + Q_STAGES * Q_BYTES + (STAGES "
                     "+ s) * KV_BYTES; };",
-        consumer_state="        float oacc[HD / 2], sacc[BN / 2];\n        u32 pk[BN / 4];",
+        consumer_state=state,
         compute=compute, finish=finish, once_stages="Q_STAGES")
 
 

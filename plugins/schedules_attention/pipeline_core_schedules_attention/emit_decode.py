@@ -91,15 +91,43 @@ def decode_mask(causal: bool) -> str:
     return "pcat::DecodeMask{Sk, Sk - Sq + t0, HB_SHIFT}" if causal else "pcat::KeyTail{Sk}"
 
 
-def decode_pv_line(pv: str, stage: str, tile: str) -> str:
+def decode_pv_line(pv: str, stage: str, tile: str, narrow: bool) -> str:
+    """PV of the block in ring stage ``stage`` (its V rows past the end cleared): P from
+    registers, or (narrow) O^T += V^T.P^T with P^T from the consumer's shared memory."""
+    if narrow:
+        return (f"pcat::decode_pv_t<BN, HD, BM, KV_GROUPED, {SPLIT_BARRIER}, {pv}>(oacc, nw, "
+                f"stage_v({stage}), KF + {tile}, Sk);")
     return (f"pcat::decode_pv<BN, HD, KV_GROUPED, {SPLIT_BARRIER}, {pv}>(oacc, pk, "
             f"stage_v({stage}), "
             f"KF + {tile}, Sk);")
 
 
-#: the consumer's start of a tile: O cleared, its Q, where its rows go
-DECODE_COMPUTE = (
-    "            pcat::Rows rows = pcat::start<HD>(oacc, 0, consumer);\n"
+def decode_op_line(tag: int, stage: str, tile: str, *, elem: str, mask: str, guard: bool,
+                   qk: str) -> str:
+    """A narrow tile's S^T, softmax and rescale steps (attention_decode.cuh, "Narrow tiles"):
+    the keys wgmma's M, the tile's query rows its N."""
+    if tag == AttentionTag.WGMMA_S:
+        return (f"pcat::qk_t<BN, HD, BM, {qk}, KV::PS, KV::GS>(sacc, q_smem, "
+                f"stage_k({stage}));")
+    if tag == AttentionTag.SOFTMAX:
+        return (f"pcat::softmax_t<BN, BM, {str(guard).lower()}, {SPLIT_BARRIER}>(sacc, rows, "
+                f"{mask}, KF + {tile}, FM, scale_log2, nw);")
+    assert tag == AttentionTag.RESCALE
+    return f"pcat::rescale_t<HD, BN, BM, {elem}>(oacc, sacc, nw, rows, KF + {tile});"
+
+
+#: a narrow consumer's registers (O^T and S^T: wgmma m64nBM fragments, HD / 64 and BN / 64 of
+#: them) and its shared memory beside the rings (P^T, the column exchange)
+NARROW_STATE = ("        float oacc[HD / 64][BM / 2], sacc[BN / 64][BM / 2];\n"
+                "        __shared__ pcat::Narrow<BN, BM> nw;")
+
+
+def decode_compute(narrow: bool) -> str:
+    """The consumer's start of a tile: O cleared, its Q, where its rows go."""
+    start = ("pcat::start_t<HD / 64, BM>(oacc)" if narrow
+             else "pcat::start<HD>(oacc, 0, consumer)")
+    return (
+    f"            pcat::Rows rows = {start};\n"
     "            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q\n"
     "            const pcat::DecodeRows dr{t0, HB_SHIFT, min(HB, G - hc * HB), Sq};\n"
     "            const int h0 = kvh * G + hc * HB;  // the tile's first query head\n"
@@ -109,36 +137,44 @@ DECODE_COMPUTE = (
 
 _UNSPLIT = ("            pcat::decode_finish<HD, {elem}>(oacc, rows, dr, out, o_ss, o_sh, lse, "
             "Sq);")
+_UNSPLIT_NARROW = (f"            pcat::decode_finish_t<BN, HD, BM, {{elem}}, {SPLIT_BARRIER}>(oacc, "
+                   "rows, dr, out, o_ss, o_sh, lse, Sq, nw, o);")
 
 _SPLIT_OPEN = ("        {  // split-KV: the partial out, the output tile's last split combines\n"
                "            __shared__ int split_last;\n"
                "            float* const slots = ws + (long long)out_tile * SPLITS * "
-               "pcat::DECODE_SLOT<HD>;\n"
+               "pcat::DECODE_SLOT<HD, BM>;\n"
                "            " + section_mark("finish") + "\n")
 _SPLIT_CLOSE = "            " + section_mark("end") + "\n        }"
 _SPLIT_STEPS = {
     StepKind.SLICE_STORE: ("            pcat::decode_slice_store<HD>(oacc, rows, dr, slots + "
                            "split * pcat::DECODE_SLOT<HD>);\n"),
-    StepKind.SLICE_READ: ("            pcat::decode_combine<HD, {elem}>(slots, SPLITS, dr, out, "
-                          "o_ss, o_sh, lse, Sq);\n"),
+    StepKind.SLICE_READ: ("            pcat::decode_combine<HD, {elem}, BM>(slots, SPLITS, dr, "
+                          "out, o_ss, o_sh, lse, Sq);\n"),
     # the kit's counter steps (split-K's), on the output tile's counter, one consumer's threads
     **counter_steps(me="wtid", counter="out_tile", last="(unsigned)SPLITS - 1u",
                     barrier=SPLIT_BARRIER, threads=128),
 }
+#: a narrow tile's partial (its slot's rows are O^T's columns)
+_SLICE_NARROW = (f"            pcat::decode_slice_store_t<BN, HD, BM, {SPLIT_BARRIER}>(oacc, rows, "
+                 "dr, slots + split * pcat::DECODE_SLOT<HD, BM>, nw, o);\n")
 
 
-def decode_finish(consumers: Sequence[AgentProgram], elem: str, emitter: str) -> str:
+def decode_finish(consumers: Sequence[AgentProgram], elem: str, emitter: str,
+                  narrow: bool = False) -> str:
     """The consumer's finish: the unsplit store, or split-KV's hand-off, each of the plan's
-    reduction steps (the consumer's ``finish``) as its block, in the plan's order."""
+    reduction steps (the consumer's ``finish``) as its block, in the plan's order; ``narrow``:
+    a narrow tile's (O^T's columns are the tile's rows)."""
     (consumer,) = consumers
     if not consumer.finish:
-        return _UNSPLIT.format(elem=elem)
+        return (_UNSPLIT_NARROW if narrow else _UNSPLIT).format(elem=elem)
     code = []
     for s in consumer.finish:
         if s.kind not in _SPLIT_STEPS:
             raise ProgramError(f"emitter {emitter}: no CUDA for decode's finish step "
                                f"{s.kind.value}")
-        code.append(_SPLIT_STEPS[s.kind].replace("{elem}", elem))
+        step = _SLICE_NARROW if narrow and s.kind == StepKind.SLICE_STORE else _SPLIT_STEPS[s.kind]
+        code.append(step.replace("{elem}", elem))
     return _SPLIT_OPEN + "".join(code) + _SPLIT_CLOSE
 
 

@@ -40,7 +40,8 @@ from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TA
                                                WGMMA_TMA, AgentsSchedule, family_profile,
                                                register_split_refusal)
 
-from pipeline_core_schedules_attention.decode_tiles import DECODE_ROWS, DecodeBounds
+from pipeline_core_schedules_attention.decode_tiles import (DECODE_ROWS, NARROW_ROWS,
+                                                            DecodeBounds)
 from pipeline_core_schedules_attention.layout import BOX_COLS
 from pipeline_core_schedules_attention.tiles import LoopBounds
 from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds
@@ -244,7 +245,8 @@ class AttentionGeometry(WarpGroupTiles):
         def bad(param: str, why: str) -> ProgramError:
             return ProgramError(f"{OWNER}: -p {param}: {why}")
 
-        if self.block_m % self.consumers or self.rows % WGMMA_M:
+        narrow = self.decode and self.block_m == NARROW_ROWS  # decode's narrow tile
+        if self.block_m % self.consumers or (self.rows % WGMMA_M and not narrow):
             raise bad("block_m", f"{self.block_m} query rows over {self.consumers} consumers is "
                                  f"not a multiple of {WGMMA_M} rows per consumer (wgmma m64)")
         if self.block_n % 16:
@@ -303,9 +305,10 @@ class AttentionGeometry(WarpGroupTiles):
         if self.head_dim % BOX_COLS:
             raise bad("head_dim", f"{self.head_dim}: decode reads whole {BOX_COLS}-column boxes; "
                                   "pass -p head_dim=64 or 128")
-        if self.block_m != DECODE_ROWS or self.consumers != 1:
+        if self.block_m not in (DECODE_ROWS, NARROW_ROWS) or self.consumers != 1:
             raise bad("block_m", f"decode packs a GQA group's heads and tokens into one "
-                                 f"consumer's {DECODE_ROWS} rows; set -p block_m={DECODE_ROWS} "
+                                 f"consumer's {DECODE_ROWS} rows (or a narrow tile's "
+                                 f"{NARROW_ROWS}); set -p block_m={DECODE_ROWS} "
                                  "-p consumers=1 -p pingpong=false")
         for name, on in (("varlen", self.varlen), ("window_left", self.windowed),
                          ("softcap", self.softcap)):
@@ -450,8 +453,9 @@ PARAMS = (
     Param("head_dim", int, 128, "head dimension D (96: two TMA boxes, the second half zeros; "
                                 "192 and 256 where their tiles' registers and shared memory fit)",
           choices=HEAD_DIMS),
-    Param("block_m", int, 128, "query rows per output tile, split over the consumers",
-          bound=Bound(low=64, high=256)),
+    Param("block_m", int, 128, "query rows per output tile, split over the consumers (8: "
+                               "decode's narrow tile, the queries wgmma's N)",
+          bound=Bound(low=8, high=256)),
     Param("block_n", int, 128, "keys per KV block (the K tile)", bound=Bound(low=16, high=256)),
     Param("consumers", int, 2, "consumer warp groups", bound=Bound(low=1, high=3)),
     Param("causal", bool, False, "causal mask: KV blocks above the diagonal skipped, the "

@@ -21,8 +21,9 @@ from pipeline_core_schedules_attention.call import AttentionArgumentError
 from pipeline_core_schedules_attention.decode_call import (BLOCKS, HEAD_DIMS, DecodeCall,
                                                            decode_params, plan_decode)
 from pipeline_core_schedules_attention.decode_tiles import (DECODE_ROWS, MAX_SLOTS_PER_SM,
-                                                            DecodeBounds, DecodeProblem,
-                                                            choose_splits, chunk_rows,
+                                                            NARROW_ROWS, DecodeBounds,
+                                                            DecodeProblem, choose_splits,
+                                                            chunk_rows, narrow_fits,
                                                             tile_shape)
 from pipeline_core_schedules_attention.emit_attention import emit_attention
 from pipeline_core_schedules_attention.emit_decode import decode_bounds_exprs
@@ -30,9 +31,9 @@ from pipeline_core_schedules_attention.emit_decode import decode_bounds_exprs
 NAME = "flash-attention-fwd"
 
 
-def build(head_dim=128, causal=False, split=False, chunks=1, **extra):
-    return compile_named(NAME, params={**decode_params(head_dim, causal, split, chunks),
-                                       **extra},
+def build(head_dim=128, causal=False, split=False, chunks=1, rows=DECODE_ROWS, **extra):
+    return compile_named(NAME, params={**decode_params(head_dim, causal, split, chunks,
+                                                       rows=rows), **extra},
                          target_args={"stages": str(BLOCKS[head_dim][1])})
 
 
@@ -101,13 +102,14 @@ def test_a_mutated_rule_makes_the_compiled_plan_unsafe(monkeypatch):
         monkeypatch.undo()
 
 
+@pytest.mark.parametrize("rows", [DECODE_ROWS, NARROW_ROWS])
 @pytest.mark.parametrize("chunks,grouped", [(1, False), (8, False), (8, True)])
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_every_kernel_the_call_builds_is_proven_and_runs_the_plans_sync(head_dim, causal, split,
-                                                                        chunks, grouped):
-    c = build(head_dim, causal, split, chunks, kv_grouped=str(grouped).lower())
+                                                                        chunks, grouped, rows):
+    c = build(head_dim, causal, split, chunks, rows, kv_grouped=str(grouped).lower())
     assert c.proof.verdict.safe
     assert bool(c.plan.reduction) == split
     src = emit_attention(c)
@@ -156,6 +158,47 @@ def test_the_tile_packs_a_groups_heads_with_tokens_into_64_rows():
         assert hb * tb == DECODE_ROWS and hb * hc >= g and hb & (hb - 1) == 0
     assert chunk_rows(0, 128) == 128 and chunk_rows(16, 128) == 16
     assert chunk_rows(48, 128) == 16 and chunk_rows(256, 128) == 128
+
+
+def test_a_narrow_tile_serves_a_kv_heads_every_query_or_is_not_taken():
+    """The narrow tile's 8 rows: a group of 4 at one token (two token rows, one spare), of 8;
+    never where a KV head's queries would need a second tile (its pages read twice)."""
+    assert tile_shape(4, NARROW_ROWS) == (4, 2, 1) and tile_shape(8, NARROW_ROWS) == (8, 1, 1)
+    assert tile_shape(16, NARROW_ROWS) == (8, 1, 2)
+    assert narrow_fits(4, 1) and narrow_fits(4, 2) and narrow_fits(7, 1) and narrow_fits(1, 8)
+    assert not narrow_fits(4, 3) and not narrow_fits(16, 1) and not narrow_fits(1, 9)
+    for g in range(1, 20):
+        for sq in range(1, 12):
+            hb, tb, hc = tile_shape(g, NARROW_ROWS)
+            assert narrow_fits(g, sq) == (hc * -(-sq // tb) == 1)
+    assert plan_decode(*args(sq=1)).rows == NARROW_ROWS  # 32 / 8 heads, one token
+    assert plan_decode(*args(sq=2)).rows == NARROW_ROWS
+    assert plan_decode(*args(sq=4)).rows == DECODE_ROWS
+    assert plan_decode(*args(sq=1, hq=32, hkv=2)).rows == DECODE_ROWS  # a group of 16
+    c = plan_decode(*args(sq=1))
+    assert c.shape == (4, 2, 1) and c.tiles == 3 * 8
+
+
+@pytest.mark.skipif(nvcc() is None or sass_command() is None,
+                    reason="needs nvcc and a disassembler")
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_a_narrow_tiles_wgmmas_take_the_queries_as_n(head_dim, tmp_path):
+    """A narrow kernel runs every wgmma at m64n8 (keys, or head dims, as M), its S^T and O^T
+    an eighth of the wide tile's MMA work, with no spill and no serialized wgmma."""
+    proc, cubin = compile_cubin(emit_attention(build(head_dim, False, True, rows=NARROW_ROWS)),
+                                tmp_path, "narrow")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    assert "C7519" not in proc.stderr and "serialized" not in proc.stderr
+    sass = sass_of(cubin)
+    assert sass is not None
+    shapes = {line.split("HGMMA.")[1].split(".")[0] for line in sass.splitlines()
+              if "HGMMA." in line}
+    assert shapes == {"64x8x16"}
+    bn = BLOCKS[head_dim][0]
+    # S^T: BN / 64 halves x D / 16 k steps; O^T: D / 64 parts x BN / 16; each in two stretches
+    assert sum("HGMMA." in line for line in sass.splitlines()) == \
+        2 * (bn // 64 * head_dim // 16 + head_dim // 64 * bn // 16)
 
 
 @pytest.mark.parametrize("tiles,blocks", [(8, 1024), (8, 64), (32, 256), (64, 64), (512, 64),
