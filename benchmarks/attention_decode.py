@@ -46,6 +46,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
     if str(extra) not in sys.path:  # a checkout on PYTHONPATH without installed plugins
         sys.path.insert(0, str(extra))
 
+import fa4_peer  # noqa: E402  (beside this script)
 from attention_checks import peer  # noqa: E402  (beside this script)
 from attention_varlen import poison, reference, rel  # noqa: E402  (beside this script)
 from bench_checks import (check_args, dispatch, each_case,  # noqa: E402  (beside this script)
@@ -313,7 +314,7 @@ def timing(torch, rounds: int, seed: int, layouts: tuple[str, ...] = ("row",),
                         "flash": SDPBackend.FLASH_ATTENTION}
             for (_, tag), (kc, vc) in contig.items():
                 qt, kt, vt = q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2)
-                for peer_name in peers:
+                for peer_name in [p for p in peers if p in backends]:
                     name = f"sdpa-{peer_name}{tag}"
 
                     def sdpa(be=backends[peer_name], qt=qt, kt=kt, vt=vt):
@@ -326,6 +327,8 @@ def timing(torch, rounds: int, seed: int, layouts: tuple[str, ...] = ("row",),
                     except Exception as exc:  # noqa: BLE001 - the backend refuses it
                         emit({"kind": "peer-refused", "peer": name, "shape": [b, n, hq, hkv],
                               "error": str(exc).splitlines()[0][:200]})
+            if "fa4" in peers:  # FlashAttention-4 on our caches: seqused_k, pages by its table
+                fa4_peers(torch, fns, q, caches, b, n, hq, hkv)
             copy_bytes = min(kv_bytes, src.numel())
             fns["copy"] = lambda: dst[:copy_bytes].copy_(src[:copy_bytes])
             per = interleaved(torch, fns, rounds, 20)
@@ -338,7 +341,7 @@ def timing(torch, rounds: int, seed: int, layouts: tuple[str, ...] = ("row",),
                                           / 1e9, 3),
                    "device": torch.cuda.get_device_name()}
             for ours in [k for k in per if k.startswith("ours")]:
-                for peer_name in [k for k in per if k.startswith("sdpa")]:
+                for peer_name in [k for k in per if k.startswith(("sdpa", "fa4"))]:
                     rec[f"{ours}/{peer_name}"] = ratios(per, ours, peer_name)
             if "ours-contig" in per:
                 for ours in [k for k in per if k.startswith("ours-page")]:
@@ -351,6 +354,32 @@ def timing(torch, rounds: int, seed: int, layouts: tuple[str, ...] = ("row",),
                   "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
         torch.cuda.empty_cache()
     return out
+
+
+def fa4_peers(torch, fns: dict, q, caches: dict, b: int, n: int, hq: int, hkv: int) -> None:
+    """FlashAttention-4's ``flash_attn_varlen_func`` (``fa4_peer.py``) on each cache of the step
+    into ``fns`` (``fa4-contig``, ``fa4-page{p}``), its default split count (1), where it
+    imports and takes the cache; a refusal is one line (Hopper has no split-KV there)."""
+    f, why = fa4_peer.flash_attn_varlen_func()
+    if f is None:
+        emit({"kind": "peer-refused", "peer": "fa4", "shape": [b, n, hq, hkv], "error": why})
+        return
+    for p, (kc, vc, table, lens) in caches.items():
+        name = f"fa4-page{p}" if p else "fa4-contig"
+
+        if p:  # the spare entries past each sequence's pages in range (they are garbage)
+            table = torch.where(table < kc.shape[0], table, torch.zeros_like(table))
+
+        def run(kc=kc, vc=vc, table=table if p else None, lens=lens):
+            out = f(q, kc, vc, seqused_k=lens, page_table=table)
+            return out[0] if isinstance(out, tuple) else out
+        try:
+            run()
+            torch.cuda.synchronize()
+            fns[name] = graphed(torch, run)
+        except Exception as exc:  # noqa: BLE001 - the peer refuses it
+            emit({"kind": "peer-refused", "peer": name, "shape": [b, n, hq, hkv],
+                  "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
 
 
 def sanitize_run(torch) -> None:

@@ -6,18 +6,30 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-_FOUND: list = []
+_FOUND: dict[str, tuple[Callable[..., Any] | None, str]] = {}
+
+
+def _load(name: str) -> tuple[Callable[..., Any] | None, str]:
+    """``flash_attn.cute``'s function ``name`` and "", or None and why it does not import (one
+    line)."""
+    if name not in _FOUND:
+        try:
+            import flash_attn.cute as cute  # type: ignore[import-not-found]
+            _FOUND[name] = (getattr(cute, name), "")
+        except Exception as exc:  # noqa: BLE001 - not importable here: one line
+            _FOUND[name] = (None, str(exc).splitlines()[0][:200] if str(exc) else repr(exc))
+    return _FOUND[name]
 
 
 def flash_attn_func() -> tuple[Callable[..., Any] | None, str]:
     """FA4's ``flash_attn_func`` and "" , or None and why it does not import (one line)."""
-    if not _FOUND:
-        try:
-            from flash_attn.cute import flash_attn_func as f  # type: ignore[import-not-found]
-            _FOUND.append((f, ""))
-        except Exception as exc:  # noqa: BLE001 - not importable here: one line
-            _FOUND.append((None, str(exc).splitlines()[0][:200] if str(exc) else repr(exc)))
-    return _FOUND[0]
+    return _load("flash_attn_func")
+
+
+def flash_attn_varlen_func() -> tuple[Callable[..., Any] | None, str]:
+    """FA4's ``flash_attn_varlen_func`` (decoding: ``seqused_k`` and a ``page_table``) and "",
+    or None and why."""
+    return _load("flash_attn_varlen_func")
 
 
 def bshd(t: Any) -> Any:
