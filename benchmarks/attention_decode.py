@@ -433,7 +433,8 @@ def variant(spec: str) -> None:
     SM: the launch bounds, a register split ``preg``/``creg`` and the grid; with a ring that
     fits twice, e.g. ``bn=64,stages=2,qs=1``), ``order=splits`` (the split outermost in the
     tile order, so a CTA's later (tile, split) pairs keep every KV head of a row range
-    together), ``rows=64`` (the 64-row tile where the call takes a narrow one), and the timing
+    together), ``rows=64`` (the 64-row tile where the call takes a narrow one), ``issuers=1``
+    (one thread issuing a paged block's copies), and the timing
     probes ``no_mma=1`` and ``no_math=1`` (results wrong)."""
     from pipeline_core_schedules_attention import decode_call
 
@@ -457,7 +458,7 @@ def variant(spec: str) -> None:
         choose = decode_call.choose_splits
         decode_call.choose_splits = lambda t, b, s: max(1, min(b, round(
             choose(t, b, s) * float(opts["split_scale"]))))
-    for key, param in (("intra", "intra_overlap"), ("qs", "q_stages")):
+    for key, param in (("intra", "intra_overlap"), ("qs", "q_stages"), ("issuers", "kv_issuers")):
         if key in opts:
             plain = decode_call.decode_params
             decode_call.decode_params = (lambda *a, plain=plain, param=param, value=opts[key]:

@@ -59,13 +59,14 @@ struct Pages {
 };
 
 // Read block `block`'s CHUNKS entries into `p` (the loads only issued: their registers are
-// waited for where a copy first uses them).  One division per block: the copies step through
+// waited for where a copy first uses them), the issuing warp `pw`'s own chunks only (chunk c
+// is warp c % ISSUERS's: decode_kv_load).  One division per block: the copies step through
 // the pages R rows at a time (R <= page, so a step crosses at most one page's end).  A
 // contiguous cache (`table` null) reads nothing: the page is the sequence.
-template <int BN, int CHUNKS>
+template <int BN, int CHUNKS, int ISSUERS = 1>
 __device__ __forceinline__ void decode_pages(Pages<CHUNKS>& p, int b, int block, int sk,
                                              const int* __restrict__ table,
-                                             long long table_stride, int page) {
+                                             long long table_stride, int page, int pw = 0) {
     constexpr int R = BN / CHUNKS;
     const int key0 = block * BN;
     p.block = block;
@@ -81,7 +82,7 @@ __device__ __forceinline__ void decode_pages(Pages<CHUNKS>& p, int b, int block,
     int entry = key0 / page, off = key0 - entry * page;
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
-        p.pg[c] = key0 + c * R < sk ? __ldg(row + entry) : -1;
+        p.pg[c] = key0 + c * R < sk && c % ISSUERS == pw ? __ldg(row + entry) : -1;
         p.at[c] = off;
         off += R;
         if (off >= page) {
@@ -104,17 +105,26 @@ __device__ __forceinline__ void decode_pages(Pages<CHUNKS>& p, int b, int block,
 // copies, so their latency passes while the producer waits for the next free stage.  Whatever
 // order the copies come in, each uses its own block's entries (the check of p.block), so
 // reading ahead is never wrong, only early.
-template <int BN, int HD, int CHUNKS, bool GROUPED>
+// ISSUERS (the kernel's -p kv_issuers) producer warps share the copies: warp pw's first lane
+// issues chunk c where c % ISSUERS == pw, after its own wait for the stage to be free (the
+// plan's wait, which every issuer runs); warp 0 alone expects the stage's bytes, so the full
+// barrier still takes one arrival, and a copy that lands before that arrival only runs its
+// transaction count below zero, which no phase completes on.  Why: with pages of 16 a block is
+// 16 copies of 4 KB, and one issuing thread bounded the stream (two CTAs a SM, two issuers,
+// read pages of 16 at 0.93-0.98 of the contiguous cache where one read 0.81-0.94).
+template <int BN, int HD, int CHUNKS, bool GROUPED, int ISSUERS = 1>
 __device__ __forceinline__ void decode_kv_load(u32 dst, const pcwg::TensorMap* map, u32 bar,
                                                int h, int b, int block, int sk,
                                                Pages<CHUNKS>& p, bool ahead,
                                                const int* __restrict__ table,
-                                               long long table_stride, int page) {
+                                               long long table_stride, int page, int pw = 0) {
     constexpr int R = BN / CHUNKS;
-    if (p.block != block) decode_pages<BN, CHUNKS>(p, b, block, sk, table, table_stride, page);
+    if (p.block != block)
+        decode_pages<BN, CHUNKS, ISSUERS>(p, b, block, sk, table, table_stride, page, pw);
     using L = KvLayout<BN, HD, GROUPED>;
 #pragma unroll
     for (int c = 0; c < CHUNKS; ++c) {
+        if (c % ISSUERS != pw) continue;  // another issuing warp's chunk
         if constexpr (GROUPED) {
             tma_load_5d(dst + c * (R / 8) * L::GS, map, bar, 0, 0, h * L::PARTS, p.at[c] / 8,
                         p.pg[c]);
@@ -125,7 +135,8 @@ __device__ __forceinline__ void decode_kv_load(u32 dst, const pcwg::TensorMap* m
                             p.pg[c]);
         }
     }
-    if (ahead) decode_pages<BN, CHUNKS>(p, b, block + 1, sk, table, table_stride, page);
+    if (ahead)
+        decode_pages<BN, CHUNKS, ISSUERS>(p, b, block + 1, sk, table, table_stride, page, pw);
 }
 
 // On the block holding the sequence's end, its V rows past the end are the page's own bits (any,

@@ -206,11 +206,19 @@ def _check_table(table: Any, batch: int, q: Any) -> int:
     return int(table.shape[1])
 
 
+def kv_issuers(chunks: int) -> int:
+    """The producer warps that share a block's copies (``-p kv_issuers``): one a page chunk, up
+    to 4 (pages of 64: 2; of 32 or fewer: 4; a contiguous cache's single chunk: 1).  Why: one
+    thread issuing 16 copies of 4 KB a block (pages of 16) bounded the stream."""
+    return min(4, chunks)
+
+
 def decode_params(head_dim: int, causal: bool, split: bool, chunks: int = 1,
                   grouped: bool = False, rows: int = DECODE_ROWS) -> dict[str, str]:
     """The ``-p`` parameters of a decode kernel."""
     return {"decode": "true", "split_kv": str(split).lower(), "causal": str(causal).lower(),
             "page_chunks": str(chunks), "kv_grouped": str(grouped).lower(),
+            "kv_issuers": str(kv_issuers(chunks)),
             "head_dim": str(head_dim), "block_m": str(rows),
             "block_n": str(BLOCKS[head_dim][0]), "q_stages": str(BLOCKS[head_dim][2]),
             "consumers": "1", "pingpong": "false", "intra_overlap": "true",

@@ -136,6 +136,9 @@ class _Variant:
     decode: bool = False
     #: decode's narrow tile (attention_decode.cuh, "Narrow tiles": S^T = K.Q^T, O^T += V^T.P^T)
     narrow: bool = False
+    #: decode's producer warps sharing the K/V copies (-p kv_issuers; warp 0 alone loads Q and
+    #: expects each stage's bytes)
+    issuers: int = 1
     #: the head dim QK reads and the finish stores, where it is not the kernel's ``HD`` (the
     #: boxes' columns, PV's N: D=96 runs S over 96 columns, O over 128 whose last 32 are V's
     #: zeros, and stores 96); "" where they are one
@@ -173,6 +176,12 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
         line = ring_step_line(s, ring.stage, ring.parity(s.phase_offset), single_issuer,
                               watchdog)
         assert line is not None
+        if variant.issuers > 1 and single_issuer and (s.kind == StepKind.EXPECT_TX
+                                                      or s.channel.startswith("q_")):
+            # of several issuing warps (-p kv_issuers), warp 0 alone expects a stage's bytes
+            # and alone loads Q (its waits too: a warp that writes no Q stage waits on none,
+            # and cannot fall two phases behind the ring; decode_kv_load says why)
+            return f"if (wtid == 0) {line}"
         return line
     sync = consumer_sync_line(s)  # named barriers, the wgmma group's fence / commit / wait
     if sync is not None:
@@ -182,7 +191,7 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
         kstage = RingState.of(s, "STAGES").stage
         if variant.decode and tag in (AttentionTag.TMA_Q, AttentionTag.TMA_K,
                                       AttentionTag.TMA_V):
-            return decode_load_line(tag, kstage, rings["q_full"].stages)
+            return decode_load_line(tag, kstage, rings["q_full"].stages, variant.issuers)
         if tag == AttentionTag.TMA_Q:
             qs = rings["q_full"].stages
             return (f"for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_q(o % {qs}) + c "
@@ -311,7 +320,8 @@ def _emit_decode(compiled: CompiledSchedule, g: AttentionGeometry, watchdog: int
                     "carries a mutation; recompile the schedule")
     narrow = g.rows == NARROW_ROWS
     variant = _Variant(**_kernel_choices(g, dtype), mask=decode_mask(g.causal), guard=g.causal,
-                       window=False, softcap=False, decode=True, narrow=narrow)
+                       window=False, softcap=False, decode=True, narrow=narrow,
+                       issuers=g.kv_issuers)
     family = _family(g, compute=decode_compute(narrow),
                      finish=decode_finish(compiled.plan.programs[1:], variant.elem,
                                           EMITTER_NAME, narrow),
@@ -343,7 +353,8 @@ def _source(compiled: CompiledSchedule, g: AttentionGeometry, dtype: str, varian
         # one label for every consumer, so consumers that differ in no step share one program
         consumers=[code(c, False, "consumer") for c in consumers], producer_name=producer.name,
         producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS",
-        family=family, tiles=tiles, emitter=EMITTER_NAME, uniform_consumer=True)
+        family=family, tiles=tiles, emitter=EMITTER_NAME, uniform_consumer=True,
+        producer_warps=g.kv_issuers if g.decode else 1)
     what = "sequence" if g.varlen else "decode tile" if g.decode else "batch"
     return "\n".join([
         f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
@@ -391,6 +402,7 @@ def _family(g: AttentionGeometry, *, finish: str,
                   # decode's copies per KV block (emit_decode.py), only where it is one
                   + (f"\n    constexpr int CHUNKS = {g.page_chunks};\n"
                      f"    constexpr bool KV_GROUPED = {str(g.kv_grouped).lower()};\n"
+                     f"    constexpr int KV_ISSUERS = {g.kv_issuers};\n"
                      "    using KV = pcat::KvLayout<BN, HD, KV_GROUPED>;" if g.decode else ""),
         ring_bytes="Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES",
         stage_views="    auto stage_q = [&](int s) { return ring + s * Q_BYTES; };\n"

@@ -65,24 +65,27 @@ def decode_tile_loop(causal: bool) -> DeviceTileLoop:
     # the producer's page entries of the tile's first block, read as the tile starts (their
     # loads in flight while it waits to load Q)
     pages = ("pcat::Pages<CHUNKS> pages;  // the entries read ahead (attention_decode.cuh)",
-             "pcat::decode_pages<BN, CHUNKS>(pages, b, KF, Sk, table, table_stride, page);")
+             "pcat::decode_pages<BN, CHUNKS, KV_ISSUERS>(pages, b, KF, Sk, table, table_stride, "
+             "page, wtid / 32);")
     return DeviceTileLoop(counts=counts, producer=TileLoop(head=loop, tile=(*spans, *pages)),
                           consumers=TileLoop(head=loop, tile=(*spans, fm)), empty_tiles=True)
 
 
-def decode_load_line(tag: int, stage: str, q_stages: int) -> str:
+def decode_load_line(tag: int, stage: str, q_stages: int, issuers: int = 1) -> str:
     """The producer's copy of Q (once per output tile) or of KV block ``KF + t`` (``stage``:
-    its ring stage) as the decode kernel writes it."""
+    its ring stage) as the decode kernel writes it; of several issuing warps, each its share
+    of a block's copies, warp 0 alone Q's."""
     if tag == AttentionTag.TMA_Q:
-        return (f"for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_q(o % {q_stages}) + "
+        return (("if (wtid == 0) " if issuers > 1 else "")
+                + f"for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_q(o % {q_stages}) + "
                 f"c * BM * 128, &tmQ, q_full_bar(o % {q_stages}), c * 64, kvh * G + hc * HB, "
                 "t0, b);")
     x = "k" if tag == AttentionTag.TMA_K else "v"
     ahead = "true" if tag == AttentionTag.TMA_V else "false"  # V's copy: the block's last
-    return (f"pcat::decode_kv_load<BN, HD, CHUNKS, KV_GROUPED>(stage_{x}({stage}), "
+    return (f"pcat::decode_kv_load<BN, HD, CHUNKS, KV_GROUPED, KV_ISSUERS>(stage_{x}({stage}), "
             f"&tm{x.upper()}, "
             f"{x}_full_bar({stage}), kvh, b, KF + t, Sk, pages, {ahead}, table, table_stride, "
-            "page);")
+            "page, wtid / 32);")
 
 
 def decode_mask(causal: bool) -> str:

@@ -207,6 +207,10 @@ class AttentionGeometry(WarpGroupTiles):
     #: and the parts into one dimension: the cache's heads dense in a row); else each part's
     #: rows together, one copy a part (attention_decode.cuh, KvLayout)
     kv_grouped: bool = False
+    #: decode's K/V copies issued by this many producer warps (their first lanes), each its
+    #: share of a block's copies; the stage's expected bytes and Q's copy stay warp 0's
+    #: (attention_decode.cuh, decode_kv_load)
+    kv_issuers: int = 1
 
     @property
     def windowed(self) -> bool:
@@ -272,9 +276,10 @@ class AttentionGeometry(WarpGroupTiles):
                                 "drop -p window_left, -p window_right and -p softcap")
         if self.decode:
             self._validate_decode(bad)
-        elif self.split_kv or self.page_chunks != 1 or self.kv_grouped:
+        elif self.split_kv or self.page_chunks != 1 or self.kv_grouped or self.kv_issuers != 1:
             raise bad("split_kv" if self.split_kv else "page_chunks" if self.page_chunks != 1
-                      else "kv_grouped", "is decode's; add -p decode=true or drop it")
+                      else "kv_grouped" if self.kv_grouped else "kv_issuers",
+                      "is decode's; add -p decode=true or drop it")
         if self.pingpong and self.consumers < 2:
             raise bad("pingpong", "needs two consumer warp groups or more to take turns; set "
                                   "-p consumers=2 or -p pingpong=false")
@@ -314,6 +319,11 @@ class AttentionGeometry(WarpGroupTiles):
                          ("softcap", self.softcap)):
             if on:
                 raise bad(name, "is not built for -p decode; drop it")
+        if self.kv_issuers > 1 and self.page_chunks % self.kv_issuers:
+            raise bad("kv_issuers", f"{self.kv_issuers} issuing warps share {self.page_chunks} "
+                                    "copies a block unevenly (a warp with none would wait on "
+                                    "the ring without gating it); pass -p kv_issuers=1 or "
+                                    "page chunks a multiple of it")
         if self.block_n % (8 * self.page_chunks):
             raise bad("page_chunks", f"{self.page_chunks} copies of a {self.block_n}-key block "
                                      "are not whole 8-row atoms of a 128-byte swizzled box; "
@@ -494,6 +504,8 @@ PARAMS = (
     Param("kv_grouped", bool, False, "decode's K/V stages in 8-row groups of every 64-column "
                                      "part: one copy a page chunk, not one a part (the "
                                      "cache's KV heads dense in a row)"),
+    Param("kv_issuers", int, 1, "decode's producer warps issuing a block's K/V copies, each "
+                                "its share (the first lane of each)", choices=(1, 2, 4)),
     *REGISTERS,
 )
 
@@ -511,7 +523,8 @@ def make_attention(ctx: BuildContext) -> FlashAttentionForward:
         uniform_tiles=bool(p["uniform_tiles"]),
         window_left=p["window_left"], window_right=p["window_right"],
         softcap=bool(p["softcap"]), decode=bool(p["decode"]), split_kv=bool(p["split_kv"]),
-        page_chunks=p["page_chunks"], kv_grouped=bool(p["kv_grouped"]))
+        page_chunks=p["page_chunks"], kv_grouped=bool(p["kv_grouped"]),
+        kv_issuers=p["kv_issuers"])
     geometry.validate()
     return FlashAttentionForward(target, geometry)
 

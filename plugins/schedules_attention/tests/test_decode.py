@@ -19,7 +19,8 @@ from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc, sass_comman
 from pipeline_core_schedules_attention import schedule as sched
 from pipeline_core_schedules_attention.call import AttentionArgumentError
 from pipeline_core_schedules_attention.decode_call import (BLOCKS, HEAD_DIMS, DecodeCall,
-                                                           decode_params, plan_decode)
+                                                           decode_params, kv_issuers,
+                                                           plan_decode)
 from pipeline_core_schedules_attention.decode_tiles import (DECODE_ROWS, MAX_SLOTS_PER_SM,
                                                             NARROW_ROWS, DecodeBounds,
                                                             DecodeProblem, choose_splits,
@@ -160,6 +161,26 @@ def test_the_tile_packs_a_groups_heads_with_tokens_into_64_rows():
     assert chunk_rows(48, 128) == 16 and chunk_rows(256, 128) == 128
 
 
+def test_several_producer_warps_share_a_paged_blocks_copies_and_warp_0_alone_loads_q():
+    """-p kv_issuers: the call spreads a block's page chunks over up to 4 producer warps; each
+    runs the ring's K and V waits before its own copies, warp 0 alone expects a stage's bytes
+    and runs Q's ring (a warp that writes no Q stage waits on none of it)."""
+    assert [kv_issuers(n) for n in (1, 2, 4, 8, 16)] == [1, 2, 4, 4, 4]
+    src = emit_attention(build(128, False, True, 8, NARROW_ROWS, kv_grouped="true"))
+    producer = src[src.index("pc:role producer"):src.index("pc:role consumers")]
+    assert "if (lane == 0 && wtid < 128) {" in producer
+    for line in producer.splitlines():
+        if "mbar_expect_tx(" in line or "q_empty_bar" in line or "tma_load_4d(stage_q" in line:
+            assert line.strip().startswith("if (wtid == 0) "), line
+        if "mbar_wait(k_empty" in line or "mbar_wait(v_empty" in line:
+            assert line.strip().startswith("mbar_wait("), line  # every issuer's
+    assert producer.count("decode_kv_load<BN, HD, CHUNKS, KV_GROUPED, KV_ISSUERS>") == 4
+    assert "constexpr int KV_ISSUERS = 4;" in src
+    # one issuer: the plan's lines as they were, no guard
+    plain = emit_attention(build(128, False, True, 1))
+    assert "if (wtid == 0) {" in plain and "if (wtid == 0) mbar" not in plain
+
+
 def test_a_narrow_tile_serves_a_kv_heads_every_query_or_is_not_taken():
     """The narrow tile's 8 rows: a group of 4 at one token (two token rows, one spare), of 8;
     never where a KV head's queries would need a second tile (its pages read twice)."""
@@ -220,7 +241,9 @@ def test_the_decode_geometry_refuses_what_it_cannot_run_in_one_line():
                          ({"decode": "false", "split_kv": "true"}, "-p split_kv:"),
                          ({"page_chunks": "32"}, "-p page_chunks"),
                          ({"decode": "false", "page_chunks": "2"}, "-p page_chunks:"),
-                         ({"decode": "false", "kv_grouped": "true"}, "-p kv_grouped:")):
+                         ({"decode": "false", "kv_grouped": "true"}, "-p kv_grouped:"),
+                         ({"page_chunks": "2", "kv_issuers": "4"}, "-p kv_issuers: 4 issuing"),
+                         ({"decode": "false", "kv_issuers": "2"}, "-p kv_issuers:")):
         with pytest.raises(Exception) as info:
             compile_named(NAME, params={**base, **over}, target_args={"stages": "3"})
         assert needle in str(info.value) and "\n" not in str(info.value)

@@ -164,7 +164,7 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
                        family: AgentsFamily, tiles: DeviceTileLoop, emitter: str,
                        tile_split: bool = False, consumer_after: Sequence[str] = (),
                        cluster: Cluster | None = None, relay: Sequence[str] = (),
-                       producer_threads: int = 1,
+                       producer_threads: int = 1, producer_warps: int = 1,
                        side_agents: Sequence[tuple[str, Sequence[str]]] = (),
                        uniform_consumer: bool = False) -> str:
     """The body of a warp-specialized kernel: warp group 0 the producer (one elected thread runs
@@ -193,6 +193,10 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
     agent, which warp 1 of warp group 0 runs (one thread) in the producer's tile loop.
     ``producer_threads``: 1, the producer's program runs on thread 0 of its warp group; 128,
     on every thread of it (a producer whose every thread issues copies, ``AgentRole.issuers``).
+    ``producer_warps`` N > 1 (with one producer thread): the program runs on the first lane of
+    each of the warp group's first N warps, every one running its waits, the family's lines
+    sharing out the copies and keeping the once-a-stage steps (the expected bytes) to warp 0
+    (decode's ``-p kv_issuers``: one thread's copy issue bounded a stream of small copies).
     ``side_agents``: (name, program) of agents that each run on a whole warp of warp group 0,
     from warp 1 on, in the producer's tile loop (they join named barriers, which count whole
     warps: the attention backward's dQ writers); not beside a relay."""
@@ -239,7 +243,10 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
              ind * 2 + f"// ---- agent {producer_name} (its compiled program, one line per step) ----",
              ind * 2 + role_mark("producer"),
              ind * 2 + f"setmaxnreg_dec<{producer_registers}>();",
-             ind * 2 + ("if (wtid == 0) {" if producer_threads == 1 else
+             ind * 2 + ("if (wtid == 0) {" if producer_threads == 1 and producer_warps == 1 else
+                        f"if (lane == 0 && wtid < {32 * producer_warps}) {{  // the first lane "
+                        f"of warps 0..{producer_warps - 1}: they share the copies"
+                        if producer_threads == 1 else
                         "{  // every thread of the warp group issues the producer's program"),
              *p_head, *p_body,
              ind * 3 + "}",
