@@ -434,7 +434,8 @@ def variant(spec: str) -> None:
     fits twice, e.g. ``bn=64,stages=2,qs=1``), ``order=splits`` (the split outermost in the
     tile order, so a CTA's later (tile, split) pairs keep every KV head of a row range
     together), ``rows=64`` (the 64-row tile where the call takes a narrow one), ``issuers=1``
-    (one thread issuing a paged block's copies), and the timing
+    (one thread issuing a paged block's copies), ``grouped=0`` (pages copied a part at a time),
+    and the timing
     probes ``no_mma=1`` and ``no_math=1`` (results wrong)."""
     from pipeline_core_schedules_attention import decode_call
 
@@ -452,6 +453,9 @@ def variant(spec: str) -> None:
         def contig(self, chunks=chunks):
             return chunks.fget(self) if self.paged else int(opts["contig_chunks"])
         decode_call.DecodeCall.chunks = property(contig)
+    if "grouped" in opts:  # paged stages grouped (1) or one copy a part (0), forced
+        decode_call.DecodeCall.grouped = property(
+            lambda self: self.paged and self.chunks > 1 and bool(int(opts["grouped"])))
     if "rows" in opts:  # the tile's rows forced (64: the wide tile where a narrow one fits)
         decode_call.DecodeCall.rows = property(lambda self: int(opts["rows"]))
     if "split_scale" in opts:  # the wave model's split count scaled
