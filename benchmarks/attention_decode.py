@@ -320,13 +320,7 @@ def timing(torch, rounds: int, seed: int, layouts: tuple[str, ...] = ("row",),
                     def sdpa(be=backends[peer_name], qt=qt, kt=kt, vt=vt):
                         with sdpa_kernel([be]):
                             return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
-                    try:
-                        sdpa()
-                        torch.cuda.synchronize()
-                        fns[name] = graphed(torch, sdpa)
-                    except Exception as exc:  # noqa: BLE001 - the backend refuses it
-                        emit({"kind": "peer-refused", "peer": name, "shape": [b, n, hq, hkv],
-                              "error": str(exc).splitlines()[0][:200]})
+                    add_peer(torch, fns, name, sdpa, [b, n, hq, hkv])
             if "fa4" in peers:  # FlashAttention-4 on our caches: seqused_k, pages by its table
                 fa4_peers(torch, fns, q, caches, b, n, hq, hkv)
             copy_bytes = min(kv_bytes, src.numel())
@@ -373,13 +367,19 @@ def fa4_peers(torch, fns: dict, q, caches: dict, b: int, n: int, hq: int, hkv: i
         def run(kc=kc, vc=vc, table=table if p else None, lens=lens):
             out = f(q, kc, vc, seqused_k=lens, page_table=table)
             return out[0] if isinstance(out, tuple) else out
-        try:
-            run()
-            torch.cuda.synchronize()
-            fns[name] = graphed(torch, run)
-        except Exception as exc:  # noqa: BLE001 - the peer refuses it
-            emit({"kind": "peer-refused", "peer": name, "shape": [b, n, hq, hkv],
-                  "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
+        add_peer(torch, fns, name, run, [b, n, hq, hkv])
+
+
+def add_peer(torch, fns: dict, name: str, fn, shape: list[int]) -> None:
+    """A peer's call into ``fns`` as a CUDA graph, once it ran eagerly; where it refuses the
+    step, one ``peer-refused`` line and no entry."""
+    try:
+        fn()
+        torch.cuda.synchronize()
+        fns[name] = graphed(torch, fn)
+    except Exception as exc:  # noqa: BLE001 - the peer refuses it
+        emit({"kind": "peer-refused", "peer": name, "shape": shape,
+              "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
 
 
 def sanitize_run(torch) -> None:

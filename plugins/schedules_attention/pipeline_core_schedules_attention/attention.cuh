@@ -155,6 +155,24 @@ __device__ __forceinline__ void masked_row_max(float (&s)[BN / 2], float& x0, fl
     }
 }
 
+// A KV block's raw maxes x0, x1 of the thread's two rows (or, narrow, columns: every key's)
+// folded into the running maxes, in log2 units (scale_log2 = scale * log2 e > 0), the old
+// maxes' corrections, and z0, z1 the maxes the exponentials subtract.  GUARD (bottom-right
+// causal): a row that has seen no key keeps a max of -inf, and 2^(-inf - -inf) would be NaN;
+// its exponentials are taken against 0 instead, so P, the row sum and O stay 0.
+template <bool GUARD>
+__device__ __forceinline__ void advance(Rows& r, float x0, float x1, float scale_log2, float& z0,
+                                        float& z1) {
+    x0 = fmaxf(r.m0, x0 * scale_log2);
+    x1 = fmaxf(r.m1, x1 * scale_log2);
+    z0 = GUARD && x0 == -INFINITY ? 0.f : x0;
+    z1 = GUARD && x1 == -INFINITY ? 0.f : x1;
+    r.c0 = ex2_approx(r.m0 - z0);
+    r.c1 = ex2_approx(r.m1 - z1);
+    r.m0 = x0;
+    r.m1 = x1;
+}
+
 // The online softmax of KV block j (FA3's): the mask on the blocks from the plan's first masked
 // one (`first_masked`, LoopBounds.first_masked) on, the row max over the quad's four lanes, in
 // log2 units (scale_log2 = scale * log2 e > 0), the correction of the old max, P = 2^(S *
@@ -178,14 +196,8 @@ __device__ __forceinline__ void softmax(float (&s)[BN / 2], u32 (&pk)[BN / 4], R
     x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, 2));
     x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 1));
     x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, 2));
-    x0 = fmaxf(r.m0, x0 * scale_log2);  // the running max, in log2 units
-    x1 = fmaxf(r.m1, x1 * scale_log2);
-    const float z0 = GUARD && x0 == -INFINITY ? 0.f : x0;  // a row with no key yet: 0, not NaN
-    const float z1 = GUARD && x1 == -INFINITY ? 0.f : x1;
-    r.c0 = ex2_approx(r.m0 - z0);
-    r.c1 = ex2_approx(r.m1 - z1);
-    r.m0 = x0;
-    r.m1 = x1;
+    float z0, z1;
+    advance<GUARD>(r, x0, x1, scale_log2, z0, z1);
     float s0 = 0.f, s1 = 0.f;
 #pragma unroll
     for (int c = 0; c < BN / 8; ++c) {

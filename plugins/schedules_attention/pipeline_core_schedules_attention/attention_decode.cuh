@@ -442,14 +442,8 @@ __device__ __forceinline__ void softmax_t(float (&s)[BN / 64][N / 2], Rows& r, c
         x0 = fmaxf(x0, y.x);
         x1 = fmaxf(x1, y.y);
     }
-    x0 = fmaxf(r.m0, x0 * scale_log2);  // the running max, in log2 units
-    x1 = fmaxf(r.m1, x1 * scale_log2);
-    const float z0 = GUARD && x0 == -INFINITY ? 0.f : x0;  // a column with no key yet: 0, not NaN
-    const float z1 = GUARD && x1 == -INFINITY ? 0.f : x1;
-    r.c0 = ex2_approx(r.m0 - z0);
-    r.c1 = ex2_approx(r.m1 - z1);
-    r.m0 = x0;
-    r.m1 = x1;
+    float z0, z1;
+    advance<GUARD>(r, x0, x1, scale_log2, z0, z1);
     float s0 = 0.f, s1 = 0.f;
 #pragma unroll
     for (int h = 0; h < BN / 64; ++h)
@@ -544,13 +538,14 @@ __device__ __forceinline__ void decode_stats_t(Rows& r, float (&inv)[2], float (
     lse[1] = r.l1 > 0.f ? LN2 * (r.m1 + log2f(r.l1)) : INFINITY;
 }
 
-// An unsplit narrow tile's end: O^T's columns / their sums into their (token, head) rows of O,
-// each thread its head-dim rows of its two columns, and the log-sum-exps where asked.
-template <int BN, int HD, int N, class Elem, int BAR>
-__device__ __forceinline__ void decode_finish_t(float (&o)[HD / 64][N / 2], Rows& r,
-                                                const DecodeRows& dr, unsigned short* out,
-                                                long long o_ss, long long o_sh, float* LSE,
-                                                int sq, Narrow<BN, N>& nw, int tile) {
+// A narrow tile's end: O^T fenced, the statistics met (decode_stats_t), then each stored
+// column n's head-dim row d's value (O^T / the column's sum) to `value(n, d, x)` (the thread
+// its head-dim rows of its two columns) and its log-sum-exp to `stats(n, lse, 1 / sum)` (one
+// thread a column).
+template <int BN, int HD, int N, int BAR, class Value, class Stats>
+__device__ __forceinline__ void narrow_out(float (&o)[HD / 64][N / 2], Rows& r,
+                                           const DecodeRows& dr, Narrow<BN, N>& nw, int tile,
+                                           Value value, Stats stats) {
     const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, q = lane % 4;
 #pragma unroll
     for (int m = 0; m < HD / 64; ++m)
@@ -562,15 +557,30 @@ __device__ __forceinline__ void decode_finish_t(float (&o)[HD / 64][N / 2], Rows
     for (int e = 0; e < 2; ++e) {
         const int n = 2 * q + e;
         if (!dr.stored(n)) continue;
-        unsigned short* const row = out + dr.token(n) * o_ss + dr.head(n) * o_sh;
 #pragma unroll
         for (int m = 0; m < HD / 64; ++m)
 #pragma unroll
             for (int half = 0; half < 2; ++half)
-                row[m * 64 + w * 16 + lane / 4 + 8 * half] = Elem::one(o[m][2 * half + e] * inv[e]);
-        if (LSE != nullptr && w == 0 && lane < 4)
-            LSE[(long long)dr.head(n) * sq + dr.token(n)] = lse[e];
+                value(n, m * 64 + w * 16 + lane / 4 + 8 * half, o[m][2 * half + e] * inv[e]);
+        if (w == 0 && lane < 4) stats(n, lse[e], inv[e]);
     }
+}
+
+// An unsplit narrow tile's end: its columns into their (token, head) rows of O, and the
+// log-sum-exps where asked.
+template <int BN, int HD, int N, class Elem, int BAR>
+__device__ __forceinline__ void decode_finish_t(float (&o)[HD / 64][N / 2], Rows& r,
+                                                const DecodeRows& dr, unsigned short* out,
+                                                long long o_ss, long long o_sh, float* LSE,
+                                                int sq, Narrow<BN, N>& nw, int tile) {
+    narrow_out<BN, HD, N, BAR>(
+        o, r, dr, nw, tile,
+        [&](int n, int d, float x) {
+            out[dr.token(n) * o_ss + dr.head(n) * o_sh + d] = Elem::one(x);
+        },
+        [&](int n, float lse, float) {
+            if (LSE != nullptr) LSE[(long long)dr.head(n) * sq + dr.token(n)] = lse;
+        });
 }
 
 // This split's narrow partial out to its slot (DECODE_SLOT<HD, N>: row n of the slot is column
@@ -579,25 +589,11 @@ template <int BN, int HD, int N, int BAR>
 __device__ __forceinline__ void decode_slice_store_t(float (&o)[HD / 64][N / 2], Rows& r,
                                                      const DecodeRows& dr, float* slot,
                                                      Narrow<BN, N>& nw, int tile) {
-    const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, q = lane % 4;
-#pragma unroll
-    for (int m = 0; m < HD / 64; ++m)
-#pragma unroll
-        for (int i = 0; i < N / 2; ++i) pcwg::fence_operand(o[m][i]);
-    float inv[2], lse[2];
-    decode_stats_t<BN, N, BAR>(r, inv, lse, nw, tile);
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-        const int n = 2 * q + e;
-        if (!dr.stored(n)) continue;
-#pragma unroll
-        for (int m = 0; m < HD / 64; ++m)
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-                __stcg(slot + n * HD + m * 64 + w * 16 + lane / 4 + 8 * half,
-                       o[m][2 * half + e] * inv[e]);
-        if (w == 0 && lane < 4) __stcg(slot + N * HD + n, inv[e] > 0.f ? lse[e] : -INFINITY);
-    }
+    narrow_out<BN, HD, N, BAR>(
+        o, r, dr, nw, tile, [&](int n, int d, float x) { __stcg(slot + n * HD + d, x); },
+        [&](int n, float lse, float inv) {
+            __stcg(slot + N * HD + n, inv > 0.f ? lse : -INFINITY);
+        });
 }
 
 }  // namespace pcat
