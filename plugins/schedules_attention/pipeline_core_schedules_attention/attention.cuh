@@ -155,22 +155,24 @@ __device__ __forceinline__ void masked_row_max(float (&s)[BN / 2], float& x0, fl
     }
 }
 
-// A KV block's raw maxes x0, x1 of the thread's two rows (or, narrow, columns: every key's)
-// folded into the running maxes, in log2 units (scale_log2 = scale * log2 e > 0), the old
-// maxes' corrections, and z0, z1 the maxes the exponentials subtract.  GUARD (bottom-right
+// A KV block's raw max x of a row (narrow: of a column) folded into its running max m, in log2
+// units (scale_log2 = scale * log2 e > 0), c the old max's correction, and the max the
+// exponentials subtract returned; advance does a thread's two rows.  GUARD (bottom-right
 // causal): a row that has seen no key keeps a max of -inf, and 2^(-inf - -inf) would be NaN;
 // its exponentials are taken against 0 instead, so P, the row sum and O stay 0.
 template <bool GUARD>
+__device__ __forceinline__ float advance_one(float& m, float& c, float x, float scale_log2) {
+    x = fmaxf(m, x * scale_log2);
+    const float z = GUARD && x == -INFINITY ? 0.f : x;
+    c = ex2_approx(m - z);
+    m = x;
+    return z;
+}
+template <bool GUARD>
 __device__ __forceinline__ void advance(Rows& r, float x0, float x1, float scale_log2, float& z0,
                                         float& z1) {
-    x0 = fmaxf(r.m0, x0 * scale_log2);
-    x1 = fmaxf(r.m1, x1 * scale_log2);
-    z0 = GUARD && x0 == -INFINITY ? 0.f : x0;
-    z1 = GUARD && x1 == -INFINITY ? 0.f : x1;
-    r.c0 = ex2_approx(r.m0 - z0);
-    r.c1 = ex2_approx(r.m1 - z1);
-    r.m0 = x0;
-    r.m1 = x1;
+    z0 = advance_one<GUARD>(r.m0, r.c0, x0, scale_log2);
+    z1 = advance_one<GUARD>(r.m1, r.c1, x1, scale_log2);
 }
 
 // The online softmax of KV block j (FA3's): the mask on the blocks from the plan's first masked

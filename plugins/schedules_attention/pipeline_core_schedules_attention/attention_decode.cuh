@@ -340,20 +340,18 @@ __device__ __forceinline__ void decode_combine(const float* slots, int splits,
     }
 }
 
-// ---- Narrow tiles (-p block_m=8): S^T = K.Q^T and O^T += V^T.P^T ------------------------------
+// ---- Narrow tiles (-p block_m=8 or 16): S^T = K.Q^T and O^T += V^T.P^T -----------------------
 // At one token and a GQA group of 4 (a decode step's usual query), 4 of a 64-row tile's rows are
 // queries and 60 padding, which the wgmmas and the softmax compute all the same; with a split
 // of a few KV blocks a CTA, that math is on the step's path (batch 1 without the consumer's
 // math ran 1.03-1.17x cuDNN against 0.87-0.97, attention_decode_math_s21_h200.jsonl).  A narrow
-// tile of N = 8 query rows makes the keys wgmma's M and the queries its N: S^T = K.Q^T (a 64-key
-// half of the K stage as A, Q's N rows as B, both K-major where they lie), O^T += V^T.P^T (V's
-// stage read MN-major as A, P^T written to shared memory as B): an eighth of the MMA work and 8
-// scores a thread.  A column (query row) spans the warp group: its max meets through shared
-// memory once a block (Narrow::xch, a named barrier), its sum once a tile, at the finish.
+// tile of N = 8 or 16 query rows makes the keys wgmma's M and the queries its N: S^T = K.Q^T
+// (a 64-key half of the K stage as A, Q's N rows as B, both K-major where they lie), O^T +=
+// V^T.P^T (V's stage read MN-major as A, P^T written to shared memory as B): N / 64 of the MMA
+// work and N scores a thread.  A column (query row) spans the warp group: its max meets through
+// shared memory once a block (Narrow::xch, a named barrier), its sum once a tile, at the finish.
 // Thread (warp w, lane) holds keys h * 64 + w * 16 + lane / 4 (+ 8) of S^T (head-dim rows alike
-// of O^T) at columns 2 q and 2 q + 1 (q = lane % 4): Rows' m0, m1, c0, c1 are those columns'
-// (the same in every thread), l0, l1 the thread's own keys' share of their sums until the
-// finish adds the shares.
+// of O^T) at its N / 4 columns (Cols).
 
 // What a narrow consumer keeps in shared memory beside the rings: P^T, the B operand of O^T's
 // wgmma (N rows of a block's keys in 64-key parts of N x 128 bytes, 128-byte swizzled), and the
@@ -368,14 +366,35 @@ struct Narrow {
     float xch[4][4][N];
 };
 
+// A narrow tile's columns as thread (lane q = lane % 4) holds them: its column j (0 .. NC) is
+// the tile's column 8 (j / 2) + 2 q + j % 2, in register 4 (j / 2) + 2 half + j % 2 of row half
+// `half` of an m64nN fragment; each column's running max (log2 units) and last correction, the
+// same in every thread, and the thread's own keys' share of its sum until the finish adds them.
+template <int N>
+struct Cols {
+    static_assert(N % 8 == 0, "wgmma's N: whole 8-column groups");
+    static constexpr int NC = N / 4;
+    float m[NC], l[NC], c[NC];
+    static __device__ __forceinline__ int col(int j, int q) { return 8 * (j / 2) + 2 * q + j % 2; }
+    static __device__ __forceinline__ int reg(int j, int half) {
+        return 4 * (j / 2) + 2 * half + j % 2;
+    }
+};
+
 // A narrow tile's start: O^T cleared, the statistics empty.
 template <int MB, int N>
-__device__ __forceinline__ Rows start_t(float (&o)[MB][N / 2]) {
+__device__ __forceinline__ Cols<N> start_t(float (&o)[MB][N / 2]) {
 #pragma unroll
     for (int m = 0; m < MB; ++m)
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) o[m][i] = 0.f;
-    return Rows{-INFINITY, -INFINITY, 0.f, 0.f, 0.f, 0.f, 0, 0};
+    Cols<N> r;
+#pragma unroll
+    for (int j = 0; j < Cols<N>::NC; ++j) {
+        r.m[j] = -INFINITY;
+        r.l[j] = r.c[j] = 0.f;
+    }
+    return r;
 }
 
 // S^T = K.Q^T: each 64-key half h of the K stage (8 of its 8-row groups, GS apart) as A against
@@ -394,86 +413,120 @@ __device__ __forceinline__ void qk_t(float (&s)[BN / 64][N / 2], u32 q, u32 k) {
     }
 }
 
+// The thread's per-column values `x` met over the warp group: written by the quad's lanes to
+// exchange area `x_area` (a float2 a column pair), the named barrier BAR, then every warp's read
+// back in warp order and folded by `op` (max or sum: each thread folds the same four).
+template <int N, int BAR, class Op>
+__device__ __forceinline__ void meet(float (&x)[N / 4], float (&area)[4][N], Op op) {
+    const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, q = lane % 4;
+    if (lane < 4)
+#pragma unroll
+        for (int jj = 0; jj < N / 8; ++jj)
+            *reinterpret_cast<float2*>(&area[w][8 * jj + 2 * q]) =
+                make_float2(x[2 * jj], x[2 * jj + 1]);
+    asm volatile("bar.sync %0, 128;\n" :: "n"(BAR) : "memory");
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j) x[j] = op.first;
+#pragma unroll
+    for (int v = 0; v < 4; ++v)
+#pragma unroll
+        for (int jj = 0; jj < N / 8; ++jj) {
+            const float2 y = *reinterpret_cast<const float2*>(&area[v][8 * jj + 2 * q]);
+            x[2 * jj] = op(x[2 * jj], y.x);
+            x[2 * jj + 1] = op(x[2 * jj + 1], y.y);
+        }
+}
+struct MaxOp {
+    float first = -INFINITY;
+    __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+    float first = 0.f;
+    __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+
 // The online softmax of KV block j on S^T (softmax's, per column): the mask from the plan's first
 // masked block on (a column's token picks its last key), the thread's column maxes over its
-// keys, the warp's (lanes of one q), the warp group's through the exchange area j % 2 and named
-// barrier BAR; P = 2^(S * scale_log2 - max) left in fp32 in S^T's registers (rescale_t writes
-// it out), the thread's share of the sums.
+// keys, the warp's (lanes of one q), the warp group's (meet, exchange area j % 2); P = 2^(S *
+// scale_log2 - max) left in fp32 in S^T's registers (rescale_t writes it out), the thread's
+// share of the sums.
 template <int BN, int N, bool GUARD, int BAR, class Mask>
-__device__ __forceinline__ void softmax_t(float (&s)[BN / 64][N / 2], Rows& r, const Mask& mask,
-                                          int j, int first_masked, float scale_log2,
-                                          Narrow<BN, N>& nw) {
-    static_assert(N == 8, "a thread holds two columns of S^T (Rows' m0, m1)");
+__device__ __forceinline__ void softmax_t(float (&s)[BN / 64][N / 2], Cols<N>& r,
+                                          const Mask& mask, int j, int first_masked,
+                                          float scale_log2, Narrow<BN, N>& nw) {
+    using C = Cols<N>;
     const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, q = lane % 4;
 #pragma unroll
     for (int h = 0; h < BN / 64; ++h)
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) pcwg::fence_operand(s[h][i]);
     if (j >= first_masked) {
-        const int lim0 = mask.last(2 * q), lim1 = mask.last(2 * q + 1);
+        int lim[C::NC];
+#pragma unroll
+        for (int c = 0; c < C::NC; ++c) lim[c] = mask.last(C::col(c, q));
 #pragma unroll
         for (int h = 0; h < BN / 64; ++h)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int key = j * BN + h * 64 + w * 16 + lane / 4 + 8 * half;
-                s[h][2 * half] = mask.keeps(key, lim0) ? s[h][2 * half] : -INFINITY;
-                s[h][2 * half + 1] = mask.keeps(key, lim1) ? s[h][2 * half + 1] : -INFINITY;
+#pragma unroll
+                for (int c = 0; c < C::NC; ++c) {
+                    float& v = s[h][C::reg(c, half)];
+                    v = mask.keeps(key, lim[c]) ? v : -INFINITY;
+                }
             }
     }
-    float x0 = -INFINITY, x1 = -INFINITY;  // the block's column maxes of the raw scores
+    float x[C::NC];  // the block's column maxes of the raw scores
+#pragma unroll
+    for (int c = 0; c < C::NC; ++c) x[c] = -INFINITY;
 #pragma unroll
     for (int h = 0; h < BN / 64; ++h)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            x0 = fmaxf(x0, s[h][2 * half]);
-            x1 = fmaxf(x1, s[h][2 * half + 1]);
-        }
+        for (int half = 0; half < 2; ++half)
 #pragma unroll
-    for (int d = 4; d < 32; d *= 2) {
-        x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, d));
-        x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, d));
-    }
-    float (&x)[4][N] = nw.xch[j & 1];
-    if (lane < 4) *reinterpret_cast<float2*>(&x[w][2 * q]) = make_float2(x0, x1);
-    asm volatile("bar.sync %0, 128;\n" :: "n"(BAR) : "memory");
+            for (int c = 0; c < C::NC; ++c) x[c] = fmaxf(x[c], s[h][C::reg(c, half)]);
 #pragma unroll
-    for (int v = 0; v < 4; ++v) {
-        const float2 y = *reinterpret_cast<const float2*>(&x[v][2 * q]);
-        x0 = fmaxf(x0, y.x);
-        x1 = fmaxf(x1, y.y);
+    for (int d = 4; d < 32; d *= 2)
+#pragma unroll
+        for (int c = 0; c < C::NC; ++c) x[c] = fmaxf(x[c], __shfl_xor_sync(0xffffffffu, x[c], d));
+    meet<N, BAR>(x, nw.xch[j & 1], MaxOp{});
+    float z[C::NC], sum[C::NC];
+#pragma unroll
+    for (int c = 0; c < C::NC; ++c) {
+        z[c] = advance_one<GUARD>(r.m[c], r.c[c], x[c], scale_log2);
+        sum[c] = 0.f;
     }
-    float z0, z1;
-    advance<GUARD>(r, x0, x1, scale_log2, z0, z1);
-    float s0 = 0.f, s1 = 0.f;
 #pragma unroll
     for (int h = 0; h < BN / 64; ++h)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const float p0 = ex2_approx(fmaf(s[h][2 * half], scale_log2, -z0));
-            const float p1 = ex2_approx(fmaf(s[h][2 * half + 1], scale_log2, -z1));
-            s0 += p0;
-            s1 += p1;
-            s[h][2 * half] = p0;
-            s[h][2 * half + 1] = p1;
-        }
-    r.l0 = r.l0 * r.c0 + s0;
-    r.l1 = r.l1 * r.c1 + s1;
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+            for (int c = 0; c < C::NC; ++c) {
+                float& v = s[h][C::reg(c, half)];
+                v = ex2_approx(fmaf(v, scale_log2, -z[c]));
+                sum[c] += v;
+            }
+#pragma unroll
+    for (int c = 0; c < C::NC; ++c) r.l[c] = r.l[c] * r.c[c] + sum[c];
 }
 
 // O^T *= the softmax's correction, column by column, then block j's P^T (fp32 in S^T's
 // registers) to its buffer (j % 2) for PV: column n's key k of part h at h * N * 128 + n * 128,
-// its 16-byte unit k % 64 / 8 swizzled by n (128-byte swizzle).
+// its 16-byte unit k % 64 / 8 swizzled by n % 8 (128-byte swizzle; 8-row atoms 1024 apart).
 template <int HD, int BN, int N, class Elem>
 __device__ __forceinline__ void rescale_t(float (&o)[HD / 64][N / 2],
                                           const float (&s)[BN / 64][N / 2], Narrow<BN, N>& nw,
-                                          const Rows& r, int j) {
+                                          const Cols<N>& r, int j) {
+    using C = Cols<N>;
     const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, q = lane % 4;
 #pragma unroll
     for (int m = 0; m < HD / 64; ++m) {
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) pcwg::fence_operand(o[m][i]);
-        o[m][0] *= r.c0; o[m][1] *= r.c1;
-        o[m][2] *= r.c0; o[m][3] *= r.c1;
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+#pragma unroll
+            for (int c = 0; c < C::NC; ++c) o[m][C::reg(c, half)] *= r.c[c];
     }
     const u32 p = pch100::smem_addr(nw.p[j & 1]);
 #pragma unroll
@@ -481,11 +534,11 @@ __device__ __forceinline__ void rescale_t(float (&o)[HD / 64][N / 2],
 #pragma unroll
         for (int half = 0; half < 2; ++half)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int k = w * 16 + lane / 4 + 8 * half, n = 2 * q + e;
-                const u32 at = p + h * N * 128 + n * 128 + ((k / 8) ^ n) * 16 + k % 8 * 2;
+            for (int c = 0; c < C::NC; ++c) {
+                const int k = w * 16 + lane / 4 + 8 * half, n = C::col(c, q);
+                const u32 at = p + h * N * 128 + n * 128 + ((k / 8) ^ (n % 8)) * 16 + k % 8 * 2;
                 asm volatile("st.shared.u16 [%0], %1;\n"
-                             :: "r"(at), "h"(Elem::one(s[h][2 * half + e])) : "memory");
+                             :: "r"(at), "h"(Elem::one(s[h][C::reg(c, half)])) : "memory");
             }
 }
 
@@ -509,67 +562,46 @@ __device__ __forceinline__ void decode_pv_t(float (&o)[HD / 64][N / 2], const Na
     }
 }
 
-// A narrow tile's statistics at its end: each column's sum (the threads' shares added: the
-// warp's lanes of one q, then the warp group's through exchange area 2 + o % 2, o the CTA's
-// tile count), its 1 / sum (0 for a column with no key) and natural log-sum-exp (+inf then).
-template <int BN, int N, int BAR>
-__device__ __forceinline__ void decode_stats_t(Rows& r, float (&inv)[2], float (&lse)[2],
-                                               Narrow<BN, N>& nw, int o) {
-    constexpr float LN2 = 0.6931471805599453f;
-    const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, q = lane % 4;
-#pragma unroll
-    for (int d = 4; d < 32; d *= 2) {
-        r.l0 += __shfl_xor_sync(0xffffffffu, r.l0, d);
-        r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, d);
-    }
-    float (&x)[4][N] = nw.xch[2 + (o & 1)];
-    if (lane < 4) *reinterpret_cast<float2*>(&x[w][2 * q]) = make_float2(r.l0, r.l1);
-    asm volatile("bar.sync %0, 128;\n" :: "n"(BAR) : "memory");
-    r.l0 = r.l1 = 0.f;
-#pragma unroll
-    for (int v = 0; v < 4; ++v) {  // in warp order: every thread adds the same four
-        const float2 y = *reinterpret_cast<const float2*>(&x[v][2 * q]);
-        r.l0 += y.x;
-        r.l1 += y.y;
-    }
-    inv[0] = r.l0 > 0.f ? 1.f / r.l0 : 0.f;
-    inv[1] = r.l1 > 0.f ? 1.f / r.l1 : 0.f;
-    lse[0] = r.l0 > 0.f ? LN2 * (r.m0 + log2f(r.l0)) : INFINITY;
-    lse[1] = r.l1 > 0.f ? LN2 * (r.m1 + log2f(r.l1)) : INFINITY;
-}
-
-// A narrow tile's end: O^T fenced, the statistics met (decode_stats_t), then each stored
-// column n's head-dim row d's value (O^T / the column's sum) to `value(n, d, x)` (the thread
-// its head-dim rows of its two columns) and its log-sum-exp to `stats(n, lse, 1 / sum)` (one
-// thread a column).
+// A narrow tile's end: O^T fenced, each column's sum (the threads' shares added: the warp's
+// lanes of one q, then the warp group's through exchange area 2 + tile % 2, tile the CTA's tile
+// count), then each stored column n's head-dim row d's value (O^T / the sum; 0 for a column with
+// no key) to `value(n, d, x)` (the thread its head-dim rows of its columns) and its natural
+// log-sum-exp (+inf for a column with no key) to `stats(n, lse, 1 / sum)` (one thread a column).
 template <int BN, int HD, int N, int BAR, class Value, class Stats>
-__device__ __forceinline__ void narrow_out(float (&o)[HD / 64][N / 2], Rows& r,
+__device__ __forceinline__ void narrow_out(float (&o)[HD / 64][N / 2], Cols<N>& r,
                                            const DecodeRows& dr, Narrow<BN, N>& nw, int tile,
                                            Value value, Stats stats) {
+    using C = Cols<N>;
+    constexpr float LN2 = 0.6931471805599453f;
     const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, q = lane % 4;
 #pragma unroll
     for (int m = 0; m < HD / 64; ++m)
 #pragma unroll
         for (int i = 0; i < N / 2; ++i) pcwg::fence_operand(o[m][i]);
-    float inv[2], lse[2];
-    decode_stats_t<BN, N, BAR>(r, inv, lse, nw, tile);
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-        const int n = 2 * q + e;
+    for (int d = 4; d < 32; d *= 2)
+#pragma unroll
+        for (int c = 0; c < C::NC; ++c) r.l[c] += __shfl_xor_sync(0xffffffffu, r.l[c], d);
+    meet<N, BAR>(r.l, nw.xch[2 + (tile & 1)], SumOp{});
+#pragma unroll
+    for (int c = 0; c < C::NC; ++c) {
+        const int n = C::col(c, q);
         if (!dr.stored(n)) continue;
+        const float inv = r.l[c] > 0.f ? 1.f / r.l[c] : 0.f;
 #pragma unroll
         for (int m = 0; m < HD / 64; ++m)
 #pragma unroll
             for (int half = 0; half < 2; ++half)
-                value(n, m * 64 + w * 16 + lane / 4 + 8 * half, o[m][2 * half + e] * inv[e]);
-        if (w == 0 && lane < 4) stats(n, lse[e], inv[e]);
+                value(n, m * 64 + w * 16 + lane / 4 + 8 * half, o[m][C::reg(c, half)] * inv);
+        if (w == 0 && lane < 4)
+            stats(n, r.l[c] > 0.f ? LN2 * (r.m[c] + log2f(r.l[c])) : INFINITY, inv);
     }
 }
 
 // An unsplit narrow tile's end: its columns into their (token, head) rows of O, and the
 // log-sum-exps where asked.
 template <int BN, int HD, int N, class Elem, int BAR>
-__device__ __forceinline__ void decode_finish_t(float (&o)[HD / 64][N / 2], Rows& r,
+__device__ __forceinline__ void decode_finish_t(float (&o)[HD / 64][N / 2], Cols<N>& r,
                                                 const DecodeRows& dr, unsigned short* out,
                                                 long long o_ss, long long o_sh, float* LSE,
                                                 int sq, Narrow<BN, N>& nw, int tile) {
@@ -586,7 +618,7 @@ __device__ __forceinline__ void decode_finish_t(float (&o)[HD / 64][N / 2], Rows
 // This split's narrow partial out to its slot (DECODE_SLOT<HD, N>: row n of the slot is column
 // n of O^T), the stored columns only.
 template <int BN, int HD, int N, int BAR>
-__device__ __forceinline__ void decode_slice_store_t(float (&o)[HD / 64][N / 2], Rows& r,
+__device__ __forceinline__ void decode_slice_store_t(float (&o)[HD / 64][N / 2], Cols<N>& r,
                                                      const DecodeRows& dr, float* slot,
                                                      Narrow<BN, N>& nw, int tile) {
     narrow_out<BN, HD, N, BAR>(

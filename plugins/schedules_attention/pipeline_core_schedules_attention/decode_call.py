@@ -39,7 +39,7 @@ from pipeline_core_schedules_attention.call import (DTYPES, LOG2E, AttentionArgu
                                                     check_operands, softmax_scale)
 from pipeline_core_schedules_attention.decode_tiles import (DECODE_ROWS, MAX_SLOTS_PER_SM,
                                                             NARROW_ROWS, choose_splits,
-                                                            chunk_rows, narrow_fits, tile_shape)
+                                                            chunk_rows, narrow_rows, tile_shape)
 from pipeline_core_schedules_attention.layout import (BOX_COLS, empty_in_order, in_place,
                                                       order_of, readable, sizes, strides)
 from pipeline_core_schedules_attention.schedule import DECODE_PRODUCER_REGISTERS, NAME
@@ -111,10 +111,10 @@ class DecodeCall:
 
     @property
     def rows(self) -> int:
-        """The kernel's rows a tile (``-p block_m``): a narrow tile's 8 where they hold every
-        query of a KV head (one token, a group of up to 8: attention_decode.cuh, "Narrow
-        tiles"), else 64."""
-        return NARROW_ROWS if narrow_fits(self.group, self.tokens) else DECODE_ROWS
+        """The kernel's rows a tile (``-p block_m``): a narrow tile's 8 or 16 where they hold
+        every query of a KV head (a group of 4 and up to 4 tokens, of 8 and up to 2, one head and
+        up to 16: attention_decode.cuh, "Narrow tiles"), else 64."""
+        return narrow_rows(self.group, self.tokens) or DECODE_ROWS
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -245,7 +245,7 @@ PAGE_CHUNKS = (1, 2, 4, 8, 16)
 VARIANTS = tuple((d, t, c, s, n, g, r) for d in HEAD_DIMS for t in ("bf16", "fp16")
                  for c in (False, True) for s in (False, True) for n in PAGE_CHUNKS
                  for g in ((False, True) if n > 1 else (False,))
-                 for r in (DECODE_ROWS, NARROW_ROWS) if BLOCKS[d][0] % (8 * n) == 0)
+                 for r in (DECODE_ROWS, *NARROW_ROWS) if BLOCKS[d][0] % (8 * n) == 0)
 
 
 def _build(head_dim: int, dtype: str, causal: bool, split: bool, chunks: int, grouped: bool,

@@ -49,9 +49,9 @@ from pipeline_core_schedules_attention.tiles import LoopBounds
 
 #: rows of a decode output tile: one consumer warp group's wgmma M
 DECODE_ROWS = 64
-#: rows of a narrow tile (attention_decode.cuh, "Narrow tiles"): the queries are wgmma's N, the
-#: keys its M, where a GQA group's heads and the tokens fit in 8 rows (one token, groups up to 8)
-NARROW_ROWS = 8
+#: rows of the narrow tiles (attention_decode.cuh, "Narrow tiles"), fewest first: the queries are
+#: wgmma's N, the keys its M, where a GQA group's heads and the tokens fit in 8 or 16 rows
+NARROW_ROWS = (8, 16)
 
 
 def tile_shape(group: int, rows: int = DECODE_ROWS) -> tuple[int, int, int]:
@@ -64,12 +64,15 @@ def tile_shape(group: int, rows: int = DECODE_ROWS) -> tuple[int, int, int]:
     return hb, rows // hb, -(-group // hb)
 
 
-def narrow_fits(group: int, tokens: int) -> bool:
-    """Whether a narrow tile holds every query of a KV head: the group's heads (to a power of
-    two) times the tokens (to one) within :data:`NARROW_ROWS`, so one tile a KV head reads its
-    pages once, as the 64-row tile does."""
-    hb, tb, hc = tile_shape(group, NARROW_ROWS)
-    return hc == 1 and tb >= tokens
+def narrow_rows(group: int, tokens: int) -> int:
+    """The fewest rows of a narrow tile that hold every query of a KV head (the group's heads
+    to a power of two times the tokens to one), so one tile a KV head reads its pages once, as
+    the 64-row tile does; 0 where none does."""
+    for rows in NARROW_ROWS:
+        hb, tb, hc = tile_shape(group, rows)
+        if hc == 1 and tb >= tokens:
+            return rows
+    return 0
 
 
 def chunk_rows(page_size: int, block_n: int) -> int:

@@ -82,7 +82,7 @@ def geometry_refusal(g: AttentionGeometry) -> str:
     """Why this emitter cannot write geometry ``g`` ("" when it can): what :func:`emit_attention`
     refuses with, and what ``pipeline-core compile`` asks (:func:`refuses`), so a geometry the
     schedule proves but the kernel cannot take is said at compile too."""
-    if g.rows != WGMMA_M and not (g.decode and g.rows == NARROW_ROWS):
+    if g.rows != WGMMA_M and not (g.decode and g.rows in NARROW_ROWS):
         return (f"writes {WGMMA_M} query rows per consumer; -p block_m={g.block_m} over "
                 f"{g.consumers} consumer{'s' if g.consumers != 1 else ''} gives {g.rows}: set "
                 f"-p block_m={WGMMA_M * g.consumers}")
@@ -295,7 +295,7 @@ def _kernel_choices(g: AttentionGeometry, dtype: str) -> dict[str, str]:
     """What every variant's kernel picks alike: the element type, where P is packed
     (``intra_overlap``) and the per-N wgmma wrappers of S and PV (PV's N the boxes' columns;
     a narrow decode tile's both N its rows, PV's A transposed: :func:`_wrappers`)."""
-    narrow = g.decode and g.rows == NARROW_ROWS
+    narrow = g.decode and g.rows in NARROW_ROWS
     return {"elem": ELEM[dtype], "pack": f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
             "qk": f"wgmma_m64n{g.rows if narrow else g.block_n}k16",
             "pv": f"wgmma_ta_m64n{g.rows}k16" if narrow else f"wgmma_rs_m64n{g.box_cols}k16"}
@@ -304,7 +304,7 @@ def _kernel_choices(g: AttentionGeometry, dtype: str) -> dict[str, str]:
 def _wrappers(g: AttentionGeometry, dtype: str) -> str:
     """The wgmma wrappers :func:`_kernel_choices` names: S's SS (its first k step overwrites)
     and PV's RS, or a narrow decode tile's two SS, PV's reading V MN-major (transposed A)."""
-    if g.decode and g.rows == NARROW_ROWS:
+    if g.decode and g.rows in NARROW_ROWS:
         return (wgmma_ss(g.rows, dtype, scale_d=True)
                 + wgmma_ss(g.rows, dtype, trans_a=1, prefix="wgmma_ta"))
     return wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.box_cols, dtype)
@@ -318,7 +318,7 @@ def _emit_decode(compiled: CompiledSchedule, g: AttentionGeometry, watchdog: int
             rule.split_shift, rule.page_lag, rule.arrivals_shift, rule.skip_split) != (0, 0, 0, -1):
         raise _fail("the plan's trip rule is not -p decode's as the geometry declares, or "
                     "carries a mutation; recompile the schedule")
-    narrow = g.rows == NARROW_ROWS
+    narrow = g.rows in NARROW_ROWS
     variant = _Variant(**_kernel_choices(g, dtype), mask=decode_mask(g.causal), guard=g.causal,
                        window=False, softcap=False, decode=True, narrow=narrow,
                        issuers=g.kv_issuers)

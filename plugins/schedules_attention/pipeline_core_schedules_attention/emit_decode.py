@@ -127,10 +127,10 @@ NARROW_STATE = ("        float oacc[HD / 64][BM / 2], sacc[BN / 64][BM / 2];\n"
 
 def decode_compute(narrow: bool) -> str:
     """The consumer's start of a tile: O cleared, its Q, where its rows go."""
-    start = ("pcat::start_t<HD / 64, BM>(oacc)" if narrow
-             else "pcat::start<HD>(oacc, 0, consumer)")
+    start = ("auto rows = pcat::start_t<HD / 64, BM>(oacc)" if narrow
+             else "pcat::Rows rows = pcat::start<HD>(oacc, 0, consumer)")
     return (
-    f"            pcat::Rows rows = {start};\n"
+    f"            {start};\n"
     "            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q\n"
     "            const pcat::DecodeRows dr{t0, HB_SHIFT, min(HB, G - hc * HB), Sq};\n"
     "            const int h0 = kvh * G + hc * HB;  // the tile's first query head\n"

@@ -249,7 +249,7 @@ class AttentionGeometry(WarpGroupTiles):
         def bad(param: str, why: str) -> ProgramError:
             return ProgramError(f"{OWNER}: -p {param}: {why}")
 
-        narrow = self.decode and self.block_m == NARROW_ROWS  # decode's narrow tile
+        narrow = self.decode and self.block_m in NARROW_ROWS  # decode's narrow tiles
         if self.block_m % self.consumers or (self.rows % WGMMA_M and not narrow):
             raise bad("block_m", f"{self.block_m} query rows over {self.consumers} consumers is "
                                  f"not a multiple of {WGMMA_M} rows per consumer (wgmma m64)")
@@ -310,10 +310,11 @@ class AttentionGeometry(WarpGroupTiles):
         if self.head_dim % BOX_COLS:
             raise bad("head_dim", f"{self.head_dim}: decode reads whole {BOX_COLS}-column boxes; "
                                   "pass -p head_dim=64 or 128")
-        if self.block_m not in (DECODE_ROWS, NARROW_ROWS) or self.consumers != 1:
+        if self.block_m not in (DECODE_ROWS, *NARROW_ROWS) or self.consumers != 1:
             raise bad("block_m", f"decode packs a GQA group's heads and tokens into one "
                                  f"consumer's {DECODE_ROWS} rows (or a narrow tile's "
-                                 f"{NARROW_ROWS}); set -p block_m={DECODE_ROWS} "
+                                 f"{' or '.join(map(str, NARROW_ROWS))}); set -p "
+                                 f"block_m={DECODE_ROWS} "
                                  "-p consumers=1 -p pingpong=false")
         for name, on in (("varlen", self.varlen), ("window_left", self.windowed),
                          ("softcap", self.softcap)):
@@ -463,8 +464,8 @@ PARAMS = (
     Param("head_dim", int, 128, "head dimension D (96: two TMA boxes, the second half zeros; "
                                 "192 and 256 where their tiles' registers and shared memory fit)",
           choices=HEAD_DIMS),
-    Param("block_m", int, 128, "query rows per output tile, split over the consumers (8: "
-                               "decode's narrow tile, the queries wgmma's N)",
+    Param("block_m", int, 128, "query rows per output tile, split over the consumers (8, 16: "
+                               "decode's narrow tiles, the queries wgmma's N)",
           bound=Bound(low=8, high=256)),
     Param("block_n", int, 128, "keys per KV block (the K tile)", bound=Bound(low=16, high=256)),
     Param("consumers", int, 2, "consumer warp groups", bound=Bound(low=1, high=3)),

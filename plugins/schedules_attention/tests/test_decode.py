@@ -24,7 +24,7 @@ from pipeline_core_schedules_attention.decode_call import (BLOCKS, HEAD_DIMS, De
 from pipeline_core_schedules_attention.decode_tiles import (DECODE_ROWS, MAX_SLOTS_PER_SM,
                                                             NARROW_ROWS, DecodeBounds,
                                                             DecodeProblem, choose_splits,
-                                                            chunk_rows, narrow_fits,
+                                                            chunk_rows, narrow_rows,
                                                             tile_shape)
 from pipeline_core_schedules_attention.emit_attention import emit_attention
 from pipeline_core_schedules_attention.emit_decode import decode_bounds_exprs
@@ -103,7 +103,7 @@ def test_a_mutated_rule_makes_the_compiled_plan_unsafe(monkeypatch):
         monkeypatch.undo()
 
 
-@pytest.mark.parametrize("rows", [DECODE_ROWS, NARROW_ROWS])
+@pytest.mark.parametrize("rows", [DECODE_ROWS, *NARROW_ROWS])
 @pytest.mark.parametrize("chunks,grouped", [(1, False), (8, False), (8, True)])
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
@@ -166,7 +166,7 @@ def test_several_producer_warps_share_a_paged_blocks_copies_and_warp_0_alone_loa
     runs the ring's K and V waits before its own copies, warp 0 alone expects a stage's bytes
     and runs Q's ring (a warp that writes no Q stage waits on none of it)."""
     assert [kv_issuers(n) for n in (1, 2, 4, 8, 16)] == [1, 2, 4, 4, 4]
-    src = emit_attention(build(128, False, True, 8, NARROW_ROWS, kv_grouped="true"))
+    src = emit_attention(build(128, False, True, 8, NARROW_ROWS[0], kv_grouped="true"))
     producer = src[src.index("pc:role producer"):src.index("pc:role consumers")]
     assert "if (lane == 0 && wtid < 128) {" in producer
     for line in producer.splitlines():
@@ -182,31 +182,37 @@ def test_several_producer_warps_share_a_paged_blocks_copies_and_warp_0_alone_loa
 
 
 def test_a_narrow_tile_serves_a_kv_heads_every_query_or_is_not_taken():
-    """The narrow tile's 8 rows: a group of 4 at one token (two token rows, one spare), of 8;
-    never where a KV head's queries would need a second tile (its pages read twice)."""
-    assert tile_shape(4, NARROW_ROWS) == (4, 2, 1) and tile_shape(8, NARROW_ROWS) == (8, 1, 1)
-    assert tile_shape(16, NARROW_ROWS) == (8, 1, 2)
-    assert narrow_fits(4, 1) and narrow_fits(4, 2) and narrow_fits(7, 1) and narrow_fits(1, 8)
-    assert not narrow_fits(4, 3) and not narrow_fits(16, 1) and not narrow_fits(1, 9)
-    for g in range(1, 20):
-        for sq in range(1, 12):
-            hb, tb, hc = tile_shape(g, NARROW_ROWS)
-            assert narrow_fits(g, sq) == (hc * -(-sq // tb) == 1)
-    assert plan_decode(*args(sq=1)).rows == NARROW_ROWS  # 32 / 8 heads, one token
-    assert plan_decode(*args(sq=2)).rows == NARROW_ROWS
-    assert plan_decode(*args(sq=4)).rows == DECODE_ROWS
-    assert plan_decode(*args(sq=1, hq=32, hkv=2)).rows == DECODE_ROWS  # a group of 16
+    """The narrow tiles' 8 or 16 rows, the fewest that hold a KV head's queries: a group of 4 at
+    one token (two token rows, one spare) or up to 4 tokens, of 8 at up to 2; never where a KV
+    head's queries would need a second tile (its pages read twice)."""
+    assert tile_shape(4, 8) == (4, 2, 1) and tile_shape(8, 8) == (8, 1, 1)
+    assert tile_shape(16, 8) == (8, 1, 2) and tile_shape(4, 16) == (4, 4, 1)
+    assert [narrow_rows(4, t) for t in (1, 2, 3, 4, 5)] == [8, 8, 16, 16, 0]
+    assert [narrow_rows(8, t) for t in (1, 2, 3)] == [8, 16, 0]
+    assert narrow_rows(7, 1) == 8 and narrow_rows(1, 16) == 16 and narrow_rows(16, 1) == 16
+    assert narrow_rows(1, 17) == 0 and narrow_rows(32, 1) == 0
+    for g in range(1, 40):
+        for sq in range(1, 20):
+            rows = narrow_rows(g, sq)
+            fits = [r for r in NARROW_ROWS
+                    if tile_shape(g, r)[2] * -(-sq // tile_shape(g, r)[1]) == 1]
+            assert rows == (fits[0] if fits else 0)
+    assert plan_decode(*args(sq=1)).rows == 8  # 32 / 8 heads, one token
+    assert plan_decode(*args(sq=4)).rows == 16
+    assert plan_decode(*args(sq=5)).rows == DECODE_ROWS
+    assert plan_decode(*args(sq=1, hq=32, hkv=2)).rows == 16  # a group of 16
+    assert plan_decode(*args(sq=1, hq=64, hkv=2)).rows == DECODE_ROWS
     c = plan_decode(*args(sq=1))
     assert c.shape == (4, 2, 1) and c.tiles == 3 * 8
 
 
 @pytest.mark.skipif(nvcc() is None or sass_command() is None,
                     reason="needs nvcc and a disassembler")
-@pytest.mark.parametrize("head_dim", HEAD_DIMS)
-def test_a_narrow_tiles_wgmmas_take_the_queries_as_n(head_dim, tmp_path):
-    """A narrow kernel runs every wgmma at m64n8 (keys, or head dims, as M), its S^T and O^T
-    an eighth of the wide tile's MMA work, with no spill and no serialized wgmma."""
-    proc, cubin = compile_cubin(emit_attention(build(head_dim, False, True, rows=NARROW_ROWS)),
+@pytest.mark.parametrize("head_dim,rows", [(64, 8), (128, 8), (256, 8), (128, 16)])
+def test_a_narrow_tiles_wgmmas_take_the_queries_as_n(head_dim, rows, tmp_path):
+    """A narrow kernel runs every wgmma at m64nN, N its rows (keys, or head dims, as M), its
+    S^T and O^T N / 64 of the wide tile's MMA work, with no spill and no serialized wgmma."""
+    proc, cubin = compile_cubin(emit_attention(build(head_dim, False, True, rows=rows)),
                                 tmp_path, "narrow")
     assert proc.returncode == 0, proc.stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
@@ -215,7 +221,7 @@ def test_a_narrow_tiles_wgmmas_take_the_queries_as_n(head_dim, tmp_path):
     assert sass is not None
     shapes = {line.split("HGMMA.")[1].split(".")[0] for line in sass.splitlines()
               if "HGMMA." in line}
-    assert shapes == {"64x8x16"}
+    assert shapes == {f"64x{rows}x16"}
     bn = BLOCKS[head_dim][0]
     # S^T: BN / 64 halves x D / 16 k steps; O^T: D / 64 parts x BN / 16; each in two stretches
     assert sum("HGMMA." in line for line in sass.splitlines()) == \
