@@ -26,7 +26,8 @@ cache").
    values stored head-major (``[B, Hkv, capacity, D]`` contiguous, viewed as ``[B, capacity,
    Hkv, D]``: one KV head's rows one run) for ours and SDPA alike (names ``-hm``);
    ``--pages``, ``--peers`` and ``--shapes`` time a subset, ``--variant`` a patched schedule
-   (:func:`variant`; one per process, so compare its per-round ratios to a peer).
+   (:func:`variant`; one per process, so compare its per-round ratios to a peer), ``--tokens
+   N`` N query tokens a sequence (speculative decoding; every call not causal).
 
 The last line is one PASS/FAIL summary.  Every result is one JSON line on stdout (and in
 --out/attention_decode.jsonl).
@@ -275,10 +276,11 @@ def head_major(torch, c):
 
 def timing(torch, rounds: int, seed: int, layouts: tuple[str, ...] = ("row",),
            pages: tuple[int, ...] = PAGES,
-           peers: tuple[str, ...] = ("cudnn", "flash")) -> list[dict]:
+           peers: tuple[str, ...] = ("cudnn", "flash"), tokens: int = 1) -> list[dict]:
     """``layouts``: the contiguous cache row-major (``row``, ``[B, capacity, Hkv, D]``
     contiguous, as a decode loop appends to) and/or head-major (``head``: the same values in a
-    contiguous ``[B, Hkv, capacity, D]``), ours and SDPA each on both (names ``-hm``)."""
+    contiguous ``[B, Hkv, capacity, D]``), ours and SDPA each on both (names ``-hm``).
+    ``tokens`` query tokens a sequence (speculative decoding's), every call not causal."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -290,7 +292,7 @@ def timing(torch, rounds: int, seed: int, layouts: tuple[str, ...] = ("row",),
     for b, n, hq, hkv in SHAPES:
         try:
             d = 128
-            q = torch.randn(b, 1, hq, d, device="cuda", dtype=torch.bfloat16)
+            q = torch.randn(b, tokens, hq, d, device="cuda", dtype=torch.bfloat16)
             kv_bytes = 2 * b * n * hkv * d * 2
             caches = {p: cache(torch, p, [n] * b, hkv, d, "bf16", rng)[:4]
                       for p in sorted({0, *pages})}
@@ -305,11 +307,11 @@ def timing(torch, rounds: int, seed: int, layouts: tuple[str, ...] = ("row",),
                 if p:
                     fns[f"ours-page{p}"] = graphed(
                         torch, lambda kc=kc, vc=vc, table=table, lens=lens: attention_decode(
-                            q, kc, vc, cache_seqlens=lens, block_table=table))
+                            q, kc, vc, cache_seqlens=lens, block_table=table, causal=False))
             for (_, tag), (kc, vc) in contig.items():
                 fns[f"ours-contig{tag}"] = graphed(
-                    torch, lambda kc=kc, vc=vc: attention_decode(q, kc, vc,
-                                                                 cache_seqlens=lens0))
+                    torch, lambda kc=kc, vc=vc: attention_decode(q, kc, vc, cache_seqlens=lens0,
+                                                                 causal=False))
             backends = {"cudnn": SDPBackend.CUDNN_ATTENTION,
                         "flash": SDPBackend.FLASH_ATTENTION}
             for (_, tag), (kc, vc) in contig.items():
@@ -326,7 +328,8 @@ def timing(torch, rounds: int, seed: int, layouts: tuple[str, ...] = ("row",),
             copy_bytes = min(kv_bytes, src.numel())
             fns["copy"] = lambda: dst[:copy_bytes].copy_(src[:copy_bytes])
             per = interleaved(torch, fns, rounds, 20)
-            rec = {"kind": "time", "batch": b, "kv_len": n, "hq": hq, "hkv": hkv, "D": d,
+            rec = {"kind": "time", "batch": b, "kv_len": n, "tokens": tokens, "hq": hq,
+                   "hkv": hkv, "D": d,
                    "kv_bytes": kv_bytes,
                    "ms": {k: round(statistics.median(v), 4) for k, v in per.items()},
                    "tb_per_s": {k: round(kv_bytes / statistics.median(v) / 1e9, 3)
@@ -524,7 +527,7 @@ def main() -> None:
                        ("--jobs", int, 2), ("--timeout", float, 600.0), ("--variant", str, ""),
                        ("--shapes", str, ""), ("--layout", str, "row"),
                        ("--pages", str, ",".join(map(str, PAGES))),
-                       ("--peers", str, "cudnn,flash")))
+                       ("--peers", str, "cudnn,flash"), ("--tokens", int, 1)))
     variant(args.variant)
     if args.shapes:  # a subset of SHAPES by index (a variant's quick timing)
         global SHAPES
@@ -548,7 +551,7 @@ def gpu(torch, args: argparse.Namespace) -> dict:
         timed = (timing(torch, args.rounds, args.seed,
                         tuple(args.layout.split(",")) if args.layout != "both"
                         else ("row", "head"), _ints(args.pages),
-                        tuple(p for p in args.peers.split(",") if p))
+                        tuple(p for p in args.peers.split(",") if p), args.tokens)
                  if args.phase in ("all", "time") else [])
     return {**passed, "timed": len(timed)}
 
