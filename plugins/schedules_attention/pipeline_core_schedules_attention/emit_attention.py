@@ -35,6 +35,8 @@ loop, loads, finish and signature of ``emit_varlen.py``, which says what differs
 """
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord, Param,
@@ -250,8 +252,8 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
                                                       and rule.kv_shift != 0):
         raise _fail("the plan's trip rule is not -p varlen's as the geometry declares, or "
                     "carries a mutation's kv_shift; recompile the schedule")
-    variant = _Variant(
-        **_kernel_choices(g, dtype),
+    variant = _variant(
+        g, dtype,
         mask=window_mask(rule) if g.windowed
         else f"pcat::Causal{{Sk, {OFFSET[causal.align]}}}" if causal is not None
         else "pcat::KeyTail{Sk}",
@@ -291,18 +293,20 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
     return _source(compiled, g, dtype, variant, tiles, family, device, about, watchdog or 0)
 
 
-def _kernel_choices(g: AttentionGeometry, dtype: str) -> dict[str, str]:
-    """What every variant's kernel picks alike: the element type, where P is packed
-    (``intra_overlap``) and the per-N wgmma wrappers of S and PV (PV's N the boxes' columns;
-    a narrow decode tile's both N its rows, PV's A transposed: :func:`_wrappers`)."""
+def _variant(g: AttentionGeometry, dtype: str, **rest: Any) -> _Variant:
+    """A kernel's :class:`_Variant`: what every kernel picks alike (the element type, where P
+    is packed (``intra_overlap``) and the per-N wgmma wrappers of S and PV: PV's N the boxes'
+    columns; a narrow decode tile's both N its rows, PV's A transposed, :func:`_wrappers`), and
+    the emitter's ``rest``."""
     narrow = g.decode and g.rows in NARROW_ROWS
-    return {"elem": ELEM[dtype], "pack": f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
-            "qk": f"wgmma_m64n{g.rows if narrow else g.block_n}k16",
-            "pv": f"wgmma_ta_m64n{g.rows}k16" if narrow else f"wgmma_rs_m64n{g.box_cols}k16"}
+    return _Variant(elem=ELEM[dtype], pack=f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
+                    qk=f"wgmma_m64n{g.rows if narrow else g.block_n}k16",
+                    pv=(f"wgmma_ta_m64n{g.rows}k16" if narrow
+                        else f"wgmma_rs_m64n{g.box_cols}k16"), **rest)
 
 
 def _wrappers(g: AttentionGeometry, dtype: str) -> str:
-    """The wgmma wrappers :func:`_kernel_choices` names: S's SS (its first k step overwrites)
+    """The wgmma wrappers :func:`_variant` names: S's SS (its first k step overwrites)
     and PV's RS, or a narrow decode tile's two SS, PV's reading V MN-major (transposed A)."""
     if g.decode and g.rows in NARROW_ROWS:
         return (wgmma_ss(g.rows, dtype, scale_d=True)
@@ -319,9 +323,8 @@ def _emit_decode(compiled: CompiledSchedule, g: AttentionGeometry, watchdog: int
         raise _fail("the plan's trip rule is not -p decode's as the geometry declares, or "
                     "carries a mutation; recompile the schedule")
     narrow = g.rows in NARROW_ROWS
-    variant = _Variant(**_kernel_choices(g, dtype), mask=decode_mask(g.causal), guard=g.causal,
-                       window=False, softcap=False, decode=True, narrow=narrow,
-                       issuers=g.kv_issuers)
+    variant = _variant(g, dtype, mask=decode_mask(g.causal), guard=g.causal, window=False,
+                       softcap=False, decode=True, narrow=narrow, issuers=g.kv_issuers)
     family = _family(g, compute=decode_compute(narrow),
                      finish=decode_finish(compiled.plan.programs[1:], variant.elem,
                                           EMITTER_NAME, narrow),

@@ -576,7 +576,7 @@ def test_the_package_exports_the_call_and_importing_it_loads_no_gpu_package():
     assert out.strip() == "[]"
 
 
-GUARD = "const float z0 = GUARD && x0 == -INFINITY ? 0.f : x0;"
+GUARD = "const float z = GUARD && x == -INFINITY ? 0.f : x;"
 
 
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
@@ -600,7 +600,8 @@ def test_bottom_right_causal_offsets_the_diagonal_and_guards_rows_with_no_key(he
                            in x for x in softmax), softmax
     header = _device(src)
     assert GUARD in header
-    assert "r.c0 = ex2_approx(r.m0 - z0);" in header
+    assert "c = ex2_approx(m - z);" in header  # advance_one, each row's
+    assert "z0 = advance_one<GUARD>(r.m0, r.c0, x0, scale_log2);" in header
     assert "fmaf(s[4 * c], scale_log2, -z0)" in header
     assert "-x0)" not in header and "-x1)" not in header  # none against the raw max
     top = emit_attention(compile_named(NAME, params=call_params(head_dim, True),
