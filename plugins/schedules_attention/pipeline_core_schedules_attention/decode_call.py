@@ -11,7 +11,8 @@ last keys.  Causal (the default) with ``Sq > 1``: token t sees keys up to ``len 
 
 The lengths stay on the device: the kernel reads them, so a call never syncs and a CUDA graph
 captures it (a decode loop replays it).  What the host decides from the shapes alone: the tile
-(a GQA group's heads and the tokens packed into 64 rows, :func:`decode_tiles.tile_shape`) and
+(a GQA group's heads and the tokens packed into 64 rows, or a narrow tile's 8 or 16 where they
+fit: :func:`decode_tiles.tile_shape`, :func:`decode_tiles.narrow_rows`) and
 the split count (:func:`decode_tiles.choose_splits`, the wave model over the cache's capacity:
 the lengths are unknown there, so a batch of short sequences in a long cache may split more
 than it needs; each split then finds fewer blocks, or none, and costs its overhead only).

@@ -7,7 +7,10 @@ speculated tokens) against a long cache of keys.  The kernel packs the query hea
 head (the GQA group) with the tokens into the 64 rows of one wgmma tile, token-major: row ``r``
 is token ``t0 + r // HB`` of query head ``HB * chunk + r % HB`` of the group (:func:`tile_shape`:
 ``HB`` the group rounded up to a power of two, at most 64; ``TB = 64 / HB`` tokens per tile), so
-one pass over a KV head's pages serves every query head that reads it.  An output tile is
+one pass over a KV head's pages serves every query head that reads it.  Where a KV head's
+queries fit in 8 or 16 rows, the kernel takes a narrow tile of that many rows instead
+(:func:`narrow_rows`; the queries become wgmma's N: attention_decode.cuh, "Narrow tiles"), packed
+the same way.  An output tile is
 (sequence, KV head, head chunk, token block); with split-KV, ``splits`` CTAs share it, each
 visiting an even share of its KV blocks, and the last to finish combines their partial outputs
 (the core's cross-CTA reduction, ``AgentSpec.reduction``; :meth:`DecodeBounds.fixups` gives the

@@ -11,7 +11,7 @@ its finish (split-KV's hand-off among them) and its header lines (docs/guide/att
   ``DecodeBounds.visited`` / ``first_masked`` / ``splits_of``, which a test evaluates against
   the rule on every problem of its proof).
 * **The loads**: Q at (d, the chunk's first head, the block's first token, b), a box of ``HB``
-  heads by ``TB`` tokens landing the tile's 64 rows token-major; K and V by
+  heads by ``TB`` tokens landing the tile's rows (64, or a narrow tile's) token-major; K and V by
   ``pcat::decode_kv_load``, a block's copies one per page chunk, each at the page its table
   entry names.
 * **The softmax and PV**: the softmax of block ``KF + t`` (global, as the mask and ``FM``

@@ -495,7 +495,8 @@ PARAMS = (
     Param("softcap", bool, False, "logit softcap: softcap * tanh(S / softcap) before the "
                                   "softmax (the value a kernel argument)"),
     Param("decode", bool, False, "decoding over a KV cache: a GQA group's heads and a few "
-                                 "tokens in one 64-row tile, KV blocks gathered from pages "
+                                 "tokens in one 64-row tile (or 8 or 16 rows: -p block_m), KV "
+                                 "blocks gathered from pages "
                                  "(needs -p block_m=64 -p consumers=1 -p pingpong=false)"),
     Param("split_kv", bool, False, "decode's split-KV: CTAs share a tile's KV blocks, the last "
                                    "to finish combines their partials (a cross-CTA reduction)"),
