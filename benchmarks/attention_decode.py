@@ -438,7 +438,8 @@ def variant(spec: str) -> None:
     tile order, so a CTA's later (tile, split) pairs keep every KV head of a row range
     together), ``rows=64`` (the 64-row tile where the call takes a narrow one), ``issuers=1``
     (one thread issuing a paged block's copies), ``grouped=0`` (pages copied a part at a time),
-    and the timing
+    ``early=1|2`` (the first tile's length, and its first table entry at the capacity's split,
+    prefetched to L2 as the kernel starts), and the timing
     probes ``no_mma=1`` and ``no_math=1`` (results wrong)."""
     from pipeline_core_schedules_attention import decode_call
 
@@ -489,6 +490,19 @@ def variant(spec: str) -> None:
     if "balanced" in opts:  # split s takes blocks [s NB / S, (s + 1) NB / S)
         edits.append(("KF = split * per; KT = max(0, min(per, NB - KF));",
                       "KF = split * NB / SPLITS; KT = (split + 1) * NB / SPLITS - KF;"))
+    if "early" in opts:  # the first tile's length (1) and, at the capacity's split, its first
+        # table entry (2) prefetched to L2 as the kernel starts (a probe: what the dependent
+        # reads before the first copy cost)
+        pre = ["const int fb = (int)blockIdx.x / SPLITS / (QT * HC * Hkv);",
+               "if (threadIdx.x == 0 && (int)blockIdx.x < TILES) asm volatile("
+               "\"prefetch.global.L2 [%0];\" :: \"l\"(seqlens + fb));"]
+        if opts["early"] == "2":
+            pre.append("if (threadIdx.x == 0 && (int)blockIdx.x < TILES && table != nullptr) {"
+                       " const int nb = (CAP + BN - 1) / BN, per = (nb + SPLITS - 1) / SPLITS;"
+                       " asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(table + fb * "
+                       "table_stride + ((int)blockIdx.x % SPLITS) * per * BN / page)); }")
+        edits.append(("const int TILES = B * Hkv * HC * QT * SPLITS;",
+                      "const int TILES = B * Hkv * HC * QT * SPLITS;\n    " + "\n    ".join(pre)))
     if "order" in opts:  # splits outermost: each wave of CTAs reads every KV head's rows
         edits.append(("const int split = tile % SPLITS, out_tile = tile / SPLITS,",
                       "const int split = tile / (TILES / SPLITS), out_tile = tile % (TILES / "
