@@ -180,3 +180,18 @@ def test_the_consumer_index_is_shuffled_where_the_family_asks_or_a_tile_split_ne
     assert any(shuffled in line for line in _body(rings, uniform_consumer=True))
     body = _body(rings)
     assert any(plain in line for line in body) and not any(shuffled in line for line in body)
+
+
+def test_producer_warps_run_a_one_thread_producer_on_each_warps_first_lane_or_are_refused():
+    """``producer_warps`` N: the producer's program on lane 0 of warps 0..N-1 (decoding's
+    several issuers); with a whole-warp-group producer, or past 4 warps, one line refuses it
+    instead of silently keeping one guard or the other."""
+    rings = [Ring(name="full", kind="full", stages=2, arrivals=1),
+             Ring(name="empty", kind="empty", stages=2, arrivals=4)]
+    body = "\n".join(_body(rings, producer_warps=4))
+    assert "if (lane == 0 && wtid < 128) {" in body and "if (wtid == 0) {" not in body
+    assert "if (wtid == 0) {" in "\n".join(_body(rings))
+    for kw in ({"producer_warps": 2, "producer_threads": 128}, {"producer_warps": 5}):
+        with pytest.raises(ProgramError) as info:
+            _body(rings, **kw)
+        assert "producer_warps=" in str(info.value) and "\n" not in str(info.value)

@@ -201,6 +201,10 @@ def agents_kernel_body(*, rings: Sequence[Ring], producer: AgentCode,
     from warp 1 on, in the producer's tile loop (they join named barriers, which count whole
     warps: the attention backward's dQ writers); not beside a relay."""
     depths = [_ring_depth(r, family, emitter) for r in rings]
+    if producer_warps != 1 and (producer_threads != 1 or not 1 <= producer_warps <= 4):
+        raise ProgramError(f"emitter {emitter}: producer_warps={producer_warps} runs a one-thread "
+                           "producer on the first lane of up to 4 warps; give it a producer of "
+                           f"one thread (producer_threads={producer_threads}) and 1..4 warps")
     if relay and side_agents:
         raise ProgramError(f"emitter {emitter}: a relay and side agents both take warp 1 of the "
                            "producer warp group; give the kernel one or the other")
