@@ -279,7 +279,8 @@ def _constants(g: WsGeometry) -> dict[str, int | str]:
             "CONSUMER_THREADS": 128 * g.consumers, "SPLIT_BAR": SPLIT_BARRIER,
             "ELEM": g.elem_bytes, "WGMMA_K": g.wgmma_k,
             "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK),
-            "SCOLS": g.variant.store_cols, "SBUF": g.store_buffers,
+            "SCOLS": g.store_cols or 0, "SBUF": g.store_buffers,
+            "SBUF_BYTES": g.store_subtile_bytes,
             "A_MN": str(g.variant.a_major == "mn").lower(),
             "B_MN": str(g.variant.b_major == "mn").lower(),
             "SPLIT": str(g.variant.split_k).lower(), "CLUSTER": g.variant.cluster,
@@ -496,7 +497,8 @@ def general_family(v: GemmVariant, consumers: Sequence[AgentProgram] = ()) -> di
     epi_type, epi = _epilogue(v)
     store = ("\n    constexpr int SCOLS = ${SCOLS}, SBUF = ${SBUF};"
              "  // TMA-store sub-tiles: 64 rows x SCOLS, SBUF buffers per consumer"
-             "\n    constexpr u32 SBUF_BYTES = 64 * 128;" if v.store == "tma" else "")
+             "\n    constexpr u32 SBUF_BYTES = ${SBUF_BYTES};  // 64 rows of one swizzled row"
+             if v.store == "tma" else "")
     grouped = v.batch in GROUPED
     operands = (("GroupOperand<A_MN, BM, BK, CHUNK_BYTES, ${BATCH_A}>", "GroupOperand<B_MN, BN, "
                  "BK, CHUNK_BYTES, ${BATCH_B}>;  // the operands' TMA loads at the tile's group")

@@ -22,8 +22,8 @@ from pipeline_core_nvidia_h100.gemm_staging import (LINE_BYTES, TMA_ALIGN, Stagi
                                                     stage_bias, stage_operand, stage_out)
 from pipeline_core_nvidia_h100.warpspecialized import (ACTIVATIONS, BIASES, DTYPE_BYTES,
                                                        MN_CHUNK, OUT_BYTES, OUT_DTYPES,
-                                                       STORE_BUFFERS, STORE_ROWS, GemmVariant,
-                                                       a_rows_clash, k_tile)
+                                                       STORE_ROWS, GemmVariant, a_rows_clash,
+                                                       k_tile, store_cols)
 
 #: bytes per element of every type an argument may have: the schedule's input and output tables
 ELEM = {**DTYPE_BYTES, **OUT_BYTES}
@@ -68,6 +68,8 @@ class TileShape:
     bn: int = 256
     bk: int = 64
     min_k_tiles: int = 1
+    #: consumer warp groups sharing the tile's rows (the TMA store's sub-tiles are a consumer's)
+    consumers: int = 2
 
 
 @attrs.frozen(kw_only=True)
@@ -269,13 +271,14 @@ def check_vector(name: str, t: TensorInfo, length: int, why: str, a: TensorInfo)
 
 def store_map(m: int, n: int, ldc: int, out_dtype: str, tile: TileShape) -> OperandMap | None:
     """C's tensor map for the TMA-store epilogue (docs/guide/matmul.md, "The TMA-store
-    epilogue"): the [m, n] array of row stride ``ldc`` in boxes of 64 rows by one 128-byte row
-    of columns, the staging buffer's shape; None where TMA cannot describe C (a row stride off
-    16 bytes; ``out``'s address is checked with the other operands') or the tile's columns are
-    not a whole number of buffers' boxes: that call stores directly."""
+    epilogue"): the [m, n] array of row stride ``ldc`` in boxes of 64 rows by one 128- or
+    64-byte row of columns (warpspecialized.store_cols), the staging buffer's shape; None where
+    TMA cannot describe C (a row stride off 16 bytes; ``out``'s address is checked with the
+    other operands') or no such row tiles a consumer's columns in whole buffers: that call
+    stores directly."""
     elem = ELEM[out_dtype]
-    cols = 128 // elem
-    if tile.bn % (cols * STORE_BUFFERS):
+    cols = store_cols(out_dtype, tile.bn, max(1, tile.bm // tile.consumers // STORE_ROWS))
+    if cols is None:
         return None
     if m > 1 and not aligned(ldc, elem):
         return None

@@ -59,8 +59,8 @@ H100_SXM = Machine(
 
 def launch_registers(threads: int) -> int:
     """The registers each of ``threads`` threads starts with under ``__launch_bounds__(threads,
-    1)``: the SM's file shared out, 8 at a time (ptxas allocates the whole kernel within it,
-    whatever setmaxnreg raises at run time)."""
+    1)``: the SM's file shared out, 8 at a time (ptxas allocates the code before and outside a
+    role's ``setmaxnreg.inc`` within it; a consumer's code after it, up to the raised count)."""
     return min(H100_SXM.registers_per_thread + 1,
                H100_SXM.registers_per_sm // threads // 8 * 8)
 

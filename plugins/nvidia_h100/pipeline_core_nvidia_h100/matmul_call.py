@@ -182,7 +182,8 @@ def plan_infos(a: TensorInfo, b: TensorInfo, bias: TensorInfo | None, activation
     """:func:`_plan` on tensor descriptions, with no GPU package (the benchmarks' prebuild
     plans with it what a GPU run will launch): candidate ``c``'s tile, its split only where it
     asks for one, and the direct store where its shared memory cannot take the TMA store's."""
-    tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk)
+    tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk,
+                                                              consumers=c.consumers)
     if c != autotune.DEFAULT and not c.split_k:
         tuning = attrs.evolve(tuning, split_k=False)
 
@@ -215,6 +216,9 @@ def _recipe(plan: CallPlan, device: int, stream: int,
     """Build candidate ``c``'s kernel of a checked, non-empty ``plan`` (planned with ``c``)."""
     key = (plan.variant, c, device)
     built = CALL.kernels.kernel(key)
+    if plan.c is not None:  # the TMA store's box: the kernel's sub-tile, whatever the plan took
+        plan = attrs.evolve(plan, c=attrs.evolve(
+            plan.c, box_inner=c.geometry(plan.variant).store_cols or plan.c.box_inner))
     bk = k_tile(plan.variant.dtype)
     if built.min_k_tiles * bk > plan.k_pad:
         plan = attrs.evolve(plan, k_pad=built.min_k_tiles * bk)
@@ -597,7 +601,8 @@ def plan_grouped_infos(a: TensorInfo, b: TensorInfo, offs: TensorInfo | None,
     variants with it): candidate ``c``'s tile, and the direct store where its shared memory
     cannot take the TMA store's staging beside the groups' table, or (unless ``one_buffer``)
     takes only one buffer per consumer of it."""
-    tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk)
+    tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk,
+                                                              consumers=c.consumers)
 
     def plan(t: Tuning) -> CallPlan:
         return plan_grouped(a, b, offs, bias=bias, out_dtype=out_dtype, tile=tile, sms=sms,

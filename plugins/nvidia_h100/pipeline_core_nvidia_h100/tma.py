@@ -25,14 +25,25 @@ DTYPE_UINT8 = 0
 DTYPE_FLOAT32 = 7
 #: bytes of an element of each data type above
 DTYPE_BYTES = {DTYPE_BFLOAT16: 2, DTYPE_FLOAT16: 2, DTYPE_FLOAT32: 4, DTYPE_UINT8: 1}
-#: CU_TENSOR_MAP_SWIZZLE_NONE / _128B: how a box's rows lie in shared memory (128B: 16-byte
-#: chunk j of row r at j ^ (r % 8), what wgmma's descriptors read; none: as in global memory)
+#: CU_TENSOR_MAP_SWIZZLE_NONE / _64B / _128B: how a box's rows lie in shared memory (128B:
+#: 16-byte chunk j of row r at j ^ (r % 8), what wgmma's descriptors read; 64B, rows of 64
+#: bytes: chunk j of row r at j ^ (r / 2 % 4); none: as in global memory)
 SWIZZLE_NONE = 0
+SWIZZLE_64B = 2
 SWIZZLE_128B = 3
 #: CU_TENSOR_MAP_L2_PROMOTION_L2_128B / _L2_256B: the granule an L2 miss of a TMA copy fetches
 L2_PROMOTION_128B = 2
 L2_PROMOTION_256B = 3
 TENSOR_MAP_BYTES = 128
+
+
+def swizzle_of(row_bytes: int) -> int:
+    """The swizzle of a box whose rows are ``row_bytes`` wide: as wide as the row (128 or 64
+    bytes; a swizzle wider than the box's row would interleave two rows' chunks)."""
+    modes = {128: SWIZZLE_128B, 64: SWIZZLE_64B}
+    if row_bytes not in modes:
+        raise ValueError(f"a swizzled box row is 128 or 64 bytes, not {row_bytes}")
+    return modes[row_bytes]
 
 
 #: The L2 promotion every map takes: 128 bytes, the line.  Why not CUTLASS's 256: the boxes

@@ -138,11 +138,32 @@ OUT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 #: sub-tile being 64 rows (one wgmma m64 block) by one 128-byte swizzled row of columns
 STORE_BUFFERS = 2
 STORE_ROWS = WGMMA_M
+#: The TMA-store sub-tile's row widths, widest first: 128 bytes (128-byte swizzle), else 64
+#: (64-byte swizzle) where 128-byte rows do not tile the consumer's columns (BN 160 or 224 of
+#: bf16: five or seven 32-column rows)
+STORE_ROW_BYTES = (SWIZZLE_BYTES, SWIZZLE_BYTES // 2)
+
+
+def store_cols(out_dtype: str, bn: int, m_blocks: int,
+               buffers: int = STORE_BUFFERS) -> int | None:
+    """Columns of one TMA-store sub-tile (64 rows by one swizzled row of the output type) for a
+    consumer of ``m_blocks`` 64-row blocks by ``bn`` columns staging through ``buffers``: the
+    widest row of :data:`STORE_ROW_BYTES` that tiles ``bn`` in a multiple of ``buffers``
+    sub-tiles (the staging buffer is the sub-tile's count modulo ``buffers``, so the count
+    must restart with each tile), or None: that tile stores directly.  Why 64-byte rows: the
+    direct store measured 1.14-1.16x the TMA store's time at 2000x5000x3072 on an H200
+    (benchmarks/results/gemm_wide_tiles_s23_h200.jsonl), which the 256x160 tile needs."""
+    for row in STORE_ROW_BYTES:
+        cols = row // OUT_BYTES[out_dtype]
+        if bn % cols == 0 and m_blocks * (bn // cols) % buffers == 0:
+            return cols
+    return None
+
 
 
 #: Registers a consumer thread needs besides its accumulators (descriptors, addresses, loop
-#: state): the 2-consumer 64x256 kernel builds in the 168 its launch allows (128 accumulators),
-#: the 3-consumer one (128 allowed) fails ptxas with C7602.
+#: state): the 2-consumer 128x160 share of a 256x160 tile builds in its 232 (160 accumulators,
+#: 187 used), the 3-consumer 64x256 one (152 each) fails ptxas with C7602.
 ADDRESS_REGISTERS = 32
 
 @attrs.frozen(kw_only=True)
@@ -202,11 +223,6 @@ class GemmVariant:
     #: BM rows, the rows past the box being stale shared memory whose products land only in
     #: accumulator rows past M, which no store writes (a row of A x B is that row's alone)
     a_rows: int = 0
-
-    @property
-    def store_cols(self) -> int:
-        """Columns of one TMA-store sub-tile: one 128-byte swizzled row of the output type."""
-        return SWIZZLE_BYTES // OUT_BYTES[self.out_dtype]
 
     @property
     def general(self) -> bool:
@@ -335,7 +351,21 @@ class WsGeometry:
         return STORE_BUFFERS
 
     def _staging(self, buffers: int) -> int:
-        return self.consumers * buffers * STORE_ROWS * SWIZZLE_BYTES
+        return self.consumers * buffers * self.store_subtile_bytes
+
+    @property
+    def store_cols(self) -> int | None:
+        """Columns of the TMA store's sub-tile (:func:`store_cols`; two buffers' count, which
+        a grouped kernel's one buffer divides too), None where none fits."""
+        return store_cols(self.variant.out_dtype, self.bn, self.wgmma_m_blocks)
+
+    @property
+    def store_subtile_bytes(self) -> int:
+        """One staged sub-tile: 64 rows of one swizzled row each (128 bytes where no sub-tile
+        fits: the direct store stages nothing)."""
+        cols = self.store_cols
+        return STORE_ROWS * (SWIZZLE_BYTES if cols is None else
+                             cols * OUT_BYTES[self.variant.out_dtype])
 
     @property
     def staging_bytes(self) -> int:
@@ -463,13 +493,16 @@ class WsGeometry:
         if split is not None:
             raise bad(*split)
         launch = launch_registers(self.threads)
-        if self.accumulators + ADDRESS_REGISTERS > launch:
-            # ptxas allocates the whole kernel within the launch bound's share, whatever
-            # setmaxnreg raises at run time (ptxas C7602 "Insufficient registers")
-            raise bad("consumers", f"{self.threads} threads leave {launch} registers per thread "
-                                   f"at compile time, under the {self.accumulators} "
-                                   f"accumulators + {ADDRESS_REGISTERS} a consumer needs; use "
-                                   f"fewer consumers or a narrower tile (-p BN)")
+        if self.accumulators + ADDRESS_REGISTERS > self.consumer_registers:
+            # ptxas allocates a consumer's code after its setmaxnreg.inc up to that count (the
+            # 256 x 160 tile's consumers use 187 registers under a 384-thread launch's 168); a
+            # tile past it fails ptxas (C7602 "Insufficient registers": 3 consumers of 64 x 256
+            # at 152 each)
+            raise bad("consumers", f"{self.consumers} consumers of {self.threads} threads get "
+                                   f"{self.consumer_registers} registers each from setmaxnreg, "
+                                   f"under the {self.accumulators} accumulators + "
+                                   f"{ADDRESS_REGISTERS} a consumer needs; use fewer consumers "
+                                   f"or a narrower tile (-p BN)")
         if self.producer_registers > launch:
             raise bad("producer_registers", f"the producer gives registers back: at most the "
                                             f"{launch} each thread starts with")
@@ -477,15 +510,14 @@ class WsGeometry:
             if self.variant.split_k:
                 raise bad("store", "tma with -p split_k=true: the split-K tile is stored by its "
                                    "last CTA's direct epilogue; pass -p store=direct")
-            cols = self.variant.store_cols
-            buffers = self.store_buffers
-            if self.bn % cols or self.wgmma_m_blocks * self.bn // cols % buffers:
-                raise bad("store", f"tma stores sub-tiles of 64 rows x {cols} "
-                                   f"{self.variant.out_dtype} columns through {buffers} "
+            if self.store_cols is None:
+                cols = SWIZZLE_BYTES // 2 // OUT_BYTES[self.variant.out_dtype]
+                raise bad("store", f"tma stores sub-tiles of 64 rows x one 128- or 64-byte row "
+                                   f"of {self.variant.out_dtype} through {self.store_buffers} "
                                    f"buffers: a consumer's {self.consumer_rows} x {self.bn} "
-                                   f"tile must hold a multiple of {buffers} of them (-p "
-                                   f"BN a multiple of {cols * buffers}, or pass -p "
-                                   "store=direct)")
+                                   f"tile must hold a multiple of {self.store_buffers} of them "
+                                   f"(-p BN a multiple of {cols * self.store_buffers}, or pass "
+                                   "-p store=direct)")
         if v.batch in GROUPED and self.smem_bytes + GROUP_TABLE_BYTES > H100_SXM.smem_per_cta_optin:
             raise ProgramError(f"{who}: -T stages: {self.stages} stages need {self.smem_bytes} "
                                f"bytes of shared memory and the groups' table {GROUP_TABLE_BYTES}"
@@ -646,13 +678,15 @@ class WarpSpecializedGemm:
                                    slice_bytes=g.consumer_rows * g.bn * 4)
                      if g.variant.split_k or g.variant.stream_k else None)
         # the TMA-store epilogue (docs/guide/agents.md, "Bulk stores"): per consumer, sub-tiles
-        # of STORE_ROWS rows x one 128-byte swizzled row each
+        # of STORE_ROWS rows x one 128- or 64-byte swizzled row each (validate refused a tile
+        # neither tiles)
         # (a grouped kernel's tile that crosses its group's end skips it: stored directly)
+        cols = g.store_cols
         store = (StoreSpec(buffers=g.store_buffers,
-                           subtiles=g.consumer_rows // STORE_ROWS * (g.bn // g.variant.store_cols),
-                           subtile_bytes=STORE_ROWS * SWIZZLE_BYTES,
+                           subtiles=g.consumer_rows // STORE_ROWS * (g.bn // cols),
+                           subtile_bytes=g.store_subtile_bytes,
                            optional=g.variant.batch in GROUPED)
-                 if g.variant.store == "tma" else None)
+                 if g.variant.store == "tma" and cols is not None else None)
         # a cluster: each CTA multicasts its half of the B tile (op 1) into every CTA of the
         # pair (docs/guide/agents.md, "Clusters")
         cluster = (ClusterSpec(ctas=g.variant.cluster, multicast=(1,))

@@ -41,14 +41,18 @@ __all__ = ["Costed", "RATES", "SMALL_TILES", "rank", "pick", "small_tiles"]
 
 #: Each large tile's sustained throughput relative to 128x256 on two consumers, per input type,
 #: in the order ties are broken.  16-bit: decompose.WAVE_TILES' panel medians (benchmarks/
-#: results/gemm_decompose_h200.jsonl, the large shapes).  e4m3: the same panel's fp8 rows at
+#: results/gemm_decompose_h200.jsonl, the large shapes); 256x160 and 128x192 (their TMA store
+#: in 64-byte rows) each timed tile's rounds over 128x256's on 8192^3 and 4000^3, rounded down
+#: (benchmarks/results/gemm_wide_tiles_s23_h200.jsonl: 256x160 0.985-0.994, 128x192 0.98).  e4m3: the same panel's fp8 rows at
 #: 3000x14336x4096, each divided by its own wave fill and M padding (192x128 1255 TFLOPS over
 #: 0.97 x 0.977; 128x256 1194 over 0.927 x 0.977; ...), relative to 128x256's; 192x128 rounded
 #: down from 1.0 (one shape measured it) so that the large shapes keep 128x256.
 RATES: dict[str, tuple[tuple[Candidate, float], ...]] = {
     "16bit": ((Candidate(bm=128, bn=256, stages=4, consumers=2), 1.0),
               (Candidate(bm=256, bn=128, stages=4, consumers=2), 0.96),
+              (Candidate(bm=256, bn=160, stages=4, consumers=2), 0.98),
               (Candidate(bm=192, bn=128, stages=4, consumers=3), 0.93),
+              (Candidate(bm=128, bn=192, stages=4, consumers=2), 0.97),
               (Candidate(bm=128, bn=128, stages=4, consumers=2), 0.94),
               (Candidate(bm=64, bn=256, stages=4, consumers=1), 0.93)),
     "e4m3": ((Candidate(bm=128, bn=256, stages=4, consumers=2), 1.0),
@@ -97,7 +101,8 @@ REDUCE_BYTES_PER_S = 100e9
 DRAM_BYTES_PER_S = 4.0e12
 #: M of at most one 128-row tile: the bandwidth-bound tiles only (decompose.small_m's rule)
 SMALL_M = 128
-#: The largest tile's area: rows off the 128-byte line keep only tiles of this area.
+#: The large tiles' area: rows off the 128-byte line keep only tiles of at least this area
+#: (the smaller the tile, the more its straddling box rows cost).
 LARGEST = 128 * 256
 
 
@@ -151,7 +156,7 @@ def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
         raise ValueError(f"sms: {sms}; the wave model needs the device's SM count (> 0)")
     table = small_tiles(m) if m <= SMALL_M else RATES[_kind(dtype)]
     if m > SMALL_M and off_line:
-        table = tuple((c, r) for c, r in table if c.bm * c.bn == LARGEST)
+        table = tuple((c, r) for c, r in table if c.bm * c.bn >= LARGEST)
     k_tiles = max(1, math.ceil(k / k_tile(dtype)))
     found = []
     for order, (c, rate) in enumerate(table):

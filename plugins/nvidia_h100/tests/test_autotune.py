@@ -312,18 +312,24 @@ def test_the_call_launches_the_decomposition_unless_tuning_is_switched_on(monkey
                                   True) == off
 
 
-def test_no_candidate_exceeds_the_registers_ptxas_allocates_under_the_launch_bound():
-    """3 consumers of 64 x 256 (512 threads: 128 registers each at compile time) failed ptxas
-    with C7602 when autotuning picked them: validate refuses it, so it is never a candidate."""
+def test_no_candidate_exceeds_the_registers_its_consumers_are_given():
+    """3 consumers of 64 x 256 (152 registers each after setmaxnreg) failed ptxas with C7602
+    when autotuning picked them: validate refuses it, so it is never a candidate; 2 consumers
+    of 128 x 160 (160 accumulators, over a 384-thread launch's 168 less the 32 they need
+    besides) fit the 232 setmaxnreg gives them."""
     from pipeline_core_nvidia_h100.warpspecialized import ADDRESS_REGISTERS
 
     found = candidates(4096, 4096, 4096, GemmVariant(), 132)
     assert found
     for c in found:
         geo = c.geometry(GemmVariant())
-        assert geo.accumulators + ADDRESS_REGISTERS <= 65536 // geo.threads // 8 * 8
+        assert geo.accumulators + ADDRESS_REGISTERS <= geo.consumer_registers
     assert not [c for c in found if c.consumers == 3 and c.bn == 256 and c.bm == 192]
     assert [c for c in found if c.consumers == 3 and c.bn == 128]  # narrower tiles still fit
-    with pytest.raises(ProgramError, match=r"-p consumers: 512 threads leave 128 registers"):
+    with pytest.raises(ProgramError, match=r"-p consumers: 3 consumers of 512 threads get 152 "
+                                           r"registers each"):
         Candidate(bm=192, bn=256, stages=4, consumers=3, group_m=8,
+                  split_k=False).geometry(GemmVariant()).validate()
+    for bn, stages in ((160, 4), (192, 3)):
+        Candidate(bm=256, bn=bn, stages=stages, consumers=2, group_m=8,
                   split_k=False).geometry(GemmVariant()).validate()

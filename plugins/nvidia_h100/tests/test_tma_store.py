@@ -119,7 +119,8 @@ def test_an_unsafe_store_verdict_validates_against_the_schema():
 
 @pytest.mark.parametrize("params, says", [
     ({"split_k": "true"}, "-p store: tma with -p split_k=true"),
-    ({"BN": "64", "BM": "64", "consumers": "1"}, "-p store: tma stores sub-tiles"),
+    ({"BN": "48", "BM": "64", "consumers": "1"}, "-p store: tma stores sub-tiles"),
+    ({"BN": "160", "BM": "128"}, "-p store: tma stores sub-tiles"),
 ])
 def test_a_store_the_kernel_cannot_take_is_one_line(params, says):
     args = ["compile", "warpspecialized-gemm", "-p", "store=tma"]
@@ -262,9 +263,49 @@ def test_the_call_stores_directly_where_tma_cannot(case, kwargs):
 
 
 def test_a_tile_that_splits_into_odd_boxes_stores_directly():
+    # 96 columns: one and a half 128-byte rows, three 64-byte ones a consumer's 64-row block
     p = plan_call(_t((1000, 512)), _t((512, 3000)), tuning=ON,
-                  tile=TileShape(bm=128, bn=64, bk=64))
+                  tile=TileShape(bm=128, bn=96, bk=64))
     assert p.variant.store == "direct"
+
+
+@pytest.mark.parametrize("bm, bn, consumers, box", [
+    (128, 256, 2, 64),   # 128-byte rows wherever they tile the columns in whole buffers
+    (256, 160, 2, 32),   # five 64-byte rows a 64-row block, ten a consumer: two buffers' worth
+    (128, 192, 2, 32),   # three 128-byte rows a consumer: odd; six 64-byte ones
+    (256, 192, 2, 64),   # three 128-byte rows a block, six a consumer
+    (128, 64, 1, 64),    # a consumer of two 64-row blocks: two 128-byte rows
+    (64, 64, 1, 32),     # one block: one 128-byte row, two 64-byte ones
+    (128, 160, 2, None),  # five 64-byte rows of one block: odd either way
+])
+def test_the_store_box_is_the_widest_swizzled_row_a_consumer_tiles_in_whole_buffers(
+        bm, bn, consumers, box):
+    from pipeline_core_nvidia_h100 import autotune
+    from pipeline_core_nvidia_h100.matmul_call import TUNING, plan_infos
+
+    c = autotune.Candidate(bm=bm, bn=bn, stages=3, consumers=consumers)
+    p = plan_infos(_t((2000, 3000)), _t((3000, 5000), (1, 3000)), None, None, None, None, 132,
+                   TUNING, c)
+    if box is None:
+        assert p.variant.store == "direct" and p.c is None
+        return
+    assert p.variant.store == "tma" and p.c is not None
+    # the plan's C box is the sub-tile the kernel stages (its SCOLS), so TMA writes what the
+    # consumers staged
+    geo = c.geometry(p.variant)
+    assert p.c.box_inner == geo.store_cols == box
+    assert re.search(rf"constexpr int SCOLS = {box}, SBUF = 2;.*\n.*SBUF_BYTES = {64 * box * 2};",
+                     emit_wgmma(compile_named("warpspecialized-gemm", target="h100",
+                                              host=default_host(), params=c.params(p.variant),
+                                              target_args={"stages": "3"})))
+
+
+def test_a_box_of_64_byte_rows_takes_the_64_byte_swizzle():
+    from pipeline_core_nvidia_h100.tma import SWIZZLE_64B, SWIZZLE_128B, swizzle_of
+
+    assert (swizzle_of(128), swizzle_of(64)) == (SWIZZLE_128B, SWIZZLE_64B)
+    with pytest.raises(ValueError, match="128 or 64 bytes, not 96"):
+        swizzle_of(96)
 
 
 def test_autotuning_keeps_the_candidates_that_must_store_directly():

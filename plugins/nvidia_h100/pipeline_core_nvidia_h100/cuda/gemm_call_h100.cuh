@@ -160,11 +160,16 @@ __device__ __forceinline__ void store_pair(void* c, long long ldc, int row, int 
 // PTX ISA: cp.async.bulk.tensor (the store form), cp.async.bulk.commit_group,
 // cp.async.bulk.wait_group(.read), fence.proxy.async; the plugin's README.md, "Sync model".
 
-// Byte `byte` of row `row` of a staging buffer: 64 rows of 128 bytes, 128-byte swizzled as the
-// C tensor map's box (16-byte chunk c of row r lies at chunk c ^ (r % 8): a warp's eight rows of
-// one column chunk land in eight different bank groups).
+// Byte `byte` of row `row` of a staging buffer: 64 rows of ROW bytes (128 or 64), swizzled as
+// the C tensor map's box (CU_TENSOR_MAP_SWIZZLE_128B / _64B: address bits 4.. take the XOR of
+// bits 7..; 128-byte rows: 16-byte chunk c of row r lies at chunk c ^ (r % 8), so a warp's
+// eight rows of one column chunk land in eight different bank groups; 64-byte rows: chunk c
+// of row r at c ^ (r / 2 % 4)).
+template <int ROW = 128>
 __device__ __forceinline__ u32 staged(u32 buf, int row, int byte) {
-    return buf + row * 128 + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15));
+    static_assert(ROW == 128 || ROW == 64, "staging rows are one 128- or 64-byte swizzled row");
+    return buf + row * ROW + ((((byte >> 4) ^ ((row * ROW >> 7) & (ROW / 16 - 1))) << 4)
+                              | (byte & 15));
 }
 
 // This thread's generic-proxy writes of shared memory, ordered before async-proxy reads.

@@ -120,10 +120,12 @@ struct Epilogue {
     }
 
     // The TMA store's staging write: sub-tile s (SCOLS columns from col0 + s * SCOLS) of one
-    // 64-row block's fragment (its first row row0), into the 128-byte swizzled buffer buf.
+    // 64-row block's fragment (its first row row0), into the swizzled buffer buf (rows of
+    // SCOLS outputs: 128 or 64 bytes).
     template <int SCOLS, int ACC>
     __device__ __forceinline__ void stage(const float (&frag)[ACC], u32 buf, int s, int row0,
                                           int col0) const {
+        constexpr int ROW = SCOLS * OutBytes<Out>::value;
         const int row = row0 + w * 16 + g;
         const float sa0 = Scale::a(scale_a, row, m), sa8 = Scale::a(scale_a, row + 8, m);
 #pragma unroll
@@ -133,8 +135,8 @@ struct Epilogue {
             const int at = (jj * 8 + 2 * q) * OutBytes<Out>::value;
             float v[4];
             quad(v, frag, j, col, sa0, sa8);
-            Out::stage(staged(buf, w * 16 + g, at), v[0], v[1]);
-            Out::stage(staged(buf, w * 16 + g + 8, at), v[2], v[3]);
+            Out::stage(staged<ROW>(buf, w * 16 + g, at), v[0], v[1]);
+            Out::stage(staged<ROW>(buf, w * 16 + g + 8, at), v[2], v[3]);
         }
     }
 };

@@ -463,17 +463,20 @@ def tensor_map(ptr: int, rows: int, cols: int, box_rows: int, box_cols: int, dty
                stride: int | None = None, batch: int = 1, batch_stride: int = 0,
                swizzle: bool = True) -> Any:
     """The TMA tensor map of a [rows, cols] array of ``dtype`` (``bf16``, ``fp16``, ``fp32``
-    or ``e4m3``) at ``ptr`` (tma.encode_tiled_2d; ``swizzle``: 128-byte swizzled boxes, else as
-    in global memory), encoded once and kept: encoding is a driver call on the host."""
+    or ``e4m3``) at ``ptr`` (tma.encode_tiled_2d; ``swizzle``: boxes swizzled as wide as their
+    rows, 128 or 64 bytes (tma.swizzle_of), else as in global memory), encoded once and kept:
+    encoding is a driver call on the host."""
     key = (ptr, rows, cols, box_rows, box_cols, dtype, stride, batch, batch_stride, swizzle)
     found = _MAPS.get(key)
     if found is None:
-        from pipeline_core_nvidia_h100.tma import SWIZZLE_128B, SWIZZLE_NONE, encode_tiled_2d
+        from pipeline_core_nvidia_h100.tma import (DTYPE_BYTES, SWIZZLE_NONE, encode_tiled_2d,
+                                                   swizzle_of)
 
-        found = _MAPS.put(key, encode_tiled_2d(ptr, rows, cols, box_rows, box_cols,
-                                               stride=stride, dtype=_map_dtype(dtype), batch=batch,
-                                               batch_stride=batch_stride,
-                                               swizzle=SWIZZLE_128B if swizzle else SWIZZLE_NONE))
+        kind = _map_dtype(dtype)
+        found = _MAPS.put(key, encode_tiled_2d(
+            ptr, rows, cols, box_rows, box_cols, stride=stride, dtype=kind, batch=batch,
+            batch_stride=batch_stride,
+            swizzle=swizzle_of(box_cols * DTYPE_BYTES[kind]) if swizzle else SWIZZLE_NONE))
     return found
 
 
