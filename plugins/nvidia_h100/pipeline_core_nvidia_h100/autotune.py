@@ -82,7 +82,7 @@ class Candidate:
 
 #: The space searched: every combination that :meth:`WsGeometry.validate` accepts.
 TILE_M = (64, 128, 192, 256)
-TILE_N = (64, 128, 256)
+TILE_N = (64, 128, 160, 192, 256)
 STAGES = (3, 4, 5, 6)
 CONSUMERS = (1, 2, 3)
 GROUP_M = (8,)  # the model has no L2: it cannot rank raster widths, so one is searched

@@ -16,14 +16,15 @@ The cost of a candidate, in seconds (docs/guide/matmul.md, "Decomposition"):
 * **one unit's time**: its K tiles plus :data:`FILL_K_TILES` (the ring's fill and the epilogue
   a tile pays beside its main loop) at the tile's sustained rate (:data:`RATES`, relative to
   128x256 on the same element type, measured on an H200), plus, split, the fp32 partial tile
-  written to and read back from the workspace (:data:`REDUCE_BYTES_PER_S`).
+  written to and read back from the workspace (:data:`REDUCE_BYTES_PER_S`) and the split's
+  fixed time (:data:`SPLIT_FIXED_S`).
 * **a floor**: every byte through memory at :data:`DRAM_BYTES_PER_S`: the operands, the
   output and a split's fp32 partial tiles (written, then read back); the shape's cost is the
   larger of ``rounds x unit`` and the floor.
 
 M of at most :data:`SMALL_M` rows competes only the bandwidth-bound tiles (:func:`small_tiles`:
 one consumer, eight stages or five), and rows off the 128-byte line only the largest tiles
-(decompose.py says why); a split is ``gemm_call.split_count``'s (what the plan launches for
+where those fill a wave (decompose.py says why); a split is ``gemm_call.split_count``'s (what the plan launches for
 ``split_k``), priced, not forced.  Ties keep the earlier candidate (the table's order, then
 unsplit first).
 """
@@ -97,6 +98,11 @@ SM_FLOPS_PER_S = {"16bit": 690e12 / 132, "e4m3": 1320e12 / 132}
 FILL_K_TILES = 2
 #: One SM's rate of moving split-K's fp32 partial tiles through L2 (write, then read back).
 REDUCE_BYTES_PER_S = 100e9
+#: A split unit's fixed time beside its partial tile's bytes: the counter's atomic, the last
+#: arriver's wait for it and the fixup it then runs alone.  Fitted on an H200 (benchmarks/
+#: results/gemm_mid_s23_h200.jsonl, CUDA-graph replays): 128x128 split in two ran 18.6 us at
+#: 1000^3 against 13.2 whole, 17.5 against 16.2 at 1024^3, though each slice is half the K.
+SPLIT_FIXED_S = 4e-6
 #: The H200's HBM3e at the rate a streaming GEMM reaches (4.8e12 peak).
 DRAM_BYTES_PER_S = 4.0e12
 #: M of at most one 128-row tile: the bandwidth-bound tiles only (decompose.small_m's rule)
@@ -135,7 +141,7 @@ def cost(c: Candidate, rate: float, splits: int, m: int, n: int, k: int, dtype: 
     flops = 2.0 * c.bm * c.bn * bk * (slice_tiles + FILL_K_TILES)
     unit = flops / (SM_FLOPS_PER_S[_kind(dtype)] * rate)
     if splits > 1:
-        unit += 2 * 4 * c.bm * c.bn / REDUCE_BYTES_PER_S
+        unit += 2 * 4 * c.bm * c.bn / REDUCE_BYTES_PER_S + SPLIT_FIXED_S
     elem = DTYPE_BYTES[dtype]
     # every byte through memory: the operands, the output and a split's fp32 partial tiles
     # (written, then read back by the tile's last CTA)
@@ -155,7 +161,11 @@ def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
     if sms <= 0:
         raise ValueError(f"sms: {sms}; the wave model needs the device's SM count (> 0)")
     table = small_tiles(m) if m <= SMALL_M else RATES[_kind(dtype)]
-    if m > SMALL_M and off_line:
+    # straddling box rows cost L2 bandwidth per byte: they bind where the largest tiles keep
+    # every SM busy, and smaller tiles read more bytes per FLOP; a grid short of a wave of them
+    # leaves the bandwidth to spare (1000^3, 2000-byte rows: 128x128 whole 13.2 us against
+    # 128x256 split in two 20.4, gemm_mid_s23_h200.jsonl)
+    if m > SMALL_M and off_line and math.ceil(m / 128) * math.ceil(n / 256) * batch >= sms:
         table = tuple((c, r) for c, r in table if c.bm * c.bn >= LARGEST)
     k_tiles = max(1, math.ceil(k / k_tile(dtype)))
     found = []

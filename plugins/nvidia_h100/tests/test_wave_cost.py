@@ -46,7 +46,12 @@ PICKS = {
     (16, 8192, 8192, "bf16", False): (64, 64, 1, 8, 1),
     (1, 4096, 4096, "bf16", False): (64, 64, 1, 8, 2),
     (16, 14336, 4096, "bf16", False): (64, 128, 1, 8, 1),  # 112 tiles: no split either way
-    (1000, 1000, 999, "bf16", True): (128, 256, 2, 4, 2),  # 32 tiles: split in two
+    # rows off the line, but 32 tiles of 128x256 leave L2 to spare: every tile competes, and
+    # a split's fixed time (SPLIT_FIXED_S) keeps 64 whole 128x128 tiles
+    (1000, 1000, 999, "bf16", True): (128, 128, 2, 4, 1),
+    (1000, 2000, 1000, "bf16", True): (128, 128, 2, 4, 1),
+    (500, 4000, 2000, "bf16", True): (128, 128, 2, 4, 1),
+    (512, 512, 8192, "bf16", False): (128, 128, 2, 4, 8),  # 16 tiles, 128 K tiles: split
     # fp8: 192x128 sustains 128x256's rate there, and 13.6 waves fill better than 10.2
     (3000, 14336, 4096, "e4m3", False): (192, 128, 3, 4, 1),
     (1000, 4096, 4096, "e4m3", False): (128, 256, 2, 4, 1),  # 128 tiles: one wave
