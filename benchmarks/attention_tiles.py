@@ -70,6 +70,11 @@ VARIANTS: dict[str, dict[str, str]] = {
     # the call's kernels as the kit emitted them before session 18 (issue_probe.py: a rewrite
     # of the emitted source, not parameters)
     "session-17-source": {"rewrite": "as_session_17"},
+    # a probe (no O written; timed unchecked): what the O store costs
+    "no-o-store": {"rewrite": "no_o_store", "probe": "1"},
+    "o-store-4": {"rewrite": "o_store_4"},
+    "o-store-8": {"rewrite": "o_store_8"},
+    "o-store-16": {"rewrite": "o_store_16"},
 }
 #: the most attention scores the fp32 reference of a timed shape holds (64 heads of S = 4096;
 #: the reference keeps several [B, H, S, S] fp32 tensors at once)
@@ -95,6 +100,7 @@ def variant(mod, name: str):
     import pipeline_core_schedules_attention.emit_attention as emitter
 
     params = dict(VARIANTS[name])
+    params.pop("probe", None)
     order = params.pop("order", None)
     rewrite = params.pop("rewrite", None)
     if order is not None:
@@ -194,7 +200,7 @@ def main(argv=None) -> int:
                 continue
             # the timed shape where its fp32 reference fits (S <= 4096), and one with tails
             shapes = ((b, h, s, s),) if b * h * s * s <= REFERENCE_SCORES else ()
-            for shape in (*shapes, (1, 3, 1000, 777)):
+            for shape in (*shapes, (1, 3, 1000, 777)) if "probe" not in VARIANTS[name] else ():
                 rec = check(torch, mod, name, built[name], peers, *shape, d, causal)
                 emit({**rec, "config": cfg, "variant": name})
                 if not rec["ok"]:

@@ -173,3 +173,36 @@ def as_session_17(src: str) -> str:
     for new, old in PER_STEP_DESCRIPTORS:
         src = src.replace(new, old)
     return src
+
+
+#: The forward's O stores in ``pcat::finish`` (each row's ``store_row``, its ``keep`` test).
+O_STORES = ("p0, q, row < sq);", "p1, q, row + 8 < sq);")
+
+
+def no_o_store(src: str) -> str:
+    """A PROBE, not a kernel (its output is never written): the forward's ``src`` with its O
+    stores behind a test no call passes (``sq < 0``), so the kernel's time without them bounds
+    what any cheaper O store could gain (issue 37: S 1k against cuDNN)."""
+    for old in O_STORES:
+        assert src.count(old) == 1, "not pcat::finish's O stores"
+        src = src.replace(old, old.replace("q, row", "q, sq < 0 && row"))
+    return src
+
+
+def o_store_8(src: str) -> str:
+    """The forward's ``src`` with its O stores 8 bytes wide (pcat::store_row's pair exchange)
+    at every head dim (the kernel's rule takes 8 from 128 columns up, 4 below)."""
+    assert "PCAT_O_STORE_BYTES" in src, "no O store width to set"
+    return "#define PCAT_O_STORE_BYTES 8\n" + src
+
+
+def o_store_4(src: str) -> str:
+    """The forward's ``src`` with its O stores 4 bytes wide (session 22's stores)."""
+    assert "PCAT_O_STORE_BYTES" in src, "no O store width to set"
+    return "#define PCAT_O_STORE_BYTES 4\n" + src
+
+
+def o_store_16(src: str) -> str:
+    """The forward's ``src`` with its O stores 16 bytes wide (pcat::store_row's transpose)."""
+    assert "PCAT_O_STORE_BYTES" in src, "no O store width to set"
+    return "#define PCAT_O_STORE_BYTES 16\n" + src

@@ -229,6 +229,15 @@ def test_sass_has_no_spills_the_hgmma_counts_and_the_named_barriers(pingpong, he
     named = set(re.findall(r"BAR\.(SYNC\.DEFER_BLOCKING|ARV) (0x[12]), 0x100", sass))
     assert named == ({("SYNC.DEFER_BLOCKING", "0x1"), ("SYNC.DEFER_BLOCKING", "0x2"),
                       ("ARV", "0x1"), ("ARV", "0x2")} if pingpong else set())
+    # O's stores (pcat::store_row): from 128 columns up a quad's neighbours swap a pair of
+    # column blocks (SHFL.BFLY 0x1) and each thread stores 8 bytes, half the 4-byte stores of
+    # D 64's rows, which store each pair where it lies
+    wide = re.findall(r"\bSTG\.E\.64\b", sass)
+    narrow = re.findall(r"\bSTG\.E\b(?!\.)", sass)
+    if head_dim >= 128:
+        assert len(wide) == 2 * head_dim // 16 and len(narrow) <= 2  # LSE's two rows
+    else:
+        assert not wide and len(narrow) >= 2 * head_dim // 8
 
 
 @pytest.mark.parametrize("causal", [False, True])
