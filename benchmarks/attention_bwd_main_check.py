@@ -48,7 +48,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
         sys.path.insert(0, str(extra))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from issue_probe import (as_session_17, as_session_18, grad_two_ahead,  # noqa: E402
+from issue_probe import (as_session_17, as_session_18, grad_two_ahead, o_store_4,  # noqa: E402
                          per_score_mask)
 
 #: (B, Hq, Hkv, Sq, Sk): S in {1, 17, 128, 1000}, query and key lengths that differ, GQA
@@ -302,7 +302,7 @@ def _offset(src: str, every: bool) -> str:
 
 REWRITES = {"none": lambda src: src, "session17": as_session_17, "session18": as_session_18,
             "grad_two_ahead": grad_two_ahead, "per_score_mask": per_score_mask, "offset": lambda src: _offset(src, False),
-            "offset_each": lambda src: _offset(src, True)}
+            "offset_each": lambda src: _offset(src, True), "o_store_4": o_store_4}
 ACTIVE_REWRITE = REWRITES["none"]
 
 

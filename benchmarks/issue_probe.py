@@ -197,7 +197,8 @@ def o_store_8(src: str) -> str:
 
 
 def o_store_4(src: str) -> str:
-    """The forward's ``src`` with its O stores 4 bytes wide (session 22's stores)."""
+    """An attention kernel's ``src`` with its O (or dK and dV) stores 4 bytes wide (session
+    22's)."""
     assert "PCAT_O_STORE_BYTES" in src, "no O store width to set"
     return "#define PCAT_O_STORE_BYTES 4\n" + src
 

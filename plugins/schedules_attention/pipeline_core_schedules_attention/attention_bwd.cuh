@@ -360,24 +360,24 @@ __device__ __forceinline__ void finish(float (&dk)[HD / 2], float (&dv)[HD / 2],
     }
     const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
     const int key = key0 + wtid / 32 * 16 + lane / 4;
-    // two row pointers per key row, kept for the whole store (per-column 64-bit arithmetic
-    // beside dK's and dV's 128 live accumulators made ptxas spill a tile counter at D 128)
-    u32* const k0 = reinterpret_cast<u32*>(dK + key * dk_rows) + q;
-    u32* const v0 = reinterpret_cast<u32*>(dV + key * dv_rows) + q;
-    u32* const k8 = reinterpret_cast<u32*>(dK + (key + 8) * dk_rows) + q;
-    u32* const v8 = reinterpret_cast<u32*>(dV + (key + 8) * dv_rows) + q;
     const bool in0 = key < sk, in8 = key + 8 < sk;
+    // the forward's row store (pcat::store_row: 8-byte stores from 128 columns up), a row of
+    // dK, then dV, at a time
+    u32 p0[HD / 8], p1[HD / 8];
 #pragma unroll
-    for (int c = 0; c < HD / 8; ++c) {  // columns 8 c + 2 q, + 1: u32 4 c + q of the row
-        if (in0) {
-            k0[c * 4] = Elem::pack(dk[4 * c], dk[4 * c + 1]);
-            v0[c * 4] = Elem::pack(dv[4 * c], dv[4 * c + 1]);
-        }
-        if (in8) {
-            k8[c * 4] = Elem::pack(dk[4 * c + 2], dk[4 * c + 3]);
-            v8[c * 4] = Elem::pack(dv[4 * c + 2], dv[4 * c + 3]);
-        }
+    for (int c = 0; c < HD / 8; ++c) {
+        p0[c] = Elem::pack(dk[4 * c], dk[4 * c + 1]);
+        p1[c] = Elem::pack(dk[4 * c + 2], dk[4 * c + 3]);
     }
+    pcat::store_row<HD, pcat::o_store_bytes<HD>()>(dK + key * dk_rows, p0, q, in0);
+    pcat::store_row<HD, pcat::o_store_bytes<HD>()>(dK + (key + 8) * dk_rows, p1, q, in8);
+#pragma unroll
+    for (int c = 0; c < HD / 8; ++c) {
+        p0[c] = Elem::pack(dv[4 * c], dv[4 * c + 1]);
+        p1[c] = Elem::pack(dv[4 * c + 2], dv[4 * c + 3]);
+    }
+    pcat::store_row<HD, pcat::o_store_bytes<HD>()>(dV + key * dv_rows, p0, q, in0);
+    pcat::store_row<HD, pcat::o_store_bytes<HD>()>(dV + (key + 8) * dv_rows, p1, q, in8);
 }
 
 }  // namespace pcab
