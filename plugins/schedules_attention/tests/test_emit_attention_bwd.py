@@ -5,6 +5,8 @@ it), and every variant builds for sm_90a with no spill and no serialized wgmma
 (docs/guide/attention.md, "The backward")."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pipeline_core.api import compile_named
@@ -235,6 +237,10 @@ def test_the_calls_kernels_keep_their_wgmma_descriptors_in_uniform_registers(hea
     assert sass is not None
     assert sass.count("R2UR ") < sass.count("HGMMA."), (sass.count("R2UR "),
                                                         sass.count("HGMMA."))
+    # dK and dV leave through the forward's row store (pcat::store_row): from 128 columns up
+    # two rows of each, 8 bytes a thread a store (2 x 2 x HD / 16 of them); at D 64, 4 bytes
+    wide = len(re.findall(r"\bSTG\.E\.64\b", sass))
+    assert wide == (2 * 2 * head_dim // 16 if head_dim >= 128 else 0), wide
 
 
 @pytest.mark.skipif(nvcc() is None or sass_command() is None,
