@@ -326,6 +326,24 @@ __device__ __forceinline__ void store_row(unsigned short* dst, const u32 (&p)[CO
     }
 }
 
+// A thread's two rows of an accumulator fragment (`acc`: pairs 4c, 4c + 1 of its first row,
+// 4c + 2, 4c + 3 of the row 8 below, columns 8c + 2q, + 1), scaled by s0 and s1, packed to Elem
+// and stored by store_row at dst0 and dst8 where keep0 and keep8: the forward's O, the
+// backward's dK and dV.
+template <int COLS, class Elem, int N>
+__device__ __forceinline__ void store_rows(const float (&acc)[N], float s0, float s1,
+                                           unsigned short* dst0, unsigned short* dst8, int q,
+                                           bool keep0, bool keep8) {
+    u32 p0[COLS / 8], p1[COLS / 8];
+#pragma unroll
+    for (int c = 0; c < COLS / 8; ++c) {
+        p0[c] = Elem::pack(acc[4 * c] * s0, acc[4 * c + 1] * s0);
+        p1[c] = Elem::pack(acc[4 * c + 2] * s1, acc[4 * c + 3] * s1);
+    }
+    store_row<COLS, o_store_bytes<COLS>()>(dst0, p0, q, keep0);
+    store_row<COLS, o_store_bytes<COLS>()>(dst8, p1, q, keep8);
+}
+
 // An output tile's end: O / row sum (the quad's sums added; a row with no key, sum 0, stores 0)
 // into `out`, the head's [Sq, HD] rows of Elem `row_stride` elements apart (the output's own
 // strides: it takes q's layout), rows past Sq not stored; and, where the call asks for it
@@ -345,14 +363,8 @@ __device__ __forceinline__ void finish(float (&o)[HD / 2], Rows& r, unsigned sho
     r.l1 += __shfl_xor_sync(0xffffffffu, r.l1, 2);
     const float r0 = r.l0 > 0.f ? 1.f / r.l0 : 0.f, r1 = r.l1 > 0.f ? 1.f / r.l1 : 0.f;
     const int row = r.row(), lane = threadIdx.x % 32, q = lane % 4;
-    u32 p0[COLS / 8], p1[COLS / 8];  // the thread's pairs of columns 8c + 2q, rows row, row + 8
-#pragma unroll
-    for (int c = 0; c < COLS / 8; ++c) {
-        p0[c] = Elem::pack(o[4 * c] * r0, o[4 * c + 1] * r0);
-        p1[c] = Elem::pack(o[4 * c + 2] * r1, o[4 * c + 3] * r1);
-    }
-    store_row<COLS, o_store_bytes<COLS>()>(out + row * row_stride, p0, q, row < sq);
-    store_row<COLS, o_store_bytes<COLS>()>(out + (row + 8) * row_stride, p1, q, row + 8 < sq);
+    store_rows<COLS, Elem>(o, r0, r1, out + row * row_stride, out + (row + 8) * row_stride, q,
+                           row < sq, row + 8 < sq);
     if (LSE != nullptr && q == 0) {
         constexpr float LN2 = 0.6931471805599453f;
         float* lse = LSE + (size_t)bh * sq;

@@ -361,23 +361,11 @@ __device__ __forceinline__ void finish(float (&dk)[HD / 2], float (&dv)[HD / 2],
     const int wtid = threadIdx.x % 128, lane = threadIdx.x % 32, q = lane % 4;
     const int key = key0 + wtid / 32 * 16 + lane / 4;
     const bool in0 = key < sk, in8 = key + 8 < sk;
-    // the forward's row store (pcat::store_row: 8-byte stores from 128 columns up), a row of
-    // dK, then dV, at a time
-    u32 p0[HD / 8], p1[HD / 8];
-#pragma unroll
-    for (int c = 0; c < HD / 8; ++c) {
-        p0[c] = Elem::pack(dk[4 * c], dk[4 * c + 1]);
-        p1[c] = Elem::pack(dk[4 * c + 2], dk[4 * c + 3]);
-    }
-    pcat::store_row<HD, pcat::o_store_bytes<HD>()>(dK + key * dk_rows, p0, q, in0);
-    pcat::store_row<HD, pcat::o_store_bytes<HD>()>(dK + (key + 8) * dk_rows, p1, q, in8);
-#pragma unroll
-    for (int c = 0; c < HD / 8; ++c) {
-        p0[c] = Elem::pack(dv[4 * c], dv[4 * c + 1]);
-        p1[c] = Elem::pack(dv[4 * c + 2], dv[4 * c + 3]);
-    }
-    pcat::store_row<HD, pcat::o_store_bytes<HD>()>(dV + key * dv_rows, p0, q, in0);
-    pcat::store_row<HD, pcat::o_store_bytes<HD>()>(dV + (key + 8) * dv_rows, p1, q, in8);
+    // the forward's row stores (pcat::store_rows: 8-byte stores from 128 columns up)
+    pcat::store_rows<HD, Elem>(dk, 1.f, 1.f, dK + key * dk_rows, dK + (key + 8) * dk_rows, q,
+                               in0, in8);
+    pcat::store_rows<HD, Elem>(dv, 1.f, 1.f, dV + key * dv_rows, dV + (key + 8) * dv_rows, q,
+                               in0, in8);
 }
 
 }  // namespace pcab
