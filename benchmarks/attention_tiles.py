@@ -74,7 +74,6 @@ VARIANTS: dict[str, dict[str, str]] = {
     "no-o-store": {"rewrite": "no_o_store", "probe": "1"},
     "o-store-4": {"rewrite": "o_store_4"},
     "o-store-8": {"rewrite": "o_store_8"},
-    "o-store-16": {"rewrite": "o_store_16"},
 }
 #: the most attention scores the fp32 reference of a timed shape holds (64 heads of S = 4096;
 #: the reference keeps several [B, H, S, S] fp32 tensors at once)

@@ -1,154 +1,204 @@
 """Wider tiles (256x160, 128x192, 256x192) against 128x256, the call and cuBLAS on issue 35's gap
 shapes, each forced through ``matmul_call._plan(..., c)``; the direct store beside the TMA store.
 
-  python3 benchmarks/gemm_wide_tiles.py            # on the GPU: checks, then timing
-  SET=1 python3 benchmarks/gemm_wide_tiles.py      # the first panel (direct stores of BN 160/224)
+  python3 benchmarks/gemm_wide_tiles.py [--panel store|first] [--rounds 5] [--out FILE]
 
 Why (session 23): 2000x5000x3000 ran 0.66-0.69 of cuBLAS with 128x256 tiles, 320 of them on 132
 SMs (three rounds, the last 42% full); cuBLAS runs 256 rows by 152 columns there (264 tiles, two
-whole rounds).  First the 48 epilogue checks of the 64-byte-row TMA store (fp32 / bf16 out, bias,
-gelu, tails), then interleaved rounds, CUDA-event medians, per-round ratios against cuBLAS.
-Results: benchmarks/results/gemm_wide_tiles_s23_h200.jsonl.
+whole rounds).  Every kernel is built first (in parallel); then the 48 epilogue checks of the
+64-byte-row TMA store (fp32 / bf16 out, bias, gelu, tails); then per shape, each candidate
+checked against an fp32 reference (NaN-poisoned output) and timed in interleaved rounds,
+CUDA-event medians, per-round ratios against cuBLAS.  ``--panel first`` is the session's first
+panel (BN 160 and 224 stored directly).  Results: benchmarks/results/gemm_wide_tiles_s23_h200.jsonl.
 """
-import json, os, statistics, sys
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "plugins" / "nvidia_h100"), str(ROOT)]
 os.environ.setdefault("PIPELINE_CORE_CACHE_DIR", str(ROOT / "benchmarks" / "_kitcache"))
-from pipeline_core_nvidia_h100 import matmul_call as mm  # noqa: E402
-from pipeline_core_nvidia_h100.autotune import Candidate  # noqa: E402
-from bench_timing import interleaved, ratios
 
-C = lambda bm, bn, st, cs: Candidate(bm=bm, bn=bn, stages=st, consumers=cs)
-import attrs  # noqa: E402
-DIRECT = attrs.evolve(mm.TUNING, tma_store=False)
-CANDS2 = {
-    (2000, 5000, 3000): [C(128, 256, 4, 2), C(256, 160, 4, 2), (C(256, 160, 4, 2), DIRECT), C(256, 192, 3, 2), C(128, 192, 4, 2), C(256, 160, 3, 2)],
-    (2000, 5000, 3072): [C(128, 256, 4, 2), C(256, 160, 4, 2), C(256, 192, 3, 2), C(128, 192, 4, 2)],
-    (512, 28672, 4096): [C(128, 128, 4, 2), C(256, 160, 4, 2), C(128, 192, 4, 2), C(256, 192, 3, 2)],
-    (3000, 14336, 4096): [C(64, 256, 4, 1), C(256, 160, 4, 2), C(256, 192, 3, 2), C(128, 192, 4, 2)],
-    (4000, 4000, 4000): [C(128, 256, 4, 2), C(256, 160, 4, 2), C(256, 192, 3, 2), C(128, 192, 4, 2)],
-    (8192, 8192, 8192): [C(128, 256, 4, 2), C(256, 160, 4, 2), C(256, 192, 3, 2)],
-    (1000, 1000, 1000): [C(256, 160, 4, 2), C(128, 192, 4, 2), C(256, 192, 3, 2)],
+from bench_timing import interleaved, ratios  # noqa: E402
+
+#: (BM, BN, stages, consumers[, "direct"]) per shape: "direct" forces the direct store
+PANELS = {
+    "store": {
+        (2000, 5000, 3000): ((128, 256, 4, 2), (256, 160, 4, 2), (256, 160, 4, 2, "direct"),
+                             (256, 192, 3, 2), (128, 192, 4, 2), (256, 160, 3, 2)),
+        (2000, 5000, 3072): ((128, 256, 4, 2), (256, 160, 4, 2), (256, 192, 3, 2),
+                             (128, 192, 4, 2)),
+        (512, 28672, 4096): ((128, 128, 4, 2), (256, 160, 4, 2), (128, 192, 4, 2),
+                             (256, 192, 3, 2)),
+        (3000, 14336, 4096): ((64, 256, 4, 1), (256, 160, 4, 2), (256, 192, 3, 2),
+                              (128, 192, 4, 2)),
+        (4000, 4000, 4000): ((128, 256, 4, 2), (256, 160, 4, 2), (256, 192, 3, 2),
+                             (128, 192, 4, 2)),
+        (8192, 8192, 8192): ((128, 256, 4, 2), (256, 160, 4, 2), (256, 192, 3, 2)),
+        (1000, 1000, 1000): ((256, 160, 4, 2), (128, 192, 4, 2), (256, 192, 3, 2)),
+    },
+    "first": {
+        (2000, 5000, 3000): ((128, 256, 4, 2), (256, 160, 4, 2), (128, 224, 4, 2),
+                             (256, 192, 3, 2), (128, 192, 4, 2), (192, 160, 4, 3),
+                             (256, 160, 3, 2)),
+        (2000, 5000, 3072): ((128, 256, 4, 2), (256, 160, 4, 2), (128, 224, 4, 2),
+                             (256, 192, 3, 2)),
+        (512, 28672, 4096): ((128, 128, 4, 2), (128, 224, 4, 2), (128, 192, 4, 2),
+                             (256, 160, 4, 2), (128, 256, 4, 2)),
+        (3000, 14336, 4096): ((64, 256, 4, 1), (128, 224, 4, 2), (256, 192, 3, 2),
+                              (128, 256, 4, 2)),
+        (4000, 4000, 4000): ((128, 256, 4, 2), (128, 224, 4, 2), (256, 160, 4, 2)),
+    },
 }
-CANDS1 = {
-    (2000, 5000, 3000): [C(128, 256, 4, 2), C(256, 160, 4, 2), C(128, 224, 4, 2), C(256, 192, 3, 2),
-                         C(128, 192, 4, 2), C(192, 160, 4, 3), C(256, 160, 3, 2)],
-    (2000, 5000, 3072): [C(128, 256, 4, 2), C(256, 160, 4, 2), C(128, 224, 4, 2), C(256, 192, 3, 2)],
-    (512, 28672, 4096): [C(128, 128, 4, 2), C(128, 224, 4, 2), C(128, 192, 4, 2), C(256, 160, 4, 2),
-                         C(128, 256, 4, 2)],
-    (3000, 14336, 4096): [C(64, 256, 4, 1), C(128, 224, 4, 2), C(256, 192, 3, 2), C(128, 256, 4, 2)],
-    (4000, 4000, 4000): [C(128, 256, 4, 2), C(128, 224, 4, 2), C(256, 160, 4, 2)],
-}
+#: the 64-byte store's epilogue checks: shapes (tails) and tiles
+CHECK_SHAPES = ((1000, 1000, 1000), (333, 520, 200), (2000, 5000, 3000), (64, 96, 64))
+CHECK_TILES = ((256, 160, 4, 2), (128, 192, 4, 2), (256, 192, 3, 2))
+TOL = 2e-2
 
 
-CANDS = CANDS2 if os.environ.get("SET", "2") == "2" else CANDS1
+def candidate(spec: tuple) -> tuple:
+    """(Candidate, Tuning) of a panel entry."""
+    import attrs
+    from pipeline_core_nvidia_h100 import matmul_call as mm
+    from pipeline_core_nvidia_h100.autotune import Candidate
+
+    bm, bn, stages, consumers, *store = spec
+    tuning = attrs.evolve(mm.TUNING, tma_store=False) if store == ["direct"] else mm.TUNING
+    return Candidate(bm=bm, bn=bn, stages=stages, consumers=consumers), tuning
 
 
-def split(c):
-    return c if isinstance(c, tuple) else (c, mm.TUNING)
+def operands(torch, m: int, n: int, k: int, fill: bool = True) -> tuple:
+    """A [m, k] and B [k, n] K-major (a weight [n, k] transposed), bf16."""
+    make = (lambda *s: (torch.randn(*s, device="cuda") / 4).bfloat16()) if fill else (
+        lambda *s: torch.empty(*s, device="cuda", dtype=torch.bfloat16))
+    return make(m, k), make(n, k).t()
 
 
-def main():
-    import torch
-    torch.manual_seed(23)
+def build_all(torch, panel: dict, emit) -> None:
+    """Every kernel of the panel built (nvcc, in parallel) before any timing."""
+    from pipeline_core_nvidia_h100 import matmul_call as mm
+
     dev = torch.cuda.current_device()
-    stream = torch.cuda.current_stream().cuda_stream
-    sms = mm.sm_count(dev)
-    rounds = int(os.environ.get("ROUNDS", "5"))
-    # build every kernel first, in parallel
+    stream, sms = torch.cuda.current_stream().cuda_stream, mm.sm_count(dev)
     jobs = []
-    for (m, n, k), cands in CANDS.items():
-        a = torch.empty(m, k, device="cuda", dtype=torch.bfloat16)
-        b = torch.empty(n, k, device="cuda", dtype=torch.bfloat16).t()
+    for (m, n, k), specs in panel.items():
+        a, b = operands(torch, m, n, k, fill=False)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        for c in cands:
-            jobs.append((a, b, out, *split(c)))
-    def build(j):
-        a, b, out, c, tu = j
+        jobs += [(a, b, out, *candidate(s)) for s in specs]
+
+    def build(job) -> str | None:
+        a, b, out, c, tuning = job
         try:
-            p = mm._plan(a, b, None, None, None, out, sms, tu, c)
-            mm._recipe(p, dev, stream, c)
-            return None
-        except Exception as e:
+            mm._recipe(mm._plan(a, b, None, None, None, out, sms, tuning, c), dev, stream, c)
+        except Exception as e:  # noqa: BLE001  (a candidate that does not build: one line)
             return f"{c.describe()}: {str(e)[:200]}"
+        return None
     with ThreadPoolExecutor(16) as pool:
-        for r in pool.map(build, jobs):
-            if r:
-                print(json.dumps({"build-error": r}), flush=True)
-    del jobs
-    extra_checks(torch, dev, stream, sms)
-    for (m, n, k), cands in CANDS.items():
-        a = (torch.randn(m, k, device="cuda") / 4).bfloat16()
-        b = (torch.randn(n, k, device="cuda") / 4).bfloat16().t()
-        ref = a.float() @ b.float()
-        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        from pipeline_core_nvidia_h100 import matmul
-        impls = {"cublas": lambda: torch.matmul(a, b, out=out),
-                 "call": lambda: matmul(a, b, out=out)}
-        for cc in cands:
-            c, tu = split(cc)
-            try:
-                p = mm._plan(a, b, None, None, None, out, sms, tu, c)
-                r = mm._recipe(p, dev, stream, c)
-            except Exception as e:
-                print(json.dumps({"shape": [m, n, k], "cand": c.describe(), "error": str(e)[:200]}), flush=True)
-                continue
-            res = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-            res.fill_(float("nan"))
-            mm.launch_recipe(r, a, b, None, res)
-            torch.cuda.synchronize()
-            err = ((res.float() - ref).norm() / ref.norm()).item()
-            if not err < 2e-2:
-                print(json.dumps({"shape": [m, n, k], "cand": c.describe(), "wrong": err}), flush=True)
-                continue
-            impls[f"{c.bm}x{c.bn}s{c.stages}c{c.consumers}/{p.splits}/{p.variant.store}"] = (
-                lambda r=r, res=res: mm.launch_recipe(r, a, b, None, res))
-        per = interleaved(torch, impls, rounds)
-        flops = 2.0 * m * n * k
-        for name in impls:
-            med = statistics.median(per[name])
-            print(json.dumps({"shape": [m, n, k], "cand": name, "us": round(med * 1e3, 2),
-                              "tflops": round(flops / med / 1e9, 1),
-                              "vs_cublas": None if name == "cublas" else ratios(per, name, "cublas")}),
-                  flush=True)
-        del a, b, ref, out
-        torch.cuda.empty_cache()
+        for why in pool.map(build, jobs):
+            if why:
+                emit({"build-error": why})
 
 
-def extra_checks(torch, dev, stream, sms):
-    """The 32-column TMA store under every epilogue: fp32 / bf16 out, bias, gelu, tails."""
+def epilogue_checks(torch, emit) -> None:
+    """The 64-byte-row TMA store under every epilogue: fp32 / bf16 out, bias, gelu, tails."""
     import torch.nn.functional as F
-    n_ok = n_all = 0
-    for (m, n, k) in ((1000, 1000, 1000), (333, 520, 200), (2000, 5000, 3000), (64, 96, 64)):
-        for c in (C(256, 160, 4, 2), C(128, 192, 4, 2), C(256, 192, 3, 2)):
+    from pipeline_core_nvidia_h100 import matmul_call as mm
+
+    dev = torch.cuda.current_device()
+    stream, sms = torch.cuda.current_stream().cuda_stream, mm.sm_count(dev)
+    ok = total = 0
+    for m, n, k in CHECK_SHAPES:
+        for spec in CHECK_TILES:
+            c, tuning = candidate(spec)
             for out_dt in (torch.bfloat16, torch.float32):
                 for act in (None, "gelu"):
-                    a = (torch.randn(m, k, device="cuda") / 4).bfloat16()
-                    b = (torch.randn(n, k, device="cuda") / 4).bfloat16().t()
+                    a, b = operands(torch, m, n, k)
                     bias = torch.randn(n, device="cuda").bfloat16()
                     ref = a.float() @ b.float() + bias.float()
                     if act:
                         ref = F.gelu(ref, approximate="tanh")
-                    res = torch.empty(m, n, device="cuda", dtype=out_dt)
-                    res.fill_(float("nan"))
+                    res = torch.full((m, n), float("nan"), device="cuda", dtype=out_dt)
                     try:
-                        p = mm._plan(a, b, bias, act, out_dt, res, sms, mm.TUNING, c)
-                        r = mm._recipe(p, dev, stream, c)
-                        mm.launch_recipe(r, a, b, bias, res)
+                        p = mm._plan(a, b, bias, act, out_dt, res, sms, tuning, c)
+                        mm.launch_recipe(mm._recipe(p, dev, stream, c), a, b, bias, res)
                         torch.cuda.synchronize()
-                        err = ((res.float() - ref).norm() / ref.norm()).item()
+                        err: float | str = ((res.float() - ref).norm() / ref.norm()).item()
                         store = p.variant.store
-                    except Exception as e:
+                    except Exception as e:  # noqa: BLE001  (a failed case is a result)
                         err, store = str(e)[:150], "?"
-                    n_all += 1
-                    ok = isinstance(err, float) and err < 2e-2
-                    n_ok += ok
-                    if not ok or store == "tma":
-                        print(json.dumps({"check": [m, n, k], "cand": f"{c.bm}x{c.bn}", "out": str(out_dt),
-                                          "act": act, "store": store, "err": err, "ok": ok}), flush=True)
-    print(json.dumps({"checks": n_all, "ok": n_ok}), flush=True)
+                    passed = isinstance(err, float) and err < TOL
+                    total += 1
+                    ok += passed
+                    if not passed or store == "tma":
+                        emit({"check": [m, n, k], "cand": f"{c.bm}x{c.bn}", "out": str(out_dt),
+                              "act": act, "store": store, "err": err, "ok": passed})
+    emit({"checks": total, "ok": ok})
+
+
+def time_shape(torch, m: int, n: int, k: int, specs: tuple, rounds: int, emit) -> None:
+    from pipeline_core_nvidia_h100 import matmul, matmul_call as mm
+
+    dev = torch.cuda.current_device()
+    stream, sms = torch.cuda.current_stream().cuda_stream, mm.sm_count(dev)
+    a, b = operands(torch, m, n, k)
+    ref = a.float() @ b.float()
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    impls = {"cublas": lambda: torch.matmul(a, b, out=out), "call": lambda: matmul(a, b, out=out)}
+    for spec in specs:
+        c, tuning = candidate(spec)
+        try:
+            p = mm._plan(a, b, None, None, None, out, sms, tuning, c)
+            r = mm._recipe(p, dev, stream, c)
+        except Exception as e:  # noqa: BLE001  (a candidate that does not build: one line)
+            emit({"shape": [m, n, k], "cand": c.describe(), "error": str(e)[:200]})
+            continue
+        res = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        mm.launch_recipe(r, a, b, None, res)
+        torch.cuda.synchronize()
+        err = ((res.float() - ref).norm() / ref.norm()).item()
+        if not err < TOL:
+            emit({"shape": [m, n, k], "cand": c.describe(), "wrong": err})
+            continue
+        name = f"{c.bm}x{c.bn}s{c.stages}c{c.consumers}/{p.splits}/{p.variant.store}"
+        impls[name] = lambda r=r, res=res: mm.launch_recipe(r, a, b, None, res)
+    per = interleaved(torch, impls, rounds)
+    for name in impls:
+        med = statistics.median(per[name])
+        emit({"shape": [m, n, k], "cand": name, "us": round(med * 1e3, 2),
+              "tflops": round(2.0 * m * n * k / med / 1e9, 1),
+              "vs_cublas": None if name == "cublas" else ratios(per, name, "cublas")})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--panel", choices=sorted(PANELS), default="store")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=None, help="a results .jsonl to write")
+    args = ap.parse_args()
+    import torch
+
+    torch.manual_seed(23)
+    lines: list[dict] = []
+
+    def emit(rec: dict) -> None:
+        lines.append(rec)
+        print(json.dumps(rec), flush=True)
+
+    panel = PANELS[args.panel]
+    build_all(torch, panel, emit)
+    epilogue_checks(torch, emit)
+    for (m, n, k), specs in panel.items():
+        time_shape(torch, m, n, k, specs, args.rounds, emit)
+        torch.cuda.empty_cache()
+    if args.out:
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in lines))
 
 
 if __name__ == "__main__":

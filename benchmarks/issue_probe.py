@@ -201,9 +201,3 @@ def o_store_4(src: str) -> str:
     22's)."""
     assert "PCAT_O_STORE_BYTES" in src, "no O store width to set"
     return "#define PCAT_O_STORE_BYTES 4\n" + src
-
-
-def o_store_16(src: str) -> str:
-    """The forward's ``src`` with its O stores 16 bytes wide (pcat::store_row's transpose)."""
-    assert "PCAT_O_STORE_BYTES" in src, "no O store width to set"
-    return "#define PCAT_O_STORE_BYTES 16\n" + src

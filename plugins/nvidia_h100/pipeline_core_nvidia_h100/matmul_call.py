@@ -216,9 +216,11 @@ def _recipe(plan: CallPlan, device: int, stream: int,
     """Build candidate ``c``'s kernel of a checked, non-empty ``plan`` (planned with ``c``)."""
     key = (plan.variant, c, device)
     built = CALL.kernels.kernel(key)
-    if plan.c is not None:  # the TMA store's box: the kernel's sub-tile, whatever the plan took
-        plan = attrs.evolve(plan, c=attrs.evolve(
-            plan.c, box_inner=c.geometry(plan.variant).store_cols or plan.c.box_inner))
+    # the TMA store's box is the kernel's sub-tile: both read warpspecialized.store_cols, the
+    # plan with the candidate's consumers (plan_infos' TileShape)
+    if plan.c is not None and plan.c.box_inner != c.geometry(plan.variant).store_cols:
+        raise RuntimeError(f"internal error: C's box of {plan.c.box_inner} columns is not "
+                           f"{c.describe()}'s TMA-store sub-tile; plan it with plan_infos")
     bk = k_tile(plan.variant.dtype)
     if built.min_k_tiles * bk > plan.k_pad:
         plan = attrs.evolve(plan, k_pad=built.min_k_tiles * bk)

@@ -160,7 +160,6 @@ def store_cols(out_dtype: str, bn: int, m_blocks: int,
     return None
 
 
-
 #: Registers a consumer thread needs besides its accumulators (descriptors, addresses, loop
 #: state): the 2-consumer 128x160 share of a 256x160 tile builds in its 232 (160 accumulators,
 #: 187 used), the 3-consumer 64x256 one (152 each) fails ptxas with C7602.

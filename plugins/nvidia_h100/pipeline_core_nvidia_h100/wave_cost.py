@@ -24,8 +24,8 @@ The cost of a candidate, in seconds (docs/guide/matmul.md, "Decomposition"):
 
 M of at most :data:`SMALL_M` rows competes only the bandwidth-bound tiles (:func:`small_tiles`:
 one consumer, eight stages or five), and rows off the 128-byte line only the largest tiles
-where those fill a wave (decompose.py says why); a split is ``gemm_call.split_count``'s (what the plan launches for
-``split_k``), priced, not forced.  Ties keep the earlier candidate (the table's order, then
+where those fill a wave (decompose.py says why); a split is ``gemm_call.split_count``'s (what
+the plan launches for ``split_k``), priced, not forced.  Ties keep the earlier candidate (the table's order, then
 unsplit first).
 """
 from __future__ import annotations
@@ -44,7 +44,8 @@ __all__ = ["Costed", "RATES", "SMALL_TILES", "rank", "pick", "small_tiles"]
 #: in the order ties are broken.  16-bit: decompose.WAVE_TILES' panel medians (benchmarks/
 #: results/gemm_decompose_h200.jsonl, the large shapes); 256x160 and 128x192 (their TMA store
 #: in 64-byte rows) each timed tile's rounds over 128x256's on 8192^3 and 4000^3, rounded down
-#: (benchmarks/results/gemm_wide_tiles_s23_h200.jsonl: 256x160 0.985-0.994, 128x192 0.98).  e4m3: the same panel's fp8 rows at
+#: (benchmarks/results/gemm_wide_tiles_s23_h200.jsonl: 256x160 0.985-0.994, 128x192 0.98).
+#: e4m3: the same panel's fp8 rows at
 #: 3000x14336x4096, each divided by its own wave fill and M padding (192x128 1255 TFLOPS over
 #: 0.97 x 0.977; 128x256 1194 over 0.927 x 0.977; ...), relative to 128x256's; 192x128 rounded
 #: down from 1.0 (one shape measured it) so that the large shapes keep 128x256.
@@ -107,9 +108,6 @@ SPLIT_FIXED_S = 4e-6
 DRAM_BYTES_PER_S = 4.0e12
 #: M of at most one 128-row tile: the bandwidth-bound tiles only (decompose.small_m's rule)
 SMALL_M = 128
-#: The large tiles' area: rows off the 128-byte line keep only tiles of at least this area
-#: (the smaller the tile, the more its straddling box rows cost).
-LARGEST = 128 * 256
 
 
 @attrs.frozen(kw_only=True)
@@ -165,8 +163,10 @@ def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
     # every SM busy, and smaller tiles read more bytes per FLOP; a grid short of a wave of them
     # leaves the bandwidth to spare (1000^3, 2000-byte rows: 128x128 whole 13.2 us against
     # 128x256 split in two 20.4, gemm_mid_s23_h200.jsonl)
-    if m > SMALL_M and off_line and math.ceil(m / 128) * math.ceil(n / 256) * batch >= sms:
-        table = tuple((c, r) for c, r in table if c.bm * c.bn >= LARGEST)
+    # (the large tiles: of at least the area of the table's first, 128x256)
+    big = RATES[_kind(dtype)][0][0]
+    if m > SMALL_M and off_line and math.ceil(m / big.bm) * math.ceil(n / big.bn) * batch >= sms:
+        table = tuple((c, r) for c, r in table if c.bm * c.bn >= big.bm * big.bn)
     k_tiles = max(1, math.ceil(k / k_tile(dtype)))
     found = []
     for order, (c, rate) in enumerate(table):

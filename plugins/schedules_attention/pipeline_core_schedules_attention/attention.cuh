@@ -258,12 +258,12 @@ __device__ __forceinline__ void pv(float (&o)[HD / 2], const u32 (&pk)[BN / 4], 
 
 // The bytes of O one store writes (pcat::store_row) for rows of COLS columns: 4, a thread's
 // own pair of columns; 8, a pair's two neighbours swapped across the quad first (one shuffle per
-// pair of column blocks), so a row's 32 bytes of two blocks leave in one full sector per row;
-// 16, four blocks transposed across the quad (four shuffles), 64 bytes a row at once.  Measured
-// on an H200 (benchmarks/attention_tiles.py, results/attention_o_store_s23_h200.jsonl), over 4:
-// 8 gave D 128 1.081 / 1.067 causal at S 1k, 1.037 at S 4k, 1.003 causal at 16k; D 64 0.989-1.012;
-// 16 gave 0.925-1.04.  So 8 from 128 columns up, 4 below (a benchmark's probe may set
-// PCAT_O_STORE_BYTES).
+// pair of column blocks), so a row's 32 bytes of two blocks leave in one full sector per row.
+// Measured on an H200 (benchmarks/attention_tiles.py, results/attention_o_store_s23_h200.jsonl),
+// 8 over 4: D 128 1.081 / 1.067 causal at S 1k, 1.037 at S 4k, 1.003 causal at 16k; D 64
+// 0.989-1.012.  So 8 from 128 columns up, 4 below (a benchmark's probe may set
+// PCAT_O_STORE_BYTES).  A 16-byte quad transpose (four shuffles) measured 0.925-1.04 and was
+// not kept.
 template <int COLS>
 __device__ __forceinline__ constexpr int o_store_bytes() {
 #ifdef PCAT_O_STORE_BYTES
@@ -284,35 +284,11 @@ __device__ __forceinline__ constexpr int o_store_bytes() {
 template <int COLS, int BYTES>
 __device__ __forceinline__ void store_row(unsigned short* dst, const u32 (&p)[COLS / 8], int q,
                                           bool keep) {
-    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "an O store is 4, 8 or 16 bytes");
+    static_assert(BYTES == 4 || BYTES == 8, "an O store is 4 or 8 bytes");
     if constexpr (BYTES == 4) {
 #pragma unroll
         for (int c = 0; c < COLS / 8; ++c)
             if (keep) *reinterpret_cast<u32*>(dst + c * 8 + 2 * q) = p[c];
-    } else if constexpr (BYTES == 16) {
-        // blocks c .. c + 3 transposed across the quad in two exchanges (q ^ 2, then q ^ 1):
-        // thread q ends with block c + q's four pairs, the quad's, in their columns' order
-        static_assert(COLS % 32 == 0, "16-byte O stores take four column blocks at once");
-        const bool hi = q & 2, lo = q & 1;
-#pragma unroll
-        for (int c = 0; c < COLS / 8; c += 4) {
-            // keep blocks 2hi, 2hi + 1; take the q ^ 2 neighbour's of them
-            const u32 a0 = hi ? p[c + 2] : p[c], a1 = hi ? p[c + 3] : p[c + 1];
-            const u32 g0 = __shfl_xor_sync(0xffffffffu, hi ? p[c] : p[c + 2], 2);
-            const u32 g1 = __shfl_xor_sync(0xffffffffu, hi ? p[c + 1] : p[c + 3], 2);
-            // keep block 2hi + lo (= q); take the q ^ 1 neighbour's two of it
-            const u32 h0 = __shfl_xor_sync(0xffffffffu, lo ? a0 : a1, 1);
-            const u32 h1 = __shfl_xor_sync(0xffffffffu, lo ? g0 : g1, 1);
-            // block q from thread q ^ d: d 0 own, 1 the q ^ 1 neighbour's, 2 the q ^ 2 one's,
-            // 3 the q ^ 3 one's (through q ^ 1)
-            const u32 f0 = lo ? a1 : a0, f2 = lo ? g1 : g0;
-            // thread j's pair of block q is from d = q ^ j (selects, not an indexed array:
-            // that would go through local memory)
-            auto from = [&](bool d2, bool d1) { return d2 ? (d1 ? h1 : f2) : (d1 ? h0 : f0); };
-            const uint4 v = make_uint4(from(hi, lo), from(hi, !lo), from(!hi, lo),
-                                       from(!hi, !lo));
-            if (keep) *reinterpret_cast<uint4*>(dst + 8 * (c + q)) = v;
-        }
     } else {
         static_assert(COLS % 16 == 0, "8-byte O stores pair the column blocks");
         const bool odd = q & 1;
@@ -320,8 +296,8 @@ __device__ __forceinline__ void store_row(unsigned short* dst, const u32 (&p)[CO
         for (int c = 0; c < COLS / 8; c += 2) {
             const u32 got = __shfl_xor_sync(0xffffffffu, odd ? p[c] : p[c + 1], 1);
             const uint2 v = odd ? make_uint2(got, p[c + 1]) : make_uint2(p[c], got);
-            if (keep)
-                *reinterpret_cast<uint2*>(dst + (odd ? 8 * (c + 1) + 2 * (q - 1) : 8 * c + 2 * q)) = v;
+            const int col = odd ? 8 * (c + 1) + 2 * (q - 1) : 8 * c + 2 * q;
+            if (keep) *reinterpret_cast<uint2*>(dst + col) = v;
         }
     }
 }
