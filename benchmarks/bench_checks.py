@@ -1,5 +1,6 @@
 """What the attention GPU checks (attention_varlen.py, attention_window.py,
-attention_headdims.py) share: their
+attention_headdims.py) share, and the GEMM timing scripts that take their records
+(gemm_mid.py, gemm_wide_tiles.py: :func:`timing_args`): their
 records (:func:`emit`: one JSON line on stdout, and in each file of :data:`SINK`), and
 compute-sanitizer's racecheck and synccheck over a check's own small runs (:func:`sanitized`:
 the script is run again under each tool with ``--phase sanitize-run``, which prints one
@@ -26,6 +27,18 @@ def emit(record: dict[str, Any]) -> None:
     for path in SINK:
         with open(path, "a") as f:
             f.write(json.dumps(record) + "\n")
+
+
+def timing_args(ap: argparse.ArgumentParser) -> argparse.Namespace:
+    """A timing script's command line: ``ap``'s own flags, ``--rounds`` and ``--out`` (a results
+    .jsonl, emptied, then every :func:`emit` record written there too, line by line)."""
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=None, help="a results .jsonl to write")
+    args = ap.parse_args()
+    if args.out:
+        args.out.write_text("")
+        SINK.append(args.out)
+    return args
 
 
 def sanitized(script: Path, runs_expected: int, out: Path | None, timeout: float) -> bool:

@@ -13,7 +13,6 @@ leads).  Results: benchmarks/results/gemm_mid_s23_h200.jsonl.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "plugins" / "nvidia_h100"), str(ROOT)]
 os.environ.setdefault("PIPELINE_CORE_CACHE_DIR", str(ROOT / "benchmarks" / "_kitcache"))
 
+from bench_checks import emit, timing_args  # noqa: E402
 from bench_timing import graphed, interleaved, ratios  # noqa: E402
 
 #: (BM, BN, consumers, split): the panel (a split only where the shape's plan splits)
@@ -36,7 +36,7 @@ SHAPES = ((1000, 1000, 1000), (1024, 1024, 1024), (1000, 2000, 1000), (2000, 100
 TOL = 2e-2
 
 
-def shape_row(torch, m: int, n: int, k: int, rounds: int, emit) -> None:
+def shape_row(torch, m: int, n: int, k: int, rounds: int) -> None:
     from pipeline_core_nvidia_h100 import decompose, matmul, matmul_call as mm
     from pipeline_core_nvidia_h100.autotune import Candidate
 
@@ -93,23 +93,14 @@ def shape_row(torch, m: int, n: int, k: int, rounds: int, emit) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=None, help="a results .jsonl to write")
-    args = ap.parse_args()
+    args = timing_args(ap)
     import torch
 
     torch.manual_seed(23)
-    lines: list[dict] = []
-
-    def emit(rec: dict) -> None:
-        lines.append(rec)
-        print(json.dumps(rec), flush=True)
 
     for m, n, k in SHAPES:
-        shape_row(torch, m, n, k, args.rounds, emit)
+        shape_row(torch, m, n, k, args.rounds)
         torch.cuda.empty_cache()
-    if args.out:
-        args.out.write_text("".join(json.dumps(r) + "\n" for r in lines))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ panel (BN 160 and 224 stored directly).  Results: benchmarks/results/gemm_wide_t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -25,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "plugins" / "nvidia_h100"), str(ROOT)]
 os.environ.setdefault("PIPELINE_CORE_CACHE_DIR", str(ROOT / "benchmarks" / "_kitcache"))
 
+from bench_checks import emit, timing_args  # noqa: E402
 from bench_timing import interleaved, ratios  # noqa: E402
 
 #: (BM, BN, stages, consumers[, "direct"]) per shape: "direct" forces the direct store
@@ -80,7 +80,7 @@ def operands(torch, m: int, n: int, k: int, fill: bool = True) -> tuple:
     return make(m, k), make(n, k).t()
 
 
-def build_all(torch, panel: dict, emit) -> None:
+def build_all(torch, panel: dict) -> None:
     """Every kernel of the panel built (nvcc, in parallel) before any timing."""
     from pipeline_core_nvidia_h100 import matmul_call as mm
 
@@ -105,7 +105,7 @@ def build_all(torch, panel: dict, emit) -> None:
                 emit({"build-error": why})
 
 
-def epilogue_checks(torch, emit) -> None:
+def epilogue_checks(torch) -> None:
     """The 64-byte-row TMA store under every epilogue: fp32 / bf16 out, bias, gelu, tails."""
     import torch.nn.functional as F
     from pipeline_core_nvidia_h100 import matmul_call as mm
@@ -141,7 +141,7 @@ def epilogue_checks(torch, emit) -> None:
     emit({"checks": total, "ok": ok})
 
 
-def time_shape(torch, m: int, n: int, k: int, specs: tuple, rounds: int, emit) -> None:
+def time_shape(torch, m: int, n: int, k: int, specs: tuple, rounds: int) -> None:
     from pipeline_core_nvidia_h100 import matmul, matmul_call as mm
 
     dev = torch.cuda.current_device()
@@ -179,26 +179,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--panel", choices=sorted(PANELS), default="store")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=None, help="a results .jsonl to write")
-    args = ap.parse_args()
+    args = timing_args(ap)
     import torch
 
     torch.manual_seed(23)
-    lines: list[dict] = []
-
-    def emit(rec: dict) -> None:
-        lines.append(rec)
-        print(json.dumps(rec), flush=True)
 
     panel = PANELS[args.panel]
-    build_all(torch, panel, emit)
-    epilogue_checks(torch, emit)
+    build_all(torch, panel)
+    epilogue_checks(torch)
     for (m, n, k), specs in panel.items():
-        time_shape(torch, m, n, k, specs, args.rounds, emit)
+        time_shape(torch, m, n, k, specs, args.rounds)
         torch.cuda.empty_cache()
-    if args.out:
-        args.out.write_text("".join(json.dumps(r) + "\n" for r in lines))
 
 
 if __name__ == "__main__":
