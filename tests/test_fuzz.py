@@ -672,8 +672,10 @@ def test_the_fuzzer_draws_every_registered_schedule_and_target():
     assert "h100" in _buildable("warpspecialized-gemm") and "h100" in _buildable("multistage-gemm")
     seen = set()
 
-    # enough draws that a schedule's non-default targets come up with nine schedules registered
-    @settings(max_examples=1000, database=None, deadline=None)
+    # enough draws that a schedule's non-default targets come up with nine schedules registered;
+    # derandomized, so whether they do is the same every run (random draws missed
+    # ("pingpong", "h100-pingpong") once in session 23's CI)
+    @settings(max_examples=1000, database=None, deadline=None, derandomize=True)
     @given(cli_cases())
     def draw(case):
         seen.add((case.schedule, case.target))
