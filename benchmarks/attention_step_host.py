@@ -7,11 +7,15 @@ time goes (cProfile).
 
 At short sequences the step's kernels are short enough that the host, not the GPU, sets the
 pace: the forward's kernel ends before the host has enqueued the backward's three, and the GPU
-waits (docs/guide/attention.md, "A training step's host time").  Printed: ``enqueue_us`` (the
-median host time of a step, nothing synchronized inside it), ``gpu_us`` (CUDA events around
-the step, synchronized after each) for ours and SDPA-cuDNN, steps interleaved with the order
-rotated; and the profile's top entries by own time.  16k tokens, hidden 2048, bf16 (B = 16384 / S, H = 2048 / D).
-Nothing is asserted.
+waits (docs/guide/attention.md, "A training step's host time").  Printed, for ours (the eager
+path: the forward op's autograd twin, kit.call.autograd_function), ``ours-op`` (the same step
+through the custom ops, as torch.compile's trace calls them: the twin taken away) and
+SDPA-cuDNN, steps interleaved with the order rotated, the GPU idle at each step's start:
+``enqueue_us`` (the median wall time the host takes to enqueue a step, nothing synchronized
+inside it), ``cpu_us`` (the median CPU time of the calling thread over it: the backward runs
+on autograd's own thread, so this is the forward's and the engine's share), ``gpu_us`` (CUDA
+events around the step, synchronized after each); and the profile's top entries by own time.
+16k tokens, hidden 2048, bf16 (B = 16384 / S, H = 2048 / D).  Nothing is asserted.
 """
 from __future__ import annotations
 
@@ -43,7 +47,7 @@ def main() -> int:
     import torch.nn.functional as F  # type: ignore[import-not-found]
     from torch.nn.attention import SDPBackend, sdpa_kernel  # type: ignore[import-not-found]
 
-    from pipeline_core_schedules_attention import attention
+    from pipeline_core_schedules_attention import attention, call
 
     b, h = 16384 // a.s, 2048 // a.d
     q, k, v = (torch.randn(b, h, a.s, a.d, device="cuda", dtype=torch.bfloat16,
@@ -58,8 +62,16 @@ def main() -> int:
             o = F.scaled_dot_product_attention(q, k, v, is_causal=a.causal)
         return torch.autograd.grad(o, (q, k, v), do)
 
-    steps = {"ours": ours, "sdpa-cudnn": cudnn}
+    def ours_op():  # the twin taken away for this step: the custom ops' path
+        twins, call.CALL._functions = call.CALL._functions, {}
+        try:
+            return ours()
+        finally:
+            call.CALL._functions = twins
+
+    steps = {"ours": ours, "ours-op": ours_op, "sdpa-cudnn": cudnn}
     enqueue: dict[str, list[float]] = {n: [] for n in steps}
+    cpu: dict[str, list[float]] = {n: [] for n in steps}
     gpu: dict[str, list[float]] = {n: [] for n in steps}
     for step in steps.values():
         for _ in range(5):
@@ -69,17 +81,19 @@ def main() -> int:
     for r in range(a.steps):  # interleaved, the order rotated
         for name in names[r % len(names):] + names[:r % len(names)]:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             start.record()
             steps[name]()
             end.record()
             enqueue[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.thread_time() - c0)
             torch.cuda.synchronize()
             gpu[name].append(start.elapsed_time(end) / 1000)
     out = []
     for name, step in steps.items():
         rec = {"kind": "step", "name": name, "D": a.d, "S": a.s, "causal": a.causal,
                "enqueue_us": round(1e6 * statistics.median(enqueue[name]), 1),
+               "cpu_us": round(1e6 * statistics.median(cpu[name]), 1),
                "gpu_us": round(1e6 * statistics.median(gpu[name]), 1)}
         if name == "ours":
             prof = cProfile.Profile()

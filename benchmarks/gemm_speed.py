@@ -15,7 +15,8 @@ values in rows padded to 128 bytes, the kernel alone, which says what the stradd
 
 Every shape of the issue's list (the large aligned ones, those that quantize badly, small M and
 decode, and two whose natural layout TMA cannot read: 4097x4095x4096 and 1000x1000x999), bf16,
-and the fp8 shapes against ``torch._scaled_mm`` with per-tensor and row-wise scales.  Each
+and the fp8 shapes against ``torch._scaled_mm`` with per-tensor and row-wise scales; quack's
+GEMM on the aligned bf16 shapes where its wheels travelled (quack_peer.py).  Each
 implementation is first checked against an fp32 reference on fresh random inputs with a
 NaN-poisoned output; then CUDA-event medians after warm-up, interleaved rounds with the order
 rotated, per-round ratios.  Each implementation is timed eagerly and replayed from a CUDA graph
@@ -42,6 +43,7 @@ os.environ.setdefault("PIPELINE_CORE_CACHE_DIR", str(ROOT / "benchmarks" / "_kit
 
 from bench_peers import anchors as load_anchors  # noqa: E402
 from bench_timing import graphed, interleaved, ratios  # noqa: E402
+import quack_peer  # noqa: E402  (beside this script)
 
 #: (M, N, K, aligned): issue 35's list; aligned False: torch's default layout, unaligned rows
 SHAPES = ((8192, 8192, 8192, True), (4096, 4096, 4096, True), (4096, 8192, 2048, True),
@@ -83,6 +85,10 @@ def check(torch, name, fn, out, ref, shape) -> bool:
     return ok
 
 
+#: quack's import failure, said once
+_QUACK_SAID: list[str] = []
+
+
 def bf16_row(torch, peers, m, n, k, aligned, rounds):
     from pipeline_core_nvidia_h100 import matmul
     from pipeline_core_nvidia_h100 import matmul_call as mm
@@ -100,6 +106,12 @@ def bf16_row(torch, peers, m, n, k, aligned, rounds):
              "cublas": lambda: torch.matmul(a, b, out=out)}
     if aligned and "triton-tma-persist" in peers:
         impls["triton-tma-persist"] = lambda: peers["triton-tma-persist"](a, bt, out)
+    quack, why = quack_peer.gemm()
+    if aligned and quack is not None:
+        impls["quack"] = lambda: quack_peer.matmul(quack, a, b, out)
+    elif aligned and why not in _QUACK_SAID:
+        emit({"kind": "peer-missing", "name": "quack", "why": why})
+        _QUACK_SAID.append(why)
     checked = {name: fn for name, fn in impls.items()
                if check(torch, name, fn, out, ref, [m, n, k])}
     for name in ("ours", "cublas"):
@@ -122,7 +134,7 @@ def bf16_row(torch, peers, m, n, k, aligned, rounds):
         rec[name] = {"ms": round(statistics.median(t), 5),
                      "tflops": round(flop / statistics.median(t) / 1e9, 1)}
     for ours, peer in (("ours", "cublas"), ("ours-graph", "cublas-graph"),
-                       ("ours", "triton-tma-persist")):
+                       ("ours", "triton-tma-persist"), ("ours", "quack")):
         if ours in per and peer in per:
             rec[f"{ours}/{peer}"] = ratios(per, ours, peer)
     emit(rec)
@@ -433,7 +445,7 @@ def main() -> int:
             for rowwise in (False, True):
                 fp8.append(fp8_row(torch, m, n, k, rowwise, args.rounds))
     print("\nshape              decomposition                                     ours/cublas"
-          "  graph/graph  ours/triton")
+          "  graph/graph  ours/triton  ours/quack")
     med = []
     for r in rows:
         oc = statistics.median(r["ours/cublas"]) if "ours/cublas" in r else float("nan")
@@ -444,9 +456,10 @@ def main() -> int:
               if "ours-graph/cublas-graph" in r else float("nan"))
         ot = (statistics.median(r["ours/triton-tma-persist"])
               if "ours/triton-tma-persist" in r else float("nan"))
+        oq = statistics.median(r["ours/quack"]) if "ours/quack" in r else float("nan")
         med.append(max(oc, gg) if gg == gg else oc)
         print(f"{'x'.join(map(str, r['shape'])):18} {r['decomposition'][:48]:48} {oc:11.3f}"
-              f" {gg:12.3f} {ot:12.3f}")
+              f" {gg:12.3f} {ot:12.3f} {oq:11.3f}")
     good = [x for x in med if x == x]
     if good:
         print(f"geomean ours/cublas (best of eager and graph per shape): "

@@ -24,15 +24,24 @@ from pipeline_core_nvidia_h100.runtime import _require
 V = TypeVar("V")
 
 
-def eager(torch: Any, *tensors: Any) -> bool:
-    """Whether a call may skip the custom op's dispatch: plain CUDA tensors (``None`` for an
-    absent optional one) needing no gradient, no torch.compile tracing, no dispatch mode (fake
-    tensors, a profiler's mode); anything else goes through the op, which does the same work
-    (and whose fake runs the checks where torch.compile traces)."""
+def plain(torch: Any, *tensors: Any) -> bool:
+    """Plain CUDA tensors (``None`` for an absent optional one) outside torch.compile's tracing
+    and any dispatch mode (fake tensors, a profiler's mode): what the call layer may hand to its
+    own code rather than to the custom op, whose fake and dispatch those need."""
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack():
         return False
-    return all(t is None or (type(t) is torch.Tensor and t.is_cuda and not t.requires_grad)
-               for t in tensors)
+    return all(t is None or (type(t) is torch.Tensor and t.is_cuda) for t in tensors)
+
+
+def eager(torch: Any, *tensors: Any) -> bool:
+    """Whether a call may skip the custom op's dispatch and autograd: :func:`plain` tensors
+    of which none needs a gradient (one that requires grad needs none where grad mode is off:
+    under ``torch.no_grad()`` and in a backward); anything else goes through the op, or its
+    eager autograd twin (``kit.call``), which do the same work."""
+    if not plain(torch, *tensors):
+        return False
+    return not (torch.is_grad_enabled()
+                and any(t is not None and t.requires_grad for t in tensors))
 
 
 def describe(t: Any) -> tuple[Any, ...] | None:

@@ -11,6 +11,7 @@ import threading
 import types
 from pathlib import Path
 
+import attrs
 import pytest
 
 pytest.importorskip("pipeline_core_nvidia_h100")
@@ -131,14 +132,48 @@ class FakeLibrary:
         return op
 
 
+class FakeFunction:
+    """torch.autograd.Function as an eager twin uses it: ``apply`` runs the forward on a new
+    context, and records both."""
+
+    applied: list = []
+
+    @classmethod
+    def apply(cls, *args):
+        ctx = types.SimpleNamespace()
+        out = cls.forward(ctx, *args)
+        FakeFunction.applied.append((cls.__name__, args, ctx))
+        return out
+
+
+class FakeTensor:
+    shape, dtype, device = (2, 3), "torch.bfloat16", "cuda:0"
+
+    def __init__(self, requires_grad=False, is_cuda=True):
+        self.requires_grad, self.is_cuda = requires_grad, is_cuda
+
+    def stride(self):
+        return (3, 1)
+
+    def data_ptr(self):
+        return 1 << 20
+
+
 @pytest.fixture
 def torch(monkeypatch):
     torch = types.ModuleType("torch")
     torch.library = FakeLibrary()
     torch.ops = types.SimpleNamespace(kit_test=types.SimpleNamespace(name="kit_test"),
                                       other=types.SimpleNamespace(name="other"))
+    torch.autograd = types.SimpleNamespace(Function=FakeFunction)
+    torch.Tensor = FakeTensor
+    torch.state = types.SimpleNamespace(compiling=False, grad=True)
+    torch.compiler = types.SimpleNamespace(is_compiling=lambda: torch.state.compiling)
+    torch._C = types.SimpleNamespace(_len_torch_dispatch_stack=lambda: 0)
+    torch.is_grad_enabled = lambda: torch.state.grad
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setattr(kit, "_REGISTERED", {})
+    monkeypatch.setattr(FakeFunction, "applied", [])
     return torch
 
 
@@ -170,6 +205,60 @@ def test_ops_are_registered_once_with_their_fake_and_their_backward(torch):
     assert again.ops().name == "kit_test" and len(reg) == 2
     with pytest.raises(ValueError, match="^custom op kit_test::square: registered already"):
         kit.register_op(_op())
+
+
+def test_a_call_needing_a_gradient_runs_the_ops_own_functions_through_its_eager_twin(torch):
+    """A differentiable op's eager twin is a Function of the op's impl, setup_context and
+    backward (one body, no custom-op dispatch: autograd_function says why).  A call of plain
+    tensors needing no gradient runs the family's function; needing one (grad mode on), the
+    twin; under tracing, and for an op with no backward, the op.  The checks run before all
+    but the first (and, tracing, the op's fake runs them)."""
+    seen = []
+
+    def backward(ctx, grad):
+        return grad
+
+    def setup_context(ctx, inputs, output):
+        ctx.saved = (inputs, output)
+
+    square = _op(backward=backward, setup_context=setup_context)
+    square = attrs.evolve(square, impl=lambda x, p: seen.append(("impl", p)) or "twin out")
+    plain = _op("kit_test::plain")
+    host = HostCall(schedule="s", plugins=(), build=lambda key: None, pack=lambda *a: (),
+                    ops=lambda: (square, plain))
+    torch.ops.kit_test.square = lambda x, p: seen.append(("op", p)) or "op out"
+    torch.ops.kit_test.plain = lambda x, p: seen.append(("plain op", p)) or "op out"
+
+    def call(op, x, p=1):
+        return host.call(op, lambda x, p: seen.append(("run", p)) or "run out",
+                         lambda x, p: seen.append(("check", p)), (x,), p,
+                         op_args=lambda: (p * 10,))
+
+    assert call("square", FakeTensor()) == "run out"
+    assert call("square", FakeTensor(requires_grad=True), 2) == "twin out"
+    ((name, args, ctx),) = FakeFunction.applied
+    assert name == "kit_test_square" and args[1] == 20 and ctx.saved[1] == "twin out"
+    # the same description again: checked once (what the checks read is the description)
+    assert call("square", FakeTensor(requires_grad=True), 2) == "twin out"
+    assert len(FakeFunction.applied) == 2
+    torch.state.grad = False  # torch.no_grad(), or inside a backward
+    assert call("square", FakeTensor(requires_grad=True), 3) == "run out"
+    torch.state.grad = True
+    assert call("plain", FakeTensor(requires_grad=True), 4) == "op out"
+    assert call("square", FakeTensor(is_cuda=False), 5) == "op out"
+    torch.state.compiling = True
+    assert call("square", FakeTensor(requires_grad=True), 6) == "op out"
+    assert seen == [("run", 1), ("check", 2), ("impl", 20), ("impl", 20), ("run", 3),
+                    ("check", 4), ("plain op", 40), ("check", 5), ("op", 50), ("op", 60)]
+    assert len(FakeFunction.applied) == 2
+    # a refusal is not remembered: the same bad call is refused again
+    torch.state.compiling = False
+
+    def refuse(x, p):
+        raise ValueError("square: p: bad")
+    for _ in range(2):
+        with pytest.raises(ValueError, match="^square: p: bad$"):
+            host.call("square", lambda x, p: None, refuse, (FakeTensor(requires_grad=True),), 7)
 
 
 def test_a_familys_ops_share_one_namespace(torch):

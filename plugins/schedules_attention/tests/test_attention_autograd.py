@@ -82,7 +82,7 @@ def test_the_forward_op_saves_each_rows_lse_as_b_h_sq_fp32(torch, host):
 
 
 def test_the_forward_saves_what_the_backward_reads_and_marks_lse_non_differentiable(
-        torch, monkeypatch):
+        torch, host, monkeypatch):
     q, k, v = qkv(d=64)
     o, lse = Tensor(q.shape), Tensor(q.shape[:3], "torch.float32")
     ctx = types.SimpleNamespace(
@@ -93,12 +93,22 @@ def test_the_forward_saves_what_the_backward_reads_and_marks_lse_non_differentia
     assert (ctx.causal, ctx.scale, ctx.deterministic) == ("top_left", 0.125, True)  # 1/sqrt(64)
     autograd._setup_context(ctx, (q, k, v, "none", 0.5, False), (o, lse))
     assert ctx.scale == 0.5
+    # the backward: grad mode is off there, so plain tensors go to the impl itself (no
+    # dispatch); where torch.compile traces the formula, through the op
     seen = []
-    ops = types.SimpleNamespace(attention_bwd=lambda *a: seen.append(a) or ("dq", "dk", "dv"))
+    ops = types.SimpleNamespace(attention_bwd=lambda *a: seen.append(("op", a)) or ("dq", "dk",
+                                                                                   "dv"))
     monkeypatch.setattr(call.CALL, "ops", lambda: ops)
-    grads = autograd._backward(ctx, "do", None)
+    monkeypatch.setattr(autograd, "_backward_impl",
+                        lambda *a: seen.append(("impl", a)) or ("dq", "dk", "dv"))
+    monkeypatch.setattr(torch, "is_grad_enabled", lambda: False)
+    do = Tensor(q.shape)
+    grads = autograd._backward(ctx, do, None)
     assert grads == ("dq", "dk", "dv", None, None, None)  # none for causal, scale, det
-    assert seen == [(q, k, v, o, lse, "do", "none", 0.5, False)]
+    host.state.compiling = True
+    autograd._backward(ctx, do, None)
+    assert seen == [("impl", (q, k, v, o, lse, do, "none", 0.5, False)),
+                    ("op", (q, k, v, o, lse, do, "none", 0.5, False))]
 
 
 def main_stand_in(seen):
@@ -214,10 +224,18 @@ def test_the_ops_are_registered_with_the_backward_on_the_forward(monkeypatch):
     fake = types.ModuleType("torch")
     fake.library = types.SimpleNamespace(custom_op=custom_op)
     fake.ops = types.SimpleNamespace(pipeline_core="namespace")
+    fake.autograd = types.SimpleNamespace(Function=object)
     monkeypatch.setitem(sys.modules, "torch", fake)
     monkeypatch.setattr(kit_call, "_REGISTERED", {})
     monkeypatch.setattr(call.CALL, "_namespace", None)
+    monkeypatch.setattr(call.CALL, "_functions", {})
     assert call.CALL.ops() == "namespace"
+    # the forward's eager twin runs the same three functions; the backward op has none
+    (name, twin), = call.CALL._functions.items()
+    assert name == "attention" and twin.backward is autograd._backward
+    assert twin.forward.__code__.co_freevars == ("impl", "setup")
+    assert [c.cell_contents for c in twin.forward.__closure__] == [autograd._forward,
+                                                                   autograd._setup_context]
     fwd, bwd = library.ops["pipeline_core::attention"], library.ops["pipeline_core::attention_bwd"]
     assert (fwd.fn, fwd.fake, fwd.backward, fwd.setup) == (
         autograd._forward, autograd._forward_fake, autograd._backward, autograd._setup_context)

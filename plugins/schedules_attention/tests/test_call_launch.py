@@ -161,7 +161,7 @@ def host(monkeypatch):
     monkeypatch.setattr(call.CALL, "launcher", lambda *a: seen.launches.append(a))
     monkeypatch.setattr(call.CALL, "ops", lambda: types.SimpleNamespace(
         attention=lambda *a: seen.ops.append(a) or ("out", "lse")))
-    for cache in (call.CALL.recipes, call.CALL.args, call._ORDERS):
+    for cache in (call.CALL.recipes, call.CALL.args, call.CALL.checked, call._ORDERS):
         monkeypatch.setattr(cache, "_items", {})
     monkeypatch.setattr(call.CALL.kernels, "_built", {})
     return seen
@@ -494,7 +494,7 @@ def test_the_varlen_call_packs_its_sequences_once_and_never_reads_them(host, mon
     monkeypatch.setattr(varlen_call.VARLEN, "launcher", lambda *a: host.launches.append(a))
     monkeypatch.setattr(varlen_call.VARLEN, "ops", lambda: types.SimpleNamespace(
         attention_varlen=lambda *a: host.ops.append(a) or ("out", "lse")))
-    for cache in (varlen_call.VARLEN.recipes, varlen_call.VARLEN.args):
+    for cache in (varlen_call.VARLEN.recipes, varlen_call.VARLEN.args, varlen_call.VARLEN.checked):
         monkeypatch.setattr(cache, "_items", {})
     monkeypatch.setattr(varlen_call.VARLEN.kernels, "_built", {})
     q, k, v = Tensor((300, 4, 64)), Tensor((400, 2, 64)), Tensor((400, 2, 64))

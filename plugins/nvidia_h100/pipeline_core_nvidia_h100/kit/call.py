@@ -20,7 +20,10 @@ An op of several kernels (a preprocess, a main and a postprocess kernel behind o
 FlashAttention's backward) is a recipe naming each kernel and a ``pack`` returning one
 :class:`Launch` each: they go out in order on the one stream.  Custom ops (:class:`Op`) are
 registered on first use with their fake implementation and, when the family gives a backward,
-their autograd formula.  Nothing here imports torch or CuPy at import time.
+their autograd formula; such an op also gets an eager twin, a ``torch.autograd.Function`` of
+the same implementation, ``setup_context`` and backward, which a call needing a gradient takes
+outside tracing (:func:`autograd_function` says why).  Nothing here imports torch or CuPy at
+import time.
 """
 from __future__ import annotations
 
@@ -30,8 +33,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
-from pipeline_core_nvidia_h100.launch_cache import (Bounded, PackedArgs, current_stream, eager,
-                                                    launch)
+from pipeline_core_nvidia_h100.launch_cache import (Bounded, PackedArgs, current_stream, describe,
+                                                    eager, launch, plain)
 from pipeline_core_nvidia_h100.runtime import _require
 
 if TYPE_CHECKING:
@@ -246,11 +249,15 @@ class HostCall(Generic[P, B]):
         self.lock = threading.Lock()
         self.recipes: Bounded[Recipe[P]] = Bounded(RECIPE_CACHE_SIZE)
         self.args: Bounded[tuple[Launch, ...]] = Bounded(ARGS_CACHE_SIZE)
+        #: the argument descriptions the op path's checks passed (:meth:`_check_once`)
+        self.checked: Bounded[bool] = Bounded(RECIPE_CACHE_SIZE)
         self.kernels: KernelTable[B] = KernelTable(build, self.lock)
         #: the launch (launch_cache.launch; a test's stand-in records instead)
         self.launcher: Callable[..., None] = launch
         self._pack, self._ops = pack, ops
         self._namespace: Any = None
+        #: the eager autograd twins of the differentiable ops, by name (filled by ops())
+        self._functions: dict[str, Any] = {}
 
     def host(self) -> Any:
         """The installed plugins, or, from a checkout on PYTHONPATH (no entry points), the
@@ -322,20 +329,45 @@ class HostCall(Generic[P, B]):
              tensors: Sequence[Any], *args: Any,
              op_args: Callable[[], tuple[Any, ...]] | None = None) -> Any:
         """One call of the family's custom op ``op`` (its name in the family's namespace) on
-        ``tensors`` and ``args``: plain CUDA tensors outside tracing go straight to ``run``
-        (``launch_cache.eager``: no dispatch); anything else through the op (registered first,
-        so torch.compile traces it), after ``check`` refused bad arguments in one line (where
-        torch.compile traces, the op's fake runs the checks instead: dynamo stops at them).
-        ``op_args``: the op's arguments after the tensors where its schema spells ``args``
-        otherwise (a schema has no bool-or-str), made after the checks."""
+        ``tensors`` and ``args``: plain CUDA tensors needing no gradient go straight to ``run``
+        (``launch_cache.eager``: no dispatch); plain ones needing one, to the op's eager
+        autograd twin (:func:`autograd_function`), where the op has a backward; anything else
+        (torch.compile's tracing, a dispatch mode, a tensor subclass) through the op
+        (registered first, so torch.compile traces it).  Outside tracing ``check`` refuses bad
+        arguments in one line first (where torch.compile traces, the op's fake runs the
+        checks instead: dynamo stops at them).  ``op_args``: the op's arguments after the
+        tensors where its schema spells ``args`` otherwise (a schema has no bool-or-str), made
+        after the checks."""
         import torch  # type: ignore[import-not-found, unused-ignore]  # traceable (see ops)
 
         ops = self.ops()
         if eager(torch, *tensors):
             return run(*tensors, *args)
         if not torch.compiler.is_compiling():
+            self._check_once(op, check, tensors, args)
+        rest = args if op_args is None else op_args()
+        function = self._functions.get(op)
+        if function is not None and plain(torch, *tensors):
+            return function.apply(*tensors, *rest)
+        return getattr(ops, op)(*tensors, *rest)
+
+    def _check_once(self, op: str, check: Callable[..., Any], tensors: Sequence[Any],
+                    args: tuple[Any, ...]) -> None:
+        """``check(*tensors, *args)``, once per description of them (each tensor's
+        ``launch_cache.describe`` and whether it requires grad, the other arguments): what the
+        checks read, as the recipes' cache trusts.  Why once: a family's checks are its whole
+        plan (attention's cost the host about 250 us a call, run on every call needing a
+        gradient, against 40 for the launch); unhashable arguments are checked every call."""
+        try:
+            key = (op, *((describe(t), getattr(t, "requires_grad", False)) for t in tensors),
+                   *args)
+            seen = self.checked.get(key)
+        except TypeError:
+            key, seen = None, None
+        if seen is None:
             check(*tensors, *args)
-        return getattr(ops, op)(*tensors, *(args if op_args is None else op_args()))
+            if key is not None:
+                self.checked.put(key, True)
 
     def ops(self) -> Any:
         """``torch.ops``'s namespace of the family's ops, registered on first use (torch
@@ -348,6 +380,8 @@ class HostCall(Generic[P, B]):
             ops = tuple(self._ops())
             for op in ops:
                 register_op(op)
+            self._functions = {op.name.split("::")[1]: _REGISTERED[op.name][2] for op in ops
+                               if _REGISTERED[op.name][2] is not None}
             self._namespace = getattr(torch.ops, _namespace(ops))
         return self._namespace
 
@@ -366,8 +400,9 @@ def _namespace(ops: Sequence[Op]) -> str:
 
 
 def register_op(op: Op) -> Any:
-    """``op`` registered as a torch custom op with its fake and, if it has one, its backward;
-    once per process (a second op of the same name is refused)."""
+    """``op`` registered as a torch custom op with its fake and, if it has one, its backward
+    (and then its eager twin, :func:`autograd_function`); once per process (a second op of the
+    same name is refused)."""
     found = _REGISTERED.get(op.name)
     if found is not None:
         if found[0] != op:
@@ -379,10 +414,41 @@ def register_op(op: Op) -> Any:
     registered = torch.library.custom_op(op.name, op.impl, mutates_args=op.mutates,
                                          schema=op.schema)
     registered.register_fake(op.fake)
+    function = None
     if op.backward is not None:
         registered.register_autograd(op.backward, setup_context=op.setup_context)
-    _REGISTERED[op.name] = (op, registered)
+        if op.setup_context is not None:  # (a Function's forward without ctx needs one)
+            function = autograd_function(torch, op)
+    _REGISTERED[op.name] = (op, registered, function)
     return registered
+
+
+def autograd_function(torch: Any, op: Op) -> Any:
+    """A differentiable op's eager twin: a ``torch.autograd.Function`` whose forward runs the
+    op's implementation, then the op's ``setup_context`` on the Function's context, and whose
+    backward is the op's own, so both paths run one body.
+
+    Why a twin: on an H200 (torch 2.11) a training step of attention at D 128 S 1k (forward,
+    then backward) cost the host 369 us of CPU through the custom ops (their dispatch,
+    torch.library's autograd wrapper) against 220 through a Function of the same functions
+    (SDPA-cuDNN's: 200), and where the host is slower than the GPU it sets the pace
+    (benchmarks/results/attention_step_host_s24_h200.jsonl).  Why the context is set up inside
+    the forward rather than through the Function's own ``setup_context``: with that defined,
+    ``Function.apply`` binds its arguments through ``inspect.signature`` on every call.  The op
+    stays what torch.compile traces, and what takes a dispatch mode or a tensor subclass."""
+    impl, setup, backward = op.impl, op.setup_context, op.backward
+    if setup is None or backward is None:
+        raise ValueError(f"custom op {op.name}: an eager twin needs the op's backward and "
+                         "setup_context; give it both")
+
+    def forward(ctx: Any, *args: Any) -> Any:
+        out = impl(*args)
+        setup(ctx, args, out)
+        return out
+
+    return type(op.name.replace("::", "_"), (torch.autograd.Function,), {
+        "__doc__": f"{op.name}'s eager autograd twin (kit.call.autograd_function).",
+        "forward": staticmethod(forward), "backward": staticmethod(backward)})
 
 
 def load_kernel(source: str, name: str, *, device: int, smem: int,
