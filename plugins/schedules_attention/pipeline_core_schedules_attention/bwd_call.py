@@ -229,7 +229,17 @@ def _order(r: Recipe[BwdCall], built: BwdKernel, grid: int, np: Any) -> TileOrde
     """The order of the output tiles (the kernel's ``hg`` and ``snake``; bwd_tiles.BackwardTrips
     .grouped says why): a head's KV blocks back to back without the mask; causal, the groups
     of heads and snake whose busiest CTA has the least work (tile_order.choose over each KV
-    block's query blocks, heaviest first); the deterministic kernel reads neither."""
+    block's query blocks, heaviest first), among orders that tie the one with the fewest heads
+    in flight; the deterministic kernel reads neither.
+
+    Why the fewest heads among ties, not the forward's default (groups of 8, no snake): a
+    head's KV-block CTAs all read its Q, dO, LSE and delta and add into its dQ rows, so fewer
+    heads in flight keep those in L2 (why the unmasked order takes one head at a time).  On an
+    H200 (main kernel alone, CUDA-graph replays, 7 interleaved rounds; benchmarks/results/
+    attention_bwd_order_s24_h200.jsonl) it ran 1.175x the default at D 128 S 1k (where the
+    op had trailed cuDNN, 0.89), 1.048x at D 64 S 16k, 0.988x at D 64 S 1k and 0.966x at
+    D 64 S 4k; D 128 at S 4k and 16k pick as before.  Orders the balance model calls equal
+    measured up to 1.36x apart there (D 64 S 16k): what it misses is open."""
     c = r.plan
     if c.deterministic or built.bounds is None:
         return TileOrder(hg=c.bhk)
@@ -240,7 +250,7 @@ def _order(r: Recipe[BwdCall], built: BwdKernel, grid: int, np: Any) -> TileOrde
         nb = built.bounds.kv_blocks(c.sk)
         # choose() costs block NB - 1 - rank at rank's place: the forward's heaviest-last index
         trips = [built.bounds.trips(nb - 1 - i, c.sq, c.sk, c.group) for i in range(nb)]
-        found = _ORDERS.put((r, built), choose(trips, bh=c.bhk, grid=grid, np=np))
+        found = _ORDERS.put((r, built), choose(trips, bh=c.bhk, grid=grid, np=np, keep=None))
     return found
 
 

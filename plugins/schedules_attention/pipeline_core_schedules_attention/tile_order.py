@@ -148,22 +148,25 @@ def _most_loaded(cost: Any, grid: int, np: Any) -> float:
                              minlength=min(grid, len(cost))).max())
 
 
-def _least_loaded(found: Sequence[tuple[float, TileOrder]]) -> TileOrder:
+def _least_loaded(found: Sequence[tuple[float, TileOrder]],
+                  keep: TileOrder | None = TileOrder()) -> TileOrder:
     """Of (busiest CTA's work, order) pairs, the order with the least; among those within
-    :data:`TIE` of it, the default order (groups of 8, no snake: the order measured before this
-    choice existed) where it is one of them, else the fewest heads in flight (the smallest
-    group, then no snake)."""
+    :data:`TIE` of it, ``keep`` where it is one of them (the forward's: the default order,
+    groups of 8 and no snake, the order measured before this choice existed), else the fewest
+    heads in flight (the smallest group, then no snake)."""
     best = min(load for load, _ in found)
     near = [o for load, o in found if load <= best * (1 + TIE)]
-    return TileOrder() if TileOrder() in near else min(near, key=lambda o: (o.hg, o.snake))
+    return keep if keep in near else min(near, key=lambda o: (o.hg, o.snake))
 
 
-def choose(trips: Sequence[int], *, bh: int, grid: int, np: Any) -> TileOrder:
+def choose(trips: Sequence[int], *, bh: int, grid: int, np: Any,
+           keep: TileOrder | None = TileOrder()) -> TileOrder:
     """The causal order whose busiest CTA has the least work (:func:`busiest`), ties broken
-    by :func:`_least_loaded`."""
+    by :func:`_least_loaded` (``keep``: the order kept among ties; None, the fewest heads in
+    flight: the backward's, bwd_call.py says why)."""
     return _least_loaded([(busiest(trips, bh=bh, grid=grid, order=o, np=np), o)
                           for o in (TileOrder(hg=g, snake=s) for g in GROUPS
-                                    for s in (False, True))])
+                                    for s in (False, True))], keep)
 
 
 def varlen_order_exprs(causal: bool) -> tuple[str, ...]:

@@ -143,3 +143,23 @@ def test_the_calls_kernels_hand_dq_over_through_joins_and_are_proven(head_dim, c
     g = declared_geometry(c, KERNEL_FAMILY, BackwardGeometry, "test")
     assert g.dk_rs and g.dq_cut == ("rows" if head_dim == 64 else "columns")
     assert c.proof.verdict.safe
+
+
+def test_the_causal_backward_orders_its_tiles_with_the_fewest_heads_among_ties(monkeypatch):
+    """D 128 S 1k causal (256 heads of 8 KV blocks on 132 CTAs): the backward takes one head at
+    a time with the snake where the forward's rule would keep the default (groups of 8): the
+    tie-break bwd_call._order documents; each recipe's order is chosen once."""
+    np = pytest.importorskip("numpy")
+    from types import SimpleNamespace
+
+    from pipeline_core_schedules_attention.bwd_tiles import BackwardTrips
+    from pipeline_core_schedules_attention.tile_order import TileOrder
+
+    monkeypatch.setattr(bwd_call._ORDERS, "_items", {})
+    plan = SimpleNamespace(deterministic=False, causal="top_left", sq=1024, sk=1024, group=1,
+                           bhk=256)
+    # a recipe and a kernel as the order's cache keys them: hashable by identity
+    built = type("Built", (), {"bounds": BackwardTrips(causal=True, block_m=64, block_n=128)})()
+    r = type("Recipe", (), {"plan": plan})()
+    assert bwd_call._order(r, built, 132, np) == TileOrder(hg=1, snake=True)
+    assert bwd_call._order(r, built, 132, np) is bwd_call._ORDERS.get((r, built))

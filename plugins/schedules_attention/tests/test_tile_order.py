@@ -252,6 +252,27 @@ SWEEP = [(_trips(sq, sk, align), bh, min(bh * -(-sq // 128), grid))
          for grid in (132, 114)]
 
 
+def test_the_backward_keeps_no_default_among_ties_but_the_fewest_heads():
+    """The backward's call (``keep=None``, bwd_call._order says why): among the orders within
+    the tie the smallest group, then no snake, even where the default ties.  The KV-block
+    costs of D 128 S 1k causal (8 blocks of 2 .. 16 query blocks, 256 heads, 132 CTAs): the
+    forward's rule keeps the default there; the backward's takes one head at a time with the
+    snake (what measured 1.175x the default on the H200)."""
+    trips = [2 * (i + 1) for i in range(8)]
+    loads = {o: simulate(trips, bh=256, grid=132, order=o) for o in ORDERS}
+    best = min(loads.values())
+    near = [o for o in ORDERS if loads[o] <= best * (1 + tile_order.TIE)]
+    assert TileOrder() in near and TileOrder(hg=1, snake=True) in near
+    assert choose(trips, bh=256, grid=132, np=np) == TileOrder()
+    assert choose(trips, bh=256, grid=132, np=np, keep=None) == TileOrder(hg=1, snake=True)
+    for trips, bh, grid in SWEEP:
+        loads = {o: simulate(trips, bh=bh, grid=grid, order=o) for o in ORDERS}
+        best = min(loads.values())
+        near = [o for o in ORDERS if loads[o] <= best * (1 + tile_order.TIE)]
+        assert choose(trips, bh=bh, grid=grid, np=np, keep=None) == min(
+            near, key=lambda o: (o.hg, o.snake)), (len(trips), bh, grid)
+
+
 def test_choose_is_never_busier_than_the_default_and_breaks_ties_to_few_heads():
     """Over a sweep of shapes: the chosen order's busiest CTA is never above the default's,
     and within the tie of the best; the default where it is within the tie, else the
