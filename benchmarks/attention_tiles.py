@@ -61,6 +61,11 @@ VARIANTS: dict[str, dict[str, str]] = {
     "order8": {"order": "8,0"},
     "order2": {"order": "2,0"},
     "order16s": {"order": "16,1"},
+    # the fewest heads in flight (the backward's tie-break since session 24)
+    "order1s": {"order": "1,1"},
+    "order2s": {"order": "2,1"},
+    "order4": {"order": "4,0"},
+    "order8s": {"order": "8,1"},
     "q2": {"q_stages": "2"},
     "q2-st3": {"q_stages": "2", "stages": "3"},
     # the consumers' turns over S_j and PV_{j-1} (FA3's and FA4's scheduler barrier), on the
