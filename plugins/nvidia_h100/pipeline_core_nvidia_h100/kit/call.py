@@ -428,10 +428,10 @@ def autograd_function(torch: Any, op: Op) -> Any:
     op's implementation, then the op's ``setup_context`` on the Function's context, and whose
     backward is the op's own, so both paths run one body.
 
-    Why a twin: on an H200 (torch 2.11) a training step of attention at D 128 S 1k (forward,
-    then backward) cost the host 369 us of CPU through the custom ops (their dispatch,
-    torch.library's autograd wrapper) against 220 through a Function of the same functions
-    (SDPA-cuDNN's: 200), and where the host is slower than the GPU it sets the pace
+    Why a twin: on an H200 (torch 2.11) a causal training step of attention at D 128 S 1k
+    (forward, then backward) cost the calling thread 307 us of CPU through the custom ops
+    (their dispatch, torch.library's autograd wrapper) against 167 through this twin
+    (SDPA-cuDNN's: 191), and where the host is slower than the GPU it sets the pace
     (benchmarks/results/attention_step_host_s24_h200.jsonl).  Why the context is set up inside
     the forward rather than through the Function's own ``setup_context``: with that defined,
     ``Function.apply`` binds its arguments through ``inspect.signature`` on every call.  The op
