@@ -31,7 +31,8 @@ A variant's ``rewrite=offset`` / ``offset_each`` (with ``shared_dq=false``), ``s
 (``REWRITES``): a probe of a cut before it is built and proven, the kernel as the kit emitted
 it before session 18 or 19, the gradient step's loads two blocks ahead or its mask tested per
 pair (``issue_probe.py``).  ``dk_rs=true`` applies where the call's kernel cuts dQ by columns or
-rows.
+rows.  A variant's ``order=`` swaps the output tiles' order (``heads_inner``; ``forward_ties``:
+the forward's tie rule, the backward's before session 24; ``hgN`` / ``hgNs``: a fixed order).
 Every result is also one JSON line in ``--out`` (default: none).
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -233,8 +235,14 @@ class Variant:
         #: det=1: the call's deterministic kernel (timed with deterministic=True)
         self.deterministic = pairs.pop("det", "0") == "1"
         #: order=heads_inner: the output tiles' earlier order (heads innermost: hg = every KV
-        #: head, no snake), for an A/B against the call's choice (bwd_call._order)
+        #: head, no snake), for an A/B against the call's choice (bwd_call._order);
+        #: order=forward_ties: the call's choice with the forward's tie rule (the default order
+        #: kept among balanced ones, the backward's rule before session 24); order=hgN or
+        #: hgNs: groups of N heads, without or with the snake, whatever the balance
         self.order = pairs.pop("order", "call")
+        if not re.fullmatch(r"call|heads_inner|forward_ties|hg[1-9][0-9]*s?", self.order):
+            raise SystemExit(f"--variants: order={self.order}; pass order=call, heads_inner, "
+                             "forward_ties, hgN or hgNs (N a head count)")
         #: rewrite=NAME: a probe's edit of the emitted source (REWRITES), not a kernel the call
         #: builds: what a cut would pay before it is built into the schedule and proven
         self.rewrite = REWRITES[pairs.pop("rewrite", "none")]
@@ -248,9 +256,14 @@ class Variant:
         bwd, extra = self.bwd, self.params
         bwd.CALL, bwd.CALL_STAGES = self.call, self.stages
         bwd.call_params = lambda *a, **k: _merged(CALL_PARAMS(*a, **k), extra)
+        from pipeline_core_schedules_attention.tile_order import TileOrder
         if self.order == "heads_inner":
-            from pipeline_core_schedules_attention.tile_order import TileOrder
             bwd._order = lambda r, built, grid, np: TileOrder(hg=r.plan.bhk)
+        elif self.order == "forward_ties":
+            bwd._order = lambda r, built, grid, np: ORDER(r, built, grid, np, keep=TileOrder())
+        elif self.order.startswith("hg"):
+            fixed = TileOrder(hg=int(self.order[2:].rstrip("s")), snake=self.order.endswith("s"))
+            bwd._order = lambda r, built, grid, np: fixed
         else:
             bwd._order = ORDER
 

@@ -225,7 +225,8 @@ def _build(key: tuple[int, str, bool, str, bool, int]) -> BwdKernel:
 _ORDERS: Bounded[TileOrder] = Bounded(RECIPE_CACHE_SIZE)
 
 
-def _order(r: Recipe[BwdCall], built: BwdKernel, grid: int, np: Any) -> TileOrder:
+def _order(r: Recipe[BwdCall], built: BwdKernel, grid: int, np: Any,
+           keep: TileOrder | None = None) -> TileOrder:
     """The order of the output tiles (the kernel's ``hg`` and ``snake``; bwd_tiles.BackwardTrips
     .grouped says why): a head's KV blocks back to back without the mask; causal, the groups
     of heads and snake whose busiest CTA has the least work (tile_order.choose over each KV
@@ -239,7 +240,9 @@ def _order(r: Recipe[BwdCall], built: BwdKernel, grid: int, np: Any) -> TileOrde
     attention_bwd_order_s24_h200.jsonl) it ran 1.175x the default at D 128 S 1k (where the
     op had trailed cuDNN, 0.89), 1.048x at D 64 S 16k, 0.988x at D 64 S 1k and 0.966x at
     D 64 S 4k; D 128 at S 4k and 16k pick as before.  Orders the balance model calls equal
-    measured up to 1.36x apart there (D 64 S 16k): what it misses is open."""
+    measured up to 1.36x apart there (D 64 S 16k): what it misses is open.  ``keep``: the
+    order kept among ties instead (``TileOrder()``: the forward's rule, which
+    benchmarks/attention_bwd_main_check.py's ``order=forward_ties`` times beside this one)."""
     c = r.plan
     if c.deterministic or built.bounds is None:
         return TileOrder(hg=c.bhk)
@@ -250,7 +253,7 @@ def _order(r: Recipe[BwdCall], built: BwdKernel, grid: int, np: Any) -> TileOrde
         nb = built.bounds.kv_blocks(c.sk)
         # choose() costs block NB - 1 - rank at rank's place: the forward's heaviest-last index
         trips = [built.bounds.trips(nb - 1 - i, c.sq, c.sk, c.group) for i in range(nb)]
-        found = _ORDERS.put((r, built), choose(trips, bh=c.bhk, grid=grid, np=np, keep=None))
+        found = _ORDERS.put((r, built), choose(trips, bh=c.bhk, grid=grid, np=np, keep=keep))
     return found
 
 
