@@ -315,6 +315,17 @@ def test_the_fast_path_is_not_taken_under_tracing_or_dispatch(host, monkeypatch,
     assert host.plans == (0 if why == "compiling" else 1)
 
 
+def test_a_tensor_needing_a_gradient_takes_the_eager_path_where_grad_mode_is_off(host,
+                                                                                 monkeypatch):
+    """Under torch.no_grad() (or inside a backward) nothing needs a gradient: a k that
+    requires grad is launched straight away, as plain tensors are, with no op dispatch."""
+    q, k, v = qkv()
+    k = Tensor(k.shape, requires_grad=True)
+    monkeypatch.setattr(sys.modules["torch"], "is_grad_enabled", lambda: False)
+    call.attention(q, k, v, causal=True)
+    assert not host.ops and len(host.launches) == 1
+
+
 def test_a_swapped_kernel_is_launched_by_a_cached_recipe(host):
     """The benchmarks swap ``CALL.kernels``'s entries (ablations, mutants): a cached recipe
     launches what is there now."""
