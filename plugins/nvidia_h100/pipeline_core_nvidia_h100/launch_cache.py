@@ -33,15 +33,17 @@ def plain(torch: Any, *tensors: Any) -> bool:
     return all(t is None or (type(t) is torch.Tensor and t.is_cuda) for t in tensors)
 
 
+def needs_gradient(torch: Any, *tensors: Any) -> bool:
+    """Whether autograd must record a call on ``tensors``: grad mode is on (not
+    ``torch.no_grad()``, inference mode or a backward) and one of them requires grad."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def eager(torch: Any, *tensors: Any) -> bool:
     """Whether a call may skip the custom op's dispatch and autograd: :func:`plain` tensors
-    of which none needs a gradient (one that requires grad needs none where grad mode is off:
-    under ``torch.no_grad()`` and in a backward); anything else goes through the op, or its
-    eager autograd twin (``kit.call``), which do the same work."""
-    if not plain(torch, *tensors):
-        return False
-    return not (torch.is_grad_enabled()
-                and any(t is not None and t.requires_grad for t in tensors))
+    none of which needs a gradient (:func:`needs_gradient`); anything else goes through the
+    op, or its eager autograd twin (``kit.call``), which do the same work."""
+    return plain(torch, *tensors) and not needs_gradient(torch, *tensors)
 
 
 def describe(t: Any) -> tuple[Any, ...] | None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import attrs
 
 from pipeline_core_nvidia_h100.launch_cache import (Bounded, PackedArgs, current_stream, describe,
-                                                    eager, launch, plain)
+                                                    launch, needs_gradient, plain)
 from pipeline_core_nvidia_h100.runtime import _require
 
 if TYPE_CHECKING:
@@ -341,13 +341,14 @@ class HostCall(Generic[P, B]):
         import torch  # type: ignore[import-not-found, unused-ignore]  # traceable (see ops)
 
         ops = self.ops()
-        if eager(torch, *tensors):
+        own = plain(torch, *tensors)  # launch_cache.eager's first half, asked once
+        if own and not needs_gradient(torch, *tensors):
             return run(*tensors, *args)
         if not torch.compiler.is_compiling():
             self._check_once(op, check, tensors, args)
         rest = args if op_args is None else op_args()
-        function = self._functions.get(op)
-        if function is not None and plain(torch, *tensors):
+        function = self._functions.get(op) if own else None
+        if function is not None:
             return function.apply(*tensors, *rest)
         return getattr(ops, op)(*tensors, *rest)
 
