@@ -40,11 +40,10 @@ def kernel_key(a: Any, b: Any, *, bias: Any = None, activation: str | None = Non
     stores directly: what a description without an address cannot see)."""
     import attrs
 
-    from pipeline_core_nvidia_h100 import decompose
     from pipeline_core_nvidia_h100 import matmul_call as mm
 
     base = mm.plan_infos(a, b, bias, activation, out_dtype, out, sms, mm.TUNING, scales=scales)
-    c = decompose.for_plan(base, sms, mm.TUNING.stream_k, mm.TUNING.wave_model)
+    c = mm.decomposition(base, sms)
     plan = mm.plan_infos(a, b, bias, activation, out_dtype, out, sms, mm.TUNING, c, scales)
     v = plan.variant if store is None else attrs.evolve(plan.variant, store=store)
     return v, c

@@ -37,7 +37,7 @@ TOL = 2e-2
 
 
 def shape_row(torch, m: int, n: int, k: int, rounds: int) -> None:
-    from pipeline_core_nvidia_h100 import decompose, matmul, matmul_call as mm
+    from pipeline_core_nvidia_h100 import matmul, matmul_call as mm
     from pipeline_core_nvidia_h100.autotune import Candidate
 
     dev = torch.cuda.current_device()
@@ -58,7 +58,7 @@ def shape_row(torch, m: int, n: int, k: int, rounds: int) -> None:
     impls["call"]()
     torch.cuda.synchronize()
     plan = mm._plan(a, b, None, None, None, out, sms, mm.TUNING)
-    pick = decompose.for_plan(plan, sms, mm.TUNING.stream_k, mm.TUNING.wave_model)
+    pick = mm.decomposition(plan, sms)
     emit({"call-check": [m, n, k], "err": err(out), "pick": pick.describe()})
     for bm, bn, consumers, split in PANEL if aligned else ():
         c = Candidate(bm=bm, bn=bn, stages=4, consumers=consumers, split_k=split)

@@ -2,10 +2,12 @@
 
   python3 benchmarks/gemm_speed.py --prebuild          # here, no GPU: the cubins
   python3 benchmarks/gemm_speed.py [--rounds 5] [--anchors PATH] [--shapes MxNxK,...]
-  python3 benchmarks/gemm_speed.py --choice [--prebuild-only] [--rounds 7] [--out PATH]
+  python3 benchmarks/gemm_speed.py --choice [--old FIELD=VALUE] [--prebuild-only] [--rounds 7]
+                                   [--out PATH]
 
 ``--choice``: the wave model's pick (``Tuning.wave_model``, on) against the previous rule
-(the switch off) and cuBLAS / ``torch._scaled_mm``, one process: every shape is checked first
+(the switch off; ``--old pingpong=false``: against the ranking without the ping-pong tile) and
+cuBLAS / ``torch._scaled_mm``, one process: every shape is checked first
 (NaN-poisoned output, fp32 reference, each implementation eager and new / old / cublas replayed
 from a CUDA graph), then all are timed in interleaved rounds, per-round ratios new/cublas,
 old/cublas, new/old, eager and graph.  Where an operand's rows are off the
@@ -209,12 +211,27 @@ def prebuild() -> None:
     build(None, keys, emit)
 
 
+#: ``--choice``'s "old" tuning: the call's with these fields changed (``--old``)
+OLD = {"wave_model": False}
+
+
 def _tunings():
-    """``--choice``'s two tunings: the call's (wave model on) and the same with it off."""
+    """``--choice``'s two tunings: the call's ("new") and the same with :data:`OLD`'s fields
+    ("old": by default the wave model off)."""
     import attrs
 
     from pipeline_core_nvidia_h100 import matmul_call as mm
-    return {"new": mm.TUNING, "old": attrs.evolve(mm.TUNING, wave_model=False)}
+    return {"new": mm.TUNING, "old": attrs.evolve(mm.TUNING, **OLD)}
+
+
+def _old(text):
+    """``--old FIELD=VALUE,...``: Tuning fields (true / false / an integer)."""
+    out = {}
+    for item in text.split(","):
+        field, _, value = item.partition("=")
+        out[field.strip()] = ({"true": True, "false": False}[value.lower()]
+                              if value.lower() in ("true", "false") else int(value))
+    return out
 
 
 def _under(tuning, fn):
@@ -415,7 +432,13 @@ def main() -> int:
                     help="the wave model's pick against the previous rule and cuBLAS")
     ap.add_argument("--prebuild-only", action="store_true",
                     help="with --choice, here, no GPU: build the cubins it loads")
+    ap.add_argument("--old", default=None, type=_old,
+                    help="with --choice: the old tuning's fields, e.g. pingpong=false "
+                         "(default: wave_model=false)")
     args = ap.parse_args()
+    if args.old is not None:
+        OLD.clear()
+        OLD.update(args.old)
     if args.prebuild_only and not args.choice:
         ap.error("--prebuild-only: goes with --choice; the plain run's is --prebuild")
     if args.prebuild or args.prebuild_only:

@@ -2,17 +2,17 @@
 
   python3 benchmarks/matmul_pingpong.py [--cases 64] [--anchors PATH] [--sanitize] [--out DIR]
 
-Each consumer warp group owns a whole 128 x 128 output tile; the two take the persistent CTA's
-tiles in turn and their mainloops are ordered by named barriers, so one's epilogue overlaps the
-other's mainloop (docs/guide/matmul.md, "Ping-pong"; docs/guide/agents.md, "Tile splits").  The
-call's planning (tails, layouts, the fused epilogue, the persistent grid) is ``matmul()``'s; only
-the kernel differs (``GemmVariant.pingpong``, tile 128 x 128).
+Each consumer warp group owns a whole output tile; the two take the persistent CTA's tiles in
+turn and their mainloops are ordered by named barriers, so one's epilogue overlaps the other's
+mainloop (docs/guide/matmul.md, "Ping-pong"; docs/guide/agents.md, "Tile splits").  The call's
+planning (tails, layouts, the fused epilogue, the persistent grid) is ``matmul()``'s; only the
+kernel differs (``GemmVariant.pingpong``, the tile and store of :data:`VARIANTS`).
 
 1. Correctness (METHOD.md): random (shape, dtype, layout, epilogue) cases drawn as
    benchmarks/matmul_call.py draws them, fresh random inputs, NaN-poisoned outputs, fp32 torch
    reference.
 2. ``--sanitize``: a few small shapes with tails in M, N and K (run under compute-sanitizer).
-3. Timing: ping-pong (ring depths 4 and 5) against today's cooperative kernel (``matmul()``),
+3. Timing: each ping-pong variant against today's cooperative kernel (``matmul()``),
    cuBLAS and triton-tma-persist (../shared/tools/gemm_anchors.py) in this process: CUDA-event
    medians after warm-up, interleaved rounds with the order rotated, per-round ratios.
 Every result is one JSON line on stdout (and in --out/results.jsonl); a table closes the output.
@@ -38,24 +38,32 @@ _spec.loader.exec_module(mc)
 
 from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
 from bench_peers import anchors as load_anchors  # noqa: E402  (beside this script)
-TIMED = ((8192, 8192, 8192), (4096, 4096, 4096), (4096, 8192, 2048))
-STAGES = (4, 5)
+TIMED = ((8192, 8192, 8192), (8192, 14336, 4096), (6144, 6144, 6144), (4096, 4096, 4096),
+         (4096, 8192, 2048))
+#: The ping-pong kernels run: name -> (BM, BN, ring stages, TMA store).  128 x 192 holds 192
+#: fp32 accumulators a consumer thread (setmaxnreg 232), quack's default tile; its TMA store's
+#: staging (2 x 8 KB a consumer) leaves room for 4 stages of 40 KB, not 5.
+VARIANTS = {"pp128-s4": (128, 128, 4, False), "pp128-s5": (128, 128, 5, False),
+            "pp192-tma-s4": (128, 192, 4, True)}
+STAGES = tuple(VARIANTS)  # the variant names, in the order cases cycle through them
 
 
-def candidate(stages):
+def candidate(name):
     from pipeline_core_nvidia_h100 import autotune
-    return autotune.Candidate(bm=128, bn=128, stages=stages, consumers=2)
+    bm, bn, stages, _ = VARIANTS[name]
+    return autotune.Candidate(bm=bm, bn=bn, stages=stages, consumers=2, pingpong=True)
 
 
-def pp_plan(a, b, bias, act, od, out, stages):
-    """The call's plan at the 128 x 128 tile (no split, the direct store: ping-pong is not
-    combined with the TMA store yet), its variant with ``pingpong`` on."""
+def pp_plan(a, b, bias, act, od, out, name):
+    """The call's plan with the variant's ping-pong candidate (no split; the TMA store where
+    the variant takes it and the call's plan would; the cooperative kernel of the same tile
+    where the plan does not take ping-pong, gemm_call.pingpong_taken)."""
     import attrs
 
     from pipeline_core_nvidia_h100 import matmul_call as m
-    plan = m._plan(a, b, bias, act, od, out, m.sm_count(0),
-                   attrs.evolve(m.TUNING, split_k=False, tma_store=False), candidate(stages))
-    return attrs.evolve(plan, variant=attrs.evolve(plan.variant, pingpong=True))
+    return m._plan(a, b, bias, act, od, out, m.sm_count(0),
+                   attrs.evolve(m.TUNING, split_k=False, tma_store=VARIANTS[name][3]),
+                   candidate(name))
 
 
 def meta_plan(torch, case, stages):
@@ -67,7 +75,7 @@ def meta_plan(torch, case, stages):
 
 def recipe(torch, a, b, bias, act, od, out, stages):
     """The ping-pong kernel's launch of ``matmul(a, b, bias=, activation=, out=)``: the call's
-    own plan at the 128 x 128 tile, its variant with ``pingpong`` on."""
+    own plan with the variant's ping-pong candidate (:func:`pp_plan`)."""
     from pipeline_core_nvidia_h100 import matmul_call as m
     c = candidate(stages)
     plan = pp_plan(a, b, bias, act, od, out, stages)  # unsplit: _recipe keeps it, builds it
@@ -75,8 +83,8 @@ def recipe(torch, a, b, bias, act, od, out, stages):
 
 
 def case_stages(i):
-    """Most cases at 4 stages, every fourth at 5 (fewer distinct kernels to build)."""
-    return STAGES[1] if i % 4 == 3 else STAGES[0]
+    """The variant case ``i`` runs: the variants in turn."""
+    return STAGES[i % len(STAGES)]
 
 
 def prebuild(torch, cases, timed):
@@ -97,11 +105,11 @@ def prebuild(torch, cases, timed):
     for case in timed:
         wanted |= {(meta_plan(torch, case, s).variant, s) for s in STAGES}
     for case in SANITIZE:  # built here, so the sanitizer's run loads them from the cache
-        wanted.add((meta_plan(torch, case, STAGES[0]).variant, STAGES[0]))
+        wanted |= {(meta_plan(torch, case, s).variant, s) for s in STAGES}
     host = m.CALL.host()
     sources = [emit_wgmma(compile_named(SCHEDULE_NAME, target="h100",
                                         params=candidate(s).params(v),
-                                        target_args={"stages": str(s)}, host=host))
+                                        target_args={"stages": str(VARIANTS[s][2])}, host=host))
                for v, s in sorted(wanted, key=repr)]
     with ThreadPoolExecutor(14) as pool:
         list(pool.map(lambda src: cubin_path(src, KERNEL_NAME, ("-std=c++17",), "sm_90a"),
@@ -111,7 +119,7 @@ def prebuild(torch, cases, timed):
     mc.emit({"kind": "pp-prebuild", "kernels": len(wanted), "seconds": round(time.time() - t0, 1)})
 
 
-def run_case(torch, case, stages=4):
+def run_case(torch, case, stages=STAGES[0]):
     from pipeline_core_nvidia_h100 import matmul_call as m
     mm, n, k, dt, a_col, b_col, e = case
     out_name, bias_kind, act = mc.EPILOGUES[e]
@@ -161,9 +169,10 @@ SANITIZE = ((200, 300, 130, "bf16", False, False, 1), (130, 260, 70, "fp16", Tru
 
 def sanitize_run(torch):
     for case in SANITIZE:
-        _, unwritten, err, _, grid = run_case(torch, case, 4)
-        print(json.dumps({"kind": "pp-sanitize-case", "case": case, "grid": grid,
-                          "rel_err": err, "unwritten": unwritten}), flush=True)
+        for s in STAGES:
+            _, unwritten, err, _, grid = run_case(torch, case, s)
+            print(json.dumps({"kind": "pp-sanitize-case", "case": case, "variant": s,
+                              "grid": grid, "rel_err": err, "unwritten": unwritten}), flush=True)
 
 
 def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
@@ -178,7 +187,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
         impls = {}
         for s in STAGES:
             r = recipe(torch, a, bt.T, None, None, None, c, s)
-            impls[f"pingpong-s{s}"] = (lambda r=r: m.launch_recipe(r, a, bt.T, None, c))
+            impls[s] = (lambda r=r: m.launch_recipe(r, a, bt.T, None, c))
         impls["cooperative"] = lambda: matmul(a, bt.T, out=c)
         impls["cublas"] = lambda: peers["cublas"](a, bt, c)
         impls["triton-tma-persist"] = lambda: peers["triton-tma-persist"](a, bt, c)
@@ -198,7 +207,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
         for name in names:
             med = statistics.median(per[name])
             rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
-        for ours in [f"pingpong-s{s}" for s in STAGES]:
+        for ours in STAGES:
             for peer in ("cooperative", "cublas", "triton-tma-persist"):
                 rec[f"{ours}/{peer}"] = ratios(per, ours, peer)
         mc.emit(rec)
@@ -230,13 +239,13 @@ def main(argv=None) -> int:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         Path(args.out, "results.jsonl").write_text("".join(json.dumps(x) + "\n"
                                                            for x in mc.LINES))
-    cols = [f"pingpong-s{s}" for s in STAGES] + ["cooperative", "cublas", "triton-tma-persist"]
+    cols = list(STAGES) + ["cooperative", "cublas", "triton-tma-persist"]
     print("\nshape             " + "  ".join(f"{c:>18}" for c in cols) + "  (TFLOPS)")
     for r in summary:
         print(f"{'x'.join(map(str, r['shape'])):17} "
               + "  ".join(f"{r[c]['tflops']:18}" for c in cols))
         for s in STAGES:
-            print("   " + "  ".join(f"s{s}/{p} {statistics.median(r[f'pingpong-s{s}/{p}']):.3f}"
+            print("   " + "  ".join(f"{s}/{p} {statistics.median(r[f'{s}/{p}']):.3f}"
                                     for p in ("cooperative", "cublas", "triton-tma-persist")))
     print(f"ping-pong correctness failures: {failures} of {args.cases}")
     return 1 if failures else 0

@@ -58,6 +58,9 @@ class Candidate:
     split_k: bool = False
     #: stream-K where the shape leaves a last partial wave (decompose.choose sets it)
     stream_k: bool = False
+    #: consumer ping-pong (``GemmVariant.pingpong``): each consumer owns a whole tile, the
+    #: consumers take the CTA's tiles in turn (the plan sets the variant's where it takes it)
+    pingpong: bool = False
 
     def geometry(self, variant: GemmVariant = GemmVariant()) -> WsGeometry:
         return WsGeometry(bm=self.bm, bn=self.bn, bk=k_tile(variant.dtype),
@@ -77,7 +80,8 @@ class Candidate:
     def describe(self) -> str:
         return (f"{self.bm}x{self.bn} tile, {self.stages} stages, {self.consumers} consumers, "
                 f"group_m {self.group_m}" + (", split-K" if self.split_k else "")
-                + (", stream-K" if self.stream_k else ""))
+                + (", stream-K" if self.stream_k else "")
+                + (", ping-pong" if self.pingpong else ""))
 
 
 #: The space searched: every combination that :meth:`WsGeometry.validate` accepts.
@@ -120,7 +124,7 @@ def takes(c: Candidate, variant: GemmVariant) -> bool:
     from pipeline_core.plugin_api import ProgramError
 
     try:
-        c.geometry(attrs.evolve(variant, a_rows=0)).validate()
+        c.geometry(attrs.evolve(variant, a_rows=0, pingpong=c.pingpong)).validate()
     except ProgramError:
         return False
     return True
@@ -190,8 +194,9 @@ DEFAULT = Candidate()
 #: Each field of a stored winner and the values the search gives it (:func:`candidates`).
 SEARCHED = {"bm": TILE_M, "bn": TILE_N, "stages": STAGES, "consumers": CONSUMERS,
             "group_m": GROUP_M, "split_k": (False, True),
-            # stream-K is the decomposition's (decompose.stream_k_cost), not searched yet
-            "stream_k": (False,)}
+            # stream-K is the decomposition's (decompose.stream_k_cost), not searched yet;
+            # ping-pong is the wave model's (wave_cost.RATES)
+            "stream_k": (False,), "pingpong": (False,)}
 
 
 @attrs.frozen(kw_only=True)

@@ -126,27 +126,30 @@ def small_m(m: int, variant: GemmVariant = GemmVariant()) -> Candidate:
                 table[0])
 
 
-def for_plan(plan: CallPlan, sms: int, stream_k: bool = True, model: bool = False
-             ) -> Candidate:
+def for_plan(plan: CallPlan, sms: int, stream_k: bool = True, model: bool = False,
+             pingpong: bool = True) -> Candidate:
     """:func:`choose` for a call's plan (planned with the default tile): its shape, variant,
     batch and whether its operands' rows are off the 128-byte line (``stream_k``: as
-    choose's); ``model`` (``Tuning.wave_model``): :func:`ranked` instead."""
+    choose's); ``model`` (``Tuning.wave_model``): :func:`ranked` instead (``pingpong``: as
+    its)."""
     off_line = rows_off_line((plan.a, plan.b), DTYPE_BYTES[plan.variant.dtype])
     if model:
-        return ranked(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch, off_line)
+        return ranked(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch, off_line,
+                      pingpong)
     return choose(plan.m, plan.n, plan.k, plan.variant, sms, plan.batch, off_line, stream_k)
 
 
 def ranked(m: int, n: int, k: int, variant: GemmVariant, sms: int, batch: int = 1,
-           off_line: bool = False) -> Candidate:
+           off_line: bool = False, pingpong: bool = True) -> Candidate:
     """The wave model's cheapest candidate (``wave_cost.rank``: tile and split priced
     together) for an [m, n, k] product of ``variant`` (a batched variant never splits) that
-    the variant's layout and epilogue can take (with its store, or the direct one); ``sms`` 0
+    the variant's layout and epilogue can take (with its store, or the direct one; a
+    ping-pong tile, ``pingpong`` allowing it, where the variant takes ping-pong); ``sms`` 0
     (not known), or none taken: the 128x256 tile."""
     if sms <= 0:
         return Candidate()
     found = rank(m, n, k, variant.dtype, sms, batch, off_line,
-                 may_split=batch == 1 and variant.batch == "none")
+                 may_split=batch == 1 and variant.batch == "none", pingpong=pingpong)
     return next((r.candidate for r in found
                  if takes(r.candidate, variant) or takes(r.candidate, direct_store(variant))),
                 Candidate())

@@ -70,6 +70,14 @@ class TileShape:
     min_k_tiles: int = 1
     #: consumer warp groups sharing the tile's rows (the TMA store's sub-tiles are a consumer's)
     consumers: int = 2
+    #: consumer ping-pong (``GemmVariant.pingpong``): each consumer owns whole tiles, taken in
+    #: turn; planned only where the kernel takes it (:func:`pingpong_taken`)
+    pingpong: bool = False
+
+    @property
+    def consumer_rows(self) -> int:
+        """Rows of the tile one consumer computes and stores: the whole tile's in ping-pong."""
+        return self.bm if self.pingpong else self.bm // self.consumers
 
 
 @attrs.frozen(kw_only=True)
@@ -126,6 +134,10 @@ class Tuning:
     #: A's TMA box clipped to M where all of M is one shorter tile (:func:`a_box_rows`;
     #: docs/guide/matmul.md, "Decomposition"); off: the tile's BM rows, zero-filled past M
     clip_a: bool = True
+    #: the ping-pong kernel on a 128x192 tile with the TMA store (docs/guide/matmul.md,
+    #: "Ping-pong") competes in the wave model's ranking; off: the cooperative tiles only (the
+    #: ablation benchmarks/gemm_speed.py --choice --old pingpong=false times)
+    pingpong: bool = True
 
 
 def a_box_rows(m: int, tile_rows: int, variant: GemmVariant) -> int:
@@ -277,7 +289,7 @@ def store_map(m: int, n: int, ldc: int, out_dtype: str, tile: TileShape) -> Oper
     other operands') or no such row tiles a consumer's columns in whole buffers: that call
     stores directly."""
     elem = ELEM[out_dtype]
-    cols = store_cols(out_dtype, tile.bn, max(1, tile.bm // tile.consumers // STORE_ROWS))
+    cols = store_cols(out_dtype, tile.bn, max(1, tile.consumer_rows // STORE_ROWS))
     if cols is None:
         return None
     if m > 1 and not aligned(ldc, elem):
@@ -382,8 +394,11 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
     # store until they are combined): a clustered call stores directly
     cp_async = (tuning.cp_async and kernel_batch == 1 and read
                 and cp_async_wanted((a_map, b_map), ELEM[a.dtype]))
+    if tile.pingpong and not pingpong_taken(splits, kernel_batch, scale, cp_async, sk_tiles):
+        tile = attrs.evolve(tile, pingpong=False)  # the cooperative kernel of the same tile
     cluster = cluster_size(tiles_m, splits, tuning) \
-        if kernel_batch == 1 and scale == "none" and not cp_async and not sk_tiles else 1
+        if (kernel_batch == 1 and scale == "none" and not cp_async and not sk_tiles
+            and not tile.pingpong) else 1
     # a batched kernel (grid z) offsets C by its batch: a 2-D map of C would clip a batch's
     # tail rows into the next batch, so it stores directly (a folded batch is one 2-D C); so
     # does an out whose address TMA cannot write (the direct store takes any)
@@ -397,7 +412,7 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
                           stream_k=sk_tiles > 0,
                           scale=scale, batch=batches.kind,
                           store="tma" if c_map is not None else "direct", cluster=cluster,
-                          load="cp_async" if cp_async else "tma")
+                          load="cp_async" if cp_async else "tma", pingpong=tile.pingpong)
     a_rows = a_box_rows(m, tile.bm, variant) if tuning.clip_a and read else 0
     if a_rows:
         variant = attrs.evolve(variant, a_rows=a_rows)
@@ -418,6 +433,15 @@ def plan_call(a: TensorInfo, b: TensorInfo, *, bias: TensorInfo | None = None,
                     k_pad=k_tiles * tile.bk, variant=variant, a=a_map, b=b_map, ldc=ldc,
                     grid=grid, splits=splits, batch=kernel_batch, c_batch=c_batch,
                     out_shape=batches.product(m, n), c=c_map, staged=staged, sk_tiles=sk_tiles)
+
+
+def pingpong_taken(splits: int, batch: int, scale: str, cp_async: bool,
+                   sk_tiles: int) -> bool:
+    """Whether a call planned with a ping-pong tile launches the ping-pong kernel: not split
+    (split-K or stream-K), one product, 16-bit (warpspecialized.WsGeometry.validate refuses
+    the others), and TMA loads (the cp.async producer was never run with ping-pong on the GPU);
+    else the same tile runs cooperatively."""
+    return splits == 1 and batch == 1 and scale == "none" and not cp_async and not sk_tiles
 
 
 def _stage(a: TensorInfo, b: TensorInfo, bias: TensorInfo | None, out: TensorInfo | None, *,

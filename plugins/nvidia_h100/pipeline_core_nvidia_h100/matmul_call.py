@@ -175,6 +175,14 @@ def _plan(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any,
                                                    _info(scales[1], "scale_b")))
 
 
+def _candidate_tile(c: Candidate) -> TileShape:
+    """The tile candidate ``c`` plans with (the call's own for the default candidate)."""
+    if c == autotune.DEFAULT:
+        return CALL_TILE
+    return TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk, consumers=c.consumers,
+                     pingpong=c.pingpong)
+
+
 def plan_infos(a: TensorInfo, b: TensorInfo, bias: TensorInfo | None, activation: str | None,
                out_dtype: str | None, out: TensorInfo | None, sms: int = 0,
                tuning: Tuning = Tuning(), c: Candidate = autotune.DEFAULT,
@@ -182,8 +190,7 @@ def plan_infos(a: TensorInfo, b: TensorInfo, bias: TensorInfo | None, activation
     """:func:`_plan` on tensor descriptions, with no GPU package (the benchmarks' prebuild
     plans with it what a GPU run will launch): candidate ``c``'s tile, its split only where it
     asks for one, and the direct store where its shared memory cannot take the TMA store's."""
-    tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk,
-                                                              consumers=c.consumers)
+    tile = _candidate_tile(c)
     if c != autotune.DEFAULT and not c.split_k:
         tuning = attrs.evolve(tuning, split_k=False)
 
@@ -365,7 +372,14 @@ def _candidate(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any
         # tuning times the kernel on the copies the plan stages
         ta, tb, tbias, tout = _staged(_require("torch"), plan.staged, a, b, bias, out)
         return _tuned(ta, tb, tbias, activation, out_dtype, tout, plan, device, stream)
-    return decompose.for_plan(plan, sms, TUNING.stream_k, TUNING.wave_model)
+    return decomposition(plan, sms)
+
+
+def decomposition(plan: CallPlan, sms: int) -> Candidate:
+    """The untuned call's candidate for ``plan`` (planned with the default tile) on ``sms``
+    SMs under :data:`TUNING` (decompose.for_plan): what the call launches, and what the
+    benchmarks' prebuilds build."""
+    return decompose.for_plan(plan, sms, TUNING.stream_k, TUNING.wave_model, TUNING.pingpong)
 
 
 def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, out: Any,
@@ -383,7 +397,7 @@ def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, ou
     if torch.cuda.is_current_stream_capturing():
         return autotune.cached(plan.m, plan.n, plan.k, plan.variant, device=name,
                                toolkit=toolkit_version()) \
-            or decompose.for_plan(plan, sms, TUNING.stream_k, TUNING.wave_model)
+            or decomposition(plan, sms)
 
     def timer(c: Candidate) -> float:
         r = _recipe(_plan(a, b, bias, activation, out_dtype, out, sms, TUNING, c), device,
@@ -603,8 +617,8 @@ def plan_grouped_infos(a: TensorInfo, b: TensorInfo, offs: TensorInfo | None,
     variants with it): candidate ``c``'s tile, and the direct store where its shared memory
     cannot take the TMA store's staging beside the groups' table, or (unless ``one_buffer``)
     takes only one buffer per consumer of it."""
-    tile = CALL_TILE if c == autotune.DEFAULT else TileShape(bm=c.bm, bn=c.bn, bk=CALL_TILE.bk,
-                                                              consumers=c.consumers)
+    # a grouped kernel's consumers share tiles: never ping-pong
+    tile = attrs.evolve(_candidate_tile(c), pingpong=False)
 
     def plan(t: Tuning) -> CallPlan:
         return plan_grouped(a, b, offs, bias=bias, out_dtype=out_dtype, tile=tile, sms=sms,

@@ -425,8 +425,8 @@ class WsGeometry:
             raise bad("store", "tma with -p batch: C's tensor map is one [m, n] matrix, and a "
                                "batched kernel offsets C per batch (grid z): -p store=direct")
         if v.pingpong:
-            if v.split_k or v.store == "tma" or v.batch != "none" or v.dtype == "e4m3":
-                other = ("split_k=true" if v.split_k else "store=tma" if v.store == "tma"
+            if v.split_k or v.batch != "none" or v.dtype == "e4m3":
+                other = ("split_k=true" if v.split_k
                          else f"batch={v.batch}" if v.batch != "none" else "dtype=e4m3")
                 raise bad("pingpong", f"ping-pong and -p {other} don't combine yet: drop one "
                                       "of them")

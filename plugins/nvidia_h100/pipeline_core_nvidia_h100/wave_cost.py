@@ -45,6 +45,10 @@ __all__ = ["Costed", "RATES", "SMALL_TILES", "rank", "pick", "small_tiles"]
 #: results/gemm_decompose_h200.jsonl, the large shapes); 256x160 and 128x192 (their TMA store
 #: in 64-byte rows) each timed tile's rounds over 128x256's on 8192^3 and 4000^3, rounded down
 #: (benchmarks/results/gemm_wide_tiles_s23_h200.jsonl: 256x160 0.985-0.994, 128x192 0.98).
+#: 128x192 in ping-pong with the TMA store: its per-round medians over 128x256's, each times
+#: its rounds and tile area over 128x256's (benchmarks/results/gemm_pingpong_tma_s25_h200.jsonl:
+#: 8192^3 1.029 x 0.984, 8192x14336x4096 1.020 x 0.991, 6144^3 1.014 x 1.0, 4096x8192x2048
+#: 1.014 x 1.031), rounded down from the least; it never splits (the kernel does not).
 #: e4m3: the same panel's fp8 rows at
 #: 3000x14336x4096, each divided by its own wave fill and M padding (192x128 1255 TFLOPS over
 #: 0.97 x 0.977; 128x256 1194 over 0.927 x 0.977; ...), relative to 128x256's; 192x128 rounded
@@ -55,6 +59,7 @@ RATES: dict[str, tuple[tuple[Candidate, float], ...]] = {
               (Candidate(bm=256, bn=160, stages=4, consumers=2), 0.98),
               (Candidate(bm=192, bn=128, stages=4, consumers=3), 0.93),
               (Candidate(bm=128, bn=192, stages=4, consumers=2), 0.97),
+              (Candidate(bm=128, bn=192, stages=4, consumers=2, pingpong=True), 1.01),
               (Candidate(bm=128, bn=128, stages=4, consumers=2), 0.94),
               (Candidate(bm=64, bn=256, stages=4, consumers=1), 0.93)),
     "e4m3": ((Candidate(bm=128, bn=256, stages=4, consumers=2), 1.0),
@@ -151,11 +156,13 @@ def cost(c: Candidate, rate: float, splits: int, m: int, n: int, k: int, dtype: 
 
 
 def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
-         off_line: bool = False, may_split: bool = True) -> tuple[Costed, ...]:
+         off_line: bool = False, may_split: bool = True, pingpong: bool = True
+         ) -> tuple[Costed, ...]:
     """Every (tile, split) the call can launch for ``batch`` [m, n, k] products of ``dtype``
     on ``sms`` SMs, cheapest first (ties: the tables' order, unsplit first).  Only one product
     (``batch`` 1) of a kernel that ``may_split`` splits K (a batched kernel does not);
-    ``off_line``: only the largest tiles compete."""
+    ``off_line``: only the largest tiles compete; ``pingpong`` False (``Tuning.pingpong``):
+    the ping-pong tile does not."""
     if sms <= 0:
         raise ValueError(f"sms: {sms}; the wave model needs the device's SM count (> 0)")
     table = small_tiles(m) if m <= SMALL_M else RATES[_kind(dtype)]
@@ -167,11 +174,14 @@ def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
     big = RATES[_kind(dtype)][0][0]
     if m > SMALL_M and off_line and math.ceil(m / big.bm) * math.ceil(n / big.bn) * batch >= sms:
         table = tuple((c, r) for c, r in table if c.bm * c.bn >= big.bm * big.bn)
+    if not pingpong:
+        table = tuple((c, r) for c, r in table if not c.pingpong)
     k_tiles = max(1, math.ceil(k / k_tile(dtype)))
     found = []
     for order, (c, rate) in enumerate(table):
         tiles = math.ceil(m / c.bm) * math.ceil(n / c.bn)
-        splits = {1, split_count(tiles, k_tiles, sms) if may_split and batch == 1 else 1}
+        splits = {1, split_count(tiles, k_tiles, sms)
+                  if may_split and batch == 1 and not c.pingpong else 1}
         for s in sorted(splits):
             found.append((cost(c, rate, s, m, n, k, dtype, sms, batch), order, s))
     found.sort(key=lambda x: (x[0].seconds, x[1], x[2]))
@@ -179,6 +189,6 @@ def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
 
 
 def pick(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
-         off_line: bool = False, may_split: bool = True) -> Candidate:
+         off_line: bool = False, may_split: bool = True, pingpong: bool = True) -> Candidate:
     """:func:`rank`'s first candidate (``split_k`` set where it splits)."""
-    return rank(m, n, k, dtype, sms, batch, off_line, may_split)[0].candidate
+    return rank(m, n, k, dtype, sms, batch, off_line, may_split, pingpong)[0].candidate

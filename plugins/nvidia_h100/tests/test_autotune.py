@@ -293,7 +293,7 @@ def test_a_candidate_the_compile_refuses_is_never_ranked(monkeypatch):
 
 
 def test_the_call_launches_the_decomposition_unless_tuning_is_switched_on(monkeypatch):
-    from pipeline_core_nvidia_h100 import decompose, matmul_call
+    from pipeline_core_nvidia_h100 import matmul_call
     from pipeline_core_nvidia_h100.gemm_call import TensorInfo, plan_call
 
     plan = plan_call(TensorInfo(shape=(512, 4096), strides=(4096, 1), dtype="bf16", ptr=0),
@@ -302,8 +302,7 @@ def test_the_call_launches_the_decomposition_unless_tuning_is_switched_on(monkey
     monkeypatch.delenv(autotune.ENV, raising=False)
     # off: decided before any GPU package is touched (none is installed here)
     off = matmul_call._candidate(None, None, None, None, None, None, plan, 0, 0, SMS, False)
-    assert off == decompose.choose(512, 28672, 4096, plan.variant, SMS,
-                                   stream_k=matmul_call.TUNING.stream_k) != DEFAULT
+    assert off == matmul_call.decomposition(plan, SMS) != DEFAULT
     monkeypatch.setenv(autotune.ENV, "on")
     with pytest.raises(AutotuneError, match=r"^PIPELINE_CORE_AUTOTUNE='on': set it to 1"):
         matmul_call._candidate(None, None, None, None, None, None, plan, 0, 0, SMS, False)
