@@ -21,8 +21,8 @@ every position.
   CTAs) left its busiest CTA 1.27x the mean work, since a round of 132 positions spans half a
   group, query blocks 32 down to 16.  :func:`choose` picks, per call, the order whose busiest
   CTA has the least work under that cost (the plan's trips plus :data:`TILE_OVERHEAD_BLOCKS`);
-  among near ties it keeps the default (8 heads, no snake), else takes the fewest heads in
-  flight.
+  among near ties the forward keeps the default (8 heads, no snake), else takes the least
+  loaded; the backward takes the fewest heads in flight among them.
 """
 from __future__ import annotations
 
@@ -150,13 +150,24 @@ def _most_loaded(cost: Any, grid: int, np: Any) -> float:
 
 def _least_loaded(found: Sequence[tuple[float, TileOrder]],
                   keep: TileOrder | None = TileOrder()) -> TileOrder:
-    """Of (busiest CTA's work, order) pairs, the order with the least; among those within
-    :data:`TIE` of it, ``keep`` where it is one of them (the forward's: the default order,
-    groups of 8 and no snake, the order measured before this choice existed), else the fewest
-    heads in flight (the smallest group, then no snake)."""
+    """Of (busiest CTA's work, order) pairs, the order with the least.  With ``keep`` (the
+    forward's: the default order, groups of 8 and no snake, the order measured before this
+    choice existed): ``keep`` where it is within :data:`TIE` of the least, else the least
+    loaded (an exact tie to the smallest group, then no snake).  Without (the backward's):
+    among the orders within :data:`TIE`, the fewest heads in flight (the smallest group, then
+    no snake).
+
+    Why the two differ (H200, benchmarks/attention_tiles.py and attention_bwd_main_check.py):
+    the backward's KV-block CTAs share a head's Q, dO and dQ rows, and one head at a time with
+    the snake ran its D 128 S 1k causal main kernel 1.175x the default; the forward's D 64 S 4k
+    causal (192-row tiles) ran one head at a time, the fewest heads among its near ties, 0.94
+    of the least loaded order (groups of 8 with the snake;
+    results/attention_fwd_order_s24_h200.jsonl)."""
     best = min(load for load, _ in found)
     near = [o for load, o in found if load <= best * (1 + TIE)]
-    return keep if keep in near else min(near, key=lambda o: (o.hg, o.snake))
+    if keep is None:
+        return min(near, key=lambda o: (o.hg, o.snake))
+    return keep if keep in near else min(found, key=lambda x: (x[0], x[1].hg, x[1].snake))[1]
 
 
 def choose(trips: Sequence[int], *, bh: int, grid: int, np: Any,

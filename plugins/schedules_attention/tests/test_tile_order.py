@@ -273,10 +273,10 @@ def test_the_backward_keeps_no_default_among_ties_but_the_fewest_heads():
             near, key=lambda o: (o.hg, o.snake)), (len(trips), bh, grid)
 
 
-def test_choose_is_never_busier_than_the_default_and_breaks_ties_to_few_heads():
+def test_choose_is_never_busier_than_the_default_and_else_takes_the_least_loaded():
     """Over a sweep of shapes: the chosen order's busiest CTA is never above the default's,
-    and within the tie of the best; the default where it is within the tie, else the
-    smallest group (then no snake) among the orders within it."""
+    and within the tie of the best; the default where it is within the tie, else the least
+    loaded order (an exact tie to the smallest group, then no snake)."""
     for trips, bh, grid in SWEEP:
         loads = {o: simulate(trips, bh=bh, grid=grid, order=o) for o in ORDERS}
         best = min(loads.values())
@@ -288,21 +288,35 @@ def test_choose_is_never_busier_than_the_default_and_breaks_ties_to_few_heads():
         if TileOrder() in near:
             assert got == TileOrder(), case
         else:
-            assert got == min(near, key=lambda o: (o.hg, o.snake)), case
+            assert got == min(ORDERS, key=lambda o: (loads[o], o.hg, o.snake)), case
 
 
 @pytest.mark.parametrize("bh,mt,near,want", [
     (17, 13, (TileOrder(hg=4), TileOrder(hg=8, snake=True)), TileOrder(hg=4)),
     (29, 11, (TileOrder(hg=16), TileOrder(hg=16, snake=True)), TileOrder(hg=16))])
-def test_choose_breaks_a_tie_without_the_default_to_the_smallest_group(bh, mt, near, want):
+def test_choose_without_the_default_in_the_tie_takes_the_least_loaded(bh, mt, near, want):
     """bh heads of mt query blocks on 132 CTAs: the orders ``near`` tie within TIE and beat the
-    default; the call takes the smallest group among them, then no snake."""
+    default; the call takes the least loaded of them."""
     trips = list(range(1, mt + 1))
     loads = {o: simulate(trips, bh=bh, grid=132, order=o) for o in ORDERS}
     best = min(loads.values())
     assert loads[TileOrder()] > best * (1 + tile_order.TIE)
     assert {o for o in ORDERS if loads[o] <= best * (1 + tile_order.TIE)} == set(near)
     assert choose(trips, bh=bh, grid=132, np=np) == want
+
+
+def test_the_forward_takes_the_least_loaded_order_not_the_fewest_heads():
+    """D 64 causal S 4096 on the call's 192-row tiles (128 heads of 22 query blocks, 132 CTAs):
+    groups of 1, 2 and 4 with the snake lie within TIE of groups of 8 with the snake, the least
+    loaded.  The forward takes the least loaded (it ran 1.067x one head at a time on the H200);
+    the backward's rule would take one head at a time."""
+    trips = [min(32, -(-(i + 1) * 192 // 128)) for i in range(22)]
+    loads = {o: simulate(trips, bh=128, grid=132, order=o) for o in ORDERS}
+    near = {o for o in ORDERS if loads[o] <= min(loads.values()) * (1 + tile_order.TIE)}
+    assert {TileOrder(hg=1, snake=True), TileOrder(hg=8, snake=True)} <= near
+    assert TileOrder() not in near
+    assert choose(trips, bh=128, grid=132, np=np) == TileOrder(hg=8, snake=True)
+    assert choose(trips, bh=128, grid=132, np=np, keep=None) == TileOrder(hg=1, snake=True)
 
 
 def test_the_not_causal_declarators_read_no_order():
