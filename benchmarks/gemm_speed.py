@@ -2,8 +2,8 @@
 
   python3 benchmarks/gemm_speed.py --prebuild          # here, no GPU: the cubins
   python3 benchmarks/gemm_speed.py [--rounds 5] [--anchors PATH] [--shapes MxNxK,...]
-  python3 benchmarks/gemm_speed.py --choice [--old FIELD=VALUE] [--prebuild-only] [--rounds 7]
-                                   [--out PATH]
+  python3 benchmarks/gemm_speed.py --choice [--old FIELD=VALUE] [--fp8 MxNxK,...] [--prebuild-only]
+                                   [--rounds 7] [--out PATH]
 
 ``--choice``: the wave model's pick (``Tuning.wave_model``, on) against the previous rule
 (the switch off; ``--old pingpong=false``: against the ranking without the ping-pong tile) and
@@ -432,6 +432,8 @@ def main() -> int:
                     help="the wave model's pick against the previous rule and cuBLAS")
     ap.add_argument("--prebuild-only", action="store_true",
                     help="with --choice, here, no GPU: build the cubins it loads")
+    ap.add_argument("--fp8", default=None,
+                    help="with --choice: its fp8 shapes, MxNxK,... (default: CHOICE_FP8)")
     ap.add_argument("--old", default=None, type=_old,
                     help="with --choice: the old tuning's fields, e.g. pingpong=false "
                          "(default: wave_model=false)")
@@ -439,6 +441,9 @@ def main() -> int:
     if args.old is not None:
         OLD.clear()
         OLD.update(args.old)
+    if args.fp8 is not None:
+        global CHOICE_FP8
+        CHOICE_FP8 = tuple(tuple(int(x) for x in s.split("x")) for s in args.fp8.split(","))
     if args.prebuild_only and not args.choice:
         ap.error("--prebuild-only: goes with --choice; the plain run's is --prebuild")
     if args.prebuild or args.prebuild_only:
