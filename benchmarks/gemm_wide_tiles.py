@@ -1,7 +1,9 @@
 """Wider tiles (256x160, 128x192, 256x192) against 128x256, the call and cuBLAS on issue 35's gap
 shapes, each forced through ``matmul_call._plan(..., c)``; the direct store beside the TMA store.
 
-  python3 benchmarks/gemm_wide_tiles.py [--panel store|first] [--rounds 5] [--out FILE]
+  python3 benchmarks/gemm_wide_tiles.py [--panel store|first|pingpong] [--rounds 5] [--out FILE]
+                                        [--skip-checks]
+  python3 benchmarks/gemm_wide_tiles.py --panel P --prebuild-only   # here, no GPU: the cubins
 
 Why (session 23): 2000x5000x3000 ran 0.66-0.69 of cuBLAS with 128x256 tiles, 320 of them on 132
 SMs (three rounds, the last 42% full); cuBLAS runs 256 rows by 152 columns there (264 tiles, two
@@ -10,6 +12,8 @@ whole rounds).  Every kernel is built first (in parallel); then the 48 epilogue 
 checked against an fp32 reference (NaN-poisoned output) and timed in interleaved rounds,
 CUDA-event medians, per-round ratios against cuBLAS.  ``--panel first`` is the session's first
 panel (BN 160 and 224 stored directly).  Results: benchmarks/results/gemm_wide_tiles_s23_h200.jsonl.
+``--panel pingpong`` (session 25): ping-pong tiles (a spec's ``"pingpong"``) beside the call's
+picks on the shapes still below cuBLAS.
 """
 from __future__ import annotations
 
@@ -55,6 +59,15 @@ PANELS = {
                               (128, 256, 4, 2)),
         (4000, 4000, 4000): ((128, 256, 4, 2), (128, 224, 4, 2), (256, 160, 4, 2)),
     },
+    "pingpong": {
+        (512, 28672, 4096): ((128, 192, 4, 2, "pingpong"), (128, 224, 4, 2, "direct"),
+                             (128, 128, 4, 2), (128, 128, 4, 2, "pingpong"),
+                             (128, 160, 4, 2, "pingpong")),
+        (2000, 5000, 3000): ((256, 160, 4, 2), (128, 160, 4, 2, "pingpong"),
+                             (128, 128, 4, 2, "pingpong"), (128, 128, 5, 2, "pingpong")),
+        (4000, 4000, 4000): ((128, 256, 4, 2), (128, 128, 4, 2, "pingpong"),
+                             (128, 128, 5, 2, "pingpong")),
+    },
 }
 #: the 64-byte store's epilogue checks: shapes (tails) and tiles
 CHECK_SHAPES = ((1000, 1000, 1000), (333, 520, 200), (2000, 5000, 3000), (64, 96, 64))
@@ -68,9 +81,28 @@ def candidate(spec: tuple) -> tuple:
     from pipeline_core_nvidia_h100 import matmul_call as mm
     from pipeline_core_nvidia_h100.autotune import Candidate
 
-    bm, bn, stages, consumers, *store = spec
-    tuning = attrs.evolve(mm.TUNING, tma_store=False) if store == ["direct"] else mm.TUNING
-    return Candidate(bm=bm, bn=bn, stages=stages, consumers=consumers), tuning
+    bm, bn, stages, consumers, *flags = spec
+    tuning = attrs.evolve(mm.TUNING, tma_store=False) if "direct" in flags else mm.TUNING
+    return Candidate(bm=bm, bn=bn, stages=stages, consumers=consumers,
+                     pingpong="pingpong" in flags), tuning
+
+
+def prebuild(panel: dict) -> None:
+    """Here, no GPU: every kernel of the panel's timing (not the epilogue checks'), planned from
+    tensor descriptions as time_shape plans them on 132 SMs, built into the disk cache."""
+    from gemm_build import prebuild as build
+    from pipeline_core_nvidia_h100 import matmul_call as mm
+    from pipeline_core_nvidia_h100.gemm_call import TensorInfo
+
+    keys = set()
+    for (m, n, k), specs in panel.items():
+        a = TensorInfo(shape=(m, k), strides=(k, 1), dtype="bf16", ptr=0)
+        b = TensorInfo(shape=(k, n), strides=(1, k), dtype="bf16", ptr=0)
+        out = TensorInfo(shape=(m, n), strides=(n, 1), dtype="bf16", ptr=0)
+        for spec in specs:
+            c, tuning = candidate(spec)
+            keys.add((mm.plan_infos(a, b, None, None, None, out, 132, tuning, c).variant, c))
+    build(None, keys, emit)
 
 
 def operands(torch, m: int, n: int, k: int, fill: bool = True) -> tuple:
@@ -165,7 +197,8 @@ def time_shape(torch, m: int, n: int, k: int, specs: tuple, rounds: int) -> None
         if not err < TOL:
             emit({"shape": [m, n, k], "cand": c.describe(), "wrong": err})
             continue
-        name = f"{c.bm}x{c.bn}s{c.stages}c{c.consumers}/{p.splits}/{p.variant.store}"
+        name = (f"{c.bm}x{c.bn}s{c.stages}c{c.consumers}{'pp' if p.variant.pingpong else ''}"
+                f"/{p.splits}/{p.variant.store}")
         impls[name] = lambda r=r, res=res: mm.launch_recipe(r, a, b, None, res)
     per = interleaved(torch, impls, rounds)
     for name in impls:
@@ -179,14 +212,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--panel", choices=sorted(PANELS), default="store")
+    ap.add_argument("--prebuild-only", action="store_true",
+                    help="here, no GPU: the panel's cubins into PIPELINE_CORE_CACHE_DIR")
+    ap.add_argument("--skip-checks", action="store_true",
+                    help="time the panel without the 64-byte store's epilogue checks")
     args = timing_args(ap)
+    if args.prebuild_only:
+        prebuild(PANELS[args.panel])
+        return
     import torch
 
     torch.manual_seed(23)
 
     panel = PANELS[args.panel]
     build_all(torch, panel)
-    epilogue_checks(torch)
+    if not args.skip_checks:
+        epilogue_checks(torch)
     for (m, n, k), specs in panel.items():
         time_shape(torch, m, n, k, specs, args.rounds)
         torch.cuda.empty_cache()

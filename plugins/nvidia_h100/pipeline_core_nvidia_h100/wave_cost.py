@@ -161,8 +161,8 @@ def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
     """Every (tile, split) the call can launch for ``batch`` [m, n, k] products of ``dtype``
     on ``sms`` SMs, cheapest first (ties: the tables' order, unsplit first).  Only one product
     (``batch`` 1) of a kernel that ``may_split`` splits K (a batched kernel does not);
-    ``off_line``: only the largest tiles compete; ``pingpong`` False (``Tuning.pingpong``):
-    the ping-pong tile does not."""
+    ``off_line``: only the largest tiles compete (every tile where they leave SMs idle), never
+    the ping-pong tile; ``pingpong`` False (``Tuning.pingpong``): the ping-pong tile does not."""
     if sms <= 0:
         raise ValueError(f"sms: {sms}; the wave model needs the device's SM count (> 0)")
     table = small_tiles(m) if m <= SMALL_M else RATES[_kind(dtype)]
@@ -174,7 +174,10 @@ def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
     big = RATES[_kind(dtype)][0][0]
     if m > SMALL_M and off_line and math.ceil(m / big.bm) * math.ceil(n / big.bn) * batch >= sms:
         table = tuple((c, r) for c, r in table if c.bm * c.bn >= big.bm * big.bn)
-    if not pingpong:
+    if not pingpong or off_line:
+        # rows off the line: the ping-pong tiles ran 0.58-0.65 of cuBLAS at 2000x5000x3000
+        # (6000-byte rows) and 0.85-0.94 at 4000^3, where the call's cooperative picks ran
+        # 0.86-0.92 and 0.95 (results/gemm_wide_tiles_pingpong_s25_h200.jsonl)
         table = tuple((c, r) for c, r in table if not c.pingpong)
     k_tiles = max(1, math.ceil(k / k_tile(dtype)))
     found = []

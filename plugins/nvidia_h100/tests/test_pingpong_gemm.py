@@ -133,6 +133,19 @@ def test_the_ranking_offers_pingpong_where_the_variant_takes_it():
         assert not decompose.ranked(8192, 8192, 8192, v, 132).pingpong
 
 
+def test_rows_off_the_line_never_rank_the_pingpong_tile():
+    """512 x 6000 x 4096 fills less than a wave of 128x256, so every tile competes, and 128x192
+    in ping-pong ranks first on aligned rows; on rows off the 128-byte line (where it measured
+    0.58-0.65 of cuBLAS at 2000x5000x3000) the same tile runs cooperatively."""
+    from pipeline_core_nvidia_h100 import wave_cost
+
+    aligned = wave_cost.rank(512, 6000, 4096, "bf16", 132)
+    assert aligned[0].candidate.pingpong
+    off = wave_cost.rank(512, 6000, 4096, "bf16", 132, off_line=True)
+    assert not any(r.candidate.pingpong for r in off)
+    assert (off[0].candidate.bm, off[0].candidate.bn) == (128, 192)
+
+
 def test_the_split_mutations_of_the_pingpong_gemm_are_refused():
     c = _compile()
     cats = ("split_own_base", "split_all_arrivals", "drop_named_arrive", "drop_named_sync")
