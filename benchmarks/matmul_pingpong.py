@@ -1,6 +1,7 @@
 """Consumer ping-pong across output tiles (``warpspecialized-gemm -p pingpong=true``) on the GPU.
 
   python3 benchmarks/matmul_pingpong.py [--cases 64] [--anchors PATH] [--sanitize] [--out DIR]
+                                        [--raster]
 
 Each consumer warp group owns a whole output tile; the two take the persistent CTA's tiles in
 turn and their mainloops are ordered by named barriers, so one's epilogue overlaps the other's
@@ -45,13 +46,18 @@ TIMED = ((8192, 8192, 8192), (8192, 14336, 4096), (6144, 6144, 6144), (4096, 409
 #: staging (2 x 8 KB a consumer) leaves room for 4 stages of 40 KB, not 5.
 VARIANTS = {"pp128-s4": (128, 128, 4, False), "pp128-s5": (128, 128, 5, False),
             "pp192-tma-s4": (128, 192, 4, True)}
+#: ``--raster``: the call's ping-pong kernel with other grouped-raster widths (GROUP_M: the M
+#: tiles a CTA wave sweeps before the next N tile), 8 being the call's
+RASTERS = {"pp192-tma-s4": (128, 192, 4, True, 8), "pp192-tma-g4": (128, 192, 4, True, 4),
+           "pp192-tma-g16": (128, 192, 4, True, 16), "pp192-tma-g2": (128, 192, 4, True, 2)}
 STAGES = tuple(VARIANTS)  # the variant names, in the order cases cycle through them
 
 
 def candidate(name):
     from pipeline_core_nvidia_h100 import autotune
-    bm, bn, stages, _ = VARIANTS[name]
-    return autotune.Candidate(bm=bm, bn=bn, stages=stages, consumers=2, pingpong=True)
+    bm, bn, stages, _, *group_m = VARIANTS[name]
+    return autotune.Candidate(bm=bm, bn=bn, stages=stages, consumers=2, pingpong=True,
+                              group_m=group_m[0] if group_m else 8)
 
 
 def pp_plan(a, b, bias, act, od, out, name):
@@ -223,7 +229,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="folder for results.jsonl")
     ap.add_argument("--sanitize", action="store_true")
     ap.add_argument("--skip-timing", action="store_true")
+    ap.add_argument("--raster", action="store_true",
+                    help="time RASTERS (the call's ping-pong kernel's raster widths) instead")
     args = ap.parse_args(argv)
+    if args.raster:
+        global VARIANTS, STAGES
+        VARIANTS, STAGES = RASTERS, tuple(RASTERS)
     import torch
     if args.sanitize:
         sanitize_run(torch)
