@@ -66,6 +66,11 @@ VARIANTS: dict[str, dict[str, str]] = {
     "order2s": {"order": "2,1"},
     "order4": {"order": "4,0"},
     "order8s": {"order": "8,1"},
+    # narrower KV blocks at D=64 S<=2048 causal (the short tile's): less of the diagonal
+    # block masked, twice the iterations
+    "bn64-st4": {"block_n": "64", "stages": "4"},
+    "bn64-st6": {"block_n": "64", "stages": "6"},
+    "bn96-st3": {"block_n": "96", "stages": "3"},
     "q2": {"q_stages": "2"},
     "q2-st3": {"q_stages": "2", "stages": "3"},
     # the consumers' turns over S_j and PV_{j-1} (FA3's and FA4's scheduler barrier), on the
