@@ -23,6 +23,20 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100"):
         sys.path.insert(0, str(extra))
 
 
+def under_tuning(tuning: Any, fn: Any) -> Any:
+    """``fn`` run with the call's ``matmul_call.TUNING`` set to ``tuning`` (the launch cache is
+    keyed by it, so each tuning keeps its own recipe): the GEMM benchmarks' ablations."""
+    from pipeline_core_nvidia_h100 import matmul_call as mm
+
+    def run() -> Any:
+        prev, mm.TUNING = mm.TUNING, tuning
+        try:
+            return fn()
+        finally:
+            mm.TUNING = prev
+    return run
+
+
 def contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
     """A contiguous tensor's strides in elements (a dimension of 0 counted as 1, as torch)."""
     strides, step = [], 1

@@ -19,19 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "plugins" / "nvidia_h100"), str(ROOT)]
 
 from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
+from gemm_build import under_tuning  # noqa: E402  (beside this script)
 
 SHAPES = ((8192, 8192, 8192), (8192, 14336, 4096))
-
-
-def _under(mm, tuning, fn):
-    """``fn`` with the call's ``TUNING`` set to ``tuning`` (the launch cache keys by it)."""
-    def run():
-        prev, mm.TUNING = mm.TUNING, tuning
-        try:
-            return fn()
-        finally:
-            mm.TUNING = prev
-    return run
 
 
 def main() -> None:
@@ -48,8 +38,8 @@ def main() -> None:
         impls = {}
         for act in ("gelu", "relu"):
             for pp in (True, False):
-                impls[f"{act}-{'pp' if pp else 'coop'}"] = _under(
-                    mm, attrs.evolve(mm.TUNING, pingpong=pp),
+                impls[f"{act}-{'pp' if pp else 'coop'}"] = under_tuning(
+                    attrs.evolve(mm.TUNING, pingpong=pp),
                     lambda act=act: matmul(a, b, bias=bias, activation=act, out=out))
         ref = F.gelu(a.float() @ b.float() + bias.float(), approximate="tanh")
         errs = {}

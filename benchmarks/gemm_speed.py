@@ -45,6 +45,7 @@ os.environ.setdefault("PIPELINE_CORE_CACHE_DIR", str(ROOT / "benchmarks" / "_kit
 
 from bench_peers import anchors as load_anchors  # noqa: E402
 from bench_timing import graphed, interleaved, ratios  # noqa: E402
+from gemm_build import under_tuning  # noqa: E402
 import quack_peer  # noqa: E402  (beside this script)
 
 #: (M, N, K, aligned): issue 35's list; aligned False: torch's default layout, unaligned rows
@@ -234,20 +235,6 @@ def _old(text):
     return out
 
 
-def _under(tuning, fn):
-    """``fn`` run with the call's ``TUNING`` set to ``tuning`` (the launch cache is keyed by
-    it, so each tuning keeps its own recipe)."""
-    from pipeline_core_nvidia_h100 import matmul_call as mm
-
-    def run():
-        prev, mm.TUNING = mm.TUNING, tuning
-        try:
-            return fn()
-        finally:
-            mm.TUNING = prev
-    return run
-
-
 def _padded_rows(torch, x):
     """``x`` (2-D, unit inner stride) as a view of rows padded to 128 bytes: same values, each
     row's start on a 128-byte line (the aligned-rows probe)."""
@@ -269,14 +256,14 @@ def _choice_cases(torch):
         b = (torch.randn(n, k, device="cuda").bfloat16().T if aligned else
              torch.randn(k, n, device="cuda").bfloat16())
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        impls = {name: _under(t, lambda a=a, b=b, out=out: matmul(a, b, out=out))
+        impls = {name: under_tuning(t, lambda a=a, b=b, out=out: matmul(a, b, out=out))
                  for name, t in tunings.items()}
         impls["cublas"] = lambda a=a, b=b, out=out: torch.matmul(a, b, out=out)
         if aligned and (k * 2) % 128:
             pa, pb = _padded_rows(torch, a), _padded_rows(torch, b.T).T
-            impls["new-aligned-rows"] = _under(tunings["new"],
-                                               lambda pa=pa, pb=pb, out=out:
-                                               matmul(pa, pb, out=out))
+            impls["new-aligned-rows"] = under_tuning(tunings["new"],
+                                                     lambda pa=pa, pb=pb, out=out:
+                                                     matmul(pa, pb, out=out))
         yield (f"bf16 {m}x{n}x{k}", impls, out, a.float() @ b.float(), 2.0 * m * n * k,
                _picks(tunings, ((m, n, k, aligned),), ()))
     for m, n, k in CHOICE_FP8:
@@ -284,7 +271,7 @@ def _choice_cases(torch):
         b = (torch.randn(n, k, device="cuda") / 2).to(torch.float8_e4m3fn).T
         sa, sb = torch.tensor(0.7, device="cuda"), torch.tensor(1.3, device="cuda")
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        impls = {name: _under(t, lambda a=a, b=b, sa=sa, sb=sb: scaled_mm(
+        impls = {name: under_tuning(t, lambda a=a, b=b, sa=sa, sb=sb: scaled_mm(
             a, b, sa, sb, out_dtype=torch.bfloat16)) for name, t in tunings.items()}
         impls["cublas"] = lambda a=a, b=b, sa=sa, sb=sb: torch._scaled_mm(
             a, b, sa, sb, out_dtype=torch.bfloat16)
