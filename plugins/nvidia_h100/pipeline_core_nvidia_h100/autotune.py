@@ -13,7 +13,7 @@ the element type and layout.  No GPU package is imported here.  docs/guide/matmu
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -195,8 +195,9 @@ DEFAULT = Candidate()
 SEARCHED = {"bm": TILE_M, "bn": TILE_N, "stages": STAGES, "consumers": CONSUMERS,
             "group_m": GROUP_M, "split_k": (False, True),
             # stream-K is the decomposition's (decompose.stream_k_cost), not searched yet;
-            # ping-pong is the wave model's (wave_cost.RATES)
-            "stream_k": (False,), "pingpong": (False,)}
+            # ping-pong is the wave model's (wave_cost.RATES), timed where the untuned call
+            # picks it (matmul_call._tuned's ``also``), so a stored winner may hold it
+            "stream_k": (False,), "pingpong": (False, True)}
 
 
 @attrs.frozen(kw_only=True)
@@ -271,11 +272,11 @@ def cached(m: int, n: int, k: int, variant: GemmVariant, *, device: str, toolkit
 
 def tune(m: int, n: int, k: int, variant: GemmVariant, *, device: str, sms: int, toolkit: str,
          timer: Callable[[Candidate], float], top_k: int = TOP_K, path: Path | None = None,
-         err: TextIO | None = None) -> Candidate:
+         err: TextIO | None = None, also: Sequence[Candidate] = ()) -> Candidate:
     """The candidate the call launches for this shape (:meth:`Autotuner.tune`): the cached
-    winner of its bucket, else the model's best ``top_k`` timed by ``timer``."""
+    winner of its bucket, else the model's best ``top_k`` and ``also`` timed by ``timer``."""
     return TUNER.tune(GemmProblem(m=m, n=n, k=k, variant=variant, sms=sms), device=device,
-                      toolkit=toolkit, timer=timer, top_k=top_k, path=path, err=err)
+                      toolkit=toolkit, timer=timer, top_k=top_k, path=path, err=err, also=also)
 
 
 def describe_ranking(ranked: Iterable[tuple[float, Candidate]]) -> list[str]:

@@ -411,8 +411,10 @@ def _tuned(a: Any, b: Any, bias: Any, activation: str | None, out_dtype: Any, ou
         end.synchronize()
         return float(begin.elapsed_time(end)) / 1e3 / TUNE_LAUNCHES
 
+    # the untuned pick timed too: the model cannot rank ping-pong (wave_cost.RATES can)
     return autotune.tune(plan.m, plan.n, plan.k, plan.variant, device=name, sms=sms,
-                         toolkit=toolkit_version(), timer=timer)
+                         toolkit=toolkit_version(), timer=timer,
+                         also=(decomposition(plan, sms),))
 
 
 def _epilogue_of_zeros(torch: Any, out: Any, bias: Any, activation: str | None) -> None:

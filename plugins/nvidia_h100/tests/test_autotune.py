@@ -126,6 +126,26 @@ def test_a_cold_tuning_times_the_models_best_stores_the_winner_and_says_so(tmp_p
     assert won2 == won and again.timed == [] and said2 == ""
 
 
+def test_the_untuned_pick_is_timed_beside_the_models_best_and_may_win(tmp_path):
+    """``also`` (the call passes its untuned pick, which may be the ping-pong tile the timing
+    model does not rank): timed after the model's best, stored when fastest, read back as it
+    was (a stored ping-pong winner is valid), and not timed twice when the model ranks it."""
+    path = tmp_path / "autotune.json"
+    pp = Candidate(bm=128, bn=192, stages=4, consumers=2, pingpong=True)
+    best3 = [c for _, c in rank(8192, 8192, 8192, V, SMS)[:3]]
+    assert pp not in best3
+    timer = FakeTimer({pp: 0.5})
+    won = tune(8192, 8192, 8192, V, device="NVIDIA H100", sms=SMS, toolkit="cuda_12.4",
+               timer=timer, path=path, err=io.StringIO(), also=(pp,))
+    assert timer.timed == [*best3, pp] and won == pp
+    assert autotune.cached(8192, 8192, 8192, V, device="NVIDIA H100", toolkit="cuda_12.4",
+                           path=path, err=io.StringIO()) == pp
+    again = FakeTimer()
+    tune(4096, 4096, 4096, V, device="NVIDIA H100", sms=SMS, toolkit="cuda_12.4", timer=again,
+         path=tmp_path / "other.json", err=io.StringIO(), also=(best3[0],))
+    assert len(again.timed) == len(set(again.timed))
+
+
 def test_the_cache_round_trips_and_is_keyed_by_device_dtype_layout_toolkit_and_bucket(tmp_path):
     path = tmp_path / "autotune.json"
     run_tune(path, FakeTimer())

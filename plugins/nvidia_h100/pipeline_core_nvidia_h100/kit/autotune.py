@@ -270,10 +270,14 @@ class Autotuner(Generic[C, P]):
         return self.load(self.cache_path() if path is None else path, err).get(key.text())
 
     def tune(self, problem: P, *, device: str, toolkit: str, timer: Callable[[C], float],
-             top_k: int = TOP_K, path: Path | None = None, err: TextIO | None = None) -> C:
+             top_k: int = TOP_K, path: Path | None = None, err: TextIO | None = None,
+             also: Sequence[C] = ()) -> C:
         """The candidate the call launches for ``problem``: the cached winner of its bucket,
         else the model's best ``top_k`` timed by ``timer`` (seconds, lower wins; ties go to
-        the model's order), the fastest stored.  A cold tuning says so in one line first."""
+        the model's order), the fastest stored.  ``also``: candidates timed beside them (the
+        untuned call's own pick, which the model may not rank: a tuned call is then never
+        slower than the untuned one but for the timing's noise).  A cold tuning says so in one
+        line first."""
         path = self.cache_path() if path is None else path
         found = self.cached(problem, device=device, toolkit=toolkit, path=path, err=err)
         if found is not None:
@@ -283,6 +287,7 @@ class Autotuner(Generic[C, P]):
             raise AutotuneError(f"no candidate of {self.name} compiles for "
                                 f"{self.describe(problem)}")
         best = [c for _, c in ranked[:max(1, top_k)]]
+        best += [c for c in also if c not in best]
         self.say(err, f"tuning {self.describe(problem)} on {device}: timing the model's best "
                       f"{len(best)} of {len(ranked)} variants once; the winner goes to {path}")
         timed = [(timer(c), i) for i, c in enumerate(best)]
