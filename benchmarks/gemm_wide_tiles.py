@@ -1,7 +1,8 @@
 """Wider tiles (256x160, 128x192, 256x192) against 128x256, the call and cuBLAS on issue 35's gap
 shapes, each forced through ``matmul_call._plan(..., c)``; the direct store beside the TMA store.
 
-  python3 benchmarks/gemm_wide_tiles.py [--panel store|first|pingpong] [--rounds 5] [--out FILE]
+  python3 benchmarks/gemm_wide_tiles.py [--panel store|first|pingpong|pingpong-aligned]
+                                        [--rounds 5] [--out FILE]
                                         [--skip-checks]
   python3 benchmarks/gemm_wide_tiles.py --panel P --prebuild-only   # here, no GPU: the cubins
 
@@ -67,6 +68,11 @@ PANELS = {
                              (128, 128, 4, 2, "pingpong"), (128, 128, 5, 2, "pingpong")),
         (4000, 4000, 4000): ((128, 256, 4, 2), (128, 128, 4, 2, "pingpong"),
                              (128, 128, 5, 2, "pingpong")),
+    },
+    # the same tiles with K = 3072 (rows on the 128-byte line): is it the rows?
+    "pingpong-aligned": {
+        (2000, 5000, 3072): ((256, 160, 4, 2), (128, 160, 4, 2, "pingpong"),
+                             (128, 128, 4, 2, "pingpong")),
     },
 }
 #: the 64-byte store's epilogue checks: shapes (tails) and tiles

@@ -175,9 +175,9 @@ def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
     if m > SMALL_M and off_line and math.ceil(m / big.bm) * math.ceil(n / big.bn) * batch >= sms:
         table = tuple((c, r) for c, r in table if c.bm * c.bn >= big.bm * big.bn)
     if not pingpong or off_line:
-        # rows off the line: the ping-pong tiles ran 0.58-0.65 of cuBLAS at 2000x5000x3000
-        # (6000-byte rows) and 0.85-0.94 at 4000^3, where the call's cooperative picks ran
-        # 0.86-0.92 and 0.95 (results/gemm_wide_tiles_pingpong_s25_h200.jsonl)
+        # rows off the line: 128x160 in ping-pong ran 0.65 of cuBLAS at 2000x5000x3000
+        # (6000-byte rows) against 256x160's 0.86, and 0.95-0.98 against 0.94-0.95 at
+        # 2000x5000x3072 (6144-byte rows; results/gemm_wide_tiles_pingpong*_s25_h200.jsonl)
         table = tuple((c, r) for c, r in table if not c.pingpong)
     k_tiles = max(1, math.ceil(k / k_tile(dtype)))
     found = []

@@ -139,8 +139,9 @@ def test_the_ranking_offers_pingpong_where_the_variant_takes_it():
 
 def test_rows_off_the_line_never_rank_the_pingpong_tile():
     """512 x 6000 x 4096 fills less than a wave of 128x256, so every tile competes, and 128x192
-    in ping-pong ranks first on aligned rows; on rows off the 128-byte line (where it measured
-    0.58-0.65 of cuBLAS at 2000x5000x3000) the same tile runs cooperatively."""
+    in ping-pong ranks first on aligned rows; on rows off the 128-byte line (where ping-pong
+    measured 0.58-0.65 of cuBLAS at 2000x5000x3000, and 0.88-0.98 with K 3072) the same tile
+    runs cooperatively."""
     from pipeline_core_nvidia_h100 import wave_cost
 
     aligned = wave_cost.rank(512, 6000, 4096, "bf16", 132)
