@@ -77,6 +77,10 @@ VARIANTS: dict[str, dict[str, str]] = {
     # call's tile and on 3 consumers of 64 rows (FA4's 192 x 128 at D=64, causal or not)
     "pp": {"pingpong": "true"},
     "c3-pp": {**_C3, "q_stages": "1", "stages": "2", "pingpong": "true"},
+    # the long D=64 tile (3 consumers in turn) with a deeper ring or a second Q
+    "c3-pp-st3": {**_C3, "q_stages": "1", "stages": "3", "pingpong": "true"},
+    "c3-pp-st4": {**_C3, "q_stages": "1", "stages": "4", "pingpong": "true"},
+    "c3-pp-q2": {**_C3, "q_stages": "2", "stages": "2", "pingpong": "true"},
     # the call's kernels as the kit emitted them before session 18 (issue_probe.py: a rewrite
     # of the emitted source, not parameters)
     "session-17-source": {"rewrite": "as_session_17"},
