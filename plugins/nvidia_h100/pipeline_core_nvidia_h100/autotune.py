@@ -194,10 +194,10 @@ DEFAULT = Candidate()
 #: Each field of a stored winner and the values the search gives it (:func:`candidates`).
 SEARCHED = {"bm": TILE_M, "bn": TILE_N, "stages": STAGES, "consumers": CONSUMERS,
             "group_m": GROUP_M, "split_k": (False, True),
-            # stream-K is the decomposition's (decompose.stream_k_cost), not searched yet;
-            # ping-pong is the wave model's (wave_cost.RATES), timed where the untuned call
-            # picks it (matmul_call._tuned's ``also``), so a stored winner may hold it
-            "stream_k": (False,), "pingpong": (False, True)}
+            # stream-K and ping-pong are the decomposition's (decompose.stream_k_cost,
+            # wave_cost.RATES), not searched: timed where the untuned call picks them
+            # (matmul_call._tuned's ``also``), so a stored winner may hold either
+            "stream_k": (False, True), "pingpong": (False, True)}
 
 
 @attrs.frozen(kw_only=True)
