@@ -13,7 +13,8 @@ kernel differs (``GemmVariant.pingpong``, the tile and store of :data:`VARIANTS`
    benchmarks/matmul_call.py draws them, fresh random inputs, NaN-poisoned outputs, fp32 torch
    reference.
 2. ``--sanitize``: a few small shapes with tails in M, N and K (run under compute-sanitizer).
-3. Timing: each ping-pong variant against today's cooperative kernel (``matmul()``),
+3. Timing: each ping-pong variant against the call (``matmul()``, its own pick: "cooperative"
+   in the records, the cooperative kernel until the call ranked ping-pong in session 25),
    cuBLAS and triton-tma-persist (../shared/tools/gemm_anchors.py) in this process: CUDA-event
    medians after warm-up, interleaved rounds with the order rotated, per-round ratios.
 Every result is one JSON line on stdout (and in --out/results.jsonl); a table closes the output.
@@ -50,7 +51,7 @@ VARIANTS = {"pp128-s4": (128, 128, 4, False), "pp128-s5": (128, 128, 5, False),
 #: tiles a CTA wave sweeps before the next N tile), 8 being the call's
 RASTERS = {"pp192-tma-s4": (128, 192, 4, True, 8), "pp192-tma-g4": (128, 192, 4, True, 4),
            "pp192-tma-g16": (128, 192, 4, True, 16), "pp192-tma-g2": (128, 192, 4, True, 2)}
-STAGES = tuple(VARIANTS)  # the variant names, in the order cases cycle through them
+NAMES = tuple(VARIANTS)  # the variant names, in the order cases cycle through them
 
 
 def candidate(name):
@@ -72,25 +73,25 @@ def pp_plan(a, b, bias, act, od, out, name):
                    candidate(name))
 
 
-def meta_plan(torch, case, stages):
+def meta_plan(torch, case, name):
     out_name, _, act = mc.EPILOGUES[case[-1]]
     a, b, bias = mc.case_tensors(torch, case, "meta")
     return pp_plan(a, b, bias, act, None if out_name is None else mc.torch_dtype(torch, out_name),
-                   None, stages)
+                   None, name)
 
 
-def recipe(torch, a, b, bias, act, od, out, stages):
+def recipe(torch, a, b, bias, act, od, out, name):
     """The ping-pong kernel's launch of ``matmul(a, b, bias=, activation=, out=)``: the call's
     own plan with the variant's ping-pong candidate (:func:`pp_plan`)."""
     from pipeline_core_nvidia_h100 import matmul_call as m
-    c = candidate(stages)
-    plan = pp_plan(a, b, bias, act, od, out, stages)  # unsplit: _recipe keeps it, builds it
+    c = candidate(name)
+    plan = pp_plan(a, b, bias, act, od, out, name)  # unsplit: _recipe keeps it, builds it
     return m._recipe(plan, 0, torch.cuda.current_stream().cuda_stream, c)
 
 
-def case_stages(i):
+def case_variant(i):
     """The variant case ``i`` runs: the variants in turn."""
-    return STAGES[i % len(STAGES)]
+    return NAMES[i % len(NAMES)]
 
 
 def prebuild(torch, cases, timed):
@@ -107,11 +108,11 @@ def prebuild(torch, cases, timed):
     t0 = time.time()
     wanted = set()
     for i, case in enumerate(cases):
-        wanted.add((meta_plan(torch, case, case_stages(i)).variant, case_stages(i)))
+        wanted.add((meta_plan(torch, case, case_variant(i)).variant, case_variant(i)))
     for case in timed:
-        wanted |= {(meta_plan(torch, case, s).variant, s) for s in STAGES}
+        wanted |= {(meta_plan(torch, case, s).variant, s) for s in NAMES}
     for case in SANITIZE:  # built here, so the sanitizer's run loads them from the cache
-        wanted |= {(meta_plan(torch, case, s).variant, s) for s in STAGES}
+        wanted |= {(meta_plan(torch, case, s).variant, s) for s in NAMES}
     host = m.CALL.host()
     sources = [emit_wgmma(compile_named(SCHEDULE_NAME, target="h100",
                                         params=candidate(s).params(v),
@@ -125,7 +126,7 @@ def prebuild(torch, cases, timed):
     mc.emit({"kind": "pp-prebuild", "kernels": len(wanted), "seconds": round(time.time() - t0, 1)})
 
 
-def run_case(torch, case, stages=STAGES[0]):
+def run_case(torch, case, name=NAMES[0]):
     from pipeline_core_nvidia_h100 import matmul_call as m
     mm, n, k, dt, a_col, b_col, e = case
     out_name, bias_kind, act = mc.EPILOGUES[e]
@@ -133,7 +134,7 @@ def run_case(torch, case, stages=STAGES[0]):
     od = out_name or dt
     out = torch.full((mm, n), float("nan"), device="cuda", dtype=mc.torch_dtype(torch, od))
     r = recipe(torch, a, b, bias, act, None if out_name is None else mc.torch_dtype(torch, od),
-               out, stages)
+               out, name)
     m.launch_recipe(r, a, b, bias, out)
     torch.cuda.synchronize()
     ref = mc.reference(torch, a, b, bias, act)
@@ -145,8 +146,8 @@ def run_case(torch, case, stages=STAGES[0]):
 def correctness(torch, cases):
     failures, table = 0, {}
     for i, case in enumerate(cases):
-        stages = case_stages(i)
-        out, unwritten, err, od, grid = run_case(torch, case, stages)
+        name = case_variant(i)
+        out, unwritten, err, od, grid = run_case(torch, case, name)
         m, n, k, dt, a_col, b_col, e = case
         ok = unwritten == 0 and err <= mc.TOL[od]
         failures += not ok
@@ -158,7 +159,7 @@ def correctness(torch, cases):
         if not ok or i < 3:
             mc.emit({"kind": "pp-case", "i": i, "M": m, "N": n, "K": k, "dtype": dt,
                      "a": "col" if a_col else "row", "b": "col" if b_col else "row", "out": od,
-                     "epilogue": mc.EPILOGUES[e], "stages": stages, "grid": grid,
+                     "epilogue": mc.EPILOGUES[e], "variant": name, "grid": grid,
                      "rel_err": err, "unwritten": unwritten, "ok": ok})
     for key, (count, good, worst) in sorted(table.items()):
         mc.emit({"kind": "pp-correct-table", "layout": key, "cases": count, "ok": good,
@@ -175,7 +176,7 @@ SANITIZE = ((200, 300, 130, "bf16", False, False, 1), (130, 260, 70, "fp16", Tru
 
 def sanitize_run(torch):
     for case in SANITIZE:
-        for s in STAGES:
+        for s in NAMES:
             _, unwritten, err, _, grid = run_case(torch, case, s)
             print(json.dumps({"kind": "pp-sanitize-case", "case": case, "variant": s,
                               "grid": grid, "rel_err": err, "unwritten": unwritten}), flush=True)
@@ -191,7 +192,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
         bt = torch.randn(n, k, device="cuda").to(torch.bfloat16)  # B stored [N, K]
         c = torch.empty(mm, n, device="cuda", dtype=torch.bfloat16)
         impls = {}
-        for s in STAGES:
+        for s in NAMES:
             r = recipe(torch, a, bt.T, None, None, None, c, s)
             impls[s] = (lambda r=r: m.launch_recipe(r, a, bt.T, None, c))
         impls["cooperative"] = lambda: matmul(a, bt.T, out=c)
@@ -213,7 +214,7 @@ def timing(torch, anchors_path, rounds=5, reps=20, shapes=TIMED):
         for name in names:
             med = statistics.median(per[name])
             rec[name] = {"ms": round(med, 4), "tflops": round(flop / med / 1e9, 1)}
-        for ours in STAGES:
+        for ours in NAMES:
             for peer in ("cooperative", "cublas", "triton-tma-persist"):
                 rec[f"{ours}/{peer}"] = ratios(per, ours, peer)
         mc.emit(rec)
@@ -233,8 +234,8 @@ def main(argv=None) -> int:
                     help="time RASTERS (the call's ping-pong kernel's raster widths) instead")
     args = ap.parse_args(argv)
     if args.raster:
-        global VARIANTS, STAGES
-        VARIANTS, STAGES = RASTERS, tuple(RASTERS)
+        global VARIANTS, NAMES
+        VARIANTS, NAMES = RASTERS, tuple(RASTERS)
     import torch
     if args.sanitize:
         sanitize_run(torch)
@@ -250,12 +251,12 @@ def main(argv=None) -> int:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         Path(args.out, "results.jsonl").write_text("".join(json.dumps(x) + "\n"
                                                            for x in mc.LINES))
-    cols = list(STAGES) + ["cooperative", "cublas", "triton-tma-persist"]
+    cols = list(NAMES) + ["cooperative", "cublas", "triton-tma-persist"]
     print("\nshape             " + "  ".join(f"{c:>18}" for c in cols) + "  (TFLOPS)")
     for r in summary:
         print(f"{'x'.join(map(str, r['shape'])):17} "
               + "  ".join(f"{r[c]['tflops']:18}" for c in cols))
-        for s in STAGES:
+        for s in NAMES:
             print("   " + "  ".join(f"{s}/{p} {statistics.median(r[f'{s}/{p}']):.3f}"
                                     for p in ("cooperative", "cublas", "triton-tma-persist")))
     print(f"ping-pong correctness failures: {failures} of {args.cases}")
