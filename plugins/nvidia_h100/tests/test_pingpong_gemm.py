@@ -107,7 +107,8 @@ def _info(shape, strides, dtype="bf16"):
 
 def test_the_call_plans_pingpong_only_where_the_kernel_takes_it():
     """A ping-pong candidate plans the ping-pong kernel, C's TMA box its consumer's sub-tile
-    (the whole tile's rows); a batch, or a split, plans the same tile cooperatively."""
+    (the whole tile's rows); a batch, a split, the cp.async producer or fp8 plans the same tile
+    cooperatively (gemm_call.pingpong_taken)."""
     from pipeline_core_nvidia_h100.autotune import Candidate
     from pipeline_core_nvidia_h100.matmul_call import TUNING, plan_infos
 
@@ -123,6 +124,15 @@ def test_the_call_plans_pingpong_only_where_the_kernel_takes_it():
     split = plan_infos(_info((256, 8192), (8192, 1)), _info((8192, 256), (1, 8192)), None, None,
                        None, None, 132, TUNING, attrs.evolve(pp, split_k=True))
     assert split.splits > 1 and not split.variant.pingpong
+    # the cp.async producer (rows off the line, Tuning.cp_async on) was never run in ping-pong
+    off = plan_infos(_info((2000, 3000), (3000, 1)), _info((3000, 5000), (1, 3000)), None, None,
+                     None, None, 132, attrs.evolve(TUNING, cp_async=True), pp)
+    assert off.variant.load == "cp_async" and not off.variant.pingpong
+    # fp8 (scaled_mm): the schedule refuses ping-pong there
+    a8, b8 = _info((8192, 8192), (8192, 1), "e4m3"), _info((8192, 8192), (1, 8192), "e4m3")
+    one = _info((), (), "fp32")
+    fp8 = plan_infos(a8, b8, None, None, "bf16", None, 132, TUNING, pp, (one, one))
+    assert fp8.variant.dtype == "e4m3" and not fp8.variant.pingpong
 
 
 def test_the_ranking_offers_pingpong_where_the_variant_takes_it():
