@@ -1,9 +1,9 @@
 """Wider tiles (256x160, 128x192, 256x192) against 128x256, the call and cuBLAS on issue 35's gap
 shapes, each forced through ``matmul_call._plan(..., c)``; the direct store beside the TMA store.
 
-  python3 benchmarks/gemm_wide_tiles.py [--panel store|first|pingpong|pingpong-aligned]
-                                        [--rounds 5] [--out FILE]
-                                        [--skip-checks]
+  python3 benchmarks/gemm_wide_tiles.py [--panel store|first|pingpong|pingpong-aligned|
+                                                 pingpong-stages] [--rounds 5] [--out FILE]
+                                        [--skip-checks] [--row64]
   python3 benchmarks/gemm_wide_tiles.py --panel P --prebuild-only   # here, no GPU: the cubins
 
 Why (session 23): 2000x5000x3000 ran 0.66-0.69 of cuBLAS with 128x256 tiles, 320 of them on 132
@@ -14,7 +14,12 @@ checked against an fp32 reference (NaN-poisoned output) and timed in interleaved
 CUDA-event medians, per-round ratios against cuBLAS.  ``--panel first`` is the session's first
 panel (BN 160 and 224 stored directly).  Results: benchmarks/results/gemm_wide_tiles_s23_h200.jsonl.
 ``--panel pingpong`` (session 25): ping-pong tiles (a spec's ``"pingpong"``) beside the call's
-picks on the shapes still below cuBLAS.
+picks on the shapes still below cuBLAS.  ``--panel pingpong-stages --row64``: a probe, the
+call's 128x192 ping-pong kernel with 64-byte TMA-store rows, which leave room for a fifth ring
+stage (``--row64`` narrows ``warpspecialized.STORE_ROW_BYTES`` for the process: the plan's C box
+and the kernel's sub-tile both read it; run it in a process of its own, since the kernel table
+keys by variant and candidate, not the row width, and compare runs through their ratios to the
+call, ``vs_call``).
 """
 from __future__ import annotations
 
@@ -68,6 +73,13 @@ PANELS = {
                              (128, 128, 4, 2, "pingpong"), (128, 128, 5, 2, "pingpong")),
         (4000, 4000, 4000): ((128, 256, 4, 2), (128, 128, 4, 2, "pingpong"),
                              (128, 128, 5, 2, "pingpong")),
+    },
+    # the call's ping-pong kernel at 4 and 5 stages (5 fit with --row64 alone)
+    "pingpong-stages": {
+        (8192, 8192, 8192): ((128, 192, 4, 2, "pingpong"), (128, 192, 5, 2, "pingpong")),
+        (8192, 14336, 4096): ((128, 192, 4, 2, "pingpong"), (128, 192, 5, 2, "pingpong")),
+        (6144, 6144, 6144): ((128, 192, 4, 2, "pingpong"), (128, 192, 5, 2, "pingpong")),
+        (3000, 14336, 4096): ((128, 192, 4, 2, "pingpong"), (128, 192, 5, 2, "pingpong")),
     },
     # the same tiles with K = 3072 (rows on the 128-byte line): is it the rows?
     "pingpong-aligned": {
@@ -211,7 +223,8 @@ def time_shape(torch, m: int, n: int, k: int, specs: tuple, rounds: int) -> None
         med = statistics.median(per[name])
         emit({"shape": [m, n, k], "cand": name, "us": round(med * 1e3, 2),
               "tflops": round(2.0 * m * n * k / med / 1e9, 1),
-              "vs_cublas": None if name == "cublas" else ratios(per, name, "cublas")})
+              "vs_cublas": None if name == "cublas" else ratios(per, name, "cublas"),
+              "vs_call": None if name in ("cublas", "call") else ratios(per, name, "call")})
 
 
 def main() -> None:
@@ -222,7 +235,13 @@ def main() -> None:
                     help="here, no GPU: the panel's cubins into PIPELINE_CORE_CACHE_DIR")
     ap.add_argument("--skip-checks", action="store_true",
                     help="time the panel without the 64-byte store's epilogue checks")
+    ap.add_argument("--row64", action="store_true",
+                    help="a probe: every TMA-store sub-tile in 64-byte rows (--panel "
+                         "pingpong-stages)")
     args = timing_args(ap)
+    if args.row64:
+        from pipeline_core_nvidia_h100 import warpspecialized
+        warpspecialized.STORE_ROW_BYTES = (warpspecialized.SWIZZLE_BYTES // 2,)
     if args.prebuild_only:
         prebuild(PANELS[args.panel])
         return
