@@ -147,6 +147,20 @@ def test_the_ranking_offers_pingpong_where_the_variant_takes_it():
         assert not decompose.ranked(8192, 8192, 8192, v, 132).pingpong
 
 
+def test_the_calls_decomposition_reads_tuning_pingpong(monkeypatch):
+    """matmul_call.decomposition (what the call launches untuned, and what the benchmarks'
+    prebuilds build) ranks ping-pong at 8192^3, and not once Tuning.pingpong is off (the
+    ablation gemm_speed.py --choice --old pingpong=false times)."""
+    from pipeline_core_nvidia_h100 import matmul_call
+    from pipeline_core_nvidia_h100.matmul_call import plan_infos
+
+    a, b = _info((8192, 8192), (8192, 1)), _info((8192, 8192), (1, 8192))
+    base = plan_infos(a, b, None, None, None, None, 132, matmul_call.TUNING)
+    assert matmul_call.decomposition(base, 132).pingpong
+    monkeypatch.setattr(matmul_call, "TUNING", attrs.evolve(matmul_call.TUNING, pingpong=False))
+    assert not matmul_call.decomposition(base, 132).pingpong
+
+
 def test_rows_off_the_line_never_rank_the_pingpong_tile():
     """512 x 6000 x 4096 fills less than a wave of 128x256, so every tile competes, and 128x192
     in ping-pong ranks first on aligned rows; on rows off the 128-byte line (where ping-pong
