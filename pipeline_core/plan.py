@@ -437,6 +437,26 @@ class Cluster:
 
 
 @attrs.frozen(kw_only=True)
+class SharedIssue:
+    """A writer agent whose copies several of its warps issue (docs/guide/agents.md, "Shared
+    issue"): the elected thread of each of ``warps`` warps runs the agent's program and issues
+    an equal share of every copy's bytes into the same ring stage, after its own wait for the
+    stage to be free.  Why: one thread issuing many small copies a stage bounds the stream
+    (decode's pages of 16: 16 copies of 4 KB a block).  Warp 0, the *lead*, alone announces a
+    stage's bytes (so a full ring still counts one arrival a phase: a share that lands first
+    only runs the transaction count below zero, as a cluster peer's multicast does), and alone
+    issues the ``lead`` copies and runs every step on their rings: a warp that copies nothing
+    into a ring must not wait on it, or it may fall two phases behind the ring and wait forever.
+    The plan records it (``Plan.shared_issue``), the one home the proof
+    (``agents/shared_issue.py`` expands it into one agent a warp) and the emitter read."""
+
+    agent: str
+    warps: int = 2
+    #: the copies the lead alone issues (attention decode's Q, loaded once per output tile)
+    lead: tuple[int, ...] = attrs.field(converter=_ints, default=())
+
+
+@attrs.frozen(kw_only=True)
 class AgentSpec:
     """A schedule's agent assignment: the roles and, per body op, the bytes it copies.
 
@@ -473,6 +493,9 @@ class AgentSpec:
     #: CTAs launched as a cluster sharing multicast copies; None: one CTA (docs/guide/agents.md,
     #: "Clusters")
     cluster: ClusterSpec | None = None
+    #: a writer whose copies several of its warps issue, each its share; None: one thread
+    #: issues each writer's copies (docs/guide/agents.md, "Shared issue")
+    shared_issue: SharedIssue | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -689,6 +712,8 @@ class Plan:
     split: TileSplit | None = None
     #: the CTAs launched as one cluster sharing multicast copies (None: one CTA)
     cluster: Cluster | None = None
+    #: the writer whose copies several of its warps issue (None: none; agents/shared_issue.py)
+    shared_issue: SharedIssue | None = None
     #: every agent runs the same steps (the module says what that means for readers)
     lockstep: bool = False
     #: how many warp groups run a lockstep plan and how they are staggered; None on a plan of

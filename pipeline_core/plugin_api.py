@@ -32,7 +32,8 @@ Grouped by what a plugin does:
   :class:`RingSpec`, the orderings between consumer groups :class:`OrderSpec` of
   :class:`Turn`, output tiles taken in turn :class:`TileSplit`, a cross-CTA reduction
   :class:`ReductionSpec`, a staged bulk store :class:`StoreSpec`, adds ordered across CTAs
-  :class:`TurnSpec`);
+  :class:`TurnSpec`, a writer's copies issued by several of its warps :class:`SharedIssue`,
+  whose steps the lead warp alone runs :func:`lead_only`);
 * customise ordering: :class:`SchedulingRequest` (what a strategy receives);
 * customise the block program: :func:`emit_minimal_barrier_block` for explicit blocks;
 * emit code: an emitter receives a :class:`CompiledSchedule`, whose plan holds the agents'
@@ -70,8 +71,9 @@ from pipeline_core.limits import COUNTER_TICKS, GLOBAL_LOAD_TICKS, PARAM_INT, Bo
 from pipeline_core.ops import (DepKind, Entry, FrameworkTag, KOffset, Op, OpRole, Phase,
                                ResourceKind, framework_op, logical)
 from pipeline_core.plan import (AgentProgram, AgentRole, AgentSpec, Cluster, ClusterSpec,
-                                OrderSpec, ReductionSpec, Ring, RingSpec, Step, StepKind,
-                                StoreSpec, TileSplit, Turn, Turns, TurnSpec)
+                                OrderSpec, ReductionSpec, Ring, RingSpec, SharedIssue, Step,
+                                StepKind, StoreSpec, TileSplit, Turn, Turns, TurnSpec)
+from pipeline_core.agents.shared_issue import lead_only
 from pipeline_core.program.block import emit_minimal_barrier_block
 from pipeline_core.schedule import (COPY_RING, PING_PONG, REFUSED, BuildContext, KernelTransform, Param,
                                     ScheduleBase, ScheduleRecord, StrategyRecord, TargetRecord)
@@ -99,7 +101,7 @@ __all__ = [
     "Op", "Entry", "OpRole", "ResourceKind", "KOffset", "Phase", "FrameworkTag", "logical",
     "framework_op", "BodyBuilder", "DepEdge", "DepKind", "derive_edges", "KernelLaunch",
     "AgentSpec", "Fixup", "TripRule", "TripSample", "UniformTrips", "AgentRole", "RingSpec", "OrderSpec", "Turn", "TileSplit", "ReductionSpec",
-    "StoreSpec", "TurnSpec", "ClusterSpec", "Cluster", "CLUSTER_RELAY",
+    "StoreSpec", "TurnSpec", "ClusterSpec", "Cluster", "CLUSTER_RELAY", "SharedIssue", "lead_only",
     "SchedulingRequest",
     "CompiledSchedule", "AgentProgram", "Ring", "Step", "StepKind", "Turns", "AgentMachine", "EpilogueCosts",
     "simulate_agents",

@@ -28,6 +28,7 @@ from pipeline_core.agents.cluster import lower_cluster
 from pipeline_core.agents.order import join_fences, join_reads, lower_orders
 from pipeline_core.agents.bulk_store import lower_store
 from pipeline_core.agents.reduction import lower_reduction
+from pipeline_core.agents.shared_issue import check_shared_issue
 from pipeline_core.agents.turns import lower_turns
 from pipeline_core.agents.split import check_split, release_arrivals
 from pipeline_core.edges import DepEdge
@@ -306,6 +307,8 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
     # a cluster's multicast rings: every CTA's readers release them (agents/cluster.py)
     rings, kernels, cluster, relays = lower_cluster(spec, sync, rings, kernels, sorted(writer_of),
                                                     owner=owner, target=target)
+    # a writer whose copies several of its warps issue (agents/shared_issue.py)
+    shared_issue = check_shared_issue(spec, roles, rings, owner)
     programs = [_split(role, kernels[role.name], tags) for role in (*spec.roles, *relays)]
     programs, reduction = lower_reduction(spec, sync, programs, rings, owner=owner, target=target)
     programs, store = lower_store(spec, sync, programs, rings, orders, owner=owner, target=target)
@@ -315,6 +318,7 @@ def lower_agents(body: Sequence[Op], edges: Sequence[DepEdge], sync: SyncModel, 
                 min_tiles=max(len(p.prologue) for p in programs) or 1,
                 op_bytes={i: spec.op_bytes.get(i, 0) for i in sorted(writer_of)},
                 orders=orders, sync=sync, trip_rule=spec.trip_rule, cluster=cluster,
+                shared_issue=shared_issue,
                 description=f"agents lowering, {len(programs)} agents, {stages} ring stages")
     return derive_counter_waits(plan)
 

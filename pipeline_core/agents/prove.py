@@ -58,6 +58,8 @@ import attrs
 import networkx as nx
 
 from pipeline_core.agents.cluster import Expansion, expand
+from pipeline_core.agents.shared_issue import expand as expand_shared_issue
+from pipeline_core.agents.shared_issue import shared_issue_assumptions
 from pipeline_core.agents.prove_fixup import fixup_assumptions, prove_fixups
 from pipeline_core.agents.prove_reduction import (prove_reduction, prove_turns,
                                                   reduction_assumptions, turn_assumptions)
@@ -1583,6 +1585,9 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
     # steps no proof would read are refused before any runs (agents/records.py)
     found: dict[tuple, Violation] = {finding_key(v): v
                                     for v in unrecorded(plan, body, sync, PRIORITY)}
+    shared = shared_issue_assumptions(plan)
+    if plan.shared_issue is not None and not found:  # one agent a warp that issues copies
+        plan, body, edges = expand_shared_issue(plan, body, edges)
     cluster = None
     if plan.cluster is not None and not found:  # every CTA's programs, as one CTA
         cluster = expand(plan, body, edges, sync)
@@ -1625,6 +1630,7 @@ def prove_plan(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge], sync: S
                                 "CTA's ring; only arrivals at scope "
                                 f"{', '.join(cluster.release_scopes)} release to a peer's "
                                 "waiters"] if cluster is not None else []),
+                             *shared,
                              f"sync model {sync.name}", *assumptions(sync),
                              *reduction_assumptions(plan, sync), *fixup_assumptions(plan),
                              *turn_assumptions(plan),

@@ -40,7 +40,8 @@ from typing import Any
 import attrs
 
 from pipeline_core.plugin_api import (AgentProgram, CompiledSchedule, EmitterRecord, Param,
-                                      ProgramError, Ring, Step, StepKind)
+                                      ProgramError, Ring, SharedIssue, Step, StepKind,
+                                      lead_only)
 
 from pipeline_core_nvidia_h100.kit_api import (TARGET_NAME, WATCHDOG, AgentCode, AgentsFamily,
                                                DeviceTileLoop, KernelSignature, RingState,
@@ -138,9 +139,9 @@ class _Variant:
     decode: bool = False
     #: decode's narrow tile (attention_decode.cuh, "Narrow tiles": S^T = K.Q^T, O^T += V^T.P^T)
     narrow: bool = False
-    #: decode's producer warps sharing the K/V copies (-p kv_issuers; warp 0 alone loads Q and
-    #: expects each stage's bytes)
-    issuers: int = 1
+    #: decode's producer warps sharing the K/V copies (the plan's record of -p kv_issuers:
+    #: the lead, warp 0, alone runs the steps ``lead_only`` picks); None: one thread issues
+    shared: SharedIssue | None = None
     #: the head dim QK reads and the finish stores, where it is not the kernel's ``HD`` (the
     #: boxes' columns, PV's N: D=96 runs S over 96 columns, O over 128 whose last 32 are V's
     #: zeros, and stores 96); "" where they are one
@@ -178,13 +179,7 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
         line = ring_step_line(s, ring.stage, ring.parity(s.phase_offset), single_issuer,
                               watchdog)
         assert line is not None
-        if variant.issuers > 1 and single_issuer and (s.kind == StepKind.EXPECT_TX
-                                                      or s.channel.startswith("q_")):
-            # of several issuing warps (-p kv_issuers), warp 0 alone expects a stage's bytes
-            # and alone loads Q (its waits too: a warp that writes no Q stage waits on none,
-            # and cannot fall two phases behind the ring; decode_kv_load says why)
-            return f"if (wtid == 0) {line}"
-        return line
+        return _lead_guard(s, rings, single_issuer, variant, line)
     sync = consumer_sync_line(s)  # named barriers, the wgmma group's fence / commit / wait
     if sync is not None:
         return sync
@@ -193,7 +188,8 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
         kstage = RingState.of(s, "STAGES").stage
         if variant.decode and tag in (AttentionTag.TMA_Q, AttentionTag.TMA_K,
                                       AttentionTag.TMA_V):
-            return decode_load_line(tag, kstage, rings["q_full"].stages, variant.issuers)
+            return _lead_guard(s, rings, single_issuer, variant,
+                               decode_load_line(tag, kstage, rings["q_full"].stages))
         if tag == AttentionTag.TMA_Q:
             qs = rings["q_full"].stages
             return (f"for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_q(o % {qs}) + c "
@@ -207,6 +203,17 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
         if tag in _COMPUTE:
             return variant.op_line(tag, kstage, loop_tile(s))
     raise _fail(f"agent {owner}: no CUDA for step {s.kind.value} (tag {s.tag})")
+
+
+def _lead_guard(s: Step, rings: dict[str, Ring], single_issuer: bool, variant: _Variant,
+                line: str) -> str:
+    """``line`` as the producer's warps run it: of several issuing warps (the plan's
+    ``shared_issue``), the steps ``lead_only`` picks (a stage's byte announcement, Q's copy and
+    its ring's steps) under warp 0's test, every other step on each warp's first lane."""
+    if variant.shared is not None and single_issuer \
+            and lead_only(variant.shared, tuple(rings.values()), s):
+        return f"if (wtid == 0) {line}"
+    return line
 
 
 OUT_ROWS = f"O + ({BATCH}) * o_sb + ({HEAD}) * o_sh, o_ss"
@@ -324,8 +331,10 @@ def _emit_decode(compiled: CompiledSchedule, g: AttentionGeometry, watchdog: int
                     "carries a mutation; recompile the schedule")
     narrow = g.rows in NARROW_ROWS
     variant = _variant(g, dtype, mask=decode_mask(g.causal), guard=g.causal, window=False,
-                       softcap=False, decode=True, narrow=narrow, issuers=g.kv_issuers)
+                       softcap=False, decode=True, narrow=narrow,
+                       shared=compiled.plan.shared_issue)
     family = _family(g, compute=decode_compute(narrow),
+                     issuers=_issuing_warps(compiled.plan.shared_issue),
                      finish=decode_finish(compiled.plan.programs[1:], variant.elem,
                                           EMITTER_NAME, narrow),
                      state=NARROW_STATE if narrow else _STATE)
@@ -357,7 +366,7 @@ def _source(compiled: CompiledSchedule, g: AttentionGeometry, dtype: str, varian
         consumers=[code(c, False, "consumer") for c in consumers], producer_name=producer.name,
         producer_registers="PRODUCER_REGS", consumer_registers="CONSUMER_REGS",
         family=family, tiles=tiles, emitter=EMITTER_NAME, uniform_consumer=True,
-        producer_warps=g.kv_issuers if g.decode else 1)
+        producer_warps=_issuing_warps(plan.shared_issue))
     what = "sequence" if g.varlen else "decode tile" if g.decode else "batch"
     return "\n".join([
         f"// Emitted by pipeline-core (emitter {EMITTER_NAME}) from schedule "
@@ -388,8 +397,13 @@ _COMPUTE_START = ("            pcat::Rows rows = pcat::start<HD>(oacc, tile_m * 
 _STATE = "        float oacc[HD / 2], sacc[BN / 2];\n        u32 pk[BN / 4];"
 
 
-def _family(g: AttentionGeometry, *, finish: str,
-            compute: str = _COMPUTE_START, state: str = _STATE) -> AgentsFamily:
+def _issuing_warps(shared: SharedIssue | None) -> int:
+    """The producer warps that issue its copies: the plan's shared issue's, else one."""
+    return shared.warps if shared is not None else 1
+
+
+def _family(g: AttentionGeometry, *, finish: str, compute: str = _COMPUTE_START,
+            state: str = _STATE, issuers: int = 1) -> AgentsFamily:
     """The kernel's constants (the frame's STAGES, the once ring's Q_STAGES, the roles'
     registers; ``HD`` the boxes' columns, ``AttentionGeometry.box_cols``); Q's ring (output
     tile o's Q in stage o % Q_STAGES), then the K and V rings, from
@@ -405,7 +419,7 @@ def _family(g: AttentionGeometry, *, finish: str,
                   # decode's copies per KV block (emit_decode.py), only where it is one
                   + (f"\n    constexpr int CHUNKS = {g.page_chunks};\n"
                      f"    constexpr bool KV_GROUPED = {str(g.kv_grouped).lower()};\n"
-                     f"    constexpr int KV_ISSUERS = {g.kv_issuers};\n"
+                     f"    constexpr int KV_ISSUERS = {issuers};\n"
                      "    using KV = pcat::KvLayout<BN, HD, KV_GROUPED>;" if g.decode else ""),
         ring_bytes="Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES",
         stage_views="    auto stage_q = [&](int s) { return ring + s * Q_BYTES; };\n"

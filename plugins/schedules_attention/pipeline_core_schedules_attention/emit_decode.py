@@ -71,13 +71,12 @@ def decode_tile_loop(causal: bool) -> DeviceTileLoop:
                           consumers=TileLoop(head=loop, tile=(*spans, fm)), empty_tiles=True)
 
 
-def decode_load_line(tag: int, stage: str, q_stages: int, issuers: int = 1) -> str:
+def decode_load_line(tag: int, stage: str, q_stages: int) -> str:
     """The producer's copy of Q (once per output tile) or of KV block ``KF + t`` (``stage``:
-    its ring stage) as the decode kernel writes it; of several issuing warps, each its share
-    of a block's copies, warp 0 alone Q's."""
+    its ring stage) as the decode kernel writes it; of several issuing warps (``KV_ISSUERS``),
+    each issues its share of a block's copies."""
     if tag == AttentionTag.TMA_Q:
-        return (("if (wtid == 0) " if issuers > 1 else "")
-                + f"for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_q(o % {q_stages}) + "
+        return (f"for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_q(o % {q_stages}) + "
                 f"c * BM * 128, &tmQ, q_full_bar(o % {q_stages}), c * 64, kvh * G + hc * HB, "
                 "t0, b);")
     x = "k" if tag == AttentionTag.TMA_K else "v"

@@ -33,8 +33,8 @@ import attrs
 from pipeline_core.plugin_api import (AgentRole, AgentSpec, Bound, BuildContext, CostModel,
                                       DepEdge, Op, OpCost, OpRole, OrderSpec, Param,
                                       PipelineConfig, ProgramError, ReductionSpec, ResourceKind,
-                                      RingSpec, ScheduleRecord, TargetProfile, Turn, annotate,
-                                      logical)
+                                      RingSpec, ScheduleRecord, SharedIssue, TargetProfile,
+                                      Turn, annotate, logical)
 
 from pipeline_core_nvidia_h100.kit_api import (CP_ASYNC_L2_LATENCY, H100_SXM, TARGET_NAME,
                                                WGMMA_TMA, AgentsSchedule, family_profile,
@@ -418,9 +418,12 @@ class FlashAttentionForward(AgentsSchedule):
         # split-KV: each consumer's partial output (fp32 rows) and its log-sum-exp handed over
         reduction = (ReductionSpec(name="split_kv", slice_bytes=g.rows * (g.head_dim + 1) * 4)
                      if g.split_kv else None)
+        # decode's -p kv_issuers: producer warps sharing K's and V's copies, Q warp 0's alone
+        shared = (SharedIssue(agent="producer", warps=g.kv_issuers, lead=(Q,))
+                  if g.kv_issuers > 1 else None)
         return AgentSpec(roles=roles, op_bytes={Q: g.q_bytes, K: g.kv_bytes, V: g.kv_bytes},
                          rings=rings, once=(Q,), orders=orders, lags=lags,
-                         trip_rule=self.bounds(), reduction=reduction)
+                         trip_rule=self.bounds(), reduction=reduction, shared_issue=shared)
 
     def bounds(self) -> LoopBounds | DecodeBounds:
         """The causal or windowed loop bounds and the masked KV blocks (the diagonal's, the
