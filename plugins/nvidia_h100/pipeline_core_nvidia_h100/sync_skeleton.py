@@ -32,6 +32,12 @@ unchanged).  The skeleton's vocabulary (:class:`Sync`, ``what``):
 * ``op``: a body op of a program stretch (a TMA load, a wgmma group, the softmax): the use each
   wait and fence orders, so a wait moved past its use is a changed skeleton.
 
+A writer whose copies several warps issue (``Plan.shared_issue``; its program on the first lane
+of each, the frame's ``if (lane == 0 && wtid < 32 N)``) adds to each of its words who runs it:
+``lead`` for a statement under the warp-0 test (the steps ``lead_only`` picks), ``each of N
+warps`` for any other, N read from the frame's test; so a lead test dropped or added, or a
+warp count that is not the record's, is a changed skeleton.
+
 Sections are matched whole, a loop as one: the plan's prologue iterations, its kernel (the loop
 over K tiles, once), its epilogue iterations, and the ``once`` (the steps of an output tile with
 no K tile, :meth:`AgentProgram.placed` at 0 tiles), ``after`` (a tile split's output-tile turns
@@ -49,7 +55,7 @@ from collections.abc import Iterator, Sequence
 import attrs
 
 from pipeline_core.plugin_api import (CLUSTER_RELAY, AgentProgram, CompiledSchedule,
-                                      ProgramError, Step, StepKind)
+                                      ProgramError, Step, StepKind, lead_only)
 
 # the named barrier split-K's finish syncs the consumer warp groups on
 from pipeline_core_nvidia_h100.emit_wgmma import SPLIT_BARRIER
@@ -210,9 +216,28 @@ def plan_skeleton(compiled: CompiledSchedule, p: AgentProgram, *,
     plan = compiled.plan
     consumers = sum(1 for q in plan.programs[1:] if q.name != CLUSTER_RELAY)
     split = plan.split is not None and p.name in plan.split.agents
-    return [Expected(section=sec, sync=w, step=s)
+    shared = plan.shared_issue if plan.shared_issue is not None \
+        and plan.shared_issue.agent == p.name else None
+
+    def who(s: Step, w: Sync) -> Sync:
+        """A shared issue's word with the warps that run it (the lead's, or every issuer's)."""
+        if shared is None:
+            return w
+        run = LEAD if lead_only(shared, plan.rings, s) else _each(shared.warps)
+        return attrs.evolve(w, args=(*w.args, run))
+
+    return [Expected(section=sec, sync=who(s, w), step=s)
             for sec, steps in _sections(p, once=once, split=split)
             for s in steps for w in step_syncs(s, consumers, p.role.issuers == 1)]
+
+
+#: a shared issue's word run by its lead warp alone (``lead_only``; the kernel's warp-0 test)
+LEAD = "lead"
+
+
+def _each(warps: int) -> str:
+    """A shared issue's word that each of its ``warps`` issuing warps runs."""
+    return f"each of {warps} warps"
 
 
 # --- the kernel's skeleton ---------------------------------------------------------------------
@@ -258,6 +283,10 @@ _PER_WARP = "if (lane == 0) "
 #: the producer's program on its warp group's thread 0 alone (``kit.frame``); without it, on
 #: every thread of the warp group
 _THREAD_ZERO = "if (wtid == 0) {"
+#: the producer's program on the first lane of each of its issuing warps (a shared issue,
+#: ``kit.frame``'s ``producer_warps``), and a statement of it the lead warp alone runs
+_SHARED_HEAD = re.compile(r"^if \(lane == 0 && wtid < (?P<threads>\d+)\) \{")
+_LEAD_TEST = "if (wtid == 0) "
 
 
 def _word(what: str, m: re.Match[str], store_bar: int | None, alone: bool = True) -> Sync:
@@ -336,9 +365,13 @@ def kernel_skeleton(source: str, role: str, consumer: int = 0) -> list[Found]:
     section: str | None = None
     store_bar: int | None = None
     alone = False  # the region's program runs on thread 0 of its warp group alone
+    warps = 0  # a shared issue's warps: the program runs on the first lane of each
     for no, text in region:
         stripped = text.strip()
         alone = alone or (section is None and stripped == _THREAD_ZERO)
+        head = _SHARED_HEAD.match(stripped) if section is None else None
+        if head:
+            alone, warps = True, int(head["threads"]) // 32
         if stripped.startswith(SECTION_MARK + " "):
             name = stripped[len(SECTION_MARK) + 1:]
             section = None if name == "end" else name
@@ -346,13 +379,17 @@ def kernel_skeleton(source: str, role: str, consumer: int = 0) -> list[Found]:
         bar = _STORE_BAR.search(stripped)
         if bar:
             store_bar = _store_bar(bar["expr"], consumer)
-        words = sorted(((m.start(), _word(w, m, store_bar, alone)) for w, p in _WORDS
-                        for m in p.finditer(stripped)), key=lambda x: x[0])
-        found += [Found(section=section or OUTSIDE, sync=word, line=no, text=text)
-                  for _, word in words]
+        words = [word for _, word in sorted(((m.start(), _word(w, m, store_bar, alone))
+                                             for w, p in _WORDS for m in p.finditer(stripped)),
+                                            key=lambda x: x[0])]
         if (not words and section is not None and section.split()[0] in _STEP_SECTIONS
                 and not _FRAME.match(stripped)):
-            found.append(Found(section=section, sync=Sync(what="op"), line=no, text=text))
+            words = [Sync(what="op")]
+        if warps:  # who runs it: the lead warp alone, or each issuing warp
+            run = LEAD if stripped.startswith(_LEAD_TEST) else _each(warps)
+            words = [attrs.evolve(w, args=(*w.args, run)) for w in words]
+        found += [Found(section=section or OUTSIDE, sync=word, line=no, text=text)
+                  for word in words]
     return found
 
 

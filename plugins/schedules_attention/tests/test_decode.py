@@ -9,6 +9,7 @@ import attrs
 import pytest
 
 from pipeline_core.api import compile_named
+from pipeline_core.plugin_api import SharedIssue
 from pipeline_core.agents.prove_fixup import fixup_faults
 from pipeline_core.check.verdict import HazardKind as H
 from pipeline_core.proof import UnsafeScheduleError
@@ -176,6 +177,27 @@ def test_several_producer_warps_share_a_paged_blocks_copies_and_warp_0_alone_loa
             assert line.strip().startswith("mbar_wait("), line  # every issuer's
     assert producer.count("decode_kv_load<BN, HD, CHUNKS, KV_GROUPED, KV_ISSUERS>") == 4
     assert "constexpr int KV_ISSUERS = 4;" in src
+
+
+def test_the_shared_copies_are_the_plans_record_proven_one_agent_a_warp_and_run_as_recorded():
+    """-p kv_issuers lowers to the plan's SharedIssue (Q the lead's alone); the proof runs each
+    issuing warp as an agent; the kernel's lead tests and its warp count are the skeleton's: a
+    lead test dropped from a byte announcement, or added to a K wait, fails the check."""
+    c = build(128, False, True, 8, NARROW_ROWS[0], kv_grouped="true")
+    assert c.plan.shared_issue == SharedIssue(agent="producer", warps=4, lead=(sched.Q,))
+    assert c.proof.verdict.safe
+    assert c.proof.verdict.model["agents"][:4] == ["producer", "producer.warp1",
+                                                   "producer.warp2", "producer.warp3"]
+    src = emit_attention(c)
+    check_skeleton(c, src, once=True, label="shared")
+    for broken in (src.replace("if (wtid == 0) mbar_expect_tx(k_full", "mbar_expect_tx(k_full", 1),
+                   src.replace("mbar_wait(k_empty", "if (wtid == 0) mbar_wait(k_empty", 1),
+                   src.replace("if (lane == 0 && wtid < 128) {", "if (lane == 0 && wtid < 64) {",
+                               1)):
+        assert broken != src
+        with pytest.raises(SkeletonMismatch, match="role producer"):
+            check_skeleton(c, broken, once=True)
+    assert build(128, False, True, 1).plan.shared_issue is None  # one thread: no record
     # one issuer: the plan's lines as they were, no guard
     plain = emit_attention(build(128, False, True, 1))
     assert "if (wtid == 0) {" in plain and "if (wtid == 0) mbar" not in plain
