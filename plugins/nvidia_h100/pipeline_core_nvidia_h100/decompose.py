@@ -45,7 +45,7 @@ import math
 import attrs
 
 from pipeline_core_nvidia_h100.autotune import Candidate, direct_store, takes
-from pipeline_core_nvidia_h100.wave_cost import SMALL_M, rank, small_tiles
+from pipeline_core_nvidia_h100.wave_cost import SMALL_M, epilogue_weight, rank, small_tiles
 from pipeline_core_nvidia_h100.gemm_call import CallPlan, rows_off_line, split_count
 from pipeline_core_nvidia_h100.warpspecialized import DTYPE_BYTES, GemmVariant, k_tile
 
@@ -149,7 +149,8 @@ def ranked(m: int, n: int, k: int, variant: GemmVariant, sms: int, batch: int = 
     if sms <= 0:
         return Candidate()
     found = rank(m, n, k, variant.dtype, sms, batch, off_line,
-                 may_split=batch == 1 and variant.batch == "none", pingpong=pingpong)
+                 may_split=batch == 1 and variant.batch == "none", pingpong=pingpong,
+                 epilogue=epilogue_weight(variant.bias, variant.activation))
     return next((r.candidate for r in found
                  if takes(r.candidate, variant) or takes(r.candidate, direct_store(variant))),
                 Candidate())

@@ -38,7 +38,8 @@ from pipeline_core_nvidia_h100.autotune import Candidate
 from pipeline_core_nvidia_h100.gemm_call import split_count
 from pipeline_core_nvidia_h100.warpspecialized import DTYPE_BYTES, k_tile
 
-__all__ = ["Costed", "RATES", "SMALL_TILES", "rank", "pick", "small_tiles"]
+__all__ = ["Costed", "EPILOGUE_K_TILES", "RATES", "SMALL_TILES", "epilogue_weight", "rank",
+           "pick", "small_tiles"]
 
 #: Each large tile's sustained throughput relative to 128x256 on two consumers, per input type,
 #: in the order ties are broken.  16-bit: decompose.WAVE_TILES' panel medians (benchmarks/
@@ -113,6 +114,25 @@ SPLIT_FIXED_S = 4e-6
 DRAM_BYTES_PER_S = 4.0e12
 #: M of at most one 128-row tile: the bandwidth-bound tiles only (decompose.small_m's rule)
 SMALL_M = 128
+#: K tiles' worth of time a fused epilogue adds to a unit of a cooperative tile beside the
+#: plain store: a bias or relu (``light``), an activation with an exponential (``heavy``: gelu,
+#: silu).  A ping-pong consumer runs its epilogue under the other consumer's mainloop, so its
+#: unit pays none.  Measured on an H200 (benchmarks/gemm_gelu_epilogue.py, 5 rounds, one
+#: process, results/gemm_gelu_epilogue_s26_h200.jsonl): the forced 128x192 ping-pong over the
+#: forced 128x256 cooperative kernel, with the epilogue over without, times the cooperative
+#: unit's K tiles + FILL_K_TILES, on seven shapes of 32 to 128 K tiles: bias 1.7-4.1 K tiles
+#: (median 3.4), bias + relu 1.4-3.9 (3.0), bias + gelu 3.0-13.3 (6.2); rounded down.
+EPILOGUE_K_TILES = {"none": 0.0, "light": 3.0, "heavy": 6.0}
+#: the activations that take the heavy price (an exponential and a divide per element)
+HEAVY_ACTIVATIONS = ("gelu", "silu")
+
+
+def epilogue_weight(bias: str, activation: str) -> str:
+    """A fused epilogue's key into :data:`EPILOGUE_K_TILES` (``bias`` and ``activation`` as
+    GemmVariant names them, ``none`` for neither)."""
+    if activation in HEAVY_ACTIVATIONS:
+        return "heavy"
+    return "light" if bias != "none" or activation != "none" else "none"
 
 
 @attrs.frozen(kw_only=True)
@@ -133,15 +153,19 @@ def _kind(dtype: str) -> str:
 
 
 def cost(c: Candidate, rate: float, splits: int, m: int, n: int, k: int, dtype: str,
-         sms: int, batch: int = 1) -> Costed:
+         sms: int, batch: int = 1, epilogue: str = "none") -> Costed:
     """Candidate ``c`` (relative ``rate``) run with ``splits`` K slices on ``batch`` [m, n, k]
-    products over ``sms`` SMs, costed as the module says."""
+    products over ``sms`` SMs with a fused ``epilogue`` (:func:`epilogue_weight`), costed as the
+    module says."""
     bk = k_tile(dtype)
     k_tiles = max(1, math.ceil(k / bk))
     slice_tiles = math.ceil(k_tiles / splits)
     units = math.ceil(m / c.bm) * math.ceil(n / c.bn) * batch * splits
     rounds = math.ceil(units / sms)
-    flops = 2.0 * c.bm * c.bn * bk * (slice_tiles + FILL_K_TILES)
+    # the epilogue a cooperative tile runs after its mainloop (ping-pong's runs under the other
+    # consumer's: EPILOGUE_K_TILES)
+    epi = 0.0 if c.pingpong else EPILOGUE_K_TILES[epilogue]
+    flops = 2.0 * c.bm * c.bn * bk * (slice_tiles + FILL_K_TILES + epi)
     unit = flops / (SM_FLOPS_PER_S[_kind(dtype)] * rate)
     if splits > 1:
         unit += 2 * 4 * c.bm * c.bn / REDUCE_BYTES_PER_S + SPLIT_FIXED_S
@@ -156,13 +180,15 @@ def cost(c: Candidate, rate: float, splits: int, m: int, n: int, k: int, dtype: 
 
 
 def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
-         off_line: bool = False, may_split: bool = True, pingpong: bool = True
-         ) -> tuple[Costed, ...]:
+         off_line: bool = False, may_split: bool = True, pingpong: bool = True,
+         epilogue: str = "none") -> tuple[Costed, ...]:
     """Every (tile, split) the call can launch for ``batch`` [m, n, k] products of ``dtype``
     on ``sms`` SMs, cheapest first (ties: the tables' order, unsplit first).  Only one product
     (``batch`` 1) of a kernel that ``may_split`` splits K (a batched kernel does not);
     ``off_line``: only the largest tiles compete (every tile where they leave SMs idle), never
-    the ping-pong tile; ``pingpong`` False (``Tuning.pingpong``): the ping-pong tile does not."""
+    the ping-pong tile; ``pingpong`` False (``Tuning.pingpong``): the ping-pong tile does not;
+    ``epilogue``: the fused epilogue's weight (:func:`epilogue_weight`), which every tile but
+    the ping-pong one pays after its mainloop."""
     if sms <= 0:
         raise ValueError(f"sms: {sms}; the wave model needs the device's SM count (> 0)")
     table = small_tiles(m) if m <= SMALL_M else RATES[_kind(dtype)]
@@ -186,12 +212,14 @@ def rank(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
         splits = {1, split_count(tiles, k_tiles, sms)
                   if may_split and batch == 1 and not c.pingpong else 1}
         for s in sorted(splits):
-            found.append((cost(c, rate, s, m, n, k, dtype, sms, batch), order, s))
+            found.append((cost(c, rate, s, m, n, k, dtype, sms, batch, epilogue), order, s))
     found.sort(key=lambda x: (x[0].seconds, x[1], x[2]))
     return tuple(x[0] for x in found)
 
 
 def pick(m: int, n: int, k: int, dtype: str, sms: int, batch: int = 1,
-         off_line: bool = False, may_split: bool = True, pingpong: bool = True) -> Candidate:
+         off_line: bool = False, may_split: bool = True, pingpong: bool = True,
+         epilogue: str = "none") -> Candidate:
     """:func:`rank`'s first candidate (``split_k`` set where it splits)."""
-    return rank(m, n, k, dtype, sms, batch, off_line, may_split, pingpong)[0].candidate
+    return rank(m, n, k, dtype, sms, batch, off_line, may_split, pingpong,
+                epilogue)[0].candidate

@@ -200,3 +200,46 @@ def test_a_pick_the_variant_cannot_take_falls_to_the_next(monkeypatch: pytest.Mo
     top = ranked[0].candidate
     monkeypatch.setattr(decompose, "takes", lambda c, variant: c != top)
     assert decompose.ranked(3000, 14336, 4096, v, SMS) == ranked[1].candidate != Candidate()
+
+
+#: (M, N, K) -> the tile under no epilogue, a light one (bias, relu) and a heavy one (gelu,
+#: silu): a cooperative tile's fused epilogue runs after its mainloop, a ping-pong consumer's
+#: under the other's (wave_cost.EPILOGUE_K_TILES)
+EPILOGUE_PICKS = {
+    # 7.76 waves of 128x256 against 10.4 of 128x192: plain, the quantization keeps 128x256
+    # (ping-pong measured 1.00 of it); with a bias or an activation ping-pong's hidden
+    # epilogue wins (measured 1.11-1.18)
+    (4096, 8192, 2048): ("128x256", "128x192pp", "128x192pp"),
+    (4096, 4096, 1024): ("128x256", "128x192pp", "128x192pp"),
+    # 3.88 waves against 5.33: the idle last round outweighs even gelu's epilogue (ping-pong
+    # measured 0.95 of 128x256 with it)
+    (4096, 4096, 4096): ("128x256", "128x256", "128x256"),
+    (16384, 1024, 4096): ("128x256", "128x256", "128x256"),
+    # ping-pong already, whatever the epilogue
+    (8192, 8192, 8192): ("128x192pp", "128x192pp", "128x192pp"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(EPILOGUE_PICKS))
+def test_a_fused_epilogue_is_priced_on_the_cooperative_tiles_only(shape) -> None:
+    m, n, k = shape
+    got = []
+    for weight in ("none", "light", "heavy"):
+        c = wave_cost.pick(m, n, k, "bf16", SMS, epilogue=weight)
+        got.append(f"{c.bm}x{c.bn}{'pp' if c.pingpong else ''}")
+    assert tuple(got) == EPILOGUE_PICKS[shape]
+    # the ping-pong tile's own price does not move with the epilogue
+    pp = [x for w in ("none", "heavy") for x in wave_cost.rank(m, n, k, "bf16", SMS, epilogue=w)
+          if x.candidate.pingpong]
+    assert pp[0].seconds == pp[1].seconds
+
+
+def test_the_epilogue_weight_follows_the_variant_and_reaches_the_call() -> None:
+    assert [wave_cost.epilogue_weight(b, a) for b, a in (
+        ("none", "none"), ("bf16", "none"), ("none", "relu"), ("bf16", "relu"),
+        ("none", "gelu"), ("fp32", "silu"))] == ["none", "light", "light", "light", "heavy",
+                                                 "heavy"]
+    plain = GemmVariant(a_major="k", b_major="k")
+    fused = GemmVariant(a_major="k", b_major="k", bias="bf16", activation="gelu")
+    assert decompose.ranked(4096, 8192, 2048, plain, SMS).pingpong is False
+    assert decompose.ranked(4096, 8192, 2048, fused, SMS).pingpong is True
