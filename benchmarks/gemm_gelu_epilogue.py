@@ -9,7 +9,9 @@ place of 0.5 x (1 + tanhf(z)) (``gemm_call_h100.cuh``, ``ActGelu``): the tanhf f
 bytes in the 128x192 ping-pong kernel with a bias and doubled the epilogue's code; silu's IEEE
 divide (a called slow path) likewise took the fast one.  ``--old``
 builds the kernels with the tanhf form again (the header's text patched in this process, kernels
-cached apart by their source), so two processes compare the forms through the same peers.
+cached apart by their source), so two processes compare the forms through the same peers;
+``--late-bias`` likewise builds every TMA-store epilogue with its bias read per sub-tile
+(``WsGeometry.bias_early`` off).
 
 1. **accuracy**: gelu(x) and silu(x) for x on a grid over [-12, 12] (a GEMM of K 16 whose
    product is x, bias 0, bf16 out, NaN-poisoned) against fp64's, each element within one bf16
@@ -129,11 +131,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--old", action="store_true", help="the tanhf gelu (before session 26)")
+    ap.add_argument("--late-bias", action="store_true",
+                    help="the bias read per sub-tile everywhere (WsGeometry.bias_early off)")
     ap.add_argument("--prebuild-only", action="store_true",
                     help="here, no GPU: the timed kernels' cubins into PIPELINE_CORE_CACHE_DIR")
     args = timing_args(ap)
     if args.old:
         use_old_gelu()
+    if args.late_bias:  # no consumer's registers hold the early read
+        from pipeline_core_nvidia_h100 import warpspecialized
+        warpspecialized.BIAS_EARLY_SLACK = 1 << 20
     if args.prebuild_only:
         prebuild(None, descriptions(), emit)
         return

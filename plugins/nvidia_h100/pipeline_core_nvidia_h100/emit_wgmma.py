@@ -280,6 +280,7 @@ def _constants(g: WsGeometry) -> dict[str, int | str]:
             "ELEM": g.elem_bytes, "WGMMA_K": g.wgmma_k,
             "SPLIT_CHUNK": math.gcd(g.bn // 2, SPLIT_CHUNK),
             "SCOLS": g.store_cols or 0, "SBUF": g.store_buffers,
+            "BIAS_EARLY": str(g.bias_early).lower(),
             "SBUF_BYTES": g.store_subtile_bytes,
             "A_MN": str(g.variant.a_major == "mn").lower(),
             "B_MN": str(g.variant.b_major == "mn").lower(),
@@ -571,8 +572,8 @@ _STORE_STEPS = {
     StepKind.STORE_COMMIT: "if (wtid == 0) pcgc::bulk_commit();",
     StepKind.STORE_DRAIN: "if (wtid == 0) pcgc::bulk_wait<0>();",
     # the thread's part of sub-tile (mb, s), the epilogue applied, into the staging buffer
-    StepKind.STAGE_WRITE: ("epi.stage<SCOLS>(acc[mb], buf, s, ${row} + ${ROW0} + mb * "
-                           "${WGMMA_M}, ${col});"),
+    StepKind.STAGE_WRITE: ("epi.stage<SCOLS, ${BIAS_EARLY}>(acc[mb], buf, s, ${row} + ${ROW0} "
+                           "+ mb * ${WGMMA_M}, ${col}, bias_pre);"),
 }
 #: Where the TMA store's sub-tiles go, by the kernel's tile loop: the tile's first row and
 #: column of C, the store and its coordinates past them.  The raster's (and split-K's): C's 2-D
@@ -650,6 +651,10 @@ def _tma_store_finish(consumers: Sequence[AgentProgram], v: GemmVariant = GemmVa
         // stores it by TMA (clipped to m x n) while the consumer goes on.
         const int store_bar = """ + (f"{pick} : {bars[-1]}" if pick else str(bars[-1]))
         + r""";  // the consumer's named barrier (the plan's)
+        // the bias of the thread's columns, read before the sub-tiles where the registers hold
+        // it (WsGeometry.bias_early), else per sub-tile
+        float bias_pre[${BIAS_EARLY} ? ACC / 4 : 1][2];
+        if constexpr (${BIAS_EARLY}) epi.bias_of(bias_pre, """ + at["col"] + r""");
         """ + section_mark("store") + r"""
 #pragma unroll
         for (int mb = 0; mb < MBLOCKS; ++mb) {

@@ -164,6 +164,9 @@ def store_cols(out_dtype: str, bn: int, m_blocks: int,
 #: state): the 2-consumer 128x160 share of a 256x160 tile builds in its 232 (160 accumulators,
 #: 187 used), the 3-consumer 64x256 one (152 each) fails ptxas with C7602.
 ADDRESS_REGISTERS = 32
+#: the epilogue's own temporaries beside the early bias read (WsGeometry.bias_early): the
+#: 128x256 kernel's 128 accumulators and 64 bias values build with no spill at 232 registers
+BIAS_EARLY_SLACK = 8
 
 @attrs.frozen(kw_only=True)
 class GemmVariant:
@@ -388,6 +391,20 @@ class WsGeometry:
     def accumulators(self) -> int:
         """fp32 accumulator registers per consumer thread."""
         return self.wgmma_m_blocks * self.bn // 2
+
+    @property
+    def bias_early(self) -> bool:
+        """Whether the TMA-store epilogue reads the thread's bias (``bn / 4`` floats: two a
+        quad of columns) before its sub-tiles, where the consumer's registers hold them beside
+        the accumulators and ADDRESS_REGISTERS: each sub-tile meets its warp group before it
+        is written, and a read inside waited for its load there, one latency a sub-tile (a
+        bias cost 128x256 1.7-4.1 K tiles on an H200, session 26).  128x256, 128x192 and the
+        smaller tiles take it; 256x160 and ping-pong's 128x192 (160 and 192 accumulators)
+        read it per sub-tile (ping-pong's epilogue runs under the other consumer's mainloop)."""
+        v = self.variant
+        return (v.general and v.store == "tma" and v.bias != "none"
+                and self.accumulators + self.bn // 4 + ADDRESS_REGISTERS + BIAS_EARLY_SLACK
+                <= self.consumer_registers)
 
     def validate(self, who: str = f"schedule {SCHEDULE_NAME}") -> None:
         def bad(param: str, why: str) -> ProgramError:

@@ -37,7 +37,9 @@ SHAPES = {"1c": ({"consumers": "1", "BM": "64"}, 4),
           "3c": ({"consumers": "3", "BM": "192", "BN": "128", "consumer_registers": "152"}, 3),
           "2c tails": ({"tails": "true", "b_major": "mn"}, 4),
           "2c fp32 gelu": ({"out_dtype": "fp32", "bias": "bf16", "activation": "gelu",
-                            "tails": "true"}, 4)}
+                            "tails": "true"}, 4),
+          # the bias read before the sub-tiles (WsGeometry.bias_early)
+          "2c bias gelu": ({"bias": "bf16", "activation": "gelu", "tails": "true"}, 4)}
 
 
 def _tma(params: dict[str, str], stages: int = 4):
@@ -155,7 +157,8 @@ def test_the_emitter_writes_the_plans_store_steps_in_their_order():
     c = _tma({})
     src = emit_wgmma(c)
     fin = _finish(src)
-    marks = ["pcgc::bulk_wait_read<1>();", '"bar.sync %0, 128;', "epi.stage<SCOLS>(acc[mb], buf, s,",
+    marks = ["pcgc::bulk_wait_read<1>();", '"bar.sync %0, 128;',
+             "epi.stage<SCOLS, false>(acc[mb], buf, s,",
              "pcgc::fence_proxy_async_shared();", "pcgc::tma_store_2d(&tmC",
              "pcgc::bulk_commit();", "pcgc::bulk_wait<0>();"]
     at = [fin.index(x) for x in marks]
@@ -189,9 +192,29 @@ def test_both_stores_share_the_epilogue_arithmetic():
         assert "const Epi epi(bias, nullptr, nullptr, m, n, wtid, lane);" in src
         assert store in src[src.index('extern "C"'):]
     header = gemm_wgmma_header_source()
-    assert "const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;" in header
+    assert "b[j][1] = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;" in header
     assert "v[3] = Act::f(Scale::apply(frag[4 * j + 3], sa8 * sb1) + b1);" in header
+    assert header.count("v[3] = ") == 1  # one quad's arithmetic, the bias given or read
     assert header.count("quad(v, ") == 2  # the direct store's and the staging write's
+    assert header.count("quad_biased(v, ") == 2  # quad's own and the early bias's
+
+
+@pytest.mark.parametrize("params,early", [
+    ({"bias": "bf16", "activation": "gelu"}, True),  # 128x256: 128 accumulators + 64 bias
+    ({"bias": "fp32", "BN": "192"}, True),
+    ({"activation": "gelu"}, False),  # no bias to read
+    ({"bias": "bf16", "BM": "256", "BN": "160"}, False),  # 160 accumulators + 40: too many
+    ({"bias": "bf16", "BN": "192", "pingpong": "true"}, False),  # 192 accumulators
+])
+def test_the_bias_is_read_before_the_sub_tiles_where_the_registers_hold_it(params, early):
+    """Each TMA-store sub-tile meets its warp group first, so a bias read inside waited for its
+    load at every sub-tile; where the consumer's registers hold the thread's bias beside its
+    accumulators (WsGeometry.bias_early) it is read once, before them."""
+    c = _tma({"tails": "true", **params})
+    assert c.launch.geometry.bias_early is early
+    src = emit_wgmma(c)
+    assert f"if constexpr ({str(early).lower()}) epi.bias_of(bias_pre, tile_n * BN);" in src
+    assert f"epi.stage<SCOLS, {str(early).lower()}>(acc[mb], buf, s," in src
 
 
 def test_a_store_plan_without_its_steps_is_refused_by_the_emitter():
@@ -205,7 +228,7 @@ def test_a_store_plan_without_its_steps_is_refused_by_the_emitter():
 # --- nvcc: no spills, the TMA store and the bulk waits in the SASS --------------------------------
 
 @pytest.mark.needs_nvcc
-@pytest.mark.parametrize("label", ["1c", "2c", "2c fp32 gelu"])
+@pytest.mark.parametrize("label", ["1c", "2c", "2c fp32 gelu", "2c bias gelu"])
 def test_the_store_kernel_builds_without_spills_and_stores_by_tma(label, tmp_path):
     params, stages = SHAPES[label]
     proc, cubin = compile_cubin(emit_wgmma(_tma(params, stages)), tmp_path, "tma")

@@ -86,8 +86,29 @@ struct Epilogue {
     template <int ACC>
     __device__ __forceinline__ void quad(float (&v)[4], const float (&frag)[ACC], int j, int col,
                                          float sa0, float sa8) const {
-        const float b0 = col < n ? Bias::at(bias, col) : 0.f;
-        const float b1 = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;
+        quad_biased(v, frag, j, col, sa0, sa8, col < n ? Bias::at(bias, col) : 0.f,
+                    col + 1 < n ? Bias::at(bias, col + 1) : 0.f);
+    }
+
+    // The bias of the thread's columns of one fragment's width (its P = ACC / 4 quads from
+    // col0), read at once.  Why: the TMA-store epilogue meets its warp group around every sub-tile,
+    // and a bias read inside each waited for its load there, one latency a sub-tile (a bias
+    // cost the 128x256 kernel 1.7-4.1 K tiles of its mainloop on an H200, session 26).
+    template <int P>
+    __device__ __forceinline__ void bias_of(float (&b)[P][2], int col0) const {
+#pragma unroll
+        for (int j = 0; j < P; ++j) {
+            const int col = col0 + j * 8 + 2 * q;
+            b[j][0] = col < n ? Bias::at(bias, col) : 0.f;
+            b[j][1] = col + 1 < n ? Bias::at(bias, col + 1) : 0.f;
+        }
+    }
+
+    // quad's work with the columns' bias b0, b1 given.
+    template <int ACC>
+    __device__ __forceinline__ void quad_biased(float (&v)[4], const float (&frag)[ACC], int j,
+                                                int col, float sa0, float sa8, float b0,
+                                                float b1) const {
         const float sb0 = Scale::b(scale_b, col, n), sb1 = Scale::b(scale_b, col + 1, n);
         v[0] = Act::f(Scale::apply(frag[4 * j], sa0 * sb0) + b0);
         v[1] = Act::f(Scale::apply(frag[4 * j + 1], sa0 * sb1) + b1);
@@ -122,9 +143,11 @@ struct Epilogue {
     // The TMA store's staging write: sub-tile s (SCOLS columns from col0 + s * SCOLS) of one
     // 64-row block's fragment (its first row row0), into the swizzled buffer buf (rows of
     // SCOLS outputs: 128 or 64 bytes).
-    template <int SCOLS, int ACC>
+    // EARLY: the bias comes from `pre` (bias_of over the fragment's columns from col0, P its
+    // quads), else it is read here.
+    template <int SCOLS, bool EARLY, int ACC, int P>
     __device__ __forceinline__ void stage(const float (&frag)[ACC], u32 buf, int s, int row0,
-                                          int col0) const {
+                                          int col0, const float (&pre)[P][2]) const {
         constexpr int ROW = SCOLS * OutBytes<Out>::value;
         const int row = row0 + w * 16 + g;
         const float sa0 = Scale::a(scale_a, row, m), sa8 = Scale::a(scale_a, row + 8, m);
@@ -134,7 +157,10 @@ struct Epilogue {
             const int col = col0 + j * 8 + 2 * q;
             const int at = (jj * 8 + 2 * q) * OutBytes<Out>::value;
             float v[4];
-            quad(v, frag, j, col, sa0, sa8);
+            if constexpr (EARLY)
+                quad_biased(v, frag, j, col, sa0, sa8, pre[j][0], pre[j][1]);
+            else
+                quad(v, frag, j, col, sa0, sa8);
             Out::stage(staged<ROW>(buf, w * 16 + g, at), v[0], v[1]);
             Out::stage(staged<ROW>(buf, w * 16 + g + 8, at), v[2], v[3]);
         }
