@@ -117,7 +117,7 @@ SMALL_M = 128
 #: K tiles' worth of time a fused epilogue adds to a unit of a cooperative tile beside the
 #: plain store: a bias or relu (``light``), an activation with an exponential (``heavy``: gelu,
 #: silu).  A ping-pong consumer runs its epilogue under the other consumer's mainloop, so its
-#: unit pays none.  Measured on an H200 (benchmarks/gemm_gelu_epilogue.py, 5 rounds, one
+#: unit pays none.  Measured on an H200 (benchmarks/gemm_epilogues.py, 5 rounds, one
 #: process, results/gemm_gelu_epilogue_s26_h200.jsonl): the forced 128x192 ping-pong over the
 #: forced 128x256 cooperative kernel, with the epilogue over without, times the cooperative
 #: unit's K tiles + FILL_K_TILES, on seven shapes of 32 to 128 K tiles: bias 1.7-4.1 K tiles

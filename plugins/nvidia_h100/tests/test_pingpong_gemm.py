@@ -252,7 +252,7 @@ def test_the_tma_store_pingpong_builds_without_spills(tmp_path, epilogue, spill)
     (tanhf's branches and temporaries beside the accumulators), and silu's IEEE divide called
     its slow path 192 times.  One form spills since: fp32 out with silu, 44 bytes after the
     mainloop, where every other form tried (the IEEE reciprocal, ex2 / rcp.approx, operand
-    fences) spilled as much or called the slow path (benchmarks/gemm_gelu_epilogue.py)."""
+    fences) spilled as much or called the slow path (benchmarks/gemm_epilogues.py)."""
     sass = _sass_built_clean(_compile(tails="true", **WIDE_TMA, **epilogue), tmp_path, "pp192",
                              spill)
     assert re.search(r"\bHGMMA\.64x192x16\.F32\.BF16\b", sass)

@@ -1,8 +1,9 @@
-"""The GEMM's fused bias + gelu epilogue on the GPU: the activation's accuracy element by element,
-then the call against cuBLASLt's fused GELU epilogue and torch's unfused addmm + gelu, one process.
+"""The GEMM's fused epilogues on the GPU (bias, relu, gelu, silu): the activations' accuracy
+element by element, then the call, the ping-pong and cooperative kernels forced, against
+cuBLASLt's fused epilogue and torch's unfused addmm + activation, one process.
 
-  python3 benchmarks/gemm_gelu_epilogue.py --prebuild-only   # here, no GPU: the cubins
-  python3 benchmarks/gemm_gelu_epilogue.py [--rounds 5] [--old] [--out F.jsonl]
+  python3 benchmarks/gemm_epilogues.py --prebuild-only   # here, no GPU: the cubins
+  python3 benchmarks/gemm_epilogues.py [--rounds 5] [--old] [--out F.jsonl]
 
 Why: session 26 wrote the epilogue's gelu as x sigmoid(2 z) with one exp and a fast divide, in
 place of 0.5 x (1 + tanhf(z)) (``gemm_call_h100.cuh``, ``ActGelu``): the tanhf form spilled 68
