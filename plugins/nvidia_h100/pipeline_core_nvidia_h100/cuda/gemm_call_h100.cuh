@@ -94,7 +94,7 @@ struct ActGelu {
 };
 // x sigmoid(x), with the fast divide for gelu's reason: the IEEE one's slow path (a call,
 // branches, temporaries) ran the bias + silu epilogue at 0.72-0.86 of cuBLASLt's bias epilogue
-// followed by torch's silu (session 26, benchmarks/gemm_gelu_epilogue.py).
+// followed by torch's silu (session 26, benchmarks/gemm_epilogues.py).
 struct ActSilu {
     static __device__ __forceinline__ float f(float x) { return __fdividef(x, 1.f + __expf(-x)); }
 };
