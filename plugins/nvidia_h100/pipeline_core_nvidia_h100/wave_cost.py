@@ -121,7 +121,11 @@ SMALL_M = 128
 #: process, results/gemm_gelu_epilogue_s26_h200.jsonl): the forced 128x192 ping-pong over the
 #: forced 128x256 cooperative kernel, with the epilogue over without, times the cooperative
 #: unit's K tiles + FILL_K_TILES, on seven shapes of 32 to 128 K tiles: bias 1.7-4.1 K tiles
-#: (median 3.4), bias + relu 1.4-3.9 (3.0), bias + gelu 3.0-13.3 (6.2); rounded down.
+#: (median 3.4), bias + relu 1.4-3.9 (3.0), bias + gelu 3.0-13.3 (6.2); rounded down.  With the
+#: bias read before the sub-tiles and silu's fast divide (results/gemm_bias_early_s26_h200.jsonl,
+#: ten shapes, two runs) the medians fell to 2.3 (bias, relu), 3.6 (gelu) and 3.4 (silu); the
+#: constants stay, since the picks they make were the faster or tied on every timed shape there
+#: (at K 1024, 3 for a bias takes ping-pong, 1-2.5% ahead; 2 would keep 128x256).
 EPILOGUE_K_TILES = {"none": 0.0, "light": 3.0, "heavy": 6.0}
 #: the activations that take the heavy price (an exponential and a divide per element)
 HEAVY_ACTIVATIONS = ("gelu", "silu")
