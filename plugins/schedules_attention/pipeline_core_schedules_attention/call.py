@@ -240,6 +240,23 @@ def check_operands(fail: Any, q: Any, k: Any, v: Any, layout: str) -> None:
         raise fail("v", f"shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
 
 
+def kernel_head_dim(dq: int, dv: int, grad: bool) -> int | None:
+    """The head dim ``attention()`` runs a call at whose q and k have ``dq`` columns and v
+    ``dv``: the smallest the kernels take (HEAD_DIMS; with a gradient to be had, one of the
+    backward's, BWD_HEAD_DIMS, where one holds both) of at least both, q, k and v zero-padded to
+    it: zero columns add nothing to q . k^T, and V's give output columns of zeros, sliced off
+    (:func:`padded_attention`).  So head dims the kernels do not build (Phi-2's 80, 32, 160)
+    and differing ones (DeepSeek's MLA, 192 for q and k, 128 for v) run, as torch's SDPA takes
+    them, and a gradient at 96 runs the backward at 128.  None past the largest (256)."""
+    need = max(dq, dv)
+    if grad:
+        fit = [d for d in BWD_HEAD_DIMS if d >= need]
+        if fit:
+            return fit[0]
+    fit = [d for d in HEAD_DIMS if d >= need]
+    return fit[0] if fit else None
+
+
 def no_backward(head_dim: int) -> str | None:
     """Why a gradient at ``head_dim`` cannot be had (None where the backward is built for it,
     bwd_schedule.BWD_HEAD_DIMS), and the way round: one line for the forward's refusal
@@ -499,9 +516,11 @@ CALL: HostCall[AttentionCall, AttentionKernel] = HostCall(
 def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
               scale: float | None = None, deterministic: bool = False,
               window: tuple[int, int] | None = None, softcap: float | None = None) -> Any:
-    """softmax(q . k^T * scale) . v for torch tensors [B, H, S, D] (bf16 or fp16, D 64, 96,
-    128, 192 or 256: the backward at 64 and 128, a call needing a gradient at another is refused
-    in one line, no_backward; any S >= 1, query and key lengths may differ; k and v may have fewer heads, a divisor
+    """softmax(q . k^T * scale) . v for torch tensors [B, H, S, D] (bf16 or fp16; the kernels'
+    head dims 64, 96, 128, 192 and 256, any other up to 256 and a v of another head dim than q's
+    and k's zero-padded to one of them, padded_attention; the backward at 64 and 128, so a
+    gradient at 192 or 256 is refused in one line, no_backward; any S >= 1, query and key
+    lengths may differ; k and v may have fewer heads, a divisor
     of q's: grouped-query attention; any strides: a [B, S, H, D] buffer's transposed view is
     read in place, strides TMA cannot take are copied once, layout.py; the output takes q's
     layout); ``scale`` defaults to 1/sqrt(D).  ``causal``: False,
@@ -516,6 +535,10 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
     if not isinstance(deterministic, bool):
         raise AttentionArgumentError(f"attention: deterministic: {deterministic!r}; pass True "
                                      "or False")
+    padded = padded_attention(q, k, v, causal=causal, scale=scale, deterministic=deterministic,
+                              window=window, softcap=softcap)
+    if padded is not None:
+        return padded
     d = q.shape[-1] if len(getattr(q, "shape", ())) == 4 else 0
     if d in HEAD_DIMS and d not in BWD_HEAD_DIMS:  # refused now, not at backward()
         _refuse_gradient(q, k, v, d)
@@ -535,6 +558,42 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                      op_args=lambda: (causal_align(causal) or "none",
                                       None if scale is None else float(scale),
                                       deterministic))[0]
+
+
+def padded_attention(q: Any, k: Any, v: Any, *, causal: bool | str, scale: float | None,
+                     deterministic: bool, window: Any, softcap: Any) -> Any:
+    """:func:`attention` at :func:`kernel_head_dim` where that is not q's and v's own head dim:
+    q, k and v zero-padded to it (torch's ``F.pad``, so autograd and torch.compile see through
+    it), the scale q's own (1/sqrt(dq) by default), the output's first ``dv`` columns (a view,
+    as SDPA's flash backend returns where it pads); None where the call runs as it is (or its
+    shapes are wrong: the unpadded call names the argument at fault)."""
+    shapes = [tuple(getattr(t, "shape", ())) for t in (q, k, v)]
+    if any(len(x) != 4 for x in shapes):
+        return None
+    dq, dk, dv = (x[3] for x in shapes)
+    if dv == dq == dk and dq in BWD_HEAD_DIMS:  # the common call: no torch call spent here
+        return None
+    if dk != dq:
+        raise _attention_error("k", f"head dim {dk} differs from q's {dq}: q . k^T needs one "
+                                    "(v's may differ); pass k with q's last dimension")
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    grad = torch.is_grad_enabled() and any(getattr(t, "requires_grad", False)
+                                           for t in (q, k, v))
+    d = kernel_head_dim(dq, dv, grad)
+    if d is None:
+        raise _attention_error("q" if dq >= dv else "v", f"head dim {max(dq, dv)}; the kernels "
+                               f"take up to {HEAD_DIMS[-1]}: use torch's "
+                               "scaled_dot_product_attention")
+    if d == dq == dv:
+        return None
+    import torch.nn.functional as F  # type: ignore[import-not-found, unused-ignore]
+
+    s = dq ** -0.5 if scale is None else scale
+    q, k = (F.pad(t, (0, d - dq)) for t in (q, k))
+    out = attention(q, k, F.pad(v, (0, d - dv)), causal=causal, scale=s,
+                    deterministic=deterministic, window=window, softcap=softcap)
+    return out[..., :dv]
 
 
 def _refuse_gradient(q: Any, k: Any, v: Any, head_dim: int) -> None:

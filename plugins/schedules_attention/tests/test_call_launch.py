@@ -224,7 +224,7 @@ def _refused(case):
         "device": ((q, k, Tensor(v.shape, device=Device("cuda", 1))), {}, "attention: v: on cuda:1"),
         "on the CPU": ((Tensor(q.shape, device=Device("cpu", None)), k, v), {},
                        "attention: q: a CPU tensor"),
-        "head dim": (qkv(d=80), {}, "attention: q: head dim 80"),
+        "head dim": (qkv(d=300), {}, "attention: q: head dim 300"),  # 80 runs padded
         "rank": ((Tensor((12, 100, 64)), k, v), {}, "attention: q: shape (12, 100, 64)"),
         "k and v": ((q, k, Tensor((2, 6, 78, 64))), {}, "attention: v: shape"),
         "gqa group": (qkv(hkv=4), {}, "attention: k: 4 heads for q's 6"),

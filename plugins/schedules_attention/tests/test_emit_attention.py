@@ -22,6 +22,7 @@ from pipeline_core_schedules_attention import AttentionTag as T, call
 from pipeline_core_schedules_attention.call import (CALL_OVERLAPS, CALL_STAGES, CALL_TILES,
                                                     HEAD_DIMS, LOG2E, SHORT_KEYS, SHORT_TILES,
                                                     AttentionArgumentError, call_params,
+                                                    kernel_head_dim, padded_attention,
                                                     call_stages, plan_attention)
 from pipeline_core_schedules_attention.emit_attention import emit_attention, tile_bounds_exprs
 from pipeline_core_schedules_attention.tile_order import POSITION, loop_head, order_exprs
@@ -345,6 +346,30 @@ def test_bad_arguments_get_one_line_naming_them(args, kw, needle):
     with pytest.raises(AttentionArgumentError) as info:
         plan_attention(*args, **kw)
     assert str(info.value).startswith(needle) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("dq,dv,grad,d", [
+    (80, 80, False, 96), (80, 80, True, 128),  # Phi-2's head dim: the next the kernels build
+    (96, 96, False, 96), (96, 96, True, 128),  # a gradient at 96: the backward's 128
+    (192, 128, False, 192), (64, 128, False, 128),  # q/k and v of different head dims
+    (192, 128, True, 192),  # no backward holds 192: the call then refuses the gradient
+    (32, 32, True, 64), (160, 160, False, 192), (200, 64, True, 256),
+    (128, 128, True, 128), (257, 257, False, None), (128, 300, False, None)])
+def test_a_head_dim_the_kernels_do_not_build_runs_zero_padded_to_the_next(dq, dv, grad, d):
+    assert kernel_head_dim(dq, dv, grad) == d
+
+
+def test_padding_leaves_the_kernels_head_dims_alone_and_names_a_k_that_differs_from_q():
+    plain = {"causal": False, "scale": None, "deterministic": False, "window": None,
+             "softcap": None}
+    for d in (64, 128):  # the backward's head dims: the call runs as it is, torch untouched
+        assert padded_attention(*qkv(d=d), **plain) is None
+    q, k, v = FakeTensor((2, 3, 100, 192)), FakeTensor((2, 3, 77, 128)), FakeTensor((2, 3, 77, 128))
+    with pytest.raises(AttentionArgumentError) as info:
+        padded_attention(q, k, v, **plain)
+    assert str(info.value).startswith("attention: k: head dim 128 differs from q's 192")
+    # shapes of another rank: the unpadded call names the argument at fault
+    assert padded_attention(FakeTensor((3, 100, 80)), k, v, **plain) is None
 
 
 def test_mismatched_kv_and_heads_that_do_not_group_are_refused():
@@ -922,13 +947,14 @@ def test_the_new_head_dims_build_without_spills_and_run_the_head_dims_k_steps(he
     _sass_of_the_plans_wgmmas(c, src, tmp_path)
 
 
-@pytest.mark.parametrize("head_dim", NEW_HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", [d for d in NEW_HEAD_DIMS if d > 128])
 def test_a_call_needing_a_gradient_at_a_head_dim_with_no_backward_is_one_line(head_dim,
                                                                                monkeypatch):
-    """D=96, 192 and 256 have a forward and no backward (bwd_schedule.BWD_HEAD_DIMS): a call
-    whose q, k or v needs a gradient is refused before its forward runs, in one line naming
-    the head dim and the way round (no_grad; D=96: padded to 128); without a gradient the
-    check passes on to the call's own."""
+    """D=192 and 256 have a forward and no backward (bwd_schedule.BWD_HEAD_DIMS), and no
+    backward's head dim holds them: a call whose q, k or v needs a gradient is refused before
+    its forward runs, in one line naming the head dim and the way round (no_grad); without a
+    gradient the check passes on to the call's own.  (D=96 runs its gradient padded to 128:
+    the next test.)"""
     import types
 
     grad = {"on": True}
@@ -947,6 +973,44 @@ def test_a_call_needing_a_gradient_at_a_head_dim_with_no_backward_is_one_line(he
         call.attention(q, k, v)
     assert "no backward" not in str(other.value)
     assert call.no_backward(64) is call.no_backward(128) is None
+
+
+@pytest.mark.parametrize("dq,dv,grad,d", [(96, 96, True, 128), (80, 80, False, 96),
+                                          (192, 128, False, 192), (64, 128, True, 128)])
+def test_a_head_dim_off_the_kernels_runs_zero_padded_and_sliced(dq, dv, grad, d, monkeypatch):
+    """attention() pads q and k (and v) with zero columns to kernel_head_dim, passes q's own
+    scale, and takes the output's first dv columns; the padded call is the kernels' own."""
+    import types
+
+    pads, calls = [], []
+
+    def pad(t, widths):
+        pads.append(widths)
+        return FakeTensor((*t.shape[:3], t.shape[3] + widths[1]))
+
+    class Out:
+        def __getitem__(self, index):
+            calls.append(("slice", index))
+            return "sliced"
+    fake = types.SimpleNamespace(is_grad_enabled=lambda: grad,
+                                 nn=types.SimpleNamespace(functional=types.SimpleNamespace(
+                                     pad=pad)))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setitem(sys.modules, "torch.nn", fake.nn)
+    monkeypatch.setitem(sys.modules, "torch.nn.functional", fake.nn.functional)
+    real = call.attention
+
+    def inner(q, k, v, **kw):
+        if q.shape[3] == dq and v.shape[3] == dv:
+            return real(q, k, v, **kw)
+        calls.append((q.shape[3], k.shape[3], v.shape[3], kw["scale"]))
+        return Out()
+    monkeypatch.setattr(call, "attention", inner)
+    q, k, v = FakeTensor((2, 3, 100, dq)), FakeTensor((2, 3, 77, dq)), FakeTensor((2, 3, 77, dv))
+    q.requires_grad = grad
+    assert inner(q, k, v, causal=True) == "sliced"
+    assert pads == [(0, d - dq), (0, d - dq), (0, d - dv)]
+    assert calls == [(d, d, d, dq ** -0.5), ("slice", (Ellipsis, slice(None, dv)))]
 
 
 @pytest.mark.needs_nvcc  # skipped or failed without nvcc: conftest.py
