@@ -121,3 +121,7 @@ def gemv(a: Any, x: Any) -> Any:
     """``a @ x`` for a [M, K] and x [K] (bf16 or fp16, any strides), fp32 accumulation, y [M]
     in their dtype; on torch's current stream, differentiable, traceable by torch.compile."""
     return CALL.call("gemv", _run, plan_gemv, (a, x))
+
+
+# the ops registered now where torch is imported already (HostCall.register_if_torch_imported)
+CALL.register_if_torch_imported()

@@ -743,3 +743,7 @@ def _run_scaled_grouped(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any,
 def _check_scaled_grouped(a: Any, b: Any, scale_a: Any, scale_b: Any, offs: Any,
                           out_dtype: Any) -> None:
     _plan_grouped(a, b, offs, None, out_dtype, scales=(scale_a, scale_b))
+
+
+# the ops registered now where torch is imported already (HostCall.register_if_torch_imported)
+CALL.register_if_torch_imported()

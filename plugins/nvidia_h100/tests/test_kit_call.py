@@ -159,6 +159,13 @@ class FakeTensor:
         return 1 << 20
 
 
+class Unaddressed(FakeTensor):
+    """A fake tensor as a dispatch mode holds it: no address (torch raises on data_ptr)."""
+
+    def data_ptr(self):
+        raise RuntimeError("Cannot access data pointer of Tensor (e.g. FakeTensor)")
+
+
 @pytest.fixture
 def torch(monkeypatch):
     torch = types.ModuleType("torch")
@@ -248,8 +255,13 @@ def test_a_call_needing_a_gradient_runs_the_ops_own_functions_through_its_eager_
     assert call("square", FakeTensor(is_cuda=False), 5) == "op out"
     torch.state.compiling = True
     assert call("square", FakeTensor(requires_grad=True), 6) == "op out"
+    torch.state.compiling = False  # a dispatch mode (AOTAutograd tracing an op's backward)
+    torch._C._len_torch_dispatch_stack = lambda: 1
+    assert call("square", Unaddressed(requires_grad=True), 7) == "op out"
+    torch._C._len_torch_dispatch_stack = lambda: 0
     assert seen == [("run", 1), ("check", 2), ("impl", 20), ("impl", 20), ("run", 3),
-                    ("check", 4), ("plain op", 40), ("check", 5), ("op", 50), ("op", 60)]
+                    ("check", 4), ("plain op", 40), ("check", 5), ("op", 50), ("op", 60),
+                    ("op", 70)]
     assert len(FakeFunction.applied) == 2
     # a refusal is not remembered: the same bad call is refused again
     torch.state.compiling = False

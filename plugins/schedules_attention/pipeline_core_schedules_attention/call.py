@@ -610,3 +610,7 @@ def _refuse_gradient(q: Any, k: Any, v: Any, head_dim: int) -> None:
 def _run_eager(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None) -> tuple[Any]:
     """The eager path's output, as the op's (output, lse)[0] is taken."""
     return (_run(q, k, v, causal, scale),)
+
+
+# the ops registered now where torch is imported already (HostCall.register_if_torch_imported)
+CALL.register_if_torch_imported()

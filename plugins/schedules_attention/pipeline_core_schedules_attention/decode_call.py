@@ -438,3 +438,7 @@ def append_kv_cache(k_cache: Any, v_cache: Any, k_new: Any, v_new: Any, *, cache
         page = block_table.long().gather(1, pos // size)
         k_cache[page, pos % size] = k_new
         v_cache[page, pos % size] = v_new
+
+
+# the ops registered now where torch is imported already (HostCall.register_if_torch_imported)
+DECODE.register_if_torch_imported()

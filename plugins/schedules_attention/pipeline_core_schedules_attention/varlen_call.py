@@ -340,3 +340,7 @@ def _varlen_ops() -> tuple[Op, ...]:
                schema="(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
                       "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, str causal, "
                       "float? scale, bool return_lse) -> (Tensor, Tensor)"),)
+
+
+# the ops registered now where torch is imported already (HostCall.register_if_torch_imported)
+VARLEN.register_if_torch_imported()

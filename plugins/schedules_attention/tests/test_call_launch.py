@@ -310,9 +310,10 @@ def test_the_fast_path_is_not_taken_under_tracing_or_dispatch(host, monkeypatch,
     monkeypatch.setattr(call, "_run", lambda *a: pytest.fail("took the eager path"))
     call.attention(q, k, v, causal=True, scale=0.5)
     assert len(host.ops) == 1 and host.ops[0][3:] == ("top_left", 0.5, False)
-    # outside tracing the checks still run before the op (one line each); under tracing the
-    # op's fake runs them
-    assert host.plans == (0 if why == "compiling" else 1)
+    # outside tracing and dispatch modes the checks still run before the op (one line each);
+    # traced, or under a mode (AOTAutograd traces a backward under its fake mode, whose tensors
+    # have no address for the checks' description), the op's fake or impl runs them
+    assert host.plans == (0 if why in ("compiling", "dispatch mode") else 1)
 
 
 def test_a_tensor_needing_a_gradient_takes_the_eager_path_where_grad_mode_is_off(host,

@@ -27,6 +27,8 @@ import time.
 """
 from __future__ import annotations
 
+import sys
+
 import threading
 from collections.abc import Callable, Hashable, Iterator, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -344,7 +346,11 @@ class HostCall(Generic[P, B]):
         own = plain(torch, *tensors)  # launch_cache.eager's first half, asked once
         if own and not needs_gradient(torch, *tensors):
             return run(*tensors, *args)
-        if not torch.compiler.is_compiling():
+        # traced (dynamo, or a dispatch mode: AOTAutograd traces an op's backward, a call of
+        # this layer, under its fake mode with is_compiling() False) the op's fake runs the
+        # checks; a fake tensor has no address for the description's alignment (session 26:
+        # torch.compile of a backward failed on it since session 24's checks-once)
+        if not torch.compiler.is_compiling() and not torch._C._len_torch_dispatch_stack():
             self._check_once(op, check, tensors, args)
         rest = args if op_args is None else op_args()
         function = self._functions.get(op) if own else None
@@ -370,9 +376,19 @@ class HostCall(Generic[P, B]):
             if key is not None:
                 self.checked.put(key, True)
 
+    def register_if_torch_imported(self) -> None:
+        """Register the family's ops now where the process imported torch already (a family's
+        call module runs this as it finishes importing).  Why: dynamo cannot trace the
+        registration (its attrs records' constructors stop it), so a process whose first call
+        of the family is inside ``torch.compile(fullgraph=True)`` failed there (session 26);
+        a process that imports torch later still registers on first use."""
+        if "torch" in sys.modules:
+            self.ops()
+
     def ops(self) -> Any:
         """``torch.ops``'s namespace of the family's ops, registered on first use (torch
-        imported only then)."""
+        imported only then), or as the family's call module is imported where torch is
+        already (:meth:`register_if_torch_imported`)."""
         if self._namespace is None:
             # a plain import (not _require's importlib): what torch.compile can trace, where a
             # family's first call is traced
