@@ -52,6 +52,17 @@ def lead_only(shared: SharedIssue, rings: Sequence[Ring], step: Step) -> bool:
     return any(r.name == step.channel and lead & set(r.ops) for r in rings)
 
 
+def _own_rings(shared: SharedIssue, rings: Sequence[Ring]) -> list[Ring]:
+    """The full rings the shared-issue writer fills."""
+    return [r for r in rings if r.kind == "full" and shared.agent in r.signallers]
+
+
+def shared_copies(shared: SharedIssue, rings: Sequence[Ring]) -> list[int]:
+    """The writer's copies every issuing warp takes a share of: its rings' copies but the
+    lead's (the one home :func:`check_shared_issue` and :func:`expand` read)."""
+    return sorted({op for r in _own_rings(shared, rings) for op in r.ops} - set(shared.lead))
+
+
 def check_shared_issue(spec: AgentSpec, roles: Mapping[str, AgentRole], rings: Sequence[Ring],
                        owner: str) -> SharedIssue | None:
     """``spec.shared_issue`` checked against the lowered ``rings``: a writer whose one thread a
@@ -65,7 +76,7 @@ def check_shared_issue(spec: AgentSpec, roles: Mapping[str, AgentRole], rings: S
     if role is None:
         raise ProgramError(f"{owner}: {KEY} names agent {shared.agent!r}; agents: "
                            f"{', '.join(roles)}")
-    own = [r for r in rings if r.kind == "full" and shared.agent in r.signallers]
+    own = _own_rings(shared, rings)
     copies = sorted({op for r in own for op in r.ops})
     if not own or role.issuers != 1:
         raise ProgramError(f"{owner}: {KEY} names agent {shared.agent}, which is no writer whose "
@@ -85,7 +96,7 @@ def check_shared_issue(spec: AgentSpec, roles: Mapping[str, AgentRole], rings: S
                                f"{sorted(lead & set(r.ops))} and shared ones "
                                f"{sorted(set(r.ops) - lead)}; the lead alone runs a lead copy's "
                                "ring, so give those copies rings of their own (AgentSpec.rings)")
-    mine = [op for op in copies if op not in lead]
+    mine = shared_copies(shared, rings)
     if not mine:
         raise ProgramError(f"{owner}: {KEY}: every copy of agent {shared.agent} is the lead's; "
                            "share one, or drop AgentSpec.shared_issue")
@@ -112,7 +123,7 @@ def expand(plan: Plan, body: Sequence[Op], edges: Sequence[DepEdge]
     shared = plan.shared_issue
     assert shared is not None
     lead = plan.program(shared.agent)
-    mine = [op for op in lead.role.ops if op not in shared.lead and plan.ring_of(op, "full")]
+    mine = shared_copies(shared, plan.rings)
     n = len(body)
     # warp w's own copy of shared op mine[j]
     copy_of = {(w, op): n + (w - 1) * len(mine) + j
