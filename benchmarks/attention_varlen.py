@@ -7,8 +7,10 @@ CUDA graphs, sanitizers and timing (docs/guide/attention.md, "Packed variable-le
   ... attention_varlen.py --sanitize        # racecheck + synccheck at small shapes with tails
   ... attention_varlen.py --dry-run         # the configurations, no torch
 
-1. **correct**: ``--cases`` (36) packed batches of lengths from {0, 1, 17, 128, 1000, 4096}
-   mixed (query and key lengths differing in two of three), D 64 / 128, causal off / top-left /
+1. **correct**: ``--cases`` (48) packed batches of lengths from {0, 1, 17, 128, 1000, 4096}
+   mixed (query and key lengths differing in two of three), every head dim of :data:`DIMS`
+   (the kernels' 64, 96, 128, 192, 256; 80 and 32, which the call zero-pads; q / k of 192 and v
+   of 128, DeepSeek's MLA prefill), causal off / top-left /
    bottom-right, grouped-query heads in half, bf16 / fp16; fresh inputs, the output's and the
    LSE's memory NaN-poisoned first.  Per sequence against an fp32 reference: the rows that see
    a key within 1.5x the error of SDPA's output on the same sequence (its first backend that
@@ -49,6 +51,8 @@ from bench_checks import (check_args, dispatch, each_case,  # noqa: E402  (besid
 from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
 
 LENGTHS = (0, 1, 17, 128, 1000, 4096)
+#: (q's and k's head dim, v's): each causal mode at each in 24 cases
+DIMS = ((64, 64), (128, 128), (96, 96), (192, 192), (256, 256), (80, 80), (192, 128), (32, 32))
 CAUSAL = (False, True, "bottom_right")
 MIN_BOUND = 1e-3
 FIXED_BOUND = {"bf16": 2e-2, "fp16": 2.5e-3}
@@ -59,12 +63,13 @@ SANITIZE_BATCH = ((77, 100), (0, 5), (1, 1), (200, 130), (130, 0), (17, 300))
 
 
 def configs(rng: random.Random, n: int) -> list[tuple]:
-    """``n`` cases (lengths per sequence, hq, hkv, D, dtype, causal): every (D, causal,
-    dtype) in turn, a batch of 3 to 6 sequences of LENGTHS (each length once per round of
-    cases at least), keys differing from queries in two cases of three."""
+    """``n`` cases (lengths per sequence, hq, hkv, (Dqk, Dv), dtype, causal): every (head
+    dims, causal) in 24 cases, the dtypes alternating, a batch of 3 to 6 sequences of
+    LENGTHS (each length once per round of cases at least), keys differing from queries in
+    two cases of three."""
     out = []
     for i in range(n):
-        d = (64, 128)[i % 2]
+        d = DIMS[i % len(DIMS)]
         causal = CAUSAL[(i // 2) % 3]
         dtype = ("bf16", "fp16")[(i // 6) % 2]
         seqs = rng.randint(3, 6)
@@ -80,11 +85,12 @@ def _dtype(torch, name: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
-def packed(torch, lengths, hq, hkv, d, dtype):
-    """Fresh q, k, v and the cumulative lengths (int32 on the GPU) of a packed batch."""
+def packed(torch, lengths, hq, hkv, d, dtype, dv=None):
+    """Fresh q, k, v (v of ``dv`` columns, else ``d``) and the cumulative lengths (int32 on
+    the GPU) of a packed batch."""
     tq, tk = sum(q for q, _ in lengths), sum(k for _, k in lengths)
-    q, k, v = (torch.randn(t, h, d, device="cuda", dtype=_dtype(torch, dtype))
-               for t, h in ((tq, hq), (tk, hkv), (tk, hkv)))
+    q, k, v = (torch.randn(t, h, n, device="cuda", dtype=_dtype(torch, dtype))
+               for t, h, n in ((tq, hq, d), (tk, hkv, d), (tk, hkv, dv or d)))
     cu = [torch.tensor([0, *accumulate(n)], dtype=torch.int32, device="cuda")
           for n in ([q for q, _ in lengths], [k for _, k in lengths])]
     return q, k, v, cu[0], cu[1]
@@ -122,10 +128,12 @@ def poison(torch, *like) -> None:
 
 
 def case_check(torch, attention_varlen, case) -> dict:
-    lengths, hq, hkv, d, dtype, causal = case
-    q, k, v, cq, ck = packed(torch, lengths, hq, hkv, d, dtype)
+    lengths, hq, hkv, (d, dv), dtype, causal = case
+    q, k, v, cq, ck = packed(torch, lengths, hq, hkv, d, dtype, dv)
     scale = 1 / math.sqrt(d)
-    poison(torch, q, torch.empty(hq * q.shape[0], device="cuda"))
+    # the padded call's operands and output take blocks of up to 256 columns
+    poison(torch, *(torch.empty(t.shape[0], t.shape[1], 256, dtype=t.dtype, device="cuda")
+                    for t in (q, k, v)), torch.empty(hq * q.shape[0], device="cuda"))
     out, lse = attention_varlen(q, k, v, cq, ck, max(n for n, _ in lengths),
                                 max(n for _, n in lengths), causal=causal, return_lse=True)
     torch.cuda.synchronize()
@@ -154,8 +162,10 @@ def case_check(torch, attention_varlen, case) -> dict:
         if err > bound or not lse_err <= LSE_TOL:
             fails.append(f"seq {s} ({sq}x{sk}): error {err:.2e} (bound {bound:.2e}, "
                          f"{name or 'fixed'}), lse {lse_err:.2e}")
+    if tuple(out.shape) != (q.shape[0], hq, dv):
+        fails.append(f"output shape {tuple(out.shape)}, not {(q.shape[0], hq, dv)}")
     return {"kind": "case", "lengths": [list(x) for x in lengths], "hq": hq, "hkv": hkv,
-            "D": d, "dtype": dtype, "causal": causal, "ok": not fails,
+            "D": d, "Dv": dv, "dtype": dtype, "causal": causal, "ok": not fails,
             "worst_ratio_to_bound": round(worst, 3), "fails": fails}
 
 
@@ -244,11 +254,12 @@ def timing(torch, rounds: int, seed: int) -> dict:
 
 
 def sanitize_run(torch) -> None:
-    """The call at SANITIZE_BATCH, D 64 / 128, every causal, grouped-query: each varlen
-    kernel the call builds for these (long and short key tiles) under the sanitizer."""
+    """The call at SANITIZE_BATCH, every kernel head dim, every causal, grouped-query: each
+    varlen kernel the call builds for these (long and short key tiles) under the sanitizer."""
     from pipeline_core_schedules_attention import attention_varlen
+    from pipeline_core_schedules_attention.schedule import HEAD_DIMS
 
-    for d in (64, 128):
+    for d in HEAD_DIMS:
         for causal in CAUSAL:
             for mk in (300, 4096):  # the short tile, then the long one (max_seqlen_k)
                 q, k, v, cq, ck = packed(torch, SANITIZE_BATCH, 4, 2, d, "bf16")
@@ -285,9 +296,9 @@ def prebuild(jobs: int) -> None:
 def main() -> None:
     args = check_args(("all", "correct", "graph", "time", "sanitize-run"),
                       "attention_varlen.jsonl",
-                      (("--cases", int, 36), ("--rounds", int, 5), ("--seed", int, 0),
+                      (("--cases", int, 48), ("--rounds", int, 5), ("--seed", int, 0),
                        ("--jobs", int, 4), ("--timeout", float, 600.0)))
-    dispatch(args, Path(__file__), configs(random.Random(args.seed), args.cases), 12,
+    dispatch(args, Path(__file__), configs(random.Random(args.seed), args.cases), 30,
              lambda: prebuild(args.jobs), sanitize_run, lambda torch: gpu(torch, args))
 
 

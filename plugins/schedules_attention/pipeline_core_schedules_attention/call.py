@@ -560,39 +560,52 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                                       deterministic))[0]
 
 
-def padded_attention(q: Any, k: Any, v: Any, *, causal: bool | str, scale: float | None,
-                     deterministic: bool, window: Any, softcap: Any) -> Any:
-    """:func:`attention` at :func:`kernel_head_dim` where that is not q's and v's own head dim:
-    q, k and v zero-padded to it (torch's ``F.pad``, so autograd and torch.compile see through
-    it), the scale q's own (1/sqrt(dq) by default), the output's first ``dv`` columns (a view,
-    as SDPA's flash backend returns where it pads); None where the call runs as it is (or its
-    shapes are wrong: the unpadded call names the argument at fault)."""
+def pad_head_dims(fail: Any, q: Any, k: Any, v: Any, *, rank: int, scale: float | None,
+                  differentiable: bool) -> tuple[Any, Any, Any, float, int] | None:
+    """q, k and v zero-padded to :func:`kernel_head_dim` where that is not their own head dim,
+    with q's own scale (1/sqrt(dq) by default) and v's head dim, the output's columns to keep:
+    ``(q, k, v, scale, dv)``; None where the call runs as it is (or an operand is not of
+    ``rank``: the unpadded call names the argument at fault).  torch's ``F.pad``, so autograd
+    and torch.compile see through it.  The one rule ``attention()`` (:func:`padded_attention`)
+    and ``attention_varlen`` pad by; ``differentiable``: the call has a backward, so a call
+    needing a gradient pads to one of its head dims.  ``fail(name, why)`` makes the one-line
+    error: k's head dim not q's, or a head dim past the largest kernel."""
     shapes = [tuple(getattr(t, "shape", ())) for t in (q, k, v)]
-    if any(len(x) != 4 for x in shapes):
+    if any(len(x) != rank for x in shapes):
         return None
-    dq, dk, dv = (x[3] for x in shapes)
+    dq, dk, dv = (x[-1] for x in shapes)
     if dv == dq == dk and dq in BWD_HEAD_DIMS:  # the common call: no torch call spent here
         return None
     if dk != dq:
-        raise _attention_error("k", f"head dim {dk} differs from q's {dq}: q . k^T needs one "
-                                    "(v's may differ); pass k with q's last dimension")
+        raise fail("k", f"head dim {dk} differs from q's {dq}: q . k^T needs one (v's may "
+                        "differ); pass k with q's last dimension")
     import torch  # type: ignore[import-not-found, unused-ignore]
 
-    grad = torch.is_grad_enabled() and any(getattr(t, "requires_grad", False)
-                                           for t in (q, k, v))
+    grad = differentiable and torch.is_grad_enabled() and any(
+        getattr(t, "requires_grad", False) for t in (q, k, v))
     d = kernel_head_dim(dq, dv, grad)
     if d is None:
-        raise _attention_error("q" if dq >= dv else "v", f"head dim {max(dq, dv)}; the kernels "
-                               f"take up to {HEAD_DIMS[-1]}: use torch's "
-                               "scaled_dot_product_attention")
+        raise fail("q" if dq >= dv else "v", f"head dim {max(dq, dv)}; the kernels take up to "
+                   f"{HEAD_DIMS[-1]}: use torch's scaled_dot_product_attention")
     if d == dq == dv:
         return None
     import torch.nn.functional as F  # type: ignore[import-not-found, unused-ignore]
 
-    s = dq ** -0.5 if scale is None else scale
-    q, k = (F.pad(t, (0, d - dq)) for t in (q, k))
-    out = attention(q, k, F.pad(v, (0, d - dv)), causal=causal, scale=s,
-                    deterministic=deterministic, window=window, softcap=softcap)
+    qp, kp, vp = (F.pad(t, (0, d - t.shape[-1])) for t in (q, k, v))
+    return qp, kp, vp, dq ** -0.5 if scale is None else scale, dv
+
+
+def padded_attention(q: Any, k: Any, v: Any, *, causal: bool | str, scale: float | None,
+                     deterministic: bool, window: Any, softcap: Any) -> Any:
+    """:func:`attention` at :func:`kernel_head_dim` where that is not q's and v's own head dim
+    (:func:`pad_head_dims`), the output's first ``dv`` columns (a view, as SDPA's flash
+    backend returns where it pads); None where the call runs as it is."""
+    padded = pad_head_dims(_attention_error, q, k, v, rank=4, scale=scale, differentiable=True)
+    if padded is None:
+        return None
+    qp, kp, vp, s, dv = padded
+    out = attention(qp, kp, vp, causal=causal, scale=s, deterministic=deterministic,
+                    window=window, softcap=softcap)
     return out[..., :dv]
 
 

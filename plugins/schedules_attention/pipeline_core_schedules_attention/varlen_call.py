@@ -37,7 +37,8 @@ from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E, OP
                                                     SHORT_TILES, AttentionArgumentError,
                                                     AttentionKernel, _load, call_params,
                                                     call_stages, causal_align, check_group,
-                                                    check_operands, softmax_scale, stores_lse)
+                                                    check_operands, pad_head_dims,
+                                                    softmax_scale, stores_lse)
 from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
                                                       in_place, order_of, readable)
 from pipeline_core_schedules_attention.schedule import NAME
@@ -243,7 +244,8 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
                      scale: float | None = None, return_lse: bool = False,
                      window: Any = None, softcap: Any = None) -> Any:
     """softmax(q . k^T * scale) . v per sequence of a packed batch: q ``[total_q, Hq, D]``,
-    k and v ``[total_k, Hkv, D]`` (bf16 or fp16, D 64 or 128, Hkv dividing Hq), sequence s
+    k and v ``[total_k, Hkv, D]`` (bf16 or fp16, Hkv dividing Hq; any head dim up to 256 and a
+    v of its own head dim, zero-padded as ``attention()`` pads them, call.pad_head_dims), sequence s
     rows ``cu_seqlens_q[s]..cu_seqlens_q[s+1]`` of q and ``cu_seqlens_k[s]..`` of k and v
     (int32 on q's device, batch + 1, from 0, non-decreasing), ``max_seqlen_q`` and
     ``max_seqlen_k`` the longest (FlashAttention's varlen call; here they bound the grid and
@@ -261,6 +263,12 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
                               f"{name}=...), or pass {name}=None")
     if not isinstance(return_lse, bool):
         raise _fail("return_lse", f"{return_lse!r}; pass True or False")
+    padded = pad_head_dims(_fail, q, k, v, rank=3, scale=scale, differentiable=False)
+    if padded is not None:  # a head dim the kernels do not build, or v's own (call.py)
+        qp, kp, vp, s, dv = padded
+        got = attention_varlen(qp, kp, vp, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                               max_seqlen_k, causal=causal, scale=s, return_lse=return_lse)
+        return (got[0][..., :dv], got[1]) if return_lse else got[..., :dv]
     out, lse = VARLEN.call("attention_varlen", _run, _check,
                            (q, k, v, cu_seqlens_q, cu_seqlens_k), max_seqlen_q, max_seqlen_k,
                            causal, scale, return_lse,

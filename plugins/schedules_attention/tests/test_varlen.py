@@ -536,3 +536,21 @@ def test_the_packed_call_stores_the_lse_by_the_fixed_length_calls_rule():
         kinds[d, c].add(lse)
     assert kinds == {(d, c): {True} if (d, c) == (128, True) else {False, True}
                      for d, c in kinds}
+
+
+def test_the_packed_call_pads_head_dims_by_attentions_rule():
+    """attention_varlen pads by call.pad_head_dims, attention()'s one rule: the kernels' head
+    dims run as they are (no torch call spent), a k whose head dim is not q's is named in the
+    packed call's own line (v's may differ: DeepSeek's MLA prefill, 192 / 128)."""
+    from pipeline_core_schedules_attention.call import pad_head_dims
+    from pipeline_core_schedules_attention.varlen_call import _fail, attention_varlen
+
+    for d in (64, 128):
+        q, k, v = Fake((300, 4, d)), Fake((400, 2, d)), Fake((400, 2, d))
+        assert pad_head_dims(_fail, q, k, v, rank=3, scale=None, differentiable=False) is None
+    q, k, v, cq, ck, mq, mk = args()
+    with pytest.raises(AttentionArgumentError) as info:
+        attention_varlen(Fake((300, 4, 192)), Fake((400, 2, 128)), Fake((400, 2, 128)), cq, ck,
+                         mq, mk)
+    assert str(info.value).startswith("attention_varlen: k: head dim 128 differs from q's 192")
+    assert "\n" not in str(info.value)
