@@ -40,7 +40,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
         sys.path.insert(0, str(extra))
 
 from attention_checks import check_case  # noqa: E402  (beside this script)
-from attention_window import _build, _Shape  # noqa: E402  (beside this script)
+from attention_window import _Shape  # noqa: E402  (beside this script)
 from bench_checks import emit, run_check  # noqa: E402  (beside this script)
 from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
 from pipeline_core_schedules_attention.schedule import HEAD_DIMS  # noqa: E402
@@ -64,6 +64,16 @@ PAIRS = ((80, 80), (32, 32), (48, 48), (72, 72), (112, 112), (160, 160), (200, 2
 PADDED = [(1 + n % 2, 4, 2, sq, sk, dq, dv, ("bf16", "fp16")[n % 2],
            (False, True, "bottom_right")[(n + i) % 3])
           for i, (dq, dv) in enumerate(PAIRS) for n, (sq, sk) in enumerate(((300, 257), (1, 77)))]
+#: v's own head dim on a kernel of its own (call.VALUE_TILES: DeepSeek's MLA prefill, 192 /
+#: 128; session 27): tails, one query, more queries than keys, grouped-query heads, every
+#: causal mode, both dtypes; judged as PADDED's
+VALUE_CASES = [(b, hq, hkv, sq, sk, 192, 128, dt, c)
+               for (b, hq, hkv, sq, sk), dt, c in (
+                   ((1, 4, 2, 1000, 1000), "bf16", False), ((2, 4, 4, 77, 300), "fp16", True),
+                   ((1, 8, 2, 300, 77), "bf16", "bottom_right"), ((2, 2, 1, 1, 1), "fp16", False),
+                   ((1, 4, 4, 2048, 1500), "fp16", "bottom_right"),
+                   ((2, 8, 8, 513, 1025), "bf16", True))]
+PADDED += VALUE_CASES
 #: the same with a gradient: the backward's head dim that holds both (64 or 128)
 PADDED_GRAD = [(2, 4, 2, 300, 257, dq, dv, dt, c)
                for (dq, dv), dt in (((96, 96), "bf16"), ((80, 80), "fp16"), ((64, 128), "bf16"),
@@ -72,11 +82,14 @@ PADDED_GRAD = [(2, 4, 2, 300, 257, dq, dv, dt, c)
 #: the sanitizers' calls: the new head dims at tails, rows with no key, grouped-query heads
 SANITIZE = [(1, 2, 1, 100, 77, d, dt, c) for d in (96, 192, 256)
             for dt, c in (("bf16", False), ("fp16", "bottom_right"), ("bf16", True))]
+#: v's own head dim's kernel under the sanitizers: tails, grouped-query heads, rows with no key
+VALUE_SANITIZE = [(1, 2, 1, 100, 77, 192, 128, dt, c)
+                  for dt, c in (("bf16", False), ("fp16", "bottom_right"), ("bf16", True))]
 #: the timed calls: (D, S), each causal and not
 TIMED = [(d, s) for d in (96, 128, 192, 256) for s in (4096, 16384)]
 #: the padded calls timed (Dqk, Dv, S): Phi-2's 80, DeepSeek's MLA 192 / 128 (the FLOPs counted
 #: at the caller's head dims, not the padded ones)
-PADDED_TIMED = [(80, 80, 4096), (192, 128, 4096)]
+PADDED_TIMED = [(80, 80, 4096), (192, 128, 4096), (192, 128, 16384)]
 
 
 def run_case(torch: Any, case: tuple) -> dict:
@@ -166,7 +179,7 @@ def _sdpa(torch: Any, backend: str, q: Any, k: Any, v: Any, causal: bool) -> Any
 
 
 def timing(torch: Any, rounds: int) -> None:
-    from pipeline_core_schedules_attention.call import attention
+    from pipeline_core_schedules_attention.call import VALUE_TILES, attention
 
     for d, dv, s in [(d, d, s) for d, s in TIMED] + PADDED_TIMED:
         for causal in (False, True):
@@ -175,6 +188,10 @@ def timing(torch: Any, rounds: int) -> None:
                     for _ in range(2))
             v = torch.randn(b, h, s, dv, device="cuda", dtype=torch.bfloat16)
             fns = {"ours": lambda: attention(q, k, v, causal=causal)}
+            if dv != d and (d, dv) in VALUE_TILES:  # the zero-padded call it replaced
+                fns["ours-padded"] = (lambda: attention(
+                    q, k, torch.nn.functional.pad(v, (0, d - dv)), causal=causal,
+                    scale=d ** -0.5)[..., :dv])
             for name, backend in (("sdpa-flash", "FLASH_ATTENTION"),
                                   ("sdpa-cudnn", "CUDNN_ATTENTION")):
                 fn = (lambda backend=backend: _sdpa(torch, backend, q, k, v, causal))
@@ -198,15 +215,15 @@ def timing(torch: Any, rounds: int) -> None:
 
 
 def sanitize_run(torch: Any) -> None:
-    for case in SANITIZE:
-        r = run_case(torch, case)
+    for r in ([run_case(torch, case) for case in SANITIZE]
+              + [padded_case(torch, case) for case in VALUE_SANITIZE]):
         emit({"kind": "sanitized-run", "case": r["case"], "nan": r["nan"], "ok": r["ok"]})
 
 
 def kernel_keys() -> list[tuple]:
-    """Every kernel the runs load, as attention_window._build takes it: (head dim, dtype,
-    causal, align, short, window, softcap)."""
-    from pipeline_core_schedules_attention.call import plan_attention
+    """Every kernel the runs load, as :func:`_build` takes it: (head dim, dtype,
+    causal, align, short, window, softcap, v's own head dim or 0)."""
+    from pipeline_core_schedules_attention.call import VALUE_TILES, plan_attention
 
     torch_dtype = {"bf16": "bfloat16", "fp16": "float16"}
     calls = CASES + SANITIZE + [(max(1, 16384 // s), 2048 // d, 2048 // d, s, s, d, "bf16", c)
@@ -214,20 +231,43 @@ def kernel_keys() -> list[tuple]:
     from pipeline_core_schedules_attention.call import kernel_head_dim
 
     calls += [(b, hq, hkv, sq, sk, kernel_head_dim(dq, dv, False), dtype, causal)
-              for b, hq, hkv, sq, sk, dq, dv, dtype, causal in PADDED]
+              for b, hq, hkv, sq, sk, dq, dv, dtype, causal in PADDED
+              if (dq, dv) not in VALUE_TILES]
+    calls += [(max(1, 16384 // s), 2048 // d, 2048 // d, s, s, (d, dv), "bf16", c)
+              for d, dv, s in PADDED_TIMED if (d, dv) in VALUE_TILES for c in (False, True)]
+    calls += [(b, hq, hkv, sq, sk, (dq, dv), dtype, causal)
+              for b, hq, hkv, sq, sk, dq, dv, dtype, causal in PADDED + VALUE_SANITIZE
+              if (dq, dv) in VALUE_TILES]
     calls += [(b, hq, hkv, sq, sk, kernel_head_dim(dq, dv, True), dtype, causal)
               for b, hq, hkv, sq, sk, dq, dv, dtype, causal in PADDED_GRAD]
     keys = set()
     for b, hq, hkv, sq, sk, d, dtype, causal in calls:
+        d, dv = d if isinstance(d, tuple) else (d, d)
         q = _Shape((b, hq, sq, d), torch_dtype[dtype])
         k = _Shape((b, hkv, sk, d), torch_dtype[dtype])
-        c = plan_attention(q, k, k, causal=causal)
-        keys.add((c.head_dim, c.dtype, c.causal, c.align, c.short, c.window, False))
+        v = _Shape((b, hkv, sk, dv), torch_dtype[dtype])
+        c = plan_attention(q, k, v, causal=causal)
+        keys.add((c.head_dim, c.dtype, c.causal, c.align, c.short, c.window, False,
+                  c.head_dim_v))
     return sorted(keys)
 
 
+def _build(key: tuple) -> bool:
+    """One key of :func:`kernel_keys` built into the disk cache: both kernels, the LSE's (a
+    gradient) and the one without (the timed calls)."""
+    from pipeline_core_nvidia_h100.kit_api import ARCH, BUILD_OPTIONS, cubin_path
+
+    from pipeline_core_schedules_attention.call import _source
+    from pipeline_core_schedules_attention.signature import KERNEL_NAME
+
+    *rest, dv = key
+    return all(cubin_path(_source(*rest, lse=lse, head_dim_v=dv)[1], KERNEL_NAME,
+                          BUILD_OPTIONS, ARCH) is not None for lse in (True, False))
+
+
 def main() -> None:
-    run_check(Path(__file__), "attention_headdims.jsonl", CASES, len(SANITIZE), kernel_keys, _build,
+    run_check(Path(__file__), "attention_headdims.jsonl", CASES,
+              len(SANITIZE) + len(VALUE_SANITIZE), kernel_keys, _build,
               correct, timing, sanitize_run)
 
 

@@ -36,7 +36,8 @@ from pipeline_core_nvidia_h100.kit_api import Op
 
 from pipeline_core_schedules_attention import bwd_prepost, call
 from pipeline_core_schedules_attention.bwd_call import attention_bwd_main
-from pipeline_core_schedules_attention.layout import empty_like_layout, readable
+from pipeline_core_schedules_attention.layout import (empty_in_order, empty_like_layout,
+                                                      order_of, readable)
 
 #: the op's causal (a schema has no bool-or-str) as the calls take it
 _CAUSAL = call.OP_CAUSAL
@@ -58,7 +59,8 @@ def _forward_fake(q: Any, k: Any, v: Any, causal: str, scale: float | None,
 
     # the argument checks, where torch.compile traces the call (attention() skips them)
     call.plan_attention(q, k, v, causal=_CAUSAL[causal], scale=scale)
-    return (empty_like_layout(torch, q),  # q's layout, as the kernel's output (layout.py)
+    # q's layout, as the kernel's output (layout.py), of v's head dim
+    return (empty_in_order(torch, (*q.shape[:-1], v.shape[-1]), order_of(q), q),
             q.new_empty(tuple(q.shape[:3]), dtype=torch.float32))
 
 

@@ -24,6 +24,7 @@ docs/guide/attention.md "Speed: the FA3 softmax and the tiles"), and for few key
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -81,6 +82,12 @@ CALL_TILES = {(64, False): _THREE_IN_TURN,
               (192, True): {**_TWO, "block_n": "112"},
               (256, False): {**_TWO, "block_n": "80"},
               (256, True): {**_TWO, "block_n": "80"}}
+#: the (q's and k's head dim, v's) pairs a kernel of its own runs (``-p head_dim_v``), and
+#: their tiles, causal or not: DeepSeek's MLA prefill, 192 / 128, on FA3's tile for it
+#: (hopper/tile_size.h: 128 x 128 where V's head dim is at most 128): O 64 and S 64 and P 32
+#: registers per thread, 48 KB of Q and 2 stages of 48 + 32 KB of K and V (209 KB).  Other
+#: pairs are zero-padded to one head dim (:func:`pad_head_dims`).
+VALUE_TILES = {(192, 128): _TWO}
 #: the tile's changes per head dim where the kernel holds more than the plain call's state (the
 #: softcap's scale, varlen's sequence spans and cursor): at D=256 KV blocks of 64 keys (FA3's
 #: local tile there, hopper/tile_size.h), where those of 80 spill 16-52 bytes (softcap; varlen
@@ -175,6 +182,14 @@ class AttentionCall:
     #: the kernel's ``softcap_scale`` the scale over the cap
     softcap: float = 0.0
     softcap_scale: float = 0.0
+    #: v's (and the output's) head dim where it is not q's (0: the same; a pair of
+    #: :data:`VALUE_TILES`, which a kernel of its own runs)
+    head_dim_v: int = 0
+
+    @property
+    def v_dim(self) -> int:
+        """v's and the output's head dim."""
+        return self.head_dim_v or self.head_dim
 
     @property
     def windowed(self) -> bool:
@@ -189,7 +204,7 @@ class AttentionCall:
     @property
     def out_strides(self) -> tuple[int, ...]:
         """The output's strides in elements ([B, H, Sq, D], dense in :attr:`out_order`)."""
-        return dense_strides((self.bh // self.heads, self.heads, self.sq, self.head_dim),
+        return dense_strides((self.bh // self.heads, self.heads, self.sq, self.v_dim),
                              self.out_order)
 
     @property
@@ -197,7 +212,8 @@ class AttentionCall:
         """Whether the call takes :data:`SHORT_TILES`: few keys (at most :data:`SHORT_KEYS`)
         at a head dim and causality that has a short tile (elsewhere both lengths share one
         kernel)."""
-        return self.sk <= SHORT_KEYS and (self.head_dim, self.tiles_vary) in SHORT_TILES
+        return (self.sk <= SHORT_KEYS and not self.head_dim_v
+                and (self.head_dim, self.tiles_vary) in SHORT_TILES)
 
 
 def causal_align(causal: object) -> str | None:
@@ -220,7 +236,8 @@ def check_operands(fail: Any, q: Any, k: Any, v: Any, layout: str) -> None:
     """What every attention call checks of q, k and v alike (``attention()``'s [B, H, S, D],
     ``attention_varlen``'s packed [total, heads, D]: ``layout``, whose rank it asks): each of
     that rank, on the GPU, bf16 or fp16; q's head dim (the last) one the call compiles; k and v
-    of q's dtype and device and of one shape.  ``fail(name, why)`` makes the one-line error."""
+    of q's dtype and device, and of one shape but for v's head dim (the last), which each call
+    checks (:data:`VALUE_TILES`).  ``fail(name, why)`` makes the one-line error."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if len(t.shape) != layout.count(",") + 1:
             raise fail(name, f"shape {tuple(t.shape)}; pass {layout}")
@@ -236,7 +253,7 @@ def check_operands(fail: Any, q: Any, k: Any, v: Any, layout: str) -> None:
             raise fail(name, f"dtype {t.dtype} differs from q's {q.dtype}; cast it")
         if t.device != q.device:
             raise fail(name, f"on {t.device}, q on {q.device}; put them on one device")
-    if tuple(k.shape) != tuple(v.shape):
+    if tuple(k.shape[:-1]) != tuple(v.shape[:-1]):
         raise fail("v", f"shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
 
 
@@ -293,6 +310,12 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
     b, h, sq, d = q.shape
     if (k.shape[0], k.shape[3]) != (b, d):
         raise fail("k", f"shape {tuple(k.shape)}: batch and head dim must be q's ({b}, {d})")
+    dv = v.shape[3]
+    if dv != d and (d, dv) not in VALUE_TILES:
+        pairs = ", ".join(f"{a} / {c}" for a, c in VALUE_TILES)
+        raise fail("v", f"head dim {dv}, q's {d}: a kernel takes v's own head dim at {pairs} "
+                        "(q / v); call attention(), which zero-pads the others, or pass v "
+                        "with q's head dim")
     hkv = k.shape[1]
     check_group(fail, h, hkv)
     mask = causal_align(causal)
@@ -314,13 +337,17 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                          heads=h, copied=tuple(name for name, t in (("q", q), ("k", k), ("v", v))
                                                if not in_place(t)),
                          out_order=order_of(q), window=reach, softcap=cap,
-                         softcap_scale=s / cap if cap else 0.0)
+                         softcap_scale=s / cap if cap else 0.0, head_dim_v=dv if dv != d else 0)
 
 
-def _tile(head_dim: int, causal: bool, short: bool, lean: bool = False) -> dict[str, str]:
+def _tile(head_dim: int, causal: bool, short: bool, lean: bool = False,
+          head_dim_v: int = 0) -> dict[str, str]:
     """The tile, overlaps and ring depth the call compiles (CALL_PARAMS winning; ``lean``: a
-    kernel of more state, :data:`LEAN_TILES`)."""
-    tile = (SHORT_TILES.get((head_dim, causal)) if short else None) or CALL_TILES[head_dim, causal]
+    kernel of more state, :data:`LEAN_TILES`; ``head_dim_v``: v's own head dim, the pair's
+    :data:`VALUE_TILES`)."""
+    tile = (VALUE_TILES[head_dim, head_dim_v] if head_dim_v
+            else (SHORT_TILES.get((head_dim, causal)) if short else None)
+            or CALL_TILES[head_dim, causal])
     return {**CALL_OVERLAPS[head_dim], **tile, **(LEAN_TILES.get(head_dim, {}) if lean else {}),
             **CALL_PARAMS}
 
@@ -328,27 +355,30 @@ def _tile(head_dim: int, causal: bool, short: bool, lean: bool = False) -> dict[
 def call_params(head_dim: int, causal: bool, align: str = "top_left",
                 short: bool = False, window: tuple[int, int] = NO_WINDOW,
                 softcap: bool = False, varlen: bool = False,
-                lse: bool = True) -> dict[str, str]:
+                lse: bool = True, head_dim_v: int = 0) -> dict[str, str]:
     """The schedule parameters (``-p``) the call compiles for one head dim, causal or not,
     where the causal diagonal sits (``-p align``, given only when causal or windowed), and
     whether the keys are few (:data:`SHORT_KEYS`); a window's reaches, the softcap and
     ``-p varlen`` (varlen_call.py) only where taken (a windowed call takes the causal tiles: its
     tiles' KV blocks vary alike; the softcap and varlen :data:`LEAN_TILES`); ``-p lse=false``
-    for a call that needs no LSE (the store compiled out)."""
+    for a call that needs no LSE (the store compiled out); ``-p head_dim_v`` for v's own head
+    dim (:data:`VALUE_TILES`)."""
     vary = causal or window != NO_WINDOW
-    params = {k: v for k, v in _tile(head_dim, vary, short, softcap or varlen).items()
-              if k != "stages"}
+    params = {k: v for k, v in _tile(head_dim, vary, short, softcap or varlen,
+                                     head_dim_v).items() if k != "stages"}
     reaches = ({"window_left": str(window[0]), "window_right": str(window[1])}
                if window != NO_WINDOW else {})
     return {**params, "head_dim": str(head_dim), "causal": str(causal).lower(),
             **({"align": align} if vary else {}), **reaches,
             **({"softcap": "true"} if softcap else {}), **({"varlen": "true"} if varlen else {}),
-            **({} if lse else {"lse": "false"})}
+            **({} if lse else {"lse": "false"}),
+            **({"head_dim_v": str(head_dim_v)} if head_dim_v else {})}
 
 
-def call_stages(head_dim: int, causal: bool, short: bool = False) -> int:
+def call_stages(head_dim: int, causal: bool, short: bool = False, head_dim_v: int = 0) -> int:
     """The ring depth (``-T stages``) the call compiles with :func:`call_params`."""
-    return int(_tile(head_dim, causal, short).get("stages", CALL_STAGES))
+    return int(_tile(head_dim, causal, short, head_dim_v=head_dim_v).get("stages",
+                                                                         CALL_STAGES))
 
 
 @attrs.frozen(kw_only=True, eq=False)
@@ -364,20 +394,22 @@ class AttentionKernel(Built):
 
 def _source(head_dim: int, dtype: str, causal: bool, align: str, short: bool = False,
             window: tuple[int, int] = NO_WINDOW, softcap: bool = False,
-            lse: bool = True) -> tuple[CompiledSchedule, str]:
+            lse: bool = True, head_dim_v: int = 0) -> tuple[CompiledSchedule, str]:
     """The call's schedule compiled (and proven) for one kernel, and its CUDA."""
     from pipeline_core_schedules_attention.emit_attention import emit_attention
 
     compiled = CALL.compile(call_params(head_dim, causal, align, short, window, softcap,
-                                        lse=lse),
-                            call_stages(head_dim, causal or window != NO_WINDOW, short))
+                                        lse=lse, head_dim_v=head_dim_v),
+                            call_stages(head_dim, causal or window != NO_WINDOW, short,
+                                        head_dim_v))
     return compiled, emit_attention(compiled, dtype=dtype)
 
 
 def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool, device: int,
            window: tuple[int, int] = NO_WINDOW, softcap: bool = False,
-           lse: bool = True) -> AttentionKernel:
-    return _load(*_source(head_dim, dtype, causal, align, short, window, softcap, lse), device)
+           lse: bool = True, head_dim_v: int = 0) -> AttentionKernel:
+    return _load(*_source(head_dim, dtype, causal, align, short, window, softcap, lse,
+                          head_dim_v), device)
 
 
 def _load(compiled: CompiledSchedule, source: str, device: int) -> AttentionKernel:
@@ -398,10 +430,13 @@ def _load(compiled: CompiledSchedule, source: str, device: int) -> AttentionKern
 def _kernel_key(c: AttentionCall, device: int, lse: bool = True) -> tuple[Any, ...]:
     """The key of call ``c``'s kernel in ``CALL.kernels`` (a window's reaches and the softcap
     after the six of every kernel, only where taken: one kernel per window; then False where
-    the kernel stores no LSE, the call needing none), :func:`_build`'s arguments."""
-    extra = ((c.window, bool(c.softcap)) if c.windowed or c.softcap or not lse else ())
+    the kernel stores no LSE, the call needing none; then v's own head dim, only where the
+    call has one), :func:`_build`'s arguments."""
+    value = c.head_dim_v != 0
+    extra = ((c.window, bool(c.softcap)) if c.windowed or c.softcap or not lse or value
+             else ())
     return (c.head_dim, c.dtype, c.causal, c.align, c.short, device, *extra,
-            *(() if lse else (False,)))
+            *((lse,) if not lse or value else ()), *((c.head_dim_v,) if value else ()))
 
 
 def _attention_key(q: Any, k: Any, v: Any, causal: object, scale: object,
@@ -450,7 +485,8 @@ def _run(q: Any, k: Any, v: Any, causal: bool | str, scale: float | None,
         r = CALL.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
             _kernel_key(c, device, stores_lse(c.head_dim, c.causal, lse)),)))
     c = r.plan
-    out = empty_in_order(torch, q.shape, c.out_order, q)  # q's layout, as SDPA's output
+    # q's layout, as SDPA's output, of v's head dim
+    out = empty_in_order(torch, (*q.shape[:3], c.v_dim), c.out_order, q)
     saved = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device) if lse else None
     if c.copied:  # the operands TMA cannot read where they lie, copied once (layout.py)
         q, k, v = (readable(t) if n in c.copied else t for n, t in (("q", q), ("k", k), ("v", v)))
@@ -561,21 +597,23 @@ def attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
 
 
 def pad_head_dims(fail: Any, q: Any, k: Any, v: Any, *, rank: int, scale: float | None,
-                  differentiable: bool) -> tuple[Any, Any, Any, float, int] | None:
+                  differentiable: bool, native: Collection[tuple[int, int]] = ()
+                  ) -> tuple[Any, Any, Any, float, int] | None:
     """q, k and v zero-padded to :func:`kernel_head_dim` where that is not their own head dim,
     with q's own scale (1/sqrt(dq) by default) and v's head dim, the output's columns to keep:
     ``(q, k, v, scale, dv)``; None where the call runs as it is (or an operand is not of
     ``rank``: the unpadded call names the argument at fault).  torch's ``F.pad``, so autograd
     and torch.compile see through it.  The one rule ``attention()`` (:func:`padded_attention`)
     and ``attention_varlen`` pad by; ``differentiable``: the call has a backward, so a call
-    needing a gradient pads to one of its head dims.  ``fail(name, why)`` makes the one-line
-    error: k's head dim not q's, or a head dim past the largest kernel."""
+    needing a gradient pads to one of its head dims; ``native``: the (q's, v's) head dim pairs
+    the call runs as they are (``attention()``'s :data:`VALUE_TILES`).  ``fail(name, why)``
+    makes the one-line error: k's head dim not q's, or a head dim past the largest kernel."""
     shapes = [tuple(getattr(t, "shape", ())) for t in (q, k, v)]
     if any(len(x) != rank for x in shapes):
         return None
     dq, dk, dv = (x[-1] for x in shapes)
-    if dv == dq == dk and dq in BWD_HEAD_DIMS:  # the common call: no torch call spent here
-        return None
+    if dk == dq and (dv == dq and dq in BWD_HEAD_DIMS or (dq, dv) in native):
+        return None  # the common call, or a pair a kernel runs: no torch call spent here
     if dk != dq:
         raise fail("k", f"head dim {dk} differs from q's {dq}: q . k^T needs one (v's may "
                         "differ); pass k with q's last dimension")
@@ -600,7 +638,8 @@ def padded_attention(q: Any, k: Any, v: Any, *, causal: bool | str, scale: float
     """:func:`attention` at :func:`kernel_head_dim` where that is not q's and v's own head dim
     (:func:`pad_head_dims`), the output's first ``dv`` columns (a view, as SDPA's flash
     backend returns where it pads); None where the call runs as it is."""
-    padded = pad_head_dims(_attention_error, q, k, v, rank=4, scale=scale, differentiable=True)
+    padded = pad_head_dims(_attention_error, q, k, v, rank=4, scale=scale, differentiable=True,
+                           native=VALUE_TILES)
     if padded is None:
         return None
     qp, kp, vp, s, dv = padded

@@ -122,7 +122,7 @@ class _Variant:
     mask: str  # pcat::KeyTail{Sk}, or (causal) pcat::Causal{Sk, the plan's offset}
     guard: bool  # bottom-right causal: a row may see no key
     qk: str  # the SS wrapper of S = Q.K^T (wgmma_m64n{BN}k16)
-    pv: str  # the RS wrapper of O += P.V (wgmma_rs_m64n{HD}k16)
+    pv: str  # the RS wrapper of O += P.V (wgmma_rs_m64n{HDV}k16)
     #: the TMA copies' row of Q's block, the start of K's and V's rows and the batch
     #: coordinate: the fixed-length kernel's, or (varlen) offset by the tile's sequence's
     #: first row in the packed tensors (``q0``, ``k0``) on their maps' batch of one
@@ -142,10 +142,12 @@ class _Variant:
     #: decode's producer warps sharing the K/V copies (the plan's record of -p kv_issuers:
     #: the lead, warp 0, alone runs the steps ``lead_only`` picks); None: one thread issues
     shared: SharedIssue | None = None
-    #: the head dim QK reads and the finish stores, where it is not the kernel's ``HD`` (the
-    #: boxes' columns, PV's N: D=96 runs S over 96 columns, O over 128 whose last 32 are V's
-    #: zeros, and stores 96); "" where they are one
+    #: the head dim QK reads, where it is not the kernel's ``HD`` (Q's and K's boxes' columns:
+    #: D=96 runs S over 96 columns); "" where they are one
     cols: str = ""
+    #: the head dim the finish stores, where it is not ``HDV`` (V's boxes' columns, O's and
+    #: PV's N: D=96 runs O over 128 columns whose last 32 are V's zeros, and stores 96)
+    out_cols: str = ""
 
     def op_line(self, tag: int, stage: str, tile: str) -> str:
         """One call of the header per compute op step (a ring stage's S, PV; a KV block's
@@ -165,11 +167,11 @@ class _Variant:
                     f"{str(self.guard).lower()}>(sacc, pk, rows, {self.mask}, {block}, {first}, "
                     "scale_log2);")
         if tag == AttentionTag.RESCALE:
-            return f"pcat::rescale<HD, BN, {self.elem}, {self.pack}>(oacc, sacc, pk, rows);"
+            return f"pcat::rescale<HDV, BN, {self.elem}, {self.pack}>(oacc, sacc, pk, rows);"
         assert tag == AttentionTag.WGMMA_PV
         if self.decode:
             return decode_pv_line(self.pv, stage, tile, self.narrow)
-        return f"pcat::pv<BN, HD, {self.pv}>(oacc, pk, stage_v({stage}));"
+        return f"pcat::pv<BN, HDV, {self.pv}>(oacc, pk, stage_v({stage}));"
 
 
 def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
@@ -196,9 +198,9 @@ def _step_line(s: Step, rings: dict[str, Ring], single_issuer: bool, owner: str,
                     f"* BM * 128, &tmQ, q_full_bar(o % {qs}), c * 64, {variant.q_row}, {HEAD}, "
                     f"{variant.batch});")
         if tag in (AttentionTag.TMA_K, AttentionTag.TMA_V):
-            x = "k" if tag == AttentionTag.TMA_K else "v"
-            return (f"for (int c = 0; c < HD / 64; ++c) pcat::tma_load_4d(stage_{x}({kstage}) + c "
-                    f"* BN * 128, &tm{x.upper()}, {x}_full_bar({kstage}), c * 64, "
+            x, hd = ("k", "HD") if tag == AttentionTag.TMA_K else ("v", "HDV")
+            return (f"for (int c = 0; c < {hd} / 64; ++c) pcat::tma_load_4d(stage_{x}({kstage}) "
+                    f"+ c * BN * 128, &tm{x.upper()}, {x}_full_bar({kstage}), c * 64, "
                     f"{variant.kv_from}{loop_tile(s)} * BN, {HEAD} / group, {variant.batch});")
         if tag in _COMPUTE:
             return variant.op_line(tag, kstage, loop_tile(s))
@@ -267,6 +269,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         guard=g.windowed or (causal is not None and causal.align == "bottom_right"),
         window=g.windowed, softcap=g.softcap, decode=False,
         cols=str(g.head_dim) if g.head_dim != g.box_cols else "",
+        out_cols=str(g.v_dim) if g.v_dim != g.v_box_cols else "",
         **(_VARLEN_COORDS if g.varlen else {"kv_from": "KF * BN + "} if g.windowed else {}))
     loop = ("int rb = 0, o = 0;", loop_head("tile < TILES"))
     blocks = WINDOW_BLOCKS if g.windowed else _CAUSAL_BLOCKS if g.causal else _blocks(rule)
@@ -292,8 +295,9 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         "CTAs (each runs output tiles",
         "// blockIdx.x, + gridDim.x, ...; causal, in the order hg and snake pick: "
         "tile_order.py)."]
-    # the finish's store: its first ``cols`` columns where given (the head dim under the boxes')
-    store = f"HD, {variant.elem}" + (f", {variant.cols}" if variant.cols else "")
+    # the finish's store: its first ``out_cols`` columns where given (V's head dim under its
+    # boxes')
+    store = f"HDV, {variant.elem}" + (f", {variant.out_cols}" if variant.out_cols else "")
     family = _family(g, finish=varlen_finish(store, g.lse) if g.varlen else
                      f"            pcat::finish<{store}>(oacc, rows, {OUT_ROWS}, "
                      f"{'LSE' if g.lse else 'nullptr'}, bh, Sq);")
@@ -309,7 +313,7 @@ def _variant(g: AttentionGeometry, dtype: str, **rest: Any) -> _Variant:
     return _Variant(elem=ELEM[dtype], pack=f"pcat::PackP::{'later' if g.intra_overlap else 'now'}",
                     qk=f"wgmma_m64n{g.rows if narrow else g.block_n}k16",
                     pv=(f"wgmma_ta_m64n{g.rows}k16" if narrow
-                        else f"wgmma_rs_m64n{g.box_cols}k16"), **rest)
+                        else f"wgmma_rs_m64n{g.v_box_cols}k16"), **rest)
 
 
 def _wrappers(g: AttentionGeometry, dtype: str) -> str:
@@ -318,7 +322,7 @@ def _wrappers(g: AttentionGeometry, dtype: str) -> str:
     if g.decode and g.rows in NARROW_ROWS:
         return (wgmma_ss(g.rows, dtype, scale_d=True)
                 + wgmma_ss(g.rows, dtype, trans_a=1, prefix="wgmma_ta"))
-    return wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.box_cols, dtype)
+    return wgmma_ss(g.block_n, dtype, scale_d=True) + wgmma_rs(g.v_box_cols, dtype)
 
 
 def _emit_decode(compiled: CompiledSchedule, g: AttentionGeometry, watchdog: int,
@@ -389,12 +393,12 @@ def _signature(g: AttentionGeometry) -> KernelSignature:
 
 
 #: the consumer's start of an output tile: O cleared, its Q
-_COMPUTE_START = ("            pcat::Rows rows = pcat::start<HD>(oacc, tile_m * BM, consumer);\n"
+_COMPUTE_START = ("            pcat::Rows rows = pcat::start<HDV>(oacc, tile_m * BM, consumer);\n"
                   "            const u32 q_smem = stage_q(o % Q_STAGES);  // this output tile's Q")
 
 
 #: a consumer's O, S and packed P (the fragments of m64 wgmmas over the tile's 64 rows)
-_STATE = "        float oacc[HD / 2], sacc[BN / 2];\n        u32 pk[BN / 4];"
+_STATE = "        float oacc[HDV / 2], sacc[BN / 2];\n        u32 pk[BN / 4];"
 
 
 def _issuing_warps(shared: SharedIssue | None) -> int:
@@ -405,28 +409,30 @@ def _issuing_warps(shared: SharedIssue | None) -> int:
 def _family(g: AttentionGeometry, *, finish: str, compute: str = _COMPUTE_START,
             state: str = _STATE, issuers: int = 1) -> AgentsFamily:
     """The kernel's constants (the frame's STAGES, the once ring's Q_STAGES, the roles'
-    registers; ``HD`` the boxes' columns, ``AttentionGeometry.box_cols``); Q's ring (output
+    registers; ``HD`` Q's and K's boxes' columns, ``AttentionGeometry.box_cols``, ``HDV``
+    V's and O's, ``v_box_cols``); Q's ring (output
     tile o's Q in stage o % Q_STAGES), then the K and V rings, from
     the frame's ``ring`` (the mbarriers follow them); a consumer's O, S and packed P; per output
     tile ``compute`` (its rows started, O cleared, and its Q), then after its steps
     ``finish``."""
     return AgentsFamily(
         constants=f"    constexpr int BM = {g.block_m}, BN = {g.block_n}, HD = {g.box_cols}, "
-                  f"STAGES = {g.stages}, Q_STAGES = {g.q_stages};\n"
+                  f"HDV = {g.v_box_cols}, STAGES = {g.stages}, Q_STAGES = {g.q_stages};\n"
                   f"    constexpr int PRODUCER_REGS = {g.producer_registers}, "
                   f"CONSUMER_REGS = {g.consumer_registers};\n"
-                  "    constexpr u32 Q_BYTES = BM * HD * 2, KV_BYTES = BN * HD * 2;"
+                  "    constexpr u32 Q_BYTES = BM * HD * 2, K_BYTES = BN * HD * 2, "
+                  "V_BYTES = BN * HDV * 2;"
                   # decode's copies per KV block (emit_decode.py), only where it is one
                   + (f"\n    constexpr int CHUNKS = {g.page_chunks};\n"
                      f"    constexpr bool KV_GROUPED = {str(g.kv_grouped).lower()};\n"
                      f"    constexpr int KV_ISSUERS = {issuers};\n"
                      "    using KV = pcat::KvLayout<BN, HD, KV_GROUPED>;" if g.decode else ""),
-        ring_bytes="Q_STAGES * Q_BYTES + 2 * STAGES * KV_BYTES",
+        ring_bytes="Q_STAGES * Q_BYTES + STAGES * (K_BYTES + V_BYTES)",
         stage_views="    auto stage_q = [&](int s) { return ring + s * Q_BYTES; };\n"
                     "    auto stage_k = [&](int s) { return ring + Q_STAGES * Q_BYTES + s * "
-                    "KV_BYTES; };\n"
-                    "    auto stage_v = [&](int s) { return ring + Q_STAGES * Q_BYTES + (STAGES "
-                    "+ s) * KV_BYTES; };",
+                    "K_BYTES; };\n"
+                    "    auto stage_v = [&](int s) { return ring + Q_STAGES * Q_BYTES + STAGES "
+                    "* K_BYTES + s * V_BYTES; };",
         consumer_state=state,
         compute=compute, finish=finish, once_stages="Q_STAGES")
 

@@ -211,6 +211,26 @@ class AttentionGeometry(WarpGroupTiles):
     #: share of a block's copies; the stage's expected bytes and Q's copy stay warp 0's
     #: (attention_decode.cuh, decode_kv_load)
     kv_issuers: int = 1
+    #: V's (and the output's) head dim where it is not Q's and K's (0: the same), e.g.
+    #: DeepSeek's MLA prefill, 192 for Q and K and 128 for V: V's ring, O and the PV wgmma's N
+    #: are :attr:`v_box_cols` wide (docs/guide/attention.md, "Head dims")
+    head_dim_v: int = 0
+
+    @property
+    def v_dim(self) -> int:
+        """V's and the output's head dim."""
+        return self.head_dim_v or self.head_dim
+
+    @property
+    def v_box_cols(self) -> int:
+        """V's columns in shared memory, O's per row and the PV wgmma's N: :attr:`v_dim` in
+        whole TMA boxes (:attr:`box_cols`'s rule)."""
+        return -(-self.v_dim // BOX_COLS) * BOX_COLS
+
+    @property
+    def v_bytes(self) -> int:
+        """One V block: block_n keys of :attr:`v_box_cols`."""
+        return self.block_n * self.v_box_cols * ELEM_BYTES
 
     @property
     def windowed(self) -> bool:
@@ -226,24 +246,29 @@ class AttentionGeometry(WarpGroupTiles):
     def smem_bytes(self) -> int:
         """Q's ring, the K and V rings, their mbarriers (full and empty per stage) and 1 KB to
         align the tiles to the swizzle atom."""
-        return (self.q_stages * self.q_bytes + 2 * self.stages * self.kv_bytes + 1024
-                + 8 * (4 * self.stages + 2 * self.q_stages))
+        return (self.q_stages * self.q_bytes + self.stages * (self.kv_bytes + self.v_bytes)
+                + 1024 + 8 * (4 * self.stages + 2 * self.q_stages))
 
     @property
     def consumer_registers_needed(self) -> int:
         """fp32 O and S per thread (a warp group's 128 threads hold rows x cols / 128 each; O
-        over :attr:`box_cols`, the PV wgmma's N), and under ``intra_overlap`` P_{j-1} packed to
+        over :attr:`v_box_cols`, the PV wgmma's N), and under ``intra_overlap`` P_{j-1} packed to
         16 bits (half of S) beside S_j, since PV_{j-1}
         still reads it while the softmax of j runs (P converted in place from its S without the
         overlap), plus :data:`CONSUMER_OVERHEAD_REGISTERS`."""
-        o = self.rows * self.box_cols // 128
+        o = self.rows * self.v_box_cols // 128
         s = self.rows * self.block_n // 128
         return o + s + (s // 2 if self.intra_overlap else 0) + CONSUMER_OVERHEAD_REGISTERS
 
     @property
     def flop_s(self) -> int:
-        """One consumer's S_j (and, alike, its PV_j) in flop."""
+        """One consumer's S_j in flop."""
         return 2 * self.rows * self.block_n * self.head_dim
+
+    @property
+    def flop_pv(self) -> int:
+        """One consumer's PV_j in flop (V's head dim)."""
+        return 2 * self.rows * self.block_n * self.v_dim
 
     def validate(self) -> None:
         def bad(param: str, why: str) -> ProgramError:
@@ -274,6 +299,13 @@ class AttentionGeometry(WarpGroupTiles):
         if self.varlen and (self.windowed or self.softcap):
             raise bad("varlen", "windows and softcap are not built for packed batches yet; "
                                 "drop -p window_left, -p window_right and -p softcap")
+        if self.head_dim_v and (self.head_dim_v % 16 or self.head_dim_v > 4 * BOX_COLS):
+            raise bad("head_dim_v", f"{self.head_dim_v}: V's head dim is the PV wgmma's N in "
+                                    f"16-column steps, at most {4 * BOX_COLS}; pass a multiple "
+                                    "of 16 up to 256, or 0 for head_dim's")
+        if self.head_dim_v and (self.decode or self.varlen):
+            raise bad("head_dim_v", f"is built for the fixed-length forward only (not "
+                                    f"-p {'decode' if self.decode else 'varlen'}); drop it")
         if self.decode:
             self._validate_decode(bad)
         elif self.split_kv or self.page_chunks != 1 or self.kv_grouped or self.kv_issuers != 1:
@@ -297,9 +329,11 @@ class AttentionGeometry(WarpGroupTiles):
             raise bad(*split)
         if self.smem_bytes > H100_SXM.smem_per_cta_optin:
             qs = f"{self.q_stages} x " if self.q_stages > 1 else ""
+            kv = (f"{self.kv_bytes} bytes each" if self.v_bytes == self.kv_bytes
+                  else f"{self.kv_bytes} and {self.v_bytes} bytes")
             raise ProgramError(f"{OWNER}: -T stages: Q ({qs}{self.q_bytes} bytes) "
                                f"and {self.stages} "
-                               f"stages of K and V ({self.kv_bytes} bytes each) need "
+                               f"stages of K and V ({kv}) need "
                                f"{self.smem_bytes} bytes of shared memory, over the "
                                f"{H100_SXM.smem_per_cta_optin} a CTA may use; lower -T stages "
                                f"or -p block_n{' or -p q_stages' if self.q_stages > 1 else ''}")
@@ -366,11 +400,11 @@ class FlashAttentionForward(AgentsSchedule):
                     logical(AttentionTag.SOFTMAX, subtile=c),
                     logical(AttentionTag.RESCALE, subtile=c),
                     logical(AttentionTag.WGMMA_PV, subtile=c, channel=1)]
-        gemm = g.flop_s // PEAK_MMA_FLOP_PER_CYCLE
         tile = g.rows * g.block_n
-        latency = {AttentionTag.WGMMA_S: gemm, AttentionTag.WGMMA_PV: gemm,
+        latency = {AttentionTag.WGMMA_S: g.flop_s // PEAK_MMA_FLOP_PER_CYCLE,
+                   AttentionTag.WGMMA_PV: g.flop_pv // PEAK_MMA_FLOP_PER_CYCLE,
                    AttentionTag.SOFTMAX: max(1, int(tile * SOFTMAX_CYCLES_PER_ELEMENT)),
-                   AttentionTag.RESCALE: max(1, int(g.rows * g.head_dim
+                   AttentionTag.RESCALE: max(1, int(g.rows * g.v_dim
                                                     * RESCALE_CYCLES_PER_ELEMENT))}
         return [o.evolve(latency=latency[AttentionTag(o.tag)]) if o.tag in latency else o
                 for o in annotate(ops, self.target.cost_model)]
@@ -421,7 +455,7 @@ class FlashAttentionForward(AgentsSchedule):
         # decode's -p kv_issuers: producer warps sharing K's and V's copies, Q warp 0's alone
         shared = (SharedIssue(agent="producer", warps=g.kv_issuers, lead=(Q,))
                   if g.kv_issuers > 1 else None)
-        return AgentSpec(roles=roles, op_bytes={Q: g.q_bytes, K: g.kv_bytes, V: g.kv_bytes},
+        return AgentSpec(roles=roles, op_bytes={Q: g.q_bytes, K: g.kv_bytes, V: g.v_bytes},
                          rings=rings, once=(Q,), orders=orders, lags=lags,
                          trip_rule=self.bounds(), reduction=reduction, shared_issue=shared)
 
@@ -467,6 +501,9 @@ PARAMS = (
     Param("head_dim", int, 128, "head dimension D (96: two TMA boxes, the second half zeros; "
                                 "192 and 256 where their tiles' registers and shared memory fit)",
           choices=HEAD_DIMS),
+    Param("head_dim_v", int, 0, "V's and the output's head dim where it differs from Q's and "
+                                "K's (0: head_dim's; DeepSeek's MLA prefill: -p head_dim=192 "
+                                "-p head_dim_v=128)", choices=(0, *HEAD_DIMS)),
     Param("block_m", int, 128, "query rows per output tile, split over the consumers (8, 16: "
                                "decode's narrow tiles, the queries wgmma's N)",
           bound=Bound(low=8, high=256)),
@@ -529,7 +566,7 @@ def make_attention(ctx: BuildContext) -> FlashAttentionForward:
         window_left=p["window_left"], window_right=p["window_right"],
         softcap=bool(p["softcap"]), decode=bool(p["decode"]), split_kv=bool(p["split_kv"]),
         page_chunks=p["page_chunks"], kv_grouped=bool(p["kv_grouped"]),
-        kv_issuers=p["kv_issuers"])
+        kv_issuers=p["kv_issuers"], head_dim_v=p["head_dim_v"])
     geometry.validate()
     return FlashAttentionForward(target, geometry)
 

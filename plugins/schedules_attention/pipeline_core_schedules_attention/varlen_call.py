@@ -110,8 +110,9 @@ def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                               "under torch.no_grad(), or pad the batch to [B, H, S, D] and call "
                               "attention() for gradients")
     tq, h, d = q.shape
-    if k.shape[2] != d:
-        raise _fail("k", f"head dim {k.shape[2]}, q's {d}; pass one head dim")
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[2] != d:
+            raise _fail(name, f"head dim {t.shape[2]}, q's {d}; pass one head dim")
     hkv = k.shape[1]
     check_group(_fail, h, hkv)
     batch = None

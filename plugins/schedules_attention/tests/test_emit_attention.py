@@ -49,7 +49,8 @@ def test_emitted_kernel_carries_the_plans_steps(pingpong, head_dim, dtype):
     code, src, err = emit("-p", "intra_overlap=false", "-p", f"pingpong={str(pingpong).lower()}",
                           "-p", f"head_dim={head_dim}", "-O", f"dtype={dtype}")
     assert code == 0, err
-    assert f"constexpr int BM = 128, BN = 128, HD = {head_dim}, STAGES = 2" in src
+    assert (f"constexpr int BM = 128, BN = 128, HD = {head_dim}, HDV = {head_dim}, STAGES = 2"
+            in src)
     # the producer announces the plan's bytes (Q once: 128 x D, K and V: 128 x D, 2 bytes each);
     # Q's in its prologue and in the branch of a tile with no KV block
     assert src.count(f"mbar_expect_tx(q_full_bar((o % 1)), {128 * head_dim * 2}u);") == 2
@@ -65,7 +66,7 @@ def test_emitted_kernel_carries_the_plans_steps(pingpong, head_dim, dtype):
             "pcat::KeyTail{Sk}, t, FM, scale_log2);") in src
     # O stored at its own strides (q's layout), and each row's log-sum-exp where the call
     # passes an LSE (the backward's)
-    assert (f"pcat::finish<HD, {elem}>(oacc, rows, O + (bh / H) * o_sb + (bh % H) * o_sh, "
+    assert (f"pcat::finish<HDV, {elem}>(oacc, rows, O + (bh / H) * o_sb + (bh % H) * o_sh, "
             "o_ss, LSE, bh, Sq);") in src
     assert "unsigned short* __restrict__ O, float* __restrict__ LSE," in src
     named = re.findall(r"bar\.(sync|arrive) (\d+), 256", src)
@@ -110,7 +111,7 @@ def test_the_intra_overlap_issues_pv_a_tile_late_and_waits_for_s_alone():
     src = emit_attention(compiled(intra_overlap=True, pingpong=False))
     loop = _consumer0_loop(src)
     order = ["pcat::qk<BM, BN, HD, wgmma_m64n128k16>(sacc, q_smem, stage_k(((rb + t) % STAGES)), "
-             "consumer);", "pcat::pv<BN, HD, wgmma_rs_m64n128k16>(oacc, pk, stage_v(((rb + t - 1)"
+             "consumer);", "pcat::pv<BN, HDV, wgmma_rs_m64n128k16>(oacc, pk, stage_v(((rb + t - 1)"
              " % STAGES)));", "wgmma_wait<1>();", "(sacc, pk, rows, pcat::KeyTail{Sk}, t, FM, "
              "scale_log2);", "wgmma_wait<0>();", "mbar_arrive(v_empty_bar(((rb + t - 1) % 2)));",
              "pcat::rescale<"]
@@ -317,7 +318,7 @@ def test_the_calls_variant_per_head_dim_is_emitted(head_dim, short):
     box = -(-head_dim // 64) * 64
     assert f"HD = {box}," in src and f"wgmma_rs_m64n{box}k16(" in src
     assert (f"pcat::qk<BM, BN, {head_dim}," in src) == (box != head_dim)
-    assert (f"pcat::finish<HD, pcat::Bf16, {head_dim}>(" in src) == (box != head_dim)
+    assert (f"pcat::finish<HDV, pcat::Bf16, {head_dim}>(" in src) == (box != head_dim)
     assert ("wgmma_wait<1>();" in src) == (CALL_OVERLAPS[head_dim]["intra_overlap"] == "true")
 
 
@@ -772,16 +773,16 @@ def _layout(src: str) -> tuple[dict[str, int], list[tuple[str, int, int]], int]:
     """The shared memory an emitted kernel lays out, evaluated from its source (ring 0): its
     constants, (what, start, bytes) of each Q, K and V stage and each mbarrier, and the dynamic
     shared memory its header asks the launch for."""
-    env: dict[str, int] = dict(zip(("BM", "BN", "HD", "STAGES", "Q_STAGES"), map(int, re.search(
-        r"constexpr int BM = (\d+), BN = (\d+), HD = (\d+), STAGES = (\d+), "
-        r"Q_STAGES = (\d+);", src).groups())))
-    for name, expr in re.findall(r"(Q_BYTES|KV_BYTES) = ([^,;]+)[,;]", src):
+    env: dict[str, int] = dict(zip(("BM", "BN", "HD", "HDV", "STAGES", "Q_STAGES"), map(
+        int, re.search(r"constexpr int BM = (\d+), BN = (\d+), HD = (\d+), HDV = (\d+), "
+                       r"STAGES = (\d+), Q_STAGES = (\d+);", src).groups())))
+    for name, expr in re.findall(r"(Q_BYTES|K_BYTES|V_BYTES) = ([^,;]+)[,;]", src):
         env[name] = eval(expr, dict(env))  # noqa: S307 - our own expression
     env["ring"] = 0
     regions = []
     for x, count in (("q", env["Q_STAGES"]), ("k", env["STAGES"]), ("v", env["STAGES"])):
         expr = re.search(rf"auto stage_{x} = \[&\]\(int s\) \{{ return ([^;]+); \}};", src)[1]
-        size = env["Q_BYTES" if x == "q" else "KV_BYTES"]
+        size = env[f"{x.upper()}_BYTES"]
         regions += [(f"{x}{s}", eval(expr, {**env, "s": s}), size)  # noqa: S307
                     for s in range(count)]
     bars, names = re.search(r"const u32 bars = ([^;]+);  // (.+)", src).groups()
@@ -806,6 +807,7 @@ def _layout(src: str) -> tuple[dict[str, int], list[tuple[str, int, int]], int]:
     ({"head_dim": 128, "q_stages": 2}, 2),
     ({"head_dim": 64, "q_stages": 2, "consumers": 3, "block_m": 192, "consumer_registers": 160},
      3),
+    ({"head_dim": 192, "head_dim_v": 128}, 2),  # V's own head dim: its stages narrower than K's
 ])
 def test_the_kernels_q_k_v_stages_and_mbarriers_are_disjoint_and_fit_its_shared_memory(
         params, stages):
@@ -864,7 +866,7 @@ def _sass_of_the_plans_wgmmas(c, src: str, tmp_path) -> str:
     s_steps, pv_steps = tags.count(T.WGMMA_S), tags.count(T.WGMMA_PV)
     assert s_steps and pv_steps
     ss = re.findall(rf"HGMMA\.64x{g.block_n}x16\.F32(?:\.BF16)? R\d+, gdesc\[UR\d+\]", sass)
-    rs = re.findall(rf"HGMMA\.64x{g.box_cols}x16\.F32(?:\.BF16)? R\d+, R\d+, gdesc\[UR\d+\]"
+    rs = re.findall(rf"HGMMA\.64x{g.v_box_cols}x16\.F32(?:\.BF16)? R\d+, R\d+, gdesc\[UR\d+\]"
                     r"\.tnspB", sass)
     assert len(ss) == s_steps * g.head_dim // 16 and len(rs) == pv_steps * g.block_n // 16
     assert len(re.findall(r"HGMMA\.", sass)) == len(ss) + len(rs)
@@ -942,7 +944,7 @@ def test_the_new_head_dims_build_without_spills_and_run_the_head_dims_k_steps(he
     per S and PV step of the consumer's program; D=96 stores 96 columns of O."""
     c, src = call._source(head_dim, dtype, causal, "bottom_right" if causal else "top_left")
     g = c.launch.geometry
-    assert ("pcat::finish<HD, pcat::" in src
+    assert ("pcat::finish<HDV, pcat::" in src
             and (f", {head_dim}>(oacc, rows," in src) == (g.box_cols != head_dim))
     _sass_of_the_plans_wgmmas(c, src, tmp_path)
 
@@ -979,7 +981,7 @@ def test_a_call_needing_a_gradient_at_a_head_dim_with_no_backward_is_one_line(he
 
 
 @pytest.mark.parametrize("dq,dv,grad,d", [(96, 96, True, 128), (80, 80, False, 96),
-                                          (192, 128, False, 192), (64, 128, True, 128)])
+                                          (160, 128, False, 192), (64, 128, True, 128)])
 def test_a_head_dim_off_the_kernels_runs_zero_padded_and_sliced(dq, dv, grad, d, monkeypatch):
     """attention() pads q and k (and v) with zero columns to kernel_head_dim, passes q's own
     scale, and takes the output's first dv columns; the padded call is the kernels' own."""
@@ -1047,3 +1049,53 @@ def test_a_call_that_needs_no_lse_gets_a_kernel_that_stores_none_and_keeps_the_r
     assert finish[0].replace(", LSE, bh, Sq);", ", nullptr, bh, Sq);") in without.splitlines()
     assert ([ln for ln in with_lse.splitlines() if "pcat::finish<" not in ln]
             == [ln for ln in without.splitlines() if "pcat::finish<" not in ln])
+
+
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "top_left"),
+                                          (True, "bottom_right")])
+def test_v_s_own_head_dim_runs_on_a_kernel_of_its_own_proven_within_its_budgets(causal, align):
+    """DeepSeek's MLA prefill (q and k 192, v 128) is not padded: plan_attention keeps v's head
+    dim (the output [B, H, Sq, 128] in q's layout), and the call compiles -p head_dim_v=128 on
+    VALUE_TILES' 128 x 128, proven SAFE: K's stages of 192 columns, V's of 128 (the V ring's
+    expected bytes), O and the PV wgmma 128 wide, within the CTA's shared memory and the
+    consumers' registers.  A pair without a kernel is refused in one line naming v."""
+    from pipeline_core_nvidia_h100.kit_api import H100_SXM
+
+    q, k, v = (FakeTensor((2, 4, 100, 192)), FakeTensor((2, 2, 77, 192)),
+               FakeTensor((2, 2, 77, 128)))
+    plain = {"causal": causal, "scale": None, "deterministic": False, "window": None,
+             "softcap": None}
+    assert padded_attention(q, k, v, **plain) is None  # the kernel's own: torch untouched
+    c = plan_attention(q, k, v, causal=align if causal else False)
+    assert (c.head_dim, c.head_dim_v, c.v_dim) == (192, 128, 128)
+    assert c.out_strides == (4 * 100 * 128, 100 * 128, 128, 1) and not c.short
+    compiled_ = compile_named(NAME, params=call_params(192, causal, align, head_dim_v=128),
+                              target_args={"stages": str(call_stages(192, causal,
+                                                                     head_dim_v=128))})
+    assert compiled_.proof.safe
+    g = compiled_.launch.geometry
+    assert (g.block_m, g.block_n, g.head_dim, g.v_dim, g.box_cols, g.v_box_cols) == (
+        128, 128, 192, 128, 192, 128)
+    full = {r.name: r.tx_bytes for r in compiled_.plan.rings}
+    assert (full["k_full"], full["v_full"]) == (128 * 192 * 2, 128 * 128 * 2)
+    assert g.smem_bytes <= H100_SXM.smem_per_cta_optin
+    assert g.consumer_registers_needed <= g.consumer_registers
+    with pytest.raises(AttentionArgumentError) as info:
+        plan_attention(FakeTensor((2, 4, 100, 128)), FakeTensor((2, 2, 77, 128)),
+                       FakeTensor((2, 2, 77, 64)))
+    assert str(info.value).startswith("attention: v: head dim 64, q's 128: a kernel takes v's "
+                                      "own head dim at 192 / 128")
+
+
+@pytest.mark.needs_nvcc  # skipped or failed without nvcc: conftest.py
+@pytest.mark.parametrize("causal,dtype", [(False, "bf16"), (True, "fp16")])
+def test_v_s_own_head_dim_builds_without_spills_and_runs_pv_at_v_s_width(causal, dtype,
+                                                                        tmp_path):
+    """The 192 / 128 kernel builds for sm_90a with no spill and no serialized wgmma; its SASS
+    runs S over 192 columns (12 k steps of 64 x 128) and PV at V's 128 (64 x 128 per k step),
+    and it loads and stores V's and O's two boxes, not K's three."""
+    c, src = call._source(192, dtype, causal, "bottom_right" if causal else "top_left",
+                          head_dim_v=128)
+    assert "HD = 192, HDV = 128" in src and "pcat::finish<HDV, pcat::" in src
+    assert "c < HDV / 64; ++c) pcat::tma_load_4d(stage_v(" in src
+    _sass_of_the_plans_wgmmas(c, src, tmp_path)
