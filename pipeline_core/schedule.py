@@ -239,11 +239,13 @@ class Param:
         except ValueError as exc:
             allowed = f"{exc}" + (f"; expected {self.int_bound.allowed()}" if self.type is int else "")
             raise ConfigError(owner, self.name, text, allowed, flag=flag) from None
+        # outside the bound or the choices: the error quotes what the listing says is allowed
+        # (the choices where there are some: a negative int is outside the core's default bound
+        # before it is outside a parameter's choices)
         if self.type is int and not self.int_bound.contains(value):
-            raise ConfigError(owner, self.name, text.strip(), self.int_bound.allowed(), flag=flag)
+            raise ConfigError(owner, self.name, text.strip(), self.range_text(), flag=flag)
         if self.choices and value not in self.choices:
-            raise ConfigError(owner, self.name, value,
-                              f"one of {', '.join(map(str, self.choices))}", flag=flag)
+            raise ConfigError(owner, self.name, value, self.range_text(), flag=flag)
         return value
 
     @property
