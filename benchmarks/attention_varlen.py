@@ -250,22 +250,53 @@ def timing(torch, rounds: int, seed: int) -> dict:
                     emit({"kind": "time-error", "case": kind, "D": d, "causal": causal,
                           "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
                 torch.cuda.empty_cache()
+    value_timing(torch, rounds, rng)
     return results
 
 
-def sanitize_run(torch) -> None:
-    """The call at SANITIZE_BATCH, every kernel head dim, every causal, grouped-query: each
-    varlen kernel the call builds for these (long and short key tiles) under the sanitizer."""
+def value_timing(torch, rounds: int, rng: random.Random) -> None:
+    """v's own head dim packed (call.VALUE_TILES: 192 / 128) on a mixed batch of 16k tokens,
+    causal or not: its kernel against the same call with v zero-padded to q's head dim (what
+    the packed call ran before session 27), CUDA-graph replays, per-round ratios."""
     from pipeline_core_schedules_attention import attention_varlen
+    from pipeline_core_schedules_attention.call import VALUE_TILES
+
+    for d, dv in VALUE_TILES:
+        for causal in (False, True):
+            lengths = _mixed(rng)
+            longest, h = max(lengths), HIDDEN // 128
+            q, k, v, cq, _ = packed(torch, [(x, x) for x in lengths], h, h, d, "bf16", dv)
+            vp = torch.nn.functional.pad(v, (0, d - dv))
+            fns = {"varlen": graphed(torch, lambda: attention_varlen(
+                       q, k, v, cq, cq, longest, longest, causal=causal)),
+                   "varlen-padded": graphed(torch, lambda: attention_varlen(
+                       q, k, vp, cq, cq, longest, longest, causal=causal,
+                       scale=d ** -0.5)[..., :dv])}
+            per = interleaved(torch, fns, rounds, 20)
+            r = ratios(per, "varlen", "varlen-padded")
+            emit({"kind": "time-value", "D": d, "Dv": dv, "causal": causal, "H": h,
+                  "lengths": lengths, "varlen_ms": statistics.median(per["varlen"]),
+                  "padded_ms": statistics.median(per["varlen-padded"]),
+                  "ratio_padded_over_varlen": r, "median_ratio": statistics.median(r),
+                  "device": torch.cuda.get_device_name()})
+            torch.cuda.empty_cache()
+
+
+def sanitize_run(torch) -> None:
+    """The call at SANITIZE_BATCH, every kernel head dim and v's own (call.VALUE_TILES), every
+    causal, grouped-query: each varlen kernel the call builds for these (long and short key
+    tiles) under the sanitizer."""
+    from pipeline_core_schedules_attention import attention_varlen
+    from pipeline_core_schedules_attention.call import VALUE_TILES
     from pipeline_core_schedules_attention.schedule import HEAD_DIMS
 
-    for d in HEAD_DIMS:
+    for d, dv in [(d, d) for d in HEAD_DIMS] + list(VALUE_TILES):
         for causal in CAUSAL:
             for mk in (300, 4096):  # the short tile, then the long one (max_seqlen_k)
-                q, k, v, cq, ck = packed(torch, SANITIZE_BATCH, 4, 2, d, "bf16")
+                q, k, v, cq, ck = packed(torch, SANITIZE_BATCH, 4, 2, d, "bf16", dv)
                 out = attention_varlen(q, k, v, cq, ck, 200, mk, causal=causal)
                 torch.cuda.synchronize()
-                print(json.dumps({"kind": "sanitized-run", "D": d, "causal": causal,
+                print(json.dumps({"kind": "sanitized-run", "D": d, "Dv": dv, "causal": causal,
                                   "max_k": mk, "nan": bool(torch.isnan(out).any())}), flush=True)
 
 
@@ -298,7 +329,7 @@ def main() -> None:
                       "attention_varlen.jsonl",
                       (("--cases", int, 48), ("--rounds", int, 5), ("--seed", int, 0),
                        ("--jobs", int, 4), ("--timeout", float, 600.0)))
-    dispatch(args, Path(__file__), configs(random.Random(args.seed), args.cases), 30,
+    dispatch(args, Path(__file__), configs(random.Random(args.seed), args.cases), 36,
              lambda: prebuild(args.jobs), sanitize_run, lambda torch: gpu(torch, args))
 
 

@@ -303,9 +303,9 @@ class AttentionGeometry(WarpGroupTiles):
             raise bad("head_dim_v", f"{self.head_dim_v}: V's head dim is the PV wgmma's N in "
                                     f"16-column steps, at most {4 * BOX_COLS}; pass a multiple "
                                     "of 16 up to 256, or 0 for head_dim's")
-        if self.head_dim_v and (self.decode or self.varlen):
-            raise bad("head_dim_v", f"is built for the fixed-length forward only (not "
-                                    f"-p {'decode' if self.decode else 'varlen'}); drop it")
+        if self.head_dim_v and self.decode:
+            raise bad("head_dim_v", "is built for the prefill forwards only (fixed-length and "
+                                    "-p varlen), not -p decode; drop it")
         if self.decode:
             self._validate_decode(bad)
         elif self.split_kv or self.page_chunks != 1 or self.kv_grouped or self.kv_issuers != 1:

@@ -34,7 +34,8 @@ from pipeline_core_nvidia_h100.kit_api import (PLUGIN_MODULE, RECIPE_CACHE_SIZE,
 
 from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E, OP_CAUSAL,
                                                     SHORT_KEYS,
-                                                    SHORT_TILES, AttentionArgumentError,
+                                                    SHORT_TILES, VALUE_TILES,
+                                                    AttentionArgumentError,
                                                     AttentionKernel, _load, call_params,
                                                     call_stages, causal_align, check_group,
                                                     check_operands, pad_head_dims,
@@ -70,6 +71,14 @@ class VarlenCall:
     align: str = "top_left"
     copied: tuple[str, ...] = ()
     out_order: tuple[int, ...] = (0, 1, 2)
+    #: v's (and the output's) head dim where it is not q's (0: the same; a pair of
+    #: call.VALUE_TILES, which a kernel of its own runs)
+    head_dim_v: int = 0
+
+    @property
+    def v_dim(self) -> int:
+        """v's and the output's head dim."""
+        return self.head_dim_v or self.head_dim
 
     @property
     def group(self) -> int:
@@ -79,12 +88,13 @@ class VarlenCall:
     def short(self) -> bool:
         """The fixed-length call's short tile where every sequence's keys are few
         (``max_seqlen_k`` at most ``call.SHORT_KEYS``)."""
-        return self.max_k <= SHORT_KEYS and (self.head_dim, self.causal) in SHORT_TILES
+        return (self.max_k <= SHORT_KEYS and not self.head_dim_v
+                and (self.head_dim, self.causal) in SHORT_TILES)
 
     @property
     def out_strides(self) -> tuple[int, ...]:
         """The output's strides in elements ([total_q, H, D], dense in :attr:`out_order`)."""
-        return dense_strides((self.total_q, self.heads, self.head_dim), self.out_order)
+        return dense_strides((self.total_q, self.heads, self.v_dim), self.out_order)
 
 
 def _fail(name: str, why: str) -> AttentionArgumentError:
@@ -110,9 +120,13 @@ def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                               "under torch.no_grad(), or pad the batch to [B, H, S, D] and call "
                               "attention() for gradients")
     tq, h, d = q.shape
-    for name, t in (("k", k), ("v", v)):
-        if t.shape[2] != d:
-            raise _fail(name, f"head dim {t.shape[2]}, q's {d}; pass one head dim")
+    if k.shape[2] != d:
+        raise _fail("k", f"head dim {k.shape[2]}, q's {d}; pass one head dim")
+    dv = v.shape[2]
+    if dv != d and (d, dv) not in VALUE_TILES:
+        raise _fail("v", f"head dim {dv}, q's {d}: a kernel takes v's own head dim at "
+                         f"{', '.join(f'{a} / {b}' for a, b in VALUE_TILES)} (q / v); call "
+                         "attention_varlen(), which zero-pads the others, or pass one head dim")
     hkv = k.shape[1]
     check_group(_fail, h, hkv)
     batch = None
@@ -140,6 +154,7 @@ def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         raise _fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
     return VarlenCall(total_q=tq, total_k=k.shape[0], batch=batch, heads=h, kv_heads=hkv,
                       max_q=min(mq, tq), max_k=min(mk, k.shape[0]), head_dim=d,
+                      head_dim_v=dv if dv != d else 0,
                       dtype=DTYPES[str(q.dtype)],
                       scale_log2=softmax_scale(d, scale) * LOG2E, causal=align is not None,
                       align=align or "top_left",
@@ -159,36 +174,45 @@ UNIFORM_TILES: frozenset[tuple[int, bool]] = frozenset()
 
 
 def varlen_params(head_dim: int, causal: bool, align: str = "top_left",
-                  short: bool = False, lse: bool = True) -> dict[str, str]:
+                  short: bool = False, lse: bool = True,
+                  head_dim_v: int = 0) -> dict[str, str]:
     """The ``-p`` parameters the varlen call compiles: the fixed-length call's, with
     ``-p varlen`` (and ``-p lse=false`` for a call that does not return the LSE,
-    ``-p uniform_tiles`` where :data:`UNIFORM_TILES` holds)."""
-    return {**call_params(head_dim, causal, align, short, varlen=True, lse=lse),
+    ``-p uniform_tiles`` where :data:`UNIFORM_TILES` holds, ``-p head_dim_v`` for v's own
+    head dim)."""
+    return {**call_params(head_dim, causal, align, short, varlen=True, lse=lse,
+                          head_dim_v=head_dim_v),
             **({"uniform_tiles": "true"} if (head_dim, causal) in UNIFORM_TILES else {})}
 
 
 def varlen_source(head_dim: int, dtype: str, causal: bool, align: str,
-                  short: bool = False, lse: bool = True) -> tuple[CompiledSchedule, str]:
+                  short: bool = False, lse: bool = True,
+                  head_dim_v: int = 0) -> tuple[CompiledSchedule, str]:
     """The varlen schedule compiled (and proven) for one kernel, and its CUDA."""
     from pipeline_core_schedules_attention.emit_attention import emit_attention
 
-    compiled = VARLEN.compile(varlen_params(head_dim, causal, align, short, lse),
-                              call_stages(head_dim, causal, short))
+    compiled = VARLEN.compile(varlen_params(head_dim, causal, align, short, lse, head_dim_v),
+                              call_stages(head_dim, causal, short, head_dim_v))
     return compiled, emit_attention(compiled, dtype=dtype)
 
 
 #: every kernel the varlen call may build: (head dim, dtype, causal, alignment, short, LSE
 #: stored: call.stores_lse with and without ``return_lse``; the GPU check builds each into the
-#: disk cache first, benchmarks/attention_varlen.py)
+#: disk cache first, benchmarks/attention_varlen.py), then each pair of call.VALUE_TILES's
+#: (v's own head dim last; no short tile)
+_MODES = ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))
 VARIANTS = tuple((d, t, c, a, s, lse) for d in HEAD_DIMS for t in ("bf16", "fp16")
-                 for c, a in ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))
-                 for s in (False, True)
+                 for c, a in _MODES for s in (False, True)
                  for lse in sorted({stores_lse(d, c, need) for need in (False, True)}))
+VARIANTS += tuple((d, t, c, a, False, lse, dv) for d, dv in VALUE_TILES
+                  for t in ("bf16", "fp16") for c, a in _MODES
+                  for lse in sorted({stores_lse(d, c, need) for need in (False, True)}))
 
 
 def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool, lse: bool,
-           device: int) -> AttentionKernel:
-    return _load(*varlen_source(head_dim, dtype, causal, align, short, lse), device)
+           device: int, head_dim_v: int = 0) -> AttentionKernel:
+    return _load(*varlen_source(head_dim, dtype, causal, align, short, lse, head_dim_v),
+                 device)
 
 
 def _packed_view(t: Any) -> Any:
@@ -264,7 +288,8 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
                               f"{name}=...), or pass {name}=None")
     if not isinstance(return_lse, bool):
         raise _fail("return_lse", f"{return_lse!r}; pass True or False")
-    padded = pad_head_dims(_fail, q, k, v, rank=3, scale=scale, differentiable=False)
+    padded = pad_head_dims(_fail, q, k, v, rank=3, scale=scale, differentiable=False,
+                           native=VALUE_TILES)
     if padded is not None:  # a head dim the kernels do not build, or v's own (call.py)
         qp, kp, vp, s, dv = padded
         got = attention_varlen(qp, kp, vp, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
@@ -310,9 +335,10 @@ def _run(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
         c = _check(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale)
         r = VARLEN.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
             (c.head_dim, c.dtype, c.causal, c.align, c.short,
-             stores_lse(c.head_dim, c.causal, return_lse), device),)))
+             stores_lse(c.head_dim, c.causal, return_lse), device,
+             *((c.head_dim_v,) if c.head_dim_v else ())),)))
     c = r.plan
-    out = empty_in_order(torch, q.shape, c.out_order, q)  # q's layout
+    out = empty_in_order(torch, (*q.shape[:2], c.v_dim), c.out_order, q)  # q's layout
     lse = torch.empty((c.heads, c.total_q) if return_lse else (0,), dtype=torch.float32,
                       device=q.device)
     if c.total_k == 0 and c.total_q > 0:  # no key in any sequence (and no map of 0 rows)
@@ -339,7 +365,7 @@ def _fake(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int, 
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     c = _check(q, k, v, cu_q, cu_k, max_q, max_k, OP_CAUSAL[causal], scale)
-    return (empty_in_order(torch, q.shape, c.out_order, q),
+    return (empty_in_order(torch, (*q.shape[:2], c.v_dim), c.out_order, q),
             q.new_empty((c.heads, c.total_q) if return_lse else (0,), dtype=torch.float32))
 
 

@@ -320,6 +320,21 @@ def test_the_varlen_kernels_build_without_spills(head_dim, causal, align, short,
     assert "serialized" not in proc.stderr and "warning" not in proc.stderr.lower()
 
 
+@pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("causal,align", [(False, "top_left"), (True, "bottom_right")])
+@pytest.mark.parametrize("lse", [True, False])
+def test_the_varlen_kernel_of_v_s_own_head_dim_builds_without_spills(causal, align, lse,
+                                                                     tmp_path):
+    """The packed 192 / 128 kernel (v's own head dim) builds with no spill: the varlen state
+    (the sequences' spans, the cursor) beside O of 128 columns."""
+    c = compile_named(NAME, params=varlen_params(192, causal, align, False, lse, 128),
+                      target_args={"stages": str(call_stages(192, causal, head_dim_v=128))})
+    proc, _ = compile_cubin(emit_attention(c), tmp_path, "varlen_v")
+    assert proc.returncode == 0, proc.stderr
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+    assert "serialized" not in proc.stderr and "warning" not in proc.stderr.lower()
+
+
 @pytest.mark.skipif(nvcc() is None or sass_command() is None,
                     reason="needs nvcc and a disassembler")
 @pytest.mark.parametrize("head_dim", [64, 128])
@@ -531,8 +546,8 @@ def test_the_packed_call_stores_the_lse_by_the_fixed_length_calls_rule():
 
     assert stores_lse(128, True, False) and stores_lse(64, False, True)
     assert not stores_lse(64, True, False) and not stores_lse(128, False, False)
-    kinds = {(d, c): set() for d, _, c, _, _, _ in VARIANTS}
-    for d, _, c, _, _, lse in VARIANTS:
+    kinds = {(d, c): set() for d, _, c, _, _, _, *_ in VARIANTS}
+    for d, _, c, _, _, lse, *_ in VARIANTS:
         kinds[d, c].add(lse)
     assert kinds == {(d, c): {True} if (d, c) == (128, True) else {False, True}
                      for d, c in kinds}
@@ -554,3 +569,32 @@ def test_the_packed_call_pads_head_dims_by_attentions_rule():
                          mq, mk)
     assert str(info.value).startswith("attention_varlen: k: head dim 128 differs from q's 192")
     assert "\n" not in str(info.value)
+
+
+def test_the_packed_call_runs_v_s_own_head_dim_on_its_kernel():
+    """DeepSeek's MLA prefill packed (q and k 192, v 128): plan_varlen keeps v's head dim (the
+    output [total_q, Hq, 128] in q's layout), and the kernel it keys is -p varlen with
+    -p head_dim_v=128 on call.VALUE_TILES' tile, proven SAFE; a pair without a kernel is
+    refused in one line naming v."""
+    from pipeline_core.api import compile_named
+    from pipeline_core_schedules_attention.call import call_stages
+    from pipeline_core_schedules_attention.varlen_call import VARIANTS, varlen_params
+
+    q, k, v = Fake((300, 4, 192)), Fake((400, 2, 192)), Fake((400, 2, 128))
+    _, _, _, cq, ck, mq, mk = args()
+    c = plan_varlen(q, k, v, cq, ck, mq, mk, causal="bottom_right")
+    assert (c.head_dim, c.head_dim_v, c.v_dim) == (192, 128, 128) and not c.short
+    assert c.out_strides == (4 * 128, 128, 1)
+    assert {v[-1] for v in VARIANTS if len(v) == 7} == {128}
+    compiled = compile_named("flash-attention-fwd",
+                             params=varlen_params(192, True, "bottom_right", head_dim_v=128),
+                             target_args={"stages": str(call_stages(192, True,
+                                                                    head_dim_v=128))})
+    assert compiled.proof.safe
+    g = compiled.launch.geometry
+    assert g.varlen and (g.head_dim, g.v_dim, g.block_n) == (192, 128, 128)
+    with pytest.raises(AttentionArgumentError) as info:
+        plan_varlen(Fake((300, 4, 128)), Fake((400, 2, 128)), Fake((400, 2, 64)), cq, ck, mq,
+                    mk)
+    assert str(info.value).startswith("attention_varlen: v: head dim 64, q's 128: a kernel "
+                                      "takes v's own head dim at 192 / 128")
