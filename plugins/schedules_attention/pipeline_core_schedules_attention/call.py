@@ -37,7 +37,7 @@ from pipeline_core_nvidia_h100.kit_api import (BUILD_OPTIONS, PLUGIN_MODULE, REC
 from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
                                                       in_place, order_of, readable)
 from pipeline_core_schedules_attention.bwd_schedule import BWD_HEAD_DIMS
-from pipeline_core_schedules_attention.schedule import HEAD_DIMS, NAME
+from pipeline_core_schedules_attention.schedule import HEAD_DIMS, NAME, ValueHeadDim
 from pipeline_core_schedules_attention.signature import (KERNEL_NAME, SIGNATURE,
                                                          SOFTCAP_SIGNATURE)
 from pipeline_core_schedules_attention.tile_order import TileOrder, choose
@@ -156,7 +156,7 @@ class AttentionArgumentError(ValueError):
 
 
 @attrs.frozen(kw_only=True)
-class AttentionCall:
+class AttentionCall(ValueHeadDim):
     """What one call runs: the batch x heads, the query and key lengths, the head dim, the
     dtype, the softmax scale folded with log2(e) (the kernel's exp2), the causal diagonal's
     alignment, the query heads per KV head (``group``, grouped-query attention), the query
@@ -185,11 +185,6 @@ class AttentionCall:
     #: v's (and the output's) head dim where it is not q's (0: the same; a pair of
     #: :data:`VALUE_TILES`, which a kernel of its own runs)
     head_dim_v: int = 0
-
-    @property
-    def v_dim(self) -> int:
-        """v's and the output's head dim."""
-        return self.head_dim_v or self.head_dim
 
     @property
     def windowed(self) -> bool:

@@ -111,6 +111,22 @@ def attention_profile(pipeline: PipelineConfig, clock_ghz: float | None) -> Targ
     return family_profile(attention_cost_model(), pipeline, clock_ghz)
 
 
+class ValueHeadDim:
+    """V's (and the output's) head dim where it may differ from Q's and K's (DeepSeek's MLA
+    prefill: 192 for Q and K, 128 for V): ``head_dim_v`` 0 means Q's.  The one rule the
+    forward's geometry and the calls' plans (call.AttentionCall, varlen_call.VarlenCall) read;
+    each declares the two fields."""
+
+    __slots__ = ()
+    head_dim: int
+    head_dim_v: int
+
+    @property
+    def v_dim(self) -> int:
+        """V's and the output's head dim."""
+        return self.head_dim_v or self.head_dim
+
+
 @attrs.frozen(kw_only=True)
 class WarpGroupTiles:
     """What attention's geometries (the forward's, the backward's ``BackwardGeometry``) say
@@ -162,7 +178,7 @@ class WarpGroupTiles:
 
 
 @attrs.frozen(kw_only=True)
-class AttentionGeometry(WarpGroupTiles):
+class AttentionGeometry(WarpGroupTiles, ValueHeadDim):
     """The tile sizes, overlaps and register split the schedule is built and checked for."""
 
     intra_overlap: bool
@@ -215,11 +231,6 @@ class AttentionGeometry(WarpGroupTiles):
     #: DeepSeek's MLA prefill, 192 for Q and K and 128 for V: V's ring, O and the PV wgmma's N
     #: are :attr:`v_box_cols` wide (docs/guide/attention.md, "Head dims")
     head_dim_v: int = 0
-
-    @property
-    def v_dim(self) -> int:
-        """V's and the output's head dim."""
-        return self.head_dim_v or self.head_dim
 
     @property
     def v_box_cols(self) -> int:

@@ -42,7 +42,7 @@ from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E, OP
                                                     softmax_scale, stores_lse)
 from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
                                                       in_place, order_of, readable)
-from pipeline_core_schedules_attention.schedule import NAME
+from pipeline_core_schedules_attention.schedule import NAME, ValueHeadDim
 from pipeline_core_schedules_attention.signature import VARLEN_SIGNATURE
 from pipeline_core_schedules_attention.tile_order import TileOrder, varlen_choose
 
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 
 @attrs.frozen(kw_only=True)
-class VarlenCall:
+class VarlenCall(ValueHeadDim):
     """What one varlen call runs: the packed rows of q and k, the sequences, the query and KV
     heads, the longest query and key lengths the caller gives, the head dim, the dtype, the
     folded scale, the causal diagonal, the operands copied once (layout.py's rule) and the
@@ -74,11 +74,6 @@ class VarlenCall:
     #: v's (and the output's) head dim where it is not q's (0: the same; a pair of
     #: call.VALUE_TILES, which a kernel of its own runs)
     head_dim_v: int = 0
-
-    @property
-    def v_dim(self) -> int:
-        """v's and the output's head dim."""
-        return self.head_dim_v or self.head_dim
 
     @property
     def group(self) -> int:
@@ -201,9 +196,9 @@ def varlen_source(head_dim: int, dtype: str, causal: bool, align: str,
 #: disk cache first, benchmarks/attention_varlen.py), then each pair of call.VALUE_TILES's
 #: (v's own head dim last; no short tile)
 _MODES = ((False, "top_left"), (True, "top_left"), (True, "bottom_right"))
-VARIANTS = tuple((d, t, c, a, s, lse) for d in HEAD_DIMS for t in ("bf16", "fp16")
-                 for c, a in _MODES for s in (False, True)
-                 for lse in sorted({stores_lse(d, c, need) for need in (False, True)}))
+VARIANTS: tuple[tuple[Any, ...], ...] = tuple(
+    (d, t, c, a, s, lse) for d in HEAD_DIMS for t in ("bf16", "fp16") for c, a in _MODES
+    for s in (False, True) for lse in sorted({stores_lse(d, c, need) for need in (False, True)}))
 VARIANTS += tuple((d, t, c, a, False, lse, dv) for d, dv in VALUE_TILES
                   for t in ("bf16", "fp16") for c, a in _MODES
                   for lse in sorted({stores_lse(d, c, need) for need in (False, True)}))
