@@ -1,6 +1,7 @@
 """``attention()`` traced: torch.compile(fullgraph=True) as a process's first call, forward and
-backward, and padded head dims under torch.compile and in a CUDA graph, each against eager,
-bit for bit (session 26; docs/guide/attention.md, "Head dims").
+backward, padded head dims and v's own head dim (fixed-length and packed) under torch.compile
+and in a CUDA graph, each against eager, bit for bit (sessions 26 and 27; docs/guide/
+attention.md, "Head dims").
 
   PYTHONPATH=$PWD:$PWD/plugins/nvidia_h100:$PWD/plugins/schedules_attention \\
   PIPELINE_CORE_CACHE_DIR=$PWD/benchmarks/_kitcache python3 benchmarks/attention_traced.py
@@ -38,7 +39,8 @@ def first_call_compiled() -> list[dict]:
 def padded_traced() -> list[dict]:
     """Padded head dims: torch.compile and a CUDA graph replayed on new inputs, against eager."""
     out = []
-    for dq, dv, causal in ((80, 80, True), (192, 128, False), (64, 128, "bottom_right")):
+    for dq, dv, causal in ((80, 80, True), (192, 128, False), (64, 128, "bottom_right"),
+                           (192, 128, "bottom_right")):
         q = torch.randn(2, 4, 300, dq, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(2, 2, 257, dq, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(2, 2, 257, dv, device="cuda", dtype=torch.bfloat16)
@@ -65,9 +67,48 @@ def padded_traced() -> list[dict]:
     return out
 
 
+def varlen_traced() -> list[dict]:
+    """The packed call with v's own head dim (192 / 128, its own kernel since session 27) and a
+    padded one (80): torch.compile and a CUDA graph replayed on new inputs, against eager."""
+    from pipeline_core_schedules_attention.varlen_call import attention_varlen
+
+    out = []
+    lengths = [300, 1, 0, 257, 1000]
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32,
+                      device="cuda")
+    n, longest = sum(lengths), max(lengths)
+    for dq, dv, causal in ((192, 128, False), (192, 128, "bottom_right"), (80, 80, True)):
+        q = torch.randn(n, 4, dq, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(n, 2, dq, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(n, 2, dv, device="cuda", dtype=torch.bfloat16)
+
+        def call(q, k, v):
+            return attention_varlen(q, k, v, cu, cu, longest, longest, causal=causal)
+        eager = call(q, k, v)
+        c = torch.compile(call, fullgraph=True)(q, k, v)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            call(q, k, v)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            replayed = call(q, k, v)
+        for t in (q, k, v):
+            t.copy_(torch.randn_like(t))
+        graph.replay()
+        again = call(q, k, v)
+        torch.cuda.synchronize()
+        out.append({"kind": "varlen-traced", "Dqk": dq, "Dv": dv, "causal": causal,
+                    "compile_equal": bool(torch.equal(c, eager)),
+                    "graph_equal": bool(torch.equal(replayed, again)),
+                    "shape": list(c.shape)})
+    return out
+
+
 def main() -> None:
     torch.manual_seed(26)
-    records = first_call_compiled() + padded_traced()
+    records = first_call_compiled() + padded_traced() + varlen_traced()
     for r in records:
         print(json.dumps(r), flush=True)
     ok = all(all(v for key, v in r.items() if key.endswith("_equal")) for r in records)

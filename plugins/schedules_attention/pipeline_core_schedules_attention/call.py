@@ -305,8 +305,8 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
     b, h, sq, d = q.shape
     if (k.shape[0], k.shape[3]) != (b, d):
         raise fail("k", f"shape {tuple(k.shape)}: batch and head dim must be q's ({b}, {d})")
-    dv = v.shape[3]
-    if dv != d and (d, dv) not in VALUE_TILES:
+    dv = int(v.shape[3])  # an int, not a SymInt (pad_head_dims says why): it picks the kernel
+    if dv != d and (int(d), dv) not in VALUE_TILES:
         pairs = ", ".join(f"{a} / {c}" for a, c in VALUE_TILES)
         raise fail("v", f"head dim {dv}, q's {d}: a kernel takes v's own head dim at {pairs} "
                         "(q / v); call attention(), which zero-pads the others, or pass v "
@@ -606,7 +606,9 @@ def pad_head_dims(fail: Any, q: Any, k: Any, v: Any, *, rank: int, scale: float 
     shapes = [tuple(getattr(t, "shape", ())) for t in (q, k, v)]
     if any(len(x) != rank for x in shapes):
         return None
-    dq, dk, dv = (x[-1] for x in shapes)
+    # ints: under torch.compile a dimension may be a SymInt (a shape that changed between two
+    # compiles is made dynamic), which a lookup cannot hash; the head dims pick the kernel
+    dq, dk, dv = (int(x[-1]) for x in shapes)
     if dk == dq and (dv == dq and dq in BWD_HEAD_DIMS or (dq, dv) in native):
         return None  # the common call, or a pair a kernel runs: no torch call spent here
     if dk != dq:

@@ -117,8 +117,8 @@ def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     tq, h, d = q.shape
     if k.shape[2] != d:
         raise _fail("k", f"head dim {k.shape[2]}, q's {d}; pass one head dim")
-    dv = v.shape[2]
-    if dv != d and (d, dv) not in VALUE_TILES:
+    dv = int(v.shape[2])  # an int, not a SymInt (call.pad_head_dims says why)
+    if dv != d and (int(d), dv) not in VALUE_TILES:
         raise _fail("v", f"head dim {dv}, q's {d}: a kernel takes v's own head dim at "
                          f"{', '.join(f'{a} / {b}' for a, b in VALUE_TILES)} (q / v); call "
                          "attention_varlen(), which zero-pads the others, or pass one head dim")

@@ -1099,3 +1099,25 @@ def test_v_s_own_head_dim_builds_without_spills_and_runs_pv_at_v_s_width(causal,
     assert "HD = 192, HDV = 128" in src and "pcat::finish<HDV, pcat::" in src
     assert "c < HDV / 64; ++c) pcat::tma_load_4d(stage_v(" in src
     _sass_of_the_plans_wgmmas(c, src, tmp_path)
+
+
+class _SymDim(int):
+    """A dimension as torch.compile may trace it (a SymInt after a recompile made it dynamic):
+    compares and converts like an int, but cannot be hashed."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_traced_head_dims_that_cannot_be_hashed_still_pick_the_kernel():
+    """Under torch.compile a head dim that changed between two compiles is a SymInt, which a
+    dict lookup cannot hash (found on the H200: attention_traced.py's 192 / 128 after an 80
+    compiled at the same line failed with 'unhashable type').  The padding rule and the plan
+    read head dims as ints, so v's own head dim is still run by its kernel."""
+    shape = lambda *dims: FakeTensor(tuple(_SymDim(d) for d in dims))  # noqa: E731
+    q, k, v = shape(2, 4, 100, 192), shape(2, 2, 77, 192), shape(2, 2, 77, 128)
+    with pytest.raises(TypeError):
+        hash(q.shape[-1])
+    plain = {"causal": False, "scale": None, "deterministic": False, "window": None,
+             "softcap": None}
+    assert padded_attention(q, k, v, **plain) is None
+    assert plan_attention(q, k, v).head_dim_v == 128
