@@ -252,6 +252,22 @@ def check_operands(fail: Any, q: Any, k: Any, v: Any, layout: str) -> None:
         raise fail("v", f"shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
 
 
+def value_head_dim(fail: Any, d: int, dv: int, call: str) -> int:
+    """The head dim of v a call's plan keeps (0: q's ``d``), or one error naming v: a v of its
+    own head dim runs only on a pair of :data:`VALUE_TILES`; ``call`` (``attention``,
+    ``attention_varlen``) zero-pads the others first (:func:`pad_head_dims`).  Read as ints:
+    under torch.compile a dimension may be a SymInt, which a lookup cannot hash."""
+    d, dv = int(d), int(dv)
+    if dv == d:
+        return 0
+    if (d, dv) not in VALUE_TILES:
+        pairs = ", ".join(f"{a} / {c}" for a, c in VALUE_TILES)
+        raise fail("v", f"head dim {dv}, q's {d}: a kernel takes v's own head dim at {pairs} "
+                        f"(q / v); call {call}(), which zero-pads the others, or pass v with "
+                        "q's head dim")
+    return dv
+
+
 def kernel_head_dim(dq: int, dv: int, grad: bool) -> int | None:
     """The head dim ``attention()`` runs a call at whose q and k have ``dq`` columns and v
     ``dv``: the smallest the kernels take (HEAD_DIMS; with a gradient to be had, one of the
@@ -305,12 +321,7 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
     b, h, sq, d = q.shape
     if (k.shape[0], k.shape[3]) != (b, d):
         raise fail("k", f"shape {tuple(k.shape)}: batch and head dim must be q's ({b}, {d})")
-    dv = int(v.shape[3])  # an int, not a SymInt (pad_head_dims says why): it picks the kernel
-    if dv != d and (int(d), dv) not in VALUE_TILES:
-        pairs = ", ".join(f"{a} / {c}" for a, c in VALUE_TILES)
-        raise fail("v", f"head dim {dv}, q's {d}: a kernel takes v's own head dim at {pairs} "
-                        "(q / v); call attention(), which zero-pads the others, or pass v "
-                        "with q's head dim")
+    dv = value_head_dim(fail, d, v.shape[3], "attention")
     hkv = k.shape[1]
     check_group(fail, h, hkv)
     mask = causal_align(causal)
@@ -332,7 +343,7 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
                          heads=h, copied=tuple(name for name, t in (("q", q), ("k", k), ("v", v))
                                                if not in_place(t)),
                          out_order=order_of(q), window=reach, softcap=cap,
-                         softcap_scale=s / cap if cap else 0.0, head_dim_v=dv if dv != d else 0)
+                         softcap_scale=s / cap if cap else 0.0, head_dim_v=dv)
 
 
 def _tile(head_dim: int, causal: bool, short: bool, lean: bool = False,

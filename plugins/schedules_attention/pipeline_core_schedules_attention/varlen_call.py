@@ -39,7 +39,7 @@ from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E, OP
                                                     AttentionKernel, _load, call_params,
                                                     call_stages, causal_align, check_group,
                                                     check_operands, pad_head_dims,
-                                                    softmax_scale, stores_lse)
+                                                    softmax_scale, stores_lse, value_head_dim)
 from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
                                                       in_place, order_of, readable)
 from pipeline_core_schedules_attention.schedule import NAME, ValueHeadDim
@@ -117,11 +117,7 @@ def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     tq, h, d = q.shape
     if k.shape[2] != d:
         raise _fail("k", f"head dim {k.shape[2]}, q's {d}; pass one head dim")
-    dv = int(v.shape[2])  # an int, not a SymInt (call.pad_head_dims says why)
-    if dv != d and (int(d), dv) not in VALUE_TILES:
-        raise _fail("v", f"head dim {dv}, q's {d}: a kernel takes v's own head dim at "
-                         f"{', '.join(f'{a} / {b}' for a, b in VALUE_TILES)} (q / v); call "
-                         "attention_varlen(), which zero-pads the others, or pass one head dim")
+    dv = value_head_dim(_fail, d, v.shape[2], "attention_varlen")
     hkv = k.shape[1]
     check_group(_fail, h, hkv)
     batch = None
@@ -149,7 +145,7 @@ def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         raise _fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
     return VarlenCall(total_q=tq, total_k=k.shape[0], batch=batch, heads=h, kv_heads=hkv,
                       max_q=min(mq, tq), max_k=min(mk, k.shape[0]), head_dim=d,
-                      head_dim_v=dv if dv != d else 0,
+                      head_dim_v=dv,
                       dtype=DTYPES[str(q.dtype)],
                       scale_log2=softmax_scale(d, scale) * LOG2E, causal=align is not None,
                       align=align or "top_left",
