@@ -36,34 +36,38 @@ def first_call_compiled() -> list[dict]:
     return out
 
 
+def traced(call, tensors) -> dict:
+    """``call(*tensors)`` compiled (fullgraph) against eager, and captured in a CUDA graph (warmed
+    on a side stream first) replayed on new values of ``tensors`` against eager on them."""
+    eager = call(*tensors)
+    compiled = torch.compile(call, fullgraph=True)(*tensors)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call(*tensors)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = call(*tensors)
+    for t in tensors:
+        t.copy_(torch.randn_like(t))
+    graph.replay()
+    again = call(*tensors)
+    torch.cuda.synchronize()
+    return {"compile_equal": bool(torch.equal(compiled, eager)),
+            "graph_equal": bool(torch.equal(replayed, again)), "shape": list(compiled.shape)}
+
+
 def padded_traced() -> list[dict]:
-    """Padded head dims: torch.compile and a CUDA graph replayed on new inputs, against eager."""
+    """Padded head dims and v's own: torch.compile and a CUDA graph, against eager."""
     out = []
     for dq, dv, causal in ((80, 80, True), (192, 128, False), (64, 128, "bottom_right"),
                            (192, 128, "bottom_right")):
         q = torch.randn(2, 4, 300, dq, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(2, 2, 257, dq, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(2, 2, 257, dv, device="cuda", dtype=torch.bfloat16)
-        eager = attention(q, k, v, causal=causal)
-        c = torch.compile(lambda q, k, v: attention(q, k, v, causal=causal), fullgraph=True)(
-            q, k, v)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            attention(q, k, v, causal=causal)
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            replayed = attention(q, k, v, causal=causal)
-        for t in (q, k, v):
-            t.copy_(torch.randn_like(t))
-        graph.replay()
-        again = attention(q, k, v, causal=causal)
-        torch.cuda.synchronize()
         out.append({"kind": "padded-traced", "Dqk": dq, "Dv": dv, "causal": causal,
-                    "compile_equal": bool(torch.equal(c, eager)),
-                    "graph_equal": bool(torch.equal(replayed, again)),
-                    "shape": list(c.shape)})
+                    **traced(lambda q, k, v: attention(q, k, v, causal=causal), (q, k, v))})
     return out
 
 
@@ -81,28 +85,9 @@ def varlen_traced() -> list[dict]:
         q = torch.randn(n, 4, dq, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(n, 2, dq, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(n, 2, dv, device="cuda", dtype=torch.bfloat16)
-
-        def call(q, k, v):
-            return attention_varlen(q, k, v, cu, cu, longest, longest, causal=causal)
-        eager = call(q, k, v)
-        c = torch.compile(call, fullgraph=True)(q, k, v)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            call(q, k, v)
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            replayed = call(q, k, v)
-        for t in (q, k, v):
-            t.copy_(torch.randn_like(t))
-        graph.replay()
-        again = call(q, k, v)
-        torch.cuda.synchronize()
         out.append({"kind": "varlen-traced", "Dqk": dq, "Dv": dv, "causal": causal,
-                    "compile_equal": bool(torch.equal(c, eager)),
-                    "graph_equal": bool(torch.equal(replayed, again)),
-                    "shape": list(c.shape)})
+                    **traced(lambda q, k, v: attention_varlen(q, k, v, cu, cu, longest, longest,
+                                                              causal=causal), (q, k, v))})
     return out
 
 
