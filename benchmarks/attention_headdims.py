@@ -40,7 +40,7 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
         sys.path.insert(0, str(extra))
 
 from attention_checks import check_case  # noqa: E402  (beside this script)
-from attention_window import _Shape  # noqa: E402  (beside this script)
+from attention_window import HostShape  # noqa: E402  (beside this script)
 from bench_checks import emit, run_check  # noqa: E402  (beside this script)
 from bench_timing import interleaved, ratios  # noqa: E402  (beside this script)
 from pipeline_core_schedules_attention.schedule import HEAD_DIMS  # noqa: E402
@@ -243,9 +243,9 @@ def kernel_keys() -> list[tuple]:
     keys = set()
     for b, hq, hkv, sq, sk, d, dtype, causal in calls:
         d, dv = d if isinstance(d, tuple) else (d, d)
-        q = _Shape((b, hq, sq, d), torch_dtype[dtype])
-        k = _Shape((b, hkv, sk, d), torch_dtype[dtype])
-        v = _Shape((b, hkv, sk, dv), torch_dtype[dtype])
+        q = HostShape((b, hq, sq, d), torch_dtype[dtype])
+        k = HostShape((b, hkv, sk, d), torch_dtype[dtype])
+        v = HostShape((b, hkv, sk, dv), torch_dtype[dtype])
         c = plan_attention(q, k, v, causal=causal)
         keys.add((c.head_dim, c.dtype, c.causal, c.align, c.short, c.window, False,
                   c.head_dim_v))

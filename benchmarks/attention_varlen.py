@@ -17,6 +17,13 @@ CUDA graphs, sanitizers and timing (docs/guide/attention.md, "Packed variable-le
    takes the case, attention_checks.peer; never asked below :data:`MIN_BOUND`; where none
    gives a finite output, :data:`FIXED_BOUND`); the rows that see none exactly 0 with LSE
    +inf; the other rows' LSE within :data:`LSE_TOL` of the reference's.
+   Then ``--window-cases`` (24) packed batches with a sliding window and / or the logit softcap
+   (:data:`WINDOWS`, caps 30 and 50; every kernel head dim and 192 / 128, each causal mode):
+   per sequence against attention_window.py's fp32 reference (the window's explicit mask
+   written from FlashAttention's definition at the sequence's own lengths, the cap), within
+   1.5x (+1e-3) the max error of its peer on the same sequence (SDPA with the boolean mask, or
+   with a cap the eager capped math a model runs), rows with no key exactly 0, LSE +inf there
+   and within :data:`LSE_TOL` elsewhere.
 2. **graph**: the call captured in a CUDA graph and replayed on new inputs (same addresses),
    bit for bit the eager call's output.
 3. **time** (one process, interleaved rounds with the order rotated, CUDA-graph replays: the
@@ -25,6 +32,8 @@ CUDA graphs, sanitizers and timing (docs/guide/attention.md, "Packed variable-le
    same buffer (the padded fixed-length call: no padding needed; target: varlen at least 0.95x).
    *mixed*: lengths drawn from 100-4096 up to 16k tokens, against ``attention()`` on the batch
    padded to the longest (target: varlen ahead).  Per-round ratios padded / varlen.
+   *window* (D 128): the same two batches with a causal window of 256 keys and with a softcap of
+   30 (not causal), each against ``attention()`` with the same window or cap.
 
 The last line is one PASS/FAIL summary (correctness, graph; the timing targets as met or
 missed).  Every result is one JSON line on stdout (and in --out/attention_varlen.jsonl).
@@ -46,6 +55,9 @@ for extra in (ROOT, ROOT / "plugins" / "nvidia_h100", ROOT / "plugins" / "schedu
         sys.path.insert(0, str(extra))
 
 from attention_checks import peer  # noqa: E402  (beside this script)
+from attention_window import (HostShape, keep_mask, max_err, scores,  # noqa: E402  (beside)
+                              sdpa_masked)
+from attention_window import reference as masked_reference  # noqa: E402  (beside this script)
 from bench_checks import (check_args, dispatch, each_case,  # noqa: E402  (beside this script)
                           emit, prebuild as build_all)
 from bench_timing import graphed, interleaved, ratios  # noqa: E402  (beside this script)
@@ -60,6 +72,16 @@ LSE_TOL = 1e-2
 TOKENS, HIDDEN = 16384, 2048
 #: the sanitizers' batch: tails of every kind back to back, a sequence of no row and one of no key
 SANITIZE_BATCH = ((77, 100), (0, 5), (1, 1), (200, 130), (130, 0), (17, 300))
+#: the window cases' reaches (left, right; -1 unbounded): empty-making, under a block, both
+#: sides, left only, right only, none (the cap alone)
+WINDOWS = ((0, 0), (16, 0), (128, 128), (1000, -1), (-1, 40), (-1, -1))
+#: the window cases' head dims: every kernel's, and v's own (call.VALUE_TILES)
+WINDOW_DIMS = ((64, 64), (128, 128), (96, 96), (192, 192), (256, 256), (192, 128))
+#: the sanitizers' masks, each at head dims 64, 128 and 256 on SANITIZE_BATCH: (causal,
+#: window, softcap)
+SANITIZE_MASKS = ((False, (16, 0), None), ("bottom_right", (8, -1), 30.0), (True, (40, -1), None),
+                  (False, (5, 7), 50.0))
+SANITIZE_MASK_DIMS = (64, 128, 256)
 
 
 def configs(rng: random.Random, n: int) -> list[tuple]:
@@ -78,6 +100,27 @@ def configs(rng: random.Random, n: int) -> list[tuple]:
         ks = qs if i % 3 == 0 else [rng.choice(LENGTHS) for _ in qs]
         hq, hkv = ((4, 4), (4, 2), (8, 1), (2, 2))[i % 4]
         out.append((tuple(zip(qs, ks)), hq, hkv, d, dtype, causal))
+    return out
+
+
+def window_configs(rng: random.Random, n: int) -> list[tuple]:
+    """``n`` window cases (lengths per sequence, hq, hkv, (Dqk, Dv), dtype, causal, window,
+    cap): every window of :data:`WINDOWS` at each causal mode, the caps 30 and 50 on two cases
+    of three (always where there is no window), the head dims of :data:`WINDOW_DIMS` in turn, a
+    batch of 3 to 6 sequences of :data:`LENGTHS`, keys differing from queries in two of
+    three."""
+    out = []
+    for i in range(n):
+        window = WINDOWS[i % len(WINDOWS)]
+        cap = (None, 30.0, 50.0)[i % 3] if window != (-1, -1) else (30.0, 50.0)[i % 2]
+        d = WINDOW_DIMS[(i // 2) % len(WINDOW_DIMS)]
+        seqs = rng.randint(3, 6)
+        qs = [LENGTHS[(i + j) % len(LENGTHS)] if j < 2 else rng.choice(LENGTHS)
+              for j in range(seqs)]
+        ks = qs if i % 3 == 0 else [rng.choice(LENGTHS) for _ in qs]
+        hq, hkv = ((4, 4), (4, 2), (8, 1), (2, 2))[i % 4]
+        out.append((tuple(zip(qs, ks)), hq, hkv, d, ("bf16", "fp16")[(i // 3) % 2],
+                    CAUSAL[(i // len(WINDOWS)) % 3], None if window == (-1, -1) else window, cap))
     return out
 
 
@@ -169,44 +212,101 @@ def case_check(torch, attention_varlen, case) -> dict:
             "worst_ratio_to_bound": round(worst, 3), "fails": fails}
 
 
-def correct(torch, cases: int, seed: int) -> bool:
+def window_case_check(torch, attention_varlen, case) -> dict:
+    """One window case (:func:`window_configs`), per sequence against the masked reference and
+    its peer (the module's step 1)."""
+    lengths, hq, hkv, (d, dv), dtype, causal, window, cap = case
+    q, k, v, cq, ck = packed(torch, lengths, hq, hkv, d, dtype, dv)
+    if cap:  # scores large enough for the cap to bite
+        q = q * 3
+    poison(torch, q, torch.empty(hq * q.shape[0], device="cuda"))
+    out, lse = attention_varlen(q, k, v, cq, ck, max(n for n, _ in lengths),
+                                max(n for _, n in lengths), causal=causal, return_lse=True,
+                                window=window, softcap=cap)
+    torch.cuda.synchronize()
+    worst, fails, at_q, at_k = 0.0, [], 0, 0
+    for s, (sq, sk) in enumerate(lengths):
+        qs, ks, vs = (t.transpose(0, 1)[None] for t in (q[at_q:at_q + sq], k[at_k:at_k + sk],
+                                                        v[at_k:at_k + sk]))
+        got, got_lse = out[at_q:at_q + sq].transpose(0, 1)[None], lse[:, at_q:at_q + sq]
+        at_q, at_k = at_q + sq, at_k + sk
+        if sq == 0:
+            continue
+        keep = keep_mask(torch, sq, sk, causal, window, "cuda")
+        keyed = keep.any(dim=-1)
+        if bool((~keyed).any()) and (bool(got[:, :, ~keyed].ne(0).any()) or not bool(
+                torch.isposinf(got_lse[:, ~keyed]).all())):
+            fails.append(f"seq {s}: a row with no key is not 0 / LSE +inf")
+        if not bool(keyed.any()):
+            continue
+        ref = masked_reference(torch, qs, ks, vs, keep, cap)
+        peer_out = (masked_reference(torch, qs, ks, vs, keep, cap, fp32=False) if cap
+                    else sdpa_masked(torch, qs, ks, vs, keep).float())
+        err = max_err(torch, got[:, :, keyed], ref[:, :, keyed])
+        perr = max_err(torch, peer_out[:, :, keyed], ref[:, :, keyed])
+        group = hq // hkv
+        sc = scores(torch, qs, ks.repeat_interleave(group, dim=1), d ** -0.5, cap, True)
+        ref_lse = torch.logsumexp(sc.masked_fill(~keep, float("-inf")), dim=-1)[0]
+        lse_err = float((got_lse[:, keyed] - ref_lse[:, keyed]).abs().max())
+        bound = 1.5 * perr + 1e-3
+        worst = max(worst, err / bound)
+        if err > bound or not lse_err <= LSE_TOL:
+            fails.append(f"seq {s} ({sq}x{sk}): error {err:.2e} (bound {bound:.2e}), "
+                         f"lse {lse_err:.2e}")
+    return {"kind": "case", "lengths": [list(x) for x in lengths], "hq": hq, "hkv": hkv,
+            "D": d, "Dv": dv, "dtype": dtype, "causal": causal, "window": window,
+            "softcap": cap, "ok": not fails, "worst_ratio_to_bound": round(worst, 3),
+            "fails": fails}
+
+
+def correct(torch, cases: int, window_cases: int, seed: int) -> bool:
     from pipeline_core_schedules_attention import attention_varlen
 
-    return each_case(configs(random.Random(seed), cases),
-                     lambda case: case_check(torch, attention_varlen, case))
+    plain = each_case(configs(random.Random(seed), cases),
+                      lambda case: case_check(torch, attention_varlen, case))
+    return each_case(window_configs(random.Random(seed + 1), window_cases),
+                     lambda case: window_case_check(torch, attention_varlen, case)) and plain
+
+
+#: the graph and compile checks' masks: bottom-right causal, and a window with the cap (its
+#: arguments through the op's schema)
+GRAPH_MASKS = ({"causal": "bottom_right"}, {"causal": True, "window": (256, 0), "softcap": 30.0})
 
 
 def graph(torch) -> bool:
-    """Captured and replayed on new inputs at the same addresses: bit for bit eager."""
+    """Captured and replayed on new inputs at the same addresses: bit for bit eager; and under
+    torch.compile(fullgraph=True), bit for bit eager; for each of :data:`GRAPH_MASKS`."""
     from pipeline_core_schedules_attention import attention_varlen
 
     lengths = ((1000, 1000), (0, 17), (17, 4096), (128, 1))
     q, k, v, cq, ck = packed(torch, lengths, 4, 2, 128, "bf16")
-
-    def fn():
-        return attention_varlen(q, k, v, cq, ck, 1000, 4096, causal="bottom_right")
-    fn()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=side):
-            out = fn()
-    torch.cuda.current_stream().wait_stream(side)
-    same = True
-    for _ in range(3):
-        for t in (q, k, v):
-            t.copy_(torch.randn_like(t))
-        g.replay()
+    ok = True
+    for mask in GRAPH_MASKS:
+        def fn():
+            return attention_varlen(q, k, v, cq, ck, 1000, 4096, **mask)
+        fn()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=side):
+                out = fn()
+        torch.cuda.current_stream().wait_stream(side)
+        same = True
+        for _ in range(3):
+            for t in (q, k, v):
+                t.copy_(torch.randn_like(t))
+            g.replay()
+            torch.cuda.synchronize()
+            same &= bool(torch.equal(out, fn()))
+        emit({"kind": "graph", "mask": repr(mask), "bitwise_equal": same})
+        # the op under torch.compile (fullgraph: no break), bit for bit the eager call
+        compiled = torch.compile(fn, fullgraph=True)()
         torch.cuda.synchronize()
-        same &= bool(torch.equal(out, fn()))
-    emit({"kind": "graph", "bitwise_equal": same})
-    # the op under torch.compile (fullgraph: no break), bit for bit the eager call
-    compiled = torch.compile(fn, fullgraph=True)()
-    torch.cuda.synchronize()
-    eq = bool(torch.equal(compiled, fn()))
-    emit({"kind": "compile", "bitwise_equal": eq})
-    return same and eq
+        eq = bool(torch.equal(compiled, fn()))
+        emit({"kind": "compile", "mask": repr(mask), "bitwise_equal": eq})
+        ok &= same and eq
+    return ok
 
 
 def _mixed(rng: random.Random) -> list[int]:
@@ -251,7 +351,44 @@ def timing(torch, rounds: int, seed: int) -> dict:
                           "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
                 torch.cuda.empty_cache()
     value_timing(torch, rounds, rng)
+    window_timing(torch, rounds, rng)
     return results
+
+
+#: the timed masks, D 128: (causal, window, softcap)
+TIMED_MASKS = ((True, (256, 0), None), (False, None, 30.0))
+
+
+def window_timing(torch, rounds: int, rng: random.Random) -> None:
+    """A causal window of 256 keys, and a softcap of 30, packed (D 128, 16k tokens): on equal
+    lengths against ``attention()`` with the same mask on the same buffer, on mixed ones against
+    it on the batch padded to the longest; CUDA-graph replays, per-round ratios."""
+    from pipeline_core_schedules_attention import attention, attention_varlen
+
+    d, h = 128, HIDDEN // 128
+    for causal, window, cap in TIMED_MASKS:
+        for kind, lengths in (("equal", [4096] * 4), ("mixed", _mixed(rng))):
+            n, longest = len(lengths), max(lengths)
+            q, k, v, cq, _ = packed(torch, [(x, x) for x in lengths], h, h, d, "bf16")
+            if kind == "equal":
+                pq, pk, pv = (t.view(n, longest, h, d).transpose(1, 2) for t in (q, k, v))
+            else:
+                pq, pk, pv = (torch.zeros(n, longest, h, d, device="cuda",
+                                          dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
+            fns = {"varlen": graphed(torch, lambda: attention_varlen(
+                       q, k, v, cq, cq, longest, longest, causal=causal, window=window,
+                       softcap=cap)),
+                   "padded": graphed(torch, lambda: attention(pq, pk, pv, causal=causal,
+                                                              window=window, softcap=cap))}
+            per = interleaved(torch, fns, rounds, 20)
+            r = ratios(per, "varlen", "padded")
+            emit({"kind": "time-window", "case": kind, "D": d, "causal": causal,
+                  "window": window, "softcap": cap, "H": h, "lengths": lengths,
+                  "varlen_ms": statistics.median(per["varlen"]),
+                  "padded_ms": statistics.median(per["padded"]),
+                  "ratio_padded_over_varlen": r, "median_ratio": statistics.median(r),
+                  "device": torch.cuda.get_device_name()})
+            torch.cuda.empty_cache()
 
 
 def value_timing(torch, rounds: int, rng: random.Random) -> None:
@@ -298,6 +435,24 @@ def sanitize_run(torch) -> None:
                 torch.cuda.synchronize()
                 print(json.dumps({"kind": "sanitized-run", "D": d, "Dv": dv, "causal": causal,
                                   "max_k": mk, "nan": bool(torch.isnan(out).any())}), flush=True)
+    for d in SANITIZE_MASK_DIMS:  # the windowed and capped kernels
+        for causal, window, cap in SANITIZE_MASKS:
+            q, k, v, cq, ck = packed(torch, SANITIZE_BATCH, 4, 2, d, "bf16")
+            out = attention_varlen(q, k, v, cq, ck, 200, 300, causal=causal, window=window,
+                                   softcap=cap)
+            torch.cuda.synchronize()
+            print(json.dumps({"kind": "sanitized-run", "D": d, "causal": causal,
+                              "window": window, "softcap": cap,
+                              "nan": bool(torch.isnan(out).any())}), flush=True)
+
+
+def sanitize_runs() -> int:
+    """The kernel runs :func:`sanitize_run` makes."""
+    from pipeline_core_schedules_attention.call import VALUE_TILES
+    from pipeline_core_schedules_attention.schedule import HEAD_DIMS
+
+    return ((len(HEAD_DIMS) + len(VALUE_TILES)) * len(CAUSAL) * 2
+            + len(SANITIZE_MASK_DIMS) * len(SANITIZE_MASKS))
 
 
 def _build(key: tuple) -> bool:
@@ -313,24 +468,60 @@ def _build(key: tuple) -> bool:
     return cubin_path(src, KERNEL_NAME, BUILD_OPTIONS, ARCH) is not None
 
 
-def prebuild(jobs: int) -> None:
+def masked_keys(seed: int, window_cases: int) -> list[tuple]:
+    """The varlen kernels of the window cases, the sanitizers' masks and the timed masks
+    (varlen_call._kernel_key's, the device left out), and the fixed-length ones the timing
+    compares with (call._kernel_key's)."""
+    from pipeline_core_schedules_attention.call import _kernel_key as fixed_key
+    from pipeline_core_schedules_attention.call import plan_attention, stores_lse
+    from pipeline_core_schedules_attention.varlen_call import _kernel_key, plan_varlen
+
+    names = {"bf16": "bfloat16", "fp16": "float16"}
+    calls = [(lengths, hq, hkv, d, dtype, causal, window, cap, True) for lengths, hq, hkv, d,
+             dtype, causal, window, cap in window_configs(random.Random(seed + 1), window_cases)]
+    calls += [(SANITIZE_BATCH, 4, 2, (d, d), "bf16", causal, window, cap, False)
+              for d in SANITIZE_MASK_DIMS for causal, window, cap in SANITIZE_MASKS]
+    calls += [(((4096, 4096),), 16, 16, (128, 128), "bf16", causal, window, cap, False)
+              for causal, window, cap in TIMED_MASKS]
+    keys = set()
+    for lengths, hq, hkv, (d, dv), dtype, causal, window, cap, lse in calls:
+        tq, tk = sum(a for a, _ in lengths), sum(b for _, b in lengths)
+        cu = HostShape((len(lengths) + 1,), "int32")
+        q, k, v = (HostShape(s, names[dtype]) for s in ((tq, hq, d), (tk, hkv, d), (tk, hkv, dv)))
+        c = plan_varlen(q, k, v, cu, cu, max(a for a, _ in lengths), max(b for _, b in lengths),
+                        causal=causal, window=window, softcap=cap, grad_enabled=False)
+        key = _kernel_key(c, 0, stores_lse(c.head_dim, c.causal, lse))
+        keys.add(("varlen", *key[:6], *key[7:]))
+    for causal, window, cap in TIMED_MASKS:  # the padded calls (no LSE)
+        q = HostShape((4, 16, 4096, 128), "bfloat16")
+        c = plan_attention(q, q, q, causal=causal, window=window, softcap=cap)
+        key = fixed_key(c, 0, False)
+        keys.add(("fixed", *key[:5], *key[6:8]))  # (window, softcap); _build adds the LSE
+    return sorted(keys, key=repr)
+
+
+def prebuild(jobs: int, seed: int = 0, window_cases: int = 24) -> None:
     """Every cubin the runs load into PIPELINE_CORE_CACHE_DIR (no GPU): each varlen kernel
-    (varlen_call.VARIANTS) and the fixed-length bf16 kernels the timing compares with."""
+    (varlen_call.VARIANTS, and :func:`masked_keys`'s windowed and capped ones) and the
+    fixed-length bf16 kernels the timing compares with."""
     from pipeline_core_schedules_attention.varlen_call import VARIANTS
 
     keys = [("varlen", *v) for v in VARIANTS] + [
         ("fixed", d, "bf16", c, "top_left", s) for d in (64, 128) for c in (False, True)
-        for s in (False, True)]
+        for s in (False, True)] + masked_keys(seed, window_cases)
     build_all(keys, _build, jobs)
 
 
 def main() -> None:
     args = check_args(("all", "correct", "graph", "time", "sanitize-run"),
                       "attention_varlen.jsonl",
-                      (("--cases", int, 48), ("--rounds", int, 5), ("--seed", int, 0),
-                       ("--jobs", int, 4), ("--timeout", float, 600.0)))
-    dispatch(args, Path(__file__), configs(random.Random(args.seed), args.cases), 36,
-             lambda: prebuild(args.jobs), sanitize_run, lambda torch: gpu(torch, args))
+                      (("--cases", int, 48), ("--window-cases", int, 24), ("--rounds", int, 5),
+                       ("--seed", int, 0), ("--jobs", int, 4), ("--timeout", float, 600.0)))
+    dispatch(args, Path(__file__),
+             configs(random.Random(args.seed), args.cases)
+             + window_configs(random.Random(args.seed + 1), args.window_cases),
+             sanitize_runs(), lambda: prebuild(args.jobs, args.seed, args.window_cases),
+             sanitize_run, lambda torch: gpu(torch, args))
 
 
 def gpu(torch, args: argparse.Namespace) -> dict:
@@ -338,7 +529,7 @@ def gpu(torch, args: argparse.Namespace) -> dict:
     targets as met or missed."""
     out: dict = {}
     if args.phase in ("all", "correct"):
-        out["correct"] = correct(torch, args.cases, args.seed)
+        out["correct"] = correct(torch, args.cases, args.window_cases, args.seed)
     if args.phase in ("all", "graph"):
         out["graph"] = graph(torch)
     times = timing(torch, args.rounds, args.seed) if args.phase in ("all", "time") else {}

@@ -186,8 +186,9 @@ def sanitize_run(torch: Any) -> None:
         emit({"kind": "sanitized-run", "case": r["case"], "nan": r["nan"], "ok": r["ok"]})
 
 
-class _Shape:
-    """Just what plan_attention reads of a tensor (the prebuild plans without torch)."""
+class HostShape:
+    """Just what plan_attention and plan_varlen read of a tensor (the prebuilds plan without
+    torch)."""
 
     def __init__(self, shape: tuple[int, ...], dtype: str) -> None:
         self.shape, self.dtype, self.is_cuda, self.device = shape, f"torch.{dtype}", True, "cuda:0"
@@ -215,8 +216,8 @@ def kernel_keys() -> list[tuple]:
               for d, s, left in TIMED for w in ((left, 0), None)]
     keys = set()
     for (b, hq, hkv, sq, sk, d, dtype, causal), window, cap in calls:
-        q = _Shape((b, hq, sq, d), torch_dtype[dtype])
-        k = _Shape((b, hkv, sk, d), torch_dtype[dtype])
+        q = HostShape((b, hq, sq, d), torch_dtype[dtype])
+        k = HostShape((b, hkv, sk, d), torch_dtype[dtype])
         c = plan_attention(q, k, k, causal=causal, window=window, softcap=cap)
         keys.add((c.head_dim, c.dtype, c.causal, c.align, c.short, c.window, bool(c.softcap)))
     return sorted(keys)

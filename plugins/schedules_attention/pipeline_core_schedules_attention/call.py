@@ -38,12 +38,11 @@ from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, e
                                                       in_place, order_of, readable)
 from pipeline_core_schedules_attention.bwd_schedule import BWD_HEAD_DIMS
 from pipeline_core_schedules_attention.schedule import HEAD_DIMS, NAME, ValueHeadDim
-from pipeline_core_schedules_attention.signature import (KERNEL_NAME, SIGNATURE,
-                                                         SOFTCAP_SIGNATURE)
+from pipeline_core_schedules_attention.signature import KERNEL_NAME, forward_signature
 from pipeline_core_schedules_attention.tile_order import TileOrder, choose
 from pipeline_core_schedules_attention.tiles import LoopBounds, plan_bounds
-from pipeline_core_schedules_attention.window_args import (NO_WINDOW, check_softcap,
-                                                           kernel_window, refuse_gradient)
+from pipeline_core_schedules_attention.window_args import (NO_WINDOW, Masking,
+                                                           plan_masking, refuse_gradient)
 
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
@@ -156,10 +155,10 @@ class AttentionArgumentError(ValueError):
 
 
 @attrs.frozen(kw_only=True)
-class AttentionCall(ValueHeadDim):
+class AttentionCall(ValueHeadDim, Masking):
     """What one call runs: the batch x heads, the query and key lengths, the head dim, the
-    dtype, the softmax scale folded with log2(e) (the kernel's exp2), the causal diagonal's
-    alignment, the query heads per KV head (``group``, grouped-query attention), the query
+    dtype, the softmax scale folded with log2(e) (the kernel's exp2), the mask (causal, its
+    diagonal's alignment, a window, the softcap: :class:`Masking`), the query heads per KV head (``group``, grouped-query attention), the query
     heads, the operands copied once because TMA cannot read them where they lie (``copied``:
     names among q, k, v; layout.py's rule) and the output's layout, q's (``out_order``: its
     dimensions outermost first)."""
@@ -170,31 +169,13 @@ class AttentionCall(ValueHeadDim):
     head_dim: int
     dtype: str
     scale_log2: float
-    causal: bool
-    align: str = "top_left"
     group: int = 1
     heads: int = 1
     copied: tuple[str, ...] = ()
     out_order: tuple[int, ...] = (0, 1, 2, 3)
-    #: the window's (left, right) reaches the kernel compiles (window_args.kernel_window)
-    window: tuple[int, int] = NO_WINDOW
-    #: the logit softcap (0.0: none); with one, :attr:`scale_log2` is softcap * log2 e and
-    #: the kernel's ``softcap_scale`` the scale over the cap
-    softcap: float = 0.0
-    softcap_scale: float = 0.0
     #: v's (and the output's) head dim where it is not q's (0: the same; a pair of
     #: :data:`VALUE_TILES`, which a kernel of its own runs)
     head_dim_v: int = 0
-
-    @property
-    def windowed(self) -> bool:
-        return self.window != NO_WINDOW
-
-    @property
-    def tiles_vary(self) -> bool:
-        """Whether the query tiles' KV blocks differ (causal or windowed): the tile order is
-        chosen and the causal tiles taken."""
-        return self.causal or self.windowed
 
     @property
     def out_strides(self) -> tuple[int, ...]:
@@ -333,17 +314,15 @@ def plan_attention(q: Any, k: Any, v: Any, *, causal: bool | str = False,
         # FFMA (FA3's softmax), which holds for a positive scale only (docs/guide/attention.md)
         raise fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
     s = softmax_scale(d, scale)
-    reach, align = kernel_window(window, mask, fail)
-    cap = check_softcap(softcap, fail)
+    masking = plan_masking(mask, window, softcap, s, fail)
     # any strides: read in place where TMA can, else copied once (layout.py), never refused
     return AttentionCall(bh=b * h, sq=sq, sk=k.shape[2], head_dim=d,
                          dtype=DTYPES[str(q.dtype)],
-                         scale_log2=(cap if cap else s) * LOG2E, causal=mask is not None,
-                         align=align, group=h // hkv,
+                         scale_log2=masking.exponent_scale(s) * LOG2E, group=h // hkv,
                          heads=h, copied=tuple(name for name, t in (("q", q), ("k", k), ("v", v))
                                                if not in_place(t)),
-                         out_order=order_of(q), window=reach, softcap=cap,
-                         softcap_scale=s / cap if cap else 0.0, head_dim_v=dv)
+                         out_order=order_of(q), head_dim_v=dv,
+                         **attrs.asdict(masking, recurse=False))
 
 
 def _tile(head_dim: int, causal: bool, short: bool, lean: bool = False,
@@ -522,7 +501,7 @@ def _attention_arguments(r: Recipe[AttentionCall], kernels: tuple[AttentionKerne
               "BH": c.bh, "Sq": c.sq, "Sk": c.sk, "scale_log2": c.scale_log2, "group": c.group,
               "hg": order.hg, "snake": order.snake, "H": c.heads, "o_sb": o_sb, "o_sh": o_sh,
               "o_ss": o_ss, **({"softcap_scale": c.softcap_scale} if c.softcap else {})}
-    signature = SOFTCAP_SIGNATURE if c.softcap else SIGNATURE
+    signature = forward_signature(varlen=False, softcap=bool(c.softcap))
     return (Launch.of(built, (grid,), *signature.pack_around(("O", "LSE"), values, np)),)
 
 

@@ -67,8 +67,7 @@ from pipeline_core_schedules_attention.schedule import (KERNEL_FAMILY, NAME, WGM
 from pipeline_core_schedules_attention.emit_window import (OFFSET, WINDOW_BLOCKS,
                                                           window_mask, window_tile_lines)
 from pipeline_core_schedules_attention.signature import (DECODE_SIGNATURE, KERNEL_NAME,
-                                                         SIGNATURE, SOFTCAP_SIGNATURE,
-                                                         VARLEN_SIGNATURE)
+                                                         forward_signature)
 from pipeline_core_schedules_attention.tile_order import POSITION, loop_head, order_exprs
 from pipeline_core_schedules_attention.tiles import LoopBounds, plan_bounds
 from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds
@@ -222,6 +221,29 @@ OUT_ROWS = f"O + ({BATCH}) * o_sb + ({HEAD}) * o_sh, o_ss"
 #: the varlen kernel's TMA rows and batch (_Variant): from its sequence's first row, on the
 #: [1, H, total, D] views' batch 0
 _VARLEN_COORDS = {"q_row": "q0 + tile_m * BM", "kv_from": "k0 + ", "batch": "0"}
+
+
+def _coords(g: AttentionGeometry) -> dict[str, str]:
+    """The TMA copies' coordinates (:class:`_Variant`'s): varlen's from its sequence's first
+    rows, a window's K and V from its first block ``KF``; both, both."""
+    coords = dict(_VARLEN_COORDS) if g.varlen else {}
+    if g.windowed:
+        coords["kv_from"] = coords.get("kv_from", "") + "KF * BN + "
+    return coords
+
+
+def varlen_tiles(rule: LoopBounds, uniform: bool = False) -> DeviceTileLoop:
+    """The varlen kernel's tile loop (emit_varlen.varlen_tile_loop) with the plan's rule as
+    its per-tile lines: KT and FM, or windowed emit_window's KF, KT, FM and LM (the producer
+    the first two)."""
+    if rule.windowed:
+        return varlen_tile_loop(True, window_tile_lines(rule), 2, uniform, windowed=True)
+    trips, first = tile_bounds_exprs(rule)
+    return varlen_tile_loop(rule.causal, (
+        f"KT = {trips};  // the plan's VarlenBounds.trips (its sequence's)",
+        f"FM = {first};  // the plan's VarlenBounds.first_masked"), 1, uniform)
+
+
 #: the consumers' op steps, each one call of the header (:meth:`_Variant.op_line`)
 _COMPUTE = (AttentionTag.WGMMA_S, AttentionTag.SOFTMAX, AttentionTag.RESCALE,
             AttentionTag.WGMMA_PV)
@@ -270,7 +292,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         window=g.windowed, softcap=g.softcap, decode=False,
         cols=str(g.head_dim) if g.head_dim != g.box_cols else "",
         out_cols=str(g.v_dim) if g.v_dim != g.v_box_cols else "",
-        **(_VARLEN_COORDS if g.varlen else {"kv_from": "KF * BN + "} if g.windowed else {}))
+        **_coords(g))
     loop = ("int rb = 0, o = 0;", loop_head("tile < TILES"))
     blocks = WINDOW_BLOCKS if g.windowed else _CAUSAL_BLOCKS if g.causal else _blocks(rule)
     tiles = DeviceTileLoop(
@@ -278,7 +300,7 @@ def emit_attention(compiled: CompiledSchedule, *, watchdog: int | None = None,
         producer=TileLoop(head=loop, tile=(order, *bounds[:2 if g.windowed else 1])),
         consumers=TileLoop(head=loop, tile=(order, *bounds)), empty_tiles=True)
     if g.varlen:  # the sequences' spans on the device, per tile (emit_varlen.py)
-        tiles = varlen_tile_loop(g.causal, *tile_bounds_exprs(rule), g.uniform_tiles)
+        tiles = varlen_tiles(rule, g.uniform_tiles)
     device = pasted(__package__, "attention.cuh")
     if g.windowed or g.softcap:  # the window's mask, the softcap (only where they are taken)
         device += pasted(__package__, "attention_window.cuh")
@@ -385,11 +407,11 @@ def _source(compiled: CompiledSchedule, g: AttentionGeometry, dtype: str, varian
 
 
 def _signature(g: AttentionGeometry) -> KernelSignature:
-    """The kernel's parameters: the varlen kernel's, the softcap's (its ``softcap_scale``
-    after the fixed-length kernel's), or the fixed-length kernel's."""
+    """The kernel's parameters: decode's, or the prefill forward's (fixed-length or varlen,
+    with the softcap's scale where it caps: signature.forward_signature)."""
     if g.decode:
         return DECODE_SIGNATURE
-    return VARLEN_SIGNATURE if g.varlen else SOFTCAP_SIGNATURE if g.softcap else SIGNATURE
+    return forward_signature(varlen=g.varlen, softcap=g.softcap)
 
 
 #: the consumer's start of an output tile: O cleared, its Q

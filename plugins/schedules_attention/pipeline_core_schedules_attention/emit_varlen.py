@@ -9,12 +9,14 @@ finish and its header lines (docs/guide/attention.md, "Packed variable-length ba
   their rings stay in step).  Each tile reads its sequence's spans (``span``:
   ``cu_seqlens`` clamped to the packed tensors' rows, so any values stay in bounds) and sets its
   ``Sq``, ``Sk``, ``KT`` and ``FM`` from the plan's rule (the fixed-length rule's C per
-  sequence, ``tile_bounds_exprs``).
+  sequence, ``tile_bounds_exprs``; windowed, ``KF`` and ``LM`` too, emit_window.py's lines:
+  each sequence's window at its own diagonal).
   With ``-p uniform_tiles`` the consumers then declare KT and FM warp-uniform
   (:data:`UNIFORM`), so the KV loop keeps the ring's position in uniform registers as the
   fixed-length loop does.
 * **The loads** (``emit_attention._Variant``): Q at row ``q0 + tile_m * BM``, K and V at
-  ``k0 + j * BN`` of [1, H, total, D] views (batch coordinate 0).  A box past the sequence's end
+  ``k0 + j * BN`` (windowed, ``k0 + (KF + j) * BN``) of [1, H, total, D] views (batch
+  coordinate 0).  A box past the sequence's end
   reads the next sequence's rows: its keys are masked (the key tail's mask compares indices
   with ``Sk``), its query rows computed and not stored.
 * **The finish**: O's rows from the sequence's first (``q0``) at its head, clipped to ``Sq``;
@@ -51,16 +53,18 @@ UNIFORM = ("KT = __reduce_min_sync(0xffffffffu, KT);  // warp-uniform, said to t
            "FM = __reduce_min_sync(0xffffffffu, FM);")
 
 
-def varlen_tile_loop(causal: bool, trips: str, first: str,
-                     uniform: bool = False) -> DeviceTileLoop:
+def varlen_tile_loop(varies: bool, bounds: tuple[str, ...], producer_bounds: int,
+                     uniform: bool = False, windowed: bool = False) -> DeviceTileLoop:
     """The varlen kernel's tile loop: this CTA runs tiles ``blockIdx.x``, ``+ gridDim.x``, ...
     of the batch's tiles, sequence by sequence (``H * ceil(Sq / BM)`` each, none for a sequence
     of no query row), found by ``locate`` from a cursor that only moves on (each role its own,
     reading ``cu_q`` alike), ending past the last sequence; within a sequence the order of
-    ``tile_order.varlen_order_exprs``.  ``trips`` and ``first`` are the rule's C (the kernel's
-    ``KT`` and ``FM``) of the tile's ``Sq``, ``Sk``, ``KV_BLOCKS`` and ``tile_m``."""
-    counts = ("int KT = 0, FM = 0;  // the tile's KV blocks and first masked one (its "
-              "sequence's)",
+    ``tile_order.varlen_order_exprs`` (``varies``: the tiles' KV blocks differ, causal or
+    windowed).  ``bounds`` are the rule's lines setting the kernel's ``KT`` and ``FM`` (and
+    windowed, first ``KF`` and after them ``LM``) of the tile's ``Sq``, ``Sk``, ``KV_BLOCKS``
+    and ``tile_m``; the producer runs the first ``producer_bounds`` of them."""
+    counts = ("int KT = 0, FM = 0" + (", KF = 0, LM = 0" if windowed else "")
+              + ";  // the tile's KV blocks and first masked one (its sequence's)",
               *SPAN,
               "// whether tile `tile` lies in the batch, moving the cursor (sequence `seq`, whose "
               "first tile is `first`) on to it",
@@ -80,11 +84,10 @@ def varlen_tile_loop(causal: bool, trips: str, first: str,
     spans = ("int q0, k0;  // the sequence's first query row and key in the packed tensors",
              "const int Sq = span(cu_q, seq, TQ, q0), Sk = span(cu_k, seq, TK, k0), "
              "KV_BLOCKS = (Sk + BN - 1) / BN, MTS = (Sq + BM - 1) / BM, r = tile - first;",
-             "const int " + ", ".join(varlen_order_exprs(causal)) + ";",
-             f"KT = {trips};  // the plan's VarlenBounds.trips (its sequence's)")
-    fm = f"FM = {first};  // the plan's VarlenBounds.first_masked"
-    return DeviceTileLoop(counts=counts, producer=TileLoop(head=loop, tile=spans),
-                          consumers=TileLoop(head=loop, tile=(*spans, fm,
+             "const int " + ", ".join(varlen_order_exprs(varies)) + ";")
+    return DeviceTileLoop(counts=counts,
+                          producer=TileLoop(head=loop, tile=(*spans, *bounds[:producer_bounds])),
+                          consumers=TileLoop(head=loop, tile=(*spans, *bounds,
                                                               *(UNIFORM if uniform else ()))),
                           empty_tiles=True)
 

@@ -307,9 +307,6 @@ class AttentionGeometry(WarpGroupTiles, ValueHeadDim):
         if not self.lse and self.decode:
             raise bad("lse", "false is not built for -p decode (its splits combine through their "
                              "LSEs); drop -p lse")
-        if self.varlen and (self.windowed or self.softcap):
-            raise bad("varlen", "windows and softcap are not built for packed batches yet; "
-                                "drop -p window_left, -p window_right and -p softcap")
         if self.head_dim_v and (self.head_dim_v % 16 or self.head_dim_v > 4 * BOX_COLS):
             raise bad("head_dim_v", f"{self.head_dim_v}: V's head dim is the PV wgmma's N in "
                                     f"16-column steps, at most {4 * BOX_COLS}; pass a multiple "

@@ -23,10 +23,6 @@ SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
     (("long long", "o_sb", "int64"), ("long long", "o_sh", "int64"),
      ("long long", "o_ss", "int64"))))
 
-#: the logit softcap's kernel (``-p softcap``; attention_window.cuh): the fixed-length
-#: forward's, then the scores' scale over the cap (its ``scale_log2`` is then softcap * log2 e)
-SOFTCAP_SIGNATURE = SIGNATURE + kernel_params((("float", "softcap_scale", "float32"),))
-
 #: the packed variable-length forward's (``-p varlen``; varlen_tiles.py): Q, K, V's maps over
 #: [1, H, total, D] views of the packed tensors, O and LSE as above (LSE [H, total_q]), each
 #: sequence's first row in Q and in K (``cu_q``, ``cu_k``: ``B`` + 1 int32 on the device, read
@@ -44,6 +40,18 @@ VARLEN_SIGNATURE = KernelSignature(kernel=KERNEL_NAME, params=kernel_params(
      ("float", "scale_log2", "float32"), ("int", "group", "int32"), ("int", "hg", "int32"),
      ("int", "snake", "int32"), ("int", "H", "int32")),
     (("long long", "o_sh", "int64"), ("long long", "o_ss", "int64"))))
+
+#: the logit softcap's scale over the cap (``-p softcap``; attention_window.cuh), after either
+#: prefill kernel's parameters (its ``scale_log2`` is then softcap * log2 e)
+_SOFTCAP = kernel_params((("float", "softcap_scale", "float32"),))
+
+
+def forward_signature(*, varlen: bool, softcap: bool) -> KernelSignature:
+    """A prefill forward kernel's signature, the one place the emitter and both calls pick it:
+    the fixed-length or the packed kernel's, with ``softcap_scale`` last where it caps."""
+    base = VARLEN_SIGNATURE if varlen else SIGNATURE
+    return base + _SOFTCAP if softcap else base
+
 
 #: the decode kernel's (``-p decode``; decode_tiles.py): Q's map over [B, Sq, Hq, D] read at
 #: (d, head, token, b), the caches' maps over [pages, page_size, Hkv, D] (a contiguous cache:

@@ -243,9 +243,13 @@ class LoopBounds(CausalTiles):
                 return tuple(faults)
         return ()
 
-    def _block_faults(self, i: int, sq: int, sk: int) -> list[str]:
-        where = (f"query block {i} of seq_q {sq}, seq_k {sk} ({self.align}, window "
-                 f"{self.window_left}, {self.window_right})")
+    def _block_faults(self, i: int, sq: int, sk: int, where: str = "") -> list[str]:
+        """Query block ``i``'s faults at these lengths (``where``: how its lines name it; the
+        varlen rule names the batch): its rows' keys are each one interval clipped to the
+        sequence (:meth:`row_keys`), so a box's keys past ``sk`` (TMA's zeros, or a packed
+        batch's next sequence) are ones no row sees and must be masked or not visited."""
+        where = where or (f"query block {i} of seq_q {sq}, seq_k {sk} ({self.align}, window "
+                          f"{self.window_left}, {self.window_right})")
         first_row, last_row = self._rows(i, sq)
         seen = [self.row_keys(r, sq, sk) for r in range(first_row, last_row + 1)]
         trips, kf, n = self.trips(i, sq, sk), self.kv_first(i, sq, sk), self.block_n

@@ -18,6 +18,9 @@ start at 0 and increase.  Out-of-order ends give empty sequences, and any value 
 the tensors (the kernel clamps each span to them).  Rows of q outside every sequence are not
 written (as FlashAttention's ``torch.empty`` output).
 
+``window=`` and ``softcap=`` are ``attention()``'s (window_args.py), per sequence: each
+sequence's rows see the keys of its own window, aligned at its own diagonal.
+
 No backward yet: a call whose q, k or v needs a gradient is refused in one line saying how to
 get one (pad and call ``attention()``).
 """
@@ -43,18 +46,21 @@ from pipeline_core_schedules_attention.call import (DTYPES, HEAD_DIMS, LOG2E, OP
 from pipeline_core_schedules_attention.layout import (bhsd_map, dense_strides, empty_in_order,
                                                       in_place, order_of, readable)
 from pipeline_core_schedules_attention.schedule import NAME, ValueHeadDim
-from pipeline_core_schedules_attention.signature import VARLEN_SIGNATURE
+from pipeline_core_schedules_attention.signature import forward_signature
 from pipeline_core_schedules_attention.tile_order import TileOrder, varlen_choose
+from pipeline_core_schedules_attention.window_args import (NO_WINDOW, Masking, check_softcap,
+                                                           kernel_window, plan_masking)
 
 if TYPE_CHECKING:
     from pipeline_core.plugin_api import CompiledSchedule
 
 
 @attrs.frozen(kw_only=True)
-class VarlenCall(ValueHeadDim):
+class VarlenCall(ValueHeadDim, Masking):
     """What one varlen call runs: the packed rows of q and k, the sequences, the query and KV
     heads, the longest query and key lengths the caller gives, the head dim, the dtype, the
-    folded scale, the causal diagonal, the operands copied once (layout.py's rule) and the
+    folded scale, the mask (causal, its diagonal, a window, the softcap: window_args.Masking,
+    per sequence), the operands copied once (layout.py's rule) and the
     output's layout, q's."""
 
     total_q: int
@@ -67,8 +73,6 @@ class VarlenCall(ValueHeadDim):
     head_dim: int
     dtype: str
     scale_log2: float
-    causal: bool
-    align: str = "top_left"
     copied: tuple[str, ...] = ()
     out_order: tuple[int, ...] = (0, 1, 2)
     #: v's (and the output's) head dim where it is not q's (0: the same; a pair of
@@ -84,7 +88,7 @@ class VarlenCall(ValueHeadDim):
         """The fixed-length call's short tile where every sequence's keys are few
         (``max_seqlen_k`` at most ``call.SHORT_KEYS``)."""
         return (self.max_k <= SHORT_KEYS and not self.head_dim_v
-                and (self.head_dim, self.causal) in SHORT_TILES)
+                and (self.head_dim, self.tiles_vary) in SHORT_TILES)
 
     @property
     def out_strides(self) -> tuple[int, ...]:
@@ -104,7 +108,8 @@ def _length(name: str, n: object) -> int:
 
 def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                 max_seqlen_q: int, max_seqlen_k: int, *, causal: bool | str = False,
-                scale: float | None = None, grad_enabled: bool = True) -> VarlenCall:
+                scale: float | None = None, grad_enabled: bool = True, window: object = None,
+                softcap: object = None) -> VarlenCall:
     """The call's plan, or one :class:`AttentionArgumentError` naming the argument at fault
     (host-side facts only: no read of the lengths, which live on the device).
     ``grad_enabled``: torch's grad mode (a tensor needing a gradient is refused under it)."""
@@ -143,15 +148,16 @@ def plan_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)
                                   and scale > 0):
         raise _fail("scale", f"{scale!r}; pass a positive finite float or None (1/sqrt(D))")
+    s = softmax_scale(d, scale)
+    masking = plan_masking(align, window, softcap, s, _fail)
     return VarlenCall(total_q=tq, total_k=k.shape[0], batch=batch, heads=h, kv_heads=hkv,
                       max_q=min(mq, tq), max_k=min(mk, k.shape[0]), head_dim=d,
                       head_dim_v=dv,
                       dtype=DTYPES[str(q.dtype)],
-                      scale_log2=softmax_scale(d, scale) * LOG2E, causal=align is not None,
-                      align=align or "top_left",
+                      scale_log2=masking.exponent_scale(s) * LOG2E,
                       copied=tuple(n for n, t in (("q", q), ("k", k), ("v", v))
                                    if not in_place(t)),
-                      out_order=order_of(q))
+                      out_order=order_of(q), **attrs.asdict(masking, recurse=False))
 
 
 #: the (head dim, causal) pairs whose kernels declare each tile's KV counts warp-uniform
@@ -165,25 +171,28 @@ UNIFORM_TILES: frozenset[tuple[int, bool]] = frozenset()
 
 
 def varlen_params(head_dim: int, causal: bool, align: str = "top_left",
-                  short: bool = False, lse: bool = True,
-                  head_dim_v: int = 0) -> dict[str, str]:
+                  short: bool = False, lse: bool = True, head_dim_v: int = 0,
+                  window: tuple[int, int] = NO_WINDOW, softcap: bool = False) -> dict[str, str]:
     """The ``-p`` parameters the varlen call compiles: the fixed-length call's, with
     ``-p varlen`` (and ``-p lse=false`` for a call that does not return the LSE,
     ``-p uniform_tiles`` where :data:`UNIFORM_TILES` holds, ``-p head_dim_v`` for v's own
-    head dim)."""
-    return {**call_params(head_dim, causal, align, short, varlen=True, lse=lse,
-                          head_dim_v=head_dim_v),
+    head dim, a window's reaches and ``-p softcap`` where taken)."""
+    return {**call_params(head_dim, causal, align, short, window, softcap, varlen=True,
+                          lse=lse, head_dim_v=head_dim_v),
             **({"uniform_tiles": "true"} if (head_dim, causal) in UNIFORM_TILES else {})}
 
 
 def varlen_source(head_dim: int, dtype: str, causal: bool, align: str,
-                  short: bool = False, lse: bool = True,
-                  head_dim_v: int = 0) -> tuple[CompiledSchedule, str]:
+                  short: bool = False, lse: bool = True, head_dim_v: int = 0,
+                  window: tuple[int, int] = NO_WINDOW,
+                  softcap: bool = False) -> tuple[CompiledSchedule, str]:
     """The varlen schedule compiled (and proven) for one kernel, and its CUDA."""
     from pipeline_core_schedules_attention.emit_attention import emit_attention
 
-    compiled = VARLEN.compile(varlen_params(head_dim, causal, align, short, lse, head_dim_v),
-                              call_stages(head_dim, causal, short, head_dim_v))
+    compiled = VARLEN.compile(varlen_params(head_dim, causal, align, short, lse, head_dim_v,
+                                            window, softcap),
+                              call_stages(head_dim, causal or window != NO_WINDOW, short,
+                                          head_dim_v))
     return compiled, emit_attention(compiled, dtype=dtype)
 
 
@@ -201,9 +210,20 @@ VARIANTS += tuple((d, t, c, a, False, lse, dv) for d, dv in VALUE_TILES
 
 
 def _build(head_dim: int, dtype: str, causal: bool, align: str, short: bool, lse: bool,
-           device: int, head_dim_v: int = 0) -> AttentionKernel:
-    return _load(*varlen_source(head_dim, dtype, causal, align, short, lse, head_dim_v),
-                 device)
+           device: int, head_dim_v: int = 0, window: tuple[int, int] = NO_WINDOW,
+           softcap: bool = False) -> AttentionKernel:
+    return _load(*varlen_source(head_dim, dtype, causal, align, short, lse, head_dim_v,
+                                window, softcap), device)
+
+
+def _kernel_key(c: VarlenCall, device: int, lse: bool) -> tuple[Any, ...]:
+    """The key of call ``c``'s kernel in ``VARLEN.kernels``, :func:`_build`'s arguments: the
+    seven of every kernel, then v's own head dim, a window's reaches and the softcap, each only
+    where a kernel takes it (one kernel per window)."""
+    masked = c.windowed or bool(c.softcap)
+    return (c.head_dim, c.dtype, c.causal, c.align, c.short, lse, device,
+            *((c.head_dim_v,) if c.head_dim_v or masked else ()),
+            *((c.window, bool(c.softcap)) if masked else ()))
 
 
 def _packed_view(t: Any) -> Any:
@@ -218,12 +238,12 @@ _ORDERS: Bounded[TileOrder] = Bounded(RECIPE_CACHE_SIZE)
 
 def _arguments(r: Recipe[VarlenCall], kernels: tuple[AttentionKernel, ...],
                tensors: tuple[Any, ...]) -> tuple[Launch, ...]:
-    """The persistent grid and the kernel's arguments (signature.VARLEN_SIGNATURE) but the
-    output's and the LSE's addresses, packed per call.  The grid: one CTA per SM, fewer where
+    """The persistent grid and the kernel's arguments (signature.forward_signature's varlen
+    kernel's) but the output's and the LSE's addresses, packed per call.  The grid: one CTA per SM, fewer where
     the batch cannot have as many tiles (``batch x heads x ceil(max_seqlen_q / block_m)``
-    bounds them; a CTA past the batch's tiles ends at once).  Causal, the order's head groups
-    and snake (``hg``, ``snake``) that balance a batch of sequences all ``max_seqlen_q`` long
-    (tile_order.varlen_choose)."""
+    bounds them; a CTA past the batch's tiles ends at once).  Causal or windowed, the order's
+    head groups and snake (``hg``, ``snake``) that balance a batch of sequences all
+    ``max_seqlen_q`` long (tile_order.varlen_choose); with a softcap, its scale."""
     np = require_gpu_module("numpy")
     (built,), (q, k, v, cu_q, cu_k) = kernels, tensors
     c = r.plan
@@ -233,7 +253,7 @@ def _arguments(r: Recipe[VarlenCall], kernels: tuple[AttentionKernel, ...],
     order = _ORDERS.get((r, built))
     if order is None:  # once per (recipe, kernel): new addresses do not choose again
         order = TileOrder()
-        if c.causal and built.bounds is not None and c.max_q > 0:  # max_seqlen_q's trips
+        if c.tiles_vary and built.bounds is not None and c.max_q > 0:  # max_seqlen_q's trips
             trips = [built.bounds.trips(i, c.max_q, c.max_k)
                      for i in range(-(-c.max_q // built.block_m))]
             order = varlen_choose(trips, heads=c.heads, batch=c.batch, grid=grid, np=np)
@@ -244,8 +264,9 @@ def _arguments(r: Recipe[VarlenCall], kernels: tuple[AttentionKernel, ...],
               "cu_q": cu_q.data_ptr(), "cu_k": cu_k.data_ptr(), "B": c.batch,
               "TQ": c.total_q, "TK": c.total_k, "scale_log2": c.scale_log2, "group": c.group,
               "hg": order.hg, "snake": order.snake, "H": c.heads, "o_sh": o_sh,
-              "o_ss": o_ss}
-    return (Launch.of(built, (grid,), *VARLEN_SIGNATURE.pack_around(("O", "LSE"), values, np)),)
+              "o_ss": o_ss, **({"softcap_scale": c.softcap_scale} if c.softcap else {})}
+    signature = forward_signature(varlen=True, softcap=bool(c.softcap))
+    return (Launch.of(built, (grid,), *signature.pack_around(("O", "LSE"), values, np)),)
 
 
 #: the varlen call layer (the kit's HostCall): its kernels (key: (head dim, dtype, causal,
@@ -258,7 +279,7 @@ VARLEN: HostCall[VarlenCall, AttentionKernel] = HostCall(
 def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
                      max_seqlen_q: int, max_seqlen_k: int, *, causal: bool | str = False,
                      scale: float | None = None, return_lse: bool = False,
-                     window: Any = None, softcap: Any = None) -> Any:
+                     window: tuple[int, int] | None = None, softcap: float | None = None) -> Any:
     """softmax(q . k^T * scale) . v per sequence of a packed batch: q ``[total_q, Hq, D]``,
     k and v ``[total_k, Hkv, D]`` (bf16 or fp16, Hkv dividing Hq; any head dim up to 256 and a
     v of its own head dim, zero-padded as ``attention()`` pads them, call.pad_head_dims), sequence s
@@ -267,43 +288,46 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
     ``max_seqlen_k`` the longest (FlashAttention's varlen call; here they bound the grid and
     pick the tile only).  Returns ``[total_q, Hq, D]``
     in q's layout; with ``return_lse`` also each row's log-sum-exp, ``[Hq, total_q]`` fp32 (+inf
-    for a row that sees no key, whose output is 0).  ``causal``: as ``attention()``'s, per
-    sequence (bottom-right aligns each sequence's diagonal to its own lengths).  Runs on torch's
-    current stream, never syncs (CUDA-graph capturable), allocates only its outputs.  A torch
-    custom op (``pipeline_core::attention_varlen``), so torch.compile traces it."""
-    # taken so a model's call that passes them gets this one line, not Python's TypeError
-    for name, value in (("window", window), ("softcap", softcap)):
-        if value is not None:
-            raise _fail(name, f"{value!r}: the packed forward has no {name} yet (attention() "
-                              f"takes {name}=); pad the batch and call attention(..., "
-                              f"{name}=...), or pass {name}=None")
+    for a row that sees no key, whose output is 0).  ``causal``, ``window`` and ``softcap``: as
+    ``attention()``'s, per sequence (bottom-right aligns each sequence's diagonal and window to
+    its own lengths).  Runs on torch's current stream, never syncs (CUDA-graph capturable),
+    allocates only its outputs.  A torch custom op (``pipeline_core::attention_varlen``), so
+    torch.compile traces it, a window and a softcap too."""
     if not isinstance(return_lse, bool):
         raise _fail("return_lse", f"{return_lse!r}; pass True or False")
+    # their types first: the op's arguments are made of them before any plan (under tracing)
+    reach = kernel_window(window, None, _fail)[0]
+    cap = check_softcap(softcap, _fail)
     padded = pad_head_dims(_fail, q, k, v, rank=3, scale=scale, differentiable=False,
                            native=VALUE_TILES)
     if padded is not None:  # a head dim the kernels do not build, or v's own (call.py)
         qp, kp, vp, s, dv = padded
         got = attention_varlen(qp, kp, vp, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                               max_seqlen_k, causal=causal, scale=s, return_lse=return_lse)
+                               max_seqlen_k, causal=causal, scale=s, return_lse=return_lse,
+                               window=window, softcap=softcap)
         return (got[0][..., :dv], got[1]) if return_lse else got[..., :dv]
     out, lse = VARLEN.call("attention_varlen", _run, _check,
                            (q, k, v, cu_seqlens_q, cu_seqlens_k), max_seqlen_q, max_seqlen_k,
-                           causal, scale, return_lse,
+                           causal, scale, return_lse, window, softcap,
                            op_args=lambda: (max_seqlen_q, max_seqlen_k,
-                                            causal_align(causal) or "none", scale, return_lse))
+                                            causal_align(causal) or "none", scale, return_lse,
+                                            *(reach if window is not None else (-2, -2)),
+                                            cap if softcap is not None else None))
     return (out, lse) if return_lse else out
 
 
 def _check(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
-           causal: bool | str, scale: float | None, return_lse: bool = False) -> VarlenCall:
+           causal: bool | str, scale: float | None, return_lse: bool = False,
+           window: object = None, softcap: object = None) -> VarlenCall:
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     return plan_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=causal, scale=scale,
-                       grad_enabled=torch.is_grad_enabled())
+                       grad_enabled=torch.is_grad_enabled(), window=window, softcap=softcap)
 
 
 def _run(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
-         causal: bool | str, scale: float | None, return_lse: bool = False) -> tuple[Any, Any]:
+         causal: bool | str, scale: float | None, return_lse: bool = False,
+         window: object = None, softcap: object = None) -> tuple[Any, Any]:
     """The call on checked-once CUDA tensors: its recipe (kept per argument description), the
     output in q's layout and, with ``return_lse``, the LSE (else an empty tensor and a null
     LSE, to a kernel built with ``-p lse=false``, its store compiled out, but where
@@ -312,22 +336,24 @@ def _run(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     if not q.is_cuda:  # no stream to key by: refused in one line by the checks
-        _check(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale)
+        _check(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=window, softcap=softcap)
     device = q.device.index if q.device.index is not None else torch.cuda.current_device()
     stream = current_stream(torch, device)
     key = (describe(q), describe(k), describe(v), describe(cu_q), describe(cu_k),
            type(max_q), max_q, type(max_k), max_k, type(causal), causal, type(scale), scale,
-           return_lse, stream)
+           return_lse, stream,
+           # a window and a softcap with their types, only where given (window_args.py)
+           *((type(window), tuple(window) if isinstance(window, list) else window,
+              type(softcap), softcap) if window is not None or softcap is not None else ()))
     try:
         r = VARLEN.recipes.get(key)
     except TypeError:  # an unhashable argument, which the checks refuse
         r = None
     if r is None:
-        c = _check(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale)
+        c = _check(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, window=window,
+                   softcap=softcap)
         r = VARLEN.recipes.put(key, Recipe(plan=c, device=device, stream=stream, kernels=(
-            (c.head_dim, c.dtype, c.causal, c.align, c.short,
-             stores_lse(c.head_dim, c.causal, return_lse), device,
-             *((c.head_dim_v,) if c.head_dim_v else ())),)))
+            _kernel_key(c, device, stores_lse(c.head_dim, c.causal, return_lse)),)))
     c = r.plan
     out = empty_in_order(torch, (*q.shape[:2], c.v_dim), c.out_order, q)  # q's layout
     lse = torch.empty((c.heads, c.total_q) if return_lse else (0,), dtype=torch.float32,
@@ -345,17 +371,31 @@ def _run(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int,
     return out, lse
 
 
+def _op_masking(window_left: int, window_right: int,
+                softcap: float | None) -> tuple[tuple[int, int] | None, float | None]:
+    """The op's ``window`` and ``softcap`` back from its schema's ints and float (-2, -2: no
+    ``window=`` given; a schema has no optional pair)."""
+    return (None if (window_left, window_right) == (-2, -2)
+            else (window_left, window_right)), softcap
+
+
 def _op(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int, causal: str,
-        scale: float | None, return_lse: bool) -> tuple[Any, Any]:
-    return _run(q, k, v, cu_q, cu_k, max_q, max_k, OP_CAUSAL[causal], scale, return_lse)
+        scale: float | None, return_lse: bool, window_left: int, window_right: int,
+        softcap: float | None) -> tuple[Any, Any]:
+    window, cap = _op_masking(window_left, window_right, softcap)
+    return _run(q, k, v, cu_q, cu_k, max_q, max_k, OP_CAUSAL[causal], scale, return_lse,
+                window, cap)
 
 
 def _fake(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: int, max_k: int, causal: str,
-          scale: float | None, return_lse: bool) -> tuple[Any, Any]:
+          scale: float | None, return_lse: bool, window_left: int, window_right: int,
+          softcap: float | None) -> tuple[Any, Any]:
     """The op's shapes (where torch.compile traces, the checks first)."""
     import torch  # type: ignore[import-not-found, unused-ignore]
 
-    c = _check(q, k, v, cu_q, cu_k, max_q, max_k, OP_CAUSAL[causal], scale)
+    window, cap = _op_masking(window_left, window_right, softcap)
+    c = _check(q, k, v, cu_q, cu_k, max_q, max_k, OP_CAUSAL[causal], scale, window=window,
+               softcap=cap)
     return (empty_in_order(torch, (*q.shape[:2], c.v_dim), c.out_order, q),
             q.new_empty((c.heads, c.total_q) if return_lse else (0,), dtype=torch.float32))
 
@@ -365,7 +405,8 @@ def _varlen_ops() -> tuple[Op, ...]:
     return (Op(name="pipeline_core::attention_varlen", impl=_op, fake=_fake,
                schema="(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
                       "Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, str causal, "
-                      "float? scale, bool return_lse) -> (Tensor, Tensor)"),)
+                      "float? scale, bool return_lse, int window_left, int window_right, "
+                      "float? softcap) -> (Tensor, Tensor)"),)
 
 
 # the ops registered now where torch is imported already (HostCall.register_if_torch_imported)

@@ -121,47 +121,33 @@ class VarlenBounds(LoopBounds):
     # --- the rule's own proof -------------------------------------------------------------
 
     def problems(self) -> list[Lengths]:
-        """The batches :meth:`coverage_faults` checks (:data:`_BATCHES` scaled by the
-        tile)."""
-        return [tuple((max(0, mq * self.block_m + tq), max(0, nk * self.block_n + tk))
-                      for mq, nk, tq, tk in batch) for batch in _BATCHES]
+        """The batches :meth:`coverage_faults` checks (:data:`_BATCHES` scaled by the tile);
+        windowed, one more: the fixed-length rule's problems (the window's edges inside, around
+        and past the blocks: ``LoopBounds.proof_problems``) back to back, a sequence of no
+        token and one of one between them."""
+        out = [tuple((max(0, mq * self.block_m + tq), max(0, nk * self.block_n + tk))
+                     for mq, nk, tq, tk in batch) for batch in _BATCHES]
+        if self.windowed:
+            out.append(tuple(p for pair in self.proof_problems() for p in (pair, (0, 0), (1, 1))))
+        return out
 
     def coverage_faults(self) -> tuple[str, ...]:
-        """Per batch of :meth:`problems`, per sequence and query block: every (row, key) pair
-        of the sequence the mask keeps lies in a visited KV block, every pair a visited block's
-        box holds that the mask drops (past the row's last key, or past the sequence's end: the
-        next sequence's keys) lies in a masked block, and every visited block holds a pair
-        some row keeps; one line per fault."""
+        """Per batch of :meth:`problems`, per sequence and query block, the fixed-length rule's
+        check at the sequence's lengths (``LoopBounds._block_faults``): every (row, key) pair
+        of the sequence the mask keeps lies in a visited KV block, every visited block holds a
+        key some row sees, and a visited block whose box holds keys a row must not see (past its
+        window or diagonal, or past the sequence's end: the next sequence's keys) is masked;
+        one line per fault."""
         faults: list[str] = []
         for batch in self.problems():
             for s, (sq, sk) in enumerate(batch):
-                off = self.offset(sq, sk)
                 for i in range(self.query_blocks(sq)):
-                    faults += self._tile_faults(batch, s, i, sq, sk, off)
+                    faults += self._block_faults(
+                        i, sq, sk, f"query block {i} of sequence {s} ({sq} rows, {sk} keys) "
+                                   f"of batch {list(batch)}")
                 if faults:
                     return tuple(faults)
         return tuple(faults)
-
-    def _tile_faults(self, batch: Lengths, s: int, i: int, sq: int, sk: int,
-                     off: int) -> list[str]:
-        where = f"query block {i} of sequence {s} ({sq} rows, {sk} keys) of batch {list(batch)}"
-        rows = range(i * self.block_m, min((i + 1) * self.block_m, sq))
-        trips = self.trips(i, sq, sk)
-        out: list[str] = []
-        for j in range(max(trips, self.blocks(sk))):
-            box = range(j * self.block_n, (j + 1) * self.block_n)  # past sk: the next sequence
-            keep = [k < sk and (not self.causal or k <= r + off) for r in rows for k in box]
-            if j >= trips:
-                if any(keep):
-                    out.append(f"{where} skips KV block {j}, whose keys its rows see: their "
-                               "terms are lost")
-            elif not any(keep):
-                out.append(f"{where} visits KV block {j}, which none of its rows sees (keys "
-                           "past the sequence's end: the next sequence's)")
-            elif not all(keep) and not self.masked(i, j, sq, sk):
-                out.append(f"{where} visits KV block {j} unmasked, whose box holds keys its "
-                           "rows must not see (past the diagonal or the sequence's end)")
-        return out
 
 
 def scheduled(lengths_q: Sequence[int], *, heads: int, block_m: int, grid: int,

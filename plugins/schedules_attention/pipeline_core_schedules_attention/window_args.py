@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import attrs
+
 #: no window: both reaches unbounded
 NO_WINDOW = (-1, -1)
 #: the widest reach a kernel compiles (2^28 keys: the kernel's int arithmetic on a row, its
@@ -53,6 +55,46 @@ def check_softcap(softcap: object, fail: Any) -> float:
             or not math.isfinite(softcap) or softcap <= 0):
         raise fail("softcap", f"{softcap!r}; pass a positive finite float, or None for no cap")
     return float(softcap)
+
+
+@attrs.frozen(kw_only=True)
+class Masking:
+    """Which keys each row sees and how its scores are capped, as a call's plan carries it
+    (``attention()``'s AttentionCall and ``attention_varlen``'s VarlenCall alike, made by
+    :func:`plan_masking`): the causal mask and where its diagonal sits, the reaches the kernel
+    compiles (:func:`kernel_window`), the cap (0.0: none) and, with one, the kernel's
+    ``softcap_scale``, the scores' scale over the cap."""
+
+    causal: bool
+    align: str = "top_left"
+    window: tuple[int, int] = NO_WINDOW
+    softcap: float = 0.0
+    softcap_scale: float = 0.0
+
+    @property
+    def windowed(self) -> bool:
+        return self.window != NO_WINDOW
+
+    @property
+    def tiles_vary(self) -> bool:
+        """Whether the query tiles' KV blocks differ (causal or windowed): the tile order is
+        chosen and the causal tiles taken."""
+        return self.causal or self.windowed
+
+    def exponent_scale(self, scale: float) -> float:
+        """What the softmax's exponent scales the (capped) scores by: the cap, whose tanh is
+        of the scores already scaled (``softcap_scale``), or else the softmax's ``scale``."""
+        return self.softcap or scale
+
+
+def plan_masking(mask: str | None, window: object, softcap: object, scale: float,
+                 fail: Any) -> Masking:
+    """A call's :class:`Masking` from the causal mask's alignment (``mask``, None without it),
+    ``window=``, ``softcap=`` and the softmax's scale, or one ``fail(name, why)`` error."""
+    reach, align = kernel_window(window, mask, fail)
+    cap = check_softcap(softcap, fail)
+    return Masking(causal=mask is not None, align=align, window=reach, softcap=cap,
+                   softcap_scale=scale / cap if cap else 0.0)
 
 
 def refuse_gradient(torch: Any, tensors: tuple[Any, ...], window: object,

@@ -25,18 +25,19 @@ from pipeline_core.proof import UnsafeScheduleError, require_safe
 from pipeline_core_nvidia_h100.sync_skeleton import check_skeleton
 from pipeline_core_nvidia_h100.toolchain import compile_cubin, nvcc, sass_command, sass_of
 
-from pipeline_core_schedules_attention.call import (HEAD_DIMS, AttentionArgumentError,
+from pipeline_core_schedules_attention.call import (HEAD_DIMS, LOG2E, AttentionArgumentError,
                                                     call_params, call_stages)
-from pipeline_core_schedules_attention.emit_attention import emit_attention, tile_bounds_exprs
-from pipeline_core_schedules_attention.emit_varlen import varlen_tile_loop
+from pipeline_core_schedules_attention.emit_attention import (emit_attention, tile_bounds_exprs,
+                                                              varlen_tiles)
 from pipeline_core_schedules_attention.tile_order import busiest as fixed_busiest
 from pipeline_core_schedules_attention.tile_order import (GROUPS, TIE, TileOrder, choose,
                                                           tile_at, varlen_choose,
                                                           varlen_order_exprs)
 from pipeline_core_schedules_attention.tiles import LoopBounds
 from pipeline_core_schedules_attention import varlen_call
-from pipeline_core_schedules_attention.varlen_call import (VarlenCall, plan_varlen,
-                                                           varlen_params)
+from pipeline_core_schedules_attention.varlen_call import (VarlenCall, _kernel_key,
+                                                           attention_varlen, plan_varlen,
+                                                           varlen_params, varlen_source)
 from pipeline_core_schedules_attention.varlen_tiles import VarlenBounds, busiest, scheduled
 
 NAME = "flash-attention-fwd"
@@ -115,7 +116,7 @@ def test_a_per_sequence_kv_count_one_off_is_refused_by_the_proof(causal, align, 
                        allow_unsafe=True)
     assert {v.kind for v in bad.proof.verdict.violations} == {H.MISSING_PRODUCT}
     message = bad.proof.verdict.violations[0].message
-    assert ("skips KV block" if shift < 0 else "visits KV block") in message
+    assert ("skips keys" if shift < 0 else "visits KV block") in message
     with pytest.raises(Exception, match="kv_shift"):
         emit_attention(bad)
 
@@ -383,13 +384,15 @@ _CPP = shutil.which("g++") or shutil.which("c++")
 
 
 def _run_tile_loop(tmp_path, lengths, *, heads, hg, grid, causal, align, bm=128, bn=128,
-                   snake=False):
-    """The varlen kernel's tile loop as emitted (emit_varlen.varlen_tile_loop's counts, the
+                   snake=False, window=(-1, -1)):
+    """The varlen kernel's tile loop as emitted (emit_attention.varlen_tiles: the counts, the
     consumers' loop head and tile lines, the rule's C), built for the host with ``__ldg`` a
     plain read and run for every CTA of ``grid``: (cta, seq, head, tile_m, Sq, Sk, q0, k0, KT,
-    FM) of each tile in each CTA's order."""
-    rule = VarlenBounds(causal=causal, block_m=bm, block_n=bn, align=align)
-    loop = varlen_tile_loop(causal, *tile_bounds_exprs(rule))
+    FM, KF, LM) of each tile in each CTA's order (KF and LM 0 without a window)."""
+    rule = VarlenBounds(causal=causal, block_m=bm, block_n=bn, align=align,
+                        window_left=window[0], window_right=window[1])
+    loop = varlen_tiles(rule)
+    kf_lm = "KF, LM" if rule.windowed else "0, 0"
     cu = [list(accumulate([0, *(n[i] for n in lengths)])) for i in (0, 1)]
     src = "\n".join([
         "#include <cstdio>", "#include <algorithm>", "using std::min; using std::max;",
@@ -406,8 +409,8 @@ def _run_tile_loop(tmp_path, lengths, *, heads, hg, grid, causal, align, bm=128,
         *loop.counts,
         "for (unsigned cta = 0; cta < gridDim.x; ++cta) {", "blockIdx.x = cta;",
         *loop.consumers.head, *loop.consumers.tile,
-        'std::printf("%u %d %d %d %d %d %d %d %d %d\\n", cta, seq, bh % H, tile_m, Sq, Sk, q0, '
-        "k0, KT, FM);",
+        'std::printf("%u %d %d %d %d %d %d %d %d %d %d %d\\n", cta, seq, bh % H, tile_m, Sq, '
+        f"Sk, q0, k0, KT, FM, {kf_lm});",
         "}", "}", "}"])
     (tmp_path / "loop.cpp").write_text(src)
     build = subprocess.run([_CPP or "c++", "-std=c++17", "-o", str(tmp_path / "loop"),
@@ -444,8 +447,30 @@ def test_the_emitted_tile_loop_runs_the_schedulers_tiles_with_the_rules_bounds(
                 sq, sk = lengths[s]
                 kt = rule.trips(m, sq, sk)
                 want.append((cta, s, h, m, sq, sk, cu[0][s], cu[1][s], kt,
-                             rule.first_masked(m, sq, sk)))
+                             rule.first_masked(m, sq, sk), 0, 0))
         assert got == want
+
+
+@pytest.mark.skipif(_CPP is None, reason="needs a host C++ compiler")
+@pytest.mark.parametrize("causal,window", [(True, (300, -1)), (False, (200, 0)),
+                                           (False, (100, 40)), (False, (-1, 130)),
+                                           (True, (0, -1))])
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+def test_the_emitted_windowed_tile_loop_runs_each_sequences_window(tmp_path, causal, window,
+                                                                    align):
+    """Windowed, the kernel's own C of the tile loop, run on the host over the mixed batches:
+    each tile starts at the rule's first KV block of its sequence, visits the rule's count and
+    masks exactly the blocks the rule masks (the window's left edge before LM, its right edge
+    or the key tail from FM), each sequence's window at its own diagonal."""
+    for lengths in BATCHES:
+        got, rule, _ = _run_tile_loop(tmp_path, lengths, heads=2, hg=2, grid=5, causal=causal,
+                                      align=align, window=window)
+        assert len(got) == sum(2 * -(-q // 128) for q, _ in lengths)
+        for _, s, _, m, sq, sk, _, _, kt, fm, kf, lm in got:
+            assert (sq, sk) == lengths[s]
+            assert (kf, kt) == (rule.kv_first(m, sq, sk), rule.trips(m, sq, sk)), (sq, sk, m)
+            assert [kf + t < lm or kf + t >= fm for t in range(kt)] == [
+                rule.masked(m, t, sq, sk) for t in range(kt)], (sq, sk, m)
 
 
 class Fake:
@@ -527,16 +552,6 @@ def test_wrong_lengths_shapes_and_heads_get_one_line():
 
 
 
-@pytest.mark.parametrize("kw", [dict(window=(128, 0)), dict(softcap=30.0)])
-def test_a_window_or_softcap_is_refused_in_one_line_naming_it(kw):
-    from pipeline_core_schedules_attention.varlen_call import attention_varlen
-
-    (name, value), = kw.items()
-    with pytest.raises(AttentionArgumentError, match=rf"attention_varlen: {name}: .* pad the "
-                                                     rf"batch and call attention\(\.\.\., {name}="):
-        attention_varlen(None, None, None, None, None, 1, 1, **kw)
-
-
 def test_the_packed_call_stores_the_lse_by_the_fixed_length_calls_rule():
     """call.stores_lse, one rule for both calls: the LSE kernel where the LSE is returned or
     where call.LSE_KEPT holds (D 128 causal), else the kernel without the store; the GPU
@@ -598,3 +613,148 @@ def test_the_packed_call_runs_v_s_own_head_dim_on_its_kernel():
                     mk)
     assert str(info.value).startswith("attention_varlen: v: head dim 64, q's 128: a kernel "
                                       "takes v's own head dim at 192 / 128")
+
+
+# --- sliding windows and the logit softcap on packed batches (-p varlen with -p window_left /
+# window_right / softcap): the rule per sequence, its proof, the kernels, the call ---------
+
+#: (causal, window): left-only under the mask, both sides, right-only, a row's own key, wide
+PACKED_WINDOWS = [(True, (300, -1)), (False, (200, 0)), (False, (100, 40)), (False, (-1, 130)),
+           (True, (0, -1)), (False, (5000, 7))]
+
+
+def _rules(causal: bool, window: tuple[int, int], align: str, bm: int = 128, bn: int = 128):
+    kw = dict(causal=causal, block_m=bm, block_n=bn, align=align, window_left=window[0],
+              window_right=-1 if causal else window[1])
+    return VarlenBounds(**kw), LoopBounds(**kw)
+
+
+@pytest.mark.parametrize("causal,window", PACKED_WINDOWS)
+@pytest.mark.parametrize("align", ["top_left", "bottom_right"])
+@pytest.mark.parametrize("bm,bn", [(128, 128), (128, 80), (192, 128)])
+def test_each_sequence_runs_the_fixed_length_window_at_its_own_lengths(causal, window, align,
+                                                                       bm, bn):
+    """The packed rule's counts are the fixed-length windowed rule's, sequence by sequence (a
+    window aligned at each sequence's own diagonal), over the mixed batches; its own proof finds
+    nothing, over the batches it checks, one of which holds the window's edge problems."""
+    rule, fixed = _rules(causal, window, align, bm, bn)
+    for batch in BATCHES:
+        assert rule.trip_counts(batch) == tuple(t for sq, sk in batch
+                                                for t in fixed.trip_counts((sq, sk)))
+        assert rule.masked_trips(batch) == tuple(t for sq, sk in batch
+                                                 for t in fixed.masked_trips((sq, sk)))
+    assert rule.coverage_faults() == ()
+    problems = rule.problems()
+    assert len(problems) == 4 and set(fixed.proof_problems()) <= set(problems[-1])
+    assert {(0, 0), (1, 1)} <= set(problems[-1])
+
+
+@pytest.mark.parametrize("causal,window", [w for w in PACKED_WINDOWS if w[1][0] > 0])
+def test_the_rules_proof_refuses_a_window_start_one_block_late_or_a_count_one_off(causal,
+                                                                                  window):
+    rule, _ = _rules(causal, window, "bottom_right")
+    late = attrs.evolve(rule, start_shift=1).coverage_faults()
+    assert late and "skips keys" in late[0] and "of sequence" in late[0]
+    for shift, needle in ((1, "visits KV block"), (-1, "skips keys")):
+        faults = attrs.evolve(rule, kv_shift=shift).coverage_faults()
+        assert faults and needle in faults[0], (shift, faults[:1])
+
+
+def _compiled(d: int, causal: bool, window: tuple[int, int], softcap: bool):
+    align = "top_left" if causal else "bottom_right"
+    reach = (window[0], -1) if causal else window
+    return varlen_source(d, "bf16", causal, align, window=reach, softcap=softcap)
+
+
+#: (head dim, causal, window, softcap): each head dim once, both masks, with and without the cap
+WINDOW_VARIANTS = [(64, True, (256, -1), True), (96, False, (128, 0), False), (128, True, (300, -1), False),
+            (128, False, (64, 64), True), (192, False, (-1, -1), True), (256, True, (512, -1), True)]
+
+
+@pytest.mark.parametrize("d,causal,window,softcap", WINDOW_VARIANTS)
+def test_packed_window_and_softcap_kernels_are_proven_and_emit_their_steps(d, causal, window,
+                                                                           softcap):
+    compiled, src = _compiled(d, causal, window, softcap)
+    rule = compiled.plan.trip_rule
+    assert compiled.proof.safe and isinstance(rule, VarlenBounds)
+    assert rule.windowed == (window != (-1, -1))
+    assert ("pcat::cap<BN>(sacc, softcap_scale);" in src) == softcap
+    assert ("float softcap_scale" in src) == softcap
+    # the packed tensors' rows from the sequence's first key, a window from its first block
+    assert ("k0 + KF * BN + t * BN" in src) == rule.windowed
+    assert ("cu_q" in src) and ("KT = 0, FM = 0, KF = 0, LM = 0" in src) == rule.windowed
+
+
+def test_a_packed_window_start_one_block_late_is_refused_by_the_proof_and_not_emitted():
+    compiled, _ = _compiled(128, True, (256, -1), False)
+    for field, needle in (("start_shift", "skips keys"), ("kv_shift", "visits KV block")):
+        bad_rule = attrs.evolve(compiled.plan.trip_rule, **{field: 1})
+        bad = require_safe(attrs.evolve(compiled, plan=attrs.evolve(compiled.plan,
+                                                                     trip_rule=bad_rule),
+                                        proof=None), allow_unsafe=True)
+        assert {v.kind for v in bad.proof.verdict.violations} == {H.MISSING_PRODUCT}
+        assert needle in bad.proof.verdict.violations[0].message
+        with pytest.raises(Exception, match=field):
+            emit_attention(bad)
+
+
+@pytest.mark.skipif(nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_packed_window_and_softcap_kernels_build_without_spills(d, tmp_path):
+    """The packed kernel with both (its sequence spans, a window's four counts and the cap's
+    scale live beside O and S) at every head dim, causal: no spill."""
+    _, src = _compiled(d, True, (256, -1), True)
+    proc, _ = compile_cubin(src, tmp_path, "varlen_window")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "0 bytes spill stores, 0 bytes spill loads" in proc.stderr
+
+
+def test_the_packed_plan_carries_the_window_and_the_cap_and_keys_one_kernel_per_window():
+    c = plan_varlen(*args(), causal=True, window=(256, 9))
+    assert (c.window, c.align, c.causal, c.tiles_vary) == ((256, -1), "top_left", True, True)
+    free = plan_varlen(*args(), window=(64, 0))
+    assert (free.window, free.align, free.causal, free.tiles_vary) == ((64, 0), "bottom_right",
+                                                                       False, True)
+    assert _kernel_key(free, 0, False)[7:] == (0, (64, 0), False)
+    assert len(_kernel_key(plan_varlen(*args()), 0, False)) == 7  # every other kernel's key
+    p = varlen_params(128, False, "bottom_right", window=(64, 0), softcap=True)
+    assert (p["window_left"], p["window_right"], p["softcap"], p["varlen"]) == ("64", "0", "true",
+                                                                               "true")
+    capped = plan_varlen(*args(), softcap=30.0, scale=0.125)
+    assert math.isclose(capped.scale_log2, 30.0 * LOG2E)
+    assert math.isclose(capped.softcap_scale, 0.125 / 30.0)
+    assert _kernel_key(capped, 0, True)[7:] == (0, (-1, -1), True)
+    assert plan_varlen(*args(), window=(-1, -1)).windowed is False
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"window": (-2, 0)}, "attention_varlen: window: (-2, 0): a reach below -1"),
+    ({"window": (4,)}, "attention_varlen: window: (4,); pass (left, right)"),
+    ({"window": "left"}, "attention_varlen: window: 'left'; pass (left, right)"),
+    ({"softcap": 0.0}, "attention_varlen: softcap: 0.0; pass a positive finite float"),
+    ({"softcap": float("nan")}, "attention_varlen: softcap: nan; pass a positive finite float"),
+])
+def test_bad_window_and_softcap_get_one_line_naming_them_before_anything_else(kw, needle):
+    """Checked first (their values make the op's arguments), so even with no tensors yet."""
+    with pytest.raises(AttentionArgumentError) as info:
+        attention_varlen(None, None, None, None, None, 1, 1, **kw)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(AttentionArgumentError) as info:
+        plan_varlen(*args(), **kw)
+    assert needle in str(info.value)
+
+
+def test_the_ops_schema_names_the_impls_and_the_fakes_arguments_window_and_cap_among_them():
+    """The op's schema (torch.compile's view of the call) and its impl and fake take the same
+    arguments in the same order, the window's two reaches and the cap last; its no-window
+    marker comes back as no ``window=``."""
+    import inspect
+
+    (op,) = varlen_call._varlen_ops()
+    names = re.findall(r"(\w+)(?=[,)])", op.schema.split("->")[0])
+    for fn in (op.impl, op.fake):  # positionally: the impl's own names for the tensors
+        params = list(inspect.signature(fn).parameters)
+        assert len(params) == len(names) and params[-6:] == names[-6:]
+    assert names[-3:] == ["window_left", "window_right", "softcap"]
+    assert varlen_call._op_masking(-2, -2, None) == (None, None)
+    assert varlen_call._op_masking(-1, 0, 30.0) == ((-1, 0), 30.0)
